@@ -1,0 +1,3 @@
+from muon_repro.cli import main
+
+raise SystemExit(main())

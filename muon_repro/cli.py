@@ -1,0 +1,42 @@
+"""``muon-repro``: reproduce Distributed Muon's communication and cost claims (also ``python -m muon_repro``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module registers one or more subcommands with ``register(subparsers)``; imported lazily
+# only when its command is asked for would complicate ``--help``, so they are imported here but
+# keep their heavy imports inside the command functions.
+COMMAND_MODULES = (
+    "muon_repro.optim.equivalence_cli",
+    "muon_repro.analysis.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="muon-repro", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a command whose module is not written yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"muon-repro {args.command}: error: {exc}", file=sys.stderr)
+        return 2

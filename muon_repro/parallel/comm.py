@@ -1,0 +1,162 @@
+"""Collectives with profiler labels and a byte ledger.
+
+Every collective the model and the optimizers issue goes through a function here. Each one
+
+* opens a ``torch.profiler.record_function`` scope named after its *phase* (``dp_gather``,
+  ``tp_all_reduce``, ...), so traces attribute the transfer to the step of the algorithm, and
+* appends a :class:`CommRecord` to the group's :class:`CommLedger`: the bytes this rank sends
+  under the ring model of nccl-tests (DESIGN.md section 4).
+
+Ring model, for a group of ``n`` ranks and a full array of ``S`` bytes split in ``n`` chunks::
+
+    all_gather      (n-1) * chunk          = (n-1)/n * S
+    reduce_scatter  (n-1) * chunk          = (n-1)/n * S
+    all_reduce      2 * (n-1) * chunk      = 2(n-1)/n * S   (chunk = ceil(elements/n))
+
+A group of one rank communicates nothing and records nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.profiler import record_function
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def ring_bytes_per_rank(op: str, elements: int, element_size: int, group_size: int) -> int:
+    """Bytes one rank sends for collective ``op`` over an array of ``elements`` (the full array)."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
+    n = group_size
+    if n == 1:
+        return 0
+    chunk = math.ceil(elements / n)
+    hops = 2 * (n - 1) if op == "all_reduce" else n - 1
+    return hops * chunk * element_size
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One collective as this rank saw it. ``elements`` is the full (un-sharded) array size."""
+
+    step: int
+    phase: str
+    op: str
+    group: str
+    group_size: int
+    elements: int
+    dtype: str
+    bytes: int
+
+
+@dataclass
+class CommLedger:
+    """Append-only log of collectives. ``step`` is set by whoever drives the training loop."""
+
+    step: int = 0
+    records: list[CommRecord] = field(default_factory=list)
+    enabled: bool = True
+
+    def record(self, phase: str, op: str, group: Group, elements: int, dtype: torch.dtype) -> None:
+        if not self.enabled or group.size == 1:
+            return
+        element_size = torch.empty((), dtype=dtype).element_size()
+        self.records.append(
+            CommRecord(
+                step=self.step,
+                phase=phase,
+                op=op,
+                group=group.name,
+                group_size=group.size,
+                elements=elements,
+                dtype=str(dtype).removeprefix("torch."),
+                bytes=ring_bytes_per_rank(op, elements, element_size, group.size),
+            )
+        )
+
+    def bytes_by_phase(self, step: int | None = None) -> dict[str, int]:
+        """Total bytes per phase, for one step or (``step=None``) for all of them."""
+        totals: dict[str, int] = defaultdict(int)
+        for r in self.records:
+            if step is None or r.step == step:
+                totals[r.phase] += r.bytes
+        return dict(totals)
+
+    def as_dicts(self) -> list[dict]:
+        return [asdict(r) for r in self.records]
+
+    def clear(self) -> None:
+        self.records.clear()
+
+
+@dataclass
+class Group:
+    """One process group as seen from this rank: its name (``dp``/``tp``), members and ledger."""
+
+    name: str
+    ranks: tuple[int, ...]
+    rank: int
+    process_group: dist.ProcessGroup | None
+    ledger: CommLedger
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @classmethod
+    def single(cls, name: str, ledger: CommLedger | None = None) -> Group:
+        """A group of this process alone (no ``torch.distributed`` needed)."""
+        return cls(name=name, ranks=(0,), rank=0, process_group=None, ledger=ledger or CommLedger())
+
+
+# ---------------------------------------------------------------- gather <-> scatter pair
+
+
+def all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
+    """Fill ``full`` (flat, ``size * shard.numel()``) with every rank's ``shard``, in rank order."""
+    if full.numel() != shard.numel() * group.size:
+        raise ValueError(
+            f"all_gather_into: output has {full.numel()} elements, expected "
+            f"{group.size} x {shard.numel()} for group {group.name!r}"
+        )
+    with record_function(phase):
+        if group.size == 1:
+            full.view(-1).copy_(shard.view(-1))
+        else:
+            dist.all_gather_into_tensor(full, shard, group=group.process_group)
+    group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
+    return full
+
+
+def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
+    """Sum ``full`` over the group and keep this rank's chunk in ``shard`` (inverse of the gather)."""
+    if full.numel() != shard.numel() * group.size:
+        raise ValueError(
+            f"reduce_scatter_into: input has {full.numel()} elements, expected "
+            f"{group.size} x {shard.numel()} for group {group.name!r}"
+        )
+    with record_function(phase):
+        if group.size == 1:
+            shard.view(-1).copy_(full.view(-1))
+        else:
+            dist.reduce_scatter_tensor(shard, full, op=dist.ReduceOp.SUM, group=group.process_group)
+    group.ledger.record(phase, "reduce_scatter", group, full.numel(), full.dtype)
+    return shard
+
+
+# ---------------------------------------------------------------- all-reduce
+
+
+def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
+    """Sum ``tensor`` over the group, in place."""
+    with record_function(phase):
+        if group.size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group.process_group)
+    group.ledger.record(phase, "all_reduce", group, tensor.numel(), tensor.dtype)
+    return tensor

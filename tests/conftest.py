@@ -1,0 +1,4 @@
+import os
+
+# Single-threaded math in the test process: distributed tests start several workers on 2 cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
