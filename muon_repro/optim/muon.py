@@ -1,0 +1,120 @@
+"""Muon, single device: the reference every distributed layout is tested against."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+from muon_repro.optim.param_groups import check_muon_group
+from muon_repro.optim.update_rules import (
+    MomentumForm,
+    UpdateScale,
+    adamw_update_,
+    apply_decoupled_update_,
+    muon_momentum_,
+    muon_update_scale,
+)
+
+
+def check_hyperparameters(lr: float, weight_decay: float, momentum: float, betas: tuple[float, float], eps: float) -> None:
+    """Shared validation for every optimizer in the package."""
+    if not lr >= 0:
+        raise ValueError(f"lr must be >= 0, got {lr}")
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    if not all(0 <= b < 1 for b in betas):
+        raise ValueError(f"adamw_betas must each be in [0, 1), got {betas}")
+    if not eps >= 0:
+        raise ValueError(f"adamw_eps must be >= 0, got {eps}")
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon with Moonlight's update for matrices, AdamW for everything else, in one optimizer.
+
+    Param groups carry ``use_muon`` (see :func:`~muon_repro.optim.muon_param_groups`). For a
+    matrix ``W`` of shape ``A x B`` with gradient ``g``::
+
+        buf = mu * buf + g                      # sum-form momentum (momentum_form="sum")
+        u   = NS5(g + mu * buf)                 # Nesterov, then Newton-Schulz
+        W  *= 1 - lr * wd                       # decoupled weight decay on every parameter
+        W  -= lr * 0.2 * sqrt(max(A, B)) * u    # update RMS matched to AdamW's
+
+    ``state[W]["update_rms"]`` keeps the RMS of ``0.2*sqrt(max(A,B))*u`` (Algorithm 1, line 14).
+    Options: ``update_scale="keller"`` (``sqrt(max(1, A/B))``), ``momentum_form="ema"``,
+    ``ns_steps``, ``ns_dtype`` (default bf16 on CUDA, fp32 on CPU). The ``use_muon=False``
+    groups run :func:`~muon_repro.optim.update_rules.adamw_update_` (torch's AdamW arithmetic)
+    with ``adamw_betas``, ``adamw_eps`` and the group's ``lr`` and ``weight_decay``.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        ns_dtype: torch.dtype | None = None,
+        update_scale: UpdateScale = "moonlight",
+        momentum_form: MomentumForm = "sum",
+        adamw_betas: tuple[float, float] = (0.9, 0.95),
+        adamw_eps: float = 1e-8,
+    ) -> None:
+        check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
+        if ns_steps < 0:
+            raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
+        muon_update_scale((1, 1), update_scale)  # validates the name
+        if momentum_form not in ("sum", "ema"):
+            raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
+        defaults = dict(
+            lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+            ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
+            adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+        )
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            if group["use_muon"]:
+                check_muon_group(group["params"], group.get("names"))
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if group["use_muon"]:
+                    self._muon_param_step(p, group)
+                else:
+                    adamw_param_step(self.state[p], p, p.grad, group)
+        return loss
+
+    def _muon_param_step(self, p: torch.Tensor, group: dict) -> None:
+        state = self.state[p]
+        if not state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        ns_input = muon_momentum_(state["momentum_buffer"], p.grad, group["momentum"], group["nesterov"], group["momentum_form"])
+        update = zeropower_via_newtonschulz5(ns_input, group["ns_steps"], group["ns_dtype"])
+        scale = muon_update_scale(p.shape, group["update_scale"])
+        state["update_rms"] = update.float().square().mean().sqrt() * scale
+        apply_decoupled_update_(p, update, group["lr"], group["weight_decay"], scale)
+
+
+def adamw_param_step(state: dict, param: torch.Tensor, grad: torch.Tensor, group: dict) -> None:
+    """AdamW on one tensor (or one flat shard of it), creating its state on first use."""
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(param)
+        state["exp_avg_sq"] = torch.zeros_like(param)
+    state["step"] += 1
+    adamw_update_(
+        param, grad, state["exp_avg"], state["exp_avg_sq"], state["step"],
+        group["lr"], group["adamw_betas"], group["adamw_eps"], group["weight_decay"],
+    )
