@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def default_backend() -> str:
@@ -31,6 +32,7 @@ def init_worker(backend: str) -> None:
     dist.init_process_group(backend=backend)
 
 
+@record  # writes the worker's traceback where the launcher's ChildFailedError reports it
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
     if threads:
         torch.set_num_threads(threads)
