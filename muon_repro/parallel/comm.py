@@ -28,6 +28,10 @@ from torch.profiler import record_function
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 
+# torch >= 2.13 renamed the single-tensor collectives (the old names warn); same c10d ops underneath.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 def ring_bytes_per_rank(op: str, elements: int, element_size: int, group_size: int) -> int:
     """Bytes one rank sends for collective ``op`` over an array of ``elements`` (the full array)."""
@@ -129,7 +133,7 @@ def all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, ph
         if group.size == 1:
             full.view(-1).copy_(shard.view(-1))
         else:
-            dist.all_gather_into_tensor(full, shard, group=group.process_group)
+            _all_gather_single(full, shard, group=group.process_group)
     group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
     return full
 
@@ -145,7 +149,7 @@ def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *
         if group.size == 1:
             shard.view(-1).copy_(full.view(-1))
         else:
-            dist.reduce_scatter_tensor(shard, full, op=dist.ReduceOp.SUM, group=group.process_group)
+            _reduce_scatter_single(shard, full, op=dist.ReduceOp.SUM, group=group.process_group)
     group.ledger.record(phase, "reduce_scatter", group, full.numel(), full.dtype)
     return shard
 

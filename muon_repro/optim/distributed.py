@@ -1,0 +1,452 @@
+"""ZeRO-1 Muon and AdamW over data parallel, with tensor parallel (arXiv 2502.16982, Algorithm 1).
+
+Each rank keeps the full TP-local parameters (as views into one flat buffer, laid out by a
+:class:`~muon_repro.optim.layout.ShardPlan`) but optimizer state only for its DP shard of it.
+Gathers and shards come in inverse pairs:
+
+=============  =============  ======================================================
+gather         shard          what moves
+=============  =============  ======================================================
+dp_gather      dp_shard       a matrix's DP pieces <-> this rank's piece (flat slice)
+tp_gather      tp_shard       TP-local matrices <-> the full matrix along its TP dim
+dp_all_gather  (update)       parameter shards -> every DP rank's full parameters
+=============  =============  ======================================================
+
+``dp_reduce_scatter`` turns every rank's full gradients into this rank's averaged shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch.profiler import record_function
+
+from muon_repro.optim.layout import NsUnit, ShardPlan, Slot, ParamSpec
+from muon_repro.optim.muon import adamw_param_step, check_hyperparameters
+from muon_repro.optim.newton_schulz import default_ns_dtype, newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.optim.param_groups import check_muon_group
+from muon_repro.optim.update_rules import MomentumForm, UpdateScale, apply_decoupled_update_, muon_momentum_, muon_update_scale
+from muon_repro.parallel import comm
+from muon_repro.parallel.mesh import ParallelDims
+from muon_repro.parallel.tensor_parallel import tp_partition_dim
+
+MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
+
+
+@dataclass
+class StepStats:
+    """What one rank did in its last ``step()``."""
+
+    ns_calls: int = 0
+    ns_flops: int = 0
+    transient_bytes: int = 0  # largest set of gather/shard buffers alive at once
+    update_rms: dict[str, torch.Tensor] = field(default_factory=dict)  # matrices this rank orthogonalized
+
+
+class ZeroOneOptimizer(torch.optim.Optimizer):
+    """Flat buffers, the DP reduce-scatter / all-gather pair, and AdamW on this rank's shard.
+
+    Subclasses decide what happens between the reduce-scatter and the parameter all-gather.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        dims: ParallelDims,
+        defaults: dict,
+        layout: str,
+        bucket_elems: int | None,
+        reduce_dtype: torch.dtype,
+    ) -> None:
+        super().__init__(params, defaults)
+        self.dims = dims
+        self.reduce_dtype = reduce_dtype
+        self._params: list[torch.Tensor] = []
+        self._groups: list[dict] = []
+        names: list[str] = []
+        for g, group in enumerate(self.param_groups):
+            group_names = group.get("names") or [f"param_groups[{g}].params[{i}]" for i in range(len(group["params"]))]
+            if len(group_names) != len(group["params"]):
+                raise ValueError(f"param_groups[{g}] has {len(group['params'])} params but {len(group_names)} names")
+            if group["use_muon"]:
+                check_muon_group(group["params"], group_names)
+            self._params += group["params"]
+            self._groups += [group] * len(group["params"])
+            names += group_names
+        specs = [
+            ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"]))
+            for name, p, group in zip(names, self._params, self._groups)
+        ]
+        self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems)
+        self.stats = StepStats()
+        self._build_flat_buffers()
+
+    # ---------------------------------------------------------------- buffers
+
+    def _build_flat_buffers(self) -> None:
+        """Move every parameter into ``param_flat`` (the model keeps views) and map this rank's shard."""
+        device = self._params[0].device
+        dp_rank = self.dims.dp_rank
+        self.param_flat = torch.zeros(self.plan.total, dtype=torch.float32, device=device)
+        self.grad_flat = torch.zeros(self.plan.total, dtype=self.reduce_dtype, device=device)
+        for slot, p in zip(self.plan.slots, self._params):
+            if p.dtype != torch.float32:
+                raise ValueError(f"parameter {slot.spec.name!r} is {p.dtype}; the ZeRO-1 optimizers keep fp32 parameters")
+            view = self.param_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
+            view.copy_(p.detach().reshape(-1))
+            p.data = view.view_as(p)
+        # This rank's shard of every bucket, back to back.
+        self._shard_base = []
+        base = 0
+        for bucket in self.plan.buckets:
+            self._shard_base.append(base)
+            base += bucket.shard_size
+        self.grad_shard = torch.zeros(base, dtype=self.reduce_dtype, device=device)
+        self._my_pieces = []  # (slot, piece, param view, grad view), in flat order
+        for slot, piece in self.plan.pieces_of(dp_rank):
+            bucket = self.plan.buckets[slot.bucket]
+            local = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
+            self._my_pieces.append(
+                (slot, piece, self.param_flat[piece.flat_start : piece.flat_start + piece.length], local)
+            )
+
+    def _check_params(self) -> None:
+        for slot, p in zip(self.plan.slots, self._params):
+            view_ptr = self.param_flat[slot.flat_start :].data_ptr()
+            if p.data_ptr() != view_ptr or tuple(p.shape) != slot.spec.local_shape:
+                raise ValueError(
+                    f"parameter {slot.spec.name!r} (shape {tuple(p.shape)}) no longer lives in the optimizer's "
+                    f"flat buffer (expected shape {slot.spec.local_shape}); build the optimizer after the model "
+                    "is final and do not reassign parameter data"
+                )
+            if p.grad is not None and p.grad.shape != p.shape:
+                raise ValueError(f"gradient of {slot.spec.name!r} has shape {tuple(p.grad.shape)}, expected {tuple(p.shape)}")
+
+    def _grad_view(self, local_offset: int, length: int) -> torch.Tensor:
+        return self._grad_shard_fp32[local_offset : local_offset + length]
+
+    # ---------------------------------------------------------------- reduce-scatter <-> all-gather
+
+    def _dp_reduce_scatter_grads(self) -> None:
+        """Every rank's full gradients -> this rank's shard of their DP average (fp32)."""
+        for slot, p in zip(self.plan.slots, self._params):
+            dst = self.grad_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
+            if p.grad is None:
+                dst.zero_()
+            else:
+                dst.copy_(p.grad.reshape(-1))
+        for bucket, base in zip(self.plan.buckets, self._shard_base):
+            comm.reduce_scatter_into(
+                self.grad_shard[base : base + bucket.shard_size],
+                self.grad_flat[bucket.start : bucket.start + bucket.size],
+                self.dims.dp_group,
+                phase="dp_reduce_scatter",
+            )
+        self._grad_shard_fp32 = self.grad_shard.float().div_(self.dims.dp)
+
+    def _dp_all_gather_params(self) -> None:
+        """This rank's updated parameter shards -> every DP rank's full parameters."""
+        dp_rank = self.dims.dp_rank
+        for bucket in self.plan.buckets:
+            start = bucket.shard_start(dp_rank)
+            shard = self.param_flat[start : start + bucket.shard_size].clone()
+            comm.all_gather_into(
+                self.param_flat[bucket.start : bucket.start + bucket.size], shard, self.dims.dp_group, phase="dp_all_gather"
+            )
+
+    def _adamw_update(self) -> None:
+        for slot, piece, param_view, local in self._my_pieces:
+            if not slot.spec.use_muon:
+                adamw_param_step(self.state[self._params[slot.index]], param_view, self._grad_view(local, piece.length), self._groups[slot.index])
+
+    # ---------------------------------------------------------------- accounting and checkpoints
+
+    def state_bytes_by_param(self) -> dict[str, int]:
+        """Moment-buffer bytes this rank holds for each parameter (0 where it holds no piece)."""
+        return {
+            slot.spec.name: sum(t.numel() * t.element_size() for k, t in self.state.get(p, {}).items() if k in MOMENT_KEYS)
+            for slot, p in zip(self.plan.slots, self._params)
+        }
+
+    def state_bytes(self) -> dict[str, int]:
+        """Steady-state optimizer state on this rank, split by update rule: Muon momentum, AdamW moments."""
+        out = {"muon": 0, "adamw": 0}
+        for slot, nbytes in zip(self.plan.slots, self.state_bytes_by_param().values()):
+            out["muon" if slot.spec.use_muon else "adamw"] += nbytes
+        return out
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        sd["zero1"] = self._fingerprint()
+        return sd
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("zero1", None)
+        mine = self._fingerprint()
+        if saved is None:
+            raise ValueError("optimizer checkpoint has no 'zero1' entry: it was not saved by a ZeRO-1 optimizer")
+        for key in ("optimizer", "layout", "dp", "tp", "dp_rank", "tp_rank", "bucket_elems"):
+            if saved.get(key) != mine[key]:
+                raise ValueError(f"optimizer checkpoint was saved with {key}={saved.get(key)!r}, this optimizer has {key}={mine[key]!r}")
+        for i, (got, want) in enumerate(zip(saved["params"], mine["params"])):
+            if got != want:
+                raise ValueError(f"optimizer checkpoint parameter {i} is {got}, but this model has {want}: the model does not match the checkpoint's flat buffer")
+        if len(saved["params"]) != len(mine["params"]):
+            raise ValueError(f"optimizer checkpoint holds {len(saved['params'])} parameters, this model {len(mine['params'])}")
+        super().load_state_dict(state_dict)
+
+    def _fingerprint(self) -> dict:
+        return {
+            "optimizer": type(self).__name__,
+            "tp": self.dims.tp,
+            "dp_rank": self.dims.dp_rank,
+            "tp_rank": self.dims.tp_rank,
+            **self.plan.fingerprint(),
+        }
+
+
+class DistributedAdamW(ZeroOneOptimizer):
+    """ZeRO-1 AdamW: torch's AdamW arithmetic on this rank's DP shard of every parameter.
+
+    Data flow of ``step()``::
+
+        grads (full, every rank) --dp_reduce_scatter--> grad shard --update--> param shard
+                                 --dp_all_gather--> params (full, every rank)
+
+    Accepts :func:`~muon_repro.optim.muon_param_groups` groups (``use_muon`` ignored).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        dims: ParallelDims,
+        *,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        layout: str = "contiguous",
+        bucket_elems: int | None = None,
+        reduce_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        check_hyperparameters(lr, weight_decay, 0.0, betas, eps)
+        defaults = dict(lr=lr, weight_decay=weight_decay, adamw_betas=tuple(betas), adamw_eps=eps, use_muon=False)
+        groups = list(params)
+        if groups and isinstance(groups[0], dict):
+            groups = [{**g, "use_muon": False} for g in groups]
+        super().__init__(groups, dims, defaults, layout, bucket_elems, reduce_dtype)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_params()
+        self.stats = StepStats()
+        self._dp_reduce_scatter_grads()
+        with record_function("update"):
+            self._adamw_update()
+        self._dp_all_gather_params()
+        return loss
+
+
+class DistributedMuon(ZeroOneOptimizer):
+    """ZeRO-1 Muon with tensor parallelism: MoonshotAI's Distributed Muon (Algorithm 1).
+
+    Data flow of ``step()`` for the Muon matrices, one :class:`NsUnit` at a time::
+
+        grads --dp_reduce_scatter--> grad shard --momentum--> NS input shard
+          --dp_gather--> TP-local matrix --tp_gather--> full matrix --newton_schulz--> full update
+          --tp_shard--> TP-local update --dp_shard--> update shard --update--> param shard
+          --dp_all_gather--> params
+
+    Parameters in ``use_muon=False`` groups (embeddings, LM head, norms) skip the middle and take
+    AdamW's element-wise step on their shard. The update is Moonlight's (see
+    :class:`~muon_repro.optim.Muon`, same hyperparameters), scaled by the FULL matrix shape.
+    ``gather_dtype`` is the dtype matrices travel in for Newton-Schulz (bf16 as in the paper;
+    fp32 makes the result bit-identical to the single-device reference with fp32 NS). With
+    ``ns_dtype=bf16`` a bf16 gather loses nothing, since NS rounds its input to bf16 anyway.
+    ``layout`` is one of :data:`~muon_repro.optim.layout.LAYOUTS` (see that module).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        dims: ParallelDims,
+        *,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        ns_dtype: torch.dtype | None = None,
+        update_scale: UpdateScale = "moonlight",
+        momentum_form: MomentumForm = "sum",
+        adamw_betas: tuple[float, float] = (0.9, 0.95),
+        adamw_eps: float = 1e-8,
+        layout: str = "contiguous",
+        bucket_elems: int | None = None,
+        gather_dtype: torch.dtype = torch.bfloat16,
+        reduce_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
+        if ns_steps < 0:
+            raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
+        muon_update_scale((1, 1), update_scale)
+        if momentum_form not in ("sum", "ema"):
+            raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
+        if gather_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"gather_dtype must be torch.float32 or torch.bfloat16, got {gather_dtype}")
+        defaults = dict(
+            lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+            ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
+            adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+        )
+        self.gather_dtype = gather_dtype
+        super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_params()
+        self.stats = StepStats()
+
+        self._dp_reduce_scatter_grads()
+        with record_function("momentum"):
+            ns_input_pieces = self._momentum()
+        update_pieces: dict[int, torch.Tensor] = {}
+        for unit in self.plan.ns_units:
+            local = self._dp_gather(unit, ns_input_pieces)
+            full = self._tp_gather(local)
+            with record_function("newton_schulz"):
+                update_full = self._newton_schulz(full)
+            with record_function("tp_shard"):
+                update_local = self._tp_shard(update_full)
+            with record_function("dp_shard"):
+                update_pieces.update(self._dp_shard(update_local))
+            live = (local, full, update_full, update_local)
+            self.stats.transient_bytes = max(self.stats.transient_bytes, _nbytes(*live) + self._dp_gather_bytes(unit))
+        with record_function("update"):
+            self._muon_update(update_pieces)
+            self._adamw_update()
+        self._dp_all_gather_params()
+        return loss
+
+    # ---------------------------------------------------------------- phases
+
+    def _momentum(self) -> dict[int, torch.Tensor]:
+        """Momentum on this rank's pieces of every Muon matrix; returns the Nesterov NS inputs."""
+        ns_input = {}
+        for slot, piece, _, local in self._my_pieces:
+            if slot.spec.use_muon:
+                group = self._groups[slot.index]
+                state = self.state[self._params[slot.index]]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros(piece.length, dtype=torch.float32, device=self.param_flat.device)
+                grad = self._grad_view(local, piece.length)
+                ns_input[slot.index] = muon_momentum_(state["momentum_buffer"], grad, group["momentum"], group["nesterov"], group["momentum_form"])
+        return ns_input
+
+    def _dp_gather(self, unit: NsUnit, pieces: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """DP pieces -> TP-local matrices, for the matrices of ``unit`` this rank orthogonalizes."""
+        dp_rank = self.dims.dp_rank
+        mine = self.plan.ns_slots(unit, dp_rank)
+        if not unit.dp_gathered:  # each matrix is wholly held here: its one piece is the matrix
+            return {i: pieces[i].view(self.plan.slots[i].spec.local_shape) for i in mine}
+        L = unit.send_elems
+        send = torch.zeros(L, dtype=self.gather_dtype, device=self.param_flat.device)
+        for i in unit.slots:
+            if i in pieces:
+                offset = unit.send_offsets[i][dp_rank]
+                send[offset : offset + pieces[i].numel()].copy_(pieces[i])
+        recv = torch.empty(self.dims.dp * L, dtype=self.gather_dtype, device=send.device)
+        comm.all_gather_into(recv, send, self.dims.dp_group, phase="dp_gather")
+        local = {}
+        for i in mine:
+            slot = self.plan.slots[i]
+            parts = [recv[p.dp_rank * L + unit.send_offsets[i][p.dp_rank] :][: p.length] for p in slot.pieces]
+            local[i] = torch.cat(parts).view(slot.spec.local_shape)
+        return local
+
+    def _dp_shard(self, update_local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """TP-local updates -> this rank's piece of each (the inverse of :meth:`_dp_gather`)."""
+        pieces = {}
+        for i, update in update_local.items():
+            piece = self.plan.slots[i].piece_of(self.dims.dp_rank)
+            if piece is not None:
+                pieces[i] = update.reshape(-1)[piece.param_start : piece.param_start + piece.length]
+        return pieces
+
+    def _tp_gather(self, local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """TP-local matrices -> full matrices, concatenated along each one's TP partition dim."""
+        sharded = [i for i in local if self.plan.slots[i].spec.tp_dim is not None]
+        full = dict(local)
+        if self.dims.tp == 1 or not sharded:
+            return full
+        send = torch.cat([local[i].reshape(-1).to(self.gather_dtype) for i in sharded])
+        recv = torch.empty(self.dims.tp * send.numel(), dtype=self.gather_dtype, device=send.device)
+        comm.all_gather_into(recv, send, self.dims.tp_group, phase="tp_gather")
+        per_rank = recv.view(self.dims.tp, send.numel())
+        offset = 0
+        for i in sharded:
+            spec = self.plan.slots[i].spec
+            chunks = [per_rank[r, offset : offset + spec.numel].view(spec.local_shape) for r in range(self.dims.tp)]
+            full[i] = torch.cat(chunks, dim=spec.tp_dim)
+            offset += spec.numel
+        return full
+
+    def _tp_shard(self, update_full: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Full updates -> this TP rank's block of each (the inverse of :meth:`_tp_gather`)."""
+        local = {}
+        for i, update in update_full.items():
+            tp_dim = self.plan.slots[i].spec.tp_dim
+            local[i] = update if tp_dim is None or self.dims.tp == 1 else update.chunk(self.dims.tp, dim=tp_dim)[self.dims.tp_rank]
+        return local
+
+    def _newton_schulz(self, full: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Orthogonalize each full matrix (fp32 out); count calls and FLOPs; record update RMS."""
+        updates = {}
+        for i, matrix in full.items():
+            slot, group = self.plan.slots[i], self._groups[i]
+            ns_dtype = group["ns_dtype"] or default_ns_dtype(matrix.device)
+            update = zeropower_via_newtonschulz5(matrix.float(), group["ns_steps"], ns_dtype)
+            scale = muon_update_scale(slot.spec.full_shape, group["update_scale"])
+            rms = update.square().mean().sqrt() * scale
+            self.state[self._params[i]]["update_rms"] = rms
+            self.stats.update_rms[slot.spec.name] = rms
+            self.stats.ns_calls += 1
+            self.stats.ns_flops += newton_schulz_flops(slot.spec.full_shape, group["ns_steps"])
+            updates[i] = update
+        return updates
+
+    def _muon_update(self, update_pieces: dict[int, torch.Tensor]) -> None:
+        for slot, _piece, param_view, _local in self._my_pieces:
+            if slot.spec.use_muon:
+                group = self._groups[slot.index]
+                scale = muon_update_scale(slot.spec.full_shape, group["update_scale"])
+                apply_decoupled_update_(param_view, update_pieces[slot.index], group["lr"], group["weight_decay"], scale)
+
+    def _dp_gather_bytes(self, unit: NsUnit) -> int:
+        if not unit.dp_gathered:
+            return 0
+        size = torch.empty((), dtype=self.gather_dtype).element_size()
+        return (1 + self.dims.dp) * unit.send_elems * size  # send + receive buffers
+
+
+def _nbytes(*dicts: dict[int, torch.Tensor]) -> int:
+    """Bytes of the distinct tensors in ``dicts`` (views of one another counted once)."""
+    seen, total = set(), 0
+    for d in dicts:
+        for t in d.values():
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
+            if key not in seen:
+                seen.add(key)
+                total += t.numel() * t.element_size()
+    return total

@@ -1,0 +1,263 @@
+"""ZeRO-1 shard plans: where every parameter lives in the flat buffer, and who holds which piece.
+
+A plan is a pure function of the TP-local parameter shapes, the DP size and the layout, so the
+optimizer and the analytic communication model (:mod:`muon_repro.optim.comm_model`) build the
+very same one. The flat buffer is a sequence of *buckets*; each bucket is padded to a multiple
+of ``dp`` and split into ``dp`` equal shards, DP rank ``r`` holding shard ``r`` of every bucket.
+
+Layouts
+-------
+``contiguous`` (Megatron's original distributed optimizer): one bucket holding every parameter
+in model order. A matrix lying wholly inside one rank's shard is orthogonalized by that rank
+alone with no DP gather; only the few matrices that straddle a shard boundary are gathered, in
+one all-gather, and orthogonalized by each rank that holds a piece of them.
+
+``bucketed`` (Megatron's current layout): parameters in model order are packed into buckets of
+about ``bucket_elems`` elements (a parameter never spans two buckets), each bucket split across
+DP. Every matrix is therefore cut across ranks; each bucket's matrices are gathered in one
+all-gather and orthogonalized on every DP rank.
+
+``whole_matrix`` (layer-wise, as in KellerJordan's and Dion's implementations): whole parameters
+are assigned to DP owners, Muon matrices balanced by Newton-Schulz FLOPs, the rest by size; the
+buffer is laid out owner by owner, each owner's segment padded to the largest. Every matrix is
+orthogonalized once, by its owner, with no DP gather; the price is padding in the reduce-scatter
+and the all-gather.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from muon_repro.optim.newton_schulz import newton_schulz_flops
+
+LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
+DEFAULT_BUCKET_ELEMS = 40_000_000  # Megatron's default DDP bucket size
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """What a plan needs to know of one parameter, on one TP rank."""
+
+    name: str
+    local_shape: tuple[int, ...]
+    tp_dim: int | None  # dim along which TP shards it; None when replicated
+    tp: int
+    use_muon: bool
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.local_shape)
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        shape = list(self.local_shape)
+        if self.tp_dim is not None:
+            shape[self.tp_dim] *= self.tp
+        return tuple(shape)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The part of one parameter held by one DP rank: ``length`` elements from ``param_start``."""
+
+    dp_rank: int
+    param_start: int  # offset in the parameter, flattened
+    flat_start: int  # offset in the flat buffer
+    length: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One parameter's place in the flat buffer and its pieces, in DP-rank order."""
+
+    index: int
+    spec: ParamSpec
+    bucket: int
+    flat_start: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def holders(self) -> tuple[int, ...]:
+        return tuple(p.dp_rank for p in self.pieces)
+
+    def piece_of(self, dp_rank: int) -> Piece | None:
+        return next((p for p in self.pieces if p.dp_rank == dp_rank), None)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: int
+    size: int  # a multiple of dp
+    dp: int
+
+    @property
+    def shard_size(self) -> int:
+        return self.size // self.dp
+
+    def shard_start(self, dp_rank: int) -> int:
+        return self.start + dp_rank * self.shard_size
+
+
+@dataclass(frozen=True)
+class NsUnit:
+    """Muon matrices handled together: one DP all-gather (if ``dp_gathered``), one TP all-gather.
+
+    ``send_offsets[slot][dp_rank]`` is where that rank's piece of the matrix sits in the rank's
+    DP send buffer of ``send_elems`` elements (the largest of the ranks' totals; the rest pads).
+    """
+
+    slots: tuple[int, ...]
+    dp_gathered: bool
+    everyone_orthogonalizes: bool  # bucketed: every DP rank runs NS on every matrix of the unit
+    send_elems: int = 0
+    send_offsets: dict[int, dict[int, int]] = field(default_factory=dict)
+
+
+class ShardPlan:
+    """The flat-buffer layout of one TP rank's parameters over ``dp`` DP ranks."""
+
+    def __init__(self, specs: list[ParamSpec], dp: int, layout: str = "contiguous", bucket_elems: int | None = None) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown ZeRO-1 layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+        if bucket_elems is not None and (isinstance(bucket_elems, bool) or not isinstance(bucket_elems, int) or bucket_elems < 1):
+            raise ValueError(f"bucket_elems must be a positive integer, got {bucket_elems!r}")
+        if layout != "bucketed" and bucket_elems is not None:
+            raise ValueError(f"bucket_elems applies to the 'bucketed' layout only, not {layout!r}")
+        if not isinstance(dp, int) or dp < 1:
+            raise ValueError(f"dp must be a positive integer, got {dp!r}")
+        if not specs:
+            raise ValueError("a shard plan needs at least one parameter")
+        self.specs = list(specs)
+        self.dp = dp
+        self.layout = layout
+        self.bucket_elems = (bucket_elems or DEFAULT_BUCKET_ELEMS) if layout == "bucketed" else None
+
+        bucket_of, segment_of = self._arrange()
+        self.buckets: list[Bucket] = []
+        self.slots: list[Slot] = [None] * len(specs)  # type: ignore[list-item]
+        cursor = 0
+        for b, members in enumerate(bucket_of):
+            if segment_of is None:
+                offsets, used = [], 0
+                for i in members:
+                    offsets.append(used)
+                    used += specs[i].numel
+                size = math.ceil(used / dp) * dp
+            else:  # whole_matrix: owner r's params packed in segment r, segments equal-sized
+                seg_len = max(sum(specs[i].numel for i in seg) for seg in segment_of)
+                size = seg_len * dp
+                offsets, members = [], []
+                for r, seg in enumerate(segment_of):
+                    used = r * seg_len
+                    for i in seg:
+                        members.append(i)
+                        offsets.append(used)
+                        used += specs[i].numel
+            bucket = Bucket(start=cursor, size=max(size, dp), dp=dp)
+            self.buckets.append(bucket)
+            for i, off in zip(members, offsets):
+                self.slots[i] = Slot(i, specs[i], b, cursor + off, self._pieces(specs[i], cursor + off, bucket))
+            cursor += bucket.size
+        self.total = cursor
+
+    # ---------------------------------------------------------------- arrangement
+
+    def _arrange(self) -> tuple[list[list[int]], list[list[int]] | None]:
+        """Buckets of parameter indices; for whole_matrix also the per-owner segments."""
+        order = list(range(len(self.specs)))
+        if self.layout == "contiguous":
+            return [order], None
+        if self.layout == "bucketed":
+            buckets, current, size = [], [], 0
+            for i in order:
+                current.append(i)
+                size += self.specs[i].numel
+                if size >= self.bucket_elems:
+                    buckets.append(current)
+                    current, size = [], 0
+            if current:
+                buckets.append(current)
+            return buckets, None
+        # whole_matrix: longest-processing-time-first, Muon matrices by NS FLOPs, the rest by size.
+        segments: list[list[int]] = [[] for _ in range(self.dp)]
+        flops, elems = [0] * self.dp, [0] * self.dp
+        muon = sorted((i for i in order if self.specs[i].use_muon), key=lambda i: (-newton_schulz_flops(self.specs[i].full_shape), i))
+        for i in muon:
+            owner = min(range(self.dp), key=lambda r: (flops[r], elems[r], r))
+            segments[owner].append(i)
+            flops[owner] += newton_schulz_flops(self.specs[i].full_shape)
+            elems[owner] += self.specs[i].numel
+        rest = sorted((i for i in order if not self.specs[i].use_muon), key=lambda i: (-self.specs[i].numel, i))
+        for i in rest:
+            owner = min(range(self.dp), key=lambda r: (elems[r], r))
+            segments[owner].append(i)
+            elems[owner] += self.specs[i].numel
+        for seg in segments:
+            seg.sort()  # model order inside an owner's segment
+        return [order], segments
+
+    def _pieces(self, spec: ParamSpec, flat_start: int, bucket: Bucket) -> tuple[Piece, ...]:
+        pieces = []
+        end = flat_start + spec.numel
+        for r in range(self.dp):
+            lo = max(flat_start, bucket.shard_start(r))
+            hi = min(end, bucket.shard_start(r) + bucket.shard_size)
+            if hi > lo:
+                pieces.append(Piece(r, lo - flat_start, lo, hi - lo))
+        return tuple(pieces)
+
+    # ---------------------------------------------------------------- queries
+
+    def muon_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.spec.use_muon]
+
+    def pieces_of(self, dp_rank: int) -> list[tuple[Slot, Piece]]:
+        """This rank's pieces, in flat-buffer order."""
+        held = [(s, s.piece_of(dp_rank)) for s in self.slots]
+        return sorted(((s, p) for s, p in held if p is not None), key=lambda sp: sp[1].flat_start)
+
+    @cached_property
+    def ns_units(self) -> list[NsUnit]:
+        """The units of Newton-Schulz work, identical on every rank (collectives must match)."""
+        muon = self.muon_slots()
+        if self.layout == "whole_matrix":
+            return [NsUnit(tuple(s.index for s in muon), dp_gathered=False, everyone_orthogonalizes=False)]
+        if self.layout == "contiguous":
+            local = tuple(s.index for s in muon if len(s.pieces) == 1)
+            straddling = tuple(s.index for s in muon if len(s.pieces) > 1)
+            units = [NsUnit(local, dp_gathered=False, everyone_orthogonalizes=False)]
+            if straddling:
+                units.append(self._gathered_unit(straddling, everyone=False))
+            return units
+        return [
+            self._gathered_unit(tuple(s.index for s in muon if s.bucket == b), everyone=True)
+            for b in range(len(self.buckets))
+            if any(s.bucket == b for s in muon)
+        ]
+
+    def _gathered_unit(self, slots: tuple[int, ...], everyone: bool) -> NsUnit:
+        used = [0] * self.dp
+        offsets: dict[int, dict[int, int]] = {}
+        for i in slots:
+            offsets[i] = {}
+            for piece in self.slots[i].pieces:
+                offsets[i][piece.dp_rank] = used[piece.dp_rank]
+                used[piece.dp_rank] += piece.length
+        return NsUnit(slots, dp_gathered=True, everyone_orthogonalizes=everyone, send_elems=max(used), send_offsets=offsets)
+
+    def ns_slots(self, unit: NsUnit, dp_rank: int) -> tuple[int, ...]:
+        """The matrices of ``unit`` that DP rank ``dp_rank`` orthogonalizes."""
+        if unit.everyone_orthogonalizes:
+            return unit.slots
+        return tuple(i for i in unit.slots if dp_rank in self.slots[i].holders)
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint must agree with to be loaded into this plan."""
+        return {
+            "layout": self.layout,
+            "dp": self.dp,
+            "bucket_elems": self.bucket_elems,
+            "params": [[s.name, list(s.local_shape), s.use_muon] for s in self.specs],
+        }

@@ -1,0 +1,71 @@
+"""Worker functions for tests/test_distributed_optim.py (importable by spawned workers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from muon_repro.model import GPT, GPTConfig
+from muon_repro.optim import muon_param_groups
+from muon_repro.optim.distributed import DistributedMuon
+from muon_repro.parallel import ParallelDims
+
+CONFIG = GPTConfig.preset("tiny")
+
+
+def _batch(step: int, dp_rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(CONFIG.vocab_size, (4, 17), generator=torch.Generator().manual_seed(step))
+    local = tokens[2 * dp_rank : 2 * dp_rank + 2]
+    return local[:, :-1], local[:, 1:]
+
+
+def _build(dims: ParallelDims) -> tuple[GPT, DistributedMuon]:
+    model = GPT(CONFIG, dims.tp_group)
+    opt = DistributedMuon(muon_param_groups(model), dims, lr=0.02, layout="contiguous", ns_dtype=torch.float32)
+    return model, opt
+
+
+def _train(model: GPT, opt: DistributedMuon, dims: ParallelDims, steps: range) -> list[dict[str, torch.Tensor]]:
+    history = []
+    for step in steps:
+        tokens, targets = _batch(step, dims.dp_rank)
+        model(tokens, targets).backward()
+        opt.step()
+        opt.zero_grad()
+        history.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    return history
+
+
+def uninterrupted_then_save(ckpt_dir: str) -> list[dict[str, torch.Tensor]]:
+    """Steps 1-6 in one go; then a second run that trains steps 1-3 and checkpoints."""
+    dims = ParallelDims(dp=2, tp=2)
+    model, opt = _build(dims)
+    history = _train(model, opt, dims, range(6))
+    model, opt = _build(dims)
+    _train(model, opt, dims, range(3))
+    path = Path(ckpt_dir) / f"rank{dims.rank}.pt"
+    torch.save({"model": {n: t.clone() for n, t in model.state_dict().items()}, "optimizer": opt.state_dict()}, path)
+    return history[3:]
+
+
+def resume(ckpt_dir: str) -> list[dict[str, torch.Tensor]]:
+    """Fresh workers: restore the step-3 checkpoint, train steps 4-6."""
+    dims = ParallelDims(dp=2, tp=2)
+    model, opt = _build(dims)
+    ckpt = torch.load(Path(ckpt_dir) / f"rank{dims.rank}.pt", weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    return _train(model, opt, dims, range(3, 6))
+
+
+def load_mismatched(ckpt_dir: str) -> str:
+    """A split-QKV model cannot take the fused model's optimizer checkpoint."""
+    dims = ParallelDims(dp=2, tp=2)
+    model = GPT(GPTConfig.preset("tiny", qkv="split"), dims.tp_group)
+    opt = DistributedMuon(muon_param_groups(model), dims, layout="contiguous")
+    try:
+        opt.load_state_dict(torch.load(Path(ckpt_dir) / f"rank{dims.rank}.pt", weights_only=True)["optimizer"])
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
