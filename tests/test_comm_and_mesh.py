@@ -3,8 +3,13 @@
 import pytest
 import torch
 
-from muon_repro.parallel import CommLedger, Group, ParallelDims, ring_bytes_per_rank
-from muon_repro.parallel import comm
+from muon_repro.parallel import (
+    CommLedger,
+    Group,
+    ParallelDims,
+    comm,
+    ring_bytes_per_rank,
+)
 from muon_repro.parallel.launch import launch
 
 

@@ -10,7 +10,12 @@ import itertools
 import pytest
 import torch
 
-from muon_repro.optim.equivalence import END_TO_END_RTOL, ISOLATED_RTOL_BF16, EquivalenceConfig, run_equivalence_suite
+from muon_repro.optim.equivalence import (
+    END_TO_END_RTOL,
+    ISOLATED_RTOL_BF16,
+    EquivalenceConfig,
+    run_equivalence_suite,
+)
 from muon_repro.optim.layout import LAYOUTS, ParamSpec, ShardPlan
 from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
 from muon_repro.parallel.launch import launch

@@ -6,7 +6,11 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.muon import adamw_param_step, check_hyperparameters
+from muon_repro.optim.muon import (
+    adamw_param_step,
+    check_hyperparameters,
+    evaluate_closure,
+)
 
 
 class AdamW(torch.optim.Optimizer):
@@ -32,10 +36,7 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:

@@ -23,11 +23,26 @@ from dataclasses import dataclass, field
 import torch
 from torch.profiler import record_function
 
-from muon_repro.optim.layout import NsUnit, ShardPlan, Slot, ParamSpec
-from muon_repro.optim.muon import adamw_param_step, check_hyperparameters
-from muon_repro.optim.newton_schulz import default_ns_dtype, newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.optim.layout import NsUnit, ParamSpec, ShardPlan
+from muon_repro.optim.muon import (
+    adamw_param_step,
+    check_hyperparameters,
+    evaluate_closure,
+    muon_defaults,
+)
+from muon_repro.optim.newton_schulz import (
+    default_ns_dtype,
+    newton_schulz_flops,
+    zeropower_via_newtonschulz5,
+)
 from muon_repro.optim.param_groups import check_muon_group
-from muon_repro.optim.update_rules import MomentumForm, UpdateScale, apply_decoupled_update_, muon_momentum_, muon_update_scale
+from muon_repro.optim.update_rules import (
+    MomentumForm,
+    UpdateScale,
+    apply_decoupled_update_,
+    muon_momentum_,
+    muon_update_scale,
+)
 from muon_repro.parallel import comm
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
@@ -241,10 +256,7 @@ class DistributedAdamW(ZeroOneOptimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         self._check_params()
         self.stats = StepStats()
         self._dp_reduce_scatter_grads()
@@ -293,28 +305,19 @@ class DistributedMuon(ZeroOneOptimizer):
         gather_dtype: torch.dtype = torch.bfloat16,
         reduce_dtype: torch.dtype = torch.float32,
     ) -> None:
-        check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
-        if ns_steps < 0:
-            raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
-        muon_update_scale((1, 1), update_scale)
-        if momentum_form not in ("sum", "ema"):
-            raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
         if gather_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"gather_dtype must be torch.float32 or torch.bfloat16, got {gather_dtype}")
-        defaults = dict(
+        defaults = muon_defaults(
             lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
             ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
-            adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+            adamw_betas=adamw_betas, adamw_eps=adamw_eps,
         )
         self.gather_dtype = gather_dtype
         super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         self._check_params()
         self.stats = StepStats()
 

@@ -25,8 +25,18 @@ import torch.distributed as dist
 
 from muon_repro.model import GPT, GPTConfig, shard_tensor
 from muon_repro.optim.adamw import AdamW
-from muon_repro.optim.comm_model import DP_PHASES, OPTIMIZER_PHASES, bytes_ratio, optimizer_bytes, param_specs
-from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon, ZeroOneOptimizer
+from muon_repro.optim.comm_model import (
+    DP_PHASES,
+    OPTIMIZER_PHASES,
+    bytes_ratio,
+    optimizer_bytes,
+    param_specs,
+)
+from muon_repro.optim.distributed import (
+    DistributedAdamW,
+    DistributedMuon,
+    ZeroOneOptimizer,
+)
 from muon_repro.optim.layout import LAYOUTS
 from muon_repro.optim.muon import Muon
 from muon_repro.optim.param_groups import muon_param_groups

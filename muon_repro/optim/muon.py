@@ -32,6 +32,32 @@ def check_hyperparameters(lr: float, weight_decay: float, momentum: float, betas
         raise ValueError(f"adamw_eps must be >= 0, got {eps}")
 
 
+def muon_defaults(
+    *, lr: float, weight_decay: float, momentum: float, nesterov: bool, ns_steps: int, ns_dtype: torch.dtype | None,
+    update_scale: UpdateScale, momentum_form: MomentumForm, adamw_betas: tuple[float, float], adamw_eps: float,
+) -> dict:
+    """Validated param-group defaults, shared by :class:`Muon` and ``DistributedMuon``."""
+    check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
+    if ns_steps < 0:
+        raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
+    muon_update_scale((1, 1), update_scale)  # validates the name
+    if momentum_form not in ("sum", "ema"):
+        raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
+    return dict(
+        lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+        ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
+        adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+    )
+
+
+def evaluate_closure(closure: Callable[[], float] | None) -> float | None:
+    """``step(closure)``'s contract: re-evaluate the loss with grad enabled, if asked."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class Muon(torch.optim.Optimizer):
     """Muon with Moonlight's update for matrices, AdamW for everything else, in one optimizer.
 
@@ -64,16 +90,10 @@ class Muon(torch.optim.Optimizer):
         adamw_betas: tuple[float, float] = (0.9, 0.95),
         adamw_eps: float = 1e-8,
     ) -> None:
-        check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
-        if ns_steps < 0:
-            raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
-        muon_update_scale((1, 1), update_scale)  # validates the name
-        if momentum_form not in ("sum", "ema"):
-            raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
-        defaults = dict(
+        defaults = muon_defaults(
             lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
             ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
-            adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+            adamw_betas=adamw_betas, adamw_eps=adamw_eps,
         )
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -82,10 +102,7 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
