@@ -11,6 +11,7 @@ import sys
 # keep their heavy imports inside the command functions.
 COMMAND_MODULES = (
     "muon_repro.optim.equivalence_cli",
+    "muon_repro.bench.cli",
     "muon_repro.analysis.cli",
 )
 

@@ -1,0 +1,1 @@
+"""Benchmark driver: named configurations -> profiler traces and metrics per run."""

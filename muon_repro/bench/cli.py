@@ -1,0 +1,102 @@
+"""``muon-repro bench``: record named configurations into ``traces/<group>/<name>/``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from muon_repro.bench.configs import CONFIGS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="record profiler traces and metrics for named configurations",
+        description=(
+            "Record each CONFIG (a name from --list, a group such as 'comparison', 'seed' for the seed's "
+            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<group>/<name>/. On one machine the dp*tp workers are started "
+            "with torch's elastic launcher; under torchrun (any number of nodes) each process is one rank. "
+            "Complete runs are skipped unless --force."
+        ),
+    )
+    p.add_argument("configs", nargs="*", metavar="CONFIG")
+    p.add_argument("--list", action="store_true", help="list the named configurations and exit")
+    p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
+    p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo")
+    p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run)
+
+
+def expand_config_names(names: list[str]) -> list[str]:
+    """Config keys from names, groups, 'seed' and 'all', in registry order, without repeats."""
+    chosen: list[str] = []
+    for name in names:
+        if name == "all":
+            keys = list(CONFIGS)
+        elif name == "seed":
+            keys = list(SEED_CONFIGS)
+        elif name == "reference":
+            keys = list(REFERENCE_CONFIGS)
+        elif name in CONFIGS:
+            keys = [name]
+        else:
+            keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
+            if not keys:
+                raise ValueError(f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', 'all')")
+        chosen += [k for k in keys if k not in chosen]
+    return chosen
+
+
+def _under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.list:
+        print(f"{'config':<42} {'optimizer':<9} {'dp':>2} {'tp':>2}  layout")
+        for key, c in CONFIGS.items():
+            print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2}  {c.layout}")
+        return 0
+    if not args.configs:
+        raise ValueError("name at least one CONFIG (see --list), a group, 'seed' or 'all'")
+    from muon_repro.bench.configs import resolve
+    from muon_repro.bench.sweep import BenchError, record_local, record_under_torchrun
+
+    cfgs = [resolve(key, args.scale) for key in expand_config_names(args.configs)]
+    command = ["muon-repro", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("muon-repro") else sys.argv
+    try:
+        if _under_torchrun():
+            backend = args.backend or _default_backend()
+            results = record_under_torchrun(cfgs, args.out, backend, force=args.force, command=command)
+            if int(os.environ["RANK"]) != 0:
+                return 0
+        else:
+            backend = args.backend or _default_backend(max(c.world_size for c in cfgs))
+            results = record_local(cfgs, args.out, backend, force=args.force, command=command, progress=not args.no_progress)
+    except BenchError as exc:
+        print(f"muon-repro bench: error: {exc}", file=sys.stderr)
+        return 1
+    print(format_results(results))
+    return 0
+
+
+def _default_backend(local_workers: int | None = None) -> str:
+    import torch
+
+    local = local_workers or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
+
+
+def format_results(results) -> str:
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = [f"{'config':<42} {'status':<8} {'wall s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
+    for r in results:
+        loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
+        lines.append(f"{r.key:<42} {r.status:<8} {r.wall_s:>7.1f} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
+    return "\n".join(lines)

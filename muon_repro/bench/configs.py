@@ -1,0 +1,154 @@
+"""Named benchmark configurations: the seed's experiments, their AdamW twins, the layout ablation.
+
+A :class:`BenchConfig` says everything one run needs; :func:`resolve` fills in the model size,
+batch and sequence length for a *scale*: ``cpu`` (runs on a 2-core laptop in well under a
+minute per configuration, gloo) or ``gpu`` (sized for 4 GPUs, NCCL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from muon_repro.model import PRESETS
+from muon_repro.optim.layout import LAYOUTS
+
+SCALES = ("cpu", "gpu", "tiny")
+DTYPE_NAMES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class ScaleSpec:
+    """Model size and batch for one scale."""
+
+    preset: str
+    batch_per_dp: int
+    seq_len: int
+    bucket_elems: int  # for the bucketed layout: several buckets per model at this size
+
+
+SCALE_SPECS = {
+    # tiny: tests and CI smoke runs (seconds).
+    "tiny": ScaleSpec(preset="tiny", batch_per_dp=2, seq_len=16, bucket_elems=4096),
+    # cpu: ~4M parameters; a 4-rank step takes a few hundred ms on 2 cores.
+    "cpu": ScaleSpec(preset="small", batch_per_dp=4, seq_len=128, bucket_elems=1_000_000),
+    # gpu: ~370M parameters on 4 GPUs.
+    "gpu": ScaleSpec(preset="large", batch_per_dp=8, seq_len=1024, bucket_elems=40_000_000),
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run. ``group/name`` is its place under ``traces/``."""
+
+    group: str
+    name: str
+    optimizer: str  # "muon" | "adamw"
+    dp: int
+    tp: int
+    layout: str = "contiguous"
+    scale: str = "cpu"
+    preset: str = ""  # filled by resolve()
+    batch_per_dp: int = 0
+    seq_len: int = 0
+    bucket_elems: int | None = None
+    qkv: str = "fused"
+    # profiler schedule: steps skipped, warmed up, recorded (ProfilerStep#N for the recorded ones)
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
+    gather_dtype: str = "bf16"
+    reduce_dtype: str = "fp32"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("muon", "adamw"):
+            raise ValueError(f"config {self.key}: optimizer must be 'muon' or 'adamw', got {self.optimizer!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"config {self.key}: unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+        if self.scale not in SCALES:
+            raise ValueError(f"config {self.key}: unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
+        for name in ("dp", "tp", "active"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"config {self.key}: {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("wait", "warmup"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"config {self.key}: {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("ns_dtype", "gather_dtype", "reduce_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPE_NAMES:
+                raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
+        if self.preset and self.preset not in PRESETS:
+            raise ValueError(f"config {self.key}: unknown model preset {self.preset!r}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.name}"
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp
+
+    @property
+    def steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "key": self.key, "steps": self.steps, "world_size": self.world_size}
+
+
+def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) -> BenchConfig:
+    """A config named like the seed's runs: ``muon_dp2_tp2``, ``adamw_dp4``, ``muon_tp4``."""
+    grid = f"dp{dp}_tp{tp}" if dp > 1 and tp > 1 else (f"dp{dp}" if dp > 1 else f"tp{tp}")
+    return BenchConfig(group=group, name=f"{optimizer}_{grid}{suffix}", optimizer=optimizer, dp=dp, tp=tp, **kw)
+
+
+_ALL = [
+    # The seed's comparison: Muon vs AdamW at DP=2, TP=2.
+    _grid("comparison", "adamw", 2, 2),
+    _grid("comparison", "muon", 2, 2),
+    # The seed's grid of Muon layouts, with AdamW twins for DP4 and TP4.
+    _grid("distributed_muon", "muon", 4, 1),
+    _grid("distributed_muon", "muon", 1, 4),
+    _grid("distributed_muon", "muon", 2, 2),
+    _grid("distributed_muon", "adamw", 4, 1),
+    _grid("distributed_muon", "adamw", 1, 4),
+    # ZeRO-1 layout ablation at DP=2, TP=2.
+    *[_grid("layout_ablation", "muon", 2, 2, layout=layout, suffix=f"_{layout}") for layout in LAYOUTS],
+    # 8 ranks (2 nodes x 4 GPUs): the seed's wishlist of going past one node.
+    _grid("scale_out", "muon", 4, 2),
+    _grid("scale_out", "adamw", 4, 2),
+    _grid("scale_out", "muon", 8, 1),
+    _grid("scale_out", "adamw", 8, 1),
+]
+CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
+SEED_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
+# What `muon-repro run` records by default: the seed's runs and the layout ablation (4 ranks each).
+REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group != "scale_out")
+
+
+def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
+    """The configuration ``key`` at ``scale``, with model size and batch filled in."""
+    if key not in CONFIGS:
+        raise ValueError(f"unknown benchmark config {key!r}; valid names: {', '.join(CONFIGS)}")
+    if scale not in SCALE_SPECS:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALE_SPECS)}")
+    spec = SCALE_SPECS[scale]
+    base = CONFIGS[key]
+    return replace(
+        base,
+        scale=scale,
+        preset=spec.preset,
+        batch_per_dp=spec.batch_per_dp,
+        seq_len=spec.seq_len,
+        bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
+        **overrides,
+    )
+
+
+def from_dict(data: dict) -> BenchConfig:
+    """Inverse of :meth:`BenchConfig.to_dict` (derived keys dropped)."""
+    fields = {k: v for k, v in data.items() if k not in ("key", "steps", "world_size")}
+    return BenchConfig(**fields)

@@ -1,0 +1,95 @@
+"""What a run ran on: the MLPerf system-description fields that apply, plus provenance."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def _run(cmd: list[str], cwd: str | None = None, timeout: float = 20) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _git(repo: Path) -> dict:
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=str(repo))
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(repo))
+    return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
+
+
+def _accelerators() -> dict:
+    if not torch.cuda.is_available():
+        return {"accelerator": None, "accelerator_count": 0, "accelerator_memory_bytes": None, "interconnect_topology": None}
+    props = torch.cuda.get_device_properties(0)
+    topo = _run(["nvidia-smi", "topo", "-m"]) if shutil.which("nvidia-smi") else None
+    return {
+        "accelerator": props.name,
+        "accelerator_count": torch.cuda.device_count(),
+        "accelerator_memory_bytes": props.total_memory,
+        "interconnect_topology": topo,
+        "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) if topo else None,
+    }
+
+
+def _nccl_version() -> str | None:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # no CUDA build, or NCCL missing
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def capture_environment(backend: str | None = None) -> dict:
+    """The facts that decide whether two runs are comparable. Safe to call on any rank."""
+    repo = Path(__file__).resolve().parents[2]
+    freeze = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    return {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": _nccl_version(),
+        "gloo_available": dist.is_gloo_available(),
+        "backend": backend,
+        "world_size": dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1")),
+        "nodes": int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("SLURM_NNODES", "1"))),
+        "host_cpu": _cpu_model(),
+        "host_cpu_cores": os.cpu_count(),
+        "host_memory_bytes": _memory_bytes(),
+        "torch_num_threads": torch.get_num_threads(),
+        **_accelerators(),
+        **_git(repo),
+        "pip_freeze": freeze,
+    }

@@ -1,0 +1,142 @@
+"""The benchmark driver: traces, metrics, resume and errors, on tiny configs with gloo."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, resolve
+from muon_repro.bench.sweep import is_complete, record_local, run_dir_for
+from muon_repro.optim.comm_model import OPTIMIZER_PHASES
+
+PHASES = ("forward", "backward", "optimizer", "dp_reduce_scatter", "momentum", "dp_gather", "tp_gather",
+          "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather")
+METRIC_FIELDS = ("step_ms", "optimizer_ms", "loss", "ledger", "state_bytes", "transient_bytes", "peak_memory_bytes",
+                 "update_rms", "ns_calls", "ns_flops")
+CONFIG = "layout_ablation/muon_dp2_tp2_bucketed"  # bucketed: every phase, dp_gather included, occurs
+
+
+def bench(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "muon_repro", "bench", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("traces")
+    record_local([resolve(CONFIG, "tiny")], out, "gloo", progress=False)
+    return run_dir_for(out, resolve(CONFIG, "tiny"))
+
+
+@pytest.mark.slow
+def test_every_rank_writes_a_complete_trace(recorded):
+    for rank in range(4):
+        with gzip.open(recorded / f"rank{rank}.json.gz", "rt") as f:
+            trace = json.load(f)
+        info = trace["distributedInfo"]
+        assert (info["rank"], info["world_size"], info["backend"]) == (rank, 4, "gloo")
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert any(str(n).startswith("ProfilerStep#") for n in names)
+        assert set(PHASES) <= names, set(PHASES) - names
+
+
+@pytest.mark.slow
+def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
+    from muon_repro.model import GPT, GPTConfig
+    from muon_repro.optim.comm_model import optimizer_bytes, param_specs
+    from muon_repro.parallel.comm import Group
+
+    cfg = resolve(CONFIG, "tiny")
+    metrics = json.loads((recorded / "metrics.json").read_text())
+    config = json.loads((recorded / "config.json").read_text())
+    env = json.loads((recorded / "environment.json").read_text())
+    assert config["key"] == CONFIG and config["backend"] == "gloo" and config["command"]
+    assert env["torch"] and env["host_cpu_cores"] and "pip_freeze" in env
+    assert sum(line.startswith("step ") for line in (recorded / "log.txt").read_text().splitlines()) == cfg.steps
+
+    # TP-local shapes of a tp=2 model: building communicates nothing, so no process group is needed.
+    model = GPT(GPTConfig.preset(cfg.preset), Group(name="tp", ranks=(0, 1), rank=0, process_group=None, ledger=Group.single("x").ledger))
+    specs = param_specs(model.named_parameters(), cfg.tp)
+    for rank in metrics["ranks"]:
+        assert set(METRIC_FIELDS) <= set(rank)
+        assert len(rank["step_ms"]) == len(rank["loss"]) == cfg.steps
+        assert rank["loss"][-1] < rank["loss"][0]
+        want = optimizer_bytes(specs, dp=cfg.dp, tp=cfg.tp, dp_rank=rank["dp_rank"], optimizer="muon", layout=cfg.layout,
+                               bucket_elems=cfg.bucket_elems)
+        for step in range(cfg.steps):
+            got = dict.fromkeys(OPTIMIZER_PHASES, 0)
+            for entry in rank["ledger"]:
+                if entry["step"] == step and entry["phase"] in got:
+                    got[entry["phase"]] += entry["bytes"]
+            assert got == want, (rank["rank"], step)
+
+
+@pytest.mark.slow
+def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
+    key = "comparison/adamw_dp2_tp2"
+    first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "comparison" / "adamw_dp2_tp2"
+    assert is_complete(run_dir, 4)
+    stamp = (run_dir / "metrics.json").stat().st_mtime_ns
+
+    again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    assert again.returncode == 0 and "skipped" in again.stdout
+    assert (run_dir / "metrics.json").stat().st_mtime_ns == stamp
+
+    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force")
+    assert forced.returncode == 0 and "recorded" in forced.stdout
+    assert (run_dir / "metrics.json").stat().st_mtime_ns != stamp
+
+    # Interrupt a run while its workers are training: no run directory, partial or final.
+    other = tmp_path / "distributed_muon"
+    proc = subprocess.Popen([sys.executable, "-m", "muon_repro", "bench", "distributed_muon/muon_dp4", "--scale", "tiny",
+                             "--out", str(tmp_path), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(other.glob(".*.partial/*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(other.glob(".*.partial")), "the run never started"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    assert not [p for p in other.iterdir()] if other.exists() else True
+
+    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    assert redo.returncode == 0 and "recorded" in redo.stdout, redo.stderr
+    assert is_complete(other / "muon_dp4", 4)
+
+
+def test_unknown_config_lists_the_valid_names():
+    result = bench("comparison/sgd_dp2", "--scale", "tiny")
+    assert result.returncode == 2
+    assert "unknown benchmark config 'comparison/sgd_dp2'" in result.stderr
+    assert all(key in result.stderr for key in CONFIGS)
+
+
+def test_world_size_must_match_under_torchrun(tmp_path):
+    env = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    result = bench("comparison/muon_dp2_tp2", "--scale", "tiny", "--out", str(tmp_path), env=env)
+    assert result.returncode == 2
+    assert "needs dp*tp = 2*2 = 4 ranks, torchrun started 3" in result.stderr
+
+
+def test_nccl_without_gpus_is_refused(tmp_path):
+    result = bench("comparison/muon_dp2_tp2", "--scale", "tiny", "--out", str(tmp_path), "--backend", "nccl")
+    assert result.returncode == 2
+    assert "no CUDA GPU is visible" in result.stderr
+    assert not (tmp_path / "comparison").exists() or not any((tmp_path / "comparison").iterdir())
+
+
+def test_list_shows_every_config():
+    result = bench("--list")
+    assert result.returncode == 0
+    assert all(key in result.stdout for key in CONFIGS)
+    assert set(SEED_CONFIGS) <= set(CONFIGS)
