@@ -151,4 +151,4 @@ def _progress(cfg: BenchConfig, enabled: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=cfg.steps, desc=f"  {cfg.key}", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
+    return tqdm(total=cfg.steps, desc=f"  {cfg.key}", unit="step", leave=False, file=sys.stdout, dynamic_ncols=True)

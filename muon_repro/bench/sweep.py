@@ -11,6 +11,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,13 +116,16 @@ def record_local(cfgs: list[BenchConfig], out: Path, backend: str, *, force: boo
         partial.mkdir(parents=True)
         threads = max(1, (os.cpu_count() or 1) // cfg.world_size) if backend == "gloo" else None
         t0 = time.perf_counter()
-        try:
-            launch(_bench_worker, cfg.world_size, cfg, str(partial), backend, command, progress, backend=backend, threads=threads)
-        except BaseException as exc:  # failure, Ctrl-C or SIGTERM: leave nothing behind
-            shutil.rmtree(partial, ignore_errors=True)
-            if type(exc).__name__ == "ChildFailedError":
-                raise BenchError(f"{cfg.key}: {_failure_message(exc)}") from None
-            raise
+        with tempfile.TemporaryDirectory(prefix="muon-repro-stderr-") as stderr_dir:
+            try:
+                launch(_bench_worker, cfg.world_size, cfg, str(partial), backend, command, progress,
+                       backend=backend, threads=threads, stderr_dir=stderr_dir)
+            except BaseException as exc:  # failure, Ctrl-C or SIGTERM: leave nothing behind
+                shutil.rmtree(partial, ignore_errors=True)
+                if type(exc).__name__ == "ChildFailedError":
+                    raise BenchError(f"{cfg.key}: {_failure_message(exc)}") from None
+                raise
+            _append_worker_stderr(partial / "log.txt", Path(stderr_dir))
         _finalize(cfg, partial, final)
         results.append(_summary(cfg, final, "recorded", time.perf_counter() - t0))
         _tick(bar)
@@ -170,6 +174,18 @@ def record_under_torchrun(cfgs: list[BenchConfig], out: Path, backend: str, *, f
 
 def _bench_worker(cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool) -> None:
     run_rank(cfg, run_dir, backend, command, progress)
+
+
+def _append_worker_stderr(log: Path, stderr_dir: Path) -> None:
+    """Keep what the workers printed to stderr (warnings, profiler notes) in the run's log.txt."""
+    sections = []
+    for path in sorted(stderr_dir.rglob("stderr.log"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
+        text = path.read_text(errors="replace").strip()
+        if text:
+            sections.append(f"--- rank {path.parent.name} stderr ---\n{text}")
+    if sections and log.is_file():
+        with log.open("a") as f:
+            f.write("\n".join(sections) + "\n")
 
 
 def _finalize(cfg: BenchConfig, partial: Path, final: Path) -> None:

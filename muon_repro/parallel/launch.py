@@ -44,8 +44,18 @@ def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tup
         dist.destroy_process_group()
 
 
-def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo", threads: int | None = 1) -> list[Any]:
+def launch(
+    fn: Callable[..., Any],
+    nprocs: int,
+    *args: Any,
+    backend: str = "gloo",
+    threads: int | None = 1,
+    stderr_dir: str | None = None,
+) -> list[Any]:
     """Run ``fn(*args)`` on ``nprocs`` fresh worker processes; return their results by rank.
+
+    With ``stderr_dir`` each worker's stderr (C++ warnings, profiler chatter) goes to
+    ``stderr_dir/.../<rank>/stderr.log`` instead of the terminal; stdout stays on the terminal.
 
     ``fn`` must be importable (a module-level function). A worker's exception stops the whole
     world and is raised here as ``torch.distributed.elastic``'s ``ChildFailedError``, which names
@@ -58,7 +68,13 @@ def launch(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo
             f"backend 'nccl' needs one GPU per worker: {nprocs} workers, "
             f"{torch.cuda.device_count()} GPU(s) visible; use --backend gloo"
         )
+    logs_specs = None
+    if stderr_dir is not None:
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+        logs_specs = DefaultLogsSpecs(log_dir=stderr_dir, redirects=Std.ERR, tee=Std.NONE)
     config = LaunchConfig(
+        logs_specs=logs_specs,
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=nprocs,
