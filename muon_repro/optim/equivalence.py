@@ -87,10 +87,10 @@ class EquivalenceConfig:
 
     @property
     def effective_bucket_elems(self) -> int | None:
-        # The tiny model is ~40k elements: 4096-element buckets give the bucketed layout several buckets.
+        """For bucketed: the given size, else a quarter of the model, so there are several buckets."""
         if self.layout != "bucketed":
             return None
-        return self.bucket_elems or 4096
+        return self.bucket_elems or max(1024, GPTConfig.preset(self.preset).num_params() // 4)
 
     @property
     def effective_gather_dtype(self) -> str:

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (default 2)")
     p.add_argument("--optimizer", choices=("muon", "adamw"), default="muon")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous")
-    p.add_argument("--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default 4096 on the tiny model)")
+    p.add_argument("--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default: a quarter of the model)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--ns-dtype", choices=("fp32", "bf16"), default="fp32", help="Newton-Schulz compute dtype")
     p.add_argument("--gather-dtype", choices=("fp32", "bf16"), default=None, help="dtype of the NS gathers (default: the NS dtype)")
