@@ -1,4 +1,4 @@
-"""``muon-repro``: reproduce Distributed Muon's communication and cost claims (also ``python -m muon_repro``)."""
+"""muon-repro: reproduce Distributed Muon's communication and cost claims (also python -m muon_repro)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import argparse
 import importlib
 import sys
 
-# Each module registers one or more subcommands with ``register(subparsers)``; imported lazily
-# only when its command is asked for would complicate ``--help``, so they are imported here but
-# keep their heavy imports inside the command functions.
+# Each module registers its subcommands with ``register(subparsers)`` and keeps its heavy imports
+# inside the command functions.
 COMMAND_MODULES = (
+    "muon_repro.run_cli",
     "muon_repro.optim.equivalence_cli",
     "muon_repro.bench.cli",
     "muon_repro.analysis.cli",
+    "muon_repro.report.cli",
+    "muon_repro.hub.cli",
 )
 
 
@@ -20,13 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="muon-repro", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # a command whose module is not written yet
-        module.register(subparsers)
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 

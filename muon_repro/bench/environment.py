@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def capture_environment(backend: str | None = None) -> dict:
     repo = Path(__file__).resolve().parents[2]
     freeze = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
     return {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "hostname": platform.node(),
         "os": platform.platform(),
         "python": sys.version.split()[0],

@@ -1,0 +1,104 @@
+"""``muon-repro analyze PATH... [--out metrics/] [--json]``: traces in, tables out.
+
+Prints one line per trace file (a readable table, or with ``--json`` one JSON object per
+file), writes the tables of :mod:`muon_repro.analysis.tables` under ``--out``, and reports
+every file it could not read on stderr without stopping. Exit status: 0 when every trace
+was analyzed, 1 when some could not be (the others' results are still printed and written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "analyze",
+        help="break profiler traces down per rank and step; write the metrics tables",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace file (.json / .json.gz), run directory, or a tree of them")
+    p.add_argument(
+        "--out", default="metrics", metavar="DIR", help="directory for the tables (Parquet + CSV); default: %(default)s"
+    )
+    p.add_argument("--no-write", action="store_true", help="print only; write no tables")
+    p.add_argument("--json", action="store_true", help="print one JSON object per trace file instead of the table")
+    p.add_argument("--rank", type=int, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
+    p.add_argument("--workers", type=int, default=None, help="processes for reading traces (default: CPU count, at most 8)")
+    p.set_defaults(func=run_analyze)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _short(path: str, width: int = 48) -> str:
+    return path if len(path) <= width else "..." + path[-(width - 3) :]
+
+
+def format_summaries(summaries: list[dict]) -> str:
+    """The readable table: medians over steps, times in ms."""
+    header = ("file", "rank", "device", "steps", "step", "fwd", "bwd", "optim", "compute", "comm", "exposed", "idle", "MB/step")
+    rows = [header]
+    for s in summaries:
+        rows.append(
+            (
+                _short(s["file"]),
+                str(s["rank"]),
+                s["device"],
+                str(s["steps"]),
+                _fmt(s["step_ms"]),
+                _fmt(s["forward_ms"]),
+                _fmt(s["backward_ms"]),
+                _fmt(s["optimizer_ms"]),
+                _fmt(s["compute_ms"]),
+                _fmt(s["comm_ms"]["total"]),
+                _fmt(s["exposed_comm_ms"]),
+                _fmt(s["idle_ms"]),
+                _fmt(s["comm_bytes"] / 1e6, 3),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines) + "\n(times in ms, medians over steps; MB/step = bytes this rank sent per step)"
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis, write_tables
+
+    analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank)
+    summaries = [b.summary() for b in analysis.breakdowns]
+    if args.json:
+        for s in summaries:
+            print(json.dumps(s, sort_keys=False))
+    elif summaries:
+        print(format_summaries(summaries))
+    for failure in analysis.failures:
+        print(f"muon-repro analyze: error: {failure.message}", file=sys.stderr)
+    if not summaries:
+        print("muon-repro analyze: no trace could be analyzed", file=sys.stderr)
+        return 1
+    if not args.no_write:
+        tables = tables_from_analysis(analysis)
+        written = write_tables(tables, Path(args.out))
+        counts = ", ".join(f"{name} {len(df)}" for name, df in tables.items())
+        print(f"wrote {len(written)} files to {args.out} (rows: {counts})", file=sys.stderr if args.json else sys.stdout)
+    return 1 if analysis.failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m muon_repro.analysis.cli PATH...``, same as ``muon-repro analyze``."""
+    parser = argparse.ArgumentParser(prog="muon-repro")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["analyze", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,411 @@
+"""Decode one *piece* of a trace's ``traceEvents`` array into columns.
+
+A piece is a JSON array of events (``[{...}, {...}]``) cut out of the file by
+:mod:`muon_repro.analysis.reader`. Decoding happens here, in a module that imports only numpy
+and msgspec so that worker processes start fast.
+
+Three decoders, tried in order:
+
+* **fast**: msgspec decodes the array as a *tagged union* on ``ph``: complete events
+  (``X``) into a narrow typed struct (``cat name pid tid ts dur``, ``args`` kept undecoded as
+  a :class:`msgspec.Raw`), instants and metadata into smaller ones, and every other phase
+  (flows, counters...) into empty structs, so their fields are skipped without allocating
+  anything. Only the events the analysis needs arguments of (collectives, ``[memory]``,
+  metadata) get their ``args`` decoded, in one batched call.
+* **plain**: one struct with a ``ph`` field, for traces with unusual phases or no ``ph``.
+* **tolerant**: ``json.loads(strict=False)``, which accepts what real traces contain and strict
+  JSON does not (raw control characters in strings, ``NaN``), and integers of any size; each
+  field is then coerced one by one (missing fields get defaults, a string ``pid`` stays a
+  string). Used only for pieces the others reject.
+
+The result is a :class:`PieceColumns` of numpy arrays plus a *local* table of event keys
+``(name, cat, pid, tid)`` that the reader merges into global dictionaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+
+NAN = math.nan
+
+# Events whose ``args`` the analysis reads (besides every metadata event).
+ARG_NAME_PREFIXES = (
+    "c10d::",
+    "gloo:",
+    "nccl:",
+    "ncclKernel",
+    "ncclDevKernel",
+    "record_param_comms",
+    "[memory]",
+)
+
+
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    """The ``args`` keys the analysis reads; all optional, everything else is skipped."""
+
+    name: str | None = None  # metadata events: thread / process name
+    labels: str | None = None  # process_labels: "CPU", "GPU 0"
+    collective: str | None = msgspec.field(name="Collective name", default=None)
+    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: int | None = msgspec.field(name="Out msg nelems", default=None)
+    group_size: int | None = msgspec.field(name="Group size", default=None)
+    dtype: str | None = None
+    pg_name: str | None = msgspec.field(name="Process Group Name", default=None)
+    pg_desc: str | None = msgspec.field(name="Process Group Description", default=None)
+    input_dims: Any = msgspec.field(name="Input Dims", default=None)
+    input_type: Any = msgspec.field(name="Input type", default=None)
+    nbytes: int | float | None = msgspec.field(name="Bytes", default=None)
+    total_allocated: int | float | None = msgspec.field(name="Total Allocated", default=None)
+    device_type: int | None = msgspec.field(name="Device Type", default=None)
+    device_id: int | None = msgspec.field(name="Device Id", default=None)
+    external_id: int | None = msgspec.field(name="External id", default=None)
+    correlation: int | None = None
+
+
+_RAW_EMPTY = msgspec.Raw(b"{}")
+
+
+# -- fast path: a tagged union on "ph" (Kineto writes "ph" first, which msgspec needs to be fast)
+
+
+class _X(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = NAN
+    dur: float = 0.0
+    args: msgspec.Raw = _RAW_EMPTY
+
+
+class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = NAN
+    args: msgspec.Raw = _RAW_EMPTY
+
+
+class _InstantUpper(_Instant, tag="I"):
+    pass
+
+
+class _Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    args: msgspec.Raw = _RAW_EMPTY
+
+
+def _skipped(tag: str) -> type:
+    return msgspec.defstruct(f"_Skip_{tag}", [], tag_field="ph", tag=tag, gc=False)
+
+
+# every other phase of the Chrome trace format: decoded to an empty struct (fields skipped)
+_SKIPPED = tuple(
+    _skipped(t) for t in ("B", "E", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "R", "c", "S", "T", "p", "F", "V", "v")
+)
+_TAGGED_DECODER = msgspec.json.Decoder(list[Union[(_X, _Instant, _InstantUpper, _Meta, *_SKIPPED)]])  # type: ignore[valid-type]
+
+
+# -- plain path: one struct for every event
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = NAN
+    dur: float = 0.0
+    args: msgspec.Raw = _RAW_EMPTY
+
+
+_PLAIN_DECODER = msgspec.json.Decoder(list[_Event])
+_ARGS_LIST_DECODER = msgspec.json.Decoder(list[Args])
+_ARGS_DECODER = msgspec.json.Decoder(Args)
+
+_get_ts = operator.attrgetter("ts")
+_get_dur = operator.attrgetter("dur")
+_get_key = operator.attrgetter("name", "cat", "pid", "tid")
+_get_args = operator.attrgetter("args")
+
+
+@dataclass
+class PieceColumns:
+    """One piece's events, split by what the analysis does with them.
+
+    Events are identified by a key ``(name, cat, pid, tid)`` factorized once per piece:
+    events repeat these combinations heavily, and one dictionary lookup per event is the
+    cheapest way to turn millions of fresh strings into integer codes. Flow events,
+    counters and other phases are dropped here, so they never cross a process boundary.
+    """
+
+    keys: list[tuple[str, str, int | str, int | str]]  # (name, cat, pid, tid)
+    # complete events ("ph": "X") with a usable timestamp
+    ts: np.ndarray  # float64, microseconds as in the file
+    dur: np.ndarray  # float64, microseconds, >= 0
+    key: np.ndarray  # int32 into keys
+    arg_rows: np.ndarray  # int64 into the complete events: those whose args were decoded
+    args: list[Args]
+    # "[memory]" instant events
+    mem_ts: np.ndarray
+    mem_key: np.ndarray
+    mem_args: list[Args]
+    # metadata events ("ph": "M": thread and process names)
+    meta_key: np.ndarray
+    meta_args: list[Args]
+    n_events: int = 0
+    notes: dict[str, int] = field(default_factory=dict)  # dirty-data counters
+
+
+def _no_gc(fn):
+    """Run ``fn`` with the cyclic garbage collector paused.
+
+    Decoding allocates millions of small objects that cannot form cycles; letting the
+    collector walk them on every allocation burst costs more than the decoding itself.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return wrapper
+
+
+def decode_piece(buf: bytes | bytearray | memoryview) -> PieceColumns:
+    """Decode a JSON array of trace events: fast, else plain, else tolerant.
+
+    Raises ``ValueError`` (with the decoder's message) when none can read it, which for a
+    piece the reader cut means a bad cut or a file that is not JSON there.
+    """
+    try:
+        return decode_piece_fast(buf)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    return decode_piece_tolerant(buf)
+
+
+@_no_gc
+def decode_piece_fast(buf: bytes | bytearray | memoryview) -> PieceColumns:
+    """msgspec typed decode (tagged union, else plain struct); raises msgspec errors."""
+    try:
+        events = _TAGGED_DECODER.decode(buf)
+    except msgspec.ValidationError:  # a phase outside the Chrome format, or no "ph"
+        return _from_plain(_PLAIN_DECODER.decode(buf))
+    xs = [e for e in events if e.__class__ is _X]
+    rare = [e for e in events if e.__class__ in _RARE]  # instants and metadata: few
+    instants = [e for e in rare if e.__class__ is not _Meta]
+    metas = [e for e in rare if e.__class__ is _Meta]
+    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args)
+
+
+_RARE = frozenset({_Instant, _InstantUpper, _Meta})
+
+
+def _from_plain(events: list[_Event]) -> PieceColumns:
+    xs = [e for e in events if e.ph == "X"]
+    instants = [e for e in events if e.ph in ("i", "I")]
+    metas = [e for e in events if e.ph == "M"]
+    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args)
+
+
+def _decode_raw_args(raws: list[msgspec.Raw]) -> list[Args]:
+    if not raws:
+        return []
+    try:
+        return _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [_args_from_raw(r) for r in raws]
+
+
+def _columns(
+    xs: list, instants: list, metas: list, n_events: int, notes: dict[str, int], get_args: Callable[[list], list[Args]]
+) -> PieceColumns:
+    """Columns from the three kinds of events kept (objects with name/cat/pid/tid/ts/...)."""
+    table: dict = {}
+    setdefault = table.setdefault
+    n = len(xs)
+    key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, xs)], np.int32, n)
+    ts = np.fromiter(map(_get_ts, xs), np.float64, n)
+    dur = np.fromiter(map(_get_dur, xs), np.float64, n)
+
+    finite = np.isfinite(ts)
+    if not finite.all():
+        notes["events_without_timestamp_dropped"] = notes.get("events_without_timestamp_dropped", 0) + int((~finite).sum())
+        keep = np.flatnonzero(finite)
+        xs = [xs[i] for i in keep.tolist()]
+        ts, dur, key = ts[keep], dur[keep], key[keep]
+    bad = ~np.isfinite(dur) | (dur < 0)
+    if bad.any():
+        notes["bad_durations_set_to_zero"] = notes.get("bad_durations_set_to_zero", 0) + int(bad.sum())
+        dur = np.where(bad, 0.0, dur)
+
+    mem = [e for e in instants if e.name == "[memory]" and math.isfinite(e.ts)]
+    mem_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, mem)], np.int32, len(mem))
+    meta_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, metas)], np.int32, len(metas))
+
+    keys = list(table)
+    wanted = np.fromiter((k[0].startswith(ARG_NAME_PREFIXES) for k in keys), bool, len(keys))
+    arg_rows = np.flatnonzero(wanted[key]) if len(keys) else np.zeros(0, np.int64)
+    return PieceColumns(
+        keys=keys,
+        ts=ts,
+        dur=dur,
+        key=key,
+        arg_rows=arg_rows,
+        args=get_args([xs[i].args for i in arg_rows.tolist()]),
+        mem_ts=np.fromiter(map(_get_ts, mem), np.float64, len(mem)),
+        mem_key=mem_key,
+        mem_args=get_args([e.args for e in mem]),
+        meta_key=meta_key,
+        meta_args=get_args([e.args for e in metas]),
+        n_events=n_events,
+        notes=notes,
+    )
+
+
+def _args_from_raw(raw: msgspec.Raw) -> Args:
+    try:
+        return _ARGS_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    try:
+        value = json.loads(bytes(raw).decode("utf-8", "replace"), strict=False)
+    except ValueError:
+        return Args()
+    return args_from_dict(value)
+
+
+def args_from_dict(value: Any) -> Args:
+    """Coerce a decoded ``args`` object into :class:`Args`, dropping keys of unusable types."""
+    if not isinstance(value, dict):
+        return Args()
+    try:
+        return msgspec.convert(value, Args, strict=False)
+    except (msgspec.ValidationError, TypeError, ValueError, OverflowError):
+        pass
+    kept: dict[str, Any] = {}
+    for key in Args.__struct_encode_fields__:
+        if key in value:
+            try:
+                msgspec.convert({key: value[key]}, Args, strict=False)
+            except (msgspec.ValidationError, TypeError, ValueError, OverflowError):
+                continue
+            kept[key] = value[key]
+    return msgspec.convert(kept, Args, strict=False)
+
+
+# ---------------------------------------------------------------- tolerant path
+
+
+def _as_float(value: Any, default: float) -> float:
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return out if math.isfinite(out) else default
+
+
+def _as_id(value: Any) -> int | str:
+    if isinstance(value, bool) or value is None:
+        return -1
+    if isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return str(value)
+
+
+def _as_str(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+@dataclass
+class _Coerced:
+    """One event of the tolerant path, with the attributes the fast path's structs have."""
+
+    ph: str
+    cat: str
+    name: str
+    pid: int | str
+    tid: int | str
+    ts: float
+    dur: float
+    args: Any
+
+
+@_no_gc
+def decode_piece_tolerant(buf: bytes | bytearray | memoryview) -> PieceColumns:
+    """``json.loads(strict=False)`` and per-field coercion; slow, for dirty pieces only."""
+    text = bytes(buf).decode("utf-8", "replace")
+    try:
+        items = json.loads(text, strict=False)
+    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise ValueError("expected a JSON array of events")  # noqa: TRY004 - bad input, reported as such
+    notes: dict[str, int] = {"tolerant_pieces": 1}
+    events = [
+        _Coerced(
+            _as_str(e.get("ph")),
+            _as_str(e.get("cat")),
+            _as_str(e.get("name")),
+            _as_id(e.get("pid")),
+            _as_id(e.get("tid")),
+            _as_float(e.get("ts"), NAN),
+            _as_float(e.get("dur"), 0.0),
+            e.get("args"),
+        )
+        for e in items
+        if isinstance(e, dict)
+    ]
+    if len(events) != len(items):
+        notes["non_object_events_dropped"] = len(items) - len(events)
+    xs = [e for e in events if e.ph == "X"]
+    instants = [e for e in events if e.ph in ("i", "I")]
+    metas = [e for e in events if e.ph == "M"]
+    return _columns(xs, instants, metas, len(items), notes, lambda values: [args_from_dict(v) for v in values])
+
+
+def decode_file_range(path: str, start: int, stop: int) -> PieceColumns:
+    """Worker entry point: read ``[start, stop)`` of an uncompressed file and decode it.
+
+    The range holds whole events separated by commas (no brackets); brackets are added in a
+    buffer one byte larger on each side, so the bytes are read once and never copied.
+    """
+    size = stop - start
+    buf = bytearray(size + 2)
+    view = memoryview(buf)
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        got = fh.readinto(view[1 : size + 1])
+    view.release()
+    if got != size:
+        raise ValueError(f"file changed while reading: expected {size} bytes at offset {start}, got {got}")
+    buf[0] = 0x5B  # [
+    buf[-1] = 0x5D  # ]
+    return decode_piece(buf)

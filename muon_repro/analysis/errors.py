@@ -1,0 +1,21 @@
+"""The one exception the analysis raises for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(ValueError):
+    """A trace file (or run directory) that cannot be analyzed.
+
+    The message always starts with the file's path, then says what is wrong, so that one
+    bad file among many can be reported and skipped without hiding the others.
+    """
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):  # keep (path, problem) across process boundaries
+        return (type(self), (self.path, self.problem))

@@ -1,0 +1,338 @@
+"""Read a Kineto Chrome trace (``.json`` or ``.json.gz``) into a typed events table.
+
+:mod:`muon_repro.analysis.scan` streams the file in pieces, :mod:`muon_repro.analysis.decode`
+turns each piece into columns (in worker processes for large plain files), and this module
+merges them into one :class:`TraceEvents` and works out the trace's rank.
+
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.analysis.decode import Args, PieceColumns
+from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.scan import PIECE_BYTES, Scanner, Source, scan_parallel
+
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------- result
+
+
+@dataclass
+class TraceMeta:
+    """What a trace says about itself, and where its rank came from."""
+
+    path: str
+    rank: int
+    rank_source: str  # "distributedInfo", "filename", "argument" or "assumed"
+    world_size: int | None
+    backend: str | None
+    base_time_ns: int | None
+    pg_config: list[dict] = field(default_factory=list)
+    device_names: list[str] = field(default_factory=list)
+    file_bytes: int = 0
+    decoded_by: str = "sequential"  # or "parallel" (pieces decoded by worker processes)
+
+
+@dataclass
+class TraceEvents:
+    """One trace as tables.
+
+    ``events``: one row per complete (``ph: X``) event, file order. Columns: ``ts`` (float64,
+    us, the file's clock), ``dur`` (float64, us, >= 0), ``end`` (``ts + dur``), ``name`` and
+    ``cat`` (categorical), ``thread`` (int32 index into ``threads``).
+
+    ``threads``: indexed by thread code: ``pid``, ``tid`` (as in the file, int or str),
+    ``thread_name`` (all names seen, ``;``-joined), ``process_name``, ``process_label``.
+
+    ``args``: decoded ``args`` of the events the analysis needs (collectives), indexed by
+    ``events`` row; columns are the fields of :class:`muon_repro.analysis.decode.Args`.
+
+    ``memory``: ``[memory]`` instant events: ``ts``, ``thread``, ``bytes`` (signed),
+    ``total_allocated``, ``device_type``, ``device_id``.
+
+    ``notes``: what was repaired or dropped (dirty data), by kind, with counts.
+    """
+
+    meta: TraceMeta
+    events: pd.DataFrame
+    threads: pd.DataFrame
+    args: pd.DataFrame
+    memory: pd.DataFrame
+    notes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return self.meta.path
+
+    @cached_property
+    def arg_records(self) -> dict[int, dict[str, Any]]:
+        """``args`` rows as plain dicts keyed by ``events`` row (missing values are ``None``)."""
+        records = self.args.to_dict("index")
+        return {int(row): {k: (None if _is_nan(v) else v) for k, v in rec.items()} for row, rec in records.items()}
+
+
+# ---------------------------------------------------------------- assembly
+
+
+class _Assembler:
+    """Merge pieces (with piece-local key tables) into one table with global codes."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.threads: dict[tuple, int] = {}
+        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "name", "cat", "thread", "arg_rows")}
+        self.args: list[Args] = []
+        self.memory: list[tuple[np.ndarray, np.ndarray, list[Args]]] = []
+        self.metadata: list[tuple[str, tuple, Args]] = []
+        self.notes: dict[str, int] = {}
+        self.n_events = 0  # all events in the file, of any phase
+        self.n = 0  # complete events kept
+
+    def add(self, piece: PieceColumns) -> None:
+        c = self.cols
+        names, cats, threads = self.names.setdefault, self.cats.setdefault, self.threads.setdefault
+        keys = piece.keys
+        k = len(keys)
+        name_of = np.fromiter([names(key[0], len(self.names)) for key in keys], np.int32, k)
+        cat_of = np.fromiter([cats(key[1], len(self.cats)) for key in keys], np.int32, k)
+        thread_of = np.fromiter([threads((key[2], key[3]), len(self.threads)) for key in keys], np.int32, k)
+        c["ts"].append(piece.ts)
+        c["dur"].append(piece.dur)
+        c["name"].append(name_of[piece.key])
+        c["cat"].append(cat_of[piece.key])
+        c["thread"].append(thread_of[piece.key])
+        c["arg_rows"].append(piece.arg_rows + self.n)
+        self.args.extend(piece.args)
+        if len(piece.mem_ts):
+            self.memory.append((piece.mem_ts, thread_of[piece.mem_key], piece.mem_args))
+        for key_code, a in zip(piece.meta_key.tolist(), piece.meta_args):
+            key = keys[key_code]
+            self.metadata.append((key[0], (key[2], key[3]), a))
+        for name, count in piece.notes.items():
+            self.notes[name] = self.notes.get(name, 0) + count
+        self.n_events += piece.n_events
+        self.n += len(piece.ts)
+
+    def column(self, key: str, dtype: Any) -> np.ndarray:
+        parts = self.cols.pop(key)
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def _finish(asm: _Assembler, meta: TraceMeta) -> TraceEvents:
+    ts = asm.column("ts", np.float64)
+    dur = asm.column("dur", np.float64)
+    events = pd.DataFrame(
+        {
+            "ts": ts,
+            "dur": dur,
+            "end": ts + dur,
+            "name": pd.Categorical.from_codes(
+                asm.column("name", np.int32), categories=pd.Index(list(asm.names), dtype=object), validate=False
+            ),
+            "cat": pd.Categorical.from_codes(
+                asm.column("cat", np.int32), categories=pd.Index(list(asm.cats), dtype=object), validate=False
+            ),
+            "thread": asm.column("thread", np.int32),
+        },
+        copy=False,
+    )
+    arg_rows = asm.column("arg_rows", np.int64)
+    args = pd.DataFrame(
+        [_args_record(a) for a in asm.args],
+        index=pd.Index(arg_rows, dtype=np.int64),
+        columns=_ARGS_COLUMNS,
+        dtype=object,
+    )
+    mem_args = [a for _, _, part in asm.memory for a in part]
+    memory = pd.DataFrame(
+        {
+            "ts": np.concatenate([m[0] for m in asm.memory]) if asm.memory else np.zeros(0),
+            "thread": np.concatenate([m[1] for m in asm.memory]) if asm.memory else np.zeros(0, np.int32),
+            "bytes": _float_or_nan([a.nbytes for a in mem_args]),
+            "total_allocated": _float_or_nan([a.total_allocated for a in mem_args]),
+            "device_type": np.array([_small_int(a.device_type) for a in mem_args], np.int64),
+            "device_id": np.array([_small_int(a.device_id) for a in mem_args], np.int64),
+        }
+    )
+    threads = _thread_table(asm.threads, asm.metadata)
+    return TraceEvents(meta=meta, events=events, threads=threads, args=args, memory=memory, notes=dict(asm.notes))
+
+
+_ARGS_COLUMNS = [
+    "collective",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "pg_name",
+    "pg_desc",
+    "input_dims",
+    "input_type",
+    "external_id",
+    "correlation",
+]
+
+
+def _small_int(v: Any) -> int:
+    """An id-like int (device type, device id), -1 when absent or absurd."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31 else -1
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _args_record(a: Args) -> list:
+    return [getattr(a, key) for key in _ARGS_COLUMNS]
+
+
+def _float_or_nan(values: list) -> np.ndarray:
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if v is not None:
+            try:
+                out[i] = float(v)
+            except (TypeError, ValueError, OverflowError):
+                pass
+    return out
+
+
+def _thread_table(thread_keys: dict[tuple, int], metadata: list[tuple[str, tuple, Args]]) -> pd.DataFrame:
+    """pid/tid and names per thread code, from the metadata (``ph: M``) events."""
+    keys = list(thread_keys)
+    thread_names: dict[tuple, list[str]] = {}
+    process_name: dict[Any, str] = {}
+    process_label: dict[Any, str] = {}
+    for kind, (pid, tid), a in metadata:
+        if kind == "thread_name" and a.name:
+            names = thread_names.setdefault((pid, tid), [])
+            if a.name not in names:
+                names.append(a.name)
+        elif kind == "process_name" and a.name:
+            process_name.setdefault(pid, a.name)
+        elif kind == "process_labels" and a.labels:
+            process_label.setdefault(pid, a.labels)
+    return pd.DataFrame(
+        {
+            "pid": pd.Series([k[0] for k in keys], dtype=object),
+            "tid": pd.Series([k[1] for k in keys], dtype=object),
+            "thread_name": pd.Series([";".join(thread_names.get(k, [])) for k in keys], dtype=object),
+            "process_name": pd.Series([process_name.get(k[0], "") for k in keys], dtype=object),
+            "process_label": pd.Series([process_label.get(k[0], "") for k in keys], dtype=object),
+        }
+    )
+
+
+# ---------------------------------------------------------------- meta and rank
+
+
+def rank_from_filename(path: str | Path) -> int | None:
+    """``rank3.json.gz``, ``rank-34.Jul_15....json.gz``, ``trace_rank_2.json`` -> 3, 34, 2."""
+    match = _RANK_IN_NAME.search(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _trace_meta(path: Path, doc: dict, rank: int | None, file_bytes: int) -> TraceMeta:
+    info = doc.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    info_rank = _int_or_none(info.get("rank"))
+    if info_rank is not None and info_rank >= 0:
+        resolved, source = info_rank, "distributedInfo"
+    elif (from_name := rank_from_filename(path)) is not None:
+        resolved, source = from_name, "filename"
+    elif rank is not None:
+        resolved, source = int(rank), "argument"
+    else:
+        resolved, source = 0, "assumed"
+    world = _int_or_none(info.get("world_size"))
+    pg_config = [pg for pg in info.get("pg_config") or [] if isinstance(pg, dict)]
+    devices = doc.get("deviceProperties")
+    device_names = [str(d.get("name", "")) for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+    backend = info.get("backend")
+    return TraceMeta(
+        path=str(path),
+        rank=resolved,
+        rank_source=source,
+        world_size=world if world and world > 0 else None,
+        backend=str(backend) if backend else None,
+        base_time_ns=_int_or_none(doc.get("baseTimeNanoseconds")),
+        pg_config=pg_config,
+        device_names=device_names,
+        file_bytes=file_bytes,
+    )
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def read_trace(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    workers: int = 1,
+    piece_bytes: int = PIECE_BYTES,
+) -> TraceEvents:
+    """Read one trace file into a :class:`TraceEvents`.
+
+    ``rank`` is used only when the trace has no ``distributedInfo.rank`` and its file name
+    has no ``rank<N>``; failing all three the rank is assumed 0 (``meta.rank_source`` says
+    which). ``workers > 1`` decodes large uncompressed files with that many processes.
+
+    Raises :class:`TraceError` (a ``ValueError``) naming the file and the problem for
+    anything unreadable: missing file, truncated or corrupt gzip, not JSON, no or empty
+    ``traceEvents``, JSON broken inside the array.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(path, "no such file" if not path.exists() else "not a regular file")
+    file_bytes = path.stat().st_size
+    asm = _Assembler()
+    doc: dict | None = None
+    with Source(path) as src:
+        gzipped = src.gzipped
+    decoded_by = "sequential"
+    if workers > 1 and not gzipped and file_bytes > 2 * piece_bytes:
+        staged: list[PieceColumns] = []
+        doc = scan_parallel(path, piece_bytes, workers, staged.append)
+        if doc is not None:
+            decoded_by = "parallel"
+            for piece in staged:
+                asm.add(piece)
+        del staged
+    if doc is None:
+        asm = _Assembler()
+        with Source(path) as src:
+            doc = Scanner(path, asm.add, piece_bytes).scan(src)
+    meta = _trace_meta(path, doc, rank, file_bytes)
+    meta.decoded_by = decoded_by
+    if asm.n_events == 0:
+        raise TraceError(path, "'traceEvents' is empty: nothing to analyze")
+    if asm.n == 0:
+        raise TraceError(
+            path, f"no complete ('ph': 'X') events with timestamps among {asm.n_events} trace events: nothing to analyze"
+        )
+    return _finish(asm, meta)

@@ -1,0 +1,139 @@
+"""``muon-repro bundle``: assemble exactly what gets published, in one folder.
+
+::
+
+    traces/  metrics/  figures/  report/  analysis_scripts/   copied from their source folders
+    README.md          the dataset card (muon_repro.hub.card)
+    CITATION.cff       muon_repro.hub.citation
+    MANIFEST.sha256    sha256 and size of every other file (muon_repro.hub.manifest)
+
+The bundle is staged in a temporary folder beside ``--out`` and renamed into place when
+complete, so a failed or interrupted run never leaves a half bundle where a good one was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from muon_repro.hub.card import CARD_NAME, render_card
+from muon_repro.hub.citation import CFF_NAME, citation_cff
+from muon_repro.hub.fsutil import list_files, sha256_file, write_atomic
+from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, digest_files, format_manifest
+from muon_repro.hub.meta import BundleMeta
+from muon_repro.hub.run_info import is_trace
+
+DEFAULT_OUT = Path("dist/dataset")
+REQUIRED = ("traces", "metrics")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where each published folder comes from (defaults: the repository root's folders)."""
+
+    traces: Path = Path("traces")
+    metrics: Path = Path("metrics")
+    figures: Path = Path("figures")
+    report: Path = Path("report")
+    analysis_scripts: Path = Path("analysis_scripts")
+
+
+def _skipped(rel: str) -> bool:
+    parts = rel.split("/")
+    return any(p.startswith(".") or p == "__pycache__" for p in parts) or rel.endswith((".pyc", ".tmp"))
+
+
+def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
+    """(bundle path -> source file, warnings) for every file to publish."""
+    files: dict[str, Path] = {}
+    warnings = []
+    for f in fields(sources):
+        folder = Path(getattr(sources, f.name))
+        if not folder.is_dir():
+            message = f"--{f.name.replace('_', '-')} {folder}: no such folder"
+            if f.name in REQUIRED:
+                raise FileNotFoundError(message)
+            warnings.append(message + f"; the bundle has no {f.name}/")
+            continue
+        for rel in list_files(folder):
+            if not _skipped(rel):
+                files[check_bundle_path(f"{f.name}/{rel}")] = folder / rel
+    if not any(is_trace(p) for p in files):
+        raise ValueError(f"no traces (*.json.gz) under {sources.traces}: record runs first (muon-repro bench)")
+    if not any(p.startswith("metrics/") and p.endswith(".parquet") for p in files):
+        raise ValueError(f"no Parquet tables in {sources.metrics}: build them first (muon-repro analyze)")
+    return files, warnings
+
+
+def _check_out(out: Path, sources: Sources) -> None:
+    resolved = out.resolve()
+    for f in fields(sources):
+        src = Path(getattr(sources, f.name)).resolve()
+        if resolved == src or src in resolved.parents or resolved in src.parents:
+            raise ValueError(f"--out {out} overlaps the source folder {getattr(sources, f.name)}; choose another folder")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"--out {out} exists and is not a folder")
+        if any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+            # Never replace a folder that is not a previous bundle: it may hold someone's work.
+            raise ValueError(f"--out {out} is a non-empty folder without {MANIFEST_NAME}; choose an empty or new folder")
+
+
+def card_and_citation(meta: BundleMeta, files: dict[str, Path], digests: list[FileEntry]) -> tuple[str, str]:
+    """(README.md, CITATION.cff) for a bundle of ``files`` whose digests (citation excluded) are ``digests``."""
+    cff = citation_cff(meta)
+    data = cff.encode()
+    cff_entry = FileEntry(CFF_NAME, len(data), hashlib.sha256(data).hexdigest())
+    return render_card(meta, files, [*digests, cff_entry]), cff
+
+
+def render_card_from_sources(sources: Sources, meta: BundleMeta) -> str:
+    """The card that ``bundle`` would write, without copying anything (for ``muon-repro card``)."""
+    files, _ = collect(sources)
+    digests = [FileEntry(p, *sha256_file(files[p])) for p in sorted(files)]
+    return card_and_citation(meta, files, digests)[0]
+
+
+def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
+    """Assemble the bundle into ``out``; returns (manifest entries, warnings)."""
+    out = Path(out)
+    _check_out(out, sources)
+    files, warnings = collect(sources)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.stage-", dir=out.parent))
+    try:
+        for rel, src in files.items():
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+        staged = {rel: stage / rel for rel in files}
+        digests = digest_files(stage, list(files))
+        card, cff = card_and_citation(meta, staged, digests)
+        write_atomic(stage / CFF_NAME, cff)
+        write_atomic(stage / CARD_NAME, card)
+        entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME])
+        write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
+        _swap_into_place(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return entries, warnings
+
+
+def _swap_into_place(stage: Path, out: Path) -> None:
+    if not out.exists():
+        os.rename(stage, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.rmdir(old)
+    os.rename(out, old)
+    try:
+        os.rename(stage, out)
+    except BaseException:
+        os.rename(old, out)  # put the previous bundle back
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,172 @@
+"""``muon-repro verify [DIR]``: is this folder a good bundle?
+
+Checks, each reported on its own line:
+
+1. every file matches ``MANIFEST.sha256`` (sha256 and size), and no unlisted file is present;
+2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist;
+3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns, types and
+   row count the card documents (its ``dataset_info``);
+4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses.
+
+Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in the Hub cache.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from muon_repro.hub.card import CARD_NAME, read_card_metadata
+from muon_repro.hub.citation import CFF_NAME
+from muon_repro.hub.fsutil import list_files
+from muon_repro.hub.manifest import check_manifest, is_ignored
+from muon_repro.hub.run_info import RUN_FILES, is_trace
+
+
+@dataclass
+class VerifyResult:
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _configs(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    configs = meta.get("configs")
+    if not isinstance(configs, list) or not configs:
+        raise ValueError(f"{CARD_NAME}: the YAML metadata declares no configs")
+    return [c for c in configs if isinstance(c, dict)]
+
+
+def _data_file_paths(config: dict[str, Any]) -> list[str]:
+    data_files = config.get("data_files", [])
+    items = data_files if isinstance(data_files, list) else [data_files]
+    paths: list[str] = []
+    for item in items:
+        value = item.get("path") if isinstance(item, dict) else item
+        paths += value if isinstance(value, list) else [value]
+    return [str(p) for p in paths]
+
+
+def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
+    """Problems with the card and the citation, and the card's metadata (None if unreadable)."""
+    problems = []
+    meta = None
+    try:
+        meta = read_card_metadata((root / CARD_NAME).read_text(encoding="utf-8"), str(root / CARD_NAME))
+        for config in _configs(meta):
+            name = config.get("config_name")
+            paths = _data_file_paths(config)
+            if not paths:
+                problems.append(f"{CARD_NAME}: config {name!r} has no data_files")
+            for path in paths:
+                if not (root / path).is_file():
+                    problems.append(f"{CARD_NAME}: config {name!r} points at {path}, which is not in the bundle")
+    except (OSError, ValueError) as exc:
+        problems.append(str(exc))
+    try:
+        cff = yaml.safe_load((root / CFF_NAME).read_text(encoding="utf-8"))
+        if not isinstance(cff, dict) or "cff-version" not in cff:
+            problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
+    except (OSError, yaml.YAMLError) as exc:
+        problems.append(f"{CFF_NAME}: {exc}")
+    return problems, meta
+
+
+def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool], None]) -> None:
+    """Load every config with ``datasets`` and compare it with the card's ``dataset_info``."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    infos = {i.get("config_name"): i for i in meta.get("dataset_info") or [] if isinstance(i, dict)}
+    with tempfile.TemporaryDirectory(prefix="muon-repro-verify-") as cache:
+        for config in _configs(meta):
+            name = config.get("config_name")
+            label = f"config {name!r}"
+            try:
+                ds = datasets.load_dataset(str(root.resolve()), name, split="train", cache_dir=cache)
+            except Exception as exc:  # datasets raises many types; all mean "does not load"
+                report(f"{label}: load_dataset failed: {type(exc).__name__}: {_one_line(exc)}", False)
+                continue
+            info = infos.get(name)
+            if info is None:
+                report(f"{label}: the card documents no columns for it (dataset_info)", False)
+                continue
+            documented = datasets.Features._from_yaml_list(info.get("features", []))
+            problems = []
+            if list(ds.column_names) != list(documented):
+                problems.append(f"columns {ds.column_names}, the card documents {list(documented)}")
+            elif ds.features != documented:
+                problems.append(f"types {dict(ds.features)}, the card documents {dict(documented)}")
+            expected_rows = next((s.get("num_examples") for s in info.get("splits", []) if s.get("name") == "train"), None)
+            if expected_rows is not None and ds.num_rows != expected_rows:
+                problems.append(f"{ds.num_rows} rows, the card says {expected_rows}")
+            if problems:
+                report(f"{label}: " + "; ".join(problems), False)
+            else:
+                rows = f"{ds.num_rows} row{'s' if ds.num_rows != 1 else ''}"
+                report(f"{label}: loads, {rows}, {len(ds.column_names)} documented columns", True)
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_traces(root: Path, report: Callable[[str, bool], None]) -> None:
+    from muon_repro.analysis import read_trace
+
+    paths = [p for p in list_files(root) if not is_ignored(p)]
+    traces = [p for p in paths if is_trace(p)]
+    if not traces:
+        report("traces: none in the bundle", False)
+    for path in traces:
+        try:
+            events = read_trace(root / path)
+        except Exception as exc:  # TraceError names the file; anything else is a reader bug worth seeing
+            report(f"trace {path}: {_one_line(exc)}", False)
+        else:
+            report(f"trace {path}: {len(events.events)} events", True)
+    for path in paths:
+        if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
+            try:
+                json.loads((root / path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                report(f"{path}: not valid JSON: {exc}", False)
+
+
+def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None) -> VerifyResult:
+    """Run every check on ``root``; ``echo`` gets one line per check as it completes."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder")
+    result = VerifyResult()
+
+    def report(line: str, ok: bool) -> None:
+        (result.passed if ok else result.failed).append(line)
+        if echo is not None:
+            echo(("ok      " if ok else "FAILED  ") + line)
+
+    manifest_problems = check_manifest(root)
+    for problem in manifest_problems:
+        report(problem, False)
+    if not manifest_problems:
+        report("manifest: every file matches MANIFEST.sha256", True)
+    card_problems, meta = check_card(root)
+    for problem in card_problems:
+        report(problem, False)
+    if not card_problems:
+        report(f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists", True)
+    if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
+        check_configs(root, meta, report)
+    check_traces(root, report)
+    return result

@@ -1,0 +1,98 @@
+"""The template context -> ``report.md``, ``report.html`` and ``report.pdf``, written atomically.
+
+One template (``report.j2``) holds the content; the format only decides which building blocks
+(``md.j2`` or ``html.j2``) it imports, so the Markdown and the PDF say the same thing. Jinja runs
+with ``StrictUndefined`` and a ``finalize`` hook that refuses ``None`` and NaN, so a value missing
+from the context fails the render instead of printing "None".
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from muon_repro.report.data import MissingMetric
+
+FORMATS = ("md", "html", "pdf")
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _refuse_missing(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        raise MissingMetric(f"the report template was handed a missing value ({value!r}); a metric is absent from the context")
+    return value
+
+
+def _squash(text: Any) -> Any:
+    """Collapse runs of whitespace (template line breaks) into one space; keeps Markup safe."""
+    squashed = re.sub(r"\s+", " ", str(text)).strip()
+    return Markup(squashed) if isinstance(text, Markup) else squashed
+
+
+def _md_cell(text: Any) -> str:
+    return re.sub(r"\s+", " ", str(_refuse_missing(text))).replace("|", "\\|").strip()
+
+
+def environment(fmt: str) -> jinja2.Environment:
+    html = fmt != "md"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=html,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_refuse_missing,
+    )
+    env.filters["squash"] = _squash
+    env.filters["cell"] = (lambda s: s) if html else _md_cell
+    return env
+
+
+def render_markdown(context: dict[str, Any]) -> str:
+    text = environment("md").get_template("report.md.j2").render(**context, macros="md.j2")
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def render_html(context: dict[str, Any]) -> str:
+    css = (TEMPLATES / "report.css").read_text()
+    return environment("html").get_template("report.html.j2").render(**context, macros="html.j2", css=Markup(css))
+
+
+def _atomic(path: Path, write) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_report(context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
+    """Render every format asked for into ``out_dir/report.<fmt>``; image paths are relative to ``out_dir``."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown report format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+    out = Path(out_dir)
+    # Render everything before writing anything: a missing metric leaves no half-written bundle.
+    md = render_markdown(context) if "md" in formats else None
+    html = render_html(context) if {"html", "pdf"} & set(formats) else None
+    written: dict[str, Path] = {}
+    if md is not None:
+        written["md"] = _atomic(out / "report.md", lambda p: p.write_text(md, encoding="utf-8"))
+    if "html" in formats:
+        written["html"] = _atomic(out / "report.html", lambda p: p.write_text(html, encoding="utf-8"))
+    if "pdf" in formats:
+        import weasyprint
+
+        document = weasyprint.HTML(string=html, base_url=str(out.resolve()) + "/")
+        written["pdf"] = _atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
+    return written

@@ -1,0 +1,52 @@
+"""``muon-repro run``: record, analyze, draw, report, bundle and verify in one command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from muon_repro.bench.configs import SCALES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="the whole job: record every configuration, analyze, figures, report, bundle, verify",
+        description=(
+            "Record the reference configurations (the seed's runs and the layout ablation; complete runs are "
+            "skipped), analyze the traces into metrics/, draw figures/, render report/, write dataset_card.md and "
+            "MANIFEST.sha256, assemble and verify the bundle in dist/dataset/. Ctrl-C at any point and run again "
+            "to resume. --scale gpu does the same on 4+ GPUs."
+        ),
+    )
+    p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu: 2-core laptop, gloo)")
+    p.add_argument("--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)")
+    p.add_argument("--configs", nargs="+", default=["reference"], metavar="CONFIG",
+                   help="configs, groups, 'seed', 'reference' or 'all' (default: reference)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    p.add_argument("--force", action="store_true", help="re-record complete runs")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from muon_repro.pipeline import STAGES, RunPlan, claims_summary, run_pipeline
+
+    plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), backend=args.backend,
+                   force=args.force, progress=not args.no_progress)
+    seconds = run_pipeline(plan)
+    total = sum(seconds.values())
+    print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))
+    print("\nWall time per stage: " + ", ".join(f"{s} {seconds[s]:.1f} s" for s in STAGES) + f"; total {total:.1f} s")
+    print("\nArtifacts:")
+    for label, path in (
+        ("traces (open in ui.perfetto.dev)", plan.traces),
+        ("tables (Parquet + CSV)", plan.metrics),
+        ("figures", plan.figures),
+        ("report", plan.report / "report.md"),
+        ("report (PDF)", plan.report / "report.pdf"),
+        ("dataset card", plan.out / "dataset_card.md"),
+        ("bundle (verified)", plan.bundle),
+    ):
+        print(f"  {label:<34} {path}")
+    return 0

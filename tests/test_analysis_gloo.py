@@ -1,0 +1,228 @@
+"""The analysis on gloo traces recorded here (4 ranks, DP=2 x TP=2) with known collectives.
+
+One launch records everything (see analysis_workers.py): an AdamW-like run and a Muon-like run
+with two extra gathers. Sizes are known, so bytes, phases, group sizes, the ledger agreement
+and the Muon/AdamW byte ratio are checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from analysis_workers import ACTIVE, DP, KNOWN, TP
+
+from muon_repro.analysis.tables import SCHEMAS, build_tables, read_table, write_tables
+from muon_repro.parallel.comm import ring_bytes_per_rank
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = DP * TP
+STATE_BYTES = {"adamw": {"muon": 0, "adamw": 8000}, "muon": {"muon": 2000, "adamw": 2000}}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    from analysis_workers import record_known_collectives
+
+    from muon_repro.parallel.launch import launch
+
+    out = tmp_path_factory.mktemp("gloo_traces")
+    results = launch(record_known_collectives, WORLD, str(out))
+    for optimizer in ("adamw", "muon"):
+        run_dir = out / "known" / f"{optimizer}_dp2_tp2"
+        config = {
+            "group": "known",
+            "name": run_dir.name,
+            "optimizer": optimizer,
+            "layout": "contiguous",
+            "dp": DP,
+            "tp": TP,
+            "world_size": WORLD,
+            "backend": "gloo",
+            "device": "cpu",
+            "steps": 3,
+        }
+        (run_dir / "config.json").write_text(json.dumps(config))
+        ranks = [
+            {
+                "rank": r["rank"],
+                "ledger": r["ledgers"][optimizer],
+                "state_bytes": STATE_BYTES[optimizer],
+                "peak_memory_bytes": 123,
+                "peak_memory_source": "process_max_rss",
+            }
+            for r in results
+        ]
+        (run_dir / "metrics.json").write_text(json.dumps({"config": f"known/{run_dir.name}", "ranks": ranks}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(recorded) -> dict[str, pd.DataFrame]:
+    return build_tables([recorded], workers=2)
+
+
+def expected_rows(optimizer: str) -> dict[tuple[str, str], dict]:
+    """(phase, op) -> calls, bytes, size_bytes, dtype, group size, per rank over the recorded steps."""
+    out = {}
+    for phase, op, group, n, dtype, only_muon in KNOWN:
+        if only_muon and optimizer != "muon":
+            continue
+        size = DP if group == "dp" else TP
+        elem = torch.empty((), dtype=dtype).element_size()
+        out[(phase, op)] = {
+            "calls": ACTIVE,
+            "bytes": ACTIVE * ring_bytes_per_rank(op, n, elem, size),
+            "size_bytes": ACTIVE * n * elem,
+            "dtype": str(dtype).removeprefix("torch."),
+            "group_size": size,
+        }
+    return out
+
+
+@pytest.mark.slow
+def test_bytes_per_collective_equal_the_known_sizes(tables):
+    coll = tables["collectives"]
+    for optimizer in ("adamw", "muon"):
+        expected = expected_rows(optimizer)
+        for rank in range(WORLD):
+            rows = coll[(coll["run"] == f"known/{optimizer}_dp2_tp2") & (coll["rank"] == rank)]
+            got = {(r.phase, r.op): r for r in rows.itertuples()}
+            assert set(got) == set(expected), (optimizer, rank, set(got) ^ set(expected))
+            for key, exp in expected.items():
+                row = got[key]
+                assert row.calls == exp["calls"], key
+                assert row.bytes == exp["bytes"], key
+                assert row.size_bytes == exp["size_bytes"], key
+                assert row.dtype == exp["dtype"], key
+                assert row.group_size == exp["group_size"], key
+                assert row.source == "gloo", key  # every call matched to its gloo worker transfer
+                assert row.ledger_bytes == row.bytes, key  # trace == run-time ledger
+                assert row.steps == ACTIVE
+                assert row.busbw_gbps > 0 and row.algbw_gbps > 0
+
+
+@pytest.mark.slow
+def test_phase_labels_and_steps(tables):
+    steps = tables["steps"]
+    assert len(steps) == 2 * WORLD * ACTIVE
+    assert set(steps["step"]) == {1, 2}
+    for col in ("forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms"):
+        assert (steps[col] > 0).all(), col
+    # the parts add up inside each step
+    busy = steps["compute_ms"] + steps["comm_ms"] - steps["overlap_ms"]
+    np.testing.assert_allclose((busy + steps["idle_ms"]).astype(float), steps["step_ms"].astype(float), rtol=1e-9, atol=1e-6)
+    for col in ("compute_frac", "comm_frac", "exposed_comm_frac", "idle_frac", "optimizer_share"):
+        assert steps[col].between(0, 1).all(), col
+    for optimizer in ("adamw", "muon"):
+        per_step = sum(e["bytes"] for e in expected_rows(optimizer).values()) // ACTIVE
+        rows = steps[steps["run"] == f"known/{optimizer}_dp2_tp2"]
+        assert (rows["comm_bytes"] == per_step).all()
+        assert (rows["comm_calls"] == len(expected_rows(optimizer))).all()
+        assert rows["start_skew_ms"].notna().all() and (rows["start_skew_ms"] >= 0).all()
+        assert rows["straggler_rank"].isin(range(WORLD)).all()
+        assert rows["peak_mem_bytes"].notna().all()  # profile_memory=True: [memory] events
+
+
+@pytest.mark.slow
+def test_runs_comparisons_and_claims(tables):
+    runs = tables["runs"].set_index("run")
+    for optimizer in ("adamw", "muon"):
+        r = runs.loc[f"known/{optimizer}_dp2_tp2"]
+        assert (r["optimizer"], r["dp"], r["tp"], r["backend"], r["device"], r["ranks"], r["steps"]) == (
+            optimizer,
+            DP,
+            TP,
+            "gloo",
+            "cpu",
+            WORLD,
+            ACTIVE,
+        )
+        assert r["state_bytes"] == sum(STATE_BYTES[optimizer].values())
+        assert r["step_ms_p10"] <= r["step_ms"] <= r["step_ms_p90"]
+        assert 0 <= r["optimizer_share"] <= 1
+    cmp = tables["comparisons"]
+    assert len(cmp) == 1
+    row = cmp.iloc[0]
+    muon_bytes = sum(e["bytes"] for e in expected_rows("muon").values())
+    adamw_bytes = sum(e["bytes"] for e in expected_rows("adamw").values())
+    assert math.isclose(row["comm_bytes_ratio"], muon_bytes / adamw_bytes, rel_tol=1e-12)
+    assert math.isclose(row["state_bytes_ratio"], 4000 / 8000)
+    claims = tables["claims"].set_index("claim_id")
+    assert math.isclose(claims.loc["comm_bytes_ratio", "measured_value"], muon_bytes / adamw_bytes, rel_tol=1e-12)
+    assert claims.loc["comm_bytes_ratio", "verdict"] == "supported"  # 1.077: inside (1, 1.25]
+    assert claims.loc["state_memory", "verdict"] == "supported"
+    assert claims.loc["hybrid_beats_pure", "verdict"] == "not measured"
+
+
+@pytest.mark.slow
+def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
+    import datasets
+    import pyarrow.parquet as pq
+
+    write_tables(tables, tmp_path)
+    for name, df in tables.items():
+        path = tmp_path / f"{name}.parquet"
+        assert pq.read_schema(path).equals(SCHEMAS[name].arrow_schema(), check_metadata=True)
+        back = read_table(path)
+        pd.testing.assert_frame_equal(back, df)
+        assert (tmp_path / f"{name}.csv").exists()
+        ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
+        assert ds.num_rows == len(df)
+        assert ds.column_names == SCHEMAS[name].names
+
+
+@pytest.mark.slow
+def test_cli_json_and_the_analysis_script(recorded, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "muon_repro", "analyze", str(recorded), "--json", "--out", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(lines) == 2 * WORLD
+    for obj in lines:
+        for key in (
+            "file",
+            "rank",
+            "backend",
+            "steps",
+            "step_ms",
+            "compute_ms",
+            "comm_ms",
+            "comm_bytes",
+            "exposed_comm_ms",
+            "idle_ms",
+        ):
+            assert key in obj, key
+        assert obj["backend"] == "gloo" and obj["steps"] == ACTIVE
+        assert set(obj["comm_ms"]) >= {"total", "all_reduce", "all_gather", "reduce_scatter"}
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted(
+        f"{n}.{ext}" for n in SCHEMAS for ext in ("csv", "parquet")
+    )
+
+    script = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "analysis_scripts" / "performance_comparison.py"),
+            str(recorded),
+            "--out",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert script.returncode == 0, script.stderr
+    assert "rank" in script.stdout and (tmp_path / "s" / "runs.parquet").exists()

@@ -1,0 +1,226 @@
+"""``muon-repro bundle`` / ``verify``: layout, manifest, card, CITATION.cff, and what verify catches."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hub_support import DATE, build, make_sources, muon_repro, source_args, sources  # noqa: F401  (fixture)
+
+from muon_repro.hub.card import read_card_metadata
+from muon_repro.hub.fsutil import list_files, sha256_file
+from muon_repro.hub.manifest import check_manifest, parse_manifest, read_manifest
+from muon_repro.hub.verify import verify_bundle
+
+TABLES = ["runs", "steps", "collectives", "comparisons", "claims"]
+
+
+@pytest.fixture
+def bundle(sources, tmp_path) -> Path:  # noqa: F811
+    return build(sources, tmp_path / "dist" / "dataset")
+
+
+def _card_meta(bundle: Path) -> dict:
+    return read_card_metadata((bundle / "README.md").read_text())
+
+
+def test_layout_is_exactly_what_gets_published(bundle, sources):  # noqa: F811
+    top = sorted(p.name for p in bundle.iterdir())
+    assert top == ["CITATION.cff", "MANIFEST.sha256", "README.md", "analysis_scripts", "figures", "metrics", "report", "traces"]
+    for name, folder in sources.items():
+        assert [f"{name}/{p}" for p in list_files(folder)] == [p for p in list_files(bundle) if p.startswith(name + "/")]
+        for rel in list_files(folder):
+            assert (bundle / name / rel).read_bytes() == (folder / rel).read_bytes()
+
+
+def test_manifest_lists_every_other_file_with_sha256_and_size(bundle):
+    entries = read_manifest(bundle)
+    assert [e.path for e in entries] == [p for p in list_files(bundle) if p != "MANIFEST.sha256"]
+    for e in entries:
+        assert (e.size, e.sha256) == sha256_file(bundle / e.path)
+    assert check_manifest(bundle) == []
+
+
+def test_manifest_checks_with_coreutils(bundle):
+    if shutil.which("sha256sum") is None:
+        pytest.skip("no sha256sum")
+    header = (bundle / "MANIFEST.sha256").read_text().splitlines()[2].lstrip("# ")
+    out = subprocess.run(["bash", "-c", header], check=False, cwd=bundle, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(": OK") == len(read_manifest(bundle))
+
+
+def test_card_yaml_parses_and_every_data_file_exists(bundle):
+    meta = _card_meta(bundle)
+    assert meta["license"] == "mit" and meta["pretty_name"] and meta["tags"] and meta["size_categories"] == ["n<1K"]
+    configs = meta["configs"]
+    assert [c["config_name"] for c in configs] == TABLES  # one per table, default first, traces are not configs
+    assert [c for c in configs if c.get("default")] == [configs[0]] and configs[0]["config_name"] == "runs"
+    for config in configs:
+        for item in config["data_files"]:
+            assert item["split"] == "train"
+            assert item["path"] == f"metrics/{config['config_name']}.parquet"
+            assert (bundle / item["path"]).is_file()
+    documented = {i["config_name"]: [f["name"] for f in i["features"]] for i in meta["dataset_info"]}
+    for table in TABLES:
+        assert documented[table] == pq.read_schema(bundle / "metrics" / f"{table}.parquet").names
+
+
+def test_card_sections(bundle):
+    text = (bundle / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert headings == [
+        "What this is", "Files and layout", "How to load each table", "How to download", "How to open a trace in Perfetto",
+        "How to regenerate", "Environment", "Checksums", "Citation", "License",
+    ]  # fmt: skip
+    for table in TABLES:
+        assert f'load_dataset("test-org/muon-traces", "{table}", revision="v1.0.0", split="train")' in text
+    assert "hf download test-org/muon-traces --repo-type dataset --revision v1.0.0" in text
+    assert "ui.perfetto.dev" in text and "traces/comparison/muon_dp2_tp1/rank0.json.gz" in text
+    # Column docs: meanings from the analysis SCHEMAS for known columns.
+    assert "| `step_ms` | float64 | ms |" in text
+    # Regeneration: the command recorded in config.json, and the bundle command with these metadata.
+    assert "muon-repro bench comparison --scale cpu" in text
+    assert f"muon-repro bundle --repo-id test-org/muon-traces --version 1.0.0 --date {DATE}" in text
+    # Environment: what environment.json holds, not the host name.
+    assert "| host_cpu | Test CPU @ 2.0GHz |" in text and "secret-host" not in text
+    # Checksums: every file but the card and the manifest.
+    for e in read_manifest(bundle):
+        assert (e.sha256 in text) == (e.path != "README.md")
+    assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
+
+
+def test_citation_cff_structure(bundle):
+    cff = yaml.safe_load((bundle / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["message"] and cff["type"] == "dataset"
+    assert cff["title"] and cff["version"] == "1.0.0" and cff["license"] == "MIT"
+    assert datetime.date.fromisoformat(cff["date-released"]) == datetime.date.fromisoformat(DATE)
+    assert all(isinstance(a, dict) and a.get("name") for a in cff["authors"])
+    assert cff["repository-artifact"] == "https://huggingface.co/datasets/test-org/muon-traces"
+    assert cff["url"].endswith("/tree/v1.0.0")
+
+
+def _cffconvert() -> str | None:
+    return os.environ.get("CFFCONVERT") or shutil.which("cffconvert")
+
+
+def test_citation_cff_validates_with_cffconvert(bundle):
+    if _cffconvert() is None:
+        # cffconvert 2.0 pins jsonschema<4, so it lives in its own venv: .ci/run makes one.
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide cffconvert (CFFCONVERT=path): see .ci/run")
+        pytest.skip("cffconvert is not installed (set CFFCONVERT=path/to/cffconvert)")
+    out = subprocess.run(
+        [_cffconvert(), "--validate", "-i", str(bundle / "CITATION.cff")], check=False, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_verify_needs_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        verify_bundle(tmp_path / "nowhere")
+
+
+def test_verify_passes_on_a_good_bundle(bundle):
+    lines: list[str] = []
+    result = verify_bundle(bundle, echo=lines.append)
+    assert result.ok, result.failed
+    assert sum(1 for line in lines if line.startswith("ok      config ")) == len(TABLES)
+    assert sum(1 for line in lines if line.startswith("ok      trace ")) == 2
+
+
+def test_verify_reports_each_problem(bundle):
+    # A changed table (schema no longer the documented one), a corrupt trace, a missing file, an extra file.
+    pq.write_table(pa.table({"other": pa.array([1])}), bundle / "metrics" / "steps.parquet")
+    (bundle / "traces/comparison/muon_dp2_tp1/rank1.json.gz").write_bytes(b"\x1f\x8bnot really gzip")
+    (bundle / "figures" / "comm_time.svg").unlink()
+    (bundle / "stray.txt").write_text("?")
+    result = verify_bundle(bundle)
+    failed = "\n".join(result.failed)
+    assert "metrics/steps.parquet: size" in failed or "metrics/steps.parquet: sha256" in failed
+    assert "figures/comm_time.svg: listed in MANIFEST.sha256 but missing" in failed
+    assert "stray.txt: present but not listed" in failed
+    assert "config 'steps': load_dataset failed" in failed
+    assert "trace traces/comparison/muon_dp2_tp1/rank1.json.gz" in failed
+    assert not any("config 'runs'" in line for line in result.failed)
+
+
+@pytest.mark.slow
+def test_bundle_and_verify_commands(sources, tmp_path):  # noqa: F811
+    out = tmp_path / "b"
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1748736000"}  # 2025-06-01
+    done = muon_repro(["bundle", "--out", str(out), "--repo-id", "o/n", "--version", "2.0.0", *source_args(sources)], env)
+    assert done.returncode == 0, done.stderr
+    assert "date-released: '2025-06-01'" in (out / "CITATION.cff").read_text()
+    ok = muon_repro(["verify", str(out)], env)
+    assert ok.returncode == 0 and "all 9 checks passed" in ok.stdout, ok.stdout + ok.stderr
+    (out / "metrics" / "claims.csv").write_text("tampered\n")
+    bad = muon_repro(["verify", str(out)], env)
+    assert bad.returncode == 1
+    assert "FAILED  metrics/claims.csv: size" in bad.stdout and "1 check(s) FAILED" in bad.stderr
+
+
+def test_rebuild_replaces_a_bundle_but_never_another_folder(sources, tmp_path):  # noqa: F811
+    out = build(sources, tmp_path / "out")
+    (sources["report"] / "report.md").write_text("# Report v2\n")
+    build(sources, out, version="1.1.0")
+    assert (out / "report" / "report.md").read_text() == "# Report v2\n" and check_manifest(out) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging leftovers
+
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="without MANIFEST.sha256"):
+        build(sources, precious)
+    assert (precious / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="overlaps the source folder"):
+        build(sources, sources["metrics"] / "bundle")
+
+
+def test_bad_inputs_are_clear_errors(sources, tmp_path):  # noqa: F811
+    from muon_repro.hub.bundle import Sources, build_bundle
+    from muon_repro.hub.meta import BundleMeta
+
+    with pytest.raises(ValueError, match="invalid version '1.0'"):
+        BundleMeta(repo_id="o/n", version="1.0", date=DATE)
+    with pytest.raises(ValueError, match="invalid dataset repository id 'no-slash'"):
+        BundleMeta(repo_id="no-slash", version="1.0.0", date=DATE)
+    with pytest.raises(ValueError, match="invalid date"):
+        BundleMeta(repo_id="o/n", version="1.0.0", date="June 1st")
+    with pytest.raises(FileNotFoundError, match="--traces"):
+        build_bundle(Sources(**{**sources, "traces": tmp_path / "none"}), BundleMeta(date=DATE), tmp_path / "o")
+    empty = tmp_path / "empty_metrics"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no Parquet tables"):
+        build_bundle(Sources(**{**sources, "metrics": empty}), BundleMeta(date=DATE), tmp_path / "o")
+    with pytest.raises(ValueError, match="line 1"):
+        parse_manifest("not a manifest line\n")
+
+
+def test_card_tolerates_runs_without_environment_or_config(tmp_path):
+    src = make_sources(tmp_path / "src")
+    run = src["traces"] / "comparison" / "muon_dp2_tp1"
+    (run / "environment.json").unlink()
+    (run / "config.json").write_text("{not json")
+    out = build(src, tmp_path / "out")
+    text = (out / "README.md").read_text()
+    assert "The runs recorded no `environment.json`." in text
+    assert "muon-repro bench comparison" not in text
+    # verify flags the broken run file but the card rendered.
+    assert any("config.json: not valid JSON" in line for line in verify_bundle(out).failed)
+
+
+def test_card_command_renders_the_bundle_readme(bundle, sources):  # noqa: F811
+    from muon_repro.hub.bundle import Sources, render_card_from_sources
+    from muon_repro.hub.meta import BundleMeta
+
+    card = render_card_from_sources(Sources(**sources), BundleMeta(repo_id="test-org/muon-traces", version="1.0.0", date=DATE))
+    assert card == (bundle / "README.md").read_text()
