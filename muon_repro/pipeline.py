@@ -157,7 +157,12 @@ def claims_summary(metrics: Path) -> str:
 
     claims = pd.read_parquet(metrics / "claims.parquet")
     cols = [c for c in ("claim", "seed_value", "measured_value", "verdict") if c in claims.columns]
-    rows = [[str(v) if not pd.isna(v) else "-" for v in row] for row in claims[cols].itertuples(index=False)]
+    def cell(v) -> str:
+        if pd.isna(v):
+            return "-"
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    rows = [[cell(v) for v in row] for row in claims[cols].itertuples(index=False)]
     widths = [min(60, max(len(c), *(len(r[i]) for r in rows))) for i, c in enumerate(cols)]
     line = lambda cells: "  ".join(c[:w].ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -1,0 +1,63 @@
+"""The committed reference artifacts agree with each other, and `muon-repro run` works end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = ("runs", "steps", "collectives", "comparisons", "claims")
+
+
+@pytest.mark.slow
+def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatch):
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis
+
+    assert list((REPO / "traces").glob("*/*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
+    monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<group>/<name>
+    analysis = analyze_paths([Path("traces")])
+    assert not analysis.failures
+    fresh = tables_from_analysis(analysis)
+    for name in TABLES:
+        committed = pd.read_parquet(REPO / "metrics" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(committed.reset_index(drop=True), fresh[name].reset_index(drop=True), check_dtype=False, obj=name)
+
+
+@pytest.mark.slow
+def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_path, monkeypatch):
+    from muon_repro.cli import main
+    from muon_repro.hub.verify import verify_bundle
+    from muon_repro.pipeline import release_date
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "dataset"
+    assert main(["bundle", "--out", str(out), "--date", release_date(Path("traces"))]) == 0
+    assert (out / "MANIFEST.sha256").read_text() == (REPO / "MANIFEST.sha256").read_text()
+    assert (out / "README.md").read_text() == (REPO / "dataset_card.md").read_text()
+    result = verify_bundle(out)
+    assert not result.failed, result.failed
+
+
+@pytest.mark.slow
+def test_run_end_to_end_then_again_without_rerecording(tmp_path):
+    cmd = [sys.executable, "-m", "muon_repro", "run", "--scale", "tiny", "--configs", "comparison", "--out", str(tmp_path), "--no-progress"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    assert first.returncode == 0, first.stderr[-3000:]
+    for artifact in ("metrics/runs.parquet", "metrics/claims.parquet", "report/report.md", "report/report.pdf",
+                     "dataset_card.md", "MANIFEST.sha256", "dist/dataset/MANIFEST.sha256"):
+        assert (tmp_path / artifact).is_file(), artifact
+    assert "Claims, as measured here" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
+    traces = sorted((tmp_path / "traces").rglob("*.json.gz"))
+    assert len(traces) == 8
+    stamps = [p.stat().st_mtime_ns for p in traces]
+
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("skipped") == 2 and "recorded" not in second.stdout
+    assert [p.stat().st_mtime_ns for p in traces] == stamps
