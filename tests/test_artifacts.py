@@ -17,7 +17,7 @@ TABLES = ("runs", "steps", "collectives", "comparisons", "claims")
 @pytest.mark.slow
 def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatch):
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.analysis.tables import read_table, tables_from_analysis
 
     assert list((REPO / "traces").glob("*/*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
     monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<group>/<name>
@@ -25,8 +25,8 @@ def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatc
     assert not analysis.failures
     fresh = tables_from_analysis(analysis)
     for name in TABLES:
-        committed = pd.read_parquet(REPO / "metrics" / f"{name}.parquet")
-        pd.testing.assert_frame_equal(committed.reset_index(drop=True), fresh[name].reset_index(drop=True), check_dtype=False, obj=name)
+        committed = read_table(REPO / "metrics" / f"{name}.parquet", name)
+        pd.testing.assert_frame_equal(committed, fresh[name].reset_index(drop=True), obj=name)
 
 
 @pytest.mark.slow

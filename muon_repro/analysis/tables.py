@@ -210,6 +210,13 @@ def _ledger_by_phase_op(ledger: list[dict], steps: set) -> dict[tuple[str, str],
     return out
 
 
+# Per-step quantities a run reports as the median over steps of the mean over ranks.
+_RANK_MEAN_COLUMNS = (
+    "forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "overlap_ms",
+    "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes",
+)
+
+
 def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for info, items in analysis.runs:
@@ -218,18 +225,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
             step_ms=("step_ms", "max"),
             **{
                 c: (c, "mean")
-                for c in (
-                    "forward_ms",
-                    "backward_ms",
-                    "optimizer_ms",
-                    "compute_ms",
-                    "comm_ms",
-                    "overlap_ms",
-                    "exposed_comm_ms",
-                    "idle_ms",
-                    "comm_calls",
-                    "comm_bytes",
-                )
+                for c in _RANK_MEAN_COLUMNS
             },
             start_skew_ms=("start_skew_ms", "max"),
         )
@@ -264,18 +260,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
                 "step_ms_p90": per_step["step_ms"].quantile(0.9),
                 **{
                     c: per_step[c].median()
-                    for c in (
-                        "forward_ms",
-                        "backward_ms",
-                        "optimizer_ms",
-                        "compute_ms",
-                        "comm_ms",
-                        "overlap_ms",
-                        "exposed_comm_ms",
-                        "idle_ms",
-                        "comm_calls",
-                        "comm_bytes",
-                    )
+                    for c in _RANK_MEAN_COLUMNS
                 },
                 "optimizer_share": float(s["optimizer_ms"].sum()) / total_step if total_step > 0 else None,
                 "start_skew_ms": per_step["start_skew_ms"].median() if per_step["start_skew_ms"].notna().any() else None,
