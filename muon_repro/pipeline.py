@@ -152,17 +152,24 @@ def run_pipeline(plan: RunPlan) -> dict[str, float]:
 
 
 def claims_summary(metrics: Path) -> str:
-    """The claims table, as a terminal reader wants it."""
+    """The claims table with the report's verdicts, as a terminal reader wants it."""
     import pandas as pd
 
-    claims = pd.read_parquet(metrics / "claims.parquet")
-    cols = [c for c in ("claim", "seed_value", "measured_value", "verdict") if c in claims.columns]
-    def cell(v) -> str:
-        if pd.isna(v):
-            return "-"
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    from muon_repro.analysis.tables import read_table
+    from muon_repro.report.context import report_verdict
 
-    rows = [[cell(v) for v in row] for row in claims[cols].itertuples(index=False)]
-    widths = [min(60, max(len(c), *(len(r[i]) for r in rows))) for i, c in enumerate(cols)]
-    line = lambda cells: "  ".join(c[:w].ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    claims, runs = read_table(metrics / "claims.parquet"), read_table(metrics / "runs.parquet")
+
+    def cell(value) -> str:
+        if value is None or value is pd.NA:
+            return "-"
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    header = ["claim", "claimed", "measured", "verdict"]
+    rows = [[str(c["claim"]), cell(c["seed_value"]), cell(c["measured_value"]), report_verdict(c, runs)] for _, c in claims.iterrows()]
+    widths = [min(64, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
