@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hub_support import DATE, build, make_sources, muon_repro, source_args, sources  # noqa: F401  (fixture)
+from hub_support import DATE, build, make_sources, muon_repro, source_args
 
 from muon_repro.hub.card import read_card_metadata
 from muon_repro.hub.fsutil import list_files, sha256_file

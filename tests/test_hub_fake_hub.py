@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from hub_support import TOKEN, fake_hub, hub_api  # noqa: F401  (fixtures)
+from hub_support import TOKEN
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils.sha import git_hash

@@ -6,7 +6,7 @@ import hashlib
 import re
 
 import pytest
-from hub_support import build, fake_hub, hub_api, muon_repro, sources  # noqa: F401  (fixtures)
+from hub_support import build, muon_repro
 from huggingface_hub.utils.sha import git_hash
 
 from muon_repro.hub.manifest import FileEntry
