@@ -71,12 +71,13 @@ def _cli(*argv: str) -> None:
 
 
 def stage_bench(plan: RunPlan) -> None:
-    from muon_repro.bench.cli import _default_backend, expand_config_names, format_results
+    from muon_repro.bench.cli import expand_config_names, format_results
     from muon_repro.bench.configs import resolve
     from muon_repro.bench.sweep import record_local
+    from muon_repro.parallel.launch import default_backend
 
     cfgs = [resolve(key, plan.scale) for key in expand_config_names(list(plan.configs))]
-    backend = plan.backend or _default_backend(max(c.world_size for c in cfgs))
+    backend = plan.backend or default_backend(max(c.world_size for c in cfgs))
     results = record_local(cfgs, plan.traces, backend, force=plan.force, command=["muon-repro", *sys.argv[1:]], progress=plan.progress)
     print(format_results(results))
 

@@ -65,30 +65,24 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("name at least one CONFIG (see --list), a group, 'seed' or 'all'")
     from muon_repro.bench.configs import resolve
     from muon_repro.bench.sweep import BenchError, record_local, record_under_torchrun
+    from muon_repro.parallel.launch import default_backend
 
     cfgs = [resolve(key, args.scale) for key in expand_config_names(args.configs)]
     command = ["muon-repro", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("muon-repro") else sys.argv
     try:
         if _under_torchrun():
-            backend = args.backend or _default_backend()
+            backend = args.backend or default_backend()
             results = record_under_torchrun(cfgs, args.out, backend, force=args.force, command=command)
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
-            backend = args.backend or _default_backend(max(c.world_size for c in cfgs))
+            backend = args.backend or default_backend(max(c.world_size for c in cfgs))
             results = record_local(cfgs, args.out, backend, force=args.force, command=command, progress=not args.no_progress)
     except BenchError as exc:
         print(f"muon-repro bench: error: {exc}", file=sys.stderr)
         return 1
     print(format_results(results))
     return 0
-
-
-def _default_backend(local_workers: int | None = None) -> str:
-    import torch
-
-    local = local_workers or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
 
 
 def format_results(results) -> str:

@@ -89,15 +89,6 @@ def optimizer_bytes(
     return out
 
 
-def ns_work(specs: list[ParamSpec], *, dp: int, dp_rank: int, layout: str = "contiguous", bucket_elems: int | None = None, ns_steps: int = 5) -> tuple[int, int]:
-    """(Newton-Schulz calls, FLOPs) DP rank ``dp_rank`` performs in one Muon step."""
-    from muon_repro.optim.newton_schulz import newton_schulz_flops
-
-    plan = ShardPlan(specs, dp, layout, bucket_elems)
-    mine = [i for unit in plan.ns_units for i in plan.ns_slots(unit, dp_rank)]
-    return len(mine), sum(newton_schulz_flops(plan.slots[i].spec.full_shape, ns_steps) for i in mine)
-
-
 def bytes_ratio(muon: dict[str, int], adamw: dict[str, int], phases: Iterable[str] = OPTIMIZER_PHASES) -> float | None:
     """Muon's bytes over AdamW's, summed over ``phases``; None when AdamW sends nothing (dp=1)."""
     phases = tuple(phases)

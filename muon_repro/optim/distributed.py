@@ -112,6 +112,8 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             view = self.param_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
             view.copy_(p.detach().reshape(-1))
             p.data = view.view_as(p)
+        # Where each parameter must live for step() to see it (checked every step, computed once).
+        self._param_ptrs = [p.data_ptr() for p in self._params]
         # This rank's shard of every bucket, back to back.
         self._shard_base = []
         base = 0
@@ -119,7 +121,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             self._shard_base.append(base)
             base += bucket.shard_size
         self.grad_shard = torch.zeros(base, dtype=self.reduce_dtype, device=device)
-        self._my_pieces = []  # (slot, piece, param view, grad view), in flat order
+        self._my_pieces = []  # (slot, piece, param view, offset in the grad shard), in flat order
         for slot, piece in self.plan.pieces_of(dp_rank):
             bucket = self.plan.buckets[slot.bucket]
             local = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
@@ -128,9 +130,8 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             )
 
     def _check_params(self) -> None:
-        for slot, p in zip(self.plan.slots, self._params):
-            view_ptr = self.param_flat[slot.flat_start :].data_ptr()
-            if p.data_ptr() != view_ptr or tuple(p.shape) != slot.spec.local_shape:
+        for slot, p, ptr in zip(self.plan.slots, self._params, self._param_ptrs):
+            if p.data_ptr() != ptr or tuple(p.shape) != slot.spec.local_shape:
                 raise ValueError(
                     f"parameter {slot.spec.name!r} (shape {tuple(p.shape)}) no longer lives in the optimizer's "
                     f"flat buffer (expected shape {slot.spec.local_shape}); build the optimizer after the model "

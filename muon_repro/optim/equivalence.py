@@ -120,7 +120,7 @@ def _max_diff(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> di
     return {"max_abs": abs_diff, "max_rel": abs_diff / scale}
 
 
-def _optimizer_view(name: str, shards: list[torch.Tensor], tp_dim: int | None) -> torch.Tensor:
+def _optimizer_view(shards: list[torch.Tensor], tp_dim: int | None) -> torch.Tensor:
     return shards[0] if tp_dim is None else torch.cat(shards, dim=tp_dim)
 
 
@@ -159,7 +159,7 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
         e2e_opt = cfg.build_reference(muon_param_groups(e2e_model))
         full = dict(e2e_model.named_parameters())
         iso_params = {
-            n: torch.nn.Parameter(_optimizer_view(n, [shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n]))
+            n: torch.nn.Parameter(_optimizer_view([shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n]))
             for n, p in full.items()
         }
         iso_opt = cfg.build_reference([{**g, "params": [iso_params[n] for n in g["names"]]} for g in groups])
@@ -187,9 +187,9 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
             params_by_tp = [by_coord[(0, t)]["params"] for t in range(cfg.tp)]
             # optimizer-isolated
             for n, p in iso_params.items():
-                p.grad = _optimizer_view(n, [g[n] for g in grads_by_tp], tp_dims[n]).clone()
+                p.grad = _optimizer_view([g[n] for g in grads_by_tp], tp_dims[n]).clone()
             iso_opt.step()
-            dist_view = {n: _optimizer_view(n, [ps[n] for ps in params_by_tp], tp_dims[n]) for n in iso_params}
+            dist_view = {n: _optimizer_view([ps[n] for ps in params_by_tp], tp_dims[n]) for n in iso_params}
             isolated = _max_diff(dist_view, {n: p.detach() for n, p in iso_params.items()})
             # end to end
             e2e_loss = e2e_model(tokens, targets)

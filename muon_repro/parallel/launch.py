@@ -8,7 +8,6 @@ from Python so commands and tests can launch a world without a shell. Each worke
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +17,13 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
-def default_backend() -> str:
-    """NCCL when every local worker can have its own GPU, else gloo."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def default_backend(local_workers: int | None = None) -> str:
+    """NCCL when every local worker can have its own GPU, else gloo.
+
+    ``local_workers`` defaults to ``LOCAL_WORLD_SIZE`` (set by torchrun), else 1.
+    """
+    local = local_workers or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
 
 
 def init_worker(backend: str) -> None:
@@ -85,6 +88,5 @@ def launch(
         monitor_interval=0.05,
         start_method="spawn",
     )
-    with tempfile.TemporaryDirectory(prefix="muon-repro-launch-"):
-        results = elastic_launch(config, _worker)(fn, backend, threads, args)
+    results = elastic_launch(config, _worker)(fn, backend, threads, args)
     return [results[r] for r in range(nprocs)]
