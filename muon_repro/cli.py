@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = parser.parse_args(argv)
+    args.command_line = ["muon-repro", *argv]  # what a run records as the command that made it
     if args.command is None:
         parser.print_help()
         return 0

@@ -2,18 +2,18 @@
 
     bench     record every configuration (complete runs are skipped)   -> traces/
     analyze   traces -> tables                                          -> metrics/
-    figures   tables (+ run directories) -> figures                     -> figures/
+    figures   tables -> figures                                         -> figures/
     report    tables + figures -> report.md, report.pdf                 -> report/
     card      the dataset card and the manifest of the bundle           -> dataset_card.md, MANIFEST.sha256
     bundle    what gets published, then verified                        -> dist/dataset/
 
-Every stage writes atomically, so an interrupted run leaves the previous artifacts intact, and
-running again redoes only what is missing (the benchmark stage) or cheap (the rest).
+Each stage is a function of :mod:`muon_repro.stages`. Every stage writes atomically, so an
+interrupted run leaves the previous artifacts intact, and running again redoes only what is
+missing (the benchmark stage) or cheap (the rest).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from muon_repro import stages
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +33,11 @@ class RunPlan:
     out: Path
     scale: str = "cpu"
     configs: tuple[str, ...] = ("reference",)
+    trials: int = 3
     backend: str | None = None
     force: bool = False
     progress: bool = True
+    command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -58,76 +62,81 @@ class RunPlan:
 
     @property
     def analysis_scripts(self) -> Path:
-        local = self.out / "analysis_scripts"
-        return local if local.is_dir() else REPO_ROOT / "analysis_scripts"
+        return self._shipped("analysis_scripts")
 
+    @property
+    def docs(self) -> Path:
+        return self._shipped("docs")
 
-def _cli(*argv: str) -> None:
-    from muon_repro.cli import main
-
-    code = main([str(a) for a in argv])
-    if code != 0:
-        raise RuntimeError(f"`muon-repro {' '.join(map(str, argv))}` failed (exit {code})")
+    def _shipped(self, folder: str) -> Path:
+        """A folder the repository ships: the artifact root's own copy, else the repository's."""
+        local = self.out / folder
+        return local if local.is_dir() else REPO_ROOT / folder
 
 
 def stage_bench(plan: RunPlan) -> None:
-    from muon_repro.bench.cli import expand_config_names, format_results
-    from muon_repro.bench.configs import resolve
-    from muon_repro.bench.sweep import record_local
-    from muon_repro.parallel.launch import default_backend
+    from muon_repro.bench.cli import format_results
 
-    cfgs = [resolve(key, plan.scale) for key in expand_config_names(list(plan.configs))]
-    backend = plan.backend or default_backend(max(c.world_size for c in cfgs))
-    results = record_local(cfgs, plan.traces, backend, force=plan.force, command=["muon-repro", *sys.argv[1:]], progress=plan.progress)
+    results = stages.bench(plan.configs, plan.traces, scale=plan.scale, trials=plan.trials, backend=plan.backend, force=plan.force,
+                           progress=plan.progress, command=plan.command)  # fmt: skip
     print(format_results(results))
 
 
 def stage_analyze(plan: RunPlan) -> None:
-    from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis, write_tables
-
-    analysis = analyze_paths([plan.traces])
-    if analysis.failures:
-        raise RuntimeError("; ".join(f.message for f in analysis.failures))
-    tables = tables_from_analysis(analysis)
-    write_tables(tables, plan.metrics)
+    tables = stages.analyze([plan.traces], plan.metrics)
     print("tables: " + ", ".join(f"{name} ({len(df)} rows)" for name, df in tables.items()))
 
 
 def stage_figures(plan: RunPlan) -> None:
-    _cli("figures", "--metrics", plan.metrics, "--traces", plan.traces, "--out", plan.figures)
+    for name, path in stages.figures(plan.metrics, plan.figures).items():
+        print(f"{name:20s} {path} (+ .svg)")
 
 
 def stage_report(plan: RunPlan) -> None:
-    _cli("report", "--metrics", plan.metrics, "--traces", plan.traces, "--figures", plan.figures, "--out", plan.report)
+    for fmt, path in stages.report(plan.metrics, plan.figures, plan.report).items():
+        print(f"{fmt:4s} {path}")
 
 
-def _sources(plan: RunPlan) -> list[str]:
-    return ["--traces", str(plan.traces), "--metrics", str(plan.metrics), "--figures", str(plan.figures),
-            "--report", str(plan.report), "--analysis-scripts", str(plan.analysis_scripts), "--date", release_date(plan.traces)]
+def _sources(plan: RunPlan):
+    from muon_repro.hub.bundle import Sources
+
+    return Sources(plan.traces, plan.metrics, plan.figures, plan.report, plan.analysis_scripts, plan.docs)
+
+
+def _meta(plan: RunPlan):
+    from muon_repro import __version__
+    from muon_repro.hub.meta import BundleMeta
+
+    return BundleMeta(version=__version__, date=release_date(plan.metrics))
 
 
 def stage_card(plan: RunPlan) -> None:
-    _cli("card", "--out", plan.out / "dataset_card.md", *_sources(plan))
+    print(f"Wrote {stages.card(_sources(plan), _meta(plan), plan.out / 'dataset_card.md')}")
 
 
 def stage_bundle(plan: RunPlan) -> None:
-    _cli("bundle", "--out", plan.bundle, *_sources(plan))
+    entries, warnings = stages.bundle(_sources(plan), _meta(plan), plan.bundle)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"Bundle in {plan.bundle}: {len(entries) + 1} files, {sum(e.size for e in entries)} bytes")
     # The manifest beside the committed artifacts is the bundle's: same files, same digests.
     shutil.copyfile(plan.bundle / "MANIFEST.sha256", plan.out / "MANIFEST.sha256.tmp")
     (plan.out / "MANIFEST.sha256.tmp").replace(plan.out / "MANIFEST.sha256")
-    _cli("verify", plan.bundle)
+    result = stages.verify(plan.bundle, echo=print)
+    if not result.ok:
+        raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))
+    print(f"{plan.bundle}: all {len(result.passed)} checks passed.")
 
 
-def release_date(traces: Path) -> str:
-    """The day the newest run was recorded (so the card, and the manifest, follow from the traces)."""
-    stamps = []
-    for env in traces.glob("*/*/environment.json"):
-        try:
-            stamps.append(json.loads(env.read_text())["recorded_at"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return max(stamps)[:10] if stamps else datetime.now().date().isoformat()
+def release_date(metrics: Path) -> str:
+    """The day the newest run was recorded (runs.recorded_at), so the card and the manifest follow from the data."""
+    import pandas as pd
+
+    try:
+        recorded = pd.read_parquet(metrics / "runs.parquet", columns=["recorded_at"])["recorded_at"].dropna()
+    except (OSError, ValueError, KeyError):
+        recorded = []
+    return max(str(r) for r in recorded)[:10] if len(recorded) else datetime.now().date().isoformat()
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {
@@ -153,24 +162,26 @@ def run_pipeline(plan: RunPlan) -> dict[str, float]:
 
 
 def claims_summary(metrics: Path) -> str:
-    """The claims table with the report's verdicts, as a terminal reader wants it."""
+    """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict."""
     import pandas as pd
 
-    from muon_repro.analysis.tables import read_table
-    from muon_repro.report.context import report_verdict
+    claims = pd.read_parquet(metrics / "claims.parquet", dtype_backend="numpy_nullable")
 
-    claims, runs = read_table(metrics / "claims.parquet"), read_table(metrics / "runs.parquet")
+    def number(value) -> str:
+        return "-" if pd.isna(value) else f"{float(value):.3g}"
 
-    def cell(value) -> str:
-        if value is None or value is pd.NA:
+    def measured(c) -> str:
+        if pd.isna(c["measured_value"]):
             return "-"
-        return f"{value:.3g}" if isinstance(value, float) else str(value)
+        return f"{number(c['measured_value'])} [{number(c['measured_low'])}, {number(c['measured_high'])}]"
 
-    header = ["claim", "claimed", "measured", "verdict"]
-    rows = [[str(c["claim"]), cell(c["seed_value"]), cell(c["measured_value"]), report_verdict(c, runs)] for _, c in claims.iterrows()]
+    header = ["claim", "claimed", "measured [95% interval]", "verdict"]
+    rows = [[str(c["claim"]), number(c["claimed_value"]), measured(c), str(c["verdict"])] for _, c in claims.iterrows()]
     widths = [min(64, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
         return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
 
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    causes = [f"- {c['claim_id']}: {c['explanation']}" for _, c in claims.iterrows() if str(c["explanation"] or "")]
+    return "\n".join([*table, "", "Why (measured causes):", *causes])

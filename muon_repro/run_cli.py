@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.bench.configs import SCALES
+from muon_repro.bench.configs import DEFAULT_TRIALS, SCALES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--configs", nargs="+", default=["reference"], metavar="CONFIG",
                    help="configs, groups, 'seed', 'reference' or 'all' (default: reference)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="recordings of each configuration, interleaved (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="re-record complete runs")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run)
@@ -32,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from muon_repro.pipeline import STAGES, RunPlan, claims_summary, run_pipeline
 
-    plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), backend=args.backend,
-                   force=args.force, progress=not args.no_progress)
+    plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), trials=args.trials, backend=args.backend,
+                   force=args.force, progress=not args.no_progress, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
     seconds = run_pipeline(plan)
     total = sum(seconds.values())
     print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))

@@ -1,13 +1,16 @@
-"""Worker for tests/test_analysis_gloo.py: record gloo traces of known collectives.
+"""Workers for tests/test_analysis_gloo.py and tests/test_wait_transfer.py: record gloo traces of
+known collectives.
 
 Importable by spawned workers: tests/ is on the parent's ``sys.path``, which spawned children
-inherit. Each rank records two profiled runs in one launch (launching is the slow part): an
-"adamw"-like run and a "muon"-like run with two more gathers, each 3 loop iterations with
-ProfilerStep#1 and #2 recorded.
+inherit. For the analysis tests each rank records two profiled runs in one launch (launching is
+the slow part): an "adamw"-like run and a "muon"-like run with two more gathers, each 3 loop
+iterations with ProfilerStep#1 and #2 recorded. For the wait/transfer test one rank arrives late
+at a DP gather (:func:`record_late_arrival`).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -71,3 +74,36 @@ def record_known_collectives(out_dir: str) -> dict:
                 prof.step()
         ledgers[optimizer] = dims.ledger.as_dicts()
     return {"rank": dims.rank, "ledgers": ledgers}
+
+
+def _late_step(dims: ParallelDims, sleeper: int, sleep_s: float) -> None:
+    """A reduce-scatter that lines each DP group up, then a DP gather that ``sleeper`` enters
+    ``sleep_s`` late, then a TP gather (whose partners inherit the delay)."""
+    with record_function("backward"):
+        reduce_scatter_into(torch.empty(500), torch.ones(500 * DP), dims.dp_group, phase="dp_reduce_scatter")
+    with record_function("optimizer"):
+        with record_function("dp_gather"):
+            if dims.rank == sleeper:
+                time.sleep(sleep_s)
+            all_gather_into(torch.empty(300 * DP), torch.ones(300), dims.dp_group, phase="dp_gather")
+        all_gather_into(torch.empty(128 * TP), torch.ones(128), dims.tp_group, phase="tp_gather")
+
+
+def record_late_arrival(out_dir: str, sleeper: int, sleep_s: float) -> int:
+    """Record ``<out_dir>/late/dp2_tp2/rank<r>.json.gz`` (DP=2 x TP=2, ProfilerStep#1 and #2) in
+    which rank ``sleeper`` sleeps ``sleep_s`` seconds inside the ``dp_gather`` scope, before the
+    gather; returns this rank."""
+    dims = ParallelDims(DP, TP)
+    run_dir = Path(out_dir) / "late" / "dp2_tp2"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / f"rank{dims.rank}.json.gz"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=STEPS - ACTIVE, active=ACTIVE),
+        record_shapes=True,
+        on_trace_ready=lambda prof: prof.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(STEPS):
+            _late_step(dims, sleeper, sleep_s)
+            prof.step()
+    return dims.rank

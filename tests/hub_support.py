@@ -1,7 +1,7 @@
 """Shared pieces of the hub tests: a small synthetic bundle source tree, and a fake Hub environment.
 
 Nothing here talks to the real Hugging Face Hub: every client is pointed at a
-:class:`muon_repro.hub.fake_hub.FakeHub` on 127.0.0.1 (subprocesses through ``HF_ENDPOINT``,
+:class:`muon_repro.testing.fake_hub.FakeHub` on 127.0.0.1 (subprocesses through ``HF_ENDPOINT``,
 in-process clients through ``HfApi(endpoint=...)``).
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from muon_repro.hub.fake_hub import FakeHub
+from muon_repro.testing.fake_hub import FakeHub
 
 DATA = Path(__file__).parent / "data" / "hub"
 TRACE = DATA / "hta_cpu_gloo_rank34.json.gz"
@@ -47,7 +47,7 @@ def _write_table(folder: Path, name: str, columns: dict[str, pa.Array]) -> None:
 
 
 def make_sources(root: Path, *, step_ms: float = 12.5) -> dict[str, Path]:
-    """A small artifact tree like the repository's (traces, metrics, figures, report, scripts); returns the folders."""
+    """A small artifact tree like the repository's (traces, metrics, figures, report, scripts, docs); returns the folders."""
     run = root / "traces" / "comparison" / "muon_dp2_tp1"
     run.mkdir(parents=True)
     for rank in (0, 1):
@@ -99,7 +99,10 @@ def make_sources(root: Path, *, step_ms: float = 12.5) -> dict[str, Path]:
     scripts = root / "analysis_scripts"
     scripts.mkdir()
     (scripts / "muon_vs_adam.py").write_text("from muon_repro.cli import main\n\nmain(['analyze'])\n")
-    return {name: root / name for name in ("traces", "metrics", "figures", "report", "analysis_scripts")}
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "method.md").write_text("# Method\n\n## Communication model\n")
+    return {name: root / name for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs")}
 
 
 def source_args(sources: dict[str, Path]) -> list[str]:

@@ -69,3 +69,23 @@ def load_mismatched(ckpt_dir: str) -> str:
     except ValueError as exc:
         return str(exc)
     return "no error"
+
+
+def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
+    """For each (dp, tp) grid of this world: one tiny-model step with DistributedMuon and with
+    DistributedAdamW (contiguous); what this rank then holds."""
+    from muon_repro.optim.distributed import DistributedAdamW
+
+    results = []
+    for dp, tp in grids:
+        dims = ParallelDims(dp=dp, tp=tp)
+        held = {"dp": dp, "tp": tp, "dp_rank": dims.dp_rank, "tp_rank": dims.tp_rank}
+        for name, optimizer in (("muon", DistributedMuon), ("adamw", DistributedAdamW)):
+            model = GPT(CONFIG, dims.tp_group)
+            opt = optimizer(muon_param_groups(model), dims, lr=0.02, layout="contiguous")
+            tokens = torch.randint(CONFIG.vocab_size, (2, 17), generator=torch.Generator().manual_seed(dims.dp_rank))
+            model(tokens[:, :-1], tokens[:, 1:]).backward()
+            opt.step()
+            held[name] = {"state_bytes": opt.state_bytes(), "by_param": opt.state_bytes_by_param()}
+        results.append(held)
+    return results

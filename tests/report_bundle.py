@@ -1,17 +1,18 @@
-"""A small synthetic bundle (run directories with traces + the five metrics tables) for the report tests.
+"""A small synthetic ``metrics/`` folder for the report tests: every table the report reads.
 
-Built in well under a second, without torch.distributed: each run directory holds the files
-``muon-repro bench`` writes (config.json, environment.json, metrics.json, log.txt, one Chrome
-trace per rank with our phase labels inside ProfilerStep#N), and ``metrics/`` holds tables that
-conform to :data:`muon_repro.analysis.tables.SCHEMAS`, with the claims measured by the real
-:func:`muon_repro.analysis.claims.claims_table`. Bytes are the analytic model's, so the three
-byte sources agree.
+Built in well under a second, without torch: the tables conform to
+:data:`muon_repro.analysis.schemas.SCHEMAS` and are written by the analysis's own
+:func:`~muon_repro.analysis.tables.write_tables`, with the claims measured by the real
+:func:`~muon_repro.analysis.claims.claims_table`. There are no run directories and no traces:
+the report reads the tables alone. Bytes follow a simple ring-model-like formula, the same for
+the analytic, ledger and trace sources, so the three agree. Every configuration is recorded in
+:data:`TRIALS` trials (a little slower each), all training :data:`TOKENS_PER_STEP` tokens per
+step, so the claims have 95% intervals and the runs did the same work.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import pandas as pd
 
 from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.collectives import COMM_KINDS
-from muon_repro.analysis.tables import SCHEMAS, write_tables
-from muon_repro.report.analytic import analytic_bytes
+from muon_repro.analysis.schemas import SCHEMAS
+from muon_repro.analysis.tables import write_tables
+from muon_repro.rundir import OPTIMIZER_COMM_PHASES
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,13 @@ class Run:
     def key(self) -> str:
         return f"{self.group}/{self.name}"
 
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp
+
+    def ids(self) -> dict:
+        return {"run": self.key, "group": self.group, "name": self.name}
+
 
 FULL = (
     Run("comparison", "adamw", 2, 2),
@@ -53,181 +62,285 @@ FULL = (
     Run("layout_ablation", "muon", 2, 2, "bucketed"),
     Run("layout_ablation", "muon", 2, 2, "whole_matrix"),
 )
-STEPS = (2, 3, 4)
-BASE_NS = 1_790_000_000_000_000_000
-
-
-def _config(run: Run) -> dict:
-    return {
-        "group": run.group, "name": run.name, "optimizer": run.optimizer, "dp": run.dp, "tp": run.tp, "layout": run.layout,
-        "scale": "tiny", "preset": "tiny", "batch_per_dp": 2, "seq_len": 16, "bucket_elems": 4096 if run.layout == "bucketed" else None,
-        "qkv": "fused", "wait": 1, "warmup": 1, "active": 3, "lr": 0.003, "weight_decay": 0.1, "ns_dtype": None, "gather_dtype": "bf16",
-        "reduce_dtype": "fp32", "seed": 0, "key": run.key, "steps": 5, "world_size": run.dp * run.tp, "backend": "gloo", "device": "cpu",
-        "command": ["muon-repro", "bench", "reference", "--scale", "tiny", "--out", "traces"],
-    }  # fmt: skip
+STEPS = (2, 3, 4)  # profiled steps (of TRAIN_STEPS)
+TRIALS = (0, 1)  # every configuration recorded twice
+TRAIN_STEPS = 5
+MODEL_PARAMS = 53_376
+MATRIX_PARAMS = 40_000  # the part of the model Muon manages
+TOKENS_PER_STEP = 1_024  # the same for every run (equal work); batch per DP rank = TOKENS_PER_STEP / (dp * SEQ_LEN)
+SEQ_LEN = 16
+LOCAL_STATE_ELEMS = 10_000  # optimizer-managed elements per TP rank, split in ZeRO-1 chunks over DP
+EMBED_ELEMS = 2_000  # of them, the embedding's (AdamW state under both optimizers), in DP rank 0's chunk
+# Columns other engineers are adding to the runs table: filled in when the schema has them.
+OPTIONAL_RUN_COLUMNS = {"loopback_bytes_per_step": 2.5e6, "ring_bytes_per_step": 2.0e6}
+COMMAND = "muon-repro bench reference --scale tiny --out traces"
+OPTIMIZER_PHASES = {
+    "muon": ("dp_reduce_scatter", "momentum", "dp_gather", "tp_gather", "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather"),
+    "adamw": ("dp_reduce_scatter", "update", "dp_all_gather"),
+}
 
 
 def _environment(run: Run) -> dict:
     return {
         "hostname": "testhost", "os": "Linux-test", "python": "3.11.7", "torch": "2.13.0+cpu", "cuda": None, "nccl": None,
-        "backend": "gloo", "world_size": run.dp * run.tp, "nodes": 1, "host_cpu": "Test CPU", "host_cpu_cores": 2,
+        "backend": "gloo", "world_size": run.world, "nodes": 1, "host_cpu": "Test CPU", "host_cpu_cores": 2,
         "host_memory_bytes": 8 * 2**30, "torch_num_threads": 1, "accelerator": None, "accelerator_count": 0,
         "accelerator_memory_bytes": None, "interconnect_topology": None, "git_sha": "0123456789abcdef0123", "git_dirty": False,
-        "pip_freeze": ["torch==2.13.0"],
+        "recorded_at": "2026-01-02T03:04:05+00:00", "pip_freeze": ["torch==2.13.0", "pandas==2.2.3"],
     }  # fmt: skip
 
 
-def _timing(run: Run, rank: int, step: int) -> dict[str, float]:
-    """Deterministic per-rank step times (ms): Muon's optimizer is slower, ranks differ a little."""
-    wobble = 1 + 0.03 * rank + 0.02 * (step - 3)
+def _timing(run: Run, rank: int, step: int, trial: int = 0) -> dict[str, float]:
+    """Deterministic per-rank step times (ms): Muon's optimizer is slower, ranks and trials differ a little."""
+    wobble = (1 + 0.03 * rank + 0.02 * (step - 3)) * (1 + 0.05 * trial)
     fwd, bwd = 40 * wobble, 60 * wobble
     opt = (90 if run.optimizer == "muon" else 15) * wobble * (1.3 if run.layout == "bucketed" else 1.0)
     return {"forward": fwd, "backward": bwd, "optimizer": opt, "step": fwd + bwd + opt + 5}
 
 
-def _trace(run: Run, rank: int) -> dict:
-    """A Kineto-like Chrome trace: ProfilerStep#N, our phase labels, gloo transfers on a worker thread."""
-    events, t = [], 1000.0
-    offset_us = 150.0 * rank  # ranks start at different times on the wall clock
-    for step in STEPS:
-        tm = _timing(run, rank, step)
+def _analytic(run: Run) -> dict[str, float]:
+    """Bytes per rank per step in each optimizer communication phase (ring model: (n-1) chunks of ceil(E/n))."""
 
-        def x(name: str, ts: float, dur: float, tid: int = 1) -> None:
-            events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur})
+    def ring(elems: int, n: int, nbytes: int) -> float:
+        return float((n - 1) * math.ceil(elems / n) * nbytes)
 
-        x(f"ProfilerStep#{step}", t, tm["step"] * 1000)
-        f0 = t + 1000
-        x("forward", f0, tm["forward"] * 1000)
-        if run.tp > 1:
-            x("tp_all_reduce", f0 + 5000, 2000)
-            x("gloo:all_reduce", f0 + 5200, 1500, tid=2)
-        b0 = f0 + tm["forward"] * 1000
-        x("backward", b0, tm["backward"] * 1000)
-        o0 = b0 + tm["backward"] * 1000
-        x("optimizer", o0, tm["optimizer"] * 1000)
-        phases = ["dp_reduce_scatter", "momentum", "dp_gather", "tp_gather", "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather"]
-        if run.optimizer == "adamw":
-            phases = ["dp_reduce_scatter", "update", "dp_all_gather"]
-        share = tm["optimizer"] * 1000 / len(phases)
-        for i, phase in enumerate(phases):
-            x(phase, o0 + i * share, share * 0.9)
-            if phase.startswith(("dp_", "tp_")) and phase not in ("dp_shard", "tp_shard"):
-                x("gloo:all_gather", o0 + i * share + 10, share * 0.5, tid=2)
-        t += tm["step"] * 1000 + 2000
-    return {
-        "schemaVersion": 1,
-        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": run.dp * run.tp},
-        "baseTimeNanoseconds": BASE_NS + int(offset_us * 1000),
-        "traceEvents": events,
-        "traceName": f"rank{rank}",
-    }
+    local, matrices = MODEL_PARAMS // run.tp, MATRIX_PARAMS // run.tp
+    out = dict.fromkeys(OPTIMIZER_COMM_PHASES, 0.0)
+    out["dp_reduce_scatter"] = ring(local, run.dp, 4)
+    out["dp_all_gather"] = ring(local, run.dp, 4)
+    if run.optimizer == "muon":
+        straddling = {"contiguous": 0.1, "bucketed": 1.0, "whole_matrix": 0.0}[run.layout]
+        out["dp_gather"] = ring(int(straddling * matrices), run.dp, 2)
+        out["tp_gather"] = ring(MATRIX_PARAMS // 2, run.tp, 2)  # the matrices Newton-Schulz needs whole
+    return out
 
 
-def _metrics(run: Run) -> dict:
-    ranks = []
-    world = run.dp * run.tp
-    for r in range(world):
-        dp_rank = r // run.tp
-        if run.optimizer == "adamw":
-            state = {"muon": 0, "adamw": 80_000 // run.dp}
-        else:  # the first DP chunk holds the embedding (AdamW state), the rest matrices (one moment)
-            state = {"muon": 20_000 // run.dp, "adamw": 20_000 // run.dp if dp_rank == 0 else 0}
-        loss = [4.85 - (0.25 if run.optimizer == "muon" else 0.1) * s - 0.01 * dp_rank for s in range(5)]
-        ranks.append({
-            "rank": r, "dp_rank": dp_rank, "tp_rank": r % run.tp, "step_ms": [_timing(run, r, s)["step"] for s in range(5)],
-            "optimizer_ms": [_timing(run, r, s)["optimizer"] for s in range(5)], "loss": loss, "ledger": [],
-            "state_bytes": state, "transient_bytes": 65_536 if run.optimizer == "muon" else 0, "peak_memory_bytes": 10**8,
-            "peak_memory_source": "process_max_rss", "update_rms": {}, "ns_calls": 4, "ns_flops": 10**6,
-            "model_params": 53_376, "local_params": 53_376 // run.tp,
-        })  # fmt: skip
-    return {"config": run.key, "ranks": ranks}
+def _state(run: Run, dp_rank: int) -> dict[str, int]:
+    """Bytes of optimizer state of one rank: its ZeRO-1 chunk of the TP-local elements; the
+    embedding (first chunk) keeps AdamW's two moments, the matrices one moment under Muon."""
+    chunk = LOCAL_STATE_ELEMS // run.dp
+    embed = min(EMBED_ELEMS, chunk) if dp_rank == 0 else 0
+    if run.optimizer == "adamw":
+        return {"muon": 0, "adamw": 8 * chunk}
+    return {"muon": 4 * (chunk - embed), "adamw": 8 * embed}
 
 
-def _write_run(root: Path, run: Run) -> Path:
-    d = root / "traces" / run.group / run.name
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(_config(run)))
-    (d / "environment.json").write_text(json.dumps(_environment(run)))
-    (d / "metrics.json").write_text(json.dumps(_metrics(run)))
-    (d / "log.txt").write_text(f"{run.key}\n")
-    for r in range(run.dp * run.tp):
-        with gzip.open(d / f"rank{r}.json.gz", "wt") as fh:
-            json.dump(_trace(run, r), fh)
-    return d
+def _ns_flops(run: Run, dp_rank: int) -> int:
+    """Newton-Schulz FLOPs per step: uneven across DP ranks in the contiguous layout (who holds which matrix)."""
+    if run.optimizer != "muon":
+        return 0
+    return {"contiguous": 1_200_000 if dp_rank == 0 else 800_000, "bucketed": 2_000_000, "whole_matrix": 1_000_000}[run.layout]
 
 
-def _tables(runs: tuple[Run, ...], dirs: dict[str, Path]) -> dict[str, pd.DataFrame]:
-    run_rows, step_rows, coll_rows = [], [], []
-    for run in runs:
-        world = run.dp * run.tp
-        analytic = analytic_bytes(_config(run), run.key)
-        model_tp = 50_000.0 if run.tp > 1 else 0.0
-        per_step = []
-        for r in range(world):
+def _loss(run: Run, dp_rank: int, step: int) -> float:
+    return 4.85 - (0.25 if run.optimizer == "muon" else 0.1) * step - 0.01 * dp_rank
+
+
+def _model_tp_bytes(run: Run) -> float:
+    return 50_000.0 if run.tp > 1 else 0.0
+
+
+# ---------------------------------------------------------------- one table each
+
+
+def _steps(run: Run) -> list[dict]:
+    analytic = _analytic(run)
+    rows = []
+    for t in TRIALS:
+        for r in range(run.world):
             for s in STEPS:
-                tm = _timing(run, r, s)
+                tm = _timing(run, r, s, t)
                 comm = 0.3 * tm["optimizer"] + (5 if run.tp > 1 else 0)
                 compute = tm["step"] - comm - 3
-                row = {"run": run.key, "group": run.group, "name": run.name, "rank": r, "step": s, "file": str(dirs[run.key] / f"rank{r}.json.gz"),
-                       "device": "cpu", "start_us": 1000.0, "step_ms": tm["step"], "forward_ms": tm["forward"], "backward_ms": tm["backward"],
-                       "optimizer_ms": tm["optimizer"], "compute_ms": compute, "comm_ms": comm, "overlap_ms": 0.0, "exposed_comm_ms": comm,
-                       "idle_ms": 3.0, "compute_frac": compute / tm["step"], "comm_frac": comm / tm["step"], "exposed_comm_frac": comm / tm["step"],
-                       "idle_frac": 3 / tm["step"], "optimizer_share": tm["optimizer"] / tm["step"], "comm_calls": 6,
-                       "comm_bytes": int(sum(analytic.values()) + model_tp), "peak_mem_bytes": 10**7, "start_skew_ms": 1.0, "late_ms": 0.5,
-                       "straggler_rank": 0}  # fmt: skip
+                row = {**run.ids(), "trial": t, "rank": r, "step": s, "file": f"traces/{run.key}/trial{t}/rank{r}.json.gz", "device": "cpu",
+                       "start_us": 1000.0, "step_ms": tm["step"], "forward_ms": tm["forward"], "backward_ms": tm["backward"],
+                       "optimizer_ms": tm["optimizer"], "compute_ms": compute, "comm_ms": comm, "comm_wait_ms": 0.4 * comm,
+                       "comm_transfer_ms": 0.6 * comm, "compute_window_ms": compute, "comm_window_ms": comm, "overlap_ms": 0.0,
+                       "exposed_comm_ms": comm, "idle_ms": 3.0, "compute_frac": compute / tm["step"], "comm_frac": comm / tm["step"],
+                       "exposed_comm_frac": comm / tm["step"], "idle_frac": 3 / tm["step"], "optimizer_share": tm["optimizer"] / tm["step"],
+                       "comm_calls": 6, "comm_bytes": int(sum(analytic.values()) + _model_tp_bytes(run)), "peak_mem_bytes": 10**7,
+                       "start_skew_ms": 1.0, "late_ms": 0.5, "straggler_rank": 0}  # fmt: skip
                 for k in COMM_KINDS:
                     row[f"comm_{k}_ms"] = {"all_gather": 0.5 * comm, "reduce_scatter": 0.3 * comm, "all_reduce": 0.2 * comm}.get(k, 0.0)
-                step_rows.append(row)
-                per_step.append(row)
-            for phase, nbytes in analytic.items():
+                rows.append(row)
+    return rows
+
+
+def _collectives(run: Run) -> list[dict]:
+    rows = []
+    for t in TRIALS:
+        for r in range(run.world):
+            for phase, nbytes in _analytic(run).items():
                 if nbytes:
-                    coll_rows.append({"run": run.key, "group": run.group, "name": run.name, "rank": r, "phase": phase,
-                                      "op": "reduce_scatter" if phase == "dp_reduce_scatter" else "all_gather", "source": "gloo",
-                                      "group_size": run.dp if phase.startswith("dp") else run.tp, "dtype": "float32", "steps": len(STEPS),
-                                      "calls": 3, "bytes": int(nbytes * len(STEPS)), "size_bytes": int(nbytes * len(STEPS) * 2), "ms": 3.0,
-                                      "bytes_per_step": nbytes, "ms_per_step": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 0.5,
-                                      "ledger_bytes": int(nbytes * len(STEPS))})  # fmt: skip
-        s = pd.DataFrame(per_step)
-        g = s.groupby("step")
-        step_ms = g["step_ms"].max()
-        run_rows.append({
-            "run": run.key, "group": run.group, "name": run.name, "optimizer": run.optimizer, "layout": run.layout, "dp": run.dp, "tp": run.tp,
-            "world_size": world, "backend": "gloo", "device": "cpu", "ranks": world, "steps": len(STEPS), "step_ms": step_ms.median(),
-            "step_ms_p10": step_ms.quantile(0.1), "step_ms_p90": step_ms.quantile(0.9),
-            **{c: g[c].mean().median() for c in ("forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "overlap_ms",
-                                                 "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes")},
-            "optimizer_share": s["optimizer_ms"].sum() / s["step_ms"].sum(), "start_skew_ms": 1.0,
-            "state_bytes": max(sum(v["state_bytes"].values()) for v in _metrics(run)["ranks"]), "peak_mem_bytes": 10**7,
-            "peak_mem_source": "trace_allocator", "path": str(dirs[run.key]),
-        })  # fmt: skip
-    runs_df = SCHEMAS["runs"].conform(pd.DataFrame(run_rows))
-    comp = _comparisons(runs_df)
+                    total = int(nbytes * len(STEPS))
+                    rows.append({**run.ids(), "trial": t, "rank": r, "phase": phase,
+                                 "op": "reduce_scatter" if phase == "dp_reduce_scatter" else "all_gather", "source": "gloo",
+                                 "group_size": run.dp if phase.startswith("dp") else run.tp, "dtype": "float32", "steps": len(STEPS),
+                                 "calls": 3, "bytes": total, "size_bytes": 2 * total, "ms": 3.0, "wait_ms": 1.2, "transfer_ms": 1.8,
+                                 "matched_calls": 3, "bytes_per_step": nbytes, "ms_per_step": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 0.5,
+                                 "ledger_bytes": total})  # fmt: skip
+    return rows
+
+
+def _ranks(run: Run) -> list[dict]:
+    rows = []
+    for t in TRIALS:
+        for r in range(run.world):
+            dp_rank, state = r // run.tp, _state(run, r // run.tp)
+            muon = run.optimizer == "muon"
+            rows.append({**run.ids(), "trial": t, "rank": r, "dp_rank": dp_rank, "tp_rank": r % run.tp, "muon_state_bytes": state["muon"],
+                         "adamw_state_bytes": state["adamw"], "state_bytes": sum(state.values()), "transient_bytes": 65_536 if muon else 0,
+                         "peak_mem_bytes": 10**8, "peak_mem_source": "process_max_rss", "ns_calls": 4 if muon else 0,
+                         "ns_flops": _ns_flops(run, dp_rank), "shard_elems": MODEL_PARAMS // run.world, "muon_matrices": 8 if muon else 0,
+                         "ns_matrices": 4 if muon else 0, "dp_gathered_matrices": 1 if muon and run.dp > 1 else 0,
+                         "local_params": MODEL_PARAMS // run.tp})  # fmt: skip
+    return rows
+
+
+def phase_ms(run: Run, rank: int, trial: int, phase: str) -> float:
+    """ms per step inside ``phase``'s scope (the phases table's ms_per_step)."""
+    timings = [_timing(run, rank, s, trial) for s in STEPS]
+    if phase in ("forward", "backward", "optimizer"):
+        return sum(t[phase] for t in timings) / len(timings)
+    if phase == "tp_all_reduce":
+        return 2.0
+    return 0.9 * sum(t["optimizer"] for t in timings) / len(timings) / len(OPTIMIZER_PHASES[run.optimizer])
+
+
+def _phases(run: Run) -> list[dict]:
+    analytic = _analytic(run)
+    fine = (*OPTIMIZER_PHASES[run.optimizer], *(("tp_all_reduce",) if run.tp > 1 else ()))
+    rows = []
+    for t in TRIALS:
+        for r in range(run.world):
+            for phase in ("forward", "backward", "optimizer", *fine):
+                ms = phase_ms(run, r, t, phase)
+                sent = _model_tp_bytes(run) if phase == "tp_all_reduce" else analytic.get(phase)
+                comm = bool(sent)  # a phase with collectives: its time splits into wait and transfer
+                rows.append({**run.ids(), "trial": t, "rank": r, "phase": phase, "steps": len(STEPS), "ms_per_step": ms,
+                             "wait_ms_per_step": 0.3 * ms if comm else None, "transfer_ms_per_step": 0.5 * ms if comm else None,
+                             "analytic_bytes": analytic.get(phase), "ledger_bytes": sent or None, "trace_bytes": sent or None})  # fmt: skip
+    return rows
+
+
+def _timeline(run: Run) -> list[dict]:
+    """Every profiled step of every trial and rank, as the analysis lays it out: ms from the earliest
+    rank's step start (rank r starts 0.15 r ms late), the step window, phases, sub-phases, transfers."""
+    rows = []
+    for t in TRIALS:
+        for r in range(run.world):
+            for s in STEPS:
+                rows += _one_step(run, t, r, s)
+    return rows
+
+
+def _one_step(run: Run, trial: int, rank: int, step: int) -> list[dict]:
+    tm = _timing(run, rank, step, trial)
+    key = {**run.ids(), "trial": trial, "rank": rank, "step": step}
+    spans = []
+
+    def span(lane: str, phase: str, start: float, dur: float) -> None:
+        spans.append({**key, "lane": lane, "phase": phase, "start_ms": start, "end_ms": start + dur, "aligned": True})
+
+    t0 = 0.15 * rank
+    span("step", "step", t0, tm["step"])
+    f0 = t0 + 1.0
+    span("coarse", "forward", f0, tm["forward"])
+    if run.tp > 1:
+        span("fine", "tp_all_reduce", f0 + 5.0, 2.0)
+        span("transfer", "transfer", f0 + 5.2, 1.5)
+    b0 = f0 + tm["forward"]
+    span("coarse", "backward", b0, tm["backward"])
+    o0 = b0 + tm["backward"]
+    span("coarse", "optimizer", o0, tm["optimizer"])
+    phases = OPTIMIZER_PHASES[run.optimizer]
+    share = tm["optimizer"] / len(phases)
+    for i, phase in enumerate(phases):
+        span("fine", phase, o0 + i * share, 0.9 * share)
+        if phase in OPTIMIZER_COMM_PHASES:
+            span("transfer", "transfer", o0 + i * share + 0.01, 0.5 * share)
+    return spans
+
+
+def _losses(run: Run) -> list[dict]:
+    return [{**run.ids(), "trial": t, "rank": r, "step": s, "loss": _loss(run, r // run.tp, s)}
+            for t in TRIALS for r in range(run.world) for s in range(TRAIN_STEPS)]  # fmt: skip
+
+
+def _environment_rows(run: Run) -> list[dict]:
+    def text(v) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    return [{**run.ids(), "trial": t, "key": k, "value": text(v)} for t in TRIALS for k, v in sorted(_environment(run).items()) if v is not None]
+
+
+def _runs(run: Run, steps: pd.DataFrame) -> dict:
+    """The run's row as the analysis computes it: medians over the (trial, step)s of every trial."""
+    s = steps[steps["run"] == run.key]
+    g = s.groupby(["trial", "step"])
+    step_ms = g["step_ms"].max()
+    ordered = step_ms.sort_values(kind="stable")
+    typical_trial, typical_step = ordered.index[len(ordered) // 2]
+    ns_flops = max(_ns_flops(run, d) for d in range(run.dp))
+    optional = {c: v for c, v in OPTIONAL_RUN_COLUMNS.items() if c in SCHEMAS["runs"].names}
     return {
-        "runs": runs_df,
-        "steps": SCHEMAS["steps"].conform(pd.DataFrame(step_rows)),
-        "collectives": SCHEMAS["collectives"].conform(pd.DataFrame(coll_rows)) if coll_rows else SCHEMAS["collectives"].empty(),
-        "comparisons": comp,
-        "claims": SCHEMAS["claims"].conform(claims_table(runs_df, comp)),
-    }
+        **run.ids(), "optimizer": run.optimizer, "layout": run.layout, "dp": run.dp, "tp": run.tp, "world_size": run.world,
+        "backend": "gloo", "device": "cpu", "ranks": run.world, "trials": len(TRIALS), "tokens_per_step": TOKENS_PER_STEP,
+        "tokens_per_s": TOKENS_PER_STEP / step_ms.median() * 1000.0, "steps": len(STEPS) * len(TRIALS), "step_ms": step_ms.median(),
+        "step_ms_p10": step_ms.quantile(0.1), "step_ms_p90": step_ms.quantile(0.9),
+        **{c: g[c].mean().median() for c in ("forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "comm_wait_ms",
+                                             "comm_transfer_ms", "overlap_ms", "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes")},
+        "optimizer_share": s["optimizer_ms"].sum() / s["step_ms"].sum(), "start_skew_ms": 1.0,
+        "state_bytes": max(sum(_state(run, d).values()) for d in range(run.dp)), "peak_mem_bytes": 10**7,
+        "peak_mem_source": "trace_allocator", "path": f"traces/{run.key}", "train_flops": 6 * MODEL_PARAMS * TOKENS_PER_STEP,
+        "ns_flops_max_rank": ns_flops, "typical_trial": int(typical_trial), "typical_step": int(typical_step),
+        "scale": "tiny", "preset": "tiny", "qkv": "fused", "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN), "seq_len": SEQ_LEN,
+        "train_steps": TRAIN_STEPS, "lr": 0.003, "weight_decay": 0.1, "ns_dtype": None, "gather_dtype": "bf16", "reduce_dtype": "fp32",
+        "seed": 0, "model_params": MODEL_PARAMS, "command": COMMAND, "git_sha": _environment(run)["git_sha"],
+        "recorded_at": _environment(run)["recorded_at"], **optional,
+    }  # fmt: skip
 
 
 def _comparisons(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     r = runs.astype(object).where(runs.notna(), None)
     for _, m in r[r["optimizer"] == "muon"].iterrows():
-        a = r[(r["optimizer"] == "adamw") & (r["dp"] == m["dp"]) & (r["tp"] == m["tp"])]
+        a = r[(r["optimizer"] == "adamw") & (r["dp"] == m["dp"]) & (r["tp"] == m["tp"]) & (r["tokens_per_step"] == m["tokens_per_step"])]
         if a.empty:
             continue
         a = a.iloc[0]
-        cols = ("comm_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
+        cols = ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
         rows.append({"group": m["group"], "dp": m["dp"], "tp": m["tp"], "backend": "gloo", "device": "cpu", "layout": m["layout"],
-                     "muon_run": m["run"], "adamw_run": a["run"],
+                     "tokens_per_step": m["tokens_per_step"], "muon_run": m["run"], "adamw_run": a["run"],
                      **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols}})  # fmt: skip
     return SCHEMAS["comparisons"].conform(pd.DataFrame(rows)) if rows else SCHEMAS["comparisons"].empty()
 
 
+def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
+    return SCHEMAS[name].conform(pd.DataFrame(rows)) if rows else SCHEMAS[name].empty()
+
+
+def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
+    """Every table of the analysis, for ``runs``."""
+    steps = _frame("steps", [row for run in runs for row in _steps(run)])
+    runs_df = _frame("runs", [_runs(run, steps) for run in runs])
+    ranks = _frame("ranks", [row for run in runs for row in _ranks(run)])
+    phases = _frame("phases", [row for run in runs for row in _phases(run)])
+    return {
+        "runs": runs_df,
+        "steps": steps,
+        "collectives": _frame("collectives", [row for run in runs for row in _collectives(run)]),
+        "comparisons": _comparisons(runs_df),
+        "claims": SCHEMAS["claims"].conform(claims_table(runs_df, steps, ranks, phases)),
+        "ranks": ranks,
+        "phases": phases,
+        "timeline": _frame("timeline", [row for run in runs for row in _timeline(run)]),
+        "losses": _frame("losses", [row for run in runs for row in _losses(run)]),
+        "environment": _frame("environment", [row for run in runs for row in _environment_rows(run)]),
+    }
+
+
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:
-    """Write ``root/traces/<group>/<name>/`` and ``root/metrics/``; returns ``root``."""
-    dirs = {run.key: _write_run(root, run) for run in runs}
-    write_tables(_tables(runs, dirs), root / "metrics")
+    """Write ``root/metrics/`` (Parquet + CSV, every table); returns ``root``."""
+    write_tables(tables(runs), root / "metrics")
     return root

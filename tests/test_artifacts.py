@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = ("runs", "steps", "collectives", "comparisons", "claims")
+from muon_repro.analysis.schemas import TABLE_NAMES as TABLES
 
 
 @pytest.mark.slow
@@ -19,7 +20,7 @@ def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatc
     from muon_repro.analysis.pipeline import analyze_paths
     from muon_repro.analysis.tables import read_table, tables_from_analysis
 
-    assert list((REPO / "traces").glob("*/*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
+    assert list((REPO / "traces").glob("*/*/trial*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
     monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<group>/<name>
     analysis = analyze_paths([Path("traces")])
     assert not analysis.failures
@@ -37,7 +38,7 @@ def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_pa
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "dataset"
-    assert main(["bundle", "--out", str(out), "--date", release_date(Path("traces"))]) == 0
+    assert main(["bundle", "--out", str(out), "--date", release_date(Path("metrics"))]) == 0
     assert (out / "MANIFEST.sha256").read_text() == (REPO / "MANIFEST.sha256").read_text()
     assert (out / "README.md").read_text() == (REPO / "dataset_card.md").read_text()
     result = verify_bundle(out)
@@ -46,7 +47,8 @@ def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_pa
 
 @pytest.mark.slow
 def test_run_end_to_end_then_again_without_rerecording(tmp_path):
-    cmd = [sys.executable, "-m", "muon_repro", "run", "--scale", "tiny", "--configs", "comparison", "--out", str(tmp_path), "--no-progress"]
+    cmd = [sys.executable, "-m", "muon_repro", "run", "--scale", "tiny", "--configs", "comparison", "--trials", "2", "--out", str(tmp_path),
+           "--no-progress"]  # fmt: skip
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert first.returncode == 0, first.stderr[-3000:]
     for artifact in ("metrics/runs.parquet", "metrics/claims.parquet", "report/report.md", "report/report.pdf",
@@ -54,10 +56,11 @@ def test_run_end_to_end_then_again_without_rerecording(tmp_path):
         assert (tmp_path / artifact).is_file(), artifact
     assert "Claims, as measured here" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
     traces = sorted((tmp_path / "traces").rglob("*.json.gz"))
-    assert len(traces) == 8
+    assert len(traces) == 2 * 2 * 4  # 2 configurations x 2 trials x 4 ranks
     stamps = [p.stat().st_mtime_ns for p in traces]
 
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stdout.count("skipped") == 2 and "recorded" not in second.stdout
+    statuses = re.findall(r"^\S+\s+\d+\s+(recorded|skipped)\s", second.stdout, re.M)  # the bench table's status column
+    assert statuses == ["skipped"] * 4
     assert [p.stat().st_mtime_ns for p in traces] == stamps

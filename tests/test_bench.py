@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, resolve
-from muon_repro.bench.sweep import is_complete, record_local, run_dir_for
-from muon_repro.optim.comm_model import OPTIMIZER_PHASES
+from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, resolve
+from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, run_dir_for
+from muon_repro.rundir import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
+from muon_repro.rundir import RunDir, trial_dir
 
 PHASES = ("forward", "backward", "optimizer", "dp_reduce_scatter", "momentum", "dp_gather", "tp_gather",
           "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather")
@@ -32,8 +33,8 @@ def bench(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("traces")
-    record_local([resolve(CONFIG, "tiny")], out, "gloo", progress=False)
-    return run_dir_for(out, resolve(CONFIG, "tiny"))
+    record_local([resolve(CONFIG, "tiny")], out, "gloo", trials=1, progress=False)
+    return trial_dir(run_dir_for(out, resolve(CONFIG, "tiny")), 0)
 
 
 @pytest.mark.slow
@@ -59,6 +60,7 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
     config = json.loads((recorded / "config.json").read_text())
     env = json.loads((recorded / "environment.json").read_text())
     assert config["key"] == CONFIG and config["backend"] == "gloo" and config["command"]
+    assert (config["trial"], config["trials"], config["tokens_per_step"]) == (0, 1, cfg.tokens_per_step)
     assert env["torch"] and env["host_cpu_cores"] and "pip_freeze" in env
     assert sum(line.startswith("step ") for line in (recorded / "log.txt").read_text().splitlines()) == cfg.steps
 
@@ -82,36 +84,60 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
 @pytest.mark.slow
 def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     key = "comparison/adamw_dp2_tp2"
-    first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
     assert first.returncode == 0, first.stderr
-    run_dir = tmp_path / "comparison" / "adamw_dp2_tp2"
+    run_dir = tmp_path / "comparison" / "adamw_dp2_tp2" / "trial0"
     assert is_complete(run_dir, 4)
     stamp = (run_dir / "metrics.json").stat().st_mtime_ns
 
-    again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
     assert again.returncode == 0 and "skipped" in again.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns == stamp
 
-    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force")
+    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force", "--trials", "1")
     assert forced.returncode == 0 and "recorded" in forced.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns != stamp
 
     # Interrupt a run while its workers are training: no run directory, partial or final.
     other = tmp_path / "distributed_muon"
     proc = subprocess.Popen([sys.executable, "-m", "muon_repro", "bench", "distributed_muon/muon_dp4", "--scale", "tiny",
-                             "--out", str(tmp_path), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--out", str(tmp_path), "--no-progress", "--trials", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not list(other.glob(".*.partial/*")) and time.monotonic() < deadline:
+    while not list(other.glob("*/.*.partial/*")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert list(other.glob(".*.partial")), "the run never started"
+    assert list(other.glob("*/.*.partial")), "the run never started"
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode != 0
-    assert not [p for p in other.iterdir()] if other.exists() else True
+    assert not list(other.rglob("trial*")) and not list(other.rglob(".*.partial"))
 
-    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress")
+    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
     assert redo.returncode == 0 and "recorded" in redo.stdout, redo.stderr
-    assert is_complete(other / "muon_dp4", 4)
+    assert is_complete(other / "muon_dp4" / "trial0", 4)
+
+
+@pytest.mark.slow
+def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
+    cfgs = [resolve("comparison/adamw_dp2_tp2", "tiny"), resolve("distributed_muon/adamw_dp4", "tiny")]
+    results = record_local(cfgs, tmp_path, "gloo", trials=2, progress=False)
+    assert [(r.key, r.trial, r.status) for r in results] == [
+        ("comparison/adamw_dp2_tp2", 0, "recorded"), ("distributed_muon/adamw_dp4", 0, "recorded"),
+        ("comparison/adamw_dp2_tp2", 1, "recorded"), ("distributed_muon/adamw_dp4", 1, "recorded"),
+    ]  # fmt: skip
+    order = sorted(results, key=lambda r: json.loads((r.run_dir / "environment.json").read_text())["recorded_at"])
+    assert [(r.key, r.trial) for r in order] == [(r.key, r.trial) for r in results]  # recorded A B A B, in that order
+    for r in results:
+        config = RunDir(r.run_dir).config
+        assert config.trial == r.trial and config.trials == 2 and config.tokens_per_step == 128
+        assert config.batch_per_dp * config.dp * config.seq_len == 128  # DP2 trains 4 sequences per rank, DP4 2
+
+
+def test_tokens_per_step_must_divide_into_the_grid():
+    with pytest.raises(ValueError, match=r"tokens_per_step=1000 does not divide into dp=2 x micro-batches of seq_len=128; use a positive multiple of 256"):
+        BenchConfig(group="g", name="n", optimizer="muon", dp=2, tp=2, tokens_per_step=1000, seq_len=128)
+    assert resolve("distributed_muon/muon_tp4", "cpu").batch_per_dp == 8 and resolve("distributed_muon/muon_dp4", "cpu").batch_per_dp == 2
+    with pytest.raises(ValueError, match="trials must be a positive integer"):
+        plan_recordings([resolve(CONFIG, "tiny")], Path("x"), trials=0)
 
 
 def test_unknown_config_lists_the_valid_names():

@@ -34,7 +34,7 @@ def _card_meta(bundle: Path) -> dict:
 
 def test_layout_is_exactly_what_gets_published(bundle, sources):  # noqa: F811
     top = sorted(p.name for p in bundle.iterdir())
-    assert top == ["CITATION.cff", "MANIFEST.sha256", "README.md", "analysis_scripts", "figures", "metrics", "report", "traces"]
+    assert top == ["CITATION.cff", "MANIFEST.sha256", "README.md", "analysis_scripts", "docs", "figures", "metrics", "report", "traces"]
     for name, folder in sources.items():
         assert [f"{name}/{p}" for p in list_files(folder)] == [p for p in list_files(bundle) if p.startswith(name + "/")]
         for rel in list_files(folder):

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from hub_support import TOKEN, build, hub_env, make_sources, muon_repro, run
 
-from muon_repro.hub.fake_hub import FakeHub
 from muon_repro.hub.fsutil import list_files
 from muon_repro.hub.manifest import read_manifest
+from muon_repro.testing.fake_hub import FakeHub
 
 REPO = "test-org/muon-traces"
 TABLES = ["runs", "steps", "collectives", "comparisons", "claims"]

@@ -166,3 +166,34 @@ def test_vector_in_muon_set_is_rejected():
 def test_bad_hyperparameters(kwargs, field):
     with pytest.raises(ValueError, match=field):
         Muon(muon_param_groups(TinyNet()), **kwargs)
+
+
+def test_gather_dtype_rounds_the_newton_schulz_input():
+    """``gather_dtype`` rounds the NS input as DistributedMuon's gathers do, and nothing else."""
+    from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+    from muon_repro.optim.update_rules import apply_decoupled_update_, muon_update_scale
+
+    model, _, _ = run(lambda m: make_muon(m, ns_dtype=torch.float32, gather_dtype=torch.bfloat16), steps=1)
+    fresh = TinyNet()
+    for name in ("w_wide", "w_tall", "experts"):
+        g = gradients(fresh, 0)[name]
+        ns_input = g.add(g, alpha=MU).to(torch.bfloat16).float()  # first Nesterov input (buf = g), rounded
+        want = fresh.get_parameter(name).detach().clone()
+        update = zeropower_via_newtonschulz5(ns_input, dtype=torch.float32)
+        apply_decoupled_update_(want, update, LR, WD, muon_update_scale(g.shape, "moonlight"))
+        assert torch.equal(model.get_parameter(name).detach(), want), name
+    unrounded, _, _ = run(lambda m: make_muon(m, ns_dtype=torch.float32), steps=1)
+    assert not torch.equal(unrounded.w_wide, model.w_wide)
+    assert torch.equal(unrounded.embed, model.embed)  # AdamW parameters are untouched by it
+
+
+def test_bf16_gather_changes_nothing_under_bf16_newton_schulz():
+    rounded, _, _ = run(lambda m: make_muon(m, ns_dtype=torch.bfloat16, gather_dtype=torch.bfloat16), steps=3)
+    plain, _, _ = run(lambda m: make_muon(m, ns_dtype=torch.bfloat16), steps=3)
+    for (name, got), want in zip(rounded.named_parameters(), plain.parameters()):
+        assert torch.equal(got, want), name
+
+
+def test_bad_gather_dtype():
+    with pytest.raises(ValueError, match="gather_dtype must be None or a floating-point torch.dtype, got torch.int8"):
+        Muon(muon_param_groups(TinyNet()), gather_dtype=torch.int8)

@@ -1,5 +1,7 @@
-"""Figures and report on a synthetic bundle (tests/report_bundle.py): the PDF read back, the
-Markdown's links, missing metrics named, figures degrading with one optimizer or one run."""
+"""Figures and report on a synthetic metrics folder (tests/report_bundle.py): the PDF read back,
+the Markdown's links, the claims as the table has them, the optimizer step decomposed, missing
+metrics named, trials kept apart, figures degrading with one optimizer or one run, and both
+commands working from ``metrics/`` alone."""
 
 from __future__ import annotations
 
@@ -12,21 +14,25 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from PIL import Image
-from report_bundle import FULL, Run, make_bundle
+from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms
 
+from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.cli import main
-from muon_repro.report.context import SECTIONS, claims_rows, report_verdict
+from muon_repro.report import derive, figures
+from muon_repro.report.context import SECTIONS, VERDICTS, claim_measured, claim_region, claims_rows, ms, report_verdict
 from muon_repro.report.data import MissingMetric, load
 from muon_repro.report.figures import FIGURES
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def _run(root: Path, *argv: str) -> int:
-    return main([*argv[:1], "--metrics", str(root / "metrics"), "--traces", str(root / "traces"), *argv[1:]])
+    return main([*argv[:1], "--metrics", str(root / "metrics"), *argv[1:]])
 
 
 @pytest.fixture(scope="session")
 def bundle(tmp_path_factory) -> Path:
-    """A full synthetic bundle with figures and the report in md, html and pdf, read-only.
+    """A full synthetic metrics folder with figures and the report in md, html and pdf, read-only.
 
     Built once per session: under pytest-xdist the workers share it through the parent of
     their temporary directories, the first to take the lock builds it.
@@ -115,7 +121,7 @@ def test_pdf_has_every_section_heading_and_claims_row(bundle: Path) -> None:
     text = _pdf_text(bundle / "report" / "report.pdf")
     for _, heading in SECTIONS:
         assert heading in text, heading
-    claims = claims_rows(load(bundle / "metrics", bundle / "traces"))
+    claims = claims_rows(load(bundle / "metrics"))
     assert len(claims) >= 6
     for c in claims:
         assert _squash(c["claim"]) in text, c["claim"]
@@ -148,6 +154,12 @@ def test_a_pdf_page_renders_to_a_non_blank_image(bundle: Path) -> None:
 # ---------------------------------------------------------------- the Markdown
 
 
+def _method_anchors() -> set[str]:
+    """The anchors GitHub gives the repository's docs/method.md headings."""
+    text = (REPO / "docs" / "method.md").read_text()
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
 def test_markdown_links_and_images_resolve_inside_the_bundle(bundle: Path) -> None:
     md_path = bundle / "report" / "report.md"
     md = md_path.read_text()
@@ -155,11 +167,24 @@ def test_markdown_links_and_images_resolve_inside_the_bundle(bundle: Path) -> No
     images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md)
     assert len(images) == len(FIGURES)
     assert len(targets) > len(images)  # the SVGs and the tables are linked too
+    method_links = 0
+    own = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", md, flags=re.MULTILINE)}
     for href in targets:
         assert not re.match(r"^[a-z]+:", href), f"external link {href} in the report"
-        target = (md_path.parent / href).resolve()
-        assert target.is_file(), href
+        if href.startswith("#"):  # a section of the report itself
+            assert href[1:] in own, href
+            continue
+        path, _, anchor = href.partition("#")
+        target = (md_path.parent / path).resolve()
         assert target.is_relative_to(bundle.resolve()), href
+        if target == (bundle / "docs" / "method.md").resolve():
+            # The repository's method notes, beside report/ in its layout (not in a metrics-only bundle).
+            assert anchor in _method_anchors(), f"{href}: no such heading in docs/method.md"
+            method_links += 1
+        else:
+            assert target.is_file() and not anchor, href
+    assert method_links >= 3
+    assert "DESIGN.md" not in md
 
 
 def test_markdown_and_html_say_the_same_thing(bundle: Path) -> None:
@@ -182,7 +207,7 @@ def test_no_none_or_nan_reaches_the_report(bundle: Path) -> None:
 
 @pytest.fixture
 def bundle_copy(bundle: Path, tmp_path: Path) -> Path:
-    for sub in ("metrics", "traces", "figures"):
+    for sub in ("metrics", "figures"):
         shutil.copytree(bundle / sub, tmp_path / sub)
     return tmp_path
 
@@ -203,12 +228,27 @@ def _edit_table(root: Path, name: str, edit) -> None:
 
 def test_a_missing_value_fails_with_its_name(bundle_copy: Path, capsys) -> None:
     def drop_value(df: pd.DataFrame) -> pd.DataFrame:
-        df.loc[df["run"] == "comparison/muon_dp2_tp2", "optimizer_share"] = pd.NA
+        df.loc[df["run"] == "comparison/muon_dp2_tp2", "tokens_per_s"] = pd.NA
         return df
 
     _edit_table(bundle_copy, "runs", drop_value)
     err = _report_error(bundle_copy, capsys)
-    assert "runs.optimizer_share" in err and "comparison/muon_dp2_tp2" in err
+    assert "runs.tokens_per_s" in err and "comparison/muon_dp2_tp2" in err
+
+
+def test_a_verdict_outside_the_vocabulary_is_refused(bundle_copy: Path, capsys) -> None:
+    def old_vocabulary(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[df["claim_id"] == "state_memory", "verdict"] = "supported"
+        return df
+
+    _edit_table(bundle_copy, "claims", old_vocabulary)
+    err = _report_error(bundle_copy, capsys)
+    assert "claims.verdict" in err and "state_memory" in err and "'supported'" in err
+
+
+def test_a_table_without_trials_is_named(bundle_copy: Path, capsys) -> None:
+    _edit_table(bundle_copy, "phases", lambda df: df.drop(columns=["trial"]))
+    assert "phases.trial" in _report_error(bundle_copy, capsys)
 
 
 def test_a_missing_column_fails_with_its_name(bundle_copy: Path, capsys) -> None:
@@ -217,10 +257,19 @@ def test_a_missing_column_fails_with_its_name(bundle_copy: Path, capsys) -> None
 
 
 def test_a_missing_environment_field_fails_with_its_name(bundle_copy: Path, capsys) -> None:
-    env = bundle_copy / "traces" / "comparison" / "adamw_dp2_tp2" / "environment.json"
-    env.write_text(env.read_text().replace('"host_cpu": "Test CPU"', '"host_cpu": null'))
+    _edit_table(bundle_copy, "environment", lambda df: df[~((df["run"] == "comparison/adamw_dp2_tp2") & (df["key"] == "host_cpu"))])
     err = _report_error(bundle_copy, capsys)
     assert "host_cpu" in err and "comparison/adamw_dp2_tp2" in err
+
+
+def test_a_missing_byte_source_fails_with_its_name(bundle_copy: Path, capsys) -> None:
+    def drop_analytic(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[df["run"] == "distributed_muon/muon_dp4", "analytic_bytes"] = pd.NA
+        return df
+
+    _edit_table(bundle_copy, "phases", drop_analytic)
+    err = _report_error(bundle_copy, capsys)
+    assert "phases.analytic_bytes" in err and "distributed_muon/muon_dp4" in err
 
 
 def test_a_missing_table_or_figure_fails_with_its_name(bundle_copy: Path, capsys) -> None:
@@ -228,6 +277,32 @@ def test_a_missing_table_or_figure_fails_with_its_name(bundle_copy: Path, capsys
     assert "timeline" in _report_error(bundle_copy, capsys)
     (bundle_copy / "metrics" / "claims.parquet").unlink()
     assert "claims.parquet" in _report_error(bundle_copy, capsys)
+
+
+def test_a_typical_step_without_rows_is_named(bundle_copy: Path, capsys) -> None:
+    def far_step(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[df["run"] == "comparison/muon_dp2_tp2", "typical_step"] = 99
+        return df
+
+    _edit_table(bundle_copy, "runs", far_step)
+    assert _run(bundle_copy, "figures", "--out", str(bundle_copy / "figures2")) == 2
+    err = capsys.readouterr().err
+    assert "runs.typical_step 99" in err and "comparison/muon_dp2_tp2" in err
+    # The timeline alone (the step breakdown would refuse first).
+    data = load(bundle_copy / "metrics")
+    with pytest.raises(MissingMetric, match=r"timeline.*comparison/muon_dp2_tp2 at step 99 of trial"):
+        figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
+
+
+def test_a_typical_trial_without_rows_is_named(bundle_copy: Path) -> None:
+    def far_trial(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[df["run"] == "comparison/muon_dp2_tp2", "typical_trial"] = 7
+        return df
+
+    _edit_table(bundle_copy, "runs", far_trial)
+    data = load(bundle_copy / "metrics")
+    with pytest.raises(MissingMetric, match=r"comparison/muon_dp2_tp2 at step \d+ of trial 7"):
+        figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
 
 
 def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
@@ -241,21 +316,171 @@ def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
     assert "runs.step_ms_p90" in err and "distributed_muon/muon_dp4" in err
 
 
+# ---------------------------------------------------------------- metrics/ alone
+
+
+def test_figures_and_report_need_only_the_metrics_folder(bundle: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    shutil.copytree(bundle / "metrics", tmp_path / "metrics")
+    monkeypatch.chdir(tmp_path)  # the defaults: metrics/, figures/, report/; no traces/ anywhere
+    assert main(["figures"]) == 0
+    assert main(["report", "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "timeline             figures/timeline.png (+ .svg)" in out and "md   report/report.md" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "metrics", "report"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "muon-repro analyze traces --out metrics\n" in md
+    assert "muon-repro figures --metrics metrics --out figures\n" in md
+    assert "muon-repro report --metrics metrics --figures figures --out report --format md\n" in md
+    assert "--traces" not in md
+
+
+def test_traces_is_no_option_of_figures_or_report(capsys) -> None:
+    for command in ("figures", "report"):
+        with pytest.raises(SystemExit):
+            main([command, "--traces", "traces"])
+        assert "unrecognized arguments: --traces" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- derived frames
+
+
+def test_phase_bytes_are_the_mean_over_ranks_and_trials_and_an_unrecorded_source_is_nan() -> None:
+    rows = [
+        {"run": "g/r", "trial": trial, "rank": rank, "phase": phase, "analytic_bytes": pd.NA, "ledger_bytes": nbytes, "trace_bytes": nbytes}
+        for trial in (0, 1)
+        for rank, sent in ((0, 100.0), (1, 300.0))
+        for phase, nbytes in (("forward", pd.NA), ("dp_reduce_scatter", sent), ("tp_gather", sent / 2))
+    ]
+    table = derive.phase_bytes(pd.DataFrame(rows), "g/r")
+    assert table.loc["dp_reduce_scatter", "ledger"] == 200.0 and table.loc["tp_gather", "trace"] == 100.0  # trials not summed
+    assert table.loc["dp_gather", "ledger"] == 0.0  # no row: nothing sent
+    assert table["analytic"].isna().all()
+    assert derive.total_bytes(table) == 300.0  # the first recorded source
+    with pytest.raises(MissingMetric, match="phases.analytic_bytes"):
+        derive.require_sources(table, "g/r")
+
+
+def test_one_step_is_the_typical_step_of_the_typical_trial() -> None:
+    rows = [
+        {"run": "g/r", "trial": trial, "rank": rank, "step": 3, "lane": lane, "phase": phase, "start_ms": 0.0,
+         "end_ms": 10.0 * (trial + 1), "aligned": True}
+        for trial in (0, 1) for rank in (0, 1) for lane, phase in (("step", "step"), ("coarse", "forward"))
+    ]  # fmt: skip
+    timeline = pd.DataFrame(rows)
+    one = derive.one_step(timeline, "g/r", 3, trial=1)
+    assert one.trial == 1 and len(one.windows) == 2 and set(one.windows["end_ms"]) == {20.0} and set(one.spans["end_ms"]) == {20.0}
+    with pytest.raises(MissingMetric, match="trial 2"):
+        derive.one_step(timeline, "g/r", 3, trial=2)
+
+
+def test_the_decomposition_is_the_mean_over_trials_per_rank(bundle: Path) -> None:
+    data = load(bundle / "metrics")
+    run = Run("comparison", "muon", 2, 2)
+    table = derive.optimizer_decomposition(data.phases, run.key)
+    assert list(table.index) == list(range(run.world))
+    for rank in table.index:
+        expect = sum(phase_ms(run, rank, t, "newton_schulz") for t in TRIALS) / len(TRIALS)
+        assert table.loc[rank, "muon_newton_schulz"] == pytest.approx(expect)
+        assert table.loc[rank, "muon_dp_gather_wait"] == pytest.approx(0.3 * table.loc[rank, "muon_dp_gather"])
+        assert table.loc[rank, "muon_dp_gather_transfer"] == pytest.approx(0.5 * table.loc[rank, "muon_dp_gather"])
+        parts = sum(table.loc[rank, k] for k, _, _ in derive.OPTIMIZER_PARTS) + table.loc[rank, "rest"]
+        assert parts == pytest.approx(table.loc[rank, "optimizer"])
+    adamw = derive.optimizer_decomposition(data.phases, "comparison/adamw_dp2_tp2")
+    assert (adamw["muon_newton_schulz"] == 0).all() and (adamw["muon_tp_gather"] == 0).all()
+
+
+# ---------------------------------------------------------------- the report's sections
+
+
+def _section(md: str, heading: str) -> str:
+    return md.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
+    md = (bundle / "report" / "report.md").read_text()
+    claims = pd.read_parquet(bundle / "metrics" / "claims.parquet", dtype_backend="numpy_nullable")
+    section = _section(md, "Claims")
+    assert "| claim | source | claimed | agrees if in | measured (95% interval) | verdict | measured cause |" in section
+    for _, c in claims.iterrows():
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| {c['claim']} |"))
+        assert f"| {c['verdict']} |" in line, line  # the table's verdict, as it is
+        assert str(c["explanation"]).split(";")[0].replace("|", "\\|") in line
+        if c["verdict"] != "not measured":
+            assert re.search(r"\(\S+(–| to )\S+\)|\(no spread\)", line), line  # measured with its interval
+    assert set(claims["verdict"]) <= set(VERDICTS) and len(set(claims["verdict"])) == len(VERDICTS)  # the bundle has all four
+    for text in (md, (bundle / "report" / "report.html").read_text()):
+        assert "different conditions" not in text and "supported" not in text
+    method = _section(md, "Method")
+    assert all(f"**{v}**" in method for v in VERDICTS) and "95% interval" in method and "bootstrap" in method
+    assert all(v in _section(md, "Summary") for v in ("reproduced", "inconclusive", "not measured"))
+
+
+def test_the_decomposition_section(bundle: Path) -> None:
+    md = (bundle / "report" / "report.md").read_text()
+    section = _section(md, "The optimizer step, decomposed")
+    header = "|  | " + " | ".join([f"Muon r{r}" for r in range(4)] + [f"AdamW r{r}" for r in range(4)]) + " |"
+    assert header in section
+    for label in ("ZeRO-1 gradient reduce-scatter", "ZeRO-1 parameter all-gather", "DP gather (Muon)", "TP gather (Muon)",
+                  "↳ transfer", "↳ waiting for the group's last rank", "Newton-Schulz (Muon)", "momentum + element-wise update"):  # fmt: skip
+        assert f"| {label}" in section, label
+    ns = next(ln for ln in section.splitlines() if ln.startswith("| Newton-Schulz (Muon) |")).split(" | ")
+    rank0 = sum(phase_ms(Run("comparison", "muon", 2, 2), 0, t, "newton_schulz") for t in TRIALS) / len(TRIALS)
+    assert ns[-1] == "— |" and ns[1] == ms(rank0).removesuffix(" ms")  # Muon rank 0, mean over trials; AdamW has none
+    runs = load(bundle / "metrics").runs.set_index("run")
+    m, a = runs.loc["comparison/muon_dp2_tp2"], runs.loc["comparison/adamw_dp2_tp2"]
+    assert f"Optimizer share, Muon DP2·TP2: {100 * m['optimizer_ms'] / m['step_ms']:.1f}%" in section
+    assert f"Optimizer share, AdamW DP2·TP2: {100 * a['optimizer_ms'] / a['step_ms']:.1f}%" in section
+    extra = (m["step_ms"] - a["step_ms"]) / TOKENS_PER_STEP * 1000
+    assert f"Muon's extra over AdamW per token: {extra:+.1f} µs per token" in section
+    assert "the ranks with less Newton-Schulz work wait in the DP gather for the others" in section  # contiguous: uneven NS
+
+
+def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
+    md = (bundle / "report" / "report.md").read_text()
+    setup = _section(md, "Setup")
+    assert f"| tokens per step (all DP ranks) | {TOKENS_PER_STEP:,} for every run" in setup
+    for grid, dp in (("DP2·TP2", 2), ("DP4", 4), ("TP4", 1)):
+        assert f"{grid} {TOKENS_PER_STEP // (dp * SEQ_LEN)} × {SEQ_LEN}" in setup
+    assert f"{len(TRIALS)} × 5 steps ({len(STEPS)} profiled per trial)" in setup
+    results = _section(md, "Results")
+    assert "| trials × steps |" in results and "| tokens/s |" in results
+    if "loopback_bytes_per_step" in SCHEMAS["runs"].names:  # what gloo sent, beside the ring model
+        assert "Muon DP2·TP2 (comparison/muon_dp2_tp2): 2.50 MB per step over loopback against 2.00 MB by the ring model (1.250×" in results
+    muon = next(ln for ln in results.splitlines() if "| comparison/muon_dp2_tp2 |" in ln)
+    runs = load(bundle / "metrics").runs.set_index("run")
+    assert f"| {len(TRIALS)} × {len(STEPS)} |" in muon and f"| {runs.loc['comparison/muon_dp2_tp2', 'tokens_per_s']:,.0f} |" in muon
+
+
 # ---------------------------------------------------------------- verdicts
 
 
-def test_verdicts_in_the_report_terms() -> None:
+def test_the_report_verdict_is_the_table_verdict() -> None:
     runs = pd.DataFrame({"run": ["g/muon", "g/adamw"], "device": ["cpu", "cpu"], "backend": ["gloo", "gloo"]})
-    gpu = runs.assign(device="cuda", backend="nccl")
+    for verdict in VERDICTS:
+        row = pd.Series({"claim_id": "comm_time_dp2_tp2", "verdict": verdict, "measured_value": 1.0, "conditions": "g/muon vs g/adamw"})
+        assert report_verdict(row, runs) == verdict
+    for old in ("supported", "partly supported", "different conditions"):
+        with pytest.raises(MissingMetric, match="claims.verdict"):
+            report_verdict(pd.Series({"claim_id": "x", "verdict": old}), runs)
 
-    def row(claim_id: str, verdict: str, value=1.0) -> pd.Series:
-        return pd.Series({"claim_id": claim_id, "verdict": verdict, "measured_value": value, "conditions": "g/muon vs g/adamw"})
 
-    assert report_verdict(row("comm_time_dp2_tp2", "supported"), runs) == "reproduced"
-    assert report_verdict(row("comm_time_dp2_tp2", "not supported"), runs) == "different conditions"
-    assert report_verdict(row("comm_time_dp2_tp2", "not supported"), gpu) == "not reproduced"
-    assert report_verdict(row("state_memory", "partly supported"), runs) == "not reproduced"
-    assert report_verdict(row("async_slowdown", "not measured", pd.NA), runs) == "not measured"
+def test_claim_values_read_in_their_units() -> None:
+    def row(value, low, high, unit, claim_id="c") -> pd.Series:
+        return pd.Series({"claim_id": claim_id, "unit": unit, "measured_value": value, "measured_low": low, "measured_high": high})
+
+    assert claim_measured(row(1.62, 1.48, 1.77, "ratio Muon/AdamW")) == "1.62× (1.48–1.77)"
+    assert claim_measured(row(0.336, 0.162, 0.663, "fraction: optimizer / step")) == "33.6% (16.2–66.3%)"
+    assert claim_measured(row(-0.209, -0.643, 0.679, "fraction: Muon / AdamW - 1")) == "−20.9% (−64.3% to +67.9%)"
+    assert claim_measured(row(1.0, 1.0, 1.0, "ratio Muon/AdamW", "comm_bytes_ratio")) == "1.000× (no spread)"
+    assert claim_measured(row(pd.NA, pd.NA, pd.NA, "ratio")) == "not measured"
+    with pytest.raises(MissingMetric, match="measured_low"):
+        claim_measured(row(1.0, pd.NA, 1.2, "ratio"))
+    assert claim_region("[0.456, 0.684]", "ratio", "c") == "[0.456×, 0.684×]"
+    assert claim_region("(1, 1.25]", "ratio", "c") == "(1×, 1.25×]"
+    assert claim_region("(-inf, 0.03]", "fraction: a / b - 1", "c") == "≤ +3%"
+    assert claim_region("[0, 0.022]", "fraction: a / b", "c") == "[0%, 2.2%]"
+    with pytest.raises(MissingMetric, match="claims.region"):
+        claim_region("0.5 or so", "ratio", "c")
 
 
 def test_formatters_refuse_missing_values() -> None:

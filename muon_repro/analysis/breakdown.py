@@ -3,23 +3,51 @@
 Definitions (the same for every trace, documented once here and in the ``steps`` schema):
 
 * **Steps** are the CPU ``ProfilerStep#N`` annotations; a trace without them is one window
-  from its first to its last event, numbered ``-1``. Every time below is measured inside
-  the step's window ``[start, start + step_ms)``: GPU work that runs past the end of a step
-  is counted in the step during which it actually ran, so the parts always add up
-  (``busy + idle = step``) and fractions stay within [0, 1].
+  from its first to its last event, numbered ``-1``, to which everything belongs.
+* **Launch step** (HolisticTraceAnalysis's convention, the one users cross-check against):
+  GPU work belongs to the step whose window contains the start of the runtime call that
+  launched it (``cudaLaunchKernel``, ``hipExtModuleLaunchKernel``, ``cudaMemcpyAsync``...,
+  joined to the kernel by ``args.correlation``), *whole*, even when it runs after that
+  step's window has ended. A collective kernel whose runtime call is missing falls back to
+  its caller op (``record_param_comms`` with its ``External id``); GPU work launched outside
+  every step window (or outside the trace) belongs to no step. On CPU (gloo) traces the
+  launch of a collective is its caller's ``c10d::`` op (``issue_ts``,
+  :mod:`muon_repro.analysis.instances`; an unmatched worker transfer is its own launch).
+* **Launch-step columns** (what HTA reports per iteration): ``comm_<kind>_ms`` is the *sum* of
+  the durations of that kind's collective transfer intervals (NCCL kernels, gloo worker
+  annotations, else the calls) launched in the step, as HTA sums kernel durations;
+  ``comm_ms`` is the length of the *union* of all collective intervals launched in the step
+  (overlapping streams counted once), so ``comm_ms <= sum of comm_<kind>_ms``. On GPU,
+  ``compute_ms`` is the union of the non-NCCL kernels, memcpys and memsets launched in the
+  step. Collective calls and bytes (``comm_calls``, ``comm_bytes``) follow the same rule.
+  Durations are the events' own (HTA 0.5 rounds each event's start and end to whole
+  microseconds, so its sums run slightly lower: 0.05% on the A100 NCCL sample's collectives).
+* **Window columns**: ``comm_window_ms`` and ``compute_window_ms`` are the same unions
+  clipped to the step's window ``[start, start + step_ms)``, whatever step launched the work,
+  so GPU work running past a step's end counts in the step during which it ran. Overlap,
+  exposed communication, idle time and every ``*_frac`` are built from them, so the parts
+  add up (``compute_window + comm_window - overlap + idle = step``) and fractions stay in
+  [0, 1]. On CPU traces ``compute_ms`` equals ``compute_window_ms`` (CPU ops run where they
+  are issued).
 * **Device**: ``cuda`` when the trace has GPU kernels / copies, else ``cpu``.
-* **Communication**: union of the collectives' transfer intervals
-  (:mod:`muon_repro.analysis.collectives`), overall and per kind.
-* **Computation**: on GPU, the union of non-NCCL kernels, memcpys and memsets; on CPU, the
-  union of ``cpu_op`` events on threads other than the gloo workers, except the collective
-  calls and the ops that enclose one (an autograd Function around a collective spans the
-  time its thread sits blocked in it).
-* **Overlap** = |comm ∩ compute|; **exposed communication** = comm - overlap;
-  **idle** = step - |comm ∪ compute|.
+* **Communication** intervals: the collectives' transfer intervals
+  (:mod:`muon_repro.analysis.collectives`, :mod:`muon_repro.analysis.instances`); a kernel
+  that names no op (``ncclDevKernel_Generic``, RCCL) gets the kind of the
+  ``record_param_comms`` / ``nccl:<op>`` op that launched it.
+* **Computation**: on GPU, non-NCCL kernels, memcpys and memsets; on CPU, the union of
+  ``cpu_op`` events on threads other than the gloo workers, except the collective calls and
+  the ops that enclose one (an autograd Function around a collective spans the time its
+  thread sits blocked in it).
+* **Overlap** = |comm ∩ compute| in the window; **exposed communication** =
+  comm_window - overlap; **idle** = step - |comm ∪ compute| in the window.
+* **Last step**: every ``ProfilerStep#N`` is kept, the last one included (HTA drops the last
+  iteration as possibly unfinished; ours are complete, closed by the profiler's
+  ``schedule=``). Work launched in the last step counts in it in full under the launch-step
+  columns even if it ends after the step's window, or after the trace's last CPU event;
+  its window columns count only the part inside the window.
 * **forward / backward / optimizer**: union of the phase annotations (ours, ``## forward ##``
-  style, ``Optimizer.step#...``) on CPU threads. Without any backward annotation, the
-  autograd engine's ``evaluate_function`` ops stand for it.
-* **Collective calls and bytes** belong to the step in which the rank *issued* them.
+  style, ``Optimizer.step#...``) on CPU threads, inside the window. Without any backward
+  annotation, the autograd engine's ``evaluate_function`` ops stand for it.
 * **Peak memory**: the highest ``Total Allocated`` among ``[memory]`` events in the step
   (CUDA allocator on GPU traces, CPU allocator otherwise); null without memory events.
 """
@@ -37,6 +65,7 @@ from muon_repro.analysis.collectives import COMM_KINDS, coarse_phase, step_numbe
 from muon_repro.analysis.instances import collective_instances
 from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.reader import TraceEvents, TraceMeta, read_trace
+from muon_repro.analysis.timeline import phase_spans
 
 US_PER_MS = 1000.0
 
@@ -50,6 +79,8 @@ STEP_COLUMNS = (
     "compute_ms",
     "comm_ms",
     *(f"comm_{k}_ms" for k in COMM_KINDS),
+    "compute_window_ms",
+    "comm_window_ms",
     "overlap_ms",
     "exposed_comm_ms",
     "idle_ms",
@@ -73,6 +104,7 @@ class TraceBreakdown:
     steps: pd.DataFrame  # columns STEP_COLUMNS
     collectives: pd.DataFrame  # instances.INSTANCE_COLUMNS + "step"
     notes: dict[str, int] = field(default_factory=dict)
+    spans: pd.DataFrame | None = None  # timeline.phase_spans: our phase scopes per step, on the trace's clock
 
     def summary(self) -> dict[str, Any]:
         """One JSON-ready object per trace (``muon-repro analyze --json``): medians over steps."""
@@ -98,6 +130,8 @@ class TraceBreakdown:
             "optimizer_ms": med("optimizer_ms"),
             "compute_ms": med("compute_ms"),
             "comm_ms": comm,
+            "compute_window_ms": med("compute_window_ms"),
+            "comm_window_ms": med("comm_window_ms"),
             "comm_bytes": int(s["comm_bytes"].median()) if len(s) else 0,
             "comm_calls": int(s["comm_calls"].median()) if len(s) else 0,
             "overlap_ms": med("overlap_ms"),
@@ -124,7 +158,6 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     ev = trace.events
     ts = ev["ts"].to_numpy()
     end = ev["end"].to_numpy()
-    thread = ev["thread"].to_numpy()
     names = np.asarray(ev["name"].cat.categories, dtype=object)
     name_codes = ev["name"].cat.codes.to_numpy()
     cats = np.asarray(ev["cat"].cat.categories, dtype=object)
@@ -144,66 +177,28 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     starts = windows["start"].to_numpy()
     stops = starts + windows["dur"].to_numpy()
 
+    step_ids = windows["step"].to_numpy(np.int64)
     inst = collective_instances(trace, group_sizes)
-    inst["step"] = _assign_steps(inst["issue_ts"].to_numpy(), windows)
+    inst["step"] = _assign_steps(inst["launch_ts"].to_numpy(dtype=float), windows)
 
-    # communication and computation as unions of intervals
-    comm = Segments.union(inst["start"].to_numpy(), inst["end"].to_numpy())
-    comm_by_kind = {k: Segments.union(g["start"].to_numpy(), g["end"].to_numpy()) for k, g in inst.groupby("kind")}
-    nccl = by_name(lambda n: n.startswith(("ncclKernel", "ncclDevKernel")))
-    if device == "cuda":
-        work = gpu_work & ~nccl
-        compute = Segments.union(ts[work], end[work])
-    else:
-        worker_threads = _worker_threads(trace, by_name(lambda n: n.startswith("gloo:")), thread)
-        on_workers = np.isin(thread, worker_threads)
-        comm_call = by_name(lambda n: n.startswith(("c10d::", "gloo:", "nccl:")) or n == "record_param_comms")
-        ops = np.flatnonzero(by_cat(lambda c: c == "cpu_op") & cpu_side & ~on_workers)
-        work = ops[~comm_call[ops]]
-        work = work[~_contains_any(thread[work], ts[work], end[work], thread[ops[comm_call[ops]]], ts[ops[comm_call[ops]]])]
-        compute = Segments.union(ts[work], end[work])
-    overlap = comm.intersect(compute)
-
-    def ms(segments: Segments) -> np.ndarray:
-        return segments.covered(starts, stops) / US_PER_MS
-
-    step_ms = (stops - starts) / US_PER_MS
-    comm_ms = ms(comm)
-    compute_ms = ms(compute)
-    overlap_ms = np.minimum(ms(overlap), np.minimum(comm_ms, compute_ms))
-    busy_ms = comm_ms + compute_ms - overlap_ms
-    out: dict[str, Any] = {
-        "step": windows["step"].to_numpy(np.int64),
-        "start_us": starts,
-        "step_ms": step_ms,
-    }
+    work = _computation_rows(trace, device, gpu_work, cpu_side, by_name, by_cat)
+    out: dict[str, Any] = {"step": step_ids, "start_us": starts, "step_ms": (stops - starts) / US_PER_MS}
     for phase in ("forward", "backward", "optimizer"):
-        out[f"{phase}_ms"] = ms(_phase_segments(phase, names, name_codes, ts, end, cpu_side))
-    out["compute_ms"] = compute_ms
-    out["comm_ms"] = comm_ms
-    for k in COMM_KINDS:
-        out[f"comm_{k}_ms"] = ms(comm_by_kind[k]) if k in comm_by_kind else np.zeros(len(starts))
-    out["overlap_ms"] = overlap_ms
-    out["exposed_comm_ms"] = np.maximum(comm_ms - overlap_ms, 0.0)
-    out["idle_ms"] = np.maximum(step_ms - busy_ms, 0.0)
-    safe = np.where(step_ms > 0, step_ms, 1.0)
-    for col, num in (
-        ("compute_frac", compute_ms),
-        ("comm_frac", comm_ms),
-        ("exposed_comm_frac", out["exposed_comm_ms"]),
-        ("idle_frac", out["idle_ms"]),
-        ("optimizer_share", out["optimizer_ms"]),
-    ):
-        out[col] = np.clip(np.where(step_ms > 0, num / safe, 0.0), 0.0, 1.0)
-    counted = inst[inst["step"] != _NO_STEP]
-    calls = counted.groupby("step").size()
-    sent = counted[counted["bytes"] >= 0].groupby("step")["bytes"].sum()
-    out["comm_calls"] = calls.reindex(out["step"], fill_value=0).to_numpy(np.int64)
-    out["comm_bytes"] = sent.reindex(out["step"], fill_value=0).to_numpy(np.int64)
+        out[f"{phase}_ms"] = _phase_segments(phase, names, name_codes, ts, end, cpu_side).covered(starts, stops) / US_PER_MS
+    out.update(_window_columns(inst, ts[work], end[work], starts, stops))
+    out.update(_launch_step_columns(inst, step_ids))
+    if device == "cuda":
+        launched = trace.launch_rows[work]
+        launch_ts = np.where(launched >= 0, ts[np.maximum(launched, 0)], np.nan)
+        out["compute_ms"] = _union_ms_by_step(_assign_steps(launch_ts, windows), ts[work], end[work], step_ids)
+    else:  # CPU ops run where they are issued
+        out["compute_ms"] = out["compute_window_ms"]
+    out["optimizer_share"] = _fraction(out["optimizer_ms"], out["step_ms"])
     out["peak_mem_bytes"] = _peak_memory(trace, starts, stops, device)
     steps = pd.DataFrame(out, columns=list(STEP_COLUMNS))
     inst = inst[inst["step"] != _NO_STEP].reset_index(drop=True)
-    return TraceBreakdown(meta=trace.meta, device=device, steps=steps, collectives=inst, notes=dict(trace.notes))
+    spans = phase_spans(trace.events, steps)
+    return TraceBreakdown(meta=trace.meta, device=device, steps=steps, collectives=inst, notes=dict(trace.notes), spans=spans)
 
 
 _NO_STEP = -(2**31)
@@ -243,6 +238,94 @@ def _step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_si
         ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     lo, hi = float(ts.min()), float(end.max())
     return pd.DataFrame({"step": [-1], "start": [lo], "dur": [max(hi - lo, 0.0)]})
+
+
+def _computation_rows(trace: TraceEvents, device: str, gpu_work: np.ndarray, cpu_side: np.ndarray, by_name, by_cat) -> np.ndarray:
+    """Rows of the computation events: non-NCCL GPU work on GPU; on CPU, the ``cpu_op`` events
+    off the gloo workers, except collective calls and the ops enclosing one."""
+    if device == "cuda":
+        return np.flatnonzero(gpu_work & ~by_name(lambda n: n.startswith(("ncclKernel", "ncclDevKernel"))))
+    ev = trace.events
+    thread, ts, end = ev["thread"].to_numpy(), ev["ts"].to_numpy(), ev["end"].to_numpy()
+    on_workers = np.isin(thread, _worker_threads(trace, by_name(lambda n: n.startswith("gloo:")), thread))
+    comm_call = by_name(lambda n: n.startswith(("c10d::", "gloo:", "nccl:")) or n == "record_param_comms")
+    ops = np.flatnonzero(by_cat(lambda c: c == "cpu_op") & cpu_side & ~on_workers)
+    calls = ops[comm_call[ops]]
+    work = ops[~comm_call[ops]]
+    return work[~_contains_any(thread[work], ts[work], end[work], thread[calls], ts[calls])]
+
+
+def _window_columns(
+    inst: pd.DataFrame, work_ts: np.ndarray, work_end: np.ndarray, starts: np.ndarray, stops: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The window-clipped columns: what ran inside each step's window, whatever launched it,
+    so that ``compute_window + comm_window - overlap + idle = step``."""
+
+    def ms(segments: Segments) -> np.ndarray:
+        return segments.covered(starts, stops) / US_PER_MS
+
+    comm = Segments.union(inst["start"].to_numpy(), inst["end"].to_numpy())
+    compute = Segments.union(work_ts, work_end)
+    step_ms = (stops - starts) / US_PER_MS
+    comm_ms, compute_ms = ms(comm), ms(compute)
+    overlap_ms = np.minimum(ms(comm.intersect(compute)), np.minimum(comm_ms, compute_ms))
+    exposed_ms = np.maximum(comm_ms - overlap_ms, 0.0)
+    idle_ms = np.maximum(step_ms - (comm_ms + compute_ms - overlap_ms), 0.0)
+    return {
+        "compute_window_ms": compute_ms,
+        "comm_window_ms": comm_ms,
+        "overlap_ms": overlap_ms,
+        "exposed_comm_ms": exposed_ms,
+        "idle_ms": idle_ms,
+        "compute_frac": _fraction(compute_ms, step_ms),
+        "comm_frac": _fraction(comm_ms, step_ms),
+        "exposed_comm_frac": _fraction(exposed_ms, step_ms),
+        "idle_frac": _fraction(idle_ms, step_ms),
+    }
+
+
+def _fraction(part_ms: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
+    safe = np.where(step_ms > 0, step_ms, 1.0)
+    return np.clip(np.where(step_ms > 0, part_ms / safe, 0.0), 0.0, 1.0)
+
+
+def _launch_step_columns(inst: pd.DataFrame, step_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The collective columns by launch step (``inst["step"]``): union, per-kind sums, calls, bytes."""
+    counted = inst[inst["step"] != _NO_STEP]
+    out = {
+        "comm_ms": _union_ms_by_step(
+            counted["step"].to_numpy(np.int64), counted["start"].to_numpy(), counted["end"].to_numpy(), step_ids
+        )
+    }
+    durations = counted["dur"] / US_PER_MS  # the events' own durations, as HTA sums them
+    by_kind = durations.groupby([counted["step"], counted["kind"]]).sum().unstack(fill_value=0.0)
+    for k in COMM_KINDS:
+        column = by_kind[k] if k in by_kind else pd.Series(dtype=float)
+        out[f"comm_{k}_ms"] = column.reindex(step_ids, fill_value=0.0).to_numpy(dtype=float)
+    calls = counted.groupby("step").size()
+    sent = counted[counted["bytes"] >= 0].groupby("step")["bytes"].sum()
+    out["comm_calls"] = calls.reindex(step_ids, fill_value=0).to_numpy(np.int64)
+    out["comm_bytes"] = sent.reindex(step_ids, fill_value=0).to_numpy(np.int64)
+    return out
+
+
+def _union_ms_by_step(step: np.ndarray, lo: np.ndarray, hi: np.ndarray, step_ids: np.ndarray) -> np.ndarray:
+    """Per step in ``step_ids``: length (ms) of the union of the intervals ``[lo, hi)`` whose
+    ``step`` it is; intervals of different steps may overlap in time and are unioned apart."""
+    keep = (step != _NO_STEP) & (hi > lo)
+    if not keep.any():
+        return np.zeros(len(step_ids))
+    step, lo, hi = step[keep], lo[keep], hi[keep]
+    order = np.lexsort((lo, step))
+    step, lo, hi = step[order], lo[order], hi[order]
+    run_end = pd.Series(hi).groupby(step).cummax().to_numpy()
+    # a new segment begins at a new step, or where an interval starts after all before it ended
+    new = np.ones(len(step), bool)
+    new[1:] = (step[1:] != step[:-1]) | (lo[1:] > run_end[:-1])
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(step) - 1]
+    per_step = pd.Series(run_end[last] - lo[first]).groupby(step[first]).sum()
+    return per_step.reindex(step_ids, fill_value=0.0).to_numpy(dtype=float) / US_PER_MS
 
 
 def _assign_steps(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:

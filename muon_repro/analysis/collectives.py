@@ -5,10 +5,11 @@ NCCL's ``Collective name`` (``_allgather_base``), ``c10d::`` ops (``c10d::_reduc
 ``gloo:``/``nccl:`` annotations, NCCL kernel names (``ncclDevKernel_AllGather_RING_LL``) and our
 phase labels (``dp_gather``); :func:`normalize_op` maps them all to one kind.
 
-Bytes follow DESIGN.md section 4 (nccl-tests conventions): ``S`` is the full array; the bytes
-one rank sends under the ring model (:func:`ring_bytes`) must equal the byte ledger of
-:mod:`muon_repro.parallel.comm` (same formula, re-stated here so the analysis does not import
-torch); bus bandwidth is ``S / t`` times :func:`busbw_factor`.
+Bytes follow ``docs/method.md#communication-model`` (nccl-tests conventions): ``S`` is the full
+array; the bytes one rank sends under the ring model (:func:`ring_bytes`) must equal the byte
+ledger of :mod:`muon_repro.parallel.comm` (same formula, re-stated here so the analysis does not
+import torch); bus bandwidth (``docs/method.md#bus-bandwidth``) is ``S / t`` times
+:func:`busbw_factor`.
 """
 
 from __future__ import annotations
@@ -17,29 +18,13 @@ import math
 import re
 from typing import Any
 
+from muon_repro.rundir import COARSE_PHASES, MUON_ONLY_PHASES, OPTIMIZER, PHASES
+
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "other")
 """Collective kinds with their own time column; ``other`` holds barrier, reduce, gather, scatter."""
 
-# Phase labels opened by muon_repro.parallel.comm and the optimizers (DESIGN.md, issue 5).
-COARSE_PHASES = ("forward", "backward", "optimizer")
-OUR_LABELS = frozenset(
-    {
-        "forward",
-        "backward",
-        "optimizer",
-        "dp_reduce_scatter",
-        "momentum",
-        "dp_gather",
-        "tp_gather",
-        "newton_schulz",
-        "tp_shard",
-        "dp_shard",
-        "update",
-        "dp_all_gather",
-        "tp_all_reduce",
-        "tp_all_gather",
-    }
-)
+# Phase labels opened by muon_repro.parallel.comm, the model and the optimizers (muon_repro.rundir).
+OUR_LABELS = frozenset(PHASES)
 _OUR_LABEL_PATTERN = re.compile(r"^(dp|tp)_[a-z0-9_]+$")
 _STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 
@@ -66,7 +51,7 @@ def normalize_op(raw: str) -> str | None:
     for prefix in ("c10d::", "gloo:", "nccl:"):
         s = s.removeprefix(prefix)
     s = s.strip("_").replace("-", "_")
-    if s in ("dp_gather", "tp_gather"):
+    if s in MUON_ONLY_PHASES:  # our gather labels
         return "all_gather"
     if "reduce_scatter" in s or "reducescatter" in s:
         return "reduce_scatter"
@@ -99,14 +84,11 @@ def label_phase(name: str) -> str | None:
 
 
 def coarse_phase(name: str) -> str | None:
-    """forward / backward / optimizer from our labels or common foreign annotations."""
-    if name in ("forward", "## forward ##"):
-        return "forward"
-    if name in ("backward", "## backward ##"):
-        return "backward"
-    if name in ("optimizer", "## optimizer ##") or name.startswith("Optimizer.step#"):
-        return "optimizer"
-    return None
+    """forward / backward / optimizer from our labels or common foreign annotations (``## forward ##``)."""
+    for phase in COARSE_PHASES:
+        if name in (phase, f"## {phase} ##"):
+            return phase
+    return OPTIMIZER if name.startswith("Optimizer.step#") else None
 
 
 def step_number(name: str) -> int | None:

@@ -11,7 +11,9 @@ Three decoders, tried in order:
   a :class:`msgspec.Raw`), instants and metadata into smaller ones, and every other phase
   (flows, counters...) into empty structs, so their fields are skipped without allocating
   anything. Only the events the analysis needs arguments of (collectives, ``[memory]``,
-  metadata) get their ``args`` decoded, in one batched call.
+  metadata) get their ``args`` decoded, in one batched call; GPU work and the runtime calls
+  that launch it (:data:`CORRELATION_CATS`) get only their ``correlation`` id decoded, into
+  an integer column, to join kernels to their launches without per-event objects.
 * **plain**: one struct with a ``ph`` field, for traces with unusual phases or no ``ph``.
 * **tolerant**: ``json.loads(strict=False)``, which accepts what real traces contain and strict
   JSON does not (raw control characters in strings, ``NaN``), and integers of any size; each
@@ -49,6 +51,13 @@ ARG_NAME_PREFIXES = (
     "[memory]",
 )
 
+# Categories whose ``args.correlation`` links a GPU activity to the runtime call launching it
+# (Kineto writes the same id on both, and as the ``id`` of the ``ac2g`` flow between them).
+GPU_WORK_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+CORRELATION_CATS = frozenset(GPU_WORK_CATS + LAUNCH_CATS)
+NO_CORRELATION = -1
+
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
     """The ``args`` keys the analysis reads; all optional, everything else is skipped."""
@@ -73,6 +82,12 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 _RAW_EMPTY = msgspec.Raw(b"{}")
+
+
+class _Correlation(msgspec.Struct, gc=False):
+    """Just the correlation id: msgspec skips every other key of a kernel's args."""
+
+    correlation: int = NO_CORRELATION
 
 
 # -- fast path: a tagged union on "ph" (Kineto writes "ph" first, which msgspec needs to be fast)
@@ -137,11 +152,13 @@ class _Event(msgspec.Struct, gc=False):
 _PLAIN_DECODER = msgspec.json.Decoder(list[_Event])
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[Args])
 _ARGS_DECODER = msgspec.json.Decoder(Args)
+_CORRELATION_DECODER = msgspec.json.Decoder(_Correlation)
 
 _get_ts = operator.attrgetter("ts")
 _get_dur = operator.attrgetter("dur")
 _get_key = operator.attrgetter("name", "cat", "pid", "tid")
 _get_args = operator.attrgetter("args")
+_get_correlation = operator.attrgetter("correlation")
 
 
 @dataclass
@@ -159,6 +176,7 @@ class PieceColumns:
     ts: np.ndarray  # float64, microseconds as in the file
     dur: np.ndarray  # float64, microseconds, >= 0
     key: np.ndarray  # int32 into keys
+    correlation: np.ndarray  # int64 args.correlation of GPU work and launches, NO_CORRELATION elsewhere
     arg_rows: np.ndarray  # int64 into the complete events: those whose args were decoded
     args: list[Args]
     # "[memory]" instant events
@@ -216,7 +234,7 @@ def decode_piece_fast(buf: bytes | bytearray | memoryview) -> PieceColumns:
     rare = [e for e in events if e.__class__ in _RARE]  # instants and metadata: few
     instants = [e for e in rare if e.__class__ is not _Meta]
     metas = [e for e in rare if e.__class__ is _Meta]
-    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args)
+    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args, _decode_raw_correlations)
 
 
 _RARE = frozenset({_Instant, _InstantUpper, _Meta})
@@ -226,7 +244,7 @@ def _from_plain(events: list[_Event]) -> PieceColumns:
     xs = [e for e in events if e.ph == "X"]
     instants = [e for e in events if e.ph in ("i", "I")]
     metas = [e for e in events if e.ph == "M"]
-    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args)
+    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args, _decode_raw_correlations)
 
 
 def _decode_raw_args(raws: list[msgspec.Raw]) -> list[Args]:
@@ -238,8 +256,41 @@ def _decode_raw_args(raws: list[msgspec.Raw]) -> list[Args]:
         return [_args_from_raw(r) for r in raws]
 
 
+def _decode_raw_correlations(raws: list[msgspec.Raw]) -> np.ndarray:
+    if not raws:
+        return np.zeros(0, np.int64)
+    try:  # one decode call per event: cheaper than joining the raw bytes into one array
+        ids = np.fromiter(map(_get_correlation, map(_CORRELATION_DECODER.decode, raws)), np.int64, len(raws))
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError):  # an odd args object or id: one by one
+        return _id_array([_correlation_from_raw(r) for r in raws])
+    return np.where(ids >= 0, ids, NO_CORRELATION)
+
+
+def _correlation_from_raw(raw: msgspec.Raw) -> int:
+    try:
+        return _CORRELATION_DECODER.decode(raw).correlation
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return NO_CORRELATION
+
+
+def _correlations_from_dicts(values: list) -> np.ndarray:
+    return _id_array([v.get("correlation") if isinstance(v, dict) else None for v in values])
+
+
+def _id_array(ids: list) -> np.ndarray:
+    """Non-negative int64 ids; anything else (absent, float, huge, bool) is NO_CORRELATION."""
+    ok = [i if type(i) is int and 0 <= i < 2**63 else NO_CORRELATION for i in ids]
+    return np.fromiter(ok, np.int64, len(ok))
+
+
 def _columns(
-    xs: list, instants: list, metas: list, n_events: int, notes: dict[str, int], get_args: Callable[[list], list[Args]]
+    xs: list,
+    instants: list,
+    metas: list,
+    n_events: int,
+    notes: dict[str, int],
+    get_args: Callable[[list], list[Args]],
+    get_correlations: Callable[[list], np.ndarray],
 ) -> PieceColumns:
     """Columns from the three kinds of events kept (objects with name/cat/pid/tid/ts/...)."""
     table: dict = {}
@@ -267,11 +318,16 @@ def _columns(
     keys = list(table)
     wanted = np.fromiter((k[0].startswith(ARG_NAME_PREFIXES) for k in keys), bool, len(keys))
     arg_rows = np.flatnonzero(wanted[key]) if len(keys) else np.zeros(0, np.int64)
+    linked = np.fromiter((k[1] in CORRELATION_CATS for k in keys), bool, len(keys))
+    linked_rows = np.flatnonzero(linked[key]) if len(keys) else np.zeros(0, np.int64)
+    correlation = np.full(len(ts), NO_CORRELATION, np.int64)
+    correlation[linked_rows] = get_correlations([xs[i].args for i in linked_rows.tolist()])
     return PieceColumns(
         keys=keys,
         ts=ts,
         dur=dur,
         key=key,
+        correlation=correlation,
         arg_rows=arg_rows,
         args=get_args([xs[i].args for i in arg_rows.tolist()]),
         mem_ts=np.fromiter(map(_get_ts, mem), np.float64, len(mem)),
@@ -388,7 +444,9 @@ def decode_piece_tolerant(buf: bytes | bytearray | memoryview) -> PieceColumns:
     xs = [e for e in events if e.ph == "X"]
     instants = [e for e in events if e.ph in ("i", "I")]
     metas = [e for e in events if e.ph == "M"]
-    return _columns(xs, instants, metas, len(items), notes, lambda values: [args_from_dict(v) for v in values])
+    return _columns(
+        xs, instants, metas, len(items), notes, lambda values: [args_from_dict(v) for v in values], _correlations_from_dicts
+    )
 
 
 def decode_file_range(path: str, start: int, stop: int) -> PieceColumns:

@@ -1,28 +1,25 @@
 """Find trace files and the runs they belong to.
 
-The benchmark writes one directory per run: ``traces/<group>/<name>/rank<r>.json.gz`` plus
-``config.json`` (group, name, optimizer, layout, dp, tp, backend, device, ...) and
-``metrics.json`` (per rank: ``state_bytes``, the byte ledger, peak memory, ...). Anything
-else (a lone trace, a directory of foreign traces) is accepted too: without ``config.json``
-a directory's traces form one run when their ranks are distinct, else each file is a run.
+The benchmark writes one folder per trial of a run (its format is :mod:`muon_repro.rundir`'s):
+``traces/<group>/<name>/trial<k>/rank<r>.json.gz`` plus ``config.json``, ``metrics.json``,
+``environment.json``; trials of one run share its key ``<group>/<name>``. Anything else (a lone
+trace, a folder of foreign traces) is accepted too:
+without ``config.json`` a folder's traces form one run when their ranks are distinct, else each
+file is a run.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from muon_repro.analysis.errors import TraceError
-
-NON_TRACE_FILES = frozenset({"config.json", "metrics.json", "environment.json", "manifest.json", "dataset_info.json"})
+from muon_repro.rundir import RankMetrics, RunConfig, RunDir, is_trace_file, trial_of
 
 
 def is_trace_name(path: Path) -> bool:
-    name = path.name
-    return name.endswith((".json", ".json.gz")) and name not in NON_TRACE_FILES and not name.startswith(".")
+    return is_trace_file(path.name)
 
 
 def find_traces(paths: list[str | Path]) -> list[Path]:
@@ -53,89 +50,45 @@ def find_traces(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-def _read_json(path: Path) -> dict | None:
-    """A small JSON side file (config.json, metrics.json); ``None`` if absent or unreadable."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 @dataclass
 class RunInfo:
-    """One run: a directory's traces plus whatever ``config.json`` / ``metrics.json`` say."""
+    """One run: a folder's traces plus what its side files say (all empty for foreign traces)."""
 
     path: Path
     group: str
     name: str
-    config: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig = field(default_factory=RunConfig)
+    ranks: dict[int, RankMetrics] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    has_config: bool = False
+    trial: int = 0  # which recording of the configuration this folder holds
 
     @property
     def key(self) -> str:
         return f"{self.group}/{self.name}" if self.group else self.name
 
-    def get(self, key: str) -> Any:
-        return self.config.get(key)
-
-    def int_config(self, key: str) -> int | None:
-        value = self.config.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    def str_config(self, key: str) -> str | None:
-        value = self.config.get(key)
-        return str(value) if value is not None and not isinstance(value, (dict, list)) else None
-
     def group_sizes(self) -> dict[str, int]:
         """Group-size hints for the analysis: ``{"dp": d, "tp": t}`` from the config."""
-        return {k: v for k in ("dp", "tp") if (v := self.int_config(k)) is not None and v > 0}
+        return {k: v for k in ("dp", "tp") if (v := getattr(self.config, k)) is not None and v > 0}
 
-    def rank_metrics(self) -> dict[int, dict[str, Any]]:
-        """``metrics.json`` per rank (its ``ranks`` list, keyed by each entry's ``rank``)."""
-        out: dict[int, dict[str, Any]] = {}
-        ranks = self.metrics.get("ranks")
-        if isinstance(ranks, list):
-            for i, entry in enumerate(ranks):
-                if isinstance(entry, dict):
-                    r = entry.get("rank", i)
-                    out[r if isinstance(r, int) else i] = entry
-        return out
-
-    def state_bytes(self, rank: int) -> int | None:
-        """Optimizer-state bytes of one rank (a number, or a dict summed over its values)."""
-        value = self.rank_metrics().get(rank, {}).get("state_bytes")
-        return _as_bytes(value)
-
-    def peak_memory_bytes(self, rank: int) -> int | None:
-        entry = self.rank_metrics().get(rank, {})
-        return _as_bytes(entry.get("peak_memory_bytes", entry.get("peak_mem_bytes")))
-
-    def peak_memory_source(self, rank: int) -> str | None:
-        value = self.rank_metrics().get(rank, {}).get("peak_memory_source")
-        return str(value) if value else None
-
-    def ledger(self, rank: int) -> list[dict]:
-        value = self.rank_metrics().get(rank, {}).get("ledger")
-        return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
-
-
-def _as_bytes(value: Any) -> int | None:
-    if isinstance(value, dict):
-        parts = [_as_bytes(v) for v in value.values()]
-        parts = [p for p in parts if p is not None]
-        return sum(parts) if parts else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return int(value) if 0 <= value < 2**63 else None
+    def rank(self, rank: int) -> RankMetrics | None:
+        return self.ranks.get(rank)
 
 
 def run_info_for(directory: Path) -> RunInfo:
-    """The run a directory stands for, from its ``config.json`` if it has one."""
-    config = _read_json(directory / "config.json") or {}
-    metrics = _read_json(directory / "metrics.json") or {}
-    group = config.get("group") if isinstance(config.get("group"), str) else directory.parent.name
-    name = config.get("name") if isinstance(config.get("name"), str) else directory.name
-    return RunInfo(path=directory, group=group, name=name, config=config, metrics=metrics)
+    """The run a folder stands for, from its side files if it has them."""
+    run_dir = RunDir(directory)
+    config_dict = run_dir.config_dict
+    config = RunConfig.from_dict(config_dict)
+    trial = trial_of(directory)
+    run_folder = directory.parent if trial is not None else directory  # traces/<group>/<name>[/trial<k>]
+    return RunInfo(
+        path=directory,
+        group=config.group or run_folder.parent.name,
+        name=config.name or run_folder.name,
+        trial=config.trial if config.trial is not None else (trial or 0),
+        config=config,
+        ranks={m.rank: m for m in run_dir.ranks},
+        environment=run_dir.environment,
+        has_config=bool(config_dict),
+    )

@@ -2,11 +2,17 @@
 
 Three ways a collective shows up:
 
-* **NCCL on GPU**: ``ncclKernel_*`` / ``ncclDevKernel_*`` kernels on a GPU stream carry the
-  metadata (``Collective name``, ``In/Out msg nelems``, ``Group size``, ``dtype``); they are
-  linked to the CPU ``record_param_comms`` op that launched them by ``External id``. The
-  kernel's interval is the transfer time. A trace without kernels (CPU-only profile of NCCL)
-  falls back to the ``record_param_comms`` intervals.
+* **NCCL/RCCL on GPU**: ``ncclKernel_*`` / ``ncclDevKernel_*`` kernels on a GPU stream; the
+  kernel's interval is the transfer time. Each is linked to the runtime call that launched it
+  (``cudaLaunchKernel``/``hipExtModuleLaunchKernel``..., same ``correlation``) and to its
+  *caller*, the ``record_param_comms`` op with the kernel's ``External id``, else the innermost
+  one enclosing the launch on the launching thread. Sizes (``Collective name``, ``In/Out msg
+  nelems``, ``Group size``, ``dtype``) come from the kernel's args, else the caller's. The kind
+  comes from the first that names a collective: the kernel's ``Collective name``, the caller's,
+  the ``nccl:<op>`` annotation linked the same way (External id, else enclosing the launch),
+  the kernel's name; kernels that name no op (``ncclDevKernel_Generic``, RCCL's) thus get
+  their launcher's kind instead of ``other``. A trace without kernels (CPU-only profile of
+  NCCL) falls back to the ``record_param_comms`` intervals.
 * **gloo on CPU**: the caller thread has ``c10d::allreduce_`` / ``c10d::_allgather_base_`` /
   ``c10d::_reduce_scatter_base_`` ops with sizes in ``Input Dims``; the transfer is a
   ``gloo:<op>`` annotation on a ``pt_gloo_runloop`` worker thread. Callers and transfers are
@@ -55,8 +61,13 @@ INSTANCE_COLUMNS = (
     "bytes",  # bytes this rank sends (ring model), -1 if unknown
     "start",  # transfer start, trace clock (us)
     "end",  # transfer end, trace clock (us)
+    "dur",  # transfer duration (us), the event's own: end - start loses precision on large clocks
     "issue_ts",  # when this rank entered the collective (caller op start), trace clock (us)
+    "launch_ts",  # when it was launched (the step it counts in), trace clock (us); NaN if unknown
 )
+"""``launch_ts``: for a kernel, the start of its launching runtime call, else of its caller op,
+else NaN (launched outside the trace); for gloo and CPU-only rows, ``issue_ts`` (the caller
+``c10d::`` op that hands the transfer to the worker, or the transfer itself when unmatched)."""
 
 
 def _name_flags(names: np.ndarray, predicate) -> np.ndarray:
@@ -114,24 +125,17 @@ def collective_instances(trace: TraceEvents, group_sizes: dict[str, int] | None 
 
     kernels = np.flatnonzero(nccl_kernel)
     if len(kernels):
-        by_external = {}
-        for r in callers.tolist():
-            ext = _args(trace, r).get("external_id")
-            if ext is not None:
-                by_external[ext] = r
-        for k in kernels.tolist():
-            kargs = _args(trace, k)
-            caller = by_external.get(kargs.get("external_id"))
-            meta = kargs if kargs.get("collective") else (_args(trace, caller) if caller is not None else {})
-            op = normalize_op(str(meta.get("collective") or "")) or normalize_op(str(names[name_codes[k]])) or "other"
-            rows.append(
-                _row_from_nccl(op, meta, start=ev["ts"].iat[k], end=ev["end"].iat[k], caller=caller, source="nccl_kernel")
-            )
+        annotations = np.flatnonzero(
+            _name_flags(names, lambda n: n.startswith("nccl:") and normalize_op(n) is not None)[name_codes] & ~gpu_cat
+        )
+        rows.extend(_kernel_rows(trace, kernels, callers, annotations, names, name_codes))
     elif len(callers):
         for r in callers.tolist():
             meta = _args(trace, r)
             rows.append(
-                _row_from_nccl(caller_ops[r], meta, start=ev["ts"].iat[r], end=ev["end"].iat[r], caller=r, source="cpu_op")
+                _row_from_nccl(
+                    caller_ops[r], meta, start=ev["ts"].iat[r], end=ev["end"].iat[r], caller=r, source="cpu_op", event=r
+                )
             )
     else:
         rows.extend(_gloo_rows(trace, np.flatnonzero(c10d), np.flatnonzero(gloo), names, name_codes))
@@ -139,6 +143,7 @@ def collective_instances(trace: TraceEvents, group_sizes: dict[str, int] | None 
     if not rows:
         return _empty_instances()
     df = pd.DataFrame(rows)
+    df["dur"] = ev["dur"].to_numpy()[df["event"].to_numpy(np.int64)]
     _attach_phase(trace, df, names, name_codes)
     _finish_sizes(df, hints)
     return df[list(INSTANCE_COLUMNS)]
@@ -152,6 +157,56 @@ def _args(trace: TraceEvents, row: int | None) -> dict:
 
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _kernel_rows(
+    trace: TraceEvents, kernels: np.ndarray, callers: np.ndarray, annotations: np.ndarray, names: np.ndarray, name_codes
+) -> list[dict]:
+    """One row per NCCL kernel, with its caller, kind and launch time (module docstring)."""
+    ev = trace.events
+    ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
+    launch = trace.launch_rows[kernels]
+    caller = _launching_op(trace, kernels, launch, callers)
+    annotation = _launching_op(trace, kernels, launch, annotations)
+    rows = []
+    for k, launch_row, c, a in zip(kernels.tolist(), launch.tolist(), caller.tolist(), annotation.tolist()):
+        kargs = _args(trace, k)
+        cargs = _args(trace, c) if c >= 0 else {}
+        meta = kargs if kargs.get("collective") else cargs
+        op = (
+            normalize_op(str(kargs.get("collective") or ""))
+            or normalize_op(str(cargs.get("collective") or ""))
+            or (normalize_op(str(names[name_codes[a]])) if a >= 0 else None)
+            or normalize_op(str(names[name_codes[k]]))
+            or "other"
+        )
+        row = _row_from_nccl(op, meta, start=ts[k], end=end[k], caller=c if c >= 0 else None, source="nccl_kernel", event=k)
+        row["launch_ts"] = ts[launch_row] if launch_row >= 0 else (ts[c] if c >= 0 else math.nan)
+        rows.append(row)
+    return rows
+
+
+def _launching_op(trace: TraceEvents, kernels: np.ndarray, launch: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """Per kernel, the row among ``ops`` that launched it (-1 if none): the op with the
+    kernel's ``External id``, else the innermost op enclosing its launch call on that thread."""
+    out = np.full(len(kernels), -1, np.int64)
+    if not len(ops):
+        return out
+    by_external: dict[int, int] = {}
+    for r in ops.tolist():
+        ext = _args(trace, r).get("external_id")
+        if ext is not None:
+            by_external.setdefault(ext, r)
+    for i, k in enumerate(kernels.tolist()):
+        out[i] = by_external.get(_args(trace, k).get("external_id"), -1)
+    rest = np.flatnonzero((out < 0) & (launch >= 0))
+    if len(rest):
+        ev = trace.events
+        thread, ts, end = ev["thread"].to_numpy(), ev["ts"].to_numpy(), ev["end"].to_numpy()
+        q = launch[rest]
+        inner = innermost_enclosing(thread[q], ts[q], thread[ops], ts[ops], end[ops])
+        out[rest] = np.where(inner >= 0, ops[np.maximum(inner, 0)], -1)
+    return out
 
 
 def _rpc_op(trace: TraceEvents, row: int) -> str | None:
@@ -168,7 +223,7 @@ def _valid_count(v: Any) -> int | None:
     return v if 0 <= v < 2**62 else None
 
 
-def _row_from_nccl(op: str, meta: dict, *, start: float, end: float, caller: int | None, source: str) -> dict:
+def _row_from_nccl(op: str, meta: dict, *, start: float, end: float, caller: int | None, source: str, event: int) -> dict:
     in_n, out_n = _valid_count(meta.get("in_nelems")), _valid_count(meta.get("out_nelems"))
     n = _valid_count(meta.get("group_size"))
     if op == "all_gather":
@@ -187,6 +242,7 @@ def _row_from_nccl(op: str, meta: dict, *, start: float, end: float, caller: int
         "start": float(start),
         "end": float(end),
         "caller": caller,
+        "event": event,
     }
 
 
@@ -221,12 +277,12 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
         row = {"op": op, "group_size": n, "dtype": dt, "elements": elements, "caller": c}
         if match is not None:
             _, t, numel, tdt, _ = match
-            row.update(source="gloo", start=float(ts[t]), end=float(end[t]))
+            row.update(source="gloo", start=float(ts[t]), end=float(end[t]), event=t)
             row["dtype"] = row["dtype"] or tdt
             if row["elements"] is None and numel is not None and op != "all_gather":
                 row["elements"] = numel
         else:
-            row.update(source="cpu_op", start=float(ts[c]), end=float(end[c]))
+            row.update(source="cpu_op", start=float(ts[c]), end=float(end[c]), event=c)
         rows.append(row)
     for op, items in pending.items():
         for _, t, numel, tdt, used in items:
@@ -243,7 +299,7 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
                     "start": float(ts[t]),
                     "end": float(end[t]),
                     "caller": None,
-                    "transfer": t,
+                    "event": t,
                 }
             )
     return rows
@@ -294,9 +350,11 @@ def _attach_phase(trace: TraceEvents, df: pd.DataFrame, names: np.ndarray, name_
     thread = ev["thread"].to_numpy()
     issue = np.where(has_caller, ts[np.maximum(caller_rows, 0)], df["start"].to_numpy(dtype=float))
     df["issue_ts"] = issue
+    launched = df["launch_ts"].to_numpy(dtype=float) if "launch_ts" in df else np.full(len(df), np.nan)
+    df["launch_ts"] = np.where(df["source"].to_numpy() == "nccl_kernel", launched, issue)
 
     phases = np.array([label_phase(str(n)) or "" for n in names], dtype=object)
-    label_rows = np.flatnonzero(phases[name_codes] != "")
+    label_rows = np.flatnonzero((phases != "")[name_codes])  # per name, then per event
     phase = np.full(len(df), "other", dtype=object)
     if len(label_rows):
         q = np.flatnonzero(has_caller)
@@ -317,7 +375,7 @@ def _attach_phase(trace: TraceEvents, df: pd.DataFrame, names: np.ndarray, name_
         on_gpu = np.fromiter((str(c).startswith(("kernel", "gpu_")) for c in cats), bool, len(cats))[
             ev["cat"].cat.codes.to_numpy()
         ]
-        is_coarse = coarse[name_codes] != ""
+        is_coarse = (coarse != "")[name_codes]
         for side_is_gpu, rest in (
             (False, np.flatnonzero((phase == "other") & has_caller)),
             (True, np.flatnonzero((phase == "other") & ~has_caller)),
@@ -377,6 +435,8 @@ def _empty_instances() -> pd.DataFrame:
             "bytes": pd.Series([], dtype=np.int64),
             "start": pd.Series([], dtype=np.float64),
             "end": pd.Series([], dtype=np.float64),
+            "dur": pd.Series([], dtype=np.float64),
             "issue_ts": pd.Series([], dtype=np.float64),
+            "launch_ts": pd.Series([], dtype=np.float64),
         }
     )

@@ -16,11 +16,14 @@ from pathlib import Path
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
 from muon_repro.analysis.discover import RunInfo, find_traces, run_info_for
 from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.pool import map_in_processes
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
-# Decoding one file's pieces in parallel needs spare cores: on the 2-core machine this was
-# measured on, 2 decoding processes took longer than 1 (the main process reads and merges too).
-PIECE_PARALLEL_MIN_WORKERS = 3
+# Decoding one file's pieces in parallel pays from 2 processes on: the reading process decodes
+# its share of the pieces too (scan.scan_parallel). On the 2-core machine this was measured on,
+# a 1 GB trace read in ~3.0 s with 2 processes against ~5.2 s with 1 (quiet machine; with the
+# cores busy with other work, 2 processes can be slower).
+PIECE_PARALLEL_MIN_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -85,24 +88,11 @@ def analyze_paths(paths: list[str | Path], *, workers: int | None = None, rank: 
         jobs.append((str(f), rank, info.group_sizes()))
 
     total = sum(f.stat().st_size for f in files if f.exists())
-    results: list[TraceBreakdown | TraceFailure]
     if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
-        import concurrent.futures as cf
-        import multiprocessing as mp
-
-        results = []
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_analyze_job, *job, 1) for job in jobs]
-            for job, future in zip(jobs, futures):
-                try:
-                    results.append(future.result())
-                except cf.process.BrokenProcessPool:
-                    # workers could not start (e.g. the calling script has no __main__ guard)
-                    # or one was killed: do what is left here, one file at a time
-                    results.append(None)
-                except Exception as exc:  # noqa: BLE001 - a crash on one file must not lose the others
-                    results.append(TraceFailure(job[0], f"{job[0]}: worker failed ({type(exc).__name__}: {exc})"))
-        results = [r if r is not None else _analyze_job(*job, 1) for job, r in zip(jobs, results)]
+        results = map_in_processes(
+            _analyze_job, [(*job, 1) for job in jobs], workers,
+            on_error=lambda job, exc: TraceFailure(job[0], f"{job[0]}: worker failed ({type(exc).__name__}: {exc})"),
+        )  # fmt: skip
     else:
         per_file_workers = workers if len(jobs) == 1 and workers >= PIECE_PARALLEL_MIN_WORKERS else 1
         results = [_analyze_job(*job, per_file_workers) for job in jobs]
@@ -122,7 +112,7 @@ def _group_runs(info: RunInfo, items: list[TraceBreakdown]) -> list[tuple[RunInf
     """A directory's traces as one run, unless (without config.json) their ranks collide."""
     ranks = [b.meta.rank for b in items]
     one_job = len({(b.meta.world_size, b.meta.backend) for b in items}) == 1 and len(set(ranks)) == len(ranks)
-    if info.config or one_job:
+    if info.has_config or one_job:
         return [(info, sorted(items, key=lambda b: b.meta.rank))]
     out = []
     for b in items:

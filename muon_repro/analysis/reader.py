@@ -9,6 +9,7 @@ merges them into one :class:`TraceEvents` and works out the trace's rank.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.decode import Args, PieceColumns
+from muon_repro.analysis.decode import GPU_WORK_CATS, LAUNCH_CATS, NO_CORRELATION, Args, PieceColumns
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.scan import PIECE_BYTES, Scanner, Source, scan_parallel
 
@@ -41,7 +42,7 @@ class TraceMeta:
     pg_config: list[dict] = field(default_factory=list)
     device_names: list[str] = field(default_factory=list)
     file_bytes: int = 0
-    decoded_by: str = "sequential"  # or "parallel" (pieces decoded by worker processes)
+    decoded_by: str = "sequential"  # or "parallel" (pieces shared with worker processes)
 
 
 @dataclass
@@ -50,7 +51,8 @@ class TraceEvents:
 
     ``events``: one row per complete (``ph: X``) event, file order. Columns: ``ts`` (float64,
     us, the file's clock), ``dur`` (float64, us, >= 0), ``end`` (``ts + dur``), ``name`` and
-    ``cat`` (categorical), ``thread`` (int32 index into ``threads``).
+    ``cat`` (categorical), ``thread`` (int32 index into ``threads``), ``correlation`` (int64
+    ``args.correlation`` of GPU work and runtime/driver calls, ``-1`` elsewhere or when absent).
 
     ``threads``: indexed by thread code: ``pid``, ``tid`` (as in the file, int or str),
     ``thread_name`` (all names seen, ``;``-joined), ``process_name``, ``process_label``.
@@ -78,8 +80,23 @@ class TraceEvents:
     @cached_property
     def arg_records(self) -> dict[int, dict[str, Any]]:
         """``args`` rows as plain dicts keyed by ``events`` row (missing values are ``None``)."""
-        records = self.args.to_dict("index")
-        return {int(row): {k: (None if _is_nan(v) else v) for k, v in rec.items()} for row, rec in records.items()}
+        # the same as ``self.args.to_dict("index")`` with NaN as None, without pandas' per-cell
+        # boxing: the columns hold the decoded Python objects as they are (dtype object)
+        columns = [str(c) for c in self.args.columns]
+        rows = self.args.index.to_numpy().tolist()
+        values = self.args.to_numpy(dtype=object).tolist()
+        return {
+            int(row): {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in zip(columns, rec)}
+            for row, rec in zip(rows, values)
+        }
+
+    @cached_property
+    def launch_rows(self) -> np.ndarray:
+        """For every ``events`` row, the row of the runtime/driver call that launched it (the
+        ``cuda_runtime``/``hip_runtime``/... event with the same ``correlation``; Kineto's
+        ``ac2g`` flow joins the same pair), for GPU kernels, copies and memsets; -1 for other
+        events and for GPU work launched outside the trace. One sort and one ``searchsorted``."""
+        return _launch_rows(self.events)
 
 
 # ---------------------------------------------------------------- assembly
@@ -92,7 +109,9 @@ class _Assembler:
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
         self.threads: dict[tuple, int] = {}
-        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "name", "cat", "thread", "arg_rows")}
+        self.cols: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("ts", "dur", "name", "cat", "thread", "correlation", "arg_rows")
+        }
         self.args: list[Args] = []
         self.memory: list[tuple[np.ndarray, np.ndarray, list[Args]]] = []
         self.metadata: list[tuple[str, tuple, Args]] = []
@@ -113,6 +132,7 @@ class _Assembler:
         c["name"].append(name_of[piece.key])
         c["cat"].append(cat_of[piece.key])
         c["thread"].append(thread_of[piece.key])
+        c["correlation"].append(piece.correlation)
         c["arg_rows"].append(piece.arg_rows + self.n)
         self.args.extend(piece.args)
         if len(piece.mem_ts):
@@ -145,12 +165,13 @@ def _finish(asm: _Assembler, meta: TraceMeta) -> TraceEvents:
                 asm.column("cat", np.int32), categories=pd.Index(list(asm.cats), dtype=object), validate=False
             ),
             "thread": asm.column("thread", np.int32),
+            "correlation": asm.column("correlation", np.int64),
         },
         copy=False,
     )
     arg_rows = asm.column("arg_rows", np.int64)
     args = pd.DataFrame(
-        [_args_record(a) for a in asm.args],
+        list(map(_args_record, asm.args)),
         index=pd.Index(arg_rows, dtype=np.int64),
         columns=_ARGS_COLUMNS,
         dtype=object,
@@ -168,6 +189,25 @@ def _finish(asm: _Assembler, meta: TraceMeta) -> TraceEvents:
     )
     threads = _thread_table(asm.threads, asm.metadata)
     return TraceEvents(meta=meta, events=events, threads=threads, args=args, memory=memory, notes=dict(asm.notes))
+
+
+def _launch_rows(events: pd.DataFrame) -> np.ndarray:
+    """See :attr:`TraceEvents.launch_rows`."""
+    out = np.full(len(events), -1, np.int64)
+    correlation = events["correlation"].to_numpy()
+    cats = np.asarray(events["cat"].cat.categories, dtype=object)
+    cat_codes = events["cat"].cat.codes.to_numpy()
+    has_id = correlation != NO_CORRELATION
+    launches = np.flatnonzero(np.isin(cats, LAUNCH_CATS)[cat_codes] & has_id)
+    work = np.flatnonzero(np.isin(cats, GPU_WORK_CATS)[cat_codes] & has_id)
+    if not len(launches) or not len(work):
+        return out
+    launches = launches[np.argsort(correlation[launches], kind="stable")]  # first launch wins on duplicate ids
+    sorted_ids = correlation[launches]
+    pos = np.minimum(np.searchsorted(sorted_ids, correlation[work]), len(launches) - 1)
+    hit = sorted_ids[pos] == correlation[work]
+    out[work[hit]] = launches[pos[hit]]
+    return out
 
 
 _ARGS_COLUMNS = [
@@ -190,12 +230,7 @@ def _small_int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31 else -1
 
 
-def _is_nan(v: Any) -> bool:
-    return isinstance(v, float) and math.isnan(v)
-
-
-def _args_record(a: Args) -> list:
-    return [getattr(a, key) for key in _ARGS_COLUMNS]
+_args_record = operator.attrgetter(*_ARGS_COLUMNS)  # Args -> tuple of the _ARGS_COLUMNS values
 
 
 def _float_or_nan(values: list) -> np.ndarray:
@@ -300,7 +335,8 @@ def read_trace(
 
     ``rank`` is used only when the trace has no ``distributedInfo.rank`` and its file name
     has no ``rank<N>``; failing all three the rank is assumed 0 (``meta.rank_source`` says
-    which). ``workers > 1`` decodes large uncompressed files with that many processes.
+    which). ``workers > 1`` decodes large uncompressed files with that many processes, this
+    one included.
 
     Raises :class:`TraceError` (a ``ValueError``) naming the file and the problem for
     anything unreadable: missing file, truncated or corrupt gzip, not JSON, no or empty

@@ -1,4 +1,4 @@
-"""The five tables' schemas: every column's name, pandas dtype, unit and meaning.
+"""The analysis tables' schemas: every column's name, pandas dtype, unit and meaning.
 
 Declared once here; :mod:`muon_repro.analysis.tables` builds frames conformed to them and
 writes the descriptions into the Parquet field metadata; the dataset card documents the
@@ -9,6 +9,7 @@ dtypes), never NaN.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -77,8 +78,8 @@ def _is_null(v) -> bool:
     return isinstance(v, float) and not np.isfinite(v)
 
 
-def _cols(*specs: tuple[str, str, str, str]) -> tuple[Column, ...]:
-    return tuple(Column(*s) for s in specs)
+def _cols(*specs: tuple[str, str, str, str] | Column) -> tuple[Column, ...]:
+    return tuple(s if isinstance(s, Column) else Column(*s) for s in specs)
 
 
 _RUN_ID = (
@@ -87,12 +88,34 @@ _RUN_ID = (
     ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
 )
 _TIME_NOTE = "median over steps of the mean over ranks"
+_TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
+_TRIAL_ID = (*_RUN_ID, _TRIAL)
+_RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
+# What config.json and environment.json say, carried into the runs table (null for foreign traces).
+_CONFIG_COLUMNS = _cols(
+    ("scale", "string", "", "size preset of the benchmark: tiny, cpu or gpu"),
+    ("preset", "string", "", "model preset (tiny, small, medium, large)"),
+    ("qkv", "string", "", "attention projections: fused or split"),
+    ("batch_per_dp", "Int64", "sequences", "sequences per step on each DP rank"),
+    ("seq_len", "Int64", "tokens", "tokens per sequence"),
+    ("train_steps", "Int64", "count", "training steps run (profiled or not)"),
+    ("lr", "Float64", "", "learning rate"),
+    ("weight_decay", "Float64", "", "decoupled weight decay"),
+    ("ns_dtype", "string", "", "Newton-Schulz dtype; null: the optimizer's default (fp32 on CPU, bf16 on GPU)"),
+    ("gather_dtype", "string", "", "dtype of Muon's DP/TP gathers"),
+    ("reduce_dtype", "string", "", "dtype of the gradient reduce-scatter"),
+    ("seed", "Int64", "", "random seed"),
+    ("model_params", "Int64", "count", "parameters of the full (unsharded) model"),
+    ("command", "string", "", "the command line that recorded the run, shell-quoted"),
+    ("git_sha", "string", "", "commit of the code that recorded the run (environment.json)"),
+    ("recorded_at", "string", "", "when the run was recorded, ISO 8601 (environment.json)"),
+)
 
 SCHEMAS: dict[str, TableSchema] = {
     "runs": TableSchema(
         "runs",
-        "One row per run (a benchmark configuration across all its ranks). Per-step quantities are medians over the "
-        "profiled steps; a step's time is its slowest rank's.",
+        "One row per run (a benchmark configuration across all its trials and ranks). Per-step quantities are medians "
+        "over the profiled steps of every trial; a step's time is its slowest rank's.",
         ("run",),
         _cols(
             *_RUN_ID,
@@ -103,36 +126,76 @@ SCHEMAS: dict[str, TableSchema] = {
             ("world_size", "Int64", "ranks", "dp * tp, else distributedInfo.world_size"),
             ("backend", "string", "", "process-group backend: gloo or nccl"),
             ("device", "string", "", "cpu or cuda (cuda when the traces have GPU kernels)"),
-            ("ranks", "Int64", "count", "rank traces analyzed"),
-            ("steps", "Int64", "count", "profiled steps (ProfilerStep#N) per rank; 1 for a trace without steps"),
+            ("ranks", "Int64", "count", "ranks of the run (rank traces of one trial)"),
+            ("trials", "Int64", "count", "trials recorded (each a full recording of the configuration, interleaved with the others)"),
+            ("tokens_per_step", "Int64", "tokens", "tokens trained per step over all DP ranks (config.json); equal for runs that are compared"),
+            ("tokens_per_s", "Float64", "tokens/s", "tokens_per_step / median step time"),
+            ("steps", "Int64", "count", "profiled steps (ProfilerStep#N) per rank, summed over trials; 1 for a trace without steps"),
             ("step_ms", "Float64", "ms", "median step time (per step: the slowest rank)"),
             ("step_ms_p10", "Float64", "ms", "10th percentile of step time"),
             ("step_ms_p90", "Float64", "ms", "90th percentile of step time"),
             ("forward_ms", "Float64", "ms", f"forward phase, {_TIME_NOTE}"),
             ("backward_ms", "Float64", "ms", f"backward phase, {_TIME_NOTE}"),
             ("optimizer_ms", "Float64", "ms", f"optimizer phase (ours, or Optimizer.step#...), {_TIME_NOTE}"),
-            ("optimizer_share", "Float64", "fraction", "total optimizer time / total step time, over all ranks and steps"),
+            ("optimizer_share", "Float64", "fraction", "optimizer step time / training step time, the seed's definition: median optimizer_ms (mean over ranks) over median step_ms (slowest rank)"),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
             ("comm_ms", "Float64", "ms", f"communication (union of collective transfers), {_TIME_NOTE}"),
+            (
+                "comm_wait_ms",
+                "Float64",
+                "ms",
+                f"collective time spent waiting for the group's last rank to arrive (steps.comm_wait_ms), {_TIME_NOTE}",
+            ),
+            (
+                "comm_transfer_ms",
+                "Float64",
+                "ms",
+                f"collective time from the group's last arrival to the end (steps.comm_transfer_ms), {_TIME_NOTE}",
+            ),
             ("overlap_ms", "Float64", "ms", f"communication overlapped with computation, {_TIME_NOTE}"),
             ("exposed_comm_ms", "Float64", "ms", f"communication not overlapped with computation, {_TIME_NOTE}"),
             ("idle_ms", "Float64", "ms", f"step time with neither computation nor communication, {_TIME_NOTE}"),
             ("comm_calls", "Float64", "count", f"collective calls per rank per step, {_TIME_NOTE}"),
-            ("comm_bytes", "Int64", "bytes", f"bytes sent per rank per step (ring model, DESIGN.md section 4), {_TIME_NOTE}"),
+            ("comm_bytes", "Int64", "bytes", f"bytes sent per rank per step (ring model, docs/method.md#communication-model), {_TIME_NOTE}"),
             ("start_skew_ms", "Float64", "ms", "median over steps of the largest spread of a collective's start across ranks"),
             ("state_bytes", "Int64", "bytes", "optimizer state per rank, steady state (metrics.json), the largest rank"),
+            (
+                "ring_bytes_per_step",
+                "Float64",
+                "bytes",
+                "bytes all ranks together send per recorded step by the ring model (steps.comm_bytes summed over ranks, "
+                "mean over the steps of every trial): the scope of loopback_bytes_per_step",
+            ),
+            (
+                "loopback_bytes_per_step",
+                "Float64",
+                "bytes",
+                "bytes that crossed the loopback interface per recorded step (rank 0's /proc/net/dev 'lo' transmit delta, "
+                "pooled over trials): what gloo sent for all ranks, TCP/IP headers included, when every rank shares the "
+                "machine; null on NCCL, across machines or without /proc/net/dev (docs/method.md#communication-model)",
+            ),
             ("peak_mem_bytes", "Int64", "bytes", "peak memory of the largest rank: trace [memory] events, else metrics.json"),
             ("peak_mem_source", "string", "", "where peak_mem_bytes comes from: trace_allocator or metrics.json's source"),
             ("path", "string", "", "run directory (or trace file) analyzed, relative to the working directory when inside it"),
+            ("train_flops", "Int64", "FLOP", "forward+backward FLOPs of the whole model in one step, all ranks together (6 N T + attention)"),
+            ("ns_flops_max_rank", "Int64", "FLOP", "Newton-Schulz FLOPs in one step on the busiest rank (the shard plan decides who orthogonalizes what)"),
+            ("typical_trial", "Int64", "", "trial of typical_step"),
+            ("typical_step", "Int64", "step", "the profiled step whose slowest rank is the median one, over all trials (what the timeline figure shows)"),
+            *_CONFIG_COLUMNS,
         ),
     ),
     "steps": TableSchema(
         "steps",
-        "One row per run, rank and profiled step. Times are lengths of unions of intervals inside the step's window "
-        "[start, start + step_ms), so compute + comm - overlap + idle = step_ms.",
-        ("run", "rank", "step"),
+        "One row per run, rank and profiled step (every ProfilerStep#N, the last one included). Collective and GPU time "
+        "(comm_ms, comm_<kind>_ms, comm_calls, comm_bytes; compute_ms on GPU) follows HolisticTraceAnalysis: work counts, whole, "
+        "in the step whose window contains its launch (the runtime call launching a kernel, matched by correlation id; "
+        "the c10d:: call of a gloo collective), even if it runs after the window ends; work launched outside every step "
+        "counts in none. The *_window_ms columns, overlap, exposed, idle and the fractions are lengths of unions of "
+        "intervals inside the step's window [start, start + step_ms), so compute_window_ms + comm_window_ms - overlap_ms "
+        "+ idle_ms = step_ms.",
+        ("run", "trial", "rank", "step"),
         _cols(
-            *_RUN_ID,
+            *_TRIAL_ID,
             ("rank", "Int64", "", "global rank (distributedInfo, else the file name, else the --rank argument, else 0)"),
             ("step", "Int64", "", "profiler step number N of ProfilerStep#N; -1 for a trace without steps"),
             ("file", "string", "", "trace file"),
@@ -146,20 +209,61 @@ SCHEMAS: dict[str, TableSchema] = {
                 "compute_ms",
                 "Float64",
                 "ms",
-                "union of computation: non-NCCL kernels and copies on GPU; CPU ops off the gloo threads, except collective calls and the ops enclosing one, on CPU",
+                "on GPU: union of the non-NCCL kernels, memcpys and memsets launched in the step (whole, even past its "
+                "end); on CPU: equal to compute_window_ms",
             ),
-            ("comm_ms", "Float64", "ms", "union of collective transfers (NCCL kernels, gloo worker annotations, else the calls)"),
-            *((f"comm_{k}_ms", "Float64", "ms", f"union of {k} transfers") for k in COMM_KINDS),
-            ("overlap_ms", "Float64", "ms", "communication overlapped with computation"),
-            ("exposed_comm_ms", "Float64", "ms", "comm_ms - overlap_ms"),
-            ("idle_ms", "Float64", "ms", "step_ms - (compute_ms + comm_ms - overlap_ms)"),
-            ("compute_frac", "Float64", "fraction", "compute_ms / step_ms"),
-            ("comm_frac", "Float64", "fraction", "comm_ms / step_ms"),
+            (
+                "comm_ms",
+                "Float64",
+                "ms",
+                "union of the collective transfers (NCCL kernels, gloo worker annotations, else the calls) launched in "
+                "the step (whole, even past its end); overlapping transfers counted once",
+            ),
+            *(
+                (f"comm_{k}_ms", "Float64", "ms", f"sum of the durations of the {k} transfers launched in the step (as HTA)")
+                for k in COMM_KINDS
+            ),
+            (
+                "comm_wait_ms",
+                "Float64",
+                "ms",
+                (
+                    "sum, over the collectives launched in the step, of the time waiting for the last rank of the call's "
+                    "group to arrive (docs/method.md#wait-and-transfer); 0 for calls not matched across ranks"
+                ),
+            ),
+            (
+                "comm_transfer_ms",
+                "Float64",
+                "ms",
+                (
+                    "sum, over the same collectives, of the rest of their durations (from the last arrival to the end); "
+                    "comm_wait_ms + comm_transfer_ms = the sum of the comm_<kind>_ms"
+                ),
+            ),
+            (
+                "compute_window_ms",
+                "Float64",
+                "ms",
+                "union of computation inside the step's window, whatever step launched it: non-NCCL kernels and copies "
+                "on GPU; CPU ops off the gloo threads, except collective calls and the ops enclosing one, on CPU",
+            ),
+            (
+                "comm_window_ms",
+                "Float64",
+                "ms",
+                "union of all collective transfers inside the step's window, whatever step launched them",
+            ),
+            ("overlap_ms", "Float64", "ms", "computation and communication at once, inside the window (window-based)"),
+            ("exposed_comm_ms", "Float64", "ms", "comm_window_ms - overlap_ms (window-based)"),
+            ("idle_ms", "Float64", "ms", "step_ms - (compute_window_ms + comm_window_ms - overlap_ms) (window-based)"),
+            ("compute_frac", "Float64", "fraction", "compute_window_ms / step_ms"),
+            ("comm_frac", "Float64", "fraction", "comm_window_ms / step_ms"),
             ("exposed_comm_frac", "Float64", "fraction", "exposed_comm_ms / step_ms"),
             ("idle_frac", "Float64", "fraction", "idle_ms / step_ms"),
             ("optimizer_share", "Float64", "fraction", "optimizer_ms / step_ms"),
-            ("comm_calls", "Int64", "count", "collective calls issued by this rank in the step"),
-            ("comm_bytes", "Int64", "bytes", "bytes this rank sent in the step's collectives (ring model)"),
+            ("comm_calls", "Int64", "count", "collective calls this rank launched in the step (same rule as comm_ms)"),
+            ("comm_bytes", "Int64", "bytes", "bytes this rank sent in the collectives launched in the step (ring model)"),
             (
                 "peak_mem_bytes",
                 "Int64",
@@ -180,9 +284,9 @@ SCHEMAS: dict[str, TableSchema] = {
         "collectives",
         "One row per run, rank, phase and collective op: totals over the profiled steps. bytes must agree with the byte "
         "ledger (ledger_bytes) and the analytic model.",
-        ("run", "rank", "phase", "op"),
+        ("run", "trial", "rank", "phase", "op"),
         _cols(
-            *_RUN_ID,
+            *_TRIAL_ID,
             ("rank", "Int64", "", "global rank"),
             (
                 "phase",
@@ -209,6 +313,22 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("size_bytes", "Int64", "bytes", "sum of S, the full array size of each call (nccl-tests convention)"),
             ("ms", "Float64", "ms", "sum of transfer durations"),
+            (
+                "wait_ms",
+                "Float64",
+                "ms",
+                (
+                    "part of ms spent waiting for the last rank of each call's group to arrive: per call, last arrival - "
+                    "own arrival, within [0, the call's duration] (docs/method.md#wait-and-transfer); 0 for unmatched calls"
+                ),
+            ),
+            (
+                "transfer_ms",
+                "Float64",
+                "ms",
+                "ms - wait_ms: from the group's last arrival to each call's end (the whole call if unmatched)",
+            ),
+            ("matched_calls", "Int64", "count", "calls matched across the ranks of their group (the others: all transfer)"),
             ("bytes_per_step", "Float64", "bytes", "bytes / steps"),
             ("ms_per_step", "Float64", "ms", "ms / steps"),
             ("algbw_gbps", "Float64", "GB/s", "sum(S) / sum(t), 1 GB = 1e9 bytes"),
@@ -237,9 +357,11 @@ SCHEMAS: dict[str, TableSchema] = {
             ("backend", "string", "", "gloo or nccl"),
             ("device", "string", "", "cpu or cuda"),
             ("layout", "string", "", "the Muon run's ZeRO-1 layout"),
+            ("tokens_per_step", "Int64", "tokens", "tokens per step of both runs (pairs must have the same model, tokens, sequence length, dtypes, backend)"),
             ("muon_run", "string", "", "run id of the Muon run"),
             ("adamw_run", "string", "", "run id of the AdamW run (same group preferred)"),
-            ("comm_ms_ratio", "Float64", "ratio", "communication time"),
+            ("comm_ms_ratio", "Float64", "ratio", "communication time (wait included)"),
+            ("comm_transfer_ms_ratio", "Float64", "ratio", "communication transfer time (from the last rank's arrival)"),
             ("exposed_comm_ms_ratio", "Float64", "ratio", "exposed communication time"),
             ("comm_bytes_ratio", "Float64", "ratio", "bytes sent per rank per step"),
             ("optimizer_ms_ratio", "Float64", "ratio", "optimizer time"),
@@ -249,19 +371,110 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "claims": TableSchema(
         "claims",
-        "The seed's claims (DESIGN.md section 1) and the paper's, each measured on these runs, with a verdict.",
+        "The seed's claims (a forum post and dataset card from 4 GPUs over PCIe) and the paper's, each measured like for "
+        "like on these runs, with a 95% interval (bootstrap over trials and steps), a verdict and its measured cause.",
         ("claim_id",),
         _cols(
             ("claim_id", "string", "", "short stable identifier"),
             ("claim", "string", "", "what was claimed"),
             ("source", "string", "", "who claimed it, where"),
-            ("seed_value", "Float64", "", "the claimed number (see unit)"),
-            ("measured_value", "Float64", "", "our number, same unit; null when not measured"),
-            ("unit", "string", "", "unit of seed_value and measured_value"),
-            ("conditions", "string", "", "runs, backend, device and sizes the measurement comes from"),
-            ("verdict", "string", "", "supported, partly supported, not supported, or not measured (rule in claims.py)"),
+            ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
+            ("region", "string", "", "the values that agree with the claim, as an interval"),
+            ("measured_value", "Float64", "", "our estimate, same unit; null when not measured"),
+            ("measured_low", "Float64", "", "lower end of the 95% interval (per-rank minimum for deterministic quantities)"),
+            ("measured_high", "Float64", "", "upper end of the 95% interval (per-rank maximum for deterministic quantities)"),
+            ("unit", "string", "", "unit of claimed_value and the measured columns"),
+            ("conditions", "string", "", "the runs compared: backend, device, ranks, trials x steps, tokens per step"),
+            ("verdict", "string", "", "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), not measured"),
+            ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
             ("rule", "string", "", "how the verdict was decided"),
         ),
+    ),
+    "ranks": TableSchema(
+        "ranks",
+        "One row per run and rank: what the rank held and computed, as recorded at run time (metrics.json).",
+        ("run", "trial", "rank"),
+        _cols(
+            *_RANK_ID,
+            ("dp_rank", "Int64", "rank", "data-parallel rank"),
+            ("tp_rank", "Int64", "rank", "tensor-parallel rank"),
+            ("muon_state_bytes", "Int64", "bytes", "Muon momentum buffers this rank keeps (one fp32 moment per element)"),
+            ("adamw_state_bytes", "Int64", "bytes", "AdamW moments this rank keeps (two fp32 moments per element)"),
+            ("state_bytes", "Int64", "bytes", "muon_state_bytes + adamw_state_bytes: steady-state optimizer state"),
+            ("transient_bytes", "Int64", "bytes", "largest set of gather/shard buffers alive at once during a step"),
+            ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
+            ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
+            ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
+            ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),
+            ("shard_elems", "Int64", "elements", "flat-buffer elements this rank owns under ZeRO-1"),
+            ("muon_matrices", "Int64", "count", "Muon matrices of the model (TP-local); 0 for AdamW"),
+            ("ns_matrices", "Int64", "count", "matrices this rank orthogonalizes each step"),
+            ("dp_gathered_matrices", "Int64", "count", "matrices that need a DP gather (straddling a shard boundary, or all when bucketed)"),
+            ("local_params", "Int64", "count", "parameters this rank holds (its TP shard)"),
+        ),
+    ),
+    "phases": TableSchema(
+        "phases",
+        "One row per run, rank and phase (the record_function scopes of the model and the optimizers): time from the "
+        "trace, and bytes from three independent sources that must agree: the analytic ring model, the run-time "
+        "ledger of the collective wrappers, and the call sizes read back from the trace.",
+        ("run", "trial", "rank", "phase"),
+        _cols(
+            *_RANK_ID,
+            ("phase", "string", "", "phase name (forward, backward, optimizer, dp_reduce_scatter, ..., docs/method.md)"),
+            ("steps", "Int64", "count", "profiled steps the per-step values average over"),
+            ("ms_per_step", "Float64", "ms", "time inside the phase's scope per profiled step (null if the trace has no such scope)"),
+            (
+                "wait_ms_per_step",
+                "Float64",
+                "ms",
+                (
+                    "the phase's collectives: time waiting for the group's last rank per profiled step "
+                    "(collectives.wait_ms); null for a phase without collectives"
+                ),
+            ),
+            (
+                "transfer_ms_per_step",
+                "Float64",
+                "ms",
+                "the phase's collectives: the rest of their durations per profiled step (collectives.transfer_ms)",
+            ),
+            ("analytic_bytes", "Float64", "bytes", "bytes this rank sends per step in the phase, analytic ring model (optimizer phases)"),
+            ("ledger_bytes", "Float64", "bytes", "bytes per profiled step, run-time ledger (metrics.json)"),
+            ("trace_bytes", "Float64", "bytes", "bytes per profiled step, ring model applied to the trace's collective sizes"),
+        ),
+    ),
+    "timeline": TableSchema(
+        "timeline",
+        "One row per phase interval of every profiled step of every trial on every rank (the timeline figure): coarse phases, the "
+        "optimizer's and the model's phases, and the collective transfers, on one clock per step.",
+        ("run", "trial", "rank", "step", "lane", "start_ms"),
+        _cols(
+            *_RANK_ID,
+            ("step", "Int64", "step", "ProfilerStep number"),
+            ("lane", "string", "", "step (the rank's ProfilerStep window), coarse (forward/backward/optimizer), fine (optimizer and model phases), transfer (gloo/NCCL)"),
+            ("phase", "string", "", "phase name; 'transfer' for collective transfers"),
+            ("start_ms", "Float64", "ms", "start, from the earliest rank's start of this step (ranks aligned by baseTimeNanoseconds)"),
+            ("end_ms", "Float64", "ms", "end, same clock"),
+            ("aligned", "boolean", "", "false when a rank's trace had no baseTimeNanoseconds (each rank then starts at 0)"),
+        ),
+    ),
+    "losses": TableSchema(
+        "losses",
+        "One row per run, rank and training step: the training loss as recorded at run time (metrics.json).",
+        ("run", "trial", "rank", "step"),
+        _cols(
+            *_RANK_ID,
+            ("step", "Int64", "step", "training step, from 0 (profiled or not)"),
+            ("loss", "Float64", "nats", "cross-entropy loss of the rank's batch"),
+        ),
+    ),
+    "environment": TableSchema(
+        "environment",
+        "One row per run and environment field (environment.json, nested keys joined with '.'): hardware, software, "
+        "provenance. Lists are joined with ', '.",
+        ("run", "trial", "key"),
+        _cols(*_TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
     ),
 }
 
@@ -272,7 +485,39 @@ def schema_markdown() -> str:
     """The schemas as Markdown (for the dataset card and docs)."""
     lines = []
     for s in SCHEMAS.values():
-        lines += [f"### `{s.name}`", "", s.description, "", "| column | type | unit | meaning |", "|---|---|---|---|"]
+        key = ", ".join(f"`{k}`" for k in s.key)
+        lines += [f"### `{s.name}`", "", s.description, "", f"Key: {key}.", "", "| column | type | unit | meaning |", "|---|---|---|---|"]
         lines += [f"| `{c.name}` | {c.dtype} | {c.unit} | {c.description} |" for c in s.columns]
         lines.append("")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the table reference in docs/method.md
+
+DOC_MARKER = "<!-- tables: generated below -->"
+
+
+def doc_with_tables(doc: str) -> str:
+    """``doc`` (docs/method.md) with everything after :data:`DOC_MARKER` replaced by the table reference."""
+    head, marker, _ = doc.partition(DOC_MARKER)
+    if not marker:
+        raise ValueError(f"the document has no line {DOC_MARKER!r} to put the table reference after")
+    return f"{head}{DOC_MARKER}\n\n## Tables\n\nEvery table under `metrics/`, its key and its columns.\n\n{schema_markdown().rstrip()}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m muon_repro.analysis.schemas [DOC]``: regenerate the table reference of DOC (default docs/method.md)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    doc = Path(args[0] if args else "docs/method.md")
+    text = doc_with_tables(doc.read_text(encoding="utf-8"))
+    tmp = doc.with_name(f".{doc.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(doc)
+    print(f"updated the table reference in {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,20 +1,23 @@
-"""The analysis tables: documented schemas, builders, Parquet + CSV writers.
+"""The analysis tables: builders and Parquet + CSV writers. After analysis these tables are the
+only interface: figures, the report and the dataset card read them and nothing else.
 
-Five tables, one row per:
+One row per:
 
-* ``runs``: run (a benchmark configuration, all its ranks);
+* ``runs``: run (a benchmark configuration, all its ranks), with its configuration;
 * ``steps``: run x rank x profiled step;
 * ``collectives``: run x rank x phase x collective op, totals over the profiled steps;
 * ``comparisons``: Muon run x its AdamW twin (same dp, tp, backend, device);
-* ``claims``: a claim of the seed or the paper, measured, with a verdict.
+* ``claims``: a claim of the seed or the paper, measured, with a verdict;
+* ``ranks``, ``phases``, ``timeline``, ``losses``, ``environment``: what each rank recorded at run
+  time, bytes and time per phase from three sources, phase intervals on one clock, losses, and
+  the machine (built in :mod:`muon_repro.analysis.run_tables`).
 
 Each column is declared once in :data:`SCHEMAS` (:mod:`muon_repro.analysis.schemas`: name,
 pandas dtype, unit, meaning); the builders return frames conformed to them, the writers put
 the descriptions into the Parquet field metadata. Unknown values are nulls (pandas nullable
 dtypes), never NaN.
 
-``build_tables(paths)`` is the entry point for the report: paths are trace files, run
-directories or trees of them.
+``build_tables(paths)`` is the entry point: paths are trace files, run directories or trees of them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,17 @@ import pandas as pd
 
 from muon_repro.analysis.collectives import busbw_factor
 from muon_repro.analysis.pipeline import Analysis, analyze_paths
+from muon_repro.analysis.run_tables import (
+    config_columns,
+    environment_table,
+    losses_table,
+    phases_table,
+    ranks_table,
+    timeline_table,
+)
 from muon_repro.analysis.schemas import SCHEMAS, TABLE_NAMES, Column, TableSchema, schema_markdown
+from muon_repro.analysis.waits import split_wait_transfer
+from muon_repro.rundir import METRICS_FILE, trial_of
 
 __all__ = [
     "SCHEMAS",
@@ -48,7 +61,7 @@ __all__ = [
 
 
 def build_tables(paths: Iterable[str | Path], *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
-    """Analyze every trace under ``paths`` and return the five tables, conformed to SCHEMAS.
+    """Analyze every trace under ``paths`` and return every table, conformed to SCHEMAS.
 
     Files that cannot be read are skipped with a warning naming each (their problems are
     available in detail from :func:`muon_repro.analysis.pipeline.analyze_paths`).
@@ -66,12 +79,19 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     collectives = _collectives_table(analysis)
     runs = _runs_table(analysis, steps)
     comparisons = _comparisons_table(runs)
+    ranks = ranks_table(analysis)
+    phases = phases_table(analysis, steps, collectives)
     tables = {
         "runs": runs,
         "steps": steps,
         "collectives": collectives,
         "comparisons": comparisons,
-        "claims": claims_table(runs, comparisons),
+        "claims": claims_table(runs, steps, ranks, phases),
+        "ranks": ranks,
+        "phases": phases,
+        "timeline": timeline_table(analysis),
+        "losses": losses_table(analysis),
+        "environment": environment_table(analysis),
     }
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 
@@ -80,13 +100,15 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
     frames = []
     for info, items in analysis.runs:
         skew = _skew(items)
-        for b in items:
+        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp)
+        for b, split in zip(items, splits):
             df = b.steps.copy()
             df.insert(0, "run", info.key)
             df.insert(1, "group", info.group)
             df.insert(2, "name", info.name)
             df.insert(3, "rank", b.meta.rank)
-            df.insert(5, "file", display_path(b.meta.path))
+            df.insert(4, "trial", info.trial)
+            df.insert(6, "file", display_path(b.meta.path))
             df.insert(6, "device", b.device)
             if skew is not None:
                 df = df.merge(skew, on=["rank", "step"], how="left")
@@ -94,10 +116,19 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
                 df["start_skew_ms"] = np.nan
                 df["late_ms"] = np.nan
                 df["straggler_rank"] = np.nan
+            df["comm_wait_ms"], df["comm_transfer_ms"] = _wait_transfer_by_step(split, b.collectives["step"], df["step"])
             frames.append(df)
     if not frames:
         return SCHEMAS["steps"].empty()
     return pd.concat(frames, ignore_index=True)
+
+
+def _wait_transfer_by_step(split: pd.DataFrame, launch_step: pd.Series, steps: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of ``steps``: wait and transfer (ms) of the collectives launched in it
+    (``split`` from :func:`split_wait_transfer`, ``launch_step`` the calls' ``step``)."""
+    sums = split[["wait_us", "transfer_us"]].groupby(launch_step.to_numpy()).sum() / 1000.0
+    sums = sums.reindex(steps.to_numpy(), fill_value=0.0)
+    return sums["wait_us"].to_numpy(), sums["transfer_us"].to_numpy()
 
 
 def _skew(items: list) -> pd.DataFrame | None:
@@ -139,21 +170,26 @@ def _skew(items: list) -> pd.DataFrame | None:
 def _collectives_table(analysis: Analysis) -> pd.DataFrame:
     rows = []
     for info, items in analysis.runs:
-        for b in items:
+        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp)
+        for b, split in zip(items, splits):
             inst = b.collectives
             if inst.empty:
                 continue
             n_steps = len(b.steps)
             step_set = set(b.steps["step"].tolist())
-            ledger = _ledger_by_phase_op(info.ledger(b.meta.rank), step_set)
+            metrics = info.rank(b.meta.rank)
+            ledger = _ledger_by_phase_op(metrics.ledger if metrics else [], step_set)
             inst = inst.assign(
                 dur_us=inst["end"] - inst["start"],
+                wait_us=split["wait_us"],
+                matched=split["matched"],
                 factor=[busbw_factor(op, n) if n > 0 else None for op, n in zip(inst["op"], inst["group_size"])],
             )
             for (phase, op), g in inst.groupby(["phase", "op"], sort=True):
                 known = g[g["bytes"] >= 0]
                 sized = g[g["size_bytes"] >= 0]
                 t_us = float(g["dur_us"].sum())
+                wait_ms = float(g["wait_us"].sum()) / 1000.0
                 t_sized = float(sized["dur_us"].sum())
                 with_factor = sized[sized["factor"].notna()]
                 t_factor = float(with_factor["dur_us"].sum())
@@ -162,6 +198,7 @@ def _collectives_table(analysis: Analysis) -> pd.DataFrame:
                         "run": info.key,
                         "group": info.group,
                         "name": info.name,
+                        "trial": info.trial,
                         "rank": b.meta.rank,
                         "phase": phase,
                         "op": op,
@@ -173,6 +210,9 @@ def _collectives_table(analysis: Analysis) -> pd.DataFrame:
                         "bytes": int(known["bytes"].sum()) if len(known) else None,
                         "size_bytes": int(sized["size_bytes"].sum()) if len(sized) else None,
                         "ms": t_us / 1000.0,
+                        "wait_ms": wait_ms,
+                        "transfer_ms": t_us / 1000.0 - wait_ms,  # the rest of ms, so that the two add up to it
+                        "matched_calls": int(g["matched"].sum()),
                         "bytes_per_step": float(known["bytes"].sum()) / n_steps if len(known) and n_steps else None,
                         "ms_per_step": t_us / 1000.0 / n_steps if n_steps else None,
                         "algbw_gbps": float(sized["size_bytes"].sum()) / t_sized / 1e3 if t_sized > 0 else None,
@@ -212,67 +252,106 @@ def _ledger_by_phase_op(ledger: list[dict], steps: set) -> dict[tuple[str, str],
 
 # Per-step quantities a run reports as the median over steps of the mean over ranks.
 _RANK_MEAN_COLUMNS = (
-    "forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "overlap_ms",
-    "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes",
+    "forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "comm_wait_ms", "comm_transfer_ms",
+    "overlap_ms", "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes",
 )
 
 
 def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for info, items in analysis.runs:
-        s = steps[steps["run"] == info.key]
-        per_step = s.groupby("step").agg(
+    for key, trials in _by_run(analysis).items():
+        info, items = trials[0]
+        s = steps[steps["run"] == key]
+        per_step = s.groupby(["trial", "step"]).agg(
             step_ms=("step_ms", "max"),
-            **{
-                c: (c, "mean")
-                for c in _RANK_MEAN_COLUMNS
-            },
+            **{c: (c, "mean") for c in _RANK_MEAN_COLUMNS},
             start_skew_ms=("start_skew_ms", "max"),
         )
-        state = [v for b in items if (v := info.state_bytes(b.meta.rank)) is not None]
+        metrics = [m for t_info, t_items in trials for b in t_items if (m := t_info.rank(b.meta.rank)) is not None]
+        state = [v for m in metrics if (v := m.total_state_bytes) is not None]
         trace_peaks = [int(v) for v in s["peak_mem_bytes"].dropna()]
-        metric_peaks = [v for b in items if (v := info.peak_memory_bytes(b.meta.rank)) is not None]
+        metric_peaks = [m for m in metrics if m.peak_memory_bytes is not None]
         if trace_peaks:
             peak, peak_source = max(trace_peaks), "trace_allocator"
         elif metric_peaks:
-            peak = max(metric_peaks)
-            peak_source = next((src for b in items if (src := info.peak_memory_source(b.meta.rank))), "metrics.json")
+            top = max(metric_peaks, key=lambda m: m.peak_memory_bytes)
+            peak, peak_source = top.peak_memory_bytes, top.peak_memory_source or METRICS_FILE
         else:
             peak, peak_source = None, None
-        total_step = float(s["step_ms"].sum())
-        world = info.int_config("world_size") or next((b.meta.world_size for b in items if b.meta.world_size), None)
+        cfg = info.config
+        step_ms = per_step["step_ms"].median()
+        typical = typical_step(per_step["step_ms"])
         rows.append(
             {
-                "run": info.key,
+                "run": key,
                 "group": info.group,
                 "name": info.name,
-                "optimizer": info.str_config("optimizer"),
-                "layout": info.str_config("layout"),
-                "dp": info.int_config("dp"),
-                "tp": info.int_config("tp"),
-                "world_size": world,
-                "backend": info.str_config("backend") or next((b.meta.backend for b in items if b.meta.backend), None),
-                "device": info.str_config("device") or items[0].device,
+                "optimizer": cfg.optimizer,
+                "layout": cfg.layout,
+                "dp": cfg.dp,
+                "tp": cfg.tp,
+                "world_size": cfg.world_size or next((b.meta.world_size for b in items if b.meta.world_size), None),
+                "backend": cfg.backend or next((b.meta.backend for b in items if b.meta.backend), None),
+                "device": cfg.device or items[0].device,
                 "ranks": len(items),
-                "steps": int(s.groupby("rank")["step"].nunique().max()) if len(s) else 0,
-                "step_ms": per_step["step_ms"].median(),
+                "trials": len(trials),
+                "tokens_per_step": cfg.tokens_per_step,
+                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms > 0 else None,
+                "steps": int(s.groupby("rank")["step"].count().max()) if len(s) else 0,
+                "step_ms": step_ms,
                 "step_ms_p10": per_step["step_ms"].quantile(0.1),
                 "step_ms_p90": per_step["step_ms"].quantile(0.9),
-                **{
-                    c: per_step[c].median()
-                    for c in _RANK_MEAN_COLUMNS
-                },
-                "optimizer_share": float(s["optimizer_ms"].sum()) / total_step if total_step > 0 else None,
+                **{c: per_step[c].median() for c in _RANK_MEAN_COLUMNS},
+                # The seed's definition: the optimizer step's time over the training step's (medians over steps).
+                "optimizer_share": per_step["optimizer_ms"].median() / step_ms if step_ms > 0 else None,
                 "start_skew_ms": per_step["start_skew_ms"].median() if per_step["start_skew_ms"].notna().any() else None,
                 "state_bytes": max(state) if state else None,
+                "ring_bytes_per_step": _ring_bytes_per_step(s),
+                "loopback_bytes_per_step": _loopback_bytes_per_step(trials),
                 "peak_mem_bytes": peak,
                 "peak_mem_source": peak_source,
-                "path": display_path(info.path),
+                "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
+                "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
+                "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
+                "typical_trial": typical[0] if typical else None,
+                "typical_step": typical[1] if typical else None,
+                **config_columns(info, metrics),
             }
         )
     if not rows:
         return SCHEMAS["runs"].empty()
     return pd.DataFrame(rows)
+
+
+def _ring_bytes_per_step(run_steps: pd.DataFrame) -> float | None:
+    """The trace's ring-model bytes per recorded step, summed over ranks: the loopback counter's scope."""
+    per_step = run_steps.groupby(["trial", "step"])["comm_bytes"].sum(min_count=1).dropna()
+    return float(per_step.mean()) if len(per_step) else None
+
+
+def _loopback_bytes_per_step(trials: list) -> float | None:
+    """Rank 0's loopback delta (every rank's traffic) per recorded step, pooled over the trials that have one."""
+    measured = [m for info, _ in trials if (m := info.rank(0)) is not None and m.loopback_bytes is not None and m.loopback_steps]
+    return sum(m.loopback_bytes for m in measured) / sum(m.loopback_steps for m in measured) if measured else None
+
+
+def _by_run(analysis: Analysis) -> dict[str, list]:
+    """The analyzed folders grouped by run key (the trials of one configuration), in order."""
+    out: dict[str, list] = {}
+    for info, items in analysis.runs:
+        out.setdefault(info.key, []).append((info, items))
+    for trials in out.values():
+        trials.sort(key=lambda t: t[0].trial)
+    return out
+
+
+def typical_step(slowest_rank_ms: pd.Series) -> tuple[int, int] | None:
+    """(trial, step) whose slowest rank is the median: a typical step, not the warm-up outlier."""
+    if slowest_rank_ms.empty:
+        return None
+    ordered = slowest_rank_ms.sort_values(kind="stable")
+    trial, step = ordered.index[len(ordered) // 2]
+    return int(trial), int(step)
 
 
 def display_path(path: str | Path) -> str:
@@ -292,10 +371,15 @@ def _ratio(a, b) -> float | None:
 
 
 def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each Muon run against an AdamW run with the same dp, tp, backend, device (same group first)."""
+    """Each Muon run against an AdamW run with the same dp, tp, backend and device that did the same work
+    (same group first). A partner whose work differs is refused with an error naming both runs."""
+    from muon_repro.analysis.claims import SAME_WORK, check_same_work
+
     rows = []
     runs = runs.astype(object).where(runs.notna(), None)
     adamw = runs[runs["optimizer"] == "adamw"]
+    ratio_columns = [c for c in ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
+                     if c in runs.columns]  # fmt: skip
     for _, m in runs[runs["optimizer"] == "muon"].iterrows():
         same = adamw[
             (adamw["dp"] == m["dp"])
@@ -305,8 +389,11 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
         ]
         if same.empty:
             continue
-        preferred = same[same["group"] == m["group"]]
-        a = (preferred if len(preferred) else same).iloc[0]
+        equal = same[[all(a.get(f) == m.get(f) for f in SAME_WORK) for _, a in same.iterrows()]]
+        pool = equal if len(equal) else same
+        preferred = pool[pool["group"] == m["group"]]
+        a = (preferred if len(preferred) else pool).iloc[0]
+        check_same_work(m, a)
         rows.append(
             {
                 "group": m["group"],
@@ -315,12 +402,10 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "backend": m["backend"],
                 "device": m["device"],
                 "layout": m["layout"],
+                "tokens_per_step": m.get("tokens_per_step"),
                 "muon_run": m["run"],
                 "adamw_run": a["run"],
-                **{
-                    f"{col}_ratio": _ratio(m[col], a[col])
-                    for col in ("comm_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
-                },
+                **{f"{col}_ratio": _ratio(m[col], a[col]) for col in ratio_columns},
             }
         )
     if not rows:

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from muon_repro.bench.configs import CONFIGS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
+from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
+                   help="recordings of each configuration, interleaved across configurations (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
@@ -68,16 +70,17 @@ def _run(args: argparse.Namespace) -> int:
     from muon_repro.parallel.launch import default_backend
 
     cfgs = [resolve(key, args.scale) for key in expand_config_names(args.configs)]
-    command = ["muon-repro", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("muon-repro") else sys.argv
+    command = getattr(args, "command_line", None) or ["muon-repro", "bench", *args.configs]
     try:
         if _under_torchrun():
             backend = args.backend or default_backend()
-            results = record_under_torchrun(cfgs, args.out, backend, force=args.force, command=command)
+            results = record_under_torchrun(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command)
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
             backend = args.backend or default_backend(max(c.world_size for c in cfgs))
-            results = record_local(cfgs, args.out, backend, force=args.force, command=command, progress=not args.no_progress)
+            results = record_local(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
+                                   progress=not args.no_progress)
     except BenchError as exc:
         print(f"muon-repro bench: error: {exc}", file=sys.stderr)
         return 1
@@ -89,8 +92,9 @@ def format_results(results) -> str:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    lines = [f"{'config':<42} {'status':<8} {'wall s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
+    lines = [f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
     for r in results:
         loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
-        lines.append(f"{r.key:<42} {r.status:<8} {r.wall_s:>7.1f} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
+        train = "-" if r.train_s is None else f"{r.train_s:.1f}"
+        lines.append(f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
     return "\n".join(lines)

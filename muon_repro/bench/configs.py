@@ -1,16 +1,24 @@
 """Named benchmark configurations: the seed's experiments, their AdamW twins, the layout ablation.
 
 A :class:`BenchConfig` says everything one run needs; :func:`resolve` fills in the model size,
-batch and sequence length for a *scale*: ``cpu`` (runs on a 2-core laptop in well under a
-minute per configuration, gloo) or ``gpu`` (sized for 4 GPUs, NCCL).
+the global tokens per step and the sequence length for a *scale*: ``cpu`` (a 2-core laptop,
+gloo) or ``gpu`` (sized for 4 GPUs, NCCL).
+
+Every configuration of a scale trains the same number of tokens per step, whatever its DP x TP
+grid: the batch per DP rank is ``tokens_per_step / (dp * seq_len)``. Without that, DP4 would train
+twice the tokens of DP2·TP2 in a step and step times could not be compared.
+
+The DP2·TP2 Muon run with the contiguous layout is recorded once, as ``comparison/muon_dp2_tp2``:
+it is the seed's comparison, the hybrid point of the seed's DP x TP grid, and the contiguous
+member of the layout ablation.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from muon_repro.model import PRESETS
-from muon_repro.optim.layout import LAYOUTS
+from muon_repro.model_config import PRESETS
+from muon_repro.rundir import LAYOUTS
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
@@ -21,19 +29,20 @@ class ScaleSpec:
     """Model size and batch for one scale."""
 
     preset: str
-    batch_per_dp: int
+    tokens_per_step: int  # global: divisible by dp * seq_len for every dp of the registry (1 to 8)
     seq_len: int
     bucket_elems: int  # for the bucketed layout: several buckets per model at this size
 
 
 SCALE_SPECS = {
     # tiny: tests and CI smoke runs (seconds).
-    "tiny": ScaleSpec(preset="tiny", batch_per_dp=2, seq_len=16, bucket_elems=4096),
-    # cpu: ~4M parameters; a 4-rank step takes a few hundred ms on 2 cores.
-    "cpu": ScaleSpec(preset="small", batch_per_dp=4, seq_len=128, bucket_elems=1_000_000),
+    "tiny": ScaleSpec(preset="tiny", tokens_per_step=128, seq_len=16, bucket_elems=4096),
+    # cpu: ~4M parameters; a 4-rank step takes about a second on 2 cores.
+    "cpu": ScaleSpec(preset="small", tokens_per_step=1024, seq_len=128, bucket_elems=1_000_000),
     # gpu: ~370M parameters on 4 GPUs.
-    "gpu": ScaleSpec(preset="large", batch_per_dp=8, seq_len=1024, bucket_elems=40_000_000),
+    "gpu": ScaleSpec(preset="large", tokens_per_step=16384, seq_len=1024, bucket_elems=40_000_000),
 }
+DEFAULT_TRIALS = 3
 
 
 @dataclass(frozen=True)
@@ -48,14 +57,14 @@ class BenchConfig:
     layout: str = "contiguous"
     scale: str = "cpu"
     preset: str = ""  # filled by resolve()
-    batch_per_dp: int = 0
+    tokens_per_step: int = 0  # global, over all DP ranks
     seq_len: int = 0
     bucket_elems: int | None = None
     qkv: str = "fused"
     # profiler schedule: steps skipped, warmed up, recorded (ProfilerStep#N for the recorded ones)
-    wait: int = 1
+    wait: int = 0
     warmup: int = 1
-    active: int = 3
+    active: int = 5
     lr: float = 3e-3
     weight_decay: float = 0.1
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
@@ -82,6 +91,13 @@ class BenchConfig:
                 raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"config {self.key}: unknown model preset {self.preset!r}")
+        if self.tokens_per_step or self.seq_len:
+            per_batch = self.dp * self.seq_len
+            if self.seq_len < 1 or self.tokens_per_step < 1 or self.tokens_per_step % per_batch:
+                raise ValueError(
+                    f"config {self.key}: tokens_per_step={self.tokens_per_step} does not divide into dp={self.dp} x "
+                    f"micro-batches of seq_len={self.seq_len}; use a positive multiple of {max(per_batch, 1)}"
+                )
 
     @property
     def key(self) -> str:
@@ -92,11 +108,17 @@ class BenchConfig:
         return self.dp * self.tp
 
     @property
+    def batch_per_dp(self) -> int:
+        """Sequences each DP rank trains per step."""
+        return self.tokens_per_step // (self.dp * self.seq_len) if self.seq_len else 0
+
+    @property
     def steps(self) -> int:
         return self.wait + self.warmup + self.active
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "key": self.key, "steps": self.steps, "world_size": self.world_size}
+        derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}
+        return {**asdict(self), **derived}
 
 
 def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) -> BenchConfig:
@@ -112,11 +134,10 @@ _ALL = [
     # The seed's grid of Muon layouts, with AdamW twins for DP4 and TP4.
     _grid("distributed_muon", "muon", 4, 1),
     _grid("distributed_muon", "muon", 1, 4),
-    _grid("distributed_muon", "muon", 2, 2),
     _grid("distributed_muon", "adamw", 4, 1),
     _grid("distributed_muon", "adamw", 1, 4),
     # ZeRO-1 layout ablation at DP=2, TP=2.
-    *[_grid("layout_ablation", "muon", 2, 2, layout=layout, suffix=f"_{layout}") for layout in LAYOUTS],
+    *[_grid("layout_ablation", "muon", 2, 2, layout=layout, suffix=f"_{layout}") for layout in LAYOUTS if layout != "contiguous"],
     # 8 ranks (2 nodes x 4 GPUs): the seed's wishlist of going past one node.
     _grid("scale_out", "muon", 4, 2),
     _grid("scale_out", "adamw", 4, 2),
@@ -141,7 +162,7 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
         base,
         scale=scale,
         preset=spec.preset,
-        batch_per_dp=spec.batch_per_dp,
+        tokens_per_step=spec.tokens_per_step,
         seq_len=spec.seq_len,
         bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
         **overrides,
@@ -150,5 +171,5 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
 
 def from_dict(data: dict) -> BenchConfig:
     """Inverse of :meth:`BenchConfig.to_dict` (derived keys dropped)."""
-    fields = {k: v for k, v in data.items() if k not in ("key", "steps", "world_size")}
+    fields = {k: v for k, v in data.items() if k not in ("key", "steps", "world_size", "batch_per_dp")}
     return BenchConfig(**fields)

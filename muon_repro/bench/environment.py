@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -71,12 +72,17 @@ def _nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
+@functools.cache
+def _installed() -> tuple[str, ...]:
+    """``pip freeze``, read once per process: a sweep records many runs in one process."""
+    return tuple(sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]))
+
+
 def capture_environment(backend: str | None = None) -> dict:
     """The facts that decide whether two runs are comparable. Safe to call on any rank."""
     repo = Path(__file__).resolve().parents[2]
-    freeze = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
     return {
-        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "hostname": platform.node(),
         "os": platform.platform(),
         "python": sys.version.split()[0],
@@ -93,5 +99,5 @@ def capture_environment(backend: str | None = None) -> dict:
         "torch_num_threads": torch.get_num_threads(),
         **_accelerators(),
         **_git(repo),
-        "pip_freeze": freeze,
+        "pip_freeze": list(_installed()),
     }

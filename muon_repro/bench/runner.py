@@ -5,16 +5,21 @@ or by ``torchrun``). Writes into ``run_dir`` (a temporary directory the sweep re
 place once every rank is done):
 
     rank<r>.json.gz    PyTorch profiler Chrome trace (Kineto), openable in ui.perfetto.dev
-    metrics.json       rank 0 only: every rank's metrics (see :func:`run_rank`)
+    metrics.json       rank 0 only: every rank's :class:`~muon_repro.rundir.RankMetrics`
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
+
+The format is :mod:`muon_repro.rundir`'s. Besides what it measures, each rank records what only
+the run knows: the analytic bytes of its optimizer phases, its Newton-Schulz FLOPs and its share
+of the ZeRO-1 shard plan, so the analysis never has to rebuild the model.
 """
 
 from __future__ import annotations
 
-import json
+import gzip
 import os
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,10 +31,13 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.data import PermutationStream
 from muon_repro.bench.environment import capture_environment
+from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes
 from muon_repro.model import GPT, GPTConfig
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
+from muon_repro.optim.comm_model import optimizer_bytes
 from muon_repro.optim.distributed import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
+from muon_repro.rundir import BACKWARD, FORWARD, OPTIMIZER, RankMetrics, RunDir, ShardSummary, trace_name
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -49,14 +57,35 @@ def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
+def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims: ParallelDims) -> dict[str, int]:
+    """Bytes this rank sends per step in each optimizer phase, by the analytic ring model."""
+    return optimizer_bytes(
+        opt.plan.specs, dp=cfg.dp, tp=cfg.tp, dp_rank=dims.dp_rank, optimizer=cfg.optimizer, layout=cfg.layout,
+        bucket_elems=cfg.bucket_elems, reduce_dtype=DTYPES[cfg.reduce_dtype], gather_dtype=DTYPES[cfg.gather_dtype],
+    )  # fmt: skip
 
 
-def run_rank(cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool = True) -> dict:
-    """Train ``cfg.steps`` steps on this rank under the profiler; return this rank's metrics."""
+def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
+    plan = opt.plan
+    ns_slots = {i for unit in plan.ns_units for i in plan.ns_slots(unit, dp_rank)} if isinstance(opt, DistributedMuon) else set()
+    gathered = {i for unit in plan.ns_units if unit.dp_gathered for i in unit.slots} if isinstance(opt, DistributedMuon) else set()
+    return ShardSummary(
+        layout=plan.layout,
+        buckets=len(plan.buckets),
+        shard_elems=sum(b.shard_size for b in plan.buckets),
+        muon_matrices=len(plan.muon_slots()) if isinstance(opt, DistributedMuon) else 0,
+        ns_matrices=len(ns_slots),
+        dp_gathered_matrices=len(gathered),
+    )
+
+
+def run_rank(
+    cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool = True, *, trial: int = 0, trials: int = 1
+) -> RankMetrics:
+    """Train ``cfg.steps`` steps on this rank under the profiler; return this rank's metrics.
+
+    Trials of a configuration train the same model on the same data from the same seed: they
+    differ only in when they ran, which is what their spread measures."""
     run_dir_path = Path(run_dir)
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world != cfg.world_size:
@@ -70,13 +99,20 @@ def run_rank(cfg: BenchConfig, run_dir: str, backend: str, command: list[str], p
     data = PermutationStream(model_cfg.vocab_size, cfg.seed)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    trace_path = run_dir_path / f"rank{dims.rank}.json.gz"
+    trace_path = run_dir_path / trace_name(dims.rank)
     step_ms, optimizer_ms, losses = [], [], []
     bar = _progress(cfg, dims.rank == 0 and progress)
+    # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
+    # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
+    use_lo = backend == "gloo" and world > 1 and all_ranks_local(world)
+    lo = LoopbackMeter(sync=dist.barrier, read=loopback_tx_bytes if dims.rank == 0 else lambda: None) if use_lo else None
+    first_recorded = cfg.wait + cfg.warmup
+    if lo is not None and first_recorded == 0:
+        lo.start()
     with profile(
         activities=activities,
         schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(str(trace_path)),
+        on_trace_ready=lambda prof: export_trace(prof, trace_path),
         record_shapes=True,
         profile_memory=True,
     ) as prof:
@@ -86,13 +122,13 @@ def run_rank(cfg: BenchConfig, run_dir: str, backend: str, command: list[str], p
             tokens, targets = tokens.to(device), targets.to(device)
             _sync(device)
             t0 = time.perf_counter()
-            with record_function("forward"):
+            with record_function(FORWARD):
                 loss = model(tokens, targets)
-            with record_function("backward"):
+            with record_function(BACKWARD):
                 loss.backward()
             _sync(device)
             t1 = time.perf_counter()
-            with record_function("optimizer"):
+            with record_function(OPTIMIZER):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             _sync(device)
@@ -100,45 +136,71 @@ def run_rank(cfg: BenchConfig, run_dir: str, backend: str, command: list[str], p
             step_ms.append((t2 - t0) * 1e3)
             optimizer_ms.append((t2 - t1) * 1e3)
             losses.append(loss.item())
+            if lo is not None and step + 1 == first_recorded:
+                lo.start()  # before prof.step() opens the first recorded step
             prof.step()
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", step_ms=f"{step_ms[-1]:.0f}")
+    loopback_bytes = lo.stop() if lo is not None else None
     if bar is not None:
         bar.close()
 
     peak, peak_source = _peak_memory_bytes(device)
-    metrics = {
-        "rank": dims.rank,
-        "dp_rank": dims.dp_rank,
-        "tp_rank": dims.tp_rank,
-        "step_ms": step_ms,
-        "optimizer_ms": optimizer_ms,
-        "loss": losses,
-        "ledger": dims.ledger.as_dicts(),
-        "state_bytes": opt.state_bytes(),
-        "transient_bytes": opt.stats.transient_bytes,
-        "peak_memory_bytes": peak,
-        "peak_memory_source": peak_source,
-        "update_rms": {name: float(v) for name, v in opt.stats.update_rms.items()},
-        "ns_calls": opt.stats.ns_calls,
-        "ns_flops": opt.stats.ns_flops,
-        "model_params": model.num_params(full=True),
-        "local_params": model.num_params(full=False),
-    }
-    ranks = [None] * world if dims.rank == 0 else None
+    metrics = RankMetrics(
+        rank=dims.rank,
+        dp_rank=dims.dp_rank,
+        tp_rank=dims.tp_rank,
+        step_ms=step_ms,
+        optimizer_ms=optimizer_ms,
+        loss=losses,
+        ledger=dims.ledger.as_dicts(),
+        state_bytes=opt.state_bytes(),
+        transient_bytes=opt.stats.transient_bytes,
+        peak_memory_bytes=peak,
+        peak_memory_source=peak_source,
+        update_rms={name: float(v) for name, v in opt.stats.update_rms.items()},
+        ns_calls=opt.stats.ns_calls,
+        ns_flops=opt.stats.ns_flops,
+        model_params=model.num_params(full=True),
+        local_params=model.num_params(full=False),
+        analytic_bytes=analytic_bytes(cfg, opt, dims),
+        shard=shard_summary(opt, dims.dp_rank),
+        train_flops=model_cfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
+        loopback_bytes=loopback_bytes,
+        loopback_steps=cfg.active if loopback_bytes is not None else None,
+    )
+    ranks: list[RankMetrics] | None = [None] * world if dims.rank == 0 else None  # type: ignore[list-item]
     if world > 1:
         dist.gather_object(metrics, ranks, dst=0)
     else:
         ranks = [metrics]
     if dims.rank == 0:
-        log = [f"{cfg.key}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} preset={cfg.preset} backend={backend}"]
+        log = [f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} preset={cfg.preset} "
+               f"tokens/step={cfg.tokens_per_step} backend={backend}"]
         log += [f"step {i}: loss {l:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms" for i, (l, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))]
-        (run_dir_path / "log.txt").write_text("\n".join(log) + "\n")
-        _write_json(run_dir_path / "metrics.json", {"config": cfg.key, "ranks": ranks})
-        _write_json(run_dir_path / "config.json", {**cfg.to_dict(), "backend": backend, "device": device.type, "command": command})
-        _write_json(run_dir_path / "environment.json", capture_environment(backend))
+        config = {**cfg.to_dict(), "trial": trial, "trials": trials, "backend": backend, "device": device.type, "command": command}
+        RunDir(run_dir_path).write(config, capture_environment(backend), ranks, "\n".join(log) + "\n")
     return metrics
+
+
+TRACE_GZIP_LEVEL = 6
+"""gzip's own default. torch's ``.gz`` export uses level 9 line by line: on this 2-core machine
+that took 4-5 s per rank and recording against 0.8 s here, for files 12% smaller."""
+
+
+def export_trace(prof: profile, path: Path) -> None:
+    """Write the profiler's Chrome trace to ``path`` (``.json.gz``): plain JSON first, then gzip."""
+    plain = path.with_name(path.name.removesuffix(".gz") + ".tmp")
+    packed = path.with_name(path.name + ".tmp")
+    try:
+        prof.export_chrome_trace(str(plain))
+        with plain.open("rb") as src, gzip.open(packed, "wb", compresslevel=TRACE_GZIP_LEVEL) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(packed, path)
+    finally:
+        plain.unlink(missing_ok=True)
+        packed.unlink(missing_ok=True)
 
 
 def _sync(device: torch.device) -> None:

@@ -11,9 +11,10 @@ One module per job::
     verify              ``muon-repro verify``: checksums, every config loads, every trace parses
     plan, publish       ``muon-repro publish``: plan against the remote head, one commit, one tag
     download            ``muon-repro download``: one version, then verify
-    fake_hub(_app, _store)  a standard-library fake Hub on 127.0.0.1 for tests (a test double):
-                        server, HTTP routes, storage
     cli                 the subcommands
+
+The fake Hub the tests publish to is a test double and lives outside the runtime surface, in
+:mod:`muon_repro.testing` (``python -m muon_repro.testing.fake_hub``); nothing here imports it.
 
 Importing this package imports nothing heavy; ``huggingface_hub`` and ``datasets`` are
 imported by the functions that need them.

@@ -2,7 +2,7 @@
 
 ::
 
-    traces/  metrics/  figures/  report/  analysis_scripts/   copied from their source folders
+    traces/  metrics/  figures/  report/  analysis_scripts/  docs/   copied from their source folders
     README.md          the dataset card (muon_repro.hub.card)
     CITATION.cff       muon_repro.hub.citation
     MANIFEST.sha256    sha256 and size of every other file (muon_repro.hub.manifest)
@@ -40,6 +40,7 @@ class Sources:
     figures: Path = Path("figures")
     report: Path = Path("report")
     analysis_scripts: Path = Path("analysis_scripts")
+    docs: Path = Path("docs")  # docs/method.md: the formulas and conventions the card and the report cite
 
 
 def _skipped(rel: str) -> bool:

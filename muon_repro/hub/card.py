@@ -22,6 +22,7 @@ from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.hub.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta
 from muon_repro.hub.run_info import describe_runs, environment_rows, git_shas, is_trace, run_commands
 from muon_repro.hub.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
+from muon_repro.rundir import ENVIRONMENT_FILE
 
 CARD_NAME = "README.md"
 TEMPLATE = "dataset_card.md.j2"
@@ -34,6 +35,7 @@ FOLDERS = {
     "figures": "the report's figures (PNG and SVG)",
     "report": "the report (Markdown and PDF)",
     "analysis_scripts": "thin entry scripts that regenerate tables and figures with the `muon_repro` package",
+    "docs": "`method.md`: the formulas, attribution conventions and every table column, as the report cites them",
 }
 # Steps of the pipeline between the runs and the bundle: (module registering the subcommand,
 # command, what it does). The card lists those whose module is installed, without importing them.
@@ -114,7 +116,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         if inside:
             folders.append(FolderDoc(folder + "/", len(inside), human_size(sum(d.size for d in inside)), description))
     pipeline = [(cmd, what) for module, cmd, what in PIPELINE if _installed(module)]
-    env_sources = [f"traces/{r.run}/environment.json" for r in runs if r.environment]
+    env_sources = [f"traces/{r.run}/{ENVIRONMENT_FILE}" for r in runs if r.environment]
     traces = [p for p in sorted(sizes) if is_trace(p)]
     context = {
         "meta": meta,

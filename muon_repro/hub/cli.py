@@ -14,7 +14,7 @@ from muon_repro.hub.naming import DEFAULT_REPO_ID
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("source folders")
-    for name in ("traces", "metrics", "figures", "report", "analysis_scripts"):
+    for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs"):
         flag = "--" + name.replace("_", "-")
         group.add_argument(flag, dest=name, type=Path, default=Path(name), help=f"default: {name}/")
 
@@ -31,7 +31,7 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
 
 
 def _sources(args: argparse.Namespace) -> Sources:
-    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts)
+    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs)
 
 
 def _meta(args: argparse.Namespace) -> BundleMeta:

@@ -8,14 +8,16 @@ environment table.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-RUN_FILES = ("config.json", "environment.json", "metrics.json", "log.txt")
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RUN_FILES, flatten, is_trace_file, trace_rank
+
+__all__ = ["RUN_FILES", "EnvRow", "RunDoc", "describe_runs", "environment_rows", "git_shas", "is_trace", "run_commands"]
+
 # The order in which the environment table lists what it knows; anything else follows alphabetically.
 ENV_ORDER = (
     "accelerator", "accelerator_count", "accelerator_memory_bytes", "driver", "cuda", "nccl", "backend",
@@ -28,8 +30,7 @@ ENV_LISTS = ("pip_freeze",)  # long lists: counted here, kept in environment.jso
 
 
 def is_trace(path: str) -> bool:
-    name = PurePosixPath(path).name
-    return path.startswith("traces/") and (name.endswith(".json.gz") or (name.endswith(".json") and name not in RUN_FILES))
+    return path.startswith("traces/") and is_trace_file(PurePosixPath(path).name)
 
 
 @dataclass(frozen=True)
@@ -71,27 +72,16 @@ def describe_runs(files: Mapping[str, Path], sizes: Mapping[str, int]) -> list[R
                 run=run,
                 traces=tuple(sorted(traces, key=_rank_order)),
                 size=sum(sizes.get(p, 0) for p in traces),
-                config=_read_json(files.get(f"{folder}/config.json")),
-                environment=_read_json(files.get(f"{folder}/environment.json")),
+                config=_read_json(files.get(f"{folder}/{CONFIG_FILE}")),
+                environment=_read_json(files.get(f"{folder}/{ENVIRONMENT_FILE}")),
             )
         )
     return runs
 
 
 def _rank_order(path: str) -> tuple[int, str]:
-    match = re.search(r"rank(\d+)", PurePosixPath(path).name)
-    return (int(match[1]) if match else 1 << 30, path)
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
+    rank = trace_rank(PurePosixPath(path).name)
+    return (rank if rank is not None else 1 << 30, path)
 
 
 def _show(key: str, value: Any) -> str:
@@ -112,7 +102,7 @@ def environment_rows(runs: list[RunDoc]) -> tuple[list[EnvRow], dict[str, str], 
     blocks: dict[str, str] = {}
     counts: dict[str, int] = {}
     for run in runs:
-        for key, value in _flatten(run.environment).items():
+        for key, value in flatten(run.environment).items():
             if value is None or key in ENV_SKIP:
                 continue
             if key in ENV_LISTS and isinstance(value, list):

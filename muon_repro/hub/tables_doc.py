@@ -42,7 +42,7 @@ class TableDoc:
 
 def _schemas() -> Mapping[str, Any]:
     try:
-        from muon_repro.analysis.tables import SCHEMAS
+        from muon_repro.analysis.schemas import SCHEMAS
     except ImportError:  # the analysis package is optional for rendering a card
         return {}
     return SCHEMAS

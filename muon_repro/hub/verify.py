@@ -122,20 +122,35 @@ def _one_line(exc: BaseException, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_traces(root: Path, report: Callable[[str, bool], None]) -> None:
+def _count_events(path: str) -> tuple[int | None, str | None]:
+    """(events, None) if the trace at ``path`` parses, else (None, the problem): runs in a worker."""
     from muon_repro.analysis import read_trace
+
+    try:
+        return len(read_trace(path).events), None
+    except Exception as exc:  # TraceError names the file; anything else is a reader bug worth seeing
+        return None, _one_line(exc)
+
+
+def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
+    from muon_repro.analysis.pipeline import SMALL_TOTAL_BYTES, default_workers
+    from muon_repro.analysis.pool import map_in_processes
 
     paths = [p for p in list_files(root) if not is_ignored(p)]
     traces = [p for p in paths if is_trace(p)]
     if not traces:
         report("traces: none in the bundle", False)
-    for path in traces:
-        try:
-            events = read_trace(root / path)
-        except Exception as exc:  # TraceError names the file; anything else is a reader bug worth seeing
-            report(f"trace {path}: {_one_line(exc)}", False)
+    if workers is None:
+        small = sum((root / path).stat().st_size for path in traces) < SMALL_TOTAL_BYTES
+        workers = 1 if small else default_workers()
+    counts = map_in_processes(
+        _count_events, [(str(root / path),) for path in traces], workers, on_error=lambda job, exc: (None, _one_line(exc))
+    )
+    for path, (events, problem) in zip(traces, counts):
+        if problem is None:
+            report(f"trace {path}: {events} events", True)
         else:
-            report(f"trace {path}: {len(events.events)} events", True)
+            report(f"trace {path}: {problem}", False)
     for path in paths:
         if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
             try:

@@ -1,24 +1,31 @@
-"""Muon and AdamW: single-device references and ZeRO-1 x TP distributed versions."""
+"""Muon and AdamW: single-device references and ZeRO-1 x TP distributed versions.
 
-from muon_repro.optim.adamw import AdamW
-from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon
-from muon_repro.optim.layout import LAYOUTS, ShardPlan
-from muon_repro.optim.muon import Muon
-from muon_repro.optim.newton_schulz import (
-    newton_schulz_flops,
-    zeropower_via_newtonschulz5,
-)
-from muon_repro.optim.param_groups import muon_param_groups, split_muon_params
+The names below are imported on first use, so that ``muon_repro.optim.equivalence_cli`` (the
+``muon-repro equivalence`` parser) can be imported by the CLI without importing torch.
+"""
 
-__all__ = [
-    "LAYOUTS",
-    "AdamW",
-    "DistributedAdamW",
-    "DistributedMuon",
-    "Muon",
-    "ShardPlan",
-    "muon_param_groups",
-    "newton_schulz_flops",
-    "split_muon_params",
-    "zeropower_via_newtonschulz5",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "AdamW": "muon_repro.optim.adamw",
+    "DistributedAdamW": "muon_repro.optim.distributed",
+    "DistributedMuon": "muon_repro.optim.distributed",
+    "LAYOUTS": "muon_repro.optim.layout",
+    "ShardPlan": "muon_repro.optim.layout",
+    "Muon": "muon_repro.optim.muon",
+    "newton_schulz_flops": "muon_repro.optim.newton_schulz",
+    "zeropower_via_newtonschulz5": "muon_repro.optim.newton_schulz",
+    "muon_param_groups": "muon_repro.optim.param_groups",
+    "split_muon_params": "muon_repro.optim.param_groups",
+}
+
+__all__ = sorted(_LAZY)  # noqa: PLE0605 - the lazily imported names
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

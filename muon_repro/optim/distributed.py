@@ -35,7 +35,7 @@ from muon_repro.optim.newton_schulz import (
     newton_schulz_flops,
     zeropower_via_newtonschulz5,
 )
-from muon_repro.optim.param_groups import check_muon_group
+from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
 from muon_repro.optim.update_rules import (
     MomentumForm,
     UpdateScale,
@@ -46,6 +46,17 @@ from muon_repro.optim.update_rules import (
 from muon_repro.parallel import comm
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
+from muon_repro.rundir import (
+    DP_ALL_GATHER,
+    DP_GATHER,
+    DP_REDUCE_SCATTER,
+    DP_SHARD,
+    MOMENTUM,
+    NEWTON_SCHULZ,
+    TP_GATHER,
+    TP_SHARD,
+    UPDATE,
+)
 
 MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
 
@@ -60,10 +71,43 @@ class StepStats:
     update_rms: dict[str, torch.Tensor] = field(default_factory=dict)  # matrices this rank orthogonalized
 
 
+def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor, dict, str]]:
+    """``(param, group, name)`` of every parameter, in model order.
+
+    The model order comes from the groups' ``model_indices`` (set by
+    :func:`~muon_repro.optim.muon_param_groups`) when every group has them; otherwise it is the
+    order the parameters appear in the groups. Muon groups must hold matrices only.
+    """
+    members, indices = [], []
+    with_indices = [MODEL_INDICES in group for group in param_groups]
+    if any(with_indices) and not all(with_indices):
+        missing = [g for g, has in enumerate(with_indices) if not has]
+        raise ValueError(f"param_groups {missing} have no {MODEL_INDICES!r} while others do: give every group one, or none")
+    for g, group in enumerate(param_groups):
+        params = group["params"]
+        names = group.get("names") or [f"param_groups[{g}].params[{i}]" for i in range(len(params))]
+        if len(names) != len(params):
+            raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(names)} names")
+        if group["use_muon"]:
+            check_muon_group(params, names)
+        group_indices = group.get(MODEL_INDICES, range(len(indices), len(indices) + len(params)))
+        if len(group_indices) != len(params):
+            raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(group_indices)} {MODEL_INDICES}")
+        members += [(p, group, name) for p, name in zip(params, names)]
+        indices += list(group_indices)
+    if not all(isinstance(i, int) and i >= 0 for i in indices) or len(set(indices)) != len(indices):
+        raise ValueError(f"{MODEL_INDICES} must be distinct non-negative integers, got {indices}")
+    return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
+
+
 class ZeroOneOptimizer(torch.optim.Optimizer):
     """Flat buffers, the DP reduce-scatter / all-gather pair, and AdamW on this rank's shard.
 
-    Subclasses decide what happens between the reduce-scatter and the parameter all-gather.
+    The flat buffer follows Megatron's order, the reverse of the model's (see
+    :mod:`muon_repro.optim.layout`); the model order comes from the param groups'
+    ``model_indices`` (:func:`~muon_repro.optim.muon_param_groups` records them), else from the
+    order of the parameters in the groups. Subclasses decide what happens between the
+    reduce-scatter and the parameter all-gather.
     """
 
     def __init__(
@@ -78,21 +122,13 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.dims = dims
         self.reduce_dtype = reduce_dtype
-        self._params: list[torch.Tensor] = []
-        self._groups: list[dict] = []
-        names: list[str] = []
-        for g, group in enumerate(self.param_groups):
-            group_names = group.get("names") or [f"param_groups[{g}].params[{i}]" for i in range(len(group["params"]))]
-            if len(group_names) != len(group["params"]):
-                raise ValueError(f"param_groups[{g}] has {len(group['params'])} params but {len(group_names)} names")
-            if group["use_muon"]:
-                check_muon_group(group["params"], group_names)
-            self._params += group["params"]
-            self._groups += [group] * len(group["params"])
-            names += group_names
+        # Parameters in model order (the plan lays the buffer out in reverse, as Megatron does).
+        members = _members_in_model_order(self.param_groups)
+        self._params: list[torch.Tensor] = [p for p, _, _ in members]
+        self._groups: list[dict] = [group for _, group, _ in members]
         specs = [
             ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"]))
-            for name, p, group in zip(names, self._params, self._groups)
+            for p, group, name in members
         ]
         self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems)
         self.stats = StepStats()
@@ -158,7 +194,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 self.grad_shard[base : base + bucket.shard_size],
                 self.grad_flat[bucket.start : bucket.start + bucket.size],
                 self.dims.dp_group,
-                phase="dp_reduce_scatter",
+                phase=DP_REDUCE_SCATTER,
             )
         self._grad_shard_fp32 = self.grad_shard.float().div_(self.dims.dp)
 
@@ -169,7 +205,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             start = bucket.shard_start(dp_rank)
             shard = self.param_flat[start : start + bucket.shard_size].clone()
             comm.all_gather_into(
-                self.param_flat[bucket.start : bucket.start + bucket.size], shard, self.dims.dp_group, phase="dp_all_gather"
+                self.param_flat[bucket.start : bucket.start + bucket.size], shard, self.dims.dp_group, phase=DP_ALL_GATHER
             )
 
     def _adamw_update(self) -> None:
@@ -204,7 +240,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         mine = self._fingerprint()
         if saved is None:
             raise ValueError("optimizer checkpoint has no 'zero1' entry: it was not saved by a ZeRO-1 optimizer")
-        for key in ("optimizer", "layout", "dp", "tp", "dp_rank", "tp_rank", "bucket_elems"):
+        for key in ("optimizer", "buffer_order", "layout", "dp", "tp", "dp_rank", "tp_rank", "bucket_elems"):
             if saved.get(key) != mine[key]:
                 raise ValueError(f"optimizer checkpoint was saved with {key}={saved.get(key)!r}, this optimizer has {key}={mine[key]!r}")
         for i, (got, want) in enumerate(zip(saved["params"], mine["params"])):
@@ -261,7 +297,7 @@ class DistributedAdamW(ZeroOneOptimizer):
         self._check_params()
         self.stats = StepStats()
         self._dp_reduce_scatter_grads()
-        with record_function("update"):
+        with record_function(UPDATE):
             self._adamw_update()
         self._dp_all_gather_params()
         return loss
@@ -280,9 +316,12 @@ class DistributedMuon(ZeroOneOptimizer):
     Parameters in ``use_muon=False`` groups (embeddings, LM head, norms) skip the middle and take
     AdamW's element-wise step on their shard. The update is Moonlight's (see
     :class:`~muon_repro.optim.Muon`, same hyperparameters), scaled by the FULL matrix shape.
-    ``gather_dtype`` is the dtype matrices travel in for Newton-Schulz (bf16 as in the paper;
-    fp32 makes the result bit-identical to the single-device reference with fp32 NS). With
-    ``ns_dtype=bf16`` a bf16 gather loses nothing, since NS rounds its input to bf16 anyway.
+    ``gather_dtype`` is the dtype matrices travel in for Newton-Schulz (bf16 as in the paper):
+    the momentum-updated NS input shards are rounded to it in ``dp_gather`` (also the matrices the
+    layout does not DP-gather, so the update never depends on the layout), the TP gather moves
+    the rounded values, and NS runs on them. The single-device :class:`~muon_repro.optim.Muon` with the same
+    ``gather_dtype`` rounds at the same point, and the two agree bit for bit; fp32 rounds nothing.
+    With ``ns_dtype=bf16`` a bf16 gather loses nothing, since NS rounds its input to bf16 anyway.
     ``layout`` is one of :data:`~muon_repro.optim.layout.LAYOUTS` (see that module).
     """
 
@@ -323,21 +362,21 @@ class DistributedMuon(ZeroOneOptimizer):
         self.stats = StepStats()
 
         self._dp_reduce_scatter_grads()
-        with record_function("momentum"):
+        with record_function(MOMENTUM):
             ns_input_pieces = self._momentum()
         update_pieces: dict[int, torch.Tensor] = {}
         for unit in self.plan.ns_units:
             local = self._dp_gather(unit, ns_input_pieces)
             full = self._tp_gather(local)
-            with record_function("newton_schulz"):
+            with record_function(NEWTON_SCHULZ):
                 update_full = self._newton_schulz(full)
-            with record_function("tp_shard"):
+            with record_function(TP_SHARD):
                 update_local = self._tp_shard(update_full)
-            with record_function("dp_shard"):
+            with record_function(DP_SHARD):
                 update_pieces.update(self._dp_shard(update_local))
             live = (local, full, update_full, update_local)
             self.stats.transient_bytes = max(self.stats.transient_bytes, _nbytes(*live) + self._dp_gather_bytes(unit))
-        with record_function("update"):
+        with record_function(UPDATE):
             self._muon_update(update_pieces)
             self._adamw_update()
         self._dp_all_gather_params()
@@ -363,7 +402,9 @@ class DistributedMuon(ZeroOneOptimizer):
         dp_rank = self.dims.dp_rank
         mine = self.plan.ns_slots(unit, dp_rank)
         if not unit.dp_gathered:  # each matrix is wholly held here: its one piece is the matrix
-            return {i: pieces[i].view(self.plan.slots[i].spec.local_shape) for i in mine}
+            # Rounded to gather_dtype although it does not travel, so that every matrix enters
+            # Newton-Schulz in the same precision whichever matrices the layout gathers.
+            return {i: pieces[i].to(self.gather_dtype).view(self.plan.slots[i].spec.local_shape) for i in mine}
         L = unit.send_elems
         send = torch.zeros(L, dtype=self.gather_dtype, device=self.param_flat.device)
         for i in unit.slots:
@@ -371,7 +412,7 @@ class DistributedMuon(ZeroOneOptimizer):
                 offset = unit.send_offsets[i][dp_rank]
                 send[offset : offset + pieces[i].numel()].copy_(pieces[i])
         recv = torch.empty(self.dims.dp * L, dtype=self.gather_dtype, device=send.device)
-        comm.all_gather_into(recv, send, self.dims.dp_group, phase="dp_gather")
+        comm.all_gather_into(recv, send, self.dims.dp_group, phase=DP_GATHER)
         local = {}
         for i in mine:
             slot = self.plan.slots[i]
@@ -396,7 +437,7 @@ class DistributedMuon(ZeroOneOptimizer):
             return full
         send = torch.cat([local[i].reshape(-1).to(self.gather_dtype) for i in sharded])
         recv = torch.empty(self.dims.tp * send.numel(), dtype=self.gather_dtype, device=send.device)
-        comm.all_gather_into(recv, send, self.dims.tp_group, phase="tp_gather")
+        comm.all_gather_into(recv, send, self.dims.tp_group, phase=TP_GATHER)
         per_rank = recv.view(self.dims.tp, send.numel())
         offset = 0
         for i in sharded:

@@ -1,23 +1,33 @@
 """Distributed optimizers vs the single-device reference, step by step (``muon-repro equivalence``).
 
-Two comparisons after every step:
+Two comparisons after every step, each per tensor (``max |a - b| / max |b|`` of that tensor):
 
 * **optimizer-isolated**: a single-device reference optimizer is fed the very gradients the
   distributed run reduced (its DP-averaged shards, re-assembled), so any difference is the
   optimizer's own. Tensors are compared in the optimizer's view (TP shards concatenated along
-  their partition dim). With fp32 Newton-Schulz and fp32 gathers the arithmetic is identical
-  and the difference is 0.
+  their partition dim). The reference rounds the Newton-Schulz input to ``gather_dtype`` where
+  the distributed gathers do, so the arithmetic is identical and the bound is 0: bit for bit,
+  bf16 gathers included.
 * **end-to-end**: a tp=1 model trains on the whole global batch with the reference optimizer;
   reduction orders (DP averaging, TP all-reduces, sharded matmuls) differ, so parameters drift
-  apart at float32 rounding level, which Newton-Schulz does not amplify beyond ~1e-5 relative
-  over a few steps (see :data:`END_TO_END_RTOL`).
+  apart at float32 rounding level (bound :data:`END_TO_END_RTOL_FP32`; AdamW's division by
+  ``sqrt(v) + eps`` magnifies it, :data:`END_TO_END_RTOL_ADAMW`). With bf16 gathers such a
+  difference can flip a bf16 rounding of the NS input, and the update moves by a bf16 ulp there
+  (:data:`END_TO_END_RTOL_BF16_GATHER`); bf16 NS rounds at every iteration and the runs drift
+  apart by percents (:data:`END_TO_END_RTOL_BF16_NS`), so there only the isolated comparison tests.
+  These bounds were measured on the tiny preset; larger models drift further apart, and for them
+  the end-to-end differences are reported but checked only against a bound one passes.
 
-Also reported: ledger bytes vs :mod:`muon_repro.optim.comm_model` per phase and rank, the
-Muon/AdamW bytes ratio for the same model and layout, NS calls and optimizer-state bytes per rank.
+A tensor whose relative difference exceeds its bound at any step is a *violation*; the report
+lists each (step, comparison, tensor, value, bound), and ``muon-repro equivalence`` exits 1 if
+there is one, or if the run-time byte ledger disagrees with :mod:`muon_repro.optim.comm_model`.
+Also reported: ledger bytes vs analytic bytes per phase and rank, the Muon/AdamW bytes ratio for
+the same model and layout, NS calls and optimizer-state bytes per rank.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -25,13 +35,7 @@ import torch.distributed as dist
 
 from muon_repro.model import GPT, GPTConfig, shard_tensor
 from muon_repro.optim.adamw import AdamW
-from muon_repro.optim.comm_model import (
-    DP_PHASES,
-    OPTIMIZER_PHASES,
-    bytes_ratio,
-    optimizer_bytes,
-    param_specs,
-)
+from muon_repro.optim.comm_model import bytes_ratio, optimizer_bytes, param_specs
 from muon_repro.optim.distributed import (
     DistributedAdamW,
     DistributedMuon,
@@ -42,13 +46,31 @@ from muon_repro.optim.muon import Muon
 from muon_repro.optim.param_groups import muon_param_groups
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
+from muon_repro.rundir import DP_COMM_PHASES, OPTIMIZER_COMM_PHASES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ISOLATED_RTOL_FP32 = 1e-6
-# bf16 NS with a bf16 gather is bit-identical to the reference's bf16 NS; a bf16 gather under fp32
-# NS rounds the NS input to bf16 (2^-9 relative), and the update moves by up to ~1% of lr*scale.
-ISOLATED_RTOL_BF16 = 2e-2
-END_TO_END_RTOL = 1e-4
+COMPARISONS = ("isolated", "end_to_end")
+# The reference performs the distributed run's arithmetic, every bf16 rounding included.
+ISOLATED_BOUND = 0.0
+# End to end, per tensor, on the tiny preset: measured over 5 steps on every grid of the tests
+# (1x1 to 4x1 and 1x4) and every layout, unless stated otherwise.
+# Muon, fp32 NS inputs: reduction-order rounding only, <= 1.2e-5 (<= 6.6e-6 over 20 steps at 2x2).
+END_TO_END_RTOL_FP32 = 1e-4
+# AdamW, fp32: early steps divide by sqrt(v) + eps, so an element whose gradient is at rounding
+# level moves by anything up to lr: <= 4.4e-4 (2x2, blocks.1.attn.qkv.weight).
+END_TO_END_RTOL_ADAMW = 2e-3
+# Muon, fp32 NS on bf16 gathers: a rounding difference in the NS input can flip its bf16 rounding,
+# moving the update by a bf16 ulp there: <= 4.2e-3 (2x2, 5 steps), 1.3e-2 after 20 steps.
+END_TO_END_RTOL_BF16_GATHER = 2e-2
+# Muon, bf16 NS: NS rounds to bf16 at every iteration, so inputs one fp32 ulp apart give updates
+# ~1e-2 apart after one step, which AdamW's sign-like early steps amplify on the embedding:
+# <= 0.35 (2x2, 5 steps), 0.44 over 20 steps. End to end is no test of bf16 NS; the
+# optimizer-isolated comparison, bit for bit, is.
+END_TO_END_RTOL_BF16_NS = 1.0
+# Larger models drift further apart for the same reasons (small preset, 2x2, 5 steps, fp32: up to
+# 0.29 on the embedding, 1e-4 on the Muon matrices), so these defaults apply to this preset only;
+# elsewhere the end-to-end differences are reported and checked only against a bound one passes.
+END_TO_END_CALIBRATED_PRESET = "tiny"
 
 
 @dataclass(frozen=True)
@@ -67,6 +89,8 @@ class EquivalenceConfig:
     lr: float = 0.02
     weight_decay: float = 0.1
     seed: int = 0
+    isolated_bound: float | None = None  # default ISOLATED_BOUND
+    end_to_end_bound: float | None = None  # default by optimizer and dtypes (see the END_TO_END_RTOL_* above)
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "steps", "batch_per_dp", "seq_len"):
@@ -83,6 +107,10 @@ class EquivalenceConfig:
                 raise ValueError(f"{name} must be one of {sorted(DTYPES)}, got {value!r}")
         if self.bucket_elems is not None and self.layout != "bucketed":
             raise ValueError("bucket_elems applies to layout 'bucketed' only")
+        for name in ("isolated_bound", "end_to_end_bound"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         GPTConfig.preset(self.preset)
 
     @property
@@ -96,6 +124,23 @@ class EquivalenceConfig:
     def effective_gather_dtype(self) -> str:
         return self.gather_dtype or self.ns_dtype
 
+    @property
+    def bounds(self) -> dict[str, float | None]:
+        """The largest per-tensor relative difference allowed, per comparison (None: not checked)."""
+        return {
+            "isolated": ISOLATED_BOUND if self.isolated_bound is None else float(self.isolated_bound),
+            "end_to_end": self._default_end_to_end_bound() if self.end_to_end_bound is None else float(self.end_to_end_bound),
+        }
+
+    def _default_end_to_end_bound(self) -> float | None:
+        if self.preset != END_TO_END_CALIBRATED_PRESET:
+            return None
+        if self.optimizer == "adamw":
+            return END_TO_END_RTOL_ADAMW
+        if self.ns_dtype == "bf16":
+            return END_TO_END_RTOL_BF16_NS
+        return END_TO_END_RTOL_BF16_GATHER if self.effective_gather_dtype == "bf16" else END_TO_END_RTOL_FP32
+
     def build_optimizer(self, params, dims: ParallelDims) -> ZeroOneOptimizer:
         common = dict(lr=self.lr, weight_decay=self.weight_decay, layout=self.layout, bucket_elems=self.effective_bucket_elems)
         if self.optimizer == "adamw":
@@ -105,7 +150,9 @@ class EquivalenceConfig:
     def build_reference(self, params) -> torch.optim.Optimizer:
         if self.optimizer == "adamw":
             return AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        return Muon(params, lr=self.lr, weight_decay=self.weight_decay, ns_dtype=DTYPES[self.ns_dtype])
+        # Rounds the NS input where DistributedMuon's gathers do (a no-op for fp32 gathers).
+        return Muon(params, lr=self.lr, weight_decay=self.weight_decay, ns_dtype=DTYPES[self.ns_dtype],
+                    gather_dtype=DTYPES[self.effective_gather_dtype])
 
 
 def global_batch(cfg: EquivalenceConfig, vocab: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,10 +161,36 @@ def global_batch(cfg: EquivalenceConfig, vocab: int, step: int) -> tuple[torch.T
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def _max_diff(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> dict[str, float]:
-    abs_diff = max((got[n] - want[n]).abs().max().item() for n in want)
-    scale = max(want[n].abs().max().item() for n in want)
-    return {"max_abs": abs_diff, "max_rel": abs_diff / scale}
+def tensor_differences(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> dict:
+    """Per tensor: ``max |got - want|`` and that over ``max |want|`` of the same tensor; the worst ones.
+
+    A tensor of zeros that differs counts as an infinite relative difference.
+    """
+    abs_by_tensor, rel_by_tensor = {}, {}
+    for name, ref in want.items():
+        diff = (got[name].float() - ref.float()).abs().max().item()
+        scale = ref.float().abs().max().item()
+        abs_by_tensor[name] = diff
+        rel_by_tensor[name] = diff / scale if scale else (0.0 if diff == 0 else math.inf)
+    worst = max(rel_by_tensor, key=rel_by_tensor.__getitem__)
+    return {
+        "max_abs": max(abs_by_tensor.values()),
+        "max_rel": rel_by_tensor[worst],
+        "worst_tensor": worst if rel_by_tensor[worst] > 0 else None,  # None: every tensor identical
+        "rel_by_tensor": rel_by_tensor,
+    }
+
+
+def find_violations(steps: list[dict], bounds: dict[str, float | None]) -> list[dict]:
+    """Every (step, comparison, tensor) whose relative difference exceeds the comparison's bound (None: unchecked)."""
+    return [
+        {"step": step["step"], "comparison": comparison, "tensor": name, "rel": rel, "bound": bounds[comparison]}
+        for step in steps
+        for comparison in COMPARISONS
+        if bounds[comparison] is not None
+        for name, rel in step[comparison]["rel_by_tensor"].items()
+        if rel > bounds[comparison]
+    ]
 
 
 def _optimizer_view(shards: list[torch.Tensor], tp_dim: int | None) -> torch.Tensor:
@@ -190,14 +263,14 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
                 p.grad = _optimizer_view([g[n] for g in grads_by_tp], tp_dims[n]).clone()
             iso_opt.step()
             dist_view = {n: _optimizer_view([ps[n] for ps in params_by_tp], tp_dims[n]) for n in iso_params}
-            isolated = _max_diff(dist_view, {n: p.detach() for n, p in iso_params.items()})
+            isolated = tensor_differences(dist_view, {n: p.detach() for n, p in iso_params.items()})
             # end to end
             e2e_loss = e2e_model(tokens, targets)
             e2e_loss.backward()
             e2e_opt.step()
             e2e_opt.zero_grad()
             canonical = {n: model.assemble_full_tensor(n, [ps[n] for ps in params_by_tp]) for n in full}
-            end_to_end = _max_diff(canonical, {n: p.detach() for n, p in full.items()})
+            end_to_end = tensor_differences(canonical, {n: p.detach() for n, p in full.items()})
             mean_loss = sum(g["loss"] for g in gathered if g["tp_rank"] == 0) / cfg.dp
             steps.append({"step": step, "loss": mean_loss, "reference_loss": e2e_loss.item(), "isolated": isolated, "end_to_end": end_to_end})
 
@@ -211,7 +284,7 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
         "rank": dims.rank,
         "dp_rank": dims.dp_rank,
         "tp_rank": dims.tp_rank,
-        "ledger_bytes": {p: ledger.get(p, 0) for p in OPTIMIZER_PHASES},
+        "ledger_bytes": {p: ledger.get(p, 0) for p in OPTIMIZER_COMM_PHASES},
         "analytic_bytes": optimizer_bytes(specs, optimizer=cfg.optimizer, **analytic_kw),
         "analytic_bytes_muon": optimizer_bytes(specs, optimizer="muon", **analytic_kw),
         "analytic_bytes_adamw": optimizer_bytes(specs, optimizer="adamw", **analytic_kw),
@@ -226,8 +299,10 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
     if not root:
         return None
     muon_slots = opt.plan.muon_slots()
-    muon_total = {p: sum(r["analytic_bytes_muon"][p] for r in ranks) for p in OPTIMIZER_PHASES}
-    adamw_total = {p: sum(r["analytic_bytes_adamw"][p] for r in ranks) for p in OPTIMIZER_PHASES}
+    violations = find_violations(steps, cfg.bounds)
+    ledger_matches = all(r["ledger_bytes"] == r["analytic_bytes"] for r in ranks)
+    muon_total = {p: sum(r["analytic_bytes_muon"][p] for r in ranks) for p in OPTIMIZER_COMM_PHASES}
+    adamw_total = {p: sum(r["analytic_bytes_adamw"][p] for r in ranks) for p in OPTIMIZER_COMM_PHASES}
     return {
         "config": {**asdict(cfg), "bucket_elems": cfg.effective_bucket_elems, "gather_dtype": cfg.effective_gather_dtype},
         "model_params": model.num_params(full=True),
@@ -240,11 +315,14 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
             "extra_holders": sum(len(s.pieces) - 1 for s in muon_slots),
             "buckets": len(opt.plan.buckets),
         },
-        "ledger_matches_analytic": all(r["ledger_bytes"] == r["analytic_bytes"] for r in ranks),
+        "ledger_matches_analytic": ledger_matches,
+        "bounds": cfg.bounds,
+        "violations": violations,
+        "passed": ledger_matches and not violations,
         "bytes": {
             "muon": muon_total,
             "adamw": adamw_total,
-            "ratio_dp": bytes_ratio(muon_total, adamw_total, DP_PHASES),
+            "ratio_dp": bytes_ratio(muon_total, adamw_total, DP_COMM_PHASES),
             "ratio_total": bytes_ratio(muon_total, adamw_total),
         },
     }

@@ -1,27 +1,39 @@
 """ZeRO-1 shard plans: where every parameter lives in the flat buffer, and who holds which piece.
 
-A plan is a pure function of the TP-local parameter shapes, the DP size and the layout, so the
-optimizer and the analytic communication model (:mod:`muon_repro.optim.comm_model`) build the
-very same one. The flat buffer is a sequence of *buckets*; each bucket is padded to a multiple
-of ``dp`` and split into ``dp`` equal shards, DP rank ``r`` holding shard ``r`` of every bucket.
+A plan is a pure function of the TP-local parameter shapes (in model order), the DP size and the
+layout, so the optimizer and the analytic communication model
+(:mod:`muon_repro.optim.comm_model`) build the very same one. The flat buffer is a sequence of
+*buckets*; each bucket is padded to a multiple of ``dp`` and split into ``dp`` equal shards, DP
+rank ``r`` holding shard ``r`` of every bucket.
+
+Buffer order
+------------
+Megatron fills its flat grad/param buffers in the *reverse* of ``model.parameters()`` order, to
+follow backprop roughly (``param_and_grad_buffer.py``), and so does every plan here: the specs
+are given in model order and laid out last parameter first. For a GPT that puts the LM head
+and the final norm at the start of the buffer (DP rank 0), the blocks from the last to the first,
+and the embedding at the end (the last DP rank): the AdamW-routed tensors are spread over the
+ranks instead of piling up on one. (All parameters here are fp32, so there is one buffer; Megatron
+keeps one per dtype.) :attr:`ShardPlan.order` is the buffer order as spec indices.
 
 Layouts
 -------
 ``contiguous`` (Megatron's original distributed optimizer): one bucket holding every parameter
-in model order. A matrix lying wholly inside one rank's shard is orthogonalized by that rank
+in buffer order. A matrix lying wholly inside one rank's shard is orthogonalized by that rank
 alone with no DP gather; only the few matrices that straddle a shard boundary are gathered, in
 one all-gather, and orthogonalized by each rank that holds a piece of them.
 
-``bucketed`` (Megatron's current layout): parameters in model order are packed into buckets of
+``bucketed`` (Megatron's current layout): parameters in buffer order are packed into buckets of
 about ``bucket_elems`` elements (a parameter never spans two buckets), each bucket split across
 DP. Every matrix is therefore cut across ranks; each bucket's matrices are gathered in one
 all-gather and orthogonalized on every DP rank.
 
 ``whole_matrix`` (layer-wise, as in KellerJordan's and Dion's implementations): whole parameters
-are assigned to DP owners, Muon matrices balanced by Newton-Schulz FLOPs, the rest by size; the
-buffer is laid out owner by owner, each owner's segment padded to the largest. Every matrix is
-orthogonalized once, by its owner, with no DP gather; the price is padding in the reduce-scatter
-and the all-gather.
+are assigned to DP owners, Muon matrices balanced by Newton-Schulz FLOPs, the rest by size (ties
+go to the parameter earlier in buffer order); the buffer is laid out owner by owner, each owner's
+segment padded to the largest, and inside a segment the owner's parameters keep buffer order
+(reverse model order). Every matrix is orthogonalized once, by its owner, with no DP gather; the
+price is padding in the reduce-scatter and the all-gather.
 """
 
 from __future__ import annotations
@@ -31,8 +43,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from muon_repro.optim.newton_schulz import newton_schulz_flops
+from muon_repro.rundir import LAYOUTS
 
-LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
+__all__ = ["BUFFER_ORDER", "DEFAULT_BUCKET_ELEMS", "LAYOUTS", "NsUnit", "ParamSpec", "ShardPlan"]
+
 DEFAULT_BUCKET_ELEMS = 40_000_000  # Megatron's default DDP bucket size
 
 
@@ -115,8 +129,15 @@ class NsUnit:
     send_offsets: dict[int, dict[int, int]] = field(default_factory=dict)
 
 
+BUFFER_ORDER = "reverse_model"  # recorded in checkpoint fingerprints: a plan of another order cannot load
+
+
 class ShardPlan:
-    """The flat-buffer layout of one TP rank's parameters over ``dp`` DP ranks."""
+    """The flat-buffer layout of one TP rank's parameters over ``dp`` DP ranks.
+
+    ``specs`` are in model order (``model.named_parameters()``); ``slots[i]`` is ``specs[i]``'s
+    place, and the buffer holds them in reverse (:attr:`order`), as Megatron does.
+    """
 
     def __init__(self, specs: list[ParamSpec], dp: int, layout: str = "contiguous", bucket_elems: int | None = None) -> None:
         if layout not in LAYOUTS:
@@ -133,6 +154,9 @@ class ShardPlan:
         self.dp = dp
         self.layout = layout
         self.bucket_elems = (bucket_elems or DEFAULT_BUCKET_ELEMS) if layout == "bucketed" else None
+        # Megatron's order: last parameter of the model first (roughly the order backprop produces grads).
+        self.order: list[int] = list(reversed(range(len(self.specs))))
+        self._position = {i: k for k, i in enumerate(self.order)}
 
         bucket_of, segment_of = self._arrange()
         self.buckets: list[Bucket] = []
@@ -165,10 +189,10 @@ class ShardPlan:
     # ---------------------------------------------------------------- arrangement
 
     def _arrange(self) -> tuple[list[list[int]], list[list[int]] | None]:
-        """Buckets of parameter indices; for whole_matrix also the per-owner segments."""
-        order = list(range(len(self.specs)))
+        """Buckets of parameter indices in buffer order; for whole_matrix also the per-owner segments."""
+        order, position = self.order, self._position
         if self.layout == "contiguous":
-            return [order], None
+            return [list(order)], None
         if self.layout == "bucketed":
             buckets, current, size = [], [], 0
             for i in order:
@@ -183,20 +207,20 @@ class ShardPlan:
         # whole_matrix: longest-processing-time-first, Muon matrices by NS FLOPs, the rest by size.
         segments: list[list[int]] = [[] for _ in range(self.dp)]
         flops, elems = [0] * self.dp, [0] * self.dp
-        muon = sorted((i for i in order if self.specs[i].use_muon), key=lambda i: (-newton_schulz_flops(self.specs[i].full_shape), i))
+        muon = sorted((i for i in order if self.specs[i].use_muon), key=lambda i: (-newton_schulz_flops(self.specs[i].full_shape), position[i]))
         for i in muon:
             owner = min(range(self.dp), key=lambda r: (flops[r], elems[r], r))
             segments[owner].append(i)
             flops[owner] += newton_schulz_flops(self.specs[i].full_shape)
             elems[owner] += self.specs[i].numel
-        rest = sorted((i for i in order if not self.specs[i].use_muon), key=lambda i: (-self.specs[i].numel, i))
+        rest = sorted((i for i in order if not self.specs[i].use_muon), key=lambda i: (-self.specs[i].numel, position[i]))
         for i in rest:
             owner = min(range(self.dp), key=lambda r: (elems[r], r))
             segments[owner].append(i)
             elems[owner] += self.specs[i].numel
         for seg in segments:
-            seg.sort()  # model order inside an owner's segment
-        return [order], segments
+            seg.sort(key=position.__getitem__)  # buffer order (reverse model order) inside an owner's segment
+        return [list(order)], segments
 
     def _pieces(self, spec: ParamSpec, flat_start: int, bucket: Bucket) -> tuple[Piece, ...]:
         pieces = []
@@ -211,7 +235,8 @@ class ShardPlan:
     # ---------------------------------------------------------------- queries
 
     def muon_slots(self) -> list[Slot]:
-        return [s for s in self.slots if s.spec.use_muon]
+        """The Muon matrices' slots, in buffer order."""
+        return [self.slots[i] for i in self.order if self.specs[i].use_muon]
 
     def pieces_of(self, dp_rank: int) -> list[tuple[Slot, Piece]]:
         """This rank's pieces, in flat-buffer order."""
@@ -254,8 +279,9 @@ class ShardPlan:
         return tuple(i for i in unit.slots if dp_rank in self.slots[i].holders)
 
     def fingerprint(self) -> dict:
-        """What a checkpoint must agree with to be loaded into this plan."""
+        """What a checkpoint must agree with to be loaded into this plan (``params`` in model order)."""
         return {
+            "buffer_order": BUFFER_ORDER,
             "layout": self.layout,
             "dp": self.dp,
             "bucket_elems": self.bucket_elems,

@@ -74,6 +74,11 @@ class Muon(torch.optim.Optimizer):
     ``ns_steps``, ``ns_dtype`` (default bf16 on CUDA, fp32 on CPU). The ``use_muon=False``
     groups run :func:`~muon_repro.optim.update_rules.adamw_update_` (torch's AdamW arithmetic)
     with ``adamw_betas``, ``adamw_eps`` and the group's ``lr`` and ``weight_decay``.
+
+    ``gather_dtype`` (default None: no rounding) rounds the Newton-Schulz input to that dtype
+    and back before NS, as :class:`~muon_repro.optim.DistributedMuon` does when it moves the
+    input through its DP/TP gathers in ``gather_dtype``: with the same value the two agree bit
+    for bit, bf16 gathers included.
     """
 
     def __init__(
@@ -89,12 +94,16 @@ class Muon(torch.optim.Optimizer):
         momentum_form: MomentumForm = "sum",
         adamw_betas: tuple[float, float] = (0.9, 0.95),
         adamw_eps: float = 1e-8,
+        gather_dtype: torch.dtype | None = None,
     ) -> None:
         defaults = muon_defaults(
             lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
             ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
             adamw_betas=adamw_betas, adamw_eps=adamw_eps,
         )
+        if gather_dtype is not None and not (isinstance(gather_dtype, torch.dtype) and gather_dtype.is_floating_point):
+            raise ValueError(f"gather_dtype must be None or a floating-point torch.dtype, got {gather_dtype!r}")
+        defaults["gather_dtype"] = gather_dtype
         super().__init__(params, defaults)
         for group in self.param_groups:
             if group["use_muon"]:
@@ -118,6 +127,9 @@ class Muon(torch.optim.Optimizer):
         if not state:
             state["momentum_buffer"] = torch.zeros_like(p)
         ns_input = muon_momentum_(state["momentum_buffer"], p.grad, group["momentum"], group["nesterov"], group["momentum_form"])
+        gather_dtype = group.get("gather_dtype")  # absent from groups of checkpoints saved before it existed
+        if gather_dtype is not None:  # where DistributedMuon's gathers round it
+            ns_input = ns_input.to(gather_dtype).to(ns_input.dtype)
         update = zeropower_via_newtonschulz5(ns_input, group["ns_steps"], group["ns_dtype"])
         scale = muon_update_scale(p.shape, group["update_scale"])
         state["update_rms"] = update.float().square().mean().sqrt() * scale

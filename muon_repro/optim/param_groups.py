@@ -2,6 +2,10 @@
 
 Rule (Moonlight): matrices (``ndim >= 2``) of the hidden layers go to Muon; embeddings, the LM
 head and every 1-D parameter (norm gains, biases) go to AdamW. Names can override the rule.
+
+The groups also record where each parameter sits in ``model.named_parameters()``
+(``model_indices``): splitting by update rule loses the model order, and the ZeRO-1 optimizers
+need it to lay their flat buffer out as Megatron does (see :mod:`muon_repro.optim.layout`).
 """
 
 from __future__ import annotations
@@ -19,19 +23,32 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatchcase(name, p) for p in patterns)
 
 
+MODEL_INDICES = "model_indices"  # param-group key: each parameter's index in model.named_parameters()
+
+
 def split_muon_params(
     named_params: Iterable[tuple[str, nn.Parameter]],
     *,
     muon_names: Iterable[str] = (),
     adamw_names: Iterable[str] = (),
 ) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
-    """Split ``(name, param)`` pairs into (muon, adamw) lists.
+    """Split ``(name, param)`` pairs into (muon, adamw) lists, each in the input's order.
 
     ``muon_names`` / ``adamw_names`` are exact names or fnmatch patterns that override the rule;
-    a name in both is an error, and so is a 1-D parameter forced into the Muon set.
+    a name in both is an error, and so is a 1-D parameter forced into the Muon set. Parameters
+    that do not require grad are left out.
     """
-    muon_names, adamw_names = tuple(muon_names), tuple(adamw_names)
     muon, adamw = [], []
+    for name, param, use_muon in _route(named_params, muon_names, adamw_names):
+        (muon if use_muon else adamw).append((name, param))
+    return muon, adamw
+
+
+def _route(
+    named_params: Iterable[tuple[str, nn.Parameter]], muon_names: Iterable[str], adamw_names: Iterable[str]
+) -> Iterable[tuple[str, nn.Parameter, bool]]:
+    """``(name, param, use_muon)`` for every trainable parameter, in the input's order."""
+    muon_names, adamw_names = tuple(muon_names), tuple(adamw_names)
     for name, param in named_params:
         if not param.requires_grad:
             continue
@@ -49,8 +66,7 @@ def split_muon_params(
                 f"parameter {name!r} has shape {tuple(param.shape)}: Muon orthogonalizes matrices "
                 "only; leave 1-D parameters to AdamW"
             )
-        (muon if use_muon else adamw).append((name, param))
-    return muon, adamw
+        yield name, param, use_muon
 
 
 def muon_param_groups(
@@ -58,14 +74,26 @@ def muon_param_groups(
 ) -> list[dict]:
     """Param groups for :class:`~muon_repro.optim.Muon` (``use_muon`` True/False) from a model.
 
-    Each group also carries ``names`` (parameter names, for logging and checkpoints).
+    The Muon group comes first, then the AdamW group, each in model order. Each group also
+    carries ``names`` (parameter names, for logging and checkpoints) and ``model_indices`` (each
+    parameter's index in ``model.named_parameters()``, which the ZeRO-1 optimizers lay their
+    flat buffer out by).
     """
-    muon, adamw = split_muon_params(model.named_parameters(), muon_names=muon_names, adamw_names=adamw_names)
-    groups = []
-    for use_muon, members in ((True, muon), (False, adamw)):
-        if members:
-            groups.append({"params": [p for _, p in members], "names": [n for n, _ in members], "use_muon": use_muon})
-    return groups
+    members: dict[bool, list[tuple[int, str, nn.Parameter]]] = {True: [], False: []}
+    routed = _route(model.named_parameters(), muon_names, adamw_names)
+    index_of = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    for name, param, use_muon in routed:
+        members[use_muon].append((index_of[name], name, param))
+    return [
+        {
+            "params": [p for _, _, p in group],
+            "names": [n for _, n, _ in group],
+            MODEL_INDICES: [i for i, _, _ in group],
+            "use_muon": use_muon,
+        }
+        for use_muon, group in members.items()
+        if group
+    ]
 
 
 def check_muon_group(params: Iterable[torch.Tensor], names: Iterable[str] | None = None) -> None:

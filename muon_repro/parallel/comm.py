@@ -5,7 +5,7 @@ Every collective the model and the optimizers issue goes through a function here
 * opens a ``torch.profiler.record_function`` scope named after its *phase* (``dp_gather``,
   ``tp_all_reduce``, ...), so traces attribute the transfer to the step of the algorithm, and
 * appends a :class:`CommRecord` to the group's :class:`CommLedger`: the bytes this rank sends
-  under the ring model of nccl-tests (DESIGN.md section 4).
+  under the ring model of nccl-tests (``docs/method.md#communication-model``).
 
 Ring model, for a group of ``n`` ranks and a full array of ``S`` bytes split in ``n`` chunks::
 

@@ -29,9 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from muon_repro.parallel.comm import Group, all_gather_into, all_reduce_
-
-TP_ALL_REDUCE = "tp_all_reduce"
-TP_ALL_GATHER = "tp_all_gather"
+from muon_repro.rundir import TP_ALL_GATHER, TP_ALL_REDUCE
 
 
 def tp_partition_dim(param: torch.Tensor) -> int | None:

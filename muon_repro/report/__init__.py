@@ -1,14 +1,17 @@
-"""Figures and the report: the analysis tables (and each run's directory) in, PNG/SVG figures
-and ``report.md`` / ``report.pdf`` out.
+"""Figures and the report: the analysis tables under ``metrics/`` in, PNG/SVG figures and
+``report.md`` / ``report.pdf`` out. Nothing here opens a run directory or a trace, or imports
+torch, the model, the optimizers or the analysis: data flows one way, and ``metrics/`` alone
+is enough to redraw and rewrite everything.
 
 Data flow, one module per step::
 
-    data        tables under metrics/ + run directories -> ReportData (checked: missing -> error naming it)
-    analytic    a run's config -> analytic bytes per optimizer phase (DESIGN.md section 4)
-    timeline    rank traces -> one step's phase intervals on a common clock
-    figures     one function per figure, frames in, PNG + SVG path out (colours: style)
-    build       the frames the figures need beyond the tables; make_figures()
+    data        metrics/<table>.parquet -> ReportData (checked: a missing table, column or value -> error naming it)
+    selection   which runs a figure or table shows, their order and labels
+    derive      small per-run reductions of a table (state, bytes per phase, loss, typical step of the typical trial,
+                one step's timeline, the optimizer step decomposed per rank; trials pooled or picked, never mixed)
+    figures     one function per figure, tables in, PNG + SVG path out (colours: style; phase names: muon_repro.rundir)
     context     ReportData + figures -> the template context (formatted strings only)
     render      context -> report.md / report.html / report.pdf (Jinja2, StrictUndefined, WeasyPrint)
-    cli         ``muon-repro figures``, ``muon-repro report``
+    build       the two stages: make_figures(metrics, out), write_report(metrics, figures, out, formats)
+    cli         ``muon-repro figures``, ``muon-repro report`` (argument parsing around build)
 """

@@ -1,78 +1,74 @@
-"""From a bundle's tables and run directories to the figures: the frames the figures need
-beyond the tables (state split, analytic bytes, loss, the one-step timeline), and
-:func:`make_figures`, which draws them all into one folder."""
+"""The two stages of this package, as plain functions the pipeline and the CLI call alike:
+:func:`make_figures` (``metrics/`` -> ``figures/``) and :func:`write_report` (``metrics/`` +
+``figures/`` -> ``report/``). Both read only the tables under ``metrics_dir``."""
 
 from __future__ import annotations
 
+import os
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 
-import pandas as pd
-
 from muon_repro.report import figures
-from muon_repro.report.analytic import analytic_bytes
-from muon_repro.report.data import ReportData, is_missing, representative_runs, sort_runs
-from muon_repro.report.timeline import Timeline, load_timeline
+from muon_repro.report.context import build_context
+from muon_repro.report.data import ReportData, is_missing, load
+from muon_repro.report.render import write_formats
+
+# Figure name (figures.FIGURES) -> how it is drawn from the tables.
+DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
+    "comm_time_by_kind": lambda d, out: figures.comm_time_by_kind(d.runs, d.steps, out),
+    "step_breakdown": lambda d, out: figures.step_breakdown(d.runs, d.steps, out),
+    "optimizer_overhead": lambda d, out: figures.optimizer_overhead(d.runs, out),
+    "state_memory": lambda d, out: figures.state_memory(d.runs, d.ranks, out),
+    "bytes_by_layout": lambda d, out: figures.bytes_by_layout(d.runs, d.phases, out),
+    "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
+    "timeline": lambda d, out: figures.timeline(d.timeline, d.runs, out),
+    "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
+}
 
 
-def state_frame(data: ReportData) -> pd.DataFrame:
-    """run, muon, adamw (mean over ranks), largest (the largest rank's steady state), transient
-    (the largest transient peak): optimizer-state bytes from metrics.json."""
-    rows = []
-    for run in data.runs["run"]:
-        st = data.run_dir(run).state()
-        rows.append({"run": run, "muon": float(st["muon"].mean()), "adamw": float(st["adamw"].mean()),
-                     "largest": int((st["muon"] + st["adamw"]).max()), "transient": int(st["transient"].max())})  # fmt: skip
-    return pd.DataFrame(rows, columns=["run", "muon", "adamw", "largest", "transient"])
+def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
+    """Draw every figure of :data:`figures.FIGURES` into ``out_dir`` from the tables in
+    ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
+    data = load(metrics_dir)
+    return {name: DRAW[name](data, Path(out_dir) / name) for name in figures.FIGURES}
 
 
-def analytic_frame(data: ReportData) -> pd.DataFrame:
-    """run, phase, bytes: the analytic model's bytes per rank per step in each optimizer phase."""
-    rows = []
-    for run in data.runs["run"]:
-        for phase, nbytes in analytic_bytes(data.run_dir(run).config, run).items():
-            rows.append({"run": run, "phase": phase, "bytes": nbytes})
-    return pd.DataFrame(rows, columns=["run", "phase", "bytes"])
+def shown(path: Path) -> str:
+    """A path as a reader should type it: relative to the working directory when inside it."""
+    try:
+        resolved, cwd = Path(path).resolve(), Path.cwd()
+        return Path(os.path.relpath(resolved, cwd)).as_posix() if resolved.is_relative_to(cwd) else str(path)
+    except ValueError:
+        return str(path)
 
 
-def loss_frame(data: ReportData) -> pd.DataFrame:
-    """label, run, optimizer, dp, tp, step, loss for one run per (optimizer, dp, tp)."""
-    frames = []
-    for _, r in representative_runs(data.runs).iterrows():
-        df = data.run_dir(r["run"]).loss()
-        frames.append(df.assign(label=figures.run_label(r), run=r["run"], optimizer=r["optimizer"], dp=int(r["dp"]), tp=int(r["tp"])))
-    if not frames:
-        raise ValueError("no run has an optimizer, dp and tp (runs.optimizer, runs.dp, runs.tp): nothing to plot the loss of")
-    return pd.concat(frames, ignore_index=True)
+def traces_root(data: ReportData) -> Path:
+    """Where the analyzed run directories lie: the common root of ``runs.path``
+    (``<traces>/<group>/<name>``), else ``traces/`` beside the metrics folder."""
+    paths = [Path(str(p)) for p in data.runs["path"]] if "path" in data.runs.columns else []
+    if paths and not any(is_missing(p) for p in data.runs["path"]) and all(len(p.parts) > 2 for p in paths):
+        try:
+            return Path(os.path.commonpath([str(p.parent.parent) for p in paths]))
+        except ValueError:  # absolute and relative paths mixed
+            pass
+    return Path(data.metrics_dir).parent / "traces"
 
 
-def timeline_run(runs: pd.DataFrame) -> pd.Series:
-    """The run whose timeline shows the most: Muon with both DP and TP (all optimizer phases), the seed's first."""
-    rs = sort_runs(runs[runs["optimizer"].notna() & runs["dp"].notna() & runs["tp"].notna()])
-    if rs.empty:
-        return runs.iloc[0]
-    both = rs[(rs["optimizer"] == "muon") & (rs["dp"] > 1) & (rs["tp"] > 1)]
-    return (both if len(both) else rs).iloc[0]
+def invocations(data: ReportData, figures_dir: Path, out_dir: Path, formats: tuple[str, ...]) -> list[str]:
+    """The commands that remake the tables, the figures and this report from the traces."""
+    m, fd, out = shown(Path(data.metrics_dir)), shown(Path(figures_dir)), shown(Path(out_dir))
+    return [
+        shlex.join(["muon-repro", "analyze", shown(traces_root(data)), "--out", m]),
+        shlex.join(["muon-repro", "figures", "--metrics", m, "--out", fd]),
+        shlex.join(["muon-repro", "report", "--metrics", m, "--figures", fd, "--out", out, "--format", ",".join(formats)]),
+    ]
 
 
-def load_run_timeline(data: ReportData) -> tuple[Timeline, pd.Series]:
-    r = timeline_run(data.runs)
-    return load_timeline(str(r["run"]), data.run_dir(str(r["run"])).trace_files()), r
-
-
-def make_figures(data: ReportData, out_dir: str | Path) -> dict[str, Path]:
-    """Draw every figure of :data:`figures.FIGURES` into ``out_dir``; returns name -> PNG path."""
-    out = Path(out_dir)
-    t = data.tables
-    tl, tl_row = load_run_timeline(data)
-    has_grid = not any(is_missing(tl_row.get(k)) for k in ("optimizer", "dp", "tp"))
-    paths = {
-        "comm_time_by_kind": figures.comm_time_by_kind(t["runs"], t["steps"], out / "comm_time_by_kind"),
-        "step_breakdown": figures.step_breakdown(t["runs"], t["steps"], out / "step_breakdown"),
-        "optimizer_overhead": figures.optimizer_overhead(t["runs"], out / "optimizer_overhead"),
-        "state_memory": figures.state_memory(t["runs"], state_frame(data), out / "state_memory"),
-        "bytes_by_layout": figures.bytes_by_layout(t["runs"], t["collectives"], analytic_frame(data), out / "bytes_by_layout"),
-        "grid_comparison": figures.grid_comparison(t["runs"], out / "grid_comparison"),
-        "timeline": figures.timeline(tl, out / "timeline", f"{figures.run_label(tl_row)} ({tl.run})" if has_grid else tl.run),
-        "loss": figures.loss(loss_frame(data), out / "loss"),
-    }
-    return paths
+def write_report(metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
+    """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
+    figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
+    data = load(metrics_dir)
+    figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in figures.FIGURES}
+    context = build_context(data, figure_paths, Path(out_dir), invocations=invocations(data, Path(figures_dir), Path(out_dir), formats))
+    return write_formats(context, Path(out_dir), formats)

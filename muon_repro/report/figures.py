@@ -1,10 +1,12 @@
 """The report's figures: one function per figure, tables in, path out (PNG at print resolution + SVG).
 
-Each function takes the analysis tables (or a small frame built from the run directories by
-:mod:`muon_repro.report.build`) and an output path, and returns the PNG's path; the SVG lies
-beside it. Colours come from :mod:`muon_repro.report.style` (Muon vermillion, AdamW blue, one
-colour per phase). With only one optimizer or one configuration a figure still draws what it has
-and says in its title what is missing; it never fails for lack of a comparison.
+Each function takes analysis tables (as read by :mod:`muon_repro.report.data`) and an output
+path, and returns the PNG's path; the SVG lies beside it. Which runs a figure shows comes from
+:mod:`muon_repro.report.selection`, the few reductions of a table it needs from
+:mod:`muon_repro.report.derive`. Colours come from :mod:`muon_repro.report.style` (Muon
+vermillion, AdamW blue, one colour per phase). With only one optimizer or one configuration a
+figure still draws what it has and says in its title what is missing; it never fails for lack
+of a comparison.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from muon_repro.report import style
-from muon_repro.report.data import fmetric, representative_runs, require_columns, sort_runs
-from muon_repro.report.timeline import Timeline
+from muon_repro import rundir
+from muon_repro.report import derive, style
+from muon_repro.report.data import MissingMetric, fmetric, require_columns, rows_of
+from muon_repro.report.selection import (
+    first_pair,
+    grids,
+    pair_at,
+    representative_runs,
+    run_label,
+    sort_runs,
+    timeline_run,
+    titled,
+)
 
 FIGURES = (
     "comm_time_by_kind",
@@ -96,37 +108,6 @@ def _opt(row: pd.Series) -> str:
     return str(row["optimizer"])
 
 
-def run_label(row: pd.Series, *, group: bool = False) -> str:
-    """``Muon DP2·TP2``, with the layout when not contiguous, and the group when asked."""
-    label = f"{style.OPTIMIZER_LABELS.get(_opt(row), _opt(row))} {style.grid_label(int(row['dp']), int(row['tp']))}"
-    layout = row.get("layout")
-    if isinstance(layout, str) and layout != "contiguous":
-        label += f" {layout.replace('_', '-')}"
-    if group:
-        label += f"  [{row['group']}]"
-    return label
-
-
-def _pair_at(reps: pd.DataFrame, dp: int, tp: int) -> tuple[pd.Series, pd.Series] | None:
-    at = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
-    m, a = at[at["optimizer"] == "muon"], at[at["optimizer"] == "adamw"]
-    return (m.iloc[0], a.iloc[0]) if len(m) and len(a) else None
-
-
-def _first_pair(reps: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
-    for dp, tp in _grids(reps):
-        pair = _pair_at(reps, dp, tp)
-        if pair:
-            return pair
-    return None
-
-
-def _grids(runs: pd.DataFrame) -> list[tuple[int, int]]:
-    """(dp, tp) present, hybrids first, then pure DP, then pure TP (the seed's order)."""
-    grids = {(int(dp), int(tp)) for dp, tp in zip(runs["dp"], runs["tp"])}
-    return sorted(grids, key=lambda g: (0 if g[0] > 1 and g[1] > 1 else (1 if g[0] > 1 else 2), -g[0] * g[1], -g[0]))
-
-
 def _legend(ax: plt.Axes, handles: list, **kw) -> None:
     if handles:
         ax.legend(handles=handles, **{"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), **kw})
@@ -147,7 +128,7 @@ def _opt_handles(optimizers) -> list[Patch]:
 def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> Path:
     """Stacked bars: communication time per step by collective kind, Muon beside AdamW, per (dp, tp)."""
     kinds = [k for k in style.KIND_COLORS if f"comm_{k}_ms" in steps.columns]
-    require_columns(steps, "steps", ("run", "step", *(f"comm_{k}_ms" for k in kinds)))
+    require_columns(steps, "steps", ("run", "trial", "step", *(f"comm_{k}_ms" for k in kinds)))
     require_columns(runs, "runs", ("comm_ms",))
     reps = representative_runs(runs)
     values: dict[str, dict[str, float]] = {}
@@ -155,7 +136,8 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) 
         s = steps[steps["run"] == r["run"]]
         if s.empty:
             raise ValueError(f"metric steps.comm_*_ms is missing for run {r['run']} (no rows in the steps table)")
-        per_step = s.groupby("step")[[f"comm_{k}_ms" for k in kinds]].mean().median()
+        # Mean over ranks per step, median over the steps of every trial (as the runs table).
+        per_step = s.groupby(["trial", "step"])[[f"comm_{k}_ms" for k in kinds]].mean().median()
         values[r["run"]] = {k: float(per_step[f"comm_{k}_ms"]) for k in kinds}
     used = [k for k in kinds if any(v[k] > 0 for v in values.values())]
     fig, (ax,) = _figure(3.6)
@@ -177,15 +159,15 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) 
     handles.append(Line2D([], [], color="black", linewidth=1.6, label="all kinds together\n(union: kinds overlap)"))
     _legend(ax, handles)
     ratios = []
-    for dp, tp in _grids(reps):
-        pair = _pair_at(reps, dp, tp)
+    for dp, tp in grids(reps):
+        pair = pair_at(reps, dp, tp)
         if pair:
             m, a = (fmetric(p, "comm_ms") for p in pair)
             if a > 0:
                 ratios.append(f"{style.grid_label(dp, tp)} {m / a:.2f}×")
     takeaway = ("Muon / AdamW communication time: " + ", ".join(ratios) + " (seed, 4 GPUs: 0.57× at DP2·TP2)") if ratios else (
         "only one optimizer recorded: no Muon / AdamW ratio")  # fmt: skip
-    _title(fig, "Communication time per step, by collective kind (mean over ranks, median over steps)", takeaway)
+    _title(fig, "Communication time per step, by collective kind (mean over ranks, median over trials and steps)", takeaway)
     return _save(fig, out)
 
 
@@ -194,13 +176,14 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) 
 
 @_styled
 def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> Path:
-    """Per configuration, one typical step (the median one, mean over ranks): by phase
-    (forward, backward, optimizer, other) and by activity (compute, exposed comm, idle)."""
-    phases = {"forward": "forward_ms", "backward": "backward_ms", "optimizer": "optimizer_ms"}
-    activities = {"compute": "compute_ms", "exposed_comm": "exposed_comm_ms", "idle": "idle_ms"}
+    """Per configuration, its typical step (``runs.typical_step`` of ``runs.typical_trial``, mean
+    over ranks): by phase (forward, backward, optimizer, other) and by activity (compute, exposed
+    comm, idle)."""
+    phases = {rundir.FORWARD: "forward_ms", rundir.BACKWARD: "backward_ms", rundir.OPTIMIZER: "optimizer_ms"}
+    activities = {style.COMPUTE: "compute_ms", style.EXPOSED_COMM: "exposed_comm_ms", style.IDLE: "idle_ms"}
     require_columns(steps, "steps", ("run", "step", "step_ms", *phases.values(), *activities.values()))
     rs = sort_runs(runs)
-    typical = pd.DataFrame([typical_step(steps, r["run"]) for _, r in rs.iterrows()])
+    typical = pd.DataFrame([derive.typical_step(steps, r) for _, r in rs.iterrows()])
     height = 2.4 + 0.3 * len(rs)  # title, panel titles, axis labels and the legend need ~2.4 in
     fig, axes = _figure(height, ncols=2, sharey=True)
     y = np.arange(len(rs))[::-1]
@@ -213,34 +196,23 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
             left += v
         if with_other:
             other = np.clip(typical["step_ms"].to_numpy(dtype=float) - left, 0, None)
-            handles.append(ax.barh(y, other, 0.7, left=left, color=style.PHASE_COLORS["other"], label=style.PHASE_LABELS["other"]))
+            handles.append(ax.barh(y, other, 0.7, left=left, color=style.PHASE_COLORS[style.OTHER], label=style.PHASE_LABELS[style.OTHER]))
         ax.set_xlabel("time in one step (ms)")
         ax.grid(axis="y", visible=False)
     axes[0].set_yticks(y, [run_label(r, group=True) for _, r in rs.iterrows()])
     axes[0].set_title("by phase", fontsize=9)
     axes[1].set_title("by activity (adds up to the step)", fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=4, bbox_to_anchor=(0.55, 0.0))
-    pair = _first_pair(representative_runs(runs))
+    pair = first_pair(representative_runs(runs))
     if pair:
-        m, a = (typical_step(steps, p["run"]) for p in pair)
+        m, a = (derive.typical_step(steps, p) for p in pair)
         d_step, d_opt = m["step_ms"] - a["step_ms"], m["optimizer_ms"] - a["optimizer_ms"]
         takeaway = (f"{style.grid_label(int(pair[0]['dp']), int(pair[0]['tp']))}: Muon's step is {d_step:+.0f} ms against AdamW's; "
                     f"the optimizer phase accounts for {d_opt:+.0f} ms of it")  # fmt: skip
     else:
         takeaway = "only one optimizer recorded: no Muon / AdamW difference to show"
-    _title(fig, "Where a step's time goes, per configuration (the median step, mean over ranks)", takeaway, bottom_in=0.45)
+    _title(fig, "Where a step's time goes, per configuration (the median step of all trials, mean over ranks)", takeaway, bottom_in=0.45)
     return _save(fig, out)
-
-
-def typical_step(steps: pd.DataFrame, run: str) -> pd.Series:
-    """The run's step of median length, every column the mean over ranks (so the parts add up)."""
-    s = steps[steps["run"] == run]
-    if s.empty:
-        raise ValueError(f"metrics for run {run} are missing from the steps table")
-    numeric = s.drop(columns=[c for c in s.columns if s[c].dtype.kind not in "iuf" and not pd.api.types.is_numeric_dtype(s[c])])
-    per_step = numeric.groupby("step").mean()
-    order = per_step["step_ms"].sort_values(kind="stable")
-    return per_step.loc[order.index[(len(order) - 1) // 2]]
 
 
 # ---------------------------------------------------------------- 3. optimizer overhead
@@ -248,10 +220,11 @@ def typical_step(steps: pd.DataFrame, run: str) -> pd.Series:
 
 @_styled
 def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 0.011) -> Path:
-    """Per configuration: the optimizer step's share of step time (%), against the seed's ~1.1%."""
-    require_columns(runs, "runs", ("optimizer_share",))
+    """Per configuration: the optimizer step's share of step time (%), against the seed's ~1.1%
+    (the seed's definition, as the claims table measures it: :func:`derive.optimizer_share`)."""
+    require_columns(runs, "runs", ("optimizer_ms", "step_ms"))
     rs = sort_runs(runs)
-    share = np.array([100 * fmetric(r, "optimizer_share") for _, r in rs.iterrows()])
+    share = np.array([100 * derive.optimizer_share(r) for _, r in rs.iterrows()])
     fig, (ax,) = _figure(1.8 + 0.3 * len(rs))
     y = np.arange(len(rs))[::-1]
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
@@ -260,7 +233,7 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 
     ax.axvline(100 * seed_share, color="black", linestyle="--", linewidth=1)
     ax.text(100 * seed_share, y.max() + 0.6, f" seed: {100 * seed_share:.1f}% (4 GPUs)", fontsize=7.5, va="bottom")
     ax.set_yticks(y, [run_label(r, group=True) for _, r in rs.iterrows()])
-    ax.set_xlabel("optimizer time / step time (%)")
+    ax.set_xlabel("optimizer step time / training step time (%), medians")
     ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * seed_share * 3))
     ax.set_ylim(-0.6, y.max() + 1.4)
     ax.grid(axis="y", visible=False)
@@ -269,7 +242,8 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 
     for opt in ("muon", "adamw"):
         v = share[(rs["optimizer"] == opt).to_numpy()]
         if len(v):
-            parts.append(f"{style.OPTIMIZER_LABELS[opt]} {v.min():.1f}–{v.max():.1f}%" if len(v) > 1 else f"{style.OPTIMIZER_LABELS[opt]} {v[0]:.1f}%")
+            same = f"{v.min():.1f}" == f"{v.max():.1f}"
+            parts.append(f"{style.OPTIMIZER_LABELS[opt]} {v.min():.1f}%" if same else f"{style.OPTIMIZER_LABELS[opt]} {v.min():.1f}–{v.max():.1f}%")
     _title(fig, "Optimizer overhead: share of the step spent in the optimizer", "here: " + ", ".join(parts) + f"; the seed measured ~{100 * seed_share:.1f}% for Muon")
     return _save(fig, out)
 
@@ -278,15 +252,11 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 
 
 
 @_styled
-def state_memory(runs: pd.DataFrame, state: pd.DataFrame, out: str | Path) -> Path:
+def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer state per rank, Muon vs AdamW per (dp, tp): steady state (Muon momentum, AdamW
     moments; mean over ranks, tick: the largest rank) and, apart, the transient gather buffers."""
-    require_columns(state, "state", ("run", "muon", "adamw", "largest", "transient"))
     reps = representative_runs(runs)
-    missing = sorted(set(reps["run"]) - set(state["run"]))
-    if missing:
-        raise ValueError(f"metric state_bytes is missing for run(s) {', '.join(missing)} (metrics.json)")
-    st = state.set_index("run")
+    st = derive.state_by_run(ranks, reps["run"]).set_index("run")
     fig, axes = _figure(3.3, ncols=2, gridspec_kw={"width_ratios": [1.6, 1]})
     ax, ax_t = axes
     pos, ticks, groups = _grouped_positions(reps)
@@ -301,12 +271,12 @@ def state_memory(runs: pd.DataFrame, state: pd.DataFrame, out: str | Path) -> Pa
     _group_ticks(ax, pos, ticks, groups)
     muon = reps[reps["optimizer"] == "muon"]
     if len(muon):
-        grids = [(int(r["dp"]), int(r["tp"])) for _, r in muon.iterrows()]
+        muon_grids = [(int(r["dp"]), int(r["tp"])) for _, r in muon.iterrows()]
         t = [float(st.loc[r["run"], "transient"]) / style.MIB for _, r in muon.iterrows()]
         ax_t.bar(range(len(t)), t, 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
         for i, v in enumerate(t):
             ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7.5)
-        ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in grids], fontweight="bold", fontsize=8.5)
+        ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in muon_grids], fontweight="bold", fontsize=8.5)
         ax_t.grid(axis="x", visible=False)
         _min_span(ax_t, 0, len(t) - 1, 2.4)
     else:
@@ -320,8 +290,8 @@ def state_memory(runs: pd.DataFrame, state: pd.DataFrame, out: str | Path) -> Pa
                Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks are uneven)")]  # fmt: skip
     fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
     ratios = []
-    for dp, tp in _grids(reps):
-        pair = _pair_at(reps, dp, tp)
+    for dp, tp in grids(reps):
+        pair = pair_at(reps, dp, tp)
         if pair:
             m, a = (float(st.loc[p["run"], "muon"] + st.loc[p["run"], "adamw"]) for p in pair)
             if a > 0:
@@ -335,7 +305,7 @@ def state_memory(runs: pd.DataFrame, state: pd.DataFrame, out: str | Path) -> Pa
 def _grouped_positions(reps: pd.DataFrame) -> tuple[list[float], pd.DataFrame, list[tuple[float, str]]]:
     """Bar positions for runs grouped by grid: (positions, the runs in that order, (center, grid label))."""
     pos, rows, groups, x = [], [], [], 0.0
-    for dp, tp in _grids(reps):
+    for dp, tp in grids(reps):
         members = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
         start = x
         for _, r in members.iterrows():
@@ -367,10 +337,8 @@ def _group_ticks(ax: plt.Axes, pos: list[float], runs: pd.DataFrame, groups: lis
 
 
 @_styled
-def bytes_by_layout(runs: pd.DataFrame, collectives: pd.DataFrame, analytic: pd.DataFrame, out: str | Path) -> Path:
+def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer bytes per rank per step by phase, for each layout: analytic model, run-time ledger, trace."""
-    require_columns(collectives, "collectives", ("run", "rank", "phase", "steps", "bytes", "ledger_bytes"))
-    require_columns(analytic, "analytic", ("run", "phase", "bytes"))
     reps = sort_runs(runs)
     # The grid with the most variants (the layout ablation's DP2·TP2 in the reference set).
     counts = reps.groupby(["dp", "tp"]).size().sort_values(ascending=False, kind="stable")
@@ -381,8 +349,9 @@ def bytes_by_layout(runs: pd.DataFrame, collectives: pd.DataFrame, analytic: pd.
     fig, (ax,) = _figure(3.8)
     x, centers, group_labels, ratio_text = 0.0, [], [], []
     adamw_total = None
+    tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
     for _, r in rs.iterrows():
-        table = per_phase_bytes(r["run"], collectives, analytic)
+        table = tables[str(r["run"])]
         starts, top = [], 0.0
         for source in sources:
             bottom = 0.0
@@ -398,7 +367,7 @@ def bytes_by_layout(runs: pd.DataFrame, collectives: pd.DataFrame, analytic: pd.
                 ax.text(x, 0, "not\nrecorded", ha="center", va="bottom", fontsize=6, rotation=90)
             starts.append(x)
             x += 0.85
-        total = float(table["analytic"].sum())
+        total = derive.total_bytes(table)
         if _opt(r) == "adamw":
             adamw_total = total
         ax.text(float(np.mean(starts)), top, f"{total / style.MB:.3g} MB", ha="center", va="bottom", fontsize=7.5)
@@ -414,48 +383,16 @@ def bytes_by_layout(runs: pd.DataFrame, collectives: pd.DataFrame, analytic: pd.
     _legend(ax, handles)
     if adamw_total:
         for _, r in rs[rs["optimizer"] == "muon"].iterrows():
-            total = float(per_phase_bytes(r["run"], collectives, analytic)["analytic"].sum())
+            total = derive.total_bytes(tables[str(r["run"])])
             ratio_text.append(f"{str(r['layout']).replace('_', '-')} {total / adamw_total:.3f}×")
-    gap = max(source_gap(per_phase_bytes(r["run"], collectives, analytic)) for _, r in rs.iterrows())
-    agree = "the three sources agree exactly" if gap == 0 else f"the three sources differ by up to {100 * gap:.2g}%"
+    gap = max(derive.source_gap(t) for t in tables.values())
+    recorded = [s for s in sources if all(t[s].notna().all() for t in tables.values())]
+    which = "the three sources" if len(recorded) == len(sources) else "the sources recorded (" + ", ".join(recorded) + ")"
+    agree = f"{which} agree exactly" if gap == 0 else f"{which} differ by up to {100 * gap:.2g}%"
     takeaway = (f"{style.grid_label(dp, tp)}: Muon / AdamW bytes " + ", ".join(ratio_text) + f" (paper: (1, 1.25]); {agree}") if ratio_text else (
         f"{style.grid_label(dp, tp)}: {agree} (no AdamW run to compare with)")  # fmt: skip
     _title(fig, "Optimizer communication per rank per step by ZeRO-1 layout: analytic, ledger, trace", takeaway)
     return _save(fig, out)
-
-
-def source_gap(table: pd.DataFrame) -> float:
-    """Largest relative difference between the byte sources of one run, over its phases (0: equal)."""
-    worst = 0.0
-    for _, row in table.iterrows():
-        values = [float(v) for v in row if not pd.isna(v)]
-        if values and max(values) > 0:
-            worst = max(worst, (max(values) - min(values)) / max(values))
-    return worst
-
-
-def per_phase_bytes(run: str, collectives: pd.DataFrame, analytic: pd.DataFrame) -> pd.DataFrame:
-    """Index: optimizer phases; columns analytic, ledger, trace: bytes per rank per step (mean over ranks)."""
-    c = collectives[(collectives["run"] == run) & collectives["phase"].isin(style.OPTIMIZER_COMM_PHASES)]
-    ranks = max(int(collectives.loc[collectives["run"] == run, "rank"].nunique()), 1)
-    out = pd.DataFrame(index=list(style.OPTIMIZER_COMM_PHASES), columns=["analytic", "ledger", "trace"], dtype="float64")
-    a = analytic[analytic["run"] == run].set_index("phase")["bytes"]
-    if a.empty:
-        raise ValueError(f"analytic bytes are missing for run {run}")
-    for phase in style.OPTIMIZER_COMM_PHASES:
-        out.loc[phase, "analytic"] = float(a.get(phase, 0.0))
-        g = c[c["phase"] == phase]
-        steps = g["steps"].astype("float64")
-        out.loc[phase, "trace"] = float((g["bytes"].astype("float64") / steps).sum()) / ranks if len(g) else 0.0
-        ledger = g["ledger_bytes"]
-        if len(g) and ledger.notna().all():
-            out.loc[phase, "ledger"] = float((ledger.astype("float64") / steps).sum()) / ranks
-        elif not len(g):
-            out.loc[phase, "ledger"] = 0.0
-    ledger_all = collectives.loc[collectives["run"] == run, "ledger_bytes"]
-    if len(ledger_all) and ledger_all.isna().all():
-        out["ledger"] = np.nan  # no ledger for this run at all (foreign traces)
-    return out
 
 
 # ---------------------------------------------------------------- 6. DP x TP comparison
@@ -469,7 +406,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     world = reps["world_size"].astype("Int64").mode().iloc[0] if len(reps) else None
     reps = reps[reps["world_size"] == world]
     same_layout = runs[(runs["world_size"] == world) & (runs["layout"].fillna("contiguous") == "contiguous")]
-    grids = _grids(reps)
+    present_grids = grids(reps)
     optimizers = [o for o in ("muon", "adamw") if o in set(reps["optimizer"])]
     fig, (ax,) = _figure(3.2)
     width = 0.8 / max(len(optimizers), 1)
@@ -477,7 +414,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     for j, opt in enumerate(optimizers):
         sub = reps[reps["optimizer"] == opt]
         xs, ys, lo, hi = [], [], [], []
-        for i, (dp, tp) in enumerate(grids):
+        for i, (dp, tp) in enumerate(present_grids):
             r = sub[(sub["dp"] == dp) & (sub["tp"] == tp)]
             if r.empty:
                 continue
@@ -489,7 +426,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
         best = int(np.argmin(ys))
         ax.bar(xs, ys, width * 0.9, color=style.OPTIMIZER_COLORS[opt], label=style.OPTIMIZER_LABELS[opt],
                yerr=[lo, hi], capsize=3, error_kw={"linewidth": 0.8})  # fmt: skip
-        for xv, (dp, tp) in zip(xs, [g for g in grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]):
+        for xv, (dp, tp) in zip(xs, [g for g in present_grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]):
             again = same_layout[(same_layout["optimizer"] == opt) & (same_layout["dp"] == dp) & (same_layout["tp"] == tp)]
             if len(again) > 1:  # the same configuration recorded in several groups: run-to-run spread
                 ax.plot([xv] * len(again), [fmetric(r, "step_ms") for _, r in again.iterrows()], "o", color="black",
@@ -497,13 +434,13 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
                 repeated = True
         for k, (xv, yv) in enumerate(zip(xs, ys)):
             ax.text(xv, yv + hi[k], f"{yv:.0f}" + (" ★" if k == best and len(ys) > 1 else ""), ha="center", va="bottom", fontsize=7.5)
-        present = [g for g in grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]
+        present = [g for g in present_grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]
         if len(ys) > 1:
             runner_up = sorted(ys)[1]
             verdicts.append(f"{style.OPTIMIZER_LABELS[opt]}: {style.grid_label(*present[best])} fastest, "
                             f"{100 * (1 - ys[best] / runner_up):.0f}% faster than the next")  # fmt: skip
-    ax.set_xticks(range(len(grids)), [style.grid_label(dp, tp) for dp, tp in grids])
-    _min_span(ax, 0, len(grids) - 1)
+    ax.set_xticks(range(len(present_grids)), [style.grid_label(dp, tp) for dp, tp in present_grids])
+    _min_span(ax, 0, len(present_grids) - 1)
     ax.set_xlabel(f"process grid ({world} ranks)")
     ax.set_ylabel("step time (ms)\nmedian, whiskers p10–p90")
     ax.grid(axis="x", visible=False)
@@ -521,17 +458,22 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
 
 
 @_styled
-def timeline(tl: Timeline, out: str | Path, label: str = "") -> Path:
+def timeline(timeline_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path, run: str | None = None) -> Path:
     """Gantt of one step on every rank: phases on the main thread, transfers on the comm threads.
 
-    Left: the whole step. Right: the optimizer, where the DP gather -> TP gather -> Newton-Schulz
-    -> TP shard -> DP shard flow lives (bars narrower than 0.3% of the window are widened to be seen).
+    The run is ``run``, else the one :func:`~muon_repro.report.selection.timeline_run` picks; the
+    step is its ``runs.typical_step`` in trial ``runs.typical_trial``. Left: the whole step.
+    Right: the optimizer, where the DP gather -> TP gather -> Newton-Schulz -> TP shard -> DP
+    shard flow lives (bars narrower than 0.3% of the window are widened to be seen).
     """
-    spans = tl.spans
-    ranks = sorted(tl.steps["rank"].tolist())
+    row = timeline_run(runs) if run is None else rows_of(runs, "runs", run).iloc[0]
+    trial, step = derive.typical(row)
+    tl = derive.one_step(timeline_table, str(row["run"]), step, trial)
+    spans, windows_ms = tl.spans, tl.windows
+    ranks = sorted(windows_ms["rank"].tolist())
     fig, axes = _figure(2.6 + 0.55 * len(ranks), ncols=2, gridspec_kw={"width_ratios": [1, 1.4]})
-    opt = spans[spans["phase"] == "optimizer"]
-    windows = [(0.0, float(tl.steps["end_ms"].max()))]
+    opt = spans[(spans["lane"] == "coarse") & (spans["phase"] == rundir.OPTIMIZER)]
+    windows = [(0.0, float(windows_ms["end_ms"].max()))]
     windows.append((float(opt["start_ms"].min()), float(opt["end_ms"].max())) if len(opt) else windows[0])
     lanes = {"coarse": (0.0, 0.3), "fine": (0.32, 0.3), "transfer": (0.64, 0.16)}
     seen: list[str] = []
@@ -539,16 +481,16 @@ def timeline(tl: Timeline, out: str | Path, label: str = "") -> Path:
         min_w = 0.003 * max(w1 - w0, 1e-9)
         for i, rank in enumerate(ranks):
             base = len(ranks) - 1 - i
-            st = tl.steps[tl.steps["rank"] == rank].iloc[0]
+            st = windows_ms[windows_ms["rank"] == rank].iloc[0]
             ax.plot([st["start_ms"], st["end_ms"]], [base - 0.06] * 2, color="black", linewidth=0.8)
             for lane, (off, h) in lanes.items():
                 s = spans[(spans["rank"] == rank) & (spans["lane"] == lane)].sort_values("start_ms")
                 if lane == "coarse":
-                    s = s[s["phase"] != "optimizer"] if ax is axes[1] else s
+                    s = s[s["phase"] != rundir.OPTIMIZER] if ax is axes[1] else s
                 for phase, a, b in zip(s["phase"], s["start_ms"], s["end_ms"]):
                     if b < w0 or a > w1:
                         continue
-                    ax.broken_barh([(a, max(b - a, min_w))], (base + off, h), color=style.PHASE_COLORS[phase], linewidth=0)
+                    ax.broken_barh([(a, max(b - a, min_w))], (base + off, h), color=style.PHASE_COLORS.get(phase, "#AAAAAA"), linewidth=0)
                     if phase not in seen:
                         seen.append(phase)
         ax.set_xlim(w0 - 0.01 * (w1 - w0), w1 + 0.01 * (w1 - w0))
@@ -556,45 +498,51 @@ def timeline(tl: Timeline, out: str | Path, label: str = "") -> Path:
         ax.set_yticks([len(ranks) - 1 - i + 0.4 for i in range(len(ranks))], [f"rank {r}" for r in ranks])
         ax.set_xlabel("time (ms)")
         ax.grid(axis="y", visible=False)
-    axes[0].set_title(f"whole step (ProfilerStep#{tl.step})", fontsize=9)
+    axes[0].set_title(f"whole step (trial {tl.trial}, ProfilerStep#{tl.step})", fontsize=9)
     axes[1].set_title("zoom: the optimizer step", fontsize=9)
     axes[1].tick_params(labelleft=False)
-    order = [p for p in (*style.TIMELINE_COARSE, *style.TIMELINE_FINE, "transfer") if p in seen]
+    order = [p for p in (*style.TIMELINE_COARSE, *style.TIMELINE_FINE, style.TRANSFER) if p in seen]
     fig.legend(handles=[Patch(color=style.PHASE_COLORS[p], label=style.PHASE_LABELS[p]) for p in order],
                loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
     note = "" if tl.aligned else " (ranks not aligned: a trace had no baseTimeNanoseconds)"
-    _title(fig, f"One step of every rank: {label or tl.run}", _timeline_takeaway(tl) + note, bottom_in=0.19 * -(-len(order) // 4) + 0.1)
+    _title(fig, f"One step of every rank: {titled(row)}", _timeline_takeaway(tl) + note, bottom_in=0.19 * -(-len(order) // 4) + 0.1)
     return _save(fig, out)
 
 
-def _timeline_takeaway(tl: Timeline) -> str:
+def _timeline_takeaway(tl: derive.OneStep) -> str:
     """Per-rank spread of the phases that set the optimizer's pace (lane 'fine' and 'coarse')."""
     s = tl.spans.assign(ms=tl.spans["end_ms"] - tl.spans["start_ms"])
     per_rank = s[s["lane"] != "transfer"].groupby(["phase", "rank"])["ms"].sum().unstack(fill_value=0.0)
     parts = []
-    for phase in ("newton_schulz", "dp_gather", "tp_gather", "optimizer"):
+    for phase in (rundir.NEWTON_SCHULZ, rundir.DP_GATHER, rundir.TP_GATHER, rundir.OPTIMIZER):
         if phase in per_rank.index and per_rank.loc[phase].max() > 0:
-            v = per_rank.loc[phase].reindex(tl.steps["rank"], fill_value=0.0)
+            v = per_rank.loc[phase].reindex(tl.windows["rank"], fill_value=0.0)
             parts.append(f"{style.PHASE_LABELS[phase]} {v.min():.0f}–{v.max():.0f} ms")
-    step = float((tl.steps["end_ms"] - tl.steps["start_ms"]).max())
+    step = float((tl.windows["end_ms"] - tl.windows["start_ms"]).max())
     return "per rank: " + ", ".join(parts) + f" of a {step:.0f} ms step; lanes bottom to top: phases, sub-phases, comm-thread transfers"
-
 
 
 # ---------------------------------------------------------------- 8. loss
 
 
 @_styled
-def loss(losses: pd.DataFrame, out: str | Path) -> Path:
+def loss(losses_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path) -> Path:
     """Training loss per step, Muon vs AdamW (one line per configuration; mean over ranks)."""
-    require_columns(losses, "loss", ("label", "optimizer", "dp", "tp", "step", "loss"))
+    reps = representative_runs(runs)
+    if reps.empty:
+        raise MissingMetric("no run has an optimizer, dp and tp (runs.optimizer, runs.dp, runs.tp): nothing to plot the loss of")
+    losses = pd.concat(
+        [derive.mean_loss(losses_table, str(r["run"])).assign(label=run_label(r), optimizer=r["optimizer"], dp=int(r["dp"]), tp=int(r["tp"]))
+         for _, r in reps.iterrows()],
+        ignore_index=True,
+    )  # fmt: skip
     fig, (ax,) = _figure(3.0)
     dashes = ["-", "--", ":", "-."]
-    grids = _grids(losses.drop_duplicates("label"))
+    loss_grids = grids(losses.drop_duplicates("label"))
     for label, g in losses.groupby("label", sort=False):
         opt = str(g["optimizer"].iloc[0])
         grid = (int(g["dp"].iloc[0]), int(g["tp"].iloc[0]))
-        ax.plot(g["step"], g["loss"], color=style.OPTIMIZER_COLORS[opt], linestyle=dashes[grids.index(grid) % len(dashes)],
+        ax.plot(g["step"], g["loss"], color=style.OPTIMIZER_COLORS[opt], linestyle=dashes[loss_grids.index(grid) % len(dashes)],
                 marker="o", markersize=3, label=label)  # fmt: skip
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss (cross-entropy, nats)")

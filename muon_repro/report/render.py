@@ -76,7 +76,7 @@ def _atomic(path: Path, write) -> Path:
     return path
 
 
-def write_report(context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
+def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
     """Render every format asked for into ``out_dir/report.<fmt>``; image paths are relative to ``out_dir``."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:

@@ -4,67 +4,53 @@ Colour maps use the Okabe-Ito palette (safe for colour-blind readers) where a fe
 must be told apart at a glance: Muon is always vermillion, AdamW always blue. Optimizer phases
 pair a gather with its inverse shard in one hue (the shard lighter), DP in oranges, TP in
 magentas, Newton-Schulz in teal, so the DP gather -> TP gather -> NS -> TP shard -> DP shard flow
-reads as warm -> pink -> teal -> pink -> warm.
+reads as warm -> pink -> teal -> pink -> warm. Phase names and their labels come from
+:mod:`muon_repro.rundir`, the vocabulary the runs are recorded with; only colours are defined here.
 """
 
 from __future__ import annotations
+
+from muon_repro import rundir
 
 OPTIMIZER_COLORS = {"muon": "#D55E00", "adamw": "#0072B2"}
 OPTIMIZER_LABELS = {"muon": "Muon", "adamw": "AdamW"}
 OPTIMIZER_HATCH = {"muon": "", "adamw": "//"}  # second cue where colour already means something else
 
-# Step phases (what the step is spent on) and activities (what the machine is doing).
+# Colours of the phases (names from muon_repro.rundir) and of what a step's time is spent on
+# besides them (activities, the rest of the step, the comm threads' transfers).
+OTHER, COMPUTE, EXPOSED_COMM, IDLE, TRANSFER = "other", "compute", "exposed_comm", "idle", "transfer"
 PHASE_COLORS = {
-    "forward": "#56B4E9",
-    "backward": "#0072B2",
-    "optimizer": "#E69F00",
-    "other": "#DDDDDD",
-    "compute": "#009E73",
-    "exposed_comm": "#CC3311",
-    "idle": "#BBBBBB",
-    # optimizer sub-phases and communication labels (DESIGN.md section 3)
-    "dp_reduce_scatter": "#7A3E9D",
-    "momentum": "#F0E442",
-    "dp_gather": "#D55E00",
-    "tp_gather": "#CC79A7",
-    "newton_schulz": "#117A65",
-    "tp_shard": "#E8B5D3",
-    "dp_shard": "#F4A582",
-    "update": "#999933",
-    "dp_all_gather": "#B07AC9",
-    "tp_all_reduce": "#555555",
-    "tp_all_gather": "#888888",
-    "transfer": "#CC3311",
+    rundir.FORWARD: "#56B4E9",
+    rundir.BACKWARD: "#0072B2",
+    rundir.OPTIMIZER: "#E69F00",
+    OTHER: "#DDDDDD",
+    COMPUTE: "#009E73",
+    EXPOSED_COMM: "#CC3311",
+    IDLE: "#BBBBBB",
+    rundir.DP_REDUCE_SCATTER: "#7A3E9D",
+    rundir.MOMENTUM: "#F0E442",
+    rundir.DP_GATHER: "#D55E00",
+    rundir.TP_GATHER: "#CC79A7",
+    rundir.NEWTON_SCHULZ: "#117A65",
+    rundir.TP_SHARD: "#E8B5D3",
+    rundir.DP_SHARD: "#F4A582",
+    rundir.UPDATE: "#999933",
+    rundir.DP_ALL_GATHER: "#B07AC9",
+    rundir.TP_ALL_REDUCE: "#555555",
+    rundir.TP_ALL_GATHER: "#888888",
+    TRANSFER: "#CC3311",
 }
 PHASE_LABELS = {
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other (data, sync)",
-    "compute": "compute",
-    "exposed_comm": "exposed communication",
-    "idle": "idle",
-    "dp_reduce_scatter": "DP reduce-scatter (grads)",
-    "momentum": "momentum",
-    "dp_gather": "DP gather",
-    "tp_gather": "TP gather",
-    "newton_schulz": "Newton-Schulz",
-    "tp_shard": "TP shard",
-    "dp_shard": "DP shard",
-    "update": "update",
-    "dp_all_gather": "DP all-gather (params)",
-    "tp_all_reduce": "TP all-reduce (model)",
-    "tp_all_gather": "TP all-gather (model)",
-    "transfer": "gloo transfer (comm thread)",
+    **rundir.PHASE_LABELS,
+    OTHER: "other (data, sync)",
+    COMPUTE: "compute",
+    EXPOSED_COMM: "exposed communication",
+    IDLE: "idle",
+    TRANSFER: "gloo transfer (comm thread)",
 }
-# The optimizer's own communication phases, in data-flow order (bytes figure).
-OPTIMIZER_COMM_PHASES = ("dp_reduce_scatter", "dp_gather", "tp_gather", "dp_all_gather")
-# Fine phases shown inside the optimizer in the timeline, in data-flow order.
-TIMELINE_FINE = (
-    "dp_reduce_scatter", "momentum", "dp_gather", "tp_gather", "newton_schulz",
-    "tp_shard", "dp_shard", "update", "dp_all_gather", "tp_all_reduce", "tp_all_gather",
-)  # fmt: skip
-TIMELINE_COARSE = ("forward", "backward", "optimizer")
+OPTIMIZER_COMM_PHASES = rundir.OPTIMIZER_COMM_PHASES  # bytes figure and table, data-flow order
+TIMELINE_COARSE = rundir.COARSE_PHASES
+TIMELINE_FINE = rundir.OPTIMIZER_PHASES + rundir.MODEL_COMM_PHASES  # inside the optimizer, data-flow order
 
 KIND_COLORS = {
     "all_reduce": "#44AA99",

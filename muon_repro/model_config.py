@@ -1,0 +1,85 @@
+"""The model's shape and its named sizes: plain data, importable without torch (the CLI and
+the benchmark registry validate against it before anything is trained)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+QKV_MODES = ("fused", "split")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Model shape and initialization. ``seed`` fixes the full weights for every TP size."""
+
+    vocab_size: int
+    hidden: int
+    n_layers: int
+    n_heads: int
+    ffn_hidden: int
+    max_seq_len: int
+    qkv: str = "fused"
+    seed: int = 0
+    init_std: float = 0.02
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden", "n_layers", "n_heads", "ffn_hidden", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"GPTConfig.seed must be a non-negative integer, got {self.seed!r}")
+        if self.qkv not in QKV_MODES:
+            raise ValueError(f"GPTConfig.qkv must be one of {QKV_MODES}, got {self.qkv!r}")
+        for name in ("init_std", "norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"GPTConfig.{name} must be a positive number, got {value!r}")
+        if self.hidden % self.n_heads != 0:
+            raise ValueError(f"GPTConfig.hidden={self.hidden} is not divisible by n_heads={self.n_heads}")
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"GPTConfig head_dim = hidden/n_heads = {self.head_dim} must be even (RoPE rotates pairs)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> GPTConfig:
+        """A named size (see ``PRESETS``), optionally with some fields replaced."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s) {unknown}")
+        return replace(PRESETS[name], **overrides)
+
+    def num_params(self) -> int:
+        """Parameters of the full (un-sharded) model."""
+        h, f, v = self.hidden, self.ffn_hidden, self.vocab_size
+        per_block = 2 * h + 4 * h * h + 2 * h * f  # two norms, q/k/v/proj, fc1/fc2
+        return 2 * v * h + self.n_layers * per_block + h
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs (forward + backward) per token: ``6 N_matmul + 12 L h T`` (PaLM App. B).
+
+        ``N_matmul`` counts the weights used in matmuls (everything but the embedding table and
+        norms); the attention term counts the full (not causally halved) score and value matmuls.
+        """
+        t = self.max_seq_len if seq_len is None else seq_len
+        h, f, v = self.hidden, self.ffn_hidden, self.vocab_size
+        n_matmul = self.n_layers * (4 * h * h + 2 * h * f) + v * h
+        return 6 * n_matmul + 12 * self.n_layers * h * t
+
+
+# tiny: tests (tp=4 divides heads, hidden, ffn and vocab). small: CPU benchmarks (a few M params).
+# medium (~110M) and large (~370M, GPT-2-medium shaped): GPU runs.
+PRESETS: dict[str, GPTConfig] = {
+    "tiny": GPTConfig(vocab_size=128, hidden=32, n_layers=2, n_heads=4, ffn_hidden=128, max_seq_len=16),
+    "small": GPTConfig(vocab_size=2048, hidden=256, n_layers=4, n_heads=8, ffn_hidden=1024, max_seq_len=128),
+    "medium": GPTConfig(vocab_size=16384, hidden=768, n_layers=12, n_heads=12, ffn_hidden=3072, max_seq_len=1024),
+    "large": GPTConfig(vocab_size=32768, hidden=1024, n_layers=24, n_heads=16, ffn_hidden=4096, max_seq_len=1024),
+}

@@ -1,0 +1,115 @@
+"""Which runs a figure or a table shows, in which order, and what they are called.
+
+Runs of the same configuration may be recorded in several groups (the seed's comparison, the
+DP x TP grid, the layout ablation): one stands for each (optimizer, dp, tp), chosen here once
+for every figure and the report.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from muon_repro.report import style
+from muon_repro.report.data import is_missing, metric, require_columns
+
+GROUP_PREFERENCE = ("comparison", "distributed_muon", "layout_ablation")
+LAYOUT_PREFERENCE = ("contiguous", "whole_matrix", "bucketed")
+
+
+def _preference(row: pd.Series, groups: tuple[str, ...] = GROUP_PREFERENCE) -> tuple:
+    group = str(row.get("group", ""))
+    layout = "" if is_missing(row.get("layout")) else str(row["layout"])
+    return (
+        groups.index(group) if group in groups else len(groups),
+        LAYOUT_PREFERENCE.index(layout) if layout in LAYOUT_PREFERENCE else len(LAYOUT_PREFERENCE),
+        str(row["run"]),
+    )
+
+
+def _layout_first(row: pd.Series, groups: tuple[str, ...]) -> tuple:
+    group, layout, run = _preference(row, groups)
+    return (layout, group, run)
+
+
+def grid_order(dp: int, tp: int) -> int:
+    """DP·TP hybrids first, then pure DP, then pure TP (the seed's order)."""
+    return 0 if dp > 1 and tp > 1 else (1 if dp > 1 else 2)
+
+
+def sort_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Muon before AdamW; grids DP·TP hybrids, then pure DP, then pure TP; then group, layout."""
+
+    def key(r: pd.Series) -> tuple:
+        dp, tp = int(metric(r, "dp")), int(metric(r, "tp"))
+        return (0 if metric(r, "optimizer") == "muon" else 1, grid_order(dp, tp), -dp, _preference(r))
+
+    if runs.empty:
+        return runs
+    order = sorted(range(len(runs)), key=lambda i: key(runs.iloc[i]))
+    return runs.iloc[order].reset_index(drop=True)
+
+
+def configured(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that know their optimizer, dp and tp (foreign traces do not)."""
+    return runs[runs["optimizer"].notna() & runs["dp"].notna() & runs["tp"].notna()]
+
+
+def representative_runs(runs: pd.DataFrame, groups: tuple[str, ...] = GROUP_PREFERENCE) -> pd.DataFrame:
+    """One run per (optimizer, dp, tp): contiguous layout first, then by ``groups`` (the seed's
+    comparison first; the DP x TP figure prefers the seed's grid experiment, as the claims do)."""
+    require_columns(runs, "runs", ("run", "group", "optimizer", "layout", "dp", "tp"))
+    picked = [
+        min((r for _, r in g.iterrows()), key=lambda r: _layout_first(r, groups))
+        for _, g in configured(runs).groupby(["optimizer", "dp", "tp"], sort=False)
+    ]
+    return sort_runs(pd.DataFrame(picked)) if picked else runs.iloc[0:0]
+
+
+def timeline_run(runs: pd.DataFrame) -> pd.Series:
+    """The run whose timeline shows the most: Muon with both DP and TP (all optimizer phases), the seed's first."""
+    rs = sort_runs(configured(runs))
+    if rs.empty:
+        return runs.iloc[0]
+    both = rs[(rs["optimizer"] == "muon") & (rs["dp"] > 1) & (rs["tp"] > 1)]
+    return (both if len(both) else rs).iloc[0]
+
+
+def grids(runs: pd.DataFrame) -> list[tuple[int, int]]:
+    """(dp, tp) present, hybrids first, then pure DP, then pure TP, larger first."""
+    present = {(int(dp), int(tp)) for dp, tp in zip(runs["dp"], runs["tp"])}
+    return sorted(present, key=lambda g: (grid_order(*g), -g[0] * g[1], -g[0]))
+
+
+def pair_at(reps: pd.DataFrame, dp: int, tp: int) -> tuple[pd.Series, pd.Series] | None:
+    """(Muon run, AdamW run) at one grid, if both were recorded."""
+    at = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
+    m, a = at[at["optimizer"] == "muon"], at[at["optimizer"] == "adamw"]
+    return (m.iloc[0], a.iloc[0]) if len(m) and len(a) else None
+
+
+def first_pair(reps: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """The Muon/AdamW pair at the first grid (in :func:`grids` order) that has both."""
+    for dp, tp in grids(reps):
+        pair = pair_at(reps, dp, tp)
+        if pair:
+            return pair
+    return None
+
+
+def run_label(row: pd.Series, *, group: bool = False) -> str:
+    """``Muon DP2·TP2``, with the layout when not contiguous, and the group when asked."""
+    opt = str(row["optimizer"])
+    label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(row['dp']), int(row['tp']))}"
+    layout = row.get("layout")
+    if isinstance(layout, str) and layout != "contiguous":
+        label += f" {layout.replace('_', '-')}"
+    if group:
+        label += f"  [{row['group']}]"
+    return label
+
+
+def titled(row: pd.Series) -> str:
+    """``Muon DP2·TP2 (comparison/muon_dp2_tp2)``, or the run id alone for a run without a configuration."""
+    if any(is_missing(row.get(k)) for k in ("optimizer", "dp", "tp")):
+        return str(row["run"])
+    return f"{run_label(row)} ({row['run']})"

@@ -1,0 +1,386 @@
+"""The run directory and the phase vocabulary: the one contract between what records runs and what reads them.
+
+A recorded run is one folder (written by :mod:`muon_repro.bench`, read by analysis, hub and the
+pipeline; the report never opens one)::
+
+    traces/<group>/<name>/trial<k>/
+        rank<r>.json.gz     one PyTorch profiler Chrome trace per rank (ui.perfetto.dev opens it)
+        config.json         the resolved configuration, the trial, the backend, the device, the command line
+        environment.json    what it ran on: hardware, software, git SHA, time of recording
+        metrics.json        {"config": "<group>/<name>", "ranks": [one RankMetrics per rank]}
+        log.txt             losses and step times as they went, worker stderr
+
+A run (a configuration) is recorded in several trials, each a folder of its own with the same
+files; the analysis pools them. While a trial is being recorded it lives in the hidden sibling
+``.trial<k>.partial`` and is renamed into place once every rank has finished, so a trial folder
+that exists is complete.
+
+Phases are the names of the ``record_function`` scopes the model and the optimizers open; the
+trace analysis finds them by name, and the byte ledger and the analytic model are keyed by them.
+This module imports nothing heavy: no torch, no pandas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+# ---------------------------------------------------------------- phases
+
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+COARSE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+
+DP_REDUCE_SCATTER = "dp_reduce_scatter"  # ZeRO-1: gradients, every optimizer
+MOMENTUM = "momentum"
+DP_GATHER = "dp_gather"  # Muon: shards of a matrix -> the matrix's orthogonalizing rank(s)
+TP_GATHER = "tp_gather"  # Muon: TP blocks -> the full matrix
+NEWTON_SCHULZ = "newton_schulz"
+TP_SHARD = "tp_shard"  # inverse of TP_GATHER
+DP_SHARD = "dp_shard"  # inverse of DP_GATHER
+UPDATE = "update"
+DP_ALL_GATHER = "dp_all_gather"  # ZeRO-1: parameters, every optimizer
+TP_ALL_REDUCE = "tp_all_reduce"  # the model's own tensor-parallel traffic
+TP_ALL_GATHER = "tp_all_gather"
+
+OPTIMIZER_PHASES = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, TP_SHARD, DP_SHARD, UPDATE, DP_ALL_GATHER)
+"""Inside the optimizer step, in data-flow order."""
+OPTIMIZER_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, TP_GATHER, DP_ALL_GATHER)
+"""The optimizer's collectives, in data-flow order (the analytic model prices these)."""
+MUON_ONLY_PHASES = (DP_GATHER, TP_GATHER)
+DP_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, DP_ALL_GATHER)
+MODEL_COMM_PHASES = (TP_ALL_REDUCE, TP_ALL_GATHER)
+PHASES = COARSE_PHASES + OPTIMIZER_PHASES + MODEL_COMM_PHASES
+
+PHASE_LABELS = {
+    FORWARD: "forward",
+    BACKWARD: "backward",
+    OPTIMIZER: "optimizer",
+    DP_REDUCE_SCATTER: "DP reduce-scatter (grads)",
+    MOMENTUM: "momentum",
+    DP_GATHER: "DP gather",
+    TP_GATHER: "TP gather",
+    NEWTON_SCHULZ: "Newton-Schulz",
+    TP_SHARD: "TP shard",
+    DP_SHARD: "DP shard",
+    UPDATE: "update",
+    DP_ALL_GATHER: "DP all-gather (params)",
+    TP_ALL_REDUCE: "TP all-reduce (model)",
+    TP_ALL_GATHER: "TP all-gather (model)",
+}
+"""How a phase is named for people (figures, report)."""
+
+LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
+"""ZeRO-1 layouts of the flat parameter buffer (config.json's ``layout``; docs/method.md)."""
+
+# ---------------------------------------------------------------- file names
+
+CONFIG_FILE = "config.json"
+ENVIRONMENT_FILE = "environment.json"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "log.txt"
+RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, LOG_FILE)
+"""Every file of a run folder besides the traces."""
+TRACE_SUFFIX = ".json.gz"
+_TRACE_NAME = re.compile(r"^rank(\d+)\.json(?:\.gz)?$")
+
+
+def trace_name(rank: int) -> str:
+    """File name of one rank's trace: ``rank<r>.json.gz``."""
+    return f"rank{rank}{TRACE_SUFFIX}"
+
+
+def trace_rank(name: str) -> int | None:
+    """The rank in a trace file name we wrote (``rank3.json.gz`` -> 3), else ``None``."""
+    match = _TRACE_NAME.match(name)
+    return int(match[1]) if match else None
+
+
+def is_trace_file(name: str) -> bool:
+    """Whether a file name looks like a profiler trace (ours or anyone's): ``*.json`` or ``*.json.gz``,
+    not one of the run's side files, not hidden."""
+    return name.endswith((".json", ".json.gz")) and name not in RUN_FILES and not name.startswith(".")
+
+
+TRIAL_PREFIX = "trial"
+_TRIAL_NAME = re.compile(rf"^{TRIAL_PREFIX}(\d+)$")
+
+
+def trial_dir(run_dir: Path, trial: int) -> Path:
+    """The folder of one trial of a run: ``<run>/trial<k>``."""
+    return run_dir / f"{TRIAL_PREFIX}{trial}"
+
+
+def trial_of(folder: Path) -> int | None:
+    """The trial a folder holds (``trial2`` -> 2), else ``None`` (a run folder of a single recording)."""
+    match = _TRIAL_NAME.match(folder.name)
+    return int(match[1]) if match else None
+
+
+def partial_dir(final: Path) -> Path:
+    """Where a run is recorded before it is renamed to ``final``."""
+    return final.with_name(f".{final.name}.partial")
+
+
+def expected_files(world_size: int) -> list[str]:
+    return [*RUN_FILES, *(trace_name(r) for r in range(world_size))]
+
+
+def missing_files(run_dir: Path, world_size: int) -> list[str]:
+    return [name for name in expected_files(world_size) if not (run_dir / name).is_file()]
+
+
+# ---------------------------------------------------------------- JSON side files
+
+
+def write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    """Write ``obj`` through a temporary file and an atomic rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A side file as a dict; ``None`` when absent, unreadable or not an object (foreign folders
+    have none; NaN and Infinity read as null)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(value) if -(2**63) <= value < 2**63 else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+
+
+def _floats(value: Any) -> list[float | None]:
+    return [_float(v) for v in value] if isinstance(value, list) else []
+
+
+def _int_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, raw in value.items() if (v := _int(raw)) is not None}
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested fields (environment.json's) as one level, their keys joined with '.'."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# ---------------------------------------------------------------- config.json
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``config.json`` says about a run; every field is ``None`` where it says nothing
+    (a foreign folder of traces has no config at all)."""
+
+    group: str | None = None
+    name: str | None = None
+    optimizer: str | None = None  # muon | adamw
+    dp: int | None = None
+    tp: int | None = None
+    layout: str | None = None  # contiguous | bucketed | whole_matrix
+    scale: str | None = None
+    preset: str | None = None
+    qkv: str | None = None
+    tokens_per_step: int | None = None  # global, over all DP ranks
+    batch_per_dp: int | None = None
+    seq_len: int | None = None
+    bucket_elems: int | None = None
+    steps: int | None = None
+    wait: int | None = None
+    warmup: int | None = None
+    active: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    ns_dtype: str | None = None
+    gather_dtype: str | None = None
+    reduce_dtype: str | None = None
+    seed: int | None = None
+    trial: int | None = None  # which recording of the configuration this is, from 0
+    trials: int | None = None  # how many were asked for
+    world_size: int | None = None
+    backend: str | None = None
+    device: str | None = None
+    command: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RunConfig:
+        """Typed fields from a decoded ``config.json``; a value of the wrong type reads as ``None``."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = raw.get(f.name)
+            if f.name == "command":
+                if isinstance(value, list):
+                    values[f.name] = tuple(str(v) for v in value)
+                elif isinstance(value, str) and value.strip():
+                    values[f.name] = (value,)
+            elif f.type in ("int | None",):
+                values[f.name] = _int(value)
+            elif f.type in ("float | None",):
+                values[f.name] = _float(value)
+            else:
+                values[f.name] = _str(value)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["command"] = list(self.command)
+        return out
+
+
+# ---------------------------------------------------------------- metrics.json
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """One rank's share of the ZeRO-1 shard plan (what sets its Newton-Schulz work and its state)."""
+
+    layout: str
+    buckets: int
+    shard_elems: int  # flat-buffer elements this rank owns (optimizer state is kept for these)
+    muon_matrices: int  # Muon matrices in the model (TP-local)
+    ns_matrices: int  # matrices this rank orthogonalizes each step
+    dp_gathered_matrices: int  # matrices that need a DP gather (straddle a boundary, or bucketed)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> ShardSummary | None:
+        if not isinstance(raw, Mapping):
+            return None
+        values = {f.name: (_str(raw.get(f.name)) if f.name == "layout" else _int(raw.get(f.name))) for f in fields(cls)}
+        return None if any(v is None for v in values.values()) else cls(**values)
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What one rank measured and knew at run time (one entry of ``metrics.json``'s ``ranks``).
+
+    Per-step lists cover every step (profiled or not); ``analytic_bytes`` and ``ns_flops`` are per
+    step; ``ledger`` holds one record per collective call (step, phase, op, group, bytes, ...).
+    """
+
+    rank: int
+    dp_rank: int | None = None
+    tp_rank: int | None = None
+    step_ms: list[float | None] = field(default_factory=list)
+    optimizer_ms: list[float | None] = field(default_factory=list)
+    loss: list[float | None] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    state_bytes: dict[str, int] = field(default_factory=dict)  # muon (momentum) / adamw (two moments)
+    transient_bytes: int | None = None  # largest set of gather/shard buffers alive at once
+    peak_memory_bytes: int | None = None
+    peak_memory_source: str | None = None  # cuda_max_allocated | process_max_rss
+    update_rms: dict[str, float] = field(default_factory=dict)
+    ns_calls: int | None = None
+    ns_flops: int | None = None  # Newton-Schulz FLOPs of this rank in one step
+    model_params: int | None = None
+    local_params: int | None = None
+    analytic_bytes: dict[str, int] = field(default_factory=dict)  # per optimizer comm phase, per step
+    shard: ShardSummary | None = None
+    train_flops: int | None = None  # forward+backward FLOPs of the whole model in one step (all ranks together)
+    loopback_bytes: int | None = None  # rank 0 only: bytes through the loopback interface during the profiled steps
+    loopback_steps: int | None = None  # the steps loopback_bytes covers
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], index: int = 0) -> RankMetrics:
+        """Typed fields from one decoded entry; wrong types read as empty/``None``."""
+        ledger = raw.get("ledger")
+        update_rms = raw.get("update_rms")
+        return cls(
+            rank=r if (r := _int(raw.get("rank"))) is not None else index,
+            dp_rank=_int(raw.get("dp_rank")),
+            tp_rank=_int(raw.get("tp_rank")),
+            step_ms=_floats(raw.get("step_ms")),
+            optimizer_ms=_floats(raw.get("optimizer_ms")),
+            loss=_floats(raw.get("loss")),
+            ledger=[rec for rec in ledger if isinstance(rec, dict)] if isinstance(ledger, list) else [],
+            state_bytes=_int_map(raw.get("state_bytes")),
+            transient_bytes=_int(raw.get("transient_bytes")),
+            peak_memory_bytes=_int(raw.get("peak_memory_bytes", raw.get("peak_mem_bytes"))),
+            peak_memory_source=_str(raw.get("peak_memory_source")),
+            update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None} if isinstance(update_rms, Mapping) else {},
+            ns_calls=_int(raw.get("ns_calls")),
+            ns_flops=_int(raw.get("ns_flops")),
+            model_params=_int(raw.get("model_params")),
+            local_params=_int(raw.get("local_params")),
+            analytic_bytes=_int_map(raw.get("analytic_bytes")),
+            shard=ShardSummary.from_dict(raw.get("shard")),
+            train_flops=_int(raw.get("train_flops")),
+            loopback_bytes=_int(raw.get("loopback_bytes")),
+            loopback_steps=_int(raw.get("loopback_steps")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def total_state_bytes(self) -> int | None:
+        return sum(self.state_bytes.values()) if self.state_bytes else None
+
+
+# ---------------------------------------------------------------- one run folder
+
+
+@dataclass
+class RunDir:
+    """A run folder, read through the typed views above. Missing side files read as empty."""
+
+    path: Path
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        return read_json(self.path / CONFIG_FILE) or {}
+
+    @property
+    def config(self) -> RunConfig:
+        return RunConfig.from_dict(self.config_dict)
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return read_json(self.path / ENVIRONMENT_FILE) or {}
+
+    @property
+    def ranks(self) -> list[RankMetrics]:
+        raw = (read_json(self.path / METRICS_FILE) or {}).get("ranks")
+        if not isinstance(raw, list):
+            return []
+        return [RankMetrics.from_dict(entry, i) for i, entry in enumerate(raw) if isinstance(entry, Mapping)]
+
+    def write(self, config: Mapping[str, Any], environment: Mapping[str, Any], ranks: list[RankMetrics], log: str) -> None:
+        """Write the side files (rank 0 does, once every rank's metrics are gathered)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / LOG_FILE).write_text(log, encoding="utf-8")
+        write_json(self.path / METRICS_FILE, {"config": config.get("key"), "ranks": [r.to_dict() for r in ranks]})
+        write_json(self.path / CONFIG_FILE, dict(config))
+        write_json(self.path / ENVIRONMENT_FILE, dict(environment))

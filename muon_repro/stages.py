@@ -1,0 +1,121 @@
+"""The stages of the job as plain functions, in the one direction data flows.
+
+    bench     configurations                 -> traces/<group>/<name>/     (trains: imports torch)
+    analyze   traces                         -> metrics/*.parquet + .csv   (the only interface from here on)
+    figures   metrics/                       -> figures/*.png + .svg
+    report    metrics/ + figures/            -> report/report.md, .pdf
+    card      the folders + BundleMeta       -> dataset_card.md
+    bundle    the folders + BundleMeta       -> dist/dataset/ (+ MANIFEST.sha256)
+    verify    a bundle                       -> VerifyResult
+
+``muon-repro run`` (:mod:`muon_repro.pipeline`) and the CLI commands call these; so can you::
+
+    from muon_repro import stages
+    tables = stages.analyze(["traces"], "metrics")
+    stages.figures("metrics", "figures")
+    stages.report("metrics", "figures", "report", formats=("md",))
+
+Every stage writes atomically; none but ``bench`` imports torch, each imports its heavy
+dependencies when called, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from muon_repro.bench.sweep import RunResult
+    from muon_repro.hub.bundle import Sources
+    from muon_repro.hub.manifest import FileEntry
+    from muon_repro.hub.meta import BundleMeta
+    from muon_repro.hub.verify import VerifyResult
+
+
+class StageError(RuntimeError):
+    """A stage could not produce its output; the message says which input was at fault."""
+
+
+def bench(
+    configs: Sequence[str],
+    out: str | Path = "traces",
+    *,
+    scale: str = "cpu",
+    trials: int = 3,
+    backend: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    command: Sequence[str] | None = None,
+) -> list[RunResult]:
+    """Record the named configurations (names, groups, 'seed', 'reference', 'all') on this machine, each in
+    ``trials`` interleaved trials; complete trials are skipped unless ``force``."""
+    from muon_repro.bench.cli import expand_config_names
+    from muon_repro.bench.configs import resolve
+    from muon_repro.bench.sweep import record_local
+    from muon_repro.parallel.launch import default_backend
+
+    cfgs = [resolve(key, scale) for key in expand_config_names(list(configs))]
+    backend = backend or default_backend(max(c.world_size for c in cfgs))
+    command = list(command or ["muon-repro", "bench", *configs, "--scale", scale, "--out", str(out)])
+    return record_local(cfgs, Path(out), backend, trials=trials, force=force, command=command, progress=progress)
+
+
+def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
+    """Analyze every trace under ``paths`` and write the tables to ``out`` (``None``: write nothing).
+
+    Raises :class:`StageError` naming every file that could not be read; nothing is written then.
+    """
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis, write_tables
+
+    analysis = analyze_paths(list(paths), workers=workers, rank=rank)
+    if analysis.failures:
+        raise StageError("; ".join(f.message for f in analysis.failures))
+    if not analysis.runs:
+        raise StageError(f"no trace found under {', '.join(str(p) for p in paths)}")
+    tables = tables_from_analysis(analysis)
+    if out is not None:
+        write_tables(tables, Path(out))
+    return tables
+
+
+def figures(metrics: str | Path = "metrics", out: str | Path = "figures") -> dict[str, Path]:
+    """Draw every figure from the tables in ``metrics``; returns figure name -> PNG path (an SVG beside it)."""
+    from muon_repro.report.build import make_figures
+
+    return make_figures(Path(metrics), Path(out))
+
+
+def report(
+    metrics: str | Path = "metrics", figures: str | Path = "figures", out: str | Path = "report", *, formats: Sequence[str] = ("md", "pdf")
+) -> dict[str, Path]:
+    """Render the report from the tables and the figures; returns format -> path."""
+    from muon_repro.report.build import write_report
+
+    return write_report(Path(metrics), Path(figures), Path(out), tuple(formats))
+
+
+def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md") -> Path:
+    """Render the dataset card (the bundle's README.md) alone."""
+    from muon_repro.hub.bundle import render_card_from_sources
+    from muon_repro.hub.fsutil import write_atomic
+
+    write_atomic(Path(out), render_card_from_sources(sources, meta))
+    return Path(out)
+
+
+def bundle(sources: Sources, meta: BundleMeta, out: str | Path = "dist/dataset") -> tuple[list[FileEntry], list[str]]:
+    """Assemble the folder that gets published; returns its manifest entries and warnings."""
+    from muon_repro.hub.bundle import build_bundle
+
+    return build_bundle(sources, meta, Path(out))
+
+
+def verify(bundle_dir: str | Path = "dist/dataset", *, echo=None) -> VerifyResult:
+    """Check a bundle or a downloaded copy: checksums, every table loads, every trace parses."""
+    from muon_repro.hub.verify import verify_bundle
+
+    return verify_bundle(Path(bundle_dir), echo=echo)

@@ -1,0 +1,79 @@
+"""The analysis benchmark: its end-to-end CLI timing path on a small trace, its table and its targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from muon_repro.analysis import benchmark
+from muon_repro.analysis.benchmark import Measurement, Summary, check_targets, format_report
+
+# a committed real trace (gloo, CPU); repeated to 2 MB it analyzes in well under a second
+SOURCE = Path(__file__).parent / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz"
+
+
+def test_small_trace_in_process_and_end_to_end(tmp_path, capsys):
+    trace = tmp_path / "bench_trace.json"
+    argv = ["--source", str(SOURCE), "--out", str(trace), "--size-mb", "2", "--skip-hta", "--repeat", "1", "--workers", "1"]
+    assert benchmark.main(argv) == 0
+    out = capsys.readouterr().out
+    assert 1.5e6 < trace.stat().st_size < 3e6
+    rows = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("ours ")}
+    assert set(rows) == {"ours in-process", "ours end to end"}
+    assert "muon-repro analyze" in rows["ours end to end"]
+    assert "targets: not checked, HTA not measured" in out
+
+
+def test_measure_cli_times_the_command_and_checks_its_tables(tmp_path):
+    trace = tmp_path / "t.json"
+    benchmark.build_trace(SOURCE, trace, 200_000)
+    m = benchmark.measure_cli(str(trace), timeout=300)
+    assert m.wall_s > 0 and m.peak_rss_bytes > 10e6 and m.result["files"] > 0
+    with pytest.raises(RuntimeError, match="muon-repro analyze failed"):
+        benchmark.measure_cli(str(tmp_path / "missing.json"), timeout=300)
+
+
+def _runs(wall: float, rss: float, n: int = 3) -> list[Measurement]:
+    return [Measurement(wall_s=wall * (1 + k / 10), peak_rss_bytes=int(rss * (1 + k / 10)), result={}) for k in range(n)]
+
+
+INFO = {"path": "t.json", "size_bytes": 1_000_000_000, "events": 4_000_000, "copies": 56, "source": "a100.json.gz"}
+
+
+def test_report_ratios_and_targets():
+    ours, cli, hta = {2: _runs(1.5, 250e6)}, _runs(2.0, 300e6), _runs(40.0, 5e9, n=1)
+    # medians: cli 2.2 s / 330 MB; HTA 40 s / 5 GB
+    checks = check_targets(Summary.of(cli), Summary.of(hta))
+    assert [round(v, 4) for _, v, _ in checks] == [round(40 / 2.2, 4), round(330e6 / 5e9, 4)]
+    assert [ok for *_, ok in checks] == [True, True]
+    text = format_report(INFO, ours, cli, hta)
+    assert "18.2x" in text and "0.066x" in text  # speed-up and memory ratio of the CLI row
+    assert "2.00-2.40" in text  # min-max of the CLI runs
+    assert text.splitlines()[-1] == (
+        "targets: end to end >= 15x faster than HTA: 18.2x PASS; end to end <= 0.15x HTA's peak memory: 0.066x PASS"
+    )
+    slow = format_report(INFO, ours, _runs(4.0, 1e9), hta)
+    assert "9.1x FAIL" in slow and "0.220x FAIL" in slow  # medians 4.4 s, 1.1 GB
+
+
+@pytest.mark.parametrize(("cli_wall", "status"), [(2.0, 0), (4.0, 1)])
+def test_check_sets_the_exit_status(monkeypatch, tmp_path, capsys, cli_wall, status):
+    monkeypatch.setattr(benchmark, "hta_available", lambda python: True)
+    monkeypatch.setattr(benchmark, "ensure_trace", lambda *a: dict(INFO))
+
+    def measure(python, script, args, timeout):
+        return _runs(40.0, 5e9, 1)[0] if script == benchmark.HTA else _runs(1.0, 2e8, 1)[0]
+
+    monkeypatch.setattr(benchmark, "measure", measure)
+    monkeypatch.setattr(benchmark, "measure_cli", lambda trace, timeout: _runs(cli_wall, 3e8, 1)[0])
+    argv = ["--source", str(SOURCE), "--out", str(tmp_path / "t.json"), "--repeat", "2", "--workers", "1"]
+    assert benchmark.main([*argv, "--check"]) == status
+    assert benchmark.main(argv) == 0  # without --check a miss is reported, not an error
+    assert ("FAIL" in capsys.readouterr().out) == bool(status)
+
+
+def test_check_needs_hta():
+    with pytest.raises(SystemExit) as exc:
+        benchmark.main(["--check", "--skip-hta"])
+    assert exc.value.code == 2

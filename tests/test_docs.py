@@ -1,0 +1,60 @@
+"""The repository carries its own method document, and everything users read cites it, never a file they do not have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from muon_repro.analysis.schemas import DOC_MARKER, SCHEMAS, doc_with_tables
+
+REPO = Path(__file__).resolve().parents[1]
+METHOD = REPO / "docs" / "method.md"
+
+
+def test_method_doc_table_reference_matches_the_schemas():
+    text = METHOD.read_text(encoding="utf-8")
+    assert text == doc_with_tables(text), "docs/method.md is out of date: run `python -m muon_repro.analysis.schemas docs/method.md`"
+    for name, schema in SCHEMAS.items():
+        assert f"### `{name}`" in text
+        assert all(f"| `{c.name}` |" in text for c in schema.columns), name
+
+
+def test_table_reference_needs_its_marker():
+    with pytest.raises(ValueError, match="tables: generated below"):
+        doc_with_tables("# a document without the marker\n")
+    assert doc_with_tables(f"head\n{DOC_MARKER}\nstale").startswith(f"head\n{DOC_MARKER}\n\n## Tables")
+
+
+def test_anchors_cited_in_the_package_exist_in_the_method_doc():
+    import re
+
+    headings = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", METHOD.read_text(), re.M)}
+    cited = set()
+    for path in [*(REPO / "muon_repro").rglob("*.py"), *(REPO / "muon_repro").rglob("*.j2")]:
+        cited |= {(path.name, a) for a in re.findall(r"docs/method\.md#([a-z0-9-]+)", path.read_text(encoding="utf-8"))}
+    assert cited, "nothing cites docs/method.md"
+    missing = sorted((name, a) for name, a in cited if a not in headings)
+    assert not missing, f"anchors cited but not in docs/method.md: {missing}"
+
+
+@pytest.mark.parametrize("path", ["muon_repro", "README.md", "report/report.md", "dataset_card.md", "docs/method.md"])
+def test_nothing_users_read_refers_to_the_internal_design_notes(path):
+    target = REPO / path
+    files = [p for p in target.rglob("*") if p.suffix in (".py", ".j2", ".md")] if target.is_dir() else [target]
+    offenders = [str(p.relative_to(REPO)) for p in files if "DESIGN.md" in p.read_text(encoding="utf-8")]
+    assert offenders == []
+
+
+def test_readme_claims_table_matches_the_committed_claims():
+    from muon_repro.report.readme import with_claims
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert text == with_claims(text, REPO / "metrics"), "README.md's claims table is out of date: run `python -m muon_repro.report.readme`"
+
+
+def test_readme_claims_table_needs_its_markers(tmp_path):
+    from muon_repro.report.readme import with_claims
+
+    with pytest.raises(ValueError, match="claims: generated"):
+        with_claims("# a README without the markers\n", REPO / "metrics")

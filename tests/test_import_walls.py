@@ -1,0 +1,140 @@
+"""Data flows one way: bench -> traces -> analysis -> tables -> report / hub.
+
+An AST walk over every import of the package (inside functions too, and ``importlib.import_module``
+with a literal name) checks the walls; a subprocess checks that commands which do not train never
+import torch; and no module but :mod:`muon_repro.rundir` spells a run file or phase name.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from muon_repro.rundir import PHASES, RUN_FILES
+
+PACKAGE = Path(__file__).resolve().parents[1] / "muon_repro"
+TRAINING = ("torch", "muon_repro.model", "muon_repro.optim", "muon_repro.parallel", "muon_repro.bench")
+DOWNSTREAM = ("muon_repro.bench", "muon_repro.analysis", "muon_repro.report", "muon_repro.hub", "muon_repro.pipeline", "muon_repro.stages")
+
+# module prefix (relative to muon_repro/) -> import prefixes it must never reach
+WALLS: dict[str, tuple[str, ...]] = {
+    "analysis": TRAINING,
+    "hub": TRAINING,
+    "report": (*TRAINING, "muon_repro.analysis"),  # the report reads metrics/ tables, nothing else
+    "optim": DOWNSTREAM,
+    "parallel": DOWNSTREAM,
+    "rundir.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
+    "model_config.py": (*TRAINING, "pandas", "numpy"),
+    "stages.py": TRAINING,  # only inside bench(), which trains
+    "cli.py": TRAINING,
+}
+ALLOWED = {("stages.py", "muon_repro.bench"), ("stages.py", "muon_repro.parallel")}  # stages.bench() records runs
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """Every module ``path`` imports, anywhere in it, with its line number."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+            found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.args[0].value, node.lineno))
+    return found
+
+
+def _reaches(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def wall_violations(package: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for scope, forbidden in WALLS.items():
+            if not (rel == scope or rel.startswith(scope + "/")):
+                continue
+            for module, line in imports_of(path):
+                for prefix in forbidden:
+                    if _reaches(module, prefix) and (scope, prefix) not in ALLOWED:
+                        out.append(f"muon_repro/{rel}:{line} imports {module} ({scope} must not import {prefix})")
+    return out
+
+
+def test_import_walls_hold():
+    assert wall_violations() == []
+
+
+def test_the_wall_check_catches_a_lazy_import(tmp_path):
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "bad.py").write_text("def draw():\n    import torch\n    from muon_repro.analysis.tables import read_table\n")
+    (tmp_path / "optim").mkdir()
+    (tmp_path / "optim" / "bad.py").write_text("import importlib\nm = importlib.import_module('muon_repro.hub.publish')\n")
+    found = wall_violations(tmp_path)
+    assert any("report/bad.py:2 imports torch" in v for v in found), found
+    assert any("report/bad.py:3" in v and "muon_repro.analysis" in v for v in found), found
+    assert any("optim/bad.py:2 imports muon_repro.hub.publish" in v for v in found), found
+
+
+def test_only_rundir_spells_run_files_and_phase_names():
+    distinctive = {name for name in PHASES if "_" in name} | set(RUN_FILES)
+    spelled = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "rundir.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in distinctive:
+                spelled.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
+    assert spelled == []
+
+
+NO_TORCH = """
+import sys
+from muon_repro.cli import main
+argv = sys.argv[1:]
+try:
+    code = main(argv)
+except SystemExit as exc:  # --help
+    code = exc.code
+print("torch imported" if "torch" in sys.modules else "torch not imported")
+sys.exit(code or 0)
+"""
+
+
+def _run_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("command", ["analyze", "figures", "report", "card", "bundle", "verify", "publish", "download", "bench", "run", "equivalence"])
+def test_help_never_imports_torch(command):
+    done = _run_cli(command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:]
+
+
+def test_top_level_help_never_imports_torch():
+    done = _run_cli("--help")
+    assert done.returncode == 0 and done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:] + done.stderr
+
+
+@pytest.mark.slow
+def test_analyze_a_committed_run_never_imports_torch(tmp_path):
+    run = PACKAGE.parent / "traces" / "comparison" / "muon_dp2_tp2"
+    done = _run_cli("analyze", str(run), "--out", str(tmp_path / "metrics"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:]
+    assert (tmp_path / "metrics" / "runs.parquet").is_file()
