@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "muon_repro.analysis.cli",
     "muon_repro.report.cli",
     "muon_repro.hub.cli",
+    "muon_repro.costmodel.cli",
 )
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import DEFAULT_TRIALS, SCALES
+
+if TYPE_CHECKING:
+    from muon_repro.pipeline import RunPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,11 +36,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from muon_repro.pipeline import STAGES, RunPlan, claims_summary, run_pipeline
+    from muon_repro.bench.sweep import BenchError, BenchInterrupted
+    from muon_repro.pipeline import RunPlan, run_pipeline
+    from muon_repro.stages import StageError
 
     plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), trials=args.trials, backend=args.backend,
                    force=args.force, progress=not args.no_progress, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
-    seconds = run_pipeline(plan)
+    try:
+        seconds = run_pipeline(plan)
+    except BenchInterrupted as exc:  # says which trials were dropped and which kept
+        print(f"muon-repro run: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("muon-repro run: interrupted; every stage writes atomically, so what is there is complete: "
+              "run the same command again to resume", file=sys.stderr)  # fmt: skip
+        return 130
+    except (BenchError, StageError) as exc:
+        print(f"muon-repro run: error: {exc}", file=sys.stderr)
+        return 1
+    _print_summary(plan, seconds)
+    return 0
+
+
+def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
+    from muon_repro.pipeline import STAGES, claims_summary
+
     total = sum(seconds.values())
     print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))
     print("\nWall time per stage: " + ", ".join(f"{s} {seconds[s]:.1f} s" for s in STAGES) + f"; total {total:.1f} s")
@@ -50,4 +75,3 @@ def _run(args: argparse.Namespace) -> int:
         ("bundle (verified)", plan.bundle),
     ):
         print(f"  {label:<34} {path}")
-    return 0

@@ -78,6 +78,12 @@ PHASE_LABELS = {
 LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
 """ZeRO-1 layouts of the flat parameter buffer (config.json's ``layout``; docs/method.md)."""
 
+OVERLAPS = ("none", "naive_async", "pipelined")
+"""How Distributed Muon schedules its DP and TP gathers (config.json's ``overlap``):
+``none`` blocks on each; ``naive_async`` issues each with ``async_op=True`` and waits right
+where its result is first used, as a direct port would; ``pipelined`` keeps the next units'
+gathers in flight while Newton-Schulz runs (docs/method.md#overlap-of-the-gathers)."""
+
 # ---------------------------------------------------------------- file names
 
 CONFIG_FILE = "config.json"
@@ -211,6 +217,7 @@ class RunConfig:
     dp: int | None = None
     tp: int | None = None
     layout: str | None = None  # contiguous | bucketed | whole_matrix
+    overlap: str | None = None  # none | naive_async | pipelined (OVERLAPS); "none" for runs recorded before it existed
     scale: str | None = None
     preset: str | None = None
     qkv: str | None = None
@@ -252,6 +259,8 @@ class RunConfig:
                 values[f.name] = _float(value)
             else:
                 values[f.name] = _str(value)
+        if raw and "overlap" not in raw:  # recorded before the option existed: every gather blocked
+            values["overlap"] = "none"
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

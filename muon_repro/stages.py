@@ -66,14 +66,19 @@ def bench(
 def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
     """Analyze every trace under ``paths`` and write the tables to ``out`` (``None``: write nothing).
 
-    Raises :class:`StageError` naming every file that could not be read; nothing is written then.
+    ``out`` is checked before any trace is read (ValueError). Raises :class:`StageError` naming
+    every file that could not be read and every run folder that lacks a rank's trace; nothing is
+    written then.
     """
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis, write_tables
+    from muon_repro.analysis.tables import check_tables_out, tables_from_analysis, write_tables
 
+    if out is not None:
+        check_tables_out(Path(out))
     analysis = analyze_paths(list(paths), workers=workers, rank=rank)
-    if analysis.failures:
-        raise StageError("; ".join(f.message for f in analysis.failures))
+    problems = [*analysis.failures, *analysis.incomplete]
+    if problems:
+        raise StageError("; ".join(f.message for f in problems))
     if not analysis.runs:
         raise StageError(f"no trace found under {', '.join(str(p) for p in paths)}")
     tables = tables_from_analysis(analysis)
@@ -83,18 +88,24 @@ def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, 
 
 
 def figures(metrics: str | Path = "metrics", out: str | Path = "figures") -> dict[str, Path]:
-    """Draw every figure from the tables in ``metrics``; returns figure name -> PNG path (an SVG beside it)."""
+    """Draw every figure from the tables in ``metrics``; returns figure name -> PNG path (an SVG beside it).
+    ``out`` is checked before anything is read (ValueError)."""
     from muon_repro.report.build import make_figures
+    from muon_repro.report.cli import check_out_folder
 
+    check_out_folder(Path(out), "output folder")
     return make_figures(Path(metrics), Path(out))
 
 
 def report(
     metrics: str | Path = "metrics", figures: str | Path = "figures", out: str | Path = "report", *, formats: Sequence[str] = ("md", "pdf")
 ) -> dict[str, Path]:
-    """Render the report from the tables and the figures; returns format -> path."""
+    """Render the report from the tables and the figures; returns format -> path.
+    ``out`` is checked before anything is read (ValueError)."""
     from muon_repro.report.build import write_report
+    from muon_repro.report.cli import check_out_folder
 
+    check_out_folder(Path(out), "output folder")
     return write_report(Path(metrics), Path(figures), Path(out), tuple(formats))
 
 
@@ -114,8 +125,9 @@ def bundle(sources: Sources, meta: BundleMeta, out: str | Path = "dist/dataset")
     return build_bundle(sources, meta, Path(out))
 
 
-def verify(bundle_dir: str | Path = "dist/dataset", *, echo=None) -> VerifyResult:
-    """Check a bundle or a downloaded copy: checksums, every table loads, every trace parses."""
+def verify(bundle_dir: str | Path = "dist/dataset", *, echo=None, recompute: bool = False) -> VerifyResult:
+    """Check a bundle or a downloaded copy: checksums, every table loads, every trace parses; with
+    ``recompute``, also that analyzing its traces again gives its tables."""
     from muon_repro.hub.verify import verify_bundle
 
-    return verify_bundle(Path(bundle_dir), echo=echo)
+    return verify_bundle(Path(bundle_dir), echo=echo, recompute=recompute)

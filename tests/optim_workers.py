@@ -89,3 +89,22 @@ def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
             held[name] = {"state_bytes": opt.state_bytes(), "by_param": opt.state_bytes_by_param()}
         results.append(held)
     return results
+
+
+def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, object]:
+    """The same 3 steps once per overlap variant (fresh model each time, same seed); returns the
+    parameters after each variant, the NS units and the gathers each variant issued."""
+    from muon_repro.rundir import OVERLAPS
+
+    dims = ParallelDims(dp=2, tp=2)
+    params, gathers = {}, {}
+    for overlap in OVERLAPS:
+        torch.manual_seed(0)
+        model = GPT(CONFIG, dims.tp_group)
+        opt = DistributedMuon(muon_param_groups(model), dims, lr=0.02, layout=layout, bucket_elems=bucket_elems,
+                              ns_dtype=torch.float32, overlap=overlap)  # fmt: skip
+        dims.ledger.records.clear()
+        _train(model, opt, dims, range(3))
+        params[overlap] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        gathers[overlap] = [(r.phase, r.elements) for r in dims.ledger.records if r.phase in ("dp_gather", "tp_gather")]
+    return {"params": params, "gathers": gathers, "units": len(opt.plan.ns_units)}

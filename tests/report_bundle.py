@@ -284,7 +284,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
     ns_flops = max(_ns_flops(run, d) for d in range(run.dp))
     optional = {c: v for c, v in OPTIONAL_RUN_COLUMNS.items() if c in SCHEMAS["runs"].names}
     return {
-        **run.ids(), "optimizer": run.optimizer, "layout": run.layout, "dp": run.dp, "tp": run.tp, "world_size": run.world,
+        **run.ids(), "optimizer": run.optimizer, "layout": run.layout, "overlap": "none", "dp": run.dp, "tp": run.tp, "world_size": run.world,
         "backend": "gloo", "device": "cpu", "ranks": run.world, "trials": len(TRIALS), "tokens_per_step": TOKENS_PER_STEP,
         "tokens_per_s": TOKENS_PER_STEP / step_ms.median() * 1000.0, "steps": len(STEPS) * len(TRIALS), "step_ms": step_ms.median(),
         "step_ms_p10": step_ms.quantile(0.1), "step_ms_p90": step_ms.quantile(0.9),

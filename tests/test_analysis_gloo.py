@@ -19,7 +19,16 @@ import pytest
 import torch
 from analysis_workers import ACTIVE, DP, KNOWN, TP
 
-from muon_repro.analysis.tables import SCHEMAS, build_tables, read_table, write_tables
+from muon_repro.analysis.tables import (
+    CSV_SHA256_KEY,
+    GENERATION_KEY,
+    SCHEMAS,
+    build_tables,
+    read_table,
+    stamped_schema,
+    table_stamp,
+    write_tables,
+)
 from muon_repro.parallel.comm import ring_bytes_per_rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +186,8 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
     assert not [name for name, df in tables.items() if df.empty]  # datasets cannot load a zero-row Parquet file
     for name, df in tables.items():
         path = tmp_path / f"{name}.parquet"
-        assert pq.read_schema(path).equals(SCHEMAS[name].arrow_schema(), check_metadata=True)
+        stamp = table_stamp(pq.read_schema(path).metadata)
+        assert pq.read_schema(path).equals(stamped_schema(name, stamp[GENERATION_KEY], stamp[CSV_SHA256_KEY]), check_metadata=True)
         back = read_table(path)
         pd.testing.assert_frame_equal(back, df)
         assert (tmp_path / f"{name}.csv").exists()

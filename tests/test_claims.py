@@ -26,7 +26,7 @@ class Bundle:
             noise: float = 0.01, state: tuple[int, int] = (0, 0), dp_bytes: float = 100.0, **work) -> None:  # fmt: skip
         group, name = run.split("/")
         self.runs.append({"run": run, "group": group, "name": name, "optimizer": optimizer, "dp": dp, "tp": tp, "world_size": dp * tp,
-                          "ranks": RANKS, "trials": TRIALS, "steps": TRIALS * STEPS, "layout": "contiguous", "step_ms": step_ms,
+                          "ranks": RANKS, "trials": TRIALS, "steps": TRIALS * STEPS, "layout": "contiguous", "overlap": "none", "step_ms": step_ms,
                           "ns_flops_max_rank": 2e9, "train_flops": 4e9, **WORK, **work})  # fmt: skip
         for trial in range(TRIALS):
             for rank in range(RANKS):
@@ -106,11 +106,20 @@ def test_state_memory_whole_model_floor_is_explained():
     assert "1 - f/2" in explanation and "whole model" in explanation
 
 
-def test_async_claim_is_measured_when_the_variant_exists():
+@pytest.mark.parametrize(("naive_step", "expected"), [(200.0, "reproduced"), (100.0, "not reproduced")])
+def test_async_claim_is_measured_when_the_variant_exists(naive_step, expected):
     b = seed_grid(muon_comm=5.7, muon_step=100.0)
-    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=naive_step, overlap="naive_async")
+    b.run("overlap/muon_dp2_tp2_pipelined", "muon", 2, 2, step_ms=90.0, overlap="pipelined")
     row = b.claims().loc["async_slowdown"]
-    assert row["verdict"] == "reproduced" and row["measured_value"] == pytest.approx(2.0, rel=0.05)
+    assert row["verdict"] == expected and row["measured_value"] == pytest.approx(naive_step / 100.0, rel=0.05)
+    assert "Pipelined gathers" in row["explanation"] and "0.90x" in row["explanation"]
+
+
+def test_async_claim_pairs_only_a_twin_of_the_same_layout():
+    b = seed_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async", layout="bucketed")
+    assert b.claims().loc["async_slowdown", "verdict"] == "not measured"
 
 
 def test_verdict_rule_needs_the_whole_interval():

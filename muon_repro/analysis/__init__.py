@@ -8,6 +8,7 @@ Data flow, one module per step::
     tables              runs / steps / collectives / comparisons / claims, Parquet + CSV
     claims              the seed's and the paper's claims, measured, with verdicts
     cli, benchmark      ``muon-repro analyze``; ``python -m muon_repro.analysis.benchmark``
+    fuzz                ``python -m muon_repro.analysis.fuzz``: mutated traces, clean result or clear refusal
 
 Importing this package is cheap (no pandas): worker processes import
 :mod:`muon_repro.analysis.decode` and nothing else.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.errors import TraceError, TraceWarning
 
 _LAZY = {
     "read_trace": "muon_repro.analysis.reader",
@@ -29,7 +30,7 @@ _LAZY = {
     "SCHEMAS": "muon_repro.analysis.tables",
 }
 
-__all__ = ["TraceError", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings
+__all__ = ["TraceError", "TraceWarning", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,12 @@
 Definitions (the same for every trace, documented once here and in the ``steps`` schema):
 
 * **Steps** are the CPU ``ProfilerStep#N`` annotations; a trace without them is one window
-  from its first to its last event, numbered ``-1``, to which everything belongs.
+  from its first to its last event, numbered ``-1``, to which everything belongs. Annotations
+  of one ``N`` that overlap in time are one step (seen on several threads: its widest extent);
+  one ``N`` at two separate times (two profiling sessions in one file) cannot be told apart
+  and is refused with a :class:`~muon_repro.analysis.errors.TraceError`. A step of no length
+  (its ``dur`` was 0, or unusable and set to 0 by the reader) is left out with a
+  :class:`~muon_repro.analysis.errors.TraceWarning`; what was launched in it counts in no step.
 * **Launch step** (HolisticTraceAnalysis's convention, the one users cross-check against):
   GPU work belongs to the step whose window contains the start of the runtime call that
   launched it (``cudaLaunchKernel``, ``hipExtModuleLaunchKernel``, ``cudaMemcpyAsync``...,
@@ -55,6 +60,7 @@ Definitions (the same for every trace, documented once here and in the ``steps``
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.collectives import COMM_KINDS, coarse_phase, step_number
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.instances import collective_instances
 from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.reader import TraceEvents, TraceMeta, read_trace
@@ -105,6 +112,7 @@ class TraceBreakdown:
     collectives: pd.DataFrame  # instances.INSTANCE_COLUMNS + "step"
     notes: dict[str, int] = field(default_factory=dict)
     spans: pd.DataFrame | None = None  # timeline.phase_spans: our phase scopes per step, on the trace's clock
+    warnings: list[str] = field(default_factory=list)  # the reader's and this analysis's TraceWarning messages
 
     def summary(self) -> dict[str, Any]:
         """One JSON-ready object per trace (``muon-repro analyze --json``): medians over steps."""
@@ -139,6 +147,7 @@ class TraceBreakdown:
             "idle_ms": med("idle_ms"),
             "peak_mem_bytes": int(peak.max()) if len(peak) else None,
             "notes": dict(self.notes),
+            "warnings": list(self.warnings),  # also when analyzed in another process, where warnings.warn went unseen
         }
 
 
@@ -154,7 +163,11 @@ def analyze_file(
 
 
 def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None) -> TraceBreakdown:
-    """Break one trace down per step; see the module docstring for the definitions."""
+    """Break one trace down per step; see the module docstring for the definitions.
+
+    Raises :class:`TraceError` for a step number used at two separate times; warns
+    (:class:`TraceWarning`) about steps left out for having no length.
+    """
     ev = trace.events
     ts = ev["ts"].to_numpy()
     end = ev["end"].to_numpy()
@@ -173,7 +186,10 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     device = "cuda" if gpu_work.any() else "cpu"
     cpu_side = ~by_cat(lambda c: c.startswith(("kernel", "gpu_", "cuda_", "ac2g", "Trace")))
 
-    windows = _step_windows(trace, names, name_codes, cat_codes, cats, cpu_side)
+    messages: list[str] = []
+    windows = _step_windows(trace, names, name_codes, cat_codes, cats, cpu_side, messages)
+    for message in messages:
+        warnings.warn(message, TraceWarning, stacklevel=2)
     starts = windows["start"].to_numpy()
     stops = starts + windows["dur"].to_numpy()
 
@@ -198,16 +214,26 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     steps = pd.DataFrame(out, columns=list(STEP_COLUMNS))
     inst = inst[inst["step"] != _NO_STEP].reset_index(drop=True)
     spans = phase_spans(trace.events, steps)
-    return TraceBreakdown(meta=trace.meta, device=device, steps=steps, collectives=inst, notes=dict(trace.notes), spans=spans)
+    return TraceBreakdown(
+        meta=trace.meta,
+        device=device,
+        steps=steps,
+        collectives=inst,
+        notes=dict(trace.notes),
+        spans=spans,
+        warnings=[*trace.warnings, *messages],
+    )
 
 
 _NO_STEP = -(2**31)
 
 
-def _step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_side) -> pd.DataFrame:
-    """``step``, ``start``, ``dur`` per step, sorted; one window ``-1`` if there are no steps."""
+def _step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_side, messages: list[str]) -> pd.DataFrame:
+    """``step``, ``start``, ``dur`` per step, sorted; one window ``-1`` if there are no steps.
+
+    Steps left out for having no length are reported in ``messages``."""
     ev = trace.events
-    numbers = np.array([step_number(str(n)) if str(n).startswith("ProfilerStep") else None for n in names], dtype=object)
+    numbers = np.array([_step_number(trace.path, str(n), messages) for n in names], dtype=object)
     is_step_name = np.array([x is not None for x in numbers], bool)
     rows = np.flatnonzero(is_step_name[name_codes] & cpu_side)
     if len(rows):
@@ -220,8 +246,10 @@ def _step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_si
         )
         # the same step on several threads: keep its widest extent
         df["stop"] = df["start"] + df["dur"]
+        _refuse_repeated_steps(trace.path, df)
         df = df.groupby("step", as_index=False).agg(start=("start", "min"), stop=("stop", "max"))
         df["dur"] = df["stop"] - df["start"]
+        messages.extend(_no_length_messages(trace.path, df[~(df["dur"] > 0)]))
         df = df[df["dur"] > 0].sort_values("start", kind="stable").reset_index(drop=True)
         # overlapping windows (malformed traces): clip each to the next one's start
         nxt = df["start"].shift(-1).to_numpy()
@@ -238,6 +266,45 @@ def _step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_si
         ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     lo, hi = float(ts.min()), float(end.max())
     return pd.DataFrame({"step": [-1], "start": [lo], "dur": [max(hi - lo, 0.0)]})
+
+
+def _step_number(path: str, name: str, messages: list[str]) -> int | None:
+    """N of a ``ProfilerStep#N`` name; ``None`` for other names and (reported in ``messages``)
+    for an N beyond int64, which no table can hold."""
+    number = step_number(name) if name.startswith("ProfilerStep") else None
+    if number is not None and number >= 2**63:
+        messages.append(f"{path}: annotation {name[:40]!r}...: step number beyond int64: not taken as a step")
+        return None
+    return number
+
+
+def _refuse_repeated_steps(path: str, occurrences: pd.DataFrame) -> None:
+    """Raise if one step number occurs at two separate times (``step``, ``start``, ``stop`` per
+    annotation): overlapping ones are one step on several threads, separate ones are two steps
+    under one name, which merged would make one step as long as both and the gap between."""
+    df = occurrences.sort_values(["step", "start"], kind="stable")
+    by_step = df.groupby("step", sort=False)
+    reach = by_step["stop"].cummax()  # the furthest end of the earlier occurrences, this one's included
+    earlier_reach = reach.groupby(df["step"], sort=False).shift()
+    earlier_start = by_step["start"].shift()
+    apart = (df["start"] >= earlier_reach) & (df["start"] > earlier_start)
+    if not apart.any():
+        return
+    step, again = int(df.loc[apart, "step"].iloc[0]), float(df.loc[apart, "start"].iloc[0])
+    first = float(df.loc[df["step"] == step, "start"].min())
+    raise TraceError(
+        path,
+        f"ProfilerStep#{step} occurs at separate times (ts={first!r} and ts={again!r}): "
+        "two profiling sessions in one file? Split the trace per session, or number its steps apart",
+    )
+
+
+def _no_length_messages(path: str, steps: pd.DataFrame) -> list[str]:
+    return [
+        f"{path}: step ProfilerStep#{step} at ts={float(start)!r} has no length: left out; "
+        "what was launched in it counts in no step"
+        for step, start in zip(steps["step"], steps["start"])
+    ]
 
 
 def _computation_rows(trace: TraceEvents, device: str, gpu_work: np.ndarray, cpu_side: np.ndarray, by_name, by_cat) -> np.ndarray:

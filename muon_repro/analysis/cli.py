@@ -2,8 +2,11 @@
 
 Prints one line per trace file (a readable table, or with ``--json`` one JSON object per
 file), writes the tables of :mod:`muon_repro.analysis.tables` under ``--out``, and reports
-every file it could not read on stderr without stopping. Exit status: 0 when every trace
-was analyzed, 1 when some could not be (the others' results are still printed and written).
+every file it could not read on stderr without stopping. A run folder whose config.json names
+more ranks than it has traces is no run: its traces are analyzed one by one, with a warning.
+``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
+Exit status: 0 when every trace was analyzed and every run folder was complete, 1 otherwise
+(the others' results are still printed and written), 2 for a bad option or ``--out``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-write", action="store_true", help="print only; write no tables")
     p.add_argument("--json", action="store_true", help="print one JSON object per trace file instead of the table")
-    p.add_argument("--rank", type=int, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
-    p.add_argument("--workers", type=int, default=None, help="processes for reading traces (default: CPU count, at most 8)")
+    p.add_argument("--rank", type=_rank, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
+    p.add_argument("--workers", type=_workers, default=None, help="processes for reading traces (default: CPU count, at most 8)")
     p.set_defaults(func=run_analyze)
+
+
+def _int_at_least(text: str, least: int, what: str) -> int:
+    """``text`` as an int of at least ``least``, else the argparse error that names ``what`` it is."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def _rank(text: str) -> int:
+    return _int_at_least(text, 0, "a global rank, 0 or more")
+
+
+def _workers(text: str) -> int:
+    return _int_at_least(text, 1, "a number of processes, 1 or more")
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -70,8 +92,10 @@ def format_summaries(summaries: list[dict]) -> str:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis, write_tables
+    from muon_repro.analysis.tables import check_tables_out, tables_from_analysis, write_tables
 
+    if not args.no_write:
+        check_tables_out(Path(args.out), "--out")  # before reading anything: a bad --out must not cost the analysis
     analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank)
     summaries = [b.summary() for b in analysis.breakdowns]
     if args.json:
@@ -81,15 +105,17 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(format_summaries(summaries))
     for failure in analysis.failures:
         print(f"muon-repro analyze: error: {failure.message}", file=sys.stderr)
+    for incomplete in analysis.incomplete:
+        print(f"muon-repro analyze: warning: {incomplete.message}", file=sys.stderr)
     if not summaries:
-        print("muon-repro analyze: no trace could be analyzed", file=sys.stderr)
+        print("muon-repro analyze: no trace could be analyzed; nothing written", file=sys.stderr)
         return 1
     if not args.no_write:
         tables = tables_from_analysis(analysis)
         written = write_tables(tables, Path(args.out))
         counts = ", ".join(f"{name} {len(df)}" for name, df in tables.items())
         print(f"wrote {len(written)} files to {args.out} (rows: {counts})", file=sys.stderr if args.json else sys.stdout)
-    return 1 if analysis.failures else 0
+    return 1 if analysis.failures or analysis.incomplete else 0
 
 
 def main(argv: list[str] | None = None) -> int:

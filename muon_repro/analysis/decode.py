@@ -22,6 +22,13 @@ Three decoders, tried in order:
 
 The result is a :class:`PieceColumns` of numpy arrays plus a *local* table of event keys
 ``(name, cat, pid, tid)`` that the reader merges into global dictionaries.
+
+Unusable times, the same on every path: a complete event whose ``ts`` is missing or not a
+number, infinite, or beyond +-2**53 us (285 years: no clock gets there, and float64 no longer
+holds whole microseconds) is dropped; a ``dur`` that is not a finite number (a string that does
+not parse, ``NaN``), negative, or beyond 2**53 us is set to 0. Each is counted in
+:attr:`PieceColumns.notes` and its first few events are kept in :attr:`PieceColumns.problems`,
+for the reader to warn about by name (this module does not know the file's name).
 """
 
 from __future__ import annotations
@@ -57,6 +64,17 @@ GPU_WORK_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 CORRELATION_CATS = frozenset(GPU_WORK_CATS + LAUNCH_CATS)
 NO_CORRELATION = -1
+
+MAX_ABS_TS_US = 2.0**53  # beyond this a time is out of range (see the module docstring)
+MAX_EXAMPLES = 3  # events kept per kind of problem and piece, to name in warnings
+
+# kinds of repaired or dropped data: keys of PieceColumns.notes, first fields of its problems
+TS_MISSING = "events_without_timestamp_dropped"
+TS_OUT_OF_RANGE = "events_with_ts_out_of_range_dropped"
+BAD_DURATION = "bad_durations_set_to_zero"
+MEMORY_TS_DROPPED = "memory_events_without_timestamp_dropped"
+NON_OBJECT_EVENTS = "non_object_events_dropped"
+TOO_DEEP = "JSON nested deeper than the decoders' recursion limit (about 1000 levels); no profiler writes that"
 
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
@@ -188,6 +206,8 @@ class PieceColumns:
     meta_args: list[Args]
     n_events: int = 0
     notes: dict[str, int] = field(default_factory=dict)  # dirty-data counters
+    # the first few events of each kind of note: (kind, event name, ts, offending value)
+    problems: list[tuple[str, str, float, float]] = field(default_factory=list)
 
 
 def _no_gc(fn):
@@ -218,7 +238,7 @@ def decode_piece(buf: bytes | bytearray | memoryview) -> PieceColumns:
     """
     try:
         return decode_piece_fast(buf)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     return decode_piece_tolerant(buf)
 
@@ -252,7 +272,7 @@ def _decode_raw_args(raws: list[msgspec.Raw]) -> list[Args]:
         return []
     try:
         return _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return [_args_from_raw(r) for r in raws]
 
 
@@ -261,7 +281,7 @@ def _decode_raw_correlations(raws: list[msgspec.Raw]) -> np.ndarray:
         return np.zeros(0, np.int64)
     try:  # one decode call per event: cheaper than joining the raw bytes into one array
         ids = np.fromiter(map(_get_correlation, map(_CORRELATION_DECODER.decode, raws)), np.int64, len(raws))
-    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError):  # an odd args object or id: one by one
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, RecursionError):  # an odd args object or id: one by one
         return _id_array([_correlation_from_raw(r) for r in raws])
     return np.where(ids >= 0, ids, NO_CORRELATION)
 
@@ -269,7 +289,7 @@ def _decode_raw_correlations(raws: list[msgspec.Raw]) -> np.ndarray:
 def _correlation_from_raw(raw: msgspec.Raw) -> int:
     try:
         return _CORRELATION_DECODER.decode(raw).correlation
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return NO_CORRELATION
 
 
@@ -300,18 +320,25 @@ def _columns(
     ts = np.fromiter(map(_get_ts, xs), np.float64, n)
     dur = np.fromiter(map(_get_dur, xs), np.float64, n)
 
-    finite = np.isfinite(ts)
-    if not finite.all():
-        notes["events_without_timestamp_dropped"] = notes.get("events_without_timestamp_dropped", 0) + int((~finite).sum())
-        keep = np.flatnonzero(finite)
+    problems: list[tuple[str, str, float, float]] = []
+    usable = np.abs(ts) < MAX_ABS_TS_US  # False for NaN and infinities too
+    if not usable.all():
+        missing = np.isnan(ts)
+        _note(notes, problems, TS_MISSING, missing, xs, ts, ts)
+        _note(notes, problems, TS_OUT_OF_RANGE, ~usable & ~missing, xs, ts, ts)
+        keep = np.flatnonzero(usable)
         xs = [xs[i] for i in keep.tolist()]
         ts, dur, key = ts[keep], dur[keep], key[keep]
-    bad = ~np.isfinite(dur) | (dur < 0)
+    bad = ~((dur >= 0) & (dur < MAX_ABS_TS_US))  # NaN compares False: bad too
     if bad.any():
-        notes["bad_durations_set_to_zero"] = notes.get("bad_durations_set_to_zero", 0) + int(bad.sum())
+        _note(notes, problems, BAD_DURATION, bad, xs, ts, dur)
         dur = np.where(bad, 0.0, dur)
 
-    mem = [e for e in instants if e.name == "[memory]" and math.isfinite(e.ts)]
+    mem = [e for e in instants if e.name == "[memory]"]
+    mem_usable = [e for e in mem if abs(e.ts) < MAX_ABS_TS_US]  # False for NaN
+    if len(mem_usable) < len(mem):
+        notes[MEMORY_TS_DROPPED] = notes.get(MEMORY_TS_DROPPED, 0) + len(mem) - len(mem_usable)
+    mem = mem_usable
     mem_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, mem)], np.int32, len(mem))
     meta_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, metas)], np.int32, len(metas))
 
@@ -337,17 +364,36 @@ def _columns(
         meta_args=get_args([e.args for e in metas]),
         n_events=n_events,
         notes=notes,
+        problems=problems,
     )
+
+
+def _note(
+    notes: dict[str, int],
+    problems: list[tuple[str, str, float, float]],
+    kind: str,
+    mask: np.ndarray,
+    xs: list,
+    ts: np.ndarray,
+    values: np.ndarray,
+) -> None:
+    """Count the events of ``mask`` under ``kind`` and keep the first few, by name, to warn about."""
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return
+    notes[kind] = notes.get(kind, 0) + len(rows)
+    for i in rows[:MAX_EXAMPLES].tolist():
+        problems.append((kind, str(xs[i].name), float(ts[i]), float(values[i])))
 
 
 def _args_from_raw(raw: msgspec.Raw) -> Args:
     try:
         return _ARGS_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     try:
         value = json.loads(bytes(raw).decode("utf-8", "replace"), strict=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Args()
     return args_from_dict(value)
 
@@ -358,14 +404,14 @@ def args_from_dict(value: Any) -> Args:
         return Args()
     try:
         return msgspec.convert(value, Args, strict=False)
-    except (msgspec.ValidationError, TypeError, ValueError, OverflowError):
+    except (msgspec.ValidationError, TypeError, ValueError, OverflowError, RecursionError):
         pass
     kept: dict[str, Any] = {}
     for key in Args.__struct_encode_fields__:
         if key in value:
             try:
                 msgspec.convert({key: value[key]}, Args, strict=False)
-            except (msgspec.ValidationError, TypeError, ValueError, OverflowError):
+            except (msgspec.ValidationError, TypeError, ValueError, OverflowError, RecursionError):
                 continue
             kept[key] = value[key]
     return msgspec.convert(kept, Args, strict=False)
@@ -375,13 +421,21 @@ def args_from_dict(value: Any) -> Args:
 
 
 def _as_float(value: Any, default: float) -> float:
-    if isinstance(value, bool) or value is None:
+    """A JSON value as a number: ``default`` when absent (``None``), NaN when unusable (a bool,
+    an object, a string that is no number). Infinities and huge values are returned as they
+    are, for :func:`_columns` to judge and count."""
+    if value is None:
         return default
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return out if math.isfinite(out) else default
+    if isinstance(value, bool):
+        return NAN
+    if isinstance(value, (int, float, str)):
+        try:
+            return float(value)
+        except ValueError:  # a string that is no number
+            return NAN
+        except OverflowError:  # an integer beyond float64
+            return math.inf if value > 0 else -math.inf
+    return NAN
 
 
 def _as_id(value: Any) -> int | str:
@@ -422,8 +476,16 @@ def decode_piece_tolerant(buf: bytes | bytearray | memoryview) -> PieceColumns:
         items = json.loads(text, strict=False)
     except ValueError as exc:  # JSONDecodeError, or a number too long to convert
         raise ValueError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
     if not isinstance(items, list):
         raise ValueError("expected a JSON array of events")  # noqa: TRY004 - bad input, reported as such
+    return decode_items_tolerant(items)
+
+
+@_no_gc
+def decode_items_tolerant(items: list) -> PieceColumns:
+    """Columns from already decoded events (any JSON values), coerced field by field."""
     notes: dict[str, int] = {"tolerant_pieces": 1}
     events = [
         _Coerced(
@@ -440,7 +502,7 @@ def decode_piece_tolerant(buf: bytes | bytearray | memoryview) -> PieceColumns:
         if isinstance(e, dict)
     ]
     if len(events) != len(items):
-        notes["non_object_events_dropped"] = len(items) - len(events)
+        notes[NON_OBJECT_EVENTS] = len(items) - len(events)
     xs = [e for e in events if e.ph == "X"]
     instants = [e for e in events if e.ph in ("i", "I")]
     metas = [e for e in events if e.ph == "M"]

@@ -10,16 +10,26 @@ file is a run.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from muon_repro.analysis.errors import TraceError
-from muon_repro.rundir import RankMetrics, RunConfig, RunDir, is_trace_file, trial_of
+from muon_repro.rundir import RUN_FILES, RankMetrics, RunConfig, RunDir, is_trace_file, trial_of
 
 
 def is_trace_name(path: Path) -> bool:
     return is_trace_file(path.name)
+
+
+def no_traces_error(directory: str | Path) -> TraceError:
+    """The error for a directory that holds no trace file, saying which names are looked for."""
+    return TraceError(
+        directory,
+        "no trace files found: looked for *.json and *.json.gz files in it and every subfolder, except "
+        f"{', '.join(n for n in RUN_FILES if n.endswith('.json'))} and hidden files and folders",
+    )
 
 
 def find_traces(paths: list[str | Path]) -> list[Path]:
@@ -73,6 +83,11 @@ class RunInfo:
 
     def rank(self, rank: int) -> RankMetrics | None:
         return self.ranks.get(rank)
+
+    def missing_ranks(self, ranks: Iterable[int]) -> list[int]:
+        """The ranks of config.json's ``world_size`` that ``ranks`` lacks (none for a folder without one)."""
+        world_size = self.config.world_size if self.has_config else None
+        return sorted(set(range(world_size)) - set(ranks)) if world_size else []
 
 
 def run_info_for(directory: Path) -> RunInfo:

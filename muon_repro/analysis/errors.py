@@ -1,4 +1,4 @@
-"""The one exception the analysis raises for bad input."""
+"""The exception the analysis raises for bad input, and the warning it gives for repaired data."""
 
 from __future__ import annotations
 
@@ -19,3 +19,9 @@ class TraceError(ValueError):
 
     def __reduce__(self):  # keep (path, problem) across process boundaries
         return (type(self), (self.path, self.problem))
+
+
+class TraceWarning(UserWarning):
+    """Data of a trace that the analysis repaired or left out (an event with a negative ``dur``,
+    a step with no length...). The message starts with the file's path and names the event;
+    filter on this class to silence or escalate them (``-W error::...TraceWarning``)."""

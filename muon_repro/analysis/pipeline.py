@@ -10,13 +10,15 @@ the others.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
-from muon_repro.analysis.discover import RunInfo, find_traces, run_info_for
-from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.pool import map_in_processes
+from muon_repro.rundir import trace_name, trial_of
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
 # Decoding one file's pieces in parallel pays from 2 processes on: the reading process decodes
@@ -36,10 +38,17 @@ class TraceFailure:
 
 @dataclass
 class Analysis:
-    """Every trace found under the given paths, grouped into runs, plus the failures."""
+    """Every trace found under the given paths, grouped into runs, plus the failures.
+
+    ``incomplete`` names each run folder whose ``config.json`` promises more ranks than were
+    analyzed (a trace missing, unreadable or not among the paths given): such a folder is no run.
+    Its traces are analyzed one by one, each a run of its own without the folder's configuration,
+    so that no table pools the ranks it has and no comparison or claim uses them.
+    """
 
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
+    incomplete: list[TraceFailure] = field(default_factory=list)
 
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
@@ -50,9 +59,21 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+def check_options(*, workers: int | None, rank: int | None) -> None:
+    """Refuse a worker count below 1 or a negative fallback rank, naming the value."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be 1 or more (processes reading traces), got {workers}")
+    if rank is not None and rank < 0:
+        raise ValueError(f"rank must be 0 or more (a global rank), got {rank}")
+
+
 def _analyze_job(path: str, rank: int | None, group_sizes: dict[str, int], workers: int) -> TraceBreakdown | TraceFailure:
     try:
-        return analyze_file(path, rank=rank, workers=workers, group_sizes=group_sizes)
+        # The messages travel in the breakdown's ``warnings`` and are raised by the caller, in
+        # this process, whichever process analyzed the file (a worker's warnings go unseen).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TraceWarning)
+            return analyze_file(path, rank=rank, workers=workers, group_sizes=group_sizes)
     except TraceError as exc:
         return TraceFailure(path, str(exc))
     except (ValueError, OSError, UnicodeError, MemoryError) as exc:
@@ -66,46 +87,108 @@ def analyze_paths(paths: list[str | Path], *, workers: int | None = None, rank: 
 
     ``rank`` is the fallback rank for files that have neither ``distributedInfo`` nor a rank
     in their name. ``workers`` bounds the processes used (default: the CPU count, at most 8).
+    A path that holds no trace is a failure naming it; so is every file that cannot be read.
     """
+    check_options(workers=workers, rank=rank)
     workers = workers or default_workers()
     analysis = Analysis()
-    files: list[Path] = []
-    seen: set[Path] = set()
-    for p in paths:
-        try:
-            found = find_traces([p])
-        except TraceError as exc:
-            analysis.failures.append(TraceFailure(str(p), str(exc)))
-            continue
-        for f in found:
-            if f.resolve() not in seen:
-                seen.add(f.resolve())
-                files.append(f)
-    infos: dict[Path, RunInfo] = {}
-    jobs = []
-    for f in files:
-        info = infos.setdefault(f.parent, run_info_for(f.parent))
-        jobs.append((str(f), rank, info.group_sizes()))
-
-    total = sum(f.stat().st_size for f in files if f.exists())
-    if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
-        results = map_in_processes(
-            _analyze_job, [(*job, 1) for job in jobs], workers,
-            on_error=lambda job, exc: TraceFailure(job[0], f"{job[0]}: worker failed ({type(exc).__name__}: {exc})"),
-        )  # fmt: skip
-    else:
-        per_file_workers = workers if len(jobs) == 1 and workers >= PIECE_PARALLEL_MIN_WORKERS else 1
-        results = [_analyze_job(*job, per_file_workers) for job in jobs]
-
+    files = _find_files(paths, analysis.failures)
+    infos = {directory: run_info_for(directory) for directory in dict.fromkeys(f.parent for f in files)}
     by_dir: dict[Path, list[TraceBreakdown]] = {}
-    for f, result in zip(files, results):
+    for f, result in zip(files, _analyze_files(files, infos, workers, rank)):
         if isinstance(result, TraceFailure):
             analysis.failures.append(result)
         else:
             by_dir.setdefault(f.parent, []).append(result)
     for directory, items in by_dir.items():
-        analysis.runs.extend(_group_runs(infos[directory], items))
+        _add_folder(analysis, infos[directory], items, files)
     return analysis
+
+
+def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], files: list[Path]) -> None:
+    """A folder's analyzed traces as its run(s); one by one, with a word, when its config names a rank they lack."""
+    missing = info.missing_ranks(b.meta.rank for b in items)
+    if not missing:
+        analysis.runs.extend(_group_runs(info, items))
+        return
+    failed = {Path(failure.path) for failure in analysis.failures}
+    analysis.incomplete.append(TraceFailure(str(info.path), _incomplete_message(info, missing, files, failed)))
+    analysis.runs.extend(_lone_runs(items, group=info.group, name_prefix=_lone_prefix(info)))
+
+
+def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[Path]:
+    """The trace files under ``paths``, each once; a path that does not exist or holds none is a failure."""
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for p in paths:
+        try:
+            found = find_traces([p])
+            if not found:
+                raise no_traces_error(p)
+        except TraceError as exc:
+            failures.append(TraceFailure(str(p), str(exc)))
+            continue
+        for f in found:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                files.append(f)
+    return files
+
+
+def _analyze_files(files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None) -> list[TraceBreakdown | TraceFailure]:
+    """One result per file, in order: in worker processes when there is enough to read. Each
+    file's :class:`TraceWarning` messages are raised here, once."""
+    results = _analyze_files_quietly(files, infos, workers, rank)
+    for result in results:
+        for message in getattr(result, "warnings", ()):
+            warnings.warn(message, TraceWarning, stacklevel=4)
+    return results
+
+
+def _analyze_files_quietly(files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None) -> list[TraceBreakdown | TraceFailure]:
+    jobs = [(str(f), rank, infos[f.parent].group_sizes()) for f in files]
+    total = sum(f.stat().st_size for f in files if f.exists())
+    if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
+        return map_in_processes(
+            _analyze_job, [(*job, 1) for job in jobs], workers,
+            on_error=lambda job, exc: TraceFailure(job[0], f"{job[0]}: worker failed ({type(exc).__name__}: {exc})"),
+        )  # fmt: skip
+    per_file_workers = workers if len(jobs) == 1 and workers >= PIECE_PARALLEL_MIN_WORKERS else 1
+    return [_analyze_job(*job, per_file_workers) for job in jobs]
+
+
+def _incomplete_message(info: RunInfo, missing: list[int], files: list[Path], failed: set[Path]) -> str:
+    """Which ranks a run folder lacks and why, and what to do about it."""
+    given = set(files)
+    reasons: dict[str, list[str]] = {}
+    for r in missing:
+        trace = info.path / trace_name(r)
+        if trace in failed:
+            reason = "could not be analyzed"
+        elif not trace.is_file():
+            reason = "missing"
+        elif trace not in given:
+            reason = "not among the paths given"
+        else:
+            reason = "holds another rank"
+        reasons.setdefault(reason, []).append(trace.name)
+    why = "; ".join(f"{', '.join(names)} {reason}" for reason, names in reasons.items())
+    ranks = f"rank {missing[0]}" if len(missing) == 1 else "ranks " + ", ".join(str(r) for r in missing)
+    verb = "has" if len(missing) == 1 else "have"
+    todo = (
+        f"name the folder {info.path} to analyze the run whole"
+        if set(reasons) == {"not among the paths given"}
+        else f"re-record the run (`muon-repro bench {info.key}` records a trial with missing files again)"
+    )
+    return (
+        f"{info.path}: {ranks} of {info.config.world_size} {verb} no trace ({why}); its other traces are analyzed "
+        f"one by one, not as a run, so no comparison or claim uses them: {todo}"
+    )
+
+
+def _lone_prefix(info: RunInfo) -> str:
+    """``<name>/trial<k>``: where an incomplete run's traces lie, so that their lone runs keep distinct keys."""
+    return f"{info.name}/{info.path.name}" if trial_of(info.path) is not None else info.name
 
 
 def _group_runs(info: RunInfo, items: list[TraceBreakdown]) -> list[tuple[RunInfo, list[TraceBreakdown]]]:
@@ -114,8 +197,13 @@ def _group_runs(info: RunInfo, items: list[TraceBreakdown]) -> list[tuple[RunInf
     one_job = len({(b.meta.world_size, b.meta.backend) for b in items}) == 1 and len(set(ranks)) == len(ranks)
     if info.has_config or one_job:
         return [(info, sorted(items, key=lambda b: b.meta.rank))]
+    return _lone_runs(items, group=info.path.name)
+
+
+def _lone_runs(items: list[TraceBreakdown], *, group: str, name_prefix: str = "") -> list[tuple[RunInfo, list[TraceBreakdown]]]:
+    """Each trace a run of its own, named after its file, with no side files (as a foreign trace)."""
     out = []
     for b in items:
         name = Path(b.meta.path).name.removesuffix(".gz").removesuffix(".json")
-        out.append((RunInfo(path=Path(b.meta.path), group=info.path.name, name=name), [b]))
+        out.append((RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name), [b]))
     return out

@@ -4,6 +4,20 @@
 turns each piece into columns (in worker processes for large plain files), and this module
 merges them into one :class:`TraceEvents` and works out the trace's rank.
 
+Dirty data is repaired or left out, never silently: each kind is counted in
+:attr:`TraceEvents.notes` and reported by a :class:`~muon_repro.analysis.errors.TraceWarning`
+naming the file and the first few events (name and ``ts``), e.g. ``rank0.json: event
+'ncclDevKernel_AllReduce...' at ts=1200.0: negative dur -5.0 set to 0``. The decoder's rules
+(:mod:`muon_repro.analysis.decode`: unusable ``ts`` dropped, unusable ``dur`` set to 0) are
+completed here with one that needs the whole trace: a ``dur`` that ends an event more than
+the trace's own span (its events' first to last start), and at least a minute, after its last
+event starts is implausible (``1e30``) and set to 0. ``[memory]`` byte counts beyond int64 are
+unknown (null).
+
+A bare JSON array of events (``[{...}, {...}]``, the Chrome trace "JSON array format") is read
+like an object's ``traceEvents``; it has no ``distributedInfo``, so its world size, backend and
+process groups are unknown and its rank comes from the file name (``rank3.json``), else the
+``rank`` argument, else 0, with a warning that says so.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,11 +34,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from muon_repro.analysis import decode
 from muon_repro.analysis.decode import GPU_WORK_CATS, LAUNCH_CATS, NO_CORRELATION, Args, PieceColumns
-from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.scan import PIECE_BYTES, Scanner, Source, scan_parallel
 
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+MIN_TAIL_US = 60e6  # an event may end this long (or the trace's span, if longer) after the last start
+IMPLAUSIBLE_DURATION = "implausible_durations_set_to_zero"
+MEMORY_VALUE_OUT_OF_RANGE = "memory_values_out_of_range_dropped"
 
 
 # ---------------------------------------------------------------- result
@@ -64,6 +84,9 @@ class TraceEvents:
     ``total_allocated``, ``device_type``, ``device_id``.
 
     ``notes``: what was repaired or dropped (dirty data), by kind, with counts.
+
+    ``warnings``: the messages of the :class:`TraceWarning` s :func:`read_trace` gave (each
+    names the file), kept so that a caller in another process can pass them on.
     """
 
     meta: TraceMeta
@@ -72,6 +95,7 @@ class TraceEvents:
     args: pd.DataFrame
     memory: pd.DataFrame
     notes: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def path(self) -> str:
@@ -116,6 +140,7 @@ class _Assembler:
         self.memory: list[tuple[np.ndarray, np.ndarray, list[Args]]] = []
         self.metadata: list[tuple[str, tuple, Args]] = []
         self.notes: dict[str, int] = {}
+        self.problems: list[tuple[str, str, float, float]] = []  # the first few events of each note
         self.n_events = 0  # all events in the file, of any phase
         self.n = 0  # complete events kept
 
@@ -142,8 +167,15 @@ class _Assembler:
             self.metadata.append((key[0], (key[2], key[3]), a))
         for name, count in piece.notes.items():
             self.notes[name] = self.notes.get(name, 0) + count
+        self.note_problems(piece.problems)
         self.n_events += piece.n_events
         self.n += len(piece.ts)
+
+    def note_problems(self, problems: list[tuple[str, str, float, float]]) -> None:
+        """Keep up to MAX_EXAMPLES events of each kind (the first in file order)."""
+        for problem in problems:
+            if sum(p[0] == problem[0] for p in self.problems) < decode.MAX_EXAMPLES:
+                self.problems.append(problem)
 
     def column(self, key: str, dtype: Any) -> np.ndarray:
         parts = self.cols.pop(key)
@@ -153,14 +185,15 @@ class _Assembler:
 def _finish(asm: _Assembler, meta: TraceMeta) -> TraceEvents:
     ts = asm.column("ts", np.float64)
     dur = asm.column("dur", np.float64)
+    name_codes = asm.column("name", np.int32)
+    names = list(asm.names)
+    dur = _plausible_durations(ts, dur, name_codes, names, asm)
     events = pd.DataFrame(
         {
             "ts": ts,
             "dur": dur,
             "end": ts + dur,
-            "name": pd.Categorical.from_codes(
-                asm.column("name", np.int32), categories=pd.Index(list(asm.names), dtype=object), validate=False
-            ),
+            "name": pd.Categorical.from_codes(name_codes, categories=pd.Index(names, dtype=object), validate=False),
             "cat": pd.Categorical.from_codes(
                 asm.column("cat", np.int32), categories=pd.Index(list(asm.cats), dtype=object), validate=False
             ),
@@ -181,14 +214,33 @@ def _finish(asm: _Assembler, meta: TraceMeta) -> TraceEvents:
         {
             "ts": np.concatenate([m[0] for m in asm.memory]) if asm.memory else np.zeros(0),
             "thread": np.concatenate([m[1] for m in asm.memory]) if asm.memory else np.zeros(0, np.int32),
-            "bytes": _float_or_nan([a.nbytes for a in mem_args]),
-            "total_allocated": _float_or_nan([a.total_allocated for a in mem_args]),
+            "bytes": _float_or_nan([a.nbytes for a in mem_args], asm.notes),
+            "total_allocated": _float_or_nan([a.total_allocated for a in mem_args], asm.notes),
             "device_type": np.array([_small_int(a.device_type) for a in mem_args], np.int64),
             "device_id": np.array([_small_int(a.device_id) for a in mem_args], np.int64),
         }
     )
     threads = _thread_table(asm.threads, asm.metadata)
     return TraceEvents(meta=meta, events=events, threads=threads, args=args, memory=memory, notes=dict(asm.notes))
+
+
+def _plausible_durations(ts: np.ndarray, dur: np.ndarray, name_codes: np.ndarray, names: list[str], asm: _Assembler) -> np.ndarray:
+    """``dur`` with 0 for the events that would end implausibly late (module docstring):
+    counted in ``asm.notes``, the first few kept to warn about by name."""
+    if not len(ts):
+        return dur
+    first, last = float(ts.min()), float(ts.max())
+    latest_end = last + max(last - first, MIN_TAIL_US)
+    rows = np.flatnonzero(ts + dur > latest_end)
+    if not len(rows):
+        return dur
+    asm.notes[IMPLAUSIBLE_DURATION] = asm.notes.get(IMPLAUSIBLE_DURATION, 0) + len(rows)
+    asm.note_problems(
+        [(IMPLAUSIBLE_DURATION, names[name_codes[i]], float(ts[i]), float(dur[i])) for i in rows[: decode.MAX_EXAMPLES].tolist()]
+    )
+    dur = dur.copy()
+    dur[rows] = 0.0
+    return dur
 
 
 def _launch_rows(events: pd.DataFrame) -> np.ndarray:
@@ -233,7 +285,8 @@ def _small_int(v: Any) -> int:
 _args_record = operator.attrgetter(*_ARGS_COLUMNS)  # Args -> tuple of the _ARGS_COLUMNS values
 
 
-def _float_or_nan(values: list) -> np.ndarray:
+def _float_or_nan(values: list, notes: dict[str, int]) -> np.ndarray:
+    """Byte counts as floats; NaN when absent, and (counted in ``notes``) when beyond int64."""
     out = np.full(len(values), np.nan)
     for i, v in enumerate(values):
         if v is not None:
@@ -241,6 +294,10 @@ def _float_or_nan(values: list) -> np.ndarray:
                 out[i] = float(v)
             except (TypeError, ValueError, OverflowError):
                 pass
+    absurd = ~(np.abs(out) < 2.0**63) & ~np.isnan(out)
+    if absurd.any():
+        notes[MEMORY_VALUE_OUT_OF_RANGE] = notes.get(MEMORY_VALUE_OUT_OF_RANGE, 0) + int(absurd.sum())
+        out[absurd] = np.nan
     return out
 
 
@@ -321,6 +378,62 @@ def _trace_meta(path: Path, doc: dict, rank: int | None, file_bytes: int) -> Tra
     )
 
 
+# ---------------------------------------------------------------- warnings
+
+
+def _event_message(kind: str, name: str, ts: float, value: float) -> str:
+    """What happened to one event, for a warning (the file's path goes in front)."""
+    if kind == decode.TS_MISSING:
+        return f"event {name!r}: ts is missing or not a number: event dropped"
+    if kind == decode.TS_OUT_OF_RANGE:
+        return f"event {name!r}: ts={value!r} is out of range (beyond +-2**53 us): event dropped"
+    if kind == decode.BAD_DURATION:
+        return f"event {name!r} at ts={ts!r}: {_duration_fault(value)} dur {value!r} set to 0"
+    return f"event {name!r} at ts={ts!r}: dur {value!r} us ends long after the trace's last event starts: set to 0"
+
+
+def _duration_fault(value: float) -> str:
+    if math.isnan(value):
+        return "non-numeric"  # a NaN literal, a string that is no number, an object...
+    if value < 0:
+        return "negative"
+    return "infinite" if math.isinf(value) else "out-of-range"
+
+
+_COUNTED_ONLY = {
+    decode.NON_OBJECT_EVENTS: "trace events are not JSON objects: dropped",
+    decode.MEMORY_TS_DROPPED: "[memory] events have no usable ts: dropped",
+    MEMORY_VALUE_OUT_OF_RANGE: "[memory] byte counts are beyond int64: taken as unknown",
+}
+
+
+def _warning_messages(path: Path, notes: dict[str, int], problems: list[tuple[str, str, float, float]]) -> list[str]:
+    """One message per event kept in ``problems``, one per kind for the rest (counts from ``notes``)."""
+    messages = [f"{path}: {_event_message(*problem)}" for problem in problems]
+    for kind in (decode.TS_MISSING, decode.TS_OUT_OF_RANGE, decode.BAD_DURATION, IMPLAUSIBLE_DURATION):
+        shown = sum(p[0] == kind for p in problems)
+        if notes.get(kind, 0) > shown:
+            messages.append(f"{path}: {notes[kind] - shown} more events like these ({kind}: {notes[kind]} in all)")
+    for kind, what in _COUNTED_ONLY.items():
+        if notes.get(kind):
+            messages.append(f"{path}: {notes[kind]} {what}")
+    return messages
+
+
+def _bare_array_message(meta: TraceMeta) -> str:
+    source = {"filename": "the file name", "argument": "the rank argument", "assumed": "nowhere: assumed"}[meta.rank_source]
+    return (
+        f"{meta.path}: a bare JSON array of events, so no distributedInfo: world size, backend and process "
+        f"groups unknown; rank {meta.rank} from {source}"
+    )
+
+
+def _no_events_problem(asm: _Assembler) -> str:
+    dropped = sum(asm.notes.get(k, 0) for k in (decode.TS_MISSING, decode.TS_OUT_OF_RANGE, decode.NON_OBJECT_EVENTS))
+    because = f" ({dropped} dropped for an unusable ts or type)" if dropped else ""
+    return f"no complete ('ph': 'X') events with timestamps among {asm.n_events} trace events{because}: nothing to analyze"
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -340,7 +453,9 @@ def read_trace(
 
     Raises :class:`TraceError` (a ``ValueError``) naming the file and the problem for
     anything unreadable: missing file, truncated or corrupt gzip, not JSON, no or empty
-    ``traceEvents``, JSON broken inside the array.
+    ``traceEvents``, JSON broken inside the array or nested too deeply. Warns
+    (:class:`TraceWarning`, naming the file and the events) about what it repaired or left
+    out, and about a bare array's missing ``distributedInfo`` (module docstring).
     """
     path = Path(path)
     if not path.is_file():
@@ -359,16 +474,23 @@ def read_trace(
             for piece in staged:
                 asm.add(piece)
         del staged
+    bare = False
     if doc is None:
         asm = _Assembler()
+        scanner = Scanner(path, asm.add, piece_bytes)
         with Source(path) as src:
-            doc = Scanner(path, asm.add, piece_bytes).scan(src)
+            doc = scanner.scan(src)
+        bare = scanner.bare
     meta = _trace_meta(path, doc, rank, file_bytes)
     meta.decoded_by = decoded_by
     if asm.n_events == 0:
         raise TraceError(path, "'traceEvents' is empty: nothing to analyze")
     if asm.n == 0:
-        raise TraceError(
-            path, f"no complete ('ph': 'X') events with timestamps among {asm.n_events} trace events: nothing to analyze"
-        )
-    return _finish(asm, meta)
+        raise TraceError(path, _no_events_problem(asm))
+    trace = _finish(asm, meta)
+    trace.warnings = _warning_messages(path, trace.notes, asm.problems)
+    if bare:
+        trace.warnings.append(_bare_array_message(meta))
+    for message in trace.warnings:
+        warnings.warn(message, TraceWarning, stacklevel=2)
+    return trace

@@ -8,14 +8,23 @@ memory is the decoded columns plus a piece or two, not the whole document.
 Cutting there is a guess (a kernel name or an ``args`` object can contain the same bytes); a
 wrong cut makes the piece invalid JSON, so every cut is *checked by decoding it*, and on
 failure an earlier one is tried. A piece that is valid JSON but dirty (raw control
-characters, ``NaN``, odd types) goes through the tolerant decoder instead. Uncompressed
-files can also be decoded by several processes at once, the reading one included (each reads
-its own byte ranges); any failure there falls back to the sequential path, the reference
-behaviour.
+characters, ``NaN``, odd types) goes through the tolerant decoder instead, chunk by chunk
+(:data:`CHUNK_BYTES`), so that one dirty event costs the slow decoder one chunk, not the
+piece. Uncompressed files can also be decoded by several processes at once, the reading one
+included (each reads its own byte ranges); any failure there falls back to the sequential
+path, the reference behaviour.
 
 The top-level keys other than ``traceEvents`` (``distributedInfo``, ``baseTimeNanoseconds``,
 ...) may come before or after the array; they are parsed from the header and trailer text
-with the array emptied out.
+with the array emptied out. Where the array ends is found from the back of the file: the
+last ``]`` after which the rest of the document parses (:func:`parse_meta`, which rejects a
+``]`` inside the events after reading a few bytes past it), checked by decoding the events
+before it; when that fails, the JSON parser itself finds the end, in one pass.
+
+Every step does work proportional to the bytes it is given and is tried a bounded number of
+times, so reading costs time linear in the file's size, dirty or not (a bare ``NaN`` or a
+string ``dur`` costs the slow decoder one chunk; a truncated or malformed file fails after
+one pass).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,7 +50,13 @@ PIECE_BYTES = 16 * 2**20
 HEADER_LIMIT = 64 * 2**20  # "traceEvents" must start within this many bytes
 TRAILER_LIMIT = 16 * 2**20  # the text after the events array must fit in this
 _WINDOW = 2**20  # bytes read around a nominal cut point when planning parallel pieces
+# A piece the fast decoder rejects is decoded again in chunks of about this many bytes: only
+# the chunk holding the dirty event then goes through the slow decoder (~7x slower per byte).
+CHUNK_BYTES = 2**18
 _WS = b" \t\r\n"
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_NON_WS_TEXT = re.compile(r"[^ \t\r\n]")
+_LENIENT = json.JSONDecoder(strict=False)  # what the tolerant decoder accepts: NaN, raw control characters
 
 
 # ---------------------------------------------------------------- sources
@@ -57,8 +72,19 @@ class Source:
         except OSError as exc:
             raise TraceError(path, f"cannot open: {exc.strerror or exc}") from None
         self.gzipped = self._raw.read(2) == b"\x1f\x8b"
+        self.size_hint = self._size_hint()
         self._raw.seek(0)
         self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
+
+    def _size_hint(self) -> int:
+        """About how many bytes the source holds, to size the first buffer (a small file should
+        not cost a buffer of two pieces): a plain file's size; for gzip, the size its trailer
+        records (modulo 4 GiB, the last member's), and at least 4x the compressed size."""
+        size = os.fstat(self._raw.fileno()).st_size
+        if not self.gzipped or size < 18:
+            return size
+        self._raw.seek(-4, os.SEEK_END)
+        return max(int.from_bytes(self._raw.read(4), "little"), 4 * size)
 
     def readinto(self, view: memoryview) -> int:
         """Fill ``view`` as far as the data goes; fewer bytes than its length means the end."""
@@ -96,6 +122,14 @@ def _skip_ws(buf: bytes | bytearray, i: int) -> int:
     n = len(buf)
     while i < n and buf[i] in _WS:
         i += 1
+    return i
+
+
+def _last_non_ws(buf: bytes | bytearray) -> int:
+    """Index of the last byte that is not whitespace, -1 if none."""
+    i = len(buf) - 1
+    while i >= 0 and buf[i] in _WS:
+        i -= 1
     return i
 
 
@@ -177,6 +211,7 @@ class Scanner:
         self.path = path
         self.sink = sink
         self.piece_bytes = piece_bytes
+        self.bare = False  # set by scan(): the document is a bare array of events
 
     def _decode_span(self, buf: bytearray, lo: int, hi: int, tolerant: bool) -> PieceColumns | str:
         """Decode ``buf[lo:hi]`` (events between, not including, two separators).
@@ -189,6 +224,8 @@ class Scanner:
         view = memoryview(buf)[lo - 1 : hi + 1]
         try:
             return decode_piece(view) if tolerant else decode_piece_fast(view)
+        except RecursionError:
+            return decode.TOO_DEEP
         except Exception as exc:  # noqa: BLE001 - msgspec's errors, or ValueError from the tolerant decoder
             return str(exc)
         finally:
@@ -205,63 +242,137 @@ class Scanner:
             return None
         return result
 
+    def _decode_at_cuts(self, buf: bytearray, pos: int, cuts: list[int], tolerant: bool) -> tuple[int | None, str]:
+        """Decode ``buf[pos:]`` up to the first of ``cuts`` that works (last first): where the
+        rest starts, or ``None`` and the first error."""
+        error = ""
+        for q in cuts:
+            problem = self._try_span(buf, pos, q + 1, tolerant)
+            if problem is None:
+                return buf.index(b",", q) + 1, ""
+            error = error or problem
+        return None, error
+
+    def _decode_chunk(self, buf: bytearray, pos: int, hi: int) -> tuple[int | None, str]:
+        """Decode ``buf[pos:hi]`` up to its last good cut, fast, else tolerant (see
+        :meth:`_decode_at_cuts`); ``pos`` itself when there is no cut in it."""
+        cuts = _cut_candidates(buf, pos, hi, self.MAX_CUT_TRIES)
+        if not cuts:
+            return pos, ""
+        new_pos, error = self._decode_at_cuts(buf, pos, cuts, tolerant=False)
+        if new_pos is None:
+            new_pos, _ = self._decode_at_cuts(buf, pos, cuts, tolerant=True)
+        return new_pos, error
+
+    def _decode_chunks(self, buf: bytearray, pos: int, stop: int) -> int:
+        """Decode ``buf[pos:stop]`` chunk by chunk while more than two chunks are left; return
+        where the rest starts. Stops early at a chunk without a cut (an event larger than a
+        chunk) or one that cannot be decoded: the caller decodes or reports the rest."""
+        while stop - pos > 2 * CHUNK_BYTES:
+            new_pos, _ = self._decode_chunk(buf, pos, pos + CHUNK_BYTES)
+            if new_pos is None or new_pos == pos:
+                break
+            pos = new_pos
+        return pos
+
     def decode_bulk(self, buf: bytearray, pos: int, filled: int, base: int) -> int:
         """Decode ``buf[pos:filled]`` up to the last good cut; return where the rest starts.
 
         Returns ``pos`` unchanged when there is no cut yet (an event larger than the buffer).
+        A piece the fast decoder rejects at every cut (dirty data) is decoded chunk by chunk.
         """
         cuts = _cut_candidates(buf, pos, filled, self.MAX_CUT_TRIES)
         if not cuts:
             return pos
-        error = ""
-        for tolerant in (False, True):
-            for q in cuts:
-                problem = self._try_span(buf, pos, q + 1, tolerant)
-                if problem is None:
-                    return buf.index(b",", q) + 1
-                error = error or problem
-        raise TraceError(self.path, f"invalid JSON in traceEvents between bytes {base + pos} and {base + cuts[0]}: {error}")
+        new_pos, error = self._decode_at_cuts(buf, pos, cuts, tolerant=False)
+        if new_pos is not None:
+            return new_pos
+        pos = self._decode_chunks(buf, pos, filled)
+        new_pos, error = self._decode_chunk(buf, pos, filled)
+        if new_pos is None:
+            last = _cut_candidates(buf, pos, filled, 1)
+            raise TraceError(
+                self.path, f"invalid JSON in traceEvents between bytes {base + pos} and {base + (last or [filled])[0]}: {error}"
+            )
+        return new_pos
 
     def decode_final(self, buf: bytearray, pos: int, base: int, header: bytes) -> dict:
         """Decode the last events, find where the array closes; return the top-level keys.
 
-        Candidates for the closing ``]`` are tried from the end of the file backwards: the
-        right one is the last ``]`` after which the rest of the document parses *and* before
-        which the events decode (a ``]`` inside the trailer fails the second test, one
-        inside an event fails the first).
+        The usual case costs one fast decode: the last ``]`` after which the rest of the
+        document parses closes the array. Otherwise (dirty events, or a ``]`` in the trailer
+        that looks like the end) the events are decoded chunk by chunk up to the lowest such
+        ``]``, the rest is tried against each of them, and failing that the JSON parser finds
+        the end itself (:meth:`_decode_rest_tolerant`).
         """
+        head = _header_keys(header)
+        candidates = self._array_ends(buf, pos, head)
+        first = next(candidates, None)
+        if first is not None and self._try_span(buf, pos, first[0], tolerant=False) is None:
+            return first[1]
+        ends = [first, *candidates] if first is not None else []
+        pos = self._decode_chunks(buf, pos, ends[-1][0] if ends else len(buf))
+        for p, meta in ends:
+            if self._try_span(buf, pos, p, tolerant=False) is None:
+                return meta
+        return self._decode_rest_tolerant(buf, pos, base, head)
+
+    def _array_ends(self, buf: bytearray, pos: int, head: dict | None) -> Iterator[tuple[int, dict]]:
+        """Where the events array may close, last first, with the document's other keys: each
+        ``]`` after which the rest of the document parses. At most MAX_END_CANDIDATES brackets
+        are parsed after; a trailer with more is left to :meth:`_decode_rest_tolerant`."""
+        last = _last_non_ws(buf)
+        if head is None or last < pos:
+            return
+        if head is _BARE:  # nothing may follow the array
+            if buf[last] == 0x5D:
+                yield last, {}
+            return
+        if buf[last] != 0x7D:  # an object document ends with "}": truncated
+            return
         lowest = max(pos, len(buf) - TRAILER_LIMIT)
-        candidates: list[tuple[int, dict]] = []
-        error = "the traceEvents array is never closed (truncated file?)"
         p = len(buf)
-        while len(candidates) < self.MAX_END_CANDIDATES:
+        tried = 0
+        while tried < self.MAX_END_CANDIDATES:
             p = buf.rfind(b"]", lowest, p)
             if p < 0:
                 break
             j = _skip_ws(buf, p + 1)
             if j < len(buf) and buf[j] not in (0x2C, 0x7D):  # followed by "," or "}"
                 continue
-            meta = parse_meta(header, bytes(buf[p + 1 :]))
-            if meta is None:
-                continue
-            candidates.append((p, meta))
-            problem = self._try_span(buf, pos, p, tolerant=False)
-            if problem is None:
-                return meta
-            error = problem
-        for p, meta in candidates:
-            problem = self._try_span(buf, pos, p, tolerant=True)
-            if problem is None:
-                return meta
-        raise TraceError(self.path, f"truncated or malformed JSON after byte {base + pos}: {error}")
+            tried += 1
+            meta = _with_trailer(head, memoryview(buf)[p + 1 :])
+            if meta is not None:
+                yield p, meta
+
+    def _decode_rest_tolerant(self, buf: bytearray, pos: int, base: int, head: dict | None) -> dict:
+        """Decode ``buf[pos:]`` (the last events, then the trailer) with the JSON parser, which
+        finds where the array closes; one pass, for whatever the other ways could not read."""
+        if head is None:
+            raise TraceError(self.path, "malformed JSON before the traceEvents array (or 'traceEvents' is not a top-level key)")
+        text = "[" + bytes(buf[pos:]).decode("utf-8", "replace")
+        try:
+            items, stop = _LENIENT.raw_decode(text)
+        except RecursionError:
+            raise TraceError(self.path, f"traceEvents after byte {base + pos}: {decode.TOO_DEEP}") from None
+        except ValueError as exc:  # JSONDecodeError, or a number too long to convert
+            where = base + pos - 1 + len(text[: getattr(exc, "pos", 0)].encode("utf-8"))
+            reason = getattr(exc, "msg", str(exc)).removesuffix(" at")
+            raise TraceError(self.path, f"truncated or malformed JSON in traceEvents: {reason} at byte {where}") from None
+        meta = _with_trailer(head, text[stop:].encode("utf-8"))
+        if meta is None:
+            where = base + pos - 1 + len(text[:stop].encode("utf-8"))
+            raise TraceError(self.path, f"truncated or malformed JSON after the traceEvents array, which ends at byte {where}")
+        self.sink(decode.decode_items_tolerant(items))
+        return meta
 
     def scan(self, src: Source) -> dict:
         """Read ``src`` to the end; return the top-level keys other than ``traceEvents``.
 
-        One buffer of two pieces is reused: filled from the source, decoded up to its last
-        good cut, and the unfinished tail moved to the front.
+        One buffer of two pieces (or the whole source, if smaller) is reused: filled from the
+        source, decoded up to its last good cut, and the unfinished tail moved to the front.
         """
-        buf = bytearray(max(2 * self.piece_bytes, 1 << 16))
+        buf = bytearray(max(min(2 * self.piece_bytes, src.size_hint + 1), 1 << 16))
         filled = src.readinto(memoryview(buf))
         eof = filled < len(buf)
         while (found := find_events_start(bytes(buf[:filled]), self.path)) is None and not eof and filled < HEADER_LIMIT:
@@ -282,6 +393,7 @@ class Scanner:
                 raise TraceError(self.path, "empty file")
             raise _whole_document_error(self.path, text)
         pos, bare = found
+        self.bare = bare
         header = bytes(buf[:pos])
         base = 0  # offset of buf[0] in the decompressed stream
         while True:
@@ -306,17 +418,67 @@ class Scanner:
 
 
 def parse_meta(header: bytes, trailer: bytes) -> dict | None:
-    """Top-level keys, from the text before and after the events array (array emptied)."""
+    """Top-level keys, from the text before and after the events array (array emptied);
+    ``None`` if the two do not make one JSON document."""
+    head = _header_keys(header)
+    return None if head is None else _with_trailer(head, trailer)
+
+
+_BARE: dict = {}  # the header keys of a bare array: none (compared by identity)
+_TRAILER_START = '{"traceEvents": []'  # what the trailer continues, in place of the header
+_FIRST_WINDOW = 256  # trailer characters parsed first: enough to reject a "]" inside an event
+
+
+def _header_keys(header: bytes) -> dict | None:
+    """The keys before the events array (``header`` ends with its ``[``): :data:`_BARE` for
+    a bare array, ``None`` if the header is not the start of a JSON object."""
+    text = header.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    if text == "[":
+        return _BARE
     try:
-        doc = json.loads((header + b"]" + trailer).decode("utf-8", "replace"), strict=False)
-    except ValueError:
+        doc = json.loads(text + "]}", strict=False)
+    except (ValueError, RecursionError):
         return None
-    if isinstance(doc, list):
-        return {} if not doc else None
-    if isinstance(doc, dict) and doc.get("traceEvents") == []:
-        doc.pop("traceEvents")
-        return doc
-    return None
+    if not isinstance(doc, dict) or doc.pop("traceEvents", None) != []:
+        return None
+    return doc
+
+
+def _with_trailer(head: dict, trailer: bytes | memoryview) -> dict | None:
+    """The document's keys if ``trailer`` (the text after a candidate ``]``) closes it: for a
+    bare array only whitespace, else ``, "key": value ... }`` then whitespace.
+
+    The trailer is parsed a window at a time, the window growing only while the parse runs
+    out of text: a ``]`` inside the events fails within a few bytes (an object closes and
+    more events follow), so trying one costs little however much of the file lies after it.
+    """
+    if head is _BARE:
+        return {} if _NON_WS.search(trailer) is None else None
+    window = _FIRST_WINDOW
+    while True:
+        part = bytes(trailer[:window])
+        text = _TRAILER_START + part.decode("utf-8", "replace")
+        complete = window >= len(trailer)
+        try:
+            doc, end = _LENIENT.raw_decode(text)
+        except RecursionError:
+            return None
+        except ValueError as exc:
+            if complete or not _ran_out(exc, len(text)):
+                return None
+            window *= 8
+            continue
+        if _NON_WS_TEXT.search(text, end) is not None or (not complete and _NON_WS.search(trailer, window) is not None):
+            return None  # more after the document: this "]" is not the end of the array
+        if not isinstance(doc, dict) or doc.pop("traceEvents", None) != []:
+            return None
+        return {**head, **doc}
+
+
+def _ran_out(exc: ValueError, length: int) -> bool:
+    """Whether a JSON error may just be the end of a window (a token, a string cut short)."""
+    position = getattr(exc, "pos", length)
+    return position >= length - 16 or str(exc).startswith("Unterminated string")
 
 
 # ---------------------------------------------------------------- parallel plan (plain files)

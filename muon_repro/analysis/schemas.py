@@ -121,6 +121,7 @@ SCHEMAS: dict[str, TableSchema] = {
             *_RUN_ID,
             ("optimizer", "string", "", "'muon' or 'adamw' (config.json); null for foreign traces"),
             ("layout", "string", "", "ZeRO-1 layout of the flat buffer: contiguous, bucketed, whole_matrix (config.json)"),
+            ("overlap", "string", "", "how Muon schedules its DP and TP gathers: none, naive_async, pipelined (config.json; none for AdamW)"),
             ("dp", "Int64", "ranks", "data-parallel size (config.json)"),
             ("tp", "Int64", "ranks", "tensor-parallel size (config.json)"),
             ("world_size", "Int64", "ranks", "dp * tp, else distributedInfo.world_size"),

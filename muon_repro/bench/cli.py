@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
+from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="record profiler traces and metrics for named configurations",
         description=(
             "Record each CONFIG (a name from --list, a group such as 'comparison', 'seed' for the seed's "
-            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<group>/<name>/. On one machine the dp*tp workers are started "
+            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<group>/<name>/; or 'custom' with "
+            "the run-shape flags below (no registry edit needed). On one machine the dp*tp workers are started "
             "with torch's elastic launcher; under torchrun (any number of nodes) each process is one rank. "
             "Complete runs are skipped unless --force."
         ),
@@ -30,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recordings of each configuration, interleaved across configurations (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_run_shape_arguments(p, scale=False)
     p.set_defaults(func=_run)
 
 
@@ -65,11 +68,33 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.configs:
         raise ValueError("name at least one CONFIG (see --list), a group, 'seed' or 'all'")
+    try:
+        return _record(args)
+    except KeyboardInterrupt:  # record_local reports an interrupted recording itself (BenchInterrupted)
+        where = "" if _under_torchrun() else " while no trial was being recorded; complete trials are kept"
+        print(f"muon-repro bench: interrupted{where}", file=sys.stderr)
+        return 130
+
+
+def _configs(args: argparse.Namespace) -> list:
+    """The named configurations, or the one run the flags describe (CONFIG ``custom``)."""
     from muon_repro.bench.configs import resolve
-    from muon_repro.bench.sweep import BenchError, record_local, record_under_torchrun
+
+    if CUSTOM_GROUP in args.configs:
+        if args.configs != [CUSTOM_GROUP]:
+            raise ValueError(f"'{CUSTOM_GROUP}' records the one run the flags describe: name no other CONFIG with it")
+        return [config_from_args(args)]
+    if args.optimizer is not None or args.dp is not None or args.tp is not None:
+        raise ValueError(f"--optimizer, --dp, --tp and the other run-shape flags describe a custom run: use CONFIG '{CUSTOM_GROUP}'")
+    return [resolve(key, args.scale) for key in expand_config_names(args.configs)]
+
+
+def _record(args: argparse.Namespace) -> int:
+    from muon_repro.bench.sweep import BenchError, BenchInterrupted, check_out_folder, record_local, record_under_torchrun
     from muon_repro.parallel.launch import default_backend
 
-    cfgs = [resolve(key, args.scale) for key in expand_config_names(args.configs)]
+    cfgs = _configs(args)
+    check_out_folder(args.out)  # before torch elastic starts anything
     command = getattr(args, "command_line", None) or ["muon-repro", "bench", *args.configs]
     try:
         if _under_torchrun():
@@ -81,6 +106,9 @@ def _run(args: argparse.Namespace) -> int:
             backend = args.backend or default_backend(max(c.world_size for c in cfgs))
             results = record_local(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
                                    progress=not args.no_progress)
+    except BenchInterrupted as exc:
+        print(f"muon-repro bench: {exc}", file=sys.stderr)
+        return exc.exit_code
     except BenchError as exc:
         print(f"muon-repro bench: error: {exc}", file=sys.stderr)
         return 1

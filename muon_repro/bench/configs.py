@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from muon_repro.model_config import PRESETS
-from muon_repro.rundir import LAYOUTS
+from muon_repro.model_config import PRESETS, GPTConfig
+from muon_repro.rundir import LAYOUTS, OVERLAPS
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
+MODEL_SHAPE_FIELDS = ("hidden", "n_layers", "n_heads", "ffn_hidden", "vocab_size")  # BenchConfig fields that override the preset
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class BenchConfig:
     dp: int
     tp: int
     layout: str = "contiguous"
+    overlap: str = "none"  # how Muon's gathers are scheduled (muon_repro.rundir.OVERLAPS)
     scale: str = "cpu"
     preset: str = ""  # filled by resolve()
     tokens_per_step: int = 0  # global, over all DP ranks
@@ -71,12 +73,22 @@ class BenchConfig:
     gather_dtype: str = "bf16"
     reduce_dtype: str = "fp32"
     seed: int = 0
+    # Model shape overrides (``muon-repro bench custom``, ``muon-repro predict``): null keeps the preset's.
+    hidden: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("muon", "adamw"):
             raise ValueError(f"config {self.key}: optimizer must be 'muon' or 'adamw', got {self.optimizer!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"config {self.key}: unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+        if self.overlap not in OVERLAPS:
+            raise ValueError(f"config {self.key}: unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
+        if self.overlap != "none" and self.optimizer != "muon":
+            raise ValueError(f"config {self.key}: overlap={self.overlap!r} schedules Muon's gathers; AdamW has none (use 'none')")
         if self.scale not in SCALES:
             raise ValueError(f"config {self.key}: unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
         for name in ("dp", "tp", "active"):
@@ -91,6 +103,7 @@ class BenchConfig:
                 raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"config {self.key}: unknown model preset {self.preset!r}")
+        self._check_model_shape()
         if self.tokens_per_step or self.seq_len:
             per_batch = self.dp * self.seq_len
             if self.seq_len < 1 or self.tokens_per_step < 1 or self.tokens_per_step % per_batch:
@@ -98,6 +111,33 @@ class BenchConfig:
                     f"config {self.key}: tokens_per_step={self.tokens_per_step} does not divide into dp={self.dp} x "
                     f"micro-batches of seq_len={self.seq_len}; use a positive multiple of {max(per_batch, 1)}"
                 )
+
+    def _check_model_shape(self) -> None:
+        """Overrides are positive integers and, with the preset, make a model every TP rank can hold."""
+        for name, value in self.model_overrides().items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"config {self.key}: {name} must be a positive integer, got {value!r}")
+        if not self.preset:
+            if self.model_overrides():
+                raise ValueError(f"config {self.key}: model shape overrides need a base preset (one of {', '.join(PRESETS)})")
+            return
+        try:
+            model = self.model_config()
+        except ValueError as exc:
+            raise ValueError(f"config {self.key}: {exc}") from None
+        for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
+            if getattr(model, name) % self.tp:
+                raise ValueError(f"config {self.key}: {name}={getattr(model, name)} is not divisible by tp={self.tp}; choose sizes tp divides")
+
+    def model_overrides(self) -> dict[str, int]:
+        """The model-shape fields this config sets (GPTConfig field names), without the nulls."""
+        return {name: value for name in MODEL_SHAPE_FIELDS if (value := getattr(self, name)) is not None}
+
+    def model_config(self) -> GPTConfig:
+        """The model this run trains: the preset with the shape overrides, the run's QKV mode and seed,
+        and room for its sequence length."""
+        base = GPTConfig.preset(self.preset)
+        return GPTConfig.preset(self.preset, qkv=self.qkv, seed=self.seed, max_seq_len=max(self.seq_len, base.max_seq_len), **self.model_overrides())
 
     @property
     def key(self) -> str:
@@ -118,7 +158,8 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}
-        return {**asdict(self), **derived}
+        shape_defaults = [name for name in MODEL_SHAPE_FIELDS if getattr(self, name) is None]  # config.json names only what a run overrides
+        return {k: v for k, v in {**asdict(self), **derived}.items() if k not in shape_defaults}
 
 
 def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) -> BenchConfig:
@@ -138,6 +179,9 @@ _ALL = [
     _grid("distributed_muon", "adamw", 1, 4),
     # ZeRO-1 layout ablation at DP=2, TP=2.
     *[_grid("layout_ablation", "muon", 2, 2, layout=layout, suffix=f"_{layout}") for layout in LAYOUTS if layout != "contiguous"],
+    # The seed's async trap at DP=2, TP=2: every overlap variant, the blocking one included, so that
+    # the three are recorded interleaved in one sweep (the bucketed layout: several units to pipeline).
+    *[_grid("overlap", "muon", 2, 2, layout="bucketed", overlap=overlap, suffix=f"_{overlap}") for overlap in OVERLAPS],
     # 8 ranks (2 nodes x 4 GPUs): the seed's wishlist of going past one node.
     _grid("scale_out", "muon", 4, 2),
     _grid("scale_out", "adamw", 4, 2),
@@ -147,7 +191,7 @@ _ALL = [
 CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
 SEED_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
 # What `muon-repro run` records by default: the seed's runs and the layout ablation (4 ranks each).
-REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group != "scale_out")
+REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap"))
 
 
 def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:

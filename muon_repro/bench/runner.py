@@ -48,7 +48,7 @@ def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims: ParallelDims
     if cfg.optimizer == "adamw":
         return DistributedAdamW(groups, dims, **common)
     ns_dtype = DTYPES[cfg.ns_dtype] if cfg.ns_dtype else None
-    return DistributedMuon(groups, dims, ns_dtype=ns_dtype, gather_dtype=DTYPES[cfg.gather_dtype], **common)
+    return DistributedMuon(groups, dims, ns_dtype=ns_dtype, gather_dtype=DTYPES[cfg.gather_dtype], overlap=cfg.overlap, **common)
 
 
 def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -93,7 +93,7 @@ def run_rank(
     dims = ParallelDims(cfg.dp, cfg.tp)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     torch.manual_seed(cfg.seed)
-    model_cfg = GPTConfig.preset(cfg.preset, qkv=cfg.qkv, seed=cfg.seed, max_seq_len=max(cfg.seq_len, GPTConfig.preset(cfg.preset).max_seq_len))
+    model_cfg: GPTConfig = cfg.model_config()  # the preset with the shape overrides of a custom run
     model = GPT(model_cfg, dims.tp_group, device=device)
     opt = build_optimizer(cfg, model, dims)
     data = PermutationStream(model_cfg.vocab_size, cfg.seed)
@@ -176,7 +176,7 @@ def run_rank(
     else:
         ranks = [metrics]
     if dims.rank == 0:
-        log = [f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} preset={cfg.preset} "
+        log = [f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} preset={cfg.preset} "
                f"tokens/step={cfg.tokens_per_step} backend={backend}"]
         log += [f"step {i}: loss {l:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms" for i, (l, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))]
         config = {**cfg.to_dict(), "trial": trial, "trials": trials, "backend": backend, "device": device.type, "command": command}

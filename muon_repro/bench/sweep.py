@@ -6,16 +6,24 @@ world size in one launch of the workers (process start and ``import torch`` are 
 per recording). Each recording is written into ``<out>/<group>/<name>/.trial<k>.partial`` and
 renamed to ``trial<k>`` once every rank has finished, so a trial folder that exists is complete;
 an interrupted sweep leaves none behind and simply redoes what is missing next time.
+
+One sweep at a time per run folder: ``<out>/<group>/<name>/.lock`` (``fcntl.flock``, holding the
+PID of its owner) is held while a sweep plans and records that run, so a second sweep into the
+same ``--out`` stops at once with the first one's PID instead of sharing its ``.partial`` folders.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +34,23 @@ from muon_repro.bench.configs import DEFAULT_TRIALS, BenchConfig
 from muon_repro.bench.runner import run_rank
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
 
+LOCK_NAME = ".lock"  # in each run folder while a sweep records it; hidden, so never published or analyzed
+
 
 class BenchError(RuntimeError):
     """A run failed; the message names the config and the failing rank's error."""
+
+
+class BenchInterrupted(BenchError):
+    """Ctrl-C (or SIGTERM) stopped the sweep; the message says what was dropped and what was kept."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # as a shell reports a process killed by the signal: 130 for Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -103,50 +125,155 @@ def check_backend(backend: str, world_size: int) -> None:
             raise ValueError(f"backend 'nccl' needs one GPU per local worker: {local} workers, {gpus} GPU(s); use --backend gloo")
 
 
-def _failure_message(exc: BaseException) -> str:
-    """The failing rank and its error, from torch elastic's ChildFailedError."""
+def check_out_folder(out: Path) -> None:
+    """``--out`` must be a folder, or one that can be created, that this process can write in."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; give a folder (it is created if missing)")
+    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out {out} cannot be created: {existing} is a file, not a folder; give another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: no permission to write in {existing}; give a folder you can write to")
+
+
+def _lock_holder(fd: int) -> str:
+    """The PID written in a lock file, as text for a message."""
     try:
-        rank, failure = exc.get_first_failure()  # type: ignore[attr-defined]
-    except Exception:
-        return str(exc)
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", message)
-    if isinstance(message, dict):
-        message = message.get("message", str(message))
-    text = str(message).strip() or f"exit code {failure.exitcode}"
-    return f"rank {rank} failed: {text.splitlines()[-1] if text else text}\n{text}"
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return f"PID {text}" if text.isdigit() else "PID unknown"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _lock_run_dir(run_dir: Path) -> int:
+    """Hold ``run_dir/.lock`` exclusively (it gets our PID); BenchError naming the holder if another process has it."""
+    path = run_dir / LOCK_NAME
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            continue  # the folder went away between mkdir and open: make it again
+        except OSError as exc:
+            raise ValueError(f"cannot create {path} ({exc.strerror}); give an --out you can write to") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            raise BenchError(
+                f"{run_dir} is being recorded by another muon-repro bench ({holder}); wait for it to finish "
+                "and run again (its complete trials are then skipped), or record into another --out"
+            ) from None
+        if _same_file(fd, path):  # not a file the previous holder removed after we opened it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def _unlock_run_dir(run_dir: Path, fd: int) -> None:
+    # Removed while still held, so that whoever locks next locks a file that stays.
+    with contextlib.suppress(FileNotFoundError):
+        (run_dir / LOCK_NAME).unlink()
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_run_dirs(run_dirs: list[Path]) -> Iterator[None]:
+    """Hold the lock of every run folder (in a fixed order, so two sweeps never wait on each other)."""
+    held: list[tuple[Path, int]] = []
+    try:
+        for run_dir in sorted(set(run_dirs)):
+            held.append((run_dir, _lock_run_dir(run_dir)))
+        yield
+    finally:
+        for run_dir, fd in reversed(held):
+            _unlock_run_dir(run_dir, fd)
+
+
+def _folder_identity(path: Path) -> tuple[int, int] | None:
+    """What tells a trial folder recorded now from the one that was there before (a rename brings a new inode)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _recorded_since(before: dict[Recording, tuple[int, int] | None]) -> list[Recording]:
+    """The recordings whose trial folder is complete and new since ``before`` was taken."""
+    return [
+        rec for rec, was in before.items() if is_complete(rec.final, rec.cfg.world_size) and _folder_identity(rec.final) != was
+    ]
+
+
+def _interrupted_message(in_progress: list[Recording], kept: list[Recording]) -> str:
+    text = "interrupted, nothing kept for " + ", ".join(rec.label for rec in in_progress)
+    if kept:
+        text += f"; kept the {len(kept)} trial(s) completed before: " + ", ".join(rec.label for rec in kept)
+    return text + "; run the same command again to record what is missing"
 
 
 def record_local(
     cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False,
     command: list[str] | None = None, progress: bool = True,
 ) -> list[RunResult]:
-    """Record every trial of ``cfgs`` on this machine: one launch of ``dp*tp`` workers per world size."""
-    from muon_repro.parallel.launch import launch
+    """Record every trial of ``cfgs`` on this machine: one launch of ``dp*tp`` workers per world size.
 
+    Raises :class:`BenchInterrupted` on Ctrl-C or SIGTERM (trials completed before are kept).
+    """
     command = command or list(sys.argv)
-    plan = plan_recordings(cfgs, Path(out), trials)
-    done = {rec: not force and is_complete(rec.final, rec.cfg.world_size) for rec in plan}
-    todo = [rec for rec in plan if not done[rec]]
-    for world_size in sorted({rec.cfg.world_size for rec in todo}):
-        batch = [rec for rec in todo if rec.cfg.world_size == world_size]
+    out = Path(out)
+    check_out_folder(out)
+    plan = plan_recordings(cfgs, out, trials)
+    for world_size in sorted({rec.cfg.world_size for rec in plan}):
         check_backend(backend, world_size)
-        threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else None
-        with tempfile.TemporaryDirectory(prefix="muon-repro-stderr-") as stderr_dir:
-            try:
-                launch(_bench_worker, world_size, batch, backend, command, progress,
-                       backend=backend, threads=threads, stderr_dir=stderr_dir)  # fmt: skip
-            except BaseException as exc:  # failure, Ctrl-C or SIGTERM: leave no partial trial behind
-                for rec in batch:
-                    shutil.rmtree(rec.partial, ignore_errors=True)
-                if type(exc).__name__ == "ChildFailedError":
-                    failed = next((rec for rec in batch if not rec.final.is_dir()), batch[0])
-                    raise BenchError(f"{failed.label}: {_failure_message(exc)}") from None
-                raise
-            for rec in batch:
-                _append_worker_stderr(rec.final / LOG_FILE, Path(stderr_dir))
+    with locked_run_dirs([run_dir_for(out, rec.cfg) for rec in plan]):
+        done = {rec: not force and is_complete(rec.final, rec.cfg.world_size) for rec in plan}
+        todo = [rec for rec in plan if not done[rec]]
+        before = {rec: _folder_identity(rec.final) for rec in todo}
+        for world_size in sorted({rec.cfg.world_size for rec in todo}):
+            batch = [rec for rec in todo if rec.cfg.world_size == world_size]
+            _record_batch(batch, before, backend, command, progress)
     return [_summary(rec, "skipped" if done[rec] else "recorded") for rec in plan]
+
+
+def _record_batch(
+    batch: list[Recording], before: dict[Recording, tuple[int, int] | None], backend: str, command: list[str], progress: bool
+) -> None:
+    """One launch for the recordings of one world size; ``before``: every planned trial folder's identity before the sweep."""
+    from muon_repro.parallel.launch import describe_failure, launch
+
+    world_size = batch[0].cfg.world_size
+    threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else None
+    with tempfile.TemporaryDirectory(prefix="muon-repro-stderr-") as stderr_dir:
+        try:
+            launch(_bench_worker, world_size, batch, backend, command, progress,
+                   backend=backend, threads=threads, stderr_dir=stderr_dir)  # fmt: skip
+        except BaseException as exc:  # failure, Ctrl-C or SIGTERM: leave no partial trial behind
+            in_progress = [rec for rec in batch if rec.partial.exists()]
+            for rec in batch:
+                shutil.rmtree(rec.partial, ignore_errors=True)
+            recorded = _recorded_since(before)
+            if isinstance(exc, KeyboardInterrupt):  # the launcher's LaunchInterrupted is one
+                starting = [rec for rec in batch if rec not in recorded][:1]  # no .partial yet: the workers were starting
+                message = _interrupted_message(in_progress or starting, recorded)
+                raise BenchInterrupted(message, getattr(exc, "signum", signal.SIGINT)) from None
+            if type(exc).__name__ == "ChildFailedError":
+                failed = next((rec for rec in batch if rec not in recorded), batch[0])
+                raise BenchError(f"{failed.label}: {describe_failure(exc)}") from None
+            raise
+        for rec in batch:
+            _append_worker_stderr(rec.final / LOG_FILE, Path(stderr_dir))
 
 
 def record_under_torchrun(

@@ -3,6 +3,11 @@
 The metadata is built as data and dumped with PyYAML (quoting is its job, not the template's);
 the prose is ``templates/dataset_card.md.j2`` rendered with ``StrictUndefined``, so a missing
 value is an error rather than an empty string.
+
+A table without rows (``comparisons`` after a run of one configuration) is documented but is
+not a config: ``datasets`` cannot build a split from a Parquet file without rows ("BatchSize
+must be greater than 0", or with no row group "Instruction 'train' corresponds to no data"), so
+``load_dataset`` and ``verify`` would fail on it. The card says so and shows how to read it.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -84,16 +89,32 @@ def markdown_cell(text: object) -> str:
     return " ".join(out.split())
 
 
+def loadable_tables(tables: list[TableDoc]) -> list[TableDoc]:
+    """The tables that become configs: those with rows; the default moves to the first of them if its table is empty."""
+    loadable = [t for t in tables if t.rows > 0]
+    if loadable and not any(t.default for t in loadable):
+        loadable[0] = replace(loadable[0], default=True)
+    return loadable
+
+
 def card_metadata(meta: BundleMeta, tables: list[TableDoc]) -> dict[str, Any]:
+    """The card's YAML: ``configs`` and ``dataset_info`` for the tables with rows only (see the module's note)."""
     rows = max((t.rows for t in tables), default=0)
+    configs = loadable_tables(tables)
     return {
         "license": meta.hub_license,
         "pretty_name": meta.pretty_name,
         "tags": TAGS,
         "size_categories": [size_category(rows)],
-        "configs": configs_yaml(tables),
-        "dataset_info": dataset_info_yaml(tables),
+        "configs": configs_yaml(configs),
+        "dataset_info": dataset_info_yaml(configs),
     }
+
+
+def _with_config_default(tables: list[TableDoc]) -> list[TableDoc]:
+    """Every table, with ``default`` as the card's configs have it (an empty table is no config, so no default)."""
+    default = next((t.name for t in loadable_tables(tables) if t.default), None)
+    return [replace(t, default=t.name == default) for t in tables]
 
 
 def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileEntry]) -> str:
@@ -124,7 +145,9 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "repo": meta.repo_id,
         "tag": meta.tag,
         "local_dir": f"{PurePosixPath(meta.repo_id).name}-{meta.tag}",
-        "tables": tables,
+        "tables": _with_config_default(tables),
+        "configs": loadable_tables(tables),
+        "left_out": [t for t in tables if t.rows == 0],
         "runs": runs,
         "traces": traces,
         "example_trace": traces[0] if traces else None,

@@ -47,6 +47,13 @@ def _meta(args: argparse.Namespace) -> BundleMeta:
     )
 
 
+def _add_timeout(p: argparse.ArgumentParser) -> None:
+    from muon_repro.hub.publish import DEFAULT_TIMEOUT_S
+
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="longest wait for the Hub per request: connecting, sending, each read (default: %(default)g)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bundle", help="assemble the dataset to publish (traces, tables, figures, report, card)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="bundle folder, replaced as a whole (default: %(default)s)")
@@ -62,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("verify", help="check a bundle or a downloaded copy: checksums, tables, traces")
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
+    p.add_argument("--recompute", action="store_true",
+                   help="also analyze the bundle's traces again and compare every table with the bundle's (reads every trace)")  # fmt: skip
     p.set_defaults(func=_verify)
 
     p = subparsers.add_parser("publish", help="publish a bundle to the Hub as one commit tagged vX.Y.Z")
@@ -71,12 +80,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan against the remote and stop")
     p.add_argument("--create-pr", action="store_true", help="commit as a pull request (tag after merging, by publishing again)")
     p.add_argument("--private", action="store_true", help="create the repository private (if it does not exist)")
+    _add_timeout(p)
     p.set_defaults(func=_publish)
 
     p = subparsers.add_parser("download", help="download one version of the dataset, then verify it")
     p.add_argument("repo_id", metavar="ORG/NAME")
     p.add_argument("--revision", default=None, help="vX.Y.Z, a branch or a commit (default: the newest vX.Y.Z tag)")
     p.add_argument("--local-dir", type=Path, default=None, help="where to put the files (default: the Hub cache)")
+    _add_timeout(p)
     p.set_defaults(func=_download)
 
 
@@ -100,10 +111,10 @@ def _card(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_verify(path: Path) -> int:
+def _report_verify(path: Path, *, recompute: bool = False) -> int:
     from muon_repro.hub.verify import verify_bundle
 
-    result = verify_bundle(path, echo=print)
+    result = verify_bundle(path, echo=print, recompute=recompute)
     if result.ok:
         print(f"{path}: all {len(result.passed)} checks passed.")
         return 0
@@ -114,7 +125,7 @@ def _report_verify(path: Path) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    return _report_verify(args.dir)
+    return _report_verify(args.dir, recompute=args.recompute)
 
 
 def _hub_errors():
@@ -140,7 +151,8 @@ def _publish(args: argparse.Namespace) -> int:
     from muon_repro.hub.publish import PublishError, publish
 
     try:
-        publish(args.bundle, args.repo_id, args.version, dry_run=args.dry_run, create_pr=args.create_pr, private=args.private)
+        publish(args.bundle, args.repo_id, args.version, dry_run=args.dry_run, create_pr=args.create_pr, private=args.private,
+                timeout=args.timeout)
     except _hub_errors() as exc:
         raise PublishError(f"the request to {_endpoint()} failed: {_first_line(exc)}") from exc
     return 0
@@ -150,7 +162,7 @@ def _download(args: argparse.Namespace) -> int:
     from muon_repro.hub.download import download
 
     try:
-        path = download(args.repo_id, args.revision, args.local_dir)
+        path = download(args.repo_id, args.revision, args.local_dir, timeout=args.timeout)
     except _hub_errors() as exc:
         raise ValueError(f"download from {_endpoint()} failed: {_first_line(exc)}") from exc
     return _report_verify(path)

@@ -1,4 +1,4 @@
-"""Repository ids, versions, tags and revisions: checked here, before any request is made."""
+"""Repository ids, versions, tags, revisions and the token: checked here, before any request is made."""
 
 from __future__ import annotations
 
@@ -54,6 +54,27 @@ def check_revision(revision: str) -> str:
     return revision
 
 
-def dataset_url(repo_id: str, revision: str | None = None) -> str:
-    base = f"{HUB_URL}/datasets/{repo_id}"
+def dataset_url(repo_id: str, revision: str | None = None, *, endpoint: str = HUB_URL) -> str:
+    """The dataset's page on ``endpoint`` (the public Hub unless told: the card names that one)."""
+    base = f"{endpoint.rstrip('/')}/datasets/{repo_id}"
     return f"{base}/tree/{revision}" if revision else base
+
+
+def check_token(token: str, source: str) -> str:
+    """A token that fits in an HTTP header (printable ASCII); a ValueError saying where, never what, otherwise.
+
+    ``source`` says where the token came from (HF_TOKEN, the cached login...). No part of the
+    token is ever put in a message.
+    """
+    for position, char in enumerate(token, 1):
+        if ord(char) > 127:
+            problem = "a non-ASCII character"
+        elif ord(char) < 32 or ord(char) == 127:
+            problem = "a control character"
+        else:
+            continue
+        raise ValueError(
+            f"the Hugging Face token (from {source}) contains {problem} at position {position} of {len(token)}; "
+            "paste it again (a token is plain ASCII, hf_ followed by letters and digits)"
+        )
+    return token

@@ -2,8 +2,9 @@
 
 Order of events, each a reason to stop:
 
-1. the repository id and version are checked (no request before that);
-2. the bundle must match its manifest and have been built for this repository and version;
+1. the repository id, the version and the token are checked (no request before that);
+2. the bundle must match its manifest, have been built for this repository and version, and pass
+   every check of ``muon-repro verify`` (a bundle whose tables do not load is never tagged);
 3. the remote head and tags are read, and the plan (add, change, delete, unchanged) is
    computed against that head and printed;
 4. an existing tag ``vX.Y.Z`` is an error (versions never move), except when it already points
@@ -15,11 +16,16 @@ Order of events, each a reason to stop:
    yet; publishing again after the merge finds nothing to commit and tags the merged head).
 
 The token is whatever ``huggingface_hub`` finds (``HF_TOKEN``, ``hf auth login``); it is never printed.
+Every request waits at most ``timeout`` seconds for the Hub (connecting, sending, each read;
+``huggingface_hub`` itself retries uploads a few times): a Hub that stops answering ends the
+publish with a message saying what was being done and in what state the remote is left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +35,111 @@ import yaml
 from muon_repro.hub.citation import CFF_NAME
 from muon_repro.hub.fsutil import human_size, sha256_file
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
-from muon_repro.hub.naming import check_repo_id, dataset_url, tag_for
+from muon_repro.hub.naming import check_repo_id, check_token, dataset_url, tag_for
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
+
+DEFAULT_TIMEOUT_S = 60.0
+TIMEOUT_KINDS = ("connect", "read", "write", "pool")  # httpx's timeouts, each per operation
+SHOWN_FAILURES = 10  # verify failures listed when a bundle is refused
 
 
 class PublishError(ValueError):
-    """The Hub refused or the remote changed under us; the message says what state it is left in."""
+    """The Hub refused, did not answer, or the remote changed under us; the message says what state it is left in."""
+
+
+# ---------------------------------------------------------------------- talking to the Hub (publish and download)
+
+
+# The timeout of the current hub_timeout block, read by the request hook below (None: no block, hook idle).
+_timeout_s: float | None = None
+
+
+def _fill_in_timeouts(request: Any) -> None:
+    """Request hook: every timeout the request leaves unset (None: wait forever) becomes ``_timeout_s``."""
+    if _timeout_s is None:
+        return
+    given = request.extensions.get("timeout") or {}
+    timeouts = {kind: _timeout_s if given.get(kind) is None else given[kind] for kind in TIMEOUT_KINDS}
+    request.extensions = {**request.extensions, "timeout": timeouts}
+
+
+def _hook_current_session() -> None:
+    """Put the hook on ``huggingface_hub``'s shared client (it makes a new one after a connection error)."""
+    from huggingface_hub.utils import get_session
+
+    session = get_session()
+    hooks = session.event_hooks
+    if _fill_in_timeouts not in hooks["request"]:
+        session.event_hooks = {**hooks, "request": [*hooks["request"], _fill_in_timeouts]}
+
+
+def check_timeout(seconds: float) -> float:
+    """A positive, finite number of seconds (``--timeout``)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+        raise ValueError(f"--timeout must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
+@contextlib.contextmanager
+def hub_timeout(seconds: float) -> Iterator[None]:
+    """Every request ``huggingface_hub`` sends in this block waits at most ``seconds`` per operation.
+
+    ``huggingface_hub`` 2.x sends most API calls with no timeout at all (its client has none and
+    ``repo_info`` passes ``timeout=None``), so a Hub that accepts the connection and never answers
+    is waited for forever. A request hook on its shared client fills in every missing timeout;
+    explicit ones (its download timeouts, ``HF_HUB_DOWNLOAD_TIMEOUT``) are kept.
+    """
+    global _timeout_s
+    previous, _timeout_s = _timeout_s, check_timeout(seconds)
+    _hook_current_session()
+    try:
+        yield
+    finally:
+        _timeout_s = previous
+
+
+def token_source(api: Any) -> str:
+    """Where the token ``api`` sends comes from, as ``huggingface_hub`` looks for it (for messages)."""
+    from huggingface_hub import constants
+
+    if isinstance(api.token, str):
+        return "HfApi(token=...)"
+    if os.environ.get("HF_OIDC_RESOURCE"):
+        return "the OIDC token exchange (HF_OIDC_RESOURCE)"
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if (os.environ.get(name) or "").strip():
+            return name
+    return f"the cached login in {constants.HF_TOKEN_PATH} (hf auth login)"
+
+
+def token_in_use(api: Any) -> str | None:
+    """The token ``api``'s requests will carry, checked before any is sent; None if there is none."""
+    from huggingface_hub import get_token
+
+    if api.token is False:  # anonymous on purpose
+        return None
+    token = api.token if isinstance(api.token, str) else get_token()
+    return check_token(token, token_source(api)) if token else None
+
+
+@contextlib.contextmanager
+def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[], str]) -> Iterator[None]:
+    """Turn a Hub that does not answer (or cannot be reached) during ``doing`` into a PublishError saying ``state``.
+
+    ``state`` says what is left on the remote; a callable is asked only on failure (it may look).
+    """
+    import httpx2
+
+    _hook_current_session()
+    try:
+        yield
+    except httpx2.TimeoutException:
+        what = f"the Hub at {endpoint} did not answer within {timeout:g} s while {doing}"
+    except httpx2.TransportError as exc:  # refused, reset, DNS...
+        what = f"the Hub at {endpoint} could not be reached while {doing} ({_first_line(exc)})"
+    else:
+        return
+    raise PublishError(f"{what}; {state() if callable(state) else state}") from None
 
 
 @dataclass(frozen=True)
@@ -70,6 +175,22 @@ def check_bundle_target(root: Path, repo_id: str, version: str) -> None:
         )
 
 
+def check_bundle_verifies(root: Path, echo: Callable[[str], None]) -> None:
+    """Every check of ``muon-repro verify`` must pass: a tag is forever, a bundle that does not load must not get one."""
+    from muon_repro.hub.verify import verify_bundle
+
+    result = verify_bundle(root)
+    if not result.ok:
+        shown = [f"  - {line}" for line in result.failed[:SHOWN_FAILURES]]
+        if len(result.failed) > SHOWN_FAILURES:
+            shown.append(f"  - and {len(result.failed) - SHOWN_FAILURES} more (muon-repro verify {root} lists them all)")
+        raise ValueError(
+            f"the bundle {root} fails {len(result.failed)} of the checks of `muon-repro verify`; nothing was sent to the Hub. "
+            "Fix the sources, rebuild it (muon-repro bundle) and check it (muon-repro verify):\n" + "\n".join(shown)
+        )
+    echo(f"Verified {root}: all {len(result.passed)} checks passed.")
+
+
 def _remote_state(api: Any, repo_id: str) -> tuple[str | None, dict[str, str]]:
     """(head commit of main, tag -> commit), or (None, {}) when the repository does not exist."""
     from huggingface_hub.errors import RepositoryNotFoundError
@@ -82,6 +203,109 @@ def _remote_state(api: Any, repo_id: str) -> tuple[str | None, dict[str, str]]:
     return head, {t.name: t.target_commit for t in refs.tags}
 
 
+@dataclass(frozen=True)
+class _Target:
+    """Where a publish goes, for the requests and for the messages about them."""
+
+    api: Any
+    repo_id: str
+    tag: str
+    timeout: float
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.api.endpoint).rstrip("/")
+
+    def step(self, doing: str, state: str | Callable[[], str]) -> contextlib.AbstractContextManager[None]:
+        return hub_step(self.endpoint, self.timeout, doing, state)
+
+
+def _read_remote(target: _Target, root: Path, local: list[FileEntry]) -> tuple[Plan, dict[str, str]]:
+    """The plan against the remote head as it is now, and the remote's tags."""
+    with target.step(f"reading the head, tags and files of {target.repo_id}", "nothing was changed on the Hub"):
+        head, tags = _remote_state(target.api, target.repo_id)
+        remote = list_remote(target.api, target.repo_id, head) if head else {}
+    return compute_plan(root, local, remote, head), tags
+
+
+def _commit_outcome(target: _Target, head: str, files: int) -> str:
+    """What is known of a commit whose answer never came: the commit is one atomic call, so look at main."""
+    try:
+        with target.step("checking whether the commit landed", ""):
+            now, _ = _remote_state(target.api, target.repo_id)
+    except PublishError:
+        return (
+            f"whether it landed is unknown: the commit is one atomic call, so main is either still at {head[:12]} "
+            f"or holds all {files} files; nothing was tagged. Run publish again when the Hub answers: it plans against "
+            "the head it finds, and tags the commit if it landed"
+        )
+    if now == head:
+        return "nothing was committed or tagged (the commit is one atomic call, and main has not moved); run publish again"
+    return (
+        f"main moved from {head[:12]} to {(now or '?')[:12]}, so the commit may have landed (or someone else pushed); "
+        "nothing was tagged. Run publish again: it finds nothing to commit if the commit landed, and tags it"
+    )
+
+
+def _operations(root: Path, plan: Plan) -> list[Any]:
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    uploads = [i for i in plan.items if i.action in ("add", "change")]
+    return [CommitOperationAdd(path_in_repo=i.path, path_or_fileobj=str(root / i.path)) for i in uploads] + [
+        CommitOperationDelete(path_in_repo=i.path) for i in plan.of("delete")
+    ]
+
+
+def _commit(target: _Target, root: Path, plan: Plan, create_pr: bool) -> tuple[str, str | None, str]:
+    """One commit of the plan on top of the head planned against: (commit id, pull request URL, summary)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    head = plan.base_commit
+    assert head is not None  # the repository exists by now
+    summary = f"{len(plan.of('add'))} added, {len(plan.of('change'))} changed, {len(plan.of('delete'))} deleted"
+    uploads = len(plan.of("add")) + len(plan.of("change"))
+    doing = f"uploading {uploads} files ({human_size(plan.upload_bytes)}) and committing them to {target.repo_id}"
+    try:
+        with target.step(doing, lambda: _commit_outcome(target, head, uploads)):
+            info = target.api.create_commit(
+                target.repo_id,
+                _operations(root, plan),
+                commit_message=f"Publish {target.tag}",
+                commit_description=f"muon_repro dataset {target.tag}: {summary} ({human_size(plan.upload_bytes)}).",
+                repo_type="dataset",
+                parent_commit=head,
+                create_pr=create_pr,
+            )
+    except HfHubHTTPError as exc:
+        with target.step(f"reading the head of {target.repo_id} after a refused commit", "nothing was tagged"):
+            now, _ = _remote_state(target.api, target.repo_id)
+        if now != head:
+            raise PublishError(
+                f"{target.repo_id} main moved from {head[:12]} to {(now or '?')[:12]} while publishing (someone else pushed); "
+                "nothing was committed or tagged. Run publish again to plan against the new head."
+            ) from exc
+        raise PublishError(
+            f"the Hub refused the commit to {target.repo_id}: {_first_line(exc)}; nothing was committed or tagged"
+        ) from exc
+    return info.oid, info.pr_url, summary
+
+
+def _tag(target: _Target, commit: str, committed: bool) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    left = "the commit is on main" if committed else "nothing was committed"
+    unknown = f"{left}, and the tag may or may not exist: run publish again (it tags the commit if needed)"
+    try:
+        with target.step(f"tagging {commit[:12]} as {target.tag} on {target.repo_id}", unknown):
+            message = f"muon_repro dataset {target.tag}"
+            target.api.create_tag(target.repo_id, tag=target.tag, revision=commit, repo_type="dataset", tag_message=message)
+    except HfHubHTTPError as exc:
+        untagged = "the commit is on main, untagged" if committed else "nothing was committed"
+        raise PublishError(
+            f"could not tag {commit[:12]} as {target.tag} on {target.repo_id}: {_first_line(exc)} ({untagged})"
+        ) from exc
+
+
 def publish(
     bundle: str | Path,
     repo_id: str,
@@ -92,9 +316,11 @@ def publish(
     private: bool = False,
     api: Any = None,
     echo: Callable[[str], None] = print,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> PublishResult:
     check_repo_id(repo_id)
     tag = tag_for(version)
+    timeout = check_timeout(timeout)
     root = Path(bundle)
     if not root.is_dir():
         raise FileNotFoundError(
@@ -103,15 +329,24 @@ def publish(
     local = bundle_files(root)
     check_bundle_target(root, repo_id, version)
 
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub import HfApi
 
     api = api if api is not None else HfApi()
-    if not dry_run and not (api.token or get_token()):
+    token = token_in_use(api)
+    if not dry_run and not token:
         raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a write token is needed)")
+    check_bundle_verifies(root, echo)
+    with hub_timeout(timeout):
+        return _publish_to(_Target(api, repo_id, tag, timeout), root, local, version, dry_run, create_pr, private, echo)
 
-    head, tags = _remote_state(api, repo_id)
-    plan = compute_plan(root, local, list_remote(api, repo_id, head) if head else {}, head)
+
+def _publish_to(
+    target: _Target, root: Path, local: list[FileEntry], version: str, dry_run: bool, create_pr: bool, private: bool,
+    echo: Callable[[str], None],
+) -> PublishResult:
+    repo_id, tag = target.repo_id, target.tag
+    plan, tags = _read_remote(target, root, local)
+    head = plan.base_commit
     echo(format_plan(plan, repo_id, tag))
     if tag in tags:
         if tags[tag] == head and not plan.has_changes:
@@ -126,42 +361,18 @@ def publish(
         return PublishResult(plan, None, committed=False, tagged=False)
 
     if head is None:
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        state = "the repository may or may not exist now, empty; nothing was uploaded. Run publish again"
+        with target.step(f"creating the dataset repository {repo_id}", state):
+            target.api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         echo(f"Created dataset repository {repo_id}{' (private)' if private else ''}.")
-        head, tags = _remote_state(api, repo_id)
-        if head is None or tag in tags:
+        plan, tags = _read_remote(target, root, local)
+        if plan.base_commit is None or tag in tags:
             raise PublishError(f"{repo_id} changed while it was being created; run publish again")
-        plan = compute_plan(root, local, list_remote(api, repo_id, head), head)
 
-    commit, committed, pr_url = head, False, None
+    commit, committed, pr_url = plan.base_commit, False, None
     if plan.has_changes:
-        operations: list[Any] = [
-            CommitOperationAdd(path_in_repo=i.path, path_or_fileobj=str(root / i.path))
-            for i in plan.items
-            if i.action in ("add", "change")
-        ] + [CommitOperationDelete(path_in_repo=i.path) for i in plan.of("delete")]
-        summary = f"{len(plan.of('add'))} added, {len(plan.of('change'))} changed, {len(plan.of('delete'))} deleted"
-        try:
-            info = api.create_commit(
-                repo_id,
-                operations,
-                commit_message=f"Publish {tag}",
-                commit_description=f"muon_repro dataset {tag}: {summary} ({human_size(plan.upload_bytes)}).",
-                repo_type="dataset",
-                parent_commit=head,
-                create_pr=create_pr,
-            )
-        except HfHubHTTPError as exc:
-            now, _ = _remote_state(api, repo_id)
-            if now != head:
-                raise PublishError(
-                    f"{repo_id} main moved from {head[:12]} to {(now or '?')[:12]} while publishing (someone else pushed); "
-                    "nothing was committed or tagged. Run publish again to plan against the new head."
-                ) from exc
-            raise PublishError(
-                f"the Hub refused the commit to {repo_id}: {_first_line(exc)}; nothing was committed or tagged"
-            ) from exc
-        commit, committed, pr_url = info.oid, True, info.pr_url
+        commit, pr_url, summary = _commit(target, root, plan, create_pr)
+        committed = True
         echo(f"Committed {summary} as {commit}.")
     else:
         echo("No changes: no commit.")
@@ -169,14 +380,9 @@ def publish(
     if create_pr and committed:
         echo(f"Opened {pr_url}. After it is merged, run publish again with --version {version} to tag it.")
         return PublishResult(plan, None, committed=True, tagged=False, pr_url=pr_url)
-    try:
-        api.create_tag(repo_id, tag=tag, revision=commit, repo_type="dataset", tag_message=f"muon_repro dataset {tag}")
-    except HfHubHTTPError as exc:
-        raise PublishError(
-            f"could not tag {commit[:12]} as {tag} on {repo_id}: {_first_line(exc)} "
-            f"({'the commit is on main, untagged' if committed else 'nothing was committed'})"
-        ) from exc
-    echo(f"Published {repo_id} {tag} at {commit}: {dataset_url(repo_id, tag)}")
+    assert commit is not None
+    _tag(target, commit, committed)
+    echo(f"Published {repo_id} {tag} at {commit}: {dataset_url(repo_id, tag, endpoint=target.endpoint)}")
     return PublishResult(plan, commit, committed=committed, tagged=True, pr_url=pr_url)
 
 

@@ -1,4 +1,4 @@
-"""``muon-repro verify [DIR]``: is this folder a good bundle?
+"""``muon-repro verify [DIR] [--recompute]``: is this folder a good bundle?
 
 Checks, each reported on its own line:
 
@@ -6,7 +6,11 @@ Checks, each reported on its own line:
 2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist;
 3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns, types and
    row count the card documents (its ``dataset_info``);
-4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses.
+4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
+5. with ``--recompute``: the tables are one set (one generation, every CSV the one written with
+   its Parquet twin), and analyzing the bundle's traces again, into a temporary folder, gives
+   every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
+   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside.
 
 Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in the Hub cache.
 """
@@ -18,7 +22,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -27,6 +31,17 @@ from muon_repro.hub.citation import CFF_NAME
 from muon_repro.hub.fsutil import list_files
 from muon_repro.hub.manifest import check_manifest, is_ignored
 from muon_repro.hub.run_info import RUN_FILES, is_trace
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+# Columns that hold where the traces lay when they were analyzed: they differ between the folder the
+# bundle was made from and the bundle itself, and say nothing about the measurements.
+LOCATION_COLUMNS = ("file", "path")
+# The same traces analyzed again give the same numbers, up to the order of floating-point sums.
+FLOAT_RTOL = 1e-9
+FLOAT_ATOL = 1e-12
 
 
 @dataclass
@@ -159,8 +174,104 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
                 report(f"{path}: not valid JSON: {exc}", False)
 
 
-def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None) -> VerifyResult:
-    """Run every check on ``root``; ``echo`` gets one line per check as it completes."""
+def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
+    """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import table_set_problems, tables_from_analysis, write_tables
+
+    metrics = root / "metrics"
+    try:
+        set_problems = table_set_problems(metrics)
+    except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
+        set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
+    for problem in set_problems:
+        report(f"recompute: {problem}", False)
+    if not set_problems:
+        report(_one_set_line(metrics), True)
+    analysis = analyze_paths([root / "traces"], workers=workers)
+    for problem in [*analysis.failures, *analysis.incomplete]:
+        report(f"recompute: {problem.message}", False)
+    if not analysis.runs:
+        report("recompute: no run in traces/ could be analyzed, so no table can be compared", False)
+        return
+    with tempfile.TemporaryDirectory(prefix="muon-repro-recompute-") as tmp:
+        try:
+            fresh_dir = Path(tmp) / "metrics"
+            write_tables(tables_from_analysis(analysis), fresh_dir)
+        except ValueError as exc:
+            report(f"recompute: the traces' tables cannot be built: {_one_line(exc)}", False)
+            return
+        for name in sorted(p.stem for p in fresh_dir.glob("*.parquet")):
+            _compare_table(name, metrics, fresh_dir, report)
+
+
+def _one_set_line(metrics: Path) -> str:
+    from muon_repro.analysis.tables import folder_generation
+
+    generation = folder_generation(metrics)
+    if generation is None:
+        return "recompute: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set cannot be told"
+    return f"recompute: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its Parquet twin"
+
+
+def _compare_table(name: str, metrics: Path, fresh_dir: Path, report: Callable[[str, bool], None]) -> None:
+    from muon_repro.analysis.tables import read_table
+
+    label = f"recompute: table {name} (metrics/{name}.parquet)"
+    fresh = read_table(fresh_dir / f"{name}.parquet", name)
+    try:
+        published = read_table(metrics / f"{name}.parquet", name, check_set=False)  # the set is checked once, above
+    except Exception as exc:  # missing, or not the table: pyarrow raises several types for a file that does not fit the schema
+        report(f"{label}: cannot be read: {_one_line(exc)}", False)
+        return
+    problems = table_differences(published, fresh, name)
+    if problems:
+        report(f"{label}: differs from the traces' analysis: " + "; ".join(problems), False)
+    else:
+        report(f"{label}: equal to the traces' analysis, {len(fresh)} rows", True)
+
+
+def table_differences(published: pd.DataFrame, fresh: pd.DataFrame, name: str) -> list[str]:
+    """How ``published`` differs from ``fresh`` (both conformed to the table's schema): row count,
+    then each column whose values differ, with the first differing row; location columns aside."""
+    from muon_repro.analysis.tables import SCHEMAS
+
+    if len(published) != len(fresh):
+        return [f"{len(published)} rows, the traces give {len(fresh)}"]
+    key = [c for c in SCHEMAS[name].key if c not in LOCATION_COLUMNS]
+    published, fresh = (df.sort_values(key, kind="stable").reset_index(drop=True) for df in (published, fresh))
+    problems = []
+    for column in (c for c in SCHEMAS[name].names if c not in LOCATION_COLUMNS):
+        differs = _differing(published[column], fresh[column])
+        if differs.any():
+            row = int(differs.nonzero()[0][0])
+            where = ", ".join(f"{k}={published.at[row, k]}" for k in key)
+            problems.append(
+                f"{name}.{column}: {int(differs.sum())} value(s) differ, first at {where}: "
+                f"{published.at[row, column]} in the bundle, {fresh.at[row, column]} from the traces"
+            )
+    return problems
+
+
+def _differing(published: pd.Series, fresh: pd.Series) -> np.ndarray:
+    """Per row: do the two values differ? Nulls equal nulls; floats are equal within :data:`FLOAT_RTOL` (and :data:`FLOAT_ATOL`)."""
+    import numpy as np
+
+    null_a, null_b = published.isna().to_numpy(dtype=bool), fresh.isna().to_numpy(dtype=bool)
+    both = ~null_a & ~null_b
+    equal = np.zeros(len(published), dtype=bool)
+    if str(published.dtype) == "Float64":
+        a, b = (s.to_numpy(dtype=float, na_value=np.nan) for s in (published, fresh))
+        equal[both] = np.isclose(a[both], b[both], rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    else:
+        a, b = (s.astype(object).to_numpy() for s in (published, fresh))
+        equal[both] = a[both] == b[both]
+    return ~((null_a & null_b) | equal)
+
+
+def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
+    """Run every check on ``root`` (with ``recompute``, analyze its traces again and compare
+    the tables: :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder")
@@ -184,4 +295,6 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
     check_traces(root, report)
+    if recompute:
+        check_recomputed_tables(root, report)
     return result

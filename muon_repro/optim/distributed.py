@@ -17,7 +17,7 @@ dp_all_gather  (update)       parameter shards -> every DP rank's full parameter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -53,6 +53,7 @@ from muon_repro.rundir import (
     DP_SHARD,
     MOMENTUM,
     NEWTON_SCHULZ,
+    OVERLAPS,
     TP_GATHER,
     TP_SHARD,
     UPDATE,
@@ -323,6 +324,11 @@ class DistributedMuon(ZeroOneOptimizer):
     ``gather_dtype`` rounds at the same point, and the two agree bit for bit; fp32 rounds nothing.
     With ``ns_dtype=bf16`` a bf16 gather loses nothing, since NS rounds its input to bf16 anyway.
     ``layout`` is one of :data:`~muon_repro.optim.layout.LAYOUTS` (see that module).
+    ``overlap`` (:data:`~muon_repro.rundir.OVERLAPS`) schedules the DP and TP gathers: ``none``
+    blocks on each; ``naive_async`` issues each with ``async_op=True`` and waits where its result
+    is first used, as a direct port would, so nothing overlaps; ``pipelined`` runs Newton-Schulz on
+    unit k while unit k+1's TP gather and unit k+2's DP gather are in flight. All three compute
+    the same bits: only when the bytes move changes.
     """
 
     def __init__(
@@ -344,9 +350,13 @@ class DistributedMuon(ZeroOneOptimizer):
         bucket_elems: int | None = None,
         gather_dtype: torch.dtype = torch.bfloat16,
         reduce_dtype: torch.dtype = torch.float32,
+        overlap: str = "none",
     ) -> None:
         if gather_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"gather_dtype must be torch.float32 or torch.bfloat16, got {gather_dtype}")
+        if overlap not in OVERLAPS:
+            raise ValueError(f"unknown overlap {overlap!r}; choose one of {', '.join(OVERLAPS)}")
+        self.overlap = overlap
         defaults = muon_defaults(
             lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
             ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
@@ -365,17 +375,15 @@ class DistributedMuon(ZeroOneOptimizer):
         with record_function(MOMENTUM):
             ns_input_pieces = self._momentum()
         update_pieces: dict[int, torch.Tensor] = {}
-        for unit in self.plan.ns_units:
-            local = self._dp_gather(unit, ns_input_pieces)
-            full = self._tp_gather(local)
+        for unit, local, full, in_flight_bytes in self._gathered_units(ns_input_pieces):
             with record_function(NEWTON_SCHULZ):
                 update_full = self._newton_schulz(full)
             with record_function(TP_SHARD):
                 update_local = self._tp_shard(update_full)
             with record_function(DP_SHARD):
                 update_pieces.update(self._dp_shard(update_local))
-            live = (local, full, update_full, update_local)
-            self.stats.transient_bytes = max(self.stats.transient_bytes, _nbytes(*live) + self._dp_gather_bytes(unit))
+            live = _nbytes(local, full, update_full, update_local) + self._dp_gather_bytes(unit) + in_flight_bytes
+            self.stats.transient_bytes = max(self.stats.transient_bytes, live)
         with record_function(UPDATE):
             self._muon_update(update_pieces)
             self._adamw_update()
@@ -397,14 +405,47 @@ class DistributedMuon(ZeroOneOptimizer):
                 ns_input[slot.index] = muon_momentum_(state["momentum_buffer"], grad, group["momentum"], group["nesterov"], group["momentum_form"])
         return ns_input
 
-    def _dp_gather(self, unit: NsUnit, pieces: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """DP pieces -> TP-local matrices, for the matrices of ``unit`` this rank orthogonalizes."""
+    def _gathered_units(self, pieces: dict[int, torch.Tensor]) -> Iterator[tuple[NsUnit, dict, dict, int]]:
+        """Per NS unit, in plan order: (unit, TP-local matrices, full matrices, bytes of gathers
+        still in flight), the gathers scheduled by ``self.overlap`` (:data:`OVERLAPS`)."""
+        units = self.plan.ns_units
+        if self.overlap != "pipelined":  # each gather waited for before the next step uses it
+            for unit in units:
+                local = self._dp_gather_finish(self._dp_gather_start(unit, pieces))
+                yield unit, local, self._tp_gather_finish(self._tp_gather_start(local)), 0
+            return
+        # Pipelined: while the caller runs Newton-Schulz on unit k, unit k+1's TP gather and
+        # unit k+2's DP gather are in flight (two units at most, so buffers stay bounded).
+        if not units:
+            return
+        local = self._dp_gather_finish(self._dp_gather_start(units[0], pieces))
+        tp_next = self._tp_gather_start(local)
+        dp_next = self._dp_gather_start(units[1], pieces) if len(units) > 1 else None
+        for k, unit in enumerate(units):
+            local_k, full_k = local, self._tp_gather_finish(tp_next)
+            if dp_next is not None:
+                local = self._dp_gather_finish(dp_next)
+                tp_next = self._tp_gather_start(local)
+                dp_next = self._dp_gather_start(units[k + 2], pieces) if k + 2 < len(units) else None
+            in_flight = [g for g in (tp_next, dp_next) if g is not None and k + 1 < len(units)]
+            yield unit, local_k, full_k, sum(g.nbytes for g in in_flight)
+
+    def _gather(self, full: torch.Tensor, shard: torch.Tensor, group: comm.Group, phase: str) -> comm.PendingGather:
+        """One all-gather as ``self.overlap`` issues it: blocking for ``none``, else ``async_op=True``."""
+        if self.overlap == "none":
+            comm.all_gather_into(full, shard, group, phase=phase)
+            return comm.PendingGather(full, shard, phase, work=None)
+        return comm.start_all_gather_into(full, shard, group, phase=phase)
+
+    def _dp_gather_start(self, unit: NsUnit, pieces: dict[int, torch.Tensor]) -> _Gathering:
+        """Issue the DP gather of ``unit``: this rank's pieces of its matrices, packed."""
         dp_rank = self.dims.dp_rank
         mine = self.plan.ns_slots(unit, dp_rank)
         if not unit.dp_gathered:  # each matrix is wholly held here: its one piece is the matrix
             # Rounded to gather_dtype although it does not travel, so that every matrix enters
             # Newton-Schulz in the same precision whichever matrices the layout gathers.
-            return {i: pieces[i].to(self.gather_dtype).view(self.plan.slots[i].spec.local_shape) for i in mine}
+            ready = {i: pieces[i].to(self.gather_dtype).view(self.plan.slots[i].spec.local_shape) for i in mine}
+            return _Gathering(mine, ready=ready)
         L = unit.send_elems
         send = torch.zeros(L, dtype=self.gather_dtype, device=self.param_flat.device)
         for i in unit.slots:
@@ -412,9 +453,16 @@ class DistributedMuon(ZeroOneOptimizer):
                 offset = unit.send_offsets[i][dp_rank]
                 send[offset : offset + pieces[i].numel()].copy_(pieces[i])
         recv = torch.empty(self.dims.dp * L, dtype=self.gather_dtype, device=send.device)
-        comm.all_gather_into(recv, send, self.dims.dp_group, phase=DP_GATHER)
+        return _Gathering(mine, pending=self._gather(recv, send, self.dims.dp_group, DP_GATHER), unit=unit)
+
+    def _dp_gather_finish(self, gathering: _Gathering) -> dict[int, torch.Tensor]:
+        """DP pieces -> TP-local matrices, for the matrices of the unit this rank orthogonalizes."""
+        if gathering.ready is not None:
+            return gathering.ready
+        recv, unit = gathering.pending.wait(), gathering.unit
+        L = unit.send_elems
         local = {}
-        for i in mine:
+        for i in gathering.slots:
             slot = self.plan.slots[i]
             parts = [recv[p.dp_rank * L + unit.send_offsets[i][p.dp_rank] :][: p.length] for p in slot.pieces]
             local[i] = torch.cat(parts).view(slot.spec.local_shape)
@@ -429,18 +477,24 @@ class DistributedMuon(ZeroOneOptimizer):
                 pieces[i] = update.reshape(-1)[piece.param_start : piece.param_start + piece.length]
         return pieces
 
-    def _tp_gather(self, local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """TP-local matrices -> full matrices, concatenated along each one's TP partition dim."""
-        sharded = [i for i in local if self.plan.slots[i].spec.tp_dim is not None]
-        full = dict(local)
+    def _tp_gather_start(self, local: dict[int, torch.Tensor]) -> _Gathering:
+        """Issue the TP gather of the TP-sharded matrices of ``local``, packed."""
+        sharded = tuple(i for i in local if self.plan.slots[i].spec.tp_dim is not None)
         if self.dims.tp == 1 or not sharded:
-            return full
+            return _Gathering(sharded, ready=dict(local))
         send = torch.cat([local[i].reshape(-1).to(self.gather_dtype) for i in sharded])
         recv = torch.empty(self.dims.tp * send.numel(), dtype=self.gather_dtype, device=send.device)
-        comm.all_gather_into(recv, send, self.dims.tp_group, phase=TP_GATHER)
-        per_rank = recv.view(self.dims.tp, send.numel())
+        return _Gathering(sharded, pending=self._gather(recv, send, self.dims.tp_group, TP_GATHER), local=local)
+
+    def _tp_gather_finish(self, gathering: _Gathering) -> dict[int, torch.Tensor]:
+        """TP-local matrices -> full matrices, concatenated along each one's TP partition dim."""
+        if gathering.ready is not None:
+            return gathering.ready
+        recv = gathering.pending.wait()
+        per_rank = recv.view(self.dims.tp, -1)
+        full = dict(gathering.local)
         offset = 0
-        for i in sharded:
+        for i in gathering.slots:
             spec = self.plan.slots[i].spec
             chunks = [per_rank[r, offset : offset + spec.numel].view(spec.local_shape) for r in range(self.dims.tp)]
             full[i] = torch.cat(chunks, dim=spec.tp_dim)
@@ -483,6 +537,22 @@ class DistributedMuon(ZeroOneOptimizer):
             return 0
         size = torch.empty((), dtype=self.gather_dtype).element_size()
         return (1 + self.dims.dp) * unit.send_elems * size  # send + receive buffers
+
+
+@dataclass
+class _Gathering:
+    """A DP or TP gather between its start and its finish: the result is ``ready`` (nothing
+    travels), or ``pending`` on the wire; ``slots`` are the matrices it delivers."""
+
+    slots: tuple[int, ...]
+    ready: dict[int, torch.Tensor] | None = None
+    pending: comm.PendingGather | None = None
+    unit: NsUnit | None = None  # DP gathers: where each piece sits in the packed buffer
+    local: dict[int, torch.Tensor] | None = None  # TP gathers: the matrices TP does not shard
+
+    @property
+    def nbytes(self) -> int:
+        return self.pending.nbytes if self.pending is not None else 0
 
 
 def _nbytes(*dicts: dict[int, torch.Tensor]) -> int:

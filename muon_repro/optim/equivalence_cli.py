@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 
 from muon_repro.rundir import LAYOUTS
+
+# What tensor parallelism splits across ranks (muon_repro.model.GPT checks the same, in every worker).
+TP_SPLIT_FIELDS = ("hidden", "n_heads", "ffn_hidden", "vocab_size")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,15 +45,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+def check_tp_divides_model(tp: int, preset: str) -> None:
+    """``--tp`` must divide every size the model splits: checked here, before any worker starts."""
+    from muon_repro.model_config import GPTConfig
+
+    model = GPTConfig.preset(preset)
+    sizes = {name: getattr(model, name) for name in TP_SPLIT_FIELDS}
+    bad = [f"{name}={value}" for name, value in sizes.items() if value % tp]
+    if not bad:
+        return
+    common = math.gcd(*sizes.values())
+    choices = [str(d) for d in range(1, common + 1) if common % d == 0]
+    listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+    raise ValueError(
+        f"--tp {tp} does not divide the {preset} preset's {', '.join(bad)} (tensor parallelism splits each of "
+        f"{', '.join(TP_SPLIT_FIELDS)}); use --tp {listed}"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from muon_repro.optim.equivalence import EquivalenceConfig, run_equivalence
+    from muon_repro.parallel.launch import describe_failure
 
     cfg = EquivalenceConfig(
         dp=args.dp, tp=args.tp, optimizer=args.optimizer, layout=args.layout, steps=args.steps,
         ns_dtype=args.ns_dtype, gather_dtype=args.gather_dtype, bucket_elems=args.bucket_elems, preset=args.preset,
         isolated_bound=args.isolated_bound, end_to_end_bound=args.end_to_end_bound,
     )
-    report = run_equivalence(cfg, backend=args.backend)
+    check_tp_divides_model(cfg.tp, cfg.preset)
+    try:
+        report = run_equivalence(cfg, backend=args.backend)
+    except KeyboardInterrupt as exc:  # the launcher's LaunchInterrupted: the workers are gone
+        print("muon-repro equivalence: interrupted", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
+    except Exception as exc:
+        if type(exc).__name__ != "ChildFailedError":
+            raise
+        print(f"muon-repro equivalence: error: {describe_failure(exc)}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report))
     else:

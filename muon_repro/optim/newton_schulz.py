@@ -35,10 +35,21 @@ def zeropower_via_newtonschulz5(
     if tall:
         X = X.mT
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + NS_EPS)
-    for _ in range(steps):
-        A = X @ X.mT
-        B = b * A + c * (A @ A)
-        X = a * X + B @ X
+    if X.ndim == 2:
+        # The element-wise terms ride in the matmuls' alpha/beta (one BLAS call each, no
+        # temporaries): B = b A + c A A, X = a X + B X.
+        for _ in range(steps):
+            A = X @ X.mT
+            B = torch.addmm(A, A, A, beta=b, alpha=c)
+            X = torch.addmm(X, B, X, beta=a)
+    else:
+        batch = X.shape[:-2]
+        X = X.reshape(-1, *X.shape[-2:])
+        for _ in range(steps):
+            A = torch.bmm(X, X.mT)
+            B = torch.baddbmm(A, A, A, beta=b, alpha=c)
+            X = torch.baddbmm(X, B, X, beta=a)
+        X = X.reshape(*batch, *X.shape[-2:])
     if tall:
         X = X.mT
     return X.to(G.dtype)

@@ -138,6 +138,45 @@ def all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, ph
     return full
 
 
+@dataclass
+class PendingGather:
+    """An all-gather in flight (:func:`start_all_gather_into`); :meth:`wait` returns its output."""
+
+    full: torch.Tensor
+    shard: torch.Tensor
+    phase: str
+    work: dist.Work | None  # None: nothing to wait for (a group of one rank)
+
+    @property
+    def nbytes(self) -> int:
+        """Buffers the gather holds while in flight (send and receive)."""
+        return self.full.numel() * self.full.element_size() + self.shard.numel() * self.shard.element_size()
+
+    def wait(self) -> torch.Tensor:
+        if self.work is not None:
+            with record_function(self.phase):  # the wait belongs to the phase, wherever it is placed
+                self.work.wait()
+            self.work = None
+        return self.full
+
+
+def start_all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, phase: str) -> PendingGather:
+    """:func:`all_gather_into` issued with ``async_op=True``: the caller decides where to wait."""
+    if full.numel() != shard.numel() * group.size:
+        raise ValueError(
+            f"start_all_gather_into: output has {full.numel()} elements, expected "
+            f"{group.size} x {shard.numel()} for group {group.name!r}"
+        )
+    work = None
+    with record_function(phase):
+        if group.size == 1:
+            full.view(-1).copy_(shard.view(-1))
+        else:
+            work = _all_gather_single(full, shard, group=group.process_group, async_op=True)
+    group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
+    return PendingGather(full, shard, phase, work)
+
+
 def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
     """Sum ``full`` over the group and keep this rank's chunk in ``shard`` (inverse of the gather)."""
     if full.numel() != shard.numel() * group.size:

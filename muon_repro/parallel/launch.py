@@ -3,18 +3,48 @@
 ``torchrun --standalone`` semantics (c10d rendezvous on a free port chosen at run time), driven
 from Python so commands and tests can launch a world without a shell. Each worker initializes
 ``torch.distributed`` from the launcher's environment, runs ``fn(*args)``, and tears down.
+
+Ctrl-C (or SIGTERM) stops the workers at once: they die on the signal instead of unwinding
+through collectives their peers will never join, the launcher waits at most
+:data:`SHUTDOWN_TIMEOUT_S` before killing them, and :func:`launch` raises
+:class:`LaunchInterrupted` rather than torch elastic's ``SignalException`` and its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import signal
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+
+# The workers hold nothing worth a graceful shutdown (a run is written to a .partial folder that
+# the caller removes), so the launcher kills them if they have not exited this soon after a signal.
+SHUTDOWN_TIMEOUT_S = 2
+# The signals torch elastic turns into SignalException while the workers run.
+HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
+# torch elastic's loggers that warn once per worker while shutting down (each sets its own level).
+CHATTY_LOGGERS = ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api")
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """The launch was stopped by a signal (Ctrl-C: SIGINT); every worker is gone."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """What a shell reports for a process killed by this signal: 128 + its number (130 for Ctrl-C)."""
+        return 128 + self.signum
 
 
 def default_backend(local_workers: int | None = None) -> str:
@@ -37,14 +67,75 @@ def init_worker(backend: str) -> None:
 
 @record  # writes the worker's traceback where the launcher's ChildFailedError reports it
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
+    # Ctrl-C kills a worker at once, even inside a collective: a KeyboardInterrupt would unwind
+    # into collectives (and the final barrier) that the other, dying workers never join.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if threads:
         torch.set_num_threads(threads)
     init_worker(backend)
     try:
-        return fn(*args)
+        result = fn(*args)
+        dist.barrier()  # only after success: a failed rank's peers are stopped by the launcher
+        return result
     finally:
-        dist.barrier()
         dist.destroy_process_group()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The failing rank and its error, from torch elastic's ``ChildFailedError``: the cause first, then the details."""
+    try:
+        rank, failure = exc.get_first_failure()  # type: ignore[attr-defined]
+    except Exception:
+        return str(exc)
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", message)
+    if isinstance(message, dict):
+        message = message.get("message", str(message))
+    text = str(message).strip() or f"exit code {failure.exitcode}"
+    return f"rank {rank} failed: {text.splitlines()[-1]}\n{text}"
+
+
+def _interrupting_signal(exc: BaseException) -> int | None:
+    """The signal that stopped the launch, if ``exc`` says it was one; else None."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    if isinstance(exc, SignalException):
+        return int(exc.sigval)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    failures = getattr(exc, "failures", None)  # ChildFailedError: Ctrl-C in a terminal reaches the workers too
+    if failures and all(f.exitcode == -signal.SIGINT for f in failures.values()):
+        return int(signal.SIGINT)
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_elastic_shutdown() -> Iterator[None]:
+    """Keep torch elastic's shutdown warnings ("Closing process N via signal SIGINT", one per worker) off the terminal."""
+    levels = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def _signal_handlers_restored() -> Iterator[None]:
+    """Put back this process's handlers of the signals torch elastic takes over while the workers run."""
+    if threading.current_thread() is not threading.main_thread():  # elastic leaves them alone there too
+        yield
+        return
+    handlers = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def launch(
@@ -62,7 +153,9 @@ def launch(
 
     ``fn`` must be importable (a module-level function). A worker's exception stops the whole
     world and is raised here as ``torch.distributed.elastic``'s ``ChildFailedError``, which names
-    the failing rank and carries its traceback.
+    the failing rank and carries its traceback (:func:`describe_failure` makes it a message).
+    Ctrl-C or SIGTERM stops every worker within :data:`SHUTDOWN_TIMEOUT_S` and raises
+    :class:`LaunchInterrupted`.
     """
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -87,6 +180,14 @@ def launch(
         max_restarts=0,
         monitor_interval=0.05,
         start_method="spawn",
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
-    results = elastic_launch(config, _worker)(fn, backend, threads, args)
+    with _quiet_elastic_shutdown(), _signal_handlers_restored():
+        try:
+            results = elastic_launch(config, _worker)(fn, backend, threads, args)
+        except BaseException as exc:
+            signum = _interrupting_signal(exc)
+            if signum is None:
+                raise
+            raise LaunchInterrupted(signum) from None
     return [results[r] for r in range(nprocs)]

@@ -4,12 +4,14 @@
     muon-repro report  [--metrics metrics/] [--figures figures/] [--out report/] [--format md,pdf]
 
 Both read only the tables ``muon-repro analyze`` wrote under ``--metrics``: a copy of that
-folder is all they need, no traces or run directories.
+folder is all they need, no traces or run directories. ``--out`` is checked before anything
+is read: it must be a folder (or a place one can be made) that can be written.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 
@@ -30,9 +32,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_report)
 
 
+def check_out_folder(out: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that is a file or that cannot be made or written
+    (a folder is created in it, or in its nearest existing parent, and removed)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{option} {out} is a file, not a folder: choose a folder")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{option} {out}: {existing} is a file, so the folder cannot be made; choose another place")
+    try:
+        tempfile.TemporaryDirectory(prefix=".muon-repro-probe-", dir=existing).cleanup()
+    except OSError as exc:
+        raise ValueError(f"{option} {out}: {existing} cannot be written ({exc.strerror}); choose a folder you can write") from exc
+
+
 def run_figures(args: argparse.Namespace) -> int:
     from muon_repro.report.build import make_figures
 
+    check_out_folder(Path(args.out))
     for name, path in make_figures(Path(args.metrics), Path(args.out)).items():
         print(f"{name:20s} {path} (+ .svg)")
     return 0
@@ -41,6 +58,7 @@ def run_figures(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from muon_repro.report.build import write_report
 
+    check_out_folder(Path(args.out))
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     for fmt, path in write_report(Path(args.metrics), Path(args.figures), Path(args.out), formats).items():
         print(f"{fmt:4s} {path}")

@@ -3,18 +3,22 @@
 :func:`load` reads ``metrics/<table>.parquet`` for every table in :data:`TABLES` (pandas'
 nullable dtypes: a missing value is NA) and checks what it reads; the accessors below refuse a
 missing column or value with a :class:`MissingMetric` that names ``table.column`` and the row,
-so nothing downstream ever shows an empty cell. The report never opens a run directory or a
+so nothing downstream ever shows an empty cell. The tables must be one set, stamped with one
+generation by one run of ``muon-repro analyze`` (:class:`MixedTables` names the files that are not). The report never opens a run directory or a
 trace: whatever it needs from them, ``muon-repro analyze`` has put in a table.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation  # noqa: F401 - MixedTables: what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.analysis.schemas).
 TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment")
@@ -22,6 +26,8 @@ TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline
 PER_TRIAL = ("steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
 KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TABLES} | {"comparisons": ("muon_run", "adamw_run"), "claims": ("claim_id",)}
+# The stamp `muon-repro analyze` puts in every Parquet table (muon_repro.table_set; pandas reads it
+# back as DataFrame.attrs).
 
 
 class MissingMetric(ValueError):
@@ -50,7 +56,8 @@ class ReportData:
 
 
 def read_table(metrics_dir: Path, name: str) -> pd.DataFrame:
-    """``metrics_dir/<name>.parquet`` with nullable dtypes; :class:`FileNotFoundError` naming it if absent."""
+    """``metrics_dir/<name>.parquet`` with nullable dtypes; :class:`FileNotFoundError` naming it if absent.
+    Its generation stamp, if any, is in ``df.attrs[GENERATION_KEY]``."""
     path = metrics_dir / f"{name}.parquet"
     if not path.is_file():
         raise FileNotFoundError(f"metrics table {path} is missing: run `muon-repro analyze traces/ --out {metrics_dir}` first")
@@ -60,12 +67,33 @@ def read_table(metrics_dir: Path, name: str) -> pd.DataFrame:
 
 
 def load(metrics_dir: str | Path) -> ReportData:
-    """Every table the report needs, read from ``metrics_dir``; the runs table must have runs."""
+    """Every table the report needs, read from ``metrics_dir``: one set (:func:`check_one_set`),
+    and the runs table must have runs."""
     metrics_dir = Path(metrics_dir)
     tables = {name: read_table(metrics_dir, name) for name in TABLES}
+    check_one_set(metrics_dir, {f"{name}.parquet": _pop_stamp(df) for name, df in tables.items()})
     if tables["runs"].empty:
         raise ValueError(f"metrics table {metrics_dir / 'runs.parquet'} has no runs")
     return ReportData(**tables, metrics_dir=metrics_dir)
+
+
+def _pop_stamp(df: pd.DataFrame) -> str | None:
+    """The table's generation, taken out of ``df.attrs`` so that it does not travel with the data."""
+    df.attrs.pop(CSV_SHA256_KEY, None)
+    generation = df.attrs.pop(GENERATION_KEY, None)
+    return str(generation) if generation is not None else None
+
+
+def check_one_set(metrics_dir: Path, generations: dict[str, str | None]) -> None:
+    """Refuse tables (file name -> generation) that different runs of ``muon-repro analyze`` wrote,
+    naming the files of each generation; warn when none is stamped (written before stamps)."""
+    if generations and set(generations.values()) == {None}:
+        warnings.warn(
+            f"{metrics_dir}: the tables carry no generation stamp (written before muon-repro stamped them), so a mix "
+            f"of two analyses cannot be detected; re-run `muon-repro analyze traces/ --out {metrics_dir}` to stamp them",
+            stacklevel=3,
+        )
+    one_generation(metrics_dir, generations)
 
 
 # ---------------------------------------------------------------- checked access

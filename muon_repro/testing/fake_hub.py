@@ -29,8 +29,10 @@ Endpoints (paths as ``huggingface_hub`` 2.x builds them; ``{t}`` is models/datas
 ====================================================  ====================================
 
 Run one by hand with ``python -m muon_repro.testing.fake_hub [--port N]``; in tests use
-``with FakeHub() as hub: ... hub.url ...``. ``hub.requests`` records every (method, path) and
-``hub.add_hook`` runs a function before a matching request (to inject a concurrent push).
+``with FakeHub() as hub: ... hub.url ...``. ``hub.requests`` records every (method, path),
+``hub.add_hook`` runs a function before a matching request (to inject a concurrent push), and
+``hub.stop_answering(method, path_regex)`` makes it a Hub that hangs: matching requests are
+read and never answered (nor applied) until ``hub.resume_answering()`` or ``hub.stop()``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ class FakeHub:
     def add_hook(self, method: str, path_regex: str, fn: Callable[[], None], *, once: bool = True) -> None:
         self.app.add_hook(method, path_regex, fn, once=once)
 
+    def stop_answering(self, method: str = "", path_regex: str = "") -> None:
+        """Matching requests (every one by default) are accepted, read, and never answered nor applied."""
+        self.app.stop_answering(method, path_regex)
+
+    def resume_answering(self) -> None:
+        self.app.resume_answering()
+
     def start(self) -> FakeHub:
         # A short poll interval: stopping waits for it, and tests start and stop many hubs.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
@@ -94,6 +103,7 @@ class FakeHub:
         return self
 
     def stop(self) -> None:
+        self.app.resume_answering()  # let the threads of unanswered requests end
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -126,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m muon_repro.testing.fake_hub", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="a loopback address (default: %(default)s)")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    parser.add_argument("--unresponsive", action="store_true", help="accept connections, never answer (to try timeouts)")
     args = parser.parse_args(argv)
     hub = FakeHub(args.host, args.port)
+    if args.unresponsive:
+        hub.stop_answering()
     print(f"fake Hub (a test double, in memory) at {hub.url}", flush=True)
     print(f"use it with: HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1 HF_TOKEN=anything ...", flush=True)
     try:

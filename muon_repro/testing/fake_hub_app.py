@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,9 @@ class FakeHubApp:
         self.store = store or HubStore()
         self.requests: list[tuple[str, str]] = []
         self._hooks: list[tuple[str, re.Pattern[str], Callable[[], None]]] = []
+        # Requests matching one of these get no answer until resume_answering() (see stop_answering).
+        self._silenced: list[tuple[str, re.Pattern[str]]] = []
+        self._resumed = threading.Event()
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Response]]] = []
         repo = r"/(?P<t>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"  # under /api/
         git_repo = r"/(?:(?P<t>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+)"  # outside /api/: models have no prefix
@@ -106,6 +110,24 @@ class FakeHubApp:
         entry = (method.upper(), re.compile(path_regex), hook)
         self._hooks.append(entry)
 
+    def stop_answering(self, method: str = "", path_regex: str = "") -> None:
+        """From now on, a matching request (every one by default; ``method`` "" is any) gets no answer.
+
+        The connection is accepted and the request read, then nothing is sent back and nothing is
+        applied: a Hub that hangs. Each such request is still recorded in ``requests``.
+        """
+        if self._resumed.is_set():
+            self._resumed = threading.Event()
+        self._silenced.append((method.upper(), re.compile(path_regex)))
+
+    def resume_answering(self) -> None:
+        """Answer again; the requests left hanging get a 503 (they were not applied)."""
+        self._silenced.clear()
+        self._resumed.set()
+
+    def _silenced_for(self, method: str, path: str) -> bool:
+        return any(m in ("", method) and pattern.search(path) for m, pattern in self._silenced)
+
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         raw_path = environ.get("RAW_PATH", environ.get("PATH_INFO", "/"))
         segments = [unquote(s) for s in raw_path.split("/")]
@@ -123,6 +145,11 @@ class FakeHubApp:
         )
         path = "/".join(segments)
         self.requests.append((req.method, path))
+        if self._silenced_for(req.method, path):
+            self._resumed.wait()  # the client times out long before, as against a Hub that hangs
+            status, out_headers, body = _json(503, {"error": "the fake Hub was not answering"})
+            start_response(f"{status} {_REASONS[status]}", [*out_headers.items(), ("Content-Length", str(len(body)))])
+            return [body]
         try:
             for method, pattern, hook in list(self._hooks):
                 if method == req.method and pattern.search(path):
@@ -440,7 +467,8 @@ class FakeHubApp:
 
 
 _REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            409: "Conflict", 412: "Precondition Failed", 416: "Range Not Satisfiable", 500: "Internal Server Error"}  # fmt: skip
+            409: "Conflict", 412: "Precondition Failed", 416: "Range Not Satisfiable", 500: "Internal Server Error",
+            503: "Service Unavailable"}  # fmt: skip
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:

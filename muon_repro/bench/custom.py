@@ -1,0 +1,102 @@
+"""A run shape from the command line: ``--optimizer --dp --tp --preset | --hidden --layers --heads ...``.
+
+Shared by ``muon-repro predict`` and ``muon-repro bench custom``: :func:`add_run_shape_arguments`
+puts the flags on a parser, :func:`config_from_args` turns them into a validated
+:class:`~muon_repro.bench.configs.BenchConfig` of group ``custom`` named after the flags. Errors are
+``ValueError``s naming the flag, which ``muon-repro`` prints as ``muon-repro <command>: error: ...``.
+Imports nothing heavy (no torch), so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from muon_repro.bench.configs import SCALE_SPECS, SCALES, BenchConfig
+from muon_repro.model_config import PRESETS
+from muon_repro.rundir import LAYOUTS, OVERLAPS
+
+CUSTOM_GROUP = "custom"
+DEFAULT_BASE_PRESET = "small"  # the unspecified fields of a shape given without --preset (vocabulary, sequence room)
+# --flag -> BenchConfig field, for the model shape
+SHAPE_FLAGS = {"hidden": "hidden", "layers": "n_layers", "heads": "n_heads", "ffn": "ffn_hidden", "vocab": "vocab_size"}
+
+
+def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = True) -> None:
+    """The flags that say what one run trains and how it is laid out over DP x TP ranks
+    (``scale=False``: the parser has its own ``--scale``, as ``muon-repro bench`` does)."""
+    group = parser.add_argument_group("run shape")
+    group.add_argument("--optimizer", choices=("muon", "adamw"), help="the optimizer (required)")
+    group.add_argument("--dp", type=int, help="data-parallel ranks (required)")
+    group.add_argument("--tp", type=int, help="tensor-parallel ranks (required)")
+    group.add_argument("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
+    group.add_argument("--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)")
+    group.add_argument("--layers", type=int, metavar="L", help="transformer blocks")
+    group.add_argument("--heads", type=int, metavar="A", help="attention heads")
+    group.add_argument("--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)")
+    group.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)")
+    group.add_argument("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks (required)")
+    group.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (required)")
+    group.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="ZeRO-1 layout (default: %(default)s)")
+    group.add_argument("--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)")
+    group.add_argument("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
+    if scale:
+        group.add_argument("--scale", choices=SCALES, default="cpu", help="the scale whose bucket size the bucketed layout takes (default: %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """The validated run of the flags (group ``custom``, a name derived from them)."""
+    missing = [f"--{flag.replace('_', '-')}" for flag in ("optimizer", "dp", "tp", "tokens_per_step", "seq_len") if getattr(args, flag) is None]
+    if missing:
+        raise ValueError(f"the run shape needs {', '.join(missing)}")
+    preset, shape = model_shape(args)
+    fields = dict(
+        group=CUSTOM_GROUP,
+        optimizer=args.optimizer,
+        dp=args.dp,
+        tp=args.tp,
+        layout=args.layout,
+        overlap=args.overlap,
+        scale=args.scale,
+        preset=preset,
+        tokens_per_step=args.tokens_per_step,
+        seq_len=args.seq_len,
+        bucket_elems=bucket_elems(args),
+        **shape,
+    )
+    return BenchConfig(name=run_name(fields), **fields)
+
+
+def model_shape(args: argparse.Namespace) -> tuple[str, dict[str, int]]:
+    """The base preset and the BenchConfig shape overrides the flags give."""
+    given = {field: getattr(args, flag) for flag, field in SHAPE_FLAGS.items() if getattr(args, flag) is not None}
+    if args.preset is None:
+        needed = [f"--{flag}" for flag in ("hidden", "layers", "heads") if getattr(args, flag) is None]
+        if needed:
+            raise ValueError(f"give --preset NAME, or the model shape: {', '.join(needed)} missing (with --hidden, --layers and --heads)")
+    if "hidden" in given and "ffn_hidden" not in given:
+        given["ffn_hidden"] = 4 * given["hidden"]
+    return args.preset or DEFAULT_BASE_PRESET, given
+
+
+def bucket_elems(args: argparse.Namespace) -> int | None:
+    if args.layout != "bucketed":
+        if args.bucket_elems is not None:
+            raise ValueError(f"--bucket-elems applies to --layout bucketed only, not {args.layout}")
+        return None
+    if args.bucket_elems is not None and args.bucket_elems < 1:
+        raise ValueError(f"--bucket-elems must be a positive integer, got {args.bucket_elems}")
+    return args.bucket_elems or SCALE_SPECS[args.scale].bucket_elems
+
+
+def run_name(fields: dict) -> str:
+    """``muon_dp2_tp2_small_t1024_s128_contiguous``, with ``h..l..a..`` (and ``f``/``v``) for a custom shape."""
+    shape = fields["preset"] if not any(k in fields for k in SHAPE_FLAGS.values()) else _shape_label(fields)
+    parts = [fields["optimizer"], f"dp{fields['dp']}", f"tp{fields['tp']}", shape, f"t{fields['tokens_per_step']}", f"s{fields['seq_len']}", fields["layout"]]
+    if fields["overlap"] != "none":
+        parts.append(fields["overlap"])
+    return "_".join(parts)
+
+
+def _shape_label(fields: dict) -> str:
+    letters = {"hidden": "h", "n_layers": "l", "n_heads": "a", "ffn_hidden": "f", "vocab_size": "v"}
+    return fields["preset"] + "-" + "".join(f"{letter}{fields[name]}" for name, letter in letters.items() if name in fields)

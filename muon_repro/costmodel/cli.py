@@ -1,0 +1,145 @@
+"""``muon-repro calibrate`` and ``muon-repro predict``: measure this machine, price a run on any machine.
+
+Heavy imports (torch, pandas) stay inside the command functions, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from muon_repro.bench.custom import add_run_shape_arguments
+
+# run-shape flags without a default (argparse dests): set only when a single run is predicted
+SHAPE_DESTS = ("optimizer", "dp", "tp", "preset", "hidden", "layers", "heads", "ffn", "vocab", "tokens_per_step", "seq_len", "bucket_elems")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_calibrate(subparsers)
+    _register_predict(subparsers)
+
+
+def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this machine's compute and collective rates into a machine profile (JSON)",
+        description=(
+            "Microbenchmark this machine (matmuls, Newton-Schulz, attention, cross-entropy, GELU, element-wise kernels "
+            "at the model presets' shapes; operator overhead; the compute share of ranks on shared cores; an "
+            "alpha-beta fit per collective and group size in gloo or NCCL worlds of --ranks workers) and write the "
+            "profile muon-repro predict --machine reads, plus a calibration table beside it. About a minute on 2 cores."
+        ),
+    )
+    p.add_argument("--out", type=Path, required=True, help="the profile to write, e.g. machine.json (written atomically)")
+    p.add_argument("--name", help="profile name (default: --out's file name without .json)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="collectives' backend (nccl: GPUs) (default: %(default)s)")
+    p.add_argument("--ranks", type=_int_list, default=(2, 4), help="world sizes to measure, comma-separated (default: 2,4)")
+    p.add_argument("--threads", type=int, help="torch threads per rank (default: the bench's, cpu_count // ranks, at least 1)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions: seconds instead of a minute")
+    p.add_argument("--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)")
+    p.set_defaults(func=_calibrate)
+
+
+def _register_predict(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="predict a run's per-rank step time and its parts on a machine profile",
+        description=(
+            "Price one run shape (the flags below) on --machine: a profile file from muon-repro calibrate, or a shipped "
+            "profile's name. Prints the step time of the slowest rank, forward, backward, the optimizer and its phases, "
+            "communication transfer and wait, per rank. --validate TRACES predicts every recorded run under TRACES "
+            "instead and compares with its measured times (the predictions table)."
+        ),
+    )
+    p.add_argument("--machine", help="machine profile: a JSON file, or a shipped name (see --list-machines) (required)")
+    p.add_argument("--list-machines", action="store_true", help="list the shipped profiles and exit")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.add_argument("--unprofiled", action="store_true", help="price the step without the bench's profiler's per-operator cost")
+    p.add_argument("--validate", type=Path, metavar="TRACES", help="predict every recorded run under TRACES and compare with its measurements")
+    p.add_argument("--out", type=Path, help="with --validate: folder for predictions.parquet and predictions.csv")
+    add_run_shape_arguments(p)
+    p.set_defaults(func=_predict)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,4, got {text!r}") from None
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from muon_repro.costmodel.calibrate import calibrate, format_summary
+    from muon_repro.costmodel.machine import write_profile
+    from muon_repro.costmodel.tables import CALIBRATION, write_table
+
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a folder; give the profile's file name, such as {args.out / 'machine.json'}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+    name = args.name or args.out.stem
+    print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
+    _warn_if_busy(args.out)
+    profile, rows = calibrate(name, backend=args.backend, ranks=args.ranks, threads=args.threads, quick=args.quick,
+                              log=lambda line: print(line, flush=True))  # fmt: skip
+    write_profile(profile, args.out)
+    tables = write_table(rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration")
+    print(format_summary(profile))
+    print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")
+    return 0
+
+
+def _warn_if_busy(out: Path) -> None:
+    """Other processes on the machine slow every figure down, the compute share and the jitter most."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    cores = os.cpu_count() or 1
+    if load > 0.5 * cores:
+        print(f"muon-repro calibrate: warning: calibrating {out} while the machine is busy (load average {load:.1f} on {cores} cores): "
+              "the profile will price runs as if that load stayed; calibrate on a quiet machine for runs recorded on one",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from muon_repro.costmodel.machine import named_profiles, resolve_profile
+
+    if args.list_machines:
+        for name, path in named_profiles().items():
+            print(f"{name:<28} {resolve_profile(path).description}")
+        return 0
+    if args.machine is None:
+        raise ValueError(f"--machine is required: a profile from muon-repro calibrate, or one of {', '.join(named_profiles())}")
+    machine = resolve_profile(args.machine)
+    if args.validate is not None:
+        given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
+        if given:
+            raise ValueError(f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}")
+        return _validate(args, machine)
+    if args.out is not None:
+        raise ValueError("--out goes with --validate (the predictions table); a single prediction prints (use --json)")
+    from muon_repro.bench.custom import config_from_args
+    from muon_repro.costmodel.predict import format_prediction, predict
+
+    cfg = config_from_args(args)
+    prediction = predict(cfg, machine, profiled=not args.unprofiled)
+    print(json.dumps(prediction.to_dict(), indent=1) if args.json else format_prediction(prediction))
+    return 0
+
+
+def _validate(args: argparse.Namespace, machine) -> int:
+    from muon_repro.costmodel.tables import PREDICTIONS, write_table
+    from muon_repro.costmodel.validate import format_validation, validate
+
+    rows = validate(args.validate, machine, profiled=not args.unprofiled)
+    if not rows:
+        raise ValueError(f"--validate {args.validate}: no run with measured steps")
+    print(json.dumps(rows, indent=1) if args.json else format_validation(rows))
+    if args.out is not None:
+        written = write_table(rows, PREDICTIONS, args.out)
+        print(f"wrote {', '.join(str(w) for w in written)}")
+    return 0

@@ -1,0 +1,388 @@
+"""A machine profile: the rates the cost model prices a run with, read from and written to JSON.
+
+A profile is either measured (``muon-repro calibrate`` writes one for the machine it runs on) or
+written by hand for hardware we do not have, from published figures (``profiles/*.json``: each
+names its sources and the fraction of each peak it assumes is reached, its ``efficiency``).
+
+Figures, per rank (one process, one GPU or ``threads`` CPU cores)::
+
+    matmul_tflops          {dtype: TFLOP/s} of activations x weights matmuls
+    newton_schulz_tflops   {dtype: TFLOP/s} of zeropower_via_newtonschulz5 (its matmul FLOPs / its time)
+    elementwise_gbps       GB/s moved by an element-wise kernel (p.add_(u, alpha=a): 12 bytes per fp32 element)
+    op_overhead_us         host time per operator call of a training step (Python, dispatch, autograd; on a GPU the launch)
+    collectives            alpha-beta fits per collective: t = alpha + ring bytes per rank / beta
+
+Optional figures fall back to the ones above (see the field comments). The effective rate of a
+figure is ``figure * efficiency[kind]`` (1 where ``efficiency`` says nothing: a measured figure
+is already what the machine reaches). This module imports nothing heavy (no torch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from muon_repro.rundir import NEWTON_SCHULZ, write_json
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("gloo", "nccl")
+DTYPES = ("fp32", "bf16")
+COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce")  # muon_repro.parallel.comm.OPS, without torch
+SCOPES = ("intra_node", "inter_node")  # a group inside one node, or spanning nodes
+EFFICIENCY_KINDS = ("matmul", "attention", NEWTON_SCHULZ, "elementwise", "cross_entropy", "gelu", "op_overhead", *SCOPES)
+# Memory passes of a kernel's fp32 input when it is bandwidth-bound (a GPU), for the optional
+# figures' fallbacks: cross-entropy forward+backward reads and writes the logits about 8 times
+# (log-softmax, its backward, the one-hot scatter), GELU forward+backward 5 times.
+CROSS_ENTROPY_PASSES = 8
+GELU_PASSES = 5
+
+
+class ProfileError(ValueError):
+    """A machine profile that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """``t = alpha + bytes / beta`` for one collective, ``bytes`` being what one rank sends under the
+    ring model (:func:`muon_repro.parallel.comm.ring_bytes_per_rank`), so ``beta`` is a bus bandwidth.
+
+    ``group_size`` / ``world_size`` null: any size not listed on its own. ``world_size``: the ranks
+    running at once when it was measured (every group of that size busy together, as in a run).
+    """
+
+    op: str
+    alpha_us: float
+    beta_gbps: float
+    group_size: int | None = None
+    scope: str = "intra_node"
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_choice("op", self.op, COLLECTIVE_OPS)
+        _check_choice("scope", self.scope, SCOPES)
+        _check_number("alpha_us", self.alpha_us, minimum=0.0)
+        _check_number("beta_gbps", self.beta_gbps)
+        for name in ("group_size", "world_size"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 2):
+                raise ProfileError(f"{name} must be an integer >= 2 or null, got {value!r}")
+
+    def seconds(self, ring_bytes: float, efficiency: float = 1.0) -> float:
+        """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta)."""
+        return self.alpha_us * 1e-6 + ring_bytes / (self.beta_gbps * 1e9 * efficiency)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A published figure a hand-written profile rests on: where it is quoted from and what it says."""
+
+    figure: str  # the profile field it supports, e.g. "matmul_tflops.bf16"
+    quote: str  # the figure as the source states it
+    url: str
+    note: str = ""  # how it was turned into the field's value (dense vs sparse, per direction...)
+
+    def __post_init__(self) -> None:
+        for name in ("figure", "quote", "url"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ProfileError(f"sources: {name} must be a non-empty string, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    """What one rank of a run computes and sends per second on a machine (see the module docstring)."""
+
+    name: str
+    device: str  # cpu | cuda
+    backend: str  # gloo | nccl
+    matmul_tflops: dict[str, float]
+    newton_schulz_tflops: dict[str, float]
+    elementwise_gbps: float
+    op_overhead_us: float
+    collectives: tuple[CollectiveFit, ...]
+    description: str = ""
+    profiled_op_overhead_us: float | None = None  # under the bench's profiler (record_shapes, profile_memory); default op_overhead_us
+    attention_tflops: dict[str, float] = field(default_factory=dict)  # SDPA forward+backward; default: matmul_tflops
+    cross_entropy_gbps: float | None = None  # fp32 logits bytes per second, forward+backward; default: elementwise / 8
+    gelu_gbps: float | None = None  # fp32 input bytes per second, forward+backward; default: elementwise / 5
+    ranks_per_node: int | None = None  # null: every rank of a run on one node
+    compute_share: dict[int, float] = field(default_factory=dict)  # {ranks computing at once on a node: fraction of the rate each gets}
+    arrival_jitter_us: dict[int, float] = field(default_factory=dict)  # {group size: mean wait per collective for the group's last rank, when ranks share cores}
+    efficiency: dict[str, float] = field(default_factory=dict)  # {EFFICIENCY_KINDS: fraction of the figure reached}
+    sources: tuple[Source, ...] = ()
+    calibration: dict[str, Any] = field(default_factory=dict)  # how a measured profile was measured
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ProfileError(f"name must be a non-empty string, got {self.name!r}")
+        _check_choice("device", self.device, DEVICES)
+        _check_choice("backend", self.backend, BACKENDS)
+        for name in ("matmul_tflops", "newton_schulz_tflops", "attention_tflops"):
+            _check_dtype_rates(name, getattr(self, name), required=name != "attention_tflops")
+        _check_number("elementwise_gbps", self.elementwise_gbps)
+        _check_number("op_overhead_us", self.op_overhead_us, minimum=0.0)
+        for name in ("profiled_op_overhead_us", "cross_entropy_gbps", "gelu_gbps"):
+            if getattr(self, name) is not None:
+                _check_number(name, getattr(self, name), minimum=0.0 if name.endswith("_us") else None)
+        if self.ranks_per_node is not None and (not _is_int(self.ranks_per_node) or self.ranks_per_node < 1):
+            raise ProfileError(f"ranks_per_node must be a positive integer or null, got {self.ranks_per_node!r}")
+        if not self.collectives:
+            raise ProfileError("collectives must list at least one fit")
+        for world, share in self.compute_share.items():
+            if not _is_int(world) or world < 1:
+                raise ProfileError(f"compute_share keys are rank counts (integers >= 1), got {world!r}")
+            _check_number(f"compute_share[{world}]", share, maximum=1.0)
+        for size, us in self.arrival_jitter_us.items():
+            if not _is_int(size) or size < 2:
+                raise ProfileError(f"arrival_jitter_us keys are group sizes (integers >= 2), got {size!r}")
+            _check_number(f"arrival_jitter_us[{size}]", us, minimum=0.0)
+        for kind, value in self.efficiency.items():
+            if kind not in EFFICIENCY_KINDS:
+                raise ProfileError(f"efficiency: unknown kind {kind!r}; expected some of {', '.join(EFFICIENCY_KINDS)}")
+            _check_number(f"efficiency.{kind}", value, maximum=1.0)
+
+    # ---------------------------------------------------------------- rates
+
+    def eff(self, kind: str) -> float:
+        return self.efficiency.get(kind, 1.0)
+
+    def matmul_flops_per_s(self, dtype: str) -> float:
+        return self._rate("matmul_tflops", self.matmul_tflops, dtype) * 1e12 * self.eff("matmul")
+
+    def newton_schulz_flops_per_s(self, dtype: str) -> float:
+        return self._rate("newton_schulz_tflops", self.newton_schulz_tflops, dtype) * 1e12 * self.eff(NEWTON_SCHULZ)
+
+    def attention_flops_per_s(self, dtype: str) -> float:
+        if dtype in self.attention_tflops:
+            return self.attention_tflops[dtype] * 1e12 * self.eff("attention")
+        return self.matmul_flops_per_s(dtype)
+
+    def elementwise_bytes_per_s(self) -> float:
+        return self.elementwise_gbps * 1e9 * self.eff("elementwise")
+
+    def cross_entropy_bytes_per_s(self) -> float:
+        if self.cross_entropy_gbps is None:
+            return self.elementwise_bytes_per_s() / CROSS_ENTROPY_PASSES
+        return self.cross_entropy_gbps * 1e9 * self.eff("cross_entropy")
+
+    def gelu_bytes_per_s(self) -> float:
+        if self.gelu_gbps is None:
+            return self.elementwise_bytes_per_s() / GELU_PASSES
+        return self.gelu_gbps * 1e9 * self.eff("gelu")
+
+    def op_seconds(self, profiled: bool) -> float:
+        """Host time of one operator call, under the bench's profiler or not."""
+        us = self.profiled_op_overhead_us if profiled and self.profiled_op_overhead_us is not None else self.op_overhead_us
+        return us * 1e-6 / self.eff("op_overhead")
+
+    def _rate(self, field_name: str, rates: dict[str, float], dtype: str) -> float:
+        if dtype not in rates:
+            raise ProfileError(f"machine {self.name!r}: {field_name} has no {dtype!r} figure (it has {sorted(rates)}); add one to the profile")
+        return rates[dtype]
+
+    def compute_cores(self, local_ranks: int) -> float | None:
+        """How many ranks' worth of compute ``local_ranks`` ranks computing at once on one node get
+        in all (``compute_share * local_ranks``), or ``None`` when each rank has its own device.
+
+        A count not measured takes the nearest measured one below it (the cores do not grow with
+        the ranks), else the smallest one measured.
+        """
+        if not self.compute_share:
+            return None
+        below = [w for w in self.compute_share if w <= local_ranks]
+        world = max(below) if below else min(self.compute_share)
+        return self.compute_share[world] * world
+
+    def collective(self, op: str, group_size: int, scope: str = "intra_node", world_size: int | None = None) -> CollectiveFit:
+        """The fit for ``op`` on a group of ``group_size`` ranks: the exact group size if listed, else
+        one for any size (null), else the nearest listed size; among those, the one measured at
+        ``world_size`` if any, else the largest world."""
+        fits = [f for f in self.collectives if f.op == op and f.scope == scope]
+        if not fits:
+            raise ProfileError(f"machine {self.name!r} has no {op} fit for scope {scope!r}; add one to its collectives")
+        exact = [f for f in fits if f.group_size == group_size]
+        anysize = [f for f in fits if f.group_size is None]
+        if exact or anysize:
+            fits = exact or anysize
+        else:
+            nearest = min({f.group_size for f in fits}, key=lambda g: (abs(math.log(g / group_size)), g))
+            fits = [f for f in fits if f.group_size == nearest]
+        same_world = [f for f in fits if world_size is not None and f.world_size == world_size]
+        return (same_world or sorted(fits, key=lambda f: f.world_size or 0))[-1]
+
+    def collective_efficiency(self, scope: str) -> float:
+        return self.eff(scope)
+
+    def arrival_jitter_s(self, group_size: int) -> float:
+        """Mean wait per collective call for the last rank of a group of ``group_size`` when ranks
+        share cores (the nearest measured size; 0 when none was measured)."""
+        if not self.arrival_jitter_us:
+            return 0.0
+        nearest = min(self.arrival_jitter_us, key=lambda g: (abs(math.log(g / group_size)), g))
+        return self.arrival_jitter_us[nearest] * 1e-6
+
+    def shares_cores(self, local_ranks: int) -> bool:
+        """Whether ``local_ranks`` ranks computing at once on a node get less than a rank's worth each."""
+        cores = self.compute_cores(local_ranks)
+        return cores is not None and cores < local_ranks * (1 - 1e-9)
+
+    # ---------------------------------------------------------------- JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["collectives"] = [asdict(c) for c in self.collectives]
+        out["sources"] = [asdict(s) for s in self.sources]
+        out["compute_share"] = {str(k): v for k, v in self.compute_share.items()}
+        out["arrival_jitter_us"] = {str(k): v for k, v in self.arrival_jitter_us.items()}
+        return out
+
+
+_REQUIRED = ("name", "device", "backend", "matmul_tflops", "newton_schulz_tflops", "elementwise_gbps", "op_overhead_us", "collectives")
+_KNOWN = tuple(f.name for f in fields(MachineProfile))
+_COLLECTIVE_REQUIRED = ("op", "alpha_us", "beta_gbps")
+_COLLECTIVE_KNOWN = tuple(f.name for f in fields(CollectiveFit))
+_SOURCE_REQUIRED = ("figure", "quote", "url")
+_SOURCE_KNOWN = tuple(f.name for f in fields(Source))
+
+
+def profile_from_dict(raw: Any, where: str = "machine profile") -> MachineProfile:
+    """A validated profile from decoded JSON; errors name ``where`` (the file) and the field."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: a machine profile is a JSON object, got {type(raw).__name__}")
+    _check_keys(raw, _KNOWN, _REQUIRED, where, "")
+    values = dict(raw)
+    try:
+        values["collectives"] = tuple(_collective_from(c, where, i) for i, c in enumerate(_list(raw["collectives"], where, "collectives")))
+        values["sources"] = tuple(_source_from(s, where, i) for i, s in enumerate(_list(raw.get("sources", []), where, "sources")))
+        values["compute_share"] = _int_keys(raw.get("compute_share", {}), where, "compute_share", "a rank count")
+        values["arrival_jitter_us"] = _int_keys(raw.get("arrival_jitter_us", {}), where, "arrival_jitter_us", "a group size")
+        return MachineProfile(**values)
+    except ProfileError as exc:
+        if str(exc).startswith(where):
+            raise
+        raise ProfileError(f"{where}: {exc}") from None
+    except TypeError as exc:  # a field of the wrong JSON type (a list where a number goes, ...)
+        raise ProfileError(f"{where}: {exc}") from None
+
+
+def _collective_from(raw: Any, where: str, index: int) -> CollectiveFit:
+    label = f"collectives[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: {label} must be an object with {', '.join(_COLLECTIVE_REQUIRED)}")
+    _check_keys(raw, _COLLECTIVE_KNOWN, _COLLECTIVE_REQUIRED, where, f"{label}.")
+    try:
+        return CollectiveFit(**raw)
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {label}: {exc}") from None
+
+
+def _source_from(raw: Any, where: str, index: int) -> Source:
+    label = f"sources[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: {label} must be an object with {', '.join(_SOURCE_REQUIRED)}")
+    _check_keys(raw, _SOURCE_KNOWN, _SOURCE_REQUIRED, where, f"{label}.")
+    return Source(**raw)
+
+
+def _int_keys(raw: Any, where: str, name: str, what: str) -> dict[int, float]:
+    """A JSON object keyed by integers written as strings (``{"4": 0.5}``)."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: {name} must be an object keyed by {what}, got {raw!r}")
+    out = {}
+    for key, value in raw.items():
+        try:
+            out[int(key)] = value
+        except (TypeError, ValueError):
+            raise ProfileError(f"{where}: {name} key {key!r} is not {what} (an integer)") from None
+    return out
+
+
+def _list(value: Any, where: str, name: str) -> list:
+    if not isinstance(value, list):
+        raise ProfileError(f"{where}: {name} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(raw: Mapping, known: tuple[str, ...], required: tuple[str, ...], where: str, prefix: str) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ProfileError(f"{where}: unknown field(s) {', '.join(prefix + k for k in unknown)}; known fields: {', '.join(known)}")
+    missing = [k for k in required if raw.get(k) is None]
+    if missing:
+        raise ProfileError(f"{where}: missing figure(s) {', '.join(prefix + k for k in missing)}; every profile needs {', '.join(required)}")
+
+
+# ---------------------------------------------------------------- files and names
+
+
+def named_profiles() -> dict[str, Path]:
+    """The profiles shipped with the package, by name (the file name without ``.json``)."""
+    return {p.stem: p for p in sorted(PROFILE_DIR.glob("*.json"))}
+
+
+def read_profile(path: str | Path) -> MachineProfile:
+    """A profile from a JSON file, validated; errors name the file."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"machine profile {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"machine profile {path} is not readable JSON: {exc}") from None
+    return profile_from_dict(raw, where=str(path))
+
+
+def resolve_profile(spec: str | Path) -> MachineProfile:
+    """``--machine``: a path to a profile, or the name of a shipped one (``h100-8x-nvlink``)."""
+    path = Path(spec)
+    if path.is_file():
+        return read_profile(path)
+    named = named_profiles()
+    if str(spec) in named:
+        return read_profile(named[str(spec)])
+    raise ProfileError(f"--machine {spec}: no such file and no shipped profile of that name; shipped profiles: {', '.join(named)}")
+
+
+def write_profile(profile: MachineProfile, path: str | Path) -> Path:
+    """Write ``profile`` as JSON through a temporary file and an atomic rename."""
+    path = Path(path)
+    if path.is_dir():
+        raise ProfileError(f"--out {path} is a folder; give a file name such as {path / 'machine.json'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, profile.to_dict())
+    return path
+
+
+# ---------------------------------------------------------------- value checks
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ProfileError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_number(name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None) -> None:
+    """A finite number, > 0 (or >= ``minimum``), <= ``maximum`` when given."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > 0 if minimum is None else value >= minimum) and (maximum is None or value <= maximum)
+    if not ok:
+        low = "> 0" if minimum is None else f">= {minimum}"
+        high = f" and <= {maximum}" if maximum is not None else ""
+        raise ProfileError(f"{name} must be a number {low}{high}, got {value!r}")
+
+
+def _check_dtype_rates(name: str, rates: Any, *, required: bool) -> None:
+    if not isinstance(rates, Mapping) or (required and not rates):
+        raise ProfileError(f"{name} must be an object {{dtype: TFLOP/s}} with at least one of {', '.join(DTYPES)}, got {rates!r}")
+    for dtype, value in rates.items():
+        _check_choice(f"{name} dtype", dtype, DTYPES)
+        _check_number(f"{name}.{dtype}", value)

@@ -1,0 +1,327 @@
+"""Predicted step time of a run on a machine, per rank and per phase, with the waits across ranks.
+
+Each rank's program (:mod:`muon_repro.costmodel.workload`) is played in lock-step, one stage at a
+time, on a clock per rank:
+
+* a compute stage takes its FLOPs over the profile's rates, its element-wise bytes over the
+  bandwidths, plus an operator-dispatch cost per call (added on a CPU, where ops run on the
+  host; on a GPU the host launches ahead, so a stage takes the larger of the two). Ranks that
+  share a node's cores (``compute_share``) share them as processor sharing: while k ranks compute
+  at once on C cores' worth, each gets min(1, C/k), and a rank that finishes early (a smaller
+  Newton-Schulz share) leaves its core to the others;
+* a collective is synchronous: every rank of the group waits for the last to arrive (``wait``),
+  then all take the alpha-beta time of its ring bytes (``transfer``). The largest Newton-Schulz
+  share therefore sets the pace of the DP group at the next gather or the parameter all-gather.
+  Where ranks share cores, they also arrive out of step with equal work (time slices): each call
+  adds the profile's measured ``arrival_jitter_us`` for its group size to the wait;
+  An asynchronous gather (overlap=pipelined) starts when the last rank issues it and only blocks
+  the rank that waits for it before it is done.
+
+The step's time is the slowest rank's (as the ``runs`` table counts it); optimizer and
+communication times are means over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from muon_repro.bench.configs import BenchConfig
+from muon_repro.costmodel.machine import MachineProfile
+from muon_repro.costmodel.workload import Comm, Compute, Stage, Workload, build_workload
+from muon_repro.rundir import (
+    BACKWARD,
+    DP_ALL_GATHER,
+    DP_GATHER,
+    DP_REDUCE_SCATTER,
+    FORWARD,
+    MOMENTUM,
+    NEWTON_SCHULZ,
+    OPTIMIZER,
+    TP_ALL_GATHER,
+    TP_ALL_REDUCE,
+    TP_GATHER,
+    UPDATE,
+)
+
+PARTS = (FORWARD, BACKWARD, OPTIMIZER)
+OPTIMIZER_PARTS = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, UPDATE, DP_ALL_GATHER)
+MODEL_COMM = (TP_ALL_REDUCE, TP_ALL_GATHER)
+_EPS = 1e-15
+
+
+@dataclass
+class RankPrediction:
+    """One rank's predicted step, in milliseconds."""
+
+    rank: int
+    dp_rank: int
+    tp_rank: int
+    step_ms: float = 0.0
+    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OPTIMIZER_PARTS + MODEL_COMM, 0.0))
+    compute_ms: float = 0.0
+    transfer_ms: float = 0.0
+    wait_ms: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "rank": self.rank, "dp_rank": self.dp_rank, "tp_rank": self.tp_rank, "step_ms": self.step_ms,
+            **{f"{p}_ms": v for p, v in self.parts.items()}, "compute_ms": self.compute_ms,
+            "comm_ms": self.transfer_ms + self.wait_ms, "comm_transfer_ms": self.transfer_ms, "comm_wait_ms": self.wait_ms,
+            "phases_ms": dict(self.phases),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A run's predicted step on a machine, and the FLOP and byte inputs it was built from."""
+
+    cfg: BenchConfig
+    machine: str
+    device: str
+    profiled: bool
+    ranks: tuple[RankPrediction, ...]
+    workload: Workload
+
+    @property
+    def step_ms(self) -> float:
+        return max(r.step_ms for r in self.ranks)
+
+    def mean(self, attribute: str) -> float:
+        return statistics.fmean(_value(r, attribute) for r in self.ranks)
+
+    @property
+    def optimizer_ms(self) -> float:
+        return self.mean(OPTIMIZER)
+
+    @property
+    def comm_ms(self) -> float:
+        return self.mean("transfer_ms") + self.mean("wait_ms")
+
+    def to_dict(self) -> dict:
+        w = self.workload
+        return {
+            "config": self.cfg.key,
+            "run": self.cfg.to_dict(),
+            "machine": self.machine,
+            "device": self.device,
+            "profiled": self.profiled,
+            "step_ms": self.step_ms,
+            "forward_ms": self.mean(FORWARD),
+            "backward_ms": self.mean(BACKWARD),
+            "optimizer_ms": self.optimizer_ms,
+            "compute_ms": self.mean("compute_ms"),
+            "comm_ms": self.comm_ms,
+            "comm_transfer_ms": self.mean("transfer_ms"),
+            "comm_wait_ms": self.mean("wait_ms"),
+            "ranks": [r.to_dict() for r in self.ranks],
+            "inputs": {
+                "train_flops": w.train_flops,
+                "ns_dtype": w.ns_dtype,
+                "ns_flops": list(w.ns_flops),
+                "analytic_bytes": [dict(b) for b in w.analytic_bytes],
+            },
+        }
+
+
+def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True) -> Prediction:
+    """The predicted step of ``cfg`` on ``machine`` (``profiled``: under the bench's profiler, as recorded runs are)."""
+    workload = build_workload(cfg, machine.device)
+    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled), workload)
+
+
+# ---------------------------------------------------------------- the simulation
+
+
+def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True) -> tuple[RankPrediction, ...]:
+    """Play every rank's program stage by stage on a clock per rank (see the module docstring)."""
+    cfg = workload.cfg
+    world = workload.world_size
+    ranks = tuple(RankPrediction(r, *divmod(r, cfg.tp)) for r in range(world))
+    clock = [0.0] * world
+    pending: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = {}  # async gathers: (last issue, end)
+    issued: dict[tuple[str, int], float] = {}
+    for k in range(len(workload.programs[0])):
+        stages = [workload.programs[r][k] for r in range(world)]
+        before = list(clock)
+        if stages[0].compute is not None:
+            _compute_stage(stages, clock, ranks, machine, workload, profiled)
+        else:
+            _comm_stage(stages, clock, ranks, machine, cfg, pending, issued)
+        for r, stage in enumerate(stages):
+            elapsed = clock[r] - before[r]
+            ranks[r].parts[stage.part] += elapsed * 1e3
+            if stage.phase in ranks[r].phases:
+                ranks[r].phases[stage.phase] += elapsed * 1e3
+    for r in ranks:
+        r.step_ms = clock[r.rank] * 1e3
+    return ranks
+
+
+def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool) -> None:
+    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled) for s in stages]
+    cores = machine.compute_cores(_local_ranks(machine, len(stages)))
+    for node in _nodes(machine, len(stages)):
+        starts = [clock[r] for r in node]
+        ends = processor_sharing(starts, [works[r] for r in node], cores) if cores is not None else [s + works[r] for s, r in zip(starts, node)]
+        for r, end in zip(node, ends):
+            ranks[r].compute_ms += (end - clock[r]) * 1e3
+            clock[r] = end
+
+
+def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool) -> float:
+    """Time of ``work`` on one rank with the rates of ``machine`` (no sharing)."""
+    kernels = 0.0
+    if work.matmul_flops or work.attention_flops:  # the model and its gradients are fp32
+        kernels += work.matmul_flops / machine.matmul_flops_per_s("fp32") + work.attention_flops / machine.attention_flops_per_s("fp32")
+    if work.ns_flops:  # only asked for when there is Newton-Schulz work: an AdamW run needs no NS figure
+        kernels += work.ns_flops / machine.newton_schulz_flops_per_s(ns_dtype)
+    kernels += work.vector_bytes / machine.elementwise_bytes_per_s()
+    kernels += work.cross_entropy_bytes / machine.cross_entropy_bytes_per_s() + work.gelu_bytes / machine.gelu_bytes_per_s()
+    host = work.ops * machine.op_seconds(profiled)
+    return kernels + host if machine.device == "cpu" else max(kernels, host)
+
+
+def processor_sharing(starts: list[float], works: list[float], cores: float) -> list[float]:
+    """When jobs that start at ``starts`` and need ``works`` seconds of one core end, if they share
+    ``cores`` cores equally (each job runs on at most one): ``k`` jobs at once each go at min(1, cores/k)."""
+    end = [s + w if w <= 0 else math.inf for s, w in zip(starts, works)]
+    left = list(works)
+    waiting = sorted((s, i) for i, (s, w) in enumerate(zip(starts, works)) if w > 0)
+    active: list[int] = []
+    t = waiting[0][0] if waiting else 0.0
+    while waiting or active:
+        while waiting and waiting[0][0] <= t + _EPS:
+            active.append(waiting.pop(0)[1])
+        if not active:
+            t = waiting[0][0]
+            continue
+        rate = min(1.0, cores / len(active))
+        step = min(left[i] for i in active) / rate
+        if waiting:
+            step = min(step, waiting[0][0] - t)
+        t += step
+        for i in active:
+            left[i] -= step * rate
+        for i in [i for i in active if left[i] <= _EPS * max(1.0, works[i])]:
+            end[i] = t
+            active.remove(i)
+    return end
+
+
+def _comm_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
+    comm = stages[0].comm
+    for group in _groups(comm.group, cfg):
+        calls = _agreed_calls(stages, group)
+        if not calls:
+            continue
+        if comm.mode == "finish":
+            _finish(group, clock, ranks, pending.pop((comm.key, group)), issued, comm.key)
+            continue
+        # Ranks sharing cores arrive out of step even with equal work: the group waits for its last,
+        # at every call that follows compute (back-to-back calls find the group in step).
+        meetings = len(calls) if comm.interleaved else 1
+        jitter = machine.arrival_jitter_s(len(group)) * meetings if machine.shares_cores(_local_ranks(machine, cfg.world_size)) else 0.0
+        arrival = max(clock[r] for r in group) + jitter
+        transfer = transfer_seconds(comm, calls, len(group), machine, _scope(machine, group), cfg.world_size)
+        if comm.mode == "start":
+            pending[(comm.key, group)] = (arrival, arrival + transfer)
+            issued.update({(comm.key, r): clock[r] for r in group})
+            continue
+        for r in group:
+            ranks[r].wait_ms += (arrival - clock[r]) * 1e3
+            ranks[r].transfer_ms += transfer * 1e3
+            clock[r] = arrival + transfer
+
+
+def _finish(group: tuple[int, ...], clock: list[float], ranks, started: tuple[float, float], issued: dict, key: str) -> None:
+    """Wait for an asynchronous gather: blocked until it ends; the part before the last rank issued it is wait."""
+    arrival, end = started
+    for r in group:
+        blocked = max(0.0, end - clock[r])
+        wait = min(blocked, max(0.0, arrival - issued.pop((key, r))))
+        ranks[r].wait_ms += wait * 1e3
+        ranks[r].transfer_ms += (blocked - wait) * 1e3
+        clock[r] += blocked
+
+
+def transfer_seconds(comm: Comm, calls: tuple[int, ...], group_size: int, machine: MachineProfile, scope: str, world_size: int) -> float:
+    """The calls' alpha-beta time, each priced by its ring bytes per rank."""
+    from muon_repro.parallel.comm import ring_bytes_per_rank
+
+    fit = machine.collective(comm.op, group_size, scope, world_size)
+    efficiency = machine.collective_efficiency(scope)
+    return sum(fit.seconds(ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), efficiency) for elements in calls)
+
+
+def _agreed_calls(stages: list[Stage], group: tuple[int, ...]) -> tuple[int, ...]:
+    calls = {stages[r].comm.calls for r in group}
+    if len(calls) != 1:  # the optimizers issue the same collectives on every rank of a group
+        raise RuntimeError(f"ranks {group} disagree on {stages[group[0]].phase}: {sorted(calls)}")
+    return calls.pop()
+
+
+def _groups(kind: str, cfg: BenchConfig) -> list[tuple[int, ...]]:
+    """The process groups of ``kind``: TP groups hold adjacent ranks (rank = dp_rank * tp + tp_rank)."""
+    if kind == "tp":
+        return [tuple(d * cfg.tp + t for t in range(cfg.tp)) for d in range(cfg.dp)]
+    return [tuple(d * cfg.tp + t for d in range(cfg.dp)) for t in range(cfg.tp)]
+
+
+def _nodes(machine: MachineProfile, world: int) -> list[list[int]]:
+    per_node = machine.ranks_per_node or world
+    return [list(range(start, min(start + per_node, world))) for start in range(0, world, per_node)]
+
+
+def _local_ranks(machine: MachineProfile, world: int) -> int:
+    return min(world, machine.ranks_per_node or world)
+
+
+def _scope(machine: MachineProfile, group: tuple[int, ...]) -> str:
+    per_node = machine.ranks_per_node
+    return "intra_node" if per_node is None or len({r // per_node for r in group}) == 1 else "inter_node"
+
+
+def _value(rank: RankPrediction, attribute: str) -> float:
+    return rank.parts[attribute] if attribute in rank.parts else getattr(rank, attribute)
+
+
+# ---------------------------------------------------------------- text
+
+
+def format_prediction(p: Prediction) -> str:
+    """The prediction as people read it: the totals, then one line per rank."""
+    cfg = p.cfg
+    lines = [
+        f"{cfg.key}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} "
+        f"model={_model_label(p)} tokens/step={cfg.tokens_per_step} seq_len={cfg.seq_len}",
+        f"machine {p.machine} ({p.device}{', under the profiler' if p.profiled else ''}); Newton-Schulz in {p.workload.ns_dtype}",
+        f"predicted step {p.step_ms:.1f} ms (slowest rank): forward {p.mean(FORWARD):.1f}, backward {p.mean(BACKWARD):.1f}, "
+        f"optimizer {p.optimizer_ms:.1f} ms; communication {p.comm_ms:.1f} ms (transfer {p.mean('transfer_ms'):.1f}, "
+        f"wait {p.mean('wait_ms'):.1f}); means over ranks",
+        "",
+    ]
+    names = [*PARTS, *OPTIMIZER_PARTS, *MODEL_COMM]
+    header = ["rank", "dp", "tp", "step", *names, "transfer", "wait"]
+    rows = [
+        [str(r.rank), str(r.dp_rank), str(r.tp_rank), f"{r.step_ms:.1f}", *(f"{r.parts[n]:.1f}" if n in r.parts else f"{r.phases[n]:.1f}" for n in names),
+         f"{r.transfer_ms:.1f}", f"{r.wait_ms:.1f}"]
+        for r in p.ranks
+    ]  # fmt: skip
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)) + "   (ms)")
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
+    lines.append(f"inputs: train FLOPs/step {p.workload.train_flops:.3e}; Newton-Schulz FLOPs/rank {_range(p.workload.ns_flops)}")
+    return "\n".join(lines)
+
+
+def _model_label(p: Prediction) -> str:
+    m = p.workload.model
+    return f"{p.cfg.preset}" + (f" (h{m.hidden} l{m.n_layers} a{m.n_heads} f{m.ffn_hidden} v{m.vocab_size})" if p.cfg.model_overrides() else "")
+
+
+def _range(values: tuple[int, ...]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3e}" if low == high else f"{low:.3e} to {high:.3e}"

@@ -1,0 +1,114 @@
+"""The cost model against recorded runs: one ``predictions`` row per run under a traces folder.
+
+For each run (its trials pooled): the configuration from ``config.json`` (:mod:`muon_repro.rundir`),
+the measured medians from ``metrics.json`` (a step's time is its slowest rank's, as the ``runs``
+table counts it; the optimizer's the mean over ranks), and the prediction on a machine profile.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from muon_repro.bench.configs import BenchConfig, from_dict
+from muon_repro.costmodel.machine import MachineProfile
+from muon_repro.costmodel.predict import predict
+from muon_repro.rundir import BACKWARD, CONFIG_FILE, FORWARD, RunDir
+
+_RUN_ONLY_KEYS = ("trial", "trials", "backend", "device", "command")  # config.json keys that are not BenchConfig fields
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A run's measured medians over the profiled steps of every trial."""
+
+    step_ms: float
+    optimizer_ms: float
+    trials: int
+    steps: int
+
+
+def run_folders(root: str | Path) -> dict[str, list[Path]]:
+    """Trial folders (those with a config file) under ``root``, by run key, hidden (partial) folders left out."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"--validate {root} is not a folder of recorded runs (such as traces/)")
+    runs: dict[str, list[Path]] = {}
+    for config in sorted(root.rglob(CONFIG_FILE)):
+        folder = config.parent
+        if any(part.startswith(".") for part in folder.relative_to(root).parts):
+            continue
+        key = RunDir(folder).config_dict.get("key") or folder.relative_to(root).as_posix()
+        runs.setdefault(str(key), []).append(folder)
+    if not runs:
+        raise ValueError(f"--validate {root}: no recorded run (no {CONFIG_FILE}) under it")
+    return runs
+
+
+def bench_config(folder: Path) -> BenchConfig:
+    """The :class:`BenchConfig` a run was recorded with, from its config file."""
+    raw = RunDir(folder).config_dict
+    try:
+        return from_dict({k: v for k, v in raw.items() if k not in _RUN_ONLY_KEYS})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{folder / CONFIG_FILE}: not a configuration the bench records ({exc})") from None
+
+
+def measured(folders: list[Path]) -> Measured | None:
+    """Median step (slowest rank) and optimizer (mean over ranks) times over the profiled steps of ``folders``."""
+    steps, optimizer, trials = [], [], 0
+    for folder in folders:
+        run = RunDir(folder)
+        ranks, cfg = run.ranks, run.config
+        first = (cfg.wait or 0) + (cfg.warmup or 0)
+        per_step = [list(zip(*(r.step_ms[first:], r.optimizer_ms[first:]))) for r in ranks]
+        if not ranks or not per_step[0]:
+            continue
+        trials += 1
+        for step in zip(*per_step):
+            if all(s is not None and o is not None for s, o in step):
+                steps.append(max(s for s, _ in step))
+                optimizer.append(statistics.fmean(o for _, o in step))
+    if not steps:
+        return None
+    return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps))
+
+
+def validate(root: str | Path, machine: MachineProfile, *, profiled: bool = True) -> list[dict]:
+    """One ``predictions`` row per run under ``root`` that has measured steps."""
+    rows = []
+    for key, folders in run_folders(root).items():
+        times = measured(folders)
+        if times is None:
+            continue
+        cfg = bench_config(folders[0])
+        p = predict(cfg, machine, profiled=profiled)
+        rows.append({
+            "run": key, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
+            "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps,
+            "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,
+            "measured_optimizer_ms": times.optimizer_ms, "predicted_optimizer_ms": p.optimizer_ms,
+            "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+            "predicted_forward_ms": p.mean(FORWARD), "predicted_backward_ms": p.mean(BACKWARD),
+            "predicted_comm_ms": p.comm_ms, "predicted_wait_ms": p.mean("wait_ms"),
+            "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
+        })  # fmt: skip
+    return rows
+
+
+def format_validation(rows: list[dict]) -> str:
+    """The predictions against the measurements, then the median and the worst relative errors."""
+    lines = [f"{'run':<44} {'step ms':>9} {'predicted':>9} {'error':>7}   {'optim ms':>8} {'predicted':>9} {'error':>7}"]
+    for r in rows:
+        opt_err = "-" if r["optimizer_rel_error"] is None else f"{r['optimizer_rel_error']:+.1%}"
+        lines.append(f"{r['run']:<44} {r['measured_step_ms']:>9.1f} {r['predicted_step_ms']:>9.1f} {r['step_rel_error']:>+7.1%}   "
+                     f"{r['measured_optimizer_ms']:>8.1f} {r['predicted_optimizer_ms']:>9.1f} {opt_err:>7}")  # fmt: skip
+    step_errors = [abs(r["step_rel_error"]) for r in rows]
+    opt_errors = [abs(r["optimizer_rel_error"]) for r in rows if r["optimizer_rel_error"] is not None]
+    worst = max(rows, key=lambda r: abs(r["step_rel_error"]))
+    lines.append(
+        f"step time: median |error| {statistics.median(step_errors):.1%}, worst {worst['step_rel_error']:+.1%} ({worst['run']}); "
+        f"optimizer: median |error| {statistics.median(opt_errors):.1%}, worst {max(opt_errors):.1%}"
+    )
+    return "\n".join(lines)

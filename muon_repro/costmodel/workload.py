@@ -1,0 +1,408 @@
+"""What one training step asks of each rank, in program order: FLOPs, bytes, operator calls, collectives.
+
+Everything follows from the run's shape (a :class:`~muon_repro.bench.configs.BenchConfig`), without
+training anything:
+
+* forward and backward: the model's FLOPs (:meth:`GPTConfig.flops_per_token`, split 1/3 forward,
+  2/3 backward, divided over the TP ranks of a DP rank's tokens), the cross-entropy over the full
+  vocabulary on every TP rank, GELU, an estimate of the element-wise traffic, the operator calls
+  (counted on a narrow replica of the model), and the model's own TP collectives (2 all-reduces of
+  ``[tokens per DP rank, hidden]`` fp32 per layer and one for the embedding, each way; the logits'
+  all-gather forward);
+* the optimizer: the :class:`~muon_repro.optim.layout.ShardPlan` the optimizer builds (from the
+  TP-local parameters of the GPT built on the ``meta`` device), its buckets and Newton-Schulz
+  units, who orthogonalizes what (every DP rank every matrix in the bucketed layout), and each
+  collective it issues, in the order :class:`~muon_repro.optim.distributed.DistributedMuon` issues them.
+
+The bytes of each collective are priced later by the ring model; :attr:`Workload.analytic_bytes`
+holds :func:`~muon_repro.optim.comm_model.optimizer_bytes` for the same ranks, which they must equal.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from muon_repro.bench.configs import BenchConfig
+from muon_repro.model_config import GPTConfig
+from muon_repro.rundir import (
+    BACKWARD,
+    DP_ALL_GATHER,
+    DP_GATHER,
+    DP_REDUCE_SCATTER,
+    FORWARD,
+    MOMENTUM,
+    NEWTON_SCHULZ,
+    OPTIMIZER,
+    TP_ALL_GATHER,
+    TP_ALL_REDUCE,
+    TP_GATHER,
+    UPDATE,
+)
+
+ELEMENT_SIZE = {"fp32": 4, "bf16": 2}
+FP32 = 4
+NS_STEPS = 5  # DistributedMuon's default, which the bench keeps
+
+# Bytes per element of the optimizer's element-wise work (fp32 reads + writes, from the code of
+# muon_repro.optim.update_rules and .distributed): AdamW's step is 8 kernels (mul_, lerp_, mul_,
+# addcmul_, sqrt, div, add_, addcdiv_); Muon's momentum 3 (mul_, add_, add), its update 2 (mul_, add_).
+ADAMW_STEP_BYTES = 84
+MUON_MOMENTUM_BYTES = 32
+MUON_UPDATE_BYTES = 20
+COPY_BYTES = 8  # read + write one fp32 element (gradients into the flat buffer, shard clones)
+ROUND_BYTES = 6  # fp32 read, bf16 write (NS inputs rounded to gather_dtype)
+NS_VECTOR_BYTES = 30  # per element of a full matrix: fp32 copy, norm, scale, update RMS
+# Operator calls per item (from the same code): what each costs in dispatch (and profiler) time.
+ADAMW_STEP_OPS = 9
+MUON_MOMENTUM_OPS = 4
+MUON_UPDATE_OPS = 3
+NS_OPS_PER_MATRIX = 12 + 4 * NS_STEPS  # conversions, norm, 3 matmuls and a transpose per step, RMS, shards
+GATHER_OPS_PER_MATRIX = 3
+COLLECTIVE_OPS = 3  # buffer, the c10d call, a view
+# TP wrappers' extra calls (muon_repro.parallel.tensor_parallel) besides the collective: the
+# all-reduce clones its input; the logits' gather reshapes; the vocab-parallel embedding masks.
+TP_ALL_REDUCE_OPS = 2
+TP_ALL_GATHER_OPS = 5
+TP_EMBEDDING_OPS = 8
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Work one rank does between two collectives (or inside one phase)."""
+
+    matmul_flops: float = 0.0
+    attention_flops: float = 0.0
+    ns_flops: float = 0.0
+    vector_bytes: float = 0.0  # element-wise traffic
+    cross_entropy_bytes: float = 0.0  # fp32 logits through cross-entropy (forward+backward share)
+    gelu_bytes: float = 0.0  # fp32 inputs through GELU (forward+backward share)
+    ops: float = 0.0  # operator calls
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One or more calls of a collective on this rank's ``group`` ("dp" or "tp").
+
+    ``calls`` holds the full-array elements of each call; empty when this rank's group issues
+    none here (every rank's program has the same stages, so groups line up). ``mode``: blocking,
+    or ``start``/``finish`` of an asynchronous gather paired by ``key`` (overlap=pipelined).
+    """
+
+    op: str
+    group: str
+    calls: tuple[int, ...]
+    element_size: int
+    mode: str = "blocking"
+    key: str = ""
+    interleaved: bool = False  # the calls are separated by compute (the model's layers), not back to back
+
+
+@dataclass(frozen=True)
+class Stage:
+    part: str  # forward | backward | optimizer
+    phase: str
+    compute: Compute | None = None
+    comm: Comm | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Every rank's program for one step, and the inputs the bench records for the same run."""
+
+    cfg: BenchConfig
+    model: GPTConfig
+    programs: tuple[tuple[Stage, ...], ...]  # by global rank (dp_rank * tp + tp_rank)
+    ns_flops: tuple[int, ...]  # by global rank: what RankMetrics.ns_flops records
+    analytic_bytes: tuple[dict[str, int], ...]  # by global rank: what RankMetrics.analytic_bytes records
+    train_flops: int  # what RankMetrics.train_flops records
+    ns_dtype: str
+
+    @property
+    def world_size(self) -> int:
+        return self.cfg.dp * self.cfg.tp
+
+
+def build_workload(cfg: BenchConfig, device: str = "cpu") -> Workload:
+    """Every rank's program for one step of ``cfg`` on ``device`` (``cpu`` or ``cuda``: the default NS dtype)."""
+    if not cfg.preset or not cfg.seq_len:
+        raise ValueError(f"config {cfg.key}: give a model preset, tokens per step and a sequence length before predicting")
+    from muon_repro.optim.comm_model import optimizer_bytes
+
+    model = cfg.model_config()
+    plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems)
+    ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
+    forward, backward = model_stages(cfg, model)
+    programs, ns_flops, analytic = [], [], []
+    for dp_rank in range(cfg.dp):
+        optimizer = optimizer_stages(cfg, plan, dp_rank)
+        for _ in range(cfg.tp):
+            programs.append((*forward, *backward, *optimizer))
+            ns_flops.append(int(sum(s.compute.ns_flops for s in optimizer if s.compute is not None)))
+            analytic.append(
+                optimizer_bytes(
+                    plan.specs, dp=cfg.dp, tp=cfg.tp, dp_rank=dp_rank, optimizer=cfg.optimizer, layout=cfg.layout,
+                    bucket_elems=cfg.bucket_elems, reduce_dtype=_torch_dtype(cfg.reduce_dtype), gather_dtype=_torch_dtype(cfg.gather_dtype),
+                )  # fmt: skip
+            )
+    return Workload(
+        cfg=cfg,
+        model=model,
+        programs=tuple(programs),
+        ns_flops=tuple(ns_flops),
+        analytic_bytes=tuple(analytic),
+        train_flops=model.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
+        ns_dtype=ns_dtype,
+    )
+
+
+# ---------------------------------------------------------------- forward and backward
+
+
+def model_stages(cfg: BenchConfig, model: GPTConfig) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+    """Forward and backward of one TP rank (every TP rank does the same)."""
+    tp, tokens = cfg.tp, cfg.tokens_per_step // cfg.dp
+    h, layers, vocab = model.hidden, model.n_layers, model.vocab_size
+    attention = 12 * layers * h * cfg.seq_len  # per token, forward+backward (the attention term of flops_per_token)
+    matmul = model.flops_per_token(cfg.seq_len) - attention
+    vector = forward_vector_elems_per_token(model, tp) * FP32
+    fwd_ops, bwd_ops = model_op_counts(layers, model.qkv, tp)
+    whole = Compute(
+        matmul_flops=matmul * tokens / tp,
+        attention_flops=attention * tokens / tp,
+        cross_entropy_bytes=FP32 * tokens * vocab,  # full logits on every TP rank
+        gelu_bytes=FP32 * tokens * (model.ffn_hidden // tp) * layers,
+    )
+    forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops))]
+    backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops))]
+    if tp > 1:
+        all_reduces = (tokens * h,) * (2 * layers + 1)  # per layer attention out and MLP out (+ the embedding)
+        forward += [
+            Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True)),
+            Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (tokens * vocab,), FP32)),  # the logits
+        ]
+        backward.append(Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True)))  # per layer attention in, MLP in (+ LM head)
+    return tuple(forward), tuple(backward)
+
+
+def _share(whole: Compute, fraction: float, vector_bytes: float, ops: float) -> Compute:
+    return Compute(
+        matmul_flops=whole.matmul_flops * fraction,
+        attention_flops=whole.attention_flops * fraction,
+        cross_entropy_bytes=whole.cross_entropy_bytes * fraction,
+        gelu_bytes=whole.gelu_bytes * fraction,
+        vector_bytes=vector_bytes,
+        ops=ops,
+    )
+
+
+def forward_vector_elems_per_token(model: GPTConfig, tp: int) -> float:
+    """fp32 elements the forward's element-wise operators read and write per token (an estimate;
+    the backward is taken as twice this): RMS norm as composed operators (pow, mean, add, rsqrt,
+    two muls), RoPE on q and k (4 muls, sub, add on halves, cat), the heads' copy back, the two
+    residual adds, the TP all-reduce's input copy, the gathered logits' re-layout, the embedding."""
+    h, local, layers = model.hidden, model.hidden // tp, model.n_layers
+    norm = 7 * h
+    rope = 2 * 11 * local
+    per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h + (2 * 2 * h if tp > 1 else 0)
+    head = norm + 2 * h + (2 * model.vocab_size if tp > 1 else 0)
+    return layers * per_layer + head
+
+
+@functools.lru_cache(maxsize=32)
+def model_op_counts(n_layers: int, qkv: str, tp: int) -> tuple[int, int]:
+    """Operator calls of one forward and one backward: counted on a narrow replica of the model
+    (the count depends on the layers and the QKV mode, not on the widths), plus the TP wrappers'."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    step = narrow_training_step(n_layers, qkv)
+    with _Count() as forward:
+        loss = step.forward()
+    with _Count() as backward:
+        loss.backward()
+    if tp == 1:
+        return forward.calls, backward.calls
+    all_reduces = 2 * n_layers + 1
+    extra_forward = all_reduces * TP_ALL_REDUCE_OPS + TP_ALL_GATHER_OPS + TP_EMBEDDING_OPS
+    return forward.calls + extra_forward, backward.calls + all_reduces * TP_ALL_REDUCE_OPS
+
+
+@dataclass(frozen=True)
+class NarrowStep:
+    """The model's forward at widths of 8 (on one process): its operators with next to no arithmetic."""
+
+    model: object
+    tokens: object
+
+    def forward(self):
+        return self.model(self.tokens, self.tokens)
+
+
+def narrow_training_step(n_layers: int = 2, qkv: str = "fused", device: str = "cpu") -> NarrowStep:
+    """A replica of the model at widths of 8: what counts its operators, and what calibrate times per operator."""
+    import torch
+
+    from muon_repro.model import GPT
+    from muon_repro.parallel.comm import Group
+
+    narrow = GPTConfig(vocab_size=8, hidden=8, n_layers=n_layers, n_heads=2, ffn_hidden=8, max_seq_len=4, qkv=qkv)
+    return NarrowStep(GPT(narrow, Group.single("tp"), device=device), torch.zeros((1, 4), dtype=torch.long, device=device))
+
+
+# ---------------------------------------------------------------- the optimizer
+
+
+@functools.lru_cache(maxsize=32)
+def shard_plan(model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None):
+    """The :class:`ShardPlan` ``optimizer`` builds on every TP rank (they hold the same shapes)."""
+    import torch
+
+    from muon_repro.model import GPT
+    from muon_repro.optim.comm_model import param_specs
+    from muon_repro.optim.layout import ShardPlan
+    from muon_repro.parallel.comm import CommLedger, Group
+
+    group = Group(name="tp", ranks=tuple(range(tp)), rank=0, process_group=None, ledger=CommLedger())  # building sends nothing
+    with torch.device("meta"):
+        gpt = GPT(model, group, device="meta")
+    specs = param_specs(gpt.named_parameters(), tp, muon=optimizer == "muon")
+    return ShardPlan(specs, dp, layout, bucket_elems)
+
+
+def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int) -> tuple[Stage, ...]:
+    """One DP rank's optimizer step (any TP rank of it), in the order the optimizer runs it."""
+    reduce_size, gather_size = ELEMENT_SIZE[cfg.reduce_dtype], ELEMENT_SIZE[cfg.gather_dtype]
+    pieces = plan.pieces_of(dp_rank)
+    shard = sum(b.shard_size for b in plan.buckets)
+    local_elems = sum(s.numel for s in plan.specs)
+    buckets = tuple(b.size for b in plan.buckets) if cfg.dp > 1 else ()
+    stages = [
+        _compute(DP_REDUCE_SCATTER, vector_bytes=COPY_BYTES * local_elems, ops=2 * len(plan.specs)),
+        Stage(OPTIMIZER, DP_REDUCE_SCATTER, comm=Comm("reduce_scatter", "dp", buckets, reduce_size)),
+        _compute(DP_REDUCE_SCATTER, vector_bytes=COPY_BYTES * shard * (1 if cfg.dp > 1 else 2), ops=2 + len(plan.buckets)),
+    ]
+    muon = [(slot, piece) for slot, piece in pieces if slot.spec.use_muon]
+    adamw = [(slot, piece) for slot, piece in pieces if not slot.spec.use_muon]
+    if cfg.optimizer == "muon":
+        stages.append(_compute(MOMENTUM, vector_bytes=MUON_MOMENTUM_BYTES * _elems(muon), ops=MUON_MOMENTUM_OPS * len(muon)))
+        stages += muon_unit_stages(cfg, plan, dp_rank, gather_size)
+    stages.append(
+        _compute(
+            UPDATE,
+            vector_bytes=MUON_UPDATE_BYTES * _elems(muon) + ADAMW_STEP_BYTES * _elems(adamw),
+            ops=MUON_UPDATE_OPS * len(muon) + ADAMW_STEP_OPS * len(adamw),
+        )
+    )
+    stages += [
+        _compute(DP_ALL_GATHER, vector_bytes=COPY_BYTES * shard * (1 if cfg.dp > 1 else 2), ops=COLLECTIVE_OPS * len(plan.buckets)),
+        Stage(OPTIMIZER, DP_ALL_GATHER, comm=Comm("all_gather", "dp", buckets, FP32)),
+    ]
+    return tuple(stages)
+
+
+def muon_unit_stages(cfg: BenchConfig, plan, dp_rank: int, gather_size: int) -> list[Stage]:
+    """Per Newton-Schulz unit: the DP gather, the TP gather, Newton-Schulz, as ``cfg.overlap`` schedules them."""
+    pipelined = cfg.overlap == "pipelined"
+    units = plan.ns_units
+    dp = [_dp_gather(cfg, plan, unit, dp_rank, gather_size, pipelined, f"dp{k}") for k, unit in enumerate(units)]
+    tp = [_tp_gather(cfg, plan, unit, dp_rank, gather_size, pipelined, f"tp{k}") for k, unit in enumerate(units)]
+    ns = [_newton_schulz(plan, unit, dp_rank) for unit in units]
+    if not pipelined:  # none and naive_async both wait for each gather before anything else runs
+        return [stage for k in range(len(units)) for stage in (*dp[k].issue, *dp[k].complete, *tp[k].issue, *tp[k].complete, ns[k])]
+    return _pipelined(dp, tp, ns)
+
+
+@dataclass(frozen=True)
+class _Gather:
+    """A gather in two halves: what runs up to issuing it, and what runs from waiting for it on."""
+
+    issue: tuple[Stage, ...]
+    complete: tuple[Stage, ...] = ()
+
+
+def _pipelined(dp: list[_Gather], tp: list[_Gather], ns: list[Stage]) -> list[Stage]:
+    """DistributedMuon._gathered_units with overlap=pipelined: while unit k runs Newton-Schulz,
+    unit k+1's TP gather and unit k+2's DP gather are in flight."""
+    if not ns:
+        return []
+    out = [*dp[0].issue, *dp[0].complete, *tp[0].issue, *(dp[1].issue if len(ns) > 1 else ())]
+    for k in range(len(ns)):
+        out += tp[k].complete
+        if k + 1 < len(ns):
+            out += [*dp[k + 1].complete, *tp[k + 1].issue, *(dp[k + 2].issue if k + 2 < len(ns) else ())]
+        out.append(ns[k])
+    return out
+
+
+def _dp_gather(cfg: BenchConfig, plan, unit, dp_rank: int, gather_size: int, pipelined: bool, key: str) -> _Gather:
+    """Pack this rank's pieces, all-gather them over DP, unpack the matrices it orthogonalizes
+    (pack and unpack happen around the collective, counted in its phase)."""
+    mine = plan.ns_slots(unit, dp_rank)
+    numel = sum(plan.slots[i].spec.numel for i in mine)
+    if not unit.dp_gathered:  # each matrix is wholly here: rounded to gather_dtype, nothing travels
+        return _Gather((_compute(DP_GATHER, vector_bytes=ROUND_BYTES * numel, ops=2 * len(mine)),))
+    pack = _compute(DP_GATHER, vector_bytes=ROUND_BYTES * unit.send_elems, ops=2 + GATHER_OPS_PER_MATRIX * len(unit.slots))
+    unpack = _compute(DP_GATHER, vector_bytes=2 * gather_size * numel, ops=GATHER_OPS_PER_MATRIX * len(mine))
+    calls = (cfg.dp * unit.send_elems,) if cfg.dp > 1 else ()
+    return _gather(DP_GATHER, Comm("all_gather", "dp", calls, gather_size), pipelined, key, pack, unpack)
+
+
+def _tp_gather(cfg: BenchConfig, plan, unit, dp_rank: int, gather_size: int, pipelined: bool, key: str) -> _Gather:
+    """Concatenate the TP-sharded matrices this rank orthogonalizes, all-gather them over TP, cut them into full matrices."""
+    sharded = [i for i in plan.ns_slots(unit, dp_rank) if plan.slots[i].spec.tp_dim is not None]
+    elems = sum(plan.slots[i].spec.numel for i in sharded)
+    if cfg.tp == 1 or not sharded:  # nothing travels, but the stage stays so that every rank's program lines up
+        return _gather(TP_GATHER, Comm("all_gather", "tp", (), gather_size), pipelined, key)
+    pack = _compute(TP_GATHER, vector_bytes=ROUND_BYTES * elems, ops=2 + GATHER_OPS_PER_MATRIX * len(sharded))
+    unpack = _compute(TP_GATHER, vector_bytes=2 * gather_size * cfg.tp * elems, ops=(cfg.tp + 1) * len(sharded))
+    return _gather(TP_GATHER, Comm("all_gather", "tp", (cfg.tp * elems,), gather_size), pipelined, key, pack, unpack)
+
+
+def _gather(phase: str, comm: Comm, pipelined: bool, key: str, pack: Stage | None = None, unpack: Stage | None = None) -> _Gather:
+    before, after = tuple(s for s in (pack,) if s), tuple(s for s in (unpack,) if s)
+    if not pipelined:
+        return _Gather((*before, Stage(OPTIMIZER, phase, comm=comm)), after)
+    start = Stage(OPTIMIZER, phase, comm=replace(comm, mode="start", key=key))
+    finish = Stage(OPTIMIZER, phase, comm=replace(comm, mode="finish", key=key))
+    return _Gather((*before, start), (finish, *after))
+
+
+def _newton_schulz(plan, unit, dp_rank: int) -> Stage:
+    from muon_repro.optim.newton_schulz import newton_schulz_flops
+
+    mine = plan.ns_slots(unit, dp_rank)
+    shapes = [plan.slots[i].spec.full_shape for i in mine]
+    return _compute(
+        NEWTON_SCHULZ,
+        ns_flops=sum(newton_schulz_flops(shape, NS_STEPS) for shape in shapes),
+        vector_bytes=NS_VECTOR_BYTES * sum(_numel(shape) for shape in shapes),
+        ops=NS_OPS_PER_MATRIX * len(mine),
+    )
+
+
+def _compute(phase: str, **work: float) -> Stage:
+    return Stage(OPTIMIZER, phase, compute=Compute(**work))
+
+
+def _elems(pieces) -> int:
+    return sum(piece.length for _, piece in pieces)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]

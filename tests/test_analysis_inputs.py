@@ -1,0 +1,280 @@
+"""What ``muon-repro analyze`` (and the figures and report commands) accept as input and output:
+complete runs only, valid options, a clear word for a folder without traces, an output folder
+checked before any work.
+
+The traces here are synthetic but complete (steps, phases, a gloo collective, side files), so
+every table gets rows; :func:`write_run` is shared with ``tests/test_verify_recompute.py``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro import stages
+from muon_repro.analysis import pipeline
+from muon_repro.analysis.pipeline import analyze_paths
+from muon_repro.analysis.tables import build_tables
+from muon_repro.cli import main
+from muon_repro.rundir import CONFIG_FILE, DP_REDUCE_SCATTER, ENVIRONMENT_FILE, METRICS_FILE, UPDATE, trace_name
+
+BASE_TIME_NS = 1_700_000_000_000_000_000
+STEPS = 3
+
+
+def _span(name: str, ts: float, dur: float, tid: int = 1, cat: str = "user_annotation", **args) -> dict:
+    event = {"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        event["args"] = args
+    return event
+
+
+def _events(rank: int, optimizer: str) -> list[dict]:
+    """Profiled steps with forward, backward and optimizer scopes (two optimizer phases), one matmul, one gloo all-reduce."""
+    optimizer_us = 400.0 if optimizer == "muon" else 150.0
+    events = [{"ph": "M", "name": "thread_name", "pid": 100, "tid": 1, "ts": 0, "args": {"name": "thread 1 (python)"}}]
+    for step in range(STEPS):
+        t0 = 2000.0 * step + 5.0 * rank
+        events += [
+            _span(f"ProfilerStep#{step}", t0, 1000.0 + optimizer_us),
+            _span("forward", t0 + 10, 300.0 + 7 * rank),
+            _span("aten::mm", t0 + 20, 250.0, cat="cpu_op"),
+            _span("backward", t0 + 320, 400.0),
+            _span("optimizer", t0 + 730, optimizer_us),
+            _span(DP_REDUCE_SCATTER, t0 + 735, optimizer_us / 2 + 10),
+            _span("gloo:all_reduce", t0 + 740, optimizer_us / 2, **{"Input Dims": [[4096]], "Input type": ["float"]}),
+            _span(UPDATE, t0 + 750 + optimizer_us / 2, optimizer_us / 4),
+        ]
+    return events
+
+
+def _rank_metrics(rank: int, optimizer: str) -> dict:
+    state = {"muon": 2000, "adamw": 4000} if optimizer == "muon" else {"muon": 0, "adamw": 8000}
+    loss = [4.0 - 0.1 * s - 0.01 * rank for s in range(STEPS)]
+    return {"rank": rank, "loss": loss, "state_bytes": state, "peak_memory_bytes": 10**6, "peak_memory_source": "process_max_rss"}
+
+
+def write_run(folder: Path, *, optimizer: str = "muon", dp: int = 2, tp: int = 1, ranks: list[int] | None = None) -> Path:
+    """A trial folder as the benchmark writes it (``<group>/<name>/trial0``), with the traces of ``ranks``
+    (default: all ``dp * tp``) and config.json, metrics.json and environment.json for all of them."""
+    world = dp * tp
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(world) if ranks is None else ranks:
+        doc = {
+            "traceEvents": _events(rank, optimizer),
+            "baseTimeNanoseconds": BASE_TIME_NS,
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
+        }
+        (folder / trace_name(rank)).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    name, group = folder.parent.name, folder.parent.parent.name
+    config = {"group": group, "name": name, "optimizer": optimizer, "layout": "contiguous", "dp": dp, "tp": tp,
+              "world_size": world, "backend": "gloo", "device": "cpu", "trial": 0, "steps": STEPS}  # fmt: skip
+    (folder / CONFIG_FILE).write_text(json.dumps(config))
+    metrics = {"config": f"{group}/{name}", "ranks": [_rank_metrics(r, optimizer) for r in range(world)]}
+    (folder / METRICS_FILE).write_text(json.dumps(metrics))
+    (folder / ENVIRONMENT_FILE).write_text(json.dumps({"backend": "gloo", "host_cpu_cores": 2, "recorded_at": "2026-01-02T03:04:05"}))
+    return folder
+
+
+def write_pair(traces: Path, dp: int = 2, tp: int = 1) -> tuple[Path, Path]:
+    """A Muon run and its AdamW twin (same dp, tp, backend, device): one comparison."""
+    muon = write_run(traces / "g" / f"muon_dp{dp}_tp{tp}" / "trial0", optimizer="muon", dp=dp, tp=tp)
+    adamw = write_run(traces / "g" / f"adamw_dp{dp}_tp{tp}" / "trial0", optimizer="adamw", dp=dp, tp=tp)
+    return muon, adamw
+
+
+# ---------------------------------------------------------------- a run folder that lacks a rank
+
+
+def test_a_complete_pair_is_compared_and_claimed(tmp_path):
+    write_pair(tmp_path / "traces", dp=2, tp=2)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert not analysis.failures and not analysis.incomplete
+    tables = build_tables([tmp_path / "traces"], workers=1)
+    assert tables["runs"].set_index("run").loc["g/muon_dp2_tp2", "ranks"] == 4
+    assert len(tables["comparisons"]) == 1
+    assert "g/muon_dp2_tp2" in set(tables["claims"]["conditions"].dropna())
+    assert all(len(df) for df in tables.values()), {name: len(df) for name, df in tables.items()}
+
+
+def test_a_run_missing_a_rank_is_not_pooled_compared_or_claimed(tmp_path):
+    muon, _ = write_pair(tmp_path / "traces", dp=2, tp=2)
+    (muon / trace_name(3)).unlink()
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert [p.path for p in analysis.incomplete] == [str(muon)]
+    message = analysis.incomplete[0].message
+    assert message.startswith(f"{muon}: rank 3 of 4 has no trace (rank3.json.gz missing)"), message
+    assert "re-record" in message
+    with pytest.warns(UserWarning, match="rank 3 of 4 has no trace"):
+        tables = build_tables([tmp_path / "traces"], workers=1)
+    runs = tables["runs"].set_index("run")
+    assert "g/muon_dp2_tp2" not in runs.index  # no row averages ranks 0-2 as if they were the run
+    lone = runs[runs.index.str.startswith("g/muon_dp2_tp2/")]
+    assert list(lone.index) == [f"g/muon_dp2_tp2/trial0/rank{r}" for r in range(3)] and (lone["ranks"] == 1).all()
+    assert lone["optimizer"].isna().all()  # without the folder's configuration, no comparison or claim picks them
+    assert tables["comparisons"].empty
+    assert not any("muon" in text for text in tables["claims"]["conditions"].dropna())
+    assert set(tables["steps"]["run"]) >= set(lone.index)  # each trace is still analyzed
+
+
+def test_a_rank_that_cannot_be_read_leaves_its_run_incomplete(tmp_path):
+    muon, _ = write_pair(tmp_path / "traces")
+    (muon / trace_name(1)).write_bytes(b"\x1f\x8bnot gzip")
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert [f.path for f in analysis.failures] == [str(muon / trace_name(1))]
+    assert "rank1.json.gz could not be analyzed" in analysis.incomplete[0].message
+    assert "g/muon_dp2_tp1" not in {info.key for info, _ in analysis.runs}
+
+
+def test_one_file_of_a_run_says_to_name_the_folder(tmp_path):
+    muon, _ = write_pair(tmp_path / "traces")
+    analysis = analyze_paths([muon / trace_name(0)], workers=1)
+    message = analysis.incomplete[0].message
+    assert "rank 1 of 2 has no trace (rank1.json.gz not among the paths given)" in message
+    assert f"name the folder {muon} to analyze the run whole" in message
+    assert [info.key for info, _ in analysis.runs] == ["g/muon_dp2_tp1/trial0/rank0"]
+
+
+def test_the_cli_warns_and_exits_1_for_an_incomplete_run(tmp_path, capsys):
+    muon, _ = write_pair(tmp_path / "traces")
+    (muon / trace_name(1)).unlink()
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics"), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"muon-repro analyze: warning: {muon}: rank 1 of 2 has no trace (rank1.json.gz missing)" in err
+    assert (tmp_path / "metrics" / "runs.parquet").is_file()  # what could be analyzed is still written
+
+
+def test_the_pipeline_stage_refuses_an_incomplete_run(tmp_path):
+    muon, _ = write_pair(tmp_path / "traces")
+    (muon / trace_name(0)).unlink()
+    with pytest.raises(stages.StageError, match=r"rank 0 of 2 has no trace \(rank0.json.gz missing\)"):
+        stages.analyze([tmp_path / "traces"], tmp_path / "metrics", workers=1)
+    assert not (tmp_path / "metrics").exists()
+
+
+# ---------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [("--rank", "-5", "argument --rank: expected a global rank, 0 or more, got -5"),
+     ("--workers", "0", "argument --workers: expected a number of processes, 1 or more, got 0"),
+     ("--workers", "-2", "argument --workers: expected a number of processes, 1 or more, got -2"),
+     ("--workers", "many", "argument --workers: expected a number of processes, 1 or more, got 'many'")],
+)  # fmt: skip
+def test_bad_rank_or_workers_is_an_argparse_error(tmp_path, capsys, option, value, expected):
+    write_pair(tmp_path / "traces")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["analyze", str(tmp_path / "traces"), "--no-write", option, value])
+    assert exit_info.value.code == 2
+    assert f"muon-repro analyze: error: {expected}" in capsys.readouterr().err
+
+
+def test_the_api_refuses_bad_rank_or_workers(tmp_path):
+    with pytest.raises(ValueError, match="workers must be 1 or more.*got 0"):
+        analyze_paths([tmp_path], workers=0)
+    with pytest.raises(ValueError, match="rank must be 0 or more.*got -1"):
+        stages.analyze([tmp_path], None, rank=-1)
+
+
+# ---------------------------------------------------------------- a folder without traces
+
+
+def test_a_folder_without_traces_is_named_with_what_was_looked_for(tmp_path, capsys):
+    empty = tmp_path / "traces" / "g" / "x" / "trial0"
+    empty.mkdir(parents=True)
+    (empty / CONFIG_FILE).write_text("{}")
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    message = analysis.failures[0].message
+    assert message.startswith(f"{tmp_path / 'traces'}: no trace files found: looked for *.json and *.json.gz files"), message
+    assert "config.json" in message and "hidden" in message
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics")]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'traces'}: no trace files found" in err and not (tmp_path / "metrics").exists()
+
+
+def test_a_path_without_traces_beside_one_with_traces_is_named(tmp_path):
+    write_pair(tmp_path / "traces")
+    (tmp_path / "empty").mkdir()
+    analysis = analyze_paths([tmp_path / "traces", tmp_path / "empty"], workers=1)
+    assert [f.path for f in analysis.failures] == [str(tmp_path / "empty")]
+    assert len(analysis.runs) == 2
+
+
+# ---------------------------------------------------------------- --out, checked before any work
+
+
+@pytest.fixture
+def no_analysis(monkeypatch):
+    """Fail the test if a trace is analyzed: the output folder must be refused first."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("traces were analyzed before --out was checked")
+
+    monkeypatch.setattr(pipeline, "analyze_file", refuse)
+
+
+@pytest.mark.parametrize("out", ["a_file", "a_file/metrics"])
+def test_analyze_refuses_an_out_that_is_or_is_under_a_file(tmp_path, capsys, no_analysis, out):
+    write_pair(tmp_path / "traces")
+    (tmp_path / "a_file").write_text("mine")
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert f"muon-repro analyze: error: --out {tmp_path / out}" in err and "is a file" in err
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
+def test_analyze_refuses_an_out_holding_other_files(tmp_path, capsys, no_analysis):
+    write_pair(tmp_path / "traces")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "notes.txt").write_text("mine")
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics")]) == 2
+    err = capsys.readouterr().err
+    assert "holds what is not a table (notes.txt)" in err and (tmp_path / "metrics" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes anywhere")
+def test_analyze_refuses_an_out_it_cannot_write(tmp_path, capsys, no_analysis):
+    write_pair(tmp_path / "traces")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        assert main(["analyze", str(tmp_path / "traces"), "--out", str(locked / "metrics")]) == 2
+    finally:
+        locked.chmod(0o700)
+    assert "cannot be written" in capsys.readouterr().err
+
+
+def test_the_analyze_stage_checks_out_before_analyzing(tmp_path, no_analysis):
+    write_pair(tmp_path / "traces")
+    (tmp_path / "a_file").write_text("mine")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        stages.analyze([tmp_path / "traces"], tmp_path / "a_file")
+
+
+@pytest.mark.parametrize("command", [["figures"], ["report", "--format", "md"]])
+def test_figures_and_report_refuse_an_out_that_is_a_file_before_reading(tmp_path, capsys, command):
+    (tmp_path / "a_file").write_text("mine")
+    # No metrics folder at all: the output folder is checked first, so this is the error shown.
+    code = main([*command, "--metrics", str(tmp_path / "no_metrics"), "--out", str(tmp_path / "a_file")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"muon-repro {command[0]}: error: --out {tmp_path / 'a_file'} is a file, not a folder" in err, err
+
+
+@pytest.mark.parametrize("stage", [stages.figures, stages.report])
+def test_the_figures_and_report_stages_check_out_first(tmp_path, stage):
+    (tmp_path / "a_file").write_text("mine")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        stage(tmp_path / "no_metrics", out=tmp_path / "a_file")
+
+
+def test_the_tables_of_a_complete_pair_read_back(tmp_path):
+    write_pair(tmp_path / "traces")
+    tables = stages.analyze([tmp_path / "traces"], tmp_path / "metrics", workers=1)
+    back = pd.read_parquet(tmp_path / "metrics" / "runs.parquet", dtype_backend="numpy_nullable")
+    assert sorted(back["run"]) == sorted(tables["runs"]["run"]) == ["g/adamw_dp2_tp1", "g/muon_dp2_tp1"]

@@ -1,0 +1,178 @@
+"""``muon-repro bench`` and ``equivalence`` under stress: Ctrl-C, two runs into one --out, a bad --out, a bad --tp."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
+
+CONFIG = "comparison/adamw_dp2_tp2"
+RUN = Path("comparison") / "adamw_dp2_tp2"
+
+
+def _muon_repro(*args: str) -> list[str]:
+    return [sys.executable, "-m", "muon_repro", *args]
+
+
+def _bench(out: Path, *extra: str) -> list[str]:
+    return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", *extra)
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, limit_s: float = 180) -> None:
+    """Poll ``condition`` until it holds (the recording got there) or ``proc`` ended."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"{what} never happened (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.05)
+
+
+def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
+    """SIGINT to the bench process (what Ctrl-C sends it); seconds until it exited, and its stderr."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return time.monotonic() - sent, err
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_path):
+    proc = subprocess.Popen(_bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: list(tmp_path.glob("*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
+    seconds, err = _interrupt(proc)
+    assert proc.returncode == 130, err
+    assert "interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1" in err
+    assert "Traceback" not in err and "SignalException" not in err and "Closing process" not in err, err
+    assert not list(tmp_path.rglob(".*.partial")) and not list(tmp_path.rglob("trial*"))
+    assert not list(tmp_path.rglob(LOCK_NAME))
+    assert seconds < 15, f"took {seconds:.1f} s to exit"
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
+    proc = subprocess.Popen(_bench(tmp_path, "--trials", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: (tmp_path / RUN / ".trial1.partial").is_dir(), "trial 2 starting", proc)
+    seconds, err = _interrupt(proc)
+    assert proc.returncode == 130, err
+    assert "nothing kept for comparison/adamw_dp2_tp2 trial 2/2" in err
+    assert "kept the 1 trial(s) completed before: comparison/adamw_dp2_tp2 trial 1/2" in err
+    assert (tmp_path / RUN / "trial0" / "metrics.json").is_file() and not (tmp_path / RUN / "trial1").exists()
+    assert not list(tmp_path.rglob(".*.partial")) and "Traceback" not in err
+    assert seconds < 15, f"took {seconds:.1f} s to exit"
+
+
+# ---------------------------------------------------------------------- one sweep per run folder
+
+
+def test_a_held_run_folder_is_refused_with_the_holders_pid(tmp_path):
+    run_dir = tmp_path / RUN
+    with locked_run_dirs([run_dir]):
+        assert (run_dir / LOCK_NAME).read_text().strip() == str(os.getpid())
+        with pytest.raises(BenchError, match=rf"{run_dir} is being recorded by another muon-repro bench \(PID {os.getpid()}\)"):
+            _lock_run_dir(run_dir)
+    assert not (run_dir / LOCK_NAME).exists()  # released: removed
+    fd = _lock_run_dir(run_dir)  # and free again
+    os.close(fd)
+
+
+def test_a_lock_file_left_by_a_dead_process_does_not_block(tmp_path):
+    run_dir = tmp_path / RUN
+    run_dir.mkdir(parents=True)
+    (run_dir / LOCK_NAME).write_text("999999999\n")  # no flock on it: its process is gone
+    with locked_run_dirs([run_dir]):
+        assert (run_dir / LOCK_NAME).read_text().strip() == str(os.getpid())
+
+
+def test_a_second_bench_into_the_same_out_stops_at_once_naming_the_first(tmp_path):
+    """The first run holds the folder (here: this process); the second is refused before launching anything."""
+    run_dir = tmp_path / RUN
+    with locked_run_dirs([run_dir]):
+        started = time.monotonic()
+        done = subprocess.run(_bench(tmp_path, "--trials", "1"), capture_output=True, text=True, timeout=120)
+        seconds = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert f"is being recorded by another muon-repro bench (PID {os.getpid()})" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob(".*.partial")) and not list(tmp_path.rglob("trial*"))
+    assert seconds < 60  # no worker was started (a recording takes longer than the import alone)
+
+
+# ---------------------------------------------------------------------- --out checked before launching
+
+
+def test_out_that_is_a_file_is_refused_before_launching(tmp_path):
+    target = tmp_path / "traces.txt"
+    target.write_text("not a folder\n")
+    done = subprocess.run(_bench(target, "--trials", "1"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"muon-repro bench: error: --out {target} is a file, not a folder" in done.stderr
+    assert "Traceback" not in done.stderr and target.read_text() == "not a folder\n"
+
+
+def test_out_below_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"--out .*file/traces cannot be created: .*file is a file, not a folder"):
+        check_out_folder(tmp_path / "file" / "traces")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_out_in_an_unwritable_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match=r"--out .*locked/traces: no permission to write in .*locked"):
+            check_out_folder(locked / "traces")
+    finally:
+        locked.chmod(0o700)
+
+
+# ---------------------------------------------------------------------- equivalence checks the grid before launching
+
+
+def test_equivalence_tp_that_does_not_divide_the_model_is_refused_before_launching():
+    started = time.monotonic()
+    done = subprocess.run(_muon_repro("equivalence", "--dp", "1", "--tp", "3"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "muon-repro equivalence: error: --tp 3 does not divide the tiny preset's hidden=32, n_heads=4, ffn_hidden=128, "
+        "vocab_size=128 (tensor parallelism splits each of hidden, n_heads, ffn_hidden, vocab_size); use --tp 1, 2 or 4"
+    ]
+    assert time.monotonic() - started < 60
+
+
+# ---------------------------------------------------------------------- muon-repro run: an interruption is a sentence
+
+
+@pytest.mark.parametrize(
+    "raised, code, said",
+    [
+        (KeyboardInterrupt(), 130, "muon-repro run: interrupted; every stage writes atomically"),
+        (BenchInterrupted("interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1", signal.SIGINT), 130,
+         "muon-repro run: interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1"),
+        (BenchError("comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"), 1,
+         "muon-repro run: error: comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"),
+    ],
+)
+def test_run_reports_an_interrupted_or_failed_stage_without_a_traceback(raised, code, said, tmp_path, monkeypatch, capsys):
+    from muon_repro import pipeline
+    from muon_repro.cli import main
+
+    def stopped(plan) -> None:
+        raise raised
+
+    monkeypatch.setattr(pipeline, "run_pipeline", stopped)
+    assert main(["run", "--out", str(tmp_path)]) == code
+    assert capsys.readouterr().err.startswith(said)

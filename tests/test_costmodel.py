@@ -1,0 +1,397 @@
+"""The calibrated cost model: machine profiles, the run-shape flags, the alpha-beta fit, predict's inputs
+against what recorded runs say, the waits across ranks, calibrate and validate end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from muon_repro.bench.configs import CONFIGS, BenchConfig, from_dict, resolve
+from muon_repro.bench.custom import add_run_shape_arguments, config_from_args
+from muon_repro.cli import main
+from muon_repro.costmodel.calibrate import arrival_jitter, compute_share, fit_alpha_beta
+from muon_repro.costmodel.machine import (
+    COLLECTIVE_OPS,
+    MachineProfile,
+    ProfileError,
+    named_profiles,
+    profile_from_dict,
+    read_profile,
+    resolve_profile,
+    write_profile,
+)
+from muon_repro.costmodel.predict import predict, processor_sharing
+from muon_repro.costmodel.validate import bench_config, measured, run_folders
+from muon_repro.costmodel.workload import build_workload
+from muon_repro.rundir import OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE, RunDir, trial_dir
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO / "traces"
+
+
+def cpu_profile(**changes) -> dict:
+    """A hand-written profile of a 2-core CPU machine, as JSON would hold it."""
+    raw = {
+        "name": "two-cores",
+        "device": "cpu",
+        "backend": "gloo",
+        "matmul_tflops": {"fp32": 0.04},
+        "newton_schulz_tflops": {"fp32": 0.04},
+        "elementwise_gbps": 20.0,
+        "op_overhead_us": 2.0,
+        "compute_share": {"2": 1.0, "4": 0.5},
+        "collectives": [{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5} for op in COLLECTIVE_OPS],
+    }
+    raw.update(changes)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def write(tmp_path: Path, raw: dict, name: str = "machine.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+# ---------------------------------------------------------------- machine profiles
+
+
+def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
+    profile = read_profile(write(tmp_path, cpu_profile()))
+    assert profile.compute_share == {2: 1.0, 4: 0.5} and profile.compute_cores(4) == 2.0
+    assert profile.matmul_flops_per_s("fp32") == pytest.approx(4e10)
+    again = read_profile(write_profile(profile, tmp_path / "copy.json"))
+    assert again == profile
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"matmul_tflop": {"fp32": 1.0}}, "unknown field(s) matmul_tflop"),
+        ({"elementwise_gbps": None}, "missing figure(s) elementwise_gbps"),
+        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0}]}, "missing figure(s) collectives[0].beta_gbps"),
+        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "latency": 2}]}, "unknown field(s) collectives[0].latency"),
+        ({"collectives": [{"op": "broadcast", "alpha_us": 1.0, "beta_gbps": 1.0}]}, "collectives[0]: op must be one of"),
+        ({"matmul_tflops": {"fp32": -1.0}}, "matmul_tflops.fp32 must be a number > 0"),
+        ({"matmul_tflops": {"fp16": 1.0}}, "matmul_tflops dtype must be one of fp32, bf16"),
+        ({"efficiency": {"matmul": 1.5}}, "efficiency.matmul must be a number > 0 and <= 1.0"),
+        ({"efficiency": {"network": 0.5}}, "efficiency: unknown kind 'network'"),
+        ({"compute_share": {"four": 0.5}}, "compute_share key 'four'"),
+        ({"sources": [{"figure": "matmul_tflops.fp32", "url": "https://example.org"}]}, "missing figure(s) sources[0].quote"),
+    ],
+)
+def test_a_bad_profile_names_the_file_and_the_field(tmp_path, change, named):
+    path = write(tmp_path, cpu_profile(**change))
+    with pytest.raises(ProfileError) as err:
+        read_profile(path)
+    assert str(path) in str(err.value) and named in str(err.value)
+
+
+def test_profiles_are_validated_when_built_in_code():
+    with pytest.raises(ProfileError, match="elementwise_gbps must be a number > 0"):
+        profile_from_dict(cpu_profile(elementwise_gbps=0))
+    with pytest.raises(ProfileError, match="collectives must list at least one fit"):
+        MachineProfile(**{**profile_from_dict(cpu_profile()).__dict__, "collectives": ()})
+
+
+def test_the_shipped_profiles_load_with_their_sources():
+    assert set(named_profiles()) == {"seed-4x-pcie4-x4", "h100-8x-nvlink", "h100-multinode-ib400"}
+    for name in named_profiles():
+        profile = resolve_profile(name)
+        assert profile.device == "cuda" and profile.ranks_per_node
+        assert profile.sources and all(s.url.startswith("https://") and s.quote for s in profile.sources)
+        assert 0 < profile.eff("matmul") < 1 and profile.notes  # peaks are discounted, and the assumptions said
+    multinode = resolve_profile("h100-multinode-ib400")
+    assert multinode.collective("all_reduce", 16, "inter_node").beta_gbps < multinode.collective("all_reduce", 8).beta_gbps
+    with pytest.raises(ProfileError, match="shipped profiles: .*h100-8x-nvlink"):
+        resolve_profile("h100-9x")
+
+
+def test_the_profiles_collectives_are_the_comm_modules():
+    from muon_repro.parallel.comm import OPS
+
+    assert COLLECTIVE_OPS == OPS
+
+
+# ---------------------------------------------------------------- calibrate's pieces
+
+
+def test_the_alpha_beta_fit_recovers_known_latency_and_bandwidth():
+    alpha, beta = 80e-6, 2.5e9
+    sizes = [16_384 * 4**k for k in range(6)]
+    exact = fit_alpha_beta(sizes, [alpha + b / beta for b in sizes])
+    assert exact.alpha_s == pytest.approx(alpha, rel=1e-6) and exact.beta_bytes_per_s == pytest.approx(beta, rel=1e-6)
+    assert exact.rel_rmse < 1e-9
+    noisy = fit_alpha_beta(sizes, [(alpha + b / beta) * (1.03 if k % 2 else 0.97) for k, b in enumerate(sizes)])
+    assert noisy.alpha_s == pytest.approx(alpha, rel=0.15) and noisy.beta_bytes_per_s == pytest.approx(beta, rel=0.1)
+    through_zero = fit_alpha_beta([1e6, 2e6, 4e6], [0.9e-3, 2.0e-3, 4.1e-3])  # would fit a negative latency
+    assert through_zero.alpha_s == 0.0 and through_zero.beta_bytes_per_s == pytest.approx(1e9, rel=0.05)
+    with pytest.raises(ValueError, match="do not grow with the bytes"):
+        fit_alpha_beta([1e6, 2e6], [2e-3, 1e-3])
+
+
+def test_the_compute_share_is_what_each_rank_keeps_when_all_compute():
+    # 4 ranks on 2 cores: each window the four together reach twice one rank alone.
+    rates = [[10.0, 9.0, 10.0], [10.0, 11.0, 10.0], [10.0, 10.0, 10.0], [10.0, 10.0, 10.0]]
+    assert compute_share(rates, reference=20.0) == pytest.approx(0.5)
+    assert compute_share([[20.0], [20.0]], reference=19.0) == 1.0  # never more than one rank alone
+
+
+def test_the_arrival_jitter_is_the_mean_wait_for_a_groups_last_rank():
+    # 4 ranks in groups of 2: (0, 1) meet twice, rank 1 late by 2 ms then rank 0 by 4 ms; (2, 3) in step.
+    arrivals = [{2: [0.000, 0.014]}, {2: [0.002, 0.010]}, {2: [0.0, 0.01]}, {2: [0.0, 0.01]}]
+    assert arrival_jitter(arrivals) == pytest.approx({2: (0.002 + 0.004) / 8})
+
+
+def test_ranks_sharing_cores_meet_out_of_step_at_every_layer_not_every_bucket():
+    """adamw_dp2_tp2 meets its TP group at 9 all-reduces each way and the logits' gather (each after
+    compute), its DP group at one reduce-scatter and one all-gather: 21 jitters in the step."""
+    cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
+    steady = predict(cfg, profile_from_dict(cpu_profile())).step_ms
+    jittery = predict(cfg, profile_from_dict(cpu_profile(arrival_jitter_us={"2": 1000.0}))).step_ms
+    assert jittery - steady == pytest.approx(21.0)
+    own_cores = cpu_profile(arrival_jitter_us={"2": 1000.0}, compute_share={"4": 1.0})
+    assert predict(cfg, profile_from_dict(own_cores)).step_ms == pytest.approx(predict(cfg, profile_from_dict(cpu_profile(compute_share={"4": 1.0}))).step_ms)
+
+
+def test_processor_sharing_gives_an_early_finisher_core_to_the_others():
+    assert processor_sharing([0.0, 0.0], [1.0, 2.0], cores=1) == pytest.approx([2.0, 3.0])
+    assert processor_sharing([0.0, 0.0], [1.0, 2.0], cores=2) == pytest.approx([1.0, 2.0])
+    # 4 jobs on 2 cores: half speed until the shortest ends, then 2/3, then full speed.
+    ends = processor_sharing([0.0] * 4, [1.0, 2.0, 2.0, 3.0], cores=2)
+    assert ends == pytest.approx([2.0, 3.5, 3.5, 4.5])
+    assert processor_sharing([0.0, 5.0], [1.0, 1.0], cores=1) == pytest.approx([1.0, 6.0])
+
+
+# ---------------------------------------------------------------- run shapes from flags
+
+
+def shape_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_run_shape_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_run_shape_flags_give_a_named_validated_config():
+    cfg = config_from_args(shape_args("--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"))
+    assert (cfg.group, cfg.name, cfg.world_size, cfg.batch_per_dp) == ("custom", "muon_dp2_tp2_small_t1024_s128_contiguous", 4, 4)
+    assert cfg.model_config() == resolve("comparison/muon_dp2_tp2").model_config()
+    custom = config_from_args(shape_args("--optimizer", "adamw", "--dp", "4", "--tp", "1", "--hidden", "512", "--layers", "6", "--heads", "8",
+                                         "--tokens-per-step", "2048", "--seq-len", "256", "--layout", "bucketed"))  # fmt: skip
+    model = custom.model_config()
+    assert (model.hidden, model.n_layers, model.n_heads, model.ffn_hidden, model.max_seq_len) == (512, 6, 8, 2048, 256)
+    assert custom.name == "adamw_dp4_tp1_small-h512l6a8f2048_t2048_s256_bucketed" and custom.bucket_elems == 1_000_000
+    assert from_dict(custom.to_dict()) == custom  # config.json round trip, overrides included
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1000", "--seq-len", "128"], "tokens_per_step=1000 does not divide into dp=2"),
+        (["--dp", "2", "--tp", "2", "--hidden", "256", "--tokens-per-step", "1024", "--seq-len", "128"], "--layers, --heads missing"),
+        (["--dp", "1", "--tp", "3", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"], "hidden=256 is not divisible by tp=3"),
+        (["--dp", "2", "--tp", "2", "--preset", "small", "--heads", "6", "--tokens-per-step", "1024", "--seq-len", "128"], "not divisible by n_heads=6"),
+        (["--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1024"], "needs --seq-len"),
+    ],
+)
+def test_predict_reports_a_bad_run_shape_as_its_error(capsys, argv, named):
+    code = main(["predict", "--machine", "h100-8x-nvlink", "--optimizer", "muon", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("muon-repro predict: error: ") and named in err, err
+
+
+def test_named_configs_train_the_same_model_as_before():
+    from muon_repro.model_config import GPTConfig
+
+    for key in CONFIGS:
+        cfg = resolve(key, "cpu")
+        preset = GPTConfig.preset(cfg.preset)
+        assert cfg.model_config() == GPTConfig.preset(cfg.preset, qkv=cfg.qkv, seed=cfg.seed, max_seq_len=max(cfg.seq_len, preset.max_seq_len))
+        assert not any(name in cfg.to_dict() for name in ("hidden", "n_layers", "n_heads", "ffn_hidden", "vocab_size"))
+
+
+def test_a_shape_override_needs_sizes_tp_divides():
+    with pytest.raises(ValueError, match="ffn_hidden=1002 is not divisible by tp=4"):
+        BenchConfig(group="g", name="n", optimizer="muon", dp=1, tp=4, preset="small", ffn_hidden=1002, tokens_per_step=128, seq_len=128)
+
+
+# ---------------------------------------------------------------- predict's inputs against recorded runs
+
+
+def committed_runs() -> dict[str, list[Path]]:
+    return run_folders(TRACES)
+
+
+@pytest.mark.parametrize("run", sorted(committed_runs()))
+def test_predict_inputs_equal_what_each_committed_run_recorded(run):
+    folder = committed_runs()[run][0]
+    ranks = RunDir(folder).ranks
+    work = build_workload(bench_config(folder), "cpu")
+    assert list(work.ns_flops) == [r.ns_flops for r in ranks]
+    assert [dict(b) for b in work.analytic_bytes] == [r.analytic_bytes for r in ranks]
+    assert work.train_flops == ranks[0].train_flops
+
+
+def stage_bytes(work, rank: int) -> dict[str, int]:
+    """Ring bytes of every collective in a rank's program, by phase."""
+    from muon_repro.parallel.comm import ring_bytes_per_rank
+
+    sizes = {"tp": work.cfg.tp, "dp": work.cfg.dp}
+    out: dict[str, int] = {}
+    for stage in work.programs[rank]:
+        if stage.comm is not None and stage.comm.mode != "finish":
+            n = sizes[stage.comm.group]
+            out[stage.phase] = out.get(stage.phase, 0) + sum(ring_bytes_per_rank(stage.comm.op, e, stage.comm.element_size, n) for e in stage.comm.calls)
+    return out
+
+
+@pytest.mark.parametrize("run", ["comparison/muon_dp2_tp2", "layout_ablation/muon_dp2_tp2_bucketed", "distributed_muon/muon_tp4"])
+def test_the_priced_collectives_are_the_ledgers(run):
+    """Every collective a rank's program prices (model TP traffic included) sends what the run's ledger recorded."""
+    folder = committed_runs()[run][0]
+    work = build_workload(bench_config(folder), "cpu")
+    for r, metrics in enumerate(RunDir(folder).ranks):
+        ledger: dict[str, int] = {}
+        for record in metrics.ledger:
+            if record["step"] == 0:
+                ledger[record["phase"]] = ledger.get(record["phase"], 0) + record["bytes"]
+        priced = {phase: b for phase, b in stage_bytes(work, r).items() if b}
+        assert priced == ledger, (r, priced, ledger)
+        assert {p: priced.get(p, 0) for p in OPTIMIZER_COMM_PHASES} == metrics.analytic_bytes
+        assert priced[TP_ALL_REDUCE] and priced[TP_ALL_GATHER]
+
+
+@pytest.mark.parametrize("overlap", ["none", "naive_async", "pipelined"])
+def test_every_overlap_prices_the_same_bytes_and_pipelining_hides_some(overlap):
+    base = replace(resolve("layout_ablation/muon_dp2_tp2_bucketed", "cpu"), bucket_elems=200_000)  # several units to pipeline
+    cfg = replace(base, overlap=overlap)
+    work, reference = build_workload(cfg), build_workload(base)
+    assert [stage_bytes(work, r) for r in range(4)] == [stage_bytes(reference, r) for r in range(4)]
+    machine = profile_from_dict(cpu_profile(compute_share=None))
+    step, blocking = predict(cfg, machine).step_ms, predict(base, machine).step_ms
+    assert step < blocking if overlap == "pipelined" else step == pytest.approx(blocking)
+
+
+def test_the_largest_newton_schulz_share_sets_the_pace():
+    """muon_dp4 (contiguous): DP ranks orthogonalize different matrices; each waits, at the next DP
+    collective, for the rank with the most Newton-Schulz work."""
+    cfg = resolve("distributed_muon/muon_dp4", "cpu")
+    machine = profile_from_dict(cpu_profile(compute_share=None, op_overhead_us=0.0))
+    p = predict(cfg, machine)
+    ns = p.workload.ns_flops
+    busiest, idlest = ns.index(max(ns)), ns.index(min(ns))
+    waits = [r.wait_ms for r in p.ranks]
+    assert waits[busiest] == pytest.approx(min(waits), abs=1.0) and waits[idlest] == max(waits)
+    ns_ms = [r.phases["newton_schulz"] for r in p.ranks]
+    assert waits[idlest] - waits[busiest] == pytest.approx(ns_ms[busiest] - ns_ms[idlest], rel=0.1)
+    assert len({round(r.step_ms, 6) for r in p.ranks}) == 1  # the parameter all-gather ends together
+
+
+def test_ranks_sharing_cores_take_longer_than_ranks_with_their_own():
+    cfg = resolve("comparison/muon_dp2_tp2", "cpu")
+    shared = predict(cfg, profile_from_dict(cpu_profile())).step_ms
+    alone = predict(cfg, profile_from_dict(cpu_profile(compute_share=None))).step_ms
+    assert 1.5 < shared / alone < 2.0  # compute at half speed, communication not
+
+
+def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
+    code = main(["predict", "--machine", "h100-multinode-ib400", "--optimizer", "muon", "--dp", "4", "--tp", "4", "--preset", "large",
+                 "--tokens-per-step", "16384", "--seq-len", "1024", "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["machine"] == "h100-multinode-ib400" and out["inputs"]["ns_dtype"] == "bf16"
+    assert out["step_ms"] >= max(r["forward_ms"] + r["backward_ms"] for r in out["ranks"]) > 0
+    assert {"step_ms", "optimizer_ms", "comm_ms", "comm_wait_ms", "comm_transfer_ms"} <= set(out)
+    assert len(out["ranks"]) == 16
+    for rank in out["ranks"]:
+        assert rank["forward_ms"] + rank["backward_ms"] + rank["optimizer_ms"] == pytest.approx(rank["step_ms"])
+        assert {"dp_reduce_scatter", "dp_gather", "tp_gather", "newton_schulz", "update", "dp_all_gather"} <= set(rank["phases_ms"])
+
+
+def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
+    machine = write(tmp_path, cpu_profile())
+    code = main(["predict", "--machine", str(machine), "--validate", str(TRACES), "--out", str(tmp_path / "tables")])
+    assert code == 0, capsys.readouterr().err
+    import pandas as pd
+
+    from muon_repro.costmodel.tables import PREDICTIONS
+
+    table = pd.read_parquet(tmp_path / "tables" / "predictions.parquet")
+    assert list(table.columns) == PREDICTIONS.names and sorted(table["run"]) == sorted(committed_runs())
+    row = table.set_index("run").loc["comparison/muon_dp2_tp2"]
+    want = measured(committed_runs()["comparison/muon_dp2_tp2"])
+    assert row["measured_step_ms"] == pytest.approx(want.step_ms) and row["trials"] == want.trials == 3
+    assert row["step_rel_error"] == pytest.approx(row["predicted_step_ms"] / row["measured_step_ms"] - 1)
+    assert "median |error|" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- end to end: calibrate, record, predict
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("calibrate") / "machine.json"
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["calibrate", "--out", str(out), "--quick", "--ranks", "4"])
+    assert code == 0
+    return out, printed.getvalue()
+
+
+@pytest.mark.slow
+def test_calibrate_quick_writes_a_profile_and_its_table(calibrated):
+    import pandas as pd
+
+    path, printed = calibrated
+    profile = read_profile(path)
+    assert profile.device == "cpu" and profile.backend == "gloo" and profile.calibration["quick"]
+    assert {(f.op, f.group_size) for f in profile.collectives} == {(op, g) for op in COLLECTIVE_OPS for g in (2, 4)}
+    assert 0 < profile.compute_share[4] <= 1 and set(profile.arrival_jitter_us) == {2, 4}
+    assert "its time over its own matmuls' fp32" in printed and "alpha us" in printed
+    table = pd.read_parquet(path.with_name("machine.calibration.parquet"))
+    assert {"kernel", "share", "jitter", "collective_sample", "collective"} == set(table["kind"])
+    fits = table[table["kind"] == "collective"]
+    assert len(fits) == 6 and (fits["beta_gbps"] > 0).all() and (fits["alpha_us"] >= 0).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    from muon_repro.bench.sweep import record_local, run_dir_for
+
+    cfg = resolve("layout_ablation/muon_dp2_tp2_bucketed", "tiny")
+    out = tmp_path_factory.mktemp("traces")
+    record_local([cfg], out, "gloo", trials=1, progress=False)
+    return trial_dir(run_dir_for(out, cfg), 0)
+
+
+@pytest.mark.slow
+def test_predict_inputs_equal_a_fresh_runs_metrics_and_its_time_is_near(tiny_run, calibrated):
+    ranks = RunDir(tiny_run).ranks
+    cfg = bench_config(tiny_run)
+    p = predict(cfg, read_profile(calibrated[0]))
+    assert list(p.workload.ns_flops) == [r.ns_flops for r in ranks]
+    assert [dict(b) for b in p.workload.analytic_bytes] == [r.analytic_bytes for r in ranks]
+    assert p.workload.train_flops == ranks[0].train_flops
+    step = measured([tiny_run]).step_ms
+    assert step / 3 < p.step_ms < 3 * step, (p.step_ms, step)
+    assert statistics.fmean(r.parts["optimizer"] for r in p.ranks) == pytest.approx(p.optimizer_ms)
+
+
+@pytest.mark.slow
+def test_a_custom_shape_trains_the_model_it_names(tmp_path):
+    """The bench's runner builds the config's model, shape overrides included (BenchConfig.model_config)."""
+    from muon_repro.bench.sweep import record_local, run_dir_for
+
+    cfg = BenchConfig(group="custom", name="narrow", optimizer="adamw", dp=1, tp=1, scale="tiny", preset="tiny", tokens_per_step=32,
+                      seq_len=16, hidden=16, n_layers=1, n_heads=2, ffn_hidden=32, warmup=0, active=1)  # fmt: skip
+    record_local([cfg], tmp_path, "gloo", trials=1, progress=False)
+    run = RunDir(trial_dir(run_dir_for(tmp_path, cfg), 0))
+    assert run.ranks[0].model_params == cfg.model_config().num_params() != resolve("comparison/adamw_dp2_tp2", "tiny").model_config().num_params()
+    assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run.path) == cfg
+    assert build_workload(cfg).train_flops == run.ranks[0].train_flops

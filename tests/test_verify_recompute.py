@@ -1,0 +1,119 @@
+"""``muon-repro verify DIR --recompute``: the bundle's traces analyzed again give the bundle's tables.
+
+A small bundle is built from synthetic runs (tests/test_analysis_inputs.py) exactly as the
+pipeline builds the real one: analyze, then bundle. Then one value of one table is changed and
+the manifest remade, so that the checksums hold: plain ``verify`` cannot see the change,
+``--recompute`` names the table.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_analysis_inputs import write_pair
+
+from muon_repro import stages
+from muon_repro.cli import main
+from muon_repro.hub.bundle import Sources, build_bundle
+from muon_repro.hub.manifest import write_manifest
+from muon_repro.hub.meta import BundleMeta
+from muon_repro.hub.verify import table_differences, verify_bundle
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A bundle of two complete runs (Muon and AdamW, two ranks each) and their tables; read-only."""
+    src = tmp_path_factory.mktemp("src")
+    write_pair(src / "traces")
+    stages.analyze([src / "traces"], src / "metrics", workers=1)
+    missing = src / "none"  # figures, report, scripts, docs: optional, and not what is checked here
+    sources = Sources(src / "traces", src / "metrics", missing, missing, missing, missing)
+    out = src / "dataset"
+    build_bundle(sources, BundleMeta(repo_id="test-org/recompute", version="1.0.0", date="2025-06-01"), out)
+    return out
+
+
+@pytest.fixture
+def tampered(bundle, tmp_path) -> Path:
+    """The bundle with one value of ``runs.step_ms`` changed, Parquet schema and stamp kept, manifest remade."""
+    copy = Path(shutil.copytree(bundle, tmp_path / "dataset"))
+    path = copy / "metrics" / "runs.parquet"
+    table = pq.read_table(path)
+    index = table.schema.get_field_index("step_ms")
+    values = table.column("step_ms").to_pylist()
+    values[0] *= 1.5
+    pq.write_table(table.set_column(index, table.schema.field(index), pa.array(values, pa.float64())), path)
+    write_manifest(copy)
+    return copy
+
+
+def _lines(result) -> str:
+    return "\n".join(result.failed)
+
+
+@pytest.mark.slow
+def test_recompute_passes_on_a_bundle_made_from_its_traces(bundle):
+    lines: list[str] = []
+    result = verify_bundle(bundle, echo=lines.append, recompute=True)
+    assert result.ok, _lines(result)
+    assert any(line.startswith("ok      recompute: the tables in metrics/ are one set (generation ") for line in lines)
+    for name in ("runs", "steps", "collectives", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment"):
+        assert any(line.startswith(f"ok      recompute: table {name} (metrics/{name}.parquet): equal to the traces' analysis") for line in lines), name
+
+
+@pytest.mark.slow
+def test_a_changed_value_passes_plain_verify_and_fails_recompute_naming_its_table(tampered):
+    assert verify_bundle(tampered).ok, _lines(verify_bundle(tampered))  # checksums, card, configs and traces all hold
+    result = verify_bundle(tampered, recompute=True)
+    assert len(result.failed) == 1, _lines(result)
+    line = result.failed[0]
+    assert line.startswith("recompute: table runs (metrics/runs.parquet): differs from the traces' analysis: runs.step_ms: 1 value(s) differ")
+    assert "in the bundle" in line and "from the traces" in line
+
+
+@pytest.mark.slow
+def test_the_verify_command_takes_recompute(tampered, capsys):
+    assert main(["verify", str(tampered)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tampered), "--recompute"]) == 1
+    out = capsys.readouterr()
+    assert "FAILED  recompute: table runs (metrics/runs.parquet)" in out.out and "1 check(s) FAILED" in out.err
+
+
+@pytest.mark.slow
+def test_recompute_names_a_missing_trace_and_a_table_of_another_set(bundle, tmp_path):
+    copy = Path(shutil.copytree(bundle, tmp_path / "dataset"))
+    trial = next((copy / "traces").rglob("rank1.json.gz")).parent
+    (trial / "rank1.json.gz").unlink()
+    (copy / "metrics" / "runs.csv").write_text("run\nsomething else\n")
+    write_manifest(copy)
+    failed = _lines(verify_bundle(copy, recompute=True))
+    assert f"recompute: {trial}: rank 1 of 2 has no trace (rank1.json.gz missing)" in failed
+    assert "runs.csv: not the CSV file written with runs.parquet" in failed
+    assert "recompute: table runs (metrics/runs.parquet): differs from the traces' analysis" in failed
+
+
+def test_table_differences_ignore_locations_and_tiny_float_noise():
+    from muon_repro.analysis.schemas import SCHEMAS
+
+    base = {c: None for c in SCHEMAS["runs"].names}
+    published = SCHEMAS["runs"].conform(pd.DataFrame([base | {"run": "g/a", "path": "/elsewhere/traces/g/a", "step_ms": 1.0, "ranks": 2}]))
+    same = published.assign(path="traces/g/a", step_ms=1.0 + 1e-12)
+    assert table_differences(published, same, "runs") == []
+    other = published.assign(ranks=3, step_ms=1.001)
+    problems = table_differences(published, other, "runs")
+    assert [p.split(":")[0] for p in problems] == ["runs.ranks", "runs.step_ms"]
+    assert problems[0] == "runs.ranks: 1 value(s) differ, first at run=g/a: 2 in the bundle, 3 from the traces"
+    assert table_differences(published, published.iloc[:0], "runs") == ["1 rows, the traces give 0"]
+
+
+def test_verify_without_recompute_does_not_analyze(bundle, monkeypatch):
+    from muon_repro.analysis import pipeline
+
+    monkeypatch.setattr(pipeline, "analyze_paths", lambda *a, **k: pytest.fail("plain verify analyzed the traces"))
+    assert verify_bundle(bundle).ok
