@@ -173,6 +173,10 @@ def test_foreign_calls_are_unmatched_when_a_rank_of_the_world_is_missing():
 
 SLEEPER, SLEEP_MS = 2, 150.0  # rank 2 = (dp_rank 1, tp_rank 0): DP group {0, 2}, TP group {2, 3}
 TOLERANCE_MS = 10.0  # thread scheduling of 4 processes on a shared 2-core machine (measured: within 3 ms)
+# The TP gather sees the delay second hand: ranks 0 and 2 leave the DP gather late and then unpack
+# it before they reach the TP gather, which a loaded machine stretches (measured 163-168 ms in CI,
+# under a parallel test run). The wait must still be at least the sleep and go to the right ranks.
+PROPAGATED_SLACK_MS = 50.0
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +229,7 @@ def test_the_wait_for_a_late_rank_is_its_partners(late_run):
         assert dp_gather[rank] < TOLERANCE_MS, (rank, dp_gather)
     tp_gather = median_step_wait(late_run, "tp_gather")
     for rank in (1, 3):  # the TP partners of the two ranks that left the DP gather late
-        assert tp_gather[rank] == pytest.approx(SLEEP_MS, abs=TOLERANCE_MS), (rank, tp_gather)
+        assert SLEEP_MS - TOLERANCE_MS <= tp_gather[rank] <= SLEEP_MS + PROPAGATED_SLACK_MS, (rank, tp_gather)
     for rank in (0, 2):
         assert tp_gather[rank] < TOLERANCE_MS, (rank, tp_gather)
 
