@@ -29,6 +29,7 @@ WALLS: dict[str, tuple[str, ...]] = {
     "parallel": DOWNSTREAM,
     "rundir.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
     "table_set.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
+    "outdir.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
     "model_config.py": (*TRAINING, "pandas", "numpy"),
     "stages.py": TRAINING,  # only inside bench(), which trains
     "cli.py": TRAINING,

@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,6 +48,7 @@ from muon_repro.analysis.run_tables import (
 )
 from muon_repro.analysis.schemas import SCHEMAS, TABLE_NAMES, Column, TableSchema, schema_markdown
 from muon_repro.analysis.waits import split_wait_transfer
+from muon_repro.outdir import check_out_folder
 from muon_repro.rundir import METRICS_FILE, trial_of
 from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation
 
@@ -449,8 +449,6 @@ def check_tables_out(out_dir: str | Path, option: str = "") -> None:
     ``option`` (say ``--out``) is named with the folder in the messages."""
     out = Path(out_dir)
     label = f"{option} {out}" if option else str(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{label} is a file, not a folder: choose a folder for the tables")
     if out.is_dir():
         cwd = Path.cwd().resolve()
         if out.resolve() == cwd or out.resolve() in cwd.parents:
@@ -462,23 +460,12 @@ def check_tables_out(out_dir: str | Path, option: str = "") -> None:
                 f"{label} holds what is not a table ({shown}): the tables replace their folder whole, so it may hold "
                 "only *.parquet and *.csv files; move the others elsewhere or choose another folder"
             )
-    _check_writable(out.parent if out.is_dir() else out, label)
+    check_out_folder(out, label, replaced_whole=True)
 
 
 def _is_table_file(path: Path) -> bool:
     """A file the tables' folder may hold: a table, or a temporary file an interrupted writer left."""
     return path.is_file() and (path.suffix in _TABLE_SUFFIXES or (path.name.startswith(".") and path.suffix == ".tmp"))
-
-
-def _check_writable(folder: Path, label: str) -> None:
-    """Create and remove a folder in ``folder`` (or in its nearest existing parent, where it would be made)."""
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"{label}: {existing} is a file, so no folder can be made there; choose another place")
-    try:
-        tempfile.TemporaryDirectory(prefix=".muon-repro-probe-", dir=existing).cleanup()
-    except OSError as exc:
-        raise ValueError(f"{label}: {existing} cannot be written ({exc.strerror}); choose a folder you can write") from exc
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:

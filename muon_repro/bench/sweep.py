@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from muon_repro import outdir
 from muon_repro.bench.configs import DEFAULT_TRIALS, BenchConfig
 from muon_repro.bench.runner import run_rank
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
@@ -127,14 +128,7 @@ def check_backend(backend: str, world_size: int) -> None:
 
 def check_out_folder(out: Path) -> None:
     """``--out`` must be a folder, or one that can be created, that this process can write in."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; give a folder (it is created if missing)")
-    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"--out {out} cannot be created: {existing} is a file, not a folder; give another --out")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: no permission to write in {existing}; give a folder you can write to")
+    outdir.check_out_folder(out, f"--out {out}")
 
 
 def _lock_holder(fd: int) -> str:

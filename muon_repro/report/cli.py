@@ -11,8 +11,9 @@ is read: it must be a folder (or a place one can be made) that can be written.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
+
+from muon_repro import outdir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,17 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_out_folder(out: Path, option: str = "--out") -> None:
-    """Refuse, before any work, an output folder that is a file or that cannot be made or written
-    (a folder is created in it, or in its nearest existing parent, and removed)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{option} {out} is a file, not a folder: choose a folder")
-    existing = next(p for p in (out, *out.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"{option} {out}: {existing} is a file, so the folder cannot be made; choose another place")
-    try:
-        tempfile.TemporaryDirectory(prefix=".muon-repro-probe-", dir=existing).cleanup()
-    except OSError as exc:
-        raise ValueError(f"{option} {out}: {existing} cannot be written ({exc.strerror}); choose a folder you can write") from exc
+    """:func:`muon_repro.outdir.check_out_folder`, the folder named by ``option``."""
+    outdir.check_out_folder(out, f"{option} {out}")
 
 
 def run_figures(args: argparse.Namespace) -> int:
