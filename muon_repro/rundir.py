@@ -107,10 +107,22 @@ def trace_rank(name: str) -> int | None:
     return int(match[1]) if match else None
 
 
+# The cost model's folder beside the runs (``traces/costmodel/``): the profile of the machine that
+# recorded them (``muon-repro calibrate``) and what the model predicts (``muon-repro regimes``),
+# as records the analysis turns into the calibration, predictions and regime tables.
+COSTMODEL_DIR = "costmodel"
+REGIMES_GROUP = "regimes"  # traces/regimes/<point>/trial<k>/: the regime sweep's runs (muon_repro.bench.regimes)
+MACHINE_FILE = "machine.json"
+CALIBRATION_FILE = "machine.calibration.csv"  # calibrate's rows, beside the profile it wrote
+PREDICTIONS_FILE = "predictions.csv"
+REGIME_MODEL_FILE = "regime_model.csv"
+THRESHOLDS_FILE = "regime_thresholds.csv"
+
+
 def is_trace_file(name: str) -> bool:
     """Whether a file name looks like a profiler trace (ours or anyone's): ``*.json`` or ``*.json.gz``,
-    not one of the run's side files, not hidden."""
-    return name.endswith((".json", ".json.gz")) and name not in RUN_FILES and not name.startswith(".")
+    not one of the run's side files, not a machine profile, not hidden."""
+    return name.endswith((".json", ".json.gz")) and name not in (*RUN_FILES, MACHINE_FILE) and not name.startswith(".")
 
 
 TRIAL_PREFIX = "trial"
@@ -133,12 +145,13 @@ def partial_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial")
 
 
-def expected_files(world_size: int) -> list[str]:
-    return [*RUN_FILES, *(trace_name(r) for r in range(world_size))]
+def expected_files(world_size: int, profiled: bool = True) -> list[str]:
+    """A complete run folder's files: a run that was only timed (config ``profile`` false) has no traces."""
+    return [*RUN_FILES, *(trace_name(r) for r in range(world_size) if profiled)]
 
 
-def missing_files(run_dir: Path, world_size: int) -> list[str]:
-    return [name for name in expected_files(world_size) if not (run_dir / name).is_file()]
+def missing_files(run_dir: Path, world_size: int, profiled: bool = True) -> list[str]:
+    return [name for name in expected_files(world_size, profiled) if not (run_dir / name).is_file()]
 
 
 # ---------------------------------------------------------------- JSON side files
@@ -240,6 +253,12 @@ class RunConfig:
     world_size: int | None = None
     backend: str | None = None
     device: str | None = None
+    profile: bool | None = None  # False: timed without the profiler, no traces (the regime sweep); null: profiled (older runs)
+    hidden: int | None = None  # model shape overrides of a custom or sweep run (null: the preset's)
+    n_layers: int | None = None
+    n_heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab_size: int | None = None
     command: tuple[str, ...] = ()
 
     @classmethod
@@ -257,6 +276,8 @@ class RunConfig:
                 values[f.name] = _int(value)
             elif f.type in ("float | None",):
                 values[f.name] = _float(value)
+            elif f.type in ("bool | None",):
+                values[f.name] = value if isinstance(value, bool) else None
             else:
                 values[f.name] = _str(value)
         if raw and "overlap" not in raw:  # recorded before the option existed: every gather blocked

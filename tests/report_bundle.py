@@ -337,7 +337,16 @@ def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
         "timeline": _frame("timeline", [row for run in runs for row in _timeline(run)]),
         "losses": _frame("losses", [row for run in runs for row in _losses(run)]),
         "environment": _frame("environment", [row for run in runs for row in _environment_rows(run)]),
+        **costmodel_tables(),
     }
+
+
+def costmodel_tables() -> dict[str, pd.DataFrame]:
+    """The regime sweep's and the cost model's tables as committed (they come from records, not from the runs above)."""
+    from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
+
+    metrics = Path(__file__).resolve().parents[1] / "metrics"
+    return {name: SCHEMAS[name].conform(pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable")) for name in COSTMODEL_TABLES}
 
 
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:

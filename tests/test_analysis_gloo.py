@@ -182,8 +182,11 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
     import datasets
     import pyarrow.parquet as pq
 
+    from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
+
     write_tables(tables, tmp_path)
-    assert not [name for name, df in tables.items() if df.empty]  # datasets cannot load a zero-row Parquet file
+    # every trace table has rows; the cost model's are empty here (no sweep, no records beside these runs)
+    assert [name for name, df in tables.items() if df.empty] == list(COSTMODEL_TABLES)
     for name, df in tables.items():
         path = tmp_path / f"{name}.parquet"
         stamp = table_stamp(pq.read_schema(path).metadata)
@@ -191,6 +194,8 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
         back = read_table(path)
         pd.testing.assert_frame_equal(back, df)
         assert (tmp_path / f"{name}.csv").exists()
+        if df.empty:  # datasets cannot load a zero-row Parquet file (the card leaves such tables out of its configs)
+            continue
         ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
         assert ds.num_rows == len(df)
         assert ds.column_names == SCHEMAS[name].names

@@ -87,7 +87,7 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
     assert first.returncode == 0, first.stderr
     run_dir = tmp_path / "comparison" / "adamw_dp2_tp2" / "trial0"
-    assert is_complete(run_dir, 4)
+    assert is_complete(run_dir, resolve(key, "tiny"))
     stamp = (run_dir / "metrics.json").stat().st_mtime_ns
 
     again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
@@ -113,7 +113,7 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
 
     redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
     assert redo.returncode == 0 and "recorded" in redo.stdout, redo.stderr
-    assert is_complete(other / "muon_dp4" / "trial0", 4)
+    assert is_complete(other / "muon_dp4" / "trial0", resolve("distributed_muon/muon_dp4", "tiny"))
 
 
 @pytest.mark.slow

@@ -21,7 +21,10 @@ from muon_repro.cli import main
 from muon_repro.report import derive, figures
 from muon_repro.report.context import SECTIONS, VERDICTS, claim_measured, claim_region, claims_rows, ms, report_verdict
 from muon_repro.report.data import MissingMetric, load
-from muon_repro.report.figures import FIGURES
+from muon_repro.report.figures import FIGURES as TABLE_FIGURES
+from muon_repro.report.regime_figures import REGIME_FIGURES
+
+FIGURES = (*TABLE_FIGURES, *REGIME_FIGURES)  # every figure the report shows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,10 +146,13 @@ def test_a_pdf_page_renders_to_a_non_blank_image(bundle: Path) -> None:
     pdf = pdfium.PdfDocument(bundle / "report" / "report.pdf")
     try:
         assert len(pdf) >= 3
-        for index in (0, len(pdf) // 2):
-            image = pdf[index].render(scale=1.0).to_pil().convert("L")
-            inked = sum(image.histogram()[:200])  # pixels clearly darker than the white page
-            assert inked / (image.width * image.height) > 0.01, f"page {index + 1} looks blank"
+        inked = []
+        for index in range(len(pdf)):
+            image = pdf[index].render(scale=0.5).to_pil().convert("L")
+            inked.append(sum(image.histogram()[:200]) / (image.width * image.height))  # pixels clearly darker than the white page
+        assert inked[0] > 0.01, "the first page looks blank"
+        # a section's last page may be short, but most pages carry text, tables or figures
+        assert sum(share > 0.01 for share in inked) >= 0.75 * len(inked), [round(share, 3) for share in inked]
     finally:
         pdf.close()
 

@@ -15,7 +15,10 @@ import pytest
 
 from muon_repro.cli import main
 from muon_repro.report.context import SECTIONS, VERDICTS
-from muon_repro.report.figures import FIGURES
+from muon_repro.report.figures import FIGURES as TABLE_FIGURES
+from muon_repro.report.regime_figures import REGIME_FIGURES
+
+FIGURES = (*TABLE_FIGURES, *REGIME_FIGURES)  # every figure the report shows
 
 CONFIGS = ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2")
 TRIALS = 2

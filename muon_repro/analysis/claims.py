@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -167,6 +167,8 @@ class Tables:
     steps: pd.DataFrame
     ranks: pd.DataFrame
     phases: pd.DataFrame
+    regimes: pd.DataFrame = field(default_factory=pd.DataFrame)  # the regime sweep, when one was recorded
+    thresholds: pd.DataFrame = field(default_factory=pd.DataFrame)  # the cost model's regime_thresholds
 
     def samples(self, run: pd.Series, column: str, how: str = "mean") -> np.ndarray:
         return per_step(self.steps, str(run["run"]), column, how)
@@ -188,8 +190,31 @@ def _ns_cause(t: Tables, muon: pd.Series) -> str:
         f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x that rank's forward+backward "
         f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes {ns_ms:.0f} ms per step; "
         f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the seed's and the paper's "
-        f"regimes (hundreds to millions of tokens per d_model) make it small."
+        f"regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon)}"
     )
+
+
+def _regime_note(t: Tables, muon: pd.Series) -> str:
+    """What the regime sweep measured at the largest step of the run's width, and where the cost model puts the claimed levels."""
+    note = ""
+    r = t.regimes
+    if len(r) and "d_model" in r.columns:
+        main = r[(r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")]
+        if len(main):
+            widths = main["d_model"].astype(float)
+            width = widths.iloc[(widths - float(muon.get("hidden") or 256)).abs().argmin()]
+            at = main[widths == width].sort_values("tokens_per_step").iloc[-1]
+            note += (f" The regime sweep (d_model {int(width)}, DP2·TP2) measures the share at {float(at['optimizer_share']):.1%} "
+                     f"[{float(at['optimizer_share_lo']):.1%}, {float(at['optimizer_share_hi']):.1%}] and Muon's extra step time at "
+                     f"{float(at['muon_extra']):+.0%} [{float(at['muon_extra_lo']):+.0%}, {float(at['muon_extra_hi']):+.0%}] with "
+                     f"{int(at['tokens_per_step']):,} tokens per step.")  # fmt: skip
+    th = t.thresholds
+    if len(th) and "metric" in th.columns:
+        picks = th[(th["metric"] == "muon_extra") & (th["level"].astype(float).round(3) == 0.011) & th["tokens_per_step"].notna()]
+        if len(picks):
+            said = "; ".join(f"{row.machine} {row.model}: {float(row.tokens_per_step):,.0f}" for row in picks.itertuples())
+            note += f" By the cost model, Muon's extra falls to 1.1% at these tokens per step: {said} (regime_thresholds)."
+    return note
 
 
 def _pair(t: Tables) -> tuple[pd.Series, pd.Series] | None:
@@ -426,9 +451,15 @@ MEASURE: dict[str, Callable[[Tables], Measurement | str]] = {
 }
 
 
-def claims_table(runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation."""
-    t = Tables(runs.astype(object).where(runs.notna(), None), steps, ranks, phases)
+def claims_table(
+    runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame,
+    regimes: pd.DataFrame | None = None, thresholds: pd.DataFrame | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation
+    (the regime sweep and the cost model's thresholds, when given, are cited in the time claims' explanations)."""
+    empty = pd.DataFrame()
+    t = Tables(runs.astype(object).where(runs.notna(), None), steps, ranks, phases,
+               empty if regimes is None else regimes, empty if thresholds is None else thresholds)  # fmt: skip
     rows = []
     for c in CLAIMS:
         m = MEASURE[c.claim_id](t)

@@ -49,6 +49,7 @@ class Analysis:
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # what was analyzed: the cost model's records are read from the folders among them
 
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
@@ -91,7 +92,7 @@ def analyze_paths(paths: list[str | Path], *, workers: int | None = None, rank: 
     """
     check_options(workers=workers, rank=rank)
     workers = workers or default_workers()
-    analysis = Analysis()
+    analysis = Analysis(paths=[Path(p) for p in paths])
     files = _find_files(paths, analysis.failures)
     infos = {directory: run_info_for(directory) for directory in dict.fromkeys(f.parent for f in files)}
     by_dir: dict[Path, list[TraceBreakdown]] = {}

@@ -479,6 +479,163 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
 }
 
+# ---------------------------------------------------------------- the cost model (muon_repro.analysis.costmodel_tables)
+
+CALIBRATION = TableSchema(
+    "calibration",
+    "One row per measurement of a machine by `muon-repro calibrate`: a compute kernel at one shape (kind 'kernel'), "
+    "the share of a rank's compute rate left when several ranks compute at once (kind 'share'), how far out of step "
+    "ranks sharing cores reach a collective (kind 'jitter'), one collective size (kind 'collective_sample') and the "
+    "alpha-beta fit of a collective over its sizes (kind 'collective'). Columns that do not apply to a kind are null.",
+    ("machine", "kind", "kernel", "dtype", "shape", "op", "group_size", "world_size", "bytes"),
+    _cols(
+        ("machine", "string", "", "machine profile name (machine.json 'name')"),
+        ("device", "string", "", "cpu or cuda"),
+        ("backend", "string", "", "process-group backend of the collectives: gloo or nccl"),
+        ("kind", "string", "", "kernel, share, jitter, collective_sample or collective"),
+        ("kernel", "string", "", "matmul, newton_schulz, newton_schulz_matmuls (its own matmuls, timed one by one), attention, cross_entropy, gelu, elementwise, op_overhead, profiled_op_overhead, compute_share, arrival_jitter"),
+        ("dtype", "string", "", "fp32 or bf16 (kernels)"),
+        ("shape", "string", "", "what was timed: a preset's training-step matmuls at a TP size (matmul), [rows,cols] (Newton-Schulz), [batch,heads,seq,head_dim] (attention), [tokens,width] or [elements] (element-wise kernels)"),
+        ("threads", "Int64", "count", "torch threads of the measuring process (kernels: the bench's threads per rank)"),
+        ("seconds", "Float64", "s", "median time of one call (kernels; collective samples: mean over ranks, median over repetitions)"),
+        ("tflops", "Float64", "TFLOP/s", "matmul FLOPs per second (matmul, newton_schulz, attention: 2 per multiply-add)"),
+        ("gbps", "Float64", "GB/s", "bytes per second: elementwise moves 12 per fp32 element (p.add_(u)); cross_entropy and gelu count 4 per input element, forward+backward"),
+        ("us", "Float64", "us", "op_overhead: host time per operator call of a training step (profiled_op_overhead: under the bench's profiler); arrival_jitter: mean wait per collective for the group's last rank, ranks computing equal work between collectives"),
+        ("ratio", "Float64", "", "newton_schulz: its time over the summed time of its own matmuls; compute_share: per-rank rate with world_size ranks computing at once over one rank alone"),
+        ("op", "string", "", "collective: all_gather, reduce_scatter or all_reduce"),
+        ("group_size", "Int64", "ranks", "ranks per group (every group of that size in the world runs the collective at once; jitter: the groups it was measured on)"),
+        ("world_size", "Int64", "ranks", "ranks running at once (collectives, compute_share)"),
+        ("bytes", "Int64", "bytes", "collective_sample: what one rank sends by the ring model (muon_repro.parallel.comm.ring_bytes_per_rank)"),
+        ("alpha_us", "Float64", "us", "collective: fitted latency, t = alpha + bytes / beta"),
+        ("beta_gbps", "Float64", "GB/s", "collective: fitted bus bandwidth (ring bytes per rank per second)"),
+        ("fit_rel_rmse", "Float64", "fraction", "collective: root-mean-square relative error of the fit over its samples"),
+    ),
+)
+
+PREDICTIONS = TableSchema(
+    "predictions",
+    "One row per recorded run: its step and optimizer times as measured (metrics.json, every trial's profiled steps) "
+    "and as predicted by the cost model from its config.json and a machine profile (muon_repro.costmodel). Relative "
+    "errors are (predicted - measured) / measured.",
+    ("run", "machine"),
+    _cols(
+        ("run", "string", "", "run id: '<group>/<name>' (config.json 'key')"),
+        ("machine", "string", "", "machine profile the prediction used"),
+        ("optimizer", "string", "", "muon or adamw"),
+        ("layout", "string", "", "ZeRO-1 layout"),
+        ("overlap", "string", "", "how Muon's gathers are scheduled"),
+        ("dp", "Int64", "ranks", "data-parallel size"),
+        ("tp", "Int64", "ranks", "tensor-parallel size"),
+        ("trials", "Int64", "count", "trials whose steps were pooled"),
+        ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
+        ("profiled", "boolean", "", "whether the run was recorded under the profiler, and priced with its per-operator cost"),
+        ("measured_step_ms", "Float64", "ms", "median over profiled steps of the slowest rank's step time (metrics.json step_ms)"),
+        ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank"),
+        ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),
+        ("measured_optimizer_ms", "Float64", "ms", "median over profiled steps of the mean over ranks of optimizer_ms (metrics.json)"),
+        ("predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("optimizer_rel_error", "Float64", "fraction", "(predicted - measured) / measured optimizer time"),
+        ("predicted_forward_ms", "Float64", "ms", "predicted forward, mean over ranks (TP collectives included)"),
+        ("predicted_backward_ms", "Float64", "ms", "predicted backward, mean over ranks (TP collectives included)"),
+        ("predicted_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("predicted_wait_ms", "Float64", "ms", "predicted time waiting for a group's last rank, mean over ranks"),
+        ("path", "string", "", "the run folder"),
+    ),
+)
+
+
+REGIMES = TableSchema(
+    "regimes",
+    "One row per point of the regime sweep (muon-repro regimes: traces/regimes/, timed without the profiler): the "
+    "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
+    "per step and DP x TP, with the cost model's predictions beside them. Medians over every trial's recorded steps; "
+    "intervals: 95% two-level bootstrap (trials, then steps). See docs/method.md#regimes.",
+    ("run",),
+    _cols(
+        ("run", "string", "", "run id: 'regimes/<name>'"),
+        ("d_model", "Int64", "", "model width"),
+        ("n_layers", "Int64", "count", "transformer blocks"),
+        ("tokens_per_step", "Int64", "tokens", "global tokens per step (over all DP ranks)"),
+        ("dp", "Int64", "ranks", "data-parallel size"),
+        ("tp", "Int64", "ranks", "tensor-parallel size"),
+        ("layout", "string", "", "ZeRO-1 layout"),
+        ("optimizer", "string", "", "muon or adamw"),
+        ("trials", "Int64", "count", "trials recorded"),
+        ("steps", "Int64", "count", "recorded steps pooled over trials"),
+        ("step_ms", "Float64", "ms", "median step time (a step's time is its slowest rank's)"),
+        ("optimizer_ms", "Float64", "ms", "median optimizer step, mean over ranks"),
+        ("optimizer_share", "Float64", "fraction", "optimizer_ms / step_ms (medians)"),
+        ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
+        ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
+        ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
+        ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's median step time"),
+        ("muon_extra", "Float64", "fraction", "Muon rows: step_ms / adamw_step_ms - 1, Muon's added step time"),
+        ("muon_extra_lo", "Float64", "fraction", "95% interval, low"),
+        ("muon_extra_hi", "Float64", "fraction", "95% interval, high"),
+        ("muon_extra_ms_per_ktoken", "Float64", "ms", "Muon rows: (step_ms - adamw_step_ms) per 1,000 tokens of the step"),
+        ("ns_gflop_max_rank", "Float64", "GFLOP", "Newton-Schulz FLOPs per step of the busiest rank (metrics.json ns_flops)"),
+        ("fwd_bwd_gflop_per_rank", "Float64", "GFLOP", "forward+backward FLOPs per step and rank (metrics.json train_flops / (dp*tp))"),
+        ("flop_ratio", "Float64", "", "Muon rows: ns_gflop_max_rank / fwd_bwd_gflop_per_rank"),
+        ("closed_form_ratio", "Float64", "", "Muon rows: the closed form (10/3) d_model / T, times tp (every TP rank runs the full matrix) and dp for the bucketed layout"),
+        ("predicted_step_ms", "Float64", "ms", "the cost model's step time (predictions table)"),
+        ("predicted_optimizer_ms", "Float64", "ms", "the cost model's optimizer step, mean over ranks"),
+        ("predicted_optimizer_share", "Float64", "fraction", "predicted_optimizer_ms / predicted_step_ms"),
+        ("predicted_muon_extra", "Float64", "fraction", "Muon rows: predicted step over the AdamW twin's predicted step, minus 1"),
+    ),
+)
+
+_LINE = (
+    ("machine", "string", "", "machine profile (this machine's calibrated one, or a shipped one)"),
+    ("model", "string", "", "model priced: d<width> (the sweep's), gpu-scale-369m (the seed does not publish its model; the gpu scale's stands for it) or 7b"),
+    ("d_model", "Int64", "", "model width"),
+    ("model_dtype", "string", "", "the rate the model's matmuls are priced at: fp32 (the bench's own training) or bf16 (mixed precision)"),
+    ("dp", "Int64", "ranks", "data-parallel size"),
+    ("tp", "Int64", "ranks", "tensor-parallel size"),
+    ("layout", "string", "", "ZeRO-1 layout"),
+)
+
+REGIME_MODEL = TableSchema(
+    "regime_model",
+    "The cost model's lines (muon_repro.costmodel.records): Muon's and AdamW's predicted steps at one tokens per step, "
+    "on this machine at the regime sweep's widths (kind 'this_machine'), on the shipped profiles for the gpu scale's "
+    "model and 7B (kind 'profile'), and for 7B scaled out over H100 nodes at 4M tokens per step (kind 'scale_out'). "
+    "Predicted without the profiler's cost.",
+    ("kind", "machine", "model", "dp", "tp", "layout", "tokens_per_step"),
+    _cols(
+        ("kind", "string", "", "this_machine, profile or scale_out"),
+        *_LINE,
+        ("model_params", "Int64", "count", "parameters of the full model"),
+        ("gpus", "Int64", "ranks", "dp * tp"),
+        ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
+        ("muon_step_ms", "Float64", "ms", "predicted step, slowest rank"),
+        ("muon_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("muon_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("adamw_step_ms", "Float64", "ms", "predicted step, slowest rank"),
+        ("adamw_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the seed's ~1.1% claim)"),
+        ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's 1-3% claim)"),
+        ("flop_ratio", "Float64", "", "Newton-Schulz FLOPs of the busiest rank over its forward+backward FLOPs"),
+    ),
+)
+
+REGIME_THRESHOLDS = TableSchema(
+    "regime_thresholds",
+    "Where Muon's overhead falls to the claimed levels, by the cost model: for each profile, model and metric, the "
+    "tokens per step at which the metric first reaches the level (log-log interpolation between the regime_model "
+    "points around the crossing; null when not reached by 134M tokens).",
+    ("machine", "model", "dp", "tp", "layout", "metric", "level"),
+    _cols(
+        *_LINE,
+        ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
+        ("level", "Float64", "fraction", "0.011 (the seed's ~1.1%) or 0.03 (the paper's 1-3%, upper end)"),
+        ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
+        ("tokens_per_d_model", "Float64", "tokens", "tokens_per_step / d_model"),
+    ),
+)
+
+SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS)})
+
 TABLE_NAMES = tuple(SCHEMAS)
 
 

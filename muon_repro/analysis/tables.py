@@ -86,6 +86,7 @@ def build_tables(paths: Iterable[str | Path], *, workers: int | None = None, ran
 
 def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     from muon_repro.analysis.claims import claims_table
+    from muon_repro.analysis.costmodel_tables import costmodel_tables
 
     steps = _steps_table(analysis)
     collectives = _collectives_table(analysis)
@@ -93,17 +94,19 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
+    costmodel = costmodel_tables(analysis.paths)
     tables = {
         "runs": runs,
         "steps": steps,
         "collectives": collectives,
         "comparisons": comparisons,
-        "claims": claims_table(runs, steps, ranks, phases),
+        "claims": claims_table(runs, steps, ranks, phases, costmodel["regimes"], costmodel["regime_thresholds"]),
         "ranks": ranks,
         "phases": phases,
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
         "environment": environment_table(analysis),
+        **costmodel,
     }
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 

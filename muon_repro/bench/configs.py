@@ -67,6 +67,7 @@ class BenchConfig:
     wait: int = 0
     warmup: int = 1
     active: int = 5
+    profile: bool = True  # False: time the steps without the profiler and write no trace (the regime sweep)
     lr: float = 3e-3
     weight_decay: float = 0.1
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU

@@ -78,6 +78,13 @@ def _installed() -> tuple[str, ...]:
     return tuple(sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]))
 
 
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not every platform has one
+        return None
+
+
 def capture_environment(backend: str | None = None) -> dict:
     """The facts that decide whether two runs are comparable. Safe to call on any rank."""
     repo = Path(__file__).resolve().parents[2]
@@ -97,6 +104,9 @@ def capture_environment(backend: str | None = None) -> dict:
         "host_cpu_cores": os.cpu_count(),
         "host_memory_bytes": _memory_bytes(),
         "torch_num_threads": torch.get_num_threads(),
+        # Other work on the machine when the run ended (1-minute load average, this run's ranks included):
+        # times recorded beside a busy neighbour are slower, and this says so.
+        "load_average_1m": _load_average(),
         **_accelerators(),
         **_git(repo),
         "pip_freeze": list(_installed()),

@@ -4,7 +4,8 @@ Runs inside a worker whose ``torch.distributed`` world is already initialized (b
 or by ``torchrun``). Writes into ``run_dir`` (a temporary directory the sweep renames into
 place once every rank is done):
 
-    rank<r>.json.gz    PyTorch profiler Chrome trace (Kineto), openable in ui.perfetto.dev
+    rank<r>.json.gz    PyTorch profiler Chrome trace (Kineto), openable in ui.perfetto.dev (none when the
+                       config says profile=false: the steps are only timed)
     metrics.json       rank 0 only: every rank's :class:`~muon_repro.rundir.RankMetrics`
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
@@ -16,6 +17,7 @@ of the ZeRO-1 shard plan, so the analysis never has to rebuild the model.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import resource
@@ -23,6 +25,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -109,13 +112,7 @@ def run_rank(
     first_recorded = cfg.wait + cfg.warmup
     if lo is not None and first_recorded == 0:
         lo.start()
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1),
-        on_trace_ready=lambda prof: export_trace(prof, trace_path),
-        record_shapes=True,
-        profile_memory=True,
-    ) as prof:
+    with _profiler(cfg, activities, trace_path) as prof:
         for step in range(cfg.steps):
             dims.ledger.step = step
             tokens, targets = data.local_batch(step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
@@ -201,6 +198,20 @@ def export_trace(prof: profile, path: Path) -> None:
     finally:
         plain.unlink(missing_ok=True)
         packed.unlink(missing_ok=True)
+
+
+def _profiler(cfg: BenchConfig, activities: list, trace_path: Path):
+    """The profiler that writes this rank's trace, or, for a run that is only timed
+    (``cfg.profile`` false), a stand-in whose ``step()`` does nothing: no profiler cost in the times."""
+    if not cfg.profile:
+        return contextlib.nullcontext(SimpleNamespace(step=lambda: None))
+    return profile(
+        activities=activities,
+        schedule=schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1),
+        on_trace_ready=lambda prof: export_trace(prof, trace_path),
+        record_shapes=True,
+        profile_memory=True,
+    )
 
 
 def _sync(device: torch.device) -> None:

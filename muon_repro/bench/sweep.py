@@ -96,8 +96,8 @@ def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TR
     return [Recording(cfg, k, trials, trial_dir(run_dir_for(out, cfg), k)) for k in range(trials) for cfg in cfgs]
 
 
-def is_complete(run_dir: Path, world_size: int) -> bool:
-    return not missing_files(run_dir, world_size)
+def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:
+    return not missing_files(run_dir, cfg.world_size, cfg.profile)
 
 
 def _summary(rec: Recording, status: str) -> RunResult:
@@ -206,7 +206,7 @@ def _folder_identity(path: Path) -> tuple[int, int] | None:
 def _recorded_since(before: dict[Recording, tuple[int, int] | None]) -> list[Recording]:
     """The recordings whose trial folder is complete and new since ``before`` was taken."""
     return [
-        rec for rec, was in before.items() if is_complete(rec.final, rec.cfg.world_size) and _folder_identity(rec.final) != was
+        rec for rec, was in before.items() if is_complete(rec.final, rec.cfg) and _folder_identity(rec.final) != was
     ]
 
 
@@ -232,7 +232,7 @@ def record_local(
     for world_size in sorted({rec.cfg.world_size for rec in plan}):
         check_backend(backend, world_size)
     with locked_run_dirs([run_dir_for(out, rec.cfg) for rec in plan]):
-        done = {rec: not force and is_complete(rec.final, rec.cfg.world_size) for rec in plan}
+        done = {rec: not force and is_complete(rec.final, rec.cfg) for rec in plan}
         todo = [rec for rec in plan if not done[rec]]
         before = {rec: _folder_identity(rec.final) for rec in todo}
         for world_size in sorted({rec.cfg.world_size for rec in todo}):
@@ -287,7 +287,7 @@ def record_under_torchrun(
     plan = plan_recordings(cfgs, Path(out), trials)
     init_worker(backend)
     try:
-        decision = [[not force and is_complete(rec.final, world) for rec in plan]]
+        decision = [[not force and is_complete(rec.final, rec.cfg) for rec in plan]]
         dist.broadcast_object_list(decision, src=0)  # rank 0's view of the shared filesystem decides
         done = dict(zip(plan, decision[0]))
         record_all([rec for rec in plan if not done[rec]], backend, command or list(sys.argv), progress=False)
@@ -330,7 +330,7 @@ def _append_worker_stderr(log: Path, stderr_dir: Path) -> None:
 
 
 def _finalize(rec: Recording) -> None:
-    missing = missing_files(rec.partial, rec.cfg.world_size)
+    missing = missing_files(rec.partial, rec.cfg.world_size, rec.cfg.profile)
     if missing:
         shutil.rmtree(rec.partial, ignore_errors=True)
         raise BenchError(f"{rec.label}: the run finished without writing {', '.join(missing)}")

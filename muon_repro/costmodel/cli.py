@@ -20,6 +20,7 @@ SHAPE_DESTS = ("optimizer", "dp", "tp", "preset", "hidden", "layers", "heads", "
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register_calibrate(subparsers)
     _register_predict(subparsers)
+    _register_regimes(subparsers)
 
 
 def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +63,73 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="with --validate: folder for predictions.parquet and predictions.csv")
     add_run_shape_arguments(p)
     p.set_defaults(func=_predict)
+
+
+def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "regimes",
+        help="the regime sweep: time Muon and AdamW over tokens per step, widths, DP x TP shapes and layouts; predict them",
+        description=(
+            "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~10 minutes a "
+            "trial on 2 cores) into OUT/regimes/, calibrate this machine into OUT/costmodel/machine.json if it has no "
+            "profile there, and write the cost model's records into OUT/costmodel/: every recorded run under OUT "
+            "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
+            "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
+            "to 1.1%% and 3%%. Then `muon-repro analyze OUT` makes the regimes, predictions, calibration, "
+            "regime_model and regime_thresholds tables. Complete trials are skipped (--force redoes them)."
+        ),
+    )
+    p.add_argument("--out", type=Path, default=Path("traces"), help="the traces folder to add the sweep to (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=2, help="trials per point, interleaved (default: %(default)s)")
+    p.add_argument("--machine", help="price with this profile instead of OUT/costmodel/machine.json (a file or a shipped name)")
+    p.add_argument("--quick", action="store_true", help="4 small points and a quick calibration: a smoke run of the machinery")
+    p.add_argument("--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records")
+    p.add_argument("--force", action="store_true", help="record complete trials again")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_regimes)
+
+
+def _regimes(args: argparse.Namespace) -> int:
+    from muon_repro.bench.regimes import regime_points
+    from muon_repro.bench.sweep import BenchError, BenchInterrupted, check_out_folder, record_local
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.records import write_records
+    from muon_repro.rundir import COSTMODEL_DIR, MACHINE_FILE
+
+    if args.trials < 1:
+        raise ValueError(f"--trials must be a positive integer, got {args.trials}")
+    check_out_folder(args.out)
+    profile = args.machine or args.out / COSTMODEL_DIR / MACHINE_FILE
+    if args.machine is None and not Path(profile).is_file():
+        print(f"muon-repro regimes: no profile of this machine at {profile}: calibrating it first", flush=True)
+        name = f"cpu-{os.cpu_count()}c-gloo"  # the sweep runs on gloo, on this machine's cores
+        calibrate_args = ["calibrate", "--out", str(profile), "--name", name, *(["--quick"] if args.quick else [])]
+        _calibrate(build_calibrate_namespace(calibrate_args))
+    machine = resolve_profile(str(profile))
+    if not args.records_only:
+        command = getattr(args, "command_line", None) or ["muon-repro", "regimes"]
+        try:
+            results = record_local(regime_points(args.quick), args.out, "gloo", trials=args.trials, force=args.force, command=command,
+                                   progress=not args.no_progress)  # fmt: skip
+        except BenchInterrupted as exc:
+            print(f"muon-repro regimes: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except BenchError as exc:
+            print(f"muon-repro regimes: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"muon-repro regimes: {sum(r.status == 'recorded' for r in results)} trial(s) recorded, "
+              f"{sum(r.status != 'recorded' for r in results)} already complete")  # fmt: skip
+    written = write_records(args.out, machine, quick=args.quick, log=lambda line: print(line, flush=True))
+    print(f"wrote {', '.join(str(w) for w in written)}")
+    print(f"next: muon-repro analyze {args.out} --out metrics   (the regimes, predictions and regime_* tables)")
+    return 0
+
+
+def build_calibrate_namespace(argv: list[str]) -> argparse.Namespace:
+    """``muon-repro calibrate`` arguments parsed as the command line would parse them."""
+    parser = argparse.ArgumentParser(prog="muon-repro")
+    _register_calibrate(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -135,7 +203,7 @@ def _validate(args: argparse.Namespace, machine) -> int:
     from muon_repro.costmodel.tables import PREDICTIONS, write_table
     from muon_repro.costmodel.validate import format_validation, validate
 
-    rows = validate(args.validate, machine, profiled=not args.unprofiled)
+    rows = validate(args.validate, machine, profiled=False if args.unprofiled else None)
     if not rows:
         raise ValueError(f"--validate {args.validate}: no run with measured steps")
     print(json.dumps(rows, indent=1) if args.json else format_validation(rows))

@@ -126,16 +126,19 @@ class Prediction:
         }
 
 
-def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True) -> Prediction:
-    """The predicted step of ``cfg`` on ``machine`` (``profiled``: under the bench's profiler, as recorded runs are)."""
+def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True, model_dtype: str = "fp32") -> Prediction:
+    """The predicted step of ``cfg`` on ``machine`` (``profiled``: under the bench's profiler, as recorded runs are).
+
+    ``model_dtype``: the rate the model's matmuls run at. The bench trains in fp32 (``fp32``, what
+    recorded runs are priced with); ``bf16`` prices mixed-precision training as large runs do it."""
     workload = build_workload(cfg, machine.device)
-    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled), workload)
+    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled, model_dtype), workload)
 
 
 # ---------------------------------------------------------------- the simulation
 
 
-def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True) -> tuple[RankPrediction, ...]:
+def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True, model_dtype: str = "fp32") -> tuple[RankPrediction, ...]:
     """Play every rank's program stage by stage on a clock per rank (see the module docstring)."""
     cfg = workload.cfg
     world = workload.world_size
@@ -147,7 +150,7 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True)
         stages = [workload.programs[r][k] for r in range(world)]
         before = list(clock)
         if stages[0].compute is not None:
-            _compute_stage(stages, clock, ranks, machine, workload, profiled)
+            _compute_stage(stages, clock, ranks, machine, workload, profiled, model_dtype)
         else:
             _comm_stage(stages, clock, ranks, machine, cfg, pending, issued)
         for r, stage in enumerate(stages):
@@ -160,8 +163,8 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True)
     return ranks
 
 
-def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool) -> None:
-    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled) for s in stages]
+def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
+    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, model_dtype) for s in stages]
     cores = machine.compute_cores(_local_ranks(machine, len(stages)))
     for node in _nodes(machine, len(stages)):
         starts = [clock[r] for r in node]
@@ -171,11 +174,11 @@ def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: Mach
             clock[r] = end
 
 
-def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool) -> float:
+def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool, model_dtype: str = "fp32") -> float:
     """Time of ``work`` on one rank with the rates of ``machine`` (no sharing)."""
     kernels = 0.0
-    if work.matmul_flops or work.attention_flops:  # the model and its gradients are fp32
-        kernels += work.matmul_flops / machine.matmul_flops_per_s("fp32") + work.attention_flops / machine.attention_flops_per_s("fp32")
+    if work.matmul_flops or work.attention_flops:  # the bench's model and its gradients are fp32 (model_dtype)
+        kernels += work.matmul_flops / machine.matmul_flops_per_s(model_dtype) + work.attention_flops / machine.attention_flops_per_s(model_dtype)
     if work.ns_flops:  # only asked for when there is Newton-Schulz work: an AdamW run needs no NS figure
         kernels += work.ns_flops / machine.newton_schulz_flops_per_s(ns_dtype)
     kernels += work.vector_bytes / machine.elementwise_bytes_per_s()

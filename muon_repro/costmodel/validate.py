@@ -75,18 +75,20 @@ def measured(folders: list[Path]) -> Measured | None:
     return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps))
 
 
-def validate(root: str | Path, machine: MachineProfile, *, profiled: bool = True) -> list[dict]:
-    """One ``predictions`` row per run under ``root`` that has measured steps."""
+def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None = None) -> list[dict]:
+    """One ``predictions`` row per run under ``root`` that has measured steps. ``profiled``: price
+    every run with (True) or without (False) the profiler's cost; None: as each run was recorded."""
     rows = []
     for key, folders in run_folders(root).items():
         times = measured(folders)
         if times is None:
             continue
         cfg = bench_config(folders[0])
-        p = predict(cfg, machine, profiled=profiled)
+        priced_profiled = cfg.profile if profiled is None else profiled
+        p = predict(cfg, machine, profiled=priced_profiled)
         rows.append({
             "run": key, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
-            "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps,
+            "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps, "profiled": priced_profiled,
             "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,
             "measured_optimizer_ms": times.optimizer_ms, "predicted_optimizer_ms": p.optimizer_ms,
             "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,

@@ -358,11 +358,14 @@ def _tp_gather(cfg: BenchConfig, plan, unit, dp_rank: int, gather_size: int, pip
     """Concatenate the TP-sharded matrices this rank orthogonalizes, all-gather them over TP, cut them into full matrices."""
     sharded = [i for i in plan.ns_slots(unit, dp_rank) if plan.slots[i].spec.tp_dim is not None]
     elems = sum(plan.slots[i].spec.numel for i in sharded)
-    if cfg.tp == 1 or not sharded:  # nothing travels, but the stage stays so that every rank's program lines up
+    if cfg.tp == 1:  # nothing travels, but the stage stays so that every rank's program lines up
         return _gather(TP_GATHER, Comm("all_gather", "tp", (), gather_size), pipelined, key)
-    pack = _compute(TP_GATHER, vector_bytes=ROUND_BYTES * elems, ops=2 + GATHER_OPS_PER_MATRIX * len(sharded))
+    # A DP rank that orthogonalizes none of the unit's sharded matrices still runs the same stages,
+    # with no work and no call, so that every rank's program lines up stage by stage.
+    pack = _compute(TP_GATHER, vector_bytes=ROUND_BYTES * elems, ops=(2 + GATHER_OPS_PER_MATRIX * len(sharded)) if sharded else 0)
     unpack = _compute(TP_GATHER, vector_bytes=2 * gather_size * cfg.tp * elems, ops=(cfg.tp + 1) * len(sharded))
-    return _gather(TP_GATHER, Comm("all_gather", "tp", (cfg.tp * elems,), gather_size), pipelined, key, pack, unpack)
+    calls = (cfg.tp * elems,) if sharded else ()
+    return _gather(TP_GATHER, Comm("all_gather", "tp", calls, gather_size), pipelined, key, pack, unpack)
 
 
 def _gather(phase: str, comm: Comm, pipelined: bool, key: str, pack: Stage | None = None, unpack: Stage | None = None) -> _Gather:

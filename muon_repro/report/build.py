@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from muon_repro.report import figures
+from muon_repro.report import figures, regime_figures
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -24,14 +24,17 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
+    "regime_map": lambda d, out: regime_figures.regime_map(d.regimes, d.regime_model, out),
+    "closed_form": lambda d, out: regime_figures.closed_form(d.regimes, out),
+    "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
 }
 
 
 def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
-    """Draw every figure of :data:`figures.FIGURES` into ``out_dir`` from the tables in
+    """Draw every figure of :data:`figures.FIGURES` and :data:`regime_figures.REGIME_FIGURES` into ``out_dir`` from the tables in
     ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
     data = load(metrics_dir)
-    return {name: DRAW[name](data, Path(out_dir) / name) for name in figures.FIGURES}
+    return {name: DRAW[name](data, Path(out_dir) / name) for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
 
 
 def shown(path: Path) -> str:
@@ -69,6 +72,6 @@ def write_report(metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: t
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
     data = load(metrics_dir)
-    figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in figures.FIGURES}
+    figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
     context = build_context(data, figure_paths, Path(out_dir), invocations=invocations(data, Path(figures_dir), Path(out_dir), formats))
     return write_formats(context, Path(out_dir), formats)

@@ -22,6 +22,7 @@ from muon_repro import rundir
 from muon_repro.report import derive, style
 from muon_repro.report.data import TABLES, MissingMetric, ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.figures import FIGURES
+from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.selection import first_pair, pair_at, representative_runs, run_label, sort_runs, titled
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF.
@@ -32,7 +33,7 @@ SECTIONS = (
     ("results", "Results"),
     ("decomposition", "The optimizer step, decomposed"),
     ("claims", "Claims"),
-    ("regimes", "Where the gains disappear or invert"),
+    ("regimes", "Where the gains hold, vanish or invert"),
     ("limitations", "Limitations"),
     ("reproduce", "How to reproduce"),
     ("cite", "How to cite"),
@@ -75,6 +76,8 @@ METHOD_SECTIONS = {
     "optimizer_state": "docs/method.md#optimizer-state",
     "trace_conventions": "docs/method.md#trace-conventions",
     "clock_alignment": "docs/method.md#clock-alignment-across-ranks",
+    "cost_model": "docs/method.md#cost-model",
+    "regimes": "docs/method.md#regimes",
 }
 
 
@@ -790,6 +793,7 @@ def build_context(data: ReportData, figure_paths: dict[str, Path], out_dir: Path
         "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
+        "regime": regimes_section(data, figure_paths, rel, len(FIGURES) + 1),
         "limitations": limitations(data),
         "commands": reproduce(data, invocations),
         "tables": tables,

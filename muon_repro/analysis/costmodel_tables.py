@@ -1,0 +1,171 @@
+"""The cost model's tables, from the records beside the runs: ``calibration``, ``predictions``,
+``regimes``, ``regime_model`` and ``regime_thresholds``.
+
+Inputs, under any analyzed folder (names from :mod:`muon_repro.rundir`):
+
+    costmodel/machine.calibration.csv    what ``muon-repro calibrate`` measured on the recording machine
+    costmodel/predictions.csv            every recorded run, measured and predicted (``muon-repro regimes``)
+    costmodel/regime_model.csv           predicted Muon and AdamW steps over tokens per step
+    costmodel/regime_thresholds.csv      tokens per step at which Muon's overhead falls to 1.1% and 3%
+    regimes/<point>/trial<k>/            the regime sweep's runs (timed without the profiler: no traces)
+
+The ``regimes`` table is measured here, from the sweep's ``metrics.json`` (every trial's recorded
+steps, intervals by the two-level bootstrap of :mod:`muon_repro.analysis.bootstrap`), with the
+predictions of ``predictions.csv`` beside each point. Torch-free, like the rest of the analysis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.analysis.bootstrap import interval
+from muon_repro.analysis.schemas import SCHEMAS
+from muon_repro.rundir import (
+    CALIBRATION_FILE,
+    CONFIG_FILE,
+    COSTMODEL_DIR,
+    PREDICTIONS_FILE,
+    REGIME_MODEL_FILE,
+    REGIMES_GROUP,
+    THRESHOLDS_FILE,
+    RunDir,
+)
+
+RECORD_TABLES = {"calibration": CALIBRATION_FILE, "predictions": PREDICTIONS_FILE, "regime_model": REGIME_MODEL_FILE, "regime_thresholds": THRESHOLDS_FILE}
+COSTMODEL_TABLES = (*RECORD_TABLES, "regimes")
+NS_OVER_FWD_BWD = 10 / 3  # closed form: Newton-Schulz / forward+backward FLOPs ~ (10/3) d_model / T per matrix (docs/method.md#regimes)
+
+
+def costmodel_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
+    """Every cost-model table from the records and sweep runs under ``paths`` (empty tables where there are none)."""
+    roots = [Path(p) for p in paths if Path(p).is_dir()]
+    tables = {name: _records(roots, name, file) for name, file in RECORD_TABLES.items()}
+    tables["regimes"] = regimes_table(roots, tables["predictions"])
+    return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
+
+
+def _record_files(roots: list[Path], file: str) -> list[Path]:
+    found = {p.resolve(): p for root in roots for p in root.rglob(f"{COSTMODEL_DIR}/{file}") if not _hidden(p, root)}
+    return [found[k] for k in sorted(found)]
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
+    """The rows of every ``costmodel/<file>`` under ``roots``, with the table's columns (missing ones null)."""
+    schema = SCHEMAS[name]
+    frames = []
+    for path in _record_files(roots, file):
+        try:
+            frame = pd.read_csv(path)
+        except pd.errors.EmptyDataError:  # a record with no rows (muon-repro regimes --quick writes no thresholds)
+            continue
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable {name} record ({exc}); write it again with muon-repro regimes") from None
+        unknown = sorted(set(frame.columns) - set(schema.names))
+        if unknown:
+            raise ValueError(f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro")
+        frames.append(frame.reindex(columns=schema.names))
+    return pd.concat(frames, ignore_index=True) if frames else schema.empty()
+
+
+# ---------------------------------------------------------------- the regime sweep, measured
+
+
+def _sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
+    """The sweep's trial folders by run key (``regimes/<name>``)."""
+    runs: dict[str, dict[Path, RunDir]] = {}
+    for root in roots:
+        for config in root.rglob(CONFIG_FILE):
+            run = RunDir(config.parent)
+            cfg = run.config
+            if cfg.group == REGIMES_GROUP and cfg.name and not _hidden(config, root):
+                runs.setdefault(f"{cfg.group}/{cfg.name}", {})[config.parent.resolve()] = run
+    return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
+
+
+def _per_step(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
+    """``[trial, step]`` arrays of the step time (slowest rank) and the optimizer time (mean over ranks)
+    over each trial's recorded steps (after the warm-up)."""
+    steps, optimizer = [], []
+    for run in trials:
+        ranks, cfg = run.ranks, run.config
+        first = (cfg.wait or 0) + (cfg.warmup or 0)
+        step = np.array([r.step_ms[first:] for r in ranks], dtype="float64")
+        opt = np.array([r.optimizer_ms[first:] for r in ranks], dtype="float64")
+        if step.size:
+            steps.append(step.max(axis=0))
+            optimizer.append(opt.mean(axis=0))
+    width = max((len(s) for s in steps), default=0)
+    pad = lambda rows: np.array([np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows]) if rows else np.full((0, 0), np.nan)  # noqa: E731
+    return pad(steps), pad(optimizer)
+
+
+def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
+    """One row per point of the regime sweep: measured step, optimizer share and Muon's extra over its
+    AdamW twin (same width, tokens, DP x TP), with the predicted values beside them."""
+    runs = _sweep_runs(roots)
+    samples = {key: _per_step(trials) for key, trials in runs.items()}
+    predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
+    points = {key: _point(trials[0]) for key, trials in runs.items()}
+    twins = {(p["d_model"], p["tokens_per_step"], p["dp"], p["tp"]): key for key, p in points.items() if p["optimizer"] == "adamw"}
+    rows = []
+    for key, point in points.items():
+        step, opt = samples[key]
+        if step.size == 0:
+            continue
+        twin = twins.get((point["d_model"], point["tokens_per_step"], point["dp"], point["tp"])) if point["optimizer"] == "muon" else None
+        share = interval(lambda s, o: o / s, [step, opt])
+        row = {
+            **point, "run": key, "trials": len(runs[key]), "steps": int(np.isfinite(step).sum()),
+            "step_ms": _median(step), "optimizer_ms": _median(opt),
+            "optimizer_share": share[0], "optimizer_share_lo": share[1], "optimizer_share_hi": share[2],
+            "adamw_run": twin,
+        }  # fmt: skip
+        if twin is not None:
+            adamw_step = samples[twin][0]
+            extra = interval(lambda m, a: m / a - 1, [step, adamw_step])
+            row |= {"adamw_step_ms": _median(adamw_step), "muon_extra": extra[0], "muon_extra_lo": extra[1], "muon_extra_hi": extra[2],
+                    "muon_extra_ms_per_ktoken": (_median(step) - _median(adamw_step)) / (point["tokens_per_step"] / 1000)}  # fmt: skip
+        row |= _predicted(predicted.get(key), predicted.get(twin) if twin else None)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SCHEMAS["regimes"].names) if rows else SCHEMAS["regimes"].empty()
+
+
+def _point(run: RunDir) -> dict:
+    """What a sweep point is: its shape from config.json, its FLOPs from metrics.json."""
+    cfg, ranks = run.config, run.ranks
+    world = (cfg.dp or 1) * (cfg.tp or 1)
+    ns_max = max((r.ns_flops or 0 for r in ranks), default=0)
+    train = next((r.train_flops for r in ranks if r.train_flops), None)
+    fwd_bwd = train / world if train else None
+    multiplier = (cfg.tp or 1) * ((cfg.dp or 1) if cfg.layout == "bucketed" else 1)  # who runs every matrix (docs/method.md#regimes)
+    return {
+        "d_model": cfg.hidden, "n_layers": cfg.n_layers, "tokens_per_step": cfg.tokens_per_step, "dp": cfg.dp, "tp": cfg.tp,
+        "layout": cfg.layout, "optimizer": cfg.optimizer,
+        "ns_gflop_max_rank": ns_max / 1e9 if cfg.optimizer == "muon" else 0.0,
+        "fwd_bwd_gflop_per_rank": fwd_bwd / 1e9 if fwd_bwd else None,
+        "flop_ratio": ns_max / fwd_bwd if fwd_bwd and cfg.optimizer == "muon" else None,
+        "closed_form_ratio": NS_OVER_FWD_BWD * cfg.hidden / cfg.tokens_per_step * multiplier
+        if cfg.optimizer == "muon" and cfg.hidden and cfg.tokens_per_step else None,
+    }  # fmt: skip
+
+
+def _predicted(muon, adamw) -> dict:
+    if muon is None:
+        return {}
+    out = {"predicted_step_ms": muon.predicted_step_ms, "predicted_optimizer_ms": muon.predicted_optimizer_ms,
+           "predicted_optimizer_share": muon.predicted_optimizer_ms / muon.predicted_step_ms}  # fmt: skip
+    if adamw is not None:
+        out["predicted_muon_extra"] = muon.predicted_step_ms / adamw.predicted_step_ms - 1
+    return out
+
+
+def _median(samples: np.ndarray) -> float:
+    return float(np.nanmedian(samples))

@@ -1,0 +1,66 @@
+"""The regime sweep: where Muon's optimizer step costs little next to AdamW's, and where it dominates.
+
+Muon's extra work per step is Newton-Schulz on every hidden matrix, which does not grow with the
+batch, while forward+backward grows with the tokens per step T. So the optimizer's share of a
+step falls like ``~3.3 d_model / T`` (docs/method.md#regimes). The sweep measures that curve:
+
+    widths      d_model in WIDTHS (2 blocks, heads of 32, MLP 4 x d, the small preset's vocabulary)
+    tokens      T in TOKENS, global tokens per step (DP2·TP2, contiguous layout), Muon and AdamW
+    shapes      DP4 and TP4 at SHAPE_WIDTH, at SHAPE_TOKENS, Muon and AdamW
+    layouts     bucketed and whole_matrix at DP2·TP2, SHAPE_WIDTH, SHAPE_TOKENS (Muon)
+
+Every point is timed without the profiler (``BenchConfig.profile`` false: no trace files, no
+profiler cost in the times) and lands in ``traces/regimes/<name>/trial<k>/`` like any run.
+"""
+
+from __future__ import annotations
+
+from muon_repro.bench.configs import SCALE_SPECS, BenchConfig
+from muon_repro.rundir import REGIMES_GROUP
+WIDTHS = (128, 256, 384)
+TOKENS = (512, 1024, 2048, 4096, 8192, 16384)
+SHAPE_WIDTH = 256
+SHAPE_TOKENS = (1024, 8192)
+LAYERS = 2
+HEAD_DIM = 32
+SEQ_LEN = 128
+QUICK_TOKENS = (512, 2048)  # --quick: a smoke run of the sweep's machinery (seconds per point)
+QUICK_WIDTHS = (64,)
+
+
+def regime_point(optimizer: str, width: int, tokens: int, dp: int = 2, tp: int = 2, layout: str = "contiguous", *, warmup: int = 1, active: int = 4) -> BenchConfig:
+    """One point of the sweep, named ``<optimizer>_d<width>_t<tokens>_dp<dp>_tp<tp>[_<layout>]``."""
+    suffix = "" if layout == "contiguous" else f"_{layout}"
+    spec = SCALE_SPECS["cpu"]
+    return BenchConfig(
+        group=REGIMES_GROUP,
+        name=f"{optimizer}_d{width}_t{tokens}_dp{dp}_tp{tp}{suffix}",
+        optimizer=optimizer,
+        dp=dp,
+        tp=tp,
+        layout=layout,
+        scale="cpu",
+        preset=spec.preset,
+        tokens_per_step=tokens,
+        seq_len=SEQ_LEN,
+        bucket_elems=spec.bucket_elems // 4 if layout == "bucketed" else None,  # a few buckets at these widths
+        hidden=width,
+        n_layers=LAYERS,
+        n_heads=width // HEAD_DIM,
+        ffn_hidden=4 * width,
+        warmup=warmup,
+        active=active,
+        profile=False,
+    )
+
+
+def regime_points(quick: bool = False) -> list[BenchConfig]:
+    """Every point of the sweep, cheapest first (so an interrupted sweep has covered the most ground)."""
+    if quick:
+        points = [regime_point(opt, w, t, warmup=0, active=2) for w in QUICK_WIDTHS for t in QUICK_TOKENS for opt in ("muon", "adamw")]
+        return points
+    points = [regime_point(opt, w, t) for w in WIDTHS for t in TOKENS for opt in ("muon", "adamw")]
+    for t in SHAPE_TOKENS:
+        points += [regime_point(opt, SHAPE_WIDTH, t, dp, tp) for dp, tp in ((4, 1), (1, 4)) for opt in ("muon", "adamw")]
+        points += [regime_point("muon", SHAPE_WIDTH, t, layout=layout) for layout in ("bucketed", "whole_matrix")]
+    return sorted(points, key=lambda c: c.tokens_per_step * (c.hidden or 0) ** 2)

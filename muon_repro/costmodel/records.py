@@ -1,0 +1,204 @@
+"""What the cost model says about the recorded runs and beyond them, written as records beside the runs.
+
+``muon-repro regimes`` writes, into ``<traces>/costmodel/`` (:mod:`muon_repro.rundir`'s names):
+
+    predictions.csv         every recorded run under ``<traces>``, measured against predicted on this machine's profile
+    regime_model.csv        predicted Muon and AdamW steps over a grid of tokens per step: this machine at the
+                            sweep's widths, the shipped profiles at the gpu scale's model and at 7B, and the
+                            scale-out to 32-1024 GPUs
+    regime_thresholds.csv   the tokens per step at which Muon's overhead falls to 1.1% and 3%, per profile and model
+
+``muon-repro analyze`` turns them into tables (the analysis imports no torch; predicting does:
+the shard plan is built from the model on the meta device). Each file is written through a
+temporary name and a rename.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from muon_repro.bench.configs import BenchConfig
+from muon_repro.bench.regimes import LAYERS, SEQ_LEN, WIDTHS, regime_point
+from muon_repro.costmodel.machine import MachineProfile, resolve_profile
+from muon_repro.costmodel.predict import Prediction, predict
+from muon_repro.costmodel.validate import validate
+from muon_repro.model_config import PRESETS
+from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
+
+LEVELS = (0.011, 0.03)  # the seed's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
+METRICS = ("optimizer_share", "muon_extra")
+MAX_TOKENS = 2**27  # the grid's end: 134M tokens per step; a level not reached by then is recorded as null
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model to price: a preset's shape with overrides (``BenchConfig`` fields), its sequence length."""
+
+    name: str
+    preset: str
+    seq_len: int
+    shape: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def d_model(self) -> int:
+        return dict(self.shape).get("hidden", PRESETS[self.preset].hidden)
+
+
+# The seed does not publish its model; the gpu scale's (GPT-2-medium shaped, 369M) stands for it.
+SEED_MODEL = Model("gpu-scale-369m", "large", 1024)
+# A LLaMA-7B-shaped model: 32 blocks of width 4096, MLP 11008, a 32k vocabulary, 4k sequences.
+MODEL_7B = Model("7b", "large", 4096, (("hidden", 4096), ("n_layers", 32), ("n_heads", 32), ("ffn_hidden", 11008), ("vocab_size", 32000)))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a model is priced: a profile, a DP x TP grid, a layout, the model's matmul dtype."""
+
+    machine: str
+    model: Model
+    dp: int
+    tp: int
+    layout: str = "contiguous"
+    model_dtype: str = "bf16"  # large runs train in mixed precision; the bench's own runs are fp32
+
+
+# Profile, grid and model of each threshold: the seed's 4 GPUs as DP2·TP2, one 8-GPU H100 node as DP4·TP2.
+THRESHOLD_SETTINGS = tuple(
+    Setting(machine, model, dp, tp)
+    for machine, dp, tp in (("seed-4x-pcie4-x4", 2, 2), ("h100-8x-nvlink", 4, 2))
+    for model in (SEED_MODEL, MODEL_7B)
+)
+SCALE_OUT_GPUS = (32, 64, 128, 256, 512, 1024)
+SCALE_OUT_TOKENS = 4 * 2**20  # 4M tokens per step, the paper's pretraining regime
+SCALE_OUT_TP = 8  # TP inside a node, DP across nodes
+
+
+def write_records(traces: str | Path, machine: MachineProfile, *, quick: bool = False, log: Callable[[str], None] = print) -> list[Path]:
+    """Predict and write the three records into ``<traces>/costmodel/``; returns the files written.
+    ``quick``: the recorded runs and this machine's lines only (seconds, for tests)."""
+    folder = Path(traces) / COSTMODEL_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    log(f"predicting every recorded run under {traces} on {machine.name} ...")
+    predictions = validate(traces, machine, profiled=None)
+    log("pricing the regime lines ...")
+    lines = list(this_machine_lines(machine, quick=quick))
+    thresholds: list[dict] = []
+    if not quick:
+        for setting in THRESHOLD_SETTINGS:
+            log(f"  {setting.machine}, {setting.model.name}, DP{setting.dp}·TP{setting.tp}")
+            grid = list(token_grid(setting))
+            lines += grid
+            thresholds += threshold_rows(setting, grid)
+        log(f"  scale-out: {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs (the largest take a minute each)")
+        lines += list(scale_out_rows())
+    written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
+    for path, rows in zip(written, (predictions, lines, thresholds)):
+        write_csv(path, rows)
+    return written
+
+
+def line_row(setting: Setting, tokens: int, kind: str, muon: Prediction, adamw: Prediction) -> dict:
+    """One point of a model line: both optimizers' predicted steps at ``tokens`` per step."""
+    workload = muon.workload
+    world = setting.dp * setting.tp
+    return {
+        "kind": kind, "machine": setting.machine, "model": setting.model.name, "d_model": setting.model.d_model,
+        "model_params": workload.model.num_params(), "model_dtype": setting.model_dtype, "gpus": world,
+        "dp": setting.dp, "tp": setting.tp, "layout": setting.layout, "tokens_per_step": tokens,
+        "muon_step_ms": muon.step_ms, "muon_optimizer_ms": muon.optimizer_ms, "muon_comm_ms": muon.comm_ms,
+        "adamw_step_ms": adamw.step_ms, "adamw_optimizer_ms": adamw.optimizer_ms, "adamw_comm_ms": adamw.comm_ms,
+        "optimizer_share": muon.optimizer_ms / muon.step_ms, "muon_extra": muon.step_ms / adamw.step_ms - 1,
+        "flop_ratio": max(workload.ns_flops) / (workload.train_flops / world),
+    }  # fmt: skip
+
+
+def this_machine_lines(machine: MachineProfile, *, quick: bool = False) -> Iterable[dict]:
+    """The sweep's own points (DP2·TP2, contiguous, fp32, unprofiled) on a finer grid of tokens per step."""
+    widths = WIDTHS[:1] if quick else WIDTHS
+    tokens = (512, 4096) if quick else tuple(2**k for k in range(8, 17)) + (3 * 2**14, 2**16)
+    for width in widths:
+        model = Model(f"d{width}", "small", SEQ_LEN, (("hidden", width), ("n_layers", LAYERS), ("n_heads", width // 32), ("ffn_hidden", 4 * width)))
+        setting = Setting(machine.name, model, 2, 2, model_dtype="fp32")
+        for t in sorted(set(tokens)):
+            muon, adamw = (predict(regime_point(opt, width, t), machine, profiled=False) for opt in ("muon", "adamw"))
+            yield line_row(setting, t, "this_machine", muon, adamw)
+
+
+def run_config(setting: Setting, optimizer: str, tokens: int) -> BenchConfig:
+    shape = dict(setting.model.shape)
+    return BenchConfig(
+        group="model", name=f"{setting.model.name}_{optimizer}", optimizer=optimizer, dp=setting.dp, tp=setting.tp,
+        layout=setting.layout, scale="gpu", preset=setting.model.preset, tokens_per_step=tokens, seq_len=setting.model.seq_len,
+        bucket_elems=40_000_000 if setting.layout == "bucketed" else None, profile=False, **shape,
+    )  # fmt: skip
+
+
+def _pair(setting: Setting, tokens: int) -> tuple[Prediction, Prediction]:
+    machine = resolve_profile(setting.machine)
+    return tuple(predict(run_config(setting, opt, tokens), machine, profiled=False, model_dtype=setting.model_dtype) for opt in ("muon", "adamw"))  # type: ignore[return-value]
+
+
+def token_grid(setting: Setting) -> Iterable[dict]:
+    """Predicted steps at one micro-batch per DP rank, doubling up to :data:`MAX_TOKENS`."""
+    tokens = setting.dp * setting.model.seq_len
+    while tokens <= MAX_TOKENS:
+        yield line_row(setting, tokens, "profile", *_pair(setting, tokens))
+        tokens *= 2
+
+
+def threshold_rows(setting: Setting, grid: list[dict]) -> list[dict]:
+    """For each metric and level, the tokens per step at which the metric first falls to the level:
+    log-linear interpolation between the two grid points around the crossing (null if never)."""
+    rows = []
+    for metric in METRICS:
+        for level in LEVELS:
+            tokens = crossing([(r["tokens_per_step"], r[metric]) for r in grid], level)
+            rows.append({
+                "machine": setting.machine, "model": setting.model.name, "d_model": setting.model.d_model,
+                "model_dtype": setting.model_dtype, "dp": setting.dp, "tp": setting.tp, "layout": setting.layout,
+                "metric": metric, "level": level, "tokens_per_step": tokens,
+                "tokens_per_d_model": tokens / setting.model.d_model if tokens is not None else None,
+            })  # fmt: skip
+    return rows
+
+
+def crossing(points: list[tuple[int, float]], level: float) -> float | None:
+    """The smallest x where the piecewise log-log line through ``points`` (sorted by x) falls to ``level``."""
+    points = sorted(points)
+    if points and points[0][1] <= level:
+        return float(points[0][0])
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y0 > level >= y1:
+            if y1 <= 0:
+                return float(x1)
+            f = (math.log(y0) - math.log(level)) / (math.log(y0) - math.log(y1))
+            return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+    return None
+
+
+def scale_out_rows() -> Iterable[dict]:
+    """The 7B model on H100 nodes over 400 Gb/s InfiniBand, TP8 in a node, DP across nodes, 4M tokens per step."""
+    for gpus in SCALE_OUT_GPUS:
+        setting = Setting("h100-multinode-ib400", MODEL_7B, gpus // SCALE_OUT_TP, SCALE_OUT_TP)
+        yield line_row(setting, SCALE_OUT_TOKENS, "scale_out", *_pair(setting, SCALE_OUT_TOKENS))
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` as CSV (columns in first-seen order) through a temporary file and a rename."""
+    import pandas as pd
+
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+

@@ -1,0 +1,186 @@
+"""The figures of "Where the gains hold, vanish or invert": one function per figure, tables in, path out.
+
+    regime_map     Muon's optimizer share and its extra step time over AdamW against tokens per step,
+                   one colour per width: the sweep's measured points (95% intervals) and the cost
+                   model's lines for this machine, the seed's ~1.1% and the paper's 3% marked
+    closed_form    Newton-Schulz time over forward+backward time, measured, against the closed form
+                   (10/3) d_model / T times the ranks that repeat each matrix, and the exact FLOP ratio
+    profiles       the cost model on hardware we do not have: Muon's extra step time against tokens per
+                   step for the seed's 4 GPUs and one 8-GPU H100 node (the gpu scale's model and 7B),
+                   and 7B at 4M tokens per step from 32 to 1,024 H100s
+
+Each draws what the tables have and says so when they have nothing (no sweep recorded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from muon_repro.report import style
+from muon_repro.report.figures import _figure, _legend, _no_data, _save, _styled, _title
+
+REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
+LEVELS = ((0.011, "seed ~1.1%"), (0.03, "paper 3%"))
+WIDTH_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+MACHINE_STYLES = {"seed-4x-pcie4-x4": ("#D55E00", "seed: 4 GPUs, PCIe Gen4 x4"), "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink")}
+MODEL_LINES = {"gpu-scale-369m": "-", "7b": "--"}
+NO_SWEEP = "no regime sweep in these tables: run `muon-repro regimes`, then `muon-repro analyze`"
+
+
+def _levels(ax, labels: bool = True) -> None:
+    """The seed's ~1.1% (dotted) and the paper's 3% (dashed), as horizontal lines in percent."""
+    for level, label in LEVELS:
+        ax.axhline(100 * level, color="#555555", linestyle=":" if level < 0.02 else "--", linewidth=0.9)
+        if labels:
+            ax.annotate(f" {label}", (1.0, 100 * level), xycoords=("axes fraction", "data"), fontsize=7, va="center", ha="left", color="#333333")
+
+
+def _sweep(regimes: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's main axis: Muon at DP2·TP2, contiguous layout."""
+    r = regimes
+    return r[(r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")].sort_values("tokens_per_step")
+
+
+@_styled
+def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
+    """Optimizer share (left) and Muon's extra step time (right) against tokens per step, per width."""
+    fig, axes = _figure(3.4, 2)
+    sweep = _sweep(regimes)
+    lines = model[model["kind"] == "this_machine"]
+    if sweep.empty:
+        for ax in axes:
+            _no_data(ax, NO_SWEEP)
+        _title(fig, "Where Muon's optimizer step stops mattering", "no sweep recorded")
+        return _save(fig, out)
+    widths = sorted(int(w) for w in sweep["d_model"].unique())
+    handles = []
+    for i, width in enumerate(widths):
+        color = WIDTH_COLORS[i % len(WIDTH_COLORS)]
+        points = sweep[sweep["d_model"] == width]
+        line = lines[lines["d_model"] == width].sort_values("tokens_per_step")
+        for ax, col in zip(axes, ("optimizer_share", "muon_extra")):
+            y = 100 * points[col].astype(float).to_numpy()
+            lo = 100 * points[f"{col}_lo"].astype(float).to_numpy()
+            hi = 100 * points[f"{col}_hi"].astype(float).to_numpy()
+            ax.errorbar(points["tokens_per_step"], y, yerr=[y - lo, hi - y], fmt="o", color=color, markersize=4, capsize=2, linewidth=1)
+            if not line.empty:
+                ax.plot(line["tokens_per_step"], 100 * line[col].astype(float), color=color, linewidth=1.2, alpha=0.8)
+        handles.append(Line2D([], [], color=color, marker="o", label=f"d_model {width}"))
+    handles += [Line2D([], [], color="#444444", marker="o", linestyle="none", label="measured (95% interval)"),
+                Line2D([], [], color="#444444", label="cost model, this machine")]  # fmt: skip
+    for ax, label in zip(axes, ("Muon's optimizer step / step (%)", "Muon step / AdamW step - 1 (%)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step (global)")
+        ax.set_ylabel(label)
+    axes[0].set_yscale("log")
+    axes[1].axhline(0, color="black", linewidth=0.6)
+    top = 100 * float(sweep["muon_extra_hi"].astype(float).max())
+    axes[1].set_ylim(-60, min(max(top, 20.0), 250.0) * 1.05)  # small steps' wide intervals would hide the large steps' points
+    _levels(axes[0])
+    _levels(axes[1], labels=False)
+    axes[1].legend(handles=handles, loc="upper right", fontsize=7)
+    largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
+    share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
+    below = (largest["optimizer_share_hi"].astype(float) < 0.011).sum()
+    where = "under" if below == len(largest) else ("above" if below == 0 else "around")
+    _title(fig, "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
+           f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
+           f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the seed's 1.1%.")  # fmt: skip
+    return _save(fig, out)
+
+
+@_styled
+def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
+    """Newton-Schulz time over forward+backward time against T / d_model, measured and by the closed form."""
+    fig, (ax,) = _figure(3.2)
+    muon = regimes[(regimes["optimizer"] == "muon") & regimes["adamw_run"].notna()]
+    if muon.empty:
+        _no_data(ax, NO_SWEEP)
+        _title(fig, "Newton-Schulz against forward+backward", "no sweep recorded")
+        return _save(fig, out)
+    by_run = regimes.set_index("run")
+    twin = by_run.loc[muon["adamw_run"].astype(str)]
+    # Muon's optimizer step beyond AdamW's is its Newton-Schulz and gathers; AdamW's step beyond its optimizer is forward+backward.
+    measured = (muon["optimizer_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float)) / (twin["step_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float))
+    x = muon["tokens_per_step"].to_numpy(float) / muon["d_model"].to_numpy(float)
+    multiplier = muon["closed_form_ratio"].to_numpy(float) * x / (10 / 3)  # tp, times dp for the bucketed layout
+    labels = [f"DP{int(d)}·TP{int(t)} {str(lay).replace('_', '-')}" for d, t, lay in zip(muon["dp"], muon["tp"], muon["layout"])]
+    kinds = sorted(set(zip(multiplier.round(3), labels)))
+    markers = dict(zip(sorted(set(labels)), "osD^v<>p"))
+    for i, m in enumerate(sorted(set(multiplier.round(3)))):
+        color = WIDTH_COLORS[i % len(WIDTH_COLORS)]
+        grid = np.geomspace(x.min() / 1.5, x.max() * 1.5, 50)
+        ax.plot(grid, m * (10 / 3) / grid, color=color, linewidth=1.2, label=f"closed form x{m:g}: (10/3)·{m:g}·d/T")
+        for lab in sorted({lab for mm, lab in kinds if mm == m}):
+            sel = (multiplier.round(3) == m) & (np.array(labels) == lab)
+            ax.scatter(x[sel], measured[sel], color=color, marker=markers[lab], s=22, zorder=3, label=f"measured time ratio, {lab}")
+            ax.scatter(x[sel], muon["flop_ratio"].to_numpy(float)[sel], color=color, marker=markers[lab], s=22, facecolors="none", zorder=3)
+    ax.scatter([], [], color="#444444", facecolors="none", label="exact FLOP ratio (busiest rank)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens per step / d_model")
+    ax.set_ylabel("Newton-Schulz / forward+backward")
+    _legend(ax, ax.get_legend_handles_labels()[0], fontsize=7)
+    _title(fig, "Newton-Schulz against forward+backward: measured and the closed form",
+           "Per matrix, NS/(fwd+bwd) ~ (20m + 10m²/n)/(6T) ~ (10/3)·d/T; every TP rank repeats the full matrix (x tp), the bucketed "
+           "layout every DP rank too (x dp). Measured: Muon's optimizer time beyond AdamW's over AdamW's forward+backward.")  # fmt: skip
+    return _save(fig, out)
+
+
+@_styled
+def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> Path:
+    """Muon's predicted extra step time on hardware we do not have, and 7B scaled out."""
+    fig, axes = _figure(3.4, 2)
+    grid = model[model["kind"] == "profile"]
+    scale = model[model["kind"] == "scale_out"].sort_values("gpus")
+    if grid.empty and scale.empty:
+        for ax in axes:
+            _no_data(ax, "no cost-model lines in these tables: run `muon-repro regimes`, then `muon-repro analyze`")
+        _title(fig, "The cost model on other hardware", "no lines")
+        return _save(fig, out)
+    ax = axes[0]
+    for (machine, name), line in grid.groupby(["machine", "model"], sort=True):
+        color, label = MACHINE_STYLES.get(str(machine), ("#444444", str(machine)))
+        line = line.sort_values("tokens_per_step")
+        ax.plot(line["tokens_per_step"], 100 * line["muon_extra"].astype(float), color=color, linestyle=MODEL_LINES.get(str(name), "-."),
+                label=f"{label}, {name}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens per step (global)")
+    ax.set_ylabel("Muon step / AdamW step - 1 (%)")
+    _levels(ax)
+    ax.legend(loc="lower left", fontsize=6.5)
+    ax = axes[1]
+    if not scale.empty:
+        for col, color, label in (("muon_extra", style.OPTIMIZER_COLORS["muon"], "Muon step / AdamW step - 1"),
+                                  ("optimizer_share", "#444444", "Muon's optimizer share")):  # fmt: skip
+            ax.plot(scale["gpus"], 100 * scale[col].astype(float), marker="o", color=color, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(scale["gpus"].astype(int), [str(g) for g in scale["gpus"].astype(int)])
+        ax.set_xlabel(f"H100 GPUs (TP{int(scale['tp'].iloc[0])} in a node, DP across 400 Gb/s IB)")
+        ax.set_ylabel("predicted (%)")
+        _levels(ax)
+        ax.legend(loc="upper left", fontsize=7)
+    else:
+        _no_data(ax, "no scale-out lines")
+    crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
+    said = "; ".join(f"{MACHINE_STYLES.get(str(r.machine), ('', r.machine))[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
+    trend = ""
+    if len(scale) > 1:
+        first, last = (100 * float(scale[c].iloc[k]) for c, k in (("muon_extra", 0), ("muon_extra", -1)))
+        trend = (f" Scale-out at {int(scale['tokens_per_step'].iloc[0]) / 2**20:g}M tokens per step: Muon's extra goes from {first:.2g}% on "
+                 f"{int(scale['gpus'].iloc[0])} GPUs to {last:.2g}% on {int(scale['gpus'].iloc[-1])}.")  # fmt: skip
+    _title(fig, "The cost model on hardware we do not have (predictions, bf16 training)",
+           f"Muon's extra step time falls under the seed's 1.1% at: {said}.{trend}")  # fmt: skip
+    return _save(fig, out)
+
+
+def _tokens(value) -> str:
+    if value is None or pd.isna(value):
+        return "not reached"
+    value = float(value)
+    return f"{value / 2**20:.2g}M tokens" if value >= 2**20 else f"{value / 1024:.3g}k tokens"

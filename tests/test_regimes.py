@@ -1,0 +1,165 @@
+"""The regime sweep and the cost model's records: the sweep's points, runs timed without the profiler,
+the crossing of a level, programs that line up at any DP size, the records turned into tables, and
+`muon-repro regimes --quick` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.analysis.costmodel_tables import costmodel_tables
+from muon_repro.analysis.schemas import SCHEMAS
+from muon_repro.bench.configs import BenchConfig, from_dict
+from muon_repro.bench.regimes import REGIMES_GROUP, SHAPE_WIDTH, regime_point, regime_points
+from muon_repro.cli import main
+from muon_repro.costmodel.machine import COLLECTIVE_OPS, profile_from_dict
+from muon_repro.costmodel.predict import predict
+from muon_repro.costmodel.records import crossing
+from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def two_core_profile() -> dict:
+    return {
+        "name": "two-cores", "device": "cpu", "backend": "gloo", "matmul_tflops": {"fp32": 0.04}, "newton_schulz_tflops": {"fp32": 0.04},
+        "elementwise_gbps": 20.0, "op_overhead_us": 2.0, "compute_share": {"2": 1.0, "4": 0.5},
+        "collectives": [{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5} for op in COLLECTIVE_OPS],
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- the sweep's points
+
+
+def test_the_sweep_spans_what_the_regimes_need():
+    points = regime_points()
+    assert len({p.key for p in points}) == len(points)
+    assert all(p.group == REGIMES_GROUP and not p.profile and p.tokens_per_step % (p.dp * p.seq_len) == 0 for p in points)
+    tokens = sorted({p.tokens_per_step for p in points})
+    assert len(tokens) >= 5 and tokens[0] <= 512 and tokens[-1] >= 16384
+    assert len({p.hidden for p in points}) >= 3
+    assert {(p.dp, p.tp) for p in points} >= {(2, 2), (4, 1), (1, 4)}
+    assert {p.layout for p in points} == {"contiguous", "bucketed", "whole_matrix"}
+    # every Muon point of the main axis and of the shapes has its AdamW twin
+    keys = {(p.optimizer, p.hidden, p.tokens_per_step, p.dp, p.tp, p.layout) for p in points}
+    for p in points:
+        if p.optimizer == "muon":
+            assert ("adamw", p.hidden, p.tokens_per_step, p.dp, p.tp, "contiguous") in keys, p.key
+
+
+def test_a_timed_only_run_expects_no_traces_and_its_config_round_trips():
+    cfg = regime_point("muon", SHAPE_WIDTH, 1024)
+    assert not any(name.startswith("rank") for name in expected_files(cfg.world_size, profiled=cfg.profile))
+    assert from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["profile"] is False
+    assert from_dict({k: v for k, v in cfg.to_dict().items() if k != "profile"}).profile  # runs recorded before the field: profiled
+    assert not is_trace_file("machine.json") and is_trace_file("rank0.json.gz")
+
+
+# ---------------------------------------------------------------- the crossing of a level
+
+
+def test_crossing_interpolates_log_log_between_the_points_around_the_level():
+    # y = 100 / x on a log-log grid: y = 0.5 at x = 200 exactly
+    points = [(x, 100 / x) for x in (64, 128, 256, 512)]
+    assert crossing(points, 0.5) == pytest.approx(200)
+    assert crossing(points, 2.0) == 64  # already at or below the level at the first point
+    assert crossing(points, 0.01) is None  # never reached
+    assert crossing(list(reversed(points)), 0.5) == pytest.approx(200)  # order does not matter
+
+
+# ---------------------------------------------------------------- programs line up at any DP size
+
+
+def test_predict_lines_up_every_ranks_program_when_some_dp_ranks_orthogonalize_nothing():
+    """With 8 DP ranks and 2 TP ranks, some DP ranks own no TP-sharded matrix of a unit: their programs
+    still hold the unit's (empty) TP gather stages, so the simulation pairs every rank's stages."""
+    machine = profile_from_dict(two_core_profile())
+    cfg = BenchConfig(group="t", name="wide", optimizer="muon", dp=8, tp=2, scale="tiny", preset="tiny", tokens_per_step=8 * 16, seq_len=16, profile=False)
+    p = predict(cfg, machine, profiled=False)
+    lengths = {len(program) for program in p.workload.programs}
+    assert len(lengths) == 1 and p.step_ms > 0
+    assert sum(p.workload.ns_flops) > 0 and min(p.workload.ns_flops) < max(p.workload.ns_flops)  # uneven on purpose
+
+
+def test_bf16_training_is_priced_at_the_bf16_rate():
+    raw = two_core_profile() | {"matmul_tflops": {"fp32": 0.04, "bf16": 0.4}}
+    machine = profile_from_dict(raw)
+    cfg = regime_point("adamw", 128, 4096)
+    fp32, bf16 = (predict(cfg, machine, profiled=False, model_dtype=d) for d in ("fp32", "bf16"))
+    assert bf16.step_ms < fp32.step_ms
+
+
+# ---------------------------------------------------------------- records -> tables
+
+
+def test_a_record_with_an_unknown_column_is_refused_naming_the_file(tmp_path):
+    folder = tmp_path / COSTMODEL_DIR
+    folder.mkdir()
+    (folder / PREDICTIONS_FILE).write_text("run,machine,surprise\nx,y,1\n")
+    with pytest.raises(ValueError, match=r"predictions\.csv.*surprise"):
+        costmodel_tables([tmp_path])
+
+
+def test_without_records_every_costmodel_table_is_empty_with_its_columns(tmp_path):
+    tables = costmodel_tables([tmp_path])
+    assert set(tables) == {"calibration", "predictions", "regimes", "regime_model", "regime_thresholds"}
+    for name, table in tables.items():
+        assert table.empty and list(table.columns) == SCHEMAS[name].names
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def quick_sweep(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("regimes") / "traces"
+    machine = out.parent / "machine.json"
+    machine.write_text(json.dumps(two_core_profile()))
+    code = main(["regimes", "--out", str(out), "--quick", "--trials", "2", "--machine", str(machine), "--no-progress"])
+    assert code == 0
+    return out
+
+
+@pytest.mark.slow
+def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep):
+    runs = sorted(quick_sweep.glob(f"{REGIMES_GROUP}/*/trial*"))
+    assert len(runs) == 2 * len(regime_points(quick=True))
+    assert all(not list(run.glob("rank*.json*")) and (run / "metrics.json").is_file() for run in runs)
+    tables = costmodel_tables([quick_sweep])
+    regimes = tables["regimes"].set_index("run")
+    assert len(regimes) == len(regime_points(quick=True))
+    muon = regimes[regimes["optimizer"] == "muon"]
+    assert muon["adamw_run"].notna().all() and muon["predicted_muon_extra"].notna().all()
+    for _, row in regimes.iterrows():
+        assert row["steps"] == 2 * 2 and row["trials"] == 2
+        assert row["optimizer_share_lo"] <= row["optimizer_share"] <= row["optimizer_share_hi"]
+        assert 0 < row["optimizer_share"] < 1 and row["predicted_step_ms"] > 0
+    for run, row in muon.iterrows():
+        twin = regimes.loc[row["adamw_run"]]
+        assert row["muon_extra"] == pytest.approx(row["step_ms"] / twin["step_ms"] - 1)
+        assert math.isclose(row["closed_form_ratio"], 10 / 3 * row["d_model"] / row["tokens_per_step"] * row["tp"])
+    predictions = tables["predictions"]
+    assert set(predictions["run"]) == set(f"{REGIMES_GROUP}/{p.name}" for p in regime_points(quick=True))
+    assert not predictions["profiled"].any()  # timed without the profiler: priced without its cost
+    assert (tables["regime_model"]["kind"] == "this_machine").all() and len(tables["regime_model"]) > 0
+
+
+@pytest.mark.slow
+def test_the_sweep_beside_traced_runs_lands_in_the_same_table_set(quick_sweep, tmp_path):
+    """A traces folder with profiled runs and the sweep: analyze writes the trace tables and the regime tables as one set."""
+    import shutil
+
+    from muon_repro.stages import analyze
+
+    traces = tmp_path / "traces"
+    shutil.copytree(quick_sweep, traces)
+    shutil.copytree(REPO / "traces" / "comparison" / "adamw_dp2_tp2" / "trial0", traces / "comparison" / "adamw_dp2_tp2" / "trial0")
+    tables = analyze([traces], tmp_path / "metrics")
+    assert list(tables["runs"]["run"]) == ["comparison/adamw_dp2_tp2"]  # the sweep is no trace run
+    assert len(tables["regimes"]) == len(regime_points(quick=True))
+    written = pd.read_parquet(tmp_path / "metrics" / "regimes.parquet")
+    assert len(written) == len(tables["regimes"])
