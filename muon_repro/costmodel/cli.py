@@ -70,7 +70,7 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
         "regimes",
         help="the regime sweep: time Muon and AdamW over tokens per step, widths, DP x TP shapes and layouts; predict them",
         description=(
-            "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~10 minutes a "
+            "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~6 minutes a "
             "trial on 2 cores) into OUT/regimes/, calibrate this machine into OUT/costmodel/machine.json if it has no "
             "profile there, and write the cost model's records into OUT/costmodel/: every recorded run under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "

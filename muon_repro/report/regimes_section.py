@@ -66,7 +66,7 @@ def _tokens(value: Any) -> str:
 def sweep_lines(regimes: pd.DataFrame) -> list[str]:
     """What the sweep measured, in words: the range of the optimizer share and Muon's extra, and the inversions."""
     if regimes.empty:
-        return ["No regime sweep in these tables: `muon-repro regimes` records it (about 10 minutes a trial on 2 cores)."]
+        return ["No regime sweep in these tables: `muon-repro regimes` records it (about 6 minutes a trial on 2 cores)."]
     muon = regimes[regimes["optimizer"] == "muon"]
     main = muon[(muon["dp"] == 2) & (muon["tp"] == 2) & (muon["layout"] == "contiguous")]
     lines = [f"The sweep: {len(regimes)} points ({regimes['d_model'].nunique()} widths, tokens per step "
