@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from muon_repro.report import figures
+from muon_repro.report import convergence_figures, figures
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -24,6 +24,8 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
+    "convergence_sweep": lambda d, out: convergence_figures.convergence_sweep(d.convergence, out),
+    "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
 }
 
 

@@ -21,11 +21,11 @@ import pandas as pd
 from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation  # noqa: F401 - MixedTables: what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.analysis.schemas).
-TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment")
+TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment", "convergence", "leading_steps")
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
-KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TABLES} | {"comparisons": ("muon_run", "adamw_run"), "claims": ("claim_id",)}
+KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TABLES} | {"comparisons": ("muon_run", "adamw_run"), "claims": ("claim_id",), "leading_steps": ("seed", "alpha", "muon_step")}
 # The stamp `muon-repro analyze` puts in every Parquet table (muon_repro.table_set; pandas reads it
 # back as DataFrame.attrs).
 
@@ -47,6 +47,8 @@ class ReportData:
     timeline: pd.DataFrame
     losses: pd.DataFrame
     environment: pd.DataFrame
+    convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
+    leading_steps: pd.DataFrame
     metrics_dir: Path = Path("metrics")
 
     def environment_of(self, run: str) -> dict[str, str]:
