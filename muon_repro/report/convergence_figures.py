@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -87,9 +86,13 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     axes[2].set_ylabel("leading ratio")
     for ax in axes:
         ax.set_xlabel("Muon step")
-        ax.axhline(0, color="#999999", linewidth=0.6) if ax is not axes[0] else None
+    for ax in axes[1:]:
+        ax.axhline(0, color="#999999", linewidth=0.6)
     axes[0].legend(fontsize=6.5, loc="upper right")
-    axes[2].set_ylim(-1, max(1.0, float(np.nanmax(lead["leading_ratio"].astype(float).to_numpy(dtype=float, na_value=np.nan)[10:] if len(lead) > 10 else [1.0])) * 1.1))
+    # The first steps' ratios divide by small step numbers: the axis follows the rest.
+    later = lead[lead["muon_step"] > 10]["leading_ratio"].astype(float).to_numpy(dtype=float, na_value=np.nan)
+    top = np.nanmax(later) if np.isfinite(later).any() else 1.0
+    axes[2].set_ylim(min(-1.0, np.nanmin(later) * 1.1 if np.isfinite(later).any() else -1.0), max(1.0, top * 1.1))
     _legend(axes[2], axes[2].get_legend_handles_labels()[0], fontsize=7)
     ends = []
     for seed in seeds:
