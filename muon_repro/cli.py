@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "muon_repro.run_cli",
     "muon_repro.optim.equivalence_cli",
     "muon_repro.bench.cli",
+    "muon_repro.converge.cli",
     "muon_repro.analysis.cli",
     "muon_repro.report.cli",
     "muon_repro.hub.cli",

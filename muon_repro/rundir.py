@@ -95,6 +95,20 @@ RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, LOG_FILE)
 TRACE_SUFFIX = ".json.gz"
 _TRACE_NAME = re.compile(r"^rank(\d+)\.json(?:\.gz)?$")
 
+# Convergence runs (``muon-repro converge``): traces/convergence/<optimizer>_lr<lr>_steps<n>_seed<s>/
+CONVERGENCE_GROUP = "convergence"
+CONVERGENCE_FILE = "convergence.json"
+"""A convergence run's one record: config, corpus facts, model shares, the curve, wall time."""
+CONVERGENCE_LOG = "log.txt"
+CHECKPOINT_SUFFIX = ".pt"
+NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE)
+"""JSON files a run folder may hold that are not profiler traces."""
+
+
+def checkpoint_name(rank: int) -> str:
+    """One rank's checkpoint of a convergence run while it trains (only ever in the hidden .partial folder)."""
+    return f"checkpoint-rank{rank}{CHECKPOINT_SUFFIX}"
+
 
 def trace_name(rank: int) -> str:
     """File name of one rank's trace: ``rank<r>.json.gz``."""
@@ -121,8 +135,8 @@ THRESHOLDS_FILE = "regime_thresholds.csv"
 
 def is_trace_file(name: str) -> bool:
     """Whether a file name looks like a profiler trace (ours or anyone's): ``*.json`` or ``*.json.gz``,
-    not one of the run's side files, not a machine profile, not hidden."""
-    return name.endswith((".json", ".json.gz")) and name not in (*RUN_FILES, MACHINE_FILE) and not name.startswith(".")
+    not one of the run's side files, a convergence record or a machine profile, not hidden."""
+    return name.endswith((".json", ".json.gz")) and name not in (*NON_TRACE_FILES, MACHINE_FILE) and not name.startswith(".")
 
 
 TRIAL_PREFIX = "trial"
@@ -157,11 +171,13 @@ def missing_files(run_dir: Path, world_size: int, profiled: bool = True) -> list
 # ---------------------------------------------------------------- JSON side files
 
 
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` through a temporary file and an atomic rename."""
+def write_json(path: Path, obj: Mapping[str, Any], *, compact: bool = False) -> None:
+    """Write ``obj`` through a temporary file and an atomic rename (``compact``: no indentation,
+    for records whose long number lists would otherwise take a line per value)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = json.dumps(obj, separators=(",", ":"), default=str) if compact else json.dumps(obj, indent=1, default=str)
     try:
-        tmp.write_text(json.dumps(obj, indent=1, default=str), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -338,6 +338,8 @@ def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
         "losses": _frame("losses", [row for run in runs for row in _losses(run)]),
         "environment": _frame("environment", [row for run in runs for row in _environment_rows(run)]),
         **costmodel_tables(),
+        "convergence": SCHEMAS["convergence"].empty(),  # no `muon-repro converge` run: the report still builds
+        "leading_steps": SCHEMAS["leading_steps"].empty(),
     }
 
 

@@ -30,6 +30,7 @@ from muon_repro.rundir import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL
 
 SEED = "seed: HF forum post and dataset card (bird-of-paradise/muon-distributed-reproducibility), 4 GPUs, PCIe Gen4 x4"
 PAPER = "paper: Muon is Scalable for LLM Training (arXiv 2502.16982), section 2.3"
+MOONSHOT_LEADING = "Moonshot / Moonlight (arXiv 2502.16982; the PR #1428 thread's 'Muon leading steps'), modded-nanogpt's records"
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured")
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "reduce_dtype", "backend", "device")
@@ -115,6 +116,8 @@ CLAIMS = (
           PAPER, 1.25, "ratio Muon/AdamW of the bytes a rank sends per step on the DP group", Region(1.0, 1.25, low_open=True)),
     Claim("latency_overhead", "Distributed Muon adds 1-3% to the end-to-end step time of AdamW", PAPER, 0.03,
           "fraction: Muon step time / AdamW step time - 1", Region(None, 0.03)),
+    Claim("muon_leading_steps", "Muon reaches AdamW's loss in fewer steps", MOONSHOT_LEADING, None,
+          "fraction: leading ratio at the end, the extra steps AdamW needs to reach Muon's smoothed training loss, (AdamW step - Muon step) / Muon step", Region(0.0, None, low_open=True)),
 )  # fmt: skip
 
 
@@ -169,6 +172,8 @@ class Tables:
     phases: pd.DataFrame
     regimes: pd.DataFrame = field(default_factory=pd.DataFrame)  # the regime sweep, when one was recorded
     thresholds: pd.DataFrame = field(default_factory=pd.DataFrame)  # the cost model's regime_thresholds
+    convergence: pd.DataFrame | None = None  # analysis/convergence.py's tables, when given
+    leading: pd.DataFrame | None = None
 
     def samples(self, run: pd.Series, column: str, how: str = "mean") -> np.ndarray:
         return per_step(self.steps, str(run["run"]), column, how)
@@ -440,6 +445,52 @@ def latency(t: Tables) -> Measurement | str:
     return Measurement(value, low, high, _describe(muon, adamw), _ns_cause(t, muon) or "Step time of Muon over AdamW at the same work.")
 
 
+def leading_steps_claim(t: Tables) -> Measurement | str:
+    """The leading ratio at the end (headline smoothing), per seed: its mean, and its range over seeds as the interval."""
+    from muon_repro.analysis.convergence import HEADLINE_ALPHA, end_ratio
+
+    lead, conv = t.leading, t.convergence
+    if lead is None or conv is None or lead.empty:
+        return ("no pair of Muon and AdamW convergence runs at their best learning rates with one seed; "
+                "run `muon-repro converge` (then `muon-repro analyze`)")  # fmt: skip
+    lead = lead[lead["alpha"].astype(float) == HEADLINE_ALPHA]
+    ends = {int(seed): end_ratio(g.reset_index(drop=True)) for seed, g in lead.groupby("seed")}
+    ratios = np.array([r for r, _, _ in ends.values()], dtype=float)
+    if not np.isfinite(ratios).any():
+        return "AdamW never reached any smoothed loss of Muon's run, or the curves are empty"
+    ratios = ratios[np.isfinite(ratios)]
+    # One seed gives no interval: the claim is then not measured (its explanation still gives the value).
+    low, high = (float(ratios.min()), float(ratios.max())) if len(ratios) >= 2 else (float("nan"), float("nan"))
+    value = float(ratios.mean()) if len(ratios) >= 2 else float("nan")
+    muon_lr, adamw_lr = float(lead["muon_lr"].iloc[0]), float(lead["adamw_lr"].iloc[0])
+    best = conv[conv["best_lr"].fillna(False).astype(bool)]
+    best = best[best["steps"] == best["steps"].max()]  # the long runs (the sweep may be shorter)
+    sweep = conv[conv["sweep"].fillna(False).astype(bool)]
+    finals = best.dropna(subset=["val_loss"]).sort_values("step").groupby(["optimizer", "seed"])["val_loss"].last().astype(float)
+    rms = best.dropna(subset=["update_rms"]).groupby("optimizer")["update_rms"].median().astype(float)
+    first = best.iloc[0]
+    per_seed = "; ".join(
+        f"seed {s}: {r:+.3f} at Muon step {m}" + (" (Muon's later losses beyond AdamW's reach)" if beyond else "")
+        for s, (r, m, beyond) in sorted(ends.items())
+    )
+    val = {o: float(finals.loc[o].mean()) for o in ("muon", "adamw") if o in finals.index.get_level_values(0)}
+    explanation = (
+        f"EWM alpha {HEADLINE_ALPHA:g} on the training loss, Muon lr {muon_lr:g} vs AdamW lr {adamw_lr:g} (each its best of the sweep). "
+        f"Leading ratio at the end, {per_seed}. Final held-out loss, mean over seeds: Muon {val.get('muon', float('nan')):.3f}, "
+        f"AdamW {val.get('adamw', float('nan')):.3f} nats. Update RMS of the hidden matrices per unit lr (median over evaluations): "
+        f"Muon {rms.get('muon', float('nan')):.3f}, AdamW {rms.get('adamw', float('nan')):.3f}. Embeddings and LM head are "
+        f"{float(first['embedding_share']):.0%} of the {int(first['params']):,} parameters and take AdamW's step under either optimizer."
+        + ("" if len(ratios) >= 2 else " One seed gives no interval: run `muon-repro converge --seeds 2` or more.")
+    )
+    conditions = (
+        f"{conv['run'].nunique()} convergence runs on {first['corpus']}: a {sweep['lr'].nunique() if len(sweep) else 0}-value learning-rate "
+        f"sweep of {int(sweep['steps'].max()) if len(sweep) else 0} steps, then {int(first['steps'])} steps x {int(first['tokens_per_step'])} tokens, "
+        f"{int(first['params']):,} parameters, dp={int(first['dp'])} tp={int(first['tp'])} on {first['backend']}; "
+        f"{len(ends)} seed(s) at the best learning rates"
+    )
+    return Measurement(value, low, high, conditions, explanation)
+
+
 MEASURE: dict[str, Callable[[Tables], Measurement | str]] = {
     "comm_time_dp2_tp2": comm_time,
     "optimizer_share": optimizer_share,
@@ -448,18 +499,29 @@ MEASURE: dict[str, Callable[[Tables], Measurement | str]] = {
     "async_slowdown": async_slowdown,
     "comm_bytes_ratio": comm_bytes,
     "latency_overhead": latency,
+    "muon_leading_steps": leading_steps_claim,
+}
+RULES = {
+    "muon_leading_steps": "reproduced if the leading ratio at the end is above 0 for every seed (the interval is the range over seeds, "
+    "at least 2), not reproduced if at or below 0 for every seed, else inconclusive",
 }
 
 
 def claims_table(
     runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame,
-    regimes: pd.DataFrame | None = None, thresholds: pd.DataFrame | None = None,
+    regimes: pd.DataFrame | None = None, thresholds: pd.DataFrame | None = None, convergence: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
-    """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation
-    (the regime sweep and the cost model's thresholds, when given, are cited in the time claims' explanations)."""
+    """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation.
+    ``regimes`` and ``thresholds``: the regime sweep and the cost model's thresholds, cited in the time claims'
+    explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
+    leading-steps claim is not measured without them)."""
     empty = pd.DataFrame()
-    t = Tables(runs.astype(object).where(runs.notna(), None), steps, ranks, phases,
-               empty if regimes is None else regimes, empty if thresholds is None else thresholds)  # fmt: skip
+    convergence = convergence or {}
+    t = Tables(
+        runs.astype(object).where(runs.notna(), None), steps, ranks, phases,
+        empty if regimes is None else regimes, empty if thresholds is None else thresholds,
+        convergence.get("convergence"), convergence.get("leading_steps"),
+    )  # fmt: skip
     rows = []
     for c in CLAIMS:
         m = MEASURE[c.claim_id](t)
@@ -478,7 +540,7 @@ def claims_table(
                 "conditions": measured.conditions,
                 "verdict": verdict(measured.low, measured.high, c.region),
                 "explanation": measured.explanation,
-                "rule": f"reproduced if the 95% interval lies inside {c.region.text()}, not reproduced if outside, else inconclusive",
+                "rule": RULES.get(c.claim_id, f"reproduced if the 95% interval lies inside {c.region.text()}, not reproduced if outside, else inconclusive"),
             }
         )
     return pd.DataFrame(rows)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
+from muon_repro.analysis.convergence import find_records
 from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.pool import map_in_processes
@@ -49,7 +50,7 @@ class Analysis:
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
-    paths: list[Path] = field(default_factory=list)  # what was analyzed: the cost model's records are read from the folders among them
+    paths: list[Path] = field(default_factory=list)  # what was analyzed: the cost model's and convergence records are found under them
 
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
@@ -124,7 +125,7 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
     for p in paths:
         try:
             found = find_traces([p])
-            if not found:
+            if not found and not find_records([p]):  # a folder of convergence records alone is no error
                 raise no_traces_error(p)
         except TraceError as exc:
             failures.append(TraceFailure(str(p), str(exc)))

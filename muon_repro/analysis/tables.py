@@ -86,8 +86,12 @@ def build_tables(paths: Iterable[str | Path], *, workers: int | None = None, ran
 
 def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     from muon_repro.analysis.claims import claims_table
+    from muon_repro.analysis.convergence import convergence_tables
     from muon_repro.analysis.costmodel_tables import costmodel_tables
 
+    # Convergence records (muon-repro converge) sit beside the traces: found under the same paths,
+    # here, so that every way of building the set (analyze, stages, verify --recompute) has them.
+    convergence = convergence_tables(analysis.paths)
     steps = _steps_table(analysis)
     collectives = _collectives_table(analysis)
     runs = _runs_table(analysis, steps)
@@ -100,13 +104,14 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "steps": steps,
         "collectives": collectives,
         "comparisons": comparisons,
-        "claims": claims_table(runs, steps, ranks, phases, costmodel["regimes"], costmodel["regime_thresholds"]),
+        "claims": claims_table(runs, steps, ranks, phases, costmodel["regimes"], costmodel["regime_thresholds"], convergence),
         "ranks": ranks,
         "phases": phases,
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
         "environment": environment_table(analysis),
         **costmodel,
+        **convergence,
     }
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 

@@ -35,7 +35,8 @@ TAGS = ["muon", "optimizer", "distributed-training", "tensor-parallelism", "zero
         "pytorch-profiler", "traces", "benchmark", "reproducibility"]  # fmt: skip
 FOLDERS = {
     "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, with each run's "
-    "`config.json`, `environment.json`, `metrics.json` and `log.txt`",
+    "`config.json`, `environment.json`, `metrics.json` and `log.txt`; under `traces/convergence/`, one "
+    "`convergence.json` (+ `log.txt`) per learning-curve run of `muon-repro converge`",
     "metrics": "the tables below, as Parquet (the dataset's configs) and CSV",
     "figures": "the report's figures (PNG and SVG)",
     "report": "the report (Markdown and PDF)",

@@ -250,6 +250,9 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         if len(saved["params"]) != len(mine["params"]):
             raise ValueError(f"optimizer checkpoint holds {len(saved['params'])} parameters, this model {len(mine['params'])}")
         super().load_state_dict(state_dict)
+        # torch puts new dicts in param_groups: point each parameter at its new group, or a step
+        # would keep reading the old groups' hyperparameters (an lr schedule set on param_groups lost).
+        self._groups = [group for _, group, _ in _members_in_model_order(self.param_groups)]
 
     def _fingerprint(self) -> dict:
         return {

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from muon_repro.report import figures, regime_figures
+from muon_repro.report import convergence_figures, figures, regime_figures
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -27,6 +27,8 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "regime_map": lambda d, out: regime_figures.regime_map(d.regimes, d.regime_model, out),
     "closed_form": lambda d, out: regime_figures.closed_form(d.regimes, out),
     "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
+    "convergence_sweep": lambda d, out: convergence_figures.convergence_sweep(d.convergence, out),
+    "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
 }
 
 

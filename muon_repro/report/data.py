@@ -22,7 +22,7 @@ from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, on
 
 # The tables the figures and the report read (columns: muon_repro.analysis.schemas).
 TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment",
-          "predictions", "regimes", "regime_model", "regime_thresholds")
+          "predictions", "regimes", "regime_model", "regime_thresholds", "convergence", "leading_steps")
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -31,6 +31,7 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "claims": ("claim_id",),
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
+    "leading_steps": ("seed", "alpha", "muon_step"),
 }
 # The stamp `muon-repro analyze` puts in every Parquet table (muon_repro.table_set; pandas reads it
 # back as DataFrame.attrs).
@@ -57,6 +58,8 @@ class ReportData:
     regimes: pd.DataFrame
     regime_model: pd.DataFrame
     regime_thresholds: pd.DataFrame
+    convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
+    leading_steps: pd.DataFrame
     metrics_dir: Path = Path("metrics")
 
     def environment_of(self, run: str) -> dict[str, str]:

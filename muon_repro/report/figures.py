@@ -50,6 +50,8 @@ FIGURES = (
     "grid_comparison",
     "timeline",
     "loss",
+    "convergence_sweep",  # muon_repro.report.convergence_figures
+    "leading_steps",
 )
 
 

@@ -1,0 +1,202 @@
+"""The convergence tables, from ``muon-repro converge``'s run records (``convergence.json``); torch-free.
+
+* ``convergence``: one row per run and step: training loss (and its EWM), held-out loss and
+  update RMS where evaluated, the scheduled learning rate, the corpus.
+* ``leading_steps``: Moonshot's "Muon leading steps", per seed and smoothing: for each Muon step
+  ``m``, the first AdamW step ``a`` whose smoothed training loss is at or below Muon's at ``m``;
+  ``leading_steps = a - m`` and ``leading_ratio = (a - m) / m``. Each optimizer at its best
+  learning rate (lowest final held-out loss at seed 0), the two runs of a pair sharing the seed
+  (same initial weights, same batches).
+
+:func:`leading_steps` is the pure definition; :func:`ewm` the smoothing (pandas, ``adjust=False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.rundir import CONVERGENCE_FILE, read_json
+
+EWM_ALPHAS = (0.05, 0.005)
+"""Smoothings recorded in ``leading_steps``; the first is the headline (alpha = 0.005 hid a real gap
+in a short run of the PR thread that alpha = 0.05 showed)."""
+HEADLINE_ALPHA = EWM_ALPHAS[0]
+OPTIMIZERS = ("muon", "adamw")
+
+
+def ewm(values: Sequence[float], alpha: float) -> np.ndarray:
+    """Exponentially weighted mean, ``y_t = alpha x_t + (1 - alpha) y_{t-1}``, ``y_0 = x_0``."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    return pd.Series(np.asarray(values, dtype=float)).ewm(alpha=alpha, adjust=False).mean().to_numpy()
+
+
+def leading_steps(muon_loss: Sequence[float], adamw_loss: Sequence[float], steps: Sequence[int] | None = None) -> pd.DataFrame:
+    """For each Muon step, the first AdamW step whose loss is at or below Muon's loss there.
+
+    ``muon_loss`` and ``adamw_loss`` are (already smoothed) losses at the same ``steps``
+    (default 1, 2, ...; steps must be positive for the ratio). Columns: ``muon_step``,
+    ``adamw_matching_step`` (null when AdamW never gets that low), ``leading_steps`` (= AdamW
+    step - Muon step: positive when Muon is ahead), ``leading_ratio`` (= leading_steps / muon_step).
+    """
+    m = np.asarray(muon_loss, dtype=float)
+    a = np.asarray(adamw_loss, dtype=float)
+    if m.shape != a.shape or m.ndim != 1:
+        raise ValueError(f"muon_loss and adamw_loss must be 1-D and of one length, got {m.shape} and {a.shape}")
+    s = np.arange(1, len(m) + 1) if steps is None else np.asarray(steps, dtype=np.int64)
+    if s.shape != m.shape or (len(s) and (s[0] < 1 or np.any(np.diff(s) <= 0))):
+        raise ValueError("steps must be increasing positive integers, one per loss value")
+    # AdamW's best loss so far never rises, so "first step at or below x" is a binary search.
+    best_so_far = np.minimum.accumulate(np.where(np.isfinite(a), a, np.inf)) if len(a) else a
+    idx = np.searchsorted(-best_so_far, -m, side="left")
+    matched = (idx < len(a)) & np.isfinite(m)
+    adamw_step = pd.array(np.where(matched, s[np.minimum(idx, len(s) - 1)] if len(s) else 0, 0), dtype="Int64")
+    adamw_step[~matched] = pd.NA
+    lead = adamw_step - pd.array(s, dtype="Int64")
+    return pd.DataFrame(
+        {
+            "muon_step": pd.array(s, dtype="Int64"),
+            "adamw_matching_step": adamw_step,
+            "leading_steps": lead,
+            "leading_ratio": lead.astype("Float64") / pd.array(s, dtype="Float64"),
+        }
+    )
+
+
+def end_ratio(table: pd.DataFrame) -> tuple[float, int | None, bool]:
+    """The leading ratio at the last Muon step AdamW matched; that step; and whether Muon's
+    last steps were beyond AdamW's reach (Muon ahead at the end, the ratio then a lower bound)."""
+    matched = table.dropna(subset=["adamw_matching_step"])
+    if matched.empty:
+        return float("nan"), None, len(table) > 0
+    last = matched.iloc[-1]
+    return float(last["leading_ratio"]), int(last["muon_step"]), int(last["muon_step"]) < int(table["muon_step"].iloc[-1])
+
+
+# ---------------------------------------------------------------- reading the records
+
+
+def find_records(paths: Iterable[str | Path]) -> list[Path]:
+    """Every ``convergence.json`` under ``paths`` (files as given), outside hidden folders, sorted."""
+    found: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file() and p.name == CONVERGENCE_FILE:
+            found.add(p)
+        elif p.is_dir():
+            found.update(f for f in p.rglob(CONVERGENCE_FILE) if not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
+    return sorted(found)
+
+
+def _run_rows(record: dict) -> pd.DataFrame:
+    cfg, curve, model, corpus = record["config"], record["curve"], record.get("model", {}), record.get("corpus", {})
+    steps = [0, *curve["step"]]
+    df = pd.DataFrame({"step": steps})
+    df["train_loss"] = [None, *curve["train_loss"]]
+    df["scheduled_lr"] = [None, *curve["lr"]]
+    evals = pd.DataFrame({"step": curve["eval_step"], "val_loss": curve["val_loss"], "update_rms": curve["update_rms"]})
+    df = df.merge(evals, on="step", how="left")
+    train = df["train_loss"].iloc[1:].astype(float).to_numpy()
+    df["train_loss_ewm"] = [None, *ewm(train, HEADLINE_ALPHA)] if len(train) else [None]
+    tokens_per_step = int(cfg["batch"]) * int(cfg["seq_len"])
+    df["tokens"] = df["step"] * tokens_per_step
+    df.insert(0, "run", record.get("name") or f"{cfg['optimizer']}_lr{cfg['lr']:g}_steps{cfg['steps']}_seed{cfg['seed']}")
+    for key in ("optimizer", "lr", "seed", "dp", "tp", "weight_decay"):
+        df[key] = cfg[key]
+    df["steps"] = int(cfg["steps"])
+    df["tokens_per_step"] = tokens_per_step
+    df["backend"] = record.get("backend")
+    df["params"] = model.get("params")
+    df["embedding_share"] = model.get("embedding_share")
+    df["corpus"] = corpus.get("name")
+    df["corpus_version"] = corpus.get("version")
+    df["corpus_license"] = corpus.get("license")
+    df["corpus_sha256"] = corpus.get("sha256")
+    df["vocab_size"] = model.get("vocab_size")
+    df["wall_s"] = record.get("wall_s")
+    df["ewm_alpha"] = HEADLINE_ALPHA
+    return df
+
+
+def sweep_steps(conv: pd.DataFrame) -> dict[str, int]:
+    """Per optimizer, the run length of its learning-rate sweep: among its seed-0 runs, the length
+    with the most learning rates (the shorter on a tie; `converge --sweep-steps` may be shorter than --steps)."""
+    out = {}
+    for opt in OPTIMIZERS:
+        runs = conv[(conv["optimizer"] == opt) & (conv["seed"] == 0)].drop_duplicates(["lr", "steps"])
+        if len(runs):
+            counts = runs.groupby("steps")["lr"].nunique()
+            out[opt] = int(counts[counts == counts.max()].index.min())
+    return out
+
+
+def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
+    """Per optimizer, the learning rate whose sweep run (seed 0) ends at the lowest held-out loss;
+    a run that diverged (no final loss) is never best."""
+    best = {}
+    for opt, steps in sweep_steps(conv).items():
+        runs = conv[(conv["optimizer"] == opt) & (conv["seed"] == 0) & (conv["steps"] == steps)]
+        finals = runs.dropna(subset=["val_loss"]).sort_values("step").groupby("lr").agg(last=("val_loss", "last"), step=("step", "last"))
+        finals = finals[finals["step"] == steps]  # reached its last step: did not diverge
+        if len(finals):
+            best[opt] = float(finals["last"].astype(float).idxmin())
+    return best
+
+
+def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
+    if set(best) != set(OPTIMIZERS):
+        return pd.DataFrame()
+    m_runs = conv[(conv["optimizer"] == "muon") & (conv["lr"] == best["muon"])]
+    a_runs = conv[(conv["optimizer"] == "adamw") & (conv["lr"] == best["adamw"])]
+    frames = []
+    for seed in sorted(set(m_runs["seed"]) & set(a_runs["seed"])):
+        common = set(m_runs[m_runs["seed"] == seed]["steps"]) & set(a_runs[a_runs["seed"] == seed]["steps"])
+        if not common:
+            continue
+        steps = max(common)  # the longest pair of this seed
+        m = m_runs[(m_runs["seed"] == seed) & (m_runs["steps"] == steps) & (m_runs["step"] > 0)].sort_values("step")
+        a = a_runs[(a_runs["seed"] == seed) & (a_runs["steps"] == steps) & (a_runs["step"] > 0)].sort_values("step")
+        if len(m) != len(a) or not np.array_equal(m["step"].to_numpy(), a["step"].to_numpy()):
+            continue  # only runs of the same length and schedule are compared
+        for alpha in EWM_ALPHAS:
+            ms, as_ = ewm(m["train_loss"].astype(float), alpha), ewm(a["train_loss"].astype(float), alpha)
+            t = leading_steps(ms, as_, m["step"].astype(int).to_numpy())
+            t.insert(0, "seed", int(seed))
+            t.insert(1, "alpha", alpha)
+            t.insert(2, "muon_lr", best["muon"])
+            t.insert(3, "adamw_lr", best["adamw"])
+            t["muon_loss_ewm"] = ms
+            t["adamw_loss_ewm"] = as_
+            t["corpus"] = m["corpus"].iloc[0]
+            frames.append(t)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
+    """``convergence`` and ``leading_steps`` from every convergence record under ``paths``
+    (both empty, with their columns, when there is none), conformed to their schemas."""
+    from muon_repro.analysis.schemas import SCHEMAS
+
+    frames = []
+    for path in find_records(paths):
+        record = read_json(path)
+        if not record or "curve" not in record or "config" not in record:
+            raise ValueError(f"{path}: not a convergence record (no 'config' or 'curve')")
+        frames.append(_run_rows(record))
+    if not frames:
+        return {name: SCHEMAS[name].empty() for name in ("convergence", "leading_steps")}
+    conv = pd.concat(frames, ignore_index=True)
+    best = best_lrs(conv)
+    conv["best_lr"] = [best.get(o) == lr for o, lr in zip(conv["optimizer"], conv["lr"])]
+    sweep = sweep_steps(conv)
+    conv["sweep"] = [seed == 0 and sweep.get(o) == n for o, seed, n in zip(conv["optimizer"], conv["seed"], conv["steps"])]
+    conv = conv.sort_values(["optimizer", "lr", "steps", "seed", "step"], kind="stable").reset_index(drop=True)
+    lead = _leading_table(conv, best)
+    return {
+        "convergence": SCHEMAS["convergence"].conform(conv),
+        "leading_steps": SCHEMAS["leading_steps"].conform(lead) if len(lead) else SCHEMAS["leading_steps"].empty(),
+    }

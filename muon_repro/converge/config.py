@@ -1,0 +1,91 @@
+"""A convergence run's configuration and its learning-rate schedule: plain data, torch-free."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+OPTIMIZERS = ("muon", "adamw")
+
+
+def _positive_int(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ConvergeConfig:
+    """One training run: model shape, optimizer, schedule, data and evaluation.
+
+    The schedule is linear warm-up over ``warmup_frac`` of the steps, then cosine from ``lr`` down
+    to ``min_lr_ratio * lr``; weight decay applies to every parameter, norm gains included.
+    """
+
+    optimizer: str
+    lr: float
+    seed: int = 0
+    steps: int = 1000
+    dp: int = 1
+    tp: int = 1
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    ffn: int = 512
+    seq_len: int = 64
+    batch: int = 16  # sequences per step, over all DP ranks
+    weight_decay: float = 0.1
+    warmup_frac: float = 0.05
+    min_lr_ratio: float = 0.1
+    eval_every: int = 50
+    eval_windows: int = 128  # held-out windows of seq_len tokens, the same ones at every evaluation
+    checkpoint_every: int = 200
+
+    def __post_init__(self) -> None:
+        owner = "ConvergeConfig"
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"{owner}.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        for name in ("steps", "dp", "tp", "hidden", "layers", "heads", "ffn", "seq_len", "batch", "eval_every", "eval_windows", "checkpoint_every"):
+            _positive_int(owner, name, getattr(self, name))
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"{owner}.seed must be a non-negative integer, got {self.seed!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"{owner}.lr must be a positive number, got {self.lr!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise ValueError(f"{owner}.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not (isinstance(self.warmup_frac, (int, float)) and 0 <= self.warmup_frac < 1):
+            raise ValueError(f"{owner}.warmup_frac must be in [0, 1), got {self.warmup_frac!r}")
+        if not (isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1):
+            raise ValueError(f"{owner}.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if self.batch % self.dp:
+            raise ValueError(f"{owner}.batch={self.batch} must be divisible by dp={self.dp} (each DP rank takes batch/dp sequences)")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def warmup_steps(self) -> int:
+        return max(1, round(self.warmup_frac * self.steps)) if self.warmup_frac > 0 else 0
+
+    @property
+    def name(self) -> str:
+        """The run folder's name: ``<optimizer>_lr<lr>_steps<steps>_seed<seed>``."""
+        return f"{self.optimizer}_lr{self.lr:g}_steps{self.steps}_seed{self.seed}"
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of update ``step`` (1-based): warm-up to ``lr``, then cosine to ``min_lr_ratio * lr``."""
+        if not 1 <= step <= self.steps:
+            raise ValueError(f"step must be in [1, {self.steps}], got {step}")
+        w = self.warmup_steps
+        if step <= w:
+            return self.lr * step / w
+        progress = (step - w) / max(1, self.steps - w)
+        floor = self.min_lr_ratio * self.lr
+        return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def to_dict(self) -> dict:
+        return asdict(self)

