@@ -101,9 +101,10 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     assert "g/muon_dp2_tp2" in set(tables["claims"]["conditions"].dropna())
     from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
 
-    # every trace table has rows; the cost model's come from records this folder does not have
-    assert all(len(df) for name, df in tables.items() if name not in COSTMODEL_TABLES), {name: len(df) for name, df in tables.items()}
-    assert not any(len(tables[name]) for name in COSTMODEL_TABLES)
+    # every trace table has rows; the cost model's and convergence's come from records this folder does not have
+    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps")
+    assert all(len(df) for name, df in tables.items() if name not in from_records), {name: len(df) for name, df in tables.items()}
+    assert not any(len(tables[name]) for name in from_records)
 
 
 def test_a_run_missing_a_rank_is_not_pooled_compared_or_claimed(tmp_path):

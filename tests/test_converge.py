@@ -271,7 +271,7 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
         _write_record(tmp_path / "traces", "muon", 1e-2, seed, 10, 3.0, 0.2)
         _write_record(tmp_path / "traces", "adamw", 1e-2, seed, 10, 3.4, 0.1)
     tables = bundle_tables() | convergence_tables([tmp_path / "traces"])
-    tables["claims"] = claims_table(tables["runs"], tables["steps"], tables["ranks"], tables["phases"], tables)
+    tables["claims"] = claims_table(tables["runs"], tables["steps"], tables["ranks"], tables["phases"], convergence=tables)
     write_tables(tables, tmp_path / "metrics")
     metrics = str(tmp_path / "metrics")
     assert main(["figures", "--metrics", metrics, "--out", str(tmp_path / "figures")]) == 0

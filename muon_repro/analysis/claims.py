@@ -508,7 +508,7 @@ RULES = {
 
 
 def claims_table(
-    runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame,
+    runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame, *,
     regimes: pd.DataFrame | None = None, thresholds: pd.DataFrame | None = None, convergence: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation.

@@ -104,7 +104,9 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "steps": steps,
         "collectives": collectives,
         "comparisons": comparisons,
-        "claims": claims_table(runs, steps, ranks, phases, costmodel["regimes"], costmodel["regime_thresholds"], convergence),
+        "claims": claims_table(
+            runs, steps, ranks, phases, regimes=costmodel["regimes"], thresholds=costmodel["regime_thresholds"], convergence=convergence
+        ),
         "ranks": ranks,
         "phases": phases,
         "timeline": timeline_table(analysis),
