@@ -79,8 +79,8 @@ def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, 
     problems = [*analysis.failures, *analysis.incomplete]
     if problems:
         raise StageError("; ".join(f.message for f in problems))
-    if not analysis.runs:
-        raise StageError(f"no trace found under {', '.join(str(p) for p in paths)}")
+    if not analysis.runs and not analysis.has_records:
+        raise StageError(f"no trace or record found under {', '.join(str(p) for p in paths)}")
     tables = tables_from_analysis(analysis)
     if out is not None:
         write_tables(tables, Path(out))

@@ -125,10 +125,14 @@ def quick_sweep(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep):
+def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep, tmp_path):
     runs = sorted(quick_sweep.glob(f"{REGIMES_GROUP}/*/trial*"))
     assert len(runs) == 2 * len(regime_points(quick=True))
     assert all(not list(run.glob("rank*.json*")) and (run / "metrics.json").is_file() for run in runs)
+    # a folder of the sweep alone has no trace, and still makes its tables (the trace tables empty)
+    assert main(["analyze", str(quick_sweep), "--out", str(tmp_path / "metrics")]) == 0
+    written = pd.read_parquet(tmp_path / "metrics" / "regimes.parquet")
+    assert len(written) == len(regime_points(quick=True)) and pd.read_parquet(tmp_path / "metrics" / "runs.parquet").empty
     tables = costmodel_tables([quick_sweep])
     regimes = tables["regimes"].set_index("run")
     assert len(regimes) == len(regime_points(quick=True))

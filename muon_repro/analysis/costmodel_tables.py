@@ -48,6 +48,12 @@ def costmodel_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 
 
+def has_costmodel_inputs(paths: Iterable[str | Path]) -> bool:
+    """Whether ``paths`` hold a cost-model record or a regime-sweep run (what a folder without traces can still give)."""
+    roots = [Path(p) for p in paths if Path(p).is_dir()]
+    return any(_record_files(roots, file) for file in RECORD_TABLES.values()) or bool(_sweep_runs(roots))
+
+
 def _record_files(roots: list[Path], file: str) -> list[Path]:
     found = {p.resolve(): p for root in roots for p in root.rglob(f"{COSTMODEL_DIR}/{file}") if not _hidden(p, root)}
     return [found[k] for k in sorted(found)]

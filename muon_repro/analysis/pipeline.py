@@ -16,6 +16,7 @@ from pathlib import Path
 
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
 from muon_repro.analysis.convergence import find_records
+from muon_repro.analysis.costmodel_tables import has_costmodel_inputs
 from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.pool import map_in_processes
@@ -51,6 +52,11 @@ class Analysis:
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)  # what was analyzed: the cost model's and convergence records are found under them
+
+    @property
+    def has_records(self) -> bool:
+        """Whether the paths hold convergence or cost-model records, which make tables without any trace."""
+        return bool(find_records(self.paths)) or has_costmodel_inputs(self.paths)
 
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
@@ -125,7 +131,7 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
     for p in paths:
         try:
             found = find_traces([p])
-            if not found and not find_records([p]):  # a folder of convergence records alone is no error
+            if not found and not find_records([p]) and not has_costmodel_inputs([p]):  # records alone are no error
                 raise no_traces_error(p)
         except TraceError as exc:
             failures.append(TraceFailure(str(p), str(exc)))
