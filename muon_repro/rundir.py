@@ -99,10 +99,8 @@ _TRACE_NAME = re.compile(r"^rank(\d+)\.json(?:\.gz)?$")
 CONVERGENCE_GROUP = "convergence"
 CONVERGENCE_FILE = "convergence.json"
 """A convergence run's one record: config, corpus facts, model shares, the curve, wall time."""
-CONVERGENCE_LOG = "log.txt"
+CONVERGENCE_LOG = LOG_FILE
 CHECKPOINT_SUFFIX = ".pt"
-NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE)
-"""JSON files a run folder may hold that are not profiler traces."""
 
 
 def checkpoint_name(rank: int) -> str:
@@ -132,11 +130,14 @@ PREDICTIONS_FILE = "predictions.csv"
 REGIME_MODEL_FILE = "regime_model.csv"
 THRESHOLDS_FILE = "regime_thresholds.csv"
 
+NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE)
+"""JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile."""
+
 
 def is_trace_file(name: str) -> bool:
     """Whether a file name looks like a profiler trace (ours or anyone's): ``*.json`` or ``*.json.gz``,
     not one of the run's side files, a convergence record or a machine profile, not hidden."""
-    return name.endswith((".json", ".json.gz")) and name not in (*NON_TRACE_FILES, MACHINE_FILE) and not name.startswith(".")
+    return name.endswith((".json", ".json.gz")) and name not in NON_TRACE_FILES and not name.startswith(".")
 
 
 TRIAL_PREFIX = "trial"
@@ -152,6 +153,25 @@ def trial_of(folder: Path) -> int | None:
     """The trial a folder holds (``trial2`` -> 2), else ``None`` (a run folder of a single recording)."""
     match = _TRIAL_NAME.match(folder.name)
     return int(match[1]) if match else None
+
+
+def is_hidden_under(path: Path, root: Path) -> bool:
+    """Whether ``path`` lies in (or is) a hidden file or folder below ``root``: a trial still being
+    recorded (``.<name>.partial``) or a table set being written."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def trial_folders(root: Path) -> dict[str, list[Path]]:
+    """The trial folders under ``root`` (those with a config file, hidden ones left out), sorted, by
+    run key: config.json's ``key`` (``<group>/<name>``), else the folder's path below ``root``."""
+    runs: dict[str, list[Path]] = {}
+    for config in sorted(root.rglob(CONFIG_FILE)):
+        folder = config.parent
+        if is_hidden_under(folder, root):
+            continue
+        key = RunDir(folder).config_dict.get("key") or folder.relative_to(root).as_posix()
+        runs.setdefault(str(key), []).append(folder)
+    return runs
 
 
 def partial_dir(final: Path) -> Path:
@@ -422,6 +442,17 @@ class RunDir:
         if not isinstance(raw, list):
             return []
         return [RankMetrics.from_dict(entry, i) for i, entry in enumerate(raw) if isinstance(entry, Mapping)]
+
+    def recorded_steps(self) -> list[tuple[float, float]]:
+        """Each recorded step (after the profiler's wait and warm-up) that every rank timed: the slowest
+        rank's ``step_ms`` (a step lasts as long as its slowest rank) and the mean over ranks of ``optimizer_ms``."""
+        ranks, cfg = self.ranks, self.config
+        first = (cfg.wait or 0) + (cfg.warmup or 0)
+        steps = []
+        for step in zip(*(zip(r.step_ms[first:], r.optimizer_ms[first:]) for r in ranks)):
+            if all(s is not None and o is not None for s, o in step):
+                steps.append((max(s for s, _ in step), math.fsum(o for _, o in step) / len(step)))
+        return steps
 
     def write(self, config: Mapping[str, Any], environment: Mapping[str, Any], ranks: list[RankMetrics], log: str) -> None:
         """Write the side files (rank 0 does, once every rank's metrics are gathered)."""

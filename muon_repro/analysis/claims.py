@@ -126,14 +126,14 @@ CLAIMS = (
 
 def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> None:
     """Refuse to compare runs that did different work; the error names both runs and the field."""
-    for field in fields:
-        va, vb = a.get(field), b.get(field)
+    for name in fields:
+        va, vb = a.get(name), b.get(name)
         if _missing(va) and _missing(vb):
             continue
         if _missing(va) or _missing(vb) or va != vb:
             raise UnequalWork(
-                f"runs {a['run']} and {b['run']} did different work: {field} is {va!r} vs {vb!r}; "
-                f"record them with the same {field} to compare them"
+                f"runs {a['run']} and {b['run']} did different work: {name} is {va!r} vs {vb!r}; "
+                f"record them with the same {name} to compare them"
             )
 
 

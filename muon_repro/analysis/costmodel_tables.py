@@ -26,13 +26,14 @@ from muon_repro.analysis.bootstrap import interval
 from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.rundir import (
     CALIBRATION_FILE,
-    CONFIG_FILE,
     COSTMODEL_DIR,
     PREDICTIONS_FILE,
     REGIME_MODEL_FILE,
     REGIMES_GROUP,
     THRESHOLDS_FILE,
     RunDir,
+    is_hidden_under,
+    trial_folders,
 )
 
 RECORD_TABLES = {"calibration": CALIBRATION_FILE, "predictions": PREDICTIONS_FILE, "regime_model": REGIME_MODEL_FILE, "regime_thresholds": THRESHOLDS_FILE}
@@ -55,12 +56,8 @@ def has_costmodel_inputs(paths: Iterable[str | Path]) -> bool:
 
 
 def _record_files(roots: list[Path], file: str) -> list[Path]:
-    found = {p.resolve(): p for root in roots for p in root.rglob(f"{COSTMODEL_DIR}/{file}") if not _hidden(p, root)}
+    found = {p.resolve(): p for root in roots for p in root.rglob(f"{COSTMODEL_DIR}/{file}") if not is_hidden_under(p, root)}
     return [found[k] for k in sorted(found)]
-
-
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
@@ -88,26 +85,21 @@ def _sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
     """The sweep's trial folders by run key (``regimes/<name>``)."""
     runs: dict[str, dict[Path, RunDir]] = {}
     for root in roots:
-        for config in root.rglob(CONFIG_FILE):
-            run = RunDir(config.parent)
-            cfg = run.config
-            if cfg.group == REGIMES_GROUP and cfg.name and not _hidden(config, root):
-                runs.setdefault(f"{cfg.group}/{cfg.name}", {})[config.parent.resolve()] = run
+        for key, folders in trial_folders(root).items():
+            if key.startswith(f"{REGIMES_GROUP}/"):
+                runs.setdefault(key, {}).update((folder.resolve(), RunDir(folder)) for folder in folders)
     return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
 
 
 def _per_step(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
     """``[trial, step]`` arrays of the step time (slowest rank) and the optimizer time (mean over ranks)
-    over each trial's recorded steps (after the warm-up)."""
+    over each trial's recorded steps (:meth:`RunDir.recorded_steps`), padded with NaN."""
     steps, optimizer = [], []
     for run in trials:
-        ranks, cfg = run.ranks, run.config
-        first = (cfg.wait or 0) + (cfg.warmup or 0)
-        step = np.array([r.step_ms[first:] for r in ranks], dtype="float64")
-        opt = np.array([r.optimizer_ms[first:] for r in ranks], dtype="float64")
-        if step.size:
-            steps.append(step.max(axis=0))
-            optimizer.append(opt.mean(axis=0))
+        recorded = np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2)
+        if len(recorded):
+            steps.append(recorded[:, 0])
+            optimizer.append(recorded[:, 1])
     width = max((len(s) for s in steps), default=0)
     pad = lambda rows: np.array([np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows]) if rows else np.full((0, 0), np.nan)  # noqa: E731
     return pad(steps), pad(optimizer)

@@ -14,7 +14,7 @@ from pathlib import Path
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.costmodel.machine import MachineProfile
 from muon_repro.costmodel.predict import predict
-from muon_repro.rundir import BACKWARD, CONFIG_FILE, FORWARD, RunDir
+from muon_repro.rundir import BACKWARD, CONFIG_FILE, FORWARD, RunDir, trial_folders
 
 _RUN_ONLY_KEYS = ("trial", "trials", "backend", "device", "command")  # config.json keys that are not BenchConfig fields
 
@@ -34,13 +34,7 @@ def run_folders(root: str | Path) -> dict[str, list[Path]]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"--validate {root} is not a folder of recorded runs (such as traces/)")
-    runs: dict[str, list[Path]] = {}
-    for config in sorted(root.rglob(CONFIG_FILE)):
-        folder = config.parent
-        if any(part.startswith(".") for part in folder.relative_to(root).parts):
-            continue
-        key = RunDir(folder).config_dict.get("key") or folder.relative_to(root).as_posix()
-        runs.setdefault(str(key), []).append(folder)
+    runs = trial_folders(root)
     if not runs:
         raise ValueError(f"--validate {root}: no recorded run (no {CONFIG_FILE}) under it")
     return runs
@@ -59,17 +53,12 @@ def measured(folders: list[Path]) -> Measured | None:
     """Median step (slowest rank) and optimizer (mean over ranks) times over the profiled steps of ``folders``."""
     steps, optimizer, trials = [], [], 0
     for folder in folders:
-        run = RunDir(folder)
-        ranks, cfg = run.ranks, run.config
-        first = (cfg.wait or 0) + (cfg.warmup or 0)
-        per_step = [list(zip(*(r.step_ms[first:], r.optimizer_ms[first:]))) for r in ranks]
-        if not ranks or not per_step[0]:
+        recorded = RunDir(folder).recorded_steps()
+        if not recorded:
             continue
         trials += 1
-        for step in zip(*per_step):
-            if all(s is not None and o is not None for s, o in step):
-                steps.append(max(s for s, _ in step))
-                optimizer.append(statistics.fmean(o for _, o in step))
+        steps += [step for step, _ in recorded]
+        optimizer += [opt for _, opt in recorded]
     if not steps:
         return None
     return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps))

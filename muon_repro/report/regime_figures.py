@@ -39,7 +39,7 @@ def _levels(ax, labels: bool = True) -> None:
             ax.annotate(f" {label}", (1.0, 100 * level), xycoords=("axes fraction", "data"), fontsize=7, va="center", ha="left", color="#333333")
 
 
-def _sweep(regimes: pd.DataFrame) -> pd.DataFrame:
+def main_axis(regimes: pd.DataFrame) -> pd.DataFrame:
     """The sweep's main axis: Muon at DP2·TP2, contiguous layout."""
     r = regimes
     return r[(r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")].sort_values("tokens_per_step")
@@ -49,7 +49,7 @@ def _sweep(regimes: pd.DataFrame) -> pd.DataFrame:
 def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer share (left) and Muon's extra step time (right) against tokens per step, per width."""
     fig, axes = _figure(3.4, 2)
-    sweep = _sweep(regimes)
+    sweep = main_axis(regimes)
     lines = model[model["kind"] == "this_machine"]
     if sweep.empty:
         for ax in axes:

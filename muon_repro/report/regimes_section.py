@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from muon_repro.report.data import ReportData, fmetric, is_missing
-from muon_repro.report.regime_figures import REGIME_FIGURES
+from muon_repro.report.regime_figures import REGIME_FIGURES, main_axis
 
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
@@ -68,7 +68,7 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
     if regimes.empty:
         return ["No regime sweep in these tables: `muon-repro regimes` records it (about 6 minutes a trial on 2 cores)."]
     muon = regimes[regimes["optimizer"] == "muon"]
-    main = muon[(muon["dp"] == 2) & (muon["tp"] == 2) & (muon["layout"] == "contiguous")]
+    main = main_axis(regimes)
     lines = [f"The sweep: {len(regimes)} points ({regimes['d_model'].nunique()} widths, tokens per step "
              f"{int(regimes['tokens_per_step'].min()):,}–{int(regimes['tokens_per_step'].max()):,}, "
              f"{regimes[['dp', 'tp']].drop_duplicates().shape[0]} DP×TP shapes, {regimes['layout'].nunique()} layouts), "
