@@ -16,7 +16,9 @@ COMMAND_MODULES = (
     "muon_repro.analysis.cli",
     "muon_repro.report.cli",
     "muon_repro.hub.cli",
+    "muon_repro.hub.contribute_cli",
     "muon_repro.costmodel.cli",
+    "muon_repro.layout",
 )
 
 

@@ -4,8 +4,8 @@
     analyze   traces -> tables                                          -> metrics/
     figures   tables -> figures                                         -> figures/
     report    tables + figures -> report.md, report.pdf                 -> report/
-    card      the dataset card and the manifest of the bundle           -> dataset_card.md, MANIFEST.sha256
-    bundle    what gets published, then verified                        -> dist/dataset/
+    card      the dataset card, how to cite it, its Croissant metadata  -> dataset_card.md, CITATION.cff, croissant.json
+    bundle    what gets published, then verified                        -> dist/dataset/, MANIFEST.sha256
 
 Each stage is a function of :mod:`muon_repro.stages`. Every stage writes atomically, so an
 interrupted run leaves the previous artifacts intact, and running again redoes only what is
@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 
 from muon_repro import stages
+from muon_repro.hub.citation import CFF_NAME
+from muon_repro.hub.croissant import CROISSANT_NAME
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +39,7 @@ class RunPlan:
     backend: str | None = None
     force: bool = False
     progress: bool = True
+    profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -78,7 +81,7 @@ def stage_bench(plan: RunPlan) -> None:
     from muon_repro.bench.cli import format_results
 
     results = stages.bench(plan.configs, plan.traces, scale=plan.scale, trials=plan.trials, backend=plan.backend, force=plan.force,
-                           progress=plan.progress, command=plan.command)  # fmt: skip
+                           progress=plan.progress, command=plan.command, profile=plan.profile)  # fmt: skip
     print(format_results(results))
 
 
@@ -111,7 +114,8 @@ def _meta(plan: RunPlan):
 
 
 def stage_card(plan: RunPlan) -> None:
-    print(f"Wrote {stages.card(_sources(plan), _meta(plan), plan.out / 'dataset_card.md')}")
+    card = stages.card(_sources(plan), _meta(plan), plan.out / "dataset_card.md")
+    print(f"Wrote {card}, {plan.out / CFF_NAME}, {plan.out / CROISSANT_NAME}")
 
 
 def stage_bundle(plan: RunPlan) -> None:
@@ -119,9 +123,10 @@ def stage_bundle(plan: RunPlan) -> None:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"Bundle in {plan.bundle}: {len(entries) + 1} files, {sum(e.size for e in entries)} bytes")
-    # The manifest beside the committed artifacts is the bundle's: same files, same digests.
-    shutil.copyfile(plan.bundle / "MANIFEST.sha256", plan.out / "MANIFEST.sha256.tmp")
-    (plan.out / "MANIFEST.sha256.tmp").replace(plan.out / "MANIFEST.sha256")
+    # The manifest and root files beside the committed artifacts are the bundle's: same files, same digests.
+    for name in ("MANIFEST.sha256", CFF_NAME, CROISSANT_NAME):
+        shutil.copyfile(plan.bundle / name, plan.out / f"{name}.tmp")
+        (plan.out / f"{name}.tmp").replace(plan.out / name)
     result = stages.verify(plan.bundle, echo=print)
     if not result.ok:
         raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))

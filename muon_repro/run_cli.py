@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import DEFAULT_TRIALS, SCALES
+from muon_repro.hardware import add_profile_argument
 
 if TYPE_CHECKING:
     from muon_repro.pipeline import RunPlan
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="recordings of each configuration, interleaved (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="re-record complete runs")
     p.add_argument("--no-progress", action="store_true")
+    add_profile_argument(p)
     p.set_defaults(func=_run)
 
 
@@ -41,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     from muon_repro.stages import StageError
 
     plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), trials=args.trials, backend=args.backend,
-                   force=args.force, progress=not args.no_progress, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
+                   force=args.force, progress=not args.no_progress, profile=args.profile, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
     try:
         seconds = run_pipeline(plan)
     except BenchInterrupted as exc:  # says which trials were dropped and which kept

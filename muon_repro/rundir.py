@@ -1,14 +1,19 @@
 """The run directory and the phase vocabulary: the one contract between what records runs and what reads them.
 
 A recorded run is one folder (written by :mod:`muon_repro.bench`, read by analysis, hub and the
-pipeline; the report never opens one)::
+pipeline; the report never opens one), under the hardware profile it was recorded on
+(:mod:`muon_repro.hardware`; environment.json's ``profile`` says the same)::
 
-    traces/<group>/<name>/trial<k>/
+    traces/<profile>/<group>/<name>/trial<k>/
         rank<r>.json.gz     one PyTorch profiler Chrome trace per rank (ui.perfetto.dev opens it)
         config.json         the resolved configuration, the trial, the backend, the device, the command line
         environment.json    what it ran on: hardware, software, git SHA, time of recording
         metrics.json        {"config": "<group>/<name>", "ranks": [one RankMetrics per rank]}
         log.txt             losses and step times as they went, worker stderr
+
+Datasets recorded before profiles existed lie one level higher, ``traces/<group>/<name>/trial<k>/``
+(the old layout); readers take a folder's profile from its environment.json, never from its place,
+so both layouts, and a tree with some of each (``muon-repro migrate-layout``), read the same.
 
 A run (a configuration) is recorded in several trials, each a folder of its own with the same
 files; the analysis pools them. While a trial is being recorded it lives in the hidden sibling
@@ -30,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, profile_from_environment, profile_or_unknown, validate_profile_id
 
 # ---------------------------------------------------------------- phases
 
@@ -95,7 +102,7 @@ RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, LOG_FILE)
 TRACE_SUFFIX = ".json.gz"
 _TRACE_NAME = re.compile(r"^rank(\d+)\.json(?:\.gz)?$")
 
-# Convergence runs (``muon-repro converge``): traces/convergence/<optimizer>_lr<lr>_steps<n>_seed<s>/
+# Convergence runs (``muon-repro converge``): traces/<profile>/convergence/<optimizer>_lr<lr>_steps<n>_seed<s>/
 CONVERGENCE_GROUP = "convergence"
 CONVERGENCE_FILE = "convergence.json"
 """A convergence run's one record: config, corpus facts, model shares, the curve, wall time."""
@@ -119,11 +126,11 @@ def trace_rank(name: str) -> int | None:
     return int(match[1]) if match else None
 
 
-# The cost model's folder beside the runs (``traces/costmodel/``): the profile of the machine that
+# The cost model's folder beside the runs (``traces/<profile>/costmodel/``): the profile of the machine that
 # recorded them (``muon-repro calibrate``) and what the model predicts (``muon-repro regimes``),
 # as records the analysis turns into the calibration, predictions and regime tables.
 COSTMODEL_DIR = "costmodel"
-REGIMES_GROUP = "regimes"  # traces/regimes/<point>/trial<k>/: the regime sweep's runs (muon_repro.bench.regimes)
+REGIMES_GROUP = "regimes"  # traces/<profile>/regimes/<point>/trial<k>/: the regime sweep's runs (muon_repro.bench.regimes)
 MACHINE_FILE = "machine.json"
 CALIBRATION_FILE = "machine.calibration.csv"  # calibrate's rows, beside the profile it wrote
 PREDICTIONS_FILE = "predictions.csv"
@@ -163,14 +170,16 @@ def is_hidden_under(path: Path, root: Path) -> bool:
 
 def trial_folders(root: Path) -> dict[str, list[Path]]:
     """The trial folders under ``root`` (those with a config file, hidden ones left out), sorted, by
-    run key: config.json's ``key`` (``<group>/<name>``), else the folder's path below ``root``."""
+    run key ``<profile>/<group>/<name>``: the profile from environment.json, then config.json's ``key``
+    (``<group>/<name>``), else the folder's path below ``root``. Either layout reads the same."""
     runs: dict[str, list[Path]] = {}
     for config in sorted(root.rglob(CONFIG_FILE)):
         folder = config.parent
         if is_hidden_under(folder, root):
             continue
-        key = RunDir(folder).config_dict.get("key") or folder.relative_to(root).as_posix()
-        runs.setdefault(str(key), []).append(folder)
+        run = RunDir(folder)
+        key = run.config_dict.get("key") or folder.relative_to(root).as_posix()
+        runs.setdefault(f"{run.profile}/{key}", []).append(folder)
     return runs
 
 
@@ -437,6 +446,11 @@ class RunDir:
         return read_json(self.path / ENVIRONMENT_FILE) or {}
 
     @property
+    def profile(self) -> str:
+        """The hardware profile environment.json names or describes (``unknown`` without one)."""
+        return profile_or_unknown(self.environment)
+
+    @property
     def ranks(self) -> list[RankMetrics]:
         raw = (read_json(self.path / METRICS_FILE) or {}).get("ranks")
         if not isinstance(raw, list):
@@ -461,3 +475,26 @@ class RunDir:
         write_json(self.path / METRICS_FILE, {"config": config.get("key"), "ranks": [r.to_dict() for r in ranks]})
         write_json(self.path / CONFIG_FILE, dict(config))
         write_json(self.path / ENVIRONMENT_FILE, dict(environment))
+
+
+# ---------------------------------------------------------------- profiles of records beside the runs
+
+
+def convergence_profile(record: Mapping[str, Any]) -> str:
+    """A convergence run's hardware profile: its environment's ``profile``, else derived from the cores and
+    backend it recorded (records written before profiles existed ran on CPU)."""
+    env = record.get("environment") if isinstance(record.get("environment"), Mapping) else {}
+    if env.get(PROFILE_FIELD):
+        return profile_from_environment(env)
+    return profile_from_environment({"host_cpu_cores": env.get("cpu_count"), "backend": record.get("backend")})
+
+
+def costmodel_profile(folder: Path) -> str:
+    """The profile of a costmodel folder's records that carry none (written before profiles existed): the
+    name of the machine profile calibrated beside them, else ``unknown``."""
+    machine = read_json(folder / MACHINE_FILE) or {}
+    name = machine.get(PROFILE_FIELD) or machine.get("name")
+    try:
+        return validate_profile_id(str(name)) if name else UNKNOWN_PROFILE
+    except ValueError:
+        return UNKNOWN_PROFILE

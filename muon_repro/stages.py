@@ -1,10 +1,10 @@
 """The stages of the job as plain functions, in the one direction data flows.
 
-    bench     configurations                 -> traces/<group>/<name>/     (trains: imports torch)
+    bench     configurations                 -> traces/<profile>/<group>/<name>/  (trains: imports torch)
     analyze   traces                         -> metrics/*.parquet + .csv   (the only interface from here on)
     figures   metrics/                       -> figures/*.png + .svg
     report    metrics/ + figures/            -> report/report.md, .pdf
-    card      the folders + BundleMeta       -> dataset_card.md
+    card      the folders + BundleMeta       -> dataset_card.md (+ CITATION.cff, croissant.json beside it)
     bundle    the folders + BundleMeta       -> dist/dataset/ (+ MANIFEST.sha256)
     verify    a bundle                       -> VerifyResult
 
@@ -49,9 +49,11 @@ def bench(
     force: bool = False,
     progress: bool = True,
     command: Sequence[str] | None = None,
+    profile: str | None = None,
 ) -> list[RunResult]:
     """Record the named configurations (names, groups, 'seed', 'reference', 'all') on this machine, each in
-    ``trials`` interleaved trials; complete trials are skipped unless ``force``."""
+    ``trials`` interleaved trials, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
+    derived from the machine); complete trials are skipped unless ``force``."""
     from muon_repro.bench.cli import expand_config_names
     from muon_repro.bench.configs import resolve
     from muon_repro.bench.sweep import record_local
@@ -60,7 +62,7 @@ def bench(
     cfgs = [resolve(key, scale) for key in expand_config_names(list(configs))]
     backend = backend or default_backend(max(c.world_size for c in cfgs))
     command = list(command or ["muon-repro", "bench", *configs, "--scale", scale, "--out", str(out)])
-    return record_local(cfgs, Path(out), backend, trials=trials, force=force, command=command, progress=progress)
+    return record_local(cfgs, Path(out), backend, trials=trials, force=force, command=command, progress=progress, profile=profile)
 
 
 def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
@@ -110,11 +112,14 @@ def report(
 
 
 def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md") -> Path:
-    """Render the dataset card (the bundle's README.md) alone."""
-    from muon_repro.hub.bundle import render_card_from_sources
+    """Render the dataset card (the bundle's README.md) to ``out``, and the bundle's CITATION.cff and
+    croissant.json beside it (at the repository root, the copies code hosts and Croissant tools read)."""
+    from muon_repro.hub.bundle import documents_from_sources, write_root_files
     from muon_repro.hub.fsutil import write_atomic
 
-    write_atomic(Path(out), render_card_from_sources(sources, meta))
+    docs = documents_from_sources(sources, meta)
+    write_atomic(Path(out), docs.card)
+    write_root_files(docs, Path(out).parent)
     return Path(out)
 
 

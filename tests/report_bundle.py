@@ -48,8 +48,10 @@ class Run:
         return self.dp * self.tp
 
     def ids(self) -> dict:
-        return {"run": self.key, "group": self.group, "name": self.name}
+        return {"run": self.key, "profile": PROFILE, "group": self.group, "name": self.name}
 
+
+PROFILE = "cpu-2c-gloo"  # every fabricated run's hardware profile (its run ids keep the old '<group>/<name>' form)
 
 FULL = (
     Run("comparison", "adamw", 2, 2),
@@ -310,7 +312,7 @@ def _comparisons(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         a = a.iloc[0]
         cols = ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
-        rows.append({"group": m["group"], "dp": m["dp"], "tp": m["tp"], "backend": "gloo", "device": "cpu", "layout": m["layout"],
+        rows.append({"profile": PROFILE, "group": m["group"], "dp": m["dp"], "tp": m["tp"], "backend": "gloo", "device": "cpu", "layout": m["layout"],
                      "tokens_per_step": m["tokens_per_step"], "muon_run": m["run"], "adamw_run": a["run"],
                      **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols}})  # fmt: skip
     return SCHEMAS["comparisons"].conform(pd.DataFrame(rows)) if rows else SCHEMAS["comparisons"].empty()
@@ -348,7 +350,9 @@ def costmodel_tables() -> dict[str, pd.DataFrame]:
     from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
 
     metrics = Path(__file__).resolve().parents[1] / "metrics"
-    return {name: SCHEMAS[name].conform(pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable")) for name in COSTMODEL_TABLES}
+    committed = {name: pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable") for name in COSTMODEL_TABLES}
+    # tables written before hardware profiles have no profile column: theirs is the fabricated runs' one
+    return {name: SCHEMAS[name].conform(df if "profile" in df.columns else df.assign(profile=PROFILE)) for name, df in committed.items()}
 
 
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:

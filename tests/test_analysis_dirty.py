@@ -255,7 +255,7 @@ def test_one_bad_file_does_not_hide_the_others(mixed_dir):
     for f in analysis.failures:
         assert f.path in f.message
     ((info, items),) = analysis.runs
-    assert info.key == "group/run" and [b.meta.rank for b in items] == [0, 1]
+    assert info.key == "unknown/group/run" and [b.meta.rank for b in items] == [0, 1]  # no environment.json: profile "unknown"
 
 
 def test_cli_reports_bad_files_and_still_writes_the_tables(mixed_dir, tmp_path):

@@ -104,7 +104,7 @@ def test_bytes_per_collective_equal_the_known_sizes(tables):
     for optimizer in ("adamw", "muon"):
         expected = expected_rows(optimizer)
         for rank in range(WORLD):
-            rows = coll[(coll["run"] == f"known/{optimizer}_dp2_tp2") & (coll["rank"] == rank)]
+            rows = coll[(coll["run"] == f"cpu-2c-gloo/known/{optimizer}_dp2_tp2") & (coll["rank"] == rank)]
             got = {(r.phase, r.op): r for r in rows.itertuples()}
             assert set(got) == set(expected), (optimizer, rank, set(got) ^ set(expected))
             for key, exp in expected.items():
@@ -134,7 +134,7 @@ def test_phase_labels_and_steps(tables):
         assert steps[col].between(0, 1).all(), col
     for optimizer in ("adamw", "muon"):
         per_step = sum(e["bytes"] for e in expected_rows(optimizer).values()) // ACTIVE
-        rows = steps[steps["run"] == f"known/{optimizer}_dp2_tp2"]
+        rows = steps[steps["run"] == f"cpu-2c-gloo/known/{optimizer}_dp2_tp2"]
         assert (rows["comm_bytes"] == per_step).all()
         assert (rows["comm_calls"] == len(expected_rows(optimizer))).all()
         assert rows["start_skew_ms"].notna().all() and (rows["start_skew_ms"] >= 0).all()
@@ -146,7 +146,7 @@ def test_phase_labels_and_steps(tables):
 def test_runs_comparisons_and_claims(tables):
     runs = tables["runs"].set_index("run")
     for optimizer in ("adamw", "muon"):
-        r = runs.loc[f"known/{optimizer}_dp2_tp2"]
+        r = runs.loc[f"cpu-2c-gloo/known/{optimizer}_dp2_tp2"]
         assert (r["optimizer"], r["dp"], r["tp"], r["backend"], r["device"], r["ranks"], r["steps"]) == (
             optimizer,
             DP,

@@ -96,9 +96,9 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     analysis = analyze_paths([tmp_path / "traces"], workers=1)
     assert not analysis.failures and not analysis.incomplete
     tables = build_tables([tmp_path / "traces"], workers=1)
-    assert tables["runs"].set_index("run").loc["g/muon_dp2_tp2", "ranks"] == 4
+    assert tables["runs"].set_index("run").loc["cpu-2c-gloo/g/muon_dp2_tp2", "ranks"] == 4
     assert len(tables["comparisons"]) == 1
-    assert "g/muon_dp2_tp2" in set(tables["claims"]["conditions"].dropna())
+    assert "cpu-2c-gloo/g/muon_dp2_tp2" in set(tables["claims"]["conditions"].dropna())
     from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
 
     # every trace table has rows; the cost model's and convergence's come from records this folder does not have
@@ -118,9 +118,9 @@ def test_a_run_missing_a_rank_is_not_pooled_compared_or_claimed(tmp_path):
     with pytest.warns(UserWarning, match="rank 3 of 4 has no trace"):
         tables = build_tables([tmp_path / "traces"], workers=1)
     runs = tables["runs"].set_index("run")
-    assert "g/muon_dp2_tp2" not in runs.index  # no row averages ranks 0-2 as if they were the run
-    lone = runs[runs.index.str.startswith("g/muon_dp2_tp2/")]
-    assert list(lone.index) == [f"g/muon_dp2_tp2/trial0/rank{r}" for r in range(3)] and (lone["ranks"] == 1).all()
+    assert "cpu-2c-gloo/g/muon_dp2_tp2" not in runs.index  # no row averages ranks 0-2 as if they were the run
+    lone = runs[runs.index.str.startswith("cpu-2c-gloo/g/muon_dp2_tp2/")]
+    assert list(lone.index) == [f"cpu-2c-gloo/g/muon_dp2_tp2/trial0/rank{r}" for r in range(3)] and (lone["ranks"] == 1).all()
     assert lone["optimizer"].isna().all()  # without the folder's configuration, no comparison or claim picks them
     assert tables["comparisons"].empty
     assert not any("muon" in text for text in tables["claims"]["conditions"].dropna())
@@ -133,7 +133,7 @@ def test_a_rank_that_cannot_be_read_leaves_its_run_incomplete(tmp_path):
     analysis = analyze_paths([tmp_path / "traces"], workers=1)
     assert [f.path for f in analysis.failures] == [str(muon / trace_name(1))]
     assert "rank1.json.gz could not be analyzed" in analysis.incomplete[0].message
-    assert "g/muon_dp2_tp1" not in {info.key for info, _ in analysis.runs}
+    assert "cpu-2c-gloo/g/muon_dp2_tp1" not in {info.key for info, _ in analysis.runs}
 
 
 def test_one_file_of_a_run_says_to_name_the_folder(tmp_path):
@@ -142,7 +142,7 @@ def test_one_file_of_a_run_says_to_name_the_folder(tmp_path):
     message = analysis.incomplete[0].message
     assert "rank 1 of 2 has no trace (rank1.json.gz not among the paths given)" in message
     assert f"name the folder {muon} to analyze the run whole" in message
-    assert [info.key for info, _ in analysis.runs] == ["g/muon_dp2_tp1/trial0/rank0"]
+    assert [info.key for info, _ in analysis.runs] == ["cpu-2c-gloo/g/muon_dp2_tp1/trial0/rank0"]
 
 
 def test_the_cli_warns_and_exits_1_for_an_incomplete_run(tmp_path, capsys):
@@ -282,4 +282,4 @@ def test_the_tables_of_a_complete_pair_read_back(tmp_path):
     write_pair(tmp_path / "traces")
     tables = stages.analyze([tmp_path / "traces"], tmp_path / "metrics", workers=1)
     back = pd.read_parquet(tmp_path / "metrics" / "runs.parquet", dtype_backend="numpy_nullable")
-    assert sorted(back["run"]) == sorted(tables["runs"]["run"]) == ["g/adamw_dp2_tp1", "g/muon_dp2_tp1"]
+    assert sorted(back["run"]) == sorted(tables["runs"]["run"]) == ["cpu-2c-gloo/g/adamw_dp2_tp1", "cpu-2c-gloo/g/muon_dp2_tp1"]

@@ -158,6 +158,7 @@ def _run(run, optimizer, dp, tp, **kw) -> dict:
     group, name = run.split("/")
     return {
         "run": run,
+        "profile": "cpu-2c-gloo",
         "group": group,
         "name": name,
         "optimizer": optimizer,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, resolve
+from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, run_dir_for
 from muon_repro.rundir import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
 from muon_repro.rundir import RunDir, trial_dir
@@ -33,8 +34,9 @@ def bench(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("traces")
-    record_local([resolve(CONFIG, "tiny")], out, "gloo", trials=1, progress=False)
-    return trial_dir(run_dir_for(out, resolve(CONFIG, "tiny")), 0)
+    results = record_local([resolve(CONFIG, "tiny")], out, "gloo", trials=1, progress=False)
+    assert results[0].run_dir == trial_dir(run_dir_for(out, resolve(CONFIG, "tiny"), recording_profile("gloo")), 0)
+    return results[0].run_dir
 
 
 @pytest.mark.slow
@@ -84,23 +86,23 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
 @pytest.mark.slow
 def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     key = "comparison/adamw_dp2_tp2"
-    first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
+    first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1", "--profile", "test-box")
     assert first.returncode == 0, first.stderr
-    run_dir = tmp_path / "comparison" / "adamw_dp2_tp2" / "trial0"
-    assert is_complete(run_dir, resolve(key, "tiny"))
+    run_dir = tmp_path / "test-box" / "comparison" / "adamw_dp2_tp2" / "trial0"  # --profile names the folder and environment.json's field
+    assert is_complete(run_dir, resolve(key, "tiny")) and RunDir(run_dir).environment["profile"] == "test-box"
     stamp = (run_dir / "metrics.json").stat().st_mtime_ns
 
-    again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
+    again = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1", "--profile", "test-box")
     assert again.returncode == 0 and "skipped" in again.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns == stamp
 
-    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force", "--trials", "1")
+    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force", "--trials", "1", "--profile", "test-box")
     assert forced.returncode == 0 and "recorded" in forced.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns != stamp
 
     # Interrupt a run while its workers are training: no run directory, partial or final.
-    other = tmp_path / "distributed_muon"
-    proc = subprocess.Popen([sys.executable, "-m", "muon_repro", "bench", "distributed_muon/muon_dp4", "--scale", "tiny",
+    other = tmp_path / "test-box" / "distributed_muon"
+    proc = subprocess.Popen([sys.executable, "-m", "muon_repro", "bench", "distributed_muon/muon_dp4", "--scale", "tiny", "--profile", "test-box",
                              "--out", str(tmp_path), "--no-progress", "--trials", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(other.glob("*/.*.partial/*")) and time.monotonic() < deadline:
@@ -111,7 +113,7 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     assert proc.returncode != 0
     assert not list(other.rglob("trial*")) and not list(other.rglob(".*.partial"))
 
-    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1")
+    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1", "--profile", "test-box")
     assert redo.returncode == 0 and "recorded" in redo.stdout, redo.stderr
     assert is_complete(other / "muon_dp4" / "trial0", resolve("distributed_muon/muon_dp4", "tiny"))
 
@@ -137,7 +139,7 @@ def test_tokens_per_step_must_divide_into_the_grid():
         BenchConfig(group="g", name="n", optimizer="muon", dp=2, tp=2, tokens_per_step=1000, seq_len=128)
     assert resolve("distributed_muon/muon_tp4", "cpu").batch_per_dp == 8 and resolve("distributed_muon/muon_dp4", "cpu").batch_per_dp == 2
     with pytest.raises(ValueError, match="trials must be a positive integer"):
-        plan_recordings([resolve(CONFIG, "tiny")], Path("x"), trials=0)
+        plan_recordings([resolve(CONFIG, "tiny")], Path("x"), trials=0, profile="p")
 
 
 def test_unknown_config_lists_the_valid_names():

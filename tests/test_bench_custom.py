@@ -32,9 +32,9 @@ def test_custom_and_named_configs_do_not_mix(argv, message, tmp_path, capsys):
 def test_a_custom_run_is_recorded_with_its_shape(tmp_path, capsys):
     argv = ["bench", "custom", "--optimizer", "muon", "--dp", "2", "--tp", "1", "--hidden", "32", "--layers", "1", "--heads", "4",
             "--vocab", "128", "--tokens-per-step", "64", "--seq-len", "16", "--overlap", "pipelined", "--layout", "bucketed",
-            "--scale", "tiny", "--trials", "1", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+            "--scale", "tiny", "--trials", "1", "--out", str(tmp_path), "--no-progress", "--profile", "test-cpu"]  # fmt: skip
     assert main(argv) == 0
-    (run,) = [p for p in (tmp_path / "custom").iterdir() if p.is_dir()]
+    (run,) = [p for p in (tmp_path / "test-cpu" / "custom").iterdir() if p.is_dir()]
     config = json.loads((run / "trial0" / "config.json").read_text())
     assert (config["dp"], config["tp"], config["hidden"], config["n_layers"], config["tokens_per_step"]) == (2, 1, 32, 1, 64)
     assert (config["overlap"], config["layout"]) == ("pipelined", "bucketed")

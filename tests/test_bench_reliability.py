@@ -14,7 +14,8 @@ import pytest
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
 CONFIG = "comparison/adamw_dp2_tp2"
-RUN = Path("comparison") / "adamw_dp2_tp2"
+PROFILE = "test-cpu-gloo"  # named, so the run folder does not depend on the machine
+RUN = Path(PROFILE) / "comparison" / "adamw_dp2_tp2"
 
 
 def _muon_repro(*args: str) -> list[str]:
@@ -22,7 +23,7 @@ def _muon_repro(*args: str) -> list[str]:
 
 
 def _bench(out: Path, *extra: str) -> list[str]:
-    return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", *extra)
+    return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", "--profile", PROFILE, *extra)
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen, limit_s: float = 180) -> None:
@@ -50,7 +51,7 @@ def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_path):
     proc = subprocess.Popen(_bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: list(tmp_path.glob("*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
+    _wait_for(lambda: list(tmp_path.glob("*/*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
     assert "interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1" in err

@@ -25,7 +25,7 @@ class Bundle:
     def run(self, run: str, optimizer: str, dp: int, tp: int, *, step_ms: float, comm_ms: float = 10.0, optimizer_ms: float = 1.0,
             noise: float = 0.01, state: tuple[int, int] = (0, 0), dp_bytes: float = 100.0, **work) -> None:  # fmt: skip
         group, name = run.split("/")
-        self.runs.append({"run": run, "group": group, "name": name, "optimizer": optimizer, "dp": dp, "tp": tp, "world_size": dp * tp,
+        self.runs.append({"run": run, "profile": "cpu-2c-gloo", "group": group, "name": name, "optimizer": optimizer, "dp": dp, "tp": tp, "world_size": dp * tp,
                           "ranks": RANKS, "trials": TRIALS, "steps": TRIALS * STEPS, "layout": "contiguous", "overlap": "none", "step_ms": step_ms,
                           "ns_flops_max_rank": 2e9, "train_flops": 4e9, **WORK, **work})  # fmt: skip
         for trial in range(TRIALS):

@@ -178,26 +178,28 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     out = tmp_path / "traces"
     argv = ["converge", "--out", str(out), "--muon-lrs", "3e-3", "--adamw-lrs", "1e-2", "--seeds", "1", "--tp", "2",
             "--steps", "6", "--sweep-steps", "6", "--hidden", "32", "--layers", "1", "--heads", "4", "--ffn", "64", "--seq-len", "16", "--batch", "4",
-            "--eval-every", "3", "--eval-windows", "8", "--checkpoint-every", "2", "--vocab", "300", "--threads", "1", "--no-progress"]  # fmt: skip
+            "--eval-every", "3", "--eval-windows", "8", "--checkpoint-every", "2", "--vocab", "300", "--threads", "1", "--no-progress", "--profile", "test-box"]  # fmt: skip
     assert main(argv) == 0
-    runs = sorted(p.name for p in (out / CONVERGENCE_GROUP).iterdir())
+    folder = out / "test-box" / CONVERGENCE_GROUP  # traces/<profile>/convergence/
+    runs = sorted(p.name for p in folder.iterdir())
     assert runs == ["adamw_lr0.01_steps6_seed0", "muon_lr0.003_steps6_seed0"]  # no .partial left
     assert not list(out.rglob("*.pt"))
-    record = json.loads((out / CONVERGENCE_GROUP / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text())
+    record = json.loads((folder / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text())
+    assert record["environment"]["profile"] == "test-box"
     assert record["config"]["tp"] == 2 and record["corpus"]["license"] == "MIT" and record["model"]["qkv"] == "split"
     assert 0 < record["model"]["embedding_share"] < 1
 
     tables = convergence_tables([out])
     conv, lead = tables["convergence"], tables["leading_steps"]
     assert list(conv.columns) == SCHEMAS["convergence"].names and list(lead.columns) == SCHEMAS["leading_steps"].names
-    assert len(conv) == 2 * 7  # steps 0..6 of two runs
+    assert len(conv) == 2 * 7 and set(conv["profile"]) == set(lead["profile"]) == {"test-box"}  # steps 0..6 of two runs
     assert conv.dropna(subset=["val_loss"]).groupby("run").size().tolist() == [3, 3]  # steps 0, 3, 6
     assert set(lead["alpha"].astype(float)) == {0.05, 0.005} and len(lead) == 2 * 6
     assert conv[conv["best_lr"].astype(bool)]["optimizer"].nunique() == 2
     assert find_records([out]) and not [p for p in out.rglob("*") if p.is_file() and is_trace_file(p.name)]
 
     assert main(argv) == 0  # complete runs are skipped: nothing changes
-    again = json.loads((out / CONVERGENCE_GROUP / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text())
+    again = json.loads((folder / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text())
     assert again == record
 
 
@@ -207,7 +209,7 @@ def _write_record(root, opt: str, lr: float, seed: int, steps: int, final_val: f
     folder = root / CONVERGENCE_GROUP / cfg.name
     folder.mkdir(parents=True)
     train = [5.0 - slope * s for s in range(1, steps + 1)]
-    record = {"name": cfg.name, "config": cfg.to_dict(), "backend": "gloo", "wall_s": 1.0,
+    record = {"name": cfg.name, "config": cfg.to_dict(), "backend": "gloo", "wall_s": 1.0, "environment": {"cpu_count": 2},  # cpu-2c-gloo
               "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
               "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
               "curve": {"step": list(range(1, steps + 1)), "train_loss": train, "lr": [lr] * steps,

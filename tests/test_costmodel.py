@@ -82,6 +82,13 @@ def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
         ({"efficiency": {"network": 0.5}}, "efficiency: unknown kind 'network'"),
         ({"compute_share": {"four": 0.5}}, "compute_share key 'four'"),
         ({"sources": [{"figure": "matmul_tflops.fp32", "url": "https://example.org"}]}, "missing figure(s) sources[0].quote"),
+        ({"size_curves": {"softmax": {"1024": 1.0}}}, "size_curves: unknown kind 'softmax'"),
+        ({"size_curves": {"gelu": {"many": 1.0}}}, "size_curves.gelu key 'many'"),
+        ({"size_curves": {"gelu": {"1024": 0}}}, "size_curves.gelu[1024] must be a number > 0"),
+        ({"bandwidth_share": {"4": 1.5}}, "bandwidth_share[4] must be a number > 0 and <= 1.0"),
+        ({"arrival_jitter_curve_us": {"2": {"4000": -1.0}}}, "arrival_jitter_curve_us[2][4000] must be a number >= 0.0"),
+        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024]]}]}, "collectives[0].samples must be a list of"),
+        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024, 0.0]]}]}, "samples[0] seconds must be a number > 0"),
     ],
 )
 def test_a_bad_profile_names_the_file_and_the_field(tmp_path, change, named):
@@ -142,9 +149,56 @@ def test_the_compute_share_is_what_each_rank_keeps_when_all_compute():
 
 
 def test_the_arrival_jitter_is_the_mean_wait_for_a_groups_last_rank():
-    # 4 ranks in groups of 2: (0, 1) meet twice, rank 1 late by 2 ms then rank 0 by 4 ms; (2, 3) in step.
-    arrivals = [{2: [0.000, 0.014]}, {2: [0.002, 0.010]}, {2: [0.0, 0.01]}, {2: [0.0, 0.01]}]
-    assert arrival_jitter(arrivals) == pytest.approx({2: (0.002 + 0.004) / 8})
+    # 4 ranks in groups of 2, after short then long compute: (0, 1) meet twice, rank 1 late by 2 ms
+    # then rank 0 by 4 ms after the short compute, 10 ms apart after the long one; (2, 3) in step.
+    arrivals = [{2: [[0.000, 0.014], [0.0]]}, {2: [[0.002, 0.010], [0.010]]}, {2: [[0.0, 0.01], [0.0]]}, {2: [[0.0, 0.01], [0.0]]}]
+    assert arrival_jitter(arrivals) == {2: pytest.approx([(0.002 + 0.004) / 8, 0.010 / 4])}
+
+
+def test_the_arrival_jitter_follows_the_compute_between_meetings():
+    profile = profile_from_dict(cpu_profile(arrival_jitter_us={"2": 500.0}, arrival_jitter_curve_us={"2": {"4000": 500.0, "80000": 4500.0}}))
+    assert profile.arrival_jitter_s(2, 0.042) == pytest.approx(2.5e-3)  # linear between the measured lengths
+    assert profile.arrival_jitter_s(2, 1.0) == pytest.approx(4.5e-3)  # time slices bound the drift: no extrapolation
+    assert profile.arrival_jitter_s(4, 0.001) == pytest.approx(0.5e-3) == profile.arrival_jitter_s(2)  # nearest size; flat figure without compute
+
+
+def test_profiles_without_the_measured_curves_price_at_their_flat_figures():
+    """Hand-written (GPU) profiles give one figure per kind: sizes, bandwidth share and samples are optional."""
+    flat = profile_from_dict(cpu_profile())
+    assert flat.elementwise_bytes_per_s(1 << 22) == flat.elementwise_bytes_per_s() == pytest.approx(20e9)
+    assert flat.cross_entropy_bytes_per_s(1 << 22) == pytest.approx(20e9 / 8) and flat.bandwidth_slowdown(4) == 1.0
+    assert flat.collective("all_gather", 2).seconds(5e5) == pytest.approx(300e-6 + 1e-3)
+    for name in named_profiles():
+        gpu = resolve_profile(name)
+        assert not gpu.size_curves and gpu.bandwidth_slowdown(8) == 1.0
+
+
+def test_size_curves_price_a_kernel_at_its_operands_size():
+    curves = {"elementwise": {"1000": 100.0, "100000": 10.0}, "cross_entropy": {"1000": 2.0}}
+    profile = profile_from_dict(cpu_profile(size_curves=curves))
+    assert profile.elementwise_bytes_per_s(10_000) == pytest.approx(10**1.5 * 1e9)  # log-log between the points
+    assert profile.elementwise_bytes_per_s(10) == pytest.approx(100e9) and profile.elementwise_bytes_per_s(10**7) == pytest.approx(10e9)
+    assert profile.elementwise_bytes_per_s() == pytest.approx(20e9)  # the optimizer's flat buffers: the flat figure
+    assert profile.cross_entropy_bytes_per_s(5) == pytest.approx(2e9)
+    assert profile.gelu_bytes_per_s(5) == pytest.approx(100e9 / 5)  # no GELU figure: the element-wise one, at its size, over 5 passes
+    cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
+    assert predict(cfg, profile).step_ms > predict(cfg, profile_from_dict(cpu_profile())).step_ms  # slower out of cache
+
+
+def test_collective_samples_price_a_call_from_the_samples_around_it():
+    samples = [[1e6, 2e-3], [4e6, 5e-3], [16e6, 29e-3]]
+    fit = profile_from_dict(cpu_profile(collectives=[{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples} for op in COLLECTIVE_OPS]))
+    ag = fit.collective("all_gather", 2)
+    assert ag.seconds(2.5e6) == pytest.approx(3.5e-3) and ag.seconds(10e6) == pytest.approx(17e-3)
+    assert ag.seconds(28e6) == pytest.approx(53e-3)  # beyond the largest: along the last two samples' slope
+    assert ag.seconds(10.0) == pytest.approx(2e-3)  # below the smallest: its time
+
+
+def test_memory_bound_kernels_slow_down_more_than_matmuls_when_ranks_share_a_node():
+    cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
+    shared = profile_from_dict(cpu_profile(bandwidth_share={"4": 0.25}))
+    assert shared.bandwidth_slowdown(4) == pytest.approx(2.0) and shared.bandwidth_slowdown(1) == 1.0
+    assert predict(cfg, shared).step_ms > predict(cfg, profile_from_dict(cpu_profile())).step_ms
 
 
 def test_ranks_sharing_cores_meet_out_of_step_at_every_layer_not_every_bucket():
@@ -226,6 +280,12 @@ def committed_runs() -> dict[str, list[Path]]:
     return run_folders(TRACES)
 
 
+def committed_run_key(run: str) -> str:
+    """The committed run id ``<profile>/<group>/<name>`` of ``<group>/<name>`` (one profile is committed)."""
+    (key,) = [k for k in committed_runs() if k.split("/", 1)[1] == run]
+    return key
+
+
 @pytest.mark.parametrize("run", sorted(committed_runs()))
 def test_predict_inputs_equal_what_each_committed_run_recorded(run):
     folder = committed_runs()[run][0]
@@ -252,7 +312,7 @@ def stage_bytes(work, rank: int) -> dict[str, int]:
 @pytest.mark.parametrize("run", ["comparison/muon_dp2_tp2", "layout_ablation/muon_dp2_tp2_bucketed", "distributed_muon/muon_tp4"])
 def test_the_priced_collectives_are_the_ledgers(run):
     """Every collective a rank's program prices (model TP traffic included) sends what the run's ledger recorded."""
-    folder = committed_runs()[run][0]
+    folder = committed_runs()[committed_run_key(run)][0]
     work = build_workload(bench_config(folder), "cpu")
     for r, metrics in enumerate(RunDir(folder).ranks):
         ledger: dict[str, int] = {}
@@ -321,8 +381,9 @@ def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
 
     table = pd.read_parquet(tmp_path / "tables" / "predictions.parquet")
     assert list(table.columns) == PREDICTIONS.names and sorted(table["run"]) == sorted(committed_runs())
-    row = table.set_index("run").loc["comparison/muon_dp2_tp2"]
-    want = measured(committed_runs()["comparison/muon_dp2_tp2"])
+    key = committed_run_key("comparison/muon_dp2_tp2")
+    row = table.set_index("run").loc[key]
+    want = measured(committed_runs()[key])
     assert row["measured_step_ms"] == pytest.approx(want.step_ms) and row["trials"] == want.trials == 3
     assert row["step_rel_error"] == pytest.approx(row["predicted_step_ms"] / row["measured_step_ms"] - 1)
     assert "median |error|" in capsys.readouterr().out
@@ -352,7 +413,10 @@ def test_calibrate_quick_writes_a_profile_and_its_table(calibrated):
     profile = read_profile(path)
     assert profile.device == "cpu" and profile.backend == "gloo" and profile.calibration["quick"]
     assert {(f.op, f.group_size) for f in profile.collectives} == {(op, g) for op in COLLECTIVE_OPS for g in (2, 4)}
-    assert 0 < profile.compute_share[4] <= 1 and set(profile.arrival_jitter_us) == {2, 4}
+    assert 0 < profile.compute_share[4] <= 1 and 0 < profile.bandwidth_share[4] <= 1 and set(profile.arrival_jitter_us) == {2, 4}
+    assert set(profile.size_curves) == {"matmul", "attention", "cross_entropy", "gelu", "elementwise"}
+    assert all(len(curve) == 2 for curve in profile.size_curves.values()) and len(profile.arrival_jitter_curve_us[2]) == 3
+    assert all(len(f.samples) == 3 for f in profile.collectives)
     assert "its time over its own matmuls' fp32" in printed and "alpha us" in printed
     table = pd.read_parquet(path.with_name("machine.calibration.parquet"))
     assert {"kernel", "share", "jitter", "collective_sample", "collective"} == set(table["kind"])
@@ -362,12 +426,11 @@ def test_calibrate_quick_writes_a_profile_and_its_table(calibrated):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    from muon_repro.bench.sweep import record_local, run_dir_for
+    from muon_repro.bench.sweep import record_local
 
     cfg = resolve("layout_ablation/muon_dp2_tp2_bucketed", "tiny")
     out = tmp_path_factory.mktemp("traces")
-    record_local([cfg], out, "gloo", trials=1, progress=False)
-    return trial_dir(run_dir_for(out, cfg), 0)
+    return record_local([cfg], out, "gloo", trials=1, progress=False)[0].run_dir
 
 
 @pytest.mark.slow
@@ -386,12 +449,11 @@ def test_predict_inputs_equal_a_fresh_runs_metrics_and_its_time_is_near(tiny_run
 @pytest.mark.slow
 def test_a_custom_shape_trains_the_model_it_names(tmp_path):
     """The bench's runner builds the config's model, shape overrides included (BenchConfig.model_config)."""
-    from muon_repro.bench.sweep import record_local, run_dir_for
+    from muon_repro.bench.sweep import record_local
 
     cfg = BenchConfig(group="custom", name="narrow", optimizer="adamw", dp=1, tp=1, scale="tiny", preset="tiny", tokens_per_step=32,
                       seq_len=16, hidden=16, n_layers=1, n_heads=2, ffn_hidden=32, warmup=0, active=1)  # fmt: skip
-    record_local([cfg], tmp_path, "gloo", trials=1, progress=False)
-    run = RunDir(trial_dir(run_dir_for(tmp_path, cfg), 0))
+    run = RunDir(record_local([cfg], tmp_path, "gloo", trials=1, progress=False)[0].run_dir)
     assert run.ranks[0].model_params == cfg.model_config().num_params() != resolve("comparison/adamw_dp2_tp2", "tiny").model_config().num_params()
     assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run.path) == cfg
     assert build_workload(cfg).train_flops == run.ranks[0].train_flops

@@ -158,3 +158,57 @@ def test_uploads_with_a_token_header(fake_hub, hub_api):
     _commit(hub_api, {"a.txt": b"1"})
     assert ("POST", f"/api/datasets/{REPO}/commit/main") in fake_hub.requests
     assert TOKEN not in repr(fake_hub.requests)
+
+
+def test_pull_requests_read_by_revision_and_merged(fake_hub, hub_api, tmp_path):
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    hub_api.create_repo(REPO, repo_type="dataset")
+    head = _commit(hub_api, {"a.txt": b"1"}).oid
+    _commit(hub_api, {"later.txt": b"main moved on"})  # the PR starts from parent_commit, not from main's head
+    pr = hub_api.create_commit(REPO, [CommitOperationAdd(path_in_repo="runs/r.bin", path_or_fileobj=PARQUET_LIKE)],
+                               commit_message="Add a run", commit_description="one run", repo_type="dataset",
+                               create_pr=True, parent_commit=head)  # fmt: skip
+    assert (pr.pr_num, pr.pr_revision) == (1, "refs/pr/1") and pr.pr_url.endswith(f"/datasets/{REPO}/discussions/1")
+    assert "runs/r.bin" not in fake_hub.files(REPO) and "later.txt" not in fake_hub.files(REPO, "refs/pr/1")
+
+    got = hf_hub_download(REPO, "runs/r.bin", repo_type="dataset", revision="refs/pr/1", cache_dir=tmp_path / "c",
+                          endpoint=fake_hub.url, token=TOKEN)  # fmt: skip
+    assert open(got, "rb").read() == PARQUET_LIKE
+    snap = snapshot_download(REPO, repo_type="dataset", revision="refs/pr/1", local_dir=tmp_path / "s", endpoint=fake_hub.url, token=TOKEN)
+    assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file() and ".cache" not in p.parts) == [".gitattributes", "a.txt", "r.bin"]
+    assert str(snap) == str(tmp_path / "s")
+    info = hub_api.get_paths_info(REPO, ["runs/r.bin", "later.txt"], repo_type="dataset", revision="refs/pr/1")
+    assert [i.path for i in info] == ["runs/r.bin"] and info[0].lfs.sha256 == hashlib.sha256(PARQUET_LIKE).hexdigest()
+
+    details = hub_api.get_discussion_details(REPO, 1, repo_type="dataset")
+    assert (details.title, details.author, details.status, details.is_pull_request) == ("Add a run", "fake-user", "open", True)
+    assert (details.git_reference, details.target_branch) == ("refs/pr/1", "refs/heads/main")
+    assert [e.content for e in details.events if e.type == "comment"] == ["one run"]
+    assert [e.oid for e in details.events if e.type == "commit"] == [pr.oid]
+    # A second push to the pull request's branch is one more commit of it.
+    again = _commit(hub_api, {"runs/notes.txt": b"n"}, revision="refs/pr/1")
+    assert [e.oid for e in hub_api.get_discussion_details(REPO, 1, repo_type="dataset").events if e.type == "commit"] == [pr.oid, again.oid]
+    assert [(d.num, d.is_pull_request) for d in hub_api.get_repo_discussions(REPO, repo_type="dataset")] == [(1, True)]
+
+    hub_api.merge_pull_request(REPO, 1, repo_type="dataset")
+    assert {"a.txt", "later.txt", "runs/r.bin", "runs/notes.txt"} <= set(fake_hub.files(REPO))
+    merged = hub_api.get_discussion_details(REPO, 1, repo_type="dataset")
+    assert merged.status == "merged" and merged.merge_commit_oid == fake_hub.get_repo(REPO).branches["main"]
+    with pytest.raises(HfHubHTTPError):
+        hub_api.get_discussion_details(REPO, 7, repo_type="dataset")
+
+
+def test_pull_request_conflicts_and_failed_commits(fake_hub, hub_api):
+    hub_api.create_repo(REPO, repo_type="dataset")
+    _commit(hub_api, {"a.txt": b"1"})
+    _commit(hub_api, {"a.txt": b"from the pr"}, create_pr=True)
+    fake_hub.push(REPO, {"a.txt": b"from main"})
+    with pytest.raises(HfHubHTTPError) as err:
+        hub_api.merge_pull_request(REPO, 1, repo_type="dataset")
+    assert err.value.response.status_code == 409 and fake_hub.files(REPO)["a.txt"] == b"from main"
+    # A pull request whose first commit fails is not opened.
+    with pytest.raises(HfHubHTTPError):
+        _commit(hub_api, {}, deletes=["absent.txt"], create_pr=True)
+    assert list(fake_hub.get_repo(REPO).pull_requests) == [1]
+    assert "refs/pr/2" not in fake_hub.get_repo(REPO).branches

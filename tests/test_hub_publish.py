@@ -90,8 +90,9 @@ def test_publish_then_unchanged_then_new_version(sources, tmp_path, fake_hub, hu
     # The same files as a new version: no commit, a second tag on the same commit.
     same = build(sources, tmp_path / "b1b", version="1.0.1")
     result, out = _publish(same, hub_api, version="1.0.1")
-    assert result.committed  # the card and CITATION.cff name the version, so they changed
-    assert {i.path for i in result.plan.items if i.action == "change"} == {"README.md", "CITATION.cff", "MANIFEST.sha256"}
+    assert result.committed  # the card, CITATION.cff and croissant.json name the version, so they changed
+    changed = {i.path for i in result.plan.items if i.action == "change"}
+    assert changed == {"README.md", "CITATION.cff", "croissant.json", "MANIFEST.sha256"}
 
     # A changed bundle as a new version: one commit, one tag; the old tag still gives the old files.
     (sources["report"] / "report.md").write_text("# Report, second edition\n")

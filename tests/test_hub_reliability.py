@@ -69,7 +69,7 @@ def test_publish_to_a_hub_that_hangs_on_the_commit_stops_and_says_nothing_was_co
     error, seconds = _bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=1))
     assert isinstance(error, PublishError), error
     assert re.fullmatch(
-        rf"the Hub at {re.escape(fake_hub.url)} did not answer within 1 s while uploading 25 files \(.+\) and committing them "
+        rf"the Hub at {re.escape(fake_hub.url)} did not answer within 1 s while uploading 26 files \(.+\) and committing them "
         rf"to {REPO}; nothing was committed or tagged \(the commit is one atomic call, and main has not moved\); "
         "run publish again",
         str(error),
@@ -192,7 +192,7 @@ def test_download_cli_of_a_missing_repository_is_one_line(fake_hub, tmp_path):
 def test_publish_prints_the_url_on_the_endpoint_in_use(sources, tmp_path, fake_hub, hub_api):
     lines: list[str] = []
     publish(build(sources, tmp_path / "b1"), REPO, "1.0.0", api=hub_api, echo=lines.append)
-    assert lines[-1].endswith(f": {fake_hub.url}/datasets/{REPO}/tree/v1.0.0")
+    assert lines[-2].endswith(f": {fake_hub.url}/datasets/{REPO}/tree/v1.0.0")  # then the citation, on the same endpoint
     assert not any("huggingface.co" in line for line in lines)
 
 

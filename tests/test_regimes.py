@@ -19,9 +19,11 @@ from muon_repro.cli import main
 from muon_repro.costmodel.machine import COLLECTIVE_OPS, profile_from_dict
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.records import crossing
-from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file
+from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file, trial_folders
 
 REPO = Path(__file__).resolve().parents[1]
+
+PROFILE = "test-box"  # the hardware profile the quick sweep is filed under (--profile)
 
 
 def two_core_profile() -> dict:
@@ -119,14 +121,14 @@ def quick_sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("regimes") / "traces"
     machine = out.parent / "machine.json"
     machine.write_text(json.dumps(two_core_profile()))
-    code = main(["regimes", "--out", str(out), "--quick", "--trials", "2", "--machine", str(machine), "--no-progress"])
+    code = main(["regimes", "--out", str(out), "--quick", "--trials", "2", "--machine", str(machine), "--no-progress", "--profile", PROFILE])
     assert code == 0
     return out
 
 
 @pytest.mark.slow
 def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep, tmp_path):
-    runs = sorted(quick_sweep.glob(f"{REGIMES_GROUP}/*/trial*"))
+    runs = sorted(quick_sweep.glob(f"{PROFILE}/{REGIMES_GROUP}/*/trial*"))  # traces/<profile>/regimes/
     assert len(runs) == 2 * len(regime_points(quick=True))
     assert all(not list(run.glob("rank*.json*")) and (run / "metrics.json").is_file() for run in runs)
     # a folder of the sweep alone has no trace, and still makes its tables (the trace tables empty)
@@ -147,7 +149,8 @@ def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep, tmp_path
         assert row["muon_extra"] == pytest.approx(row["step_ms"] / twin["step_ms"] - 1)
         assert math.isclose(row["closed_form_ratio"], 10 / 3 * row["d_model"] / row["tokens_per_step"] * row["tp"])
     predictions = tables["predictions"]
-    assert set(predictions["run"]) == set(f"{REGIMES_GROUP}/{p.name}" for p in regime_points(quick=True))
+    assert set(predictions["run"]) == set(f"{PROFILE}/{REGIMES_GROUP}/{p.name}" for p in regime_points(quick=True))
+    assert all(set(tables[name]["profile"]) == {PROFILE} for name in ("predictions", "regimes", "regime_model"))
     assert not predictions["profiled"].any()  # timed without the profiler: priced without its cost
     assert (tables["regime_model"]["kind"] == "this_machine").all() and len(tables["regime_model"]) > 0
 
@@ -161,9 +164,10 @@ def test_the_sweep_beside_traced_runs_lands_in_the_same_table_set(quick_sweep, t
 
     traces = tmp_path / "traces"
     shutil.copytree(quick_sweep, traces)
-    shutil.copytree(REPO / "traces" / "comparison" / "adamw_dp2_tp2" / "trial0", traces / "comparison" / "adamw_dp2_tp2" / "trial0")
+    committed = trial_folders(REPO / "traces")["cpu-2c-gloo/comparison/adamw_dp2_tp2"][0]  # either layout
+    shutil.copytree(committed, traces / "comparison" / "adamw_dp2_tp2" / "trial0")
     tables = analyze([traces], tmp_path / "metrics")
-    assert list(tables["runs"]["run"]) == ["comparison/adamw_dp2_tp2"]  # the sweep is no trace run
+    assert list(tables["runs"]["run"]) == ["cpu-2c-gloo/comparison/adamw_dp2_tp2"]  # the sweep is no trace run
     assert len(tables["regimes"]) == len(regime_points(quick=True))
     written = pd.read_parquet(tmp_path / "metrics" / "regimes.parquet")
     assert len(written) == len(tables["regimes"])

@@ -406,7 +406,7 @@ def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     claims = pd.read_parquet(bundle / "metrics" / "claims.parquet", dtype_backend="numpy_nullable")
     section = _section(md, "Claims")
-    assert "| claim | source | claimed | agrees if in | measured (95% interval) | verdict | measured cause |" in section
+    assert "| claim | source | claimed | agrees if in | measured on cpu-2c-gloo (95% interval) | verdict | measured cause |" in section
     for _, c in claims.iterrows():
         line = next(ln for ln in section.splitlines() if ln.startswith(f"| {c['claim']} |"))
         assert f"| {c['verdict']} |" in line, line  # the table's verdict, as it is

@@ -8,6 +8,8 @@ the manifest remade, so that the checksums hold: plain ``verify`` cannot see the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -48,8 +50,18 @@ def tampered(bundle, tmp_path) -> Path:
     values = table.column("step_ms").to_pylist()
     values[0] *= 1.5
     pq.write_table(table.set_column(index, table.schema.field(index), pa.array(values, pa.float64())), path)
+    _reseal_croissant(copy, "metrics/runs.parquet")
     write_manifest(copy)
     return copy
+
+
+def _reseal_croissant(root: Path, table: str) -> None:
+    """Give croissant.json the changed table's sha256, as a careful tamperer would: only recompute can tell."""
+    doc_path = root / "croissant.json"
+    doc = json.loads(doc_path.read_text())
+    (entry,) = [d for d in doc["distribution"] if d.get("contentUrl") == table]
+    entry["sha256"] = hashlib.sha256((root / table).read_bytes()).hexdigest()
+    doc_path.write_text(json.dumps(doc, indent=2, sort_keys=True))
 
 
 def _lines(result) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.bootstrap import interval, per_step
+from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles
 from muon_repro.rundir import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 SEED = "seed: HF forum post and dataset card (bird-of-paradise/muon-distributed-reproducibility), 4 GPUs, PCIe Gen4 x4"
@@ -511,17 +512,43 @@ def claims_table(
     runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame, phases: pd.DataFrame, *,
     regimes: pd.DataFrame | None = None, thresholds: pd.DataFrame | None = None, convergence: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
-    """One row per claim in :data:`CLAIMS`, measured on the tables, with its interval, verdict and explanation.
+    """One row per claim in :data:`CLAIMS` and hardware profile, measured on that profile's rows of the tables
+    (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
     ``regimes`` and ``thresholds``: the regime sweep and the cost model's thresholds, cited in the time claims'
     explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
     leading-steps claim is not measured without them)."""
     empty = pd.DataFrame()
     convergence = convergence or {}
-    t = Tables(
-        runs.astype(object).where(runs.notna(), None), steps, ranks, phases,
-        empty if regimes is None else regimes, empty if thresholds is None else thresholds,
-        convergence.get("convergence"), convergence.get("leading_steps"),
-    )  # fmt: skip
+    regimes = empty if regimes is None else regimes
+    thresholds = empty if thresholds is None else thresholds
+    conv, lead = convergence.get("convergence"), convergence.get("leading_steps")
+    counts = {str(p): int(n) for p, n in runs["profile"].value_counts().items()} if "profile" in runs.columns else {}
+    for other in (regimes, conv):
+        for p in _profiles_of(other):
+            counts.setdefault(p, 0)
+    rows = []
+    for profile in ordered_profiles(counts) or [UNKNOWN_PROFILE]:
+        mine = runs[runs["profile"] == profile] if "profile" in runs.columns else runs
+        t = Tables(
+            mine.astype(object).where(mine.notna(), None), *(_of_profile(df, profile) for df in (steps, ranks, phases, regimes, thresholds)),
+            _of_profile(conv, profile), _of_profile(lead, profile),
+        )  # fmt: skip
+        rows += _claim_rows(t, profile)
+    return pd.DataFrame(rows)
+
+
+def _profiles_of(df: pd.DataFrame | None) -> list[str]:
+    return [str(p) for p in df["profile"].dropna().unique()] if df is not None and "profile" in df.columns else []
+
+
+def _of_profile(df: pd.DataFrame | None, profile: str) -> pd.DataFrame | None:
+    """``df``'s rows of ``profile`` (a table without the column, or ``None``, as it is)."""
+    if df is None or "profile" not in df.columns:
+        return df
+    return df[df["profile"] == profile].reset_index(drop=True)
+
+
+def _claim_rows(t: Tables, profile: str) -> list[dict]:
     rows = []
     for c in CLAIMS:
         m = MEASURE[c.claim_id](t)
@@ -529,6 +556,7 @@ def claims_table(
         rows.append(
             {
                 "claim_id": c.claim_id,
+                "profile": profile,
                 "claim": c.claim,
                 "source": c.source,
                 "claimed_value": c.claimed_value,
@@ -543,4 +571,4 @@ def claims_table(
                 "rule": RULES.get(c.claim_id, f"reproduced if the 95% interval lies inside {c.region.text()}, not reproduced if outside, else inconclusive"),
             }
         )
-    return pd.DataFrame(rows)
+    return rows

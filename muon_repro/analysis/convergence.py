@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.rundir import CONVERGENCE_FILE, read_json
+from muon_repro.rundir import CONVERGENCE_FILE, convergence_profile, read_json
 
 EWM_ALPHAS = (0.05, 0.005)
 """Smoothings recorded in ``leading_steps``; the first is the headline (alpha = 0.005 hid a real gap
@@ -178,25 +178,33 @@ def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
 
 def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
     """``convergence`` and ``leading_steps`` from every convergence record under ``paths``
-    (both empty, with their columns, when there is none), conformed to their schemas."""
+    (both empty, with their columns, when there is none), conformed to their schemas. Each hardware
+    profile's runs are their own sweep: best learning rates and pairs never mix profiles."""
     from muon_repro.analysis.schemas import SCHEMAS
 
-    frames = []
+    by_profile: dict[str, list[pd.DataFrame]] = {}
     for path in find_records(paths):
         record = read_json(path)
         if not record or "curve" not in record or "config" not in record:
             raise ValueError(f"{path}: not a convergence record (no 'config' or 'curve')")
-        frames.append(_run_rows(record))
-    if not frames:
-        return {name: SCHEMAS[name].empty() for name in ("convergence", "leading_steps")}
-    conv = pd.concat(frames, ignore_index=True)
+        by_profile.setdefault(convergence_profile(record), []).append(_run_rows(record))
+    convs, leads = [], []
+    for profile, frames in sorted(by_profile.items()):
+        conv, lead = _profile_tables(pd.concat(frames, ignore_index=True))
+        convs.append(conv.assign(profile=profile))
+        if len(lead):
+            leads.append(lead.assign(profile=profile))
+    return {
+        "convergence": SCHEMAS["convergence"].conform(pd.concat(convs, ignore_index=True)) if convs else SCHEMAS["convergence"].empty(),
+        "leading_steps": SCHEMAS["leading_steps"].conform(pd.concat(leads, ignore_index=True)) if leads else SCHEMAS["leading_steps"].empty(),
+    }
+
+
+def _profile_tables(conv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One profile's convergence rows with their best-lr and sweep flags, and its leading steps."""
     best = best_lrs(conv)
     conv["best_lr"] = [best.get(o) == lr for o, lr in zip(conv["optimizer"], conv["lr"])]
     sweep = sweep_steps(conv)
     conv["sweep"] = [seed == 0 and sweep.get(o) == n for o, seed, n in zip(conv["optimizer"], conv["seed"], conv["steps"])]
     conv = conv.sort_values(["optimizer", "lr", "steps", "seed", "step"], kind="stable").reset_index(drop=True)
-    lead = _leading_table(conv, best)
-    return {
-        "convergence": SCHEMAS["convergence"].conform(conv),
-        "leading_steps": SCHEMAS["leading_steps"].conform(lead) if len(lead) else SCHEMAS["leading_steps"].empty(),
-    }
+    return conv, _leading_table(conv, best)

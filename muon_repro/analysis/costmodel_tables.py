@@ -1,7 +1,8 @@
 """The cost model's tables, from the records beside the runs: ``calibration``, ``predictions``,
 ``regimes``, ``regime_model`` and ``regime_thresholds``.
 
-Inputs, under any analyzed folder (names from :mod:`muon_repro.rundir`):
+Inputs, under any analyzed folder, in ``<profile>/`` folders or (older datasets) straight under it
+(names from :mod:`muon_repro.rundir`):
 
     costmodel/machine.calibration.csv    what ``muon-repro calibrate`` measured on the recording machine
     costmodel/predictions.csv            every recorded run, measured and predicted (``muon-repro regimes``)
@@ -9,6 +10,9 @@ Inputs, under any analyzed folder (names from :mod:`muon_repro.rundir`):
     costmodel/regime_thresholds.csv      tokens per step at which Muon's overhead falls to 1.1% and 3%
     regimes/<point>/trial<k>/            the regime sweep's runs (timed without the profiler: no traces)
 
+Every row carries a hardware profile: a record's ``profile`` column, else (records written before
+profiles existed) the name of the ``machine.json`` beside it, the profile calibrated on the machine
+that wrote them; a record's run ids gain that profile as their first part, as the runs' ids have.
 The ``regimes`` table is measured here, from the sweep's ``metrics.json`` (every trial's recorded
 steps, intervals by the two-level bootstrap of :mod:`muon_repro.analysis.bootstrap`), with the
 predictions of ``predictions.csv`` beside each point. Torch-free, like the rest of the analysis.
@@ -32,6 +36,7 @@ from muon_repro.rundir import (
     REGIMES_GROUP,
     THRESHOLDS_FILE,
     RunDir,
+    costmodel_profile,
     is_hidden_under,
     trial_folders,
 )
@@ -74,19 +79,30 @@ def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
         unknown = sorted(set(frame.columns) - set(schema.names))
         if unknown:
             raise ValueError(f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro")
-        frames.append(frame.reindex(columns=schema.names))
+        frames.append(_with_profile(frame, path.parent).reindex(columns=schema.names))
     return pd.concat(frames, ignore_index=True) if frames else schema.empty()
+
+
+def _with_profile(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``frame`` with its ``profile`` filled (older records: from the folder's machine.json) and its run ids
+    ``<profile>/<group>/<name>``."""
+    frame = frame.copy()
+    recorded = frame["profile"] if "profile" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+    frame["profile"] = recorded.where(recorded.notna(), costmodel_profile(folder))
+    if "run" in frame.columns:
+        frame["run"] = [r if pd.isna(r) or str(r).startswith(f"{p}/") else f"{p}/{r}" for r, p in zip(frame["run"], frame["profile"])]
+    return frame
 
 
 # ---------------------------------------------------------------- the regime sweep, measured
 
 
 def _sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
-    """The sweep's trial folders by run key (``regimes/<name>``)."""
+    """The sweep's trial folders by run key (``<profile>/regimes/<name>``)."""
     runs: dict[str, dict[Path, RunDir]] = {}
     for root in roots:
         for key, folders in trial_folders(root).items():
-            if key.startswith(f"{REGIMES_GROUP}/"):
+            if key.split("/")[1:2] == [REGIMES_GROUP]:
                 runs.setdefault(key, {}).update((folder.resolve(), RunDir(folder)) for folder in folders)
     return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
 
@@ -112,13 +128,14 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     samples = {key: _per_step(trials) for key, trials in runs.items()}
     predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
     points = {key: _point(trials[0]) for key, trials in runs.items()}
-    twins = {(p["d_model"], p["tokens_per_step"], p["dp"], p["tp"]): key for key, p in points.items() if p["optimizer"] == "adamw"}
+    twin_of = lambda p: (p["profile"], p["d_model"], p["tokens_per_step"], p["dp"], p["tp"])  # noqa: E731 - same profile, shape, tokens
+    twins = {twin_of(p): key for key, p in points.items() if p["optimizer"] == "adamw"}
     rows = []
     for key, point in points.items():
         step, opt = samples[key]
         if step.size == 0:
             continue
-        twin = twins.get((point["d_model"], point["tokens_per_step"], point["dp"], point["tp"])) if point["optimizer"] == "muon" else None
+        twin = twins.get(twin_of(point)) if point["optimizer"] == "muon" else None
         share = interval(lambda s, o: o / s, [step, opt])
         row = {
             **point, "run": key, "trials": len(runs[key]), "steps": int(np.isfinite(step).sum()),
@@ -145,7 +162,7 @@ def _point(run: RunDir) -> dict:
     fwd_bwd = train / world if train else None
     multiplier = (cfg.tp or 1) * ((cfg.dp or 1) if cfg.layout == "bucketed" else 1)  # who runs every matrix (docs/method.md#regimes)
     return {
-        "d_model": cfg.hidden, "n_layers": cfg.n_layers, "tokens_per_step": cfg.tokens_per_step, "dp": cfg.dp, "tp": cfg.tp,
+        "profile": run.profile, "d_model": cfg.hidden, "n_layers": cfg.n_layers, "tokens_per_step": cfg.tokens_per_step, "dp": cfg.dp, "tp": cfg.tp,
         "layout": cfg.layout, "optimizer": cfg.optimizer,
         "ns_gflop_max_rank": ns_max / 1e9 if cfg.optimizer == "muon" else 0.0,
         "fwd_bwd_gflop_per_rank": fwd_bwd / 1e9 if fwd_bwd else None,

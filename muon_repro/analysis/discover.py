@@ -1,8 +1,10 @@
 """Find trace files and the runs they belong to.
 
 The benchmark writes one folder per trial of a run (its format is :mod:`muon_repro.rundir`'s):
-``traces/<group>/<name>/trial<k>/rank<r>.json.gz`` plus ``config.json``, ``metrics.json``,
-``environment.json``; trials of one run share its key ``<group>/<name>``. Anything else (a lone
+``traces/<profile>/<group>/<name>/trial<k>/rank<r>.json.gz`` plus ``config.json``, ``metrics.json``,
+``environment.json`` (older datasets: ``traces/<group>/<name>/trial<k>/``); trials of one run share its
+key ``<profile>/<group>/<name>``, the profile read from environment.json (``unknown`` without one,
+as for foreign traces), so a run's key does not depend on where its folder lies. Anything else (a lone
 trace, a folder of foreign traces) is accepted too:
 without ``config.json`` a folder's traces form one run when their ranks are distinct, else each
 file is a run.
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.analysis.errors import TraceError
+from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.rundir import RUN_FILES, RankMetrics, RunConfig, RunDir, is_trace_file, trial_of
 
 
@@ -72,10 +75,11 @@ class RunInfo:
     environment: dict[str, Any] = field(default_factory=dict)
     has_config: bool = False
     trial: int = 0  # which recording of the configuration this folder holds
+    profile: str = UNKNOWN_PROFILE  # the hardware profile (muon_repro.hardware), from environment.json
 
     @property
     def key(self) -> str:
-        return f"{self.group}/{self.name}" if self.group else self.name
+        return run_key(self.profile, self.group, self.name)
 
     def group_sizes(self) -> dict[str, int]:
         """Group-size hints for the analysis: ``{"dp": d, "tp": t}`` from the config."""
@@ -96,8 +100,9 @@ def run_info_for(directory: Path) -> RunInfo:
     config_dict = run_dir.config_dict
     config = RunConfig.from_dict(config_dict)
     trial = trial_of(directory)
-    run_folder = directory.parent if trial is not None else directory  # traces/<group>/<name>[/trial<k>]
+    run_folder = directory.parent if trial is not None else directory  # traces/[<profile>/]<group>/<name>[/trial<k>]
     return RunInfo(
+        profile=run_dir.profile,
         path=directory,
         group=config.group or run_folder.parent.name,
         name=config.name or run_folder.name,

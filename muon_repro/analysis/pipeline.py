@@ -121,7 +121,7 @@ def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], 
         return
     failed = {Path(failure.path) for failure in analysis.failures}
     analysis.incomplete.append(TraceFailure(str(info.path), _incomplete_message(info, missing, files, failed)))
-    analysis.runs.extend(_lone_runs(items, group=info.group, name_prefix=_lone_prefix(info)))
+    analysis.runs.extend(_lone_runs(items, group=info.group, profile=info.profile, name_prefix=_lone_prefix(info)))
 
 
 def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[Path]:
@@ -205,13 +205,13 @@ def _group_runs(info: RunInfo, items: list[TraceBreakdown]) -> list[tuple[RunInf
     one_job = len({(b.meta.world_size, b.meta.backend) for b in items}) == 1 and len(set(ranks)) == len(ranks)
     if info.has_config or one_job:
         return [(info, sorted(items, key=lambda b: b.meta.rank))]
-    return _lone_runs(items, group=info.path.name)
+    return _lone_runs(items, group=info.path.name, profile=info.profile)
 
 
-def _lone_runs(items: list[TraceBreakdown], *, group: str, name_prefix: str = "") -> list[tuple[RunInfo, list[TraceBreakdown]]]:
+def _lone_runs(items: list[TraceBreakdown], *, group: str, profile: str, name_prefix: str = "") -> list[tuple[RunInfo, list[TraceBreakdown]]]:
     """Each trace a run of its own, named after its file, with no side files (as a foreign trace)."""
     out = []
     for b in items:
         name = Path(b.meta.path).name.removesuffix(".gz").removesuffix(".json")
-        out.append((RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name), [b]))
+        out.append((RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name, profile=profile), [b]))
     return out

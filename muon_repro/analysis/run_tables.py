@@ -63,7 +63,11 @@ def _rank_metrics(analysis: Analysis):
 
 
 def _ids(info: RunInfo, rank: int) -> dict[str, Any]:
-    return {"run": info.key, "group": info.group, "name": info.name, "trial": info.trial, "rank": rank}
+    return {**_run_ids(info), "trial": info.trial, "rank": rank}
+
+
+def _run_ids(info: RunInfo) -> dict[str, Any]:
+    return {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name}
 
 
 def ranks_table(analysis: Analysis) -> pd.DataFrame:
@@ -110,7 +114,7 @@ def _text(value: Any) -> str:
 
 def environment_table(analysis: Analysis) -> pd.DataFrame:
     rows = [
-        {"run": info.key, "group": info.group, "name": info.name, "trial": info.trial, "key": key, "value": _text(value)}
+        {**_run_ids(info), "trial": info.trial, "key": key, "value": _text(value)}
         for info, _ in analysis.runs
         for key, value in sorted(flatten(info.environment).items())
         if value is not None
@@ -164,7 +168,7 @@ def timeline_table(analysis: Analysis) -> pd.DataFrame:
         per_rank = [(b.meta.rank, b.meta.base_time_ns, b.spans, b.steps) for b in items if b.spans is not None]
         spans = align_ranks(per_rank)
         if len(spans):
-            frames.append(spans.assign(run=info.key, group=info.group, name=info.name, trial=info.trial))
+            frames.append(spans.assign(**_run_ids(info), trial=info.trial))
     if not frames:
         return SCHEMAS["timeline"].empty()
     return pd.concat(frames, ignore_index=True)

@@ -82,8 +82,16 @@ def _cols(*specs: tuple[str, str, str, str] | Column) -> tuple[Column, ...]:
     return tuple(s if isinstance(s, Column) else Column(*s) for s in specs)
 
 
+_PROFILE_MEANING = (
+    "hardware profile the row was recorded on (muon_repro.hardware): environment.json's 'profile', else derived "
+    "from its accelerators, nodes, interconnect and backend (cpu-2c-gloo, 8xH100-nvlink-nccl); 'unknown' without one"
+)
+_PROFILE = ("profile", "string", "", _PROFILE_MEANING)
+_RECORD_PROFILE = ("profile", "string", "", "hardware profile of the machine that wrote the record (its 'profile' column, "
+                   "else the costmodel folder's machine.json name; muon_repro.hardware)")  # fmt: skip
 _RUN_ID = (
-    ("run", "string", "", "run id: '<group>/<name>' (the run directory under traces/)"),
+    ("run", "string", "", "run id: '<profile>/<group>/<name>' (the run directory under traces/)"),
+    _PROFILE,
     ("group", "string", "", "run group (config.json 'group', else the parent directory's name)"),
     ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
 )
@@ -349,9 +357,11 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "comparisons": TableSchema(
         "comparisons",
-        "Muon vs AdamW at the same dp, tp, backend and device: ratios Muon / AdamW (null where AdamW's value is 0 or unknown).",
+        "Muon vs AdamW at the same profile, dp, tp, backend and device: ratios Muon / AdamW (null where AdamW's value is 0 or "
+        "unknown). A Muon run is never paired with an AdamW run of another hardware profile.",
         ("muon_run", "adamw_run"),
         _cols(
+            _PROFILE,
             ("group", "string", "", "the Muon run's group"),
             ("dp", "Int64", "ranks", "data-parallel size"),
             ("tp", "Int64", "ranks", "tensor-parallel size"),
@@ -373,10 +383,12 @@ SCHEMAS: dict[str, TableSchema] = {
     "claims": TableSchema(
         "claims",
         "The seed's claims (a forum post and dataset card from 4 GPUs over PCIe) and the paper's, each measured like for "
-        "like on these runs, with a 95% interval (bootstrap over trials and steps), a verdict and its measured cause.",
-        ("claim_id",),
+        "like on these runs, with a 95% interval (bootstrap over trials and steps), a verdict and its measured cause. One "
+        "row per claim and hardware profile: each profile's runs are measured on their own.",
+        ("claim_id", "profile"),
         _cols(
             ("claim_id", "string", "", "short stable identifier"),
+            ("profile", "string", "", f"{_PROFILE_MEANING}; the claim is measured on this profile's runs only"),
             ("claim", "string", "", "what was claimed"),
             ("source", "string", "", "who claimed it, where"),
             ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
@@ -481,10 +493,11 @@ SCHEMAS: dict[str, TableSchema] = {
     "convergence": TableSchema(
         "convergence",
         "One row per convergence run and step (step 0: before training): Muon or AdamW, one learning rate and seed, "
-        "training and held-out loss on real text (traces/convergence/<run>/convergence.json).",
-        ("run", "step"),
+        "training and held-out loss on real text (traces/<profile>/convergence/<run>/convergence.json).",
+        ("profile", "run", "step"),
         _cols(
             ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
+            ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
             ("optimizer", "string", "", "muon (Distributed Muon, AdamW for embeddings, head and norms) or adamw (Distributed AdamW)"),
             ("lr", "Float64", "", "peak learning rate of the run (the schedule's maximum)"),
             ("seed", "Int64", "", "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)"),
@@ -518,8 +531,9 @@ SCHEMAS: dict[str, TableSchema] = {
         "leading_steps",
         "Moonshot's Muon leading steps: for each Muon step, the first AdamW step whose smoothed training loss is at or "
         "below Muon's smoothed loss there; each optimizer at its best learning rate, pairs of one seed, per smoothing alpha.",
-        ("seed", "alpha", "muon_step"),
+        ("profile", "seed", "alpha", "muon_step"),
         _cols(
+            ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
             ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
             ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
             ("muon_lr", "Float64", "", "Muon's best learning rate"),
@@ -543,8 +557,9 @@ CALIBRATION = TableSchema(
     "the share of a rank's compute rate left when several ranks compute at once (kind 'share'), how far out of step "
     "ranks sharing cores reach a collective (kind 'jitter'), one collective size (kind 'collective_sample') and the "
     "alpha-beta fit of a collective over its sizes (kind 'collective'). Columns that do not apply to a kind are null.",
-    ("machine", "kind", "kernel", "dtype", "shape", "op", "group_size", "world_size", "bytes"),
+    ("profile", "machine", "kind", "kernel", "dtype", "shape", "op", "group_size", "world_size", "bytes"),
     _cols(
+        _RECORD_PROFILE,
         ("machine", "string", "", "machine profile name (machine.json 'name')"),
         ("device", "string", "", "cpu or cuda"),
         ("backend", "string", "", "process-group backend of the collectives: gloo or nccl"),
@@ -575,7 +590,8 @@ PREDICTIONS = TableSchema(
     "errors are (predicted - measured) / measured.",
     ("run", "machine"),
     _cols(
-        ("run", "string", "", "run id: '<group>/<name>' (config.json 'key')"),
+        ("run", "string", "", "run id: '<profile>/<group>/<name>' (environment.json's profile, config.json 'key')"),
+        _PROFILE,
         ("machine", "string", "", "machine profile the prediction used"),
         ("optimizer", "string", "", "muon or adamw"),
         ("layout", "string", "", "ZeRO-1 layout"),
@@ -608,7 +624,8 @@ REGIMES = TableSchema(
     "intervals: 95% two-level bootstrap (trials, then steps). See docs/method.md#regimes.",
     ("run",),
     _cols(
-        ("run", "string", "", "run id: 'regimes/<name>'"),
+        ("run", "string", "", "run id: '<profile>/regimes/<name>'"),
+        ("profile", "string", "", f"{_PROFILE_MEANING}; a point's AdamW twin is of the same profile"),
         ("d_model", "Int64", "", "model width"),
         ("n_layers", "Int64", "count", "transformer blocks"),
         ("tokens_per_step", "Int64", "tokens", "global tokens per step (over all DP ranks)"),
@@ -656,8 +673,9 @@ REGIME_MODEL = TableSchema(
     "on this machine at the regime sweep's widths (kind 'this_machine'), on the shipped profiles for the gpu scale's "
     "model and 7B (kind 'profile'), and for 7B scaled out over H100 nodes at 4M tokens per step (kind 'scale_out'). "
     "Predicted without the profiler's cost.",
-    ("kind", "machine", "model", "dp", "tp", "layout", "tokens_per_step"),
+    ("profile", "kind", "machine", "model", "dp", "tp", "layout", "tokens_per_step"),
     _cols(
+        _RECORD_PROFILE,
         ("kind", "string", "", "this_machine, profile or scale_out"),
         *_LINE,
         ("model_params", "Int64", "count", "parameters of the full model"),
@@ -680,8 +698,9 @@ REGIME_THRESHOLDS = TableSchema(
     "Where Muon's overhead falls to the claimed levels, by the cost model: for each profile, model and metric, the "
     "tokens per step at which the metric first reaches the level (log-log interpolation between the regime_model "
     "points around the crossing; null when not reached by 134M tokens).",
-    ("machine", "model", "dp", "tp", "layout", "metric", "level"),
+    ("profile", "machine", "model", "dp", "tp", "layout", "metric", "level"),
     _cols(
+        _RECORD_PROFILE,
         *_LINE,
         ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
         ("level", "Float64", "fraction", "0.011 (the seed's ~1.1%) or 0.03 (the paper's 1-3%, upper end)"),

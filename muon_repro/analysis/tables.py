@@ -6,8 +6,8 @@ One row per:
 * ``runs``: run (a benchmark configuration, all its ranks), with its configuration;
 * ``steps``: run x rank x profiled step;
 * ``collectives``: run x rank x phase x collective op, totals over the profiled steps;
-* ``comparisons``: Muon run x its AdamW twin (same dp, tp, backend, device);
-* ``claims``: a claim of the seed or the paper, measured, with a verdict;
+* ``comparisons``: Muon run x its AdamW twin (same profile, dp, tp, backend, device);
+* ``claims``: a claim of the seed or the paper x hardware profile, measured, with a verdict;
 * ``ranks``, ``phases``, ``timeline``, ``losses``, ``environment``: what each rank recorded at run
   time, bytes and time per phase from three sources, phase intervals on one clock, losses, and
   the machine (built in :mod:`muon_repro.analysis.run_tables`).
@@ -126,12 +126,13 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
         for b, split in zip(items, splits):
             df = b.steps.copy()
             df.insert(0, "run", info.key)
-            df.insert(1, "group", info.group)
-            df.insert(2, "name", info.name)
-            df.insert(3, "rank", b.meta.rank)
-            df.insert(4, "trial", info.trial)
-            df.insert(6, "file", display_path(b.meta.path))
-            df.insert(6, "device", b.device)
+            df.insert(1, "profile", info.profile)
+            df.insert(2, "group", info.group)
+            df.insert(3, "name", info.name)
+            df.insert(4, "rank", b.meta.rank)
+            df.insert(5, "trial", info.trial)
+            df.insert(7, "file", display_path(b.meta.path))
+            df.insert(7, "device", b.device)
             if skew is not None:
                 df = df.merge(skew, on=["rank", "step"], how="left")
             else:
@@ -218,6 +219,7 @@ def _collectives_table(analysis: Analysis) -> pd.DataFrame:
                 rows.append(
                     {
                         "run": info.key,
+                        "profile": info.profile,
                         "group": info.group,
                         "name": info.name,
                         "trial": info.trial,
@@ -306,6 +308,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "run": key,
+                "profile": info.profile,
                 "group": info.group,
                 "name": info.name,
                 "optimizer": cfg.optimizer,
@@ -394,8 +397,8 @@ def _ratio(a, b) -> float | None:
 
 
 def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each Muon run against an AdamW run with the same dp, tp, backend and device that did the same work
-    (same group first). A partner whose work differs is refused with an error naming both runs."""
+    """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, backend and device
+    that did the same work (same group first). A partner whose work differs is refused with an error naming both runs."""
     from muon_repro.analysis.claims import SAME_WORK, check_same_work
 
     rows = []
@@ -405,7 +408,8 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
                      if c in runs.columns]  # fmt: skip
     for _, m in runs[runs["optimizer"] == "muon"].iterrows():
         same = adamw[
-            (adamw["dp"] == m["dp"])
+            (adamw["profile"] == m["profile"])
+            & (adamw["dp"] == m["dp"])
             & (adamw["tp"] == m["tp"])
             & (adamw["backend"] == m["backend"])
             & (adamw["device"] == m["device"])
@@ -419,6 +423,7 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
         check_same_work(m, a)
         rows.append(
             {
+                "profile": m["profile"],
                 "group": m["group"],
                 "dp": m["dp"],
                 "tp": m["tp"],

@@ -1,4 +1,4 @@
-"""``muon-repro bench``: record named configurations into ``traces/<group>/<name>/``."""
+"""``muon-repro bench``: record named configurations into ``traces/<profile>/<group>/<name>/``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
+from muon_repro.hardware import add_profile_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="record profiler traces and metrics for named configurations",
         description=(
             "Record each CONFIG (a name from --list, a group such as 'comparison', 'seed' for the seed's "
-            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<group>/<name>/; or 'custom' with "
+            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<profile>/<group>/<name>/ (the "
+            "hardware profile: --profile, else derived from this machine); or 'custom' with "
             "the run-shape flags below (no registry edit needed). On one machine the dp*tp workers are started "
             "with torch's elastic launcher; under torchrun (any number of nodes) each process is one rank. "
             "Complete runs are skipped unless --force."
@@ -32,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recordings of each configuration, interleaved across configurations (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_profile_argument(p)
     add_run_shape_arguments(p, scale=False)
     p.set_defaults(func=_run)
 
@@ -99,13 +102,14 @@ def _record(args: argparse.Namespace) -> int:
     try:
         if _under_torchrun():
             backend = args.backend or default_backend()
-            results = record_under_torchrun(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command)
+            results = record_under_torchrun(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
+                                            profile=args.profile)
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
             backend = args.backend or default_backend(max(c.world_size for c in cfgs))
             results = record_local(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
-                                   progress=not args.no_progress)
+                                   progress=not args.no_progress, profile=args.profile)
     except BenchInterrupted as exc:
         print(f"muon-repro bench: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from muon_repro.hardware import PROFILE_FIELD, resolve_profile
+
 
 def _run(cmd: list[str], cwd: str | None = None, timeout: float = 20) -> str | None:
     try:
@@ -85,10 +87,23 @@ def _load_average() -> float | None:
         return None
 
 
-def capture_environment(backend: str | None = None) -> dict:
-    """The facts that decide whether two runs are comparable. Safe to call on any rank."""
+def _nodes() -> int:
+    return int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("SLURM_NNODES", "1")))
+
+
+def recording_profile(backend: str | None, override: str | None = None) -> str:
+    """The hardware profile a recording on this machine is filed under (muon_repro.hardware): ``override``
+    (``--profile``), else ``$MUON_REPRO_PROFILE``, else derived from the accelerators, nodes and backend.
+    The launcher decides it once per recording, so that the folder and environment.json agree."""
+    facts = {"backend": backend, "nodes": _nodes(), "host_cpu_cores": os.cpu_count(), **_accelerators()}
+    return resolve_profile(facts, override)
+
+
+def capture_environment(backend: str | None = None, profile: str | None = None) -> dict:
+    """The facts that decide whether two runs are comparable. Safe to call on any rank.
+    ``profile``: the recording's hardware profile, as the launcher decided it (else derived here)."""
     repo = Path(__file__).resolve().parents[2]
-    return {
+    environment = {
         "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "hostname": platform.node(),
         "os": platform.platform(),
@@ -99,7 +114,7 @@ def capture_environment(backend: str | None = None) -> dict:
         "gloo_available": dist.is_gloo_available(),
         "backend": backend,
         "world_size": dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1")),
-        "nodes": int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("SLURM_NNODES", "1"))),
+        "nodes": _nodes(),
         "host_cpu": _cpu_model(),
         "host_cpu_cores": os.cpu_count(),
         "host_memory_bytes": _memory_bytes(),
@@ -111,3 +126,5 @@ def capture_environment(backend: str | None = None) -> dict:
         **_git(repo),
         "pip_freeze": list(_installed()),
     }
+    environment[PROFILE_FIELD] = profile or resolve_profile(environment)
+    return environment

@@ -83,7 +83,8 @@ def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
 
 
 def run_rank(
-    cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool = True, *, trial: int = 0, trials: int = 1
+    cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool = True, *, trial: int = 0, trials: int = 1,
+    profile: str | None = None,
 ) -> RankMetrics:
     """Train ``cfg.steps`` steps on this rank under the profiler; return this rank's metrics.
 
@@ -177,7 +178,7 @@ def run_rank(
                f"tokens/step={cfg.tokens_per_step} backend={backend}"]
         log += [f"step {i}: loss {l:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms" for i, (l, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))]
         config = {**cfg.to_dict(), "trial": trial, "trials": trials, "backend": backend, "device": device.type, "command": command}
-        RunDir(run_dir_path).write(config, capture_environment(backend), ranks, "\n".join(log) + "\n")
+        RunDir(run_dir_path).write(config, capture_environment(backend, profile), ranks, "\n".join(log) + "\n")
     return metrics
 
 

@@ -3,11 +3,12 @@
 A *recording* is one trial of one configuration. The plan interleaves them (A B C A B C ...), so
 that the drift of a shared machine hits every configuration alike, and runs all recordings of a
 world size in one launch of the workers (process start and ``import torch`` are paid once, not
-per recording). Each recording is written into ``<out>/<group>/<name>/.trial<k>.partial`` and
+per recording). Each recording is written into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the
+hardware profile, :mod:`muon_repro.hardware`, decided once per sweep by the launcher) and
 renamed to ``trial<k>`` once every rank has finished, so a trial folder that exists is complete;
 an interrupted sweep leaves none behind and simply redoes what is missing next time.
 
-One sweep at a time per run folder: ``<out>/<group>/<name>/.lock`` (``fcntl.flock``, holding the
+One sweep at a time per run folder: ``<out>/<profile>/<group>/<name>/.lock`` (``fcntl.flock``, holding the
 PID of its owner) is held while a sweep plans and records that run, so a second sweep into the
 same ``--out`` stops at once with the first one's PID instead of sharing its ``.partial`` folders.
 """
@@ -32,6 +33,8 @@ import torch.distributed as dist
 
 from muon_repro import outdir
 from muon_repro.bench.configs import DEFAULT_TRIALS, BenchConfig
+from muon_repro.bench.environment import recording_profile
+from muon_repro.hardware import validate_profile_id
 from muon_repro.bench.runner import run_rank
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
 
@@ -62,6 +65,7 @@ class Recording:
     trial: int
     trials: int
     final: Path
+    profile: str | None = None  # the hardware profile: environment.json's, as its folder says
 
     @property
     def partial(self) -> Path:
@@ -85,15 +89,16 @@ class RunResult:
     loss_last: float | None = None
 
 
-def run_dir_for(out: Path, cfg: BenchConfig) -> Path:
-    return Path(out) / cfg.group / cfg.name
+def run_dir_for(out: Path, cfg: BenchConfig, profile: str) -> Path:
+    """``<out>/<profile>/<group>/<name>``: where the trials of ``cfg`` recorded on ``profile`` go."""
+    return Path(out) / validate_profile_id(profile) / cfg.group / cfg.name
 
 
-def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TRIALS) -> list[Recording]:
+def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TRIALS, *, profile: str) -> list[Recording]:
     """Every trial of every configuration, interleaved: all configurations' trial 0, then trial 1, ..."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    return [Recording(cfg, k, trials, trial_dir(run_dir_for(out, cfg), k)) for k in range(trials) for cfg in cfgs]
+    return [Recording(cfg, k, trials, trial_dir(run_dir_for(out, cfg, profile), k), profile) for k in range(trials) for cfg in cfgs]
 
 
 def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:
@@ -219,19 +224,20 @@ def _interrupted_message(in_progress: list[Recording], kept: list[Recording]) ->
 
 def record_local(
     cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False,
-    command: list[str] | None = None, progress: bool = True,
+    command: list[str] | None = None, progress: bool = True, profile: str | None = None,
 ) -> list[RunResult]:
-    """Record every trial of ``cfgs`` on this machine: one launch of ``dp*tp`` workers per world size.
+    """Record every trial of ``cfgs`` on this machine into ``<out>/<profile>/``: one launch of ``dp*tp``
+    workers per world size. ``profile``: ``--profile`` (default: ``$MUON_REPRO_PROFILE``, else derived).
 
     Raises :class:`BenchInterrupted` on Ctrl-C or SIGTERM (trials completed before are kept).
     """
     command = command or list(sys.argv)
     out = Path(out)
     check_out_folder(out)
-    plan = plan_recordings(cfgs, out, trials)
+    plan = plan_recordings(cfgs, out, trials, profile=recording_profile(backend, profile))
     for world_size in sorted({rec.cfg.world_size for rec in plan}):
         check_backend(backend, world_size)
-    with locked_run_dirs([run_dir_for(out, rec.cfg) for rec in plan]):
+    with locked_run_dirs([rec.final.parent for rec in plan]):
         done = {rec: not force and is_complete(rec.final, rec.cfg) for rec in plan}
         todo = [rec for rec in plan if not done[rec]]
         before = {rec: _folder_identity(rec.final) for rec in todo}
@@ -271,7 +277,8 @@ def _record_batch(
 
 
 def record_under_torchrun(
-    cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False, command: list[str] | None = None
+    cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False, command: list[str] | None = None,
+    profile: str | None = None,
 ) -> list[RunResult]:
     """Record every trial of ``cfgs`` as one rank of a world started by ``torchrun`` (any number of nodes).
 
@@ -284,7 +291,7 @@ def record_under_torchrun(
         if cfg.world_size != world:
             raise ValueError(f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, torchrun started {world}")
     check_backend(backend, world)
-    plan = plan_recordings(cfgs, Path(out), trials)
+    plan = plan_recordings(cfgs, Path(out), trials, profile=recording_profile(backend, profile))  # the same on every node
     init_worker(backend)
     try:
         decision = [[not force and is_complete(rec.final, rec.cfg) for rec in plan]]
@@ -305,7 +312,7 @@ def record_all(recordings: list[Recording], backend: str, command: list[str], pr
             rec.partial.mkdir(parents=True)
         dist.barrier()
         t0 = time.perf_counter()
-        run_rank(rec.cfg, str(rec.partial), backend, command, progress, trial=rec.trial, trials=rec.trials)
+        run_rank(rec.cfg, str(rec.partial), backend, command, progress, trial=rec.trial, trials=rec.trials, profile=rec.profile)
         dist.barrier()
         if rank == 0:
             _finalize(rec)

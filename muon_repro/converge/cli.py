@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from muon_repro.converge.config import ConvergeConfig
+from muon_repro.hardware import add_profile_argument
 
 # The reference run (README, docs/method.md#convergence-on-real-text): 5 learning rates per
 # optimizer, a factor ~3 apart, over a 300-step sweep; then 3 seeds of each optimizer's best for 1,000 steps.
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Train the tensor-parallel GPT with Distributed Muon and Distributed AdamW over a learning-rate sweep "
             "(same warm-up + cosine schedule, weight decay on every parameter), evaluate the held-out loss every "
             "--eval-every steps, then train more seeds at each optimizer's best learning rate. One folder per run "
-            "under OUT/convergence/; complete runs are skipped, interrupted ones resume from their checkpoints. "
+            "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs are skipped, interrupted ones resume from their checkpoints. "
             "`muon-repro analyze` turns them into the convergence and leading_steps tables."
         ),
     )
@@ -65,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: CPU count / workers)")
     p.add_argument("--force", action="store_true", help="retrain runs that are already complete")
     p.add_argument("--no-progress", action="store_true")
+    add_profile_argument(p)
     p.set_defaults(func=_run)
 
 
@@ -85,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // base.world_size)
     try:
         result = converge(plan, args.out, corpus=args.corpus, vocab_size=args.vocab, backend=backend, threads=threads,
-                          force=args.force, progress=not args.no_progress, command=args.command_line)  # fmt: skip
+                          force=args.force, progress=not args.no_progress, command=args.command_line, profile=args.profile)  # fmt: skip
     except KeyboardInterrupt as exc:  # the launcher's LaunchInterrupted (Ctrl-C, SIGTERM) is one
         print(f"muon-repro converge: interrupted; complete runs are kept and the interrupted one resumes from its last "
               f"checkpoint: run the same command again", file=sys.stderr)  # fmt: skip

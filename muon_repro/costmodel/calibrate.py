@@ -50,7 +50,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 KIB = 1024
-JITTER_COMPUTE_S = 0.004  # compute between two collectives of the jitter measurement, one rank alone (a layer's worth)
+JITTER_COMPUTE_S = (0.004, 0.02, 0.08)  # compute between two collectives of the jitter measurement, one rank alone (a layer's worth and more)
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class Plan:
     share_windows: int  # windows of the compute-share measurement, each share_window_s long
     share_window_s: float
     dtypes: tuple[str, ...]
+    curve_tokens: tuple[int, ...] = ()  # tokens per rank of the profiled training steps (the size curves); none on a GPU
 
     @classmethod
     def for_device(cls, device: str, quick: bool) -> Plan:
@@ -74,9 +75,9 @@ class Plan:
         if device == "cuda":
             return cls(("medium", "large"), 4096, (1, 2, 4), 10, tuple(2**k * KIB for k in range(4, 17, 2)), 10, 4, 0.5, ("fp32", "bf16"))
         if quick:
-            return cls(("small",), 512, (2,), 3, (4 * KIB, 128 * KIB, 4096 * KIB), 4, 2, 0.2, ("fp32",))
+            return cls(("small",), 512, (2,), 3, (4 * KIB, 128 * KIB, 4096 * KIB), 4, 2, 0.2, ("fp32",), (256, 1024))
         # bf16 matmuls on a CPU without bf16 units run at ~1/50 of fp32: not cheap, left out (an ns_dtype=bf16 CPU run is then refused)
-        return cls(("small",), 512, (1, 2, 4), 7, tuple(4**k * 4 * KIB for k in range(7)), 8, 4, 0.5, ("fp32",))
+        return cls(("small",), 512, (1, 2, 4), 7, tuple(4**k * 4 * KIB for k in range(7)), 8, 6, 0.4, ("fp32",), (256, 1024, 4096, 8192))
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,12 @@ def low_quartile(values: Sequence[float]) -> float:
     """The 25th percentile: the typical value on a quiet machine, and robust to another process's
     bursts on a shared one (which only ever slow a repetition down)."""
     return statistics.quantiles(values, n=4, method="inclusive")[0] if len(values) > 1 else values[0]
+
+
+def high_quartile(values: Sequence[float]) -> float:
+    """The 75th percentile of rates: the window another process's bursts (which only ever slow
+    a rate down) disturbed least, without trusting a single best window."""
+    return statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
 
 
 def seconds_per_call(fn: Callable[[], object], reps: int, device: str = "cpu", target_s: float = 0.005) -> float:
@@ -322,18 +329,116 @@ def bench_op_overhead(plan: Plan, device: str, profiled: bool) -> tuple[float, l
     return t * 1e6, [_kernel(kernel, "fp32", f"narrow model, {calls} operators", t, us=t * 1e6)]
 
 
+# Which of a training step's aten operators each size curve times (by their self time under the
+# profiler); every other aten operator counts as the model's element-wise work.
+CURVE_OPERATORS = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "attention": ("scaled_dot_product", "flash_attention", "efficient_attention"),
+    "cross_entropy": ("aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward", "aten::nll_loss_backward"),
+    "gelu": ("aten::gelu", "aten::gelu_backward"),
+}
+CURVE_LAYERS = 2  # the sweep's blocks
+
+
+def bench_model_step(plan: Plan, device: str, op_us: float) -> tuple[dict[str, dict[int, float]], list[dict]]:
+    """Size curves from the model's own training step (the first preset's widths, 2 blocks, one
+    rank) at each of ``plan.curve_tokens``: per kernel kind, its work over the self time of its
+    operators under the profiler, the step's own shapes and memory traffic (a kernel looped on
+    operands kept in cache runs several times faster than inside a step). The element-wise rate
+    is the workload's estimate of the step's element-wise bytes over the remaining operators'
+    time, less their dispatch (``op_us`` per call, priced apart)."""
+    curves: dict[str, dict[int, float]] = {}
+    rows = []
+    for tokens in plan.curve_tokens:
+        seconds, counts = _model_step_self_times(plan, device, tokens)
+        work = model_step_work(plan, tokens)
+        seconds["elementwise"] = max(0.25 * seconds["elementwise"], seconds["elementwise"] - counts * op_us * 1e-6)
+        sizes = curve_operands(plan, tokens)
+        for kind, amount in work.items():
+            rate = amount / seconds[kind] / (1e12 if kind in ("matmul", "attention") else 1e9)
+            curves.setdefault(kind, {})[sizes[kind]] = rate
+            unit = "tflops" if kind in ("matmul", "attention") else "gbps"
+            rows.append(_kernel(f"model_step_{kind}", "fp32", f"{CURVE_LAYERS}-block {plan.presets[0]} step, {tokens} tokens", seconds[kind], **{unit: rate}))
+    return curves, rows
+
+
+def curve_model(plan: Plan):
+    from dataclasses import replace
+
+    return replace(PRESETS[plan.presets[0]], n_layers=CURVE_LAYERS)
+
+
+def curve_operands(plan: Plan, tokens: int) -> dict[str, int]:
+    """The operand each kind's curve is keyed by, in elements (see machine.SIZE_CURVE_KINDS)."""
+    m = curve_model(plan)
+    activation = tokens * m.hidden
+    return {"matmul": activation, "attention": activation, "elementwise": activation,
+            "cross_entropy": tokens * m.vocab_size, "gelu": tokens * m.ffn_hidden}  # fmt: skip
+
+
+def model_step_work(plan: Plan, tokens: int) -> dict[str, float]:
+    """What one rank's training step of :func:`curve_model` does at ``tokens``, as the workload counts it:
+    FLOPs (matmul, attention), bytes (cross-entropy logits, GELU inputs, element-wise traffic)."""
+    from muon_repro.costmodel.workload import FP32, forward_vector_elems_per_token
+
+    m = curve_model(plan)
+    attention = 12 * m.n_layers * m.hidden * m.max_seq_len * tokens
+    return {
+        "matmul": m.flops_per_token(m.max_seq_len) * tokens - attention,
+        "attention": attention,
+        "cross_entropy": FP32 * tokens * m.vocab_size,
+        "gelu": FP32 * tokens * m.ffn_hidden * m.n_layers,
+        "elementwise": 3 * FP32 * tokens * forward_vector_elems_per_token(m, 1),  # forward + the backward's twice
+    }
+
+
+def _model_step_self_times(plan: Plan, device: str, tokens: int) -> tuple[dict[str, float], int]:
+    """Seconds per kernel kind of one training step (the lowest over the plan's repetitions, at
+    least 2), and how many operator calls the element-wise remainder holds."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from muon_repro.model import GPT
+    from muon_repro.parallel.comm import Group
+
+    m = curve_model(plan)
+    model = GPT(m, Group.single("tp"), device=device)
+    batch = torch.randint(m.vocab_size, (max(1, tokens // m.max_seq_len), m.max_seq_len), device=device)
+    model(batch, batch).backward()  # warm-up: the allocator's first touch of every buffer
+    best: dict[str, float] = {}
+    for _ in range(max(2, plan.reps // 3)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(batch, batch).backward()
+        times, rest_calls = _classify(prof.key_averages())
+        best = {k: min(v, best.get(k, math.inf)) for k, v in times.items()}
+    return best, rest_calls
+
+
+def _classify(events) -> tuple[dict[str, float], int]:
+    """Self seconds of the aten operators per curve kind, the rest as element-wise, and the rest's call count."""
+    times = dict.fromkeys((*CURVE_OPERATORS, "elementwise"), 0.0)
+    rest_calls = 0
+    for e in events:
+        if not e.key.startswith("aten::"):
+            continue
+        kind = next((k for k, names in CURVE_OPERATORS.items() if any(n == e.key or (n in e.key and not n.startswith("aten::")) for n in names)), None)
+        times[kind or "elementwise"] += e.self_cpu_time_total * 1e-6
+        rest_calls += 0 if kind else e.count
+    return {k: max(v, 1e-9) for k, v in times.items()}, rest_calls
+
+
 def standalone_matmul_rate(plan: Plan, device: str) -> float:
     """FLOP/s of one process looping the compute-share matmul (the reference for the share): the
-    median over the plan's windows."""
-    return statistics.median([_matmul_loop_rate(plan, device, plan.share_window_s) for _ in range(plan.share_windows)])
+    high quartile over the plan's windows."""
+    return high_quartile([_matmul_loop_rate(plan, device, plan.share_window_s) for _ in range(plan.share_windows)])
 
 
 def compute_share(rates_by_rank: list[list[float]], reference: float) -> float:
     """The fraction of ``reference`` each rank gets when all compute at once: the ranks' summed
-    rate per window (the median over windows, each long enough for many time slices) over the
-    reference, shared by the ranks, at most 1."""
+    rate per window (the high quartile over windows, each long enough for many time slices) over
+    the reference, shared by the ranks, at most 1."""
     totals = [sum(window) for window in zip(*rates_by_rank)]
-    return min(1.0, statistics.median(totals) / reference / len(rates_by_rank))
+    return min(1.0, high_quartile(totals) / reference / len(rates_by_rank))
 
 
 def _share_shape(plan: Plan) -> tuple[int, int, int]:
@@ -360,6 +465,27 @@ def _matmul_loop_rate(plan: Plan, device: str, seconds: float) -> float:
                 return 2.0 * tokens * fan_in * fan_out * calls / elapsed
 
 
+STREAM_ELEMENTS = 1 << 22  # fp32 elements per operand of the bandwidth loop: 3 x 16 MiB, out of the caches
+
+
+def _stream_loop_rate(device: str, seconds: float) -> float:
+    """Bytes per second of ``c = a + b`` on operands larger than the caches, looped for ``seconds``."""
+    a, b, c = (torch.ones(STREAM_ELEMENTS, device=device) for _ in range(3))
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        torch.add(a, b, out=c)
+        calls += 1
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return 12.0 * STREAM_ELEMENTS * calls / elapsed
+
+
+def standalone_stream_rate(plan: Plan, device: str) -> float:
+    """One process's rate of the bandwidth loop: the reference for the bandwidth share."""
+    return high_quartile([_stream_loop_rate(device, plan.share_window_s) for _ in range(plan.share_windows)])
+
+
 def _kernel(kernel: str, dtype: str, shape: str, seconds: float, **values: float) -> dict:
     return {"kind": "kernel", "kernel": kernel, "dtype": dtype, "shape": shape, "seconds": seconds, **values}
 
@@ -373,39 +499,43 @@ class WorldJob:
 
     plan: Plan
     device: str
-    jitter_calls: int = 1  # matmuls of the compute-share shape between two collectives of the jitter measurement
+    jitter_calls: tuple[int, ...] = (1,)  # matmuls of the compute-share shape between two collectives, per JITTER_COMPUTE_S
 
 
 def world_worker(job: WorldJob) -> dict | None:
     """On every rank of a world: the compute share, the arrival jitter, then every collective on
     every group size; rank 0 returns what all ranks measured."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    share_rates = []
+    share_rates, stream_rates = [], []
     for _ in range(job.plan.share_windows):  # every rank computes at once, window by window
         dist.barrier()
         share_rates.append(_matmul_loop_rate(job.plan, job.device, job.plan.share_window_s))
+    for _ in range(job.plan.share_windows):  # then every rank streams memory at once
+        dist.barrier()
+        stream_rates.append(_stream_loop_rate(job.device, job.plan.share_window_s))
     samples, arrivals = [], {}
     for size in [g for g in range(2, world + 1) if world % g == 0]:
         members = [list(range(start, start + size)) for start in range(0, world, size)]
         groups = [dist.new_group(m) for m in members]  # collective over the world: every rank makes every group
         mine = groups[rank // size]
-        arrivals[size] = _arrivals(mine, job)
+        arrivals[size] = [_arrivals(mine, job, calls) for calls in job.jitter_calls]
         for op in COLLECTIVE_OPS:
             for target in job.plan.sizes:
                 samples.append(_time_collective(op, size, target, mine, job))
     gathered = [None] * world
-    dist.all_gather_object(gathered, {"share_rates": share_rates, "arrivals": arrivals, "samples": samples})
+    dist.all_gather_object(gathered, {"share_rates": share_rates, "stream_rates": stream_rates, "arrivals": arrivals, "samples": samples})
     if rank != 0:
         return None
     return {
         "world_size": world,
         "share_rates": [g["share_rates"] for g in gathered],
+        "stream_rates": [g["stream_rates"] for g in gathered],
         "arrivals": [g["arrivals"] for g in gathered],
         "samples": [g["samples"] for g in gathered],
     }
 
 
-def _arrivals(group, job: WorldJob) -> list[float]:
+def _arrivals(group, job: WorldJob, calls: int) -> list[float]:
     """When this rank reaches each of a run of small all-reduces, each after the same compute (as a
     model's layers alternate matmuls and TP all-reduces): ranks sharing cores arrive out of step."""
     a, w = _share_operands(job.plan, job.device)
@@ -413,7 +543,7 @@ def _arrivals(group, job: WorldJob) -> list[float]:
     dist.barrier()
     times = []
     for _ in range(job.plan.share_windows + 1):
-        for _ in range(job.jitter_calls):
+        for _ in range(calls):
             a @ w
         _sync(job.device)
         times.append(time.perf_counter())  # perf_counter is CLOCK_MONOTONIC: one clock for every process of a machine
@@ -421,16 +551,18 @@ def _arrivals(group, job: WorldJob) -> list[float]:
     return times[1:]
 
 
-def arrival_jitter(arrivals_by_rank: list[dict[int, list[float]]]) -> dict[int, float]:
-    """Per group size: the mean time a rank waits for the last of its group to arrive (seconds)."""
+def arrival_jitter(arrivals_by_rank: list[dict[int, list[list[float]]]]) -> dict[int, list[float]]:
+    """Per group size and compute length: the mean time a rank waits for the last of its group to arrive (seconds)."""
     out = {}
-    for size in arrivals_by_rank[0]:
-        waits = []
-        for start in range(0, len(arrivals_by_rank), size):
-            group = [arrivals_by_rank[r][size] for r in range(start, start + size)]
-            for times in zip(*group):
-                waits += [max(times) - t for t in times]
-        out[size] = statistics.fmean(waits)
+    for size, lengths in arrivals_by_rank[0].items():
+        out[size] = []
+        for k in range(len(lengths)):
+            waits = []
+            for start in range(0, len(arrivals_by_rank), size):
+                group = [arrivals_by_rank[r][size][k] for r in range(start, start + size)]
+                for times in zip(*group):
+                    waits += [max(times) - t for t in times]
+            out[size].append(statistics.fmean(waits))
     return out
 
 
@@ -440,10 +572,12 @@ def _time_collective(op: str, group_size: int, target_bytes: int, group, job: Wo
     chunk = max(1, target_bytes // (hops * 4))
     full = torch.ones(group_size * chunk, device=job.device)
     shard = torch.ones(chunk, device=job.device)
+    # Each call allocates what it writes, as the model's and the optimizer's calls do (the TP
+    # all-reduce reduces a clone of its input): fresh pages cost what reused buffers hide.
     call = {
-        "all_gather": lambda: _all_gather_single(full, shard, group=group),
-        "reduce_scatter": lambda: _reduce_scatter_single(shard, full, group=group),
-        "all_reduce": lambda: dist.all_reduce(full, group=group),
+        "all_gather": lambda: _all_gather_single(torch.empty_like(full), shard, group=group),
+        "reduce_scatter": lambda: _reduce_scatter_single(torch.empty_like(shard), full, group=group),
+        "all_reduce": lambda: dist.all_reduce(full.clone(), group=group),
     }[op]
     times = []
     for rep in range(job.plan.collective_reps + 1):  # the first is a warm-up
@@ -479,7 +613,8 @@ def collective_fits(samples: list[dict]) -> tuple[list[CollectiveFit], list[dict
     for op, group_size, world in keys:
         mine = sorted((s["bytes"], s["seconds"]) for s in samples if (s["op"], s["group_size"], s["world_size"]) == (op, group_size, world))
         fit = fit_alpha_beta([b for b, _ in mine], [t for _, t in mine])
-        fits.append(CollectiveFit(op=op, alpha_us=fit.alpha_s * 1e6, beta_gbps=fit.beta_bytes_per_s / 1e9, group_size=group_size, world_size=world))
+        fits.append(CollectiveFit(op=op, alpha_us=fit.alpha_s * 1e6, beta_gbps=fit.beta_bytes_per_s / 1e9, group_size=group_size, world_size=world,
+                                  samples=tuple((float(b), float(t)) for b, t in mine)))  # fmt: skip
         rows.append({"kind": "collective", "op": op, "group_size": group_size, "world_size": world, "alpha_us": fit.alpha_s * 1e6,
                      "beta_gbps": fit.beta_bytes_per_s / 1e9, "fit_rel_rmse": fit.rel_rmse})  # fmt: skip
     return fits, rows
@@ -509,19 +644,27 @@ def calibrate(
     load_before, started = _load_average(), time.perf_counter()
     figures, rows = _kernels(plan, device, kernel_threads, log)
     reference = _with_threads(kernel_threads, lambda: standalone_matmul_rate(plan, device))
+    stream_reference = _with_threads(kernel_threads, lambda: standalone_stream_rate(plan, device))
     tokens, fan_in, fan_out = _share_shape(plan)
-    jitter_calls = max(1, round(JITTER_COMPUTE_S * reference / (2.0 * tokens * fan_in * fan_out)))
-    shares, jitter, samples = {}, {}, []
+    jitter_calls = tuple(max(1, round(c * reference / (2.0 * tokens * fan_in * fan_out))) for c in JITTER_COMPUTE_S)
+    jitter_compute_us = [round(calls * 2.0 * tokens * fan_in * fan_out / reference * 1e6) for calls in jitter_calls]  # what was run, after rounding
+    shares, bandwidth, jitter, jitter_curve, samples = {}, {}, {}, {}, []
     for world in ranks:
         log(f"  world of {world} ranks ({backend}): compute share, arrival jitter and collectives ...")
         world_threads = threads or max(1, (os.cpu_count() or 1) // world)
         job = WorldJob(plan, device, jitter_calls)
         result = launch(world_worker, world, job, backend=backend, threads=world_threads if device == "cpu" else None)[0]
         shares[world] = compute_share(result["share_rates"], reference)
-        jitter = {size: seconds * 1e6 for size, seconds in arrival_jitter(result["arrivals"]).items()}  # the largest world's
+        bandwidth[world] = compute_share(result["stream_rates"], stream_reference)
+        by_length = arrival_jitter(result["arrivals"])  # the largest world's, below
+        jitter = {size: waits[0] * 1e6 for size, waits in by_length.items()}
+        jitter_curve = {size: {c: w * 1e6 for c, w in zip(jitter_compute_us, waits)} for size, waits in by_length.items()}
         rows.append({"kind": "share", "kernel": "compute_share", "dtype": "fp32", "shape": _shape_label(_share_shape(plan)),
                      "world_size": world, "threads": world_threads, "ratio": shares[world]})  # fmt: skip
-        rows += [{"kind": "jitter", "kernel": "arrival_jitter", "world_size": world, "group_size": size, "us": us} for size, us in jitter.items()]
+        rows.append({"kind": "share", "kernel": "bandwidth_share", "dtype": "fp32", "shape": f"[{STREAM_ELEMENTS}] x 3",
+                     "world_size": world, "threads": world_threads, "ratio": bandwidth[world]})  # fmt: skip
+        rows += [{"kind": "jitter", "kernel": "arrival_jitter", "shape": f"after {c} us of compute", "world_size": world, "group_size": size, "us": us}
+                 for size, curve in jitter_curve.items() for c, us in curve.items()]  # fmt: skip
         samples += collective_rows(result)
     fits, fit_rows = collective_fits(samples)
     rows += samples + fit_rows
@@ -535,7 +678,8 @@ def calibrate(
     profile = MachineProfile(
         name=name, device=device, backend=backend,
         description=f"measured by muon-repro calibrate on {_cpu_model() or platform.machine()} ({os.cpu_count()} cores)",
-        collectives=tuple(fits), compute_share={1: 1.0, **shares}, arrival_jitter_us=jitter, calibration=calibration, **figures,
+        collectives=tuple(fits), compute_share={1: 1.0, **shares}, bandwidth_share={1: 1.0, **bandwidth}, arrival_jitter_us=jitter,
+        arrival_jitter_curve_us=jitter_curve, calibration=calibration, **figures,
     )  # fmt: skip
     for row in rows:
         row.update(machine=name, device=device, backend=backend)
@@ -571,7 +715,13 @@ def _measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tup
     op_us, r7 = bench_op_overhead(plan, device, profiled=False)
     profiled_us, r8 = bench_op_overhead(plan, device, profiled=True)
     rows += r3 + r4 + r5 + r6 + r7 + r8
+    curves: dict[str, dict[int, float]] = {}
+    if plan.curve_tokens and device == "cpu":  # a GPU's profiler self times are launches, not kernels
+        log(f"  the model's training step at {', '.join(map(str, plan.curve_tokens))} tokens (size curves) ...")
+        curves, r9 = bench_model_step(plan, device, op_us)
+        rows += r9
     figures = dict(
+        size_curves=curves,
         matmul_tflops=matmul, newton_schulz_tflops=ns, attention_tflops={"fp32": attention}, cross_entropy_gbps=cross_entropy,
         gelu_gbps=gelu, elementwise_gbps=elementwise, op_overhead_us=op_us, profiled_op_overhead_us=profiled_us, ns_ratio=ns_ratio,
     )  # fmt: skip
@@ -623,8 +773,12 @@ def format_summary(profile: MachineProfile) -> str:
         f"  attention {profile.attention_tflops.get('fp32', float('nan')):.4g} TFLOP/s; cross-entropy {profile.cross_entropy_gbps:.4g} GB/s; "
         f"GELU {profile.gelu_gbps:.4g} GB/s; element-wise {profile.elementwise_gbps:.4g} GB/s",
         f"  operator call {profile.op_overhead_us:.3g} us ({profile.profiled_op_overhead_us:.3g} us under the profiler)",
+        *(f"  in the model's step, by operand elements: {kind} " + ", ".join(f"{t}: {r:.3g}" for t, r in sorted(curve.items()))
+          + (" TFLOP/s" if kind in ("matmul", "attention") else " GB/s") for kind, curve in profile.size_curves.items()),
         "  compute share " + ", ".join(f"{w} ranks: {s:.2f}" for w, s in sorted(profile.compute_share.items()))
-        + "; arrival jitter per collective " + ", ".join(f"groups of {g}: {us:.0f} us" for g, us in sorted(profile.arrival_jitter_us.items())),
+        + "; bandwidth share " + ", ".join(f"{w} ranks: {s:.2f}" for w, s in sorted(profile.bandwidth_share.items()))
+        + "; arrival jitter per collective " + "; ".join(f"groups of {g}: " + ", ".join(f"{w:.0f} us after {c / 1e3:.0f} ms" for c, w in sorted(curve.items()))
+                                                         for g, curve in sorted(profile.arrival_jitter_curve_us.items())),
         "  collectives (t = alpha + ring bytes per rank / beta):",
         f"    {'op':<15} {'group':>5} {'world':>5} {'alpha us':>10} {'beta GB/s':>10}",
     ]

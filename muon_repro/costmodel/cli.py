@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from muon_repro.bench.custom import add_run_shape_arguments
+from muon_repro.hardware import PROFILE_FIELD, add_profile_argument
 
 # run-shape flags without a default (argparse dests): set only when a single run is predicted
 SHAPE_DESTS = ("optimizer", "dp", "tp", "preset", "hidden", "layers", "heads", "ffn", "vocab", "tokens_per_step", "seq_len", "bucket_elems")
@@ -41,6 +42,7 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="torch threads per rank (default: the bench's, cpu_count // ranks, at least 1)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions: seconds instead of a minute")
     p.add_argument("--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)")
+    add_profile_argument(p)
     p.set_defaults(func=_calibrate)
 
 
@@ -71,8 +73,9 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
         help="the regime sweep: time Muon and AdamW over tokens per step, widths, DP x TP shapes and layouts; predict them",
         description=(
             "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~6 minutes a "
-            "trial on 2 cores) into OUT/regimes/, calibrate this machine into OUT/costmodel/machine.json if it has no "
-            "profile there, and write the cost model's records into OUT/costmodel/: every recorded run under OUT "
+            "trial on 2 cores) into OUT/<profile>/regimes/ (the hardware profile: --profile, else derived from this "
+            "machine), calibrate this machine into OUT/<profile>/costmodel/machine.json if it has no "
+            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run under OUT/<profile> "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
             "to 1.1%% and 3%%. Then `muon-repro analyze OUT` makes the regimes, predictions, calibration, "
@@ -86,10 +89,12 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records")
     p.add_argument("--force", action="store_true", help="record complete trials again")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_profile_argument(p)
     p.set_defaults(func=_regimes)
 
 
 def _regimes(args: argparse.Namespace) -> int:
+    from muon_repro.bench.environment import recording_profile
     from muon_repro.bench.regimes import regime_points
     from muon_repro.bench.sweep import BenchError, BenchInterrupted, check_out_folder, record_local
     from muon_repro.costmodel.machine import resolve_profile
@@ -99,18 +104,20 @@ def _regimes(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise ValueError(f"--trials must be a positive integer, got {args.trials}")
     check_out_folder(args.out)
-    profile = args.machine or args.out / COSTMODEL_DIR / MACHINE_FILE
+    hardware = recording_profile("gloo", args.profile)  # the sweep runs on gloo, on this machine's cores
+    folder = args.out / hardware  # this profile's runs and records: OUT/<profile>/{regimes,costmodel}/
+    profile = args.machine or folder / COSTMODEL_DIR / MACHINE_FILE
     if args.machine is None and not Path(profile).is_file():
         print(f"muon-repro regimes: no profile of this machine at {profile}: calibrating it first", flush=True)
-        name = f"cpu-{os.cpu_count()}c-gloo"  # the sweep runs on gloo, on this machine's cores
-        calibrate_args = ["calibrate", "--out", str(profile), "--name", name, *(["--quick"] if args.quick else [])]
+        name = f"cpu-{os.cpu_count()}c-gloo"
+        calibrate_args = ["calibrate", "--out", str(profile), "--name", name, "--profile", hardware, *(["--quick"] if args.quick else [])]
         _calibrate(build_calibrate_namespace(calibrate_args))
     machine = resolve_profile(str(profile))
     if not args.records_only:
         command = getattr(args, "command_line", None) or ["muon-repro", "regimes"]
         try:
             results = record_local(regime_points(args.quick), args.out, "gloo", trials=args.trials, force=args.force, command=command,
-                                   progress=not args.no_progress)  # fmt: skip
+                                   progress=not args.no_progress, profile=hardware)  # fmt: skip
         except BenchInterrupted as exc:
             print(f"muon-repro regimes: {exc}", file=sys.stderr)
             return exc.exit_code
@@ -119,7 +126,7 @@ def _regimes(args: argparse.Namespace) -> int:
             return 1
         print(f"muon-repro regimes: {sum(r.status == 'recorded' for r in results)} trial(s) recorded, "
               f"{sum(r.status != 'recorded' for r in results)} already complete")  # fmt: skip
-    written = write_records(args.out, machine, quick=args.quick, log=lambda line: print(line, flush=True))
+    written = write_records(folder, machine, profile=hardware, quick=args.quick, log=lambda line: print(line, flush=True))
     print(f"wrote {', '.join(str(w) for w in written)}")
     print(f"next: muon-repro analyze {args.out} --out metrics   (the regimes, predictions and regime_* tables)")
     return 0
@@ -140,6 +147,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from muon_repro.bench.environment import recording_profile
     from muon_repro.costmodel.calibrate import calibrate, format_summary
     from muon_repro.costmodel.machine import write_profile
     from muon_repro.costmodel.tables import CALIBRATION, write_table
@@ -154,6 +162,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     profile, rows = calibrate(name, backend=args.backend, ranks=args.ranks, threads=args.threads, quick=args.quick,
                               log=lambda line: print(line, flush=True))  # fmt: skip
     write_profile(profile, args.out)
+    hardware = recording_profile(args.backend, args.profile)  # whose measurements these are: each row says so
+    rows = [{PROFILE_FIELD: hardware, **row} for row in rows]
     tables = write_table(rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration")
     print(format_summary(profile))
     print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,11 @@ EFFICIENCY_KINDS = ("matmul", "attention", NEWTON_SCHULZ, "elementwise", "cross_
 # (log-softmax, its backward, the one-hot scatter), GELU forward+backward 5 times.
 CROSS_ENTROPY_PASSES = 8
 GELU_PASSES = 5
+# Kinds whose rate can follow the size of their operand (size_curves): on a CPU a kernel's rate
+# falls once its operands leave the caches, so one figure measured at one size misprices the
+# others. The operand, in elements per rank: the activation [tokens, hidden] for matmul, attention
+# and elementwise, the logits [tokens, vocab] for cross_entropy, the MLP's [tokens, ffn / tp] for gelu.
+SIZE_CURVE_KINDS = ("matmul", "attention", "cross_entropy", "gelu", "elementwise")
 
 
 class ProfileError(ValueError):
@@ -61,9 +66,11 @@ class CollectiveFit:
     group_size: int | None = None
     scope: str = "intra_node"
     world_size: int | None = None
+    samples: tuple[tuple[float, float], ...] = ()  # measured (ring bytes per rank, seconds), by bytes: priced between them
 
     def __post_init__(self) -> None:
         _check_choice("op", self.op, COLLECTIVE_OPS)
+        _check_samples(self.samples)
         _check_choice("scope", self.scope, SCOPES)
         _check_number("alpha_us", self.alpha_us, minimum=0.0)
         _check_number("beta_gbps", self.beta_gbps)
@@ -73,7 +80,10 @@ class CollectiveFit:
                 raise ProfileError(f"{name} must be an integer >= 2 or null, got {value!r}")
 
     def seconds(self, ring_bytes: float, efficiency: float = 1.0) -> float:
-        """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta)."""
+        """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta): from
+        the measured samples around it when there are at least two, else from the fit."""
+        if len(self.samples) >= 2:
+            return interpolate_samples(self.samples, ring_bytes) / efficiency
         return self.alpha_us * 1e-6 + ring_bytes / (self.beta_gbps * 1e9 * efficiency)
 
 
@@ -111,7 +121,10 @@ class MachineProfile:
     gelu_gbps: float | None = None  # fp32 input bytes per second, forward+backward; default: elementwise / 5
     ranks_per_node: int | None = None  # null: every rank of a run on one node
     compute_share: dict[int, float] = field(default_factory=dict)  # {ranks computing at once on a node: fraction of the rate each gets}
+    bandwidth_share: dict[int, float] = field(default_factory=dict)  # the same for memory-bound kernels; default: compute_share
+    size_curves: dict[str, dict[int, float]] = field(default_factory=dict)  # {SIZE_CURVE_KINDS: {operand elements per rank: the kind's rate}}; default: the flat figure
     arrival_jitter_us: dict[int, float] = field(default_factory=dict)  # {group size: mean wait per collective for the group's last rank, when ranks share cores}
+    arrival_jitter_curve_us: dict[int, dict[int, float]] = field(default_factory=dict)  # {group size: {us of compute before the call, one rank alone: that wait}}; default: arrival_jitter_us
     efficiency: dict[str, float] = field(default_factory=dict)  # {EFFICIENCY_KINDS: fraction of the figure reached}
     sources: tuple[Source, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)  # how a measured profile was measured
@@ -133,10 +146,20 @@ class MachineProfile:
             raise ProfileError(f"ranks_per_node must be a positive integer or null, got {self.ranks_per_node!r}")
         if not self.collectives:
             raise ProfileError("collectives must list at least one fit")
-        for world, share in self.compute_share.items():
-            if not _is_int(world) or world < 1:
-                raise ProfileError(f"compute_share keys are rank counts (integers >= 1), got {world!r}")
-            _check_number(f"compute_share[{world}]", share, maximum=1.0)
+        for name in ("compute_share", "bandwidth_share"):
+            for world, share in getattr(self, name).items():
+                if not _is_int(world) or world < 1:
+                    raise ProfileError(f"{name} keys are rank counts (integers >= 1), got {world!r}")
+                _check_number(f"{name}[{world}]", share, maximum=1.0)
+        for kind, curve in self.size_curves.items():
+            _check_size_curve(kind, curve)
+        for size, curve in self.arrival_jitter_curve_us.items():
+            if not _is_int(size) or size < 2 or not isinstance(curve, Mapping) or not curve:
+                raise ProfileError(f"arrival_jitter_curve_us: keys are group sizes (integers >= 2) of non-empty objects {{compute us: wait us}}, got {size!r}: {curve!r}")
+            for compute_us, us in curve.items():
+                if not _is_int(compute_us) or compute_us < 1:
+                    raise ProfileError(f"arrival_jitter_curve_us[{size}] keys are compute times in us (integers >= 1), got {compute_us!r}")
+                _check_number(f"arrival_jitter_curve_us[{size}][{compute_us}]", us, minimum=0.0)
         for size, us in self.arrival_jitter_us.items():
             if not _is_int(size) or size < 2:
                 raise ProfileError(f"arrival_jitter_us keys are group sizes (integers >= 2), got {size!r}")
@@ -151,29 +174,46 @@ class MachineProfile:
     def eff(self, kind: str) -> float:
         return self.efficiency.get(kind, 1.0)
 
-    def matmul_flops_per_s(self, dtype: str) -> float:
-        return self._rate("matmul_tflops", self.matmul_tflops, dtype) * 1e12 * self.eff("matmul")
+    def matmul_flops_per_s(self, dtype: str, elems: int = 0) -> float:
+        rate = self._rate("matmul_tflops", self.matmul_tflops, dtype)
+        return self._at_size("matmul", rate, dtype, elems) * 1e12 * self.eff("matmul")
 
     def newton_schulz_flops_per_s(self, dtype: str) -> float:
         return self._rate("newton_schulz_tflops", self.newton_schulz_tflops, dtype) * 1e12 * self.eff(NEWTON_SCHULZ)
 
-    def attention_flops_per_s(self, dtype: str) -> float:
-        if dtype in self.attention_tflops:
-            return self.attention_tflops[dtype] * 1e12 * self.eff("attention")
-        return self.matmul_flops_per_s(dtype)
+    def attention_flops_per_s(self, dtype: str, elems: int = 0) -> float:
+        if dtype not in self.attention_tflops:
+            return self.matmul_flops_per_s(dtype, elems)
+        return self._at_size("attention", self.attention_tflops[dtype], dtype, elems) * 1e12 * self.eff("attention")
 
-    def elementwise_bytes_per_s(self) -> float:
-        return self.elementwise_gbps * 1e9 * self.eff("elementwise")
+    def elementwise_bytes_per_s(self, elems: int = 0) -> float:
+        return self._at_size("elementwise", self.elementwise_gbps, "fp32", elems) * 1e9 * self.eff("elementwise")
 
-    def cross_entropy_bytes_per_s(self) -> float:
-        if self.cross_entropy_gbps is None:
-            return self.elementwise_bytes_per_s() / CROSS_ENTROPY_PASSES
-        return self.cross_entropy_gbps * 1e9 * self.eff("cross_entropy")
+    def cross_entropy_bytes_per_s(self, elems: int = 0) -> float:
+        if self.cross_entropy_gbps is None and "cross_entropy" not in self.size_curves:
+            return self.elementwise_bytes_per_s(elems) / CROSS_ENTROPY_PASSES
+        flat = self.cross_entropy_gbps or self.elementwise_gbps / CROSS_ENTROPY_PASSES
+        return self._at_size("cross_entropy", flat, "fp32", elems) * 1e9 * self.eff("cross_entropy")
 
-    def gelu_bytes_per_s(self) -> float:
-        if self.gelu_gbps is None:
-            return self.elementwise_bytes_per_s() / GELU_PASSES
-        return self.gelu_gbps * 1e9 * self.eff("gelu")
+    def gelu_bytes_per_s(self, elems: int = 0) -> float:
+        if self.gelu_gbps is None and "gelu" not in self.size_curves:
+            return self.elementwise_bytes_per_s(elems) / GELU_PASSES
+        flat = self.gelu_gbps or self.elementwise_gbps / GELU_PASSES
+        return self._at_size("gelu", flat, "fp32", elems) * 1e9 * self.eff("gelu")
+
+    def _at_size(self, kind: str, flat: float, dtype: str, elems: int) -> float:
+        """The kind's rate on an operand of ``elems`` per rank from its size curve (fp32, as measured), else ``flat``."""
+        curve = self.size_curves.get(kind)
+        if not curve or elems <= 0 or dtype != "fp32":
+            return flat
+        return interpolate_curve(curve, elems)
+
+    def bandwidth_slowdown(self, local_ranks: int) -> float:
+        """How much slower memory-bound kernels go than compute-bound ones when ``local_ranks``
+        ranks share a node (their shared memory bandwidth, beside the shared cores): 1 unmeasured."""
+        if not self.bandwidth_share or not self.compute_share or local_ranks <= 1:  # a rank alone shares nothing
+            return 1.0
+        return _nearest_below(self.compute_share, local_ranks) / _nearest_below(self.bandwidth_share, local_ranks)
 
     def op_seconds(self, profiled: bool) -> float:
         """Host time of one operator call, under the bench's profiler or not."""
@@ -194,9 +234,7 @@ class MachineProfile:
         """
         if not self.compute_share:
             return None
-        below = [w for w in self.compute_share if w <= local_ranks]
-        world = max(below) if below else min(self.compute_share)
-        return self.compute_share[world] * world
+        return _nearest_below(self.compute_share, local_ranks) * _nearest_key_below(self.compute_share, local_ranks)
 
     def collective(self, op: str, group_size: int, scope: str = "intra_node", world_size: int | None = None) -> CollectiveFit:
         """The fit for ``op`` on a group of ``group_size`` ranks: the exact group size if listed, else
@@ -218,13 +256,17 @@ class MachineProfile:
     def collective_efficiency(self, scope: str) -> float:
         return self.eff(scope)
 
-    def arrival_jitter_s(self, group_size: int) -> float:
+    def arrival_jitter_s(self, group_size: int, compute_s: float | None = None) -> float:
         """Mean wait per collective call for the last rank of a group of ``group_size`` when ranks
-        share cores (the nearest measured size; 0 when none was measured)."""
+        share cores (the nearest measured size; 0 when none was measured), after ``compute_s`` of
+        compute (one rank alone) where the curve has it: linear between the measured lengths,
+        the nearest end outside them (time slices bound how far ranks drift)."""
+        if compute_s is not None and self.arrival_jitter_curve_us:
+            curve = self.arrival_jitter_curve_us[_nearest_size(self.arrival_jitter_curve_us, group_size)]
+            return interpolate_samples(sorted(curve.items()), min(compute_s * 1e6, max(curve))) * 1e-6
         if not self.arrival_jitter_us:
             return 0.0
-        nearest = min(self.arrival_jitter_us, key=lambda g: (abs(math.log(g / group_size)), g))
-        return self.arrival_jitter_us[nearest] * 1e-6
+        return self.arrival_jitter_us[_nearest_size(self.arrival_jitter_us, group_size)] * 1e-6
 
     def shares_cores(self, local_ranks: int) -> bool:
         """Whether ``local_ranks`` ranks computing at once on a node get less than a rank's worth each."""
@@ -238,7 +280,10 @@ class MachineProfile:
         out["collectives"] = [asdict(c) for c in self.collectives]
         out["sources"] = [asdict(s) for s in self.sources]
         out["compute_share"] = {str(k): v for k, v in self.compute_share.items()}
+        out["bandwidth_share"] = {str(k): v for k, v in self.bandwidth_share.items()}
+        out["size_curves"] = {kind: {str(k): v for k, v in curve.items()} for kind, curve in self.size_curves.items()}
         out["arrival_jitter_us"] = {str(k): v for k, v in self.arrival_jitter_us.items()}
+        out["arrival_jitter_curve_us"] = {str(g): {str(k): v for k, v in c.items()} for g, c in self.arrival_jitter_curve_us.items()}
         return out
 
 
@@ -260,7 +305,10 @@ def profile_from_dict(raw: Any, where: str = "machine profile") -> MachineProfil
         values["collectives"] = tuple(_collective_from(c, where, i) for i, c in enumerate(_list(raw["collectives"], where, "collectives")))
         values["sources"] = tuple(_source_from(s, where, i) for i, s in enumerate(_list(raw.get("sources", []), where, "sources")))
         values["compute_share"] = _int_keys(raw.get("compute_share", {}), where, "compute_share", "a rank count")
+        values["bandwidth_share"] = _int_keys(raw.get("bandwidth_share", {}), where, "bandwidth_share", "a rank count")
+        values["size_curves"] = _size_curves_from(raw.get("size_curves", {}), where)
         values["arrival_jitter_us"] = _int_keys(raw.get("arrival_jitter_us", {}), where, "arrival_jitter_us", "a group size")
+        values["arrival_jitter_curve_us"] = _nested_int_keys(raw.get("arrival_jitter_curve_us", {}), where, "arrival_jitter_curve_us", "a compute time in us")
         return MachineProfile(**values)
     except ProfileError as exc:
         if str(exc).startswith(where):
@@ -276,7 +324,7 @@ def _collective_from(raw: Any, where: str, index: int) -> CollectiveFit:
         raise ProfileError(f"{where}: {label} must be an object with {', '.join(_COLLECTIVE_REQUIRED)}")
     _check_keys(raw, _COLLECTIVE_KNOWN, _COLLECTIVE_REQUIRED, where, f"{label}.")
     try:
-        return CollectiveFit(**raw)
+        return CollectiveFit(**{**raw, "samples": _pairs(raw.get("samples", []), f"{label}.samples")})
     except ProfileError as exc:
         raise ProfileError(f"{where}: {label}: {exc}") from None
 
@@ -300,6 +348,24 @@ def _int_keys(raw: Any, where: str, name: str, what: str) -> dict[int, float]:
         except (TypeError, ValueError):
             raise ProfileError(f"{where}: {name} key {key!r} is not {what} (an integer)") from None
     return out
+
+
+def _size_curves_from(raw: Any, where: str) -> dict[str, dict[int, float]]:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: size_curves must be an object {{kind: {{operand elements: rate}}}}, got {raw!r}")
+    return {kind: _int_keys(curve, where, f"size_curves.{kind}", "a token count") for kind, curve in raw.items()}
+
+
+def _nested_int_keys(raw: Any, where: str, name: str, what: str) -> dict[int, dict[int, float]]:
+    """``{"4": {"20000": 900.0}}``: integer keys at both levels (a group size, then ``what``)."""
+    return {size: _int_keys(inner, where, f"{name}[{size}]", what) for size, inner in _int_keys(raw, where, name, "a group size").items()}
+
+
+def _pairs(raw: Any, name: str) -> tuple[tuple[float, float], ...]:
+    """JSON ``[[bytes, seconds], ...]`` as a tuple of pairs (what the dataclass holds and compares)."""
+    if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
+        raise ProfileError(f"{name} must be a list of [ring bytes per rank, seconds] pairs, got {raw!r}")
+    return tuple((p[0], p[1]) for p in raw)
 
 
 def _list(value: Any, where: str, name: str) -> list:
@@ -358,6 +424,47 @@ def write_profile(profile: MachineProfile, path: str | Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- interpolation
+
+
+def interpolate_curve(curve: Mapping[int, float], size: float) -> float:
+    """A rate at ``size`` from a measured curve: log-log between the points around it, the end
+    point's rate outside them (a rate levels off rather than growing without bound)."""
+    points = sorted(curve.items())
+    if size <= points[0][0]:
+        return points[0][1]
+    if size >= points[-1][0]:
+        return points[-1][1]
+    (x0, y0), (x1, y1) = next((a, b) for a, b in zip(points, points[1:]) if a[0] <= size <= b[0])
+    w = math.log(size / x0) / math.log(x1 / x0)
+    return math.exp((1 - w) * math.log(y0) + w * math.log(y1))
+
+
+def interpolate_samples(samples: Sequence[tuple[float, float]], nbytes: float) -> float:
+    """Seconds of a call of ``nbytes`` from measured (bytes, seconds) samples: linear between the
+    two around it, along the last two samples' slope beyond the largest, the smallest's time below it."""
+    points = sorted(samples)
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    pair = next(((a, b) for a, b in zip(points, points[1:]) if nbytes <= b[0]), (points[-2], points[-1]))
+    (x0, y0), (x1, y1) = pair
+    return y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0) if x1 > x0 else y1
+
+
+def _nearest_size(table: Mapping[int, Any], group_size: int) -> int:
+    return min(table, key=lambda g: (abs(math.log(g / group_size)), g))
+
+
+def _nearest_key_below(table: Mapping[int, float], count: int) -> int:
+    """The largest key <= ``count`` (the cores do not grow with the ranks), else the smallest key."""
+    below = [k for k in table if k <= count]
+    return max(below) if below else min(table)
+
+
+def _nearest_below(table: Mapping[int, float], count: int) -> float:
+    return table[_nearest_key_below(table, count)]
+
+
 # ---------------------------------------------------------------- value checks
 
 
@@ -378,6 +485,23 @@ def _check_number(name: str, value: Any, *, minimum: float | None = None, maximu
         low = "> 0" if minimum is None else f">= {minimum}"
         high = f" and <= {maximum}" if maximum is not None else ""
         raise ProfileError(f"{name} must be a number {low}{high}, got {value!r}")
+
+
+def _check_size_curve(kind: Any, curve: Any) -> None:
+    if kind not in SIZE_CURVE_KINDS:
+        raise ProfileError(f"size_curves: unknown kind {kind!r}; expected some of {', '.join(SIZE_CURVE_KINDS)}")
+    if not isinstance(curve, Mapping) or not curve:
+        raise ProfileError(f"size_curves.{kind} must be a non-empty object {{operand elements: rate}}, got {curve!r}")
+    for tokens, rate in curve.items():
+        if not _is_int(tokens) or tokens < 1:
+            raise ProfileError(f"size_curves.{kind} keys are operand sizes (elements, integers >= 1), got {tokens!r}")
+        _check_number(f"size_curves.{kind}[{tokens}]", rate)
+
+
+def _check_samples(samples: Any) -> None:
+    for i, pair in enumerate(samples):
+        _check_number(f"samples[{i}] bytes", pair[0], minimum=0.0)
+        _check_number(f"samples[{i}] seconds", pair[1])
 
 
 def _check_dtype_rates(name: str, rates: Any, *, required: bool) -> None:

@@ -13,7 +13,8 @@ time, on a clock per rank:
   then all take the alpha-beta time of its ring bytes (``transfer``). The largest Newton-Schulz
   share therefore sets the pace of the DP group at the next gather or the parameter all-gather.
   Where ranks share cores, they also arrive out of step with equal work (time slices): each call
-  adds the profile's measured ``arrival_jitter_us`` for its group size to the wait;
+  adds the profile's measured wait for its group size and the compute since the group last met
+  (``arrival_jitter_curve_us``, else ``arrival_jitter_us``) to the wait;
   An asynchronous gather (overlap=pipelined) starts when the last rank issues it and only blocks
   the rank that waits for it before it is done.
 
@@ -144,15 +145,16 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     world = workload.world_size
     ranks = tuple(RankPrediction(r, *divmod(r, cfg.tp)) for r in range(world))
     clock = [0.0] * world
+    since = [0.0] * world  # each rank's compute (alone) since its last collective: how far out of step it can drift
     pending: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = {}  # async gathers: (last issue, end)
     issued: dict[tuple[str, int], float] = {}
     for k in range(len(workload.programs[0])):
         stages = [workload.programs[r][k] for r in range(world)]
         before = list(clock)
         if stages[0].compute is not None:
-            _compute_stage(stages, clock, ranks, machine, workload, profiled, model_dtype)
+            _compute_stage(stages, clock, since, ranks, machine, workload, profiled, model_dtype)
         else:
-            _comm_stage(stages, clock, ranks, machine, cfg, pending, issued)
+            _comm_stage(stages, clock, since, ranks, machine, cfg, pending, issued)
         for r, stage in enumerate(stages):
             elapsed = clock[r] - before[r]
             ranks[r].parts[stage.part] += elapsed * 1e3
@@ -163,9 +165,13 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     return ranks
 
 
-def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
-    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, model_dtype) for s in stages]
-    cores = machine.compute_cores(_local_ranks(machine, len(stages)))
+def _compute_stage(stages: list[Stage], clock: list[float], since: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
+    local = _local_ranks(machine, len(stages))
+    cores = machine.compute_cores(local)
+    slowdown = machine.bandwidth_slowdown(local) if cores is not None else 1.0
+    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, model_dtype, slowdown) for s in stages]
+    for r, work in enumerate(works):
+        since[r] += work
     for node in _nodes(machine, len(stages)):
         starts = [clock[r] for r in node]
         ends = processor_sharing(starts, [works[r] for r in node], cores) if cores is not None else [s + works[r] for s, r in zip(starts, node)]
@@ -174,17 +180,27 @@ def _compute_stage(stages: list[Stage], clock: list[float], ranks, machine: Mach
             clock[r] = end
 
 
-def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool, model_dtype: str = "fp32") -> float:
-    """Time of ``work`` on one rank with the rates of ``machine`` (no sharing)."""
-    kernels = 0.0
-    if work.matmul_flops or work.attention_flops:  # the bench's model and its gradients are fp32 (model_dtype)
-        kernels += work.matmul_flops / machine.matmul_flops_per_s(model_dtype) + work.attention_flops / machine.attention_flops_per_s(model_dtype)
-    if work.ns_flops:  # only asked for when there is Newton-Schulz work: an AdamW run needs no NS figure
-        kernels += work.ns_flops / machine.newton_schulz_flops_per_s(ns_dtype)
-    kernels += work.vector_bytes / machine.elementwise_bytes_per_s()
-    kernels += work.cross_entropy_bytes / machine.cross_entropy_bytes_per_s() + work.gelu_bytes / machine.gelu_bytes_per_s()
+def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool, model_dtype: str = "fp32", bandwidth_slowdown: float = 1.0) -> float:
+    """Time of ``work`` on one rank with the rates of ``machine`` (no sharing; ``bandwidth_slowdown``
+    stretches its memory-bound kernels for the memory bandwidth ranks sharing a node lose beyond the cores)."""
+    compute, memory = kernel_seconds(work, machine, ns_dtype, model_dtype)
+    kernels = compute + memory * bandwidth_slowdown
     host = work.ops * machine.op_seconds(profiled)
     return kernels + host if machine.device == "cpu" else max(kernels, host)
+
+
+def kernel_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, model_dtype: str = "fp32") -> tuple[float, float]:
+    """Seconds of ``work``'s compute-bound kernels (matmuls, attention, Newton-Schulz) and of its memory-bound ones."""
+    compute, activation = 0.0, work.activation_elems
+    if work.matmul_flops or work.attention_flops:  # the bench's model and its gradients are fp32 (model_dtype)
+        compute += work.matmul_flops / machine.matmul_flops_per_s(model_dtype, activation)
+        compute += work.attention_flops / machine.attention_flops_per_s(model_dtype, activation)
+    if work.ns_flops:  # only asked for when there is Newton-Schulz work: an AdamW run needs no NS figure
+        compute += work.ns_flops / machine.newton_schulz_flops_per_s(ns_dtype)
+    memory = work.vector_bytes / machine.elementwise_bytes_per_s(activation)
+    memory += work.cross_entropy_bytes / machine.cross_entropy_bytes_per_s(work.logits_elems)
+    memory += work.gelu_bytes / machine.gelu_bytes_per_s(work.mlp_elems)
+    return compute, memory
 
 
 def processor_sharing(starts: list[float], works: list[float], cores: float) -> list[float]:
@@ -214,7 +230,7 @@ def processor_sharing(starts: list[float], works: list[float], cores: float) -> 
     return end
 
 
-def _comm_stage(stages: list[Stage], clock: list[float], ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
+def _comm_stage(stages: list[Stage], clock: list[float], since: list[float], ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
     comm = stages[0].comm
     for group in _groups(comm.group, cfg):
         calls = _agreed_calls(stages, group)
@@ -226,7 +242,11 @@ def _comm_stage(stages: list[Stage], clock: list[float], ranks, machine: Machine
         # Ranks sharing cores arrive out of step even with equal work: the group waits for its last,
         # at every call that follows compute (back-to-back calls find the group in step).
         meetings = len(calls) if comm.interleaved else 1
-        jitter = machine.arrival_jitter_s(len(group)) * meetings if machine.shares_cores(_local_ranks(machine, cfg.world_size)) else 0.0
+        jitter = 0.0
+        if machine.shares_cores(_local_ranks(machine, cfg.world_size)):  # the drift grows with the compute between meetings
+            jitter = machine.arrival_jitter_s(len(group), max(since[r] for r in group) / meetings) * meetings
+        for r in group:
+            since[r] = 0.0
         arrival = max(clock[r] for r in group) + jitter
         transfer = transfer_seconds(comm, calls, len(group), machine, _scope(machine, group), cfg.world_size)
         if comm.mode == "start":

@@ -1,6 +1,7 @@
 """What the cost model says about the recorded runs and beyond them, written as records beside the runs.
 
-``muon-repro regimes`` writes, into ``<traces>/costmodel/`` (:mod:`muon_repro.rundir`'s names):
+``muon-repro regimes`` writes, into ``<traces>/<profile>/costmodel/`` (:mod:`muon_repro.rundir`'s names; every row
+carries the hardware profile of the machine that wrote it, :mod:`muon_repro.hardware`):
 
     predictions.csv         every recorded run under ``<traces>``, measured against predicted on this machine's profile
     regime_model.csv        predicted Muon and AdamW steps over a grid of tokens per step: this machine at the
@@ -26,6 +27,7 @@ from muon_repro.bench.regimes import LAYERS, SEQ_LEN, WIDTHS, regime_point
 from muon_repro.costmodel.machine import MachineProfile, resolve_profile
 from muon_repro.costmodel.predict import Prediction, predict
 from muon_repro.costmodel.validate import validate
+from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.model_config import PRESETS
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
 
@@ -77,8 +79,11 @@ SCALE_OUT_TOKENS = 4 * 2**20  # 4M tokens per step, the paper's pretraining regi
 SCALE_OUT_TP = 8  # TP inside a node, DP across nodes
 
 
-def write_records(traces: str | Path, machine: MachineProfile, *, quick: bool = False, log: Callable[[str], None] = print) -> list[Path]:
-    """Predict and write the three records into ``<traces>/costmodel/``; returns the files written.
+def write_records(
+    traces: str | Path, machine: MachineProfile, *, profile: str, quick: bool = False, log: Callable[[str], None] = print
+) -> list[Path]:
+    """Predict and write the three records into ``<traces>/costmodel/`` (``traces``: one profile's folder,
+    ``<root>/<profile>``), each row tagged with ``profile``; returns the files written.
     ``quick``: the recorded runs and this machine's lines only (seconds, for tests)."""
     folder = Path(traces) / COSTMODEL_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,7 +102,7 @@ def write_records(traces: str | Path, machine: MachineProfile, *, quick: bool = 
         lines += list(scale_out_rows())
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
     for path, rows in zip(written, (predictions, lines, thresholds)):
-        write_csv(path, rows)
+        write_csv(path, [{PROFILE_FIELD: profile, **row} for row in rows])
     return written
 
 

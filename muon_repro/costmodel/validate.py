@@ -76,7 +76,7 @@ def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None
         priced_profiled = cfg.profile if profiled is None else profiled
         p = predict(cfg, machine, profiled=priced_profiled)
         rows.append({
-            "run": key, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
+            "run": key, "profile": RunDir(folders[0]).profile, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
             "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps, "profiled": priced_profiled,
             "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,
             "measured_optimizer_ms": times.optimizer_ms, "predicted_optimizer_ms": p.optimizer_ms,

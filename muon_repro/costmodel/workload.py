@@ -78,6 +78,11 @@ class Compute:
     cross_entropy_bytes: float = 0.0  # fp32 logits through cross-entropy (forward+backward share)
     gelu_bytes: float = 0.0  # fp32 inputs through GELU (forward+backward share)
     ops: float = 0.0  # operator calls
+    # Elements of the operands the model's kernels run on, per rank (on a CPU their rates follow the
+    # size: size_curves); 0 for the optimizer's flat buffers, priced at the flat figures.
+    activation_elems: int = 0  # [tokens, hidden]: matmuls, attention, element-wise
+    logits_elems: int = 0  # [tokens, vocab]: cross-entropy
+    mlp_elems: int = 0  # [tokens, ffn / tp]: GELU
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,9 @@ def model_stages(cfg: BenchConfig, model: GPTConfig) -> tuple[tuple[Stage, ...],
         attention_flops=attention * tokens / tp,
         cross_entropy_bytes=FP32 * tokens * vocab,  # full logits on every TP rank
         gelu_bytes=FP32 * tokens * (model.ffn_hidden // tp) * layers,
+        activation_elems=tokens * h,
+        logits_elems=tokens * vocab,
+        mlp_elems=tokens * (model.ffn_hidden // tp),
     )
     forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops))]
     backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops))]
@@ -186,7 +194,8 @@ def model_stages(cfg: BenchConfig, model: GPTConfig) -> tuple[tuple[Stage, ...],
 
 
 def _share(whole: Compute, fraction: float, vector_bytes: float, ops: float) -> Compute:
-    return Compute(
+    return replace(
+        whole,
         matmul_flops=whole.matmul_flops * fraction,
         attention_flops=whole.attention_flops * fraction,
         cross_entropy_bytes=whole.cross_entropy_bytes * fraction,
@@ -200,11 +209,12 @@ def forward_vector_elems_per_token(model: GPTConfig, tp: int) -> float:
     """fp32 elements the forward's element-wise operators read and write per token (an estimate;
     the backward is taken as twice this): RMS norm as composed operators (pow, mean, add, rsqrt,
     two muls), RoPE on q and k (4 muls, sub, add on halves, cat), the heads' copy back, the two
-    residual adds, the TP all-reduce's input copy, the gathered logits' re-layout, the embedding."""
+    residual adds, the gathered logits' re-layout, the embedding. (The TP all-reduce's input clone
+    is in the collective's time: calibrate times the call with it.)"""
     h, local, layers = model.hidden, model.hidden // tp, model.n_layers
     norm = 7 * h
     rope = 2 * 11 * local
-    per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h + (2 * 2 * h if tp > 1 else 0)
+    per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h
     head = norm + 2 * h + (2 * model.vocab_size if tp > 1 else 0)
     return layers * per_layer + head
 

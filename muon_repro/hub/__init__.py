@@ -7,6 +7,7 @@ One module per job::
     tables_doc, run_info, citation, card
                         what the card documents: tables and columns, runs and environment,
                         CITATION.cff and BibTeX; the card itself (templates/dataset_card.md.j2)
+    croissant           croissant.json: Croissant 1.1 record sets, files and responsible-AI fields
     bundle              ``muon-repro bundle``: assemble exactly what gets published
     verify              ``muon-repro verify``: checksums, every config loads, every trace parses
     plan, publish       ``muon-repro publish``: plan against the remote head, one commit, one tag

@@ -5,10 +5,13 @@
     traces/  metrics/  figures/  report/  analysis_scripts/  docs/   copied from their source folders
     README.md          the dataset card (muon_repro.hub.card)
     CITATION.cff       muon_repro.hub.citation
+    croissant.json     muon_repro.hub.croissant (Croissant 1.1: record sets, files, responsible-AI fields)
     MANIFEST.sha256    sha256 and size of every other file (muon_repro.hub.manifest)
 
 The bundle is staged in a temporary folder beside ``--out`` and renamed into place when
 complete, so a failed or interrupted run never leaves a half bundle where a good one was.
+CITATION.cff and croissant.json also live at the repository root (:func:`write_root_files`),
+byte for byte the bundle's, so that "Cite this repository" and Croissant tools work on a clone.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from muon_repro.hub.card import CARD_NAME, render_card
 from muon_repro.hub.citation import CFF_NAME, citation_cff
+from muon_repro.hub.croissant import CROISSANT_NAME, croissant_json
 from muon_repro.hub.fsutil import list_files, sha256_file, write_atomic
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, digest_files, format_manifest
 from muon_repro.hub.meta import BundleMeta
@@ -84,19 +88,38 @@ def _check_out(out: Path, sources: Sources) -> None:
             raise ValueError(f"--out {out} is a non-empty folder without {MANIFEST_NAME}; choose an empty or new folder")
 
 
-def card_and_citation(meta: BundleMeta, files: dict[str, Path], digests: list[FileEntry]) -> tuple[str, str]:
-    """(README.md, CITATION.cff) for a bundle of ``files`` whose digests (citation excluded) are ``digests``."""
-    cff = citation_cff(meta)
-    data = cff.encode()
-    cff_entry = FileEntry(CFF_NAME, len(data), hashlib.sha256(data).hexdigest())
-    return render_card(meta, files, [*digests, cff_entry]), cff
+@dataclass(frozen=True)
+class Documents:
+    """What the package writes about a bundle: the card, and the root files that also sit at the repository root."""
+
+    card: str
+    root_files: dict[str, str]  # CITATION.cff, croissant.json -> text
+
+
+def documents(meta: BundleMeta, files: dict[str, Path], digests: list[FileEntry]) -> Documents:
+    """The documents for a bundle of ``files`` whose digests (these documents excluded) are ``digests``."""
+    root_files = {CFF_NAME: citation_cff(meta), CROISSANT_NAME: croissant_json(meta, files, digests)}
+    encoded = {name: text.encode() for name, text in root_files.items()}
+    entries = [FileEntry(name, len(data), hashlib.sha256(data).hexdigest()) for name, data in encoded.items()]
+    return Documents(render_card(meta, files, [*digests, *entries]), root_files)
+
+
+def documents_from_sources(sources: Sources, meta: BundleMeta) -> Documents:
+    """The documents that ``bundle`` would write, without copying anything."""
+    files, _ = collect(sources)
+    digests = [FileEntry(p, *sha256_file(files[p])) for p in sorted(files)]
+    return documents(meta, files, digests)
 
 
 def render_card_from_sources(sources: Sources, meta: BundleMeta) -> str:
-    """The card that ``bundle`` would write, without copying anything (for ``muon-repro card``)."""
-    files, _ = collect(sources)
-    digests = [FileEntry(p, *sha256_file(files[p])) for p in sorted(files)]
-    return card_and_citation(meta, files, digests)[0]
+    """The card that ``bundle`` would write (for ``muon-repro card``)."""
+    return documents_from_sources(sources, meta).card
+
+
+def write_root_files(docs: Documents, root: Path) -> None:
+    """Write CITATION.cff and croissant.json into ``root``, each atomically (temporary name, then rename)."""
+    for name, text in docs.root_files.items():
+        write_atomic(Path(root) / name, text)
 
 
 def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
@@ -113,9 +136,9 @@ def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) ->
             shutil.copyfile(src, dest)
         staged = {rel: stage / rel for rel in files}
         digests = digest_files(stage, list(files))
-        card, cff = card_and_citation(meta, staged, digests)
-        write_atomic(stage / CFF_NAME, cff)
-        write_atomic(stage / CARD_NAME, card)
+        docs = documents(meta, staged, digests)
+        write_root_files(docs, stage)
+        write_atomic(stage / CARD_NAME, docs.card)
         entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME])
         write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
         _swap_into_place(stage, out)

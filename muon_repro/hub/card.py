@@ -24,19 +24,19 @@ import yaml
 from muon_repro.hub.citation import CFF_NAME, bibtex, paper_bibtex
 from muon_repro.hub.fsutil import human_size
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry
-from muon_repro.hub.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta
+from muon_repro.hub.croissant import CROISSANT_NAME
+from muon_repro.hub.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta
 from muon_repro.hub.run_info import describe_runs, environment_rows, git_shas, is_trace, run_commands
 from muon_repro.hub.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
 from muon_repro.rundir import ENVIRONMENT_FILE
 
 CARD_NAME = "README.md"
 TEMPLATE = "dataset_card.md.j2"
-TAGS = ["muon", "optimizer", "distributed-training", "tensor-parallelism", "zero-redundancy-optimizer",
-        "pytorch-profiler", "traces", "benchmark", "reproducibility"]  # fmt: skip
 FOLDERS = {
-    "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, with each run's "
-    "`config.json`, `environment.json`, `metrics.json` and `log.txt`; under `traces/convergence/`, one "
-    "`convergence.json` (+ `log.txt`) per learning-curve run of `muon-repro converge`",
+    "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, under "
+    "`traces/<profile>/<group>/<name>/trial<k>/` with each run's `config.json`, `environment.json`, "
+    "`metrics.json` and `log.txt`; under `traces/<profile>/convergence/`, one `convergence.json` (+ `log.txt`) "
+    "per learning-curve run of `muon-repro converge`; `<profile>` names the hardware (e.g. `cpu-2c-gloo`)",
     "metrics": "the tables below, as Parquet (the dataset's configs) and CSV",
     "figures": "the report's figures (PNG and SVG)",
     "report": "the report (Markdown and PDF)",
@@ -166,6 +166,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "bibtex": bibtex(meta),
         "paper_bibtex": paper_bibtex(),
         "cff_name": CFF_NAME,
+        "croissant_name": CROISSANT_NAME,
         "manifest_name": MANIFEST_NAME,
     }
     env = Environment(

@@ -60,8 +60,13 @@ def digest_files(root: str | Path, paths: list[str]) -> list[FileEntry]:
     return out
 
 
+def manifest_lines(entries: list[FileEntry]) -> str:
+    """The manifest's lines for ``entries`` (sorted by path), no header: what a contribution appends."""
+    return "".join(f"{e.sha256}  {e.size}  {e.path}\n" for e in sorted(entries, key=lambda e: e.path))
+
+
 def format_manifest(entries: list[FileEntry]) -> str:
-    return HEADER + "".join(f"{e.sha256}  {e.size}  {e.path}\n" for e in sorted(entries, key=lambda e: e.path))
+    return HEADER + manifest_lines(entries)
 
 
 def write_manifest(root: str | Path) -> list[FileEntry]:

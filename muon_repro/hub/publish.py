@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from muon_repro.hub.citation import CFF_NAME
+from muon_repro.hub.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.hub.fsutil import human_size, sha256_file
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
+from muon_repro.hub.meta import BundleMeta
 from muon_repro.hub.naming import check_repo_id, check_token, dataset_url, tag_for
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
 
@@ -161,18 +160,15 @@ def bundle_files(root: Path) -> list[FileEntry]:
     return [*read_manifest(root), FileEntry(MANIFEST_NAME, size, sha)]
 
 
-def check_bundle_target(root: Path, repo_id: str, version: str) -> None:
-    """The bundle's CITATION.cff must name this repository and version (the card says the same)."""
-    try:
-        cff = yaml.safe_load((root / CFF_NAME).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{root / CFF_NAME}: unreadable ({exc}); rebuild the bundle with `muon-repro bundle`") from exc
-    built = (cff or {}).get("version"), str((cff or {}).get("repository-artifact", ""))
-    if built != (version, dataset_url(repo_id)):
+def check_bundle_target(root: Path, repo_id: str, version: str) -> BundleMeta:
+    """The bundle's CITATION.cff must name this repository and version (the card says the same); returns its metadata."""
+    meta = read_citation(root / CFF_NAME)
+    if (meta.repo_id, meta.version) != (repo_id, version):
         raise ValueError(
-            f"the bundle {root} was built for {built[1] or '?'} version {built[0]}, not {repo_id} {version}; "
+            f"the bundle {root} was built for {meta.url} version {meta.version}, not {repo_id} {version}; "
             f"rebuild it: muon-repro bundle --repo-id {repo_id} --version {version} --out {root}"
         )
+    return meta
 
 
 def check_bundle_verifies(root: Path, echo: Callable[[str], None]) -> None:
@@ -327,7 +323,7 @@ def publish(
             f"{root}: no such bundle folder; make one with `muon-repro bundle --repo-id {repo_id} --version {version}`"
         )
     local = bundle_files(root)
-    check_bundle_target(root, repo_id, version)
+    meta = check_bundle_target(root, repo_id, version)
 
     from huggingface_hub import HfApi
 
@@ -337,20 +333,21 @@ def publish(
         raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a write token is needed)")
     check_bundle_verifies(root, echo)
     with hub_timeout(timeout):
-        return _publish_to(_Target(api, repo_id, tag, timeout), root, local, version, dry_run, create_pr, private, echo)
+        return _publish_to(_Target(api, repo_id, tag, timeout), root, local, meta, dry_run, create_pr, private, echo)
 
 
 def _publish_to(
-    target: _Target, root: Path, local: list[FileEntry], version: str, dry_run: bool, create_pr: bool, private: bool,
+    target: _Target, root: Path, local: list[FileEntry], meta: BundleMeta, dry_run: bool, create_pr: bool, private: bool,
     echo: Callable[[str], None],
 ) -> PublishResult:
-    repo_id, tag = target.repo_id, target.tag
+    repo_id, tag, version = target.repo_id, target.tag, meta.version
     plan, tags = _read_remote(target, root, local)
     head = plan.base_commit
     echo(format_plan(plan, repo_id, tag))
     if tag in tags:
         if tags[tag] == head and not plan.has_changes:
             echo(f"{repo_id} {tag} is already published at {head}: nothing to do.")
+            echo(citation_text(meta, tags[tag], target.endpoint))
             return PublishResult(plan, head, committed=False, tagged=False)
         raise PublishError(
             f"tag {tag} already exists on {repo_id} (commit {tags[tag][:12]}) and versions never move; "
@@ -383,7 +380,13 @@ def _publish_to(
     assert commit is not None
     _tag(target, commit, committed)
     echo(f"Published {repo_id} {tag} at {commit}: {dataset_url(repo_id, tag, endpoint=target.endpoint)}")
+    echo(citation_text(meta, commit, target.endpoint))
     return PublishResult(plan, commit, committed=committed, tagged=True, pr_url=pr_url)
+
+
+def citation_text(meta: BundleMeta, commit: str, endpoint: str) -> str:
+    """The card's BibTeX with the published commit as its revision, as the Hub's "Cite this dataset" gives it."""
+    return f"Cite this version as:\n{bibtex(meta, commit, endpoint=endpoint)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """What the card says about the runs: their traces, the environment they ran in, the commands that made them.
 
-Reads ``traces/<group>/<name>/{config,environment}.json`` as the bench runner writes them and
+Reads ``traces/[<profile>/]<group>/<name>/trial<k>/{config,environment}.json`` as the bench runner writes them and
 tolerates anything missing: a run without ``environment.json`` simply adds nothing to the
 environment table.
 """

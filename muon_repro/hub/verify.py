@@ -3,7 +3,8 @@
 Checks, each reported on its own line:
 
 1. every file matches ``MANIFEST.sha256`` (sha256 and size), and no unlisted file is present;
-2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist;
+2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist; ``croissant.json``
+   has a RecordSet and a FileObject for every table, with the table's sha256;
 3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns, types and
    row count the card documents (its ``dataset_info``);
 4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
@@ -28,8 +29,9 @@ import yaml
 
 from muon_repro.hub.card import CARD_NAME, read_card_metadata
 from muon_repro.hub.citation import CFF_NAME
+from muon_repro.hub.croissant import CROISSANT_NAME, check_croissant
 from muon_repro.hub.fsutil import list_files
-from muon_repro.hub.manifest import check_manifest, is_ignored
+from muon_repro.hub.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.hub.run_info import RUN_FILES, is_trace
 
 if TYPE_CHECKING:
@@ -72,7 +74,7 @@ def _data_file_paths(config: dict[str, Any]) -> list[str]:
 
 
 def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
-    """Problems with the card and the citation, and the card's metadata (None if unreadable)."""
+    """Problems with the card, the citation and croissant.json, and the card's metadata (None if unreadable)."""
     problems = []
     meta = None
     try:
@@ -93,7 +95,16 @@ def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
             problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
     except (OSError, yaml.YAMLError) as exc:
         problems.append(f"{CFF_NAME}: {exc}")
+    if (root / CROISSANT_NAME).exists() or _manifest_lists(root, CROISSANT_NAME):
+        problems += check_croissant(root)  # a bundle made before croissant.json existed lists none and has none
     return problems, meta
+
+
+def _manifest_lists(root: Path, name: str) -> bool:
+    try:
+        return any(entry.path == name for entry in read_manifest(root))
+    except (OSError, ValueError):
+        return False  # check_manifest reports an unreadable manifest
 
 
 def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool], None]) -> None:
@@ -291,7 +302,8 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     for problem in card_problems:
         report(problem, False)
     if not card_problems:
-        report(f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists", True)
+        report(f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists; {CROISSANT_NAME} names every table",
+               True)  # fmt: skip
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
     check_traces(root, report)

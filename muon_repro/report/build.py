@@ -36,7 +36,15 @@ def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     """Draw every figure of :data:`figures.FIGURES` and :data:`regime_figures.REGIME_FIGURES` into ``out_dir`` from the tables in
     ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
     data = load(metrics_dir)
-    return {name: DRAW[name](data, Path(out_dir) / name) for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
+    main, *others = data.profiles
+    for profile in others:  # with several hardware profiles, each one's figures lie in figures/<profile>/
+        _draw(data.of_profile(profile), Path(out_dir) / profile)
+    return _draw(data.of_profile(main), Path(out_dir))
+
+
+def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {name: DRAW[name](data, out_dir / name) for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
 
 
 def shown(path: Path) -> str:
@@ -50,13 +58,15 @@ def shown(path: Path) -> str:
 
 def traces_root(data: ReportData) -> Path:
     """Where the analyzed run directories lie: the common root of ``runs.path``
-    (``<traces>/<group>/<name>``), else ``traces/`` beside the metrics folder."""
+    (``<traces>/[<profile>/]<group>/<name>``, the profile folder left out), else ``traces/`` beside the metrics folder."""
     paths = [Path(str(p)) for p in data.runs["path"]] if "path" in data.runs.columns else []
     if paths and not any(is_missing(p) for p in data.runs["path"]) and all(len(p.parts) > 2 for p in paths):
         try:
-            return Path(os.path.commonpath([str(p.parent.parent) for p in paths]))
+            root = Path(os.path.commonpath([str(p.parent.parent) for p in paths]))
         except ValueError:  # absolute and relative paths mixed
             pass
+        else:
+            return root.parent if root.name in data.profiles and len(root.parts) > 1 else root
     return Path(data.metrics_dir).parent / "traces"
 
 
@@ -73,7 +83,8 @@ def invocations(data: ReportData, figures_dir: Path, out_dir: Path, formats: tup
 def write_report(metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
-    data = load(metrics_dir)
+    everything = load(metrics_dir)
+    data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
     context = build_context(data, figure_paths, Path(out_dir), invocations=invocations(data, Path(figures_dir), Path(out_dir), formats))
     return write_formats(context, Path(out_dir), formats)

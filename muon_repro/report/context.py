@@ -216,11 +216,13 @@ CLAIM_COLUMNS = ("claim_id", "claim", "source", "claimed_value", "region", "meas
                  "conditions", "verdict", "explanation")  # fmt: skip
 
 
-def claims_rows(data: ReportData) -> list[dict[str, str]]:
-    claims = data.claims
+def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:
+    """The claims measured on one hardware profile (default: the view's, else the one with most runs)."""
+    profile = profile or data.profile or data.profiles[0]
+    claims = data.claims[data.claims["profile"] == profile]
     require_columns(claims, "claims", CLAIM_COLUMNS)
     if claims.empty:
-        raise MissingMetric("metrics table 'claims' has no rows")
+        raise MissingMetric(f"metrics table 'claims' has no rows for profile {profile}")
     rows = []
     for _, c in claims.iterrows():
         cid = str(metric(c, "claim_id", "claims", "claim_id"))
@@ -248,6 +250,35 @@ def claims_rows(data: ReportData) -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[str]]:
+    """The claims table: one row per claim, one column per hardware profile (its measurement and verdict),
+    and each row's measured causes. With one profile it reads as the one-machine table did, the profile named."""
+    profiles = data.profiles
+    by_profile = {p: {c["id"]: c for c in claims_rows(data, p)} for p in profiles}
+    first = by_profile[profiles[0]]
+    if len(profiles) == 1:
+        header = ["claim", "source", "claimed", "agrees if in", f"measured on {profiles[0]} (95% interval)", "verdict"]
+        cells = lambda c: [first[c]["measured"], first[c]["verdict"]]  # noqa: E731
+    else:
+        header = ["claim", "source", "claimed", "agrees if in", *(f"{p}: measured (95% interval), verdict" for p in profiles)]
+        cells = lambda c: [f"{by_profile[p][c]['measured']}, {by_profile[p][c]['verdict']}" if c in by_profile[p] else "no run" for p in profiles]  # noqa: E731
+    rows = [[c["claim"], c["source"], c["claimed"], c["region"], *cells(cid)] for cid, c in first.items()]
+    notes = [" ".join((f"{p}: " if len(profiles) > 1 else "") + by_profile[p][cid]["explanation"] for p in profiles if cid in by_profile[p])
+             for cid in first]  # fmt: skip
+    return header, rows, notes
+
+
+def profiles_note(data: ReportData) -> str:
+    """Which hardware profiles the tables hold, and which one the prose and figures describe."""
+    profiles, counts = data.profiles, data.runs["profile"].astype(str).value_counts()
+    if len(profiles) == 1:
+        return f"Every run was recorded on one hardware profile, {profiles[0]} (docs/method.md#hardware-profiles)."
+    listed = ", ".join(f"{p} ({int(counts.get(p, 0))} runs)" for p in profiles)
+    return (f"The runs were recorded on {len(profiles)} hardware profiles: {listed}. The claims table has a column per profile; "
+            f"the other sections and figures describe {profiles[0]}, the profile with most runs "
+            f"(every profile's figures are drawn under figures/<profile>/).")  # fmt: skip
 
 
 def summary_lines(claims: list[dict[str, str]]) -> list[str]:
@@ -794,9 +825,8 @@ def build_context(data: ReportData, figure_paths: dict[str, Path], out_dir: Path
         "figures": [{"name": n, "src": rel(figure_paths[n]), "svg": rel(Path(figure_paths[n]).with_suffix(".svg")), "caption": FIGURE_CAPTIONS[n]}
                     for n in FIGURES],
         "claims": claims,
-        "claims_header": ["claim", "source", "claimed", "agrees if in", "measured (95% interval)", "verdict"],
-        "claims_rows": [[c["claim"], c["source"], c["claimed"], c["region"], c["measured"], c["verdict"]] for c in claims],
-        "claims_notes": [c["explanation"] for c in claims],
+        **dict(zip(("claims_header", "claims_rows", "claims_notes"), claims_matrix(data))),
+        "profiles_note": profiles_note(data),
         "verdict_counts": verdict_counts(claims),
         "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
         "sources": sorted({c["source_full"] for c in claims}),

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment
 from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation  # noqa: F401 - MixedTables: what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.analysis.schemas).
@@ -61,6 +62,19 @@ class ReportData:
     convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
     leading_steps: pd.DataFrame
     metrics_dir: Path = Path("metrics")
+    profile: str | None = None  # the hardware profile this view holds (of_profile), None: every profile
+
+    @property
+    def profiles(self) -> list[str]:
+        """The hardware profiles of the runs, the one with most runs first (the one the prose describes)."""
+        counts = self.runs[PROFILE_FIELD].astype(str).value_counts()
+        return ordered_profiles({str(p): int(n) for p, n in counts.items()}) or [UNKNOWN_PROFILE]
+
+    def of_profile(self, profile: str) -> ReportData:
+        """The rows of one hardware profile in every table but ``claims``, which keeps a row per claim and
+        profile for the claims table's columns (its prose rows are the view's profile's)."""
+        tables = {name: _of_profile(getattr(self, name), profile) for name in TABLES if name != "claims"}
+        return replace(self, **tables, profile=profile)
 
     def environment_of(self, run: str) -> dict[str, str]:
         """The run's environment fields (environment.json flattened: key -> value as text)."""
@@ -85,9 +99,27 @@ def load(metrics_dir: str | Path) -> ReportData:
     metrics_dir = Path(metrics_dir)
     tables = {name: read_table(metrics_dir, name) for name in TABLES}
     check_one_set(metrics_dir, {f"{name}.parquet": _pop_stamp(df) for name, df in tables.items()})
+    _fill_profiles(tables)
     if tables["runs"].empty:
         raise ValueError(f"metrics table {metrics_dir / 'runs.parquet'} has no runs")
     return ReportData(**tables, metrics_dir=metrics_dir)
+
+
+def _of_profile(df: pd.DataFrame, profile: str) -> pd.DataFrame:
+    return df[df[PROFILE_FIELD] == profile].reset_index(drop=True) if PROFILE_FIELD in df.columns else df
+
+
+def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:
+    """Tables written before hardware profiles have no ``profile`` column: they hold one machine's runs,
+    whose profile their environment table describes (else ``unknown``)."""
+    if all(PROFILE_FIELD in df.columns for df in tables.values()):
+        return
+    env = tables["environment"]
+    first = env[env["run"] == env["run"].iloc[0]] if len(env) else env
+    profile = profile_from_environment(dict(zip(first["key"], first["value"]))) if len(first) else UNKNOWN_PROFILE
+    for name, df in tables.items():
+        if PROFILE_FIELD not in df.columns:
+            tables[name] = df.assign(**{PROFILE_FIELD: pd.Series([profile] * len(df), index=df.index, dtype="string")})
 
 
 def _pop_stamp(df: pd.DataFrame) -> str | None:

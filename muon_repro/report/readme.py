@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.report.context import claims_rows
+from muon_repro.report.context import claims_matrix
 from muon_repro.report.data import load
 
 BEGIN = "<!-- claims: generated from metrics/claims.parquet by `python -m muon_repro.report.readme` -->"
@@ -17,9 +17,11 @@ END = "<!-- claims: end -->"
 
 
 def claims_markdown(metrics_dir: str | Path) -> str:
-    rows = claims_rows(load(metrics_dir))
-    lines = ["| claim | source | claimed | measured [95% interval] | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {r['claim']} | {r['source']} | {r['claimed']} | {r['measured']} | {r['verdict']} |" for r in rows]
+    """The claims table as the report has it, less the region column: one measured column per hardware profile."""
+    header, rows, _ = claims_matrix(load(metrics_dir))
+    keep = [i for i, name in enumerate(header) if name != "agrees if in"]
+    lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
+    lines += ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 
 It speaks just enough of the Hub's HTTP API for the real clients (``huggingface_hub.HfApi``,
 ``hf download``, ``datasets.load_dataset`` through ``HfFileSystem``) to publish, list, tag and
-download dataset repositories, with no network and no account. Point them at it with
-``HF_ENDPOINT=<url>`` and ``HF_HUB_DISABLE_XET=1`` (Xet uploads would bypass it). Everything
+download dataset repositories, and to open, read and merge pull requests, with no network and no
+account. Point them at it with ``HF_ENDPOINT=<url>`` and ``HF_HUB_DISABLE_XET=1`` (Xet uploads
+would bypass it). Everything
 lives in memory (routes in :mod:`~muon_repro.testing.fake_hub_app`, storage in
 :mod:`~muon_repro.testing.fake_hub_store`) and is gone when it stops. Any non-empty
 bearer token is accepted; writes and private repositories need one.
@@ -21,6 +22,9 @@ Endpoints (paths as ``huggingface_hub`` 2.x builds them; ``{t}`` is models/datas
 ``GET  /api/{t}/{repo}/commits/{rev}``                first-parent history
 ``POST /api/{t}/{repo}/preupload/{rev}``              regular or LFS, per file
 ``POST /api/{t}/{repo}/commit/{rev}``                 NDJSON commit; ``parentCommit``; ``create_pr``
+``GET  /api/{t}/{repo}/discussions[/{num}]``          pull requests: list, details (title, author, refs)
+``POST /api/{t}/{repo}/discussions/{num}/merge``      merge a pull request into its base (409 on conflict)
+``POST /api/{t}/{repo}/discussions/{num}/status``     close or reopen one
 ``POST|DELETE /api/{t}/{repo}/tag/{rev|tag}``         create a tag (409 if it exists) / delete one
 ``POST|DELETE /api/{t}/{repo}/branch/{branch}``       create / delete a branch
 ``POST /{prefix}{repo}.git/info/lfs/objects/batch``   LFS batch API, "basic" transfer

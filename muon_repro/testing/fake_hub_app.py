@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, unquote
 
 import yaml
 
-from muon_repro.testing.fake_hub_store import COMMIT_OID, Blob, Commit, HubError, HubStore, Repo
+from muon_repro.testing.fake_hub_store import COMMIT_OID, Blob, Commit, HubError, HubStore, PullRequest, Repo
 
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}
@@ -90,6 +90,10 @@ class FakeHubApp:
             ("DELETE", rf"/api{repo}/tag/(?P<tag>[^/]+)", self.delete_tag),
             ("POST", rf"/api{repo}/branch/(?P<branch>[^/]+)", self.create_branch),
             ("DELETE", rf"/api{repo}/branch/(?P<branch>[^/]+)", self.delete_branch),
+            ("GET", rf"/api{repo}/discussions", self.discussions),
+            ("GET", rf"/api{repo}/discussions/(?P<num>[1-9]\d*)", self.discussion_details),
+            ("POST", rf"/api{repo}/discussions/(?P<num>[1-9]\d*)/merge", self.merge),
+            ("POST", rf"/api{repo}/discussions/(?P<num>[1-9]\d*)/status", self.change_status),
             ("POST", rf"{git_repo}\.git/info/lfs/objects/batch", self.lfs_batch),
             ("PUT", r"/_fake/lfs/(?P<sha>[0-9a-f]{64})", self.lfs_upload),
             ("POST", r"/_fake/lfs-verify", self.lfs_verify),
@@ -445,25 +449,99 @@ class FakeHubApp:
         parent = header.get("parentCommit")
         if parent is not None and not COMMIT_OID.fullmatch(parent):
             raise HubError(400, f"Invalid parentCommit: {parent}")
-        branch = rev
-        pr_url = None
+        title, description = header.get("summary") or "", header.get("description") or ""
+        pr = None
         if req.flag("create_pr"):
-            base = repo.resolve(parent) if parent else repo.resolve(rev)
-            if base is None:
-                raise HubError(404, f"Invalid rev id: {rev}", "RevisionNotFound")
-            with self.store.lock:
-                branch = self.store.open_pull_request(repo, rev)
-                repo.branches[branch] = base.oid
-            parent = None
-            pr_url = f"{req.base_url}/{URL_PREFIXES[repo.repo_type]}{repo.repo_id}/discussions/{branch.rsplit('/', 1)[-1]}"
-        elif rev not in repo.branches:
+            if rev not in repo.branches or rev.startswith("refs/pr/"):
+                raise HubError(400, f"A pull request targets a branch; {rev} is not one")
+            # As the Hub: the pull request starts from parentCommit when given, else from the branch's head.
+            start = repo.resolve(parent) if parent else repo.commits[repo.branches[rev]]
+            if start is None:
+                raise HubError(404, f"Invalid rev id: {parent}", "RevisionNotFound")
+            pr = self.store.open_pull_request(repo, rev, start, title, description, "fake-user")
+            branch, parent = pr.ref, None
+        elif rev in repo.branches:
+            branch = rev
+            pr = next((p for p in repo.pull_requests.values() if p.ref == rev), None)  # a push to refs/pr/N
+        else:
             raise HubError(404 if repo.resolve(rev) is None else 400, f"Invalid rev id: {rev}", "RevisionNotFound")
-        commit = self.store.commit(
-            repo, branch, changes, deleted_folders, header.get("summary") or "", header.get("description") or "",
-            parent_commit=parent,
-        )  # fmt: skip
+        try:
+            commit = self.store.commit(repo, branch, changes, deleted_folders, title, description, parent_commit=parent)
+        except HubError:
+            if pr is not None and not pr.commits:  # the commit that would have opened it failed: no pull request
+                with self.store.lock:
+                    del repo.pull_requests[pr.num], repo.branches[pr.ref]
+            raise
+        pr_url = None
+        if pr is not None:
+            pr.commits.append(commit.oid)
+            pr_url = self._discussion_url(req, repo, pr.num)
         url = f"{req.base_url}/{URL_PREFIXES[repo.repo_type]}{repo.repo_id}/commit/{commit.oid}"
         return _json(200, {"success": True, "commitOid": commit.oid, "commitUrl": url, "pullRequestUrl": pr_url})
+
+    # ------------------------------------------------------------------ pull requests (discussions)
+
+    @staticmethod
+    def _discussion_url(req: Request, repo: Repo, num: int) -> str:
+        return f"{req.base_url}/{URL_PREFIXES[repo.repo_type]}{repo.repo_id}/discussions/{num}"
+
+    def _discussion(self, repo: Repo, pr: PullRequest) -> dict[str, Any]:
+        """A pull request as the discussions list shows it."""
+        return {
+            "num": pr.num, "title": pr.title, "status": pr.status, "isPullRequest": True,
+            "author": {"name": pr.author, "type": "user"}, "createdAt": pr.created_at, "pinned": False,
+            "numComments": 1, "repo": {"name": repo.repo_id, "type": repo.repo_type},
+        }  # fmt: skip
+
+    def discussions(self, req: Request, t: str, ns: str, name: str) -> Response:
+        repo = self._repo(req, t, ns, name)
+        wanted = req.query.get("status", ["all"])[-1]
+        if req.query.get("type", ["all"])[-1] == "discussion":
+            wanted = "none"
+        page = [self._discussion(repo, pr) for pr in repo.pull_requests.values() if wanted in ("all", pr.status)]
+        return _json(200, {"discussions": page, "count": len(page), "start": 0, "numClosedDiscussions": 0})
+
+    def discussion_details(self, req: Request, t: str, ns: str, name: str, num: str) -> Response:
+        repo = self._repo(req, t, ns, name)
+        pr = self.store.pull_request(repo, int(num))
+        author = {"name": pr.author, "type": "user"}
+        # The description is the first comment; then one event per commit (a merge adds a status change).
+        events: list[dict[str, Any]] = [{
+            "id": f"{pr.num:04d}c", "type": "comment", "createdAt": pr.created_at, "author": author,
+            "data": {"edited": False, "hidden": False, "latest": {"raw": pr.description, "html": pr.description}},
+        }]  # fmt: skip
+        for oid in pr.commits:
+            commit = repo.commits[oid]
+            events.append({"id": oid[:24], "type": "commit", "createdAt": commit.date, "author": author,
+                           "data": {"subject": commit.title, "oid": oid}})  # fmt: skip
+        if pr.status != "open":
+            events.append({"id": f"{pr.num:04d}s", "type": "status-change", "createdAt": pr.created_at,
+                           "author": author, "data": {"status": pr.status}})  # fmt: skip
+        changes = {"base": f"refs/heads/{pr.base}"}
+        if pr.merge_commit is not None:
+            changes["mergeCommitId"] = pr.merge_commit
+        return _json(200, {
+            **self._discussion(repo, pr), "events": events, "changes": changes, "filesWithConflicts": [],
+            "diff": None,
+        })  # fmt: skip
+
+    def merge(self, req: Request, t: str, ns: str, name: str, num: str) -> Response:
+        _need_auth(req)
+        repo = self._repo(req, t, ns, name)
+        self.store.merge_pull_request(repo, int(num), "fake-user")
+        return _json(200, {})
+
+    def change_status(self, req: Request, t: str, ns: str, name: str, num: str) -> Response:
+        _need_auth(req)
+        repo = self._repo(req, t, ns, name)
+        pr = self.store.pull_request(repo, int(num))
+        status = (req.json() or {}).get("status")
+        if status not in ("open", "closed") or pr.status == "merged":
+            raise HubError(400, f"Cannot set the status of #{pr.num} ({pr.status}) to {status!r}")
+        pr.status = status
+        event = {"id": f"{pr.num:04d}s", "type": "status-change", "createdAt": pr.created_at,
+                 "author": {"name": "fake-user", "type": "user"}, "data": {"status": status}}  # fmt: skip
+        return _json(200, {"newStatus": event})
 
 
 _REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",

@@ -98,6 +98,26 @@ class Commit:
 
 
 @dataclass
+class PullRequest:
+    """A pull request: its commits live on the branch ``refs/pr/<num>``; ``base`` is the branch it targets."""
+
+    num: int
+    title: str
+    description: str
+    author: str
+    created_at: str
+    base: str  # a branch name, e.g. "main"
+    base_commit: str  # the commit the pull request started from (its merge base)
+    status: str = "open"  # open | closed | merged
+    merge_commit: str | None = None
+    commits: list[str] = field(default_factory=list)  # the pull request's commits, oldest first
+
+    @property
+    def ref(self) -> str:
+        return f"refs/pr/{self.num}"
+
+
+@dataclass
 class Repo:
     repo_type: str
     repo_id: str
@@ -106,6 +126,7 @@ class Repo:
     commits: dict[str, Commit] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)  # name -> commit oid; PRs are "refs/pr/N"
     tags: dict[str, str] = field(default_factory=dict)
+    pull_requests: dict[int, PullRequest] = field(default_factory=dict)
 
     def resolve(self, revision: str) -> Commit | None:
         """Branch, tag, ``refs/pr/N``, full or abbreviated (>= 7) commit id -> commit."""
@@ -236,13 +257,37 @@ class HubStore:
         repo.branches[branch or "main"] = oid
         return commit
 
-    def open_pull_request(self, repo: Repo, base: str) -> str:
-        """A new ``refs/pr/N`` branch starting at ``base``'s head."""
+    def open_pull_request(self, repo: Repo, base: str, start: Commit, title: str, description: str, author: str) -> PullRequest:
+        """A new pull request against branch ``base``: the branch ``refs/pr/N`` starting at ``start``."""
         with self.lock:
-            number = 1 + sum(1 for b in repo.branches if b.startswith("refs/pr/"))
-            name = f"refs/pr/{number}"
-            repo.branches[name] = repo.branches[base]
-            return name
+            # As on the Hub, discussions and pull requests share one numbering.
+            pr = PullRequest(len(repo.pull_requests) + 1, title, description, author, _now(), base, start.oid)
+            repo.pull_requests[pr.num] = pr
+            repo.branches[pr.ref] = start.oid
+            return pr
+
+    def pull_request(self, repo: Repo, num: int) -> PullRequest:
+        pr = repo.pull_requests.get(num)
+        if pr is None:
+            raise HubError(404, f"Discussion #{num} not found", "EntryNotFound")
+        return pr
+
+    def merge_pull_request(self, repo: Repo, num: int, author: str) -> Commit:
+        """Apply the pull request's changes (its head against its start) onto its base branch, refusing conflicts."""
+        with self.lock:
+            pr = self.pull_request(repo, num)
+            if pr.status != "open":
+                raise HubError(400, f"Pull request #{num} is {pr.status}, not open")
+            start, head = repo.commits[pr.base_commit].tree, repo.commits[repo.branches[pr.ref]].tree
+            target = repo.commits[repo.branches[pr.base]].tree
+            changed = {p for p in {*start, *head} if start.get(p) != head.get(p)}
+            conflicts = sorted(p for p in changed if target.get(p) != start.get(p) and target.get(p) != head.get(p))
+            if conflicts:
+                raise HubError(409, f"Merge conflict in {', '.join(conflicts)}", filesWithConflicts=conflicts)
+            changes = {p: head.get(p) for p in changed}
+            merged = self.commit(repo, pr.base, changes, [], f"Merge pull request #{num}: {pr.title}", "", author=author)
+            pr.status, pr.merge_commit = "merged", merged.oid
+            return merged
 
     def create_tag(self, repo: Repo, tag: str, revision: str) -> None:
         with self.lock:

@@ -1,0 +1,133 @@
+"""Hardware profiles: one short id per kind of machine, so that every table row says where it came from.
+
+A profile id names what decides whether two runs' times are comparable: the accelerator model and
+how many there are per node, the number of nodes, how the accelerators of a node talk to each
+other, and the collective backend. Without an accelerator it names the host's CPU cores instead::
+
+    cpu-2c-gloo               2 CPU cores, gloo
+    1xH100-nccl               one H100
+    4xA100-pcie-nccl          4 A100s of one node, over PCIe
+    8xH100-nvlink-nccl        8 H100s of one node, over NVLink
+    2x8xH100-nvlink-nccl      2 nodes of 8 H100s
+
+The id is derived once per recording from ``environment.json``'s fields
+(:func:`profile_from_environment`); a user overrides it with ``--profile ID`` or the
+``MUON_REPRO_PROFILE`` environment variable (:func:`resolve_profile`). It names the first level
+of the dataset's layout, ``traces/<profile>/<group>/<name>/trial<k>/``, and is written into
+``environment.json`` as ``profile`` so that folder and record never disagree.
+
+Torch-free: the analysis reads profiles of recorded runs without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+PROFILE_ENV_VAR = "MUON_REPRO_PROFILE"
+PROFILE_FIELD = "profile"
+"""environment.json's field holding the run's profile id."""
+
+_PROFILE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NVLINK = re.compile(r"\bNV\d+\b")
+# Vendor words and memory sizes that say nothing about the chip: "NVIDIA H100 80GB HBM3" -> "H100".
+_NOISE_WORDS = {"nvidia", "amd", "geforce", "tesla", "quadro", "instinct", "radeon", "pcie", "sxm", "sxm4", "sxm5", "nvl", "hbm3", "hbm3e", "hbm2", "hbm2e"}
+_MEMORY_WORD = re.compile(r"^\d+(gb|g)$", re.IGNORECASE)
+
+
+def validate_profile_id(profile: str, *, source: str = "profile") -> str:
+    """``profile`` if it can name a folder of the dataset, else a ``ValueError`` naming ``source``."""
+    if not isinstance(profile, str) or not _PROFILE_ID.match(profile) or ".." in profile:
+        raise ValueError(
+            f"{source} {profile!r} is not a profile id: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit (e.g. cpu-2c-gloo, 4xA100-pcie-nccl)"
+        )
+    return profile
+
+
+def accelerator_short_name(name: str) -> str:
+    """The chip's model from a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100"``, ``"NVIDIA GeForce RTX 4090"`` -> ``"RTX4090"``."""
+    words = [w for w in re.split(r"[\s_/-]+", name) if w]
+    kept = [w for w in words if w.lower() not in _NOISE_WORDS and not _MEMORY_WORD.match(w)]
+    short = "".join(re.sub(r"[^A-Za-z0-9.]", "", w) for w in (kept or words))
+    return short or "gpu"
+
+
+def interconnect_from_topology(topology: str | None) -> str | None:
+    """``"nvlink"`` when ``nvidia-smi topo -m`` links two GPUs by NVLink (an ``NV<k>`` cell), ``"pcie"`` when it
+    shows a GPU matrix without one, ``None`` when there is no matrix to read."""
+    if not topology:
+        return None
+    gpu_rows = [line for line in topology.splitlines() if re.match(r"^\s*GPU\d+\s", line)]
+    if not gpu_rows:
+        return None
+    return "nvlink" if any(_NVLINK.search(row) for row in gpu_rows) else "pcie"
+
+
+def profile_from_environment(environment: Mapping[str, Any]) -> str:
+    """The profile id a recording's ``environment.json`` describes (its ``profile`` field wins when present)."""
+    recorded = environment.get(PROFILE_FIELD)
+    if recorded:
+        return validate_profile_id(str(recorded), source="environment.json's profile")
+    backend = str(environment.get("backend") or "unknown").lower()
+    accelerator = environment.get("accelerator")
+    if not accelerator:
+        cores = environment.get("host_cpu_cores")
+        return f"cpu-{int(cores)}c-{backend}" if cores else f"cpu-{backend}"
+    per_node = int(environment.get("accelerator_count") or 1)
+    nodes = int(environment.get("nodes") or 1)
+    chip = f"{per_node}x{accelerator_short_name(str(accelerator))}"
+    if nodes > 1:
+        chip = f"{nodes}x{chip}"
+    link = interconnect_from_topology(environment.get("interconnect_topology")) if per_node > 1 else None
+    return "-".join(part for part in (chip, link, backend) if part)
+
+
+def resolve_profile(environment: Mapping[str, Any], override: str | None = None) -> str:
+    """The profile a new recording is filed under: ``override`` (``--profile``), else ``$MUON_REPRO_PROFILE``,
+    else the one its environment describes."""
+    if override:
+        return validate_profile_id(override, source="--profile")
+    from_env = os.environ.get(PROFILE_ENV_VAR)
+    if from_env:
+        return validate_profile_id(from_env, source=f"${PROFILE_ENV_VAR}")
+    return profile_from_environment(environment)
+
+
+UNKNOWN_PROFILE = "unknown"
+"""The profile of traces that carry no ``environment.json`` (foreign traces, a lone trace file)."""
+
+
+def profile_or_unknown(environment: Mapping[str, Any] | None) -> str:
+    """:func:`profile_from_environment`, or :data:`UNKNOWN_PROFILE` for a folder without an environment."""
+    return profile_from_environment(environment) if environment else UNKNOWN_PROFILE
+
+
+def run_key(profile: str, group: str, name: str) -> str:
+    """A run's id in every table: ``<profile>/<group>/<name>`` (``<profile>/<name>`` without a group)."""
+    return "/".join(part for part in (profile, group, name) if part)
+
+
+def add_profile_argument(parser: Any) -> None:
+    """The one ``--profile ID`` option of every recording command (bench, run, converge, calibrate, regimes)."""
+    parser.add_argument(
+        "--profile", type=_profile_argument, default=None, metavar="ID",
+        help=f"hardware profile to file the recording under, OUT/<ID>/... (default: ${PROFILE_ENV_VAR}, else derived "
+        "from this machine, e.g. cpu-2c-gloo or 8xH100-nvlink-nccl)",
+    )  # fmt: skip
+
+
+def _profile_argument(text: str) -> str:
+    import argparse
+
+    try:
+        return validate_profile_id(text, source="--profile")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def ordered_profiles(runs_per_profile: Mapping[str, int]) -> list[str]:
+    """Profiles with the most runs first (ties by name): the first is the one the report's prose describes."""
+    return sorted(runs_per_profile, key=lambda p: (-runs_per_profile[p], p))

@@ -1,0 +1,139 @@
+"""``muon-repro migrate-layout``: move a dataset recorded before hardware profiles into the profile layout.
+
+Old layout: ``traces/<group>/<name>/trial<k>/``, ``traces/convergence/<run>/``, ``traces/costmodel/``.
+New layout: the same folders one level down, under the hardware profile that recorded them,
+``traces/<profile>/<group>/<name>/trial<k>/`` (:mod:`muon_repro.hardware`). A run folder's profile is
+read from its trials' environment.json (all must agree), a convergence run's from its record, a
+costmodel folder's from its machine.json (:mod:`muon_repro.rundir`). Nothing in a file changes, so the
+analysis gives the same tables before, during (some groups moved) and after the migration.
+
+Every move is planned and checked before the first one: a target that exists, or a run whose trials
+name different profiles, stops the migration with nothing moved. Each folder then moves with one
+``os.rename`` (same filesystem, so a folder is either in its old place or its new one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from muon_repro.hardware import validate_profile_id
+from muon_repro.rundir import (
+    CONFIG_FILE,
+    CONVERGENCE_FILE,
+    COSTMODEL_DIR,
+    MACHINE_FILE,
+    RunDir,
+    convergence_profile,
+    costmodel_profile,
+    read_json,
+    trial_of,
+)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One folder of the old layout and where it goes."""
+
+    source: Path
+    target: Path
+    profile: str
+
+    def __post_init__(self) -> None:
+        validate_profile_id(self.profile, source=f"profile of {self.source}")
+        if self.source == self.target:
+            raise ValueError(f"{self.source}: a move needs a new place")
+
+
+def _visible_dirs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _run_profile(folder: Path) -> str | None:
+    """The profile of an old-layout run folder (trials, a lone recording, a convergence run), ``None`` if it is none."""
+    if (folder / CONVERGENCE_FILE).is_file():
+        return convergence_profile(read_json(folder / CONVERGENCE_FILE) or {})
+    recordings = [t for t in _visible_dirs(folder) if trial_of(t) is not None and (t / CONFIG_FILE).is_file()]
+    if (folder / CONFIG_FILE).is_file():
+        recordings.append(folder)
+    profiles = {RunDir(t).profile: t for t in recordings}
+    if len(profiles) > 1:
+        raise ValueError(f"{folder}: its trials name different profiles ({', '.join(sorted(profiles))}); move them by hand")
+    return next(iter(profiles), None)
+
+
+def plan_migration(traces: Path, groups: Sequence[str] | None = None) -> list[Move]:
+    """Every old-layout folder under ``traces`` (of ``groups`` only, when given) and its new place; a
+    ``ValueError`` naming the path when a target exists, so that nothing is moved then."""
+    traces = Path(traces)
+    if not traces.is_dir():
+        raise ValueError(f"--traces {traces} is not a folder")
+    tops = {p.name: p for p in _visible_dirs(traces)}
+    unknown = sorted(set(groups or ()) - set(tops))
+    if unknown:
+        raise ValueError(f"--groups {', '.join(unknown)}: no such folder under {traces} (there: {', '.join(tops) or 'none'})")
+    moves: list[Move] = []
+    for name, top in tops.items():
+        if groups and name not in groups:
+            continue
+        if name == COSTMODEL_DIR and (top / MACHINE_FILE).is_file():
+            profile = costmodel_profile(top)
+            moves.append(Move(top, traces / profile / COSTMODEL_DIR, profile))
+            continue
+        for folder in _visible_dirs(top):
+            profile = _run_profile(folder)
+            if profile is not None:
+                moves.append(Move(folder, traces / profile / name / folder.name, profile))
+    _check(moves, traces)
+    return moves
+
+
+def _check(moves: list[Move], traces: Path) -> None:
+    """Refuse the plan, naming the path, when a target exists or a profile's folder would be an old group's."""
+    old = {m.source.relative_to(traces).parts[0] for m in moves}
+    for move in moves:
+        if move.profile in old:
+            raise ValueError(f"cannot move {move.source}: its profile {move.profile!r} is also the name of an old-layout folder "
+                             f"{traces / move.profile}; nothing was moved")  # fmt: skip
+        if move.target.exists():
+            raise ValueError(f"cannot move {move.source}: {move.target} exists already; nothing was moved")
+
+
+def migrate(moves: list[Move]) -> None:
+    """Carry out a checked plan: one ``os.rename`` per folder, then remove the old group folders left empty."""
+    for move in moves:
+        move.target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(move.source, move.target)
+    for old in sorted({m.source.parent for m in moves}):
+        if old.is_dir() and not any(old.iterdir()):
+            old.rmdir()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "migrate-layout",
+        help="move runs recorded before hardware profiles into traces/<profile>/...",
+        description=(
+            "Move every old-layout folder under --traces (<group>/<name>/, convergence/<run>/, costmodel/) into "
+            "<profile>/..., the profile read from its environment.json, convergence record or machine.json. Checks "
+            "every move first and moves nothing when a target exists. A tree with some groups moved analyzes to the "
+            "same tables as one with all moved, so the migration can be done group by group (--groups)."
+        ),
+    )
+    p.add_argument("--traces", type=Path, default=Path("traces"), help="the dataset's traces folder (default: %(default)s)")
+    p.add_argument("--groups", nargs="+", metavar="G", help="only these top-level folders (e.g. comparison convergence costmodel)")
+    p.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    moves = plan_migration(args.traces, args.groups)
+    for move in moves:
+        print(f"{'would move' if args.dry_run else 'move'} {move.source} -> {move.target}")
+    if not args.dry_run:
+        migrate(moves)
+    print(f"{len(moves)} folder(s) {'to move' if args.dry_run else 'moved'}" + ("" if moves else ": nothing in the old layout"))
+    return 0

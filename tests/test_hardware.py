@@ -1,0 +1,131 @@
+"""Hardware profile ids (muon_repro.hardware): derived from environment.json, overridden by flag or variable, validated."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from muon_repro.hardware import (
+    PROFILE_ENV_VAR,
+    UNKNOWN_PROFILE,
+    add_profile_argument,
+    ordered_profiles,
+    profile_from_environment,
+    profile_or_unknown,
+    resolve_profile,
+    run_key,
+    validate_profile_id,
+)
+
+def topology(links: list[list[str]]) -> str:
+    """An ``nvidia-smi topo -m`` matrix with the given link cells between GPUs."""
+    n = len(links)
+    rows = ["        " + "    ".join(f"GPU{j}" for j in range(n)) + "    CPU Affinity"]
+    rows += [f"GPU{i}    " + "    ".join(" X  " if i == j else links[i][j] for j in range(n)) + "    0-31" for i in range(n)]
+    return "\n".join(rows) + "\n"
+
+
+NVLINK_TOPOLOGY = topology([["NV18"] * 4 for _ in range(4)])
+PCIE_TOPOLOGY = topology([["PHB", "PHB", "SYS", "SYS"], ["PHB", "PHB", "SYS", "SYS"], ["SYS", "SYS", "PHB", "PHB"], ["SYS", "SYS", "PHB", "PHB"]])
+
+
+def cuda_env(name: str, count: int, topology: str | None, nodes: int = 1) -> dict:
+    return {"backend": "nccl", "accelerator": name, "accelerator_count": count, "nodes": nodes,
+            "interconnect_topology": topology, "host_cpu_cores": 64}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def no_profile_variable(monkeypatch):
+    monkeypatch.delenv(PROFILE_ENV_VAR, raising=False)
+
+
+def test_cpu_profile_from_cores_and_backend():
+    assert profile_from_environment({"backend": "gloo", "host_cpu_cores": 2, "accelerator": None, "accelerator_count": 0}) == "cpu-2c-gloo"
+    assert profile_from_environment({"backend": "gloo", "host_cpu_cores": 16}) == "cpu-16c-gloo"
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        (cuda_env("NVIDIA H100 80GB HBM3", 8, NVLINK_TOPOLOGY), "8xH100-nvlink-nccl"),
+        (cuda_env("NVIDIA A100-PCIE-40GB", 4, PCIE_TOPOLOGY), "4xA100-pcie-nccl"),
+        (cuda_env("NVIDIA H100 80GB HBM3", 8, NVLINK_TOPOLOGY, nodes=2), "2x8xH100-nvlink-nccl"),
+        (cuda_env("NVIDIA H100 80GB HBM3", 1, None), "1xH100-nccl"),
+        (cuda_env("NVIDIA GeForce RTX 4090", 2, None), "2xRTX4090-nccl"),  # no nvidia-smi matrix: no link named
+    ],
+)
+def test_cuda_profiles(environment, expected):
+    assert profile_from_environment(environment) == expected
+
+
+def test_recorded_profile_wins_over_the_derived_one():
+    env = {**cuda_env("NVIDIA H100 80GB HBM3", 8, NVLINK_TOPOLOGY), "profile": "lab-h100-box"}
+    assert profile_from_environment(env) == "lab-h100-box"
+
+
+def test_override_by_flag_then_variable(monkeypatch):
+    env = {"backend": "gloo", "host_cpu_cores": 2}
+    assert resolve_profile(env) == "cpu-2c-gloo"
+    monkeypatch.setenv(PROFILE_ENV_VAR, "from-variable")
+    assert resolve_profile(env) == "from-variable"
+    assert resolve_profile(env, "from-flag") == "from-flag"  # the flag beats the variable
+
+
+@pytest.mark.parametrize("bad", ["", "../up", "has space", "a/b", "-leading-dash", "x" * 65])
+def test_invalid_ids_are_refused_naming_the_value(bad, monkeypatch):
+    with pytest.raises(ValueError, match="is not a profile id") as info:
+        validate_profile_id(bad)
+    assert repr(bad) in str(info.value)
+    with pytest.raises(ValueError, match="--profile"):
+        resolve_profile({}, bad) if bad else validate_profile_id(bad, source="--profile")
+    if bad:
+        monkeypatch.setenv(PROFILE_ENV_VAR, bad)
+        with pytest.raises(ValueError, match=PROFILE_ENV_VAR):
+            resolve_profile({})
+
+
+def test_invalid_recorded_profile_names_environment_json():
+    with pytest.raises(ValueError, match="environment.json's profile 'a b'"):
+        profile_from_environment({"profile": "a b"})
+
+
+def test_profile_argument_parses_and_refuses(capsys):
+    parser = argparse.ArgumentParser()
+    add_profile_argument(parser)
+    assert parser.parse_args(["--profile", "8xH100-nvlink-nccl"]).profile == "8xH100-nvlink-nccl"
+    assert parser.parse_args([]).profile is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--profile", "no/slash"])
+    assert "'no/slash' is not a profile id" in capsys.readouterr().err
+
+
+def test_every_recording_command_takes_profile():
+    from muon_repro.cli import build_parser
+
+    parser = build_parser()
+    for command in (["bench", "custom"], ["run"], ["converge"], ["calibrate", "--out", "m.json"], ["regimes"]):
+        assert parser.parse_args([*command, "--profile", "p1"]).profile == "p1", command
+
+
+def test_unknown_profile_and_run_keys_and_order():
+    assert profile_or_unknown({}) == profile_or_unknown(None) == UNKNOWN_PROFILE
+    assert run_key("cpu-2c-gloo", "comparison", "muon_dp2_tp2") == "cpu-2c-gloo/comparison/muon_dp2_tp2"
+    assert run_key("unknown", "", "lone") == "unknown/lone"
+    assert ordered_profiles({"b": 3, "a": 3, "c": 9}) == ["c", "a", "b"]
+
+
+def test_this_machine_records_under_its_cpu_profile(monkeypatch):
+    import os
+
+    import torch
+
+    from muon_repro.bench.environment import capture_environment, recording_profile
+
+    if torch.cuda.is_available():
+        pytest.skip("a CPU-only check")
+    assert recording_profile("gloo") == f"cpu-{os.cpu_count()}c-gloo"
+    assert recording_profile("gloo", "given") == "given"
+    assert capture_environment("gloo", "given")["profile"] == "given"
+    monkeypatch.setenv(PROFILE_ENV_VAR, "from-variable")
+    assert capture_environment("gloo")["profile"] == "from-variable"

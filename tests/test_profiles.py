@@ -1,0 +1,180 @@
+"""Hardware profiles through the data flow: two profiles never pair, claims and the report have one per
+profile, and migrating the old layout (all at once or group by group) leaves every table as it was."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.analysis.tables import build_tables, write_tables
+from muon_repro.hub.verify import LOCATION_COLUMNS
+from muon_repro.layout import migrate, plan_migration
+from muon_repro.rundir import ENVIRONMENT_FILE, trial_folders
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = ("comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2")  # the committed cpu-2c-gloo runs, one trial each
+CPU, GPU = "cpu-2c-gloo", "8xH100-nvlink-nccl"
+
+
+def committed(run: str) -> Path:
+    """The committed trial0 of ``run``, in whichever layout the repository holds it."""
+    found = [folder for key, folders in trial_folders(REPO / "traces").items() if key == f"{CPU}/{run}" for folder in folders]
+    if not found:
+        pytest.skip(f"the committed traces hold no {run}")
+    return found[0]
+
+
+def copy_run(run: str, dest: Path, profile: str | None = None) -> Path:
+    """trial0 of a committed run copied to ``dest/<run>/trial0``; ``profile``: written into its environment.json."""
+    target = dest / run / "trial0"
+    shutil.copytree(committed(run), target)
+    if profile is not None:
+        env = json.loads((target / ENVIRONMENT_FILE).read_text())
+        (target / ENVIRONMENT_FILE).write_text(json.dumps({**env, "profile": profile}))
+    return target
+
+
+@pytest.fixture(scope="module")
+def two_profiles(tmp_path_factory) -> dict[str, pd.DataFrame]:
+    """The two runs in the old layout (cpu-2c-gloo, derived) and again as a second profile in the new layout."""
+    traces = tmp_path_factory.mktemp("two") / "traces"
+    for run in RUNS:
+        copy_run(run, traces)
+        copy_run(run, traces / GPU, GPU)
+    return build_tables([traces], workers=1)
+
+
+def test_every_table_row_names_its_profile(two_profiles):
+    runs = two_profiles["runs"]
+    assert sorted(runs["run"]) == sorted(f"{p}/{r}" for p in (CPU, GPU) for r in RUNS)
+    assert runs.set_index("run")["profile"].to_dict() == {f"{p}/{r}": p for p in (CPU, GPU) for r in RUNS}
+    for name in ("steps", "collectives", "ranks", "phases", "timeline", "losses", "environment"):
+        table = two_profiles[name]
+        assert set(table["profile"]) == {CPU, GPU}, name
+        assert all(run.startswith(f"{profile}/") for run, profile in zip(table["run"], table["profile"])), name
+
+
+def test_muon_pairs_only_with_adamw_of_its_profile(two_profiles):
+    comparisons = two_profiles["comparisons"]
+    assert len(comparisons) == 2
+    for row in comparisons.itertuples():
+        assert row.muon_run.split("/")[0] == row.adamw_run.split("/")[0] == row.profile
+
+
+def test_no_partner_from_another_profile(tmp_path):
+    copy_run(RUNS[0], tmp_path / "traces", GPU)  # Muon alone on the GPU profile
+    for run in RUNS:
+        copy_run(run, tmp_path / "traces" / CPU)
+    comparisons = build_tables([tmp_path / "traces"], workers=1)["comparisons"]
+    assert comparisons["muon_run"].tolist() == [f"{CPU}/{RUNS[0]}"]
+
+
+def test_claims_have_a_row_per_claim_and_profile(two_profiles):
+    claims = two_profiles["claims"]
+    per_claim = claims.groupby("claim_id")["profile"].apply(sorted)
+    assert len(per_claim) >= 5 and all(p == sorted([CPU, GPU]) for p in per_claim)
+    assert not claims.duplicated(["claim_id", "profile"]).any()
+    both = claims.set_index(["claim_id", "profile"])["measured_value"].unstack()
+    assert both[CPU].dropna().equals(both[GPU].dropna())  # the same traces measure the same on either profile
+
+
+def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
+    from muon_repro.report.context import claims_matrix, profiles_note
+    from muon_repro.report.data import load
+    from muon_repro.report.readme import claims_markdown
+
+    write_tables(two_profiles, tmp_path / "metrics")
+    data = load(tmp_path / "metrics")
+    first, second = sorted((CPU, GPU))
+    assert data.profiles == [first, second]  # a tie in runs: by name
+    header, rows, notes = claims_matrix(data)
+    assert [h for h in header if h.startswith((CPU, GPU))] == [f"{first}: measured (95% interval), verdict", f"{second}: measured (95% interval), verdict"]
+    assert all(len(row) == len(header) for row in rows) and len(notes) == len(rows)
+    assert f"describe {first}, the profile with most runs" in profiles_note(data)
+    assert data.of_profile(GPU).runs["run"].str.startswith(f"{GPU}/").all()
+    markdown = claims_markdown(tmp_path / "metrics")
+    assert f"| {CPU}: measured" in markdown and f"| {GPU}: measured" in markdown
+
+
+def test_report_with_one_profile_names_it(tmp_path):
+    from muon_repro.report.context import claims_matrix
+    from muon_repro.report.data import load
+
+    for run in RUNS:
+        copy_run(run, tmp_path / "traces")
+    write_tables(build_tables([tmp_path / "traces"], workers=1), tmp_path / "metrics")
+    header, _, _ = claims_matrix(load(tmp_path / "metrics"))
+    assert header == ["claim", "source", "claimed", "agrees if in", f"measured on {CPU} (95% interval)", "verdict"]
+
+
+# ---------------------------------------------------------------- migration
+
+
+@pytest.fixture
+def old_tree(tmp_path) -> Path:
+    """Two runs, a convergence record and the cost model's records, in the old layout."""
+    traces = tmp_path / "traces"
+    for run in RUNS:
+        copy_run(run, traces)
+    records = [p for p in (REPO / "traces").rglob("convergence.json") if "steps300_seed0" in p.parent.name][:2]
+    costmodel = next((REPO / "traces").rglob("costmodel/machine.json"), None)
+    if len(records) < 2 or costmodel is None:
+        pytest.skip("the committed traces hold no convergence records or cost-model folder")
+    for record in records:
+        shutil.copytree(record.parent, traces / "convergence" / record.parent.name)
+    shutil.copytree(costmodel.parent, traces / "costmodel")
+    return traces
+
+
+def _without_location(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    return {name: df.drop(columns=[c for c in LOCATION_COLUMNS if c in df.columns]) for name, df in tables.items()}
+
+
+def _assert_same(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> None:
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], obj=name)
+
+
+def test_dry_run_moves_nothing(old_tree):
+    before = sorted(p.relative_to(old_tree) for p in old_tree.rglob("*"))
+    moves = plan_migration(old_tree)
+    assert {m.target.relative_to(old_tree).parts[:2] for m in moves} == {(CPU, "comparison"), (CPU, "convergence"), (CPU, "costmodel")}
+    assert sorted(p.relative_to(old_tree) for p in old_tree.rglob("*")) == before
+    from muon_repro.cli import main
+
+    assert main(["migrate-layout", "--traces", str(old_tree), "--dry-run"]) == 0
+    assert sorted(p.relative_to(old_tree) for p in old_tree.rglob("*")) == before
+
+
+def test_conflict_is_refused_naming_the_path_before_anything_moves(old_tree):
+    blocker = old_tree / CPU / "convergence" / next((old_tree / "convergence").iterdir()).name
+    blocker.mkdir(parents=True)
+    with pytest.raises(ValueError, match="exists already; nothing was moved") as info:
+        plan_migration(old_tree)
+    assert str(blocker) in str(info.value)
+    assert (old_tree / "comparison").is_dir() and not (old_tree / CPU / "comparison").exists()
+
+
+def test_unknown_group_is_refused(old_tree):
+    with pytest.raises(ValueError, match="--groups nope: no such folder"):
+        plan_migration(old_tree, ["nope"])
+
+
+def test_partial_migration_gives_the_same_tables(old_tree):
+    old = _without_location(build_tables([old_tree], workers=1))
+    migrate(plan_migration(old_tree, ["comparison", "costmodel"]))
+    assert (old_tree / "convergence").is_dir() and (old_tree / CPU / "comparison").is_dir() and not (old_tree / "comparison").exists()
+    partial = _without_location(build_tables([old_tree], workers=1))
+    migrate(plan_migration(old_tree))
+    assert sorted(p.name for p in old_tree.iterdir()) == [CPU]
+    full = build_tables([old_tree], workers=1)
+    assert all(str(p).startswith(f"{old_tree.name}/{CPU}/") or f"/{CPU}/" in str(p) for p in full["runs"]["path"])
+    full = _without_location(full)
+    _assert_same(partial, full)
+    _assert_same(old, full)
+    assert len(full["convergence"]) and len(full["calibration"]) and len(full["comparisons"]) == 1
+    assert plan_migration(old_tree) == []  # nothing left in the old layout
