@@ -18,7 +18,7 @@ COMMAND_MODULES = (
     "muon_repro.hub.cli",
     "muon_repro.hub.contribute_cli",
     "muon_repro.costmodel.cli",
-    "muon_repro.layout",
+    "muon_repro.migrate_layout",
 )
 
 

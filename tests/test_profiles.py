@@ -12,7 +12,7 @@ import pytest
 
 from muon_repro.analysis.tables import build_tables, write_tables
 from muon_repro.hub.verify import LOCATION_COLUMNS
-from muon_repro.layout import migrate, plan_migration
+from muon_repro.migrate_layout import migrate, plan_migration
 from muon_repro.rundir import ENVIRONMENT_FILE, trial_folders
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,3 +178,16 @@ def test_partial_migration_gives_the_same_tables(old_tree):
     _assert_same(old, full)
     assert len(full["convergence"]) and len(full["calibration"]) and len(full["comparisons"]) == 1
     assert plan_migration(old_tree) == []  # nothing left in the old layout
+
+
+def test_bench_skips_an_unmigrated_trial_of_its_profile_instead_of_recording_it_again(old_tree):
+    """`muon-repro run` on a tree migrated group by group: a complete old-layout trial of the same
+    profile is where the plan looks (so it is skipped); another profile records into the new layout."""
+    from muon_repro.bench.configs import resolve
+    from muon_repro.bench.sweep import is_complete, plan_recordings
+
+    cfg = resolve(RUNS[0], "cpu")
+    (mine,) = plan_recordings([cfg], old_tree, 1, profile=CPU)
+    assert mine.final == old_tree / RUNS[0] / "trial0" and is_complete(mine.final, cfg)
+    (theirs,) = plan_recordings([cfg], old_tree, 1, profile=GPU)
+    assert theirs.final == old_tree / GPU / RUNS[0] / "trial0" and not theirs.final.exists()

@@ -601,6 +601,7 @@ PREDICTIONS = TableSchema(
         ("trials", "Int64", "count", "trials whose steps were pooled"),
         ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
         ("profiled", "boolean", "", "whether the run was recorded under the profiler, and priced with its per-operator cost"),
+        ("recorded_on", "string", "", "UTC date its first trial was recorded (environment.json recorded_at): one machine's speed drifts between days"),
         ("measured_step_ms", "Float64", "ms", "median over profiled steps of the slowest rank's step time (metrics.json step_ms)"),
         ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank"),
         ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),

@@ -98,7 +98,17 @@ def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TR
     """Every trial of every configuration, interleaved: all configurations' trial 0, then trial 1, ..."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    return [Recording(cfg, k, trials, trial_dir(run_dir_for(out, cfg, profile), k), profile) for k in range(trials) for cfg in cfgs]
+    return [Recording(cfg, k, trials, _trial_home(out, cfg, profile, k), profile) for k in range(trials) for cfg in cfgs]
+
+
+def _trial_home(out: Path, cfg: BenchConfig, profile: str, trial: int) -> Path:
+    """Where trial ``trial`` of ``cfg`` lives: in the profile layout, unless a dataset recorded before
+    profiles (``<out>/<group>/<name>/trial<k>``, not yet migrated) holds it for this profile; then there,
+    so that it is skipped when complete (or redone in place with --force) rather than recorded twice."""
+    legacy = trial_dir(Path(out) / cfg.group / cfg.name, trial)
+    if legacy.is_dir() and RunDir(legacy).profile == profile:
+        return legacy
+    return trial_dir(run_dir_for(out, cfg, profile), trial)
 
 
 def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:

@@ -75,7 +75,7 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
             "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~6 minutes a "
             "trial on 2 cores) into OUT/<profile>/regimes/ (the hardware profile: --profile, else derived from this "
             "machine), calibrate this machine into OUT/<profile>/costmodel/machine.json if it has no "
-            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run under OUT/<profile> "
+            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run of the profile under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
             "to 1.1%% and 3%%. Then `muon-repro analyze OUT` makes the regimes, predictions, calibration, "
@@ -84,7 +84,7 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("traces"), help="the traces folder to add the sweep to (default: %(default)s)")
     p.add_argument("--trials", type=int, default=2, help="trials per point, interleaved (default: %(default)s)")
-    p.add_argument("--machine", help="price with this profile instead of OUT/costmodel/machine.json (a file or a shipped name)")
+    p.add_argument("--machine", help="price with this profile instead of OUT/<profile>/costmodel/machine.json (a file or a shipped name)")
     p.add_argument("--quick", action="store_true", help="4 small points and a quick calibration: a smoke run of the machinery")
     p.add_argument("--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records")
     p.add_argument("--force", action="store_true", help="record complete trials again")
@@ -126,7 +126,7 @@ def _regimes(args: argparse.Namespace) -> int:
             return 1
         print(f"muon-repro regimes: {sum(r.status == 'recorded' for r in results)} trial(s) recorded, "
               f"{sum(r.status != 'recorded' for r in results)} already complete")  # fmt: skip
-    written = write_records(folder, machine, profile=hardware, quick=args.quick, log=lambda line: print(line, flush=True))
+    written = write_records(args.out, machine, profile=hardware, quick=args.quick, log=lambda line: print(line, flush=True))
     print(f"wrote {', '.join(str(w) for w in written)}")
     print(f"next: muon-repro analyze {args.out} --out metrics   (the regimes, predictions and regime_* tables)")
     return 0

@@ -82,13 +82,14 @@ SCALE_OUT_TP = 8  # TP inside a node, DP across nodes
 def write_records(
     traces: str | Path, machine: MachineProfile, *, profile: str, quick: bool = False, log: Callable[[str], None] = print
 ) -> list[Path]:
-    """Predict and write the three records into ``<traces>/costmodel/`` (``traces``: one profile's folder,
-    ``<root>/<profile>``), each row tagged with ``profile``; returns the files written.
-    ``quick``: the recorded runs and this machine's lines only (seconds, for tests)."""
-    folder = Path(traces) / COSTMODEL_DIR
+    """Predict and write the three records into ``<traces>/<profile>/costmodel/``, each row tagged with
+    ``profile``; returns the files written. Every run of ``profile`` under ``traces`` is predicted,
+    in the profile layout or the old one. ``quick``: the recorded runs and this machine's lines only
+    (seconds, for tests)."""
+    folder = Path(traces) / profile / COSTMODEL_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    log(f"predicting every recorded run under {traces} on {machine.name} ...")
-    predictions = validate(traces, machine, profiled=None)
+    log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
+    predictions = validate(traces, machine, profiled=None, profile=profile)
     log("pricing the regime lines ...")
     lines = list(this_machine_lines(machine, quick=quick))
     thresholds: list[dict] = []

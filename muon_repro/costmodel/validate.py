@@ -64,11 +64,20 @@ def measured(folders: list[Path]) -> Measured | None:
     return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps))
 
 
-def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None = None) -> list[dict]:
-    """One ``predictions`` row per run under ``root`` that has measured steps. ``profiled``: price
+def recorded_on(folders: list[Path]) -> str | None:
+    """The UTC date (``YYYY-MM-DD``) the earliest of ``folders`` was recorded, from environment.json."""
+    dates = sorted(str(stamp)[:10] for f in folders if (stamp := RunDir(f).environment.get("recorded_at")))
+    return dates[0] if dates else None
+
+
+def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None = None, profile: str | None = None) -> list[dict]:
+    """One ``predictions`` row per run under ``root`` that has measured steps (of hardware ``profile`` only,
+    when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
     every run with (True) or without (False) the profiler's cost; None: as each run was recorded."""
     rows = []
     for key, folders in run_folders(root).items():
+        if profile is not None and RunDir(folders[0]).profile != profile:
+            continue
         times = measured(folders)
         if times is None:
             continue
@@ -78,6 +87,7 @@ def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None
         rows.append({
             "run": key, "profile": RunDir(folders[0]).profile, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
             "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps, "profiled": priced_profiled,
+            "recorded_on": recorded_on(folders),
             "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,
             "measured_optimizer_ms": times.optimizer_ms, "predicted_optimizer_ms": p.optimizer_ms,
             "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,

@@ -137,8 +137,9 @@ def _hub_errors():
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    from muon_repro.hub.publish import first_line  # heavy imports stay inside the commands
+
+    return first_line(exc)
 
 
 def _endpoint() -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from muon_repro.hub.fsutil import human_size, sha256_file
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, manifest_lines, parse_manifest
 from muon_repro.hub.naming import check_repo_id, check_revision
-from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, _first_line, check_timeout, hub_step, hub_timeout, token_in_use
+from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, first_line, hub_step, hub_timeout, token_in_use
 from muon_repro.hub.run_check import LocalRun, RunScan, scan_runs
 
 _TRIAL_IN_PATH = re.compile(r"/trial(\d+)/")
@@ -229,7 +229,7 @@ def contribute(
             with hub_step(endpoint, timeout, doing, state):
                 info = _open_pull_request(api, plan)
         except HfHubHTTPError as exc:
-            raise PublishError(f"the Hub refused the pull request to {repo_id}: {_first_line(exc)}; main is unchanged") from exc
+            raise PublishError(f"the Hub refused the pull request to {repo_id}: {first_line(exc)}; main is unchanged") from exc
     echo(f"Opened pull request #{info.pr_num}: {info.pr_url}")
     echo(f"A maintainer checks it with: muon-repro review {repo_id} --pr {info.pr_num}")
     return ContributeResult(plan, info.pr_url, info.pr_num)

@@ -135,7 +135,7 @@ def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[]
     except httpx2.TimeoutException:
         what = f"the Hub at {endpoint} did not answer within {timeout:g} s while {doing}"
     except httpx2.TransportError as exc:  # refused, reset, DNS...
-        what = f"the Hub at {endpoint} could not be reached while {doing} ({_first_line(exc)})"
+        what = f"the Hub at {endpoint} could not be reached while {doing} ({first_line(exc)})"
     else:
         return
     raise PublishError(f"{what}; {state() if callable(state) else state}") from None
@@ -281,7 +281,7 @@ def _commit(target: _Target, root: Path, plan: Plan, create_pr: bool) -> tuple[s
                 "nothing was committed or tagged. Run publish again to plan against the new head."
             ) from exc
         raise PublishError(
-            f"the Hub refused the commit to {target.repo_id}: {_first_line(exc)}; nothing was committed or tagged"
+            f"the Hub refused the commit to {target.repo_id}: {first_line(exc)}; nothing was committed or tagged"
         ) from exc
     return info.oid, info.pr_url, summary
 
@@ -298,7 +298,7 @@ def _tag(target: _Target, commit: str, committed: bool) -> None:
     except HfHubHTTPError as exc:
         untagged = "the commit is on main, untagged" if committed else "nothing was committed"
         raise PublishError(
-            f"could not tag {commit[:12]} as {target.tag} on {target.repo_id}: {_first_line(exc)} ({untagged})"
+            f"could not tag {commit[:12]} as {target.tag} on {target.repo_id}: {first_line(exc)} ({untagged})"
         ) from exc
 
 
@@ -389,6 +389,7 @@ def citation_text(meta: BundleMeta, commit: str, endpoint: str) -> str:
     return f"Cite this version as:\n{bibtex(meta, commit, endpoint=endpoint)}"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (its type when it says nothing): what a one-line error message quotes."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

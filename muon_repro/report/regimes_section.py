@@ -41,7 +41,7 @@ def regimes_section(data: ReportData, figure_paths: dict[str, Path], rel: Callab
                     for n in REGIME_FIGURES],  # fmt: skip
         "first_number": first_number,
         "sweep": sweep_lines(data.regimes),
-        "predictions_header": ["run", "step ms", "predicted", "error", "optimizer ms", "predicted", "error"],
+        "predictions_header": ["run", "recorded", "step ms", "predicted", "error", "optimizer ms", "predicted", "error"],
         "predictions_rows": prediction_rows(data.predictions),
         "predictions_summary": prediction_summary(data.predictions) + share_summary(data.regimes),
         "thresholds_header": ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step", "3% at tokens/step"],
@@ -95,7 +95,7 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
 def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in predictions.sort_values("run").itertuples():
-        rows.append([r.run, f"{r.measured_step_ms:.0f}", f"{r.predicted_step_ms:.0f}", f"{r.step_rel_error:+.0%}",
+        rows.append([r.run, _text(r.recorded_on), f"{r.measured_step_ms:.0f}", f"{r.predicted_step_ms:.0f}", f"{r.step_rel_error:+.0%}",
                      f"{r.measured_optimizer_ms:.0f}", f"{r.predicted_optimizer_ms:.0f}",
                      "–" if is_missing(r.optimizer_rel_error) else f"{r.optimizer_rel_error:+.0%}"])  # fmt: skip
     return rows
@@ -114,7 +114,24 @@ def prediction_summary(predictions: pd.DataFrame) -> str:
     if worst_opt is not None:
         text += (f" Optimizer time: median |error| {statistics.median(opt.abs()):.1%}, worst {float(worst_opt['optimizer_rel_error']):+.1%} "
                  f"({worst_opt['run']}).")  # fmt: skip
-    return text
+    return text + _by_day(predictions)
+
+
+def _text(value) -> str:
+    return "–" if is_missing(value) else str(value)
+
+
+def _by_day(predictions: pd.DataFrame) -> str:
+    """Step-time errors per recording day, when the runs span several: a machine's speed drifts between days,
+    and one calibration prices every run at the speed of the day it was taken."""
+    if "recorded_on" not in predictions or predictions["recorded_on"].dropna().nunique() < 2:
+        return ""
+    parts = []
+    for day, rows in predictions.dropna(subset=["recorded_on"]).groupby("recorded_on"):
+        error = rows["step_rel_error"].astype(float)
+        parts.append(f"{day}: {len(rows)} runs, median error {error.median():+.1%} (median |error| {error.abs().median():.1%})")
+    return (" By the day the runs were recorded (the calibration was taken on the latest): " + "; ".join(parts) + ". A run "
+            "recorded on a day the machine ran slower or faster than when it was calibrated carries that difference as error.")
 
 
 def share_summary(regimes: pd.DataFrame) -> str:
@@ -123,8 +140,8 @@ def share_summary(regimes: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     error = (rows["predicted_optimizer_share"].astype(float) / rows["optimizer_share"].astype(float) - 1).abs()
-    return (f" The optimizer's share of the step, the regime map's quantity, is predicted better than either time: median "
-            f"|error| {error.median():.1%} over the {len(rows)} sweep points (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']}).")
+    return (f" The optimizer's share of the step, the regime map's quantity: median |error| {error.median():.1%} over the "
+            f"{len(rows)} sweep points (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']}).")
 
 
 def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
