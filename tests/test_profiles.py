@@ -100,6 +100,33 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
     assert f"| {CPU}: measured" in markdown and f"| {GPU}: measured" in markdown
 
 
+@pytest.mark.slow
+def test_figures_and_report_put_every_claim_of_every_profile_side_by_side(two_profiles, tmp_path):
+    from muon_repro.report.build import make_figures, write_report
+    from muon_repro.report.figures import FIGURES
+
+    write_tables(two_profiles, tmp_path / "metrics")
+    paths = make_figures(tmp_path / "metrics", tmp_path / "figures")
+    svg = paths["claims_by_profile"].with_suffix(".svg").read_text()
+    measured = two_profiles["claims"].dropna(subset=["measured_value"])["claim_id"].unique()
+    assert CPU in svg and GPU in svg and all(claim_id in svg for claim_id in measured)
+    other = sorted((CPU, GPU))[1]  # a tie in runs: the first by name is the main profile
+    assert (tmp_path / "figures" / other / "timeline.png").is_file()  # the other profile's own figures
+    report = write_report(tmp_path / "metrics", tmp_path / "figures", tmp_path / "report", ("md",))["md"].read_text()
+    number = len(FIGURES) + 1  # after the results' figures, in the claims section
+    assert f"*Figure {number}.* Every claim measured on every hardware profile" in report
+    assert report.index(f"*Figure {number}.*") < report.index(f"*Figure {number + 1}.*")  # the regime figures follow
+
+
+def test_region_bounds_read_the_claims_table_regions():
+    from muon_repro.report.profile_figures import region_bounds
+
+    assert region_bounds("(1, 1.25]") == (1.0, 1.25)
+    assert region_bounds("(-inf, 0.03]") == (float("-inf"), 0.03)
+    assert region_bounds("(0, +inf)") == (0.0, float("inf"))
+    assert region_bounds("below 1") is None
+
+
 def test_report_with_one_profile_names_it(tmp_path):
     from muon_repro.report.context import claims_matrix
     from muon_repro.report.data import load

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from muon_repro.report import convergence_figures, figures, regime_figures
+from muon_repro.report import convergence_figures, figures, profile_figures, regime_figures
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -39,7 +39,10 @@ def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     main, *others = data.profiles
     for profile in others:  # with several hardware profiles, each one's figures lie in figures/<profile>/
         _draw(data.of_profile(profile), Path(out_dir) / profile)
-    return _draw(data.of_profile(main), Path(out_dir))
+    paths = _draw(data.of_profile(main), Path(out_dir))
+    if profile_figures.wants_profile_figures(data.claims):  # and every claim on every profile, side by side
+        paths["claims_by_profile"] = profile_figures.claims_by_profile(data.claims, Path(out_dir) / "claims_by_profile")
+    return paths
 
 
 def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
@@ -85,6 +88,7 @@ def write_report(metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: t
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
     everything = load(metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
-    figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
+    names = (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES)
+    figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     context = build_context(data, figure_paths, Path(out_dir), invocations=invocations(data, Path(figures_dir), Path(out_dir), formats))
     return write_formats(context, Path(out_dir), formats)

@@ -23,6 +23,7 @@ from muon_repro.report import derive, style
 from muon_repro.report.convergence_section import convergence_section
 from muon_repro.report.data import TABLES, MissingMetric, ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.figures import FIGURES
+from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.selection import first_pair, pair_at, representative_runs, run_label, sort_runs, titled
 
@@ -278,7 +279,8 @@ def profiles_note(data: ReportData) -> str:
     listed = ", ".join(f"{p} ({int(counts.get(p, 0))} runs)" for p in profiles)
     return (f"The runs were recorded on {len(profiles)} hardware profiles: {listed}. The claims table has a column per profile; "
             f"the other sections and figures describe {profiles[0]}, the profile with most runs "
-            f"(every profile's figures are drawn under figures/<profile>/).")  # fmt: skip
+            f"(the others' are drawn under figures/<profile>/); a figure beside the claims table puts every claim of every "
+            f"profile side by side.")  # fmt: skip
 
 
 def summary_lines(claims: list[dict[str, str]]) -> list[str]:
@@ -802,6 +804,13 @@ def build_context(data: ReportData, figure_paths: dict[str, Path], out_dir: Path
         return Path(os.path.relpath(Path(p).resolve(), Path(out_dir).resolve())).as_posix()
 
     tables = {name: rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
+    profile_figure = None  # numbered after the results' figures, before the regime section's
+    if wants_profile_figures(data.claims):
+        path = Path(figure_paths.get("claims_by_profile", ""))
+        if not path.is_file():
+            raise FileNotFoundError(f"figure claims_by_profile not found at {path}: run `muon-repro figures` first")
+        profile_figure = {"name": "claims_by_profile", "src": rel(path), "svg": rel(path.with_suffix(".svg")),
+                          "caption": PROFILE_CAPTIONS["claims_by_profile"]}  # fmt: skip
     return {
         "title": "Distributed Muon vs AdamW: communication, time and memory, reproduced",
         "sections": dict(SECTIONS),
@@ -831,7 +840,8 @@ def build_context(data: ReportData, figure_paths: dict[str, Path], out_dir: Path
         "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
-        "regime": regimes_section(data, figure_paths, rel, len(FIGURES) + 1),
+        "profile_figure": profile_figure,
+        "regime": regimes_section(data, figure_paths, rel, len(FIGURES) + 1 + (profile_figure is not None)),
         "limitations": limitations(data),
         "commands": reproduce(data, invocations),
         "tables": tables,

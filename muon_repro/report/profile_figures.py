@@ -1,0 +1,90 @@
+"""The figure across hardware profiles, drawn only when the tables hold more than one: every claim
+measured on every profile, one panel per claim, one row per profile (the claims table's columns, as
+a picture). Reads the ``claims`` table alone."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from muon_repro.report import style
+from muon_repro.report.figures import _save, _styled
+
+PROFILE_FIGURES = ("claims_by_profile",)
+PROFILE_CAPTIONS = {
+    "claims_by_profile": "Every claim measured on every hardware profile: the measured value with its 95% interval, one row "
+    "per profile, the values that agree with the claim shaded; the point's colour is the verdict.",
+}
+VERDICT_COLORS = {"reproduced": "#009E73", "not reproduced": "#D55E00", "inconclusive": "#E69F00"}
+_REGION = re.compile(r"^\s*[\[(]\s*([^,]+?)\s*,\s*([^\])]+?)\s*[\])]\s*$")
+
+
+def region_bounds(text: object) -> tuple[float, float] | None:
+    """``(low, high)`` of a claims table ``region`` such as ``(1, 1.25]`` or ``(-inf, 0.03]``; None if unreadable."""
+    match = _REGION.match(str(text))
+    if not match:
+        return None
+    try:
+        return float(match[1]), float(match[2])
+    except ValueError:
+        return None
+
+
+def wants_profile_figures(claims: pd.DataFrame) -> bool:
+    return "profile" in claims.columns and claims["profile"].nunique() > 1
+
+
+@_styled
+def claims_by_profile(claims: pd.DataFrame, out: str | Path) -> Path:
+    """One panel per claim measured on some profile: each profile's value and interval, the claim's region shaded."""
+    measured = claims[claims["measured_value"].notna()]
+    ids = list(dict.fromkeys(measured["claim_id"]))  # the claims table's order
+    profiles = list(dict.fromkeys(claims["profile"].astype(str)))
+    if not ids:
+        raise ValueError("claims_by_profile: no claim is measured on any profile in the claims table")
+    ncols = 2
+    nrows = math.ceil(len(ids) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(style.WIDTH_IN, 0.4 + nrows * (0.45 + 0.22 * len(profiles))), squeeze=False)
+    for ax, claim_id in zip(axes.flat, ids):
+        rows = measured[measured["claim_id"] == claim_id]
+        rows = rows.set_index(rows["profile"].astype(str))
+        _claim_panel(ax, claim_id, rows, profiles, region_bounds(rows["region"].iloc[0]))
+    for ax in list(axes.flat)[len(ids) :]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=v) for v, c in VERDICT_COLORS.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, out)
+
+
+def _claim_panel(ax: plt.Axes, claim_id: str, rows: pd.DataFrame, profiles: list[str], region: tuple[float, float] | None) -> None:
+    ys = np.arange(len(profiles))
+    values = [float(rows.loc[p, "measured_value"]) if p in rows.index else math.nan for p in profiles]
+    lows = [float(rows.loc[p, "measured_low"]) if p in rows.index else math.nan for p in profiles]
+    highs = [float(rows.loc[p, "measured_high"]) if p in rows.index else math.nan for p in profiles]
+    bounds = [b for b in (region or ()) if math.isfinite(b)]
+    shown = [v for v in (*values, *lows, *highs, *bounds) if math.isfinite(v)]
+    span_lo, span_hi = min(shown), max(shown)
+    pad = 0.1 * (span_hi - span_lo or abs(span_hi) or 1.0)
+    ax.set_xlim(span_lo - pad, span_hi + pad)  # an unbounded side of the region runs off the panel
+    if region is not None:
+        lo, hi = region
+        ax.axvspan(lo if math.isfinite(lo) else span_lo - pad, hi if math.isfinite(hi) else span_hi + pad, color="#999999", alpha=0.2, lw=0)
+    for y, p, v, lo, hi in zip(ys, profiles, values, lows, highs):
+        if not math.isfinite(v):
+            ax.annotate("not measured", (0.5, y), xycoords=("axes fraction", "data"), ha="center", va="center", fontsize=6, color="#555555")
+            continue
+        color = VERDICT_COLORS.get(str(rows.loc[p, "verdict"]), "#555555")
+        xerr = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if math.isfinite(lo) and math.isfinite(hi) else None
+        ax.errorbar([v], [y], xerr=xerr, fmt="o", color=color, capsize=2, markersize=4)
+    ax.set_yticks(ys, profiles, fontsize=6)
+    ax.set_ylim(-0.6, len(profiles) - 0.4)
+    ax.invert_yaxis()
+    ax.set_title(claim_id, fontsize=7)
+    ax.tick_params(axis="x", labelsize=6)
+    ax.grid(axis="x", alpha=0.3)
