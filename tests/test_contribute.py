@@ -21,6 +21,7 @@ from muon_repro.cli import main
 from muon_repro.hub.manifest import HEADER, MANIFEST_NAME, FileEntry, manifest_lines, parse_manifest
 
 REPO = "test-org/muon-traces"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-2c-gloo"
 
 
@@ -212,6 +213,18 @@ def recorded(tmp_path_factory) -> dict[str, Path]:
     return {k: next(p for p in out.rglob("trial0") if p.parent.name == k.split("/")[1]) for k in names}
 
 
+def convergence_records(profile: str) -> dict[str, bytes]:
+    """The committed convergence records at the best learning rates (Muon 0.03, AdamW 0.003, seeds 0 and 1: the
+    leading-steps claim needs two), filed under ``profile`` (their environment says so) as main would hold them."""
+    records = {}
+    for run in (f"{opt}_steps1000_seed{seed}" for opt in ("muon_lr0.03", "adamw_lr0.003") for seed in (0, 1)):
+        (source,) = [p for p in (REPO_ROOT / "traces").rglob(f"convergence/{run}/convergence.json")]
+        record = json.loads(source.read_text())
+        record["environment"] = {**record.get("environment", {}), "profile": profile}
+        records[f"traces/{profile}/convergence/{run}/convergence.json"] = json.dumps(record).encode()
+    return records
+
+
 def _profile_of(folder: Path) -> str:
     from muon_repro.hardware import profile_from_environment
 
@@ -227,8 +240,12 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
     # main: the AdamW run and the claims measured on it alone (the Muon/AdamW comparisons are not measured yet)
     alone = tmp_path / "alone" / "traces" / profile / "comparison" / "adamw_dp2_tp2" / "trial0"
     shutil.copytree(adamw, alone)
+    records = convergence_records(profile)
+    for path, data in records.items():
+        (tmp_path / "alone" / path).parent.mkdir(parents=True)
+        (tmp_path / "alone" / path).write_bytes(data)
     stages.analyze([tmp_path / "alone" / "traces"], tmp_path / "metrics", workers=1)
-    main_files = {**folder_files(adamw, f"traces/{profile}/comparison/adamw_dp2_tp2/trial0"),
+    main_files = {**folder_files(adamw, f"traces/{profile}/comparison/adamw_dp2_tp2/trial0"), **records,
                   "metrics/claims.parquet": (tmp_path / "metrics" / "claims.parquet").read_bytes(), "README.md": b"# data\n"}  # fmt: skip
     head = publish_main(hub_env, main_files)
     main_manifest = fake_hub.files(REPO)[MANIFEST_NAME]
@@ -262,6 +279,8 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
     rows = {ln.split()[0]: ln for ln in reviewed.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
     # Muon's state against AdamW's needs both runs: measured only now, at Muon's one fp32 moment per element against two.
     assert "now measured: reproduced" in rows["state_memory"] and "0.5 [0.5, 0.5] reproduced" in rows["state_memory"]
+    # main's convergence records of the profile are analyzed again with the runs: the leading-steps claim stays measured
+    assert "and its convergence and cost-model records" in reviewed and rows["muon_leading_steps"].endswith("  unchanged")
     assert rows["comm_time_dp2_tp2"].split()[1:3] == ["not", "measured"] and "now measured" in rows["comm_time_dp2_tp2"]
 
 

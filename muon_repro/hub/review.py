@@ -32,7 +32,7 @@ from muon_repro.hub.naming import check_repo_id
 from muon_repro.hub.pr_checks import TreeChanges, manifest_problems, path_problems, tree_changes
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, check_timeout, hub_step, hub_timeout
 from muon_repro.hub.run_check import TRACES_ROOT, check_run
-from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, read_json
+from muon_repro.rundir import CONFIG_FILE, CONVERGENCE_GROUP, COSTMODEL_DIR, ENVIRONMENT_FILE, read_json
 
 CLAIMS_PATH = "metrics/claims.parquet"
 
@@ -142,12 +142,16 @@ def _published_claims(ctx: _Context, main_head: str, files: dict[str, Any]) -> A
 
 def _claims_after(ctx: _Context, profile: str, main_folders: list[str], main_head: str, main_files: dict[str, Any],
                   pr_root: Path, pr_folders: list[str], workers: int | None) -> Any:  # fmt: skip
-    """Main's runs of ``profile`` with the pull request's, analyzed together; their claims table."""
+    """Main's runs of ``profile`` with the pull request's, analyzed together; their claims table. Main's
+    convergence and cost-model records of the profile come along, so that the claims resting on them
+    (leading steps; the regime figures in the explanations) are measured again too."""
     from muon_repro import stages
 
     root = ctx.scratch / f"profile-{profile}"
-    paths = [p for p in main_files if any(p.startswith(f + "/") for f in main_folders)]
-    ctx.echo(f"Profile {profile}: downloading main's {len(main_folders)} trial folder(s) of it "
+    records = tuple(f"{TRACES_ROOT}/{profile}/{folder}/" for folder in (CONVERGENCE_GROUP, COSTMODEL_DIR))
+    paths = [p for p in main_files if any(p.startswith(f + "/") for f in main_folders) or p.startswith(records)]
+    with_records = " and its convergence and cost-model records" if any(p.startswith(records) for p in paths) else ""
+    ctx.echo(f"Profile {profile}: downloading main's {len(main_folders)} trial folder(s) of it{with_records} "
              f"({human_size(sum(main_files[p].size for p in paths))}), then analyzing them with the pull request's "
              f"{len(pr_folders)}...")  # fmt: skip
     remote.download(ctx.api, ctx.repo_id, paths, main_head, root)
