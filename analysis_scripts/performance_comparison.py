@@ -4,7 +4,7 @@
     python analysis_scripts/performance_comparison.py --json     # one JSON object per trace
 
 Runs ``muon-repro analyze traces/ --out metrics/`` from the repository root (so the tables
-record paths like ``traces/<group>/<name>``); extra arguments go to ``muon-repro analyze``
+record paths like ``traces/<profile>/<group>/<name>``); extra arguments go to ``muon-repro analyze``
 (other paths, ``--out``, ``--json``, ``--no-write``...).
 """
 
