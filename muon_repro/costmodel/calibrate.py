@@ -75,7 +75,8 @@ class Plan:
         if device == "cuda":
             return cls(("medium", "large"), 4096, (1, 2, 4), 10, tuple(2**k * KIB for k in range(4, 17, 2)), 10, 4, 0.5, ("fp32", "bf16"))
         if quick:
-            return cls(("small",), 512, (2,), 3, (4 * KIB, 128 * KIB, 4096 * KIB), 4, 2, 0.2, ("fp32",), (256, 1024))
+            # the largest sample big enough that its transfer outlasts a loaded machine's scheduling noise (a few ms)
+            return cls(("small",), 512, (2,), 3, (4 * KIB, 512 * KIB, 16384 * KIB), 6, 2, 0.2, ("fp32",), (256, 1024))
         # bf16 matmuls on a CPU without bf16 units run at ~1/50 of fp32: not cheap, left out (an ns_dtype=bf16 CPU run is then refused)
         return cls(("small",), 512, (1, 2, 4), 7, tuple(4**k * 4 * KIB for k in range(7)), 8, 6, 0.4, ("fp32",), (256, 1024, 4096, 8192))
 
