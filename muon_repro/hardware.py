@@ -105,6 +105,14 @@ def profile_or_unknown(environment: Mapping[str, Any] | None) -> str:
     return profile_from_environment(environment) if environment else UNKNOWN_PROFILE
 
 
+def rows_of_profile(table, profile: str):
+    """A table's rows of one hardware profile, renumbered (a table without a ``profile`` column, or
+    ``None``, as it is). Pandas-agnostic here, so both the analysis and the report can use it."""
+    if table is None or PROFILE_FIELD not in table.columns:
+        return table
+    return table[table[PROFILE_FIELD] == profile].reset_index(drop=True)
+
+
 def run_key(profile: str, group: str, name: str) -> str:
     """A run's id in every table: ``<profile>/<group>/<name>`` (``<profile>/<name>`` without a group)."""
     return "/".join(part for part in (profile, group, name) if part)

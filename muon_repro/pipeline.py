@@ -123,10 +123,10 @@ def stage_bundle(plan: RunPlan) -> None:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"Bundle in {plan.bundle}: {len(entries) + 1} files, {sum(e.size for e in entries)} bytes")
-    # The manifest and root files beside the committed artifacts are the bundle's: same files, same digests.
-    for name in ("MANIFEST.sha256", CFF_NAME, CROISSANT_NAME):
-        shutil.copyfile(plan.bundle / name, plan.out / f"{name}.tmp")
-        (plan.out / f"{name}.tmp").replace(plan.out / name)
+    # The manifest beside the committed artifacts is the bundle's: same files, same digests (the card
+    # stage wrote CITATION.cff and croissant.json beside them, byte for byte the bundle's).
+    shutil.copyfile(plan.bundle / "MANIFEST.sha256", plan.out / "MANIFEST.sha256.tmp")
+    (plan.out / "MANIFEST.sha256.tmp").replace(plan.out / "MANIFEST.sha256")
     result = stages.verify(plan.bundle, echo=print)
     if not result.ok:
         raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))

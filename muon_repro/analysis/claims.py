@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.bootstrap import interval, per_step
-from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles
+from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.rundir import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 SEED = "seed: HF forum post and dataset card (bird-of-paradise/muon-distributed-reproducibility), 4 GPUs, PCIe Gen4 x4"
@@ -530,8 +530,8 @@ def claims_table(
     for profile in ordered_profiles(counts) or [UNKNOWN_PROFILE]:
         mine = runs[runs["profile"] == profile] if "profile" in runs.columns else runs
         t = Tables(
-            mine.astype(object).where(mine.notna(), None), *(_of_profile(df, profile) for df in (steps, ranks, phases, regimes, thresholds)),
-            _of_profile(conv, profile), _of_profile(lead, profile),
+            mine.astype(object).where(mine.notna(), None), *(rows_of_profile(df, profile) for df in (steps, ranks, phases, regimes, thresholds)),
+            rows_of_profile(conv, profile), rows_of_profile(lead, profile),
         )  # fmt: skip
         rows += _claim_rows(t, profile)
     return pd.DataFrame(rows)
@@ -539,13 +539,6 @@ def claims_table(
 
 def _profiles_of(df: pd.DataFrame | None) -> list[str]:
     return [str(p) for p in df["profile"].dropna().unique()] if df is not None and "profile" in df.columns else []
-
-
-def _of_profile(df: pd.DataFrame | None, profile: str) -> pd.DataFrame | None:
-    """``df``'s rows of ``profile`` (a table without the column, or ``None``, as it is)."""
-    if df is None or "profile" not in df.columns:
-        return df
-    return df[df["profile"] == profile].reset_index(drop=True)
 
 
 def _claim_rows(t: Tables, profile: str) -> list[dict]:

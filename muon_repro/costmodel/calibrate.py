@@ -431,7 +431,7 @@ def _classify(events) -> tuple[dict[str, float], int]:
 def standalone_matmul_rate(plan: Plan, device: str) -> float:
     """FLOP/s of one process looping the compute-share matmul (the reference for the share): the
     high quartile over the plan's windows."""
-    return high_quartile([_matmul_loop_rate(plan, device, plan.share_window_s) for _ in range(plan.share_windows)])
+    return _windows_rate(lambda seconds: _matmul_loop_rate(plan, device, seconds), plan)
 
 
 def compute_share(rates_by_rank: list[list[float]], reference: float) -> float:
@@ -452,18 +452,29 @@ def _share_operands(plan: Plan, device: str) -> tuple[torch.Tensor, torch.Tensor
     return torch.randn(tokens, fan_in, device=device), torch.randn(fan_in, fan_out, device=device)
 
 
-def _matmul_loop_rate(plan: Plan, device: str, seconds: float) -> float:
-    tokens, fan_in, fan_out = _share_shape(plan)
-    a, w = _share_operands(plan, device)
+def _loop_rate(step: Callable[[], object], work_per_call: float, device: str, seconds: float, check_every: int = 1) -> float:
+    """Work per second of ``step`` looped for at least ``seconds`` (the clock read, after a device
+    sync, every ``check_every`` calls)."""
     calls, t0 = 0, time.perf_counter()
     while True:
-        a @ w
+        step()
         calls += 1
-        if calls % 4 == 0:
+        if calls % check_every == 0:
             _sync(device)
             elapsed = time.perf_counter() - t0
             if elapsed >= seconds:
-                return 2.0 * tokens * fan_in * fan_out * calls / elapsed
+                return work_per_call * calls / elapsed
+
+
+def _windows_rate(loop: Callable[[float], float], plan: Plan) -> float:
+    """One process's rate of ``loop`` (a loop rate for a given length): the high quartile over the plan's windows."""
+    return high_quartile([loop(plan.share_window_s) for _ in range(plan.share_windows)])
+
+
+def _matmul_loop_rate(plan: Plan, device: str, seconds: float) -> float:
+    tokens, fan_in, fan_out = _share_shape(plan)
+    a, w = _share_operands(plan, device)
+    return _loop_rate(lambda: a @ w, 2.0 * tokens * fan_in * fan_out, device, seconds, check_every=4)
 
 
 STREAM_ELEMENTS = 1 << 22  # fp32 elements per operand of the bandwidth loop: 3 x 16 MiB, out of the caches
@@ -472,19 +483,12 @@ STREAM_ELEMENTS = 1 << 22  # fp32 elements per operand of the bandwidth loop: 3 
 def _stream_loop_rate(device: str, seconds: float) -> float:
     """Bytes per second of ``c = a + b`` on operands larger than the caches, looped for ``seconds``."""
     a, b, c = (torch.ones(STREAM_ELEMENTS, device=device) for _ in range(3))
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        torch.add(a, b, out=c)
-        calls += 1
-        _sync(device)
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds:
-            return 12.0 * STREAM_ELEMENTS * calls / elapsed
+    return _loop_rate(lambda: torch.add(a, b, out=c), 12.0 * STREAM_ELEMENTS, device, seconds)
 
 
 def standalone_stream_rate(plan: Plan, device: str) -> float:
     """One process's rate of the bandwidth loop: the reference for the bandwidth share."""
-    return high_quartile([_stream_loop_rate(device, plan.share_window_s) for _ in range(plan.share_windows)])
+    return _windows_rate(lambda seconds: _stream_loop_rate(device, seconds), plan)
 
 
 def _kernel(kernel: str, dtype: str, shape: str, seconds: float, **values: float) -> dict:

@@ -148,6 +148,11 @@ def _endpoint() -> str:
     return constants.ENDPOINT
 
 
+def request_failed(exc: BaseException, consequence: str = "") -> str:
+    """The one-line message for a Hub request that failed: the endpoint, the error's first line, what it left undone."""
+    return f"the request to {_endpoint()} failed: {_first_line(exc)}{consequence}"
+
+
 def _publish(args: argparse.Namespace) -> int:
     from muon_repro.hub.publish import PublishError, publish
 
@@ -155,7 +160,7 @@ def _publish(args: argparse.Namespace) -> int:
         publish(args.bundle, args.repo_id, args.version, dry_run=args.dry_run, create_pr=args.create_pr, private=args.private,
                 timeout=args.timeout)
     except _hub_errors() as exc:
-        raise PublishError(f"the request to {_endpoint()} failed: {_first_line(exc)}") from exc
+        raise PublishError(request_failed(exc)) from exc
     return 0
 
 

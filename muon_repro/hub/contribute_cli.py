@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.hub.cli import _add_timeout, _endpoint, _first_line, _hub_errors
+from muon_repro.hub.cli import _add_timeout, _hub_errors, request_failed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def _contribute(args: argparse.Namespace) -> int:
     try:
         contribute(args.runs, args.repo_id, revision=args.revision, dry_run=args.dry_run, timeout=args.timeout)
     except _hub_errors() as exc:
-        raise ValueError(f"the request to {_endpoint()} failed: {_first_line(exc)}; nothing was contributed") from exc
+        raise ValueError(request_failed(exc, "; nothing was contributed")) from exc
     return 0
 
 
@@ -42,5 +42,5 @@ def _review(args: argparse.Namespace) -> int:
     try:
         result = review(args.repo_id, args.pr, workers=args.workers, timeout=args.timeout)
     except _hub_errors() as exc:
-        raise ValueError(f"the request to {_endpoint()} failed: {_first_line(exc)}") from exc
+        raise ValueError(request_failed(exc)) from exc
     return 0 if result.ok else 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment
+from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
 from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation  # noqa: F401 - MixedTables: what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.analysis.schemas).
@@ -73,7 +73,7 @@ class ReportData:
     def of_profile(self, profile: str) -> ReportData:
         """The rows of one hardware profile in every table but ``claims``, which keeps a row per claim and
         profile for the claims table's columns (its prose rows are the view's profile's)."""
-        tables = {name: _of_profile(getattr(self, name), profile) for name in TABLES if name != "claims"}
+        tables = {name: rows_of_profile(getattr(self, name), profile) for name in TABLES if name != "claims"}
         return replace(self, **tables, profile=profile)
 
     def environment_of(self, run: str) -> dict[str, str]:
@@ -103,10 +103,6 @@ def load(metrics_dir: str | Path) -> ReportData:
     if tables["runs"].empty:
         raise ValueError(f"metrics table {metrics_dir / 'runs.parquet'} has no runs")
     return ReportData(**tables, metrics_dir=metrics_dir)
-
-
-def _of_profile(df: pd.DataFrame, profile: str) -> pd.DataFrame:
-    return df[df[PROFILE_FIELD] == profile].reset_index(drop=True) if PROFILE_FIELD in df.columns else df
 
 
 def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:
