@@ -164,8 +164,7 @@ def test_download_of_a_missing_repository_says_so(fake_hub, hub_api, tmp_path):
     assert str(missing.value) == (
         f"dataset repository test-org/no-such-data does not exist on {fake_hub.url}, or it is private and the token "
         "(from HfApi(token=...)) cannot read it"
-    )
-    assert "404" not in str(missing.value)
+    )  # the whole message, so no raw "404 Client Error" text (a port such as 40493 may contain "404")
 
 
 def test_download_of_a_missing_revision_lists_the_versions(fake_hub, hub_api, tmp_path):
