@@ -28,7 +28,7 @@ from muon_repro.costmodel.machine import (
 from muon_repro.costmodel.predict import predict, processor_sharing
 from muon_repro.costmodel.validate import bench_config, measured, run_folders
 from muon_repro.costmodel.workload import build_workload
-from muon_repro.rundir import OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE, RunDir, trial_dir
+from muon_repro.rundir import DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE, RunDir, trial_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "traces"
@@ -160,6 +160,18 @@ def test_the_arrival_jitter_follows_the_compute_between_meetings():
     assert profile.arrival_jitter_s(2, 0.042) == pytest.approx(2.5e-3)  # linear between the measured lengths
     assert profile.arrival_jitter_s(2, 1.0) == pytest.approx(4.5e-3)  # time slices bound the drift: no extrapolation
     assert profile.arrival_jitter_s(4, 0.001) == pytest.approx(0.5e-3) == profile.arrival_jitter_s(2)  # nearest size; flat figure without compute
+
+
+def test_a_group_drifts_apart_with_the_compute_since_it_last_met_not_since_its_ranks_met_others():
+    """At DP2·TP2 the TP all-reduces keep each TP pair in step, not the DP pairs: the optimizer's first DP
+    collective waits for the drift that the whole forward and backward let the DP pair build up."""
+    per_compute = 0.1  # a late arrival of 0.1 s per second of compute (alone) since the group last met
+    profile = profile_from_dict(cpu_profile(arrival_jitter_curve_us={"2": {"1000": 100.0, "10000000": 1e6}}))
+    base = resolve("comparison/adamw_dp2_tp2", "cpu")
+    small, large = (predict(replace(base, tokens_per_step=t), profile).ranks[0] for t in (1024, 4096))
+    rs_growth = large.phases[DP_REDUCE_SCATTER] - small.phases[DP_REDUCE_SCATTER]  # the same bytes: only the wait grows
+    alone_growth = 0.5 * (large.compute_ms - small.compute_ms)  # 4 ranks on 2 cores (compute_share 0.5)
+    assert rs_growth == pytest.approx(per_compute * alone_growth, rel=0.02)
 
 
 def test_profiles_without_the_measured_curves_price_at_their_flat_figures():

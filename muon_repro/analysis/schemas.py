@@ -619,7 +619,7 @@ PREDICTIONS = TableSchema(
 
 REGIMES = TableSchema(
     "regimes",
-    "One row per point of the regime sweep (muon-repro regimes: traces/regimes/, timed without the profiler): the "
+    "One row per point of the regime sweep (muon-repro regimes: traces/<profile>/regimes/, timed without the profiler): the "
     "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
     "per step and DP x TP, with the cost model's predictions beside them. Medians over every trial's recorded steps; "
     "intervals: 95% two-level bootstrap (trials, then steps). See docs/method.md#regimes.",

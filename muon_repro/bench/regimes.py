@@ -10,7 +10,7 @@ step falls like ``~3.3 d_model / T`` (docs/method.md#regimes). The sweep measure
     layouts     bucketed and whole_matrix at DP2·TP2, SHAPE_WIDTH, SHAPE_TOKENS (Muon)
 
 Every point is timed without the profiler (``BenchConfig.profile`` false: no trace files, no
-profiler cost in the times) and lands in ``traces/regimes/<name>/trial<k>/`` like any run.
+profiler cost in the times) and lands in ``traces/<profile>/regimes/<name>/trial<k>/`` like any run.
 """
 
 from __future__ import annotations

@@ -145,16 +145,17 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     world = workload.world_size
     ranks = tuple(RankPrediction(r, *divmod(r, cfg.tp)) for r in range(world))
     clock = [0.0] * world
-    since = [0.0] * world  # each rank's compute (alone) since its last collective: how far out of step it can drift
+    done = [0.0] * world  # each rank's compute (alone) so far in the step
+    met: dict[tuple[int, ...], dict[int, float]] = {}  # a group's members' `done` when it last met: how far apart they can drift
     pending: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = {}  # async gathers: (last issue, end)
     issued: dict[tuple[str, int], float] = {}
     for k in range(len(workload.programs[0])):
         stages = [workload.programs[r][k] for r in range(world)]
         before = list(clock)
         if stages[0].compute is not None:
-            _compute_stage(stages, clock, since, ranks, machine, workload, profiled, model_dtype)
+            _compute_stage(stages, clock, done, ranks, machine, workload, profiled, model_dtype)
         else:
-            _comm_stage(stages, clock, since, ranks, machine, cfg, pending, issued)
+            _comm_stage(stages, clock, done, met, ranks, machine, cfg, pending, issued)
         for r, stage in enumerate(stages):
             elapsed = clock[r] - before[r]
             ranks[r].parts[stage.part] += elapsed * 1e3
@@ -165,13 +166,13 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     return ranks
 
 
-def _compute_stage(stages: list[Stage], clock: list[float], since: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
+def _compute_stage(stages: list[Stage], clock: list[float], done: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
     local = _local_ranks(machine, len(stages))
     cores = machine.compute_cores(local)
     slowdown = machine.bandwidth_slowdown(local) if cores is not None else 1.0
     works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, model_dtype, slowdown) for s in stages]
     for r, work in enumerate(works):
-        since[r] += work
+        done[r] += work
     for node in _nodes(machine, len(stages)):
         starts = [clock[r] for r in node]
         ends = processor_sharing(starts, [works[r] for r in node], cores) if cores is not None else [s + works[r] for s, r in zip(starts, node)]
@@ -230,7 +231,7 @@ def processor_sharing(starts: list[float], works: list[float], cores: float) -> 
     return end
 
 
-def _comm_stage(stages: list[Stage], clock: list[float], since: list[float], ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
+def _comm_stage(stages: list[Stage], clock: list[float], done: list[float], met: dict, ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
     comm = stages[0].comm
     for group in _groups(comm.group, cfg):
         calls = _agreed_calls(stages, group)
@@ -242,11 +243,15 @@ def _comm_stage(stages: list[Stage], clock: list[float], since: list[float], ran
         # Ranks sharing cores arrive out of step even with equal work: the group waits for its last,
         # at every call that follows compute (back-to-back calls find the group in step).
         meetings = len(calls) if comm.interleaved else 1
+        # The drift grows with the compute since this group last met: meeting other groups keeps a rank
+        # in step with those, not with this group (at DP2·TP2 the TP all-reduces of forward and backward
+        # leave the DP pairs drifting apart until the optimizer's first DP collective).
+        last = met.get(group, {})
         jitter = 0.0
-        if machine.shares_cores(_local_ranks(machine, cfg.world_size)):  # the drift grows with the compute between meetings
-            jitter = machine.arrival_jitter_s(len(group), max(since[r] for r in group) / meetings) * meetings
-        for r in group:
-            since[r] = 0.0
+        if machine.shares_cores(_local_ranks(machine, cfg.world_size)):
+            drift_s = max(done[r] - last.get(r, 0.0) for r in group)
+            jitter = machine.arrival_jitter_s(len(group), drift_s / meetings) * meetings
+        met[group] = {r: done[r] for r in group}
         arrival = max(clock[r] for r in group) + jitter
         transfer = transfer_seconds(comm, calls, len(group), machine, _scope(machine, group), cfg.world_size)
         if comm.mode == "start":
