@@ -528,7 +528,7 @@ def claims_table(
             counts.setdefault(p, 0)
     rows = []
     for profile in ordered_profiles(counts) or [UNKNOWN_PROFILE]:
-        mine = runs[runs["profile"] == profile] if "profile" in runs.columns else runs
+        mine = rows_of_profile(runs, profile)
         t = Tables(
             mine.astype(object).where(mine.notna(), None), *(rows_of_profile(df, profile) for df in (steps, ranks, phases, regimes, thresholds)),
             rows_of_profile(conv, profile), rows_of_profile(lead, profile),
