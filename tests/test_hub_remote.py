@@ -40,3 +40,15 @@ def test_workers_must_be_a_positive_count(hub_api, repo_head, tmp_path):
     head, files = repo_head
     with pytest.raises(ValueError, match="workers"):
         remote.download(hub_api, REPO, list(files), head, tmp_path / "d", workers=0)
+
+
+def test_the_download_benchmark_prints_both_timings(capsys):
+    from huggingface_hub import constants
+
+    from muon_repro.testing.download_benchmark import main as benchmark
+
+    settings = constants.ENDPOINT, constants.HUGGINGFACE_CO_URL_TEMPLATE
+    assert benchmark(["--files", "6", "--delay-ms", "0"]) == 0
+    assert (constants.ENDPOINT, constants.HUGGINGFACE_CO_URL_TEMPLATE) == settings  # huggingface_hub's settings are given back
+    out = capsys.readouterr().out
+    assert out.startswith("6 files, every request held 0 ms: 1 worker ") and " 8 workers " in out
