@@ -146,7 +146,7 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     ranks = tuple(RankPrediction(r, *divmod(r, cfg.tp)) for r in range(world))
     clock = [0.0] * world
     done = [0.0] * world  # each rank's compute (alone) so far in the step
-    met: dict[tuple[int, ...], dict[int, float]] = {}  # a group's members' `done` when it last met: how far apart they can drift
+    met: dict[tuple[int, ...], tuple[float, ...]] = {}  # a group's members' `done` when it last met: how far apart they can drift
     pending: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = {}  # async gathers: (last issue, end)
     issued: dict[tuple[str, int], float] = {}
     for k in range(len(workload.programs[0])):
@@ -233,6 +233,7 @@ def processor_sharing(starts: list[float], works: list[float], cores: float) -> 
 
 def _comm_stage(stages: list[Stage], clock: list[float], done: list[float], met: dict, ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
     comm = stages[0].comm
+    drifting = machine.shares_cores(_local_ranks(machine, cfg.world_size))
     for group in _groups(comm.group, cfg):
         calls = _agreed_calls(stages, group)
         if not calls:
@@ -246,12 +247,12 @@ def _comm_stage(stages: list[Stage], clock: list[float], done: list[float], met:
         # The drift grows with the compute since this group last met: meeting other groups keeps a rank
         # in step with those, not with this group (at DP2·TP2 the TP all-reduces of forward and backward
         # leave the DP pairs drifting apart until the optimizer's first DP collective).
-        last = met.get(group, {})
         jitter = 0.0
-        if machine.shares_cores(_local_ranks(machine, cfg.world_size)):
-            drift_s = max(done[r] - last.get(r, 0.0) for r in group)
+        if drifting:
+            last = met.get(group, (0.0,) * len(group))
+            drift_s = max(done[r] - at for r, at in zip(group, last))
             jitter = machine.arrival_jitter_s(len(group), drift_s / meetings) * meetings
-        met[group] = {r: done[r] for r in group}
+            met[group] = tuple(done[r] for r in group)
         arrival = max(clock[r] for r in group) + jitter
         transfer = transfer_seconds(comm, calls, len(group), machine, _scope(machine, group), cfg.world_size)
         if comm.mode == "start":
