@@ -287,7 +287,8 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
 def test_claims_compared_per_profile():
     import pandas as pd
 
-    from muon_repro.hub.claims_diff import claims_of_profile, compare_claims
+    from muon_repro.hardware import rows_of_profile as claims_of_profile
+    from muon_repro.hub.claims_diff import compare_claims
 
     def row(claim, value, low, high, verdict, profile=PROFILE):
         return {"profile": profile, "claim_id": claim, "measured_value": value, "measured_low": low, "measured_high": high, "verdict": verdict}

@@ -1,8 +1,8 @@
 """The claims of one hardware profile before and after a contribution, side by side, with what changed.
 
-``before`` is the published ``metrics/claims.parquet`` (its rows of the profile), ``after`` the
-claims of main's runs of that profile analyzed again together with the contributed ones. A claims
-table without a ``profile`` column (published before profiles existed) is one profile: all its rows.
+``before`` is the published ``metrics/claims.parquet`` (its rows of the profile, by
+:func:`muon_repro.hardware.rows_of_profile`: all rows of a table published before profiles existed),
+``after`` the claims of main's runs of that profile analyzed again together with the contributed ones.
 """
 
 from __future__ import annotations
@@ -13,16 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-PROFILE_COLUMN = "profile"
 KEY = "claim_id"
 REL_TOL = 1e-9  # two measurements this close are the same (Parquet round trips keep floats exactly; this absorbs nothing else)
-
-
-def claims_of_profile(claims: pd.DataFrame | None, profile: str) -> pd.DataFrame | None:
-    """``claims``' rows of ``profile``; all rows when the table has no profile column; None stays None."""
-    if claims is None or PROFILE_COLUMN not in claims.columns:
-        return claims
-    return claims[claims[PROFILE_COLUMN] == profile]
 
 
 def _number(value: Any) -> float | None:

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from muon_repro.hardware import profile_from_environment, rows_of_profile
 from muon_repro.hub import remote
-from muon_repro.hub.claims_diff import claims_of_profile, compare_claims, format_comparison
+from muon_repro.hub.claims_diff import compare_claims, format_comparison
 from muon_repro.hub.fsutil import human_size, sha256_file
 from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.hub.naming import check_repo_id
@@ -116,8 +117,6 @@ def _check_added(ctx: _Context, changes: TreeChanges, main_now: dict[str, Any], 
 
 def _main_runs_by_profile(ctx: _Context, main_head: str, files: dict[str, Any]) -> dict[str, list[str]]:
     """Main's trial folders (those with config.json) by the profile their environment.json gives."""
-    from muon_repro.hardware import profile_from_environment
-
     folders = sorted({p.rsplit("/", 1)[0] for p in files if p.startswith(f"{TRACES_ROOT}/") and p.endswith(f"/{CONFIG_FILE}")})
     with_env = [f for f in folders if f"{f}/{ENVIRONMENT_FILE}" in files]
     env_paths = [f"{f}/{ENVIRONMENT_FILE}" for f in with_env]
@@ -157,7 +156,7 @@ def _claims_after(ctx: _Context, profile: str, main_folders: list[str], main_hea
     remote.download(ctx.api, ctx.repo_id, paths, main_head, root)
     for folder in pr_folders:
         shutil.copytree(pr_root / folder, root / folder)
-    return claims_of_profile(stages.analyze([root / TRACES_ROOT], None, workers=workers)["claims"], profile)
+    return rows_of_profile(stages.analyze([root / TRACES_ROOT], None, workers=workers)["claims"], profile)
 
 
 def review(
@@ -198,7 +197,7 @@ def review(
             for profile, pr_folders in sorted(pr_by_profile.items()):
                 main_folders = main_by_profile.get(profile, [])
                 after = _claims_after(ctx, profile, main_folders, main_head, main_files, pr_root, pr_folders, workers)
-                result.claims[profile] = compare_claims(claims_of_profile(published, profile), after)
+                result.claims[profile] = compare_claims(rows_of_profile(published, profile), after)
                 echo(f"Claims on profile {profile}: before = main's {CLAIMS_PATH}; after = main's {len(main_folders)} "
                      f"trial folder(s) of {profile} with the pull request's {len(pr_folders)}:")  # fmt: skip
                 echo("\n".join(format_comparison(result.claims[profile])))

@@ -23,15 +23,17 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from muon_repro.hardware import PROFILE_FIELD, profile_from_environment
+from muon_repro.hardware import PROFILE_FIELD, profile_from_environment, run_key
 from muon_repro.rundir import (
     CONFIG_FILE,
     ENVIRONMENT_FILE,
     LOG_FILE,
     METRICS_FILE,
     RUN_FILES,
+    TRIAL_PREFIX,
     RankMetrics,
     RunConfig,
+    is_hidden_under,
     read_json,
     trace_name,
     trace_rank,
@@ -68,7 +70,7 @@ class LocalRun:
     @property
     def dest(self) -> str:
         """``traces/<profile>/<group>/<name>/trial<k>``: the run's folder in the dataset."""
-        return f"{TRACES_ROOT}/{self.profile}/{self.group}/{self.name}/trial{self.trial}"
+        return f"{TRACES_ROOT}/{run_key(self.profile, self.group, self.name)}/{TRIAL_PREFIX}{self.trial}"
 
 
 @dataclass
@@ -85,16 +87,12 @@ class RunScan:
         return bool(self.runs) and not self.problems
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
 def run_folders(root: Path) -> list[Path]:
     """Every non-hidden folder under ``root`` (``root`` included) holding ``config.json`` or named ``trial<k>``."""
     found = {c.parent for c in root.rglob(CONFIG_FILE)} | {d for d in root.rglob("trial*") if d.is_dir() and trial_of(d) is not None}
     if (root / CONFIG_FILE).is_file():
         found.add(root)
-    return sorted(d for d in found if not _hidden(d, root))
+    return sorted(d for d in found if not is_hidden_under(d, root))
 
 
 def partial_folders(root: Path) -> list[Path]:
