@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -20,14 +21,29 @@ def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatc
     from muon_repro.analysis.pipeline import analyze_paths
     from muon_repro.analysis.tables import read_table, tables_from_analysis
 
-    assert list((REPO / "traces").glob("*/*/trial*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
-    monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<group>/<name>
+    assert list((REPO / "traces").glob("*/*/*/trial*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
+    monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<profile>/<group>/<name>
     analysis = analyze_paths([Path("traces")])
     assert not analysis.failures
     fresh = tables_from_analysis(analysis)
     for name in TABLES:
         committed = read_table(REPO / "metrics" / f"{name}.parquet", name)
         pd.testing.assert_frame_equal(committed, fresh[name].reset_index(drop=True), obj=name)
+
+
+def test_committed_dataset_is_in_the_profile_layout_each_run_under_its_own_profile():
+    from muon_repro.hardware import profile_from_environment
+    from muon_repro.migrate_layout import plan_migration
+    from muon_repro.rundir import convergence_profile
+
+    traces = REPO / "traces"
+    assert plan_migration(traces) == [], "committed runs left in the old layout: muon-repro migrate-layout --traces traces"
+    profiles = {path: profile_from_environment(json.loads(path.read_text())) for path in traces.glob("*/*/*/trial*/environment.json")}
+    profiles |= {path: convergence_profile(json.loads(path.read_text())) for path in traces.glob("*/convergence/*/convergence.json")}
+    groups = {path.relative_to(traces).parts[1] for path in profiles}
+    assert {"comparison", "distributed_muon", "layout_ablation", "overlap", "convergence"} <= groups, groups
+    for path, profile in profiles.items():
+        assert profile == path.relative_to(traces).parts[0], path
 
 
 @pytest.mark.slow
