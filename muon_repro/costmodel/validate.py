@@ -76,7 +76,8 @@ def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None
     every run with (True) or without (False) the profiler's cost; None: as each run was recorded."""
     rows = []
     for key, folders in run_folders(root).items():
-        if profile is not None and RunDir(folders[0]).profile != profile:
+        run_profile = RunDir(folders[0]).profile
+        if profile is not None and run_profile != profile:
             continue
         times = measured(folders)
         if times is None:
@@ -85,7 +86,7 @@ def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None
         priced_profiled = cfg.profile if profiled is None else profiled
         p = predict(cfg, machine, profiled=priced_profiled)
         rows.append({
-            "run": key, "profile": RunDir(folders[0]).profile, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
+            "run": key, "profile": run_profile, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
             "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps, "profiled": priced_profiled,
             "recorded_on": recorded_on(folders),
             "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,

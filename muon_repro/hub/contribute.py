@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.hub.fsutil import human_size, sha256_file
-from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, manifest_lines, parse_manifest
+from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, kept_manifest, manifest_lines, parse_manifest
 from muon_repro.hub.naming import check_repo_id, check_revision
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, first_line, hub_step, hub_timeout, token_in_use
 from muon_repro.hub.run_check import LocalRun, RunScan, scan_runs
@@ -129,9 +129,8 @@ def plan_contribution(
             size, sha = sha256_file(run.folder / name)
             additions.append(Addition(check_bundle_path(f"{run.dest}/{name}"), run.folder / name, size, sha))
     appended = manifest_lines([FileEntry(a.path, a.size, a.sha256) for a in additions])
-    kept = manifest_text if manifest_text.endswith("\n") or not manifest_text else manifest_text + "\n"
     return ContributionPlan(
-        repo_id, revision, base_commit, tuple(scan.runs), tuple(sorted(additions, key=lambda a: a.path)), kept + appended,
+        repo_id, revision, base_commit, tuple(scan.runs), tuple(sorted(additions, key=lambda a: a.path)), kept_manifest(manifest_text) + appended,
         appended, len(main_entries), tuple(scan.left_out),
     )  # fmt: skip
 

@@ -65,6 +65,12 @@ def manifest_lines(entries: list[FileEntry]) -> str:
     return "".join(f"{e.sha256}  {e.size}  {e.path}\n" for e in sorted(entries, key=lambda e: e.path))
 
 
+def kept_manifest(text: str) -> str:
+    """A published manifest's text as a contribution keeps it, before the lines it appends: unchanged,
+    ending in a newline (an empty one stays empty)."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 def format_manifest(entries: list[FileEntry]) -> str:
     return HEADER + manifest_lines(entries)
 

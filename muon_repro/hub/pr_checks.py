@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from muon_repro.hardware import validate_profile_id
-from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, parse_manifest
+from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, kept_manifest, parse_manifest
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
 from muon_repro.hub.run_check import TRACES_ROOT
 from muon_repro.rundir import RUN_FILES, trace_rank
@@ -34,12 +34,11 @@ class TreeChanges:
 
     def trial_folders(self) -> dict[str, list[str]]:
         """The ``traces/<profile>/<group>/<name>/trial<k>`` folders the added files lie in, by profile."""
-        folders: dict[str, list[str]] = {}
-        for match in sorted({m for p in self.added if (m := _RUN_FILE_PATH.match(p))}, key=lambda m: m[0]):
-            folder = match[0].rsplit("/", 1)[0]
-            if folder not in folders.get(match["profile"], []):
-                folders.setdefault(match["profile"], []).append(folder)
-        return folders
+        folders: dict[str, dict[str, None]] = {}  # profile -> its folders, in path order without repeats
+        for path in sorted(self.added):
+            if match := _RUN_FILE_PATH.match(path):
+                folders.setdefault(match["profile"], {})[path.rsplit("/", 1)[0]] = None
+        return {profile: list(found) for profile, found in folders.items()}
 
 
 def tree_changes(base: str, head: str, before: dict[str, RemoteFile], after: dict[str, RemoteFile]) -> TreeChanges:
@@ -77,7 +76,7 @@ def manifest_problems(base_text: str | None, head_text: str | None, added: dict[
     if base_text is None or head_text is None:
         return [f"{MANIFEST_NAME}: missing {'at the base' if base_text is None else 'in the pull request'}; "
                 "a contribution appends to the published manifest"]  # fmt: skip
-    kept = base_text if base_text.endswith("\n") or not base_text else base_text + "\n"
+    kept = kept_manifest(base_text)
     if not head_text.startswith(kept):
         return [f"{MANIFEST_NAME}: the pull request rewrites main's lines; a contribution keeps them and only appends"]
     try:

@@ -29,10 +29,10 @@ from muon_repro.rundir import (
     ENVIRONMENT_FILE,
     LOG_FILE,
     METRICS_FILE,
-    RUN_FILES,
     TRIAL_PREFIX,
     RankMetrics,
     RunConfig,
+    expected_files,
     is_hidden_under,
     read_json,
     trace_name,
@@ -191,8 +191,8 @@ def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
         return None, problems
     trial = trial_of(folder)
     trial = trial if trial is not None else (config.trial or 0)  # a run recorded without trial folders: config.json says
-    traces = [] if config.profile is False else [trace_name(r) for r in range(config.world_size)]
-    return LocalRun(folder, profile, str(config.group), str(config.name), trial, (*RUN_FILES, *traces)), []
+    files = tuple(expected_files(config.world_size, profiled=config.profile is not False))
+    return LocalRun(folder, profile, str(config.group), str(config.name), trial, files), []
 
 
 def scan_runs(root: str | Path) -> RunScan:

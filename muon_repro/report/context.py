@@ -19,6 +19,7 @@ import pandas as pd
 
 import muon_repro
 from muon_repro import rundir
+from muon_repro.hardware import rows_of_profile
 from muon_repro.report import derive, style
 from muon_repro.report.convergence_section import convergence_section
 from muon_repro.report.data import TABLES, MissingMetric, ReportData, fmetric, is_missing, metric, require_columns
@@ -220,7 +221,7 @@ CLAIM_COLUMNS = ("claim_id", "claim", "source", "claimed_value", "region", "meas
 def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:
     """The claims measured on one hardware profile (default: the view's, else the one with most runs)."""
     profile = profile or data.profile or data.profiles[0]
-    claims = data.claims[data.claims["profile"] == profile]
+    claims = rows_of_profile(data.claims, profile)
     require_columns(claims, "claims", CLAIM_COLUMNS)
     if claims.empty:
         raise MissingMetric(f"metrics table 'claims' has no rows for profile {profile}")
