@@ -7,6 +7,10 @@ read from its trials' environment.json (all must agree), a convergence run's fro
 costmodel folder's from its machine.json (:mod:`muon_repro.rundir`). Nothing in a file changes, so the
 analysis gives the same tables before, during (some groups moved) and after the migration.
 
+The cost model's ``predictions.csv`` names each run's folder in its ``path`` column (for people; the
+analysis reads runs by id): after a move those rows name the old folder, and the command says so,
+with the command that writes the records again (:func:`stale_record_rows`).
+
 Every move is planned and checked before the first one: a target that exists, or a run whose trials
 name different profiles, stops the migration with nothing moved. Each folder then moves with one
 ``os.rename`` (same filesystem, so a folder is either in its old place or its new one).
@@ -15,6 +19,7 @@ name different profiles, stops the migration with nothing moved. Each folder the
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +31,7 @@ from muon_repro.rundir import (
     CONVERGENCE_FILE,
     COSTMODEL_DIR,
     MACHINE_FILE,
+    PREDICTIONS_FILE,
     RunDir,
     convergence_profile,
     costmodel_profile,
@@ -112,6 +118,27 @@ def migrate(moves: list[Move]) -> None:
             old.rmdir()
 
 
+def stale_record_rows(traces: Path, moves: list[Move]) -> dict[Path, int]:
+    """The cost model's predictions records under ``traces`` (either layout) whose ``path`` column names a
+    folder that ``moves`` take away, with how many of their rows do."""
+    traces = Path(traces)
+    moved = [m.source.relative_to(traces).parts for m in moves]
+    stale: dict[Path, int] = {}
+    for record in sorted({*traces.glob(f"{COSTMODEL_DIR}/{PREDICTIONS_FILE}"), *traces.glob(f"*/{COSTMODEL_DIR}/{PREDICTIONS_FILE}")}):
+        with open(record, newline="", encoding="utf-8") as f:
+            rows = sum(_names_moved(row.get("path") or "", traces.name, moved) for row in csv.DictReader(f))
+        if rows:
+            stale[record] = rows
+    return stale
+
+
+def _names_moved(path: str, traces_name: str, moved: list[tuple[str, ...]]) -> bool:
+    """Whether ``path`` (as a record wrote it: ``.../<traces>/<group>/<name>[/trial<k>]``) lies in a moved folder."""
+    parts = Path(path).parts
+    starts = [i + 1 for i, part in enumerate(parts) if part == traces_name]
+    return any(parts[i : i + len(old)] == old for i in starts for old in moved)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "migrate-layout",
@@ -135,5 +162,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{'would move' if args.dry_run else 'move'} {move.source} -> {move.target}")
     if not args.dry_run:
         migrate(moves)
+    stale = stale_record_rows(args.traces, moves)  # after the moves: a moved costmodel folder's records in their new place
     print(f"{len(moves)} folder(s) {'to move' if args.dry_run else 'moved'}" + ("" if moves else ": nothing in the old layout"))
+    for record, rows in stale.items():
+        print(f"note: {rows} row(s) of {record} name their run's old folder in the 'path' column (their numbers hold); "
+              f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again, naming the new ones")
     return 0

@@ -3,6 +3,7 @@ profile, and migrating the old layout (all at once or group by group) leaves eve
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 
 from muon_repro.analysis.tables import build_tables, write_tables
 from muon_repro.hub.verify import LOCATION_COLUMNS
-from muon_repro.migrate_layout import migrate, plan_migration
-from muon_repro.rundir import ENVIRONMENT_FILE, trial_folders
+from muon_repro.migrate_layout import migrate, plan_migration, stale_record_rows
+from muon_repro.rundir import COSTMODEL_DIR, ENVIRONMENT_FILE, PREDICTIONS_FILE, trial_folders
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ("comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2")  # the committed cpu-2c-gloo runs, one trial each
@@ -205,6 +206,28 @@ def test_partial_migration_gives_the_same_tables(old_tree):
     _assert_same(old, full)
     assert len(full["convergence"]) and len(full["calibration"]) and len(full["comparisons"]) == 1
     assert plan_migration(old_tree) == []  # nothing left in the old layout
+
+
+def test_migration_names_the_predictions_rows_that_still_name_a_moved_folder(old_tree, capsys):
+    """The cost model's record names each run's folder: after the move those rows are stale, and the
+    command says how many and how to write the records again (a row of an unmoved folder is not counted)."""
+    record = old_tree / COSTMODEL_DIR / PREDICTIONS_FILE
+    with open(record, newline="", encoding="utf-8") as f:
+        template = next(csv.DictReader(f))
+    paths = [f"traces/{RUNS[0]}", f"/elsewhere/traces/{RUNS[1]}/trial0", f"traces/{CPU}/{RUNS[0]}", f"traces/{CPU}/regimes/muon_x"]
+    with open(record, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(template))
+        writer.writeheader()
+        writer.writerows({**template, "path": path} for path in paths)
+    assert stale_record_rows(old_tree, plan_migration(old_tree, ["convergence"])) == {}
+    from muon_repro.cli import main
+
+    assert main(["migrate-layout", "--traces", str(old_tree)]) == 0
+    moved_record = old_tree / CPU / COSTMODEL_DIR / PREDICTIONS_FILE
+    assert moved_record.is_file() and not record.exists()
+    out = capsys.readouterr().out
+    assert f"note: 2 row(s) of {moved_record} name their run's old folder in the 'path' column" in out, out
+    assert f"muon-repro regimes --records-only --out {old_tree}" in out
 
 
 def test_bench_skips_an_unmigrated_trial_of_its_profile_instead_of_recording_it_again(old_tree):
