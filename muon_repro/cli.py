@@ -15,8 +15,9 @@ COMMAND_MODULES = (
     "muon_repro.converge.cli",
     "muon_repro.analysis.cli",
     "muon_repro.report.cli",
+    "muon_repro.dataset.cli",
     "muon_repro.hub.cli",
-    "muon_repro.hub.contribute_cli",
+    "muon_repro.contrib.cli",
     "muon_repro.costmodel.cli",
     "muon_repro.migrate_layout",
 )

@@ -11,7 +11,7 @@ from muon_repro.bench.configs import DEFAULT_TRIALS, SCALES
 from muon_repro.hardware import add_profile_argument
 
 if TYPE_CHECKING:
-    from muon_repro.pipeline import RunPlan
+    from muon_repro.job import RunPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,13 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from muon_repro.bench.sweep import BenchError, BenchInterrupted
-    from muon_repro.pipeline import RunPlan, run_pipeline
+    from muon_repro.job import RunPlan, run_job
     from muon_repro.stages import StageError
 
     plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), trials=args.trials, backend=args.backend,
                    force=args.force, progress=not args.no_progress, profile=args.profile, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
     try:
-        seconds = run_pipeline(plan)
+        seconds = run_job(plan)
     except BenchInterrupted as exc:  # says which trials were dropped and which kept
         print(f"muon-repro run: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
-    from muon_repro.pipeline import STAGES, claims_summary
+    from muon_repro.job import STAGES, claims_summary
 
     total = sum(seconds.values())
     print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))

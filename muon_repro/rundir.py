@@ -1,4 +1,4 @@
-"""The run directory and the phase vocabulary: the one contract between what records runs and what reads them.
+"""The run directory: the one contract between what records runs and what reads them.
 
 A recorded run is one folder (written by :mod:`muon_repro.bench`, read by analysis, hub and the
 pipeline; the report never opens one), under the hardware profile it was recorded on
@@ -20,8 +20,7 @@ files; the analysis pools them. While a trial is being recorded it lives in the 
 ``.trial<k>.partial`` and is renamed into place once every rank has finished, so a trial folder
 that exists is complete.
 
-Phases are the names of the ``record_function`` scopes the model and the optimizers open; the
-trace analysis finds them by name, and the byte ledger and the analytic model are keyed by them.
+The phases recorded in the traces, and the layout and overlap a run names, are in :mod:`muon_repro.phases`.
 This module imports nothing heavy: no torch, no pandas.
 """
 
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -37,59 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, profile_from_environment, profile_or_unknown, validate_profile_id
-
-# ---------------------------------------------------------------- phases
-
-FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
-COARSE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
-
-DP_REDUCE_SCATTER = "dp_reduce_scatter"  # ZeRO-1: gradients, every optimizer
-MOMENTUM = "momentum"
-DP_GATHER = "dp_gather"  # Muon: shards of a matrix -> the matrix's orthogonalizing rank(s)
-TP_GATHER = "tp_gather"  # Muon: TP blocks -> the full matrix
-NEWTON_SCHULZ = "newton_schulz"
-TP_SHARD = "tp_shard"  # inverse of TP_GATHER
-DP_SHARD = "dp_shard"  # inverse of DP_GATHER
-UPDATE = "update"
-DP_ALL_GATHER = "dp_all_gather"  # ZeRO-1: parameters, every optimizer
-TP_ALL_REDUCE = "tp_all_reduce"  # the model's own tensor-parallel traffic
-TP_ALL_GATHER = "tp_all_gather"
-
-OPTIMIZER_PHASES = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, TP_SHARD, DP_SHARD, UPDATE, DP_ALL_GATHER)
-"""Inside the optimizer step, in data-flow order."""
-OPTIMIZER_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, TP_GATHER, DP_ALL_GATHER)
-"""The optimizer's collectives, in data-flow order (the analytic model prices these)."""
-MUON_ONLY_PHASES = (DP_GATHER, TP_GATHER)
-DP_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, DP_ALL_GATHER)
-MODEL_COMM_PHASES = (TP_ALL_REDUCE, TP_ALL_GATHER)
-PHASES = COARSE_PHASES + OPTIMIZER_PHASES + MODEL_COMM_PHASES
-
-PHASE_LABELS = {
-    FORWARD: "forward",
-    BACKWARD: "backward",
-    OPTIMIZER: "optimizer",
-    DP_REDUCE_SCATTER: "DP reduce-scatter (grads)",
-    MOMENTUM: "momentum",
-    DP_GATHER: "DP gather",
-    TP_GATHER: "TP gather",
-    NEWTON_SCHULZ: "Newton-Schulz",
-    TP_SHARD: "TP shard",
-    DP_SHARD: "DP shard",
-    UPDATE: "update",
-    DP_ALL_GATHER: "DP all-gather (params)",
-    TP_ALL_REDUCE: "TP all-reduce (model)",
-    TP_ALL_GATHER: "TP all-gather (model)",
-}
-"""How a phase is named for people (figures, report)."""
-
-LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
-"""ZeRO-1 layouts of the flat parameter buffer (config.json's ``layout``; docs/method.md)."""
-
-OVERLAPS = ("none", "naive_async", "pipelined")
-"""How Distributed Muon schedules its DP and TP gathers (config.json's ``overlap``):
-``none`` blocks on each; ``naive_async`` issues each with ``async_op=True`` and waits right
-where its result is first used, as a direct port would; ``pipelined`` keeps the next units'
-gathers in flight while Newton-Schulz runs (docs/method.md#overlap-of-the-gathers)."""
+from muon_repro.tables.files import write_atomic
 
 # ---------------------------------------------------------------- file names
 
@@ -203,13 +149,8 @@ def missing_files(run_dir: Path, world_size: int, profiled: bool = True) -> list
 def write_json(path: Path, obj: Mapping[str, Any], *, compact: bool = False) -> None:
     """Write ``obj`` through a temporary file and an atomic rename (``compact``: no indentation,
     for records whose long number lists would otherwise take a line per value)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(obj, separators=(",", ":"), default=str) if compact else json.dumps(obj, indent=1, default=str)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, text)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -275,7 +216,7 @@ class RunConfig:
     dp: int | None = None
     tp: int | None = None
     layout: str | None = None  # contiguous | bucketed | whole_matrix
-    overlap: str | None = None  # none | naive_async | pipelined (OVERLAPS); "none" for runs recorded before it existed
+    overlap: str | None = None  # none | naive_async | pipelined (phases.OVERLAPS); "none" for runs recorded before it existed
     scale: str | None = None
     preset: str | None = None
     qkv: str | None = None
@@ -391,7 +332,7 @@ class RankMetrics:
     def from_dict(cls, raw: Mapping[str, Any], index: int = 0) -> RankMetrics:
         """Typed fields from one decoded entry; wrong types read as empty/``None``."""
         ledger = raw.get("ledger")
-        update_rms = raw.get("update_rms")
+        update_rms = raw.get("update_rms") if isinstance(raw.get("update_rms"), Mapping) else {}
         return cls(
             rank=r if (r := _int(raw.get("rank"))) is not None else index,
             dp_rank=_int(raw.get("dp_rank")),
@@ -404,7 +345,7 @@ class RankMetrics:
             transient_bytes=_int(raw.get("transient_bytes")),
             peak_memory_bytes=_int(raw.get("peak_memory_bytes", raw.get("peak_mem_bytes"))),
             peak_memory_source=_str(raw.get("peak_memory_source")),
-            update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None} if isinstance(update_rms, Mapping) else {},
+            update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None},
             ns_calls=_int(raw.get("ns_calls")),
             ns_flops=_int(raw.get("ns_flops")),
             model_params=_int(raw.get("model_params")),

@@ -8,7 +8,7 @@
     bundle    the folders + BundleMeta       -> dist/dataset/ (+ MANIFEST.sha256)
     verify    a bundle                       -> VerifyResult
 
-``muon-repro run`` (:mod:`muon_repro.pipeline`) and the CLI commands call these; so can you::
+``muon-repro run`` (:mod:`muon_repro.job`) and the CLI commands call these; so can you::
 
     from muon_repro import stages
     tables = stages.analyze(["traces"], "metrics")
@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from muon_repro.bench.sweep import RunResult
-    from muon_repro.hub.bundle import Sources
-    from muon_repro.hub.manifest import FileEntry
-    from muon_repro.hub.meta import BundleMeta
-    from muon_repro.hub.verify import VerifyResult
+    from muon_repro.dataset.bundle import Sources
+    from muon_repro.dataset.manifest import FileEntry
+    from muon_repro.dataset.meta import BundleMeta
+    from muon_repro.dataset.verify import VerifyResult
 
 
 class StageError(RuntimeError):
@@ -54,8 +54,7 @@ def bench(
     """Record the named configurations (names, groups, 'seed', 'reference', 'all') on this machine, each in
     ``trials`` interleaved trials, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
     derived from the machine); complete trials are skipped unless ``force``."""
-    from muon_repro.bench.cli import expand_config_names
-    from muon_repro.bench.configs import resolve
+    from muon_repro.bench.configs import expand_config_names, resolve
     from muon_repro.bench.sweep import record_local
     from muon_repro.parallel.launch import default_backend
 
@@ -73,7 +72,8 @@ def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, 
     written then.
     """
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import check_tables_out, tables_from_analysis, write_tables
+    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.tables.io import check_tables_out, write_tables
 
     if out is not None:
         check_tables_out(Path(out))
@@ -93,9 +93,9 @@ def figures(metrics: str | Path = "metrics", out: str | Path = "figures") -> dic
     """Draw every figure from the tables in ``metrics``; returns figure name -> PNG path (an SVG beside it).
     ``out`` is checked before anything is read (ValueError)."""
     from muon_repro.report.build import make_figures
-    from muon_repro.report.cli import check_out_folder
+    from muon_repro.tables.files import check_out_folder
 
-    check_out_folder(Path(out), "output folder")
+    check_out_folder(Path(out), f"output folder {out}")
     return make_figures(Path(metrics), Path(out))
 
 
@@ -105,17 +105,17 @@ def report(
     """Render the report from the tables and the figures; returns format -> path.
     ``out`` is checked before anything is read (ValueError)."""
     from muon_repro.report.build import write_report
-    from muon_repro.report.cli import check_out_folder
+    from muon_repro.tables.files import check_out_folder
 
-    check_out_folder(Path(out), "output folder")
+    check_out_folder(Path(out), f"output folder {out}")
     return write_report(Path(metrics), Path(figures), Path(out), tuple(formats))
 
 
 def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md") -> Path:
     """Render the dataset card (the bundle's README.md) to ``out``, and the bundle's CITATION.cff and
     croissant.json beside it (at the repository root, the copies code hosts and Croissant tools read)."""
-    from muon_repro.hub.bundle import documents_from_sources, write_root_files
-    from muon_repro.hub.fsutil import write_atomic
+    from muon_repro.dataset.bundle import documents_from_sources, write_root_files
+    from muon_repro.tables.files import write_atomic
 
     docs = documents_from_sources(sources, meta)
     write_atomic(Path(out), docs.card)
@@ -125,7 +125,7 @@ def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md"
 
 def bundle(sources: Sources, meta: BundleMeta, out: str | Path = "dist/dataset") -> tuple[list[FileEntry], list[str]]:
     """Assemble the folder that gets published; returns its manifest entries and warnings."""
-    from muon_repro.hub.bundle import build_bundle
+    from muon_repro.dataset.bundle import build_bundle
 
     return build_bundle(sources, meta, Path(out))
 
@@ -133,6 +133,6 @@ def bundle(sources: Sources, meta: BundleMeta, out: str | Path = "dist/dataset")
 def verify(bundle_dir: str | Path = "dist/dataset", *, echo=None, recompute: bool = False) -> VerifyResult:
     """Check a bundle or a downloaded copy: checksums, every table loads, every trace parses; with
     ``recompute``, also that analyzing its traces again gives its tables."""
-    from muon_repro.hub.verify import verify_bundle
+    from muon_repro.dataset.verify import verify_bundle
 
     return verify_bundle(Path(bundle_dir), echo=echo, recompute=recompute)

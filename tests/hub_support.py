@@ -1,13 +1,14 @@
 """Shared pieces of the hub tests: a small synthetic bundle source tree, and a fake Hub environment.
 
 Nothing here talks to the real Hugging Face Hub: every client is pointed at a
-:class:`muon_repro.testing.fake_hub.FakeHub` on 127.0.0.1 (subprocesses through ``HF_ENDPOINT``,
+:class:`support.fake_hub.FakeHub` on 127.0.0.1 (subprocesses through ``HF_ENDPOINT``,
 in-process clients through ``HfApi(endpoint=...)``).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import shutil
 import struct
@@ -19,8 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from muon_repro.testing.fake_hub import FakeHub
+from support.fake_hub import FakeHub
 
 DATA = Path(__file__).parent / "data" / "hub"
 TRACE = DATA / "hta_cpu_gloo_rank34.json.gz"
@@ -46,30 +46,41 @@ def _write_table(folder: Path, name: str, columns: dict[str, pa.Array]) -> None:
     table.to_pandas().to_csv(folder / f"{name}.csv", index=False)
 
 
-def make_sources(root: Path, *, step_ms: float = 12.5) -> dict[str, Path]:
-    """A small artifact tree like the repository's (traces, metrics, figures, report, scripts, docs); returns the folders."""
+def make_sources(root: Path, *, step_ms: float = 12.5, recorded: bool = True) -> dict[str, Path]:
+    """A small artifact tree like the repository's (traces, metrics, figures, report, scripts, docs); returns the folders.
+    ``recorded``: the tables hold what the run recorded (its command, its environment), as analyze writes them."""
     run = root / "traces" / "comparison" / "muon_dp2_tp1"
     run.mkdir(parents=True)
     for rank in (0, 1):
         shutil.copyfile(TRACE, run / f"rank{rank}.json.gz")
+    command = ["muon-repro", "bench", "comparison", "--scale", "cpu"]
     (run / "config.json").write_text(json.dumps({
-        "group": "comparison", "name": "muon_dp2_tp1", "optimizer": "muon", "dp": 2, "tp": 1,
-        "command": ["muon-repro", "bench", "comparison", "--scale", "cpu"],
+        "group": "comparison", "name": "muon_dp2_tp1", "optimizer": "muon", "dp": 2, "tp": 1, "command": command,
     }))  # fmt: skip
-    (run / "environment.json").write_text(json.dumps({
+    environment = {
         "hostname": "secret-host", "os": "Linux-6.1-x86_64", "python": "3.11.7", "torch": "2.13.0",
         "cuda": None, "nccl": None, "backend": "gloo", "host_cpu": "Test CPU @ 2.0GHz", "host_cpu_cores": 2,
         "host_memory_bytes": 25769803776, "accelerator": None, "accelerator_count": 0, "git_sha": "0" * 40,
         "git_dirty": False, "pip_freeze": ["torch==2.13.0", "numpy==2.4.6"],
-    }))  # fmt: skip
+    }  # fmt: skip
+    (run / "environment.json").write_text(json.dumps(environment))
     (run / "metrics.json").write_text(json.dumps({"config": "comparison/muon_dp2_tp1", "ranks": []}))
     (run / "log.txt").write_text("step 0 loss 4.2\n")
 
     metrics = root / "metrics"
     metrics.mkdir()
     _write_table(metrics, "runs", {
-        "run": pa.array(["comparison/muon_dp2_tp1"]), "optimizer": pa.array(["muon"]),
-        "dp": pa.array([2], pa.int64()), "tp": pa.array([1], pa.int64()), "step_ms": pa.array([step_ms]),
+        "run": pa.array(["comparison/muon_dp2_tp1"]), "group": pa.array(["comparison"]), "name": pa.array(["muon_dp2_tp1"]),
+        "optimizer": pa.array(["muon"]), "dp": pa.array([2], pa.int64()), "tp": pa.array([1], pa.int64()),
+        "step_ms": pa.array([step_ms]), "command": pa.array([shlex.join(command) if recorded else None], pa.string()),
+    })  # fmt: skip
+    # what analyze puts in the environment table: environment.json flattened, one row per known value, as text
+    recorded = {k: ", ".join(v) if isinstance(v, list) else str(v) for k, v in environment.items() if v is not None} if recorded else {}
+    _write_table(metrics, "environment", {
+        "run": pa.array(["comparison/muon_dp2_tp1"] * len(recorded), pa.string()),
+        "group": pa.array(["comparison"] * len(recorded), pa.string()),
+        "name": pa.array(["muon_dp2_tp1"] * len(recorded), pa.string()), "trial": pa.array([0] * len(recorded), pa.int64()),
+        "key": pa.array(list(recorded), pa.string()), "value": pa.array(list(recorded.values()), pa.string()),
     })  # fmt: skip
     _write_table(metrics, "steps", {
         "run": pa.array(["comparison/muon_dp2_tp1"] * 2), "rank": pa.array([0, 1], pa.int64()),
@@ -167,8 +178,8 @@ def sources(tmp_path) -> dict[str, Path]:
 
 def build(sources: dict[str, Path], out: Path, *, version: str = "1.0.0", repo_id: str = "test-org/muon-traces") -> Path:
     """``muon-repro bundle`` in this process."""
-    from muon_repro.hub.bundle import Sources, build_bundle
-    from muon_repro.hub.meta import BundleMeta
+    from muon_repro.dataset.bundle import Sources, build_bundle
+    from muon_repro.dataset.meta import BundleMeta
 
     build_bundle(Sources(**sources), BundleMeta(repo_id=repo_id, version=version, date=DATE), out)
     return out

@@ -94,7 +94,7 @@ def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
 def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, object]:
     """The same 3 steps once per overlap variant (fresh model each time, same seed); returns the
     parameters after each variant, the NS units and the gathers each variant issued."""
-    from muon_repro.rundir import OVERLAPS
+    from muon_repro.phases import OVERLAPS
 
     dims = ParallelDims(dp=2, tp=2)
     params, gathers = {}, {}

@@ -20,9 +20,9 @@ import pandas as pd
 
 from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.collectives import COMM_KINDS
-from muon_repro.analysis.schemas import SCHEMAS
-from muon_repro.analysis.tables import write_tables
-from muon_repro.rundir import OPTIMIZER_COMM_PHASES
+from muon_repro.phases import OPTIMIZER_COMM_PHASES
+from muon_repro.tables.io import write_tables
+from muon_repro.tables.schemas import SCHEMAS
 
 
 @dataclass(frozen=True)

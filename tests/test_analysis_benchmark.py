@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.analysis import benchmark
-from muon_repro.analysis.benchmark import Measurement, Summary, check_targets, format_report
+from tools import analysis_benchmark as benchmark
+from tools.analysis_benchmark import Measurement, Summary, check_targets, format_report
 
 # a committed real trace (gloo, CPU); repeated to 2 MB it analyzes in well under a second
 SOURCE = Path(__file__).parent / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz"

@@ -19,17 +19,11 @@ import pytest
 import torch
 from analysis_workers import ACTIVE, DP, KNOWN, TP
 
-from muon_repro.analysis.tables import (
-    CSV_SHA256_KEY,
-    GENERATION_KEY,
-    SCHEMAS,
-    build_tables,
-    read_table,
-    stamped_schema,
-    table_stamp,
-    write_tables,
-)
+from muon_repro.analysis.tables import build_tables
 from muon_repro.parallel.comm import ring_bytes_per_rank
+from muon_repro.tables.io import read_table, stamped_schema, write_tables
+from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.tables.stamp import CSV_SHA256_KEY, GENERATION_KEY, table_stamp
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = DP * TP

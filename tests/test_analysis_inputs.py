@@ -21,7 +21,8 @@ from muon_repro.analysis import pipeline
 from muon_repro.analysis.pipeline import analyze_paths
 from muon_repro.analysis.tables import build_tables
 from muon_repro.cli import main
-from muon_repro.rundir import CONFIG_FILE, DP_REDUCE_SCATTER, ENVIRONMENT_FILE, METRICS_FILE, UPDATE, trace_name
+from muon_repro.phases import DP_REDUCE_SCATTER, UPDATE
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, trace_name
 
 BASE_TIME_NS = 1_700_000_000_000_000_000
 STEPS = 3

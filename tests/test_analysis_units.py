@@ -15,8 +15,11 @@ from muon_repro.analysis.discover import find_traces, is_trace_name
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.intervals import Segments, innermost_enclosing
 from muon_repro.analysis.reader import rank_from_filename
-from muon_repro.analysis.tables import SCHEMAS, _comparisons_table, read_table, schema_markdown, write_tables
+from muon_repro.analysis.tables import _comparisons_table
 from muon_repro.parallel.comm import ring_bytes_per_rank
+from muon_repro.tables.io import read_table, write_tables
+from muon_repro.tables.reference import schema_markdown
+from muon_repro.tables.schemas import SCHEMAS
 
 
 def brute_cover(intervals: list[tuple[float, float]], grid: np.ndarray) -> np.ndarray:

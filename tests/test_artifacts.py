@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-from muon_repro.analysis.schemas import TABLE_NAMES as TABLES
+from muon_repro.tables.schemas import TABLE_NAMES as TABLES
 
 
 @pytest.mark.slow
 def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatch):
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import read_table, tables_from_analysis
+    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.tables.io import read_table
 
     assert list((REPO / "traces").glob("*/*/*/trial*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
     monkeypatch.chdir(REPO)  # the tables record paths as the pipeline saw them: traces/<profile>/<group>/<name>
@@ -49,8 +50,8 @@ def test_committed_dataset_is_in_the_profile_layout_each_run_under_its_own_profi
 @pytest.mark.slow
 def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_path, monkeypatch):
     from muon_repro.cli import main
-    from muon_repro.hub.verify import verify_bundle
-    from muon_repro.pipeline import release_date
+    from muon_repro.dataset.verify import verify_bundle
+    from muon_repro.job import release_date
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "dataset"

@@ -16,7 +16,7 @@ import pytest
 from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, resolve
 from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, run_dir_for
-from muon_repro.rundir import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
+from muon_repro.phases import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
 from muon_repro.rundir import RunDir, trial_dir
 
 PHASES = ("forward", "backward", "optimizer", "dp_reduce_scatter", "momentum", "dp_gather", "tp_gather",

@@ -168,12 +168,12 @@ def test_equivalence_tp_that_does_not_divide_the_model_is_refused_before_launchi
     ],
 )
 def test_run_reports_an_interrupted_or_failed_stage_without_a_traceback(raised, code, said, tmp_path, monkeypatch, capsys):
-    from muon_repro import pipeline
+    from muon_repro import job
     from muon_repro.cli import main
 
     def stopped(plan) -> None:
         raise raised
 
-    monkeypatch.setattr(pipeline, "run_pipeline", stopped)
+    monkeypatch.setattr(job, "run_job", stopped)
     assert main(["run", "--out", str(tmp_path)]) == code
     assert capsys.readouterr().err.startswith(said)

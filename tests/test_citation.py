@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from hub_support import DATE, build
 
-from muon_repro.hub.bundle import Sources, documents_from_sources
-from muon_repro.hub.citation import CFF_NAME, bibtex, read_citation
-from muon_repro.hub.croissant import CROISSANT_NAME
-from muon_repro.hub.meta import BundleMeta
+from muon_repro.dataset.bundle import Sources, documents_from_sources
+from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
+from muon_repro.dataset.croissant import CROISSANT_NAME
+from muon_repro.dataset.meta import BundleMeta
 from muon_repro.hub.publish import publish
-from muon_repro.pipeline import RunPlan, _meta, _sources
+from muon_repro.job import RunPlan, _meta, _sources
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO = "test-org/muon-traces"

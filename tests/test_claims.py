@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.bootstrap import interval, per_step
-from muon_repro.analysis.claims import CLAIMS, Region, UnequalWork, check_same_work, claims_table, verdict
-from muon_repro.analysis.schemas import SCHEMAS
+from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work
+from muon_repro.analysis.claims import CLAIMS, Region, claims_table, verdict
 from muon_repro.analysis.tables import _comparisons_table
+from muon_repro.tables.schemas import SCHEMAS
 
 TRIALS, STEPS, RANKS = 3, 5, 4
 WORK = {"preset": "small", "tokens_per_step": 1024, "seq_len": 128, "reduce_dtype": "fp32", "backend": "gloo", "device": "cpu"}

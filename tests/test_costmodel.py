@@ -14,21 +14,15 @@ import pytest
 from muon_repro.bench.configs import CONFIGS, BenchConfig, from_dict, resolve
 from muon_repro.bench.custom import add_run_shape_arguments, config_from_args
 from muon_repro.cli import main
-from muon_repro.costmodel.calibrate import arrival_jitter, compute_share, fit_alpha_beta
-from muon_repro.costmodel.machine import (
-    COLLECTIVE_OPS,
-    MachineProfile,
-    ProfileError,
-    named_profiles,
-    profile_from_dict,
-    read_profile,
-    resolve_profile,
-    write_profile,
-)
+from muon_repro.costmodel.collective_fit import fit_alpha_beta
+from muon_repro.costmodel.machine import named_profiles, profile_from_dict, read_profile, resolve_profile, write_profile
+from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS, MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict, processor_sharing
 from muon_repro.costmodel.validate import bench_config, measured, run_folders
 from muon_repro.costmodel.workload import build_workload
-from muon_repro.rundir import DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE, RunDir, trial_dir
+from muon_repro.costmodel.world_bench import arrival_jitter, compute_share
+from muon_repro.phases import DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE
+from muon_repro.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "traces"
@@ -389,7 +383,7 @@ def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     import pandas as pd
 
-    from muon_repro.costmodel.tables import PREDICTIONS
+    from muon_repro.tables.schemas import PREDICTIONS
 
     table = pd.read_parquet(tmp_path / "tables" / "predictions.parquet")
     assert list(table.columns) == PREDICTIONS.names and sorted(table["run"]) == sorted(committed_runs())

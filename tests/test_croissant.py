@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from hub_support import DATE, _write_table, build
 
-from muon_repro.hub.bundle import Sources, documents_from_sources
-from muon_repro.hub.croissant import CROISSANT_NAME, RAI, check_croissant
-from muon_repro.hub.fsutil import sha256_file
-from muon_repro.hub.manifest import read_manifest
-from muon_repro.hub.meta import BundleMeta
-from muon_repro.hub.verify import verify_bundle
+from muon_repro.dataset.bundle import Sources, documents_from_sources
+from muon_repro.dataset.croissant import CROISSANT_NAME, RAI, check_croissant
+from muon_repro.dataset.manifest import read_manifest
+from muon_repro.dataset.meta import BundleMeta
+from muon_repro.dataset.verify import verify_bundle
+from muon_repro.tables.files import sha256_file
 
 mlc = pytest.importorskip("mlcroissant", reason="mlcroissant is a dev dependency: pip install -c constraints.txt -e '.[dev]'")
 

@@ -18,9 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis import scan
-from muon_repro.analysis.decode import ARG_NAME_PREFIXES, CORRELATION_CATS, NO_CORRELATION, decode_piece
+from muon_repro.analysis import parallel_scan, scan
+from muon_repro.analysis.decode import decode_piece
+from muon_repro.analysis.piece_columns import ARG_NAME_PREFIXES, CORRELATION_CATS, NO_CORRELATION
 from muon_repro.analysis.reader import read_trace
+from muon_repro.analysis.trace_layout import find_events_start
 
 HERE = Path(__file__).resolve().parent
 EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
@@ -112,7 +114,7 @@ def test_parallel_reading_matches_the_sequential_one_and_the_reference(tmp_path,
 def _let_the_worker_go_first(monkeypatch) -> None:
     """This process takes its first range only once a worker has taken one (or after a minute),
     so that tests see a worker at work whatever the machine's load."""
-    take = scan._take
+    take = parallel_scan._take
 
     def take_after_a_worker(bounds, *, front):
         deadline = time.monotonic() + 60
@@ -120,7 +122,7 @@ def _let_the_worker_go_first(monkeypatch) -> None:
             time.sleep(0.005)
         return take(bounds, front=front)
 
-    monkeypatch.setattr(scan, "_take", take_after_a_worker)  # this process only: workers import their own
+    monkeypatch.setattr(parallel_scan, "_take", take_after_a_worker)  # this process only: workers import their own
 
 
 @pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
@@ -129,17 +131,17 @@ def test_this_process_and_the_worker_both_decode_ranges(tmp_path, monkeypatch):
     plain.write_bytes(gzip.decompress(A100.read_bytes()))
     reference = read_trace(plain)
     here: list[tuple[int, int]] = []
-    decode_here = scan.decode_file_range
+    decode_here = parallel_scan.decode_file_range
 
     def watched(path, start, stop):
         here.append((start, stop))
         return decode_here(path, start, stop)
 
-    monkeypatch.setattr(scan, "decode_file_range", watched)
+    monkeypatch.setattr(parallel_scan, "decode_file_range", watched)
     _let_the_worker_go_first(monkeypatch)
     trace = read_trace(plain, workers=2, piece_bytes=64 * 1024)
-    start = scan.find_events_start(plain.read_bytes(), plain)[0]
-    ranges, _ = scan._plan_pieces(plain, start, plain.stat().st_size, 64 * 1024)
+    start = find_events_start(plain.read_bytes(), plain)[0]
+    ranges, _ = parallel_scan._plan_pieces(plain, start, plain.stat().st_size, 64 * 1024)
     assert trace.meta.decoded_by == "parallel"
     assert 0 < len(here) < len(ranges)  # the worker took the others
     assert here == sorted(here, reverse=True) and here[0] == ranges[-1]  # from the back
@@ -156,7 +158,7 @@ def test_a_failure_in_this_process_falls_back_to_the_sequential_path(tmp_path, m
     def broken(path, start, stop):
         raise ValueError("bad cut")
 
-    monkeypatch.setattr(scan, "decode_file_range", broken)  # this process only: workers import their own
+    monkeypatch.setattr(parallel_scan, "decode_file_range", broken)  # this process only: workers import their own
     trace = read_trace(plain, workers=2, piece_bytes=256 * 1024)
     assert trace.meta.decoded_by == "sequential"
     pd.testing.assert_frame_equal(trace.events, reference.events)
@@ -174,11 +176,11 @@ def test_a_failure_in_a_worker_falls_back_to_the_sequential_path(tmp_path, monke
     path = tmp_path / "nested.json"
     path.write_text(json.dumps({"traceEvents": events}))
     reference = read_trace(path)
-    ranges, _ = scan._plan_pieces(path, scan.find_events_start(path.read_bytes(), path)[0], path.stat().st_size, 1000)
+    ranges, _ = parallel_scan._plan_pieces(path, find_events_start(path.read_bytes(), path)[0], path.stat().st_size, 1000)
 
     def fails(r: tuple[int, int]) -> bool:
         try:
-            scan.decode_file_range(str(path), *r)
+            parallel_scan.decode_file_range(str(path), *r)
         except ValueError:
             return True
         return False
@@ -186,13 +188,13 @@ def test_a_failure_in_a_worker_falls_back_to_the_sequential_path(tmp_path, monke
     assert fails(ranges[0])  # the worker's first range is a bad cut, ...
     assert not any(fails(r) for r in ranges[len(ranges) // 2 :])  # ... this process's are not
     outcomes: list[bool] = []
-    collect = scan._collect
-    monkeypatch.setattr(scan, "_collect", lambda *a: outcomes.append(collect(*a)) or outcomes[-1])
+    collect = parallel_scan._collect
+    monkeypatch.setattr(parallel_scan, "_collect", lambda *a: outcomes.append(collect(*a)) or outcomes[-1])
 
     def harmless(path, start, stop):  # this process: never fails, so the failure is the worker's
         return decode_piece(b"[]")
 
-    monkeypatch.setattr(scan, "decode_file_range", harmless)
+    monkeypatch.setattr(parallel_scan, "decode_file_range", harmless)
     _let_the_worker_go_first(monkeypatch)
     trace = read_trace(path, workers=2, piece_bytes=1000)
     assert outcomes == [False] and trace.meta.decoded_by == "sequential"
@@ -203,10 +205,11 @@ def test_ranges_are_taken_from_both_ends_each_once():
     import multiprocessing as mp
 
     bounds = mp.get_context("spawn").Array("q", [0, 5])
-    taken = [scan._take(bounds, front=True), scan._take(bounds, front=False), scan._take(bounds, front=False)]
-    taken += [scan._take(bounds, front=True), scan._take(bounds, front=True)]
+    take = parallel_scan._take
+    taken = [take(bounds, front=True), take(bounds, front=False), take(bounds, front=False)]
+    taken += [take(bounds, front=True), take(bounds, front=True)]
     assert taken == [0, 4, 3, 1, 2]
-    assert scan._take(bounds, front=True) is None and scan._take(bounds, front=False) is None
+    assert take(bounds, front=True) is None and take(bounds, front=False) is None
 
 
 def test_arg_records_are_the_args_table_as_dicts(tmp_path):

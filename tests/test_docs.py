@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.analysis.schemas import DOC_MARKER, SCHEMAS, doc_with_tables
+from muon_repro.tables.reference import DOC_MARKER, doc_with_tables
+from muon_repro.tables.schemas import SCHEMAS
 
 REPO = Path(__file__).resolve().parents[1]
 METHOD = REPO / "docs" / "method.md"
@@ -14,7 +15,7 @@ METHOD = REPO / "docs" / "method.md"
 
 def test_method_doc_table_reference_matches_the_schemas():
     text = METHOD.read_text(encoding="utf-8")
-    assert text == doc_with_tables(text), "docs/method.md is out of date: run `python -m muon_repro.analysis.schemas docs/method.md`"
+    assert text == doc_with_tables(text), "docs/method.md is out of date: run `python -m muon_repro.tables.reference docs/method.md`"
     for name, schema in SCHEMAS.items():
         assert f"### `{name}`" in text
         assert all(f"| `{c.name}` |" in text for c in schema.columns), name

@@ -18,6 +18,7 @@ from muon_repro.hardware import (
     validate_profile_id,
 )
 
+
 def topology(links: list[list[str]]) -> str:
     """An ``nvidia-smi topo -m`` matrix with the given link cells between GPUs."""
     n = len(links)

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from hub_support import DATE, build, make_sources, muon_repro, source_args
 
-from muon_repro.hub.card import read_card_metadata
-from muon_repro.hub.fsutil import list_files, sha256_file
-from muon_repro.hub.manifest import check_manifest, parse_manifest, read_manifest
-from muon_repro.hub.verify import verify_bundle
+from muon_repro.dataset.card import read_card_metadata
+from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest
+from muon_repro.dataset.verify import verify_bundle
+from muon_repro.tables.files import list_files, sha256_file
 
-TABLES = ["runs", "steps", "collectives", "comparisons", "claims"]
+TABLES = ["runs", "steps", "collectives", "comparisons", "claims", "environment"]
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_bundle_and_verify_commands(sources, tmp_path):  # noqa: F811
     assert done.returncode == 0, done.stderr
     assert "date-released: '2025-06-01'" in (out / "CITATION.cff").read_text()
     ok = muon_repro(["verify", str(out)], env)
-    assert ok.returncode == 0 and "all 9 checks passed" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "all 10 checks passed" in ok.stdout, ok.stdout + ok.stderr
     (out / "metrics" / "claims.csv").write_text("tampered\n")
     bad = muon_repro(["verify", str(out)], env)
     assert bad.returncode == 1
@@ -171,8 +171,8 @@ def test_rebuild_replaces_a_bundle_but_never_another_folder(sources, tmp_path): 
 
 
 def test_bad_inputs_are_clear_errors(sources, tmp_path):  # noqa: F811
-    from muon_repro.hub.bundle import Sources, build_bundle
-    from muon_repro.hub.meta import BundleMeta
+    from muon_repro.dataset.bundle import Sources, build_bundle
+    from muon_repro.dataset.meta import BundleMeta
 
     with pytest.raises(ValueError, match="invalid version '1.0'"):
         BundleMeta(repo_id="o/n", version="1.0", date=DATE)
@@ -190,8 +190,8 @@ def test_bad_inputs_are_clear_errors(sources, tmp_path):  # noqa: F811
         parse_manifest("not a manifest line\n")
 
 
-def test_card_tolerates_runs_without_environment_or_config(tmp_path):
-    src = make_sources(tmp_path / "src")
+def test_card_tolerates_runs_the_tables_know_nothing_of(tmp_path):
+    src = make_sources(tmp_path / "src", recorded=False)  # no command, no environment rows
     run = src["traces"] / "comparison" / "muon_dp2_tp1"
     (run / "environment.json").unlink()
     (run / "config.json").write_text("{not json")
@@ -203,9 +203,21 @@ def test_card_tolerates_runs_without_environment_or_config(tmp_path):
     assert any("config.json: not valid JSON" in line for line in verify_bundle(out).failed)
 
 
+def test_the_card_reads_the_runs_from_the_tables_not_the_run_folders(tmp_path):
+    src = make_sources(tmp_path / "src")
+    run = src["traces"] / "comparison" / "muon_dp2_tp1"
+    (run / "environment.json").write_text('{"host_cpu": "what the run folder says now"}')
+    (run / "config.json").write_text('{"command": ["muon-repro", "bench", "something-else"]}')
+    text = (build(src, tmp_path / "out") / "README.md").read_text()
+    assert "| host_cpu | Test CPU @ 2.0GHz |" in text and "what the run folder says now" not in text
+    assert "muon-repro bench comparison --scale cpu" in text and "something-else" not in text
+    assert "| host_memory_bytes | 25769803776 (25.8 GB) |" in text and "| git_dirty | no |" in text
+    assert "`pip_freeze`: 2 entries" in text
+
+
 def test_card_command_renders_the_bundle_readme(bundle, sources):  # noqa: F811
-    from muon_repro.hub.bundle import Sources, render_card_from_sources
-    from muon_repro.hub.meta import BundleMeta
+    from muon_repro.dataset.bundle import Sources, render_card_from_sources
+    from muon_repro.dataset.meta import BundleMeta
 
     card = render_card_from_sources(Sources(**sources), BundleMeta(repo_id="test-org/muon-traces", version="1.0.0", date=DATE))
     assert card == (bundle / "README.md").read_text()

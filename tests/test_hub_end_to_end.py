@@ -13,13 +13,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from hub_support import TOKEN, build, hub_env, make_sources, muon_repro, run
+from support.fake_hub import FakeHub
 
-from muon_repro.hub.fsutil import list_files
-from muon_repro.hub.manifest import read_manifest
-from muon_repro.testing.fake_hub import FakeHub
+from muon_repro.dataset.manifest import read_manifest
+from muon_repro.tables.files import list_files
 
 REPO = "test-org/muon-traces"
-TABLES = ["runs", "steps", "collectives", "comparisons", "claims"]
+TABLES = ["runs", "steps", "collectives", "comparisons", "claims", "environment"]
 LOAD_ALL = """
 import json, sys
 import datasets
@@ -83,7 +83,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         # muon-repro download = hf download + verify (checksums, configs, traces).
         d2 = tmp_path / "d2"
         out = ok(muon_repro(["download", REPO, "--local-dir", str(d2)], env))
-        assert "No --revision given: using v1.0.0." in out and "all 9 checks passed" in out
+        assert "No --revision given: using v1.0.0." in out and "all 10 checks passed" in out
         _same_files(d2, b1)
 
         # Unchanged: no new commit.
@@ -99,7 +99,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         # Into the Hub cache this time (a snapshot of symlinks), checked there.
         out = ok(muon_repro(["download", REPO, "--revision", "v1.1.0"], env))
         snapshot = Path(re.search(r"Downloaded \S+ v1.1.0 to (.+)", out)[1])
-        assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 9 checks passed" in out
+        assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 10 checks passed" in out
         _same_files(snapshot, b2)
         d4 = tmp_path / "d4"
         ok(run([_hf(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d4)], env))

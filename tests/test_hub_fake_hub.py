@@ -11,9 +11,8 @@ from hub_support import TOKEN
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils.sha import git_hash
-
-from muon_repro.testing import fake_hub_app
-from muon_repro.testing.fake_hub import FakeHub, card_metadata_errors
+from support import fake_hub_app
+from support.fake_hub import FakeHub, card_metadata_errors
 
 REPO = "org/data"
 PARQUET_LIKE = b"PAR1\0\0\0binary"

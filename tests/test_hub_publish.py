@@ -9,7 +9,7 @@ import pytest
 from hub_support import build, muon_repro
 from huggingface_hub.utils.sha import git_hash
 
-from muon_repro.hub.manifest import FileEntry
+from muon_repro.dataset.manifest import FileEntry
 from muon_repro.hub.plan import RemoteFile, compute_plan, format_plan
 from muon_repro.hub.publish import PublishError, publish
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from hub_support import TOKEN, _write_table, build, hub_env, muon_repro
 
-from muon_repro.hub.card import read_card_metadata
+from muon_repro.dataset.card import read_card_metadata
+from muon_repro.dataset.verify import verify_bundle
 from muon_repro.hub.download import DownloadError, download
 from muon_repro.hub.publish import PublishError, publish
-from muon_repro.hub.verify import verify_bundle
 
 REPO = "test-org/muon-traces"
 BAD_TOKEN = "hf_Secret\u00e9Rest42"  # a pasted token with an accented letter at position 10
@@ -69,7 +69,7 @@ def test_publish_to_a_hub_that_hangs_on_the_commit_stops_and_says_nothing_was_co
     error, seconds = _bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=1))
     assert isinstance(error, PublishError), error
     assert re.fullmatch(
-        rf"the Hub at {re.escape(fake_hub.url)} did not answer within 1 s while uploading 26 files \(.+\) and committing them "
+        rf"the Hub at {re.escape(fake_hub.url)} did not answer within 1 s while uploading 28 files \(.+\) and committing them "
         rf"to {REPO}; nothing was committed or tagged \(the commit is one atomic call, and main has not moved\); "
         "run publish again",
         str(error),
@@ -142,13 +142,12 @@ def test_a_table_without_rows_is_left_out_of_the_configs_and_the_bundle_verifies
     bundle = build(sources, tmp_path / "b1")
     result = verify_bundle(bundle)  # loads every config with datasets.load_dataset
     assert result.ok, result.failed
-    assert [line.split(":")[0] for line in result.passed if line.startswith("config")] == [
-        "config 'runs'", "config 'steps'", "config 'collectives'", "config 'claims'"
-    ]  # fmt: skip
+    loaded = ["runs", "steps", "collectives", "claims", "environment"]
+    assert [line.split(":")[0] for line in result.passed if line.startswith("config")] == [f"config '{n}'" for n in loaded]
     card = (bundle / "README.md").read_text()
     meta = read_card_metadata(card)
-    assert [c["config_name"] for c in meta["configs"]] == ["runs", "steps", "collectives", "claims"]
-    assert [i["config_name"] for i in meta["dataset_info"]] == ["runs", "steps", "collectives", "claims"]
+    assert [c["config_name"] for c in meta["configs"]] == loaded
+    assert [i["config_name"] for i in meta["dataset_info"]] == loaded
     assert "left out of the configs (`datasets` cannot load a table without rows):\n`comparisons`." in card
     assert "0 rows, `metrics/comparisons.parquet` (also `metrics/comparisons.csv`). Not a config in this version" in card
     assert (bundle / "metrics" / "comparisons.parquet").is_file()  # still published, with its columns
@@ -235,7 +234,7 @@ def test_a_non_ascii_hf_token_is_a_one_line_error_that_never_shows_the_token(com
 
 
 def test_a_control_character_in_the_token_is_named_too():
-    from muon_repro.hub.naming import check_token
+    from muon_repro.dataset.naming import check_token
 
     with pytest.raises(ValueError, match=r"^the Hugging Face token \(from HF_TOKEN\) contains a control character at position 5 of 7;"):
         check_token("hf_a\tbc", "HF_TOKEN")

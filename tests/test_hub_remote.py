@@ -45,7 +45,7 @@ def test_workers_must_be_a_positive_count(hub_api, repo_head, tmp_path):
 def test_the_download_benchmark_prints_both_timings(capsys):
     from huggingface_hub import constants
 
-    from muon_repro.testing.download_benchmark import main as benchmark
+    from tools.download_benchmark import main as benchmark
 
     settings = constants.ENDPOINT, constants.HUGGINGFACE_CO_URL_TEMPLATE
     assert benchmark(["--files", "6", "--delay-ms", "0"]) == 0

@@ -1,8 +1,9 @@
-"""Data flows one way: bench -> traces -> analysis -> tables -> report / hub.
+"""Data flows one way: bench -> traces -> analysis -> tables -> report -> dataset -> hub (contrib beside).
 
 An AST walk over every import of the package (inside functions too, and ``importlib.import_module``
 with a literal name) checks the walls; a subprocess checks that commands which do not train never
-import torch; and no module but :mod:`muon_repro.rundir` spells a run file or phase name.
+import torch; and no module but :mod:`muon_repro.phases` spells a phase name, none but
+:mod:`muon_repro.rundir` a run file name.
 """
 
 from __future__ import annotations
@@ -14,22 +15,28 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.rundir import PHASES, RUN_FILES
+from muon_repro.phases import PHASES
+from muon_repro.rundir import RUN_FILES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "muon_repro"
 TRAINING = ("torch", "muon_repro.model", "muon_repro.optim", "muon_repro.parallel", "muon_repro.bench")
-DOWNSTREAM = ("muon_repro.bench", "muon_repro.analysis", "muon_repro.report", "muon_repro.hub", "muon_repro.pipeline", "muon_repro.stages")
+PUBLISHING = ("muon_repro.dataset", "muon_repro.hub", "muon_repro.contrib")
+DOWNSTREAM = ("muon_repro.bench", "muon_repro.analysis", "muon_repro.report", *PUBLISHING, "muon_repro.job", "muon_repro.stages")
+ORCHESTRATION = ("muon_repro.job", "muon_repro.stages", "muon_repro.run_cli")  # calls every stage: nothing calls back into it
+LIGHT = (*TRAINING, "pandas", "numpy", *DOWNSTREAM)  # torch-, pandas- and numpy-free vocabularies
 
 # module prefix (relative to muon_repro/) -> import prefixes it must never reach
 WALLS: dict[str, tuple[str, ...]] = {
-    "analysis": TRAINING,
-    "hub": TRAINING,
-    "report": (*TRAINING, "muon_repro.analysis"),  # the report reads metrics/ tables, nothing else
+    "analysis": (*TRAINING, "muon_repro.report", *PUBLISHING, *ORCHESTRATION),
+    "report": (*TRAINING, "muon_repro.analysis", *PUBLISHING, *ORCHESTRATION),  # the report reads metrics/ tables, nothing else
+    "dataset": (*TRAINING, "muon_repro.hub", "muon_repro.contrib", *ORCHESTRATION),  # the dataset is made before it travels
+    "hub": (*TRAINING, "muon_repro.contrib", "muon_repro.analysis", *ORCHESTRATION),  # transport only
+    "contrib": (*TRAINING, *ORCHESTRATION),  # review calls the analysis itself
+    "costmodel": ("muon_repro.report", *PUBLISHING, *ORCHESTRATION),
     "optim": DOWNSTREAM,
     "parallel": DOWNSTREAM,
-    "rundir.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
-    "table_set.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
-    "outdir.py": (*TRAINING, "pandas", "numpy", *DOWNSTREAM),
+    "rundir.py": LIGHT,
+    "phases.py": LIGHT,
     "model_config.py": (*TRAINING, "pandas", "numpy"),
     "stages.py": TRAINING,  # only inside bench(), which trains
     "cli.py": TRAINING,
@@ -81,6 +88,62 @@ def test_import_walls_hold():
     assert wall_violations() == []
 
 
+def floor_violations(package: Path = PACKAGE) -> list[str]:
+    """``tables/`` is the bottom floor: it imports no other module of the package, and no torch."""
+    out = []
+    for path in sorted((package / "tables").rglob("*.py")):
+        for module, line in imports_of(path):
+            if module == "torch" or (_reaches(module, "muon_repro") and not _reaches(module, "muon_repro.tables")):
+                out.append(f"muon_repro/{path.relative_to(package).as_posix()}:{line} imports {module}")
+    return out
+
+
+def test_the_tables_floor_imports_nothing_above_it():
+    assert floor_violations() == []
+
+
+def cli_imports(package: Path = PACKAGE) -> list[str]:
+    """Library modules that import a command-line module (``*cli``): only command-line modules may."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if path.stem.endswith("cli") or path.name == "__main__.py":  # entry points
+            continue
+        for module, line in imports_of(path):
+            if module.rsplit(".", 1)[-1].endswith("cli") and _reaches(module, "muon_repro"):
+                out.append(f"muon_repro/{path.relative_to(package).as_posix()}:{line} imports {module}")
+    return out
+
+
+def test_library_code_never_imports_a_command_line_module():
+    assert cli_imports() == []
+
+
+def parquet_access(package: Path = PACKAGE) -> list[str]:
+    """Places outside ``tables/`` that read or write Parquet tables with pandas: they go through tables.io."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "tables":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("read_parquet", "to_parquet"):
+                out.append(f"muon_repro/{path.relative_to(package).as_posix()}:{node.lineno} {node.attr}")
+    return out
+
+
+def test_tables_are_read_and_written_only_through_the_tables_layer():
+    assert parquet_access() == []
+
+
+def test_the_floor_checks_catch_what_they_forbid(tmp_path):
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "io.py").write_text("from muon_repro.rundir import TRIAL_PREFIX\nfrom muon_repro.tables.stamp import x\n")
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "data.py").write_text("import pandas as pd\ndf = pd.read_parquet('x')\nfrom muon_repro.report.cli import y\n")
+    assert floor_violations(tmp_path) == ["muon_repro/tables/io.py:1 imports muon_repro.rundir", "muon_repro/tables/io.py:1 imports muon_repro.rundir.TRIAL_PREFIX"]
+    assert parquet_access(tmp_path) == ["muon_repro/report/data.py:2 read_parquet"]
+    assert cli_imports(tmp_path)[0].startswith("muon_repro/report/data.py:3 imports muon_repro.report.cli")
+
+
 def test_the_wall_check_catches_a_lazy_import(tmp_path):
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "bad.py").write_text("def draw():\n    import torch\n    from muon_repro.analysis.tables import read_table\n")
@@ -92,14 +155,14 @@ def test_the_wall_check_catches_a_lazy_import(tmp_path):
     assert any("optim/bad.py:2 imports muon_repro.hub.publish" in v for v in found), found
 
 
-def test_only_rundir_spells_run_files_and_phase_names():
-    distinctive = {name for name in PHASES if "_" in name} | set(RUN_FILES)
+def test_only_phases_spells_phase_names_and_only_rundir_run_files():
+    # The module allowed to spell each distinctive name: phases.py the phases, rundir.py the run files.
+    owner = {name: "phases.py" for name in PHASES if "_" in name} | {name: "rundir.py" for name in RUN_FILES}
     spelled = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "rundir.py":
-            continue
+        rel = path.relative_to(PACKAGE).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in distinctive:
+            if isinstance(node, ast.Constant) and node.value in owner and owner[node.value] != rel:
                 spelled.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
     assert spelled == []
 

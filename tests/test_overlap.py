@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from muon_repro.parallel.launch import launch
-from muon_repro.rundir import OVERLAPS
+from muon_repro.phases import OVERLAPS
 
 LAYOUT_CASES = [("contiguous", None), ("whole_matrix", None), ("bucketed", 2048)]  # bucketed: several NS units to pipeline
 

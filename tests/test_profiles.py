@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.tables import build_tables, write_tables
-from muon_repro.hub.verify import LOCATION_COLUMNS
+from muon_repro.analysis.tables import build_tables
+from muon_repro.dataset.verify import LOCATION_COLUMNS
 from muon_repro.migrate_layout import migrate, plan_migration, stale_record_rows
 from muon_repro.rundir import COSTMODEL_DIR, ENVIRONMENT_FILE, PREDICTIONS_FILE, trial_folders
+from muon_repro.tables.io import write_tables
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ("comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2")  # the committed cpu-2c-gloo runs, one trial each
@@ -84,7 +85,7 @@ def test_claims_have_a_row_per_claim_and_profile(two_profiles):
 
 
 def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
-    from muon_repro.report.context import claims_matrix, profiles_note
+    from muon_repro.report.claims_section import claims_matrix, profiles_note
     from muon_repro.report.data import load
     from muon_repro.report.readme import claims_markdown
 
@@ -129,7 +130,7 @@ def test_region_bounds_read_the_claims_table_regions():
 
 
 def test_report_with_one_profile_names_it(tmp_path):
-    from muon_repro.report.context import claims_matrix
+    from muon_repro.report.claims_section import claims_matrix
     from muon_repro.report.data import load
 
     for run in RUNS:

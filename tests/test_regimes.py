@@ -12,14 +12,15 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.costmodel_tables import costmodel_tables
-from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.regimes import REGIMES_GROUP, SHAPE_WIDTH, regime_point, regime_points
 from muon_repro.cli import main
-from muon_repro.costmodel.machine import COLLECTIVE_OPS, profile_from_dict
+from muon_repro.costmodel.machine import profile_from_dict
+from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.records import crossing
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file, trial_folders
+from muon_repro.tables.schemas import SCHEMAS
 
 REPO = Path(__file__).resolve().parents[1]
 

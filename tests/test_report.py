@@ -16,13 +16,15 @@ import pytest
 from PIL import Image
 from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms
 
-from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.cli import main
-from muon_repro.report import derive, figures
-from muon_repro.report.context import SECTIONS, VERDICTS, claim_measured, claim_region, claims_rows, ms, report_verdict
+from muon_repro.report import derive, timeline_figures
+from muon_repro.report.claims_section import VERDICTS, claim_measured, claim_region, claims_rows, report_verdict
+from muon_repro.report.context import SECTIONS
 from muon_repro.report.data import MissingMetric, load
 from muon_repro.report.figures import FIGURES as TABLE_FIGURES
+from muon_repro.report.formatting import ms
 from muon_repro.report.regime_figures import REGIME_FIGURES
+from muon_repro.tables.schemas import SCHEMAS
 
 FIGURES = (*TABLE_FIGURES, *REGIME_FIGURES)  # every figure the report shows
 
@@ -297,7 +299,7 @@ def test_a_typical_step_without_rows_is_named(bundle_copy: Path, capsys) -> None
     # The timeline alone (the step breakdown would refuse first).
     data = load(bundle_copy / "metrics")
     with pytest.raises(MissingMetric, match=r"timeline.*comparison/muon_dp2_tp2 at step 99 of trial"):
-        figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
+        timeline_figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
 
 
 def test_a_typical_trial_without_rows_is_named(bundle_copy: Path) -> None:
@@ -308,7 +310,7 @@ def test_a_typical_trial_without_rows_is_named(bundle_copy: Path) -> None:
     _edit_table(bundle_copy, "runs", far_trial)
     data = load(bundle_copy / "metrics")
     with pytest.raises(MissingMetric, match=r"comparison/muon_dp2_tp2 at step \d+ of trial 7"):
-        figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
+        timeline_figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
 
 
 def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
@@ -490,7 +492,7 @@ def test_claim_values_read_in_their_units() -> None:
 
 
 def test_formatters_refuse_missing_values() -> None:
-    from muon_repro.report.context import mb, ms, pct, ratio
+    from muon_repro.report.formatting import mb, pct, ratio
 
     for fmt in (ms, pct, ratio, mb):
         with pytest.raises(MissingMetric, match="runs.x"):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from muon_repro.cli import main
-from muon_repro.report.context import SECTIONS, VERDICTS
+from muon_repro.report.claims_section import VERDICTS
+from muon_repro.report.context import SECTIONS
 from muon_repro.report.figures import FIGURES as TABLE_FIGURES
 from muon_repro.report.regime_figures import REGIME_FIGURES
 

@@ -8,7 +8,7 @@ warnings naming the file), or a ``TraceError`` naming the file.
 
 Sources: the small real traces under tests/data/, a trace recorded here with the PyTorch
 profiler (a gloo group of one, so that it holds c10d collectives), and a synthetic GPU trace
-with NCCL kernels. ``python -m muon_repro.analysis.fuzz --cases N`` runs many more.
+with NCCL kernels. ``python -m tools.fuzz_traces --cases N`` runs many more.
 """
 
 from __future__ import annotations

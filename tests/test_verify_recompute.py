@@ -21,10 +21,10 @@ from test_analysis_inputs import write_pair
 
 from muon_repro import stages
 from muon_repro.cli import main
-from muon_repro.hub.bundle import Sources, build_bundle
-from muon_repro.hub.manifest import write_manifest
-from muon_repro.hub.meta import BundleMeta
-from muon_repro.hub.verify import table_differences, verify_bundle
+from muon_repro.dataset.bundle import Sources, build_bundle
+from muon_repro.dataset.manifest import write_manifest
+from muon_repro.dataset.meta import BundleMeta
+from muon_repro.dataset.verify import table_differences, verify_bundle
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_recompute_names_a_missing_trace_and_a_table_of_another_set(bundle, tmp_
 
 
 def test_table_differences_ignore_locations_and_tiny_float_noise():
-    from muon_repro.analysis.schemas import SCHEMAS
+    from muon_repro.tables.schemas import SCHEMAS
 
     base = {c: None for c in SCHEMAS["runs"].names}
     published = SCHEMAS["runs"].conform(pd.DataFrame([base | {"run": "g/a", "path": "/elsewhere/traces/g/a", "step_ms": 1.0, "ranks": 2}]))

@@ -18,7 +18,7 @@ from analysis_workers import ACTIVE, DP, TP
 
 from muon_repro.analysis.breakdown import TraceBreakdown
 from muon_repro.analysis.collectives import COMM_KINDS
-from muon_repro.analysis.reader import TraceMeta
+from muon_repro.analysis.trace_events import TraceMeta
 from muon_repro.analysis.waits import WAIT_COLUMNS, split_wait_transfer
 
 BASE_NS = 1_790_000_000_000_000_000
@@ -55,7 +55,10 @@ def dp2_tp2_calls() -> list[TraceBreakdown]:
     dp_arrival = {0: 0.0, 1: 10.0, 2: 100.0, 3: 30.0}
     tp_arrival = {0: 200.0, 1: 250.0, 2: 210.0, 3: 205.0}
     return [
-        calls_of(r, [call(1, "dp_gather", "all_gather", dp_arrival[r], 120.0), call(1, "tp_gather", "all_gather", tp_arrival[r], 300.0)])
+        calls_of(
+            r,
+            [call(1, "dp_gather", "all_gather", dp_arrival[r], 120.0), call(1, "tp_gather", "all_gather", tp_arrival[r], 300.0)],
+        )
         for r in range(4)
     ]
 

@@ -1,4 +1,4 @@
-"""Seeded mutations of profiler traces, for tests/test_trace_fuzz.py and ``python -m muon_repro.analysis.fuzz``.
+"""Seeded mutations of profiler traces, for tests/test_trace_fuzz.py and ``python -m tools.fuzz_traces``.
 
 A *case* is one source trace, one seed and one to three mutations drawn with that seed:
 structural ones on the decoded document (drop, duplicate or reorder events; numbers to strings,

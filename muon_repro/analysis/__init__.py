@@ -2,16 +2,26 @@
 
 Data flow, one module per step::
 
-    reader (+ decode)   trace file -> TraceEvents (typed events table, tolerant of dirty data)
+    reader              trace file -> TraceEvents (trace_events: typed events table, tolerant of dirty data)
+      scan              the traceEvents array streamed in checked pieces (byte_source, trace_layout;
+                        parallel_scan: a plain file's pieces shared with worker processes)
+      decode            one piece -> PieceColumns (piece_columns; decode_tolerant for dirty pieces)
+      assemble          the pieces merged into one TraceEvents
     collectives         NCCL / gloo / our phase labels -> one row per collective, bytes, busbw
     breakdown           per rank and step: phases, compute, comm, overlap, exposed, idle, memory
-    tables              runs / steps / collectives / comparisons / claims, Parquet + CSV
-    claims              the seed's and the paper's claims, measured, with verdicts
-    cli, benchmark      ``muon-repro analyze``; ``python -m muon_repro.analysis.benchmark``
-    fuzz                ``python -m muon_repro.analysis.fuzz``: mutated traces, clean result or clear refusal
+                        (step_windows: which step a time belongs to; step_columns: the columns)
+    tables              the tables built: runs / steps / collectives / comparisons / claims, ...
+                        (written and read through muon_repro.tables)
+    claims              the seed's and the paper's claims, their regions and verdicts -> the claims table
+    claim_measures      how each claim is measured: value, 95% interval, the measured cause
+    claim_inputs        what the claims are measured on: one profile's tables, runs chosen, same-work check
+    cli                 ``muon-repro analyze``
+
+Its benchmark and trace fuzzer are development tools outside the package
+(``python -m tools.analysis_benchmark``, ``python -m tools.fuzz_traces``).
 
 Importing this package is cheap (no pandas): worker processes import
-:mod:`muon_repro.analysis.decode` and nothing else.
+:mod:`muon_repro.analysis.parallel_scan` and the reading modules under it, none of which needs pandas.
 """
 
 from __future__ import annotations
@@ -22,12 +32,10 @@ from muon_repro.analysis.errors import TraceError, TraceWarning
 
 _LAZY = {
     "read_trace": "muon_repro.analysis.reader",
-    "TraceEvents": "muon_repro.analysis.reader",
+    "TraceEvents": "muon_repro.analysis.trace_events",
     "analyze_trace": "muon_repro.analysis.breakdown",
     "TraceBreakdown": "muon_repro.analysis.breakdown",
     "build_tables": "muon_repro.analysis.tables",
-    "write_tables": "muon_repro.analysis.tables",
-    "SCHEMAS": "muon_repro.analysis.tables",
 }
 
 __all__ = ["TraceError", "TraceWarning", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings

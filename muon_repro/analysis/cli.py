@@ -92,7 +92,8 @@ def format_summaries(summaries: list[dict]) -> str:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import check_tables_out, tables_from_analysis, write_tables
+    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.tables.io import check_tables_out, write_tables
 
     if not args.no_write:
         check_tables_out(Path(args.out), "--out")  # before reading anything: a bad --out must not cost the analysis

@@ -18,12 +18,10 @@ import math
 import re
 from typing import Any
 
-from muon_repro.rundir import COARSE_PHASES, MUON_ONLY_PHASES, OPTIMIZER, PHASES
+from muon_repro.phases import COARSE_PHASES, MUON_ONLY_PHASES, OPTIMIZER, PHASES
+from muon_repro.tables.schemas import COMM_KINDS  # kinds with a time column of their own
 
-COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "other")
-"""Collective kinds with their own time column; ``other`` holds barrier, reduce, gather, scatter."""
-
-# Phase labels opened by muon_repro.parallel.comm, the model and the optimizers (muon_repro.rundir).
+# Phase labels opened by muon_repro.parallel.comm, the model and the optimizers (muon_repro.phases).
 OUR_LABELS = frozenset(PHASES)
 _OUR_LABEL_PATTERN = re.compile(r"^(dp|tp)_[a-z0-9_]+$")
 _STEP_PATTERN = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")

@@ -180,7 +180,7 @@ def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
     """``convergence`` and ``leading_steps`` from every convergence record under ``paths``
     (both empty, with their columns, when there is none), conformed to their schemas. Each hardware
     profile's runs are their own sweep: best learning rates and pairs never mix profiles."""
-    from muon_repro.analysis.schemas import SCHEMAS
+    from muon_repro.tables.schemas import SCHEMAS
 
     by_profile: dict[str, list[pd.DataFrame]] = {}
     for path in find_records(paths):

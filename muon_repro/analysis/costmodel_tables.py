@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.bootstrap import interval
-from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -40,6 +39,7 @@ from muon_repro.rundir import (
     is_hidden_under,
     trial_folders,
 )
+from muon_repro.tables.schemas import SCHEMAS
 
 RECORD_TABLES = {"calibration": CALIBRATION_FILE, "predictions": PREDICTIONS_FILE, "regime_model": REGIME_MODEL_FILE, "regime_thresholds": THRESHOLDS_FILE}
 COSTMODEL_TABLES = (*RECORD_TABLES, "regimes")

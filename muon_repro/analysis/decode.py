@@ -1,8 +1,8 @@
 """Decode one *piece* of a trace's ``traceEvents`` array into columns.
 
 A piece is a JSON array of events (``[{...}, {...}]``) cut out of the file by
-:mod:`muon_repro.analysis.reader`. Decoding happens here, in a module that imports only numpy
-and msgspec so that worker processes start fast.
+:mod:`muon_repro.analysis.scan`. Decoding happens here and in the modules this one imports,
+which import only numpy and msgspec so that worker processes start fast.
 
 Three decoders, tried in order:
 
@@ -12,100 +12,38 @@ Three decoders, tried in order:
   (flows, counters...) into empty structs, so their fields are skipped without allocating
   anything. Only the events the analysis needs arguments of (collectives, ``[memory]``,
   metadata) get their ``args`` decoded, in one batched call; GPU work and the runtime calls
-  that launch it (:data:`CORRELATION_CATS`) get only their ``correlation`` id decoded, into
-  an integer column, to join kernels to their launches without per-event objects.
+  that launch it (:data:`~muon_repro.analysis.piece_columns.CORRELATION_CATS`) get only their
+  ``correlation`` id decoded, into an integer column, to join kernels to their launches
+  without per-event objects.
 * **plain**: one struct with a ``ph`` field, for traces with unusual phases or no ``ph``.
-* **tolerant**: ``json.loads(strict=False)``, which accepts what real traces contain and strict
-  JSON does not (raw control characters in strings, ``NaN``), and integers of any size; each
-  field is then coerced one by one (missing fields get defaults, a string ``pid`` stays a
-  string). Used only for pieces the others reject.
+* **tolerant** (:mod:`muon_repro.analysis.decode_tolerant`): ``json.loads(strict=False)`` and
+  per-field coercion, for pieces the others reject.
 
-The result is a :class:`PieceColumns` of numpy arrays plus a *local* table of event keys
-``(name, cat, pid, tid)`` that the reader merges into global dictionaries.
-
-Unusable times, the same on every path: a complete event whose ``ts`` is missing or not a
-number, infinite, or beyond +-2**53 us (285 years: no clock gets there, and float64 no longer
-holds whole microseconds) is dropped; a ``dur`` that is not a finite number (a string that does
-not parse, ``NaN``), negative, or beyond 2**53 us is set to 0. Each is counted in
-:attr:`PieceColumns.notes` and its first few events are kept in :attr:`PieceColumns.problems`,
-for the reader to warn about by name (this module does not know the file's name).
+The fast and plain decoders live here, with :func:`decode_piece`, which tries all three, and
+:func:`decode_file_range`, the worker processes' entry point. Each decoder hands its events to
+:func:`muon_repro.analysis.piece_columns.build_columns`, which applies the same rules for
+unusable times on every path and returns a :class:`~muon_repro.analysis.piece_columns.PieceColumns`.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
-import json
 import math
-import operator
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 import msgspec
-import numpy as np
+
+from muon_repro.analysis.decode_tolerant import decode_piece_tolerant
+from muon_repro.analysis.piece_columns import (
+    PieceColumns,
+    build_columns,
+    decode_raw_args,
+    decode_raw_correlations,
+    no_gc,
+)
 
 NAN = math.nan
 
-# Events whose ``args`` the analysis reads (besides every metadata event).
-ARG_NAME_PREFIXES = (
-    "c10d::",
-    "gloo:",
-    "nccl:",
-    "ncclKernel",
-    "ncclDevKernel",
-    "record_param_comms",
-    "[memory]",
-)
-
-# Categories whose ``args.correlation`` links a GPU activity to the runtime call launching it
-# (Kineto writes the same id on both, and as the ``id`` of the ``ac2g`` flow between them).
-GPU_WORK_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
-CORRELATION_CATS = frozenset(GPU_WORK_CATS + LAUNCH_CATS)
-NO_CORRELATION = -1
-
-MAX_ABS_TS_US = 2.0**53  # beyond this a time is out of range (see the module docstring)
-MAX_EXAMPLES = 3  # events kept per kind of problem and piece, to name in warnings
-
-# kinds of repaired or dropped data: keys of PieceColumns.notes, first fields of its problems
-TS_MISSING = "events_without_timestamp_dropped"
-TS_OUT_OF_RANGE = "events_with_ts_out_of_range_dropped"
-BAD_DURATION = "bad_durations_set_to_zero"
-MEMORY_TS_DROPPED = "memory_events_without_timestamp_dropped"
-NON_OBJECT_EVENTS = "non_object_events_dropped"
-TOO_DEEP = "JSON nested deeper than the decoders' recursion limit (about 1000 levels); no profiler writes that"
-
-
-class Args(msgspec.Struct, gc=False, omit_defaults=True):
-    """The ``args`` keys the analysis reads; all optional, everything else is skipped."""
-
-    name: str | None = None  # metadata events: thread / process name
-    labels: str | None = None  # process_labels: "CPU", "GPU 0"
-    collective: str | None = msgspec.field(name="Collective name", default=None)
-    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
-    out_nelems: int | None = msgspec.field(name="Out msg nelems", default=None)
-    group_size: int | None = msgspec.field(name="Group size", default=None)
-    dtype: str | None = None
-    pg_name: str | None = msgspec.field(name="Process Group Name", default=None)
-    pg_desc: str | None = msgspec.field(name="Process Group Description", default=None)
-    input_dims: Any = msgspec.field(name="Input Dims", default=None)
-    input_type: Any = msgspec.field(name="Input type", default=None)
-    nbytes: int | float | None = msgspec.field(name="Bytes", default=None)
-    total_allocated: int | float | None = msgspec.field(name="Total Allocated", default=None)
-    device_type: int | None = msgspec.field(name="Device Type", default=None)
-    device_id: int | None = msgspec.field(name="Device Id", default=None)
-    external_id: int | None = msgspec.field(name="External id", default=None)
-    correlation: int | None = None
-
-
 _RAW_EMPTY = msgspec.Raw(b"{}")
-
-
-class _Correlation(msgspec.Struct, gc=False):
-    """Just the correlation id: msgspec skips every other key of a kernel's args."""
-
-    correlation: int = NO_CORRELATION
 
 
 # -- fast path: a tagged union on "ph" (Kineto writes "ph" first, which msgspec needs to be fast)
@@ -168,66 +106,6 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _PLAIN_DECODER = msgspec.json.Decoder(list[_Event])
-_ARGS_LIST_DECODER = msgspec.json.Decoder(list[Args])
-_ARGS_DECODER = msgspec.json.Decoder(Args)
-_CORRELATION_DECODER = msgspec.json.Decoder(_Correlation)
-
-_get_ts = operator.attrgetter("ts")
-_get_dur = operator.attrgetter("dur")
-_get_key = operator.attrgetter("name", "cat", "pid", "tid")
-_get_args = operator.attrgetter("args")
-_get_correlation = operator.attrgetter("correlation")
-
-
-@dataclass
-class PieceColumns:
-    """One piece's events, split by what the analysis does with them.
-
-    Events are identified by a key ``(name, cat, pid, tid)`` factorized once per piece:
-    events repeat these combinations heavily, and one dictionary lookup per event is the
-    cheapest way to turn millions of fresh strings into integer codes. Flow events,
-    counters and other phases are dropped here, so they never cross a process boundary.
-    """
-
-    keys: list[tuple[str, str, int | str, int | str]]  # (name, cat, pid, tid)
-    # complete events ("ph": "X") with a usable timestamp
-    ts: np.ndarray  # float64, microseconds as in the file
-    dur: np.ndarray  # float64, microseconds, >= 0
-    key: np.ndarray  # int32 into keys
-    correlation: np.ndarray  # int64 args.correlation of GPU work and launches, NO_CORRELATION elsewhere
-    arg_rows: np.ndarray  # int64 into the complete events: those whose args were decoded
-    args: list[Args]
-    # "[memory]" instant events
-    mem_ts: np.ndarray
-    mem_key: np.ndarray
-    mem_args: list[Args]
-    # metadata events ("ph": "M": thread and process names)
-    meta_key: np.ndarray
-    meta_args: list[Args]
-    n_events: int = 0
-    notes: dict[str, int] = field(default_factory=dict)  # dirty-data counters
-    # the first few events of each kind of note: (kind, event name, ts, offending value)
-    problems: list[tuple[str, str, float, float]] = field(default_factory=list)
-
-
-def _no_gc(fn):
-    """Run ``fn`` with the cyclic garbage collector paused.
-
-    Decoding allocates millions of small objects that cannot form cycles; letting the
-    collector walk them on every allocation burst costs more than the decoding itself.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    return wrapper
 
 
 def decode_piece(buf: bytes | bytearray | memoryview) -> PieceColumns:
@@ -243,7 +121,7 @@ def decode_piece(buf: bytes | bytearray | memoryview) -> PieceColumns:
     return decode_piece_tolerant(buf)
 
 
-@_no_gc
+@no_gc
 def decode_piece_fast(buf: bytes | bytearray | memoryview) -> PieceColumns:
     """msgspec typed decode (tagged union, else plain struct); raises msgspec errors."""
     try:
@@ -254,7 +132,7 @@ def decode_piece_fast(buf: bytes | bytearray | memoryview) -> PieceColumns:
     rare = [e for e in events if e.__class__ in _RARE]  # instants and metadata: few
     instants = [e for e in rare if e.__class__ is not _Meta]
     metas = [e for e in rare if e.__class__ is _Meta]
-    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args, _decode_raw_correlations)
+    return build_columns(xs, instants, metas, len(events), {}, decode_raw_args, decode_raw_correlations)
 
 
 _RARE = frozenset({_Instant, _InstantUpper, _Meta})
@@ -264,251 +142,7 @@ def _from_plain(events: list[_Event]) -> PieceColumns:
     xs = [e for e in events if e.ph == "X"]
     instants = [e for e in events if e.ph in ("i", "I")]
     metas = [e for e in events if e.ph == "M"]
-    return _columns(xs, instants, metas, len(events), {}, _decode_raw_args, _decode_raw_correlations)
-
-
-def _decode_raw_args(raws: list[msgspec.Raw]) -> list[Args]:
-    if not raws:
-        return []
-    try:
-        return _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return [_args_from_raw(r) for r in raws]
-
-
-def _decode_raw_correlations(raws: list[msgspec.Raw]) -> np.ndarray:
-    if not raws:
-        return np.zeros(0, np.int64)
-    try:  # one decode call per event: cheaper than joining the raw bytes into one array
-        ids = np.fromiter(map(_get_correlation, map(_CORRELATION_DECODER.decode, raws)), np.int64, len(raws))
-    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, RecursionError):  # an odd args object or id: one by one
-        return _id_array([_correlation_from_raw(r) for r in raws])
-    return np.where(ids >= 0, ids, NO_CORRELATION)
-
-
-def _correlation_from_raw(raw: msgspec.Raw) -> int:
-    try:
-        return _CORRELATION_DECODER.decode(raw).correlation
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return NO_CORRELATION
-
-
-def _correlations_from_dicts(values: list) -> np.ndarray:
-    return _id_array([v.get("correlation") if isinstance(v, dict) else None for v in values])
-
-
-def _id_array(ids: list) -> np.ndarray:
-    """Non-negative int64 ids; anything else (absent, float, huge, bool) is NO_CORRELATION."""
-    ok = [i if type(i) is int and 0 <= i < 2**63 else NO_CORRELATION for i in ids]
-    return np.fromiter(ok, np.int64, len(ok))
-
-
-def _columns(
-    xs: list,
-    instants: list,
-    metas: list,
-    n_events: int,
-    notes: dict[str, int],
-    get_args: Callable[[list], list[Args]],
-    get_correlations: Callable[[list], np.ndarray],
-) -> PieceColumns:
-    """Columns from the three kinds of events kept (objects with name/cat/pid/tid/ts/...)."""
-    table: dict = {}
-    setdefault = table.setdefault
-    n = len(xs)
-    key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, xs)], np.int32, n)
-    ts = np.fromiter(map(_get_ts, xs), np.float64, n)
-    dur = np.fromiter(map(_get_dur, xs), np.float64, n)
-
-    problems: list[tuple[str, str, float, float]] = []
-    usable = np.abs(ts) < MAX_ABS_TS_US  # False for NaN and infinities too
-    if not usable.all():
-        missing = np.isnan(ts)
-        _note(notes, problems, TS_MISSING, missing, xs, ts, ts)
-        _note(notes, problems, TS_OUT_OF_RANGE, ~usable & ~missing, xs, ts, ts)
-        keep = np.flatnonzero(usable)
-        xs = [xs[i] for i in keep.tolist()]
-        ts, dur, key = ts[keep], dur[keep], key[keep]
-    bad = ~((dur >= 0) & (dur < MAX_ABS_TS_US))  # NaN compares False: bad too
-    if bad.any():
-        _note(notes, problems, BAD_DURATION, bad, xs, ts, dur)
-        dur = np.where(bad, 0.0, dur)
-
-    mem = [e for e in instants if e.name == "[memory]"]
-    mem_usable = [e for e in mem if abs(e.ts) < MAX_ABS_TS_US]  # False for NaN
-    if len(mem_usable) < len(mem):
-        notes[MEMORY_TS_DROPPED] = notes.get(MEMORY_TS_DROPPED, 0) + len(mem) - len(mem_usable)
-    mem = mem_usable
-    mem_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, mem)], np.int32, len(mem))
-    meta_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, metas)], np.int32, len(metas))
-
-    keys = list(table)
-    wanted = np.fromiter((k[0].startswith(ARG_NAME_PREFIXES) for k in keys), bool, len(keys))
-    arg_rows = np.flatnonzero(wanted[key]) if len(keys) else np.zeros(0, np.int64)
-    linked = np.fromiter((k[1] in CORRELATION_CATS for k in keys), bool, len(keys))
-    linked_rows = np.flatnonzero(linked[key]) if len(keys) else np.zeros(0, np.int64)
-    correlation = np.full(len(ts), NO_CORRELATION, np.int64)
-    correlation[linked_rows] = get_correlations([xs[i].args for i in linked_rows.tolist()])
-    return PieceColumns(
-        keys=keys,
-        ts=ts,
-        dur=dur,
-        key=key,
-        correlation=correlation,
-        arg_rows=arg_rows,
-        args=get_args([xs[i].args for i in arg_rows.tolist()]),
-        mem_ts=np.fromiter(map(_get_ts, mem), np.float64, len(mem)),
-        mem_key=mem_key,
-        mem_args=get_args([e.args for e in mem]),
-        meta_key=meta_key,
-        meta_args=get_args([e.args for e in metas]),
-        n_events=n_events,
-        notes=notes,
-        problems=problems,
-    )
-
-
-def _note(
-    notes: dict[str, int],
-    problems: list[tuple[str, str, float, float]],
-    kind: str,
-    mask: np.ndarray,
-    xs: list,
-    ts: np.ndarray,
-    values: np.ndarray,
-) -> None:
-    """Count the events of ``mask`` under ``kind`` and keep the first few, by name, to warn about."""
-    rows = np.flatnonzero(mask)
-    if not len(rows):
-        return
-    notes[kind] = notes.get(kind, 0) + len(rows)
-    for i in rows[:MAX_EXAMPLES].tolist():
-        problems.append((kind, str(xs[i].name), float(ts[i]), float(values[i])))
-
-
-def _args_from_raw(raw: msgspec.Raw) -> Args:
-    try:
-        return _ARGS_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        pass
-    try:
-        value = json.loads(bytes(raw).decode("utf-8", "replace"), strict=False)
-    except (ValueError, RecursionError):
-        return Args()
-    return args_from_dict(value)
-
-
-def args_from_dict(value: Any) -> Args:
-    """Coerce a decoded ``args`` object into :class:`Args`, dropping keys of unusable types."""
-    if not isinstance(value, dict):
-        return Args()
-    try:
-        return msgspec.convert(value, Args, strict=False)
-    except (msgspec.ValidationError, TypeError, ValueError, OverflowError, RecursionError):
-        pass
-    kept: dict[str, Any] = {}
-    for key in Args.__struct_encode_fields__:
-        if key in value:
-            try:
-                msgspec.convert({key: value[key]}, Args, strict=False)
-            except (msgspec.ValidationError, TypeError, ValueError, OverflowError, RecursionError):
-                continue
-            kept[key] = value[key]
-    return msgspec.convert(kept, Args, strict=False)
-
-
-# ---------------------------------------------------------------- tolerant path
-
-
-def _as_float(value: Any, default: float) -> float:
-    """A JSON value as a number: ``default`` when absent (``None``), NaN when unusable (a bool,
-    an object, a string that is no number). Infinities and huge values are returned as they
-    are, for :func:`_columns` to judge and count."""
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return NAN
-    if isinstance(value, (int, float, str)):
-        try:
-            return float(value)
-        except ValueError:  # a string that is no number
-            return NAN
-        except OverflowError:  # an integer beyond float64
-            return math.inf if value > 0 else -math.inf
-    return NAN
-
-
-def _as_id(value: Any) -> int | str:
-    if isinstance(value, bool) or value is None:
-        return -1
-    if isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return str(value)
-
-
-def _as_str(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else str(value)
-
-
-@dataclass
-class _Coerced:
-    """One event of the tolerant path, with the attributes the fast path's structs have."""
-
-    ph: str
-    cat: str
-    name: str
-    pid: int | str
-    tid: int | str
-    ts: float
-    dur: float
-    args: Any
-
-
-@_no_gc
-def decode_piece_tolerant(buf: bytes | bytearray | memoryview) -> PieceColumns:
-    """``json.loads(strict=False)`` and per-field coercion; slow, for dirty pieces only."""
-    text = bytes(buf).decode("utf-8", "replace")
-    try:
-        items = json.loads(text, strict=False)
-    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
-        raise ValueError(f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError(TOO_DEEP) from None
-    if not isinstance(items, list):
-        raise ValueError("expected a JSON array of events")  # noqa: TRY004 - bad input, reported as such
-    return decode_items_tolerant(items)
-
-
-@_no_gc
-def decode_items_tolerant(items: list) -> PieceColumns:
-    """Columns from already decoded events (any JSON values), coerced field by field."""
-    notes: dict[str, int] = {"tolerant_pieces": 1}
-    events = [
-        _Coerced(
-            _as_str(e.get("ph")),
-            _as_str(e.get("cat")),
-            _as_str(e.get("name")),
-            _as_id(e.get("pid")),
-            _as_id(e.get("tid")),
-            _as_float(e.get("ts"), NAN),
-            _as_float(e.get("dur"), 0.0),
-            e.get("args"),
-        )
-        for e in items
-        if isinstance(e, dict)
-    ]
-    if len(events) != len(items):
-        notes[NON_OBJECT_EVENTS] = len(items) - len(events)
-    xs = [e for e in events if e.ph == "X"]
-    instants = [e for e in events if e.ph in ("i", "I")]
-    metas = [e for e in events if e.ph == "M"]
-    return _columns(
-        xs, instants, metas, len(items), notes, lambda values: [args_from_dict(v) for v in values], _correlations_from_dicts
-    )
+    return build_columns(xs, instants, metas, len(events), {}, decode_raw_args, decode_raw_correlations)
 
 
 def decode_file_range(path: str, start: int, stop: int) -> PieceColumns:

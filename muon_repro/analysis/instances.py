@@ -47,7 +47,7 @@ from muon_repro.analysis.collectives import (
     ring_bytes,
 )
 from muon_repro.analysis.intervals import innermost_enclosing
-from muon_repro.analysis.reader import TraceEvents
+from muon_repro.analysis.trace_events import TraceEvents
 
 INSTANCE_COLUMNS = (
     "op",  # normalized collective kind (all_reduce, all_gather, ...), see normalize_op

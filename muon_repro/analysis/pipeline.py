@@ -24,7 +24,7 @@ from muon_repro.rundir import trace_name, trial_of
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
 # Decoding one file's pieces in parallel pays from 2 processes on: the reading process decodes
-# its share of the pieces too (scan.scan_parallel). On the 2-core machine this was measured on,
+# its share of the pieces too (parallel_scan.scan_parallel). On the 2-core machine this was measured on,
 # a 1 GB trace read in ~3.0 s with 2 processes against ~5.2 s with 1 (quiet machine; with the
 # cores busy with other work, 2 processes can be slower).
 PIECE_PARALLEL_MIN_WORKERS = 2
@@ -51,7 +51,8 @@ class Analysis:
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
-    paths: list[Path] = field(default_factory=list)  # what was analyzed: the cost model's and convergence records are found under them
+    # what was analyzed: the cost model's and convergence records are found under them
+    paths: list[Path] = field(default_factory=list)
 
     @property
     def has_records(self) -> bool:
@@ -143,7 +144,9 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
     return files
 
 
-def _analyze_files(files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None) -> list[TraceBreakdown | TraceFailure]:
+def _analyze_files(
+    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None
+) -> list[TraceBreakdown | TraceFailure]:
     """One result per file, in order: in worker processes when there is enough to read. Each
     file's :class:`TraceWarning` messages are raised here, once."""
     results = _analyze_files_quietly(files, infos, workers, rank)
@@ -153,7 +156,9 @@ def _analyze_files(files: list[Path], infos: dict[Path, RunInfo], workers: int, 
     return results
 
 
-def _analyze_files_quietly(files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None) -> list[TraceBreakdown | TraceFailure]:
+def _analyze_files_quietly(
+    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None
+) -> list[TraceBreakdown | TraceFailure]:
     jobs = [(str(f), rank, infos[f.parent].group_sizes()) for f in files]
     total = sum(f.stat().st_size for f in files if f.exists())
     if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
@@ -208,10 +213,13 @@ def _group_runs(info: RunInfo, items: list[TraceBreakdown]) -> list[tuple[RunInf
     return _lone_runs(items, group=info.path.name, profile=info.profile)
 
 
-def _lone_runs(items: list[TraceBreakdown], *, group: str, profile: str, name_prefix: str = "") -> list[tuple[RunInfo, list[TraceBreakdown]]]:
+def _lone_runs(
+    items: list[TraceBreakdown], *, group: str, profile: str, name_prefix: str = ""
+) -> list[tuple[RunInfo, list[TraceBreakdown]]]:
     """Each trace a run of its own, named after its file, with no side files (as a foreign trace)."""
     out = []
     for b in items:
         name = Path(b.meta.path).name.removesuffix(".gz").removesuffix(".json")
-        out.append((RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name, profile=profile), [b]))
+        run = RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name, profile=profile)
+        out.append((run, [b]))
     return out

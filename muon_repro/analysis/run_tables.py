@@ -21,9 +21,10 @@ import pandas as pd
 
 from muon_repro.analysis.discover import RunInfo
 from muon_repro.analysis.pipeline import Analysis
-from muon_repro.analysis.schemas import SCHEMAS
 from muon_repro.analysis.timeline import align_ranks
-from muon_repro.rundir import PHASES, RankMetrics, flatten
+from muon_repro.phases import PHASES
+from muon_repro.rundir import RankMetrics, flatten
+from muon_repro.tables.schemas import SCHEMAS
 
 
 def _frame(name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:

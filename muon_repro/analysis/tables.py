@@ -1,5 +1,5 @@
-"""The analysis tables: builders and Parquet + CSV writers. After analysis these tables are the
-only interface: figures, the report and the dataset card read them and nothing else.
+"""The analysis tables' builders. After analysis these tables are the only interface: figures, the
+report and the dataset card read them (through :mod:`muon_repro.tables`) and nothing else.
 
 One row per:
 
@@ -12,9 +12,9 @@ One row per:
   time, bytes and time per phase from three sources, phase intervals on one clock, losses, and
   the machine (built in :mod:`muon_repro.analysis.run_tables`).
 
-Each column is declared once in :data:`SCHEMAS` (:mod:`muon_repro.analysis.schemas`: name,
-pandas dtype, unit, meaning); the builders return frames conformed to them, the writers put
-the descriptions into the Parquet field metadata. Unknown values are nulls (pandas nullable
+Each column is declared once in :data:`SCHEMAS` (:mod:`muon_repro.tables.schemas`: name,
+pandas dtype, unit, meaning); the builders return frames conformed to them, and
+:func:`muon_repro.tables.io.write_tables` puts the descriptions into the Parquet field metadata. Unknown values are nulls (pandas nullable
 dtypes), never NaN.
 
 ``build_tables(paths)`` is the entry point: paths are trace files, run directories or trees of them.
@@ -22,19 +22,12 @@ dtypes), never NaN.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import secrets
-import shutil
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from muon_repro.analysis.collectives import busbw_factor
 from muon_repro.analysis.pipeline import Analysis, analyze_paths
@@ -46,26 +39,11 @@ from muon_repro.analysis.run_tables import (
     ranks_table,
     timeline_table,
 )
-from muon_repro.analysis.schemas import SCHEMAS, TABLE_NAMES, Column, TableSchema, schema_markdown
 from muon_repro.analysis.waits import split_wait_transfer
-from muon_repro.outdir import check_out_folder
 from muon_repro.rundir import METRICS_FILE, trial_of
-from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation
+from muon_repro.tables.schemas import SCHEMAS
 
-__all__ = [
-    "SCHEMAS",
-    "TABLE_NAMES",
-    "Column",
-    "TableSchema",
-    "TableSetError",
-    "build_tables",
-    "check_tables_out",
-    "read_table",
-    "schema_markdown",
-    "table_set_problems",
-    "tables_from_analysis",
-    "write_tables",
-]
+__all__ = ["build_tables", "tables_from_analysis"]
 
 
 # ---------------------------------------------------------------- builders
@@ -399,7 +377,7 @@ def _ratio(a, b) -> float | None:
 def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, backend and device
     that did the same work (same group first). A partner whose work differs is refused with an error naming both runs."""
-    from muon_repro.analysis.claims import SAME_WORK, check_same_work
+    from muon_repro.analysis.claim_inputs import SAME_WORK, check_same_work
 
     rows = []
     runs = runs.astype(object).where(runs.notna(), None)
@@ -439,187 +417,3 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return SCHEMAS["comparisons"].empty()
     return pd.DataFrame(rows)
-
-
-# ---------------------------------------------------------------- writers and readers
-#
-# The tables are one set: ``write_tables`` writes all of them into a new folder beside the output
-# folder and swaps it in whole, so a reader never meets half of a new set beside half of an old
-# one. Every Parquet file is stamped with the set's generation id and the sha256 of its CSV twin,
-# in its schema metadata under pandas' attrs key (PANDAS_ATTRS: pandas restores it on read and
-# writes it back, so a table edited with pandas keeps its stamp). The id is a digest of the CSV
-# files, so the same analysis gives the same bytes. CSV has no place for a stamp: a CSV file
-# belongs to its set when its sha256 is the one its Parquet twin records (table_set_problems).
-# Readers refuse tables of different generations; tables written before stamps existed (none
-# stamped) are read as one set, with a warning.
-
-ATTRS_METADATA_KEY = b"PANDAS_ATTRS"  # where pandas keeps DataFrame.attrs in Parquet metadata
-_TABLE_SUFFIXES = (".parquet", ".csv")
-TableSetError = MixedTables  # tables of one folder that are not one set written by one run of analyze
-
-
-def check_tables_out(out_dir: str | Path, option: str = "") -> None:
-    """Refuse, before any work, an output folder the tables cannot replace: a file, the working
-    directory, a folder holding anything but tables, or a place that cannot be written.
-    ``option`` (say ``--out``) is named with the folder in the messages."""
-    out = Path(out_dir)
-    label = f"{option} {out}" if option else str(out)
-    if out.is_dir():
-        cwd = Path.cwd().resolve()
-        if out.resolve() == cwd or out.resolve() in cwd.parents:
-            raise ValueError(f"{label} is (or holds) the working directory: the tables replace their folder whole; choose another one")
-        foreign = [p.name for p in sorted(out.iterdir()) if not _is_table_file(p)]
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise ValueError(
-                f"{label} holds what is not a table ({shown}): the tables replace their folder whole, so it may hold "
-                "only *.parquet and *.csv files; move the others elsewhere or choose another folder"
-            )
-    check_out_folder(out, label, replaced_whole=True)
-
-
-def _is_table_file(path: Path) -> bool:
-    """A file the tables' folder may hold: a table, or a temporary file an interrupted writer left."""
-    return path.is_file() and (path.suffix in _TABLE_SUFFIXES or (path.name.startswith(".") and path.suffix == ".tmp"))
-
-
-def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """Write each table as ``<name>.parquet`` (schema, descriptions and generation stamp in the
-    metadata) and ``<name>.csv`` into a new folder beside ``out_dir``, then swap it in for
-    ``out_dir`` (which may hold only tables: see :func:`check_tables_out`). Returns the paths."""
-    out = Path(out_dir)
-    out = out.resolve() if out.is_symlink() else out  # replace the folder the link points at, keep the link
-    check_tables_out(out)
-    frames = {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
-    csv_files = {name: df.to_csv(index=False).encode("utf-8") for name, df in frames.items()}
-    csv_sha256 = {name: hashlib.sha256(data).hexdigest() for name, data in csv_files.items()}
-    generation = generation_id(csv_sha256)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = _new_sibling(out, "stage")
-    try:
-        for name, df in frames.items():
-            (stage / f"{name}.csv").write_bytes(csv_files[name])
-            table = pa.Table.from_pandas(df, schema=SCHEMAS[name].arrow_schema(), preserve_index=False)
-            pq.write_table(table.replace_schema_metadata(stamped_schema(name, generation, csv_sha256[name]).metadata), stage / f"{name}.parquet")
-        _swap_in(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    return [out / f"{name}{suffix}" for name in frames for suffix in (".parquet", ".csv")]
-
-
-def generation_id(csv_sha256: dict[str, str]) -> str:
-    """The id of a set of tables: a digest of its CSV files' digests, by table name."""
-    listing = "".join(f"{name} {digest}\n" for name, digest in sorted(csv_sha256.items()))
-    return hashlib.sha256(listing.encode()).hexdigest()[:32]
-
-
-def stamped_schema(name: str, generation: str, csv_sha256: str) -> pa.Schema:
-    """The table's Arrow schema with the set's generation stamp in its metadata (what the Parquet file holds)."""
-    schema = SCHEMAS[name].arrow_schema()
-    stamp = json.dumps({GENERATION_KEY: generation, CSV_SHA256_KEY: csv_sha256})
-    return schema.with_metadata({**schema.metadata, ATTRS_METADATA_KEY: stamp.encode()})
-
-
-def _new_sibling(out: Path, role: str) -> Path:
-    """A new hidden folder beside ``out`` (made with the umask's mode, or ``out``'s own when it exists)."""
-    folder = out.with_name(f".{out.name}.{role}-{os.getpid()}-{secrets.token_hex(4)}")
-    folder.mkdir()
-    if out.is_dir():
-        folder.chmod(out.stat().st_mode & 0o7777)
-    return folder
-
-
-def _swap_in(stage: Path, out: Path) -> None:
-    """Put ``stage`` where ``out`` is; the previous folder is removed once the new one is in place."""
-    if not out.exists():
-        os.rename(stage, out)
-        return
-    old = _new_sibling(out, "old")
-    os.rename(out, old)  # onto the empty folder just made: a name no other writer can have taken
-    try:
-        os.rename(stage, out)
-    except BaseException:
-        os.rename(old, out)  # put the previous set back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def table_stamp(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
-    """The generation stamp in a Parquet file's schema metadata (empty when it has none)."""
-    raw = (metadata or {}).get(ATTRS_METADATA_KEY)
-    try:
-        attrs = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return {k: str(v) for k, v in attrs.items() if k in (GENERATION_KEY, CSV_SHA256_KEY)} if isinstance(attrs, dict) else {}
-
-
-def set_generation(folder: str | Path, generations: dict[str, str | None]) -> str | None:
-    """:func:`muon_repro.table_set.one_generation`: the folder's one generation, or ``None`` when
-    none is stamped; :class:`TableSetError` when they differ."""
-    return one_generation(folder, generations)
-
-
-def warn_unstamped(folder: str | Path) -> None:
-    """Say that the tables of ``folder`` predate stamps, so they are read as one set unchecked."""
-    warnings.warn(
-        f"{folder}: the tables carry no generation stamp (written before muon-repro stamped them), so a mix of two "
-        f"analyses cannot be detected; re-run `muon-repro analyze TRACES --out {folder}` to stamp them",
-        stacklevel=3,
-    )
-
-
-def _generation_of(path: Path) -> str | None:
-    return table_stamp(pq.read_schema(path).metadata).get(GENERATION_KEY)
-
-
-def _sibling_generations(path: Path) -> dict[str, str | None]:
-    """The generation of every other table beside ``path``, by file name."""
-    siblings = [path.with_name(f"{name}.parquet") for name in TABLE_NAMES]
-    return {p.name: _generation_of(p) for p in siblings if p.name != path.name and p.is_file()}
-
-
-def read_table(path: str | Path, name: str | None = None, *, check_set: bool = True) -> pd.DataFrame:
-    """Read a table written by :func:`write_tables` back with its schema's dtypes.
-
-    With ``check_set``, :class:`TableSetError` when the tables beside it are of another
-    generation (see :func:`set_generation`), and a warning when none of them is stamped.
-    """
-    path = Path(path)
-    name = name or path.name.removesuffix(".parquet")
-    schema = SCHEMAS[name]
-    data = path.read_bytes()  # once: the stamp and the rows come from the same file
-    generation = table_stamp(pq.read_schema(pa.BufferReader(data)).metadata).get(GENERATION_KEY)
-    if check_set and set_generation(path.parent, {path.name: generation, **_sibling_generations(path)}) is None:
-        warn_unstamped(path.parent)
-    table = pq.read_table(pa.BufferReader(data), schema=schema.arrow_schema())
-    return schema.conform(table.to_pandas(types_mapper=pd.ArrowDtype).astype({c.name: c.dtype for c in schema.columns}))
-
-
-def _folder_stamps(folder: Path) -> dict[str, dict[str, str]]:
-    """The stamp of every table (``<name>.parquet`` of :data:`SCHEMAS`) in ``folder``, by file name."""
-    return {p.name: table_stamp(pq.read_schema(p).metadata) for p in sorted(folder.glob("*.parquet")) if p.stem in SCHEMAS}
-
-
-def folder_generation(folder: str | Path) -> str | None:
-    """The generation of the tables in ``folder`` (``None``: none stamped); :class:`TableSetError` if mixed."""
-    return set_generation(folder, {file: stamp.get(GENERATION_KEY) for file, stamp in _folder_stamps(Path(folder)).items()})
-
-
-def table_set_problems(folder: str | Path) -> list[str]:
-    """What keeps the tables of ``folder`` from being one set: generations that differ, and CSV
-    files other than the ones written with their Parquet twins. Empty when they are one set."""
-    folder = Path(folder)
-    stamps = _folder_stamps(folder)
-    problems = []
-    try:
-        set_generation(folder, {file: stamp.get(GENERATION_KEY) for file, stamp in stamps.items()})
-    except TableSetError as exc:
-        problems.append(str(exc))
-    for file, stamp in stamps.items():
-        csv = folder / file.replace(".parquet", ".csv")
-        expected = stamp.get(CSV_SHA256_KEY)
-        if expected and csv.is_file() and hashlib.sha256(csv.read_bytes()).hexdigest() != expected:
-            problems.append(f"{csv}: not the CSV file written with {file} (its sha256 differs): re-run `muon-repro analyze`")
-    return problems

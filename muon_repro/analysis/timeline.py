@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from muon_repro.rundir import COARSE_PHASES, MODEL_COMM_PHASES, OPTIMIZER_PHASES
+from muon_repro.phases import COARSE_PHASES, MODEL_COMM_PHASES, OPTIMIZER_PHASES
 
 SPAN_COLUMNS = ("step", "lane", "phase", "start_us", "end_us")
 _FINE_PHASES = OPTIMIZER_PHASES + MODEL_COMM_PHASES

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, REFERENCE_CONFIGS, SCALES, SEED_CONFIGS
+from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, SCALES, expand_config_names
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
 from muon_repro.hardware import add_profile_argument
 
@@ -37,26 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_profile_argument(p)
     add_run_shape_arguments(p, scale=False)
     p.set_defaults(func=_run)
-
-
-def expand_config_names(names: list[str]) -> list[str]:
-    """Config keys from names, groups, 'seed' and 'all', in registry order, without repeats."""
-    chosen: list[str] = []
-    for name in names:
-        if name == "all":
-            keys = list(CONFIGS)
-        elif name == "seed":
-            keys = list(SEED_CONFIGS)
-        elif name == "reference":
-            keys = list(REFERENCE_CONFIGS)
-        elif name in CONFIGS:
-            keys = [name]
-        else:
-            keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
-            if not keys:
-                raise ValueError(f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', 'all')")
-        chosen += [k for k in keys if k not in chosen]
-    return chosen
 
 
 def _under_torchrun() -> bool:
@@ -93,7 +73,14 @@ def _configs(args: argparse.Namespace) -> list:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from muon_repro.bench.sweep import BenchError, BenchInterrupted, check_out_folder, record_local, record_under_torchrun
+    from muon_repro.bench.sweep import (
+        BenchError,
+        BenchInterrupted,
+        check_out_folder,
+        format_results,
+        record_local,
+        record_under_torchrun,
+    )
     from muon_repro.parallel.launch import default_backend
 
     cfgs = _configs(args)
@@ -118,15 +105,3 @@ def _record(args: argparse.Namespace) -> int:
         return 1
     print(format_results(results))
     return 0
-
-
-def format_results(results) -> str:
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}"
-
-    lines = [f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
-    for r in results:
-        loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
-        train = "-" if r.train_s is None else f"{r.train_s:.1f}"
-        lines.append(f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
-    return "\n".join(lines)

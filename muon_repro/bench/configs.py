@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import PRESETS, GPTConfig
-from muon_repro.rundir import LAYOUTS, OVERLAPS
+from muon_repro.phases import LAYOUTS, OVERLAPS
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
@@ -56,7 +56,7 @@ class BenchConfig:
     dp: int
     tp: int
     layout: str = "contiguous"
-    overlap: str = "none"  # how Muon's gathers are scheduled (muon_repro.rundir.OVERLAPS)
+    overlap: str = "none"  # how Muon's gathers are scheduled (muon_repro.phases.OVERLAPS)
     scale: str = "cpu"
     preset: str = ""  # filled by resolve()
     tokens_per_step: int = 0  # global, over all DP ranks
@@ -218,3 +218,23 @@ def from_dict(data: dict) -> BenchConfig:
     """Inverse of :meth:`BenchConfig.to_dict` (derived keys dropped)."""
     fields = {k: v for k, v in data.items() if k not in ("key", "steps", "world_size", "batch_per_dp")}
     return BenchConfig(**fields)
+
+
+def expand_config_names(names: list[str]) -> list[str]:
+    """Config keys from names, groups, 'seed' and 'all', in registry order, without repeats."""
+    chosen: list[str] = []
+    for name in names:
+        if name == "all":
+            keys = list(CONFIGS)
+        elif name == "seed":
+            keys = list(SEED_CONFIGS)
+        elif name == "reference":
+            keys = list(REFERENCE_CONFIGS)
+        elif name in CONFIGS:
+            keys = [name]
+        else:
+            keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
+            if not keys:
+                raise ValueError(f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', 'all')")
+        chosen += [k for k in keys if k not in chosen]
+    return chosen

@@ -13,7 +13,7 @@ import argparse
 
 from muon_repro.bench.configs import SCALE_SPECS, SCALES, BenchConfig
 from muon_repro.model_config import PRESETS
-from muon_repro.rundir import LAYOUTS, OVERLAPS
+from muon_repro.phases import LAYOUTS, OVERLAPS
 
 CUSTOM_GROUP = "custom"
 DEFAULT_BASE_PRESET = "small"  # the unspecified fields of a shape given without --preset (vocabulary, sequence room)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from muon_repro.bench.configs import SCALE_SPECS, BenchConfig
 from muon_repro.rundir import REGIMES_GROUP
+
 WIDTHS = (128, 256, 384)
 TOKENS = (512, 1024, 2048, 4096, 8192, 16384)
 SHAPE_WIDTH = 256

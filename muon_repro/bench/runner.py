@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import os
 import resource
 import shutil
 import sys
@@ -38,9 +37,11 @@ from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_t
 from muon_repro.model import GPT, GPTConfig
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
 from muon_repro.optim.comm_model import optimizer_bytes
-from muon_repro.optim.distributed import ZeroOneOptimizer
+from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
-from muon_repro.rundir import BACKWARD, FORWARD, OPTIMIZER, RankMetrics, RunDir, ShardSummary, trace_name
+from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
+from muon_repro.rundir import RankMetrics, RunDir, ShardSummary, trace_name
+from muon_repro.tables.files import write_atomic
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -190,15 +191,16 @@ that took 4-5 s per rank and recording against 0.8 s here, for files 12% smaller
 def export_trace(prof: profile, path: Path) -> None:
     """Write the profiler's Chrome trace to ``path`` (``.json.gz``): plain JSON first, then gzip."""
     plain = path.with_name(path.name.removesuffix(".gz") + ".tmp")
-    packed = path.with_name(path.name + ".tmp")
-    try:
-        prof.export_chrome_trace(str(plain))
+
+    def pack(packed: Path) -> None:
         with plain.open("rb") as src, gzip.open(packed, "wb", compresslevel=TRACE_GZIP_LEVEL) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-        os.replace(packed, path)
+
+    try:
+        prof.export_chrome_trace(str(plain))
+        write_atomic(path, pack)
     finally:
         plain.unlink(missing_ok=True)
-        packed.unlink(missing_ok=True)
 
 
 def _profiler(cfg: BenchConfig, activities: list, trace_path: Path):

@@ -31,12 +31,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from muon_repro import outdir
 from muon_repro.bench.configs import DEFAULT_TRIALS, BenchConfig
 from muon_repro.bench.environment import recording_profile
-from muon_repro.hardware import validate_profile_id
 from muon_repro.bench.runner import run_rank
+from muon_repro.hardware import validate_profile_id
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
+from muon_repro.tables import files
 
 LOCK_NAME = ".lock"  # in each run folder while a sweep records it; hidden, so never published or analyzed
 
@@ -143,7 +143,7 @@ def check_backend(backend: str, world_size: int) -> None:
 
 def check_out_folder(out: Path) -> None:
     """``--out`` must be a folder, or one that can be created, that this process can write in."""
-    outdir.check_out_folder(out, f"--out {out}")
+    files.check_out_folder(out, f"--out {out}")
 
 
 def _lock_holder(fd: int) -> str:
@@ -351,6 +351,18 @@ def _finalize(rec: Recording) -> None:
     if missing:
         shutil.rmtree(rec.partial, ignore_errors=True)
         raise BenchError(f"{rec.label}: the run finished without writing {', '.join(missing)}")
-    if rec.final.exists():
-        shutil.rmtree(rec.final)
-    os.replace(rec.partial, rec.final)
+    files.swap_dir(rec.partial, rec.final)  # a finished trial replaces an earlier one whole
+
+
+def format_results(results: list[RunResult]) -> str:
+    """The recorded trials as a terminal table: status, training time, step and optimizer time, loss."""
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = [f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
+    for r in results:
+        loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
+        train = "-" if r.train_s is None else f"{r.train_s:.1f}"
+        lines.append(f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
+    return "\n".join(lines)

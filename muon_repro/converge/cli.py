@@ -89,8 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         result = converge(plan, args.out, corpus=args.corpus, vocab_size=args.vocab, backend=backend, threads=threads,
                           force=args.force, progress=not args.no_progress, command=args.command_line, profile=args.profile)  # fmt: skip
     except KeyboardInterrupt as exc:  # the launcher's LaunchInterrupted (Ctrl-C, SIGTERM) is one
-        print(f"muon-repro converge: interrupted; complete runs are kept and the interrupted one resumes from its last "
-              f"checkpoint: run the same command again", file=sys.stderr)  # fmt: skip
+        print("muon-repro converge: interrupted; complete runs are kept and the interrupted one resumes from its last "
+              "checkpoint: run the same command again", file=sys.stderr)  # fmt: skip
         return int(getattr(exc, "exit_code", 130))
     best = ", ".join(f"{opt} {lr:g}" for opt, lr in result["best_lr"].items())
     print(f"converge: {len(result['ran'])} run(s) trained, {len(result['skipped'])} already complete; best learning rates: {best}; "

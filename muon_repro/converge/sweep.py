@@ -13,16 +13,15 @@ partial one resumes from its checkpoints.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from muon_repro import outdir
 from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
+from muon_repro.tables import files
 
 FORMAT_VERSION = 1
 DEFAULT_LRS = {"muon": (1e-3, 3e-3, 1e-2), "adamw": (1e-3, 3e-3, 1e-2)}
@@ -152,9 +151,7 @@ def run_one(
         raise RuntimeError(f"converge {cfg.name}: the run finished without writing {CONVERGENCE_FILE}")
     for ckpt in partial.glob(f"*{CHECKPOINT_SUFFIX}*"):  # no checkpoint in a finished run
         ckpt.unlink()
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(partial, final)
+    files.swap_dir(partial, final)  # a finished run replaces an earlier one whole
     return time.perf_counter() - t0
 
 
@@ -166,7 +163,7 @@ def converge(
     best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine."""
     from muon_repro.bench.environment import recording_profile
 
-    outdir.check_out_folder(Path(out), f"--out {out}")
+    files.check_out_folder(Path(out), f"--out {out}")
     profile = recording_profile(backend, profile)
     out = Path(out) / profile
     command = list(command or sys.argv)

@@ -14,7 +14,6 @@ config. The sweep renames the folder into place after removing the checkpoints.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,11 @@ from muon_repro.converge.config import ConvergeConfig
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
-from muon_repro.optim.distributed import ZeroOneOptimizer
+from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.parallel.comm import Group
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_LOG, checkpoint_name, write_json
+from muon_repro.tables.files import write_atomic
 
 EVAL_CHUNK = 32  # validation windows per forward pass
 
@@ -143,10 +143,15 @@ class Curve:
 
 
 def _save_checkpoint(path: Path, cfg: ConvergeConfig, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"config": cfg.to_dict(), "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "curve": curve.state(), "elapsed_s": elapsed}, tmp)  # fmt: skip
-    os.replace(tmp, path)
+    checkpoint = {
+        "config": cfg.to_dict(),
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "curve": curve.state(),
+        "elapsed_s": elapsed,
+    }
+    write_atomic(path, lambda tmp: torch.save(checkpoint, tmp))
 
 
 def _load_checkpoint(path: Path, cfg: ConvergeConfig) -> dict | None:

@@ -2,14 +2,21 @@
 
 Modules, one job each::
 
-    machine     the machine profile: rates per rank, alpha-beta fits per collective; JSON in and out, validated
-    calibrate   microbenchmarks of this machine -> a profile and the ``calibration`` table
-    workload    a run's shape -> every rank's program for one step (FLOPs, bytes, calls, collectives)
-    predict     a workload on a profile -> per-rank step time, its parts, transfer and wait
-    validate    every recorded run under a traces folder -> the ``predictions`` table
-    tables      the two tables' schemas and their writer
-    cli         ``register(subparsers)`` for the two commands
+    machine_profile  the machine profile: rates per rank, alpha-beta fits per collective, validated as built
+    machine          profiles as JSON files: decoded and validated, read, written, shipped ones found by name
+    calibrate        one calibration of this machine -> a profile and the ``calibration`` table's rows, its summary
+    measurement      what a calibration measures (its plan) and the timing statistics its benchmarks share
+    compute_bench    the one-process kernel benchmarks: matmul, Newton-Schulz, attention, ..., the size curves
+    world_bench      the multi-rank benchmarks: compute and bandwidth shares, arrival jitter, collective timings
+    collective_fit   collective timings -> alpha-beta fits per collective and group size
+    workload         a run's shape -> every rank's program for one step (FLOPs, bytes, calls, collectives)
+    predict          a workload on a profile -> per-rank step time, its parts, transfer and wait
+    validate         every recorded run under a traces folder -> the ``predictions`` table
+    records          what ``muon-repro regimes`` writes beside the runs (CSV records), and reads back
+    cli              ``register(subparsers)`` for the two commands
 
+Its two tables, ``calibration`` and ``predictions``, are declared with every other table in
+:mod:`muon_repro.tables.schemas` and written through :func:`muon_repro.tables.io.write_table`.
 Shipped profiles (``profiles/*.json``) price hardware we do not have, from published figures.
 Importing this package is cheap (no torch).
 """

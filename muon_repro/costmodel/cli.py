@@ -150,7 +150,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from muon_repro.bench.environment import recording_profile
     from muon_repro.costmodel.calibrate import calibrate, format_summary
     from muon_repro.costmodel.machine import write_profile
-    from muon_repro.costmodel.tables import CALIBRATION, write_table
+    from muon_repro.tables.io import write_table
+    from muon_repro.tables.schemas import CALIBRATION
 
     if args.out.is_dir():
         raise ValueError(f"--out {args.out} is a folder; give the profile's file name, such as {args.out / 'machine.json'}")
@@ -210,8 +211,9 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace, machine) -> int:
-    from muon_repro.costmodel.tables import PREDICTIONS, write_table
     from muon_repro.costmodel.validate import format_validation, validate
+    from muon_repro.tables.io import write_table
+    from muon_repro.tables.schemas import PREDICTIONS
 
     rows = validate(args.validate, machine, profiled=False if args.unprofiled else None)
     if not rows:

@@ -1,293 +1,33 @@
-"""A machine profile: the rates the cost model prices a run with, read from and written to JSON.
-
-A profile is either measured (``muon-repro calibrate`` writes one for the machine it runs on) or
-written by hand for hardware we do not have, from published figures (``profiles/*.json``: each
-names its sources and the fraction of each peak it assumes is reached, its ``efficiency``).
-
-Figures, per rank (one process, one GPU or ``threads`` CPU cores)::
-
-    matmul_tflops          {dtype: TFLOP/s} of activations x weights matmuls
-    newton_schulz_tflops   {dtype: TFLOP/s} of zeropower_via_newtonschulz5 (its matmul FLOPs / its time)
-    elementwise_gbps       GB/s moved by an element-wise kernel (p.add_(u, alpha=a): 12 bytes per fp32 element)
-    op_overhead_us         host time per operator call of a training step (Python, dispatch, autograd; on a GPU the launch)
-    collectives            alpha-beta fits per collective: t = alpha + ring bytes per rank / beta
-
-Optional figures fall back to the ones above (see the field comments). The effective rate of a
-figure is ``figure * efficiency[kind]`` (1 where ``efficiency`` says nothing: a measured figure
-is already what the machine reaches). This module imports nothing heavy (no torch).
+"""Machine profiles as JSON files: decoded and validated into a
+:class:`~muon_repro.costmodel.machine_profile.MachineProfile` (errors name the file and the field),
+read, written, and found by the name of a shipped one (``profiles/*.json``) for ``--machine``.
+This module imports nothing heavy (no torch).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from muon_repro.rundir import NEWTON_SCHULZ, write_json
+from muon_repro.costmodel.machine_profile import CollectiveFit, MachineProfile, ProfileError, Source
+from muon_repro.rundir import write_json
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
-DEVICES = ("cpu", "cuda")
-BACKENDS = ("gloo", "nccl")
-DTYPES = ("fp32", "bf16")
-COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce")  # muon_repro.parallel.comm.OPS, without torch
-SCOPES = ("intra_node", "inter_node")  # a group inside one node, or spanning nodes
-EFFICIENCY_KINDS = ("matmul", "attention", NEWTON_SCHULZ, "elementwise", "cross_entropy", "gelu", "op_overhead", *SCOPES)
-# Memory passes of a kernel's fp32 input when it is bandwidth-bound (a GPU), for the optional
-# figures' fallbacks: cross-entropy forward+backward reads and writes the logits about 8 times
-# (log-softmax, its backward, the one-hot scatter), GELU forward+backward 5 times.
-CROSS_ENTROPY_PASSES = 8
-GELU_PASSES = 5
-# Kinds whose rate can follow the size of their operand (size_curves): on a CPU a kernel's rate
-# falls once its operands leave the caches, so one figure measured at one size misprices the
-# others. The operand, in elements per rank: the activation [tokens, hidden] for matmul, attention
-# and elementwise, the logits [tokens, vocab] for cross_entropy, the MLP's [tokens, ffn / tp] for gelu.
-SIZE_CURVE_KINDS = ("matmul", "attention", "cross_entropy", "gelu", "elementwise")
 
 
-class ProfileError(ValueError):
-    """A machine profile that cannot be used; the message names the file and the field."""
-
-
-@dataclass(frozen=True)
-class CollectiveFit:
-    """``t = alpha + bytes / beta`` for one collective, ``bytes`` being what one rank sends under the
-    ring model (:func:`muon_repro.parallel.comm.ring_bytes_per_rank`), so ``beta`` is a bus bandwidth.
-
-    ``group_size`` / ``world_size`` null: any size not listed on its own. ``world_size``: the ranks
-    running at once when it was measured (every group of that size busy together, as in a run).
-    """
-
-    op: str
-    alpha_us: float
-    beta_gbps: float
-    group_size: int | None = None
-    scope: str = "intra_node"
-    world_size: int | None = None
-    samples: tuple[tuple[float, float], ...] = ()  # measured (ring bytes per rank, seconds), by bytes: priced between them
-
-    def __post_init__(self) -> None:
-        _check_choice("op", self.op, COLLECTIVE_OPS)
-        _check_samples(self.samples)
-        _check_choice("scope", self.scope, SCOPES)
-        _check_number("alpha_us", self.alpha_us, minimum=0.0)
-        _check_number("beta_gbps", self.beta_gbps)
-        for name in ("group_size", "world_size"):
-            value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 2):
-                raise ProfileError(f"{name} must be an integer >= 2 or null, got {value!r}")
-
-    def seconds(self, ring_bytes: float, efficiency: float = 1.0) -> float:
-        """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta): from
-        the measured samples around it when there are at least two, else from the fit."""
-        if len(self.samples) >= 2:
-            return interpolate_samples(self.samples, ring_bytes) / efficiency
-        return self.alpha_us * 1e-6 + ring_bytes / (self.beta_gbps * 1e9 * efficiency)
-
-
-@dataclass(frozen=True)
-class Source:
-    """A published figure a hand-written profile rests on: where it is quoted from and what it says."""
-
-    figure: str  # the profile field it supports, e.g. "matmul_tflops.bf16"
-    quote: str  # the figure as the source states it
-    url: str
-    note: str = ""  # how it was turned into the field's value (dense vs sparse, per direction...)
-
-    def __post_init__(self) -> None:
-        for name in ("figure", "quote", "url"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise ProfileError(f"sources: {name} must be a non-empty string, got {getattr(self, name)!r}")
-
-
-@dataclass(frozen=True)
-class MachineProfile:
-    """What one rank of a run computes and sends per second on a machine (see the module docstring)."""
-
-    name: str
-    device: str  # cpu | cuda
-    backend: str  # gloo | nccl
-    matmul_tflops: dict[str, float]
-    newton_schulz_tflops: dict[str, float]
-    elementwise_gbps: float
-    op_overhead_us: float
-    collectives: tuple[CollectiveFit, ...]
-    description: str = ""
-    profiled_op_overhead_us: float | None = None  # under the bench's profiler (record_shapes, profile_memory); default op_overhead_us
-    attention_tflops: dict[str, float] = field(default_factory=dict)  # SDPA forward+backward; default: matmul_tflops
-    cross_entropy_gbps: float | None = None  # fp32 logits bytes per second, forward+backward; default: elementwise / 8
-    gelu_gbps: float | None = None  # fp32 input bytes per second, forward+backward; default: elementwise / 5
-    ranks_per_node: int | None = None  # null: every rank of a run on one node
-    compute_share: dict[int, float] = field(default_factory=dict)  # {ranks computing at once on a node: fraction of the rate each gets}
-    bandwidth_share: dict[int, float] = field(default_factory=dict)  # the same for memory-bound kernels; default: compute_share
-    size_curves: dict[str, dict[int, float]] = field(default_factory=dict)  # {SIZE_CURVE_KINDS: {operand elements per rank: the kind's rate}}; default: the flat figure
-    arrival_jitter_us: dict[int, float] = field(default_factory=dict)  # {group size: mean wait per collective for the group's last rank, when ranks share cores}
-    arrival_jitter_curve_us: dict[int, dict[int, float]] = field(default_factory=dict)  # {group size: {us of compute before the call, one rank alone: that wait}}; default: arrival_jitter_us
-    efficiency: dict[str, float] = field(default_factory=dict)  # {EFFICIENCY_KINDS: fraction of the figure reached}
-    sources: tuple[Source, ...] = ()
-    calibration: dict[str, Any] = field(default_factory=dict)  # how a measured profile was measured
-    notes: str = ""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ProfileError(f"name must be a non-empty string, got {self.name!r}")
-        _check_choice("device", self.device, DEVICES)
-        _check_choice("backend", self.backend, BACKENDS)
-        for name in ("matmul_tflops", "newton_schulz_tflops", "attention_tflops"):
-            _check_dtype_rates(name, getattr(self, name), required=name != "attention_tflops")
-        _check_number("elementwise_gbps", self.elementwise_gbps)
-        _check_number("op_overhead_us", self.op_overhead_us, minimum=0.0)
-        for name in ("profiled_op_overhead_us", "cross_entropy_gbps", "gelu_gbps"):
-            if getattr(self, name) is not None:
-                _check_number(name, getattr(self, name), minimum=0.0 if name.endswith("_us") else None)
-        if self.ranks_per_node is not None and (not _is_int(self.ranks_per_node) or self.ranks_per_node < 1):
-            raise ProfileError(f"ranks_per_node must be a positive integer or null, got {self.ranks_per_node!r}")
-        if not self.collectives:
-            raise ProfileError("collectives must list at least one fit")
-        for name in ("compute_share", "bandwidth_share"):
-            for world, share in getattr(self, name).items():
-                if not _is_int(world) or world < 1:
-                    raise ProfileError(f"{name} keys are rank counts (integers >= 1), got {world!r}")
-                _check_number(f"{name}[{world}]", share, maximum=1.0)
-        for kind, curve in self.size_curves.items():
-            _check_size_curve(kind, curve)
-        for size, curve in self.arrival_jitter_curve_us.items():
-            if not _is_int(size) or size < 2 or not isinstance(curve, Mapping) or not curve:
-                raise ProfileError(f"arrival_jitter_curve_us: keys are group sizes (integers >= 2) of non-empty objects {{compute us: wait us}}, got {size!r}: {curve!r}")
-            for compute_us, us in curve.items():
-                if not _is_int(compute_us) or compute_us < 1:
-                    raise ProfileError(f"arrival_jitter_curve_us[{size}] keys are compute times in us (integers >= 1), got {compute_us!r}")
-                _check_number(f"arrival_jitter_curve_us[{size}][{compute_us}]", us, minimum=0.0)
-        for size, us in self.arrival_jitter_us.items():
-            if not _is_int(size) or size < 2:
-                raise ProfileError(f"arrival_jitter_us keys are group sizes (integers >= 2), got {size!r}")
-            _check_number(f"arrival_jitter_us[{size}]", us, minimum=0.0)
-        for kind, value in self.efficiency.items():
-            if kind not in EFFICIENCY_KINDS:
-                raise ProfileError(f"efficiency: unknown kind {kind!r}; expected some of {', '.join(EFFICIENCY_KINDS)}")
-            _check_number(f"efficiency.{kind}", value, maximum=1.0)
-
-    # ---------------------------------------------------------------- rates
-
-    def eff(self, kind: str) -> float:
-        return self.efficiency.get(kind, 1.0)
-
-    def matmul_flops_per_s(self, dtype: str, elems: int = 0) -> float:
-        rate = self._rate("matmul_tflops", self.matmul_tflops, dtype)
-        return self._at_size("matmul", rate, dtype, elems) * 1e12 * self.eff("matmul")
-
-    def newton_schulz_flops_per_s(self, dtype: str) -> float:
-        return self._rate("newton_schulz_tflops", self.newton_schulz_tflops, dtype) * 1e12 * self.eff(NEWTON_SCHULZ)
-
-    def attention_flops_per_s(self, dtype: str, elems: int = 0) -> float:
-        if dtype not in self.attention_tflops:
-            return self.matmul_flops_per_s(dtype, elems)
-        return self._at_size("attention", self.attention_tflops[dtype], dtype, elems) * 1e12 * self.eff("attention")
-
-    def elementwise_bytes_per_s(self, elems: int = 0) -> float:
-        return self._at_size("elementwise", self.elementwise_gbps, "fp32", elems) * 1e9 * self.eff("elementwise")
-
-    def cross_entropy_bytes_per_s(self, elems: int = 0) -> float:
-        if self.cross_entropy_gbps is None and "cross_entropy" not in self.size_curves:
-            return self.elementwise_bytes_per_s(elems) / CROSS_ENTROPY_PASSES
-        flat = self.cross_entropy_gbps or self.elementwise_gbps / CROSS_ENTROPY_PASSES
-        return self._at_size("cross_entropy", flat, "fp32", elems) * 1e9 * self.eff("cross_entropy")
-
-    def gelu_bytes_per_s(self, elems: int = 0) -> float:
-        if self.gelu_gbps is None and "gelu" not in self.size_curves:
-            return self.elementwise_bytes_per_s(elems) / GELU_PASSES
-        flat = self.gelu_gbps or self.elementwise_gbps / GELU_PASSES
-        return self._at_size("gelu", flat, "fp32", elems) * 1e9 * self.eff("gelu")
-
-    def _at_size(self, kind: str, flat: float, dtype: str, elems: int) -> float:
-        """The kind's rate on an operand of ``elems`` per rank from its size curve (fp32, as measured), else ``flat``."""
-        curve = self.size_curves.get(kind)
-        if not curve or elems <= 0 or dtype != "fp32":
-            return flat
-        return interpolate_curve(curve, elems)
-
-    def bandwidth_slowdown(self, local_ranks: int) -> float:
-        """How much slower memory-bound kernels go than compute-bound ones when ``local_ranks``
-        ranks share a node (their shared memory bandwidth, beside the shared cores): 1 unmeasured."""
-        if not self.bandwidth_share or not self.compute_share or local_ranks <= 1:  # a rank alone shares nothing
-            return 1.0
-        return _nearest_below(self.compute_share, local_ranks) / _nearest_below(self.bandwidth_share, local_ranks)
-
-    def op_seconds(self, profiled: bool) -> float:
-        """Host time of one operator call, under the bench's profiler or not."""
-        us = self.profiled_op_overhead_us if profiled and self.profiled_op_overhead_us is not None else self.op_overhead_us
-        return us * 1e-6 / self.eff("op_overhead")
-
-    def _rate(self, field_name: str, rates: dict[str, float], dtype: str) -> float:
-        if dtype not in rates:
-            raise ProfileError(f"machine {self.name!r}: {field_name} has no {dtype!r} figure (it has {sorted(rates)}); add one to the profile")
-        return rates[dtype]
-
-    def compute_cores(self, local_ranks: int) -> float | None:
-        """How many ranks' worth of compute ``local_ranks`` ranks computing at once on one node get
-        in all (``compute_share * local_ranks``), or ``None`` when each rank has its own device.
-
-        A count not measured takes the nearest measured one below it (the cores do not grow with
-        the ranks), else the smallest one measured.
-        """
-        if not self.compute_share:
-            return None
-        return _nearest_below(self.compute_share, local_ranks) * _nearest_key_below(self.compute_share, local_ranks)
-
-    def collective(self, op: str, group_size: int, scope: str = "intra_node", world_size: int | None = None) -> CollectiveFit:
-        """The fit for ``op`` on a group of ``group_size`` ranks: the exact group size if listed, else
-        one for any size (null), else the nearest listed size; among those, the one measured at
-        ``world_size`` if any, else the largest world."""
-        fits = [f for f in self.collectives if f.op == op and f.scope == scope]
-        if not fits:
-            raise ProfileError(f"machine {self.name!r} has no {op} fit for scope {scope!r}; add one to its collectives")
-        exact = [f for f in fits if f.group_size == group_size]
-        anysize = [f for f in fits if f.group_size is None]
-        if exact or anysize:
-            fits = exact or anysize
-        else:
-            nearest = min({f.group_size for f in fits}, key=lambda g: (abs(math.log(g / group_size)), g))
-            fits = [f for f in fits if f.group_size == nearest]
-        same_world = [f for f in fits if world_size is not None and f.world_size == world_size]
-        return (same_world or sorted(fits, key=lambda f: f.world_size or 0))[-1]
-
-    def collective_efficiency(self, scope: str) -> float:
-        return self.eff(scope)
-
-    def arrival_jitter_s(self, group_size: int, compute_s: float | None = None) -> float:
-        """Mean wait per collective call for the last rank of a group of ``group_size`` when ranks
-        share cores (the nearest measured size; 0 when none was measured), after ``compute_s`` of
-        compute (one rank alone) where the curve has it: linear between the measured lengths,
-        the nearest end outside them (time slices bound how far ranks drift)."""
-        if compute_s is not None and self.arrival_jitter_curve_us:
-            curve = self.arrival_jitter_curve_us[_nearest_size(self.arrival_jitter_curve_us, group_size)]
-            return interpolate_samples(sorted(curve.items()), min(compute_s * 1e6, max(curve))) * 1e-6
-        if not self.arrival_jitter_us:
-            return 0.0
-        return self.arrival_jitter_us[_nearest_size(self.arrival_jitter_us, group_size)] * 1e-6
-
-    def shares_cores(self, local_ranks: int) -> bool:
-        """Whether ``local_ranks`` ranks computing at once on a node get less than a rank's worth each."""
-        cores = self.compute_cores(local_ranks)
-        return cores is not None and cores < local_ranks * (1 - 1e-9)
-
-    # ---------------------------------------------------------------- JSON
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["collectives"] = [asdict(c) for c in self.collectives]
-        out["sources"] = [asdict(s) for s in self.sources]
-        out["compute_share"] = {str(k): v for k, v in self.compute_share.items()}
-        out["bandwidth_share"] = {str(k): v for k, v in self.bandwidth_share.items()}
-        out["size_curves"] = {kind: {str(k): v for k, v in curve.items()} for kind, curve in self.size_curves.items()}
-        out["arrival_jitter_us"] = {str(k): v for k, v in self.arrival_jitter_us.items()}
-        out["arrival_jitter_curve_us"] = {str(g): {str(k): v for k, v in c.items()} for g, c in self.arrival_jitter_curve_us.items()}
-        return out
-
-
-_REQUIRED = ("name", "device", "backend", "matmul_tflops", "newton_schulz_tflops", "elementwise_gbps", "op_overhead_us", "collectives")
+_REQUIRED = (
+    "name",
+    "device",
+    "backend",
+    "matmul_tflops",
+    "newton_schulz_tflops",
+    "elementwise_gbps",
+    "op_overhead_us",
+    "collectives",
+)
 _KNOWN = tuple(f.name for f in fields(MachineProfile))
 _COLLECTIVE_REQUIRED = ("op", "alpha_us", "beta_gbps")
 _COLLECTIVE_KNOWN = tuple(f.name for f in fields(CollectiveFit))
@@ -302,13 +42,19 @@ def profile_from_dict(raw: Any, where: str = "machine profile") -> MachineProfil
     _check_keys(raw, _KNOWN, _REQUIRED, where, "")
     values = dict(raw)
     try:
-        values["collectives"] = tuple(_collective_from(c, where, i) for i, c in enumerate(_list(raw["collectives"], where, "collectives")))
-        values["sources"] = tuple(_source_from(s, where, i) for i, s in enumerate(_list(raw.get("sources", []), where, "sources")))
+        values["collectives"] = tuple(
+            _collective_from(c, where, i) for i, c in enumerate(_list(raw["collectives"], where, "collectives"))
+        )
+        values["sources"] = tuple(
+            _source_from(s, where, i) for i, s in enumerate(_list(raw.get("sources", []), where, "sources"))
+        )
         values["compute_share"] = _int_keys(raw.get("compute_share", {}), where, "compute_share", "a rank count")
         values["bandwidth_share"] = _int_keys(raw.get("bandwidth_share", {}), where, "bandwidth_share", "a rank count")
         values["size_curves"] = _size_curves_from(raw.get("size_curves", {}), where)
         values["arrival_jitter_us"] = _int_keys(raw.get("arrival_jitter_us", {}), where, "arrival_jitter_us", "a group size")
-        values["arrival_jitter_curve_us"] = _nested_int_keys(raw.get("arrival_jitter_curve_us", {}), where, "arrival_jitter_curve_us", "a compute time in us")
+        values["arrival_jitter_curve_us"] = _nested_int_keys(
+            raw.get("arrival_jitter_curve_us", {}), where, "arrival_jitter_curve_us", "a compute time in us"
+        )
         return MachineProfile(**values)
     except ProfileError as exc:
         if str(exc).startswith(where):
@@ -358,7 +104,10 @@ def _size_curves_from(raw: Any, where: str) -> dict[str, dict[int, float]]:
 
 def _nested_int_keys(raw: Any, where: str, name: str, what: str) -> dict[int, dict[int, float]]:
     """``{"4": {"20000": 900.0}}``: integer keys at both levels (a group size, then ``what``)."""
-    return {size: _int_keys(inner, where, f"{name}[{size}]", what) for size, inner in _int_keys(raw, where, name, "a group size").items()}
+    return {
+        size: _int_keys(inner, where, f"{name}[{size}]", what)
+        for size, inner in _int_keys(raw, where, name, "a group size").items()
+    }
 
 
 def _pairs(raw: Any, name: str) -> tuple[tuple[float, float], ...]:
@@ -377,10 +126,14 @@ def _list(value: Any, where: str, name: str) -> list:
 def _check_keys(raw: Mapping, known: tuple[str, ...], required: tuple[str, ...], where: str, prefix: str) -> None:
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ProfileError(f"{where}: unknown field(s) {', '.join(prefix + k for k in unknown)}; known fields: {', '.join(known)}")
+        raise ProfileError(
+            f"{where}: unknown field(s) {', '.join(prefix + k for k in unknown)}; known fields: {', '.join(known)}"
+        )
     missing = [k for k in required if raw.get(k) is None]
     if missing:
-        raise ProfileError(f"{where}: missing figure(s) {', '.join(prefix + k for k in missing)}; every profile needs {', '.join(required)}")
+        raise ProfileError(
+            f"{where}: missing figure(s) {', '.join(prefix + k for k in missing)}; every profile needs {', '.join(required)}"
+        )
 
 
 # ---------------------------------------------------------------- files and names
@@ -411,7 +164,9 @@ def resolve_profile(spec: str | Path) -> MachineProfile:
     named = named_profiles()
     if str(spec) in named:
         return read_profile(named[str(spec)])
-    raise ProfileError(f"--machine {spec}: no such file and no shipped profile of that name; shipped profiles: {', '.join(named)}")
+    raise ProfileError(
+        f"--machine {spec}: no such file and no shipped profile of that name; shipped profiles: {', '.join(named)}"
+    )
 
 
 def write_profile(profile: MachineProfile, path: str | Path) -> Path:
@@ -422,91 +177,3 @@ def write_profile(profile: MachineProfile, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, profile.to_dict())
     return path
-
-
-# ---------------------------------------------------------------- interpolation
-
-
-def interpolate_curve(curve: Mapping[int, float], size: float) -> float:
-    """A rate at ``size`` from a measured curve: log-log between the points around it, the end
-    point's rate outside them (a rate levels off rather than growing without bound)."""
-    points = sorted(curve.items())
-    if size <= points[0][0]:
-        return points[0][1]
-    if size >= points[-1][0]:
-        return points[-1][1]
-    (x0, y0), (x1, y1) = next((a, b) for a, b in zip(points, points[1:]) if a[0] <= size <= b[0])
-    w = math.log(size / x0) / math.log(x1 / x0)
-    return math.exp((1 - w) * math.log(y0) + w * math.log(y1))
-
-
-def interpolate_samples(samples: Sequence[tuple[float, float]], nbytes: float) -> float:
-    """Seconds of a call of ``nbytes`` from measured (bytes, seconds) samples: linear between the
-    two around it, along the last two samples' slope beyond the largest, the smallest's time below it."""
-    points = sorted(samples)
-    if nbytes <= points[0][0]:
-        return points[0][1]
-    pair = next(((a, b) for a, b in zip(points, points[1:]) if nbytes <= b[0]), (points[-2], points[-1]))
-    (x0, y0), (x1, y1) = pair
-    return y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0) if x1 > x0 else y1
-
-
-def _nearest_size(table: Mapping[int, Any], group_size: int) -> int:
-    return min(table, key=lambda g: (abs(math.log(g / group_size)), g))
-
-
-def _nearest_key_below(table: Mapping[int, float], count: int) -> int:
-    """The largest key <= ``count`` (the cores do not grow with the ranks), else the smallest key."""
-    below = [k for k in table if k <= count]
-    return max(below) if below else min(table)
-
-
-def _nearest_below(table: Mapping[int, float], count: int) -> float:
-    return table[_nearest_key_below(table, count)]
-
-
-# ---------------------------------------------------------------- value checks
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ProfileError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-
-
-def _check_number(name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None) -> None:
-    """A finite number, > 0 (or >= ``minimum``), <= ``maximum`` when given."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > 0 if minimum is None else value >= minimum) and (maximum is None or value <= maximum)
-    if not ok:
-        low = "> 0" if minimum is None else f">= {minimum}"
-        high = f" and <= {maximum}" if maximum is not None else ""
-        raise ProfileError(f"{name} must be a number {low}{high}, got {value!r}")
-
-
-def _check_size_curve(kind: Any, curve: Any) -> None:
-    if kind not in SIZE_CURVE_KINDS:
-        raise ProfileError(f"size_curves: unknown kind {kind!r}; expected some of {', '.join(SIZE_CURVE_KINDS)}")
-    if not isinstance(curve, Mapping) or not curve:
-        raise ProfileError(f"size_curves.{kind} must be a non-empty object {{operand elements: rate}}, got {curve!r}")
-    for tokens, rate in curve.items():
-        if not _is_int(tokens) or tokens < 1:
-            raise ProfileError(f"size_curves.{kind} keys are operand sizes (elements, integers >= 1), got {tokens!r}")
-        _check_number(f"size_curves.{kind}[{tokens}]", rate)
-
-
-def _check_samples(samples: Any) -> None:
-    for i, pair in enumerate(samples):
-        _check_number(f"samples[{i}] bytes", pair[0], minimum=0.0)
-        _check_number(f"samples[{i}] seconds", pair[1])
-
-
-def _check_dtype_rates(name: str, rates: Any, *, required: bool) -> None:
-    if not isinstance(rates, Mapping) or (required and not rates):
-        raise ProfileError(f"{name} must be an object {{dtype: TFLOP/s}} with at least one of {', '.join(DTYPES)}, got {rates!r}")
-    for dtype, value in rates.items():
-        _check_choice(f"{name} dtype", dtype, DTYPES)
-        _check_number(f"{name}.{dtype}", value)

@@ -29,9 +29,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from muon_repro.bench.configs import BenchConfig
-from muon_repro.costmodel.machine import MachineProfile
+from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.workload import Comm, Compute, Stage, Workload, build_workload
-from muon_repro.rundir import (
+from muon_repro.phases import (
     BACKWARD,
     DP_ALL_GATHER,
     DP_GATHER,

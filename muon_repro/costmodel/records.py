@@ -17,19 +17,20 @@ temporary name and a rename.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.regimes import LAYERS, SEQ_LEN, WIDTHS, regime_point
-from muon_repro.costmodel.machine import MachineProfile, resolve_profile
+from muon_repro.costmodel.machine import resolve_profile
+from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import Prediction, predict
 from muon_repro.costmodel.validate import validate
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.model_config import PRESETS
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
+from muon_repro.tables.files import write_atomic
 
 LEVELS = (0.011, 0.03)  # the seed's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
 METRICS = ("optimizer_share", "muon_extra")
@@ -200,11 +201,6 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, lambda tmp: pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False))
 
 

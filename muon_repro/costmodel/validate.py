@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig, from_dict
-from muon_repro.costmodel.machine import MachineProfile
+from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import predict
-from muon_repro.rundir import BACKWARD, CONFIG_FILE, FORWARD, RunDir, trial_folders
+from muon_repro.phases import BACKWARD, FORWARD
+from muon_repro.rundir import CONFIG_FILE, RunDir, trial_folders
 
 _RUN_ONLY_KEYS = ("trial", "trials", "backend", "device", "command")  # config.json keys that are not BenchConfig fields
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.model_config import GPTConfig
-from muon_repro.rundir import (
+from muon_repro.phases import (
     BACKWARD,
     DP_ALL_GATHER,
     DP_GATHER,

@@ -1,22 +1,15 @@
-"""The dataset side: bundle -> Hugging Face Hub -> reader.
+"""Transport to and from the Hugging Face Hub: the dataset folder goes up as one tagged commit and
+comes back as one version. What the folder holds is :mod:`muon_repro.dataset`'s business.
 
-One module per job::
+    remote      list and download a revision's files (several at a time, exact paths)
+    plan        what a publish changes against the remote head: added, changed, removed
+    publish     ``muon-repro publish``: verify, plan, one commit, one tag vX.Y.Z
+    download    ``muon-repro download``: one version, then verify
+    errors      one line for a failed request: the endpoint, the error, what was left undone
+    cli         the two subcommands
 
-    naming, meta        repository ids, versions, tags; what a bundle says about itself
-    manifest, fsutil    MANIFEST.sha256 (sha256 + size per file); atomic writes, hashing
-    tables_doc, run_info, citation, card
-                        what the card documents: tables and columns, runs and environment,
-                        CITATION.cff and BibTeX; the card itself (templates/dataset_card.md.j2)
-    croissant           croissant.json: Croissant 1.1 record sets, files and responsible-AI fields
-    bundle              ``muon-repro bundle``: assemble exactly what gets published
-    verify              ``muon-repro verify``: checksums, every config loads, every trace parses
-    plan, publish       ``muon-repro publish``: plan against the remote head, one commit, one tag
-    download            ``muon-repro download``: one version, then verify
-    cli                 the subcommands
-
-The fake Hub the tests publish to is a test double and lives outside the runtime surface, in
-:mod:`muon_repro.testing` (``python -m muon_repro.testing.fake_hub``); nothing here imports it.
-
-Importing this package imports nothing heavy; ``huggingface_hub`` and ``datasets`` are
-imported by the functions that need them.
+The fake Hub the tests publish to is a test double outside the package
+(``tests/support/``, ``python -m tests.support.fake_hub``); nothing here imports it.
+Importing this package imports nothing heavy; ``huggingface_hub`` is imported by the
+functions that need it.
 """

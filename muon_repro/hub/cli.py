@@ -1,78 +1,27 @@
-"""``muon-repro bundle | card | verify | publish | download``: the dataset side of the project."""
+"""``muon-repro publish | download``: a bundle to the Hub as one tagged commit, and one version back."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from muon_repro import __version__
-from muon_repro.hub.bundle import DEFAULT_OUT, Sources
-from muon_repro.hub.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta, default_date
-from muon_repro.hub.naming import DEFAULT_REPO_ID
+from muon_repro.dataset.bundle import DEFAULT_OUT
 
 
-def _add_sources(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("source folders")
-    for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs"):
-        flag = "--" + name.replace("_", "-")
-        group.add_argument(flag, dest=name, type=Path, default=Path(name), help=f"default: {name}/")
+def add_timeout_argument(p: argparse.ArgumentParser) -> None:
+    """``--timeout SECONDS``: the longest wait for the Hub per request (every command that talks to it)."""
+    from muon_repro.hub.publish import DEFAULT_TIMEOUT_S
 
-
-def _add_meta(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("what the card and CITATION.cff say")
-    group.add_argument("--repo-id", default=DEFAULT_REPO_ID, help="ORG/NAME on the Hub (default: %(default)s)")
-    group.add_argument("--version", default=__version__, help="X.Y.Z, tagged vX.Y.Z when published (default: %(default)s)")
-    group.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else today)")
-    group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
-    group.add_argument("--author", action="append", default=None, help="an author (person or team); repeat for more")
-    group.add_argument("--pretty-name", default=DEFAULT_PRETTY_NAME, help="the dataset's title")
-    group.add_argument("--code-url", default=None, help="public URL of the muon_repro source, for the regeneration steps")
-
-
-def _sources(args: argparse.Namespace) -> Sources:
-    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs)
-
-
-def _meta(args: argparse.Namespace) -> BundleMeta:
-    kwargs = {"authors": tuple(args.author)} if args.author else {}
-    return BundleMeta(
-        repo_id=args.repo_id,
-        version=args.version,
-        date=args.date or default_date(),
-        license=args.license,
-        pretty_name=args.pretty_name,
-        code_url=args.code_url,
-        **kwargs,
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="longest wait for the Hub per request: connecting, sending, each read (default: %(default)g)",
     )
 
 
-def _add_timeout(p: argparse.ArgumentParser) -> None:
-    from muon_repro.hub.publish import DEFAULT_TIMEOUT_S
-
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help="longest wait for the Hub per request: connecting, sending, each read (default: %(default)g)")
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bundle", help="assemble the dataset to publish (traces, tables, figures, report, card)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="bundle folder, replaced as a whole (default: %(default)s)")
-    _add_sources(p)
-    _add_meta(p)
-    p.set_defaults(func=_bundle)
-
-    p = subparsers.add_parser("card", help="render the dataset card alone (what bundle puts in README.md)")
-    p.add_argument("--out", type=Path, default=Path("dataset_card.md"), help="default: %(default)s")
-    _add_sources(p)
-    _add_meta(p)
-    p.set_defaults(func=_card)
-
-    p = subparsers.add_parser("verify", help="check a bundle or a downloaded copy: checksums, tables, traces")
-    p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
-    p.add_argument("--recompute", action="store_true",
-                   help="also analyze the bundle's traces again and compare every table with the bundle's (reads every trace)")  # fmt: skip
-    p.set_defaults(func=_verify)
-
     p = subparsers.add_parser("publish", help="publish a bundle to the Hub as one commit tagged vX.Y.Z")
     p.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repository")
     p.add_argument("--version", required=True, help="X.Y.Z; the commit is tagged vX.Y.Z")
@@ -80,95 +29,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan against the remote and stop")
     p.add_argument("--create-pr", action="store_true", help="commit as a pull request (tag after merging, by publishing again)")
     p.add_argument("--private", action="store_true", help="create the repository private (if it does not exist)")
-    _add_timeout(p)
+    add_timeout_argument(p)
     p.set_defaults(func=_publish)
 
     p = subparsers.add_parser("download", help="download one version of the dataset, then verify it")
     p.add_argument("repo_id", metavar="ORG/NAME")
     p.add_argument("--revision", default=None, help="vX.Y.Z, a branch or a commit (default: the newest vX.Y.Z tag)")
     p.add_argument("--local-dir", type=Path, default=None, help="where to put the files (default: the Hub cache)")
-    _add_timeout(p)
+    add_timeout_argument(p)
     p.set_defaults(func=_download)
 
 
-def _bundle(args: argparse.Namespace) -> int:
-    from muon_repro.hub.bundle import build_bundle
-
-    entries, warnings = build_bundle(_sources(args), _meta(args), args.out)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    size = sum(e.size for e in entries)
-    print(f"Bundle in {args.out}: {len(entries) + 1} files, {size} bytes; check it with `muon-repro verify {args.out}`.")
-    return 0
-
-
-def _card(args: argparse.Namespace) -> int:
-    from muon_repro.hub.bundle import render_card_from_sources
-    from muon_repro.hub.fsutil import write_atomic
-
-    write_atomic(args.out, render_card_from_sources(_sources(args), _meta(args)))
-    print(f"Wrote {args.out}")
-    return 0
-
-
-def _report_verify(path: Path, *, recompute: bool = False) -> int:
-    from muon_repro.hub.verify import verify_bundle
-
-    result = verify_bundle(path, echo=print, recompute=recompute)
-    if result.ok:
-        print(f"{path}: all {len(result.passed)} checks passed.")
-        return 0
-    print(f"{path}: {len(result.failed)} check(s) FAILED:", file=sys.stderr)
-    for line in result.failed:
-        print(f"  {line}", file=sys.stderr)
-    return 1
-
-
-def _verify(args: argparse.Namespace) -> int:
-    return _report_verify(args.dir, recompute=args.recompute)
-
-
-def _hub_errors():
-    """Errors from the Hub client that deserve a one-line message rather than a traceback."""
-    import httpx2
-    from huggingface_hub.errors import HfHubHTTPError
-
-    return (HfHubHTTPError, httpx2.TransportError)
-
-
-def _first_line(exc: BaseException) -> str:
-    from muon_repro.hub.publish import first_line  # heavy imports stay inside the commands
-
-    return first_line(exc)
-
-
-def _endpoint() -> str:
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
-
-
-def request_failed(exc: BaseException, consequence: str = "") -> str:
-    """The one-line message for a Hub request that failed: the endpoint, the error's first line, what it left undone."""
-    return f"the request to {_endpoint()} failed: {_first_line(exc)}{consequence}"
-
-
 def _publish(args: argparse.Namespace) -> int:
+    from muon_repro.hub.errors import hub_errors, request_failed
     from muon_repro.hub.publish import PublishError, publish
 
     try:
         publish(args.bundle, args.repo_id, args.version, dry_run=args.dry_run, create_pr=args.create_pr, private=args.private,
                 timeout=args.timeout)
-    except _hub_errors() as exc:
+    except hub_errors() as exc:
         raise PublishError(request_failed(exc)) from exc
     return 0
 
 
 def _download(args: argparse.Namespace) -> int:
+    from muon_repro.dataset.cli import report_verify
     from muon_repro.hub.download import download
+    from muon_repro.hub.errors import endpoint, hub_errors
+    from muon_repro.hub.publish import first_line
 
     try:
         path = download(args.repo_id, args.revision, args.local_dir, timeout=args.timeout)
-    except _hub_errors() as exc:
-        raise ValueError(f"download from {_endpoint()} failed: {_first_line(exc)}") from exc
-    return _report_verify(path)
+    except hub_errors() as exc:
+        raise ValueError(f"download from {endpoint()} failed: {first_line(exc)}") from exc
+    return report_verify(path)

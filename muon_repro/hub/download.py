@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from muon_repro.hub.naming import check_repo_id, check_revision, version_key
+from muon_repro.dataset.naming import check_repo_id, check_revision, version_key
 from muon_repro.hub.publish import (
     DEFAULT_TIMEOUT_S,
     PublishError,

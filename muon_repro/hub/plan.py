@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from muon_repro.hub.fsutil import human_size
-from muon_repro.hub.manifest import FileEntry
+from muon_repro.dataset.manifest import FileEntry
+from muon_repro.tables.files import human_size
 
 # Files the Hub manages itself: never deleted by a publish, never compared.
 REMOTE_ONLY = (".gitattributes",)

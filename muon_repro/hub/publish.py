@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from muon_repro.hub.citation import CFF_NAME, bibtex, read_citation
-from muon_repro.hub.fsutil import human_size, sha256_file
-from muon_repro.hub.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
-from muon_repro.hub.meta import BundleMeta
-from muon_repro.hub.naming import check_repo_id, check_token, dataset_url, tag_for
+from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
+from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
+from muon_repro.dataset.meta import BundleMeta
+from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, tag_for
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
+from muon_repro.tables.files import human_size, sha256_file
 
 DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_KINDS = ("connect", "read", "write", "pool")  # httpx's timeouts, each per operation
@@ -173,7 +173,7 @@ def check_bundle_target(root: Path, repo_id: str, version: str) -> BundleMeta:
 
 def check_bundle_verifies(root: Path, echo: Callable[[str], None]) -> None:
     """Every check of ``muon-repro verify`` must pass: a tag is forever, a bundle that does not load must not get one."""
-    from muon_repro.hub.verify import verify_bundle
+    from muon_repro.dataset.verify import verify_bundle
 
     result = verify_bundle(root)
     if not result.ok:

@@ -34,7 +34,7 @@ from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.optim.param_groups import split_muon_params
 from muon_repro.parallel.comm import ring_bytes_per_rank
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
-from muon_repro.rundir import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_GATHER
+from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_GATHER
 
 
 def _size(dtype: torch.dtype) -> int:
@@ -125,7 +125,7 @@ def state_bytes(
     """Steady-state optimizer state DP rank ``dp_rank`` (any TP rank) holds, from the shard plan.
 
     ``{"muon": momentum bytes, "adamw": moment bytes}``, the split of
-    :meth:`~muon_repro.optim.distributed.ZeroOneOptimizer.state_bytes` after a step.
+    :meth:`~muon_repro.optim.zero1.ZeroOneOptimizer.state_bytes` after a step.
     """
     _check_dp_rank(dp_rank, dp)
     plan = _optimizer_plan(specs, dp, optimizer, layout, bucket_elems)

@@ -36,17 +36,14 @@ import torch.distributed as dist
 from muon_repro.model import GPT, GPTConfig, shard_tensor
 from muon_repro.optim.adamw import AdamW
 from muon_repro.optim.comm_model import bytes_ratio, optimizer_bytes, param_specs
-from muon_repro.optim.distributed import (
-    DistributedAdamW,
-    DistributedMuon,
-    ZeroOneOptimizer,
-)
+from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon
 from muon_repro.optim.layout import LAYOUTS
 from muon_repro.optim.muon import Muon
 from muon_repro.optim.param_groups import muon_param_groups
+from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
-from muon_repro.rundir import DP_COMM_PHASES, OPTIMIZER_COMM_PHASES
+from muon_repro.phases import DP_COMM_PHASES, OPTIMIZER_COMM_PHASES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPARISONS = ("isolated", "end_to_end")

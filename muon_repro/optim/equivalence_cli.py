@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from muon_repro.rundir import LAYOUTS
+from muon_repro.phases import LAYOUTS
 
 # What tensor parallelism splits across ranks (muon_repro.model.GPT checks the same, in every worker).
 TP_SPLIT_FIELDS = ("hidden", "n_heads", "ffn_hidden", "vocab_size")

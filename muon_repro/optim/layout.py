@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from muon_repro.optim.newton_schulz import newton_schulz_flops
-from muon_repro.rundir import LAYOUTS
+from muon_repro.phases import LAYOUTS
 
 __all__ = ["BUFFER_ORDER", "DEFAULT_BUCKET_ELEMS", "LAYOUTS", "NsUnit", "ParamSpec", "ShardPlan"]
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from muon_repro.parallel.comm import Group, all_gather_into, all_reduce_
-from muon_repro.rundir import TP_ALL_GATHER, TP_ALL_REDUCE
+from muon_repro.phases import TP_ALL_GATHER, TP_ALL_REDUCE
 
 
 def tp_partition_dim(param: torch.Tensor) -> int | None:

@@ -9,8 +9,14 @@ Data flow, one module per step::
     selection   which runs a figure or table shows, their order and labels
     derive      small per-run reductions of a table (state, bytes per phase, loss, typical step of the typical trial,
                 one step's timeline, the optimizer step decomposed per rank; trials pooled or picked, never mixed)
-    figures     one function per figure, tables in, PNG + SVG path out (colours: style; phase names: muon_repro.rundir)
-    context     ReportData + figures -> the template context (formatted strings only)
+    plotting    the figures' toolkit: a figure at the page's width, title and takeaway, legend, grouped bars, saving
+    figures     the figure catalogue (FIGURES) and the time and loss figures; bytes_figures, timeline_figures,
+                convergence_figures, regime_figures, profile_figures draw the others: one function per figure,
+                tables in, PNG + SVG path out (colours: style; phase names: muon_repro.phases)
+    formatting  numbers as the report writes them (ms, %, ×, MB, MiB, GiB); a missing value -> error naming it
+    *_section   one report section's context each: setup, results, decomposition, convergence, claims,
+                caveats (regimes' bullets, limitations), regimes (figures and tables), reproduce (and cite)
+    context     ReportData + figures -> the whole template context, assembled from the sections (strings only)
     render      context -> report.md / report.html / report.pdf (Jinja2, StrictUndefined, WeasyPrint)
     build       the two stages: make_figures(metrics, out), write_report(metrics, figures, out, formats)
     cli         ``muon-repro figures``, ``muon-repro report`` (argument parsing around build)

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from muon_repro.report import convergence_figures, figures, profile_figures, regime_figures
+from muon_repro.report import bytes_figures, convergence_figures, figures, profile_figures, regime_figures, timeline_figures
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -19,10 +19,10 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "comm_time_by_kind": lambda d, out: figures.comm_time_by_kind(d.runs, d.steps, out),
     "step_breakdown": lambda d, out: figures.step_breakdown(d.runs, d.steps, out),
     "optimizer_overhead": lambda d, out: figures.optimizer_overhead(d.runs, out),
-    "state_memory": lambda d, out: figures.state_memory(d.runs, d.ranks, out),
-    "bytes_by_layout": lambda d, out: figures.bytes_by_layout(d.runs, d.phases, out),
+    "state_memory": lambda d, out: bytes_figures.state_memory(d.runs, d.ranks, out),
+    "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, out),
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
-    "timeline": lambda d, out: figures.timeline(d.timeline, d.runs, out),
+    "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
     "regime_map": lambda d, out: regime_figures.regime_map(d.regimes, d.regime_model, out),
     "closed_form": lambda d, out: regime_figures.closed_form(d.regimes, out),
@@ -83,12 +83,15 @@ def invocations(data: ReportData, figures_dir: Path, out_dir: Path, formats: tup
     ]
 
 
-def write_report(metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
+def write_report(
+    metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: tuple[str, ...] = ("md", "pdf")
+) -> dict[str, Path]:
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
     everything = load(metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     names = (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES)
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
-    context = build_context(data, figure_paths, Path(out_dir), invocations=invocations(data, Path(figures_dir), Path(out_dir), formats))
+    commands = invocations(data, Path(figures_dir), Path(out_dir), formats)
+    context = build_context(data, figure_paths, Path(out_dir), invocations=commands)
     return write_formats(context, Path(out_dir), formats)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro import outdir
+from muon_repro.tables.files import check_out_folder
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,15 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_report)
 
 
-def check_out_folder(out: Path, option: str = "--out") -> None:
-    """:func:`muon_repro.outdir.check_out_folder`, the folder named by ``option``."""
-    outdir.check_out_folder(out, f"{option} {out}")
-
-
 def run_figures(args: argparse.Namespace) -> int:
     from muon_repro.report.build import make_figures
 
-    check_out_folder(Path(args.out))
+    check_out_folder(Path(args.out), f"--out {args.out}")
     for name, path in make_figures(Path(args.metrics), Path(args.out)).items():
         print(f"{name:20s} {path} (+ .svg)")
     return 0
@@ -50,7 +45,7 @@ def run_figures(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from muon_repro.report.build import write_report
 
-    check_out_folder(Path(args.out))
+    check_out_folder(Path(args.out), f"--out {args.out}")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     for fmt, path in write_report(Path(args.metrics), Path(args.figures), Path(args.out), formats).items():
         print(f"{fmt:4s} {path}")

@@ -10,41 +10,49 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.report import style
-from muon_repro.report.figures import _figure, _legend, _no_data, _save, _styled, _title
+from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
 
 NO_RUN = "no convergence run in the tables:\nrun `muon-repro converge`, then `muon-repro analyze`"
 HEADLINE_ALPHA = 0.05  # the leading_steps table's headline smoothing (analysis.convergence.HEADLINE_ALPHA)
 
 
 def _empty(headline: str, out: str | Path, ncols: int = 1) -> Path:
-    fig, axes = _figure(2.4, ncols)
+    fig, axes = new_figure(2.4, ncols)
     for ax in axes:
-        _no_data(ax, NO_RUN)
-    _title(fig, headline, "the convergence and leading_steps tables are empty")
-    return _save(fig, out)
+        show_no_data(ax, NO_RUN)
+    add_title(fig, headline, "the convergence and leading_steps tables are empty")
+    return save_figure(fig, out)
 
 
-@_styled
+@styled
 def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     """Held-out loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
     headline = "Held-out loss over the learning-rate sweep (Muon and AdamW, same schedule, weight decay on every parameter)"
-    runs = convergence[convergence["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"]) if len(convergence) else convergence
+    runs = convergence
+    if len(convergence):
+        runs = convergence[convergence["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"])
     if runs.empty:
         return _empty(headline, out, ncols=2)
-    fig, axes = _figure(3.0, 2, sharey=True)
+    fig, axes = new_figure(3.0, 2, sharey=True)
     finals = []
     for ax, opt in zip(axes, ("muon", "adamw")):
         sub = runs[runs["optimizer"] == opt]
         if sub.empty:
-            _no_data(ax, f"no {style.OPTIMIZER_LABELS[opt]} run")
+            show_no_data(ax, f"no {style.OPTIMIZER_LABELS[opt]} run")
             continue
         lrs = sorted(sub["lr"].astype(float).unique())
         shades = np.linspace(0.35, 1.0, len(lrs))
         for lr, shade in zip(lrs, shades):
             g = sub[sub["lr"].astype(float) == lr].sort_values("step")
             best = bool(g["best_lr"].fillna(False).iloc[0])
-            ax.plot(g["step"], g["val_loss"].astype(float), color=style.OPTIMIZER_COLORS[opt], alpha=1.0 if best else 0.25 + 0.4 * float(shade),
-                    linewidth=2.2 if best else 1.0, label=f"lr {lr:g}" + (" (best)" if best else ""))  # fmt: skip
+            ax.plot(
+                g["step"],
+                g["val_loss"].astype(float),
+                color=style.OPTIMIZER_COLORS[opt],
+                alpha=1.0 if best else 0.25 + 0.4 * float(shade),
+                linewidth=2.2 if best else 1.0,
+                label=f"lr {lr:g}" + (" (best)" if best else ""),
+            )
             if best:
                 finals.append(f"{style.OPTIMIZER_LABELS[opt]} {g['val_loss'].astype(float).iloc[-1]:.3f} at lr {lr:g}")
         ax.set_title(style.OPTIMIZER_LABELS[opt], fontsize=9)
@@ -54,12 +62,16 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     lo = runs["val_loss"].astype(float).min()
     axes[0].set_ylim(lo - 0.1, min(runs["val_loss"].astype(float).max(), lo + 2.5))
     first = runs.iloc[0]
-    _title(fig, headline, f"best final held-out loss (seed 0): {', '.join(finals)}; {int(first['steps'])} steps x "
-           f"{int(first['tokens_per_step'])} tokens, {int(first['params']):,} parameters, {first['corpus']}")  # fmt: skip
-    return _save(fig, out)
+    add_title(
+        fig,
+        headline,
+        f"best final held-out loss (seed 0): {', '.join(finals)}; {int(first['steps'])} steps x "
+        f"{int(first['tokens_per_step'])} tokens, {int(first['params']):,} parameters, {first['corpus']}",
+    )
+    return save_figure(fig, out)
 
 
-@_styled
+@styled
 def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | Path) -> Path:
     """The PR thread's three panels at the headline smoothing: smoothed training loss of both optimizers at
     their best learning rates, leading steps and leading ratio against the Muon step (one line per seed)."""
@@ -67,7 +79,7 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     lead = leading[leading["alpha"].astype(float) == HEADLINE_ALPHA] if len(leading) else leading
     if lead.empty:
         return _empty(headline, out, ncols=3)
-    fig, axes = _figure(3.0, 3)
+    fig, axes = new_figure(3.0, 3)
     seeds = sorted(lead["seed"].astype(int).unique())
     dashes = ["-", "--", ":", "-."]
     for i, seed in enumerate(seeds):
@@ -93,7 +105,7 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     later = lead[lead["muon_step"] > 10]["leading_ratio"].astype(float).to_numpy(dtype=float, na_value=np.nan)
     top = np.nanmax(later) if np.isfinite(later).any() else 1.0
     axes[2].set_ylim(min(-1.0, np.nanmin(later) * 1.1 if np.isfinite(later).any() else -1.0), max(1.0, top * 1.1))
-    _legend(axes[2], axes[2].get_legend_handles_labels()[0], fontsize=7)
+    add_legend(axes[2], axes[2].get_legend_handles_labels()[0], fontsize=7)
     ends = []
     for seed in seeds:
         g = lead[lead["seed"] == seed].dropna(subset=["adamw_matching_step"]).sort_values("muon_step")
@@ -101,6 +113,11 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
             last = g.iloc[-1]
             ends.append(f"seed {seed}: {float(last['leading_ratio']):+.2f} at Muon step {int(last['muon_step'])}")
     first = lead.iloc[0]
-    _title(fig, headline, f"Muon lr {float(first['muon_lr']):g} vs AdamW lr {float(first['adamw_lr']):g} (each its best); "
-           f"leading ratio at the last Muon step AdamW reaches: {'; '.join(ends) or 'none'}. Lines end where AdamW never gets as low.")  # fmt: skip
-    return _save(fig, out)
+    add_title(
+        fig,
+        headline,
+        f"Muon lr {float(first['muon_lr']):g} vs AdamW lr {float(first['adamw_lr']):g} (each its best); "
+        f"leading ratio at the last Muon step AdamW reaches: {'; '.join(ends) or 'none'}. "
+        "Lines end where AdamW never gets as low.",
+    )
+    return save_figure(fig, out)

@@ -1,17 +1,17 @@
 """What figures and the report are made from: the analysis tables under ``metrics/``, nothing else.
 
-:func:`load` reads ``metrics/<table>.parquet`` for every table in :data:`TABLES` (pandas'
+:func:`load` reads ``metrics/<table>.parquet`` for every table in :data:`TABLES` (with their schemas'
 nullable dtypes: a missing value is NA) and checks what it reads; the accessors below refuse a
 missing column or value with a :class:`MissingMetric` that names ``table.column`` and the row,
 so nothing downstream ever shows an empty cell. The tables must be one set, stamped with one
-generation by one run of ``muon-repro analyze`` (:class:`MixedTables` names the files that are not). The report never opens a run directory or a
-trace: whatever it needs from them, ``muon-repro analyze`` has put in a table.
+generation by one run of ``muon-repro analyze`` (:class:`MixedTables` names the files that are not),
+and are read through :mod:`muon_repro.tables` like everywhere else. The report never opens a run
+directory or a trace: whatever it needs from them, ``muon-repro analyze`` has put in a table.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,10 @@ from typing import Any
 import pandas as pd
 
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
-from muon_repro.table_set import CSV_SHA256_KEY, GENERATION_KEY, MixedTables, one_generation  # noqa: F401 - MixedTables: what load() raises
+from muon_repro.tables.io import read_tables
+from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
-# The tables the figures and the report read (columns: muon_repro.analysis.schemas).
+# The tables the figures and the report read (columns: muon_repro.tables.schemas).
 TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment",
           "predictions", "regimes", "regime_model", "regime_thresholds", "convergence", "leading_steps")
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
@@ -34,8 +35,6 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "regime_thresholds": ("machine", "model", "metric", "level"),
     "leading_steps": ("seed", "alpha", "muon_step"),
 }
-# The stamp `muon-repro analyze` puts in every Parquet table (muon_repro.table_set; pandas reads it
-# back as DataFrame.attrs).
 
 
 class MissingMetric(ValueError):
@@ -82,23 +81,14 @@ class ReportData:
         return {str(k): str(v) for k, v in zip(env["key"], env["value"]) if not is_missing(v)}
 
 
-def read_table(metrics_dir: Path, name: str) -> pd.DataFrame:
-    """``metrics_dir/<name>.parquet`` with nullable dtypes; :class:`FileNotFoundError` naming it if absent.
-    Its generation stamp, if any, is in ``df.attrs[GENERATION_KEY]``."""
-    path = metrics_dir / f"{name}.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"metrics table {path} is missing: run `muon-repro analyze traces/ --out {metrics_dir}` first")
-    df = pd.read_parquet(path, dtype_backend="numpy_nullable")
-    require_columns(df, name, KEYS.get(name, ()))
-    return df
-
-
 def load(metrics_dir: str | Path) -> ReportData:
-    """Every table the report needs, read from ``metrics_dir``: one set (:func:`check_one_set`),
-    and the runs table must have runs."""
+    """Every table the report needs, read from ``metrics_dir`` as one set (:func:`read_tables`:
+    :class:`MixedTables` naming the files of each generation), each with the columns that key its rows;
+    the runs table must have runs."""
     metrics_dir = Path(metrics_dir)
-    tables = {name: read_table(metrics_dir, name) for name in TABLES}
-    check_one_set(metrics_dir, {f"{name}.parquet": _pop_stamp(df) for name, df in tables.items()})
+    tables = read_tables(metrics_dir, TABLES)
+    for name, df in tables.items():
+        require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)
     if tables["runs"].empty:
         raise ValueError(f"metrics table {metrics_dir / 'runs.parquet'} has no runs")
@@ -116,25 +106,6 @@ def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:
     for name, df in tables.items():
         if PROFILE_FIELD not in df.columns:
             tables[name] = df.assign(**{PROFILE_FIELD: pd.Series([profile] * len(df), index=df.index, dtype="string")})
-
-
-def _pop_stamp(df: pd.DataFrame) -> str | None:
-    """The table's generation, taken out of ``df.attrs`` so that it does not travel with the data."""
-    df.attrs.pop(CSV_SHA256_KEY, None)
-    generation = df.attrs.pop(GENERATION_KEY, None)
-    return str(generation) if generation is not None else None
-
-
-def check_one_set(metrics_dir: Path, generations: dict[str, str | None]) -> None:
-    """Refuse tables (file name -> generation) that different runs of ``muon-repro analyze`` wrote,
-    naming the files of each generation; warn when none is stamped (written before stamps)."""
-    if generations and set(generations.values()) == {None}:
-        warnings.warn(
-            f"{metrics_dir}: the tables carry no generation stamp (written before muon-repro stamped them), so a mix "
-            f"of two analyses cannot be detected; re-run `muon-repro analyze traces/ --out {metrics_dir}` to stamp them",
-            stacklevel=3,
-        )
-    one_generation(metrics_dir, generations)
 
 
 # ---------------------------------------------------------------- checked access

@@ -18,7 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from muon_repro import rundir
+from muon_repro.phases import (
+    DP_ALL_GATHER,
+    DP_GATHER,
+    DP_REDUCE_SCATTER,
+    DP_SHARD,
+    MOMENTUM,
+    NEWTON_SCHULZ,
+    OPTIMIZER,
+    TP_GATHER,
+    TP_SHARD,
+    UPDATE,
+)
 from muon_repro.report.data import MissingMetric, fmetric, is_missing, metric, require_columns, rows_of
 from muon_repro.report.style import OPTIMIZER_COMM_PHASES
 
@@ -178,13 +189,13 @@ def trial_medians(steps: pd.DataFrame, run: str) -> pd.Series:
 # ZeRO-1's reduce-scatter and all-gather are paid by both optimizers; the gathers and
 # Newton-Schulz by Muon alone; the element-wise work (momentum, AdamW's moments, the update) by both.
 OPTIMIZER_PARTS = (
-    ("zero1_reduce_scatter", (rundir.DP_REDUCE_SCATTER,), False),
-    ("zero1_all_gather", (rundir.DP_ALL_GATHER,), False),
-    ("muon_dp_gather", (rundir.DP_GATHER,), True),
-    ("muon_tp_gather", (rundir.TP_GATHER,), True),
-    ("muon_newton_schulz", (rundir.NEWTON_SCHULZ,), True),
-    ("elementwise", (rundir.MOMENTUM, rundir.UPDATE), False),
-    ("muon_shards", (rundir.TP_SHARD, rundir.DP_SHARD), True),
+    ("zero1_reduce_scatter", (DP_REDUCE_SCATTER,), False),
+    ("zero1_all_gather", (DP_ALL_GATHER,), False),
+    ("muon_dp_gather", (DP_GATHER,), True),
+    ("muon_tp_gather", (TP_GATHER,), True),
+    ("muon_newton_schulz", (NEWTON_SCHULZ,), True),
+    ("elementwise", (MOMENTUM, UPDATE), False),
+    ("muon_shards", (TP_SHARD, DP_SHARD), True),
 )
 SPLIT_PARTS = ("muon_dp_gather", "muon_tp_gather")  # split into transfer and wait when the phases table has them
 SPLIT_COLUMNS = {"transfer": "transfer_ms_per_step", "wait": "wait_ms_per_step"}
@@ -200,9 +211,9 @@ def optimizer_decomposition(phases: pd.DataFrame, run: str) -> pd.DataFrame:
     p = rows_of(phases, "phases", run)
     split = all(c in p.columns for c in SPLIT_COLUMNS.values())
     pairs = p[["trial", "rank"]].drop_duplicates()
-    opt = p[p["phase"] == rundir.OPTIMIZER]
+    opt = p[p["phase"] == OPTIMIZER]
     if opt.empty or opt["ms_per_step"].isna().all():
-        raise MissingMetric(f"metric phases.ms_per_step is missing for run {run} (phase {rundir.OPTIMIZER!r})")
+        raise MissingMetric(f"metric phases.ms_per_step is missing for run {run} (phase {OPTIMIZER!r})")
 
     def per_trial_rank(column: str, phase_set: tuple[str, ...]) -> pd.Series:
         rows = p[p["phase"].isin(phase_set)]
@@ -211,7 +222,7 @@ def optimizer_decomposition(phases: pd.DataFrame, run: str) -> pd.DataFrame:
         return total.reindex(index).fillna(0.0)
 
     out = {}
-    for key, phase_set, _ in (*OPTIMIZER_PARTS, ("optimizer", (rundir.OPTIMIZER,), False)):
+    for key, phase_set, _ in (*OPTIMIZER_PARTS, ("optimizer", (OPTIMIZER,), False)):
         out[key] = per_trial_rank("ms_per_step", phase_set)
         if split and key in SPLIT_PARTS:
             for name, column in SPLIT_COLUMNS.items():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.report import style
-from muon_repro.report.figures import _save, _styled
+from muon_repro.report.plotting import save_figure, styled
 
 PROFILE_FIGURES = ("claims_by_profile",)
 PROFILE_CAPTIONS = {
@@ -39,7 +39,7 @@ def wants_profile_figures(claims: pd.DataFrame) -> bool:
     return "profile" in claims.columns and claims["profile"].nunique() > 1
 
 
-@_styled
+@styled
 def claims_by_profile(claims: pd.DataFrame, out: str | Path) -> Path:
     """One panel per claim measured on some profile: each profile's value and interval, the claim's region shaded."""
     measured = claims[claims["measured_value"].notna()]
@@ -59,10 +59,12 @@ def claims_by_profile(claims: pd.DataFrame, out: str | Path) -> Path:
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=v) for v, c in VERDICT_COLORS.items()]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
-def _claim_panel(ax: plt.Axes, claim_id: str, rows: pd.DataFrame, profiles: list[str], region: tuple[float, float] | None) -> None:
+def _claim_panel(
+    ax: plt.Axes, claim_id: str, rows: pd.DataFrame, profiles: list[str], region: tuple[float, float] | None
+) -> None:
     ys = np.arange(len(profiles))
     values = [float(rows.loc[p, "measured_value"]) if p in rows.index else math.nan for p in profiles]
     lows = [float(rows.loc[p, "measured_low"]) if p in rows.index else math.nan for p in profiles]
@@ -74,10 +76,19 @@ def _claim_panel(ax: plt.Axes, claim_id: str, rows: pd.DataFrame, profiles: list
     ax.set_xlim(span_lo - pad, span_hi + pad)  # an unbounded side of the region runs off the panel
     if region is not None:
         lo, hi = region
-        ax.axvspan(lo if math.isfinite(lo) else span_lo - pad, hi if math.isfinite(hi) else span_hi + pad, color="#999999", alpha=0.2, lw=0)
+        left, right = lo if math.isfinite(lo) else span_lo - pad, hi if math.isfinite(hi) else span_hi + pad
+        ax.axvspan(left, right, color="#999999", alpha=0.2, lw=0)
     for y, p, v, lo, hi in zip(ys, profiles, values, lows, highs):
         if not math.isfinite(v):
-            ax.annotate("not measured", (0.5, y), xycoords=("axes fraction", "data"), ha="center", va="center", fontsize=6, color="#555555")
+            ax.annotate(
+                "not measured",
+                (0.5, y),
+                xycoords=("axes fraction", "data"),
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="#555555",
+            )
             continue
         color = VERDICT_COLORS.get(str(rows.loc[p, "verdict"]), "#555555")
         xerr = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if math.isfinite(lo) and math.isfinite(hi) else None

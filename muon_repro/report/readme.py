@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.report.context import claims_matrix
+from muon_repro.report.claims_section import claims_matrix
 from muon_repro.report.data import load
+from muon_repro.tables.files import write_atomic
 
 BEGIN = "<!-- claims: generated from metrics/claims.parquet by `python -m muon_repro.report.readme` -->"
 END = "<!-- claims: end -->"
@@ -40,9 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="metrics", type=Path, help="folder of the analysis tables (default: metrics)")
     args = parser.parse_args(argv)
     text = with_claims(args.readme.read_text(encoding="utf-8"), args.metrics)
-    tmp = args.readme.with_name(f".{args.readme.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.readme)
+    write_atomic(args.readme, text)
     print(f"updated the claims table in {args.readme} from {args.metrics}")
     return 0
 

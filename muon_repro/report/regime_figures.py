@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from muon_repro.report import style
-from muon_repro.report.figures import _figure, _legend, _no_data, _save, _styled, _title
+from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
 
 REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
 LEVELS = ((0.011, "seed ~1.1%"), (0.03, "paper 3%"))
@@ -36,26 +36,35 @@ def _levels(ax, labels: bool = True) -> None:
     for level, label in LEVELS:
         ax.axhline(100 * level, color="#555555", linestyle=":" if level < 0.02 else "--", linewidth=0.9)
         if labels:
-            ax.annotate(f" {label}", (1.0, 100 * level), xycoords=("axes fraction", "data"), fontsize=7, va="center", ha="left", color="#333333")
+            ax.annotate(
+                f" {label}",
+                (1.0, 100 * level),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                va="center",
+                ha="left",
+                color="#333333",
+            )
 
 
 def main_axis(regimes: pd.DataFrame) -> pd.DataFrame:
     """The sweep's main axis: Muon at DP2·TP2, contiguous layout."""
     r = regimes
-    return r[(r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")].sort_values("tokens_per_step")
+    main = (r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")
+    return r[main].sort_values("tokens_per_step")
 
 
-@_styled
+@styled
 def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer share (left) and Muon's extra step time (right) against tokens per step, per width."""
-    fig, axes = _figure(3.4, 2)
+    fig, axes = new_figure(3.4, 2)
     sweep = main_axis(regimes)
     lines = model[model["kind"] == "this_machine"]
     if sweep.empty:
         for ax in axes:
-            _no_data(ax, NO_SWEEP)
-        _title(fig, "Where Muon's optimizer step stops mattering", "no sweep recorded")
-        return _save(fig, out)
+            show_no_data(ax, NO_SWEEP)
+        add_title(fig, "Where Muon's optimizer step stops mattering", "no sweep recorded")
+        return save_figure(fig, out)
     widths = sorted(int(w) for w in sweep["d_model"].unique())
     handles = []
     for i, width in enumerate(widths):
@@ -66,7 +75,9 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             y = 100 * points[col].astype(float).to_numpy()
             lo = 100 * points[f"{col}_lo"].astype(float).to_numpy()
             hi = 100 * points[f"{col}_hi"].astype(float).to_numpy()
-            ax.errorbar(points["tokens_per_step"], y, yerr=[y - lo, hi - y], fmt="o", color=color, markersize=4, capsize=2, linewidth=1)
+            ax.errorbar(
+                points["tokens_per_step"], y, yerr=[y - lo, hi - y], fmt="o", color=color, markersize=4, capsize=2, linewidth=1
+            )
             if not line.empty:
                 ax.plot(line["tokens_per_step"], 100 * line[col].astype(float), color=color, linewidth=1.2, alpha=0.8)
         handles.append(Line2D([], [], color=color, marker="o", label=f"d_model {width}"))
@@ -87,25 +98,31 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
     below = (largest["optimizer_share_hi"].astype(float) < 0.011).sum()
     where = "under" if below == len(largest) else ("above" if below == 0 else "around")
-    _title(fig, "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
-           f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
-           f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the seed's 1.1%.")  # fmt: skip
-    return _save(fig, out)
+    add_title(
+        fig,
+        "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
+        f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
+        f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the seed's 1.1%.",
+    )
+    return save_figure(fig, out)
 
 
-@_styled
+@styled
 def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
     """Newton-Schulz time over forward+backward time against T / d_model, measured and by the closed form."""
-    fig, (ax,) = _figure(3.2)
+    fig, (ax,) = new_figure(3.2)
     muon = regimes[(regimes["optimizer"] == "muon") & regimes["adamw_run"].notna()]
     if muon.empty:
-        _no_data(ax, NO_SWEEP)
-        _title(fig, "Newton-Schulz against forward+backward", "no sweep recorded")
-        return _save(fig, out)
+        show_no_data(ax, NO_SWEEP)
+        add_title(fig, "Newton-Schulz against forward+backward", "no sweep recorded")
+        return save_figure(fig, out)
     by_run = regimes.set_index("run")
     twin = by_run.loc[muon["adamw_run"].astype(str)]
-    # Muon's optimizer step beyond AdamW's is its Newton-Schulz and gathers; AdamW's step beyond its optimizer is forward+backward.
-    measured = (muon["optimizer_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float)) / (twin["step_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float))
+    # Muon's optimizer step beyond AdamW's is its Newton-Schulz and gathers;
+    # AdamW's step beyond its optimizer is forward+backward.
+    measured = (muon["optimizer_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float)) / (
+        twin["step_ms"].to_numpy(float) - twin["optimizer_ms"].to_numpy(float)
+    )
     x = muon["tokens_per_step"].to_numpy(float) / muon["d_model"].to_numpy(float)
     multiplier = muon["closed_form_ratio"].to_numpy(float) * x / (10 / 3)  # tp, times dp for the bucketed layout
     labels = [f"DP{int(d)}·TP{int(t)} {str(lay).replace('_', '-')}" for d, t, lay in zip(muon["dp"], muon["tp"], muon["layout"])]
@@ -117,37 +134,49 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
         ax.plot(grid, m * (10 / 3) / grid, color=color, linewidth=1.2, label=f"closed form x{m:g}: (10/3)·{m:g}·d/T")
         for lab in sorted({lab for mm, lab in kinds if mm == m}):
             sel = (multiplier.round(3) == m) & (np.array(labels) == lab)
-            ax.scatter(x[sel], measured[sel], color=color, marker=markers[lab], s=22, zorder=3, label=f"measured time ratio, {lab}")
-            ax.scatter(x[sel], muon["flop_ratio"].to_numpy(float)[sel], color=color, marker=markers[lab], s=22, facecolors="none", zorder=3)
+            ax.scatter(
+                x[sel], measured[sel], color=color, marker=markers[lab], s=22, zorder=3, label=f"measured time ratio, {lab}"
+            )
+            flop_ratio = muon["flop_ratio"].to_numpy(float)[sel]
+            ax.scatter(x[sel], flop_ratio, color=color, marker=markers[lab], s=22, facecolors="none", zorder=3)
     ax.scatter([], [], color="#444444", facecolors="none", label="exact FLOP ratio (busiest rank)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tokens per step / d_model")
     ax.set_ylabel("Newton-Schulz / forward+backward")
-    _legend(ax, ax.get_legend_handles_labels()[0], fontsize=7)
-    _title(fig, "Newton-Schulz against forward+backward: measured and the closed form",
-           "Per matrix, NS/(fwd+bwd) ~ (20m + 10m²/n)/(6T) ~ (10/3)·d/T; every TP rank repeats the full matrix (x tp), the bucketed "
-           "layout every DP rank too (x dp). Measured: Muon's optimizer time beyond AdamW's over AdamW's forward+backward.")  # fmt: skip
-    return _save(fig, out)
+    add_legend(ax, ax.get_legend_handles_labels()[0], fontsize=7)
+    add_title(
+        fig,
+        "Newton-Schulz against forward+backward: measured and the closed form",
+        "Per matrix, NS/(fwd+bwd) ~ (20m + 10m²/n)/(6T) ~ (10/3)·d/T; every TP rank repeats the full matrix (x tp), "
+        "the bucketed layout every DP rank too (x dp). "
+        "Measured: Muon's optimizer time beyond AdamW's over AdamW's forward+backward.",
+    )
+    return save_figure(fig, out)
 
 
-@_styled
+@styled
 def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> Path:
     """Muon's predicted extra step time on hardware we do not have, and 7B scaled out."""
-    fig, axes = _figure(3.4, 2)
+    fig, axes = new_figure(3.4, 2)
     grid = model[model["kind"] == "profile"]
     scale = model[model["kind"] == "scale_out"].sort_values("gpus")
     if grid.empty and scale.empty:
         for ax in axes:
-            _no_data(ax, "no cost-model lines in these tables: run `muon-repro regimes`, then `muon-repro analyze`")
-        _title(fig, "The cost model on other hardware", "no lines")
-        return _save(fig, out)
+            show_no_data(ax, "no cost-model lines in these tables: run `muon-repro regimes`, then `muon-repro analyze`")
+        add_title(fig, "The cost model on other hardware", "no lines")
+        return save_figure(fig, out)
     ax = axes[0]
     for (machine, name), line in grid.groupby(["machine", "model"], sort=True):
         color, label = MACHINE_STYLES.get(str(machine), ("#444444", str(machine)))
         line = line.sort_values("tokens_per_step")
-        ax.plot(line["tokens_per_step"], 100 * line["muon_extra"].astype(float), color=color, linestyle=MODEL_LINES.get(str(name), "-."),
-                label=f"{label}, {name}")  # fmt: skip
+        ax.plot(
+            line["tokens_per_step"],
+            100 * line["muon_extra"].astype(float),
+            color=color,
+            linestyle=MODEL_LINES.get(str(name), "-."),
+            label=f"{label}, {name}",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("tokens per step (global)")
@@ -166,17 +195,26 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         _levels(ax)
         ax.legend(loc="upper left", fontsize=7)
     else:
-        _no_data(ax, "no scale-out lines")
+        show_no_data(ax, "no scale-out lines")
     crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
-    said = "; ".join(f"{MACHINE_STYLES.get(str(r.machine), ('', r.machine))[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
+    said = "; ".join(
+        f"{MACHINE_STYLES.get(str(r.machine), ('', r.machine))[1]}, {r.model}: {_tokens(r.tokens_per_step)}"
+        for r in crossings.itertuples()
+    )
     trend = ""
     if len(scale) > 1:
         first, last = (100 * float(scale[c].iloc[k]) for c, k in (("muon_extra", 0), ("muon_extra", -1)))
-        trend = (f" Scale-out at {int(scale['tokens_per_step'].iloc[0]) / 2**20:g}M tokens per step: Muon's extra goes from {first:.2g}% on "
-                 f"{int(scale['gpus'].iloc[0])} GPUs to {last:.2g}% on {int(scale['gpus'].iloc[-1])}.")  # fmt: skip
-    _title(fig, "The cost model on hardware we do not have (predictions, bf16 training)",
-           f"Muon's extra step time falls under the seed's 1.1% at: {said}.{trend}")  # fmt: skip
-    return _save(fig, out)
+        trend = (
+            f" Scale-out at {int(scale['tokens_per_step'].iloc[0]) / 2**20:g}M tokens per step: "
+            f"Muon's extra goes from {first:.2g}% on {int(scale['gpus'].iloc[0])} GPUs "
+            f"to {last:.2g}% on {int(scale['gpus'].iloc[-1])}."
+        )
+    add_title(
+        fig,
+        "The cost model on hardware we do not have (predictions, bf16 training)",
+        f"Muon's extra step time falls under the seed's 1.1% at: {said}.{trend}",
+    )
+    return save_figure(fig, out)
 
 
 def _tokens(value) -> str:

@@ -9,7 +9,6 @@ from the context fails the render instead of printing "None".
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from muon_repro.report.data import MissingMetric
+from muon_repro.tables.files import write_atomic
 
 FORMATS = ("md", "html", "pdf")
 TEMPLATES = Path(__file__).parent / "templates"
@@ -65,17 +65,6 @@ def render_html(context: dict[str, Any]) -> str:
     return environment("html").get_template("report.html.j2").render(**context, macros="html.j2", css=Markup(css))
 
 
-def _atomic(path: Path, write) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
     """Render every format asked for into ``out_dir/report.<fmt>``; image paths are relative to ``out_dir``."""
     unknown = [f for f in formats if f not in FORMATS]
@@ -87,12 +76,12 @@ def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[s
     html = render_html(context) if {"html", "pdf"} & set(formats) else None
     written: dict[str, Path] = {}
     if md is not None:
-        written["md"] = _atomic(out / "report.md", lambda p: p.write_text(md, encoding="utf-8"))
+        written["md"] = write_atomic(out / "report.md", md)
     if "html" in formats:
-        written["html"] = _atomic(out / "report.html", lambda p: p.write_text(html, encoding="utf-8"))
+        written["html"] = write_atomic(out / "report.html", html)
     if "pdf" in formats:
         import weasyprint
 
         document = weasyprint.HTML(string=html, base_url=str(out.resolve()) + "/")
-        written["pdf"] = _atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
+        written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
     return written

@@ -5,52 +5,52 @@ must be told apart at a glance: Muon is always vermillion, AdamW always blue. Op
 pair a gather with its inverse shard in one hue (the shard lighter), DP in oranges, TP in
 magentas, Newton-Schulz in teal, so the DP gather -> TP gather -> NS -> TP shard -> DP shard flow
 reads as warm -> pink -> teal -> pink -> warm. Phase names and their labels come from
-:mod:`muon_repro.rundir`, the vocabulary the runs are recorded with; only colours are defined here.
+:mod:`muon_repro.phases`, the vocabulary the runs are recorded with; only colours are defined here.
 """
 
 from __future__ import annotations
 
-from muon_repro import rundir
+from muon_repro import phases
 
 OPTIMIZER_COLORS = {"muon": "#D55E00", "adamw": "#0072B2"}
 OPTIMIZER_LABELS = {"muon": "Muon", "adamw": "AdamW"}
 OPTIMIZER_HATCH = {"muon": "", "adamw": "//"}  # second cue where colour already means something else
 
-# Colours of the phases (names from muon_repro.rundir) and of what a step's time is spent on
+# Colours of the phases (names from muon_repro.phases) and of what a step's time is spent on
 # besides them (activities, the rest of the step, the comm threads' transfers).
 OTHER, COMPUTE, EXPOSED_COMM, IDLE, TRANSFER = "other", "compute", "exposed_comm", "idle", "transfer"
 PHASE_COLORS = {
-    rundir.FORWARD: "#56B4E9",
-    rundir.BACKWARD: "#0072B2",
-    rundir.OPTIMIZER: "#E69F00",
+    phases.FORWARD: "#56B4E9",
+    phases.BACKWARD: "#0072B2",
+    phases.OPTIMIZER: "#E69F00",
     OTHER: "#DDDDDD",
     COMPUTE: "#009E73",
     EXPOSED_COMM: "#CC3311",
     IDLE: "#BBBBBB",
-    rundir.DP_REDUCE_SCATTER: "#7A3E9D",
-    rundir.MOMENTUM: "#F0E442",
-    rundir.DP_GATHER: "#D55E00",
-    rundir.TP_GATHER: "#CC79A7",
-    rundir.NEWTON_SCHULZ: "#117A65",
-    rundir.TP_SHARD: "#E8B5D3",
-    rundir.DP_SHARD: "#F4A582",
-    rundir.UPDATE: "#999933",
-    rundir.DP_ALL_GATHER: "#B07AC9",
-    rundir.TP_ALL_REDUCE: "#555555",
-    rundir.TP_ALL_GATHER: "#888888",
+    phases.DP_REDUCE_SCATTER: "#7A3E9D",
+    phases.MOMENTUM: "#F0E442",
+    phases.DP_GATHER: "#D55E00",
+    phases.TP_GATHER: "#CC79A7",
+    phases.NEWTON_SCHULZ: "#117A65",
+    phases.TP_SHARD: "#E8B5D3",
+    phases.DP_SHARD: "#F4A582",
+    phases.UPDATE: "#999933",
+    phases.DP_ALL_GATHER: "#B07AC9",
+    phases.TP_ALL_REDUCE: "#555555",
+    phases.TP_ALL_GATHER: "#888888",
     TRANSFER: "#CC3311",
 }
 PHASE_LABELS = {
-    **rundir.PHASE_LABELS,
+    **phases.PHASE_LABELS,
     OTHER: "other (data, sync)",
     COMPUTE: "compute",
     EXPOSED_COMM: "exposed communication",
     IDLE: "idle",
     TRANSFER: "gloo transfer (comm thread)",
 }
-OPTIMIZER_COMM_PHASES = rundir.OPTIMIZER_COMM_PHASES  # bytes figure and table, data-flow order
-TIMELINE_COARSE = rundir.COARSE_PHASES
-TIMELINE_FINE = rundir.OPTIMIZER_PHASES + rundir.MODEL_COMM_PHASES  # inside the optimizer, data-flow order
+OPTIMIZER_COMM_PHASES = phases.OPTIMIZER_COMM_PHASES  # bytes figure and table, data-flow order
+TIMELINE_COARSE = phases.COARSE_PHASES
+TIMELINE_FINE = phases.OPTIMIZER_PHASES + phases.MODEL_COMM_PHASES  # inside the optimizer, data-flow order
 
 KIND_COLORS = {
     "all_reduce": "#44AA99",

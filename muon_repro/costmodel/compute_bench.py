@@ -1,0 +1,367 @@
+"""The one-process microbenchmarks of a calibration: the profile's kernel figures and their rows.
+
+Matmuls and Newton-Schulz per dtype, attention, cross-entropy, GELU, element-wise bandwidth and
+the host time per operator call, each a kernel looped at the model presets' shapes; on a CPU also
+the size curves, from the model's own training step under the profiler.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from muon_repro.costmodel.measurement import Plan, low_quartile, seconds_per_call, sync_device
+from muon_repro.model_config import PRESETS, GPTConfig
+from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.phases import NEWTON_SCHULZ
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tuple[dict, list[dict]]:
+    """Every kernel figure of the profile (by field name, plus ``ns_ratio``), and their rows."""
+    rows: list[dict] = []
+    matmul, ns, ns_ratio = {}, {}, {}
+    for dtype in plan.dtypes:
+        log(f"  matmul and Newton-Schulz, {dtype} ...")
+        matmul[dtype], r1 = bench_matmul(plan, dtype, device)
+        ns[dtype], ns_ratio[dtype], r2 = bench_newton_schulz(plan, dtype, device, ns_shapes(plan))
+        rows += r1 + r2
+    log("  attention, cross-entropy, GELU, element-wise, operator overhead ...")
+    attention, r3 = bench_attention(plan, device)
+    cross_entropy, r4 = bench_cross_entropy(plan, device)
+    gelu, r5 = bench_gelu(plan, device)
+    elementwise, r6 = bench_elementwise(plan, device)
+    op_us, r7 = bench_op_overhead(plan, device, profiled=False)
+    profiled_us, r8 = bench_op_overhead(plan, device, profiled=True)
+    rows += r3 + r4 + r5 + r6 + r7 + r8
+    curves: dict[str, dict[int, float]] = {}
+    if plan.curve_tokens and device == "cpu":  # a GPU's profiler self times are launches, not kernels
+        log(f"  the model's training step at {', '.join(map(str, plan.curve_tokens))} tokens (size curves) ...")
+        curves, r9 = bench_model_step(plan, device, op_us)
+        rows += r9
+    figures = {
+        "size_curves": curves,
+        "matmul_tflops": matmul,
+        "newton_schulz_tflops": ns,
+        "attention_tflops": {"fp32": attention},
+        "cross_entropy_gbps": cross_entropy,
+        "gelu_gbps": gelu,
+        "elementwise_gbps": elementwise,
+        "op_overhead_us": op_us,
+        "profiled_op_overhead_us": profiled_us,
+        "ns_ratio": ns_ratio,
+    }
+    return figures, rows
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def ns_shapes(plan: Plan) -> list[tuple[int, int]]:
+    """The full matrices Muon orthogonalizes in the plan's presets (qkv, proj, fc1, fc2)."""
+    shapes = []
+    for name in plan.presets:
+        m = PRESETS[name]
+        shapes += [(3 * m.hidden, m.hidden), (m.hidden, m.hidden), (m.ffn_hidden, m.hidden), (m.hidden, m.ffn_hidden)]
+    return list(dict.fromkeys(shapes))
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def bench_matmul(plan: Plan, dtype: str, device: str) -> tuple[float, list[dict]]:
+    """TFLOP/s of a training step's matmuls (total FLOPs over total time), one row per preset and TP size."""
+    rows, flops, seconds = [], 0.0, 0.0
+    for name in plan.presets:
+        for tp in plan.tps:
+            shapes = layer_shapes(name, tp)
+            t, work = _training_matmuls(shapes, plan.tokens, dtype, device, plan.reps)
+            label = f"{name} tp={tp}: {len(shapes)} weights [in,out], {plan.tokens} tokens"
+            rows.append(_kernel("matmul", dtype, label, t, tflops=work / t / 1e12))
+            flops, seconds = flops + work, seconds + t
+    return flops / seconds / 1e12, rows
+
+
+def layer_shapes(preset: str, tp: int) -> list[tuple[int, int]]:
+    """``(in, out)`` of every TP-local weight a matmul uses, layer by layer (qkv, proj, fc1, fc2), then the LM head."""
+    m = PRESETS[preset]
+    h, f = m.hidden, m.ffn_hidden
+    return [(h, 3 * h // tp), (h // tp, h), (h, f // tp), (f // tp, h)] * m.n_layers + [(h, m.vocab_size // tp)]
+
+
+def _training_matmuls(shapes: list[tuple[int, int]], tokens: int, dtype: str, device: str, reps: int) -> tuple[float, float]:
+    """Seconds and FLOPs of one step's matmuls over weights of these shapes, each weight its own
+    tensor (a step's working set, not one operand kept hot in cache): forward ``x W``, then
+    backward ``g W^T`` and ``x^T g`` in reverse order."""
+    kind = TORCH_DTYPES[dtype]
+    weights = [torch.randn(i, o, device=device, dtype=kind) for i, o in shapes]
+    inputs = {i: torch.randn(tokens, i, device=device, dtype=kind) for i, _ in shapes}
+    grads = {o: torch.randn(tokens, o, device=device, dtype=kind) for _, o in shapes}
+
+    def step() -> None:
+        for w in weights:
+            inputs[w.shape[0]] @ w
+        for w in reversed(weights):
+            grads[w.shape[1]] @ w.mT
+            inputs[w.shape[0]].mT @ grads[w.shape[1]]
+
+    return seconds_per_call(step, reps, device, target_s=0.0), 3 * sum(2.0 * tokens * i * o for i, o in shapes)
+
+
+def bench_newton_schulz(plan: Plan, dtype: str, device: str, shapes: list[tuple[int, int]]) -> tuple[float, float, list[dict]]:
+    """TFLOP/s of Newton-Schulz over ``shapes``, its time over the summed time of its own matmuls, rows."""
+    rows, flops, ns_total, mm_total, weighted = [], 0.0, 0.0, 0.0, 0.0
+    for shape in shapes:
+        t_ns, t_mm, ratio = _ns_against_its_matmuls(shape, dtype, device, plan.reps)
+        work = newton_schulz_flops(shape, 5)
+        label = f"[{shape[0]},{shape[1]}]"
+        rows.append(_kernel(NEWTON_SCHULZ, dtype, label, t_ns, tflops=work / t_ns / 1e12, ratio=ratio))
+        rows.append(_kernel("newton_schulz_matmuls", dtype, label, t_mm, tflops=work / t_mm / 1e12))
+        flops, ns_total, mm_total, weighted = flops + work, ns_total + t_ns, mm_total + t_mm, weighted + ratio * t_mm
+    return flops / ns_total / 1e12, weighted / mm_total, rows
+
+
+def _ns_against_its_matmuls(shape: tuple[int, int], dtype: str, device: str, reps: int) -> tuple[float, float, float]:
+    """Newton-Schulz on ``shape`` and its 5 steps' matmuls (``X X^T``, ``b A + c A A``, ``a X + B X``,
+    each a call of its own), timed back to back in every repetition so that a shared machine's
+    drift hits both alike: the low quartile of each, and the median of their per-repetition ratio."""
+    a, b, c = NS_COEFFICIENTS
+    m, n = min(shape), max(shape)
+    g = torch.randn(*shape, device=device)
+    x = torch.randn(m, n, device=device, dtype=TORCH_DTYPES[dtype])
+    x = x / x.norm()
+    gram = x @ x.mT
+    poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+
+    def matmuls() -> None:
+        for _ in range(5):
+            x @ x.mT
+            torch.addmm(gram, gram, gram, beta=b, alpha=c)
+            torch.addmm(x, poly, x, beta=a)
+
+    ns_times, mm_times = [], []
+    for rep in range(reps + 1):  # the first is a warm-up
+        t_ns = _timed(lambda: zeropower_via_newtonschulz5(g, 5, TORCH_DTYPES[dtype]), device)
+        t_mm = _timed(matmuls, device)
+        if rep:
+            ns_times.append(t_ns)
+            mm_times.append(t_mm)
+    return low_quartile(ns_times), low_quartile(mm_times), statistics.median(ns / mm for ns, mm in zip(ns_times, mm_times))
+
+
+def _timed(fn: Callable[[], object], device: str) -> float:
+    """Seconds of one ``fn()``, the device's queue drained before and after."""
+    sync_device(device)
+    t0 = time.perf_counter()
+    fn()
+    sync_device(device)
+    return time.perf_counter() - t0
+
+
+def bench_attention(plan: Plan, device: str) -> tuple[float, list[dict]]:
+    """SDPA (causal) forward+backward at the first preset's shape (2-way TP heads), in FLOPs as
+    :meth:`GPTConfig.flops_per_token` counts them: 12 x local width x sequence per token."""
+    m = PRESETS[plan.presets[0]]
+    heads, seq = max(1, m.n_heads // 2), m.max_seq_len
+    batch = max(1, plan.tokens // seq)
+    q, k, v = (torch.randn(batch, heads, seq, m.head_dim, device=device, requires_grad=True) for _ in range(3))
+
+    def step() -> None:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        q.grad = k.grad = v.grad = None
+
+    t = seconds_per_call(step, plan.reps, device)
+    tflops = 12.0 * heads * m.head_dim * seq * batch * seq / t / 1e12
+    return tflops, [_kernel("attention", "fp32", f"[{batch},{heads},{seq},{m.head_dim}]", t, tflops=tflops)]
+
+
+def bench_cross_entropy(plan: Plan, device: str) -> tuple[float, list[dict]]:
+    """Cross-entropy forward+backward on ``[tokens, vocab]`` fp32 logits: logits bytes per second."""
+    vocab = PRESETS[plan.presets[0]].vocab_size
+    logits = torch.randn(plan.tokens, vocab, device=device, requires_grad=True)
+    targets = torch.randint(vocab, (plan.tokens,), device=device)
+
+    def step() -> None:
+        F.cross_entropy(logits, targets).backward()
+        logits.grad = None
+
+    t = seconds_per_call(step, plan.reps, device)
+    gbps = 4.0 * logits.numel() / t / 1e9
+    return gbps, [_kernel("cross_entropy", "fp32", f"[{plan.tokens},{vocab}]", t, gbps=gbps)]
+
+
+def bench_gelu(plan: Plan, device: str) -> tuple[float, list[dict]]:
+    """GELU forward+backward on ``[tokens, ffn/2]`` fp32: input bytes per second."""
+    width = PRESETS[plan.presets[0]].ffn_hidden // 2
+    x = torch.randn(plan.tokens, width, device=device, requires_grad=True)
+    grad = torch.ones(plan.tokens, width, device=device)
+
+    def step() -> None:
+        F.gelu(x).backward(grad)
+        x.grad = None
+
+    t = seconds_per_call(step, plan.reps, device)
+    gbps = 4.0 * x.numel() / t / 1e9
+    return gbps, [_kernel("gelu", "fp32", f"[{plan.tokens},{width}]", t, gbps=gbps)]
+
+
+def bench_elementwise(plan: Plan, device: str, elements: int = 1 << 20) -> tuple[float, list[dict]]:
+    """``p.add_(u, alpha=a)`` on ``elements`` fp32 (4 MB): 12 bytes moved per element."""
+    p, u = torch.randn(elements, device=device), torch.randn(elements, device=device)
+    t = seconds_per_call(lambda: p.add_(u, alpha=1e-3), plan.reps, device)
+    gbps = 12.0 * elements / t / 1e9
+    return gbps, [_kernel("elementwise", "fp32", f"[{elements}]", t, gbps=gbps)]
+
+
+def bench_op_overhead(plan: Plan, device: str, profiled: bool) -> tuple[float, list[dict]]:
+    """Host time per operator call of a training step: the model's forward and backward at widths
+    of 8 (no arithmetic to speak of: Python, dispatch, autograd and, on a GPU, the launches), over
+    its operator count; plain, or under the bench's profiler (``record_shapes=True,
+    profile_memory=True``, as :func:`muon_repro.bench.runner.run_rank` records)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from muon_repro.costmodel.workload import model_op_counts, narrow_training_step
+
+    step = narrow_training_step(device=device)
+    calls = sum(model_op_counts(2, "fused", 1))
+
+    def forward_backward() -> None:
+        step.forward().backward()
+
+    if profiled:
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities, record_shapes=True, profile_memory=True):
+            t = seconds_per_call(forward_backward, plan.reps, device, target_s=0.0) / calls
+    else:
+        t = seconds_per_call(forward_backward, plan.reps, device) / calls
+    kernel = "profiled_op_overhead" if profiled else "op_overhead"
+    return t * 1e6, [_kernel(kernel, "fp32", f"narrow model, {calls} operators", t, us=t * 1e6)]
+
+
+# Which of a training step's aten operators each size curve times (by their self time under the
+# profiler); every other aten operator counts as the model's element-wise work.
+CURVE_OPERATORS = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "attention": ("scaled_dot_product", "flash_attention", "efficient_attention"),
+    "cross_entropy": (
+        "aten::_log_softmax",
+        "aten::_log_softmax_backward_data",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_backward",
+    ),
+    "gelu": ("aten::gelu", "aten::gelu_backward"),
+}
+CURVE_LAYERS = 2  # the sweep's blocks
+
+
+def bench_model_step(plan: Plan, device: str, op_us: float) -> tuple[dict[str, dict[int, float]], list[dict]]:
+    """Size curves from the model's own training step (the first preset's widths, 2 blocks, one
+    rank) at each of ``plan.curve_tokens``: per kernel kind, its work over the self time of its
+    operators under the profiler, the step's own shapes and memory traffic (a kernel looped on
+    operands kept in cache runs several times faster than inside a step). The element-wise rate
+    is the workload's estimate of the step's element-wise bytes over the remaining operators'
+    time, less their dispatch (``op_us`` per call, priced apart)."""
+    curves: dict[str, dict[int, float]] = {}
+    rows = []
+    for tokens in plan.curve_tokens:
+        seconds, counts = _model_step_self_times(plan, device, tokens)
+        work = model_step_work(plan, tokens)
+        seconds["elementwise"] = max(0.25 * seconds["elementwise"], seconds["elementwise"] - counts * op_us * 1e-6)
+        sizes = curve_operands(plan, tokens)
+        label = f"{CURVE_LAYERS}-block {plan.presets[0]} step, {tokens} tokens"
+        for kind, amount in work.items():
+            rate = amount / seconds[kind] / (1e12 if kind in ("matmul", "attention") else 1e9)
+            curves.setdefault(kind, {})[sizes[kind]] = rate
+            unit = "tflops" if kind in ("matmul", "attention") else "gbps"
+            rows.append(_kernel(f"model_step_{kind}", "fp32", label, seconds[kind], **{unit: rate}))
+    return curves, rows
+
+
+def curve_model(plan: Plan) -> GPTConfig:
+    """The model whose training step the size curves time: the first preset's widths, :data:`CURVE_LAYERS` blocks."""
+    from dataclasses import replace
+
+    return replace(PRESETS[plan.presets[0]], n_layers=CURVE_LAYERS)
+
+
+def curve_operands(plan: Plan, tokens: int) -> dict[str, int]:
+    """The operand each kind's curve is keyed by, in elements (see machine_profile.SIZE_CURVE_KINDS)."""
+    m = curve_model(plan)
+    activation = tokens * m.hidden
+    return {
+        "matmul": activation,
+        "attention": activation,
+        "elementwise": activation,
+        "cross_entropy": tokens * m.vocab_size,
+        "gelu": tokens * m.ffn_hidden,
+    }
+
+
+def model_step_work(plan: Plan, tokens: int) -> dict[str, float]:
+    """What one rank's training step of :func:`curve_model` does at ``tokens``, as the workload counts it:
+    FLOPs (matmul, attention), bytes (cross-entropy logits, GELU inputs, element-wise traffic)."""
+    from muon_repro.costmodel.workload import FP32, forward_vector_elems_per_token
+
+    m = curve_model(plan)
+    attention = 12 * m.n_layers * m.hidden * m.max_seq_len * tokens
+    return {
+        "matmul": m.flops_per_token(m.max_seq_len) * tokens - attention,
+        "attention": attention,
+        "cross_entropy": FP32 * tokens * m.vocab_size,
+        "gelu": FP32 * tokens * m.ffn_hidden * m.n_layers,
+        "elementwise": 3 * FP32 * tokens * forward_vector_elems_per_token(m, 1),  # forward + the backward's twice
+    }
+
+
+def _model_step_self_times(plan: Plan, device: str, tokens: int) -> tuple[dict[str, float], int]:
+    """Seconds per kernel kind of one training step (the lowest over the plan's repetitions, at
+    least 2), and how many operator calls the element-wise remainder holds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from muon_repro.model import GPT
+    from muon_repro.parallel.comm import Group
+
+    m = curve_model(plan)
+    model = GPT(m, Group.single("tp"), device=device)
+    batch = torch.randint(m.vocab_size, (max(1, tokens // m.max_seq_len), m.max_seq_len), device=device)
+    model(batch, batch).backward()  # warm-up: the allocator's first touch of every buffer
+    best: dict[str, float] = {}
+    for _ in range(max(2, plan.reps // 3)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(batch, batch).backward()
+        times, rest_calls = _classify(prof.key_averages())
+        best = {k: min(v, best.get(k, math.inf)) for k, v in times.items()}
+    return best, rest_calls
+
+
+def _classify(events) -> tuple[dict[str, float], int]:
+    """Self seconds of the aten operators per curve kind, the rest as element-wise, and the rest's call count."""
+    times = dict.fromkeys((*CURVE_OPERATORS, "elementwise"), 0.0)
+    rest_calls = 0
+    for e in events:
+        if not e.key.startswith("aten::"):
+            continue
+        kind = _curve_kind(e.key)
+        times[kind or "elementwise"] += e.self_cpu_time_total * 1e-6
+        rest_calls += 0 if kind else e.count
+    return {k: max(v, 1e-9) for k, v in times.items()}, rest_calls
+
+
+def _curve_kind(operator: str) -> str | None:
+    """The size curve an aten operator's time counts toward: by its exact ``aten::`` name, or by a
+    fragment of a fused kernel's name (``scaled_dot_product``...); ``None``: element-wise."""
+    for kind, names in CURVE_OPERATORS.items():
+        if any(n == operator or (n in operator and not n.startswith("aten::")) for n in names):
+            return kind
+    return None
+
+
+def _kernel(kernel: str, dtype: str, shape: str, seconds: float, **values: float) -> dict:
+    """One ``kernel`` row of the ``calibration`` table."""
+    return {"kind": "kernel", "kernel": kernel, "dtype": dtype, "shape": shape, "seconds": seconds, **values}

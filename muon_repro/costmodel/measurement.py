@@ -1,0 +1,123 @@
+"""What one calibration measures (:class:`Plan`) and how it times a kernel: the statistics every
+microbenchmark of :mod:`muon_repro.costmodel.calibrate` shares."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: ``quick`` takes a few seconds, the default about a minute."""
+
+    presets: tuple[str, ...]
+    tokens: int  # per rank
+    tps: tuple[int, ...]  # TP sizes whose layer widths the matmuls take
+    reps: int
+    sizes: tuple[int, ...]  # ring bytes per rank of the collective samples
+    collective_reps: int
+    share_windows: int  # windows of the compute-share measurement, each share_window_s long
+    share_window_s: float
+    dtypes: tuple[str, ...]
+    curve_tokens: tuple[int, ...] = ()  # tokens per rank of the profiled training steps (size curves); none on a GPU
+
+    @classmethod
+    def for_device(cls, device: str, quick: bool) -> Plan:
+        if device == "cuda" and quick:
+            return cls(
+                presets=("medium",),
+                tokens=4096,
+                tps=(2,),
+                reps=3,
+                sizes=(64 * KIB, 4096 * KIB, 65536 * KIB),
+                collective_reps=4,
+                share_windows=2,
+                share_window_s=0.2,
+                dtypes=("fp32", "bf16"),
+            )
+        if device == "cuda":
+            return cls(
+                presets=("medium", "large"),
+                tokens=4096,
+                tps=(1, 2, 4),
+                reps=10,
+                sizes=tuple(2**k * KIB for k in range(4, 17, 2)),
+                collective_reps=10,
+                share_windows=4,
+                share_window_s=0.5,
+                dtypes=("fp32", "bf16"),
+            )
+        if quick:
+            # the largest sample big enough that its transfer outlasts a loaded machine's scheduling noise (a few ms)
+            return cls(
+                presets=("small",),
+                tokens=512,
+                tps=(2,),
+                reps=3,
+                sizes=(4 * KIB, 512 * KIB, 16384 * KIB),
+                collective_reps=6,
+                share_windows=2,
+                share_window_s=0.2,
+                dtypes=("fp32",),
+                curve_tokens=(256, 1024),
+            )
+        # bf16 matmuls on a CPU without bf16 units run at ~1/50 of fp32: not cheap, left out (an
+        # ns_dtype=bf16 CPU run is then refused)
+        return cls(
+            presets=("small",),
+            tokens=512,
+            tps=(1, 2, 4),
+            reps=7,
+            sizes=tuple(4**k * 4 * KIB for k in range(7)),
+            collective_reps=8,
+            share_windows=6,
+            share_window_s=0.4,
+            dtypes=("fp32",),
+            curve_tokens=(256, 1024, 4096, 8192),
+        )
+
+
+def low_quartile(values: Sequence[float]) -> float:
+    """The 25th percentile: the typical value on a quiet machine, and robust to another process's
+    bursts on a shared one (which only ever slow a repetition down)."""
+    return statistics.quantiles(values, n=4, method="inclusive")[0] if len(values) > 1 else values[0]
+
+
+def high_quartile(values: Sequence[float]) -> float:
+    """The 75th percentile of rates: the window another process's bursts (which only ever slow
+    a rate down) disturbed least, without trusting a single best window."""
+    return statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
+
+
+def seconds_per_call(fn: Callable[[], object], reps: int, device: str = "cpu", target_s: float = 0.005) -> float:
+    """Time of one ``fn()``: the low quartile over ``reps`` repetitions, each looping enough calls
+    to last ``target_s``."""
+    fn()
+    sync_device(device)
+    t0 = time.perf_counter()
+    fn()
+    sync_device(device)
+    once = max(time.perf_counter() - t0, 1e-7)
+    inner = max(1, math.ceil(target_s / once))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync_device(device)
+        times.append((time.perf_counter() - t0) / inner)
+    return low_quartile(times)
+
+
+def sync_device(device: str) -> None:
+    """Wait for the device's queued kernels (a GPU runs them asynchronously), so a clock read after it times them."""
+    if device == "cuda":
+        torch.cuda.synchronize()

@@ -1,0 +1,140 @@
+"""``muon-repro bundle``: assemble exactly what gets published, in one folder.
+
+::
+
+    traces/  metrics/  figures/  report/  analysis_scripts/  docs/   copied from their source folders
+    README.md          the dataset card (muon_repro.dataset.card)
+    CITATION.cff       muon_repro.dataset.citation
+    croissant.json     muon_repro.dataset.croissant (Croissant 1.1: record sets, files, responsible-AI fields)
+    MANIFEST.sha256    sha256 and size of every other file (muon_repro.dataset.manifest)
+
+The bundle is staged in a temporary folder beside ``--out`` and renamed into place when
+complete, so a failed or interrupted run never leaves a half bundle where a good one was.
+CITATION.cff and croissant.json also live at the repository root (:func:`write_root_files`),
+byte for byte the bundle's, so that "Cite this repository" and Croissant tools work on a clone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from muon_repro.dataset.card import CARD_NAME, render_card
+from muon_repro.dataset.citation import CFF_NAME, citation_cff
+from muon_repro.dataset.croissant import CROISSANT_NAME, croissant_json
+from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, digest_files, format_manifest
+from muon_repro.dataset.meta import BundleMeta
+from muon_repro.dataset.run_info import is_trace
+from muon_repro.tables.files import list_files, sha256_file, staged_dir, write_atomic
+
+DEFAULT_OUT = Path("dist/dataset")
+REQUIRED = ("traces", "metrics")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where each published folder comes from (defaults: the repository root's folders)."""
+
+    traces: Path = Path("traces")
+    metrics: Path = Path("metrics")
+    figures: Path = Path("figures")
+    report: Path = Path("report")
+    analysis_scripts: Path = Path("analysis_scripts")
+    docs: Path = Path("docs")  # docs/method.md: the formulas and conventions the card and the report cite
+
+
+def _skipped(rel: str) -> bool:
+    parts = rel.split("/")
+    return any(p.startswith(".") or p == "__pycache__" for p in parts) or rel.endswith((".pyc", ".tmp"))
+
+
+def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
+    """(bundle path -> source file, warnings) for every file to publish."""
+    files: dict[str, Path] = {}
+    warnings = []
+    for f in fields(sources):
+        folder = Path(getattr(sources, f.name))
+        if not folder.is_dir():
+            message = f"--{f.name.replace('_', '-')} {folder}: no such folder"
+            if f.name in REQUIRED:
+                raise FileNotFoundError(message)
+            warnings.append(message + f"; the bundle has no {f.name}/")
+            continue
+        for rel in list_files(folder):
+            if not _skipped(rel):
+                files[check_bundle_path(f"{f.name}/{rel}")] = folder / rel
+    if not any(is_trace(p) for p in files):
+        raise ValueError(f"no traces (*.json.gz) under {sources.traces}: record runs first (muon-repro bench)")
+    if not any(p.startswith("metrics/") and p.endswith(".parquet") for p in files):
+        raise ValueError(f"no Parquet tables in {sources.metrics}: build them first (muon-repro analyze)")
+    return files, warnings
+
+
+def _check_out(out: Path, sources: Sources) -> None:
+    resolved = out.resolve()
+    for f in fields(sources):
+        src = Path(getattr(sources, f.name)).resolve()
+        if resolved == src or src in resolved.parents or resolved in src.parents:
+            raise ValueError(f"--out {out} overlaps the source folder {getattr(sources, f.name)}; choose another folder")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"--out {out} exists and is not a folder")
+        if any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+            # Never replace a folder that is not a previous bundle: it may hold someone's work.
+            raise ValueError(f"--out {out} is a non-empty folder without {MANIFEST_NAME}; choose an empty or new folder")
+
+
+@dataclass(frozen=True)
+class Documents:
+    """What the package writes about a bundle: the card, and the root files that also sit at the repository root."""
+
+    card: str
+    root_files: dict[str, str]  # CITATION.cff, croissant.json -> text
+
+
+def documents(meta: BundleMeta, files: dict[str, Path], digests: list[FileEntry]) -> Documents:
+    """The documents for a bundle of ``files`` whose digests (these documents excluded) are ``digests``."""
+    root_files = {CFF_NAME: citation_cff(meta), CROISSANT_NAME: croissant_json(meta, files, digests)}
+    encoded = {name: text.encode() for name, text in root_files.items()}
+    entries = [FileEntry(name, len(data), hashlib.sha256(data).hexdigest()) for name, data in encoded.items()]
+    return Documents(render_card(meta, files, [*digests, *entries]), root_files)
+
+
+def documents_from_sources(sources: Sources, meta: BundleMeta) -> Documents:
+    """The documents that ``bundle`` would write, without copying anything."""
+    files, _ = collect(sources)
+    digests = [FileEntry(p, *sha256_file(files[p])) for p in sorted(files)]
+    return documents(meta, files, digests)
+
+
+def render_card_from_sources(sources: Sources, meta: BundleMeta) -> str:
+    """The card that ``bundle`` would write (for ``muon-repro card``)."""
+    return documents_from_sources(sources, meta).card
+
+
+def write_root_files(docs: Documents, root: Path) -> None:
+    """Write CITATION.cff and croissant.json into ``root``, each atomically (temporary name, then rename)."""
+    for name, text in docs.root_files.items():
+        write_atomic(Path(root) / name, text)
+
+
+def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
+    """Assemble the bundle into ``out``; returns (manifest entries, warnings)."""
+    out = Path(out)
+    _check_out(out, sources)
+    files, warnings = collect(sources)
+    with staged_dir(out) as stage:  # swapped in whole when complete; removed, out untouched, when not
+        for rel, src in files.items():
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+        staged = {rel: stage / rel for rel in files}
+        digests = digest_files(stage, list(files))
+        docs = documents(meta, staged, digests)
+        write_root_files(docs, stage)
+        write_atomic(stage / CARD_NAME, docs.card)
+        entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME])
+        write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
+    return entries, warnings

@@ -1,0 +1,195 @@
+"""The dataset card (the bundle's ``README.md``): YAML metadata for the Hub, then the sections a reader needs.
+
+The metadata is built as data and dumped with PyYAML (quoting is its job, not the template's);
+the prose is ``templates/dataset_card.md.j2`` rendered with ``StrictUndefined``, so a missing
+value is an error rather than an empty string.
+
+A table without rows (``comparisons`` after a run of one configuration) is documented but is
+not a config: ``datasets`` cannot build a split from a Parquet file without rows ("BatchSize
+must be greater than 0", or with no row group "Instruction 'train' corresponds to no data"), so
+``load_dataset`` and ``verify`` would fail on it. The card says so and shows how to read it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex
+from muon_repro.dataset.croissant import CROISSANT_NAME
+from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
+from muon_repro.dataset.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta
+from muon_repro.dataset.run_info import describe_runs, is_trace, recorded_environment
+from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
+from muon_repro.tables.files import human_size
+
+CARD_NAME = "README.md"
+TEMPLATE = "dataset_card.md.j2"
+FOLDERS = {
+    "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, under "
+    "`traces/<profile>/<group>/<name>/trial<k>/` with each run's `config.json`, `environment.json`, "
+    "`metrics.json` and `log.txt`; under `traces/<profile>/convergence/`, one `convergence.json` (+ `log.txt`) "
+    "per learning-curve run of `muon-repro converge`; `<profile>` names the hardware (e.g. `cpu-2c-gloo`)",
+    "metrics": "the tables below, as Parquet (the dataset's configs) and CSV",
+    "figures": "the report's figures (PNG and SVG)",
+    "report": "the report (Markdown and PDF)",
+    "analysis_scripts": "thin entry scripts that regenerate tables and figures with the `muon_repro` package",
+    "docs": "`method.md`: the formulas, attribution conventions and every table column, as the report cites them",
+}
+# Steps of the pipeline between the runs and the bundle: (module registering the subcommand,
+# command, what it does). The card lists those whose module is installed, without importing them.
+PIPELINE = (
+    ("muon_repro.analysis.cli", "muon-repro analyze traces --out metrics", "traces -> metrics/ tables"),
+    ("muon_repro.report.cli", "muon-repro figures", "tables -> figures/"),
+    ("muon_repro.report.cli", "muon-repro report", "tables + figures -> report/"),
+)
+
+
+@dataclass(frozen=True)
+class FolderDoc:
+    path: str
+    files: int
+    size: str
+    description: str
+
+
+def bundle_command(meta: BundleMeta, out: str | None = None) -> str:
+    """The ``muon-repro bundle`` line that reproduces these metadata (defaults left out)."""
+    args = ["muon-repro", "bundle", "--repo-id", meta.repo_id, "--version", meta.version, "--date", meta.date]
+    if meta.license != DEFAULT_LICENSE:
+        args += ["--license", meta.license]
+    if meta.authors != DEFAULT_AUTHORS:
+        for author in meta.authors:
+            args += ["--author", author]
+    if meta.pretty_name != DEFAULT_PRETTY_NAME:
+        args += ["--pretty-name", meta.pretty_name]
+    if meta.code_url:
+        args += ["--code-url", meta.code_url]
+    if out:
+        args += ["--out", out]
+    return shlex.join(args)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def markdown_cell(text: object) -> str:
+    """Text that stays inside one Markdown table cell and shows as written (no HTML tags, no column breaks)."""
+    out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return " ".join(out.split())
+
+
+def loadable_tables(tables: list[TableDoc]) -> list[TableDoc]:
+    """The tables that become configs: those with rows; the default moves to the first of them if its table is empty."""
+    loadable = [t for t in tables if t.rows > 0]
+    if loadable and not any(t.default for t in loadable):
+        loadable[0] = replace(loadable[0], default=True)
+    return loadable
+
+
+def card_metadata(meta: BundleMeta, tables: list[TableDoc]) -> dict[str, Any]:
+    """The card's YAML: ``configs`` and ``dataset_info`` for the tables with rows only (see the module's note)."""
+    rows = max((t.rows for t in tables), default=0)
+    configs = loadable_tables(tables)
+    return {
+        "license": meta.hub_license,
+        "pretty_name": meta.pretty_name,
+        "tags": TAGS,
+        "size_categories": [size_category(rows)],
+        "configs": configs_yaml(configs),
+        "dataset_info": dataset_info_yaml(configs),
+    }
+
+
+def _with_config_default(tables: list[TableDoc]) -> list[TableDoc]:
+    """Every table, with ``default`` as the card's configs have it (an empty table is no config, so no default)."""
+    default = next((t.name for t in loadable_tables(tables) if t.default), None)
+    return [replace(t, default=t.name == default) for t in tables]
+
+
+def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileEntry]) -> str:
+    """The card for a bundle whose files are ``files`` (bundle path -> readable file) with ``digests``.
+
+    ``digests`` covers every file of the bundle but the card and the manifest (CITATION.cff
+    included); ``files`` must hold at least the tables and the runs' JSON files.
+    """
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    sizes = {d.path: d.size for d in digests}
+    tables = describe_tables(files)
+    if not tables:
+        raise ValueError("no metrics/<table>.parquet in the bundle: the card needs at least the runs table")
+    runs = describe_runs(files, sizes)
+    environment = recorded_environment(files, runs)
+    folders = []
+    for folder, description in FOLDERS.items():
+        inside = [d for d in digests if d.path.startswith(folder + "/")]
+        if inside:
+            folders.append(FolderDoc(folder + "/", len(inside), human_size(sum(d.size for d in inside)), description))
+    pipeline = [(cmd, what) for module, cmd, what in PIPELINE if _installed(module)]
+    traces = [p for p in sorted(sizes) if is_trace(p)]
+    context = {
+        "meta": meta,
+        "metadata_yaml": yaml.safe_dump(card_metadata(meta, tables), sort_keys=False, allow_unicode=True, width=1000),
+        "repo": meta.repo_id,
+        "tag": meta.tag,
+        "local_dir": f"{PurePosixPath(meta.repo_id).name}-{meta.tag}",
+        "tables": _with_config_default(tables),
+        "configs": loadable_tables(tables),
+        "left_out": [t for t in tables if t.rows == 0],
+        "runs": runs,
+        "traces": traces,
+        "example_trace": traces[0] if traces else None,
+        "folders": folders,
+        "env_rows": environment.rows,
+        "env_blocks": environment.blocks,
+        "env_counts": environment.counts,
+        "env_source": environment.source,
+        "run_commands": environment.commands,
+        "git_shas": environment.git_shas,
+        "pipeline": pipeline,
+        "bundle_command": bundle_command(meta),
+        "checksums": sorted(digests, key=lambda d: d.path),
+        "human_size": human_size,
+        "bibtex": bibtex(meta),
+        "paper_bibtex": paper_bibtex(),
+        "cff_name": CFF_NAME,
+        "croissant_name": CROISSANT_NAME,
+        "manifest_name": MANIFEST_NAME,
+    }
+    env = Environment(
+        loader=PackageLoader("muon_repro.dataset", "templates"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    env.filters["md"] = markdown_cell
+    return env.get_template(TEMPLATE).render(**context)
+
+
+def read_card_metadata(text: str, source: str = CARD_NAME) -> dict[str, Any]:
+    """The YAML front matter of a card, as a dict (ValueError if missing or malformed)."""
+    if not text.startswith("---\n"):
+        raise ValueError(f"{source}: no YAML metadata block (the card must start with '---')")
+    end = text.find("\n---\n", 4)
+    if end < 0:
+        raise ValueError(f"{source}: the YAML metadata block is not closed by a '---' line")
+    try:
+        meta = yaml.safe_load(text[4:end])
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: the YAML metadata does not parse: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise ValueError(f"{source}: the YAML metadata is not a mapping")
+    return meta

@@ -1,0 +1,115 @@
+"""How to cite a bundle: ``CITATION.cff`` (Citation File Format 1.2.0) and a BibTeX entry.
+
+The BibTeX entry follows the Hub's "Cite this dataset": the revision goes in the title,
+``title = {NAME (Revision <rev>)}``, with ``publisher = {Hugging Face}``. The card cannot name
+the commit it will be part of, so it cites the version tag; ``muon-repro publish`` prints the
+entry again with the short id of the commit it tagged.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from muon_repro.dataset.meta import ABSTRACT, PAPER, BundleMeta
+from muon_repro.dataset.naming import HUB_URL, dataset_url
+
+CFF_NAME = "CITATION.cff"
+SHORT_SHA = 7  # as the Hub shows a commit in its citation
+
+
+def citation_cff(meta: BundleMeta) -> str:
+    """The bundle's CITATION.cff (valid for ``cffconvert --validate``)."""
+    doc = {
+        "cff-version": "1.2.0",
+        "message": "If you use this dataset, please cite it as below.",
+        "type": "dataset",
+        "title": meta.pretty_name,
+        "version": meta.version,
+        "date-released": meta.date,
+        "license": meta.license,
+        # Entities (`name:`), not persons: a team name has no given/family split, and names stay as written.
+        "authors": [{"name": a} for a in meta.authors],
+        "repository-artifact": meta.url,
+        "url": dataset_url(meta.repo_id, meta.tag),
+        "abstract": ABSTRACT,
+        "keywords": ["muon", "optimizer", "distributed training", "tensor parallelism", "ZeRO", "profiler traces"],
+        "references": [
+            {
+                "type": "article",
+                "title": PAPER["title"],
+                "authors": [{"name": "Moonshot AI"}],
+                "year": PAPER["year"],
+                "identifiers": [{"type": "other", "value": f"arXiv:{PAPER['arxiv']}"}],
+                "url": f"https://arxiv.org/abs/{PAPER['arxiv']}",
+            }
+        ],
+    }
+    if meta.code_url:
+        doc["repository-code"] = meta.code_url
+    header = "# Citation metadata for this dataset (https://citation-file-format.github.io).\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def _tex(text: str) -> str:
+    return re.sub(r"([&%$#_{}])", r"\\\1", text)
+
+
+def bibtex(meta: BundleMeta, commit: str | None = None, *, endpoint: str = HUB_URL) -> str:
+    """A BibTeX ``@misc`` entry for this version: revision ``commit[:7]`` if given, else the version tag;
+    the link on ``endpoint`` (the public Hub unless told: a commit on another Hub exists only there)."""
+    key = re.sub(r"[^A-Za-z0-9]+", "_", meta.repo_id.split("/")[-1]).strip("_") + f"_{meta.version.replace('.', '_')}"
+    authors = " and ".join("{" + _tex(a) + "}" for a in meta.authors)  # braces: a team name is not "Last, First"
+    revision = commit[:SHORT_SHA] if commit else meta.tag
+    fields = [
+        ("title", "{" + _tex(f"{meta.pretty_name} (Revision {revision})") + "}"),
+        ("author", authors),
+        ("year", meta.date[:4]),
+        ("version", meta.version),
+        ("publisher", "Hugging Face"),
+        ("howpublished", f"\\url{{{dataset_url(meta.repo_id, commit or meta.tag, endpoint=endpoint)}}}"),
+    ]
+    body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields)
+    return f"@misc{{{key},\n{body}\n}}"
+
+
+def read_citation(path: str | Path) -> BundleMeta:
+    """The metadata a bundle's CITATION.cff was written from (ValueError naming the file and field otherwise)."""
+    path = Path(path)
+    try:
+        cff = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc}); rebuild the bundle with `muon-repro bundle`") from exc
+    if not isinstance(cff, dict):
+        raise ValueError(f"{path}: not a Citation File Format document")
+    prefix = f"{HUB_URL}/datasets/"
+    artifact = str(cff.get("repository-artifact", ""))
+    if not artifact.startswith(prefix):
+        raise ValueError(f"{path}: repository-artifact {artifact!r} is not a dataset on {HUB_URL}")
+    try:
+        return BundleMeta(
+            repo_id=artifact[len(prefix):],
+            version=str(cff["version"]),
+            date=str(cff["date-released"]),
+            license=str(cff["license"]),
+            authors=tuple(str(a["name"]) for a in cff["authors"]),
+            pretty_name=str(cff["title"]),
+            code_url=cff.get("repository-code"),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: missing or malformed field {exc}") from exc
+    except ValueError as exc:  # BundleMeta's own checks name the field
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def paper_bibtex() -> str:
+    return (
+        "@article{liu2025muon,\n"
+        f"  title = {{{PAPER['title']}}},\n"
+        f"  author = {{{PAPER['authors']}}},\n"
+        f"  journal = {{arXiv preprint arXiv:{PAPER['arxiv']}}},\n"
+        f"  year = {{{PAPER['year']}}}\n"
+        "}"
+    )

@@ -1,0 +1,108 @@
+"""``muon-repro bundle | card | verify``: the dataset folder, its card, and checking a copy of it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from muon_repro import __version__
+from muon_repro.dataset.bundle import DEFAULT_OUT, Sources
+from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta, default_date
+from muon_repro.dataset.naming import DEFAULT_REPO_ID
+
+
+def _add_sources(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("source folders")
+    for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs"):
+        flag = "--" + name.replace("_", "-")
+        group.add_argument(flag, dest=name, type=Path, default=Path(name), help=f"default: {name}/")
+
+
+def _add_meta(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("what the card and CITATION.cff say")
+    group.add_argument("--repo-id", default=DEFAULT_REPO_ID, help="ORG/NAME on the Hub (default: %(default)s)")
+    group.add_argument("--version", default=__version__, help="X.Y.Z, tagged vX.Y.Z when published (default: %(default)s)")
+    group.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else today)")
+    group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
+    group.add_argument("--author", action="append", default=None, help="an author (person or team); repeat for more")
+    group.add_argument("--pretty-name", default=DEFAULT_PRETTY_NAME, help="the dataset's title")
+    group.add_argument("--code-url", default=None, help="public URL of the muon_repro source, for the regeneration steps")
+
+
+def _sources(args: argparse.Namespace) -> Sources:
+    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs)
+
+
+def _meta(args: argparse.Namespace) -> BundleMeta:
+    kwargs = {"authors": tuple(args.author)} if args.author else {}
+    return BundleMeta(
+        repo_id=args.repo_id,
+        version=args.version,
+        date=args.date or default_date(),
+        license=args.license,
+        pretty_name=args.pretty_name,
+        code_url=args.code_url,
+        **kwargs,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bundle", help="assemble the dataset to publish (traces, tables, figures, report, card)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="bundle folder, replaced as a whole (default: %(default)s)")
+    _add_sources(p)
+    _add_meta(p)
+    p.set_defaults(func=_bundle)
+
+    p = subparsers.add_parser("card", help="render the dataset card alone (what bundle puts in README.md)")
+    p.add_argument("--out", type=Path, default=Path("dataset_card.md"), help="default: %(default)s")
+    _add_sources(p)
+    _add_meta(p)
+    p.set_defaults(func=_card)
+
+    p = subparsers.add_parser("verify", help="check a bundle or a downloaded copy: checksums, tables, traces")
+    p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
+    p.add_argument(
+        "--recompute",
+        action="store_true",
+        help="also analyze the bundle's traces again and compare every table with the bundle's (reads every trace)",
+    )
+    p.set_defaults(func=_verify)
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from muon_repro.dataset.bundle import build_bundle
+
+    entries, warnings = build_bundle(_sources(args), _meta(args), args.out)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    size = sum(e.size for e in entries)
+    print(f"Bundle in {args.out}: {len(entries) + 1} files, {size} bytes; check it with `muon-repro verify {args.out}`.")
+    return 0
+
+
+def _card(args: argparse.Namespace) -> int:
+    from muon_repro.dataset.bundle import render_card_from_sources
+    from muon_repro.tables.files import write_atomic
+
+    write_atomic(args.out, render_card_from_sources(_sources(args), _meta(args)))
+    print(f"Wrote {args.out}")
+    return 0
+
+
+def report_verify(path: Path, *, recompute: bool = False) -> int:
+    """Verify the bundle or downloaded copy at ``path``, print every check and the outcome; the exit code."""
+    from muon_repro.dataset.verify import verify_bundle
+
+    result = verify_bundle(path, echo=print, recompute=recompute)
+    if result.ok:
+        print(f"{path}: all {len(result.passed)} checks passed.")
+        return 0
+    print(f"{path}: {len(result.failed)} check(s) FAILED:", file=sys.stderr)
+    for line in result.failed:
+        print(f"  {line}", file=sys.stderr)
+    return 1
+
+
+def _verify(args: argparse.Namespace) -> int:
+    return report_verify(args.dir, recompute=args.recompute)

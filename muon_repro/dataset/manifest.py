@@ -1,0 +1,130 @@
+"""``MANIFEST.sha256``: the sha256 and size of every file of a bundle, and checking a folder against it.
+
+One line per file, sorted by path, ``<sha256>  <size>  <path>`` (two spaces between fields, paths
+relative and POSIX); lines starting with ``#`` are comments. ``sha256sum -c`` reads it after the
+size column is cut out (the command is in the file's header).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from muon_repro.tables.files import list_files, sha256_file, write_atomic
+
+MANIFEST_NAME = "MANIFEST.sha256"
+# Written by the Hub or by `hf download` next to the files, never part of a bundle.
+IGNORED_TOP_LEVEL = (".gitattributes", ".cache/", ".huggingface/")
+_LINE = re.compile(r"([0-9a-f]{64})  (\d+)  (.+)")
+HEADER = (
+    f"# {MANIFEST_NAME}: sha256, size in bytes and path of every file of this bundle (except this one).\n"
+    "# Check it with `muon-repro verify DIR`, or with coreutils:\n"
+    f"#   grep -v '^#' {MANIFEST_NAME} | sed -E 's/^([0-9a-f]{{64}})  [0-9]+  /\\1  /' | sha256sum -c\n"
+)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    size: int
+    sha256: str
+
+
+def check_bundle_path(path: str) -> str:
+    """A path that is safe to publish and to write into a manifest line."""
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or any(p in ("", ".", "..") for p in parts)
+        or any(c in path for c in "\\\n\r\t")
+        or path != path.strip()
+    ):
+        raise ValueError(
+            f"file name {path!r} cannot go into a bundle: use relative paths without '..', backslashes, tabs or newlines"
+        )
+    return path
+
+
+def is_ignored(path: str) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in IGNORED_TOP_LEVEL)
+
+
+def digest_files(root: str | Path, paths: list[str]) -> list[FileEntry]:
+    root = Path(root)
+    out = []
+    for path in sorted(paths):
+        size, sha = sha256_file(root / check_bundle_path(path))
+        out.append(FileEntry(path, size, sha))
+    return out
+
+
+def manifest_lines(entries: list[FileEntry]) -> str:
+    """The manifest's lines for ``entries`` (sorted by path), no header: what a contribution appends."""
+    return "".join(f"{e.sha256}  {e.size}  {e.path}\n" for e in sorted(entries, key=lambda e: e.path))
+
+
+def kept_manifest(text: str) -> str:
+    """A published manifest's text as a contribution keeps it, before the lines it appends: unchanged,
+    ending in a newline (an empty one stays empty)."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def format_manifest(entries: list[FileEntry]) -> str:
+    return HEADER + manifest_lines(entries)
+
+
+def write_manifest(root: str | Path) -> list[FileEntry]:
+    """Hash every file under ``root`` (but the manifest) and write ``root/MANIFEST.sha256``."""
+    paths = [p for p in list_files(root) if p != MANIFEST_NAME and not is_ignored(p)]
+    entries = digest_files(root, paths)
+    write_atomic(Path(root) / MANIFEST_NAME, format_manifest(entries))
+    return entries
+
+
+def parse_manifest(text: str, source: str = MANIFEST_NAME) -> list[FileEntry]:
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _LINE.fullmatch(line)
+        if not match:
+            raise ValueError(f"{source}, line {number}: expected '<sha256>  <size>  <path>', got {line!r}")
+        entries.append(FileEntry(check_bundle_path(match[3]), int(match[2]), match[1]))
+    paths = [e.path for e in entries]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"{source}: a path is listed twice")
+    return entries
+
+
+def read_manifest(root: str | Path) -> list[FileEntry]:
+    path = Path(root) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: is {root} a bundle? (make one with `muon-repro bundle`)")
+    return parse_manifest(path.read_text(encoding="utf-8"), str(path))
+
+
+def check_manifest(root: str | Path) -> list[str]:
+    """Problems found comparing ``root`` with its manifest: missing, changed, unlisted files."""
+    root = Path(root)
+    try:
+        entries = read_manifest(root)
+    except (ValueError, FileNotFoundError) as exc:
+        return [str(exc)]
+    problems = []
+    for e in entries:
+        file = root / e.path
+        if not file.is_file():
+            problems.append(f"{e.path}: listed in {MANIFEST_NAME} but missing")
+            continue
+        size, sha = sha256_file(file)
+        if size != e.size:
+            problems.append(f"{e.path}: size {size} bytes, {MANIFEST_NAME} says {e.size}")
+        elif sha != e.sha256:
+            problems.append(f"{e.path}: sha256 {sha[:12]}..., {MANIFEST_NAME} says {e.sha256[:12]}...")
+    listed = {e.path for e in entries}
+    for path in list_files(root):
+        if path != MANIFEST_NAME and path not in listed and not is_ignored(path):
+            problems.append(f"{path}: present but not listed in {MANIFEST_NAME}")
+    return problems

@@ -1,0 +1,164 @@
+"""What the card says about the runs: their traces, the machines they ran on, the commands that made them.
+
+The traces are files of the bundle; everything the runs recorded about themselves comes from the
+tables, as for every stage after the analysis: ``metrics/environment.parquet`` (each trial's
+environment.json, flattened) and ``metrics/runs.parquet`` (each run's command). A trial the tables
+do not know simply adds nothing to the environment summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from muon_repro.rundir import ENVIRONMENT_FILE, RUN_FILES, is_trace_file, trace_rank, trial_of
+from muon_repro.tables.files import human_size
+from muon_repro.tables.io import read_table
+
+__all__ = ["RUN_FILES", "EnvRow", "RecordedEnvironment", "RunDoc", "describe_runs", "is_trace", "recorded_environment"]
+
+# The order in which the environment table lists what it knows; anything else follows alphabetically.
+ENV_ORDER = (
+    "accelerator", "accelerator_count", "accelerator_memory_bytes", "driver", "cuda", "nccl", "backend",
+    "gloo_available", "world_size", "nodes", "host_cpu", "host_cpu_cores", "host_memory_bytes", "os", "python",
+    "torch", "torch_num_threads", "git_sha", "git_dirty",
+)  # fmt: skip
+ENV_SKIP = ("hostname",)  # says nothing about the results, and may be private
+ENV_BLOCKS = ("interconnect_topology",)  # multi-line text, shown as a code block
+ENV_LISTS = ("pip_freeze",)  # long lists: counted here, kept in environment.json
+BOOLEANS = {"True": "yes", "False": "no"}
+
+
+def is_trace(path: str) -> bool:
+    return path.startswith("traces/") and is_trace_file(PurePosixPath(path).name)
+
+
+@dataclass(frozen=True)
+class RunDoc:
+    run: str  # the folder under traces/ holding the traces: <profile>/<group>/<name>/trial<k>
+    traces: tuple[str, ...]
+    size: int
+
+    @property
+    def key(self) -> tuple[str | None, str, str, int]:
+        """(profile or None in the old layout, group, name, trial): how the tables name this folder's recording."""
+        folder = PurePosixPath(self.run)
+        trial = trial_of(Path(folder.name))
+        run_dir = folder.parent if trial is not None else folder
+        parts = run_dir.parts
+        profile = parts[-3] if len(parts) >= 3 else None
+        return profile, parts[-2] if len(parts) >= 2 else "", run_dir.name, trial or 0
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    key: str
+    value: str  # one value, or the distinct values with the runs that had them
+
+
+@dataclass(frozen=True)
+class RecordedEnvironment:
+    """What the runs recorded about their machine and software, summarized for the card."""
+
+    rows: list[EnvRow] = field(default_factory=list)
+    blocks: dict[str, str] = field(default_factory=dict)  # multi-line values by key
+    counts: dict[str, int] = field(default_factory=dict)  # entries of the long lists by key
+    source: str | None = None  # one run's environment.json, named as where to read the full lists
+    commands: list[str] = field(default_factory=list)  # the distinct command lines, shell-quoted
+    git_shas: list[str] = field(default_factory=list)
+
+
+def describe_runs(files: Mapping[str, Path], sizes: Mapping[str, int]) -> list[RunDoc]:
+    """One :class:`RunDoc` per folder under ``traces/`` holding traces, sorted by run id."""
+    by_dir: dict[str, list[str]] = {}
+    for path in files:
+        if is_trace(path):
+            by_dir.setdefault(str(PurePosixPath(path).parent), []).append(path)
+    runs = []
+    for folder, traces in sorted(by_dir.items()):
+        run = folder[len("traces/") :] if folder != "traces" else "."
+        runs.append(RunDoc(run=run, traces=tuple(sorted(traces, key=_rank_order)), size=sum(sizes.get(p, 0) for p in traces)))
+    return runs
+
+
+def _rank_order(path: str) -> tuple[int, str]:
+    rank = trace_rank(PurePosixPath(path).name)
+    return (rank if rank is not None else 1 << 30, path)
+
+
+def _show(key: str, value: str) -> str:
+    """A value of the environment table (text) as the card shows it."""
+    if value in BOOLEANS:
+        return BOOLEANS[value]
+    if key.endswith("_bytes") and value.isdigit():
+        return f"{value} ({human_size(int(value))})"
+    return value
+
+
+def _list_length(value: str) -> int:
+    """Entries of a list the environment table holds joined by ', '."""
+    return len(value.split(", ")) if value else 0
+
+
+Recording = tuple[str | None, str, str, int]  # (profile, group, name, trial): RunDoc.key
+
+
+def _lookup(index: Mapping[Recording, list], key: Recording) -> list:
+    """The rows of ``index`` recorded as ``key``; a key without a profile (the old layout) matches any profile."""
+    if key[0] is not None:
+        return index.get(key, [])
+    return next((rows for k, rows in index.items() if k[1:] == key[1:]), [])
+
+
+def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> RecordedEnvironment:
+    """The environment summary of the runs with traces, from the bundle's environment and runs tables."""
+    if "metrics/environment.parquet" not in files:
+        return RecordedEnvironment()
+    env = read_table(files["metrics/environment.parquet"], "environment", check_set=False)
+    index: dict[Recording, list[tuple[str, str]]] = {}
+    for profile, group, name, trial, key, value in zip(env["profile"], env["group"], env["name"], env["trial"], env["key"], env["value"]):
+        index.setdefault((str(profile), str(group), str(name), int(trial)), []).append((str(key), str(value)))
+    recorded = [(run, items) for run in runs if (items := _lookup(index, run.key))]
+    values: dict[str, dict[str, list[str]]] = {}
+    blocks: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for run, items in recorded:
+        for key, value in items:
+            if key in ENV_SKIP:
+                continue
+            if key in ENV_LISTS:
+                counts[key] = max(counts.get(key, 0), _list_length(value))
+            elif key in ENV_BLOCKS:
+                blocks.setdefault(key, value)
+            else:
+                values.setdefault(key, {}).setdefault(_show(key, value), []).append(run.run)
+    order = [k for k in ENV_ORDER if k in values] + sorted(k for k in values if k not in ENV_ORDER)
+    rows = []
+    for key in order:
+        seen = values[key]
+        if len(seen) == 1:
+            rows.append(EnvRow(key, next(iter(seen))))
+        else:
+            rows.append(EnvRow(key, "; ".join(f"{v} ({len(r)} run{'s' if len(r) > 1 else ''})" for v, r in seen.items())))
+    return RecordedEnvironment(
+        rows=rows,
+        blocks=blocks,
+        counts=counts,
+        source=f"traces/{recorded[0][0].run}/{ENVIRONMENT_FILE}" if recorded else None,
+        commands=_commands(files, runs),
+        git_shas=list(dict.fromkeys(v for _, items in recorded for k, v in items if k == "git_sha" and v)),
+    )
+
+
+def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
+    """The distinct command lines that recorded the runs (the runs table's ``command``), in run order."""
+    if "metrics/runs.parquet" not in files:
+        return []
+    table = read_table(files["metrics/runs.parquet"], "runs", check_set=False)
+    index: dict[Recording, list[str]] = {}
+    for profile, group, name, command in zip(table["profile"], table["group"], table["name"], table["command"]):
+        if isinstance(command, str) and command.strip():
+            index[(str(profile), str(group), str(name), 0)] = [command.strip()]
+    lines = (_lookup(index, (*run.key[:3], 0)) for run in runs)
+    return list(dict.fromkeys(line for found in lines for line in found))

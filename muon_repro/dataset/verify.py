@@ -1,0 +1,313 @@
+"""``muon-repro verify [DIR] [--recompute]``: is this folder a good bundle?
+
+Checks, each reported on its own line:
+
+1. every file matches ``MANIFEST.sha256`` (sha256 and size), and no unlisted file is present;
+2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist; ``croissant.json``
+   has a RecordSet and a FileObject for every table, with the table's sha256;
+3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns, types and
+   row count the card documents (its ``dataset_info``);
+4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
+5. with ``--recompute``: the tables are one set (one generation, every CSV the one written with
+   its Parquet twin), and analyzing the bundle's traces again, into a temporary folder, gives
+   every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
+   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside.
+
+Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in the Hub cache.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from muon_repro.dataset.card import CARD_NAME, read_card_metadata
+from muon_repro.dataset.citation import CFF_NAME
+from muon_repro.dataset.croissant import CROISSANT_NAME, check_croissant
+from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
+from muon_repro.dataset.run_info import RUN_FILES, is_trace
+from muon_repro.tables.files import list_files
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+# Columns that hold where the traces lay when they were analyzed: they differ between the folder the
+# bundle was made from and the bundle itself, and say nothing about the measurements.
+LOCATION_COLUMNS = ("file", "path")
+# The same traces analyzed again give the same numbers, up to the order of floating-point sums.
+FLOAT_RTOL = 1e-9
+FLOAT_ATOL = 1e-12
+
+
+@dataclass
+class VerifyResult:
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _configs(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    configs = meta.get("configs")
+    if not isinstance(configs, list) or not configs:
+        raise ValueError(f"{CARD_NAME}: the YAML metadata declares no configs")
+    return [c for c in configs if isinstance(c, dict)]
+
+
+def _data_file_paths(config: dict[str, Any]) -> list[str]:
+    data_files = config.get("data_files", [])
+    items = data_files if isinstance(data_files, list) else [data_files]
+    paths: list[str] = []
+    for item in items:
+        value = item.get("path") if isinstance(item, dict) else item
+        paths += value if isinstance(value, list) else [value]
+    return [str(p) for p in paths]
+
+
+def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
+    """Problems with the card, the citation and croissant.json, and the card's metadata (None if unreadable)."""
+    problems = []
+    meta = None
+    try:
+        meta = read_card_metadata((root / CARD_NAME).read_text(encoding="utf-8"), str(root / CARD_NAME))
+        for config in _configs(meta):
+            name = config.get("config_name")
+            paths = _data_file_paths(config)
+            if not paths:
+                problems.append(f"{CARD_NAME}: config {name!r} has no data_files")
+            for path in paths:
+                if not (root / path).is_file():
+                    problems.append(f"{CARD_NAME}: config {name!r} points at {path}, which is not in the bundle")
+    except (OSError, ValueError) as exc:
+        problems.append(str(exc))
+    try:
+        cff = yaml.safe_load((root / CFF_NAME).read_text(encoding="utf-8"))
+        if not isinstance(cff, dict) or "cff-version" not in cff:
+            problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
+    except (OSError, yaml.YAMLError) as exc:
+        problems.append(f"{CFF_NAME}: {exc}")
+    if (root / CROISSANT_NAME).exists() or _manifest_lists(root, CROISSANT_NAME):
+        problems += check_croissant(root)  # a bundle made before croissant.json existed lists none and has none
+    return problems, meta
+
+
+def _manifest_lists(root: Path, name: str) -> bool:
+    try:
+        return any(entry.path == name for entry in read_manifest(root))
+    except (OSError, ValueError):
+        return False  # check_manifest reports an unreadable manifest
+
+
+def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool], None]) -> None:
+    """Load every config with ``datasets`` and compare it with the card's ``dataset_info``."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    infos = {i.get("config_name"): i for i in meta.get("dataset_info") or [] if isinstance(i, dict)}
+    with tempfile.TemporaryDirectory(prefix="muon-repro-verify-") as cache:
+        for config in _configs(meta):
+            name = config.get("config_name")
+            label = f"config {name!r}"
+            try:
+                ds = datasets.load_dataset(str(root.resolve()), name, split="train", cache_dir=cache)
+            except Exception as exc:  # datasets raises many types; all mean "does not load"
+                report(f"{label}: load_dataset failed: {type(exc).__name__}: {_one_line(exc)}", False)
+                continue
+            info = infos.get(name)
+            if info is None:
+                report(f"{label}: the card documents no columns for it (dataset_info)", False)
+                continue
+            documented = datasets.Features._from_yaml_list(info.get("features", []))
+            problems = []
+            if list(ds.column_names) != list(documented):
+                problems.append(f"columns {ds.column_names}, the card documents {list(documented)}")
+            elif ds.features != documented:
+                problems.append(f"types {dict(ds.features)}, the card documents {dict(documented)}")
+            expected_rows = next((s.get("num_examples") for s in info.get("splits", []) if s.get("name") == "train"), None)
+            if expected_rows is not None and ds.num_rows != expected_rows:
+                problems.append(f"{ds.num_rows} rows, the card says {expected_rows}")
+            if problems:
+                report(f"{label}: " + "; ".join(problems), False)
+            else:
+                rows = f"{ds.num_rows} row{'s' if ds.num_rows != 1 else ''}"
+                report(f"{label}: loads, {rows}, {len(ds.column_names)} documented columns", True)
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _count_events(path: str) -> tuple[int | None, str | None]:
+    """(events, None) if the trace at ``path`` parses, else (None, the problem): runs in a worker."""
+    from muon_repro.analysis import read_trace
+
+    try:
+        return len(read_trace(path).events), None
+    except Exception as exc:  # TraceError names the file; anything else is a reader bug worth seeing
+        return None, _one_line(exc)
+
+
+def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
+    from muon_repro.analysis.pipeline import SMALL_TOTAL_BYTES, default_workers
+    from muon_repro.analysis.pool import map_in_processes
+
+    paths = [p for p in list_files(root) if not is_ignored(p)]
+    traces = [p for p in paths if is_trace(p)]
+    if not traces:
+        report("traces: none in the bundle", False)
+    if workers is None:
+        small = sum((root / path).stat().st_size for path in traces) < SMALL_TOTAL_BYTES
+        workers = 1 if small else default_workers()
+    counts = map_in_processes(
+        _count_events, [(str(root / path),) for path in traces], workers, on_error=lambda job, exc: (None, _one_line(exc))
+    )
+    for path, (events, problem) in zip(traces, counts):
+        if problem is None:
+            report(f"trace {path}: {events} events", True)
+        else:
+            report(f"trace {path}: {problem}", False)
+    for path in paths:
+        if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
+            try:
+                json.loads((root / path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                report(f"{path}: not valid JSON: {exc}", False)
+
+
+def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
+    """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.tables.io import table_set_problems, write_tables
+
+    metrics = root / "metrics"
+    try:
+        set_problems = table_set_problems(metrics)
+    except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
+        set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
+    for problem in set_problems:
+        report(f"recompute: {problem}", False)
+    if not set_problems:
+        report(_one_set_line(metrics), True)
+    analysis = analyze_paths([root / "traces"], workers=workers)
+    for problem in [*analysis.failures, *analysis.incomplete]:
+        report(f"recompute: {problem.message}", False)
+    if not analysis.runs:
+        report("recompute: no run in traces/ could be analyzed, so no table can be compared", False)
+        return
+    with tempfile.TemporaryDirectory(prefix="muon-repro-recompute-") as tmp:
+        try:
+            fresh_dir = Path(tmp) / "metrics"
+            write_tables(tables_from_analysis(analysis), fresh_dir)
+        except ValueError as exc:
+            report(f"recompute: the traces' tables cannot be built: {_one_line(exc)}", False)
+            return
+        for name in sorted(p.stem for p in fresh_dir.glob("*.parquet")):
+            _compare_table(name, metrics, fresh_dir, report)
+
+
+def _one_set_line(metrics: Path) -> str:
+    from muon_repro.tables.io import folder_generation
+
+    generation = folder_generation(metrics)
+    if generation is None:
+        return "recompute: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set cannot be told"
+    return f"recompute: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its Parquet twin"
+
+
+def _compare_table(name: str, metrics: Path, fresh_dir: Path, report: Callable[[str, bool], None]) -> None:
+    from muon_repro.tables.io import read_table
+
+    label = f"recompute: table {name} (metrics/{name}.parquet)"
+    fresh = read_table(fresh_dir / f"{name}.parquet", name)
+    try:
+        published = read_table(metrics / f"{name}.parquet", name, check_set=False)  # the set is checked once, above
+    except Exception as exc:  # missing, or not the table: pyarrow raises several types for a file that does not fit the schema
+        report(f"{label}: cannot be read: {_one_line(exc)}", False)
+        return
+    problems = table_differences(published, fresh, name)
+    if problems:
+        report(f"{label}: differs from the traces' analysis: " + "; ".join(problems), False)
+    else:
+        report(f"{label}: equal to the traces' analysis, {len(fresh)} rows", True)
+
+
+def table_differences(published: pd.DataFrame, fresh: pd.DataFrame, name: str) -> list[str]:
+    """How ``published`` differs from ``fresh`` (both conformed to the table's schema): row count,
+    then each column whose values differ, with the first differing row; location columns aside."""
+    from muon_repro.tables.schemas import SCHEMAS
+
+    if len(published) != len(fresh):
+        return [f"{len(published)} rows, the traces give {len(fresh)}"]
+    key = [c for c in SCHEMAS[name].key if c not in LOCATION_COLUMNS]
+    published, fresh = (df.sort_values(key, kind="stable").reset_index(drop=True) for df in (published, fresh))
+    problems = []
+    for column in (c for c in SCHEMAS[name].names if c not in LOCATION_COLUMNS):
+        differs = _differing(published[column], fresh[column])
+        if differs.any():
+            row = int(differs.nonzero()[0][0])
+            where = ", ".join(f"{k}={published.at[row, k]}" for k in key)
+            problems.append(
+                f"{name}.{column}: {int(differs.sum())} value(s) differ, first at {where}: "
+                f"{published.at[row, column]} in the bundle, {fresh.at[row, column]} from the traces"
+            )
+    return problems
+
+
+def _differing(published: pd.Series, fresh: pd.Series) -> np.ndarray:
+    """Per row: do the two values differ? Nulls equal nulls; floats are equal within :data:`FLOAT_RTOL` (and :data:`FLOAT_ATOL`)."""
+    import numpy as np
+
+    null_a, null_b = published.isna().to_numpy(dtype=bool), fresh.isna().to_numpy(dtype=bool)
+    both = ~null_a & ~null_b
+    equal = np.zeros(len(published), dtype=bool)
+    if str(published.dtype) == "Float64":
+        a, b = (s.to_numpy(dtype=float, na_value=np.nan) for s in (published, fresh))
+        equal[both] = np.isclose(a[both], b[both], rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    else:
+        a, b = (s.astype(object).to_numpy() for s in (published, fresh))
+        equal[both] = a[both] == b[both]
+    return ~((null_a & null_b) | equal)
+
+
+def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
+    """Run every check on ``root`` (with ``recompute``, analyze its traces again and compare
+    the tables: :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder")
+    result = VerifyResult()
+
+    def report(line: str, ok: bool) -> None:
+        (result.passed if ok else result.failed).append(line)
+        if echo is not None:
+            echo(("ok      " if ok else "FAILED  ") + line)
+
+    manifest_problems = check_manifest(root)
+    for problem in manifest_problems:
+        report(problem, False)
+    if not manifest_problems:
+        report("manifest: every file matches MANIFEST.sha256", True)
+    card_problems, meta = check_card(root)
+    for problem in card_problems:
+        report(problem, False)
+    if not card_problems:
+        report(f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists; {CROISSANT_NAME} names every table",
+               True)  # fmt: skip
+    if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
+        check_configs(root, meta, report)
+    check_traces(root, report)
+    if recompute:
+        check_recomputed_tables(root, report)
+    return result

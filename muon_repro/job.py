@@ -1,0 +1,193 @@
+"""``muon-repro run``: the whole job, one stage after the other, resumable at any point.
+
+    bench     record every configuration (complete runs are skipped)   -> traces/
+    analyze   traces -> tables                                          -> metrics/
+    figures   tables -> figures                                         -> figures/
+    report    tables + figures -> report.md, report.pdf                 -> report/
+    card      the dataset card, how to cite it, its Croissant metadata  -> dataset_card.md, CITATION.cff, croissant.json
+    bundle    what gets published, then verified                        -> dist/dataset/, MANIFEST.sha256
+
+Each stage is a function of :mod:`muon_repro.stages`. Every stage writes atomically, so an
+interrupted run leaves the previous artifacts intact, and running again redoes only what is
+missing (the benchmark stage) or cheap (the rest).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from muon_repro import stages
+from muon_repro.dataset.citation import CFF_NAME
+from muon_repro.dataset.croissant import CROISSANT_NAME
+from muon_repro.tables.files import write_atomic
+
+STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunPlan:
+    out: Path
+    scale: str = "cpu"
+    configs: tuple[str, ...] = ("reference",)
+    trials: int = 3
+    backend: str | None = None
+    force: bool = False
+    progress: bool = True
+    profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
+    command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def traces(self) -> Path:
+        return self.out / "traces"
+
+    @property
+    def metrics(self) -> Path:
+        return self.out / "metrics"
+
+    @property
+    def figures(self) -> Path:
+        return self.out / "figures"
+
+    @property
+    def report(self) -> Path:
+        return self.out / "report"
+
+    @property
+    def bundle(self) -> Path:
+        return self.out / "dist" / "dataset"
+
+    @property
+    def analysis_scripts(self) -> Path:
+        return self._shipped("analysis_scripts")
+
+    @property
+    def docs(self) -> Path:
+        return self._shipped("docs")
+
+    def _shipped(self, folder: str) -> Path:
+        """A folder the repository ships: the artifact root's own copy, else the repository's."""
+        local = self.out / folder
+        return local if local.is_dir() else REPO_ROOT / folder
+
+
+def stage_bench(plan: RunPlan) -> None:
+    from muon_repro.bench.sweep import format_results
+
+    results = stages.bench(plan.configs, plan.traces, scale=plan.scale, trials=plan.trials, backend=plan.backend, force=plan.force,
+                           progress=plan.progress, command=plan.command, profile=plan.profile)  # fmt: skip
+    print(format_results(results))
+
+
+def stage_analyze(plan: RunPlan) -> None:
+    tables = stages.analyze([plan.traces], plan.metrics)
+    print("tables: " + ", ".join(f"{name} ({len(df)} rows)" for name, df in tables.items()))
+
+
+def stage_figures(plan: RunPlan) -> None:
+    for name, path in stages.figures(plan.metrics, plan.figures).items():
+        print(f"{name:20s} {path} (+ .svg)")
+
+
+def stage_report(plan: RunPlan) -> None:
+    for fmt, path in stages.report(plan.metrics, plan.figures, plan.report).items():
+        print(f"{fmt:4s} {path}")
+
+
+def _sources(plan: RunPlan):
+    from muon_repro.dataset.bundle import Sources
+
+    return Sources(plan.traces, plan.metrics, plan.figures, plan.report, plan.analysis_scripts, plan.docs)
+
+
+def _meta(plan: RunPlan):
+    from muon_repro import __version__
+    from muon_repro.dataset.meta import BundleMeta
+
+    return BundleMeta(version=__version__, date=release_date(plan.metrics))
+
+
+def stage_card(plan: RunPlan) -> None:
+    card = stages.card(_sources(plan), _meta(plan), plan.out / "dataset_card.md")
+    print(f"Wrote {card}, {plan.out / CFF_NAME}, {plan.out / CROISSANT_NAME}")
+
+
+def stage_bundle(plan: RunPlan) -> None:
+    entries, warnings = stages.bundle(_sources(plan), _meta(plan), plan.bundle)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"Bundle in {plan.bundle}: {len(entries) + 1} files, {sum(e.size for e in entries)} bytes")
+    # The manifest beside the committed artifacts is the bundle's: same files, same digests (the card
+    # stage wrote CITATION.cff and croissant.json beside them, byte for byte the bundle's).
+    write_atomic(plan.out / "MANIFEST.sha256", (plan.bundle / "MANIFEST.sha256").read_bytes())
+    result = stages.verify(plan.bundle, echo=print)
+    if not result.ok:
+        raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))
+    print(f"{plan.bundle}: all {len(result.passed)} checks passed.")
+
+
+def release_date(metrics: Path) -> str:
+    """The day the newest run was recorded (runs.recorded_at), so the card and the manifest follow from the data."""
+    from muon_repro.tables.io import read_table
+
+    try:
+        recorded = read_table(metrics / "runs.parquet", "runs", check_set=False)["recorded_at"].dropna()
+    except (OSError, ValueError, KeyError):
+        recorded = []
+    return max(str(r) for r in recorded)[:10] if len(recorded) else datetime.now().date().isoformat()
+
+
+STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {
+    "bench": stage_bench,
+    "analyze": stage_analyze,
+    "figures": stage_figures,
+    "report": stage_report,
+    "card": stage_card,
+    "bundle": stage_bundle,
+}
+
+
+def run_job(plan: RunPlan) -> dict[str, float]:
+    """Run every stage in order; return each stage's wall time in seconds."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    for i, stage in enumerate(STAGES, 1):
+        print(f"\n==> [{i}/{len(STAGES)}] {stage}", flush=True)
+        t0 = time.perf_counter()
+        STAGE_FUNCTIONS[stage](plan)
+        plan.stage_seconds[stage] = time.perf_counter() - t0
+        print(f"    {stage} done in {plan.stage_seconds[stage]:.1f} s", flush=True)
+    return plan.stage_seconds
+
+
+def claims_summary(metrics: Path) -> str:
+    """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict."""
+    import pandas as pd
+
+    from muon_repro.tables.io import read_table
+
+    claims = read_table(metrics / "claims.parquet", "claims")
+
+    def number(value) -> str:
+        return "-" if pd.isna(value) else f"{float(value):.3g}"
+
+    def measured(c) -> str:
+        if pd.isna(c["measured_value"]):
+            return "-"
+        return f"{number(c['measured_value'])} [{number(c['measured_low'])}, {number(c['measured_high'])}]"
+
+    header = ["claim", "claimed", "measured [95% interval]", "verdict"]
+    rows = [[str(c["claim"]), number(c["claimed_value"]), measured(c), str(c["verdict"])] for _, c in claims.iterrows()]
+    widths = [min(64, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    causes = [f"- {c['claim_id']}: {c['explanation']}" for _, c in claims.iterrows() if str(c["explanation"] or "")]
+    return "\n".join([*table, "", "Why (measured causes):", *causes])

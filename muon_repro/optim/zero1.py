@@ -1,0 +1,237 @@
+"""ZeRO-1 over data parallel: the base both distributed optimizers share (arXiv 2502.16982, Algorithm 1).
+
+Each rank keeps the full TP-local parameters (as views into one flat buffer, laid out by a
+:class:`~muon_repro.optim.layout.ShardPlan`) but optimizer state only for its DP shard of it.
+:class:`ZeroOneOptimizer` holds the flat buffers, the inverse pair that brackets every step::
+
+    dp_reduce_scatter   every rank's full gradients -> this rank's averaged gradient shard
+    dp_all_gather       this rank's updated parameter shards -> every DP rank's full parameters
+
+and AdamW's element-wise step on this rank's shard, the optimizer-state accounting and the
+checkpoint checks. What happens between the pair is the subclasses' (:mod:`muon_repro.optim.distributed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from muon_repro.optim.layout import ParamSpec, ShardPlan
+from muon_repro.optim.muon import adamw_param_step
+from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
+from muon_repro.parallel import comm
+from muon_repro.parallel.mesh import ParallelDims
+from muon_repro.parallel.tensor_parallel import tp_partition_dim
+from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER
+
+MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
+
+
+@dataclass
+class StepStats:
+    """What one rank did in its last ``step()``."""
+
+    ns_calls: int = 0
+    ns_flops: int = 0
+    transient_bytes: int = 0  # largest set of gather/shard buffers alive at once
+    update_rms: dict[str, torch.Tensor] = field(default_factory=dict)  # matrices this rank orthogonalized
+
+
+def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor, dict, str]]:
+    """``(param, group, name)`` of every parameter, in model order.
+
+    The model order comes from the groups' ``model_indices`` (set by
+    :func:`~muon_repro.optim.muon_param_groups`) when every group has them; otherwise it is the
+    order the parameters appear in the groups. Muon groups must hold matrices only.
+    """
+    members, indices = [], []
+    with_indices = [MODEL_INDICES in group for group in param_groups]
+    if any(with_indices) and not all(with_indices):
+        missing = [g for g, has in enumerate(with_indices) if not has]
+        raise ValueError(f"param_groups {missing} have no {MODEL_INDICES!r} while others do: give every group one, or none")
+    for g, group in enumerate(param_groups):
+        params = group["params"]
+        names = group.get("names") or [f"param_groups[{g}].params[{i}]" for i in range(len(params))]
+        if len(names) != len(params):
+            raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(names)} names")
+        if group["use_muon"]:
+            check_muon_group(params, names)
+        group_indices = group.get(MODEL_INDICES, range(len(indices), len(indices) + len(params)))
+        if len(group_indices) != len(params):
+            raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(group_indices)} {MODEL_INDICES}")
+        members += [(p, group, name) for p, name in zip(params, names)]
+        indices += list(group_indices)
+    if not all(isinstance(i, int) and i >= 0 for i in indices) or len(set(indices)) != len(indices):
+        raise ValueError(f"{MODEL_INDICES} must be distinct non-negative integers, got {indices}")
+    return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
+
+
+class ZeroOneOptimizer(torch.optim.Optimizer):
+    """Flat buffers, the DP reduce-scatter / all-gather pair, and AdamW on this rank's shard.
+
+    The flat buffer follows Megatron's order, the reverse of the model's (see
+    :mod:`muon_repro.optim.layout`); the model order comes from the param groups'
+    ``model_indices`` (:func:`~muon_repro.optim.muon_param_groups` records them), else from the
+    order of the parameters in the groups. Subclasses decide what happens between the
+    reduce-scatter and the parameter all-gather.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        dims: ParallelDims,
+        defaults: dict,
+        layout: str,
+        bucket_elems: int | None,
+        reduce_dtype: torch.dtype,
+    ) -> None:
+        super().__init__(params, defaults)
+        self.dims = dims
+        self.reduce_dtype = reduce_dtype
+        # Parameters in model order (the plan lays the buffer out in reverse, as Megatron does).
+        members = _members_in_model_order(self.param_groups)
+        self._params: list[torch.Tensor] = [p for p, _, _ in members]
+        self._groups: list[dict] = [group for _, group, _ in members]
+        specs = [
+            ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"]))
+            for p, group, name in members
+        ]
+        self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems)
+        self.stats = StepStats()
+        self._build_flat_buffers()
+
+    # ---------------------------------------------------------------- buffers
+
+    def _build_flat_buffers(self) -> None:
+        """Move every parameter into ``param_flat`` (the model keeps views) and map this rank's shard."""
+        device = self._params[0].device
+        dp_rank = self.dims.dp_rank
+        self.param_flat = torch.zeros(self.plan.total, dtype=torch.float32, device=device)
+        self.grad_flat = torch.zeros(self.plan.total, dtype=self.reduce_dtype, device=device)
+        for slot, p in zip(self.plan.slots, self._params):
+            if p.dtype != torch.float32:
+                raise ValueError(f"parameter {slot.spec.name!r} is {p.dtype}; the ZeRO-1 optimizers keep fp32 parameters")
+            view = self.param_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
+            view.copy_(p.detach().reshape(-1))
+            p.data = view.view_as(p)
+        # Where each parameter must live for step() to see it (checked every step, computed once).
+        self._param_ptrs = [p.data_ptr() for p in self._params]
+        # This rank's shard of every bucket, back to back.
+        self._shard_base = []
+        base = 0
+        for bucket in self.plan.buckets:
+            self._shard_base.append(base)
+            base += bucket.shard_size
+        self.grad_shard = torch.zeros(base, dtype=self.reduce_dtype, device=device)
+        self._my_pieces = []  # (slot, piece, param view, offset in the grad shard), in flat order
+        for slot, piece in self.plan.pieces_of(dp_rank):
+            bucket = self.plan.buckets[slot.bucket]
+            local = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
+            self._my_pieces.append(
+                (slot, piece, self.param_flat[piece.flat_start : piece.flat_start + piece.length], local)
+            )
+
+    def _check_params(self) -> None:
+        for slot, p, ptr in zip(self.plan.slots, self._params, self._param_ptrs):
+            if p.data_ptr() != ptr or tuple(p.shape) != slot.spec.local_shape:
+                raise ValueError(
+                    f"parameter {slot.spec.name!r} (shape {tuple(p.shape)}) no longer lives in the optimizer's "
+                    f"flat buffer (expected shape {slot.spec.local_shape}); build the optimizer after the model "
+                    "is final and do not reassign parameter data"
+                )
+            if p.grad is not None and p.grad.shape != p.shape:
+                raise ValueError(f"gradient of {slot.spec.name!r} has shape {tuple(p.grad.shape)}, expected {tuple(p.shape)}")
+
+    def _grad_view(self, local_offset: int, length: int) -> torch.Tensor:
+        return self._grad_shard_fp32[local_offset : local_offset + length]
+
+    # ---------------------------------------------------------------- reduce-scatter <-> all-gather
+
+    def _dp_reduce_scatter_grads(self) -> None:
+        """Every rank's full gradients -> this rank's shard of their DP average (fp32)."""
+        for slot, p in zip(self.plan.slots, self._params):
+            dst = self.grad_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
+            if p.grad is None:
+                dst.zero_()
+            else:
+                dst.copy_(p.grad.reshape(-1))
+        for bucket, base in zip(self.plan.buckets, self._shard_base):
+            comm.reduce_scatter_into(
+                self.grad_shard[base : base + bucket.shard_size],
+                self.grad_flat[bucket.start : bucket.start + bucket.size],
+                self.dims.dp_group,
+                phase=DP_REDUCE_SCATTER,
+            )
+        self._grad_shard_fp32 = self.grad_shard.float().div_(self.dims.dp)
+
+    def _dp_all_gather_params(self) -> None:
+        """This rank's updated parameter shards -> every DP rank's full parameters."""
+        dp_rank = self.dims.dp_rank
+        for bucket in self.plan.buckets:
+            start = bucket.shard_start(dp_rank)
+            shard = self.param_flat[start : start + bucket.shard_size].clone()
+            comm.all_gather_into(
+                self.param_flat[bucket.start : bucket.start + bucket.size], shard, self.dims.dp_group, phase=DP_ALL_GATHER
+            )
+
+    def _adamw_update(self) -> None:
+        for slot, piece, param_view, local in self._my_pieces:
+            if not slot.spec.use_muon:
+                state, group = self.state[self._params[slot.index]], self._groups[slot.index]
+                adamw_param_step(state, param_view, self._grad_view(local, piece.length), group)
+
+    # ---------------------------------------------------------------- accounting and checkpoints
+
+    def state_bytes_by_param(self) -> dict[str, int]:
+        """Moment-buffer bytes this rank holds for each parameter (0 where it holds no piece)."""
+        return {
+            slot.spec.name: sum(t.numel() * t.element_size() for k, t in self.state.get(p, {}).items() if k in MOMENT_KEYS)
+            for slot, p in zip(self.plan.slots, self._params)
+        }
+
+    def state_bytes(self) -> dict[str, int]:
+        """Steady-state optimizer state on this rank, split by update rule: Muon momentum, AdamW moments."""
+        out = {"muon": 0, "adamw": 0}
+        for slot, nbytes in zip(self.plan.slots, self.state_bytes_by_param().values()):
+            out["muon" if slot.spec.use_muon else "adamw"] += nbytes
+        return out
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        sd["zero1"] = self._fingerprint()
+        return sd
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("zero1", None)
+        mine = self._fingerprint()
+        if saved is None:
+            raise ValueError("optimizer checkpoint has no 'zero1' entry: it was not saved by a ZeRO-1 optimizer")
+        for key in ("optimizer", "buffer_order", "layout", "dp", "tp", "dp_rank", "tp_rank", "bucket_elems"):
+            if saved.get(key) != mine[key]:
+                raise ValueError(
+                    f"optimizer checkpoint was saved with {key}={saved.get(key)!r}, this optimizer has {key}={mine[key]!r}"
+                )
+        for i, (got, want) in enumerate(zip(saved["params"], mine["params"])):
+            if got != want:
+                raise ValueError(
+                    f"optimizer checkpoint parameter {i} is {got}, but this model has {want}: "
+                    "the model does not match the checkpoint's flat buffer"
+                )
+        if len(saved["params"]) != len(mine["params"]):
+            raise ValueError(f"optimizer checkpoint holds {len(saved['params'])} parameters, this model {len(mine['params'])}")
+        super().load_state_dict(state_dict)
+        # torch puts new dicts in param_groups: point each parameter at its new group, or a step
+        # would keep reading the old groups' hyperparameters (an lr schedule set on param_groups lost).
+        self._groups = [group for _, group, _ in _members_in_model_order(self.param_groups)]
+
+    def _fingerprint(self) -> dict:
+        return {
+            "optimizer": type(self).__name__,
+            "tp": self.dims.tp,
+            "dp_rank": self.dims.dp_rank,
+            "tp_rank": self.dims.tp_rank,
+            **self.plan.fingerprint(),
+        }

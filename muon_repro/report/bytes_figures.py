@@ -1,0 +1,168 @@
+"""The report's figures on bytes, each rank's: the optimizer state it holds (Muon vs AdamW per process
+grid, and Muon's transient gather buffers), and the optimizer bytes it sends per step by ZeRO-1 layout
+from three sources (analytic model, run-time ledger, trace). Tables in, PNG + SVG path out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from muon_repro.report import derive, style
+from muon_repro.report.plotting import (
+    add_legend,
+    add_title,
+    group_ticks,
+    grouped_positions,
+    new_figure,
+    save_figure,
+    set_min_span,
+    show_no_data,
+    styled,
+)
+from muon_repro.report.selection import grids, pair_at, representative_runs, sort_runs
+
+# ---------------------------------------------------------------- 4. optimizer-state memory
+
+
+@styled
+def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Path:
+    """Optimizer state per rank, Muon vs AdamW per (dp, tp): steady state (Muon momentum, AdamW
+    moments; mean over ranks, tick: the largest rank) and, apart, the transient gather buffers."""
+    reps = representative_runs(runs)
+    st = derive.state_by_run(ranks, reps["run"]).set_index("run")
+    fig, axes = new_figure(3.3, ncols=2, gridspec_kw={"width_ratios": [1.6, 1]})
+    ax, ax_t = axes
+    pos, ticks, groups = grouped_positions(reps)
+    for x, (_, r) in zip(pos, ticks.iterrows()):
+        row = st.loc[r["run"]]
+        m, a = float(row["muon"]) / style.MIB, float(row["adamw"]) / style.MIB
+        ax.bar(x, m, 0.7, color=style.OPTIMIZER_COLORS["muon"])
+        ax.bar(x, a, 0.7, bottom=m, color=style.OPTIMIZER_COLORS["adamw"])
+        largest = float(row["largest"]) / style.MIB
+        ax.plot([x - 0.35, x + 0.35], [largest] * 2, color="black", linewidth=1.6)
+        ax.text(x, m + a, f"{m + a:.3g}", ha="center", va="bottom", fontsize=7.5)
+    group_ticks(ax, pos, ticks, groups)
+    muon = reps[reps["optimizer"] == "muon"]
+    if len(muon):
+        muon_grids = [(int(r["dp"]), int(r["tp"])) for _, r in muon.iterrows()]
+        t = [float(st.loc[r["run"], "transient"]) / style.MIB for _, r in muon.iterrows()]
+        ax_t.bar(range(len(t)), t, 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
+        for i, v in enumerate(t):
+            ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7.5)
+        ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in muon_grids], fontweight="bold", fontsize=8.5)
+        ax_t.grid(axis="x", visible=False)
+        set_min_span(ax_t, 0, len(t) - 1, 2.4)
+    else:
+        show_no_data(ax_t, "no Muon run:\nno gather buffers")
+    ax.set_ylabel("steady state per rank (MiB)\nbar: mean over ranks")
+    ax_t.set_ylabel("peak per rank (MiB)")
+    ax.set_title("optimizer state (steady)", fontsize=9)
+    ax_t.set_title("Muon's gather buffers (transient)", fontsize=9)
+    handles = [
+        Patch(color=style.OPTIMIZER_COLORS["muon"], label="Muon momentum (1 value per element)"),
+        Patch(color=style.OPTIMIZER_COLORS["adamw"], label="AdamW moments (2 values per element)"),
+        Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks are uneven)"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+    ratios = []
+    for dp, tp in grids(reps):
+        pair = pair_at(reps, dp, tp)
+        if pair:
+            m, a = (float(st.loc[p["run"], "muon"] + st.loc[p["run"], "adamw"]) for p in pair)
+            if a > 0:
+                ratios.append(f"{style.grid_label(dp, tp)} {m / a:.2f}×")
+    takeaway = (
+        ("Muon / AdamW mean state: " + ", ".join(ratios) + " (claim 0.5×: only the matrices drop to one moment)")
+        if ratios
+        else "only one optimizer recorded: no Muon / AdamW ratio"
+    )
+    add_title(fig, "Optimizer-state memory per rank, Muon vs AdamW (ZeRO-1 divides it by DP)", takeaway, bottom_in=0.3)
+    return save_figure(fig, out)
+
+
+# ---------------------------------------------------------------- 5. bytes per step by layout, three sources
+
+
+@styled
+def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, out: str | Path) -> Path:
+    """Optimizer bytes per rank per step by phase, for each layout: analytic model, run-time ledger, trace."""
+    reps = sort_runs(runs)
+    # The grid with the most variants (the layout ablation's DP2·TP2 in the reference set).
+    counts = reps.groupby(["dp", "tp"]).size().sort_values(ascending=False, kind="stable")
+    dp, tp = (int(v) for v in counts.index[0])
+    rs = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
+    rs = pd.concat([rs[rs["optimizer"] == "adamw"].head(1), rs[rs["optimizer"] == "muon"].drop_duplicates("layout")])
+    sources = tuple(style.BYTE_SOURCE_HATCH)
+    fig, (ax,) = new_figure(3.8)
+    x, centers, group_labels, ratio_text = 0.0, [], [], []
+    adamw_total = None
+    tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
+    for _, r in rs.iterrows():
+        table = tables[str(r["run"])]
+        starts, top = [], 0.0
+        for source in sources:
+            bottom = 0.0
+            col = table[source]
+            for phase in style.OPTIMIZER_COMM_PHASES:
+                v = col.get(phase)
+                if v is None or pd.isna(v):
+                    continue
+                ax.bar(
+                    x,
+                    v / style.MB,
+                    0.8,
+                    bottom=bottom,
+                    color=style.PHASE_COLORS[phase],
+                    hatch=style.BYTE_SOURCE_HATCH[source],
+                    edgecolor="white",
+                    linewidth=0.4,
+                )
+                bottom += v / style.MB
+            top = max(top, bottom)
+            if col.isna().all():
+                ax.text(x, 0, "not\nrecorded", ha="center", va="bottom", fontsize=6, rotation=90)
+            starts.append(x)
+            x += 0.85
+        total = derive.total_bytes(table)
+        optimizer = str(r["optimizer"])
+        if optimizer == "adamw":
+            adamw_total = total
+        ax.text(float(np.mean(starts)), top, f"{total / style.MB:.3g} MB", ha="center", va="bottom", fontsize=7.5)
+        centers.append(float(np.mean(starts)))
+        label = style.OPTIMIZER_LABELS[optimizer] + ("" if optimizer == "adamw" else "\n" + str(r["layout"]).replace("_", "-"))
+        group_labels.append(label)
+        x += 0.6
+    ax.set_xticks(centers, group_labels)
+    set_min_span(ax, centers[0] - 0.85, centers[-1] + 0.85, 5.0)
+    ax.set_ylabel("bytes sent per rank per step (MB)\noptimizer phases only")
+    handles = [Patch(color=style.PHASE_COLORS[p], label=style.PHASE_LABELS[p]) for p in style.OPTIMIZER_COMM_PHASES]
+    handles += [
+        Patch(
+            facecolor="white",
+            edgecolor="#555555",
+            hatch=style.BYTE_SOURCE_HATCH[s],
+            label=f"bar {i + 1}: {style.BYTE_SOURCE_LABELS[s]}",
+        )
+        for i, s in enumerate(sources)
+    ]
+    add_legend(ax, handles)
+    if adamw_total:
+        for _, r in rs[rs["optimizer"] == "muon"].iterrows():
+            total = derive.total_bytes(tables[str(r["run"])])
+            ratio_text.append(f"{str(r['layout']).replace('_', '-')} {total / adamw_total:.3f}×")
+    gap = max(derive.source_gap(t) for t in tables.values())
+    recorded = [s for s in sources if all(t[s].notna().all() for t in tables.values())]
+    which = "the three sources" if len(recorded) == len(sources) else "the sources recorded (" + ", ".join(recorded) + ")"
+    agree = f"{which} agree exactly" if gap == 0 else f"{which} differ by up to {100 * gap:.2g}%"
+    takeaway = (
+        (f"{style.grid_label(dp, tp)}: Muon / AdamW bytes " + ", ".join(ratio_text) + f" (paper: (1, 1.25]); {agree}")
+        if ratio_text
+        else (f"{style.grid_label(dp, tp)}: {agree} (no AdamW run to compare with)")
+    )
+    add_title(fig, "Optimizer communication per rank per step by ZeRO-1 layout: analytic, ledger, trace", takeaway)
+    return save_figure(fig, out)

@@ -1,0 +1,181 @@
+"""The report's bullets on where its results stop holding: "Where the gains hold, vanish or invert"
+(computed from the tables, never canned numbers; the section's figures and tables are
+:mod:`muon_repro.report.regimes_section`'s) and "Limitations"."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from muon_repro.report import derive, style
+from muon_repro.report.data import ReportData, fmetric, metric
+from muon_repro.report.formatting import mib, ms, pct, ratio
+from muon_repro.report.results_section import adamw_partner, has_values
+from muon_repro.report.selection import representative_runs, run_label, sort_runs
+
+
+def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float]) -> list[str]:
+    """Where Muon's measured gains hold, vanish or invert in these runs: communication per grid, Newton-Schulz
+    against forward+backward, the layouts' bytes, pure TP, optimizer state and a compute-bound optimizer."""
+    runs, comp = data.runs, data.comparisons
+    out = []
+    worse, better = [], []
+    # Transfer time (from the group's last arrival) when the analysis splits it off: waiting for a
+    # slower rank's Newton-Schulz is not communication (docs/method.md#wait-and-transfer).
+    col = "comm_transfer_ms_ratio" if has_values(comp, "comm_transfer_ms_ratio") else "comm_ms_ratio"
+    what = (
+        "communication transfer time (waiting for other ranks left out)"
+        if col == "comm_transfer_ms_ratio"
+        else "communication time"
+    )
+    for _, c in comp.iterrows():
+        r_ = float(metric(c, col, "comparisons", "muon_run"))
+        grid = style.grid_label(int(c["dp"]), int(c["tp"]))
+        name = f"{grid} {str(c['layout']).replace('_', '-')} ({r_:.2f}×, {c['muon_run']})"
+        (worse if r_ >= 1 else better).append(name)
+    if worse:
+        out.append(
+            f"Muon spends as much {what} as AdamW or more at "
+            + "; ".join(worse)
+            + ". The seed's advantage (0.57× at DP2·TP2 on 4 GPUs) inverts there."
+        )
+    if better:
+        out.append(f"Muon spends less {what} than AdamW at " + "; ".join(better) + ".")
+    # Newton-Schulz against forward+backward: what makes Muon's optimizer step matter, and how it scales.
+    for _, r in representative_runs(runs).iterrows():
+        if r["optimizer"] != "muon" or not all(
+            derive.has_value(r, c) for c in ("ns_flops_max_rank", "train_flops", "world_size", "tokens_per_step")
+        ):
+            continue
+        per_rank = fmetric(r, "train_flops") / fmetric(r, "world_size")
+        if per_rank > 0:
+            out.append(
+                f"{run_label(r)}: Newton-Schulz does {fmetric(r, 'ns_flops_max_rank') / 1e9:.3g} GFLOP per step "
+                f"on the busiest rank, {fmetric(r, 'ns_flops_max_rank') / per_rank:.2g}× that rank's forward+backward "
+                f"({per_rank / 1e9:.3g} GFLOP at {int(metric(r, 'tokens_per_step')):,} tokens per step). "
+                "Forward+backward FLOPs grow with the tokens per step, "
+                "Newton-Schulz FLOPs do not (they depend on the matrices alone): the more tokens a step trains, the smaller "
+                "Muon's extra time per token."
+            )
+        break
+    # Layouts: what each costs in bytes against the contiguous layout at the same grid.
+    muon = runs[runs["optimizer"] == "muon"]
+    for (dp, tp), g in muon.groupby(["dp", "tp"]):
+        by_layout = {
+            str(layout): bytes_totals[str(sort_runs(sub).iloc[0]["run"])] for layout, sub in g.groupby("layout", sort=False)
+        }
+        if "contiguous" in by_layout and len(by_layout) > 1:
+            base = by_layout["contiguous"]
+            parts = [f"{k.replace('_', '-')} {v / base:.2f}×" for k, v in by_layout.items() if k != "contiguous"]
+            out.append(
+                f"ZeRO-1 layout at {style.grid_label(int(dp), int(tp))}: optimizer bytes against the contiguous layout: "
+                + ", ".join(parts)
+                + " (bucketed gathers every matrix on every DP rank; whole-matrix needs no DP gather)."
+            )
+    pure_tp = comp[(comp["dp"] == 1) & (comp["tp"] > 1)]
+    for _, c in pure_tp.iterrows():
+        out.append(
+            f"{style.grid_label(1, int(c['tp']))}: with no data parallelism AdamW has no optimizer communication at all, "
+            f"so every byte of Muon's TP gather is extra ({ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')} "
+            "AdamW's bytes, the model's own TP traffic included)."
+        )
+    # State: the 50% saving applies to the matrices only.
+    st = state.set_index("run")
+    for _, r in representative_runs(runs).iterrows():
+        if r["optimizer"] != "muon" or r["run"] not in st.index:
+            continue
+        m_b, a_b = float(st.loc[r["run"], "muon"]), float(st.loc[r["run"], "adamw"])
+        if m_b + a_b <= 0:
+            continue
+        matrix_share = (m_b / 4) / (m_b / 4 + a_b / 8)  # fp32: 1 value per Muon element, 2 per AdamW element
+        out.append(
+            f"Optimizer state: {100 * matrix_share:.0f}% of the parameters are hidden matrices (Muon, one moment); "
+            "embeddings, head and norms keep AdamW's two, "
+            f"so the best ratio here is {(matrix_share + 2 * (1 - matrix_share)) / 2:.2f}×, not 0.5×; "
+            "the larger the model, the closer to 0.5×."
+        )
+        uneven = [
+            (float(st.loc[u, "largest"]) / (float(st.loc[u, "muon"] + st.loc[u, "adamw"])), u)
+            for u in muon["run"]
+            if u in st.index
+        ]
+        worst, u = max(uneven)
+        if worst > 1.2:
+            u_row = runs[runs["run"] == u].iloc[0]
+            out.append(
+                f"{run_label(u_row)} ({u}): ZeRO-1 chunks split the state unevenly; "
+                f"the largest rank holds {mib(st.loc[u, 'largest'])} "
+                f"against a mean of {mib(st.loc[u, 'muon'] + st.loc[u, 'adamw'])} "
+                "(a rank whose chunk is the embedding or head pays AdamW's two moments for it), "
+                "so the memory that limits a run saves less than the mean suggests."
+            )
+        transient = float(st.loc[r["run"], "transient"])
+        twin = adamw_partner(data, r)
+        if twin and twin in st.index:
+            saved = float(st.loc[twin, "adamw"] + st.loc[twin, "muon"]) - (m_b + a_b)
+            if transient > saved > 0:
+                out.append(
+                    f"{run_label(r)}: Muon's transient Newton-Schulz gather buffers peak at {mib(transient)} per rank, "
+                    f"more than the {mib(saved)} of state it saves; at this model size the peak, not the steady state, "
+                    "decides memory."
+                )
+        break
+    shares = pd.Series([derive.optimizer_share(r) for _, r in muon.iterrows()], dtype="float64")
+    if len(shares) and float(shares.min()) > 0.05:
+        span = pct(shares.min()) if pct(shares.min()) == pct(shares.max()) else f"{pct(shares.min())}–{pct(shares.max())}"
+        out.append(
+            f"Compute-bound optimizer: on this hardware the Muon optimizer step is {span} of the step "
+            "(Newton-Schulz on CPU cores shared by all ranks): the optimizer's computation, not its communication, decides "
+            "Muon's step time here."
+        )
+    if not out:
+        out.append("No regime in these runs where Muon's measured gains disappear or invert.")
+    return out
+
+
+def limitations(data: ReportData) -> list[str]:
+    """What these runs cannot say: the backend and devices, how few trials and steps, and their spread."""
+    runs = data.runs
+    backends = sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})
+    out = []
+    if any(str(d) != "cuda" for d in runs["device"]):
+        out.append(
+            "gloo on CPU is not NCCL over PCIe or NVLink: collectives are memory copies between processes on the same host, "
+            "all ranks share the host's cores (so compute and communication contend), and Newton-Schulz runs in fp32 on the CPU. "
+            "Times answer 'how does the data flow behave', not 'how fast is it on GPUs'."
+        )
+    out.append(
+        f"Backends and devices measured: {', '.join(backends)}. A claim made on GPUs is judged here by the same rule as any "
+        "other; where it does not hold, its explanation names the measured cause on this machine."
+    )
+    shapes = sorted(
+        {(int(metric(r, "trials")), int(metric(r, "steps")) // max(int(metric(r, "trials")), 1)) for _, r in runs.iterrows()}
+    )
+    out.append(
+        "Each run profiles " + ", ".join(f"{t} trial(s) × {s} step(s)" for t, s in shapes) + " after warm-up; the 95% intervals "
+        "of the claims say how far so few samples pin the medians down."
+    )
+    spreads = []
+    for _, r in runs.iterrows():
+        per_trial = derive.trial_medians(data.steps, str(r["run"]))
+        if len(per_trial) > 1 and float(per_trial.min()) > 0:
+            spreads.append((float(per_trial.max() / per_trial.min()), r, per_trial))
+    if spreads:
+        ratio_, r, per_trial = max(spreads, key=lambda x: x[0])
+        out.append(
+            f"Trial-to-trial spread: the median step time of one trial differs from another's by up to {ratio_:.2f}× "
+            f"({run_label(r)}: {', '.join(ms(v) for v in per_trial)} in its {len(per_trial)} trials); the machine is shared, "
+            "which is why the trials of all configurations are interleaved."
+        )
+    dup = runs.groupby(["optimizer", "dp", "tp", "layout"])["step_ms"].agg(["count", "min", "max"])
+    dup = dup[dup["count"] > 1]
+    for (opt, dp, tp, layout), d in dup.iterrows():
+        out.append(
+            f"Run-to-run spread: {style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(dp), int(tp))} {layout} "
+            f"was recorded {int(d['count'])} times, with median step times from {ms(d['min'])} to {ms(d['max'])}."
+        )
+    out.append("Loss is shown over a handful of steps as a check that both optimizers learn; it is not a convergence comparison.")
+    out.append(
+        "Bytes count what each rank sends under the ring model (docs/method.md, Communication model); the trace's bytes come "
+        "from call sizes, not from a NIC counter."
+    )
+    return out

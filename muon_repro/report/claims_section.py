@@ -1,0 +1,268 @@
+"""The report's claims: the claims table in the report's words, and the summary made from it.
+
+Each claim's measured value with its 95% interval, the region of values that agree with it and the
+analysis's verdict, written in the claim's unit (``1.62× (1.48–1.77)``, ``≤ +3.0%``); one table
+column per hardware profile; and the summary's lines, one per kind of claim.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pandas as pd
+
+from muon_repro.hardware import rows_of_profile
+from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
+from muon_repro.report.formatting import as_number, pct, ratio
+
+# How the claimed values read (the claims table has the number; these keep the claim's own wording).
+CLAIMED_DISPLAY = {
+    "comm_time_dp2_tp2": "0.57×",
+    "optimizer_share": "~1.1%",
+    "state_memory": "0.5× (50% less)",
+    "hybrid_beats_pure": "below 1×",
+    "async_slowdown": "~2×",
+    "comm_bytes_ratio": "(1, 1.25]×",
+    "latency_overhead": "1–3%",
+    "muon_leading_steps": "above 0 (fewer steps)",
+}
+SHORT = {
+    "comm_time_dp2_tp2": "communication (transfer) time Muon/AdamW",
+    "comm_bytes_ratio": "bytes Muon/AdamW",
+    "optimizer_share": "optimizer share of the step",
+    "latency_overhead": "Muon step over AdamW step",
+    "hybrid_beats_pure": "DP2·TP2 over the faster pure grid",
+    "state_memory": "optimizer state Muon/AdamW",
+    "async_slowdown": "async over sync",
+    "muon_leading_steps": "leading ratio at the end",
+}
+SUMMARY_LINES = (
+    ("Communication", ("comm_bytes_ratio", "comm_time_dp2_tp2")),
+    ("Time", ("optimizer_share", "latency_overhead", "hybrid_beats_pure")),
+    ("Memory", ("state_memory",)),
+    ("Convergence", ("muon_leading_steps",)),
+)
+# The claims table's verdicts, as it writes them (muon_repro.analysis.claims); the report shows them as they are.
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured")
+
+
+def report_verdict(row: pd.Series, runs: pd.DataFrame) -> str:
+    """The claims table's verdict, as it is (one vocabulary, :data:`VERDICTS`, decided by the
+    analysis from the 95% interval and the claim's region); ``runs`` is not consulted. A verdict
+    outside the vocabulary (a claims table from an older analysis) is refused."""
+    verdict = str(metric(row, "verdict", "claims", "claim_id"))
+    if verdict not in VERDICTS:
+        raise MissingMetric(
+            f"metric claims.verdict of claim {row.get('claim_id', '?')} is {verdict!r}, not one of {', '.join(VERDICTS)}: "
+            "re-run `muon-repro analyze`"
+        )
+    return verdict
+
+
+def _kind(unit: str) -> str:
+    """How a claim's numbers read, from its unit: ``ratio`` (×), ``fraction`` (%), ``change`` (signed %), else plain."""
+    unit = unit or ""
+    if unit.startswith("fraction"):
+        return "change" if "- 1" in unit else "fraction"
+    return "ratio" if unit.startswith("ratio") else "plain"
+
+
+def claim_number(value: Any, unit: str, claim_id: str, what: str = "claims.measured_value", digits: int | None = None) -> str:
+    """One number of a claim in its unit: ``1.62×``, ``33.6%``, ``+69.6%``."""
+    kind, label = _kind(unit), f"{what} ({claim_id})"
+    if digits == 0:  # a claim's bound: as few digits as it has (0.456×, 1.5×, 2.2%)
+        v = as_number(value, label)
+        by_kind = {"ratio": f"{v:.3g}×", "fraction": f"{100 * v:.3g}%", "change": f"{100 * v:+.3g}%".replace("-", "−")}
+        return by_kind.get(kind, f"{v:.3g}")
+    if kind == "fraction":
+        return pct(value, label)
+    if kind == "change":
+        return pct(value, label, signed=True).replace("-", "−")
+    if kind == "ratio":
+        return ratio(value, label, digits or (3 if claim_id == "comm_bytes_ratio" else 2))
+    return f"{as_number(value, label):.3g}"
+
+
+def claim_measured(row: pd.Series) -> str:
+    """The measured value with its 95% interval: ``1.62× (1.48–1.77)``, ``−20.9% (−64.3% to +67.9%)``;
+    ``(no spread)`` when the interval is a point (bytes, state: the same on every rank)."""
+    cid, unit = str(row["claim_id"]), str(row["unit"])
+    if is_missing(row.get("measured_value")):
+        return "not measured"
+    value = claim_number(row["measured_value"], unit, cid)
+    if is_missing(row.get("measured_low")) or is_missing(row.get("measured_high")):
+        raise MissingMetric(
+            f"metric claims.measured_low/measured_high is missing for claim {cid} (its measured_value is {value})"
+        )
+    low = claim_number(row["measured_low"], unit, cid, "claims.measured_low")
+    high = claim_number(row["measured_high"], unit, cid, "claims.measured_high")
+    if low == high == value:
+        return f"{value} (no spread)"
+    kind = _kind(unit)
+    if kind == "change" or float(row["measured_low"]) < 0:
+        return f"{value} ({low} to {high})"
+    if kind == "ratio":
+        return f"{value} ({low.removesuffix('×')}–{high.removesuffix('×')})"
+    return f"{value} ({low.removesuffix('%')}–{high})"
+
+
+_REGION = re.compile(r"^\s*([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
+
+
+def claim_region(region: Any, unit: str, claim_id: str) -> str:
+    """The claims table's region (``[0.456, 0.684]``, ``(-inf, 0.03]``) in the claim's unit:
+    ``[0.456×, 0.684×]``, ``≤ +3.0%``."""
+    if is_missing(region):
+        raise MissingMetric(f"metric claims.region is missing for claim {claim_id}")
+    m = _REGION.match(str(region))
+    if not m:
+        raise MissingMetric(f"metric claims.region of claim {claim_id} is {region!r}, not an interval such as [0.45, 0.55]")
+    opening, lo, hi, closing = m.groups()
+
+    def bound(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError as exc:
+            raise MissingMetric(f"metric claims.region of claim {claim_id} has a bound {text!r} that is not a number") from exc
+
+    low, high = bound(lo), bound(hi)
+
+    def fmt(v: float) -> str:
+        return claim_number(v, unit, claim_id, "claims.region", digits=0)
+
+    if math.isinf(low) and math.isinf(high):
+        return "any value"
+    if math.isinf(low):
+        return f"{'≤' if closing == ']' else '<'} {fmt(high)}"
+    if math.isinf(high):
+        return f"{'≥' if opening == '[' else '>'} {fmt(low)}"
+    return f"{opening}{fmt(low)}, {fmt(high)}{closing}"
+
+
+CLAIM_COLUMNS = (
+    "claim_id",
+    "claim",
+    "source",
+    "claimed_value",
+    "region",
+    "measured_value",
+    "measured_low",
+    "measured_high",
+    "unit",
+    "conditions",
+    "verdict",
+    "explanation",
+)
+
+
+def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:
+    """The claims measured on one hardware profile (default: the view's, else the one with most runs)."""
+    profile = profile or data.profile or data.profiles[0]
+    claims = rows_of_profile(data.claims, profile)
+    require_columns(claims, "claims", CLAIM_COLUMNS)
+    if claims.empty:
+        raise MissingMetric(f"metrics table 'claims' has no rows for profile {profile}")
+    rows = []
+    for _, c in claims.iterrows():
+        cid = str(metric(c, "claim_id", "claims", "claim_id"))
+        unit = str(metric(c, "unit", "claims", "claim_id"))
+        claimed = CLAIMED_DISPLAY.get(cid) or (
+            claim_number(c["claimed_value"], unit, cid, "claims.claimed_value")
+            if not is_missing(c["claimed_value"])
+            else "not stated"
+        )
+        verdict = report_verdict(c, data.runs)
+        conditions = "" if is_missing(c["conditions"]) else str(c["conditions"]).strip()
+        explanation = "" if is_missing(c["explanation"]) else str(c["explanation"]).strip()
+        if verdict != "not measured" and not explanation:
+            raise MissingMetric(f"metric claims.explanation is missing for claim {cid} (verdict {verdict})")
+        rows.append(
+            {
+                "id": cid,
+                "claim": str(metric(c, "claim", "claims", "claim_id")),
+                "source": str(metric(c, "source", "claims", "claim_id")).split(":")[0],
+                "source_full": str(c["source"]),
+                "claimed": claimed,
+                "region": claim_region(c["region"], unit, cid),
+                "measured": claim_measured(c),
+                "unit": unit,
+                "conditions": conditions or "no run",
+                "verdict": verdict,
+                "explanation": explanation or "no explanation recorded",
+            }
+        )
+    return rows
+
+
+def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[str]]:
+    """The claims table: one row per claim, one column per hardware profile (its measurement and verdict),
+    and each row's measured causes. With one profile it reads as the one-machine table did, the profile named."""
+    profiles = data.profiles
+    by_profile = {p: {c["id"]: c for c in claims_rows(data, p)} for p in profiles}
+    first = by_profile[profiles[0]]
+    if len(profiles) == 1:
+        header = ["claim", "source", "claimed", "agrees if in", f"measured on {profiles[0]} (95% interval)", "verdict"]
+    else:
+        header = ["claim", "source", "claimed", "agrees if in", *(f"{p}: measured (95% interval), verdict" for p in profiles)]
+
+    def cells(cid: str) -> list[str]:
+        """The profile columns of one claim's row."""
+        if len(profiles) == 1:
+            return [first[cid]["measured"], first[cid]["verdict"]]
+        return [
+            f"{by_profile[p][cid]['measured']}, {by_profile[p][cid]['verdict']}" if cid in by_profile[p] else "no run"
+            for p in profiles
+        ]
+
+    rows = [[c["claim"], c["source"], c["claimed"], c["region"], *cells(cid)] for cid, c in first.items()]
+    notes = [
+        " ".join(
+            (f"{p}: " if len(profiles) > 1 else "") + by_profile[p][cid]["explanation"] for p in profiles if cid in by_profile[p]
+        )
+        for cid in first
+    ]
+    return header, rows, notes
+
+
+def profiles_note(data: ReportData) -> str:
+    """Which hardware profiles the tables hold, and which one the prose and figures describe."""
+    profiles, counts = data.profiles, data.runs["profile"].astype(str).value_counts()
+    if len(profiles) == 1:
+        return f"Every run was recorded on one hardware profile, {profiles[0]} (docs/method.md#hardware-profiles)."
+    listed = ", ".join(f"{p} ({int(counts.get(p, 0))} runs)" for p in profiles)
+    return (
+        f"The runs were recorded on {len(profiles)} hardware profiles: {listed}. The claims table has a column per profile; "
+        f"the other sections and figures describe {profiles[0]}, the profile with most runs "
+        f"(the others' are drawn under figures/<profile>/); a figure beside the claims table puts every claim of every "
+        f"profile side by side."
+    )
+
+
+def summary_lines(claims: list[dict[str, str]]) -> list[str]:
+    by_id = {c["id"]: c for c in claims}
+    lines = []
+    for name, ids in SUMMARY_LINES:
+        parts = [
+            f"{SHORT.get(i, i)} {by_id[i]['measured']} against the claimed {by_id[i]['claimed']}: {by_id[i]['verdict']}"
+            if by_id[i]["verdict"] != "not measured"
+            else f"{SHORT.get(i, i)}: not measured (claimed {by_id[i]['claimed']})"
+            for i in ids
+            if i in by_id
+        ]
+        if parts:
+            lines.append(f"{name}: " + "; ".join(parts) + ".")
+    if not lines:
+        raise MissingMetric(
+            "the claims table has none of the claims the summary reports ("
+            + ", ".join(i for _, ids in SUMMARY_LINES for i in ids)
+            + ")"
+        )
+    return lines
+
+
+def verdict_counts(claims: list[dict[str, str]]) -> str:
+    """``2 reproduced, 3 not reproduced, 1 inconclusive, 1 not measured`` (verdicts with no claim left out)."""
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n)

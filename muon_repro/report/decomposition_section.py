@@ -1,0 +1,134 @@
+"""The report's "The optimizer step, decomposed" section: per rank, the milliseconds of every part of the
+optimizer step of one Muon run and its AdamW twin, the optimizer share beside it, and Muon's extra time per token."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from muon_repro.report import derive, style
+from muon_repro.report.data import ReportData, fmetric, metric
+from muon_repro.report.formatting import ms, pct
+from muon_repro.report.selection import first_pair, pair_at, representative_runs, run_label, titled
+
+PART_LABELS = {
+    "zero1_reduce_scatter": "ZeRO-1 gradient reduce-scatter",
+    "zero1_all_gather": "ZeRO-1 parameter all-gather",
+    "muon_dp_gather": "DP gather (Muon)",
+    "muon_tp_gather": "TP gather (Muon)",
+    "muon_newton_schulz": "Newton-Schulz (Muon)",
+    "elementwise": "momentum + element-wise update",
+    "muon_shards": "TP and DP shard, local copies (Muon)",
+    "rest": "rest of the optimizer scope",
+    "optimizer": "optimizer step (whole)",
+}
+SPLIT_LABELS = {"transfer": "↳ transfer (from the last rank's arrival)", "wait": "↳ waiting for the group's last rank"}
+
+
+def _names_run(conditions: str, run: str) -> bool:
+    """Whether a claim's conditions (``run (backend on device, ...); run (...)``) name ``run``."""
+    return re.search(rf"(^|; ){re.escape(run)}( \(|;|$)", conditions) is not None
+
+
+def decomposition_runs(data: ReportData) -> list[pd.Series]:
+    """The runs the decomposition shows: Muon and AdamW at DP2·TP2 (the seed's comparison first),
+    else the first grid with both, else the first configured run alone."""
+    reps = representative_runs(data.runs)
+    pair = pair_at(reps, 2, 2) or first_pair(reps)
+    if pair:
+        return list(pair)
+    return [reps.iloc[0]] if len(reps) else []
+
+
+def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, Any]:
+    """Per rank, ms per step (mean over trials) of every part of the optimizer step of the runs of
+    :func:`decomposition_runs`; beside it the optimizer share (with the claims table's interval
+    for the run it measured) and Muon's extra time per token."""
+    shown = decomposition_runs(data)
+    if not shown:
+        return {
+            "rows": [],
+            "header": [],
+            "runs": "",
+            "notes": ["No run records its optimizer, dp and tp: there is no optimizer step to decompose."],
+            "beside": [],
+            "split": False,
+        }
+    tables = {str(r["run"]): derive.optimizer_decomposition(data.phases, str(r["run"])) for r in shown}
+    split = all(f"{k}_{n}" in t.columns for t in tables.values() for k in derive.SPLIT_PARTS for n in derive.SPLIT_COLUMNS)
+    header = [""] + [
+        f"{style.OPTIMIZER_LABELS.get(str(r['optimizer']), str(r['optimizer']))} r{rank}"
+        for r in shown
+        for rank in tables[str(r["run"])].index
+    ]
+    muon_only = {k for k, _, only in derive.OPTIMIZER_PARTS if only}
+
+    def cells(key: str) -> list[str]:
+        out = []
+        for r in shown:
+            t = tables[str(r["run"])]
+            base = key.split("_transfer")[0].split("_wait")[0]
+            if str(r["optimizer"]) != "muon" and base in muon_only:
+                out += ["—"] * len(t.index)
+            else:
+                out += [ms(v, f"phases.ms_per_step ({key}, {r['run']})").removesuffix(" ms") for v in t[key]]
+        return out
+
+    rows = []
+    for key in (*(k for k, _, _ in derive.OPTIMIZER_PARTS), "rest", "optimizer"):
+        rows.append([PART_LABELS[key], *cells(key)])
+        if split and key in derive.SPLIT_PARTS:
+            rows += [[SPLIT_LABELS[n], *cells(f"{key}_{n}")] for n in derive.SPLIT_COLUMNS]
+
+    beside = []
+    share_claim = {str(c["conditions"]): c for c in claims if c["id"] == "optimizer_share" and c["verdict"] != "not measured"}
+    for r in shown:
+        share = derive.optimizer_share(r)
+        claimed = next((c for cond, c in share_claim.items() if _names_run(cond, str(r["run"]))), None)
+        interval = f"; the claims table's estimate and 95% interval: {claimed['measured']}" if claimed else ""
+        beside.append(
+            f"Optimizer share, {run_label(r)}: {pct(share)}, optimizer step time / training step time "
+            f"(median optimizer step {ms(metric(r, 'optimizer_ms'))}, median training step {ms(metric(r, 'step_ms'))}, "
+            f"over {int(metric(r, 'trials'))} trials × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} steps"
+            f"{interval})."
+        )
+    muon = [r for r in shown if str(r["optimizer"]) == "muon"]
+    adamw = [r for r in shown if str(r["optimizer"]) == "adamw"]
+    if muon and adamw:
+        m, a = muon[0], adamw[0]
+        tm, ta = int(metric(m, "tokens_per_step")), int(metric(a, "tokens_per_step"))
+        if tm == ta:
+            extra_us = (fmetric(m, "step_ms") - fmetric(a, "step_ms")) / tm * 1000.0
+            beside.append(
+                f"Muon's extra over AdamW per token: {extra_us:+.1f} µs per token".replace("-", "−")
+                + f" (the difference of the median step times, {ms(metric(m, 'step_ms'))} and {ms(metric(a, 'step_ms'))}, "
+                f"over the {tm:,} tokens each run trains per step)."
+            )
+        else:
+            beside.append(f"Muon's extra over AdamW per token: not comparable, the runs train {tm:,} and {ta:,} tokens per step.")
+
+    notes = []
+    for r in muon:
+        flops = derive.ns_flops_by_rank(data.ranks, str(r["run"]))
+        per_rank = ", ".join(f"r{rank} {v / 1e9:.3g}" for rank, v in flops.items())
+        if flops.max() > flops.min():
+            notes.append(
+                f"Newton-Schulz work differs across the ranks of {run_label(r)} ({per_rank} GFLOP per step, ranks.ns_flops): "
+                "the ranks with less Newton-Schulz work wait in the DP gather for the others"
+                + (" (the waiting rows)." if split else ".")
+            )
+        else:
+            notes.append(
+                f"Every rank of {run_label(r)} does the same Newton-Schulz work "
+                f"({flops.iloc[0] / 1e9:.3g} GFLOP per step, ranks.ns_flops)."
+            )
+    return {
+        "rows": rows,
+        "header": header,
+        "runs": " and ".join(titled(r) for r in shown),
+        "notes": notes,
+        "beside": beside,
+        "split": split,
+    }

@@ -1,0 +1,132 @@
+"""The report's plotting toolkit, shared by every figure module: a figure at the page's width, the
+headline and takeaway above it, a legend beside it, bars grouped by process grid, and saving
+(PNG at print resolution + SVG, each written atomically). Colours and sizes: :mod:`muon_repro.report.style`.
+
+Matplotlib draws with Agg (no display); importing this module selects it before pyplot loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
+
+from muon_repro.report import style
+from muon_repro.report.selection import grids
+from muon_repro.tables.files import write_atomic
+
+
+def save_figure(fig: plt.Figure, out: str | Path) -> Path:
+    """Write ``out`` as .png and .svg, each atomically (temporary name, then rename)."""
+    png = Path(out).with_suffix(".png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    for path, fmt, meta in ((png, "png", {"Software": None}), (png.with_suffix(".svg"), "svg", {"Date": None})):
+        write_atomic(path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=style.DPI, metadata=meta))
+    plt.close(fig)
+    return png
+
+
+def styled(draw: Callable[..., Path]) -> Callable[..., Path]:
+    """Run a figure function under the report's rcParams (text takes them when it is created)."""
+
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs) -> Path:
+        with plt.rc_context(style.RC):
+            return draw(*args, **kwargs)
+
+    return wrapper
+
+
+def new_figure(height: float, ncols: int = 1, **kw) -> tuple[plt.Figure, np.ndarray]:
+    """A figure at the page's width and ``height`` inches, with ``ncols`` panels in a row (their axes returned)."""
+    fig, axes = plt.subplots(1, ncols, figsize=(style.WIDTH_IN, height), squeeze=False, **kw)
+    for ax in axes.flat:
+        ax.set_axisbelow(True)
+    return fig, axes[0]
+
+
+def add_title(fig: plt.Figure, headline: str, takeaway: str, bottom_in: float = 0.0) -> None:
+    """Headline says what is plotted; the lines under it say what to see. Margins in inches."""
+    h = fig.get_figheight()
+    lines = textwrap.wrap(takeaway, 120)  # ~7 in at 8.5 pt: the figure keeps the page's width
+    fig.suptitle(headline, x=0.01, y=1 - 0.04 / h, ha="left", va="top", fontsize=10, fontweight="bold")
+    fig.text(0.01, 1 - 0.27 / h, "\n".join(lines), ha="left", va="top", fontsize=8.5, color="#333333")
+    fig.tight_layout(rect=(0, bottom_in / h, 1, 1 - (0.36 + 0.15 * len(lines)) / h))
+
+
+def show_no_data(ax: plt.Axes, message: str) -> None:
+    """An empty panel that says why it is empty."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def add_legend(ax: plt.Axes, handles: list, **kw) -> None:
+    """A legend beside the panel, to its right (``kw`` overrides); none when there is nothing to list."""
+    if handles:
+        ax.legend(handles=handles, **{"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), **kw})
+
+
+def optimizer_handles(optimizers: Iterable[str]) -> list[Patch]:
+    """Legend entries for the optimizers present: each one's outline colour and hatch, Muon first."""
+    return [
+        Patch(
+            facecolor="white",
+            edgecolor=style.OPTIMIZER_COLORS[o],
+            hatch=style.OPTIMIZER_HATCH[o],
+            linewidth=1.5,
+            label=style.OPTIMIZER_LABELS[o],
+        )
+        for o in ("muon", "adamw")
+        if o in set(optimizers)
+    ]
+
+
+def grouped_positions(reps: pd.DataFrame) -> tuple[list[float], pd.DataFrame, list[tuple[float, str]]]:
+    """Bar positions for runs grouped by grid: (positions, the runs in that order, (center, grid label))."""
+    pos, rows, groups, x = [], [], [], 0.0
+    for dp, tp in grids(reps):
+        members = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
+        start = x
+        for _, r in members.iterrows():
+            pos.append(x)
+            rows.append(r)
+            x += 0.8
+        groups.append(((start + x - 0.8) / 2, style.grid_label(dp, tp)))
+        x += 0.5
+    return pos, pd.DataFrame(rows), groups
+
+
+def set_min_span(ax: plt.Axes, lo: float, hi: float, span: float = 3.2) -> None:
+    """Keep bars bar-shaped when there are only one or two of them."""
+    center, half = (lo + hi) / 2, max((hi - lo) / 2 + 0.6, span / 2)
+    ax.set_xlim(center - half, center + half)
+
+
+def group_ticks(ax: plt.Axes, pos: list[float], runs: pd.DataFrame, groups: list[tuple[float, str]]) -> None:
+    """Optimizer names under the bars, the grid's name under each group."""
+    ax.set_xticks(pos, [style.OPTIMIZER_LABELS.get(o, o) for o in runs["optimizer"]], fontsize=8)
+    set_min_span(ax, min(pos), max(pos))
+    for center, label in groups:
+        ax.annotate(
+            label,
+            (center, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -22),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontweight="bold",
+            fontsize=8.5,
+        )
+    ax.grid(axis="x", visible=False)

@@ -1,0 +1,195 @@
+"""The report's "Results" tables: per run (times, bytes, state), per Muon/AdamW comparison (ratios),
+optimizer bytes from the three sources, and what gloo sent over loopback against the ring model."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from muon_repro.report import derive, style
+from muon_repro.report.data import ReportData, fmetric, metric, require_columns
+from muon_repro.report.formatting import mb, mib, ms, pct, ratio
+from muon_repro.report.selection import run_label, sort_runs
+
+
+def has_values(df: pd.DataFrame, column: str) -> bool:
+    """Whether a column others may still be adding to the tables is there, with values."""
+    return column in df.columns and bool(df[column].notna().any())
+
+
+def runs_header(data: ReportData) -> list[str]:
+    comm = "comm ms (waiting)" if has_values(data.runs, "comm_wait_ms") else "comm ms"
+    return [
+        "configuration",
+        "run",
+        "trials × steps",
+        "step ms (p10–p90)",
+        "tokens/s",
+        "forward / backward ms",
+        "optimizer ms",
+        "optimizer share",
+        comm,
+        "exposed comm ms",
+        "MB sent / rank / step",
+        "state MiB (largest rank)",
+    ]
+
+
+def runs_rows(data: ReportData) -> list[list[str]]:
+    """Per run, units in the header (ms, MB, MiB) so the cells stay short."""
+    runs = data.runs
+    require_columns(
+        runs,
+        "runs",
+        (
+            "step_ms",
+            "step_ms_p10",
+            "step_ms_p90",
+            "forward_ms",
+            "backward_ms",
+            "optimizer_ms",
+            "trials",
+            "steps",
+            "tokens_per_s",
+            "comm_ms",
+            "exposed_comm_ms",
+            "comm_bytes",
+            "state_bytes",
+        ),
+    )
+    wait = has_values(runs, "comm_wait_ms")
+    rows = []
+    for _, r in sort_runs(runs).iterrows():
+        t = {
+            col: ms(metric(r, col), f"runs.{col}").removesuffix(" ms")
+            for col in (
+                "step_ms",
+                "step_ms_p10",
+                "step_ms_p90",
+                "forward_ms",
+                "backward_ms",
+                "optimizer_ms",
+                "comm_ms",
+                "exposed_comm_ms",
+            )
+        }
+        trials, steps = int(metric(r, "trials")), int(metric(r, "steps"))
+        comm = t["comm_ms"] + (f" ({ms(metric(r, 'comm_wait_ms'), 'runs.comm_wait_ms').removesuffix(' ms')})" if wait else "")
+        rows.append(
+            [
+                run_label(r),
+                str(r["run"]),
+                f"{trials} × {steps // max(trials, 1)}",
+                f"{t['step_ms']} ({t['step_ms_p10']}–{t['step_ms_p90']})",
+                f"{fmetric(r, 'tokens_per_s'):,.0f}",
+                f"{t['forward_ms']} / {t['backward_ms']}",
+                t["optimizer_ms"],
+                pct(derive.optimizer_share(r)),
+                comm,
+                t["exposed_comm_ms"],
+                mb(metric(r, "comm_bytes")).removesuffix(" MB"),
+                mib(metric(r, "state_bytes")).removesuffix(" MiB"),
+            ]
+        )
+    return rows
+
+
+COMPARISON_RATIOS = (
+    "comm_ms_ratio",
+    "comm_transfer_ms_ratio",
+    "comm_bytes_ratio",
+    "optimizer_ms_ratio",
+    "step_ms_ratio",
+    "state_bytes_ratio",
+)
+COMPARISON_LABELS = {
+    "comm_ms_ratio": "comm time",
+    "comm_transfer_ms_ratio": "comm transfer",
+    "comm_bytes_ratio": "bytes",
+    "optimizer_ms_ratio": "optimizer time",
+    "step_ms_ratio": "step time",
+    "state_bytes_ratio": "state",
+}
+
+
+def _comparison_columns(comp: pd.DataFrame) -> list[str]:
+    """The ratios shown: all of them, the transfer-time ratio only once the analysis writes it."""
+    return [c for c in COMPARISON_RATIOS if c != "comm_transfer_ms_ratio" or has_values(comp, c)]
+
+
+def comparison_header(data: ReportData) -> list[str]:
+    return [
+        "grid, layout",
+        "Muon run",
+        "AdamW run",
+        "tokens / step",
+        *(COMPARISON_LABELS[c] for c in _comparison_columns(data.comparisons)),
+    ]
+
+
+def comparison_rows(data: ReportData) -> list[list[str]]:
+    comp = data.comparisons
+    cols = _comparison_columns(comp)
+    require_columns(comp, "comparisons", ("muon_run", "adamw_run", "dp", "tp", "layout", "tokens_per_step", *cols))
+    rows = []
+    for _, c in comp.iterrows():
+        grid = f"{style.grid_label(int(c['dp']), int(c['tp']))} {str(c['layout']).replace('_', '-')}"
+        ratios = [ratio(metric(c, col, "comparisons", "muon_run"), f"comparisons.{col}") for col in cols]
+        tokens = f"{int(metric(c, 'tokens_per_step', 'comparisons', 'muon_run')):,}"
+        rows.append([grid, str(c["muon_run"]), str(c["adamw_run"]), tokens, *ratios])
+    return rows
+
+
+def adamw_partner(data: ReportData, row: pd.Series) -> str | None:
+    """The AdamW run a run is compared with: the comparisons table's partner for a Muon run (the
+    same grid and the same work), the run itself for an AdamW run."""
+    if str(row["optimizer"]) == "adamw":
+        return str(row["run"])
+    partner = data.comparisons[data.comparisons["muon_run"] == row["run"]]
+    return str(partner.iloc[0]["adamw_run"]) if len(partner) else None
+
+
+def bytes_rows(data: ReportData) -> tuple[list[list[str]], dict[str, float]]:
+    """Per run: optimizer bytes per rank per step from the three sources; Muon/AdamW ratio against
+    the AdamW run it is compared with (the comparisons table's pairs)."""
+    rows, totals = [], {}
+    for _, r in sort_runs(data.runs).iterrows():
+        t = derive.require_sources(derive.phase_bytes(data.phases, str(r["run"])), str(r["run"]))
+        totals[str(r["run"])] = float(t["analytic"].sum())
+        rows.append((r, t))
+    out = []
+    for r, t in rows:
+        twin = adamw_partner(data, r)
+        twin_total = totals.get(twin) if twin else None
+        if twin_total:
+            vs_adamw = ratio(totals[str(r["run"])] / twin_total, "analytic bytes ratio", 3)
+        elif twin_total is None:
+            vs_adamw = "no AdamW twin"
+        else:
+            vs_adamw = "AdamW sends nothing"
+        out.append(
+            [
+                run_label(r),
+                str(r["run"]),
+                *(mb(t[k].sum()).removesuffix(" MB") for k in derive.BYTE_SOURCES),
+                f"{100 * derive.source_gap(t):.2g}%",
+                vs_adamw,
+            ]
+        )
+    return out, totals
+
+
+def wire_lines(data: ReportData) -> list[str]:
+    """Per run with a loopback count (gloo, one machine): what crossed the loopback interface
+    against the ring model's bytes, all ranks and all traffic per step; empty when the runs
+    table has neither column (older analyses) or no run has a count (NCCL, no /proc/net/dev)."""
+    runs = data.runs
+    if not (has_values(runs, "loopback_bytes_per_step") and has_values(runs, "ring_bytes_per_step")):
+        return []
+    out = []
+    for _, r in sort_runs(runs).iterrows():
+        if not (derive.has_value(r, "loopback_bytes_per_step") and derive.has_value(r, "ring_bytes_per_step")):
+            continue
+        wire, ring = fmetric(r, "loopback_bytes_per_step"), fmetric(r, "ring_bytes_per_step")
+        rel = f" ({wire / ring:.3f}× the ring model)" if ring > 0 else ""
+        out.append(f"{run_label(r)} ({r['run']}): {mb(wire)} per step over loopback against {mb(ring)} by the ring model{rel}.")
+    return out

