@@ -33,7 +33,24 @@ PROFILE_FIELD = "profile"
 _PROFILE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NVLINK = re.compile(r"\bNV\d+\b")
 # Vendor words and memory sizes that say nothing about the chip: "NVIDIA H100 80GB HBM3" -> "H100".
-_NOISE_WORDS = {"nvidia", "amd", "geforce", "tesla", "quadro", "instinct", "radeon", "pcie", "sxm", "sxm4", "sxm5", "nvl", "hbm3", "hbm3e", "hbm2", "hbm2e"}
+_NOISE_WORDS = {
+    "nvidia",
+    "amd",
+    "geforce",
+    "tesla",
+    "quadro",
+    "instinct",
+    "radeon",
+    "pcie",
+    "sxm",
+    "sxm4",
+    "sxm5",
+    "nvl",
+    "hbm3",
+    "hbm3e",
+    "hbm2",
+    "hbm2e",
+}
 _MEMORY_WORD = re.compile(r"^\d+(gb|g)$", re.IGNORECASE)
 
 
@@ -48,7 +65,8 @@ def validate_profile_id(profile: str, *, source: str = "profile") -> str:
 
 
 def accelerator_short_name(name: str) -> str:
-    """The chip's model from a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100"``, ``"NVIDIA GeForce RTX 4090"`` -> ``"RTX4090"``."""
+    """The chip's model from a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100"``,
+    ``"NVIDIA GeForce RTX 4090"`` -> ``"RTX4090"``."""
     words = [w for w in re.split(r"[\s_/-]+", name) if w]
     kept = [w for w in words if w.lower() not in _NOISE_WORDS and not _MEMORY_WORD.match(w)]
     short = "".join(re.sub(r"[^A-Za-z0-9.]", "", w) for w in (kept or words))
@@ -121,10 +139,13 @@ def run_key(profile: str, group: str, name: str) -> str:
 def add_profile_argument(parser: Any) -> None:
     """The one ``--profile ID`` option of every recording command (bench, run, converge, calibrate, regimes)."""
     parser.add_argument(
-        "--profile", type=_profile_argument, default=None, metavar="ID",
+        "--profile",
+        type=_profile_argument,
+        default=None,
+        metavar="ID",
         help=f"hardware profile to file the recording under, OUT/<ID>/... (default: ${PROFILE_ENV_VAR}, else derived "
         "from this machine, e.g. cpu-2c-gloo or 8xH100-nvlink-nccl)",
-    )  # fmt: skip
+    )
 
 
 def _profile_argument(text: str) -> str:

@@ -80,8 +80,17 @@ class RunPlan:
 def stage_bench(plan: RunPlan) -> None:
     from muon_repro.bench.sweep import format_results
 
-    results = stages.bench(plan.configs, plan.traces, scale=plan.scale, trials=plan.trials, backend=plan.backend, force=plan.force,
-                           progress=plan.progress, command=plan.command, profile=plan.profile)  # fmt: skip
+    results = stages.bench(
+        plan.configs,
+        plan.traces,
+        scale=plan.scale,
+        trials=plan.trials,
+        backend=plan.backend,
+        force=plan.force,
+        progress=plan.progress,
+        command=plan.command,
+        profile=plan.profile,
+    )
     print(format_results(results))
 
 

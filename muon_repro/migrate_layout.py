@@ -102,8 +102,10 @@ def _check(moves: list[Move], traces: Path) -> None:
     old = {m.source.relative_to(traces).parts[0] for m in moves}
     for move in moves:
         if move.profile in old:
-            raise ValueError(f"cannot move {move.source}: its profile {move.profile!r} is also the name of an old-layout folder "
-                             f"{traces / move.profile}; nothing was moved")  # fmt: skip
+            raise ValueError(
+                f"cannot move {move.source}: its profile {move.profile!r} is also the name of an old-layout folder "
+                f"{traces / move.profile}; nothing was moved"
+            )
         if move.target.exists():
             raise ValueError(f"cannot move {move.source}: {move.target} exists already; nothing was moved")
 
@@ -124,7 +126,9 @@ def stale_record_rows(traces: Path, moves: list[Move]) -> dict[Path, int]:
     traces = Path(traces)
     moved = [m.source.relative_to(traces).parts for m in moves]
     stale: dict[Path, int] = {}
-    for record in sorted({*traces.glob(f"{COSTMODEL_DIR}/{PREDICTIONS_FILE}"), *traces.glob(f"*/{COSTMODEL_DIR}/{PREDICTIONS_FILE}")}):
+    for record in sorted(
+        {*traces.glob(f"{COSTMODEL_DIR}/{PREDICTIONS_FILE}"), *traces.glob(f"*/{COSTMODEL_DIR}/{PREDICTIONS_FILE}")}
+    ):
         with open(record, newline="", encoding="utf-8") as f:
             rows = sum(_names_moved(row.get("path") or "", traces.name, moved) for row in csv.DictReader(f))
         if rows:
@@ -151,7 +155,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--traces", type=Path, default=Path("traces"), help="the dataset's traces folder (default: %(default)s)")
-    p.add_argument("--groups", nargs="+", metavar="G", help="only these top-level folders (e.g. comparison convergence costmodel)")
+    p.add_argument(
+        "--groups", nargs="+", metavar="G", help="only these top-level folders (e.g. comparison convergence costmodel)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
     p.set_defaults(func=_run)
 
@@ -165,6 +171,8 @@ def _run(args: argparse.Namespace) -> int:
     stale = stale_record_rows(args.traces, moves)  # after the moves: a moved costmodel folder's records in their new place
     print(f"{len(moves)} folder(s) {'to move' if args.dry_run else 'moved'}" + ("" if moves else ": nothing in the old layout"))
     for record, rows in stale.items():
-        print(f"note: {rows} row(s) of {record} name their run's old folder in the 'path' column (their numbers hold); "
-              f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again, naming the new ones")
+        print(
+            f"note: {rows} row(s) of {record} name their run's old folder in the 'path' column (their numbers hold); "
+            f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again, naming the new ones"
+        )
     return 0

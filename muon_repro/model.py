@@ -59,7 +59,6 @@ from muon_repro.parallel.tensor_parallel import (
 __all__ = ["GPT", "GPTConfig", "PRESETS", "QKV_MODES"]  # the config lives in model_config (torch-free)
 
 
-
 # ---------------------------------------------------------------- layers
 
 

@@ -26,11 +26,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu: 2-core laptop, gloo)")
-    p.add_argument("--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)")
-    p.add_argument("--configs", nargs="+", default=["reference"], metavar="CONFIG",
-                   help="configs, groups, 'seed', 'reference' or 'all' (default: reference)")
+    p.add_argument(
+        "--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)"
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=["reference"],
+        metavar="CONFIG",
+        help="configs, groups, 'seed', 'reference' or 'all' (default: reference)",
+    )
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="recordings of each configuration, interleaved (default: %(default)s)")
+    p.add_argument(
+        "--trials", type=int, default=DEFAULT_TRIALS, help="recordings of each configuration, interleaved (default: %(default)s)"
+    )
     p.add_argument("--force", action="store_true", help="re-record complete runs")
     p.add_argument("--no-progress", action="store_true")
     add_profile_argument(p)
@@ -42,16 +51,28 @@ def _run(args: argparse.Namespace) -> int:
     from muon_repro.job import RunPlan, run_job
     from muon_repro.stages import StageError
 
-    plan = RunPlan(out=args.out, scale=args.scale, configs=tuple(args.configs), trials=args.trials, backend=args.backend,
-                   force=args.force, progress=not args.no_progress, profile=args.profile, command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")))
+    plan = RunPlan(
+        out=args.out,
+        scale=args.scale,
+        configs=tuple(args.configs),
+        trials=args.trials,
+        backend=args.backend,
+        force=args.force,
+        progress=not args.no_progress,
+        profile=args.profile,
+        command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
+    )
     try:
         seconds = run_job(plan)
     except BenchInterrupted as exc:  # says which trials were dropped and which kept
         print(f"muon-repro run: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("muon-repro run: interrupted; every stage writes atomically, so what is there is complete: "
-              "run the same command again to resume", file=sys.stderr)  # fmt: skip
+        print(
+            "muon-repro run: interrupted; every stage writes atomically, so what is there is complete: "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
     except (BenchError, StageError) as exc:
         print(f"muon-repro run: error: {exc}", file=sys.stderr)

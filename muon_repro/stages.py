@@ -64,7 +64,9 @@ def bench(
     return record_local(cfgs, Path(out), backend, trials=trials, force=force, command=command, progress=progress, profile=profile)
 
 
-def analyze(paths: Sequence[str | Path], out: str | Path | None = "metrics", *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
+def analyze(
+    paths: Sequence[str | Path], out: str | Path | None = "metrics", *, workers: int | None = None, rank: int | None = None
+) -> dict[str, pd.DataFrame]:
     """Analyze every trace under ``paths`` and write the tables to ``out`` (``None``: write nothing).
 
     ``out`` is checked before any trace is read (ValueError). Raises :class:`StageError` naming
@@ -100,7 +102,11 @@ def figures(metrics: str | Path = "metrics", out: str | Path = "figures") -> dic
 
 
 def report(
-    metrics: str | Path = "metrics", figures: str | Path = "figures", out: str | Path = "report", *, formats: Sequence[str] = ("md", "pdf")
+    metrics: str | Path = "metrics",
+    figures: str | Path = "figures",
+    out: str | Path = "report",
+    *,
+    formats: Sequence[str] = ("md", "pdf"),
 ) -> dict[str, Path]:
     """Render the report from the tables and the figures; returns format -> path.
     ``out`` is checked before anything is read (ValueError)."""

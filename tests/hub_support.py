@@ -8,8 +8,8 @@ in-process clients through ``HfApi(endpoint=...)``).
 from __future__ import annotations
 
 import json
-import shlex
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -54,50 +54,109 @@ def make_sources(root: Path, *, step_ms: float = 12.5, recorded: bool = True) ->
     for rank in (0, 1):
         shutil.copyfile(TRACE, run / f"rank{rank}.json.gz")
     command = ["muon-repro", "bench", "comparison", "--scale", "cpu"]
-    (run / "config.json").write_text(json.dumps({
-        "group": "comparison", "name": "muon_dp2_tp1", "optimizer": "muon", "dp": 2, "tp": 1, "command": command,
-    }))  # fmt: skip
+    (run / "config.json").write_text(
+        json.dumps(
+            {
+                "group": "comparison",
+                "name": "muon_dp2_tp1",
+                "optimizer": "muon",
+                "dp": 2,
+                "tp": 1,
+                "command": command,
+            }
+        )
+    )
     environment = {
-        "hostname": "secret-host", "os": "Linux-6.1-x86_64", "python": "3.11.7", "torch": "2.13.0",
-        "cuda": None, "nccl": None, "backend": "gloo", "host_cpu": "Test CPU @ 2.0GHz", "host_cpu_cores": 2,
-        "host_memory_bytes": 25769803776, "accelerator": None, "accelerator_count": 0, "git_sha": "0" * 40,
-        "git_dirty": False, "pip_freeze": ["torch==2.13.0", "numpy==2.4.6"],
-    }  # fmt: skip
+        "hostname": "secret-host",
+        "os": "Linux-6.1-x86_64",
+        "python": "3.11.7",
+        "torch": "2.13.0",
+        "cuda": None,
+        "nccl": None,
+        "backend": "gloo",
+        "host_cpu": "Test CPU @ 2.0GHz",
+        "host_cpu_cores": 2,
+        "host_memory_bytes": 25769803776,
+        "accelerator": None,
+        "accelerator_count": 0,
+        "git_sha": "0" * 40,
+        "git_dirty": False,
+        "pip_freeze": ["torch==2.13.0", "numpy==2.4.6"],
+    }
     (run / "environment.json").write_text(json.dumps(environment))
     (run / "metrics.json").write_text(json.dumps({"config": "comparison/muon_dp2_tp1", "ranks": []}))
     (run / "log.txt").write_text("step 0 loss 4.2\n")
 
     metrics = root / "metrics"
     metrics.mkdir()
-    _write_table(metrics, "runs", {
-        "run": pa.array(["comparison/muon_dp2_tp1"]), "group": pa.array(["comparison"]), "name": pa.array(["muon_dp2_tp1"]),
-        "optimizer": pa.array(["muon"]), "dp": pa.array([2], pa.int64()), "tp": pa.array([1], pa.int64()),
-        "step_ms": pa.array([step_ms]), "command": pa.array([shlex.join(command) if recorded else None], pa.string()),
-    })  # fmt: skip
+    _write_table(
+        metrics,
+        "runs",
+        {
+            "run": pa.array(["comparison/muon_dp2_tp1"]),
+            "group": pa.array(["comparison"]),
+            "name": pa.array(["muon_dp2_tp1"]),
+            "optimizer": pa.array(["muon"]),
+            "dp": pa.array([2], pa.int64()),
+            "tp": pa.array([1], pa.int64()),
+            "step_ms": pa.array([step_ms]),
+            "command": pa.array([shlex.join(command) if recorded else None], pa.string()),
+        },
+    )
     # what analyze puts in the environment table: environment.json flattened, one row per known value, as text
-    recorded = {k: ", ".join(v) if isinstance(v, list) else str(v) for k, v in environment.items() if v is not None} if recorded else {}
-    _write_table(metrics, "environment", {
-        "run": pa.array(["comparison/muon_dp2_tp1"] * len(recorded), pa.string()),
-        "group": pa.array(["comparison"] * len(recorded), pa.string()),
-        "name": pa.array(["muon_dp2_tp1"] * len(recorded), pa.string()), "trial": pa.array([0] * len(recorded), pa.int64()),
-        "key": pa.array(list(recorded), pa.string()), "value": pa.array(list(recorded.values()), pa.string()),
-    })  # fmt: skip
-    _write_table(metrics, "steps", {
-        "run": pa.array(["comparison/muon_dp2_tp1"] * 2), "rank": pa.array([0, 1], pa.int64()),
-        "step": pa.array([3, 3], pa.int64()), "step_ms": pa.array([step_ms, step_ms + 0.5]),
-    })  # fmt: skip
-    _write_table(metrics, "collectives", {
-        "run": pa.array(["comparison/muon_dp2_tp1"]), "op": pa.array(["all_gather"]),
-        "bytes": pa.array([4096], pa.int64()), "ms": pa.array([0.25]),
-    })  # fmt: skip
-    _write_table(metrics, "comparisons", {
-        "muon_run": pa.array(["comparison/muon_dp2_tp1"]), "adamw_run": pa.array([None], pa.string()),
-        "comm_time_ratio": pa.array([None], pa.float64()),
-    })  # fmt: skip
-    _write_table(metrics, "claims", {
-        "claim": pa.array(["muon comm time is 0.57x adamw"]), "verdict": pa.array(["not measured"]),
-        "holds": pa.array([None], pa.bool_()),
-    })  # fmt: skip
+    recorded = (
+        {k: ", ".join(v) if isinstance(v, list) else str(v) for k, v in environment.items() if v is not None} if recorded else {}
+    )
+    _write_table(
+        metrics,
+        "environment",
+        {
+            "run": pa.array(["comparison/muon_dp2_tp1"] * len(recorded), pa.string()),
+            "group": pa.array(["comparison"] * len(recorded), pa.string()),
+            "name": pa.array(["muon_dp2_tp1"] * len(recorded), pa.string()),
+            "trial": pa.array([0] * len(recorded), pa.int64()),
+            "key": pa.array(list(recorded), pa.string()),
+            "value": pa.array(list(recorded.values()), pa.string()),
+        },
+    )
+    _write_table(
+        metrics,
+        "steps",
+        {
+            "run": pa.array(["comparison/muon_dp2_tp1"] * 2),
+            "rank": pa.array([0, 1], pa.int64()),
+            "step": pa.array([3, 3], pa.int64()),
+            "step_ms": pa.array([step_ms, step_ms + 0.5]),
+        },
+    )
+    _write_table(
+        metrics,
+        "collectives",
+        {
+            "run": pa.array(["comparison/muon_dp2_tp1"]),
+            "op": pa.array(["all_gather"]),
+            "bytes": pa.array([4096], pa.int64()),
+            "ms": pa.array([0.25]),
+        },
+    )
+    _write_table(
+        metrics,
+        "comparisons",
+        {
+            "muon_run": pa.array(["comparison/muon_dp2_tp1"]),
+            "adamw_run": pa.array([None], pa.string()),
+            "comm_time_ratio": pa.array([None], pa.float64()),
+        },
+    )
+    _write_table(
+        metrics,
+        "claims",
+        {
+            "claim": pa.array(["muon comm time is 0.57x adamw"]),
+            "verdict": pa.array(["not measured"]),
+            "holds": pa.array([None], pa.bool_()),
+        },
+    )
 
     figures = root / "figures"
     figures.mkdir()

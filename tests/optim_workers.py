@@ -101,8 +101,15 @@ def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, obje
     for overlap in OVERLAPS:
         torch.manual_seed(0)
         model = GPT(CONFIG, dims.tp_group)
-        opt = DistributedMuon(muon_param_groups(model), dims, lr=0.02, layout=layout, bucket_elems=bucket_elems,
-                              ns_dtype=torch.float32, overlap=overlap)  # fmt: skip
+        opt = DistributedMuon(
+            muon_param_groups(model),
+            dims,
+            lr=0.02,
+            layout=layout,
+            bucket_elems=bucket_elems,
+            ns_dtype=torch.float32,
+            overlap=overlap,
+        )
         dims.ledger.records.clear()
         _train(model, opt, dims, range(3))
         params[overlap] = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -77,19 +77,45 @@ EMBED_ELEMS = 2_000  # of them, the embedding's (AdamW state under both optimize
 OPTIONAL_RUN_COLUMNS = {"loopback_bytes_per_step": 2.5e6, "ring_bytes_per_step": 2.0e6}
 COMMAND = "muon-repro bench reference --scale tiny --out traces"
 OPTIMIZER_PHASES = {
-    "muon": ("dp_reduce_scatter", "momentum", "dp_gather", "tp_gather", "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather"),
+    "muon": (
+        "dp_reduce_scatter",
+        "momentum",
+        "dp_gather",
+        "tp_gather",
+        "newton_schulz",
+        "tp_shard",
+        "dp_shard",
+        "update",
+        "dp_all_gather",
+    ),
     "adamw": ("dp_reduce_scatter", "update", "dp_all_gather"),
 }
 
 
 def _environment(run: Run) -> dict:
     return {
-        "hostname": "testhost", "os": "Linux-test", "python": "3.11.7", "torch": "2.13.0+cpu", "cuda": None, "nccl": None,
-        "backend": "gloo", "world_size": run.world, "nodes": 1, "host_cpu": "Test CPU", "host_cpu_cores": 2,
-        "host_memory_bytes": 8 * 2**30, "torch_num_threads": 1, "accelerator": None, "accelerator_count": 0,
-        "accelerator_memory_bytes": None, "interconnect_topology": None, "git_sha": "0123456789abcdef0123", "git_dirty": False,
-        "recorded_at": "2026-01-02T03:04:05+00:00", "pip_freeze": ["torch==2.13.0", "pandas==2.2.3"],
-    }  # fmt: skip
+        "hostname": "testhost",
+        "os": "Linux-test",
+        "python": "3.11.7",
+        "torch": "2.13.0+cpu",
+        "cuda": None,
+        "nccl": None,
+        "backend": "gloo",
+        "world_size": run.world,
+        "nodes": 1,
+        "host_cpu": "Test CPU",
+        "host_cpu_cores": 2,
+        "host_memory_bytes": 8 * 2**30,
+        "torch_num_threads": 1,
+        "accelerator": None,
+        "accelerator_count": 0,
+        "accelerator_memory_bytes": None,
+        "interconnect_topology": None,
+        "git_sha": "0123456789abcdef0123",
+        "git_dirty": False,
+        "recorded_at": "2026-01-02T03:04:05+00:00",
+        "pip_freeze": ["torch==2.13.0", "pandas==2.2.3"],
+    }
 
 
 def _timing(run: Run, rank: int, step: int, trial: int = 0) -> dict[str, float]:
@@ -154,16 +180,43 @@ def _steps(run: Run) -> list[dict]:
                 tm = _timing(run, r, s, t)
                 comm = 0.3 * tm["optimizer"] + (5 if run.tp > 1 else 0)
                 compute = tm["step"] - comm - 3
-                row = {**run.ids(), "trial": t, "rank": r, "step": s, "file": f"traces/{run.key}/trial{t}/rank{r}.json.gz", "device": "cpu",
-                       "start_us": 1000.0, "step_ms": tm["step"], "forward_ms": tm["forward"], "backward_ms": tm["backward"],
-                       "optimizer_ms": tm["optimizer"], "compute_ms": compute, "comm_ms": comm, "comm_wait_ms": 0.4 * comm,
-                       "comm_transfer_ms": 0.6 * comm, "compute_window_ms": compute, "comm_window_ms": comm, "overlap_ms": 0.0,
-                       "exposed_comm_ms": comm, "idle_ms": 3.0, "compute_frac": compute / tm["step"], "comm_frac": comm / tm["step"],
-                       "exposed_comm_frac": comm / tm["step"], "idle_frac": 3 / tm["step"], "optimizer_share": tm["optimizer"] / tm["step"],
-                       "comm_calls": 6, "comm_bytes": int(sum(analytic.values()) + _model_tp_bytes(run)), "peak_mem_bytes": 10**7,
-                       "start_skew_ms": 1.0, "late_ms": 0.5, "straggler_rank": 0}  # fmt: skip
+                row = {
+                    **run.ids(),
+                    "trial": t,
+                    "rank": r,
+                    "step": s,
+                    "file": f"traces/{run.key}/trial{t}/rank{r}.json.gz",
+                    "device": "cpu",
+                    "start_us": 1000.0,
+                    "step_ms": tm["step"],
+                    "forward_ms": tm["forward"],
+                    "backward_ms": tm["backward"],
+                    "optimizer_ms": tm["optimizer"],
+                    "compute_ms": compute,
+                    "comm_ms": comm,
+                    "comm_wait_ms": 0.4 * comm,
+                    "comm_transfer_ms": 0.6 * comm,
+                    "compute_window_ms": compute,
+                    "comm_window_ms": comm,
+                    "overlap_ms": 0.0,
+                    "exposed_comm_ms": comm,
+                    "idle_ms": 3.0,
+                    "compute_frac": compute / tm["step"],
+                    "comm_frac": comm / tm["step"],
+                    "exposed_comm_frac": comm / tm["step"],
+                    "idle_frac": 3 / tm["step"],
+                    "optimizer_share": tm["optimizer"] / tm["step"],
+                    "comm_calls": 6,
+                    "comm_bytes": int(sum(analytic.values()) + _model_tp_bytes(run)),
+                    "peak_mem_bytes": 10**7,
+                    "start_skew_ms": 1.0,
+                    "late_ms": 0.5,
+                    "straggler_rank": 0,
+                }
                 for k in COMM_KINDS:
-                    row[f"comm_{k}_ms"] = {"all_gather": 0.5 * comm, "reduce_scatter": 0.3 * comm, "all_reduce": 0.2 * comm}.get(k, 0.0)
+                    row[f"comm_{k}_ms"] = {"all_gather": 0.5 * comm, "reduce_scatter": 0.3 * comm, "all_reduce": 0.2 * comm}.get(
+                        k, 0.0
+                    )
                 rows.append(row)
     return rows
 
@@ -175,12 +228,31 @@ def _collectives(run: Run) -> list[dict]:
             for phase, nbytes in _analytic(run).items():
                 if nbytes:
                     total = int(nbytes * len(STEPS))
-                    rows.append({**run.ids(), "trial": t, "rank": r, "phase": phase,
-                                 "op": "reduce_scatter" if phase == "dp_reduce_scatter" else "all_gather", "source": "gloo",
-                                 "group_size": run.dp if phase.startswith("dp") else run.tp, "dtype": "float32", "steps": len(STEPS),
-                                 "calls": 3, "bytes": total, "size_bytes": 2 * total, "ms": 3.0, "wait_ms": 1.2, "transfer_ms": 1.8,
-                                 "matched_calls": 3, "bytes_per_step": nbytes, "ms_per_step": 1.0, "algbw_gbps": 1.0, "busbw_gbps": 0.5,
-                                 "ledger_bytes": total})  # fmt: skip
+                    rows.append(
+                        {
+                            **run.ids(),
+                            "trial": t,
+                            "rank": r,
+                            "phase": phase,
+                            "op": "reduce_scatter" if phase == "dp_reduce_scatter" else "all_gather",
+                            "source": "gloo",
+                            "group_size": run.dp if phase.startswith("dp") else run.tp,
+                            "dtype": "float32",
+                            "steps": len(STEPS),
+                            "calls": 3,
+                            "bytes": total,
+                            "size_bytes": 2 * total,
+                            "ms": 3.0,
+                            "wait_ms": 1.2,
+                            "transfer_ms": 1.8,
+                            "matched_calls": 3,
+                            "bytes_per_step": nbytes,
+                            "ms_per_step": 1.0,
+                            "algbw_gbps": 1.0,
+                            "busbw_gbps": 0.5,
+                            "ledger_bytes": total,
+                        }
+                    )
     return rows
 
 
@@ -190,12 +262,28 @@ def _ranks(run: Run) -> list[dict]:
         for r in range(run.world):
             dp_rank, state = r // run.tp, _state(run, r // run.tp)
             muon = run.optimizer == "muon"
-            rows.append({**run.ids(), "trial": t, "rank": r, "dp_rank": dp_rank, "tp_rank": r % run.tp, "muon_state_bytes": state["muon"],
-                         "adamw_state_bytes": state["adamw"], "state_bytes": sum(state.values()), "transient_bytes": 65_536 if muon else 0,
-                         "peak_mem_bytes": 10**8, "peak_mem_source": "process_max_rss", "ns_calls": 4 if muon else 0,
-                         "ns_flops": _ns_flops(run, dp_rank), "shard_elems": MODEL_PARAMS // run.world, "muon_matrices": 8 if muon else 0,
-                         "ns_matrices": 4 if muon else 0, "dp_gathered_matrices": 1 if muon and run.dp > 1 else 0,
-                         "local_params": MODEL_PARAMS // run.tp})  # fmt: skip
+            rows.append(
+                {
+                    **run.ids(),
+                    "trial": t,
+                    "rank": r,
+                    "dp_rank": dp_rank,
+                    "tp_rank": r % run.tp,
+                    "muon_state_bytes": state["muon"],
+                    "adamw_state_bytes": state["adamw"],
+                    "state_bytes": sum(state.values()),
+                    "transient_bytes": 65_536 if muon else 0,
+                    "peak_mem_bytes": 10**8,
+                    "peak_mem_source": "process_max_rss",
+                    "ns_calls": 4 if muon else 0,
+                    "ns_flops": _ns_flops(run, dp_rank),
+                    "shard_elems": MODEL_PARAMS // run.world,
+                    "muon_matrices": 8 if muon else 0,
+                    "ns_matrices": 4 if muon else 0,
+                    "dp_gathered_matrices": 1 if muon and run.dp > 1 else 0,
+                    "local_params": MODEL_PARAMS // run.tp,
+                }
+            )
     return rows
 
 
@@ -219,9 +307,21 @@ def _phases(run: Run) -> list[dict]:
                 ms = phase_ms(run, r, t, phase)
                 sent = _model_tp_bytes(run) if phase == "tp_all_reduce" else analytic.get(phase)
                 comm = bool(sent)  # a phase with collectives: its time splits into wait and transfer
-                rows.append({**run.ids(), "trial": t, "rank": r, "phase": phase, "steps": len(STEPS), "ms_per_step": ms,
-                             "wait_ms_per_step": 0.3 * ms if comm else None, "transfer_ms_per_step": 0.5 * ms if comm else None,
-                             "analytic_bytes": analytic.get(phase), "ledger_bytes": sent or None, "trace_bytes": sent or None})  # fmt: skip
+                rows.append(
+                    {
+                        **run.ids(),
+                        "trial": t,
+                        "rank": r,
+                        "phase": phase,
+                        "steps": len(STEPS),
+                        "ms_per_step": ms,
+                        "wait_ms_per_step": 0.3 * ms if comm else None,
+                        "transfer_ms_per_step": 0.5 * ms if comm else None,
+                        "analytic_bytes": analytic.get(phase),
+                        "ledger_bytes": sent or None,
+                        "trace_bytes": sent or None,
+                    }
+                )
     return rows
 
 
@@ -265,15 +365,24 @@ def _one_step(run: Run, trial: int, rank: int, step: int) -> list[dict]:
 
 
 def _losses(run: Run) -> list[dict]:
-    return [{**run.ids(), "trial": t, "rank": r, "step": s, "loss": _loss(run, r // run.tp, s)}
-            for t in TRIALS for r in range(run.world) for s in range(TRAIN_STEPS)]  # fmt: skip
+    return [
+        {**run.ids(), "trial": t, "rank": r, "step": s, "loss": _loss(run, r // run.tp, s)}
+        for t in TRIALS
+        for r in range(run.world)
+        for s in range(TRAIN_STEPS)
+    ]
 
 
 def _environment_rows(run: Run) -> list[dict]:
     def text(v) -> str:
         return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
 
-    return [{**run.ids(), "trial": t, "key": k, "value": text(v)} for t in TRIALS for k, v in sorted(_environment(run).items()) if v is not None]
+    return [
+        {**run.ids(), "trial": t, "key": k, "value": text(v)}
+        for t in TRIALS
+        for k, v in sorted(_environment(run).items())
+        if v is not None
+    ]
 
 
 def _runs(run: Run, steps: pd.DataFrame) -> dict:
@@ -286,35 +395,99 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
     ns_flops = max(_ns_flops(run, d) for d in range(run.dp))
     optional = {c: v for c, v in OPTIONAL_RUN_COLUMNS.items() if c in SCHEMAS["runs"].names}
     return {
-        **run.ids(), "optimizer": run.optimizer, "layout": run.layout, "overlap": "none", "dp": run.dp, "tp": run.tp, "world_size": run.world,
-        "backend": "gloo", "device": "cpu", "ranks": run.world, "trials": len(TRIALS), "tokens_per_step": TOKENS_PER_STEP,
-        "tokens_per_s": TOKENS_PER_STEP / step_ms.median() * 1000.0, "steps": len(STEPS) * len(TRIALS), "step_ms": step_ms.median(),
-        "step_ms_p10": step_ms.quantile(0.1), "step_ms_p90": step_ms.quantile(0.9),
-        **{c: g[c].mean().median() for c in ("forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "comm_wait_ms",
-                                             "comm_transfer_ms", "overlap_ms", "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes")},
-        "optimizer_share": s["optimizer_ms"].sum() / s["step_ms"].sum(), "start_skew_ms": 1.0,
-        "state_bytes": max(sum(_state(run, d).values()) for d in range(run.dp)), "peak_mem_bytes": 10**7,
-        "peak_mem_source": "trace_allocator", "path": f"traces/{run.key}", "train_flops": 6 * MODEL_PARAMS * TOKENS_PER_STEP,
-        "ns_flops_max_rank": ns_flops, "typical_trial": int(typical_trial), "typical_step": int(typical_step),
-        "scale": "tiny", "preset": "tiny", "qkv": "fused", "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN), "seq_len": SEQ_LEN,
-        "train_steps": TRAIN_STEPS, "lr": 0.003, "weight_decay": 0.1, "ns_dtype": None, "gather_dtype": "bf16", "reduce_dtype": "fp32",
-        "seed": 0, "model_params": MODEL_PARAMS, "command": COMMAND, "git_sha": _environment(run)["git_sha"],
-        "recorded_at": _environment(run)["recorded_at"], **optional,
-    }  # fmt: skip
+        **run.ids(),
+        "optimizer": run.optimizer,
+        "layout": run.layout,
+        "overlap": "none",
+        "dp": run.dp,
+        "tp": run.tp,
+        "world_size": run.world,
+        "backend": "gloo",
+        "device": "cpu",
+        "ranks": run.world,
+        "trials": len(TRIALS),
+        "tokens_per_step": TOKENS_PER_STEP,
+        "tokens_per_s": TOKENS_PER_STEP / step_ms.median() * 1000.0,
+        "steps": len(STEPS) * len(TRIALS),
+        "step_ms": step_ms.median(),
+        "step_ms_p10": step_ms.quantile(0.1),
+        "step_ms_p90": step_ms.quantile(0.9),
+        **{
+            c: g[c].mean().median()
+            for c in (
+                "forward_ms",
+                "backward_ms",
+                "optimizer_ms",
+                "compute_ms",
+                "comm_ms",
+                "comm_wait_ms",
+                "comm_transfer_ms",
+                "overlap_ms",
+                "exposed_comm_ms",
+                "idle_ms",
+                "comm_calls",
+                "comm_bytes",
+            )
+        },
+        "optimizer_share": s["optimizer_ms"].sum() / s["step_ms"].sum(),
+        "start_skew_ms": 1.0,
+        "state_bytes": max(sum(_state(run, d).values()) for d in range(run.dp)),
+        "peak_mem_bytes": 10**7,
+        "peak_mem_source": "trace_allocator",
+        "path": f"traces/{run.key}",
+        "train_flops": 6 * MODEL_PARAMS * TOKENS_PER_STEP,
+        "ns_flops_max_rank": ns_flops,
+        "typical_trial": int(typical_trial),
+        "typical_step": int(typical_step),
+        "scale": "tiny",
+        "preset": "tiny",
+        "qkv": "fused",
+        "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN),
+        "seq_len": SEQ_LEN,
+        "train_steps": TRAIN_STEPS,
+        "lr": 0.003,
+        "weight_decay": 0.1,
+        "ns_dtype": None,
+        "gather_dtype": "bf16",
+        "reduce_dtype": "fp32",
+        "seed": 0,
+        "model_params": MODEL_PARAMS,
+        "command": COMMAND,
+        "git_sha": _environment(run)["git_sha"],
+        "recorded_at": _environment(run)["recorded_at"],
+        **optional,
+    }
 
 
 def _comparisons(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     r = runs.astype(object).where(runs.notna(), None)
     for _, m in r[r["optimizer"] == "muon"].iterrows():
-        a = r[(r["optimizer"] == "adamw") & (r["dp"] == m["dp"]) & (r["tp"] == m["tp"]) & (r["tokens_per_step"] == m["tokens_per_step"])]
+        a = r[
+            (r["optimizer"] == "adamw")
+            & (r["dp"] == m["dp"])
+            & (r["tp"] == m["tp"])
+            & (r["tokens_per_step"] == m["tokens_per_step"])
+        ]
         if a.empty:
             continue
         a = a.iloc[0]
         cols = ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
-        rows.append({"profile": PROFILE, "group": m["group"], "dp": m["dp"], "tp": m["tp"], "backend": "gloo", "device": "cpu", "layout": m["layout"],
-                     "tokens_per_step": m["tokens_per_step"], "muon_run": m["run"], "adamw_run": a["run"],
-                     **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols}})  # fmt: skip
+        rows.append(
+            {
+                "profile": PROFILE,
+                "group": m["group"],
+                "dp": m["dp"],
+                "tp": m["tp"],
+                "backend": "gloo",
+                "device": "cpu",
+                "layout": m["layout"],
+                "tokens_per_step": m["tokens_per_step"],
+                "muon_run": m["run"],
+                "adamw_run": a["run"],
+                **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols},
+            }
+        )
     return SCHEMAS["comparisons"].conform(pd.DataFrame(rows)) if rows else SCHEMAS["comparisons"].empty()
 
 
@@ -352,7 +525,10 @@ def costmodel_tables() -> dict[str, pd.DataFrame]:
     metrics = Path(__file__).resolve().parents[1] / "metrics"
     committed = {name: pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable") for name in COSTMODEL_TABLES}
     # tables written before hardware profiles have no profile column: theirs is the fabricated runs' one
-    return {name: SCHEMAS[name].conform(df if "profile" in df.columns else df.assign(profile=PROFILE)) for name, df in committed.items()}
+    return {
+        name: SCHEMAS[name].conform(df if "profile" in df.columns else df.assign(profile=PROFILE))
+        for name, df in committed.items()
+    }
 
 
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:

@@ -65,7 +65,9 @@ def recorded(tmp_path_factory) -> Path:
             for r in results
         ]
         (run_dir / "metrics.json").write_text(json.dumps({"config": f"known/{run_dir.name}", "ranks": ranks}))
-        (run_dir / "environment.json").write_text(json.dumps({"backend": "gloo", "host_cpu_cores": 2, "recorded_at": "2026-11-23T00:00:00"}))
+        (run_dir / "environment.json").write_text(
+            json.dumps({"backend": "gloo", "host_cpu_cores": 2, "recorded_at": "2026-11-23T00:00:00"})
+        )
     return out
 
 
@@ -184,7 +186,9 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
     for name, df in tables.items():
         path = tmp_path / f"{name}.parquet"
         stamp = table_stamp(pq.read_schema(path).metadata)
-        assert pq.read_schema(path).equals(stamped_schema(name, stamp[GENERATION_KEY], stamp[CSV_SHA256_KEY]), check_metadata=True)
+        assert pq.read_schema(path).equals(
+            stamped_schema(name, stamp[GENERATION_KEY], stamp[CSV_SHA256_KEY]), check_metadata=True
+        )
         back = read_table(path)
         pd.testing.assert_frame_equal(back, df)
         assert (tmp_path / f"{name}.csv").exists()

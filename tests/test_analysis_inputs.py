@@ -73,12 +73,25 @@ def write_run(folder: Path, *, optimizer: str = "muon", dp: int = 2, tp: int = 1
         }
         (folder / trace_name(rank)).write_bytes(gzip.compress(json.dumps(doc).encode()))
     name, group = folder.parent.name, folder.parent.parent.name
-    config = {"group": group, "name": name, "optimizer": optimizer, "layout": "contiguous", "dp": dp, "tp": tp,
-              "world_size": world, "backend": "gloo", "device": "cpu", "trial": 0, "steps": STEPS}  # fmt: skip
+    config = {
+        "group": group,
+        "name": name,
+        "optimizer": optimizer,
+        "layout": "contiguous",
+        "dp": dp,
+        "tp": tp,
+        "world_size": world,
+        "backend": "gloo",
+        "device": "cpu",
+        "trial": 0,
+        "steps": STEPS,
+    }
     (folder / CONFIG_FILE).write_text(json.dumps(config))
     metrics = {"config": f"{group}/{name}", "ranks": [_rank_metrics(r, optimizer) for r in range(world)]}
     (folder / METRICS_FILE).write_text(json.dumps(metrics))
-    (folder / ENVIRONMENT_FILE).write_text(json.dumps({"backend": "gloo", "host_cpu_cores": 2, "recorded_at": "2026-01-02T03:04:05"}))
+    (folder / ENVIRONMENT_FILE).write_text(
+        json.dumps({"backend": "gloo", "host_cpu_cores": 2, "recorded_at": "2026-01-02T03:04:05"})
+    )
     return folder
 
 
@@ -168,11 +181,13 @@ def test_the_pipeline_stage_refuses_an_incomplete_run(tmp_path):
 
 @pytest.mark.parametrize(
     ("option", "value", "expected"),
-    [("--rank", "-5", "argument --rank: expected a global rank, 0 or more, got -5"),
-     ("--workers", "0", "argument --workers: expected a number of processes, 1 or more, got 0"),
-     ("--workers", "-2", "argument --workers: expected a number of processes, 1 or more, got -2"),
-     ("--workers", "many", "argument --workers: expected a number of processes, 1 or more, got 'many'")],
-)  # fmt: skip
+    [
+        ("--rank", "-5", "argument --rank: expected a global rank, 0 or more, got -5"),
+        ("--workers", "0", "argument --workers: expected a number of processes, 1 or more, got 0"),
+        ("--workers", "-2", "argument --workers: expected a number of processes, 1 or more, got -2"),
+        ("--workers", "many", "argument --workers: expected a number of processes, 1 or more, got 'many'"),
+    ],
+)
 def test_bad_rank_or_workers_is_an_argparse_error(tmp_path, capsys, option, value, expected):
     write_pair(tmp_path / "traces")
     with pytest.raises(SystemExit) as exit_info:

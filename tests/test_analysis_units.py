@@ -50,8 +50,8 @@ def test_segments_agree_with_brute_force(seed):
     assert np.all(np.diff(A.starts) > 0) and np.all(A.starts[1:] > A.ends[:-1])  # disjoint, sorted, not touching
     lo = rng.integers(0, 100, 8).astype(float)
     hi = lo + rng.integers(0, 30, 8)
-    for l, h, got in zip(lo, hi, A.covered(lo, hi)):
-        assert got == ca[int(l) : int(h)].sum()
+    for low, high, got in zip(lo, hi, A.covered(lo, hi)):
+        assert got == ca[int(low) : int(high)].sum()
 
 
 def test_innermost_enclosing():

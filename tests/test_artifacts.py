@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 from muon_repro.tables.schemas import TABLE_NAMES as TABLES
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -39,8 +40,12 @@ def test_committed_dataset_is_in_the_profile_layout_each_run_under_its_own_profi
 
     traces = REPO / "traces"
     assert plan_migration(traces) == [], "committed runs left in the old layout: muon-repro migrate-layout --traces traces"
-    profiles = {path: profile_from_environment(json.loads(path.read_text())) for path in traces.glob("*/*/*/trial*/environment.json")}
-    profiles |= {path: convergence_profile(json.loads(path.read_text())) for path in traces.glob("*/convergence/*/convergence.json")}
+    profiles = {
+        path: profile_from_environment(json.loads(path.read_text())) for path in traces.glob("*/*/*/trial*/environment.json")
+    }
+    profiles |= {
+        path: convergence_profile(json.loads(path.read_text())) for path in traces.glob("*/convergence/*/convergence.json")
+    }
     groups = {path.relative_to(traces).parts[1] for path in profiles}
     assert {"comparison", "distributed_muon", "layout_ablation", "overlap", "convergence"} <= groups, groups
     for path, profile in profiles.items():
@@ -64,12 +69,32 @@ def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_pa
 
 @pytest.mark.slow
 def test_run_end_to_end_then_again_without_rerecording(tmp_path):
-    cmd = [sys.executable, "-m", "muon_repro", "run", "--scale", "tiny", "--configs", "comparison", "--trials", "2", "--out", str(tmp_path),
-           "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "muon_repro",
+        "run",
+        "--scale",
+        "tiny",
+        "--configs",
+        "comparison",
+        "--trials",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert first.returncode == 0, first.stderr[-3000:]
-    for artifact in ("metrics/runs.parquet", "metrics/claims.parquet", "report/report.md", "report/report.pdf",
-                     "dataset_card.md", "MANIFEST.sha256", "dist/dataset/MANIFEST.sha256"):
+    for artifact in (
+        "metrics/runs.parquet",
+        "metrics/claims.parquet",
+        "report/report.md",
+        "report/report.pdf",
+        "dataset_card.md",
+        "MANIFEST.sha256",
+        "dist/dataset/MANIFEST.sha256",
+    ):
         assert (tmp_path / artifact).is_file(), artifact
     assert "Claims, as measured here" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
     traces = sorted((tmp_path / "traces").rglob("*.json.gz"))

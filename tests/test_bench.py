@@ -19,16 +19,44 @@ from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, r
 from muon_repro.phases import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
 from muon_repro.rundir import RunDir, trial_dir
 
-PHASES = ("forward", "backward", "optimizer", "dp_reduce_scatter", "momentum", "dp_gather", "tp_gather",
-          "newton_schulz", "tp_shard", "dp_shard", "update", "dp_all_gather")
-METRIC_FIELDS = ("step_ms", "optimizer_ms", "loss", "ledger", "state_bytes", "transient_bytes", "peak_memory_bytes",
-                 "update_rms", "ns_calls", "ns_flops")
+PHASES = (
+    "forward",
+    "backward",
+    "optimizer",
+    "dp_reduce_scatter",
+    "momentum",
+    "dp_gather",
+    "tp_gather",
+    "newton_schulz",
+    "tp_shard",
+    "dp_shard",
+    "update",
+    "dp_all_gather",
+)
+METRIC_FIELDS = (
+    "step_ms",
+    "optimizer_ms",
+    "loss",
+    "ledger",
+    "state_bytes",
+    "transient_bytes",
+    "peak_memory_bytes",
+    "update_rms",
+    "ns_calls",
+    "ns_flops",
+)
 CONFIG = "layout_ablation/muon_dp2_tp2_bucketed"  # bucketed: every phase, dp_gather included, occurs
 
 
 def bench(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "muon_repro", "bench", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "muon_repro", "bench", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +95,23 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
     assert sum(line.startswith("step ") for line in (recorded / "log.txt").read_text().splitlines()) == cfg.steps
 
     # TP-local shapes of a tp=2 model: building communicates nothing, so no process group is needed.
-    model = GPT(GPTConfig.preset(cfg.preset), Group(name="tp", ranks=(0, 1), rank=0, process_group=None, ledger=Group.single("x").ledger))
+    model = GPT(
+        GPTConfig.preset(cfg.preset), Group(name="tp", ranks=(0, 1), rank=0, process_group=None, ledger=Group.single("x").ledger)
+    )
     specs = param_specs(model.named_parameters(), cfg.tp)
     for rank in metrics["ranks"]:
         assert set(METRIC_FIELDS) <= set(rank)
         assert len(rank["step_ms"]) == len(rank["loss"]) == cfg.steps
         assert rank["loss"][-1] < rank["loss"][0]
-        want = optimizer_bytes(specs, dp=cfg.dp, tp=cfg.tp, dp_rank=rank["dp_rank"], optimizer="muon", layout=cfg.layout,
-                               bucket_elems=cfg.bucket_elems)
+        want = optimizer_bytes(
+            specs,
+            dp=cfg.dp,
+            tp=cfg.tp,
+            dp_rank=rank["dp_rank"],
+            optimizer="muon",
+            layout=cfg.layout,
+            bucket_elems=cfg.bucket_elems,
+        )
         for step in range(cfg.steps):
             got = dict.fromkeys(OPTIMIZER_PHASES, 0)
             for entry in rank["ledger"]:
@@ -88,7 +125,9 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     key = "comparison/adamw_dp2_tp2"
     first = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1", "--profile", "test-box")
     assert first.returncode == 0, first.stderr
-    run_dir = tmp_path / "test-box" / "comparison" / "adamw_dp2_tp2" / "trial0"  # --profile names the folder and environment.json's field
+    run_dir = (
+        tmp_path / "test-box" / "comparison" / "adamw_dp2_tp2" / "trial0"
+    )  # --profile names the folder and environment.json's field
     assert is_complete(run_dir, resolve(key, "tiny")) and RunDir(run_dir).environment["profile"] == "test-box"
     stamp = (run_dir / "metrics.json").stat().st_mtime_ns
 
@@ -96,14 +135,34 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     assert again.returncode == 0 and "skipped" in again.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns == stamp
 
-    forced = bench(key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force", "--trials", "1", "--profile", "test-box")
+    forced = bench(
+        key, "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--force", "--trials", "1", "--profile", "test-box"
+    )
     assert forced.returncode == 0 and "recorded" in forced.stdout
     assert (run_dir / "metrics.json").stat().st_mtime_ns != stamp
 
     # Interrupt a run while its workers are training: no run directory, partial or final.
     other = tmp_path / "test-box" / "distributed_muon"
-    proc = subprocess.Popen([sys.executable, "-m", "muon_repro", "bench", "distributed_muon/muon_dp4", "--scale", "tiny", "--profile", "test-box",
-                             "--out", str(tmp_path), "--no-progress", "--trials", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "muon_repro",
+            "bench",
+            "distributed_muon/muon_dp4",
+            "--scale",
+            "tiny",
+            "--profile",
+            "test-box",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--trials",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not list(other.glob("*/.*.partial/*")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -113,7 +172,18 @@ def test_resume_skips_force_redoes_and_a_killed_run_leaves_nothing(tmp_path):
     assert proc.returncode != 0
     assert not list(other.rglob("trial*")) and not list(other.rglob(".*.partial"))
 
-    redo = bench("distributed_muon/muon_dp4", "--scale", "tiny", "--out", str(tmp_path), "--no-progress", "--trials", "1", "--profile", "test-box")
+    redo = bench(
+        "distributed_muon/muon_dp4",
+        "--scale",
+        "tiny",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--trials",
+        "1",
+        "--profile",
+        "test-box",
+    )
     assert redo.returncode == 0 and "recorded" in redo.stdout, redo.stderr
     assert is_complete(other / "muon_dp4" / "trial0", resolve("distributed_muon/muon_dp4", "tiny"))
 
@@ -123,9 +193,11 @@ def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
     cfgs = [resolve("comparison/adamw_dp2_tp2", "tiny"), resolve("distributed_muon/adamw_dp4", "tiny")]
     results = record_local(cfgs, tmp_path, "gloo", trials=2, progress=False)
     assert [(r.key, r.trial, r.status) for r in results] == [
-        ("comparison/adamw_dp2_tp2", 0, "recorded"), ("distributed_muon/adamw_dp4", 0, "recorded"),
-        ("comparison/adamw_dp2_tp2", 1, "recorded"), ("distributed_muon/adamw_dp4", 1, "recorded"),
-    ]  # fmt: skip
+        ("comparison/adamw_dp2_tp2", 0, "recorded"),
+        ("distributed_muon/adamw_dp4", 0, "recorded"),
+        ("comparison/adamw_dp2_tp2", 1, "recorded"),
+        ("distributed_muon/adamw_dp4", 1, "recorded"),
+    ]
     order = sorted(results, key=lambda r: json.loads((r.run_dir / "environment.json").read_text())["recorded_at"])
     assert [(r.key, r.trial) for r in order] == [(r.key, r.trial) for r in results]  # recorded A B A B, in that order
     for r in results:
@@ -135,9 +207,15 @@ def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
 
 
 def test_tokens_per_step_must_divide_into_the_grid():
-    with pytest.raises(ValueError, match=r"tokens_per_step=1000 does not divide into dp=2 x micro-batches of seq_len=128; use a positive multiple of 256"):
+    with pytest.raises(
+        ValueError,
+        match=r"tokens_per_step=1000 does not divide into dp=2 x micro-batches of seq_len=128; use a positive multiple of 256",
+    ):
         BenchConfig(group="g", name="n", optimizer="muon", dp=2, tp=2, tokens_per_step=1000, seq_len=128)
-    assert resolve("distributed_muon/muon_tp4", "cpu").batch_per_dp == 8 and resolve("distributed_muon/muon_dp4", "cpu").batch_per_dp == 2
+    assert (
+        resolve("distributed_muon/muon_tp4", "cpu").batch_per_dp == 8
+        and resolve("distributed_muon/muon_dp4", "cpu").batch_per_dp == 2
+    )
     with pytest.raises(ValueError, match="trials must be a positive integer"):
         plan_recordings([resolve(CONFIG, "tiny")], Path("x"), trials=0, profile="p")
 

@@ -10,19 +10,38 @@ from muon_repro.cli import main
 
 
 def test_tokens_that_do_not_divide_are_refused_before_anything_starts(tmp_path, capsys):
-    argv = ["bench", "custom", "--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "small",
-            "--tokens-per-step", "1000", "--seq-len", "128", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "bench",
+        "custom",
+        "--optimizer",
+        "muon",
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--preset",
+        "small",
+        "--tokens-per-step",
+        "1000",
+        "--seq-len",
+        "128",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "tokens_per_step=1000 does not divide into dp=2 x micro-batches of seq_len=128" in err
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["custom", "comparison"], "name no other CONFIG"),
-    (["comparison", "--optimizer", "muon"], "use CONFIG 'custom'"),
-    (["custom", "--optimizer", "muon", "--dp", "2"], "the run shape needs --tp, --tokens-per-step, --seq-len"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["custom", "comparison"], "name no other CONFIG"),
+        (["comparison", "--optimizer", "muon"], "use CONFIG 'custom'"),
+        (["custom", "--optimizer", "muon", "--dp", "2"], "the run shape needs --tp, --tokens-per-step, --seq-len"),
+    ],
+)
 def test_custom_and_named_configs_do_not_mix(argv, message, tmp_path, capsys):
     assert main(["bench", *argv, "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
@@ -30,9 +49,41 @@ def test_custom_and_named_configs_do_not_mix(argv, message, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_custom_run_is_recorded_with_its_shape(tmp_path, capsys):
-    argv = ["bench", "custom", "--optimizer", "muon", "--dp", "2", "--tp", "1", "--hidden", "32", "--layers", "1", "--heads", "4",
-            "--vocab", "128", "--tokens-per-step", "64", "--seq-len", "16", "--overlap", "pipelined", "--layout", "bucketed",
-            "--scale", "tiny", "--trials", "1", "--out", str(tmp_path), "--no-progress", "--profile", "test-cpu"]  # fmt: skip
+    argv = [
+        "bench",
+        "custom",
+        "--optimizer",
+        "muon",
+        "--dp",
+        "2",
+        "--tp",
+        "1",
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "4",
+        "--vocab",
+        "128",
+        "--tokens-per-step",
+        "64",
+        "--seq-len",
+        "16",
+        "--overlap",
+        "pipelined",
+        "--layout",
+        "bucketed",
+        "--scale",
+        "tiny",
+        "--trials",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--profile",
+        "test-cpu",
+    ]
     assert main(argv) == 0
     (run,) = [p for p in (tmp_path / "test-cpu" / "custom").iterdir() if p.is_dir()]
     config = json.loads((run / "trial0" / "config.json").read_text())

@@ -161,10 +161,16 @@ def test_equivalence_tp_that_does_not_divide_the_model_is_refused_before_launchi
     "raised, code, said",
     [
         (KeyboardInterrupt(), 130, "muon-repro run: interrupted; every stage writes atomically"),
-        (BenchInterrupted("interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1", signal.SIGINT), 130,
-         "muon-repro run: interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1"),
-        (BenchError("comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"), 1,
-         "muon-repro run: error: comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"),
+        (
+            BenchInterrupted("interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1", signal.SIGINT),
+            130,
+            "muon-repro run: interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1",
+        ),
+        (
+            BenchError("comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"),
+            1,
+            "muon-repro run: error: comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom",
+        ),
     ],
 )
 def test_run_reports_an_interrupted_or_failed_stage_without_a_traceback(raised, code, said, tmp_path, monkeypatch, capsys):

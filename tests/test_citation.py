@@ -56,8 +56,10 @@ def test_the_card_stage_writes_the_root_files_beside_the_card(sources, tmp_path)
 def test_citation_cff_validates_with_cffconvert(which, sources, tmp_path):  # noqa: F811
     cffconvert = _cffconvert()
     if cffconvert is None:
-        reason = ("cffconvert not found: set CFFCONVERT, put cffconvert on PATH, or make the venv .ci/run makes: "
-                  "python -m venv .ci/.cffconvert && .ci/.cffconvert/bin/pip install -q cffconvert==2.0.0")  # fmt: skip
+        reason = (
+            "cffconvert not found: set CFFCONVERT, put cffconvert on PATH, or make the venv .ci/run makes: "
+            "python -m venv .ci/.cffconvert && .ci/.cffconvert/bin/pip install -q cffconvert==2.0.0"
+        )
         if os.environ.get("CI"):
             pytest.fail("CI must provide cffconvert (CFFCONVERT=path), see .ci/run; " + reason)
         pytest.skip(reason)

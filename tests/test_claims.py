@@ -23,26 +23,80 @@ class Bundle:
         self.rng = np.random.default_rng(seed)
         self.runs, self.steps, self.ranks, self.phases = [], [], [], []
 
-    def run(self, run: str, optimizer: str, dp: int, tp: int, *, step_ms: float, comm_ms: float = 10.0, optimizer_ms: float = 1.0,
-            noise: float = 0.01, state: tuple[int, int] = (0, 0), dp_bytes: float = 100.0, **work) -> None:  # fmt: skip
+    def run(
+        self,
+        run: str,
+        optimizer: str,
+        dp: int,
+        tp: int,
+        *,
+        step_ms: float,
+        comm_ms: float = 10.0,
+        optimizer_ms: float = 1.0,
+        noise: float = 0.01,
+        state: tuple[int, int] = (0, 0),
+        dp_bytes: float = 100.0,
+        **work,
+    ) -> None:
         group, name = run.split("/")
-        self.runs.append({"run": run, "profile": "cpu-2c-gloo", "group": group, "name": name, "optimizer": optimizer, "dp": dp, "tp": tp, "world_size": dp * tp,
-                          "ranks": RANKS, "trials": TRIALS, "steps": TRIALS * STEPS, "layout": "contiguous", "overlap": "none", "step_ms": step_ms,
-                          "ns_flops_max_rank": 2e9, "train_flops": 4e9, **WORK, **work})  # fmt: skip
+        self.runs.append(
+            {
+                "run": run,
+                "profile": "cpu-2c-gloo",
+                "group": group,
+                "name": name,
+                "optimizer": optimizer,
+                "dp": dp,
+                "tp": tp,
+                "world_size": dp * tp,
+                "ranks": RANKS,
+                "trials": TRIALS,
+                "steps": TRIALS * STEPS,
+                "layout": "contiguous",
+                "overlap": "none",
+                "step_ms": step_ms,
+                "ns_flops_max_rank": 2e9,
+                "train_flops": 4e9,
+                **WORK,
+                **work,
+            }
+        )
         for trial in range(TRIALS):
             for rank in range(RANKS):
                 for step in range(STEPS):
                     jitter = lambda v: v * (1.0 + noise * self.rng.standard_normal())  # noqa: E731
-                    self.steps.append({"run": run, "trial": trial, "rank": rank, "step": step, "step_ms": jitter(step_ms),
-                                       "comm_ms": jitter(comm_ms), "comm_transfer_ms": jitter(comm_ms), "optimizer_ms": jitter(optimizer_ms)})  # fmt: skip
+                    self.steps.append(
+                        {
+                            "run": run,
+                            "trial": trial,
+                            "rank": rank,
+                            "step": step,
+                            "step_ms": jitter(step_ms),
+                            "comm_ms": jitter(comm_ms),
+                            "comm_transfer_ms": jitter(comm_ms),
+                            "optimizer_ms": jitter(optimizer_ms),
+                        }
+                    )
                 muon_state, adamw_state = state
-                self.ranks.append({"run": run, "trial": trial, "rank": rank, "muon_state_bytes": muon_state,
-                                   "adamw_state_bytes": adamw_state, "state_bytes": muon_state + adamw_state})  # fmt: skip
+                self.ranks.append(
+                    {
+                        "run": run,
+                        "trial": trial,
+                        "rank": rank,
+                        "muon_state_bytes": muon_state,
+                        "adamw_state_bytes": adamw_state,
+                        "state_bytes": muon_state + adamw_state,
+                    }
+                )
                 for phase, nbytes in (("dp_reduce_scatter", dp_bytes / 2), ("dp_all_gather", dp_bytes / 2)):
-                    self.phases.append({"run": run, "trial": trial, "rank": rank, "phase": phase, "trace_bytes": nbytes, "ms_per_step": 1.0})
+                    self.phases.append(
+                        {"run": run, "trial": trial, "rank": rank, "phase": phase, "trace_bytes": nbytes, "ms_per_step": 1.0}
+                    )
                 if optimizer == "muon":
                     extra = work.get("gather_bytes", 10.0)
-                    self.phases.append({"run": run, "trial": trial, "rank": rank, "phase": "dp_gather", "trace_bytes": extra, "ms_per_step": 1.0})
+                    self.phases.append(
+                        {"run": run, "trial": trial, "rank": rank, "phase": "dp_gather", "trace_bytes": extra, "ms_per_step": 1.0}
+                    )
 
     def claims(self) -> pd.DataFrame:
         runs, steps = pd.DataFrame(self.runs), pd.DataFrame(self.steps)
@@ -52,17 +106,41 @@ class Bundle:
         return SCHEMAS["claims"].conform(claims_table(runs, steps, ranks, phases)).set_index("claim_id")
 
 
-def seed_grid(*, muon_comm: float, muon_step: float, adamw_step: float = 100.0, noise: float = 0.01, muon_opt: float = 1.0,
-              muon_state: tuple[int, int] = (400, 200), adamw_state: tuple[int, int] = (0, 1000), gather_bytes: float = 10.0,
-              hybrid_step: float | None = None, dp4_step: float = 120.0, tp4_step: float = 130.0) -> Bundle:  # fmt: skip
+def seed_grid(
+    *,
+    muon_comm: float,
+    muon_step: float,
+    adamw_step: float = 100.0,
+    noise: float = 0.01,
+    muon_opt: float = 1.0,
+    muon_state: tuple[int, int] = (400, 200),
+    adamw_state: tuple[int, int] = (0, 1000),
+    gather_bytes: float = 10.0,
+    hybrid_step: float | None = None,
+    dp4_step: float = 120.0,
+    tp4_step: float = 130.0,
+) -> Bundle:
     b = Bundle()
-    b.run("comparison/muon_dp2_tp2", "muon", 2, 2, step_ms=muon_step, comm_ms=muon_comm, optimizer_ms=muon_opt, noise=noise,
-          state=muon_state, gather_bytes=gather_bytes)  # fmt: skip
+    b.run(
+        "comparison/muon_dp2_tp2",
+        "muon",
+        2,
+        2,
+        step_ms=muon_step,
+        comm_ms=muon_comm,
+        optimizer_ms=muon_opt,
+        noise=noise,
+        state=muon_state,
+        gather_bytes=gather_bytes,
+    )
     b.run("comparison/adamw_dp2_tp2", "adamw", 2, 2, step_ms=adamw_step, comm_ms=10.0, noise=noise, state=adamw_state)
     b.run("distributed_muon/muon_dp4", "muon", 4, 1, step_ms=dp4_step, noise=noise)
     b.run("distributed_muon/muon_tp4", "muon", 1, 4, step_ms=tp4_step, noise=noise)
     if hybrid_step is not None:  # replace the hybrid point's step time only for the grid claim
-        b.steps = [dict(s, step_ms=hybrid_step * s["step_ms"] / muon_step) if s["run"] == "comparison/muon_dp2_tp2" else s for s in b.steps]
+        b.steps = [
+            dict(s, step_ms=hybrid_step * s["step_ms"] / muon_step) if s["run"] == "comparison/muon_dp2_tp2" else s
+            for s in b.steps
+        ]
     return b
 
 
@@ -70,7 +148,9 @@ def test_every_claim_is_in_the_table_with_an_interval_and_an_explanation():
     claims = seed_grid(muon_comm=5.7, muon_step=101.0).claims()
     assert list(claims.index) == [c.claim_id for c in CLAIMS]
     measured = claims[claims["verdict"] != "not measured"]
-    assert (measured["measured_low"] <= measured["measured_value"]).all() and (measured["measured_value"] <= measured["measured_high"]).all()
+    assert (measured["measured_low"] <= measured["measured_value"]).all() and (
+        measured["measured_value"] <= measured["measured_high"]
+    ).all()
     assert claims["explanation"].str.len().gt(20).all()
     assert set(claims["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not measured"}
 
@@ -83,7 +163,11 @@ def test_every_claim_is_in_the_table_with_an_interval_and_an_explanation():
         ("comm_time_dp2_tp2", {"muon_comm": 6.84, "muon_step": 100.0, "noise": 0.3}, "inconclusive"),  # straddles 0.684
         ("optimizer_share", {"muon_comm": 5.7, "muon_step": 100.0, "muon_opt": 1.1}, "reproduced"),
         ("optimizer_share", {"muon_comm": 5.7, "muon_step": 100.0, "muon_opt": 50.0}, "not reproduced"),
-        ("optimizer_share", {"muon_comm": 5.7, "muon_step": 100.0, "muon_opt": 2.7, "noise": 0.3}, "inconclusive"),  # the max over ranks inflates step time
+        (
+            "optimizer_share",
+            {"muon_comm": 5.7, "muon_step": 100.0, "muon_opt": 2.7, "noise": 0.3},
+            "inconclusive",
+        ),  # the max over ranks inflates step time
         ("latency_overhead", {"muon_comm": 5.7, "muon_step": 101.0}, "reproduced"),
         ("latency_overhead", {"muon_comm": 5.7, "muon_step": 170.0}, "not reproduced"),
         ("latency_overhead", {"muon_comm": 5.7, "muon_step": 103.0, "noise": 0.2}, "inconclusive"),
@@ -94,7 +178,11 @@ def test_every_claim_is_in_the_table_with_an_interval_and_an_explanation():
         ("state_memory", {"muon_comm": 5.7, "muon_step": 100.0, "muon_state": (800, 200)}, "not reproduced"),  # 1.0
         ("comm_bytes_ratio", {"muon_comm": 5.7, "muon_step": 100.0}, "reproduced"),  # 110 / 100
         ("comm_bytes_ratio", {"muon_comm": 5.7, "muon_step": 100.0, "gather_bytes": 50.0}, "not reproduced"),  # 1.5
-        ("comm_bytes_ratio", {"muon_comm": 5.7, "muon_step": 100.0, "gather_bytes": 0.0}, "not reproduced"),  # 1.0: outside (1, 1.25]
+        (
+            "comm_bytes_ratio",
+            {"muon_comm": 5.7, "muon_step": 100.0, "gather_bytes": 0.0},
+            "not reproduced",
+        ),  # 1.0: outside (1, 1.25]
         ("async_slowdown", {"muon_comm": 5.7, "muon_step": 100.0}, "not measured"),
     ],
 )
@@ -135,7 +223,9 @@ def test_verdict_rule_needs_the_whole_interval():
 def test_unequal_work_is_refused_naming_both_runs_and_the_field():
     b = seed_grid(muon_comm=5.7, muon_step=100.0)
     b.runs[1]["tokens_per_step"] = 2048  # the AdamW twin trained twice the tokens
-    with pytest.raises(UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 1024 vs 2048"):
+    with pytest.raises(
+        UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 1024 vs 2048"
+    ):
         b.claims()
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
     with pytest.raises(UnequalWork, match="tokens_per_step"):
@@ -166,6 +256,8 @@ def test_bootstrap_interval_covers_the_truth_and_narrows_with_data():
 
 
 def test_per_step_takes_the_slowest_rank_for_step_time():
-    steps = pd.DataFrame({"run": "r", "trial": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "step": [3, 3, 3, 3], "step_ms": [1.0, 2.0, 3.0, 5.0]})
+    steps = pd.DataFrame(
+        {"run": "r", "trial": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "step": [3, 3, 3, 3], "step_ms": [1.0, 2.0, 3.0, 5.0]}
+    )
     assert per_step(steps, "r", "step_ms", "max").tolist() == [[2.0], [5.0]]
     assert per_step(steps, "r", "step_ms").tolist() == [[1.5], [4.0]]

@@ -16,8 +16,13 @@ from muon_repro.parallel.launch import launch
 def collectives_worker() -> dict:
     dims = ParallelDims(dp=2, tp=2)
     rank = dims.rank
-    out = {"rank": rank, "dp_rank": dims.dp_rank, "tp_rank": dims.tp_rank,
-           "dp_ranks": dims.dp_group.ranks, "tp_ranks": dims.tp_group.ranks}
+    out = {
+        "rank": rank,
+        "dp_rank": dims.dp_rank,
+        "tp_rank": dims.tp_rank,
+        "dp_ranks": dims.dp_group.ranks,
+        "tp_ranks": dims.tp_group.ranks,
+    }
 
     shard = torch.full((5,), float(rank))
     full = torch.empty(10)
@@ -59,7 +64,7 @@ def test_collectives_compute_the_right_values(results):
         dp_peers = r["dp_ranks"]
         assert torch.equal(r["gathered"], torch.tensor([float(dp_peers[0])] * 5 + [float(dp_peers[1])] * 5))
         total = sum(p + 1 for p in dp_peers)
-        chunk = torch.arange(10, dtype=torch.float32)[5 * r["dp_ranks"].index(r["rank"]):][:5]
+        chunk = torch.arange(10, dtype=torch.float32)[5 * r["dp_ranks"].index(r["rank"]) :][:5]
         assert torch.equal(r["scattered"], chunk * total)
         assert torch.equal(r["summed"], torch.full((7,), float(sum(r["tp_ranks"]))))
 

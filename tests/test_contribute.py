@@ -36,7 +36,14 @@ def _trace(rank: int, world_size: int) -> bytes:
 def make_run(folder: Path, *, name: str = "muon_dp2_tp1", world_size: int = 2, profile: str | None = PROFILE) -> Path:
     """A small complete run folder: side files and one parseable trace per rank."""
     folder.mkdir(parents=True)
-    config = {"group": "comparison", "name": name, "key": f"comparison/{name}", "world_size": world_size, "dp": world_size, "tp": 1}
+    config = {
+        "group": "comparison",
+        "name": name,
+        "key": f"comparison/{name}",
+        "world_size": world_size,
+        "dp": world_size,
+        "tp": 1,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     environment = {"backend": "gloo", "host_cpu_cores": 2, **({"profile": profile} if profile else {})}
     (folder / "environment.json").write_text(json.dumps(environment))
@@ -98,7 +105,10 @@ def test_dry_run_plans_both_layouts_and_sends_nothing(tmp_path, fake_hub, hub_en
     assert f"append  {MANIFEST_NAME}: 12 line(s) after main's 2" in out
     lines = [ln.strip() for ln in out.splitlines()]
     trace = runs / PROFILE / "comparison" / "muon_dp2_tp1" / "trial0" / "rank1.json.gz"
-    assert f"{hashlib.sha256(trace.read_bytes()).hexdigest()}  {trace.stat().st_size}  traces/{PROFILE}/comparison/muon_dp2_tp1/trial0/rank1.json.gz" in lines
+    assert (
+        f"{hashlib.sha256(trace.read_bytes()).hexdigest()}  {trace.stat().st_size}  "
+        f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0/rank1.json.gz" in lines
+    )
     assert str(runs / "notes.txt") in lines
     assert "Dry run: nothing was sent to the Hub." in out and TOKEN not in out
 
@@ -181,8 +191,10 @@ def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hu
     assert main(["review", REPO, "--pr", "1"]) == 1
     out = capsys.readouterr().out
     assert "1 check(s) FAILED" in out
-    assert (f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0: its own files file it under "
-            "traces/8xH100-nvlink-nccl/comparison/muon_dp2_tp1/trial0 (environment.json's profile") in out  # fmt: skip
+    assert (
+        f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0: its own files file it under "
+        "traces/8xH100-nvlink-nccl/comparison/muon_dp2_tp1/trial0 (environment.json's profile"
+    ) in out
 
 
 def test_manifest_rules():
@@ -245,8 +257,12 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
         (tmp_path / "alone" / path).parent.mkdir(parents=True)
         (tmp_path / "alone" / path).write_bytes(data)
     stages.analyze([tmp_path / "alone" / "traces"], tmp_path / "metrics", workers=1)
-    main_files = {**folder_files(adamw, f"traces/{profile}/comparison/adamw_dp2_tp2/trial0"), **records,
-                  "metrics/claims.parquet": (tmp_path / "metrics" / "claims.parquet").read_bytes(), "README.md": b"# data\n"}  # fmt: skip
+    main_files = {
+        **folder_files(adamw, f"traces/{profile}/comparison/adamw_dp2_tp2/trial0"),
+        **records,
+        "metrics/claims.parquet": (tmp_path / "metrics" / "claims.parquet").read_bytes(),
+        "README.md": b"# data\n",
+    }
     head = publish_main(hub_env, main_files)
     main_manifest = fake_hub.files(REPO)[MANIFEST_NAME]
 
@@ -291,19 +307,38 @@ def test_claims_compared_per_profile():
     from muon_repro.hardware import rows_of_profile as claims_of_profile
 
     def row(claim, value, low, high, verdict, profile=PROFILE):
-        return {"profile": profile, "claim_id": claim, "measured_value": value, "measured_low": low, "measured_high": high, "verdict": verdict}
+        return {
+            "profile": profile,
+            "claim_id": claim,
+            "measured_value": value,
+            "measured_low": low,
+            "measured_high": high,
+            "verdict": verdict,
+        }
 
-    published = pd.DataFrame([
-        row("a", 0.5, 0.4, 0.7, "reproduced"), row("b", 1.2, 1.0, 1.4, "not reproduced"), row("c", None, None, None, "not measured"),
-        row("d", 2.0, 1.0, 3.0, "inconclusive"), row("a", 9.0, 9.0, 9.0, "not reproduced", profile="1xH100-nccl"),
-    ])  # fmt: skip
-    after = pd.DataFrame([
-        row("a", 0.55, 0.5, 0.6, "reproduced"), row("b", 0.5, 0.45, 0.55, "reproduced"), row("c", 3.0, 2.0, 4.0, "inconclusive"),
-        row("e", None, None, None, "not measured"),
-    ])  # fmt: skip
+    published = pd.DataFrame(
+        [
+            row("a", 0.5, 0.4, 0.7, "reproduced"),
+            row("b", 1.2, 1.0, 1.4, "not reproduced"),
+            row("c", None, None, None, "not measured"),
+            row("d", 2.0, 1.0, 3.0, "inconclusive"),
+            row("a", 9.0, 9.0, 9.0, "not reproduced", profile="1xH100-nccl"),
+        ]
+    )
+    after = pd.DataFrame(
+        [
+            row("a", 0.55, 0.5, 0.6, "reproduced"),
+            row("b", 0.5, 0.45, 0.55, "reproduced"),
+            row("c", 3.0, 2.0, 4.0, "inconclusive"),
+            row("e", None, None, None, "not measured"),
+        ]
+    )
     rows = {r[0]: r for r in compare_claims(claims_of_profile(published, PROFILE), after)}
-    assert rows["a"][1:] == ("0.5 [0.4, 0.7] reproduced", "0.55 [0.5, 0.6] reproduced",
-                             "same verdict, value 0.5 -> 0.55, interval narrower (0.3 -> 0.1)")  # the other profile's row left out
+    assert rows["a"][1:] == (
+        "0.5 [0.4, 0.7] reproduced",
+        "0.55 [0.5, 0.6] reproduced",
+        "same verdict, value 0.5 -> 0.55, interval narrower (0.3 -> 0.1)",
+    )  # the other profile's row left out
     assert rows["b"][3] == "verdict not reproduced -> reproduced"
     assert rows["c"][3] == "now measured: inconclusive"
     assert rows["d"][2:] == ("(no row)", "not re-measured here")

@@ -145,8 +145,12 @@ def _tiny_data():
     from muon_repro.converge.train import TokenData
 
     rng = np.random.default_rng(0)
-    return TokenData(train=rng.integers(0, 64, 5000).astype(np.int32), val=rng.integers(0, 64, 800).astype(np.int32),
-                     vocab_size=64, facts={"name": "random tokens", "version": "test", "license": "none", "sha256": "0" * 64})  # fmt: skip
+    return TokenData(
+        train=rng.integers(0, 64, 5000).astype(np.int32),
+        val=rng.integers(0, 64, 800).astype(np.int32),
+        vocab_size=64,
+        facts={"name": "random tokens", "version": "test", "license": "none", "sha256": "0" * 64},
+    )
 
 
 @pytest.mark.parametrize("optimizer", ["muon", "adamw"])
@@ -176,9 +180,48 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     from muon_repro.cli import main
 
     out = tmp_path / "traces"
-    argv = ["converge", "--out", str(out), "--muon-lrs", "3e-3", "--adamw-lrs", "1e-2", "--seeds", "1", "--tp", "2",
-            "--steps", "6", "--sweep-steps", "6", "--hidden", "32", "--layers", "1", "--heads", "4", "--ffn", "64", "--seq-len", "16", "--batch", "4",
-            "--eval-every", "3", "--eval-windows", "8", "--checkpoint-every", "2", "--vocab", "300", "--threads", "1", "--no-progress", "--profile", "test-box"]  # fmt: skip
+    argv = [
+        "converge",
+        "--out",
+        str(out),
+        "--muon-lrs",
+        "3e-3",
+        "--adamw-lrs",
+        "1e-2",
+        "--seeds",
+        "1",
+        "--tp",
+        "2",
+        "--steps",
+        "6",
+        "--sweep-steps",
+        "6",
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "4",
+        "--ffn",
+        "64",
+        "--seq-len",
+        "16",
+        "--batch",
+        "4",
+        "--eval-every",
+        "3",
+        "--eval-windows",
+        "8",
+        "--checkpoint-every",
+        "2",
+        "--vocab",
+        "300",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--profile",
+        "test-box",
+    ]
     assert main(argv) == 0
     folder = out / "test-box" / CONVERGENCE_GROUP  # traces/<profile>/convergence/
     runs = sorted(p.name for p in folder.iterdir())
@@ -209,11 +252,23 @@ def _write_record(root, opt: str, lr: float, seed: int, steps: int, final_val: f
     folder = root / CONVERGENCE_GROUP / cfg.name
     folder.mkdir(parents=True)
     train = [5.0 - slope * s for s in range(1, steps + 1)]
-    record = {"name": cfg.name, "config": cfg.to_dict(), "backend": "gloo", "wall_s": 1.0, "environment": {"cpu_count": 2},  # cpu-2c-gloo
-              "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
-              "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
-              "curve": {"step": list(range(1, steps + 1)), "train_loss": train, "lr": [lr] * steps,
-                        "eval_step": [0, steps], "val_loss": [6.0, final_val], "update_rms": [None, 0.2]}}  # fmt: skip
+    record = {
+        "name": cfg.name,
+        "config": cfg.to_dict(),
+        "backend": "gloo",
+        "wall_s": 1.0,
+        "environment": {"cpu_count": 2},  # cpu-2c-gloo
+        "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
+        "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
+        "curve": {
+            "step": list(range(1, steps + 1)),
+            "train_loss": train,
+            "lr": [lr] * steps,
+            "eval_step": [0, steps],
+            "val_loss": [6.0, final_val],
+            "update_rms": [None, 0.2],
+        },
+    }
     (folder / CONVERGENCE_FILE).write_text(json.dumps(record))
 
 
@@ -278,7 +333,22 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
     metrics = str(tmp_path / "metrics")
     assert main(["figures", "--metrics", metrics, "--out", str(tmp_path / "figures")]) == 0
     assert (tmp_path / "figures" / "leading_steps.png").is_file() and (tmp_path / "figures" / "convergence_sweep.svg").is_file()
-    assert main(["report", "--metrics", metrics, "--figures", str(tmp_path / "figures"), "--out", str(tmp_path / "report"), "--format", "md"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--metrics",
+                metrics,
+                "--figures",
+                str(tmp_path / "figures"),
+                "--out",
+                str(tmp_path / "report"),
+                "--format",
+                "md",
+            ]
+        )
+        == 0
+    )
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split("## Convergence on real text")[1].split("\n## ")[0]
     assert "best 0.01" in section and "Leading ratio at the end" in section and "3,250 steps" in section

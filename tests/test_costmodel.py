@@ -68,7 +68,10 @@ def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
         ({"matmul_tflop": {"fp32": 1.0}}, "unknown field(s) matmul_tflop"),
         ({"elementwise_gbps": None}, "missing figure(s) elementwise_gbps"),
         ({"collectives": [{"op": "all_gather", "alpha_us": 1.0}]}, "missing figure(s) collectives[0].beta_gbps"),
-        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "latency": 2}]}, "unknown field(s) collectives[0].latency"),
+        (
+            {"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "latency": 2}]},
+            "unknown field(s) collectives[0].latency",
+        ),
         ({"collectives": [{"op": "broadcast", "alpha_us": 1.0, "beta_gbps": 1.0}]}, "collectives[0]: op must be one of"),
         ({"matmul_tflops": {"fp32": -1.0}}, "matmul_tflops.fp32 must be a number > 0"),
         ({"matmul_tflops": {"fp16": 1.0}}, "matmul_tflops dtype must be one of fp32, bf16"),
@@ -81,8 +84,14 @@ def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
         ({"size_curves": {"gelu": {"1024": 0}}}, "size_curves.gelu[1024] must be a number > 0"),
         ({"bandwidth_share": {"4": 1.5}}, "bandwidth_share[4] must be a number > 0 and <= 1.0"),
         ({"arrival_jitter_curve_us": {"2": {"4000": -1.0}}}, "arrival_jitter_curve_us[2][4000] must be a number >= 0.0"),
-        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024]]}]}, "collectives[0].samples must be a list of"),
-        ({"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024, 0.0]]}]}, "samples[0] seconds must be a number > 0"),
+        (
+            {"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024]]}]},
+            "collectives[0].samples must be a list of",
+        ),
+        (
+            {"collectives": [{"op": "all_gather", "alpha_us": 1.0, "beta_gbps": 1.0, "samples": [[1024, 0.0]]}]},
+            "samples[0] seconds must be a number > 0",
+        ),
     ],
 )
 def test_a_bad_profile_names_the_file_and_the_field(tmp_path, change, named):
@@ -145,15 +154,24 @@ def test_the_compute_share_is_what_each_rank_keeps_when_all_compute():
 def test_the_arrival_jitter_is_the_mean_wait_for_a_groups_last_rank():
     # 4 ranks in groups of 2, after short then long compute: (0, 1) meet twice, rank 1 late by 2 ms
     # then rank 0 by 4 ms after the short compute, 10 ms apart after the long one; (2, 3) in step.
-    arrivals = [{2: [[0.000, 0.014], [0.0]]}, {2: [[0.002, 0.010], [0.010]]}, {2: [[0.0, 0.01], [0.0]]}, {2: [[0.0, 0.01], [0.0]]}]
+    arrivals = [
+        {2: [[0.000, 0.014], [0.0]]},
+        {2: [[0.002, 0.010], [0.010]]},
+        {2: [[0.0, 0.01], [0.0]]},
+        {2: [[0.0, 0.01], [0.0]]},
+    ]
     assert arrival_jitter(arrivals) == {2: pytest.approx([(0.002 + 0.004) / 8, 0.010 / 4])}
 
 
 def test_the_arrival_jitter_follows_the_compute_between_meetings():
-    profile = profile_from_dict(cpu_profile(arrival_jitter_us={"2": 500.0}, arrival_jitter_curve_us={"2": {"4000": 500.0, "80000": 4500.0}}))
+    profile = profile_from_dict(
+        cpu_profile(arrival_jitter_us={"2": 500.0}, arrival_jitter_curve_us={"2": {"4000": 500.0, "80000": 4500.0}})
+    )
     assert profile.arrival_jitter_s(2, 0.042) == pytest.approx(2.5e-3)  # linear between the measured lengths
     assert profile.arrival_jitter_s(2, 1.0) == pytest.approx(4.5e-3)  # time slices bound the drift: no extrapolation
-    assert profile.arrival_jitter_s(4, 0.001) == pytest.approx(0.5e-3) == profile.arrival_jitter_s(2)  # nearest size; flat figure without compute
+    assert (
+        profile.arrival_jitter_s(4, 0.001) == pytest.approx(0.5e-3) == profile.arrival_jitter_s(2)
+    )  # nearest size; flat figure without compute
 
 
 def test_a_group_drifts_apart_with_the_compute_since_it_last_met_not_since_its_ranks_met_others():
@@ -183,17 +201,23 @@ def test_size_curves_price_a_kernel_at_its_operands_size():
     curves = {"elementwise": {"1000": 100.0, "100000": 10.0}, "cross_entropy": {"1000": 2.0}}
     profile = profile_from_dict(cpu_profile(size_curves=curves))
     assert profile.elementwise_bytes_per_s(10_000) == pytest.approx(10**1.5 * 1e9)  # log-log between the points
-    assert profile.elementwise_bytes_per_s(10) == pytest.approx(100e9) and profile.elementwise_bytes_per_s(10**7) == pytest.approx(10e9)
+    assert profile.elementwise_bytes_per_s(10) == pytest.approx(100e9) and profile.elementwise_bytes_per_s(
+        10**7
+    ) == pytest.approx(10e9)
     assert profile.elementwise_bytes_per_s() == pytest.approx(20e9)  # the optimizer's flat buffers: the flat figure
     assert profile.cross_entropy_bytes_per_s(5) == pytest.approx(2e9)
-    assert profile.gelu_bytes_per_s(5) == pytest.approx(100e9 / 5)  # no GELU figure: the element-wise one, at its size, over 5 passes
+    assert profile.gelu_bytes_per_s(5) == pytest.approx(
+        100e9 / 5
+    )  # no GELU figure: the element-wise one, at its size, over 5 passes
     cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
     assert predict(cfg, profile).step_ms > predict(cfg, profile_from_dict(cpu_profile())).step_ms  # slower out of cache
 
 
 def test_collective_samples_price_a_call_from_the_samples_around_it():
     samples = [[1e6, 2e-3], [4e6, 5e-3], [16e6, 29e-3]]
-    fit = profile_from_dict(cpu_profile(collectives=[{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples} for op in COLLECTIVE_OPS]))
+    fit = profile_from_dict(
+        cpu_profile(collectives=[{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples} for op in COLLECTIVE_OPS])
+    )
     ag = fit.collective("all_gather", 2)
     assert ag.seconds(2.5e6) == pytest.approx(3.5e-3) and ag.seconds(10e6) == pytest.approx(17e-3)
     assert ag.seconds(28e6) == pytest.approx(53e-3)  # beyond the largest: along the last two samples' slope
@@ -215,7 +239,9 @@ def test_ranks_sharing_cores_meet_out_of_step_at_every_layer_not_every_bucket():
     jittery = predict(cfg, profile_from_dict(cpu_profile(arrival_jitter_us={"2": 1000.0}))).step_ms
     assert jittery - steady == pytest.approx(21.0)
     own_cores = cpu_profile(arrival_jitter_us={"2": 1000.0}, compute_share={"4": 1.0})
-    assert predict(cfg, profile_from_dict(own_cores)).step_ms == pytest.approx(predict(cfg, profile_from_dict(cpu_profile(compute_share={"4": 1.0}))).step_ms)
+    assert predict(cfg, profile_from_dict(own_cores)).step_ms == pytest.approx(
+        predict(cfg, profile_from_dict(cpu_profile(compute_share={"4": 1.0}))).step_ms
+    )
 
 
 def test_processor_sharing_gives_an_early_finisher_core_to_the_others():
@@ -237,11 +263,35 @@ def shape_args(*argv: str) -> argparse.Namespace:
 
 
 def test_run_shape_flags_give_a_named_validated_config():
-    cfg = config_from_args(shape_args("--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"))
+    cfg = config_from_args(
+        shape_args(
+            "--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"
+        )
+    )
     assert (cfg.group, cfg.name, cfg.world_size, cfg.batch_per_dp) == ("custom", "muon_dp2_tp2_small_t1024_s128_contiguous", 4, 4)
     assert cfg.model_config() == resolve("comparison/muon_dp2_tp2").model_config()
-    custom = config_from_args(shape_args("--optimizer", "adamw", "--dp", "4", "--tp", "1", "--hidden", "512", "--layers", "6", "--heads", "8",
-                                         "--tokens-per-step", "2048", "--seq-len", "256", "--layout", "bucketed"))  # fmt: skip
+    custom = config_from_args(
+        shape_args(
+            "--optimizer",
+            "adamw",
+            "--dp",
+            "4",
+            "--tp",
+            "1",
+            "--hidden",
+            "512",
+            "--layers",
+            "6",
+            "--heads",
+            "8",
+            "--tokens-per-step",
+            "2048",
+            "--seq-len",
+            "256",
+            "--layout",
+            "bucketed",
+        )
+    )
     model = custom.model_config()
     assert (model.hidden, model.n_layers, model.n_heads, model.ffn_hidden, model.max_seq_len) == (512, 6, 8, 2048, 256)
     assert custom.name == "adamw_dp4_tp1_small-h512l6a8f2048_t2048_s256_bucketed" and custom.bucket_elems == 1_000_000
@@ -251,10 +301,22 @@ def test_run_shape_flags_give_a_named_validated_config():
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1000", "--seq-len", "128"], "tokens_per_step=1000 does not divide into dp=2"),
-        (["--dp", "2", "--tp", "2", "--hidden", "256", "--tokens-per-step", "1024", "--seq-len", "128"], "--layers, --heads missing"),
-        (["--dp", "1", "--tp", "3", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"], "hidden=256 is not divisible by tp=3"),
-        (["--dp", "2", "--tp", "2", "--preset", "small", "--heads", "6", "--tokens-per-step", "1024", "--seq-len", "128"], "not divisible by n_heads=6"),
+        (
+            ["--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1000", "--seq-len", "128"],
+            "tokens_per_step=1000 does not divide into dp=2",
+        ),
+        (
+            ["--dp", "2", "--tp", "2", "--hidden", "256", "--tokens-per-step", "1024", "--seq-len", "128"],
+            "--layers, --heads missing",
+        ),
+        (
+            ["--dp", "1", "--tp", "3", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"],
+            "hidden=256 is not divisible by tp=3",
+        ),
+        (
+            ["--dp", "2", "--tp", "2", "--preset", "small", "--heads", "6", "--tokens-per-step", "1024", "--seq-len", "128"],
+            "not divisible by n_heads=6",
+        ),
         (["--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "1024"], "needs --seq-len"),
     ],
 )
@@ -270,13 +332,17 @@ def test_named_configs_train_the_same_model_as_before():
     for key in CONFIGS:
         cfg = resolve(key, "cpu")
         preset = GPTConfig.preset(cfg.preset)
-        assert cfg.model_config() == GPTConfig.preset(cfg.preset, qkv=cfg.qkv, seed=cfg.seed, max_seq_len=max(cfg.seq_len, preset.max_seq_len))
+        assert cfg.model_config() == GPTConfig.preset(
+            cfg.preset, qkv=cfg.qkv, seed=cfg.seed, max_seq_len=max(cfg.seq_len, preset.max_seq_len)
+        )
         assert not any(name in cfg.to_dict() for name in ("hidden", "n_layers", "n_heads", "ffn_hidden", "vocab_size"))
 
 
 def test_a_shape_override_needs_sizes_tp_divides():
     with pytest.raises(ValueError, match="ffn_hidden=1002 is not divisible by tp=4"):
-        BenchConfig(group="g", name="n", optimizer="muon", dp=1, tp=4, preset="small", ffn_hidden=1002, tokens_per_step=128, seq_len=128)
+        BenchConfig(
+            group="g", name="n", optimizer="muon", dp=1, tp=4, preset="small", ffn_hidden=1002, tokens_per_step=128, seq_len=128
+        )
 
 
 # ---------------------------------------------------------------- predict's inputs against recorded runs
@@ -311,7 +377,9 @@ def stage_bytes(work, rank: int) -> dict[str, int]:
     for stage in work.programs[rank]:
         if stage.comm is not None and stage.comm.mode != "finish":
             n = sizes[stage.comm.group]
-            out[stage.phase] = out.get(stage.phase, 0) + sum(ring_bytes_per_rank(stage.comm.op, e, stage.comm.element_size, n) for e in stage.comm.calls)
+            out[stage.phase] = out.get(stage.phase, 0) + sum(
+                ring_bytes_per_rank(stage.comm.op, e, stage.comm.element_size, n) for e in stage.comm.calls
+            )
     return out
 
 
@@ -365,8 +433,26 @@ def test_ranks_sharing_cores_take_longer_than_ranks_with_their_own():
 
 
 def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
-    code = main(["predict", "--machine", "h100-multinode-ib400", "--optimizer", "muon", "--dp", "4", "--tp", "4", "--preset", "large",
-                 "--tokens-per-step", "16384", "--seq-len", "1024", "--json"])  # fmt: skip
+    code = main(
+        [
+            "predict",
+            "--machine",
+            "h100-multinode-ib400",
+            "--optimizer",
+            "muon",
+            "--dp",
+            "4",
+            "--tp",
+            "4",
+            "--preset",
+            "large",
+            "--tokens-per-step",
+            "16384",
+            "--seq-len",
+            "1024",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["machine"] == "h100-multinode-ib400" and out["inputs"]["ns_dtype"] == "bf16"
     assert out["step_ms"] >= max(r["forward_ms"] + r["backward_ms"] for r in out["ranks"]) > 0
@@ -374,7 +460,9 @@ def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
     assert len(out["ranks"]) == 16
     for rank in out["ranks"]:
         assert rank["forward_ms"] + rank["backward_ms"] + rank["optimizer_ms"] == pytest.approx(rank["step_ms"])
-        assert {"dp_reduce_scatter", "dp_gather", "tp_gather", "newton_schulz", "update", "dp_all_gather"} <= set(rank["phases_ms"])
+        assert {"dp_reduce_scatter", "dp_gather", "tp_gather", "newton_schulz", "update", "dp_all_gather"} <= set(
+            rank["phases_ms"]
+        )
 
 
 def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
@@ -457,9 +545,28 @@ def test_a_custom_shape_trains_the_model_it_names(tmp_path):
     """The bench's runner builds the config's model, shape overrides included (BenchConfig.model_config)."""
     from muon_repro.bench.sweep import record_local
 
-    cfg = BenchConfig(group="custom", name="narrow", optimizer="adamw", dp=1, tp=1, scale="tiny", preset="tiny", tokens_per_step=32,
-                      seq_len=16, hidden=16, n_layers=1, n_heads=2, ffn_hidden=32, warmup=0, active=1)  # fmt: skip
+    cfg = BenchConfig(
+        group="custom",
+        name="narrow",
+        optimizer="adamw",
+        dp=1,
+        tp=1,
+        scale="tiny",
+        preset="tiny",
+        tokens_per_step=32,
+        seq_len=16,
+        hidden=16,
+        n_layers=1,
+        n_heads=2,
+        ffn_hidden=32,
+        warmup=0,
+        active=1,
+    )
     run = RunDir(record_local([cfg], tmp_path, "gloo", trials=1, progress=False)[0].run_dir)
-    assert run.ranks[0].model_params == cfg.model_config().num_params() != resolve("comparison/adamw_dp2_tp2", "tiny").model_config().num_params()
+    assert (
+        run.ranks[0].model_params
+        == cfg.model_config().num_params()
+        != resolve("comparison/adamw_dp2_tp2", "tiny").model_config().num_params()
+    )
     assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run.path) == cfg
     assert build_workload(cfg).train_flops == run.ranks[0].train_flops

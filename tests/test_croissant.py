@@ -75,8 +75,12 @@ def test_croissant_types_files_citation_and_responsible_ai_fields(bundle):
     objects = [d for d in doc["distribution"] if d["@type"] == "cr:FileObject"]
     assert {o["contentUrl"]: o["sha256"] for o in objects} == {p: s for p, s in digests.items() if p.endswith(".parquet")}
     file_sets = {d["@id"]: d["includes"] for d in doc["distribution"] if d["@type"] == "cr:FileSet"}
-    assert file_sets == {"traces": "traces/**/rank*.json.gz", "run-records": "traces/**/*.json", "run-logs": "traces/**/log.txt",
-                         "tables-csv": "metrics/*.csv"}  # fmt: skip
+    assert file_sets == {
+        "traces": "traces/**/rank*.json.gz",
+        "run-records": "traces/**/*.json",
+        "run-logs": "traces/**/log.txt",
+        "tables-csv": "metrics/*.csv",
+    }
     for key in ("rai:dataCollection", "rai:dataLimitations", "rai:dataBiases", "rai:personalSensitiveInformation"):
         assert doc[key] == RAI[key]
     assert doc["rai:personalSensitiveInformation"][0].startswith("None")
@@ -106,8 +110,9 @@ DELETE = object()
     [
         pytest.param(_steps_run_field, ("dataType",), "sc:NoSuchType", "validation", id="unknown dataType"),
         pytest.param(_steps_run_field, ("dataType",), DELETE, "validation", id="no dataType"),
-        pytest.param(_steps_run_field, ("source", "fileObject", "@id"), "metrics/gone.parquet", "validation",
-                     id="no such FileObject"),
+        pytest.param(
+            _steps_run_field, ("source", "fileObject", "@id"), "metrics/gone.parquet", "validation", id="no such FileObject"
+        ),
         pytest.param(_steps_run_field, ("dataType",), "sc:Integer", "records", id="text read as an integer"),
         pytest.param(_steps_run_field, ("source", "extract", "column"), "gone", "records", id="missing column"),
         pytest.param(_steps_object, ("contentUrl",), "metrics/gone.parquet", "records", id="missing file"),

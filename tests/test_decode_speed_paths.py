@@ -169,10 +169,18 @@ def test_a_failure_in_a_worker_falls_back_to_the_sequential_path(tmp_path, monke
     them, the worker fails on such a range, stops this process taking more, and the file is
     read sequentially."""
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": float(i), "dur": 0.5,
-         "args": {"nested": [{"a": 1}, {"b": 2}, {"c": 3}]} if i < 40 else {}}
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": float(i),
+            "dur": 0.5,
+            "args": {"nested": [{"a": 1}, {"b": 2}, {"c": 3}]} if i < 40 else {},
+        }
         for i in range(400)
-    ]  # fmt: skip
+    ]
     path = tmp_path / "nested.json"
     path.write_text(json.dumps({"traceEvents": events}))
     reference = read_trace(path)
@@ -215,13 +223,37 @@ def test_ranges_are_taken_from_both_ends_each_once():
 def test_arg_records_are_the_args_table_as_dicts(tmp_path):
     """``arg_records`` equals pandas' ``to_dict("index")`` with NaN as None, dirty values included."""
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
-         "args": {"Input Dims": float("nan"), "Input type": ["float"], "External id": 7}},
-        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0,
-         "args": {"Collective name": "allreduce", "In msg nelems": "12", "Group size": 2, "dtype": "Float"}},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic", "pid": 0, "tid": 7, "ts": 3.0, "dur": 1.0,
-         "args": {"correlation": 5, "External id": 8, "Input Dims": [[3, 4], []]}},
-    ]  # fmt: skip
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "c10d::allreduce_",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 2.0,
+            "args": {"Input Dims": float("nan"), "Input type": ["float"], "External id": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 2.0,
+            "dur": 1.0,
+            "args": {"Collective name": "allreduce", "In msg nelems": "12", "Group size": 2, "dtype": "Float"},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_Generic",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3.0,
+            "dur": 1.0,
+            "args": {"correlation": 5, "External id": 8, "Input Dims": [[3, 4], []]},
+        },
+    ]
     dirty = tmp_path / "dirty.json"
     dirty.write_text(json.dumps({"traceEvents": events}))  # NaN written as a bare literal
     for path in [dirty, *(p for p in SMALL_TRACES if p.exists())]:

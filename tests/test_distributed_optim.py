@@ -23,7 +23,10 @@ from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
 from muon_repro.parallel.launch import launch
 
 GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)]
-FP32_CASES = [EquivalenceConfig(dp=dp, tp=tp, optimizer=o, layout=lay) for (dp, tp), lay, o in itertools.product(GRIDS, LAYOUTS, ("muon", "adamw"))]
+FP32_CASES = [
+    EquivalenceConfig(dp=dp, tp=tp, optimizer=o, layout=lay)
+    for (dp, tp), lay, o in itertools.product(GRIDS, LAYOUTS, ("muon", "adamw"))
+]
 BF16_CASES = [
     EquivalenceConfig(dp=dp, tp=tp, layout=lay, ns_dtype=ns, gather_dtype="bf16")
     for (dp, tp), lay, ns in itertools.product([(2, 2), (2, 1)], LAYOUTS, ("bf16", "fp32"))

@@ -15,7 +15,9 @@ METHOD = REPO / "docs" / "method.md"
 
 def test_method_doc_table_reference_matches_the_schemas():
     text = METHOD.read_text(encoding="utf-8")
-    assert text == doc_with_tables(text), "docs/method.md is out of date: run `python -m muon_repro.tables.reference docs/method.md`"
+    assert text == doc_with_tables(text), (
+        "docs/method.md is out of date: run `python -m muon_repro.tables.reference docs/method.md`"
+    )
     for name, schema in SCHEMAS.items():
         assert f"### `{name}`" in text
         assert all(f"| `{c.name}` |" in text for c in schema.columns), name
@@ -30,7 +32,10 @@ def test_table_reference_needs_its_marker():
 def test_anchors_cited_in_the_package_exist_in_the_method_doc():
     import re
 
-    headings = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", METHOD.read_text(), re.M)}
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", METHOD.read_text(), re.M)
+    }
     cited = set()
     for path in [*(REPO / "muon_repro").rglob("*.py"), *(REPO / "muon_repro").rglob("*.j2")]:
         cited |= {(path.name, a) for a in re.findall(r"docs/method\.md#([a-z0-9-]+)", path.read_text(encoding="utf-8"))}
@@ -51,7 +56,9 @@ def test_readme_claims_table_matches_the_committed_claims():
     from muon_repro.report.readme import with_claims
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert text == with_claims(text, REPO / "metrics"), "README.md's claims table is out of date: run `python -m muon_repro.report.readme`"
+    assert text == with_claims(text, REPO / "metrics"), (
+        "README.md's claims table is out of date: run `python -m muon_repro.report.readme`"
+    )
 
 
 def test_readme_claims_table_needs_its_markers(tmp_path):

@@ -28,12 +28,20 @@ def topology(links: list[list[str]]) -> str:
 
 
 NVLINK_TOPOLOGY = topology([["NV18"] * 4 for _ in range(4)])
-PCIE_TOPOLOGY = topology([["PHB", "PHB", "SYS", "SYS"], ["PHB", "PHB", "SYS", "SYS"], ["SYS", "SYS", "PHB", "PHB"], ["SYS", "SYS", "PHB", "PHB"]])
+PCIE_TOPOLOGY = topology(
+    [["PHB", "PHB", "SYS", "SYS"], ["PHB", "PHB", "SYS", "SYS"], ["SYS", "SYS", "PHB", "PHB"], ["SYS", "SYS", "PHB", "PHB"]]
+)
 
 
 def cuda_env(name: str, count: int, topology: str | None, nodes: int = 1) -> dict:
-    return {"backend": "nccl", "accelerator": name, "accelerator_count": count, "nodes": nodes,
-            "interconnect_topology": topology, "host_cpu_cores": 64}  # fmt: skip
+    return {
+        "backend": "nccl",
+        "accelerator": name,
+        "accelerator_count": count,
+        "nodes": nodes,
+        "interconnect_topology": topology,
+        "host_cpu_cores": 64,
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +50,10 @@ def no_profile_variable(monkeypatch):
 
 
 def test_cpu_profile_from_cores_and_backend():
-    assert profile_from_environment({"backend": "gloo", "host_cpu_cores": 2, "accelerator": None, "accelerator_count": 0}) == "cpu-2c-gloo"
+    assert (
+        profile_from_environment({"backend": "gloo", "host_cpu_cores": 2, "accelerator": None, "accelerator_count": 0})
+        == "cpu-2c-gloo"
+    )
     assert profile_from_environment({"backend": "gloo", "host_cpu_cores": 16}) == "cpu-16c-gloo"
 
 

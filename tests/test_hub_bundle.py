@@ -34,8 +34,18 @@ def _card_meta(bundle: Path) -> dict:
 
 def test_layout_is_exactly_what_gets_published(bundle, sources):  # noqa: F811
     top = sorted(p.name for p in bundle.iterdir())
-    assert top == ["CITATION.cff", "MANIFEST.sha256", "README.md", "analysis_scripts", "croissant.json", "docs", "figures",
-                   "metrics", "report", "traces"]  # fmt: skip
+    assert top == [
+        "CITATION.cff",
+        "MANIFEST.sha256",
+        "README.md",
+        "analysis_scripts",
+        "croissant.json",
+        "docs",
+        "figures",
+        "metrics",
+        "report",
+        "traces",
+    ]
     for name, folder in sources.items():
         assert [f"{name}/{p}" for p in list_files(folder)] == [p for p in list_files(bundle) if p.startswith(name + "/")]
         for rel in list_files(folder):
@@ -79,9 +89,17 @@ def test_card_sections(bundle):
     text = (bundle / "README.md").read_text()
     headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
     assert headings == [
-        "What this is", "Files and layout", "How to load each table", "How to download", "How to open a trace in Perfetto",
-        "How to regenerate", "Environment", "Checksums", "Citation", "License",
-    ]  # fmt: skip
+        "What this is",
+        "Files and layout",
+        "How to load each table",
+        "How to download",
+        "How to open a trace in Perfetto",
+        "How to regenerate",
+        "Environment",
+        "Checksums",
+        "Citation",
+        "License",
+    ]
     for table in TABLES:
         assert f'load_dataset("test-org/muon-traces", "{table}", revision="v1.0.0", split="train")' in text
     assert "hf download test-org/muon-traces --repo-type dataset --revision v1.0.0" in text

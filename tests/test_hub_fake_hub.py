@@ -165,17 +165,36 @@ def test_pull_requests_read_by_revision_and_merged(fake_hub, hub_api, tmp_path):
     hub_api.create_repo(REPO, repo_type="dataset")
     head = _commit(hub_api, {"a.txt": b"1"}).oid
     _commit(hub_api, {"later.txt": b"main moved on"})  # the PR starts from parent_commit, not from main's head
-    pr = hub_api.create_commit(REPO, [CommitOperationAdd(path_in_repo="runs/r.bin", path_or_fileobj=PARQUET_LIKE)],
-                               commit_message="Add a run", commit_description="one run", repo_type="dataset",
-                               create_pr=True, parent_commit=head)  # fmt: skip
+    pr = hub_api.create_commit(
+        REPO,
+        [CommitOperationAdd(path_in_repo="runs/r.bin", path_or_fileobj=PARQUET_LIKE)],
+        commit_message="Add a run",
+        commit_description="one run",
+        repo_type="dataset",
+        create_pr=True,
+        parent_commit=head,
+    )
     assert (pr.pr_num, pr.pr_revision) == (1, "refs/pr/1") and pr.pr_url.endswith(f"/datasets/{REPO}/discussions/1")
     assert "runs/r.bin" not in fake_hub.files(REPO) and "later.txt" not in fake_hub.files(REPO, "refs/pr/1")
 
-    got = hf_hub_download(REPO, "runs/r.bin", repo_type="dataset", revision="refs/pr/1", cache_dir=tmp_path / "c",
-                          endpoint=fake_hub.url, token=TOKEN)  # fmt: skip
+    got = hf_hub_download(
+        REPO,
+        "runs/r.bin",
+        repo_type="dataset",
+        revision="refs/pr/1",
+        cache_dir=tmp_path / "c",
+        endpoint=fake_hub.url,
+        token=TOKEN,
+    )
     assert open(got, "rb").read() == PARQUET_LIKE
-    snap = snapshot_download(REPO, repo_type="dataset", revision="refs/pr/1", local_dir=tmp_path / "s", endpoint=fake_hub.url, token=TOKEN)
-    assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file() and ".cache" not in p.parts) == [".gitattributes", "a.txt", "r.bin"]
+    snap = snapshot_download(
+        REPO, repo_type="dataset", revision="refs/pr/1", local_dir=tmp_path / "s", endpoint=fake_hub.url, token=TOKEN
+    )
+    assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file() and ".cache" not in p.parts) == [
+        ".gitattributes",
+        "a.txt",
+        "r.bin",
+    ]
     assert str(snap) == str(tmp_path / "s")
     info = hub_api.get_paths_info(REPO, ["runs/r.bin", "later.txt"], repo_type="dataset", revision="refs/pr/1")
     assert [i.path for i in info] == ["runs/r.bin"] and info[0].lfs.sha256 == hashlib.sha256(PARQUET_LIKE).hexdigest()
@@ -187,7 +206,10 @@ def test_pull_requests_read_by_revision_and_merged(fake_hub, hub_api, tmp_path):
     assert [e.oid for e in details.events if e.type == "commit"] == [pr.oid]
     # A second push to the pull request's branch is one more commit of it.
     again = _commit(hub_api, {"runs/notes.txt": b"n"}, revision="refs/pr/1")
-    assert [e.oid for e in hub_api.get_discussion_details(REPO, 1, repo_type="dataset").events if e.type == "commit"] == [pr.oid, again.oid]
+    assert [e.oid for e in hub_api.get_discussion_details(REPO, 1, repo_type="dataset").events if e.type == "commit"] == [
+        pr.oid,
+        again.oid,
+    ]
     assert [(d.num, d.is_pull_request) for d in hub_api.get_repo_discussions(REPO, repo_type="dataset")] == [(1, True)]
 
     hub_api.merge_pull_request(REPO, 1, repo_type="dataset")

@@ -54,9 +54,13 @@ def test_plan_compares_git_blob_ids_and_lfs_sha256(tmp_path):
     }
     plan = compute_plan(tmp_path, local, remote, "a" * 40)
     assert {i.path: i.action for i in plan.items} == {
-        "new.txt": "add", "edited.parquet": "change", "edited.txt": "change", "gone.txt": "delete",
-        "same.parquet": "unchanged", "same.txt": "unchanged",
-    }  # fmt: skip
+        "new.txt": "add",
+        "edited.parquet": "change",
+        "edited.txt": "change",
+        "gone.txt": "delete",
+        "same.parquet": "unchanged",
+        "same.txt": "unchanged",
+    }
     assert plan.has_changes and plan.upload_bytes == 1 + 7 + 8
     text = format_plan(plan, REPO, "v1.0.0")
     assert "against main at aaaaaaaaaaaa" in text

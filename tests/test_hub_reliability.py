@@ -236,6 +236,8 @@ def test_a_non_ascii_hf_token_is_a_one_line_error_that_never_shows_the_token(com
 def test_a_control_character_in_the_token_is_named_too():
     from muon_repro.dataset.naming import check_token
 
-    with pytest.raises(ValueError, match=r"^the Hugging Face token \(from HF_TOKEN\) contains a control character at position 5 of 7;"):
+    with pytest.raises(
+        ValueError, match=r"^the Hugging Face token \(from HF_TOKEN\) contains a control character at position 5 of 7;"
+    ):
         check_token("hf_a\tbc", "HF_TOKEN")
     assert check_token("hf_abc", "HF_TOKEN") == "hf_abc"

@@ -136,17 +136,26 @@ def test_tables_are_read_and_written_only_through_the_tables_layer():
 
 def test_the_floor_checks_catch_what_they_forbid(tmp_path):
     (tmp_path / "tables").mkdir()
-    (tmp_path / "tables" / "io.py").write_text("from muon_repro.rundir import TRIAL_PREFIX\nfrom muon_repro.tables.stamp import x\n")
+    (tmp_path / "tables" / "io.py").write_text(
+        "from muon_repro.rundir import TRIAL_PREFIX\nfrom muon_repro.tables.stamp import x\n"
+    )
     (tmp_path / "report").mkdir()
-    (tmp_path / "report" / "data.py").write_text("import pandas as pd\ndf = pd.read_parquet('x')\nfrom muon_repro.report.cli import y\n")
-    assert floor_violations(tmp_path) == ["muon_repro/tables/io.py:1 imports muon_repro.rundir", "muon_repro/tables/io.py:1 imports muon_repro.rundir.TRIAL_PREFIX"]
+    (tmp_path / "report" / "data.py").write_text(
+        "import pandas as pd\ndf = pd.read_parquet('x')\nfrom muon_repro.report.cli import y\n"
+    )
+    assert floor_violations(tmp_path) == [
+        "muon_repro/tables/io.py:1 imports muon_repro.rundir",
+        "muon_repro/tables/io.py:1 imports muon_repro.rundir.TRIAL_PREFIX",
+    ]
     assert parquet_access(tmp_path) == ["muon_repro/report/data.py:2 read_parquet"]
     assert cli_imports(tmp_path)[0].startswith("muon_repro/report/data.py:3 imports muon_repro.report.cli")
 
 
 def test_the_wall_check_catches_a_lazy_import(tmp_path):
     (tmp_path / "report").mkdir()
-    (tmp_path / "report" / "bad.py").write_text("def draw():\n    import torch\n    from muon_repro.analysis.tables import read_table\n")
+    (tmp_path / "report" / "bad.py").write_text(
+        "def draw():\n    import torch\n    from muon_repro.analysis.tables import read_table\n"
+    )
     (tmp_path / "optim").mkdir()
     (tmp_path / "optim" / "bad.py").write_text("import importlib\nm = importlib.import_module('muon_repro.hub.publish')\n")
     found = wall_violations(tmp_path)
@@ -184,7 +193,24 @@ def _run_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
-@pytest.mark.parametrize("command", ["analyze", "figures", "report", "card", "bundle", "verify", "publish", "download", "bench", "run", "equivalence", "calibrate", "predict"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "analyze",
+        "figures",
+        "report",
+        "card",
+        "bundle",
+        "verify",
+        "publish",
+        "download",
+        "bench",
+        "run",
+        "equivalence",
+        "calibrate",
+        "predict",
+    ],
+)
 def test_help_never_imports_torch(command):
     done = _run_cli(command, "--help")
     assert done.returncode == 0, done.stderr
@@ -199,7 +225,9 @@ def test_top_level_help_never_imports_torch():
 @pytest.mark.slow
 def test_analyze_a_committed_run_never_imports_torch(tmp_path):
     traces = PACKAGE.parent / "traces"
-    (run,) = [p for p in (traces / "comparison" / "muon_dp2_tp2", *traces.glob("*/comparison/muon_dp2_tp2")) if p.is_dir()]  # either layout
+    (run,) = [
+        p for p in (traces / "comparison" / "muon_dp2_tp2", *traces.glob("*/comparison/muon_dp2_tp2")) if p.is_dir()
+    ]  # either layout
     done = _run_cli("analyze", str(run), "--out", str(tmp_path / "metrics"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:]

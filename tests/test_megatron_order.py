@@ -20,7 +20,11 @@ MUON_BYTES, ADAMW_BYTES = 4, 8  # one fp32 momentum; two fp32 moments
 
 def tiny_model(tp: int = 1) -> GPT:
     """TP-local shapes of the tiny model on TP rank 0 (building one communicates nothing)."""
-    group = Group.single("tp") if tp == 1 else Group(name="tp", ranks=tuple(range(tp)), rank=0, process_group=None, ledger=Group.single("x").ledger)
+    group = (
+        Group.single("tp")
+        if tp == 1
+        else Group(name="tp", ranks=tuple(range(tp)), rank=0, process_group=None, ledger=Group.single("x").ledger)
+    )
     return GPT(GPTConfig.preset("tiny"), group)
 
 
@@ -50,16 +54,21 @@ def state_of(buffer: list[ParamSpec], dp: int, *, muon: bool) -> list[dict[str, 
     use_muon = {s.name: s.use_muon and muon for s in buffer}
     out = []
     for held in held_elements(buffer, dp):
-        out.append({
-            "muon": sum(n * MUON_BYTES for name, n in held.items() if use_muon[name]),
-            "adamw": sum(n * ADAMW_BYTES for name, n in held.items() if not use_muon[name]),
-        })
+        out.append(
+            {
+                "muon": sum(n * MUON_BYTES for name, n in held.items() if use_muon[name]),
+                "adamw": sum(n * ADAMW_BYTES for name, n in held.items() if not use_muon[name]),
+            }
+        )
     return out
 
 
 def largest_rank_ratio(buffer: list[ParamSpec], dp: int) -> Fraction:
     """Muon's largest rank's state over AdamW's largest rank's, exactly."""
-    return Fraction(max(sum(r.values()) for r in state_of(buffer, dp, muon=True)), max(sum(r.values()) for r in state_of(buffer, dp, muon=False)))
+    return Fraction(
+        max(sum(r.values()) for r in state_of(buffer, dp, muon=True)),
+        max(sum(r.values()) for r in state_of(buffer, dp, muon=False)),
+    )
 
 
 def muon_fraction(specs: list[ParamSpec]) -> Fraction:
@@ -120,7 +129,9 @@ def test_lm_head_on_the_first_dp_rank_embedding_on_the_last(dp, tp):
     expected = held_elements(megatron_order(specs), dp)
     plan = ShardPlan(specs, dp=dp)
     for slot in plan.slots:
-        assert {p.dp_rank: p.length for p in slot.pieces} == {r: h[slot.spec.name] for r, h in enumerate(expected) if slot.spec.name in h}
+        assert {p.dp_rank: p.length for p in slot.pieces} == {
+            r: h[slot.spec.name] for r, h in enumerate(expected) if slot.spec.name in h
+        }
     holders = {slot.spec.name: slot.holders for slot in plan.slots}
     # The LM head is the model's last matrix, first in the buffer; the embedding its first, last.
     assert holders["lm_head.weight"] == (0,) and holders["final_norm.weight"] == (0,)
@@ -173,7 +184,9 @@ def test_every_layout_spreads_state_at_dp2():
 def held_at_run_time() -> list[dict]:
     import optim_workers
 
-    runs = launch(optim_workers.state_after_one_step, 2, [(2, 1)]) + launch(optim_workers.state_after_one_step, 4, [(4, 1), (2, 2)])
+    runs = launch(optim_workers.state_after_one_step, 2, [(2, 1)]) + launch(
+        optim_workers.state_after_one_step, 4, [(4, 1), (2, 2)]
+    )
     return [grid for rank in runs for grid in rank]
 
 
@@ -198,5 +211,7 @@ def test_state_per_rank_at_run_time(held_at_run_time, grid):
         # The LM head's state lives on DP rank 0, the embedding's on the last DP rank.
         assert (r["muon"]["by_param"]["lm_head.weight"] > 0) == (dp_rank == 0)
         assert (r["muon"]["by_param"]["embed.weight"] > 0) == (dp_rank == dp - 1)
-    largest = max(sum(r["muon"]["state_bytes"].values()) for r in ranks) / max(sum(r["adamw"]["state_bytes"].values()) for r in ranks)
+    largest = max(sum(r["muon"]["state_bytes"].values()) for r in ranks) / max(
+        sum(r["adamw"]["state_bytes"].values()) for r in ranks
+    )
     assert largest < largest_rank_ratio(old_order(specs), dp)

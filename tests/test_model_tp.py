@@ -137,9 +137,20 @@ def test_parameter_names_and_partition_dims() -> None:
     for config, qkv_names in ((TINY, ["qkv"]), (TINY_SPLIT, ["q", "k", "v"])):
         model = GPT(config, fake_tp_group(1, 4))
         names = [n for n, _ in model.named_parameters()]
-        block = ["attn_norm.weight", *(f"attn.{m}.weight" for m in qkv_names), "attn.proj.weight",
-                 "mlp_norm.weight", "mlp.fc1.weight", "mlp.fc2.weight"]  # fmt: skip
-        assert names == ["embed.weight", *(f"blocks.{i}.{b}" for i in range(2) for b in block), "final_norm.weight", "lm_head.weight"]
+        block = [
+            "attn_norm.weight",
+            *(f"attn.{m}.weight" for m in qkv_names),
+            "attn.proj.weight",
+            "mlp_norm.weight",
+            "mlp.fc1.weight",
+            "mlp.fc2.weight",
+        ]
+        assert names == [
+            "embed.weight",
+            *(f"blocks.{i}.{b}" for i in range(2) for b in block),
+            "final_norm.weight",
+            "lm_head.weight",
+        ]
         for name, param in model.named_parameters():
             key = name.split(".", 2)[-1] if name.startswith("blocks.") else name
             assert tp_partition_dim(param) == expected_dims[key], name
@@ -172,7 +183,9 @@ def test_fused_qkv_shards_hold_their_heads_q_k_v() -> None:
     tp, h = 2, TINY.hidden
     s = h // tp
     canonical = dict(init_full_tensors(TINY))["blocks.0.attn.qkv.weight"]
-    concat = torch.cat([dict(GPT(TINY, fake_tp_group(r, tp)).named_parameters())["blocks.0.attn.qkv.weight"].detach() for r in range(tp)])
+    concat = torch.cat(
+        [dict(GPT(TINY, fake_tp_group(r, tp)).named_parameters())["blocks.0.attn.qkv.weight"].detach() for r in range(tp)]
+    )
     rows = [part * h + r * s + i for r in range(tp) for part in range(3) for i in range(s)]
     assert sorted(rows) == list(range(3 * h))
     assert torch.equal(concat, canonical[rows])

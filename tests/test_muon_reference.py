@@ -117,8 +117,12 @@ def test_bf16_matches_torch_optim_muon(form):
     ours_model, _, _ = run(lambda m: make_muon(m, ns_dtype=torch.bfloat16, momentum_form=form))
     torch_model = TinyNet()
     opt = torch.optim.Muon(
-        [getattr(torch_model, n) for n in names], lr=LR, weight_decay=WD, momentum=MU,
-        nesterov=True, adjust_lr_fn="match_rms_adamw",
+        [getattr(torch_model, n) for n in names],
+        lr=LR,
+        weight_decay=WD,
+        momentum=MU,
+        nesterov=True,
+        adjust_lr_fn="match_rms_adamw",
     )
     for step in range(STEPS):
         for name in names:
@@ -135,7 +139,9 @@ def test_adamw_path_equals_torch_adamw():
     names = ("embed", "norm", "lm_head")
     ours_model, _, _ = run(lambda m: make_muon(m))
     torch_model = TinyNet()
-    opt = torch.optim.AdamW([getattr(torch_model, n) for n in names], lr=LR, weight_decay=WD, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    opt = torch.optim.AdamW(
+        [getattr(torch_model, n) for n in names], lr=LR, weight_decay=WD, betas=(0.9, 0.95), eps=1e-8, foreach=False
+    )
     for step in range(STEPS):
         for name in names:
             getattr(torch_model, name).grad = gradients(torch_model, step)[name].clone()
@@ -161,7 +167,12 @@ def test_vector_in_muon_set_is_rejected():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"lr": -1}, "lr"), ({"momentum": 1.0}, "momentum"), ({"update_scale": "x"}, "update_scale"), ({"momentum_form": "y"}, "momentum_form")],
+    [
+        ({"lr": -1}, "lr"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"update_scale": "x"}, "update_scale"),
+        ({"momentum_form": "y"}, "momentum_form"),
+    ],
 )
 def test_bad_hyperparameters(kwargs, field):
     with pytest.raises(ValueError, match=field):

@@ -27,7 +27,11 @@ def test_the_wheel_holds_the_package_and_no_development_tool(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"muon_repro"}, top
     assert not [n for n in names if any(word in n for word in ("fake_hub", "fuzz", "benchmark", "testing/"))]
-    for shipped in ("muon_repro/tables/io.py", "muon_repro/dataset/templates/dataset_card.md.j2", "muon_repro/report/templates/report.md.j2"):
+    for shipped in (
+        "muon_repro/tables/io.py",
+        "muon_repro/dataset/templates/dataset_card.md.j2",
+        "muon_repro/report/templates/report.md.j2",
+    ):
         assert shipped in names
 
 

@@ -94,7 +94,10 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
     first, second = sorted((CPU, GPU))
     assert data.profiles == [first, second]  # a tie in runs: by name
     header, rows, notes = claims_matrix(data)
-    assert [h for h in header if h.startswith((CPU, GPU))] == [f"{first}: measured (95% interval), verdict", f"{second}: measured (95% interval), verdict"]
+    assert [h for h in header if h.startswith((CPU, GPU))] == [
+        f"{first}: measured (95% interval), verdict",
+        f"{second}: measured (95% interval), verdict",
+    ]
     assert all(len(row) == len(header) for row in rows) and len(notes) == len(rows)
     assert f"describe {first}, the profile with most runs" in profiles_note(data)
     assert data.of_profile(GPU).runs["run"].str.startswith(f"{GPU}/").all()
@@ -171,7 +174,11 @@ def _assert_same(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> None
 def test_dry_run_moves_nothing(old_tree):
     before = sorted(p.relative_to(old_tree) for p in old_tree.rglob("*"))
     moves = plan_migration(old_tree)
-    assert {m.target.relative_to(old_tree).parts[:2] for m in moves} == {(CPU, "comparison"), (CPU, "convergence"), (CPU, "costmodel")}
+    assert {m.target.relative_to(old_tree).parts[:2] for m in moves} == {
+        (CPU, "comparison"),
+        (CPU, "convergence"),
+        (CPU, "costmodel"),
+    }
     assert sorted(p.relative_to(old_tree) for p in old_tree.rglob("*")) == before
     from muon_repro.cli import main
 
@@ -196,7 +203,11 @@ def test_unknown_group_is_refused(old_tree):
 def test_partial_migration_gives_the_same_tables(old_tree):
     old = _without_location(build_tables([old_tree], workers=1))
     migrate(plan_migration(old_tree, ["comparison", "costmodel"]))
-    assert (old_tree / "convergence").is_dir() and (old_tree / CPU / "comparison").is_dir() and not (old_tree / "comparison").exists()
+    assert (
+        (old_tree / "convergence").is_dir()
+        and (old_tree / CPU / "comparison").is_dir()
+        and not (old_tree / "comparison").exists()
+    )
     partial = _without_location(build_tables([old_tree], workers=1))
     migrate(plan_migration(old_tree))
     assert sorted(p.name for p in old_tree.iterdir()) == [CPU]
@@ -215,7 +226,12 @@ def test_migration_names_the_predictions_rows_that_still_name_a_moved_folder(old
     record = old_tree / COSTMODEL_DIR / PREDICTIONS_FILE
     with open(record, newline="", encoding="utf-8") as f:
         template = next(csv.DictReader(f))
-    paths = [f"traces/{RUNS[0]}", f"/elsewhere/traces/{RUNS[1]}/trial0", f"traces/{CPU}/{RUNS[0]}", f"traces/{CPU}/regimes/muon_x"]
+    paths = [
+        f"traces/{RUNS[0]}",
+        f"/elsewhere/traces/{RUNS[1]}/trial0",
+        f"traces/{CPU}/{RUNS[0]}",
+        f"traces/{CPU}/regimes/muon_x",
+    ]
     with open(record, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(template))
         writer.writeheader()

@@ -29,10 +29,16 @@ PROFILE = "test-box"  # the hardware profile the quick sweep is filed under (--p
 
 def two_core_profile() -> dict:
     return {
-        "name": "two-cores", "device": "cpu", "backend": "gloo", "matmul_tflops": {"fp32": 0.04}, "newton_schulz_tflops": {"fp32": 0.04},
-        "elementwise_gbps": 20.0, "op_overhead_us": 2.0, "compute_share": {"2": 1.0, "4": 0.5},
+        "name": "two-cores",
+        "device": "cpu",
+        "backend": "gloo",
+        "matmul_tflops": {"fp32": 0.04},
+        "newton_schulz_tflops": {"fp32": 0.04},
+        "elementwise_gbps": 20.0,
+        "op_overhead_us": 2.0,
+        "compute_share": {"2": 1.0, "4": 0.5},
         "collectives": [{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5} for op in COLLECTIVE_OPS],
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------- the sweep's points
@@ -58,7 +64,9 @@ def test_a_timed_only_run_expects_no_traces_and_its_config_round_trips():
     cfg = regime_point("muon", SHAPE_WIDTH, 1024)
     assert not any(name.startswith("rank") for name in expected_files(cfg.world_size, profiled=cfg.profile))
     assert from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["profile"] is False
-    assert from_dict({k: v for k, v in cfg.to_dict().items() if k != "profile"}).profile  # runs recorded before the field: profiled
+    assert from_dict(
+        {k: v for k, v in cfg.to_dict().items() if k != "profile"}
+    ).profile  # runs recorded before the field: profiled
     assert not is_trace_file("machine.json") and is_trace_file("rank0.json.gz")
 
 
@@ -81,7 +89,18 @@ def test_predict_lines_up_every_ranks_program_when_some_dp_ranks_orthogonalize_n
     """With 8 DP ranks and 2 TP ranks, some DP ranks own no TP-sharded matrix of a unit: their programs
     still hold the unit's (empty) TP gather stages, so the simulation pairs every rank's stages."""
     machine = profile_from_dict(two_core_profile())
-    cfg = BenchConfig(group="t", name="wide", optimizer="muon", dp=8, tp=2, scale="tiny", preset="tiny", tokens_per_step=8 * 16, seq_len=16, profile=False)
+    cfg = BenchConfig(
+        group="t",
+        name="wide",
+        optimizer="muon",
+        dp=8,
+        tp=2,
+        scale="tiny",
+        preset="tiny",
+        tokens_per_step=8 * 16,
+        seq_len=16,
+        profile=False,
+    )
     p = predict(cfg, machine, profiled=False)
     lengths = {len(program) for program in p.workload.programs}
     assert len(lengths) == 1 and p.step_ms > 0
@@ -122,7 +141,21 @@ def quick_sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("regimes") / "traces"
     machine = out.parent / "machine.json"
     machine.write_text(json.dumps(two_core_profile()))
-    code = main(["regimes", "--out", str(out), "--quick", "--trials", "2", "--machine", str(machine), "--no-progress", "--profile", PROFILE])
+    code = main(
+        [
+            "regimes",
+            "--out",
+            str(out),
+            "--quick",
+            "--trials",
+            "2",
+            "--machine",
+            str(machine),
+            "--no-progress",
+            "--profile",
+            PROFILE,
+        ]
+    )
     assert code == 0
     return out
 

@@ -51,7 +51,10 @@ def bundle(tmp_path_factory) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             make_bundle(root)
             assert _run(root, "figures", "--out", str(root / "figures")) == 0
-            assert _run(root, "report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html,pdf") == 0
+            assert (
+                _run(root, "report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html,pdf")
+                == 0
+            )
             (root / "done").touch()
     return root
 
@@ -131,7 +134,14 @@ def test_pdf_has_every_section_heading_and_claims_row(bundle: Path) -> None:
     for c in claims:
         assert _squash(c["claim"]) in text, c["claim"]
         assert c["verdict"] in text
-    for claim_id in ("comm_time_dp2_tp2", "optimizer_share", "state_memory", "hybrid_beats_pure", "comm_bytes_ratio", "latency_overhead"):
+    for claim_id in (
+        "comm_time_dp2_tp2",
+        "optimizer_share",
+        "state_memory",
+        "hybrid_beats_pure",
+        "comm_bytes_ratio",
+        "latency_overhead",
+    ):
         assert claim_id in {c["id"] for c in claims}
 
 
@@ -165,7 +175,9 @@ def test_a_pdf_page_renders_to_a_non_blank_image(bundle: Path) -> None:
 def _method_anchors() -> set[str]:
     """The anchors GitHub gives the repository's docs/method.md headings."""
     text = (REPO / "docs" / "method.md").read_text()
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+    return {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)
+    }
 
 
 def test_markdown_links_and_images_resolve_inside_the_bundle(bundle: Path) -> None:
@@ -265,7 +277,9 @@ def test_a_missing_column_fails_with_its_name(bundle_copy: Path, capsys) -> None
 
 
 def test_a_missing_environment_field_fails_with_its_name(bundle_copy: Path, capsys) -> None:
-    _edit_table(bundle_copy, "environment", lambda df: df[~((df["run"] == "comparison/adamw_dp2_tp2") & (df["key"] == "host_cpu"))])
+    _edit_table(
+        bundle_copy, "environment", lambda df: df[~((df["run"] == "comparison/adamw_dp2_tp2") & (df["key"] == "host_cpu"))]
+    )
     err = _report_error(bundle_copy, capsys)
     assert "host_cpu" in err and "comparison/adamw_dp2_tp2" in err
 
@@ -354,7 +368,15 @@ def test_traces_is_no_option_of_figures_or_report(capsys) -> None:
 
 def test_phase_bytes_are_the_mean_over_ranks_and_trials_and_an_unrecorded_source_is_nan() -> None:
     rows = [
-        {"run": "g/r", "trial": trial, "rank": rank, "phase": phase, "analytic_bytes": pd.NA, "ledger_bytes": nbytes, "trace_bytes": nbytes}
+        {
+            "run": "g/r",
+            "trial": trial,
+            "rank": rank,
+            "phase": phase,
+            "analytic_bytes": pd.NA,
+            "ledger_bytes": nbytes,
+            "trace_bytes": nbytes,
+        }
         for trial in (0, 1)
         for rank, sent in ((0, 100.0), (1, 300.0))
         for phase, nbytes in (("forward", pd.NA), ("dp_reduce_scatter", sent), ("tp_gather", sent / 2))
@@ -370,13 +392,26 @@ def test_phase_bytes_are_the_mean_over_ranks_and_trials_and_an_unrecorded_source
 
 def test_one_step_is_the_typical_step_of_the_typical_trial() -> None:
     rows = [
-        {"run": "g/r", "trial": trial, "rank": rank, "step": 3, "lane": lane, "phase": phase, "start_ms": 0.0,
-         "end_ms": 10.0 * (trial + 1), "aligned": True}
-        for trial in (0, 1) for rank in (0, 1) for lane, phase in (("step", "step"), ("coarse", "forward"))
-    ]  # fmt: skip
+        {
+            "run": "g/r",
+            "trial": trial,
+            "rank": rank,
+            "step": 3,
+            "lane": lane,
+            "phase": phase,
+            "start_ms": 0.0,
+            "end_ms": 10.0 * (trial + 1),
+            "aligned": True,
+        }
+        for trial in (0, 1)
+        for rank in (0, 1)
+        for lane, phase in (("step", "step"), ("coarse", "forward"))
+    ]
     timeline = pd.DataFrame(rows)
     one = derive.one_step(timeline, "g/r", 3, trial=1)
-    assert one.trial == 1 and len(one.windows) == 2 and set(one.windows["end_ms"]) == {20.0} and set(one.spans["end_ms"]) == {20.0}
+    assert (
+        one.trial == 1 and len(one.windows) == 2 and set(one.windows["end_ms"]) == {20.0} and set(one.spans["end_ms"]) == {20.0}
+    )
     with pytest.raises(MissingMetric, match="trial 2"):
         derive.one_step(timeline, "g/r", 3, trial=2)
 
@@ -408,7 +443,10 @@ def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     claims = pd.read_parquet(bundle / "metrics" / "claims.parquet", dtype_backend="numpy_nullable")
     section = _section(md, "Claims")
-    assert "| claim | source | claimed | agrees if in | measured on cpu-2c-gloo (95% interval) | verdict | measured cause |" in section
+    assert (
+        "| claim | source | claimed | agrees if in | measured on cpu-2c-gloo (95% interval) | verdict | measured cause |"
+        in section
+    )
     for _, c in claims.iterrows():
         line = next(ln for ln in section.splitlines() if ln.startswith(f"| {c['claim']} |"))
         assert f"| {c['verdict']} |" in line, line  # the table's verdict, as it is
@@ -428,8 +466,16 @@ def test_the_decomposition_section(bundle: Path) -> None:
     section = _section(md, "The optimizer step, decomposed")
     header = "|  | " + " | ".join([f"Muon r{r}" for r in range(4)] + [f"AdamW r{r}" for r in range(4)]) + " |"
     assert header in section
-    for label in ("ZeRO-1 gradient reduce-scatter", "ZeRO-1 parameter all-gather", "DP gather (Muon)", "TP gather (Muon)",
-                  "↳ transfer", "↳ waiting for the group's last rank", "Newton-Schulz (Muon)", "momentum + element-wise update"):  # fmt: skip
+    for label in (
+        "ZeRO-1 gradient reduce-scatter",
+        "ZeRO-1 parameter all-gather",
+        "DP gather (Muon)",
+        "TP gather (Muon)",
+        "↳ transfer",
+        "↳ waiting for the group's last rank",
+        "Newton-Schulz (Muon)",
+        "momentum + element-wise update",
+    ):
         assert f"| {label}" in section, label
     ns = next(ln for ln in section.splitlines() if ln.startswith("| Newton-Schulz (Muon) |")).split(" | ")
     rank0 = sum(phase_ms(Run("comparison", "muon", 2, 2), 0, t, "newton_schulz") for t in TRIALS) / len(TRIALS)
@@ -453,10 +499,15 @@ def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     results = _section(md, "Results")
     assert "| trials × steps |" in results and "| tokens/s |" in results
     if "loopback_bytes_per_step" in SCHEMAS["runs"].names:  # what gloo sent, beside the ring model
-        assert "Muon DP2·TP2 (comparison/muon_dp2_tp2): 2.50 MB per step over loopback against 2.00 MB by the ring model (1.250×" in results
+        assert (
+            "Muon DP2·TP2 (comparison/muon_dp2_tp2): 2.50 MB per step over loopback against 2.00 MB by the ring model (1.250×"
+            in results
+        )
     muon = next(ln for ln in results.splitlines() if "| comparison/muon_dp2_tp2 |" in ln)
     runs = load(bundle / "metrics").runs.set_index("run")
-    assert f"| {len(TRIALS)} × {len(STEPS)} |" in muon and f"| {runs.loc['comparison/muon_dp2_tp2', 'tokens_per_s']:,.0f} |" in muon
+    assert (
+        f"| {len(TRIALS)} × {len(STEPS)} |" in muon and f"| {runs.loc['comparison/muon_dp2_tp2', 'tokens_per_s']:,.0f} |" in muon
+    )
 
 
 # ---------------------------------------------------------------- verdicts
@@ -465,7 +516,9 @@ def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
 def test_the_report_verdict_is_the_table_verdict() -> None:
     runs = pd.DataFrame({"run": ["g/muon", "g/adamw"], "device": ["cpu", "cpu"], "backend": ["gloo", "gloo"]})
     for verdict in VERDICTS:
-        row = pd.Series({"claim_id": "comm_time_dp2_tp2", "verdict": verdict, "measured_value": 1.0, "conditions": "g/muon vs g/adamw"})
+        row = pd.Series(
+            {"claim_id": "comm_time_dp2_tp2", "verdict": verdict, "measured_value": 1.0, "conditions": "g/muon vs g/adamw"}
+        )
         assert report_verdict(row, runs) == verdict
     for old in ("supported", "partly supported", "different conditions"):
         with pytest.raises(MissingMetric, match="claims.verdict"):
@@ -474,7 +527,9 @@ def test_the_report_verdict_is_the_table_verdict() -> None:
 
 def test_claim_values_read_in_their_units() -> None:
     def row(value, low, high, unit, claim_id="c") -> pd.Series:
-        return pd.Series({"claim_id": claim_id, "unit": unit, "measured_value": value, "measured_low": low, "measured_high": high})
+        return pd.Series(
+            {"claim_id": claim_id, "unit": unit, "measured_value": value, "measured_low": low, "measured_high": high}
+        )
 
     assert claim_measured(row(1.62, 1.48, 1.77, "ratio Muon/AdamW")) == "1.62× (1.48–1.77)"
     assert claim_measured(row(0.336, 0.162, 0.663, "fraction: optimizer / step")) == "33.6% (16.2–66.3%)"

@@ -35,7 +35,9 @@ def test_figures_and_report_from_recorded_runs(tmp_path: Path, monkeypatch) -> N
     traces, metrics, figures, report = (tmp_path / d for d in ("traces", "metrics", "figures", "report"))
     command = ["muon-repro", "bench", *CONFIGS, "--scale", "tiny", "--trials", str(TRIALS), "--out", "traces"]
     t0 = time.perf_counter()
-    results = record_local([resolve(key, "tiny") for key in CONFIGS], traces, "gloo", trials=TRIALS, command=command, progress=False)
+    results = record_local(
+        [resolve(key, "tiny") for key in CONFIGS], traces, "gloo", trials=TRIALS, command=command, progress=False
+    )
     print(f"recorded in {time.perf_counter() - t0:.1f} s")
     assert len(results) == len(CONFIGS) * TRIALS
     assert main(["analyze", str(traces), "--out", str(metrics), "--workers", "1"]) == 0
@@ -61,7 +63,9 @@ def test_figures_and_report_from_recorded_runs(tmp_path: Path, monkeypatch) -> N
     assert set(claims["verdict"]) <= set(VERDICTS) and "different conditions" not in md
     claims_md = md.split("## Claims\n", 1)[1].split("\n## ", 1)[0]
     for _, c in claims.iterrows():
-        assert any(ln.startswith(f"| {c['claim']} |") and f"| {c['verdict']} |" in ln for ln in claims_md.splitlines()), c["claim_id"]
+        assert any(ln.startswith(f"| {c['claim']} |") and f"| {c['verdict']} |" in ln for ln in claims_md.splitlines()), c[
+            "claim_id"
+        ]
     decomposed = md.split("## The optimizer step, decomposed\n", 1)[1].split("\n## ", 1)[0]
     assert "| Newton-Schulz (Muon) |" in decomposed and "Muon r3 | AdamW r0" in decomposed
     assert "Muon's extra over AdamW per token" in decomposed

@@ -20,8 +20,10 @@ from muon_repro.tables.stamp import MixedTables as TableSetError  # the name the
 
 
 def _runs(names: list[str]) -> pd.DataFrame:
-    rows = [{c: None for c in SCHEMAS["runs"].names} | {"run": f"g/{n}", "group": "g", "name": n, "step_ms": 10.0 + i}
-            for i, n in enumerate(names)]  # fmt: skip
+    rows = [
+        {c: None for c in SCHEMAS["runs"].names} | {"run": f"g/{n}", "group": "g", "name": n, "step_ms": 10.0 + i}
+        for i, n in enumerate(names)
+    ]
     return SCHEMAS["runs"].conform(pd.DataFrame(rows))
 
 
@@ -52,7 +54,9 @@ def test_every_table_carries_the_same_generation_and_its_csv_digest(tmp_path):
     assert len(generations) == 1 and None not in generations
     assert folder_generation(tmp_path / "metrics") == generations.pop()
     assert table_set_problems(tmp_path / "metrics") == []
-    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == sorted(f"{n}{s}" for n in TABLE_NAMES for s in (".csv", ".parquet"))
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == sorted(
+        f"{n}{s}" for n in TABLE_NAMES for s in (".csv", ".parquet")
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["metrics"]  # no staging folder left beside it
 
 
@@ -129,7 +133,9 @@ def test_the_report_refuses_a_mixed_set_naming_the_table_that_disagrees(mixed):
     message = str(info.value)
     assert str(mixed) in message and "muon-repro analyze" in message
     odd_one = message.split("; ")[1]  # the groups, largest first: the odd one is named alone
-    assert odd_one.startswith("generation ") and odd_one.endswith(": runs.parquet. Re-run `muon-repro analyze TRACES --out " + str(mixed) + "` to write them as one set")
+    assert odd_one.startswith("generation ") and odd_one.endswith(
+        ": runs.parquet. Re-run `muon-repro analyze TRACES --out " + str(mixed) + "` to write them as one set"
+    )
 
 
 def test_the_report_command_exits_2_on_a_mixed_set(mixed, tmp_path, capsys):
@@ -160,8 +166,10 @@ def test_a_csv_from_another_set_is_named(tmp_path):
     write_tables(table_set(["run0"]), tmp_path / "new")
     shutil.copyfile(tmp_path / "new" / "runs.csv", tmp_path / "old" / "runs.csv")
     problems = table_set_problems(tmp_path / "old")
-    assert problems == [f"{tmp_path / 'old' / 'runs.csv'}: not the CSV file written with runs.parquet (its sha256 differs): "
-                        "re-run `muon-repro analyze`"]  # fmt: skip
+    assert problems == [
+        f"{tmp_path / 'old' / 'runs.csv'}: not the CSV file written with runs.parquet (its sha256 differs): "
+        "re-run `muon-repro analyze`"
+    ]
 
 
 # ---------------------------------------------------------------- tables written before stamps

@@ -40,12 +40,23 @@ def step_events(n: int, lo: float, hi: float) -> list[dict]:
     launch and the NCCL kernel (300 us from lo + 200), and a matmul kernel."""
     return [
         x(f"ProfilerStep#{n}", lo, hi - lo, cat="user_annotation"),
-        x("record_param_comms", lo + 100, 20, **{"Collective name": "allreduce", "External id": n, "dtype": "Float",
-                                                 "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2}),
+        x(
+            "record_param_comms",
+            lo + 100,
+            20,
+            **{
+                "Collective name": "allreduce",
+                "External id": n,
+                "dtype": "Float",
+                "In msg nelems": 1024,
+                "Out msg nelems": 1024,
+                "Group size": 2,
+            },
+        ),
         x("cudaLaunchKernel", lo + 110, 5, cat="cuda_runtime", correlation=n, **{"External id": n}),
         x(KERNEL, lo + 200, 300, cat="kernel", pid=GPU, tid=STREAM, correlation=n, **{"External id": n}),
         x("aten::mm", lo + 600, 50, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}),
-    ]  # fmt: skip
+    ]
 
 
 def gpu_trace(steps: tuple[tuple[int, float, float], ...] = ((1, 0, 1000), (2, 1000, 2000), (3, 2000, 3000))) -> list[dict]:
@@ -86,8 +97,9 @@ def big_events(n_steps: int) -> list[dict]:
     for s in range(n_steps):
         t0 = 10_000.0 * s
         events += step_events(s, t0, t0 + 9_000)
-        events += [x(f"aten::op{i}", t0 + 700 + 10 * i, 5, **{"Input Dims": [[8, i], [i]], "Input type": ["float"]})
-                   for i in range(10)]  # fmt: skip
+        events += [
+            x(f"aten::op{i}", t0 + 700 + 10 * i, 5, **{"Input Dims": [[8, i], [i]], "Input type": ["float"]}) for i in range(10)
+        ]
     return events
 
 
@@ -253,8 +265,10 @@ def test_a_step_number_beyond_int64_is_no_step(tmp_path):
     events[10]["name"] = "ProfilerStep#" + "9" * 30  # step 3's annotation
     b, messages = analyze_warned(write(tmp_path / "rank0.json", events))
     assert b.steps["step"].tolist() == [1, 2]
-    assert messages == [f"{tmp_path / 'rank0.json'}: annotation 'ProfilerStep#999999999999999999999999999'...: "
-                        "step number beyond int64: not taken as a step"]  # fmt: skip
+    assert messages == [
+        f"{tmp_path / 'rank0.json'}: annotation 'ProfilerStep#999999999999999999999999999'...: "
+        "step number beyond int64: not taken as a step"
+    ]
 
 
 def test_many_bad_events_give_a_few_warnings_and_a_count(tmp_path):
@@ -275,14 +289,26 @@ def test_a_bare_array_is_read_with_a_warning_about_its_rank(tmp_path, name, rank
         trace = read_trace(path)
     assert (trace.meta.rank, trace.meta.world_size, trace.meta.backend) == (rank, None, None)
     (message,) = [str(w.message) for w in caught]
-    assert message.startswith(f"{path}: a bare JSON array of events, so no distributedInfo") and f"rank {rank} from {source}" in message
+    assert (
+        message.startswith(f"{path}: a bare JSON array of events, so no distributedInfo")
+        and f"rank {rank} from {source}" in message
+    )
 
 
 def test_memory_counts_beyond_int64_are_unknown_with_a_warning(tmp_path):
     events = gpu_trace()
-    events += [{"ph": "i", "s": "t", "name": "[memory]", "pid": CPU, "tid": 1, "ts": 10 + i,
-                "args": {"Total Allocated": total, "Bytes": 8, "Device Type": 1, "Device Id": 0}}
-               for i, total in enumerate((4096, 1e30, 2**70))]  # fmt: skip
+    events += [
+        {
+            "ph": "i",
+            "s": "t",
+            "name": "[memory]",
+            "pid": CPU,
+            "tid": 1,
+            "ts": 10 + i,
+            "args": {"Total Allocated": total, "Bytes": 8, "Device Type": 1, "Device Id": 0},
+        }
+        for i, total in enumerate((4096, 1e30, 2**70))
+    ]
     b, messages = analyze_warned(write(tmp_path / "rank0.json", events))
     assert b.steps["peak_mem_bytes"].tolist()[0] == 4096
     assert messages == [f"{tmp_path / 'rank0.json'}: 2 [memory] byte counts are beyond int64: taken as unknown"]

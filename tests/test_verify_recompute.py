@@ -75,7 +75,10 @@ def test_recompute_passes_on_a_bundle_made_from_its_traces(bundle):
     assert result.ok, _lines(result)
     assert any(line.startswith("ok      recompute: the tables in metrics/ are one set (generation ") for line in lines)
     for name in ("runs", "steps", "collectives", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment"):
-        assert any(line.startswith(f"ok      recompute: table {name} (metrics/{name}.parquet): equal to the traces' analysis") for line in lines), name
+        assert any(
+            line.startswith(f"ok      recompute: table {name} (metrics/{name}.parquet): equal to the traces' analysis")
+            for line in lines
+        ), name
 
 
 @pytest.mark.slow
@@ -84,7 +87,9 @@ def test_a_changed_value_passes_plain_verify_and_fails_recompute_naming_its_tabl
     result = verify_bundle(tampered, recompute=True)
     assert len(result.failed) == 1, _lines(result)
     line = result.failed[0]
-    assert line.startswith("recompute: table runs (metrics/runs.parquet): differs from the traces' analysis: runs.step_ms: 1 value(s) differ")
+    assert line.startswith(
+        "recompute: table runs (metrics/runs.parquet): differs from the traces' analysis: runs.step_ms: 1 value(s) differ"
+    )
     assert "in the bundle" in line and "from the traces" in line
 
 
@@ -114,7 +119,9 @@ def test_table_differences_ignore_locations_and_tiny_float_noise():
     from muon_repro.tables.schemas import SCHEMAS
 
     base = {c: None for c in SCHEMAS["runs"].names}
-    published = SCHEMAS["runs"].conform(pd.DataFrame([base | {"run": "g/a", "path": "/elsewhere/traces/g/a", "step_ms": 1.0, "ranks": 2}]))
+    published = SCHEMAS["runs"].conform(
+        pd.DataFrame([base | {"run": "g/a", "path": "/elsewhere/traces/g/a", "step_ms": 1.0, "ranks": 2}])
+    )
     same = published.assign(path="traces/g/a", step_ms=1.0 + 1e-12)
     assert table_differences(published, same, "runs") == []
     other = published.assign(ranks=3, step_ms=1.001)

@@ -75,10 +75,16 @@ def test_dp_and_tp_calls_are_matched_within_their_own_groups():
 
 def test_the_kth_call_of_a_step_matches_the_kth_call_in_issue_order():
     # rows out of issue order on rank 0; the same op twice per step, and again in step 2
-    rank0 = [call(1, "tp_all_reduce", "all_reduce", 100.0, 150.0), call(1, "tp_all_reduce", "all_reduce", 0.0, 50.0),
-             call(2, "tp_all_reduce", "all_reduce", 1000.0, 1100.0)]  # fmt: skip
-    rank1 = [call(1, "tp_all_reduce", "all_reduce", 40.0, 50.0), call(1, "tp_all_reduce", "all_reduce", 130.0, 150.0),
-             call(2, "tp_all_reduce", "all_reduce", 1060.0, 1100.0)]  # fmt: skip
+    rank0 = [
+        call(1, "tp_all_reduce", "all_reduce", 100.0, 150.0),
+        call(1, "tp_all_reduce", "all_reduce", 0.0, 50.0),
+        call(2, "tp_all_reduce", "all_reduce", 1000.0, 1100.0),
+    ]
+    rank1 = [
+        call(1, "tp_all_reduce", "all_reduce", 40.0, 50.0),
+        call(1, "tp_all_reduce", "all_reduce", 130.0, 150.0),
+        call(2, "tp_all_reduce", "all_reduce", 1060.0, 1100.0),
+    ]
     split = split_by_rank([calls_of(0, rank0), calls_of(1, rank1)], dp=1, tp=2)
     assert split[0]["wait_us"].tolist() == [30.0, 40.0, 60.0]
     assert split[1]["wait_us"].tolist() == [0.0, 0.0, 0.0]
@@ -110,8 +116,14 @@ def test_wait_never_exceeds_the_calls_duration():
 
 
 def test_unequal_call_counts_leave_that_collective_unmatched():
-    rank0 = calls_of(0, [call(1, "tp_all_reduce", "all_reduce", 0.0, 50.0), call(1, "tp_all_reduce", "all_reduce", 60.0, 90.0),
-                         call(1, "tp_gather", "all_gather", 100.0, 200.0)])  # fmt: skip
+    rank0 = calls_of(
+        0,
+        [
+            call(1, "tp_all_reduce", "all_reduce", 0.0, 50.0),
+            call(1, "tp_all_reduce", "all_reduce", 60.0, 90.0),
+            call(1, "tp_gather", "all_gather", 100.0, 200.0),
+        ],
+    )
     rank1 = calls_of(1, [call(1, "tp_all_reduce", "all_reduce", 20.0, 50.0), call(1, "tp_gather", "all_gather", 150.0, 200.0)])
     split = split_by_rank([rank0, rank1], dp=1, tp=2)
     assert split[0]["matched"].tolist() == [False, False, True]
@@ -153,12 +165,26 @@ def test_our_phases_need_the_dp_and_tp_sizes():
 def test_foreign_calls_match_world_wide_only_where_every_rank_has_the_same_sequence():
     # step 0: the same ops in the same order (phase labels differ: they are not compared);
     # step 1: rank 1 issues them in the other order
-    rank0 = calls_of(0, [call(0, "forward", "all_reduce", 0.0, 50.0), call(0, "other", "all_gather", 60.0, 90.0),
-                         call(1, "other", "all_reduce", 100.0, 150.0), call(1, "other", "all_gather", 160.0, 190.0)],
-                     world_size=2)  # fmt: skip
-    rank1 = calls_of(1, [call(0, "other", "all_reduce", 30.0, 50.0), call(0, "other", "all_gather", 70.0, 90.0),
-                         call(1, "other", "all_gather", 100.0, 150.0), call(1, "other", "all_reduce", 160.0, 190.0)],
-                     world_size=2)  # fmt: skip
+    rank0 = calls_of(
+        0,
+        [
+            call(0, "forward", "all_reduce", 0.0, 50.0),
+            call(0, "other", "all_gather", 60.0, 90.0),
+            call(1, "other", "all_reduce", 100.0, 150.0),
+            call(1, "other", "all_gather", 160.0, 190.0),
+        ],
+        world_size=2,
+    )
+    rank1 = calls_of(
+        1,
+        [
+            call(0, "other", "all_reduce", 30.0, 50.0),
+            call(0, "other", "all_gather", 70.0, 90.0),
+            call(1, "other", "all_gather", 100.0, 150.0),
+            call(1, "other", "all_reduce", 160.0, 190.0),
+        ],
+        world_size=2,
+    )
     split = split_by_rank([rank0, rank1])
     assert split[0]["matched"].tolist() == [True, True, False, False]
     assert split[0]["wait_us"].tolist() == [30.0, 10.0, 0.0, 0.0]

@@ -75,9 +75,15 @@ def synthetic_trace(n_steps: int = 4, rank: int = 0) -> dict:
                 "record_param_comms",
                 t0 + 6_100,
                 50,
-                **{"Collective name": "allreduce", "In msg nelems": 4096, "Out msg nelems": 4096, "Group size": 2,
-                   "dtype": "Float", "External id": ext + 1},
-            ),  # fmt: skip
+                **{
+                    "Collective name": "allreduce",
+                    "In msg nelems": 4096,
+                    "Out msg nelems": 4096,
+                    "Group size": 2,
+                    "dtype": "Float",
+                    "External id": ext + 1,
+                },
+            ),
             x("cudaLaunchKernel", t0 + 6_120, 20, cat="cuda_runtime", correlation=corr + 1, **{"External id": ext + 1}),
             x(
                 "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
@@ -89,14 +95,33 @@ def synthetic_trace(n_steps: int = 4, rank: int = 0) -> dict:
                 correlation=corr + 1,
                 **{"External id": ext + 1, "Collective name": "allreduce", "Group size": 2, "dtype": "Float"},
             ),
-            {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": cpu, "tid": 1, "ts": t0 + 500,
-             "args": {"Total Allocated": 1_000_000 + 1000 * s, "Bytes": 4096, "Device Type": 1, "Device Id": 0}},
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": "cpu_instant_event",
+                "name": "[memory]",
+                "pid": cpu,
+                "tid": 1,
+                "ts": t0 + 500,
+                "args": {"Total Allocated": 1_000_000 + 1000 * s, "Bytes": 4096, "Device Type": 1, "Device Id": 0},
+            },
             {"ph": "s", "id": corr, "pid": cpu, "tid": 1, "ts": t0 + 250, "cat": "ac2g", "name": "ac2g"},
-        ]  # fmt: skip
-    info = {"backend": "nccl", "rank": rank, "world_size": 2, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}]}  # fmt: skip
-    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "distributedInfo": info,
-            "traceEvents": events, "traceName": "synthetic]", "baseTimeNanoseconds": 1_700_000_000_000_000_000}  # fmt: skip
+        ]
+    info = {
+        "backend": "nccl",
+        "rank": rank,
+        "world_size": 2,
+        "pg_count": 1,
+        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}],
+    }
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "GPU"}],
+        "distributedInfo": info,
+        "traceEvents": events,
+        "traceName": "synthetic]",
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+    }
 
 
 # ---------------------------------------------------------------- mutations of the document
@@ -313,7 +338,9 @@ def mutate(source_name: str, doc: dict | list, seed: int) -> Case:
         if name == "text" and text:
             text, done[i] = rng.choice(TEXT_MUTATIONS)(text, rng)
     gz = rng.random() < 0.25
-    return Case(source_name, seed, tuple(done), gzip.compress(text, compresslevel=1) if gz else text, ".json.gz" if gz else ".json")
+    return Case(
+        source_name, seed, tuple(done), gzip.compress(text, compresslevel=1) if gz else text, ".json.gz" if gz else ".json"
+    )
 
 
 def cases(sources: dict[str, dict | list], n: int, first_seed: int = 0) -> list[Case]:
@@ -324,8 +351,16 @@ def cases(sources: dict[str, dict | list], n: int, first_seed: int = 0) -> list[
 
 # ---------------------------------------------------------------- outcomes
 
-STEP_TIME_COLUMNS = ("forward_ms", "backward_ms", "optimizer_ms", "compute_window_ms", "comm_window_ms", "overlap_ms",
-                     "exposed_comm_ms", "idle_ms")  # fmt: skip
+STEP_TIME_COLUMNS = (
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "compute_window_ms",
+    "comm_window_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+)
 FRACTION_COLUMNS = ("compute_frac", "comm_frac", "exposed_comm_frac", "idle_frac", "optimizer_share")
 SECONDS_PER_MB = 2.0  # time allowed per MB of file, plus FIXED_SECONDS
 FIXED_SECONDS = 1.0

@@ -1,6 +1,6 @@
 """Development tools, run from a checkout (``python -m tools.<name>``); not part of the wheel.
 
-    analysis_benchmark  ``muon-repro analyze`` against HolisticTraceAnalysis on one large trace
-    download_benchmark  the Hub downloads of ``review`` and ``contribute``, 1 worker against 8
-    fuzz_traces         mutated traces: the analysis ends cleanly or with a clear refusal
+analysis_benchmark  ``muon-repro analyze`` against HolisticTraceAnalysis on one large trace
+download_benchmark  the Hub downloads of ``review`` and ``contribute``, 1 worker against 8
+fuzz_traces         mutated traces: the analysis ends cleanly or with a clear refusal
 """

@@ -387,9 +387,7 @@ def check_targets(cli: Summary, hta: Summary) -> list[tuple[str, float, bool]]:
     ]
 
 
-def format_report(
-    info: dict, ours: dict[int, list[Measurement]], cli: list[Measurement], hta: list[Measurement] | None
-) -> str:
+def format_report(info: dict, ours: dict[int, list[Measurement]], cli: list[Measurement], hta: list[Measurement] | None) -> str:
     """One table, every row measured on the same trace in this run, then the targets line."""
     size_mb = info["size_bytes"] / 1e6
     ref = Summary.of(hta) if hta else None

@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             many = _seconds(api, head, paths, workers=remote.DOWNLOAD_WORKERS)
     finally:
         constants.ENDPOINT, constants.HUGGINGFACE_CO_URL_TEMPLATE, constants.HF_HUB_DISABLE_XET = saved
-    print(f"{args.files} files, every request held {args.delay_ms:g} ms: 1 worker {one:.2f} s, "
-          f"{remote.DOWNLOAD_WORKERS} workers {many:.2f} s ({one / many:.1f}x)")  # fmt: skip
+    print(
+        f"{args.files} files, every request held {args.delay_ms:g} ms: 1 worker {one:.2f} s, "
+        f"{remote.DOWNLOAD_WORKERS} workers {many:.2f} s ({one / many:.1f}x)"
+    )
     return 0
 
 

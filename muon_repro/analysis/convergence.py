@@ -88,7 +88,9 @@ def find_records(paths: Iterable[str | Path]) -> list[Path]:
         if p.is_file() and p.name == CONVERGENCE_FILE:
             found.add(p)
         elif p.is_dir():
-            found.update(f for f in p.rglob(CONVERGENCE_FILE) if not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
+            found.update(
+                f for f in p.rglob(CONVERGENCE_FILE) if not any(part.startswith(".") for part in f.relative_to(p).parts[:-1])
+            )
     return sorted(found)
 
 
@@ -140,7 +142,12 @@ def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
     best = {}
     for opt, steps in sweep_steps(conv).items():
         runs = conv[(conv["optimizer"] == opt) & (conv["seed"] == 0) & (conv["steps"] == steps)]
-        finals = runs.dropna(subset=["val_loss"]).sort_values("step").groupby("lr").agg(last=("val_loss", "last"), step=("step", "last"))
+        finals = (
+            runs.dropna(subset=["val_loss"])
+            .sort_values("step")
+            .groupby("lr")
+            .agg(last=("val_loss", "last"), step=("step", "last"))
+        )
         finals = finals[finals["step"] == steps]  # reached its last step: did not diverge
         if len(finals):
             best[opt] = float(finals["last"].astype(float).idxmin())
@@ -195,8 +202,12 @@ def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         if len(lead):
             leads.append(lead.assign(profile=profile))
     return {
-        "convergence": SCHEMAS["convergence"].conform(pd.concat(convs, ignore_index=True)) if convs else SCHEMAS["convergence"].empty(),
-        "leading_steps": SCHEMAS["leading_steps"].conform(pd.concat(leads, ignore_index=True)) if leads else SCHEMAS["leading_steps"].empty(),
+        "convergence": SCHEMAS["convergence"].conform(pd.concat(convs, ignore_index=True))
+        if convs
+        else SCHEMAS["convergence"].empty(),
+        "leading_steps": SCHEMAS["leading_steps"].conform(pd.concat(leads, ignore_index=True))
+        if leads
+        else SCHEMAS["leading_steps"].empty(),
     }
 
 

@@ -41,9 +41,16 @@ from muon_repro.rundir import (
 )
 from muon_repro.tables.schemas import SCHEMAS
 
-RECORD_TABLES = {"calibration": CALIBRATION_FILE, "predictions": PREDICTIONS_FILE, "regime_model": REGIME_MODEL_FILE, "regime_thresholds": THRESHOLDS_FILE}
+RECORD_TABLES = {
+    "calibration": CALIBRATION_FILE,
+    "predictions": PREDICTIONS_FILE,
+    "regime_model": REGIME_MODEL_FILE,
+    "regime_thresholds": THRESHOLDS_FILE,
+}
 COSTMODEL_TABLES = (*RECORD_TABLES, "regimes")
-NS_OVER_FWD_BWD = 10 / 3  # closed form: Newton-Schulz / forward+backward FLOPs ~ (10/3) d_model / T per matrix (docs/method.md#regimes)
+NS_OVER_FWD_BWD = (
+    10 / 3
+)  # closed form: Newton-Schulz / forward+backward FLOPs ~ (10/3) d_model / T per matrix (docs/method.md#regimes)
 
 
 def costmodel_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
@@ -78,7 +85,9 @@ def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
             raise ValueError(f"{path}: not a readable {name} record ({exc}); write it again with muon-repro regimes") from None
         unknown = sorted(set(frame.columns) - set(schema.names))
         if unknown:
-            raise ValueError(f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro")
+            raise ValueError(
+                f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro"
+            )
         frames.append(_with_profile(frame, path.parent).reindex(columns=schema.names))
     return pd.concat(frames, ignore_index=True) if frames else schema.empty()
 
@@ -90,7 +99,9 @@ def _with_profile(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     recorded = frame["profile"] if "profile" in frame.columns else pd.Series(None, index=frame.index, dtype=object)
     frame["profile"] = recorded.where(recorded.notna(), costmodel_profile(folder))
     if "run" in frame.columns:
-        frame["run"] = [r if pd.isna(r) or str(r).startswith(f"{p}/") else f"{p}/{r}" for r, p in zip(frame["run"], frame["profile"])]
+        frame["run"] = [
+            r if pd.isna(r) or str(r).startswith(f"{p}/") else f"{p}/{r}" for r, p in zip(frame["run"], frame["profile"])
+        ]
     return frame
 
 
@@ -117,7 +128,12 @@ def _per_step(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
             steps.append(recorded[:, 0])
             optimizer.append(recorded[:, 1])
     width = max((len(s) for s in steps), default=0)
-    pad = lambda rows: np.array([np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows]) if rows else np.full((0, 0), np.nan)  # noqa: E731
+
+    def pad(rows: list) -> np.ndarray:
+        if not rows:
+            return np.full((0, 0), np.nan)
+        return np.array([np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows])
+
     return pad(steps), pad(optimizer)
 
 
@@ -138,16 +154,27 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         twin = twins.get(twin_of(point)) if point["optimizer"] == "muon" else None
         share = interval(lambda s, o: o / s, [step, opt])
         row = {
-            **point, "run": key, "trials": len(runs[key]), "steps": int(np.isfinite(step).sum()),
-            "step_ms": _median(step), "optimizer_ms": _median(opt),
-            "optimizer_share": share[0], "optimizer_share_lo": share[1], "optimizer_share_hi": share[2],
+            **point,
+            "run": key,
+            "trials": len(runs[key]),
+            "steps": int(np.isfinite(step).sum()),
+            "step_ms": _median(step),
+            "optimizer_ms": _median(opt),
+            "optimizer_share": share[0],
+            "optimizer_share_lo": share[1],
+            "optimizer_share_hi": share[2],
             "adamw_run": twin,
-        }  # fmt: skip
+        }
         if twin is not None:
             adamw_step = samples[twin][0]
             extra = interval(lambda m, a: m / a - 1, [step, adamw_step])
-            row |= {"adamw_step_ms": _median(adamw_step), "muon_extra": extra[0], "muon_extra_lo": extra[1], "muon_extra_hi": extra[2],
-                    "muon_extra_ms_per_ktoken": (_median(step) - _median(adamw_step)) / (point["tokens_per_step"] / 1000)}  # fmt: skip
+            row |= {
+                "adamw_step_ms": _median(adamw_step),
+                "muon_extra": extra[0],
+                "muon_extra_lo": extra[1],
+                "muon_extra_hi": extra[2],
+                "muon_extra_ms_per_ktoken": (_median(step) - _median(adamw_step)) / (point["tokens_per_step"] / 1000),
+            }
         row |= _predicted(predicted.get(key), predicted.get(twin) if twin else None)
         rows.append(row)
     return pd.DataFrame(rows, columns=SCHEMAS["regimes"].names) if rows else SCHEMAS["regimes"].empty()
@@ -160,23 +187,35 @@ def _point(run: RunDir) -> dict:
     ns_max = max((r.ns_flops or 0 for r in ranks), default=0)
     train = next((r.train_flops for r in ranks if r.train_flops), None)
     fwd_bwd = train / world if train else None
-    multiplier = (cfg.tp or 1) * ((cfg.dp or 1) if cfg.layout == "bucketed" else 1)  # who runs every matrix (docs/method.md#regimes)
+    multiplier = (cfg.tp or 1) * (
+        (cfg.dp or 1) if cfg.layout == "bucketed" else 1
+    )  # who runs every matrix (docs/method.md#regimes)
     return {
-        "profile": run.profile, "d_model": cfg.hidden, "n_layers": cfg.n_layers, "tokens_per_step": cfg.tokens_per_step, "dp": cfg.dp, "tp": cfg.tp,
-        "layout": cfg.layout, "optimizer": cfg.optimizer,
+        "profile": run.profile,
+        "d_model": cfg.hidden,
+        "n_layers": cfg.n_layers,
+        "tokens_per_step": cfg.tokens_per_step,
+        "dp": cfg.dp,
+        "tp": cfg.tp,
+        "layout": cfg.layout,
+        "optimizer": cfg.optimizer,
         "ns_gflop_max_rank": ns_max / 1e9 if cfg.optimizer == "muon" else 0.0,
         "fwd_bwd_gflop_per_rank": fwd_bwd / 1e9 if fwd_bwd else None,
         "flop_ratio": ns_max / fwd_bwd if fwd_bwd and cfg.optimizer == "muon" else None,
         "closed_form_ratio": NS_OVER_FWD_BWD * cfg.hidden / cfg.tokens_per_step * multiplier
-        if cfg.optimizer == "muon" and cfg.hidden and cfg.tokens_per_step else None,
-    }  # fmt: skip
+        if cfg.optimizer == "muon" and cfg.hidden and cfg.tokens_per_step
+        else None,
+    }
 
 
 def _predicted(muon, adamw) -> dict:
     if muon is None:
         return {}
-    out = {"predicted_step_ms": muon.predicted_step_ms, "predicted_optimizer_ms": muon.predicted_optimizer_ms,
-           "predicted_optimizer_share": muon.predicted_optimizer_ms / muon.predicted_step_ms}  # fmt: skip
+    out = {
+        "predicted_step_ms": muon.predicted_step_ms,
+        "predicted_optimizer_ms": muon.predicted_optimizer_ms,
+        "predicted_optimizer_share": muon.predicted_optimizer_ms / muon.predicted_step_ms,
+    }
     if adamw is not None:
         out["predicted_muon_extra"] = muon.predicted_step_ms / adamw.predicted_step_ms - 1
     return out

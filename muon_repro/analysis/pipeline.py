@@ -163,9 +163,11 @@ def _analyze_files_quietly(
     total = sum(f.stat().st_size for f in files if f.exists())
     if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
         return map_in_processes(
-            _analyze_job, [(*job, 1) for job in jobs], workers,
+            _analyze_job,
+            [(*job, 1) for job in jobs],
+            workers,
             on_error=lambda job, exc: TraceFailure(job[0], f"{job[0]}: worker failed ({type(exc).__name__}: {exc})"),
-        )  # fmt: skip
+        )
     per_file_workers = workers if len(jobs) == 1 and workers >= PIECE_PARALLEL_MIN_WORKERS else 1
     return [_analyze_job(*job, per_file_workers) for job in jobs]
 

@@ -134,7 +134,9 @@ def phases_table(analysis: Analysis, steps: pd.DataFrame, collectives: pd.DataFr
             n_steps = int(steps[mine_steps]["step"].nunique())
             if n_steps == 0:
                 continue
-            mine = collectives[(collectives["run"] == info.key) & (collectives["trial"] == info.trial) & (collectives["rank"] == b.meta.rank)]
+            mine = collectives[
+                (collectives["run"] == info.key) & (collectives["trial"] == info.trial) & (collectives["rank"] == b.meta.rank)
+            ]
             trace_bytes = mine.groupby("phase")["bytes"].sum(min_count=1)
             ledger_bytes = mine.groupby("phase")["ledger_bytes"].sum(min_count=1)
             wait_ms = mine.groupby("phase")["wait_ms"].sum(min_count=1)

@@ -14,8 +14,8 @@ One row per:
 
 Each column is declared once in :data:`SCHEMAS` (:mod:`muon_repro.tables.schemas`: name,
 pandas dtype, unit, meaning); the builders return frames conformed to them, and
-:func:`muon_repro.tables.io.write_tables` puts the descriptions into the Parquet field metadata. Unknown values are nulls (pandas nullable
-dtypes), never NaN.
+:func:`muon_repro.tables.io.write_tables` puts the descriptions into the Parquet field metadata.
+Unknown values are nulls (pandas nullable dtypes), never NaN.
 
 ``build_tables(paths)`` is the entry point: paths are trace files, run directories or trees of them.
 """
@@ -83,7 +83,13 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "collectives": collectives,
         "comparisons": comparisons,
         "claims": claims_table(
-            runs, steps, ranks, phases, regimes=costmodel["regimes"], thresholds=costmodel["regime_thresholds"], convergence=convergence
+            runs,
+            steps,
+            ranks,
+            phases,
+            regimes=costmodel["regimes"],
+            thresholds=costmodel["regime_thresholds"],
+            convergence=convergence,
         ),
         "ranks": ranks,
         "phases": phases,
@@ -254,8 +260,18 @@ def _ledger_by_phase_op(ledger: list[dict], steps: set) -> dict[tuple[str, str],
 
 # Per-step quantities a run reports as the median over steps of the mean over ranks.
 _RANK_MEAN_COLUMNS = (
-    "forward_ms", "backward_ms", "optimizer_ms", "compute_ms", "comm_ms", "comm_wait_ms", "comm_transfer_ms",
-    "overlap_ms", "exposed_comm_ms", "idle_ms", "comm_calls", "comm_bytes",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "compute_ms",
+    "comm_ms",
+    "comm_wait_ms",
+    "comm_transfer_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+    "comm_calls",
+    "comm_bytes",
 )
 
 
@@ -382,8 +398,11 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     runs = runs.astype(object).where(runs.notna(), None)
     adamw = runs[runs["optimizer"] == "adamw"]
-    ratio_columns = [c for c in ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
-                     if c in runs.columns]  # fmt: skip
+    ratio_columns = [
+        c
+        for c in ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
+        if c in runs.columns
+    ]
     for _, m in runs[runs["optimizer"] == "muon"].iterrows():
         same = adamw[
             (adamw["profile"] == m["profile"])

@@ -1,10 +1,11 @@
 """Phase intervals of every profiled step of one trace, and of a run's ranks on one clock.
 
 :func:`phase_spans` runs where the trace is read (a worker process, once per file); it keeps
-the scopes named after our phases (:mod:`muon_repro.rundir`) that lie inside a ``ProfilerStep``
+the scopes named after our phases (:mod:`muon_repro.phases`) that lie inside a ``ProfilerStep``
 window, the collective transfers themselves (``gloo:*`` on gloo's worker threads, NCCL
-kernels on GPU), and each step's window (lane ``step``), when the trace has our phases. :func:`align_ranks` puts a run's ranks on one
-clock per step with each trace's ``baseTimeNanoseconds`` (absolute time = base + ts).
+kernels on GPU), and each step's window (lane ``step``), when the trace has our phases.
+:func:`align_ranks` puts a run's ranks on one clock per step with each trace's
+``baseTimeNanoseconds`` (absolute time = base + ts).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ _FINE_PHASES = OPTIMIZER_PHASES + MODEL_COMM_PHASES
 
 
 def empty_spans() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype="int64" if c == "step" else ("float64" if c.endswith("_us") else object)) for c in SPAN_COLUMNS})
+    return pd.DataFrame(
+        {c: pd.Series([], dtype="int64" if c == "step" else ("float64" if c.endswith("_us") else object)) for c in SPAN_COLUMNS}
+    )
 
 
 def phase_spans(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

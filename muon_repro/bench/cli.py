@@ -29,9 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the named configurations and exit")
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo")
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
-                   help="recordings of each configuration, interleaved across configurations (default: %(default)s)")
+    p.add_argument(
+        "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo"
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help="recordings of each configuration, interleaved across configurations (default: %(default)s)",
+    )
     p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_profile_argument(p)
@@ -68,7 +74,9 @@ def _configs(args: argparse.Namespace) -> list:
             raise ValueError(f"'{CUSTOM_GROUP}' records the one run the flags describe: name no other CONFIG with it")
         return [config_from_args(args)]
     if args.optimizer is not None or args.dp is not None or args.tp is not None:
-        raise ValueError(f"--optimizer, --dp, --tp and the other run-shape flags describe a custom run: use CONFIG '{CUSTOM_GROUP}'")
+        raise ValueError(
+            f"--optimizer, --dp, --tp and the other run-shape flags describe a custom run: use CONFIG '{CUSTOM_GROUP}'"
+        )
     return [resolve(key, args.scale) for key in expand_config_names(args.configs)]
 
 
@@ -89,14 +97,23 @@ def _record(args: argparse.Namespace) -> int:
     try:
         if _under_torchrun():
             backend = args.backend or default_backend()
-            results = record_under_torchrun(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
-                                            profile=args.profile)
+            results = record_under_torchrun(
+                cfgs, args.out, backend, trials=args.trials, force=args.force, command=command, profile=args.profile
+            )
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
             backend = args.backend or default_backend(max(c.world_size for c in cfgs))
-            results = record_local(cfgs, args.out, backend, trials=args.trials, force=args.force, command=command,
-                                   progress=not args.no_progress, profile=args.profile)
+            results = record_local(
+                cfgs,
+                args.out,
+                backend,
+                trials=args.trials,
+                force=args.force,
+                command=command,
+                progress=not args.no_progress,
+                profile=args.profile,
+            )
     except BenchInterrupted as exc:
         print(f"muon-repro bench: {exc}", file=sys.stderr)
         return exc.exit_code

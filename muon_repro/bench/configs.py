@@ -128,7 +128,9 @@ class BenchConfig:
             raise ValueError(f"config {self.key}: {exc}") from None
         for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
             if getattr(model, name) % self.tp:
-                raise ValueError(f"config {self.key}: {name}={getattr(model, name)} is not divisible by tp={self.tp}; choose sizes tp divides")
+                raise ValueError(
+                    f"config {self.key}: {name}={getattr(model, name)} is not divisible by tp={self.tp}; choose sizes tp divides"
+                )
 
     def model_overrides(self) -> dict[str, int]:
         """The model-shape fields this config sets (GPTConfig field names), without the nulls."""
@@ -138,7 +140,9 @@ class BenchConfig:
         """The model this run trains: the preset with the shape overrides, the run's QKV mode and seed,
         and room for its sequence length."""
         base = GPTConfig.preset(self.preset)
-        return GPTConfig.preset(self.preset, qkv=self.qkv, seed=self.seed, max_seq_len=max(self.seq_len, base.max_seq_len), **self.model_overrides())
+        return GPTConfig.preset(
+            self.preset, qkv=self.qkv, seed=self.seed, max_seq_len=max(self.seq_len, base.max_seq_len), **self.model_overrides()
+        )
 
     @property
     def key(self) -> str:
@@ -159,7 +163,9 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}
-        shape_defaults = [name for name in MODEL_SHAPE_FIELDS if getattr(self, name) is None]  # config.json names only what a run overrides
+        shape_defaults = [
+            name for name in MODEL_SHAPE_FIELDS if getattr(self, name) is None
+        ]  # config.json names only what a run overrides
         return {k: v for k, v in {**asdict(self), **derived}.items() if k not in shape_defaults}
 
 
@@ -235,6 +241,9 @@ def expand_config_names(names: list[str]) -> list[str]:
         else:
             keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
             if not keys:
-                raise ValueError(f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', 'all')")
+                raise ValueError(
+                    f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', "
+                    "'all')"
+                )
         chosen += [k for k in keys if k not in chosen]
     return chosen

@@ -29,23 +29,40 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
     group.add_argument("--dp", type=int, help="data-parallel ranks (required)")
     group.add_argument("--tp", type=int, help="tensor-parallel ranks (required)")
     group.add_argument("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
-    group.add_argument("--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)")
+    group.add_argument(
+        "--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)"
+    )
     group.add_argument("--layers", type=int, metavar="L", help="transformer blocks")
     group.add_argument("--heads", type=int, metavar="A", help="attention heads")
-    group.add_argument("--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)")
-    group.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)")
+    group.add_argument(
+        "--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)"
+    )
+    group.add_argument(
+        "--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)"
+    )
     group.add_argument("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks (required)")
     group.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (required)")
     group.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="ZeRO-1 layout (default: %(default)s)")
-    group.add_argument("--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)")
+    group.add_argument(
+        "--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)"
+    )
     group.add_argument("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
     if scale:
-        group.add_argument("--scale", choices=SCALES, default="cpu", help="the scale whose bucket size the bucketed layout takes (default: %(default)s)")
+        group.add_argument(
+            "--scale",
+            choices=SCALES,
+            default="cpu",
+            help="the scale whose bucket size the bucketed layout takes (default: %(default)s)",
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """The validated run of the flags (group ``custom``, a name derived from them)."""
-    missing = [f"--{flag.replace('_', '-')}" for flag in ("optimizer", "dp", "tp", "tokens_per_step", "seq_len") if getattr(args, flag) is None]
+    missing = [
+        f"--{flag.replace('_', '-')}"
+        for flag in ("optimizer", "dp", "tp", "tokens_per_step", "seq_len")
+        if getattr(args, flag) is None
+    ]
     if missing:
         raise ValueError(f"the run shape needs {', '.join(missing)}")
     preset, shape = model_shape(args)
@@ -72,7 +89,9 @@ def model_shape(args: argparse.Namespace) -> tuple[str, dict[str, int]]:
     if args.preset is None:
         needed = [f"--{flag}" for flag in ("hidden", "layers", "heads") if getattr(args, flag) is None]
         if needed:
-            raise ValueError(f"give --preset NAME, or the model shape: {', '.join(needed)} missing (with --hidden, --layers and --heads)")
+            raise ValueError(
+                f"give --preset NAME, or the model shape: {', '.join(needed)} missing (with --hidden, --layers and --heads)"
+            )
     if "hidden" in given and "ffn_hidden" not in given:
         given["ffn_hidden"] = 4 * given["hidden"]
     return args.preset or DEFAULT_BASE_PRESET, given
@@ -91,7 +110,15 @@ def bucket_elems(args: argparse.Namespace) -> int | None:
 def run_name(fields: dict) -> str:
     """``muon_dp2_tp2_small_t1024_s128_contiguous``, with ``h..l..a..`` (and ``f``/``v``) for a custom shape."""
     shape = fields["preset"] if not any(k in fields for k in SHAPE_FLAGS.values()) else _shape_label(fields)
-    parts = [fields["optimizer"], f"dp{fields['dp']}", f"tp{fields['tp']}", shape, f"t{fields['tokens_per_step']}", f"s{fields['seq_len']}", fields["layout"]]
+    parts = [
+        fields["optimizer"],
+        f"dp{fields['dp']}",
+        f"tp{fields['tp']}",
+        shape,
+        f"t{fields['tokens_per_step']}",
+        f"s{fields['seq_len']}",
+        fields["layout"],
+    ]
     if fields["overlap"] != "none":
         parts.append(fields["overlap"])
     return "_".join(parts)

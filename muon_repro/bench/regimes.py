@@ -29,7 +29,17 @@ QUICK_TOKENS = (512, 2048)  # --quick: a smoke run of the sweep's machinery (sec
 QUICK_WIDTHS = (64,)
 
 
-def regime_point(optimizer: str, width: int, tokens: int, dp: int = 2, tp: int = 2, layout: str = "contiguous", *, warmup: int = 1, active: int = 4) -> BenchConfig:
+def regime_point(
+    optimizer: str,
+    width: int,
+    tokens: int,
+    dp: int = 2,
+    tp: int = 2,
+    layout: str = "contiguous",
+    *,
+    warmup: int = 1,
+    active: int = 4,
+) -> BenchConfig:
     """One point of the sweep, named ``<optimizer>_d<width>_t<tokens>_dp<dp>_tp<tp>[_<layout>]``."""
     suffix = "" if layout == "contiguous" else f"_{layout}"
     spec = SCALE_SPECS["cpu"]
@@ -58,7 +68,9 @@ def regime_point(optimizer: str, width: int, tokens: int, dp: int = 2, tp: int =
 def regime_points(quick: bool = False) -> list[BenchConfig]:
     """Every point of the sweep, cheapest first (so an interrupted sweep has covered the most ground)."""
     if quick:
-        points = [regime_point(opt, w, t, warmup=0, active=2) for w in QUICK_WIDTHS for t in QUICK_TOKENS for opt in ("muon", "adamw")]
+        points = [
+            regime_point(opt, w, t, warmup=0, active=2) for w in QUICK_WIDTHS for t in QUICK_TOKENS for opt in ("muon", "adamw")
+        ]
         return points
     points = [regime_point(opt, w, t) for w in WIDTHS for t in TOKENS for opt in ("muon", "adamw")]
     for t in SHAPE_TOKENS:

@@ -48,7 +48,13 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims: ParallelDims) -> ZeroOneOptimizer:
     groups = muon_param_groups(model)
-    common = dict(lr=cfg.lr, weight_decay=cfg.weight_decay, layout=cfg.layout, bucket_elems=cfg.bucket_elems, reduce_dtype=DTYPES[cfg.reduce_dtype])
+    common = dict(
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        layout=cfg.layout,
+        bucket_elems=cfg.bucket_elems,
+        reduce_dtype=DTYPES[cfg.reduce_dtype],
+    )
     if cfg.optimizer == "adamw":
         return DistributedAdamW(groups, dims, **common)
     ns_dtype = DTYPES[cfg.ns_dtype] if cfg.ns_dtype else None
@@ -64,15 +70,24 @@ def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
 def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims: ParallelDims) -> dict[str, int]:
     """Bytes this rank sends per step in each optimizer phase, by the analytic ring model."""
     return optimizer_bytes(
-        opt.plan.specs, dp=cfg.dp, tp=cfg.tp, dp_rank=dims.dp_rank, optimizer=cfg.optimizer, layout=cfg.layout,
-        bucket_elems=cfg.bucket_elems, reduce_dtype=DTYPES[cfg.reduce_dtype], gather_dtype=DTYPES[cfg.gather_dtype],
-    )  # fmt: skip
+        opt.plan.specs,
+        dp=cfg.dp,
+        tp=cfg.tp,
+        dp_rank=dims.dp_rank,
+        optimizer=cfg.optimizer,
+        layout=cfg.layout,
+        bucket_elems=cfg.bucket_elems,
+        reduce_dtype=DTYPES[cfg.reduce_dtype],
+        gather_dtype=DTYPES[cfg.gather_dtype],
+    )
 
 
 def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
     plan = opt.plan
     ns_slots = {i for unit in plan.ns_units for i in plan.ns_slots(unit, dp_rank)} if isinstance(opt, DistributedMuon) else set()
-    gathered = {i for unit in plan.ns_units if unit.dp_gathered for i in unit.slots} if isinstance(opt, DistributedMuon) else set()
+    gathered = (
+        {i for unit in plan.ns_units if unit.dp_gathered for i in unit.slots} if isinstance(opt, DistributedMuon) else set()
+    )
     return ShardSummary(
         layout=plan.layout,
         buckets=len(plan.buckets),
@@ -84,7 +99,14 @@ def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
 
 
 def run_rank(
-    cfg: BenchConfig, run_dir: str, backend: str, command: list[str], progress: bool = True, *, trial: int = 0, trials: int = 1,
+    cfg: BenchConfig,
+    run_dir: str,
+    backend: str,
+    command: list[str],
+    progress: bool = True,
+    *,
+    trial: int = 0,
+    trials: int = 1,
     profile: str | None = None,
 ) -> RankMetrics:
     """Train ``cfg.steps`` steps on this rank under the profiler; return this rank's metrics.
@@ -175,10 +197,23 @@ def run_rank(
     else:
         ranks = [metrics]
     if dims.rank == 0:
-        log = [f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} preset={cfg.preset} "
-               f"tokens/step={cfg.tokens_per_step} backend={backend}"]
-        log += [f"step {i}: loss {l:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms" for i, (l, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))]
-        config = {**cfg.to_dict(), "trial": trial, "trials": trials, "backend": backend, "device": device.type, "command": command}
+        log = [
+            f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} "
+            f"preset={cfg.preset} "
+            f"tokens/step={cfg.tokens_per_step} backend={backend}"
+        ]
+        log += [
+            f"step {i}: loss {loss:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms"
+            for i, (loss, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))
+        ]
+        config = {
+            **cfg.to_dict(),
+            "trial": trial,
+            "trials": trials,
+            "backend": backend,
+            "device": device.type,
+            "command": command,
+        }
         RunDir(run_dir_path).write(config, capture_environment(backend, profile), ranks, "\n".join(log) + "\n")
     return metrics
 

@@ -220,9 +220,7 @@ def _folder_identity(path: Path) -> tuple[int, int] | None:
 
 def _recorded_since(before: dict[Recording, tuple[int, int] | None]) -> list[Recording]:
     """The recordings whose trial folder is complete and new since ``before`` was taken."""
-    return [
-        rec for rec, was in before.items() if is_complete(rec.final, rec.cfg) and _folder_identity(rec.final) != was
-    ]
+    return [rec for rec, was in before.items() if is_complete(rec.final, rec.cfg) and _folder_identity(rec.final) != was]
 
 
 def _interrupted_message(in_progress: list[Recording], kept: list[Recording]) -> str:
@@ -233,8 +231,15 @@ def _interrupted_message(in_progress: list[Recording], kept: list[Recording]) ->
 
 
 def record_local(
-    cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False,
-    command: list[str] | None = None, progress: bool = True, profile: str | None = None,
+    cfgs: list[BenchConfig],
+    out: Path,
+    backend: str,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    force: bool = False,
+    command: list[str] | None = None,
+    progress: bool = True,
+    profile: str | None = None,
 ) -> list[RunResult]:
     """Record every trial of ``cfgs`` on this machine into ``<out>/<profile>/``: one launch of ``dp*tp``
     workers per world size. ``profile``: ``--profile`` (default: ``$MUON_REPRO_PROFILE``, else derived).
@@ -267,8 +272,17 @@ def _record_batch(
     threads = max(1, (os.cpu_count() or 1) // world_size) if backend == "gloo" else None
     with tempfile.TemporaryDirectory(prefix="muon-repro-stderr-") as stderr_dir:
         try:
-            launch(_bench_worker, world_size, batch, backend, command, progress,
-                   backend=backend, threads=threads, stderr_dir=stderr_dir)  # fmt: skip
+            launch(
+                _bench_worker,
+                world_size,
+                batch,
+                backend,
+                command,
+                progress,
+                backend=backend,
+                threads=threads,
+                stderr_dir=stderr_dir,
+            )
         except BaseException as exc:  # failure, Ctrl-C or SIGTERM: leave no partial trial behind
             in_progress = [rec for rec in batch if rec.partial.exists()]
             for rec in batch:
@@ -287,7 +301,13 @@ def _record_batch(
 
 
 def record_under_torchrun(
-    cfgs: list[BenchConfig], out: Path, backend: str, *, trials: int = DEFAULT_TRIALS, force: bool = False, command: list[str] | None = None,
+    cfgs: list[BenchConfig],
+    out: Path,
+    backend: str,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    force: bool = False,
+    command: list[str] | None = None,
     profile: str | None = None,
 ) -> list[RunResult]:
     """Record every trial of ``cfgs`` as one rank of a world started by ``torchrun`` (any number of nodes).
@@ -299,7 +319,9 @@ def record_under_torchrun(
     world = int(os.environ["WORLD_SIZE"])
     for cfg in cfgs:
         if cfg.world_size != world:
-            raise ValueError(f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, torchrun started {world}")
+            raise ValueError(
+                f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, torchrun started {world}"
+            )
     check_backend(backend, world)
     plan = plan_recordings(cfgs, Path(out), trials, profile=recording_profile(backend, profile))  # the same on every node
     init_worker(backend)

@@ -10,12 +10,21 @@ from muon_repro.hub.errors import hub_errors, request_failed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("contribute", help="check runs recorded on your hardware, open a pull request adding them to the dataset")
+    p = subparsers.add_parser(
+        "contribute", help="check runs recorded on your hardware, open a pull request adding them to the dataset"
+    )
     p.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repository")
-    p.add_argument("--runs", type=Path, required=True, metavar="DIR",
-                   help="folder of runs: <profile>/<group>/<name>/trial<k>/ (or the older <group>/<name>/trial<k>/)")  # fmt: skip
+    p.add_argument(
+        "--runs",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder of runs: <profile>/<group>/<name>/trial<k>/ (or the older <group>/<name>/trial<k>/)",
+    )
     p.add_argument("--revision", default="main", help="the branch the pull request targets (default: %(default)s)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (files added, manifest lines, files left out); send nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (files added, manifest lines, files left out); send nothing"
+    )
     add_timeout_argument(p)
     p.set_defaults(func=_contribute)
 

@@ -97,7 +97,8 @@ def _conflicts(scan: RunScan, taken: set[str], revision: str) -> list[str]:
         if existing:
             free = _next_free_trial(run, taken, scan.runs)
             problems.append(
-                f"{existing[0]}: {revision} already has this file ({len(existing)} file(s) under {run.dest}/); contributions never "
+                f"{existing[0]}: {revision} already has this file ({len(existing)} file(s) under {run.dest}/); contributions "
+                "never "
                 f"replace published runs: rename {run.folder} to {run.folder.with_name(f'trial{free}')} and contribute again"
             )
     return problems
@@ -130,9 +131,16 @@ def plan_contribution(
             additions.append(Addition(check_bundle_path(f"{run.dest}/{name}"), run.folder / name, size, sha))
     appended = manifest_lines([FileEntry(a.path, a.size, a.sha256) for a in additions])
     return ContributionPlan(
-        repo_id, revision, base_commit, tuple(scan.runs), tuple(sorted(additions, key=lambda a: a.path)), kept_manifest(manifest_text) + appended,
-        appended, len(main_entries), tuple(scan.left_out),
-    )  # fmt: skip
+        repo_id,
+        revision,
+        base_commit,
+        tuple(scan.runs),
+        tuple(sorted(additions, key=lambda a: a.path)),
+        kept_manifest(manifest_text) + appended,
+        appended,
+        len(main_entries),
+        tuple(scan.left_out),
+    )
 
 
 def format_contribution(plan: ContributionPlan) -> str:
@@ -146,14 +154,17 @@ def format_contribution(plan: ContributionPlan) -> str:
     for addition, size in zip(plan.additions, sizes):
         lines.append(f"  add     {addition.path:<{width}}  {size:>{size_width}}")
     appended = plan.appended.splitlines()
-    lines.append(f"  append  {MANIFEST_NAME}: {len(appended)} line(s) after main's {plan.kept_lines}, which are kept as they are:")
+    lines.append(
+        f"  append  {MANIFEST_NAME}: {len(appended)} line(s) after main's {plan.kept_lines}, which are kept as they are:"
+    )
     lines += [f"            {line}" for line in appended]
     if plan.left_out:
         lines.append(f"  left out ({len(plan.left_out)} file(s) under the runs folder that belong to no run):")
         lines += [f"            {path}" for path in plan.left_out]
     lines.append(
         f"Total: {len(plan.runs)} run(s) of profile(s) {', '.join(plan.profiles)}, {len(plan.additions)} file(s) added "
-        f"({human_size(sum(a.size for a in plan.additions))}), {MANIFEST_NAME} changed; {human_size(plan.upload_bytes)} to upload."
+        f"({human_size(sum(a.size for a in plan.additions))}), {MANIFEST_NAME} changed; {human_size(plan.upload_bytes)} to "
+        "upload."
     )
     return "\n".join(lines)
 
@@ -182,7 +193,9 @@ def _open_pull_request(api: Any, plan: ContributionPlan) -> Any:
         plan.repo_id,
         operations,
         commit_message=f"Contribute {len(plan.runs)} run(s) recorded on {', '.join(plan.profiles)}",
-        commit_description=f"Checked with `muon-repro contribute`; review: `muon-repro review {plan.repo_id} --pr <N>`.\n\n{runs}\n",
+        commit_description=(
+            f"Checked with `muon-repro contribute`; review: `muon-repro review {plan.repo_id} --pr <N>`.\n\n{runs}\n"
+        ),
         repo_type="dataset",
         revision=plan.revision,
         create_pr=True,

@@ -16,7 +16,9 @@ from muon_repro.hardware import validate_profile_id
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
 from muon_repro.rundir import RUN_FILES, trace_rank
 
-_RUN_FILE_PATH = re.compile(rf"^{TRACES_ROOT}/(?P<profile>[^/]+)/(?P<group>[^/]+)/(?P<name>[^/]+)/(?P<trial>trial\d+)/(?P<file>[^/]+)$")
+_RUN_FILE_PATH = re.compile(
+    rf"^{TRACES_ROOT}/(?P<profile>[^/]+)/(?P<group>[^/]+)/(?P<name>[^/]+)/(?P<trial>trial\d+)/(?P<file>[^/]+)$"
+)
 ALLOWED = f"{TRACES_ROOT}/<profile>/<group>/<name>/trial<k>/<{'|'.join(RUN_FILES)}|rank<r>.json.gz>"
 
 
@@ -53,7 +55,9 @@ def path_problems(changes: TreeChanges) -> list[str]:
     """Every change a contribution may not make: deletions, changed files but the manifest, files outside run folders."""
     problems = [f"{p}: deleted by the pull request; a contribution only adds files" for p in changes.deleted]
     problems += [
-        f"{p}: changed by the pull request; a contribution changes only {MANIFEST_NAME}" for p in changes.changed if p != MANIFEST_NAME
+        f"{p}: changed by the pull request; a contribution changes only {MANIFEST_NAME}"
+        for p in changes.changed
+        if p != MANIFEST_NAME
     ]
     for path in sorted(changes.added):
         match = _RUN_FILE_PATH.match(path)
@@ -74,8 +78,10 @@ def manifest_problems(base_text: str | None, head_text: str | None, added: dict[
     ``added``: path -> size and sha256 of each added file as downloaded.
     """
     if base_text is None or head_text is None:
-        return [f"{MANIFEST_NAME}: missing {'at the base' if base_text is None else 'in the pull request'}; "
-                "a contribution appends to the published manifest"]  # fmt: skip
+        return [
+            f"{MANIFEST_NAME}: missing {'at the base' if base_text is None else 'in the pull request'}; "
+            "a contribution appends to the published manifest"
+        ]
     kept = kept_manifest(base_text)
     if not head_text.startswith(kept):
         return [f"{MANIFEST_NAME}: the pull request rewrites main's lines; a contribution keeps them and only appends"]
@@ -89,6 +95,8 @@ def manifest_problems(base_text: str | None, head_text: str | None, added: dict[
     for path in sorted(set(added) & set(appended)):
         got, listed = added[path], appended[path]
         if (got.size, got.sha256) != (listed.size, listed.sha256):
-            problems.append(f"{path}: {got.size} bytes, sha256 {got.sha256[:12]}...; {MANIFEST_NAME} says "
-                            f"{listed.size} bytes, {listed.sha256[:12]}...")  # fmt: skip
+            problems.append(
+                f"{path}: {got.size} bytes, sha256 {got.sha256[:12]}...; {MANIFEST_NAME} says "
+                f"{listed.size} bytes, {listed.sha256[:12]}..."
+            )
     return problems

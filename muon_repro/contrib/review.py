@@ -78,10 +78,14 @@ def _pr_changes(ctx: _Context, num: int) -> tuple[Any, str, str, TreeChanges]:
     ref = details.git_reference or f"refs/pr/{num}"
     head, main_head = remote.head_commit(ctx.api, ctx.repo_id, ref), remote.head_commit(ctx.api, ctx.repo_id, target)
     base = _merge_base(ctx, ref, target)
-    changes = tree_changes(base, head, remote.list_remote(ctx.api, ctx.repo_id, base), remote.list_remote(ctx.api, ctx.repo_id, head))
+    changes = tree_changes(
+        base, head, remote.list_remote(ctx.api, ctx.repo_id, base), remote.list_remote(ctx.api, ctx.repo_id, head)
+    )
     moved = "it has not moved since" if main_head == base else f"{target} has moved since, to {main_head[:12]}"
-    ctx.echo(f"Pull request #{num} on {ctx.repo_id}: {details.title!r} by {details.author}, {details.status}; {ref} at {head[:12]}, "
-             f"started from {target} at {base[:12]} ({moved}).")  # fmt: skip
+    ctx.echo(
+        f"Pull request #{num} on {ctx.repo_id}: {details.title!r} by {details.author}, {details.status}; {ref} at {head[:12]}, "
+        f"started from {target} at {base[:12]} ({moved})."
+    )
     if details.status != "open":
         ctx.echo(f"Note: the pull request is {details.status}; reviewing it anyway.")
     return details, target, main_head, changes
@@ -98,8 +102,11 @@ def _check_added(ctx: _Context, changes: TreeChanges, main_now: dict[str, Any], 
     problems = path_problems(changes)
     if not changes.added:
         problems.append("the pull request adds no file; a contribution adds run folders")
-    problems += [f"{p}: {target} now has this file too (added after the pull request started); the contributor renumbers the trial"
-                 for p in sorted(changes.added) if p in main_now]  # fmt: skip
+    problems += [
+        f"{p}: {target} now has this file too (added after the pull request started); the contributor renumbers the trial"
+        for p in sorted(changes.added)
+        if p in main_now
+    ]
     size = sum(f.size for f in changes.added.values())
     ctx.echo(f"Downloading the {len(changes.added)} added file(s) ({human_size(size)}) of the pull request...")
     root = remote.download(ctx.api, ctx.repo_id, changes.added, changes.head, ctx.scratch / "pr")
@@ -110,8 +117,10 @@ def _check_added(ctx: _Context, changes: TreeChanges, main_now: dict[str, Any], 
         run, run_problems = check_run(root / folder)
         problems += [f"{p.path.relative_to(root).as_posix()}: {p.problem}" for p in run_problems]
         if run is not None and run.dest != folder:
-            problems.append(f"{folder}: its own files file it under {run.dest} (environment.json's profile, config.json's group and "
-                            "name, the folder's trial); the contributor moves it there")  # fmt: skip
+            problems.append(
+                f"{folder}: its own files file it under {run.dest} (environment.json's profile, config.json's group and "
+                "name, the folder's trial); the contributor moves it there"
+            )
     return root, problems
 
 
@@ -140,8 +149,16 @@ def _published_claims(ctx: _Context, main_head: str, files: dict[str, Any]) -> A
     return read_table(published / CLAIMS_PATH, "claims", check_set=False)  # downloaded alone: no set to check
 
 
-def _claims_after(ctx: _Context, profile: str, main_folders: list[str], main_head: str, main_files: dict[str, Any],
-                  pr_root: Path, pr_folders: list[str], workers: int | None) -> Any:  # fmt: skip
+def _claims_after(
+    ctx: _Context,
+    profile: str,
+    main_folders: list[str],
+    main_head: str,
+    main_files: dict[str, Any],
+    pr_root: Path,
+    pr_folders: list[str],
+    workers: int | None,
+) -> Any:
     """Main's runs of ``profile`` with the pull request's, analyzed together; their claims table. Main's
     convergence and cost-model records of the profile come along, so that the claims resting on them
     (leading steps; the regime figures in the explanations) are measured again too."""
@@ -152,9 +169,11 @@ def _claims_after(ctx: _Context, profile: str, main_folders: list[str], main_hea
     records = tuple(f"{TRACES_ROOT}/{profile}/{folder}/" for folder in (CONVERGENCE_GROUP, COSTMODEL_DIR))
     paths = [p for p in main_files if any(p.startswith(f + "/") for f in main_folders) or p.startswith(records)]
     with_records = " and its convergence and cost-model records" if any(p.startswith(records) for p in paths) else ""
-    ctx.echo(f"Profile {profile}: downloading main's {len(main_folders)} trial folder(s) of it{with_records} "
-             f"({human_size(sum(main_files[p].size for p in paths))}), then analyzing them with the pull request's "
-             f"{len(pr_folders)}...")  # fmt: skip
+    ctx.echo(
+        f"Profile {profile}: downloading main's {len(main_folders)} trial folder(s) of it{with_records} "
+        f"({human_size(sum(main_files[p].size for p in paths))}), then analyzing them with the pull request's "
+        f"{len(pr_folders)}..."
+    )
     remote.download(ctx.api, ctx.repo_id, paths, main_head, root)
     for folder in pr_folders:
         shutil.copytree(pr_root / folder, root / folder)
@@ -195,8 +214,10 @@ def review(
             echo("\n".join(f"  - {p}" for p in result.problems))
             return result
         pr_by_profile = changes.trial_folders()
-        echo(f"Checks passed: {len(changes.added)} file(s) added in {sum(map(len, pr_by_profile.values()))} trial folder(s), "
-             f"{MANIFEST_NAME} appended to and matching them.")  # fmt: skip
+        echo(
+            f"Checks passed: {len(changes.added)} file(s) added in {sum(map(len, pr_by_profile.values()))} trial folder(s), "
+            f"{MANIFEST_NAME} appended to and matching them."
+        )
         with hub_step(endpoint, timeout, f"reading main's runs and claims of {repo_id}", "nothing was changed on the Hub"):
             main_by_profile = _main_runs_by_profile(ctx, main_head, main_files)
             published = _published_claims(ctx, main_head, main_files)
@@ -204,7 +225,9 @@ def review(
                 main_folders = main_by_profile.get(profile, [])
                 after = _claims_after(ctx, profile, main_folders, main_head, main_files, pr_root, pr_folders, workers)
                 result.claims[profile] = compare_claims(rows_of_profile(published, profile), after)
-                echo(f"Claims on profile {profile}: before = main's {CLAIMS_PATH}; after = main's {len(main_folders)} "
-                     f"trial folder(s) of {profile} with the pull request's {len(pr_folders)}:")  # fmt: skip
+                echo(
+                    f"Claims on profile {profile}: before = main's {CLAIMS_PATH}; after = main's {len(main_folders)} "
+                    f"trial folder(s) of {profile} with the pull request's {len(pr_folders)}:"
+                )
                 echo("\n".join(format_comparison(result.claims[profile])))
     return result

@@ -89,7 +89,9 @@ class RunScan:
 
 def run_folders(root: Path) -> list[Path]:
     """Every non-hidden folder under ``root`` (``root`` included) holding ``config.json`` or named ``trial<k>``."""
-    found = {c.parent for c in root.rglob(CONFIG_FILE)} | {d for d in root.rglob("trial*") if d.is_dir() and trial_of(d) is not None}
+    found = {c.parent for c in root.rglob(CONFIG_FILE)} | {
+        d for d in root.rglob("trial*") if d.is_dir() and trial_of(d) is not None
+    }
     if (root / CONFIG_FILE).is_file():
         found.add(root)
     return sorted(d for d in found if not is_hidden_under(d, root))
@@ -130,8 +132,13 @@ def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
         what = "missing" if not where.exists() else "not a JSON object"
         return None, [RunProblem(where, f"{what}: it records the hardware the run is filed under (its profile); {RECORD_AGAIN}")]
     if not environment.get(PROFILE_FIELD) and not environment.get("backend"):
-        return None, [RunProblem(where, f"names neither a {PROFILE_FIELD!r} nor a 'backend', so the run's hardware profile is unknown; "
-                                        f"add \"{PROFILE_FIELD}\": \"<id>\" (e.g. 4xA100-pcie-nccl) or {RECORD_AGAIN}")]  # fmt: skip
+        return None, [
+            RunProblem(
+                where,
+                f"names neither a {PROFILE_FIELD!r} nor a 'backend', so the run's hardware profile is unknown; "
+                f'add "{PROFILE_FIELD}": "<id>" (e.g. 4xA100-pcie-nccl) or {RECORD_AGAIN}',
+            )
+        ]
     try:
         return profile_from_environment(environment), []
     except ValueError as exc:
@@ -147,11 +154,21 @@ def _metrics_problems(folder: Path, world_size: int) -> list[RunProblem]:
     named = {RankMetrics.from_dict(entry, i).rank for i, entry in enumerate(raw["ranks"]) if isinstance(entry, dict)}
     problems = []
     if missing := sorted(set(range(world_size)) - named):
-        problems.append(RunProblem(where, f"names no metrics for rank(s) {', '.join(map(str, missing))} of world_size {world_size} "
-                                          f"(config.json): {RECORD_AGAIN}"))  # fmt: skip
+        problems.append(
+            RunProblem(
+                where,
+                f"names no metrics for rank(s) {', '.join(map(str, missing))} of world_size {world_size} "
+                f"(config.json): {RECORD_AGAIN}",
+            )
+        )
     if extra := sorted(r for r in named if r >= world_size):
-        problems.append(RunProblem(where, f"names rank(s) {', '.join(map(str, extra))} beyond world_size {world_size} (config.json): "
-                                          "the files come from different recordings; record the trial again"))  # fmt: skip
+        problems.append(
+            RunProblem(
+                where,
+                f"names rank(s) {', '.join(map(str, extra))} beyond world_size {world_size} (config.json): "
+                "the files come from different recordings; record the trial again",
+            )
+        )
     return problems
 
 
@@ -202,8 +219,13 @@ def scan_runs(root: str | Path) -> RunScan:
         raise FileNotFoundError(f"{root}: no such folder of runs (record some with `muon-repro bench`)")
     scan = RunScan(root)
     for folder in partial_folders(root):
-        scan.problems.append(RunProblem(folder, "a trial still being recorded, or one that was interrupted: let it finish "
-                                                "(run the same `muon-repro bench` again: complete trials are skipped) or delete the folder"))  # fmt: skip
+        scan.problems.append(
+            RunProblem(
+                folder,
+                "a trial still being recorded, or one that was interrupted: let it finish "
+                "(run the same `muon-repro bench` again: complete trials are skipped) or delete the folder",
+            )
+        )
     for folder in run_folders(root):
         run, problems = check_run(folder)
         scan.problems += problems
@@ -215,7 +237,9 @@ def scan_runs(root: str | Path) -> RunScan:
     for dest, same in by_dest.items():
         if len(same) > 1:
             others = ", ".join(str(r.folder) for r in same[1:])
-            scan.problems.append(RunProblem(same[0].folder, f"goes to {dest}/ as {others} does: renumber one trial folder (trial<k>)"))
+            scan.problems.append(
+                RunProblem(same[0].folder, f"goes to {dest}/ as {others} does: renumber one trial folder (trial<k>)")
+            )
     contributed = {run.folder / name for run in scan.runs for name in run.files}
     scan.left_out = sorted(p for p in root.rglob("*") if p.is_file() and p not in contributed)
     return scan

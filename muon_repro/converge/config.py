@@ -44,7 +44,20 @@ class ConvergeConfig:
         owner = "ConvergeConfig"
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"{owner}.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        for name in ("steps", "dp", "tp", "hidden", "layers", "heads", "ffn", "seq_len", "batch", "eval_every", "eval_windows", "checkpoint_every"):
+        for name in (
+            "steps",
+            "dp",
+            "tp",
+            "hidden",
+            "layers",
+            "heads",
+            "ffn",
+            "seq_len",
+            "batch",
+            "eval_every",
+            "eval_windows",
+            "checkpoint_every",
+        ):
             _positive_int(owner, name, getattr(self, name))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"{owner}.seed must be a non-negative integer, got {self.seed!r}")
@@ -57,7 +70,9 @@ class ConvergeConfig:
         if not (isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1):
             raise ValueError(f"{owner}.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.batch % self.dp:
-            raise ValueError(f"{owner}.batch={self.batch} must be divisible by dp={self.dp} (each DP rank takes batch/dp sequences)")
+            raise ValueError(
+                f"{owner}.batch={self.batch} must be divisible by dp={self.dp} (each DP rank takes batch/dp sequences)"
+            )
 
     @property
     def world_size(self) -> int:

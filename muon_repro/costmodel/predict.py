@@ -68,11 +68,17 @@ class RankPrediction:
 
     def to_dict(self) -> dict:
         return {
-            "rank": self.rank, "dp_rank": self.dp_rank, "tp_rank": self.tp_rank, "step_ms": self.step_ms,
-            **{f"{p}_ms": v for p, v in self.parts.items()}, "compute_ms": self.compute_ms,
-            "comm_ms": self.transfer_ms + self.wait_ms, "comm_transfer_ms": self.transfer_ms, "comm_wait_ms": self.wait_ms,
+            "rank": self.rank,
+            "dp_rank": self.dp_rank,
+            "tp_rank": self.tp_rank,
+            "step_ms": self.step_ms,
+            **{f"{p}_ms": v for p, v in self.parts.items()},
+            "compute_ms": self.compute_ms,
+            "comm_ms": self.transfer_ms + self.wait_ms,
+            "comm_transfer_ms": self.transfer_ms,
+            "comm_wait_ms": self.wait_ms,
             "phases_ms": dict(self.phases),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,9 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
 # ---------------------------------------------------------------- the simulation
 
 
-def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True, model_dtype: str = "fp32") -> tuple[RankPrediction, ...]:
+def simulate(
+    workload: Workload, machine: MachineProfile, profiled: bool = True, model_dtype: str = "fp32"
+) -> tuple[RankPrediction, ...]:
     """Play every rank's program stage by stage on a clock per rank (see the module docstring)."""
     cfg = workload.cfg
     world = workload.world_size
@@ -166,7 +174,16 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True,
     return ranks
 
 
-def _compute_stage(stages: list[Stage], clock: list[float], done: list[float], ranks, machine: MachineProfile, workload: Workload, profiled: bool, model_dtype: str) -> None:
+def _compute_stage(
+    stages: list[Stage],
+    clock: list[float],
+    done: list[float],
+    ranks,
+    machine: MachineProfile,
+    workload: Workload,
+    profiled: bool,
+    model_dtype: str,
+) -> None:
     local = _local_ranks(machine, len(stages))
     cores = machine.compute_cores(local)
     slowdown = machine.bandwidth_slowdown(local) if cores is not None else 1.0
@@ -175,13 +192,24 @@ def _compute_stage(stages: list[Stage], clock: list[float], done: list[float], r
         done[r] += work
     for node in _nodes(machine, len(stages)):
         starts = [clock[r] for r in node]
-        ends = processor_sharing(starts, [works[r] for r in node], cores) if cores is not None else [s + works[r] for s, r in zip(starts, node)]
+        ends = (
+            processor_sharing(starts, [works[r] for r in node], cores)
+            if cores is not None
+            else [s + works[r] for s, r in zip(starts, node)]
+        )
         for r, end in zip(node, ends):
             ranks[r].compute_ms += (end - clock[r]) * 1e3
             clock[r] = end
 
 
-def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool, model_dtype: str = "fp32", bandwidth_slowdown: float = 1.0) -> float:
+def compute_seconds(
+    work: Compute,
+    machine: MachineProfile,
+    ns_dtype: str,
+    profiled: bool,
+    model_dtype: str = "fp32",
+    bandwidth_slowdown: float = 1.0,
+) -> float:
     """Time of ``work`` on one rank with the rates of ``machine`` (no sharing; ``bandwidth_slowdown``
     stretches its memory-bound kernels for the memory bandwidth ranks sharing a node lose beyond the cores)."""
     compute, memory = kernel_seconds(work, machine, ns_dtype, model_dtype)
@@ -231,7 +259,17 @@ def processor_sharing(starts: list[float], works: list[float], cores: float) -> 
     return end
 
 
-def _comm_stage(stages: list[Stage], clock: list[float], done: list[float], met: dict, ranks, machine: MachineProfile, cfg: BenchConfig, pending: dict, issued: dict) -> None:
+def _comm_stage(
+    stages: list[Stage],
+    clock: list[float],
+    done: list[float],
+    met: dict,
+    ranks,
+    machine: MachineProfile,
+    cfg: BenchConfig,
+    pending: dict,
+    issued: dict,
+) -> None:
     comm = stages[0].comm
     drifting = machine.shares_cores(_local_ranks(machine, cfg.world_size))
     for group in _groups(comm.group, cfg):
@@ -276,13 +314,17 @@ def _finish(group: tuple[int, ...], clock: list[float], ranks, started: tuple[fl
         clock[r] += blocked
 
 
-def transfer_seconds(comm: Comm, calls: tuple[int, ...], group_size: int, machine: MachineProfile, scope: str, world_size: int) -> float:
+def transfer_seconds(
+    comm: Comm, calls: tuple[int, ...], group_size: int, machine: MachineProfile, scope: str, world_size: int
+) -> float:
     """The calls' alpha-beta time, each priced by its ring bytes per rank."""
     from muon_repro.parallel.comm import ring_bytes_per_rank
 
     fit = machine.collective(comm.op, group_size, scope, world_size)
     efficiency = machine.collective_efficiency(scope)
-    return sum(fit.seconds(ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), efficiency) for elements in calls)
+    return sum(
+        fit.seconds(ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), efficiency) for elements in calls
+    )
 
 
 def _agreed_calls(stages: list[Stage], group: tuple[int, ...]) -> tuple[int, ...]:
@@ -335,10 +377,17 @@ def format_prediction(p: Prediction) -> str:
     names = [*PARTS, *OPTIMIZER_PARTS, *MODEL_COMM]
     header = ["rank", "dp", "tp", "step", *names, "transfer", "wait"]
     rows = [
-        [str(r.rank), str(r.dp_rank), str(r.tp_rank), f"{r.step_ms:.1f}", *(f"{r.parts[n]:.1f}" if n in r.parts else f"{r.phases[n]:.1f}" for n in names),
-         f"{r.transfer_ms:.1f}", f"{r.wait_ms:.1f}"]
+        [
+            str(r.rank),
+            str(r.dp_rank),
+            str(r.tp_rank),
+            f"{r.step_ms:.1f}",
+            *(f"{r.parts[n]:.1f}" if n in r.parts else f"{r.phases[n]:.1f}" for n in names),
+            f"{r.transfer_ms:.1f}",
+            f"{r.wait_ms:.1f}",
+        ]
         for r in p.ranks
-    ]  # fmt: skip
+    ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)) + "   (ms)")
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
@@ -348,7 +397,9 @@ def format_prediction(p: Prediction) -> str:
 
 def _model_label(p: Prediction) -> str:
     m = p.workload.model
-    return f"{p.cfg.preset}" + (f" (h{m.hidden} l{m.n_layers} a{m.n_heads} f{m.ffn_hidden} v{m.vocab_size})" if p.cfg.model_overrides() else "")
+    return f"{p.cfg.preset}" + (
+        f" (h{m.hidden} l{m.n_layers} a{m.n_heads} f{m.ffn_hidden} v{m.vocab_size})" if p.cfg.model_overrides() else ""
+    )
 
 
 def _range(values: tuple[int, ...]) -> str:

@@ -54,7 +54,9 @@ class Model:
 # The seed does not publish its model; the gpu scale's (GPT-2-medium shaped, 369M) stands for it.
 SEED_MODEL = Model("gpu-scale-369m", "large", 1024)
 # A LLaMA-7B-shaped model: 32 blocks of width 4096, MLP 11008, a 32k vocabulary, 4k sequences.
-MODEL_7B = Model("7b", "large", 4096, (("hidden", 4096), ("n_layers", 32), ("n_heads", 32), ("ffn_hidden", 11008), ("vocab_size", 32000)))
+MODEL_7B = Model(
+    "7b", "large", 4096, (("hidden", 4096), ("n_layers", 32), ("n_heads", 32), ("ffn_hidden", 11008), ("vocab_size", 32000))
+)
 
 
 @dataclass(frozen=True)
@@ -113,14 +115,27 @@ def line_row(setting: Setting, tokens: int, kind: str, muon: Prediction, adamw: 
     workload = muon.workload
     world = setting.dp * setting.tp
     return {
-        "kind": kind, "machine": setting.machine, "model": setting.model.name, "d_model": setting.model.d_model,
-        "model_params": workload.model.num_params(), "model_dtype": setting.model_dtype, "gpus": world,
-        "dp": setting.dp, "tp": setting.tp, "layout": setting.layout, "tokens_per_step": tokens,
-        "muon_step_ms": muon.step_ms, "muon_optimizer_ms": muon.optimizer_ms, "muon_comm_ms": muon.comm_ms,
-        "adamw_step_ms": adamw.step_ms, "adamw_optimizer_ms": adamw.optimizer_ms, "adamw_comm_ms": adamw.comm_ms,
-        "optimizer_share": muon.optimizer_ms / muon.step_ms, "muon_extra": muon.step_ms / adamw.step_ms - 1,
+        "kind": kind,
+        "machine": setting.machine,
+        "model": setting.model.name,
+        "d_model": setting.model.d_model,
+        "model_params": workload.model.num_params(),
+        "model_dtype": setting.model_dtype,
+        "gpus": world,
+        "dp": setting.dp,
+        "tp": setting.tp,
+        "layout": setting.layout,
+        "tokens_per_step": tokens,
+        "muon_step_ms": muon.step_ms,
+        "muon_optimizer_ms": muon.optimizer_ms,
+        "muon_comm_ms": muon.comm_ms,
+        "adamw_step_ms": adamw.step_ms,
+        "adamw_optimizer_ms": adamw.optimizer_ms,
+        "adamw_comm_ms": adamw.comm_ms,
+        "optimizer_share": muon.optimizer_ms / muon.step_ms,
+        "muon_extra": muon.step_ms / adamw.step_ms - 1,
         "flop_ratio": max(workload.ns_flops) / (workload.train_flops / world),
-    }  # fmt: skip
+    }
 
 
 def this_machine_lines(machine: MachineProfile, *, quick: bool = False) -> Iterable[dict]:
@@ -128,7 +143,12 @@ def this_machine_lines(machine: MachineProfile, *, quick: bool = False) -> Itera
     widths = WIDTHS[:1] if quick else WIDTHS
     tokens = (512, 4096) if quick else tuple(2**k for k in range(8, 17)) + (3 * 2**14, 2**16)
     for width in widths:
-        model = Model(f"d{width}", "small", SEQ_LEN, (("hidden", width), ("n_layers", LAYERS), ("n_heads", width // 32), ("ffn_hidden", 4 * width)))
+        model = Model(
+            f"d{width}",
+            "small",
+            SEQ_LEN,
+            (("hidden", width), ("n_layers", LAYERS), ("n_heads", width // 32), ("ffn_hidden", 4 * width)),
+        )
         setting = Setting(machine.name, model, 2, 2, model_dtype="fp32")
         for t in sorted(set(tokens)):
             muon, adamw = (predict(regime_point(opt, width, t), machine, profiled=False) for opt in ("muon", "adamw"))
@@ -138,15 +158,28 @@ def this_machine_lines(machine: MachineProfile, *, quick: bool = False) -> Itera
 def run_config(setting: Setting, optimizer: str, tokens: int) -> BenchConfig:
     shape = dict(setting.model.shape)
     return BenchConfig(
-        group="model", name=f"{setting.model.name}_{optimizer}", optimizer=optimizer, dp=setting.dp, tp=setting.tp,
-        layout=setting.layout, scale="gpu", preset=setting.model.preset, tokens_per_step=tokens, seq_len=setting.model.seq_len,
-        bucket_elems=40_000_000 if setting.layout == "bucketed" else None, profile=False, **shape,
-    )  # fmt: skip
+        group="model",
+        name=f"{setting.model.name}_{optimizer}",
+        optimizer=optimizer,
+        dp=setting.dp,
+        tp=setting.tp,
+        layout=setting.layout,
+        scale="gpu",
+        preset=setting.model.preset,
+        tokens_per_step=tokens,
+        seq_len=setting.model.seq_len,
+        bucket_elems=40_000_000 if setting.layout == "bucketed" else None,
+        profile=False,
+        **shape,
+    )
 
 
 def _pair(setting: Setting, tokens: int) -> tuple[Prediction, Prediction]:
     machine = resolve_profile(setting.machine)
-    return tuple(predict(run_config(setting, opt, tokens), machine, profiled=False, model_dtype=setting.model_dtype) for opt in ("muon", "adamw"))  # type: ignore[return-value]
+    return tuple(
+        predict(run_config(setting, opt, tokens), machine, profiled=False, model_dtype=setting.model_dtype)
+        for opt in ("muon", "adamw")
+    )  # type: ignore[return-value]
 
 
 def token_grid(setting: Setting) -> Iterable[dict]:
@@ -164,12 +197,21 @@ def threshold_rows(setting: Setting, grid: list[dict]) -> list[dict]:
     for metric in METRICS:
         for level in LEVELS:
             tokens = crossing([(r["tokens_per_step"], r[metric]) for r in grid], level)
-            rows.append({
-                "machine": setting.machine, "model": setting.model.name, "d_model": setting.model.d_model,
-                "model_dtype": setting.model_dtype, "dp": setting.dp, "tp": setting.tp, "layout": setting.layout,
-                "metric": metric, "level": level, "tokens_per_step": tokens,
-                "tokens_per_d_model": tokens / setting.model.d_model if tokens is not None else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "machine": setting.machine,
+                    "model": setting.model.name,
+                    "d_model": setting.model.d_model,
+                    "model_dtype": setting.model_dtype,
+                    "dp": setting.dp,
+                    "tp": setting.tp,
+                    "layout": setting.layout,
+                    "metric": metric,
+                    "level": level,
+                    "tokens_per_step": tokens,
+                    "tokens_per_d_model": tokens / setting.model.d_model if tokens is not None else None,
+                }
+            )
     return rows
 
 
@@ -202,5 +244,3 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     for row in rows:
         columns.update(dict.fromkeys(row))
     write_atomic(path, lambda tmp: pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False))
-
-

@@ -71,7 +71,9 @@ def recorded_on(folders: list[Path]) -> str | None:
     return dates[0] if dates else None
 
 
-def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None = None, profile: str | None = None) -> list[dict]:
+def validate(
+    root: str | Path, machine: MachineProfile, *, profiled: bool | None = None, profile: str | None = None
+) -> list[dict]:
     """One ``predictions`` row per run under ``root`` that has measured steps (of hardware ``profile`` only,
     when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
     every run with (True) or without (False) the profiler's cost; None: as each run was recorded."""
@@ -86,17 +88,33 @@ def validate(root: str | Path, machine: MachineProfile, *, profiled: bool | None
         cfg = bench_config(folders[0])
         priced_profiled = cfg.profile if profiled is None else profiled
         p = predict(cfg, machine, profiled=priced_profiled)
-        rows.append({
-            "run": key, "profile": run_profile, "machine": machine.name, "optimizer": cfg.optimizer, "layout": cfg.layout, "overlap": cfg.overlap,
-            "dp": cfg.dp, "tp": cfg.tp, "trials": times.trials, "steps": times.steps, "profiled": priced_profiled,
-            "recorded_on": recorded_on(folders),
-            "measured_step_ms": times.step_ms, "predicted_step_ms": p.step_ms, "step_rel_error": p.step_ms / times.step_ms - 1,
-            "measured_optimizer_ms": times.optimizer_ms, "predicted_optimizer_ms": p.optimizer_ms,
-            "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
-            "predicted_forward_ms": p.mean(FORWARD), "predicted_backward_ms": p.mean(BACKWARD),
-            "predicted_comm_ms": p.comm_ms, "predicted_wait_ms": p.mean("wait_ms"),
-            "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "run": key,
+                "profile": run_profile,
+                "machine": machine.name,
+                "optimizer": cfg.optimizer,
+                "layout": cfg.layout,
+                "overlap": cfg.overlap,
+                "dp": cfg.dp,
+                "tp": cfg.tp,
+                "trials": times.trials,
+                "steps": times.steps,
+                "profiled": priced_profiled,
+                "recorded_on": recorded_on(folders),
+                "measured_step_ms": times.step_ms,
+                "predicted_step_ms": p.step_ms,
+                "step_rel_error": p.step_ms / times.step_ms - 1,
+                "measured_optimizer_ms": times.optimizer_ms,
+                "predicted_optimizer_ms": p.optimizer_ms,
+                "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+                "predicted_forward_ms": p.mean(FORWARD),
+                "predicted_backward_ms": p.mean(BACKWARD),
+                "predicted_comm_ms": p.comm_ms,
+                "predicted_wait_ms": p.mean("wait_ms"),
+                "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
+            }
+        )
     return rows
 
 
@@ -105,8 +123,10 @@ def format_validation(rows: list[dict]) -> str:
     lines = [f"{'run':<44} {'step ms':>9} {'predicted':>9} {'error':>7}   {'optim ms':>8} {'predicted':>9} {'error':>7}"]
     for r in rows:
         opt_err = "-" if r["optimizer_rel_error"] is None else f"{r['optimizer_rel_error']:+.1%}"
-        lines.append(f"{r['run']:<44} {r['measured_step_ms']:>9.1f} {r['predicted_step_ms']:>9.1f} {r['step_rel_error']:>+7.1%}   "
-                     f"{r['measured_optimizer_ms']:>8.1f} {r['predicted_optimizer_ms']:>9.1f} {opt_err:>7}")  # fmt: skip
+        lines.append(
+            f"{r['run']:<44} {r['measured_step_ms']:>9.1f} {r['predicted_step_ms']:>9.1f} {r['step_rel_error']:>+7.1%}   "
+            f"{r['measured_optimizer_ms']:>8.1f} {r['predicted_optimizer_ms']:>9.1f} {opt_err:>7}"
+        )
     step_errors = [abs(r["step_rel_error"]) for r in rows]
     opt_errors = [abs(r["optimizer_rel_error"]) for r in rows if r["optimizer_rel_error"] is not None]
     worst = max(rows, key=lambda r: abs(r["step_rel_error"]))

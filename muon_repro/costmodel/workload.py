@@ -146,9 +146,16 @@ def build_workload(cfg: BenchConfig, device: str = "cpu") -> Workload:
             ns_flops.append(int(sum(s.compute.ns_flops for s in optimizer if s.compute is not None)))
             analytic.append(
                 optimizer_bytes(
-                    plan.specs, dp=cfg.dp, tp=cfg.tp, dp_rank=dp_rank, optimizer=cfg.optimizer, layout=cfg.layout,
-                    bucket_elems=cfg.bucket_elems, reduce_dtype=_torch_dtype(cfg.reduce_dtype), gather_dtype=_torch_dtype(cfg.gather_dtype),
-                )  # fmt: skip
+                    plan.specs,
+                    dp=cfg.dp,
+                    tp=cfg.tp,
+                    dp_rank=dp_rank,
+                    optimizer=cfg.optimizer,
+                    layout=cfg.layout,
+                    bucket_elems=cfg.bucket_elems,
+                    reduce_dtype=_torch_dtype(cfg.reduce_dtype),
+                    gather_dtype=_torch_dtype(cfg.gather_dtype),
+                )
             )
     return Workload(
         cfg=cfg,
@@ -189,7 +196,9 @@ def model_stages(cfg: BenchConfig, model: GPTConfig) -> tuple[tuple[Stage, ...],
             Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True)),
             Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (tokens * vocab,), FP32)),  # the logits
         ]
-        backward.append(Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True)))  # per layer attention in, MLP in (+ LM head)
+        backward.append(
+            Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True))
+        )  # per layer attention in, MLP in (+ LM head)
     return tuple(forward), tuple(backward)
 
 
@@ -311,7 +320,9 @@ def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int) -> tuple[Stage, ...]:
         )
     )
     stages += [
-        _compute(DP_ALL_GATHER, vector_bytes=COPY_BYTES * shard * (1 if cfg.dp > 1 else 2), ops=COLLECTIVE_OPS * len(plan.buckets)),
+        _compute(
+            DP_ALL_GATHER, vector_bytes=COPY_BYTES * shard * (1 if cfg.dp > 1 else 2), ops=COLLECTIVE_OPS * len(plan.buckets)
+        ),
         Stage(OPTIMIZER, DP_ALL_GATHER, comm=Comm("all_gather", "dp", buckets, FP32)),
     ]
     return tuple(stages)
@@ -325,7 +336,9 @@ def muon_unit_stages(cfg: BenchConfig, plan, dp_rank: int, gather_size: int) -> 
     tp = [_tp_gather(cfg, plan, unit, dp_rank, gather_size, pipelined, f"tp{k}") for k, unit in enumerate(units)]
     ns = [_newton_schulz(plan, unit, dp_rank) for unit in units]
     if not pipelined:  # none and naive_async both wait for each gather before anything else runs
-        return [stage for k in range(len(units)) for stage in (*dp[k].issue, *dp[k].complete, *tp[k].issue, *tp[k].complete, ns[k])]
+        return [
+            stage for k in range(len(units)) for stage in (*dp[k].issue, *dp[k].complete, *tp[k].issue, *tp[k].complete, ns[k])
+        ]
     return _pipelined(dp, tp, ns)
 
 

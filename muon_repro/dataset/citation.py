@@ -90,7 +90,7 @@ def read_citation(path: str | Path) -> BundleMeta:
         raise ValueError(f"{path}: repository-artifact {artifact!r} is not a dataset on {HUB_URL}")
     try:
         return BundleMeta(
-            repo_id=artifact[len(prefix):],
+            repo_id=artifact[len(prefix) :],
             version=str(cff["version"]),
             date=str(cff["date-released"]),
             license=str(cff["license"]),

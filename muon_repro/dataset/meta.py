@@ -16,8 +16,17 @@ ABSTRACT = (
     "PyTorch profiler traces, metrics tables, figures and a report comparing distributed Muon with "
     "distributed AdamW (ZeRO-1 over data parallel, Megatron-style tensor parallel)."
 )  # CITATION.cff's abstract and croissant.json's description
-TAGS = ["muon", "optimizer", "distributed-training", "tensor-parallelism", "zero-redundancy-optimizer",
-        "pytorch-profiler", "traces", "benchmark", "reproducibility"]  # the card's tags, croissant.json's keywords
+TAGS = [
+    "muon",
+    "optimizer",
+    "distributed-training",
+    "tensor-parallelism",
+    "zero-redundancy-optimizer",
+    "pytorch-profiler",
+    "traces",
+    "benchmark",
+    "reproducibility",
+]  # the card's tags, croissant.json's keywords
 PAPER = {
     "title": "Muon is Scalable for LLM Training",
     "authors": "Jingyuan Liu and Jianlin Su and Xingcheng Yao and Zhejun Jiang and Guokun Lai and Yulun Du and others",

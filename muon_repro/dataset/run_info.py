@@ -117,7 +117,9 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         return RecordedEnvironment()
     env = read_table(files["metrics/environment.parquet"], "environment", check_set=False)
     index: dict[Recording, list[tuple[str, str]]] = {}
-    for profile, group, name, trial, key, value in zip(env["profile"], env["group"], env["name"], env["trial"], env["key"], env["value"]):
+    for profile, group, name, trial, key, value in zip(
+        env["profile"], env["group"], env["name"], env["trial"], env["key"], env["value"]
+    ):
         index.setdefault((str(profile), str(group), str(name), int(trial)), []).append((str(key), str(value)))
     recorded = [(run, items) for run in runs if (items := _lookup(index, run.key))]
     values: dict[str, dict[str, list[str]]] = {}

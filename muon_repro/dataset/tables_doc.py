@@ -109,8 +109,15 @@ def describe_tables(files: Mapping[str, Path]) -> list[TableDoc]:
 
 def size_category(rows: int) -> str:
     """The Hub's ``size_categories`` value for a number of examples."""
-    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]  # fmt: skip
+    bounds = [
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+        (100_000_000, "10M<n<100M"),
+        (1_000_000_000, "100M<n<1B"),
+    ]
     return next((label for bound, label in bounds if rows < bound), "n>1B")
 
 

@@ -222,8 +222,14 @@ def _one_set_line(metrics: Path) -> str:
 
     generation = folder_generation(metrics)
     if generation is None:
-        return "recompute: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set cannot be told"
-    return f"recompute: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its Parquet twin"
+        return (
+            "recompute: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set "
+            "cannot be told"
+        )
+    return (
+        f"recompute: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its "
+        "Parquet twin"
+    )
 
 
 def _compare_table(name: str, metrics: Path, fresh_dir: Path, report: Callable[[str, bool], None]) -> None:
@@ -266,7 +272,8 @@ def table_differences(published: pd.DataFrame, fresh: pd.DataFrame, name: str) -
 
 
 def _differing(published: pd.Series, fresh: pd.Series) -> np.ndarray:
-    """Per row: do the two values differ? Nulls equal nulls; floats are equal within :data:`FLOAT_RTOL` (and :data:`FLOAT_ATOL`)."""
+    """Per row: do the two values differ? Nulls equal nulls; floats are equal within :data:`FLOAT_RTOL`
+    (and :data:`FLOAT_ATOL`)."""
     import numpy as np
 
     null_a, null_b = published.isna().to_numpy(dtype=bool), fresh.isna().to_numpy(dtype=bool)
@@ -303,8 +310,9 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     for problem in card_problems:
         report(problem, False)
     if not card_problems:
-        report(f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists; {CROISSANT_NAME} names every table",
-               True)  # fmt: skip
+        report(
+            f"card: {CARD_NAME} metadata and {CFF_NAME} parse, every data file exists; {CROISSANT_NAME} names every table", True
+        )
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
     check_traces(root, report)

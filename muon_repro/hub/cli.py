@@ -45,8 +45,15 @@ def _publish(args: argparse.Namespace) -> int:
     from muon_repro.hub.publish import PublishError, publish
 
     try:
-        publish(args.bundle, args.repo_id, args.version, dry_run=args.dry_run, create_pr=args.create_pr, private=args.private,
-                timeout=args.timeout)
+        publish(
+            args.bundle,
+            args.repo_id,
+            args.version,
+            dry_run=args.dry_run,
+            create_pr=args.create_pr,
+            private=args.private,
+            timeout=args.timeout,
+        )
     except hub_errors() as exc:
         raise PublishError(request_failed(exc)) from exc
     return 0

@@ -337,7 +337,13 @@ def publish(
 
 
 def _publish_to(
-    target: _Target, root: Path, local: list[FileEntry], meta: BundleMeta, dry_run: bool, create_pr: bool, private: bool,
+    target: _Target,
+    root: Path,
+    local: list[FileEntry],
+    meta: BundleMeta,
+    dry_run: bool,
+    create_pr: bool,
+    private: bool,
     echo: Callable[[str], None],
 ) -> PublishResult:
     repo_id, tag, version = target.repo_id, target.tag, meta.version

@@ -24,8 +24,9 @@ def head_commit(api: Any, repo_id: str, revision: str) -> str:
 DOWNLOAD_WORKERS = 8  # as snapshot_download: a review fetches hundreds of small files, each a round trip
 
 
-def download(api: Any, repo_id: str, paths: Iterable[str], revision: str, local_dir: Path, *,
-             workers: int = DOWNLOAD_WORKERS) -> Path:  # fmt: skip
+def download(
+    api: Any, repo_id: str, paths: Iterable[str], revision: str, local_dir: Path, *, workers: int = DOWNLOAD_WORKERS
+) -> Path:
     """Download ``paths`` at ``revision`` (a commit id, to read a fixed tree) into ``local_dir``, keeping their paths.
 
     Several files at a time: most of a small file's time is the request's round trip. Exact paths,

@@ -42,7 +42,12 @@ def _size(dtype: torch.dtype) -> int:
 
 
 def param_specs(
-    named_params: Iterable[tuple[str, nn.Parameter]], tp: int, *, muon: bool = True, muon_names: Iterable[str] = (), adamw_names: Iterable[str] = ()
+    named_params: Iterable[tuple[str, nn.Parameter]],
+    tp: int,
+    *,
+    muon: bool = True,
+    muon_names: Iterable[str] = (),
+    adamw_names: Iterable[str] = (),
 ) -> list[ParamSpec]:
     """Specs of a model's trainable TP-local parameters, in model order (as the optimizers give them to their plan).
 
@@ -100,7 +105,9 @@ def optimizer_bytes(
         for unit in plan.ns_units:
             if unit.dp_gathered:
                 out[DP_GATHER] += ring_bytes_per_rank("all_gather", dp * unit.send_elems, _size(gather_dtype), dp)
-            tp_elems = sum(plan.slots[i].spec.numel for i in plan.ns_slots(unit, dp_rank) if plan.slots[i].spec.tp_dim is not None)
+            tp_elems = sum(
+                plan.slots[i].spec.numel for i in plan.ns_slots(unit, dp_rank) if plan.slots[i].spec.tp_dim is not None
+            )
             if tp_elems:
                 out[TP_GATHER] += ring_bytes_per_rank("all_gather", tp * tp_elems, _size(gather_dtype), tp)
     return out
@@ -173,7 +180,9 @@ class StateComparison:
     even_floor: float
 
 
-def compare_state(specs: list[ParamSpec], *, dp: int, layout: str = "contiguous", bucket_elems: int | None = None) -> StateComparison:
+def compare_state(
+    specs: list[ParamSpec], *, dp: int, layout: str = "contiguous", bucket_elems: int | None = None
+) -> StateComparison:
     """Muon's and AdamW's optimizer state on every DP rank, from the shard plans alone (no training).
 
     The whole-model ratio cannot fall below ``1 - f/2`` on the largest rank: Muon keeps
@@ -184,7 +193,10 @@ def compare_state(specs: list[ParamSpec], *, dp: int, layout: str = "contiguous"
     muon = [state_bytes(specs, dp_rank=r, optimizer="muon", **kw) for r in range(dp)]
     adamw = [state_bytes(specs, dp_rank=r, optimizer="adamw", **kw) for r in range(dp)]
     managed = [
-        _ratio(muon_managed_state_bytes(specs, dp_rank=r, optimizer="muon", **kw), muon_managed_state_bytes(specs, dp_rank=r, optimizer="adamw", **kw))
+        _ratio(
+            muon_managed_state_bytes(specs, dp_rank=r, optimizer="muon", **kw),
+            muon_managed_state_bytes(specs, dp_rank=r, optimizer="adamw", **kw),
+        )
         for r in range(dp)
     ]
     totals_muon, totals_adamw = [sum(m.values()) for m in muon], [sum(a.values()) for a in adamw]

@@ -153,9 +153,16 @@ class DistributedMuon(ZeroOneOptimizer):
             raise ValueError(f"unknown overlap {overlap!r}; choose one of {', '.join(OVERLAPS)}")
         self.overlap = overlap
         defaults = muon_defaults(
-            lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-            ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
-            adamw_betas=adamw_betas, adamw_eps=adamw_eps,
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_steps=ns_steps,
+            ns_dtype=ns_dtype,
+            update_scale=update_scale,
+            momentum_form=momentum_form,
+            adamw_betas=adamw_betas,
+            adamw_eps=adamw_eps,
         )
         self.gather_dtype = gather_dtype
         super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype)

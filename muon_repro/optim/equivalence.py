@@ -106,7 +106,9 @@ class EquivalenceConfig:
             raise ValueError("bucket_elems applies to layout 'bucketed' only")
         for name in ("isolated_bound", "end_to_end_bound"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf
+            ):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         GPTConfig.preset(self.preset)
 
@@ -142,14 +144,21 @@ class EquivalenceConfig:
         common = dict(lr=self.lr, weight_decay=self.weight_decay, layout=self.layout, bucket_elems=self.effective_bucket_elems)
         if self.optimizer == "adamw":
             return DistributedAdamW(params, dims, **common)
-        return DistributedMuon(params, dims, ns_dtype=DTYPES[self.ns_dtype], gather_dtype=DTYPES[self.effective_gather_dtype], **common)
+        return DistributedMuon(
+            params, dims, ns_dtype=DTYPES[self.ns_dtype], gather_dtype=DTYPES[self.effective_gather_dtype], **common
+        )
 
     def build_reference(self, params) -> torch.optim.Optimizer:
         if self.optimizer == "adamw":
             return AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         # Rounds the NS input where DistributedMuon's gathers do (a no-op for fp32 gathers).
-        return Muon(params, lr=self.lr, weight_decay=self.weight_decay, ns_dtype=DTYPES[self.ns_dtype],
-                    gather_dtype=DTYPES[self.effective_gather_dtype])
+        return Muon(
+            params,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            ns_dtype=DTYPES[self.ns_dtype],
+            gather_dtype=DTYPES[self.effective_gather_dtype],
+        )
 
 
 def global_batch(cfg: EquivalenceConfig, vocab: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,7 +238,9 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
         e2e_opt = cfg.build_reference(muon_param_groups(e2e_model))
         full = dict(e2e_model.named_parameters())
         iso_params = {
-            n: torch.nn.Parameter(_optimizer_view([shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n]))
+            n: torch.nn.Parameter(
+                _optimizer_view([shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n])
+            )
             for n, p in full.items()
         }
         iso_opt = cfg.build_reference([{**g, "params": [iso_params[n] for n in g["names"]]} for g in groups])
@@ -269,12 +280,26 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
             canonical = {n: model.assemble_full_tensor(n, [ps[n] for ps in params_by_tp]) for n in full}
             end_to_end = tensor_differences(canonical, {n: p.detach() for n, p in full.items()})
             mean_loss = sum(g["loss"] for g in gathered if g["tp_rank"] == 0) / cfg.dp
-            steps.append({"step": step, "loss": mean_loss, "reference_loss": e2e_loss.item(), "isolated": isolated, "end_to_end": end_to_end})
+            steps.append(
+                {
+                    "step": step,
+                    "loss": mean_loss,
+                    "reference_loss": e2e_loss.item(),
+                    "isolated": isolated,
+                    "end_to_end": end_to_end,
+                }
+            )
 
     specs = param_specs(model.named_parameters(), cfg.tp)
     muon_names = {n for g in groups if g["use_muon"] for n in g["names"]}
-    analytic_kw = dict(dp=cfg.dp, tp=cfg.tp, dp_rank=dims.dp_rank, layout=cfg.layout, bucket_elems=cfg.effective_bucket_elems,
-                       gather_dtype=DTYPES[cfg.effective_gather_dtype])
+    analytic_kw = dict(
+        dp=cfg.dp,
+        tp=cfg.tp,
+        dp_rank=dims.dp_rank,
+        layout=cfg.layout,
+        bucket_elems=cfg.effective_bucket_elems,
+        gather_dtype=DTYPES[cfg.effective_gather_dtype],
+    )
     last = cfg.steps - 1
     ledger = dims.ledger.bytes_by_phase(step=last)
     rank_report = {

@@ -30,16 +30,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (default 2)")
     p.add_argument("--optimizer", choices=("muon", "adamw"), default="muon")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous")
-    p.add_argument("--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default: a quarter of the model)")
+    p.add_argument(
+        "--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default: a quarter of the model)"
+    )
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--ns-dtype", choices=("fp32", "bf16"), default="fp32", help="Newton-Schulz compute dtype")
-    p.add_argument("--gather-dtype", choices=("fp32", "bf16"), default=None, help="dtype of the NS gathers (default: the NS dtype)")
+    p.add_argument(
+        "--gather-dtype", choices=("fp32", "bf16"), default=None, help="dtype of the NS gathers (default: the NS dtype)"
+    )
     p.add_argument("--preset", default="tiny", help="model preset (tiny, small, medium, large)")
-    p.add_argument("--isolated-bound", type=float, default=None,
-                   help="largest relative difference per tensor, optimizer-isolated (default 0: bit for bit)")
-    p.add_argument("--end-to-end-bound", type=float, default=None,
-                   help="largest relative difference per tensor, end to end (default, tiny preset only: Muon 1e-4 in fp32, "
-                        "2e-2 with bf16 gathers, 1 with bf16 NS; AdamW 2e-3; other presets: not checked)")
+    p.add_argument(
+        "--isolated-bound",
+        type=float,
+        default=None,
+        help="largest relative difference per tensor, optimizer-isolated (default 0: bit for bit)",
+    )
+    p.add_argument(
+        "--end-to-end-bound",
+        type=float,
+        default=None,
+        help="largest relative difference per tensor, end to end (default, tiny preset only: Muon 1e-4 in fp32, "
+        "2e-2 with bf16 gathers, 1 with bf16 NS; AdamW 2e-3; other presets: not checked)",
+    )
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=_run)
@@ -68,9 +80,17 @@ def _run(args: argparse.Namespace) -> int:
     from muon_repro.parallel.launch import describe_failure
 
     cfg = EquivalenceConfig(
-        dp=args.dp, tp=args.tp, optimizer=args.optimizer, layout=args.layout, steps=args.steps,
-        ns_dtype=args.ns_dtype, gather_dtype=args.gather_dtype, bucket_elems=args.bucket_elems, preset=args.preset,
-        isolated_bound=args.isolated_bound, end_to_end_bound=args.end_to_end_bound,
+        dp=args.dp,
+        tp=args.tp,
+        optimizer=args.optimizer,
+        layout=args.layout,
+        steps=args.steps,
+        ns_dtype=args.ns_dtype,
+        gather_dtype=args.gather_dtype,
+        bucket_elems=args.bucket_elems,
+        preset=args.preset,
+        isolated_bound=args.isolated_bound,
+        end_to_end_bound=args.end_to_end_bound,
     )
     check_tp_divides_model(cfg.tp, cfg.preset)
     try:
@@ -91,7 +111,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bounds_line(bounds: dict[str, float | None], violations: list[dict]) -> str:
-    shown = [f"{name.replace('_', ' ')} " + ("not checked (no bound for this preset)" if b is None else f"{b:.1e}") for name, b in bounds.items()]
+    shown = [
+        f"{name.replace('_', ' ')} " + ("not checked (no bound for this preset)" if b is None else f"{b:.1e}")
+        for name, b in bounds.items()
+    ]
     verdict = f"{len(violations)} exceeded:" if violations else "every tensor within them"
     return f"bounds: {', '.join(shown)}; {verdict}"
 
@@ -115,22 +138,31 @@ def format_report(report: dict) -> str:
             f"{s['step']:>4}  {s['loss']:>9.5f}  {iso['max_rel']:>12.3e}  {iso['worst_tensor'] or '-':<24}  "
             f"{e2e['max_rel']:>10.3e}  {e2e['worst_tensor'] or '-':<24}"
         )
-    lines += ["", f"{'rank':>4} {'dp':>2} {'tp':>2}  {'phase':<18} {'ledger B':>10} {'analytic B':>10}  {'NS calls':>8}  {'state B (muon/adamw)':>20}"]
+    lines += [
+        "",
+        f"{'rank':>4} {'dp':>2} {'tp':>2}  {'phase':<18} {'ledger B':>10} {'analytic B':>10}  {'NS calls':>8}  "
+        f"{'state B (muon/adamw)':>20}",
+    ]
     for r in report["ranks"]:
         first = True
         for phase, ledger in r["ledger_bytes"].items():
             extra = f"  {r['ns_calls']:>8}  {r['state_bytes']['muon']:>9}/{r['state_bytes']['adamw']:<10}" if first else ""
-            lines.append(f"{r['rank']:>4} {r['dp_rank']:>2} {r['tp_rank']:>2}  {phase:<18} {ledger:>10} {r['analytic_bytes'][phase]:>10}{extra}")
+            lines.append(
+                f"{r['rank']:>4} {r['dp_rank']:>2} {r['tp_rank']:>2}  {phase:<18} {ledger:>10} "
+                f"{r['analytic_bytes'][phase]:>10}{extra}"
+            )
             first = False
     b, bounds = report["bytes"], report["bounds"]
     lines += [
         "",
         _bounds_line(bounds, report["violations"]),
         *(
-            f"  step {v['step']}: {v['comparison']} {v['tensor']} relative difference {v['rel']:.3e} exceeds bound {v['bound']:.1e}"
+            f"  step {v['step']}: {v['comparison']} {v['tensor']} relative difference {v['rel']:.3e} exceeds bound "
+            f"{v['bound']:.1e}"
             for v in report["violations"]
         ),
         f"ledger == analytic on every rank and phase: {report['ledger_matches_analytic']}",
-        f"Muon/AdamW bytes per step (same model, layout, dtypes): DP group {_fmt_ratio(b['ratio_dp'])}, DP+TP {_fmt_ratio(b['ratio_total'])}",
+        f"Muon/AdamW bytes per step (same model, layout, dtypes): DP group {_fmt_ratio(b['ratio_dp'])}, DP+TP "
+        f"{_fmt_ratio(b['ratio_total'])}",
     ]
     return "\n".join(lines)

@@ -207,7 +207,10 @@ class ShardPlan:
         # whole_matrix: longest-processing-time-first, Muon matrices by NS FLOPs, the rest by size.
         segments: list[list[int]] = [[] for _ in range(self.dp)]
         flops, elems = [0] * self.dp, [0] * self.dp
-        muon = sorted((i for i in order if self.specs[i].use_muon), key=lambda i: (-newton_schulz_flops(self.specs[i].full_shape), position[i]))
+        muon = sorted(
+            (i for i in order if self.specs[i].use_muon),
+            key=lambda i: (-newton_schulz_flops(self.specs[i].full_shape), position[i]),
+        )
         for i in muon:
             owner = min(range(self.dp), key=lambda r: (flops[r], elems[r], r))
             segments[owner].append(i)

@@ -33,8 +33,17 @@ def check_hyperparameters(lr: float, weight_decay: float, momentum: float, betas
 
 
 def muon_defaults(
-    *, lr: float, weight_decay: float, momentum: float, nesterov: bool, ns_steps: int, ns_dtype: torch.dtype | None,
-    update_scale: UpdateScale, momentum_form: MomentumForm, adamw_betas: tuple[float, float], adamw_eps: float,
+    *,
+    lr: float,
+    weight_decay: float,
+    momentum: float,
+    nesterov: bool,
+    ns_steps: int,
+    ns_dtype: torch.dtype | None,
+    update_scale: UpdateScale,
+    momentum_form: MomentumForm,
+    adamw_betas: tuple[float, float],
+    adamw_eps: float,
 ) -> dict:
     """Validated param-group defaults, shared by :class:`Muon` and ``DistributedMuon``."""
     check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
@@ -44,9 +53,17 @@ def muon_defaults(
     if momentum_form not in ("sum", "ema"):
         raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
     return dict(
-        lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-        ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
-        adamw_betas=tuple(adamw_betas), adamw_eps=adamw_eps, use_muon=True,
+        lr=lr,
+        weight_decay=weight_decay,
+        momentum=momentum,
+        nesterov=nesterov,
+        ns_steps=ns_steps,
+        ns_dtype=ns_dtype,
+        update_scale=update_scale,
+        momentum_form=momentum_form,
+        adamw_betas=tuple(adamw_betas),
+        adamw_eps=adamw_eps,
+        use_muon=True,
     )
 
 
@@ -97,9 +114,16 @@ class Muon(torch.optim.Optimizer):
         gather_dtype: torch.dtype | None = None,
     ) -> None:
         defaults = muon_defaults(
-            lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-            ns_dtype=ns_dtype, update_scale=update_scale, momentum_form=momentum_form,
-            adamw_betas=adamw_betas, adamw_eps=adamw_eps,
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_steps=ns_steps,
+            ns_dtype=ns_dtype,
+            update_scale=update_scale,
+            momentum_form=momentum_form,
+            adamw_betas=adamw_betas,
+            adamw_eps=adamw_eps,
         )
         if gather_dtype is not None and not (isinstance(gather_dtype, torch.dtype) and gather_dtype.is_floating_point):
             raise ValueError(f"gather_dtype must be None or a floating-point torch.dtype, got {gather_dtype!r}")
@@ -144,6 +168,13 @@ def adamw_param_step(state: dict, param: torch.Tensor, grad: torch.Tensor, group
         state["exp_avg_sq"] = torch.zeros_like(param)
     state["step"] += 1
     adamw_update_(
-        param, grad, state["exp_avg"], state["exp_avg_sq"], state["step"],
-        group["lr"], group["adamw_betas"], group["adamw_eps"], group["weight_decay"],
+        param,
+        grad,
+        state["exp_avg"],
+        state["exp_avg_sq"],
+        state["step"],
+        group["lr"],
+        group["adamw_betas"],
+        group["adamw_eps"],
+        group["weight_decay"],
     )

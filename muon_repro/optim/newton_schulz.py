@@ -17,9 +17,7 @@ def default_ns_dtype(device: torch.device | str) -> torch.dtype:
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
-def zeropower_via_newtonschulz5(
-    G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None
-) -> torch.Tensor:
+def zeropower_via_newtonschulz5(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Orthogonalize ``G`` (``[..., A, B]``, batched over leading dims) with ``steps`` quintic steps.
 
     Runs in ``dtype`` (default: :func:`default_ns_dtype` of ``G``'s device) and returns a tensor of

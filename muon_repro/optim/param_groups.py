@@ -69,9 +69,7 @@ def _route(
         yield name, param, use_muon
 
 
-def muon_param_groups(
-    model: nn.Module, *, muon_names: Iterable[str] = (), adamw_names: Iterable[str] = ()
-) -> list[dict]:
+def muon_param_groups(model: nn.Module, *, muon_names: Iterable[str] = (), adamw_names: Iterable[str] = ()) -> list[dict]:
     """Param groups for :class:`~muon_repro.optim.Muon` (``use_muon`` True/False) from a model.
 
     The Muon group comes first, then the AdamW group, each in model order. Each group also

@@ -15,9 +15,7 @@ MomentumForm = Literal["sum", "ema"]
 UpdateScale = Literal["moonlight", "keller"]
 
 
-def muon_momentum_(
-    buf: torch.Tensor, grad: torch.Tensor, momentum: float, nesterov: bool, form: MomentumForm
-) -> torch.Tensor:
+def muon_momentum_(buf: torch.Tensor, grad: torch.Tensor, momentum: float, nesterov: bool, form: MomentumForm) -> torch.Tensor:
     """Update the momentum buffer in place; return the Newton-Schulz input.
 
     ``sum`` (Moonlight): ``buf = mu*buf + g``; Nesterov input ``g + mu*buf``.
@@ -48,9 +46,7 @@ def muon_update_scale(full_shape: tuple[int, ...] | torch.Size, mode: UpdateScal
     raise ValueError(f"update_scale must be 'moonlight' or 'keller', got {mode!r}")
 
 
-def apply_decoupled_update_(
-    param: torch.Tensor, update: torch.Tensor, lr: float, weight_decay: float, scale: float
-) -> None:
+def apply_decoupled_update_(param: torch.Tensor, update: torch.Tensor, lr: float, weight_decay: float, scale: float) -> None:
     """``p *= 1 - lr*wd``, then ``p -= lr*scale*update`` (Moonlight's order)."""
     param.mul_(1 - lr * weight_decay)
     param.add_(update, alpha=-lr * scale)

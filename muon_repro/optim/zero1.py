@@ -95,8 +95,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         self._params: list[torch.Tensor] = [p for p, _, _ in members]
         self._groups: list[dict] = [group for _, group, _ in members]
         specs = [
-            ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"]))
-            for p, group, name in members
+            ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"])) for p, group, name in members
         ]
         self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems)
         self.stats = StepStats()
@@ -129,9 +128,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         for slot, piece in self.plan.pieces_of(dp_rank):
             bucket = self.plan.buckets[slot.bucket]
             local = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
-            self._my_pieces.append(
-                (slot, piece, self.param_flat[piece.flat_start : piece.flat_start + piece.length], local)
-            )
+            self._my_pieces.append((slot, piece, self.param_flat[piece.flat_start : piece.flat_start + piece.length], local))
 
     def _check_params(self) -> None:
         for slot, p, ptr in zip(self.plan.slots, self._params, self._param_ptrs):

@@ -18,16 +18,30 @@ from muon_repro.tables.files import check_out_folder
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--metrics", default="metrics", metavar="DIR", help="tables written by `muon-repro analyze` (default: %(default)s)")
+    common.add_argument(
+        "--metrics", default="metrics", metavar="DIR", help="tables written by `muon-repro analyze` (default: %(default)s)"
+    )
 
-    f = subparsers.add_parser("figures", parents=[common], help="draw the report's figures (PNG + SVG) from the metrics tables",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    f = subparsers.add_parser(
+        "figures",
+        parents=[common],
+        help="draw the report's figures (PNG + SVG) from the metrics tables",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     f.add_argument("--out", default="figures", metavar="DIR", help="where the figures go (default: %(default)s)")
     f.set_defaults(func=run_figures)
 
-    r = subparsers.add_parser("report", parents=[common], help="write report.md and report.pdf from the tables and figures",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    r.add_argument("--figures", default="figures", metavar="DIR", help="figures drawn by `muon-repro figures` (default: %(default)s)")
+    r = subparsers.add_parser(
+        "report",
+        parents=[common],
+        help="write report.md and report.pdf from the tables and figures",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument(
+        "--figures", default="figures", metavar="DIR", help="figures drawn by `muon-repro figures` (default: %(default)s)"
+    )
     r.add_argument("--out", default="report", metavar="DIR", help="where report.md / report.pdf go (default: %(default)s)")
     r.add_argument("--format", default="md,pdf", metavar="LIST", help="comma-separated: md, html, pdf (default: %(default)s)")
     r.set_defaults(func=run_report)

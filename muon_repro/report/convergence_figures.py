@@ -85,10 +85,20 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     for i, seed in enumerate(seeds):
         g = lead[lead["seed"] == seed].sort_values("muon_step")
         ls = dashes[i % len(dashes)]
-        axes[0].plot(g["muon_step"], g["muon_loss_ewm"].astype(float), color=style.OPTIMIZER_COLORS["muon"], linestyle=ls,
-                     label=f"Muon, seed {seed}")  # fmt: skip
-        axes[0].plot(g["muon_step"], g["adamw_loss_ewm"].astype(float), color=style.OPTIMIZER_COLORS["adamw"], linestyle=ls,
-                     label=f"AdamW, seed {seed}")  # fmt: skip
+        axes[0].plot(
+            g["muon_step"],
+            g["muon_loss_ewm"].astype(float),
+            color=style.OPTIMIZER_COLORS["muon"],
+            linestyle=ls,
+            label=f"Muon, seed {seed}",
+        )
+        axes[0].plot(
+            g["muon_step"],
+            g["adamw_loss_ewm"].astype(float),
+            color=style.OPTIMIZER_COLORS["adamw"],
+            linestyle=ls,
+            label=f"AdamW, seed {seed}",
+        )
         axes[1].plot(g["muon_step"], g["leading_steps"].astype(float), color="#333333", linestyle=ls, label=f"seed {seed}")
         axes[2].plot(g["muon_step"], g["leading_ratio"].astype(float), color="#333333", linestyle=ls, label=f"seed {seed}")
     lo = lead[["muon_loss_ewm", "adamw_loss_ewm"]].astype(float).min().min()

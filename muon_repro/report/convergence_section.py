@@ -26,14 +26,20 @@ def _best_run(conv: pd.DataFrame, opt: str) -> pd.DataFrame:
 def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame) -> dict:
     """``{"ran": bool, "lines": [...], "published": [...]}`` for the template."""
     if conv.empty:
-        return {"ran": False, "lines": [f"No convergence run is in the tables. To add one: `{COMMAND}` (about 30-40 minutes on 2 CPU cores)."],
-                "published": list(PUBLISHED)}  # fmt: skip
+        return {
+            "ran": False,
+            "lines": [f"No convergence run is in the tables. To add one: `{COMMAND}` (about 30-40 minutes on 2 CPU cores)."],
+            "published": list(PUBLISHED),
+        }
     first = conv.iloc[0]
     lines = [
-        f"Corpus: {first['corpus']} {first['corpus_version']} ({first['corpus_license']}), sha256 {str(first['corpus_sha256'])[:16]}…, "
-        f"split by play; byte-level BPE of {int(first['vocab_size'])} tokens trained on the training plays. Model: the tensor-parallel GPT "
+        f"Corpus: {first['corpus']} {first['corpus_version']} ({first['corpus_license']}), sha256 "
+        f"{str(first['corpus_sha256'])[:16]}…, "
+        f"split by play; byte-level BPE of {int(first['vocab_size'])} tokens trained on the training plays. Model: the "
+        "tensor-parallel GPT "
         f"with split Q/K/V, {int(first['params']):,} parameters, of which the embedding table and LM head are "
-        f"{float(first['embedding_share']):.0%} (AdamW updates them under either optimizer). dp={int(first['dp'])}, tp={int(first['tp'])} "
+        f"{float(first['embedding_share']):.0%} (AdamW updates them under either optimizer). dp={int(first['dp'])}, "
+        f"tp={int(first['tp'])} "
         f"on {first['backend']}, {int(first['tokens_per_step']):,} tokens per step, warm-up then cosine, weight decay "
         f"{float(first['weight_decay']):g} on every parameter, RMSNorm gains included.",
     ]
@@ -62,17 +68,25 @@ def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame) -> dict:
         if len(matched):
             last = matched.iloc[-1]
             beyond = int(last["muon_step"]) < int(g["muon_step"].max())
-            ends.append(f"{float(last['leading_ratio']):+.2f} for seed {int(seed)} (Muon step {int(last['muon_step'])} matched by AdamW "
-                        f"step {int(last['adamw_matching_step'])}{'; Muon lower than AdamW ever got after it' if beyond else ''})")  # fmt: skip
+            ends.append(
+                f"{float(last['leading_ratio']):+.2f} for seed {int(seed)} (Muon step {int(last['muon_step'])} matched by AdamW "
+                f"step {int(last['adamw_matching_step'])}{'; Muon lower than AdamW ever got after it' if beyond else ''})"
+            )
     if ends:
-        lines.append(f"Leading ratio at the end (EWM alpha {HEADLINE_ALPHA:g} on the training loss): " + "; ".join(ends)
-                     + ". The claims table gives the verdict; the figures show the sweep and the three panels.")  # fmt: skip
+        lines.append(
+            f"Leading ratio at the end (EWM alpha {HEADLINE_ALPHA:g} on the training loss): "
+            + "; ".join(ends)
+            + ". The claims table gives the verdict; the figures show the sweep and the three panels."
+        )
     wall = conv.drop_duplicates("run")["wall_s"].dropna().astype(float)
     if len(wall):
-        lines.append(f"{conv['run'].nunique()} runs, {wall.sum() / 60:.1f} minutes of training and evaluation in all "
-                     "(the runs' own wall time, under nice on a shared 2-core machine; startup and tokenizing not included).")  # fmt: skip
-    scale = (f"Scale: ours is {int(first['params']):,} parameters and {int(conv['steps'].max()) * int(first['tokens_per_step']):,} "
-             "training tokens per run at most, orders of magnitude below the published runs above in both; a Muon lead "
-             "(or its absence) at this scale says little about theirs.")  # fmt: skip
+        lines.append(
+            f"{conv['run'].nunique()} runs, {wall.sum() / 60:.1f} minutes of training and evaluation in all "
+            "(the runs' own wall time, under nice on a shared 2-core machine; startup and tokenizing not included)."
+        )
+    scale = (
+        f"Scale: ours is {int(first['params']):,} parameters and {int(conv['steps'].max()) * int(first['tokens_per_step']):,} "
+        "training tokens per run at most, orders of magnitude below the published runs above in both; a Muon lead "
+        "(or its absence) at this scale says little about theirs."
+    )
     return {"ran": True, "lines": lines, "published": [*PUBLISHED, scale]}
-

@@ -23,8 +23,23 @@ from muon_repro.tables.io import read_tables
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.tables.schemas).
-TABLES = ("runs", "steps", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment",
-          "predictions", "regimes", "regime_model", "regime_thresholds", "convergence", "leading_steps")
+TABLES = (
+    "runs",
+    "steps",
+    "comparisons",
+    "claims",
+    "ranks",
+    "phases",
+    "timeline",
+    "losses",
+    "environment",
+    "predictions",
+    "regimes",
+    "regime_model",
+    "regime_thresholds",
+    "convergence",
+    "leading_steps",
+)
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -147,5 +162,7 @@ def rows_of(df: pd.DataFrame, table: str, run: str, trial: int | None = None) ->
         require_columns(df, table, ("trial",))
         rows = rows[rows["trial"] == trial]
     if rows.empty:
-        raise MissingMetric(f"metrics table {table!r} has no rows for run {run}" + (f" in trial {trial}" if trial is not None else ""))
+        raise MissingMetric(
+            f"metrics table {table!r} has no rows for run {run}" + (f" in trial {trial}" if trial is not None else "")
+        )
     return rows

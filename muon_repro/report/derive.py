@@ -53,8 +53,15 @@ def state_by_run(ranks: pd.DataFrame, runs: Iterable[str]) -> pd.DataFrame:
     for run in runs:
         r = rows_of(ranks, "ranks", str(run))
         _require_values(r, "ranks", str(run), STATE_COLUMNS)
-        rows.append({"run": str(run), "muon": float(r["muon_state_bytes"].mean()), "adamw": float(r["adamw_state_bytes"].mean()),
-                     "largest": int(r["state_bytes"].max()), "transient": int(r["transient_bytes"].max())})  # fmt: skip
+        rows.append(
+            {
+                "run": str(run),
+                "muon": float(r["muon_state_bytes"].mean()),
+                "adamw": float(r["adamw_state_bytes"].mean()),
+                "largest": int(r["state_bytes"].max()),
+                "transient": int(r["transient_bytes"].max()),
+            }
+        )
     return pd.DataFrame(rows, columns=["run", "muon", "adamw", "largest", "transient"])
 
 
@@ -150,8 +157,10 @@ def one_step(timeline: pd.DataFrame, run: str, step: int, trial: int) -> OneStep
     rows = rows[(rows["trial"] == trial) & (rows["step"] == step)]
     windows = rows[rows["lane"] == "step"]
     if windows.empty:
-        raise MissingMetric(f"metrics table 'timeline' has no step windows (lane 'step') for run {run} at step {step} "
-                            f"of trial {trial} (runs.typical_step, runs.typical_trial)")  # fmt: skip
+        raise MissingMetric(
+            f"metrics table 'timeline' has no step windows (lane 'step') for run {run} at step {step} "
+            f"of trial {trial} (runs.typical_step, runs.typical_trial)"
+        )
     _require_values(rows, "timeline", run, ("start_ms", "end_ms"))
 
     def floats(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

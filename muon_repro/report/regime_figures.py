@@ -81,8 +81,10 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             if not line.empty:
                 ax.plot(line["tokens_per_step"], 100 * line[col].astype(float), color=color, linewidth=1.2, alpha=0.8)
         handles.append(Line2D([], [], color=color, marker="o", label=f"d_model {width}"))
-    handles += [Line2D([], [], color="#444444", marker="o", linestyle="none", label="measured (95% interval)"),
-                Line2D([], [], color="#444444", label="cost model, this machine")]  # fmt: skip
+    handles += [
+        Line2D([], [], color="#444444", marker="o", linestyle="none", label="measured (95% interval)"),
+        Line2D([], [], color="#444444", label="cost model, this machine"),
+    ]
     for ax, label in zip(axes, ("Muon's optimizer step / step (%)", "Muon step / AdamW step - 1 (%)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tokens per step (global)")
@@ -185,8 +187,10 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     ax.legend(loc="lower left", fontsize=6.5)
     ax = axes[1]
     if not scale.empty:
-        for col, color, label in (("muon_extra", style.OPTIMIZER_COLORS["muon"], "Muon step / AdamW step - 1"),
-                                  ("optimizer_share", "#444444", "Muon's optimizer share")):  # fmt: skip
+        for col, color, label in (
+            ("muon_extra", style.OPTIMIZER_COLORS["muon"], "Muon step / AdamW step - 1"),
+            ("optimizer_share", "#444444", "Muon's optimizer share"),
+        ):
             ax.plot(scale["gpus"], 100 * scale[col].astype(float), marker="o", color=color, label=label)
         ax.set_xscale("log", base=2)
         ax.set_xticks(scale["gpus"].astype(int), [str(g) for g in scale["gpus"].astype(int)])

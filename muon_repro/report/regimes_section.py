@@ -27,18 +27,31 @@ REGIME_CAPTIONS = {
     "step for the seed's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model and at 7B (left); 7B at "
     "4M tokens per step on 32 to 1,024 H100s, TP8 in a node (right).",
 }
-MACHINE_NAMES = {"seed-4x-pcie4-x4": "seed: 4 GPUs over PCIe Gen4 x4", "h100-8x-nvlink": "8x H100 NVLink node", "h100-multinode-ib400": "H100 nodes, 400 Gb/s IB"}
+MACHINE_NAMES = {
+    "seed-4x-pcie4-x4": "seed: 4 GPUs over PCIe Gen4 x4",
+    "h100-8x-nvlink": "8x H100 NVLink node",
+    "h100-multinode-ib400": "H100 nodes, 400 Gb/s IB",
+}
 METRIC_NAMES = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon step / AdamW step - 1"}
 
 
-def regimes_section(data: ReportData, figure_paths: dict[str, Path], rel: Callable[[str | Path], str], first_number: int) -> dict[str, Any]:
+def regimes_section(
+    data: ReportData, figure_paths: dict[str, Path], rel: Callable[[str | Path], str], first_number: int
+) -> dict[str, Any]:
     """The section's context: figures (numbered from ``first_number``), tables and lines."""
     missing = [n for n in REGIME_FIGURES if n not in figure_paths or not Path(figure_paths[n]).is_file()]
     if missing:
         raise FileNotFoundError(f"figure(s) {', '.join(missing)} not found: run `muon-repro figures` first")
     return {
-        "figures": [{"name": n, "src": rel(figure_paths[n]), "svg": rel(Path(figure_paths[n]).with_suffix(".svg")), "caption": REGIME_CAPTIONS[n]}
-                    for n in REGIME_FIGURES],  # fmt: skip
+        "figures": [
+            {
+                "name": n,
+                "src": rel(figure_paths[n]),
+                "svg": rel(Path(figure_paths[n]).with_suffix(".svg")),
+                "caption": REGIME_CAPTIONS[n],
+            }
+            for n in REGIME_FIGURES
+        ],
         "first_number": first_number,
         "sweep": sweep_lines(data.regimes),
         "predictions_header": ["run", "recorded", "step ms", "predicted", "error", "optimizer ms", "predicted", "error"],
@@ -69,35 +82,61 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
         return ["No regime sweep in these tables: `muon-repro regimes` records it (about 6 minutes a trial on 2 cores)."]
     muon = regimes[regimes["optimizer"] == "muon"]
     main = main_axis(regimes)
-    lines = [f"The sweep: {len(regimes)} points ({regimes['d_model'].nunique()} widths, tokens per step "
-             f"{int(regimes['tokens_per_step'].min()):,}–{int(regimes['tokens_per_step'].max()):,}, "
-             f"{regimes[['dp', 'tp']].drop_duplicates().shape[0]} DP×TP shapes, {regimes['layout'].nunique()} layouts), "
-             f"{int(regimes['trials'].max())} interleaved trials each, timed without the profiler."]  # fmt: skip
+    lines = [
+        f"The sweep: {len(regimes)} points ({regimes['d_model'].nunique()} widths, tokens per step "
+        f"{int(regimes['tokens_per_step'].min()):,}–{int(regimes['tokens_per_step'].max()):,}, "
+        f"{regimes[['dp', 'tp']].drop_duplicates().shape[0]} DP×TP shapes, {regimes['layout'].nunique()} layouts), "
+        f"{int(regimes['trials'].max())} interleaved trials each, timed without the profiler."
+    ]
     for width, rows in main.groupby("d_model"):
         lo, hi = rows.loc[rows["tokens_per_step"].idxmin()], rows.loc[rows["tokens_per_step"].idxmax()]
-        lines.append(f"d_model {int(width)}: Muon's optimizer share {_pct(lo['optimizer_share'])} at {int(lo['tokens_per_step']):,} tokens, "
-                     f"{_pct(hi['optimizer_share'])} [{_pct(hi['optimizer_share_lo'])}, {_pct(hi['optimizer_share_hi'])}] at "
-                     f"{int(hi['tokens_per_step']):,}; Muon's step over AdamW's {_pct(lo['muon_extra'])} → {_pct(hi['muon_extra'])} "
-                     f"[{_pct(hi['muon_extra_lo'])}, {_pct(hi['muon_extra_hi'])}].")  # fmt: skip
+        lines.append(
+            f"d_model {int(width)}: Muon's optimizer share {_pct(lo['optimizer_share'])} at {int(lo['tokens_per_step']):,} "
+            "tokens, "
+            f"{_pct(hi['optimizer_share'])} [{_pct(hi['optimizer_share_lo'])}, {_pct(hi['optimizer_share_hi'])}] at "
+            f"{int(hi['tokens_per_step']):,}; Muon's step over AdamW's {_pct(lo['muon_extra'])} → {_pct(hi['muon_extra'])} "
+            f"[{_pct(hi['muon_extra_lo'])}, {_pct(hi['muon_extra_hi'])}]."
+        )
     vanished = muon[(muon["muon_extra_lo"] <= 0) & muon["muon_extra_lo"].notna()]
     if len(vanished):
-        lines.append("Where Muon's extra step time is not distinguishable from zero (its 95% interval reaches 0): "
-                     + ", ".join(f"{r.run.split('/')[-1]} ({_pct(r.muon_extra)})" for r in vanished.itertuples()) + ".")  # fmt: skip
+        lines.append(
+            "Where Muon's extra step time is not distinguishable from zero (its 95% interval reaches 0): "
+            + ", ".join(f"{r.run.split('/')[-1]} ({_pct(r.muon_extra)})" for r in vanished.itertuples())
+            + "."
+        )
     inverted = muon[muon["muon_extra_hi"] < 0]
     if len(inverted):
-        lines.append("Where Muon's step is faster than AdamW's: " + ", ".join(r.run.split("/")[-1] for r in inverted.itertuples()) + ".")
-    for (dp, tp, layout), rows in muon[(muon["dp"] != 2) | (muon["tp"] != 2) | (muon["layout"] != "contiguous")].groupby(["dp", "tp", "layout"]):
-        parts = ", ".join(f"{_pct(r.muon_extra)} at {int(r.tokens_per_step):,} tokens" for r in rows.sort_values("tokens_per_step").itertuples())
-        lines.append(f"DP{int(dp)}·TP{int(tp)} {str(layout).replace('_', '-')} at d_model {int(rows['d_model'].iloc[0])}: Muon's step over AdamW's {parts}.")
+        lines.append(
+            "Where Muon's step is faster than AdamW's: " + ", ".join(r.run.split("/")[-1] for r in inverted.itertuples()) + "."
+        )
+    for (dp, tp, layout), rows in muon[(muon["dp"] != 2) | (muon["tp"] != 2) | (muon["layout"] != "contiguous")].groupby(
+        ["dp", "tp", "layout"]
+    ):
+        parts = ", ".join(
+            f"{_pct(r.muon_extra)} at {int(r.tokens_per_step):,} tokens" for r in rows.sort_values("tokens_per_step").itertuples()
+        )
+        lines.append(
+            f"DP{int(dp)}·TP{int(tp)} {str(layout).replace('_', '-')} at d_model {int(rows['d_model'].iloc[0])}: Muon's step "
+            f"over AdamW's {parts}."
+        )
     return lines
 
 
 def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in predictions.sort_values("run").itertuples():
-        rows.append([r.run, _text(r.recorded_on), f"{r.measured_step_ms:.0f}", f"{r.predicted_step_ms:.0f}", f"{r.step_rel_error:+.0%}",
-                     f"{r.measured_optimizer_ms:.0f}", f"{r.predicted_optimizer_ms:.0f}",
-                     "–" if is_missing(r.optimizer_rel_error) else f"{r.optimizer_rel_error:+.0%}"])  # fmt: skip
+        rows.append(
+            [
+                r.run,
+                _text(r.recorded_on),
+                f"{r.measured_step_ms:.0f}",
+                f"{r.predicted_step_ms:.0f}",
+                f"{r.step_rel_error:+.0%}",
+                f"{r.measured_optimizer_ms:.0f}",
+                f"{r.predicted_optimizer_ms:.0f}",
+                "–" if is_missing(r.optimizer_rel_error) else f"{r.optimizer_rel_error:+.0%}",
+            ]
+        )
     return rows
 
 
@@ -109,11 +148,16 @@ def prediction_summary(predictions: pd.DataFrame) -> str:
     worst = predictions.loc[step.abs().idxmax()]
     worst_opt = predictions.loc[opt.abs().idxmax()] if len(opt) else None
     machine = ", ".join(sorted(set(predictions["machine"].astype(str))))
-    text = (f"{len(predictions)} runs priced on the profile {machine}: step time median |error| {statistics.median(step.abs()):.1%}, "
-            f"worst {float(worst['step_rel_error']):+.1%} ({worst['run']}); {(step.abs() <= 0.15).mean():.0%} of runs within 15%.")  # fmt: skip
+    text = (
+        f"{len(predictions)} runs priced on the profile {machine}: step time median |error| {statistics.median(step.abs()):.1%}, "
+        f"worst {float(worst['step_rel_error']):+.1%} ({worst['run']}); {(step.abs() <= 0.15).mean():.0%} of runs within 15%."
+    )
     if worst_opt is not None:
-        text += (f" Optimizer time: median |error| {statistics.median(opt.abs()):.1%}, worst {float(worst_opt['optimizer_rel_error']):+.1%} "
-                 f"({worst_opt['run']}).")  # fmt: skip
+        text += (
+            f" Optimizer time: median |error| {statistics.median(opt.abs()):.1%}, worst "
+            f"{float(worst_opt['optimizer_rel_error']):+.1%} "
+            f"({worst_opt['run']})."
+        )
     return text + _by_day(predictions)
 
 
@@ -130,8 +174,10 @@ def _by_day(predictions: pd.DataFrame) -> str:
     for day, rows in predictions.dropna(subset=["recorded_on"]).groupby("recorded_on"):
         error = rows["step_rel_error"].astype(float)
         parts.append(f"{day}: {len(rows)} runs, median error {error.median():+.1%} (median |error| {error.abs().median():.1%})")
-    return (" By the day the runs were recorded (the calibration was taken on the latest): " + "; ".join(parts) + ". A run "
-            "recorded on a day the machine ran slower or faster than when it was calibrated carries that difference as error.")
+    return (
+        " By the day the runs were recorded (the calibration was taken on the latest): " + "; ".join(parts) + ". A run "
+        "recorded on a day the machine ran slower or faster than when it was calibrated carries that difference as error."
+    )
 
 
 def share_summary(regimes: pd.DataFrame) -> str:
@@ -140,24 +186,43 @@ def share_summary(regimes: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     error = (rows["predicted_optimizer_share"].astype(float) / rows["optimizer_share"].astype(float) - 1).abs()
-    return (f" The optimizer's share of the step, the regime map's quantity: median |error| {error.median():.1%} over the "
-            f"{len(rows)} sweep points (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']}).")
+    return (
+        f" The optimizer's share of the step, the regime map's quantity: median |error| {error.median():.1%} over the "
+        f"{len(rows)} sweep points (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']})."
+    )
 
 
 def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
     rows = []
     for (machine, model, dp, tp, metric), g in thresholds.groupby(["machine", "model", "dp", "tp", "metric"], sort=False):
         at = {round(float(level), 3): value for level, value in zip(g["level"], g["tokens_per_step"])}
-        rows.append([MACHINE_NAMES.get(str(machine), str(machine)), str(model), f"DP{int(dp)}·TP{int(tp)}", METRIC_NAMES.get(str(metric), str(metric)),
-                     _tokens(at.get(0.011)), _tokens(at.get(0.03))])  # fmt: skip
+        rows.append(
+            [
+                MACHINE_NAMES.get(str(machine), str(machine)),
+                str(model),
+                f"DP{int(dp)}·TP{int(tp)}",
+                METRIC_NAMES.get(str(metric), str(metric)),
+                _tokens(at.get(0.011)),
+                _tokens(at.get(0.03)),
+            ]
+        )
     return rows
 
 
 def scale_out_rows(model: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in model[model["kind"] == "scale_out"].sort_values("gpus").itertuples():
-        rows.append([str(int(r.gpus)), f"DP{int(r.dp)}·TP{int(r.tp)}", f"{r.muon_step_ms / 1e3:.2f}", f"{r.adamw_step_ms / 1e3:.2f}",
-                     _pct(r.muon_extra), _pct(r.optimizer_share), f"{r.muon_comm_ms:.0f}"])  # fmt: skip
+        rows.append(
+            [
+                str(int(r.gpus)),
+                f"DP{int(r.dp)}·TP{int(r.tp)}",
+                f"{r.muon_step_ms / 1e3:.2f}",
+                f"{r.adamw_step_ms / 1e3:.2f}",
+                _pct(r.muon_extra),
+                _pct(r.optimizer_share),
+                f"{r.muon_comm_ms:.0f}",
+            ]
+        )
     return rows
 
 
@@ -166,9 +231,17 @@ def overlap_lines(data: ReportData) -> list[str]:
     runs = data.runs[data.runs["overlap"].isin(["none", "naive_async", "pipelined"]) & (data.runs["group"] == "overlap")]
     if runs.empty:
         return ["No overlap variants in these runs: `muon-repro bench overlap` records them."]
-    parts = [f"{r['overlap']}: {fmetric(r, 'step_ms'):.0f} ms per step (p10–p90 {fmetric(r, 'step_ms_p10'):.0f}–{fmetric(r, 'step_ms_p90'):.0f}), "
-             f"optimizer {fmetric(r, 'optimizer_ms'):.0f} ms" for _, r in runs.iterrows()]  # fmt: skip
-    lines = [f"Overlap of Muon's gathers at DP2·TP2 ({runs['layout'].iloc[0]} layout, the three recorded interleaved): " + "; ".join(parts) + "."]
+    parts = [
+        f"{r['overlap']}: {fmetric(r, 'step_ms'):.0f} ms per step (p10–p90 "
+        f"{fmetric(r, 'step_ms_p10'):.0f}–{fmetric(r, 'step_ms_p90'):.0f}), "
+        f"optimizer {fmetric(r, 'optimizer_ms'):.0f} ms"
+        for _, r in runs.iterrows()
+    ]
+    lines = [
+        f"Overlap of Muon's gathers at DP2·TP2 ({runs['layout'].iloc[0]} layout, the three recorded interleaved): "
+        + "; ".join(parts)
+        + "."
+    ]
     claim = data.claims[data.claims["claim_id"] == "async_slowdown"]
     if len(claim):
         lines.append(str(claim["explanation"].iloc[0]))

@@ -45,7 +45,9 @@ def check_tables_out(out_dir: str | Path, option: str = "") -> None:
     if out.is_dir():
         cwd = Path.cwd().resolve()
         if out.resolve() == cwd or out.resolve() in cwd.parents:
-            raise ValueError(f"{label} is (or holds) the working directory: the tables replace their folder whole; choose another one")
+            raise ValueError(
+                f"{label} is (or holds) the working directory: the tables replace their folder whole; choose another one"
+            )
         foreign = [p.name for p in sorted(out.iterdir()) if not _is_table_file(p)]
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")

@@ -15,7 +15,16 @@ def schema_markdown() -> str:
     lines = []
     for s in SCHEMAS.values():
         key = ", ".join(f"`{k}`" for k in s.key)
-        lines += [f"### `{s.name}`", "", s.description, "", f"Key: {key}.", "", "| column | type | unit | meaning |", "|---|---|---|---|"]
+        lines += [
+            f"### `{s.name}`",
+            "",
+            s.description,
+            "",
+            f"Key: {key}.",
+            "",
+            "| column | type | unit | meaning |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| `{c.name}` | {c.dtype} | {c.unit} | {c.description} |" for c in s.columns]
         lines.append("")
     return "\n".join(lines)
@@ -29,7 +38,10 @@ def doc_with_tables(doc: str) -> str:
     head, marker, _ = doc.partition(DOC_MARKER)
     if not marker:
         raise ValueError(f"the document has no line {DOC_MARKER!r} to put the table reference after")
-    return f"{head}{DOC_MARKER}\n\n## Tables\n\nEvery table under `metrics/`, its key and its columns.\n\n{schema_markdown().rstrip()}\n"
+    return (
+        f"{head}{DOC_MARKER}\n\n## Tables\n\nEvery table under `metrics/`, its key and its "
+        f"columns.\n\n{schema_markdown().rstrip()}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

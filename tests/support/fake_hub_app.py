@@ -98,7 +98,7 @@ class FakeHubApp:
             ("PUT", r"/_fake/lfs/(?P<sha>[0-9a-f]{64})", self.lfs_upload),
             ("POST", r"/_fake/lfs-verify", self.lfs_verify),
             ("GET", rf"{git_repo}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", self.resolve),
-        ]:  # fmt: skip
+        ]:
             self._routes.append((method, re.compile(pattern), handler))
 
     # ------------------------------------------------------------------ plumbing
@@ -291,13 +291,26 @@ class FakeHubApp:
             siblings.append(sibling)
         readme = commit.tree.get("README.md")
         card = _front_matter(readme.data.decode(errors="replace")) if readme else None
-        return _json(200, {
-            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id,
-            "author": repo.repo_id.split("/")[0], "sha": commit.oid, "lastModified": commit.date,
-            "createdAt": repo.created_at, "private": repo.private, "gated": False, "disabled": False,
-            "downloads": 0, "likes": 0, "tags": [], "cardData": card if isinstance(card, dict) else None,
-            "siblings": siblings, "usedStorage": sum(b.size for b in commit.tree.values()),
-        })  # fmt: skip
+        return _json(
+            200,
+            {
+                "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+                "id": repo.repo_id,
+                "author": repo.repo_id.split("/")[0],
+                "sha": commit.oid,
+                "lastModified": commit.date,
+                "createdAt": repo.created_at,
+                "private": repo.private,
+                "gated": False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "cardData": card if isinstance(card, dict) else None,
+                "siblings": siblings,
+                "usedStorage": sum(b.size for b in commit.tree.values()),
+            },
+        )
 
     def tree(self, req: Request, t: str, ns: str, name: str, rev: str, path: str | None = None) -> Response:
         repo = self._repo(req, t, ns, name)
@@ -310,10 +323,7 @@ class FakeHubApp:
             raise HubError(404, f"{folder} does not exist on {rev}", "EntryNotFound")
         prefix = folder + "/" if folder else ""
         recursive, expand = req.flag("recursive"), req.flag("expand")
-        paths = sorted(
-            p for p in [*commit.tree, *dirs]
-            if p.startswith(prefix) and (recursive or "/" not in p[len(prefix):])
-        )  # fmt: skip
+        paths = sorted(p for p in [*commit.tree, *dirs] if p.startswith(prefix) and (recursive or "/" not in p[len(prefix) :]))
         start = int(req.query.get("cursor", ["0"])[-1])
         size = EXPANDED_PAGE_SIZE if expand else PAGE_SIZE
         page = [self._entry(repo, commit, p, expand=expand) for p in paths[start : start + size]]
@@ -340,10 +350,13 @@ class FakeHubApp:
     def commits(self, req: Request, t: str, ns: str, name: str, rev: str) -> Response:
         repo = self._repo(req, t, ns, name)
         history = repo.history(self.store.commit_at(repo, rev))
-        return _json(200, [
-            {"id": c.oid, "title": c.title, "message": c.message, "date": c.date, "authors": [{"user": c.author}]}
-            for c in history
-        ])  # fmt: skip
+        return _json(
+            200,
+            [
+                {"id": c.oid, "title": c.title, "message": c.message, "date": c.date, "authors": [{"user": c.author}]}
+                for c in history
+            ],
+        )
 
     def resolve(self, req: Request, t: str | None, ns: str, name: str, rev: str, path: str) -> Response:
         repo = self._repo(req, t, ns, name)
@@ -488,10 +501,16 @@ class FakeHubApp:
     def _discussion(self, repo: Repo, pr: PullRequest) -> dict[str, Any]:
         """A pull request as the discussions list shows it."""
         return {
-            "num": pr.num, "title": pr.title, "status": pr.status, "isPullRequest": True,
-            "author": {"name": pr.author, "type": "user"}, "createdAt": pr.created_at, "pinned": False,
-            "numComments": 1, "repo": {"name": repo.repo_id, "type": repo.repo_type},
-        }  # fmt: skip
+            "num": pr.num,
+            "title": pr.title,
+            "status": pr.status,
+            "isPullRequest": True,
+            "author": {"name": pr.author, "type": "user"},
+            "createdAt": pr.created_at,
+            "pinned": False,
+            "numComments": 1,
+            "repo": {"name": repo.repo_id, "type": repo.repo_type},
+        }
 
     def discussions(self, req: Request, t: str, ns: str, name: str) -> Response:
         repo = self._repo(req, t, ns, name)
@@ -506,24 +525,49 @@ class FakeHubApp:
         pr = self.store.pull_request(repo, int(num))
         author = {"name": pr.author, "type": "user"}
         # The description is the first comment; then one event per commit (a merge adds a status change).
-        events: list[dict[str, Any]] = [{
-            "id": f"{pr.num:04d}c", "type": "comment", "createdAt": pr.created_at, "author": author,
-            "data": {"edited": False, "hidden": False, "latest": {"raw": pr.description, "html": pr.description}},
-        }]  # fmt: skip
+        events: list[dict[str, Any]] = [
+            {
+                "id": f"{pr.num:04d}c",
+                "type": "comment",
+                "createdAt": pr.created_at,
+                "author": author,
+                "data": {"edited": False, "hidden": False, "latest": {"raw": pr.description, "html": pr.description}},
+            }
+        ]
         for oid in pr.commits:
             commit = repo.commits[oid]
-            events.append({"id": oid[:24], "type": "commit", "createdAt": commit.date, "author": author,
-                           "data": {"subject": commit.title, "oid": oid}})  # fmt: skip
+            events.append(
+                {
+                    "id": oid[:24],
+                    "type": "commit",
+                    "createdAt": commit.date,
+                    "author": author,
+                    "data": {"subject": commit.title, "oid": oid},
+                }
+            )
         if pr.status != "open":
-            events.append({"id": f"{pr.num:04d}s", "type": "status-change", "createdAt": pr.created_at,
-                           "author": author, "data": {"status": pr.status}})  # fmt: skip
+            events.append(
+                {
+                    "id": f"{pr.num:04d}s",
+                    "type": "status-change",
+                    "createdAt": pr.created_at,
+                    "author": author,
+                    "data": {"status": pr.status},
+                }
+            )
         changes = {"base": f"refs/heads/{pr.base}"}
         if pr.merge_commit is not None:
             changes["mergeCommitId"] = pr.merge_commit
-        return _json(200, {
-            **self._discussion(repo, pr), "events": events, "changes": changes, "filesWithConflicts": [],
-            "diff": None,
-        })  # fmt: skip
+        return _json(
+            200,
+            {
+                **self._discussion(repo, pr),
+                "events": events,
+                "changes": changes,
+                "filesWithConflicts": [],
+                "diff": None,
+            },
+        )
 
     def merge(self, req: Request, t: str, ns: str, name: str, num: str) -> Response:
         _need_auth(req)
@@ -539,14 +583,28 @@ class FakeHubApp:
         if status not in ("open", "closed") or pr.status == "merged":
             raise HubError(400, f"Cannot set the status of #{pr.num} ({pr.status}) to {status!r}")
         pr.status = status
-        event = {"id": f"{pr.num:04d}s", "type": "status-change", "createdAt": pr.created_at,
-                 "author": {"name": "fake-user", "type": "user"}, "data": {"status": status}}  # fmt: skip
+        event = {
+            "id": f"{pr.num:04d}s",
+            "type": "status-change",
+            "createdAt": pr.created_at,
+            "author": {"name": "fake-user", "type": "user"},
+            "data": {"status": status},
+        }
         return _json(200, {"newStatus": event})
 
 
-_REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            409: "Conflict", 412: "Precondition Failed", 416: "Range Not Satisfiable", 500: "Internal Server Error",
-            503: "Service Unavailable"}  # fmt: skip
+_REASONS = {
+    200: "OK",
+    206: "Partial Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    409: "Conflict",
+    412: "Precondition Failed",
+    416: "Range Not Satisfiable",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
