@@ -185,6 +185,29 @@ def _floats(value: Any) -> list[float | None]:
     return [_float(v) for v in value] if isinstance(value, list) else []
 
 
+TIMED_COMM_VOCABULARIES = ("phases", "kinds", "groups")
+TIMED_COMM_COLUMNS = ("step", "phase", "kind", "group", "start_ns", "end_ns")
+
+
+def _timed_comm(value: Any) -> dict[str, list]:
+    """metrics.json's ``timed_comm`` if well formed (string vocabularies, integer columns of one length, codes
+    inside their vocabulary), else ``{}``: a malformed record reads as none, not as wrong times."""
+    if not isinstance(value, Mapping):
+        return {}
+    vocab = {k: value.get(k) for k in TIMED_COMM_VOCABULARIES}
+    cols = {k: value.get(k) for k in TIMED_COMM_COLUMNS}
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in vocab.values()):
+        return {}
+    if not all(isinstance(v, list) and all(type(x) is int for x in v) for v in cols.values()):
+        return {}
+    if len({len(v) for v in cols.values()}) != 1:
+        return {}
+    for column, names in (("phase", "phases"), ("kind", "kinds"), ("group", "groups")):
+        if any(not 0 <= code < len(vocab[names]) for code in cols[column]):
+            return {}
+    return {**vocab, **cols}
+
+
 def _int_map(value: Any) -> dict[str, int]:
     if not isinstance(value, Mapping):
         return {}
@@ -236,6 +259,9 @@ class RunConfig:
     seed: int | None = None
     trial: int | None = None  # which recording of the configuration this is, from 0
     trials: int | None = None  # how many were asked for
+    round_order: int | None = None  # its place in its round of the sweep (shuffled per round); null: recorded before
+    timed_steps: int | None = None  # steps timed without the profiler before the profiled ones; null: none (older runs)
+    timed_warmup: int | None = None
     world_size: int | None = None
     backend: str | None = None
     device: str | None = None
@@ -327,6 +353,15 @@ class RankMetrics:
     train_flops: int | None = None  # forward+backward FLOPs of the whole model in one step (all ranks together)
     loopback_bytes: int | None = None  # rank 0 only: bytes through the loopback interface during the profiled steps
     loopback_steps: int | None = None  # the steps loopback_bytes covers
+    # The steps timed with no profiler before the profiled ones (config timed_steps; empty for runs without):
+    # per kept step, perf_counter_ns around the whole step, forward+backward and the optimizer step.
+    timed_step_ms: list[float | None] = field(default_factory=list)
+    timed_fwd_bwd_ms: list[float | None] = field(default_factory=list)
+    timed_optimizer_ms: list[float | None] = field(default_factory=list)
+    # Every collective call of those steps, as columns (muon_repro.parallel.comm.CommTimer.columns):
+    # vocabularies "phases", "kinds", "groups"; then "step", "phase", "kind", "group" (codes into them),
+    # "start_ns", "end_ns" (perf_counter_ns: CLOCK_MONOTONIC, one clock for the ranks of one host). {} without.
+    timed_comm: dict[str, list] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], index: int = 0) -> RankMetrics:
@@ -355,10 +390,19 @@ class RankMetrics:
             train_flops=_int(raw.get("train_flops")),
             loopback_bytes=_int(raw.get("loopback_bytes")),
             loopback_steps=_int(raw.get("loopback_steps")),
+            timed_step_ms=_floats(raw.get("timed_step_ms")),
+            timed_fwd_bwd_ms=_floats(raw.get("timed_fwd_bwd_ms")),
+            timed_optimizer_ms=_floats(raw.get("timed_optimizer_ms")),
+            timed_comm=_timed_comm(raw.get("timed_comm")),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The entry as written; a rank without timed steps writes no ``timed_*`` key (as before they existed)."""
+        out = asdict(self)
+        if not (self.timed_step_ms or self.timed_fwd_bwd_ms or self.timed_optimizer_ms or self.timed_comm):
+            for name in ("timed_step_ms", "timed_fwd_bwd_ms", "timed_optimizer_ms", "timed_comm"):
+                del out[name]
+        return out
 
     @property
     def total_state_bytes(self) -> int | None:

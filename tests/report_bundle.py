@@ -439,6 +439,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
         "ns_flops_max_rank": ns_flops,
         "typical_trial": int(typical_trial),
         "typical_step": int(typical_step),
+        **dict.fromkeys(("timed_step_ms", "timed_optimizer_ms", "profiler_overhead", "rounds")),  # no timed steps
         "scale": "tiny",
         "preset": "tiny",
         "qkv": "fused",

@@ -112,11 +112,13 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     tables = build_tables([tmp_path / "traces"], workers=1)
     assert tables["runs"].set_index("run").loc["cpu-2c-gloo/g/muon_dp2_tp2", "ranks"] == 4
     assert len(tables["comparisons"]) == 1
-    assert "cpu-2c-gloo/g/muon_dp2_tp2" in set(tables["claims"]["conditions"].dropna())
+    conditions = set(tables["claims"]["conditions"].dropna())
+    assert "cpu-2c-gloo/g/muon_dp2_tp2; times from the profiled steps" in {c.split(" (these")[0] for c in conditions}
     from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
 
-    # every trace table has rows; the cost model's and convergence's come from records this folder does not have
-    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps")
+    # every trace table has rows; the cost model's and convergence's come from records this folder does not have,
+    # the timed steps from runs recorded with steps timed without the profiler (these traces have none)
+    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps", "timed_steps")
     assert all(len(df) for name, df in tables.items() if name not in from_records), {name: len(df) for name, df in tables.items()}
     assert not any(len(tables[name]) for name in from_records)
 

@@ -193,16 +193,17 @@ def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
     cfgs = [resolve("comparison/adamw_dp2_tp2", "tiny"), resolve("distributed_muon/adamw_dp4", "tiny")]
     results = record_local(cfgs, tmp_path, "gloo", trials=2, progress=False)
     assert [(r.key, r.trial, r.status) for r in results] == [
-        ("comparison/adamw_dp2_tp2", 0, "recorded"),
+        ("comparison/adamw_dp2_tp2", 0, "recorded"),  # round 0 in its shuffled order (random.Random(0)): A B
         ("distributed_muon/adamw_dp4", 0, "recorded"),
+        ("distributed_muon/adamw_dp4", 1, "recorded"),  # round 1 (random.Random(1)): B A
         ("comparison/adamw_dp2_tp2", 1, "recorded"),
-        ("distributed_muon/adamw_dp4", 1, "recorded"),
     ]
     order = sorted(results, key=lambda r: json.loads((r.run_dir / "environment.json").read_text())["recorded_at"])
-    assert [(r.key, r.trial) for r in order] == [(r.key, r.trial) for r in results]  # recorded A B A B, in that order
-    for r in results:
+    assert [(r.key, r.trial) for r in order] == [(r.key, r.trial) for r in results]  # recorded A B B A, in that order
+    for r, round_order in zip(results, (0, 1, 0, 1)):
         config = RunDir(r.run_dir).config
         assert config.trial == r.trial and config.trials == 2 and config.tokens_per_step == 128
+        assert config.round_order == round_order
         assert config.batch_per_dp * config.dp * config.seq_len == 128  # DP2 trains 4 sequences per rank, DP4 2
 
 

@@ -13,7 +13,10 @@ from muon_repro.analysis.tables import _comparisons_table
 from muon_repro.tables.schemas import SCHEMAS
 
 TRIALS, STEPS, RANKS = 3, 5, 4
-WORK = {"preset": "small", "tokens_per_step": 1024, "seq_len": 128, "reduce_dtype": "fp32", "backend": "gloo", "device": "cpu"}
+# The synthetic runs are made under the claims' own conditions (GPUs, NCCL, 1,024 tokens per d_model of the
+# small preset's 256), so that the region rule decides; CPU_WORK moves them off those conditions.
+WORK = {"preset": "small", "tokens_per_step": 262144, "seq_len": 128, "reduce_dtype": "fp32", "backend": "nccl", "device": "cuda"}
+CPU_WORK = {**WORK, "tokens_per_step": 1024, "backend": "gloo", "device": "cpu"}
 
 
 class Bundle:
@@ -155,6 +158,78 @@ def test_every_claim_is_in_the_table_with_an_interval_and_an_explanation():
     assert set(claims["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not measured"}
 
 
+def _on_cpu(b: Bundle, cores: int = 2) -> tuple[pd.DataFrame, ...]:
+    """The bundle's tables as if recorded with gloo on a ``cores``-core CPU at 1,024 tokens per step."""
+    runs = pd.DataFrame([{**r, **{k: CPU_WORK[k] for k in ("tokens_per_step", "backend", "device")}} for r in b.runs])
+    environment = pd.DataFrame(
+        [{"run": r["run"], "profile": r["profile"], "trial": 0, "key": "host_cpu_cores", "value": str(cores)} for r in b.runs]
+    )
+    phases = pd.DataFrame(b.phases).assign(wait_ms_per_step=0.0, transfer_ms_per_step=0.0)
+    return runs, pd.DataFrame(b.steps), pd.DataFrame(b.ranks), phases, environment
+
+
+def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
+    runs, steps, ranks, phases, environment = _on_cpu(seed_grid(muon_comm=5.7, muon_step=101.0))
+    thresholds = pd.DataFrame(
+        [
+            {
+                "profile": "cpu-2c-gloo",
+                "machine": "seed-4x-pcie4-x4",
+                "model": "gpu-scale-369m",
+                "d_model": 1024,
+                "metric": "optimizer_share",
+                "level": 0.011,
+                "tokens_per_step": 366000.0,
+                "tokens_per_d_model": 357.4,
+            },
+        ]
+    )
+    claims = claims_table(runs, steps, ranks, phases, environment=environment, thresholds=thresholds).set_index("claim_id")
+    time_claims = ["comm_time_dp2_tp2", "optimizer_share", "hybrid_beats_pure", "latency_overhead"]
+    assert (claims.loc[time_claims, "verdict"] == "not comparable here").all()
+    assert claims.loc[time_claims, "measured_value"].notna().all()  # still measured, with its interval
+    share = claims.loc["optimizer_share", "explanation"]
+    assert share.startswith("Not comparable here: comparison/muon_dp2_tp2 ran on cpu with gloo, the claim on cuda")
+    assert "1,024 tokens per step at d_model 256 (4 per d_model), the claim at 100 or more" in share
+    assert "ran 2 ranks per core" in claims.loc["hybrid_beats_pure", "explanation"]
+    assert "falls to 1.1% at gpu-scale-369m (d_model 1024) at 366,000 tokens per step" in share
+    assert "makes no prediction" in claims.loc["comm_time_dp2_tp2", "explanation"]
+    # counts hold on any machine: still judged by their region
+    assert claims.loc["state_memory", "verdict"] == "reproduced" and claims.loc["comm_bytes_ratio", "verdict"] == "reproduced"
+    # with a core per rank, the ranks-per-core reason goes (the device reason stays)
+    runs, steps, ranks, phases, environment = _on_cpu(seed_grid(muon_comm=5.7, muon_step=101.0), cores=4)
+    again = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id")
+    assert "ranks per core" not in again.loc["hybrid_beats_pure", "explanation"]
+
+
+def test_each_interval_is_the_paired_interval_of_the_per_round_values():
+    from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval, per_round, per_round_ratio
+
+    b = seed_grid(muon_comm=5.7, muon_step=101.0, noise=0.2)
+    claims, steps = b.claims(), pd.DataFrame(b.steps)
+    muon, adamw = "comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2"
+    expected = {
+        "comm_time_dp2_tp2": paired_ratio_interval(
+            per_round(steps, muon, "comm_transfer_ms"), per_round(steps, adamw, "comm_transfer_ms")
+        ),
+        "optimizer_share": mean_interval(per_round_ratio(steps, muon, "optimizer_ms", "step_ms")),
+        "latency_overhead": tuple(
+            v - 1.0
+            for v in paired_ratio_interval(per_round(steps, muon, "step_ms", "max"), per_round(steps, adamw, "step_ms", "max"))
+        ),
+    }
+    for claim_id, (value, low, high) in expected.items():
+        row = claims.loc[claim_id]
+        assert (row["measured_value"], row["measured_low"], row["measured_high"]) == pytest.approx((value, low, high), rel=1e-12)
+
+
+def test_an_absent_phase_is_written_as_absent_never_as_zero():
+    b = seed_grid(muon_comm=5.7, muon_step=101.0)
+    b.phases = [ph for ph in b.phases if ph["phase"] != "dp_gather"]  # no matrix straddles a DP shard boundary
+    explanation = b.claims().loc["comm_time_dp2_tp2", "explanation"]
+    assert "DP gather: absent" in explanation and "0.00 MB" not in explanation
+
+
 @pytest.mark.parametrize(
     ("claim_id", "grid", "expected"),
     [
@@ -224,7 +299,7 @@ def test_unequal_work_is_refused_naming_both_runs_and_the_field():
     b = seed_grid(muon_comm=5.7, muon_step=100.0)
     b.runs[1]["tokens_per_step"] = 2048  # the AdamW twin trained twice the tokens
     with pytest.raises(
-        UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 1024 vs 2048"
+        UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 262144 vs 2048"
     ):
         b.claims()
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))

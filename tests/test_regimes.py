@@ -8,10 +8,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.costmodel_tables import costmodel_tables
+from muon_repro.analysis.costmodel_tables import costmodel_tables, round_medians, sweep_runs, sweep_step_times
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.regimes import REGIMES_GROUP, SHAPE_WIDTH, regime_point, regime_points
 from muon_repro.cli import main
@@ -179,8 +180,13 @@ def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep, tmp_path
         assert row["optimizer_share_lo"] <= row["optimizer_share"] <= row["optimizer_share_hi"]
         assert 0 < row["optimizer_share"] < 1 and row["predicted_step_ms"] > 0
     for run, row in muon.iterrows():
-        twin = regimes.loc[row["adamw_run"]]
-        assert row["muon_extra"] == pytest.approx(row["step_ms"] / twin["step_ms"] - 1)
+        # paired by round: the geometric mean of the per-round ratios of median step times, minus 1
+        sweep = sweep_runs([quick_sweep])
+        muon_rounds = round_medians(sweep_step_times(sweep[run])[0])
+        adamw_rounds = round_medians(sweep_step_times(sweep[row["adamw_run"]])[0])
+        expected = float(np.exp(np.mean(np.log(muon_rounds / adamw_rounds)))) - 1.0
+        assert row["muon_extra"] == pytest.approx(expected) and len(muon_rounds) == 2
+        assert row["muon_extra_lo"] <= row["muon_extra"] <= row["muon_extra_hi"]
         assert math.isclose(row["closed_form_ratio"], 10 / 3 * row["d_model"] / row["tokens_per_step"] * row["tp"])
     predictions = tables["predictions"]
     assert set(predictions["run"]) == set(f"{PROFILE}/{REGIMES_GROUP}/{p.name}" for p in regime_points(quick=True))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.bootstrap import per_step
+from muon_repro.analysis.rounds import per_round, per_round_ratio, rounds_of
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "reduce_dtype", "backend", "device")
@@ -74,10 +74,60 @@ class ProfileTables:
     thresholds: pd.DataFrame = field(default_factory=pd.DataFrame)  # the cost model's regime_thresholds
     convergence: pd.DataFrame | None = None  # analysis/convergence.py's tables, when given
     leading: pd.DataFrame | None = None
+    environment: pd.DataFrame = field(default_factory=pd.DataFrame)  # each trial's environment.json, flattened
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # the cost model against the recorded runs
+    timed: pd.DataFrame = field(default_factory=pd.DataFrame)  # steps timed without the profiler (timed_steps)
 
-    def samples(self, run: pd.Series, column: str, how: str = "mean") -> np.ndarray:
-        return per_step(self.steps, str(run["run"]), column, how)
+    def step_source(self, run: pd.Series) -> pd.DataFrame:
+        """Where a run's step times come from: its steps timed without the profiler when it has them (the
+        profiler costs Muon and AdamW unequally), else its profiled steps."""
+        if not self.timed.empty and (self.timed["run"] == run["run"]).any():
+            return self.timed
+        return self.steps
+
+    def unprofiled(self, *runs: pd.Series) -> bool:
+        """Whether every one of ``runs`` was timed without the profiler."""
+        return all(self.step_source(r) is self.timed for r in runs)
+
+    def rounds(self, *runs: pd.Series) -> np.ndarray:
+        """The rounds (trial ids) every one of ``runs`` was recorded in: the pairs a paired interval is over."""
+        common = None
+        for run in runs:
+            ids = set(rounds_of(self.step_source(run), str(run["run"])).tolist())
+            common = ids if common is None else common & ids
+        return np.array(sorted(common or ()), dtype=int)
+
+    def per_round(self, run: pd.Series, column: str, how: str = "mean", rounds: np.ndarray | None = None) -> np.ndarray:
+        """One value per round of ``run`` (median over its steps of ``column`` reduced over ranks with ``how``),
+        for the rounds ``rounds`` (default: all of the run's), in that order."""
+        return self._at(run, per_round(self.step_source(run), str(run["run"]), column, how), rounds)
+
+    def per_round_share(self, run: pd.Series, numerator: str, denominator: str, rounds: np.ndarray | None = None) -> np.ndarray:
+        """Per round, the median over steps of ``numerator`` (mean over ranks) / ``denominator`` (slowest rank)."""
+        return self._at(run, per_round_ratio(self.step_source(run), str(run["run"]), numerator, denominator), rounds)
+
+    def _at(self, run: pd.Series, values: np.ndarray, rounds: np.ndarray | None) -> np.ndarray:
+        if rounds is None:
+            return values
+        ids = rounds_of(self.step_source(run), str(run["run"])).tolist()
+        return np.array([values[ids.index(r)] if r in ids else np.nan for r in rounds], dtype="float64")
 
     def phase_mean(self, run: pd.Series, phase: str, column: str) -> float:
+        """The phase's ``column``, mean over trials and ranks; NaN when the run has no such phase (absent, not zero)."""
         rows = self.phases[(self.phases["run"] == run["run"]) & (self.phases["phase"] == phase)][column].dropna()
-        return float(rows.astype("float64").mean()) if len(rows) else 0.0
+        return float(rows.astype("float64").mean()) if len(rows) else float("nan")
+
+    def ranks_per_core(self, run: pd.Series) -> float | None:
+        """Ranks per CPU core on a CPU run (its world size over the host's cores); None when unknown or on GPUs."""
+        if str(run.get("device")) != "cpu" or self.environment.empty:
+            return None
+        env = self.environment[(self.environment["run"] == run["run"]) & (self.environment["key"] == "host_cpu_cores")]
+        cores = pd.to_numeric(env["value"], errors="coerce").dropna()
+        if cores.empty or is_missing(run.get("world_size")) or cores.min() <= 0:
+            return None
+        return float(run["world_size"]) / float(cores.min())
+
+
+def absent_or(value: float, text: str) -> str:
+    """``text`` (a format of ``value``), or 'absent' when the run has no such phase: never a 0 it did not measure."""
+    return "absent" if value != value else text

@@ -13,8 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.bootstrap import interval
-from muon_repro.analysis.claim_inputs import ProfileTables, check_same_work, describe_runs, first_run, is_missing
+from muon_repro.analysis.claim_inputs import (
+    ProfileTables,
+    absent_or,
+    check_same_work,
+    describe_runs,
+    first_run,
+    is_missing,
+)
+from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
@@ -27,11 +34,18 @@ class Measurement:
     high: float
     conditions: str
     explanation: str
+    runs: tuple[pd.Series, ...] = ()  # the runs measured, whose conditions the claim's are compared with
 
     @classmethod
-    def over_ranks(cls, values: pd.Series, conditions: str, explanation: str) -> Measurement:
+    def over_ranks(cls, values: pd.Series, conditions: str, explanation: str, runs: tuple[pd.Series, ...] = ()) -> Measurement:
         """A quantity that does not vary between steps: its median, and its range over ranks as the interval."""
-        return cls(float(values.median()), float(values.min()), float(values.max()), conditions, explanation)
+        return cls(float(values.median()), float(values.min()), float(values.max()), conditions, explanation, runs)
+
+
+def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean") -> tuple[float, float, float]:
+    """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval."""
+    rounds = t.rounds(a, b)
+    return paired_ratio_interval(t.per_round(a, column, how, rounds), t.per_round(b, column, how, rounds))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series) -> str:
@@ -44,7 +58,8 @@ def _ns_cause(t: ProfileTables, muon: pd.Series) -> str:
     ns_ms = t.phase_mean(muon, NEWTON_SCHULZ, "ms_per_step")
     return (
         f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x that rank's forward+backward "
-        f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes {ns_ms:.0f} ms per step; "
+        f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes "
+        f"{absent_or(ns_ms, f'{ns_ms:.0f} ms')} per step; "
         f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the seed's and the paper's "
         f"regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon)}"
     )
@@ -102,45 +117,64 @@ def comm_time(t: ProfileTables) -> Measurement | str:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
     col = _comm_column(t)
-    value, low, high = interval(lambda m, a: m / a, [t.samples(muon, col), t.samples(adamw, col)])
-    wait = t.phase_mean(muon, DP_GATHER, "wait_ms_per_step") if "wait_ms_per_step" in t.phases.columns else 0.0
-    total = interval(lambda m, a: m / a, [t.samples(muon, "comm_ms"), t.samples(adamw, "comm_ms")])[0]
+    value, low, high = paired_ratio(t, muon, adamw, col)
+    total = paired_ratio(t, muon, adamw, "comm_ms")[0]
+    dp_gather_mb = t.phase_mean(muon, DP_GATHER, "trace_bytes") / 1e6
+    tp_gather_mb = t.phase_mean(muon, TP_GATHER, "trace_bytes") / 1e6
     what = (
         "transfer time (from the last rank's arrival to the end of each collective)"
         if col == "comm_transfer_ms"
         else "communication time"
     )
     explanation = (
-        f"Compares {what}; with the waiting included the ratio is {total:.2f}. Muon's extra transfer is its DP gather "
-        f"({t.phase_mean(muon, DP_GATHER, 'trace_bytes') / 1e6:.2f} MB per rank per step) and TP gather "
-        f"({t.phase_mean(muon, TP_GATHER, 'trace_bytes') / 1e6:.2f} MB); in the DP gather a rank also waits "
-        f"{wait:.0f} ms per step on average for the ranks still running Newton-Schulz. "
+        f"Compares {what}; with the waiting included the ratio is {total:.2f}. Muon's DP gather: "
+        f"{absent_or(dp_gather_mb, f'{dp_gather_mb:.2f} MB per rank per step')}; its TP gather: "
+        f"{absent_or(tp_gather_mb, f'{tp_gather_mb:.2f} MB per rank per step')}. {_waits_compared(t, muon, adamw)}"
         "On gloo every byte crosses the CPU's memory over loopback TCP; the seed measured NCCL over PCIe, where both "
         "optimizers' collectives overlap differently with compute."
     )
-    return Measurement(value, low, high, describe_runs(muon, adamw), explanation)
+    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw))
+
+
+def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: int = 2) -> str:
+    """The phases where Muon waits longest beyond AdamW (ms per step, mean over trials and ranks), as a sentence."""
+    if "wait_ms_per_step" not in t.phases.columns:
+        return ""
+    waits = {
+        name: t.phases[t.phases["run"] == run["run"]].groupby("phase")["wait_ms_per_step"].mean().astype("float64")
+        for name, run in (("muon", muon), ("adamw", adamw))
+    }
+    both = pd.DataFrame(waits).fillna({"adamw": 0.0}).dropna(subset=["muon"])
+    both = both.assign(extra=both["muon"] - both["adamw"]).sort_values("extra", ascending=False)
+    longer = both[both["extra"] > 0].head(top)
+    if longer.empty:
+        return "Muon waits no longer than AdamW in any phase. "
+    said = "; ".join(
+        f"{phase} {row.muon:.1f} against {row.adamw:.1f}" + ("" if phase in waits["adamw"].index else " (AdamW has none)")
+        for phase, row in longer.iterrows()
+    )
+    return f"Where Muon waits longer than AdamW (ms per step, Muon against AdamW): {said}. "
 
 
 def optimizer_share(t: ProfileTables) -> Measurement | str:
     muon = first_run(t.runs, optimizer="muon", dp=2, tp=2)
     if muon is None:
         return "needs a Muon run at dp=2, tp=2"
-    value, low, high = interval(lambda o, s: o / s, [t.samples(muon, "optimizer_ms"), t.samples(muon, "step_ms", "max")])
+    value, low, high = mean_interval(t.per_round_share(muon, "optimizer_ms", "step_ms"))  # the share formed within each step
     extra = ""
     pair = _pair(t)
     if pair is not None and not is_missing(muon.get("tokens_per_step")):
         adamw = pair[1]
-        d, dlo, dhi = interval(
-            lambda m, a: (m - a) / float(muon["tokens_per_step"]) * 1000.0,
-            [t.samples(muon, "step_ms", "max"), t.samples(adamw, "step_ms", "max")],
-        )
+        rounds = t.rounds(muon, adamw)
+        extra_ms = t.per_round(muon, "step_ms", "max", rounds) - t.per_round(adamw, "step_ms", "max", rounds)
+        d, dlo, dhi = mean_interval(extra_ms / float(muon["tokens_per_step"]) * 1000.0)
         extra = f" Muon's extra over AdamW: {d:.1f} µs per token (95% interval {dlo:.1f} to {dhi:.1f})."
     zero1 = t.phase_mean(muon, DP_REDUCE_SCATTER, "ms_per_step") + t.phase_mean(muon, DP_ALL_GATHER, "ms_per_step")
     explanation = (
         f"The optimizer step holds the ZeRO-1 gradient reduce-scatter and parameter all-gather that AdamW pays too "
-        f"({zero1:.0f} ms per step here). {_ns_cause(t, muon)}{extra}"
+        f"({absent_or(zero1, f'{zero1:.0f} ms per step here')}). {_ns_cause(t, muon)}{extra}"
     )
-    return Measurement(value, low, high, describe_runs(muon), explanation)
+    return Measurement(value, low, high, describe_runs(muon), explanation, (muon,))
 
 
 def state_memory(t: ProfileTables) -> Measurement | str:
@@ -169,7 +203,7 @@ def state_memory(t: ProfileTables) -> Measurement | str:
         f"rank's ratio is {whole:.3f}: embeddings, the LM head and norms keep AdamW state in both optimizers, and Muon "
         f"manages a fraction f = {f:.2f} of the elements, so the whole-model ratio cannot fall below 1 - f/2 = {1 - f / 2:.3f}."
     )
-    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation)
+    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation, (muon, adamw))
 
 
 def hybrid(t: ProfileTables) -> Measurement | str:
@@ -180,16 +214,18 @@ def hybrid(t: ProfileTables) -> Measurement | str:
     h, d, p = grid["hybrid"], grid["dp4"], grid["tp4"]
     check_same_work(h, d)
     check_same_work(h, p)
-    samples = [t.samples(r, "step_ms", "max") for r in (h, d, p)]
-    value, low, high = interval(lambda x, y, z: x / np.minimum(y, z), samples)
+    rounds = t.rounds(h, d, p)
+    x, y, z = (t.per_round(r, "step_ms", "max", rounds) for r in (h, d, p))
+    value, low, high = paired_ratio_interval(x, np.minimum(y, z))
+    tp_ms = t.phase_mean(h, MODEL_COMM_PHASES[0], "ms_per_step")
     explanation = (
         f"Median step time at {int(h['tokens_per_step'])} tokens per step: DP2·TP2 {float(h['step_ms']):.0f} ms, "
         f"DP4 {float(d['step_ms']):.0f} ms, TP4 {float(p['step_ms']):.0f} ms. Newton-Schulz per step on the busiest rank: "
         f"DP2·TP2 {float(h['ns_flops_max_rank'] or 0) / 1e9:.1f}, DP4 {float(d['ns_flops_max_rank'] or 0) / 1e9:.1f}, "
         f"TP4 {float(p['ns_flops_max_rank'] or 0) / 1e9:.1f} GFLOP; TP adds the model's all-reduces "
-        f"({t.phase_mean(h, MODEL_COMM_PHASES[0], 'ms_per_step'):.0f} ms per step at TP2)."
+        f"({absent_or(tp_ms, f'{tp_ms:.0f} ms per step at TP2')})."
     )
-    return Measurement(value, low, high, describe_runs(h, d, p), explanation)
+    return Measurement(value, low, high, describe_runs(h, d, p), explanation, (h, d, p))
 
 
 def async_slowdown(t: ProfileTables) -> Measurement | str:
@@ -224,7 +260,7 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
                 f"{p_value:.2f}x [{p_low:.2f}, {p_high:.2f}] of the blocking run's step time, {_versus_one(p_low, p_high)}."
             )
         described = [r for r in (naive, twin, pipelined) if r is not None]
-        return Measurement(value, low, high, describe_runs(*described), explanation.strip())
+        return Measurement(value, low, high, describe_runs(*described), explanation.strip(), tuple(described))
     return "needs a Muon run with overlap=naive_async and its twin with blocking gathers (muon-repro bench overlap)"
 
 
@@ -247,8 +283,8 @@ def _overlap_twin(muon: pd.DataFrame, run: pd.Series, overlap: str) -> pd.Series
 
 
 def _step_ratio(t: ProfileTables, a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
-    """Step time of ``a`` over ``b`` (slowest rank per step), with its bootstrap interval."""
-    return interval(lambda x, y: x / y, [t.samples(a, "step_ms", "max"), t.samples(b, "step_ms", "max")])
+    """Step time of ``a`` over ``b`` (slowest rank per step), per round, with its paired interval."""
+    return paired_ratio(t, a, b, "step_ms", "max")
 
 
 def _dp_optimizer_bytes(t: ProfileTables, run: pd.Series) -> pd.Series:
@@ -278,14 +314,15 @@ def comm_bytes(t: ProfileTables) -> Measurement | str:
             if len(r):
                 others.append(f"{other['layout']} layout ({other['run']}) {r.median():.3f}")
     tp_gather = t.phase_mean(muon, TP_GATHER, "trace_bytes")
-    model_tp = sum(t.phase_mean(muon, p, "trace_bytes") for p in MODEL_COMM_PHASES)
+    model_tp = float(np.nansum([t.phase_mean(muon, p, "trace_bytes") for p in MODEL_COMM_PHASES]))
     explanation = (
         f"The paper's quantity: bytes a rank sends on the DP group for the optimizer, ring model, with every matrix "
         f"DP-gathered as in its Algorithm 1 (our {muon['layout']} layout, {muon['run']}: "
         f"{float(_dp_optimizer_bytes(t, muon).mean()) / 1e6:.2f} MB per rank per step). The analytic model, the run-time "
         f"ledger and the trace agree on it. Layouts that gather only the matrices straddling a DP shard boundary send less: "
-        f"{'; '.join(others) or 'none recorded'}. Beside it, not in it: Muon's TP gather ({tp_gather / 1e6:.2f} MB per rank "
-        f"per step) and the model's own TP traffic ({model_tp / 1e6:.2f} MB), which both optimizers pay."
+        f"{'; '.join(others) or 'none recorded'}. Beside it, not in it: Muon's TP gather "
+        f"({absent_or(tp_gather, f'{tp_gather / 1e6:.2f} MB per rank per step')}) and the model's own TP traffic "
+        f"({model_tp / 1e6:.2f} MB), which both optimizers pay."
     )
     loop_m, loop_a = muon.get("loopback_bytes_per_step"), adamw.get("loopback_bytes_per_step")
     if not is_missing(loop_m) and not is_missing(loop_a) and loop_a:
@@ -295,7 +332,7 @@ def comm_bytes(t: ProfileTables) -> Measurement | str:
             f"{float(adamw.get('ring_bytes_per_step') or 0) / 1e6:.1f} MB): gloo's reduce-scatter is an all-reduce of the "
             f"whole input, twice the ring's bytes (docs/method.md#communication-model)."
         )
-    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation)
+    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation, (muon, adamw))
 
 
 def latency(t: ProfileTables) -> Measurement | str:
@@ -303,10 +340,9 @@ def latency(t: ProfileTables) -> Measurement | str:
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
-    value, low, high = interval(lambda m, a: m / a - 1.0, [t.samples(muon, "step_ms", "max"), t.samples(adamw, "step_ms", "max")])
-    return Measurement(
-        value, low, high, describe_runs(muon, adamw), _ns_cause(t, muon) or "Step time of Muon over AdamW at the same work."
-    )
+    value, low, high = (r - 1.0 for r in paired_ratio(t, muon, adamw, "step_ms", "max"))
+    explanation = _ns_cause(t, muon) or "Step time of Muon over AdamW at the same work."
+    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw))
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:
@@ -325,9 +361,8 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
     if not np.isfinite(ratios).any():
         return "AdamW never reached any smoothed loss of Muon's run, or the curves are empty"
     ratios = ratios[np.isfinite(ratios)]
-    # One seed gives no interval: the claim is then not measured (its explanation still gives the value).
-    low, high = (float(ratios.min()), float(ratios.max())) if len(ratios) >= 2 else (float("nan"), float("nan"))
-    value = float(ratios.mean()) if len(ratios) >= 2 else float("nan")
+    # A t interval over seeds; one seed gives none: the claim is then not measured (its explanation still gives the value).
+    value, low, high = mean_interval(ratios) if len(ratios) >= 2 else (float("nan"), float("nan"), float("nan"))
     muon_lr, adamw_lr = float(lead["muon_lr"].iloc[0]), float(lead["adamw_lr"].iloc[0])
     best = conv[conv["best_lr"].fillna(False).astype(bool)]
     best = best[best["steps"] == best["steps"].max()]  # the long runs (the sweep may be shorter)

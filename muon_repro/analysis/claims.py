@@ -2,17 +2,19 @@
 
 From the seed (a Hugging Face forum post and dataset card: 4 GPUs over PCIe Gen4 x4) and from
 the paper (arXiv 2502.16982, section 2.3). Every claim has a *region*: the values that agree with
-it. With the measured 95% interval (two-level bootstrap over trials and steps, see
-:mod:`muon_repro.analysis.bootstrap`), the verdict is
+it. With the measured 95% interval, the verdict is
 
 * ``reproduced``: the whole interval lies inside the region;
 * ``not reproduced``: the whole interval lies outside it;
 * ``inconclusive``: the interval straddles a boundary of the region;
+* ``not comparable here``: the runs were not made under the claim's conditions (:class:`MadeUnder`: the
+  device and backend, the tokens per step per unit of d_model, one rank per core), so they cannot
+  refute or confirm it; the value and interval are still given, with the cause, and the cost model's
+  prediction under the claim's conditions where it makes one;
 * ``not measured``: no analyzed run can speak to the claim (the explanation names the runs it needs).
 
-The same rule for every claim and every machine: a time claim made on GPUs that does not hold
-here is ``not reproduced`` here, and the explanation names the measured cause (for example how
-Newton-Schulz FLOPs compare with forward+backward FLOPs at these tokens per step). Runs are
+Intervals are paired over rounds (:mod:`muon_repro.analysis.rounds`): each run reduces to one value
+per round, the ratio is formed per round, and the interval is a t interval over rounds. Runs are
 compared only when they did the same work (:func:`~muon_repro.analysis.claim_inputs.check_same_work`).
 
 This module holds the claims, their regions and the verdict rule, and builds the claims table;
@@ -34,7 +36,49 @@ from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profi
 SEED = "seed: HF forum post and dataset card (bird-of-paradise/muon-distributed-reproducibility), 4 GPUs, PCIe Gen4 x4"
 PAPER = "paper: Muon is Scalable for LLM Training (arXiv 2502.16982), section 2.3"
 MOONSHOT_LEADING = "Moonshot / Moonlight (arXiv 2502.16982; the PR #1428 thread's 'Muon leading steps'), modded-nanogpt's records"
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured")
+NOT_COMPARABLE = "not comparable here"
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", NOT_COMPARABLE, "not measured")
+SEED_MACHINE = "seed-4x-pcie4-x4"  # the shipped profile of the seed's 4 GPUs over PCIe Gen4 x4 (costmodel/profiles)
+
+
+@dataclass(frozen=True)
+class MadeUnder:
+    """The conditions a claim was made under: runs outside them cannot refute or confirm it."""
+
+    text: str
+    devices: tuple[str, ...] = ()  # device types ("cuda"); empty: any
+    min_tokens_per_d_model: float | None = None  # tokens per step per unit of d_model, at least
+    one_rank_per_core: bool = False  # a time claim: no more ranks than cores (else wall time follows summed work)
+
+    def outside(self, run: pd.Series, ranks_per_core: float | None) -> list[str]:
+        """Why ``run`` was not made under these conditions, each reason without the run's name (empty: it was)."""
+        reasons = []
+        device = str(run.get("device"))
+        if self.devices and device not in self.devices:
+            reasons.append(f"ran on {device} with {run.get('backend')}, the claim on {'/'.join(self.devices)}")
+        d_model = d_model_of(run)
+        tokens = run.get("tokens_per_step")
+        if self.min_tokens_per_d_model is not None and d_model and tokens is not None and tokens == tokens:
+            per_d = float(tokens) / d_model
+            if per_d < self.min_tokens_per_d_model:
+                reasons.append(
+                    f"trained {int(tokens):,} tokens per step at d_model {d_model} ({per_d:.0f} per d_model), "
+                    f"the claim at {self.min_tokens_per_d_model:,.0f} or more"
+                )
+        if self.one_rank_per_core and ranks_per_core is not None and ranks_per_core > 1:
+            reasons.append(f"ran {ranks_per_core:g} ranks per core, so wall time follows the work summed over ranks")
+        return reasons
+
+
+def d_model_of(run: pd.Series) -> int | None:
+    """The run's model width, from its preset (None for an unknown preset)."""
+    from muon_repro.model_config import PRESETS
+
+    preset = PRESETS.get(str(run.get("preset")))
+    return int(preset.hidden) if preset is not None else None
+
+
+ON_GPUS = MadeUnder("4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU", devices=("cuda",), one_rank_per_core=True)
 
 
 @dataclass(frozen=True)
@@ -80,6 +124,8 @@ class Claim:
     claimed_value: float | None
     unit: str
     region: Region
+    made_under: MadeUnder | None = None  # None: holds on any machine (a count of bytes or of state)
+    prediction: str | None = None  # the regime_thresholds metric that predicts it under its conditions
 
 
 NOT_MEASURED = float("nan")
@@ -92,6 +138,7 @@ CLAIMS = (
         claimed_value=0.57,
         unit="ratio Muon/AdamW of transfer time per step",
         region=Region(0.57 * 0.8, 0.57 * 1.2),
+        made_under=ON_GPUS,
     ),
     Claim(
         claim_id="optimizer_share",
@@ -100,6 +147,14 @@ CLAIMS = (
         claimed_value=0.011,
         unit="fraction: optimizer step time / training step time (Muon, DP=2, TP=2)",
         region=Region(0.0, 0.022),
+        made_under=MadeUnder(
+            "4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU; tokens per step unpublished, but a ~1.1% share needs "
+            "a few hundred tokens per step per unit of d_model (docs/method.md#regimes)",
+            devices=("cuda",),
+            min_tokens_per_d_model=100.0,
+            one_rank_per_core=True,
+        ),
+        prediction="optimizer_share",
     ),
     Claim(
         claim_id="state_memory",
@@ -116,6 +171,7 @@ CLAIMS = (
         claimed_value=None,
         unit="ratio of step time, DP2·TP2 over the faster of DP4 and TP4",
         region=Region(None, 1.0),
+        made_under=ON_GPUS,
     ),
     Claim(
         claim_id="async_slowdown",
@@ -124,6 +180,9 @@ CLAIMS = (
         claimed_value=2.0,
         unit="ratio of step time, naive async over synchronous gathers",
         region=Region(1.5, 2.5),
+        made_under=MadeUnder(
+            "4 GPUs, NCCL: async_op=True without CUDA stream management", devices=("cuda",), one_rank_per_core=True
+        ),
     ),
     Claim(
         claim_id="comm_bytes_ratio",
@@ -140,6 +199,14 @@ CLAIMS = (
         claimed_value=0.03,
         unit="fraction: Muon step time / AdamW step time - 1",
         region=Region(None, 0.03),
+        made_under=MadeUnder(
+            "LLM pretraining on GPU clusters (NCCL) with millions of tokens per step: about 1,000 tokens per step per "
+            "unit of d_model or more",
+            devices=("cuda",),
+            min_tokens_per_d_model=1000.0,
+            one_rank_per_core=True,
+        ),
+        prediction="muon_extra",
     ),
     Claim(
         claim_id="muon_leading_steps",
@@ -152,8 +219,8 @@ CLAIMS = (
     ),
 )
 RULES = {
-    "muon_leading_steps": "reproduced if the leading ratio at the end is above 0 for every seed "
-    "(the interval is the range over seeds, at least 2), not reproduced if at or below 0 for every seed, else inconclusive",
+    "muon_leading_steps": "reproduced if the 95% t interval over seeds (at least 2) of the leading ratio at the end lies "
+    "above 0, not reproduced if at or below 0, else inconclusive",
 }
 
 
@@ -166,16 +233,24 @@ def claims_table(
     regimes: pd.DataFrame | None = None,
     thresholds: pd.DataFrame | None = None,
     convergence: dict[str, pd.DataFrame] | None = None,
+    environment: pd.DataFrame | None = None,
+    predictions: pd.DataFrame | None = None,
+    timed: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per claim in :data:`CLAIMS` and hardware profile, measured on that profile's rows of the tables
     (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
     ``regimes`` and ``thresholds``: the regime sweep and the cost model's thresholds, cited in the time claims'
     explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
-    leading-steps claim is not measured without them)."""
+    leading-steps claim is not measured without them); ``environment``: the runs' machines (ranks per core);
+    ``predictions``: the cost model against the recorded runs (its validated error, quoted with its predictions);
+    ``timed``: the steps timed without the profiler, which the time claims use for the runs that have them."""
     empty = pd.DataFrame()
     convergence = convergence or {}
     regimes = empty if regimes is None else regimes
     thresholds = empty if thresholds is None else thresholds
+    environment = empty if environment is None else environment
+    predictions = empty if predictions is None else predictions
+    timed = empty if timed is None else timed
     conv, lead = convergence.get("convergence"), convergence.get("leading_steps")
     counts = {str(p): int(n) for p, n in runs["profile"].value_counts().items()} if "profile" in runs.columns else {}
     for other in (regimes, conv):
@@ -189,6 +264,9 @@ def claims_table(
             *(rows_of_profile(df, profile) for df in (steps, ranks, phases, regimes, thresholds)),
             rows_of_profile(conv, profile),
             rows_of_profile(lead, profile),
+            rows_of_profile(environment, profile),
+            rows_of_profile(predictions, profile),
+            rows_of_profile(timed, profile),
         )
         rows += _claim_rows(t, profile)
     return pd.DataFrame(rows)
@@ -206,7 +284,13 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             measured = m
         else:  # the reason it could not be measured
             measured = Measurement(NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, "", f"Not measured: {m}.")
+        outside = _outside(c, measured, t)
         rule = f"reproduced if the 95% interval lies inside {c.region.text()}, not reproduced if outside, else inconclusive"
+        if c.made_under is not None:
+            rule = f"{NOT_COMPARABLE} unless every run compared was made under the claim's conditions; then {rule}"
+        explanation = measured.explanation
+        if outside:
+            explanation = f"Not comparable here: {'; '.join(outside)}. {_prediction(c, t)}Measured here: {explanation}"
         rows.append(
             {
                 "claim_id": c.claim_id,
@@ -215,14 +299,73 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "source": c.source,
                 "claimed_value": c.claimed_value,
                 "region": c.region.text(),
+                "made_under": c.made_under.text if c.made_under is not None else "any machine: a count, not a time",
                 "measured_value": measured.value,
                 "measured_low": measured.low,
                 "measured_high": measured.high,
                 "unit": c.unit,
-                "conditions": measured.conditions,
-                "verdict": verdict(measured.low, measured.high, c.region),
-                "explanation": measured.explanation,
+                "conditions": measured.conditions + _timing_note(c, measured, t),
+                "verdict": NOT_COMPARABLE if outside else verdict(measured.low, measured.high, c.region),
+                "explanation": explanation,
                 "rule": RULES.get(c.claim_id, rule),
             }
         )
     return rows
+
+
+def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
+    """For a time claim: whether its times were taken without the profiler, which costs Muon and AdamW unequally."""
+    if claim.made_under is None or not measured.runs:
+        return ""
+    if t.unprofiled(*measured.runs):
+        return "; times from the steps timed without the profiler, one median per round"
+    return "; times from the profiled steps (these runs have no steps timed without the profiler), one median per round"
+
+
+def _outside(claim: Claim, measured: Measurement, t: ProfileTables) -> list[str]:
+    """Why the measurement's runs were not made under the claim's conditions (empty: they were, or it has none)."""
+    if claim.made_under is None or not measured.runs:
+        return []
+    runs_of: dict[str, list[str]] = {}  # reason -> the runs it applies to, in order
+    for run in measured.runs:
+        for reason in claim.made_under.outside(run, t.ranks_per_core(run)):
+            runs_of.setdefault(reason, []).append(str(run["run"]))
+    return [f"{' and '.join(runs)} {reason}" for reason, runs in runs_of.items()]
+
+
+def _prediction(claim: Claim, t: ProfileTables) -> str:
+    """What the cost model predicts under the claim's conditions (the seed's hardware), with its validated error."""
+    th = t.thresholds
+    if claim.prediction is None or th.empty or "metric" not in th.columns:
+        return "The cost model makes no prediction of this quantity. "
+    level = claim.claimed_value if claim.claim_id == "optimizer_share" else claim.region.high
+    picks = th[
+        (th["metric"] == claim.prediction)
+        & (th["machine"] == SEED_MACHINE)
+        & (th["level"].astype(float).round(4) == round(float(level), 4))
+        & th["tokens_per_step"].notna()
+    ]
+    if picks.empty:
+        return "The cost model makes no prediction of this quantity on the seed's hardware. "
+    said = "; ".join(
+        f"{row.model} (d_model {int(row.d_model)}) at {float(row.tokens_per_step):,.0f} tokens per step "
+        f"({float(row.tokens_per_d_model):.0f} per d_model)"
+        for row in picks.itertuples()
+    )
+    return (
+        f"Predicted by the cost model on the seed's 4 GPUs ({SEED_MACHINE}, DP2·TP2): {claim.prediction} falls to "
+        f"{float(level):.1%} at {said}{_validated_error(t)}. "
+    )
+
+
+def _validated_error(t: ProfileTables) -> str:
+    """The cost model's median |error| against this profile's recorded runs (predictions table)."""
+    p = t.predictions
+    if p.empty or "step_rel_error" not in p.columns:
+        return ""
+    step = p["step_rel_error"].astype("float64").abs().median()
+    opt = p["optimizer_rel_error"].astype("float64").abs().median()
+    return (
+        f", a model whose median |error| against this machine's {len(p)} recorded runs is {step:.0%} on the step, "
+        f"{opt:.0%} on the optimizer"
+    )

@@ -14,7 +14,7 @@ Every row carries a hardware profile: a record's ``profile`` column, else (recor
 profiles existed) the name of the ``machine.json`` beside it, the profile calibrated on the machine
 that wrote them; a record's run ids gain that profile as their first part, as the runs' ids have.
 The ``regimes`` table is measured here, from the sweep's ``metrics.json`` (every trial's recorded
-steps, intervals by the two-level bootstrap of :mod:`muon_repro.analysis.bootstrap`), with the
+steps, intervals paired over rounds by :mod:`muon_repro.analysis.rounds`), with the
 predictions of ``predictions.csv`` beside each point. Torch-free, like the rest of the analysis.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.bootstrap import interval
+from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -64,7 +64,7 @@ def costmodel_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
 def has_costmodel_inputs(paths: Iterable[str | Path]) -> bool:
     """Whether ``paths`` hold a cost-model record or a regime-sweep run (what a folder without traces can still give)."""
     roots = [Path(p) for p in paths if Path(p).is_dir()]
-    return any(_record_files(roots, file) for file in RECORD_TABLES.values()) or bool(_sweep_runs(roots))
+    return any(_record_files(roots, file) for file in RECORD_TABLES.values()) or bool(sweep_runs(roots))
 
 
 def _record_files(roots: list[Path], file: str) -> list[Path]:
@@ -108,7 +108,7 @@ def _with_profile(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
 # ---------------------------------------------------------------- the regime sweep, measured
 
 
-def _sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
+def sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
     """The sweep's trial folders by run key (``<profile>/regimes/<name>``)."""
     runs: dict[str, dict[Path, RunDir]] = {}
     for root in roots:
@@ -118,7 +118,7 @@ def _sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
     return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
 
 
-def _per_step(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
+def sweep_step_times(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
     """``[trial, step]`` arrays of the step time (slowest rank) and the optimizer time (mean over ranks)
     over each trial's recorded steps (:meth:`RunDir.recorded_steps`), padded with NaN."""
     steps, optimizer = [], []
@@ -137,11 +137,21 @@ def _per_step(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
     return pad(steps), pad(optimizer)
 
 
+def round_medians(per_step: np.ndarray) -> np.ndarray:
+    """One value per round of a ``[trial, step]`` array: the median over its steps (NaN for a round without any)."""
+    if per_step.size == 0:
+        return np.zeros(0)
+    finite = np.isfinite(per_step).any(axis=1)
+    out = np.full(len(per_step), np.nan)
+    out[finite] = np.nanmedian(per_step[finite], axis=1)
+    return out
+
+
 def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     """One row per point of the regime sweep: measured step, optimizer share and Muon's extra over its
     AdamW twin (same width, tokens, DP x TP), with the predicted values beside them."""
-    runs = _sweep_runs(roots)
-    samples = {key: _per_step(trials) for key, trials in runs.items()}
+    runs = sweep_runs(roots)
+    samples = {key: sweep_step_times(trials) for key, trials in runs.items()}
     predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
     points = {key: _point(trials[0]) for key, trials in runs.items()}
     twin_of = lambda p: (p["profile"], p["d_model"], p["tokens_per_step"], p["dp"], p["tp"])  # noqa: E731 - same profile, shape, tokens
@@ -152,7 +162,8 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         if step.size == 0:
             continue
         twin = twins.get(twin_of(point)) if point["optimizer"] == "muon" else None
-        share = interval(lambda s, o: o / s, [step, opt])
+        # the share formed within each step, one median per round (trial), a t interval over rounds
+        share = mean_interval(round_medians(opt / step))
         row = {
             **point,
             "run": key,
@@ -167,7 +178,9 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         }
         if twin is not None:
             adamw_step = samples[twin][0]
-            extra = interval(lambda m, a: m / a - 1, [step, adamw_step])
+            rounds = min(len(step), len(adamw_step))  # trial k of both was recorded in round k
+            ratio = paired_ratio_interval(round_medians(step[:rounds]), round_medians(adamw_step[:rounds]))
+            extra = tuple(r - 1.0 for r in ratio)
             row |= {
                 "adamw_step_ms": _median(adamw_step),
                 "muon_extra": extra[0],

@@ -5,6 +5,8 @@ One row per:
 
 * ``runs``: run (a benchmark configuration, all its ranks), with its configuration;
 * ``steps``: run x rank x profiled step;
+* ``timed_steps``: run x rank x step timed without the profiler before the profiled ones
+  (:mod:`muon_repro.analysis.timed_steps`; none for runs recorded without such steps);
 * ``collectives``: run x rank x phase x collective op, totals over the profiled steps;
 * ``comparisons``: Muon run x its AdamW twin (same profile, dp, tp, backend, device);
 * ``claims``: a claim of the seed or the paper x hardware profile, measured, with a verdict;
@@ -39,6 +41,7 @@ from muon_repro.analysis.run_tables import (
     ranks_table,
     timeline_table,
 )
+from muon_repro.analysis.timed_steps import timed_run_columns, timed_steps_table
 from muon_repro.analysis.waits import split_wait_transfer
 from muon_repro.rundir import METRICS_FILE, trial_of
 from muon_repro.tables.schemas import SCHEMAS
@@ -71,15 +74,18 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     # here, so that every way of building the set (analyze, stages, verify --recompute) has them.
     convergence = convergence_tables(analysis.paths)
     steps = _steps_table(analysis)
+    timed = timed_steps_table(analysis)
     collectives = _collectives_table(analysis)
-    runs = _runs_table(analysis, steps)
+    runs = _runs_table(analysis, steps, timed)
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
     costmodel = costmodel_tables(analysis.paths)
+    environment = environment_table(analysis)
     tables = {
         "runs": runs,
         "steps": steps,
+        "timed_steps": timed,
         "collectives": collectives,
         "comparisons": comparisons,
         "claims": claims_table(
@@ -90,12 +96,15 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
             regimes=costmodel["regimes"],
             thresholds=costmodel["regime_thresholds"],
             convergence=convergence,
+            environment=environment,
+            predictions=costmodel["predictions"],
+            timed=timed,
         ),
         "ranks": ranks,
         "phases": phases,
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
-        "environment": environment_table(analysis),
+        "environment": environment,
         **costmodel,
         **convergence,
     }
@@ -275,7 +284,7 @@ _RANK_MEAN_COLUMNS = (
 )
 
 
-def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
+def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, trials in _by_run(analysis).items():
         info, items = trials[0]
@@ -335,6 +344,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame) -> pd.DataFrame:
                 "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
                 "typical_trial": typical[0] if typical else None,
                 "typical_step": typical[1] if typical else None,
+                **timed_run_columns(timed, key, step_ms),
                 **config_columns(info, metrics),
             }
         )

@@ -33,11 +33,13 @@ class ScaleSpec:
     tokens_per_step: int  # global: divisible by dp * seq_len for every dp of the registry (1 to 8)
     seq_len: int
     bucket_elems: int  # for the bucketed layout: several buckets per model at this size
+    timed_steps: int = 8  # steps timed without the profiler before the profiled ones (BenchConfig.timed_steps)
+    timed_warmup: int = 2
 
 
 SCALE_SPECS = {
     # tiny: tests and CI smoke runs (seconds).
-    "tiny": ScaleSpec(preset="tiny", tokens_per_step=128, seq_len=16, bucket_elems=4096),
+    "tiny": ScaleSpec(preset="tiny", tokens_per_step=128, seq_len=16, bucket_elems=4096, timed_steps=4, timed_warmup=1),
     # cpu: ~4M parameters; a 4-rank step takes about a second on 2 cores.
     "cpu": ScaleSpec(preset="small", tokens_per_step=1024, seq_len=128, bucket_elems=1_000_000),
     # gpu: ~370M parameters on 4 GPUs.
@@ -68,6 +70,11 @@ class BenchConfig:
     warmup: int = 1
     active: int = 5
     profile: bool = True  # False: time the steps without the profiler and write no trace (the regime sweep)
+    # Steps trained and timed with no profiler at all before the profiled ones (a profiled run only; resolve()
+    # takes the scale's): timed_warmup steps run but not kept, then timed_steps kept (metrics.json timed_*).
+    # 0 (what config.json files written before them read as): none, the run starts with the profiled steps.
+    timed_steps: int = 0
+    timed_warmup: int = 0
     lr: float = 3e-3
     weight_decay: float = 0.1
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
@@ -95,7 +102,7 @@ class BenchConfig:
         for name in ("dp", "tp", "active"):
             if getattr(self, name) < 1:
                 raise ValueError(f"config {self.key}: {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("wait", "warmup"):
+        for name in ("wait", "warmup", "timed_steps", "timed_warmup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"config {self.key}: {name} must be >= 0, got {getattr(self, name)}")
         for name in ("ns_dtype", "gather_dtype", "reduce_dtype"):
@@ -159,7 +166,14 @@ class BenchConfig:
 
     @property
     def steps(self) -> int:
+        """The profiled steps (the profiler's schedule): what ``step_ms``, ``loss`` and the ledger cover."""
         return self.wait + self.warmup + self.active
+
+    @property
+    def timed_total(self) -> int:
+        """Steps trained before the profiled ones, timed without the profiler (warm-up included); 0 for a
+        run without timed steps or a run that is only timed (``profile`` false: its steps are all timed so)."""
+        return self.timed_warmup + self.timed_steps if self.profile and self.timed_steps else 0
 
     def to_dict(self) -> dict:
         derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}
@@ -216,7 +230,7 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
         tokens_per_step=spec.tokens_per_step,
         seq_len=spec.seq_len,
         bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
-        **overrides,
+        **{"timed_steps": spec.timed_steps, "timed_warmup": spec.timed_warmup, **overrides},
     )
 
 

@@ -10,6 +10,13 @@ place once every rank is done):
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
 
+A profiled run first trains ``timed_warmup + timed_steps`` steps with no profiler object at all,
+timed with ``time.perf_counter_ns()`` (whole step, forward+backward, optimizer step; device synced
+around each) and every collective's entry and exit (:class:`~muon_repro.parallel.comm.CommTimer`),
+then goes on training the same model under the profiler: the profiled steps take the batches that
+follow (no batch is trained twice), so the timed steps measure the same work without the profiler's
+cost. The byte ledger is emptied between the two, so it covers the profiled steps as before.
+
 The format is :mod:`muon_repro.rundir`'s. Besides what it measures, each rank records what only
 the run knows: the analytic bytes of its optimizer phases, its Newton-Schulz FLOPs and its share
 of the ZeRO-1 shard plan, so the analysis never has to rebuild the model.
@@ -108,8 +115,10 @@ def run_rank(
     trial: int = 0,
     trials: int = 1,
     profile: str | None = None,
+    round_order: int | None = None,
 ) -> RankMetrics:
-    """Train ``cfg.steps`` steps on this rank under the profiler; return this rank's metrics.
+    """Train ``cfg.steps`` steps on this rank under the profiler (after ``cfg.timed_total`` steps timed
+    without it); return this rank's metrics. ``round_order``: the recording's place in its round of the sweep.
 
     Trials of a configuration train the same model on the same data from the same seed: they
     differ only in when they ran, which is what their spread measures."""
@@ -129,6 +138,8 @@ def run_rank(
     trace_path = run_dir_path / trace_name(dims.rank)
     step_ms, optimizer_ms, losses = [], [], []
     bar = _progress(cfg, dims.rank == 0 and progress)
+    timed = _timed_steps(cfg, model, opt, data, dims, device, bar)
+    first_batch = cfg.timed_total  # the profiled steps train the batches after the timed steps'
     # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
     # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
     use_lo = backend == "gloo" and world > 1 and all_ranks_local(world)
@@ -139,23 +150,10 @@ def run_rank(
     with _profiler(cfg, activities, trace_path) as prof:
         for step in range(cfg.steps):
             dims.ledger.step = step
-            tokens, targets = data.local_batch(step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
-            tokens, targets = tokens.to(device), targets.to(device)
-            _sync(device)
-            t0 = time.perf_counter()
-            with record_function(FORWARD):
-                loss = model(tokens, targets)
-            with record_function(BACKWARD):
-                loss.backward()
-            _sync(device)
-            t1 = time.perf_counter()
-            with record_function(OPTIMIZER):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            _sync(device)
-            t2 = time.perf_counter()
-            step_ms.append((t2 - t0) * 1e3)
-            optimizer_ms.append((t2 - t1) * 1e3)
+            tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
+            t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device)
+            step_ms.append((t2 - t0) / 1e6)
+            optimizer_ms.append((t2 - t1) / 1e6)
             losses.append(loss.item())
             if lo is not None and step + 1 == first_recorded:
                 lo.start()  # before prof.step() opens the first recorded step
@@ -190,6 +188,7 @@ def run_rank(
         train_flops=model_cfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
         loopback_bytes=loopback_bytes,
         loopback_steps=cfg.active if loopback_bytes is not None else None,
+        **timed,
     )
     ranks: list[RankMetrics] | None = [None] * world if dims.rank == 0 else None  # type: ignore[list-item]
     if world > 1:
@@ -203,6 +202,10 @@ def run_rank(
             f"tokens/step={cfg.tokens_per_step} backend={backend}"
         ]
         log += [
+            f"timed step {i}: step {s:.1f} ms  forward+backward {f:.1f} ms  optimizer {o:.1f} ms (no profiler)"
+            for i, (s, f, o) in enumerate(zip(metrics.timed_step_ms, metrics.timed_fwd_bwd_ms, metrics.timed_optimizer_ms))
+        ]
+        log += [
             f"step {i}: loss {loss:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms"
             for i, (loss, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))
         ]
@@ -210,6 +213,7 @@ def run_rank(
             **cfg.to_dict(),
             "trial": trial,
             "trials": trials,
+            **({"round_order": round_order} if round_order is not None else {}),
             "backend": backend,
             "device": device.type,
             "command": command,
@@ -252,6 +256,58 @@ def _profiler(cfg: BenchConfig, activities: list, trace_path: Path):
     )
 
 
+def _timed_steps(cfg: BenchConfig, model, opt, data: PermutationStream, dims: ParallelDims, device: torch.device, bar) -> dict:
+    """Train ``cfg.timed_total`` steps with no profiler: the ``RankMetrics`` ``timed_*`` fields of the
+    ``cfg.timed_steps`` kept ones (the first ``cfg.timed_warmup`` are run, not kept); ``{}`` without any.
+
+    The same step as the profiled loop's (same scopes, syncs and clocks around the same work), on
+    batches 0 .. timed_total-1 of the data stream; the collectives of the kept steps are timed on the
+    ledger's :class:`~muon_repro.parallel.comm.CommTimer`, whose step is the kept step's index."""
+    if not cfg.timed_total:
+        return {}
+    ledger, timer = dims.ledger, dims.ledger.timer
+    step_ms, fwd_bwd_ms, optimizer_ms = [], [], []
+    for i in range(cfg.timed_total):
+        kept = i - cfg.timed_warmup  # negative: a warm-up step
+        ledger.step = kept
+        tokens, targets = data.local_batch(i, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
+        timer.on = kept >= 0
+        t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device)
+        timer.on = False
+        if kept >= 0:
+            step_ms.append((t2 - t0) / 1e6)
+            fwd_bwd_ms.append((t1 - t0) / 1e6)
+            optimizer_ms.append((t2 - t1) / 1e6)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", step_ms=f"{(t2 - t0) / 1e6:.0f}", timed="yes")
+    comm = timer.columns()
+    timer.clear()
+    ledger.clear()  # the ledger covers the profiled steps (the analysis matches it to the trace's)
+    ledger.step = 0
+    return {"timed_step_ms": step_ms, "timed_fwd_bwd_ms": fwd_bwd_ms, "timed_optimizer_ms": optimizer_ms, "timed_comm": comm}
+
+
+def train_step(
+    model: torch.nn.Module, opt: ZeroOneOptimizer, tokens: torch.Tensor, targets: torch.Tensor, device: torch.device
+) -> tuple[int, int, int, torch.Tensor]:
+    """One training step, its phases labelled for the profiler: (start, end of backward, end) in
+    ``perf_counter_ns`` around device syncs, and the loss."""
+    _sync(device)
+    t0 = time.perf_counter_ns()
+    with record_function(FORWARD):
+        loss = model(tokens, targets)
+    with record_function(BACKWARD):
+        loss.backward()
+    _sync(device)
+    t1 = time.perf_counter_ns()
+    with record_function(OPTIMIZER):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    _sync(device)
+    return t0, t1, time.perf_counter_ns(), loss
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -262,4 +318,6 @@ def _progress(cfg: BenchConfig, enabled: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=cfg.steps, desc=f"  {cfg.key}", unit="step", leave=False, file=sys.stdout, dynamic_ncols=True)
+    return tqdm(
+        total=cfg.timed_total + cfg.steps, desc=f"  {cfg.key}", unit="step", leave=False, file=sys.stdout, dynamic_ncols=True
+    )

@@ -1,12 +1,16 @@
 """Record configurations in interleaved trials: skip complete ones, write atomically, report failures clearly.
 
-A *recording* is one trial of one configuration. The plan interleaves them (A B C A B C ...), so
-that the drift of a shared machine hits every configuration alike, and runs all recordings of a
-world size in one launch of the workers (process start and ``import torch`` are paid once, not
-per recording). Each recording is written into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the
-hardware profile, :mod:`muon_repro.hardware`, decided once per sweep by the launcher) and
-renamed to ``trial<k>`` once every rank has finished, so a trial folder that exists is complete;
-an interrupted sweep leaves none behind and simply redoes what is missing next time.
+A *recording* is one trial of one configuration. The plan interleaves them in rounds, round k
+holding trial k of every configuration, so that the drift of a shared machine hits every
+configuration alike; within a round the order is shuffled (``random.Random(k)``: the same on every
+run of the same configurations), so that no configuration always follows the same one or runs first
+in a round (A B C, C A B, B C A, ...). Each trial's config.json records its ``round_order`` (its
+place in its round). A sweep runs all recordings of a world size in one launch of the workers
+(process start and ``import torch`` are paid once, not per recording). Each recording is written
+into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the hardware profile,
+:mod:`muon_repro.hardware`, decided once per sweep by the launcher) and renamed to ``trial<k>`` once
+every rank has finished, so a trial folder that exists is complete; an interrupted sweep leaves none
+behind and simply redoes what is missing next time.
 
 One sweep at a time per run folder: ``<out>/<profile>/<group>/<name>/.lock`` (``fcntl.flock``, holding the
 PID of its owner) is held while a sweep plans and records that run, so a second sweep into the
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -66,6 +71,7 @@ class Recording:
     trials: int
     final: Path
     profile: str | None = None  # the hardware profile: environment.json's, as its folder says
+    round_order: int | None = None  # its place in its round (round k = trial k), the round shuffled
 
     @property
     def partial(self) -> Path:
@@ -95,10 +101,23 @@ def run_dir_for(out: Path, cfg: BenchConfig, profile: str) -> Path:
 
 
 def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TRIALS, *, profile: str) -> list[Recording]:
-    """Every trial of every configuration, interleaved: all configurations' trial 0, then trial 1, ..."""
+    """Every trial of every configuration, in rounds: all configurations' trial 0, then trial 1, ...; each
+    round's order shuffled by :func:`round_order` (its index the seed)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    return [Recording(cfg, k, trials, _trial_home(out, cfg, profile, k), profile) for k in range(trials) for cfg in cfgs]
+    return [
+        Recording(cfg, k, trials, _trial_home(out, cfg, profile, k), profile, position)
+        for k in range(trials)
+        for position, cfg in enumerate(round_order(cfgs, k))
+    ]
+
+
+def round_order(cfgs: list[BenchConfig], round_index: int) -> list[BenchConfig]:
+    """``cfgs`` in the order round ``round_index`` records them: shuffled by a generator seeded with the
+    round's index, so the same configurations are recorded in the same orders on every run of the sweep."""
+    order = list(cfgs)
+    random.Random(round_index).shuffle(order)
+    return order
 
 
 def _trial_home(out: Path, cfg: BenchConfig, profile: str, trial: int) -> Path:
@@ -344,7 +363,17 @@ def record_all(recordings: list[Recording], backend: str, command: list[str], pr
             rec.partial.mkdir(parents=True)
         dist.barrier()
         t0 = time.perf_counter()
-        run_rank(rec.cfg, str(rec.partial), backend, command, progress, trial=rec.trial, trials=rec.trials, profile=rec.profile)
+        run_rank(
+            rec.cfg,
+            str(rec.partial),
+            backend,
+            command,
+            progress,
+            trial=rec.trial,
+            trials=rec.trials,
+            profile=rec.profile,
+            round_order=rec.round_order,
+        )
         dist.barrier()
         if rank == 0:
             _finalize(rec)

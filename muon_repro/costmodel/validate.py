@@ -17,7 +17,7 @@ from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.rundir import CONFIG_FILE, RunDir, trial_folders
 
-_RUN_ONLY_KEYS = ("trial", "trials", "backend", "device", "command")  # config.json keys that are not BenchConfig fields
+_RUN_ONLY_KEYS = ("trial", "trials", "round_order", "backend", "device", "command")  # config.json keys, not BenchConfig fields
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ Every collective the model and the optimizers issue goes through a function here
 * opens a ``torch.profiler.record_function`` scope named after its *phase* (``dp_gather``,
   ``tp_all_reduce``, ...), so traces attribute the transfer to the step of the algorithm, and
 * appends a :class:`CommRecord` to the group's :class:`CommLedger`: the bytes this rank sends
-  under the ring model of nccl-tests (``docs/method.md#communication-model``).
+  under the ring model of nccl-tests (``docs/method.md#communication-model``), and
+* while the ledger's :class:`CommTimer` is on (the benchmark's timed steps, run without the
+  profiler), appends the call's entry and exit ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on
+  Linux: one clock for every process of a host) to the timer's columns of ints.
 
 Ring model, for a group of ``n`` ranks and a full array of ``S`` bytes split in ``n`` chunks::
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from time import perf_counter_ns
 
 import torch
 import torch.distributed as dist
@@ -60,12 +64,76 @@ class CommRecord:
 
 
 @dataclass
+class CommTimer:
+    """Entry and exit times of the collective calls issued while :attr:`on` is set, as columns.
+
+    One call appends six ints and creates no object: phase and group names are coded by their order of
+    first appearance (:attr:`phase_codes`, :attr:`group_codes`), the op by its index in :data:`OPS`.
+    ``start_ns``/``end_ns`` are ``time.perf_counter_ns()`` around the c10d call: the host's view, so for
+    NCCL (asynchronous on the GPU stream) they time the launch, not the transfer. An all-gather issued
+    with ``async_op=True`` ends when its :meth:`PendingGather.wait` returns. A group of one rank
+    communicates nothing and is not timed (as it is not ledgered).
+    """
+
+    on: bool = False
+    step: list[int] = field(default_factory=list)
+    phase: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    group: list[int] = field(default_factory=list)
+    start_ns: list[int] = field(default_factory=list)
+    end_ns: list[int] = field(default_factory=list)
+    phase_codes: dict[str, int] = field(default_factory=dict)
+    group_codes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, step: int, phase: str, kind: int, group: str, start_ns: int, end_ns: int) -> None:
+        codes = self.phase_codes
+        code = codes.get(phase)
+        if code is None:
+            code = codes[phase] = len(codes)
+        self.phase.append(code)
+        codes = self.group_codes
+        g = codes.get(group)
+        if g is None:
+            g = codes[group] = len(codes)
+        self.group.append(g)
+        self.step.append(step)
+        self.kind.append(kind)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+
+    def columns(self) -> dict[str, list]:
+        """The calls as a columnar dict (``metrics.json``'s ``timed_comm``): the vocabularies ``phases``,
+        ``kinds`` and ``groups``, then one list per column, a code into its vocabulary for the named ones."""
+        return {
+            "phases": list(self.phase_codes),
+            "kinds": list(OPS),
+            "groups": list(self.group_codes),
+            "step": list(self.step),
+            "phase": list(self.phase),
+            "kind": list(self.kind),
+            "group": list(self.group),
+            "start_ns": list(self.start_ns),
+            "end_ns": list(self.end_ns),
+        }
+
+    def clear(self) -> None:
+        for column in (self.step, self.phase, self.kind, self.group, self.start_ns, self.end_ns):
+            column.clear()
+        self.phase_codes.clear()
+        self.group_codes.clear()
+
+
+_ALL_GATHER, _REDUCE_SCATTER, _ALL_REDUCE = (OPS.index(op) for op in ("all_gather", "reduce_scatter", "all_reduce"))
+
+
+@dataclass
 class CommLedger:
     """Append-only log of collectives. ``step`` is set by whoever drives the training loop."""
 
     step: int = 0
     records: list[CommRecord] = field(default_factory=list)
     enabled: bool = True
+    timer: CommTimer = field(default_factory=CommTimer)
 
     def record(self, phase: str, op: str, group: Group, elements: int, dtype: torch.dtype) -> None:
         if not self.enabled or group.size == 1:
@@ -133,7 +201,11 @@ def all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, ph
         if group.size == 1:
             full.view(-1).copy_(shard.view(-1))
         else:
+            timer = group.ledger.timer
+            t0 = perf_counter_ns() if timer.on else 0
             _all_gather_single(full, shard, group=group.process_group)
+            if t0:
+                timer.add(group.ledger.step, phase, _ALL_GATHER, group.name, t0, perf_counter_ns())
     group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
     return full
 
@@ -146,6 +218,8 @@ class PendingGather:
     shard: torch.Tensor
     phase: str
     work: dist.Work | None  # None: nothing to wait for (a group of one rank)
+    group: Group | None = None  # whose ledger's timer gets the call when wait() returns (issued_ns set)
+    issued_ns: int = 0  # perf_counter_ns() at the issue, while the timer was on; 0: not timed
 
     @property
     def nbytes(self) -> int:
@@ -156,6 +230,9 @@ class PendingGather:
         if self.work is not None:
             with record_function(self.phase):  # the wait belongs to the phase, wherever it is placed
                 self.work.wait()
+                if self.issued_ns and self.group is not None:
+                    ledger = self.group.ledger
+                    ledger.timer.add(ledger.step, self.phase, _ALL_GATHER, self.group.name, self.issued_ns, perf_counter_ns())
             self.work = None
         return self.full
 
@@ -167,14 +244,15 @@ def start_all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group,
             f"start_all_gather_into: output has {full.numel()} elements, expected "
             f"{group.size} x {shard.numel()} for group {group.name!r}"
         )
-    work = None
+    work, issued_ns = None, 0
     with record_function(phase):
         if group.size == 1:
             full.view(-1).copy_(shard.view(-1))
         else:
+            issued_ns = perf_counter_ns() if group.ledger.timer.on else 0
             work = _all_gather_single(full, shard, group=group.process_group, async_op=True)
     group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
-    return PendingGather(full, shard, phase, work)
+    return PendingGather(full, shard, phase, work, group, issued_ns)
 
 
 def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
@@ -188,7 +266,11 @@ def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *
         if group.size == 1:
             shard.view(-1).copy_(full.view(-1))
         else:
+            timer = group.ledger.timer
+            t0 = perf_counter_ns() if timer.on else 0
             _reduce_scatter_single(shard, full, op=dist.ReduceOp.SUM, group=group.process_group)
+            if t0:
+                timer.add(group.ledger.step, phase, _REDUCE_SCATTER, group.name, t0, perf_counter_ns())
     group.ledger.record(phase, "reduce_scatter", group, full.numel(), full.dtype)
     return shard
 
@@ -200,6 +282,10 @@ def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str) -> torch.Tens
     """Sum ``tensor`` over the group, in place."""
     with record_function(phase):
         if group.size > 1:
+            timer = group.ledger.timer
+            t0 = perf_counter_ns() if timer.on else 0
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group.process_group)
+            if t0:
+                timer.add(group.ledger.step, phase, _ALL_REDUCE, group.name, t0, perf_counter_ns())
     group.ledger.record(phase, "all_reduce", group, tensor.numel(), tensor.dtype)
     return tensor

@@ -45,7 +45,7 @@ SUMMARY_LINES = (
     ("Convergence", ("muon_leading_steps",)),
 )
 # The claims table's verdicts, as it writes them (muon_repro.analysis.claims); the report shows them as they are.
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured")
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not comparable here", "not measured")
 
 
 def report_verdict(row: pd.Series, runs: pd.DataFrame) -> str:
@@ -87,12 +87,16 @@ def claim_number(value: Any, unit: str, claim_id: str, what: str = "claims.measu
 
 def claim_measured(row: pd.Series) -> str:
     """The measured value with its 95% interval: ``1.62× (1.48–1.77)``, ``−20.9% (−64.3% to +67.9%)``;
-    ``(no spread)`` when the interval is a point (bytes, state: the same on every rank)."""
+    ``(no spread)`` when the interval is a point (bytes, state: the same on every rank); without an
+    interval (one round) the value alone, saying so."""
     cid, unit = str(row["claim_id"]), str(row["unit"])
     if is_missing(row.get("measured_value")):
         return "not measured"
     value = claim_number(row["measured_value"], unit, cid)
-    if is_missing(row.get("measured_low")) or is_missing(row.get("measured_high")):
+    missing = [is_missing(row.get("measured_low")), is_missing(row.get("measured_high"))]
+    if all(missing):
+        return f"{value} (no interval: fewer than 2 rounds)"  # a paired interval needs two rounds
+    if any(missing):
         raise MissingMetric(
             f"metric claims.measured_low/measured_high is missing for claim {cid} (its measured_value is {value})"
         )

@@ -14,7 +14,7 @@ PUBLISHED = (
     "modded-nanogpt's GPT-2-small record (124M parameters, FineWeb): Muon reached 3.28 validation loss in 3,250 steps where "
     "AdamW needed 5,625, a leading ratio of (5,625 - 3,250) / 3,250 = 0.73 at that loss.",
     "Moonlight (arXiv 2502.16982) reports about 2x the compute efficiency of AdamW at LLM scale (hundreds of millions to "
-    "billions of parameters, billions of tokens); its own small toy run ended with AdamW slightly ahead at 13k steps.",
+    "billions of parameters, billions of tokens).",
 )
 
 

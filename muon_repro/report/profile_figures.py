@@ -20,7 +20,12 @@ PROFILE_CAPTIONS = {
     "claims_by_profile": "Every claim measured on every hardware profile: the measured value with its 95% interval, one row "
     "per profile, the values that agree with the claim shaded; the point's colour is the verdict.",
 }
-VERDICT_COLORS = {"reproduced": "#009E73", "not reproduced": "#D55E00", "inconclusive": "#E69F00"}
+VERDICT_COLORS = {
+    "reproduced": "#009E73",
+    "not reproduced": "#D55E00",
+    "inconclusive": "#E69F00",
+    "not comparable here": "#56B4E9",
+}
 _REGION = re.compile(r"^\s*[\[(]\s*([^,]+?)\s*,\s*([^\])]+?)\s*[\])]\s*$")
 
 
@@ -66,9 +71,11 @@ def _claim_panel(
     ax: plt.Axes, claim_id: str, rows: pd.DataFrame, profiles: list[str], region: tuple[float, float] | None
 ) -> None:
     ys = np.arange(len(profiles))
-    values = [float(rows.loc[p, "measured_value"]) if p in rows.index else math.nan for p in profiles]
-    lows = [float(rows.loc[p, "measured_low"]) if p in rows.index else math.nan for p in profiles]
-    highs = [float(rows.loc[p, "measured_high"]) if p in rows.index else math.nan for p in profiles]
+
+    def column(name: str) -> list[float]:  # a missing value (no run, no interval from one round) is NaN
+        return [float(pd.to_numeric(rows.loc[p, name], errors="coerce")) if p in rows.index else math.nan for p in profiles]
+
+    values, lows, highs = column("measured_value"), column("measured_low"), column("measured_high")
     bounds = [b for b in (region or ()) if math.isfinite(b)]
     shown = [v for v in (*values, *lows, *highs, *bounds) if math.isfinite(v)]
     span_lo, span_hi = min(shown), max(shown)

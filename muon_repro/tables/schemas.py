@@ -31,6 +31,10 @@ _RUN_ID = (
     ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
 )
 _TIME_NOTE = "median over steps of the mean over ranks"
+_TIMED_NOTE = (
+    "per trial the median over its timed steps of {}, then the median over trials; null for a run recorded without "
+    "timed steps (config timed_steps 0, as every run before they existed)"
+)
 _TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
 _TRIAL_ID = (*_RUN_ID, _TRIAL)
 _RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
@@ -171,6 +175,26 @@ SCHEMAS: dict[str, TableSchema] = {
                 "step",
                 "the profiled step whose slowest rank is the median one, over all trials (what the timeline figure shows)",
             ),
+            (
+                "timed_step_ms",
+                "Float64",
+                "ms",
+                f"step time with no profiler at all (timed_steps.step_ms): {_TIMED_NOTE.format('the slowest rank')}",
+            ),
+            (
+                "timed_optimizer_ms",
+                "Float64",
+                "ms",
+                f"optimizer step with no profiler (timed_steps.optimizer_ms): {_TIMED_NOTE.format('the mean over ranks')}",
+            ),
+            (
+                "profiler_overhead",
+                "Float64",
+                "ratio",
+                "step_ms / timed_step_ms: how much longer the profiled steps' median is than the unprofiled one (1.05: "
+                "profiling adds 5%); null without timed steps",
+            ),
+            ("rounds", "Int64", "count", "trials (rounds of the sweep) with timed steps, what timed_step_ms is the median over"),
             *_CONFIG_COLUMNS,
         ),
     ),
@@ -268,6 +292,46 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("late_ms", "Float64", "ms", "this rank's mean delay entering the step's collectives, after the earliest rank"),
             ("straggler_rank", "Int64", "", "the rank with the largest late_ms in this step (null for one rank)"),
+        ),
+    ),
+    "timed_steps": TableSchema(
+        "timed_steps",
+        "One row per run, rank and timed step: the steps a profiled run trains and times with no profiler at all "
+        "(config.json timed_steps, after timed_warmup steps not kept) before its profiled steps, on the batches before "
+        "theirs. Times are time.perf_counter_ns() on the rank's host, the device synchronized around each part "
+        "(metrics.json timed_step_ms, timed_fwd_bwd_ms, timed_optimizer_ms, timed_comm). Empty for runs recorded "
+        "without timed steps.",
+        ("run", "trial", "rank", "step"),
+        columns_of(
+            *_RANK_ID,
+            ("step", "Int64", "step", "timed step, from 0 (the warm-up steps before it are not kept)"),
+            ("step_ms", "Float64", "ms", "the whole step: forward+backward and the optimizer step"),
+            ("fwd_bwd_ms", "Float64", "ms", "forward and backward (with the model's tensor-parallel collectives)"),
+            ("optimizer_ms", "Float64", "ms", "the optimizer step and zero_grad"),
+            (
+                "comm_ms",
+                "Float64",
+                "ms",
+                "sum over the step's collective calls of exit - entry of the c10d call (perf_counter_ns on the host): on "
+                "NCCL the launch only; an all-gather issued asynchronously (overlap naive_async, pipelined) counts from "
+                "its issue to the end of its wait, overlapped work included; null when the rank recorded no call times",
+            ),
+            (
+                "comm_wait_ms",
+                "Float64",
+                "ms",
+                "sum over the same calls of the wait for the group's last rank: latest entry among the ranks of the call's "
+                "DP or TP group - own entry, within [0, the call's duration] (the k-th call of a phase and op in the step "
+                "on every rank of the group is one collective; one clock, CLOCK_MONOTONIC, for every rank of a host); 0 "
+                "for calls not seen on every rank of their group; null when the ranks span hosts",
+            ),
+            (
+                "comm_transfer_ms",
+                "Float64",
+                "ms",
+                "comm_ms - comm_wait_ms: from the group's last arrival to each call's exit (the whole call if unmatched); "
+                "null when the ranks span hosts",
+            ),
         ),
     ),
     "collectives": TableSchema(
@@ -370,7 +434,7 @@ SCHEMAS: dict[str, TableSchema] = {
     "claims": TableSchema(
         "claims",
         "The seed's claims (a forum post and dataset card from 4 GPUs over PCIe) and the paper's, each measured like for "
-        "like on these runs, with a 95% interval (bootstrap over trials and steps), a verdict and its measured cause. One "
+        "like on these runs, with a 95% interval (paired over rounds), a verdict and its measured cause. One "
         "row per claim and hardware profile: each profile's runs are measured on their own.",
         ("claim_id", "profile"),
         columns_of(
@@ -380,8 +444,20 @@ SCHEMAS: dict[str, TableSchema] = {
             ("source", "string", "", "who claimed it, where"),
             ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
             ("region", "string", "", "the values that agree with the claim, as an interval"),
+            (
+                "made_under",
+                "string",
+                "",
+                "the conditions the claim was made under (device and backend, tokens per step per d_model, ranks per "
+                "core); runs outside them are not comparable here",
+            ),
             ("measured_value", "Float64", "", "our estimate, same unit; null when not measured"),
-            ("measured_low", "Float64", "", "lower end of the 95% interval (per-rank minimum for deterministic quantities)"),
+            (
+                "measured_low",
+                "Float64",
+                "",
+                "lower end of the 95% interval: a t interval over paired rounds (per-rank minimum for deterministic quantities)",
+            ),
             ("measured_high", "Float64", "", "upper end of the 95% interval (per-rank maximum for deterministic quantities)"),
             ("unit", "string", "", "unit of claimed_value and the measured columns"),
             ("conditions", "string", "", "the runs compared: backend, device, ranks, trials x steps, tokens per step"),
@@ -389,7 +465,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "verdict",
                 "string",
                 "",
-                "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), not measured",
+                "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), not "
+                "comparable here (the runs were not made under the claim's conditions), not measured",
             ),
             ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
             ("rule", "string", "", "how the verdict was decided"),
@@ -744,7 +821,8 @@ REGIMES = TableSchema(
     "One row per point of the regime sweep (muon-repro regimes: traces/<profile>/regimes/, timed without the profiler): the "
     "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
     "per step and DP x TP, with the cost model's predictions beside them. Medians over every trial's recorded steps; "
-    "intervals: 95% two-level bootstrap (trials, then steps). See docs/method.md#regimes.",
+    "intervals: 95% t intervals over rounds (the share formed within each step; Muon's extra paired with its twin by "
+    "round). See docs/method.md#regimes.",
     ("run",),
     columns_of(
         ("run", "string", "", "run id: '<profile>/regimes/<name>'"),

@@ -1,0 +1,147 @@
+"""The steps a run timed without the profiler (metrics.json's ``timed_*`` fields), before its profiled ones.
+
+* :func:`timed_steps_table`: the ``timed_steps`` table, one row per run, trial, rank and timed step: the
+  step, forward+backward and optimizer times, and the step's collectives split into the time waiting
+  for the group's last rank and the rest (the transfer);
+* :func:`timed_run_columns`: the ``runs`` columns made from it (``timed_step_ms``, ``timed_optimizer_ms``,
+  ``profiler_overhead``, ``rounds``), null for a run without timed steps.
+
+Each collective call is stamped on its rank with ``perf_counter_ns`` at entry and exit
+(:class:`muon_repro.parallel.comm.CommTimer`): CLOCK_MONOTONIC, one clock for every process of a host,
+so the ranks' stamps compare directly. The k-th call of a (phase, op) in a step on a rank is the same
+collective on every rank of its group (they run the same program); the group is the call's DP or TP
+group (``dp``: the ranks of the same TP rank, ``tp``: those of the same DP rank; global rank =
+dp_rank * tp + tp_rank, :mod:`muon_repro.parallel.mesh`). For a call seen on every rank of its group:
+
+    wait     = latest entry among the group's ranks - own entry, within [0, the call's duration]
+    transfer = duration - wait = exit - latest entry (unless the rank left before it: then 0)
+
+a call not seen on every rank of its group is all transfer (wait 0), as in the trace analysis
+(:mod:`muon_repro.analysis.waits`). Ranks on several hosts share no clock: their wait and transfer are null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.analysis.pipeline import Analysis
+from muon_repro.rundir import TIMED_COMM_COLUMNS, RankMetrics
+from muon_repro.tables.schemas import SCHEMAS
+
+_CALL_COLUMNS = ("rank", "step", "phase", "kind", "group", "start_ns", "end_ns")
+
+
+def timed_calls(metrics: list[RankMetrics]) -> pd.DataFrame:
+    """Every timed collective call of ``metrics`` (the ranks of one trial), names decoded: one row per call."""
+    frames = []
+    for m in metrics:
+        comm = m.timed_comm
+        if not comm or not comm.get("step"):
+            continue
+        cols = {c: np.asarray(comm[c], dtype=np.int64) for c in TIMED_COMM_COLUMNS}
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": m.rank,
+                    "step": cols["step"],
+                    "phase": np.asarray(comm["phases"], dtype=object)[cols["phase"]],
+                    "kind": np.asarray(comm["kinds"], dtype=object)[cols["kind"]],
+                    "group": np.asarray(comm["groups"], dtype=object)[cols["group"]],
+                    "start_ns": cols["start_ns"],
+                    "end_ns": cols["end_ns"],
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame(
+            {c: pd.Series([], dtype=object if c in ("phase", "kind", "group") else "int64") for c in _CALL_COLUMNS}
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd.DataFrame:
+    """``calls`` (:func:`timed_calls`) with ``dur_ns``, ``latest_ns`` (the group's latest entry, null when
+    unmatched), ``matched``, ``wait_ns`` and ``transfer_ns`` (see the module's docstring)."""
+    out = calls.copy()
+    out["dur_ns"] = out["end_ns"] - out["start_ns"]
+    out["latest_ns"] = pd.Series(np.nan, index=out.index)
+    out["matched"] = False
+    if len(out) and dp and tp:
+        sizes = {"dp": dp, "tp": tp}
+        group_id = np.where(out["group"] == "dp", out["rank"] % tp, np.where(out["group"] == "tp", out["rank"] // tp, -1))
+        size = out["group"].map(sizes).fillna(0).astype(int)
+        out["_gid"] = group_id
+        out["_ordinal"] = (
+            out.sort_values("start_ns", kind="stable").groupby(["rank", "step", "phase", "kind", "group"]).cumcount()
+        )
+        key = ["step", "phase", "kind", "group", "_gid", "_ordinal"]
+        grouped = out.groupby(key)
+        seen = grouped["rank"].transform("nunique")
+        out["matched"] = (group_id >= 0) & (seen == size) & (size > 1)
+        out["latest_ns"] = grouped["start_ns"].transform("max").where(out["matched"])
+        out = out.drop(columns=["_gid", "_ordinal"])
+    wait = (out["latest_ns"] - out["start_ns"]).fillna(0.0)
+    out["wait_ns"] = np.minimum(np.maximum(wait.to_numpy(dtype=float), 0.0), out["dur_ns"].to_numpy(dtype=float))
+    out["transfer_ns"] = out["dur_ns"] - out["wait_ns"]
+    return out
+
+
+def _one_host(environment: dict[str, Any]) -> bool:
+    nodes = environment.get("nodes")
+    return not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1)
+
+
+def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
+    """One row per run, trial, rank and timed step of the analyzed ranks that have timed steps."""
+    rows: list[dict[str, Any]] = []
+    for info, items in analysis.runs:
+        metrics = [m for b in items if (m := info.rank(b.meta.rank)) is not None and m.timed_step_ms]
+        if not metrics:
+            continue
+        split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
+        per_step = split.groupby(["rank", "step"])[["dur_ns", "wait_ns", "transfer_ns"]].sum() / 1e6
+        one_clock = _one_host(info.environment)
+        ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
+        for m in metrics:
+            stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
+            for step, (s, f, o) in enumerate(zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms)):
+                comm = per_step.loc[(m.rank, step)] if (m.rank, step) in per_step.index else None
+                rows.append(
+                    {
+                        **ids,
+                        "rank": m.rank,
+                        "step": step,
+                        "step_ms": s,
+                        "fwd_bwd_ms": f,
+                        "optimizer_ms": o,
+                        "comm_ms": (float(comm["dur_ns"]) if comm is not None else 0.0) if stamped else None,
+                        "comm_wait_ms": (float(comm["wait_ns"]) if comm is not None else 0.0) if stamped and one_clock else None,
+                        "comm_transfer_ms": (float(comm["transfer_ns"]) if comm is not None else 0.0)
+                        if stamped and one_clock
+                        else None,
+                    }
+                )
+    return pd.DataFrame(rows) if rows else SCHEMAS["timed_steps"].empty()
+
+
+def timed_run_columns(timed: pd.DataFrame, run: str, step_ms: float | None) -> dict[str, Any]:
+    """The ``runs`` columns of ``run`` from the ``timed_steps`` table: per trial (a round of the sweep), the
+    median over its timed steps of the slowest rank's step (of the mean over ranks of the optimizer step),
+    then the median over trials; ``profiler_overhead`` is the profiled ``step_ms`` over ``timed_step_ms``."""
+    mine = timed[timed["run"] == run]
+    if mine.empty:
+        return {"timed_step_ms": None, "timed_optimizer_ms": None, "profiler_overhead": None, "rounds": None}
+    per_step = mine.groupby(["trial", "step"]).agg(step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"))
+    per_trial = per_step.groupby(level="trial").median()
+    timed_step = float(per_trial["step_ms"].median())
+    return {
+        "timed_step_ms": timed_step,
+        "timed_optimizer_ms": float(per_trial["optimizer_ms"].median()),
+        "profiler_overhead": float(step_ms) / timed_step
+        if step_ms is not None and not pd.isna(step_ms) and timed_step > 0
+        else None,
+        "rounds": len(per_trial),
+    }

@@ -1,0 +1,253 @@
+"""Steps timed with no profiler before the profiled ones, their collectives' wait and transfer, and the
+shuffled order of each round of a sweep: on tiny configs with gloo (4 ranks), and on hand-made calls."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.analysis.timed_steps import split_timed_waits, timed_calls, timed_run_columns
+from muon_repro.bench.configs import BenchConfig, from_dict, resolve
+from muon_repro.bench.sweep import plan_recordings, record_local, round_order
+from muon_repro.rundir import RankMetrics, RunDir
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = "layout_ablation/muon_dp2_tp2_bucketed"  # bucketed: every optimizer collective occurs, the model's TP ones too
+TIMED = resolve(CONFIG, "tiny")
+UNTIMED = replace(TIMED, name=f"{TIMED.name}_untimed", timed_steps=0, timed_warmup=0)  # as every run before timed steps
+TIMED_FIELDS = ("timed_step_ms", "timed_fwd_bwd_ms", "timed_optimizer_ms", "timed_comm")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("timed")
+    results = record_local([TIMED, UNTIMED], out, "gloo", trials=1, progress=False)
+    return {r.key: r.run_dir for r in results}
+
+
+@pytest.fixture(scope="module")
+def tables(recorded) -> dict[str, pd.DataFrame]:
+    from muon_repro.analysis.tables import build_tables
+
+    return build_tables(list(recorded.values()), workers=2)
+
+
+def _run_id(run_dir: Path) -> str:
+    return f"{RunDir(run_dir).profile}/{TIMED.group}/{run_dir.parent.name}"
+
+
+# ---------------------------------------------------------------- recording
+
+
+@pytest.mark.slow
+def test_timed_steps_are_recorded_before_the_profiled_ones_and_the_ledger_covers_only_those(recorded):
+    run = recorded[TIMED.key]
+    config = json.loads((run / "config.json").read_text())
+    assert (config["timed_steps"], config["timed_warmup"], config["round_order"]) == (4, 1, config["round_order"])
+    assert config["round_order"] in (0, 1)
+    ranks = json.loads((run / "metrics.json").read_text())["ranks"]
+    assert len(ranks) == TIMED.world_size
+    for rank in ranks:
+        assert len(rank["timed_step_ms"]) == len(rank["timed_fwd_bwd_ms"]) == len(rank["timed_optimizer_ms"]) == 4
+        assert len(rank["step_ms"]) == len(rank["loss"]) == TIMED.steps  # the profiled steps, as before
+        for step, fwd_bwd, opt in zip(rank["timed_step_ms"], rank["timed_fwd_bwd_ms"], rank["timed_optimizer_ms"]):
+            assert fwd_bwd > 0 and opt > 0 and step == pytest.approx(fwd_bwd + opt, abs=1e-6)
+        comm = rank["timed_comm"]
+        assert set(comm) == {"phases", "kinds", "groups", "step", "phase", "kind", "group", "start_ns", "end_ns"}
+        assert len({len(comm[c]) for c in ("step", "phase", "kind", "group", "start_ns", "end_ns")}) == 1
+        assert sorted(set(comm["step"])) == [0, 1, 2, 3]
+        assert all(end > start for start, end in zip(comm["start_ns"], comm["end_ns"]))
+        # The ledger holds the profiled steps only: the same calls in each, as many as each timed step made.
+        ledger_steps = [rec["step"] for rec in rank["ledger"]]
+        assert sorted(set(ledger_steps)) == list(range(TIMED.steps))
+        per_step = {ledger_steps.count(s) for s in range(TIMED.steps)}
+        assert per_step == {comm["step"].count(s) for s in range(4)}, "a timed step made other calls than a profiled one"
+    log = (run / "log.txt").read_text().splitlines()
+    assert sum(line.startswith("timed step ") for line in log) == 4
+    assert sum(line.startswith("step ") for line in log) == TIMED.steps
+
+
+@pytest.mark.slow
+def test_a_run_without_timed_steps_writes_metrics_as_before(recorded):
+    run = recorded[UNTIMED.key]
+    config = json.loads((run / "config.json").read_text())
+    assert (config["timed_steps"], config["timed_warmup"]) == (0, 0)
+    for rank in json.loads((run / "metrics.json").read_text())["ranks"]:
+        assert not set(TIMED_FIELDS) & set(rank)
+        assert len(rank["step_ms"]) == len(rank["loss"]) == UNTIMED.steps
+        assert sorted({rec["step"] for rec in rank["ledger"]}) == list(range(UNTIMED.steps))
+    # Trained on batches 0.. from the start: its first profiled loss is the untrained model's, which the timed
+    # run's profiled steps (on the batches after its 5 timed ones) never see.
+    timed_first = RunDir(recorded[TIMED.key]).ranks[0].loss[0]
+    assert RunDir(run).ranks[0].loss[0] > timed_first
+
+
+# ---------------------------------------------------------------- analysis
+
+
+@pytest.mark.slow
+def test_timed_collectives_carry_the_traces_phases_and_split_into_wait_and_transfer(recorded, tables):
+    run_dir = recorded[TIMED.key]
+    run = _run_id(run_dir)
+    ranks = RunDir(run_dir).ranks
+    calls = timed_calls(ranks)
+    traced = tables["collectives"][tables["collectives"]["run"] == run]
+    for rank in range(TIMED.world_size):
+        mine = calls[calls["rank"] == rank]
+        assert set(mine["phase"]) == set(traced[traced["rank"] == rank]["phase"]), rank
+        assert set(zip(mine["phase"], mine["kind"])) == set(zip(traced["phase"], traced["op"]))
+    split = split_timed_waits(calls, TIMED.dp, TIMED.tp)
+    assert split["matched"].all()  # every call found on every rank of its group
+    assert (split["wait_ns"] >= 0).all() and (split["transfer_ns"] >= 0).all()
+    # One clock for the 4 processes: no rank leaves a blocking collective before the last one entered it.
+    assert (split["end_ns"] >= split["latest_ns"]).all()
+    assert (split["wait_ns"] == split["latest_ns"] - split["start_ns"]).all()
+
+    timed = tables["timed_steps"]
+    mine = timed[timed["run"] == run]
+    assert len(mine) == TIMED.world_size * TIMED.timed_steps
+    assert sorted(set(zip(mine["rank"], mine["step"]))) == [(r, s) for r in range(4) for s in range(4)]
+    assert mine[["comm_ms", "comm_wait_ms", "comm_transfer_ms"]].notna().all().all()
+    assert ((mine["comm_wait_ms"] + mine["comm_transfer_ms"] - mine["comm_ms"]).abs() < 1e-9).all()
+    assert (mine["comm_ms"] <= mine["step_ms"]).all()
+    by_rank_step = mine.set_index(["rank", "step"])
+    for m in ranks:
+        assert list(by_rank_step.loc[m.rank, "step_ms"]) == pytest.approx(m.timed_step_ms)
+
+    row = tables["runs"].set_index("run").loc[run]
+    per_step_slowest = mine.groupby("step")["step_ms"].max()
+    assert row["timed_step_ms"] == pytest.approx(per_step_slowest.median())
+    assert row["timed_optimizer_ms"] == pytest.approx(mine.groupby("step")["optimizer_ms"].mean().median())
+    assert row["profiler_overhead"] == pytest.approx(row["step_ms"] / row["timed_step_ms"])
+    assert row["rounds"] == 1 and row["trials"] == 1
+
+
+@pytest.mark.slow
+def test_a_run_without_timed_steps_analyzes_with_nulls(recorded, tables, tmp_path):
+    run = _run_id(recorded[UNTIMED.key])
+    row = tables["runs"].set_index("run").loc[run]
+    for column in ("timed_step_ms", "timed_optimizer_ms", "profiler_overhead", "rounds"):
+        assert pd.isna(row[column]), column
+    assert pd.notna(row["step_ms"])
+    assert (tables["timed_steps"]["run"] != run).all()
+
+    # A folder of an old metrics.json alone (here: the timed run's, its timed fields taken out) has none either.
+    old = tmp_path / TIMED.group / TIMED.name / "trial0"
+    shutil.copytree(recorded[TIMED.key], old)
+    metrics = json.loads((old / "metrics.json").read_text())
+    for rank in metrics["ranks"]:
+        for name in TIMED_FIELDS:
+            del rank[name]
+    (old / "metrics.json").write_text(json.dumps(metrics))
+    from muon_repro.analysis.tables import build_tables
+
+    fresh = build_tables([old], workers=1)
+    assert fresh["timed_steps"].empty and list(fresh["timed_steps"].columns) == list(tables["timed_steps"].columns)
+    assert fresh["runs"][["timed_step_ms", "timed_optimizer_ms", "profiler_overhead", "rounds"]].isna().all().all()
+    assert fresh["runs"]["step_ms"].notna().all()
+
+
+def test_committed_metrics_read_without_timed_fields_and_write_back_unchanged():
+    (path,) = list((REPO / "traces").glob("*/comparison/muon_dp2_tp2/trial0/metrics.json"))
+    for entry in json.loads(path.read_text())["ranks"]:
+        metrics = RankMetrics.from_dict(entry)
+        assert (metrics.timed_step_ms, metrics.timed_fwd_bwd_ms, metrics.timed_optimizer_ms, metrics.timed_comm) == (
+            [],
+            [],
+            [],
+            {},
+        )
+        assert not set(TIMED_FIELDS) & set(metrics.to_dict())
+
+
+def test_a_malformed_timed_comm_reads_as_none():
+    good = {
+        "phases": ["x"],
+        "kinds": ["all_gather"],
+        "groups": ["dp"],
+        "step": [0],
+        "phase": [0],
+        "kind": [0],
+        "group": [0],
+        "start_ns": [1],
+        "end_ns": [2],
+    }
+    assert RankMetrics.from_dict({"rank": 0, "timed_comm": good}).timed_comm == good
+    for bad in ({**good, "end_ns": [2, 3]}, {**good, "phase": [1]}, {**good, "start_ns": [1.5]}, {**good, "phases": "x"}, []):
+        assert RankMetrics.from_dict({"rank": 0, "timed_comm": bad}).timed_comm == {}, bad
+
+
+def _calls(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["rank", "step", "phase", "kind", "group", "start_ns", "end_ns"])
+
+
+def test_wait_is_the_last_arrival_of_the_group_and_transfer_the_rest():
+    # dp=2 x tp=2: DP groups {0,2} {1,3}, TP groups {0,1} {2,3}.
+    calls = _calls(
+        [
+            (0, 0, "p", "all_reduce", "tp", 100, 200),  # TP group {0,1}: rank 1 arrives last, at 150
+            (1, 0, "p", "all_reduce", "tp", 150, 200),
+            (2, 0, "p", "all_reduce", "tp", 10, 60),  # TP group {2,3}: its own collective, rank 3 last at 40
+            (3, 0, "p", "all_reduce", "tp", 40, 60),
+            (0, 0, "q", "all_gather", "dp", 300, 400),  # DP group {0,2}: second call of q on each
+            (2, 0, "q", "all_gather", "dp", 280, 400),
+            (0, 0, "q", "all_gather", "dp", 500, 700),
+            (2, 0, "q", "all_gather", "dp", 650, 700),
+            (1, 0, "q", "all_gather", "dp", 300, 350),  # DP group {1,3}: rank 3 never made the call
+        ]
+    )
+    split = split_timed_waits(calls, dp=2, tp=2)
+    assert list(split["wait_ns"]) == [50, 0, 30, 0, 0, 20, 150, 0, 0]
+    assert list(split["transfer_ns"]) == [50, 50, 20, 20, 100, 100, 50, 50, 50]
+    assert list(split["matched"]) == [True] * 8 + [False]
+
+
+def test_runs_columns_take_the_median_over_rounds_of_the_median_over_steps():
+    rows = []
+    for trial, scale in ((0, 1.0), (1, 2.0), (2, 4.0)):
+        for step in range(3):
+            for rank, step_ms in enumerate((10.0 + step, 12.0 + step)):  # rank 1 is the slowest
+                rows.append({"run": "r", "trial": trial, "rank": rank, "step": step, "step_ms": step_ms * scale})
+                rows[-1]["optimizer_ms"] = rank + 1.0
+    timed = pd.DataFrame(rows)
+    columns = timed_run_columns(timed, "r", 26.0)
+    assert columns == {"timed_step_ms": 26.0, "timed_optimizer_ms": 1.5, "profiler_overhead": 1.0, "rounds": 3}
+    assert timed_run_columns(timed, "other", 26.0) == dict.fromkeys(columns)
+
+
+# ---------------------------------------------------------------- configuration and sweep
+
+
+def test_timed_steps_come_with_the_scale_and_not_for_runs_only_timed():
+    assert (TIMED.timed_steps, TIMED.timed_warmup, TIMED.timed_total) == (4, 1, 5)
+    cpu = resolve(CONFIG, "cpu")
+    assert (cpu.timed_steps, cpu.timed_warmup, cpu.timed_total) == (8, 2, 10)
+    assert replace(cpu, profile=False).timed_total == 0  # the regime sweep's points time every step already
+    assert UNTIMED.timed_total == 0
+    old = {k: v for k, v in cpu.to_dict().items() if not k.startswith("timed_")}  # a config.json from before
+    assert from_dict(old).timed_total == 0
+    assert from_dict(cpu.to_dict()) == cpu
+    with pytest.raises(ValueError, match="timed_steps must be >= 0"):
+        BenchConfig(group="g", name="n", optimizer="muon", dp=1, tp=1, timed_steps=-1)
+
+
+def test_each_round_is_shuffled_by_its_index_and_records_its_order(tmp_path):
+    cfgs = [resolve(key, "tiny") for key in ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2", CONFIG)]
+    plan = plan_recordings(cfgs, tmp_path, trials=8, profile="p")
+    assert plan == plan_recordings(cfgs, tmp_path, trials=8, profile="p")  # reproducible
+    orders = set()
+    for k in range(8):
+        rnd = plan[3 * k : 3 * k + 3]
+        assert {rec.trial for rec in rnd} == {k}  # round k is trial k of every configuration
+        assert [rec.round_order for rec in rnd] == [0, 1, 2]
+        expected = list(cfgs)
+        random.Random(k).shuffle(expected)
+        assert [rec.cfg for rec in rnd] == expected == round_order(cfgs, k)
+        orders.add(tuple(rec.cfg.key for rec in rnd))
+    assert len(orders) > 1
