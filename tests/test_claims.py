@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.bootstrap import interval, per_step
 from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work
 from muon_repro.analysis.claims import CLAIMS, Region, claims_table, verdict
 from muon_repro.analysis.tables import _comparisons_table
@@ -316,23 +315,3 @@ def test_comparisons_prefer_a_partner_that_did_the_same_work():
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
     cmp = _comparisons_table(runs)
     assert set(cmp["adamw_run"]) == {"comparison/adamw_dp2_tp2"}
-
-
-def test_bootstrap_interval_covers_the_truth_and_narrows_with_data():
-    rng = np.random.default_rng(1)
-
-    def samples(trials: int, steps: int, center: float) -> np.ndarray:
-        return center * (1 + 0.1 * rng.standard_normal((trials, steps)))
-
-    est, lo, hi = interval(lambda a, b: a / b, [samples(3, 5, 2.0), samples(3, 5, 1.0)])
-    assert lo < 2.0 < hi and lo <= est <= hi
-    _, lo_big, hi_big = interval(lambda a, b: a / b, [samples(20, 20, 2.0), samples(20, 20, 1.0)])
-    assert hi_big - lo_big < hi - lo
-
-
-def test_per_step_takes_the_slowest_rank_for_step_time():
-    steps = pd.DataFrame(
-        {"run": "r", "trial": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "step": [3, 3, 3, 3], "step_ms": [1.0, 2.0, 3.0, 5.0]}
-    )
-    assert per_step(steps, "r", "step_ms", "max").tolist() == [[2.0], [5.0]]
-    assert per_step(steps, "r", "step_ms").tolist() == [[1.5], [4.0]]

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from support import two_level_bootstrap as bootstrap  # the procedure rounds.py replaced
 
-from muon_repro.analysis import bootstrap
 from muon_repro.analysis.rounds import (
     align_rounds,
     mean_interval,

@@ -108,7 +108,8 @@ RAI: dict[str, Any] = {
     "rai:dataCollectionRawData": "The profiler traces and run records under traces/, shipped with the tables.",
     "rai:dataPreprocessingProtocol": [
         "Warm-up steps are left out of timings; time is attributed to optimizer phases by the profiler annotations the "
-        "optimizers emit; intervals are bootstrapped over trials and steps (docs/method.md)."
+        "optimizers emit; intervals are t intervals over rounds of interleaved recordings, paired between the runs "
+        "compared (docs/method.md)."
     ],
     "rai:dataUseCases": [
         "Checking claims about Distributed Muon's communication volume, optimizer-step time and optimizer-state memory "

@@ -1,4 +1,5 @@
-"""Intervals for statistics of runs recorded in several trials of several steps each.
+"""The two-level bootstrap the claims used before :mod:`muon_repro.analysis.rounds`, kept for the tests that
+show why it was replaced (tests/test_rounds.py): intervals for runs recorded in several trials of several steps.
 
 A run's per-step values are a two-level sample: trials (recordings at different times of a
 shared machine) and steps within a trial. The bootstrap resamples both levels, trials with
