@@ -37,6 +37,7 @@ WALLS: dict[str, tuple[str, ...]] = {
     "parallel": DOWNSTREAM,
     "rundir.py": LIGHT,
     "phases.py": LIGHT,
+    "run_records.py": LIGHT,
     "model_config.py": (*TRAINING, "pandas", "numpy"),
     "stages.py": TRAINING,  # only inside bench(), which trains
     "cli.py": TRAINING,

@@ -15,7 +15,8 @@ import pytest
 from muon_repro.analysis.timed_steps import split_timed_waits, timed_calls, timed_run_columns
 from muon_repro.bench.configs import BenchConfig, from_dict, resolve
 from muon_repro.bench.sweep import plan_recordings, record_local, round_order
-from muon_repro.rundir import RankMetrics, RunDir
+from muon_repro.run_records import RankMetrics
+from muon_repro.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "layout_ablation/muon_dp2_tp2_bucketed"  # bucketed: every optimizer collective occurs, the model's TP ones too

@@ -23,7 +23,8 @@ from muon_repro.analysis.discover import RunInfo
 from muon_repro.analysis.pipeline import Analysis
 from muon_repro.analysis.timeline import align_ranks
 from muon_repro.phases import PHASES
-from muon_repro.rundir import RankMetrics, flatten
+from muon_repro.run_records import RankMetrics
+from muon_repro.rundir import flatten
 from muon_repro.tables.schemas import SCHEMAS
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.pipeline import Analysis
-from muon_repro.rundir import TIMED_COMM_COLUMNS, RankMetrics
+from muon_repro.run_records import TIMED_COMM_COLUMNS, RankMetrics
 from muon_repro.tables.schemas import SCHEMAS
 
 _CALL_COLUMNS = ("rank", "step", "phase", "kind", "group", "start_ns", "end_ns")

@@ -6,7 +6,7 @@ place once every rank is done):
 
     rank<r>.json.gz    PyTorch profiler Chrome trace (Kineto), openable in ui.perfetto.dev (none when the
                        config says profile=false: the steps are only timed)
-    metrics.json       rank 0 only: every rank's :class:`~muon_repro.rundir.RankMetrics`
+    metrics.json       rank 0 only: every rank's :class:`~muon_repro.run_records.RankMetrics`
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
 
@@ -47,7 +47,8 @@ from muon_repro.optim.comm_model import optimizer_bytes
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
-from muon_repro.rundir import RankMetrics, RunDir, ShardSummary, trace_name
+from muon_repro.run_records import RankMetrics, ShardSummary
+from muon_repro.rundir import RunDir, trace_name
 from muon_repro.tables.files import write_atomic
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -1,0 +1,250 @@
+"""What a run folder's JSON records say, typed: ``config.json`` (:class:`RunConfig`) and each rank's entry of
+``metrics.json`` (:class:`RankMetrics`, with its :class:`ShardSummary` and the columnar ``timed_comm`` of the
+steps timed without the profiler). Every field is read tolerantly: a value of the wrong type, a non-finite
+number or a malformed record reads as ``None`` or empty, never as a wrong number.
+
+:mod:`muon_repro.rundir` owns the folder and its file names and reads these records from it. This module
+imports nothing heavy: no torch, no pandas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(value) if -(2**63) <= value < 2**63 else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+
+
+def _floats(value: Any) -> list[float | None]:
+    return [_float(v) for v in value] if isinstance(value, list) else []
+
+
+TIMED_COMM_VOCABULARIES = ("phases", "kinds", "groups")
+TIMED_COMM_COLUMNS = ("step", "phase", "kind", "group", "start_ns", "end_ns")
+
+
+def _timed_comm(value: Any) -> dict[str, list]:
+    """metrics.json's ``timed_comm`` if well formed (string vocabularies, integer columns of one length, codes
+    inside their vocabulary), else ``{}``: a malformed record reads as none, not as wrong times."""
+    if not isinstance(value, Mapping):
+        return {}
+    vocab = {k: value.get(k) for k in TIMED_COMM_VOCABULARIES}
+    cols = {k: value.get(k) for k in TIMED_COMM_COLUMNS}
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in vocab.values()):
+        return {}
+    if not all(isinstance(v, list) and all(type(x) is int for x in v) for v in cols.values()):
+        return {}
+    if len({len(v) for v in cols.values()}) != 1:
+        return {}
+    for column, names in (("phase", "phases"), ("kind", "kinds"), ("group", "groups")):
+        if any(not 0 <= code < len(vocab[names]) for code in cols[column]):
+            return {}
+    return {**vocab, **cols}
+
+
+def _int_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, raw in value.items() if (v := _int(raw)) is not None}
+
+
+# ---------------------------------------------------------------- config.json
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``config.json`` says about a run; every field is ``None`` where it says nothing
+    (a foreign folder of traces has no config at all)."""
+
+    group: str | None = None
+    name: str | None = None
+    optimizer: str | None = None  # muon | adamw
+    dp: int | None = None
+    tp: int | None = None
+    layout: str | None = None  # contiguous | bucketed | whole_matrix
+    overlap: str | None = None  # none | naive_async | pipelined (phases.OVERLAPS); "none" for runs recorded before it existed
+    scale: str | None = None
+    preset: str | None = None
+    qkv: str | None = None
+    tokens_per_step: int | None = None  # global, over all DP ranks
+    batch_per_dp: int | None = None
+    seq_len: int | None = None
+    bucket_elems: int | None = None
+    steps: int | None = None
+    wait: int | None = None
+    warmup: int | None = None
+    active: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    ns_dtype: str | None = None
+    gather_dtype: str | None = None
+    reduce_dtype: str | None = None
+    seed: int | None = None
+    trial: int | None = None  # which recording of the configuration this is, from 0
+    trials: int | None = None  # how many were asked for
+    round_order: int | None = None  # its place in its round of the sweep (shuffled per round); null: recorded before
+    timed_steps: int | None = None  # steps timed without the profiler before the profiled ones; null: none (older runs)
+    timed_warmup: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    device: str | None = None
+    profile: bool | None = None  # False: timed without the profiler, no traces (the regime sweep); null: profiled (older runs)
+    hidden: int | None = None  # model shape overrides of a custom or sweep run (null: the preset's)
+    n_layers: int | None = None
+    n_heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab_size: int | None = None
+    command: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RunConfig:
+        """Typed fields from a decoded ``config.json``; a value of the wrong type reads as ``None``."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = raw.get(f.name)
+            if f.name == "command":
+                if isinstance(value, list):
+                    values[f.name] = tuple(str(v) for v in value)
+                elif isinstance(value, str) and value.strip():
+                    values[f.name] = (value,)
+            elif f.type in ("int | None",):
+                values[f.name] = _int(value)
+            elif f.type in ("float | None",):
+                values[f.name] = _float(value)
+            elif f.type in ("bool | None",):
+                values[f.name] = value if isinstance(value, bool) else None
+            else:
+                values[f.name] = _str(value)
+        if raw and "overlap" not in raw:  # recorded before the option existed: every gather blocked
+            values["overlap"] = "none"
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["command"] = list(self.command)
+        return out
+
+
+# ---------------------------------------------------------------- metrics.json
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """One rank's share of the ZeRO-1 shard plan (what sets its Newton-Schulz work and its state)."""
+
+    layout: str
+    buckets: int
+    shard_elems: int  # flat-buffer elements this rank owns (optimizer state is kept for these)
+    muon_matrices: int  # Muon matrices in the model (TP-local)
+    ns_matrices: int  # matrices this rank orthogonalizes each step
+    dp_gathered_matrices: int  # matrices that need a DP gather (straddle a boundary, or bucketed)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> ShardSummary | None:
+        if not isinstance(raw, Mapping):
+            return None
+        values = {f.name: (_str(raw.get(f.name)) if f.name == "layout" else _int(raw.get(f.name))) for f in fields(cls)}
+        return None if any(v is None for v in values.values()) else cls(**values)
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What one rank measured and knew at run time (one entry of ``metrics.json``'s ``ranks``).
+
+    Per-step lists cover every step (profiled or not); ``analytic_bytes`` and ``ns_flops`` are per
+    step; ``ledger`` holds one record per collective call (step, phase, op, group, bytes, ...).
+    """
+
+    rank: int
+    dp_rank: int | None = None
+    tp_rank: int | None = None
+    step_ms: list[float | None] = field(default_factory=list)
+    optimizer_ms: list[float | None] = field(default_factory=list)
+    loss: list[float | None] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    state_bytes: dict[str, int] = field(default_factory=dict)  # muon (momentum) / adamw (two moments)
+    transient_bytes: int | None = None  # largest set of gather/shard buffers alive at once
+    peak_memory_bytes: int | None = None
+    peak_memory_source: str | None = None  # cuda_max_allocated | process_max_rss
+    update_rms: dict[str, float] = field(default_factory=dict)
+    ns_calls: int | None = None
+    ns_flops: int | None = None  # Newton-Schulz FLOPs of this rank in one step
+    model_params: int | None = None
+    local_params: int | None = None
+    analytic_bytes: dict[str, int] = field(default_factory=dict)  # per optimizer comm phase, per step
+    shard: ShardSummary | None = None
+    train_flops: int | None = None  # forward+backward FLOPs of the whole model in one step (all ranks together)
+    loopback_bytes: int | None = None  # rank 0 only: bytes through the loopback interface during the profiled steps
+    loopback_steps: int | None = None  # the steps loopback_bytes covers
+    # The steps timed with no profiler before the profiled ones (config timed_steps; empty for runs without):
+    # per kept step, perf_counter_ns around the whole step, forward+backward and the optimizer step.
+    timed_step_ms: list[float | None] = field(default_factory=list)
+    timed_fwd_bwd_ms: list[float | None] = field(default_factory=list)
+    timed_optimizer_ms: list[float | None] = field(default_factory=list)
+    # Every collective call of those steps, as columns (muon_repro.parallel.comm.CommTimer.columns):
+    # vocabularies "phases", "kinds", "groups"; then "step", "phase", "kind", "group" (codes into them),
+    # "start_ns", "end_ns" (perf_counter_ns: CLOCK_MONOTONIC, one clock for the ranks of one host). {} without.
+    timed_comm: dict[str, list] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], index: int = 0) -> RankMetrics:
+        """Typed fields from one decoded entry; wrong types read as empty/``None``."""
+        ledger = raw.get("ledger")
+        update_rms = raw.get("update_rms") if isinstance(raw.get("update_rms"), Mapping) else {}
+        return cls(
+            rank=r if (r := _int(raw.get("rank"))) is not None else index,
+            dp_rank=_int(raw.get("dp_rank")),
+            tp_rank=_int(raw.get("tp_rank")),
+            step_ms=_floats(raw.get("step_ms")),
+            optimizer_ms=_floats(raw.get("optimizer_ms")),
+            loss=_floats(raw.get("loss")),
+            ledger=[rec for rec in ledger if isinstance(rec, dict)] if isinstance(ledger, list) else [],
+            state_bytes=_int_map(raw.get("state_bytes")),
+            transient_bytes=_int(raw.get("transient_bytes")),
+            peak_memory_bytes=_int(raw.get("peak_memory_bytes", raw.get("peak_mem_bytes"))),
+            peak_memory_source=_str(raw.get("peak_memory_source")),
+            update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None},
+            ns_calls=_int(raw.get("ns_calls")),
+            ns_flops=_int(raw.get("ns_flops")),
+            model_params=_int(raw.get("model_params")),
+            local_params=_int(raw.get("local_params")),
+            analytic_bytes=_int_map(raw.get("analytic_bytes")),
+            shard=ShardSummary.from_dict(raw.get("shard")),
+            train_flops=_int(raw.get("train_flops")),
+            loopback_bytes=_int(raw.get("loopback_bytes")),
+            loopback_steps=_int(raw.get("loopback_steps")),
+            timed_step_ms=_floats(raw.get("timed_step_ms")),
+            timed_fwd_bwd_ms=_floats(raw.get("timed_fwd_bwd_ms")),
+            timed_optimizer_ms=_floats(raw.get("timed_optimizer_ms")),
+            timed_comm=_timed_comm(raw.get("timed_comm")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as written; a rank without timed steps writes no ``timed_*`` key (as before they existed)."""
+        out = asdict(self)
+        if not (self.timed_step_ms or self.timed_fwd_bwd_ms or self.timed_optimizer_ms or self.timed_comm):
+            for name in ("timed_step_ms", "timed_fwd_bwd_ms", "timed_optimizer_ms", "timed_comm"):
+                del out[name]
+        return out
+
+    @property
+    def total_state_bytes(self) -> int | None:
+        return sum(self.state_bytes.values()) if self.state_bytes else None
