@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import per_round, per_round_ratio, rounds_of
+from muon_repro.analysis.rounds import align_rounds, per_round, per_round_ratio, rounds_of
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "reduce_dtype", "backend", "device")
@@ -89,28 +89,18 @@ class ProfileTables:
         """Whether every one of ``runs`` was timed without the profiler."""
         return all(self.step_source(r) is self.timed for r in runs)
 
-    def rounds(self, *runs: pd.Series) -> np.ndarray:
-        """The rounds (trial ids) every one of ``runs`` was recorded in: the pairs a paired interval is over."""
-        common = None
+    def paired(self, column: str, how: str, *runs: pd.Series) -> tuple[np.ndarray, ...]:
+        """Each run's value of ``column`` per round (median over its steps, reduced over ranks with ``how``),
+        for the rounds every one of ``runs`` was recorded in: the pairs a paired interval is over."""
+        per_run = []
         for run in runs:
-            ids = set(rounds_of(self.step_source(run), str(run["run"])).tolist())
-            common = ids if common is None else common & ids
-        return np.array(sorted(common or ()), dtype=int)
+            source, name = self.step_source(run), str(run["run"])
+            per_run.append((rounds_of(source, name), per_round(source, name, column, how)))
+        return align_rounds(*per_run)
 
-    def per_round(self, run: pd.Series, column: str, how: str = "mean", rounds: np.ndarray | None = None) -> np.ndarray:
-        """One value per round of ``run`` (median over its steps of ``column`` reduced over ranks with ``how``),
-        for the rounds ``rounds`` (default: all of the run's), in that order."""
-        return self._at(run, per_round(self.step_source(run), str(run["run"]), column, how), rounds)
-
-    def per_round_share(self, run: pd.Series, numerator: str, denominator: str, rounds: np.ndarray | None = None) -> np.ndarray:
+    def per_round_share(self, run: pd.Series, numerator: str, denominator: str) -> np.ndarray:
         """Per round, the median over steps of ``numerator`` (mean over ranks) / ``denominator`` (slowest rank)."""
-        return self._at(run, per_round_ratio(self.step_source(run), str(run["run"]), numerator, denominator), rounds)
-
-    def _at(self, run: pd.Series, values: np.ndarray, rounds: np.ndarray | None) -> np.ndarray:
-        if rounds is None:
-            return values
-        ids = rounds_of(self.step_source(run), str(run["run"])).tolist()
-        return np.array([values[ids.index(r)] if r in ids else np.nan for r in rounds], dtype="float64")
+        return per_round_ratio(self.step_source(run), str(run["run"]), numerator, denominator)
 
     def phase_mean(self, run: pd.Series, phase: str, column: str) -> float:
         """The phase's ``column``, mean over trials and ranks; NaN when the run has no such phase (absent, not zero)."""

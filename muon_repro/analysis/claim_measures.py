@@ -44,8 +44,7 @@ class Measurement:
 
 def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean") -> tuple[float, float, float]:
     """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval."""
-    rounds = t.rounds(a, b)
-    return paired_ratio_interval(t.per_round(a, column, how, rounds), t.per_round(b, column, how, rounds))
+    return paired_ratio_interval(*t.paired(column, how, a, b))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series) -> str:
@@ -165,8 +164,8 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
     pair = _pair(t)
     if pair is not None and not is_missing(muon.get("tokens_per_step")):
         adamw = pair[1]
-        rounds = t.rounds(muon, adamw)
-        extra_ms = t.per_round(muon, "step_ms", "max", rounds) - t.per_round(adamw, "step_ms", "max", rounds)
+        muon_ms, adamw_ms = t.paired("step_ms", "max", muon, adamw)
+        extra_ms = muon_ms - adamw_ms
         d, dlo, dhi = mean_interval(extra_ms / float(muon["tokens_per_step"]) * 1000.0)
         extra = f" Muon's extra over AdamW: {d:.1f} µs per token (95% interval {dlo:.1f} to {dhi:.1f})."
     zero1 = t.phase_mean(muon, DP_REDUCE_SCATTER, "ms_per_step") + t.phase_mean(muon, DP_ALL_GATHER, "ms_per_step")
@@ -214,8 +213,7 @@ def hybrid(t: ProfileTables) -> Measurement | str:
     h, d, p = grid["hybrid"], grid["dp4"], grid["tp4"]
     check_same_work(h, d)
     check_same_work(h, p)
-    rounds = t.rounds(h, d, p)
-    x, y, z = (t.per_round(r, "step_ms", "max", rounds) for r in (h, d, p))
+    x, y, z = t.paired("step_ms", "max", h, d, p)
     value, low, high = paired_ratio_interval(x, np.minimum(y, z))
     tp_ms = t.phase_mean(h, MODEL_COMM_PHASES[0], "ms_per_step")
     explanation = (

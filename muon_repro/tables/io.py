@@ -135,11 +135,12 @@ def _read_stamped(path: Path, name: str, *, fill_missing: bool = True) -> tuple[
 
     schema = SCHEMAS[name]
     data = path.read_bytes()  # once: the stamp and the rows come from the same file
-    generation = table_stamp(pq.read_schema(pa.BufferReader(data)).metadata).get(GENERATION_KEY)
+    written = pq.read_schema(pa.BufferReader(data))  # the file's own schema: its stamp and its columns
+    generation = table_stamp(written.metadata).get(GENERATION_KEY)
     table = pq.read_table(pa.BufferReader(data), schema=schema.arrow_schema())
     frame = schema.conform(table.to_pandas(types_mapper=pd.ArrowDtype).astype({c.name: c.dtype for c in schema.columns}))
     if not fill_missing:
-        present = set(pq.read_schema(pa.BufferReader(data)).names)
+        present = set(written.names)
         frame = frame[[c for c in frame.columns if c in present]]
     return frame, generation
 
