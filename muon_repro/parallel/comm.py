@@ -86,16 +86,8 @@ class CommTimer:
     group_codes: dict[str, int] = field(default_factory=dict)
 
     def add(self, step: int, phase: str, kind: int, group: str, start_ns: int, end_ns: int) -> None:
-        codes = self.phase_codes
-        code = codes.get(phase)
-        if code is None:
-            code = codes[phase] = len(codes)
-        self.phase.append(code)
-        codes = self.group_codes
-        g = codes.get(group)
-        if g is None:
-            g = codes[group] = len(codes)
-        self.group.append(g)
+        self.phase.append(self.phase_codes.setdefault(phase, len(self.phase_codes)))
+        self.group.append(self.group_codes.setdefault(group, len(self.group_codes)))
         self.step.append(step)
         self.kind.append(kind)
         self.start_ns.append(start_ns)
@@ -124,6 +116,18 @@ class CommTimer:
 
 
 _ALL_GATHER, _REDUCE_SCATTER, _ALL_REDUCE = (OPS.index(op) for op in ("all_gather", "reduce_scatter", "all_reduce"))
+
+
+def _timed(group: Group, phase: str, kind: int, call, /, *args, **kwargs):
+    """``call(*args, **kwargs)``, its entry and exit appended to ``group``'s timer while the timer is on
+    (positional-only, so ``call``'s own ``group=`` keyword passes through)."""
+    timer = group.ledger.timer
+    if not timer.on:
+        return call(*args, **kwargs)
+    start_ns = perf_counter_ns()
+    out = call(*args, **kwargs)
+    timer.add(group.ledger.step, phase, kind, group.name, start_ns, perf_counter_ns())
+    return out
 
 
 @dataclass
@@ -201,11 +205,7 @@ def all_gather_into(full: torch.Tensor, shard: torch.Tensor, group: Group, *, ph
         if group.size == 1:
             full.view(-1).copy_(shard.view(-1))
         else:
-            timer = group.ledger.timer
-            t0 = perf_counter_ns() if timer.on else 0
-            _all_gather_single(full, shard, group=group.process_group)
-            if t0:
-                timer.add(group.ledger.step, phase, _ALL_GATHER, group.name, t0, perf_counter_ns())
+            _timed(group, phase, _ALL_GATHER, _all_gather_single, full, shard, group=group.process_group)
     group.ledger.record(phase, "all_gather", group, full.numel(), full.dtype)
     return full
 
@@ -266,11 +266,16 @@ def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *
         if group.size == 1:
             shard.view(-1).copy_(full.view(-1))
         else:
-            timer = group.ledger.timer
-            t0 = perf_counter_ns() if timer.on else 0
-            _reduce_scatter_single(shard, full, op=dist.ReduceOp.SUM, group=group.process_group)
-            if t0:
-                timer.add(group.ledger.step, phase, _REDUCE_SCATTER, group.name, t0, perf_counter_ns())
+            _timed(
+                group,
+                phase,
+                _REDUCE_SCATTER,
+                _reduce_scatter_single,
+                shard,
+                full,
+                op=dist.ReduceOp.SUM,
+                group=group.process_group,
+            )
     group.ledger.record(phase, "reduce_scatter", group, full.numel(), full.dtype)
     return shard
 
@@ -282,10 +287,6 @@ def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str) -> torch.Tens
     """Sum ``tensor`` over the group, in place."""
     with record_function(phase):
         if group.size > 1:
-            timer = group.ledger.timer
-            t0 = perf_counter_ns() if timer.on else 0
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group.process_group)
-            if t0:
-                timer.add(group.ledger.step, phase, _ALL_REDUCE, group.name, t0, perf_counter_ns())
+            _timed(group, phase, _ALL_REDUCE, dist.all_reduce, tensor, op=dist.ReduceOp.SUM, group=group.process_group)
     group.ledger.record(phase, "all_reduce", group, tensor.numel(), tensor.dtype)
     return tensor
