@@ -36,6 +36,7 @@ class RunPlan:
     scale: str = "cpu"
     configs: tuple[str, ...] = ("reference",)
     trials: int = 3
+    traced_trials: int = 1  # of the trials (rounds), those profiled with traces; the others are timed only
     backend: str | None = None
     force: bool = False
     progress: bool = True
@@ -85,6 +86,7 @@ def stage_bench(plan: RunPlan) -> None:
         plan.traces,
         scale=plan.scale,
         trials=plan.trials,
+        traced_trials=plan.traced_trials,
         backend=plan.backend,
         force=plan.force,
         progress=plan.progress,

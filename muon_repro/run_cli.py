@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from muon_repro.bench.configs import DEFAULT_TRIALS, SCALES
+from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES
 from muon_repro.hardware import add_profile_argument
 
 if TYPE_CHECKING:
@@ -38,7 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
     p.add_argument(
-        "--trials", type=int, default=DEFAULT_TRIALS, help="recordings of each configuration, interleaved (default: %(default)s)"
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help="rounds: recordings of each configuration, interleaved (default: %(default)s; the committed reference has 10)",
+    )
+    p.add_argument(
+        "--traced-trials",
+        type=int,
+        default=DEFAULT_TRACED_TRIALS,
+        help="of those, the first rounds profiled with traces; the others are timed only (default: %(default)s)",
     )
     p.add_argument("--force", action="store_true", help="re-record complete runs")
     p.add_argument("--no-progress", action="store_true")
@@ -56,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
         scale=args.scale,
         configs=tuple(args.configs),
         trials=args.trials,
+        traced_trials=args.traced_trials,
         backend=args.backend,
         force=args.force,
         progress=not args.no_progress,

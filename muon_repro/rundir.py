@@ -220,6 +220,15 @@ class RunDir:
                 steps.append((max(s for s, _ in step), math.fsum(o for _, o in step) / len(step)))
         return steps
 
+    def timed_steps(self) -> list[tuple[float, float]]:
+        """Each step timed without the profiler (``timed_*``) that every rank timed: the slowest rank's step and
+        the mean over ranks of the optimizer step, as :meth:`recorded_steps`; empty for a run without them."""
+        ranks = self.ranks
+        steps = []
+        for step in zip(*(zip(r.timed_step_ms, r.timed_optimizer_ms) for r in ranks)):
+            steps.append((max(s for s, _ in step), math.fsum(o for _, o in step) / len(step)))
+        return steps if ranks and all(r.timed_step_ms for r in ranks) else []
+
     def write(self, config: Mapping[str, Any], environment: Mapping[str, Any], ranks: list[RankMetrics], log: str) -> None:
         """Write the side files (rank 0 does, once every rank's metrics are gathered)."""
         self.path.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ def bench(
     *,
     scale: str = "cpu",
     trials: int = 3,
+    traced_trials: int | None = 1,
     backend: str | None = None,
     force: bool = False,
     progress: bool = True,
@@ -52,7 +53,8 @@ def bench(
     profile: str | None = None,
 ) -> list[RunResult]:
     """Record the named configurations (names, groups, 'seed', 'reference', 'all') on this machine, each in
-    ``trials`` interleaved trials, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
+    ``trials`` interleaved trials (rounds), the first ``traced_trials`` of them profiled with traces and the
+    others timed only, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
     derived from the machine); complete trials are skipped unless ``force``."""
     from muon_repro.bench.configs import expand_config_names, resolve
     from muon_repro.bench.sweep import record_local
@@ -61,7 +63,17 @@ def bench(
     cfgs = [resolve(key, scale) for key in expand_config_names(list(configs))]
     backend = backend or default_backend(max(c.world_size for c in cfgs))
     command = list(command or ["muon-repro", "bench", *configs, "--scale", scale, "--out", str(out)])
-    return record_local(cfgs, Path(out), backend, trials=trials, force=force, command=command, progress=progress, profile=profile)
+    return record_local(
+        cfgs,
+        Path(out),
+        backend,
+        trials=trials,
+        traced_trials=traced_trials,
+        force=force,
+        command=command,
+        progress=progress,
+        profile=profile,
+    )
 
 
 def analyze(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from muon_repro.analysis.checks import checks_table
 from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.collectives import COMM_KINDS
 from muon_repro.phases import OPTIMIZER_COMM_PHASES
@@ -505,9 +506,11 @@ def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
     return {
         "runs": runs_df,
         "steps": steps,
+        "timed_steps": SCHEMAS["timed_steps"].empty(),  # runs recorded before timed steps: the report still builds
         "collectives": _frame("collectives", [row for run in runs for row in _collectives(run)]),
         "comparisons": _comparisons(runs_df),
         "claims": SCHEMAS["claims"].conform(claims_table(runs_df, steps, ranks, phases)),
+        "checks": SCHEMAS["checks"].conform(checks_table(runs_df, ranks, phases)),
         "ranks": ranks,
         "phases": phases,
         "timeline": _frame("timeline", [row for run in runs for row in _timeline(run)]),

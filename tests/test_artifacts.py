@@ -98,7 +98,9 @@ def test_run_end_to_end_then_again_without_rerecording(tmp_path):
         assert (tmp_path / artifact).is_file(), artifact
     assert "Claims, as measured here" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
     traces = sorted((tmp_path / "traces").rglob("*.json.gz"))
-    assert len(traces) == 2 * 2 * 4  # 2 configurations x 2 trials x 4 ranks
+    assert len(traces) == 2 * 1 * 4  # 2 configurations x 1 traced trial (the default; the second is timed only) x 4 ranks
+    runs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet")
+    assert list(runs["rounds"]) == [2, 2] and list(runs["trials"]) == [1, 1]
     stamps = [p.stat().st_mtime_ns for p in traces]
 
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())

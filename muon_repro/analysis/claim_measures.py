@@ -8,7 +8,7 @@ saying which runs it needs; :data:`MEASURE` maps each claim id to its function.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,12 @@ class Measurement:
     conditions: str
     explanation: str
     runs: tuple[pd.Series, ...] = ()  # the runs measured, whose conditions the claim's are compared with
+    # The numbers the explanation quotes that no table cell holds (ratios, intervals, aggregates), by name: the
+    # claims table keeps them (column quoted), so that every number an explanation states is a table value.
+    quoted: dict[str, float] = field(default_factory=dict)
+    # What a claim's conditions are compared with when no benchmark run was measured (the convergence runs'
+    # training: params, tokens_trained; "run" names them).
+    subject: pd.Series | None = None
 
     @classmethod
     def over_ranks(cls, values: pd.Series, conditions: str, explanation: str, runs: tuple[pd.Series, ...] = ()) -> Measurement:
@@ -47,13 +53,14 @@ def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how:
     return paired_ratio_interval(*t.paired(column, how, a, b))
 
 
-def _ns_cause(t: ProfileTables, muon: pd.Series) -> str:
+def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> str:
     """Newton-Schulz FLOPs against forward+backward FLOPs on the busiest rank: the cause of Muon's time cost."""
     ns, train, world = muon.get("ns_flops_max_rank"), muon.get("train_flops"), muon.get("world_size")
     if is_missing(ns) or is_missing(train) or is_missing(world) or not train:
         return ""
     per_rank = float(train) / float(world)
     ratio = float(ns) / per_rank
+    quoted |= {"fwd_bwd_flops_per_rank": per_rank, "ns_over_fwd_bwd_busiest_rank": ratio}
     ns_ms = t.phase_mean(muon, NEWTON_SCHULZ, "ms_per_step")
     return (
         f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x that rank's forward+backward "
@@ -118,6 +125,7 @@ def comm_time(t: ProfileTables) -> Measurement | str:
     col = _comm_column(t)
     value, low, high = paired_ratio(t, muon, adamw, col)
     total = paired_ratio(t, muon, adamw, "comm_ms")[0]
+    quoted = {"comm_ms_ratio_with_waiting": total}
     dp_gather_mb = t.phase_mean(muon, DP_GATHER, "trace_bytes") / 1e6
     tp_gather_mb = t.phase_mean(muon, TP_GATHER, "trace_bytes") / 1e6
     what = (
@@ -132,7 +140,7 @@ def comm_time(t: ProfileTables) -> Measurement | str:
         "On gloo every byte crosses the CPU's memory over loopback TCP; the seed measured NCCL over PCIe, where both "
         "optimizers' collectives overlap differently with compute."
     )
-    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw))
+    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
 
 
 def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: int = 2) -> str:
@@ -160,49 +168,23 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
     if muon is None:
         return "needs a Muon run at dp=2, tp=2"
     value, low, high = mean_interval(t.per_round_share(muon, "optimizer_ms", "step_ms"))  # the share formed within each step
-    extra = ""
+    extra, quoted = "", {}
     pair = _pair(t)
     if pair is not None and not is_missing(muon.get("tokens_per_step")):
         adamw = pair[1]
         muon_ms, adamw_ms = t.paired("step_ms", "max", muon, adamw)
         extra_ms = muon_ms - adamw_ms
         d, dlo, dhi = mean_interval(extra_ms / float(muon["tokens_per_step"]) * 1000.0)
+        quoted |= {"muon_extra_us_per_token": d, "muon_extra_us_per_token_low": dlo, "muon_extra_us_per_token_high": dhi}
         extra = f" Muon's extra over AdamW: {d:.1f} µs per token (95% interval {dlo:.1f} to {dhi:.1f})."
-    zero1 = t.phase_mean(muon, DP_REDUCE_SCATTER, "ms_per_step") + t.phase_mean(muon, DP_ALL_GATHER, "ms_per_step")
+    scatter = t.phase_mean(muon, DP_REDUCE_SCATTER, "ms_per_step")
+    gather = t.phase_mean(muon, DP_ALL_GATHER, "ms_per_step")
     explanation = (
-        f"The optimizer step holds the ZeRO-1 gradient reduce-scatter and parameter all-gather that AdamW pays too "
-        f"({absent_or(zero1, f'{zero1:.0f} ms per step here')}). {_ns_cause(t, muon)}{extra}"
+        f"The optimizer step holds the ZeRO-1 gradient reduce-scatter ({absent_or(scatter, f'{scatter:.0f} ms per step')}) "
+        f"and parameter all-gather ({absent_or(gather, f'{gather:.0f} ms per step')}) that AdamW pays too. "
+        f"{_ns_cause(t, muon, quoted)}{extra}"
     )
-    return Measurement(value, low, high, describe_runs(muon), explanation, (muon,))
-
-
-def state_memory(t: ProfileTables) -> Measurement | str:
-    pair = _pair(t)
-    if pair is None:
-        return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work and layout"
-    muon, adamw = pair
-    m = t.ranks[(t.ranks["run"] == muon["run"]) & (t.ranks["trial"] == t.ranks["trial"].min())].set_index("rank")
-    a = t.ranks[(t.ranks["run"] == adamw["run"]) & (t.ranks["trial"] == t.ranks["trial"].min())].set_index("rank")
-    if m.empty or a.empty or m["muon_state_bytes"].isna().any() or a["adamw_state_bytes"].isna().any():
-        return "needs per-rank optimizer state (metrics.json) for both runs"
-    # The AdamW moments the AdamW run keeps for the same elements Muon manages on that rank: both runs
-    # lay out the same flat buffer, so its state minus Muon's AdamW-routed state is the Muon matrices' share.
-    adamw_for_matrices = a["adamw_state_bytes"].astype("float64") - m["adamw_state_bytes"].astype("float64")
-    held = adamw_for_matrices > 0
-    ratios = (m["muon_state_bytes"].astype("float64")[held] / adamw_for_matrices[held]).dropna()
-    if ratios.empty:
-        return "no rank holds Muon-managed matrices"
-    whole = (m["state_bytes"].astype("float64") / a["state_bytes"].astype("float64")).max()
-    muon_elems = m["muon_state_bytes"].astype("float64").sum() / 4.0
-    all_elems = a["adamw_state_bytes"].astype("float64").sum() / 8.0
-    f = muon_elems / all_elems if all_elems else float("nan")
-    explanation = (
-        f"Per rank, Muon keeps one fp32 momentum where AdamW keeps two fp32 moments for the same matrix elements "
-        f"(ratios {ratios.min():.3f} to {ratios.max():.3f} over {len(ratios)} ranks). Over the whole model the largest "
-        f"rank's ratio is {whole:.3f}: embeddings, the LM head and norms keep AdamW state in both optimizers, and Muon "
-        f"manages a fraction f = {f:.2f} of the elements, so the whole-model ratio cannot fall below 1 - f/2 = {1 - f / 2:.3f}."
-    )
-    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation, (muon, adamw))
+    return Measurement(value, low, high, describe_runs(muon), explanation, (muon,), quoted)
 
 
 def hybrid(t: ProfileTables) -> Measurement | str:
@@ -216,14 +198,22 @@ def hybrid(t: ProfileTables) -> Measurement | str:
     x, y, z = t.paired("step_ms", "max", h, d, p)
     value, low, high = paired_ratio_interval(x, np.minimum(y, z))
     tp_ms = t.phase_mean(h, MODEL_COMM_PHASES[0], "ms_per_step")
+    column, how = _step_column(t, h, d, p)
     explanation = (
-        f"Median step time at {int(h['tokens_per_step'])} tokens per step: DP2·TP2 {float(h['step_ms']):.0f} ms, "
-        f"DP4 {float(d['step_ms']):.0f} ms, TP4 {float(p['step_ms']):.0f} ms. Newton-Schulz per step on the busiest rank: "
+        f"Median step time {how} at {int(h['tokens_per_step'])} tokens per step: DP2·TP2 {float(h[column]):.0f} ms, "
+        f"DP4 {float(d[column]):.0f} ms, TP4 {float(p[column]):.0f} ms. Newton-Schulz per step on the busiest rank: "
         f"DP2·TP2 {float(h['ns_flops_max_rank'] or 0) / 1e9:.1f}, DP4 {float(d['ns_flops_max_rank'] or 0) / 1e9:.1f}, "
         f"TP4 {float(p['ns_flops_max_rank'] or 0) / 1e9:.1f} GFLOP; TP adds the model's all-reduces "
         f"({absent_or(tp_ms, f'{tp_ms:.0f} ms per step at TP2')})."
     )
     return Measurement(value, low, high, describe_runs(h, d, p), explanation, (h, d, p))
+
+
+def _step_column(t: ProfileTables, *runs: pd.Series) -> tuple[str, str]:
+    """The runs table's median step column the interval's times come from, and how it was timed."""
+    if t.unprofiled(*runs) and not any(is_missing(r.get("timed_step_ms")) for r in runs):
+        return "timed_step_ms", "(no profiler)"
+    return "step_ms", "(profiled)"
 
 
 def async_slowdown(t: ProfileTables) -> Measurement | str:
@@ -238,6 +228,7 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
             continue
         check_same_work(naive, twin)
         value, low, high = _step_ratio(t, naive, twin)
+        quoted: dict[str, float] = {}
         explanation = (
             f"Step time with the DP and TP gathers issued async_op=True and waited for where their result is first "
             f"used, over blocking gathers: {value:.2f}x [{low:.2f}, {high:.2f}] on {naive['backend']}: "
@@ -253,12 +244,14 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
         if pipelined is not None:
             check_same_work(pipelined, twin)
             p_value, p_low, p_high = _step_ratio(t, pipelined, twin)
+            quoted |= {"pipelined_over_blocking": p_value, "pipelined_over_blocking_low": p_low}
+            quoted |= {"pipelined_over_blocking_high": p_high}
             explanation += (
                 f"Pipelined gathers (the next units' gathers in flight while Newton-Schulz runs): "
                 f"{p_value:.2f}x [{p_low:.2f}, {p_high:.2f}] of the blocking run's step time, {_versus_one(p_low, p_high)}."
             )
         described = [r for r in (naive, twin, pipelined) if r is not None]
-        return Measurement(value, low, high, describe_runs(*described), explanation.strip(), tuple(described))
+        return Measurement(value, low, high, describe_runs(*described), explanation.strip(), tuple(described), quoted)
     return "needs a Muon run with overlap=naive_async and its twin with blocking gathers (muon-repro bench overlap)"
 
 
@@ -285,67 +278,25 @@ def _step_ratio(t: ProfileTables, a: pd.Series, b: pd.Series) -> tuple[float, fl
     return paired_ratio(t, a, b, "step_ms", "max")
 
 
-def _dp_optimizer_bytes(t: ProfileTables, run: pd.Series) -> pd.Series:
-    """Bytes each (trial, rank) sends per step on the DP group for the optimizer (ring model, from the trace)."""
-    rows = t.phases[(t.phases["run"] == run["run"]) & t.phases["phase"].isin((DP_REDUCE_SCATTER, DP_GATHER, DP_ALL_GATHER))]
-    return rows.groupby(["trial", "rank"])["trace_bytes"].sum().astype("float64")
-
-
-def comm_bytes(t: ProfileTables) -> Measurement | str:
-    pair = _pair(t)
-    if pair is None:
-        return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
-    adamw = pair[1]
-    # The paper's Algorithm 1 DP-gathers every matrix: the bucketed layout. Contiguous and
-    # whole-matrix layouts gather only straddling matrices, or none, and are reported beside it.
-    muon = first_run(t.runs, optimizer="muon", dp=2, tp=2, layout="bucketed")
-    muon = pair[0] if muon is None else muon
-    check_same_work(muon, adamw)
-    adamw_bytes = _dp_optimizer_bytes(t, adamw)
-    ratios = (_dp_optimizer_bytes(t, muon) / adamw_bytes).replace([np.inf, -np.inf], np.nan).dropna()
-    if ratios.empty:
-        return "needs trace bytes per phase for both runs"
-    others = []
-    for _, other in t.runs[(t.runs["optimizer"] == "muon") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)].iterrows():
-        if other["run"] != muon["run"]:
-            r = (_dp_optimizer_bytes(t, other) / adamw_bytes).dropna()
-            if len(r):
-                others.append(f"{other['layout']} layout ({other['run']}) {r.median():.3f}")
-    tp_gather = t.phase_mean(muon, TP_GATHER, "trace_bytes")
-    model_tp = float(np.nansum([t.phase_mean(muon, p, "trace_bytes") for p in MODEL_COMM_PHASES]))
-    explanation = (
-        f"The paper's quantity: bytes a rank sends on the DP group for the optimizer, ring model, with every matrix "
-        f"DP-gathered as in its Algorithm 1 (our {muon['layout']} layout, {muon['run']}: "
-        f"{float(_dp_optimizer_bytes(t, muon).mean()) / 1e6:.2f} MB per rank per step). The analytic model, the run-time "
-        f"ledger and the trace agree on it. Layouts that gather only the matrices straddling a DP shard boundary send less: "
-        f"{'; '.join(others) or 'none recorded'}. Beside it, not in it: Muon's TP gather "
-        f"({absent_or(tp_gather, f'{tp_gather / 1e6:.2f} MB per rank per step')}) and the model's own TP traffic "
-        f"({model_tp / 1e6:.2f} MB), which both optimizers pay."
-    )
-    loop_m, loop_a = muon.get("loopback_bytes_per_step"), adamw.get("loopback_bytes_per_step")
-    if not is_missing(loop_m) and not is_missing(loop_a) and loop_a:
-        explanation += (
-            f" Bytes gloo actually sent over loopback, all ranks and all traffic: Muon {float(loop_m) / 1e6:.1f} MB, AdamW "
-            f"{float(loop_a) / 1e6:.1f} MB per step (ring model: {float(muon.get('ring_bytes_per_step') or 0) / 1e6:.1f} and "
-            f"{float(adamw.get('ring_bytes_per_step') or 0) / 1e6:.1f} MB): gloo's reduce-scatter is an all-reduce of the "
-            f"whole input, twice the ring's bytes (docs/method.md#communication-model)."
-        )
-    return Measurement.over_ranks(ratios, describe_runs(muon, adamw), explanation, (muon, adamw))
-
-
 def latency(t: ProfileTables) -> Measurement | str:
     pair = _pair(t)
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
     value, low, high = (r - 1.0 for r in paired_ratio(t, muon, adamw, "step_ms", "max"))
-    explanation = _ns_cause(t, muon) or "Step time of Muon over AdamW at the same work."
-    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw))
+    quoted: dict[str, float] = {}
+    explanation = _ns_cause(t, muon, quoted) or "Step time of Muon over AdamW at the same work."
+    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
+
+
+LEADING_MIN_SEEDS = 5  # the leading-steps claim's t interval is over at least this many seeds
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:
-    """The leading ratio at the end (headline smoothing), per seed: its mean, and its range over seeds as the interval."""
-    from muon_repro.analysis.convergence import HEADLINE_ALPHA, end_ratio
+    """The leading ratio in FLOPs at the end (headline smoothing, Moonlight's unit): its mean over seeds and t
+    interval, read from the leading_steps table's summaries; steps, wall clock, both smoothings, the test loss and
+    the best learning rates beside it. Every number the explanation states is a value of those tables."""
+    from muon_repro.analysis.convergence import HEADLINE_ALPHA
 
     lead, conv = t.leading, t.convergence
     if lead is None or conv is None or lead.empty:
@@ -353,55 +304,150 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
             "no pair of Muon and AdamW convergence runs at their best learning rates with one seed; "
             "run `muon-repro converge` (then `muon-repro analyze`)"
         )
-    lead = lead[lead["alpha"].astype(float) == HEADLINE_ALPHA]
-    ends = {int(seed): end_ratio(g.reset_index(drop=True)) for seed, g in lead.groupby("seed")}
-    ratios = np.array([r for r, _, _ in ends.values()], dtype=float)
-    if not np.isfinite(ratios).any():
+    head = lead[lead["alpha"].astype(float) == HEADLINE_ALPHA]
+    if head.empty or _seeds(head.iloc[0]) == 0:
         return "AdamW never reached any smoothed loss of Muon's run, or the curves are empty"
-    ratios = ratios[np.isfinite(ratios)]
-    # A t interval over seeds; one seed gives none: the claim is then not measured (its explanation still gives the value).
-    value, low, high = mean_interval(ratios) if len(ratios) >= 2 else (float("nan"), float("nan"), float("nan"))
-    muon_lr, adamw_lr = float(lead["muon_lr"].iloc[0]), float(lead["adamw_lr"].iloc[0])
+    first = head.iloc[0]
+    value, low, high = _summary(first, "leading_ratio_flops")
+    if not np.isfinite(value):
+        return (
+            "the convergence records hold no FLOPs per step (written before `muon-repro converge` recorded them): "
+            "re-run `muon-repro converge`"
+        )
+    seeds = int(first["seeds"])
+    if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
+        low = high = float("nan")
+    explanation = " ".join(
+        (
+            _leading_in_units(lead, HEADLINE_ALPHA, seeds),
+            _leading_per_seed(head),
+            _leading_choice(first),
+            _leading_scale(conv),
+        )
+    )
+    if seeds < LEADING_MIN_SEEDS:
+        explanation += f" Too few seeds for the claim's interval: run `muon-repro converge --seeds {LEADING_MIN_SEEDS}`."
     best = conv[conv["best_lr"].fillna(False).astype(bool)]
     best = best[best["steps"] == best["steps"].max()]  # the long runs (the sweep may be shorter)
     sweep = conv[conv["sweep"].fillna(False).astype(bool)]
-    finals = best.dropna(subset=["val_loss"]).sort_values("step").groupby(["optimizer", "seed"])["val_loss"].last().astype(float)
-    rms = best.dropna(subset=["update_rms"]).groupby("optimizer")["update_rms"].median().astype(float)
-    first = best.iloc[0]
-    per_seed = "; ".join(
-        f"seed {s}: {r:+.3f} at Muon step {m}" + (" (Muon's later losses beyond AdamW's reach)" if beyond else "")
-        for s, (r, m, beyond) in sorted(ends.items())
-    )
-    val = {o: float(finals.loc[o].mean()) for o in ("muon", "adamw") if o in finals.index.get_level_values(0)}
-    explanation = (
-        f"EWM alpha {HEADLINE_ALPHA:g} on the training loss, Muon lr {muon_lr:g} vs AdamW lr {adamw_lr:g} "
-        f"(each its best of the sweep). Leading ratio at the end, {per_seed}. Final held-out loss, mean over seeds: "
-        f"Muon {val.get('muon', float('nan')):.3f}, AdamW {val.get('adamw', float('nan')):.3f} nats. "
-        f"Update RMS of the hidden matrices per unit lr (median over evaluations): "
-        f"Muon {rms.get('muon', float('nan')):.3f}, AdamW {rms.get('adamw', float('nan')):.3f}. Embeddings and LM head are "
-        f"{float(first['embedding_share']):.0%} of the {int(first['params']):,} parameters "
-        f"and take AdamW's step under either optimizer."
-        + ("" if len(ratios) >= 2 else " One seed gives no interval: run `muon-repro converge --seeds 2` or more.")
-    )
+    row = best.iloc[0]
     conditions = (
-        f"{conv['run'].nunique()} convergence runs on {first['corpus']}: "
-        f"a {sweep['lr'].nunique() if len(sweep) else 0}-value learning-rate "
-        f"sweep of {int(sweep['steps'].max()) if len(sweep) else 0} steps, "
-        f"then {int(first['steps'])} steps x {int(first['tokens_per_step'])} tokens, "
-        f"{int(first['params']):,} parameters, dp={int(first['dp'])} tp={int(first['tp'])} on {first['backend']}; "
-        f"{len(ends)} seed(s) at the best learning rates"
+        f"{conv['run'].nunique()} convergence runs on {row['corpus']}: "
+        f"a {sweep['lr'].nunique() if len(sweep) else 0}-value learning-rate sweep of "
+        f"{int(sweep['steps'].max()) if len(sweep) else 0} steps chosen on the validation loss, "
+        f"then {int(row['steps'])} steps x {int(row['tokens_per_step'])} tokens, "
+        f"{int(row['params']):,} parameters, dp={int(row['dp'])} tp={int(row['tp'])} on {row['backend']}; "
+        f"{seeds} seed(s) at the best learning rates; test loss on the test split"
     )
-    return Measurement(value, low, high, conditions, explanation)
+    trained = pd.Series(
+        {
+            "run": f"the {int(row['steps'])}-step convergence runs",
+            "params": int(row["params"]),
+            "tokens_trained": int(row["steps"]) * int(row["tokens_per_step"]),
+        }
+    )
+    return Measurement(value, low, high, conditions, explanation, subject=trained)
+
+
+def _seeds(row: pd.Series) -> int:
+    """The seeds a leading_steps row's end_* summaries are over (0 when null)."""
+    return 0 if is_missing(row["seeds"]) else int(row["seeds"])
+
+
+def _summary(row: pd.Series, column: str) -> tuple[float, float, float]:
+    """The leading_steps summary over seeds of a ratio (end_<column>_mean, _low, _high)."""
+    return _triple(row, f"end_{column}")
+
+
+def _triple(row: pd.Series, prefix: str) -> tuple[float, float, float]:
+    """``<prefix>_mean``, ``_low`` and ``_high`` of a leading_steps row as floats, NaN where null."""
+    values = (row[f"{prefix}_{k}"] for k in ("mean", "low", "high"))
+    return tuple(float("nan") if is_missing(v) else float(v) for v in values)
+
+
+def _with_interval(mean: float, low: float, high: float) -> str:
+    if not np.isfinite(mean):
+        return "not measured"
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]" if np.isfinite(low) and np.isfinite(high) else f"{mean:+.3f} (no interval)"
+
+
+def _span(values: pd.Series, fmt: str) -> str:
+    """One value, or the range of a per-seed value over seeds."""
+    lo, hi = float(values.min()), float(values.max())
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)} to {format(hi, fmt)}"
+
+
+def _leading_in_units(lead: pd.DataFrame, headline: float, seeds: int) -> str:
+    """The end ratio in FLOPs, steps and wall clock at each smoothing, with the per-step costs they use."""
+    from muon_repro.analysis.convergence import UNITS
+
+    head = lead[lead["alpha"].astype(float) == headline]
+    first = head.iloc[0]
+    said = (
+        f"At EWM alpha {headline:g} on the training loss, the leading ratio in FLOPs at the end is "
+        f"{_with_interval(*_summary(first, 'leading_ratio_flops'))} (mean over {seeds} seeds, t interval): the extra compute "
+        f"AdamW needs to reach Muon's loss, over Muon's; per step Muon costs {float(first['muon_gflop_per_step']):.2f} GFLOP "
+        f"and AdamW {float(first['adamw_gflop_per_step']):.2f}. In steps: {_with_interval(*_summary(first, 'leading_ratio'))}; "
+        f"in wall clock: {_with_interval(*_summary(first, 'leading_ratio_wall'))}, from each run's median step time "
+        f"(Muon {_span(head['muon_step_ms_median'].astype(float), '.1f')} ms, "
+        f"AdamW {_span(head['adamw_step_ms_median'].astype(float), '.1f')} ms)."
+    )
+    labels = {"steps": "in steps", "flops": "in FLOPs", "wall": "in wall clock"}
+    for alpha in sorted(set(lead["alpha"].astype(float)) - {headline}, reverse=True):
+        row = lead[lead["alpha"].astype(float) == alpha].iloc[0]
+        if _seeds(row) == 0:
+            said += f" At alpha {alpha:g} AdamW reached none of Muon's smoothed losses."
+            continue
+        units = ", ".join(f"{labels[unit]} {_with_interval(*_summary(row, column))}" for unit, column in UNITS.items())
+        said += f" At alpha {alpha:g}: {units} over {int(row['seeds'])} seeds."
+    return said
+
+
+def _leading_per_seed(head: pd.DataFrame) -> str:
+    """Each seed's end ratios (steps, FLOPs, wall clock) and where they were read."""
+    from muon_repro.analysis.convergence import UNITS
+
+    parts, beyond_any = [], False
+    for seed, g in head.groupby("seed"):
+        end = g[g["at_end"].fillna(False).astype(bool)]
+        if end.empty:
+            parts.append(f"seed {int(seed)}: AdamW reached none of Muon's losses")
+            continue
+        r = end.iloc[0]
+        beyond = int(r["muon_step"]) < int(g["muon_step"].max())
+        beyond_any |= beyond
+        ratios = ", ".join("n/a" if is_missing(r[c]) else f"{float(r[c]):+.3f}" for c in UNITS.values())
+        parts.append(f"seed {int(seed)}: {ratios} at Muon step {int(r['muon_step'])}" + (", beyond" if beyond else ""))
+    note = " (beyond: Muon's later losses lie below any AdamW reached, so the ratio is a lower bound)" if beyond_any else ""
+    return f"Per seed at the end, in steps, FLOPs and wall clock{note}: " + "; ".join(parts) + "."
+
+
+def _leading_choice(first: pd.Series) -> str:
+    """The learning rates chosen on validation, whether they coincide, and the test loss."""
+    muon_lr, adamw_lr = float(first["muon_lr"]), float(first["adamw_lr"])
+    coincide = "they do" if np.isclose(muon_lr, adamw_lr) else "they do not"
+    test = {opt: _with_interval(*_triple(first, f"{opt}_test_loss")).replace("+", "") for opt in ("muon", "adamw")}
+    return (
+        f"Best learning rates, chosen on the validation loss: Muon {muon_lr:g}, AdamW {adamw_lr:g}. Muon's update is "
+        f"scaled to AdamW's update RMS (Moonlight's matching), under which the two best learning rates should coincide: "
+        f"{coincide}. Final test loss (the test split, never used to choose): Muon {test['muon']}, AdamW {test['adamw']} nats."
+    )
+
+
+def _leading_scale(conv: pd.DataFrame) -> str:
+    row = conv.iloc[0]
+    return (
+        f"Embeddings and LM head are a share {float(row['embedding_share']):.3f} of the {int(row['params']):,} parameters "
+        "and take AdamW's step under either optimizer; Moonlight's claim is made at LLM scale, orders of magnitude larger."
+    )
 
 
 # Each claim's measurement, by the ids of muon_repro.analysis.claims.CLAIMS.
 MEASURE: dict[str, Callable[[ProfileTables], Measurement | str]] = {
     "comm_time_dp2_tp2": comm_time,
     "optimizer_share": optimizer_share,
-    "state_memory": state_memory,
     "hybrid_beats_pure": hybrid,
     "async_slowdown": async_slowdown,
-    "comm_bytes_ratio": comm_bytes,
     "latency_overhead": latency,
     "muon_leading_steps": leading_steps_claim,
 }

@@ -1,12 +1,16 @@
 """The convergence tables, from ``muon-repro converge``'s run records (``convergence.json``); torch-free.
 
-* ``convergence``: one row per run and step: training loss (and its EWM), held-out loss and
-  update RMS where evaluated, the scheduled learning rate, the corpus.
+* ``convergence``: one row per run and step: training loss (and its EWM), validation and test
+  loss and update RMS where evaluated, the step's wall time, the scheduled learning rate, the
+  run's FLOPs per step and median step time, the corpus.
 * ``leading_steps``: Moonshot's "Muon leading steps", per seed and smoothing: for each Muon step
   ``m``, the first AdamW step ``a`` whose smoothed training loss is at or below Muon's at ``m``;
-  ``leading_steps = a - m`` and ``leading_ratio = (a - m) / m``. Each optimizer at its best
-  learning rate (lowest final held-out loss at seed 0), the two runs of a pair sharing the seed
-  (same initial weights, same batches).
+  ``leading_steps = a - m`` and ``leading_ratio = (a - m) / m``, and the same lead in FLOPs and in
+  wall clock (:func:`cost_ratio`). Each optimizer at its best learning rate (lowest final
+  *validation* loss at seed 0; the test split is only reported), the two runs of a pair sharing
+  the seed (same initial weights, same batches). Each row also carries, per smoothing, the leading
+  ratio at the end in each unit as a mean over seeds with its t interval, and the final test loss
+  of each optimizer likewise: the numbers the claim and the report state.
 
 :func:`leading_steps` is the pure definition; :func:`ewm` the smoothing (pandas, ``adjust=False``).
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from muon_repro.analysis.rounds import mean_interval
 from muon_repro.rundir import CONVERGENCE_FILE, convergence_profile, read_json
 
 EWM_ALPHAS = (0.05, 0.005)
@@ -26,6 +31,8 @@ EWM_ALPHAS = (0.05, 0.005)
 in a short run of the PR thread that alpha = 0.05 showed)."""
 HEADLINE_ALPHA = EWM_ALPHAS[0]
 OPTIMIZERS = ("muon", "adamw")
+UNITS = {"steps": "leading_ratio", "flops": "leading_ratio_flops", "wall": "leading_ratio_wall"}
+"""The leading ratio's units, each with its leading_steps column (the end ratios' summaries are ``end_<column>_*``)."""
 
 
 def ewm(values: Sequence[float], alpha: float) -> np.ndarray:
@@ -67,6 +74,15 @@ def leading_steps(muon_loss: Sequence[float], adamw_loss: Sequence[float], steps
     )
 
 
+def cost_ratio(leading_ratio: pd.Series | float, muon_cost: float, adamw_cost: float) -> pd.Series | float:
+    """The leading ratio counted in a cost per step instead of steps: AdamW's cost to reach Muon's loss over
+    Muon's, less 1: ``(a c_a) / (m c_m) - 1 = (1 + leading_ratio) c_a / c_m - 1``, with ``c`` the FLOPs or
+    the wall time of one step of each run (null when either is unknown)."""
+    if not (muon_cost and adamw_cost and np.isfinite(muon_cost) and np.isfinite(adamw_cost)):
+        return leading_ratio * np.nan
+    return (1.0 + leading_ratio) * (float(adamw_cost) / float(muon_cost)) - 1.0
+
+
 def end_ratio(table: pd.DataFrame) -> tuple[float, int | None, bool]:
     """The leading ratio at the last Muon step AdamW matched; that step; and whether Muon's
     last steps were beyond AdamW's reach (Muon ahead at the end, the ratio then a lower bound)."""
@@ -101,7 +117,14 @@ def _run_rows(record: dict) -> pd.DataFrame:
     df["train_loss"] = [None, *curve["train_loss"]]
     df["scheduled_lr"] = [None, *curve["lr"]]
     evals = pd.DataFrame({"step": curve["eval_step"], "val_loss": curve["val_loss"], "update_rms": curve["update_rms"]})
+    evals["test_loss"] = curve.get("test_loss") or None  # records before format 2 have no test split
     df = df.merge(evals, on="step", how="left")
+    step_ms = curve.get("step_ms") or [None] * len(curve["step"])
+    df["step_ms"] = [None, *step_ms]
+    df["step_ms_median"] = pd.Series(step_ms, dtype="float64").median() if curve.get("step_ms") else None
+    flops = record.get("flops_per_step") or {}
+    df["gflop_per_step"] = flops["total"] / 1e9 if "total" in flops else None
+    df["ns_gflop_per_step"] = flops["orthogonalization"] / 1e9 if "orthogonalization" in flops else None
     train = df["train_loss"].iloc[1:].astype(float).to_numpy()
     df["train_loss_ewm"] = [None, *ewm(train, HEADLINE_ALPHA)] if len(train) else [None]
     tokens_per_step = int(cfg["batch"]) * int(cfg["seq_len"])
@@ -137,8 +160,8 @@ def sweep_steps(conv: pd.DataFrame) -> dict[str, int]:
 
 
 def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
-    """Per optimizer, the learning rate whose sweep run (seed 0) ends at the lowest held-out loss;
-    a run that diverged (no final loss) is never best."""
+    """Per optimizer, the learning rate whose sweep run (seed 0) ends at the lowest validation loss
+    (the test loss is never consulted); a run that diverged (no final loss) is never best."""
     best = {}
     for opt, steps in sweep_steps(conv).items():
         runs = conv[(conv["optimizer"] == opt) & (conv["seed"] == 0) & (conv["steps"] == steps)]
@@ -169,6 +192,7 @@ def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
         a = a_runs[(a_runs["seed"] == seed) & (a_runs["steps"] == steps) & (a_runs["step"] > 0)].sort_values("step")
         if len(m) != len(a) or not np.array_equal(m["step"].to_numpy(), a["step"].to_numpy()):
             continue  # only runs of the same length and schedule are compared
+        costs = {f"{opt}_{col}": _run_value(run, col) for opt, run in (("muon", m), ("adamw", a)) for col in PER_STEP_COSTS}
         for alpha in EWM_ALPHAS:
             ms, as_ = ewm(m["train_loss"].astype(float), alpha), ewm(a["train_loss"].astype(float), alpha)
             t = leading_steps(ms, as_, m["step"].astype(int).to_numpy())
@@ -176,11 +200,63 @@ def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
             t.insert(1, "alpha", alpha)
             t.insert(2, "muon_lr", best["muon"])
             t.insert(3, "adamw_lr", best["adamw"])
+            ratio = t["leading_ratio"].astype("float64")
+            t["leading_ratio_flops"] = cost_ratio(ratio, costs["muon_gflop_per_step"], costs["adamw_gflop_per_step"])
+            t["leading_ratio_wall"] = cost_ratio(ratio, costs["muon_step_ms_median"], costs["adamw_step_ms_median"])
+            for name, value in costs.items():
+                t[name] = value
+            t["at_end"] = _end_flags(t)
             t["muon_loss_ewm"] = ms
             t["adamw_loss_ewm"] = as_
             t["corpus"] = m["corpus"].iloc[0]
             frames.append(t)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not frames:
+        return pd.DataFrame()
+    lead = pd.concat(frames, ignore_index=True)
+    return _with_summaries(lead, conv, best)
+
+
+PER_STEP_COSTS = ("gflop_per_step", "step_ms_median")  # the convergence table's per-run costs the ratios use
+
+
+def _run_value(run: pd.DataFrame, column: str) -> float:
+    """A per-run column's value (the same on each of the run's rows); NaN when the record lacks it."""
+    values = pd.to_numeric(run[column], errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else float("nan")
+
+
+def _end_flags(table: pd.DataFrame) -> list[bool]:
+    """True on the row :func:`end_ratio` reads: the last Muon step AdamW matched."""
+    _, step, _ = end_ratio(table)
+    return [step is not None and int(s) == step for s in table["muon_step"]]
+
+
+def _with_summaries(lead: pd.DataFrame, conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
+    """Per smoothing, the end ratios in each unit over seeds (mean, t interval, seeds), and each optimizer's
+    final test loss over the seeds of the pairs compared, on every row of that smoothing."""
+    ends = lead[lead["at_end"]]
+    for alpha, rows in lead.groupby("alpha"):
+        at = ends[ends["alpha"] == alpha]
+        lead.loc[rows.index, "seeds"] = int(at["leading_ratio"].notna().sum())
+        for column in UNITS.values():
+            mean, low, high = mean_interval(at[column].astype("float64").to_numpy(dtype=float, na_value=np.nan))
+            lead.loc[rows.index, [f"end_{column}_mean", f"end_{column}_low", f"end_{column}_high"]] = [mean, low, high]
+    seeds = sorted(set(lead["seed"]))  # every pair compared, whether or not AdamW matched Muon
+    for opt in OPTIMIZERS:
+        mean, low, high = mean_interval(_final_test_losses(conv, opt, best[opt], seeds))
+        lead[[f"{opt}_test_loss_mean", f"{opt}_test_loss_low", f"{opt}_test_loss_high"]] = [mean, low, high]
+    return lead
+
+
+def _final_test_losses(conv: pd.DataFrame, opt: str, lr: float, seeds: list[int]) -> np.ndarray:
+    """The test loss at the last step of each seed's longest run at ``lr`` (NaN for a run that stopped early)."""
+    runs = conv[(conv["optimizer"] == opt) & (conv["lr"] == lr) & conv["seed"].isin(seeds)]
+    out = []
+    for _, run in runs.groupby("seed"):
+        run = run[run["steps"] == run["steps"].max()]
+        last = run[run["step"] == run["steps"]]
+        out.append(float(pd.to_numeric(last["test_loss"], errors="coerce").iloc[0]) if len(last) else float("nan"))
+    return np.asarray(out, dtype=float)
 
 
 def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:

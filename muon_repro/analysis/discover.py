@@ -20,7 +20,7 @@ from typing import Any
 from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig
-from muon_repro.rundir import RUN_FILES, RunDir, is_trace_file, trial_of
+from muon_repro.rundir import RUN_FILES, RunDir, is_trace_file, trial_folders, trial_of
 
 
 def is_trace_name(path: Path) -> bool:
@@ -113,3 +113,20 @@ def run_info_for(directory: Path) -> RunInfo:
         environment=run_dir.environment,
         has_config=bool(config_dict),
     )
+
+
+def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """The trial folders under the folders among ``paths`` that a sweep recorded in an untraced round: config
+    ``profile`` false with timed steps (:meth:`muon_repro.bench.configs.BenchConfig.timed_only`), each once."""
+    found: dict[Path, Path] = {}
+    for raw in paths:
+        root = Path(raw)
+        if not root.is_dir():
+            continue
+        for folders in trial_folders(root).values():
+            for folder in folders:
+                config = RunDir(folder).config_dict
+                timed = config.get("timed_steps")
+                if config.get("profile") is False and isinstance(timed, int) and not isinstance(timed, bool) and timed > 0:
+                    found.setdefault(folder.resolve(), folder)
+    return list(found.values())

@@ -17,7 +17,7 @@ from pathlib import Path
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
 from muon_repro.analysis.convergence import find_records
 from muon_repro.analysis.costmodel_tables import has_costmodel_inputs
-from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for
+from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for, timed_only_folders
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.pool import map_in_processes
 from muon_repro.rundir import trace_name, trial_of
@@ -49,6 +49,9 @@ class Analysis:
     """
 
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
+    # trials recorded without traces in the rounds after a run's traced ones (config profile false, with
+    # timed steps): their steps timed without the profiler join the traced trials' in the timed_steps table
+    timed_only: list[RunInfo] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
     # what was analyzed: the cost model's and convergence records are found under them
@@ -111,7 +114,36 @@ def analyze_paths(paths: list[str | Path], *, workers: int | None = None, rank: 
             by_dir.setdefault(f.parent, []).append(result)
     for directory, items in by_dir.items():
         _add_folder(analysis, infos[directory], items, files)
+    _add_timed_only(analysis)
     return analysis
+
+
+def _add_timed_only(analysis: Analysis) -> None:
+    """The timed-only trials under the analyzed folders whose run has a traced trial; a word for the others."""
+    traced = {info.key for info, _ in analysis.runs if info.has_config}
+    for folder in timed_only_folders(analysis.paths):
+        info = run_info_for(folder)
+        missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
+        if info.key not in traced:
+            analysis.incomplete.append(
+                TraceFailure(
+                    str(folder),
+                    f"{folder}: a trial timed without traces, but no traced trial of its run {info.key} was analyzed: "
+                    "its times have no run to join; record at least one traced round (`muon-repro bench --traced-trials 1`) "
+                    "or analyze the folder above it",
+                )
+            )
+        elif missing:
+            analysis.incomplete.append(
+                TraceFailure(
+                    str(folder),
+                    f"{folder}: metrics.json has no timed steps for rank(s) {', '.join(map(str, missing))} of "
+                    f"{info.config.world_size}; the trial is left out: re-record it "
+                    f"(`muon-repro bench {info.group}/{info.name}`)",
+                )
+            )
+        else:
+            analysis.timed_only.append(info)
 
 
 def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], files: list[Path]) -> None:

@@ -66,6 +66,7 @@ def build_tables(paths: Iterable[str | Path], *, workers: int | None = None, ran
 
 
 def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    from muon_repro.analysis.checks import checks_table
     from muon_repro.analysis.claims import claims_table
     from muon_repro.analysis.convergence import convergence_tables
     from muon_repro.analysis.costmodel_tables import costmodel_tables
@@ -100,6 +101,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
             predictions=costmodel["predictions"],
             timed=timed,
         ),
+        "checks": checks_table(runs, ranks, phases),
         "ranks": ranks,
         "phases": phases,
         "timeline": timeline_table(analysis),
@@ -344,7 +346,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) ->
                 "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
                 "typical_trial": typical[0] if typical else None,
                 "typical_step": typical[1] if typical else None,
-                **timed_run_columns(timed, key, step_ms),
+                **timed_run_columns(timed, key, per_step["step_ms"].groupby(level="trial").median()),
                 **config_columns(info, metrics),
             }
         )

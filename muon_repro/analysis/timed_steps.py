@@ -95,10 +95,13 @@ def _one_host(environment: dict[str, Any]) -> bool:
 
 
 def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
-    """One row per run, trial, rank and timed step of the analyzed ranks that have timed steps."""
+    """One row per run, trial, rank and timed step of the analyzed ranks that have timed steps: those of the
+    traced trials and of the trials timed only (``analysis.timed_only``, every rank of each)."""
     rows: list[dict[str, Any]] = []
-    for info, items in analysis.runs:
-        metrics = [m for b in items if (m := info.rank(b.meta.rank)) is not None and m.timed_step_ms]
+    traced = [(info, [info.rank(b.meta.rank) for b in items]) for info, items in analysis.runs]
+    timed_only = [(info, [info.ranks[r] for r in sorted(info.ranks)]) for info in analysis.timed_only]
+    for info, ranks in traced + timed_only:
+        metrics = [m for m in ranks if m is not None and m.timed_step_ms]
         if not metrics:
             continue
         split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
@@ -127,21 +130,20 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
     return pd.DataFrame(rows) if rows else SCHEMAS["timed_steps"].empty()
 
 
-def timed_run_columns(timed: pd.DataFrame, run: str, step_ms: float | None) -> dict[str, Any]:
+def timed_run_columns(timed: pd.DataFrame, run: str, profiled_by_trial: pd.Series) -> dict[str, Any]:
     """The ``runs`` columns of ``run`` from the ``timed_steps`` table: per trial (a round of the sweep), the
     median over its timed steps of the slowest rank's step (of the mean over ranks of the optimizer step),
-    then the median over trials; ``profiler_overhead`` is the profiled ``step_ms`` over ``timed_step_ms``."""
+    then the median over trials. ``profiled_by_trial``: each traced trial's median profiled step (slowest
+    rank); ``profiler_overhead`` pairs it with the same trial's timed median, then takes the median over them."""
     mine = timed[timed["run"] == run]
     if mine.empty:
         return {"timed_step_ms": None, "timed_optimizer_ms": None, "profiler_overhead": None, "rounds": None}
     per_step = mine.groupby(["trial", "step"]).agg(step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"))
     per_trial = per_step.groupby(level="trial").median()
-    timed_step = float(per_trial["step_ms"].median())
+    overhead = (profiled_by_trial / per_trial["step_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
     return {
-        "timed_step_ms": timed_step,
+        "timed_step_ms": float(per_trial["step_ms"].median()),
         "timed_optimizer_ms": float(per_trial["optimizer_ms"].median()),
-        "profiler_overhead": float(step_ms) / timed_step
-        if step_ms is not None and not pd.isna(step_ms) and timed_step > 0
-        else None,
+        "profiler_overhead": float(overhead.median()) if len(overhead) else None,
         "rounds": len(per_trial),
     }

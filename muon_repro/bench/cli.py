@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from muon_repro.bench.configs import CONFIGS, DEFAULT_TRIALS, SCALES, expand_config_names
+from muon_repro.bench.configs import CONFIGS, DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES, expand_config_names
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
 from muon_repro.hardware import add_profile_argument
 
@@ -36,7 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trials",
         type=int,
         default=DEFAULT_TRIALS,
-        help="recordings of each configuration, interleaved across configurations (default: %(default)s)",
+        help="rounds: recordings of each configuration, interleaved across configurations (default: %(default)s)",
+    )
+    p.add_argument(
+        "--traced-trials",
+        type=int,
+        default=DEFAULT_TRACED_TRIALS,
+        help="of those, the first rounds run the profiler and keep traces; later rounds record only the steps timed "
+        "without it (default: %(default)s)",
     )
     p.add_argument("--force", action="store_true", help="re-record runs that are already complete")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -98,7 +105,14 @@ def _record(args: argparse.Namespace) -> int:
         if _under_torchrun():
             backend = args.backend or default_backend()
             results = record_under_torchrun(
-                cfgs, args.out, backend, trials=args.trials, force=args.force, command=command, profile=args.profile
+                cfgs,
+                args.out,
+                backend,
+                trials=args.trials,
+                traced_trials=args.traced_trials,
+                force=args.force,
+                command=command,
+                profile=args.profile,
             )
             if int(os.environ["RANK"]) != 0:
                 return 0
@@ -109,6 +123,7 @@ def _record(args: argparse.Namespace) -> int:
                 args.out,
                 backend,
                 trials=args.trials,
+                traced_trials=args.traced_trials,
                 force=args.force,
                 command=command,
                 progress=not args.no_progress,

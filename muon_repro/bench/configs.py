@@ -45,7 +45,8 @@ SCALE_SPECS = {
     # gpu: ~370M parameters on 4 GPUs.
     "gpu": ScaleSpec(preset="large", tokens_per_step=16384, seq_len=1024, bucket_elems=40_000_000),
 }
-DEFAULT_TRIALS = 3
+DEFAULT_TRIALS = 3  # rounds of a sweep (each configuration recorded once per round)
+DEFAULT_TRACED_TRIALS = 1  # of which the first this many are profiled and keep traces; the others are timed only
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class BenchConfig:
     wait: int = 0
     warmup: int = 1
     active: int = 5
-    profile: bool = True  # False: time the steps without the profiler and write no trace (the regime sweep)
+    # False: no profiler and no trace. With timed_steps (a round after the traced ones, see timed_only) the
+    # run trains only its timed steps; without (the regime sweep) its wait+warmup+active steps are timed instead.
+    profile: bool = True
     # Steps trained and timed with no profiler at all before the profiled ones (a profiled run only; resolve()
     # takes the scale's): timed_warmup steps run but not kept, then timed_steps kept (metrics.json timed_*).
     # 0 (what config.json files written before them read as): none, the run starts with the profiled steps.
@@ -171,9 +174,24 @@ class BenchConfig:
 
     @property
     def timed_total(self) -> int:
-        """Steps trained before the profiled ones, timed without the profiler (warm-up included); 0 for a
-        run without timed steps or a run that is only timed (``profile`` false: its steps are all timed so)."""
-        return self.timed_warmup + self.timed_steps if self.profile and self.timed_steps else 0
+        """Steps trained first, timed without the profiler (warm-up included); 0 for a run without timed steps."""
+        return self.timed_warmup + self.timed_steps if self.timed_steps else 0
+
+    @property
+    def timed_only(self) -> bool:
+        """A trial recorded in an untraced round: its timed steps and nothing after them (no profiled steps)."""
+        return not self.profile and self.timed_steps > 0
+
+    @property
+    def profiled_steps(self) -> int:
+        """Steps trained after the timed ones: under the profiler, or timed without it for a regime point."""
+        return 0 if self.timed_only else self.steps
+
+    def untraced(self) -> BenchConfig:
+        """This configuration as a trial of an untraced round records it: timed steps only, no trace."""
+        if not self.timed_steps:
+            raise ValueError(f"config {self.key}: a trial without a trace needs timed steps (timed_steps > 0)")
+        return replace(self, profile=False)
 
     def to_dict(self) -> dict:
         derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}

@@ -10,12 +10,14 @@ place once every rank is done):
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
 
-A profiled run first trains ``timed_warmup + timed_steps`` steps with no profiler object at all,
+A run first trains ``timed_warmup + timed_steps`` steps with no profiler object at all,
 timed with ``time.perf_counter_ns()`` (whole step, forward+backward, optimizer step; device synced
 around each) and every collective's entry and exit (:class:`~muon_repro.parallel.comm.CommTimer`),
 then goes on training the same model under the profiler: the profiled steps take the batches that
 follow (no batch is trained twice), so the timed steps measure the same work without the profiler's
-cost. The byte ledger is emptied between the two, so it covers the profiled steps as before.
+cost. The byte ledger is emptied between the two, so it covers the profiled steps as before. A trial
+of an untraced round (``cfg.timed_only``: config ``profile`` false, with timed steps) stops after its
+timed steps: no profiler, no trace, no profiled steps.
 
 The format is :mod:`muon_repro.rundir`'s. Besides what it measures, each rank records what only
 the run knows: the analytic bytes of its optimizer phases, its Newton-Schulz FLOPs and its share
@@ -118,8 +120,9 @@ def run_rank(
     profile: str | None = None,
     round_order: int | None = None,
 ) -> RankMetrics:
-    """Train ``cfg.steps`` steps on this rank under the profiler (after ``cfg.timed_total`` steps timed
-    without it); return this rank's metrics. ``round_order``: the recording's place in its round of the sweep.
+    """Train ``cfg.timed_total`` steps timed without the profiler, then ``cfg.profiled_steps`` under it
+    (none for a trial of an untraced round); return this rank's metrics. ``round_order``: the recording's
+    place in its round of the sweep.
 
     Trials of a configuration train the same model on the same data from the same seed: they
     differ only in when they ran, which is what their spread measures."""
@@ -143,13 +146,13 @@ def run_rank(
     first_batch = cfg.timed_total  # the profiled steps train the batches after the timed steps'
     # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
     # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
-    use_lo = backend == "gloo" and world > 1 and all_ranks_local(world)
+    use_lo = backend == "gloo" and world > 1 and all_ranks_local(world) and cfg.profiled_steps > 0
     lo = LoopbackMeter(sync=dist.barrier, read=loopback_tx_bytes if dims.rank == 0 else lambda: None) if use_lo else None
     first_recorded = cfg.wait + cfg.warmup
     if lo is not None and first_recorded == 0:
         lo.start()
     with _profiler(cfg, activities, trace_path) as prof:
-        for step in range(cfg.steps):
+        for step in range(cfg.profiled_steps):
             dims.ledger.step = step
             tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
             t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device)
@@ -220,6 +223,7 @@ def run_rank(
             "command": command,
         }
         RunDir(run_dir_path).write(config, capture_environment(backend, profile), ranks, "\n".join(log) + "\n")
+    dims.close()  # the next recording of the sweep builds its own groups
     return metrics
 
 
@@ -320,5 +324,10 @@ def _progress(cfg: BenchConfig, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(
-        total=cfg.timed_total + cfg.steps, desc=f"  {cfg.key}", unit="step", leave=False, file=sys.stdout, dynamic_ncols=True
+        total=cfg.timed_total + cfg.profiled_steps,
+        desc=f"  {cfg.key}",
+        unit="step",
+        leave=False,
+        file=sys.stdout,
+        dynamic_ncols=True,
     )

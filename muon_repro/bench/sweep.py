@@ -5,7 +5,10 @@ holding trial k of every configuration, so that the drift of a shared machine hi
 configuration alike; within a round the order is shuffled (``random.Random(k)``: the same on every
 run of the same configurations), so that no configuration always follows the same one or runs first
 in a round (A B C, C A B, B C A, ...). Each trial's config.json records its ``round_order`` (its
-place in its round). A sweep runs all recordings of a world size in one launch of the workers
+place in its round). Only the first ``traced_trials`` rounds run the profiler and keep traces; the
+rounds after them record each configuration's timed steps only (:meth:`BenchConfig.untraced`), which
+is all a claim's per-round values need and keeps a dataset of many rounds small. A sweep runs all
+recordings of a world size in one launch of the workers
 (process start and ``import torch`` are paid once, not per recording). Each recording is written
 into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the hardware profile,
 :mod:`muon_repro.hardware`, decided once per sweep by the launcher) and renamed to ``trial<k>`` once
@@ -36,7 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from muon_repro.bench.configs import DEFAULT_TRIALS, BenchConfig
+from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, BenchConfig
 from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.runner import run_rank
 from muon_repro.hardware import validate_profile_id
@@ -79,7 +82,7 @@ class Recording:
 
     @property
     def label(self) -> str:
-        return f"{self.cfg.key} trial {self.trial + 1}/{self.trials}"
+        return f"{self.cfg.key} trial {self.trial + 1}/{self.trials}" + (" (timed only)" if self.cfg.timed_only else "")
 
 
 @dataclass
@@ -91,6 +94,7 @@ class RunResult:
     train_s: float | None = None  # rank 0's summed step times, every step
     step_ms: float | None = None  # median over recorded steps, rank 0
     optimizer_ms: float | None = None
+    timed_step_ms: float | None = None  # median over the steps timed without the profiler, rank 0
     loss_first: float | None = None
     loss_last: float | None = None
 
@@ -100,15 +104,27 @@ def run_dir_for(out: Path, cfg: BenchConfig, profile: str) -> Path:
     return Path(out) / validate_profile_id(profile) / cfg.group / cfg.name
 
 
-def plan_recordings(cfgs: list[BenchConfig], out: Path, trials: int = DEFAULT_TRIALS, *, profile: str) -> list[Recording]:
+def plan_recordings(
+    cfgs: list[BenchConfig],
+    out: Path,
+    trials: int = DEFAULT_TRIALS,
+    *,
+    profile: str,
+    traced_trials: int | None = DEFAULT_TRACED_TRIALS,
+) -> list[Recording]:
     """Every trial of every configuration, in rounds: all configurations' trial 0, then trial 1, ...; each
-    round's order shuffled by :func:`round_order` (its index the seed)."""
+    round's order shuffled by :func:`round_order` (its index the seed). Rounds from ``traced_trials`` on
+    (None: none) record the timed steps of configurations that have them, without profiler or trace."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    traced = trials if traced_trials is None else traced_trials
+    if isinstance(traced, bool) or not isinstance(traced, int) or traced < 1:
+        raise ValueError(f"traced trials must be a positive integer (rounds that keep traces), got {traced_trials!r}")
     return [
-        Recording(cfg, k, trials, _trial_home(out, cfg, profile, k), profile, position)
+        Recording(in_round, k, trials, _trial_home(out, cfg, profile, k), profile, position)
         for k in range(trials)
         for position, cfg in enumerate(round_order(cfgs, k))
+        for in_round in [cfg.untraced() if k >= traced and cfg.profile and cfg.timed_steps else cfg]
     ]
 
 
@@ -137,10 +153,14 @@ def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:
 def _summary(rec: Recording, status: str) -> RunResult:
     result = RunResult(rec.cfg.key, rec.trial, rec.final, status)
     ranks = RunDir(rec.final).ranks
-    recorded = slice(rec.cfg.wait + rec.cfg.warmup, None)  # the profiled steps
-    if not ranks or None in ranks[0].step_ms[recorded] + ranks[0].optimizer_ms[recorded] or not ranks[0].loss:
+    if not ranks:
         return result
     rank0 = ranks[0]
+    if rank0.timed_step_ms:
+        result.timed_step_ms = statistics.median(rank0.timed_step_ms)
+    recorded = slice(rec.cfg.wait + rec.cfg.warmup, None)  # the profiled steps
+    if None in rank0.step_ms[recorded] + rank0.optimizer_ms[recorded] or not rank0.loss:
+        return result
     result.train_s = sum(rank0.step_ms) / 1000.0
     result.step_ms = statistics.median(rank0.step_ms[recorded])
     result.optimizer_ms = statistics.median(rank0.optimizer_ms[recorded])
@@ -255,6 +275,7 @@ def record_local(
     backend: str,
     *,
     trials: int = DEFAULT_TRIALS,
+    traced_trials: int | None = DEFAULT_TRACED_TRIALS,
     force: bool = False,
     command: list[str] | None = None,
     progress: bool = True,
@@ -268,7 +289,7 @@ def record_local(
     command = command or list(sys.argv)
     out = Path(out)
     check_out_folder(out)
-    plan = plan_recordings(cfgs, out, trials, profile=recording_profile(backend, profile))
+    plan = plan_recordings(cfgs, out, trials, profile=recording_profile(backend, profile), traced_trials=traced_trials)
     for world_size in sorted({rec.cfg.world_size for rec in plan}):
         check_backend(backend, world_size)
     with locked_run_dirs([rec.final.parent for rec in plan]):
@@ -325,6 +346,7 @@ def record_under_torchrun(
     backend: str,
     *,
     trials: int = DEFAULT_TRIALS,
+    traced_trials: int | None = DEFAULT_TRACED_TRIALS,
     force: bool = False,
     command: list[str] | None = None,
     profile: str | None = None,
@@ -342,7 +364,9 @@ def record_under_torchrun(
                 f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, torchrun started {world}"
             )
     check_backend(backend, world)
-    plan = plan_recordings(cfgs, Path(out), trials, profile=recording_profile(backend, profile))  # the same on every node
+    plan = plan_recordings(  # the same on every node
+        cfgs, Path(out), trials, profile=recording_profile(backend, profile), traced_trials=traced_trials
+    )
     init_worker(backend)
     try:
         decision = [[not force and is_complete(rec.final, rec.cfg) for rec in plan]]
@@ -406,14 +430,21 @@ def _finalize(rec: Recording) -> None:
 
 
 def format_results(results: list[RunResult]) -> str:
-    """The recorded trials as a terminal table: status, training time, step and optimizer time, loss."""
+    """The recorded trials as a terminal table: status, training time, step (timed without the profiler,
+    and profiled) and optimizer time, loss; '-' where a trial has none (a timed-only trial: no profiled steps)."""
 
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    lines = [f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'step ms':>8} {'optim ms':>8}  loss first -> last"]
+    lines = [
+        f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'timed ms':>8} {'step ms':>8} {'optim ms':>8}  "
+        "loss first -> last"
+    ]
     for r in results:
         loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
         train = "-" if r.train_s is None else f"{r.train_s:.1f}"
-        lines.append(f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}")
+        lines.append(
+            f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.timed_step_ms):>8} {ms(r.step_ms):>8} "
+            f"{ms(r.optimizer_ms):>8}  {loss}"
+        )
     return "\n".join(lines)

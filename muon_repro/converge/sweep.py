@@ -2,19 +2,23 @@
 
 Plan: every learning rate of each optimizer at seed 0 for ``sweep_steps`` (Muon and AdamW
 alternating; the same schedule shape, compressed), then, at each optimizer's best learning rate
-(lowest final held-out loss of the sweep), seeds 0..seeds-1 for the full ``steps`` (seed 0 is the
-sweep's own run when ``sweep_steps == steps``). A run
+(lowest final *validation* loss of the sweep; the test split is never consulted), seeds
+0..seeds-1 for the full ``steps`` (seed 0 is the sweep's own run when ``sweep_steps == steps``).
+With ``jobs=2`` a Muon run and its AdamW twin (the same position in the learning-rate lists, or
+the same seed) train at once, one process each, so that both see the same machine. A run
 lands in ``<out>/convergence/<name>/`` (``convergence.json``, ``log.txt``); while it trains it
 lives in the hidden ``.<name>.partial`` beside it, with one checkpoint per rank, and is renamed
-into place (checkpoints removed) once complete. A complete run is skipped on the next call; a
-partial one resumes from its checkpoints.
+into place (checkpoints removed) once complete. A complete run (a record of this format and
+config) is skipped on the next call; a partial one resumes from its checkpoints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,8 +27,8 @@ from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 from muon_repro.tables import files
 
-FORMAT_VERSION = 1
-DEFAULT_LRS = {"muon": (1e-3, 3e-3, 1e-2), "adamw": (1e-3, 3e-3, 1e-2)}
+FORMAT_VERSION = 2  # 2: validation and test loss, per-step wall time and FLOPs per step; older records are retrained
+JOBS = (1, 2)  # runs at once: one at a time, or a Muon run beside its AdamW twin
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class ConvergePlan:
 
     base: ConvergeConfig
     lrs: dict[str, tuple[float, ...]]
-    seeds: int = 2
+    seeds: int = 5
     sweep_steps: int | None = None  # None: the sweep runs base.steps
 
     def __post_init__(self) -> None:
@@ -58,8 +62,16 @@ class ConvergePlan:
 
     def sweep(self) -> list[ConvergeConfig]:
         """Seed 0 of every learning rate, the optimizers alternating (drift of a shared machine hits both alike)."""
+        return [cfg for pair in self.sweep_pairs() for cfg in pair]
+
+    def sweep_pairs(self) -> list[list[ConvergeConfig]]:
+        """The sweep by position in the learning-rate lists: Muon's i-th beside AdamW's i-th (one alone past the shorter list)."""
         width = max(len(v) for v in self.lrs.values())
-        return [self.sweep_config(opt, self.lrs[opt][i]) for i in range(width) for opt in OPTIMIZERS if i < len(self.lrs[opt])]
+        return [[self.sweep_config(opt, self.lrs[opt][i]) for opt in OPTIMIZERS if i < len(self.lrs[opt])] for i in range(width)]
+
+    def seed_pairs(self, best: dict[str, float]) -> list[list[ConvergeConfig]]:
+        """Each seed's Muon and AdamW run at their best learning rates."""
+        return [[self.config(opt, best[opt], seed) for opt in OPTIMIZERS] for seed in range(self.seeds)]
 
 
 def run_folder(out: Path, cfg: ConvergeConfig) -> Path:
@@ -67,8 +79,9 @@ def run_folder(out: Path, cfg: ConvergeConfig) -> Path:
 
 
 def is_complete(out: Path, cfg: ConvergeConfig) -> bool:
+    """A record of this config written by this format (an older one lacks the test loss and the step costs)."""
     record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
-    return record is not None and record.get("config") == cfg.to_dict()
+    return record is not None and record.get("config") == cfg.to_dict() and record.get("format") == FORMAT_VERSION
 
 
 def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
@@ -80,19 +93,19 @@ def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
 
 
 def best_lr(out: Path, plan: ConvergePlan, optimizer: str) -> float:
-    """The sweep's learning rate with the lowest final held-out loss (seed 0)."""
+    """The sweep's learning rate with the lowest final validation loss (seed 0); the test loss plays no part."""
     return min(plan.lrs[optimizer], key=lambda lr: final_val_loss(out, plan.sweep_config(optimizer, lr)))
 
 
 def prepare_data(corpus_spec: str, vocab_size: int):
-    """Load the corpus, train the tokenizer on its training split, tokenize both splits."""
+    """Load the corpus, train the tokenizer on its training split, tokenize the three splits."""
     from muon_repro.converge.corpus import load_corpus
     from muon_repro.converge.tokenize import encode, tokenizer_sha256, train_bpe
     from muon_repro.converge.train import TokenData
 
     corpus = load_corpus(corpus_spec)
     tok = train_bpe((d.text for d in corpus.train), vocab_size)
-    train, val = encode(tok, (d.text for d in corpus.train)), encode(tok, (d.text for d in corpus.val))
+    train, val, test = (encode(tok, (d.text for d in docs)) for docs in (corpus.train, corpus.val, corpus.test))
     facts = {
         **corpus.facts(),
         "spec": corpus_spec,
@@ -103,8 +116,9 @@ def prepare_data(corpus_spec: str, vocab_size: int):
         },
         "train_tokens": int(train.size),
         "val_tokens": int(val.size),
+        "test_tokens": int(test.size),
     }
-    return TokenData(train=train, val=val, vocab_size=tok.get_vocab_size(), facts=facts)
+    return TokenData(train=train, val=val, test=test, vocab_size=tok.get_vocab_size(), facts=facts)
 
 
 def environment(profile: str | None = None) -> dict:
@@ -191,11 +205,15 @@ def converge(
     progress: bool = True,
     command: list[str] | None = None,
     profile: str | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``); returns the
-    best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine."""
+    best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine.
+    ``jobs=2``: each Muon run trains beside its AdamW twin (one process each; give each ``threads`` of the cores)."""
     from muon_repro.bench.environment import recording_profile
 
+    if jobs not in JOBS:
+        raise ValueError(f"jobs must be one of {JOBS} (runs at once), got {jobs!r}")
     files.check_out_folder(Path(out), f"--out {out}")
     profile = recording_profile(backend, profile)
     out = Path(out) / profile
@@ -204,10 +222,11 @@ def converge(
     ran, skipped = [], []
     t_start = time.perf_counter()
 
-    def do(cfg: ConvergeConfig) -> None:
+    def do(pair: list[ConvergeConfig], runner: _Runner) -> None:
         nonlocal data
-        if not force and is_complete(out, cfg):
-            skipped.append(cfg.name)
+        todo = [cfg for cfg in pair if force or not is_complete(out, cfg)]
+        skipped.extend(cfg.name for cfg in pair if cfg not in todo)
+        if not todo:
             return
         if data is None:
             data = prepare_data(corpus, vocab_size)
@@ -215,18 +234,59 @@ def converge(
                 f = data.facts
                 print(
                     f"corpus {f['name']} {f['version']} ({f['license']}), sha256 {f['sha256'][:12]}: "
-                    f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation tokens, vocab {data.vocab_size}",
+                    f"{f['train_tokens']:,} train / {f['val_tokens']:,} validation / {f['test_tokens']:,} test tokens, "
+                    f"vocab {data.vocab_size}",
                     flush=True,
                 )
-        seconds = run_one(cfg, data, out, backend, command, threads=threads, progress=progress, profile=profile)
-        ran.append(cfg.name)
-        if progress:
-            print(f"[{cfg.name}] done in {seconds:.0f} s, final held-out loss {final_val_loss(out, cfg):.4f}", flush=True)
+        kwargs = {"threads": threads, "progress": progress, "profile": profile}
+        for cfg, seconds in zip(todo, runner(todo, data, out, backend, command, kwargs)):
+            ran.append(cfg.name)
+            if progress:
+                print(f"[{cfg.name}] done in {seconds:.0f} s, final validation loss {final_val_loss(out, cfg):.4f}", flush=True)
 
-    for cfg in plan.sweep():
-        do(cfg)
-    best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
-    for seed in range(plan.seeds):
-        for opt in OPTIMIZERS:
-            do(plan.config(opt, best[opt], seed))  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
+    with _runner(jobs) as runner:
+        for pair in plan.sweep_pairs():
+            do(pair, runner)
+        best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
+        for pair in plan.seed_pairs(best):  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
+            do(pair, runner)
     return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}
+
+
+_Runner = Callable[[list[ConvergeConfig], object, Path, str, list[str], dict], list[float]]
+
+
+@contextlib.contextmanager
+def _runner(jobs: int) -> Iterator[_Runner]:
+    """Runs a pair of configs: one after the other, or (``jobs=2``) at once in two spawned processes."""
+
+    def one_by_one(cfgs, data, out, backend, command, kwargs) -> list[float]:
+        return [run_one(cfg, data, out, backend, command, **kwargs) for cfg in cfgs]
+
+    if jobs == 1:
+        yield one_by_one
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+
+    def together(cfgs, data, out, backend, command, kwargs) -> list[float]:
+        if len(cfgs) == 1:
+            return one_by_one(cfgs, data, out, backend, command, kwargs)
+        futures = [pool.submit(_run_in_pool, cfg, data, out, backend, command, kwargs) for cfg in cfgs]
+        return [f.result() for f in futures]  # both finish before the next pair starts: each pair shares the machine
+
+    try:
+        yield together
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_in_pool(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], kwargs: dict) -> float:
+    """:func:`run_one` in a pool process; an interrupt comes back as an error (the launcher's own
+    exception does not survive the trip back), and the parent, interrupted too, stops."""
+    try:
+        return run_one(cfg, data, out, backend, command, **kwargs)
+    except KeyboardInterrupt as exc:
+        raise RuntimeError(f"converge {cfg.name}: {exc}; its checkpoints are kept") from None

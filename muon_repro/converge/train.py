@@ -3,7 +3,11 @@
 Runs inside a worker whose ``torch.distributed`` world is initialized (our launcher or torchrun).
 Every rank draws the same global batch from the training tokens (seeded by run seed and step)
 and keeps its DP rank's rows; TP ranks of one DP rank see the same rows. Held-out loss is the
-mean token loss over fixed validation windows, split over the DP ranks and summed back.
+mean token loss over fixed windows, split over the DP ranks and summed back, on the validation
+split (which picks the learning rates) and on the test split (which the results are reported on).
+Each step's wall time (forward, backward and optimizer step, rank 0) is recorded, and the record
+states the FLOPs of one step (:func:`step_flops`): what the leading ratio in compute and in wall
+clock is computed from.
 
 Resumable: every ``checkpoint_every`` steps each rank saves its model shard, its optimizer shard
 and the curve so far into the run's hidden ``.partial`` folder (``rundir.checkpoint_name``);
@@ -25,14 +29,20 @@ import torch.distributed as dist
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig
-from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
+from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups, newton_schulz_flops
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.parallel.comm import Group
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_LOG, checkpoint_name, write_json
 from muon_repro.tables.files import write_atomic
 
-EVAL_CHUNK = 32  # validation windows per forward pass
+EVAL_CHUNK = 32  # held-out windows per forward pass
+NS_STEPS = 5  # Newton-Schulz iterations of Muon's update (DistributedMuon's default, passed explicitly)
+# Element-wise FLOPs per parameter of one optimizer step, counted from muon_repro.optim.update_rules:
+# AdamW: decay 1, first moment (lerp) 3, second moment 4, bias-corrected denominator 3, update (addcdiv) 3.
+# Muon: momentum 2, Nesterov input 2, Newton-Schulz's normalization 3, decay 1, scaled update 2.
+ADAMW_FLOPS_PER_PARAM = 14
+MUON_FLOPS_PER_PARAM = 10
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class TokenData:
 
     train: np.ndarray
     val: np.ndarray
+    test: np.ndarray
     vocab_size: int
     facts: dict  # corpus facts plus the tokenizer's
 
@@ -73,6 +84,33 @@ def parameter_shares(mcfg: GPTConfig) -> dict:
     }
 
 
+def muon_matrix_shapes(mcfg: GPTConfig) -> list[tuple[int, int]]:
+    """Full (un-sharded) ``[out, in]`` shapes of the matrices Muon orthogonalizes: each block's attention and MLP weights."""
+    h, f = mcfg.hidden, mcfg.ffn_hidden
+    attention = [(h, h)] * 4 if mcfg.qkv == "split" else [(3 * h, h), (h, h)]
+    return [*attention, (f, h), (h, f)] * mcfg.n_layers
+
+
+def step_flops(cfg: ConvergeConfig, mcfg: GPTConfig) -> dict[str, int]:
+    """FLOPs of one training step over all ranks, as the record states them: forward and backward
+    (:meth:`GPTConfig.flops_per_token` x tokens per step), Newton-Schulz on every Muon matrix (Muon
+    only, each matrix once, :func:`newton_schulz_flops`) and the optimizers' element-wise work."""
+    forward_backward = mcfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step
+    shapes = muon_matrix_shapes(mcfg)
+    matrix_params = sum(a * b for a, b in shapes)
+    if cfg.optimizer == "muon":
+        ns = sum(newton_schulz_flops(s, NS_STEPS) for s in shapes)
+        elementwise = MUON_FLOPS_PER_PARAM * matrix_params + ADAMW_FLOPS_PER_PARAM * (mcfg.num_params() - matrix_params)
+    else:
+        ns, elementwise = 0, ADAMW_FLOPS_PER_PARAM * mcfg.num_params()
+    return {
+        "forward_backward": forward_backward,
+        "orthogonalization": ns,  # Newton-Schulz
+        "elementwise": elementwise,
+        "total": forward_backward + ns + elementwise,
+    }
+
+
 def build_optimizer(cfg: ConvergeConfig, model: GPT, dims: ParallelDims) -> ZeroOneOptimizer:
     """Weight decay on every parameter (matrices, embeddings, head and RMSNorm gains alike)."""
     groups = muon_param_groups(model)
@@ -80,7 +118,7 @@ def build_optimizer(cfg: ConvergeConfig, model: GPT, dims: ParallelDims) -> Zero
         return DistributedAdamW(groups, dims, lr=cfg.lr, weight_decay=cfg.weight_decay)
     # Moonlight's update (0.2*sqrt(max(A,B)) matches AdamW's update RMS); the same lr drives the
     # AdamW-managed embeddings, head and norms, as in the paper.
-    return DistributedMuon(groups, dims, lr=cfg.lr, weight_decay=cfg.weight_decay, update_scale="moonlight")
+    return DistributedMuon(groups, dims, lr=cfg.lr, weight_decay=cfg.weight_decay, update_scale="moonlight", ns_steps=NS_STEPS)
 
 
 def global_batch(train: torch.Tensor, cfg: ConvergeConfig, step: int) -> torch.Tensor:
@@ -90,13 +128,13 @@ def global_batch(train: torch.Tensor, cfg: ConvergeConfig, step: int) -> torch.T
     return train[starts[:, None] + torch.arange(cfg.seq_len + 1)]
 
 
-def eval_windows(val: torch.Tensor, cfg: ConvergeConfig) -> torch.Tensor:
-    """The fixed held-out windows, evenly spaced over the validation tokens."""
-    last = val.numel() - cfg.seq_len - 1
+def eval_windows(tokens: torch.Tensor, cfg: ConvergeConfig, split: str = "validation") -> torch.Tensor:
+    """The fixed held-out windows, evenly spaced over a held-out split's tokens."""
+    last = tokens.numel() - cfg.seq_len - 1
     if last < 0:
-        raise ValueError(f"the validation split has {val.numel()} tokens, fewer than seq_len + 1 = {cfg.seq_len + 1}")
+        raise ValueError(f"the {split} split has {tokens.numel()} tokens, fewer than seq_len + 1 = {cfg.seq_len + 1}")
     starts = torch.linspace(0, last, cfg.eval_windows).round().long()
-    return val[starts[:, None] + torch.arange(cfg.seq_len + 1)]
+    return tokens[starts[:, None] + torch.arange(cfg.seq_len + 1)]
 
 
 def _dp_sum(values: torch.Tensor, group: Group) -> torch.Tensor:
@@ -116,6 +154,16 @@ def held_out_loss(model: GPT, windows: torch.Tensor, dims: ParallelDims, device:
         totals += torch.tensor([loss.item() * chunk[:, 1:].numel(), chunk[:, 1:].numel()], dtype=torch.float64)
     totals = _dp_sum(totals, dims.dp_group)
     return float(totals[0] / totals[1])
+
+
+def _evaluate(
+    curve: Curve, step: int, model: GPT, held_out: tuple[torch.Tensor, torch.Tensor], dims: ParallelDims, device: torch.device
+) -> None:
+    """Record the validation and the test loss after ``step``."""
+    val, test = (round(held_out_loss(model, windows, dims, device), 5) for windows in held_out)
+    curve.eval_step.append(step)
+    curve.val_loss.append(val)
+    curve.test_loss.append(test)
 
 
 def hidden_matrices(model: GPT) -> list[torch.Tensor]:
@@ -142,8 +190,10 @@ class Curve:
         self.step: list[int] = list(state.get("step", []))
         self.train_loss: list[float] = list(state.get("train_loss", []))
         self.lr: list[float] = list(state.get("lr", []))
+        self.step_ms: list[float] = list(state.get("step_ms", []))  # forward + backward + optimizer step, rank 0
         self.eval_step: list[int] = list(state.get("eval_step", []))
         self.val_loss: list[float] = list(state.get("val_loss", []))
+        self.test_loss: list[float] = list(state.get("test_loss", []))
         self.update_rms: list[float | None] = list(state.get("update_rms", []))
 
     def state(self) -> dict:
@@ -171,7 +221,8 @@ def _load_checkpoint(path: Path, cfg: ConvergeConfig) -> dict | None:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # a checkpoint cut short by a kill: start over
         return None
-    return ckpt if ckpt.get("config") == cfg.to_dict() else None
+    same_curve = set(ckpt.get("curve") or {}) == set(Curve().state())  # an older layout (no test loss) starts over
+    return ckpt if ckpt.get("config") == cfg.to_dict() and same_curve else None
 
 
 def _agreed_resume_step(ckpt: dict | None) -> int:
@@ -194,7 +245,8 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     opt = build_optimizer(cfg, model, dims)
     matrices = hidden_matrices(model)
     train = torch.from_numpy(data.train.astype(np.int64))
-    windows = eval_windows(torch.from_numpy(data.val.astype(np.int64)), cfg)
+    val_windows = eval_windows(torch.from_numpy(data.val.astype(np.int64)), cfg)
+    test_windows = eval_windows(torch.from_numpy(data.test.astype(np.int64)), cfg, "test")
     rows = slice(dims.dp_rank * (cfg.batch // cfg.dp), (dims.dp_rank + 1) * (cfg.batch // cfg.dp))
 
     ckpt_path = run_path / checkpoint_name(dims.rank)
@@ -209,9 +261,9 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     del ckpt
 
     t0 = time.perf_counter()
+    held_out = (val_windows, test_windows)
     if start == 0:
-        curve.eval_step.append(0)
-        curve.val_loss.append(round(held_out_loss(model, windows, dims, device), 5))
+        _evaluate(curve, 0, model, held_out, dims, device)
         curve.update_rms.append(None)
     log_every = max(1, cfg.steps // 20)
     diverged: int | None = None
@@ -219,13 +271,17 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
         lr = cfg.lr_at(step)
         for group in opt.param_groups:
             group["lr"] = lr
+        t_step = time.perf_counter()
         batch = global_batch(train, cfg, step)[rows].to(device)
         loss = model(batch[:, :-1], batch[:, 1:])
         loss.backward()
         evaluating = step % cfg.eval_every == 0 or step == cfg.steps
-        before = [p.detach().clone() for p in matrices] if evaluating else None
+        before = [p.detach().clone() for p in matrices] if evaluating else None  # one step in eval_every: the median ignores it
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_ms = (time.perf_counter() - t_step) * 1000.0
         mean_loss = float(_dp_sum(loss.detach().double().reshape(1), dims.dp_group) / dims.dp)
         if not math.isfinite(mean_loss):  # every rank sees the same mean: all stop here, and the record says so
             diverged = step
@@ -233,14 +289,14 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
         curve.step.append(step)
         curve.train_loss.append(round(mean_loss, 5))
         curve.lr.append(float(f"{lr:.6g}"))
+        curve.step_ms.append(round(step_ms, 3))
         if evaluating:
-            curve.eval_step.append(step)
-            curve.val_loss.append(round(held_out_loss(model, windows, dims, device), 5))
+            _evaluate(curve, step, model, held_out, dims, device)
             curve.update_rms.append(
                 round(update_rms(before, [p.detach() for p in matrices], lr, cfg.weight_decay, dims.tp_group), 5)
             )
         if progress and dims.rank == 0 and (step % log_every == 0 or step == cfg.steps):
-            val = f"  val {curve.val_loss[-1]:.4f}" if evaluating else ""
+            val = f"  val {curve.val_loss[-1]:.4f} test {curve.test_loss[-1]:.4f}" if evaluating else ""
             print(
                 f"  {cfg.name} step {step}/{cfg.steps}: train {curve.train_loss[-1]:.4f}{val}  "
                 f"{time.perf_counter() - t0 + elapsed:.0f} s",
@@ -260,6 +316,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
             "device": device.type,
             "world_size": cfg.world_size,
             "tokens_per_step": cfg.tokens_per_step,
+            "flops_per_step": step_flops(cfg, mcfg),
             "resumed_from_step": start,
             "diverged_at_step": diverged,
             "wall_s": wall,
@@ -270,5 +327,5 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
             f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={backend} "
             f"resumed_from_step={start} wall={wall:.1f} s"
         ]
-        lines += [f"step {s}: val {v:.5f}" for s, v in zip(curve.eval_step, curve.val_loss)]
+        lines += [f"step {s}: val {v:.5f} test {t:.5f}" for s, v, t in zip(curve.eval_step, curve.val_loss, curve.test_loss)]
         (run_path / CONVERGENCE_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")

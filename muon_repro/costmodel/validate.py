@@ -22,12 +22,13 @@ _RUN_ONLY_KEYS = ("trial", "trials", "round_order", "backend", "device", "comman
 
 @dataclass(frozen=True)
 class Measured:
-    """A run's measured medians over the profiled steps of every trial."""
+    """A run's measured medians over the steps of every trial (timed without the profiler where they were)."""
 
     step_ms: float
     optimizer_ms: float
     trials: int
     steps: int
+    profiled: bool = True  # whether any of the steps were profiled ones (a trial recorded before timed steps)
 
 
 def run_folders(root: str | Path) -> dict[str, list[Path]]:
@@ -51,18 +52,23 @@ def bench_config(folder: Path) -> BenchConfig:
 
 
 def measured(folders: list[Path]) -> Measured | None:
-    """Median step (slowest rank) and optimizer (mean over ranks) times over the profiled steps of ``folders``."""
-    steps, optimizer, trials = [], [], 0
+    """Median step (slowest rank) and optimizer (mean over ranks) times over the steps of ``folders`` (the trials of
+    a run): each trial's steps timed without the profiler where it has them (every round of a sweep; the model
+    predicts a step without the profiler's cost), else its profiled steps (runs recorded before timed steps)."""
+    steps, optimizer, trials, profiled = [], [], 0, False
     for folder in folders:
-        recorded = RunDir(folder).recorded_steps()
+        run = RunDir(folder)
+        timed = run.timed_steps()
+        recorded = timed or run.recorded_steps()
         if not recorded:
             continue
         trials += 1
+        profiled |= not timed
         steps += [step for step, _ in recorded]
         optimizer += [opt for _, opt in recorded]
     if not steps:
         return None
-    return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps))
+    return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps), profiled)
 
 
 def recorded_on(folders: list[Path]) -> str | None:
@@ -76,7 +82,7 @@ def validate(
 ) -> list[dict]:
     """One ``predictions`` row per run under ``root`` that has measured steps (of hardware ``profile`` only,
     when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
-    every run with (True) or without (False) the profiler's cost; None: as each run was recorded."""
+    every run with (True) or without (False) the profiler's cost; None: as each run's measured steps were timed."""
     rows = []
     for key, folders in run_folders(root).items():
         run_profile = RunDir(folders[0]).profile
@@ -86,7 +92,7 @@ def validate(
         if times is None:
             continue
         cfg = bench_config(folders[0])
-        priced_profiled = cfg.profile if profiled is None else profiled
+        priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
         p = predict(cfg, machine, profiled=priced_profiled)
         rows.append(
             {

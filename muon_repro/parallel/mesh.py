@@ -75,5 +75,14 @@ class ParallelDims:
     def world_size(self) -> int:
         return self.dp * self.tp
 
+    def close(self) -> None:
+        """Destroy this rank's DP and TP process groups. A sweep builds new ones for every recording in the
+        same workers: left alive, each keeps its threads and connections, and a 110-recording sweep's steps
+        grew about 1.5x slower from its first rounds to its last, unevenly between configurations."""
+        for group in (self.tp_group, self.dp_group):
+            handle = group.process_group
+            if handle is not None and handle != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(handle)
+
     def __repr__(self) -> str:
         return f"ParallelDims(dp={self.dp}, tp={self.tp}, rank={self.rank}, dp_rank={self.dp_rank}, tp_rank={self.tp_rank})"

@@ -20,7 +20,7 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "step_breakdown": lambda d, out: figures.step_breakdown(d.runs, d.steps, out),
     "optimizer_overhead": lambda d, out: figures.optimizer_overhead(d.runs, out),
     "state_memory": lambda d, out: bytes_figures.state_memory(d.runs, d.ranks, out),
-    "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, out),
+    "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, d.checks, out),
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),

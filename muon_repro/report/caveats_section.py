@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from muon_repro.report import derive, style
-from muon_repro.report.data import ReportData, fmetric, metric
+from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import mib, ms, pct, ratio
 from muon_repro.report.results_section import adamw_partner, has_values
 from muon_repro.report.selection import representative_runs, run_label, sort_runs
@@ -150,30 +150,40 @@ def limitations(data: ReportData) -> list[str]:
     shapes = sorted(
         {(int(metric(r, "trials")), int(metric(r, "steps")) // max(int(metric(r, "trials")), 1)) for _, r in runs.iterrows()}
     )
+    rounds = sorted({int(r["rounds"]) for _, r in runs.iterrows() if not is_missing(r.get("rounds"))})
     out.append(
-        "Each run profiles " + ", ".join(f"{t} trial(s) × {s} step(s)" for t, s in shapes) + " after warm-up; the 95% intervals "
-        "of the claims say how far so few samples pin the medians down."
+        "Each run profiles "
+        + ", ".join(f"{t} trial(s) × {s} step(s)" for t, s in shapes)
+        + " after warm-up"
+        + (f", and times its steps without the profiler in {', '.join(map(str, rounds))} rounds" if rounds else "")
+        + "; the 95% intervals of the claims say how far so few rounds pin the medians down."
     )
     spreads = []
     for _, r in runs.iterrows():
-        per_trial = derive.trial_medians(data.steps, str(r["run"]))
+        timed = (data.timed_steps["run"] == r["run"]).any()
+        source, table = (data.timed_steps, "timed_steps") if timed else (data.steps, "steps")
+        per_trial = derive.trial_medians(source, str(r["run"]), table)
         if len(per_trial) > 1 and float(per_trial.min()) > 0:
             spreads.append((float(per_trial.max() / per_trial.min()), r, per_trial))
     if spreads:
         ratio_, r, per_trial = max(spreads, key=lambda x: x[0])
         out.append(
-            f"Trial-to-trial spread: the median step time of one trial differs from another's by up to {ratio_:.2f}× "
-            f"({run_label(r)}: {', '.join(ms(v) for v in per_trial)} in its {len(per_trial)} trials); the machine is shared, "
-            "which is why the trials of all configurations are interleaved."
+            f"Round-to-round spread: the median step time of one round differs from another's by up to {ratio_:.2f}× "
+            f"({run_label(r)}: {', '.join(ms(v) for v in per_trial)} in its {len(per_trial)} rounds); the machine is shared, "
+            "which is why the rounds interleave all configurations and the claims pair them round by round."
         )
-    dup = runs.groupby(["optimizer", "dp", "tp", "layout"])["step_ms"].agg(["count", "min", "max"])
+    dup = runs.groupby(["optimizer", "dp", "tp", "layout", "overlap"])["step_ms"].agg(["count", "min", "max"])
     dup = dup[dup["count"] > 1]
-    for (opt, dp, tp, layout), d in dup.iterrows():
+    for (opt, dp, tp, layout, overlap), d in dup.iterrows():
         out.append(
             f"Run-to-run spread: {style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(dp), int(tp))} {layout} "
-            f"was recorded {int(d['count'])} times, with median step times from {ms(d['min'])} to {ms(d['max'])}."
+            f"(overlap {overlap}) was recorded {int(d['count'])} times, with median profiled step times from {ms(d['min'])} "
+            f"to {ms(d['max'])}."
         )
-    out.append("Loss is shown over a handful of steps as a check that both optimizers learn; it is not a convergence comparison.")
+    out.append(
+        "The loss in the runs' tables covers a handful of steps, a check that both optimizers learn; the convergence "
+        "comparison is its own section."
+    )
     out.append(
         "Bytes count what each rank sends under the ring model (docs/method.md, Communication model); the trace's bytes come "
         "from call sizes, not from a NIC counter."

@@ -20,9 +20,10 @@ import muon_repro
 from muon_repro.phases import COARSE_PHASES, OPTIMIZER_PHASES
 from muon_repro.report import derive
 from muon_repro.report.caveats_section import limitations, regimes
+from muon_repro.report.checks_section import checks_matrix, checks_summary
 from muon_repro.report.claims_section import claims_matrix, claims_rows, profiles_note, summary_lines, verdict_counts
 from muon_repro.report.convergence_section import convergence_section
-from muon_repro.report.data import TABLES, ReportData, metric
+from muon_repro.report.data import TABLES, ReportData, is_missing, metric
 from muon_repro.report.decomposition_section import decomposition
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
@@ -122,7 +123,7 @@ def build_context(
         "title": "Distributed Muon vs AdamW: communication, time and memory, reproduced",
         "sections": dict(SECTIONS),
         "section_order": [s for s, _ in SECTIONS],
-        "summary": summary_lines(claims),
+        "summary": [*summary_lines(claims), checks_summary(data)],
         "n_runs": str(len(runs)),
         "backends": ", ".join(sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})),
         "environments": environments(data),
@@ -141,9 +142,11 @@ def build_context(
         "figures": [figure_entry(n, figure_paths[n], FIGURE_CAPTIONS[n]) for n in FIGURES],
         "claims": claims,
         **dict(zip(("claims_header", "claims_rows", "claims_notes"), claims_matrix(data))),
+        **dict(zip(("checks_header", "checks_rows", "checks_notes"), checks_matrix(data))),
         "profiles_note": profiles_note(data),
         "verdict_counts": verdict_counts(claims),
         "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
+        "rounds": ", ".join(str(n) for n in sorted({_rounds(r) for _, r in runs.iterrows()})),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
         "profile_figure": profile_figure,
@@ -156,3 +159,8 @@ def build_context(
         "bibtex": bibtex(data),
         "version": muon_repro.__version__,
     }
+
+
+def _rounds(run) -> int:
+    """The rounds a run was timed in (its traced trials, for a run recorded before timed steps)."""
+    return int(run["rounds"]) if not is_missing(run.get("rounds")) else int(metric(run, "trials"))

@@ -26,8 +26,8 @@ def _empty(headline: str, out: str | Path, ncols: int = 1) -> Path:
 
 @styled
 def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
-    """Held-out loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
-    headline = "Held-out loss over the learning-rate sweep (Muon and AdamW, same schedule, weight decay on every parameter)"
+    """Validation loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
+    headline = "Validation loss over the learning-rate sweep (Muon and AdamW, same schedule, weight decay on every parameter)"
     runs = convergence
     if len(convergence):
         runs = convergence[convergence["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"])
@@ -58,14 +58,14 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
         ax.set_title(style.OPTIMIZER_LABELS[opt], fontsize=9)
         ax.set_xlabel("step")
         ax.legend(fontsize=7, loc="upper right")
-    axes[0].set_ylabel("held-out loss (nats)")
+    axes[0].set_ylabel("validation loss (nats)")
     lo = runs["val_loss"].astype(float).min()
     axes[0].set_ylim(lo - 0.1, min(runs["val_loss"].astype(float).max(), lo + 2.5))
     first = runs.iloc[0]
     add_title(
         fig,
         headline,
-        f"best final held-out loss (seed 0): {', '.join(finals)}; {int(first['steps'])} steps x "
+        f"best final validation loss (seed 0), the choice: {', '.join(finals)}; {int(first['steps'])} steps x "
         f"{int(first['tokens_per_step'])} tokens, {int(first['params']):,} parameters, {first['corpus']}",
     )
     return save_figure(fig, out)

@@ -26,8 +26,10 @@ from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() rais
 TABLES = (
     "runs",
     "steps",
+    "timed_steps",
     "comparisons",
     "claims",
+    "checks",
     "ranks",
     "phases",
     "timeline",
@@ -41,11 +43,12 @@ TABLES = (
     "leading_steps",
 )
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
-PER_TRIAL = ("steps", "ranks", "phases", "timeline", "losses", "environment")
+PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
 KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TABLES} | {
     "comparisons": ("muon_run", "adamw_run"),
     "claims": ("claim_id",),
+    "checks": ("check_id",),
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
     "leading_steps": ("seed", "alpha", "muon_step"),
@@ -62,8 +65,10 @@ class ReportData:
 
     runs: pd.DataFrame
     steps: pd.DataFrame
+    timed_steps: pd.DataFrame  # the steps timed without the profiler, every round
     comparisons: pd.DataFrame
     claims: pd.DataFrame
+    checks: pd.DataFrame  # consistency checks (state, bytes), beside the claims
     ranks: pd.DataFrame
     phases: pd.DataFrame
     timeline: pd.DataFrame

@@ -185,11 +185,12 @@ def optimizer_share(run_row: pd.Series) -> float:
     return fmetric(run_row, "optimizer_ms") / step
 
 
-def trial_medians(steps: pd.DataFrame, run: str) -> pd.Series:
-    """Index: trial; value: the median step time of that trial (per step: the slowest rank), ms."""
-    require_columns(steps, "steps", ("run", "trial", "rank", "step", "step_ms"))
-    s = rows_of(steps, "steps", run)
-    _require_values(s, "steps", run, ("step_ms",))
+def trial_medians(steps: pd.DataFrame, run: str, table: str = "steps") -> pd.Series:
+    """Index: trial; value: the median step time of that trial (per step: the slowest rank), ms. ``table``: the
+    name of ``steps`` in messages (``timed_steps`` for the steps timed without the profiler)."""
+    require_columns(steps, table, ("run", "trial", "rank", "step", "step_ms"))
+    s = rows_of(steps, table, run)
+    _require_values(s, table, run, ("step_ms",))
     slowest = s.groupby(["trial", "step"])["step_ms"].max().astype("float64")
     return slowest.groupby(level="trial").median()
 

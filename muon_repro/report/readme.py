@@ -1,7 +1,8 @@
-"""The README's claims table, generated from ``metrics/claims.parquet`` so that it cannot drift.
+"""The README's claims and checks tables, generated from ``metrics/`` so that they cannot drift.
 
 ``python -m muon_repro.report.readme [README.md] [--metrics metrics]`` rewrites the lines between
-:data:`BEGIN` and :data:`END` with the table, formatted as the report formats it.
+:data:`BEGIN` and :data:`END` with the claims table and, below it, the consistency checks, formatted as
+the report formats them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claims_matrix
 from muon_repro.report.data import load
 from muon_repro.tables.files import write_atomic
@@ -18,12 +20,22 @@ END = "<!-- claims: end -->"
 
 
 def claims_markdown(metrics_dir: str | Path) -> str:
-    """The claims table as the report has it, less the region column: one measured column per hardware profile."""
-    header, rows, _ = claims_matrix(load(metrics_dir))
-    keep = [i for i, name in enumerate(header) if name != "agrees if in"]
-    lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
-    lines += ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
+    """The claims table as the report has it, less the region column (one measured column per hardware profile),
+    then the consistency checks of the profile with most runs, less their 'fails if' column."""
+    data = load(metrics_dir)
+    header, rows, _ = claims_matrix(data)
+    lines = _table(header, rows, drop="agrees if in")
+    check_header, check_rows, _ = checks_matrix(data)
+    if check_rows:
+        lines += ["", f"Consistency checks on {data.profiles[0]} (they hold by construction, so they are not claims):", ""]
+        lines += _table(check_header, check_rows, drop="fails if")
     return "\n".join(lines)
+
+
+def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
+    keep = [i for i, name in enumerate(header) if name != drop]
+    lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
+    return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
 
 
 def with_claims(readme: str, metrics_dir: str | Path) -> str:

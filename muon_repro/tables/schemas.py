@@ -35,6 +35,13 @@ _TIMED_NOTE = (
     "per trial the median over its timed steps of {}, then the median over trials; null for a run recorded without "
     "timed steps (config timed_steps 0, as every run before they existed)"
 )
+_QUOTED = (
+    "quoted",
+    "string",
+    "",
+    "the numbers the explanation states that no table cell holds (ratios, intervals, aggregates), as JSON: name -> "
+    "value; every other number it states is a cell of the tables (a phase's: its mean over trials and ranks)",
+)
 _TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
 _TRIAL_ID = (*_RUN_ID, _TRIAL)
 _RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
@@ -57,6 +64,37 @@ _CONFIG_COLUMNS = columns_of(
     ("git_sha", "string", "", "commit of the code that recorded the run (environment.json)"),
     ("recorded_at", "string", "", "when the run was recorded, ISO 8601 (environment.json)"),
 )
+
+
+# leading_steps' summaries over seeds (the convergence tables, below)
+def _end_summaries() -> list[tuple[str, str, str, str]]:
+    """leading_steps' mean and 95% t interval over seeds of the at_end rows' ratio, in each unit."""
+    out = []
+    for column, unit in (("leading_ratio", "steps"), ("leading_ratio_flops", "FLOPs"), ("leading_ratio_wall", "wall clock")):
+        out += [
+            (f"end_{column}_mean", "Float64", "ratio", f"the leading ratio at the end in {unit} ({column}), mean over seeds"),
+            (f"end_{column}_low", "Float64", "ratio", "low end of its 95% t interval over seeds (n - 1 degrees of freedom)"),
+            (f"end_{column}_high", "Float64", "ratio", "high end of that interval"),
+        ]
+    return out
+
+
+def _test_loss_summaries() -> list[tuple[str, str, str, str]]:
+    """leading_steps' final test loss of each optimizer over the seeds compared, with its 95% t interval."""
+    out = []
+    for opt, label in (("muon", "Muon"), ("adamw", "AdamW")):
+        out += [
+            (
+                f"{opt}_test_loss_mean",
+                "Float64",
+                "nats",
+                f"{label}'s test loss at the last step of its best learning rate's runs, mean over the seeds compared",
+            ),
+            (f"{opt}_test_loss_low", "Float64", "nats", "low end of its 95% t interval over seeds"),
+            (f"{opt}_test_loss_high", "Float64", "nats", "high end of that interval"),
+        ]
+    return out
+
 
 SCHEMAS: dict[str, TableSchema] = {
     "runs": TableSchema(
@@ -84,7 +122,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "trials",
                 "Int64",
                 "count",
-                "trials recorded (each a full recording of the configuration, interleaved with the others)",
+                "traced trials: those recorded with the profiler, whose traces every trace-based column is over (a "
+                "sweep's later rounds are timed only: see rounds)",
             ),
             (
                 "tokens_per_step",
@@ -191,10 +230,17 @@ SCHEMAS: dict[str, TableSchema] = {
                 "profiler_overhead",
                 "Float64",
                 "ratio",
-                "step_ms / timed_step_ms: how much longer the profiled steps' median is than the unprofiled one (1.05: "
-                "profiling adds 5%); null without timed steps",
+                "profiled over unprofiled step time, paired within each traced trial (its profiled steps' median over "
+                "its own timed steps' median, slowest rank), then the median over traced trials (1.05: profiling adds "
+                "5%); null without timed steps",
             ),
-            ("rounds", "Int64", "count", "trials (rounds of the sweep) with timed steps, what timed_step_ms is the median over"),
+            (
+                "rounds",
+                "Int64",
+                "count",
+                "trials (rounds of the sweep) with timed steps, traced or timed only: what timed_step_ms is the median "
+                "over and what the claims' paired intervals are over",
+            ),
             *_CONFIG_COLUMNS,
         ),
     ),
@@ -433,9 +479,10 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "claims": TableSchema(
         "claims",
-        "The seed's claims (a forum post and dataset card from 4 GPUs over PCIe) and the paper's, each measured like for "
-        "like on these runs, with a 95% interval (paired over rounds), a verdict and its measured cause. One "
-        "row per claim and hardware profile: each profile's runs are measured on their own.",
+        "The claims of Jen Wei's study 'Reproducing and Validating Distributed Muon' (the seed: 4 GPUs over PCIe), of "
+        "the paper and of Moonlight, each measured like for like on these runs, with a 95% interval (paired over "
+        "rounds), a verdict and its measured cause. One row per claim and hardware profile: each profile's runs are "
+        "measured on their own.",
         ("claim_id", "profile"),
         columns_of(
             ("claim_id", "string", "", "short stable identifier"),
@@ -469,7 +516,42 @@ SCHEMAS: dict[str, TableSchema] = {
                 "comparable here (the runs were not made under the claim's conditions), not measured",
             ),
             ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
+            _QUOTED,
             ("rule", "string", "", "how the verdict was decided"),
+        ),
+    ),
+    "checks": TableSchema(
+        "checks",
+        "Consistency checks: quantities that hold by construction (the optimizer state of the matrices Muon manages, "
+        "the bytes the ring model prices), each judged holds or fails against the value its construction gives, with "
+        "what would make it fail. They stand beside the claims table, not in it: a verdict on them could not have "
+        "come out otherwise. One row per check (the bytes check per ZeRO-1 layout) and hardware profile.",
+        ("check_id", "profile"),
+        columns_of(
+            ("check_id", "string", "", "short stable identifier; bytes_<layout> for the bytes check of each layout"),
+            ("profile", "string", "", f"{_PROFILE_MEANING}; the check is made on this profile's runs only"),
+            ("check", "string", "", "what is checked"),
+            ("claim", "string", "", "the claim the check stands beside"),
+            ("source", "string", "", "who claimed it, where"),
+            ("layout", "string", "", "the Muon run's ZeRO-1 layout (bytes checks); null for the state checks"),
+            ("expected", "Float64", "", "the value by construction (see unit): what the check holds against"),
+            ("measured_value", "Float64", "", "the value the runs give, same unit"),
+            ("measured_low", "Float64", "", "its smallest value over ranks (the quantity does not vary between steps)"),
+            ("measured_high", "Float64", "", "its largest value over ranks"),
+            ("unit", "string", "", "unit of expected and the measured columns"),
+            ("holds", "boolean", "", "whether the runs agree with the construction (the rule is in check)"),
+            ("claimed_region", "string", "", "the values the source claimed, where it stated this quantity; else null"),
+            (
+                "in_claimed_region",
+                "boolean",
+                "",
+                "whether measured_value lies in claimed_region (null without one); by design it may not: the contiguous "
+                "layout gathers fewer matrices than the paper's Algorithm 1",
+            ),
+            ("fails_if", "string", "", "what would make the check fail"),
+            ("explanation", "string", "", "the quantities behind the value, measured on these runs"),
+            _QUOTED,
+            ("conditions", "string", "", "the runs compared: backend, device, ranks, rounds, steps, tokens per step"),
         ),
     ),
     "ranks": TableSchema(
@@ -589,7 +671,8 @@ SCHEMAS: dict[str, TableSchema] = {
     "convergence": TableSchema(
         "convergence",
         "One row per convergence run and step (step 0: before training): Muon or AdamW, one learning rate and seed, "
-        "training and held-out loss on real text (traces/<profile>/convergence/<run>/convergence.json).",
+        "training loss, validation loss (which picks the learning rates) and test loss (which the results report) on "
+        "real text, each step's wall time and the run's FLOPs per step (traces/<profile>/convergence/<run>/convergence.json).",
         ("profile", "run", "step"),
         columns_of(
             ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
@@ -625,8 +708,22 @@ SCHEMAS: dict[str, TableSchema] = {
                 "val_loss",
                 "Float64",
                 "nats",
-                "held-out loss after this step: mean token cross-entropy over the fixed validation windows; null between "
-                "evaluations",
+                "validation loss after this step: mean token cross-entropy over the fixed windows of the validation "
+                "split, which picks each optimizer's best learning rate; null between evaluations",
+            ),
+            (
+                "test_loss",
+                "Float64",
+                "nats",
+                "test loss after this step: the same over the test split (whole documents in neither training nor "
+                "validation), never used to choose anything; null between evaluations and in records without a test split",
+            ),
+            (
+                "step_ms",
+                "Float64",
+                "ms",
+                "wall time of this step's forward, backward and optimizer step on rank 0 (evaluation excluded); null at "
+                "step 0 and in records without step times",
             ),
             (
                 "update_rms",
@@ -637,7 +734,7 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("scheduled_lr", "Float64", "", "learning rate of this step (linear warm-up, then cosine to min_lr_ratio x lr)"),
             ("ewm_alpha", "Float64", "", "smoothing of train_loss_ewm"),
-            ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final held-out loss of its sweep (seed 0)"),
+            ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final val_loss of its sweep (seed 0)"),
             ("sweep", "boolean", "", "the run is one of its optimizer's learning-rate sweep (seed 0, the sweep's length)"),
             ("steps", "Int64", "count", "steps the run trains"),
             ("tokens_per_step", "Int64", "tokens", "sequences per step x sequence length"),
@@ -658,12 +755,35 @@ SCHEMAS: dict[str, TableSchema] = {
             ("corpus_license", "string", "", "license of the corpus as its distribution declares it"),
             ("corpus_sha256", "string", "", "sha256 of the cleaned text used, train and validation, in order"),
             ("wall_s", "Float64", "s", "wall time of the run's training and evaluations (summed over resumptions; not startup)"),
+            (
+                "step_ms_median",
+                "Float64",
+                "ms",
+                "median of the run's step_ms: a robust per-step wall cost (evaluations, checkpoints and the odd step "
+                "slowed by a shared machine do not move it); the cost leading_ratio_wall counts in",
+            ),
+            (
+                "gflop_per_step",
+                "Float64",
+                "GFLOP",
+                "FLOPs of one training step, all ranks: forward + backward (GPTConfig.flops_per_token x tokens_per_step), "
+                "Newton-Schulz on every Muon matrix (Muon only) and the optimizer's element-wise work (convergence.json "
+                "flops_per_step); the cost leading_ratio_flops counts in",
+            ),
+            (
+                "ns_gflop_per_step",
+                "Float64",
+                "GFLOP",
+                "the Newton-Schulz part of gflop_per_step (flops_per_step's orthogonalization; 0 for AdamW)",
+            ),
         ),
     ),
     "leading_steps": TableSchema(
         "leading_steps",
         "Moonshot's Muon leading steps: for each Muon step, the first AdamW step whose smoothed training loss is at or "
-        "below Muon's smoothed loss there; each optimizer at its best learning rate, pairs of one seed, per smoothing alpha.",
+        "below Muon's smoothed loss there, and the lead counted in steps, in FLOPs and in wall clock; each optimizer at its "
+        "best learning rate (chosen on validation loss), pairs of one seed, per smoothing alpha. The end_* and *_test_loss_* "
+        "columns summarize over seeds (the same on every row of a profile and alpha).",
         ("profile", "seed", "alpha", "muon_step"),
         columns_of(
             ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
@@ -680,12 +800,40 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("leading_steps", "Int64", "steps", "adamw_matching_step - muon_step: positive when Muon is ahead"),
             ("leading_ratio", "Float64", "ratio", "leading_steps / muon_step: the extra fraction of steps AdamW needs"),
+            (
+                "leading_ratio_flops",
+                "Float64",
+                "ratio",
+                "the extra fraction of compute AdamW needs: adamw_matching_step x adamw_gflop_per_step / (muon_step x "
+                "muon_gflop_per_step) - 1 (Moonlight's unit)",
+            ),
+            (
+                "leading_ratio_wall",
+                "Float64",
+                "ratio",
+                "the extra fraction of wall clock AdamW needs: adamw_matching_step x adamw_step_ms_median / (muon_step x "
+                "muon_step_ms_median) - 1 (median step times: robust per-step wall costs)",
+            ),
+            ("muon_gflop_per_step", "Float64", "GFLOP", "the Muon run's FLOPs per step (convergence.gflop_per_step)"),
+            ("adamw_gflop_per_step", "Float64", "GFLOP", "the AdamW run's FLOPs per step"),
+            ("muon_step_ms_median", "Float64", "ms", "the Muon run's median step time (convergence.step_ms_median)"),
+            ("adamw_step_ms_median", "Float64", "ms", "the AdamW run's median step time"),
+            (
+                "at_end",
+                "boolean",
+                "",
+                "this row holds the leading ratio at the end of its seed and alpha: the last Muon step AdamW matched",
+            ),
+            ("seeds", "Int64", "count", "seeds whose ratio at the end the end_* columns are over"),
+            *_end_summaries(),
+            *_test_loss_summaries(),
             ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
             ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
             ("corpus", "string", "", "the text both were trained on"),
         ),
     ),
 }
+
 
 # ---------------------------------------------------------------- the cost model (muon_repro.analysis.costmodel_tables)
 

@@ -1,0 +1,96 @@
+"""The report's consistency checks: the ``checks`` table in the report's words, and its summary line.
+
+A check compares what a run did with what its construction gives (Muon's state for the matrices it
+manages is half AdamW's; the traces' bytes are the ring model's), so it holds or fails; a check that
+fails is a bug or a cost the construction leaves out (Muon's gather buffers), and the report says which.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from muon_repro.hardware import rows_of_profile
+from muon_repro.report.data import ReportData, is_missing, metric, require_columns
+from muon_repro.report.formatting import as_number
+
+CHECK_COLUMNS = (
+    "check_id",
+    "check",
+    "expected",
+    "measured_value",
+    "measured_low",
+    "measured_high",
+    "unit",
+    "holds",
+    "claimed_region",
+    "in_claimed_region",
+    "fails_if",
+    "explanation",
+)
+HEADER = ["check", "expected", "measured (range over ranks)", "holds", "claimed", "fails if"]
+
+
+def _number(value, unit: str, what: str) -> str:
+    v = as_number(value, what)
+    if unit.startswith("elements"):
+        return f"{v:,.0f}"
+    return f"{v:.3f}" if unit.startswith("ratio") else f"{v:.4g}"
+
+
+def _measured(row: pd.Series) -> str:
+    unit, cid = str(row["unit"]), str(row["check_id"])
+    value = _number(metric(row, "measured_value", "checks", "check_id"), unit, f"checks.measured_value ({cid})")
+    low = _number(metric(row, "measured_low", "checks", "check_id"), unit, f"checks.measured_low ({cid})")
+    high = _number(metric(row, "measured_high", "checks", "check_id"), unit, f"checks.measured_high ({cid})")
+    return value if low == high == value else f"{value} ({low}–{high})"
+
+
+def _claimed(row: pd.Series) -> str:
+    if is_missing(row.get("claimed_region")):
+        return "—"
+    inside = row.get("in_claimed_region")
+    where = "" if is_missing(inside) else (" (inside)" if bool(inside) else " (outside)")
+    return f"{row['claimed_region']}{where}"
+
+
+def _verdict(row: pd.Series) -> str:
+    """holds, fails, or not checked (the run recorded nothing to hold the value against)."""
+    holds = row.get("holds")
+    return "not checked" if is_missing(holds) else ("holds" if bool(holds) else "fails")
+
+
+def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[str], list[list[str]], list[str]]:
+    """The checks of one hardware profile (default: the view's, else the one with most runs): header, rows and
+    each row's explanation; no rows when no run pair could be checked."""
+    profile = profile or data.profile or data.profiles[0]
+    checks = rows_of_profile(data.checks, profile)
+    require_columns(checks, "checks", CHECK_COLUMNS)
+    rows, notes = [], []
+    for _, c in checks.iterrows():
+        cid = str(metric(c, "check_id", "checks", "check_id"))
+        expected = (
+            "—"
+            if is_missing(c.get("expected"))
+            else _number(metric(c, "expected", "checks", "check_id"), str(c["unit"]), f"checks.expected ({cid})")
+        )
+        rows.append([str(c["check"]), expected, _measured(c), _verdict(c), _claimed(c), str(c["fails_if"])])
+        notes.append(f"{c['explanation']} Unit: {c['unit']}.")
+    return list(HEADER), rows, notes
+
+
+def checks_summary(data: ReportData) -> str:
+    """One summary line: how many checks hold, and each that fails by name."""
+    profile = data.profile or data.profiles[0]
+    checks = rows_of_profile(data.checks, profile)
+    if checks.empty:
+        return "Consistency checks (state and bytes, which hold by construction): none made, no Muon and AdamW pair at DP2·TP2."
+    require_columns(checks, "checks", CHECK_COLUMNS)
+    verdicts = [(_verdict(c), str(c["check"])) for _, c in checks.iterrows()]
+    said = f"{sum(v == 'holds' for v, _ in verdicts)} of {len(checks)} hold"
+    failing = [check for v, check in verdicts if v == "fails"]
+    unchecked = sum(v == "not checked" for v, _ in verdicts)
+    if unchecked:
+        said += f", {unchecked} not checked (nothing recorded to hold them against)"
+    if failing:
+        said += "; fails: " + "; ".join(failing)
+    return f"Consistency checks (state and bytes, which hold by construction, beside the claims): {said}."
