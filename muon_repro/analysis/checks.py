@@ -315,7 +315,7 @@ def _rows(t: ProfileTables, profile: str) -> list[dict]:
             {
                 "check_id": check_id if o.layout is None else f"{check_id}_{o.layout}",
                 "profile": profile,
-                "check": c.check,
+                "check": c.check if o.layout is None else f"{c.check}: {o.layout} layout",
                 "claim": c.claim,
                 "source": c.source,
                 "layout": o.layout,

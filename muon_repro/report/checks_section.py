@@ -92,5 +92,5 @@ def checks_summary(data: ReportData) -> str:
     if unchecked:
         said += f", {unchecked} not checked (nothing recorded to hold them against)"
     if failing:
-        said += "; fails: " + "; ".join(failing)
+        said += "; fails: " + "; ".join(f"'{check}'" for check in failing)
     return f"Consistency checks (state and bytes, which hold by construction, beside the claims): {said}."
