@@ -101,34 +101,17 @@ def _record(args: argparse.Namespace) -> int:
     cfgs = _configs(args)
     check_out_folder(args.out)  # before torch elastic starts anything
     command = getattr(args, "command_line", None) or ["muon-repro", "bench", *args.configs]
+    # What both launchers record: the same rounds, into the same folders, with the same command.
+    sweep = dict(trials=args.trials, traced_trials=args.traced_trials, force=args.force, command=command, profile=args.profile)
     try:
         if _under_torchrun():
             backend = args.backend or default_backend()
-            results = record_under_torchrun(
-                cfgs,
-                args.out,
-                backend,
-                trials=args.trials,
-                traced_trials=args.traced_trials,
-                force=args.force,
-                command=command,
-                profile=args.profile,
-            )
+            results = record_under_torchrun(cfgs, args.out, backend, **sweep)
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
             backend = args.backend or default_backend(max(c.world_size for c in cfgs))
-            results = record_local(
-                cfgs,
-                args.out,
-                backend,
-                trials=args.trials,
-                traced_trials=args.traced_trials,
-                force=args.force,
-                command=command,
-                progress=not args.no_progress,
-                profile=args.profile,
-            )
+            results = record_local(cfgs, args.out, backend, progress=not args.no_progress, **sweep)
     except BenchInterrupted as exc:
         print(f"muon-repro bench: {exc}", file=sys.stderr)
         return exc.exit_code
