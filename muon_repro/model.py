@@ -17,7 +17,13 @@ Parameters and their TP sharding (``param.tp_partition_dim``; see
     blocks.{i}.mlp.fc1.weight        [ffn_hidden, hidden]   column-parallel   dim 0
     blocks.{i}.mlp.fc2.weight        [hidden, ffn_hidden]   row-parallel      dim 1
     final_norm.weight                [hidden]               replicated
-    lm_head.weight                   [vocab, hidden]        column-parallel   dim 0 (logits gathered)
+    lm_head.weight                   [vocab, hidden]        column-parallel   dim 0
+
+The loss (``cross_entropy``): ``"vocab_parallel"`` (default, Megatron's) computes it from each rank's
+logits shard ``[tokens, vocab/tp]`` with three all-reduces of ``[tokens]`` each
+(:mod:`muon_repro.parallel.cross_entropy`); ``"gathered"`` all-gathers the full ``[tokens, vocab]``
+logits on every rank and applies ``F.cross_entropy`` there (how the runs recorded before the option
+trained). Both compute the same function.
 
 Same function for every TP size: the full (tp=1) weights are drawn from
 ``torch.Generator().manual_seed(config.seed)`` in one fixed order, then each rank keeps its shard.
@@ -45,18 +51,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from muon_repro.model_config import PRESETS, QKV_MODES, GPTConfig
+from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, QKV_MODES, GPTConfig
 from muon_repro.parallel.comm import Group
+from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
 from muon_repro.parallel.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
     copy_to_tp,
     divide,
+    gather_from_tp,
     tp_partition_dim,
 )
 
-__all__ = ["GPT", "GPTConfig", "PRESETS", "QKV_MODES"]  # the config lives in model_config (torch-free)
+# The config and the mode names live in model_config (torch-free).
+__all__ = ["GPT", "GPTConfig", "PRESETS", "QKV_MODES", "CROSS_ENTROPY_MODES"]
 
 
 # ---------------------------------------------------------------- layers
@@ -212,19 +221,35 @@ class GPT(nn.Module):
 
     ``tp_group`` is the group of ranks that share each layer (``Group.single("tp")`` for one
     process). Building communicates nothing; forward and backward communicate over ``tp_group``.
+    ``cross_entropy`` says how the loss meets the vocab-sharded logits (one of
+    :data:`CROSS_ENTROPY_MODES`; see the module docstring): ``"vocab_parallel"`` never gathers them
+    for the loss, ``"gathered"`` does (the recorded runs' model, kept to reproduce them).
     """
 
-    def __init__(self, config: GPTConfig, tp_group: Group, *, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        config: GPTConfig,
+        tp_group: Group,
+        *,
+        device: torch.device | str | None = None,
+        cross_entropy: str = "vocab_parallel",
+    ) -> None:
         super().__init__()
+        if cross_entropy not in CROSS_ENTROPY_MODES:
+            raise ValueError(f"GPT: unknown cross_entropy {cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}")
         tp = tp_group.size
         for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
             divide(getattr(config, name), tp, name)
         self.config = config
         self.tp_group = tp_group
+        self.cross_entropy = cross_entropy
         self.embed = VocabParallelEmbedding(config.vocab_size, config.hidden, tp_group, device=device)
         self.blocks = nn.ModuleList(Block(config, tp_group, device) for _ in range(config.n_layers))
         self.final_norm = RMSNorm(config.hidden, config.norm_eps, device)
-        self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=True, device=device)
+        gathered = cross_entropy == "gathered"
+        self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=gathered, device=device)
+        # The first vocabulary column of this rank's logits (lm_head's rows are cut in rank order).
+        self.vocab_start = tp_group.rank * (config.vocab_size // tp)
         cos, sin = rope_tables(config, device)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -234,7 +259,8 @@ class GPT(nn.Module):
     # -- forward
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Full-vocab logits ``[batch, seq, vocab]`` (on every rank), or the mean cross-entropy."""
+        """Full-vocab logits ``[batch, seq, vocab]`` (on every rank), or with ``targets`` ``[batch, seq]``
+        the mean cross-entropy (the same on every rank; ``"vocab_parallel"`` gathers no logits for it)."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
         t = tokens.shape[1]
@@ -244,10 +270,13 @@ class GPT(nn.Module):
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, cos, sin)
-        logits = self.lm_head(self.final_norm(x))
-        if targets is None:
-            return logits
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        logits = self.lm_head(self.final_norm(x))  # [batch, seq, vocab], or this rank's [batch, seq, vocab/tp]
+        if targets is None:  # a caller that wants the logits gets all of them, whichever the loss
+            return logits if self.lm_head.gather_output else gather_from_tp(logits, self.tp_group)
+        flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+        if self.cross_entropy == "gathered":
+            return F.cross_entropy(flat_logits, flat_targets)
+        return vocab_parallel_cross_entropy(flat_logits, flat_targets, self.tp_group, self.vocab_start)
 
     # -- full <-> shard conversion (weights and gradients alike)
 

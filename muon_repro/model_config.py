@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 QKV_MODES = ("fused", "split")
+# How the GPT computes its loss under TP (GPT's ``cross_entropy``, BenchConfig's field): from each rank's
+# logits shard, or from the logits all-gathered on every rank (how the runs recorded before the option did).
+CROSS_ENTROPY_MODES = ("vocab_parallel", "gathered")
 
 
 @dataclass(frozen=True)

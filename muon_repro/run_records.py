@@ -84,6 +84,7 @@ class RunConfig:
     scale: str | None = None
     preset: str | None = None
     qkv: str | None = None
+    cross_entropy: str | None = None  # vocab_parallel | gathered; "gathered" for runs recorded before the option existed
     tokens_per_step: int | None = None  # global, over all DP ranks
     batch_per_dp: int | None = None
     seq_len: int | None = None
@@ -135,6 +136,8 @@ class RunConfig:
                 values[f.name] = _str(value)
         if raw and "overlap" not in raw:  # recorded before the option existed: every gather blocked
             values["overlap"] = "none"
+        if raw and "cross_entropy" not in raw:  # recorded before the option existed: the logits were gathered
+            values["cross_entropy"] = "gathered"
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, resolve
+from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, from_dict, resolve
 from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, run_dir_for
 from muon_repro.phases import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
@@ -93,6 +95,9 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
     assert (config["trial"], config["trials"], config["tokens_per_step"]) == (0, 1, cfg.tokens_per_step)
     assert env["torch"] and env["host_cpu_cores"] and "pip_freeze" in env
     assert sum(line.startswith("step ") for line in (recorded / "log.txt").read_text().splitlines()) == cfg.steps
+    # A new run computes the vocab-parallel loss: its TP ranks never all-gather the logits.
+    assert config["cross_entropy"] == "vocab_parallel" and from_dict(recorded_fields(config)) == cfg
+    assert not any(entry["phase"] == "tp_all_gather" for rank in metrics["ranks"] for entry in rank["ledger"])
 
     # TP-local shapes of a tp=2 model: building communicates nothing, so no process group is needed.
     model = GPT(
@@ -219,6 +224,36 @@ def test_tokens_per_step_must_divide_into_the_grid():
     )
     with pytest.raises(ValueError, match="trials must be a positive integer"):
         plan_recordings([resolve(CONFIG, "tiny")], Path("x"), trials=0, profile="p")
+
+
+def recorded_fields(config: dict) -> dict:
+    """A config.json's BenchConfig keys (and the derived ones from_dict drops), without the run-only ones."""
+    names = {f.name for f in dataclasses.fields(BenchConfig)} | {"key", "steps", "world_size", "batch_per_dp"}
+    return {k: v for k, v in config.items() if k in names}
+
+
+def test_cross_entropy_is_validated_kept_out_of_the_key_and_read_as_gathered_from_older_runs():
+    cfg = resolve(CONFIG, "tiny")
+    gathered = dataclasses.replace(cfg, cross_entropy="gathered")
+    assert cfg.cross_entropy == "vocab_parallel" and gathered.key == cfg.key  # one folder whichever the loss
+    assert from_dict(cfg.to_dict()) == cfg and from_dict(gathered.to_dict()) == gathered
+    assert from_dict({k: v for k, v in cfg.to_dict().items() if k != "cross_entropy"}) == gathered
+    message = f"config {cfg.key}: unknown cross_entropy 'full'; choose one of vocab_parallel, gathered"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dataclasses.replace(cfg, cross_entropy="full")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_dict({**cfg.to_dict(), "cross_entropy": "full"})
+
+
+def test_a_committed_run_reads_as_gathered_as_its_ledger_shows():
+    """The committed runs were recorded before the field: their config.json lacks it and their TP ranks
+    all-gathered the logits."""
+    run = Path(__file__).parent.parent / "traces" / "cpu-2c-gloo" / "comparison" / "muon_dp2_tp2" / "trial0"
+    if not (run / "config.json").is_file():
+        pytest.skip(f"no committed run at {run}")
+    config = RunDir(run).config_dict
+    assert "cross_entropy" not in config and from_dict(recorded_fields(config)).cross_entropy == "gathered"
+    assert any(entry["phase"] == "tp_all_gather" for entry in RunDir(run).ranks[0].ledger)
 
 
 def test_unknown_config_lists_the_valid_names():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
+from muon_repro.bench.custom import add_run_shape_arguments, config_from_args
 from muon_repro.cli import main
 
 
@@ -32,6 +34,19 @@ def test_tokens_that_do_not_divide_are_refused_before_anything_starts(tmp_path, 
     err = capsys.readouterr().err
     assert "tokens_per_step=1000 does not divide into dp=2 x micro-batches of seq_len=128" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_cross_entropy_flag_sets_the_loss_but_not_the_name(capsys):
+    parser = argparse.ArgumentParser()
+    add_run_shape_arguments(parser)
+    shape = ["--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "tiny", "--tokens-per-step", "64", "--seq-len", "16"]
+    default = config_from_args(parser.parse_args(shape))
+    gathered = config_from_args(parser.parse_args([*shape, "--cross-entropy", "gathered"]))
+    assert (default.cross_entropy, gathered.cross_entropy) == ("vocab_parallel", "gathered")
+    assert gathered.key == default.key
+    with pytest.raises(SystemExit):
+        parser.parse_args([*shape, "--cross-entropy", "full"])
+    assert "invalid choice: 'full'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,12 @@ def collectives_worker() -> dict:
 
     summed = comm.all_reduce_(torch.full((7,), float(rank)), dims.tp_group, phase="tp_all_reduce")
     out["summed"] = summed
+    # MAX: each element's largest value over the TP ranks (rank r sends [r, -r, 3r - 5]); timed like SUM.
+    dims.ledger.timer.on = True
+    maxed = torch.tensor([1.0, -1.0, 3.0]) * rank + torch.tensor([0.0, 0.0, -5.0])
+    out["maxed"] = comm.all_reduce_(maxed, dims.tp_group, phase="tp_all_reduce", op="max")
+    dims.ledger.timer.on = False
+    out["timer"] = dims.ledger.timer.columns()
 
     world = ParallelDims(dp=4, tp=1)  # a second grid on the same world: its own ledger
     comm.all_gather_into(torch.empty(12), torch.ones(3), world.dp_group, phase="dp_all_gather")
@@ -67,6 +73,10 @@ def test_collectives_compute_the_right_values(results):
         chunk = torch.arange(10, dtype=torch.float32)[5 * r["dp_ranks"].index(r["rank"]) :][:5]
         assert torch.equal(r["scattered"], chunk * total)
         assert torch.equal(r["summed"], torch.full((7,), float(sum(r["tp_ranks"]))))
+        low, high = r["tp_ranks"]
+        assert torch.equal(r["maxed"], torch.tensor([float(high), -float(low), 3.0 * high - 5]))
+        timer = r["timer"]
+        assert [timer["kinds"][k] for k in timer["kind"]] == ["all_reduce"] and timer["phases"] == ["tp_all_reduce"]
 
 
 @pytest.mark.slow
@@ -76,6 +86,7 @@ def test_ledger_bytes_follow_the_ring_model_exactly(results):
         ("dp_gather", "all_gather", "dp", 2, 10, "float32", (2 - 1) * 5 * 4),  # (n-1)/n * 10 fp32
         ("dp_reduce_scatter", "reduce_scatter", "dp", 2, 10, "bfloat16", (2 - 1) * 5 * 2),
         ("tp_all_reduce", "all_reduce", "tp", 2, 7, "float32", 2 * (2 - 1) * 4 * 4),  # chunk ceil(7/2)
+        ("tp_all_reduce", "all_reduce", "tp", 2, 3, "float32", 2 * (2 - 1) * 2 * 4),  # MAX costs what SUM does
     ]
     world = results[0]["world_ledger"]
     assert [(e["op"], e["group_size"], e["bytes"]) for e in world] == [
@@ -100,6 +111,9 @@ def test_single_process_group_is_a_no_op_and_records_nothing():
     assert torch.equal(full, torch.arange(4.0)) and group.ledger.records == []
     with pytest.raises(ValueError, match="expected 1 x 3"):
         comm.all_gather_into(torch.empty(4), torch.ones(3), group, phase="dp_gather")
+    assert torch.equal(comm.all_reduce_(torch.arange(3.0), group, phase="tp_all_reduce", op="max"), torch.arange(3.0))
+    with pytest.raises(ValueError, match="unknown op 'min'; choose one of sum, max"):
+        comm.all_reduce_(torch.ones(2), group, phase="tp_all_reduce", op="min")
 
 
 @pytest.mark.parametrize("dp, tp", [(2, 1), (1, 3), (2, 2)])

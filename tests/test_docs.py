@@ -52,17 +52,20 @@ def test_nothing_users_read_refers_to_the_internal_design_notes(path):
     assert offenders == []
 
 
-def test_readme_claims_table_matches_the_committed_claims():
-    from muon_repro.report.readme import with_claims
+def test_readme_generated_blocks_match_the_committed_tables():
+    from muon_repro.report.readme import with_blocks
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert text == with_claims(text, REPO / "metrics"), (
-        "README.md's claims table is out of date: run `python -m muon_repro.report.readme`"
+    assert text == with_blocks(text, REPO / "metrics"), (
+        "README.md's claims or cost-model block is out of date: run `python -m muon_repro.report.readme`"
     )
 
 
-def test_readme_claims_table_needs_its_markers(tmp_path):
-    from muon_repro.report.readme import with_claims
+def test_readme_blocks_need_their_markers(tmp_path):
+    from muon_repro.report.readme import markers, with_blocks
 
     with pytest.raises(ValueError, match="claims: generated"):
-        with_claims("# a README without the markers\n", REPO / "metrics")
+        with_blocks("# a README without the markers\n", REPO / "metrics")
+    only_claims = "\n".join(markers("claims"))
+    with pytest.raises(ValueError, match="cost model: generated"):
+        with_blocks(only_claims, REPO / "metrics")

@@ -2,7 +2,8 @@
 
 Tolerance (fp32 everywhere). TP changes only the order of floating-point sums: a column-parallel
 layer computes the same dot products, a row-parallel layer splits each length-K dot product into
-tp partial sums added by the all-reduce, and the gathered logits feed the same cross-entropy.
+tp partial sums added by the all-reduce, and the gathered logits feed the same cross-entropy (the
+vocab-parallel one adds its sum of exponentials as tp partial sums; its max and target logit are exact).
 Reordering a sum of K terms moves it by at most ~K*u*sum|terms| (u = 2**-24 ~ 6e-8), typically
 ~sqrt(K)*u; through two blocks, forward and backward, we observe at most ~7e-7 of each tensor's
 largest magnitude (about 10 u). We require ``max|a - b| <= 1e-5 * max|b|`` per tensor: ~15x above
@@ -232,6 +233,25 @@ def test_fused_and_split_qkv_compute_the_same_function() -> None:
             assert_close_normwise(getattr(split.blocks[i].attn, name).weight.grad, part, f"blocks.{i}.attn.{name}")
 
 
+def test_cross_entropy_modes() -> None:
+    """Both losses are one function on one process; under TP only "gathered" builds a gathering LM head."""
+    tokens, targets = batch(TINY)
+    models = {mode: GPT(TINY, Group.single("tp"), cross_entropy=mode) for mode in ("vocab_parallel", "gathered")}
+    losses = {mode: model(tokens, targets) for mode, model in models.items()}
+    for loss in losses.values():
+        loss.backward()
+    assert torch.equal(losses["vocab_parallel"], losses["gathered"])
+    for (name, p), q in zip(models["vocab_parallel"].named_parameters(), models["gathered"].parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    assert GPT(TINY, Group.single("tp")).cross_entropy == "vocab_parallel"  # the default
+    for rank in range(4):
+        vocab_parallel = GPT(TINY, fake_tp_group(rank, 4))
+        assert not vocab_parallel.lm_head.gather_output and vocab_parallel.vocab_start == rank * TINY.vocab_size // 4
+        assert GPT(TINY, fake_tp_group(rank, 4), cross_entropy="gathered").lm_head.gather_output
+    with pytest.raises(ValueError, match=re.escape("unknown cross_entropy 'fused'; choose one of vocab_parallel, gathered")):
+        GPT(TINY, Group.single("tp"), cross_entropy="fused")
+
+
 def test_comm_pairs_are_identity_on_one_rank() -> None:
     group = Group.single("tp")
     x = torch.randn(3, 8, requires_grad=True)
@@ -259,9 +279,12 @@ def test_tp_matches_tp1(tp: int) -> None:
 
     from muon_repro.parallel.launch import launch
 
-    configs = [TINY, TINY_SPLIT]
+    # Vocab-parallel loss with either QKV layout, and the gathered loss the recorded runs used.
+    variants = [(TINY, "vocab_parallel"), (TINY_SPLIT, "vocab_parallel"), (TINY, "gathered")]
     tokens, targets = batch(TINY)
-    results = launch(tp_parity_worker, tp, tp, configs, tokens, targets)
+    local_vocab = TINY.vocab_size // tp
+    assert set((targets // local_vocab).flatten().tolist()) == set(range(tp)), "every rank must own some targets"
+    results = launch(tp_parity_worker, tp, tp, variants, tokens, targets)
     assert [r["tp_rank"] for r in results] == list(range(tp))
 
     for r in results:
@@ -269,31 +292,38 @@ def test_tp_matches_tp1(tp: int) -> None:
             assert err <= 1e-6, f"rank {r['tp_rank']}: {check} error {err}"
 
     b, t, h, v = tokens.shape[0], tokens.shape[1], TINY.hidden, TINY.vocab_size
-    for index, config in enumerate(configs):
+    for index, (config, cross_entropy) in enumerate(variants):
+        what = f"{config.qkv} {cross_entropy} tp={tp}"
         ref, ref_loss = reference(config, tokens, targets)
         with torch.no_grad():
             ref_logits = ref(tokens)
         per_rank = [r["models"][index] for r in results]
         for rank, out in enumerate(per_rank):
-            assert_close_normwise(out["loss"], ref_loss, f"{config.qkv} tp={tp} rank {rank} loss")
-            assert_close_normwise(out["logits"], ref_logits, f"{config.qkv} tp={tp} rank {rank} logits")
+            assert_close_normwise(out["loss"], ref_loss, f"{what} rank {rank} loss")
+            assert_close_normwise(out["logits"], ref_logits, f"{what} rank {rank} logits")
         for name, param in ref.named_parameters():
             dim = tp_partition_dim(param)
             assert all(out["dims"][name] == dim for out in per_rank), name
             if dim is None:  # replicated: every rank holds the full gradient
                 for rank, out in enumerate(per_rank):
-                    assert_close_normwise(out["grads"][name], param.grad, f"{config.qkv} tp={tp} rank {rank} {name}.grad")
+                    assert_close_normwise(out["grads"][name], param.grad, f"{what} rank {rank} {name}.grad")
             else:
                 assert dim == (1 if name.endswith(("proj.weight", "fc2.weight")) else 0), name
                 weight = assemble_tensor(name, [out["params"][name] for out in per_rank], dim)
                 assert torch.equal(weight, param.detach()), name
                 grad = assemble_tensor(name, [out["grads"][name] for out in per_rank], dim)
-                assert_close_normwise(grad, param.grad, f"{config.qkv} tp={tp} {name}.grad")
-        # One forward + backward: all-reduces of [b, t, h] for the embedding, 4 per block (attention
-        # and MLP in/out; split QKV enters the TP region once) and the LM head input; one logits gather.
+                assert_close_normwise(grad, param.grad, f"{what} {name}.grad")
+        # Forward: all-reduces of [b, t, h] for the embedding and per block the attention and MLP outputs;
+        # then either one all-gather of the logits, or the vocab-parallel loss's three all-reduces of [b*t]
+        # (row max, target logit, sum of exponentials) and no gather. Backward: the attention and MLP
+        # inputs per block (split QKV enters the TP region once) and the LM head input; the loss's own
+        # backward communicates nothing.
+        loss_ops = (
+            {("tp_all_gather", "all_gather", b * t * v): 1}
+            if cross_entropy == "gathered"
+            else {("tp_all_reduce", "all_reduce", b * t): 3}
+        )
         for out in per_rank:
-            assert out["ledger_ops"] == {
-                ("tp_all_reduce", "all_reduce", b * t * h): 2 + 4 * config.n_layers,
-                ("tp_all_gather", "all_gather", b * t * v): 1,
-            }
+            assert out["forward_ops"] == {("tp_all_reduce", "all_reduce", b * t * h): 1 + 2 * config.n_layers, **loss_ops}
+            assert out["backward_ops"] == {("tp_all_reduce", "all_reduce", b * t * h): 1 + 2 * config.n_layers}
             assert out["ledger_groups"] == {"tp"}

@@ -101,7 +101,7 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
     assert all(len(row) == len(header) for row in rows) and len(notes) == len(rows)
     assert f"describe {first}, the profile with most runs" in profiles_note(data)
     assert data.of_profile(GPU).runs["run"].str.startswith(f"{GPU}/").all()
-    markdown = claims_markdown(tmp_path / "metrics")
+    markdown = claims_markdown(data)
     assert f"| {CPU}: measured" in markdown and f"| {GPU}: measured" in markdown
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 import torch
 
 from muon_repro.model import GPT, GPTConfig
+from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.tensor_parallel import (
     copy_to_tp,
@@ -56,14 +57,20 @@ def _pair_checks(dims: ParallelDims) -> dict[str, float]:
     return errors
 
 
-def tp_parity_worker(tp: int, configs: list[GPTConfig], tokens: torch.Tensor, targets: torch.Tensor) -> dict:
-    """On one TP rank: pair checks, then per config loss, logits, local grads and the ledger."""
+def _ledger_ops(records: list[dict]) -> Counter:
+    return Counter((rec["phase"], rec["op"], rec["elements"]) for rec in records)
+
+
+def tp_parity_worker(tp: int, variants: list[tuple[GPTConfig, str]], tokens: torch.Tensor, targets: torch.Tensor) -> dict:
+    """On one TP rank: pair checks, then per (config, cross_entropy) loss, logits, local grads and the
+    ledger's collectives, those of the forward (to the loss) and those of the backward apart."""
     dims = ParallelDims(dp=1, tp=tp)
     out: dict = {"tp_rank": dims.tp_rank, "pairs": _pair_checks(dims), "models": []}
-    for config in configs:
-        model = GPT(config, dims.tp_group)
+    for config, cross_entropy in variants:
+        model = GPT(config, dims.tp_group, cross_entropy=cross_entropy)
         dims.ledger.clear()
         loss = model(tokens, targets)
+        forward_records = dims.ledger.as_dicts()
         loss.backward()
         records = dims.ledger.as_dicts()
         with torch.no_grad():
@@ -75,8 +82,21 @@ def tp_parity_worker(tp: int, configs: list[GPTConfig], tokens: torch.Tensor, ta
                 "params": {n: p.detach().clone() for n, p in model.named_parameters()},
                 "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
                 "dims": {n: tp_partition_dim(p) for n, p in model.named_parameters()},
-                "ledger_ops": Counter((rec["phase"], rec["op"], rec["elements"]) for rec in records),
+                "forward_ops": _ledger_ops(forward_records),
+                "backward_ops": _ledger_ops(records[len(forward_records) :]),
                 "ledger_groups": {rec["group"] for rec in records},
             }
         )
     return out
+
+
+def vocab_parallel_ce_worker(tp: int, logits: torch.Tensor, targets: torch.Tensor) -> dict:
+    """On one TP rank: the vocab-parallel loss of this rank's column block of ``logits`` (full
+    ``[tokens, vocab]``, the same on every rank), the block's gradient, and the ledger's records."""
+    dims = ParallelDims(dp=1, tp=tp)
+    local_vocab = logits.shape[1] // tp
+    start = dims.tp_rank * local_vocab
+    shard = logits[:, start : start + local_vocab].clone().requires_grad_(True)
+    loss = vocab_parallel_cross_entropy(shard, targets, dims.tp_group, start)
+    (2.0 * loss).backward()  # a non-unit upstream gradient, to check that backward scales by it
+    return {"loss": loss.detach().clone(), "grad": shard.grad.clone(), "records": dims.ledger.as_dicts()}

@@ -53,7 +53,7 @@ def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how:
     return paired_ratio_interval(*t.paired(column, how, a, b))
 
 
-def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> str:
+def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metric: str) -> str:
     """Newton-Schulz FLOPs against forward+backward FLOPs on the busiest rank: the cause of Muon's time cost."""
     ns, train, world = muon.get("ns_flops_max_rank"), muon.get("train_flops"), muon.get("world_size")
     if is_missing(ns) or is_missing(train) or is_missing(world) or not train:
@@ -67,12 +67,13 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> st
         f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes "
         f"{absent_or(ns_ms, f'{ns_ms:.0f} ms')} per step; "
         f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the seed's and the paper's "
-        f"regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon)}"
+        f"regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon, metric)}"
     )
 
 
-def _regime_note(t: ProfileTables, muon: pd.Series) -> str:
-    """What the regime sweep measured at the largest step of the run's width, and where the cost model puts the claimed levels."""
+def _regime_note(t: ProfileTables, muon: pd.Series, metric: str) -> str:
+    """What the regime sweep measured at the largest step of the run's width, and where the cost model puts the
+    1.1% level of the claim's own ``metric`` (a regime_thresholds metric), with its range."""
     note = ""
     r = t.regimes
     if len(r) and "d_model" in r.columns:
@@ -89,11 +90,23 @@ def _regime_note(t: ProfileTables, muon: pd.Series) -> str:
             )
     th = t.thresholds
     if len(th) and "metric" in th.columns:
-        picks = th[(th["metric"] == "muon_extra") & (th["level"].astype(float).round(3) == 0.011) & th["tokens_per_step"].notna()]
+        picks = th[(th["metric"] == metric) & (th["level"].astype(float).round(3) == 0.011) & th["tokens_per_step"].notna()]
         if len(picks):
-            said = "; ".join(f"{row.machine} {row.model}: {float(row.tokens_per_step):,.0f}" for row in picks.itertuples())
-            note += f" By the cost model, Muon's extra falls to 1.1% at these tokens per step: {said} (regime_thresholds)."
+            said = "; ".join(f"{row.machine} {row.model}: {threshold_with_range(row)}" for row in picks.itertuples())
+            what = "Muon's optimizer share" if metric == "optimizer_share" else "Muon's extra step time"
+            note += f" By the cost model, {what} falls to 1.1% at these tokens per step: {said} (regime_thresholds)."
     return note
+
+
+def threshold_with_range(row) -> str:
+    """A regime_thresholds row's tokens per step, with the range its validated error allows where it has one."""
+    low, high = getattr(row, "tokens_per_step_low", None), getattr(row, "tokens_per_step_high", None)
+    said = f"{float(row.tokens_per_step):,.0f}"
+    if is_missing(low) and is_missing(high):
+        return said
+    low_said = "below the grid" if is_missing(low) else f"{float(low):,.0f}"
+    high_said = "beyond the grid" if is_missing(high) else f"{float(high):,.0f}"
+    return f"{said} (range {low_said} to {high_said})"
 
 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
@@ -182,7 +195,7 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
     explanation = (
         f"The optimizer step holds the ZeRO-1 gradient reduce-scatter ({absent_or(scatter, f'{scatter:.0f} ms per step')}) "
         f"and parameter all-gather ({absent_or(gather, f'{gather:.0f} ms per step')}) that AdamW pays too. "
-        f"{_ns_cause(t, muon, quoted)}{extra}"
+        f"{_ns_cause(t, muon, quoted, 'optimizer_share')}{extra}"
     )
     return Measurement(value, low, high, describe_runs(muon), explanation, (muon,), quoted)
 
@@ -285,7 +298,7 @@ def latency(t: ProfileTables) -> Measurement | str:
     muon, adamw = pair
     value, low, high = (r - 1.0 for r in paired_ratio(t, muon, adamw, "step_ms", "max"))
     quoted: dict[str, float] = {}
-    explanation = _ns_cause(t, muon, quoted) or "Step time of Muon over AdamW at the same work."
+    explanation = _ns_cause(t, muon, quoted, "muon_extra") or "Step time of Muon over AdamW at the same work."
     return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
 
 

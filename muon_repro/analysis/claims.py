@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import ProfileTables
-from muon_repro.analysis.claim_measures import LEADING_MIN_SEEDS, MEASURE, Measurement
+from muon_repro.analysis.claim_measures import LEADING_MIN_SEEDS, MEASURE, Measurement, threshold_with_range
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 
 SEED = (
@@ -365,7 +365,7 @@ def _prediction(claim: Claim, t: ProfileTables, quoted: dict[str, float]) -> str
     if picks.empty:
         return "The cost model makes no prediction of this quantity on the seed's hardware. "
     said = "; ".join(
-        f"{row.model} (d_model {int(row.d_model)}) at {float(row.tokens_per_step):,.0f} tokens per step "
+        f"{row.model} (d_model {int(row.d_model)}) at {threshold_with_range(row)} tokens per step "
         f"({float(row.tokens_per_d_model):.0f} per d_model)"
         for row in picks.itertuples()
     )

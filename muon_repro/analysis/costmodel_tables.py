@@ -225,6 +225,7 @@ def _predicted(muon, adamw) -> dict:
     if muon is None:
         return {}
     out = {
+        "held_out": getattr(muon, "held_out", None),
         "predicted_step_ms": muon.predicted_step_ms,
         "predicted_optimizer_ms": muon.predicted_optimizer_ms,
         "predicted_optimizer_share": muon.predicted_optimizer_ms / muon.predicted_step_ms,

@@ -39,6 +39,7 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "scale": cfg.scale,
         "preset": cfg.preset,
         "qkv": cfg.qkv,
+        "cross_entropy": cfg.cross_entropy,
         "batch_per_dp": cfg.batch_per_dp,
         "seq_len": cfg.seq_len,
         "train_steps": cfg.steps,

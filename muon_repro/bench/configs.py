@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from muon_repro.model_config import PRESETS, GPTConfig
+from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
 from muon_repro.phases import LAYOUTS, OVERLAPS
 
 SCALES = ("cpu", "gpu", "tiny")
@@ -66,6 +66,9 @@ class BenchConfig:
     seq_len: int = 0
     bucket_elems: int | None = None
     qkv: str = "fused"
+    # How the model's loss meets the vocab-sharded logits (GPT's cross_entropy): not part of the key, so that
+    # a run keeps its folder; "gathered" is how every run recorded before the field trained (see from_dict).
+    cross_entropy: str = "vocab_parallel"
     # profiler schedule: steps skipped, warmed up, recorded (ProfilerStep#N for the recorded ones)
     wait: int = 0
     warmup: int = 1
@@ -100,6 +103,10 @@ class BenchConfig:
             raise ValueError(f"config {self.key}: unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
         if self.overlap != "none" and self.optimizer != "muon":
             raise ValueError(f"config {self.key}: overlap={self.overlap!r} schedules Muon's gathers; AdamW has none (use 'none')")
+        if self.cross_entropy not in CROSS_ENTROPY_MODES:
+            raise ValueError(
+                f"config {self.key}: unknown cross_entropy {self.cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}"
+            )
         if self.scale not in SCALES:
             raise ValueError(f"config {self.key}: unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
         for name in ("dp", "tp", "active"):
@@ -255,6 +262,9 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
 def from_dict(data: dict) -> BenchConfig:
     """Inverse of :meth:`BenchConfig.to_dict` (derived keys dropped)."""
     fields = {k: v for k, v in data.items() if k not in ("key", "steps", "world_size", "batch_per_dp")}
+    # A config.json written before the field existed: its model all-gathered the logits for the loss
+    # (the field's default, vocab_parallel, would misstate what that run did and sent).
+    fields.setdefault("cross_entropy", "gathered")
     return BenchConfig(**fields)
 
 

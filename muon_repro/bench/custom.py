@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from muon_repro.bench.configs import SCALE_SPECS, SCALES, BenchConfig
-from muon_repro.model_config import PRESETS
+from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS
 from muon_repro.phases import LAYOUTS, OVERLAPS
 
 CUSTOM_GROUP = "custom"
@@ -47,6 +47,13 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
         "--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)"
     )
     group.add_argument("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
+    group.add_argument(
+        "--cross-entropy",
+        choices=CROSS_ENTROPY_MODES,
+        default="vocab_parallel",
+        help="the loss from each TP rank's logits shard, or from all-gathered logits as runs recorded before the option "
+        "(default: %(default)s; not part of the run's name)",
+    )
     if scale:
         group.add_argument(
             "--scale",
@@ -80,7 +87,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         bucket_elems=bucket_elems(args),
         **shape,
     )
-    return BenchConfig(name=run_name(fields), **fields)
+    # Not in the name: BenchConfig.key leaves it out too, so a run keeps its folder whichever loss it used.
+    return BenchConfig(name=run_name(fields), cross_entropy=args.cross_entropy, **fields)
 
 
 def model_shape(args: argparse.Namespace) -> tuple[str, dict[str, int]]:

@@ -8,6 +8,8 @@ step falls like ``~3.3 d_model / T`` (docs/method.md#regimes). The sweep measure
     tokens      T in TOKENS, global tokens per step (DP2·TP2, contiguous layout), Muon and AdamW
     shapes      DP4 and TP4 at SHAPE_WIDTH, at SHAPE_TOKENS, Muon and AdamW
     layouts     bucketed and whole_matrix at DP2·TP2, SHAPE_WIDTH, SHAPE_TOKENS (Muon)
+    held out    HELD_OUT: widths, token counts and shapes of none of the above, added after the cost model's
+                last change; its validation on configurations it was never tuned on (docs/method.md#validation)
 
 Every point is timed without the profiler (``BenchConfig.profile`` false: no trace files, no
 profiler cost in the times) and lands in ``traces/<profile>/regimes/<name>/trial<k>/`` like any run.
@@ -25,6 +27,16 @@ SHAPE_TOKENS = (1024, 8192)
 LAYERS = 2
 HEAD_DIM = 32
 SEQ_LEN = 128
+# (optimizer, width, tokens, dp, tp, layout): combinations the cost model was never tuned on (new widths,
+# token counts beyond the sweep, shapes and layouts at other widths)
+HELD_OUT = (
+    *((opt, 192, 3072, 2, 2, "contiguous") for opt in ("muon", "adamw")),
+    *((opt, 320, 6144, 4, 1, "contiguous") for opt in ("muon", "adamw")),
+    *((opt, 512, 1536, 1, 4, "contiguous") for opt in ("muon", "adamw")),
+    *((opt, 128, 24576, 2, 2, "contiguous") for opt in ("muon", "adamw")),
+    *((opt, 448, 2560, 2, 2, layout) for opt, layout in (("muon", "bucketed"), ("adamw", "contiguous"))),
+    *((opt, 320, 12288, 2, 2, layout) for opt, layout in (("muon", "whole_matrix"), ("adamw", "contiguous"))),
+)
 QUICK_TOKENS = (512, 2048)  # --quick: a smoke run of the sweep's machinery (seconds per point)
 QUICK_WIDTHS = (64,)
 
@@ -73,7 +85,18 @@ def regime_points(quick: bool = False) -> list[BenchConfig]:
         ]
         return points
     points = [regime_point(opt, w, t) for w in WIDTHS for t in TOKENS for opt in ("muon", "adamw")]
+    points += held_out_points()
     for t in SHAPE_TOKENS:
         points += [regime_point(opt, SHAPE_WIDTH, t, dp, tp) for dp, tp in ((4, 1), (1, 4)) for opt in ("muon", "adamw")]
         points += [regime_point("muon", SHAPE_WIDTH, t, layout=layout) for layout in ("bucketed", "whole_matrix")]
     return sorted(points, key=lambda c: c.tokens_per_step * (c.hidden or 0) ** 2)
+
+
+def held_out_points() -> list[BenchConfig]:
+    """The points of :data:`HELD_OUT`."""
+    return [regime_point(opt, width, tokens, dp, tp, layout) for opt, width, tokens, dp, tp, layout in HELD_OUT]
+
+
+def is_held_out(cfg: BenchConfig) -> bool:
+    """Whether ``cfg`` is one of the held-out points (by its key: group and name)."""
+    return cfg.key in {point.key for point in held_out_points()}

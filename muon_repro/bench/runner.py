@@ -8,7 +8,8 @@ place once every rank is done):
                        config says profile=false: the steps are only timed)
     metrics.json       rank 0 only: every rank's :class:`~muon_repro.run_records.RankMetrics`
     config.json        rank 0 only: the resolved config, command line, seed
-    environment.json   rank 0 only: software, hardware, git SHA (see environment.py)
+    environment.json   rank 0 only: software, hardware, git SHA (see environment.py), and the speed probe
+                       every rank took together before the first step (muon_repro.costmodel.speed_probe)
 
 A run first trains ``timed_warmup + timed_steps`` steps with no profiler object at all,
 timed with ``time.perf_counter_ns()`` (whole step, forward+backward, optimizer step; device synced
@@ -43,6 +44,7 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.data import PermutationStream
 from muon_repro.bench.environment import capture_environment
 from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes
+from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model import GPT, GPTConfig
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
 from muon_repro.optim.comm_model import optimizer_bytes
@@ -132,9 +134,11 @@ def run_rank(
         raise ValueError(f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, the world has {world}")
     dims = ParallelDims(cfg.dp, cfg.tp)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    # How fast the machine runs right now (about a second, every rank at once): the run's own calibration
+    probe = measure_speed(device.type)
     torch.manual_seed(cfg.seed)
     model_cfg: GPTConfig = cfg.model_config()  # the preset with the shape overrides of a custom run
-    model = GPT(model_cfg, dims.tp_group, device=device)
+    model = GPT(model_cfg, dims.tp_group, device=device, cross_entropy=cfg.cross_entropy)
     opt = build_optimizer(cfg, model, dims)
     data = PermutationStream(model_cfg.vocab_size, cfg.seed)
 
@@ -222,7 +226,8 @@ def run_rank(
             "device": device.type,
             "command": command,
         }
-        RunDir(run_dir_path).write(config, capture_environment(backend, profile), ranks, "\n".join(log) + "\n")
+        environment = {**capture_environment(backend, profile), "speed_probe": probe.to_dict()}
+        RunDir(run_dir_path).write(config, environment, ranks, "\n".join(log) + "\n")
     dims.close()  # the next recording of the sweep builds its own groups
     return metrics
 

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.converge.config import ConvergeConfig
+from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups, newton_schulz_flops
@@ -239,6 +240,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     run_path = Path(run_dir)
     dims = ParallelDims(cfg.dp, cfg.tp)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    probe = measure_speed(device.type)  # how fast the machine ran as this run started: beside its wall time
     torch.manual_seed(cfg.seed)
     mcfg = model_config(cfg, data.vocab_size)
     model = GPT(mcfg, dims.tp_group, device=device)
@@ -309,6 +311,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     if dims.rank == 0:
         record = {
             **record_base,
+            "environment": {**record_base.get("environment", {}), "speed_probe": probe.to_dict()},
             "config": cfg.to_dict(),
             "model": {**mcfg.__dict__, **parameter_shares(mcfg)},
             "corpus": data.facts,

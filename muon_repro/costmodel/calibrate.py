@@ -11,6 +11,8 @@ What it measures (each a kernel at the shapes the model presets use, not a run):
   plain and under the bench's profiler;
 * the share of a rank's compute rate left when W ranks compute at once (W workers of a world), and
   how far out of step ranks that share cores reach a collective after equal work (arrival jitter);
+* the speed probe (:mod:`muon_repro.costmodel.speed_probe`) in each world, what every recording's own
+  probe is compared with to price it as fast as the machine ran that day;
 * an alpha-beta fit per collective and group size, ``t = alpha + bytes / beta`` (least squares on
   relative error over several sizes; ``bytes`` what one rank sends by the ring model, so beta is a
   bus bandwidth), in a world of W workers started with :func:`muon_repro.parallel.launch.launch`
@@ -57,7 +59,7 @@ from muon_repro.costmodel.world_bench import (
 )
 
 # compute between two collectives of the jitter measurement, one rank alone (a layer's worth and more)
-JITTER_COMPUTE_S = (0.004, 0.02, 0.08)
+JITTER_COMPUTE_S = (0.004, 0.02, 0.08, 0.32, 0.64)  # up to a DP4 rank's forward+backward at 8k tokens
 T = TypeVar("T")
 
 
@@ -90,12 +92,13 @@ def calibrate(
     jitter_calls = tuple(max(1, round(c * reference / (2.0 * tokens * fan_in * fan_out))) for c in JITTER_COMPUTE_S)
     # what was run, after rounding
     jitter_compute_us = [round(calls * 2.0 * tokens * fan_in * fan_out / reference * 1e6) for calls in jitter_calls]
-    shares, bandwidth, jitter, jitter_curve, samples = {}, {}, {}, {}, []
+    shares, bandwidth, jitter, jitter_curve, samples, probes = {}, {}, {}, {}, [], {}
     for world in ranks:
         log(f"  world of {world} ranks ({backend}): compute share, arrival jitter and collectives ...")
         world_threads = threads or max(1, (os.cpu_count() or 1) // world)
         job = WorldJob(plan, device, jitter_calls)
         result = launch(world_worker, world, job, backend=backend, threads=world_threads if device == "cpu" else None)[0]
+        probes[str(world)] = result["speed_probe"]
         shares[world] = compute_share(result["share_rates"], reference)
         bandwidth[world] = compute_share(result["stream_rates"], stream_reference)
         by_length = arrival_jitter(result["arrivals"])  # the largest world's, below
@@ -117,6 +120,7 @@ def calibrate(
         "load_average_before": load_before,
         "load_average_after": _load_average(),
         "ns_time_over_its_matmuls": figures.pop("ns_ratio"),
+        "speed_probe": probes,  # by world size: what each recording's own probe is compared with
     }
     profile = MachineProfile(
         name=name,

@@ -71,7 +71,8 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
             "Price one run shape (the flags below) on --machine: a profile file from muon-repro calibrate, or a shipped "
             "profile's name. Prints the step time of the slowest rank, forward, backward, the optimizer and its phases, "
             "communication transfer and wait, per rank. --validate TRACES predicts every recorded run under TRACES "
-            "instead and compares with its measured times (the predictions table)."
+            "instead and compares with its measured times (the predictions table): each run priced by its own "
+            "calibration (the profile scaled by the day's speed its speed probe measured) unless --as-calibrated."
         ),
     )
     p.add_argument("--machine", help="machine profile: a JSON file, or a shipped name (see --list-machines) (required)")
@@ -85,6 +86,11 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
         help="predict every recorded run under TRACES and compare with its measurements",
     )
     p.add_argument("--out", type=Path, help="with --validate: folder for predictions.parquet and predictions.csv")
+    p.add_argument(
+        "--as-calibrated",
+        action="store_true",
+        help="with --validate: price every run with the profile as calibrated, not as fast as the machine ran that day",
+    )
     add_run_shape_arguments(p)
     p.set_defaults(func=_predict)
 
@@ -261,8 +267,10 @@ def _predict(args: argparse.Namespace) -> int:
                 f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
             )
         return _validate(args, machine)
-    if args.out is not None:
-        raise ValueError("--out goes with --validate (the predictions table); a single prediction prints (use --json)")
+    if args.out is not None or args.as_calibrated:
+        raise ValueError(
+            "--out and --as-calibrated go with --validate (the predictions table); a single prediction prints (use --json)"
+        )
     from muon_repro.bench.custom import config_from_args
     from muon_repro.costmodel.predict import format_prediction, predict
 
@@ -277,7 +285,7 @@ def _validate(args: argparse.Namespace, machine) -> int:
     from muon_repro.tables.io import write_table
     from muon_repro.tables.schemas import PREDICTIONS
 
-    rows = validate(args.validate, machine, profiled=False if args.unprofiled else None)
+    rows = validate(args.validate, machine, profiled=False if args.unprofiled else None, own_calibration=not args.as_calibrated)
     if not rows:
         raise ValueError(f"--validate {args.validate}: no run with measured steps")
     print(json.dumps(rows, indent=1) if args.json else format_validation(rows))

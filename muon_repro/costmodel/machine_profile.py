@@ -21,11 +21,13 @@ name) are :mod:`muon_repro.costmodel.machine`'s. This module imports nothing hea
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
+from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe, day_ratios, nearest_world
 from muon_repro.phases import NEWTON_SCHULZ
 
 DEVICES = ("cpu", "cuda")
@@ -133,6 +135,9 @@ class MachineProfile:
     sources: tuple[Source, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)  # how a measured profile was measured
     notes: str = ""
+    # how fast the machine ran on the day of a recording against its calibration (muon_repro.costmodel.speed_probe):
+    # every figure is scaled by it; set by on_day, never stored
+    day_speed: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -177,11 +182,43 @@ class MachineProfile:
             if kind not in EFFICIENCY_KINDS:
                 raise ProfileError(f"efficiency: unknown kind {kind!r}; expected some of {', '.join(EFFICIENCY_KINDS)}")
             _check_number(f"efficiency.{kind}", value, maximum=1.0)
+        _check_number("day_speed", self.day_speed)
 
     # ---------------------------------------------------------------- rates
 
     def eff(self, kind: str) -> float:
-        return self.efficiency.get(kind, 1.0)
+        """The fraction of ``kind``'s figure reached: its efficiency, times the day's speed."""
+        return self.efficiency.get(kind, 1.0) * self.day_speed
+
+    # ---------------------------------------------------------------- the day of a recording
+
+    def calibration_probes(self) -> dict[int, SpeedProbe]:
+        """The speed probes the calibration took, by world size (none for a hand-written profile or an old calibration)."""
+        stored = self.calibration.get("speed_probe") or {}
+        return {
+            int(world): SpeedProbe.from_dict(probe, f"machine {self.name!r}: calibration.speed_probe[{world}]")
+            for world, probe in stored.items()
+        }
+
+    def day_ratios(self, *probes: SpeedProbe) -> dict[str, float]:
+        """Per kind of work (speed_probe.DAY_KINDS), how fast the machine ran when ``probes`` were taken (a run's,
+        one per trial) against the calibration's probe at the same world size: the median over the probes."""
+        calibrated = self.calibration_probes()
+        if not calibrated:
+            raise ProfileError(
+                f"machine {self.name!r} has no calibration.speed_probe to compare a run's probe with; calibrate it again"
+            )
+        if not probes:
+            raise ValueError("day_ratios needs at least one speed probe")
+        ratios = [day_ratios(p, nearest_world(calibrated, p.world_size)) for p in probes]
+        return {k: statistics.median(r[k] for r in ratios) for k in DAY_KINDS if all(k in r for r in ratios)}
+
+    def on_day(self, *probes: SpeedProbe) -> MachineProfile:
+        """This profile as fast as the machine ran when ``probes`` were taken (a run's own calibration): every
+        figure scaled by the day's speed, the compute ratio (speed_probe says why that one)."""
+        return replace(self, day_speed=self.day_ratios(*probes)["compute"])
+
+    # ---------------------------------------------------------------- rates (continued)
 
     def matmul_flops_per_s(self, dtype: str, elems: int = 0) -> float:
         rate = self._rate("matmul_tflops", self.matmul_tflops, dtype)
@@ -265,7 +302,12 @@ class MachineProfile:
         return (same_world or sorted(fits, key=lambda f: f.world_size or 0))[-1]
 
     def collective_efficiency(self, scope: str) -> float:
-        return self.eff(scope)
+        """The fraction of a fit's bandwidth reached in ``scope`` (the day's speed scales whole calls: collective_seconds)."""
+        return self.efficiency.get(scope, 1.0)
+
+    def collective_seconds(self, fit: CollectiveFit, ring_bytes: float, scope: str) -> float:
+        """One call of ``fit`` sending ``ring_bytes`` per rank in ``scope``, as fast as the machine ran that day."""
+        return fit.seconds(ring_bytes, self.collective_efficiency(scope)) / self.day_speed
 
     def arrival_jitter_s(self, group_size: int, compute_s: float | None = None) -> float:
         """Mean wait per collective call for the last rank of a group of ``group_size`` when ranks
@@ -290,6 +332,7 @@ class MachineProfile:
         out = asdict(self)
         out["collectives"] = [asdict(c) for c in self.collectives]
         out["sources"] = [asdict(s) for s in self.sources]
+        out.pop("day_speed")  # a run's, not the machine's
         out["compute_share"] = {str(k): v for k, v in self.compute_share.items()}
         out["bandwidth_share"] = {str(k): v for k, v in self.bandwidth_share.items()}
         out["size_curves"] = {kind: {str(k): v for k, v in curve.items()} for kind, curve in self.size_curves.items()}

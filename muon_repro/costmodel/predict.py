@@ -136,18 +136,17 @@ class Prediction:
 def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True, model_dtype: str = "fp32") -> Prediction:
     """The predicted step of ``cfg`` on ``machine`` (``profiled``: under the bench's profiler, as recorded runs are).
 
-    ``model_dtype``: the rate the model's matmuls run at. The bench trains in fp32 (``fp32``, what
-    recorded runs are priced with); ``bf16`` prices mixed-precision training as large runs do it."""
-    workload = build_workload(cfg, machine.device)
-    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled, model_dtype), workload)
+    ``model_dtype``: the training's precision (:func:`~muon_repro.costmodel.workload.build_workload`). The bench
+    trains in fp32 (``fp32``, what recorded runs are priced with); ``bf16`` prices mixed-precision training as
+    Megatron-Core runs it: matmuls at the bf16 rate, activations and parameters moved in bf16."""
+    workload = build_workload(cfg, machine.device, model_dtype)
+    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled), workload)
 
 
 # ---------------------------------------------------------------- the simulation
 
 
-def simulate(
-    workload: Workload, machine: MachineProfile, profiled: bool = True, model_dtype: str = "fp32"
-) -> tuple[RankPrediction, ...]:
+def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True) -> tuple[RankPrediction, ...]:
     """Play every rank's program stage by stage on a clock per rank (see the module docstring)."""
     cfg = workload.cfg
     world = workload.world_size
@@ -161,7 +160,7 @@ def simulate(
         stages = [workload.programs[r][k] for r in range(world)]
         before = list(clock)
         if stages[0].compute is not None:
-            _compute_stage(stages, clock, done, ranks, machine, workload, profiled, model_dtype)
+            _compute_stage(stages, clock, done, ranks, machine, workload, profiled)
         else:
             _comm_stage(stages, clock, done, met, ranks, machine, cfg, pending, issued)
         for r, stage in enumerate(stages):
@@ -182,12 +181,11 @@ def _compute_stage(
     machine: MachineProfile,
     workload: Workload,
     profiled: bool,
-    model_dtype: str,
 ) -> None:
     local = _local_ranks(machine, len(stages))
     cores = machine.compute_cores(local)
     slowdown = machine.bandwidth_slowdown(local) if cores is not None else 1.0
-    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, model_dtype, slowdown) for s in stages]
+    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, workload.precision, slowdown) for s in stages]
     for r, work in enumerate(works):
         done[r] += work
     for node in _nodes(machine, len(stages)):
@@ -321,9 +319,9 @@ def transfer_seconds(
     from muon_repro.parallel.comm import ring_bytes_per_rank
 
     fit = machine.collective(comm.op, group_size, scope, world_size)
-    efficiency = machine.collective_efficiency(scope)
     return sum(
-        fit.seconds(ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), efficiency) for elements in calls
+        machine.collective_seconds(fit, ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), scope)
+        for elements in calls
     )
 
 
@@ -368,7 +366,8 @@ def format_prediction(p: Prediction) -> str:
     lines = [
         f"{cfg.key}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} "
         f"model={_model_label(p)} tokens/step={cfg.tokens_per_step} seq_len={cfg.seq_len}",
-        f"machine {p.machine} ({p.device}{', under the profiler' if p.profiled else ''}); Newton-Schulz in {p.workload.ns_dtype}",
+        f"machine {p.machine} ({p.device}{', under the profiler' if p.profiled else ''}); trained in {p.workload.precision}, "
+        f"Newton-Schulz in {p.workload.ns_dtype}, cross-entropy {cfg.cross_entropy}",
         f"predicted step {p.step_ms:.1f} ms (slowest rank): forward {p.mean(FORWARD):.1f}, backward {p.mean(BACKWARD):.1f}, "
         f"optimizer {p.optimizer_ms:.1f} ms; communication {p.comm_ms:.1f} ms (transfer {p.mean('transfer_ms'):.1f}, "
         f"wait {p.mean('wait_ms'):.1f}); means over ranks",

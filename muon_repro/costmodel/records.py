@@ -7,7 +7,8 @@ carries the hardware profile of the machine that wrote it, :mod:`muon_repro.hard
     regime_model.csv        predicted Muon and AdamW steps over a grid of tokens per step: this machine at the
                             sweep's widths, the shipped profiles at the gpu scale's model and at 7B, and the
                             scale-out to 32-1024 GPUs
-    regime_thresholds.csv   the tokens per step at which Muon's overhead falls to 1.1% and 3%, per profile and model
+    regime_thresholds.csv   the tokens per step at which Muon's overhead falls to 1.1% and 3%, per profile and model,
+                            with the range the model's validated error implies (:func:`metric_error_spread`)
 
 ``muon-repro analyze`` turns them into tables (the analysis imports no torch; predicting does:
 the shard plan is built from the model on the meta device). Each file is written through a
@@ -93,6 +94,9 @@ def write_records(
     folder.mkdir(parents=True, exist_ok=True)
     log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
     predictions = validate(traces, machine, profiled=None, profile=profile)
+    spread = metric_error_spread(predictions)
+    for metric, s in spread.items():
+        log(f"  {metric}: log error {s.low:+.3f} to {s.high:+.3f} over {s.runs} {s.basis} run(s)")
     log("pricing the regime lines ...")
     lines = list(this_machine_lines(machine, quick=quick))
     thresholds: list[dict] = []
@@ -101,9 +105,10 @@ def write_records(
             log(f"  {setting.machine}, {setting.model.name}, DP{setting.dp}·TP{setting.tp}")
             grid = list(token_grid(setting))
             lines += grid
-            thresholds += threshold_rows(setting, grid)
+            thresholds += threshold_rows(setting, grid, spread)
         log(f"  scale-out: {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs (the largest take a minute each)")
         lines += list(scale_out_rows())
+    lines = [with_ranges(row, spread) for row in lines]
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
     for path, rows in zip(written, (predictions, lines, thresholds)):
         write_csv(path, [{PROFILE_FIELD: profile, **row} for row in rows])
@@ -190,13 +195,92 @@ def token_grid(setting: Setting) -> Iterable[dict]:
         tokens *= 2
 
 
-def threshold_rows(setting: Setting, grid: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class ErrorSpread:
+    """How far the model's log error on a metric went, over the runs named by ``basis``: the true value lies
+    between ``predicted * exp(-high)`` and ``predicted * exp(-low)`` on every run it was checked on."""
+
+    low: float  # the most negative log(predicted / measured)
+    high: float  # the most positive
+    runs: int
+    basis: str  # held_out: configurations never tuned on; all: every run (too few held out)
+
+
+MIN_HELD_OUT = 3  # fewer held-out runs than this for a metric: its spread is taken over every run, and says so
+
+
+def adamw_twin(run: str) -> str:
+    """The run id of a Muon run's AdamW twin: the same name with the optimizer swapped, the contiguous layout
+    (AdamW's layout only buckets its reduce-scatter differently)."""
+    twin = run.replace("/muon_", "/adamw_", 1)
+    for layout in ("_bucketed", "_whole_matrix"):
+        twin = twin.removesuffix(layout)
+    return twin
+
+
+def metric_error_spread(predictions: list[dict]) -> dict[str, ErrorSpread]:
+    """Per threshold metric, the spread of the model's log errors on it over the runs it was never tuned on
+    (``held_out``; every run when fewer than :data:`MIN_HELD_OUT`):
+
+    * ``optimizer_share`` of a Muon run: log(predicted share / measured share) = its optimizer's log error
+      minus its step's;
+    * ``muon_extra`` (on the ratio 1 + extra): a Muon run's step log error minus its AdamW twin's (same
+      width, tokens, grid and key apart from the optimizer)."""
+    by_run = {r["run"]: r for r in predictions}
+
+    def step_error(r: dict) -> float:
+        return math.log(r["predicted_step_ms"] / r["measured_step_ms"])
+
+    errors: dict[str, dict[bool, list[float]]] = {m: {True: [], False: []} for m in METRICS}
+    for r in predictions:
+        if r["optimizer"] != "muon" or not r["measured_optimizer_ms"]:
+            continue
+        share = math.log(r["predicted_optimizer_ms"] / r["measured_optimizer_ms"]) - step_error(r)
+        errors["optimizer_share"][bool(r["held_out"])].append(share)
+        twin = by_run.get(adamw_twin(r["run"]))
+        if twin is not None:
+            errors["muon_extra"][bool(r["held_out"]) and bool(twin["held_out"])].append(step_error(r) - step_error(twin))
+    spread = {}
+    for metric, split in errors.items():
+        held_out = split[True]
+        chosen, basis = (held_out, "held_out") if len(held_out) >= MIN_HELD_OUT else (held_out + split[False], "all")
+        if chosen:
+            spread[metric] = ErrorSpread(min(chosen), max(chosen), len(chosen), basis)
+    return spread
+
+
+def metric_range(metric: str, value: float, spread: ErrorSpread) -> tuple[float, float]:
+    """The (low, high) true values of ``metric`` that a predicted ``value`` stands for, given the model's spread."""
+    if metric == "muon_extra":  # the error is on the step ratio 1 + extra
+        return (1 + value) * math.exp(-spread.high) - 1, (1 + value) * math.exp(-spread.low) - 1
+    return value * math.exp(-spread.high), value * math.exp(-spread.low)
+
+
+def with_ranges(row: dict, spread: dict[str, ErrorSpread]) -> dict:
+    """A regime_model row with each metric's range (``<metric>_low`` / ``_high``) by the model's validated error."""
+    out = dict(row)
+    for metric in METRICS:
+        low, high = metric_range(metric, row[metric], spread[metric]) if metric in spread else (None, None)
+        out[f"{metric}_low"], out[f"{metric}_high"] = low, high
+    return out
+
+
+def threshold_rows(setting: Setting, grid: list[dict], spread: dict[str, ErrorSpread] | None = None) -> list[dict]:
     """For each metric and level, the tokens per step at which the metric first falls to the level:
-    log-linear interpolation between the two grid points around the crossing (null if never)."""
+    log-linear interpolation between the two grid points around the crossing (null if never); and
+    where the true curve could cross, given the model's error ``spread``: the low end where the metric
+    is as small as the errors allow (it falls to the level soonest), the high end where it is as large."""
     rows = []
+    spread = spread or {}
     for metric in METRICS:
         for level in LEVELS:
-            tokens = crossing([(r["tokens_per_step"], r[metric]) for r in grid], level)
+            points = [(r["tokens_per_step"], r[metric]) for r in grid]
+            tokens = crossing(points, level)
+            low = high = None
+            if metric in spread:
+                ranges = [(t, metric_range(metric, v, spread[metric])) for t, v in points]
+                low = crossing([(t, lo) for t, (lo, _) in ranges], level)
+                high = crossing([(t, hi) for t, (_, hi) in ranges], level)
             rows.append(
                 {
                     "machine": setting.machine,
@@ -209,7 +293,11 @@ def threshold_rows(setting: Setting, grid: list[dict]) -> list[dict]:
                     "metric": metric,
                     "level": level,
                     "tokens_per_step": tokens,
+                    "tokens_per_step_low": low,
+                    "tokens_per_step_high": high,
                     "tokens_per_d_model": tokens / setting.model.d_model if tokens is not None else None,
+                    "error_runs": spread[metric].runs if metric in spread else None,
+                    "error_basis": spread[metric].basis if metric in spread else None,
                 }
             )
     return rows

@@ -2,7 +2,16 @@
 
 For each run (its trials pooled): the configuration from ``config.json`` (:mod:`muon_repro.rundir`),
 the measured medians from ``metrics.json`` (a step's time is its slowest rank's, as the ``runs``
-table counts it; the optimizer's the mean over ranks), and the prediction on a machine profile.
+table counts it; the optimizer's the mean over ranks), and two predictions:
+
+* by the run's own calibration (the default): the machine profile as fast as the machine ran that
+  day, from the speed probe every trial took before its first step (:mod:`~muon_repro.costmodel.speed_probe`;
+  the median day's speed over trials, per kind of work);
+* by the profile alone, as it was calibrated: the difference between the two is the "slow day", measured.
+
+Steps are compared without the profiler: every trial times steps with no profiler before its profiled
+ones, and those are what is measured here (runs recorded before timed steps existed are priced with
+the profiler's per-operator cost instead, and say so in ``profiled``).
 """
 
 from __future__ import annotations
@@ -12,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig, from_dict
+from muon_repro.bench.regimes import is_held_out
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import predict
+from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.phases import BACKWARD, FORWARD
-from muon_repro.rundir import CONFIG_FILE, RunDir, trial_folders
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
 _RUN_ONLY_KEYS = ("trial", "trials", "round_order", "backend", "device", "command")  # config.json keys, not BenchConfig fields
 
@@ -77,12 +88,29 @@ def recorded_on(folders: list[Path]) -> str | None:
     return dates[0] if dates else None
 
 
+def run_probes(folders: list[Path]) -> list[SpeedProbe]:
+    """The speed probes the trials of a run took (environment.json ``speed_probe``; none before probes existed)."""
+    probes = []
+    for folder in folders:
+        stored = RunDir(folder).environment.get("speed_probe")
+        if stored is not None:
+            probes.append(SpeedProbe.from_dict(stored, f"{folder / ENVIRONMENT_FILE}: speed_probe"))
+    return probes
+
+
 def validate(
-    root: str | Path, machine: MachineProfile, *, profiled: bool | None = None, profile: str | None = None
+    root: str | Path,
+    machine: MachineProfile,
+    *,
+    profiled: bool | None = None,
+    profile: str | None = None,
+    own_calibration: bool = True,
 ) -> list[dict]:
     """One ``predictions`` row per run under ``root`` that has measured steps (of hardware ``profile`` only,
     when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
-    every run with (True) or without (False) the profiler's cost; None: as each run's measured steps were timed."""
+    every run with (True) or without (False) the profiler's cost; None: as each run's measured steps were timed.
+    ``own_calibration``: the ``predicted_*`` columns price each run as fast as the machine ran that day, where the
+    run and the profile have speed probes (else, and when False, with the profile as calibrated)."""
     rows = []
     for key, folders in run_folders(root).items():
         run_profile = RunDir(folders[0]).profile
@@ -93,7 +121,11 @@ def validate(
             continue
         cfg = bench_config(folders[0])
         priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
-        p = predict(cfg, machine, profiled=priced_profiled)
+        by_profile = predict(cfg, machine, profiled=priced_profiled)
+        probes = run_probes(folders)
+        ratios = machine.day_ratios(*probes) if probes and machine.calibration_probes() else {}
+        on_day = machine.on_day(*probes) if ratios else None
+        p = predict(cfg, on_day, profiled=priced_profiled) if own_calibration and on_day is not None else by_profile
         rows.append(
             {
                 "run": key,
@@ -118,6 +150,13 @@ def validate(
                 "predicted_backward_ms": p.mean(BACKWARD),
                 "predicted_comm_ms": p.comm_ms,
                 "predicted_wait_ms": p.mean("wait_ms"),
+                "priced_by": "own_calibration" if p is not by_profile else "profile",
+                **{f"day_{kind}": ratios.get(kind) for kind in DAY_KINDS},
+                "profile_predicted_step_ms": by_profile.step_ms,
+                "profile_step_rel_error": by_profile.step_ms / times.step_ms - 1,
+                "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
+                "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+                "held_out": is_held_out(cfg),
                 "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
             }
         )
@@ -125,19 +164,27 @@ def validate(
 
 
 def format_validation(rows: list[dict]) -> str:
-    """The predictions against the measurements, then the median and the worst relative errors."""
-    lines = [f"{'run':<44} {'step ms':>9} {'predicted':>9} {'error':>7}   {'optim ms':>8} {'predicted':>9} {'error':>7}"]
+    """The predictions against the measurements (the step's error also as calibrated, and the day's compute speed),
+    then the median and the worst relative errors."""
+    lines = [
+        f"{'run':<44} {'step ms':>9} {'predicted':>9} {'error':>7} {'as calib':>8} {'day':>5}   "
+        f"{'optim ms':>8} {'predicted':>9} {'error':>7}"
+    ]
     for r in rows:
         opt_err = "-" if r["optimizer_rel_error"] is None else f"{r['optimizer_rel_error']:+.1%}"
+        day = "-" if r["day_compute"] is None else f"{r['day_compute']:.2f}"
         lines.append(
-            f"{r['run']:<44} {r['measured_step_ms']:>9.1f} {r['predicted_step_ms']:>9.1f} {r['step_rel_error']:>+7.1%}   "
+            f"{r['run']:<44} {r['measured_step_ms']:>9.1f} {r['predicted_step_ms']:>9.1f} {r['step_rel_error']:>+7.1%} "
+            f"{r['profile_step_rel_error']:>+8.1%} {day:>5}   "
             f"{r['measured_optimizer_ms']:>8.1f} {r['predicted_optimizer_ms']:>9.1f} {opt_err:>7}"
         )
     step_errors = [abs(r["step_rel_error"]) for r in rows]
+    calibrated = [abs(r["profile_step_rel_error"]) for r in rows]
     opt_errors = [abs(r["optimizer_rel_error"]) for r in rows if r["optimizer_rel_error"] is not None]
     worst = max(rows, key=lambda r: abs(r["step_rel_error"]))
     lines.append(
         f"step time: median |error| {statistics.median(step_errors):.1%}, worst {worst['step_rel_error']:+.1%} ({worst['run']}); "
+        f"as calibrated: median |error| {statistics.median(calibrated):.1%}, worst {max(calibrated):.1%}; "
         f"optimizer: median |error| {statistics.median(opt_errors):.1%}, worst {max(opt_errors):.1%}"
     )
     return "\n".join(lines)

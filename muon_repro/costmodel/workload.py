@@ -4,11 +4,13 @@ Everything follows from the run's shape (a :class:`~muon_repro.bench.configs.Ben
 training anything:
 
 * forward and backward: the model's FLOPs (:meth:`GPTConfig.flops_per_token`, split 1/3 forward,
-  2/3 backward, divided over the TP ranks of a DP rank's tokens), the cross-entropy over the full
-  vocabulary on every TP rank, GELU, an estimate of the element-wise traffic, the operator calls
-  (counted on a narrow replica of the model), and the model's own TP collectives (2 all-reduces of
-  ``[tokens per DP rank, hidden]`` fp32 per layer and one for the embedding, each way; the logits'
-  all-gather forward);
+  2/3 backward, divided over the TP ranks of a DP rank's tokens), the cross-entropy (``cfg.cross_entropy``:
+  vocab-parallel over each rank's logits shard, as Megatron-Core computes it, or over the gathered full
+  vocabulary on every TP rank, as runs recorded before it did), GELU, an estimate of the element-wise
+  traffic, the operator calls (counted on a narrow replica of the model), and the model's own TP
+  collectives (2 all-reduces of ``[tokens per DP rank, hidden]`` per layer and one for the embedding,
+  each way; vocab-parallel: 3 all-reduces of ``[tokens]`` fp32 forward, the max, the target's logit and
+  the sum of exponentials; gathered: the logits' all-gather forward);
 * the optimizer: the :class:`~muon_repro.optim.layout.ShardPlan` the optimizer builds (from the
   TP-local parameters of the GPT built on the ``meta`` device), its buckets and Newton-Schulz
   units, who orthogonalizes what (every DP rank every matrix in the bucketed layout), and each
@@ -16,6 +18,13 @@ training anything:
 
 The bytes of each collective are priced later by the ring model; :attr:`Workload.analytic_bytes`
 holds :func:`~muon_repro.optim.comm_model.optimizer_bytes` for the same ranks, which they must equal.
+
+``precision`` is the training's (:data:`PRECISIONS`): ``fp32`` is the bench's own model, every tensor
+fp32; ``bf16`` prices bf16 mixed-precision training as Megatron-Core runs it (docs/method.md#bf16-workload):
+activations, their element-wise traffic and their TP collectives in bf16; logits cast to fp32 for the
+cross-entropy; gradients reduce-scattered in fp32 (``cfg.reduce_dtype``; Megatron accumulates and reduces
+bf16 training's gradients in fp32 unless told ``--grad-reduce-in-bf16``); parameters all-gathered in bf16
+(the model's weights); Newton-Schulz in bf16 on a GPU; matmuls at the profile's bf16 rate.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ from muon_repro.phases import (
 
 ELEMENT_SIZE = {"fp32": 4, "bf16": 2}
 FP32 = 4
+PRECISIONS = ("fp32", "bf16")
+CROSS_ENTROPY_REDUCTIONS = 3  # vocab-parallel: all-reduce the max, the target's logit, the sum of exponentials
 NS_STEPS = 5  # DistributedMuon's default, which the bench keeps
 
 # Bytes per element of the optimizer's element-wise work (fp32 reads + writes, from the code of
@@ -65,6 +76,9 @@ COLLECTIVE_OPS = 3  # buffer, the c10d call, a view
 TP_ALL_REDUCE_OPS = 2
 TP_ALL_GATHER_OPS = 5
 TP_EMBEDDING_OPS = 8
+# The vocab-parallel cross-entropy's calls beyond the full one's (muon_repro.parallel.cross_entropy): the masked
+# target lookup, the three reductions' buffers, the local softmax pieces.
+VOCAB_PARALLEL_CE_OPS = 12
 
 
 @dataclass(frozen=True)
@@ -122,25 +136,29 @@ class Workload:
     analytic_bytes: tuple[dict[str, int], ...]  # by global rank: what RankMetrics.analytic_bytes records
     train_flops: int  # what RankMetrics.train_flops records
     ns_dtype: str
+    precision: str = "fp32"  # the training's (PRECISIONS): the model's matmul rate, activation and parameter dtypes
 
     @property
     def world_size(self) -> int:
         return self.cfg.dp * self.cfg.tp
 
 
-def build_workload(cfg: BenchConfig, device: str = "cpu") -> Workload:
-    """Every rank's program for one step of ``cfg`` on ``device`` (``cpu`` or ``cuda``: the default NS dtype)."""
+def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32") -> Workload:
+    """Every rank's program for one step of ``cfg`` on ``device`` (``cpu`` or ``cuda``: the default NS dtype),
+    trained in ``precision`` (see the module docstring). ``analytic_bytes`` are the bench's (fp32 parameters)."""
     if not cfg.preset or not cfg.seq_len:
         raise ValueError(f"config {cfg.key}: give a model preset, tokens per step and a sequence length before predicting")
+    if precision not in PRECISIONS:
+        raise ValueError(f"config {cfg.key}: unknown training precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     from muon_repro.optim.comm_model import optimizer_bytes
 
     model = cfg.model_config()
     plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems)
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
-    forward, backward = model_stages(cfg, model)
+    forward, backward = model_stages(cfg, model, precision)
     programs, ns_flops, analytic = [], [], []
     for dp_rank in range(cfg.dp):
-        optimizer = optimizer_stages(cfg, plan, dp_rank)
+        optimizer = optimizer_stages(cfg, plan, dp_rank, precision)
         for _ in range(cfg.tp):
             programs.append((*forward, *backward, *optimizer))
             ns_flops.append(int(sum(s.compute.ns_flops for s in optimizer if s.compute is not None)))
@@ -165,39 +183,48 @@ def build_workload(cfg: BenchConfig, device: str = "cpu") -> Workload:
         analytic_bytes=tuple(analytic),
         train_flops=model.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
         ns_dtype=ns_dtype,
+        precision=precision,
     )
 
 
 # ---------------------------------------------------------------- forward and backward
 
 
-def model_stages(cfg: BenchConfig, model: GPTConfig) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
     """Forward and backward of one TP rank (every TP rank does the same)."""
     tp, tokens = cfg.tp, cfg.tokens_per_step // cfg.dp
     h, layers, vocab = model.hidden, model.n_layers, model.vocab_size
+    activation = ELEMENT_SIZE[precision]
+    vocab_parallel = cfg.cross_entropy == "vocab_parallel" and tp > 1
+    logits = tokens * (vocab // tp if vocab_parallel else vocab)  # the logits each rank's cross-entropy reads
     attention = 12 * layers * h * cfg.seq_len  # per token, forward+backward (the attention term of flops_per_token)
     matmul = model.flops_per_token(cfg.seq_len) - attention
-    vector = forward_vector_elems_per_token(model, tp) * FP32
+    vector = forward_vector_elems_per_token(model, tp, gathered_logits=tp > 1 and not vocab_parallel) * activation
     fwd_ops, bwd_ops = model_op_counts(layers, model.qkv, tp)
+    if vocab_parallel:  # no gather of the logits (its reshapes go too), the reductions' own calls instead
+        fwd_ops += VOCAB_PARALLEL_CE_OPS + CROSS_ENTROPY_REDUCTIONS * TP_ALL_REDUCE_OPS - TP_ALL_GATHER_OPS
     whole = Compute(
         matmul_flops=matmul * tokens / tp,
         attention_flops=attention * tokens / tp,
-        cross_entropy_bytes=FP32 * tokens * vocab,  # full logits on every TP rank
-        gelu_bytes=FP32 * tokens * (model.ffn_hidden // tp) * layers,
+        cross_entropy_bytes=FP32 * logits,  # logits in fp32 through the cross-entropy (Megatron casts them too)
+        gelu_bytes=activation * tokens * (model.ffn_hidden // tp) * layers,
         activation_elems=tokens * h,
-        logits_elems=tokens * vocab,
+        logits_elems=logits,
         mlp_elems=tokens * (model.ffn_hidden // tp),
     )
     forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops))]
     backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops))]
     if tp > 1:
         all_reduces = (tokens * h,) * (2 * layers + 1)  # per layer attention out and MLP out (+ the embedding)
-        forward += [
-            Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True)),
-            Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (tokens * vocab,), FP32)),  # the logits
-        ]
+        forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True)))
+        if vocab_parallel:
+            # little compute between the three: the group meets once, in step after the first
+            reductions = (tokens,) * CROSS_ENTROPY_REDUCTIONS
+            forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", reductions, FP32)))
+        else:
+            forward.append(Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (tokens * vocab,), activation)))
         backward.append(
-            Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, FP32, interleaved=True))
+            Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True))
         )  # per layer attention in, MLP in (+ LM head)
     return tuple(forward), tuple(backward)
 
@@ -214,17 +241,18 @@ def _share(whole: Compute, fraction: float, vector_bytes: float, ops: float) -> 
     )
 
 
-def forward_vector_elems_per_token(model: GPTConfig, tp: int) -> float:
-    """fp32 elements the forward's element-wise operators read and write per token (an estimate;
+def forward_vector_elems_per_token(model: GPTConfig, tp: int, gathered_logits: bool | None = None) -> float:
+    """Elements the forward's element-wise operators read and write per token (an estimate;
     the backward is taken as twice this): RMS norm as composed operators (pow, mean, add, rsqrt,
     two muls), RoPE on q and k (4 muls, sub, add on halves, cat), the heads' copy back, the two
-    residual adds, the gathered logits' re-layout, the embedding. (The TP all-reduce's input clone
-    is in the collective's time: calibrate times the call with it.)"""
+    residual adds, the gathered logits' re-layout (``gathered_logits``; default: whenever tp > 1), the
+    embedding. (The TP all-reduce's input clone is in the collective's time: calibrate times the call with it.)"""
     h, local, layers = model.hidden, model.hidden // tp, model.n_layers
+    gathered_logits = tp > 1 if gathered_logits is None else gathered_logits
     norm = 7 * h
     rope = 2 * 11 * local
     per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h
-    head = norm + 2 * h + (2 * model.vocab_size if tp > 1 else 0)
+    head = norm + 2 * h + (2 * model.vocab_size if gathered_logits else 0)
     return layers * per_layer + head
 
 
@@ -295,9 +323,11 @@ def shard_plan(model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, 
     return ShardPlan(specs, dp, layout, bucket_elems)
 
 
-def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int) -> tuple[Stage, ...]:
-    """One DP rank's optimizer step (any TP rank of it), in the order the optimizer runs it."""
+def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, precision: str = "fp32") -> tuple[Stage, ...]:
+    """One DP rank's optimizer step (any TP rank of it), in the order the optimizer runs it; the updated
+    parameters are all-gathered in the model's dtype (``precision``)."""
     reduce_size, gather_size = ELEMENT_SIZE[cfg.reduce_dtype], ELEMENT_SIZE[cfg.gather_dtype]
+    param_size = ELEMENT_SIZE[precision]
     pieces = plan.pieces_of(dp_rank)
     shard = sum(b.shard_size for b in plan.buckets)
     local_elems = sum(s.numel for s in plan.specs)
@@ -323,7 +353,7 @@ def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int) -> tuple[Stage, ...]:
         _compute(
             DP_ALL_GATHER, vector_bytes=COPY_BYTES * shard * (1 if cfg.dp > 1 else 2), ops=COLLECTIVE_OPS * len(plan.buckets)
         ),
-        Stage(OPTIMIZER, DP_ALL_GATHER, comm=Comm("all_gather", "dp", buckets, FP32)),
+        Stage(OPTIMIZER, DP_ALL_GATHER, comm=Comm("all_gather", "dp", buckets, param_size)),
     ]
     return tuple(stages)
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
 from muon_repro.costmodel.measurement import Plan, high_quartile, sync_device
+from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model_config import PRESETS
 from muon_repro.parallel.comm import ring_bytes_per_rank
 
@@ -109,6 +110,7 @@ def world_worker(job: WorldJob) -> dict | None:
     """On every rank of a world: the compute share, the arrival jitter, then every collective on
     every group size; rank 0 returns what all ranks measured."""
     world, rank = dist.get_world_size(), dist.get_rank()
+    probe = measure_speed(job.device)  # what a recording in a world this size compares its own probe with
     share_rates, stream_rates = [], []
     for _ in range(job.plan.share_windows):  # every rank computes at once, window by window
         dist.barrier()
@@ -132,6 +134,7 @@ def world_worker(job: WorldJob) -> dict | None:
         return None
     return {
         "world_size": world,
+        "speed_probe": probe.to_dict(),
         "share_rates": [g["share_rates"] for g in gathered],
         "stream_rates": [g["stream_rates"] for g in gathered],
         "arrivals": [g["arrivals"] for g in gathered],

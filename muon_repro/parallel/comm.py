@@ -283,10 +283,20 @@ def reduce_scatter_into(shard: torch.Tensor, full: torch.Tensor, group: Group, *
 # ---------------------------------------------------------------- all-reduce
 
 
-def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str) -> torch.Tensor:
-    """Sum ``tensor`` over the group, in place."""
+# Reduction operators all_reduce_ accepts, by the name callers pass.
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str, op: str = "sum") -> torch.Tensor:
+    """Reduce ``tensor`` over the group with ``op`` (``"sum"`` or ``"max"``), in place.
+
+    Every operator is ledgered and timed as an ``all_reduce``: a ring all-reduce sends the same
+    bytes whatever it combines the chunks with.
+    """
+    if op not in REDUCE_OPS:
+        raise ValueError(f"all_reduce_: unknown op {op!r}; choose one of {', '.join(REDUCE_OPS)}")
     with record_function(phase):
         if group.size > 1:
-            _timed(group, phase, _ALL_REDUCE, dist.all_reduce, tensor, op=dist.ReduceOp.SUM, group=group.process_group)
+            _timed(group, phase, _ALL_REDUCE, dist.all_reduce, tensor, op=REDUCE_OPS[op], group=group.process_group)
     group.ledger.record(phase, "all_reduce", group, tensor.numel(), tensor.dtype)
     return tensor

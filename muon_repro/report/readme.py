@@ -1,8 +1,12 @@
-"""The README's claims and checks tables, generated from ``metrics/`` so that they cannot drift.
+"""The README's generated blocks, from ``metrics/`` so that they cannot drift.
 
-``python -m muon_repro.report.readme [README.md] [--metrics metrics]`` rewrites the lines between
-:data:`BEGIN` and :data:`END` with the claims table and, below it, the consistency checks, formatted as
-the report formats them.
+``python -m muon_repro.report.readme [README.md] [--metrics metrics]`` rewrites the lines between each
+block's begin and end markers (:data:`BLOCKS`), formatted as the report formats them:
+
+* ``claims``: the claims table and, below it, the consistency checks;
+* ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
+* ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
+  profiles with their ranges.
 """
 
 from __future__ import annotations
@@ -12,17 +16,15 @@ from pathlib import Path
 
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claims_matrix
-from muon_repro.report.data import load
+from muon_repro.report.data import ReportData, is_missing, load
+from muon_repro.report.regime_figures import main_axis
+from muon_repro.report.regimes_section import prediction_summary, threshold_rows
 from muon_repro.tables.files import write_atomic
 
-BEGIN = "<!-- claims: generated from metrics/claims.parquet by `python -m muon_repro.report.readme` -->"
-END = "<!-- claims: end -->"
 
-
-def claims_markdown(metrics_dir: str | Path) -> str:
+def claims_markdown(data: ReportData) -> str:
     """The claims table as the report has it, less the region column (one measured column per hardware profile),
     then the consistency checks of the profile with most runs, less their 'fails if' column."""
-    data = load(metrics_dir)
     header, rows, _ = claims_matrix(data)
     lines = _table(header, rows, drop="agrees if in")
     check_header, check_rows, _ = checks_matrix(data)
@@ -32,19 +34,83 @@ def claims_markdown(metrics_dir: str | Path) -> str:
     return "\n".join(lines)
 
 
+def costmodel_markdown(data: ReportData) -> str:
+    """The predictions' summary, then the thresholds on the shipped profiles with their ranges."""
+    header = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
+    return "\n".join([prediction_summary(data.predictions), "", *_table(header, threshold_rows(data.regime_thresholds), drop="")])
+
+
+def sweep_markdown(data: ReportData) -> str:
+    """The regime sweep's main axis (Muon at DP2·TP2, contiguous) per width: the optimizer share at the fewest
+    and the most tokens per step, and Muon's extra step time at the most, with their 95% intervals."""
+    main = main_axis(data.regimes)
+    if main.empty:
+        return "No regime sweep in metrics/: `muon-repro regimes` records it."
+    low_t, high_t = int(main["tokens_per_step"].min()), int(main["tokens_per_step"].max())
+    header = [
+        "d_model",
+        f"optimizer share at {low_t:,} tokens",
+        f"at {high_t:,} tokens",
+        f"Muon step / AdamW step - 1 at {high_t:,}",
+    ]
+    rows = []
+    for width, g in main.groupby("d_model"):
+        low, high = g.loc[g["tokens_per_step"].idxmin()], g.loc[g["tokens_per_step"].idxmax()]
+        rows.append(
+            [
+                str(int(width)),
+                _percent(low["optimizer_share"]),
+                _with_interval(high, "optimizer_share", _percent),
+                _with_interval(high, "muon_extra", _signed),
+            ]
+        )
+    return "\n".join(_table(header, rows, drop=""))
+
+
+def _with_interval(row, column: str, fmt) -> str:
+    return f"{fmt(row[column])} [{fmt(row[column + '_lo'])}, {fmt(row[column + '_hi'])}]"
+
+
+def _percent(value) -> str:
+    return "–" if is_missing(value) else f"{100 * float(value):.2g}%"
+
+
+def _signed(value) -> str:
+    return "–" if is_missing(value) else f"{100 * float(value):+.0f}%"
+
+
+BLOCKS = {  # name: how to make it
+    "claims": claims_markdown,
+    "regime sweep": sweep_markdown,
+    "cost model": costmodel_markdown,
+}
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The begin and end lines of block ``name``."""
+    return (
+        f"<!-- {name}: generated from metrics/ by `python -m muon_repro.report.readme` -->",
+        f"<!-- {name}: end -->",
+    )
+
+
 def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
     keep = [i for i, name in enumerate(header) if name != drop]
     lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
     return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
 
 
-def with_claims(readme: str, metrics_dir: str | Path) -> str:
-    """``readme`` with the text between its :data:`BEGIN` and :data:`END` lines replaced by the table."""
-    head, begin, rest = readme.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"the README has no {BEGIN!r} ... {END!r} lines to put the claims table between")
-    return f"{head}{BEGIN}\n{claims_markdown(metrics_dir)}\n{END}{tail}"
+def with_blocks(readme: str, metrics_dir: str | Path) -> str:
+    """``readme`` with the text between each block's markers replaced by the block made from ``metrics_dir``."""
+    data = load(metrics_dir)
+    for name, make in BLOCKS.items():
+        begin_line, end_line = markers(name)
+        head, begin, rest = readme.partition(begin_line)
+        _, end, tail = rest.partition(end_line)
+        if not begin or not end:
+            raise ValueError(f"the README has no {begin_line!r} ... {end_line!r} lines to put the {name} block between")
+        readme = f"{head}{begin_line}\n{make(data)}\n{end_line}{tail}"
+    return readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("readme", nargs="?", default="README.md", type=Path)
     parser.add_argument("--metrics", default="metrics", type=Path, help="folder of the analysis tables (default: metrics)")
     args = parser.parse_args(argv)
-    text = with_claims(args.readme.read_text(encoding="utf-8"), args.metrics)
+    text = with_blocks(args.readme.read_text(encoding="utf-8"), args.metrics)
     write_atomic(args.readme, text)
-    print(f"updated the claims table in {args.readme} from {args.metrics}")
+    print(f"updated the {' and '.join(BLOCKS)} blocks in {args.readme} from {args.metrics}")
     return 0
 
 

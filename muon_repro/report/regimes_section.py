@@ -54,10 +54,27 @@ def regimes_section(
         ],
         "first_number": first_number,
         "sweep": sweep_lines(data.regimes),
-        "predictions_header": ["run", "recorded", "step ms", "predicted", "error", "optimizer ms", "predicted", "error"],
+        "predictions_header": [
+            "run",
+            "recorded",
+            "step ms",
+            "predicted",
+            "error",
+            "as calibrated",
+            "optimizer ms",
+            "predicted",
+            "error",
+        ],
         "predictions_rows": prediction_rows(data.predictions),
         "predictions_summary": prediction_summary(data.predictions) + share_summary(data.regimes),
-        "thresholds_header": ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step", "3% at tokens/step"],
+        "thresholds_header": [
+            "profile",
+            "model",
+            "grid",
+            "Muon's overhead",
+            "1.1% at tokens/step (range)",
+            "3% at tokens/step (range)",
+        ],
         "thresholds_rows": threshold_rows(data.regime_thresholds),
         "scale_out_header": ["GPUs", "grid", "Muon step s", "AdamW step s", "Muon extra", "Muon optimizer share", "Muon comm ms"],
         "scale_out_rows": scale_out_rows(data.regime_model),
@@ -80,13 +97,16 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
     """What the sweep measured, in words: the range of the optimizer share and Muon's extra, and the inversions."""
     if regimes.empty:
         return ["No regime sweep in these tables: `muon-repro regimes` records it (about 6 minutes a trial on 2 cores)."]
+    held = regimes["held_out"].fillna(False).astype(bool) if "held_out" in regimes.columns else pd.Series(False, regimes.index)
+    held_out, regimes = regimes[held], regimes[~held]  # the validation points are the predictions' business
     muon = regimes[regimes["optimizer"] == "muon"]
     main = main_axis(regimes)
     lines = [
         f"The sweep: {len(regimes)} points ({regimes['d_model'].nunique()} widths, tokens per step "
         f"{int(regimes['tokens_per_step'].min()):,}–{int(regimes['tokens_per_step'].max()):,}, "
         f"{regimes[['dp', 'tp']].drop_duplicates().shape[0]} DP×TP shapes, {regimes['layout'].nunique()} layouts), "
-        f"{int(regimes['trials'].max())} interleaved trials each, timed without the profiler."
+        f"{int(regimes['trials'].max())} interleaved trials each, timed without the profiler"
+        + (f", and {len(held_out)} held-out points that validate the cost model." if len(held_out) else ".")
     ]
     for width, rows in main.groupby("d_model"):
         lo, hi = rows.loc[rows["tokens_per_step"].idxmin()], rows.loc[rows["tokens_per_step"].idxmax()]
@@ -131,7 +151,8 @@ def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
                 _text(r.recorded_on),
                 f"{r.measured_step_ms:.0f}",
                 f"{r.predicted_step_ms:.0f}",
-                f"{r.step_rel_error:+.0%}",
+                f"{r.step_rel_error:+.0%}" + (" (held out)" if r.held_out is True else ""),
+                "–" if is_missing(r.profile_step_rel_error) else f"{r.profile_step_rel_error:+.0%}",
                 f"{r.measured_optimizer_ms:.0f}",
                 f"{r.predicted_optimizer_ms:.0f}",
                 "–" if is_missing(r.optimizer_rel_error) else f"{r.optimizer_rel_error:+.0%}",
@@ -148,17 +169,40 @@ def prediction_summary(predictions: pd.DataFrame) -> str:
     worst = predictions.loc[step.abs().idxmax()]
     worst_opt = predictions.loc[opt.abs().idxmax()] if len(opt) else None
     machine = ", ".join(sorted(set(predictions["machine"].astype(str))))
+    own = (predictions["priced_by"] == "own_calibration").sum() if "priced_by" in predictions else 0
     text = (
-        f"{len(predictions)} runs priced on the profile {machine}: step time median |error| {statistics.median(step.abs()):.1%}, "
-        f"worst {float(worst['step_rel_error']):+.1%} ({worst['run']}); {(step.abs() <= 0.15).mean():.0%} of runs within 15%."
+        f"{len(predictions)} runs priced on the profile {machine} ({own} by their own calibration): step time median "
+        f"|error| {statistics.median(step.abs()):.1%}, worst {float(worst['step_rel_error']):+.1%} ({worst['run']}); "
+        f"{(step.abs() <= 0.15).mean():.0%} of runs within 15%."
     )
+    calibrated = predictions["profile_step_rel_error"].dropna().astype(float) if "profile_step_rel_error" in predictions else []
+    if len(calibrated) and own:
+        text += (
+            f" Priced by the profile as calibrated instead: median |error| {statistics.median(calibrated.abs()):.1%}, worst "
+            f"{calibrated.abs().max():.1%}; the runs' median day speed (compute) was "
+            f"{predictions['day_compute'].dropna().astype(float).median():.2f} of the calibration's."
+        )
     if worst_opt is not None:
         text += (
             f" Optimizer time: median |error| {statistics.median(opt.abs()):.1%}, worst "
             f"{float(worst_opt['optimizer_rel_error']):+.1%} "
             f"({worst_opt['run']})."
         )
-    return text + _by_day(predictions)
+    return text + _held_out(predictions) + _by_day(predictions)
+
+
+def _held_out(predictions: pd.DataFrame) -> str:
+    """The errors on the configurations the model was never tuned on: its validated error."""
+    if "held_out" not in predictions:
+        return ""
+    held = predictions[predictions["held_out"].fillna(False).astype(bool)]
+    if held.empty:
+        return ""
+    step = held["step_rel_error"].astype(float)
+    return (
+        f" On the {len(held)} held-out configurations (never tuned on): step time median |error| {step.abs().median():.1%}, "
+        f"from {step.min():+.1%} to {step.max():+.1%}."
+    )
 
 
 def _text(value) -> str:
@@ -175,8 +219,8 @@ def _by_day(predictions: pd.DataFrame) -> str:
         error = rows["step_rel_error"].astype(float)
         parts.append(f"{day}: {len(rows)} runs, median error {error.median():+.1%} (median |error| {error.abs().median():.1%})")
     return (
-        " By the day the runs were recorded (the calibration was taken on the latest): " + "; ".join(parts) + ". A run "
-        "recorded on a day the machine ran slower or faster than when it was calibrated carries that difference as error."
+        " By the day the runs were recorded: " + "; ".join(parts) + ". A run without a speed probe (recorded before "
+        "probes existed) is priced as calibrated, and carries as error how much slower or faster the machine ran that day."
     )
 
 
@@ -193,20 +237,33 @@ def share_summary(regimes: pd.DataFrame) -> str:
 
 
 def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
+    """One row per profile, model, grid and metric: the tokens per step at 1.1% and 3%, each with the range the
+    model's validated error allows (regime_thresholds tokens_per_step_low / _high)."""
     rows = []
     for (machine, model, dp, tp, metric), g in thresholds.groupby(["machine", "model", "dp", "tp", "metric"], sort=False):
-        at = {round(float(level), 3): value for level, value in zip(g["level"], g["tokens_per_step"])}
+        at = {round(float(r.level), 3): r for r in g.itertuples()}
         rows.append(
             [
                 MACHINE_NAMES.get(str(machine), str(machine)),
                 str(model),
                 f"DP{int(dp)}·TP{int(tp)}",
                 METRIC_NAMES.get(str(metric), str(metric)),
-                _tokens(at.get(0.011)),
-                _tokens(at.get(0.03)),
+                _threshold(at.get(0.011)),
+                _threshold(at.get(0.03)),
             ]
         )
     return rows
+
+
+def _threshold(row) -> str:
+    """A threshold as '106k (80k–150k)': the predicted crossing, then where the true curve could cross."""
+    if row is None:
+        return "–"
+    said = _tokens(row.tokens_per_step)
+    low, high = getattr(row, "tokens_per_step_low", None), getattr(row, "tokens_per_step_high", None)
+    if is_missing(row.tokens_per_step) or (is_missing(low) and is_missing(high)):
+        return said
+    return f"{said} ({_tokens(low)}–{_tokens(high)})"
 
 
 def scale_out_rows(model: pd.DataFrame) -> list[list[str]]:

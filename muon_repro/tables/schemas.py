@@ -50,6 +50,13 @@ _CONFIG_COLUMNS = columns_of(
     ("scale", "string", "", "size preset of the benchmark: tiny, cpu or gpu"),
     ("preset", "string", "", "model preset (tiny, small, medium, large)"),
     ("qkv", "string", "", "attention projections: fused or split"),
+    (
+        "cross_entropy",
+        "string",
+        "",
+        "how the loss meets the vocab-sharded logits: vocab_parallel (three all-reduces of [tokens]) or gathered (an "
+        "all-gather of the full logits; runs recorded before the option)",
+    ),
     ("batch_per_dp", "Int64", "sequences", "sequences per step on each DP rank"),
     ("seq_len", "Int64", "tokens", "tokens per sequence"),
     ("train_steps", "Int64", "count", "training steps run (profiled or not)"),
@@ -917,9 +924,10 @@ CALIBRATION = TableSchema(
 
 PREDICTIONS = TableSchema(
     "predictions",
-    "One row per recorded run: its step and optimizer times as measured (metrics.json, every trial's profiled steps) "
-    "and as predicted by the cost model from its config.json and a machine profile (muon_repro.costmodel). Relative "
-    "errors are (predicted - measured) / measured.",
+    "One row per recorded run: its step and optimizer times as measured (metrics.json, every trial's steps timed "
+    "without the profiler) and as predicted by the cost model (muon_repro.costmodel) from its config.json, twice: by "
+    "the run's own calibration (the machine profile scaled by the day's speed the run's speed probes measured, "
+    "environment.json speed_probe) and by the profile as calibrated. Relative errors are (predicted - measured) / measured.",
     ("run", "machine"),
     columns_of(
         ("run", "string", "", "run id: '<profile>/<group>/<name>' (environment.json's profile, config.json 'key')"),
@@ -932,7 +940,13 @@ PREDICTIONS = TableSchema(
         ("tp", "Int64", "ranks", "tensor-parallel size"),
         ("trials", "Int64", "count", "trials whose steps were pooled"),
         ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
-        ("profiled", "boolean", "", "whether the run was recorded under the profiler, and priced with its per-operator cost"),
+        (
+            "profiled",
+            "boolean",
+            "",
+            "whether the measured steps ran under the profiler (runs recorded before unprofiled timed steps existed), "
+            "and were priced with its per-operator cost",
+        ),
         (
             "recorded_on",
             "string",
@@ -943,15 +957,16 @@ PREDICTIONS = TableSchema(
             "measured_step_ms",
             "Float64",
             "ms",
-            "median over profiled steps of the slowest rank's step time (metrics.json step_ms)",
+            "median over every trial's steps timed without the profiler (metrics.json timed_step_ms) of the slowest "
+            "rank's step time",
         ),
-        ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank"),
+        ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank, priced_by the run's own calibration"),
         ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),
         (
             "measured_optimizer_ms",
             "Float64",
             "ms",
-            "median over profiled steps of the mean over ranks of optimizer_ms (metrics.json)",
+            "median over the same steps of the mean over ranks of the optimizer step (metrics.json timed_optimizer_ms)",
         ),
         ("predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
         ("optimizer_rel_error", "Float64", "fraction", "(predicted - measured) / measured optimizer time"),
@@ -959,6 +974,34 @@ PREDICTIONS = TableSchema(
         ("predicted_backward_ms", "Float64", "ms", "predicted backward, mean over ranks (TP collectives included)"),
         ("predicted_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
         ("predicted_wait_ms", "Float64", "ms", "predicted time waiting for a group's last rank, mean over ranks"),
+        (
+            "priced_by",
+            "string",
+            "",
+            "'own_calibration': the predicted_* columns use the profile scaled by the run's day speed; 'profile': the "
+            "run has no speed probe (recorded before probes existed) or the profile no calibration probe",
+        ),
+        (
+            "day_compute",
+            "Float64",
+            "ratio",
+            "the day's speed: the run's matmul rate over the calibration's (speed probes, median over trials; > 1: faster "
+            "that day); own_calibration scales every figure of the profile by it",
+        ),
+        ("day_memory", "Float64", "ratio", "the run's memory bandwidth over the calibration's (measured, not applied)"),
+        ("day_host", "Float64", "ratio", "the calibration's time per operator call over the run's (measured, not applied)"),
+        ("day_network", "Float64", "ratio", "the calibration's all-reduce time over the run's (measured, not applied)"),
+        ("profile_predicted_step_ms", "Float64", "ms", "predicted step time by the profile as calibrated (no day speed)"),
+        ("profile_step_rel_error", "Float64", "fraction", "(profile prediction - measured) / measured step time"),
+        ("profile_predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step by the profile as calibrated"),
+        ("profile_optimizer_rel_error", "Float64", "fraction", "(profile prediction - measured) / measured optimizer time"),
+        (
+            "held_out",
+            "boolean",
+            "",
+            "a configuration the cost model was never tuned on (muon_repro.bench.regimes.HELD_OUT): what its "
+            "thresholds' ranges rest on",
+        ),
         ("path", "string", "", "the run folder"),
     ),
 )
@@ -981,6 +1024,13 @@ REGIMES = TableSchema(
         ("dp", "Int64", "ranks", "data-parallel size"),
         ("tp", "Int64", "ranks", "tensor-parallel size"),
         ("layout", "string", "", "ZeRO-1 layout"),
+        (
+            "held_out",
+            "boolean",
+            "",
+            "a configuration the cost model was never tuned on (predictions.held_out): its validation, off the sweep's "
+            "main lines",
+        ),
         ("optimizer", "string", "", "muon or adamw"),
         ("trials", "Int64", "count", "trials recorded"),
         ("steps", "Int64", "count", "recorded steps pooled over trials"),
@@ -1065,6 +1115,16 @@ REGIME_MODEL = TableSchema(
         ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
         ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the seed's ~1.1% claim)"),
         ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's 1-3% claim)"),
+        (
+            "optimizer_share_low",
+            "Float64",
+            "fraction",
+            "the least the true share can be, given the model's log errors on the share over the runs it was not tuned on "
+            "(muon_repro.costmodel.records.metric_error_spread)",
+        ),
+        ("optimizer_share_high", "Float64", "fraction", "the most the true share can be, by the same errors"),
+        ("muon_extra_low", "Float64", "fraction", "the least the true extra can be, by its errors on the Muon/AdamW ratio"),
+        ("muon_extra_high", "Float64", "fraction", "the most the true extra can be, by the same errors"),
         ("flop_ratio", "Float64", "", "Newton-Schulz FLOPs of the busiest rank over its forward+backward FLOPs"),
     ),
 )
@@ -1081,7 +1141,23 @@ REGIME_THRESHOLDS = TableSchema(
         ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
         ("level", "Float64", "fraction", "0.011 (the seed's ~1.1%) or 0.03 (the paper's 1-3%, upper end)"),
         ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
+        (
+            "tokens_per_step_low",
+            "Float64",
+            "tokens",
+            "the same, where the metric is as small as the model's validated errors allow (regime_model <metric>_low): the "
+            "earliest the level can be reached",
+        ),
+        ("tokens_per_step_high", "Float64", "tokens", "the same, where the metric is as large as they allow: the latest"),
         ("tokens_per_d_model", "Float64", "tokens", "tokens_per_step / d_model"),
+        ("error_runs", "Int64", "count", "runs whose log errors on the metric set the range"),
+        (
+            "error_basis",
+            "string",
+            "",
+            "held_out: the configurations the model was never tuned on (predictions.held_out); all: every run (fewer "
+            "than 3 held out)",
+        ),
     ),
 )
 
