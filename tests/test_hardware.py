@@ -141,3 +141,26 @@ def test_this_machine_records_under_its_cpu_profile(monkeypatch):
     assert capture_environment("gloo", "given")["profile"] == "given"
     monkeypatch.setenv(PROFILE_ENV_VAR, "from-variable")
     assert capture_environment("gloo")["profile"] == "from-variable"
+
+
+def test_recording_artifacts_never_make_the_source_dirty(tmp_path):
+    """A sweep rewrites traces/ as it records: only the package and what installs it decide git_dirty."""
+    import subprocess
+
+    from muon_repro.bench.environment import _git
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "muon_repro").mkdir()
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "muon_repro" / "x.py").write_text("A = 1\n")
+    (tmp_path / "traces" / "run.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    assert _git(tmp_path)["git_dirty"] is False
+    (tmp_path / "traces" / "run.json").write_text('{"re": "recorded"}\n')
+    assert _git(tmp_path)["git_dirty"] is False
+    (tmp_path / "muon_repro" / "x.py").write_text("A = 2\n")
+    assert _git(tmp_path) == {"git_sha": _git(tmp_path)["git_sha"], "git_dirty": True} and len(_git(tmp_path)["git_sha"]) == 40

@@ -46,9 +46,15 @@ def _memory_bytes() -> int | None:
     return None
 
 
+# What decides how a run runs: the package and what installs it. The artifacts beside it (traces/, metrics/,
+# figures/, report/) change as a sweep records, so they never make the source "dirty".
+SOURCE_PATHS = ("muon_repro", "pyproject.toml", "constraints.txt")
+
+
 def _git(repo: Path) -> dict:
+    """The commit the run was recorded from, and whether the source differs from it (tracked files only)."""
     sha = _run(["git", "rev-parse", "HEAD"], cwd=str(repo))
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(repo))
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--", *SOURCE_PATHS], cwd=str(repo))
     return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
 
 
