@@ -444,6 +444,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
         "scale": "tiny",
         "preset": "tiny",
         "qkv": "fused",
+        "cross_entropy": "vocab_parallel",
         "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN),
         "seq_len": SEQ_LEN,
         "train_steps": TRAIN_STEPS,

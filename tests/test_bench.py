@@ -245,15 +245,17 @@ def test_cross_entropy_is_validated_kept_out_of_the_key_and_read_as_gathered_fro
         from_dict({**cfg.to_dict(), "cross_entropy": "full"})
 
 
-def test_a_committed_run_reads_as_gathered_as_its_ledger_shows():
-    """The committed runs were recorded before the field: their config.json lacks it and their TP ranks
-    all-gathered the logits."""
+def test_a_committed_run_says_how_it_computed_its_loss_and_its_ledger_agrees():
+    """The committed runs compute the vocab-parallel loss (no logits gather in the ledger); a config.json
+    recorded before the field existed (the same dict without it) reads as "gathered"."""
     run = Path(__file__).parent.parent / "traces" / "cpu-2c-gloo" / "comparison" / "muon_dp2_tp2" / "trial0"
     if not (run / "config.json").is_file():
         pytest.skip(f"no committed run at {run}")
     config = RunDir(run).config_dict
-    assert "cross_entropy" not in config and from_dict(recorded_fields(config)).cross_entropy == "gathered"
-    assert any(entry["phase"] == "tp_all_gather" for entry in RunDir(run).ranks[0].ledger)
+    assert from_dict(recorded_fields(config)).cross_entropy == config["cross_entropy"] == "vocab_parallel"
+    assert not any(entry["phase"] == "tp_all_gather" for entry in RunDir(run).ranks[0].ledger)
+    older = {k: v for k, v in recorded_fields(config).items() if k != "cross_entropy"}
+    assert from_dict(older).cross_entropy == "gathered"
 
 
 def test_unknown_config_lists_the_valid_names():

@@ -67,5 +67,5 @@ def test_readme_blocks_need_their_markers(tmp_path):
     with pytest.raises(ValueError, match="claims: generated"):
         with_blocks("# a README without the markers\n", REPO / "metrics")
     only_claims = "\n".join(markers("claims"))
-    with pytest.raises(ValueError, match="cost model: generated"):
+    with pytest.raises(ValueError, match="regime sweep: generated"):
         with_blocks(only_claims, REPO / "metrics")

@@ -86,11 +86,12 @@ def _pct(value: Any, digits: int = 2) -> str:
     return "–" if is_missing(value) else f"{100 * float(value):.{digits}g}%"
 
 
-def _tokens(value: Any) -> str:
+def _tokens(value: Any, missing: str = "not reached (>134M)") -> str:
+    """Tokens per step as '223k' or '1.29M' (k = 1,000, M = 1,000,000)."""
     if is_missing(value):
-        return "not reached (>134M)"
+        return missing
     value = float(value)
-    return f"{value / 2**20:.3g}M" if value >= 2**20 else f"{value / 1024:.3g}k"
+    return f"{value / 1e6:.3g}M" if value >= 999_500 else f"{value / 1e3:.3g}k"
 
 
 def sweep_lines(regimes: pd.DataFrame) -> list[str]:
@@ -263,7 +264,7 @@ def _threshold(row) -> str:
     low, high = getattr(row, "tokens_per_step_low", None), getattr(row, "tokens_per_step_high", None)
     if is_missing(row.tokens_per_step) or (is_missing(low) and is_missing(high)):
         return said
-    return f"{said} ({_tokens(low)}–{_tokens(high)})"
+    return f"{said} ({_tokens(low, 'under the grid')}–{_tokens(high, '>134M')})"
 
 
 def scale_out_rows(model: pd.DataFrame) -> list[list[str]]:
