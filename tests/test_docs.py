@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,20 +53,28 @@ def test_nothing_users_read_refers_to_the_internal_design_notes(path):
     assert offenders == []
 
 
-def test_readme_generated_blocks_match_the_committed_tables():
-    from muon_repro.report.readme import with_blocks
+@pytest.mark.parametrize("target", ["README.md", "docs/regimes.md"])
+def test_generated_blocks_match_the_committed_tables(target):
+    from muon_repro.report.readme import TARGETS, with_blocks
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert text == with_blocks(text, REPO / "metrics"), (
-        "README.md's claims or cost-model block is out of date: run `python -m muon_repro.report.readme`"
+    text = (REPO / target).read_text(encoding="utf-8")
+    assert text == with_blocks(text, REPO / "metrics", TARGETS[target]), (
+        f"{target}'s generated blocks are out of date: run `python -m muon_repro.report.readme`"
     )
 
 
-def test_readme_blocks_need_their_markers(tmp_path):
+def test_generated_blocks_need_their_markers(tmp_path):
     from muon_repro.report.readme import markers, with_blocks
 
     with pytest.raises(ValueError, match="claims: generated"):
-        with_blocks("# a README without the markers\n", REPO / "metrics")
+        with_blocks("# a README without the markers\n", REPO / "metrics", ("claims",))
     only_claims = "\n".join(markers("claims"))
     with pytest.raises(ValueError, match="cost model: generated"):
-        with_blocks(only_claims, REPO / "metrics")
+        with_blocks(only_claims, REPO / "metrics", ("claims", "cost model"))
+
+
+def test_the_readme_is_short_and_never_calls_the_original_study_the_seed():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert "bird-of-paradise/muon-distributed-reproducibility" in text
+    assert not re.search(r"\bthe seed\b|\bseed's\b|\|\s*seed\s*\|", text, re.IGNORECASE)
