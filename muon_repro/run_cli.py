@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="the whole job: record every configuration, analyze, figures, report, bundle, verify",
         description=(
-            "Record the reference configurations (the seed's runs and the layout ablation; complete runs are "
+            "Record the reference configurations (the original study's runs and the layout ablation; complete runs are "
             "skipped), analyze the traces into metrics/, draw figures/, render report/, write dataset_card.md and "
             "MANIFEST.sha256, assemble and verify the bundle in dist/dataset/. Ctrl-C at any point and run again "
             "to resume. --scale gpu does the same on 4+ GPUs."
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         default=["reference"],
         metavar="CONFIG",
-        help="configs, groups, 'seed', 'reference' or 'all' (default: reference)",
+        help="configs, groups, 'study', 'reference' or 'all' (default: reference)",
     )
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
     p.add_argument(

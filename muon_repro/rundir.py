@@ -84,6 +84,9 @@ CALIBRATION_FILE = "machine.calibration.csv"  # calibrate's rows, beside the pro
 PREDICTIONS_FILE = "predictions.csv"
 REGIME_MODEL_FILE = "regime_model.csv"
 THRESHOLDS_FILE = "regime_thresholds.csv"
+# Shipped machine profiles renamed since records were written (old name -> new): records naming the old one
+# (regime_model.csv and regime_thresholds.csv's ``machine``) are read under the new name, and ``--machine`` takes both.
+RENAMED_MACHINES = {"seed-4x-pcie4-x4": "wei-4x-pcie4-x4"}
 
 NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE)
 """JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile."""

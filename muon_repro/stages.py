@@ -52,7 +52,7 @@ def bench(
     command: Sequence[str] | None = None,
     profile: str | None = None,
 ) -> list[RunResult]:
-    """Record the named configurations (names, groups, 'seed', 'reference', 'all') on this machine, each in
+    """Record the named configurations (names, groups, 'study', 'reference', 'all') on this machine, each in
     ``trials`` interleaved trials (rounds), the first ``traced_trials`` of them profiled with traces and the
     others timed only, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
     derived from the machine); complete trials are skipped unless ``force``."""

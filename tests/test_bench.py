@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.bench.configs import CONFIGS, SEED_CONFIGS, BenchConfig, from_dict, resolve
+from muon_repro.bench.configs import CONFIGS, STUDY_CONFIGS, BenchConfig, from_dict, resolve
 from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.sweep import is_complete, plan_recordings, record_local, run_dir_for
 from muon_repro.phases import OPTIMIZER_COMM_PHASES as OPTIMIZER_PHASES
@@ -283,4 +283,14 @@ def test_list_shows_every_config():
     result = bench("--list")
     assert result.returncode == 0
     assert all(key in result.stdout for key in CONFIGS)
-    assert set(SEED_CONFIGS) <= set(CONFIGS)
+    assert set(STUDY_CONFIGS) <= set(CONFIGS)
+
+
+def test_study_names_the_original_studys_runs_and_seed_stays_an_alias():
+    from muon_repro.bench.configs import expand_config_names
+
+    assert expand_config_names(["study"]) == list(STUDY_CONFIGS)
+    assert expand_config_names(["seed"]) == list(STUDY_CONFIGS)  # the older name, kept for existing scripts
+    assert set(expand_config_names(["reference"])) >= set(STUDY_CONFIGS)
+    with pytest.raises(ValueError, match="'study'"):
+        expand_config_names(["no_such_config"])

@@ -108,7 +108,7 @@ class Bundle:
         return SCHEMAS["claims"].conform(claims_table(runs, steps, ranks, phases)).set_index("claim_id")
 
 
-def seed_grid(
+def study_grid(
     *,
     muon_comm: float,
     muon_step: float,
@@ -122,6 +122,7 @@ def seed_grid(
     dp4_step: float = 120.0,
     tp4_step: float = 130.0,
 ) -> Bundle:
+    """The runs of the original study's grid: Muon and AdamW at DP2·TP2, Muon at DP4 and TP4."""
     b = Bundle()
     b.run(
         "comparison/muon_dp2_tp2",
@@ -147,7 +148,7 @@ def seed_grid(
 
 
 def test_every_claim_is_in_the_table_with_an_interval_and_an_explanation():
-    claims = seed_grid(muon_comm=5.7, muon_step=101.0).claims()
+    claims = study_grid(muon_comm=5.7, muon_step=101.0).claims()
     assert list(claims.index) == [c.claim_id for c in CLAIMS]
     measured = claims[claims["verdict"] != "not measured"]
     assert (measured["measured_low"] <= measured["measured_value"]).all() and (
@@ -168,12 +169,12 @@ def _on_cpu(b: Bundle, cores: int = 2) -> tuple[pd.DataFrame, ...]:
 
 
 def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
-    runs, steps, ranks, phases, environment = _on_cpu(seed_grid(muon_comm=5.7, muon_step=101.0))
+    runs, steps, ranks, phases, environment = _on_cpu(study_grid(muon_comm=5.7, muon_step=101.0))
     thresholds = pd.DataFrame(
         [
             {
                 "profile": "cpu-2c-gloo",
-                "machine": "seed-4x-pcie4-x4",
+                "machine": "wei-4x-pcie4-x4",
                 "model": "gpu-scale-369m",
                 "d_model": 1024,
                 "metric": "optimizer_share",
@@ -196,7 +197,7 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
     # the counts (state, bytes) are no claims: they are checks (muon_repro.analysis.checks, tests/test_checks.py)
     assert not {"state_memory", "comm_bytes_ratio"} & set(claims.index)
     # with a core per rank, the ranks-per-core reason goes (the device reason stays)
-    runs, steps, ranks, phases, environment = _on_cpu(seed_grid(muon_comm=5.7, muon_step=101.0), cores=4)
+    runs, steps, ranks, phases, environment = _on_cpu(study_grid(muon_comm=5.7, muon_step=101.0), cores=4)
     again = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id")
     assert "ranks per core" not in again.loc["hybrid_beats_pure", "explanation"]
 
@@ -204,7 +205,7 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
 def test_each_interval_is_the_paired_interval_of_the_per_round_values():
     from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval, per_round, per_round_ratio
 
-    b = seed_grid(muon_comm=5.7, muon_step=101.0, noise=0.2)
+    b = study_grid(muon_comm=5.7, muon_step=101.0, noise=0.2)
     claims, steps = b.claims(), pd.DataFrame(b.steps)
     muon, adamw = "comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2"
     expected = {
@@ -223,7 +224,7 @@ def test_each_interval_is_the_paired_interval_of_the_per_round_values():
 
 
 def test_an_absent_phase_is_written_as_absent_never_as_zero():
-    b = seed_grid(muon_comm=5.7, muon_step=101.0)
+    b = study_grid(muon_comm=5.7, muon_step=101.0)
     b.phases = [ph for ph in b.phases if ph["phase"] != "dp_gather"]  # no matrix straddles a DP shard boundary
     explanation = b.claims().loc["comm_time_dp2_tp2", "explanation"]
     assert "DP gather: absent" in explanation and "0.00 MB" not in explanation
@@ -252,12 +253,12 @@ def test_an_absent_phase_is_written_as_absent_never_as_zero():
     ],
 )
 def test_each_verdict_is_reachable(claim_id, grid, expected):
-    assert seed_grid(**grid).claims().loc[claim_id, "verdict"] == expected
+    assert study_grid(**grid).claims().loc[claim_id, "verdict"] == expected
 
 
 @pytest.mark.parametrize(("naive_step", "expected"), [(200.0, "reproduced"), (100.0, "not reproduced")])
 def test_async_claim_is_measured_when_the_variant_exists(naive_step, expected):
-    b = seed_grid(muon_comm=5.7, muon_step=100.0)
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=naive_step, overlap="naive_async")
     b.run("overlap/muon_dp2_tp2_pipelined", "muon", 2, 2, step_ms=90.0, overlap="pipelined")
     row = b.claims().loc["async_slowdown"]
@@ -266,7 +267,7 @@ def test_async_claim_is_measured_when_the_variant_exists(naive_step, expected):
 
 
 def test_async_claim_pairs_only_a_twin_of_the_same_layout():
-    b = seed_grid(muon_comm=5.7, muon_step=100.0)
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async", layout="bucketed")
     assert b.claims().loc["async_slowdown", "verdict"] == "not measured"
 
@@ -281,7 +282,7 @@ def test_verdict_rule_needs_the_whole_interval():
 
 
 def test_unequal_work_is_refused_naming_both_runs_and_the_field():
-    b = seed_grid(muon_comm=5.7, muon_step=100.0)
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.runs[1]["tokens_per_step"] = 2048  # the AdamW twin trained twice the tokens
     with pytest.raises(
         UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 262144 vs 2048"
@@ -296,7 +297,7 @@ def test_unequal_work_is_refused_naming_both_runs_and_the_field():
 
 
 def test_comparisons_prefer_a_partner_that_did_the_same_work():
-    b = seed_grid(muon_comm=5.7, muon_step=100.0)
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("other/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, tokens_per_step=4096)
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
     cmp = _comparisons_table(runs)

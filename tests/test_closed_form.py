@@ -15,7 +15,7 @@ from muon_repro.costmodel.closed_form import (
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import CollectiveFit
 from muon_repro.costmodel.predict import predict
-from muon_repro.costmodel.records import MODEL_7B, SEED_MODEL, Setting, crossing, run_config
+from muon_repro.costmodel.records import MODEL_7B, STUDY_MODEL, Setting, crossing, run_config
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.optim.newton_schulz import newton_schulz_flops
 
@@ -25,10 +25,10 @@ def test_newton_schulz_by_hand_is_20_m2n_plus_10_m3_and_equals_the_implementatio
     assert newton_schulz_flops_by_hand(4096, 1024) == newton_schulz_flops((4096, 1024), 5)
 
 
-@pytest.mark.parametrize("model", [SEED_MODEL, MODEL_7B], ids=lambda m: m.name)
+@pytest.mark.parametrize("model", [STUDY_MODEL, MODEL_7B], ids=lambda m: m.name)
 def test_by_hand_flops_are_what_the_dp_ranks_of_the_workload_share(model):
     """F_ns by hand equals the workload's Newton-Schulz FLOPs summed over the DP ranks (each matrix once)."""
-    setting = Setting("seed-4x-pcie4-x4", model, 2, 2)
+    setting = Setting("wei-4x-pcie4-x4", model, 2, 2)
     cfg = run_config(setting, "muon", 8192)
     workload = build_workload(cfg, "cuda", "bf16")
     per_dp_rank = workload.ns_flops[:: cfg.tp]
@@ -45,8 +45,8 @@ def _communication_free(name: str):
 
 @pytest.mark.parametrize("level", [0.011, 0.03])
 def test_the_simulated_threshold_is_within_2x_of_the_closed_form_where_communication_does_not_dominate(level):
-    machine = _communication_free("seed-4x-pcie4-x4")
-    setting = Setting(machine.name, SEED_MODEL, 2, 2)
+    machine = _communication_free("wei-4x-pcie4-x4")
+    setting = Setting(machine.name, STUDY_MODEL, 2, 2)
     points = []
     for tokens in (2**k * setting.model.seq_len * setting.dp for k in range(4, 12)):
         muon, adamw = (
@@ -68,6 +68,6 @@ def test_the_simulated_threshold_is_within_2x_of_the_closed_form_where_communica
 
 
 def test_closed_form_refuses_a_level_or_rate_that_is_not_positive():
-    model = run_config(Setting("seed-4x-pcie4-x4", SEED_MODEL, 2, 2), "muon", 8192).model_config()
+    model = run_config(Setting("wei-4x-pcie4-x4", STUDY_MODEL, 2, 2), "muon", 8192).model_config()
     with pytest.raises(ValueError, match="level"):
         closed_form_threshold(model, 1024, 2, 0.0, 1.0, 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,20 +53,83 @@ def test_nothing_users_read_refers_to_the_internal_design_notes(path):
     assert offenders == []
 
 
-def test_readme_generated_blocks_match_the_committed_tables():
-    from muon_repro.report.readme import with_blocks
+@pytest.mark.parametrize("target", ["README.md", "docs/regimes.md"])
+def test_generated_blocks_match_the_committed_tables(target):
+    from muon_repro.report.readme import TARGETS, with_blocks
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert text == with_blocks(text, REPO / "metrics"), (
-        "README.md's claims or cost-model block is out of date: run `python -m muon_repro.report.readme`"
+    text = (REPO / target).read_text(encoding="utf-8")
+    assert text == with_blocks(text, REPO / "metrics", TARGETS[target]), (
+        f"{target}'s generated blocks are out of date: run `python -m muon_repro.report.readme`"
     )
 
 
-def test_readme_blocks_need_their_markers(tmp_path):
+def test_generated_blocks_need_their_markers(tmp_path):
     from muon_repro.report.readme import markers, with_blocks
 
     with pytest.raises(ValueError, match="claims: generated"):
-        with_blocks("# a README without the markers\n", REPO / "metrics")
+        with_blocks("# a README without the markers\n", REPO / "metrics", ("claims",))
     only_claims = "\n".join(markers("claims"))
-    with pytest.raises(ValueError, match="regime sweep: generated"):
-        with_blocks(only_claims, REPO / "metrics")
+    with pytest.raises(ValueError, match="cost model: generated"):
+        with_blocks(only_claims, REPO / "metrics", ("claims", "cost model"))
+
+
+def test_the_readme_is_short_and_never_calls_the_original_study_the_seed():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert "bird-of-paradise/muon-distributed-reproducibility" in text
+    assert not re.search(r"\bthe seed\b|\bseed's\b|\|\s*seed\s*\|", text, re.IGNORECASE)
+
+
+# "The seed" was this project's name for Jen Wei's study; a reader cannot know it, so the study is
+# "Wei's study" where a label names it and "the original study" after that. Random seeds stay seeds.
+SEED_AS_STUDY = re.compile(r"\bthe\s+seed\b(?!s)|\bseed's\b|\bseed:", re.IGNORECASE)
+RANDOM_SEED = re.compile(  # random seeds in these forms: "each seed's runs", "(one seed: no interval)", "sharing the seed"
+    r"\b(?:each|one|same)\s+seed(?:'s|:)|\bsharing\s+the\s+seed\b|\bits\s+index\s+the\s+seed\b", re.IGNORECASE
+)
+
+
+def seed_as_study(text: str, first_line: int = 1) -> list[str]:
+    """Where ``text`` (its first line numbered ``first_line``) calls the original study "the seed", random seeds
+    left out: ``<line>: <words>``."""
+    blanked = RANDOM_SEED.sub(lambda m: re.sub(r"\S", " ", m.group()), text)  # same offsets, same line breaks
+    found = []
+    for m in SEED_AS_STUDY.finditer(blanked):
+        line = first_line + text.count("\n", 0, m.start())
+        found.append(f"{line}: {m.group()}")
+    return found
+
+
+def prose_of_python(path: Path) -> list[tuple[int, str]]:
+    """The strings (docstrings and f-strings included) and comments of a Python file, with their first line: what a
+    reader sees, without the code (``seed: int`` is an annotation, not a name for the study)."""
+    import io
+    import tokenize
+
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+    return [(t.start[0], t.string) for t in tokens if t.type in (tokenize.STRING, tokenize.COMMENT)]
+
+
+def test_the_seed_check_tells_the_study_from_random_seeds():
+    for said in ("the seed's ~1.1%", "The seed does not publish", "source seed: Jen Wei's", "checked against the\n   seed"):
+        assert seed_as_study(said), said
+    random_seeds = ("each seed's runs", "(one seed: no interval)", "from the same seed: they", "5 seeds", "the seeds compared")
+    for said in (*random_seeds, "seed 0", "a pair sharing\n  the seed", "manual_seed(seed)", "seed_pairs"):
+        assert not seed_as_study(said), said
+    assert seed_as_study("a\nb, the seed's", first_line=10) == ["11: the seed"]
+
+
+def test_no_user_facing_text_of_the_package_calls_the_original_study_the_seed():
+    package = REPO / "muon_repro"
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        for line, text in prose_of_python(path):
+            offenders += [f"{path.relative_to(REPO)}:{hit}" for hit in seed_as_study(text, line)]
+    for path in sorted([*package.rglob("*.j2"), *package.rglob("*.json")]):
+        offenders += [f"{path.relative_to(REPO)}:{hit}" for hit in seed_as_study(path.read_text(encoding="utf-8"))]
+    assert offenders == [], "say 'the original study' (or \"Wei's study\" in a label), not 'the seed':\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")))
+def test_no_document_calls_the_original_study_the_seed(path):
+    offenders = [f"{path}:{hit}" for hit in seed_as_study((REPO / path).read_text(encoding="utf-8"))]
+    assert offenders == [], "say 'the original study' (or \"Wei's study\" in a label), not 'the seed':\n" + "\n".join(offenders)

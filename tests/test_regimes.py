@@ -127,6 +127,29 @@ def test_a_record_with_an_unknown_column_is_refused_naming_the_file(tmp_path):
         costmodel_tables([tmp_path])
 
 
+def test_records_naming_a_renamed_shipped_profile_are_read_under_its_new_name(tmp_path):
+    from muon_repro.rundir import THRESHOLDS_FILE
+
+    folder = tmp_path / "cpu-2c-gloo" / COSTMODEL_DIR
+    folder.mkdir(parents=True)
+    (folder / THRESHOLDS_FILE).write_text(
+        "profile,machine,model,d_model,metric,level,tokens_per_step\n"
+        "cpu-2c-gloo,seed-4x-pcie4-x4,gpu-scale-369m,1024,optimizer_share,0.011,366478.0\n"
+        "cpu-2c-gloo,h100-8x-nvlink,gpu-scale-369m,1024,optimizer_share,0.011,1000000.0\n"
+    )
+    thresholds = costmodel_tables([tmp_path])["regime_thresholds"]
+    assert list(thresholds["machine"]) == ["wei-4x-pcie4-x4", "h100-8x-nvlink"]
+
+
+def test_the_report_names_a_renamed_profile_by_its_new_name_in_older_tables():
+    from muon_repro.report.regime_figures import machine_style
+    from muon_repro.report.regimes_section import machine_name
+
+    assert machine_name("seed-4x-pcie4-x4") == machine_name("wei-4x-pcie4-x4") == "Wei's study: 4 GPUs, PCIe Gen4 x4"
+    assert machine_style("seed-4x-pcie4-x4") == machine_style("wei-4x-pcie4-x4")
+    assert machine_name("my-box") == "my-box" and machine_style("my-box")[1] == "my-box"
+
+
 def test_without_records_every_costmodel_table_is_empty_with_its_columns(tmp_path):
     tables = costmodel_tables([tmp_path])
     assert set(tables) == {"calibration", "predictions", "regimes", "regime_model", "regime_thresholds"}

@@ -12,7 +12,7 @@ Data flow, one module per step::
                         (step_windows: which step a time belongs to; step_columns: the columns)
     tables              the tables built: runs / steps / collectives / comparisons / claims, ...
                         (written and read through muon_repro.tables)
-    claims              the seed's and the paper's claims, their regions and verdicts -> the claims table
+    claims              the original study's and the paper's claims, their regions and verdicts -> the claims table
     claim_measures      how each claim is measured: value, 95% interval, the measured cause
     claim_inputs        what the claims are measured on: one profile's tables, runs chosen, same-work check
     cli                 ``muon-repro analyze``

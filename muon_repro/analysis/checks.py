@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import ProfileTables, check_same_work, describe_runs, first_run
-from muon_repro.analysis.claims import PAPER, SEED
+from muon_repro.analysis.claims import PAPER, STUDY
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
 from muon_repro.tables.schemas import SCHEMAS
@@ -71,7 +71,7 @@ CHECKS = {
         "state_muon_matrices",
         "Muon's state for the matrices it manages is half AdamW's, on every rank",
         STATE_CLAIM,
-        SEED,
+        STUDY,
         "ratio Muon/AdamW of the state for the elements Muon manages, per rank",
         "Muon keeps other than one fp32 momentum per element it manages, or AdamW other than two fp32 moments",
         "[0.5, 0.5]",
@@ -80,7 +80,7 @@ CHECKS = {
         "state_accounting",
         "Every element of a rank's ZeRO-1 shard holds exactly one optimizer's state",
         STATE_CLAIM,
-        SEED,
+        STUDY,
         "elements: the largest |elements holding state - shard elements| over ranks of both runs",
         "an element holds no state or both optimizers' (a parameter routed to Muon and AdamW, or to neither)",
     ),
@@ -88,7 +88,7 @@ CHECKS = {
         "state_whole_model",
         "Over the whole model a rank's state ratio is 1 - f/2, f the share of its elements Muon manages",
         STATE_CLAIM,
-        SEED,
+        STUDY,
         "ratio Muon/AdamW of all optimizer state on the rank where it is largest",
         "either optimizer keeps state beside its per-element buffers (a buffer per parameter, a copy of the weights)",
     ),
@@ -96,7 +96,7 @@ CHECKS = {
         "state_with_transients",
         "Muon's state plus its transient gather buffers stays below AdamW's state, on every rank",
         STATE_CLAIM,
-        SEED,
+        STUDY,
         "ratio: (Muon's state + its transient gather buffers) / AdamW's state, on the rank where it is largest",
         "the full matrices Muon gathers for Newton-Schulz take more memory than the momentum it saves",
     ),
@@ -303,7 +303,7 @@ def _rows(t: ProfileTables, profile: str) -> list[dict]:
     outcomes = state_checks(t, muon, adamw)
     muon_dp2_tp2 = t.runs[(t.runs["optimizer"] == "muon") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
     for layout in sorted(muon_dp2_tp2["layout"].dropna().unique()):
-        run = first_run(muon_dp2_tp2, layout=layout)  # one run per layout: the seed's group, then by name
+        run = first_run(muon_dp2_tp2, layout=layout)  # one run per layout: the original study's group, then by name
         check_same_work(run, adamw)
         outcome = bytes_check(t, run, adamw)
         if outcome is not None:

@@ -41,7 +41,7 @@ def is_missing(v) -> bool:
 
 
 def first_run(runs: pd.DataFrame, **where) -> pd.Series | None:
-    """The first run matching ``where``, the seed's 'comparison' group and the contiguous layout first."""
+    """The first run matching ``where``, the original study's 'comparison' group and the contiguous layout first."""
     sel = runs
     for col, value in where.items():
         sel = sel[sel[col] == value]

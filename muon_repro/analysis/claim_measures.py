@@ -66,8 +66,8 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metri
         f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x that rank's forward+backward "
         f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes "
         f"{absent_or(ns_ms, f'{ns_ms:.0f} ms')} per step; "
-        f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the seed's and the paper's "
-        f"regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon, metric)}"
+        f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the original study's and "
+        f"the paper's regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon, metric)}"
     )
 
 
@@ -150,8 +150,8 @@ def comm_time(t: ProfileTables) -> Measurement | str:
         f"Compares {what}; with the waiting included the ratio is {total:.2f}. Muon's DP gather: "
         f"{absent_or(dp_gather_mb, f'{dp_gather_mb:.2f} MB per rank per step')}; its TP gather: "
         f"{absent_or(tp_gather_mb, f'{tp_gather_mb:.2f} MB per rank per step')}. {_waits_compared(t, muon, adamw)}"
-        "On gloo every byte crosses the CPU's memory over loopback TCP; the seed measured NCCL over PCIe, where both "
-        "optimizers' collectives overlap differently with compute."
+        "On gloo every byte crosses the CPU's memory over loopback TCP; the original study measured NCCL over PCIe, where "
+        "both optimizers' collectives overlap differently with compute."
     )
     return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
 
@@ -250,8 +250,8 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
         if str(naive["backend"]) == "gloo":
             explanation += (
                 "A naive port overlaps nothing by construction (each wait comes right after its issue), and gloo has no "
-                "streams to get wrong; the seed attributes its ~2x to async_op=True without stream management and "
-                "pipelining on GPUs (NCCL), which a CPU run cannot show. "
+                "streams to get wrong; the original study attributes its ~2x to async_op=True without stream management "
+                "and pipelining on GPUs (NCCL), which a CPU run cannot show. "
             )
         pipelined = _overlap_twin(muon, naive, "pipelined")
         if pipelined is not None:

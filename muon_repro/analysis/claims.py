@@ -1,8 +1,9 @@
 """The claims we test, each measured like for like, with a 95% interval, a verdict and its cause.
 
-From the seed (a Hugging Face forum post and dataset card: 4 GPUs over PCIe Gen4 x4) and from
-the paper (arXiv 2502.16982, section 2.3). Every claim has a *region*: the values that agree with
-it. With the measured 95% interval, the verdict is
+From the original study, Jen Wei's 'Reproducing and Validating Distributed Muon' (a Hugging Face forum
+post and dataset card: 4 GPUs over PCIe Gen4 x4), from the paper (arXiv 2502.16982, section 2.3) and
+from Moonlight. Every claim has a *region*: the values that agree with it. With the measured 95%
+interval, the verdict is
 
 * ``reproduced``: the whole interval lies inside the region;
 * ``not reproduced``: the whole interval lies outside it;
@@ -34,8 +35,9 @@ from muon_repro.analysis.claim_inputs import ProfileTables
 from muon_repro.analysis.claim_measures import LEADING_MIN_SEEDS, MEASURE, Measurement, threshold_with_range
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 
-SEED = (
-    "seed: Jen Wei's study 'Reproducing and Validating Distributed Muon' (Hugging Face dataset "
+# A source label: the text before its first colon is its short name in tables (claims_section, the README).
+STUDY = (
+    "Wei's study: 'Reproducing and Validating Distributed Muon' (Jen Wei, Hugging Face dataset "
     "bird-of-paradise/muon-distributed-reproducibility), 4 GPUs, PCIe Gen4 x4"
 )
 PAPER = "paper: Muon is Scalable for LLM Training (arXiv 2502.16982), section 2.3"
@@ -45,7 +47,7 @@ MOONSHOT_LEADING = (
 )
 NOT_COMPARABLE = "not comparable here"
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", NOT_COMPARABLE, "not measured")
-SEED_MACHINE = "seed-4x-pcie4-x4"  # the shipped profile of the seed's 4 GPUs over PCIe Gen4 x4 (costmodel/profiles)
+STUDY_MACHINE = "wei-4x-pcie4-x4"  # the shipped profile of the original study's 4 GPUs over PCIe Gen4 x4 (costmodel/profiles)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ CLAIMS = (
     Claim(
         claim_id="comm_time_dp2_tp2",
         claim="Muon at DP=2, TP=2 spends 0.57x the communication time of AdamW",
-        source=SEED,
+        source=STUDY,
         claimed_value=0.57,
         unit="ratio Muon/AdamW of transfer time per step",
         region=Region(0.57 * 0.8, 0.57 * 1.2),
@@ -163,7 +165,7 @@ CLAIMS = (
     Claim(
         claim_id="optimizer_share",
         claim="The Muon optimizer step is ~1.1% of training time",
-        source=SEED,
+        source=STUDY,
         claimed_value=0.011,
         unit="fraction: optimizer step time / training step time (Muon, DP=2, TP=2)",
         region=Region(0.0, 0.022),
@@ -179,7 +181,7 @@ CLAIMS = (
     Claim(
         claim_id="hybrid_beats_pure",
         claim="DP=2/TP=2 beats pure DP=4 and pure TP=4 (Muon, 4 ranks, same tokens per step)",
-        source=SEED,
+        source=STUDY,
         claimed_value=None,
         unit="ratio of step time, DP2·TP2 over the faster of DP4 and TP4",
         region=Region(None, 1.0),
@@ -188,7 +190,7 @@ CLAIMS = (
     Claim(
         claim_id="async_slowdown",
         claim="Naive async_op=True makes Muon ~2x slower",
-        source=SEED,
+        source=STUDY,
         claimed_value=2.0,
         unit="ratio of step time, naive async over synchronous gathers",
         region=Region(1.5, 2.5),
@@ -213,7 +215,7 @@ CLAIMS = (
         prediction="muon_extra",
     ),
     # Moonlight states compute: AdamW needs ~2x Muon's FLOPs for the same loss, a leading ratio in FLOPs of ~1.
-    # "~2x" is read as 1.5x to 2.5x, as for the seed's ~2x async slowdown.
+    # "~2x" is read as 1.5x to 2.5x, as for the original study's ~2x async slowdown.
     Claim(
         claim_id="muon_leading_steps",
         claim="Muon reaches AdamW's loss with about half the compute (~2x computational efficiency)",
@@ -232,7 +234,7 @@ CLAIMS = (
 RULES = {
     "muon_leading_steps": f"reproduced if the 95% t interval over seeds (at least {LEADING_MIN_SEEDS}) of the leading ratio "
     "in FLOPs at the end (EWM alpha 0.05) lies inside [0.5, 1.5], AdamW needing 1.5x to 2.5x Muon's compute (Moonlight's "
-    "~2x, read as the seed's ~2x async slowdown is); not reproduced if it lies wholly outside, else inconclusive; not "
+    "~2x, read as the original study's ~2x async slowdown is); not reproduced if it lies wholly outside, else inconclusive; not "
     f"measured with fewer than {LEADING_MIN_SEEDS} seeds; not comparable here when the runs trained fewer than 10 tokens "
     "per parameter (the claim is made for compute-optimal training)",
 }
@@ -351,26 +353,26 @@ def _outside(claim: Claim, measured: Measurement, t: ProfileTables, quoted: dict
 
 
 def _prediction(claim: Claim, t: ProfileTables, quoted: dict[str, float]) -> str:
-    """What the cost model predicts under the claim's conditions (the seed's hardware), with its validated error."""
+    """What the cost model predicts under the claim's conditions (the original study's hardware), with its validated error."""
     th = t.thresholds
     if claim.prediction is None or th.empty or "metric" not in th.columns:
         return "The cost model makes no prediction of this quantity. "
     level = claim.claimed_value if claim.claim_id == "optimizer_share" else claim.region.high
     picks = th[
         (th["metric"] == claim.prediction)
-        & (th["machine"] == SEED_MACHINE)
+        & (th["machine"] == STUDY_MACHINE)
         & (th["level"].astype(float).round(4) == round(float(level), 4))
         & th["tokens_per_step"].notna()
     ]
     if picks.empty:
-        return "The cost model makes no prediction of this quantity on the seed's hardware. "
+        return "The cost model makes no prediction of this quantity on the original study's hardware. "
     said = "; ".join(
         f"{row.model} (d_model {int(row.d_model)}) at {threshold_with_range(row)} tokens per step "
         f"({float(row.tokens_per_d_model):.0f} per d_model)"
         for row in picks.itertuples()
     )
     return (
-        f"Predicted by the cost model on the seed's 4 GPUs ({SEED_MACHINE}, DP2·TP2): {claim.prediction} falls to "
+        f"Predicted by the cost model on the original study's 4 GPUs ({STUDY_MACHINE}, DP2·TP2): {claim.prediction} falls to "
         f"{float(level):.1%} at {said}{_validated_error(t, quoted)}. "
     )
 

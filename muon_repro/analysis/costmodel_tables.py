@@ -33,6 +33,7 @@ from muon_repro.rundir import (
     PREDICTIONS_FILE,
     REGIME_MODEL_FILE,
     REGIMES_GROUP,
+    RENAMED_MACHINES,
     THRESHOLDS_FILE,
     RunDir,
     costmodel_profile,
@@ -88,6 +89,8 @@ def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
             raise ValueError(
                 f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro"
             )
+        if "machine" in frame.columns:  # a shipped profile's name from before it was renamed: its name now
+            frame["machine"] = frame["machine"].replace(RENAMED_MACHINES)
         frames.append(_with_profile(frame, path.parent).reindex(columns=schema.names))
     return pd.concat(frames, ignore_index=True) if frames else schema.empty()
 

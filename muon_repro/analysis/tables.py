@@ -9,7 +9,7 @@ One row per:
   (:mod:`muon_repro.analysis.timed_steps`; none for runs recorded without such steps);
 * ``collectives``: run x rank x phase x collective op, totals over the profiled steps;
 * ``comparisons``: Muon run x its AdamW twin (same profile, dp, tp, backend, device);
-* ``claims``: a claim of the seed or the paper x hardware profile, measured, with a verdict;
+* ``claims``: a claim of the original study (Jen Wei's), the paper or Moonlight x hardware profile, measured, with a verdict;
 * ``ranks``, ``phases``, ``timeline``, ``losses``, ``environment``: what each rank recorded at run
   time, bytes and time per phase from three sources, phase intervals on one clock, losses, and
   the machine (built in :mod:`muon_repro.analysis.run_tables`).
@@ -333,7 +333,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) ->
                 "step_ms_p10": per_step["step_ms"].quantile(0.1),
                 "step_ms_p90": per_step["step_ms"].quantile(0.9),
                 **{c: per_step[c].median() for c in _RANK_MEAN_COLUMNS},
-                # The seed's definition: the optimizer step's time over the training step's (medians over steps).
+                # The original study's definition: the optimizer step's time over the training step's (medians over steps).
                 "optimizer_share": per_step["optimizer_ms"].median() / step_ms if step_ms > 0 else None,
                 "start_skew_ms": per_step["start_skew_ms"].median() if per_step["start_skew_ms"].notna().any() else None,
                 "state_bytes": max(state) if state else None,

@@ -17,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench",
         help="record profiler traces and metrics for named configurations",
         description=(
-            "Record each CONFIG (a name from --list, a group such as 'comparison', 'seed' for the seed's "
-            "experiments, 'reference' for those and the layout ablation, or 'all') into OUT/<profile>/<group>/<name>/ (the "
+            "Record each CONFIG (a name from --list, a group such as 'comparison', 'study' for the experiments of the "
+            "original study, Jen Wei's 'Reproducing and Validating Distributed Muon' ('seed' is an older alias), "
+            "'reference' for those and the layout ablation, or 'all') into OUT/<profile>/<group>/<name>/ (the "
             "hardware profile: --profile, else derived from this machine); or 'custom' with "
             "the run-shape flags below (no registry edit needed). On one machine the dp*tp workers are started "
             "with torch's elastic launcher; under torchrun (any number of nodes) each process is one rank. "
@@ -63,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2}  {c.layout}")
         return 0
     if not args.configs:
-        raise ValueError("name at least one CONFIG (see --list), a group, 'seed' or 'all'")
+        raise ValueError("name at least one CONFIG (see --list), a group, 'study', 'reference' or 'all'")
     try:
         return _record(args)
     except KeyboardInterrupt:  # record_local reports an interrupted recording itself (BenchInterrupted)

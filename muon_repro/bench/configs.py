@@ -1,4 +1,4 @@
-"""Named benchmark configurations: the seed's experiments, their AdamW twins, the layout ablation.
+"""Named benchmark configurations: the original study's experiments, their AdamW twins, the layout ablation.
 
 A :class:`BenchConfig` says everything one run needs; :func:`resolve` fills in the model size,
 the global tokens per step and the sequence length for a *scale*: ``cpu`` (a 2-core laptop,
@@ -9,8 +9,11 @@ grid: the batch per DP rank is ``tokens_per_step / (dp * seq_len)``. Without tha
 twice the tokens of DP2·TP2 in a step and step times could not be compared.
 
 The DP2·TP2 Muon run with the contiguous layout is recorded once, as ``comparison/muon_dp2_tp2``:
-it is the seed's comparison, the hybrid point of the seed's DP x TP grid, and the contiguous
+it is the original study's comparison, the hybrid point of its DP x TP grid, and the contiguous
 member of the layout ablation.
+
+The original study is Jen Wei's "Reproducing and Validating Distributed Muon" (Hugging Face dataset
+bird-of-paradise/muon-distributed-reproducibility); its runs are the group ``study`` (``seed`` is kept as an alias).
 """
 
 from __future__ import annotations
@@ -209,34 +212,36 @@ class BenchConfig:
 
 
 def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) -> BenchConfig:
-    """A config named like the seed's runs: ``muon_dp2_tp2``, ``adamw_dp4``, ``muon_tp4``."""
+    """A config named like the original study's runs: ``muon_dp2_tp2``, ``adamw_dp4``, ``muon_tp4``."""
     grid = f"dp{dp}_tp{tp}" if dp > 1 and tp > 1 else (f"dp{dp}" if dp > 1 else f"tp{tp}")
     return BenchConfig(group=group, name=f"{optimizer}_{grid}{suffix}", optimizer=optimizer, dp=dp, tp=tp, **kw)
 
 
 _ALL = [
-    # The seed's comparison: Muon vs AdamW at DP=2, TP=2.
+    # The original study's comparison: Muon vs AdamW at DP=2, TP=2.
     _grid("comparison", "adamw", 2, 2),
     _grid("comparison", "muon", 2, 2),
-    # The seed's grid of Muon layouts, with AdamW twins for DP4 and TP4.
+    # The original study's grid of Muon layouts, with AdamW twins for DP4 and TP4.
     _grid("distributed_muon", "muon", 4, 1),
     _grid("distributed_muon", "muon", 1, 4),
     _grid("distributed_muon", "adamw", 4, 1),
     _grid("distributed_muon", "adamw", 1, 4),
     # ZeRO-1 layout ablation at DP=2, TP=2.
     *[_grid("layout_ablation", "muon", 2, 2, layout=layout, suffix=f"_{layout}") for layout in LAYOUTS if layout != "contiguous"],
-    # The seed's async trap at DP=2, TP=2: every overlap variant, the blocking one included, so that
+    # The original study's async trap at DP=2, TP=2: every overlap variant, the blocking one included, so that
     # the three are recorded interleaved in one sweep (the bucketed layout: several units to pipeline).
     *[_grid("overlap", "muon", 2, 2, layout="bucketed", overlap=overlap, suffix=f"_{overlap}") for overlap in OVERLAPS],
-    # 8 ranks (2 nodes x 4 GPUs): the seed's wishlist of going past one node.
+    # 8 ranks (2 nodes x 4 GPUs): the original study's wishlist of going past one node.
     _grid("scale_out", "muon", 4, 2),
     _grid("scale_out", "adamw", 4, 2),
     _grid("scale_out", "muon", 8, 1),
     _grid("scale_out", "adamw", 8, 1),
 ]
 CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
-SEED_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
-# What `muon-repro run` records by default: the seed's runs and the layout ablation (4 ranks each).
+# The original study's runs: the group name ``study`` (``seed``, its older name, still works).
+STUDY_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
+STUDY_GROUP_NAMES = ("study", "seed")
+# What `muon-repro run` records by default: the original study's runs and the layout ablation (4 ranks each).
 REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap"))
 
 
@@ -269,13 +274,14 @@ def from_dict(data: dict) -> BenchConfig:
 
 
 def expand_config_names(names: list[str]) -> list[str]:
-    """Config keys from names, groups, 'seed' and 'all', in registry order, without repeats."""
+    """Config keys from names, groups, 'study' (the original study's runs; 'seed' is an alias), 'reference' and
+    'all', in registry order, without repeats."""
     chosen: list[str] = []
     for name in names:
         if name == "all":
             keys = list(CONFIGS)
-        elif name == "seed":
-            keys = list(SEED_CONFIGS)
+        elif name in STUDY_GROUP_NAMES:
+            keys = list(STUDY_CONFIGS)
         elif name == "reference":
             keys = list(REFERENCE_CONFIGS)
         elif name in CONFIGS:
@@ -284,7 +290,7 @@ def expand_config_names(names: list[str]) -> list[str]:
             keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
             if not keys:
                 raise ValueError(
-                    f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'seed', 'reference', "
+                    f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'study', 'reference', "
                     "'all')"
                 )
         chosen += [k for k in keys if k not in chosen]

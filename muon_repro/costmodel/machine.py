@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.costmodel.machine_profile import CollectiveFit, MachineProfile, ProfileError, Source
-from muon_repro.rundir import write_json
+from muon_repro.rundir import RENAMED_MACHINES, write_json
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -162,8 +162,9 @@ def resolve_profile(spec: str | Path) -> MachineProfile:
     if path.is_file():
         return read_profile(path)
     named = named_profiles()
-    if str(spec) in named:
-        return read_profile(named[str(spec)])
+    name = RENAMED_MACHINES.get(str(spec), str(spec))  # a shipped profile's older name still finds it
+    if name in named:
+        return read_profile(named[name])
     raise ProfileError(
         f"--machine {spec}: no such file and no shipped profile of that name; shipped profiles: {', '.join(named)}"
     )

@@ -33,7 +33,7 @@ from muon_repro.model_config import PRESETS
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
 from muon_repro.tables.files import write_atomic
 
-LEVELS = (0.011, 0.03)  # the seed's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
+LEVELS = (0.011, 0.03)  # the original study's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
 METRICS = ("optimizer_share", "muon_extra")
 MAX_TOKENS = 2**27  # the grid's end: 134M tokens per step; a level not reached by then is recorded as null
 
@@ -52,8 +52,8 @@ class Model:
         return dict(self.shape).get("hidden", PRESETS[self.preset].hidden)
 
 
-# The seed does not publish its model; the gpu scale's (GPT-2-medium shaped, 369M) stands for it.
-SEED_MODEL = Model("gpu-scale-369m", "large", 1024)
+# The original study (Jen Wei's) does not publish its model; the gpu scale's (GPT-2-medium shaped, 369M) stands for it.
+STUDY_MODEL = Model("gpu-scale-369m", "large", 1024)
 # A LLaMA-7B-shaped model: 32 blocks of width 4096, MLP 11008, a 32k vocabulary, 4k sequences.
 MODEL_7B = Model(
     "7b", "large", 4096, (("hidden", 4096), ("n_layers", 32), ("n_heads", 32), ("ffn_hidden", 11008), ("vocab_size", 32000))
@@ -72,11 +72,11 @@ class Setting:
     model_dtype: str = "bf16"  # large runs train in mixed precision; the bench's own runs are fp32
 
 
-# Profile, grid and model of each threshold: the seed's 4 GPUs as DP2·TP2, one 8-GPU H100 node as DP4·TP2.
+# Profile, grid and model of each threshold: the original study's 4 GPUs as DP2·TP2, one 8-GPU H100 node as DP4·TP2.
 THRESHOLD_SETTINGS = tuple(
     Setting(machine, model, dp, tp)
-    for machine, dp, tp in (("seed-4x-pcie4-x4", 2, 2), ("h100-8x-nvlink", 4, 2))
-    for model in (SEED_MODEL, MODEL_7B)
+    for machine, dp, tp in (("wei-4x-pcie4-x4", 2, 2), ("h100-8x-nvlink", 4, 2))
+    for model in (STUDY_MODEL, MODEL_7B)
 )
 SCALE_OUT_GPUS = (32, 64, 128, 256, 512, 1024)
 SCALE_OUT_TOKENS = 4 * 2**20  # 4M tokens per step, the paper's pretraining regime

@@ -36,7 +36,7 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         out.append(
             f"Muon spends as much {what} as AdamW or more at "
             + "; ".join(worse)
-            + ". The seed's advantage (0.57× at DP2·TP2 on 4 GPUs) inverts there."
+            + ". The original study's advantage (0.57× at DP2·TP2 on 4 GPUs) inverts there."
         )
     if better:
         out.append(f"Muon spends less {what} than AdamW at " + "; ".join(better) + ".")

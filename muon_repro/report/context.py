@@ -72,7 +72,7 @@ METHOD_SECTIONS = {
 FIGURE_CAPTIONS = {
     "comm_time_by_kind": "Communication time per step by collective kind, Muon beside AdamW at each process grid.",
     "step_breakdown": "Where a step's time goes, per configuration: by phase, and by what the machine does.",
-    "optimizer_overhead": "The optimizer's share of the step, per configuration, against the seed's ~1.1%.",
+    "optimizer_overhead": "The optimizer's share of the step, per configuration, against the original study's ~1.1%.",
     "state_memory": "Optimizer-state memory per rank (steady state) and Muon's transient gather buffers.",
     "bytes_by_layout": "Optimizer bytes per rank per step by ZeRO-1 layout: analytic model, run-time ledger and trace.",
     "grid_comparison": "Step time per DP × TP process grid: which grid wins, and by how much.",

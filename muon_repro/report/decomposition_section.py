@@ -33,7 +33,7 @@ def _names_run(conditions: str, run: str) -> bool:
 
 
 def decomposition_runs(data: ReportData) -> list[pd.Series]:
-    """The runs the decomposition shows: Muon and AdamW at DP2·TP2 (the seed's comparison first),
+    """The runs the decomposition shows: Muon and AdamW at DP2·TP2 (the original study's comparison first),
     else the first grid with both, else the first configured run alone."""
     reps = representative_runs(data.runs)
     pair = pair_at(reps, 2, 2) or first_pair(reps)

@@ -176,7 +176,7 @@ def one_step(timeline: pd.DataFrame, run: str, step: int, trial: int) -> OneStep
 
 
 def optimizer_share(run_row: pd.Series) -> float:
-    """The seed's optimizer share: optimizer step time / training step time, from the runs table
+    """The original study's optimizer share: optimizer step time / training step time, from the runs table
     (median optimizer time, mean over ranks, over the median step time, slowest rank; the same
     estimate as the claims table's ``optimizer_share``)."""
     step = fmetric(run_row, "step_ms")

@@ -117,7 +117,7 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) 
             if a > 0:
                 ratios.append(f"{style.grid_label(dp, tp)} {m / a:.2f}×")
     takeaway = (
-        ("Muon / AdamW communication time: " + ", ".join(ratios) + " (seed, 4 GPUs: 0.57× at DP2·TP2)")
+        ("Muon / AdamW communication time: " + ", ".join(ratios) + " (Wei's study, 4 GPUs: 0.57× at DP2·TP2)")
         if ratios
         else "only one optimizer recorded: no Muon / AdamW ratio"
     )
@@ -182,9 +182,9 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
 
 
 @styled
-def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 0.011) -> Path:
-    """Per configuration: the optimizer step's share of step time (%), against the seed's ~1.1%
-    (the seed's definition, as the claims table measures it: :func:`derive.optimizer_share`)."""
+def optimizer_overhead(runs: pd.DataFrame, out: str | Path, study_share: float = 0.011) -> Path:
+    """Per configuration: the optimizer step's share of step time (%), against the original study's ~1.1%
+    (the original study's definition, as the claims table measures it: :func:`derive.optimizer_share`)."""
     require_columns(runs, "runs", ("optimizer_ms", "step_ms"))
     rs = sort_runs(runs)
     share = np.array([100 * derive.optimizer_share(r) for _, r in rs.iterrows()])
@@ -193,11 +193,11 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
     for yi, v in zip(y, share):
         ax.text(v, yi, f" {v:.1f}%", va="center", fontsize=7.5)
-    ax.axvline(100 * seed_share, color="black", linestyle="--", linewidth=1)
-    ax.text(100 * seed_share, y.max() + 0.6, f" seed: {100 * seed_share:.1f}% (4 GPUs)", fontsize=7.5, va="bottom")
+    ax.axvline(100 * study_share, color="black", linestyle="--", linewidth=1)
+    ax.text(100 * study_share, y.max() + 0.6, f" Wei's study: {100 * study_share:.1f}% (4 GPUs)", fontsize=7.5, va="bottom")
     ax.set_yticks(y, [run_label(r, group=True) for _, r in rs.iterrows()])
     ax.set_xlabel("optimizer step time / training step time (%), medians")
-    ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * seed_share * 3))
+    ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * study_share * 3))
     ax.set_ylim(-0.6, y.max() + 1.4)
     ax.grid(axis="y", visible=False)
     add_legend(
@@ -221,7 +221,7 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, seed_share: float = 
     add_title(
         fig,
         "Optimizer overhead: share of the step spent in the optimizer",
-        "here: " + ", ".join(parts) + f"; the seed measured ~{100 * seed_share:.1f}% for Muon",
+        "here: " + ", ".join(parts) + f"; Wei's study measured ~{100 * study_share:.1f}% for Muon",
     )
     return save_figure(fig, out)
 
@@ -310,7 +310,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
         )
     add_legend(ax, handles)
     takeaway = (
-        "; ".join(verdicts) + " (★ fastest; the seed found DP2·TP2 fastest)"
+        "; ".join(verdicts) + " (★ fastest; Wei's study found DP2·TP2 fastest)"
         if verdicts
         else "only one grid recorded: nothing to compare"
     )

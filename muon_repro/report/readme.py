@@ -1,9 +1,11 @@
-"""The README's generated blocks, from ``metrics/`` so that they cannot drift.
+"""The generated blocks of README.md and docs/regimes.md, from ``metrics/`` so that they cannot drift.
 
-``python -m muon_repro.report.readme [README.md] [--metrics metrics]`` rewrites the lines between each
-block's begin and end markers (:data:`BLOCKS`), formatted as the report formats them:
+``python -m muon_repro.report.readme [--root .] [--metrics metrics]`` rewrites, in each file of
+:data:`TARGETS`, the lines between each of its blocks' begin and end markers (:data:`BLOCKS`),
+formatted as the report formats them:
 
 * ``claims``: the claims table and, below it, the consistency checks;
+* ``thresholds``: where the cost model puts the claimed levels on the shipped profiles, with ranges;
 * ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
   profiles with their ranges.
@@ -34,10 +36,15 @@ def claims_markdown(data: ReportData) -> str:
     return "\n".join(lines)
 
 
+def thresholds_markdown(data: ReportData) -> str:
+    """The tokens per step at which Muon's overhead falls to the claimed levels on the shipped profiles, with ranges."""
+    header = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
+    return "\n".join(_table(header, threshold_rows(data.regime_thresholds), drop=""))
+
+
 def costmodel_markdown(data: ReportData) -> str:
     """The predictions' summary, then the thresholds on the shipped profiles with their ranges."""
-    header = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
-    return "\n".join([prediction_summary(data.predictions), "", *_table(header, threshold_rows(data.regime_thresholds), drop="")])
+    return "\n".join([prediction_summary(data.predictions), "", thresholds_markdown(data)])
 
 
 def sweep_markdown(data: ReportData) -> str:
@@ -81,6 +88,7 @@ def _signed(value) -> str:
 
 BLOCKS = {  # name: how to make it
     "claims": claims_markdown,
+    "thresholds": thresholds_markdown,
     "regime sweep": sweep_markdown,
     "cost model": costmodel_markdown,
 }
@@ -100,27 +108,31 @@ def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
     return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
 
 
-def with_blocks(readme: str, metrics_dir: str | Path) -> str:
-    """``readme`` with the text between each block's markers replaced by the block made from ``metrics_dir``."""
+TARGETS = {"README.md": ("claims", "thresholds"), "docs/regimes.md": ("regime sweep", "cost model")}  # file: its blocks
+
+
+def with_blocks(text: str, metrics_dir: str | Path, names: tuple[str, ...] = tuple(BLOCKS)) -> str:
+    """``text`` with the lines between each block's markers replaced by the block made from ``metrics_dir``."""
     data = load(metrics_dir)
-    for name, make in BLOCKS.items():
+    for name in names:
         begin_line, end_line = markers(name)
-        head, begin, rest = readme.partition(begin_line)
+        head, begin, rest = text.partition(begin_line)
         _, end, tail = rest.partition(end_line)
         if not begin or not end:
-            raise ValueError(f"the README has no {begin_line!r} ... {end_line!r} lines to put the {name} block between")
-        readme = f"{head}{begin_line}\n{make(data)}\n{end_line}{tail}"
-    return readme
+            raise ValueError(f"no {begin_line!r} ... {end_line!r} lines to put the {name} block between")
+        text = f"{head}{begin_line}\n{BLOCKS[name](data)}\n{end_line}{tail}"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m muon_repro.report.readme", description=__doc__.splitlines()[0])
-    parser.add_argument("readme", nargs="?", default="README.md", type=Path)
-    parser.add_argument("--metrics", default="metrics", type=Path, help="folder of the analysis tables (default: metrics)")
+    parser.add_argument("--root", default=Path("."), type=Path, help="the repository root (default: .)")
+    parser.add_argument("--metrics", default=Path("metrics"), type=Path, help="folder of the analysis tables (default: metrics)")
     args = parser.parse_args(argv)
-    text = with_blocks(args.readme.read_text(encoding="utf-8"), args.metrics)
-    write_atomic(args.readme, text)
-    print(f"updated the {' and '.join(BLOCKS)} blocks in {args.readme} from {args.metrics}")
+    for target, names in TARGETS.items():
+        path = args.root / target
+        write_atomic(path, with_blocks(path.read_text(encoding="utf-8"), args.metrics, names))
+        print(f"updated the {' and '.join(names)} block(s) in {path} from {args.metrics}")
     return 0
 
 

@@ -2,11 +2,11 @@
 
     regime_map     Muon's optimizer share and its extra step time over AdamW against tokens per step,
                    one colour per width: the sweep's measured points (95% intervals) and the cost
-                   model's lines for this machine, the seed's ~1.1% and the paper's 3% marked
+                   model's lines for this machine, the original study's ~1.1% and the paper's 3% marked
     closed_form    Newton-Schulz time over forward+backward time, measured, against the closed form
                    (10/3) d_model / T times the ranks that repeat each matrix, and the exact FLOP ratio
     profiles       the cost model on hardware we do not have: Muon's extra step time against tokens per
-                   step for the seed's 4 GPUs and one 8-GPU H100 node (the gpu scale's model and 7B),
+                   step for the original study's 4 GPUs and one 8-GPU H100 node (the gpu scale's model and 7B),
                    and 7B at 4M tokens per step from 32 to 1,024 H100s
 
 Each draws what the tables have and says so when they have nothing (no sweep recorded).
@@ -22,17 +22,27 @@ from matplotlib.lines import Line2D
 
 from muon_repro.report import style
 from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
+from muon_repro.rundir import RENAMED_MACHINES
 
 REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
-LEVELS = ((0.011, "seed ~1.1%"), (0.03, "paper 3%"))
+LEVELS = ((0.011, "Wei's study ~1.1%"), (0.03, "paper 3%"))
 WIDTH_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
-MACHINE_STYLES = {"seed-4x-pcie4-x4": ("#D55E00", "seed: 4 GPUs, PCIe Gen4 x4"), "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink")}
+MACHINE_STYLES = {
+    "wei-4x-pcie4-x4": ("#D55E00", "Wei's study: 4 GPUs, PCIe Gen4 x4"),
+    "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink"),
+}
 MODEL_LINES = {"gpu-scale-369m": "-", "7b": "--"}
 NO_SWEEP = "no regime sweep in these tables: run `muon-repro regimes`, then `muon-repro analyze`"
 
 
+def machine_style(machine) -> tuple[str, str]:
+    """A shipped profile's colour and label (tables written before a profile was renamed: by its new name)."""
+    name = RENAMED_MACHINES.get(str(machine), str(machine))
+    return MACHINE_STYLES.get(name, ("#444444", name))
+
+
 def _levels(ax, labels: bool = True) -> None:
-    """The seed's ~1.1% (dotted) and the paper's 3% (dashed), as horizontal lines in percent."""
+    """The original study's ~1.1% (dotted) and the paper's 3% (dashed), as horizontal lines in percent."""
     for level, label in LEVELS:
         ax.axhline(100 * level, color="#555555", linestyle=":" if level < 0.02 else "--", linewidth=0.9)
         if labels:
@@ -106,7 +116,7 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         fig,
         "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
         f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
-        f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the seed's 1.1%.",
+        f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the 1.1% of Wei's study.",
     )
     return save_figure(fig, out)
 
@@ -172,7 +182,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         return save_figure(fig, out)
     ax = axes[0]
     for (machine, name), line in grid.groupby(["machine", "model"], sort=True):
-        color, label = MACHINE_STYLES.get(str(machine), ("#444444", str(machine)))
+        color, label = machine_style(machine)
         line = line.sort_values("tokens_per_step")
         ax.plot(
             line["tokens_per_step"],
@@ -203,10 +213,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     else:
         show_no_data(ax, "no scale-out lines")
     crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
-    said = "; ".join(
-        f"{MACHINE_STYLES.get(str(r.machine), ('', r.machine))[1]}, {r.model}: {_tokens(r.tokens_per_step)}"
-        for r in crossings.itertuples()
-    )
+    said = "; ".join(f"{machine_style(r.machine)[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
     trend = ""
     if len(scale) > 1:
         first, last = (100 * float(scale[c].iloc[k]) for c, k in (("muon_extra", 0), ("muon_extra", -1)))
@@ -218,7 +225,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     add_title(
         fig,
         "The cost model on hardware we do not have (predictions, bf16 training)",
-        f"Muon's extra step time falls under the seed's 1.1% at: {said}.{trend}",
+        f"Muon's extra step time falls under the 1.1% of Wei's study at: {said}.{trend}",
     )
     return save_figure(fig, out)
 

@@ -15,24 +15,31 @@ import pandas as pd
 
 from muon_repro.report.data import ReportData, fmetric, is_missing
 from muon_repro.report.regime_figures import REGIME_FIGURES, main_axis
+from muon_repro.rundir import RENAMED_MACHINES
 
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
     "contiguous layout, one colour per width: the regime sweep's measured points with 95% intervals and the cost model's lines "
-    "for this machine; the seed's ~1.1% and the paper's 3% dotted and dashed.",
+    "for this machine; the original study's ~1.1% and the paper's 3% dotted and dashed.",
     "closed_form": "Newton-Schulz time over forward+backward time against tokens per step / d_model: measured (Muon's optimizer "
     "time beyond its AdamW twin's, over the twin's forward+backward), the exact FLOP ratio of the busiest rank (hollow) and the "
     "closed form (10/3)·d/T times the ranks that repeat each matrix.",
     "profiles": "The cost model on the shipped profiles (predictions, bf16 training): Muon's extra step time against tokens per "
-    "step for the seed's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model and at 7B (left); 7B at "
-    "4M tokens per step on 32 to 1,024 H100s, TP8 in a node (right).",
+    "step for the original study's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model and at 7B "
+    "(left); 7B at 4M tokens per step on 32 to 1,024 H100s, TP8 in a node (right).",
 }
 MACHINE_NAMES = {
-    "seed-4x-pcie4-x4": "seed: 4 GPUs over PCIe Gen4 x4",
+    "wei-4x-pcie4-x4": "Wei's study: 4 GPUs, PCIe Gen4 x4",
     "h100-8x-nvlink": "8x H100 NVLink node",
     "h100-multinode-ib400": "H100 nodes, 400 Gb/s IB",
 }
 METRIC_NAMES = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon step / AdamW step - 1"}
+
+
+def machine_name(machine) -> str:
+    """A shipped profile's name in tables (tables written before a profile was renamed: by its new name)."""
+    name = RENAMED_MACHINES.get(str(machine), str(machine))
+    return MACHINE_NAMES.get(name, name)
 
 
 def regimes_section(
@@ -245,7 +252,7 @@ def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
         at = {round(float(r.level), 3): r for r in g.itertuples()}
         rows.append(
             [
-                MACHINE_NAMES.get(str(machine), str(machine)),
+                machine_name(machine),
                 str(model),
                 f"DP{int(dp)}·TP{int(tp)}",
                 METRIC_NAMES.get(str(metric), str(metric)),

@@ -1,8 +1,8 @@
 """Which runs a figure or a table shows, in which order, and what they are called.
 
-Runs of the same configuration may be recorded in several groups (the seed's comparison, the
-DP x TP grid, the layout ablation): one stands for each (optimizer, dp, tp), chosen here once
-for every figure and the report.
+Runs of the same configuration may be recorded in several groups (the original study's
+comparison, the DP x TP grid, the layout ablation): one stands for each (optimizer, dp, tp),
+chosen here once for every figure and the report.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _layout_first(row: pd.Series, groups: tuple[str, ...]) -> tuple:
 
 
 def grid_order(dp: int, tp: int) -> int:
-    """DP·TP hybrids first, then pure DP, then pure TP (the seed's order)."""
+    """DP·TP hybrids first, then pure DP, then pure TP (the original study's order)."""
     return 0 if dp > 1 and tp > 1 else (1 if dp > 1 else 2)
 
 
@@ -55,8 +55,8 @@ def configured(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def representative_runs(runs: pd.DataFrame, groups: tuple[str, ...] = GROUP_PREFERENCE) -> pd.DataFrame:
-    """One run per (optimizer, dp, tp): contiguous layout first, then by ``groups`` (the seed's
-    comparison first; the DP x TP figure prefers the seed's grid experiment, as the claims do)."""
+    """One run per (optimizer, dp, tp): contiguous layout first, then by ``groups`` (the original
+    study's comparison first; the DP x TP figure prefers its grid experiment, as the claims do)."""
     require_columns(runs, "runs", ("run", "group", "optimizer", "layout", "dp", "tp"))
     picked = [
         min((r for _, r in g.iterrows()), key=lambda r: _layout_first(r, groups))
@@ -66,7 +66,7 @@ def representative_runs(runs: pd.DataFrame, groups: tuple[str, ...] = GROUP_PREF
 
 
 def timeline_run(runs: pd.DataFrame) -> pd.Series:
-    """The run whose timeline shows the most: Muon with both DP and TP (all optimizer phases), the seed's first."""
+    """The run whose timeline shows the most: Muon with both DP and TP (all optimizer phases), the original study's first."""
     rs = sort_runs(configured(runs))
     if rs.empty:
         return runs.iloc[0]

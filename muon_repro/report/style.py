@@ -90,7 +90,7 @@ RC = {
 
 
 def grid_label(dp: int, tp: int) -> str:
-    """``DP2·TP2``, ``DP4``, ``TP4``, ``1 rank``: the names the seed used for its grids."""
+    """``DP2·TP2``, ``DP4``, ``TP4``, ``1 rank``: the names the original study used for its grids."""
     if dp > 1 and tp > 1:
         return f"DP{dp}·TP{tp}"
     if dp > 1:

@@ -155,7 +155,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "optimizer_share",
                 "Float64",
                 "fraction",
-                "optimizer step time / training step time, the seed's definition: median optimizer_ms (mean over ranks) over "
+                "optimizer step time / training step time, as Wei's study defines it: median optimizer_ms (mean over ranks) over "
                 "median step_ms (slowest rank)",
             ),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
@@ -486,7 +486,7 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "claims": TableSchema(
         "claims",
-        "The claims of Jen Wei's study 'Reproducing and Validating Distributed Muon' (the seed: 4 GPUs over PCIe), of "
+        "The claims of Jen Wei's study 'Reproducing and Validating Distributed Muon' (the original study: 4 GPUs over PCIe), of "
         "the paper and of Moonlight, each measured like for like on these runs, with a 95% interval (paired over "
         "rounds), a verdict and its measured cause. One row per claim and hardware profile: each profile's runs are "
         "measured on their own.",
@@ -1078,8 +1078,8 @@ _LINE = (
         "model",
         "string",
         "",
-        "model priced: d<width> (the sweep's), gpu-scale-369m (the seed does not publish its model; the gpu scale's stands for "
-        "it) or 7b",
+        "model priced: d<width> (the sweep's), gpu-scale-369m (Wei's study does not publish its model; the gpu scale's "
+        "stands for it) or 7b",
     ),
     ("d_model", "Int64", "", "model width"),
     (
@@ -1113,7 +1113,7 @@ REGIME_MODEL = TableSchema(
         ("adamw_step_ms", "Float64", "ms", "predicted step, slowest rank"),
         ("adamw_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
         ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
-        ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the seed's ~1.1% claim)"),
+        ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the ~1.1% claim of Wei's study)"),
         ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's 1-3% claim)"),
         (
             "optimizer_share_low",
@@ -1139,7 +1139,7 @@ REGIME_THRESHOLDS = TableSchema(
         _RECORD_PROFILE,
         *_LINE,
         ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
-        ("level", "Float64", "fraction", "0.011 (the seed's ~1.1%) or 0.03 (the paper's 1-3%, upper end)"),
+        ("level", "Float64", "fraction", "0.011 (the ~1.1% of Wei's study) or 0.03 (the paper's 1-3%, upper end)"),
         ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
         (
             "tokens_per_step_low",
