@@ -169,7 +169,7 @@ def test_review_refuses_a_pull_request_that_changes_more_than_runs(tmp_path, fak
     ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
     hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
 
-    assert main(["review", REPO, "--pr", "1"]) == 1
+    assert main(["review", "--repo-id", REPO, "--pr", "1"]) == 1
     out = capsys.readouterr().out
     assert "Pull request #1 on test-org/muon-traces: 'runs' by fake-user, open; refs/pr/1" in out
     assert "README.md: changed by the pull request; a contribution changes only MANIFEST.sha256" in out
@@ -188,7 +188,7 @@ def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hu
     ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
     hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
 
-    assert main(["review", REPO, "--pr", "1"]) == 1
+    assert main(["review", "--repo-id", REPO, "--pr", "1"]) == 1
     out = capsys.readouterr().out
     assert "1 check(s) FAILED" in out
     assert (
@@ -272,7 +272,7 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
     dry = capsys.readouterr().out
     assert main(["contribute", "--repo-id", REPO, "--runs", str(runs)]) == 0
     sent = capsys.readouterr().out
-    assert "Opened pull request #1: " in sent and f"muon-repro review {REPO} --pr 1" in sent and TOKEN not in dry + sent
+    assert "Opened pull request #1: " in sent and f"muon-repro review --repo-id {REPO} --pr 1" in sent and TOKEN not in dry + sent
 
     # main has not moved; the pull request adds exactly the run's files and their manifest lines
     assert fake_hub.get_repo(REPO).branches["main"] == head and fake_hub.files(REPO)[MANIFEST_NAME] == main_manifest
@@ -288,7 +288,7 @@ def test_contribute_then_review_round_trip(recorded, tmp_path, fake_hub, hub_env
     details = hub_env.get_discussion_details(REPO, 1, repo_type="dataset")
     assert details.title == f"Contribute 1 run(s) recorded on {profile}" and dest in details.events[0].content
 
-    assert main(["review", REPO, "--pr", "1", "--workers", "1"]) == 0
+    assert main(["review", "--repo-id", REPO, "--pr", "1", "--workers", "1"]) == 0
     reviewed = capsys.readouterr().out
     print("--- contribute --dry-run\n" + dry + "--- review\n" + reviewed)
     assert f"Claims on profile {profile}: before = main's metrics/claims.parquet; after = main's 1 trial folder(s)" in reviewed

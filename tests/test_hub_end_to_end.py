@@ -82,7 +82,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
 
         # muon-repro download = hf download + verify (checksums, configs, traces).
         d2 = tmp_path / "d2"
-        out = ok(muon_repro(["download", REPO, "--local-dir", str(d2)], env))
+        out = ok(muon_repro(["download", "--repo-id", REPO, "--local-dir", str(d2)], env))
         assert "No --revision given: using v1.0.0." in out and "all 10 checks passed" in out
         _same_files(d2, b1)
 
@@ -97,7 +97,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         ok(muon_repro(["publish", "--repo-id", REPO, "--version", "1.1.0", "--bundle", str(b2)], env))
         assert len(repo.commits) == commits + 1 and repo.tags["v1.1.0"] == repo.branches["main"] != v1
         # Into the Hub cache this time (a snapshot of symlinks), checked there.
-        out = ok(muon_repro(["download", REPO, "--revision", "v1.1.0"], env))
+        out = ok(muon_repro(["download", "--repo-id", REPO, "--revision", "v1.1.0"], env))
         snapshot = Path(re.search(r"Downloaded \S+ v1.1.0 to (.+)", out)[1])
         assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 10 checks passed" in out
         _same_files(snapshot, b2)

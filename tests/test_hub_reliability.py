@@ -176,7 +176,9 @@ def test_download_of_a_missing_revision_lists_the_versions(fake_hub, hub_api, tm
 
 
 def test_download_cli_of_a_missing_repository_is_one_line(fake_hub, tmp_path):
-    done = muon_repro(["download", "test-org/no-such-data", "--local-dir", str(tmp_path / "d")], hub_env(tmp_path, fake_hub.url))
+    done = muon_repro(
+        ["download", "--repo-id", "test-org/no-such-data", "--local-dir", str(tmp_path / "d")], hub_env(tmp_path, fake_hub.url)
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f"muon-repro download: error: dataset repository test-org/no-such-data does not exist on {fake_hub.url}, "
@@ -220,7 +222,7 @@ def test_a_non_ascii_hf_token_is_a_one_line_error_that_never_shows_the_token(com
     bundle = build(sources, tmp_path / "b1", repo_id=REPO)
     args = {
         "publish": ["publish", "--repo-id", REPO, "--version", "1.0.0", "--bundle", str(bundle), "--dry-run"],
-        "download": ["download", REPO, "--revision", "v1.0.0", "--local-dir", str(tmp_path / "d")],
+        "download": ["download", "--repo-id", REPO, "--revision", "v1.0.0", "--local-dir", str(tmp_path / "d")],
     }[command]
     done = muon_repro(args, hub_env(tmp_path, fake_hub.url, token=BAD_TOKEN))
     assert done.returncode == 2

@@ -205,6 +205,8 @@ def _run_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess
         "verify",
         "publish",
         "download",
+        "contribute",
+        "review",
         "bench",
         "run",
         "equivalence",

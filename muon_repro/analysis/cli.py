@@ -21,8 +21,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "analyze",
         help="break profiler traces down per rank and step; write the metrics tables",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Break each profiler trace (a trace file, a run folder, or a tree of them) down per rank and step, print "
+            "one line per trace file (a readable table, or with --json one JSON object per file) and write the "
+            "metrics tables (Parquet and CSV) to --out. --out holds only the tables and is replaced whole; it is "
+            "checked before any trace is read. Every file that cannot be read is reported on stderr without "
+            "stopping. A run folder whose config.json names more ranks than it has traces is no run: its traces "
+            "are analyzed one by one, with a warning."
+        ),
+        epilog=(
+            "Exit status: 0 when every trace was analyzed and every run folder was complete; 1 otherwise (the "
+            "others' results are still printed and written); 2 for a bad option or --out."
+        ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace file (.json / .json.gz), run directory, or a tree of them")
     p.add_argument(

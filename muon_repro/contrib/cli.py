@@ -1,19 +1,27 @@
-"""``muon-repro contribute | review``: runs from other hardware, offered and checked as Hub pull requests."""
+"""muon-repro contribute | review: runs from other hardware, offered and checked as Hub pull requests."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from muon_repro.hub.cli import add_timeout_argument
+from muon_repro.hub.cli import add_repo_id_argument, add_timeout_argument, repo_id_of
 from muon_repro.hub.errors import hub_errors, request_failed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "contribute", help="check runs recorded on your hardware, open a pull request adding them to the dataset"
+        "contribute",
+        help="check runs recorded on your hardware, open a pull request adding them to the dataset",
+        description=(
+            "Check the runs under --runs (every problem listed, naming the file and what to do), plan them against "
+            "the head of --revision (each run's files under traces/<profile>/<group>/<name>/trial<k>/, and the "
+            "dataset's manifest with one line per added file) and open one Hub pull request that adds them; its URL "
+            "is printed. Contributions add runs, they never replace one. --dry-run prints the plan and sends "
+            "nothing. The token is what huggingface_hub finds (HF_TOKEN, hf auth login); it is never printed."
+        ),
     )
-    p.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repository")
+    add_repo_id_argument(p)
     p.add_argument(
         "--runs",
         type=Path,
@@ -28,8 +36,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_timeout_argument(p)
     p.set_defaults(func=_contribute)
 
-    p = subparsers.add_parser("review", help="check a contributed pull request and show the claims before and after it")
-    p.add_argument("repo_id", metavar="ORG/NAME")
+    p = subparsers.add_parser(
+        "review",
+        help="check a contributed pull request and show the claims before and after it",
+        description=(
+            "A maintainer's check of pull request refs/pr/N: that it only adds run files under traces/<profile>/ "
+            "and their manifest lines, and that every added run passes the checks contribute makes. Then, per "
+            "hardware profile, the dataset's runs are analyzed again together with the pull request's and the "
+            "claims are printed before and after. Nothing is written to the Hub; merging is the maintainer's "
+            "decision. Exit status 0 when every check passed, 1 otherwise."
+        ),
+    )
+    add_repo_id_argument(p, positional_alias=True)
     p.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number (refs/pr/N)")
     p.add_argument("--workers", type=int, default=None, help="processes for the analysis (default: the CPU count, at most 8)")
     add_timeout_argument(p)
@@ -50,7 +68,7 @@ def _review(args: argparse.Namespace) -> int:
     from muon_repro.contrib.review import review
 
     try:
-        result = review(args.repo_id, args.pr, workers=args.workers, timeout=args.timeout)
+        result = review(repo_id_of(args), args.pr, workers=args.workers, timeout=args.timeout)
     except hub_errors() as exc:
         raise ValueError(request_failed(exc)) from exc
     return 0 if result.ok else 1

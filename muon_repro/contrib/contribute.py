@@ -194,7 +194,7 @@ def _open_pull_request(api: Any, plan: ContributionPlan) -> Any:
         operations,
         commit_message=f"Contribute {len(plan.runs)} run(s) recorded on {', '.join(plan.profiles)}",
         commit_description=(
-            f"Checked with `muon-repro contribute`; review: `muon-repro review {plan.repo_id} --pr <N>`.\n\n{runs}\n"
+            f"Checked with `muon-repro contribute`; review: `muon-repro review --repo-id {plan.repo_id} --pr <N>`.\n\n{runs}\n"
         ),
         repo_type="dataset",
         revision=plan.revision,
@@ -243,5 +243,5 @@ def contribute(
         except HfHubHTTPError as exc:
             raise PublishError(f"the Hub refused the pull request to {repo_id}: {first_line(exc)}; main is unchanged") from exc
     echo(f"Opened pull request #{info.pr_num}: {info.pr_url}")
-    echo(f"A maintainer checks it with: muon-repro review {repo_id} --pr {info.pr_num}")
+    echo(f"A maintainer checks it with: muon-repro review --repo-id {repo_id} --pr {info.pr_num}")
     return ContributeResult(plan, info.pr_url, info.pr_num)

@@ -1,4 +1,4 @@
-"""``muon-repro review ORG/NAME --pr N``: a maintainer's check of a contributed pull request, and what it does to the claims.
+"""``muon-repro review --repo-id ORG/NAME --pr N``: a maintainer's check of a contributed pull request and it does to the claims.
 
 1. the pull request (title, author, status, ``refs/pr/N``, the branch it targets) and the commit it
    started from (the newest commit of its history that the target branch also has);

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "validation loss of its sweep; the test loss is what the results report). One folder per run "
             "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs "
             "are skipped, interrupted ones resume from their checkpoints. "
-            "`muon-repro analyze` turns them into the convergence and leading_steps tables."
+            "muon-repro analyze turns them into the convergence and leading_steps tables."
         ),
     )
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")

@@ -107,7 +107,7 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
             "under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
-            "to 1.1%% and 3%%. Then `muon-repro analyze OUT` makes the regimes, predictions, calibration, "
+            "to 1.1% and 3%. Then muon-repro analyze OUT makes the regimes, predictions, calibration, "
             "regime_model and regime_thresholds tables. Complete trials are skipped (--force redoes them)."
         ),
     )

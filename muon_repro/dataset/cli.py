@@ -1,4 +1,4 @@
-"""``muon-repro bundle | card | verify``: the dataset folder, its card, and checking a copy of it."""
+"""muon-repro bundle | card | verify: the dataset folder, its card, and checking a copy of it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
 
 def _add_meta(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("what the card and CITATION.cff say")
-    group.add_argument("--repo-id", default=DEFAULT_REPO_ID, help="ORG/NAME on the Hub (default: %(default)s)")
+    group.add_argument(
+        "--repo-id", default=DEFAULT_REPO_ID, metavar="ORG/NAME", help="the dataset repository on the Hub (default: %(default)s)"
+    )
     group.add_argument("--version", default=__version__, help="X.Y.Z, tagged vX.Y.Z when published (default: %(default)s)")
     group.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else today)")
     group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
@@ -48,19 +50,47 @@ def _meta(args: argparse.Namespace) -> BundleMeta:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bundle", help="assemble the dataset to publish (traces, tables, figures, report, card)")
+    p = subparsers.add_parser(
+        "bundle",
+        help="assemble the dataset to publish (traces, tables, figures, report, card)",
+        description=(
+            "Assemble exactly what gets published in one folder: traces/, metrics/, figures/, report/, "
+            "analysis_scripts/ and docs/ copied from their source folders, the dataset card as README.md, "
+            "CITATION.cff, croissant.json and MANIFEST.sha256 (sha256 and size of every other file). The bundle is "
+            "staged beside --out and renamed into place when complete, so an interrupted run never leaves half a "
+            "bundle. Check it with muon-repro verify, publish it with muon-repro publish."
+        ),
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="bundle folder, replaced as a whole (default: %(default)s)")
     _add_sources(p)
     _add_meta(p)
     p.set_defaults(func=_bundle)
 
-    p = subparsers.add_parser("card", help="render the dataset card alone (what bundle puts in README.md)")
+    p = subparsers.add_parser(
+        "card",
+        help="render the dataset card alone (what bundle puts in README.md)",
+        description=(
+            "Render the dataset card (YAML metadata for the Hub, then what a reader needs: the tables and their "
+            "columns, how to download, cite and regenerate the data) from the source folders: byte for byte the "
+            "README.md that bundle writes."
+        ),
+    )
     p.add_argument("--out", type=Path, default=Path("dataset_card.md"), help="default: %(default)s")
     _add_sources(p)
     _add_meta(p)
     p.set_defaults(func=_card)
 
-    p = subparsers.add_parser("verify", help="check a bundle or a downloaded copy: checksums, tables, traces")
+    p = subparsers.add_parser(
+        "verify",
+        help="check a bundle or a downloaded copy: checksums, tables, traces",
+        description=(
+            "Check a bundle, a copy downloaded with hf download --local-dir or a snapshot in the Hub cache, each "
+            "check on its own line: every file matches MANIFEST.sha256 and none is unlisted; CITATION.cff, the "
+            "card's metadata and croissant.json parse and name every table; every table loads with "
+            "datasets.load_dataset and has the columns and rows the card documents; every trace parses. Exit "
+            "status 0 when every check passed, 1 otherwise."
+        ),
+    )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
     p.add_argument(
         "--recompute",

@@ -1,11 +1,14 @@
-"""``muon-repro publish | download``: a bundle to the Hub as one tagged commit, and one version back."""
+"""muon-repro publish | download: a bundle to the Hub as one tagged commit, and one version back."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from muon_repro.dataset.bundle import DEFAULT_OUT
+
+REPO_ID_METAVAR = "ORG/NAME"
 
 
 def add_timeout_argument(p: argparse.ArgumentParser) -> None:
@@ -21,9 +24,54 @@ def add_timeout_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_repo_id_argument(p: argparse.ArgumentParser, *, positional_alias: bool = False) -> None:
+    """``--repo-id ORG/NAME``, the dataset repository of every command that talks to the Hub.
+
+    ``positional_alias``: also accept the repository as a positional argument, hidden from the help: the form
+    ``download`` and ``review`` took in 0.1.0, kept for one release; :func:`repo_id_of` says it is deprecated.
+    """
+    p.add_argument(
+        "--repo-id",
+        required=not positional_alias,  # with the alias, repo_id_of says when neither form was given
+        default=None,
+        metavar=REPO_ID_METAVAR,
+        help="the dataset repository on the Hub (required)",
+    )
+    if positional_alias:
+        p.add_argument("legacy_repo_id", nargs="?", default=None, metavar=REPO_ID_METAVAR, help=argparse.SUPPRESS)
+
+
+def repo_id_of(args: argparse.Namespace) -> str:
+    """The repository ``--repo-id`` names, or the deprecated positional form (with a one-line note on stderr)."""
+    legacy = getattr(args, "legacy_repo_id", None)
+    if legacy is None:
+        if args.repo_id is None:
+            raise ValueError(f"the following argument is required: --repo-id {REPO_ID_METAVAR}")
+        return args.repo_id
+    if args.repo_id is not None:
+        raise ValueError(f"the repository is given twice ({legacy} and --repo-id {args.repo_id}): give --repo-id only")
+    print(
+        f"muon-repro {args.command}: warning: the positional {REPO_ID_METAVAR} is deprecated and will be removed "
+        f"in the next release; use --repo-id {legacy}",
+        file=sys.stderr,
+    )
+    return legacy
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("publish", help="publish a bundle to the Hub as one commit tagged vX.Y.Z")
-    p.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repository")
+    p = subparsers.add_parser(
+        "publish",
+        help="publish a bundle to the Hub as one commit tagged vX.Y.Z",
+        description=(
+            "Publish the bundle (muon-repro bundle) to a Hugging Face dataset repository as one commit tagged "
+            "vX.Y.Z. The bundle must match its manifest, be built for this repository and version and pass "
+            "muon-repro verify; the plan against the remote head (files added, changed, deleted, unchanged) is "
+            "printed first. A version tag never moves: publishing an existing version is an error unless it "
+            "is already the head and nothing changed. The token is what huggingface_hub finds (HF_TOKEN, "
+            "hf auth login); it is never printed."
+        ),
+    )
+    add_repo_id_argument(p)
     p.add_argument("--version", required=True, help="X.Y.Z; the commit is tagged vX.Y.Z")
     p.add_argument("--bundle", type=Path, default=DEFAULT_OUT, help="bundle folder (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the plan against the remote and stop")
@@ -32,8 +80,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_timeout_argument(p)
     p.set_defaults(func=_publish)
 
-    p = subparsers.add_parser("download", help="download one version of the dataset, then verify it")
-    p.add_argument("repo_id", metavar="ORG/NAME")
+    p = subparsers.add_parser(
+        "download",
+        help="download one version of the dataset, then verify it",
+        description=(
+            "Download one version of the dataset from the Hub (the same files as hf download ORG/NAME "
+            "--repo-type dataset), then check the copy as muon-repro verify does. Without --revision the "
+            "newest vX.Y.Z tag is taken (main if there is none). A repository or revision that does not exist "
+            "is said so, with the versions there are."
+        ),
+    )
+    add_repo_id_argument(p, positional_alias=True)
     p.add_argument("--revision", default=None, help="vX.Y.Z, a branch or a commit (default: the newest vX.Y.Z tag)")
     p.add_argument("--local-dir", type=Path, default=None, help="where to put the files (default: the Hub cache)")
     add_timeout_argument(p)
@@ -66,7 +123,7 @@ def _download(args: argparse.Namespace) -> int:
     from muon_repro.hub.publish import first_line
 
     try:
-        path = download(args.repo_id, args.revision, args.local_dir, timeout=args.timeout)
+        path = download(repo_id_of(args), args.revision, args.local_dir, timeout=args.timeout)
     except hub_errors() as exc:
         raise ValueError(f"download from {endpoint()} failed: {first_line(exc)}") from exc
     return report_verify(path)

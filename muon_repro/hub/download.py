@@ -1,4 +1,4 @@
-"""``muon-repro download ORG/NAME``: fetch one version of the dataset (then ``verify`` checks it).
+"""``muon-repro download --repo-id ORG/NAME``: fetch one version of the dataset (then ``verify`` checks it).
 
 Same as ``hf download ORG/NAME --repo-type dataset --revision vX.Y.Z [--local-dir DIR]``; without
 ``--revision`` the newest ``vX.Y.Z`` tag is taken (``main`` if there is none). A repository or a

@@ -15,19 +15,23 @@ from pathlib import Path
 
 from muon_repro.tables.files import check_out_folder
 
+_OUT_CHECKED = "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written."
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--metrics", default="metrics", metavar="DIR", help="tables written by `muon-repro analyze` (default: %(default)s)"
+        "--metrics", default="metrics", metavar="DIR", help="tables written by muon-repro analyze (default: %(default)s)"
     )
 
     f = subparsers.add_parser(
         "figures",
         parents=[common],
         help="draw the report's figures (PNG + SVG) from the metrics tables",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Draw the report's figures (PNG and SVG) from the tables muon-repro analyze wrote under --metrics: a "
+            "copy of that folder is all it needs, no traces or run folders. " + _OUT_CHECKED
+        ),
     )
     f.add_argument("--out", default="figures", metavar="DIR", help="where the figures go (default: %(default)s)")
     f.set_defaults(func=run_figures)
@@ -36,11 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report",
         parents=[common],
         help="write report.md and report.pdf from the tables and figures",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Write the report (report.md, report.html, report.pdf: the formats --format names) from the tables "
+            "muon-repro analyze wrote under --metrics and the figures muon-repro figures drew under --figures: "
+            "copies of those folders are all it needs, no traces or run folders. " + _OUT_CHECKED
+        ),
     )
     r.add_argument(
-        "--figures", default="figures", metavar="DIR", help="figures drawn by `muon-repro figures` (default: %(default)s)"
+        "--figures", default="figures", metavar="DIR", help="figures drawn by muon-repro figures (default: %(default)s)"
     )
     r.add_argument("--out", default="report", metavar="DIR", help="where report.md / report.pdf go (default: %(default)s)")
     r.add_argument("--format", default="md,pdf", metavar="LIST", help="comma-separated: md, html, pdf (default: %(default)s)")
