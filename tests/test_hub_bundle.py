@@ -16,6 +16,7 @@ import yaml
 from hub_support import DATE, build, make_sources, muon_repro, source_args
 
 from muon_repro.dataset.card import read_card_metadata
+from muon_repro.dataset.croissant import croissant_fields
 from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest
 from muon_repro.dataset.verify import verify_bundle
 from muon_repro.tables.files import list_files, sha256_file
@@ -80,9 +81,12 @@ def test_card_yaml_parses_and_every_data_file_exists(bundle):
             assert item["split"] == "train"
             assert item["path"] == f"metrics/{config['config_name']}.parquet"
             assert (bundle / item["path"]).is_file()
-    documented = {i["config_name"]: [f["name"] for f in i["features"]] for i in meta["dataset_info"]}
+    # Rows in the card's dataset_info; columns and types in croissant.json (not repeated in the YAML: the card's size).
+    assert [i["config_name"] for i in meta["dataset_info"]] == TABLES
+    assert all("features" not in i and i["splits"][0]["num_examples"] >= 0 for i in meta["dataset_info"])
+    documented = croissant_fields(bundle)
     for table in TABLES:
-        assert documented[table] == pq.read_schema(bundle / "metrics" / f"{table}.parquet").names
+        assert [n for n, _ in documented[table]] == pq.read_schema(bundle / "metrics" / f"{table}.parquet").names
 
 
 def test_card_sections(bundle):
@@ -100,8 +104,9 @@ def test_card_sections(bundle):
         "Citation",
         "License",
     ]
-    for table in TABLES:
-        assert f'load_dataset("test-org/muon-traces", "{table}", revision="v1.0.0", split="train")' in text
+    assert 'runs = load_dataset("test-org/muon-traces", "runs", revision="v1.0.0", split="train")' in text
+    others = ", ".join(f"`{table}`" for table in TABLES[1:])
+    assert f"The other configs load the same way: {others}." in text
     assert "hf download test-org/muon-traces --repo-type dataset --revision v1.0.0" in text
     assert "ui.perfetto.dev" in text and "traces/comparison/muon_dp2_tp1/rank0.json.gz" in text
     # Column docs: meanings from the analysis SCHEMAS for known columns.
@@ -111,9 +116,11 @@ def test_card_sections(bundle):
     assert f"muon-repro bundle --repo-id test-org/muon-traces --version 1.0.0 --date {DATE}" in text
     # Environment: what environment.json holds, not the host name.
     assert "| host_cpu | Test CPU @ 2.0GHz |" in text and "secret-host" not in text
-    # Checksums: every file but the card and the manifest.
-    for e in read_manifest(bundle):
-        assert (e.sha256 in text) == (e.path != "README.md")
+    # Checksums: in MANIFEST.sha256 only; the card says how many files it lists.
+    entries = read_manifest(bundle)
+    assert f"`MANIFEST.sha256` lists the sha256 and size of {len(entries)} files" in text
+    assert not any(e.sha256 in text for e in entries)
+    assert "What each column means: [`docs/method.md`](docs/method.md#steps)." in text or not (bundle / "docs").is_dir()
     assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
 
 
@@ -239,3 +246,18 @@ def test_card_command_renders_the_bundle_readme(bundle, sources):  # noqa: F811
 
     card = render_card_from_sources(Sources(**sources), BundleMeta(repo_id="test-org/muon-traces", version="1.0.0", date=DATE))
     assert card == (bundle / "README.md").read_text()
+
+
+def test_the_committed_card_is_at_most_40_kb(monkeypatch):
+    """The card rendered from the repository's own tables, as `muon-repro run` writes dataset_card.md, stays
+    a page a reader reads: checksums live in MANIFEST.sha256, column meanings in docs/method.md."""
+    from muon_repro.dataset.bundle import Sources, documents_from_sources
+    from muon_repro.dataset.meta import BundleMeta
+    from muon_repro.job import release_date
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    meta = BundleMeta(version="0.1.0", date=release_date(Path("metrics")), authors=("A. Author",))
+    card = documents_from_sources(Sources(), meta).card.encode()
+    assert len(card) <= 40_000, f"the card is {len(card)} bytes"
+    assert b"| `step_ms` | float64 | ms |" in card  # every table's columns are still there

@@ -568,3 +568,24 @@ def test_commands_are_registered(capsys) -> None:
         main(["--help"])
     out = capsys.readouterr().out
     assert "figures" in out and "report" in out
+
+
+@pytest.mark.slow
+def test_the_pdf_is_the_same_bytes_when_rendered_again(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    """Two renders of one set of tables give one PDF: dates from the runs' recorded_at, never the clock."""
+    import time
+
+    from pypdf import PdfReader
+
+    from muon_repro.report.build import write_report
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    out, pdfs = tmp_path / "report", []  # one folder: the report prints its --out in the commands
+    for _ in range(2):
+        write_report(bundle / "metrics", bundle / "figures", out, ("pdf",))
+        pdfs.append((out / "report.pdf").read_bytes())
+        time.sleep(1.1)  # the clock moves on by a second: it must not show
+    assert pdfs[0] == pdfs[1]
+    assert "SOURCE_DATE_EPOCH" not in os.environ  # restored
+    info = PdfReader(out / "report.pdf").metadata
+    assert info["/CreationDate"].startswith("D:20260102") and info["/ModDate"] == info["/CreationDate"]

@@ -25,11 +25,12 @@ from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta
-from muon_repro.dataset.run_info import describe_runs, is_trace, recorded_environment
+from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
 from muon_repro.tables.files import human_size
 
 CARD_NAME = "README.md"
+METHOD_DOC = "docs/method.md"  # every table column with its meaning; the card links each table to its section
 TEMPLATE = "dataset_card.md.j2"
 FOLDERS = {
     "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, under "
@@ -155,11 +156,13 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "env_blocks": environment.blocks,
         "env_counts": environment.counts,
         "env_source": environment.source,
+        "max_listed_values": MAX_LISTED_VALUES,
         "run_commands": environment.commands,
         "git_shas": environment.git_shas,
         "pipeline": pipeline,
         "bundle_command": bundle_command(meta),
-        "checksums": sorted(digests, key=lambda d: d.path),
+        "manifest_files": len(digests) + 1,  # the manifest lists these and the card
+        "method_doc": METHOD_DOC if METHOD_DOC in sizes else None,
         "human_size": human_size,
         "bibtex": bibtex(meta),
         "paper_bibtex": paper_bibtex(),

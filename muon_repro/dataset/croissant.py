@@ -259,3 +259,18 @@ def check_croissant(root: Path) -> list[str]:
     for url in sorted(set(objects) - set(tables), key=str):
         problems.append(f"{CROISSANT_NAME}: FileObject {url} is not in the bundle")
     return problems
+
+
+def croissant_fields(root: Path) -> dict[str, list[tuple[str, str]]]:
+    """(column, Croissant data type) per record set of ``root/croissant.json``; empty if it is unreadable
+    (:func:`check_croissant` reports that)."""
+    try:
+        doc = json.loads((root / CROISSANT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for record_set in (doc.get("recordSet") or []) if isinstance(doc, dict) else []:
+        if isinstance(record_set, dict) and isinstance(record_set.get("@id"), str):
+            fields = [f for f in record_set.get("field") or [] if isinstance(f, dict)]
+            out[record_set["@id"]] = [(str(f.get("name")), str(f.get("dataType"))) for f in fields]
+    return out

@@ -5,8 +5,8 @@ Checks, each reported on its own line:
 1. every file matches ``MANIFEST.sha256`` (sha256 and size), and no unlisted file is present;
 2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist; ``croissant.json``
    has a RecordSet and a FileObject for every table, with the table's sha256;
-3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns, types and
-   row count the card documents (its ``dataset_info``);
+3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
+   ``croissant.json`` documents (its record set's fields) and the row count the card's ``dataset_info`` says;
 4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
 5. with ``--recompute``: the tables are one set (one generation, every CSV the one written with
    its Parquet twin), and analyzing the bundle's traces again, into a temporary folder, gives
@@ -29,7 +29,7 @@ import yaml
 
 from muon_repro.dataset.card import CARD_NAME, read_card_metadata
 from muon_repro.dataset.citation import CFF_NAME
-from muon_repro.dataset.croissant import CROISSANT_NAME, check_croissant
+from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_croissant, croissant_fields
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
 from muon_repro.tables.files import list_files
@@ -114,6 +114,7 @@ def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool]
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     infos = {i.get("config_name"): i for i in meta.get("dataset_info") or [] if isinstance(i, dict)}
+    fields = croissant_fields(root)
     with tempfile.TemporaryDirectory(prefix="muon-repro-verify-") as cache:
         for config in _configs(meta):
             name = config.get("config_name")
@@ -125,14 +126,23 @@ def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool]
                 continue
             info = infos.get(name)
             if info is None:
-                report(f"{label}: the card documents no columns for it (dataset_info)", False)
+                report(f"{label}: the card documents no rows for it (dataset_info)", False)
                 continue
-            documented = datasets.Features._from_yaml_list(info.get("features", []))
             problems = []
-            if list(ds.column_names) != list(documented):
-                problems.append(f"columns {ds.column_names}, the card documents {list(documented)}")
-            elif ds.features != documented:
-                problems.append(f"types {dict(ds.features)}, the card documents {dict(documented)}")
+            if info.get("features"):  # a card made before the columns moved to croissant.json
+                documented = datasets.Features._from_yaml_list(info["features"])
+                if list(ds.column_names) != list(documented):
+                    problems.append(f"columns {ds.column_names}, the card documents {list(documented)}")
+                elif ds.features != documented:
+                    problems.append(f"types {dict(ds.features)}, the card documents {dict(documented)}")
+            elif name not in fields:
+                problems.append(f"{CROISSANT_NAME} documents no columns for it")
+            else:
+                loaded = [(f["name"], DATA_TYPES.get(f.get("dtype", ""), "?")) for f in ds.features._to_yaml_list()]
+                if [n for n, _ in loaded] != [n for n, _ in fields[name]]:
+                    problems.append(f"columns {ds.column_names}, {CROISSANT_NAME} documents {[n for n, _ in fields[name]]}")
+                elif loaded != fields[name]:
+                    problems.append(f"types {dict(loaded)}, {CROISSANT_NAME} documents {dict(fields[name])}")
             expected_rows = next((s.get("num_examples") for s in info.get("splits", []) if s.get("name") == "train"), None)
             if expected_rows is not None and ds.num_rows != expected_rows:
                 problems.append(f"{ds.num_rows} rows, the card says {expected_rows}")

@@ -93,6 +93,15 @@ def method_links(out_dir: Path, root: Path) -> dict[str, str]:
     return links
 
 
+def newest_recording(runs: Any) -> str:
+    """When the newest run was recorded (runs.recorded_at, ISO 8601), the report's date: the PDF's
+    creation date follows from the data, not from the clock; "" if no run says."""
+    if "recorded_at" not in runs:
+        return ""
+    recorded = [str(r) for r in runs["recorded_at"].dropna() if str(r)]
+    return max(recorded, default="")
+
+
 def build_context(
     data: ReportData, figure_paths: dict[str, Path], out_dir: Path, *, invocations: Iterable[str]
 ) -> dict[str, Any]:
@@ -125,6 +134,7 @@ def build_context(
         "section_order": [s for s, _ in SECTIONS],
         "summary": [*summary_lines(claims), checks_summary(data)],
         "n_runs": str(len(runs)),
+        "recorded_at": newest_recording(runs),
         "backends": ", ".join(sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})),
         "environments": environments(data),
         "workload": workload(data),

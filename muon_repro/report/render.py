@@ -9,7 +9,11 @@ from the context fails the render instead of printing "None".
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -83,5 +87,33 @@ def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[s
         import weasyprint
 
         document = weasyprint.HTML(string=html, base_url=str(out.resolve()) + "/")
-        written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
+        with source_date(context.get("recorded_at", "")):
+            written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
     return written
+
+
+def pdf_epoch(recorded_at: str) -> int:
+    """``SOURCE_DATE_EPOCH`` for the PDF: the environment's if set, else the newest run's recording
+    time (``recorded_at``), else 0: never the clock, so the same tables give the same bytes."""
+    if os.environ.get("SOURCE_DATE_EPOCH", "").strip():
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    if not recorded_at:
+        return 0
+    when = datetime.fromisoformat(recorded_at.replace("Z", "+00:00"))
+    return int((when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp())
+
+
+@contextmanager
+def source_date(recorded_at: str) -> Iterator[None]:
+    """Set ``SOURCE_DATE_EPOCH`` while WeasyPrint writes: the only clock it reads is fontTools' (the
+    ``head`` table of every embedded font subset), which honours it; the PDF's CreationDate and
+    ModDate come from the HTML's ``dcterms.created``/``modified`` (the same date), its /ID from its content."""
+    before = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(pdf_epoch(recorded_at))
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = before
