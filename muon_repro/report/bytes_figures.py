@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from muon_repro.report import derive, style
+from muon_repro.report import derive, stated, style
+from muon_repro.report.formatting import percent
 from muon_repro.report.plotting import (
     add_legend,
     add_title,
@@ -91,17 +92,14 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
 @styled
 def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer bytes per rank per step by phase, for each layout: analytic model, run-time ledger, trace; the
-    takeaway quotes the bytes checks' ratios (the DP group's optimizer traffic, the paper's quantity)."""
-    reps = sort_runs(runs)
-    # The grid with the most variants (the layout ablation's DP2·TP2 in the reference set).
-    counts = reps.groupby(["dp", "tp"]).size().sort_values(ascending=False, kind="stable")
-    dp, tp = (int(v) for v in counts.index[0])
-    rs = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
-    rs = pd.concat([rs[rs["optimizer"] == "adamw"].head(1), rs[rs["optimizer"] == "muon"].drop_duplicates("layout")])
+    takeaway quotes the bytes checks' ratios (the DP group's optimizer traffic, the paper's quantity) and names the
+    bar totals' ratios (Muon's TP gather included) as the other quantity they are (:func:`bytes_by_layout_stated`)."""
+    (dp, tp), rs = _layout_runs(runs)
     sources = tuple(style.BYTE_SOURCE_HATCH)
     fig, (ax,) = new_figure(3.8)
     x, centers, group_labels = 0.0, [], []
     tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
+    said = bytes_by_layout_stated(runs, phases, checks)
     for _, r in rs.iterrows():
         table = tables[str(r["run"])]
         starts, top = [], 0.0
@@ -130,7 +128,15 @@ def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFra
             x += 0.85
         total = derive.total_bytes(table)
         optimizer = str(r["optimizer"])
-        ax.text(float(np.mean(starts)), top, f"{total / style.MB:.3g} MB", ha="center", va="bottom", fontsize=7.5)
+        dp_said = said.values.get(_dp_check(checks, runs, r)[0])
+        ax.text(
+            float(np.mean(starts)),
+            top,
+            f"{total / style.MB:.3g} MB" + (f"\nDP group: {dp_said}" if dp_said else ""),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
         centers.append(float(np.mean(starts)))
         label = style.OPTIMIZER_LABELS[optimizer] + ("" if optimizer == "adamw" else "\n" + str(r["layout"]).replace("_", "-"))
         group_labels.append(label)
@@ -149,20 +155,56 @@ def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFra
         for i, s in enumerate(sources)
     ]
     add_legend(ax, handles)
-    by_layout = checks[checks["layout"].notna()] if "layout" in checks.columns else checks.iloc[0:0]
-    ratio_text = [f"{str(c['layout']).replace('_', '-')} {float(c['measured_value']):.3f}×" for _, c in by_layout.iterrows()]
+    add_title(fig, "Optimizer communication per rank per step by ZeRO-1 layout: analytic, ledger, trace", said.text)
+    return save_figure(fig, out)
+
+
+def _layout_runs(runs: pd.DataFrame) -> tuple[tuple[int, int], pd.DataFrame]:
+    """The grid with the most variants (the layout ablation's DP2·TP2 in the reference set) and the runs the
+    bytes figure draws there: its AdamW run, then one Muon run per layout."""
+    reps = sort_runs(runs)
+    counts = reps.groupby(["dp", "tp"]).size().sort_values(ascending=False, kind="stable")
+    dp, tp = (int(v) for v in counts.index[0])
+    rs = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]
+    return (dp, tp), pd.concat([rs[rs["optimizer"] == "adamw"].head(1), rs[rs["optimizer"] == "muon"].drop_duplicates("layout")])
+
+
+def _dp_check(checks: pd.DataFrame, runs: pd.DataFrame, run: pd.Series) -> tuple[str, str]:
+    """(the key of ``Stated.values`` under which the DP-group bytes of ``run`` are printed, the layout of the
+    bytes check they come from): a Muon run's layout's check, any for AdamW (each quotes the same AdamW
+    run); ("", "") without one."""
+    rows = stated.bytes_checks(checks, stated.profile_of(runs))
+    optimizer = str(run["optimizer"])
+    if optimizer == "muon":
+        rows = rows[rows["layout"] == (run["layout"] if isinstance(run["layout"], str) else "contiguous")]
+    if rows.empty:
+        return "", ""
+    return f"checks.{rows.iloc[0]['check_id']}.quoted.{optimizer}_dp_bytes", str(rows.iloc[0]["layout"])
+
+
+def bytes_by_layout_stated(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame) -> stated.Stated:
+    """What ``bytes_by_layout`` prints: the takeaway (the bytes checks' ratios, the bar totals' ratios, whether
+    the sources agree), and above each bar group its DP-group bytes as the bytes checks measured them."""
+    (dp, tp), rs = _layout_runs(runs)
+    profile = stated.profile_of(runs)
+    sources = tuple(style.BYTE_SOURCE_HATCH)
+    tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
     gap = max(derive.source_gap(t) for t in tables.values())
     recorded = [s for s in sources if all(t[s].notna().all() for t in tables.values())]
     which = "the three sources" if len(recorded) == len(sources) else "the sources recorded (" + ", ".join(recorded) + ")"
-    agree = f"{which} agree exactly" if gap == 0 else f"{which} differ by up to {100 * gap:.2g}%"
-    takeaway = (
-        (
-            f"{style.grid_label(dp, tp)}: DP-group bytes Muon / AdamW (checks) "
-            + ", ".join(ratio_text)
-            + f" (paper: (1, 1.25]); the bars add Muon's TP gather, which that ratio leaves out; {agree}"
-        )
-        if ratio_text
-        else (f"{style.grid_label(dp, tp)}: {agree} (no AdamW run to compare with)")
-    )
-    add_title(fig, "Optimizer communication per rank per step by ZeRO-1 layout: analytic, ledger, trace", takeaway)
-    return save_figure(fig, out)
+    agree = f"{which} agree exactly" if gap == 0 else f"{which} differ by up to {percent(gap)}"
+    adamw = rs[rs["optimizer"] == "adamw"]
+    adamw_total = derive.total_bytes(tables[str(adamw.iloc[0]["run"])]) if len(adamw) else 0.0
+    totals = {
+        str(r["layout"]): derive.total_bytes(tables[str(r["run"])]) / adamw_total
+        for _, r in rs[rs["optimizer"] == "muon"].iterrows()
+        if adamw_total > 0 and isinstance(r["layout"], str)
+    }
+    said = stated.bytes_by_layout(style.grid_label(dp, tp), totals, agree, checks, profile)
+    values = dict(said.values)
+    for _, r in rs.iterrows():
+        key, layout = _dp_check(checks, runs, r)
+        value = stated.dp_bytes(checks, profile, layout, str(r["optimizer"])) if key else None
+        if value is not None:
+            values[key] = stated.dp_mb(value)
+    return stated.Stated(said.text, values)

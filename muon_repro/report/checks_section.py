@@ -30,7 +30,8 @@ CHECK_COLUMNS = (
 HEADER = ["check", "expected", "measured (range over ranks)", "holds", "claimed", "fails if"]
 
 
-def _number(value, unit: str, what: str) -> str:
+def check_number(value, unit: str, what: str) -> str:
+    """A check's number as the checks table writes it: ``1.250`` (a ratio), ``4,096`` (elements)."""
     v = as_number(value, what)
     if unit.startswith("elements"):
         return f"{v:,.0f}"
@@ -39,9 +40,9 @@ def _number(value, unit: str, what: str) -> str:
 
 def _measured(row: pd.Series) -> str:
     unit, cid = str(row["unit"]), str(row["check_id"])
-    value = _number(metric(row, "measured_value", "checks", "check_id"), unit, f"checks.measured_value ({cid})")
-    low = _number(metric(row, "measured_low", "checks", "check_id"), unit, f"checks.measured_low ({cid})")
-    high = _number(metric(row, "measured_high", "checks", "check_id"), unit, f"checks.measured_high ({cid})")
+    value = check_number(metric(row, "measured_value", "checks", "check_id"), unit, f"checks.measured_value ({cid})")
+    low = check_number(metric(row, "measured_low", "checks", "check_id"), unit, f"checks.measured_low ({cid})")
+    high = check_number(metric(row, "measured_high", "checks", "check_id"), unit, f"checks.measured_high ({cid})")
     return value if low == high == value else f"{value} ({low}–{high})"
 
 
@@ -71,7 +72,7 @@ def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[st
         expected = (
             "—"
             if is_missing(c.get("expected"))
-            else _number(metric(c, "expected", "checks", "check_id"), str(c["unit"]), f"checks.expected ({cid})")
+            else check_number(metric(c, "expected", "checks", "check_id"), str(c["unit"]), f"checks.expected ({cid})")
         )
         rows.append([str(c["check"]), expected, _measured(c), _verdict(c), _claimed(c), str(c["fails_if"])])
         notes.append(f"{c['explanation']} Unit: {c['unit']}.")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
-from muon_repro.report.formatting import as_number, pct, ratio
+from muon_repro.report.formatting import as_number, pct, percent, ratio
 
 # How the claimed values read (the claims table has the number; these keep the claim's own wording).
 CLAIMED_DISPLAY = {
@@ -69,7 +69,11 @@ def claim_number(value: Any, unit: str, claim_id: str, what: str = "claims.measu
     kind, label = _kind(unit), f"{what} ({claim_id})"
     if digits == 0:  # a claim's bound: as few digits as it has (0.456×, 1.5×, 2.2%)
         v = as_number(value, label)
-        by_kind = {"ratio": f"{v:.3g}×", "fraction": f"{100 * v:.3g}%", "change": f"{100 * v:+.3g}%".replace("-", "−")}
+        by_kind = {
+            "ratio": f"{v:.3g}×",
+            "fraction": percent(v, label, 3),
+            "change": percent(v, label, 3, signed=True).replace("-", "−"),
+        }
         return by_kind.get(kind, f"{v:.3g}")
     if kind == "fraction":
         return pct(value, label)

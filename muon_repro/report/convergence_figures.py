@@ -57,7 +57,7 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
                 finals.append(f"{style.OPTIMIZER_LABELS[opt]} {g['val_loss'].astype(float).iloc[-1]:.3f} at lr {lr:g}")
         ax.set_title(style.OPTIMIZER_LABELS[opt], fontsize=9)
         ax.set_xlabel("step")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="best")
     axes[0].set_ylabel("validation loss (nats)")
     lo = runs["val_loss"].astype(float).min()
     axes[0].set_ylim(lo - 0.1, min(runs["val_loss"].astype(float).max(), lo + 2.5))
@@ -110,7 +110,7 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
         ax.set_xlabel("Muon step")
     for ax in axes[1:]:
         ax.axhline(0, color="#999999", linewidth=0.6)
-    axes[0].legend(fontsize=6.5, loc="upper right")
+    axes[0].legend(fontsize=6.5, loc="best")
     # The first steps' ratios divide by small step numbers: the axis follows the rest.
     later = lead[lead["muon_step"] > 10]["leading_ratio"].astype(float).to_numpy(dtype=float, na_value=np.nan)
     top = np.nanmax(later) if np.isfinite(later).any() else 1.0

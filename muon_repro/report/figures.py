@@ -22,8 +22,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
-from muon_repro.report import derive, style
+from muon_repro.report import derive, stated, style
 from muon_repro.report.data import MissingMetric, fmetric, require_columns
+from muon_repro.report.formatting import pct, percent
 from muon_repro.report.plotting import (
     add_legend,
     add_title,
@@ -35,7 +36,7 @@ from muon_repro.report.plotting import (
     set_min_span,
     styled,
 )
-from muon_repro.report.selection import first_pair, grids, pair_at, representative_runs, run_label, sort_runs
+from muon_repro.report.selection import first_pair, grids, pair_at, representative_runs, run_label, run_labels, sort_runs
 
 # The results' figures, in the report's order (numbered 1, 2, ...); each is drawn here unless the
 # module that draws it is named.
@@ -61,8 +62,10 @@ def _opt(row: pd.Series) -> str:
 
 
 @styled
-def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> Path:
-    """Stacked bars: communication time per step by collective kind, Muon beside AdamW, per (dp, tp)."""
+def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, claims: pd.DataFrame, out: str | Path) -> Path:
+    """Stacked bars: communication time per step by collective kind, Muon beside AdamW, per (dp, tp). The
+    bars are the profiled steps' collectives, waiting included; the takeaway quotes the claim
+    ``comm_time_dp2_tp2`` (transfer time) from ``claims`` beside their ratios (:func:`comm_time_stated`)."""
     kinds = [k for k in style.KIND_COLORS if f"comm_{k}_ms" in steps.columns]
     require_columns(steps, "steps", ("run", "trial", "step", *(f"comm_{k}_ms" for k in kinds)))
     require_columns(runs, "runs", ("comm_ms",))
@@ -105,24 +108,30 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) 
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5},
         )
     group_ticks(ax, pos, ordered, groups)
-    ax.set_ylabel("communication time per step (ms)")
+    ax.set_ylabel("communication time per step (ms)\nwaiting included")
     handles = [Patch(color=style.KIND_COLORS[k], label=style.KIND_LABELS[k]) for k in used] + optimizer_handles(reps["optimizer"])
     handles.append(Line2D([], [], color="black", linewidth=1.6, label="all kinds together\n(union: kinds overlap)"))
     add_legend(ax, handles)
-    ratios = []
+    add_title(
+        fig,
+        "Communication time per step by collective kind (profiled steps, waiting included)",
+        comm_time_stated(runs, claims).text,
+    )
+    return save_figure(fig, out)
+
+
+def comm_time_stated(runs: pd.DataFrame, claims: pd.DataFrame) -> stated.Stated:
+    """What ``comm_time_by_kind`` prints above its bars: their Muon / AdamW ratios per grid (``runs.comm_ms``,
+    waiting included) and the claim's value from ``claims``."""
+    reps = representative_runs(runs)
+    ratios = {}
     for dp, tp in grids(reps):
         pair = pair_at(reps, dp, tp)
         if pair:
             m, a = (fmetric(p, "comm_ms") for p in pair)
             if a > 0:
-                ratios.append(f"{style.grid_label(dp, tp)} {m / a:.2f}×")
-    takeaway = (
-        ("Muon / AdamW communication time: " + ", ".join(ratios) + " (Wei's study, 4 GPUs: 0.57× at DP2·TP2)")
-        if ratios
-        else "only one optimizer recorded: no Muon / AdamW ratio"
-    )
-    add_title(fig, "Communication time per step, by collective kind (mean over ranks, median over trials and steps)", takeaway)
-    return save_figure(fig, out)
+                ratios[style.grid_label(dp, tp)] = m / a
+    return stated.comm_time(ratios, claims, stated.profile_of(runs))
 
 
 # ---------------------------------------------------------------- 2. step time breakdown
@@ -155,7 +164,7 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
             )
         ax.set_xlabel("time in one step (ms)")
         ax.grid(axis="y", visible=False)
-    axes[0].set_yticks(y, [run_label(r, group=True) for _, r in rs.iterrows()])
+    axes[0].set_yticks(y, run_labels(rs, group=True))
     axes[0].set_title("by phase", fontsize=9)
     axes[1].set_title("by activity (adds up to the step)", fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=4, bbox_to_anchor=(0.55, 0.0))
@@ -182,21 +191,23 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
 
 
 @styled
-def optimizer_overhead(runs: pd.DataFrame, out: str | Path, study_share: float = 0.011) -> Path:
+def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path) -> Path:
     """Per configuration: the optimizer step's share of step time (%), against the original study's ~1.1%
-    (the original study's definition, as the claims table measures it: :func:`derive.optimizer_share`)."""
+    (the original study's definition: :func:`derive.optimizer_share` of the profiled medians); the takeaway
+    quotes the claim ``optimizer_share`` and the study's value from ``claims`` (:func:`optimizer_share_stated`)."""
     require_columns(runs, "runs", ("optimizer_ms", "step_ms"))
     rs = sort_runs(runs)
+    study_share = stated.study_share(claims, stated.profile_of(runs))
     share = np.array([100 * derive.optimizer_share(r) for _, r in rs.iterrows()])
     fig, (ax,) = new_figure(1.8 + 0.3 * len(rs))
     y = np.arange(len(rs))[::-1]
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
     for yi, v in zip(y, share):
-        ax.text(v, yi, f" {v:.1f}%", va="center", fontsize=7.5)
+        ax.text(v, yi, " " + pct(v / 100), va="center", fontsize=7.5)
     ax.axvline(100 * study_share, color="black", linestyle="--", linewidth=1)
-    ax.text(100 * study_share, y.max() + 0.6, f" Wei's study: {100 * study_share:.1f}% (4 GPUs)", fontsize=7.5, va="bottom")
-    ax.set_yticks(y, [run_label(r, group=True) for _, r in rs.iterrows()])
-    ax.set_xlabel("optimizer step time / training step time (%), medians")
+    ax.text(100 * study_share, y.max() + 0.6, f" Wei's study: {percent(study_share)} (4 GPUs)", fontsize=7.5, va="bottom")
+    ax.set_yticks(y, run_labels(rs, group=True))
+    ax.set_xlabel("optimizer step time / training step time (%), medians of the profiled steps")
     ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * study_share * 3))
     ax.set_ylim(-0.6, y.max() + 1.4)
     ax.grid(axis="y", visible=False)
@@ -208,22 +219,20 @@ def optimizer_overhead(runs: pd.DataFrame, out: str | Path, study_share: float =
             if o in set(rs["optimizer"])
         ],
     )
-    parts = []
-    for opt in ("muon", "adamw"):
-        v = share[(rs["optimizer"] == opt).to_numpy()]
-        if len(v):
-            same = f"{v.min():.1f}" == f"{v.max():.1f}"
-            parts.append(
-                f"{style.OPTIMIZER_LABELS[opt]} {v.min():.1f}%"
-                if same
-                else f"{style.OPTIMIZER_LABELS[opt]} {v.min():.1f}–{v.max():.1f}%"
-            )
-    add_title(
-        fig,
-        "Optimizer overhead: share of the step spent in the optimizer",
-        "here: " + ", ".join(parts) + f"; Wei's study measured ~{100 * study_share:.1f}% for Muon",
-    )
+    add_title(fig, "Optimizer overhead: share of the step spent in the optimizer", optimizer_share_stated(runs, claims).text)
     return save_figure(fig, out)
+
+
+def optimizer_share_stated(runs: pd.DataFrame, claims: pd.DataFrame) -> stated.Stated:
+    """What ``optimizer_overhead`` prints above its bars: the range of their shares per optimizer, the claim's
+    estimate and the original study's value from ``claims``."""
+    rs = sort_runs(runs)
+    shares = {
+        style.OPTIMIZER_LABELS[opt]: [derive.optimizer_share(r) for _, r in rs[rs["optimizer"] == opt].iterrows()]
+        for opt in ("muon", "adamw")
+        if (rs["optimizer"] == opt).any()
+    }
+    return stated.optimizer_share(shares, claims, stated.profile_of(runs))
 
 
 # ---------------------------------------------------------------- 6. DP x TP comparison

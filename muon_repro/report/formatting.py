@@ -1,4 +1,7 @@
-"""How the report writes a number: milliseconds, percentages, ratios, MB, MiB and GiB as short strings.
+"""How the report writes a number: milliseconds, percentages, ratios, counts, MB, MiB and GiB as short strings.
+
+One format everywhere, figures and text alike: a percentage never in exponent notation (:func:`percent`),
+k = 1,000 and M = 1,000,000 for counts such as tokens per step (:func:`count`).
 
 Every helper refuses a missing value (None, NaN) with a :class:`~muon_repro.report.data.MissingMetric`
 naming it (``what``), so a gap in the tables stops the report instead of printing "nan".
@@ -6,6 +9,7 @@ naming it (``what``), so a gap in the tables stops the report instead of printin
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from muon_repro.report import style
@@ -29,6 +33,40 @@ def pct(value: Any, what: str = "fraction", signed: bool = False) -> str:
     """A fraction as ``33.6%`` (``+33.6%`` when ``signed``)."""
     v = 100 * as_number(value, what)
     return f"{v:+.1f}%" if signed else f"{v:.1f}%"
+
+
+def percent(value: Any, what: str = "fraction", digits: int = 2, signed: bool = False) -> str:
+    """A fraction as a percentage with ``digits`` significant digits, never an exponent: ``1.2%``, ``50%``,
+    ``103%``, ``0.12%`` (``+3.4%`` when ``signed``). Like ``format(100 * value, ".2g")`` where that has no
+    exponent; from ``10**digits`` % on, the whole percent (``.2g`` would write ``1e+02%``)."""
+    v = 100 * as_number(value, what)
+    sign = "+" if signed else ""
+    if v == 0:
+        return f"{0:{sign}.0f}%"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(v))), 0)
+    text = f"{v:{sign}.{decimals}f}"
+    if decimals and "." in text:  # as ``g`` does: no trailing zeros
+        text = text.rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def count(value: Any, what: str = "count", digits: int = 3) -> str:
+    """A count such as tokens per step: ``512``, ``223k``, ``1.29M`` (k = 1,000, M = 1,000,000; never 1,024)."""
+    v = as_number(value, what)
+    if abs(v) >= 999_500:
+        return f"{_sig(v / 1e6, digits)}M"
+    if abs(v) >= 1000:
+        return f"{_sig(v / 1e3, digits)}k"
+    return _sig(v, digits)
+
+
+def _sig(v: float, digits: int) -> str:
+    """``v`` with ``digits`` significant digits, no exponent, no trailing zeros."""
+    if v == 0:
+        return "0"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(v))), 0)
+    text = f"{v:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def ratio(value: Any, what: str = "ratio", digits: int = 2) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
+from muon_repro.report.formatting import percent
 from muon_repro.report.regime_figures import main_axis
 from muon_repro.report.regimes_section import prediction_summary, threshold_rows
 from muon_repro.tables.files import write_atomic
@@ -79,11 +80,11 @@ def _with_interval(row, column: str, fmt) -> str:
 
 
 def _percent(value) -> str:
-    return "–" if is_missing(value) else f"{100 * float(value):.2g}%"
+    return "–" if is_missing(value) else percent(value)
 
 
 def _signed(value) -> str:
-    return "–" if is_missing(value) else f"{100 * float(value):+.0f}%"
+    return "–" if is_missing(value) else f"{100 * float(value):+.0f}%"  # whole percents: no exponent
 
 
 BLOCKS = {  # name: how to make it

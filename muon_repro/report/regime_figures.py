@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from muon_repro.report import style
+from muon_repro.report.formatting import count, percent
 from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
 from muon_repro.rundir import RENAMED_MACHINES
 
@@ -107,7 +108,7 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     axes[1].set_ylim(-60, min(max(top, 20.0), 250.0) * 1.05)  # small steps' wide intervals would hide the large steps' points
     _levels(axes[0])
     _levels(axes[1], labels=False)
-    axes[1].legend(handles=handles, loc="upper right", fontsize=7)
+    axes[1].legend(handles=handles, loc="best", fontsize=7)
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
     below = (largest["optimizer_share_hi"].astype(float) < 0.011).sum()
@@ -196,7 +197,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     ax.set_xlabel("tokens per step (global)")
     ax.set_ylabel("Muon step / AdamW step - 1 (%)")
     _levels(ax)
-    ax.legend(loc="lower left", fontsize=6.5)
+    ax.legend(loc="best", fontsize=6.5)
     ax = axes[1]
     if not scale.empty:
         for col, color, label in (
@@ -209,18 +210,18 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         ax.set_xlabel(f"H100 GPUs (TP{int(scale['tp'].iloc[0])} in a node, DP across 400 Gb/s IB)")
         ax.set_ylabel("predicted (%)")
         _levels(ax)
-        ax.legend(loc="upper left", fontsize=7)
+        ax.legend(loc="best", fontsize=7)
     else:
         show_no_data(ax, "no scale-out lines")
     crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
     said = "; ".join(f"{machine_style(r.machine)[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
     trend = ""
     if len(scale) > 1:
-        first, last = (100 * float(scale[c].iloc[k]) for c, k in (("muon_extra", 0), ("muon_extra", -1)))
+        first, last = (float(scale["muon_extra"].iloc[k]) for k in (0, -1))
         trend = (
-            f" Scale-out at {int(scale['tokens_per_step'].iloc[0]) / 2**20:g}M tokens per step: "
-            f"Muon's extra goes from {first:.2g}% on {int(scale['gpus'].iloc[0])} GPUs "
-            f"to {last:.2g}% on {int(scale['gpus'].iloc[-1])}."
+            f" Scale-out at {count(scale['tokens_per_step'].iloc[0], 'regime_model.tokens_per_step')} tokens per step: "
+            f"Muon's extra goes from {percent(first)} on {int(scale['gpus'].iloc[0])} GPUs "
+            f"to {percent(last)} on {int(scale['gpus'].iloc[-1])}."
         )
     add_title(
         fig,
@@ -233,5 +234,4 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
 def _tokens(value) -> str:
     if value is None or pd.isna(value):
         return "not reached"
-    value = float(value)
-    return f"{value / 2**20:.2g}M tokens" if value >= 2**20 else f"{value / 1024:.3g}k tokens"
+    return f"{count(value, 'regime_thresholds.tokens_per_step')} tokens"

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from muon_repro.report.data import ReportData, fmetric, is_missing
+from muon_repro.report.formatting import count, percent
 from muon_repro.report.regime_figures import REGIME_FIGURES, main_axis
 from muon_repro.rundir import RENAMED_MACHINES
 
@@ -90,15 +91,14 @@ def regimes_section(
 
 
 def _pct(value: Any, digits: int = 2) -> str:
-    return "–" if is_missing(value) else f"{100 * float(value):.{digits}g}%"
+    return "–" if is_missing(value) else percent(value, digits=digits)
 
 
 def _tokens(value: Any, missing: str = "not reached (>134M)") -> str:
     """Tokens per step as '223k' or '1.29M' (k = 1,000, M = 1,000,000)."""
     if is_missing(value):
         return missing
-    value = float(value)
-    return f"{value / 1e6:.3g}M" if value >= 999_500 else f"{value / 1e3:.3g}k"
+    return count(value, "tokens per step")
 
 
 def sweep_lines(regimes: pd.DataFrame) -> list[str]:

@@ -7,8 +7,8 @@ import pandas as pd
 
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric, require_columns
-from muon_repro.report.formatting import mb, mib, ms, pct, ratio
-from muon_repro.report.selection import run_label, sort_runs
+from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
+from muon_repro.report.selection import run_label, run_labels, sort_runs
 
 
 def has_values(df: pd.DataFrame, column: str) -> bool:
@@ -57,8 +57,8 @@ def runs_rows(data: ReportData) -> list[list[str]]:
         ),
     )
     wait = has_values(runs, "comm_wait_ms")
-    rows = []
-    for _, r in sort_runs(runs).iterrows():
+    rows, ordered = [], sort_runs(runs)
+    for label, (_, r) in zip(run_labels(ordered), ordered.iterrows()):
         t = {
             col: ms(metric(r, col), f"runs.{col}").removesuffix(" ms")
             for col in (
@@ -76,7 +76,7 @@ def runs_rows(data: ReportData) -> list[list[str]]:
         comm = t["comm_ms"] + (f" ({ms(metric(r, 'comm_wait_ms'), 'runs.comm_wait_ms').removesuffix(' ms')})" if wait else "")
         rows.append(
             [
-                run_label(r),
+                label,
                 str(r["run"]),
                 f"{trials} × {steps // max(trials, 1)}",
                 f"{t['step_ms']} ({t['step_ms_p10']}–{t['step_ms_p90']})",
@@ -157,7 +157,7 @@ def bytes_rows(data: ReportData) -> tuple[list[list[str]], dict[str, float]]:
         totals[str(r["run"])] = float(t["analytic"].sum())
         rows.append((r, t))
     out = []
-    for r, t in rows:
+    for label, (r, t) in zip(run_labels(pd.DataFrame([r for r, _ in rows])) if rows else [], rows):
         twin = adamw_partner(data, r)
         twin_total = totals.get(twin) if twin else None
         if twin_total:
@@ -168,10 +168,10 @@ def bytes_rows(data: ReportData) -> tuple[list[list[str]], dict[str, float]]:
             vs_adamw = "AdamW sends nothing"
         out.append(
             [
-                run_label(r),
+                label,
                 str(r["run"]),
                 *(mb(t[k].sum()).removesuffix(" MB") for k in derive.BYTE_SOURCES),
-                f"{100 * derive.source_gap(t):.2g}%",
+                percent(derive.source_gap(t)),
                 vs_adamw,
             ]
         )

@@ -97,15 +97,35 @@ def first_pair(reps: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
 
 
 def run_label(row: pd.Series, *, group: bool = False) -> str:
-    """``Muon DP2·TP2``, with the layout when not contiguous, and the group when asked."""
+    """``Muon DP2·TP2``, with the layout when not contiguous, how its gathers overlap when they do
+    (``Muon DP2·TP2 bucketed, naive async``), and the group when asked. Runs shown together take
+    their labels from :func:`run_labels`, which tells apart the runs this leaves alike."""
     opt = str(row["optimizer"])
     label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(row['dp']), int(row['tp']))}"
     layout = row.get("layout")
     if isinstance(layout, str) and layout != "contiguous":
         label += f" {layout.replace('_', '-')}"
+    overlap = row.get("overlap")
+    if isinstance(overlap, str) and overlap != "none":
+        label += f", {style.OVERLAP_LABELS.get(overlap, overlap.replace('_', ' '))}"
     if group:
         label += f"  [{row['group']}]"
     return label
+
+
+def run_labels(runs: pd.DataFrame, *, group: bool = False) -> list[str]:
+    """The labels of ``runs`` (in their order), one per run and no two alike: :func:`run_label`, then,
+    for the runs that still share one, the group (``[layout_ablation]``, ``[overlap]``), then the run id."""
+    labels = [run_label(r, group=group) for _, r in runs.iterrows()]
+    if not group:
+        labels = _tell_apart(labels, [f"{label}  [{r['group']}]" for label, (_, r) in zip(labels, runs.iterrows())])
+    return _tell_apart(labels, [f"{label} ({r['run']})" for label, (_, r) in zip(labels, runs.iterrows())])
+
+
+def _tell_apart(labels: list[str], longer: list[str]) -> list[str]:
+    """``labels``, each one that is not unique replaced by its ``longer`` form."""
+    seen = pd.Series(labels).value_counts()
+    return [long if seen[label] > 1 else label for label, long in zip(labels, longer)]
 
 
 def titled(row: pd.Series) -> str:

@@ -52,6 +52,9 @@ OPTIMIZER_COMM_PHASES = phases.OPTIMIZER_COMM_PHASES  # bytes figure and table, 
 TIMELINE_COARSE = phases.COARSE_PHASES
 TIMELINE_FINE = phases.OPTIMIZER_PHASES + phases.MODEL_COMM_PHASES  # inside the optimizer, data-flow order
 
+# How a run's gathers overlap (runs.overlap); "none" (blocking gathers) goes unsaid in a run's label.
+OVERLAP_LABELS = {"none": "blocking", "naive_async": "naive async", "pipelined": "pipelined"}
+
 KIND_COLORS = {
     "all_reduce": "#44AA99",
     "all_gather": "#CC6677",

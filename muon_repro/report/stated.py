@@ -1,0 +1,181 @@
+"""The numbers a figure states beside what it draws: the claims' and checks' values, read from their tables.
+
+A number a figure prints in its title or takeaway is either a claim's or a check's value, read from
+``claims.measured_value`` (or a number its ``quoted`` column keeps) or ``checks.measured_value`` and
+written by the same functions as the report's claims and checks tables
+(:func:`~muon_repro.report.claims_section.claim_number`, :func:`~muon_repro.report.checks_section.check_number`),
+or it says in its own words which other quantity it is (``the bars, profiled steps incl. waiting``).
+
+Each builder returns a :class:`Stated`: the text the figure prints, and each table value it quotes
+(``claims.comm_time_dp2_tp2.measured_value`` -> the string printed), so a test can hold the figure
+to the tables. Only the tables: no torch, no run directory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from muon_repro.hardware import PROFILE_FIELD, rows_of_profile
+from muon_repro.report import style
+from muon_repro.report.checks_section import check_number
+from muon_repro.report.claims_section import claim_measured, claim_number
+from muon_repro.report.data import is_missing, metric
+from muon_repro.report.formatting import pct, ratio
+
+COMM_CLAIM = "comm_time_dp2_tp2"
+SHARE_CLAIM = "optimizer_share"
+
+
+@dataclass(frozen=True)
+class Stated:
+    """What a figure prints from the tables: ``text``, and ``values``: ``<table>.<id>.<column>`` -> as printed."""
+
+    text: str
+    values: dict[str, str] = field(default_factory=dict)
+
+
+def profile_of(runs: pd.DataFrame) -> str | None:
+    """The hardware profile of the runs a figure draws (its view holds one), None when the table has none."""
+    if PROFILE_FIELD not in runs.columns or runs.empty:
+        return None
+    return str(runs[PROFILE_FIELD].astype(str).value_counts().index[0])
+
+
+def row_of(table: pd.DataFrame, key: str, value: str, profile: str | None) -> pd.Series | None:
+    """The row of ``table`` whose ``key`` is ``value`` on ``profile``; None when there is none or it holds no value."""
+    if table is None or table.empty or key not in table.columns:
+        return None
+    rows = rows_of_profile(table, profile) if profile is not None else table
+    rows = rows[rows[key] == value]
+    if rows.empty or is_missing(rows.iloc[0].get("measured_value")):
+        return None
+    return rows.iloc[0]
+
+
+def quoted(row: pd.Series, name: str) -> float | None:
+    """A number the row's ``quoted`` column keeps (JSON), None when it does not."""
+    raw = row.get("quoted")
+    if is_missing(raw):
+        return None
+    value = json.loads(str(raw)).get(name)
+    return None if value is None else float(value)
+
+
+def claimed(row: pd.Series) -> str | None:
+    """The claim's claimed value in its unit (``0.57×``, ``1.1%``), None when the claim states none."""
+    if is_missing(row.get("claimed_value")):
+        return None
+    return claim_number(row["claimed_value"], str(row["unit"]), str(row["claim_id"]), "claims.claimed_value", digits=0)
+
+
+# ---------------------------------------------------------------- Figure 1: communication time per collective kind
+
+
+def comm_time(bar_ratios: dict[str, float], claims: pd.DataFrame, profile: str | None) -> Stated:
+    """The takeaway of ``comm_time_by_kind``. ``bar_ratios``: grid label -> Muon / AdamW of what the bars draw
+    (``runs.comm_ms``: profiled steps, every collective's time including the wait for the last rank), which is
+    not the claim's quantity; the claim's (transfer time only, steps timed without the profiler, paired by
+    round) is quoted from the claims table, with the ratio including waiting that the claim keeps beside it."""
+    values: dict[str, str] = {}
+    bars = ", ".join(f"{grid} {ratio(v, f'runs.comm_ms ratio at {grid}')}" for grid, v in bar_ratios.items())
+    parts = [f"the bars (profiled steps, communication incl. waiting): {bars}"] if bars else []
+    row = row_of(claims, "claim_id", COMM_CLAIM, profile)
+    if row is not None:
+        cid, unit = COMM_CLAIM, str(row["unit"])
+        measured = claim_measured(row)
+        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], unit, cid)
+        what = "transfer time" if "transfer" in unit else "communication time"
+        said = f"the claim's quantity ({what}, steps timed without the profiler, paired by round): {measured}"
+        with_waiting = quoted(row, "comm_ms_ratio_with_waiting")
+        if with_waiting is not None:
+            values[f"claims.{cid}.quoted.comm_ms_ratio_with_waiting"] = claim_number(with_waiting, unit, cid, "claims.quoted")
+            said += f", incl. waiting {values[f'claims.{cid}.quoted.comm_ms_ratio_with_waiting']}"
+        study = claimed(row)
+        if study is not None:
+            values[f"claims.{cid}.claimed_value"] = study
+            said += f" (Wei's study, 4 GPUs: {study})"
+        parts.insert(0, f"DP2·TP2 {said}")
+    if not bar_ratios:
+        parts.append("only one optimizer recorded: no Muon / AdamW ratio drawn")
+    return Stated("Muon / AdamW: " + "; ".join(parts), values)
+
+
+# ---------------------------------------------------------------- Figure 3: the optimizer's share of the step
+
+
+def optimizer_share(bar_shares: dict[str, list[float]], claims: pd.DataFrame, profile: str | None) -> Stated:
+    """The takeaway of ``optimizer_overhead``. ``bar_shares``: optimizer label -> the shares the bars draw
+    (``runs.optimizer_ms / runs.step_ms``: medians of the profiled steps); the claim's estimate (steps timed
+    without the profiler, the share formed within each step) and the original study's value from the claims table."""
+    values: dict[str, str] = {}
+    parts = []
+    for label, shares in bar_shares.items():
+        lo, hi = pct(min(shares), "runs.optimizer_ms / runs.step_ms"), pct(max(shares), "runs.optimizer_ms / runs.step_ms")
+        parts.append(f"{label} {lo}" if lo == hi else f"{label} {lo.removesuffix('%')}–{hi}")
+    text = "the bars (profiled steps, medians): " + ", ".join(parts) if parts else "no runs"
+    row = row_of(claims, "claim_id", SHARE_CLAIM, profile)
+    if row is not None:
+        values[f"claims.{SHARE_CLAIM}.measured_value"] = claim_number(row["measured_value"], str(row["unit"]), SHARE_CLAIM)
+        text += f"; the claim's estimate, Muon DP2·TP2 (steps timed without the profiler): {claim_measured(row)}"
+        study = claimed(row)
+        if study is not None:
+            values[f"claims.{SHARE_CLAIM}.claimed_value"] = study
+            text += f"; Wei's study measured ~{study} for Muon"
+    return Stated(text, values)
+
+
+def study_share(claims: pd.DataFrame, profile: str | None, default: float = 0.011) -> float:
+    """The original study's optimizer share (``claims.claimed_value``), ``default`` without the claim."""
+    row = row_of(claims, "claim_id", SHARE_CLAIM, profile)
+    return default if row is None or is_missing(row.get("claimed_value")) else float(row["claimed_value"])
+
+
+# ---------------------------------------------------------------- Figure 5: bytes per step by layout
+
+
+def bytes_checks(checks: pd.DataFrame, profile: str | None) -> pd.DataFrame:
+    """The bytes checks (one per Muon layout) of ``profile``: the rows of ``checks`` with a layout."""
+    if checks is None or checks.empty or "layout" not in checks.columns:
+        return pd.DataFrame(columns=["check_id", "layout", "measured_value", "unit", "quoted"])
+    rows = rows_of_profile(checks, profile) if profile is not None else checks
+    return rows[rows["layout"].notna()].reset_index(drop=True)
+
+
+def dp_bytes(checks: pd.DataFrame, profile: str | None, layout: str, optimizer: str) -> float | None:
+    """The DP-group optimizer bytes per rank per step the bytes check of ``layout`` measured for ``optimizer``
+    (``quoted``: muon_dp_bytes, adamw_dp_bytes), None without that check."""
+    rows = bytes_checks(checks, profile)
+    rows = rows[rows["layout"] == layout]
+    return None if rows.empty else quoted(rows.iloc[0], f"{optimizer}_dp_bytes")
+
+
+def dp_mb(value: float) -> str:
+    """DP-group bytes as the bytes figure prints them: ``10.5 MB``."""
+    return f"{value / style.MB:.3g} MB"
+
+
+def bytes_by_layout(grid: str, total_ratios: dict[str, float], agree: str, checks: pd.DataFrame, profile: str | None) -> Stated:
+    """The takeaway of ``bytes_by_layout``: the bytes checks' ratios (DP group, the paper's quantity) as the checks
+    table writes them, then the ratios of what the bars add up to (every optimizer phase, Muon's TP gather
+    included), named as such. ``total_ratios``: layout -> Muon / AdamW of the bar totals."""
+    values: dict[str, str] = {}
+    checked = []
+    region = None
+    for _, c in bytes_checks(checks, profile).iterrows():
+        cid = str(metric(c, "check_id", "checks", "check_id"))
+        said = check_number(c["measured_value"], str(c["unit"]), f"checks.measured_value ({cid})")
+        values[f"checks.{cid}.measured_value"] = said
+        checked.append(f"{str(c['layout']).replace('_', '-')} {said}×")
+        region = region or (None if is_missing(c.get("claimed_region")) else str(c["claimed_region"]))
+    totals = ", ".join(f"{layout.replace('_', '-')} {ratio(v, 'bytes ratio')}" for layout, v in total_ratios.items())
+    if not checked:
+        return Stated(f"{grid}: {agree} (no AdamW run to compare with)" if not totals else f"{grid}: {totals}; {agree}")
+    text = f"{grid}: Muon / AdamW bytes on the DP group (the bytes checks' quantity): {', '.join(checked)}" + (
+        f" (paper: {region})" if region else ""
+    )
+    if totals:
+        text += f"; all optimizer bytes, Muon's TP gather included (the bar totals): {totals}"
+    return Stated(f"{text}; {agree}", values)

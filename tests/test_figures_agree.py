@@ -1,0 +1,156 @@
+"""The figures agree with the claims and checks tables: for the committed ``metrics/``, every claim or check value a
+figure states is the table's value written the same way (and is in the drawn SVG); every run has its own label; no
+percentage is written with an exponent; k is 1,000."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.report import bytes_figures, figures, stated
+from muon_repro.report.checks_section import check_number
+from muon_repro.report.claims_section import claim_number
+from muon_repro.report.data import load
+from muon_repro.report.formatting import count, percent
+from muon_repro.report.selection import run_labels, sort_runs
+
+METRICS = Path(__file__).resolve().parents[1] / "metrics"
+
+
+@pytest.fixture(scope="module")
+def data():
+    everything = load(METRICS)
+    return everything.of_profile(everything.profiles[0])
+
+
+@pytest.fixture(scope="module")
+def tables(data):
+    """claims and checks read straight from the parquet files (not through the report), of the figures' profile."""
+    claims = pd.read_parquet(METRICS / "claims.parquet")
+    checks = pd.read_parquet(METRICS / "checks.parquet")
+    return claims[claims["profile"] == data.profile], checks[checks["profile"] == data.profile]
+
+
+def _claim(claims: pd.DataFrame, claim_id: str) -> pd.Series:
+    return claims[claims["claim_id"] == claim_id].iloc[0]
+
+
+def _svg_text(path: Path) -> str:
+    """The SVG's text (svg.fonttype none keeps it as text), lines joined as the figure wraps them."""
+    return " ".join(html.unescape(Path(path).with_suffix(".svg").read_text()).split())
+
+
+def test_comm_time_states_the_claims_values(data, tables, tmp_path):
+    claims, _ = tables
+    row = _claim(claims, "comm_time_dp2_tp2")
+    said = figures.comm_time_stated(data.runs, data.claims)
+    unit, cid = str(row["unit"]), "comm_time_dp2_tp2"
+    assert said.values["claims.comm_time_dp2_tp2.measured_value"] == claim_number(row["measured_value"], unit, cid)
+    waiting = json.loads(row["quoted"])["comm_ms_ratio_with_waiting"]
+    assert said.values["claims.comm_time_dp2_tp2.quoted.comm_ms_ratio_with_waiting"] == claim_number(waiting, unit, cid)
+    assert said.values["claims.comm_time_dp2_tp2.claimed_value"] == claim_number(row["claimed_value"], unit, cid, digits=0)
+    # The claim's quantity is named, and so is the bars' other one.
+    assert "transfer time" in said.text and "the claim's quantity" in said.text
+    assert "the bars (profiled steps, communication incl. waiting)" in said.text
+    for value in said.values.values():
+        assert value in said.text
+    png = figures.comm_time_by_kind(data.runs, data.steps, data.claims, tmp_path / "comm_time_by_kind")
+    svg = _svg_text(png)
+    for value in said.values.values():
+        assert value in svg
+
+
+def test_optimizer_overhead_states_the_claims_values(data, tables, tmp_path):
+    claims, _ = tables
+    row = _claim(claims, "optimizer_share")
+    said = figures.optimizer_share_stated(data.runs, data.claims)
+    unit = str(row["unit"])
+    assert said.values["claims.optimizer_share.measured_value"] == claim_number(row["measured_value"], unit, "optimizer_share")
+    assert said.values["claims.optimizer_share.claimed_value"] == claim_number(
+        row["claimed_value"], unit, "optimizer_share", digits=0
+    )
+    assert "the bars (profiled steps, medians)" in said.text
+    svg = _svg_text(figures.optimizer_overhead(data.runs, data.claims, tmp_path / "optimizer_overhead"))
+    for value in said.values.values():
+        assert value in svg
+
+
+def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
+    _, checks = tables
+    said = bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks)
+    by_layout = checks[checks["layout"].notna()]
+    assert len(by_layout) > 0
+    for _, c in by_layout.iterrows():
+        cid = str(c["check_id"])
+        expected = check_number(c["measured_value"], str(c["unit"]), cid)
+        assert said.values[f"checks.{cid}.measured_value"] == expected
+        assert f"{str(c['layout']).replace('_', '-')} {expected}×" in said.text
+    # The bar totals' ratios (TP gather included) are named as the other quantity they are.
+    assert "the bytes checks' quantity" in said.text and "TP gather included (the bar totals)" in said.text
+    # The DP-group bytes above the bars are the checks' (quoted muon_dp_bytes / adamw_dp_bytes) ...
+    for key, printed in said.values.items():
+        if ".quoted." in key:
+            _, cid, _, name = key.split(".")
+            value = json.loads(checks[checks["check_id"] == cid].iloc[0]["quoted"])[name]
+            assert printed == stated.dp_mb(value)
+    # ... and the drawn DP bars add up to them.
+    for _, r in sort_runs(data.runs).iterrows():
+        if r["dp"] != 2 or r["tp"] != 2 or r["group"] not in ("comparison", "layout_ablation"):
+            continue
+        layout = r["layout"] if r["optimizer"] == "muon" else "contiguous"
+        rows = by_layout[by_layout["layout"] == layout]
+        if rows.empty:
+            continue
+        from muon_repro.report import derive
+
+        table = derive.phase_bytes(data.phases, str(r["run"]))
+        dp_phases = [p for p in table.index if p.startswith("dp_")]
+        drawn = float(table.loc[dp_phases, "trace"].sum())
+        assert drawn == pytest.approx(json.loads(rows.iloc[0]["quoted"])[f"{r['optimizer']}_dp_bytes"], rel=1e-9)
+    svg = _svg_text(bytes_figures.bytes_by_layout(data.runs, data.phases, data.checks, tmp_path / "bytes_by_layout"))
+    for value in said.values.values():
+        assert value in svg
+
+
+def test_every_run_has_its_own_label(data):
+    rs = sort_runs(data.runs)
+    for group in (False, True):
+        labels = run_labels(rs, group=group)
+        assert len(set(labels)) == len(labels), labels
+    overlap = rs[rs["group"] == "overlap"]
+    labels = run_labels(overlap, group=True)
+    assert any("naive async" in label for label in labels) and any("pipelined" in label for label in labels)
+
+
+@pytest.mark.parametrize(
+    "fraction, expected",
+    [(0.011, "1.1%"), (0.5, "50%"), (0.997, "100%"), (1.0, "100%"), (1.03, "103%"), (0.0012, "0.12%"), (12.3, "1230%")],
+)
+def test_percent_never_has_an_exponent(fraction, expected):
+    assert percent(fraction) == expected
+    assert "e+" not in percent(fraction, digits=3) and "e+" not in percent(fraction, signed=True)
+
+
+def test_k_is_one_thousand():
+    assert count(103_000) == "103k"
+    assert count(2**20) == "1.05M"  # never 1,024 k
+    assert count(999_500) == "1M"
+    assert count(512) == "512"
+
+
+def test_no_percentage_printed_with_an_exponent(data):
+    from muon_repro.report import readme, regimes_section
+
+    texts = [
+        figures.comm_time_stated(data.runs, data.claims).text,
+        figures.optimizer_share_stated(data.runs, data.claims).text,
+        bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks).text,
+        *(readme.BLOCKS[name](load(METRICS)) for name in readme.BLOCKS),
+        *regimes_section.sweep_lines(data.regimes),
+    ]
+    for text in texts:
+        assert "e+" not in text and "e-0" not in text, text
