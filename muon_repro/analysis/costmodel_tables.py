@@ -229,6 +229,7 @@ def _predicted(muon, adamw) -> dict:
         return {}
     out = {
         "held_out": getattr(muon, "held_out", None),
+        "validation_set": getattr(muon, "validation_set", None),
         "predicted_step_ms": muon.predicted_step_ms,
         "predicted_optimizer_ms": muon.predicted_optimizer_ms,
         "predicted_optimizer_share": muon.predicted_optimizer_ms / muon.predicted_step_ms,

@@ -124,7 +124,8 @@ class MachineProfile:
     ranks_per_node: int | None = None  # null: every rank of a run on one node
     # {ranks computing at once on a node: fraction of the rate each gets}
     compute_share: dict[int, float] = field(default_factory=dict)
-    bandwidth_share: dict[int, float] = field(default_factory=dict)  # the same for memory-bound kernels; default: compute_share
+    # the same for a stream loop on 48 MB operands: measured and shown, not applied (docs/method.md#cost-model)
+    bandwidth_share: dict[int, float] = field(default_factory=dict)
     # {SIZE_CURVE_KINDS: {operand elements per rank: the kind's rate}}; default: the flat figure
     size_curves: dict[str, dict[int, float]] = field(default_factory=dict)
     # {group size: mean wait per collective for the group's last rank, when ranks share cores}
@@ -253,13 +254,6 @@ class MachineProfile:
         if not curve or elems <= 0 or dtype != "fp32":
             return flat
         return interpolate_curve(curve, elems)
-
-    def bandwidth_slowdown(self, local_ranks: int) -> float:
-        """How much slower memory-bound kernels go than compute-bound ones when ``local_ranks``
-        ranks share a node (their shared memory bandwidth, beside the shared cores): 1 unmeasured."""
-        if not self.bandwidth_share or not self.compute_share or local_ranks <= 1:  # a rank alone shares nothing
-            return 1.0
-        return _nearest_below(self.compute_share, local_ranks) / _nearest_below(self.bandwidth_share, local_ranks)
 
     def op_seconds(self, profiled: bool) -> float:
         """Host time of one operator call, under the bench's profiler or not."""

@@ -182,10 +182,8 @@ def _compute_stage(
     workload: Workload,
     profiled: bool,
 ) -> None:
-    local = _local_ranks(machine, len(stages))
-    cores = machine.compute_cores(local)
-    slowdown = machine.bandwidth_slowdown(local) if cores is not None else 1.0
-    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, workload.precision, slowdown) for s in stages]
+    cores = machine.compute_cores(_local_ranks(machine, len(stages)))
+    works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, workload.precision) for s in stages]
     for r, work in enumerate(works):
         done[r] += work
     for node in _nodes(machine, len(stages)):
@@ -200,18 +198,11 @@ def _compute_stage(
             clock[r] = end
 
 
-def compute_seconds(
-    work: Compute,
-    machine: MachineProfile,
-    ns_dtype: str,
-    profiled: bool,
-    model_dtype: str = "fp32",
-    bandwidth_slowdown: float = 1.0,
-) -> float:
-    """Time of ``work`` on one rank with the rates of ``machine`` (no sharing; ``bandwidth_slowdown``
-    stretches its memory-bound kernels for the memory bandwidth ranks sharing a node lose beyond the cores)."""
+def compute_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, profiled: bool, model_dtype: str = "fp32") -> float:
+    """Time of ``work`` on one rank alone with the rates of ``machine``; ranks sharing cores are slowed by the
+    compute share (processor sharing), memory-bound kernels alike (docs/method.md#cost-model says why not more)."""
     compute, memory = kernel_seconds(work, machine, ns_dtype, model_dtype)
-    kernels = compute + memory * bandwidth_slowdown
+    kernels = compute + memory
     host = work.ops * machine.op_seconds(profiled)
     return kernels + host if machine.device == "cpu" else max(kernels, host)
 

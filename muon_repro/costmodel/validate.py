@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig, from_dict
-from muon_repro.bench.regimes import is_held_out
+from muon_repro.bench.regimes import is_held_out, validation_set
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe
@@ -157,6 +157,7 @@ def validate(
                 "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
                 "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
                 "held_out": is_held_out(cfg),
+                "validation_set": validation_set(cfg),
                 "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
             }
         )

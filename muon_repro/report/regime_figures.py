@@ -62,8 +62,8 @@ def main_axis(regimes: pd.DataFrame) -> pd.DataFrame:
     """The sweep's main axis: Muon at DP2·TP2, contiguous layout (the held-out validation points left out)."""
     r = regimes
     main = (r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")
-    if "held_out" in r.columns:
-        main &= ~r["held_out"].fillna(False).astype(bool)
+    if "validation_set" in r.columns:
+        main &= r["validation_set"].isna()
     return r[main].sort_values("tokens_per_step")
 
 

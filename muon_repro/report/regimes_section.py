@@ -105,7 +105,7 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
     """What the sweep measured, in words: the range of the optimizer share and Muon's extra, and the inversions."""
     if regimes.empty:
         return ["No regime sweep in these tables: `muon-repro regimes` records it (about 6 minutes a trial on 2 cores)."]
-    held = regimes["held_out"].fillna(False).astype(bool) if "held_out" in regimes.columns else pd.Series(False, regimes.index)
+    held = regimes["validation_set"].notna() if "validation_set" in regimes.columns else pd.Series(False, regimes.index)
     held_out, regimes = regimes[held], regimes[~held]  # the validation points are the predictions' business
     muon = regimes[regimes["optimizer"] == "muon"]
     main = main_axis(regimes)

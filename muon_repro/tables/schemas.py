@@ -1002,6 +1002,13 @@ PREDICTIONS = TableSchema(
             "a configuration the cost model was never tuned on (muon_repro.bench.regimes.HELD_OUT): what its "
             "thresholds' ranges rest on",
         ),
+        (
+            "validation_set",
+            "string",
+            "",
+            "held_out (HELD_OUT), first_held_out (FIRST_HELD_OUT: held out until the model's last change saw it), or null "
+            "(the sweep's own points and the reference runs)",
+        ),
         ("path", "string", "", "the run folder"),
     ),
 )
@@ -1030,6 +1037,12 @@ REGIMES = TableSchema(
             "",
             "a configuration the cost model was never tuned on (predictions.held_out): its validation, off the sweep's "
             "main lines",
+        ),
+        (
+            "validation_set",
+            "string",
+            "",
+            "predictions.validation_set: a held-out set's name, off the sweep's main lines; null otherwise",
         ),
         ("optimizer", "string", "", "muon or adamw"),
         ("trials", "Int64", "count", "trials recorded"),
