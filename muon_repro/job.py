@@ -18,12 +18,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from muon_repro import stages
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
+from muon_repro.dataset.meta import release_date
 from muon_repro.tables.files import write_atomic
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
@@ -42,6 +42,7 @@ class RunPlan:
     progress: bool = True
     profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
+    authors: tuple[str, ...] = ()  # --author: whom the card and the report cite (default: resolve_authors)
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -107,7 +108,7 @@ def stage_figures(plan: RunPlan) -> None:
 
 
 def stage_report(plan: RunPlan) -> None:
-    for fmt, path in stages.report(plan.metrics, plan.figures, plan.report).items():
+    for fmt, path in stages.report(plan.metrics, plan.figures, plan.report, meta=_meta(plan)).items():
         print(f"{fmt:4s} {path}")
 
 
@@ -118,10 +119,12 @@ def _sources(plan: RunPlan):
 
 
 def _meta(plan: RunPlan):
+    """What the card, CITATION.cff, croissant.json and the report cite: the project's repository, this version,
+    the day of the newest run, the authors (``--author``, else the checked-in list: never the machine's git)."""
     from muon_repro import __version__
-    from muon_repro.dataset.meta import BundleMeta
+    from muon_repro.dataset.meta import BundleMeta, resolve_authors
 
-    return BundleMeta(version=__version__, date=release_date(plan.metrics))
+    return BundleMeta(version=__version__, date=release_date(plan.metrics), authors=resolve_authors(plan.authors))
 
 
 def stage_card(plan: RunPlan) -> None:
@@ -141,17 +144,6 @@ def stage_bundle(plan: RunPlan) -> None:
     if not result.ok:
         raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))
     print(f"{plan.bundle}: all {len(result.passed)} checks passed.")
-
-
-def release_date(metrics: Path) -> str:
-    """The day the newest run was recorded (runs.recorded_at), so the card and the manifest follow from the data."""
-    from muon_repro.tables.io import read_table
-
-    try:
-        recorded = read_table(metrics / "runs.parquet", "runs", check_set=False)["recorded_at"].dropna()
-    except (OSError, ValueError, KeyError):
-        recorded = []
-    return max(str(r) for r in recorded)[:10] if len(recorded) else datetime.now().date().isoformat()
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {

@@ -50,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="of those, the first rounds profiled with traces; the others are timed only (default: %(default)s)",
     )
     p.add_argument("--force", action="store_true", help="re-record complete runs")
+    p.add_argument(
+        "--author",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="an author the card, CITATION.cff, croissant.json and the report cite; repeat for more "
+        "(default: the project's checked-in list, never the machine's git config)",
+    )
     p.add_argument("--no-progress", action="store_true")
     add_profile_argument(p)
     p.set_defaults(func=_run)
@@ -71,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         profile=args.profile,
         command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
+        authors=tuple(args.author or ()),
     )
     try:
         seconds = run_job(plan)

@@ -3,7 +3,7 @@
     bench     configurations                 -> traces/<profile>/<group>/<name>/  (trains: imports torch)
     analyze   traces                         -> metrics/*.parquet + .csv   (the only interface from here on)
     figures   metrics/                       -> figures/*.png + .svg
-    report    metrics/ + figures/            -> report/report.md, .pdf
+    report    metrics/ + figures/ + BundleMeta -> report/report.md, .pdf (citing the dataset as the card does)
     card      the folders + BundleMeta       -> dataset_card.md (+ CITATION.cff, croissant.json beside it)
     bundle    the folders + BundleMeta       -> dist/dataset/ (+ MANIFEST.sha256)
     verify    a bundle                       -> VerifyResult
@@ -119,14 +119,26 @@ def report(
     out: str | Path = "report",
     *,
     formats: Sequence[str] = ("md", "pdf"),
+    meta: BundleMeta | None = None,
 ) -> dict[str, Path]:
     """Render the report from the tables and the figures; returns format -> path.
-    ``out`` is checked before anything is read (ValueError)."""
+    ``out`` is checked before anything is read (ValueError). "How to cite" gives the dataset's BibTeX
+    for ``meta`` (default: :func:`~muon_repro.dataset.citation.report_meta`, what ``muon-repro run``'s card
+    cites), byte for byte the card's, and the paper's."""
+    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta
     from muon_repro.report.build import write_report
     from muon_repro.tables.files import check_out_folder
 
     check_out_folder(Path(out), f"output folder {out}")
-    return write_report(Path(metrics), Path(figures), Path(out), tuple(formats))
+    meta = meta or report_meta(metrics)
+    return write_report(
+        Path(metrics),
+        Path(figures),
+        Path(out),
+        tuple(formats),
+        citation=(bibtex(meta), paper_bibtex()),
+        citation_args=report_arguments(meta, metrics),
+    )
 
 
 def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md") -> Path:

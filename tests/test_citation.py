@@ -1,21 +1,32 @@
 """Citing: CITATION.cff at the repository root (the bundle's, byte for byte, valid for cffconvert) and the BibTeX
-entry with the Hub's revision convention, in the card (version tag) and printed by publish (commit)."""
+entry with the Hub's revision convention, in the card (version tag) and printed by publish (commit).
+
+One entry: the card, croissant.json's citeAs, the report and publish carry the bytes of one renderer, for the
+authors the publisher names (--author), else the checked-in list (never a placeholder)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
-from hub_support import DATE, build
+from hub_support import DATE, build, source_args
+from report_bundle import make_bundle
 
+from muon_repro import __version__
+from muon_repro.cli import main
+from muon_repro.dataset import meta as meta_module
 from muon_repro.dataset.bundle import Sources, documents_from_sources
 from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.dataset.croissant import CROISSANT_NAME
-from muon_repro.dataset.meta import BundleMeta
+from muon_repro.dataset.meta import BundleMeta, project_authors, resolve_authors
+from muon_repro.dataset.naming import DEFAULT_REPO_ID, HUB_URL
 from muon_repro.hub.publish import publish
 from muon_repro.job import RunPlan, _meta, _sources
 
@@ -69,7 +80,7 @@ def test_citation_cff_validates_with_cffconvert(which, sources, tmp_path):  # no
 
 
 def test_read_citation_gives_back_the_metadata_it_was_written_from(sources, tmp_path):  # noqa: F811
-    meta = dataclasses.replace(META, authors=("Ada Lovelace", "muon_repro developers"), code_url="https://example.org/muon_repro")
+    meta = dataclasses.replace(META, authors=("Ada Lovelace", "The muon-repro team"), code_url="https://example.org/muon_repro")
     (tmp_path / CFF_NAME).write_text(documents_from_sources(Sources(**sources), meta).root_files[CFF_NAME])
     assert read_citation(tmp_path / CFF_NAME) == meta
     broken = tmp_path / "broken.cff"
@@ -108,3 +119,103 @@ def test_publish_prints_the_entry_with_the_commit_it_tagged(sources, tmp_path, f
     lines.clear()
     publish(bundle, REPO, "1.0.0", api=hub_api, echo=lines.append)
     assert lines[-1] == f"Cite this version as:\n{expected}"
+
+
+# ---------------------------------------------------------------------- one entry, the publisher's authors
+
+AUTHORS = ("Ada Lovelace", "Grace Hopper & the {COBOL} team")  # BibTeX's special characters are escaped once
+PLACEHOLDERS = ("muon_repro developers", "muon\\_repro developers")
+
+
+def dataset_entries(text: str) -> list[str]:
+    """Every ``@misc`` entry (the dataset's) in a text: Markdown, a card, JSON-decoded citeAs, publish's output."""
+    return re.findall(r"^@misc\{.*?^\}", text, re.M | re.S)
+
+
+def test_card_croissant_report_and_publish_carry_one_entry_for_the_authors_given(sources, tmp_path, fake_hub, hub_api):  # noqa: F811
+    flags = [arg for author in AUTHORS for arg in ("--author", author)]
+    cite = ["--repo-id", REPO, "--version", "1.0.0", "--date", DATE, *flags]
+    entry = bibtex(BundleMeta(repo_id=REPO, version="1.0.0", date=DATE, authors=AUTHORS))
+    assert "author = {{Ada Lovelace} and {Grace Hopper \\& the \\{COBOL\\} team}}" in entry
+
+    # The bundle (its card and croissant.json), then the card stage from the bundle's CITATION.cff.
+    bundle = tmp_path / "dataset"
+    assert main(["bundle", "--out", str(bundle), *cite, *source_args(sources)]) == 0
+    meta = read_citation(bundle / CFF_NAME)
+    assert meta.authors == AUTHORS
+    from muon_repro import stages
+
+    card = stages.card(Sources(**sources), meta, tmp_path / "root" / "dataset_card.md")
+    croissant = json.loads((tmp_path / "root" / CROISSANT_NAME).read_text())
+    assert card.read_bytes() == (bundle / "README.md").read_bytes()
+    assert [c["name"] for c in croissant["creator"]] == list(AUTHORS)
+
+    # The report, from tables of its own, told the same.
+    root = make_bundle(tmp_path / "report_src")
+    assert main(["figures", "--metrics", str(root / "metrics"), "--out", str(root / "figures")]) == 0
+    report_args = ["--metrics", str(root / "metrics"), "--figures", str(root / "figures"), "--out", str(root / "report")]
+    assert main(["report", *report_args, "--format", "md", *cite]) == 0
+    report = (root / "report" / "report.md").read_text()
+    assert f"--format md {' '.join(cite[:6])} --author 'Ada Lovelace'" in report  # "How to reproduce" cites it again
+
+    # Publish prints the same entry, the tagged commit as its revision (title and link), nothing else changed.
+    lines: list[str] = []
+    result = publish(bundle, REPO, "1.0.0", api=hub_api, echo=lines.append, authors=AUTHORS)
+    printed = dataset_entries(lines[-1])
+    assert dataset_entries(card.read_text()) == dataset_entries(report) == dataset_entries(croissant["citeAs"]) == [entry]
+    assert printed == [bibtex(meta, result.commit, endpoint=fake_hub.url)]
+    tagged = entry.replace("(Revision v1.0.0)", f"(Revision {result.commit[:7]})")
+    assert printed[0] == tagged.replace(
+        f"{HUB_URL}/datasets/{REPO}/tree/v1.0.0", f"{fake_hub.url}/datasets/{REPO}/tree/{result.commit}"
+    )
+
+
+def test_the_committed_card_croissant_and_report_cite_one_entry():
+    """What `muon-repro run` wrote: the card, croissant.json and the report cite the job's metadata, one entry."""
+    expected = [bibtex(_meta(RunPlan(out=REPO_ROOT)))]
+    assert dataset_entries((REPO_ROOT / "dataset_card.md").read_text()) == expected, "regenerate with `muon-repro run`"
+    assert dataset_entries(json.loads((REPO_ROOT / CROISSANT_NAME).read_text())["citeAs"]) == expected
+    assert dataset_entries((REPO_ROOT / "report" / "report.md").read_text()) == expected, "regenerate with `muon-repro run`"
+
+
+def test_publish_refuses_authors_the_bundle_does_not_cite_and_a_dry_run_shows_the_entry(sources, tmp_path, hub_api):  # noqa: F811
+    bundle = build(sources, tmp_path / "dataset")
+    with pytest.raises(ValueError, match="cites muon-repro, not Ada Lovelace; rebuild it .* --author 'Ada Lovelace'"):
+        publish(bundle, REPO, "1.0.0", api=hub_api, echo=lambda line: None, authors=["Ada Lovelace"], dry_run=True)
+    lines: list[str] = []
+    publish(bundle, REPO, "1.0.0", api=hub_api, echo=lines.append, authors=list(project_authors()), dry_run=True)
+    assert dataset_entries("\n".join(lines)) == [bibtex(META)]
+
+
+def test_the_job_cites_the_checked_in_authors_or_the_given_ones_never_the_machines_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(meta_module, "git_user_name", lambda: pytest.fail("the job asked git for a name"))
+    assert _meta(RunPlan(out=tmp_path)).authors == project_authors()
+    assert _meta(RunPlan(out=tmp_path, authors=AUTHORS)).authors == AUTHORS
+    assert RunPlan(out=tmp_path).command == ("muon-repro", "run")
+
+
+def test_authors_come_from_the_flag_then_git_for_another_repository_then_the_checked_in_list(monkeypatch):
+    monkeypatch.setattr(meta_module, "git_user_name", lambda: "Someone Else")
+    assert resolve_authors(["Ada Lovelace", "Alan Turing"], repo_id="me/mine") == ("Ada Lovelace", "Alan Turing")
+    assert resolve_authors(None, repo_id="me/mine") == ("Someone Else",)
+    assert resolve_authors([]) == resolve_authors(None, repo_id=DEFAULT_REPO_ID) == project_authors()  # the project's own
+    monkeypatch.setattr(meta_module, "git_user_name", lambda: None)  # a machine without git, or without a name
+    assert resolve_authors(None, repo_id="me/mine") == project_authors()
+    with pytest.raises(ValueError, match="empty --author"):
+        resolve_authors(["Ada Lovelace", " "])
+    assert BundleMeta(repo_id=REPO, version="1.0.0", date=DATE).authors == project_authors()
+
+
+def test_the_checked_in_authors_are_pyprojects_and_no_placeholder_is_left_in_the_package():
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["authors"]
+    assert tuple(a["name"] for a in declared) == project_authors() and project_authors()
+    found = [
+        f"{path.relative_to(REPO_ROOT)}: {word}"
+        for path in sorted([*(REPO_ROOT / "muon_repro").rglob("*"), REPO_ROOT / "pyproject.toml"])
+        if path.is_file() and path.suffix not in (".pyc",)
+        for word in PLACEHOLDERS
+        if word in path.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert found == []
+    assert not set(project_authors()) & set(PLACEHOLDERS)
+    assert __version__ in bibtex(_meta(RunPlan(out=REPO_ROOT)))

@@ -43,6 +43,9 @@ WALLS: dict[str, tuple[str, ...]] = {
     "cli.py": TRAINING,
 }
 ALLOWED = {("stages.py", "muon_repro.bench"), ("stages.py", "muon_repro.parallel")}  # stages.bench() records runs
+# file -> the one module past its wall it may import: `muon-repro report` cites the dataset with the dataset's own
+# renderer, so the report and the card carry one BibTeX entry (the report's library code takes it as text).
+ALLOWED_MODULES = {("report/cli.py", "muon_repro.dataset.citation")}
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -80,7 +83,8 @@ def wall_violations(package: Path = PACKAGE) -> list[str]:
                 continue
             for module, line in imports_of(path):
                 for prefix in forbidden:
-                    if _reaches(module, prefix) and (scope, prefix) not in ALLOWED:
+                    exempt = (scope, prefix) in ALLOWED or any(rel == f and _reaches(module, m) for f, m in ALLOWED_MODULES)
+                    if _reaches(module, prefix) and not exempt:
                         out.append(f"muon_repro/{rel}:{line} imports {module} ({scope} must not import {prefix})")
     return out
 

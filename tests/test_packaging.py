@@ -30,6 +30,7 @@ def test_the_wheel_holds_the_package_and_no_development_tool(tmp_path):
     for shipped in (
         "muon_repro/tables/io.py",
         "muon_repro/dataset/templates/dataset_card.md.j2",
+        "muon_repro/dataset/authors.txt",  # the project's authors, whom the citation names by default
         "muon_repro/report/templates/report.md.j2",
     ):
         assert shipped in names

@@ -107,7 +107,8 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
 
 @pytest.mark.slow
 def test_figures_and_report_put_every_claim_of_every_profile_side_by_side(two_profiles, tmp_path):
-    from muon_repro.report.build import make_figures, write_report
+    from muon_repro import stages
+    from muon_repro.report.build import make_figures
     from muon_repro.report.figures import FIGURES
 
     write_tables(two_profiles, tmp_path / "metrics")
@@ -117,7 +118,7 @@ def test_figures_and_report_put_every_claim_of_every_profile_side_by_side(two_pr
     assert CPU in svg and GPU in svg and all(claim_id in svg for claim_id in measured)
     other = sorted((CPU, GPU))[1]  # a tie in runs: the first by name is the main profile
     assert (tmp_path / "figures" / other / "timeline.png").is_file()  # the other profile's own figures
-    report = write_report(tmp_path / "metrics", tmp_path / "figures", tmp_path / "report", ("md",))["md"].read_text()
+    report = stages.report(tmp_path / "metrics", tmp_path / "figures", tmp_path / "report", formats=("md",))["md"].read_text()
     number = len(FIGURES) + 1  # after the results' figures, in the claims section
     assert f"*Figure {number}.* Every claim measured on every hardware profile" in report
     assert report.index(f"*Figure {number}.*") < report.index(f"*Figure {number + 1}.*")  # the regime figures follow

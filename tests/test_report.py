@@ -577,12 +577,12 @@ def test_the_pdf_is_the_same_bytes_when_rendered_again(bundle: Path, tmp_path: P
 
     from pypdf import PdfReader
 
-    from muon_repro.report.build import write_report
+    from muon_repro import stages
 
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     out, pdfs = tmp_path / "report", []  # one folder: the report prints its --out in the commands
     for _ in range(2):
-        write_report(bundle / "metrics", bundle / "figures", out, ("pdf",))
+        stages.report(bundle / "metrics", bundle / "figures", out, formats=("pdf",))
         pdfs.append((out / "report.pdf").read_bytes())
         time.sleep(1.1)  # the clock moves on by a second: it must not show
     assert pdfs[0] == pdfs[1]

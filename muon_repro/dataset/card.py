@@ -24,7 +24,7 @@ import yaml
 from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
-from muon_repro.dataset.meta import DEFAULT_AUTHORS, DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta
+from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta, project_authors
 from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
 from muon_repro.tables.files import human_size
@@ -65,7 +65,7 @@ def bundle_command(meta: BundleMeta, out: str | None = None) -> str:
     args = ["muon-repro", "bundle", "--repo-id", meta.repo_id, "--version", meta.version, "--date", meta.date]
     if meta.license != DEFAULT_LICENSE:
         args += ["--license", meta.license]
-    if meta.authors != DEFAULT_AUTHORS:
+    if meta.authors != project_authors():  # what a machine without --author gives for the project's repository
         for author in meta.authors:
             args += ["--author", author]
     if meta.pretty_name != DEFAULT_PRETTY_NAME:

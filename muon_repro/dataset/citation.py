@@ -1,9 +1,14 @@
 """How to cite a bundle: ``CITATION.cff`` (Citation File Format 1.2.0) and a BibTeX entry.
 
-The BibTeX entry follows the Hub's "Cite this dataset": the revision goes in the title,
+One citation: :class:`~muon_repro.dataset.meta.BundleMeta` is what ``CITATION.cff`` is written
+from (and what :func:`read_citation` reads back), and :func:`bibtex` is the only renderer of the
+dataset's BibTeX entry: the card, croissant.json's ``citeAs``, the report's "How to cite" and the
+entry ``muon-repro publish`` prints all call it, so they carry the same bytes.
+
+The entry follows the Hub's "Cite this dataset": the revision goes in the title,
 ``title = {NAME (Revision <rev>)}``, with ``publisher = {Hugging Face}``. The card cannot name
 the commit it will be part of, so it cites the version tag; ``muon-repro publish`` prints the
-entry again with the short id of the commit it tagged.
+entry again with the short id of the commit it tagged (the title's revision and the link's, nothing else).
 """
 
 from __future__ import annotations
@@ -13,8 +18,17 @@ from pathlib import Path
 
 import yaml
 
-from muon_repro.dataset.meta import ABSTRACT, PAPER, BundleMeta
-from muon_repro.dataset.naming import HUB_URL, dataset_url
+from muon_repro import __version__
+from muon_repro.dataset.meta import (
+    ABSTRACT,
+    DEFAULT_PRETTY_NAME,
+    PAPER,
+    BundleMeta,
+    project_authors,
+    release_date,
+    resolve_authors,
+)
+from muon_repro.dataset.naming import DEFAULT_REPO_ID, HUB_URL, dataset_url
 
 CFF_NAME = "CITATION.cff"
 SHORT_SHA = 7  # as the Hub shows a commit in its citation
@@ -58,8 +72,10 @@ def _tex(text: str) -> str:
 
 
 def bibtex(meta: BundleMeta, commit: str | None = None, *, endpoint: str = HUB_URL) -> str:
-    """A BibTeX ``@misc`` entry for this version: revision ``commit[:7]`` if given, else the version tag;
-    the link on ``endpoint`` (the public Hub unless told: a commit on another Hub exists only there)."""
+    """The dataset's BibTeX ``@misc`` entry, rendered from the metadata CITATION.cff is written from: the one
+    renderer (card, croissant.json's ``citeAs``, report, publish). Revision ``commit[:7]`` if given (publish,
+    after tagging), else the version tag; the link on ``endpoint`` (the public Hub unless told: a commit on
+    another Hub exists only there). With and without ``commit``, the same fields in the same order."""
     key = re.sub(r"[^A-Za-z0-9]+", "_", meta.repo_id.split("/")[-1]).strip("_") + f"_{meta.version.replace('.', '_')}"
     authors = " and ".join("{" + _tex(a) + "}" for a in meta.authors)  # braces: a team name is not "Last, First"
     revision = commit[:SHORT_SHA] if commit else meta.tag
@@ -73,6 +89,44 @@ def bibtex(meta: BundleMeta, commit: str | None = None, *, endpoint: str = HUB_U
     ]
     body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields)
     return f"@misc{{{key},\n{body}\n}}"
+
+
+def report_meta(
+    metrics: str | Path,
+    *,
+    repo_id: str = DEFAULT_REPO_ID,
+    version: str = __version__,
+    date: str | None = None,
+    authors: tuple[str, ...] | None = None,
+    pretty_name: str = DEFAULT_PRETTY_NAME,
+) -> BundleMeta:
+    """What the report cites for the tables in ``metrics``: by default what ``muon-repro run``'s card cites (the
+    project's repository, this version, the day of the newest run, :func:`resolve_authors`)."""
+    return BundleMeta(
+        repo_id=repo_id,
+        version=version,
+        date=date or release_date(metrics),
+        authors=resolve_authors(authors, repo_id=repo_id),
+        pretty_name=pretty_name,
+    )
+
+
+def report_arguments(meta: BundleMeta, metrics: str | Path) -> list[str]:
+    """The ``muon-repro report`` flags that cite ``meta`` again on any machine (those :func:`report_meta`
+    would not give by default; authors unless they are the checked-in list)."""
+    args = []
+    if meta.repo_id != DEFAULT_REPO_ID:
+        args += ["--repo-id", meta.repo_id]
+    if meta.version != __version__:
+        args += ["--version", meta.version]
+    if meta.date != release_date(metrics):
+        args += ["--date", meta.date]
+    if meta.pretty_name != DEFAULT_PRETTY_NAME:
+        args += ["--pretty-name", meta.pretty_name]
+    if meta.authors != project_authors():
+        for author in meta.authors:
+            args += ["--author", author]
+    return args
 
 
 def read_citation(path: str | Path) -> BundleMeta:

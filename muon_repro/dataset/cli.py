@@ -8,7 +8,7 @@ from pathlib import Path
 
 from muon_repro import __version__
 from muon_repro.dataset.bundle import DEFAULT_OUT, Sources
-from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta, default_date
+from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta, default_date, resolve_authors
 from muon_repro.dataset.naming import DEFAULT_REPO_ID
 
 
@@ -27,7 +27,14 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
     group.add_argument("--version", default=__version__, help="X.Y.Z, tagged vX.Y.Z when published (default: %(default)s)")
     group.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else today)")
     group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
-    group.add_argument("--author", action="append", default=None, help="an author (person or team); repeat for more")
+    group.add_argument(
+        "--author",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="an author (person or team); repeat for more (default: for the project's repository its checked-in list, "
+        "for another git config user.name, else that list; see docs/publishing.md)",
+    )
     group.add_argument("--pretty-name", default=DEFAULT_PRETTY_NAME, help="the dataset's title")
     group.add_argument("--code-url", default=None, help="public URL of the muon_repro source, for the regeneration steps")
 
@@ -37,7 +44,6 @@ def _sources(args: argparse.Namespace) -> Sources:
 
 
 def _meta(args: argparse.Namespace) -> BundleMeta:
-    kwargs = {"authors": tuple(args.author)} if args.author else {}
     return BundleMeta(
         repo_id=args.repo_id,
         version=args.version,
@@ -45,7 +51,7 @@ def _meta(args: argparse.Namespace) -> BundleMeta:
         license=args.license,
         pretty_name=args.pretty_name,
         code_url=args.code_url,
-        **kwargs,
+        authors=resolve_authors(args.author, repo_id=args.repo_id),
     )
 
 

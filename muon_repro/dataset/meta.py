@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 from muon_repro.dataset.naming import DEFAULT_REPO_ID, check_repo_id, check_version, dataset_url, tag_for
 
 DEFAULT_LICENSE = "MIT"
-DEFAULT_AUTHORS = ("muon_repro developers",)
+AUTHORS_FILE = Path(__file__).with_name("authors.txt")  # the project's authors, checked in (and in the wheel)
 DEFAULT_PRETTY_NAME = "Distributed Muon vs AdamW: profiler traces and metrics"
 ABSTRACT = (
     "PyTorch profiler traces, metrics tables, figures and a report comparing distributed Muon with "
@@ -47,13 +50,71 @@ def default_date() -> str:
     return datetime.now(timezone.utc).date().isoformat()
 
 
+def project_authors() -> tuple[str, ...]:
+    """The checked-in list of the project's authors (``muon_repro/dataset/authors.txt``: one a line, ``#`` comments)."""
+    try:
+        lines = AUTHORS_FILE.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"{AUTHORS_FILE}: unreadable ({exc}); name the authors with --author NAME") from exc
+    names = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not names:
+        raise ValueError(f"{AUTHORS_FILE} names no author: add one a line, or name them with --author NAME")
+    return names
+
+
+def git_user_name() -> str | None:
+    """``git config user.name`` where this runs, or None (no git, no name set, not answering within 10 s)."""
+    try:
+        out = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name = out.stdout.strip()
+    return name if out.returncode == 0 and name else None
+
+
+def resolve_authors(given: Sequence[str] | None = None, *, repo_id: str = DEFAULT_REPO_ID) -> tuple[str, ...]:
+    """The authors the dataset's citation names, the first of these that gives any:
+
+    1. ``given``: the publisher's ``--author NAME`` (repeatable), as written, in order;
+    2. for a repository other than the project's own (``repo_id`` is not :data:`DEFAULT_REPO_ID`: a
+       publisher's copy), ``git config user.name`` on this machine;
+    3. the checked-in list of the project's authors, :func:`project_authors`.
+
+    The project's own dataset (the committed card, CITATION.cff, croissant.json and report, which
+    ``muon-repro run`` writes) never asks git: its citation must not depend on the machine, and the
+    offline job runs where git has no name. Never a placeholder: an empty list is an error.
+    """
+    names = tuple(a.strip() for a in given or ())
+    if names:
+        if not all(names):
+            raise ValueError("an empty --author: give each author's name")
+        return names
+    if repo_id != DEFAULT_REPO_ID:
+        name = git_user_name()
+        if name:
+            return (name,)
+    return project_authors()
+
+
+def release_date(metrics: str | Path) -> str:
+    """The day the newest run was recorded (runs.recorded_at, YYYY-MM-DD), so the card, the report's citation
+    and the manifest follow from the data; today (local) if no run says."""
+    from muon_repro.tables.io import read_table
+
+    try:
+        recorded = read_table(Path(metrics) / "runs.parquet", "runs", check_set=False)["recorded_at"].dropna()
+    except (OSError, ValueError, KeyError):
+        recorded = []
+    return max(str(r) for r in recorded)[:10] if len(recorded) else datetime.now().date().isoformat()
+
+
 @dataclass(frozen=True)
 class BundleMeta:
     repo_id: str = DEFAULT_REPO_ID
     version: str = "0.1.0"
     date: str = field(default_factory=default_date)
     license: str = DEFAULT_LICENSE  # an SPDX id: MIT, Apache-2.0, CC-BY-4.0, ...
-    authors: tuple[str, ...] = DEFAULT_AUTHORS
+    authors: tuple[str, ...] = field(default_factory=project_authors)  # see resolve_authors for the CLI's order
     pretty_name: str = DEFAULT_PRETTY_NAME
     code_url: str | None = None  # where the muon_repro source lives, if public
 

@@ -77,6 +77,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan against the remote and stop")
     p.add_argument("--create-pr", action="store_true", help="commit as a pull request (tag after merging, by publishing again)")
     p.add_argument("--private", action="store_true", help="create the repository private (if it does not exist)")
+    p.add_argument(
+        "--author",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="an author the bundle must cite (its CITATION.cff, card and report); repeat for more. The bundle is "
+        "built with them (muon-repro bundle --author): publish checks them, and prints the entry with the commit",
+    )
     add_timeout_argument(p)
     p.set_defaults(func=_publish)
 
@@ -110,6 +118,7 @@ def _publish(args: argparse.Namespace) -> int:
             create_pr=args.create_pr,
             private=args.private,
             timeout=args.timeout,
+            authors=args.author,
         )
     except hub_errors() as exc:
         raise PublishError(request_failed(exc)) from exc

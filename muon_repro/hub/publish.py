@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+import shlex
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,13 +161,21 @@ def bundle_files(root: Path) -> list[FileEntry]:
     return [*read_manifest(root), FileEntry(MANIFEST_NAME, size, sha)]
 
 
-def check_bundle_target(root: Path, repo_id: str, version: str) -> BundleMeta:
-    """The bundle's CITATION.cff must name this repository and version (the card says the same); returns its metadata."""
+def check_bundle_target(root: Path, repo_id: str, version: str, authors: Sequence[str] | None = None) -> BundleMeta:
+    """The bundle's CITATION.cff must name this repository and version (the card says the same), and the
+    ``authors`` if given (``--author``: the card is in the manifest, so publish checks them, it cannot
+    change them); returns its metadata."""
     meta = read_citation(root / CFF_NAME)
     if (meta.repo_id, meta.version) != (repo_id, version):
         raise ValueError(
             f"the bundle {root} was built for {meta.url} version {meta.version}, not {repo_id} {version}; "
             f"rebuild it: muon-repro bundle --repo-id {repo_id} --version {version} --out {root}"
+        )
+    if authors and tuple(authors) != meta.authors:
+        flags = " ".join(f"--author {shlex.quote(a)}" for a in authors)
+        raise ValueError(
+            f"the bundle {root} cites {'; '.join(meta.authors)}, not {'; '.join(authors)}; rebuild it (and the report) "
+            f"with those authors: muon-repro bundle --repo-id {repo_id} --version {version} {flags} --out {root}"
         )
     return meta
 
@@ -313,7 +322,11 @@ def publish(
     api: Any = None,
     echo: Callable[[str], None] = print,
     timeout: float = DEFAULT_TIMEOUT_S,
+    authors: Sequence[str] | None = None,
 ) -> PublishResult:
+    """Publish the bundle at ``bundle`` as ``repo_id`` version ``version`` (one commit, tagged), then print its
+    BibTeX entry: the card's, :func:`~muon_repro.dataset.citation.bibtex`, with the tagged commit. ``authors``
+    (``--author``): the authors the bundle must cite."""
     check_repo_id(repo_id)
     tag = tag_for(version)
     timeout = check_timeout(timeout)
@@ -323,7 +336,7 @@ def publish(
             f"{root}: no such bundle folder; make one with `muon-repro bundle --repo-id {repo_id} --version {version}`"
         )
     local = bundle_files(root)
-    meta = check_bundle_target(root, repo_id, version)
+    meta = check_bundle_target(root, repo_id, version, authors)
 
     from huggingface_hub import HfApi
 
@@ -361,6 +374,7 @@ def _publish_to(
         )
     if dry_run:
         echo("Dry run: nothing was changed on the Hub.")
+        echo(f"Once published, cite it as the card does, with the commit tagged {tag} as the revision:\n{bibtex(meta)}")
         return PublishResult(plan, None, committed=False, tagged=False)
 
     if head is None:

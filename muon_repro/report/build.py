@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from muon_repro.report import bytes_figures, convergence_figures, figures, profile_figures, regime_figures, timeline_figures
@@ -73,25 +73,39 @@ def traces_root(data: ReportData) -> Path:
     return Path(data.metrics_dir).parent / "traces"
 
 
-def invocations(data: ReportData, figures_dir: Path, out_dir: Path, formats: tuple[str, ...]) -> list[str]:
-    """The commands that remake the tables, the figures and this report from the traces."""
+def invocations(
+    data: ReportData, figures_dir: Path, out_dir: Path, formats: tuple[str, ...], citation_args: Sequence[str] = ()
+) -> list[str]:
+    """The commands that remake the tables, the figures and this report from the traces (``citation_args``:
+    the report's flags for what it cites, where not the defaults)."""
     m, fd, out = shown(Path(data.metrics_dir)), shown(Path(figures_dir)), shown(Path(out_dir))
     return [
         shlex.join(["muon-repro", "analyze", shown(traces_root(data)), "--out", m]),
         shlex.join(["muon-repro", "figures", "--metrics", m, "--out", fd]),
-        shlex.join(["muon-repro", "report", "--metrics", m, "--figures", fd, "--out", out, "--format", ",".join(formats)]),
+        shlex.join(
+            ["muon-repro", "report", "--metrics", m, "--figures", fd, "--out", out, "--format", ",".join(formats), *citation_args]
+        ),
     ]
 
 
 def write_report(
-    metrics_dir: Path, figures_dir: Path, out_dir: Path, formats: tuple[str, ...] = ("md", "pdf")
+    metrics_dir: Path,
+    figures_dir: Path,
+    out_dir: Path,
+    formats: tuple[str, ...] = ("md", "pdf"),
+    *,
+    citation: Sequence[str],
+    citation_args: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
-    figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing."""
+    figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing.
+    ``citation``: the BibTeX entries of "How to cite", as the caller rendered them (the dataset's,
+    :func:`muon_repro.dataset.citation.bibtex`, then the paper's); ``citation_args``: the flags of
+    ``muon-repro report`` that cite the same again, for "How to reproduce"."""
     everything = load(metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     names = (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES)
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
-    commands = invocations(data, Path(figures_dir), Path(out_dir), formats)
-    context = build_context(data, figure_paths, Path(out_dir), invocations=commands)
+    commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)
+    context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation)
     return write_formats(context, Path(out_dir), formats)

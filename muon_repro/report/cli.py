@@ -1,7 +1,7 @@
 """``muon-repro figures`` and ``muon-repro report``: tables -> figures -> report.
 
     muon-repro figures [--metrics metrics/] [--out figures/]
-    muon-repro report  [--metrics metrics/] [--figures figures/] [--out report/] [--format md,pdf]
+    muon-repro report  [--metrics metrics/] [--figures figures/] [--out report/] [--format md,pdf] [--author NAME ...]
 
 Both read only the tables ``muon-repro analyze`` wrote under ``--metrics``: a copy of that
 folder is all they need, no traces or run directories. ``--out`` is checked before anything
@@ -51,6 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--out", default="report", metavar="DIR", help="where report.md / report.pdf go (default: %(default)s)")
     r.add_argument("--format", default="md,pdf", metavar="LIST", help="comma-separated: md, html, pdf (default: %(default)s)")
+    cite = r.add_argument_group('what its "How to cite" says (the dataset\'s card and CITATION.cff say the same)')
+    cite.add_argument("--repo-id", default=None, metavar="ORG/NAME", help="the dataset repository (default: the project's)")
+    cite.add_argument("--version", default=None, help="the dataset version X.Y.Z (default: this package's)")
+    cite.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: the day of the newest run)")
+    cite.add_argument(
+        "--author",
+        action="append",
+        default=None,
+        help="an author (person or team); repeat for more (default: the project's checked-in list, see docs/publishing.md)",
+    )
+    cite.add_argument("--pretty-name", default=None, help="the dataset's title")
     r.set_defaults(func=run_report)
 
 
@@ -64,10 +75,23 @@ def run_figures(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    # The one renderer of the dataset's citation (this entry point's one import from the dataset layer).
+    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta
     from muon_repro.report.build import write_report
 
     check_out_folder(Path(args.out), f"--out {args.out}")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    for fmt, path in write_report(Path(args.metrics), Path(args.figures), Path(args.out), formats).items():
+    given = {k: getattr(args, k) for k in ("repo_id", "version", "date", "pretty_name") if getattr(args, k) is not None}
+    meta = report_meta(args.metrics, authors=tuple(args.author or ()), **given)
+    citation = (bibtex(meta), paper_bibtex())
+    written = write_report(
+        Path(args.metrics),
+        Path(args.figures),
+        Path(args.out),
+        formats,
+        citation=citation,
+        citation_args=report_arguments(meta, args.metrics),
+    )
+    for fmt, path in written.items():
         print(f"{fmt:4s} {path}")
     return 0

@@ -12,7 +12,7 @@ never left empty. This module puts the sections together, with the figures and t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from muon_repro.report.decomposition_section import decomposition
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
-from muon_repro.report.reproduce_section import bibtex, reproduce
+from muon_repro.report.reproduce_section import reproduce
 from muon_repro.report.results_section import (
     bytes_rows,
     comparison_header,
@@ -103,9 +103,10 @@ def newest_recording(runs: Any) -> str:
 
 
 def build_context(
-    data: ReportData, figure_paths: dict[str, Path], out_dir: Path, *, invocations: Iterable[str]
+    data: ReportData, figure_paths: dict[str, Path], out_dir: Path, *, invocations: Iterable[str], citation: Sequence[str]
 ) -> dict[str, Any]:
-    """The whole template context; raises MissingMetric (a ValueError) naming the first missing metric."""
+    """The whole template context; raises MissingMetric (a ValueError) naming the first missing metric.
+    ``citation``: the BibTeX entries "How to cite" shows (the dataset's, then the paper's), as rendered."""
     missing_figs = [name for name in FIGURES if name not in figure_paths or not Path(figure_paths[name]).is_file()]
     if missing_figs:
         raise FileNotFoundError(f"figure(s) {', '.join(missing_figs)} not found: run `muon-repro figures` first")
@@ -166,7 +167,7 @@ def build_context(
         "tables": tables,
         "method": method_links(out_dir, metrics_dir.parent),
         "phases": {"coarse": list(COARSE_PHASES), "optimizer": list(OPTIMIZER_PHASES)},
-        "bibtex": bibtex(data),
+        "bibtex": list(citation),
         "version": muon_repro.__version__,
     }
 
