@@ -144,6 +144,61 @@ def test_pdf_has_every_section_heading_and_claims_row(bundle: Path) -> None:
     assert "Consistency checks" in text and "bytes_bucketed" not in text  # the checks, in words
 
 
+def _pdf_pages(path: Path) -> list[str]:
+    from pypdf import PdfReader
+
+    return [_squash(page.extract_text()) for page in PdfReader(path).pages]
+
+
+def _first_page(pages: list[str], text: str) -> int:
+    """The 1-based number of the first page that shows ``text`` (0 if none does)."""
+    return next((i for i, page in enumerate(pages, 1) if text in page), 0)
+
+
+def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle: Path) -> None:
+    pages = _pdf_pages(bundle / "report" / "report.pdf")
+    claims_header = "claim source claimed agrees if in"  # the claims table's header row, as the PDF reads back
+    assert 0 < _first_page(pages, claims_header) <= 3, [p[:80] for p in pages]
+    assert 0 < _first_page(pages, "Consistency checks") <= 4
+    first = pages[0]
+    assert "Version " in first and "2026-01-02" in first  # the newest run's day (tests/report_bundle.py), not the clock
+    assert "Abstract" in first and first.index("Abstract") < first.index("Summary")
+
+
+def test_long_tables_are_in_the_appendix_after_its_heading(bundle: Path) -> None:
+    from muon_repro.report.context import APPENDIX_TABLES, anchor
+
+    md = (bundle / "report" / "report.md").read_text()
+    body, _, appendix = md.partition("\n## Appendix: tables\n")
+    assert appendix, "no appendix heading"
+    for header in ("| run | trials × steps |", "| configuration | run | analytic MB |"):  # runs, bytes
+        assert header not in body and header in appendix, header
+    for _, heading in APPENDIX_TABLES[:3]:
+        assert f"### {heading}" in appendix
+    # the main body cites them
+    headings = dict(APPENDIX_TABLES)
+    assert f"(#{anchor(headings['runs'])})" in body and f"(#{anchor(headings['bytes'])})" in body
+    # in the PDF too: the appendix starts after the last main section, the runs table after it
+    pages = _pdf_pages(bundle / "report" / "report.pdf")
+    start = _first_page(pages, "Appendix: tables")
+    assert start > _first_page(pages, "How to cite") > 0
+    for _, heading in APPENDIX_TABLES[:3]:  # the main body names them in its text, the tables start after the appendix
+        assert _first_page(pages[start - 1 :], heading) > 0, heading
+
+
+def test_the_abstract_is_short_and_made_of_table_values(bundle: Path) -> None:
+    from test_report_abstract import pool_of, unsupported
+
+    from muon_repro.report.abstract_section import MAX_WORDS, abstract
+
+    data = load(bundle / "metrics")
+    data = data.of_profile(data.profiles[0])
+    text = abstract(data)
+    assert len(text.split()) <= MAX_WORDS
+    assert not unsupported(text, pool_of(data)), text
+    assert text in _squash((bundle / "report" / "report.md").read_text())
+
+
 def test_pdf_embeds_every_figure_as_an_image(bundle: Path) -> None:
     drawn = _drawn_image_sizes(bundle / "report" / "report.pdf")
     for name in FIGURES:
@@ -471,7 +526,9 @@ def test_the_decomposition_section(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     section = _section(md, "The optimizer step, decomposed")
     header = "|  | " + " | ".join([f"Muon r{r}" for r in range(4)] + [f"AdamW r{r}" for r in range(4)]) + " |"
-    assert header in section
+    assert header not in section and "A5. The optimizer step, rank by rank" in section  # the table is in the appendix
+    table = _section(md, "Appendix: tables").split("### A5.", 1)[1].split("\n### ", 1)[0]
+    assert header in table
     for label in (
         "ZeRO-1 gradient reduce-scatter",
         "ZeRO-1 parameter all-gather",
@@ -482,8 +539,8 @@ def test_the_decomposition_section(bundle: Path) -> None:
         "Newton-Schulz (Muon)",
         "momentum + element-wise update",
     ):
-        assert f"| {label}" in section, label
-    ns = next(ln for ln in section.splitlines() if ln.startswith("| Newton-Schulz (Muon) |")).split(" | ")
+        assert f"| {label}" in table, label
+    ns = next(ln for ln in table.splitlines() if ln.startswith("| Newton-Schulz (Muon) |")).split(" | ")
     rank0 = sum(phase_ms(Run("comparison", "muon", 2, 2), 0, t, "newton_schulz") for t in TRIALS) / len(TRIALS)
     assert ns[-1] == "— |" and ns[1] == ms(rank0).removesuffix(" ms")  # Muon rank 0, mean over trials; AdamW has none
     runs = load(bundle / "metrics").runs.set_index("run")
@@ -503,13 +560,14 @@ def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
         assert f"{grid} {TOKENS_PER_STEP // (dp * SEQ_LEN)} × {SEQ_LEN}" in setup
     assert f"{len(TRIALS)} × 5 steps ({len(STEPS)} profiled per trial)" in setup
     results = _section(md, "Results")
-    assert "| trials × steps |" in results and "| tokens/s |" in results
+    appendix = _section(md, "Appendix: tables")  # the runs table, long, is in the appendix
+    assert "| trials × steps |" in appendix and "| tokens/s |" in appendix
     if "loopback_bytes_per_step" in SCHEMAS["runs"].names:  # what gloo sent, beside the ring model
         assert (
             "Muon DP2·TP2 (comparison/muon_dp2_tp2): 2.50 MB per step over loopback against 2.00 MB by the ring model (1.250×"
             in results
         )
-    muon = next(ln for ln in results.splitlines() if "| comparison/muon_dp2_tp2 |" in ln)
+    muon = next(ln for ln in appendix.splitlines() if "| comparison/muon_dp2_tp2 |" in ln)
     runs = load(bundle / "metrics").runs.set_index("run")
     assert (
         f"| {len(TRIALS)} × {len(STEPS)} |" in muon and f"| {runs.loc['comparison/muon_dp2_tp2', 'tokens_per_s']:,.0f} |" in muon

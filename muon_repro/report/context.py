@@ -1,6 +1,6 @@
 """The tables -> the report's whole template context (plain strings, lists and dicts).
 
-Each section's context comes from its own module (``setup_section``, ``results_section``,
+Each section's context comes from its own module (``abstract_section``, ``setup_section``, ``results_section``,
 ``decomposition_section``, ``convergence_section``, ``claims_section``, ``caveats_section``,
 ``regimes_section``, ``reproduce_section``), every number through :mod:`muon_repro.report.formatting`,
 whose helpers refuse a missing value with a :class:`~muon_repro.report.data.MissingMetric` naming it;
@@ -12,6 +12,7 @@ never left empty. This module puts the sections together, with the figures and t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import muon_repro
 from muon_repro.phases import COARSE_PHASES, OPTIMIZER_PHASES
 from muon_repro.report import derive
+from muon_repro.report.abstract_section import abstract, title_block
 from muon_repro.report.caveats_section import limitations, regimes
 from muon_repro.report.checks_section import checks_matrix, checks_summary
 from muon_repro.report.claims_section import claims_matrix, claims_rows, profiles_note, summary_lines, verdict_counts
@@ -40,20 +42,36 @@ from muon_repro.report.results_section import (
 )
 from muon_repro.report.setup_section import environments, tokens_per_step, workload
 
-# (id, heading): the report's sections, in order; the tests look for every heading in the PDF.
+# (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
+# (abstract, summary, claims and checks), then how it was measured; the long tables last, in the appendix.
 SECTIONS = (
+    ("abstract", "Abstract"),
     ("summary", "Summary"),
+    ("claims", "Claims"),
     ("setup", "Setup"),
     ("method", "Method"),
     ("results", "Results"),
     ("decomposition", "The optimizer step, decomposed"),
     ("convergence", "Convergence on real text"),
-    ("claims", "Claims"),
     ("regimes", "Where the gains hold, vanish or invert"),
     ("limitations", "Limitations"),
     ("reproduce", "How to reproduce"),
     ("cite", "How to cite"),
+    ("appendix-tables", "Appendix: tables"),
 )
+# The appendix's tables (key, heading), in order: each one longer than the main body should carry. Their anchors
+# are GitHub's for the heading (:func:`anchor`), so that the same link works in the Markdown and in the HTML.
+APPENDIX_TABLES = (
+    ("claims", "A1. The claims' values and their runs"),
+    ("runs", "A2. Runs"),
+    ("comparisons", "A3. Muon against AdamW"),
+    ("bytes", "A4. Bytes: analytic, ledger, trace"),
+    ("decomposition", "A5. The optimizer step, rank by rank"),
+    ("predictions", "A6. The cost model's predictions, run by run"),
+    ("scale_out", "A7. Scale-out, predicted"),
+    ("environment", "A8. Machine and software"),
+)
+REPORT_TITLE = "Distributed Muon vs AdamW: communication, time and memory, reproduced"
 # The sections of the repository's method notes the report links to (GitHub's heading anchors;
 # tests/test_docs.py checks that each exists).
 METHOD_SECTIONS = {
@@ -81,6 +99,11 @@ FIGURE_CAPTIONS = {
     "convergence_sweep": "Held-out loss on unseen Shakespeare plays over the learning-rate sweep, Muon and AdamW.",
     "leading_steps": "Muon leading steps: smoothed training loss at the best learning rates, leading steps and leading ratio.",
 }
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading (and the HTML heading's id): lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def method_links(out_dir: Path, root: Path) -> dict[str, str]:
@@ -129,13 +152,18 @@ def build_context(
         if not path.is_file():
             raise FileNotFoundError(f"figure claims_by_profile not found at {path}: run `muon-repro figures` first")
         profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"])
+    recorded_at = newest_recording(runs)
+    head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
     return {
-        "title": "Distributed Muon vs AdamW: communication, time and memory, reproduced",
+        "title": head["title"],
+        "title_block": head,
+        "abstract": abstract(data),
+        "appendix": {key: {"heading": h, "id": anchor(h)} for key, h in APPENDIX_TABLES},
         "sections": dict(SECTIONS),
         "section_order": [s for s, _ in SECTIONS],
         "summary": [*summary_lines(claims), checks_summary(data)],
         "n_runs": str(len(runs)),
-        "recorded_at": newest_recording(runs),
+        "recorded_at": recorded_at,
         "backends": ", ".join(sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})),
         "environments": environments(data),
         "workload": workload(data),

@@ -1,0 +1,127 @@
+"""The report's abstract: at most 150 words, and every number in it a value the tables hold.
+
+A number of the abstract must be one of: a numeric cell of the committed tables (as is, percent, MB or
+GFLOP, to the digits printed; ``655k`` and ``2.24M`` read as thousands and millions), a number a
+table's text cell states (the claims' explanations, which the abstract's reasons come from, and
+their ``quoted`` values), or a count of a table's rows (runs, claims, checks, convergence runs, a
+verdict's claims). A hand-typed figure fails, named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from muon_repro.report.abstract_section import MAX_WORDS, abstract, not_comparable_reasons
+from muon_repro.report.data import TABLES, load
+
+REPO = Path(__file__).resolve().parents[1]
+SCALES = (1.0, 100.0, 1e-6, 1e-9)
+SUFFIX = {"": 1.0, "k": 1e3, "M": 1e6}
+# As tests/test_explanation_numbers.py reads a number, and k / M (count()'s thousands and millions).
+NUMBER = re.compile(r"(?<![\w./\-])[+\-−]?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?([kM]?)(?![\w])")
+TEXT_TABLES = ("claims", "checks")  # whose text cells the abstract may quote
+
+
+def numbers_in(text: str) -> list[tuple[str, float, float]]:
+    """Each number of ``text``: as printed, its value and the tolerance its digits give it."""
+    found = []
+    for m in NUMBER.finditer(text):
+        whole, frac, suffix = m.group(1).replace(",", ""), m.group(2) or "", m.group(3)
+        scale = SUFFIX[suffix]
+        digits = len(frac) - 1 if frac else 0
+        found.append((m.group(0), float(whole + frac) * scale, (0.5 * 10.0**-digits + 1e-9) * scale))
+    return found
+
+
+def pool_of(data) -> np.ndarray:
+    """Every value the abstract may state: numeric cells, numbers in the claims' and checks' text, counts of rows."""
+    values: list[float] = []
+    for name in TABLES:
+        df: pd.DataFrame = getattr(data, name)
+        values.append(len(df))
+        for col in df.columns:
+            series = df[col]
+            numeric = pd.to_numeric(series, errors="coerce")
+            if numeric.notna().any():
+                values.extend(numeric.dropna().astype(float).tolist())
+            else:
+                values.extend(float(n) for n in series.astype(str).value_counts().tolist())
+                values.append(float(series.nunique()))
+        if name in TEXT_TABLES:
+            for col in df.select_dtypes(exclude="number").columns:
+                for cell in df[col].dropna().astype(str):
+                    values.extend(v for _, v, _ in numbers_in(cell))
+            if "quoted" in df.columns:
+                for cell in df["quoted"].dropna():
+                    values.extend(float(v) for v in json.loads(str(cell)).values())
+    found = np.abs(np.array(values, dtype="float64"))
+    return np.unique(found[np.isfinite(found)])
+
+
+def unsupported(text: str, pool: np.ndarray) -> list[str]:
+    return [
+        printed
+        for printed, value, tolerance in numbers_in(text)
+        if not any(np.any(np.abs(pool * scale - abs(value)) <= tolerance) for scale in SCALES)
+    ]
+
+
+@pytest.fixture(scope="module")
+def committed():
+    if not (REPO / "metrics" / "claims.parquet").is_file():
+        pytest.fail("no committed metrics: run `muon-repro run` to make them")
+    data = load(REPO / "metrics")
+    return data.of_profile(data.profiles[0])
+
+
+def test_the_abstract_is_short_and_every_number_is_a_table_value(committed):
+    text = abstract(committed)
+    assert len(text.split()) <= MAX_WORDS, (len(text.split()), text)
+    assert not unsupported(text, pool_of(committed)), f"numbers no table holds: {unsupported(text, pool_of(committed))}\n{text}"
+    # what was measured and on what, the verdicts with why, the failing checks, the thresholds with ranges
+    runs, claims = committed.runs, committed.claims
+    assert f"{len(runs)} runs" in text and f"{len(claims)} claims" in text
+    for verdict in claims["verdict"].astype(str).unique():
+        assert verdict in text
+    failing = committed.checks[committed.checks["holds"].notna() & ~committed.checks["holds"].fillna(True).astype(bool)]
+    for check in failing["check"].astype(str):
+        assert check.rstrip(".") in text or "consistency checks fail" in text
+    if not committed.regime_thresholds.empty:
+        assert "cost model" in text and re.search(r"\d[kM]? \(\d", text)
+
+
+def test_a_hand_typed_number_is_caught():
+    pool = np.array([654516.5, 642675.9, 0.011, 11.0])
+    assert unsupported("falls to 1.1% at 655k (643k–868k) in 11 runs", pool) == ["868k"]
+    assert unsupported("2.24M", np.array([2243923.6])) == []
+    assert unsupported("at 134M", np.array([2243923.6])) == ["134M"]
+
+
+def test_not_comparable_reasons_are_said_once_with_their_claims():
+    claims = pd.DataFrame(
+        {
+            "verdict": ["not comparable here"] * 3 + ["reproduced"],
+            "explanation": [
+                "Not comparable here: a/b/c and a/b/d ran on cpu with gloo, the claim on cuda; a/b/c trained 1,024 tokens "
+                "per step at d_model 256 (4 per d_model), the claim at 100 or more. The cost model ...",
+                "Not comparable here: a/b/c ran on cpu with gloo, the claim on cuda; a/b/c ran 2 ranks per core, so wall time "
+                "follows the work summed over ranks; a/b/c trained 1,024 tokens per step at d_model 256 (4 per d_model), the "
+                "claim at 1,000 or more. Measured here: ...",
+                "Not comparable here: the 1000-step convergence runs trained 1,024,000 tokens on 918,656 parameters (1.1 per "
+                "parameter), the claim at 10 or more. The cost model ...",
+                "Reproduced.",
+            ],
+        }
+    )
+    assert not_comparable_reasons(claims) == [
+        ("gloo on cpu, not cuda", 2),
+        ("4 tokens per step per d_model, not 100+ or 1,000+", 2),
+        ("2 ranks per core", 1),
+        ("1.1 tokens per parameter, not 10+", 1),
+    ]
