@@ -261,3 +261,7 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
     card = documents_from_sources(Sources(), meta).card.encode()
     assert len(card) <= 40_000, f"the card is {len(card)} bytes"
     assert b"| `step_ms` | float64 | ms |" in card  # every table's columns are still there
+    # its regeneration steps name every command that recorded the committed artifacts, as each recording kept it
+    regenerate = card.decode().split("## How to regenerate", 1)[1]
+    assert "muon-repro bench reference" in regenerate
+    assert "muon-repro regimes --trials 3" in regenerate and "muon-repro converge" in regenerate

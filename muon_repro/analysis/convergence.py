@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -144,6 +145,8 @@ def _run_rows(record: dict) -> pd.DataFrame:
     df["vocab_size"] = model.get("vocab_size")
     df["wall_s"] = record.get("wall_s")
     df["ewm_alpha"] = HEADLINE_ALPHA
+    command = record.get("command")
+    df["command"] = shlex.join(str(c) for c in command) if isinstance(command, list) and command else None
     return df
 
 

@@ -20,6 +20,7 @@ predictions of ``predictions.csv`` beside each point. Torch-free, like the rest 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -208,6 +209,7 @@ def _point(run: RunDir) -> dict:
     )  # who runs every matrix (docs/method.md#regimes)
     return {
         "profile": run.profile,
+        "command": shlex.join(cfg.command) if cfg.command else None,
         "d_model": cfg.hidden,
         "n_layers": cfg.n_layers,
         "tokens_per_step": cfg.tokens_per_step,

@@ -177,7 +177,8 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
 
 
 def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
-    """The distinct command lines that recorded the runs (the runs table's ``command``), in run order."""
+    """The distinct command lines that recorded the runs (the runs table's ``command``), in run order, then those of
+    the regime sweep and the convergence runs."""
     if "metrics/runs.parquet" not in files:
         return []
     table = read_table(files["metrics/runs.parquet"], "runs", check_set=False)
@@ -186,4 +187,17 @@ def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
         if isinstance(command, str) and command.strip():
             index[(str(profile), str(group), str(name), 0)] = [command.strip()]
     lines = (_lookup(index, (*run.key[:3], 0)) for run in runs)
-    return list(dict.fromkeys(line for found in lines for line in found))
+    return list(dict.fromkeys([*(line for found in lines for line in found), *_other_commands(files)]))
+
+
+def _other_commands(files: Mapping[str, Path]) -> list[str]:
+    """The command lines of the regime sweep and the convergence runs (their tables' ``command``), in table order."""
+    found: list[str] = []
+    for name in ("regimes", "convergence"):
+        path = files.get(f"metrics/{name}.parquet")
+        if path is None:
+            continue
+        table = read_table(path, name, check_set=False)
+        if "command" in table.columns:
+            found += [c.strip() for c in table["command"].dropna().astype(str) if c.strip()]
+    return list(dict.fromkeys(found))
