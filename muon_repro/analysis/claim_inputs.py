@@ -129,3 +129,26 @@ class ProfileTables:
 def absent_or(value: float, text: str) -> str:
     """``text`` (a format of ``value``), or 'absent' when the run has no such phase: never a 0 it did not measure."""
     return "absent" if value != value else text
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A claim's measured value and 95% interval, the runs it was measured on, and what explains it."""
+
+    value: float
+    low: float
+    high: float
+    conditions: str
+    explanation: str
+    runs: tuple[pd.Series, ...] = ()  # the runs measured, whose conditions the claim's are compared with
+    # The numbers the explanation quotes that no table cell holds (ratios, intervals, aggregates), by name: the
+    # claims table keeps them (column quoted), so that every number an explanation states is a table value.
+    quoted: dict[str, float] = field(default_factory=dict)
+    # What a claim's conditions are compared with when no benchmark run was measured (the convergence runs'
+    # training: params, tokens_trained; "run" names them).
+    subject: pd.Series | None = None
+
+    @classmethod
+    def over_ranks(cls, values: pd.Series, conditions: str, explanation: str, runs: tuple[pd.Series, ...] = ()) -> Measurement:
+        """A quantity that does not vary between steps: its median, and its range over ranks as the interval."""
+        return cls(float(values.median()), float(values.min()), float(values.max()), conditions, explanation, runs)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import ProfileTables
-from muon_repro.analysis.claim_measures import LEADING_MIN_SEEDS, MEASURE, Measurement, threshold_with_range
+from muon_repro.analysis.claim_inputs import Measurement, ProfileTables
+from muon_repro.analysis.claim_measures import MEASURE, threshold_with_range
+from muon_repro.analysis.leading_claim import LEADING_MIN_SEEDS
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 
 # A source label: the text before its first colon is its short name in tables (claims_section, the README).

@@ -107,11 +107,6 @@ def held_out_points(points: tuple = HELD_OUT) -> list[BenchConfig]:
     return [regime_point(opt, width, tokens, dp, tp, layout) for opt, width, tokens, dp, tp, layout in points]
 
 
-def is_held_out(cfg: BenchConfig) -> bool:
-    """Whether ``cfg`` is one of the held-out points (by its key: group and name)."""
-    return validation_set(cfg) == "held_out"
-
-
 def validation_set(cfg: BenchConfig) -> str | None:
     """ "held_out" for a point of :data:`HELD_OUT`, "first_held_out" for one of :data:`FIRST_HELD_OUT` (seen when
     the model last changed), None for the sweep's own points and every other run."""

@@ -226,7 +226,7 @@ def bench_op_overhead(plan: Plan, device: str, profiled: bool) -> tuple[float, l
     profile_memory=True``, as :func:`muon_repro.bench.runner.run_rank` records)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from muon_repro.costmodel.workload import model_op_counts, narrow_training_step
+    from muon_repro.costmodel.op_counts import model_op_counts, narrow_training_step
 
     step = narrow_training_step(device=device)
     calls = sum(model_op_counts(2, "fused", 1))

@@ -158,19 +158,11 @@ def _all_reduce_us(device: str) -> float:
 
 def _seconds_per_call(fn: Callable[[], object], seconds: float, device: str) -> float:
     """Mean time of ``fn()`` looped for ``seconds`` (after one warm-up call), the device synced before the clock is read."""
-    from muon_repro.costmodel.measurement import sync_device
+    from muon_repro.costmodel.measurement import loop_rate, sync_device
 
     fn()
     sync_device(device)
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        if calls % 8 == 0:
-            sync_device(device)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= seconds:
-                return elapsed / calls
+    return 1.0 / loop_rate(fn, 1.0, device, seconds, check_every=8)
 
 
 def _barrier(world: int) -> None:

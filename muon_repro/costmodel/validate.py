@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig, from_dict
-from muon_repro.bench.regimes import is_held_out, validation_set
+from muon_repro.bench.regimes import validation_set
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe
@@ -120,6 +120,7 @@ def validate(
         if times is None:
             continue
         cfg = bench_config(folders[0])
+        held_out_set = validation_set(cfg)
         priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
         by_profile = predict(cfg, machine, profiled=priced_profiled)
         probes = run_probes(folders)
@@ -156,8 +157,8 @@ def validate(
                 "profile_step_rel_error": by_profile.step_ms / times.step_ms - 1,
                 "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
                 "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
-                "held_out": is_held_out(cfg),
-                "validation_set": validation_set(cfg),
+                "held_out": held_out_set == "held_out",
+                "validation_set": held_out_set,
                 "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
             }
         )

@@ -7,7 +7,7 @@ training anything:
   2/3 backward, divided over the TP ranks of a DP rank's tokens), the cross-entropy (``cfg.cross_entropy``:
   vocab-parallel over each rank's logits shard, as Megatron-Core computes it, or over the gathered full
   vocabulary on every TP rank, as runs recorded before it did), GELU, an estimate of the element-wise
-  traffic, the operator calls (counted on a narrow replica of the model), and the model's own TP
+  traffic, the operator calls (:mod:`~muon_repro.costmodel.op_counts`), and the model's own TP
   collectives (2 all-reduces of ``[tokens per DP rank, hidden]`` per layer and one for the embedding,
   each way; vocab-parallel: 3 all-reduces of ``[tokens]`` fp32 forward, the max, the target's logit and
   the sum of exponentials; gathered: the logits' all-gather forward);
@@ -33,6 +33,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from muon_repro.bench.configs import BenchConfig
+from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, model_op_counts
 from muon_repro.model_config import GPTConfig
 from muon_repro.phases import (
     BACKWARD,
@@ -52,7 +53,6 @@ from muon_repro.phases import (
 ELEMENT_SIZE = {"fp32": 4, "bf16": 2}
 FP32 = 4
 PRECISIONS = ("fp32", "bf16")
-CROSS_ENTROPY_REDUCTIONS = 3  # vocab-parallel: all-reduce the max, the target's logit, the sum of exponentials
 NS_STEPS = 5  # DistributedMuon's default, which the bench keeps
 
 # Bytes per element of the optimizer's element-wise work (fp32 reads + writes, from the code of
@@ -71,14 +71,6 @@ MUON_UPDATE_OPS = 3
 NS_OPS_PER_MATRIX = 12 + 4 * NS_STEPS  # conversions, norm, 3 matmuls and a transpose per step, RMS, shards
 GATHER_OPS_PER_MATRIX = 3
 COLLECTIVE_OPS = 3  # buffer, the c10d call, a view
-# TP wrappers' extra calls (muon_repro.parallel.tensor_parallel) besides the collective: the
-# all-reduce clones its input; the logits' gather reshapes; the vocab-parallel embedding masks.
-TP_ALL_REDUCE_OPS = 2
-TP_ALL_GATHER_OPS = 5
-TP_EMBEDDING_OPS = 8
-# The vocab-parallel cross-entropy's calls beyond the full one's (muon_repro.parallel.cross_entropy): the masked
-# target lookup, the three reductions' buffers, the local softmax pieces.
-VOCAB_PARALLEL_CE_OPS = 12
 
 
 @dataclass(frozen=True)
@@ -200,9 +192,7 @@ def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") ->
     attention = 12 * layers * h * cfg.seq_len  # per token, forward+backward (the attention term of flops_per_token)
     matmul = model.flops_per_token(cfg.seq_len) - attention
     vector = forward_vector_elems_per_token(model, tp, gathered_logits=tp > 1 and not vocab_parallel) * activation
-    fwd_ops, bwd_ops = model_op_counts(layers, model.qkv, tp)
-    if vocab_parallel:  # no gather of the logits (its reshapes go too), the reductions' own calls instead
-        fwd_ops += VOCAB_PARALLEL_CE_OPS + CROSS_ENTROPY_REDUCTIONS * TP_ALL_REDUCE_OPS - TP_ALL_GATHER_OPS
+    fwd_ops, bwd_ops = model_op_counts(layers, model.qkv, tp, vocab_parallel)
     whole = Compute(
         matmul_flops=matmul * tokens / tp,
         attention_flops=attention * tokens / tp,
@@ -254,53 +244,6 @@ def forward_vector_elems_per_token(model: GPTConfig, tp: int, gathered_logits: b
     per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h
     head = norm + 2 * h + (2 * model.vocab_size if gathered_logits else 0)
     return layers * per_layer + head
-
-
-@functools.lru_cache(maxsize=32)
-def model_op_counts(n_layers: int, qkv: str, tp: int) -> tuple[int, int]:
-    """Operator calls of one forward and one backward: counted on a narrow replica of the model
-    (the count depends on the layers and the QKV mode, not on the widths), plus the TP wrappers'."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Count(TorchDispatchMode):
-        calls = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.calls += 1
-            return func(*args, **(kwargs or {}))
-
-    step = narrow_training_step(n_layers, qkv)
-    with _Count() as forward:
-        loss = step.forward()
-    with _Count() as backward:
-        loss.backward()
-    if tp == 1:
-        return forward.calls, backward.calls
-    all_reduces = 2 * n_layers + 1
-    extra_forward = all_reduces * TP_ALL_REDUCE_OPS + TP_ALL_GATHER_OPS + TP_EMBEDDING_OPS
-    return forward.calls + extra_forward, backward.calls + all_reduces * TP_ALL_REDUCE_OPS
-
-
-@dataclass(frozen=True)
-class NarrowStep:
-    """The model's forward at widths of 8 (on one process): its operators with next to no arithmetic."""
-
-    model: object
-    tokens: object
-
-    def forward(self):
-        return self.model(self.tokens, self.tokens)
-
-
-def narrow_training_step(n_layers: int = 2, qkv: str = "fused", device: str = "cpu") -> NarrowStep:
-    """A replica of the model at widths of 8: what counts its operators, and what calibrate times per operator."""
-    import torch
-
-    from muon_repro.model import GPT
-    from muon_repro.parallel.comm import Group
-
-    narrow = GPTConfig(vocab_size=8, hidden=8, n_layers=n_layers, n_heads=2, ffn_hidden=8, max_seq_len=4, qkv=qkv)
-    return NarrowStep(GPT(narrow, Group.single("tp"), device=device), torch.zeros((1, 4), dtype=torch.long, device=device))
 
 
 # ---------------------------------------------------------------- the optimizer

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
-from muon_repro.costmodel.measurement import Plan, high_quartile, sync_device
+from muon_repro.costmodel.measurement import Plan, high_quartile, loop_rate, sync_device
 from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model_config import PRESETS
 from muon_repro.parallel.comm import ring_bytes_per_rank
@@ -33,7 +33,7 @@ STREAM_ELEMENTS = 1 << 22  # fp32 elements per operand of the bandwidth loop: 3 
 def standalone_matmul_rate(plan: Plan, device: str) -> float:
     """FLOP/s of one process looping the compute-share matmul (the reference for the share): the
     high quartile over the plan's windows."""
-    return _windows_rate(lambda seconds: _matmul_loop_rate(plan, device, seconds), plan)
+    return _windows_rate(lambda seconds: _matmulloop_rate(plan, device, seconds), plan)
 
 
 def compute_share(rates_by_rank: list[list[float]], reference: float) -> float:
@@ -56,41 +56,27 @@ def _share_operands(plan: Plan, device: str) -> tuple[torch.Tensor, torch.Tensor
     return torch.randn(tokens, fan_in, device=device), torch.randn(fan_in, fan_out, device=device)
 
 
-def _loop_rate(step: Callable[[], object], work_per_call: float, device: str, seconds: float, check_every: int = 1) -> float:
-    """Work per second of ``step`` looped for at least ``seconds`` (the clock read, after a device
-    sync, every ``check_every`` calls)."""
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        step()
-        calls += 1
-        if calls % check_every == 0:
-            sync_device(device)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= seconds:
-                return work_per_call * calls / elapsed
-
-
 def _windows_rate(loop: Callable[[float], float], plan: Plan) -> float:
     """One process's rate of ``loop`` (a loop rate for a given length): the high quartile over the plan's windows."""
     return high_quartile([loop(plan.share_window_s) for _ in range(plan.share_windows)])
 
 
-def _matmul_loop_rate(plan: Plan, device: str, seconds: float) -> float:
+def _matmulloop_rate(plan: Plan, device: str, seconds: float) -> float:
     """FLOP/s of the compute-share matmul looped for ``seconds``."""
     tokens, fan_in, fan_out = share_shape(plan)
     a, w = _share_operands(plan, device)
-    return _loop_rate(lambda: a @ w, 2.0 * tokens * fan_in * fan_out, device, seconds, check_every=4)
+    return loop_rate(lambda: a @ w, 2.0 * tokens * fan_in * fan_out, device, seconds, check_every=4)
 
 
-def _stream_loop_rate(device: str, seconds: float) -> float:
+def _streamloop_rate(device: str, seconds: float) -> float:
     """Bytes per second of ``c = a + b`` on operands larger than the caches, looped for ``seconds``."""
     a, b, c = (torch.ones(STREAM_ELEMENTS, device=device) for _ in range(3))
-    return _loop_rate(lambda: torch.add(a, b, out=c), 12.0 * STREAM_ELEMENTS, device, seconds)
+    return loop_rate(lambda: torch.add(a, b, out=c), 12.0 * STREAM_ELEMENTS, device, seconds)
 
 
 def standalone_stream_rate(plan: Plan, device: str) -> float:
     """One process's rate of the bandwidth loop: the reference for the bandwidth share."""
-    return _windows_rate(lambda seconds: _stream_loop_rate(device, seconds), plan)
+    return _windows_rate(lambda seconds: _streamloop_rate(device, seconds), plan)
 
 
 # ---------------------------------------------------------------- the world: every rank at once
@@ -114,10 +100,10 @@ def world_worker(job: WorldJob) -> dict | None:
     share_rates, stream_rates = [], []
     for _ in range(job.plan.share_windows):  # every rank computes at once, window by window
         dist.barrier()
-        share_rates.append(_matmul_loop_rate(job.plan, job.device, job.plan.share_window_s))
+        share_rates.append(_matmulloop_rate(job.plan, job.device, job.plan.share_window_s))
     for _ in range(job.plan.share_windows):  # then every rank streams memory at once
         dist.barrier()
-        stream_rates.append(_stream_loop_rate(job.device, job.plan.share_window_s))
+        stream_rates.append(_streamloop_rate(job.device, job.plan.share_window_s))
     samples, arrivals = [], {}
     for size in [g for g in range(2, world + 1) if world % g == 0]:
         members = [list(range(start, start + size)) for start in range(0, world, size)]
