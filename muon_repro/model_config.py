@@ -86,3 +86,6 @@ PRESETS: dict[str, GPTConfig] = {
     "medium": GPTConfig(vocab_size=16384, hidden=768, n_layers=12, n_heads=12, ffn_hidden=3072, max_seq_len=1024),
     "large": GPTConfig(vocab_size=32768, hidden=1024, n_layers=24, n_heads=16, ffn_hidden=4096, max_seq_len=1024),
 }
+# A LLaMA-7B-shaped model (GPTConfig fields over the large preset): the cost model's 7B (costmodel.records.MODEL_7B)
+# and the calibration's Newton-Schulz target shapes (costmodel.compute_bench).
+LLAMA_7B_SHAPE: dict[str, int] = {"hidden": 4096, "n_layers": 32, "n_heads": 32, "ffn_hidden": 11008, "vocab_size": 32000}

@@ -85,6 +85,8 @@ class RunConfig:
     preset: str | None = None
     qkv: str | None = None
     cross_entropy: str | None = None  # vocab_parallel | gathered; "gathered" for runs recorded before the option existed
+    precision: str | None = None  # fp32 | bf16 (autocast); "fp32" for runs recorded before the option existed
+    micro_batches: int | None = None  # forward+backward passes per step; 1 for runs recorded before the option
     tokens_per_step: int | None = None  # global, over all DP ranks
     batch_per_dp: int | None = None
     seq_len: int | None = None
@@ -138,6 +140,10 @@ class RunConfig:
             values["overlap"] = "none"
         if raw and "cross_entropy" not in raw:  # recorded before the option existed: the logits were gathered
             values["cross_entropy"] = "gathered"
+        if raw and "precision" not in raw:  # recorded before the options existed: fp32, the whole batch at once
+            values["precision"] = "fp32"
+        if raw and "micro_batches" not in raw:
+            values["micro_batches"] = 1
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

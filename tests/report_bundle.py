@@ -445,6 +445,8 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
         "preset": "tiny",
         "qkv": "fused",
         "cross_entropy": "vocab_parallel",
+        "precision": "fp32",
+        "micro_batches": 1,
         "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN),
         "seq_len": SEQ_LEN,
         "train_steps": TRAIN_STEPS,

@@ -15,7 +15,7 @@ import pandas as pd
 from muon_repro.analysis.rounds import align_rounds, per_round, per_round_ratio, rounds_of
 
 # What two runs must share to be compared: the same work on the same kind of machine.
-SAME_WORK = ("preset", "tokens_per_step", "seq_len", "reduce_dtype", "cross_entropy", "backend", "device")
+SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
 
 
 class UnequalWork(ValueError):

@@ -60,6 +60,7 @@ class MadeUnder:
     min_tokens_per_d_model: float | None = None  # tokens per step per unit of d_model, at least
     one_rank_per_core: bool = False  # a time claim: no more ranks than cores (else wall time follows summed work)
     min_tokens_per_param: float | None = None  # a training claim: tokens trained per model parameter, at least
+    min_ranks: int | None = None  # the ranks (GPUs) the claim's runs had, at least: one device has no communication
 
     def outside(self, run: pd.Series, ranks_per_core: float | None, quoted: dict[str, float]) -> list[str]:
         """Why ``run`` was not made under these conditions, each reason without the run's name (empty: it was);
@@ -87,6 +88,13 @@ class MadeUnder:
                     f"trained {int(trained):,} tokens on {int(params):,} parameters ({per_param:.1f} per parameter), "
                     f"the claim at {self.min_tokens_per_param:g} or more"
                 )
+        world = run.get("world_size")
+        if self.min_ranks is not None and world is not None and world == world and int(world) < self.min_ranks:
+            alone = int(world) == 1
+            reasons.append(
+                f"ran on {int(world)} rank{'' if alone else 's'} ({'no communication' if alone else 'fewer'}), "
+                f"the claim on {self.min_ranks} or more"
+            )
         if self.one_rank_per_core and ranks_per_core is not None and ranks_per_core > 1:
             quoted["ranks_per_core"] = ranks_per_core
             reasons.append(f"ran {ranks_per_core:g} ranks per core, so wall time follows the work summed over ranks")
@@ -101,7 +109,7 @@ def d_model_of(run: pd.Series) -> int | None:
     return int(preset.hidden) if preset is not None else None
 
 
-ON_GPUS = MadeUnder("4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU", devices=("cuda",), one_rank_per_core=True)
+ON_GPUS = MadeUnder("4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU", devices=("cuda",), one_rank_per_core=True, min_ranks=4)
 
 
 @dataclass(frozen=True)
@@ -176,6 +184,7 @@ CLAIMS = (
             devices=("cuda",),
             min_tokens_per_d_model=100.0,
             one_rank_per_core=True,
+            min_ranks=4,
         ),
         prediction="optimizer_share",
     ),
@@ -196,7 +205,10 @@ CLAIMS = (
         unit="ratio of step time, naive async over synchronous gathers",
         region=Region(1.5, 2.5),
         made_under=MadeUnder(
-            "4 GPUs, NCCL: async_op=True without CUDA stream management", devices=("cuda",), one_rank_per_core=True
+            "4 GPUs, NCCL: async_op=True without CUDA stream management",
+            devices=("cuda",),
+            one_rank_per_core=True,
+            min_ranks=4,
         ),
     ),
     Claim(
@@ -212,6 +224,7 @@ CLAIMS = (
             devices=("cuda",),
             min_tokens_per_d_model=1000.0,
             one_rank_per_core=True,
+            min_ranks=2,
         ),
         prediction="muon_extra",
     ),
@@ -359,9 +372,11 @@ def _prediction(claim: Claim, t: ProfileTables, quoted: dict[str, float]) -> str
     if claim.prediction is None or th.empty or "metric" not in th.columns:
         return "The cost model makes no prediction of this quantity. "
     level = claim.claimed_value if claim.claim_id == "optimizer_share" else claim.region.high
+    # the shipped profile, or (a profile of one device measured alone) its interconnect with that device's kernel rates
+    on_study = th["machine"].astype(str).str.split("+").str[0] == STUDY_MACHINE
     picks = th[
         (th["metric"] == claim.prediction)
-        & (th["machine"] == STUDY_MACHINE)
+        & on_study
         & (th["level"].astype(float).round(4) == round(float(level), 4))
         & th["tokens_per_step"].notna()
     ]
@@ -372,8 +387,10 @@ def _prediction(claim: Claim, t: ProfileTables, quoted: dict[str, float]) -> str
         f"({float(row.tokens_per_d_model):.0f} per d_model)"
         for row in picks.itertuples()
     )
+    machines = sorted(set(picks["machine"].astype(str)))
+    where = STUDY_MACHINE if machines == [STUDY_MACHINE] else f"{', '.join(machines)}: its links, this device's kernel rates"
     return (
-        f"Predicted by the cost model on the original study's 4 GPUs ({STUDY_MACHINE}, DP2·TP2): {claim.prediction} falls to "
+        f"Predicted by the cost model on the original study's 4 GPUs ({where}, DP2·TP2): {claim.prediction} falls to "
         f"{float(level):.1%} at {said}{_validated_error(t, quoted)}. "
     )
 

@@ -52,6 +52,9 @@ class Analysis:
     # trials recorded without traces in the rounds after a run's traced ones (config profile false, with
     # timed steps): their steps timed without the profiler join the traced trials' in the timed_steps table
     timed_only: list[RunInfo] = field(default_factory=list)
+    # trials of runs recorded without any trace (every round untraced: a step whose trace would be too large to
+    # keep); their runs are rows of the runs table with the timed columns and no trace-derived ones
+    timed_runs: list[RunInfo] = field(default_factory=list)
     failures: list[TraceFailure] = field(default_factory=list)
     incomplete: list[TraceFailure] = field(default_factory=list)
     # what was analyzed: the cost model's and convergence records are found under them
@@ -124,7 +127,9 @@ def _add_timed_only(analysis: Analysis) -> None:
     for folder in timed_only_folders(analysis.paths):
         info = run_info_for(folder)
         missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
-        if info.key not in traced:
+        if info.key not in traced and not missing and not _has_traced_sibling(folder):
+            analysis.timed_runs.append(info)  # a run timed in every round: no trace was ever recorded
+        elif info.key not in traced:
             analysis.incomplete.append(
                 TraceFailure(
                     str(folder),
@@ -144,6 +149,18 @@ def _add_timed_only(analysis: Analysis) -> None:
             )
         else:
             analysis.timed_only.append(info)
+
+
+def _has_traced_sibling(folder: Path) -> bool:
+    """Whether another trial of ``folder``'s run (a sibling ``trial<k>`` folder) holds a trace."""
+    from muon_repro.rundir import trial_of
+
+    if trial_of(folder) is None:
+        return False
+    return any(
+        other != folder and other.is_dir() and trial_of(other) is not None and find_traces([other])
+        for other in folder.parent.iterdir()
+    )
 
 
 def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], files: list[Path]) -> None:

@@ -40,6 +40,8 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "preset": cfg.preset,
         "qkv": cfg.qkv,
         "cross_entropy": cfg.cross_entropy,
+        "precision": cfg.precision,
+        "micro_batches": cfg.micro_batches,
         "batch_per_dp": cfg.batch_per_dp,
         "seq_len": cfg.seq_len,
         "train_steps": cfg.steps,

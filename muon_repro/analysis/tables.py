@@ -312,15 +312,7 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) ->
         typical = typical_step(per_step["step_ms"])
         rows.append(
             {
-                "run": key,
-                "profile": info.profile,
-                "group": info.group,
-                "name": info.name,
-                "optimizer": cfg.optimizer,
-                "layout": cfg.layout,
-                "overlap": cfg.overlap,
-                "dp": cfg.dp,
-                "tp": cfg.tp,
+                **_run_identity(key, info),
                 "world_size": cfg.world_size or next((b.meta.world_size for b in items if b.meta.world_size), None),
                 "backend": cfg.backend or next((b.meta.backend for b in items if b.meta.backend), None),
                 "device": cfg.device or items[0].device,
@@ -350,9 +342,81 @@ def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) ->
                 **config_columns(info, metrics),
             }
         )
+    rows += _timed_run_rows(analysis, timed)
     if not rows:
         return SCHEMAS["runs"].empty()
     return pd.DataFrame(rows)
+
+
+# The runs columns only a trace gives: null for a run timed in every round.
+_TRACE_ONLY_COLUMNS = (
+    "step_ms",
+    "step_ms_p10",
+    "step_ms_p90",
+    *_RANK_MEAN_COLUMNS,
+    "optimizer_share",
+    "start_skew_ms",
+    "ring_bytes_per_step",
+    "loopback_bytes_per_step",
+    "typical_trial",
+    "typical_step",
+)
+
+
+def _run_identity(key: str, info) -> dict:
+    """The runs columns that name a run and its grid."""
+    cfg = info.config
+    return {
+        "run": key,
+        "profile": info.profile,
+        "group": info.group,
+        "name": info.name,
+        "optimizer": cfg.optimizer,
+        "layout": cfg.layout,
+        "overlap": cfg.overlap,
+        "dp": cfg.dp,
+        "tp": cfg.tp,
+    }
+
+
+def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
+    """The runs recorded without any trace (every round timed only): what config.json, environment.json and
+    metrics.json say, and the timed columns; every column a trace would give is null (``steps`` 0)."""
+    by_key: dict[str, list] = {}
+    for info in sorted(analysis.timed_runs, key=lambda i: i.trial):
+        by_key.setdefault(info.key, []).append(info)
+    rows = []
+    for key, trials in by_key.items():
+        info, cfg = trials[0], trials[0].config
+        metrics = [m for t in trials for m in t.ranks.values()]
+        state = [v for m in metrics if (v := m.total_state_bytes) is not None]
+        peaks = [m for m in metrics if m.peak_memory_bytes is not None]
+        top = max(peaks, key=lambda m: m.peak_memory_bytes) if peaks else None
+        columns = timed_run_columns(timed, key, pd.Series(dtype=float))
+        step_ms = columns["timed_step_ms"]
+        rows.append(
+            {
+                **_run_identity(key, info),
+                "world_size": cfg.world_size,
+                "backend": cfg.backend,
+                "device": cfg.device,
+                "ranks": len(info.ranks),
+                "trials": len(trials),
+                "tokens_per_step": cfg.tokens_per_step,
+                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms else None,
+                "steps": 0,
+                **dict.fromkeys(_TRACE_ONLY_COLUMNS),
+                "state_bytes": max(state) if state else None,
+                "peak_mem_bytes": top.peak_memory_bytes if top else None,
+                "peak_mem_source": (top.peak_memory_source or METRICS_FILE) if top else None,
+                "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
+                "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
+                "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
+                **columns,
+                **config_columns(info, metrics),
+            }
+        )
+    return rows
 
 
 def _ring_bytes_per_step(run_steps: pd.DataFrame) -> float | None:

@@ -99,7 +99,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
     traced trials and of the trials timed only (``analysis.timed_only``, every rank of each)."""
     rows: list[dict[str, Any]] = []
     traced = [(info, [info.rank(b.meta.rank) for b in items]) for info, items in analysis.runs]
-    timed_only = [(info, [info.ranks[r] for r in sorted(info.ranks)]) for info in analysis.timed_only]
+    timed_only = [(info, [info.ranks[r] for r in sorted(info.ranks)]) for info in analysis.timed_only + analysis.timed_runs]
     for info, ranks in traced + timed_only:
         metrics = [m for m in ranks if m is not None and m.timed_step_ms]
         if not metrics:

@@ -87,6 +87,12 @@ class BenchConfig:
     lr: float = 3e-3
     weight_decay: float = 0.1
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
+    # "bf16": forward and backward under bf16 autocast, as the cost model's bf16 workload (weights, gradients and
+    # optimizer state stay fp32; the loss is taken from fp32 logits); "fp32": no autocast, as every run before the field.
+    precision: str = "fp32"
+    # Gradient accumulation: each DP rank runs forward+backward on batch_per_dp / micro_batches sequences at a time,
+    # and the optimizer steps once on their summed gradient (same tokens per step, less activation memory).
+    micro_batches: int = 1
     gather_dtype: str = "bf16"
     reduce_dtype: str = "fp32"
     seed: int = 0
@@ -112,25 +118,32 @@ class BenchConfig:
             )
         if self.scale not in SCALES:
             raise ValueError(f"config {self.key}: unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
-        for name in ("dp", "tp", "active"):
+        for name in ("dp", "tp", "active", "micro_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"config {self.key}: {name} must be >= 1, got {getattr(self, name)}")
         for name in ("wait", "warmup", "timed_steps", "timed_warmup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"config {self.key}: {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("ns_dtype", "gather_dtype", "reduce_dtype"):
+        for name in ("ns_dtype", "gather_dtype", "reduce_dtype", "precision"):
             value = getattr(self, name)
             if value is not None and value not in DTYPE_NAMES:
                 raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"config {self.key}: unknown model preset {self.preset!r}")
         self._check_model_shape()
-        if self.tokens_per_step or self.seq_len:
+        if self.tokens_per_step < 0:
+            raise ValueError(f"config {self.key}: tokens_per_step must be >= 1, got {self.tokens_per_step}")
+        if self.seq_len:  # a registry entry may name its tokens per step and leave the sequence length to resolve()
             per_batch = self.dp * self.seq_len
             if self.seq_len < 1 or self.tokens_per_step < 1 or self.tokens_per_step % per_batch:
                 raise ValueError(
                     f"config {self.key}: tokens_per_step={self.tokens_per_step} does not divide into dp={self.dp} x "
                     f"micro-batches of seq_len={self.seq_len}; use a positive multiple of {max(per_batch, 1)}"
+                )
+            if self.batch_per_dp % self.micro_batches:
+                raise ValueError(
+                    f"config {self.key}: micro_batches={self.micro_batches} does not divide the {self.batch_per_dp} sequences "
+                    f"each DP rank trains per step; choose a divisor of {self.batch_per_dp}"
                 )
 
     def _check_model_shape(self) -> None:
@@ -217,6 +230,10 @@ def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) 
     return BenchConfig(group=group, name=f"{optimizer}_{grid}{suffix}", optimizer=optimizer, dp=dp, tp=tp, **kw)
 
 
+SINGLE_DEVICE_TOKENS = (8192, 32768, 131072, 262144)
+SINGLE_DEVICE_MICRO_TOKENS = 16384
+SINGLE_DEVICE_TRACED_TOKENS = 32768
+
 _ALL = [
     # The original study's comparison: Muon vs AdamW at DP=2, TP=2.
     _grid("comparison", "adamw", 2, 2),
@@ -236,13 +253,36 @@ _ALL = [
     _grid("scale_out", "adamw", 4, 2),
     _grid("scale_out", "muon", 8, 1),
     _grid("scale_out", "adamw", 8, 1),
+    # One device, no DP or TP: the optimizer step against forward+backward as tokens per step grow, in bf16 autocast
+    # as the cost model's bf16 workload, in micro-batches of at most SINGLE_DEVICE_MICRO_TOKENS (the gpu scale's
+    # 369M model fits one 80 GB GPU at 16k tokens a pass).
+    *[
+        BenchConfig(
+            group="single_device",
+            name=f"{optimizer}_t{tokens // 1024}k",
+            optimizer=optimizer,
+            dp=1,
+            tp=1,
+            tokens_per_step=tokens,
+            precision="bf16",
+            micro_batches=max(1, tokens // SINGLE_DEVICE_MICRO_TOKENS),
+            # 5 timed steps, then a short profiled window up to 32k tokens; the larger steps are timed only in every
+            # round (a profiled 128k-token window of 2 steps is an 11 MB trace, 256k 23 MB, on an H200)
+            profile=tokens <= SINGLE_DEVICE_TRACED_TOKENS,
+            active=2,
+            timed_steps=5,
+            timed_warmup=2,
+        )
+        for tokens in SINGLE_DEVICE_TOKENS
+        for optimizer in ("muon", "adamw")
+    ],
 ]
 CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
 # The original study's runs: the group name ``study`` (``seed``, its older name, still works).
 STUDY_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
 STUDY_GROUP_NAMES = ("study", "seed")
 # What `muon-repro run` records by default: the original study's runs and the layout ablation (4 ranks each).
-REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap"))
+REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap", "single_device"))
 
 
 def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
@@ -257,11 +297,17 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
         base,
         scale=scale,
         preset=spec.preset,
-        tokens_per_step=spec.tokens_per_step,
+        tokens_per_step=base.tokens_per_step or spec.tokens_per_step,
         seq_len=spec.seq_len,
         bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
-        **{"timed_steps": spec.timed_steps, "timed_warmup": spec.timed_warmup, **overrides},
+        **{**_timed_steps_of(base, spec), **overrides},
     )
+
+
+def _timed_steps_of(base: BenchConfig, spec: ScaleSpec) -> dict[str, int]:
+    """The registry entry's own timed steps where it names them, else the scale's."""
+    source = base if base.timed_steps else spec
+    return {"timed_steps": source.timed_steps, "timed_warmup": source.timed_warmup}
 
 
 def from_dict(data: dict) -> BenchConfig:

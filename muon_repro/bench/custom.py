@@ -54,6 +54,19 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
         help="the loss from each TP rank's logits shard, or from all-gathered logits as runs recorded before the option "
         "(default: %(default)s; not part of the run's name)",
     )
+    group.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="fp32, or the forward and backward under bf16 autocast with fp32 weights and optimizer (default: %(default)s)",
+    )
+    group.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        metavar="M",
+        help="gradient accumulation: forward+backward in M slices of each DP rank's batch (default: %(default)s)",
+    )
     if scale:
         group.add_argument(
             "--scale",
@@ -85,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         tokens_per_step=args.tokens_per_step,
         seq_len=args.seq_len,
         bucket_elems=bucket_elems(args),
+        precision=args.precision,
+        micro_batches=args.micro_batches,
         **shape,
     )
     # Not in the name: BenchConfig.key leaves it out too, so a run keeps its folder whichever loss it used.
@@ -129,6 +144,10 @@ def run_name(fields: dict) -> str:
     ]
     if fields["overlap"] != "none":
         parts.append(fields["overlap"])
+    if fields.get("precision", "fp32") != "fp32":
+        parts.append(fields["precision"])
+    if fields.get("micro_batches", 1) > 1:
+        parts.append(f"m{fields['micro_batches']}")
     return "_".join(parts)
 
 

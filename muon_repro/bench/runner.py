@@ -134,6 +134,9 @@ def run_rank(
         raise ValueError(f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, the world has {world}")
     dims = ParallelDims(cfg.dp, cfg.tp)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":  # one launch records a sweep's runs in turn: each run's peak is its own
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     # How fast the machine runs right now (about a second, every rank at once): the run's own calibration
     probe = measure_speed(device.type)
     torch.manual_seed(cfg.seed)
@@ -159,7 +162,7 @@ def run_rank(
         for step in range(cfg.profiled_steps):
             dims.ledger.step = step
             tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
-            t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device)
+            t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device, **_step_options(cfg))
             step_ms.append((t2 - t0) / 1e6)
             optimizer_ms.append((t2 - t1) / 1e6)
             losses.append(loss.item())
@@ -282,7 +285,7 @@ def _timed_steps(cfg: BenchConfig, model, opt, data: PermutationStream, dims: Pa
         ledger.step = kept
         tokens, targets = data.local_batch(i, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
         timer.on = kept >= 0
-        t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device)
+        t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device, **_step_options(cfg))
         timer.on = False
         if kept >= 0:
             step_ms.append((t2 - t0) / 1e6)
@@ -299,16 +302,35 @@ def _timed_steps(cfg: BenchConfig, model, opt, data: PermutationStream, dims: Pa
 
 
 def train_step(
-    model: torch.nn.Module, opt: ZeroOneOptimizer, tokens: torch.Tensor, targets: torch.Tensor, device: torch.device
+    model: torch.nn.Module,
+    opt: ZeroOneOptimizer,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    device: torch.device,
+    *,
+    precision: str = "fp32",
+    micro_batches: int = 1,
 ) -> tuple[int, int, int, torch.Tensor]:
     """One training step, its phases labelled for the profiler: (start, end of backward, end) in
-    ``perf_counter_ns`` around device syncs, and the loss."""
+    ``perf_counter_ns`` around device syncs, and the loss (the mean over the step's tokens).
+
+    ``micro_batches`` > 1 accumulates gradients: forward and backward run on equal slices of the
+    batch in turn (each its own ``forward``/``backward`` scope), every loss scaled by 1/micro_batches so
+    the summed gradient is the whole batch's mean. ``precision`` "bf16" runs the forward under bf16
+    autocast; the backward follows the forward's dtypes, as autocast intends."""
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     _sync(device)
     t0 = time.perf_counter_ns()
-    with record_function(FORWARD):
-        loss = model(tokens, targets)
-    with record_function(BACKWARD):
-        loss.backward()
+    losses = []
+    for tokens_micro, targets_micro in zip(tokens.chunk(micro_batches), targets.chunk(micro_batches)):
+        with record_function(FORWARD), autocast:
+            loss_micro = model(tokens_micro, targets_micro)
+            if micro_batches > 1:  # one pass (every run without accumulation) keeps its ops as they were
+                loss_micro = loss_micro / micro_batches
+        with record_function(BACKWARD):
+            loss_micro.backward()
+        losses.append(loss_micro.detach())
+    loss = losses[0] if micro_batches == 1 else torch.stack(losses).sum()
     _sync(device)
     t1 = time.perf_counter_ns()
     with record_function(OPTIMIZER):
@@ -316,6 +338,10 @@ def train_step(
         opt.zero_grad(set_to_none=True)
     _sync(device)
     return t0, t1, time.perf_counter_ns(), loss
+
+
+def _step_options(cfg: BenchConfig) -> dict:
+    return {"precision": cfg.precision, "micro_batches": cfg.micro_batches}
 
 
 def _sync(device: torch.device) -> None:

@@ -44,7 +44,7 @@ from typing import TypeVar
 import torch
 
 from muon_repro.costmodel.collective_fit import collective_fits, collective_rows
-from muon_repro.costmodel.compute_bench import measure_kernels
+from muon_repro.costmodel.compute_bench import NS_TARGET_FRACTION, measure_kernels
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.measurement import Plan
 from muon_repro.costmodel.world_bench import (
@@ -86,6 +86,8 @@ def calibrate(
     kernel_threads = threads or max(1, (os.cpu_count() or 1) // max(ranks))
     load_before, started = _load_average(), time.perf_counter()
     figures, rows = _kernels(plan, device, kernel_threads, log)
+    if ranks == SINGLE_DEVICE:
+        return _single_device_profile(name, device, backend, plan, kernel_threads, figures, rows, load_before, started)
     reference = _with_threads(kernel_threads, lambda: standalone_matmul_rate(plan, device))
     stream_reference = _with_threads(kernel_threads, lambda: standalone_stream_rate(plan, device))
     tokens, fan_in, fan_out = share_shape(plan)
@@ -120,6 +122,7 @@ def calibrate(
         "load_average_before": load_before,
         "load_average_after": _load_average(),
         "ns_time_over_its_matmuls": figures.pop("ns_ratio"),
+        "ns_against_matmul": figures.pop("ns_target"),
         "speed_probe": probes,  # by world size: what each recording's own probe is compared with
     }
     profile = MachineProfile(
@@ -139,6 +142,59 @@ def calibrate(
         row.update(machine=name, device=device, backend=backend)
         row.setdefault("threads", kernel_threads if row["kind"] == "kernel" else None)
     return profile, rows
+
+
+def _single_device_profile(
+    name: str,
+    device: str,
+    backend: str,
+    plan: Plan,
+    threads: int,
+    figures: dict,
+    rows: list[dict],
+    load_before: list[float] | None,
+    started: float,
+) -> tuple[MachineProfile, list[dict]]:
+    """The profile of one device measured alone (``--ranks 1``): its kernels and speed probe, no world and no
+    collective (NCCL runs no two ranks on one GPU), so it prices runs of one rank; the rows as calibrate's."""
+    from muon_repro.costmodel.speed_probe import measure_speed
+
+    _with_threads(threads, lambda: measure_speed(device))  # a warm-up: the first probe of a process pays its start-up
+    probe = _with_threads(threads, lambda: measure_speed(device))
+    calibration = {
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host_cpu": _cpu_model(),
+        "host_cpu_cores": os.cpu_count(),
+        "accelerator": _accelerator(device),
+        "torch": torch.__version__,
+        "threads": threads,
+        "ranks": [1],
+        "quick": plan.reps < 5,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+        "ns_time_over_its_matmuls": figures.pop("ns_ratio"),
+        "ns_against_matmul": figures.pop("ns_target"),
+        "speed_probe": {"1": probe.to_dict()},
+    }
+    profile = MachineProfile(
+        name=name,
+        device=device,
+        backend=backend,
+        description=f"measured by muon-repro calibrate on one {_accelerator(device) or device}, alone (no collectives)",
+        collectives=(),
+        compute_share={1: 1.0},
+        calibration=calibration,
+        **figures,
+    )
+    for row in rows:
+        row.update(machine=name, device=device, backend=backend)
+        row.setdefault("threads", threads if row["kind"] == "kernel" else None)
+    return profile, rows
+
+
+def _accelerator(device: str) -> str | None:
+    return torch.cuda.get_device_name() if device == "cuda" else None
 
 
 def _world_rows(
@@ -176,10 +232,19 @@ def _world_rows(
     return rows
 
 
+SINGLE_DEVICE = (1,)
+"""``--ranks 1``: one device measured alone, kernels only (a machine with one GPU)."""
+
+
 def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
     out = tuple(sorted(set(ranks)))
+    if out == SINGLE_DEVICE:
+        return out
     if not out or any(not isinstance(w, int) or w < 2 for w in out):
-        raise ValueError(f"--ranks must list world sizes of at least 2 ranks (e.g. 2,4), got {list(ranks)}")
+        raise ValueError(
+            f"--ranks must list world sizes of at least 2 ranks (e.g. 2,4), or be 1 alone (one device, no collectives), "
+            f"got {list(ranks)}"
+        )
     return out
 
 
@@ -239,8 +304,13 @@ def format_summary(profile: MachineProfile) -> str:
         + "; its time over its own matmuls' "
         + ", ".join(f"{d} {r:.3f}x" for d, r in c.get("ns_time_over_its_matmuls", {}).items())
         + " (target <= 1.15x)",
+        *(
+            f"  Newton-Schulz at the {model} model's shapes, bf16: {t['ns_tflops']:.4g} TFLOP/s, {t['fraction']:.0%} of its "
+            f"matmuls' {t['matmul_tflops']:.4g} TFLOP/s (target >= {NS_TARGET_FRACTION:.0%})"
+            for model, t in c.get("ns_against_matmul", {}).items()
+        ),
         (
-            f"  attention {profile.attention_tflops.get('fp32', float('nan')):.4g} TFLOP/s; "
+            "  attention " + ", ".join(f"{d} {v:.4g} TFLOP/s" for d, v in profile.attention_tflops.items()) + "; "
             f"cross-entropy {profile.cross_entropy_gbps:.4g} GB/s; "
             f"GELU {profile.gelu_gbps:.4g} GB/s; element-wise {profile.elementwise_gbps:.4g} GB/s"
         ),

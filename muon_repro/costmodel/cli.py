@@ -53,7 +53,13 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend", choices=("gloo", "nccl"), default="gloo", help="collectives' backend (nccl: GPUs) (default: %(default)s)"
     )
-    p.add_argument("--ranks", type=_int_list, default=(2, 4), help="world sizes to measure, comma-separated (default: 2,4)")
+    p.add_argument(
+        "--ranks",
+        type=_int_list,
+        default=(2, 4),
+        help="world sizes to measure, comma-separated (default: 2,4); 1 alone: one device, kernels only, no collectives "
+        "(one GPU: NCCL runs no two ranks on it)",
+    )
     p.add_argument("--threads", type=int, help="torch threads per rank (default: the bench's, cpu_count // ranks, at least 1)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions: seconds instead of a minute")
     p.add_argument(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from muon_repro.costmodel.measurement import Plan, low_quartile, seconds_per_call, sync_device
-from muon_repro.model_config import PRESETS, GPTConfig
+from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS, GPTConfig
 from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, newton_schulz_flops, zeropower_via_newtonschulz5
 from muon_repro.phases import NEWTON_SCHULZ
 
@@ -32,6 +32,11 @@ def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tupl
         matmul[dtype], r1 = bench_matmul(plan, dtype, device)
         ns[dtype], ns_ratio[dtype], r2 = bench_newton_schulz(plan, dtype, device, ns_shapes(plan))
         rows += r1 + r2
+    target: dict[str, dict[str, float]] = {}
+    for name in plan.ns_target_models:
+        log(f"  Newton-Schulz against matmul at the {name} model's shapes, bf16 ...")
+        target[name], rows_target = bench_ns_target(name, plan, device)
+        rows += rows_target
     log("  attention, cross-entropy, GELU, element-wise, operator overhead ...")
     attention, r3 = bench_attention(plan, device)
     cross_entropy, r4 = bench_cross_entropy(plan, device)
@@ -49,13 +54,14 @@ def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tupl
         "size_curves": curves,
         "matmul_tflops": matmul,
         "newton_schulz_tflops": ns,
-        "attention_tflops": {"fp32": attention},
+        "attention_tflops": attention,
         "cross_entropy_gbps": cross_entropy,
         "gelu_gbps": gelu,
         "elementwise_gbps": elementwise,
         "op_overhead_us": op_us,
         "profiled_op_overhead_us": profiled_us,
         "ns_ratio": ns_ratio,
+        "ns_target": target,
     }
     return figures, rows
 
@@ -88,11 +94,55 @@ def bench_matmul(plan: Plan, dtype: str, device: str) -> tuple[float, list[dict]
     return flops / seconds / 1e12, rows
 
 
-def layer_shapes(preset: str, tp: int) -> list[tuple[int, int]]:
+def layer_shapes(preset: str | GPTConfig, tp: int) -> list[tuple[int, int]]:
     """``(in, out)`` of every TP-local weight a matmul uses, layer by layer (qkv, proj, fc1, fc2), then the LM head."""
-    m = PRESETS[preset]
+    m = PRESETS[preset] if isinstance(preset, str) else preset
     h, f = m.hidden, m.ffn_hidden
     return [(h, 3 * h // tp), (h // tp, h), (h, f // tp), (f // tp, h)] * m.n_layers + [(h, m.vocab_size // tp)]
+
+
+def matrix_shapes(model: GPTConfig) -> list[tuple[int, int]]:
+    """The full matrices Muon orthogonalizes in one block of ``model``: qkv, proj, fc1, fc2."""
+    h, f = model.hidden, model.ffn_hidden
+    return [(3 * h, h), (h, h), (f, h), (h, f)]
+
+
+# The models whose Newton-Schulz a GPU calibration sets against its matmul rate: the gpu scale's 369M (the bench's
+# large preset) and a LLaMA-7B shape. TARGET_LAYERS of their blocks time the matmul rate: the blocks are alike, and
+# a 7B model's 32 would take seconds per repetition for the same figure.
+TARGET_MODELS = {"369m": PRESETS["large"], "7b": GPTConfig.preset("large", **LLAMA_7B_SHAPE)}
+TARGET_LAYERS = 4
+NS_TARGET_FRACTION = 0.7  # Newton-Schulz should reach this much of the same device's bf16 matmul rate
+
+
+def bench_ns_target(name: str, plan: Plan, device: str) -> tuple[dict[str, float], list[dict]]:
+    """bf16 Newton-Schulz at ``name``'s matrix shapes against the bf16 rate of the same model's training matmuls
+    (:func:`layer_shapes` at TP 1, ``plan.tokens`` tokens): ``{ns_tflops, matmul_tflops, fraction}`` and the rows
+    (``newton_schulz`` per shape, ``matmul`` for the model, labelled with its name)."""
+    from dataclasses import replace
+
+    model = TARGET_MODELS[name]
+    shapes = layer_shapes(replace(model, n_layers=TARGET_LAYERS), 1)
+    t_mm, work_mm = _training_matmuls(shapes, plan.tokens, "bf16", device, plan.reps)
+    matmul_tflops = work_mm / t_mm / 1e12
+    rows = [
+        _kernel(
+            "matmul",
+            "bf16",
+            f"{name} tp=1: {TARGET_LAYERS} blocks and the LM head, {plan.tokens} tokens",
+            t_mm,
+            tflops=matmul_tflops,
+        )
+    ]
+    flops = seconds = 0.0
+    for shape in matrix_shapes(model):
+        g = torch.randn(*shape, device=device)
+        t_ns = seconds_per_call(lambda: zeropower_via_newtonschulz5(g, 5, torch.bfloat16), plan.reps, device)
+        work = newton_schulz_flops(shape, 5)
+        rows.append(_kernel(NEWTON_SCHULZ, "bf16", f"{name} [{shape[0]},{shape[1]}]", t_ns, tflops=work / t_ns / 1e12))
+        flops, seconds = flops + work, seconds + t_ns
+    ns_tflops = flops / seconds / 1e12
+    return {"ns_tflops": ns_tflops, "matmul_tflops": matmul_tflops, "fraction": ns_tflops / matmul_tflops}, rows
 
 
 def _training_matmuls(shapes: list[tuple[int, int]], tokens: int, dtype: str, device: str, reps: int) -> tuple[float, float]:
@@ -164,21 +214,26 @@ def _timed(fn: Callable[[], object], device: str) -> float:
     return time.perf_counter() - t0
 
 
-def bench_attention(plan: Plan, device: str) -> tuple[float, list[dict]]:
-    """SDPA (causal) forward+backward at the first preset's shape (2-way TP heads), in FLOPs as
-    :meth:`GPTConfig.flops_per_token` counts them: 12 x local width x sequence per token."""
+def bench_attention(plan: Plan, device: str) -> tuple[dict[str, float], list[dict]]:
+    """SDPA (causal) forward+backward at the first preset's shape (2-way TP heads), per dtype of the plan
+    (a GPU's bf16 takes the flash kernel), in FLOPs as :meth:`GPTConfig.flops_per_token` counts them:
+    12 x local width x sequence per token."""
     m = PRESETS[plan.presets[0]]
     heads, seq = max(1, m.n_heads // 2), m.max_seq_len
     batch = max(1, plan.tokens // seq)
-    q, k, v = (torch.randn(batch, heads, seq, m.head_dim, device=device, requires_grad=True) for _ in range(3))
+    rates, rows = {}, []
+    for dtype in plan.dtypes:
+        kind = TORCH_DTYPES[dtype]
+        q, k, v = (torch.randn(batch, heads, seq, m.head_dim, device=device, dtype=kind, requires_grad=True) for _ in range(3))
 
-    def step() -> None:
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-        q.grad = k.grad = v.grad = None
+        def step() -> None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+            q.grad = k.grad = v.grad = None
 
-    t = seconds_per_call(step, plan.reps, device)
-    tflops = 12.0 * heads * m.head_dim * seq * batch * seq / t / 1e12
-    return tflops, [_kernel("attention", "fp32", f"[{batch},{heads},{seq},{m.head_dim}]", t, tflops=tflops)]
+        t = seconds_per_call(step, plan.reps, device)
+        rates[dtype] = 12.0 * heads * m.head_dim * seq * batch * seq / t / 1e12
+        rows.append(_kernel("attention", dtype, f"[{batch},{heads},{seq},{m.head_dim}]", t, tflops=rates[dtype]))
+    return rates, rows
 
 
 def bench_cross_entropy(plan: Plan, device: str) -> tuple[float, list[dict]]:

@@ -154,8 +154,10 @@ class MachineProfile:
                 _check_number(name, getattr(self, name), minimum=0.0 if name.endswith("_us") else None)
         if self.ranks_per_node is not None and (not _is_int(self.ranks_per_node) or self.ranks_per_node < 1):
             raise ProfileError(f"ranks_per_node must be a positive integer or null, got {self.ranks_per_node!r}")
-        if not self.collectives:
-            raise ProfileError("collectives must list at least one fit")
+        if not self.collectives and self.calibration.get("ranks") != [1]:
+            raise ProfileError(
+                "collectives must list at least one fit (only a profile calibrated on one device alone, --ranks 1, has none)"
+            )
         for name in ("compute_share", "bandwidth_share"):
             for world, share in getattr(self, name).items():
                 if not _is_int(world) or world < 1:
@@ -282,6 +284,11 @@ class MachineProfile:
         """The fit for ``op`` on a group of ``group_size`` ranks: the exact group size if listed, else
         one for any size (null), else the nearest listed size; among those, the one measured at
         ``world_size`` if any, else the largest world."""
+        if not self.collectives:
+            raise ProfileError(
+                f"machine {self.name!r} was calibrated on one device alone and has no collective fits: it prices runs of "
+                "one rank; for dp*tp > 1 use a profile with collectives"
+            )
         fits = [f for f in self.collectives if f.op == op and f.scope == scope]
         if not fits:
             raise ProfileError(f"machine {self.name!r} has no {op} fit for scope {scope!r}; add one to its collectives")

@@ -28,6 +28,9 @@ class Plan:
     share_window_s: float
     dtypes: tuple[str, ...]
     curve_tokens: tuple[int, ...] = ()  # tokens per rank of the profiled training steps (size curves); none on a GPU
+    # Models whose Newton-Schulz is set against the same device's matmul rate at their shapes (a GPU's bf16 target):
+    # names of compute_bench.TARGET_MODELS
+    ns_target_models: tuple[str, ...] = ()
 
     @classmethod
     def for_device(cls, device: str, quick: bool) -> Plan:
@@ -42,6 +45,7 @@ class Plan:
                 share_windows=2,
                 share_window_s=0.2,
                 dtypes=("fp32", "bf16"),
+                ns_target_models=("369m",),
             )
         if device == "cuda":
             return cls(
@@ -54,6 +58,7 @@ class Plan:
                 share_windows=4,
                 share_window_s=0.5,
                 dtypes=("fp32", "bf16"),
+                ns_target_models=("369m", "7b"),
             )
         if quick:
             # the largest sample big enough that its transfer outlasts a loaded machine's scheduling noise (a few ms)

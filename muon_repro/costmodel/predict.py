@@ -133,13 +133,13 @@ class Prediction:
         }
 
 
-def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True, model_dtype: str = "fp32") -> Prediction:
+def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True, model_dtype: str | None = None) -> Prediction:
     """The predicted step of ``cfg`` on ``machine`` (``profiled``: under the bench's profiler, as recorded runs are).
 
-    ``model_dtype``: the training's precision (:func:`~muon_repro.costmodel.workload.build_workload`). The bench
-    trains in fp32 (``fp32``, what recorded runs are priced with); ``bf16`` prices mixed-precision training as
+    ``model_dtype``: the training's precision (:func:`~muon_repro.costmodel.workload.build_workload`); default
+    the run's own (``cfg.precision``: fp32, or bf16 autocast). ``bf16`` prices mixed-precision training as
     Megatron-Core runs it: matmuls at the bf16 rate, activations and parameters moved in bf16."""
-    workload = build_workload(cfg, machine.device, model_dtype)
+    workload = build_workload(cfg, machine.device, model_dtype or cfg.precision)
     return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled), workload)
 
 

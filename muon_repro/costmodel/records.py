@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig
@@ -29,7 +29,7 @@ from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import Prediction, predict
 from muon_repro.costmodel.validate import validate
 from muon_repro.hardware import PROFILE_FIELD
-from muon_repro.model_config import PRESETS
+from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
 from muon_repro.tables.files import write_atomic
 
@@ -55,9 +55,7 @@ class Model:
 # The original study (Jen Wei's) does not publish its model; the gpu scale's (GPT-2-medium shaped, 369M) stands for it.
 STUDY_MODEL = Model("gpu-scale-369m", "large", 1024)
 # A LLaMA-7B-shaped model: 32 blocks of width 4096, MLP 11008, a 32k vocabulary, 4k sequences.
-MODEL_7B = Model(
-    "7b", "large", 4096, (("hidden", 4096), ("n_layers", 32), ("n_heads", 32), ("ffn_hidden", 11008), ("vocab_size", 32000))
-)
+MODEL_7B = Model("7b", "large", 4096, tuple(LLAMA_7B_SHAPE.items()))
 
 
 @dataclass(frozen=True)
@@ -98,6 +96,9 @@ def write_records(
     for metric, s in spread.items():
         log(f"  {metric}: log error {s.low:+.3f} to {s.high:+.3f} over {s.runs} {s.basis} run(s)")
     log("pricing the regime lines ...")
+    if not machine.collectives:  # one device calibrated alone: its own line, and its compute on the shipped GPUs' links
+        lines, thresholds = single_device_lines(machine, spread, log)
+        return _write(folder, profile, predictions, [with_ranges(row, spread) for row in lines], thresholds)
     lines = list(this_machine_lines(machine, quick=quick))
     thresholds: list[dict] = []
     if not quick:
@@ -109,10 +110,61 @@ def write_records(
         log(f"  scale-out: {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs (the largest take a minute each)")
         lines += list(scale_out_rows())
     lines = [with_ranges(row, spread) for row in lines]
+    return _write(folder, profile, predictions, lines, thresholds)
+
+
+def _write(folder: Path, profile: str, predictions: list[dict], lines: list[dict], thresholds: list[dict]) -> list[Path]:
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
     for path, rows in zip(written, (predictions, lines, thresholds)):
         write_csv(path, [{PROFILE_FIELD: profile, **row} for row in rows])
     return written
+
+
+SINGLE_DEVICE_TOKENS = tuple(2**k for k in range(13, 21))  # 8k to 1M tokens per step
+
+
+def single_device_lines(
+    machine: MachineProfile, spread: dict[str, ErrorSpread], log: Callable[[str], None] = print
+) -> tuple[list[dict], list[dict]]:
+    """What a profile of one device measured alone prices: the gpu scale's model on that device (kind
+    ``this_machine``), and, labelled as predictions (kind ``measured_compute``), the shipped GPU profiles'
+    threshold settings with their interconnect and this device's measured kernel rates; their thresholds."""
+    lines = []
+    setting = Setting(machine.name, STUDY_MODEL, 1, 1)
+    for tokens in SINGLE_DEVICE_TOKENS:
+        lines.append(line_row(setting, tokens, "this_machine", *_pair(setting, tokens, machine)))
+    thresholds = threshold_rows(setting, lines, spread)
+    for base in THRESHOLD_SETTINGS:
+        hybrid = measured_compute_profile(resolve_profile(base.machine), machine)
+        setting = replace(base, machine=hybrid.name)
+        log(f"  {hybrid.name}, {setting.model.name}, DP{setting.dp}·TP{setting.tp}")
+        grid = list(token_grid(setting, hybrid, kind="measured_compute"))
+        lines += grid
+        thresholds += threshold_rows(setting, grid, spread)
+    return lines, thresholds
+
+
+def measured_compute_profile(links: MachineProfile, compute: MachineProfile) -> MachineProfile:
+    """``links``'s interconnect (its collectives, ranks per node and their efficiencies) with ``compute``'s measured
+    kernel rates, at full efficiency (they are what the device reached): a prediction for GPUs we do not have."""
+    from muon_repro.costmodel.machine_profile import SCOPES
+
+    return replace(
+        links,
+        name=f"{links.name}+{compute.name}-compute",
+        description=f"{links.description} Kernel rates measured on {compute.name} ({compute.description}).",
+        matmul_tflops=compute.matmul_tflops,
+        newton_schulz_tflops=compute.newton_schulz_tflops,
+        attention_tflops=compute.attention_tflops,
+        elementwise_gbps=compute.elementwise_gbps,
+        cross_entropy_gbps=compute.cross_entropy_gbps,
+        gelu_gbps=compute.gelu_gbps,
+        op_overhead_us=compute.op_overhead_us,
+        profiled_op_overhead_us=compute.profiled_op_overhead_us,
+        size_curves={},
+        efficiency={k: v for k, v in links.efficiency.items() if k in SCOPES},
+        calibration={},
+    )
 
 
 def line_row(setting: Setting, tokens: int, kind: str, muon: Prediction, adamw: Prediction) -> dict:
@@ -179,19 +231,20 @@ def run_config(setting: Setting, optimizer: str, tokens: int) -> BenchConfig:
     )
 
 
-def _pair(setting: Setting, tokens: int) -> tuple[Prediction, Prediction]:
-    machine = resolve_profile(setting.machine)
+def _pair(setting: Setting, tokens: int, machine: MachineProfile | None = None) -> tuple[Prediction, Prediction]:
+    machine = machine or resolve_profile(setting.machine)
     return tuple(
         predict(run_config(setting, opt, tokens), machine, profiled=False, model_dtype=setting.model_dtype)
         for opt in ("muon", "adamw")
     )  # type: ignore[return-value]
 
 
-def token_grid(setting: Setting) -> Iterable[dict]:
-    """Predicted steps at one micro-batch per DP rank, doubling up to :data:`MAX_TOKENS`."""
+def token_grid(setting: Setting, machine: MachineProfile | None = None, kind: str = "profile") -> Iterable[dict]:
+    """Predicted steps at one micro-batch per DP rank, doubling up to :data:`MAX_TOKENS` (on ``machine``, default the
+    setting's shipped profile)."""
     tokens = setting.dp * setting.model.seq_len
     while tokens <= MAX_TOKENS:
-        yield line_row(setting, tokens, "profile", *_pair(setting, tokens))
+        yield line_row(setting, tokens, kind, *_pair(setting, tokens, machine))
         tokens *= 2
 
 

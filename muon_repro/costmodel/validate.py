@@ -125,7 +125,9 @@ def validate(
         by_profile = predict(cfg, machine, profiled=priced_profiled)
         probes = run_probes(folders)
         ratios = machine.day_ratios(*probes) if probes and machine.calibration_probes() else {}
-        on_day = machine.on_day(*probes) if ratios else None
+        # A GPU's probe (a 256x512x512 fp32 matmul, synced every 8 calls) times launches and clocks, not the
+        # GPU's rate: its ratios are recorded, not applied
+        on_day = machine.on_day(*probes) if ratios and machine.device == "cpu" else None
         p = predict(cfg, on_day, profiled=priced_profiled) if own_calibration and on_day is not None else by_profile
         rows.append(
             {

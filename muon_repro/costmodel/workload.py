@@ -183,8 +183,10 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
 
 
 def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
-    """Forward and backward of one TP rank (every TP rank does the same)."""
-    tp, tokens = cfg.tp, cfg.tokens_per_step // cfg.dp
+    """Forward and backward of one TP rank (every TP rank does the same): with ``cfg.micro_batches`` > 1 the same
+    FLOPs and bytes in that many passes, each with its own operator calls and TP collectives."""
+    tp, tokens, micro = cfg.tp, cfg.tokens_per_step // cfg.dp, cfg.micro_batches
+    per_pass = tokens // micro  # tokens of one forward+backward pass
     h, layers, vocab = model.hidden, model.n_layers, model.vocab_size
     activation = ELEMENT_SIZE[precision]
     vocab_parallel = cfg.cross_entropy == "vocab_parallel" and tp > 1
@@ -198,21 +200,22 @@ def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") ->
         attention_flops=attention * tokens / tp,
         cross_entropy_bytes=FP32 * logits,  # logits in fp32 through the cross-entropy (Megatron casts them too)
         gelu_bytes=activation * tokens * (model.ffn_hidden // tp) * layers,
-        activation_elems=tokens * h,
-        logits_elems=logits,
-        mlp_elems=tokens * (model.ffn_hidden // tp),
+        activation_elems=per_pass * h,
+        logits_elems=logits // micro,
+        mlp_elems=per_pass * (model.ffn_hidden // tp),
     )
-    forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops))]
-    backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops))]
+    forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops * micro))]
+    backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops * micro))]
     if tp > 1:
-        all_reduces = (tokens * h,) * (2 * layers + 1)  # per layer attention out and MLP out (+ the embedding)
+        # per layer attention out and MLP out (+ the embedding), in every pass
+        all_reduces = (per_pass * h,) * (2 * layers + 1) * micro
         forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True)))
         if vocab_parallel:
             # little compute between the three: the group meets once, in step after the first
-            reductions = (tokens,) * CROSS_ENTROPY_REDUCTIONS
+            reductions = (per_pass,) * CROSS_ENTROPY_REDUCTIONS * micro
             forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", reductions, FP32)))
         else:
-            forward.append(Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (tokens * vocab,), activation)))
+            forward.append(Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (per_pass * vocab,) * micro, activation)))
         backward.append(
             Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True))
         )  # per layer attention in, MLP in (+ LM head)

@@ -65,6 +65,13 @@ def init_worker(backend: str) -> None:
     dist.init_process_group(backend=backend)
 
 
+def _shutdown_timeout(launch_config: type) -> dict[str, int]:
+    """``shutdown_timeout`` where this torch's ``LaunchConfig`` has it (2.13 does, 2.11 does not: its workers then
+    get torch's own grace period after a signal)."""
+    names = getattr(launch_config, "__dataclass_fields__", {})
+    return {"shutdown_timeout": SHUTDOWN_TIMEOUT_S} if "shutdown_timeout" in names else {}
+
+
 @record  # writes the worker's traceback where the launcher's ChildFailedError reports it
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
     # Ctrl-C kills a worker at once, even inside a collective: a KeyboardInterrupt would unwind
@@ -180,7 +187,7 @@ def launch(
         max_restarts=0,
         monitor_interval=0.05,
         start_method="spawn",
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        **_shutdown_timeout(LaunchConfig),
     )
     with _quiet_elastic_shutdown(), _signal_handlers_restored():
         try:

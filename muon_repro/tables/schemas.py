@@ -57,6 +57,13 @@ _CONFIG_COLUMNS = columns_of(
         "how the loss meets the vocab-sharded logits: vocab_parallel (three all-reduces of [tokens]) or gathered (an "
         "all-gather of the full logits; runs recorded before the option)",
     ),
+    (
+        "precision",
+        "string",
+        "",
+        "fp32, or bf16: forward and backward under bf16 autocast, weights, gradients and optimizer state fp32",
+    ),
+    ("micro_batches", "Int64", "count", "forward+backward passes per step (gradient accumulation); 1: the whole batch"),
     ("batch_per_dp", "Int64", "sequences", "sequences per step on each DP rank"),
     ("seq_len", "Int64", "tokens", "tokens per sequence"),
     ("train_steps", "Int64", "count", "training steps run (profiled or not)"),

@@ -1,0 +1,154 @@
+"""What a GPU measured, for every hardware profile whose runs ran on CUDA: its kernel rates, Newton-Schulz against
+the same device's matmuls and against Gram Newton-Schulz, Muon and AdamW on one device by tokens per step, and the
+cost model's error there.
+
+From the ``calibration``, ``runs`` and ``predictions`` tables only (every number here is a cell of one of them,
+or a sum of their cells): the report's GPU section and the ``gpu`` block of docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from muon_repro.phases import NEWTON_SCHULZ
+from muon_repro.report.data import ReportData, is_missing
+from muon_repro.report.formatting import count, ms, percent
+
+NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
+TARGET_MODELS = ("369m", "7b")  # costmodel.compute_bench.TARGET_MODELS: the report may not import the cost model
+
+
+def gpu_profiles(data: ReportData) -> list[str]:
+    """The hardware profiles with runs on CUDA, in the report's profile order."""
+    runs = data.runs
+    cuda = set(runs.loc[runs["device"].astype(str) == "cuda", "profile"].astype(str))
+    return [p for p in data.profiles if p in cuda]
+
+
+def _rate(rows: pd.DataFrame) -> float:
+    """TFLOP/s of kernel rows taken together: their FLOPs (rate x time) over their time."""
+    seconds = rows["seconds"].astype(float)
+    return float((rows["tflops"].astype(float) * seconds).sum() / seconds.sum())
+
+
+def kernel_lines(calibration: pd.DataFrame, profile: str) -> list[str]:
+    """The device's matmul and Newton-Schulz rates, and Newton-Schulz against its matmul rate per model."""
+    cal = calibration[(calibration["profile"].astype(str) == profile) & (calibration["kind"] == "kernel")]
+    shape = cal["shape"].astype(str)
+    model_rows = shape.str.match(r"^(369m|7b) ")
+    lines = []
+    for dtype in ("bf16", "fp32"):
+        mm = cal[(cal["kernel"] == "matmul") & (cal["dtype"] == dtype) & ~model_rows]
+        ns = cal[(cal["kernel"] == NEWTON_SCHULZ) & (cal["dtype"] == dtype) & ~model_rows]
+        if len(mm) and len(ns):
+            lines.append(
+                f"{dtype} matmul at the medium and large presets' training shapes (4,096 tokens, TP 1, 2, 4): "
+                f"{_rate(mm):.0f} TFLOP/s; Newton-Schulz at their matrices: {_rate(ns):.0f} TFLOP/s."
+            )
+    for model in TARGET_MODELS:
+        mm = cal[(cal["kernel"] == "matmul") & (cal["dtype"] == "bf16") & shape.str.startswith(f"{model} tp=1")]
+        ns = cal[(cal["kernel"] == NEWTON_SCHULZ) & (cal["dtype"] == "bf16") & shape.str.match(rf"^{model} \[\d+,\d+\]$")]
+        if mm.empty or ns.empty:
+            continue
+        fraction = _rate(ns) / _rate(mm)
+        verdict = "meets" if fraction >= NS_TARGET else f"falls short of, by {percent(NS_TARGET - fraction)} of the matmul rate,"
+        lines.append(
+            f"At the {model} model's matrices, bf16 Newton-Schulz runs at {_rate(ns):.0f} TFLOP/s, "
+            f"{percent(fraction)} of the {_rate(mm):.0f} TFLOP/s of the same model's training matmuls: it {verdict} "
+            f"the target of {percent(NS_TARGET)}."
+        )
+    lines += _gram_lines(cal)
+    return lines
+
+
+def _gram_lines(cal: pd.DataFrame) -> list[str]:
+    """Ours against Gram Newton-Schulz, timed back to back on the same matrices, summed over a model's four shapes."""
+    lines = []
+    shape = cal["shape"].astype(str)
+    for variant, how in (
+        ("gram_newton_schulz_compiled", "with its default torch.compile (CUDA graphs)"),
+        ("gram_newton_schulz", "without torch.compile"),
+    ):
+        for model in TARGET_MODELS:
+            theirs = cal[(cal["kernel"] == variant) & shape.str.startswith(f"{model} [")]
+            ours = cal[
+                (cal["kernel"] == NEWTON_SCHULZ) & shape.str.startswith(f"{model} [") & shape.str.endswith(f"beside {variant}")
+            ]
+            if theirs.empty or len(ours) != len(theirs):
+                continue
+            ours_s, theirs_s = ours["seconds"].astype(float).sum(), theirs["seconds"].astype(float).sum()
+            lines.append(
+                f"Gram Newton-Schulz {how}, the {model} model's four matrices: {ms(theirs_s * 1e3)} against our "
+                f"{ms(ours_s * 1e3)} (ours / theirs = {ours_s / theirs_s:.2f})."
+            )
+    return lines
+
+
+def single_device_rows(runs: pd.DataFrame, profile: str) -> tuple[list[str], list[list[str]]]:
+    """Muon and AdamW on one device (dp=1, tp=1) by tokens per step: the steps timed without the profiler."""
+    r = runs[(runs["profile"].astype(str) == profile) & (runs["dp"] == 1) & (runs["tp"] == 1)]
+    header = ["tokens/step", "Muon step", "AdamW step", "Muon optimizer", "AdamW optimizer", "Muon's share", "Muon / AdamW - 1"]
+    rows = []
+    for tokens in sorted(set(r["tokens_per_step"].dropna())):
+        pick = {opt: r[(r["optimizer"] == opt) & (r["tokens_per_step"] == tokens)] for opt in ("muon", "adamw")}
+        if any(p.empty for p in pick.values()):
+            continue
+        m, a = (pick[opt].iloc[0] for opt in ("muon", "adamw"))
+        if is_missing(m["timed_step_ms"]) or is_missing(a["timed_step_ms"]):
+            continue
+        rows.append(
+            [
+                count(tokens),
+                ms(m["timed_step_ms"]),
+                ms(a["timed_step_ms"]),
+                ms(m["timed_optimizer_ms"]),
+                ms(a["timed_optimizer_ms"]),
+                percent(float(m["timed_optimizer_ms"]) / float(m["timed_step_ms"])),
+                percent(float(m["timed_step_ms"]) / float(a["timed_step_ms"]) - 1, signed=True),
+            ]
+        )
+    return header, rows
+
+
+def prediction_rows(predictions: pd.DataFrame, profile: str) -> tuple[list[str], list[list[str]]]:
+    """The cost model against the device's runs, priced by the calibration as measured."""
+    p = predictions[predictions["profile"].astype(str) == profile].sort_values("run")
+    header = ["run", "measured step", "predicted", "error", "measured optimizer", "predicted", "error"]
+    rows = [
+        [
+            str(row["run"]).split("/")[-1],
+            ms(row["measured_step_ms"]),
+            ms(row["profile_predicted_step_ms"]),
+            percent(row["profile_step_rel_error"], signed=True),
+            ms(row["measured_optimizer_ms"]),
+            ms(row["profile_predicted_optimizer_ms"]),
+            percent(row["profile_optimizer_rel_error"], signed=True),
+        ]
+        for _, row in p.iterrows()
+    ]
+    return header, rows
+
+
+def gpu_markdown(data: ReportData, calibration: pd.DataFrame) -> str:
+    """Every CUDA profile's measurements as Markdown (kernel rates, one device by tokens per step, the cost model)."""
+    profiles = gpu_profiles(data)
+    if not profiles:
+        return "No run on a GPU in metrics/: `bash tools/gpu_session.sh OUT` records one (docs/gpu.md)."
+    out: list[str] = []
+    for profile in profiles:
+        out += [f"**{profile}**", ""]
+        out += [f"- {line}" for line in kernel_lines(calibration, profile)]
+        header, rows = single_device_rows(data.runs, profile)
+        if rows:
+            out += ["", "One device, bf16 autocast, median over rounds of the steps timed without the profiler:", ""]
+            out += _table(header, rows)
+        header, rows = prediction_rows(data.predictions, profile)
+        if rows:
+            out += ["", "The cost model on the same runs, priced by this device's calibration as measured:", ""]
+            out += _table(header, rows)
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]

@@ -1,0 +1,106 @@
+"""Time Dao AI Lab's Gram Newton-Schulz (PyPI ``gram-newton-schulz``) beside ours at the 369M and 7B matrix shapes.
+
+One GPU, bf16 input; each shape times, in turn and back to back:
+
+* ours: ``zeropower_via_newtonschulz5`` (5 steps, bf16), what Distributed Muon runs;
+* ``GramNewtonSchulz`` with its CuTe DSL kernels (Polar Express coefficients, 5 steps, reset at step 2;
+  it iterates on the Gram matrix in fp16), first without ``torch.compile`` (no compile time), then, while the
+  time budget lasts, with its default ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
+
+Rows go to ``--out`` (JSON, the ``calibration`` table's columns: kind ``kernel``) after every shape, so a run
+stopped by its budget keeps what it measured. The rate column is our NS FLOP count over each one's time: the
+time at the same shape, stated as a rate (Gram Newton-Schulz does fewer FLOPs for the same orthogonalization).
+
+    python tools/gram_ns_bench.py --out gram_newton_schulz.json [--budget-s 90] [--reps 10]
+
+Needs a CUDA GPU and the package (with quack-kernels and nvidia-cutlass-dsl); without them it writes the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from muon_repro.costmodel.compute_bench import TARGET_MODELS, matrix_shapes
+from muon_repro.costmodel.measurement import seconds_per_call
+from muon_repro.optim.newton_schulz import newton_schulz_flops, zeropower_via_newtonschulz5
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=90.0, help="stop starting new measurements after this long")
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    result: dict = {"rows": [], "notes": []}
+
+    def save() -> None:
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        os.replace(tmp, args.out)
+
+    if not torch.cuda.is_available():
+        result["notes"].append("no CUDA GPU: nothing measured")
+        save()
+        return 0
+    try:
+        import gram_newton_schulz
+        from gram_newton_schulz import GramNewtonSchulz
+    except Exception as exc:  # an import error of any of its compiled dependencies
+        result["notes"].append(f"gram_newton_schulz not importable: {type(exc).__name__}: {exc}")
+        save()
+        return 0
+    result["package"] = f"gram-newton-schulz {gram_newton_schulz.__version__}"
+    result["device"] = torch.cuda.get_device_name()
+    variants = {"gram_newton_schulz": GramNewtonSchulz(compile_kwargs=None)}
+    for compiled in (False, True):
+        if compiled:
+            variants = {"gram_newton_schulz_compiled": GramNewtonSchulz()}
+        for model_name in ("369m", "7b"):
+            for shape in matrix_shapes(TARGET_MODELS[model_name]):
+                if time.perf_counter() - started > args.budget_s:
+                    result["notes"].append(
+                        f"budget of {args.budget_s:.0f} s spent before {model_name} {shape}, compiled={compiled}"
+                    )
+                    save()
+                    return 0
+                g = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+                work = newton_schulz_flops(shape, 5)
+                label = f"{model_name} [{shape[0]},{shape[1]}]"
+                for kernel, fn in [("newton_schulz", lambda: zeropower_via_newtonschulz5(g, 5, torch.bfloat16))] + [
+                    (name, (lambda v=v: v(g))) for name, v in variants.items()
+                ]:
+                    try:
+                        t0 = time.perf_counter()
+                        fn()  # the first call compiles its kernels
+                        torch.cuda.synchronize()
+                        first_s = time.perf_counter() - t0
+                        t = seconds_per_call(fn, args.reps, "cuda")
+                    except Exception as exc:
+                        result["notes"].append(f"{kernel} {label}: {type(exc).__name__}: {str(exc)[:300]}")
+                        continue
+                    result["rows"].append(
+                        {
+                            "kind": "kernel",
+                            "kernel": kernel,
+                            "dtype": "bf16",
+                            "shape": label,
+                            "seconds": t,
+                            "tflops": work / t / 1e12,
+                            "first_call_s": first_s,
+                        }
+                    )
+                    print(f"{kernel:<30} {label:<20} {t * 1e3:8.3f} ms  (first call {first_s:.1f} s)", flush=True)
+                save()
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
