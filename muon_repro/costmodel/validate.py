@@ -110,11 +110,14 @@ def validate(
     when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
     every run with (True) or without (False) the profiler's cost; None: as each run's measured steps were timed.
     ``own_calibration``: the ``predicted_*`` columns price each run as fast as the machine ran that day, where the
-    run and the profile have speed probes (else, and when False, with the profile as calibrated)."""
+    run and the profile have speed probes (else, and when False, with the profile as calibrated). Runs recorded on
+    another kind of device than the machine's (a GPU run against a CPU profile) are left out: its rates are not theirs."""
     rows = []
     for key, folders in run_folders(root).items():
         run_profile = RunDir(folders[0]).profile
         if profile is not None and run_profile != profile:
+            continue
+        if RunDir(folders[0]).config_dict.get("device", machine.device) != machine.device:
             continue
         times = measured(folders)
         if times is None:

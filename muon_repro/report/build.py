@@ -9,7 +9,15 @@ import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from muon_repro.report import bytes_figures, convergence_figures, figures, profile_figures, regime_figures, timeline_figures
+from muon_repro.report import (
+    bytes_figures,
+    convergence_figures,
+    figures,
+    gpu_figures,
+    profile_figures,
+    regime_figures,
+    timeline_figures,
+)
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
@@ -29,6 +37,7 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
     "convergence_sweep": lambda d, out: convergence_figures.convergence_sweep(d.convergence, out),
     "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
+    "single_device": lambda d, out: gpu_figures.single_device(d.runs, d.regime_model, out),
 }
 
 
@@ -46,8 +55,12 @@ def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
 
 
 def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
+    """The profile's figures: a profile of one device (no DP x TP grid) draws its own, the others every figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {name: DRAW[name](data, out_dir / name) for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES)}
+    names = (
+        gpu_figures.GPU_FIGURES if gpu_figures.one_device_only(data.runs) else (*figures.FIGURES, *regime_figures.REGIME_FIGURES)
+    )
+    return {name: DRAW[name](data, out_dir / name) for name in names}
 
 
 def shown(path: Path) -> str:
@@ -107,5 +120,5 @@ def write_report(
     names = (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES)
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)
-    context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation)
+    context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation, everything=everything)
     return write_formats(context, Path(out_dir), formats)

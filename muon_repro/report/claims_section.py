@@ -214,10 +214,7 @@ def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[st
         """The profile columns of one claim's row."""
         if len(profiles) == 1:
             return [first[cid]["measured"], first[cid]["verdict"]]
-        return [
-            f"{by_profile[p][cid]['measured']}, {by_profile[p][cid]['verdict']}" if cid in by_profile[p] else "no run"
-            for p in profiles
-        ]
+        return [_cell(by_profile[p][cid]) if cid in by_profile[p] else "no run" for p in profiles]
 
     rows = [[c["claim"], c["source"], c["claimed"], c["region"], *cells(cid)] for cid, c in first.items()]
     notes = [
@@ -227,6 +224,13 @@ def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[st
         for cid in first
     ]
     return header, rows, notes
+
+
+def _cell(claim: dict[str, str]) -> str:
+    """One profile's measurement and verdict; a claim not measured there says so once."""
+    if claim["measured"] == claim["verdict"]:
+        return claim["verdict"]
+    return f"{claim['measured']}, {claim['verdict']}"
 
 
 def profiles_note(data: ReportData) -> str:

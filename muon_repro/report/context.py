@@ -28,6 +28,7 @@ from muon_repro.report.convergence_section import convergence_section
 from muon_repro.report.data import TABLES, ReportData, is_missing, metric
 from muon_repro.report.decomposition_section import decomposition
 from muon_repro.report.figures import FIGURES
+from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.reproduce_section import reproduce
@@ -54,6 +55,7 @@ SECTIONS = (
     ("decomposition", "The optimizer step, decomposed"),
     ("convergence", "Convergence on real text"),
     ("regimes", "Where the gains hold, vanish or invert"),
+    ("gpu", "On a GPU"),
     ("limitations", "Limitations"),
     ("reproduce", "How to reproduce"),
     ("cite", "How to cite"),
@@ -126,10 +128,17 @@ def newest_recording(runs: Any) -> str:
 
 
 def build_context(
-    data: ReportData, figure_paths: dict[str, Path], out_dir: Path, *, invocations: Iterable[str], citation: Sequence[str]
+    data: ReportData,
+    figure_paths: dict[str, Path],
+    out_dir: Path,
+    *,
+    invocations: Iterable[str],
+    citation: Sequence[str],
+    everything: ReportData | None = None,
 ) -> dict[str, Any]:
     """The whole template context; raises MissingMetric (a ValueError) naming the first missing metric.
-    ``citation``: the BibTeX entries "How to cite" shows (the dataset's, then the paper's), as rendered."""
+    ``citation``: the BibTeX entries "How to cite" shows (the dataset's, then the paper's), as rendered;
+    ``everything``: every profile's tables (the GPU section's), default ``data``."""
     missing_figs = [name for name in FIGURES if name not in figure_paths or not Path(figure_paths[name]).is_file()]
     if missing_figs:
         raise FileNotFoundError(f"figure(s) {', '.join(missing_figs)} not found: run `muon-repro figures` first")
@@ -190,6 +199,8 @@ def build_context(
         "regimes": regimes(data, state, totals),
         "profile_figure": profile_figure,
         "regime": regimes_section(data, figure_paths, rel, len(FIGURES) + 1 + (profile_figure is not None)),
+        "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
+        "no_gpu": NO_GPU,
         "limitations": limitations(data),
         "commands": reproduce(data, invocations),
         "tables": tables,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from muon_repro.phases import NEWTON_SCHULZ
 from muon_repro.report.data import ReportData, is_missing
-from muon_repro.report.formatting import count, ms, percent
+from muon_repro.report.formatting import ms, percent
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
 TARGET_MODELS = ("369m", "7b")  # costmodel.compute_bench.TARGET_MODELS: the report may not import the cost model
@@ -51,11 +51,15 @@ def kernel_lines(calibration: pd.DataFrame, profile: str) -> list[str]:
         if mm.empty or ns.empty:
             continue
         fraction = _rate(ns) / _rate(mm)
-        verdict = "meets" if fraction >= NS_TARGET else f"falls short of, by {percent(NS_TARGET - fraction)} of the matmul rate,"
+        points = round(100 * (NS_TARGET - fraction))
+        verdict = (
+            f"meets the {percent(NS_TARGET)} target"
+            if fraction >= NS_TARGET
+            else (f"short of the {percent(NS_TARGET)} target by {points} points")
+        )
         lines.append(
             f"At the {model} model's matrices, bf16 Newton-Schulz runs at {_rate(ns):.0f} TFLOP/s, "
-            f"{percent(fraction)} of the {_rate(mm):.0f} TFLOP/s of the same model's training matmuls: it {verdict} "
-            f"the target of {percent(NS_TARGET)}."
+            f"{percent(fraction)} of the {_rate(mm):.0f} TFLOP/s of the same model's training matmuls: {verdict}."
         )
     lines += _gram_lines(cal)
     return lines
@@ -98,7 +102,7 @@ def single_device_rows(runs: pd.DataFrame, profile: str) -> tuple[list[str], lis
             continue
         rows.append(
             [
-                count(tokens),
+                f"{int(tokens):,}",
                 ms(m["timed_step_ms"]),
                 ms(a["timed_step_ms"]),
                 ms(m["timed_optimizer_ms"]),
@@ -129,25 +133,59 @@ def prediction_rows(predictions: pd.DataFrame, profile: str) -> tuple[list[str],
     return header, rows
 
 
+NO_GPU = "No run on a GPU in these tables: `bash tools/gpu_session.sh OUT` records one (docs/gpu.md)."
+SINGLE_INTRO = "One device, bf16 autocast, median over rounds of the steps timed without the profiler:"
+PREDICTIONS_INTRO = (
+    "The cost model on the same runs, priced by this device's calibration as measured (the predictions table: "
+    "measured is the median over every timed step of the rounds pooled):"
+)
+
+
+def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
+    """Per CUDA profile: its kernel lines, and the single-device and prediction tables (header, rows)."""
+    out = []
+    for profile in gpu_profiles(data):
+        single_header, single_rows = single_device_rows(data.runs, profile)
+        predictions_header, predictions_rows = prediction_rows(data.predictions, profile)
+        out.append(
+            {
+                "profile": profile,
+                "lines": kernel_lines(calibration, profile),
+                "single_intro": SINGLE_INTRO,
+                "single_header": single_header,
+                "single_rows": single_rows,
+                "predictions_intro": PREDICTIONS_INTRO,
+                "predictions_header": predictions_header,
+                "predictions_rows": predictions_rows,
+            }
+        )
+    return out
+
+
 def gpu_markdown(data: ReportData, calibration: pd.DataFrame) -> str:
     """Every CUDA profile's measurements as Markdown (kernel rates, one device by tokens per step, the cost model)."""
-    profiles = gpu_profiles(data)
-    if not profiles:
-        return "No run on a GPU in metrics/: `bash tools/gpu_session.sh OUT` records one (docs/gpu.md)."
+    sections = gpu_sections(data, calibration)
+    if not sections:
+        return NO_GPU
     out: list[str] = []
-    for profile in profiles:
-        out += [f"**{profile}**", ""]
-        out += [f"- {line}" for line in kernel_lines(calibration, profile)]
-        header, rows = single_device_rows(data.runs, profile)
-        if rows:
-            out += ["", "One device, bf16 autocast, median over rounds of the steps timed without the profiler:", ""]
-            out += _table(header, rows)
-        header, rows = prediction_rows(data.predictions, profile)
-        if rows:
-            out += ["", "The cost model on the same runs, priced by this device's calibration as measured:", ""]
-            out += _table(header, rows)
+    for s in sections:
+        out += [f"**{s['profile']}**", ""]
+        out += [f"- {line}" for line in s["lines"]]
+        for part in ("single", "predictions"):
+            if s[f"{part}_rows"]:
+                out += ["", s[f"{part}_intro"], ""] + _table(s[f"{part}_header"], s[f"{part}_rows"])
         out.append("")
     return "\n".join(out).rstrip()
+
+
+def read_calibration(metrics_dir) -> pd.DataFrame:
+    """The calibration table of ``metrics_dir`` (empty when there is none)."""
+    from muon_repro.tables.io import read_tables
+
+    try:
+        return read_tables(metrics_dir, ("calibration",))["calibration"]
+    except FileNotFoundError:
+        return pd.DataFrame(columns=["profile", "kind", "kernel", "dtype", "shape", "seconds", "tflops"])
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -8,7 +8,8 @@ formatted as the report formats them:
 * ``thresholds``: where the cost model puts the claimed levels on the shipped profiles, with ranges;
 * ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
-  profiles with their ranges.
+  profiles with their ranges;
+* ``gpu``: what each GPU profile measured (kernel rates, one device by tokens per step, the cost model's error).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.formatting import percent
+from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.regime_figures import main_axis
 from muon_repro.report.regimes_section import prediction_summary, threshold_rows
 from muon_repro.tables.files import write_atomic
@@ -37,15 +39,36 @@ def claims_markdown(data: ReportData) -> str:
     return "\n".join(lines)
 
 
+THRESHOLDS_HEADER = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
+
+
 def thresholds_markdown(data: ReportData) -> str:
-    """The tokens per step at which Muon's overhead falls to the claimed levels on the shipped profiles, with ranges."""
-    header = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
-    return "\n".join(_table(header, threshold_rows(data.regime_thresholds), drop=""))
+    """The tokens per step at which Muon's overhead falls to the claimed levels on the shipped profiles, with ranges,
+    as the profile with most runs priced them (another profile's records: its own page, e.g. docs/gpu.md)."""
+    main = data.of_profile(data.profiles[0])
+    return "\n".join(_table(THRESHOLDS_HEADER, threshold_rows(main.regime_thresholds), drop=""))
 
 
 def costmodel_markdown(data: ReportData) -> str:
-    """The predictions' summary, then the thresholds on the shipped profiles with their ranges."""
-    return "\n".join([prediction_summary(data.predictions), "", thresholds_markdown(data)])
+    """The predictions' summary of the profile with most runs, then the thresholds on the shipped profiles."""
+    main = data.of_profile(data.profiles[0])
+    return "\n".join([prediction_summary(main.predictions), "", thresholds_markdown(data)])
+
+
+def gpu_block(data: ReportData) -> str:
+    """What each GPU profile measured, then where its records put the claimed levels (its measured kernel rates)."""
+    out = [gpu_markdown(data, read_calibration(data.metrics_dir))]
+    for profile in gpu_profiles(data):
+        rows = threshold_rows(data.of_profile(profile).regime_thresholds)
+        if rows:
+            out += [
+                "",
+                f"Where {profile}'s records put the claimed levels: this device alone, and the shipped GPU profiles' "
+                "links with this device's kernel rates (predictions; ranges from the error on its runs):",
+                "",
+                *_table(THRESHOLDS_HEADER, rows, drop=""),
+            ]
+    return "\n".join(out)
 
 
 def sweep_markdown(data: ReportData) -> str:
@@ -92,6 +115,7 @@ BLOCKS = {  # name: how to make it
     "thresholds": thresholds_markdown,
     "regime sweep": sweep_markdown,
     "cost model": costmodel_markdown,
+    "gpu": gpu_block,
 }
 
 
@@ -109,7 +133,11 @@ def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
     return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
 
 
-TARGETS = {"README.md": ("claims", "thresholds"), "docs/regimes.md": ("regime sweep", "cost model")}  # file: its blocks
+TARGETS = {  # file: its blocks
+    "README.md": ("claims", "thresholds"),
+    "docs/regimes.md": ("regime sweep", "cost model"),
+    "docs/gpu.md": ("gpu",),
+}
 
 
 def with_blocks(text: str, metrics_dir: str | Path, names: tuple[str, ...] = tuple(BLOCKS)) -> str:

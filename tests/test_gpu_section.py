@@ -1,0 +1,105 @@
+"""What the report and docs/gpu.md say of a GPU profile, from hand-made tables (no GPU needed): Newton-Schulz
+against the same model's matmuls and against Gram Newton-Schulz, Muon and AdamW on one device by tokens per
+step, the figure of a single-device profile, and the claims that fall back to one device's runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from muon_repro.report.gpu_figures import one_device_only, single_device, single_device_points
+from muon_repro.report.gpu_section import kernel_lines, single_device_rows
+
+PROFILE = "1xGPU-nccl"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _kernel(kernel: str, shape: str, seconds: float, tflops: float, dtype: str = "bf16") -> dict:
+    return {
+        "profile": PROFILE,
+        "kind": "kernel",
+        "kernel": kernel,
+        "dtype": dtype,
+        "shape": shape,
+        "seconds": seconds,
+        "tflops": tflops,
+    }
+
+
+def test_newton_schulz_is_set_against_its_models_matmuls_and_the_target_verdict_could_go_either_way():
+    cal = pd.DataFrame(
+        [
+            _kernel("matmul", "369m tp=1: 4 blocks and the LM head, 4096 tokens", 1.0, 800.0),
+            _kernel("newton_schulz", "369m [3072,1024]", 1.0, 200.0),
+            _kernel("newton_schulz", "369m [1024,1024]", 3.0, 200.0),  # 4 s at 200: 25% of 800
+            _kernel("matmul", "7b tp=1: 4 blocks and the LM head, 4096 tokens", 1.0, 600.0),
+            _kernel("newton_schulz", "7b [4096,4096]", 1.0, 540.0),  # 90%
+            _kernel("newton_schulz", "7b [4096,4096], beside gram_newton_schulz_compiled", 0.006, 500.0),
+            _kernel("gram_newton_schulz_compiled", "7b [4096,4096]", 0.004, 750.0),
+        ]
+    )
+    lines = kernel_lines(cal, PROFILE)
+    assert any(
+        "369m" in line and "25% of the 800 TFLOP/s" in line and "short of the 70% target by 45 points" in line for line in lines
+    )
+    assert any("7b" in line and "90% of the 600 TFLOP/s" in line and "meets the 70% target" in line for line in lines)
+    assert any("ours / theirs = 1.50" in line for line in lines)
+    assert kernel_lines(cal, "another-profile") == []
+
+
+def _runs() -> pd.DataFrame:
+    rows = []
+    for tokens, muon_step, adamw_step in ((8192, 200.0, 100.0), (262144, 2100.0, 2000.0)):
+        for optimizer, step, opt_ms in (("muon", muon_step, 100.0), ("adamw", adamw_step, 25.0)):
+            rows.append(
+                {
+                    "run": f"{PROFILE}/single_device/{optimizer}_t{tokens}",
+                    "profile": PROFILE,
+                    "optimizer": optimizer,
+                    "dp": 1,
+                    "tp": 1,
+                    "tokens_per_step": tokens,
+                    "timed_step_ms": step,
+                    "timed_optimizer_ms": opt_ms,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_one_device_rows_give_the_share_and_muons_extra_at_each_tokens_per_step():
+    header, rows = single_device_rows(_runs(), PROFILE)
+    assert header[0] == "tokens/step" and len(rows) == 2
+    assert rows[0] == ["8,192", "200 ms", "100 ms", "100 ms", "25.0 ms", "50%", "+100%"]
+    assert rows[1][-2:] == ["4.8%", "+5%"]
+    points = single_device_points(_runs())
+    assert points["optimizer_share"].round(4).tolist() == [0.5, 0.0476]
+
+
+def test_a_single_device_profile_draws_its_own_figure(tmp_path):
+    runs = _runs()
+    assert one_device_only(runs) and not one_device_only(runs.assign(dp=2))
+    model = pd.DataFrame(
+        {
+            "kind": "this_machine",
+            "dp": 1,
+            "tp": 1,
+            "tokens_per_step": [8192, 1 << 20],
+            "optimizer_share": [0.4, 0.01],
+            "muon_extra": [0.5, 0.01],
+        }
+    )
+    png = single_device(runs, model, tmp_path / "single_device")
+    assert png.is_file() and png.with_suffix(".svg").is_file()
+    empty = single_device(runs.iloc[:0], model.iloc[:0], tmp_path / "empty")  # says it has nothing, does not fail
+    assert empty.is_file()
+
+
+def test_the_committed_gpu_runs_give_claims_not_comparable_for_one_rank_and_not_measured_for_communication():
+    claims = pd.read_parquet(REPO / "metrics" / "claims.parquet")
+    gpu = claims[claims["profile"].str.contains("xH", regex=False)].set_index("claim_id")
+    assert not gpu.empty, "the committed tables hold the 1xH200-nccl session's claims"
+    for claim in ("optimizer_share", "latency_overhead"):
+        assert gpu.loc[claim, "verdict"] == "not comparable here"
+        assert "ran on 1 rank (no communication)" in gpu.loc[claim, "explanation"]
+    assert gpu.loc["comm_time_dp2_tp2", "verdict"] == "not measured"
