@@ -235,10 +235,17 @@ def sources(tmp_path) -> dict[str, Path]:
     return make_sources(tmp_path / "src")
 
 
-def build(sources: dict[str, Path], out: Path, *, version: str = "1.0.0", repo_id: str = "test-org/muon-traces") -> Path:
-    """``muon-repro bundle`` in this process."""
+def build(
+    sources: dict[str, Path],
+    out: Path,
+    *,
+    version: str = "1.0.0",
+    repo_id: str = "test-org/muon-traces",
+    code: Path | None = REPO_ROOT,
+) -> Path:
+    """``muon-repro bundle`` in this process (``code``: where the bundled source comes from; None: none)."""
     from muon_repro.dataset.bundle import Sources, build_bundle
     from muon_repro.dataset.meta import BundleMeta
 
-    build_bundle(Sources(**sources), BundleMeta(repo_id=repo_id, version=version, date=DATE), out)
+    build_bundle(Sources(**sources, code=code), BundleMeta(repo_id=repo_id, version=version, date=DATE), out)
     return out

@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hub_support import DATE, build, make_sources, muon_repro, source_args
+from hub_support import DATE, REPO_ROOT, build, make_sources, muon_repro, source_args
 
+from muon_repro.dataset.bundle import CODE_PATHS
 from muon_repro.dataset.card import read_card_metadata
 from muon_repro.dataset.croissant import croissant_fields
 from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest
@@ -35,22 +36,15 @@ def _card_meta(bundle: Path) -> dict:
 
 def test_layout_is_exactly_what_gets_published(bundle, sources):  # noqa: F811
     top = sorted(p.name for p in bundle.iterdir())
-    assert top == [
-        "CITATION.cff",
-        "MANIFEST.sha256",
-        "README.md",
-        "analysis_scripts",
-        "croissant.json",
-        "docs",
-        "figures",
-        "metrics",
-        "report",
-        "traces",
-    ]
+    data = ["CITATION.cff", "MANIFEST.sha256", "README.md", "analysis_scripts", "croissant.json", "docs", "figures"]
+    assert top == sorted([*data, "metrics", "report", "traces", *CODE_PATHS])
     for name, folder in sources.items():
         assert [f"{name}/{p}" for p in list_files(folder)] == [p for p in list_files(bundle) if p.startswith(name + "/")]
         for rel in list_files(folder):
             assert (bundle / name / rel).read_bytes() == (folder / rel).read_bytes()
+    # the code that made it, so that a download rebuilds itself (tests/test_rebuild_from_download.py)
+    assert (bundle / "pyproject.toml").read_bytes() == (REPO_ROOT / "pyproject.toml").read_bytes()
+    assert (bundle / "muon_repro" / "bench" / "runner.py").is_file() and not list(bundle.rglob("__pycache__"))
 
 
 def test_manifest_lists_every_other_file_with_sha256_and_size(bundle):
@@ -171,7 +165,7 @@ def test_bundle_and_verify_commands(sources, tmp_path):  # noqa: F811
     assert done.returncode == 0, done.stderr
     assert "date-released: '2025-06-01'" in (out / "CITATION.cff").read_text()
     ok = muon_repro(["verify", str(out)], env)
-    assert ok.returncode == 0 and "all 10 checks passed" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "all 11 checks passed" in ok.stdout, ok.stdout + ok.stderr
     (out / "metrics" / "claims.csv").write_text("tampered\n")
     bad = muon_repro(["verify", str(out)], env)
     assert bad.returncode == 1
@@ -191,8 +185,10 @@ def test_rebuild_replaces_a_bundle_but_never_another_folder(sources, tmp_path): 
     with pytest.raises(ValueError, match="without MANIFEST.sha256"):
         build(sources, precious)
     assert (precious / "notes.txt").read_text() == "mine"
-    with pytest.raises(ValueError, match="overlaps the source folder"):
+    with pytest.raises(ValueError, match="overlaps the source .* \\(--metrics\\)"):
         build(sources, sources["metrics"] / "bundle")
+    with pytest.raises(ValueError, match="overlaps the source .*muon_repro \\(--code\\)"):
+        build(sources, REPO_ROOT / "muon_repro" / "bundle")
 
 
 def test_bad_inputs_are_clear_errors(sources, tmp_path):  # noqa: F811

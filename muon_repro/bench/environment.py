@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.hardware import PROFILE_FIELD, resolve_profile
+from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest
 
 
 def _run(cmd: list[str], cwd: str | None = None, timeout: float = 20) -> str | None:
@@ -130,6 +131,7 @@ def capture_environment(backend: str | None = None, profile: str | None = None) 
         "load_average_1m": _load_average(),
         **_accelerators(),
         **_git(repo),
+        SOURCE_DIGEST_FIELD: source_digest(),  # the package as it was: verify checks it against a bundle's source
         "pip_freeze": list(_installed()),
     }
     environment[PROFILE_FIELD] = profile or resolve_profile(environment)

@@ -3,10 +3,14 @@
 ::
 
     traces/  metrics/  figures/  report/  analysis_scripts/  docs/   copied from their source folders
+    muon_repro/  tests/  tools/  pyproject.toml  constraints.txt       the code that made them (CODE_PATHS)
     README.md          the dataset card (muon_repro.dataset.card)
     CITATION.cff       muon_repro.dataset.citation
     croissant.json     muon_repro.dataset.croissant (Croissant 1.1: record sets, files, responsible-AI fields)
     MANIFEST.sha256    sha256 and size of every other file (muon_repro.dataset.manifest)
+
+A download therefore rebuilds itself with no checkout beside it: ``pip install -c constraints.txt -e .``
+in it, then ``muon-repro run``, which re-records nothing and writes the same tables.
 
 The bundle is staged in a temporary folder beside ``--out`` and renamed into place when
 complete, so a failed or interrupted run never leaves a half bundle where a good one was.
@@ -31,6 +35,8 @@ from muon_repro.tables.files import list_files, sha256_file, staged_dir, write_a
 
 DEFAULT_OUT = Path("dist/dataset")
 REQUIRED = ("traces", "metrics")
+CODE_PATHS = ("muon_repro", "tests", "tools", "pyproject.toml", "constraints.txt")
+"""Under :attr:`Sources.code`: the package's source, how it is built and pinned, and its tests."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class Sources:
     report: Path = Path("report")
     analysis_scripts: Path = Path("analysis_scripts")
     docs: Path = Path("docs")  # docs/method.md: the formulas and conventions the card and the report cite
+    code: Path | None = Path(".")  # the folder holding CODE_PATHS (the repository root); None: the data alone
 
 
 def _skipped(rel: str) -> bool:
@@ -55,6 +62,8 @@ def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
     files: dict[str, Path] = {}
     warnings = []
     for f in fields(sources):
+        if f.name == "code":
+            continue
         folder = Path(getattr(sources, f.name))
         if not folder.is_dir():
             message = f"--{f.name.replace('_', '-')} {folder}: no such folder"
@@ -65,6 +74,8 @@ def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
         for rel in list_files(folder):
             if not _skipped(rel):
                 files[check_bundle_path(f"{f.name}/{rel}")] = folder / rel
+    if sources.code is not None:
+        files.update(_code_files(Path(sources.code), warnings))
     if not any(is_trace(p) for p in files):
         raise ValueError(f"no traces (*.json.gz) under {sources.traces}: record runs first (muon-repro bench)")
     if not any(p.startswith("metrics/") and p.endswith(".parquet") for p in files):
@@ -72,12 +83,34 @@ def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
     return files, warnings
 
 
+def _code_files(root: Path, warnings: list[str]) -> dict[str, Path]:
+    """(bundle path -> file) for :data:`CODE_PATHS` under ``root``; a word for each one missing."""
+    files: dict[str, Path] = {}
+    for name in CODE_PATHS:
+        path = root / name
+        if path.is_file():
+            files[check_bundle_path(name)] = path
+        elif path.is_dir():
+            files.update({check_bundle_path(f"{name}/{rel}"): path / rel for rel in list_files(path) if not _skipped(rel)})
+        else:
+            warnings.append(f"--code {root}: no {name}; the bundle cannot rebuild itself without it")
+    return files
+
+
+def _source_paths(sources: Sources) -> list[tuple[str, Path]]:
+    """(option, path) of every source the bundle copies: the data folders, and each of CODE_PATHS."""
+    paths = [(f.name, Path(getattr(sources, f.name))) for f in fields(sources) if f.name != "code"]
+    if sources.code is not None:
+        paths += [("code", Path(sources.code) / name) for name in CODE_PATHS]
+    return paths
+
+
 def _check_out(out: Path, sources: Sources) -> None:
     resolved = out.resolve()
-    for f in fields(sources):
-        src = Path(getattr(sources, f.name)).resolve()
+    for name, path in _source_paths(sources):
+        src = path.resolve()
         if resolved == src or src in resolved.parents or resolved in src.parents:
-            raise ValueError(f"--out {out} overlaps the source folder {getattr(sources, f.name)}; choose another folder")
+            raise ValueError(f"--out {out} overlaps the source {path} (--{name.replace('_', '-')}); choose another folder")
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"--out {out} exists and is not a folder")

@@ -17,6 +17,13 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
     for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs"):
         flag = "--" + name.replace("_", "-")
         group.add_argument(flag, dest=name, type=Path, default=Path(name), help=f"default: {name}/")
+    group.add_argument(
+        "--code",
+        type=Path,
+        default=Path("."),
+        help="the folder holding muon_repro/, tests/, tools/, pyproject.toml and constraints.txt, published so that a "
+        "download rebuilds itself (default: .)",
+    )
 
 
 def _add_meta(p: argparse.ArgumentParser) -> None:
@@ -40,7 +47,7 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
 
 
 def _sources(args: argparse.Namespace) -> Sources:
-    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs)
+    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs, args.code)
 
 
 def _meta(args: argparse.Namespace) -> BundleMeta:
@@ -61,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="assemble the dataset to publish (traces, tables, figures, report, card)",
         description=(
             "Assemble exactly what gets published in one folder: traces/, metrics/, figures/, report/, "
-            "analysis_scripts/ and docs/ copied from their source folders, the dataset card as README.md, "
+            "analysis_scripts/ and docs/ copied from their source folders, the package's source, tests, pyproject.toml "
+            "and constraints.txt (--code: a download rebuilds itself), the dataset card as README.md, "
             "CITATION.cff, croissant.json and MANIFEST.sha256 (sha256 and size of every other file). The bundle is "
             "staged beside --out and renamed into place when complete, so an interrupted run never leaves half a "
             "bundle. Check it with muon-repro verify, publish it with muon-repro publish."

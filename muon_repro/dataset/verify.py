@@ -298,6 +298,47 @@ def _differing(published: pd.Series, fresh: pd.Series) -> np.ndarray:
     return ~((null_a & null_b) | equal)
 
 
+def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
+    """Whether each run's code can be found: a clean commit it names, or the bundle's own ``muon_repro/`` (its
+    ``source_sha256``). A run recorded from a changed tree whose digest is not the bundled source's fails: its code
+    is nowhere. Runs recorded before runs recorded a digest are counted apart."""
+    from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest
+    from muon_repro.rundir import ENVIRONMENT_FILE
+
+    bundled = source_digest(root / "muon_repro") if (root / "muon_repro").is_dir() else None
+    counts = {"commit": 0, "bundled": 0, "legacy": 0}
+    lost: list[str] = []
+    for path in sorted((root / "traces").rglob(ENVIRONMENT_FILE)):
+        try:
+            env = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            report(f"source: {path.relative_to(root)}: unreadable ({_one_line(exc)})", False)
+            continue
+        digest, clean = env.get(SOURCE_DIGEST_FIELD), env.get("git_sha") and env.get("git_dirty") is False
+        if bundled is not None and digest == bundled:
+            counts["bundled"] += 1
+        elif clean:
+            counts["commit"] += 1
+        elif digest is None:
+            counts["legacy"] += 1
+        else:
+            lost.append(str(path.parent.relative_to(root)))
+    said = (
+        f"{counts['commit']} recorded from a clean commit (git_sha), {counts['bundled']} with this bundle's muon_repro/, "
+        f"{counts['legacy']} from a changed tree before runs recorded their source digest"
+    )
+    if lost:
+        report(
+            f"source: {len(lost)} run(s) recorded from a changed tree whose source is neither a commit nor this bundle's "
+            f"muon_repro/ (e.g. {lost[0]}); re-record them from a clean commit ({said})",
+            False,
+        )
+    elif bundled is None:
+        report(f"source: this bundle carries no muon_repro/ (bundled before it carried its code); {said}", True)
+    else:
+        report(f"source: every run's code is known: {said}", True)
+
+
 def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
     """Run every check on ``root`` (with ``recompute``, analyze its traces again and compare
     the tables: :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
@@ -326,6 +367,7 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
     check_traces(root, report)
+    check_sources(root, report)
     if recompute:
         check_recomputed_tables(root, report)
     return result

@@ -1,0 +1,127 @@
+"""The dataset rebuilds itself: the committed artifacts, bundled with the package's source, published to the fake
+Hub, downloaded with ``hf download``, then ``muon-repro run`` in the download alone (its own ``muon_repro/`` on the
+path, no checkout beside it) writes every table frame for frame as the bundle has it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hub_support import DATE, hub_env, muon_repro, run
+from support.fake_hub import FakeHub
+
+from muon_repro.dataset.bundle import CODE_PATHS, Sources, build_bundle
+from muon_repro.dataset.meta import BundleMeta
+
+REPO = Path(__file__).resolve().parents[1]
+REPO_ID = "test-org/muon-rebuild"
+DATA_FOLDERS = ("traces", "metrics", "figures", "report", "analysis_scripts", "docs")
+
+
+def _hf() -> str:
+    beside = Path(sys.executable).with_name("hf")
+    found = str(beside) if beside.exists() else shutil.which("hf")
+    assert found, "the hf command (huggingface_hub's CLI) is not installed"
+    return found
+
+
+@pytest.mark.slow
+def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
+    bundle = tmp_path / "bundle"
+    build_bundle(
+        Sources(*(REPO / name for name in DATA_FOLDERS), code=REPO),
+        BundleMeta(repo_id=REPO_ID, version="1.0.0", date=DATE),
+        bundle,
+    )
+    for name in CODE_PATHS:
+        assert (bundle / name).exists(), f"the bundle lacks {name}"
+
+    download = tmp_path / "download"
+    with FakeHub() as hub:
+        env = hub_env(tmp_path, hub.url)
+        published = muon_repro(["publish", "--repo-id", REPO_ID, "--version", "1.0.0", "--bundle", str(bundle)], env)
+        assert published.returncode == 0, published.stdout + published.stderr
+        got = run([_hf(), "download", REPO_ID, "--repo-type", "dataset", "--local-dir", str(download)], env, timeout=300)
+        assert got.returncode == 0, got.stdout + got.stderr
+
+    # Only the download's own code: its folder first on the path, the repository nowhere on it.
+    alone = {**env, "PYTHONPATH": str(download)}
+    where = run([sys.executable, "-c", "import muon_repro; print(muon_repro.__file__)"], alone, cwd=download)
+    assert Path(where.stdout.strip()).is_relative_to(download), where.stdout + where.stderr
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "muon_repro", "run", "--no-progress"],
+        env=alone,
+        cwd=download,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
+    statuses = re.findall(r"^\S+/\S+\s+\d+\s+(\w+)\s", rebuilt.stdout, flags=re.MULTILINE)
+    assert statuses and set(statuses) == {"skipped"}, "the download's runs are complete: nothing is recorded again"
+
+    tables = sorted((bundle / "metrics").glob("*.parquet"))
+    assert len(tables) >= 15
+    for published_table in tables:
+        again = download / "metrics" / published_table.name
+        pd.testing.assert_frame_equal(pd.read_parquet(again), pd.read_parquet(published_table), obj=published_table.name)
+
+
+# ---------------------------------------------------------------- which code recorded each run
+
+
+def _bundle_with_one_run(root: Path, environment: dict) -> Path:
+    """The smallest tree check_sources reads: muon_repro/ (a copy of ours) and one run's environment.json."""
+    shutil.copytree(REPO / "muon_repro", root / "muon_repro", ignore=shutil.ignore_patterns("__pycache__"))
+    run_dir = root / "traces" / "p" / "g" / "r" / "trial0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "environment.json").write_text(json.dumps(environment))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("environment", "ok", "said"),
+    [
+        ({"git_sha": "abc", "git_dirty": False}, True, "1 recorded from a clean commit"),
+        ({"git_sha": "abc", "git_dirty": True, "source_sha256": "ours"}, True, "1 with this bundle's muon_repro/"),
+        ({"git_sha": "abc", "git_dirty": True}, True, "1 from a changed tree before runs recorded their source digest"),
+        ({"git_sha": None, "git_dirty": None, "source_sha256": "0" * 64}, False, "neither a commit nor this bundle's"),
+    ],
+)
+def test_verify_knows_which_code_recorded_each_run(tmp_path, environment, ok, said):
+    from muon_repro.dataset.verify import check_sources
+    from muon_repro.provenance import source_digest
+
+    if environment.get("source_sha256") == "ours":
+        environment = {**environment, "source_sha256": source_digest(REPO / "muon_repro")}
+    root = _bundle_with_one_run(tmp_path, environment)
+    lines: list[tuple[str, bool]] = []
+    check_sources(root, lambda line, passed: lines.append((line, passed)))
+    assert len(lines) == 1 and lines[0][1] is ok and said in lines[0][0], lines
+
+
+def test_the_source_digest_follows_every_byte_and_path_of_the_package(tmp_path):
+    from muon_repro.provenance import source_digest
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    first = source_digest(package)
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")
+    assert source_digest(package) == first  # caches are not source
+    (package / "a.py").write_text("x = 2\n")
+    assert source_digest(package) != first
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").rename(package / "b.py")
+    assert source_digest(package) != first  # a move is a change
+    with pytest.raises(FileNotFoundError, match="no such package folder"):
+        source_digest(tmp_path / "missing")
