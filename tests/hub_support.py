@@ -201,6 +201,14 @@ def run(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: 
     return subprocess.run(args, check=False, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def hf_command() -> str:
+    """The ``hf`` CLI of this environment (beside the interpreter, else on PATH)."""
+    beside = Path(sys.executable).with_name("hf")
+    found = str(beside) if beside.exists() else shutil.which("hf")
+    assert found, "the hf command (huggingface_hub's CLI) is not installed"
+    return found
+
+
 def muon_repro(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "muon_repro", *args], env, cwd)
 

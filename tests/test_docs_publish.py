@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from hub_support import hub_env, run
+from hub_support import hf_command, hub_env, run
 from support.fake_hub import FakeHub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +59,4 @@ def test_the_publishing_commands_work_as_written(tmp_path):
 
 def _hf(command: list[str]) -> list[str]:
     assert command[0] == "hf", f"unexpected command {command[0]!r} in {DOC}"
-    beside = Path(sys.executable).with_name("hf")
-    found = str(beside) if beside.exists() else shutil.which("hf")
-    assert found, "the hf command (huggingface_hub's CLI) is not installed"
-    return [found, *command[1:]]
+    return [hf_command(), *command[1:]]

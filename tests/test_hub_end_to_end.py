@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from hub_support import TOKEN, build, hub_env, make_sources, muon_repro, run
+from hub_support import TOKEN, build, hf_command, hub_env, make_sources, muon_repro, run
 from support.fake_hub import FakeHub
 
 from muon_repro.dataset.manifest import read_manifest
@@ -30,13 +29,6 @@ for config in sys.argv[3:]:
     out[config] = {"rows": ds.num_rows, "columns": ds.column_names, "data": ds.to_list()}
 print(json.dumps(out))
 """
-
-
-def _hf() -> str:
-    beside = Path(sys.executable).with_name("hf")
-    found = str(beside) if beside.exists() else shutil.which("hf")
-    assert found, "the hf command (huggingface_hub's CLI) is not installed"
-    return found
 
 
 def _same_files(copy: Path, bundle: Path) -> None:
@@ -70,7 +62,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
 
         # The plain hf download, as the card shows it.
         d1 = tmp_path / "d1"
-        ok(run([_hf(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d1)], env))
+        ok(run([hf_command(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d1)], env))
         _same_files(d1, b1)
 
         # Every config loads from the Hub with datasets, with the local tables' rows and columns.
@@ -102,7 +94,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 11 checks passed" in out
         _same_files(snapshot, b2)
         d4 = tmp_path / "d4"
-        ok(run([_hf(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d4)], env))
+        ok(run([hf_command(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d4)], env))
         _same_files(d4, b1)
 
     assert not any(TOKEN in text for text in outputs)  # the token is never printed

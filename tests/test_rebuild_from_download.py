@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hub_support import DATE, hub_env, muon_repro, run
+from hub_support import DATE, hf_command, hub_env, muon_repro, run
 from support.fake_hub import FakeHub
 
 from muon_repro.dataset.bundle import CODE_PATHS, Sources, build_bundle
@@ -22,13 +22,6 @@ from muon_repro.dataset.meta import BundleMeta
 REPO = Path(__file__).resolve().parents[1]
 REPO_ID = "test-org/muon-rebuild"
 DATA_FOLDERS = ("traces", "metrics", "figures", "report", "analysis_scripts", "docs")
-
-
-def _hf() -> str:
-    beside = Path(sys.executable).with_name("hf")
-    found = str(beside) if beside.exists() else shutil.which("hf")
-    assert found, "the hf command (huggingface_hub's CLI) is not installed"
-    return found
 
 
 @pytest.mark.slow
@@ -47,7 +40,7 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
         env = hub_env(tmp_path, hub.url)
         published = muon_repro(["publish", "--repo-id", REPO_ID, "--version", "1.0.0", "--bundle", str(bundle)], env)
         assert published.returncode == 0, published.stdout + published.stderr
-        got = run([_hf(), "download", REPO_ID, "--repo-type", "dataset", "--local-dir", str(download)], env, timeout=300)
+        got = run([hf_command(), "download", REPO_ID, "--repo-type", "dataset", "--local-dir", str(download)], env, timeout=300)
         assert got.returncode == 0, got.stdout + got.stderr
 
     # Only the download's own code: its folder first on the path, the repository nowhere on it.
