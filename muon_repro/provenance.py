@@ -12,23 +12,23 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from muon_repro.tables.files import list_files
+
 SOURCE_DIGEST_FIELD = "source_sha256"
 """environment.json's field holding :func:`source_digest` of the package that recorded the run."""
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def is_generated(rel: str) -> bool:
+    """Whether a file at POSIX path ``rel`` (relative to a folder) is no one's source: hidden, a cache or a temporary
+    file. The bundle copies none of them, so a run's digest and its bundled source's agree."""
+    parts = rel.split("/")
+    return any(p.startswith(".") or p == "__pycache__" for p in parts) or rel.endswith((".pyc", ".tmp"))
+
+
 def source_files(package: Path) -> list[Path]:
-    """The package's files, by relative path, without caches (``__pycache__``, ``.pyc``) and hidden files."""
-    return sorted(
-        (
-            p
-            for p in package.rglob("*")
-            if p.is_file()
-            and not p.name.endswith(".pyc")
-            and not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(package).parts)
-        ),
-        key=lambda p: p.relative_to(package).as_posix(),
-    )
+    """The package's files, by relative path, without the generated ones (:func:`is_generated`)."""
+    return [package / rel for rel in list_files(package) if not is_generated(rel)]
 
 
 def source_digest(package: str | Path = PACKAGE_DIR) -> str:

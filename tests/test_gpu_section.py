@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from muon_repro.report.gpu_figures import one_device_only, single_device, single_device_points
-from muon_repro.report.gpu_section import kernel_lines, single_device_rows
+from muon_repro.report.gpu_figures import one_device_only, single_device
+from muon_repro.report.gpu_section import kernel_lines, single_device_pairs, single_device_rows
 
 PROFILE = "1xGPU-nccl"
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_one_device_rows_give_the_share_and_muons_extra_at_each_tokens_per_step(
     assert header[0] == "tokens/step" and len(rows) == 2
     assert rows[0] == ["8,192", "200 ms", "100 ms", "100 ms", "25.0 ms", "50%", "+100%"]
     assert rows[1][-2:] == ["4.8%", "+5%"]
-    points = single_device_points(_runs())
+    points = single_device_pairs(_runs())
     assert points["optimizer_share"].round(4).tolist() == [0.5, 0.0476]
 
 

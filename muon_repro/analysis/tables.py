@@ -3,7 +3,7 @@ report and the dataset card read them (through :mod:`muon_repro.tables`) and not
 
 One row per:
 
-* ``runs``: run (a benchmark configuration, all its ranks), with its configuration;
+* ``runs``: run (a benchmark configuration, all its ranks), with its configuration (:mod:`muon_repro.analysis.runs_table`);
 * ``steps``: run x rank x profiled step;
 * ``timed_steps``: run x rank x step timed without the profiler before the profiled ones
   (:mod:`muon_repro.analysis.timed_steps`; none for runs recorded without such steps);
@@ -34,16 +34,15 @@ import pandas as pd
 from muon_repro.analysis.collectives import busbw_factor
 from muon_repro.analysis.pipeline import Analysis, analyze_paths
 from muon_repro.analysis.run_tables import (
-    config_columns,
     environment_table,
     losses_table,
     phases_table,
     ranks_table,
     timeline_table,
 )
-from muon_repro.analysis.timed_steps import timed_run_columns, timed_steps_table
+from muon_repro.analysis.runs_table import display_path, runs_table
+from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.waits import split_wait_transfer
-from muon_repro.rundir import METRICS_FILE, trial_of
 from muon_repro.tables.schemas import SCHEMAS
 
 __all__ = ["build_tables", "tables_from_analysis"]
@@ -77,7 +76,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     steps = _steps_table(analysis)
     timed = timed_steps_table(analysis)
     collectives = _collectives_table(analysis)
-    runs = _runs_table(analysis, steps, timed)
+    runs = runs_table(analysis, steps, timed)
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
@@ -267,197 +266,6 @@ def _ledger_by_phase_op(ledger: list[dict], steps: set) -> dict[tuple[str, str],
         key = (str(rec.get("phase", "")), op)
         out[key] = out.get(key, 0) + nbytes
     return out
-
-
-# Per-step quantities a run reports as the median over steps of the mean over ranks.
-_RANK_MEAN_COLUMNS = (
-    "forward_ms",
-    "backward_ms",
-    "optimizer_ms",
-    "compute_ms",
-    "comm_ms",
-    "comm_wait_ms",
-    "comm_transfer_ms",
-    "overlap_ms",
-    "exposed_comm_ms",
-    "idle_ms",
-    "comm_calls",
-    "comm_bytes",
-)
-
-
-def _runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for key, trials in _by_run(analysis).items():
-        info, items = trials[0]
-        s = steps[steps["run"] == key]
-        per_step = s.groupby(["trial", "step"]).agg(
-            step_ms=("step_ms", "max"),
-            **{c: (c, "mean") for c in _RANK_MEAN_COLUMNS},
-            start_skew_ms=("start_skew_ms", "max"),
-        )
-        metrics = [m for t_info, t_items in trials for b in t_items if (m := t_info.rank(b.meta.rank)) is not None]
-        state = [v for m in metrics if (v := m.total_state_bytes) is not None]
-        trace_peaks = [int(v) for v in s["peak_mem_bytes"].dropna()]
-        metric_peaks = [m for m in metrics if m.peak_memory_bytes is not None]
-        if trace_peaks:
-            peak, peak_source = max(trace_peaks), "trace_allocator"
-        elif metric_peaks:
-            top = max(metric_peaks, key=lambda m: m.peak_memory_bytes)
-            peak, peak_source = top.peak_memory_bytes, top.peak_memory_source or METRICS_FILE
-        else:
-            peak, peak_source = None, None
-        cfg = info.config
-        step_ms = per_step["step_ms"].median()
-        typical = typical_step(per_step["step_ms"])
-        rows.append(
-            {
-                **_run_identity(key, info),
-                "world_size": cfg.world_size or next((b.meta.world_size for b in items if b.meta.world_size), None),
-                "backend": cfg.backend or next((b.meta.backend for b in items if b.meta.backend), None),
-                "device": cfg.device or items[0].device,
-                "ranks": len(items),
-                "trials": len(trials),
-                "tokens_per_step": cfg.tokens_per_step,
-                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms > 0 else None,
-                "steps": int(s.groupby("rank")["step"].count().max()) if len(s) else 0,
-                "step_ms": step_ms,
-                "step_ms_p10": per_step["step_ms"].quantile(0.1),
-                "step_ms_p90": per_step["step_ms"].quantile(0.9),
-                **{c: per_step[c].median() for c in _RANK_MEAN_COLUMNS},
-                # The original study's definition: the optimizer step's time over the training step's (medians over steps).
-                "optimizer_share": per_step["optimizer_ms"].median() / step_ms if step_ms > 0 else None,
-                "start_skew_ms": per_step["start_skew_ms"].median() if per_step["start_skew_ms"].notna().any() else None,
-                "state_bytes": max(state) if state else None,
-                "ring_bytes_per_step": _ring_bytes_per_step(s),
-                "loopback_bytes_per_step": _loopback_bytes_per_step(trials),
-                "peak_mem_bytes": peak,
-                "peak_mem_source": peak_source,
-                "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
-                "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
-                "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
-                "typical_trial": typical[0] if typical else None,
-                "typical_step": typical[1] if typical else None,
-                **timed_run_columns(timed, key, per_step["step_ms"].groupby(level="trial").median()),
-                **config_columns(info, metrics),
-            }
-        )
-    rows += _timed_run_rows(analysis, timed)
-    if not rows:
-        return SCHEMAS["runs"].empty()
-    return pd.DataFrame(rows)
-
-
-# The runs columns only a trace gives: null for a run timed in every round.
-_TRACE_ONLY_COLUMNS = (
-    "step_ms",
-    "step_ms_p10",
-    "step_ms_p90",
-    *_RANK_MEAN_COLUMNS,
-    "optimizer_share",
-    "start_skew_ms",
-    "ring_bytes_per_step",
-    "loopback_bytes_per_step",
-    "typical_trial",
-    "typical_step",
-)
-
-
-def _run_identity(key: str, info) -> dict:
-    """The runs columns that name a run and its grid."""
-    cfg = info.config
-    return {
-        "run": key,
-        "profile": info.profile,
-        "group": info.group,
-        "name": info.name,
-        "optimizer": cfg.optimizer,
-        "layout": cfg.layout,
-        "overlap": cfg.overlap,
-        "dp": cfg.dp,
-        "tp": cfg.tp,
-    }
-
-
-def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
-    """The runs recorded without any trace (every round timed only): what config.json, environment.json and
-    metrics.json say, and the timed columns; every column a trace would give is null (``steps`` 0)."""
-    by_key: dict[str, list] = {}
-    for info in sorted(analysis.timed_runs, key=lambda i: i.trial):
-        by_key.setdefault(info.key, []).append(info)
-    rows = []
-    for key, trials in by_key.items():
-        info, cfg = trials[0], trials[0].config
-        metrics = [m for t in trials for m in t.ranks.values()]
-        state = [v for m in metrics if (v := m.total_state_bytes) is not None]
-        peaks = [m for m in metrics if m.peak_memory_bytes is not None]
-        top = max(peaks, key=lambda m: m.peak_memory_bytes) if peaks else None
-        columns = timed_run_columns(timed, key, pd.Series(dtype=float))
-        step_ms = columns["timed_step_ms"]
-        rows.append(
-            {
-                **_run_identity(key, info),
-                "world_size": cfg.world_size,
-                "backend": cfg.backend,
-                "device": cfg.device,
-                "ranks": len(info.ranks),
-                "trials": len(trials),
-                "tokens_per_step": cfg.tokens_per_step,
-                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms else None,
-                "steps": 0,
-                **dict.fromkeys(_TRACE_ONLY_COLUMNS),
-                "state_bytes": max(state) if state else None,
-                "peak_mem_bytes": top.peak_memory_bytes if top else None,
-                "peak_mem_source": (top.peak_memory_source or METRICS_FILE) if top else None,
-                "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
-                "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
-                "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
-                **columns,
-                **config_columns(info, metrics),
-            }
-        )
-    return rows
-
-
-def _ring_bytes_per_step(run_steps: pd.DataFrame) -> float | None:
-    """The trace's ring-model bytes per recorded step, summed over ranks: the loopback counter's scope."""
-    per_step = run_steps.groupby(["trial", "step"])["comm_bytes"].sum(min_count=1).dropna()
-    return float(per_step.mean()) if len(per_step) else None
-
-
-def _loopback_bytes_per_step(trials: list) -> float | None:
-    """Rank 0's loopback delta (every rank's traffic) per recorded step, pooled over the trials that have one."""
-    measured = [m for info, _ in trials if (m := info.rank(0)) is not None and m.loopback_bytes is not None and m.loopback_steps]
-    return sum(m.loopback_bytes for m in measured) / sum(m.loopback_steps for m in measured) if measured else None
-
-
-def _by_run(analysis: Analysis) -> dict[str, list]:
-    """The analyzed folders grouped by run key (the trials of one configuration), in order."""
-    out: dict[str, list] = {}
-    for info, items in analysis.runs:
-        out.setdefault(info.key, []).append((info, items))
-    for trials in out.values():
-        trials.sort(key=lambda t: t[0].trial)
-    return out
-
-
-def typical_step(slowest_rank_ms: pd.Series) -> tuple[int, int] | None:
-    """(trial, step) whose slowest rank is the median: a typical step, not the warm-up outlier."""
-    if slowest_rank_ms.empty:
-        return None
-    ordered = slowest_rank_ms.sort_values(kind="stable")
-    trial, step = ordered.index[len(ordered) // 2]
-    return int(trial), int(step)
-
-
-def display_path(path: str | Path) -> str:
-    """A path as stored in the tables: relative to the working directory when inside it
-    (so tables written from the repository root hold ``traces/...``), else absolute."""
-    p = Path(path).absolute()
-    try:
-        return p.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return p.as_posix()
 
 
 def _ratio(a, b) -> float | None:

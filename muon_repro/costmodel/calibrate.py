@@ -47,6 +47,7 @@ from muon_repro.costmodel.collective_fit import collective_fits, collective_rows
 from muon_repro.costmodel.compute_bench import NS_TARGET_FRACTION, measure_kernels
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.measurement import Plan
+from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.costmodel.world_bench import (
     STREAM_ELEMENTS,
     WorldJob,
@@ -75,9 +76,8 @@ def calibrate(
     quick: bool = False,
     log: Callable[[str], None] = print,
 ) -> tuple[MachineProfile, list[dict]]:
-    """Measure this machine; return its profile and the ``calibration`` table's rows."""
-    from muon_repro.parallel.launch import launch
-
+    """Measure this machine; return its profile and the ``calibration`` table's rows. ``ranks`` (1,): the device
+    alone, its kernels and speed probe only (NCCL runs no two ranks on one GPU), a profile of single-rank runs."""
     ranks = _check_ranks(ranks)
     device = "cuda" if backend == "nccl" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -87,33 +87,19 @@ def calibrate(
     load_before, started = _load_average(), time.perf_counter()
     figures, rows = _kernels(plan, device, kernel_threads, log)
     if ranks == SINGLE_DEVICE:
-        return _single_device_profile(name, device, backend, plan, kernel_threads, figures, rows, load_before, started)
-    reference = _with_threads(kernel_threads, lambda: standalone_matmul_rate(plan, device))
-    stream_reference = _with_threads(kernel_threads, lambda: standalone_stream_rate(plan, device))
-    tokens, fan_in, fan_out = share_shape(plan)
-    jitter_calls = tuple(max(1, round(c * reference / (2.0 * tokens * fan_in * fan_out))) for c in JITTER_COMPUTE_S)
-    # what was run, after rounding
-    jitter_compute_us = [round(calls * 2.0 * tokens * fan_in * fan_out / reference * 1e6) for calls in jitter_calls]
-    shares, bandwidth, jitter, jitter_curve, samples, probes = {}, {}, {}, {}, [], {}
-    for world in ranks:
-        log(f"  world of {world} ranks ({backend}): compute share, arrival jitter and collectives ...")
-        world_threads = threads or max(1, (os.cpu_count() or 1) // world)
-        job = WorldJob(plan, device, jitter_calls)
-        result = launch(world_worker, world, job, backend=backend, threads=world_threads if device == "cpu" else None)[0]
-        probes[str(world)] = result["speed_probe"]
-        shares[world] = compute_share(result["share_rates"], reference)
-        bandwidth[world] = compute_share(result["stream_rates"], stream_reference)
-        by_length = arrival_jitter(result["arrivals"])  # the largest world's, below
-        jitter = {size: waits[0] * 1e6 for size, waits in by_length.items()}
-        jitter_curve = {size: {c: w * 1e6 for c, w in zip(jitter_compute_us, waits)} for size, waits in by_length.items()}
-        rows += _world_rows(plan, world, world_threads, shares[world], bandwidth[world], jitter_curve)
-        samples += collective_rows(result)
-    fits, fit_rows = collective_fits(samples)
-    rows += samples + fit_rows
+        _with_threads(kernel_threads, lambda: measure_speed(device))  # a warm-up: a process's first probe pays its start-up
+        probes = {"1": _with_threads(kernel_threads, lambda: measure_speed(device)).to_dict()}
+        world_fields: dict = {"collectives": (), "compute_share": {1: 1.0}}
+        description = f"measured by muon-repro calibrate on one {_accelerator(device) or device}, alone (no collectives)"
+    else:
+        world_fields, world_rows, probes = _measure_worlds(plan, device, backend, ranks, threads, kernel_threads, log)
+        rows += world_rows
+        description = f"measured by muon-repro calibrate on {_cpu_model() or platform.machine()} ({os.cpu_count()} cores)"
     calibration = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "host_cpu": _cpu_model(),
         "host_cpu_cores": os.cpu_count(),
+        **({"accelerator": _accelerator(device)} if device == "cuda" else {}),
         "torch": torch.__version__,
         "threads": kernel_threads,
         "ranks": list(ranks),
@@ -129,13 +115,9 @@ def calibrate(
         name=name,
         device=device,
         backend=backend,
-        description=f"measured by muon-repro calibrate on {_cpu_model() or platform.machine()} ({os.cpu_count()} cores)",
-        collectives=tuple(fits),
-        compute_share={1: 1.0, **shares},
-        bandwidth_share={1: 1.0, **bandwidth},
-        arrival_jitter_us=jitter,
-        arrival_jitter_curve_us=jitter_curve,
+        description=description,
         calibration=calibration,
+        **world_fields,
         **figures,
     )
     for row in rows:
@@ -144,53 +126,48 @@ def calibrate(
     return profile, rows
 
 
-def _single_device_profile(
-    name: str,
+def _measure_worlds(
+    plan: Plan,
     device: str,
     backend: str,
-    plan: Plan,
-    threads: int,
-    figures: dict,
-    rows: list[dict],
-    load_before: list[float] | None,
-    started: float,
-) -> tuple[MachineProfile, list[dict]]:
-    """The profile of one device measured alone (``--ranks 1``): its kernels and speed probe, no world and no
-    collective (NCCL runs no two ranks on one GPU), so it prices runs of one rank; the rows as calibrate's."""
-    from muon_repro.costmodel.speed_probe import measure_speed
+    ranks: tuple[int, ...],
+    threads: int | None,
+    kernel_threads: int,
+    log: Callable[[str], None],
+) -> tuple[dict, list[dict], dict]:
+    """Worlds of each size in ``ranks``: the profile's shares, jitter and collective fits (MachineProfile fields), the
+    rows they come from, and each world's speed probe by world size."""
+    from muon_repro.parallel.launch import launch
 
-    _with_threads(threads, lambda: measure_speed(device))  # a warm-up: the first probe of a process pays its start-up
-    probe = _with_threads(threads, lambda: measure_speed(device))
-    calibration = {
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "host_cpu": _cpu_model(),
-        "host_cpu_cores": os.cpu_count(),
-        "accelerator": _accelerator(device),
-        "torch": torch.__version__,
-        "threads": threads,
-        "ranks": [1],
-        "quick": plan.reps < 5,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_average_before": load_before,
-        "load_average_after": _load_average(),
-        "ns_time_over_its_matmuls": figures.pop("ns_ratio"),
-        "ns_against_matmul": figures.pop("ns_target"),
-        "speed_probe": {"1": probe.to_dict()},
+    reference = _with_threads(kernel_threads, lambda: standalone_matmul_rate(plan, device))
+    stream_reference = _with_threads(kernel_threads, lambda: standalone_stream_rate(plan, device))
+    tokens, fan_in, fan_out = share_shape(plan)
+    jitter_calls = tuple(max(1, round(c * reference / (2.0 * tokens * fan_in * fan_out))) for c in JITTER_COMPUTE_S)
+    # what was run, after rounding
+    jitter_compute_us = [round(calls * 2.0 * tokens * fan_in * fan_out / reference * 1e6) for calls in jitter_calls]
+    shares, bandwidth, jitter, jitter_curve, samples, probes, rows = {}, {}, {}, {}, [], {}, []
+    for world in ranks:
+        log(f"  world of {world} ranks ({backend}): compute share, arrival jitter and collectives ...")
+        world_threads = threads or max(1, (os.cpu_count() or 1) // world)
+        job = WorldJob(plan, device, jitter_calls)
+        result = launch(world_worker, world, job, backend=backend, threads=world_threads if device == "cpu" else None)[0]
+        probes[str(world)] = result["speed_probe"]
+        shares[world] = compute_share(result["share_rates"], reference)
+        bandwidth[world] = compute_share(result["stream_rates"], stream_reference)
+        by_length = arrival_jitter(result["arrivals"])  # the largest world's, below
+        jitter = {size: waits[0] * 1e6 for size, waits in by_length.items()}
+        jitter_curve = {size: {c: w * 1e6 for c, w in zip(jitter_compute_us, waits)} for size, waits in by_length.items()}
+        rows += _world_rows(plan, world, world_threads, shares[world], bandwidth[world], jitter_curve)
+        samples += collective_rows(result)
+    fits, fit_rows = collective_fits(samples)
+    fields = {
+        "collectives": tuple(fits),
+        "compute_share": {1: 1.0, **shares},
+        "bandwidth_share": {1: 1.0, **bandwidth},
+        "arrival_jitter_us": jitter,
+        "arrival_jitter_curve_us": jitter_curve,
     }
-    profile = MachineProfile(
-        name=name,
-        device=device,
-        backend=backend,
-        description=f"measured by muon-repro calibrate on one {_accelerator(device) or device}, alone (no collectives)",
-        collectives=(),
-        compute_share={1: 1.0},
-        calibration=calibration,
-        **figures,
-    )
-    for row in rows:
-        row.update(machine=name, device=device, backend=backend)
-        row.setdefault("threads", threads if row["kind"] == "kernel" else None)
-    return profile, rows
+    return fields, rows + samples + fit_rows, probes
 
 
 def _accelerator(device: str) -> str | None:

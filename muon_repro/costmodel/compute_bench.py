@@ -71,11 +71,7 @@ def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tupl
 
 def ns_shapes(plan: Plan) -> list[tuple[int, int]]:
     """The full matrices Muon orthogonalizes in the plan's presets (qkv, proj, fc1, fc2)."""
-    shapes = []
-    for name in plan.presets:
-        m = PRESETS[name]
-        shapes += [(3 * m.hidden, m.hidden), (m.hidden, m.hidden), (m.ffn_hidden, m.hidden), (m.hidden, m.ffn_hidden)]
-    return list(dict.fromkeys(shapes))
+    return list(dict.fromkeys(shape for name in plan.presets for shape in matrix_shapes(PRESETS[name])))
 
 
 # ---------------------------------------------------------------- kernels

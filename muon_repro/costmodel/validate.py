@@ -114,10 +114,11 @@ def validate(
     another kind of device than the machine's (a GPU run against a CPU profile) are left out: its rates are not theirs."""
     rows = []
     for key, folders in run_folders(root).items():
-        run_profile = RunDir(folders[0]).profile
+        first = RunDir(folders[0])
+        run_profile = first.profile
         if profile is not None and run_profile != profile:
             continue
-        if RunDir(folders[0]).config_dict.get("device", machine.device) != machine.device:
+        if first.config_dict.get("device", machine.device) != machine.device:
             continue
         times = measured(folders)
         if times is None:

@@ -31,6 +31,7 @@ from muon_repro.dataset.croissant import CROISSANT_NAME, croissant_json
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, digest_files, format_manifest
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.run_info import is_trace
+from muon_repro.provenance import is_generated
 from muon_repro.tables.files import list_files, sha256_file, staged_dir, write_atomic
 
 DEFAULT_OUT = Path("dist/dataset")
@@ -52,9 +53,9 @@ class Sources:
     code: Path | None = Path(".")  # the folder holding CODE_PATHS (the repository root); None: the data alone
 
 
-def _skipped(rel: str) -> bool:
-    parts = rel.split("/")
-    return any(p.startswith(".") or p == "__pycache__" for p in parts) or rel.endswith((".pyc", ".tmp"))
+def _folder_files(prefix: str, folder: Path) -> dict[str, Path]:
+    """(bundle path -> file) for every file under ``folder`` but the generated ones, as ``<prefix>/<relative path>``."""
+    return {check_bundle_path(f"{prefix}/{rel}"): folder / rel for rel in list_files(folder) if not is_generated(rel)}
 
 
 def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
@@ -71,9 +72,7 @@ def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
                 raise FileNotFoundError(message)
             warnings.append(message + f"; the bundle has no {f.name}/")
             continue
-        for rel in list_files(folder):
-            if not _skipped(rel):
-                files[check_bundle_path(f"{f.name}/{rel}")] = folder / rel
+        files.update(_folder_files(f.name, folder))
     if sources.code is not None:
         files.update(_code_files(Path(sources.code), warnings))
     if not any(is_trace(p) for p in files):
@@ -91,7 +90,7 @@ def _code_files(root: Path, warnings: list[str]) -> dict[str, Path]:
         if path.is_file():
             files[check_bundle_path(name)] = path
         elif path.is_dir():
-            files.update({check_bundle_path(f"{name}/{rel}"): path / rel for rel in list_files(path) if not _skipped(rel)})
+            files.update(_folder_files(name, path))
         else:
             warnings.append(f"--code {root}: no {name}; the bundle cannot rebuild itself without it")
     return files

@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 
 from muon_repro.report import style
 from muon_repro.report.formatting import count, percent
+from muon_repro.report.gpu_section import single_device_pairs
 from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
 from muon_repro.report.regime_figures import LEVELS
 
@@ -30,29 +31,10 @@ def one_device_only(runs: pd.DataFrame) -> bool:
     return len(runs) > 0 and bool(((runs["dp"] == 1) & (runs["tp"] == 1)).all())
 
 
-def single_device_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per tokens per step with both optimizers on one device: Muon's share and its extra over AdamW (timed steps)."""
-    one = runs[(runs["dp"] == 1) & (runs["tp"] == 1) & runs["timed_step_ms"].notna()]
-    rows = []
-    for tokens, g in one.groupby("tokens_per_step"):
-        muon, adamw = g[g["optimizer"] == "muon"], g[g["optimizer"] == "adamw"]
-        if muon.empty or adamw.empty:
-            continue
-        m, a = muon.iloc[0], adamw.iloc[0]
-        rows.append(
-            {
-                "tokens_per_step": int(tokens),
-                "optimizer_share": float(m["timed_optimizer_ms"]) / float(m["timed_step_ms"]),
-                "muon_extra": float(m["timed_step_ms"]) / float(a["timed_step_ms"]) - 1,
-            }
-        )
-    return pd.DataFrame(rows, columns=["tokens_per_step", "optimizer_share", "muon_extra"])
-
-
 @styled
 def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted."""
-    points = single_device_points(runs)
+    points = single_device_pairs(runs)
     fig, axes = new_figure(2.9, ncols=2)
     if points.empty:
         for ax in axes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from muon_repro.phases import NEWTON_SCHULZ
-from muon_repro.report.data import ReportData, is_missing
+from muon_repro.report.data import ReportData
 from muon_repro.report.formatting import ms, percent
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
@@ -88,29 +88,50 @@ def _gram_lines(cal: pd.DataFrame) -> list[str]:
     return lines
 
 
-def single_device_rows(runs: pd.DataFrame, profile: str) -> tuple[list[str], list[list[str]]]:
-    """Muon and AdamW on one device (dp=1, tp=1) by tokens per step: the steps timed without the profiler."""
-    r = runs[(runs["profile"].astype(str) == profile) & (runs["dp"] == 1) & (runs["tp"] == 1)]
-    header = ["tokens/step", "Muon step", "AdamW step", "Muon optimizer", "AdamW optimizer", "Muon's share", "Muon / AdamW - 1"]
+PAIR_COLUMNS = (
+    "tokens_per_step",
+    "muon_step_ms",
+    "adamw_step_ms",
+    "muon_optimizer_ms",
+    "adamw_optimizer_ms",
+    "optimizer_share",
+    "muon_extra",
+)
+
+
+def single_device_pairs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per tokens per step with both optimizers timed on one device (dp=1, tp=1): their steps and optimizer steps
+    timed without the profiler, Muon's optimizer share and its extra step time over AdamW."""
+    one = runs[(runs["dp"] == 1) & (runs["tp"] == 1) & runs["timed_step_ms"].notna()]
     rows = []
-    for tokens in sorted(set(r["tokens_per_step"].dropna())):
-        pick = {opt: r[(r["optimizer"] == opt) & (r["tokens_per_step"] == tokens)] for opt in ("muon", "adamw")}
-        if any(p.empty for p in pick.values()):
+    for tokens, g in one.groupby("tokens_per_step"):
+        muon, adamw = g[g["optimizer"] == "muon"], g[g["optimizer"] == "adamw"]
+        if muon.empty or adamw.empty:
             continue
-        m, a = (pick[opt].iloc[0] for opt in ("muon", "adamw"))
-        if is_missing(m["timed_step_ms"]) or is_missing(a["timed_step_ms"]):
-            continue
-        rows.append(
-            [
-                f"{int(tokens):,}",
-                ms(m["timed_step_ms"]),
-                ms(a["timed_step_ms"]),
-                ms(m["timed_optimizer_ms"]),
-                ms(a["timed_optimizer_ms"]),
-                percent(float(m["timed_optimizer_ms"]) / float(m["timed_step_ms"])),
-                percent(float(m["timed_step_ms"]) / float(a["timed_step_ms"]) - 1, signed=True),
-            ]
+        m, a = muon.iloc[0], adamw.iloc[0]
+        step_m, step_a, opt_m, opt_a = (
+            float(x) for x in (m["timed_step_ms"], a["timed_step_ms"], m["timed_optimizer_ms"], a["timed_optimizer_ms"])
         )
+        rows.append((int(tokens), step_m, step_a, opt_m, opt_a, opt_m / step_m, step_m / step_a - 1))
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def single_device_rows(runs: pd.DataFrame, profile: str) -> tuple[list[str], list[list[str]]]:
+    """Muon and AdamW on one device by tokens per step (:func:`single_device_pairs`), formatted."""
+    header = ["tokens/step", "Muon step", "AdamW step", "Muon optimizer", "AdamW optimizer", "Muon's share", "Muon / AdamW - 1"]
+    pairs = single_device_pairs(runs[runs["profile"].astype(str) == profile])
+    rows = [
+        [
+            f"{p.tokens_per_step:,}",
+            ms(p.muon_step_ms),
+            ms(p.adamw_step_ms),
+            ms(p.muon_optimizer_ms),
+            ms(p.adamw_optimizer_ms),
+            percent(p.optimizer_share),
+            percent(p.muon_extra, signed=True),
+        ]
+        for p in pairs.itertuples()
+    ]
     return header, rows
 
 
