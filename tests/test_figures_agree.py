@@ -154,3 +154,36 @@ def test_no_percentage_printed_with_an_exponent(data):
     ]
     for text in texts:
         assert "e+" not in text and "e-0" not in text, text
+
+
+def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
+    """Every figure drawn from the committed tables keeps its legends off the plotting areas: each legend's box
+    meets no panel's box (beside or under the panels, never inside), and no tick label is written as a power."""
+    import matplotlib.pyplot as plt
+
+    from muon_repro.report.build import make_figures
+
+    problems: list[str] = []
+    close = plt.close
+
+    def check_then_close(fig=None):
+        if isinstance(fig, plt.Figure):
+            renderer = fig.canvas.get_renderer()
+            name = fig.get_suptitle()[:50]
+            panels = [ax for ax in fig.axes if ax.get_visible() and ax.has_data()]
+            legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+            for legend in legends:
+                box = legend.get_window_extent(renderer)
+                for ax in panels:
+                    if box.overlaps(ax.get_window_extent(renderer)):
+                        problems.append(f"{name}: a legend covers a panel")
+            for ax in panels:
+                for label in ax.get_xticklabels() + ax.get_yticklabels():
+                    if "^" in label.get_text() or "e+" in label.get_text():
+                        problems.append(f"{name}: tick label {label.get_text()!r}")
+        return close(fig)
+
+    monkeypatch.setattr(plt, "close", check_then_close)
+    drawn = make_figures(METRICS, tmp_path)
+    assert len(drawn) >= 13
+    assert not problems, "\n".join(sorted(set(problems)))

@@ -8,9 +8,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from muon_repro.report import style
-from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
+from muon_repro.report.plotting import (
+    add_title,
+    legend_below,
+    legend_height,
+    legends_under_panels,
+    new_figure,
+    save_figure,
+    show_no_data,
+    styled,
+)
 
 NO_RUN = "no convergence run in the tables:\nrun `muon-repro converge`, then `muon-repro analyze`"
 HEADLINE_ALPHA = 0.05  # the leading_steps table's headline smoothing (analysis.convergence.HEADLINE_ALPHA)
@@ -27,13 +37,13 @@ def _empty(headline: str, out: str | Path, ncols: int = 1) -> Path:
 @styled
 def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     """Validation loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
-    headline = "Validation loss over the learning-rate sweep (Muon and AdamW, same schedule, weight decay on every parameter)"
+    headline = "Validation loss over the learning-rate sweep (same schedule, weight decay on every parameter)"
     runs = convergence
     if len(convergence):
         runs = convergence[convergence["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"])
     if runs.empty:
         return _empty(headline, out, ncols=2)
-    fig, axes = new_figure(3.0, 2, sharey=True)
+    fig, axes = new_figure(3.4, 2, sharey=True)
     finals = []
     for ax, opt in zip(axes, ("muon", "adamw")):
         sub = runs[runs["optimizer"] == opt]
@@ -57,17 +67,19 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
                 finals.append(f"{style.OPTIMIZER_LABELS[opt]} {g['val_loss'].astype(float).iloc[-1]:.3f} at lr {lr:g}")
         ax.set_title(style.OPTIMIZER_LABELS[opt], fontsize=9)
         ax.set_xlabel("step")
-        ax.legend(fontsize=7, loc="best")
     axes[0].set_ylabel("validation loss (nats)")
     lo = runs["val_loss"].astype(float).min()
     axes[0].set_ylim(lo - 0.1, min(runs["val_loss"].astype(float).max(), lo + 2.5))
     first = runs.iloc[0]
+    entries = max(len(ax.get_legend_handles_labels()[0]) for ax in axes)
     add_title(
         fig,
         headline,
         f"best final validation loss (seed 0), the choice: {', '.join(finals)}; {int(first['steps'])} steps x "
         f"{int(first['tokens_per_step'])} tokens, {int(first['params']):,} parameters, {first['corpus']}",
+        bottom_in=legend_height(entries, 3),
     )
+    legends_under_panels(fig, axes, ncol=3)
     return save_figure(fig, out)
 
 
@@ -79,9 +91,9 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     lead = leading[leading["alpha"].astype(float) == HEADLINE_ALPHA] if len(leading) else leading
     if lead.empty:
         return _empty(headline, out, ncols=3)
-    fig, axes = new_figure(3.0, 3)
+    fig, axes = new_figure(3.2, 3)
     seeds = sorted(lead["seed"].astype(int).unique())
-    dashes = ["-", "--", ":", "-."]
+    dashes = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
     for i, seed in enumerate(seeds):
         g = lead[lead["seed"] == seed].sort_values("muon_step")
         ls = dashes[i % len(dashes)]
@@ -110,12 +122,13 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
         ax.set_xlabel("Muon step")
     for ax in axes[1:]:
         ax.axhline(0, color="#999999", linewidth=0.6)
-    axes[0].legend(fontsize=6.5, loc="best")
     # The first steps' ratios divide by small step numbers: the axis follows the rest.
     later = lead[lead["muon_step"] > 10]["leading_ratio"].astype(float).to_numpy(dtype=float, na_value=np.nan)
     top = np.nanmax(later) if np.isfinite(later).any() else 1.0
     axes[2].set_ylim(min(-1.0, np.nanmin(later) * 1.1 if np.isfinite(later).any() else -1.0), max(1.0, top * 1.1))
-    add_legend(axes[2], axes[2].get_legend_handles_labels()[0], fontsize=7)
+    handles = [Line2D([], [], color=style.OPTIMIZER_COLORS[o], label=style.OPTIMIZER_LABELS[o]) for o in ("muon", "adamw")]
+    handles += [Line2D([], [], color="#333333", linestyle=dashes[i % len(dashes)], label=f"seed {s}") for i, s in enumerate(seeds)]
+    bottom = legend_below(fig, handles, ncol=len(handles))
     ends = []
     for seed in seeds:
         g = lead[lead["seed"] == seed].dropna(subset=["adamw_matching_step"]).sort_values("muon_step")
@@ -129,5 +142,6 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
         f"Muon lr {float(first['muon_lr']):g} vs AdamW lr {float(first['adamw_lr']):g} (each its best); "
         f"leading ratio at the last Muon step AdamW reaches: {'; '.join(ends) or 'none'}. "
         "Lines end where AdamW never gets as low.",
+        bottom_in=bottom,
     )
     return save_figure(fig, out)

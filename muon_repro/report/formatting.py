@@ -60,6 +60,12 @@ def count(value: Any, what: str = "count", digits: int = 3) -> str:
     return _sig(v, digits)
 
 
+def plain(value: float, digits: int = 3) -> str:
+    """A number with up to ``digits`` significant digits and no exponent: ``0.01``, ``1``, ``250``, ``1000``."""
+    v = float(value)
+    return _sig(v, digits) if abs(v) < 10**digits else f"{v:.0f}"
+
+
 def _sig(v: float, digits: int) -> str:
     """``v`` with ``digits`` significant digits, no exponent, no trailing zeros."""
     if v == 0:

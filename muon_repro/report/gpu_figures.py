@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from muon_repro.report import style
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.gpu_section import single_device_pairs
-from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
+from muon_repro.report.plotting import add_legend, add_title, new_figure, plain_log_ticks, save_figure, show_no_data, styled
 from muon_repro.report.regime_figures import LEVELS
 
 GPU_FIGURES = ("single_device",)
@@ -59,10 +59,11 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             ax.axhline(100 * level, color="black", lw=0.8, ls=":" if level < 0.02 else "--")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        plain_log_ticks(ax, "y")
         ax.set_xlabel("tokens per step")
         ax.set_ylabel(f"{label} (%)")
         ticks = np.array(sorted(set(x)))
-        ax.set_xticks(ticks, [f"{int(t):,}" for t in ticks], rotation=30, ha="right")
+        ax.set_xticks(ticks, [count(t) for t in ticks])
         ax.minorticks_off()
     handles = [
         Line2D([], [], marker="o", ls="", color=style.OPTIMIZER_COLORS["muon"], label="measured (timed steps)"),

@@ -71,6 +71,48 @@ def show_no_data(ax: plt.Axes, message: str) -> None:
     ax.set_yticks([])
 
 
+def legend_below(fig: plt.Figure, handles: list, ncol: int = 3, fontsize: float = 7) -> float:
+    """One legend for the whole figure, under its panels where it cannot cover data; returns the inches it
+    takes, for :func:`add_title`'s ``bottom_in`` (call this first)."""
+    if not handles:
+        return 0.0
+    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=fontsize, frameon=False)
+    return legend_height(len(handles), ncol, fontsize)
+
+
+def legends_under_panels(fig: plt.Figure, axes: Iterable[plt.Axes], ncol: int = 3, fontsize: float = 7) -> None:
+    """Each panel's own legend under it, in the band :func:`legend_height` reserved (call after :func:`add_title`)."""
+    for ax in axes:
+        handles = ax.get_legend_handles_labels()[0]
+        if handles:
+            box = ax.get_position()
+            fig.legend(
+                handles=handles,
+                loc="lower center",
+                bbox_to_anchor=((box.x0 + box.x1) / 2, 0.0),
+                ncol=ncol,
+                fontsize=fontsize,
+                frameon=False,
+            )
+
+
+def legend_height(entries: int, ncol: int, fontsize: float = 7) -> float:
+    """Inches a legend of ``entries`` in ``ncol`` columns takes under the panels."""
+    return 0.08 + -(-entries // ncol) * fontsize * 1.9 / 72
+
+
+def plain_log_ticks(ax: plt.Axes, axis: str, tokens: bool = False) -> None:
+    """Tick labels on a log axis as the text writes numbers: ``0.01``, ``1``, ``100`` (percent), or tokens as
+    ``256``, ``4.1k``, ``1.05M`` (k = 1,000), never ``10^2``."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    from muon_repro.report.formatting import count, plain
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: count(v, "tick") if tokens else plain(v)))
+    target.set_minor_formatter(NullFormatter())
+
+
 def add_legend(ax: plt.Axes, handles: list, **kw) -> None:
     """A legend beside the panel, to its right (``kw`` overrides); none when there is nothing to list."""
     if handles:

@@ -22,7 +22,16 @@ from matplotlib.lines import Line2D
 
 from muon_repro.report import style
 from muon_repro.report.formatting import count, percent
-from muon_repro.report.plotting import add_legend, add_title, new_figure, save_figure, show_no_data, styled
+from muon_repro.report.plotting import (
+    add_legend,
+    add_title,
+    legend_below,
+    new_figure,
+    plain_log_ticks,
+    save_figure,
+    show_no_data,
+    styled,
+)
 from muon_repro.rundir import RENAMED_MACHINES
 
 REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
@@ -70,7 +79,7 @@ def main_axis(regimes: pd.DataFrame) -> pd.DataFrame:
 @styled
 def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer share (left) and Muon's extra step time (right) against tokens per step, per width."""
-    fig, axes = new_figure(3.4, 2)
+    fig, axes = new_figure(3.7, 2)
     sweep = main_axis(regimes)
     lines = model[model["kind"] == "this_machine"]
     if sweep.empty:
@@ -100,15 +109,17 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     ]
     for ax, label in zip(axes, ("Muon's optimizer step / step (%)", "Muon step / AdamW step - 1 (%)")):
         ax.set_xscale("log", base=2)
+        plain_log_ticks(ax, "x", tokens=True)
         ax.set_xlabel("tokens per step (global)")
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
+    plain_log_ticks(axes[0], "y")
     axes[1].axhline(0, color="black", linewidth=0.6)
     top = 100 * float(sweep["muon_extra_hi"].astype(float).max())
     axes[1].set_ylim(-60, min(max(top, 20.0), 250.0) * 1.05)  # small steps' wide intervals would hide the large steps' points
     _levels(axes[0])
     _levels(axes[1], labels=False)
-    axes[1].legend(handles=handles, loc="best", fontsize=7)
+    bottom = legend_below(fig, handles, ncol=len(handles))
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
     below = (largest["optimizer_share_hi"].astype(float) < 0.011).sum()
@@ -118,6 +129,7 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
         f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
         f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the 1.1% of Wei's study.",
+        bottom_in=bottom,
     )
     return save_figure(fig, out)
 
@@ -157,6 +169,8 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
     ax.scatter([], [], color="#444444", facecolors="none", label="exact FLOP ratio (busiest rank)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("tokens per step / d_model")
     ax.set_ylabel("Newton-Schulz / forward+backward")
     add_legend(ax, ax.get_legend_handles_labels()[0], fontsize=7)
@@ -173,7 +187,7 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
 @styled
 def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> Path:
     """Muon's predicted extra step time on hardware we do not have, and 7B scaled out."""
-    fig, axes = new_figure(3.4, 2)
+    fig, axes = new_figure(4.0, 2)
     grid = model[model["kind"] == "profile"]
     scale = model[model["kind"] == "scale_out"].sort_values("gpus")
     if grid.empty and scale.empty:
@@ -194,10 +208,11 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x", tokens=True)
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("tokens per step (global)")
     ax.set_ylabel("Muon step / AdamW step - 1 (%)")
     _levels(ax)
-    ax.legend(loc="best", fontsize=6.5)
     ax = axes[1]
     if not scale.empty:
         for col, color, label in (
@@ -210,9 +225,10 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         ax.set_xlabel(f"H100 GPUs (TP{int(scale['tp'].iloc[0])} in a node, DP across 400 Gb/s IB)")
         ax.set_ylabel("predicted (%)")
         _levels(ax)
-        ax.legend(loc="best", fontsize=7)
     else:
         show_no_data(ax, "no scale-out lines")
+    handles = axes[0].get_legend_handles_labels()[0] + axes[1].get_legend_handles_labels()[0]
+    bottom = legend_below(fig, handles, ncol=2)
     crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
     said = "; ".join(f"{machine_style(r.machine)[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
     trend = ""
@@ -227,6 +243,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         fig,
         "The cost model on hardware we do not have (predictions, bf16 training)",
         f"Muon's extra step time falls under the 1.1% of Wei's study at: {said}.{trend}",
+        bottom_in=bottom,
     )
     return save_figure(fig, out)
 
