@@ -127,7 +127,9 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     top = np.nanmax(later) if np.isfinite(later).any() else 1.0
     axes[2].set_ylim(min(-1.0, np.nanmin(later) * 1.1 if np.isfinite(later).any() else -1.0), max(1.0, top * 1.1))
     handles = [Line2D([], [], color=style.OPTIMIZER_COLORS[o], label=style.OPTIMIZER_LABELS[o]) for o in ("muon", "adamw")]
-    handles += [Line2D([], [], color="#333333", linestyle=dashes[i % len(dashes)], label=f"seed {s}") for i, s in enumerate(seeds)]
+    handles += [
+        Line2D([], [], color="#333333", linestyle=dashes[i % len(dashes)], label=f"seed {s}") for i, s in enumerate(seeds)
+    ]
     bottom = legend_below(fig, handles, ncol=len(handles))
     ends = []
     for seed in seeds:
