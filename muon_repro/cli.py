@@ -6,6 +6,11 @@ import argparse
 import importlib
 import sys
 
+INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
+# What a command that says nothing of its own about Ctrl-C has left: every result file of this package is
+# written to a temporary name and renamed whole (tables, bundles, records, trial folders).
+INTERRUPTED_NOTE = "what was complete is kept (every file is written whole): run the same command again to finish"
+
 # Each module registers its subcommands with ``register(subparsers)`` and keeps its heavy imports
 # inside the command functions.
 COMMAND_MODULES = (
@@ -44,3 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"muon-repro {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C (or the launcher's LaunchInterrupted) where the command has no word of its own
+        said = " ".join(str(exc).split())  # one line, whatever the exception holds
+        print(f"muon-repro {args.command}: interrupted{f' ({said})' if said else ''}; {INTERRUPTED_NOTE}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", INTERRUPTED_EXIT))

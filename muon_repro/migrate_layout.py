@@ -11,8 +11,9 @@ The cost model's ``predictions.csv`` names each run's folder in its ``path`` col
 analysis reads runs by id): after a move those rows name the old folder, and the command says so,
 with the command that writes the records again (:func:`stale_record_rows`).
 
-Every move is planned and checked before the first one: a target that exists, or a run whose trials
-name different profiles, stops the migration with nothing moved. Each folder then moves with one
+Every move is planned and checked before the first one: a target that exists, a file where a target's
+folder belongs, a folder that cannot be written, or a run whose trials name different profiles, stops the
+migration with nothing moved (one message lists every conflict). Each folder then moves with one
 ``os.rename`` (same filesystem, so a folder is either in its old place or its new one).
 """
 
@@ -38,6 +39,8 @@ from muon_repro.rundir import (
     read_json,
     trial_of,
 )
+
+SHOWN_CONFLICTS = 20  # conflicts one refusal lists (the rest are counted): a screenful, enough to see the pattern
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def _run_profile(folder: Path) -> str | None:
 
 def plan_migration(traces: Path, groups: Sequence[str] | None = None) -> list[Move]:
     """Every old-layout folder under ``traces`` (of ``groups`` only, when given) and its new place; a
-    ``ValueError`` naming the path when a target exists, so that nothing is moved then."""
+    ``ValueError`` listing every move that would fail (:func:`_check`), so that nothing is moved then."""
     traces = Path(traces)
     if not traces.is_dir():
         raise ValueError(f"--traces {traces} is not a folder")
@@ -82,39 +85,89 @@ def plan_migration(traces: Path, groups: Sequence[str] | None = None) -> list[Mo
     if unknown:
         raise ValueError(f"--groups {', '.join(unknown)}: no such folder under {traces} (there: {', '.join(tops) or 'none'})")
     moves: list[Move] = []
+    unplanned: list[str] = []  # folders whose place cannot be told: conflicts too
     for name, top in tops.items():
         if groups and name not in groups:
             continue
-        if name == COSTMODEL_DIR and (top / MACHINE_FILE).is_file():
-            profile = costmodel_profile(top)
-            moves.append(Move(top, traces / profile / COSTMODEL_DIR, profile))
+        try:
+            if name == COSTMODEL_DIR and (top / MACHINE_FILE).is_file():
+                profile = costmodel_profile(top)
+                moves.append(Move(top, traces / profile / COSTMODEL_DIR, profile))
+                continue
+        except ValueError as exc:
+            unplanned.append(str(exc))
             continue
         for folder in _visible_dirs(top):
-            profile = _run_profile(folder)
-            if profile is not None:
-                moves.append(Move(folder, traces / profile / name / folder.name, profile))
-    _check(moves, traces)
+            try:
+                profile = _run_profile(folder)
+                if profile is not None:
+                    moves.append(Move(folder, traces / profile / name / folder.name, profile))
+            except ValueError as exc:  # its trials disagree, or its profile is no valid id: the message names it
+                unplanned.append(str(exc))
+    _check(moves, traces, unplanned)
     return moves
 
 
-def _check(moves: list[Move], traces: Path) -> None:
-    """Refuse the plan, naming the path, when a target exists or a profile's folder would be an old group's."""
+def _check(moves: list[Move], traces: Path, unplanned: Sequence[str] = ()) -> None:
+    """Refuse the plan when any move would fail (or a folder's place cannot be told: ``unplanned``), listing
+    every conflict in one message, so that nothing moves."""
     old = {m.source.relative_to(traces).parts[0] for m in moves}
+    conflicts = [*unplanned, *(problem for move in moves for problem in _move_conflicts(move, traces, old))]
+    seen: dict[Path, Path] = {}
     for move in moves:
-        if move.profile in old:
-            raise ValueError(
-                f"cannot move {move.source}: its profile {move.profile!r} is also the name of an old-layout folder "
-                f"{traces / move.profile}; nothing was moved"
-            )
-        if move.target.exists():
-            raise ValueError(f"cannot move {move.source}: {move.target} exists already; nothing was moved")
+        if move.target in seen:
+            conflicts.append(f"cannot move {move.source}: {seen[move.target]} goes to {move.target} too")
+        seen.setdefault(move.target, move.source)
+    if conflicts:
+        shown = conflicts[:SHOWN_CONFLICTS]
+        more = f"; and {len(conflicts) - len(shown)} more" if len(conflicts) > len(shown) else ""
+        raise ValueError("; ".join(shown) + more + "; nothing was moved")
+
+
+def _move_conflicts(move: Move, traces: Path, old_groups: set[str]) -> list[str]:
+    """Why ``move`` would fail: its profile names an old group, its target exists, a file stands where one of the
+    target's folders belongs, or a folder it must write in is not writable."""
+    if move.profile in old_groups:
+        return [
+            f"cannot move {move.source}: its profile {move.profile!r} is also the name of an old-layout folder "
+            f"{traces / move.profile}"
+        ]
+    if os.path.lexists(move.target):
+        return [f"cannot move {move.source}: {move.target} exists already"]
+    folder = move.target.parent
+    while not os.path.lexists(folder):  # the folders to create, up to the first that exists
+        folder = folder.parent
+    if not folder.is_dir():
+        return [f"cannot move {move.source}: {folder} is a file where a folder of {move.target} belongs"]
+    unwritable = [d for d in (folder, move.source.parent) if not os.access(d, os.W_OK | os.X_OK)]
+    if unwritable:
+        return [f"cannot move {move.source}: {unwritable[0]} is not writable"]
+    if os.stat(folder).st_dev != os.stat(move.source).st_dev:
+        return [f"cannot move {move.source}: {folder} is on another filesystem (a move is one rename)"]
+    return []
 
 
 def migrate(moves: list[Move]) -> None:
-    """Carry out a checked plan: one ``os.rename`` per folder, then remove the old group folders left empty."""
-    for move in moves:
-        move.target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(move.source, move.target)
+    """Carry out a checked plan: one ``os.rename`` per folder, then remove the old group folders left empty.
+
+    The plan was checked whole (:func:`plan_migration`); a move that fails all the same (the tree changed
+    in between) stops the migration with a ``ValueError`` saying which moves were done: each is complete,
+    and planning again picks up the rest."""
+    for done, move in enumerate(moves):
+        try:
+            move.target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(move.source, move.target)
+        except OSError as exc:
+            _remove_emptied(moves[:done])
+            raise ValueError(
+                f"cannot move {move.source} to {move.target} ({exc.strerror or exc}); {done} of {len(moves)} folder(s) "
+                "were moved, each whole: fix this and run migrate-layout again to move the rest"
+            ) from None
+    _remove_emptied(moves)
+
+
+def _remove_emptied(moves: list[Move]) -> None:
+    """Remove the old group folders that ``moves`` left empty."""
     for old in sorted({m.source.parent for m in moves}):
         if old.is_dir() and not any(old.iterdir()):
             old.rmdir()
@@ -150,7 +203,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Move every old-layout folder under --traces (<group>/<name>/, convergence/<run>/, costmodel/) into "
             "<profile>/..., the profile read from its environment.json, convergence record or machine.json. Checks "
-            "every move first and moves nothing when a target exists. A tree with some groups moved analyzes to the "
+            "every move first and moves nothing when any would fail (a target that exists, a file where a folder belongs, "
+            "a folder that cannot be written), listing every conflict. A tree with some groups moved analyzes to the "
             "same tables as one with all moved, so the migration can be done group by group (--groups)."
         ),
     )

@@ -158,14 +158,76 @@ def write_json(path: Path, obj: Mapping[str, Any], *, compact: bool = False) -> 
     write_atomic(path, text)
 
 
+# Side files are small: the largest recorded is a metrics.json of 216 KB (a convergence record 34 KB,
+# environment.json 6 KB, config.json 1 KB); 16 MiB is 75 times that, and bounds what reading one costs
+# (a contributed folder's files are anyone's).
+MAX_SIDE_FILE_BYTES = 16 * 2**20
+# The deepest recorded side file nests 5 levels (metrics.json, machine.json); past 32 a file is no record of
+# ours. It keeps json's recursion (and flatten's, over environment.json) far from Python's recursion limit.
+MAX_SIDE_FILE_DEPTH = 32
+
+
+class SideFileError(ValueError):
+    """A side file that cannot be read as a record: the message names the file and says why."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    """A side file as a dict (NaN and Infinity read as null), or :class:`SideFileError` saying why
+    not: missing or unreadable, larger than :data:`MAX_SIDE_FILE_BYTES`, not UTF-8 JSON, nested
+    deeper than :data:`MAX_SIDE_FILE_DEPTH`, or not a JSON object. Reads at most the limit plus a byte."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SIDE_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SideFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_SIDE_FILE_BYTES:
+        raise SideFileError(
+            path, f"larger than {MAX_SIDE_FILE_BYTES >> 20} MiB, the limit for a side file (ours are under 1 MB): not a record"
+        )
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=lambda _: None)
+    except RecursionError:
+        value = _TOO_DEEP
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
+        raise SideFileError(path, f"not valid JSON: {exc}") from None
+    if value is _TOO_DEEP or _nested_deeper(value, MAX_SIDE_FILE_DEPTH):
+        raise SideFileError(
+            path, f"JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels, the limit for a side file (ours nest 5): not a record"
+        )
+    if not isinstance(value, dict):
+        raise SideFileError(path, f"not a JSON object (a {type(value).__name__})")
+    return value
+
+
+_TOO_DEEP = object()  # json.loads gave up: deeper than Python's recursion limit
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """A side file as a dict; ``None`` when absent, unreadable or not an object (foreign folders
-    have none; NaN and Infinity read as null)."""
+    have none; NaN and Infinity read as null). :func:`load_json` says why."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
-    except (OSError, ValueError):
+        return load_json(path)
+    except SideFileError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

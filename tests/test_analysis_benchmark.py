@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
 
 from tools import analysis_benchmark as benchmark
-from tools.analysis_benchmark import Measurement, Summary, check_targets, format_report
+from tools.analysis_benchmark import Measurement, Row, Summary, check_targets, format_report
 
 # a committed real trace (gloo, CPU); repeated to 2 MB it analyzes in well under a second
 SOURCE = Path(__file__).parent / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz"
@@ -19,9 +20,16 @@ def test_small_trace_in_process_and_end_to_end(tmp_path, capsys):
     assert benchmark.main(argv) == 0
     out = capsys.readouterr().out
     assert 1.5e6 < trace.stat().st_size < 3e6
-    rows = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("ours ")}
-    assert set(rows) == {"ours in-process", "ours end to end"}
-    assert "muon-repro analyze" in rows["ours end to end"]
+    gz = trace.with_name(trace.name + ".gz")
+    assert gzip.decompress(gz.read_bytes()) == trace.read_bytes()  # the gzip row reads the same JSON
+    labels = [line.split("  ")[0] for line in out.splitlines() if line.startswith("ours ")]
+    decoders = benchmark.gzip_decoders()
+    assert labels == [
+        "ours in-process, plain: read_trace + analyze_trace, 1 process",
+        "ours end to end, plain: muon-repro analyze --out DIR (default processes)",
+        "ours end to end, plain: muon-repro analyze --workers 1",
+        *(f"ours end to end, gzip: muon-repro analyze, gzip by {d}" for d in decoders),
+    ]
     assert "targets: not checked, HTA not measured" in out
 
 
@@ -41,23 +49,36 @@ def _runs(wall: float, rss: float, n: int = 3) -> list[Measurement]:
 INFO = {"path": "t.json", "size_bytes": 1_000_000_000, "events": 4_000_000, "copies": 56, "source": "a100.json.gz"}
 
 
+def _rows(cli: list[Measurement], hta: list[Measurement]) -> list[Row]:
+    return [
+        Row("in-process", "plain", "2 processes", _runs(1.5, 250e6)),
+        Row("end to end", "plain", "default", cli, default=True),
+        Row("end to end", "gzip", "gzip by zlib", _runs(8.0, 300e6)),
+        Row("HTA", "plain", "parse_trace_file", hta),
+        Row("HTA", "gzip", "parse_trace_file", _runs(64.0, 5e9, n=1)),
+    ]
+
+
 def test_report_ratios_and_targets():
-    ours, cli, hta = {2: _runs(1.5, 250e6)}, _runs(2.0, 300e6), _runs(40.0, 5e9, n=1)
-    # medians: cli 2.2 s / 330 MB; HTA 40 s / 5 GB
+    cli, hta = _runs(1.8, 300e6), _runs(40.0, 5e9, n=1)
+    # medians: cli 1.98 s / 330 MB; HTA 40 s / 5 GB
     checks = check_targets(Summary.of(cli), Summary.of(hta))
-    assert [round(v, 4) for _, v, _ in checks] == [round(40 / 2.2, 4), round(330e6 / 5e9, 4)]
+    assert [round(v, 4) for _, v, _ in checks] == [round(40 / 1.98, 4), round(330e6 / 5e9, 4)]
     assert [ok for *_, ok in checks] == [True, True]
-    text = format_report(INFO, ours, cli, hta)
-    assert "18.2x" in text and "0.066x" in text  # speed-up and memory ratio of the CLI row
-    assert "2.00-2.40" in text  # min-max of the CLI runs
+    text = format_report(INFO, _rows(cli, hta))
+    assert "20.2x" in text and "0.066x" in text  # speed-up and memory ratio of the CLI row
+    assert "1.80-2.16" in text  # min-max of the CLI runs
+    gzip_row = next(line for line in text.splitlines() if line.startswith("ours end to end, gzip"))
+    assert "7.3x" in gzip_row  # against HTA on the gzip file (64 s / 8.8 s), not the plain one
     assert text.splitlines()[-1] == (
-        "targets: end to end >= 15x faster than HTA: 18.2x PASS; end to end <= 0.15x HTA's peak memory: 0.066x PASS"
+        "targets (plain trace, the CLI's default reader processes): end to end >= 20x faster than HTA: 20.2x PASS; "
+        "end to end <= 0.1x HTA's peak memory: 0.066x PASS"
     )
-    slow = format_report(INFO, ours, _runs(4.0, 1e9), hta)
+    slow = format_report(INFO, _rows(_runs(4.0, 1e9), hta))
     assert "9.1x FAIL" in slow and "0.220x FAIL" in slow  # medians 4.4 s, 1.1 GB
 
 
-@pytest.mark.parametrize(("cli_wall", "status"), [(2.0, 0), (4.0, 1)])
+@pytest.mark.parametrize(("cli_wall", "status"), [(1.5, 0), (4.0, 1)])
 def test_check_sets_the_exit_status(monkeypatch, tmp_path, capsys, cli_wall, status):
     monkeypatch.setattr(benchmark, "hta_available", lambda python: True)
     monkeypatch.setattr(benchmark, "ensure_trace", lambda *a: dict(INFO))
@@ -66,8 +87,8 @@ def test_check_sets_the_exit_status(monkeypatch, tmp_path, capsys, cli_wall, sta
         return _runs(40.0, 5e9, 1)[0] if script == benchmark.HTA else _runs(1.0, 2e8, 1)[0]
 
     monkeypatch.setattr(benchmark, "measure", measure)
-    monkeypatch.setattr(benchmark, "measure_cli", lambda trace, timeout: _runs(cli_wall, 3e8, 1)[0])
-    argv = ["--source", str(SOURCE), "--out", str(tmp_path / "t.json"), "--repeat", "2", "--workers", "1"]
+    monkeypatch.setattr(benchmark, "measure_cli", lambda trace, timeout, **kw: _runs(cli_wall, 3e8, 1)[0])
+    argv = ["--source", str(SOURCE), "--out", str(tmp_path / "t.json"), "--repeat", "2", "--workers", "1", "--no-gzip"]
     assert benchmark.main([*argv, "--check"]) == status
     assert benchmark.main(argv) == 0  # without --check a miss is reported, not an error
     assert ("FAIL" in capsys.readouterr().out) == bool(status)

@@ -84,7 +84,7 @@ def hub_calls(monkeypatch, tmp_path):
         calls.append(("download", repo_id))
         return tmp_path
 
-    def review(repo_id, pr, *, workers, timeout):
+    def review(repo_id, pr, *, workers, timeout, max_files, max_bytes):
         calls.append(("review", repo_id))
         return SimpleNamespace(ok=True)
 

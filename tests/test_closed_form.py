@@ -15,6 +15,7 @@ from muon_repro.costmodel.closed_form import (
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import CollectiveFit
 from muon_repro.costmodel.predict import predict
+from muon_repro.costmodel.profile_ranges import LINK_GBPS
 from muon_repro.costmodel.records import MODEL_7B, STUDY_MODEL, Setting, crossing, run_config
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.optim.newton_schulz import newton_schulz_flops
@@ -39,8 +40,9 @@ def test_by_hand_flops_are_what_the_dp_ranks_of_the_workload_share(model):
 def _communication_free(name: str):
     """A shipped GPU profile whose collectives cost next to nothing: what the closed form leaves out."""
     machine = resolve_profile(name)
-    free = tuple(replace(fit, alpha_us=0.0, beta_gbps=1e9, samples=()) for fit in machine.collectives)
-    return replace(machine, collectives=free or (CollectiveFit("all_reduce", 0.0, 1e9),))
+    fastest = LINK_GBPS.high  # the fastest link a profile may hold: every collective's bytes next to free
+    free = tuple(replace(fit, alpha_us=0.0, beta_gbps=fastest, samples=()) for fit in machine.collectives)
+    return replace(machine, collectives=free or (CollectiveFit("all_reduce", 0.0, fastest),))
 
 
 @pytest.mark.parametrize("level", [0.011, 0.03])

@@ -302,6 +302,8 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     assert main(argv) == 0  # complete runs are skipped: nothing changes
     again = json.loads((folder / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text())
     assert again == record
+    assert main([*argv, "--vocab", "290"]) == 2  # another vocabulary: the records are not this request's runs
+    assert json.loads((folder / "muon_lr0.003_steps6_seed0" / CONVERGENCE_FILE).read_text()) == record
 
 
 @pytest.mark.slow

@@ -73,7 +73,7 @@ def test_recompute_passes_on_a_bundle_made_from_its_traces(bundle):
     lines: list[str] = []
     result = verify_bundle(bundle, echo=lines.append, recompute=True)
     assert result.ok, _lines(result)
-    assert any(line.startswith("ok      recompute: the tables in metrics/ are one set (generation ") for line in lines)
+    assert any(line.startswith("ok      tables: the tables in metrics/ are one set (generation ") for line in lines)
     for name in ("runs", "steps", "collectives", "comparisons", "claims", "ranks", "phases", "timeline", "losses", "environment"):
         assert any(
             line.startswith(f"ok      recompute: table {name} (metrics/{name}.parquet): equal to the traces' analysis")
@@ -136,3 +136,50 @@ def test_verify_without_recompute_does_not_analyze(bundle, monkeypatch):
 
     monkeypatch.setattr(pipeline, "analyze_paths", lambda *a, **k: pytest.fail("plain verify analyzed the traces"))
     assert verify_bundle(bundle).ok
+
+
+# ---------------------------------------------------------------- a CSV that is not its Parquet twin's
+
+
+def _garbage_csv(metrics: Path) -> Path:
+    csv = metrics / "claims.csv"
+    csv.write_text("claim_id,verdict\nall good,agrees\n")
+    return csv
+
+
+def test_plain_verify_checks_every_csv_against_the_manifest_and_its_parquet_twin(bundle, tmp_path):
+    copy = Path(shutil.copytree(bundle, tmp_path / "dataset"))
+    _garbage_csv(copy / "metrics")
+    failed = _lines(verify_bundle(copy))
+    assert "metrics/claims.csv: size " in failed or "metrics/claims.csv: sha256 " in failed, failed
+    write_manifest(copy)  # the manifest remade to match: the Parquet file's stamp still names the CSV written with it
+    failed = _lines(verify_bundle(copy))
+    assert "tables: " in failed and "claims.csv: not the CSV file written with claims.parquet" in failed, failed
+
+
+def test_publish_refuses_a_bundle_whose_csv_is_not_its_parquet_twins(bundle, tmp_path):
+    from types import SimpleNamespace
+
+    from muon_repro.hub.publish import publish
+
+    copy = Path(shutil.copytree(bundle, tmp_path / "dataset"))
+    _garbage_csv(copy / "metrics")
+    write_manifest(copy)
+    no_hub = SimpleNamespace(token=False)  # anonymous: any request would fail on this stand-in
+    with pytest.raises(ValueError, match="fails .* of the checks of `muon-repro verify`; nothing was sent to the Hub") as refused:
+        publish(copy, "test-org/recompute", "1.0.0", dry_run=True, api=no_hub, echo=lambda line: None)
+    assert "claims.csv: not the CSV file written with claims.parquet" in str(refused.value)
+
+
+def test_bundle_refuses_a_csv_that_disagrees_with_its_parquet_table(tmp_path):
+    src = tmp_path / "src"
+    write_pair(src / "traces")
+    stages.analyze([src / "traces"], src / "metrics", workers=1)
+    csv = _garbage_csv(src / "metrics")
+    missing = src / "none"
+    sources = Sources(src / "traces", src / "metrics", missing, missing, missing, missing)
+    out = tmp_path / "dataset"
+    with pytest.raises(ValueError, match="the tables are not one set, so they are not bundled") as refused:
+        build_bundle(sources, BundleMeta(repo_id="test-org/recompute", version="1.0.0", date="2025-06-01"), out)
+    assert f"{csv}: not the CSV file written with claims.parquet" in str(refused.value)
+    assert not out.exists()

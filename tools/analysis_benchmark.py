@@ -1,33 +1,37 @@
-"""Benchmark: ``muon-repro analyze`` against HolisticTraceAnalysis's parser on a ~1 GB trace.
+"""Benchmark: ``muon-repro analyze`` against HolisticTraceAnalysis's parser on a ~1 GB trace, plain and gzip.
 
-    python -m tools.analysis_benchmark                 # build .bench/bench_trace.json, time all three
-    python -m tools.analysis_benchmark --size-mb 200   # a smaller trace
-    python -m tools.analysis_benchmark --skip-hta      # ours only
+    python -m tools.analysis_benchmark --hta-python /tmp/hta-venv/bin/python   # the full table
+    python -m tools.analysis_benchmark --size-mb 200 --skip-hta                 # ours only, a smaller trace
     python -m tools.analysis_benchmark --hta-python /tmp/hta-venv/bin/python --check
 
 The trace is a real one (by default the A100 NCCL DDP rank of ``../shared/traces/external``)
-repeated until it reaches the size: its events' text is copied as is, with timestamps shifted
-by one span per copy and ids (``External id``, ``correlation``, flow ``id``) offset so every
-copy is distinct; the source's ProfilerStep annotations become three steps covering a third
-of the copies each (so both tools see a trace with as few steps as the source, and HTA's
-per-step loop is not what is measured). It is built once and cached under ``.bench/``.
+repeated until it reaches the size (:mod:`tools.bench_trace`): its events' text is copied as is,
+with timestamps shifted by one span per copy and ids (``External id``, ``correlation``, flow
+``id``) offset so every copy is distinct; the source's ProfilerStep annotations become three
+steps covering a third of the copies each (so both tools see a trace with as few steps as the
+source, and HTA's per-step loop is not what is measured). Its gzip copy (level 6) is the same
+bytes compressed. Both are built once and cached under ``.bench/``.
 
-Three things are timed on the same trace, in the same run, each in fresh child processes:
+Timed on the same traces, in the same run, each in fresh child processes (:mod:`tools.bench_process`):
 
 * **ours in-process**: ``read_trace`` + ``analyze_trace`` in a Python child, timed around the
-  call (interpreter start and imports excluded), once per ``--workers`` configuration;
-* **ours end to end**: ``python -m muon_repro analyze TRACE --out TMPDIR`` as a user runs it,
-  timed from process start to exit (imports, reading, analysis and writing the tables
-  included), the CLI choosing its own reader processes;
+  call (interpreter start and imports excluded), per ``--workers`` count, plain trace;
+* **ours end to end**: ``python -m muon_repro analyze TRACE --workers N --out TMPDIR`` as a user
+  runs it, timed from process start to exit (imports, reading, analysis and writing the tables
+  included): per ``--workers`` count on the plain trace; on the gzip trace with each gzip decoder
+  installed (python-isal's ``igzip`` where installed, else the standard library's; the standard
+  library forced with ``MUON_REPRO_GZIP=zlib``). A gzip stream is inflated by one process;
+  reader processes only split plain files;
 * **HTA**: ``hta.common.trace.parse_trace_file`` with its default configuration, timed around
-  the call.
+  the call, on the plain and the gzip trace.
 
-Each runs ``--repeat`` times (HTA ``--hta-repeat`` times); the table shows the median and the
-range. Peak memory is the highest total resident set of the child and all its descendants,
-sampled every 10 ms (and never below the child's own ``VmHWM`` as last sampled). Speed-up is
-HTA's wall time over ours, memory ratio ours' peak over HTA's. The last line checks the targets
-for the end-to-end run: at least :data:`TARGET_SPEEDUP` times faster than HTA, at most
-:data:`TARGET_MEMORY` times its peak memory (``--check`` makes a miss exit with status 1).
+Each of ours runs ``--repeat`` times (HTA ``--hta-repeat`` times); the table shows the median and
+the range. MB/s is the trace's JSON (decompressed) bytes over the wall time. Peak memory is the
+highest total resident set of the child and all its descendants, sampled every 10 ms (never
+below the child's own ``VmHWM``). Speed-up is HTA's wall time over ours on the same file, memory
+ratio ours' peak over HTA's. The last line checks the targets for the end-to-end run with the
+CLI's default reader processes on the plain trace: at least :data:`TARGET_SPEEDUP` times faster
+than HTA, at most :data:`TARGET_MEMORY` times its peak memory (``--check``: a miss exits 1).
 
 HTA is not a dependency of this project, and installing it next to the project would change
 pinned versions. Give it an environment of its own and point ``--hta-python`` at it::
@@ -39,141 +43,28 @@ pinned versions. Give it an environment of its own and point ``--hta-python`` at
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import math
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from muon_repro.tables.files import write_atomic
+from tools.bench_process import REPO, Measurement, measure, run_sampled
+from tools.bench_trace import build_trace, ensure_gzip, ensure_trace
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["Measurement", "Row", "Summary", "build_trace", "check_targets", "format_report", "main", "measure_cli"]
+
 DEFAULT_SOURCE = REPO.parent / "shared" / "traces" / "external" / "hta_a100_nccl_ddp_rank0.json.gz"
 DEFAULT_OUT = REPO / ".bench" / "bench_trace.json"
 HTA_INSTALL = "python -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install HolisticTraceAnalysis psutil"
-TARGET_SPEEDUP = 15.0
+TARGET_SPEEDUP = 20.0
 """End to end, ``muon-repro analyze`` must be at least this many times faster than HTA's parser."""
-TARGET_MEMORY = 0.15
+TARGET_MEMORY = 0.10
 """End to end, its peak memory must be at most this fraction of HTA's."""
-
-# ---------------------------------------------------------------- building the trace
-
-_NUMBERS = re.compile(rb'("ts": ?|"External id": ?|"correlation": ?|"id": ?)(-?\d+(?:\.\d+)?)')
-_ID_SHIFT = 10_000_000
-
-
-def _events_span(text: bytes) -> tuple[int, int, dict, list]:
-    """(start, end) of the events array's contents in ``text``, the top-level keys, the events."""
-    from muon_repro.analysis.trace_layout import find_events_start, parse_meta
-
-    found = find_events_start(text, Path("source"))
-    if found is None or found[1]:
-        raise ValueError("the source trace must be a JSON object with a traceEvents array")
-    start = found[0]
-    doc = json.loads(text.decode("utf-8", "replace"), strict=False)
-    events = doc["traceEvents"]
-    p = len(text)
-    while (p := text.rfind(b"]", start, p)) >= 0:
-        if parse_meta(text[:start], text[p + 1 :]) is not None:
-            try:
-                body = json.loads(b"[" + text[start:p] + b"]", strict=False)
-            except ValueError:
-                continue
-            if len(body) == len(events):
-                return start, p, doc, events
-    raise ValueError("could not find the end of the source's traceEvents array")
-
-
-def build_trace(source: Path, out: Path, size_bytes: int) -> dict:
-    """Write ``out`` by repeating ``source``'s events (see the module docstring)."""
-    raw = source.read_bytes()
-    text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    start, end, _, events = _events_span(text)
-    body = text[start:end].strip()
-    # no ProfilerStep inside the copies: three synthetic steps are appended instead
-    body = re.sub(rb'"ProfilerStep#(\d+)"', rb'"Iteration#\1"', body)
-    real = [e for e in events if isinstance(e.get("pid"), int) and isinstance(e.get("ts"), (int, float))]
-    t0 = min(e["ts"] for e in real)
-    span = max(e["ts"] + e.get("dur", 0) for e in real) - t0 + 1000.0
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
-    main = steps[0] if steps else real[0]
-    first_step = int(steps[0]["name"].split("#")[1]) if steps else 0
-
-    parts = _NUMBERS.split(body)  # text, key, number, text, key, number, ..., text
-    copies = max(1, math.ceil(size_bytes / len(body)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    n_steps = min(3, copies)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as fh:
-            fh.write(text[:start] + b"\n  ")
-            for k in range(copies):
-                if k:
-                    fh.write(b",\n  ")
-                if k == 0:
-                    fh.write(body)
-                    continue
-                shifted = list(parts)
-                for i in range(1, len(parts), 3):
-                    key, num = parts[i], parts[i + 1]
-                    if key.startswith(b'"ts"'):
-                        shifted[i + 1] = b"%.3f" % (float(num) + k * span)
-                    elif b"." not in num:
-                        shifted[i + 1] = b"%d" % (int(num) + k * _ID_SHIFT)
-                fh.write(b"".join(shifted))
-            per = copies / n_steps
-            for s in range(n_steps):
-                lo, hi = round(s * per), round((s + 1) * per)
-                step = {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": f"ProfilerStep#{first_step + s}",
-                    "pid": main["pid"],
-                    "tid": main["tid"],
-                    "ts": round(t0 + lo * span, 3),
-                    "dur": round((hi - lo) * span - 500.0, 3),
-                    "args": {"External id": 0, "Record function id": 0},
-                }
-                fh.write(b",\n  " + json.dumps(step).encode())
-            fh.write(b"\n" + text[end:])
-
-    write_atomic(out, write)
-    info = {
-        "source": str(source),
-        "source_bytes": len(raw),
-        "size_bytes": out.stat().st_size,
-        "copies": copies,
-        "events": copies * len(events) + n_steps,
-        "requested_bytes": size_bytes,
-    }
-    out.with_name(out.name + ".info.json").write_text(json.dumps(info, indent=1))
-    return info
-
-
-def ensure_trace(source: Path, out: Path, size_bytes: int, rebuild: bool) -> dict:
-    info_path = out.with_name(out.name + ".info.json")
-    if not rebuild and out.exists() and info_path.exists():
-        info = json.loads(info_path.read_text())
-        if (
-            info.get("source") == str(source)
-            and info.get("requested_bytes") == size_bytes
-            and info.get("size_bytes") == out.stat().st_size
-        ):
-            return info
-    print(f"building {out} ({size_bytes / 1e6:.0f} MB) from {source.name} ...", file=sys.stderr, flush=True)
-    return build_trace(source, out, size_bytes)
-
-
-# ---------------------------------------------------------------- measuring a child process
+FORCE_ZLIB = {"MUON_REPRO_GZIP": "zlib"}  # muon_repro.analysis.gzip_stream.FORCE_VARIABLE
 
 OURS = textwrap.dedent(
     """
@@ -205,141 +96,22 @@ HTA = textwrap.dedent(
 )
 
 
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants (Linux /proc)."""
-    total = 0
-    stack = [root]
-    seen = set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as fh:
-                    stack.extend(int(c) for c in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return total
+def cli_command(trace: str, out_dir: str, python: str = sys.executable, workers: int | None = None) -> list[str]:
+    """What a user runs: ``muon-repro analyze TRACE [--workers N] --out DIR``, through this interpreter."""
+    chosen = [] if workers is None else ["--workers", str(workers)]
+    return [python, "-m", "muon_repro", "analyze", trace, *chosen, "--out", out_dir]
 
 
-def _high_water(pid: int) -> int:
-    """The process's own peak resident bytes so far (``VmHWM``), 0 if unreadable.
-
-    Unlike ``ru_maxrss``, which survives ``exec`` and so starts at the forking parent's size,
-    ``VmHWM`` belongs to the process's current address space.
-    """
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-@dataclass
-class Measurement:
-    wall_s: float
-    peak_rss_bytes: int
-    result: dict
-
-
-@dataclass
-class _Finished:
-    wall_s: float  # from just before the process started to its exit
-    peak_rss_bytes: int  # sampled tree RSS, or the root process's own VmHWM if higher
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _child_env() -> dict[str, str]:
-    """This checkout first on the path, so children import the code being measured."""
-    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {**os.environ, "PYTHONPATH": path}
-
-
-def run_sampled(argv: list[str], timeout: float) -> _Finished:
-    """Run ``argv`` to completion; its wall time and the peak resident set of its process tree.
-
-    A thread samples the tree every 10 ms while this one blocks in ``waitpid``, so the wall time
-    ends when the process exits, not at the next sample. Output goes to temporary files (a
-    full pipe cannot stall the child).
-    """
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=_child_env())
-        peak = 0
-        done = threading.Event()
-        timed_out = threading.Event()
-
-        def sample() -> None:
-            nonlocal peak
-            while not done.is_set():
-                peak = max(peak, _tree_rss(proc.pid), _high_water(proc.pid))
-                done.wait(0.01)
-
-        def kill() -> None:
-            if proc.returncode is None:
-                timed_out.set()
-                proc.kill()
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        killer = threading.Timer(timeout, kill)
-        sampler.start()
-        killer.start()
-        try:
-            _, status = os.waitpid(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
-        except BaseException:  # interrupted: leave no child behind
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            wall = time.perf_counter() - t0
-            done.set()
-            killer.cancel()
-            sampler.join()
-        if timed_out.is_set():
-            raise TimeoutError(f"{' '.join(argv[:4])} ... did not finish within {timeout:.0f} s")
-        out.seek(0)
-        err.seek(0)
-        return _Finished(
-            wall_s=wall,
-            peak_rss_bytes=peak,
-            returncode=proc.returncode,
-            stdout=out.read().decode(errors="replace"),
-            stderr=err.read().decode(errors="replace"),
-        )
-
-
-def measure(python: str, script: str, args: list[str], timeout: float) -> Measurement:
-    """Run ``script`` in a fresh interpreter; wall time as it reports, peak RSS of its tree."""
-    done = run_sampled([python, "-c", script, *args], timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmark child failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return Measurement(wall_s=result["wall"], peak_rss_bytes=done.peak_rss_bytes, result=result)
-
-
-def cli_command(trace: str, out_dir: str, python: str = sys.executable) -> list[str]:
-    """What a user runs: ``muon-repro analyze TRACE --out DIR``, through this interpreter."""
-    return [python, "-m", "muon_repro", "analyze", trace, "--out", out_dir]
-
-
-def measure_cli(trace: str, timeout: float, python: str = sys.executable) -> Measurement:
+def measure_cli(
+    trace: str, timeout: float, python: str = sys.executable, workers: int | None = None, env: dict[str, str] | None = None
+) -> Measurement:
     """``muon-repro analyze`` end to end in a fresh process: start, read, analyze, write the tables.
 
     Wall time is the process's whole life; the tables go to a temporary directory, which is
     checked (the run must write a ``steps`` table) and removed after the clock has stopped.
     """
     with tempfile.TemporaryDirectory(prefix="muon-repro-bench-") as tmp:
-        done = run_sampled(cli_command(trace, tmp, python), timeout)
+        done = run_sampled(cli_command(trace, tmp, python, workers), timeout, env)
         if done.returncode != 0:
             raise RuntimeError(f"muon-repro analyze failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
         written = sorted(p.name for p in Path(tmp).iterdir())
@@ -353,6 +125,13 @@ def hta_available(python: str) -> bool:
         "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('hta') and importlib.util.find_spec('psutil') else 1)"
     )
     return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+def gzip_decoders() -> list[str]:
+    """The gzip decoders the analysis can use here: ``isal`` where python-isal is installed, and ``zlib``."""
+    from muon_repro.analysis.gzip_stream import gzip_decoder
+
+    return ["isal", "zlib"] if gzip_decoder() == "isal" else ["zlib"]
 
 
 # ---------------------------------------------------------------- report
@@ -377,6 +156,22 @@ class Summary:
         return cls(len(runs), statistics.median(walls), min(walls), max(walls), statistics.median(rss), min(rss), max(rss))
 
 
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: what was timed (``kind``: ``in-process``, ``end to end`` or ``HTA``), on which
+    trace (``plain`` or ``gzip``), how, and its runs. ``default`` marks the run the targets judge."""
+
+    kind: str
+    trace: str
+    how: str
+    runs: list[Measurement]
+    default: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{'ours ' if self.kind != 'HTA' else ''}{self.kind}, {self.trace}: {self.how}"
+
+
 def check_targets(cli: Summary, hta: Summary) -> list[tuple[str, float, bool]]:
     """(description, measured value, met) for each target, end to end against HTA (medians)."""
     speedup = hta.wall_s / cli.wall_s
@@ -387,76 +182,83 @@ def check_targets(cli: Summary, hta: Summary) -> list[tuple[str, float, bool]]:
     ]
 
 
-def format_report(info: dict, ours: dict[int, list[Measurement]], cli: list[Measurement], hta: list[Measurement] | None) -> str:
-    """One table, every row measured on the same trace in this run, then the targets line."""
-    size_mb = info["size_bytes"] / 1e6
-    ref = Summary.of(hta) if hta else None
-    rows = [("", "runs", "wall s", "min-max s", "MB/s", "peak RSS MB", "min-max MB", "speed-up", "memory ratio")]
+def _judged(rows: list[Row]) -> tuple[Summary | None, Summary | None]:
+    """(the default end-to-end run on the plain trace, HTA on the plain trace), either None if not measured."""
+    cli = next((Summary.of(r.runs) for r in rows if r.default and r.runs), None)
+    hta = next((Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.trace == "plain" and r.runs), None)
+    return cli, hta
 
-    def row(label: str, s: Summary) -> tuple[str, ...]:
-        return (
-            label,
-            str(s.runs),
-            f"{s.wall_s:.2f}",
-            f"{s.wall_min:.2f}-{s.wall_max:.2f}",
-            f"{size_mb / s.wall_s:.0f}" if s.wall_s > 0 else "-",
-            f"{s.peak_rss_bytes / 1e6:.0f}",
-            f"{s.rss_min / 1e6:.0f}-{s.rss_max / 1e6:.0f}",
-            f"{ref.wall_s / s.wall_s:.1f}x" if ref else "-",
-            f"{s.peak_rss_bytes / ref.peak_rss_bytes:.3f}x" if ref else "-",
+
+def format_report(info: dict, rows: list[Row]) -> str:
+    """One table, every row measured in this run, then the targets line."""
+    json_mb = info["size_bytes"] / 1e6
+    hta = {r.trace: Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.runs}
+    table = [("", "runs", "wall s", "min-max s", "MB/s", "peak RSS MB", "min-max MB", "speed-up", "memory ratio")]
+    for r in rows:
+        s, ref = Summary.of(r.runs), hta.get(r.trace)
+        table.append(
+            (
+                r.label,
+                str(s.runs),
+                f"{s.wall_s:.2f}",
+                f"{s.wall_min:.2f}-{s.wall_max:.2f}",
+                f"{json_mb / s.wall_s:.0f}" if s.wall_s > 0 else "-",
+                f"{s.peak_rss_bytes / 1e6:.0f}",
+                f"{s.rss_min / 1e6:.0f}-{s.rss_max / 1e6:.0f}",
+                f"{ref.wall_s / s.wall_s:.1f}x" if ref and r.kind != "HTA" else "-",
+                f"{s.peak_rss_bytes / ref.peak_rss_bytes:.3f}x" if ref and r.kind != "HTA" else "-",
+            )
         )
-
-    for workers, runs in ours.items():
-        label = f"ours in-process: read_trace + analyze_trace, {workers} process{'es' if workers > 1 else ''}"
-        rows.append(row(label, Summary.of(runs)))
-    cli_summary = Summary.of(cli) if cli else None
-    if cli_summary:
-        rows.append(row("ours end to end: muon-repro analyze --out DIR (CLI)", cli_summary))
-    if ref:
-        rows.append(row("HTA: parse_trace_file", ref))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+    gz = f", gzip copy {info['gzip_bytes'] / 1e6:.0f} MB" if info.get("gzip_bytes") else ""
     lines = [
         (
-            f"trace: {info.get('path', '')}: {size_mb:.0f} MB, {info['events'] / 1e6:.2f}M events, "
+            f"trace: {info.get('path', '')}: {json_mb:.0f} MB of JSON{gz}, {info['events'] / 1e6:.2f}M events, "
             f"{info['copies']} copies of {Path(info['source']).name}"
         ),
         f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; peak RSS = whole process tree, sampled every 10 ms",
-        "wall s and peak RSS MB: medians of the runs; speed-up = HTA wall / ours wall; memory ratio = ours peak / HTA peak",
+        "wall s and peak RSS MB: medians of the runs; MB/s = JSON (decompressed) MB / wall s; speed-up = HTA wall / ours "
+        "wall on the same file; memory ratio = ours peak / HTA peak",
         "",
     ]
-    lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths))) for t in table]
     lines.append("")
-    if ref and cli_summary:
-        (speed, speedup, speed_ok), (mem, memory, mem_ok) = check_targets(cli_summary, ref)
+    cli, ref = _judged(rows)
+    if cli and ref:
+        (speed, speedup, speed_ok), (mem, memory, mem_ok) = check_targets(cli, ref)
         lines.append(
-            f"targets: {speed}: {speedup:.1f}x {'PASS' if speed_ok else 'FAIL'}; "
-            f"{mem}: {memory:.3f}x {'PASS' if mem_ok else 'FAIL'}"
+            f"targets (plain trace, the CLI's default reader processes): {speed}: {speedup:.1f}x "
+            f"{'PASS' if speed_ok else 'FAIL'}; {mem}: {memory:.3f}x {'PASS' if mem_ok else 'FAIL'}"
         )
-    elif not ref:
+    else:
         lines.append(f"targets: not checked, HTA not measured (give it its own environment: {HTA_INSTALL}; then --hta-python)")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+# ---------------------------------------------------------------- running
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.analysis_benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real trace to repeat (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the big trace goes (default: %(default)s)")
     parser.add_argument("--size-mb", type=float, default=1000.0, help="size of the big trace in MB (default: %(default)s)")
-    parser.add_argument("--rebuild", action="store_true", help="rebuild the big trace even if cached")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the big trace (and its gzip copy) even if cached")
     parser.add_argument(
         "--workers",
         type=int,
         nargs="+",
         default=sorted({os.cpu_count() or 1, 1}, reverse=True),
-        help="reader processes for the in-process runs, one configuration each (default: the CPU count, and 1); "
-        "the end-to-end runs use the CLI's own default",
+        help="reader processes, one configuration each, in-process and end to end on the plain trace "
+        "(default: the CPU count, and 1); the targets judge the CLI's own default",
     )
+    parser.add_argument("--no-gzip", action="store_true", help="skip the gzip trace")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of each of ours, in-process and end to end (default: %(default)s)"
     )
-    parser.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA (default: %(default)s)")
+    parser.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA per trace (default: %(default)s)")
     parser.add_argument("--skip-hta", action="store_true", help="measure ours only")
     parser.add_argument(
         "--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed (default: this one)"
@@ -468,12 +270,28 @@ def main(argv: list[str] | None = None) -> int:
         help=f"exit with status 1 unless end to end is >= {TARGET_SPEEDUP:g}x faster than HTA and uses <= "
         f"{TARGET_MEMORY:g}x its peak memory (needs HTA)",
     )
+    return parser
+
+
+def _log(label: str, i: int, m: Measurement) -> None:
+    line = f"{label}, run {i + 1}: {m.wall_s:.2f} s, peak {m.peak_rss_bytes / 1e6:.0f} MB, {m.result}"
+    print(line, file=sys.stderr, flush=True)
+
+
+def _repeat(row: Row, times: int, run) -> Row:
+    for i in range(times):
+        row.runs.append(run())
+        _log(row.label, i, row.runs[-1])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.check and args.skip_hta:
         parser.error("--check compares against HTA: it cannot be combined with --skip-hta")
     if args.repeat < 1 or args.hta_repeat < 1:
         parser.error("--repeat and --hta-repeat must be at least 1")
-
     if not args.skip_hta and not hta_available(args.hta_python):
         print(
             f"HolisticTraceAnalysis is not installed for {args.hta_python}.\n"
@@ -487,34 +305,43 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     info = ensure_trace(args.source, args.out, int(args.size_mb * 1e6), args.rebuild)
     info["path"] = str(args.out)
-    path = str(args.out)
+    plain = str(args.out)
+    traces = {"plain": plain}
+    if not args.no_gzip:
+        info = ensure_gzip(args.out, info, args.rebuild)
+        traces["gzip"] = plain + ".gz"
 
-    def log(what: str, i: int, m: Measurement) -> None:
-        line = f"{what}, run {i + 1}: {m.wall_s:.2f} s, peak {m.peak_rss_bytes / 1e6:.0f} MB, {m.result}"
-        print(line, file=sys.stderr, flush=True)
+    def procs(n: int) -> str:
+        return f"{n} process{'es' if n > 1 else ''}"
 
-    ours: dict[int, list[Measurement]] = {}
-    for workers in args.workers:
-        for i in range(args.repeat):
-            m = measure(sys.executable, OURS, [path, str(workers)], args.timeout)
-            log(f"ours in-process, {workers} process(es)", i, m)
-            ours.setdefault(workers, []).append(m)
-    cli: list[Measurement] = []
-    for i in range(args.repeat):
-        m = measure_cli(path, args.timeout)
-        log("ours end to end (muon-repro analyze)", i, m)
-        cli.append(m)
-    hta: list[Measurement] | None = None
+    rows: list[Row] = []
+    for n in args.workers:
+        row = Row("in-process", "plain", f"read_trace + analyze_trace, {procs(n)}", [])
+        rows.append(_repeat(row, args.repeat, lambda n=n: measure(sys.executable, OURS, [plain, str(n)], args.timeout)))
+    rows.append(
+        _repeat(
+            Row("end to end", "plain", "muon-repro analyze --out DIR (default processes)", [], default=True),
+            args.repeat,
+            lambda: measure_cli(plain, args.timeout),
+        )
+    )
+    for n in args.workers:
+        row = Row("end to end", "plain", f"muon-repro analyze --workers {n}", [])
+        rows.append(_repeat(row, args.repeat, lambda n=n: measure_cli(plain, args.timeout, workers=n)))
+    if "gzip" in traces:
+        for decoder in gzip_decoders():
+            env = FORCE_ZLIB if decoder == "zlib" else None
+            row = Row("end to end", "gzip", f"muon-repro analyze, gzip by {decoder}", [])
+            rows.append(_repeat(row, args.repeat, lambda env=env: measure_cli(traces["gzip"], args.timeout, env=env)))
     if not args.skip_hta:
-        hta = []
-        for i in range(args.hta_repeat):
-            print("HTA run (this takes a while) ...", file=sys.stderr, flush=True)
-            m = measure(args.hta_python, HTA, [path], args.timeout)
-            log("HTA", i, m)
-            hta.append(m)
-    print(format_report(info, ours, cli, hta))
-    if args.check and hta:
-        return 0 if all(ok for _, _, ok in check_targets(Summary.of(cli), Summary.of(hta))) else 1
+        for kind, path in traces.items():
+            print(f"HTA on the {kind} trace (this takes a while) ...", file=sys.stderr, flush=True)
+            row = Row("HTA", kind, "parse_trace_file", [])
+            rows.append(_repeat(row, args.hta_repeat, lambda path=path: measure(args.hta_python, HTA, [path], args.timeout)))
+    print(format_report(info, rows))
+    cli, ref = _judged(rows)
+    if args.check and cli and ref:
+        return 0 if all(ok for _, _, ok in check_targets(cli, ref)) else 1
     return 0
 
 

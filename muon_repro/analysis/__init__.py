@@ -2,7 +2,8 @@
 
 Data flow, one module per step::
 
-    reader              trace file -> TraceEvents (trace_events: typed events table, tolerant of dirty data)
+    reader              trace file -> TraceEvents (trace_events: typed events table, tolerant of dirty data),
+                        within limits (limits: size, events, longest event; limit_options: their CLI options)
       scan              the traceEvents array streamed in checked pieces (byte_source, trace_layout;
                         parallel_scan: a plain file's pieces shared with worker processes)
       decode            one piece -> PieceColumns (piece_columns; decode_tolerant for dirty pieces)
@@ -28,17 +29,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from muon_repro.analysis.errors import TraceError, TraceWarning
+from muon_repro.analysis.errors import TraceError, TraceLimitError, TraceWarning
 
 _LAZY = {
     "read_trace": "muon_repro.analysis.reader",
+    "TraceLimits": "muon_repro.analysis.limits",
     "TraceEvents": "muon_repro.analysis.trace_events",
     "analyze_trace": "muon_repro.analysis.breakdown",
     "TraceBreakdown": "muon_repro.analysis.breakdown",
     "build_tables": "muon_repro.analysis.tables",
 }
 
-__all__ = ["TraceError", "TraceWarning", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings
+__all__ = ["TraceError", "TraceLimitError", "TraceWarning", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings
 
 
 def __getattr__(name: str) -> Any:

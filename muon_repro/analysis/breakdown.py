@@ -75,6 +75,7 @@ import pandas as pd
 from muon_repro.analysis.collectives import COMM_KINDS
 from muon_repro.analysis.errors import TraceWarning
 from muon_repro.analysis.instances import collective_instances
+from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.reader import read_trace
 from muon_repro.analysis.step_columns import (
     US_PER_MS,
@@ -170,10 +171,15 @@ def _round(x: float, digits: int = 6) -> float:
 
 
 def analyze_file(
-    path: str, *, rank: int | None = None, workers: int = 1, group_sizes: dict[str, int] | None = None
+    path: str,
+    *,
+    rank: int | None = None,
+    workers: int = 1,
+    group_sizes: dict[str, int] | None = None,
+    limits: TraceLimits | None = None,
 ) -> TraceBreakdown:
-    """Read and analyze one trace file."""
-    return analyze_trace(read_trace(path, rank=rank, workers=workers), group_sizes=group_sizes)
+    """Read (within ``limits``: :class:`~muon_repro.analysis.limits.TraceLimits`) and analyze one trace file."""
+    return analyze_trace(read_trace(path, rank=rank, workers=workers, limits=limits), group_sizes=group_sizes)
 
 
 def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None) -> TraceBreakdown:

@@ -2,29 +2,39 @@
 
 :class:`Source` reads a plain or gzip file sequentially (gzip is recognised by its magic
 bytes, not the file name) and turns every read error into a
-:class:`~muon_repro.analysis.errors.TraceError` naming the file; :class:`OffsetSource` reads a
-plain file from an offset, behind a given prefix (the parallel reader's tail,
-:mod:`muon_repro.analysis.parallel_scan`).
+:class:`~muon_repro.analysis.errors.TraceError` naming the file. Given a limit, it never hands
+out, nor decompresses, more than the limit plus one byte: the byte that proves the stream is
+larger is an error naming the limit (a gzip bomb costs the limit, not its decompressed size).
+:class:`OffsetSource` reads a plain file from an offset, behind a given prefix (the parallel
+reader's tail, :mod:`muon_repro.analysis.parallel_scan`).
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
+import re
 from pathlib import Path
 from typing import BinaryIO
 
 from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.gzip_stream import CORRUPT_GZIP_ERRORS, open_gzip
+from muon_repro.analysis.limits import TraceLimits, format_size, limit_error
 
 WHITESPACE = b" \t\r\n"  # JSON's insignificant whitespace
 
 
 class Source:
-    """Sequential byte source over a plain or gzip file, with errors that name the file."""
+    """Sequential byte source over a plain or gzip file, with errors that name the file.
 
-    def __init__(self, path: Path) -> None:
+    With ``limits``, reading past ``limits.max_trace_bytes`` (decompressed) raises the limit's
+    :class:`~muon_repro.analysis.errors.TraceLimitError`; at most one byte more than the limit
+    is ever decompressed.
+    """
+
+    def __init__(self, path: Path, limits: TraceLimits | None = None) -> None:
         self.path = path
+        self.limits = limits
+        self.bytes_read = 0  # bytes handed out so far (decompressed)
         try:
             self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close() / __exit__
         except OSError as exc:
@@ -32,7 +42,7 @@ class Source:
         self.gzipped = self._raw.read(2) == b"\x1f\x8b"
         self.size_hint = self._size_hint()
         self._raw.seek(0)
-        self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
+        self._fh: BinaryIO = open_gzip(self._raw) if self.gzipped else self._raw
 
     def _size_hint(self) -> int:
         """About how many bytes the source holds, to size the first buffer (a small file should
@@ -55,11 +65,24 @@ class Source:
         return got
 
     def _readinto(self, view: memoryview) -> int:
+        limits = self.limits
+        if limits is not None:
+            room = limits.max_trace_bytes + 1 - self.bytes_read  # one byte past the limit proves it passed
+            if room < len(view):
+                view = view[:room]
+        n = self._read_stream(view)
+        self.bytes_read += n
+        if limits is not None and self.bytes_read > limits.max_trace_bytes:
+            what = "decompressed" if self.gzipped else "the file holds"
+            raise limit_error(self.path, "max_trace_bytes", limits, f"{what} more than {format_size(limits.max_trace_bytes)}")
+        return n
+
+    def _read_stream(self, view: memoryview) -> int:
         try:
             return self._fh.readinto(view)
         except EOFError:
             raise TraceError(self.path, "truncated gzip file (the compressed stream ends early)") from None
-        except (gzip.BadGzipFile, zlib.error) as exc:
+        except CORRUPT_GZIP_ERRORS as exc:
             raise TraceError(self.path, f"corrupt gzip data: {exc}") from None
         except OSError as exc:
             raise TraceError(self.path, f"read error: {exc}") from None
@@ -77,33 +100,43 @@ class Source:
 
 
 class OffsetSource(Source):
-    """A plain file read from an offset, presented as if it started with ``prefix``."""
+    """A plain file read from an offset, presented as if it started with ``prefix`` (no byte
+    limit: the caller checked the file's size)."""
 
     def __init__(self, path: Path, offset: int, prefix: bytes) -> None:
         super().__init__(path)
         self._raw.seek(offset)
         self._prefix = prefix
 
-    def _readinto(self, view: memoryview) -> int:
+    def _read_stream(self, view: memoryview) -> int:
         if self._prefix:
             n = min(len(view), len(self._prefix))
             view[:n] = self._prefix[:n]
             self._prefix = self._prefix[n:]
             return n
-        return super()._readinto(view)
+        return super()._read_stream(view)
+
+
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_BACK_WINDOW = 2**16  # bytes looked at a time when looking for the last non-whitespace byte
 
 
 def skip_ws(buf: bytes | bytearray, i: int) -> int:
-    """Index of the first byte at or after ``i`` that is not whitespace, ``len(buf)`` if none."""
-    n = len(buf)
-    while i < n and buf[i] in WHITESPACE:
-        i += 1
-    return i
+    """Index of the first byte at or after ``i`` that is not whitespace, ``len(buf)`` if none
+    (``i`` if past the end; a regex search: a long run of whitespace costs C speed, not a Python
+    loop per byte)."""
+    match = _NON_WS.search(buf, i)
+    return match.start() if match is not None else max(i, len(buf))
 
 
 def last_non_ws(buf: bytes | bytearray) -> int:
-    """Index of the last byte that is not whitespace, -1 if none."""
-    i = len(buf) - 1
-    while i >= 0 and buf[i] in WHITESPACE:
-        i -= 1
-    return i
+    """Index of the last byte that is not whitespace, -1 if none (looked for a window at a time
+    from the back: a long run of whitespace costs C speed)."""
+    end = len(buf)
+    while end > 0:
+        start = max(0, end - _BACK_WINDOW)
+        kept = bytes(buf[start:end]).rstrip(WHITESPACE)
+        if kept:
+            return start + len(kept) - 1
+        end = start
+    return -1

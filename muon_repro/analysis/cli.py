@@ -5,6 +5,8 @@ file), writes the tables of :mod:`muon_repro.analysis.tables` under ``--out``, a
 every file it could not read on stderr without stopping. A run folder whose config.json names
 more ranks than it has traces is no run: its traces are analyzed one by one, with a warning.
 ``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
+A trace past one of the reader's limits (``--max-trace-bytes``, ``--max-trace-events``,
+``--max-event-bytes``; docs/limits.md) is one of those files: its error names the limit.
 Exit status: 0 when every trace was analyzed and every run folder was complete, 1 otherwise
 (the others' results are still printed and written), 2 for a bad option or ``--out``.
 """
@@ -15,6 +17,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from muon_repro.analysis.limit_options import add_limit_options, limits_from_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "are analyzed one by one, with a warning."
         ),
         epilog=(
+            "A trace past one of the reader's limits (--max-trace-bytes, --max-trace-events, --max-event-bytes; "
+            "docs/limits.md) is reported like an unreadable file, its error naming the limit. "
             "Exit status: 0 when every trace was analyzed and every run folder was complete; 1 otherwise (the "
             "others' results are still printed and written); 2 for a bad option or --out."
         ),
@@ -42,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per trace file instead of the table")
     p.add_argument("--rank", type=_rank, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
     p.add_argument("--workers", type=_workers, default=None, help="processes for reading traces (default: CPU count, at most 8)")
+    add_limit_options(p)
     p.set_defaults(func=run_analyze)
 
 
@@ -107,7 +114,7 @@ def run_analyze(args: argparse.Namespace) -> int:
 
     if not args.no_write:
         check_tables_out(Path(args.out), "--out")  # before reading anything: a bad --out must not cost the analysis
-    analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank)
+    analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank, limits=limits_from_options(args))
     summaries = [b.summary() for b in analysis.breakdowns]
     if args.json:
         for s in summaries:

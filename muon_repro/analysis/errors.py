@@ -1,4 +1,4 @@
-"""The exception the analysis raises for bad input, and the warning it gives for repaired data."""
+"""The exceptions the analysis raises for bad input (a limit passed among them), and the warning it gives for repaired data."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ class TraceError(ValueError):
 
     def __reduce__(self):  # keep (path, problem) across process boundaries
         return (type(self), (self.path, self.problem))
+
+
+class TraceLimitError(TraceError):
+    """A trace past one of the reader's limits (:mod:`muon_repro.analysis.limits`): the message
+    names the file, the limit and how to raise it. Reading stopped at the limit."""
 
 
 class TraceWarning(UserWarning):

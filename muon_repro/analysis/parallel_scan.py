@@ -22,6 +22,8 @@ from pathlib import Path
 from muon_repro.analysis import decode
 from muon_repro.analysis.byte_source import OffsetSource
 from muon_repro.analysis.decode import decode_file_range
+from muon_repro.analysis.errors import TraceLimitError
+from muon_repro.analysis.limits import EventBudget, TraceLimits
 from muon_repro.analysis.piece_columns import PieceColumns
 from muon_repro.analysis.scan import EVENT_SEPARATOR, Scanner
 from muon_repro.analysis.trace_layout import HEADER_LIMIT, find_events_start
@@ -54,7 +56,9 @@ def _plan_pieces(path: Path, start: int, size: int, piece_bytes: int) -> tuple[l
     return ranges, lo
 
 
-def scan_parallel(path: Path, piece_bytes: int, workers: int, sink: Callable[[PieceColumns], None]) -> dict | None:
+def scan_parallel(
+    path: Path, piece_bytes: int, workers: int, sink: Callable[[PieceColumns], None], limits: TraceLimits | None = None
+) -> dict | None:
     """Decode an uncompressed file with ``workers`` processes, this one included; ``None`` if
     it cannot be done (the caller then reads the file sequentially).
 
@@ -65,6 +69,10 @@ def scan_parallel(path: Path, piece_bytes: int, workers: int, sink: Callable[[Pi
     this process never hands work out or collects it while it decodes: each worker sends its
     pieces down a pipe of its own (from a thread, so it goes on decoding), and they are read
     here once this process is done with its own share.
+
+    ``limits``: the events are counted as they arrive and the stretch between two events is
+    bounded (the file's size was checked by the caller); a limit passed raises its
+    :class:`~muon_repro.analysis.errors.TraceLimitError` rather than falling back.
     """
     import multiprocessing as mp
 
@@ -76,11 +84,15 @@ def scan_parallel(path: Path, piece_bytes: int, workers: int, sink: Callable[[Pi
     ranges, resume = _plan_pieces(path, start, size, piece_bytes)
     if len(ranges) < 2 or workers < 2:
         return None
+    if any(stop - begin > 2 * piece_bytes + _WINDOW for begin, stop in ranges):
+        return None  # a window with no event boundary (a huge string?): the sequential reader bounds it
     ctx = mp.get_context("spawn")  # safe in a process that has started threads
     try:
         bounds = ctx.Array("q", [0, len(ranges)])  # [next from the front, one past the next from the back]
     except (OSError, ImportError):  # no shared memory or semaphores here
         return None
+    limits = limits or TraceLimits()
+    budget = EventBudget(path, limits)
     results: list[PieceColumns | None] = [None] * len(ranges)
     procs: dict = {}  # reading end of its pipe -> worker process
     collected = False
@@ -92,11 +104,19 @@ def scan_parallel(path: Path, piece_bytes: int, workers: int, sink: Callable[[Pi
             proc.start()
             writer.close()  # the worker's copy is its own: end of file here when it is gone
         tail: list[PieceColumns] = []
+
+        def add_tail(piece: PieceColumns) -> None:
+            budget.take(piece.n_events)
+            tail.append(piece)
+
         with OffsetSource(path, resume, header) as src:
-            meta = Scanner(path, tail.append, piece_bytes).scan(src)
+            meta = Scanner(path, add_tail, piece_bytes, limits).scan(src)
         while (i := _take(bounds, front=False)) is not None:
-            results[i] = decode_file_range(str(path), *ranges[i])
-        collected = _collect(dict(procs), results)
+            results[i] = piece = decode_file_range(str(path), *ranges[i])
+            budget.take(piece.n_events)
+        collected = _collect(dict(procs), results, budget)
+    except TraceLimitError:
+        raise  # no fallback: the sequential reader would stop at the same limit
     except (ValueError, OSError):
         pass
     finally:
@@ -179,10 +199,11 @@ def _decode_ranges(path: str, ranges: list[tuple[int, int]], bounds, conn) -> No
     os._exit(0)
 
 
-def _collect(procs: dict, results: list) -> bool:
+def _collect(procs: dict, results: list, budget: EventBudget) -> bool:
     """Read the workers' pieces into ``results`` until every range is in; ``False`` if a worker
     failed, or ended with a range it had taken. Workers that took nothing (this process was
-    faster than their start) are not waited for. ``procs``: reading end -> process."""
+    faster than their start) are not waited for. ``procs``: reading end -> process. Each piece's
+    events are taken from ``budget`` (which raises past the limit)."""
     from multiprocessing.connection import wait
 
     missing = sum(piece is None for piece in results)
@@ -206,6 +227,7 @@ def _collect(procs: dict, results: list) -> bool:
                 continue
             if error is not None:
                 return False
+            budget.take(piece.n_events)
             results[i] = piece
             missing -= 1
     return True

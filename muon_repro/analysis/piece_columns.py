@@ -16,7 +16,8 @@ not parse, ``NaN``), negative, or beyond 2**53 us is set to 0. Each is counted i
 :attr:`PieceColumns.notes` and its first few events are kept in :attr:`PieceColumns.problems`,
 for the reader to warn about by name (this module does not know the file's name).
 
-Like the decoders, this module imports only numpy and msgspec: worker processes import it.
+Like the decoders, this module imports only numpy, msgspec and the standard library (through
+:mod:`muon_repro.analysis.limits`): worker processes import it.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ import functools
 import gc
 import json
 import operator
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
+
+from muon_repro.analysis.limits import too_deep_problem
 
 # Events whose ``args`` the analysis reads (besides every metadata event).
 ARG_NAME_PREFIXES = (
@@ -59,7 +63,7 @@ TS_OUT_OF_RANGE = "events_with_ts_out_of_range_dropped"
 BAD_DURATION = "bad_durations_set_to_zero"
 MEMORY_TS_DROPPED = "memory_events_without_timestamp_dropped"
 NON_OBJECT_EVENTS = "non_object_events_dropped"
-TOO_DEEP = "JSON nested deeper than the decoders' recursion limit (about 1000 levels); no profiler writes that"
+TOO_DEEP = too_deep_problem()  # what a piece nested past the parsers' depth is refused for
 
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
@@ -200,10 +204,12 @@ def build_columns(
     get_correlations: Callable[[list], np.ndarray],
 ) -> PieceColumns:
     """Columns from the three kinds of events kept (objects with name/cat/pid/tid/ts/...)."""
-    table: dict = {}
-    setdefault = table.setdefault
+    # key -> code, a new key getting the next code: a C-level loop with no Python frame per event
+    table: defaultdict = defaultdict()
+    table.default_factory = table.__len__
+    code_of = table.__getitem__
     n = len(xs)
-    key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, xs)], np.int32, n)
+    key = np.fromiter(map(code_of, map(_get_key, xs)), np.int32, n)
     ts = np.fromiter(map(_get_ts, xs), np.float64, n)
     dur = np.fromiter(map(_get_dur, xs), np.float64, n)
 
@@ -226,8 +232,8 @@ def build_columns(
     if len(mem_usable) < len(mem):
         notes[MEMORY_TS_DROPPED] = notes.get(MEMORY_TS_DROPPED, 0) + len(mem) - len(mem_usable)
     mem = mem_usable
-    mem_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, mem)], np.int32, len(mem))
-    meta_key = np.fromiter([setdefault(k, len(table)) for k in map(_get_key, metas)], np.int32, len(metas))
+    mem_key = np.fromiter(map(code_of, map(_get_key, mem)), np.int32, len(mem))
+    meta_key = np.fromiter(map(code_of, map(_get_key, metas)), np.int32, len(metas))
 
     keys = list(table)
     wanted = np.fromiter((k[0].startswith(ARG_NAME_PREFIXES) for k in keys), bool, len(keys))

@@ -19,6 +19,7 @@ from muon_repro.analysis.convergence import find_records
 from muon_repro.analysis.costmodel_tables import has_costmodel_inputs
 from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for, timed_only_folders
 from muon_repro.analysis.errors import TraceError, TraceWarning
+from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.pool import map_in_processes
 from muon_repro.rundir import trace_name, trial_of
 
@@ -82,13 +83,15 @@ def check_options(*, workers: int | None, rank: int | None) -> None:
         raise ValueError(f"rank must be 0 or more (a global rank), got {rank}")
 
 
-def _analyze_job(path: str, rank: int | None, group_sizes: dict[str, int], workers: int) -> TraceBreakdown | TraceFailure:
+def _analyze_job(
+    path: str, rank: int | None, group_sizes: dict[str, int], limits: TraceLimits, workers: int
+) -> TraceBreakdown | TraceFailure:
     try:
         # The messages travel in the breakdown's ``warnings`` and are raised by the caller, in
         # this process, whichever process analyzed the file (a worker's warnings go unseen).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TraceWarning)
-            return analyze_file(path, rank=rank, workers=workers, group_sizes=group_sizes)
+            return analyze_file(path, rank=rank, workers=workers, group_sizes=group_sizes, limits=limits)
     except TraceError as exc:
         return TraceFailure(path, str(exc))
     except (ValueError, OSError, UnicodeError, MemoryError) as exc:
@@ -97,20 +100,25 @@ def _analyze_job(path: str, rank: int | None, group_sizes: dict[str, int], worke
         return TraceFailure(path, f"{path}: internal error ({type(exc).__name__}: {exc}); please report it with this trace")
 
 
-def analyze_paths(paths: list[str | Path], *, workers: int | None = None, rank: int | None = None) -> Analysis:
+def analyze_paths(
+    paths: list[str | Path], *, workers: int | None = None, rank: int | None = None, limits: TraceLimits | None = None
+) -> Analysis:
     """Find, read and break down every trace under ``paths``; group them into runs.
 
     ``rank`` is the fallback rank for files that have neither ``distributedInfo`` nor a rank
     in their name. ``workers`` bounds the processes used (default: the CPU count, at most 8).
-    A path that holds no trace is a failure naming it; so is every file that cannot be read.
+    ``limits`` bounds what each trace may hold (:class:`~muon_repro.analysis.limits.TraceLimits`,
+    defaults in docs/limits.md). A path that holds no trace is a failure naming it; so is every
+    file that cannot be read, or that passes a limit.
     """
     check_options(workers=workers, rank=rank)
     workers = workers or default_workers()
+    limits = limits or TraceLimits()
     analysis = Analysis(paths=[Path(p) for p in paths])
     files = _find_files(paths, analysis.failures)
     infos = {directory: run_info_for(directory) for directory in dict.fromkeys(f.parent for f in files)}
     by_dir: dict[Path, list[TraceBreakdown]] = {}
-    for f, result in zip(files, _analyze_files(files, infos, workers, rank)):
+    for f, result in zip(files, _analyze_files(files, infos, workers, rank, limits)):
         if isinstance(result, TraceFailure):
             analysis.failures.append(result)
         else:
@@ -194,11 +202,11 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
 
 
 def _analyze_files(
-    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None
+    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None, limits: TraceLimits
 ) -> list[TraceBreakdown | TraceFailure]:
     """One result per file, in order: in worker processes when there is enough to read. Each
     file's :class:`TraceWarning` messages are raised here, once."""
-    results = _analyze_files_quietly(files, infos, workers, rank)
+    results = _analyze_files_quietly(files, infos, workers, rank, limits)
     for result in results:
         for message in getattr(result, "warnings", ()):
             warnings.warn(message, TraceWarning, stacklevel=4)
@@ -206,9 +214,9 @@ def _analyze_files(
 
 
 def _analyze_files_quietly(
-    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None
+    files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None, limits: TraceLimits
 ) -> list[TraceBreakdown | TraceFailure]:
-    jobs = [(str(f), rank, infos[f.parent].group_sizes()) for f in files]
+    jobs = [(str(f), rank, infos[f.parent].group_sizes(), limits) for f in files]
     total = sum(f.stat().st_size for f in files if f.exists())
     if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
         return map_in_processes(

@@ -32,6 +32,7 @@ from typing import Any
 from muon_repro.analysis.assemble import IMPLAUSIBLE_DURATION, MEMORY_VALUE_OUT_OF_RANGE, Assembler, build_trace_events
 from muon_repro.analysis.byte_source import Source
 from muon_repro.analysis.errors import TraceError, TraceWarning
+from muon_repro.analysis.limits import EventBudget, TraceLimits, limit_error
 from muon_repro.analysis.parallel_scan import scan_parallel
 from muon_repro.analysis.piece_columns import (
     BAD_DURATION,
@@ -163,21 +164,25 @@ def read_trace(
     rank: int | None = None,
     workers: int = 1,
     piece_bytes: int = PIECE_BYTES,
+    limits: TraceLimits | None = None,
 ) -> TraceEvents:
     """Read one trace file into a :class:`TraceEvents`.
 
     ``rank`` is used only when the trace has no ``distributedInfo.rank`` and its file name
     has no ``rank<N>``; failing all three the rank is assumed 0 (``meta.rank_source`` says
     which). ``workers > 1`` decodes large uncompressed files with that many processes, this
-    one included.
+    one included. ``limits`` bounds what the file may hold (:class:`TraceLimits`, defaults
+    in docs/limits.md): reading stops at the first one passed.
 
     Raises :class:`TraceError` (a ``ValueError``) naming the file and the problem for
     anything unreadable: missing file, truncated or corrupt gzip, not JSON, no or empty
-    ``traceEvents``, JSON broken inside the array or nested too deeply. Warns
-    (:class:`TraceWarning`, naming the file and the events) about what it repaired or left
-    out, and about a bare array's missing ``distributedInfo`` (module docstring).
+    ``traceEvents``, JSON broken inside the array or nested too deeply, a limit passed (the
+    message names it and how to raise it). Warns (:class:`TraceWarning`, naming the file and
+    the events) about what it repaired or left out, and about a bare array's missing
+    ``distributedInfo`` (module docstring).
     """
     path = Path(path)
+    limits = limits or TraceLimits()
     if not path.is_file():
         raise TraceError(path, "no such file" if not path.exists() else "not a regular file")
     file_bytes = path.stat().st_size
@@ -185,10 +190,12 @@ def read_trace(
     doc: dict | None = None
     with Source(path) as src:
         gzipped = src.gzipped
+    if not gzipped and file_bytes > limits.max_trace_bytes:  # known before reading a byte
+        raise limit_error(path, "max_trace_bytes", limits, f"the file holds {file_bytes:,} bytes")
     decoded_by = "sequential"
     if workers > 1 and not gzipped and file_bytes > 2 * piece_bytes:
         staged: list[PieceColumns] = []
-        doc = scan_parallel(path, piece_bytes, workers, staged.append)
+        doc = scan_parallel(path, piece_bytes, workers, staged.append, limits)
         if doc is not None:
             decoded_by = "parallel"
             for piece in staged:
@@ -197,8 +204,14 @@ def read_trace(
     bare = False
     if doc is None:
         asm = Assembler()
-        scanner = Scanner(path, asm.add, piece_bytes)
-        with Source(path) as src:
+        budget = EventBudget(path, limits)
+
+        def add(piece: PieceColumns) -> None:
+            budget.take(piece.n_events)
+            asm.add(piece)
+
+        scanner = Scanner(path, add, piece_bytes, limits)
+        with Source(path, limits) as src:
             doc = scanner.scan(src)
         bare = scanner.bare
     meta = _trace_meta(path, doc, rank, file_bytes)

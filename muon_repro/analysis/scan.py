@@ -22,7 +22,10 @@ that fails, the JSON parser itself finds the end, in one pass.
 Every step does work proportional to the bytes it is given and is tried a bounded number of
 times, so reading costs time linear in the file's size, dirty or not (a bare ``NaN`` or a
 string ``dur`` costs the slow decoder one chunk; a truncated or malformed file fails after
-one pass).
+one pass). What the file may hold is bounded (:mod:`muon_repro.analysis.limits`): the source
+stops at ``max_trace_bytes`` (:mod:`muon_repro.analysis.byte_source`), and the buffer grows to
+hold a stretch without a cut (one long event, string or run of whitespace) up to
+``max_event_bytes`` only, then the file is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from muon_repro.analysis.byte_source import WHITESPACE, Source, last_non_ws, ski
 from muon_repro.analysis.decode import decode_piece, decode_piece_fast
 from muon_repro.analysis.decode_tolerant import decode_items_tolerant
 from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.limits import TraceLimits, limit_error
 from muon_repro.analysis.piece_columns import TOO_DEEP, PieceColumns
 from muon_repro.analysis.trace_layout import (
     BARE_ARRAY_KEYS,
@@ -57,24 +61,36 @@ PIECE_BYTES = 16 * 2**20
 CHUNK_BYTES = 2**18
 # "}", ",", "{" and a key's opening quote, with whitespace between: the bytes between two events
 EVENT_SEPARATOR = re.compile(rb"\}\s*,\s*\{\s*\"")
+MAX_SEPARATOR_BYTES = 256  # a separator with more whitespace than this is not taken for a cut
+# The separators are searched for from the back of the buffer in windows of 4 KiB (about a dozen events),
+# doubling to 1 MiB: the usual cut costs one small window, a buffer without any one pass of the regex.
+_FIRST_CUT_WINDOW = 4 * 2**10
+_LAST_CUT_WINDOW = 2**20
 
 
 def _cut_candidates(buf: bytearray, lo: int, hi: int, limit: int) -> list[int]:
     """Up to ``limit`` positions of ``}`` that look like the end of an event, last first.
 
-    A ``}`` followed by ``,``, whitespace, ``{`` and a key's opening quote: the separator
-    between two events. It can still lie inside a string (a C++ kernel name) or an ``args``
-    object; the decoder rejects those cuts and an earlier one is tried.
+    A ``}`` followed by ``,``, whitespace, ``{`` and a key's opening quote (within
+    :data:`MAX_SEPARATOR_BYTES`): the separator between two events. It can still lie inside a
+    string (a C++ kernel name) or an ``args`` object; the decoder rejects those cuts and an
+    earlier one is tried. Searched from the back, a window at a time (the window doubling), so
+    a buffer with no cut at all (a huge string, a run of ``}``) costs one pass of the regex.
     """
     out: list[int] = []
-    q = hi
-    while len(out) < limit:
-        q = buf.rfind(b"}", lo, q)
-        if q < 0:
-            break
-        if EVENT_SEPARATOR.match(buf, q, min(hi, q + 256)):
-            out.append(q)
-    return out
+    end = hi
+    window = _FIRST_CUT_WINDOW
+    while end > lo and len(out) < limit:
+        start = max(lo, end - window)
+        found = [
+            m.start()
+            for m in EVENT_SEPARATOR.finditer(buf, start, min(hi, end + MAX_SEPARATOR_BYTES))
+            if m.start() < end and m.end() - m.start() <= MAX_SEPARATOR_BYTES
+        ]
+        out.extend(reversed(found))
+        end = start
+        window = min(2 * window, _LAST_CUT_WINDOW)
+    return out[:limit]
 
 
 class Scanner:
@@ -83,10 +99,13 @@ class Scanner:
     MAX_CUT_TRIES = 4
     MAX_END_CANDIDATES = 64
 
-    def __init__(self, path: Path, sink: Callable[[PieceColumns], None], piece_bytes: int) -> None:
+    def __init__(
+        self, path: Path, sink: Callable[[PieceColumns], None], piece_bytes: int, limits: TraceLimits | None = None
+    ) -> None:
         self.path = path
         self.sink = sink
         self.piece_bytes = piece_bytes
+        self.limits = limits or TraceLimits()
         self.bare = False  # set by scan(): the document is a bare array of events
 
     def _decode_span(self, buf: bytearray, lo: int, hi: int, tolerant: bool) -> PieceColumns | str:
@@ -242,6 +261,20 @@ class Scanner:
         self.sink(decode_items_tolerant(items))
         return meta
 
+    def _grow_for_event(self, buf: bytearray, pos: int, filled: int, base: int) -> None:
+        """Make room in a full ``buf`` whose ``buf[pos:filled]`` holds no event boundary: double
+        it, but never past one byte more than ``max_event_bytes`` from ``pos``; refuse a stretch
+        already longer than that (an event, a string or whitespace that cannot be a real event)."""
+        limit = self.limits.max_event_bytes
+        if filled - pos > limit:
+            raise limit_error(
+                self.path,
+                "max_event_bytes",
+                self.limits,
+                f"no boundary between two events in the {filled - pos:,} bytes of traceEvents from byte {base + pos}",
+            )
+        buf.extend(bytes(min(len(buf), pos + limit + 1 - len(buf))))
+
     def scan(self, src: Source) -> dict:
         """Read ``src`` to the end; return the top-level keys other than ``traceEvents``.
 
@@ -282,8 +315,8 @@ class Scanner:
                 meta = self.decode_final(buf, pos, base, header)
                 return {} if bare else meta
             new_pos = self.decode_bulk(buf, pos, filled, base)
-            if new_pos == pos:  # no cut in a full buffer: one huge event; make room
-                buf.extend(bytes(len(buf)))
+            if new_pos == pos:  # no cut in a full buffer: one huge event; make room, up to the limit
+                self._grow_for_event(buf, pos, filled, base)
                 continue
             # move the unfinished tail (and the separator before it) to the front
             tail = bytes(buf[new_pos - 1 : filled])

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.collectives import busbw_factor
+from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.pipeline import Analysis, analyze_paths
 from muon_repro.analysis.run_tables import (
     environment_table,
@@ -51,14 +52,16 @@ __all__ = ["build_tables", "tables_from_analysis"]
 # ---------------------------------------------------------------- builders
 
 
-def build_tables(paths: Iterable[str | Path], *, workers: int | None = None, rank: int | None = None) -> dict[str, pd.DataFrame]:
-    """Analyze every trace under ``paths`` and return every table, conformed to SCHEMAS.
+def build_tables(
+    paths: Iterable[str | Path], *, workers: int | None = None, rank: int | None = None, limits: TraceLimits | None = None
+) -> dict[str, pd.DataFrame]:
+    """Analyze every trace under ``paths`` (each within ``limits``) and return every table, conformed to SCHEMAS.
 
     Files that cannot be read are skipped, and run folders that lack a rank are analyzed file by
     file, with a warning naming each (their problems are available in detail from
     :func:`muon_repro.analysis.pipeline.analyze_paths`).
     """
-    analysis = analyze_paths(list(paths), workers=workers, rank=rank)
+    analysis = analyze_paths(list(paths), workers=workers, rank=rank, limits=limits)
     for problem in [*analysis.failures, *analysis.incomplete]:
         warnings.warn(problem.message, stacklevel=2)
     return tables_from_analysis(analysis)

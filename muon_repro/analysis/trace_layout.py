@@ -18,6 +18,7 @@ from pathlib import Path
 
 from muon_repro.analysis.byte_source import skip_ws
 from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.limits import too_deep_problem
 
 HEADER_LIMIT = 64 * 2**20  # "traceEvents" must start within this many bytes
 TRAILER_LIMIT = 16 * 2**20  # the text after the events array must fit in this
@@ -67,6 +68,8 @@ def whole_document_error(path: Path, text: bytes) -> TraceError:
         doc = json.loads(text.decode("utf-8", "replace"), strict=False)
     except ValueError as exc:
         return TraceError(path, f"not valid JSON: {exc}")
+    except RecursionError:
+        return TraceError(path, f"not a trace: {too_deep_problem()}")
     if not isinstance(doc, dict):
         return TraceError(path, f"not a trace: the JSON document is a {type(doc).__name__}, not an object")
     if "traceEvents" not in doc:

@@ -13,17 +13,17 @@ recordings of a world size in one launch of the workers
 into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the hardware profile,
 :mod:`muon_repro.hardware`, decided once per sweep by the launcher) and renamed to ``trial<k>`` once
 every rank has finished, so a trial folder that exists is complete; an interrupted sweep leaves none
-behind and simply redoes what is missing next time.
+behind and simply redoes what is missing next time. A complete trial is skipped only when its
+config.json is the run asked for (:mod:`muon_repro.bench.identity`): one recorded with other settings
+stops the sweep before anything is recorded, naming the differing fields (``--force`` records it again).
 
-One sweep at a time per run folder: ``<out>/<profile>/<group>/<name>/.lock`` (``fcntl.flock``, holding the
-PID of its owner) is held while a sweep plans and records that run, so a second sweep into the
-same ``--out`` stops at once with the first one's PID instead of sharing its ``.partial`` folders.
+One sweep at a time per run folder: ``<out>/<profile>/<group>/<name>/.lock`` (:mod:`muon_repro.bench.run_lock`)
+is held while a sweep plans and records that run, so a second sweep into the same ``--out`` stops at
+once with the first one's PID instead of sharing its ``.partial`` folders.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import random
 import shutil
@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,28 +40,13 @@ import torch.distributed as dist
 
 from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, BenchConfig
 from muon_repro.bench.environment import recording_profile
+from muon_repro.bench.errors import BenchError, BenchInterrupted
+from muon_repro.bench.identity import reuse_refusal, trial_differences
+from muon_repro.bench.run_lock import LOCK_NAME, _lock_run_dir, locked_run_dirs  # noqa: F401 (the first two re-exported)
 from muon_repro.bench.runner import run_rank
 from muon_repro.hardware import validate_profile_id
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
 from muon_repro.tables import files
-
-LOCK_NAME = ".lock"  # in each run folder while a sweep records it; hidden, so never published or analyzed
-
-
-class BenchError(RuntimeError):
-    """A run failed; the message names the config and the failing rank's error."""
-
-
-class BenchInterrupted(BenchError):
-    """Ctrl-C (or SIGTERM) stopped the sweep; the message says what was dropped and what was kept."""
-
-    def __init__(self, message: str, signum: int) -> None:
-        super().__init__(message)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum  # as a shell reports a process killed by the signal: 130 for Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -150,6 +134,12 @@ def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:
     return not missing_files(run_dir, cfg.world_size, cfg.profile)
 
 
+def _reuse_problem(complete: list[Recording], backend: str) -> str | None:
+    """The refusal of a sweep whose complete trials were recorded otherwise than asked (None: all reusable)."""
+    mismatched = {rec.label: diffs for rec in complete if (diffs := trial_differences(rec.final, rec.cfg, backend))}
+    return reuse_refusal(mismatched) if mismatched else None
+
+
 def _summary(rec: Recording, status: str) -> RunResult:
     result = RunResult(rec.cfg.key, rec.trial, rec.final, status)
     ranks = RunDir(rec.final).ranks
@@ -183,69 +173,6 @@ def check_backend(backend: str, world_size: int) -> None:
 def check_out_folder(out: Path) -> None:
     """``--out`` must be a folder, or one that can be created, that this process can write in."""
     files.check_out_folder(out, f"--out {out}")
-
-
-def _lock_holder(fd: int) -> str:
-    """The PID written in a lock file, as text for a message."""
-    try:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-    except OSError:
-        text = ""
-    return f"PID {text}" if text.isdigit() else "PID unknown"
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        return os.stat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _lock_run_dir(run_dir: Path) -> int:
-    """Hold ``run_dir/.lock`` exclusively (it gets our PID); BenchError naming the holder if another process has it."""
-    path = run_dir / LOCK_NAME
-    while True:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            continue  # the folder went away between mkdir and open: make it again
-        except OSError as exc:
-            raise ValueError(f"cannot create {path} ({exc.strerror}); give an --out you can write to") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(fd)
-            os.close(fd)
-            raise BenchError(
-                f"{run_dir} is being recorded by another muon-repro bench ({holder}); wait for it to finish "
-                "and run again (its complete trials are then skipped), or record into another --out"
-            ) from None
-        if _same_file(fd, path):  # not a file the previous holder removed after we opened it
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            return fd
-        os.close(fd)
-
-
-def _unlock_run_dir(run_dir: Path, fd: int) -> None:
-    # Removed while still held, so that whoever locks next locks a file that stays.
-    with contextlib.suppress(FileNotFoundError):
-        (run_dir / LOCK_NAME).unlink()
-    os.close(fd)
-
-
-@contextlib.contextmanager
-def locked_run_dirs(run_dirs: list[Path]) -> Iterator[None]:
-    """Hold the lock of every run folder (in a fixed order, so two sweeps never wait on each other)."""
-    held: list[tuple[Path, int]] = []
-    try:
-        for run_dir in sorted(set(run_dirs)):
-            held.append((run_dir, _lock_run_dir(run_dir)))
-        yield
-    finally:
-        for run_dir, fd in reversed(held):
-            _unlock_run_dir(run_dir, fd)
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:
@@ -284,7 +211,9 @@ def record_local(
     """Record every trial of ``cfgs`` on this machine into ``<out>/<profile>/``: one launch of ``dp*tp``
     workers per world size. ``profile``: ``--profile`` (default: ``$MUON_REPRO_PROFILE``, else derived).
 
-    Raises :class:`BenchInterrupted` on Ctrl-C or SIGTERM (trials completed before are kept).
+    Raises :class:`BenchInterrupted` on Ctrl-C or SIGTERM (trials completed before are kept), and
+    :class:`BenchError` before recording anything when a complete trial was recorded with other settings
+    (:mod:`muon_repro.bench.identity`; ``force`` records it again).
     """
     command = command or list(sys.argv)
     out = Path(out)
@@ -294,6 +223,9 @@ def record_local(
         check_backend(backend, world_size)
     with locked_run_dirs([rec.final.parent for rec in plan]):
         done = {rec: not force and is_complete(rec.final, rec.cfg) for rec in plan}
+        refusal = _reuse_problem([rec for rec in plan if done[rec]], backend)
+        if refusal:
+            raise BenchError(refusal)
         todo = [rec for rec in plan if not done[rec]]
         before = {rec: _folder_identity(rec.final) for rec in todo}
         for world_size in sorted({rec.cfg.world_size for rec in todo}):
@@ -369,8 +301,11 @@ def record_under_torchrun(
     )
     init_worker(backend)
     try:
-        decision = [[not force and is_complete(rec.final, rec.cfg) for rec in plan]]
+        complete = [not force and is_complete(rec.final, rec.cfg) for rec in plan]
+        decision = [complete, _reuse_problem([rec for rec, done in zip(plan, complete) if done], backend)]
         dist.broadcast_object_list(decision, src=0)  # rank 0's view of the shared filesystem decides
+        if decision[1]:
+            raise BenchError(decision[1])
         done = dict(zip(plan, decision[0]))
         record_all([rec for rec in plan if not done[rec]], backend, command or list(sys.argv), progress=False)
     finally:

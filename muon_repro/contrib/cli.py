@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.contrib.limits import MAX_PR_BYTES, MAX_PR_FILES
 from muon_repro.hub.cli import add_repo_id_argument, add_timeout_argument, repo_id_of
 from muon_repro.hub.errors import hub_errors, request_failed
+from muon_repro.hub.interrupts import NOTHING_SENT, say_interrupted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +52,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_repo_id_argument(p, positional_alias=True)
     p.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number (refs/pr/N)")
     p.add_argument("--workers", type=int, default=None, help="processes for the analysis (default: the CPU count, at most 8)")
+    p.add_argument(
+        "--max-files",
+        type=int,
+        default=MAX_PR_FILES,
+        metavar="N",
+        help="refuse a pull request adding more files, before downloading any (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_PR_BYTES,
+        metavar="BYTES",
+        help="refuse a pull request adding more bytes, before downloading any (default: %(default)s, 16 GiB)",
+    )
     add_timeout_argument(p)
     p.set_defaults(func=_review)
 
@@ -61,6 +77,8 @@ def _contribute(args: argparse.Namespace) -> int:
         contribute(args.runs, args.repo_id, revision=args.revision, dry_run=args.dry_run, timeout=args.timeout)
     except hub_errors() as exc:
         raise ValueError(request_failed(exc, "; nothing was contributed")) from exc
+    except KeyboardInterrupt as exc:  # ContributeInterrupted says what the upload may have left
+        return say_interrupted("contribute", str(exc) or NOTHING_SENT)
     return 0
 
 
@@ -68,7 +86,16 @@ def _review(args: argparse.Namespace) -> int:
     from muon_repro.contrib.review import review
 
     try:
-        result = review(repo_id_of(args), args.pr, workers=args.workers, timeout=args.timeout)
+        result = review(
+            repo_id_of(args),
+            args.pr,
+            workers=args.workers,
+            timeout=args.timeout,
+            max_files=args.max_files,
+            max_bytes=args.max_bytes,
+        )
     except hub_errors() as exc:
         raise ValueError(request_failed(exc)) from exc
+    except KeyboardInterrupt:
+        return say_interrupted("review", "nothing was changed on the Hub (a review only reads it)")
     return 0 if result.ok else 1

@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from muon_repro.contrib.limits import MAX_PR_BYTES, MAX_PR_FILES, binary_size
+from muon_repro.contrib.pr_lookup import said_plainly
 from muon_repro.contrib.run_check import LocalRun, RunScan, scan_runs
+from muon_repro.contrib.untrusted import guarded_echo, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, kept_manifest, manifest_lines, parse_manifest
 from muon_repro.dataset.naming import check_repo_id, check_revision
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, first_line, hub_step, hub_timeout, token_in_use
@@ -35,6 +38,10 @@ _TRIAL_IN_PATH = re.compile(r"/trial(\d+)/")
 
 class ContributeError(ValueError):
     """The runs cannot be contributed as they are; the message lists every reason."""
+
+
+class ContributeInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the pull request was being sent; the message says what may be left on the Hub."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +105,8 @@ def _conflicts(scan: RunScan, taken: set[str], revision: str) -> list[str]:
             free = _next_free_trial(run, taken, scan.runs)
             problems.append(
                 f"{existing[0]}: {revision} already has this file ({len(existing)} file(s) under {run.dest}/); contributions "
-                "never "
-                f"replace published runs: rename {run.folder} to {run.folder.with_name(f'trial{free}')} and contribute again"
+                f"never replace published runs: rename {shown(run.folder)} to {shown(run.folder.with_name(f'trial{free}'))} "
+                "and contribute again"
             )
     return problems
 
@@ -107,11 +114,24 @@ def _conflicts(scan: RunScan, taken: set[str], revision: str) -> list[str]:
 def check_scan(scan: RunScan) -> None:
     """Refuse runs with problems (every one listed), or a folder without runs."""
     if scan.problems:
-        raise refusal([str(p) for p in scan.problems], f"the runs under {scan.root} from being contributed")
+        raise refusal([str(p) for p in scan.problems], f"the runs under {shown(scan.root)} from being contributed")
     if not scan.runs:
         raise ContributeError(
-            f"{scan.root}: no run folder found (a folder with config.json, or trial<k>); record runs with `muon-repro bench`"
+            f"{shown(scan.root)}: no run folder found (a folder with config.json, or trial<k>); "
+            "record runs with `muon-repro bench`"
         )
+
+
+def _size_problems(scan: RunScan) -> list[str]:
+    """Whether the runs fit one pull request as ``review`` takes it (MAX_PR_FILES, MAX_PR_BYTES)."""
+    files = [run.folder / name for run in scan.runs for name in run.files]
+    size = sum(f.stat().st_size for f in files)
+    problems = []
+    if len(files) > MAX_PR_FILES:
+        problems.append(f"{len(files)} files to add, more than the {MAX_PR_FILES} one pull request may add")
+    if size > MAX_PR_BYTES:
+        problems.append(f"{human_size(size)} to add, more than the {binary_size(MAX_PR_BYTES)} one pull request may add")
+    return [f"{p}: contribute the runs in parts (a --runs folder each), one pull request per part" for p in problems]
 
 
 def plan_contribution(
@@ -121,9 +141,9 @@ def plan_contribution(
     check_scan(scan)
     main_entries = parse_manifest(manifest_text, f"{MANIFEST_NAME} of {repo_id} {revision}")
     taken = remote_paths | {e.path for e in main_entries}
-    conflicts = _conflicts(scan, taken, revision)
+    conflicts = _conflicts(scan, taken, revision) + _size_problems(scan)
     if conflicts:
-        raise refusal(conflicts, f"the runs under {scan.root} from being contributed")
+        raise refusal(conflicts, f"the runs under {shown(scan.root)} from being contributed")
     additions = []
     for run in scan.runs:
         for name in run.files:
@@ -147,7 +167,7 @@ def format_contribution(plan: ContributionPlan) -> str:
     """The plan as people read it: the runs, each file added with its size, the manifest lines appended, what is left out."""
     lines = [f"Contribution to dataset {plan.repo_id}, a pull request against {plan.revision} at {plan.base_commit[:12]}:"]
     for run in plan.runs:
-        lines.append(f"  run {run.folder} -> {run.dest}/  (profile {run.profile})")
+        lines.append(f"  run {shown(run.folder)} -> {run.dest}/  (profile {run.profile})")
     width = max(len(a.path) for a in plan.additions)
     sizes = [human_size(a.size) for a in plan.additions]
     size_width = max(len(s) for s in sizes)
@@ -160,7 +180,7 @@ def format_contribution(plan: ContributionPlan) -> str:
     lines += [f"            {line}" for line in appended]
     if plan.left_out:
         lines.append(f"  left out ({len(plan.left_out)} file(s) under the runs folder that belong to no run):")
-        lines += [f"            {path}" for path in plan.left_out]
+        lines += [f"            {shown(path)}" for path in plan.left_out]
     lines.append(
         f"Total: {len(plan.runs)} run(s) of profile(s) {', '.join(plan.profiles)}, {len(plan.additions)} file(s) added "
         f"({human_size(sum(a.size for a in plan.additions))}), {MANIFEST_NAME} changed; {human_size(plan.upload_bytes)} to "
@@ -173,7 +193,8 @@ def _read_main(api: Any, repo_id: str, revision: str, scratch: Path) -> tuple[st
     """(head commit, its file paths, its MANIFEST.sha256 text)."""
     from muon_repro.hub import remote
 
-    head = remote.head_commit(api, repo_id, revision)
+    with said_plainly(api, repo_id, revision):
+        head = remote.head_commit(api, repo_id, revision)
     paths = set(remote.list_remote(api, repo_id, head))
     if MANIFEST_NAME not in paths:
         raise ContributeError(
@@ -217,6 +238,7 @@ def contribute(
     check_repo_id(repo_id)
     check_revision(revision)
     timeout = check_timeout(timeout)
+    echo = guarded_echo(echo)
     scan = scan_runs(runs_dir)
     check_scan(scan)  # before any request: local problems need no Hub to be found
     from huggingface_hub import HfApi
@@ -240,6 +262,8 @@ def contribute(
         try:
             with hub_step(endpoint, timeout, doing, state):
                 info = _open_pull_request(api, plan)
+        except KeyboardInterrupt:
+            raise ContributeInterrupted(f"{state} (stopped while {doing})") from None
         except HfHubHTTPError as exc:
             raise PublishError(f"the Hub refused the pull request to {repo_id}: {first_line(exc)}; main is unchanged") from exc
     echo(f"Opened pull request #{info.pr_num}: {info.pr_url}")

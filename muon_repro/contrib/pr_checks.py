@@ -2,7 +2,11 @@
 
 A contribution adds files under ``traces/<profile>/<group>/<name>/trial<k>/`` (the run's side files
 and ``rank<r>.json.gz`` traces) and changes ``MANIFEST.sha256`` by appending one line per added
-file; it deletes nothing and changes nothing else. Each rule broken is one message naming the file.
+file; it deletes nothing and changes nothing else. Every path and size is checked on the file list
+alone, before anything is downloaded: each part of a path follows the name rules
+(:mod:`muon_repro.contrib.untrusted`), each file is of a known kind and within its size, and the
+pull request within :data:`~muon_repro.contrib.limits.MAX_PR_FILES` and ``MAX_PR_BYTES``. Each rule
+broken is one message naming the file (escaped: the name is the contributor's).
 """
 
 from __future__ import annotations
@@ -10,16 +14,62 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from muon_repro.contrib.limits import MAX_FILE_BYTES, MAX_TRIAL, MAX_WORLD_SIZE, binary_size, file_limit
 from muon_repro.contrib.run_check import TRACES_ROOT
+from muon_repro.contrib.untrusted import name_problem, profile_problem, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, kept_manifest, parse_manifest
-from muon_repro.hardware import validate_profile_id
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
-from muon_repro.rundir import RUN_FILES, trace_rank
+from muon_repro.rundir import RUN_FILES, TRIAL_PREFIX
+from muon_repro.tables.files import human_size
 
-_RUN_FILE_PATH = re.compile(
-    rf"^{TRACES_ROOT}/(?P<profile>[^/]+)/(?P<group>[^/]+)/(?P<name>[^/]+)/(?P<trial>trial\d+)/(?P<file>[^/]+)$"
-)
-ALLOWED = f"{TRACES_ROOT}/<profile>/<group>/<name>/trial<k>/<{'|'.join(RUN_FILES)}|rank<r>.json.gz>"
+ALLOWED = f"{TRACES_ROOT}/<profile>/<group>/<name>/{TRIAL_PREFIX}<k>/<{'|'.join(RUN_FILES)}|rank<r>.json.gz>"
+# Numbers as the recorder writes them: no sign, no leading zero, at most as many digits as the limits need.
+_TRIAL = re.compile(rf"{TRIAL_PREFIX}(0|[1-9][0-9]{{0,{len(str(MAX_TRIAL)) - 1}}})")
+_TRACE = re.compile(rf"rank(0|[1-9][0-9]{{0,{len(str(MAX_WORLD_SIZE)) - 1}}})\.json\.gz")
+_PARTS = 6  # traces, profile, group, name, trial<k>, file
+
+
+@dataclass(frozen=True)
+class RunPath:
+    """An added file's place: ``traces/<profile>/<group>/<name>/trial<k>/<file>``."""
+
+    profile: str
+    group: str
+    name: str
+    trial: int
+    file: str
+
+    @property
+    def folder(self) -> str:
+        return f"{TRACES_ROOT}/{self.profile}/{self.group}/{self.name}/{TRIAL_PREFIX}{self.trial}"
+
+
+def _file_problem(name: str) -> str | None:
+    if name in RUN_FILES:
+        return None
+    match = _TRACE.fullmatch(name)
+    if match and int(match[1]) < MAX_WORLD_SIZE:
+        return None
+    return f"file {shown(name)} is not a run file: a run folder holds {', '.join(RUN_FILES)} and rank<r>.json.gz"
+
+
+def parse_run_path(path: str) -> RunPath | str:
+    """``path`` as a run file's place, or why it is not one (the message does not repeat the path)."""
+    parts = path.split("/")
+    if len(parts) != _PARTS or parts[0] != TRACES_ROOT:
+        return f"added outside a run folder; a contribution adds only {ALLOWED}"
+    _, profile, group, name, trial, file = parts
+    problems = [
+        profile_problem(profile, "the profile"),
+        name_problem(group, "the group"),
+        name_problem(name, "the run name"),
+        None if _TRIAL.fullmatch(trial) else f"the folder {shown(trial)} is not trial<k> with k from 0 to {MAX_TRIAL}",
+        _file_problem(file),
+    ]
+    found = [p for p in problems if p is not None]
+    if found:
+        return "; ".join(found)
+    return RunPath(profile, group, name, int(trial[len(TRIAL_PREFIX) :]), file)
 
 
 @dataclass(frozen=True)
@@ -35,11 +85,11 @@ class TreeChanges:
     deleted: list[str]
 
     def trial_folders(self) -> dict[str, list[str]]:
-        """The ``traces/<profile>/<group>/<name>/trial<k>`` folders the added files lie in, by profile."""
+        """The ``traces/<profile>/<group>/<name>/trial<k>`` folders the added run files lie in, by profile."""
         folders: dict[str, dict[str, None]] = {}  # profile -> its folders, in path order without repeats
         for path in sorted(self.added):
-            if match := _RUN_FILE_PATH.match(path):
-                folders.setdefault(match["profile"], {})[path.rsplit("/", 1)[0]] = None
+            if isinstance(place := parse_run_path(path), RunPath):
+                folders.setdefault(place.profile, {})[place.folder] = None
         return {profile: list(found) for profile, found in folders.items()}
 
 
@@ -53,29 +103,75 @@ def tree_changes(base: str, head: str, before: dict[str, RemoteFile], after: dic
 
 def path_problems(changes: TreeChanges) -> list[str]:
     """Every change a contribution may not make: deletions, changed files but the manifest, files outside run folders."""
-    problems = [f"{p}: deleted by the pull request; a contribution only adds files" for p in changes.deleted]
+    problems = [f"{shown(p)}: deleted by the pull request; a contribution only adds files" for p in changes.deleted]
     problems += [
-        f"{p}: changed by the pull request; a contribution changes only {MANIFEST_NAME}"
+        f"{shown(p)}: changed by the pull request; a contribution changes only {MANIFEST_NAME}"
         for p in changes.changed
         if p != MANIFEST_NAME
     ]
     for path in sorted(changes.added):
-        match = _RUN_FILE_PATH.match(path)
-        name = match["file"] if match else ""
-        if not match or (name not in RUN_FILES and trace_rank(name) is None):
-            problems.append(f"{path}: added outside a run folder; a contribution adds only {ALLOWED}")
-            continue
-        try:
-            validate_profile_id(match["profile"], source=f"the folder {TRACES_ROOT}/{match['profile']}/")
-        except ValueError as exc:
-            problems.append(f"{path}: {exc}")
+        place = parse_run_path(path)
+        if isinstance(place, str):
+            problems.append(f"{shown(path)}: {place}")
     return problems
 
 
-def manifest_problems(base_text: str | None, head_text: str | None, added: dict[str, FileEntry]) -> list[str]:
+def _within_size(path: str, size: int) -> bool:
+    limit = file_limit(path.rsplit("/", 1)[-1])
+    return limit is None or size <= limit
+
+
+def downloadable(changes: TreeChanges) -> list[str]:
+    """The added files that passed the checks of paths and sizes: the only ones a review downloads."""
+    return [p for p, f in sorted(changes.added.items()) if isinstance(parse_run_path(p), RunPath) and _within_size(p, f.size)]
+
+
+def manifest_downloadable(changes: TreeChanges) -> bool:
+    manifest = changes.after.get(MANIFEST_NAME)
+    return manifest is None or manifest.size <= MAX_FILE_BYTES[MANIFEST_NAME]
+
+
+def size_problems(changes: TreeChanges) -> list[str]:
+    """Every added file larger than its kind allows, and a manifest larger than a manifest may be."""
+    problems = []
+    for path, remote in sorted(changes.added.items()):
+        limit = file_limit(path.rsplit("/", 1)[-1])
+        if limit is not None and not _within_size(path, remote.size):
+            problems.append(
+                f"{shown(path)}: {human_size(remote.size)} ({remote.size} bytes), more than the {binary_size(limit)} "
+                "a file of its kind may be (docs/contributing.md, Limits); record it again or leave it out"
+            )
+    manifest = changes.after.get(MANIFEST_NAME)
+    if manifest is not None and not manifest_downloadable(changes):
+        problems.append(
+            f"{MANIFEST_NAME}: {human_size(manifest.size)}, more than the {binary_size(MAX_FILE_BYTES[MANIFEST_NAME])} "
+            "a manifest may be; a contribution appends one line per added file"
+        )
+    return problems
+
+
+def total_problems(changes: TreeChanges, max_files: int, max_bytes: int) -> list[str]:
+    """Whether the pull request as a whole is within ``max_files`` added files and ``max_bytes`` added bytes."""
+    problems = []
+    if len(changes.added) > max_files:
+        problems.append(
+            f"the pull request adds {len(changes.added)} files, more than the {max_files} a review takes "
+            "(--max-files); split the contribution into several pull requests"
+        )
+    size = sum(f.size for f in changes.added.values())
+    if size > max_bytes:
+        problems.append(
+            f"the pull request adds {human_size(size)} ({size} bytes), more than the {binary_size(max_bytes)} a review "
+            "takes (--max-bytes); split the contribution into several pull requests"
+        )
+    return problems
+
+
+def manifest_problems(base_text: str | None, head_text: str | None, added: dict[str, FileEntry | None]) -> list[str]:
     """Whether the head's manifest is the base's, lines kept as they are, plus exactly one matching line per added file.
 
-    ``added``: path -> size and sha256 of each added file as downloaded.
+    ``added``: path -> size and sha256 of each added file as downloaded; None for one refused before download
+    (its line is not compared).
     """
     if base_text is None or head_text is None:
         return [
@@ -90,13 +186,15 @@ def manifest_problems(base_text: str | None, head_text: str | None, added: dict[
     except ValueError as exc:
         return [str(exc)]
     unlisted = sorted(set(added) - set(appended))
-    problems = [f"{p}: added but has no line in {MANIFEST_NAME}; append `<sha256>  <size>  {p}`" for p in unlisted]
-    problems += [f"{MANIFEST_NAME}: lists {p}, which the pull request does not add" for p in sorted(set(appended) - set(added))]
+    problems = [f"{shown(p)}: added but has no line in {MANIFEST_NAME}; append `<sha256>  <size>  {shown(p)}`" for p in unlisted]
+    problems += [
+        f"{MANIFEST_NAME}: lists {shown(p)}, which the pull request does not add" for p in sorted(set(appended) - set(added))
+    ]
     for path in sorted(set(added) & set(appended)):
         got, listed = added[path], appended[path]
-        if (got.size, got.sha256) != (listed.size, listed.sha256):
+        if got is not None and (got.size, got.sha256) != (listed.size, listed.sha256):
             problems.append(
-                f"{path}: {got.size} bytes, sha256 {got.sha256[:12]}...; {MANIFEST_NAME} says "
+                f"{shown(path)}: {got.size} bytes, sha256 {got.sha256[:12]}...; {MANIFEST_NAME} says "
                 f"{listed.size} bytes, {listed.sha256[:12]}..."
             )
     return problems

@@ -2,9 +2,12 @@
 
 1. the pull request (title, author, status, ``refs/pr/N``, the branch it targets) and the commit it
    started from (the newest commit of its history that the target branch also has);
-2. its changes against that commit (:mod:`muon_repro.contrib.pr_checks`): only run files added under
-   ``traces/<profile>/...``, and ``MANIFEST.sha256`` with main's lines kept and one line per added
-   file whose sha256 and size match the file as downloaded; no added path that main has meanwhile;
+2. its changes against that commit (:mod:`muon_repro.contrib.pr_checks`), first on the file list alone:
+   only run files added under ``traces/<profile>/<group>/<name>/trial<k>/``, every part of every path
+   within the name rules, every file within its size and the pull request within ``max_files`` and
+   ``max_bytes`` (:mod:`muon_repro.contrib.limits`); then only the files that passed are downloaded,
+   and ``MANIFEST.sha256`` must keep main's lines and add one per added file whose sha256 and size
+   match the file as downloaded; no added path that main has meanwhile;
 3. every added run verified as ``contribute`` does (:func:`muon_repro.contrib.run_check.check_run`),
    and filed where its own files say (environment.json's profile, config.json's group and name);
 4. per profile, main's runs of that profile (by their environment.json) analyzed again together
@@ -12,7 +15,8 @@
    printed before (main's ``metrics/claims.parquet``, that profile's rows) and after, with what changed.
 
 Nothing is written to the Hub; merging is the maintainer's decision (the Hub's page, or
-``HfApi.merge_pull_request``). The result says whether every check passed.
+``HfApi.merge_pull_request``). The result says whether every check passed. Everything the pull
+request names (paths, title, author) is printed escaped (:func:`muon_repro.contrib.untrusted.shown`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.contrib.claims_diff import compare_claims, format_comparison
-from muon_repro.contrib.pr_checks import TreeChanges, manifest_problems, path_problems, tree_changes
+from muon_repro.contrib.limits import MAX_PR_BYTES, MAX_PR_FILES, MAX_SHOWN_PROBLEMS
+from muon_repro.contrib.pr_checks import (
+    TreeChanges,
+    downloadable,
+    manifest_downloadable,
+    manifest_problems,
+    path_problems,
+    size_problems,
+    total_problems,
+    tree_changes,
+)
+from muon_repro.contrib.pr_lookup import pull_request_details
 from muon_repro.contrib.run_check import TRACES_ROOT, check_run
+from muon_repro.contrib.untrusted import guarded_echo, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.naming import check_repo_id
 from muon_repro.hardware import profile_from_environment, rows_of_profile
@@ -36,6 +52,9 @@ from muon_repro.rundir import CONFIG_FILE, CONVERGENCE_GROUP, COSTMODEL_DIR, ENV
 from muon_repro.tables.files import human_size, sha256_file
 
 CLAIMS_PATH = "metrics/claims.parquet"
+
+
+MAX_PROBLEM_CHARS = 1000  # one problem printed at most this long: a message may quote a contributor's line
 
 
 class ReviewError(ValueError):
@@ -71,7 +90,7 @@ def _merge_base(ctx: _Context, ref: str, target: str) -> str:
 
 def _pr_changes(ctx: _Context, num: int) -> tuple[Any, str, str, TreeChanges]:
     """(the pull request's details, its target branch, the target's head now, its changes)."""
-    details = ctx.api.get_discussion_details(ctx.repo_id, num, repo_type="dataset")
+    details = pull_request_details(ctx.api, ctx.repo_id, num)
     if not details.is_pull_request:
         raise ReviewError(f"#{num} of {ctx.repo_id} is a discussion, not a pull request")
     target = (details.target_branch or "refs/heads/main").removeprefix("refs/heads/")
@@ -83,45 +102,69 @@ def _pr_changes(ctx: _Context, num: int) -> tuple[Any, str, str, TreeChanges]:
     )
     moved = "it has not moved since" if main_head == base else f"{target} has moved since, to {main_head[:12]}"
     ctx.echo(
-        f"Pull request #{num} on {ctx.repo_id}: {details.title!r} by {details.author}, {details.status}; {ref} at {head[:12]}, "
-        f"started from {target} at {base[:12]} ({moved})."
+        f"Pull request #{num} on {ctx.repo_id}: {ascii(details.title)} by {shown(details.author)}, "
+        f"{shown(details.status)}; {shown(ref)} at {head[:12]}, started from {shown(target)} at {base[:12]} ({moved})."
     )
     if details.status != "open":
-        ctx.echo(f"Note: the pull request is {details.status}; reviewing it anyway.")
+        ctx.echo(f"Note: the pull request is {shown(details.status)}; reviewing it anyway.")
     return details, target, main_head, changes
 
 
 def _manifest_text(ctx: _Context, files: dict[str, Any], revision: str) -> str | None:
+    """The manifest at ``revision`` (None when it has none); a manifest that is not UTF-8 reads with its bad
+    bytes replaced, so that it fails the line checks rather than the review."""
     if MANIFEST_NAME not in files:
         return None
-    return remote.read_text(ctx.api, ctx.repo_id, MANIFEST_NAME, revision, ctx.scratch / f"manifest-{revision}")
+    folder = remote.download(ctx.api, ctx.repo_id, [MANIFEST_NAME], revision, ctx.scratch / f"manifest-{revision}")
+    return (folder / MANIFEST_NAME).read_bytes().decode("utf-8", errors="replace")
 
 
-def _check_added(ctx: _Context, changes: TreeChanges, main_now: dict[str, Any], target: str) -> tuple[Path, list[str]]:
-    """Download the added files and check them: paths, main's tree now, the manifest, every run. (folder, problems)."""
+def _check_added(
+    ctx: _Context, changes: TreeChanges, main_now: dict[str, Any], target: str, limits: tuple[int, int]
+) -> list[str]:
+    """Check the added files' paths and sizes on the file list, download those that passed into ``ctx.scratch / "pr"``,
+    then check them: main's tree now, the manifest, every run. Returns the problems."""
     problems = path_problems(changes)
     if not changes.added:
         problems.append("the pull request adds no file; a contribution adds run folders")
     problems += [
-        f"{p}: {target} now has this file too (added after the pull request started); the contributor renumbers the trial"
+        f"{shown(p)}: {target} now has this file too (added after the pull request started); the contributor renumbers the trial"
         for p in sorted(changes.added)
         if p in main_now
     ]
-    size = sum(f.size for f in changes.added.values())
-    ctx.echo(f"Downloading the {len(changes.added)} added file(s) ({human_size(size)}) of the pull request...")
-    root = remote.download(ctx.api, ctx.repo_id, changes.added, changes.head, ctx.scratch / "pr")
-    downloaded = {p: FileEntry(p, *sha256_file(root / p)) for p in changes.added}
-    base_manifest = _manifest_text(ctx, changes.before, changes.base)
-    problems += manifest_problems(base_manifest, _manifest_text(ctx, changes.after, changes.head), downloaded)
-    for folder in (f for folders in changes.trial_folders().values() for f in folders):
+    if too_many := total_problems(changes, *limits):
+        return [*problems, *too_many, "nothing was downloaded: the checks of the files themselves wait until it is split"]
+    problems += size_problems(changes)
+    wanted = downloadable(changes)
+    size = sum(changes.added[p].size for p in wanted)
+    left = f"; {len(changes.added) - len(wanted)} refused above are not" if len(wanted) < len(changes.added) else ""
+    ctx.echo(f"Downloading the {len(wanted)} added file(s) ({human_size(size)}) of the pull request{left}...")
+    root = remote.download(ctx.api, ctx.repo_id, wanted, changes.head, ctx.scratch / "pr")
+    downloaded: dict[str, FileEntry | None] = {p: None for p in changes.added}
+    downloaded.update({p: FileEntry(p, *sha256_file(root / p)) for p in wanted})
+    if manifest_downloadable(changes):
+        base_manifest = _manifest_text(ctx, changes.before, changes.base)
+        problems += manifest_problems(base_manifest, _manifest_text(ctx, changes.after, changes.head), downloaded)
+    complete = {p.rsplit("/", 1)[0] for p in wanted} - {p.rsplit("/", 1)[0] for p in changes.added if p not in wanted}
+    for folder in (f for folders in changes.trial_folders().values() for f in folders if f in complete):
         run, run_problems = check_run(root / folder)
-        problems += [f"{p.path.relative_to(root).as_posix()}: {p.problem}" for p in run_problems]
+        problems += [f"{shown(p.path.relative_to(root).as_posix())}: {p.problem}" for p in run_problems]
         if run is not None and run.dest != folder:
             problems.append(
-                f"{folder}: its own files file it under {run.dest} (environment.json's profile, config.json's group and "
-                "name, the folder's trial); the contributor moves it there"
+                f"{folder}: its own files file it under {shown(run.dest)} (environment.json's profile, config.json's group "
+                "and name, the folder's trial); the contributor moves it there"
             )
-    return root, problems
+    return problems
+
+
+def _print_problems(echo: Callable[[str], None], problems: list[str]) -> None:
+    """The problems, at most MAX_SHOWN_PROBLEMS of them, each at most MAX_PROBLEM_CHARS long."""
+    echo(f"{len(problems)} check(s) FAILED:")
+    for problem in problems[:MAX_SHOWN_PROBLEMS]:
+        clipped = problem if len(problem) <= MAX_PROBLEM_CHARS else problem[:MAX_PROBLEM_CHARS] + "... (cut)"
+        echo(f"  - {clipped}")
+    if len(problems) > MAX_SHOWN_PROBLEMS:
+        echo(f"  - and {len(problems) - MAX_SHOWN_PROBLEMS} more (ReviewResult.problems holds them all)")
 
 
 def _main_runs_by_profile(ctx: _Context, main_head: str, files: dict[str, Any]) -> dict[str, list[str]]:
@@ -192,27 +235,33 @@ def review(
     echo: Callable[[str], None] = print,
     workers: int | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    max_files: int = MAX_PR_FILES,
+    max_bytes: int = MAX_PR_BYTES,
 ) -> ReviewResult:
     """Check pull request ``pr`` of ``repo_id`` and show, per profile, the claims before and after it."""
     check_repo_id(repo_id)
     if isinstance(pr, bool) or not isinstance(pr, int) or pr < 1:
         raise ValueError(f"--pr must be a pull request number (1, 2, ...), got {pr!r}")
+    for flag, value in (("--max-files", max_files), ("--max-bytes", max_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{flag} must be a positive whole number, got {value!r}")
     timeout = check_timeout(timeout)
+    echo = guarded_echo(echo)
     from huggingface_hub import HfApi
 
     api = api if api is not None else HfApi()
     endpoint = str(api.endpoint).rstrip("/")
     result = ReviewResult()
-    with hub_timeout(timeout), tempfile.TemporaryDirectory(prefix="muon-review-") as scratch:
+    with hub_timeout(timeout), tempfile.TemporaryDirectory(prefix="muon-review-", ignore_cleanup_errors=True) as scratch:
         ctx = _Context(api, repo_id, Path(scratch), echo)
         with hub_step(endpoint, timeout, f"reading pull request #{pr} of {repo_id}", "nothing was changed on the Hub"):
             _, target, main_head, changes = _pr_changes(ctx, pr)
             main_files = remote.list_remote(api, repo_id, main_head)
-            pr_root, result.problems = _check_added(ctx, changes, main_files, target)
+            result.problems = _check_added(ctx, changes, main_files, target, (max_files, max_bytes))
         if result.problems:
-            echo(f"{len(result.problems)} check(s) FAILED:")
-            echo("\n".join(f"  - {p}" for p in result.problems))
+            _print_problems(echo, result.problems)
             return result
+        pr_root = ctx.scratch / "pr"
         pr_by_profile = changes.trial_folders()
         echo(
             f"Checks passed: {len(changes.added)} file(s) added in {sum(map(len, pr_by_profile.values()))} trial folder(s), "

@@ -14,15 +14,28 @@ have none), ``metrics.json`` names every rank, ``environment.json`` gives a vali
 ``log.txt`` is there. A hidden ``.trial<k>.partial`` folder anywhere is a problem of its own: a
 trial still being recorded, or one that was interrupted. Every problem names the file and what
 to do about it.
+
+The same checks run on a pull request's downloaded runs (``review``), so everything here treats the
+files as a stranger's: ``config.json``'s numbers are range-checked before anything is sized by them
+(:mod:`muon_repro.contrib.config_check`), each file's size is checked before it is read
+(:mod:`muon_repro.contrib.limits`), and names are printed escaped. A symbolic link, or anything but a
+regular file or folder, anywhere under the runs folder is refused and its folder is not read: a
+link could upload a file from outside the folder.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from muon_repro.contrib.config_check import RECORD_AGAIN, check_config
+from muon_repro.contrib.limits import MAX_TRACE_EXPANSION, MAX_TRIAL, MAX_WORLD_SIZE, binary_size, file_limit, trace_allowance
+from muon_repro.contrib.untrusted import describe_ranks, profile_problem, shown
 from muon_repro.hardware import PROFILE_FIELD, profile_from_environment, run_key
 from muon_repro.rundir import (
     CONFIG_FILE,
@@ -34,15 +47,19 @@ from muon_repro.rundir import (
     RunConfig,
     expected_files,
     is_hidden_under,
-    read_json,
     trace_name,
     trace_rank,
     trial_of,
 )
+from muon_repro.tables.files import human_size
 
 TRACES_ROOT = "traces"
 _PARTIAL = re.compile(r"^\..+\.partial$")
-RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
+# Missing traces listed one problem each up to this many; more are one problem with their ranges (a run of
+# world_size 1,000 without traces is one line, not 1,000).
+MAX_LISTED_MISSING = 8
+
+__all__ = ["RECORD_AGAIN", "TRACES_ROOT", "LocalRun", "RunProblem", "RunScan", "check_run", "scan_runs"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +70,7 @@ class RunProblem:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.problem}"
+        return f"{shown(self.path)}: {self.problem}"
 
 
 @dataclass(frozen=True)
@@ -87,50 +104,112 @@ class RunScan:
         return bool(self.runs) and not self.problems
 
 
-def run_folders(root: Path) -> list[Path]:
+@dataclass(frozen=True)
+class _Tree:
+    """What lies under a runs folder, links not followed: its folders, its regular files, and everything else."""
+
+    folders: list[Path]
+    files: list[Path]
+    refused: list[RunProblem]  # symbolic links, devices, pipes, sockets: one problem each
+
+
+def _walk(root: Path) -> _Tree:
+    folders, files, refused = [root], [], []
+    for top, dir_names, file_names in os.walk(root, followlinks=False):
+        for name in sorted(dir_names + file_names):
+            path = Path(top, name)
+            if path.is_symlink():
+                refused.append(
+                    RunProblem(
+                        path,
+                        f"is a symbolic link (to {shown(os.readlink(path))}): contribute uploads only files that lie in the "
+                        "runs folder; put a copy of the file in its place, or remove the link",
+                    )
+                )
+            elif path.is_dir():
+                folders.append(path)
+            elif path.is_file():
+                files.append(path)
+            else:
+                refused.append(RunProblem(path, "is not a regular file (a device, pipe or socket): remove it from --runs"))
+    return _Tree(sorted(folders), sorted(files), refused)
+
+
+def run_folders(root: Path, tree: _Tree | None = None) -> list[Path]:
     """Every non-hidden folder under ``root`` (``root`` included) holding ``config.json`` or named ``trial<k>``."""
-    found = {c.parent for c in root.rglob(CONFIG_FILE)} | {
-        d for d in root.rglob("trial*") if d.is_dir() and trial_of(d) is not None
-    }
-    if (root / CONFIG_FILE).is_file():
-        found.add(root)
+    tree = tree or _walk(root)
+    found = {f.parent for f in tree.files if f.name == CONFIG_FILE} | {d for d in tree.folders if trial_of(d) is not None}
     return sorted(d for d in found if not is_hidden_under(d, root))
 
 
-def partial_folders(root: Path) -> list[Path]:
-    return sorted(d for d in root.rglob(".*") if d.is_dir() and _PARTIAL.match(d.name))
+def partial_folders(root: Path, tree: _Tree | None = None) -> list[Path]:
+    tree = tree or _walk(root)
+    return [d for d in tree.folders if d != root and _PARTIAL.match(d.name)]
 
 
 def _trace_problem(path: Path, rank: int) -> str | None:
     """Why the trace at ``path`` cannot stand for ``rank``, or None: it parses with the analysis's reader and is that rank's."""
-    from muon_repro.analysis.errors import TraceError, TraceWarning
+    from muon_repro.analysis.errors import TraceError, TraceLimitError, TraceWarning
+    from muon_repro.analysis.limits import TraceLimits
     from muon_repro.analysis.reader import read_trace
 
+    allowed = min(TraceLimits().max_trace_bytes, trace_allowance(path.stat().st_size))  # a gzip bomb stops early
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TraceWarning)  # repaired events are the analysis's business, not a refusal
-            meta = read_trace(path).meta
+            meta = read_trace(path, limits=TraceLimits(max_trace_bytes=allowed)).meta
+    except TraceLimitError as exc:
+        return (
+            f"past a limit of the trace reader ({shown(exc.problem.split(': past', 1)[0][:200])}); a contributed trace "
+            f"may decompress to {MAX_TRACE_EXPANSION} times its compressed size, here {human_size(allowed)} "
+            f"(docs/contributing.md, Limits); {RECORD_AGAIN}"
+        )
     except TraceError as exc:
-        return f"does not parse as a profiler trace ({exc.problem}); {RECORD_AGAIN}"
+        return f"does not parse as a profiler trace ({shown(exc.problem[:500])}); {RECORD_AGAIN}"
     if meta.rank_source == "distributedInfo" and meta.rank != rank:
         return f"holds rank {meta.rank}'s trace, not rank {rank}'s; put each rank's trace under its own name"
     return None
 
 
-def _config_problems(folder: Path, config: RunConfig) -> list[RunProblem]:
-    where = folder / CONFIG_FILE
-    problems = [RunProblem(where, f"has no {key!r}: {RECORD_AGAIN}") for key in ("group", "name") if not getattr(config, key)]
-    if config.world_size is None or config.world_size < 1:
-        problems.append(RunProblem(where, f"world_size is {config.world_size!r}, not a positive integer: {RECORD_AGAIN}"))
-    return problems
+def _too_large(path: Path) -> str | None:
+    """Why ``path`` is too large to read, or None (no limit for its name, or within it)."""
+    limit = file_limit(path.name)
+    size = path.stat().st_size if limit is not None and path.is_file() else 0
+    if limit is None or size <= limit:
+        return None
+    return (
+        f"{human_size(size)} ({size} bytes), more than the {binary_size(limit)} a file of its kind may be "
+        f"(docs/contributing.md, Limits): {RECORD_AGAIN}"
+    )
+
+
+def read_side_file(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A run's JSON side file as (object, None), or (None, why not): missing, too large, not UTF-8, not JSON,
+    nested too deeply (Python's parser recurses), not an object. NaN and Infinity read as null, as rundir reads them."""
+    if not path.exists():
+        return None, "missing"
+    if not path.is_file():
+        return None, "not a regular file"
+    if (too_large := _too_large(path)) is not None:
+        return None, too_large
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"), parse_constant=lambda _: None)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except RecursionError:
+        return None, "its JSON is nested too deeply to read"
+    except ValueError:
+        return None, "not valid JSON"
+    return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
 
 
 def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
     where = folder / ENVIRONMENT_FILE
-    environment = read_json(where)
+    environment, why_not = read_side_file(where)
     if environment is None:
-        what = "missing" if not where.exists() else "not a JSON object"
-        return None, [RunProblem(where, f"{what}: it records the hardware the run is filed under (its profile); {RECORD_AGAIN}")]
+        return None, [
+            RunProblem(where, f"{why_not}: it records the hardware the run is filed under (its profile); {RECORD_AGAIN}")
+        ]
     if not environment.get(PROFILE_FIELD) and not environment.get("backend"):
         return None, [
             RunProblem(
@@ -140,85 +219,111 @@ def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
             )
         ]
     try:
-        return profile_from_environment(environment), []
-    except ValueError as exc:
-        return None, [RunProblem(where, f"{exc}; fix the {PROFILE_FIELD!r} field")]
+        profile = profile_from_environment(environment)
+    except (ValueError, TypeError) as exc:
+        return None, [RunProblem(where, f"{shown(str(exc)[:300])}; fix the {PROFILE_FIELD!r} field")]
+    if (problem := profile_problem(profile, f"its {PROFILE_FIELD}")) is not None:
+        return None, [RunProblem(where, f"{problem}; fix the {PROFILE_FIELD!r} field")]
+    return profile, []
 
 
 def _metrics_problems(folder: Path, world_size: int) -> list[RunProblem]:
     where = folder / METRICS_FILE
-    raw = read_json(where)
+    raw, why_not = read_side_file(where)
     if raw is None or not isinstance(raw.get("ranks"), list):
-        what = "missing" if not where.exists() else "has no 'ranks' list"
-        return [RunProblem(where, f"{what}: {RECORD_AGAIN}")]
+        return [RunProblem(where, f"{why_not or 'has no ranks list'}: {RECORD_AGAIN}")]
+    if len(raw["ranks"]) > MAX_WORLD_SIZE:  # before reading each entry: the list may be long
+        return [RunProblem(where, f"lists {len(raw['ranks'])} ranks, more than world_size {world_size}: {RECORD_AGAIN}")]
     named = {RankMetrics.from_dict(entry, i).rank for i, entry in enumerate(raw["ranks"]) if isinstance(entry, dict)}
     problems = []
-    if missing := sorted(set(range(world_size)) - named):
+    if missing := set(range(world_size)) - named:
         problems.append(
             RunProblem(
                 where,
-                f"names no metrics for rank(s) {', '.join(map(str, missing))} of world_size {world_size} "
-                f"(config.json): {RECORD_AGAIN}",
+                f"names no metrics for rank(s) {describe_ranks(missing)} of world_size {world_size} (config.json): "
+                + RECORD_AGAIN,
             )
         )
-    if extra := sorted(r for r in named if r >= world_size):
+    if extra := {r for r in named if r >= world_size}:
         problems.append(
             RunProblem(
                 where,
-                f"names rank(s) {', '.join(map(str, extra))} beyond world_size {world_size} (config.json): "
+                f"names rank(s) {describe_ranks(extra)} beyond world_size {world_size} (config.json): "
                 "the files come from different recordings; record the trial again",
             )
         )
     return problems
 
 
-def _trace_problems(folder: Path, config: RunConfig, world_size: int) -> list[RunProblem]:
-    if config.profile is False:  # timed without the profiler: no traces by design
+def _trace_problems(folder: Path, profiled: bool, world_size: int) -> list[RunProblem]:
+    if not profiled:  # timed without the profiler: no traces by design
         return []
     problems = []
-    for rank in range(world_size):
+    missing = [rank for rank in range(world_size) if not (folder / trace_name(rank)).is_file()]
+    if len(missing) > MAX_LISTED_MISSING:
+        problems.append(
+            RunProblem(
+                folder,
+                f"has no trace for ranks {describe_ranks(missing)} of world_size {world_size}: every rank writes "
+                f"rank<r>.json.gz; {RECORD_AGAIN}",
+            )
+        )
+    else:
+        problems += [
+            RunProblem(folder / trace_name(r), f"missing: every rank of world_size {world_size} writes a trace; {RECORD_AGAIN}")
+            for r in missing
+        ]
+    for rank in (r for r in range(world_size) if r not in missing):
         path = folder / trace_name(rank)
-        if not path.is_file():
-            problems.append(RunProblem(path, f"missing: every rank of world_size {world_size} writes a trace; {RECORD_AGAIN}"))
-        elif (problem := _trace_problem(path, rank)) is not None:
+        problem = _too_large(path) or _trace_problem(path, rank)
+        if problem is not None:
             problems.append(RunProblem(path, problem))
-    for path in sorted(folder.iterdir()):
-        rank = trace_rank(path.name)
-        if rank is not None and rank >= world_size:
-            problems.append(RunProblem(path, f"rank {rank} is beyond world_size {world_size} (config.json): remove it"))
+    beyond = [(rank, p) for p in folder.iterdir() if (rank := trace_rank(p.name)) is not None and rank >= world_size]
+    beyond_problem = f"is beyond world_size {world_size} (config.json): remove it"
+    problems += [RunProblem(path, f"rank {rank} {beyond_problem}") for rank, path in sorted(beyond)]
     return problems
 
 
 def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
     """The run in ``folder`` and where it goes, or None and every problem that keeps it from being contributed."""
-    raw = read_json(folder / CONFIG_FILE)
+    raw, why_not = read_side_file(folder / CONFIG_FILE)
     if raw is None:
-        what = "missing" if not (folder / CONFIG_FILE).exists() else "not a JSON object"
-        return None, [RunProblem(folder / CONFIG_FILE, f"{what}: this trial folder is incomplete; {RECORD_AGAIN}")]
-    config = RunConfig.from_dict(raw)
-    problems = _config_problems(folder, config)
+        return None, [RunProblem(folder / CONFIG_FILE, f"{why_not}: this trial folder is incomplete; {RECORD_AGAIN}")]
+    checked = check_config(raw)
+    problems = [RunProblem(folder / CONFIG_FILE, p) for p in checked.problems]
     profile, env_problems = _environment_profile(folder)
     problems += env_problems
-    if config.world_size is not None and config.world_size >= 1:
-        problems += _metrics_problems(folder, config.world_size)
-        problems += _trace_problems(folder, config, config.world_size)
-    if not (folder / LOG_FILE).is_file():
-        problems.append(RunProblem(folder / LOG_FILE, f"missing: every recorded trial has one; {RECORD_AGAIN}"))
-    if problems or profile is None or config.world_size is None:
+    profiled = raw.get("profile") is not False  # false: timed without the profiler, no traces
+    if checked.world_size is not None:
+        problems += _metrics_problems(folder, checked.world_size)
+        problems += _trace_problems(folder, profiled, checked.world_size)
+    log = folder / LOG_FILE
+    if not log.is_file():
+        problems.append(RunProblem(log, f"missing: every recorded trial has one; {RECORD_AGAIN}"))
+    elif (too_large := _too_large(log)) is not None:
+        problems.append(RunProblem(log, too_large))
+    if problems or profile is None or checked.world_size is None or checked.group is None or checked.name is None:
         return None, problems
     trial = trial_of(folder)
-    trial = trial if trial is not None else (config.trial or 0)  # a run recorded without trial folders: config.json says
-    files = tuple(expected_files(config.world_size, profiled=config.profile is not False))
-    return LocalRun(folder, profile, str(config.group), str(config.name), trial, files), []
+    trial = trial if trial is not None else (RunConfig.from_dict(raw).trial or 0)  # recorded without trial folders
+    if trial > MAX_TRIAL:
+        return None, [RunProblem(folder, f"trial {trial} is beyond {MAX_TRIAL} (docs/contributing.md, Limits): renumber it")]
+    files = tuple(expected_files(checked.world_size, profiled=profiled))
+    return LocalRun(folder, profile, checked.group, checked.name, trial, files), []
 
 
 def scan_runs(root: str | Path) -> RunScan:
-    """Every run under ``root``, checked; files that belong to no run are listed as left out."""
+    """Every run under ``root``, checked; files that belong to no run are listed as left out.
+
+    A folder holding a symbolic link (or a device, pipe or socket) is not read: the link is the problem.
+    """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such folder of runs (record some with `muon-repro bench`)")
-    scan = RunScan(root)
-    for folder in partial_folders(root):
+        raise FileNotFoundError(f"{shown(root)}: no such folder of runs (record some with `muon-repro bench`)")
+    tree = _walk(root)
+    scan = RunScan(root, problems=list(tree.refused))
+    unread = {p.path.parent for p in tree.refused}
+    for folder in partial_folders(root, tree):
         scan.problems.append(
             RunProblem(
                 folder,
@@ -226,7 +331,9 @@ def scan_runs(root: str | Path) -> RunScan:
                 "(run the same `muon-repro bench` again: complete trials are skipped) or delete the folder",
             )
         )
-    for folder in run_folders(root):
+    for folder in run_folders(root, tree):
+        if folder in unread:
+            continue
         run, problems = check_run(folder)
         scan.problems += problems
         if run is not None:
@@ -236,10 +343,10 @@ def scan_runs(root: str | Path) -> RunScan:
         by_dest.setdefault(run.dest, []).append(run)
     for dest, same in by_dest.items():
         if len(same) > 1:
-            others = ", ".join(str(r.folder) for r in same[1:])
+            others = ", ".join(shown(r.folder) for r in same[1:])
             scan.problems.append(
                 RunProblem(same[0].folder, f"goes to {dest}/ as {others} does: renumber one trial folder (trial<k>)")
             )
     contributed = {run.folder / name for run in scan.runs for name in run.files}
-    scan.left_out = sorted(p for p in root.rglob("*") if p.is_file() and p not in contributed)
+    scan.left_out = [p for p in tree.files if p not in contributed]
     return scan

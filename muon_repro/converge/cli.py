@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "every --eval-every steps, then train --seeds seeds at each optimizer's best learning rate (lowest final "
             "validation loss of its sweep; the test loss is what the results report). One folder per run "
             "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs "
-            "are skipped, interrupted ones resume from their checkpoints. "
+            "are skipped when they were trained with the same settings (config, corpus, tokenizer, backend) and refused, "
+            "naming the differing fields, when not; interrupted ones resume from their checkpoints. "
             "muon-repro analyze turns them into the convergence and leading_steps tables."
         ),
     )
@@ -99,7 +100,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: CPU count / (workers x jobs))")
-    p.add_argument("--force", action="store_true", help="retrain runs that are already complete")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="retrain runs that are already complete, those trained with other settings (corpus, vocabulary, model, "
+        "backend) included",
+    )
     p.add_argument("--no-progress", action="store_true")
     add_profile_argument(p)
     p.set_defaults(func=_run)

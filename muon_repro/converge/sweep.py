@@ -8,8 +8,11 @@ With ``jobs=2`` a Muon run and its AdamW twin (the same position in the learning
 the same seed) train at once, one process each, so that both see the same machine. A run
 lands in ``<out>/convergence/<name>/`` (``convergence.json``, ``log.txt``); while it trains it
 lives in the hidden ``.<name>.partial`` beside it, with one checkpoint per rank, and is renamed
-into place (checkpoints removed) once complete. A complete run (a record of this format and
-config) is skipped on the next call; a partial one resumes from its checkpoints.
+into place (checkpoints removed) once complete. A complete run (a record of this format) is skipped
+on the next call only when it is the run asked for (:mod:`muon_repro.converge.identity`: config, corpus,
+tokenizer, backend); one trained otherwise stops ``converge`` before it trains anything of that stage
+(the sweep, then the seeds), naming the differing fields (``force`` trains it again). A partial run
+resumes from checkpoints of the same identity.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
+from muon_repro.converge.identity import RunMismatch, identity_differences, recorded_identity, run_identity
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 from muon_repro.tables import files
@@ -78,10 +82,30 @@ def run_folder(out: Path, cfg: ConvergeConfig) -> Path:
     return Path(out) / CONVERGENCE_GROUP / cfg.name
 
 
+def has_record(out: Path, cfg: ConvergeConfig) -> bool:
+    """A record in ``cfg``'s folder written by this format (an older one lacks the test loss and the step costs:
+    it is trained again), whatever it was trained with."""
+    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
+    return record is not None and record.get("format") == FORMAT_VERSION
+
+
 def is_complete(out: Path, cfg: ConvergeConfig) -> bool:
-    """A record of this config written by this format (an older one lacks the test loss and the step costs)."""
+    """A record of this config written by this format (its data: :func:`reuse_differences`)."""
     record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
     return record is not None and record.get("config") == cfg.to_dict() and record.get("format") == FORMAT_VERSION
+
+
+def reuse_differences(out: Path, cfgs: list[ConvergeConfig], facts: dict, backend: str) -> dict[str, list[str]]:
+    """The runs of ``cfgs`` with a record of this format that was trained otherwise than asked (``facts``: the
+    corpus and tokenizer's, ``TokenData.facts``), each with its differing fields."""
+    mismatched = {}
+    for cfg in cfgs:
+        record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE) if has_record(out, cfg) else None
+        if record is not None:
+            diffs = identity_differences(recorded_identity(record), run_identity(cfg, facts, backend))
+            if diffs:
+                mismatched[cfg.name] = diffs
+    return mismatched
 
 
 def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
@@ -207,7 +231,8 @@ def converge(
     profile: str | None = None,
     jobs: int = 1,
 ) -> dict:
-    """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``); returns the
+    """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``; :class:`RunMismatch`
+    when a complete run was trained with other settings than asked); returns the
     best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine.
     ``jobs=2``: each Muon run trains beside its AdamW twin (one process each; give each ``threads`` of the cores)."""
     from muon_repro.bench.environment import recording_profile
@@ -222,12 +247,9 @@ def converge(
     ran, skipped = [], []
     t_start = time.perf_counter()
 
-    def do(pair: list[ConvergeConfig], runner: _Runner) -> None:
+    def tokens():
+        """The corpus, tokenized once: when a run trains, or a complete run's identity is checked."""
         nonlocal data
-        todo = [cfg for cfg in pair if force or not is_complete(out, cfg)]
-        skipped.extend(cfg.name for cfg in pair if cfg not in todo)
-        if not todo:
-            return
         if data is None:
             data = prepare_data(corpus, vocab_size)
             if progress:
@@ -238,6 +260,22 @@ def converge(
                     f"vocab {data.vocab_size}",
                     flush=True,
                 )
+        return data
+
+    def check_reuse(cfgs: list[ConvergeConfig]) -> None:
+        """Refuse before training any of ``cfgs`` when a complete one was trained otherwise than asked."""
+        if not force and any(has_record(out, cfg) for cfg in cfgs):
+            mismatched = reuse_differences(out, cfgs, tokens().facts, backend)
+            if mismatched:
+                raise RunMismatch(str(out / CONVERGENCE_GROUP), mismatched)
+
+    def do(pair: list[ConvergeConfig], runner: _Runner) -> None:
+        # check_reuse vouched for the complete ones; force retrains each run once (seed 0 may be a sweep run)
+        todo = [cfg for cfg in pair if (force and cfg.name not in ran) or not has_record(out, cfg)]
+        skipped.extend(cfg.name for cfg in pair if cfg not in todo)
+        if not todo:
+            return
+        data = tokens()
         kwargs = {"threads": threads, "progress": progress, "profile": profile}
         for cfg, seconds in zip(todo, runner(todo, data, out, backend, command, kwargs)):
             ran.append(cfg.name)
@@ -245,9 +283,11 @@ def converge(
                 print(f"[{cfg.name}] done in {seconds:.0f} s, final validation loss {final_val_loss(out, cfg):.4f}", flush=True)
 
     with _runner(jobs) as runner:
+        check_reuse(plan.sweep())
         for pair in plan.sweep_pairs():
             do(pair, runner)
         best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
+        check_reuse([cfg for pair in plan.seed_pairs(best) for cfg in pair])
         for pair in plan.seed_pairs(best):  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
             do(pair, runner)
     return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}

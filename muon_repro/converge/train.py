@@ -11,8 +11,9 @@ clock is computed from.
 
 Resumable: every ``checkpoint_every`` steps each rank saves its model shard, its optimizer shard
 and the curve so far into the run's hidden ``.partial`` folder (``rundir.checkpoint_name``);
-a restart loads them (``torch.load(weights_only=True)``) when every rank has one for the same
-config. The sweep renames the folder into place after removing the checkpoints.
+a restart loads them (``torch.load(weights_only=True)``) when every rank has one of the same run
+(config, corpus, tokenizer and backend: :mod:`muon_repro.converge.identity`). The sweep renames the
+folder into place after removing the checkpoints.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.converge.config import ConvergeConfig
+from muon_repro.converge.identity import run_identity
 from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig
@@ -202,10 +204,11 @@ class Curve:
 
 
 def _save_checkpoint(
-    path: Path, cfg: ConvergeConfig, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float
+    path: Path, identity: dict, step: int, model: GPT, opt: ZeroOneOptimizer, curve: Curve, elapsed: float
 ) -> None:
     checkpoint = {
-        "config": cfg.to_dict(),
+        "config": identity["config"],
+        "identity": identity,  # config, corpus, tokenizer, backend: what a resume must share (converge.identity)
         "step": step,
         "model": model.state_dict(),
         "optimizer": opt.state_dict(),
@@ -215,7 +218,9 @@ def _save_checkpoint(
     write_atomic(path, lambda tmp: torch.save(checkpoint, tmp))
 
 
-def _load_checkpoint(path: Path, cfg: ConvergeConfig) -> dict | None:
+def _load_checkpoint(path: Path, identity: dict) -> dict | None:
+    """The checkpoint at ``path`` if it is of this run (:func:`run_identity`: same config, text, tokenizer and
+    backend) and of this curve layout; None to start over (an older checkpoint names no identity)."""
     if not path.is_file():
         return None
     try:
@@ -223,7 +228,7 @@ def _load_checkpoint(path: Path, cfg: ConvergeConfig) -> dict | None:
     except Exception:  # a checkpoint cut short by a kill: start over
         return None
     same_curve = set(ckpt.get("curve") or {}) == set(Curve().state())  # an older layout (no test loss) starts over
-    return ckpt if ckpt.get("config") == cfg.to_dict() and same_curve else None
+    return ckpt if ckpt.get("identity") == identity and same_curve else None
 
 
 def _agreed_resume_step(ckpt: dict | None) -> int:
@@ -252,7 +257,8 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     rows = slice(dims.dp_rank * (cfg.batch // cfg.dp), (dims.dp_rank + 1) * (cfg.batch // cfg.dp))
 
     ckpt_path = run_path / checkpoint_name(dims.rank)
-    ckpt = _load_checkpoint(ckpt_path, cfg)
+    identity = run_identity(cfg, data.facts, backend)
+    ckpt = _load_checkpoint(ckpt_path, identity)
     start = _agreed_resume_step(ckpt)
     if start > 0:
         model.load_state_dict(ckpt["model"])  # copies into the optimizer's flat buffer (the parameters are views of it)
@@ -305,7 +311,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
                 flush=True,
             )
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-            _save_checkpoint(ckpt_path, cfg, step, model, opt, curve, elapsed + time.perf_counter() - t0)
+            _save_checkpoint(ckpt_path, identity, step, model, opt, curve, elapsed + time.perf_counter() - t0)
     wall = elapsed + time.perf_counter() - t0
 
     if dims.rank == 0:

@@ -3,6 +3,7 @@
 Modules, one job each::
 
     machine_profile  the machine profile: rates per rank, alpha-beta fits per collective, validated as built
+    profile_ranges   the plausible range of every profile figure, and the checks that refuse a value outside it
     machine          profiles as JSON files: decoded and validated, read, written, shipped ones found by name
     calibrate        one calibration of this machine -> a profile and the ``calibration`` table's rows, its summary
     measurement      what a calibration measures (its plan) and the timing statistics its benchmarks share

@@ -14,6 +14,7 @@ from pathlib import Path
 from muon_repro.bench.custom import add_run_shape_arguments
 from muon_repro.hardware import PROFILE_FIELD, add_profile_argument
 
+INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
 # run-shape flags without a default (argparse dests): set only when a single run is predicted
 SHAPE_DESTS = (
     "optimizer",
@@ -161,7 +162,9 @@ def _regimes(args: argparse.Namespace) -> int:
             hardware,
             *(["--quick"] if args.quick else []),
         ]
-        _calibrate(build_calibrate_namespace(calibrate_args))
+        calibrated = _calibrate(build_calibrate_namespace(calibrate_args))
+        if calibrated:  # interrupted: it said so; nothing to price with
+            return calibrated
     machine = resolve_profile(str(profile))
     if not args.records_only:
         command = getattr(args, "command_line", None) or ["muon-repro", "regimes"]
@@ -220,20 +223,37 @@ def _calibrate(args: argparse.Namespace) -> int:
     name = args.name or args.out.stem
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)
-    profile, rows = calibrate(
-        name,
-        backend=args.backend,
-        ranks=args.ranks,
-        threads=args.threads,
-        quick=args.quick,
-        log=lambda line: print(line, flush=True),
-    )
-    write_profile(profile, args.out)
-    hardware = recording_profile(args.backend, args.profile)  # whose measurements these are: each row says so
-    rows = [{PROFILE_FIELD: hardware, **row} for row in rows]
-    tables = write_table(
-        rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration"
-    )
+    existed, profile_written = args.out.is_file(), False
+    try:
+        profile, rows = calibrate(
+            name,
+            backend=args.backend,
+            ranks=args.ranks,
+            threads=args.threads,
+            quick=args.quick,
+            log=lambda line: print(line, flush=True),
+        )
+        write_profile(profile, args.out)  # atomic: an interrupted write leaves the file as it was
+        profile_written = True
+        hardware = recording_profile(args.backend, args.profile)  # whose measurements these are: each row says so
+        rows = [{PROFILE_FIELD: hardware, **row} for row in rows]
+        tables = write_table(
+            rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration"
+        )
+    except KeyboardInterrupt as exc:  # Ctrl-C in this process, or the launcher's LaunchInterrupted (its workers gone)
+        kept = (
+            f"{args.out} was written, its calibration table was not"
+            if profile_written
+            else f"{args.out} is left as it was"
+            if existed
+            else f"nothing was written to {args.out}"
+        )
+        print(
+            f"muon-repro calibrate: interrupted; {kept} (a profile is written whole, once every measurement is done): "
+            "run the same command again",
+            file=sys.stderr,
+        )
+        return int(getattr(exc, "exit_code", INTERRUPTED_EXIT))
     print(format_summary(profile))
     print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")
     return 0
@@ -291,7 +311,15 @@ def _validate(args: argparse.Namespace, machine) -> int:
     from muon_repro.tables.io import write_table
     from muon_repro.tables.schemas import PREDICTIONS
 
-    rows = validate(args.validate, machine, profiled=False if args.unprofiled else None, own_calibration=not args.as_calibrated)
+    rows = validate(
+        args.validate,
+        machine,
+        profiled=False if args.unprofiled else None,
+        own_calibration=not args.as_calibrated,
+        warn=lambda line: print(f"muon-repro predict: warning: {line}", file=sys.stderr),
+    )
+    for note in machine.unused_figures():
+        print(f"muon-repro predict: note: {note}", file=sys.stderr)
     if not rows:
         raise ValueError(f"--validate {args.validate}: no run with measured steps")
     print(json.dumps(rows, indent=1) if args.json else format_validation(rows))

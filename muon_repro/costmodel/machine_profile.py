@@ -14,8 +14,10 @@ Figures, per rank (one process, one GPU or ``threads`` CPU cores)::
 
 Optional figures fall back to the ones above (see the field comments). The effective rate of a
 figure is ``figure * efficiency[kind]`` (1 where ``efficiency`` says nothing: a measured figure
-is already what the machine reaches). Profiles as JSON files (read, written, shipped ones found by
-name) are :mod:`muon_repro.costmodel.machine`'s. This module imports nothing heavy (no torch).
+is already what the machine reaches). Every figure has a plausible range, checked as the profile is
+built (:mod:`~muon_repro.costmodel.profile_ranges`, docs/method.md#machine-profile-ranges). Profiles as
+JSON files (read, written, shipped ones found by name) are :mod:`muon_repro.costmodel.machine`'s.
+This module imports nothing heavy (no torch).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
+from muon_repro.costmodel import profile_ranges as ranges
+from muon_repro.costmodel.profile_ranges import ProfileError, check_choice
 from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe, day_ratios, nearest_world
 from muon_repro.phases import NEWTON_SCHULZ
 
@@ -45,11 +49,7 @@ GELU_PASSES = 5
 # falls once its operands leave the caches, so one figure measured at one size misprices the
 # others. The operand, in elements per rank: the activation [tokens, hidden] for matmul, attention
 # and elementwise, the logits [tokens, vocab] for cross_entropy, the MLP's [tokens, ffn / tp] for gelu.
-SIZE_CURVE_KINDS = ("matmul", "attention", "cross_entropy", "gelu", "elementwise")
-
-
-class ProfileError(ValueError):
-    """A machine profile that cannot be used; the message names the file and the field."""
+SIZE_CURVE_KINDS = tuple(ranges.CURVE_RATES)  # matmul, attention, cross_entropy, gelu, elementwise
 
 
 @dataclass(frozen=True)
@@ -70,15 +70,13 @@ class CollectiveFit:
     samples: tuple[tuple[float, float], ...] = ()  # measured (ring bytes per rank, seconds), by bytes: priced between them
 
     def __post_init__(self) -> None:
-        _check_choice("op", self.op, COLLECTIVE_OPS)
-        _check_samples(self.samples)
-        _check_choice("scope", self.scope, SCOPES)
-        _check_number("alpha_us", self.alpha_us, minimum=0.0)
-        _check_number("beta_gbps", self.beta_gbps)
+        check_choice("op", self.op, COLLECTIVE_OPS)
+        ranges.check_samples(self.samples)
+        check_choice("scope", self.scope, SCOPES)
+        ranges.ALPHA_US.check("alpha_us", self.alpha_us)
+        ranges.LINK_GBPS.check("beta_gbps", self.beta_gbps)
         for name in ("group_size", "world_size"):
-            value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 2):
-                raise ProfileError(f"{name} must be an integer >= 2 or null, got {value!r}")
+            ranges.check_count(name, getattr(self, name), 2, nullable=True)
 
     def seconds(self, ring_bytes: float, efficiency: float = 1.0) -> float:
         """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta): from
@@ -143,49 +141,33 @@ class MachineProfile:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ProfileError(f"name must be a non-empty string, got {self.name!r}")
-        _check_choice("device", self.device, DEVICES)
-        _check_choice("backend", self.backend, BACKENDS)
+        check_choice("device", self.device, DEVICES)
+        check_choice("backend", self.backend, BACKENDS)
         for name in ("matmul_tflops", "newton_schulz_tflops", "attention_tflops"):
-            _check_dtype_rates(name, getattr(self, name), required=name != "attention_tflops")
-        _check_number("elementwise_gbps", self.elementwise_gbps)
-        _check_number("op_overhead_us", self.op_overhead_us, minimum=0.0)
-        for name in ("profiled_op_overhead_us", "cross_entropy_gbps", "gelu_gbps"):
+            ranges.check_dtype_rates(name, getattr(self, name), DTYPES, required=name != "attention_tflops")
+        ranges.KERNEL_GBPS.check("elementwise_gbps", self.elementwise_gbps)
+        ranges.OP_OVERHEAD_US.check("op_overhead_us", self.op_overhead_us)
+        if self.profiled_op_overhead_us is not None:
+            ranges.OP_OVERHEAD_US.check("profiled_op_overhead_us", self.profiled_op_overhead_us)
+        for name in ("cross_entropy_gbps", "gelu_gbps"):
             if getattr(self, name) is not None:
-                _check_number(name, getattr(self, name), minimum=0.0 if name.endswith("_us") else None)
-        if self.ranks_per_node is not None and (not _is_int(self.ranks_per_node) or self.ranks_per_node < 1):
-            raise ProfileError(f"ranks_per_node must be a positive integer or null, got {self.ranks_per_node!r}")
+                ranges.KERNEL_GBPS.check(name, getattr(self, name))
+        ranges.check_count("ranks_per_node", self.ranks_per_node, 1, nullable=True)
         if not self.collectives and self.calibration.get("ranks") != [1]:
             raise ProfileError(
                 "collectives must list at least one fit (only a profile calibrated on one device alone, --ranks 1, has none)"
             )
         for name in ("compute_share", "bandwidth_share"):
-            for world, share in getattr(self, name).items():
-                if not _is_int(world) or world < 1:
-                    raise ProfileError(f"{name} keys are rank counts (integers >= 1), got {world!r}")
-                _check_number(f"{name}[{world}]", share, maximum=1.0)
+            ranges.check_keyed(name, getattr(self, name), 1, ranges.SHARE)
         for kind, curve in self.size_curves.items():
-            _check_size_curve(kind, curve)
-        for size, curve in self.arrival_jitter_curve_us.items():
-            if not _is_int(size) or size < 2 or not isinstance(curve, Mapping) or not curve:
-                raise ProfileError(
-                    "arrival_jitter_curve_us: keys are group sizes (integers >= 2) of non-empty objects "
-                    f"{{compute us: wait us}}, got {size!r}: {curve!r}"
-                )
-            for compute_us, us in curve.items():
-                if not _is_int(compute_us) or compute_us < 1:
-                    raise ProfileError(
-                        f"arrival_jitter_curve_us[{size}] keys are compute times in us (integers >= 1), got {compute_us!r}"
-                    )
-                _check_number(f"arrival_jitter_curve_us[{size}][{compute_us}]", us, minimum=0.0)
-        for size, us in self.arrival_jitter_us.items():
-            if not _is_int(size) or size < 2:
-                raise ProfileError(f"arrival_jitter_us keys are group sizes (integers >= 2), got {size!r}")
-            _check_number(f"arrival_jitter_us[{size}]", us, minimum=0.0)
+            ranges.check_size_curve(kind, curve)
+        ranges.check_jitter_curves(self.arrival_jitter_curve_us)
+        ranges.check_keyed("arrival_jitter_us", self.arrival_jitter_us, 2, ranges.JITTER_US)
         for kind, value in self.efficiency.items():
             if kind not in EFFICIENCY_KINDS:
                 raise ProfileError(f"efficiency: unknown kind {kind!r}; expected some of {', '.join(EFFICIENCY_KINDS)}")
-            _check_number(f"efficiency.{kind}", value, maximum=1.0)
-        _check_number("day_speed", self.day_speed)
+            ranges.EFFICIENCY.check(f"efficiency.{kind}", value)
+        ranges.DAY_SPEED.check("day_speed", self.day_speed)
 
     # ---------------------------------------------------------------- rates
 
@@ -249,6 +231,29 @@ class MachineProfile:
             return self.elementwise_bytes_per_s(elems) / GELU_PASSES
         flat = self.gelu_gbps or self.elementwise_gbps / GELU_PASSES
         return self._at_size("gelu", flat, "fp32", elems) * 1e9 * self.eff("gelu")
+
+    def unused_figures(self) -> list[str]:
+        """Notes on flat figures a size curve replaces wherever the model prices their kind (forward and backward,
+        fp32, on operands of known size; the curves are what a calibration measured in the step): changing such
+        a figure changes no prediction, which a reader of the profile would not guess."""
+        notes = []
+        for kind, name, unit, what in (
+            ("matmul", "matmul_tflops", "TFLOP/s", "matmul"),
+            ("attention", "attention_tflops", "TFLOP/s", "attention"),
+            ("cross_entropy", "cross_entropy_gbps", "GB/s", "cross-entropy"),
+            ("gelu", "gelu_gbps", "GB/s", "GELU"),
+        ):
+            figure = getattr(self, name)
+            rate = figure.get("fp32") if isinstance(figure, dict) else figure
+            if kind not in self.size_curves or rate is None:
+                continue
+            label = f"{name}.fp32" if isinstance(figure, dict) else name
+            still = f"; {name}.bf16 still prices bf16 training" if isinstance(figure, dict) and "bf16" in figure else ""
+            notes.append(
+                f"{label} ({rate:.4g} {unit}) is not used by this profile's predictions: the size curve "
+                f"size_curves.{kind} prices every fp32 {what} of forward and backward{still}"
+            )
+        return notes
 
     def _at_size(self, kind: str, flat: float, dtype: str, elems: int) -> float:
         """The kind's rate on an operand of ``elems`` per rank from its size curve (fp32, as measured), else ``flat``."""
@@ -362,13 +367,17 @@ def interpolate_curve(curve: Mapping[int, float], size: float) -> float:
 
 def interpolate_samples(samples: Sequence[tuple[float, float]], nbytes: float) -> float:
     """Seconds of a call of ``nbytes`` from measured (bytes, seconds) samples: linear between the
-    two around it, along the last two samples' slope beyond the largest, the smallest's time below it."""
+    two around it, along the last two samples' slope beyond the largest (never below the largest's
+    time: a noisy pair that falls would price big calls at nothing, then below zero), the smallest's time below it."""
     points = sorted(samples)
     if nbytes <= points[0][0]:
         return points[0][1]
     pair = next(((a, b) for a, b in pairwise(points) if nbytes <= b[0]), (points[-2], points[-1]))
     (x0, y0), (x1, y1) = pair
-    return y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0) if x1 > x0 else y1
+    if x1 <= x0:
+        return y1
+    seconds = y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0)
+    return max(seconds, y1) if nbytes > x1 else seconds
 
 
 def _nearest_size(table: Mapping[int, Any], group_size: int) -> int:
@@ -383,50 +392,3 @@ def _nearest_key_below(table: Mapping[int, float], count: int) -> int:
 
 def _nearest_below(table: Mapping[int, float], count: int) -> float:
     return table[_nearest_key_below(table, count)]
-
-
-# ---------------------------------------------------------------- value checks
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ProfileError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-
-
-def _check_number(name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None) -> None:
-    """A finite number, > 0 (or >= ``minimum``), <= ``maximum`` when given."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > 0 if minimum is None else value >= minimum) and (maximum is None or value <= maximum)
-    if not ok:
-        low = "> 0" if minimum is None else f">= {minimum}"
-        high = f" and <= {maximum}" if maximum is not None else ""
-        raise ProfileError(f"{name} must be a number {low}{high}, got {value!r}")
-
-
-def _check_size_curve(kind: Any, curve: Any) -> None:
-    if kind not in SIZE_CURVE_KINDS:
-        raise ProfileError(f"size_curves: unknown kind {kind!r}; expected some of {', '.join(SIZE_CURVE_KINDS)}")
-    if not isinstance(curve, Mapping) or not curve:
-        raise ProfileError(f"size_curves.{kind} must be a non-empty object {{operand elements: rate}}, got {curve!r}")
-    for tokens, rate in curve.items():
-        if not _is_int(tokens) or tokens < 1:
-            raise ProfileError(f"size_curves.{kind} keys are operand sizes (elements, integers >= 1), got {tokens!r}")
-        _check_number(f"size_curves.{kind}[{tokens}]", rate)
-
-
-def _check_samples(samples: Any) -> None:
-    for i, pair in enumerate(samples):
-        _check_number(f"samples[{i}] bytes", pair[0], minimum=0.0)
-        _check_number(f"samples[{i}] seconds", pair[1])
-
-
-def _check_dtype_rates(name: str, rates: Any, *, required: bool) -> None:
-    if not isinstance(rates, Mapping) or (required and not rates):
-        raise ProfileError(f"{name} must be an object {{dtype: TFLOP/s}} with at least one of {', '.join(DTYPES)}, got {rates!r}")
-    for dtype, value in rates.items():
-        _check_choice(f"{name} dtype", dtype, DTYPES)
-        _check_number(f"{name}.{dtype}", value)

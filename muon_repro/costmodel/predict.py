@@ -50,6 +50,9 @@ PARTS = (FORWARD, BACKWARD, OPTIMIZER)
 OPTIMIZER_PARTS = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, UPDATE, DP_ALL_GATHER)
 MODEL_COMM = (TP_ALL_REDUCE, TP_ALL_GATHER)
 _EPS = 1e-15
+# processor_sharing's passes per job: one admits it, one may jump the clock to it, one ends it (the bound that
+# keeps the loop from running forever)
+SHARING_PASSES_PER_JOB = 3
 
 
 @dataclass
@@ -91,6 +94,7 @@ class Prediction:
     profiled: bool
     ranks: tuple[RankPrediction, ...]
     workload: Workload
+    notes: tuple[str, ...] = ()  # the profile's figures that change nothing here (MachineProfile.unused_figures)
 
     @property
     def step_ms(self) -> float:
@@ -124,6 +128,7 @@ class Prediction:
             "comm_transfer_ms": self.mean("transfer_ms"),
             "comm_wait_ms": self.mean("wait_ms"),
             "ranks": [r.to_dict() for r in self.ranks],
+            "notes": list(self.notes),
             "inputs": {
                 "train_flops": w.train_flops,
                 "ns_dtype": w.ns_dtype,
@@ -140,7 +145,8 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
     the run's own (``cfg.precision``: fp32, or bf16 autocast). ``bf16`` prices mixed-precision training as
     Megatron-Core runs it: matmuls at the bf16 rate, activations and parameters moved in bf16."""
     workload = build_workload(cfg, machine.device, model_dtype or cfg.precision)
-    return Prediction(cfg, machine.name, machine.device, profiled, simulate(workload, machine, profiled), workload)
+    ranks = simulate(workload, machine, profiled)
+    return Prediction(cfg, machine.name, machine.device, profiled, ranks, workload, tuple(machine.unused_figures()))
 
 
 # ---------------------------------------------------------------- the simulation
@@ -165,6 +171,11 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True)
             _comm_stage(stages, clock, done, met, ranks, machine, cfg, pending, issued)
         for r, stage in enumerate(stages):
             elapsed = clock[r] - before[r]
+            if not math.isfinite(elapsed) or elapsed < 0:  # refused, not summed: an infinite step ends no table well
+                raise ValueError(
+                    f"machine {machine.name!r} prices rank {r}'s {stage.phase} of {cfg.key} at {elapsed!r} s; a stage takes "
+                    "a finite time >= 0: check the profile's figures against their ranges (docs/method.md#machine-profile-ranges)"
+                )
             ranks[r].parts[stage.part] += elapsed * 1e3
             if stage.phase in ranks[r].phases:
                 ranks[r].phases[stage.phase] += elapsed * 1e3
@@ -223,29 +234,53 @@ def kernel_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, model_
 
 def processor_sharing(starts: list[float], works: list[float], cores: float) -> list[float]:
     """When jobs that start at ``starts`` and need ``works`` seconds of one core end, if they share
-    ``cores`` cores equally (each job runs on at most one): ``k`` jobs at once each go at min(1, cores/k)."""
+    ``cores`` cores equally (each job runs on at most one): ``k`` jobs at once each go at min(1, cores/k).
+
+    Every pass of the loop admits a job or ends one (the one with least work left is ended outright, not
+    left to rounding), so it runs at most :data:`SHARING_PASSES_PER_JOB` passes per job: a non-finite start
+    or work (which would never end) is refused first, and a pass count over the bound is an error, not a hang."""
+    for name, values in (("start", starts), ("work", works)):
+        bad = next((v for v in values if not math.isfinite(v)), None)
+        if bad is not None:
+            raise ValueError(
+                f"processor sharing: a job's {name} time is {bad!r} s; every time must be finite "
+                "(a machine profile's figure outside its range prices work at infinity)"
+            )
+    if not math.isfinite(cores) or cores <= 0:
+        raise ValueError(f"processor sharing: {cores!r} cores; the cores shared must be a finite number > 0")
     end = [s + w if w <= 0 else math.inf for s, w in zip(starts, works)]
     left = list(works)
     waiting = sorted((s, i) for i, (s, w) in enumerate(zip(starts, works)) if w > 0)
     active: list[int] = []
     t = waiting[0][0] if waiting else 0.0
-    while waiting or active:
+    bound = SHARING_PASSES_PER_JOB * len(waiting) + 1
+    for _ in range(bound):
+        if not (waiting or active):
+            return end
         while waiting and waiting[0][0] <= t + _EPS:
             active.append(waiting.pop(0)[1])
         if not active:
             t = waiting[0][0]
             continue
         rate = min(1.0, cores / len(active))
-        step = min(left[i] for i in active) / rate
-        if waiting:
-            step = min(step, waiting[0][0] - t)
-        t += step
-        for i in active:
-            left[i] -= step * rate
+        first = min(active, key=lambda i: left[i])
+        finish = left[first] / rate
+        if waiting and waiting[0][0] - t < finish:  # the next job arrives first: run until it does, exactly
+            for i in active:
+                left[i] -= (waiting[0][0] - t) * rate
+            t = waiting[0][0]
+        else:
+            for i in active:
+                left[i] -= finish * rate
+            left[first] = 0.0  # ended outright, whatever the rounding left of it
+            t += finish
         for i in [i for i in active if left[i] <= _EPS * max(1.0, works[i])]:
             end[i] = t
             active.remove(i)
-    return end
+    raise RuntimeError(
+        f"processor sharing of {len(works)} jobs on {cores} cores did not end within {bound} passes "
+        f"(starts {starts}, works {works}); please report this with the profile and the run shape"
+    )
 
 
 def _comm_stage(
@@ -382,6 +417,7 @@ def format_prediction(p: Prediction) -> str:
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)) + "   (ms)")
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
     lines.append(f"inputs: train FLOPs/step {p.workload.train_flops:.3e}; Newton-Schulz FLOPs/rank {_range(p.workload.ns_flops)}")
+    lines += [f"note: {note}" for note in p.notes]
     return "\n".join(lines)
 
 

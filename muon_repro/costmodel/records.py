@@ -91,7 +91,7 @@ def write_records(
     folder = Path(traces) / profile / COSTMODEL_DIR
     folder.mkdir(parents=True, exist_ok=True)
     log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
-    predictions = validate(traces, machine, profiled=None, profile=profile)
+    predictions = validate(traces, machine, profiled=None, profile=profile, warn=lambda line: log(f"warning: {line}"))
     spread = metric_error_spread(predictions)
     for metric, s in spread.items():
         log(f"  {metric}: log error {s.low:+.3f} to {s.high:+.3f} over {s.runs} {s.basis} run(s)")

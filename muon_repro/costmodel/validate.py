@@ -17,18 +17,28 @@ the profiler's per-operator cost instead, and say so in ``profiled``).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.regimes import validation_set
-from muon_repro.costmodel.machine_profile import MachineProfile
+from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
 _RUN_ONLY_KEYS = ("trial", "trials", "round_order", "backend", "device", "command")  # config.json keys, not BenchConfig fields
+# config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
+_PLACE_KEYS = ("backend", "device")
+# BenchConfig fields that change neither a step's measured time nor its prediction, so trials that differ only in
+# them pool: the profiler's schedule and the timed-step counts say how many steps are kept, not how long one takes
+# (whether the kept steps ran under the profiler is compared on its own: STEPS_UNDER_PROFILER); the learning rate,
+# weight decay and seed change values, not the operations. Traced and timed-only trials of one run differ in `profile`.
+NEUTRAL_FIELDS = ("profile", "wait", "warmup", "active", "timed_steps", "timed_warmup", "lr", "weight_decay", "seed")
+STEPS_UNDER_PROFILER = "steps timed under the profiler"  # a trial without timed steps: its profiled ones are measured
 
 
 @dataclass(frozen=True)
@@ -105,70 +115,145 @@ def validate(
     profiled: bool | None = None,
     profile: str | None = None,
     own_calibration: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict]:
     """One ``predictions`` row per run under ``root`` that has measured steps (of hardware ``profile`` only,
     when given: a run's profile is its environment's, wherever its folder sits). ``profiled``: price
     every run with (True) or without (False) the profiler's cost; None: as each run's measured steps were timed.
     ``own_calibration``: the ``predicted_*`` columns price each run as fast as the machine ran that day, where the
     run and the profile have speed probes (else, and when False, with the profile as calibrated). Runs recorded on
-    another kind of device than the machine's (a GPU run against a CPU profile) are left out: its rates are not theirs."""
+    another kind of device than the machine's (a GPU run against a CPU profile) are left out: its rates are not theirs.
+    A run whose trials disagree on their configuration gives a row per set of trials (:func:`trial_sets`), told to
+    ``warn``."""
     rows = []
-    for key, folders in run_folders(root).items():
-        first = RunDir(folders[0])
-        run_profile = first.profile
-        if profile is not None and run_profile != profile:
+    for run_key, run_trials in run_folders(root).items():
+        first = RunDir(run_trials[0])
+        if profile is not None and first.profile != profile:
             continue
         if first.config_dict.get("device", machine.device) != machine.device:
             continue
-        times = measured(folders)
-        if times is None:
-            continue
-        cfg = bench_config(folders[0])
-        held_out_set = validation_set(cfg)
-        priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
-        by_profile = predict(cfg, machine, profiled=priced_profiled)
-        probes = run_probes(folders)
-        ratios = machine.day_ratios(*probes) if probes and machine.calibration_probes() else {}
-        # A GPU's probe (a 256x512x512 fp32 matmul, synced every 8 calls) times launches and clocks, not the
-        # GPU's rate: its ratios are recorded, not applied
-        on_day = machine.on_day(*probes) if ratios and machine.device == "cpu" else None
-        p = predict(cfg, on_day, profiled=priced_profiled) if own_calibration and on_day is not None else by_profile
-        rows.append(
-            {
-                "run": key,
-                "profile": run_profile,
-                "machine": machine.name,
-                "optimizer": cfg.optimizer,
-                "layout": cfg.layout,
-                "overlap": cfg.overlap,
-                "dp": cfg.dp,
-                "tp": cfg.tp,
-                "trials": times.trials,
-                "steps": times.steps,
-                "profiled": priced_profiled,
-                "recorded_on": recorded_on(folders),
-                "measured_step_ms": times.step_ms,
-                "predicted_step_ms": p.step_ms,
-                "step_rel_error": p.step_ms / times.step_ms - 1,
-                "measured_optimizer_ms": times.optimizer_ms,
-                "predicted_optimizer_ms": p.optimizer_ms,
-                "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
-                "predicted_forward_ms": p.mean(FORWARD),
-                "predicted_backward_ms": p.mean(BACKWARD),
-                "predicted_comm_ms": p.comm_ms,
-                "predicted_wait_ms": p.mean("wait_ms"),
-                "priced_by": "own_calibration" if p is not by_profile else "profile",
-                **{f"day_{kind}": ratios.get(kind) for kind in DAY_KINDS},
-                "profile_predicted_step_ms": by_profile.step_ms,
-                "profile_step_rel_error": by_profile.step_ms / times.step_ms - 1,
-                "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
-                "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
-                "held_out": held_out_set == "held_out",
-                "validation_set": held_out_set,
-                "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
-            }
-        )
+        for key, folders in trial_sets(run_key, run_trials, warn):
+            row = _row(key, folders, machine, profiled, own_calibration)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+def trial_sets(key: str, folders: list[Path], warn: Callable[[str], None] | None = None) -> list[tuple[str, list[Path]]]:
+    """The trials of run ``key`` in sets of identical configurations (every field but :data:`NEUTRAL_FIELDS`), each
+    with its row's run id: ``key`` when they all agree, else ``key@trial0+trial2`` per set, and ``warn`` names the
+    trials and the fields that differ.
+
+    Split, not refused: one run whose trials were recorded under different code or flags (an older config read with
+    another default) should not stop the validation of every other run under the folder (``muon-repro regimes`` runs
+    it over all of traces/), and each set is a real measurement of its own configuration, priced as that one. Not
+    pooled: a median over two configurations compared with the prediction of one is an error nobody made."""
+    by_config: dict[tuple, list[Path]] = {}
+    described: dict[tuple, dict] = {}
+    for folder in folders:
+        fields = _priced_fields(folder)
+        config = tuple(sorted(fields.items()))  # field names are unique: sorted by name alone
+        by_config.setdefault(config, []).append(folder)
+        described[config] = fields
+    if len(by_config) == 1:
+        return [(key, folders)]
+    configs = list(described.values())
+    differing = sorted(name for name in configs[0] if any(c.get(name) != configs[0].get(name) for c in configs))
+    sets = [(f"{key}@{'+'.join(f.name for f in members)}", members) for members in by_config.values()]
+    if warn is not None:
+        detail = "; ".join(
+            f"{', '.join(f.name for f in members)}: " + ", ".join(f"{name}={described[config][name]!r}" for name in differing)
+            for config, members in by_config.items()
+        )
+        warn(
+            f"{key}: its trials were recorded with different configurations ({detail}); each set is priced and compared "
+            f"on its own, as {', '.join(run for run, _ in sets)}: record the run again into a clean folder to pool them"
+        )
+    return sets
+
+
+def _priced_fields(folder: Path) -> dict:
+    """What of a trial's configuration changes its numbers: its BenchConfig but NEUTRAL_FIELDS, where it ran, and
+    whether its measured steps ran under the profiler."""
+    run = RunDir(folder)
+    cfg = asdict(bench_config(folder))  # its fields: what to_dict derives (steps, world size) follows from them
+    fields = {name: value for name, value in cfg.items() if name not in NEUTRAL_FIELDS}
+    fields.update({name: run.config_dict.get(name) for name in _PLACE_KEYS})
+    fields[STEPS_UNDER_PROFILER] = bool(cfg.get("profile")) and not run.timed_steps()
+    return {name: _hashable(value) for name, value in fields.items()}
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def _row(
+    key: str,
+    folders: list[Path],
+    machine: MachineProfile,
+    profiled: bool | None,
+    own_calibration: bool,
+) -> dict | None:
+    """The ``predictions`` row of one set of trials (None: none of them has measured steps)."""
+    run_profile = RunDir(folders[0]).profile
+    times = measured(folders)
+    if times is None:
+        return None
+    cfg = bench_config(folders[0])
+    held_out_set = validation_set(cfg)
+    priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
+    by_profile = predict(cfg, machine, profiled=priced_profiled)
+    probes = run_probes(folders)
+    ratios = machine.day_ratios(*probes) if probes and machine.calibration_probes() else {}
+    # A GPU's probe (a 256x512x512 fp32 matmul, synced every 8 calls) times launches and clocks, not the
+    # GPU's rate: its ratios are recorded, not applied
+    on_day = _on_day(machine, probes, key) if own_calibration and ratios and machine.device == "cpu" else None
+    p = predict(cfg, on_day, profiled=priced_profiled) if on_day is not None else by_profile
+    return {
+        "run": key,
+        "profile": run_profile,
+        "machine": machine.name,
+        "optimizer": cfg.optimizer,
+        "layout": cfg.layout,
+        "overlap": cfg.overlap,
+        "dp": cfg.dp,
+        "tp": cfg.tp,
+        "trials": times.trials,
+        "steps": times.steps,
+        "profiled": priced_profiled,
+        "recorded_on": recorded_on(folders),
+        "measured_step_ms": times.step_ms,
+        "predicted_step_ms": p.step_ms,
+        "step_rel_error": p.step_ms / times.step_ms - 1,
+        "measured_optimizer_ms": times.optimizer_ms,
+        "predicted_optimizer_ms": p.optimizer_ms,
+        "optimizer_rel_error": p.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+        "predicted_forward_ms": p.mean(FORWARD),
+        "predicted_backward_ms": p.mean(BACKWARD),
+        "predicted_comm_ms": p.comm_ms,
+        "predicted_wait_ms": p.mean("wait_ms"),
+        "priced_by": "own_calibration" if p is not by_profile else "profile",
+        **{f"day_{kind}": ratios.get(kind) for kind in DAY_KINDS},
+        "profile_predicted_step_ms": by_profile.step_ms,
+        "profile_step_rel_error": by_profile.step_ms / times.step_ms - 1,
+        "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
+        "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+        "held_out": held_out_set == "held_out",
+        "validation_set": held_out_set,
+        "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
+    }
+
+
+def _on_day(machine: MachineProfile, probes: list[SpeedProbe], key: str) -> MachineProfile:
+    """The profile as fast as the machine ran on the day of run ``key``; a day's speed outside its range names the run."""
+    try:
+        return machine.on_day(*probes)
+    except ProfileError as exc:
+        raise ProfileError(
+            f"run {key}: its speed probes against machine {machine.name!r}'s calibration give {exc}; the run's "
+            f"{ENVIRONMENT_FILE} speed_probe or the profile's calibration.speed_probe measured something else: record "
+            "the run again, or price it as calibrated (--as-calibrated)"
+        ) from None
 
 
 def format_validation(rows: list[dict]) -> str:

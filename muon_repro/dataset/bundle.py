@@ -152,11 +152,27 @@ def write_root_files(docs: Documents, root: Path) -> None:
         write_atomic(Path(root) / name, text)
 
 
+def check_table_set(metrics: Path) -> None:
+    """Refuse tables that are not one set: a CSV other than the one written with its Parquet twin (the sha256
+    in the Parquet file's stamp), or tables of different runs of ``analyze``. Cheap: Parquet footers and a
+    hash of each CSV, so a bundle never carries what ``verify`` would fail."""
+    from muon_repro.tables.io import table_set_problems
+
+    problems = table_set_problems(metrics)
+    if problems:
+        raise ValueError(
+            f"--metrics {metrics}: the tables are not one set, so they are not bundled: {'; '.join(problems)}. "
+            f"Write them again with `muon-repro analyze TRACES --out {metrics}`"
+        )
+
+
 def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
-    """Assemble the bundle into ``out``; returns (manifest entries, warnings)."""
+    """Assemble the bundle into ``out``; returns (manifest entries, warnings). Tables that are not one set
+    (:func:`check_table_set`) are refused before anything is written."""
     out = Path(out)
     _check_out(out, sources)
     files, warnings = collect(sources)
+    check_table_set(Path(sources.metrics))
     with staged_dir(out) as stage:  # swapped in whole when complete; removed, out untouched, when not
         for rel, src in files.items():
             dest = stage / rel

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -27,6 +27,7 @@ from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta, project_authors
 from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
+from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
 from muon_repro.tables.files import human_size
 
 CARD_NAME = "README.md"
@@ -84,10 +85,26 @@ def _installed(module: str) -> bool:
         return False
 
 
-def markdown_cell(text: object) -> str:
-    """Text that stays inside one Markdown table cell and shows as written (no HTML tags, no column breaks)."""
+def described(text: object) -> str:
+    """A table's or column's description (our schemas', or the Parquet metadata the analysis wrote) in a cell or
+    a paragraph of its own: one line, ``&``, ``<``, ``>`` as entities, ``|`` escaped; its code spans stay."""
     out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
     return " ".join(out.split())
+
+
+def card_filters() -> dict[str, Callable[..., str]]:
+    """The template's filters. Run text (environment values, run ids, commands, commits) is data: each filter
+    writes it for its place in the Markdown (muon_repro.report.escape), so none of it reads as markup."""
+    return {
+        "described": described,
+        "md": markdown_text,  # text wholly a run's, in a cell or a sentence
+        "code": inline_code,
+        "cell_code": lambda text: inline_code(text, in_table=True),
+        "command": one_line,  # a recorded command: one line in the regeneration block
+        "shell_word": shell_word,
+        "block": block_text,
+        "fence": code_fence,
+    }
 
 
 def loadable_tables(tables: list[TableDoc]) -> list[TableDoc]:
@@ -178,7 +195,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         lstrip_blocks=True,
         autoescape=False,  # Markdown, not HTML
     )
-    env.filters["md"] = markdown_cell
+    env.filters.update(card_filters())
     return env.get_template(TEMPLATE).render(**context)
 
 

@@ -99,17 +99,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check a bundle or a downloaded copy: checksums, tables, traces",
         description=(
             "Check a bundle, a copy downloaded with hf download --local-dir or a snapshot in the Hub cache, each "
-            "check on its own line: every file matches MANIFEST.sha256 and none is unlisted; CITATION.cff, the "
-            "card's metadata and croissant.json parse and name every table; every table loads with "
-            "datasets.load_dataset and has the columns and rows the card documents; every trace parses. Exit "
-            "status 0 when every check passed, 1 otherwise."
+            "check on its own line: every file (traces, Parquet and CSV tables, figures, code) matches "
+            "MANIFEST.sha256 and none is unlisted; the tables in metrics/ are one set, every CSV the one written with "
+            "its Parquet twin; CITATION.cff, the card's metadata and croissant.json parse and name every table; every "
+            "table loads with datasets.load_dataset and has the columns and rows the card documents; every trace "
+            "parses. --recompute adds what no checksum can tell: the traces analyzed again give every table's "
+            "values. Exit status 0 when every check passed, 1 otherwise."
         ),
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
     p.add_argument(
         "--recompute",
         action="store_true",
-        help="also analyze the bundle's traces again and compare every table with the bundle's (reads every trace)",
+        help="also analyze the bundle's traces again and compare every table's rows and values with the bundle's: "
+        "catches a table changed and re-sealed (stamp, manifest, croissant.json remade), which the checksums cannot "
+        "(reads every trace)",
     )
     p.set_defaults(func=_verify)
 

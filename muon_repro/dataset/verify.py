@@ -2,16 +2,20 @@
 
 Checks, each reported on its own line:
 
-1. every file matches ``MANIFEST.sha256`` (sha256 and size), and no unlisted file is present;
-2. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist; ``croissant.json``
+1. every file matches ``MANIFEST.sha256`` (sha256 and size: traces, Parquet and CSV tables, figures, code
+   alike), and no unlisted file is present;
+2. the tables in ``metrics/`` are one set: one generation, and every CSV the one written with its
+   Parquet twin (the sha256 its Parquet file's stamp holds), so a CSV replaced and re-listed in the
+   manifest is still caught;
+3. ``CITATION.cff`` and the card's YAML parse; every config's ``data_files`` exist; ``croissant.json``
    has a RecordSet and a FileObject for every table, with the table's sha256;
-3. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
+4. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
    ``croissant.json`` documents (its record set's fields) and the row count the card's ``dataset_info`` says;
-4. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
-5. with ``--recompute``: the tables are one set (one generation, every CSV the one written with
-   its Parquet twin), and analyzing the bundle's traces again, into a temporary folder, gives
+5. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
+6. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
    every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
-   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside.
+   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside. Without it a table whose
+   values were changed and whose stamp, manifest and croissant.json were remade to match passes.
 
 Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in the Hub cache.
 """
@@ -195,21 +199,32 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
                 report(f"{path}: not valid JSON: {exc}", False)
 
 
-def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
-    """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
-    from muon_repro.analysis.pipeline import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
-    from muon_repro.tables.io import table_set_problems, write_tables
+def check_table_set(root: Path, report: Callable[[str, bool], None]) -> None:
+    """The tables in ``root/metrics`` are one set: one generation, every CSV the one written with its Parquet
+    twin. Reads the Parquet footers and hashes the CSV files: cheap, so every verify does it."""
+    from muon_repro.tables.io import table_set_problems
 
     metrics = root / "metrics"
+    if not any(metrics.glob("*.parquet")):
+        report("tables: metrics/ holds no Parquet table (a bundle has its tables there)", False)
+        return
     try:
         set_problems = table_set_problems(metrics)
     except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
         set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
     for problem in set_problems:
-        report(f"recompute: {problem}", False)
+        report(f"tables: {problem}", False)
     if not set_problems:
         report(_one_set_line(metrics), True)
+
+
+def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
+    """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
+    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.tables.io import write_tables
+
+    metrics = root / "metrics"
     analysis = analyze_paths([root / "traces"], workers=workers)
     for problem in [*analysis.failures, *analysis.incomplete]:
         report(f"recompute: {problem.message}", False)
@@ -233,11 +248,11 @@ def _one_set_line(metrics: Path) -> str:
     generation = folder_generation(metrics)
     if generation is None:
         return (
-            "recompute: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set "
+            "tables: the tables in metrics/ carry no generation stamp (written before stamps): whether they are one set "
             "cannot be told"
         )
     return (
-        f"recompute: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its "
+        f"tables: the tables in metrics/ are one set (generation {generation[:12]}), every CSV the one written with its "
         "Parquet twin"
     )
 
@@ -340,8 +355,9 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
 
 
 def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
-    """Run every check on ``root`` (with ``recompute``, analyze its traces again and compare
-    the tables: :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
+    """Run every check on ``root``: checksums of every file, the tables one set, card, configs, traces, sources
+    (with ``recompute``, also analyze its traces again and compare the tables' values:
+    :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder")
@@ -357,6 +373,7 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
         report(problem, False)
     if not manifest_problems:
         report("manifest: every file matches MANIFEST.sha256", True)
+    check_table_set(root, report)
     card_problems, meta = check_card(root)
     for problem in card_problems:
         report(problem, False)

@@ -107,6 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _publish(args: argparse.Namespace) -> int:
     from muon_repro.hub.errors import hub_errors, request_failed
+    from muon_repro.hub.interrupts import NOTHING_SENT, PublishInterrupted, say_interrupted
     from muon_repro.hub.publish import PublishError, publish
 
     try:
@@ -122,6 +123,8 @@ def _publish(args: argparse.Namespace) -> int:
         )
     except hub_errors() as exc:
         raise PublishError(request_failed(exc)) from exc
+    except KeyboardInterrupt as exc:  # PublishInterrupted says what the step it stopped left on the Hub
+        return say_interrupted("publish", str(exc) if isinstance(exc, PublishInterrupted) else NOTHING_SENT)
     return 0
 
 
@@ -129,10 +132,16 @@ def _download(args: argparse.Namespace) -> int:
     from muon_repro.dataset.cli import report_verify
     from muon_repro.hub.download import download
     from muon_repro.hub.errors import endpoint, hub_errors
+    from muon_repro.hub.interrupts import DOWNLOAD_KEPT, say_interrupted
     from muon_repro.hub.publish import first_line
 
     try:
         path = download(repo_id_of(args), args.revision, args.local_dir, timeout=args.timeout)
     except hub_errors() as exc:
         raise ValueError(f"download from {endpoint()} failed: {first_line(exc)}") from exc
-    return report_verify(path)
+    except KeyboardInterrupt:
+        return say_interrupted("download", DOWNLOAD_KEPT)
+    try:
+        return report_verify(path)
+    except KeyboardInterrupt:
+        return say_interrupted("download", f"the download in {path} is complete, its check is not: run muon-repro verify {path}")

@@ -35,6 +35,7 @@ from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, tag_for
+from muon_repro.hub.interrupts import PublishInterrupted, PublishStage
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
 from muon_repro.tables.files import human_size, sha256_file
 
@@ -335,18 +336,25 @@ def publish(
         raise FileNotFoundError(
             f"{root}: no such bundle folder; make one with `muon-repro bundle --repo-id {repo_id} --version {version}`"
         )
-    local = bundle_files(root)
-    meta = check_bundle_target(root, repo_id, version, authors)
+    stage = PublishStage()  # Ctrl-C: PublishInterrupted says what the step it stopped left on the Hub
+    try:
+        local = bundle_files(root)
+        meta = check_bundle_target(root, repo_id, version, authors)
 
-    from huggingface_hub import HfApi
+        from huggingface_hub import HfApi
 
-    api = api if api is not None else HfApi()
-    token = token_in_use(api)
-    if not dry_run and not token:
-        raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a write token is needed)")
-    check_bundle_verifies(root, echo)
-    with hub_timeout(timeout):
-        return _publish_to(_Target(api, repo_id, tag, timeout), root, local, meta, dry_run, create_pr, private, echo)
+        api = api if api is not None else HfApi()
+        token = token_in_use(api)
+        if not dry_run and not token:
+            raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a write token is needed)")
+        check_bundle_verifies(root, echo)
+        with hub_timeout(timeout):
+            target = _Target(api, repo_id, tag, timeout)
+            return _publish_to(target, root, local, meta, dry_run, create_pr, private, echo, stage)
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, PublishInterrupted):
+            raise
+        raise PublishInterrupted(stage.left) from None
 
 
 def _publish_to(
@@ -358,6 +366,7 @@ def _publish_to(
     create_pr: bool,
     private: bool,
     echo: Callable[[str], None],
+    stage: PublishStage,
 ) -> PublishResult:
     repo_id, tag, version = target.repo_id, target.tag, meta.version
     plan, tags = _read_remote(target, root, local)
@@ -379,15 +388,25 @@ def _publish_to(
 
     if head is None:
         state = "the repository may or may not exist now, empty; nothing was uploaded. Run publish again"
+        stage.at(state)
         with target.step(f"creating the dataset repository {repo_id}", state):
             target.api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         echo(f"Created dataset repository {repo_id}{' (private)' if private else ''}.")
+        stage.at(f"the repository {repo_id} exists, empty; nothing was uploaded. Run publish again")
         plan, tags = _read_remote(target, root, local)
         if plan.base_commit is None or tag in tags:
             raise PublishError(f"{repo_id} changed while it was being created; run publish again")
 
     commit, committed, pr_url = plan.base_commit, False, None
     if plan.has_changes:
+        stage.at(
+            "whether the pull request was opened is unknown (it is one atomic call); nothing was tagged. Look at the "
+            "repository's pull requests before running publish again"
+            if create_pr
+            else f"whether the commit landed is unknown (it is one atomic call: main is either still at {(commit or '?')[:12]} "
+            "or holds every file); nothing was tagged. Run publish again: it plans against the head it finds, and tags "
+            "the commit if it landed"
+        )
         commit, pr_url, summary = _commit(target, root, plan, create_pr)
         committed = True
         echo(f"Committed {summary} as {commit}.")
@@ -398,7 +417,9 @@ def _publish_to(
         echo(f"Opened {pr_url}. After it is merged, run publish again with --version {version} to tag it.")
         return PublishResult(plan, None, committed=True, tagged=False, pr_url=pr_url)
     assert commit is not None
+    stage.at(f"{commit[:12]} is on main; the tag {tag} may or may not exist: run publish again (it tags the commit if needed)")
     _tag(target, commit, committed)
+    stage.at(f"{repo_id} {tag} is published at {commit[:12]}")
     echo(f"Published {repo_id} {tag} at {commit}: {dataset_url(repo_id, tag, endpoint=target.endpoint)}")
     echo(citation_text(meta, commit, target.endpoint))
     return PublishResult(plan, commit, committed=committed, tagged=True, pr_url=pr_url)

@@ -6,8 +6,9 @@ and token), so the fake Hub of the tests and the real one are read the same way.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ def head_commit(api: Any, repo_id: str, revision: str) -> str:
     return str(api.repo_info(repo_id, repo_type="dataset", revision=revision).sha)
 
 
+SETTLE_S = 2.0  # after Ctrl-C, how long the downloads in flight may finish before the workers are left behind
 DOWNLOAD_WORKERS = 8  # as snapshot_download: a review fetches hundreds of small files, each a round trip
 
 
@@ -31,18 +33,47 @@ def download(
 
     Several files at a time: most of a small file's time is the request's round trip. Exact paths,
     not ``snapshot_download``'s patterns, so a name with ``[`` or ``*`` means itself and the cost is
-    one request per file, whatever else the repository holds. The first failure is raised.
+    one request per file, whatever else the repository holds. After a failure no new file is
+    started; the failure of the first path (in sorted order) is raised once the others in flight end.
+    The workers are daemon threads: Ctrl-C stops the wait at once (no new file starts) and does not
+    keep the process alive until requests to a Hub that stopped answering time out.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive number of parallel downloads, got {workers!r}")
 
-    def fetch(path: str) -> None:
-        api.hf_hub_download(repo_id, path, repo_type="dataset", revision=revision, local_dir=str(local_dir))
+    ordered = sorted(set(paths))
+    wanted = iter(ordered)
+    lock = threading.Lock()
+    failures: dict[str, BaseException] = {}
+    stopped = threading.Event()  # a failure, or Ctrl-C in the caller: start no new file
 
-    wanted = sorted(set(paths))
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
-        for _ in pool.map(fetch, wanted):  # in order, so an error surfaces as it would one file at a time
-            pass
+    def next_path() -> str | None:
+        with lock:
+            return None if stopped.is_set() else next(wanted, None)
+
+    def work() -> None:
+        while (path := next_path()) is not None:
+            try:
+                api.hf_hub_download(repo_id, path, repo_type="dataset", revision=revision, local_dir=str(local_dir))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+                with lock:
+                    failures[path] = exc
+                stopped.set()
+
+    threads = [threading.Thread(target=work, name=f"hub-download-{i}", daemon=True) for i in range(min(workers, len(ordered)))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        stopped.set()
+        ends = time.monotonic() + SETTLE_S
+        for thread in threads:  # let the files in flight land, so that the caller can remove its folder
+            thread.join(max(0.0, ends - time.monotonic()))
+        raise
+    if failures:
+        raise failures[min(failures)]
     return local_dir
 
 

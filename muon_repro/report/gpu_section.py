@@ -12,6 +12,7 @@ import pandas as pd
 
 from muon_repro.phases import NEWTON_SCHULZ
 from muon_repro.report.data import ReportData
+from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import ms, percent
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
@@ -190,11 +191,11 @@ def gpu_markdown(data: ReportData, calibration: pd.DataFrame) -> str:
         return NO_GPU
     out: list[str] = []
     for s in sections:
-        out += [f"**{s['profile']}**", ""]
-        out += [f"- {line}" for line in s["lines"]]
+        out += [f"**{markdown_inline(s['profile'])}**", ""]  # profile ids and the lines may quote run text
+        out += [f"- {markdown_inline(line)}" for line in s["lines"]]
         for part in ("single", "predictions"):
             if s[f"{part}_rows"]:
-                out += ["", s[f"{part}_intro"], ""] + _table(s[f"{part}_header"], s[f"{part}_rows"])
+                out += ["", markdown_inline(s[f"{part}_intro"]), ""] + _table(s[f"{part}_header"], s[f"{part}_rows"])
         out.append("")
     return "\n".join(out).rstrip()
 
@@ -210,4 +211,7 @@ def read_calibration(metrics_dir) -> pd.DataFrame:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]

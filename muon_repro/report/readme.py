@@ -20,6 +20,7 @@ from pathlib import Path
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
+from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.regime_figures import main_axis
@@ -34,7 +35,8 @@ def claims_markdown(data: ReportData) -> str:
     lines = _table(header, rows, drop="agrees if in")
     check_header, check_rows, _ = checks_matrix(data)
     if check_rows:
-        lines += ["", f"Consistency checks on {data.profiles[0]} (they hold by construction, so they are not claims):", ""]
+        profile = markdown_inline(data.profiles[0])
+        lines += ["", f"Consistency checks on {profile} (they hold by construction, so they are not claims):", ""]
         lines += _table(check_header, check_rows, drop="fails if")
     return "\n".join(lines)
 
@@ -61,9 +63,10 @@ def gpu_block(data: ReportData) -> str:
     for profile in gpu_profiles(data):
         rows = threshold_rows(data.of_profile(profile).regime_thresholds)
         if rows:
+            shown = markdown_inline(profile)  # a profile id is a contributed name
             out += [
                 "",
-                f"Where {profile}'s records put the claimed levels: this device alone, and the shipped GPU profiles' "
+                f"Where {shown}'s records put the claimed levels: this device alone, and the shipped GPU profiles' "
                 "links with this device's kernel rates (predictions; ranges from the error on its runs):",
                 "",
                 *_table(THRESHOLDS_HEADER, rows, drop=""),
@@ -128,9 +131,10 @@ def markers(name: str) -> tuple[str, str]:
 
 
 def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
+    """A Markdown table; every cell through :func:`markdown_cell` (cells may quote run text: names, GPUs)."""
     keep = [i for i, name in enumerate(header) if name != drop]
-    lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
-    return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
+    lines = ["| " + " | ".join(markdown_cell(header[i]) for i in keep) + " |", "|" + "---|" * len(keep)]
+    return lines + ["| " + " | ".join(markdown_cell(row[i]) for i in keep) + " |" for row in rows]
 
 
 TARGETS = {  # file: its blocks

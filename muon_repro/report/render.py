@@ -21,6 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from muon_repro.report.data import MissingMetric
+from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_cell, markdown_inline, one_line
 from muon_repro.tables.files import write_atomic
 
 FORMATS = ("md", "html", "pdf")
@@ -40,10 +41,20 @@ def _squash(text: Any) -> Any:
 
 
 def _md_cell(text: Any) -> str:
-    return re.sub(r"\s+", " ", str(_refuse_missing(text))).replace("|", "\\|").strip()
+    return markdown_cell(_refuse_missing(text))
+
+
+def _html_text(text: Any) -> Any:
+    """Control characters visible; Markup (a macro's own output) is left as it is, so it is not escaped twice."""
+    return text if isinstance(text, Markup) else block_text(text)
 
 
 def environment(fmt: str) -> jinja2.Environment:
+    """The Jinja environment of a format. Run text (commands, host and GPU names, run ids) is data: HTML escapes
+    every value (autoescape); Markdown escapes through the filters the templates name, ``text`` (a sentence),
+    ``cell`` (a table cell), ``code`` (a code span) and ``fence`` (a code block's), each from
+    :mod:`muon_repro.report.escape`; ``command`` puts a recorded command on one line in either format, and in
+    both, ``text`` and ``cell`` show control characters (an ANSI escape) as visible escapes."""
     html = fmt != "md"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -55,7 +66,12 @@ def environment(fmt: str) -> jinja2.Environment:
         finalize=_refuse_missing,
     )
     env.filters["squash"] = _squash
-    env.filters["cell"] = (lambda s: s) if html else _md_cell
+    env.filters["command"] = one_line
+    # HTML: autoescape does the markup; the filters only make control characters visible, as in Markdown.
+    env.filters["cell"] = _html_text if html else _md_cell
+    env.filters["text"] = _html_text if html else markdown_inline
+    env.filters["code"] = inline_code  # Markdown's only (md.j2), as fence
+    env.filters["fence"] = code_fence
     return env
 
 

@@ -1,0 +1,77 @@
+"""A contributed ``config.json`` checked field by field before any check sizes anything by it.
+
+``world_size`` decides how many traces and metrics entries a run must have, so a huge one would have
+the checks build a set of every rank; a float (4.7) would be silently truncated. Every integer field
+a check or the analysis counts with is read from the raw JSON: a JSON integer (``true`` and ``4.0``
+refused), within :data:`~muon_repro.contrib.limits.CONFIG_INT_RANGES`; group and name follow the
+name rules; ``dp * tp`` is ``world_size`` when all three are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from muon_repro.contrib.limits import CONFIG_INT_RANGES
+from muon_repro.contrib.untrusted import name_problem, shown
+
+RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
+
+
+@dataclass(frozen=True)
+class CheckedConfig:
+    """The fields of a config.json that passed: None where a field is absent or was refused."""
+
+    group: str | None
+    name: str | None
+    world_size: int | None
+    problems: tuple[str, ...]  # each names the field, the value, the rule and what to do
+
+
+def _int_problem(key: str, value: Any) -> str | None:
+    low, high = CONFIG_INT_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a boolean" if isinstance(value, bool) else "null" if value is None else f"a {type(value).__name__}"
+        return f"{key} is {shown(repr(value)[:40])} ({kind}), not an integer from {low} to {high}: {RECORD_AGAIN}"
+    if not low <= value <= high:
+        shown_value = str(value) if abs(value) < 10**20 else f"a {len(str(abs(value)))}-digit number"
+        return (
+            f"{key} is {shown_value}, outside {low} to {high} (docs/contributing.md, Limits): "
+            f"{'the files come from another kind of run' if key == 'world_size' else 'fix the field'} or {RECORD_AGAIN}"
+        )
+    return None
+
+
+def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
+    """``raw`` (config.json, decoded) checked; see the module's docstring for the rules."""
+    problems: list[str] = []
+    names: dict[str, str | None] = {}
+    for key, what in (("group", "its group"), ("name", "its run name")):
+        value = raw.get(key)
+        if value is None or value == "":
+            problems.append(f"has no {key!r}: {RECORD_AGAIN}")
+            names[key] = None
+        elif (problem := name_problem(value, what)) is not None:
+            problems.append(problem)
+            names[key] = None
+        else:
+            names[key] = value
+    ints: dict[str, int] = {}
+    for key in CONFIG_INT_RANGES:
+        if key not in raw:
+            if key == "world_size":
+                problems.append(f"has no 'world_size' (the number of ranks): {RECORD_AGAIN}")
+            continue
+        problem = _int_problem(key, raw.get(key))
+        if problem is None:
+            ints[key] = raw[key]
+        else:
+            problems.append(problem)
+    if {"dp", "tp", "world_size"} <= ints.keys() and ints["dp"] * ints["tp"] != ints["world_size"]:
+        problems.append(
+            f"dp {ints['dp']} x tp {ints['tp']} is not world_size {ints['world_size']}: the run's ranks are its "
+            f"DP x TP grid; {RECORD_AGAIN}"
+        )
+        ints.pop("world_size")
+    return CheckedConfig(names["group"], names["name"], ints.get("world_size"), tuple(problems))

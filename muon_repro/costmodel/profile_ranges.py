@@ -1,0 +1,149 @@
+"""The plausible range of every figure a machine profile holds, and the checks that refuse a value outside it.
+
+A figure outside its range (NaN, infinity, a subnormal, 0 or a negative where they mean nothing, or a
+rate no machine reaches) would make ``predict`` price a step at infinity, divide by zero or never end,
+so a profile is refused where it is built: the error names the field, the value and the range (the
+file is added by :mod:`muon_repro.costmodel.machine`). Each range is wide enough for every committed
+profile (``traces/*/costmodel/machine.json``, ``profiles/*.json``: ``tests/test_costmodel_limits.py``
+loads them all) and narrow enough that the simulation's arithmetic stays finite at its ends.
+docs/method.md#machine-profile-ranges shows the table. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RANGES_DOC = "docs/method.md#machine-profile-ranges"
+
+
+class ProfileError(ValueError):
+    """A machine profile that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Values from ``low`` to ``high`` (both included), in ``unit``; ``why`` says what the ends stand for."""
+
+    low: float
+    high: float
+    unit: str
+    why: str
+
+    def check(self, name: str, value: Any) -> None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not (ok and self.low <= value <= self.high):
+            raise ProfileError(
+                f"{name} must be a number in [{self.low:g}, {self.high:g}] {self.unit} ({self.why}), got {value!r}; "
+                f"correct the figure (ranges: {RANGES_DOC})"
+            )
+
+
+# Compute rates per rank, TFLOP/s: 1e-4 (0.1 GFLOP/s, one slow core) to 1e4 (10 PFLOP/s, over 4x a B200's dense
+# bf16). The committed profiles span 0.06 (CPU attention) to 989.5 (H100 bf16).
+TFLOPS = Range(1e-4, 1e4, "TFLOP/s", "0.1 GFLOP/s, one slow core, to 10 PFLOP/s, beyond any accelerator")
+# Kernel bandwidths per rank, GB/s: 1e-3 (1 MB/s) to 1e5 (100 TB/s, over 10x HBM3e); committed: 1.16 to 3,350.
+KERNEL_GBPS = Range(1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any memory")
+# A collective's bus bandwidth (beta), GB/s: 1 MB/s to 100 TB/s (over 50x NVLink 5); committed: 0.34 to 450.
+LINK_GBPS = Range(1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any interconnect")
+# Host time per operator call, us: 0 (an ideal host, as tests price one) to 1e4 (10 ms, 1000x a Python dispatch).
+OP_OVERHEAD_US = Range(0.0, 1e4, "us", "0, an ideal host, to 10 ms, 1000x a Python dispatch")
+# A collective's latency (alpha), us: 0 (an ideal link) to 1e5 (100 ms); committed: 10 to 4,750 (gloo, 4 ranks on 2 cores).
+ALPHA_US = Range(0.0, 1e5, "us", "0, an ideal link, to 100 ms")
+# A measured collective sample: ring bytes per rank from 1 byte to 1e13 (10 TB), seconds from 1 ns to 1,000 s.
+SAMPLE_BYTES = Range(1.0, 1e13, "bytes", "1 byte to 10 TB per rank")
+SAMPLE_SECONDS = Range(1e-9, 1e3, "s", "1 ns to 1,000 s per call")
+# Fractions of a rate: a compute or bandwidth share from 1e-3 (1,000 ranks per core) to 1; committed: 0.24 to 1.
+SHARE = Range(1e-3, 1.0, "of a rank's rate alone", "1,000 ranks per core to a core each")
+# The fraction of a published peak a hand-written profile assumes is reached: 1% to all of it; committed: 0.5 to 0.8.
+EFFICIENCY = Range(1e-2, 1.0, "of the figure", "1% of the peak to all of it")
+# The wait of a group's last rank per collective, us: 0 to 1e6 (1 s); committed: up to 37,055.
+JITTER_US = Range(0.0, 1e6, "us", "0 to 1 s per collective")
+# The compute before a collective that a late-arrival wait was measured after, us: 1 us to 1e9 (1,000 s).
+JITTER_COMPUTE_US = Range(1, 1e9, "us", "1 us to 1,000 s of compute")
+# A size curve's operand, elements per rank: 1 to 1e12 (4 TB of fp32); committed: 65,536 to 16,777,216.
+CURVE_ELEMENTS = Range(1, 1e12, "elements", "1 to 1e12 elements per rank")
+# How fast the machine ran on a recording's day against its calibration: 1/100 to 100x; committed: 0.56 to 1.03.
+DAY_SPEED = Range(1e-2, 1e2, "x the calibration's speed", "a probe or a calibration this far off measured something else")
+# Rank counts (world, group, ranks per node, share keys): up to 2**20, more ranks than any cluster has.
+MAX_RANKS = 1 << 20
+
+# The unit of each size curve's rates: its kind's flat figure's.
+CURVE_RATES = {
+    "matmul": TFLOPS,
+    "attention": TFLOPS,
+    "cross_entropy": KERNEL_GBPS,
+    "gelu": KERNEL_GBPS,
+    "elementwise": KERNEL_GBPS,
+}
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_count(name: str, value: Any, low: int, *, nullable: bool = False) -> None:
+    """A rank count: an integer from ``low`` to :data:`MAX_RANKS` (or null where ``nullable``)."""
+    if value is None and nullable:
+        return
+    if not is_int(value) or not low <= value <= MAX_RANKS:
+        null = " or null" if nullable else ""
+        raise ProfileError(f"{name} must be an integer from {low} to {MAX_RANKS}{null} (a rank count), got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ProfileError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def check_size_curve(kind: Any, curve: Any) -> None:
+    if kind not in CURVE_RATES:
+        raise ProfileError(f"size_curves: unknown kind {kind!r}; expected some of {', '.join(CURVE_RATES)}")
+    if not isinstance(curve, Mapping) or not curve:
+        raise ProfileError(f"size_curves.{kind} must be a non-empty object {{operand elements: rate}}, got {curve!r}")
+    for elements, rate in curve.items():
+        if not is_int(elements):
+            raise ProfileError(f"size_curves.{kind} keys are operand sizes (elements, integers >= 1), got {elements!r}")
+        CURVE_ELEMENTS.check(f"size_curves.{kind} key", elements)
+        CURVE_RATES[kind].check(f"size_curves.{kind}[{elements}]", rate)
+
+
+def check_samples(samples: Any) -> None:
+    for i, pair in enumerate(samples):
+        SAMPLE_BYTES.check(f"samples[{i}] bytes", pair[0])
+        SAMPLE_SECONDS.check(f"samples[{i}] seconds", pair[1])
+
+
+def check_dtype_rates(name: str, rates: Any, dtypes: tuple[str, ...], *, required: bool) -> None:
+    if not isinstance(rates, Mapping) or (required and not rates):
+        raise ProfileError(f"{name} must be an object {{dtype: TFLOP/s}} with at least one of {', '.join(dtypes)}, got {rates!r}")
+    for dtype, value in rates.items():
+        check_choice(f"{name} dtype", dtype, dtypes)
+        TFLOPS.check(f"{name}.{dtype}", value)
+
+
+def check_keyed(name: str, table: Any, key_low: int, values: Range) -> None:
+    """``{rank count: value}`` (compute_share, bandwidth_share, arrival_jitter_us): counts from ``key_low``."""
+    for count, value in table.items():
+        check_count(f"{name} key", count, key_low)
+        values.check(f"{name}[{count}]", value)
+
+
+def check_jitter_curves(curves: Any) -> None:
+    """``arrival_jitter_curve_us``: ``{group size: {us of compute: wait us}}``."""
+    for size, curve in curves.items():
+        if not is_int(size) or size < 2 or not isinstance(curve, Mapping) or not curve:
+            raise ProfileError(
+                "arrival_jitter_curve_us: keys are group sizes (integers >= 2) of non-empty objects "
+                f"{{compute us: wait us}}, got {size!r}: {curve!r}"
+            )
+        check_count("arrival_jitter_curve_us key", size, 2)
+        for compute_us, us in curve.items():
+            if not is_int(compute_us):
+                raise ProfileError(
+                    f"arrival_jitter_curve_us[{size}] keys are compute times in us (integers >= 1), got {compute_us!r}"
+                )
+            JITTER_COMPUTE_US.check(f"arrival_jitter_curve_us[{size}] key", compute_us)
+            JITTER_US.check(f"arrival_jitter_curve_us[{size}][{compute_us}]", us)

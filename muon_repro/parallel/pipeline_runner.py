@@ -1,0 +1,165 @@
+"""Run one stage's schedule (:mod:`muon_repro.parallel.schedule`) over the PP group: one training step's
+forwards and backwards, micro-batch by micro-batch, with point-to-point transfers between neighbours.
+
+Each step of the list does one thing:
+
+=================  ===========================================================================
+RecvActivation(m)  ``irecv`` the activation from the previous stage, wait; keep it as a leaf that
+                   requires grad (its ``.grad`` is what :class:`SendGrad` sends back)
+Forward(m)         the stage's layers; on the last stage the loss of micro-batch ``m`` over ``M``
+SendActivation(m)  ``isend`` the output (detached) to the next stage; not waited for
+RecvGrad(m)        ``irecv`` the gradient of micro-batch ``m``'s output, wait
+Backward(m)        backpropagate through the stage: parameter gradients accumulate in ``.grad``
+SendGrad(m)        ``isend`` the input activation's gradient to the previous stage; not waited for
+=================  ===========================================================================
+
+Receives block and sends do not: a send's tensor is kept alive until the flush at the end of the step
+waits for every send. With 1F1B's order this cannot deadlock (each receive waits for a send its neighbour
+issues earlier in its own list; ``tests/test_pipeline_equivalence.py`` simulates it), and no stage waits
+for a neighbour to receive. The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors): the
+receive buffers take the device of the stage's parameters.
+
+The loss of every micro-batch is divided by ``M`` before its backward, so the gradients accumulated over
+the ``M`` micro-batches are those of the mean loss over this DP replica's batch, the quantity the ZeRO-1
+optimizers then average over the stage's DP group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.profiler import record_function
+
+from muon_repro.parallel.grid3d import ProcessGrid3D
+from muon_repro.parallel.pipeline_stages import GPTStage
+from muon_repro.parallel.schedule import (
+    Backward,
+    Forward,
+    RecvActivation,
+    RecvGrad,
+    SendActivation,
+    SendGrad,
+    Step,
+    one_f_one_b,
+)
+from muon_repro.phases import BACKWARD, FORWARD
+
+# Profiler scopes of the point-to-point transfers (the analysis does not know them yet; when it learns
+# pipelines they belong in muon_repro.phases beside the others).
+PP_PHASES = {
+    RecvActivation: "pp_recv_activation",
+    SendActivation: "pp_send_activation",
+    RecvGrad: "pp_recv_grad",
+    SendGrad: "pp_send_grad",
+}
+
+
+@dataclass
+class _InFlight:
+    """What one stage holds between the steps of a training step, by micro-batch."""
+
+    inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # tokens, or received activations
+    outputs: dict[int, torch.Tensor] = field(default_factory=dict)  # activations to send, or scaled losses
+    output_grads: dict[int, torch.Tensor] = field(default_factory=dict)
+    sends: list[tuple[dist.Work, torch.Tensor]] = field(default_factory=list)  # the tensor lives until the wait
+    loss: torch.Tensor | None = None  # last stage: the sum of the scaled micro-batch losses
+
+
+def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> list[torch.Tensor]:
+    """``batch`` ``[B, ...]`` cut into ``micro_batches`` equal, consecutive micro-batches along dim 0."""
+    if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
+        raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
+    if batch.shape[0] % micro_batches != 0:
+        raise ValueError(
+            f"a batch of {batch.shape[0]} sequences does not split into {micro_batches} equal micro-batches; "
+            "make the per-replica batch a multiple of micro_batches"
+        )
+    return list(batch.chunk(micro_batches, dim=0))
+
+
+def check_stage_on_grid(stage: GPTStage, grid: ProcessGrid3D) -> None:
+    """``ValueError`` unless ``stage`` is the stage this rank holds on ``grid``, sharded over the grid's TP group."""
+    if (stage.stage, stage.pp) != (grid.pp_rank, grid.pp):
+        raise ValueError(f"this rank is stage {grid.pp_rank} of {grid.pp}, but the model is stage {stage.stage} of {stage.pp}")
+    if stage.tp_group.ranks != grid.tp_group.ranks:
+        raise ValueError(
+            f"the stage is sharded over TP ranks {stage.tp_group.ranks}, the grid's TP group is {grid.tp_group.ranks}"
+        )
+
+
+def run_pipeline(
+    stage: GPTStage,
+    grid: ProcessGrid3D,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    micro_batches: int,
+    steps: list[Step] | None = None,
+) -> torch.Tensor | None:
+    """Forward and backward this replica's batch through this stage; the mean loss on the last stage, else None.
+
+    ``tokens`` and ``targets`` (``[batch, seq]``) are this DP replica's; every stage of a PP group is given
+    the same ones (the first uses the tokens, the last the targets, the others their shape). Gradients
+    accumulate into the parameters' ``.grad``: zero them between training steps. ``steps`` defaults to
+    this stage's 1F1B list.
+    """
+    check_stage_on_grid(stage, grid)
+    token_mbs, target_mbs = split_micro_batches(tokens, micro_batches), split_micro_batches(targets, micro_batches)
+    steps = one_f_one_b(grid.pp_rank, grid.pp, micro_batches) if steps is None else steps
+    device = next(stage.parameters()).device
+    shape = stage.activation_shape(*token_mbs[0].shape)
+    held = _InFlight()
+    for step in steps:
+        mb = step.micro_batch
+        if isinstance(step, Forward):
+            with record_function(FORWARD):
+                x = token_mbs[mb] if stage.is_first else held.inputs[mb]
+                if stage.is_last:
+                    out = stage(x, target_mbs[mb]) / micro_batches
+                    held.loss = out.detach() if held.loss is None else held.loss + out.detach()
+                else:
+                    out = stage(x)
+                held.outputs[mb] = out
+        elif isinstance(step, Backward):
+            with record_function(BACKWARD):
+                out = held.outputs.pop(mb)
+                torch.autograd.backward(out, grad_tensors=None if stage.is_last else held.output_grads.pop(mb))
+        elif isinstance(step, (RecvActivation, RecvGrad)):
+            with record_function(PP_PHASES[type(step)]):
+                buffer = torch.empty(shape, dtype=torch.float32, device=device)
+                source = grid.prev_rank if isinstance(step, RecvActivation) else grid.next_rank
+                dist.irecv(buffer, src=source, group=grid.pp_group.process_group).wait()
+            if isinstance(step, RecvActivation):
+                held.inputs[mb] = buffer.requires_grad_(True)
+            else:
+                held.output_grads[mb] = buffer
+        elif isinstance(step, (SendActivation, SendGrad)):
+            with record_function(PP_PHASES[type(step)]):
+                if isinstance(step, SendActivation):
+                    tensor, dest = held.outputs[mb].detach().contiguous(), grid.next_rank
+                else:
+                    tensor, dest = held.inputs.pop(mb).grad.contiguous(), grid.prev_rank
+                held.sends.append((dist.isend(tensor, dst=dest, group=grid.pp_group.process_group), tensor))
+        else:
+            raise ValueError(f"unknown pipeline step {step!r}")
+    for work, _tensor in held.sends:  # the flush: every send delivered before the optimizer step
+        work.wait()
+    if held.outputs or held.output_grads:
+        raise ValueError(f"the schedule left micro-batches {sorted(held.outputs)} forwarded but not backwarded")
+    return held.loss
+
+
+def train_step(
+    stage: GPTStage,
+    grid: ProcessGrid3D,
+    optimizer: torch.optim.Optimizer,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    micro_batches: int,
+) -> torch.Tensor | None:
+    """One training step: the pipeline's forwards and backwards, the flush, this stage's optimizer step."""
+    loss = run_pipeline(stage, grid, tokens, targets, micro_batches)
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss

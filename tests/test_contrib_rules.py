@@ -1,0 +1,155 @@
+"""The rules a contribution is held to, checked without a Hub: names and paths, config.json's numbers, capped
+messages, escaping, and refused symbolic links (muon_repro.contrib.untrusted, pr_checks, config_check, run_check)."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+
+import pytest
+from test_contribute import PROFILE, make_run
+
+from muon_repro.contrib.config_check import check_config
+from muon_repro.contrib.limits import CONFIG_INT_RANGES, MAX_TRACE_EXPANSION, MAX_TRIAL, MAX_WORLD_SIZE
+from muon_repro.contrib.pr_checks import RunPath, parse_run_path
+from muon_repro.contrib.run_check import check_run, scan_runs
+from muon_repro.contrib.untrusted import describe_ranks, escape_controls, shown
+
+FOLDER = f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"
+
+
+def test_names_print_as_they_are_only_when_printable_ascii():
+    assert shown("traces/cpu-2c-gloo/comparison/x/trial0/log.txt") == "traces/cpu-2c-gloo/comparison/x/trial0/log.txt"
+    assert shown("\x1b[32mChecks passed\x1b[0m") == "'\\x1b[32mChecks passed\\x1b[0m'"
+    assert shown("mu\u043en") == "'mu\\u043en'"  # a Cyrillic o that looks Latin
+    assert "\n" not in shown("a\nChecks passed") and "\r" not in shown("\rx")
+    assert escape_controls("ok \x1b[2J\u202e done\n") == "ok \\x1b[2J\\u202e done\n"
+
+
+def test_rank_lists_are_ranges_not_one_number_each():
+    assert describe_ranks([3, 2]) == "2, 3"
+    assert describe_ranks(range(2, 1000)) == "2..999 (998 ranks)"
+    many = describe_ranks(range(0, 40, 2))
+    assert many.endswith("and 15 more range(s) (20 ranks)") and len(many) < 80
+
+
+def test_a_run_path_is_checked_part_by_part():
+    place = parse_run_path(f"{FOLDER}/rank1.json.gz")
+    assert place == RunPath(PROFILE, "comparison", "muon_dp2_tp1", 0, "rank1.json.gz")
+    assert isinstance(parse_run_path(f"traces/8xH100-nvlink-nccl/comparison/x.y/trial{MAX_TRIAL}/log.txt"), RunPath)
+    refused = {
+        "../../outside.txt": "added outside a run folder",
+        "/etc/passwd": "added outside a run folder",
+        "traces\\p\\g\\n\\trial0\\log.txt": "added outside a run folder",
+        f"traces/{PROFILE}/mu\u043en/x/trial0/log.txt": "the group 'mu\\u043en' is not a valid name",
+        f"traces/{PROFILE}/comparison/../trial0/log.txt": "the run name .. is not a valid name",
+        f"traces/{PROFILE}/comparison/.hidden/trial0/log.txt": "the run name .hidden is not a valid name",
+        f"traces/{PROFILE}/Comparison/x/trial0/log.txt": "the group Comparison is not a valid name",
+        "traces/cpu\x1b[31m/comparison/x/trial0/log.txt": "the profile 'cpu\\x1b[31m' is not a valid profile id",
+        f"traces/{PROFILE}/comparison/x/trial007/log.txt": "is not trial<k>",
+        f"traces/{PROFILE}/comparison/x/trial{MAX_TRIAL + 1}/log.txt": "is not trial<k>",
+        f"{FOLDER}/rank00.json.gz": "is not a run file",
+        f"{FOLDER}/rank{MAX_WORLD_SIZE}.json.gz": "is not a run file",
+        f"{FOLDER}/rank1.json": "is not a run file",
+        f"{FOLDER}/log.txt\n": "is not a run file",
+    }
+    for path, reason in refused.items():
+        why = parse_run_path(path)
+        assert isinstance(why, str) and reason in why, (path, why)
+        assert all(" " <= c <= "~" for c in why), why  # the contributor's text is escaped
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (10**12, "world_size is 1000000000000, outside 1 to 1024"),
+        (10**6, "outside 1 to 1024"),
+        (4.7, "world_size is 4.7 (a float), not an integer from 1 to 1024"),
+        (4.0, "(a float), not an integer"),
+        (True, "(a boolean), not an integer"),
+        ("4", "(a str), not an integer"),
+        (None, "(null), not an integer"),
+        (0, "outside 1 to 1024"),
+        (10**40, "a 41-digit number, outside 1 to 1024"),
+    ],
+)
+def test_world_size_must_be_an_integer_in_range(value, said):
+    checked = check_config({"group": "g", "name": "n", "world_size": value})
+    assert checked.world_size is None
+    assert any(said in p for p in checked.problems), checked.problems
+
+
+def test_the_other_numbers_and_names_of_config_json():
+    good = {"group": "comparison", "name": "muon_dp2_tp1", "world_size": 4, "dp": 2, "tp": 2, "trial": 3, "steps": 6}
+    assert check_config(good).problems == () and check_config(good).world_size == 4
+    assert "dp 2 x tp 1 is not world_size 4" in check_config({**good, "tp": 1}).problems[0]
+    assert "trial is -1, outside 0 to" in check_config({**good, "trial": -1}).problems[0]
+    assert "group 'gr\\u043eup' is not a valid name" in check_config({**good, "group": "gr\u043eup"}).problems[0]
+    assert check_config({**good, "world_size": None, "dp": None}).world_size is None
+    assert check_config({"group": "g", "name": "n"}).problems[0].startswith("has no 'world_size' (the number of ranks)")
+    for key, (low, high) in CONFIG_INT_RANGES.items():
+        assert check_config({**good, key: high + 1}).problems, key
+
+
+def test_a_huge_world_size_costs_nothing_and_says_one_thing(tmp_path):
+    run = make_run(tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "world_size": 10**12}))
+    started = time.perf_counter()
+    found, problems = check_run(run)
+    assert found is None and time.perf_counter() - started < 1
+    assert [p.problem.split(",")[0] for p in problems] == ["world_size is 1000000000000"]
+
+
+def test_missing_ranks_are_one_message_each_kind(tmp_path):
+    run = make_run(tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "world_size": 1000, "dp": 1000}))
+    _, problems = check_run(run)
+    said = [p.problem for p in problems]
+    assert len(said) == 2, said
+    assert said[0].startswith("names no metrics for rank(s) 2..999 (998 ranks) of world_size 1000")
+    assert said[1].startswith("has no trace for ranks 2..999 (998 ranks) of world_size 1000")
+
+
+def test_side_files_nested_too_deeply_or_not_text_are_refused_by_name(tmp_path):
+    run = make_run(tmp_path / "run")
+    (run / "environment.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    (run / "metrics.json").write_bytes(b"\xff\xfe{}")
+    _, problems = check_run(run)
+    by_file = {p.path.name: p.problem for p in problems}
+    assert by_file["environment.json"].startswith("its JSON is nested too deeply to read")
+    assert by_file["metrics.json"].startswith("not UTF-8 text")
+
+
+def test_symbolic_links_anywhere_are_refused_each_by_name(tmp_path):
+    runs = tmp_path / "runs"
+    run = make_run(runs / PROFILE / "comparison" / "muon_dp2_tp1" / "trial0")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not yours\n")
+    (run / "log.txt").unlink()
+    (run / "log.txt").symlink_to(outside)
+    (run.parent / "trial1").symlink_to(run, target_is_directory=True)
+    scan = scan_runs(runs)
+    assert not scan.runs  # the folder with a link is not read at all
+    said = sorted(str(p) for p in scan.problems)
+    assert len(said) == 2, said
+    assert said[0].startswith(f"{run / 'log.txt'}: is a symbolic link (to {outside})")
+    assert said[1].startswith(f"{run.parent / 'trial1'}: is a symbolic link")
+
+
+def test_a_gzip_bomb_stops_at_64_times_its_compressed_size(tmp_path):
+    run = make_run(tmp_path / "run")
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: a gzip header and trailer
+    event = b'{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 1},'
+    parts = [compressor.compress(b'{"traceEvents": [')]
+    parts += [compressor.compress(event * 10_000) for _ in range(250)]  # 220 MB of events, which the reader takes
+    bomb = b"".join(parts) + compressor.compress(event[:-1] + b"]}") + compressor.flush()
+    (run / "rank0.json.gz").write_bytes(bomb)
+    assert len(bomb) * MAX_TRACE_EXPANSION < 220e6
+    started = time.perf_counter()
+    _, problems = check_run(run)
+    assert [p.path.name for p in problems] == ["rank0.json.gz"]
+    assert problems[0].problem.startswith("past a limit of the trace reader (decompressed more than")
+    assert time.perf_counter() - started < 10

@@ -1,0 +1,316 @@
+"""``python -m tools.contrib_fuzz --cases N``: hostile contributions end in a clear refusal or a clean pass.
+
+Each case (:mod:`tools.contrib_cases`: a seed, a kind of attack, a variant) is a pull request opened
+on a fake Hub on 127.0.0.1 against a small published dataset (or a runs folder for ``contribute``),
+and ``muon-repro review`` (or ``contribute``) run on it in a child process under ``resource``
+limits: ``RLIMIT_AS`` (address space) and ``RLIMIT_CPU``, and a wall-clock limit. Every case must
+end within them as the case allows: a refusal (exit 1 with the problems, or exit 2 with one
+``error:`` line), a clean pass (exit 0, one "Checks passed" line), or Ctrl-C's one line and exit
+130, never a traceback, a ``MemoryError``, a hang or a signal; with nothing but printable text
+(names escaped, no terminal control); and without downloading a file its checks refused, nor
+uploading anything when ``contribute`` refuses. Prints how the cases ended, the longest one, the
+largest memory and every failure with its seed; exits 1 if any case failed. Needs a checkout of
+the repository (the fake Hub lives in tests/support/).
+
+The children are forked from one process that has imported everything once (``--zygote``, internal),
+so that a case costs the review, not Python's start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from muon_repro.dataset.manifest import HEADER
+from tools.contrib_cases import KINDS, PROFILE, Case, good_run, make_case, manifest_lines
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO = "fuzz-org/muon-traces"
+TOKEN = "hf_fuzz_token_0123456789"
+MEMORY_LIMIT_BYTES = 2 * 2**30  # RLIMIT_AS of a case: a review of a small pull request needs a few hundred MB
+CPU_LIMIT_S = 60  # RLIMIT_CPU of a case: SIGXCPU past it
+WALL_LIMIT_S = 90  # a case still running then is a hang: killed
+OUTCOMES = {0: "passed", 1: "refused", 2: "error", 130: "interrupted"}
+
+
+@dataclass
+class Result:
+    case: Case
+    outcome: str
+    seconds: float
+    max_rss_bytes: int
+    stdout: str
+    stderr: str
+    failures: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- the child side (internal: --zygote)
+
+
+def _zygote() -> int:
+    """Import what a review needs, then per request line fork a child that runs one command, and report it."""
+    from huggingface_hub.utils import _detect_agent
+
+    import muon_repro.analysis.pipeline  # noqa: F401 - imported once here, not in each child
+    import muon_repro.analysis.tables  # noqa: F401
+    import muon_repro.contrib.contribute  # noqa: F401
+    import muon_repro.contrib.review  # noqa: F401
+    from muon_repro.cli import main
+
+    _detect_agent._registry = _detect_agent._EMPTY_REGISTRY  # else each child asks the Hub for it
+    _warm_up(main)
+    for line in sys.stdin:
+        request = json.loads(line)
+        print(json.dumps(_fork_one(main, request)), flush=True)
+    return 0
+
+
+def _warm_up(main) -> None:  # noqa: ANN001 - muon_repro.cli.main
+    """One review here first (of the pull request the harness opened for it), so that each child starts with what it
+    loads on first use loaded; then the Hub client is closed, so that no child shares a connection of it."""
+    import contextlib
+    import io
+
+    from huggingface_hub.utils import close_session
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(["review", "--repo-id", REPO, "--pr", os.environ["CONTRIB_FUZZ_WARM_UP_PR"], "--workers", "1"])
+    close_session()
+
+
+def _child(main, request: dict) -> None:  # noqa: ANN001 - muon_repro.cli.main
+    import resource
+    import traceback
+
+    code = 1
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            os.dup2(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+        code = main(request["argv"])
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - what the user would see: a traceback, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _fork_one(main, request: dict) -> dict:  # noqa: ANN001
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(main, request)
+    interrupt_at = None if request["interrupt_after_s"] is None else started + request["interrupt_after_s"]
+    killed = False
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            break
+        now = time.monotonic()
+        if interrupt_at is not None and now >= interrupt_at:
+            os.kill(pid, signal.SIGINT)
+            interrupt_at = None
+        if now - started > WALL_LIMIT_S:
+            os.kill(pid, signal.SIGKILL)
+            _, status, usage = os.wait4(pid, 0)
+            killed = True
+            break
+        time.sleep(0.005)
+    return {
+        "code": os.waitstatus_to_exitcode(status),
+        "seconds": time.monotonic() - started,
+        "max_rss_bytes": usage.ru_maxrss * 1024,
+        "killed": killed,
+    }
+
+
+# ---------------------------------------------------------------------- the parent side
+
+
+class Harness:
+    """The fake Hub with the published dataset, and the zygote that runs each case's command."""
+
+    def __init__(self, scratch: Path) -> None:
+        sys.path.insert(0, str(REPO_ROOT / "tests"))
+        from support.fake_hub import FakeHub
+
+        self.scratch = scratch
+        self.hub = FakeHub().start()
+        self.repo = self.hub.store.create_repo("dataset", REPO)
+        published = good_run(f"traces/{PROFILE}/comparison/adamw_dp2_tp1/trial0", name="adamw_dp2_tp1")
+        published["README.md"] = b"# data\n"
+        self.main_manifest = HEADER.encode() + manifest_lines(published)
+        self.hub.push(REPO, {**published, "MANIFEST.sha256": self.main_manifest})
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+        warm_up = self.open_pull_request(make_case(0, "good"))
+        env.update(
+            CONTRIB_FUZZ_WARM_UP_PR=str(warm_up),
+            HF_ENDPOINT=self.hub.url,
+            HF_HUB_DISABLE_XET="1",
+            HF_HOME=str(scratch / "hf_home"),
+            HF_TOKEN=TOKEN,
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_PROGRESS_BARS="1",
+            MALLOC_ARENA_MAX="2",  # glibc reserves 64 MB of address space per thread's arena otherwise
+            PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        )
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", "tools.contrib_fuzz", "--zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=REPO_ROOT,
+            text=True,
+        )
+
+    def close(self) -> None:
+        self.zygote.stdin.close()  # type: ignore[union-attr]
+        self.zygote.wait(timeout=30)
+        self.hub.stop()
+
+    def open_pull_request(self, case: Case) -> int:
+        from support.fake_hub_store import Blob
+
+        main = self.repo.commits[self.repo.branches["main"]]
+        pr = self.hub.store.open_pull_request(self.repo, "main", main, case.title, "fuzz", "fuzz-user")
+        manifest = case.manifest
+        if manifest is None:
+            manifest = self.main_manifest + manifest_lines(case.files)
+        elif manifest.startswith(b"MAIN\n"):
+            manifest = self.main_manifest + manifest[len(b"MAIN\n") :]
+        changes: dict[str, Blob | None] = {p: Blob(d) for p, d in case.files.items()}
+        changes["MANIFEST.sha256"] = Blob(manifest)
+        changes.update({p: None for p in case.deleted})
+        commit = self.hub.store.commit(self.repo, pr.ref, changes, [], case.title, "")
+        pr.commits.append(commit.oid)
+        return pr.num
+
+    def run(self, case: Case, folder: Path) -> Result:
+        if case.command == "contribute":
+            assert case.runs is not None
+            case.runs(folder / "runs")
+            argv = ["contribute", "--repo-id", REPO, "--runs", str(folder / "runs"), "--timeout", "20"]
+        else:
+            num = self.open_pull_request(case)
+            argv = ["review", "--repo-id", case.repo or REPO, "--pr", str(case.pr or num), "--workers", "1", "--timeout", "20"]
+        argv += list(case.args)
+        request = {
+            "argv": argv,
+            "stdout": str(folder / "stdout"),
+            "stderr": str(folder / "stderr"),
+            "interrupt_after_s": case.interrupt_after_s,
+        }
+        seen = len(self.hub.requests)
+        self.zygote.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+        self.zygote.stdin.flush()  # type: ignore[union-attr]
+        report = json.loads(self.zygote.stdout.readline())  # type: ignore[union-attr]
+        out, err = (Path(request[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
+        code = report["code"]
+        outcome = "hang" if report["killed"] else OUTCOMES.get(code, f"exit {code}" if code >= 0 else f"signal {-code}")
+        result = Result(case, outcome, report["seconds"], report["max_rss_bytes"], out, err)
+        result.failures = judge(result, self.hub.requests[seen:])
+        return result
+
+
+def _control_characters(text: str) -> list[str]:
+    return sorted({ascii(c) for c in text if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")})
+
+
+def judge(result: Result, requests: list[tuple[str, str]]) -> list[str]:
+    """Everything that is wrong with how a case ended (nothing for a clear refusal or a clean pass)."""
+    case, out, err = result.case, result.stdout, result.stderr
+    failures = []
+    if result.outcome not in case.allowed:
+        failures.append(f"ended {result.outcome}, expected {' or '.join(case.allowed)}")
+    for word in ("Traceback", "MemoryError", "RecursionError"):
+        if word in out + err:
+            failures.append(f"{word} in the output: {(err or out).strip().splitlines()[-1][:200]}")
+    if bad := _control_characters(out + err):
+        failures.append(f"control characters printed raw: {', '.join(bad[:5])}")
+    passed_lines = [ln for ln in out.splitlines() if ln.startswith("Checks passed")]
+    expected = {"passed": (1,), "interrupted": (0, 1)}.get(result.outcome, (0,)) if case.command == "review" else (0,)
+    if len(passed_lines) not in expected:
+        failures.append(f"{len(passed_lines)} line(s) start with 'Checks passed' on a case that {result.outcome}")
+    lines = err.strip().splitlines()
+    if result.outcome in ("error", "interrupted") and case.command == "review":
+        prefix = "muon-repro review: error:" if result.outcome == "error" else "muon-repro review: interrupted;"
+        if len(lines) != 1 or not lines[0].startswith(prefix):
+            failures.append(f"stderr is not one line starting {prefix!r}: {err[:300]!r}")
+    if case.command == "contribute":
+        named = sum("is a symbolic link" in ln for ln in lines)
+        if named != case.links:
+            failures.append(f"{named} symbolic link(s) named, the runs folder holds {case.links}")
+        if sent := [p for m, p in requests if m in ("POST", "PUT") and ("/commit/" in p or "/preupload/" in p or "lfs" in p)]:
+            failures.append(f"uploaded after a refusal: {sent[0]}")
+    fetched = {p for m, p in requests if m in ("GET", "HEAD") and "/resolve/" in p}
+    if leaked := [p for p in case.never_downloaded if any(f.endswith("/" + p) for f in fetched)]:
+        failures.append(f"downloaded a refused file: {leaked[0]!r}")
+    return failures
+
+
+def run_cases(cases: list[Case], *, echo=print) -> list[Result]:  # noqa: ANN001
+    """Run ``cases``; print the summary; return every result."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="contrib-fuzz-") as tmp:
+        harness = Harness(Path(tmp))
+        started = time.perf_counter()
+        try:
+            for i, case in enumerate(cases):
+                folder = Path(tmp) / f"case{i}"
+                folder.mkdir()
+                results.append(harness.run(case, folder))
+        finally:
+            harness.close()
+        total = time.perf_counter() - started
+    outcomes: dict[str, int] = {}
+    for r in results:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    failed = [r for r in results if r.failures]
+    echo(
+        f"{len(results)} cases in {total:.1f} s: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+        + f"; {len(failed)} failed"
+    )
+    if results:
+        longest = max(results, key=lambda r: r.seconds)
+        largest = max(results, key=lambda r: r.max_rss_bytes)
+        echo(f"longest case: {longest.seconds:.2f} s ({longest.case.describe()})")
+        echo(f"largest memory: {largest.max_rss_bytes / 2**20:.0f} MiB ({largest.case.describe()})")
+    for r in failed:
+        echo(f"FAILED {r.case.describe()}: {'; '.join(r.failures)}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.contrib_fuzz", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=1000, help="number of cases (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first case (default: %(default)s)")
+    parser.add_argument("--kind", choices=sorted(KINDS), default=None, help="only cases of this kind")
+    parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.zygote:
+        return _zygote()
+    if args.cases < 1:
+        parser.error(f"--cases must be 1 or more, got {args.cases}")
+    cases = [make_case(seed, args.kind) for seed in range(args.seed, args.seed + args.cases)]
+    return 1 if any(r.failures for r in run_cases(cases)) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
