@@ -24,6 +24,15 @@ DP_ALL_GATHER = "dp_all_gather"  # ZeRO-1: parameters, every optimizer
 TP_ALL_REDUCE = "tp_all_reduce"  # the model's own tensor-parallel traffic
 TP_ALL_GATHER = "tp_all_gather"
 
+# Pipeline parallelism (muon_repro.parallel.pipeline_runner): the point-to-point transfers between neighbouring
+# stages, and the flush that waits for this stage's sends before the optimizer step.
+PP_RECV_ACTIVATION = "pp_recv_activation"
+PP_SEND_ACTIVATION = "pp_send_activation"
+PP_RECV_GRAD = "pp_recv_grad"
+PP_SEND_GRAD = "pp_send_grad"
+PP_FLUSH = "pp_flush"
+BUBBLE = "bubble"  # derived by the analysis, no scope: a stage's time blocked in its receives and its flush
+
 OPTIMIZER_PHASES = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, TP_SHARD, DP_SHARD, UPDATE, DP_ALL_GATHER)
 """Inside the optimizer step, in data-flow order."""
 OPTIMIZER_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, TP_GATHER, DP_ALL_GATHER)
@@ -31,7 +40,12 @@ OPTIMIZER_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, TP_GATHER, DP_ALL_GATHER)
 MUON_ONLY_PHASES = (DP_GATHER, TP_GATHER)
 DP_COMM_PHASES = (DP_REDUCE_SCATTER, DP_GATHER, DP_ALL_GATHER)
 MODEL_COMM_PHASES = (TP_ALL_REDUCE, TP_ALL_GATHER)
-PHASES = COARSE_PHASES + OPTIMIZER_PHASES + MODEL_COMM_PHASES
+PIPELINE_PHASES = (PP_RECV_ACTIVATION, PP_SEND_ACTIVATION, PP_RECV_GRAD, PP_SEND_GRAD, PP_FLUSH)
+"""The pipeline's scopes, outside forward and backward."""
+PIPELINE_WAIT_PHASES = (PP_RECV_ACTIVATION, PP_RECV_GRAD, PP_FLUSH)
+"""Where a stage blocks on its neighbours: their sum is the stage's :data:`BUBBLE` (with the transfers' own time)."""
+PP_SEND_PHASES = (PP_SEND_ACTIVATION, PP_SEND_GRAD)
+PHASES = COARSE_PHASES + OPTIMIZER_PHASES + MODEL_COMM_PHASES + PIPELINE_PHASES
 
 PHASE_LABELS = {
     FORWARD: "forward",
@@ -48,6 +62,12 @@ PHASE_LABELS = {
     DP_ALL_GATHER: "DP all-gather (params)",
     TP_ALL_REDUCE: "TP all-reduce (model)",
     TP_ALL_GATHER: "TP all-gather (model)",
+    PP_RECV_ACTIVATION: "PP receive (activations)",
+    PP_SEND_ACTIVATION: "PP send (activations)",
+    PP_RECV_GRAD: "PP receive (gradients)",
+    PP_SEND_GRAD: "PP send (gradients)",
+    PP_FLUSH: "PP flush",
+    BUBBLE: "pipeline bubble",
 }
 """How a phase is named for people (figures, report)."""
 

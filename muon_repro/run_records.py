@@ -79,6 +79,7 @@ class RunConfig:
     optimizer: str | None = None  # muon | adamw
     dp: int | None = None
     tp: int | None = None
+    pp: int | None = None  # pipeline stages; 1 for runs recorded before the option existed
     layout: str | None = None  # contiguous | bucketed | whole_matrix
     overlap: str | None = None  # none | naive_async | pipelined (phases.OVERLAPS); "none" for runs recorded before it existed
     scale: str | None = None
@@ -144,6 +145,8 @@ class RunConfig:
             values["precision"] = "fp32"
         if raw and "micro_batches" not in raw:
             values["micro_batches"] = 1
+        if raw and "pp" not in raw:  # recorded before pipeline stages existed: the whole model on every rank
+            values["pp"] = 1
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,8 +188,11 @@ class RankMetrics:
     rank: int
     dp_rank: int | None = None
     tp_rank: int | None = None
+    pp_rank: int | None = None  # pipeline stage; None without pipeline stages (stage 0 of 1)
     step_ms: list[float | None] = field(default_factory=list)
     optimizer_ms: list[float | None] = field(default_factory=list)
+    # With pipeline stages, per profiled step: host time blocked in the stage's receives and flush (the bubble).
+    bubble_ms: list[float | None] = field(default_factory=list)
     loss: list[float | None] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     state_bytes: dict[str, int] = field(default_factory=dict)  # muon (momentum) / adamw (two moments)
@@ -208,6 +214,7 @@ class RankMetrics:
     timed_step_ms: list[float | None] = field(default_factory=list)
     timed_fwd_bwd_ms: list[float | None] = field(default_factory=list)
     timed_optimizer_ms: list[float | None] = field(default_factory=list)
+    timed_bubble_ms: list[float | None] = field(default_factory=list)  # pipeline stages only, as bubble_ms
     # Every collective call of those steps, as columns (muon_repro.parallel.comm.CommTimer.columns):
     # vocabularies "phases", "kinds", "groups"; then "step", "phase", "kind", "group" (codes into them),
     # "start_ns", "end_ns" (perf_counter_ns: CLOCK_MONOTONIC, one clock for the ranks of one host). {} without.
@@ -222,8 +229,10 @@ class RankMetrics:
             rank=r if (r := _int(raw.get("rank"))) is not None else index,
             dp_rank=_int(raw.get("dp_rank")),
             tp_rank=_int(raw.get("tp_rank")),
+            pp_rank=_int(raw.get("pp_rank")),
             step_ms=_floats(raw.get("step_ms")),
             optimizer_ms=_floats(raw.get("optimizer_ms")),
+            bubble_ms=_floats(raw.get("bubble_ms")),
             loss=_floats(raw.get("loss")),
             ledger=[rec for rec in ledger if isinstance(rec, dict)] if isinstance(ledger, list) else [],
             state_bytes=_int_map(raw.get("state_bytes")),
@@ -243,12 +252,17 @@ class RankMetrics:
             timed_step_ms=_floats(raw.get("timed_step_ms")),
             timed_fwd_bwd_ms=_floats(raw.get("timed_fwd_bwd_ms")),
             timed_optimizer_ms=_floats(raw.get("timed_optimizer_ms")),
+            timed_bubble_ms=_floats(raw.get("timed_bubble_ms")),
             timed_comm=_timed_comm(raw.get("timed_comm")),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as written; a rank without timed steps writes no ``timed_*`` key (as before they existed)."""
+        """The entry as written; a rank without timed steps writes no ``timed_*`` key, and one without pipeline stages
+        no pipeline key (as before they existed)."""
         out = asdict(self)
+        if self.pp_rank is None:
+            for name in ("pp_rank", "bubble_ms", "timed_bubble_ms"):
+                del out[name]
         if not (self.timed_step_ms or self.timed_fwd_bwd_ms or self.timed_optimizer_ms or self.timed_comm):
             for name in ("timed_step_ms", "timed_fwd_bwd_ms", "timed_optimizer_ms", "timed_comm"):
                 del out[name]

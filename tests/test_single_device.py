@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from muon_repro.bench.configs import CONFIGS, REFERENCE_CONFIGS, BenchConfig, expand_config_names, resolve
-from muon_repro.bench.runner import build_optimizer, train_step
+from muon_repro.bench.training import build_optimizer, train_step
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.model import GPT

@@ -258,6 +258,7 @@ def test_runs_columns_take_the_median_over_rounds_of_the_median_over_steps():
     assert columns == {
         "timed_step_ms": 26.0,
         "timed_optimizer_ms": 1.5,
+        "timed_bubble_ms": None,  # no pipeline stages
         "profiler_overhead": pytest.approx(1.2),  # paired within each traced round: median of 1.1 and 1.3
         "rounds": 3,
     }

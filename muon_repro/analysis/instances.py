@@ -251,7 +251,9 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
     ev = trace.events
     ts = ev["ts"].to_numpy()
     end = ev["end"].to_numpy()
-    worker_threads = set(ev["thread"].to_numpy()[transfers].tolist()) if len(transfers) else set()
+    # gloo runs collectives on worker threads, but point-to-point sends and receives on the calling thread
+    collective = np.array([normalize_op(str(names[name_codes[t]])) != "send_recv" for t in transfers.tolist()], bool)
+    worker_threads = set(ev["thread"].to_numpy()[transfers[collective]].tolist()) if len(transfers) else set()
     callers = np.array([c for c in callers.tolist() if int(ev["thread"].iat[c]) not in worker_threads], np.int64)
 
     # transfers: (ts, row, op, numel, dtype)
@@ -274,7 +276,7 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
             elements // n if op == "all_gather" and elements is not None and n else (None if op == "all_gather" else elements)
         )
         match = _take_transfer(pending, expect_ops, ts[c], expect_numel)
-        row = {"op": op, "group_size": n, "dtype": dt, "elements": elements, "caller": c}
+        row = {"op": op, "group_size": n, "dtype": dt, "elements": elements, "caller": c, "receives": _is_receive(op, cname)}
         if match is not None:
             _, t, numel, tdt, _ = match
             row.update(source="gloo", start=float(ts[t]), end=float(end[t]), event=t)
@@ -296,6 +298,7 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
                     "dtype": tdt,
                     "elements": numel,
                     "elements_are_shard": op == "all_gather",
+                    "receives": _is_receive(op, str(names[name_codes[t]])),
                     "start": float(ts[t]),
                     "end": float(end[t]),
                     "caller": None,
@@ -303,6 +306,11 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
                 }
             )
     return rows
+
+
+def _is_receive(op: str, name: str) -> bool:
+    """A point-to-point receive (``c10d::recv_``, ``gloo:recv``): it sends nothing, whatever its size."""
+    return op == "send_recv" and "recv" in name.lower() and "send" not in name.lower()
 
 
 def _take_transfer(pending: dict[str, list[list]], ops: Iterable[str], t0: float, numel: int | None, window: int = 64):
@@ -401,6 +409,7 @@ def _finish_sizes(df: pd.DataFrame, hints: dict[str, int]) -> None:
     """Group size, dtype, S and ring bytes, with -1 / "" for unknown."""
     group, dtype, elements, size_bytes, sent = [], [], [], [], []
     shard = df["elements_are_shard"].fillna(False).to_numpy(dtype=bool) if "elements_are_shard" in df else np.zeros(len(df), bool)
+    receives = df["receives"].fillna(False).to_numpy(dtype=bool) if "receives" in df else np.zeros(len(df), bool)
     for i, (op, g, dt, e, phase) in enumerate(zip(df["op"], df["group_size"], df["dtype"], df["elements"], df["phase"])):
         n = _resolve_group(_valid_count(g) if not _missing(g) else None, phase, hints)
         e = _valid_count(e) if not _missing(e) else None
@@ -412,6 +421,7 @@ def _finish_sizes(df: pd.DataFrame, hints: dict[str, int]) -> None:
         elements.append(e if e is not None else -1)
         size_bytes.append(e * dt[1] if e is not None and dt else -1)
         sent_bytes = ring_bytes(op, e, dt[1], n) if e is not None and dt and n > 0 else None
+        sent_bytes = 0 if receives[i] and sent_bytes is not None else sent_bytes
         sent.append(sent_bytes if sent_bytes is not None else -1)
     df["group_size"] = np.array(group, np.int64)
     df["dtype"] = np.array(dtype, dtype=object)

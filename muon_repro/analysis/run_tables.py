@@ -22,7 +22,7 @@ import pandas as pd
 from muon_repro.analysis.discover import RunInfo
 from muon_repro.analysis.pipeline import Analysis
 from muon_repro.analysis.timeline import align_ranks
-from muon_repro.phases import PHASES
+from muon_repro.phases import BUBBLE, PHASES, PIPELINE_WAIT_PHASES
 from muon_repro.run_records import RankMetrics
 from muon_repro.rundir import flatten
 from muon_repro.tables.schemas import SCHEMAS
@@ -84,6 +84,7 @@ def ranks_table(analysis: Analysis) -> pd.DataFrame:
                 **_ids(info, m.rank),
                 "dp_rank": m.dp_rank,
                 "tp_rank": m.tp_rank,
+                "pp_rank": m.pp_rank or 0,
                 "muon_state_bytes": m.state_bytes.get("muon"),
                 "adamw_state_bytes": m.state_bytes.get("adamw"),
                 "state_bytes": m.total_state_bytes,
@@ -150,7 +151,11 @@ def phases_table(analysis: Analysis, steps: pd.DataFrame, collectives: pd.DataFr
             ms = ((scoped["end_us"] - scoped["start_us"]).groupby(scoped["phase"]).sum() / 1000.0 / n_steps).to_dict()
             metrics = info.rank(b.meta.rank)
             analytic = metrics.analytic_bytes if metrics else {}
-            for phase in PHASES:
+            stage = (metrics.pp_rank if metrics else None) or 0
+            waits = [ms[p] for p in PIPELINE_WAIT_PHASES if p in ms]
+            if waits:  # a pipeline stage: its bubble is the time it blocked on its neighbours
+                ms[BUBBLE] = sum(waits)
+            for phase in (*PHASES, BUBBLE):
                 values = {
                     "ms_per_step": ms.get(phase),
                     "wait_ms_per_step": _per_step(wait_ms.get(phase), n_steps),
@@ -161,7 +166,7 @@ def phases_table(analysis: Analysis, steps: pd.DataFrame, collectives: pd.DataFr
                 }
                 if all(v is None for v in values.values()):
                     continue
-                rows.append({**_ids(info, b.meta.rank), "phase": phase, "steps": n_steps, **values})
+                rows.append({**_ids(info, b.meta.rank), "stage": stage, "phase": phase, "steps": n_steps, **values})
     return _frame("phases", rows)
 
 

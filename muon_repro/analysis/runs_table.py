@@ -121,6 +121,7 @@ def _run_identity(key: str, info) -> dict:
         "overlap": cfg.overlap,
         "dp": cfg.dp,
         "tp": cfg.tp,
+        "pp": cfg.pp,
     }
 
 

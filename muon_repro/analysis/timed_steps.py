@@ -62,16 +62,18 @@ def timed_calls(metrics: list[RankMetrics]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd.DataFrame:
+def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None, pp: int | None = 1) -> pd.DataFrame:
     """``calls`` (:func:`timed_calls`) with ``dur_ns``, ``latest_ns`` (the group's latest entry, null when
-    unmatched), ``matched``, ``wait_ns`` and ``transfer_ns`` (see the module's docstring)."""
+    unmatched), ``matched``, ``wait_ns`` and ``transfer_ns`` (see the module's docstring). With ``pp`` stages a
+    DP group is the ranks of one stage and one TP rank (global rank = pp_rank * dp * tp + dp_rank * tp + tp_rank)."""
     out = calls.copy()
     out["dur_ns"] = out["end_ns"] - out["start_ns"]
     out["latest_ns"] = pd.Series(np.nan, index=out.index)
     out["matched"] = False
     if len(out) and dp and tp:
         sizes = {"dp": dp, "tp": tp}
-        group_id = np.where(out["group"] == "dp", out["rank"] % tp, np.where(out["group"] == "tp", out["rank"] // tp, -1))
+        dp_group_id = (out["rank"] // (dp * tp)) * tp + out["rank"] % tp  # one per (stage, TP rank)
+        group_id = np.where(out["group"] == "dp", dp_group_id, np.where(out["group"] == "tp", out["rank"] // tp, -1))
         size = out["group"].map(sizes).fillna(0).astype(int)
         out["_gid"] = group_id
         out["_ordinal"] = (
@@ -104,18 +106,20 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         metrics = [m for m in ranks if m is not None and m.timed_step_ms]
         if not metrics:
             continue
-        split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
+        split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp, info.config.pp)
         per_step = split.groupby(["rank", "step"])[["dur_ns", "wait_ns", "transfer_ns"]].sum() / 1e6
         one_clock = _one_host(info.environment)
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
         for m in metrics:
             stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
-            for step, (s, f, o) in enumerate(zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms)):
+            bubbles = m.timed_bubble_ms if len(m.timed_bubble_ms) == len(m.timed_step_ms) else [None] * len(m.timed_step_ms)
+            for step, (s, f, o, bubble) in enumerate(zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms, bubbles)):
                 comm = per_step.loc[(m.rank, step)] if (m.rank, step) in per_step.index else None
                 rows.append(
                     {
                         **ids,
                         "rank": m.rank,
+                        "stage": m.pp_rank or 0,
                         "step": step,
                         "step_ms": s,
                         "fwd_bwd_ms": f,
@@ -125,6 +129,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
                         "comm_transfer_ms": (float(comm["transfer_ns"]) if comm is not None else 0.0)
                         if stamped and one_clock
                         else None,
+                        "bubble_ms": bubble,
                     }
                 )
     return pd.DataFrame(rows) if rows else SCHEMAS["timed_steps"].empty()
@@ -137,13 +142,24 @@ def timed_run_columns(timed: pd.DataFrame, run: str, profiled_by_trial: pd.Serie
     rank); ``profiler_overhead`` pairs it with the same trial's timed median, then takes the median over them."""
     mine = timed[timed["run"] == run]
     if mine.empty:
-        return {"timed_step_ms": None, "timed_optimizer_ms": None, "profiler_overhead": None, "rounds": None}
-    per_step = mine.groupby(["trial", "step"]).agg(step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"))
+        return {
+            "timed_step_ms": None,
+            "timed_optimizer_ms": None,
+            "timed_bubble_ms": None,
+            "profiler_overhead": None,
+            "rounds": None,
+        }
+    if "bubble_ms" not in mine.columns:  # a timed_steps table written before pipeline stages
+        mine = mine.assign(bubble_ms=np.nan)
+    per_step = mine.groupby(["trial", "step"]).agg(
+        step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"), bubble_ms=("bubble_ms", "mean")
+    )
     per_trial = per_step.groupby(level="trial").median()
     overhead = (profiled_by_trial / per_trial["step_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
     return {
         "timed_step_ms": float(per_trial["step_ms"].median()),
         "timed_optimizer_ms": float(per_trial["optimizer_ms"].median()),
+        "timed_bubble_ms": float(bubble) if (bubble := per_trial["bubble_ms"].median()) == bubble else None,
         "profiler_overhead": float(overhead.median()) if len(overhead) else None,
         "rounds": len(per_trial),
     }

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from muon_repro.phases import COARSE_PHASES, MODEL_COMM_PHASES, OPTIMIZER_PHASES
+from muon_repro.phases import COARSE_PHASES, MODEL_COMM_PHASES, OPTIMIZER_PHASES, PIPELINE_PHASES
 
 SPAN_COLUMNS = ("step", "lane", "phase", "start_us", "end_us")
-_FINE_PHASES = OPTIMIZER_PHASES + MODEL_COMM_PHASES
+_FINE_PHASES = OPTIMIZER_PHASES + MODEL_COMM_PHASES + PIPELINE_PHASES
 
 
 def empty_spans() -> pd.DataFrame:

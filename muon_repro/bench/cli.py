@@ -59,9 +59,9 @@ def _under_torchrun() -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     if args.list:
-        print(f"{'config':<42} {'optimizer':<9} {'dp':>2} {'tp':>2}  layout")
+        print(f"{'config':<42} {'optimizer':<9} {'dp':>2} {'tp':>2} {'pp':>2}  layout")
         for key, c in CONFIGS.items():
-            print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2}  {c.layout}")
+            print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2} {c.pp:>2}  {c.layout}")
         return 0
     if not args.configs:
         raise ValueError("name at least one CONFIG (see --list), a group, 'study', 'reference' or 'all'")

@@ -62,6 +62,9 @@ class BenchConfig:
     dp: int
     tp: int
     layout: str = "contiguous"
+    # Pipeline stages (muon_repro.parallel.grid3d): the model's blocks split over pp ranks, trained with 1F1B over
+    # micro_batches micro-batches; 1 (every run before the field): no pipeline.
+    pp: int = 1
     overlap: str = "none"  # how Muon's gathers are scheduled (muon_repro.phases.OVERLAPS)
     scale: str = "cpu"
     preset: str = ""  # filled by resolve()
@@ -118,7 +121,7 @@ class BenchConfig:
             )
         if self.scale not in SCALES:
             raise ValueError(f"config {self.key}: unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
-        for name in ("dp", "tp", "active", "micro_batches"):
+        for name in ("dp", "tp", "pp", "active", "micro_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"config {self.key}: {name} must be >= 1, got {getattr(self, name)}")
         for name in ("wait", "warmup", "timed_steps", "timed_warmup"):
@@ -128,6 +131,11 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and value not in DTYPE_NAMES:
                 raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
+        if self.pp > 1 and self.precision != "fp32":
+            raise ValueError(
+                f"config {self.key}: pipeline stages (pp={self.pp}) send fp32 activations, so they train in fp32 only; "
+                "set precision='fp32' or pp=1"
+            )
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"config {self.key}: unknown model preset {self.preset!r}")
         self._check_model_shape()
@@ -159,6 +167,10 @@ class BenchConfig:
             model = self.model_config()
         except ValueError as exc:
             raise ValueError(f"config {self.key}: {exc}") from None
+        if model.n_layers < self.pp:
+            raise ValueError(
+                f"config {self.key}: pp={self.pp} stages need at least one block each, the model has n_layers={model.n_layers}"
+            )
         for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
             if getattr(model, name) % self.tp:
                 raise ValueError(
@@ -183,7 +195,7 @@ class BenchConfig:
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp
+        return self.dp * self.tp * self.pp
 
     @property
     def batch_per_dp(self) -> int:
@@ -224,10 +236,20 @@ class BenchConfig:
         return {k: v for k, v in {**asdict(self), **derived}.items() if k not in shape_defaults}
 
 
-def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", **kw) -> BenchConfig:
-    """A config named like the original study's runs: ``muon_dp2_tp2``, ``adamw_dp4``, ``muon_tp4``."""
-    grid = f"dp{dp}_tp{tp}" if dp > 1 and tp > 1 else (f"dp{dp}" if dp > 1 else f"tp{tp}")
-    return BenchConfig(group=group, name=f"{optimizer}_{grid}{suffix}", optimizer=optimizer, dp=dp, tp=tp, **kw)
+def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", pp: int = 1, **kw) -> BenchConfig:
+    """A config named like the original study's runs: ``muon_dp2_tp2``, ``adamw_dp4``, ``muon_tp4``; with
+    pipeline stages the PP size leads a 2-D grid (``muon_pp2_dp2``) and ends the 3-D one (``muon_dp2_tp2_pp2``)."""
+    sizes = [f"dp{dp}"] * (dp > 1) + [f"tp{tp}"] * (tp > 1)
+    if pp > 1:
+        sizes = sizes + [f"pp{pp}"] if len(sizes) == 2 else [f"pp{pp}", *sizes]
+    grid = "_".join(sizes) or "tp1"
+    return BenchConfig(group=group, name=f"{optimizer}_{grid}{suffix}", optimizer=optimizer, dp=dp, tp=tp, pp=pp, **kw)
+
+
+PIPELINE_GROUP = "pipeline"
+# The pipeline group's grids (dp, tp, pp): three with PP and the original study's three without, at 4 ranks, and
+# the 3-D grid at 8. Every one trains micro-batches of one sequence (see _pipeline), so they differ only in layout.
+PIPELINE_GRIDS = ((4, 1, 1), (1, 4, 1), (2, 2, 1), (2, 1, 2), (1, 2, 2), (1, 1, 4), (2, 2, 2))
 
 
 SINGLE_DEVICE_TOKENS = (8192, 32768, 131072, 262144)
@@ -253,6 +275,13 @@ _ALL = [
     _grid("scale_out", "adamw", 4, 2),
     _grid("scale_out", "muon", 8, 1),
     _grid("scale_out", "adamw", 8, 1),
+    # DP x TP x PP (docs/pipeline.md): the same tokens per step on every grid, in micro-batches of one sequence.
+    # Three profiled steps keep the traces small (14 runs); the intervals come from the timed steps of every round.
+    *[
+        _grid(PIPELINE_GROUP, optimizer, dp, tp, pp=pp, active=3)
+        for dp, tp, pp in PIPELINE_GRIDS
+        for optimizer in ("muon", "adamw")
+    ],
     # One device, no DP or TP: the optimizer step against forward+backward as tokens per step grow, in bf16 autocast
     # as the cost model's bf16 workload, in micro-batches of at most SINGLE_DEVICE_MICRO_TOKENS (the gpu scale's
     # 369M model fits one 80 GB GPU at 16k tokens a pass).
@@ -282,7 +311,7 @@ CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
 STUDY_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
 STUDY_GROUP_NAMES = ("study", "seed")
 # What `muon-repro run` records by default: the original study's runs and the layout ablation (4 ranks each).
-REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap", "single_device"))
+REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap", "single_device", "pipeline"))
 
 
 def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
@@ -293,15 +322,22 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALE_SPECS)}")
     spec = SCALE_SPECS[scale]
     base = CONFIGS[key]
+    tokens_per_step = base.tokens_per_step or spec.tokens_per_step
     return replace(
         base,
         scale=scale,
         preset=spec.preset,
-        tokens_per_step=base.tokens_per_step or spec.tokens_per_step,
+        tokens_per_step=tokens_per_step,
         seq_len=spec.seq_len,
         bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
-        **{**_timed_steps_of(base, spec), **overrides},
+        **{**_timed_steps_of(base, spec), **_micro_batches_of(base, tokens_per_step, spec.seq_len), **overrides},
     )
+
+
+def _micro_batches_of(base: BenchConfig, tokens_per_step: int, seq_len: int) -> dict[str, int]:
+    """The pipeline group trains micro-batches of one sequence on every grid, with or without PP: the same
+    matmul shapes everywhere, and 1F1B as many micro-batches as each DP replica has sequences."""
+    return {"micro_batches": tokens_per_step // (base.dp * seq_len)} if base.group == PIPELINE_GROUP else {}
 
 
 def _timed_steps_of(base: BenchConfig, spec: ScaleSpec) -> dict[str, int]:

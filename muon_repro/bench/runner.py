@@ -32,45 +32,27 @@ import gzip
 import resource
 import shutil
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.data import PermutationStream
 from muon_repro.bench.environment import capture_environment
 from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes
+from muon_repro.bench.training import DTYPES, Training
 from muon_repro.costmodel.speed_probe import measure_speed
-from muon_repro.model import GPT, GPTConfig
-from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
+from muon_repro.model import GPTConfig
+from muon_repro.optim import DistributedMuon
 from muon_repro.optim.comm_model import optimizer_bytes
 from muon_repro.optim.zero1 import ZeroOneOptimizer
-from muon_repro.parallel import ParallelDims
-from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
+from muon_repro.phases import PP_SEND_ACTIVATION, PP_SEND_GRAD
 from muon_repro.run_records import RankMetrics, ShardSummary
 from muon_repro.rundir import RunDir, trace_name
 from muon_repro.tables.files import write_atomic
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims: ParallelDims) -> ZeroOneOptimizer:
-    groups = muon_param_groups(model)
-    common = dict(
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        layout=cfg.layout,
-        bucket_elems=cfg.bucket_elems,
-        reduce_dtype=DTYPES[cfg.reduce_dtype],
-    )
-    if cfg.optimizer == "adamw":
-        return DistributedAdamW(groups, dims, **common)
-    ns_dtype = DTYPES[cfg.ns_dtype] if cfg.ns_dtype else None
-    return DistributedMuon(groups, dims, ns_dtype=ns_dtype, gather_dtype=DTYPES[cfg.gather_dtype], overlap=cfg.overlap, **common)
 
 
 def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -79,8 +61,9 @@ def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
 
 
-def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims: ParallelDims) -> dict[str, int]:
-    """Bytes this rank sends per step in each optimizer phase, by the analytic ring model."""
+def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims) -> dict[str, int]:
+    """Bytes this rank sends per step in each optimizer phase, by the analytic ring model, and with pipeline
+    stages its point-to-point sends: one activation per micro-batch forward, one gradient back."""
     return optimizer_bytes(
         opt.plan.specs,
         dp=cfg.dp,
@@ -91,7 +74,19 @@ def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims: ParallelDims) 
         bucket_elems=cfg.bucket_elems,
         reduce_dtype=DTYPES[cfg.reduce_dtype],
         gather_dtype=DTYPES[cfg.gather_dtype],
-    )
+    ) | pipeline_send_bytes(cfg, getattr(dims, "pp_rank", 0))
+
+
+def pipeline_send_bytes(cfg: BenchConfig, pp_rank: int) -> dict[str, int]:
+    """Bytes stage ``pp_rank`` sends per step to its neighbours: ``[micro-batch, seq, hidden]`` fp32 activations
+    forward (every stage but the last) and their gradients back (every stage but the first); {} without PP."""
+    if cfg.pp == 1:
+        return {}
+    per_micro_batch = (cfg.batch_per_dp // cfg.micro_batches) * cfg.seq_len * cfg.model_config().hidden * 4
+    return {
+        PP_SEND_ACTIVATION: per_micro_batch * cfg.micro_batches if pp_rank < cfg.pp - 1 else 0,
+        PP_SEND_GRAD: per_micro_batch * cfg.micro_batches if pp_rank > 0 else 0,
+    }
 
 
 def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
@@ -131,8 +126,9 @@ def run_rank(
     run_dir_path = Path(run_dir)
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world != cfg.world_size:
-        raise ValueError(f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, the world has {world}")
-    dims = ParallelDims(cfg.dp, cfg.tp)
+        raise ValueError(
+            f"config {cfg.key} needs dp*tp*pp = {cfg.dp}*{cfg.tp}*{cfg.pp} = {cfg.world_size} ranks, the world has {world}"
+        )
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":  # one launch records a sweep's runs in turn: each run's peak is its own
         torch.cuda.empty_cache()
@@ -141,15 +137,15 @@ def run_rank(
     probe = measure_speed(device.type)
     torch.manual_seed(cfg.seed)
     model_cfg: GPTConfig = cfg.model_config()  # the preset with the shape overrides of a custom run
-    model = GPT(model_cfg, dims.tp_group, device=device, cross_entropy=cfg.cross_entropy)
-    opt = build_optimizer(cfg, model, dims)
+    training = Training.build(cfg, device)
+    dims, opt = training.dims, training.opt
     data = PermutationStream(model_cfg.vocab_size, cfg.seed)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     trace_path = run_dir_path / trace_name(dims.rank)
-    step_ms, optimizer_ms, losses = [], [], []
+    step_ms, optimizer_ms, bubble_ms, losses = [], [], [], []
     bar = _progress(cfg, dims.rank == 0 and progress)
-    timed = _timed_steps(cfg, model, opt, data, dims, device, bar)
+    timed = _timed_steps(cfg, training, data, bar)
     first_batch = cfg.timed_total  # the profiled steps train the batches after the timed steps'
     # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
     # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
@@ -162,10 +158,11 @@ def run_rank(
         for step in range(cfg.profiled_steps):
             dims.ledger.step = step
             tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
-            t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device, **_step_options(cfg))
+            t0, t1, t2, loss = training.step(tokens, targets)
             step_ms.append((t2 - t0) / 1e6)
             optimizer_ms.append((t2 - t1) / 1e6)
-            losses.append(loss.item())
+            bubble_ms.append(training.bubble_ms)
+            losses.append(_loss_value(loss))
             if lo is not None and step + 1 == first_recorded:
                 lo.start()  # before prof.step() opens the first recorded step
             prof.step()
@@ -173,6 +170,7 @@ def run_rank(
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", step_ms=f"{step_ms[-1]:.0f}")
     loopback_bytes = lo.stop() if lo is not None else None
+    losses = training.share_losses(losses)  # the last stage's, on every stage (outside every recorded step)
     if bar is not None:
         bar.close()
 
@@ -181,8 +179,10 @@ def run_rank(
         rank=dims.rank,
         dp_rank=dims.dp_rank,
         tp_rank=dims.tp_rank,
+        pp_rank=training.pp_rank,
         step_ms=step_ms,
         optimizer_ms=optimizer_ms,
+        bubble_ms=bubble_ms if training.pp_rank is not None else [],
         loss=losses,
         ledger=dims.ledger.as_dicts(),
         state_bytes=opt.state_bytes(),
@@ -192,8 +192,8 @@ def run_rank(
         update_rms={name: float(v) for name, v in opt.stats.update_rms.items()},
         ns_calls=opt.stats.ns_calls,
         ns_flops=opt.stats.ns_flops,
-        model_params=model.num_params(full=True),
-        local_params=model.num_params(full=False),
+        model_params=training.model_params,
+        local_params=training.local_params,
         analytic_bytes=analytic_bytes(cfg, opt, dims),
         shard=shard_summary(opt, dims.dp_rank),
         train_flops=model_cfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
@@ -208,8 +208,8 @@ def run_rank(
         ranks = [metrics]
     if dims.rank == 0:
         log = [
-            f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} layout={cfg.layout} overlap={cfg.overlap} "
-            f"preset={cfg.preset} "
+            f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} pp={cfg.pp} layout={cfg.layout} "
+            f"overlap={cfg.overlap} preset={cfg.preset} "
             f"tokens/step={cfg.tokens_per_step} backend={backend}"
         ]
         log += [
@@ -231,7 +231,7 @@ def run_rank(
         }
         environment = {**capture_environment(backend, profile), "speed_probe": probe.to_dict()}
         RunDir(run_dir_path).write(config, environment, ranks, "\n".join(log) + "\n")
-    dims.close()  # the next recording of the sweep builds its own groups
+    training.close()  # the next recording of the sweep builds its own groups
     return metrics
 
 
@@ -269,7 +269,7 @@ def _profiler(cfg: BenchConfig, activities: list, trace_path: Path):
     )
 
 
-def _timed_steps(cfg: BenchConfig, model, opt, data: PermutationStream, dims: ParallelDims, device: torch.device, bar) -> dict:
+def _timed_steps(cfg: BenchConfig, training: Training, data: PermutationStream, bar) -> dict:
     """Train ``cfg.timed_total`` steps with no profiler: the ``RankMetrics`` ``timed_*`` fields of the
     ``cfg.timed_steps`` kept ones (the first ``cfg.timed_warmup`` are run, not kept); ``{}`` without any.
 
@@ -278,75 +278,41 @@ def _timed_steps(cfg: BenchConfig, model, opt, data: PermutationStream, dims: Pa
     ledger's :class:`~muon_repro.parallel.comm.CommTimer`, whose step is the kept step's index."""
     if not cfg.timed_total:
         return {}
+    dims = training.dims
     ledger, timer = dims.ledger, dims.ledger.timer
-    step_ms, fwd_bwd_ms, optimizer_ms = [], [], []
+    step_ms, fwd_bwd_ms, optimizer_ms, bubble_ms = [], [], [], []
     for i in range(cfg.timed_total):
         kept = i - cfg.timed_warmup  # negative: a warm-up step
         ledger.step = kept
         tokens, targets = data.local_batch(i, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
         timer.on = kept >= 0
-        t0, t1, t2, loss = train_step(model, opt, tokens.to(device), targets.to(device), device, **_step_options(cfg))
+        t0, t1, t2, loss = training.step(tokens, targets)
         timer.on = False
         if kept >= 0:
             step_ms.append((t2 - t0) / 1e6)
             fwd_bwd_ms.append((t1 - t0) / 1e6)
             optimizer_ms.append((t2 - t1) / 1e6)
+            bubble_ms.append(training.bubble_ms)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", step_ms=f"{(t2 - t0) / 1e6:.0f}", timed="yes")
+            bar.set_postfix(loss=f"{_loss_value(loss):.3f}", step_ms=f"{(t2 - t0) / 1e6:.0f}", timed="yes")
     comm = timer.columns()
     timer.clear()
     ledger.clear()  # the ledger covers the profiled steps (the analysis matches it to the trace's)
     ledger.step = 0
-    return {"timed_step_ms": step_ms, "timed_fwd_bwd_ms": fwd_bwd_ms, "timed_optimizer_ms": optimizer_ms, "timed_comm": comm}
+    pipeline = {"timed_bubble_ms": bubble_ms} if training.pp_rank is not None else {}
+    return {
+        "timed_step_ms": step_ms,
+        "timed_fwd_bwd_ms": fwd_bwd_ms,
+        "timed_optimizer_ms": optimizer_ms,
+        "timed_comm": comm,
+        **pipeline,
+    }
 
 
-def train_step(
-    model: torch.nn.Module,
-    opt: ZeroOneOptimizer,
-    tokens: torch.Tensor,
-    targets: torch.Tensor,
-    device: torch.device,
-    *,
-    precision: str = "fp32",
-    micro_batches: int = 1,
-) -> tuple[int, int, int, torch.Tensor]:
-    """One training step, its phases labelled for the profiler: (start, end of backward, end) in
-    ``perf_counter_ns`` around device syncs, and the loss (the mean over the step's tokens).
-
-    ``micro_batches`` > 1 accumulates gradients: forward and backward run on equal slices of the
-    batch in turn (each its own ``forward``/``backward`` scope), every loss scaled by 1/micro_batches so
-    the summed gradient is the whole batch's mean. ``precision`` "bf16" runs the forward under bf16
-    autocast; the backward follows the forward's dtypes, as autocast intends."""
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    _sync(device)
-    t0 = time.perf_counter_ns()
-    losses = []
-    for tokens_micro, targets_micro in zip(tokens.chunk(micro_batches), targets.chunk(micro_batches)):
-        with record_function(FORWARD), autocast:
-            loss_micro = model(tokens_micro, targets_micro)
-            if micro_batches > 1:  # one pass (every run without accumulation) keeps its ops as they were
-                loss_micro = loss_micro / micro_batches
-        with record_function(BACKWARD):
-            loss_micro.backward()
-        losses.append(loss_micro.detach())
-    loss = losses[0] if micro_batches == 1 else torch.stack(losses).sum()
-    _sync(device)
-    t1 = time.perf_counter_ns()
-    with record_function(OPTIMIZER):
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    _sync(device)
-    return t0, t1, time.perf_counter_ns(), loss
-
-
-def _step_options(cfg: BenchConfig) -> dict:
-    return {"precision": cfg.precision, "micro_batches": cfg.micro_batches}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _loss_value(loss: torch.Tensor | None) -> float:
+    """The step's loss; NaN on a pipeline stage without the head (filled in by Training.share_losses)."""
+    return float("nan") if loss is None else loss.item()
 
 
 def _progress(cfg: BenchConfig, enabled: bool):

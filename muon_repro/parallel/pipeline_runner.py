@@ -26,6 +26,7 @@ optimizers then average over the stage's DP group.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -44,15 +45,14 @@ from muon_repro.parallel.schedule import (
     Step,
     one_f_one_b,
 )
-from muon_repro.phases import BACKWARD, FORWARD
+from muon_repro.phases import BACKWARD, FORWARD, PP_FLUSH, PP_RECV_ACTIVATION, PP_RECV_GRAD, PP_SEND_ACTIVATION, PP_SEND_GRAD
 
-# Profiler scopes of the point-to-point transfers (the analysis does not know them yet; when it learns
-# pipelines they belong in muon_repro.phases beside the others).
+# Profiler scope of each point-to-point step (muon_repro.phases names them for the analysis).
 PP_PHASES = {
-    RecvActivation: "pp_recv_activation",
-    SendActivation: "pp_send_activation",
-    RecvGrad: "pp_recv_grad",
-    SendGrad: "pp_send_grad",
+    RecvActivation: PP_RECV_ACTIVATION,
+    SendActivation: PP_SEND_ACTIVATION,
+    RecvGrad: PP_RECV_GRAD,
+    SendGrad: PP_SEND_GRAD,
 }
 
 
@@ -65,6 +65,22 @@ class _InFlight:
     output_grads: dict[int, torch.Tensor] = field(default_factory=dict)
     sends: list[tuple[dist.Work, torch.Tensor]] = field(default_factory=list)  # the tensor lives until the wait
     loss: torch.Tensor | None = None  # last stage: the sum of the scaled micro-batch losses
+
+
+@dataclass
+class BlockedClock:
+    """Host time a stage spends blocked on its neighbours, summed over a step: its receives and its flush (the
+    bubble, with the transfers' own time). ``perf_counter_ns`` around the waits: on gloo the wait for the data;
+    on NCCL the wait only orders the GPU stream, so the host reads little and the trace's kernels tell the time."""
+
+    blocked_ns: int = 0
+
+    def reset(self) -> None:
+        self.blocked_ns = 0
+
+    @property
+    def blocked_ms(self) -> float:
+        return self.blocked_ns / 1e6
 
 
 def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> list[torch.Tensor]:
@@ -96,14 +112,16 @@ def run_pipeline(
     targets: torch.Tensor,
     micro_batches: int,
     steps: list[Step] | None = None,
+    clock: BlockedClock | None = None,
 ) -> torch.Tensor | None:
     """Forward and backward this replica's batch through this stage; the mean loss on the last stage, else None.
 
     ``tokens`` and ``targets`` (``[batch, seq]``) are this DP replica's; every stage of a PP group is given
     the same ones (the first uses the tokens, the last the targets, the others their shape). Gradients
     accumulate into the parameters' ``.grad``: zero them between training steps. ``steps`` defaults to
-    this stage's 1F1B list.
+    this stage's 1F1B list. ``clock``, if given, adds the time this stage blocks in its receives and flush.
     """
+    clock = clock if clock is not None else BlockedClock()
     check_stage_on_grid(stage, grid)
     token_mbs, target_mbs = split_micro_batches(tokens, micro_batches), split_micro_batches(targets, micro_batches)
     steps = one_f_one_b(grid.pp_rank, grid.pp, micro_batches) if steps is None else steps
@@ -129,7 +147,9 @@ def run_pipeline(
             with record_function(PP_PHASES[type(step)]):
                 buffer = torch.empty(shape, dtype=torch.float32, device=device)
                 source = grid.prev_rank if isinstance(step, RecvActivation) else grid.next_rank
+                start_ns = time.perf_counter_ns()
                 dist.irecv(buffer, src=source, group=grid.pp_group.process_group).wait()
+                clock.blocked_ns += time.perf_counter_ns() - start_ns
             if isinstance(step, RecvActivation):
                 held.inputs[mb] = buffer.requires_grad_(True)
             else:
@@ -143,8 +163,11 @@ def run_pipeline(
                 held.sends.append((dist.isend(tensor, dst=dest, group=grid.pp_group.process_group), tensor))
         else:
             raise ValueError(f"unknown pipeline step {step!r}")
-    for work, _tensor in held.sends:  # the flush: every send delivered before the optimizer step
-        work.wait()
+    with record_function(PP_FLUSH):  # every send delivered before the optimizer step
+        start_ns = time.perf_counter_ns()
+        for work, _tensor in held.sends:
+            work.wait()
+        clock.blocked_ns += time.perf_counter_ns() - start_ns
     if held.outputs or held.output_grads:
         raise ValueError(f"the schedule left micro-batches {sorted(held.outputs)} forwarded but not backwarded")
     return held.loss

@@ -128,7 +128,8 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("dp", "Int64", "ranks", "data-parallel size (config.json)"),
             ("tp", "Int64", "ranks", "tensor-parallel size (config.json)"),
-            ("world_size", "Int64", "ranks", "dp * tp, else distributedInfo.world_size"),
+            ("pp", "Int64", "ranks", "pipeline stages (config.json; 1 for runs without them, null for foreign traces)"),
+            ("world_size", "Int64", "ranks", "dp * tp * pp, else distributedInfo.world_size"),
             ("backend", "string", "", "process-group backend: gloo or nccl"),
             ("device", "string", "", "cpu or cuda (cuda when the traces have GPU kernels)"),
             ("ranks", "Int64", "count", "ranks of the run (rank traces of one trial)"),
@@ -239,6 +240,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Float64",
                 "ms",
                 f"optimizer step with no profiler (timed_steps.optimizer_ms): {_TIMED_NOTE.format('the mean over ranks')}",
+            ),
+            (
+                "timed_bubble_ms",
+                "Float64",
+                "ms",
+                "pipeline stages only: time a stage blocks on its neighbours (receives and flush) with no profiler "
+                f"(timed_steps.bubble_ms): {_TIMED_NOTE.format('the mean over ranks')}",
             ),
             (
                 "profiler_overhead",
@@ -364,6 +372,7 @@ SCHEMAS: dict[str, TableSchema] = {
         ("run", "trial", "rank", "step"),
         columns_of(
             *_RANK_ID,
+            ("stage", "Int64", "rank", "the rank's pipeline stage (0 without pipeline stages)"),
             ("step", "Int64", "step", "timed step, from 0 (the warm-up steps before it are not kept)"),
             ("step_ms", "Float64", "ms", "the whole step: forward+backward and the optimizer step"),
             ("fwd_bwd_ms", "Float64", "ms", "forward and backward (with the model's tensor-parallel collectives)"),
@@ -391,6 +400,14 @@ SCHEMAS: dict[str, TableSchema] = {
                 "ms",
                 "comm_ms - comm_wait_ms: from the group's last arrival to each call's exit (the whole call if unmatched); "
                 "null when the ranks span hosts",
+            ),
+            (
+                "bubble_ms",
+                "Float64",
+                "ms",
+                "pipeline stages only: perf_counter_ns around the stage's blocking receives and its flush (the wait for "
+                "its sends) in the step, summed: the bubble with the transfers' own time; on NCCL the host's wait only "
+                "orders the GPU stream, so this reads low; null without pipeline stages",
             ),
         ),
     ),
@@ -576,6 +593,7 @@ SCHEMAS: dict[str, TableSchema] = {
             *_RANK_ID,
             ("dp_rank", "Int64", "rank", "data-parallel rank"),
             ("tp_rank", "Int64", "rank", "tensor-parallel rank"),
+            ("pp_rank", "Int64", "rank", "pipeline stage (0 without pipeline stages)"),
             ("muon_state_bytes", "Int64", "bytes", "Muon momentum buffers this rank keeps (one fp32 moment per element)"),
             ("adamw_state_bytes", "Int64", "bytes", "AdamW moments this rank keeps (two fp32 moments per element)"),
             ("state_bytes", "Int64", "bytes", "muon_state_bytes + adamw_state_bytes: steady-state optimizer state"),
@@ -604,7 +622,14 @@ SCHEMAS: dict[str, TableSchema] = {
         ("run", "trial", "rank", "phase"),
         columns_of(
             *_RANK_ID,
-            ("phase", "string", "", "phase name (forward, backward, optimizer, dp_reduce_scatter, ..., docs/method.md)"),
+            ("stage", "Int64", "rank", "the rank's pipeline stage (ranks.pp_rank; 0 without pipeline stages)"),
+            (
+                "phase",
+                "string",
+                "",
+                "phase name (forward, backward, optimizer, dp_reduce_scatter, ..., pp_recv_activation, ..., docs/method.md); "
+                "bubble: the sum of pp_recv_activation, pp_recv_grad and pp_flush, a stage's time blocked on its neighbours",
+            ),
             ("steps", "Int64", "count", "profiled steps the per-step values average over"),
             (
                 "ms_per_step",
