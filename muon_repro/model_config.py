@@ -89,3 +89,24 @@ PRESETS: dict[str, GPTConfig] = {
 # A LLaMA-7B-shaped model (GPTConfig fields over the large preset): the cost model's 7B (costmodel.records.MODEL_7B)
 # and the calibration's Newton-Schulz target shapes (costmodel.compute_bench).
 LLAMA_7B_SHAPE: dict[str, int] = {"hidden": 4096, "n_layers": 32, "n_heads": 32, "ffn_hidden": 11008, "vocab_size": 32000}
+
+
+def stage_layers(n_layers: int, pp: int) -> list[range]:
+    """The blocks of each of ``pp`` pipeline stages, first to last: contiguous, sizes differing by one at most, the
+    larger first (the last stage also holds the head and the loss). Here, without torch, for the analysis and the
+    cost model; :class:`muon_repro.parallel.pipeline_stages.GPTStage` builds its blocks from it."""
+    for name, value in (("n_layers", n_layers), ("pp", pp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"stage_layers: {name} must be a positive integer, got {value!r}")
+    if n_layers < pp:
+        raise ValueError(
+            f"a pipeline of pp={pp} stages needs at least one block per stage, but the model has n_layers={n_layers}; "
+            "lower pp or use a deeper model"
+        )
+    per_stage, spare = divmod(n_layers, pp)
+    ranges, start = [], 0
+    for s in range(pp):
+        size = per_stage + (1 if s < spare else 0)
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges

@@ -25,7 +25,10 @@ from muon_repro.tables.io import read_table
 REPO = Path(__file__).resolve().parents[1]
 METRICS = REPO / "metrics"
 # The modules whose text the explanations are made of: their literal numbers are the code's constants.
-WRITERS = ("claims.py", "claim_measures.py", "leading_claim.py", "claim_inputs.py", "checks.py", "convergence.py")
+WRITERS = (
+    *("claims.py", "claim_measures.py", "pipeline_claims.py", "leading_claim.py", "claim_inputs.py", "checks.py"),
+    "convergence.py",
+)
 # The tables whose cells an explanation may quote: those of the runs it names, and the whole of the small ones.
 RUN_TABLES = ("runs", "ranks", "comparisons", "phases")
 WHOLE_TABLES = ("regimes", "regime_thresholds", "predictions")

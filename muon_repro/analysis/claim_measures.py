@@ -23,6 +23,7 @@ from muon_repro.analysis.claim_inputs import (
     is_missing,
 )
 from muon_repro.analysis.leading_claim import leading_steps_claim
+from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
 from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
@@ -235,6 +236,8 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
 
 def hybrid(t: ProfileTables) -> Measurement | str:
     muon = t.runs[(t.runs["optimizer"] == "muon") & (t.runs["world_size"] == 4)]
+    if "pp" in muon.columns:  # the original study's grids: no pipeline, not the pipeline group's micro-batched twins
+        muon = muon[(muon["pp"].fillna(1) == 1) & (muon["group"] != "pipeline")]
     grid = {key: first_run(muon, dp=dp, tp=tp) for key, (dp, tp) in {"hybrid": (2, 2), "dp4": (4, 1), "tp4": (1, 4)}.items()}
     if any(r is None for r in grid.values()):
         return "needs Muon runs at dp=2/tp=2, dp=4/tp=1 and dp=1/tp=4 with the same tokens per step"
@@ -345,6 +348,8 @@ MEASURE: dict[str, Callable[[ProfileTables], Measurement | str]] = {
     "comm_time_dp2_tp2": comm_time,
     "optimizer_share": optimizer_share,
     "hybrid_beats_pure": hybrid,
+    "hybrid_survives_pp": hybrid_survives_pp,
+    "bubble_hides_step": bubble_hides_step,
     "async_slowdown": async_slowdown,
     "latency_overhead": latency,
     "muon_leading_steps": leading_steps_claim,

@@ -46,6 +46,10 @@ MOONSHOT_LEADING = (
     "Moonlight (arXiv 2502.16982): ~2x the computational efficiency of AdamW in its scaling-law experiments; "
     "the leading-steps measure from Moonshot in the PR #1428 thread"
 )
+ROADMAP = (
+    "Wei's study roadmap: 'test Muon inside a full 3D parallelism setup (DP + TP + PP)', asked of its DP2·TP2 result "
+    "and of the pipeline bubble"
+)
 NOT_COMPARABLE = "not comparable here"
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", NOT_COMPARABLE, "not measured")
 STUDY_MACHINE = "wei-4x-pcie4-x4"  # the shipped profile of the original study's 4 GPUs over PCIe Gen4 x4 (costmodel/profiles)
@@ -195,6 +199,26 @@ CLAIMS = (
         claimed_value=None,
         unit="ratio of step time, DP2·TP2 over the faster of DP4 and TP4",
         region=Region(None, 1.0),
+        made_under=ON_GPUS,
+    ),
+    Claim(
+        claim_id="hybrid_survives_pp",
+        claim="DP=2/TP=2 stays the fastest 4-rank layout with a PP dimension: it beats PP2·DP2, PP2·TP2 and PP4 (Muon, "
+        "same tokens per step, micro-batches of one sequence)",
+        source=ROADMAP,
+        claimed_value=None,
+        unit="ratio of step time, DP2·TP2 over the fastest of PP2·DP2, PP2·TP2 and PP4",
+        region=Region(None, 1.0),
+        made_under=ON_GPUS,
+    ),
+    Claim(
+        claim_id="bubble_hides_step",
+        claim="The pipeline bubble could hide Muon's optimizer step: every stage idles at least as long as its "
+        "optimizer step takes (PP4, 4 ranks)",
+        source=ROADMAP,
+        claimed_value=1.0,
+        unit="ratio, bubble over optimizer step on the stage where it is smallest (Muon, the deepest pipeline)",
+        region=Region(1.0, None),
         made_under=ON_GPUS,
     ),
     Claim(

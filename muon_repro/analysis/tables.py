@@ -10,6 +10,8 @@ One row per:
 * ``collectives``: run x rank x phase x collective op, totals over the profiled steps;
 * ``comparisons``: Muon run x its AdamW twin (same profile, dp, tp, backend, device);
 * ``claims``: a claim of the original study (Jen Wei's), the paper or Moonlight x hardware profile, measured, with a verdict;
+* ``stages``: pipeline run x stage: the bubble, the optimizer step and the flush side by side
+  (:mod:`muon_repro.analysis.stages_table`);
 * ``ranks``, ``phases``, ``timeline``, ``losses``, ``environment``: what each rank recorded at run
   time, bytes and time per phase from three sources, phase intervals on one clock, losses, and
   the machine (built in :mod:`muon_repro.analysis.run_tables`).
@@ -42,6 +44,7 @@ from muon_repro.analysis.run_tables import (
     timeline_table,
 )
 from muon_repro.analysis.runs_table import display_path, runs_table
+from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.waits import split_wait_transfer
 from muon_repro.tables.schemas import SCHEMAS
@@ -106,6 +109,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "checks": checks_table(runs, ranks, phases),
         "ranks": ranks,
         "phases": phases,
+        "stages": stages_table(runs, timed, phases, ranks),
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
         "environment": environment,
@@ -119,7 +123,7 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
     frames = []
     for info, items in analysis.runs:
         skew = _skew(items)
-        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp)
+        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
         for b, split in zip(items, splits):
             df = b.steps.copy()
             df.insert(0, "run", info.key)
@@ -190,7 +194,7 @@ def _skew(items: list) -> pd.DataFrame | None:
 def _collectives_table(analysis: Analysis) -> pd.DataFrame:
     rows = []
     for info, items in analysis.runs:
-        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp)
+        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
         for b, split in zip(items, splits):
             inst = b.collectives
             if inst.empty:
@@ -278,7 +282,7 @@ def _ratio(a, b) -> float | None:
 
 
 def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, backend and device
+    """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, pp, backend and device
     that did the same work (same group first). A partner whose work differs is refused with an error naming both runs."""
     from muon_repro.analysis.claim_inputs import SAME_WORK, check_same_work
 
@@ -295,6 +299,7 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
             (adamw["profile"] == m["profile"])
             & (adamw["dp"] == m["dp"])
             & (adamw["tp"] == m["tp"])
+            & (adamw["pp"].fillna(1) == (m.get("pp") or 1) if "pp" in adamw.columns else True)
             & (adamw["backend"] == m["backend"])
             & (adamw["device"] == m["device"])
         ]
@@ -311,6 +316,7 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "group": m["group"],
                 "dp": m["dp"],
                 "tp": m["tp"],
+                "pp": m.get("pp") or 1,
                 "backend": m["backend"],
                 "device": m["device"],
                 "layout": m["layout"],

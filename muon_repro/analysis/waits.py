@@ -45,12 +45,13 @@ _DP, _TP, _WORLD, _UNKNOWN = 0, 1, 2, -1
 
 
 def split_wait_transfer(
-    breakdowns: Sequence[TraceBreakdown], *, dp: int | None = None, tp: int | None = None
+    breakdowns: Sequence[TraceBreakdown], *, dp: int | None = None, tp: int | None = None, pp: int | None = 1
 ) -> list[pd.DataFrame]:
     """Wait and transfer of every collective call of one run (module docstring).
 
     ``breakdowns`` are the run's ranks (one trace each); ``dp`` and ``tp`` are the run's sizes
-    (config.json), which our ``dp_*`` / ``tp_*`` phases need to find their group. Returns, per
+    (config.json), which our ``dp_*`` / ``tp_*`` phases need to find their group, and ``pp`` its pipeline stages
+    (a DP or TP group lies within one stage; point-to-point ``pp_*`` calls are not matched). Returns, per
     breakdown, a frame with its ``collectives``' index and the columns :data:`WAIT_COLUMNS`.
     """
     # the events' own durations, the ones the comm_<kind>_ms sums add, so wait + transfer equals them exactly
@@ -59,7 +60,7 @@ def split_wait_transfer(
     matched = [np.zeros(len(d), bool) for d in durations]
     calls = _calls_on_one_clock(breakdowns) if len(breakdowns) > 1 else None  # one rank: nothing to match
     if calls is not None:
-        world = _world_size(breakdowns, dp, tp)
+        world = _world_size(breakdowns, dp, tp, pp or 1)
         kind, index = _groups(calls["scope"], calls["rank"], dp, tp, world)
         collective, sequence = _collective_ids(calls, kind, index)
         ok = _complete(sequence, collective, calls["rank"], _group_sizes(kind, dp, tp, world))
@@ -116,14 +117,16 @@ def _calls_on_one_clock(breakdowns: Sequence[TraceBreakdown]) -> dict[str, np.nd
 
 
 def _phase_scopes(names: Sequence[str]) -> np.ndarray:
-    """Per phase name, the group it runs on: ``dp_*`` the DP group, ``tp_*`` the TP group, else the world."""
-    return np.array([_DP if str(n).startswith("dp_") else _TP if str(n).startswith("tp_") else _WORLD for n in names], np.int64)
+    """Per phase name, the group it runs on: ``dp_*`` the DP group, ``tp_*`` the TP group, ``pp_*`` a point-to-point
+    transfer (no group to wait for: all transfer), else the world."""
+    scopes = {"dp_": _DP, "tp_": _TP, "pp_": _UNKNOWN}
+    return np.array([scopes.get(str(n)[:3], _WORLD) for n in names], np.int64)
 
 
-def _world_size(breakdowns: Sequence[TraceBreakdown], dp: int | None, tp: int | None) -> int:
-    """Ranks in the run: dp * tp, else the traces' own world size when they agree, else the traces."""
+def _world_size(breakdowns: Sequence[TraceBreakdown], dp: int | None, tp: int | None, pp: int = 1) -> int:
+    """Ranks in the run: dp * tp * pp, else the traces' own world size when they agree, else the traces."""
     if dp and tp:
-        return dp * tp
+        return dp * tp * pp
     sizes = {b.meta.world_size for b in breakdowns}
     if len(sizes) == 1 and (size := sizes.pop()):
         return int(size)
@@ -131,11 +134,13 @@ def _world_size(breakdowns: Sequence[TraceBreakdown], dp: int | None, tp: int | 
 
 
 def _groups(scope: np.ndarray, rank: np.ndarray, dp: int | None, tp: int | None, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per call, its group's kind and index: a DP group is named by its ``tp_rank``, a TP group
-    by its ``dp_rank``; a ``dp_`` / ``tp_`` phase without both sizes has no known group."""
+    """Per call, its group's kind and index: a DP group is named by its stage and ``tp_rank``, a TP group
+    by its stage and ``dp_rank`` (rank = pp_rank * dp * tp + dp_rank * tp + tp_rank); a ``dp_`` / ``tp_`` phase
+    without both sizes has no known group."""
     if dp and tp:
         kind = scope
-        index = np.where(scope == _DP, rank % tp, np.where(scope == _TP, rank // tp, 0))
+        dp_index = (rank // (dp * tp)) * tp + rank % tp
+        index = np.where(scope == _DP, dp_index, np.where(scope == _TP, rank // tp, 0))
     else:
         kind = np.where(scope == _WORLD, _WORLD, _UNKNOWN)
         index = np.zeros(len(rank), np.int64)

@@ -37,32 +37,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from muon_repro.model import Block, RMSNorm, assemble_tensor, init_full_tensors, rope_tables, shard_tensor
-from muon_repro.model_config import CROSS_ENTROPY_MODES, GPTConfig
+from muon_repro.model_config import CROSS_ENTROPY_MODES, GPTConfig, stage_layers
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
 from muon_repro.parallel.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding, divide, tp_partition_dim
 
 FIRST_STAGE_PARAMS = ("embed.weight",)
 LAST_STAGE_PARAMS = ("final_norm.weight", "lm_head.weight")
-
-
-def stage_layers(n_layers: int, pp: int) -> list[range]:
-    """The blocks of each stage, first to last: contiguous, sizes differing by one at most, the larger first."""
-    for name, value in (("n_layers", n_layers), ("pp", pp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"stage_layers: {name} must be a positive integer, got {value!r}")
-    if n_layers < pp:
-        raise ValueError(
-            f"a pipeline of pp={pp} stages needs at least one block per stage, but the model has n_layers={n_layers}; "
-            "lower pp or use a deeper model"
-        )
-    per_stage, spare = divmod(n_layers, pp)
-    ranges, start = [], 0
-    for s in range(pp):
-        size = per_stage + (1 if s < spare else 0)
-        ranges.append(range(start, start + size))
-        start += size
-    return ranges
 
 
 def stage_of_parameter(name: str, n_layers: int, pp: int) -> int:

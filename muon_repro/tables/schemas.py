@@ -488,6 +488,7 @@ SCHEMAS: dict[str, TableSchema] = {
             ("group", "string", "", "the Muon run's group"),
             ("dp", "Int64", "ranks", "data-parallel size"),
             ("tp", "Int64", "ranks", "tensor-parallel size"),
+            ("pp", "Int64", "ranks", "pipeline stages (1 without them)"),
             ("backend", "string", "", "gloo or nccl"),
             ("device", "string", "", "cpu or cuda"),
             ("layout", "string", "", "the Muon run's ZeRO-1 layout"),
@@ -660,6 +661,49 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("ledger_bytes", "Float64", "bytes", "bytes per profiled step, run-time ledger (metrics.json)"),
             ("trace_bytes", "Float64", "bytes", "bytes per profiled step, ring model applied to the trace's collective sizes"),
+        ),
+    ),
+    "stages": TableSchema(
+        "stages",
+        "One row per pipeline run (pp > 1) and stage: what the stage holds, and its step's parts side by side: "
+        "forward+backward, the bubble (time blocked on its neighbours: its receives and its flush) and its optimizer "
+        "step, which starts after the flush. timed_* columns: the steps timed without the profiler, per step the mean "
+        "over the stage's ranks, the median over each round's steps, then over rounds; the others: the profiled "
+        "steps' scopes (phases), mean over traced trials and the stage's ranks.",
+        ("run", "stage"),
+        columns_of(
+            *_RUN_ID,
+            ("optimizer", "string", "", "'muon' or 'adamw'"),
+            ("pp", "Int64", "ranks", "pipeline stages of the run"),
+            ("stage", "Int64", "rank", "the stage, from 0 (the first holds the embedding, the last the head and the loss)"),
+            ("ranks", "Int64", "count", "ranks of the stage (dp * tp) with a trace or timed steps"),
+            ("blocks", "Int64", "count", "transformer blocks the stage holds (contiguous; the spare ones on the first stages)"),
+            ("holds", "string", "", "what else the stage holds: embedding, head (final norm, LM head, loss), both, or none"),
+            ("local_params", "Int64", "count", "parameters a rank of the stage holds (its TP shard of the stage)"),
+            ("state_bytes", "Int64", "bytes", "optimizer state of the stage's largest rank (ranks.state_bytes)"),
+            ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs per step of the stage's busiest rank (0 for AdamW)"),
+            ("timed_fwd_bwd_ms", "Float64", "ms", "forwards, backwards, transfers and flush per step, no profiler"),
+            (
+                "timed_bubble_ms",
+                "Float64",
+                "ms",
+                "time blocked in receives and the flush per step, no profiler (timed_steps.bubble_ms)",
+            ),
+            ("timed_optimizer_ms", "Float64", "ms", "the stage's optimizer step (ZeRO-1 over its DP group), no profiler"),
+            ("rounds", "Int64", "count", "rounds (trials) the timed columns are over"),
+            ("forward_ms", "Float64", "ms", "profiled: time in the forward scopes per step (every micro-batch)"),
+            ("backward_ms", "Float64", "ms", "profiled: time in the backward scopes per step"),
+            ("optimizer_ms", "Float64", "ms", "profiled: time in the optimizer scope per step"),
+            ("bubble_ms", "Float64", "ms", "profiled: the bubble phase per step (pp_recv_activation + pp_recv_grad + pp_flush)"),
+            ("flush_ms", "Float64", "ms", "profiled: the flush (waiting for this stage's sends) per step"),
+            ("send_ms", "Float64", "ms", "profiled: issuing the point-to-point sends per step (they complete in the flush)"),
+            (
+                "bubble_over_optimizer",
+                "Float64",
+                "ratio",
+                "timed_bubble_ms / timed_optimizer_ms: the share of the optimizer step the stage's idle time could hold "
+                "(an upper bound: only the idle time after its last backward can take it)",
+            ),
         ),
     ),
     "timeline": TableSchema(
