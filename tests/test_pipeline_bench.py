@@ -230,3 +230,41 @@ def test_every_pipeline_config_names_its_grid():
         if cfg.group == "pipeline":
             sizes = {f"dp{cfg.dp}", f"tp{cfg.tp}", f"pp{cfg.pp}"} - {"dp1", "tp1", "pp1"}
             assert set(cfg.name.split("_")[1:]) == sizes, key
+
+
+def test_a_custom_run_takes_pipeline_stages_and_names_them():
+    import argparse
+
+    from muon_repro.bench.custom import add_run_shape_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_run_shape_arguments(parser)
+    flags = "--optimizer muon --dp 1 --tp 1 --preset small --tokens-per-step 512 --seq-len 128 --micro-batches 4"
+    cfg = config_from_args(parser.parse_args([*flags.split(), "--pp", "2"]))
+    assert (cfg.pp, cfg.world_size, cfg.micro_batches) == (2, 2, 4)
+    assert cfg.name == "muon_dp1_tp1_pp2_small_t512_s128_contiguous_m4"
+    assert config_from_args(parser.parse_args(flags.split())).pp == 1
+    with pytest.raises(ValueError, match="pp=8 stages need at least one block each"):
+        config_from_args(parser.parse_args([*flags.split(), "--pp", "8"]))
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")
+def test_on_two_gpus_a_pipeline_records_over_nccl_and_reads_back(tmp_path):
+    from muon_repro.analysis.tables import build_tables
+    from muon_repro.bench.sweep import record_local
+
+    cfg = BenchConfig(
+        group="gpu", name="muon_pp2", optimizer="muon", dp=1, tp=1, pp=2, scale="tiny", preset="tiny", tokens_per_step=128,
+        seq_len=16, micro_batches=4, timed_steps=2, timed_warmup=1, active=2,
+    )  # fmt: skip
+    record_local([cfg], tmp_path, "nccl", trials=1, progress=False)
+    tables = build_tables([tmp_path], workers=1)
+    run = tables["runs"].iloc[0]
+    assert (run["pp"], run["device"], run["backend"]) == (2, "cuda", "nccl")
+    assert sorted(tables["stages"]["stage"]) == [0, 1]

@@ -22,12 +22,15 @@ SHAPE_FLAGS = {"hidden": "hidden", "layers": "n_layers", "heads": "n_heads", "ff
 
 
 def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = True) -> None:
-    """The flags that say what one run trains and how it is laid out over DP x TP ranks
+    """The flags that say what one run trains and how it is laid out over DP x TP x PP ranks
     (``scale=False``: the parser has its own ``--scale``, as ``muon-repro bench`` does)."""
     group = parser.add_argument_group("run shape")
     group.add_argument("--optimizer", choices=("muon", "adamw"), help="the optimizer (required)")
     group.add_argument("--dp", type=int, help="data-parallel ranks (required)")
     group.add_argument("--tp", type=int, help="tensor-parallel ranks (required)")
+    group.add_argument(
+        "--pp", type=int, default=1, help="pipeline stages, 1F1B over --micro-batches micro-batches (default: %(default)s)"
+    )
     group.add_argument("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
     group.add_argument(
         "--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)"
@@ -91,6 +94,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         optimizer=args.optimizer,
         dp=args.dp,
         tp=args.tp,
+        pp=args.pp,
         layout=args.layout,
         overlap=args.overlap,
         scale=args.scale,
@@ -131,12 +135,14 @@ def bucket_elems(args: argparse.Namespace) -> int | None:
 
 
 def run_name(fields: dict) -> str:
-    """``muon_dp2_tp2_small_t1024_s128_contiguous``, with ``h..l..a..`` (and ``f``/``v``) for a custom shape."""
+    """``muon_dp2_tp2_small_t1024_s128_contiguous``, with ``pp..`` for pipeline stages and ``h..l..a..`` (and
+    ``f``/``v``) for a custom shape."""
     shape = fields["preset"] if not any(k in fields for k in SHAPE_FLAGS.values()) else _shape_label(fields)
     parts = [
         fields["optimizer"],
         f"dp{fields['dp']}",
         f"tp{fields['tp']}",
+        *([f"pp{fields['pp']}"] if fields.get("pp", 1) > 1 else []),
         shape,
         f"t{fields['tokens_per_step']}",
         f"s{fields['seq_len']}",
