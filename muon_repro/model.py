@@ -213,76 +213,37 @@ def assemble_tensor(name: str, shards: list[torch.Tensor], dim: int | None) -> t
     return torch.cat(shards, dim=dim)
 
 
-# ---------------------------------------------------------------- model
+class TPShardedModule(nn.Module):
+    """A module holding this rank's TP shards, with the full (canonical tp=1) <-> shard conversion of its
+    parameters (weights and gradients alike): the base of :class:`GPT` and
+    :class:`~muon_repro.parallel.pipeline_stages.GPTStage`, so the conversion is written once.
 
-
-class GPT(nn.Module):
-    """Tensor-parallel GPT: this rank's shard of the model defined by ``config``.
-
-    ``tp_group`` is the group of ranks that share each layer (``Group.single("tp")`` for one
-    process). Building communicates nothing; forward and backward communicate over ``tp_group``.
-    ``cross_entropy`` says how the loss meets the vocab-sharded logits (one of
-    :data:`CROSS_ENTROPY_MODES`; see the module docstring): ``"vocab_parallel"`` never gathers them
-    for the loss, ``"gathered"`` does (the recorded runs' model, kept to reproduce them).
+    A subclass sets ``tp_group``, builds its layers, then calls :meth:`_load_initial_weights`; it says in
+    ``_shard_owner`` what its errors call it. A pipeline stage is handed the whole model's tensors and keeps
+    its own layers' only, so it sets ``_skips_foreign_tensors``.
     """
 
-    def __init__(
-        self,
-        config: GPTConfig,
-        tp_group: Group,
-        *,
-        device: torch.device | str | None = None,
-        cross_entropy: str = "vocab_parallel",
-    ) -> None:
-        super().__init__()
+    tp_group: Group
+    _tp_dims: dict[str, int | None]  # each parameter's tp_partition_dim, by full-model name
+    _shard_owner: str
+    _skips_foreign_tensors: bool = False
+
+    def _check_config(self, config: GPTConfig, tp: int, cross_entropy: str) -> None:
+        """``ValueError`` naming the class for an unknown loss mode or a size that ``tp`` does not divide."""
         if cross_entropy not in CROSS_ENTROPY_MODES:
-            raise ValueError(f"GPT: unknown cross_entropy {cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}")
-        tp = tp_group.size
+            owner = type(self).__name__
+            raise ValueError(f"{owner}: unknown cross_entropy {cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}")
         for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
             divide(getattr(config, name), tp, name)
-        self.config = config
-        self.tp_group = tp_group
-        self.cross_entropy = cross_entropy
-        self.embed = VocabParallelEmbedding(config.vocab_size, config.hidden, tp_group, device=device)
-        self.blocks = nn.ModuleList(Block(config, tp_group, device) for _ in range(config.n_layers))
-        self.final_norm = RMSNorm(config.hidden, config.norm_eps, device)
-        gathered = cross_entropy == "gathered"
-        self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=gathered, device=device)
-        # The first vocabulary column of this rank's logits (lm_head's rows are cut in rank order).
-        self.vocab_start = tp_group.rank * (config.vocab_size // tp)
-        cos, sin = rope_tables(config, device)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _load_initial_weights(self, config: GPTConfig) -> None:
+        """Record how each parameter is cut, then keep this rank's shard of the full weights drawn from ``config.seed``."""
         self._tp_dims = {name: tp_partition_dim(p) for name, p in self.named_parameters()}
         self.load_full_state_dict(init_full_tensors(config))
 
-    # -- forward
-
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Full-vocab logits ``[batch, seq, vocab]`` (on every rank), or with ``targets`` ``[batch, seq]``
-        the mean cross-entropy (the same on every rank; ``"vocab_parallel"`` gathers no logits for it)."""
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
-        t = tokens.shape[1]
-        if t > self.config.max_seq_len:
-            raise ValueError(f"sequence length {t} exceeds max_seq_len={self.config.max_seq_len}")
-        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, cos, sin)
-        logits = self.lm_head(self.final_norm(x))  # [batch, seq, vocab], or this rank's [batch, seq, vocab/tp]
-        if targets is None:  # a caller that wants the logits gets all of them, whichever the loss
-            return logits if self.lm_head.gather_output else gather_from_tp(logits, self.tp_group)
-        flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
-        if self.cross_entropy == "gathered":
-            return F.cross_entropy(flat_logits, flat_targets)
-        return vocab_parallel_cross_entropy(flat_logits, flat_targets, self.tp_group, self.vocab_start)
-
-    # -- full <-> shard conversion (weights and gradients alike)
-
     def _dim_of(self, name: str) -> int | None:
         if name not in self._tp_dims:
-            raise ValueError(f"unknown parameter {name!r}")
+            raise ValueError(f"{self._shard_owner} has no parameter {name!r}")
         return self._tp_dims[name]
 
     def shard_full_tensor(self, name: str, full: torch.Tensor) -> torch.Tensor:
@@ -307,12 +268,78 @@ class GPT(nn.Module):
         seen = set()
         for name, tensor in items:
             if name not in params:
-                raise ValueError(f"unexpected parameter {name!r} in full state dict")
+                if self._skips_foreign_tensors:
+                    continue
+                raise ValueError(f"unexpected parameter {name!r} in full state dict for {self._shard_owner}")
             params[name].copy_(self.shard_full_tensor(name, tensor))
             seen.add(name)
         missing = sorted(set(params) - seen)
         if missing:
-            raise ValueError(f"full state dict is missing {missing}")
+            raise ValueError(f"full state dict is missing {missing} ({self._shard_owner})")
+
+
+# ---------------------------------------------------------------- model
+
+
+class GPT(TPShardedModule):
+    """Tensor-parallel GPT: this rank's shard of the model defined by ``config``.
+
+    ``tp_group`` is the group of ranks that share each layer (``Group.single("tp")`` for one
+    process). Building communicates nothing; forward and backward communicate over ``tp_group``.
+    ``cross_entropy`` says how the loss meets the vocab-sharded logits (one of
+    :data:`CROSS_ENTROPY_MODES`; see the module docstring): ``"vocab_parallel"`` never gathers them
+    for the loss, ``"gathered"`` does (the recorded runs' model, kept to reproduce them).
+    """
+
+    _shard_owner = "the GPT"
+
+    def __init__(
+        self,
+        config: GPTConfig,
+        tp_group: Group,
+        *,
+        device: torch.device | str | None = None,
+        cross_entropy: str = "vocab_parallel",
+    ) -> None:
+        super().__init__()
+        tp = tp_group.size
+        self._check_config(config, tp, cross_entropy)
+        self.config = config
+        self.tp_group = tp_group
+        self.cross_entropy = cross_entropy
+        self.embed = VocabParallelEmbedding(config.vocab_size, config.hidden, tp_group, device=device)
+        self.blocks = nn.ModuleList(Block(config, tp_group, device) for _ in range(config.n_layers))
+        self.final_norm = RMSNorm(config.hidden, config.norm_eps, device)
+        gathered = cross_entropy == "gathered"
+        self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=gathered, device=device)
+        # The first vocabulary column of this rank's logits (lm_head's rows are cut in rank order).
+        self.vocab_start = tp_group.rank * (config.vocab_size // tp)
+        cos, sin = rope_tables(config, device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self._load_initial_weights(config)
+
+    # -- forward
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Full-vocab logits ``[batch, seq, vocab]`` (on every rank), or with ``targets`` ``[batch, seq]``
+        the mean cross-entropy (the same on every rank; ``"vocab_parallel"`` gathers no logits for it)."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
+        t = tokens.shape[1]
+        if t > self.config.max_seq_len:
+            raise ValueError(f"sequence length {t} exceeds max_seq_len={self.config.max_seq_len}")
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        logits = self.lm_head(self.final_norm(x))  # [batch, seq, vocab], or this rank's [batch, seq, vocab/tp]
+        if targets is None:  # a caller that wants the logits gets all of them, whichever the loss
+            return logits if self.lm_head.gather_output else gather_from_tp(logits, self.tp_group)
+        flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+        if self.cross_entropy == "gathered":
+            return F.cross_entropy(flat_logits, flat_targets)
+        return vocab_parallel_cross_entropy(flat_logits, flat_targets, self.tp_group, self.vocab_start)
 
     # -- accounting
 

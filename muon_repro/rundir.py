@@ -84,6 +84,7 @@ CALIBRATION_FILE = "machine.calibration.csv"  # calibrate's rows, beside the pro
 PREDICTIONS_FILE = "predictions.csv"
 REGIME_MODEL_FILE = "regime_model.csv"
 THRESHOLDS_FILE = "regime_thresholds.csv"
+PIPELINE_SCALE_OUT_FILE = "pipeline_scale_out.csv"  # the 7B model as TP8 x PP4 x DP, 32-1024 GPUs
 # Shipped machine profiles renamed since records were written (old name -> new): records naming the old one
 # (regime_model.csv and regime_thresholds.csv's ``machine``) are read under the new name, and ``--machine`` takes both.
 RENAMED_MACHINES = {"seed-4x-pcie4-x4": "wei-4x-pcie4-x4"}

@@ -402,6 +402,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
         "overlap": "none",
         "dp": run.dp,
         "tp": run.tp,
+        "pp": 1,  # no pipeline stages: the 3-D section says so
         "world_size": run.world,
         "backend": "gloo",
         "device": "cpu",
@@ -440,7 +441,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
         "ns_flops_max_rank": ns_flops,
         "typical_trial": int(typical_trial),
         "typical_step": int(typical_step),
-        **dict.fromkeys(("timed_step_ms", "timed_optimizer_ms", "profiler_overhead", "rounds")),  # no timed steps
+        **dict.fromkeys(("timed_step_ms", "timed_optimizer_ms", "timed_bubble_ms", "profiler_overhead", "rounds")),
         "scale": "tiny",
         "preset": "tiny",
         "qkv": "fused",
@@ -493,11 +494,20 @@ def _comparisons(runs: pd.DataFrame) -> pd.DataFrame:
                 **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols},
             }
         )
-    return SCHEMAS["comparisons"].conform(pd.DataFrame(rows)) if rows else SCHEMAS["comparisons"].empty()
+    return _frame("comparisons", rows)
 
 
-def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
-    return SCHEMAS[name].conform(pd.DataFrame(rows)) if rows else SCHEMAS[name].empty()
+# What the tables say of a run without pipeline stages (the columns the pipeline runs added).
+NO_STAGES = {"pp": 1, "pp_rank": 0, "stage": 0}
+
+
+def _frame(name: str, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """``rows`` as table ``name``, the columns pipeline runs added filled as for a run without stages."""
+    if len(rows) == 0:
+        return SCHEMAS[name].empty()
+    frame = pd.DataFrame(rows)
+    missing = {c: v for c, v in NO_STAGES.items() if c in SCHEMAS[name].names and c not in frame.columns}
+    return SCHEMAS[name].conform(frame.assign(**missing))
 
 
 def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
@@ -532,10 +542,7 @@ def costmodel_tables() -> dict[str, pd.DataFrame]:
     metrics = Path(__file__).resolve().parents[1] / "metrics"
     committed = {name: pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable") for name in COSTMODEL_TABLES}
     # tables written before hardware profiles have no profile column: theirs is the fabricated runs' one
-    return {
-        name: SCHEMAS[name].conform(df if "profile" in df.columns else df.assign(profile=PROFILE))
-        for name, df in committed.items()
-    }
+    return {name: _frame(name, df if "profile" in df.columns else df.assign(profile=PROFILE)) for name, df in committed.items()}
 
 
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:

@@ -15,6 +15,7 @@ import time
 import pytest
 from hub_support import TOKEN
 from hub_support import hub_env as subprocess_env
+from support.run_links import link_outside
 from test_contribute import PROFILE, REPO, _entries, folder_files, make_run, publish_main
 
 from muon_repro.cli import main
@@ -130,10 +131,7 @@ def test_contribute_refuses_a_symlinked_file_before_any_request(tmp_path, fake_h
     publish_main(hub_env, {"README.md": b"# data\n"})
     runs = tmp_path / "runs"
     run = make_run(runs / PROFILE / "comparison" / "muon_dp2_tp1" / "trial0")
-    secret = tmp_path / "secret.txt"
-    secret.write_text("a file outside the runs folder\n")
-    (run / "log.txt").unlink()
-    (run / "log.txt").symlink_to(secret)
+    secret = link_outside(run / "log.txt", tmp_path / "secret.txt")
     since = len(fake_hub.requests)
 
     assert main(["contribute", "--repo-id", REPO, "--runs", str(runs)]) == 2

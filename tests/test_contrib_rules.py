@@ -8,6 +8,7 @@ import time
 import zlib
 
 import pytest
+from support.run_links import link_outside
 from test_contribute import PROFILE, make_run
 
 from muon_repro.contrib.config_check import check_config
@@ -126,10 +127,7 @@ def test_side_files_nested_too_deeply_or_not_text_are_refused_by_name(tmp_path):
 def test_symbolic_links_anywhere_are_refused_each_by_name(tmp_path):
     runs = tmp_path / "runs"
     run = make_run(runs / PROFILE / "comparison" / "muon_dp2_tp1" / "trial0")
-    outside = tmp_path / "secret.txt"
-    outside.write_text("not yours\n")
-    (run / "log.txt").unlink()
-    (run / "log.txt").symlink_to(outside)
+    outside = link_outside(run / "log.txt", tmp_path / "secret.txt")
     (run.parent / "trial1").symlink_to(run, target_is_directory=True)
     scan = scan_runs(runs)
     assert not scan.runs  # the folder with a link is not read at all

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.costmodel_profiles import two_core_profile, write_profile_json
 
 from muon_repro.bench.configs import CONFIGS, BenchConfig, from_dict, resolve
 from muon_repro.bench.custom import add_run_shape_arguments, config_from_args
@@ -29,34 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "traces"
 
 
-def cpu_profile(**changes) -> dict:
-    """A hand-written profile of a 2-core CPU machine, as JSON would hold it."""
-    raw = {
-        "name": "two-cores",
-        "device": "cpu",
-        "backend": "gloo",
-        "matmul_tflops": {"fp32": 0.04},
-        "newton_schulz_tflops": {"fp32": 0.04},
-        "elementwise_gbps": 20.0,
-        "op_overhead_us": 2.0,
-        "compute_share": {"2": 1.0, "4": 0.5},
-        "collectives": [{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5} for op in COLLECTIVE_OPS],
-    }
-    raw.update(changes)
-    return {k: v for k, v in raw.items() if v is not None}
-
-
-def write(tmp_path: Path, raw: dict, name: str = "machine.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(raw))
-    return path
-
-
 # ---------------------------------------------------------------- machine profiles
 
 
 def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
-    profile = read_profile(write(tmp_path, cpu_profile()))
+    profile = read_profile(write_profile_json(tmp_path, two_core_profile()))
     assert profile.compute_share == {2: 1.0, 4: 0.5} and profile.compute_cores(4) == 2.0
     assert profile.matmul_flops_per_s("fp32") == pytest.approx(4e10)
     again = read_profile(write_profile(profile, tmp_path / "copy.json"))
@@ -96,7 +74,7 @@ def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
     ],
 )
 def test_a_bad_profile_names_the_file_and_the_field(tmp_path, change, named):
-    path = write(tmp_path, cpu_profile(**change))
+    path = write_profile_json(tmp_path, two_core_profile(**change))
     with pytest.raises(ProfileError) as err:
         read_profile(path)
     assert str(path) in str(err.value) and named in str(err.value)
@@ -104,9 +82,9 @@ def test_a_bad_profile_names_the_file_and_the_field(tmp_path, change, named):
 
 def test_profiles_are_validated_when_built_in_code():
     with pytest.raises(ProfileError, match=r"elementwise_gbps must be a number in \[0.001, 100000\] GB/s"):
-        profile_from_dict(cpu_profile(elementwise_gbps=0))
+        profile_from_dict(two_core_profile(elementwise_gbps=0))
     with pytest.raises(ProfileError, match="collectives must list at least one fit"):
-        MachineProfile(**{**profile_from_dict(cpu_profile()).__dict__, "collectives": ()})
+        MachineProfile(**{**profile_from_dict(two_core_profile()).__dict__, "collectives": ()})
 
 
 def test_the_shipped_profiles_load_with_their_sources():
@@ -167,7 +145,7 @@ def test_the_arrival_jitter_is_the_mean_wait_for_a_groups_last_rank():
 
 def test_the_arrival_jitter_follows_the_compute_between_meetings():
     profile = profile_from_dict(
-        cpu_profile(arrival_jitter_us={"2": 500.0}, arrival_jitter_curve_us={"2": {"4000": 500.0, "80000": 4500.0}})
+        two_core_profile(arrival_jitter_us={"2": 500.0}, arrival_jitter_curve_us={"2": {"4000": 500.0, "80000": 4500.0}})
     )
     assert profile.arrival_jitter_s(2, 0.042) == pytest.approx(2.5e-3)  # linear between the measured lengths
     assert profile.arrival_jitter_s(2, 1.0) == pytest.approx(4.5e-3)  # time slices bound the drift: no extrapolation
@@ -180,7 +158,7 @@ def test_a_group_drifts_apart_with_the_compute_since_it_last_met_not_since_its_r
     """At DP2·TP2 the TP all-reduces keep each TP pair in step, not the DP pairs: the optimizer's first DP
     collective waits for the drift that the whole forward and backward let the DP pair build up."""
     per_compute = 0.1  # a late arrival of 0.1 s per second of compute (alone) since the group last met
-    profile = profile_from_dict(cpu_profile(arrival_jitter_curve_us={"2": {"1000": 100.0, "10000000": 1e6}}))
+    profile = profile_from_dict(two_core_profile(arrival_jitter_curve_us={"2": {"1000": 100.0, "10000000": 1e6}}))
     base = resolve("comparison/adamw_dp2_tp2", "cpu")
     small, large = (predict(replace(base, tokens_per_step=t), profile).ranks[0] for t in (1024, 4096))
     rs_growth = large.phases[DP_REDUCE_SCATTER] - small.phases[DP_REDUCE_SCATTER]  # the same bytes: only the wait grows
@@ -190,7 +168,7 @@ def test_a_group_drifts_apart_with_the_compute_since_it_last_met_not_since_its_r
 
 def test_profiles_without_the_measured_curves_price_at_their_flat_figures():
     """Hand-written (GPU) profiles give one figure per kind: sizes, bandwidth share and samples are optional."""
-    flat = profile_from_dict(cpu_profile())
+    flat = profile_from_dict(two_core_profile())
     assert flat.elementwise_bytes_per_s(1 << 22) == flat.elementwise_bytes_per_s() == pytest.approx(20e9)
     assert flat.cross_entropy_bytes_per_s(1 << 22) == pytest.approx(20e9 / 8)
     assert flat.collective("all_gather", 2).seconds(5e5) == pytest.approx(300e-6 + 1e-3)
@@ -201,7 +179,7 @@ def test_profiles_without_the_measured_curves_price_at_their_flat_figures():
 
 def test_size_curves_price_a_kernel_at_its_operands_size():
     curves = {"elementwise": {"1000": 100.0, "100000": 10.0}, "cross_entropy": {"1000": 2.0}}
-    profile = profile_from_dict(cpu_profile(size_curves=curves))
+    profile = profile_from_dict(two_core_profile(size_curves=curves))
     assert profile.elementwise_bytes_per_s(10_000) == pytest.approx(10**1.5 * 1e9)  # log-log between the points
     assert profile.elementwise_bytes_per_s(10) == pytest.approx(100e9) and profile.elementwise_bytes_per_s(
         10**7
@@ -212,13 +190,15 @@ def test_size_curves_price_a_kernel_at_its_operands_size():
         100e9 / 5
     )  # no GELU figure: the element-wise one, at its size, over 5 passes
     cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
-    assert predict(cfg, profile).step_ms > predict(cfg, profile_from_dict(cpu_profile())).step_ms  # slower out of cache
+    assert predict(cfg, profile).step_ms > predict(cfg, profile_from_dict(two_core_profile())).step_ms  # slower out of cache
 
 
 def test_collective_samples_price_a_call_from_the_samples_around_it():
     samples = [[1e6, 2e-3], [4e6, 5e-3], [16e6, 29e-3]]
     fit = profile_from_dict(
-        cpu_profile(collectives=[{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples} for op in COLLECTIVE_OPS])
+        two_core_profile(
+            collectives=[{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples} for op in COLLECTIVE_OPS]
+        )
     )
     ag = fit.collective("all_gather", 2)
     assert ag.seconds(2.5e6) == pytest.approx(3.5e-3) and ag.seconds(10e6) == pytest.approx(17e-3)
@@ -230,9 +210,9 @@ def test_memory_bound_kernels_share_the_cores_as_matmuls_do_not_the_stream_loops
     """The stream loop's bandwidth share is recorded, not applied: in-step kernels lose what the cores'
     sharing takes, which the compute share already prices (docs/method.md#cost-model)."""
     cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
-    plain = predict(cfg, profile_from_dict(cpu_profile()))
-    assert predict(cfg, profile_from_dict(cpu_profile(bandwidth_share={"4": 0.25}))).step_ms == pytest.approx(plain.step_ms)
-    assert predict(cfg, profile_from_dict(cpu_profile(compute_share={"2": 1.0, "4": 0.25}))).step_ms > plain.step_ms
+    plain = predict(cfg, profile_from_dict(two_core_profile()))
+    assert predict(cfg, profile_from_dict(two_core_profile(bandwidth_share={"4": 0.25}))).step_ms == pytest.approx(plain.step_ms)
+    assert predict(cfg, profile_from_dict(two_core_profile(compute_share={"2": 1.0, "4": 0.25}))).step_ms > plain.step_ms
 
 
 def test_ranks_sharing_cores_meet_out_of_step_at_every_layer_not_every_bucket():
@@ -240,12 +220,12 @@ def test_ranks_sharing_cores_meet_out_of_step_at_every_layer_not_every_bucket():
     (back to back after the logits: one meeting), its DP group at one reduce-scatter and one all-gather:
     21 jitters in the step."""
     cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
-    steady = predict(cfg, profile_from_dict(cpu_profile())).step_ms
-    jittery = predict(cfg, profile_from_dict(cpu_profile(arrival_jitter_us={"2": 1000.0}))).step_ms
+    steady = predict(cfg, profile_from_dict(two_core_profile())).step_ms
+    jittery = predict(cfg, profile_from_dict(two_core_profile(arrival_jitter_us={"2": 1000.0}))).step_ms
     assert jittery - steady == pytest.approx(21.0)
-    own_cores = cpu_profile(arrival_jitter_us={"2": 1000.0}, compute_share={"4": 1.0})
+    own_cores = two_core_profile(arrival_jitter_us={"2": 1000.0}, compute_share={"4": 1.0})
     assert predict(cfg, profile_from_dict(own_cores)).step_ms == pytest.approx(
-        predict(cfg, profile_from_dict(cpu_profile(compute_share={"4": 1.0}))).step_ms
+        predict(cfg, profile_from_dict(two_core_profile(compute_share={"4": 1.0}))).step_ms
     )
 
 
@@ -417,7 +397,7 @@ def test_every_overlap_prices_the_same_bytes_and_pipelining_hides_some(overlap):
     cfg = replace(base, overlap=overlap)
     work, reference = build_workload(cfg), build_workload(base)
     assert [stage_bytes(work, r) for r in range(4)] == [stage_bytes(reference, r) for r in range(4)]
-    machine = profile_from_dict(cpu_profile(compute_share=None))
+    machine = profile_from_dict(two_core_profile(compute_share=None))
     step, blocking = predict(cfg, machine).step_ms, predict(base, machine).step_ms
     assert step < blocking if overlap == "pipelined" else step == pytest.approx(blocking)
 
@@ -426,7 +406,7 @@ def test_the_largest_newton_schulz_share_sets_the_pace():
     """muon_dp4 (contiguous): DP ranks orthogonalize different matrices; each waits, at the next DP
     collective, for the rank with the most Newton-Schulz work."""
     cfg = resolve("distributed_muon/muon_dp4", "cpu")
-    machine = profile_from_dict(cpu_profile(compute_share=None, op_overhead_us=0.0))
+    machine = profile_from_dict(two_core_profile(compute_share=None, op_overhead_us=0.0))
     p = predict(cfg, machine)
     ns = p.workload.ns_flops
     busiest, idlest = ns.index(max(ns)), ns.index(min(ns))
@@ -439,8 +419,8 @@ def test_the_largest_newton_schulz_share_sets_the_pace():
 
 def test_ranks_sharing_cores_take_longer_than_ranks_with_their_own():
     cfg = resolve("comparison/muon_dp2_tp2", "cpu")
-    shared = predict(cfg, profile_from_dict(cpu_profile())).step_ms
-    alone = predict(cfg, profile_from_dict(cpu_profile(compute_share=None))).step_ms
+    shared = predict(cfg, profile_from_dict(two_core_profile())).step_ms
+    alone = predict(cfg, profile_from_dict(two_core_profile(compute_share=None))).step_ms
     assert 1.5 < shared / alone < 2.0  # compute at half speed, communication not
 
 
@@ -478,7 +458,7 @@ def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
 
 
 def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
-    machine = write(tmp_path, cpu_profile())
+    machine = write_profile_json(tmp_path, two_core_profile())
     code = main(["predict", "--machine", str(machine), "--validate", str(TRACES), "--out", str(tmp_path / "tables")])
     assert code == 0, capsys.readouterr().err
     import pandas as pd

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.costmodel_profiles import two_core_profile, write_profile_json
 
 from muon_repro.bench.configs import resolve
 from muon_repro.cli import main
@@ -34,41 +35,6 @@ COMMITTED_PROFILES = sorted(REPO.glob("traces/*/costmodel/machine.json")) + sort
 CPU_MACHINE = REPO / "traces" / "cpu-2c-gloo" / "costmodel" / "machine.json"
 HANG_BOUND_S = 10  # a bounded simulation of a 4-rank step takes milliseconds; a loop that never ends is stopped here
 SHAPE = ["--optimizer", "muon", "--dp", "2", "--tp", "2", "--preset", "small", "--tokens-per-step", "4096", "--seq-len", "128"]
-
-
-def base_profile(**changes) -> dict:
-    """A hand-written 2-core profile with every optional figure set, as JSON holds it."""
-    raw = {
-        "name": "two-cores",
-        "device": "cpu",
-        "backend": "gloo",
-        "matmul_tflops": {"fp32": 0.04},
-        "newton_schulz_tflops": {"fp32": 0.04},
-        "attention_tflops": {"fp32": 0.03},
-        "elementwise_gbps": 20.0,
-        "cross_entropy_gbps": 3.0,
-        "gelu_gbps": 4.0,
-        "op_overhead_us": 2.0,
-        "profiled_op_overhead_us": 4.0,
-        "compute_share": {"2": 1.0, "4": 0.5},
-        "bandwidth_share": {"2": 0.5},
-        "size_curves": {"gelu": {"1024": 4.0}},
-        "arrival_jitter_us": {"2": 500.0},
-        "arrival_jitter_curve_us": {"2": {"4000": 500.0}},
-        "efficiency": {"matmul": 0.7},
-        "collectives": [
-            {"op": op, "alpha_us": 300.0, "beta_gbps": 0.5, "group_size": 2, "samples": [[4096, 3e-4], [1 << 20, 2e-3]]}
-            for op in COLLECTIVE_OPS
-        ],
-    }
-    raw.update(changes)
-    return raw
-
-
-def write(tmp_path: Path, raw: dict, name: str = "machine.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(raw))  # NaN and Infinity as Python's json writes and reads them
-    return path
 
 
 @pytest.fixture
@@ -146,9 +112,9 @@ def _implausible(rng: ranges.Range) -> list[float]:
     [(where, named, rng, value) for where, named, rng in FIGURES for value in _implausible(rng)],
 )
 def test_a_value_outside_its_range_is_refused_naming_file_field_value_and_range(tmp_path, where, named, rng, value):
-    raw = base_profile()
+    raw = two_core_profile(every_figure=True)
     _set(where)(raw, value)
-    path = write(tmp_path, raw)
+    path = write_profile_json(tmp_path, raw)
     with pytest.raises(ValueError) as err:
         read_profile(path)
     message = str(err.value)
@@ -159,9 +125,9 @@ def test_a_value_outside_its_range_is_refused_naming_file_field_value_and_range(
 @pytest.mark.parametrize(("where", "named", "rng"), FIGURES)
 def test_both_ends_of_each_range_load(tmp_path, where, named, rng):
     for value in (rng.low, rng.high):
-        raw = base_profile()
+        raw = two_core_profile(every_figure=True)
         _set(where)(raw, value)
-        read_profile(write(tmp_path, raw))
+        read_profile(write_profile_json(tmp_path, raw))
 
 
 @pytest.mark.parametrize(
@@ -175,7 +141,7 @@ def test_both_ends_of_each_range_load(tmp_path, where, named, rng):
     ],
 )
 def test_counts_and_keys_outside_their_ranges_are_refused(tmp_path, change, named):
-    path = write(tmp_path, base_profile(**change))
+    path = write_profile_json(tmp_path, two_core_profile(every_figure=True, **change))
     with pytest.raises(ProfileError) as err:
         read_profile(path)
     assert str(path) in str(err.value) and named in str(err.value)
@@ -183,7 +149,7 @@ def test_counts_and_keys_outside_their_ranges_are_refused(tmp_path, change, name
 
 @pytest.mark.parametrize("speed", [math.nan, 0.0, SUBNORMAL, ranges.DAY_SPEED.high * 2])
 def test_a_days_speed_outside_its_range_is_refused(tmp_path, speed):
-    profile = read_profile(write(tmp_path, base_profile()))
+    profile = read_profile(write_profile_json(tmp_path, two_core_profile(every_figure=True)))
     with pytest.raises(ProfileError, match="day_speed must be a number in"):
         replace(profile, day_speed=speed)
 
@@ -202,7 +168,7 @@ def test_the_reported_hang_now_ends_with_an_error_naming_the_field(tmp_path):
     """elementwise_gbps 5e-324 once priced work at infinity and processor_sharing never ended: a subprocess with a
     timeout, so that a regression fails instead of hanging."""
     raw = json.loads(CPU_MACHINE.read_text())
-    path = write(tmp_path, {**raw, "elementwise_gbps": SUBNORMAL})
+    path = write_profile_json(tmp_path, {**raw, "elementwise_gbps": SUBNORMAL})
     done = subprocess.run(
         [sys.executable, "-m", "muon_repro", "predict", "--machine", str(path), *SHAPE],
         capture_output=True,
@@ -331,7 +297,7 @@ def test_every_figure_at_either_end_of_its_range_prices_a_finite_step(bounded, d
 
 def test_the_reported_overflow_is_now_a_range_error(tmp_path, capsys):
     raw = json.loads(named_profiles()["h100-8x-nvlink"].read_text())
-    path = write(tmp_path, {**raw, "profiled_op_overhead_us": 1e308})
+    path = write_profile_json(tmp_path, {**raw, "profiled_op_overhead_us": 1e308})
     assert main(["predict", "--machine", str(path), *SHAPE]) == 2
     err = capsys.readouterr().err
     assert f"{path}: profiled_op_overhead_us must be a number in [0, 10000] us" in err and "1e+308" in err
@@ -342,20 +308,20 @@ def test_the_reported_overflow_is_now_a_range_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("rate", [ranges.TFLOPS.low, ranges.TFLOPS.high])
 def test_a_size_curve_says_the_flat_figure_it_replaces_changes_nothing(tmp_path, capsys, rate):
-    curved = base_profile(size_curves={"matmul": {"65536": 0.05, "1048576": 0.04}})
+    curved = two_core_profile(every_figure=True, size_curves={"matmul": {"65536": 0.05, "1048576": 0.04}})
     cfg = resolve("comparison/muon_dp2_tp2", "cpu")
     as_given = predict(cfg, profile_from_dict(curved))
     changed = predict(cfg, profile_from_dict({**curved, "matmul_tflops": {"fp32": rate}}))
     assert changed.step_ms == as_given.step_ms  # the note's claim
     assert any(n.startswith("matmul_tflops.fp32") and "size_curves.matmul" in n for n in as_given.notes)
-    assert main(["predict", "--machine", str(write(tmp_path, curved)), *SHAPE]) == 0
+    assert main(["predict", "--machine", str(write_profile_json(tmp_path, curved)), *SHAPE]) == 0
     assert "note: matmul_tflops.fp32 (0.04 TFLOP/s) is not used by this profile's predictions" in capsys.readouterr().out
-    assert main(["predict", "--machine", str(write(tmp_path, curved)), *SHAPE, "--json"]) == 0
+    assert main(["predict", "--machine", str(write_profile_json(tmp_path, curved)), *SHAPE, "--json"]) == 0
     assert any("size_curves.matmul" in n for n in json.loads(capsys.readouterr().out)["notes"])
 
 
 def test_without_a_curve_the_flat_figure_is_used_and_no_note_says_otherwise():
-    flat = base_profile(size_curves={})
+    flat = two_core_profile(every_figure=True, size_curves={})
     cfg = resolve("comparison/muon_dp2_tp2", "cpu")
     slower = predict(cfg, profile_from_dict({**flat, "matmul_tflops": {"fp32": 0.02}}))
     p = predict(cfg, profile_from_dict(flat))
@@ -370,3 +336,9 @@ def test_the_committed_cpu_calibration_notes_its_unused_figures():
         "cross_entropy_gbps",
         "gelu_gbps",
     }
+
+
+def test_each_range_constant_is_its_row_of_the_range_table():
+    assert len(ranges.RANGES) == len(ranges.RANGE_TABLE)  # no name twice
+    for name, low, high, unit, why in ranges.RANGE_TABLE:
+        assert getattr(ranges, name) == ranges.Range(low, high, unit, why), name

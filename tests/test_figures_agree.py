@@ -149,6 +149,7 @@ def test_no_percentage_printed_with_an_exponent(data):
         figures.comm_time_stated(data.runs, data.claims).text,
         figures.optimizer_share_stated(data.runs, data.claims).text,
         bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks).text,
+        stated.pipeline(data.claims, stated.profile_of(data.runs)).text,
         *(readme.BLOCKS[name](load(METRICS)) for name in readme.BLOCKS),
         *regimes_section.sweep_lines(data.regimes),
     ]

@@ -114,7 +114,7 @@ def test_card_sections(bundle):
     entries = read_manifest(bundle)
     assert f"`MANIFEST.sha256` lists the sha256 and size of {len(entries)} files" in text
     assert not any(e.sha256 in text for e in entries)
-    assert "What each column means: [`docs/method.md`](docs/method.md#steps)." in text or not (bundle / "docs").is_dir()
+    assert "Columns: [`docs/method.md`](docs/method.md#steps)." in text or not (bundle / "docs").is_dir()
     assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
 
 
@@ -261,3 +261,23 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
     regenerate = card.decode().split("## How to regenerate", 1)[1]
     assert "muon-repro bench reference" in regenerate
     assert "muon-repro regimes --trials 3" in regenerate and "muon-repro converge" in regenerate
+
+
+def test_the_card_lists_traced_runs_per_group():
+    from muon_repro.dataset.run_info import RunDoc, describe_run_groups
+
+    runs = [
+        RunDoc("cpu/pipeline/muon_pp4/trial0", ("a", "b", "c", "d"), 40),
+        RunDoc("cpu/pipeline/adamw_pp4/trial0", ("a", "b"), 2),
+        RunDoc("cpu/comparison/muon_dp2_tp2/trial0", ("a",), 5),
+    ]
+    groups = describe_run_groups(runs)
+    assert [(g.folder, g.runs, g.traces, g.size) for g in groups] == [("cpu/pipeline/", 2, 6, 42), ("cpu/comparison/", 1, 1, 5)]
+
+
+def test_the_card_shows_the_topology_matrix_without_its_legend():
+    from muon_repro.dataset.run_info import _without_legend
+
+    topology = "GPU0\tGPU1\nGPU0\t X \tNV18\n\nLegend:\n\n  X    = Self\n  NV#  = bonded NVLinks\n"
+    assert _without_legend(topology) == "GPU0\tGPU1\nGPU0\t X \tNV18"
+    assert _without_legend("GPU0\t X") == "GPU0\t X"

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.costmodel_profiles import two_core_profile
 
 from muon_repro.analysis.costmodel_tables import costmodel_tables, round_medians, sweep_runs, sweep_step_times
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.regimes import REGIMES_GROUP, SHAPE_WIDTH, regime_point, regime_points
 from muon_repro.cli import main
 from muon_repro.costmodel.machine import profile_from_dict
-from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.records import crossing
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file, trial_folders
@@ -26,20 +26,6 @@ from muon_repro.tables.schemas import SCHEMAS
 REPO = Path(__file__).resolve().parents[1]
 
 PROFILE = "test-box"  # the hardware profile the quick sweep is filed under (--profile)
-
-
-def two_core_profile() -> dict:
-    return {
-        "name": "two-cores",
-        "device": "cpu",
-        "backend": "gloo",
-        "matmul_tflops": {"fp32": 0.04},
-        "newton_schulz_tflops": {"fp32": 0.04},
-        "elementwise_gbps": 20.0,
-        "op_overhead_us": 2.0,
-        "compute_share": {"2": 1.0, "4": 0.5},
-        "collectives": [{"op": op, "alpha_us": 300.0, "beta_gbps": 0.5} for op in COLLECTIVE_OPS],
-    }
 
 
 # ---------------------------------------------------------------- the sweep's points
@@ -152,7 +138,7 @@ def test_the_report_names_a_renamed_profile_by_its_new_name_in_older_tables():
 
 def test_without_records_every_costmodel_table_is_empty_with_its_columns(tmp_path):
     tables = costmodel_tables([tmp_path])
-    assert set(tables) == {"calibration", "predictions", "regimes", "regime_model", "regime_thresholds"}
+    assert set(tables) == {"calibration", "predictions", "regimes", "regime_model", "regime_thresholds", "pipeline_scale_out"}
     for name, table in tables.items():
         assert table.empty and list(table.columns) == SCHEMAS[name].names
 

@@ -647,3 +647,14 @@ def test_the_pdf_is_the_same_bytes_when_rendered_again(bundle: Path, tmp_path: P
     assert "SOURCE_DATE_EPOCH" not in os.environ  # restored
     info = PdfReader(out / "report.pdf").metadata
     assert info["/CreationDate"].startswith("D:20260102") and info["/ModDate"] == info["/CreationDate"]
+
+
+def test_without_pipeline_runs_the_3d_section_is_one_sentence(bundle: Path) -> None:
+    """The synthetic bundle has no pipeline run: the section says so, and no pipeline figure is drawn or shown."""
+    from muon_repro.report.pipeline_section import NO_PIPELINE
+
+    md = (bundle / "report" / "report.md").read_text()
+    section = _section(md, "3-D parallelism (DP x TP x PP)")
+    assert "No pipeline run in these tables" in section and NO_PIPELINE.split(":")[0] in section
+    assert "|" not in section and "![" not in section
+    assert not (bundle / "figures" / "pipeline.png").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_costmodel import cpu_profile
+from support.costmodel_profiles import two_core_profile
 
 from muon_repro.bench.configs import resolve
 from muon_repro.costmodel.machine import profile_from_dict
@@ -17,7 +17,7 @@ def probe(world: int = 4, matmul: float = 50.0, stream: float = 20.0, op: float 
 
 
 def profile(**calibration):
-    return profile_from_dict(cpu_profile(calibration=calibration))
+    return profile_from_dict(two_core_profile(calibration=calibration))
 
 
 def test_day_ratios_are_rates_over_rates_and_times_under_times():

@@ -35,7 +35,7 @@ HOSTILE_ENV = {  # environment keys the card and the report show
     "python": "3.11\n\n- injected item\n> quote",
     "interconnect_topology": f"GPU0\tX\n```\n# Not a heading\n{ESC}[4m</pre><script>alert(4)</script>",
 }
-BENIGN_TOPOLOGY = "GPU0\tX\nGPU1\tNV4\nLegend:\n  X = Self"  # as many lines as the hostile one
+BENIGN_TOPOLOGY = "GPU0\tX\nGPU1\tNV4\nGPU2\tNV4\nGPU3\tNV4"  # as many lines as the hostile one (no legend: cut)
 HOSTILE_SHA = "abc; rm -rf ~ `whoami`"
 
 

@@ -31,6 +31,7 @@ from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
+    PIPELINE_SCALE_OUT_FILE,
     PREDICTIONS_FILE,
     REGIME_MODEL_FILE,
     REGIMES_GROUP,
@@ -48,8 +49,12 @@ RECORD_TABLES = {
     "predictions": PREDICTIONS_FILE,
     "regime_model": REGIME_MODEL_FILE,
     "regime_thresholds": THRESHOLDS_FILE,
+    "pipeline_scale_out": PIPELINE_SCALE_OUT_FILE,
 }
 COSTMODEL_TABLES = (*RECORD_TABLES, "regimes")
+# Columns a record written before they existed lacks, and the value every such row had: runs before pipelines had one
+# stage.
+RECORD_DEFAULTS = {"predictions": {"pp": 1}}
 NS_OVER_FWD_BWD = (
     10 / 3
 )  # closed form: Newton-Schulz / forward+backward FLOPs ~ (10/3) d_model / T per matrix (docs/method.md#regimes)
@@ -92,6 +97,7 @@ def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
             )
         if "machine" in frame.columns:  # a shipped profile's name from before it was renamed: its name now
             frame["machine"] = frame["machine"].replace(RENAMED_MACHINES)
+        frame = frame.assign(**{c: v for c, v in RECORD_DEFAULTS.get(name, {}).items() if c not in frame.columns})
         frames.append(_with_profile(frame, path.parent).reindex(columns=schema.names))
     return pd.concat(frames, ignore_index=True) if frames else schema.empty()
 

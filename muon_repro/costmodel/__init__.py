@@ -12,6 +12,9 @@ Modules, one job each::
     collective_fit   collective timings -> alpha-beta fits per collective and group size
     workload         a run's shape -> every rank's program for one step (FLOPs, bytes, calls, collectives)
     predict          a workload on a profile -> per-rank step time, its parts, transfer and wait
+    pipeline_workload  a pipeline stage's workload (pp > 1): its blocks, embedding or head, its optimizer's plan
+    pipeline         pp > 1: every stage simulated, the 1F1B schedule played over them, bubbles, the step
+    pipeline_scale_out  the 7B model as TP8 x PP4 x DP on 32-1024 H100s (muon-repro predict --pipeline-scale-out)
     validate         every recorded run under a traces folder -> the ``predictions`` table
     records          what ``muon-repro regimes`` writes beside the runs (CSV records), and reads back
     cli              ``register(subparsers)`` for the two commands

@@ -98,6 +98,19 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --validate: price every run with the profile as calibrated, not as fast as the machine ran that day",
     )
+    p.add_argument(
+        "--model-dtype",
+        choices=("fp32", "bf16"),
+        help="price the training in this precision (bf16: mixed precision as Megatron-Core runs it, activations "
+        "between pipeline stages included) whatever the run's own --precision (default: the run's)",
+    )
+    p.add_argument(
+        "--pipeline-scale-out",
+        action="store_true",
+        help="instead of one run: the 7B model as TP8 x PP4 x DP on 32-1024 GPUs, Muon and AdamW, 4M tokens per step "
+        "in micro-batches of one sequence (--machine default: h100-multinode-ib400); --out DIR writes "
+        "DIR/pipeline_scale_out.csv",
+    )
     add_run_shape_arguments(p)
     p.set_defaults(func=_predict)
 
@@ -283,11 +296,13 @@ def _predict(args: argparse.Namespace) -> int:
         for name, path in named_profiles().items():
             print(f"{name:<28} {resolve_profile(path).description}")
         return 0
+    if args.pipeline_scale_out:
+        return _pipeline_scale_out(args)
     if args.machine is None:
         raise ValueError(f"--machine is required: a profile from muon-repro calibrate, or one of {', '.join(named_profiles())}")
     machine = resolve_profile(args.machine)
     if args.validate is not None:
-        given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
+        given = [flag for flag in (*SHAPE_DESTS, "model_dtype") if getattr(args, flag) is not None]
         if given:
             raise ValueError(
                 f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
@@ -295,14 +310,36 @@ def _predict(args: argparse.Namespace) -> int:
         return _validate(args, machine)
     if args.out is not None or args.as_calibrated:
         raise ValueError(
-            "--out and --as-calibrated go with --validate (the predictions table); a single prediction prints (use --json)"
+            "--out and --as-calibrated go with --validate (the predictions table) or --pipeline-scale-out; a single "
+            "prediction prints (use --json)"
         )
     from muon_repro.bench.custom import config_from_args
+    from muon_repro.costmodel.pipeline import PipelinePrediction, format_pipeline
     from muon_repro.costmodel.predict import format_prediction, predict
 
     cfg = config_from_args(args)
-    prediction = predict(cfg, machine, profiled=not args.unprofiled)
-    print(json.dumps(prediction.to_dict(), indent=1) if args.json else format_prediction(prediction))
+    prediction = predict(cfg, machine, profiled=not args.unprofiled, model_dtype=args.model_dtype)
+    text = format_pipeline(prediction) if isinstance(prediction, PipelinePrediction) else format_prediction(prediction)
+    print(json.dumps(prediction.to_dict(), indent=1) if args.json else text)
+    return 0
+
+
+def _pipeline_scale_out(args: argparse.Namespace) -> int:
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.pipeline_scale_out import PIPELINE_MACHINE, format_scale_out, pipeline_scale_out_rows
+    from muon_repro.costmodel.records import write_csv
+
+    given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
+    if given or args.validate is not None or args.as_calibrated:
+        flags = [*("--" + g.replace("_", "-") for g in given), *(["--validate"] if args.validate else [])]
+        raise ValueError(f"--pipeline-scale-out prices its own 7B runs; drop {', '.join(flags) or '--as-calibrated'}")
+    rows = pipeline_scale_out_rows(machine=resolve_profile(args.machine or PIPELINE_MACHINE))
+    print(json.dumps(rows, indent=1) if args.json else format_scale_out(rows))
+    if args.out is not None:
+        path = args.out / "pipeline_scale_out.csv"
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_csv(path, rows)
+        print(f"wrote {path}")
     return 0
 
 

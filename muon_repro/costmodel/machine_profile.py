@@ -195,8 +195,18 @@ class MachineProfile:
             )
         if not probes:
             raise ValueError("day_ratios needs at least one speed probe")
-        ratios = [day_ratios(p, nearest_world(calibrated, p.world_size)) for p in probes]
+        ratios = [self._share_corrected(day_ratios(p, nearest_world(calibrated, p.world_size)), p, calibrated) for p in probes]
         return {k: statistics.median(r[k] for r in ratios) for k in DAY_KINDS if all(k in r for r in ratios)}
+
+    def _share_corrected(self, ratios: dict[str, float], probe: SpeedProbe, calibrated: Mapping[int, SpeedProbe]) -> dict:
+        """A probe taken in a world larger than every calibrated one (8 ranks of a pipeline against probes of 2 and
+        4) ran slower per rank because more ranks shared the cores, not because the day was slow: its compute ratio
+        is taken against the calibration's rate times the compute share those extra ranks leave each rank."""
+        largest = max(calibrated)
+        if probe.world_size <= largest or not self.shares_cores(probe.world_size):
+            return ratios
+        expected = (self.compute_cores(probe.world_size) / probe.world_size) / (self.compute_cores(largest) / largest)
+        return {**ratios, "compute": ratios["compute"] / expected}
 
     def on_day(self, *probes: SpeedProbe) -> MachineProfile:
         """This profile as fast as the machine ran when ``probes`` were taken (a run's own calibration): every

@@ -51,6 +51,27 @@ def model_op_counts(n_layers: int, qkv: str, tp: int, vocab_parallel: bool = Fal
     return forward.calls + extra_forward, backward.calls + all_reduces * TP_ALL_REDUCE_OPS
 
 
+def stage_op_counts(
+    n_layers: int, qkv: str, tp: int, vocab_parallel: bool = False, embedding: bool = True, head: bool = True
+) -> tuple[int, int]:
+    """Operator calls of one forward and one backward of ``n_layers`` blocks, with the embedding and the head (the
+    final norm, LM head and loss) where held: the whole model's count (:func:`model_op_counts`) with both. A pipeline
+    stage's blocks take the count's per-block slope; the calls outside the blocks (a few for the embedding, most for
+    the head and loss) go to the stage holding the head, the TP wrappers' to the stage of the layer they wrap."""
+    if embedding and head:
+        return model_op_counts(n_layers, qkv, tp, vocab_parallel)
+    one, two = model_op_counts(1, qkv, 1), model_op_counts(2, qkv, 1)
+    per_block = [b - a for a, b in zip(one, two)]
+    outside = [a - p for a, p in zip(one, per_block)]
+    forward, backward = (n_layers * p + (o if head else 0) for p, o in zip(per_block, outside))
+    if tp > 1:
+        loss = VOCAB_PARALLEL_CE_OPS + CROSS_ENTROPY_REDUCTIONS * TP_ALL_REDUCE_OPS if vocab_parallel else TP_ALL_GATHER_OPS
+        forward += 2 * n_layers * TP_ALL_REDUCE_OPS
+        forward += (TP_ALL_REDUCE_OPS + TP_EMBEDDING_OPS if embedding else 0) + (loss if head else 0)
+        backward += (2 * n_layers + head) * TP_ALL_REDUCE_OPS  # the LM head's input gradient: one more all-reduce
+    return forward, backward
+
+
 @dataclass(frozen=True)
 class NarrowStep:
     """The model's forward at widths of 8 (on one process): its operators with next to no arithmetic."""

@@ -84,8 +84,26 @@ class RankPrediction:
         }
 
 
+class RankMeans:
+    """Means over a prediction's ``ranks``, as the measured runs' tables count them (mean over ranks)."""
+
+    ranks: tuple[RankPrediction, ...]
+
+    def mean(self, attribute: str) -> float:
+        return statistics.fmean(_value(r, attribute) for r in self.ranks)
+
+    @property
+    def optimizer_ms(self) -> float:
+        return self.mean(OPTIMIZER)
+
+    @property
+    def comm_ms(self) -> float:
+        """Collectives' transfer and wait."""
+        return self.mean("transfer_ms") + self.mean("wait_ms")
+
+
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(RankMeans):
     """A run's predicted step on a machine, and the FLOP and byte inputs it was built from."""
 
     cfg: BenchConfig
@@ -99,17 +117,6 @@ class Prediction:
     @property
     def step_ms(self) -> float:
         return max(r.step_ms for r in self.ranks)
-
-    def mean(self, attribute: str) -> float:
-        return statistics.fmean(_value(r, attribute) for r in self.ranks)
-
-    @property
-    def optimizer_ms(self) -> float:
-        return self.mean(OPTIMIZER)
-
-    @property
-    def comm_ms(self) -> float:
-        return self.mean("transfer_ms") + self.mean("wait_ms")
 
     def to_dict(self) -> dict:
         w = self.workload
@@ -143,7 +150,12 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
 
     ``model_dtype``: the training's precision (:func:`~muon_repro.costmodel.workload.build_workload`); default
     the run's own (``cfg.precision``: fp32, or bf16 autocast). ``bf16`` prices mixed-precision training as
-    Megatron-Core runs it: matmuls at the bf16 rate, activations and parameters moved in bf16."""
+    Megatron-Core runs it: matmuls at the bf16 rate, activations and parameters moved in bf16.
+    A pipeline (``cfg.pp > 1``) is priced stage by stage (:func:`muon_repro.costmodel.pipeline.predict_pipeline`)."""
+    if cfg.pp > 1:
+        from muon_repro.costmodel.pipeline import predict_pipeline
+
+        return predict_pipeline(cfg, machine, profiled=profiled, model_dtype=model_dtype)
     workload = build_workload(cfg, machine.device, model_dtype or cfg.precision)
     ranks = simulate(workload, machine, profiled)
     return Prediction(cfg, machine.name, machine.device, profiled, ranks, workload, tuple(machine.unused_figures()))
@@ -153,7 +165,8 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
 
 
 def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True) -> tuple[RankPrediction, ...]:
-    """Play every rank's program stage by stage on a clock per rank (see the module docstring)."""
+    """Play every rank's program stage by stage on a clock per rank (see the module docstring). A pipeline stage's
+    workload holds that stage's DP x TP ranks (``rank`` is then the rank within the stage)."""
     cfg = workload.cfg
     world = workload.world_size
     ranks = tuple(RankPrediction(r, *divmod(r, cfg.tp)) for r in range(world))
@@ -168,7 +181,7 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True)
         if stages[0].compute is not None:
             _compute_stage(stages, clock, done, ranks, machine, workload, profiled)
         else:
-            _comm_stage(stages, clock, done, met, ranks, machine, cfg, pending, issued)
+            _comm_stage(stages, clock, done, met, ranks, machine, workload, pending, issued)
         for r, stage in enumerate(stages):
             elapsed = clock[r] - before[r]
             if not math.isfinite(elapsed) or elapsed < 0:  # refused, not summed: an infinite step ends no table well
@@ -193,15 +206,20 @@ def _compute_stage(
     workload: Workload,
     profiled: bool,
 ) -> None:
-    cores = machine.compute_cores(_local_ranks(machine, len(stages)))
+    world = workload.cfg.world_size  # every rank of the run, all pipeline stages
+    local = _local_ranks(machine, world)
+    cores = machine.compute_cores(local)
     works = [compute_seconds(s.compute, machine, workload.ns_dtype, profiled, workload.precision) for s in stages]
     for r, work in enumerate(works):
         done[r] += work
-    for node in _nodes(machine, len(stages)):
+    for node in _nodes(machine, len(stages), workload.first_rank):
         starts = [clock[r] for r in node]
+        # A pipeline stage's ranks share their node's cores with the other stages' ranks there, taken as all
+        # computing at once (1F1B's steady state): this stage's ranks get their share of the node's cores.
+        node_cores = cores if cores is None or world == len(stages) else cores * len(node) / local
         ends = (
-            processor_sharing(starts, [works[r] for r in node], cores)
-            if cores is not None
+            processor_sharing(starts, [works[r] for r in node], node_cores)
+            if node_cores is not None
             else [s + works[r] for s, r in zip(starts, node)]
         )
         for r, end in zip(node, ends):
@@ -290,10 +308,11 @@ def _comm_stage(
     met: dict,
     ranks,
     machine: MachineProfile,
-    cfg: BenchConfig,
+    workload: Workload,
     pending: dict,
     issued: dict,
 ) -> None:
+    cfg, first = workload.cfg, workload.first_rank
     comm = stages[0].comm
     drifting = machine.shares_cores(_local_ranks(machine, cfg.world_size))
     for group in _groups(comm.group, cfg):
@@ -316,7 +335,8 @@ def _comm_stage(
             jitter = machine.arrival_jitter_s(len(group), drift_s / meetings) * meetings
             met[group] = tuple(done[r] for r in group)
         arrival = max(clock[r] for r in group) + jitter
-        transfer = transfer_seconds(comm, calls, len(group), machine, _scope(machine, group), cfg.world_size)
+        scope = _scope(machine, tuple(first + r for r in group))
+        transfer = transfer_seconds(comm, calls, len(group), machine, scope, cfg.world_size)
         if comm.mode == "start":
             pending[(comm.key, group)] = (arrival, arrival + transfer)
             issued.update({(comm.key, r): clock[r] for r in group})
@@ -365,9 +385,13 @@ def _groups(kind: str, cfg: BenchConfig) -> list[tuple[int, ...]]:
     return [tuple(d * cfg.tp + t for d in range(cfg.dp)) for t in range(cfg.tp)]
 
 
-def _nodes(machine: MachineProfile, world: int) -> list[list[int]]:
-    per_node = machine.ranks_per_node or world
-    return [list(range(start, min(start + per_node, world))) for start in range(0, world, per_node)]
+def _nodes(machine: MachineProfile, world: int, first_rank: int = 0) -> list[list[int]]:
+    """Ranks 0..world-1 (global ranks first_rank + r) by the node they run on."""
+    per_node = machine.ranks_per_node or first_rank + world
+    nodes: dict[int, list[int]] = {}
+    for r in range(world):
+        nodes.setdefault((first_rank + r) // per_node, []).append(r)
+    return list(nodes.values())
 
 
 def _local_ranks(machine: MachineProfile, world: int) -> int:

@@ -41,32 +41,52 @@ class Range:
             )
 
 
-# Compute rates per rank, TFLOP/s: 1e-4 (0.1 GFLOP/s, one slow core) to 1e4 (10 PFLOP/s, over 4x a B200's dense
-# bf16). The committed profiles span 0.06 (CPU attention) to 989.5 (H100 bf16).
-TFLOPS = Range(1e-4, 1e4, "TFLOP/s", "0.1 GFLOP/s, one slow core, to 10 PFLOP/s, beyond any accelerator")
-# Kernel bandwidths per rank, GB/s: 1e-3 (1 MB/s) to 1e5 (100 TB/s, over 10x HBM3e); committed: 1.16 to 3,350.
-KERNEL_GBPS = Range(1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any memory")
-# A collective's bus bandwidth (beta), GB/s: 1 MB/s to 100 TB/s (over 50x NVLink 5); committed: 0.34 to 450.
-LINK_GBPS = Range(1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any interconnect")
-# Host time per operator call, us: 0 (an ideal host, as tests price one) to 1e4 (10 ms, 1000x a Python dispatch).
-OP_OVERHEAD_US = Range(0.0, 1e4, "us", "0, an ideal host, to 10 ms, 1000x a Python dispatch")
-# A collective's latency (alpha), us: 0 (an ideal link) to 1e5 (100 ms); committed: 10 to 4,750 (gloo, 4 ranks on 2 cores).
-ALPHA_US = Range(0.0, 1e5, "us", "0, an ideal link, to 100 ms")
-# A measured collective sample: ring bytes per rank from 1 byte to 1e13 (10 TB), seconds from 1 ns to 1,000 s.
-SAMPLE_BYTES = Range(1.0, 1e13, "bytes", "1 byte to 10 TB per rank")
-SAMPLE_SECONDS = Range(1e-9, 1e3, "s", "1 ns to 1,000 s per call")
-# Fractions of a rate: a compute or bandwidth share from 1e-3 (1,000 ranks per core) to 1; committed: 0.24 to 1.
-SHARE = Range(1e-3, 1.0, "of a rank's rate alone", "1,000 ranks per core to a core each")
-# The fraction of a published peak a hand-written profile assumes is reached: 1% to all of it; committed: 0.5 to 0.8.
-EFFICIENCY = Range(1e-2, 1.0, "of the figure", "1% of the peak to all of it")
-# The wait of a group's last rank per collective, us: 0 to 1e6 (1 s); committed: up to 37,055.
-JITTER_US = Range(0.0, 1e6, "us", "0 to 1 s per collective")
-# The compute before a collective that a late-arrival wait was measured after, us: 1 us to 1e9 (1,000 s).
-JITTER_COMPUTE_US = Range(1, 1e9, "us", "1 us to 1,000 s of compute")
-# A size curve's operand, elements per rank: 1 to 1e12 (4 TB of fp32); committed: 65,536 to 16,777,216.
-CURVE_ELEMENTS = Range(1, 1e12, "elements", "1 to 1e12 elements per rank")
-# How fast the machine ran on a recording's day against its calibration: 1/100 to 100x; committed: 0.56 to 1.03.
-DAY_SPEED = Range(1e-2, 1e2, "x the calibration's speed", "a probe or a calibration this far off measured something else")
+# Every kind of figure's range, one row each: (name, low, high, unit, why the ends); the comment above a row says
+# what the committed profiles span.
+RANGE_TABLE: tuple[tuple[str, float, float, str, str], ...] = (
+    # Compute rates per rank; committed: 0.06 (CPU attention) to 989.5 (H100 bf16).
+    ("TFLOPS", 1e-4, 1e4, "TFLOP/s", "0.1 GFLOP/s, one slow core, to 10 PFLOP/s, beyond any accelerator"),
+    # Kernel bandwidths per rank (100 TB/s: over 10x HBM3e); committed: 1.16 to 3,350.
+    ("KERNEL_GBPS", 1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any memory"),
+    # A collective's bus bandwidth, beta (100 TB/s: over 50x NVLink 5); committed: 0.34 to 450.
+    ("LINK_GBPS", 1e-3, 1e5, "GB/s", "1 MB/s to 100 TB/s, beyond any interconnect"),
+    # Host time per operator call: 0 (an ideal host, as tests price one) to 10 ms (1000x a Python dispatch).
+    ("OP_OVERHEAD_US", 0.0, 1e4, "us", "0, an ideal host, to 10 ms, 1000x a Python dispatch"),
+    # A collective's latency, alpha; committed: 10 to 4,750 (gloo, 4 ranks on 2 cores).
+    ("ALPHA_US", 0.0, 1e5, "us", "0, an ideal link, to 100 ms"),
+    # A measured collective sample: ring bytes per rank, and seconds per call.
+    ("SAMPLE_BYTES", 1.0, 1e13, "bytes", "1 byte to 10 TB per rank"),
+    ("SAMPLE_SECONDS", 1e-9, 1e3, "s", "1 ns to 1,000 s per call"),
+    # A compute or bandwidth share of a rank's rate alone; committed: 0.24 to 1.
+    ("SHARE", 1e-3, 1.0, "of a rank's rate alone", "1,000 ranks per core to a core each"),
+    # The fraction of a published peak a hand-written profile assumes is reached; committed: 0.5 to 0.8.
+    ("EFFICIENCY", 1e-2, 1.0, "of the figure", "1% of the peak to all of it"),
+    # The wait of a group's last rank per collective; committed: up to 37,055.
+    ("JITTER_US", 0.0, 1e6, "us", "0 to 1 s per collective"),
+    # The compute before a collective that a late-arrival wait was measured after.
+    ("JITTER_COMPUTE_US", 1, 1e9, "us", "1 us to 1,000 s of compute"),
+    # A size curve's operand per rank (1e12: 4 TB of fp32); committed: 65,536 to 16,777,216.
+    ("CURVE_ELEMENTS", 1, 1e12, "elements", "1 to 1e12 elements per rank"),
+    # How fast the machine ran on a recording's day against its calibration; committed: 0.56 to 1.03.
+    ("DAY_SPEED", 1e-2, 1e2, "x the calibration's speed", "a probe or a calibration this far off measured something else"),
+)
+RANGES: dict[str, Range] = {name: Range(low, high, unit, why) for name, low, high, unit, why in RANGE_TABLE}
+# The rows by name, in the table's order (tests/test_costmodel_limits.py checks each is its row)
+(
+    TFLOPS,
+    KERNEL_GBPS,
+    LINK_GBPS,
+    OP_OVERHEAD_US,
+    ALPHA_US,
+    SAMPLE_BYTES,
+    SAMPLE_SECONDS,
+    SHARE,
+    EFFICIENCY,
+    JITTER_US,
+    JITTER_COMPUTE_US,
+    CURVE_ELEMENTS,
+    DAY_SPEED,
+) = RANGES.values()
 # Rank counts (world, group, ranks per node, share keys): up to 2**20, more ranks than any cluster has.
 MAX_RANKS = 1 << 20
 

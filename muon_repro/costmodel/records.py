@@ -9,6 +9,8 @@ carries the hardware profile of the machine that wrote it, :mod:`muon_repro.hard
                             scale-out to 32-1024 GPUs
     regime_thresholds.csv   the tokens per step at which Muon's overhead falls to 1.1% and 3%, per profile and model,
                             with the range the model's validated error implies (:func:`metric_error_spread`)
+    pipeline_scale_out.csv  the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand, 32-1024 GPUs
+                            (:mod:`muon_repro.costmodel.pipeline_scale_out`)
 
 ``muon-repro analyze`` turns them into tables (the analysis imports no torch; predicting does:
 the shard plan is built from the model on the meta device). Each file is written through a
@@ -30,7 +32,7 @@ from muon_repro.costmodel.predict import Prediction, predict
 from muon_repro.costmodel.validate import validate
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS
-from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
+from muon_repro.rundir import COSTMODEL_DIR, PIPELINE_SCALE_OUT_FILE, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
 from muon_repro.tables.files import write_atomic
 
 LEVELS = (0.011, 0.03)  # the original study's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
@@ -110,12 +112,25 @@ def write_records(
         log(f"  scale-out: {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs (the largest take a minute each)")
         lines += list(scale_out_rows())
     lines = [with_ranges(row, spread) for row in lines]
-    return _write(folder, profile, predictions, lines, thresholds)
+    pipeline: list[dict] = []
+    if not quick:
+        from muon_repro.costmodel.pipeline_scale_out import pipeline_scale_out_rows
+
+        log(f"  pipeline scale-out: 7B as TP8 x PP4 x DP, {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs")
+        pipeline = pipeline_scale_out_rows(SCALE_OUT_GPUS)
+    return _write(folder, profile, predictions, lines, thresholds, pipeline)
 
 
-def _write(folder: Path, profile: str, predictions: list[dict], lines: list[dict], thresholds: list[dict]) -> list[Path]:
+def _write(
+    folder: Path, profile: str, predictions: list[dict], lines: list[dict], thresholds: list[dict], pipeline: list[dict] = ()
+) -> list[Path]:
+    """The records, each through a temporary name; the pipeline scale-out only when it was priced (not quick)."""
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
-    for path, rows in zip(written, (predictions, lines, thresholds)):
+    tables = [predictions, lines, thresholds]
+    if pipeline:
+        written.append(folder / PIPELINE_SCALE_OUT_FILE)
+        tables.append(list(pipeline))
+    for path, rows in zip(written, tables):
         write_csv(path, [{PROFILE_FIELD: profile, **row} for row in rows])
     return written
 

@@ -218,6 +218,7 @@ def _row(
         "overlap": cfg.overlap,
         "dp": cfg.dp,
         "tp": cfg.tp,
+        "pp": cfg.pp,
         "trials": times.trials,
         "steps": times.steps,
         "profiled": priced_profiled,

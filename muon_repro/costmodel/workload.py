@@ -30,10 +30,11 @@ bf16 training's gradients in fp32 unless told ``--grad-reduce-in-bf16``); parame
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 from muon_repro.bench.configs import BenchConfig
-from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, model_op_counts
+from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, stage_op_counts
 from muon_repro.model_config import GPTConfig
 from muon_repro.phases import (
     BACKWARD,
@@ -118,6 +119,16 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class StagePart:
+    """The model's part a rank runs: ``layers`` blocks, the embedding or not, the final norm, LM head and loss (``head``)
+    or not: all of it when pp = 1, a pipeline stage's share otherwise (:mod:`~muon_repro.costmodel.pipeline_workload`)."""
+
+    layers: int
+    embedding: bool = True
+    head: bool = True
+
+
+@dataclass(frozen=True)
 class Workload:
     """Every rank's program for one step, and the inputs the bench records for the same run."""
 
@@ -129,10 +140,17 @@ class Workload:
     train_flops: int  # what RankMetrics.train_flops records
     ns_dtype: str
     precision: str = "fp32"  # the training's (PRECISIONS): the model's matmul rate, activation and parameter dtypes
+    stage: int = 0  # the pipeline stage these ranks run (pp > 1): their global ranks start at stage * dp * tp
 
     @property
     def world_size(self) -> int:
+        """The ranks of these programs: one stage's DP x TP grid (the whole run when pp = 1)."""
         return self.cfg.dp * self.cfg.tp
+
+    @property
+    def first_rank(self) -> int:
+        """The global rank of programs[0] (rank = pp_rank * dp * tp + dp_rank * tp + tp_rank)."""
+        return self.stage * self.world_size
 
 
 def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32") -> Workload:
@@ -142,12 +160,30 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
         raise ValueError(f"config {cfg.key}: give a model preset, tokens per step and a sequence length before predicting")
     if precision not in PRECISIONS:
         raise ValueError(f"config {cfg.key}: unknown training precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    from muon_repro.optim.comm_model import optimizer_bytes
+    if cfg.pp > 1:  # every stage's ranks, in global rank order (not for simulate: see build_pipeline_workload)
+        from muon_repro.costmodel.pipeline_workload import build_pipeline_workload
 
+        return build_pipeline_workload(cfg, device, precision)
     model = cfg.model_config()
     plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems)
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
     forward, backward = model_stages(cfg, model, precision)
+    return assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision)
+
+
+def assemble_workload(
+    cfg: BenchConfig,
+    model: GPTConfig,
+    plan,
+    forward: tuple[Stage, ...],
+    backward: tuple[Stage, ...],
+    ns_dtype: str,
+    precision: str,
+    stage: int = 0,
+) -> Workload:
+    """Every rank's program of a DP x TP grid (``forward``, ``backward``, its DP rank's optimizer step on ``plan``)."""
+    from muon_repro.optim.comm_model import optimizer_bytes
+
     programs, ns_flops, analytic = [], [], []
     for dp_rank in range(cfg.dp):
         optimizer = optimizer_stages(cfg, plan, dp_rank, precision)
@@ -176,25 +212,31 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
         train_flops=model.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
         ns_dtype=ns_dtype,
         precision=precision,
+        stage=stage,
     )
 
 
 # ---------------------------------------------------------------- forward and backward
 
 
-def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
-    """Forward and backward of one TP rank (every TP rank does the same): with ``cfg.micro_batches`` > 1 the same
-    FLOPs and bytes in that many passes, each with its own operator calls and TP collectives."""
+def model_stages(
+    cfg: BenchConfig, model: GPTConfig, precision: str = "fp32", part: StagePart | None = None
+) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+    """Forward and backward of one TP rank (every TP rank does the same) over ``part`` of the model (default: all of
+    it): with ``cfg.micro_batches`` > 1 the same FLOPs and bytes in that many passes, each with its own operator calls
+    and TP collectives."""
+    part = part or StagePart(model.n_layers)
     tp, tokens, micro = cfg.tp, cfg.tokens_per_step // cfg.dp, cfg.micro_batches
     per_pass = tokens // micro  # tokens of one forward+backward pass
-    h, layers, vocab = model.hidden, model.n_layers, model.vocab_size
+    h, layers, vocab = model.hidden, part.layers, model.vocab_size
     activation = ELEMENT_SIZE[precision]
     vocab_parallel = cfg.cross_entropy == "vocab_parallel" and tp > 1
-    logits = tokens * (vocab // tp if vocab_parallel else vocab)  # the logits each rank's cross-entropy reads
+    logits = tokens * (vocab // tp if vocab_parallel else vocab) if part.head else 0  # what each rank's cross-entropy reads
     attention = 12 * layers * h * cfg.seq_len  # per token, forward+backward (the attention term of flops_per_token)
-    matmul = model.flops_per_token(cfg.seq_len) - attention
-    vector = forward_vector_elems_per_token(model, tp, gathered_logits=tp > 1 and not vocab_parallel) * activation
-    fwd_ops, bwd_ops = model_op_counts(layers, model.qkv, tp, vocab_parallel)
+    # 6 N_matmul of flops_per_token over this part's weights: the blocks', and the LM head's where it is held
+    matmul = 6 * (layers * (4 * h * h + 2 * h * model.ffn_hidden) + (vocab * h if part.head else 0))
+    vector = forward_vector_elems_per_token(model, tp, tp > 1 and not vocab_parallel, part) * activation
+    fwd_ops, bwd_ops = stage_op_counts(layers, model.qkv, tp, vocab_parallel, part.embedding, part.head)
     whole = Compute(
         matmul_flops=matmul * tokens / tp,
         attention_flops=attention * tokens / tp,
@@ -207,18 +249,22 @@ def model_stages(cfg: BenchConfig, model: GPTConfig, precision: str = "fp32") ->
     forward = [Stage(FORWARD, FORWARD, _share(whole, 1 / 3, vector * tokens, fwd_ops * micro))]
     backward = [Stage(BACKWARD, BACKWARD, _share(whole, 2 / 3, 2 * vector * tokens, bwd_ops * micro))]
     if tp > 1:
-        # per layer attention out and MLP out (+ the embedding), in every pass
-        all_reduces = (per_pass * h,) * (2 * layers + 1) * micro
-        forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True)))
-        if vocab_parallel:
+        # per layer attention out and MLP out (+ the embedding's), in every pass
+        forward_reduces = (per_pass * h,) * (2 * layers + part.embedding) * micro
+        forward.append(
+            Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", forward_reduces, activation, interleaved=True))
+        )
+        if part.head and vocab_parallel:
             # little compute between the three: the group meets once, in step after the first
             reductions = (per_pass,) * CROSS_ENTROPY_REDUCTIONS * micro
             forward.append(Stage(FORWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", reductions, FP32)))
-        else:
+        elif part.head:
             forward.append(Stage(FORWARD, TP_ALL_GATHER, comm=Comm("all_gather", "tp", (per_pass * vocab,) * micro, activation)))
+        # per layer attention in, MLP in (+ the LM head's input gradient)
+        backward_reduces = (per_pass * h,) * (2 * layers + part.head) * micro
         backward.append(
-            Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", all_reduces, activation, interleaved=True))
-        )  # per layer attention in, MLP in (+ LM head)
+            Stage(BACKWARD, TP_ALL_REDUCE, comm=Comm("all_reduce", "tp", backward_reduces, activation, interleaved=True))
+        )
     return tuple(forward), tuple(backward)
 
 
@@ -234,19 +280,24 @@ def _share(whole: Compute, fraction: float, vector_bytes: float, ops: float) -> 
     )
 
 
-def forward_vector_elems_per_token(model: GPTConfig, tp: int, gathered_logits: bool | None = None) -> float:
+def forward_vector_elems_per_token(
+    model: GPTConfig, tp: int, gathered_logits: bool | None = None, part: StagePart | None = None
+) -> float:
     """Elements the forward's element-wise operators read and write per token (an estimate;
     the backward is taken as twice this): RMS norm as composed operators (pow, mean, add, rsqrt,
     two muls), RoPE on q and k (4 muls, sub, add on halves, cat), the heads' copy back, the two
     residual adds, the gathered logits' re-layout (``gathered_logits``; default: whenever tp > 1), the
-    embedding. (The TP all-reduce's input clone is in the collective's time: calibrate times the call with it.)"""
-    h, local, layers = model.hidden, model.hidden // tp, model.n_layers
+    embedding; over ``part`` of the model (default: all of it). (The TP all-reduce's input clone is in the
+    collective's time: calibrate times the call with it.)"""
+    part = part or StagePart(model.n_layers)
+    h, local, layers = model.hidden, model.hidden // tp, part.layers
     gathered_logits = tp > 1 if gathered_logits is None else gathered_logits
     norm = 7 * h
     rope = 2 * 11 * local
     per_layer = 2 * norm + rope + 2 * local + 2 * 3 * h
-    head = norm + 2 * h + (2 * model.vocab_size if gathered_logits else 0)
-    return layers * per_layer + head
+    head = norm + (2 * model.vocab_size if gathered_logits else 0) if part.head else 0
+    embedding = 2 * h if part.embedding else 0
+    return layers * per_layer + head + embedding
 
 
 # ---------------------------------------------------------------- the optimizer
@@ -384,7 +435,7 @@ def _newton_schulz(plan, unit, dp_rank: int) -> Stage:
     return _compute(
         NEWTON_SCHULZ,
         ns_flops=sum(newton_schulz_flops(shape, NS_STEPS) for shape in shapes),
-        vector_bytes=NS_VECTOR_BYTES * sum(_numel(shape) for shape in shapes),
+        vector_bytes=NS_VECTOR_BYTES * sum(math.prod(shape) for shape in shapes),
         ops=NS_OPS_PER_MATRIX * len(mine),
     )
 
@@ -395,13 +446,6 @@ def _compute(phase: str, **work: float) -> Stage:
 
 def _elems(pieces) -> int:
     return sum(piece.length for _, piece in pieces)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def _torch_dtype(name: str):

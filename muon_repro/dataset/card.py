@@ -25,7 +25,7 @@ from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta, project_authors
-from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_runs, is_trace, recorded_environment
+from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_run_groups, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
 from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
 from muon_repro.tables.files import human_size
@@ -166,6 +166,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "configs": loadable_tables(tables),
         "left_out": [t for t in tables if t.rows == 0],
         "runs": runs,
+        "run_groups": describe_run_groups(runs),
         "traces": traces,
         "example_trace": traces[0] if traces else None,
         "folders": folders,

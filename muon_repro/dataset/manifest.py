@@ -105,8 +105,9 @@ def read_manifest(root: str | Path) -> list[FileEntry]:
     return parse_manifest(path.read_text(encoding="utf-8"), str(path))
 
 
-def check_manifest(root: str | Path) -> list[str]:
-    """Problems found comparing ``root`` with its manifest: missing, changed, unlisted files."""
+def check_manifest(root: str | Path, *, digests: dict[str, str] | None = None) -> list[str]:
+    """Problems found comparing ``root`` with its manifest: missing, changed, unlisted files. ``digests``,
+    when given, gets the sha256 of every listed file it hashed, by path, so a later check needs no second read."""
     root = Path(root)
     try:
         entries = read_manifest(root)
@@ -119,6 +120,8 @@ def check_manifest(root: str | Path) -> list[str]:
             problems.append(f"{e.path}: listed in {MANIFEST_NAME} but missing")
             continue
         size, sha = sha256_file(file)
+        if digests is not None:
+            digests[e.path] = sha
         if size != e.size:
             problems.append(f"{e.path}: size {size} bytes, {MANIFEST_NAME} says {e.size}")
         elif sha != e.sha256:

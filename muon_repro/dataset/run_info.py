@@ -82,6 +82,36 @@ def describe_runs(files: Mapping[str, Path], sizes: Mapping[str, int]) -> list[R
     return runs
 
 
+@dataclass(frozen=True)
+class RunGroupDoc:
+    """The traced runs of one ``<profile>/<group>`` folder, as the card lists them: one line per group keeps the
+    card a page long however many runs a group holds (each run's files are in MANIFEST.sha256)."""
+
+    folder: str  # <profile>/<group>/ (or <group>/ in the old layout)
+    runs: int
+    traces: int
+    size: int
+
+
+def describe_run_groups(runs: list[RunDoc]) -> list[RunGroupDoc]:
+    """``runs`` summed per ``<profile>/<group>`` folder, in run order."""
+    groups: dict[str, list[RunDoc]] = {}
+    for run in runs:
+        profile, group, _name, _trial = run.key
+        groups.setdefault("/".join(p for p in (profile, group) if p) + "/", []).append(run)
+    return [
+        RunGroupDoc(folder, len(members), sum(len(r.traces) for r in members), sum(r.size for r in members))
+        for folder, members in groups.items()
+    ]
+
+
+def _without_legend(topology: str) -> str:
+    """``nvidia-smi topo -m``'s matrix without the legend it always prints after it (the card stays a page; the
+    run's environment.json keeps the whole text)."""
+    head, _, _legend = topology.partition("\nLegend:")
+    return head.rstrip()
+
+
 def _rank_order(path: str) -> tuple[int, str]:
     rank = trace_rank(PurePosixPath(path).name)
     return (rank if rank is not None else 1 << 30, path)
@@ -153,7 +183,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
             if key in ENV_LISTS:
                 counts[key] = max(counts.get(key, 0), _list_length(value))
             elif key in ENV_BLOCKS:
-                blocks.setdefault(key, value)
+                blocks.setdefault(key, _without_legend(value))
             else:
                 values.setdefault(key, {}).setdefault(_show(key, value), []).append(run.run)
     order = [k for k in ENV_ORDER if k in values] + sorted(k for k in values if k not in ENV_ORDER)

@@ -199,9 +199,10 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
                 report(f"{path}: not valid JSON: {exc}", False)
 
 
-def check_table_set(root: Path, report: Callable[[str, bool], None]) -> None:
+def check_table_set(root: Path, report: Callable[[str, bool], None], digests: dict[str, str] | None = None) -> None:
     """The tables in ``root/metrics`` are one set: one generation, every CSV the one written with its Parquet
-    twin. Reads the Parquet footers and hashes the CSV files: cheap, so every verify does it."""
+    twin. Reads the Parquet footers and hashes the CSV files that ``digests`` (sha256 by bundle path, from the
+    manifest check) lacks: cheap, so every verify does it."""
     from muon_repro.tables.io import table_set_problems
 
     metrics = root / "metrics"
@@ -209,7 +210,7 @@ def check_table_set(root: Path, report: Callable[[str, bool], None]) -> None:
         report("tables: metrics/ holds no Parquet table (a bundle has its tables there)", False)
         return
     try:
-        set_problems = table_set_problems(metrics)
+        set_problems = table_set_problems(metrics, csv_sha256={root / path: sha for path, sha in (digests or {}).items()})
     except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
         set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
     for problem in set_problems:
@@ -368,12 +369,13 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
         if echo is not None:
             echo(("ok      " if ok else "FAILED  ") + line)
 
-    manifest_problems = check_manifest(root)
+    digests: dict[str, str] = {}  # each file hashed once: the table-set check reuses the CSVs' digests
+    manifest_problems = check_manifest(root, digests=digests)
     for problem in manifest_problems:
         report(problem, False)
     if not manifest_problems:
         report("manifest: every file matches MANIFEST.sha256", True)
-    check_table_set(root, report)
+    check_table_set(root, report, digests)
     card_problems, meta = check_card(root)
     for problem in card_problems:
         report(problem, False)

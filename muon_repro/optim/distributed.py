@@ -43,7 +43,7 @@ from muon_repro.optim.update_rules import (
 )
 from muon_repro.optim.zero1 import StepStats, ZeroOneOptimizer
 from muon_repro.parallel import comm
-from muon_repro.parallel.mesh import ParallelDims
+from muon_repro.parallel.mesh import DataTensorGrid
 from muon_repro.phases import (
     DP_GATHER,
     DP_SHARD,
@@ -70,7 +70,7 @@ class DistributedAdamW(ZeroOneOptimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
-        dims: ParallelDims,
+        dims: DataTensorGrid,
         *,
         lr: float = 1e-3,
         weight_decay: float = 0.1,
@@ -129,7 +129,7 @@ class DistributedMuon(ZeroOneOptimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
-        dims: ParallelDims,
+        dims: DataTensorGrid,
         *,
         lr: float = 1e-3,
         weight_decay: float = 0.1,

@@ -14,17 +14,19 @@ Why this order: TP all-reduces sit inside every layer's forward and backward, so
 closest (one node, NVLink); DP moves the optimizer's reduce-scatter and all-gather once a step; PP moves
 one activation per micro-batch between neighbours, the lightest traffic, so it may cross nodes. Inside a
 stage the ranks are laid out exactly as :class:`ParallelDims` lays out a DP x TP world (offset by
-``pp_rank * dp * tp``), so a stage is a DP x TP grid of its own.
+``pp_rank * dp * tp``), so a stage is a DP x TP grid of its own: its TP and DP groups are built by
+:mod:`muon_repro.parallel.mesh`'s own helpers (:func:`~muon_repro.parallel.mesh.dp_tp_group_ranks`,
+:func:`~muon_repro.parallel.mesh.make_group`).
 
 A PP group joins the ranks with the same ``(dp_rank, tp_rank)`` in every stage: one replica's shard
 travels through the stages along it. Its neighbours :attr:`ProcessGrid3D.prev_rank` and
 :attr:`ProcessGrid3D.next_rank` are global ranks (what ``torch.distributed.isend``/``irecv`` take).
 
-:class:`ProcessGrid3D` exposes what the ZeRO-1 optimizers read from a :class:`ParallelDims`
-(``dp``, ``tp``, ``dp_rank``, ``tp_rank``, ``dp_group``, ``tp_group``, ``rank``, ``ledger``): handed to
-:class:`~muon_repro.optim.distributed.DistributedMuon` in its place, the optimizer shards over this
-stage's DP group and gathers over this stage's TP group, unchanged. Groups of size 1 hold no process
-group, as in :mod:`muon_repro.parallel.mesh`.
+:class:`ProcessGrid3D` is a :class:`~muon_repro.parallel.mesh.DataTensorGrid`, the protocol the ZeRO-1
+optimizers take (``dp``, ``tp``, ``dp_rank``, ``tp_rank``, ``dp_group``, ``tp_group``, ``rank``,
+``ledger``), as :class:`ParallelDims` is: handed to :class:`~muon_repro.optim.distributed.DistributedMuon`,
+the optimizer shards over this stage's DP group and gathers over this stage's TP group. Groups of size 1
+hold no process group, as in :mod:`muon_repro.parallel.mesh`.
 
 ``python -m muon_repro.parallel.grid3d --dp 2 --tp 2 --pp 2`` prints the groups of a grid.
 """
@@ -34,18 +36,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-import torch.distributed as dist
-
 from muon_repro.parallel.comm import CommLedger, Group
+from muon_repro.parallel.mesh import check_positive_sizes, destroy_groups, dp_tp_group_ranks, make_group, world_rank
 
 AXES = ("tp", "dp", "pp")  # fastest-varying first: the order ranks are laid out in
 
 
 def check_sizes(dp: int, tp: int, pp: int) -> None:
     """``ValueError`` naming the size that is not a positive integer."""
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"ProcessGrid3D.{name} must be a positive integer, got {value!r}")
+    check_positive_sizes("ProcessGrid3D", {"dp": dp, "tp": tp, "pp": pp})
 
 
 def rank_of(pp_rank: int, dp_rank: int, tp_rank: int, dp: int, tp: int) -> int:
@@ -64,12 +63,14 @@ def group_ranks(dp: int, tp: int, pp: int) -> dict[str, list[list[int]]]:
     """Every group of each axis, as lists of global ranks in group-rank order.
 
     ``group_ranks(...)["pp"][k]`` is PP group ``k``: the ranks with ``dp_rank * tp + tp_rank == k``, from
-    the first stage to the last. The order of groups is the order every rank creates them in.
+    the first stage to the last. The TP and DP groups are each stage's, as :class:`ParallelDims` lays them
+    out, stage after stage. The order of groups is the order every rank creates them in.
     """
     check_sizes(dp, tp, pp)
+    stages = [dp_tp_group_ranks(dp, tp, first_rank=rank_of(p, 0, 0, dp, tp)) for p in range(pp)]
     return {
-        "tp": [[rank_of(p, d, t, dp, tp) for t in range(tp)] for p in range(pp) for d in range(dp)],
-        "dp": [[rank_of(p, d, t, dp, tp) for d in range(dp)] for p in range(pp) for t in range(tp)],
+        "tp": [group for stage in stages for group in stage["tp"]],
+        "dp": [group for stage in stages for group in stage["dp"]],
         "pp": [[rank_of(p, d, t, dp, tp) for p in range(pp)] for d in range(dp) for t in range(tp)],
     }
 
@@ -98,26 +99,12 @@ class ProcessGrid3D:
 
     def __post_init__(self) -> None:
         check_sizes(self.dp, self.tp, self.pp)
-        initialized = dist.is_available() and dist.is_initialized()
-        world_size = dist.get_world_size() if initialized else 1
-        if self.world_size != world_size:
-            raise ValueError(
-                f"dp * tp * pp must equal the world size: dp={self.dp} * tp={self.tp} * pp={self.pp} = "
-                f"{self.world_size}, but the world has {world_size} process(es); launch dp*tp*pp workers or change the sizes"
-            )
-        self.rank = dist.get_rank() if initialized else 0
+        self.rank = world_rank({"dp": self.dp, "tp": self.tp, "pp": self.pp})
         self.pp_rank, self.dp_rank, self.tp_rank = coordinates_of(self.rank, self.dp, self.tp)
         ranks = group_ranks(self.dp, self.tp, self.pp)
-        # new_group is collective over the whole world: every rank creates every group, in the same order.
-        self.tp_group = self._make_group("tp", ranks["tp"])
-        self.dp_group = self._make_group("dp", ranks["dp"])
-        self.pp_group = self._make_group("pp", ranks["pp"])
-
-    def _make_group(self, name: str, ranks_of: list[list[int]]) -> Group:
-        handles = [dist.new_group(ranks) if len(ranks) > 1 else None for ranks in ranks_of]
-        mine = next(k for k, ranks in enumerate(ranks_of) if self.rank in ranks)
-        ranks = ranks_of[mine]
-        return Group(name=name, ranks=tuple(ranks), rank=ranks.index(self.rank), process_group=handles[mine], ledger=self.ledger)
+        self.tp_group = make_group("tp", ranks["tp"], self.rank, self.ledger)
+        self.dp_group = make_group("dp", ranks["dp"], self.rank, self.ledger)
+        self.pp_group = make_group("pp", ranks["pp"], self.rank, self.ledger)
 
     @property
     def world_size(self) -> int:
@@ -143,10 +130,7 @@ class ProcessGrid3D:
 
     def close(self) -> None:
         """Destroy this rank's process groups (see :meth:`ParallelDims.close` for why a sweep must)."""
-        for group in (self.tp_group, self.dp_group, self.pp_group):
-            handle = group.process_group
-            if handle is not None and handle != dist.GroupMember.NON_GROUP_MEMBER:
-                dist.destroy_process_group(handle)
+        destroy_groups((self.tp_group, self.dp_group, self.pp_group))
 
     def __repr__(self) -> str:
         return (

@@ -2,12 +2,12 @@
 
 Each stage's parameters get their own optimizer, one of the existing ZeRO-1 classes unchanged
 (:class:`~muon_repro.optim.distributed.DistributedMuon`, :class:`~muon_repro.optim.distributed.DistributedAdamW`),
-handed the :class:`~muon_repro.parallel.grid3d.ProcessGrid3D` where they take a ``ParallelDims``: the grid
-exposes this stage's ``dp_group`` and ``tp_group``, so the gradient reduce-scatter, the parameter
-all-gather and Muon's DP gather run among the ``dp`` replicas of this stage only, and the TP gather among
-this stage's TP ranks. Every layout (:data:`~muon_repro.optim.layout.LAYOUTS`) works as on a DP x TP grid
-(tested), and so should every overlap (not yet tested with PP). The flat buffer holds this stage's
-parameters only, in Megatron's reverse order.
+handed the :class:`~muon_repro.parallel.grid3d.ProcessGrid3D` as their
+:class:`~muon_repro.parallel.mesh.DataTensorGrid`: the grid's ``dp_group`` and ``tp_group`` are this stage's,
+so the gradient reduce-scatter, the parameter all-gather and Muon's DP gather run among the ``dp`` replicas
+of this stage only, and the TP gather among this stage's TP ranks. Every layout
+(:data:`~muon_repro.optim.layout.LAYOUTS`) works as on a DP x TP grid (tested), and so should every overlap
+(not yet tested with PP). The flat buffer holds this stage's parameters only, in Megatron's reverse order.
 
 The routing is :func:`~muon_repro.optim.muon_param_groups`'s on the stage's parameters, which keep the
 full model's names: the embedding (first stage) and the LM head (last stage) go to AdamW, the block

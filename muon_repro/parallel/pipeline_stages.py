@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from muon_repro.model import Block, RMSNorm, assemble_tensor, init_full_tensors, rope_tables, shard_tensor
-from muon_repro.model_config import CROSS_ENTROPY_MODES, GPTConfig, stage_layers
+from muon_repro.model import Block, RMSNorm, TPShardedModule, rope_tables
+from muon_repro.model_config import GPTConfig, stage_layers
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
-from muon_repro.parallel.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding, divide, tp_partition_dim
+from muon_repro.parallel.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
 
 FIRST_STAGE_PARAMS = ("embed.weight",)
 LAST_STAGE_PARAMS = ("final_norm.weight", "lm_head.weight")
@@ -71,13 +71,22 @@ def tied_parameter_names(model: nn.Module) -> list[tuple[str, str]]:
     return tied
 
 
-class GPTStage(nn.Module):
+class GPTStage(TPShardedModule):
     """Stage ``stage`` of ``pp`` of the TP-sharded GPT: this rank's shard of this stage's layers.
 
     ``forward`` takes tokens ``[batch, seq]`` on the first stage, the previous stage's activation
     ``[batch, seq, hidden]`` elsewhere; it returns the activation for the next stage, or on the last stage
     (given ``targets``) the mean cross-entropy, computed as :meth:`GPT.forward` computes it.
+
+    The full <-> shard conversion is :class:`~muon_repro.model.TPShardedModule`'s, over this stage's
+    parameters: :meth:`load_full_state_dict` skips the tensors of other stages.
     """
+
+    _skips_foreign_tensors = True
+
+    @property
+    def _shard_owner(self) -> str:
+        return f"stage {self.stage} of {self.pp}"
 
     def __init__(
         self,
@@ -90,13 +99,10 @@ class GPTStage(nn.Module):
         cross_entropy: str = "vocab_parallel",
     ) -> None:
         super().__init__()
-        if cross_entropy not in CROSS_ENTROPY_MODES:
-            raise ValueError(f"GPTStage: unknown cross_entropy {cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}")
         if not isinstance(stage, int) or not 0 <= stage < pp:
             raise ValueError(f"GPTStage: stage must be an integer in [0, pp={pp}), got {stage!r}")
         tp = tp_group.size
-        for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
-            divide(getattr(config, name), tp, name)
+        self._check_config(config, tp, cross_entropy)
         self.config = config
         self.stage, self.pp = stage, pp
         self.tp_group = tp_group
@@ -114,8 +120,7 @@ class GPTStage(nn.Module):
         cos, sin = rope_tables(config, device)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self._tp_dims = {name: tp_partition_dim(p) for name, p in self.named_parameters()}
-        self.load_full_state_dict(init_full_tensors(config))
+        self._load_initial_weights(config)
 
     @property
     def is_first(self) -> bool:
@@ -151,33 +156,3 @@ class GPTStage(nn.Module):
     def activation_shape(self, batch: int, seq: int) -> tuple[int, int, int]:
         """Shape of the activation this stage receives (and sends) for a micro-batch of ``batch`` sequences."""
         return (batch, seq, self.config.hidden)
-
-    # -- full <-> shard conversion, restricted to this stage's parameters
-
-    def _dim_of(self, name: str) -> int | None:
-        if name not in self._tp_dims:
-            raise ValueError(f"parameter {name!r} is not on stage {self.stage} of {self.pp}")
-        return self._tp_dims[name]
-
-    def shard_full_tensor(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        return shard_tensor(name, full, self._dim_of(name), self.tp_group.rank, self.tp_group.size)
-
-    def assemble_full_tensor(self, name: str, shards: list[torch.Tensor]) -> torch.Tensor:
-        """The canonical tp=1 tensor of parameter ``name`` from every TP rank's shard, in tp-rank order."""
-        if len(shards) != self.tp_group.size:
-            raise ValueError(f"assemble_full_tensor({name!r}): got {len(shards)} shards, tp={self.tp_group.size}")
-        return assemble_tensor(name, shards, self._dim_of(name))
-
-    @torch.no_grad()
-    def load_full_state_dict(self, full) -> None:
-        """Copy this rank's shard of this stage's full tensors; tensors of other stages are skipped."""
-        params = dict(self.named_parameters())
-        items = full.items() if isinstance(full, dict) else full
-        seen = set()
-        for name, tensor in items:
-            if name in params:
-                params[name].copy_(self.shard_full_tensor(name, tensor))
-                seen.add(name)
-        missing = sorted(set(params) - seen)
-        if missing:
-            raise ValueError(f"full state dict is missing {missing} (stage {self.stage} of {self.pp})")

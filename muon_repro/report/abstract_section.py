@@ -25,6 +25,7 @@ import yaml
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.formatting import count, percent
+from muon_repro.report.selection import pipeline_runs
 
 MAX_WORDS = 150
 CITATION_FILE = "CITATION.cff"
@@ -130,7 +131,8 @@ def _measured_on(data: ReportData) -> str:
     )
     at = f"{tokens[0]:,}" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}"
     said = (
-        f"Muon against AdamW (ZeRO-1 DP, Megatron TP): communication, step time, bytes and "
+        f"Muon against AdamW (ZeRO-1 DP, Megatron TP{', 1F1B PP' if len(pipeline_runs(runs)) else ''}): communication, "
+        "step time, bytes and "
         f"optimizer state of {model} at {at} tokens per step in {len(runs)} runs ({data.profile or data.profiles[0]}: "
         f"{where})"
     )

@@ -14,6 +14,7 @@ from muon_repro.report import (
     convergence_figures,
     figures,
     gpu_figures,
+    pipeline_figures,
     profile_figures,
     regime_figures,
     timeline_figures,
@@ -38,6 +39,7 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "convergence_sweep": lambda d, out: convergence_figures.convergence_sweep(d.convergence, out),
     "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
     "single_device": lambda d, out: gpu_figures.single_device(d.runs, d.regime_model, out),
+    "pipeline": lambda d, out: pipeline_figures.pipeline(d.runs, d.stages, d.claims, out),
 }
 
 
@@ -60,6 +62,8 @@ def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
     names = (
         gpu_figures.GPU_FIGURES if gpu_figures.one_device_only(data.runs) else (*figures.FIGURES, *regime_figures.REGIME_FIGURES)
     )
+    if pipeline_figures.has_pipeline(data.runs):  # the 3-D section's figure, only with pipeline runs to draw
+        names = (*names, *pipeline_figures.PIPELINE_FIGURES)
     return {name: DRAW[name](data, out_dir / name) for name in names}
 
 
@@ -117,7 +121,12 @@ def write_report(
     ``muon-repro report`` that cite the same again, for "How to reproduce"."""
     everything = load(metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
-    names = (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES)
+    names = (
+        *figures.FIGURES,
+        *regime_figures.REGIME_FIGURES,
+        *profile_figures.PROFILE_FIGURES,
+        *pipeline_figures.PIPELINE_FIGURES,
+    )
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)
     context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation, everything=everything)

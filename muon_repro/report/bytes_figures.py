@@ -25,7 +25,7 @@ from muon_repro.report.plotting import (
     show_no_data,
     styled,
 )
-from muon_repro.report.selection import grids, pair_at, representative_runs, sort_runs
+from muon_repro.report.selection import grids, pair_at, representative_runs, sort_runs, study_runs
 
 # ---------------------------------------------------------------- 4. optimizer-state memory
 
@@ -162,7 +162,7 @@ def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFra
 def _layout_runs(runs: pd.DataFrame) -> tuple[tuple[int, int], pd.DataFrame]:
     """The grid with the most variants (the layout ablation's DP2·TP2 in the reference set) and the runs the
     bytes figure draws there: its AdamW run, then one Muon run per layout."""
-    reps = sort_runs(runs)
+    reps = sort_runs(study_runs(runs))
     counts = reps.groupby(["dp", "tp"]).size().sort_values(ascending=False, kind="stable")
     dp, tp = (int(v) for v in counts.index[0])
     rs = reps[(reps["dp"] == dp) & (reps["tp"] == tp)]

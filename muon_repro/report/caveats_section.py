@@ -10,13 +10,13 @@ from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import mib, ms, pct, ratio
 from muon_repro.report.results_section import adamw_partner, has_values
-from muon_repro.report.selection import representative_runs, run_label, sort_runs
+from muon_repro.report.selection import representative_runs, run_label, sort_runs, study_runs
 
 
 def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float]) -> list[str]:
     """Where Muon's measured gains hold, vanish or invert in these runs: communication per grid, Newton-Schulz
     against forward+backward, the layouts' bytes, pure TP, optimizer state and a compute-bound optimizer."""
-    runs, comp = data.runs, data.comparisons
+    runs, comp = study_runs(data.runs), study_runs(data.comparisons)  # the DP x TP question; PP has its own section
     out = []
     worse, better = [], []
     # Transfer time (from the group's last arrival) when the analysis splits it off: waiting for a
@@ -172,7 +172,7 @@ def limitations(data: ReportData) -> list[str]:
             f"({run_label(r)}: {', '.join(ms(v) for v in per_trial)} in its {len(per_trial)} rounds); the machine is shared, "
             "which is why the rounds interleave all configurations and the claims pair them round by round."
         )
-    dup = runs.groupby(["optimizer", "dp", "tp", "layout", "overlap"])["step_ms"].agg(["count", "min", "max"])
+    dup = study_runs(runs).groupby(["optimizer", "dp", "tp", "layout", "overlap"])["step_ms"].agg(["count", "min", "max"])
     dup = dup[dup["count"] > 1]
     for (opt, dp, tp, layout, overlap), d in dup.iterrows():
         out.append(

@@ -25,6 +25,8 @@ CLAIMED_DISPLAY = {
     "async_slowdown": "~2×",
     "latency_overhead": "1–3%",
     "muon_leading_steps": "~2× compute efficiency",
+    "hybrid_survives_pp": "at most 1× (a roadmap question)",
+    "bubble_hides_step": "at least 1× (a roadmap question)",
 }
 SHORT = {
     "comm_time_dp2_tp2": "communication (transfer) time Muon/AdamW",
@@ -33,11 +35,14 @@ SHORT = {
     "hybrid_beats_pure": "DP2·TP2 over the faster pure grid",
     "async_slowdown": "async over sync",
     "muon_leading_steps": "leading ratio in FLOPs at the end",
+    "hybrid_survives_pp": "DP2·TP2 over the fastest pipeline grid",
+    "bubble_hides_step": "bubble over Muon's optimizer step (PP4)",
 }
 SUMMARY_LINES = (
     ("Communication", ("comm_time_dp2_tp2",)),
     ("Time", ("optimizer_share", "latency_overhead", "hybrid_beats_pure", "async_slowdown")),
     ("Convergence", ("muon_leading_steps",)),
+    ("3-D parallelism", ("hybrid_survives_pp", "bubble_hides_step")),
 )
 # The claims table's verdicts, as it writes them (muon_repro.analysis.claims); the report shows them as they are.
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not comparable here", "not measured")

@@ -29,6 +29,8 @@ from muon_repro.report.data import TABLES, ReportData, is_missing, metric
 from muon_repro.report.decomposition_section import decomposition
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
+from muon_repro.report.pipeline_figures import PIPELINE_CAPTIONS
+from muon_repro.report.pipeline_section import pipeline_section
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.reproduce_section import reproduce
@@ -41,6 +43,7 @@ from muon_repro.report.results_section import (
     runs_rows,
     wire_lines,
 )
+from muon_repro.report.selection import pipeline_runs, study_runs
 from muon_repro.report.setup_section import environments, tokens_per_step, workload
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
@@ -53,6 +56,7 @@ SECTIONS = (
     ("method", "Method"),
     ("results", "Results"),
     ("decomposition", "The optimizer step, decomposed"),
+    ("pipeline", "3-D parallelism (DP x TP x PP)"),
     ("convergence", "Convergence on real text"),
     ("regimes", "Where the gains hold, vanish or invert"),
     ("gpu", "On a GPU"),
@@ -161,6 +165,18 @@ def build_context(
         if not path.is_file():
             raise FileNotFoundError(f"figure claims_by_profile not found at {path}: run `muon-repro figures` first")
         profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"])
+    first_after = len(FIGURES) + 1 + (profile_figure is not None)  # the sections' own figures, numbered in order
+    pipeline = pipeline_section(data)
+    if pipeline["present"]:
+        path = Path(figure_paths.get("pipeline", ""))
+        if not path.is_file():
+            raise FileNotFoundError(f"figure pipeline not found at {path}: run `muon-repro figures` first")
+        pipeline |= {
+            "figure": figure_entry("pipeline", path, PIPELINE_CAPTIONS["pipeline"]),
+            "number": first_after,
+            "doc": rel(metrics_dir.parent / "docs" / "pipeline.md"),
+        }
+        first_after += 1
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
     return {
@@ -194,11 +210,12 @@ def build_context(
         "profiles_note": profiles_note(data),
         "verdict_counts": verdict_counts(claims),
         "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
-        "rounds": ", ".join(str(n) for n in sorted({_rounds(r) for _, r in runs.iterrows()})),
+        "rounds": rounds_said(runs),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
         "profile_figure": profile_figure,
-        "regime": regimes_section(data, figure_paths, rel, len(FIGURES) + 1 + (profile_figure is not None)),
+        "pipeline": pipeline,
+        "regime": regimes_section(data, figure_paths, rel, first_after),
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,
         "limitations": limitations(data),
@@ -209,6 +226,19 @@ def build_context(
         "bibtex": list(citation),
         "version": muon_repro.__version__,
     }
+
+
+def rounds_said(runs: Any) -> str:
+    """The rounds the configurations were timed in: ``10``, and the pipeline group's apart (``10 (the pipeline
+    group's: 6)``), recorded by its own command."""
+
+    def listed(rows: Any) -> str:
+        return ", ".join(str(n) for n in sorted({_rounds(r) for _, r in rows.iterrows()}))
+
+    study, pipeline = study_runs(runs), pipeline_runs(runs)
+    if study.empty or pipeline.empty:
+        return listed(runs)
+    return f"{listed(study)} (the pipeline group's: {listed(pipeline)})"
 
 
 def _rounds(run) -> int:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
 from muon_repro.tables.io import read_tables
+from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
 # The tables the figures and the report read (columns: muon_repro.tables.schemas).
@@ -41,7 +42,11 @@ TABLES = (
     "regime_thresholds",
     "convergence",
     "leading_steps",
+    "stages",
+    "pipeline_scale_out",
 )
+# Tables an older metrics folder may lack (written before pipeline runs): read as empty when absent.
+OPTIONAL = ("stages", "pipeline_scale_out")
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -52,6 +57,8 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
     "leading_steps": ("seed", "alpha", "muon_step"),
+    "stages": ("run", "stage"),
+    "pipeline_scale_out": ("machine", "optimizer", "gpus"),
 }
 
 
@@ -80,6 +87,8 @@ class ReportData:
     regime_thresholds: pd.DataFrame
     convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
     leading_steps: pd.DataFrame
+    stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
+    pipeline_scale_out: pd.DataFrame  # the cost model's 7B TP8 x PP4 x DP predictions; empty without its records
     metrics_dir: Path = Path("metrics")
     profile: str | None = None  # the hardware profile this view holds (of_profile), None: every profile
 
@@ -106,7 +115,9 @@ def load(metrics_dir: str | Path) -> ReportData:
     :class:`MixedTables` naming the files of each generation), each with the columns that key its rows;
     the runs table must have runs."""
     metrics_dir = Path(metrics_dir)
-    tables = read_tables(metrics_dir, TABLES)
+    absent = [n for n in OPTIONAL if not (metrics_dir / f"{n}.parquet").is_file()]
+    tables = read_tables(metrics_dir, [n for n in TABLES if n not in absent])
+    tables |= {n: SCHEMAS[n].empty() for n in absent}
     for name, df in tables.items():
         require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)

@@ -36,7 +36,16 @@ from muon_repro.report.plotting import (
     set_min_span,
     styled,
 )
-from muon_repro.report.selection import first_pair, grids, pair_at, representative_runs, run_label, run_labels, sort_runs
+from muon_repro.report.selection import (
+    first_pair,
+    grids,
+    pair_at,
+    representative_runs,
+    run_label,
+    run_labels,
+    sort_runs,
+    study_runs,
+)
 
 # The results' figures, in the report's order (numbered 1, 2, ...); each is drawn here unless the
 # module that draws it is named.
@@ -145,7 +154,7 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
     phases = {FORWARD: "forward_ms", BACKWARD: "backward_ms", OPTIMIZER: "optimizer_ms"}
     activities = {style.COMPUTE: "compute_ms", style.EXPOSED_COMM: "exposed_comm_ms", style.IDLE: "idle_ms"}
     require_columns(steps, "steps", ("run", "step", "step_ms", *phases.values(), *activities.values()))
-    rs = sort_runs(runs)
+    rs = sort_runs(study_runs(runs))
     typical = pd.DataFrame([derive.typical_step(steps, r) for _, r in rs.iterrows()])
     height = 2.4 + 0.3 * len(rs)  # title, panel titles, axis labels and the legend need ~2.4 in
     fig, axes = new_figure(height, ncols=2, sharey=True)
@@ -196,7 +205,7 @@ def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path
     (the original study's definition: :func:`derive.optimizer_share` of the profiled medians); the takeaway
     quotes the claim ``optimizer_share`` and the study's value from ``claims`` (:func:`optimizer_share_stated`)."""
     require_columns(runs, "runs", ("optimizer_ms", "step_ms"))
-    rs = sort_runs(runs)
+    rs = sort_runs(study_runs(runs))
     study_share = stated.study_share(claims, stated.profile_of(runs))
     share = np.array([100 * derive.optimizer_share(r) for _, r in rs.iterrows()])
     fig, (ax,) = new_figure(1.8 + 0.3 * len(rs))
@@ -226,7 +235,7 @@ def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path
 def optimizer_share_stated(runs: pd.DataFrame, claims: pd.DataFrame) -> stated.Stated:
     """What ``optimizer_overhead`` prints above its bars: the range of their shares per optimizer, the claim's
     estimate and the original study's value from ``claims``."""
-    rs = sort_runs(runs)
+    rs = sort_runs(study_runs(runs))
     shares = {
         style.OPTIMIZER_LABELS[opt]: [derive.optimizer_share(r) for _, r in rs[rs["optimizer"] == opt].iterrows()]
         for opt in ("muon", "adamw")
@@ -245,7 +254,8 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     reps = representative_runs(runs, groups=("distributed_muon", "comparison", "layout_ablation"))
     world = reps["world_size"].astype("Int64").mode().iloc[0] if len(reps) else None
     reps = reps[reps["world_size"] == world]
-    same_layout = runs[(runs["world_size"] == world) & (runs["layout"].fillna("contiguous") == "contiguous")]
+    study = study_runs(runs)  # the pipeline group's grids run in micro-batches: another question, its own figure
+    same_layout = study[(study["world_size"] == world) & (study["layout"].fillna("contiguous") == "contiguous")]
     present_grids = grids(reps)
     optimizers = [o for o in ("muon", "adamw") if o in set(reps["optimizer"])]
     fig, (ax,) = new_figure(3.2)

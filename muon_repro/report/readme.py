@@ -4,7 +4,7 @@
 :data:`TARGETS`, the lines between each of its blocks' begin and end markers (:data:`BLOCKS`),
 formatted as the report formats them:
 
-* ``claims``: the claims table and, below it, the consistency checks;
+* ``claims``: the claims table and, below it, the consistency checks, then what the pipeline claims say;
 * ``thresholds``: where the cost model puts the claimed levels on the shipped profiles, with ranges;
 * ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
@@ -18,13 +18,14 @@ import argparse
 from pathlib import Path
 
 from muon_repro.report.checks_section import checks_matrix
-from muon_repro.report.claims_section import claims_matrix
+from muon_repro.report.claims_section import claim_measured, claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.regime_figures import main_axis
 from muon_repro.report.regimes_section import prediction_summary, threshold_rows
+from muon_repro.report.stated import row_of
 from muon_repro.tables.files import write_atomic
 
 
@@ -38,7 +39,28 @@ def claims_markdown(data: ReportData) -> str:
         profile = markdown_inline(data.profiles[0])
         lines += ["", f"Consistency checks on {profile} (they hold by construction, so they are not claims):", ""]
         lines += _table(check_header, check_rows, drop="fails if")
-    return "\n".join(lines)
+    said = pipeline_said(data)
+    return "\n".join(lines + (["", said] if said else []))
+
+
+def pipeline_said(data: ReportData) -> str:
+    """The two 3-D claims of the profile with most runs in a sentence ('' when it has measured neither)."""
+    profile = data.profiles[0]
+    parts = []
+    for cid, what, region in (
+        ("hybrid_survives_pp", "DP2·TP2 over the fastest 4-rank pipeline grid (Muon)", "at most 1× keeps the hybrid fastest"),
+        ("bubble_hides_step", "PP4's bubble over Muon's optimizer step on its tightest stage", "at least 1× could hide it"),
+    ):
+        row = row_of(data.claims, "claim_id", cid, profile)
+        if row is not None:
+            parts.append(f"{what}, {claim_measured(row)}, {row['verdict']} ({region})")
+    if not parts:
+        return ""
+    return (
+        f"3-D parallelism on {markdown_inline(profile)} (DP x TP x PP, [docs/pipeline.md](docs/pipeline.md)): "
+        + "; ".join(parts)
+        + ". With more ranks than cores, a rank blocked in the bubble gives its core away, so these say little of GPUs."
+    )
 
 
 THRESHOLDS_HEADER = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]

@@ -8,7 +8,7 @@ import pandas as pd
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric, require_columns
 from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
-from muon_repro.report.selection import run_label, run_labels, sort_runs
+from muon_repro.report.selection import pp_of, run_label, run_labels, sort_runs, study_runs
 
 
 def has_values(df: pd.DataFrame, column: str) -> bool:
@@ -132,7 +132,7 @@ def comparison_rows(data: ReportData) -> list[list[str]]:
     require_columns(comp, "comparisons", ("muon_run", "adamw_run", "dp", "tp", "layout", "tokens_per_step", *cols))
     rows = []
     for _, c in comp.iterrows():
-        grid = f"{style.grid_label(int(c['dp']), int(c['tp']))} {str(c['layout']).replace('_', '-')}"
+        grid = f"{style.grid_label(int(c['dp']), int(c['tp']), pp_of(c))} {str(c['layout']).replace('_', '-')}"
         ratios = [ratio(metric(c, col, "comparisons", "muon_run"), f"comparisons.{col}") for col in cols]
         tokens = f"{int(metric(c, 'tokens_per_step', 'comparisons', 'muon_run')):,}"
         rows.append([grid, str(c["muon_run"]), str(c["adamw_run"]), tokens, *ratios])
@@ -152,7 +152,7 @@ def bytes_rows(data: ReportData) -> tuple[list[list[str]], dict[str, float]]:
     """Per run: optimizer bytes per rank per step from the three sources; Muon/AdamW ratio against
     the AdamW run it is compared with (the comparisons table's pairs)."""
     rows, totals = [], {}
-    for _, r in sort_runs(data.runs).iterrows():
+    for _, r in sort_runs(study_runs(data.runs)).iterrows():  # the pipeline's point-to-point bytes: the phases table
         t = derive.require_sources(derive.phase_bytes(data.phases, str(r["run"])), str(r["run"]))
         totals[str(r["run"])] = float(t["analytic"].sum())
         rows.append((r, t))

@@ -2,7 +2,9 @@
 
 Runs of the same configuration may be recorded in several groups (the original study's
 comparison, the DP x TP grid, the layout ablation): one stands for each (optimizer, dp, tp),
-chosen here once for every figure and the report.
+chosen here once for every figure and the report. The ``pipeline`` group asks another question
+(DP x TP x PP, in micro-batches of one sequence): :func:`study_runs` keeps it out of what is about
+the original study's DP x TP grid, :func:`pipeline_runs` picks it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from muon_repro.report import style
 from muon_repro.report.data import is_missing, metric, require_columns
 
 GROUP_PREFERENCE = ("comparison", "distributed_muon", "layout_ablation")
+PIPELINE_GROUP = "pipeline"  # muon_repro.bench.configs.PIPELINE_GROUP (the report may not import the bench)
 LAYOUT_PREFERENCE = ("contiguous", "whole_matrix", "bucketed")
 
 
@@ -41,12 +44,37 @@ def sort_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
     def key(r: pd.Series) -> tuple:
         dp, tp = int(metric(r, "dp")), int(metric(r, "tp"))
-        return (0 if metric(r, "optimizer") == "muon" else 1, grid_order(dp, tp), -dp, _preference(r))
+        return (0 if metric(r, "optimizer") == "muon" else 1, pp_of(r), grid_order(dp, tp), -dp, _preference(r))
 
     if runs.empty:
         return runs
     order = sorted(range(len(runs)), key=lambda i: key(runs.iloc[i]))
     return runs.iloc[order].reset_index(drop=True)
+
+
+def pp_of(row: pd.Series) -> int:
+    """The run's pipeline stages: ``runs.pp``, 1 where the tables predate it or leave it empty."""
+    value = row.get("pp")
+    return 1 if is_missing(value) else int(value)
+
+
+def _pp(runs: pd.DataFrame) -> pd.Series:
+    return runs["pp"].astype("Float64").fillna(1) if "pp" in runs.columns else pd.Series(1, index=runs.index)
+
+
+def _in_pipeline_group(runs: pd.DataFrame) -> pd.Series:
+    return runs["group"].astype(str).eq(PIPELINE_GROUP) if "group" in runs.columns else pd.Series(False, index=runs.index)
+
+
+def study_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the original study's DP x TP question: no pipeline stages, outside the pipeline group
+    (whose grids train in micro-batches of one sequence, so they are never compared with the others)."""
+    return runs[(_pp(runs) <= 1) & ~_in_pipeline_group(runs)]
+
+
+def pipeline_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the pipeline group (DP x TP x PP grids at equal tokens per step), and any run with stages."""
+    return runs[(_pp(runs) > 1) | _in_pipeline_group(runs)]
 
 
 def configured(runs: pd.DataFrame) -> pd.DataFrame:
@@ -55,19 +83,20 @@ def configured(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def representative_runs(runs: pd.DataFrame, groups: tuple[str, ...] = GROUP_PREFERENCE) -> pd.DataFrame:
-    """One run per (optimizer, dp, tp): contiguous layout first, then by ``groups`` (the original
-    study's comparison first; the DP x TP figure prefers its grid experiment, as the claims do)."""
+    """One run per (optimizer, dp, tp) of the original study's question (:func:`study_runs`): contiguous
+    layout first, then by ``groups`` (the original study's comparison first; the DP x TP figure prefers
+    its grid experiment, as the claims do)."""
     require_columns(runs, "runs", ("run", "group", "optimizer", "layout", "dp", "tp"))
     picked = [
         min((r for _, r in g.iterrows()), key=lambda r: _layout_first(r, groups))
-        for _, g in configured(runs).groupby(["optimizer", "dp", "tp"], sort=False)
+        for _, g in configured(study_runs(runs)).groupby(["optimizer", "dp", "tp"], sort=False)
     ]
     return sort_runs(pd.DataFrame(picked)) if picked else runs.iloc[0:0]
 
 
 def timeline_run(runs: pd.DataFrame) -> pd.Series:
     """The run whose timeline shows the most: Muon with both DP and TP (all optimizer phases), the original study's first."""
-    rs = sort_runs(configured(runs))
+    rs = sort_runs(configured(study_runs(runs)))
     if rs.empty:
         return runs.iloc[0]
     both = rs[(rs["optimizer"] == "muon") & (rs["dp"] > 1) & (rs["tp"] > 1)]
@@ -101,7 +130,7 @@ def run_label(row: pd.Series, *, group: bool = False) -> str:
     (``Muon DP2·TP2 bucketed, naive async``), and the group when asked. Runs shown together take
     their labels from :func:`run_labels`, which tells apart the runs this leaves alike."""
     opt = str(row["optimizer"])
-    label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(row['dp']), int(row['tp']))}"
+    label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(row['dp']), int(row['tp']), pp_of(row))}"
     layout = row.get("layout")
     if isinstance(layout, str) and layout != "contiguous":
         label += f" {layout.replace('_', '-')}"

@@ -11,7 +11,7 @@ import muon_repro
 from muon_repro.report import style
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
 from muon_repro.report.formatting import gib
-from muon_repro.report.selection import sort_runs
+from muon_repro.report.selection import pipeline_runs, pp_of, sort_runs, study_runs
 
 REQUIRED_ENV = ("hostname", "os", "python", "torch", "backend", "host_cpu", "host_cpu_cores", "host_memory_bytes")
 
@@ -75,7 +75,21 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
 
 
 def _grid(row: pd.Series) -> str:
-    return style.grid_label(int(metric(row, "dp")), int(metric(row, "tp")))
+    return style.grid_label(int(metric(row, "dp")), int(metric(row, "tp")), pp_of(row))
+
+
+def micro_batches(data: ReportData) -> str:
+    """How the batch is cut: one pass outside the pipeline group; its micro-batches per step and grid in it."""
+    study, pipeline = study_runs(data.runs), pipeline_runs(data.runs)
+    groups = ", ".join(dict.fromkeys(str(g) for g in study["group"]))
+    said = f"the batch in one pass per step: {len(study)} runs ({groups})" if len(study) else ""
+    if "micro_batches" in pipeline.columns and len(pipeline):
+        per_grid: dict[str, int] = {}
+        for _, r in sort_runs(pipeline).iterrows():
+            per_grid.setdefault(_grid(r), int(metric(r, "micro_batches")))
+        listed = ", ".join(f"{grid} {n}" for grid, n in per_grid.items())
+        said += ("; " if said else "") + f"micro-batches per step in the pipeline group's {len(pipeline)} runs: {listed}"
+    return said
 
 
 def tokens_per_step(data: ReportData) -> str:
@@ -132,6 +146,7 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
             "batch per DP rank × sequence length",
             "tokens per step / (DP × sequence length): " + ", ".join(f"{grid} {b}" for grid, b in batches.items()),
         ),
+        *([("micro-batches", micro_batches(data))] if len(pipeline_runs(data.runs)) else []),
         ("trials × steps per run", ", ".join(trials_steps) + "; the trials of all configurations are interleaved"),
         (
             "dtypes",

@@ -179,3 +179,24 @@ def bytes_by_layout(grid: str, total_ratios: dict[str, float], agree: str, check
     if totals:
         text += f"; all optimizer bytes, Muon's TP gather included (the bar totals): {totals}"
     return Stated(f"{text}; {agree}", values)
+
+
+# ---------------------------------------------------------------- The pipeline figure: the two 3-D claims
+
+
+def pipeline(claims: pd.DataFrame, profile: str | None) -> Stated:
+    """The takeaway of ``pipeline``: the claims ``hybrid_survives_pp`` and ``bubble_hides_step`` as the claims
+    table writes them (steps timed without the profiler, paired by round), with their verdicts."""
+    values: dict[str, str] = {}
+    parts = []
+    for cid, said in (
+        ("hybrid_survives_pp", "Muon, DP2·TP2 over the fastest pipeline grid"),
+        ("bubble_hides_step", "bubble over optimizer step on PP4's tightest stage"),
+    ):
+        row = row_of(claims, "claim_id", cid, profile)
+        if row is None:
+            continue
+        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], str(row["unit"]), cid)
+        parts.append(f"{said}: {claim_measured(row)}, {row['verdict']}")
+    text = "; ".join(parts) + " (claims table)" if parts else "the claims table holds no pipeline claim"
+    return Stated(text, values)

@@ -92,8 +92,13 @@ RC = {
 }
 
 
-def grid_label(dp: int, tp: int) -> str:
-    """``DP2·TP2``, ``DP4``, ``TP4``, ``1 rank``: the names the original study used for its grids."""
+def grid_label(dp: int, tp: int, pp: int = 1) -> str:
+    """``DP2·TP2``, ``DP4``, ``TP4``, ``1 rank``: the names the original study used for its grids; with pipeline
+    stages, the names docs/pipeline.md and the claims use: ``PP2·DP2``, ``PP2·TP2``, ``PP4``, ``DP2·TP2·PP2``."""
+    if pp > 1:
+        if dp > 1 and tp > 1:
+            return f"DP{dp}·TP{tp}·PP{pp}"
+        return f"PP{pp}" + (f"·DP{dp}" if dp > 1 else "") + (f"·TP{tp}" if tp > 1 else "")
     if dp > 1 and tp > 1:
         return f"DP{dp}·TP{tp}"
     if dp > 1:

@@ -10,7 +10,7 @@ siblings are of the same set; :func:`read_tables` reads several as one set.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -189,10 +189,13 @@ def folder_generation(folder: str | Path) -> str | None:
     return one_generation(folder, {file: stamp.get(GENERATION_KEY) for file, stamp in _folder_stamps(Path(folder)).items()})
 
 
-def table_set_problems(folder: str | Path) -> list[str]:
+def table_set_problems(folder: str | Path, *, csv_sha256: Mapping[Path, str] | None = None) -> list[str]:
     """What keeps the tables of ``folder`` from being one set: generations that differ, and CSV
-    files other than the ones written with their Parquet twins. Empty when they are one set."""
+    files other than the ones written with their Parquet twins. Empty when they are one set.
+    ``csv_sha256``: digests the caller already has, by path (``verify`` hashed every file for the
+    manifest); a CSV not among them is hashed here."""
     folder = Path(folder)
+    known = csv_sha256 or {}
     stamps = _folder_stamps(folder)
     problems = []
     try:
@@ -202,6 +205,9 @@ def table_set_problems(folder: str | Path) -> list[str]:
     for file, stamp in stamps.items():
         csv = folder / file.replace(".parquet", ".csv")
         expected = stamp.get(CSV_SHA256_KEY)
-        if expected and csv.is_file() and hashlib.sha256(csv.read_bytes()).hexdigest() != expected:
+        if not expected or not csv.is_file():
+            continue
+        digest = known.get(csv) or hashlib.sha256(csv.read_bytes()).hexdigest()
+        if digest != expected:
             problems.append(f"{csv}: not the CSV file written with {file} (its sha256 differs): re-run `muon-repro analyze`")
     return problems

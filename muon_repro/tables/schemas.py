@@ -665,11 +665,9 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "stages": TableSchema(
         "stages",
-        "One row per pipeline run (pp > 1) and stage: what the stage holds, and its step's parts side by side: "
-        "forward+backward, the bubble (time blocked on its neighbours: its receives and its flush) and its optimizer "
-        "step, which starts after the flush. timed_* columns: the steps timed without the profiler, per step the mean "
-        "over the stage's ranks, the median over each round's steps, then over rounds; the others: the profiled "
-        "steps' scopes (phases), mean over traced trials and the stage's ranks.",
+        "One row per pipeline run (pp > 1) and stage: what it holds; forward+backward, the bubble (time blocked on its "
+        "neighbours) and the optimizer step side by side. timed_*: the steps timed without the profiler (mean over "
+        "the stage's ranks, median over steps, then over rounds); the others: the profiled phases.",
         ("run", "stage"),
         columns_of(
             *_RUN_ID,
@@ -1015,6 +1013,13 @@ PREDICTIONS = TableSchema(
         ("overlap", "string", "", "how Muon's gathers are scheduled"),
         ("dp", "Int64", "ranks", "data-parallel size"),
         ("tp", "Int64", "ranks", "tensor-parallel size"),
+        (
+            "pp",
+            "Int64",
+            "ranks",
+            "pipeline stages (config.json 'pp'; 1: no pipeline, as every row written before the column); a run with "
+            "pp > 1 is priced stage by stage and over its 1F1B schedule (docs/method.md#pipeline-parallelism)",
+        ),
         ("trials", "Int64", "count", "trials whose steps were pooled"),
         ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
         (
@@ -1252,6 +1257,46 @@ REGIME_THRESHOLDS = TableSchema(
     ),
 )
 
-SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS)})
+# Not in SCHEMAS yet: muon_repro.costmodel.pipeline_scale_out.pipeline_scale_out_table() returns it (torch: it
+# predicts); the analysis has no record of it to read until `muon-repro regimes` writes one.
+PIPELINE_SCALE_OUT = TableSchema(
+    "pipeline_scale_out",
+    "The cost model's 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand, 32 to 1,024 GPUs, 4M tokens per step "
+    "in micro-batches of one sequence, bf16, 1F1B: one row per GPU count and optimizer.",
+    ("profile", "machine", "model", "optimizer", "gpus", "dp", "tp", "pp", "layout", "tokens_per_step"),
+    columns_of(
+        _RECORD_PROFILE,
+        ("machine", "string", "", "machine profile"),
+        ("model", "string", "", "model priced (7b)"),
+        ("model_dtype", "string", "", "the training's priced precision (bf16: mixed precision)"),
+        ("optimizer", "string", "", "muon or adamw"),
+        ("gpus", "Int64", "ranks", "dp * tp * pp"),
+        ("dp", "Int64", "ranks", "data-parallel size (per stage)"),
+        ("tp", "Int64", "ranks", "tensor-parallel size"),
+        ("pp", "Int64", "ranks", "pipeline stages"),
+        ("layout", "string", "", "ZeRO-1 layout"),
+        ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
+        ("micro_batches", "Int64", "count", "micro-batches per DP replica and step (M)"),
+        ("step_ms", "Float64", "ms", "predicted step: pipeline_ms + stage_optimizer_max_ms"),
+        ("pipeline_ms", "Float64", "ms", "the 1F1B schedule's forwards, backwards and transfers, first to last"),
+        ("optimizer_ms", "Float64", "ms", "optimizer step, mean over ranks"),
+        (
+            "stage_optimizer_max_ms",
+            "Float64",
+            "ms",
+            "the slowest stage's optimizer step (its slowest rank): what the step waits for",
+        ),
+        ("optimizer_share", "Float64", "fraction", "stage_optimizer_max_ms / step_ms: the optimizer's part of the step"),
+        ("bubble_ms", "Float64", "ms", "mean over stages of pipeline_ms minus the stage's own forwards and backwards"),
+        ("bubble_max_ms", "Float64", "ms", "the largest stage bubble"),
+        ("bubble_fraction", "Float64", "fraction", "bubble_ms / pipeline_ms"),
+        ("ideal_bubble_fraction", "Float64", "fraction", "(pp - 1) / (M + pp - 1): equal stages, free transfers"),
+        ("activation_bytes", "Int64", "bytes", "one micro-batch's activation (or gradient) between two stages"),
+        ("p2p_ms", "Float64", "ms", "one activation's transfer across a stage boundary (the slowest boundary)"),
+        ("muon_extra", "Float64", "fraction", "Muon rows: step_ms over the AdamW row's at the same GPU count, minus 1"),
+    ),
+)
+
+SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS, PIPELINE_SCALE_OUT)})
 
 TABLE_NAMES = tuple(SCHEMAS)

@@ -1,0 +1,94 @@
+"""What one pipeline stage's ranks do in a step: the stage's share of forward and backward, and its optimizer step.
+
+A run with ``pp > 1`` cuts the GPT into stages as the runtime does (:func:`~muon_repro.model_config.stage_layers`:
+contiguous blocks, the spare ones to the first stages; the embedding on stage 0; the final norm, LM head and loss
+on the last). Each stage is a DP x TP grid of its own, so its workload is the one
+:mod:`~muon_repro.costmodel.workload` builds for a DP x TP run, on the stage's part of the model:
+
+* forward and backward over the stage's blocks (and embedding, head) for all ``M`` micro-batches;
+* the optimizer's step on the stage's parameters only (its own shard plan over the stage's DP group), as
+  :func:`muon_repro.parallel.pipeline_optim.stage_optimizer` builds it.
+
+The transfers between stages are the pipeline's (:mod:`muon_repro.costmodel.pipeline`), not a stage's.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from muon_repro.bench.configs import BenchConfig
+from muon_repro.costmodel.workload import ELEMENT_SIZE, StagePart, Workload, assemble_workload, model_stages
+from muon_repro.model_config import GPTConfig, stage_layers
+from muon_repro.phases import PP_SEND_ACTIVATION, PP_SEND_GRAD
+
+
+def stage_parts(n_layers: int, pp: int) -> tuple[StagePart, ...]:
+    """What each of ``pp`` stages holds, first to last (the runtime's split; ValueError if ``n_layers < pp``)."""
+    layers = stage_layers(n_layers, pp)
+    return tuple(StagePart(len(blocks), embedding=s == 0, head=s == pp - 1) for s, blocks in enumerate(layers))
+
+
+def activation_bytes(cfg: BenchConfig, precision: str = "fp32") -> int:
+    """Bytes of one micro-batch's activation between two stages, ``[micro-batch sequences, seq, hidden]``: the same
+    for its gradient. The runtime sends fp32 (4 bytes); a bf16 pricing (Megatron) sends bf16."""
+    per_micro = cfg.tokens_per_step // (cfg.dp * cfg.micro_batches)  # micro-batch sequences x seq_len
+    return per_micro * cfg.model_config().hidden * ELEMENT_SIZE[precision]
+
+
+def build_stage_workload(cfg: BenchConfig, stage: int, device: str = "cpu", precision: str = "fp32") -> Workload:
+    """Every rank's program of pipeline stage ``stage`` of ``cfg`` (its DP x TP grid), as
+    :func:`~muon_repro.costmodel.workload.build_workload` builds one for a whole model."""
+    if not 0 <= stage < cfg.pp:
+        raise ValueError(f"config {cfg.key}: stage {stage} is not one of its pp={cfg.pp} stages; give 0 to {cfg.pp - 1}")
+    model = cfg.model_config()
+    part = stage_parts(model.n_layers, cfg.pp)[stage]
+    plan = stage_shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems, stage, cfg.pp)
+    ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
+    forward, backward = model_stages(cfg, model, precision, part)
+    workload = assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision, stage=stage)
+    # what the bench's ledger records of the stage's sends per step: fp32 activations forward, gradients backward
+    sent = cfg.micro_batches * activation_bytes(cfg, "fp32")
+    sends = {PP_SEND_ACTIVATION: 0 if part.head else sent, PP_SEND_GRAD: 0 if part.embedding else sent}
+    return replace(workload, analytic_bytes=tuple({**b, **sends} for b in workload.analytic_bytes))
+
+
+@functools.lru_cache(maxsize=32)
+def stage_shard_plan(
+    model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None, stage: int, pp: int
+):
+    """The :class:`ShardPlan` the stage's optimizer builds: the full model's TP-local parameters (on the ``meta``
+    device) that the stage holds, in the model's order, which is the stage module's
+    (:class:`~muon_repro.parallel.pipeline_stages.GPTStage` keeps the full model's names and order)."""
+    import torch
+
+    from muon_repro.model import GPT
+    from muon_repro.optim.comm_model import param_specs
+    from muon_repro.optim.layout import ShardPlan
+    from muon_repro.parallel.comm import CommLedger, Group
+    from muon_repro.parallel.pipeline_stages import stage_of_parameter
+
+    group = Group(name="tp", ranks=tuple(range(tp)), rank=0, process_group=None, ledger=CommLedger())  # building sends nothing
+    with torch.device("meta"):
+        gpt = GPT(model, group, device="meta")
+    held = [(name, p) for name, p in gpt.named_parameters() if stage_of_parameter(name, model.n_layers, pp) == stage]
+    return ShardPlan(param_specs(held, tp, muon=optimizer == "muon"), dp, layout, bucket_elems)
+
+
+def build_pipeline_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32") -> Workload:
+    """Every stage's workload as one: programs, Newton-Schulz FLOPs and analytic bytes in global rank order (what
+    each rank's metrics.json records), the whole model's training FLOPs. Not for simulation: a stage's programs
+    line up only with its own (:func:`build_stage_workload`)."""
+    return merge_stage_workloads([build_stage_workload(cfg, s, device, precision) for s in range(cfg.pp)])
+
+
+def merge_stage_workloads(stages: list[Workload]) -> Workload:
+    """``stages`` (first to last) as one :class:`Workload` (see :func:`build_pipeline_workload`)."""
+    first = stages[0]
+    return replace(
+        first,
+        programs=tuple(p for w in stages for p in w.programs),
+        ns_flops=tuple(f for w in stages for f in w.ns_flops),
+        analytic_bytes=tuple(b for w in stages for b in w.analytic_bytes),
+        stage=0,
+    )

@@ -1,0 +1,135 @@
+"""The report's "3-D parallelism (DP x TP x PP)" section and its figure, from the committed tables: the grids, the
+stages and the two claims are there; every number the section states is a table value; without a pipeline run
+(a profile of single-device runs, tables older than ``runs.pp``) it is one sentence and nothing is drawn; and the
+figures about the original study's DP x TP grid leave the pipeline group out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_report_abstract import numbers_in, unsupported
+
+from muon_repro.report import pipeline_figures, stated
+from muon_repro.report.data import load
+from muon_repro.report.pipeline_section import GRID_HEADER, NO_PIPELINE, PIPELINE_CLAIMS, STAGE_HEADER, pipeline_section
+from muon_repro.report.selection import pipeline_runs, representative_runs, study_runs, timeline_run
+
+METRICS = Path(__file__).resolve().parents[1] / "metrics"
+
+
+@pytest.fixture(scope="module")
+def data():
+    everything = load(METRICS)
+    return everything.of_profile(everything.profiles[0])
+
+
+def _cells(df: pd.DataFrame) -> list[float]:
+    values: list[float] = []
+    for col in df.columns:
+        numeric = pd.to_numeric(df[col], errors="coerce").dropna()
+        values += numeric.astype(float).tolist()
+    return values
+
+
+def pool(data) -> np.ndarray:
+    """What the section may state: the pipeline runs' cells, their comparisons and stages, the environment's values,
+    and the numbers of the claims' text (their explanations, validated by tests/test_explanation_numbers.py)."""
+    runs = pipeline_runs(data.runs)
+    values = _cells(runs) + _cells(data.stages) + [float(len(runs)), float(len(runs) // 2)]
+    values += _cells(data.comparisons[data.comparisons["muon_run"].isin(runs["run"])])
+    values += _cells(data.environment[data.environment["run"].isin(runs["run"])][["value"]])
+    claims = data.claims[data.claims["claim_id"].isin(PIPELINE_CLAIMS)]
+    values += _cells(claims)
+    for cell in claims["explanation"].dropna().astype(str):
+        values += [v for _, v, _ in numbers_in(cell)]
+    for cell in claims["quoted"].dropna():
+        values += [float(v) for v in json.loads(str(cell)).values()]
+    found = np.abs(np.array(values, dtype="float64"))
+    return np.unique(found[np.isfinite(found)])
+
+
+def _text(section: dict) -> list[str]:
+    texts = [section["intro"], *section["meaning"]]
+    texts += [cell for row in section["grid_rows"] + section["stage_rows"] for cell in row]
+    texts += [p["said"] for c in section["claims"] for p in c["profiles"]]
+    return texts
+
+
+def test_the_section_shows_every_grid_every_muon_stage_and_both_claims(data):
+    section = pipeline_section(data)
+    assert section["present"]
+    runs = pipeline_runs(data.runs)
+    assert len(section["grid_rows"]) == len(runs[["dp", "tp", "pp"]].drop_duplicates()) == 7
+    assert all(len(row) == len(GRID_HEADER) for row in section["grid_rows"])
+    assert [row[0] for row in section["grid_rows"]] == ["DP4", "TP4", "DP2·TP2", "PP2·DP2", "PP2·TP2", "PP4", "DP2·TP2·PP2"]
+    assert section["grid_rows"][-1][1] == "8"  # the 8-rank grid last, shown but not compared
+    muon_stages = data.stages[data.stages["optimizer"] == "muon"]
+    assert len(section["stage_rows"]) == len(muon_stages) and all(len(r) == len(STAGE_HEADER) for r in section["stage_rows"])
+    assert [c["id"] for c in section["claims"]] == list(PIPELINE_CLAIMS)
+    for c in section["claims"]:
+        row = data.claims[(data.claims["claim_id"] == c["id"]) & (data.claims["profile"] == data.profile)].iloc[0]
+        mine = next(p["said"] for p in c["profiles"] if p["profile"] == data.profile)
+        assert str(row["verdict"]) in mine and "2 ranks per core" in mine
+    meaning = " ".join(section["meaning"])
+    assert "upper bound" in meaning and "not compared with the 4-rank grids" in meaning
+
+
+def test_every_number_in_the_section_is_a_table_value(data):
+    section, values = pipeline_section(data), pool(data)
+    bad = {text: unsupported(text, values) for text in _text(section)}
+    assert not {t: b for t, b in bad.items() if b}, bad
+    assert unsupported("PP4 stage 3: 99.9 ms", values) == ["99.9"]  # a hand-typed number is caught
+
+
+def test_without_pipeline_runs_the_section_is_one_sentence_and_nothing_is_drawn(data):
+    from dataclasses import replace
+
+    without = replace(data, runs=study_runs(data.runs))
+    assert pipeline_section(without) == {"present": False, "none": NO_PIPELINE}
+    assert not pipeline_figures.has_pipeline(without.runs)
+    older = replace(data, runs=data.runs.drop(columns=["pp"]))  # tables written before runs.pp
+    assert not pipeline_section(older)["present"] and not pipeline_figures.has_pipeline(older.runs)
+    one_device = load(METRICS).of_profile("1xH200-nccl")
+    assert not pipeline_section(one_device)["present"]
+
+
+def test_the_figure_draws_from_the_tables_and_states_the_claims(data, tmp_path):
+    said = stated.pipeline(data.claims, stated.profile_of(data.runs))
+    assert set(said.values) == {f"claims.{cid}.measured_value" for cid in PIPELINE_CLAIMS}
+    png = pipeline_figures.pipeline(data.runs, data.stages, data.claims, tmp_path / "pipeline")
+    assert png.is_file() and png.with_suffix(".svg").is_file()
+    svg = " ".join(png.with_suffix(".svg").read_text().split())
+    for value in said.values.values():
+        assert value in said.text and value in svg
+    assert "DP2·TP2·PP2" in svg and "(8 ranks)" in svg
+
+
+def test_the_study_figures_keep_to_the_original_groups(data):
+    reps = representative_runs(data.runs)
+    assert not reps.empty and "pipeline" not in set(reps["group"])
+    assert (reps["pp"].fillna(1) == 1).all()
+    assert str(timeline_run(data.runs)["group"]) != "pipeline"
+    assert len(study_runs(data.runs)) + len(pipeline_runs(data.runs)) == len(data.runs)
+
+
+def test_the_cost_model_part_prices_every_recorded_pipeline_and_the_7b_scale_out(data):
+    from muon_repro.report.pipeline_costmodel import SCALE_OUT_HEADER, pipeline_costmodel
+
+    part = pipeline_costmodel(data)
+    assert part["present"]
+    predicted = data.predictions[data.predictions["pp"] > 1]
+    assert len(part["validation_rows"]) == len(predicted) == len(pipeline_runs(data.runs)[lambda r: r["pp"] > 1])
+    assert [row[0] for row in part["rows"]] == [f"{g:,}" for g in sorted(data.pipeline_scale_out["gpus"].unique())]
+    assert all(len(row) == len(SCALE_OUT_HEADER) for row in part["rows"])
+    values = np.unique(np.abs(np.array(_cells(data.predictions) + _cells(data.pipeline_scale_out), dtype="float64")))
+    texts = [part["setting"], *(cell for row in part["rows"] + part["validation_rows"] for cell in row)]
+    bad = {text: unsupported(text, values) for text in texts}
+    assert not {t: b for t, b in bad.items() if b}, bad
+    from dataclasses import replace
+
+    empty = replace(data, predictions=data.predictions.iloc[0:0], pipeline_scale_out=data.pipeline_scale_out.iloc[0:0])
+    assert pipeline_costmodel(empty) == {"present": False}
