@@ -133,3 +133,18 @@ def test_the_cost_model_part_prices_every_recorded_pipeline_and_the_7b_scale_out
 
     empty = replace(data, predictions=data.predictions.iloc[0:0], pipeline_scale_out=data.pipeline_scale_out.iloc[0:0])
     assert pipeline_costmodel(empty) == {"present": False}
+
+
+def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage_by_stage(data, tmp_path):
+    from muon_repro.report import timeline_figures
+    from muon_repro.report.timeline_figures import _rank_label
+
+    run = pipeline_figures.deepest_muon_pipeline(data.runs)
+    assert run.endswith("pipeline/muon_pp4")
+    row = data.runs[data.runs["run"] == run].iloc[0]
+    assert [_rank_label(row, r) for r in (0, 3)] == ["stage 0 (rank 0)", "stage 3 (rank 3)"]
+    out = timeline_figures.timeline(data.timeline, data.runs, tmp_path / "pipeline_timeline", run=run)
+    svg = out.with_suffix(".svg").read_text()
+    assert "pipeline bubble (receives, flush)" in svg and "PP send (activations, gradients)" in svg
+    with pytest.raises(ValueError, match="no Muon pipeline run"):
+        pipeline_figures.deepest_muon_pipeline(study_runs(data.runs))

@@ -40,6 +40,9 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
     "single_device": lambda d, out: gpu_figures.single_device(d.runs, d.regime_model, out),
     "pipeline": lambda d, out: pipeline_figures.pipeline(d.runs, d.stages, d.claims, out),
+    "pipeline_timeline": lambda d, out: timeline_figures.timeline(
+        d.timeline, d.runs, out, run=pipeline_figures.deepest_muon_pipeline(d.runs)
+    ),
 }
 
 

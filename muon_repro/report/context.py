@@ -171,12 +171,17 @@ def build_context(
         path = Path(figure_paths.get("pipeline", ""))
         if not path.is_file():
             raise FileNotFoundError(f"figure pipeline not found at {path}: run `muon-repro figures` first")
+        timeline_path = Path(figure_paths.get("pipeline_timeline", ""))
+        if not timeline_path.is_file():
+            raise FileNotFoundError(f"figure pipeline_timeline not found at {timeline_path}: run `muon-repro figures` first")
         pipeline |= {
             "figure": figure_entry("pipeline", path, PIPELINE_CAPTIONS["pipeline"]),
             "number": first_after,
+            "timeline_figure": figure_entry("pipeline_timeline", timeline_path, PIPELINE_CAPTIONS["pipeline_timeline"]),
+            "timeline_number": first_after + 1,
             "doc": rel(metrics_dir.parent / "docs" / "pipeline.md"),
         }
-        first_after += 1
+        first_after += 2
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
     return {

@@ -24,16 +24,31 @@ from muon_repro.report.pipeline_section import grid_of, muon_stages, pipeline_gr
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 from muon_repro.report.selection import pipeline_runs
 
-PIPELINE_FIGURES = ("pipeline",)
+PIPELINE_FIGURES = ("pipeline", "pipeline_timeline")
 PIPELINE_CAPTIONS = {
     "pipeline": "The pipeline group, steps timed without the profiler: Muon's and AdamW's step per DP × TP × PP grid "
     "at equal tokens per step (left; the grid of more ranks below the dashed line, not compared), and each Muon "
     "stage's step taken apart: forward+backward less the bubble, the bubble (time blocked on its neighbours), "
     "the optimizer step (right).",
 }
+PIPELINE_CAPTIONS["pipeline_timeline"] = (
+    "One profiled step of the deepest 4-rank Muon pipeline, stage by stage on one clock: the 1F1B forwards and "
+    "backwards, the bubble (grey: blocked in a receive or the flush), the sends, then each stage's optimizer step after "
+    "its flush (right: the optimizer, zoomed)."
+)
 COMPUTE_COLOR = style.PHASE_COLORS[style.COMPUTE]
 BUBBLE_COLOR = style.PHASE_COLORS[style.IDLE]
 OPTIMIZER_COLOR = style.PHASE_COLORS[OPTIMIZER]
+
+
+def deepest_muon_pipeline(runs: pd.DataFrame) -> str:
+    """The run the pipeline timeline draws: the Muon pipeline with most stages among the fewest ranks (PP4)."""
+    muon = pipeline_runs(runs)
+    muon = muon[(muon["optimizer"] == "muon") & (muon["pp"].fillna(1).astype("int64") > 1)]
+    if muon.empty:
+        raise ValueError("no Muon pipeline run to draw one step of (muon-repro bench pipeline)")
+    ranked = muon.assign(_w=muon["world_size"].astype("int64"), _pp=-muon["pp"].astype("int64"))
+    return str(ranked.sort_values(["_w", "_pp", "run"]).iloc[0]["run"])
 
 
 def has_pipeline(runs: pd.DataFrame) -> bool:

@@ -39,6 +39,9 @@ PHASE_COLORS = {
     phases.TP_ALL_REDUCE: "#555555",
     phases.TP_ALL_GATHER: "#888888",
     TRANSFER: "#CC3311",
+    # A pipeline stage blocked on its neighbours (receives, flush) is its bubble: idle grey; its sends, teal.
+    **dict.fromkeys((*phases.PIPELINE_WAIT_PHASES, phases.BUBBLE), "#BBBBBB"),
+    **dict.fromkeys((*phases.PP_SEND_PHASES, "pp_send"), "#44AA99"),
 }
 PHASE_LABELS = {
     **phases.PHASE_LABELS,
@@ -46,11 +49,16 @@ PHASE_LABELS = {
     COMPUTE: "compute",
     EXPOSED_COMM: "exposed communication",
     IDLE: "idle",
-    TRANSFER: "gloo transfer (comm thread)",
+    TRANSFER: "gloo transfer",
+    phases.BUBBLE: "pipeline bubble (receives, flush)",
+    "pp_send": "PP send (activations, gradients)",
 }
 OPTIMIZER_COMM_PHASES = phases.OPTIMIZER_COMM_PHASES  # bytes figure and table, data-flow order
 TIMELINE_COARSE = phases.COARSE_PHASES
 TIMELINE_FINE = phases.OPTIMIZER_PHASES + phases.MODEL_COMM_PHASES  # inside the optimizer, data-flow order
+# The timeline's legend names a pipeline's scopes by what they are: its waits as the bubble, its sends as one.
+TIMELINE_LEGEND_OF = dict.fromkeys(phases.PIPELINE_WAIT_PHASES, phases.BUBBLE) | dict.fromkeys(phases.PP_SEND_PHASES, "pp_send")
+TIMELINE_PIPELINE = (phases.BUBBLE, "pp_send")
 
 # How a run's gathers overlap (runs.overlap); "none" (blocking gathers) goes unsaid in a run's label.
 OVERLAP_LABELS = {"none": "blocking", "naive_async": "naive async", "pipelined": "pipelined"}

@@ -53,17 +53,18 @@ def timeline(timeline_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path, 
                     ax.broken_barh(
                         [(a, max(b - a, min_w))], (base + off, h), color=style.PHASE_COLORS.get(phase, "#AAAAAA"), linewidth=0
                     )
-                    if phase not in seen:
-                        seen.append(phase)
+                    key = style.TIMELINE_LEGEND_OF.get(phase, phase)
+                    if key not in seen:
+                        seen.append(key)
         ax.set_xlim(w0 - 0.01 * (w1 - w0), w1 + 0.01 * (w1 - w0))
         ax.set_ylim(-0.2, len(ranks))
-        ax.set_yticks([len(ranks) - 1 - i + 0.4 for i in range(len(ranks))], [f"rank {r}" for r in ranks])
+        ax.set_yticks([len(ranks) - 1 - i + 0.4 for i in range(len(ranks))], [_rank_label(row, r) for r in ranks])
         ax.set_xlabel("time (ms)")
         ax.grid(axis="y", visible=False)
     axes[0].set_title(f"whole step (trial {tl.trial}, ProfilerStep#{tl.step})", fontsize=9)
     axes[1].set_title("zoom: the optimizer step", fontsize=9)
     axes[1].tick_params(labelleft=False)
-    order = [p for p in (*style.TIMELINE_COARSE, *style.TIMELINE_FINE, style.TRANSFER) if p in seen]
+    order = [p for p in (*style.TIMELINE_COARSE, *style.TIMELINE_FINE, *style.TIMELINE_PIPELINE, style.TRANSFER) if p in seen]
     fig.legend(
         handles=[Patch(color=style.PHASE_COLORS[p], label=style.PHASE_LABELS[p]) for p in order],
         loc="lower center",
@@ -75,6 +76,14 @@ def timeline(timeline_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path, 
         fig, f"One step of every rank: {titled(row)}", _timeline_takeaway(tl) + note, bottom_in=0.19 * -(-len(order) // 4) + 0.1
     )
     return save_figure(fig, out)
+
+
+def _rank_label(run: pd.Series, rank: int) -> str:
+    """``rank 3``; on a pipeline run ``stage 1 (rank 3)`` (rank = stage * dp * tp + ..., docs/pipeline.md)."""
+    pp = run.get("pp")
+    if pp is None or pd.isna(pp) or int(pp) <= 1:
+        return f"rank {rank}"
+    return f"stage {rank // (int(run['dp']) * int(run['tp']))} (rank {rank})"
 
 
 def _timeline_takeaway(tl: derive.OneStep) -> str:
@@ -90,5 +99,6 @@ def _timeline_takeaway(tl: derive.OneStep) -> str:
     return (
         "per rank: "
         + ", ".join(parts)
-        + f" of a {step:.0f} ms step; lanes bottom to top: phases, sub-phases, comm-thread transfers"
+        + f" of a {step:.0f} ms step; lanes bottom to top: phases, sub-phases, gloo transfers (collectives on gloo's "
+        "threads, point-to-point on the caller's)"
     )
