@@ -218,7 +218,7 @@ class TPShardedModule(nn.Module):
     parameters (weights and gradients alike): the base of :class:`GPT` and
     :class:`~muon_repro.parallel.pipeline_stages.GPTStage`, so the conversion is written once.
 
-    A subclass sets ``tp_group``, builds its layers, then calls :meth:`_load_initial_weights`; it says in
+    A subclass sets ``tp_group``, builds its layers, then calls :meth:`_finish_init`; it says in
     ``_shard_owner`` what its errors call it. A pipeline stage is handed the whole model's tensors and keeps
     its own layers' only, so it sets ``_skips_foreign_tensors``.
     """
@@ -236,8 +236,12 @@ class TPShardedModule(nn.Module):
         for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
             divide(getattr(config, name), tp, name)
 
-    def _load_initial_weights(self, config: GPTConfig) -> None:
-        """Record how each parameter is cut, then keep this rank's shard of the full weights drawn from ``config.seed``."""
+    def _finish_init(self, config: GPTConfig, device: torch.device | str | None) -> None:
+        """Construction's last step, once every layer exists: the RoPE tables (buffers, not parameters), how each
+        parameter is cut, and this rank's shard of the full weights drawn from ``config.seed``."""
+        cos, sin = rope_tables(config, device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
         self._tp_dims = {name: tp_partition_dim(p) for name, p in self.named_parameters()}
         self.load_full_state_dict(init_full_tensors(config))
 
@@ -314,10 +318,7 @@ class GPT(TPShardedModule):
         self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=gathered, device=device)
         # The first vocabulary column of this rank's logits (lm_head's rows are cut in rank order).
         self.vocab_start = tp_group.rank * (config.vocab_size // tp)
-        cos, sin = rope_tables(config, device)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
-        self._load_initial_weights(config)
+        self._finish_init(config, device)
 
     # -- forward
 

@@ -73,9 +73,12 @@ class GPTConfig:
         norms); the attention term counts the full (not causally halved) score and value matmuls.
         """
         t = self.max_seq_len if seq_len is None else seq_len
-        h, f, v = self.hidden, self.ffn_hidden, self.vocab_size
-        n_matmul = self.n_layers * (4 * h * h + 2 * h * f) + v * h
-        return 6 * n_matmul + 12 * self.n_layers * h * t
+        return 6 * self.matmul_params() + 12 * self.n_layers * self.hidden * t
+
+    def matmul_params(self, layers: int | None = None, head: bool = True) -> int:
+        """``N_matmul``: the weights of ``layers`` blocks (default: all) and, with ``head``, of the LM head."""
+        h, f = self.hidden, self.ffn_hidden
+        return (self.n_layers if layers is None else layers) * (4 * h * h + 2 * h * f) + (self.vocab_size * h if head else 0)
 
 
 # tiny: tests (tp=4 divides heads, hidden, ffn and vocab). small: CPU benchmarks (a few M params).
@@ -110,3 +113,20 @@ def stage_layers(n_layers: int, pp: int) -> list[range]:
         ranges.append(range(start, start + size))
         start += size
     return ranges
+
+
+@dataclass(frozen=True)
+class StagePart:
+    """What part of the model a rank runs: ``layers`` blocks, the embedding or not, the final norm, LM head and loss
+    (``head``) or not: all of it without pipeline stages, a stage's share otherwise."""
+
+    layers: int
+    embedding: bool = True
+    head: bool = True
+
+
+def stage_parts(n_layers: int, pp: int) -> tuple[StagePart, ...]:
+    """What each of ``pp`` stages holds, first to last: :func:`stage_layers`' blocks, the embedding on the first
+    stage, the head on the last (ValueError if ``n_layers < pp``)."""
+    layers = stage_layers(n_layers, pp)
+    return tuple(StagePart(len(blocks), embedding=s == 0, head=s == pp - 1) for s, blocks in enumerate(layers))

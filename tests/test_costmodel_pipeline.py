@@ -24,9 +24,10 @@ from muon_repro.costmodel.pipeline import (
     stage_order,
 )
 from muon_repro.costmodel.pipeline_scale_out import pipeline_config, pipeline_scale_out_rows
-from muon_repro.costmodel.pipeline_workload import activation_bytes, build_pipeline_workload, stage_parts
+from muon_repro.costmodel.pipeline_workload import activation_bytes, build_pipeline_workload
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.validate import bench_config, run_folders, trial_sets, validate
+from muon_repro.model_config import stage_parts
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "traces" / "cpu-2c-gloo"

@@ -73,7 +73,7 @@ def test_timed_waits_match_dp_groups_inside_a_stage():
             "end_ns": [50, 50, 150, 150],
         }
     )
-    split = split_timed_waits(calls, dp=2, tp=1, pp=2)
+    split = split_timed_waits(calls, dp=2, tp=1)  # a DP group never spans stages, whatever pp
     assert split["matched"].all()
     assert split["wait_ns"].tolist() == [20.0, 0.0, 0.0, 0.0]  # rank 0 waited for rank 1, not for stage 1's ranks
 
@@ -268,3 +268,10 @@ def test_on_two_gpus_a_pipeline_records_over_nccl_and_reads_back(tmp_path):
     run = tables["runs"].iloc[0]
     assert (run["pp"], run["device"], run["backend"]) == (2, "cuda", "nccl")
     assert sorted(tables["stages"]["stage"]) == [0, 1]
+
+
+def test_a_receive_is_told_from_a_send_by_its_name():
+    from muon_repro.analysis.collectives import is_receive, normalize_op
+
+    for name, receives in (("c10d::recv_", True), ("gloo:recv", True), ("c10d::send", False), ("gloo:all_reduce", False)):
+        assert is_receive(normalize_op(name) or "other", name) is receives, name

@@ -70,6 +70,12 @@ def normalize_op(raw: str) -> str | None:
     return None
 
 
+def is_receive(op: str, name: str) -> bool:
+    """A point-to-point receive (``c10d::recv_``, ``gloo:recv``; ``op`` its :func:`normalize_op`): it sends
+    nothing, whatever its size."""
+    return op == "send_recv" and "recv" in name.lower() and "send" not in name.lower()
+
+
 def kind_of(op: str) -> str:
     return op if op in COMM_KINDS else "other"
 

@@ -40,6 +40,7 @@ from muon_repro.analysis.collectives import (
     coarse_phase,
     dtype_info,
     first_dtype,
+    is_receive,
     kind_of,
     label_phase,
     normalize_op,
@@ -251,16 +252,17 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
     ev = trace.events
     ts = ev["ts"].to_numpy()
     end = ev["end"].to_numpy()
+    transfer_ops = {t: normalize_op(str(names[name_codes[t]])) or "other" for t in transfers.tolist()}
     # gloo runs collectives on worker threads, but point-to-point sends and receives on the calling thread
-    collective = np.array([normalize_op(str(names[name_codes[t]])) != "send_recv" for t in transfers.tolist()], bool)
-    worker_threads = set(ev["thread"].to_numpy()[transfers[collective]].tolist()) if len(transfers) else set()
-    callers = np.array([c for c in callers.tolist() if int(ev["thread"].iat[c]) not in worker_threads], np.int64)
+    thread = ev["thread"].to_numpy()
+    worker_threads = {int(thread[t]) for t, op in transfer_ops.items() if op != "send_recv"}
+    callers = np.array([c for c in callers.tolist() if int(thread[c]) not in worker_threads], np.int64)
 
     # transfers: (ts, row, op, numel, dtype)
     pending: dict[str, list[list]] = {}
     for t in transfers[np.argsort(ts[transfers], kind="stable")].tolist():
         a = _args(trace, t)
-        op = normalize_op(str(names[name_codes[t]])) or "other"
+        op = transfer_ops[t]
         numel = numel_any(arg_at(a.get("input_dims"), 0))
         pending.setdefault(op, []).append([ts[t], t, numel, first_dtype(a.get("input_type"), 0), False])
 
@@ -276,7 +278,7 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
             elements // n if op == "all_gather" and elements is not None and n else (None if op == "all_gather" else elements)
         )
         match = _take_transfer(pending, expect_ops, ts[c], expect_numel)
-        row = {"op": op, "group_size": n, "dtype": dt, "elements": elements, "caller": c, "receives": _is_receive(op, cname)}
+        row = {"op": op, "group_size": n, "dtype": dt, "elements": elements, "caller": c, "receives": is_receive(op, cname)}
         if match is not None:
             _, t, numel, tdt, _ = match
             row.update(source="gloo", start=float(ts[t]), end=float(end[t]), event=t)
@@ -298,7 +300,7 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
                     "dtype": tdt,
                     "elements": numel,
                     "elements_are_shard": op == "all_gather",
-                    "receives": _is_receive(op, str(names[name_codes[t]])),
+                    "receives": is_receive(op, str(names[name_codes[t]])),
                     "start": float(ts[t]),
                     "end": float(end[t]),
                     "caller": None,
@@ -306,11 +308,6 @@ def _gloo_rows(trace: TraceEvents, callers: np.ndarray, transfers: np.ndarray, n
                 }
             )
     return rows
-
-
-def _is_receive(op: str, name: str) -> bool:
-    """A point-to-point receive (``c10d::recv_``, ``gloo:recv``): it sends nothing, whatever its size."""
-    return op == "send_recv" and "recv" in name.lower() and "send" not in name.lower()
 
 
 def _take_transfer(pending: dict[str, list[list]], ops: Iterable[str], t0: float, numel: int | None, window: int = 64):

@@ -145,12 +145,11 @@ def _bubble_ratio_per_round(timed: pd.DataFrame, run: pd.Series) -> tuple[np.nda
         return None
     name, per_stage = str(run["run"]), []
     mine = timed[timed["run"] == name]
-    rounds = rounds_of(mine, name)
     for stage in range(int(run["pp"])):
         rows = mine[mine["stage"] == stage]
         if rows.empty or rows["bubble_ms"].isna().all():
             return None
         ratio = per_round_ratio(rows, name, "bubble_ms", "optimizer_ms", how_num="mean", how_den="mean")
         per_stage.append((rounds_of(rows, name), ratio))
-    aligned = align_rounds(*per_stage)
-    return rounds, np.vstack(aligned)
+    rounds = np.array(sorted(set.intersection(*(set(r.tolist()) for r, _ in per_stage))), dtype="int64")
+    return rounds, np.vstack(align_rounds(*per_stage))  # the rounds every stage was timed in

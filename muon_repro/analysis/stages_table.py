@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from muon_repro.model_config import PRESETS, stage_layers
+from muon_repro.model_config import PRESETS, stage_parts
 from muon_repro.phases import BACKWARD, BUBBLE, FORWARD, OPTIMIZER, PP_FLUSH, PP_SEND_PHASES
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -37,8 +37,8 @@ def stage_holdings(preset: str | None, pp: int, stage: int) -> tuple[int | None,
     config = PRESETS.get(str(preset))
     if config is None or config.n_layers < pp:
         return None, ""
-    extras = ["embedding"] * (stage == 0) + ["head"] * (stage == pp - 1)
-    return len(stage_layers(config.n_layers, pp)[stage]), " + ".join(extras)
+    part = stage_parts(config.n_layers, pp)[stage]
+    return part.layers, " + ".join(["embedding"] * part.embedding + ["head"] * part.head)
 
 
 def stages_table(runs: pd.DataFrame, timed: pd.DataFrame, phases: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.pipeline import Analysis
+from muon_repro.analysis.waits import dp_group_index, tp_group_index
 from muon_repro.run_records import TIMED_COMM_COLUMNS, RankMetrics
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -62,18 +63,20 @@ def timed_calls(metrics: list[RankMetrics]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None, pp: int | None = 1) -> pd.DataFrame:
+def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd.DataFrame:
     """``calls`` (:func:`timed_calls`) with ``dur_ns``, ``latest_ns`` (the group's latest entry, null when
-    unmatched), ``matched``, ``wait_ns`` and ``transfer_ns`` (see the module's docstring). With ``pp`` stages a
-    DP group is the ranks of one stage and one TP rank (global rank = pp_rank * dp * tp + dp_rank * tp + tp_rank)."""
+    unmatched), ``matched``, ``wait_ns`` and ``transfer_ns`` (see the module's docstring). With pipeline stages a
+    DP group is the ranks of one stage and one TP rank (:func:`~muon_repro.analysis.waits.dp_group_index`)."""
     out = calls.copy()
     out["dur_ns"] = out["end_ns"] - out["start_ns"]
     out["latest_ns"] = pd.Series(np.nan, index=out.index)
     out["matched"] = False
     if len(out) and dp and tp:
         sizes = {"dp": dp, "tp": tp}
-        dp_group_id = (out["rank"] // (dp * tp)) * tp + out["rank"] % tp  # one per (stage, TP rank)
-        group_id = np.where(out["group"] == "dp", dp_group_id, np.where(out["group"] == "tp", out["rank"] // tp, -1))
+        rank = out["rank"]
+        group_id = np.where(
+            out["group"] == "dp", dp_group_index(rank, dp, tp), np.where(out["group"] == "tp", tp_group_index(rank, tp), -1)
+        )
         size = out["group"].map(sizes).fillna(0).astype(int)
         out["_gid"] = group_id
         out["_ordinal"] = (
@@ -106,7 +109,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         metrics = [m for m in ranks if m is not None and m.timed_step_ms]
         if not metrics:
             continue
-        split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp, info.config.pp)
+        split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
         per_step = split.groupby(["rank", "step"])[["dur_ns", "wait_ns", "transfer_ns"]].sum() / 1e6
         one_clock = _one_host(info.environment)
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}

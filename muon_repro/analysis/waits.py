@@ -139,13 +139,23 @@ def _groups(scope: np.ndarray, rank: np.ndarray, dp: int | None, tp: int | None,
     without both sizes has no known group."""
     if dp and tp:
         kind = scope
-        dp_index = (rank // (dp * tp)) * tp + rank % tp
-        index = np.where(scope == _DP, dp_index, np.where(scope == _TP, rank // tp, 0))
+        index = np.where(scope == _DP, dp_group_index(rank, dp, tp), np.where(scope == _TP, tp_group_index(rank, tp), 0))
     else:
         kind = np.where(scope == _WORLD, _WORLD, _UNKNOWN)
         index = np.zeros(len(rank), np.int64)
     kind = np.where((rank < 0) | (rank >= world), _UNKNOWN, kind)
     return kind, index
+
+
+def dp_group_index(rank, dp: int, tp: int):
+    """Which DP group ``rank`` (an int or an array) is in: one per stage and TP rank (rank = pp_rank * dp * tp +
+    dp_rank * tp + tp_rank, muon_repro.parallel.grid3d; without stages, its TP rank)."""
+    return (rank // (dp * tp)) * tp + rank % tp
+
+
+def tp_group_index(rank, tp: int):
+    """Which TP group ``rank`` is in: one per stage and DP rank."""
+    return rank // tp
 
 
 def _group_sizes(kind: np.ndarray, dp: int | None, tp: int | None, world: int) -> np.ndarray:

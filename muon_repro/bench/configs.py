@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
-from muon_repro.phases import LAYOUTS, OVERLAPS
+from muon_repro.phases import LAYOUTS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
@@ -201,6 +201,21 @@ class BenchConfig:
     def batch_per_dp(self) -> int:
         """Sequences each DP rank trains per step."""
         return self.tokens_per_step // (self.dp * self.seq_len) if self.seq_len else 0
+
+    @property
+    def activation_elements(self) -> int:
+        """Elements of one micro-batch's activation between two pipeline stages, ``[micro-batch sequences, seq,
+        hidden]``; its gradient, sent back, is as large."""
+        return self.tokens_per_step // (self.dp * self.micro_batches) * self.model_config().hidden
+
+    def pipeline_send_bytes(self, pp_rank: int, element_size: int = 4) -> dict[str, int]:
+        """Bytes stage ``pp_rank`` sends per step to its neighbours: every micro-batch's activation forward (every
+        stage but the last) and its gradient back (every stage but the first), fp32 as the runtime sends them by
+        default; {} without pipeline stages."""
+        if self.pp == 1:
+            return {}
+        sent = self.micro_batches * self.activation_elements * element_size
+        return {PP_SEND_ACTIVATION: sent if pp_rank < self.pp - 1 else 0, PP_SEND_GRAD: sent if pp_rank > 0 else 0}
 
     @property
     def steps(self) -> int:

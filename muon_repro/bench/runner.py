@@ -49,7 +49,6 @@ from muon_repro.model import GPTConfig
 from muon_repro.optim import DistributedMuon
 from muon_repro.optim.comm_model import optimizer_bytes
 from muon_repro.optim.zero1 import ZeroOneOptimizer
-from muon_repro.phases import PP_SEND_ACTIVATION, PP_SEND_GRAD
 from muon_repro.run_records import RankMetrics, ShardSummary
 from muon_repro.rundir import RunDir, trace_name
 from muon_repro.tables.files import write_atomic
@@ -74,19 +73,7 @@ def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims) -> dict[str, i
         bucket_elems=cfg.bucket_elems,
         reduce_dtype=DTYPES[cfg.reduce_dtype],
         gather_dtype=DTYPES[cfg.gather_dtype],
-    ) | pipeline_send_bytes(cfg, getattr(dims, "pp_rank", 0))
-
-
-def pipeline_send_bytes(cfg: BenchConfig, pp_rank: int) -> dict[str, int]:
-    """Bytes stage ``pp_rank`` sends per step to its neighbours: ``[micro-batch, seq, hidden]`` fp32 activations
-    forward (every stage but the last) and their gradients back (every stage but the first); {} without PP."""
-    if cfg.pp == 1:
-        return {}
-    per_micro_batch = (cfg.batch_per_dp // cfg.micro_batches) * cfg.seq_len * cfg.model_config().hidden * 4
-    return {
-        PP_SEND_ACTIVATION: per_micro_batch * cfg.micro_batches if pp_rank < cfg.pp - 1 else 0,
-        PP_SEND_GRAD: per_micro_batch * cfg.micro_batches if pp_rank > 0 else 0,
-    }
+    ) | cfg.pipeline_send_bytes(getattr(dims, "pp_rank", 0))
 
 
 def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.machine_profile import MachineProfile
-from muon_repro.costmodel.pipeline_workload import activation_bytes, build_stage_workload, merge_stage_workloads, stage_parts
-from muon_repro.costmodel.predict import RankMeans, RankPrediction, simulate
+from muon_repro.costmodel.pipeline_workload import activation_bytes, build_stage_workload, merge_stage_workloads
+from muon_repro.costmodel.predict import simulate
+from muon_repro.costmodel.prediction import RankPrediction, StepPrediction
 from muon_repro.costmodel.workload import Workload
+from muon_repro.model_config import stage_parts
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
 
 
@@ -158,7 +160,7 @@ class StagePrediction:
 
 
 @dataclass(frozen=True)
-class PipelinePrediction(RankMeans):
+class PipelinePrediction(StepPrediction):
     """A pipeline run's predicted step: the interface of :class:`~muon_repro.costmodel.predict.Prediction` (step,
     optimizer and communication times, ``mean``, ``to_dict``, ``workload``) and the stages'. ``optimizer_ms`` is the
     mean over ranks, as measured runs count it; the step waits for :attr:`stage_optimizer_max_ms`. ``comm_ms`` counts
@@ -205,36 +207,13 @@ class PipelinePrediction(RankMeans):
         return [s.to_row(self.pipeline_ms) for s in self.stages]
 
     def to_dict(self) -> dict:
-        w = self.workload
-        return {
-            "config": self.cfg.key,
-            "run": self.cfg.to_dict(),
-            "machine": self.machine,
-            "device": self.device,
-            "profiled": self.profiled,
-            "step_ms": self.step_ms,
-            "pipeline_ms": self.pipeline_ms,
-            "stage_optimizer_max_ms": self.stage_optimizer_max_ms,
-            "bubble_ms": self.bubble_ms,
-            "forward_ms": self.mean(FORWARD),
-            "backward_ms": self.mean(BACKWARD),
-            "optimizer_ms": self.optimizer_ms,
-            "compute_ms": self.mean("compute_ms"),
-            "comm_ms": self.comm_ms,
-            "comm_transfer_ms": self.mean("transfer_ms"),
-            "comm_wait_ms": self.mean("wait_ms"),
-            "p2p_transfer_ms": list(self.transfer_ms),
-            "activation_bytes": self.activation_bytes,
-            "stages": self.stage_rows(),
-            "ranks": [{"stage": s.stage, **r.to_dict()} for s in self.stages for r in s.ranks],
-            "notes": list(self.notes),
-            "inputs": {
-                "train_flops": w.train_flops,
-                "ns_dtype": w.ns_dtype,
-                "ns_flops": list(w.ns_flops),
-                "analytic_bytes": [dict(b) for b in w.analytic_bytes],
-            },
-        }
+        own = {"pipeline_ms": self.pipeline_ms, "stage_optimizer_max_ms": self.stage_optimizer_max_ms}
+        transfers = {"p2p_transfer_ms": list(self.transfer_ms), "activation_bytes": self.activation_bytes}
+        return self._as_dict(
+            [{"stage": s.stage, **r.to_dict()} for s in self.stages for r in s.ranks],
+            after_step=own | {"bubble_ms": self.bubble_ms},
+            after_times=transfers | {"stages": self.stage_rows()},
+        )
 
 
 def predict_pipeline(

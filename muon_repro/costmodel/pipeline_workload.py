@@ -18,22 +18,14 @@ import functools
 from dataclasses import replace
 
 from muon_repro.bench.configs import BenchConfig
-from muon_repro.costmodel.workload import ELEMENT_SIZE, StagePart, Workload, assemble_workload, model_stages
-from muon_repro.model_config import GPTConfig, stage_layers
-from muon_repro.phases import PP_SEND_ACTIVATION, PP_SEND_GRAD
-
-
-def stage_parts(n_layers: int, pp: int) -> tuple[StagePart, ...]:
-    """What each of ``pp`` stages holds, first to last (the runtime's split; ValueError if ``n_layers < pp``)."""
-    layers = stage_layers(n_layers, pp)
-    return tuple(StagePart(len(blocks), embedding=s == 0, head=s == pp - 1) for s, blocks in enumerate(layers))
+from muon_repro.costmodel.workload import ELEMENT_SIZE, Workload, assemble_workload, model_stages
+from muon_repro.model_config import GPTConfig, stage_parts
 
 
 def activation_bytes(cfg: BenchConfig, precision: str = "fp32") -> int:
     """Bytes of one micro-batch's activation between two stages, ``[micro-batch sequences, seq, hidden]``: the same
     for its gradient. The runtime sends fp32 (4 bytes); a bf16 pricing (Megatron) sends bf16."""
-    per_micro = cfg.tokens_per_step // (cfg.dp * cfg.micro_batches)  # micro-batch sequences x seq_len
-    return per_micro * cfg.model_config().hidden * ELEMENT_SIZE[precision]
+    return cfg.activation_elements * ELEMENT_SIZE[precision]
 
 
 def build_stage_workload(cfg: BenchConfig, stage: int, device: str = "cpu", precision: str = "fp32") -> Workload:
@@ -47,9 +39,7 @@ def build_stage_workload(cfg: BenchConfig, stage: int, device: str = "cpu", prec
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
     forward, backward = model_stages(cfg, model, precision, part)
     workload = assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision, stage=stage)
-    # what the bench's ledger records of the stage's sends per step: fp32 activations forward, gradients backward
-    sent = cfg.micro_batches * activation_bytes(cfg, "fp32")
-    sends = {PP_SEND_ACTIVATION: 0 if part.head else sent, PP_SEND_GRAD: 0 if part.embedding else sent}
+    sends = cfg.pipeline_send_bytes(stage)  # as the bench records them: fp32 activations forward, gradients back
     return replace(workload, analytic_bytes=tuple({**b, **sends} for b in workload.analytic_bytes))
 
 

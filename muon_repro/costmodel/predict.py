@@ -19,130 +19,26 @@ time, on a clock per rank:
   the rank that waits for it before it is done.
 
 The step's time is the slowest rank's (as the ``runs`` table counts it); optimizer and
-communication times are means over ranks.
+communication times are means over ranks (:mod:`muon_repro.costmodel.prediction` holds what a prediction is).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass, field
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.machine_profile import MachineProfile
+from muon_repro.costmodel.prediction import MODEL_COMM, OPTIMIZER_PARTS, PARTS, Prediction, RankPrediction
 from muon_repro.costmodel.workload import Comm, Compute, Stage, Workload, build_workload
 from muon_repro.phases import (
     BACKWARD,
-    DP_ALL_GATHER,
-    DP_GATHER,
-    DP_REDUCE_SCATTER,
     FORWARD,
-    MOMENTUM,
-    NEWTON_SCHULZ,
-    OPTIMIZER,
-    TP_ALL_GATHER,
-    TP_ALL_REDUCE,
-    TP_GATHER,
-    UPDATE,
 )
 
-PARTS = (FORWARD, BACKWARD, OPTIMIZER)
-OPTIMIZER_PARTS = (DP_REDUCE_SCATTER, MOMENTUM, DP_GATHER, TP_GATHER, NEWTON_SCHULZ, UPDATE, DP_ALL_GATHER)
-MODEL_COMM = (TP_ALL_REDUCE, TP_ALL_GATHER)
 _EPS = 1e-15
 # processor_sharing's passes per job: one admits it, one may jump the clock to it, one ends it (the bound that
 # keeps the loop from running forever)
 SHARING_PASSES_PER_JOB = 3
-
-
-@dataclass
-class RankPrediction:
-    """One rank's predicted step, in milliseconds."""
-
-    rank: int
-    dp_rank: int
-    tp_rank: int
-    step_ms: float = 0.0
-    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
-    phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OPTIMIZER_PARTS + MODEL_COMM, 0.0))
-    compute_ms: float = 0.0
-    transfer_ms: float = 0.0
-    wait_ms: float = 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "rank": self.rank,
-            "dp_rank": self.dp_rank,
-            "tp_rank": self.tp_rank,
-            "step_ms": self.step_ms,
-            **{f"{p}_ms": v for p, v in self.parts.items()},
-            "compute_ms": self.compute_ms,
-            "comm_ms": self.transfer_ms + self.wait_ms,
-            "comm_transfer_ms": self.transfer_ms,
-            "comm_wait_ms": self.wait_ms,
-            "phases_ms": dict(self.phases),
-        }
-
-
-class RankMeans:
-    """Means over a prediction's ``ranks``, as the measured runs' tables count them (mean over ranks)."""
-
-    ranks: tuple[RankPrediction, ...]
-
-    def mean(self, attribute: str) -> float:
-        return statistics.fmean(_value(r, attribute) for r in self.ranks)
-
-    @property
-    def optimizer_ms(self) -> float:
-        return self.mean(OPTIMIZER)
-
-    @property
-    def comm_ms(self) -> float:
-        """Collectives' transfer and wait."""
-        return self.mean("transfer_ms") + self.mean("wait_ms")
-
-
-@dataclass(frozen=True)
-class Prediction(RankMeans):
-    """A run's predicted step on a machine, and the FLOP and byte inputs it was built from."""
-
-    cfg: BenchConfig
-    machine: str
-    device: str
-    profiled: bool
-    ranks: tuple[RankPrediction, ...]
-    workload: Workload
-    notes: tuple[str, ...] = ()  # the profile's figures that change nothing here (MachineProfile.unused_figures)
-
-    @property
-    def step_ms(self) -> float:
-        return max(r.step_ms for r in self.ranks)
-
-    def to_dict(self) -> dict:
-        w = self.workload
-        return {
-            "config": self.cfg.key,
-            "run": self.cfg.to_dict(),
-            "machine": self.machine,
-            "device": self.device,
-            "profiled": self.profiled,
-            "step_ms": self.step_ms,
-            "forward_ms": self.mean(FORWARD),
-            "backward_ms": self.mean(BACKWARD),
-            "optimizer_ms": self.optimizer_ms,
-            "compute_ms": self.mean("compute_ms"),
-            "comm_ms": self.comm_ms,
-            "comm_transfer_ms": self.mean("transfer_ms"),
-            "comm_wait_ms": self.mean("wait_ms"),
-            "ranks": [r.to_dict() for r in self.ranks],
-            "notes": list(self.notes),
-            "inputs": {
-                "train_flops": w.train_flops,
-                "ns_dtype": w.ns_dtype,
-                "ns_flops": list(w.ns_flops),
-                "analytic_bytes": [dict(b) for b in w.analytic_bytes],
-            },
-        }
 
 
 def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True, model_dtype: str | None = None) -> Prediction:
@@ -401,10 +297,6 @@ def _local_ranks(machine: MachineProfile, world: int) -> int:
 def _scope(machine: MachineProfile, group: tuple[int, ...]) -> str:
     per_node = machine.ranks_per_node
     return "intra_node" if per_node is None or len({r // per_node for r in group}) == 1 else "inter_node"
-
-
-def _value(rank: RankPrediction, attribute: str) -> float:
-    return rank.parts[attribute] if attribute in rank.parts else getattr(rank, attribute)
 
 
 # ---------------------------------------------------------------- text

@@ -28,7 +28,8 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.regimes import LAYERS, SEQ_LEN, WIDTHS, regime_point
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import MachineProfile
-from muon_repro.costmodel.predict import Prediction, predict
+from muon_repro.costmodel.predict import predict
+from muon_repro.costmodel.prediction import Prediction
 from muon_repro.costmodel.validate import validate
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, stage_op_counts
-from muon_repro.model_config import GPTConfig
+from muon_repro.model_config import GPTConfig, StagePart
 from muon_repro.phases import (
     BACKWARD,
     DP_ALL_GATHER,
@@ -116,16 +116,6 @@ class Stage:
     phase: str
     compute: Compute | None = None
     comm: Comm | None = None
-
-
-@dataclass(frozen=True)
-class StagePart:
-    """The model's part a rank runs: ``layers`` blocks, the embedding or not, the final norm, LM head and loss (``head``)
-    or not: all of it when pp = 1, a pipeline stage's share otherwise (:mod:`~muon_repro.costmodel.pipeline_workload`)."""
-
-    layers: int
-    embedding: bool = True
-    head: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,8 +223,7 @@ def model_stages(
     vocab_parallel = cfg.cross_entropy == "vocab_parallel" and tp > 1
     logits = tokens * (vocab // tp if vocab_parallel else vocab) if part.head else 0  # what each rank's cross-entropy reads
     attention = 12 * layers * h * cfg.seq_len  # per token, forward+backward (the attention term of flops_per_token)
-    # 6 N_matmul of flops_per_token over this part's weights: the blocks', and the LM head's where it is held
-    matmul = 6 * (layers * (4 * h * h + 2 * h * model.ffn_hidden) + (vocab * h if part.head else 0))
+    matmul = 6 * model.matmul_params(layers, part.head)  # flops_per_token's 6 N_matmul, over this part's weights
     vector = forward_vector_elems_per_token(model, tp, tp > 1 and not vocab_parallel, part) * activation
     fwd_ops, bwd_ops = stage_op_counts(layers, model.qkv, tp, vocab_parallel, part.embedding, part.head)
     whole = Compute(

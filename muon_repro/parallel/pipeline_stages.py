@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from muon_repro.model import Block, RMSNorm, TPShardedModule, rope_tables
+from muon_repro.model import Block, RMSNorm, TPShardedModule
 from muon_repro.model_config import GPTConfig, stage_layers
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
@@ -117,10 +117,7 @@ class GPTStage(TPShardedModule):
             gathered = cross_entropy == "gathered"
             self.lm_head = ColumnParallelLinear(config.hidden, config.vocab_size, tp_group, gather_output=gathered, device=device)
             self.vocab_start = tp_group.rank * (config.vocab_size // tp)
-        cos, sin = rope_tables(config, device)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
-        self._load_initial_weights(config)
+        self._finish_init(config, device)
 
     @property
     def is_first(self) -> bool:
