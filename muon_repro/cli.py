@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "muon_repro.hub.cli",
     "muon_repro.contrib.cli",
     "muon_repro.costmodel.cli",
+    "muon_repro.study.cli",
     "muon_repro.migrate_layout",
 )
 

@@ -99,7 +99,12 @@ def profile_from_environment(environment: Mapping[str, Any]) -> str:
     chip = f"{per_node}x{accelerator_short_name(str(accelerator))}"
     if nodes > 1:
         chip = f"{nodes}x{chip}"
-    link = interconnect_from_topology(environment.get("interconnect_topology")) if per_node > 1 else None
+    link = None
+    if per_node > 1:  # the topology matrix when recorded, else an ``interconnect`` a contributor states (pcie, nvlink)
+        stated = environment.get("interconnect")
+        link = interconnect_from_topology(environment.get("interconnect_topology")) or (
+            stated if isinstance(stated, str) and stated in ("pcie", "nvlink") else None
+        )
     return "-".join(part for part in (chip, link, backend) if part)
 
 

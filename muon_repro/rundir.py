@@ -87,10 +87,12 @@ THRESHOLDS_FILE = "regime_thresholds.csv"
 PIPELINE_SCALE_OUT_FILE = "pipeline_scale_out.csv"  # the 7B model as TP8 x PP4 x DP, 32-1024 GPUs
 # Shipped machine profiles renamed since records were written (old name -> new): records naming the old one
 # (regime_model.csv and regime_thresholds.csv's ``machine``) are read under the new name, and ``--machine`` takes both.
-RENAMED_MACHINES = {"seed-4x-pcie4-x4": "wei-4x-pcie4-x4"}
+RENAMED_MACHINES = {"seed-4x-pcie4-x4": "4xRTXA4000-pcie-nccl", "wei-4x-pcie4-x4": "4xRTXA4000-pcie-nccl"}
 
-NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE)
-"""JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile."""
+STUDY_PROVENANCE_FILE = "original_study.json"  # beside the original study's imported traces (muon_repro.study.sources)
+NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE, STUDY_PROVENANCE_FILE)
+"""JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile,
+the original study's provenance record."""
 
 
 def is_trace_file(name: str) -> bool:

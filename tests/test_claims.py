@@ -174,7 +174,7 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
         [
             {
                 "profile": "cpu-2c-gloo",
-                "machine": "wei-4x-pcie4-x4",
+                "machine": "4xRTXA4000-pcie-nccl",
                 "model": "gpu-scale-369m",
                 "d_model": 1024,
                 "metric": "optimizer_share",

@@ -16,7 +16,7 @@ from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import CollectiveFit
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.profile_ranges import LINK_GBPS
-from muon_repro.costmodel.records import MODEL_7B, STUDY_MODEL, Setting, crossing, run_config
+from muon_repro.costmodel.records import MODEL_7B, STUDY_MACHINE, STUDY_MODEL, Setting, crossing, run_config
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.optim.newton_schulz import newton_schulz_flops
 
@@ -29,7 +29,7 @@ def test_newton_schulz_by_hand_is_20_m2n_plus_10_m3_and_equals_the_implementatio
 @pytest.mark.parametrize("model", [STUDY_MODEL, MODEL_7B], ids=lambda m: m.name)
 def test_by_hand_flops_are_what_the_dp_ranks_of_the_workload_share(model):
     """F_ns by hand equals the workload's Newton-Schulz FLOPs summed over the DP ranks (each matrix once)."""
-    setting = Setting("wei-4x-pcie4-x4", model, 2, 2)
+    setting = Setting(STUDY_MACHINE, model, 2, 2)
     cfg = run_config(setting, "muon", 8192)
     workload = build_workload(cfg, "cuda", "bf16")
     per_dp_rank = workload.ns_flops[:: cfg.tp]
@@ -47,7 +47,7 @@ def _communication_free(name: str):
 
 @pytest.mark.parametrize("level", [0.011, 0.03])
 def test_the_simulated_threshold_is_within_2x_of_the_closed_form_where_communication_does_not_dominate(level):
-    machine = _communication_free("wei-4x-pcie4-x4")
+    machine = _communication_free(STUDY_MACHINE)
     setting = Setting(machine.name, STUDY_MODEL, 2, 2)
     points = []
     for tokens in (2**k * setting.model.seq_len * setting.dp for k in range(4, 12)):
@@ -70,6 +70,6 @@ def test_the_simulated_threshold_is_within_2x_of_the_closed_form_where_communica
 
 
 def test_closed_form_refuses_a_level_or_rate_that_is_not_positive():
-    model = run_config(Setting("wei-4x-pcie4-x4", STUDY_MODEL, 2, 2), "muon", 8192).model_config()
+    model = run_config(Setting(STUDY_MACHINE, STUDY_MODEL, 2, 2), "muon", 8192).model_config()
     with pytest.raises(ValueError, match="level"):
         closed_form_threshold(model, 1024, 2, 0.0, 1.0, 1.0)

@@ -88,7 +88,7 @@ def test_profiles_are_validated_when_built_in_code():
 
 
 def test_the_shipped_profiles_load_with_their_sources():
-    assert set(named_profiles()) == {"wei-4x-pcie4-x4", "h100-8x-nvlink", "h100-multinode-ib400"}
+    assert set(named_profiles()) == {"4xRTXA4000-pcie-nccl", "h100-8x-nvlink", "h100-multinode-ib400"}
     for name in named_profiles():
         profile = resolve_profile(name)
         assert profile.device == "cuda" and profile.ranks_per_node
@@ -98,7 +98,8 @@ def test_the_shipped_profiles_load_with_their_sources():
     assert multinode.collective("all_reduce", 16, "inter_node").beta_gbps < multinode.collective("all_reduce", 8).beta_gbps
     with pytest.raises(ProfileError, match="shipped profiles: .*h100-8x-nvlink"):
         resolve_profile("h100-9x")
-    assert resolve_profile("seed-4x-pcie4-x4").name == "wei-4x-pcie4-x4"  # its name before the rename still finds it
+    for old in ("seed-4x-pcie4-x4", "wei-4x-pcie4-x4"):  # the study machine's names before it was named by its cards
+        assert resolve_profile(old).name == "4xRTXA4000-pcie-nccl"
 
 
 def test_the_profiles_collectives_are_the_comm_modules():

@@ -36,7 +36,7 @@ CONVERGENCE_TABLES = ("convergence", "leading_steps")
 CELL_TABLES = (*RUN_TABLES, *WHOLE_TABLES, *CONVERGENCE_TABLES, "claims", "checks")
 RUN_ID = re.compile(r"[\w.\-]+/[\w.\-]+/[\w.\-]+")  # <profile>/<group>/<name>
 SCALES = (1.0, 100.0, 1e-6, 1e-9)  # as is, percent, MB, GFLOP
-# A number: not part of a name (dp2_tp2, wei-4x-pcie4-x4, 369m, 7b, f/2), commas as thousands separators.
+# A number: not part of a name (dp2_tp2, 4xRTXA4000-pcie-nccl, 369m, 7b, f/2), commas as thousands separators.
 NUMBER = re.compile(r"(?<![\w./\-])[+\-−]?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?![\w])")
 
 

@@ -124,15 +124,17 @@ def test_records_naming_a_renamed_shipped_profile_are_read_under_its_new_name(tm
         "cpu-2c-gloo,h100-8x-nvlink,gpu-scale-369m,1024,optimizer_share,0.011,1000000.0\n"
     )
     thresholds = costmodel_tables([tmp_path])["regime_thresholds"]
-    assert list(thresholds["machine"]) == ["wei-4x-pcie4-x4", "h100-8x-nvlink"]
+    assert list(thresholds["machine"]) == ["4xRTXA4000-pcie-nccl", "h100-8x-nvlink"]
 
 
 def test_the_report_names_a_renamed_profile_by_its_new_name_in_older_tables():
     from muon_repro.report.regime_figures import machine_style
     from muon_repro.report.regimes_section import machine_name
 
-    assert machine_name("seed-4x-pcie4-x4") == machine_name("wei-4x-pcie4-x4") == "Wei's study: 4 GPUs, PCIe Gen4 x4"
-    assert machine_style("seed-4x-pcie4-x4") == machine_style("wei-4x-pcie4-x4")
+    study = "4xRTXA4000-pcie-nccl"
+    for old in ("seed-4x-pcie4-x4", "wei-4x-pcie4-x4"):
+        assert machine_name(old) == machine_name(study) == "Wei's study: 4x RTX A4000, PCIe Gen4 x4"
+        assert machine_style(old) == machine_style(study)
     assert machine_name("my-box") == "my-box" and machine_style("my-box")[1] == "my-box"
 
 

@@ -12,7 +12,9 @@ interval, the verdict is
   device and backend, the tokens per step per unit of d_model, one rank per core), so they cannot
   refute or confirm it; the value and interval are still given, with the cause, and the cost model's
   prediction under the claim's conditions where it makes one;
-* ``not measured``: no analyzed run can speak to the claim (the explanation names the runs it needs).
+* ``not measured``: no analyzed run can speak to the claim (the explanation names the runs it needs);
+* ``unequal work``: on the original study's own runs (:mod:`muon_repro.study.claims`), the runs compared did
+  different work, so their ratio cannot judge the claim; the explanation gives the measured difference.
 
 Intervals are paired over rounds (:mod:`muon_repro.analysis.rounds`): each run reduces to one value
 per round, the ratio is formed per round, and the interval is a t interval over rounds. Runs are
@@ -51,8 +53,9 @@ ROADMAP = (
     "and of the pipeline bubble"
 )
 NOT_COMPARABLE = "not comparable here"
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", NOT_COMPARABLE, "not measured")
-STUDY_MACHINE = "wei-4x-pcie4-x4"  # the shipped profile of the original study's 4 GPUs over PCIe Gen4 x4 (costmodel/profiles)
+UNEQUAL_WORK = "unequal work"  # the compared runs did different work: their ratio cannot judge the claim
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", UNEQUAL_WORK, NOT_COMPARABLE, "not measured")
+STUDY_MACHINE = "4xRTXA4000-pcie-nccl"  # the shipped profile of the original study's 4 RTX A4000s over PCIe Gen4 x4
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,7 @@ def claims_table(
     environment: pd.DataFrame | None = None,
     predictions: pd.DataFrame | None = None,
     timed: pd.DataFrame | None = None,
+    study: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """One row per claim in :data:`CLAIMS` and hardware profile, measured on that profile's rows of the tables
     (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
@@ -297,7 +301,11 @@ def claims_table(
     explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
     leading-steps claim is not measured without them); ``environment``: the runs' machines (ranks per core);
     ``predictions``: the cost model against the recorded runs (its validated error, quoted with its predictions);
-    ``timed``: the steps timed without the profiler, which the time claims use for the runs that have them."""
+    ``timed``: the steps timed without the profiler, which the time claims use for the runs that have them;
+    ``study``: the study tables (:mod:`muon_repro.study.tables`), whose claims rows come first: the claims judged
+    on the runs they were made on."""
+    from muon_repro.study.claims import study_claim_rows
+
     empty = pd.DataFrame()
     convergence = convergence or {}
     regimes = empty if regimes is None else regimes
@@ -310,8 +318,8 @@ def claims_table(
     for other in (regimes, conv):
         for p in _profiles_of(other):
             counts.setdefault(p, 0)
-    rows = []
-    for profile in ordered_profiles(counts) or [UNKNOWN_PROFILE]:
+    rows = study_claim_rows(study or {})
+    for profile in ordered_profiles(counts) or ([] if rows else [UNKNOWN_PROFILE]):
         mine = rows_of_profile(runs, profile)
         t = ProfileTables(
             mine.astype(object).where(mine.notna(), None),
@@ -364,6 +372,10 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "explanation": explanation,
                 "quoted": json.dumps({k: round(float(v), 12) for k, v in sorted(quoted.items())}),
                 "rule": RULES.get(c.claim_id, rule),
+                "study_method_value": None,
+                "study_method_rebuilt": None,
+                "equal_work": None,
+                "work_difference": "",
             }
         )
     return rows

@@ -21,6 +21,7 @@ from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig
 from muon_repro.rundir import RUN_FILES, RunDir, is_trace_file, trial_folders, trial_of
+from muon_repro.study.sources import is_study_folder
 
 
 def is_trace_name(path: Path) -> bool:
@@ -52,7 +53,10 @@ def find_traces(paths: list[str | Path]) -> list[Path]:
             candidates = sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and is_trace_name(p) and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                if p.is_file()
+                and is_trace_name(p)
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                and not is_study_folder(p.parent)  # the original study's traces: read by muon_repro.study
             )
         else:
             raise TraceError(path, "no such file or directory")

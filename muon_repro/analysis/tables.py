@@ -75,6 +75,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     from muon_repro.analysis.claims import claims_table
     from muon_repro.analysis.convergence import convergence_tables
     from muon_repro.analysis.costmodel_tables import costmodel_tables
+    from muon_repro.study.tables import study_tables
 
     # Convergence records (muon-repro converge) sit beside the traces: found under the same paths,
     # here, so that every way of building the set (analyze, stages, verify --recompute) has them.
@@ -88,6 +89,8 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     phases = phases_table(analysis, steps, collectives)
     costmodel = costmodel_tables(analysis.paths)
     environment = environment_table(analysis)
+    # The original study's imported traces (muon_repro.study) are read by their own scopes, beside ours.
+    study = study_tables(analysis.paths)
     tables = {
         "runs": runs,
         "steps": steps,
@@ -105,6 +108,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
             environment=environment,
             predictions=costmodel["predictions"],
             timed=timed,
+            study=study,
         ),
         "checks": checks_table(runs, ranks, phases),
         "ranks": ranks,
@@ -115,6 +119,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         "environment": environment,
         **costmodel,
         **convergence,
+        **study,
     }
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 

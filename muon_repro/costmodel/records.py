@@ -73,10 +73,13 @@ class Setting:
     model_dtype: str = "bf16"  # large runs train in mixed precision; the bench's own runs are fp32
 
 
+# The shipped profile of the original study's machine, 4 RTX A4000s each on PCIe Gen4 x4: named by the hardware profile
+# its traces derive (muon_repro.study.sources.STUDY_PROFILE), one machine, one profile.
+STUDY_MACHINE = "4xRTXA4000-pcie-nccl"
 # Profile, grid and model of each threshold: the original study's 4 GPUs as DP2·TP2, one 8-GPU H100 node as DP4·TP2.
 THRESHOLD_SETTINGS = tuple(
     Setting(machine, model, dp, tp)
-    for machine, dp, tp in (("wei-4x-pcie4-x4", 2, 2), ("h100-8x-nvlink", 4, 2))
+    for machine, dp, tp in ((STUDY_MACHINE, 2, 2), ("h100-8x-nvlink", 4, 2))
     for model in (STUDY_MODEL, MODEL_7B)
 )
 SCALE_OUT_GPUS = (32, 64, 128, 256, 512, 1024)

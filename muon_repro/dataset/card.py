@@ -13,6 +13,7 @@ must be greater than 0", or with no row group "Instruction 'train' corresponds t
 from __future__ import annotations
 
 import importlib.util
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -92,11 +93,18 @@ def described(text: object) -> str:
     return " ".join(out.split())
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (up to a period followed by a space and a capital), with its period."""
+    m = re.search(r"\.\s+(?=[A-Z(`])", text)
+    return text[: m.start() + 1] if m else text
+
+
 def card_filters() -> dict[str, Callable[..., str]]:
     """The template's filters. Run text (environment values, run ids, commands, commits) is data: each filter
     writes it for its place in the Markdown (muon_repro.report.escape), so none of it reads as markup."""
     return {
         "described": described,
+        "first_sentence": first_sentence,  # a table's description: the rest is in docs/method.md
         "md": markdown_text,  # text wholly a run's, in a cell or a sentence
         "code": inline_code,
         "cell_code": lambda text: inline_code(text, in_table=True),
@@ -135,6 +143,39 @@ def _with_config_default(tables: list[TableDoc]) -> list[TableDoc]:
     return [replace(t, default=t.name == default) for t in tables]
 
 
+def study_claims(files: Mapping[str, Path]) -> list[dict[str, str]]:
+    """The claims table's rows on the original study's own runs (its profile's), in the report's words."""
+    import pandas as pd
+
+    from muon_repro.report.claims_section import claim_measured
+    from muon_repro.study.sources import STUDY_PROFILE
+    from muon_repro.tables.io import read_table
+
+    path = files.get("metrics/claims.parquet")
+    if path is None:
+        return []
+    claims = read_table(path, "claims", check_set=False)
+    if "profile" not in claims.columns or "study_method_value" not in claims.columns:
+        return []
+    rows = []
+    for _, c in claims[claims["profile"] == STUDY_PROFILE].iterrows():
+        value, rebuilt = c["study_method_value"], c["study_method_rebuilt"]
+        method = "–"
+        if pd.notna(value):
+            method = f"{100 * float(value):.2f}%" if str(c["unit"]).startswith("fraction") else f"{float(value):.3f}×"
+            method += " (rebuilt)" if bool(rebuilt) else " (not rebuilt)"
+        rows.append({"claim": str(c["claim"]), "method": method, "measured": claim_measured(c), "verdict": str(c["verdict"])})
+    return rows
+
+
+def study_notice(sizes: Mapping[str, int]) -> str | None:
+    """The folder of the original study's traces in this bundle (None when it has none)."""
+    from muon_repro.study.sources import GROUP, LICENSE_NAME, STUDY_PROFILE
+
+    folder = f"traces/{STUDY_PROFILE}/{GROUP}"
+    return folder if f"{folder}/{LICENSE_NAME}" in sizes else None
+
+
 def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileEntry]) -> str:
     """The card for a bundle whose files are ``files`` (bundle path -> readable file) with ``digests``.
 
@@ -157,6 +198,8 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
     pipeline = [(cmd, what) for module, cmd, what in PIPELINE if _installed(module)]
     traces = [p for p in sorted(sizes) if is_trace(p)]
     context = {
+        "study_claims": study_claims(files),
+        "study_notice": study_notice(sizes),
         "meta": meta,
         "metadata_yaml": yaml.safe_dump(card_metadata(meta, tables), sort_keys=False, allow_unicode=True, width=1000),
         "repo": meta.repo_id,

@@ -29,6 +29,8 @@ from muon_repro.dataset.meta import (
     resolve_authors,
 )
 from muon_repro.dataset.naming import DEFAULT_REPO_ID, HUB_URL, dataset_url
+from muon_repro.study.sources import GITHUB_COMMIT, GITHUB_REPO, HUB_REPO, STUDY_AUTHOR, STUDY_TITLE
+from muon_repro.study.sources import LICENSE as STUDY_LICENSE
 
 CFF_NAME = "CITATION.cff"
 SHORT_SHA = 7  # as the Hub shows a commit in its citation
@@ -58,7 +60,17 @@ def citation_cff(meta: BundleMeta) -> str:
                 "year": PAPER["year"],
                 "identifiers": [{"type": "other", "value": f"arXiv:{PAPER['arxiv']}"}],
                 "url": f"https://arxiv.org/abs/{PAPER['arxiv']}",
-            }
+            },
+            {  # the original study: its 18 traces ship in this dataset (MIT), under traces/<its profile>/comparison/
+                "type": "data",
+                "title": f"{STUDY_TITLE} (dataset {HUB_REPO}; its traces are redistributed here under its MIT license)",
+                "authors": [{"name": STUDY_AUTHOR}],
+                "year": 2025,
+                "license": STUDY_LICENSE,
+                "url": f"{HUB_URL}/datasets/{HUB_REPO}",
+                "repository-code": f"https://github.com/{GITHUB_REPO}",
+                "commit": GITHUB_COMMIT,
+            },
         ],
     }
     if meta.code_url:

@@ -26,13 +26,14 @@ from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.selection import pipeline_runs
+from muon_repro.report.study_section import study_sentence
 
-MAX_WORDS = 150
+MAX_WORDS = 210
 CITATION_FILE = "CITATION.cff"
 # The shipped cost-model profile of the original study's 4 GPUs (muon_repro.analysis.claims.STUDY_MACHINE; the
 # report may not import the analysis) and, per claim the cost model predicts, the regime_thresholds metric
 # (muon_repro.analysis.claims.CLAIMS' ``prediction``).
-STUDY_MACHINE = "wei-4x-pcie4-x4"
+STUDY_MACHINE = "4xRTXA4000-pcie-nccl"
 PREDICTED_BY = {"optimizer_share": "optimizer_share", "latency_overhead": "muon_extra"}
 OVERHEAD_NAMES = {"optimizer_share": "Muon's optimizer share", "muon_extra": "its extra step time over AdamW"}
 NOT_COMPARABLE = "not comparable here"
@@ -213,8 +214,10 @@ def abstract(data: ReportData) -> str:
     th = data.regime_thresholds
     thresholds = rows_of_profile(th, profile) if "profile" in th.columns else th
     measured, verdicts = _measured_on(data), _verdicts(claims) if not claims.empty else ""
+    study = study_sentence(data)  # the claims judged on the runs they were made on come first
+    ours = "Our own runs: " if study else ""
     for named, models in ((True, None), (True, 1), (False, None), (False, 1)):
-        parts = [measured, verdicts, _checks(checks, named=named), _thresholds(claims, thresholds, models=models)]
+        parts = [study, ours + measured, verdicts, _checks(checks, named=named), _thresholds(claims, thresholds, models=models)]
         text = " ".join(p for p in parts if p)
         if len(text.split()) <= MAX_WORDS:
             return text

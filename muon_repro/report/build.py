@@ -17,6 +17,7 @@ from muon_repro.report import (
     pipeline_figures,
     profile_figures,
     regime_figures,
+    study_figures,
     timeline_figures,
 )
 from muon_repro.report.context import build_context
@@ -56,6 +57,10 @@ def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     paths = _draw(data.of_profile(main), Path(out_dir))
     if profile_figures.wants_profile_figures(data.claims):  # and every claim on every profile, side by side
         paths["claims_by_profile"] = profile_figures.claims_by_profile(data.claims, Path(out_dir) / "claims_by_profile")
+    if study_figures.wants_study_figures(data.study_method):  # the original study's numbers, rebuilt
+        paths["study_numbers"] = study_figures.study_numbers(
+            data.study_method, data.study_method_parts, Path(out_dir) / "study_numbers"
+        )
     return paths
 
 
@@ -129,6 +134,7 @@ def write_report(
         *regime_figures.REGIME_FIGURES,
         *profile_figures.PROFILE_FIGURES,
         *pipeline_figures.PIPELINE_FIGURES,
+        *study_figures.STUDY_FIGURES,
     )
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)

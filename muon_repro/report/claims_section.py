@@ -45,7 +45,7 @@ SUMMARY_LINES = (
     ("3-D parallelism", ("hybrid_survives_pp", "bubble_hides_step")),
 )
 # The claims table's verdicts, as it writes them (muon_repro.analysis.claims); the report shows them as they are.
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not comparable here", "not measured")
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "unequal work", "not comparable here", "not measured")
 
 
 def report_verdict(row: pd.Series, runs: pd.DataFrame) -> str:
@@ -207,13 +207,25 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
 def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[str]]:
     """The claims table: one row per claim, one column per hardware profile (its measurement and verdict),
     and each row's measured causes. With one profile it reads as the one-machine table did, the profile named."""
-    profiles = data.profiles
+    profiles = claim_profiles(data)
     by_profile = {p: {c["id"]: c for c in claims_rows(data, p)} for p in profiles}
     first = by_profile[profiles[0]]
     if len(profiles) == 1:
         header = ["claim", "source", "claimed", "agrees if in", f"measured on {profiles[0]} (95% interval)", "verdict"]
     else:
-        header = ["claim", "source", "claimed", "agrees if in", *(f"{p}: measured (95% interval), verdict" for p in profiles)]
+        study = None if data.study_runs.empty else str(data.study_runs["profile"].iloc[0])
+        header = [
+            "claim",
+            "source",
+            "claimed",
+            "agrees if in",
+            *(
+                f"the original study's runs ({p}): measured per step (95% interval), verdict"
+                if p == study
+                else f"{p}: measured (95% interval), verdict"
+                for p in profiles
+            ),
+        ]
 
     def cells(cid: str) -> list[str]:
         """The profile columns of one claim's row."""
@@ -229,6 +241,14 @@ def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[st
         for cid in first
     ]
     return header, rows, notes
+
+
+def claim_profiles(data: ReportData) -> list[str]:
+    """The claims table's profile columns: the original study's own runs first (the claims judged where they were
+    made, study_runs' profile), then the profiles of our runs, the one with most runs first."""
+    study = [] if data.study_runs.empty else [str(data.study_runs["profile"].iloc[0])]
+    in_claims = set(data.claims["profile"].astype(str)) if "profile" in data.claims.columns else set()
+    return [p for p in study if p in in_claims] + [p for p in data.profiles if p not in study]
 
 
 def _cell(claim: dict[str, str]) -> str:

@@ -45,6 +45,8 @@ from muon_repro.report.results_section import (
 )
 from muon_repro.report.selection import pipeline_runs, study_runs
 from muon_repro.report.setup_section import environments, tokens_per_step, workload
+from muon_repro.report.study_figures import STUDY_CAPTIONS
+from muon_repro.report.study_section import study_section
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
 # (abstract, summary, claims and checks), then how it was measured; the long tables last, in the appendix.
@@ -52,6 +54,7 @@ SECTIONS = (
     ("abstract", "Abstract"),
     ("summary", "Summary"),
     ("claims", "Claims"),
+    ("study", "The runs of the original study"),
     ("setup", "Setup"),
     ("method", "Method"),
     ("results", "Results"),
@@ -182,6 +185,12 @@ def build_context(
             "doc": rel(metrics_dir.parent / "docs" / "pipeline.md"),
         }
         first_after += 2
+    study = study_section(everything or data)
+    if study["present"]:
+        path = Path(figure_paths.get("study_numbers", ""))
+        if not path.is_file():
+            raise FileNotFoundError(f"figure study_numbers not found at {path}: run `muon-repro figures` first")
+        study["figure"] = figure_entry("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
     return {
@@ -220,6 +229,7 @@ def build_context(
         "regimes": regimes(data, state, totals),
         "profile_figure": profile_figure,
         "pipeline": pipeline,
+        "study": study,
         "regime": regimes_section(data, figure_paths, rel, first_after),
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,

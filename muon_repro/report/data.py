@@ -23,6 +23,8 @@ from muon_repro.tables.io import read_tables
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
+# The original study's tables the report reads (muon_repro.study): absent from a folder without its runs.
+STUDY_TABLES = ("study_runs", "study_method", "study_method_parts", "study_costmodel", "study_costmodel_thresholds")
 # The tables the figures and the report read (columns: muon_repro.tables.schemas).
 TABLES = (
     "runs",
@@ -44,9 +46,11 @@ TABLES = (
     "leading_steps",
     "stages",
     "pipeline_scale_out",
+    *STUDY_TABLES,
 )
-# Tables an older metrics folder may lack (written before pipeline runs): read as empty when absent.
-OPTIONAL = ("stages", "pipeline_scale_out")
+# Tables an older metrics folder may lack (written before pipeline runs, or without the original study's runs):
+# read as empty when absent.
+OPTIONAL = ("stages", "pipeline_scale_out", *STUDY_TABLES)
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -59,6 +63,10 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "leading_steps": ("seed", "alpha", "muon_step"),
     "stages": ("run", "stage"),
     "pipeline_scale_out": ("machine", "optimizer", "gpus"),
+    "study_method": ("number_id",),
+    "study_method_parts": ("number_id", "category"),
+    "study_costmodel": ("run", "quantity"),
+    "study_costmodel_thresholds": ("model", "metric", "level"),
 }
 
 
@@ -89,6 +97,11 @@ class ReportData:
     leading_steps: pd.DataFrame
     stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
     pipeline_scale_out: pd.DataFrame  # the cost model's 7B TP8 x PP4 x DP predictions; empty without its records
+    study_runs: pd.DataFrame  # the original study's own runs (muon_repro.study); empty without them
+    study_method: pd.DataFrame
+    study_method_parts: pd.DataFrame
+    study_costmodel: pd.DataFrame
+    study_costmodel_thresholds: pd.DataFrame
     metrics_dir: Path = Path("metrics")
     profile: str | None = None  # the hardware profile this view holds (of_profile), None: every profile
 
@@ -101,7 +114,12 @@ class ReportData:
     def of_profile(self, profile: str) -> ReportData:
         """The rows of one hardware profile in every table but ``claims``, which keeps a row per claim and
         profile for the claims table's columns (its prose rows are the view's profile's)."""
-        tables = {name: rows_of_profile(getattr(self, name), profile) for name in TABLES if name != "claims"}
+        # the claims keep every profile's rows; the original study's tables are its own profile's, shown in every view
+        tables = {
+            name: rows_of_profile(getattr(self, name), profile)
+            for name in TABLES
+            if name != "claims" and name not in STUDY_TABLES
+        }
         return replace(self, **tables, profile=profile)
 
     def environment_of(self, run: str) -> dict[str, str]:

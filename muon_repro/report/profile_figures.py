@@ -25,6 +25,7 @@ VERDICT_COLORS = {
     "not reproduced": "#D55E00",
     "inconclusive": "#E69F00",
     "not comparable here": "#56B4E9",
+    "unequal work": "#CC79A7",
 }
 _REGION = re.compile(r"^\s*[\[(]\s*([^,]+?)\s*,\s*([^\])]+?)\s*[\])]\s*$")
 

@@ -38,7 +38,7 @@ REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
 LEVELS = ((0.011, "Wei's study ~1.1%"), (0.03, "paper 3%"))
 WIDTH_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 MACHINE_STYLES = {
-    "wei-4x-pcie4-x4": ("#D55E00", "Wei's study: 4 GPUs, PCIe Gen4 x4"),
+    "4xRTXA4000-pcie-nccl": ("#D55E00", "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
     "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink"),
 }
 MODEL_LINES = {"gpu-scale-369m": "-", "7b": "--"}

@@ -30,7 +30,7 @@ REGIME_CAPTIONS = {
     "(left); 7B at 4M tokens per step on 32 to 1,024 H100s, TP8 in a node (right).",
 }
 MACHINE_NAMES = {
-    "wei-4x-pcie4-x4": "Wei's study: 4 GPUs, PCIe Gen4 x4",
+    "4xRTXA4000-pcie-nccl": "Wei's study: 4x RTX A4000, PCIe Gen4 x4",
     "h100-8x-nvlink": "8x H100 NVLink node",
     "h100-multinode-ib400": "H100 nodes, 400 Gb/s IB",
 }

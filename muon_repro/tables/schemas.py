@@ -544,12 +544,34 @@ SCHEMAS: dict[str, TableSchema] = {
                 "verdict",
                 "string",
                 "",
-                "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), not "
-                "comparable here (the runs were not made under the claim's conditions), not measured",
+                "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), unequal "
+                "work (the runs compared did different work: study_method's profile only), not comparable here (the runs "
+                "were not made under the claim's conditions), not measured",
             ),
             ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
             _QUOTED,
             ("rule", "string", "", "how the verdict was decided"),
+            (
+                "study_method_value",
+                "Float64",
+                "",
+                "on the original study's profile: what the study's own method (performance_comparison.py, sums over its "
+                "5-step rank-0 traces) gives on its traces for the number the claim rests on; null elsewhere",
+            ),
+            (
+                "study_method_rebuilt",
+                "boolean",
+                "",
+                "whether study_method_value, rounded as published, is the number the study published (study_method)",
+            ),
+            (
+                "equal_work",
+                "boolean",
+                "",
+                "on the original study's profile: whether the runs compared did the same work (collectives, bytes per "
+                "rank and step); null for one run, and on our profiles, which refuse unequal work before measuring",
+            ),
+            ("work_difference", "string", "", "the measured difference in work when equal_work is false"),
         ),
     ),
     "checks": TableSchema(
@@ -1298,5 +1320,10 @@ PIPELINE_SCALE_OUT = TableSchema(
 )
 
 SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS, PIPELINE_SCALE_OUT)})
+
+# The original study's own runs (muon_repro.study), declared in their own module.
+from muon_repro.tables.study_schemas import STUDY_SCHEMAS  # noqa: E402
+
+SCHEMAS.update({s.name: s for s in STUDY_SCHEMAS})
 
 TABLE_NAMES = tuple(SCHEMAS)

@@ -1,0 +1,206 @@
+"""The report's section on the original study's own runs, and the sentence the abstract and the card open with.
+
+From the study tables alone (``study_runs``, ``study_method``, ``claims`` rows of the study's profile, and the cost
+model's ``study_costmodel`` when present): the claims judged on the runs they were made on, the study's published
+numbers rebuilt by its own method beside what we measure per step, and what each run did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from muon_repro.hardware import rows_of_profile
+from muon_repro.report.claims_section import claim_measured
+from muon_repro.report.data import ReportData, is_missing
+
+NOT_DECIDED = ("not comparable here", "not measured")
+
+
+def study_profile(data: ReportData) -> str | None:
+    """The profile of the study's runs (the study_runs table's), None when the tables hold none."""
+    runs = data.study_runs
+    return None if runs.empty else str(runs["profile"].iloc[0])
+
+
+def _number(value: Any, unit: str) -> str:
+    if is_missing(value):
+        return "–"
+    v = float(value)
+    if unit == "fraction":
+        return f"{100 * v:.2f}%"
+    if unit == "count":
+        return f"{v:.0f}"
+    if unit == "ratio":
+        return f"{v:.3f}×"
+    return f"{v:.2f} ms"
+
+
+def study_claims(data: ReportData) -> list[dict[str, str]]:
+    """The claims table's rows on the study's profile, in the report's words."""
+    profile = study_profile(data)
+    if profile is None:
+        return []
+    out = []
+    for _, c in rows_of_profile(data.claims, profile).iterrows():
+        rebuilt = c.get("study_method_rebuilt")
+        method = "–" if is_missing(c.get("study_method_value")) else _claim_unit_number(c)
+        out.append(
+            {
+                "id": str(c["claim_id"]),
+                "claim": str(c["claim"]),
+                "method": method + ("" if is_missing(rebuilt) else (" (rebuilt)" if bool(rebuilt) else " (not rebuilt)")),
+                "measured": claim_measured(c),
+                "verdict": str(c["verdict"]),
+                "explanation": str(c["explanation"]),
+            }
+        )
+    return out
+
+
+def _claim_unit_number(c: pd.Series) -> str:
+    v, unit = float(c["study_method_value"]), str(c["unit"])
+    return f"{100 * v:.2f}%" if unit.startswith("fraction") else f"{v:.3f}×"
+
+
+def study_sentence(data: ReportData) -> str:
+    """One sentence: how the claims fare on the study's own runs ('' without them)."""
+    claims = study_claims(data)
+    if not claims:
+        return ""
+    method = data.study_method
+    rebuilt = int(method["rebuilt_matches"].fillna(False).astype(bool).sum()) if len(method) else 0
+    decided = [c for c in claims if c["verdict"] not in NOT_DECIDED]
+    said = "; ".join(f"{_short(c)} {c['measured']}, {c['verdict']}" for c in decided)
+    return (
+        f"On the original study's own runs (its {len(data.study_runs)} published runs, 4 GPUs, NCCL), its method rebuilds "
+        f"{rebuilt} of its {len(method)} published numbers; measured per step, {said}."
+    )
+
+
+SHORT = {
+    "comm_time_dp2_tp2": "Muon/AdamW transfer time",
+    "optimizer_share": "Muon's optimizer share",
+    "async_slowdown": "async over sync step",
+}
+
+
+def _short(c: dict[str, str]) -> str:
+    return SHORT.get(c["id"], c["id"])
+
+
+def study_section(data: ReportData) -> dict[str, Any]:
+    """The context of the report's study section (``present`` False without the study's runs)."""
+    profile = study_profile(data)
+    if profile is None:
+        return {"present": False}
+    method = data.study_method
+    method_rows = [
+        [
+            str(r.published_in),
+            f"{r.quantity} ({r.optimizer})",
+            _number(r.published, str(r.unit)),
+            _number(r.rebuilt, str(r.unit)),
+            "yes" if bool(r.rebuilt_matches) else "no",
+            _number(r.rebuilt_per_step, str(r.unit)),
+            _number(r.measured_per_step, str(r.unit))
+            + ("" if not r.measured_what or is_missing(r.measured_what) else f": {r.measured_what}"),
+        ]
+        for r in method.itertuples()
+    ]
+    runs = data.study_runs
+    run_rows = [
+        [
+            str(r.name),
+            f"DP{int(r.dp)}·TP{int(r.tp)}",
+            f"{int(r.ranks_traced)} of {int(r.world_size)}",
+            f"{float(r.collectives_per_step):.1f}",
+            f"{float(r.ring_bytes_per_step) / 1e6:.1f}",
+            f"{float(r.step_ms):.1f}",
+            f"{float(r.optimizer_cpu_ms):.2f}",
+            f"{float(r.optimizer_gpu_busy_ms):.1f}",
+            f"{float(r.nccl_ms):.1f}",
+            "–" if is_missing(r.nccl_transfer_ms) else f"{float(r.nccl_transfer_ms):.1f}",
+        ]
+        for r in runs.itertuples()
+    ]
+    claims = study_claims(data)
+    return {
+        "present": True,
+        "profile": profile,
+        "claims_header": ["claim", "the study's method on its traces", "measured per step (95% interval)", "verdict"],
+        "claims_rows": [[c["claim"], c["method"], c["measured"], c["verdict"]] for c in claims],
+        "claims_notes": [c["explanation"] for c in claims],
+        "method_header": [
+            "published in",
+            "quantity",
+            "published",
+            "rebuilt",
+            "matches",
+            "rebuilt / 5 steps",
+            "measured per step",
+        ],
+        "method_rows": method_rows,
+        "runs_header": [
+            "run",
+            "grid",
+            "ranks traced",
+            "collectives / step",
+            "MB sent / rank / step",
+            "step ms",
+            "optimizer CPU ms",
+            "optimizer GPU ms",
+            "NCCL ms",
+            "NCCL transfer ms",
+        ],
+        "runs_rows": run_rows,
+        "costmodel": costmodel_rows(data),
+    }
+
+
+def costmodel_rows(data: ReportData) -> dict[str, Any]:
+    """The cost model priced on the study's machine against its kernel times, before and after the fit."""
+    table = data.study_costmodel
+    if table.empty:
+        return {"present": False}
+    rows = [
+        [
+            str(r.run).rsplit("/", 1)[-1],
+            str(r.quantity),
+            f"{float(r.measured_ms):.2f}",
+            f"{float(r.datasheet_ms):.2f}",
+            f"{100 * float(r.datasheet_rel_error):+.0f}%",
+            f"{float(r.fitted_ms):.2f}",
+            f"{100 * float(r.fitted_rel_error):+.0f}%",
+        ]
+        for r in table.itertuples()
+    ]
+    fitted_on = table[table["fitted_on"].fillna(False).astype(bool)]
+    errors = fitted_on["datasheet_rel_error"].astype(float).abs(), fitted_on["fitted_rel_error"].astype(float).abs()
+    held_out = table[~table["fitted_on"].fillna(False).astype(bool)]
+    shift = data.study_costmodel_thresholds
+    return {
+        "present": True,
+        "header": ["run", "quantity", "measured ms", "datasheet ms", "error", "fitted ms", "error after fit"],
+        "rows": rows,
+        "median_before": f"{100 * errors[0].median():.0f}%",
+        "worst_before": f"{100 * errors[0].max():.0f}%",
+        "median_after": f"{100 * errors[1].median():.0f}%",
+        "worst_after": f"{100 * errors[1].max():.0f}%",
+        "fitted_rows": str(len(fitted_on)),
+        "held_out": str(len(held_out)),
+        "held_out_median": "–" if held_out.empty else f"{100 * held_out['fitted_rel_error'].astype(float).abs().median():.0f}%",
+        "shift_header": ["model", "metric", "level", "datasheet tokens/step", "fitted tokens/step", "fitted / datasheet"],
+        "shift_rows": [
+            [
+                str(r.model),
+                str(r.metric),
+                f"{100 * float(r.level):.1f}%",
+                f"{float(r.datasheet_tokens_per_step):,.0f}",
+                f"{float(r.fitted_tokens_per_step):,.0f}",
+                f"{float(r.ratio):.2f}×",
+            ]
+            for r in shift.itertuples()
+        ],
+    }

@@ -1,0 +1,235 @@
+"""One trace of the original study's protocol, per step and per scope.
+
+The study marks no ``ProfilerStep``: it wraps its loop in one outer ``record_function`` scope
+(``<Opt>_Battle`` for the optimizer-only runs, ``<Opt>_Full_Training_Step`` for the full steps) and each
+phase of an iteration in an inner one (:data:`PHASE_SCOPES`). A step is one repeat of the inner scopes:
+it starts where the iteration's first scope starts and ends where the next iteration's starts; the last
+ends at the later of the outer scope's end and the end of the GPU work it launched.
+
+Each scope is seen twice in a Kineto trace, as a CPU ``user_annotation`` and as a ``gpu_user_annotation``
+spanning its kernels: one scope, two views. Here the CPU annotation defines the scope and its GPU time is
+that of the kernels whose launching runtime call lies inside it (HolisticTraceAnalysis's convention), so the
+two views are never added together.
+
+Per step and scope (:class:`StudyTrace`): the CPU span; the GPU busy time (union) and the summed kernel time
+of the work it launched; the NCCL kernel time (union); the time from the scope's start until its last GPU work
+ended (what the scope costs a synchronised step); and every collective it issued, with bytes and group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.analysis.collectives import dtype_info, normalize_op, ring_bytes
+from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.intervals import Segments
+from muon_repro.analysis.piece_columns import GPU_WORK_CATS
+from muon_repro.analysis.reader import read_trace
+from muon_repro.analysis.trace_events import TraceEvents
+
+# The study's scopes inside one iteration (analysis_scripts/muon_vs_adam.py), in no particular order.
+PHASE_SCOPES = (
+    "FWD_BWD",
+    "Attach_Grads",
+    "Muon_Attach_Grads",
+    "AdamW_Comm_AllReduce",
+    "AdamW_AllReduce",
+    "AdamW_Step",
+    "Muon_Step",
+)
+OUTER_SUFFIXES = {"_Battle": "optimizer_only", "_Full_Training_Step": "full_step"}
+# The scopes that make up the optimizer's part of a step: its gradient reduction and its update.
+OPTIMIZER_SCOPES = ("AdamW_Comm_AllReduce", "AdamW_AllReduce", "AdamW_Step", "Muon_Step")
+STEP = "step"  # the scope column's value for a whole step
+NCCL_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+US_PER_MS = 1000.0
+
+
+@dataclass
+class StudyTrace:
+    """One rank's trace of the study's protocol, per step.
+
+    ``scopes``: one row per step and scope (``scope`` = :data:`STEP` for the whole step): ``step`` (from 0),
+    ``scope``, ``start_ns`` (absolute, comparable across ranks), ``cpu_ms``, ``gpu_busy_ms``, ``gpu_kernel_ms``,
+    ``nccl_ms``, ``gpu_done_ms`` (scope start to the end of its last GPU work; the CPU span when it launched
+    none), ``kernels``, and for the whole step ``step_ms``: from the completion of the previous step (the first
+    step: its start) to its own, completion being when its last scope returned and its last GPU work ended.
+    The study synchronises only inside ``FWD_BWD`` (and not at all in its optimizer-only runs), so the CPU
+    window of a step holds the previous step's GPU work; the completion-to-completion period counts each
+    step's own work once, the last step's included.
+
+    ``collectives``: one row per collective, in issue order: ``step``, ``scope``, ``op``, ``pg_name``,
+    ``group_size``, ``dtype``, ``elements`` (the full array), ``payload_bytes``, ``ring_bytes`` (sent by this
+    rank, ring model), ``kernel_start_ns``, ``kernel_end_ns`` (its NCCL kernel; null if none was traced).
+    """
+
+    path: str
+    rank: int
+    world_size: int | None
+    variant: str  # optimizer_only or full_step
+    outer_scope: str
+    optimizer: str  # muon or adamw
+    scopes: pd.DataFrame
+    collectives: pd.DataFrame
+    pg_ranks: dict[str, tuple[int, ...]]
+    device_names: tuple[str, ...]
+
+
+def read_study_trace(path: str | Path) -> StudyTrace:
+    """Read one trace of the study's protocol (see the module docstring); ``TraceError`` naming the file when
+    it has no outer scope of the study or not one step."""
+    trace = read_trace(path)
+    ev = trace.events
+    cpu = ev[ev["cat"] == "user_annotation"]
+    outer = cpu[cpu["name"].astype(str).str.endswith(tuple(OUTER_SUFFIXES))]
+    if len(outer) != 1:
+        raise TraceError(
+            path,
+            f"expected one outer scope of the study's protocol (*_Battle or *_Full_Training_Step), found {len(outer)}: "
+            "is this a trace of its muon_vs_adam.py?",
+        )
+    outer_name = str(outer["name"].iloc[0])
+    variant = next(v for suffix, v in OUTER_SUFFIXES.items() if outer_name.endswith(suffix))
+    outer_lo, outer_hi = float(outer["ts"].iloc[0]), float(outer["end"].iloc[0])
+    inner = cpu[cpu["name"].isin(PHASE_SCOPES) & (cpu["ts"] >= outer_lo) & (cpu["end"] <= outer_hi)].sort_values("ts")
+    if inner.empty:
+        raise TraceError(path, f"no scope of the study's loop ({', '.join(PHASE_SCOPES)}) inside {outer_name}")
+    lead = str(inner["name"].iloc[0])
+    starts = inner.loc[inner["name"] == lead, "ts"].to_numpy(np.float64)
+    work = _gpu_work(trace)
+    step_of_work = np.searchsorted(starts, work["launch_ts"].to_numpy(), side="right") - 1
+    work = work.assign(step=step_of_work)
+    work = work[(work["step"] >= 0) & (work["launch_ts"] <= outer_hi)]
+    cpu_ends = np.r_[starts[1:], outer_hi]
+    base_ns = trace.meta.base_time_ns or 0
+    rows = []
+    done_before = starts[0]  # when the previous step's work was complete
+    for step, (lo, hi) in enumerate(zip(starts, cpu_ends)):
+        mine = work[work["step"] == step]
+        in_step = inner[(inner["ts"] >= lo) & (inner["ts"] < hi)]
+        # complete when its last scope has returned and the last GPU work it launched has ended
+        done = max(float(in_step["end"].max()), float(mine["end"].max()) if len(mine) else lo)
+        rows.append(_scope_row(step, STEP, lo, hi, hi - lo, mine, base_ns) | {"step_ms": (done - done_before) / US_PER_MS})
+        done_before = done
+        for name, scopes in in_step.groupby("name", observed=True, sort=False):
+            launched = mine[_launched_in(mine["launch_ts"].to_numpy(), scopes["ts"].to_numpy(), scopes["end"].to_numpy())]
+            rows.append(
+                _scope_row(
+                    step,
+                    str(name),
+                    float(scopes["ts"].min()),
+                    float(scopes["end"].max()),
+                    float(scopes["dur"].sum()),
+                    launched,
+                    base_ns,
+                )
+            )
+    collectives = _collectives(trace, inner, starts, base_ns)
+    optimizer = "muon" if outer_name.lower().startswith("muon") else "adamw"
+    return StudyTrace(
+        path=str(path),
+        rank=trace.meta.rank,
+        world_size=trace.meta.world_size,
+        variant=variant,
+        outer_scope=outer_name,
+        optimizer=optimizer,
+        scopes=pd.DataFrame(rows),
+        collectives=collectives,
+        pg_ranks={str(pg.get("pg_name")): tuple(int(r) for r in pg.get("ranks") or ()) for pg in trace.meta.pg_config},
+        device_names=tuple(trace.meta.device_names),
+    )
+
+
+def _gpu_work(trace: TraceEvents) -> pd.DataFrame:
+    """GPU kernels, copies and memsets with the time of the runtime call that launched them (work launched
+    outside the trace is left out)."""
+    ev = trace.events
+    rows = np.flatnonzero(ev["cat"].isin(GPU_WORK_CATS).to_numpy())
+    launch = trace.launch_rows[rows]
+    rows, launch = rows[launch >= 0], launch[launch >= 0]
+    names = ev["name"].to_numpy()[rows].astype(str)
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "ts": ev["ts"].to_numpy()[rows],
+            "end": ev["end"].to_numpy()[rows],
+            "dur": ev["dur"].to_numpy()[rows],
+            "launch_ts": ev["ts"].to_numpy()[launch],
+            "launch_thread": ev["thread"].to_numpy()[launch],
+            "nccl": np.char.startswith(names, NCCL_KERNEL_PREFIXES[0]) | np.char.startswith(names, NCCL_KERNEL_PREFIXES[1]),
+        }
+    )
+
+
+def _launched_in(launch_ts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether each launch time lies inside one of the windows ``[lo, hi]`` (disjoint, sorted by ``lo``)."""
+    order = np.argsort(lo)
+    lo, hi = lo[order], hi[order]
+    i = np.searchsorted(lo, launch_ts, side="right") - 1
+    return (i >= 0) & (launch_ts <= hi[np.maximum(i, 0)])
+
+
+def _scope_row(step: int, scope: str, lo: float, hi: float, cpu_us: float, work: pd.DataFrame, base_ns: int) -> dict:
+    busy = Segments.union(work["ts"].to_numpy(), work["end"].to_numpy()).total
+    nccl = work[work["nccl"]]
+    done = max(hi, float(work["end"].max())) if len(work) else hi
+    return {
+        "step": step,
+        "scope": scope,
+        "start_ns": int(base_ns + round(lo * 1000)),
+        "cpu_ms": cpu_us / US_PER_MS,
+        "gpu_busy_ms": busy / US_PER_MS,
+        "gpu_kernel_ms": float(work["dur"].sum()) / US_PER_MS,
+        "nccl_ms": Segments.union(nccl["ts"].to_numpy(), nccl["end"].to_numpy()).total / US_PER_MS,
+        "gpu_done_ms": (done - lo) / US_PER_MS,
+        "kernels": len(work),
+    }
+
+
+def _collectives(trace: TraceEvents, inner: pd.DataFrame, starts: np.ndarray, base_ns: int) -> pd.DataFrame:
+    """Every collective (``record_param_comms``), in issue order, with its NCCL kernel: the k-th NCCL kernel
+    launched on a thread belongs to the k-th collective that thread issued."""
+    ev, args = trace.events, trace.args
+    if "collective" not in args.columns:
+        return pd.DataFrame(columns=["step", "scope", "op", "pg_name", "group_size", "dtype", "elements"])
+    calls = args.dropna(subset=["collective"])
+    calls = calls[ev.loc[calls.index, "name"].astype(str) == "record_param_comms"]
+    work = _gpu_work(trace)
+    kernels = work[work["nccl"]].sort_values("launch_ts")
+    rows = []
+    seen: dict[int, int] = {}
+    for row, rec in calls.iterrows():
+        ts = float(ev.at[row, "ts"])
+        thread = int(ev.at[row, "thread"])
+        k = seen.get(thread, 0)
+        seen[thread] = k + 1
+        mine = kernels[kernels["launch_thread"] == thread]
+        kernel = mine.iloc[k] if k < len(mine) else None
+        op = normalize_op(str(rec["collective"])) or "other"
+        group_size = int(rec["group_size"]) if pd.notna(rec["group_size"]) else 1
+        dtype, size = dtype_info(rec["dtype"]) or (str(rec["dtype"]), 0)
+        # the full array: an all-gather's output, a reduction's input
+        elements = int(rec["out_nelems"] if op == "all_gather" else rec["in_nelems"])
+        step = int(np.searchsorted(starts, ts, side="right") - 1)
+        scope = inner[(inner["ts"] <= ts) & (inner["end"] >= ts)]
+        rows.append(
+            {
+                "step": step,
+                "scope": str(scope["name"].iloc[-1]) if len(scope) else "",
+                "op": op,
+                "pg_name": str(rec["pg_name"]),
+                "group_size": group_size,
+                "dtype": dtype,
+                "elements": elements,
+                "payload_bytes": elements * size,
+                "ring_bytes": ring_bytes(op, elements, size, group_size) or 0,
+                "kernel_start_ns": None if kernel is None else int(base_ns + round(float(kernel["ts"]) * 1000)),
+                "kernel_end_ns": None if kernel is None else int(base_ns + round(float(kernel["end"]) * 1000)),
+            }
+        )
+    out = pd.DataFrame(rows)
+    return out[(out["step"] >= 0) & (out["step"] < len(starts))].reset_index(drop=True) if len(out) else out

@@ -1,0 +1,323 @@
+"""The study tables, from the original study's imported traces (:mod:`muon_repro.study.sources`).
+
+* ``study_runs``: one row per run of the study (a configuration: its 4 ranks, or rank 0 alone for the async
+  runs): what it did (collectives, bytes and elements per rank and step) and its per-step times;
+* ``study_ranks``: run x rank: what the rank held and sent;
+* ``study_steps``: run x rank x step x scope (:mod:`muon_repro.study.scopes`), with the transfer time of its
+  collectives matched across ranks;
+* ``study_collectives``: run x rank x collective, in issue order: op, group, bytes, wait and transfer;
+* ``study_method``: every number the study published, rebuilt by its own method
+  (:mod:`muon_repro.study.method`), beside what we measure per step for the same quantity;
+* ``study_method_parts``: per number, the event categories its sum holds.
+
+A collective's *wait* is the time its kernel ran before the last rank of its group started the same
+collective (matched by group and issue order, on the traces' shared clock), its *transfer* the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
+from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
+from muon_repro.study.sources import (
+    GROUP,
+    PROVENANCE_NAME,
+    STUDY_ENVIRONMENT,
+    STUDY_PROFILE,
+    is_study_folder,
+    run_and_rank,
+)
+from muon_repro.tables.schemas import SCHEMAS
+
+NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One configuration of the study, from its name (``muon_FULLSTEP_dp2_tp2_async``)."""
+
+    name: str
+    optimizer: str
+    variant: str
+    async_op: bool
+    dp: int
+    tp: int
+
+    @classmethod
+    def from_name(cls, name: str, world_size: int) -> StudyRun:
+        grid = re.search(r"dp(\d+)_tp(\d+)", name)
+        dp, tp = (int(grid[1]), int(grid[2])) if grid else (world_size, 1)
+        return cls(
+            name=name,
+            optimizer="muon" if name.startswith("muon") else "adamw",
+            variant="full_step" if "FULLSTEP" in name else "optimizer_only",
+            async_op=name.endswith("_async"),
+            dp=dp,
+            tp=tp,
+        )
+
+
+def study_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """The folders holding the study's imported traces under ``paths`` (each once)."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            path = path.parent
+        if not path.is_dir():
+            continue
+        markers = [path / PROVENANCE_NAME] if is_study_folder(path) else sorted(path.rglob(PROVENANCE_NAME))
+        for marker in markers:
+            if not any(part.startswith(".") for part in marker.relative_to(path).parts):  # staging folders
+                found.setdefault(marker.parent, None)
+    return list(found)
+
+
+def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
+    """Every study table from the study folders under ``paths`` (empty frames when there is none)."""
+    traces: dict[str, list[StudyTrace]] = {}
+    rank0: dict[str, object] = {}
+    folders = study_folders(paths)
+    for folder in folders:
+        for f in sorted(folder.glob("trace_*_rank*.json*")):
+            name, _ = run_and_rank(f.name)
+            traces.setdefault(name, []).append(read_study_trace(f))
+            if _ == 0:
+                rank0[name] = study_sums(f)
+    if not traces:
+        return {name: SCHEMAS[name].empty() for name in TABLES}
+    steps, collectives, ranks, runs = [], [], [], []
+    for name, per_rank in sorted(traces.items()):
+        per_rank.sort(key=lambda t: t.rank)
+        run_id = f"{STUDY_PROFILE}/{GROUP}/{name}"
+        config = StudyRun.from_name(name, per_rank[0].world_size or len(per_rank))
+        colls = _match_across_ranks(per_rank)
+        run_steps = _steps_with_transfer(per_rank, colls)
+        steps.append(run_steps.assign(run=run_id))
+        collectives.append(colls.assign(run=run_id))
+        rank_rows = _rank_rows(per_rank, colls, config).assign(run=run_id)
+        ranks.append(rank_rows)
+        runs.append(_run_row(run_id, config, per_rank, run_steps, rank_rows))
+    tables = {
+        "study_runs": pd.DataFrame(runs),
+        "study_ranks": pd.concat(ranks, ignore_index=True),
+        "study_steps": pd.concat(steps, ignore_index=True),
+        "study_collectives": pd.concat(collectives, ignore_index=True),
+    }
+    tables["study_method"], tables["study_method_parts"] = _method_tables(rank0, tables["study_steps"])
+    for df in tables.values():
+        df["profile"] = STUDY_PROFILE
+    # the cost model on the study's machine: priced from its datasheet profile, then fitted to these kernel times
+    from muon_repro.costmodel.study_check import study_costmodel_table
+
+    tables["study_costmodel"] = study_costmodel_table(tables["study_steps"], tables["study_collectives"])
+    tables["study_costmodel_thresholds"] = _threshold_record(folders)
+    return tables
+
+
+def thresholds_record_path(study_dir: Path) -> Path:
+    """Where ``muon-repro study fit`` keeps how far the fit moves the thresholds, beside the study's folder."""
+    return study_dir.parent / FIT_FOLDER / THRESHOLDS_RECORD
+
+
+def _threshold_record(folders: list[Path]) -> pd.DataFrame:
+    """The threshold shift recorded by ``muon-repro study fit`` (it needs torch for the shard plans; the
+    analysis does not), empty when it was not recorded."""
+    for folder in folders:
+        path = thresholds_record_path(folder)
+        if path.is_file():
+            return pd.read_csv(path)
+    return SCHEMAS["study_costmodel_thresholds"].empty()
+
+
+TABLES = (
+    "study_runs",
+    "study_ranks",
+    "study_steps",
+    "study_collectives",
+    "study_method",
+    "study_method_parts",
+    "study_costmodel",
+    "study_costmodel_thresholds",
+)
+FIT_FOLDER = "costmodel_fit"  # <traces>/<study profile>/costmodel_fit/: the fit's threshold record (muon-repro study fit)
+THRESHOLDS_RECORD = "study_costmodel_thresholds.csv"
+
+
+def _match_across_ranks(per_rank: list[StudyTrace]) -> pd.DataFrame:
+    """Every rank's collectives with wait and transfer: the k-th call of a group on each member is one collective."""
+    frames = []
+    for t in per_rank:
+        c = t.collectives.copy()
+        if c.empty:
+            continue
+        c["rank"] = t.rank
+        c["group_ranks"] = c["pg_name"].map(lambda pg, t=t: ",".join(map(str, t.pg_ranks.get(pg, ()))))
+        c["seq"] = c.groupby("group_ranks").cumcount()
+        frames.append(c)
+    if not frames:
+        return pd.DataFrame()
+    c = pd.concat(frames, ignore_index=True)
+    traced = {t.rank for t in per_rank}
+    last_start = c.groupby(["group_ranks", "seq"])["kernel_start_ns"].transform("max")
+    members = c.groupby(["group_ranks", "seq"])["rank"].transform("size")
+    complete = c["group_ranks"].map(lambda g: set(map(int, g.split(","))) <= traced if g else False) & (
+        members == c["group_size"]
+    )
+    start, end = c["kernel_start_ns"].astype("float64"), c["kernel_end_ns"].astype("float64")
+    c["kernel_ms"] = (end - start) / NS_PER_MS
+    c["wait_ms"] = np.where(complete, (last_start.astype("float64") - start) / NS_PER_MS, np.nan)
+    c["transfer_ms"] = np.where(complete, (end - last_start.astype("float64")) / NS_PER_MS, np.nan)
+    return c
+
+
+def _steps_with_transfer(per_rank: list[StudyTrace], colls: pd.DataFrame) -> pd.DataFrame:
+    frames = [t.scopes.assign(rank=t.rank) for t in per_rank]
+    steps = pd.concat(frames, ignore_index=True)
+    if colls.empty:
+        steps["nccl_transfer_ms"] = np.nan
+        return steps
+    by_scope = colls.groupby(["rank", "step", "scope"])["transfer_ms"].sum(min_count=1)
+    by_step = colls.groupby(["rank", "step"])["transfer_ms"].sum(min_count=1)
+    steps["nccl_transfer_ms"] = [
+        by_step.get((r, s), np.nan) if scope == STEP else by_scope.get((r, s, scope), np.nan)
+        for r, s, scope in zip(steps["rank"], steps["step"], steps["scope"])
+    ]
+    return steps
+
+
+def _rank_rows(per_rank: list[StudyTrace], colls: pd.DataFrame, config: StudyRun) -> pd.DataFrame:
+    rows = []
+    for t in per_rank:
+        c = colls[colls["rank"] == t.rank] if len(colls) else colls
+        n_steps = int(t.scopes["step"].max()) + 1
+        ops = c.groupby(["op", "group_ranks"]).size() if len(c) else pd.Series(dtype="int64")
+        rows.append(
+            {
+                "rank": t.rank,
+                "device": t.device_names[t.rank] if t.rank < len(t.device_names) else None,
+                "collectives_per_step": len(c) / n_steps,
+                "collectives": "; ".join(f"{op} over ranks [{g}] x{n // n_steps}" for (op, g), n in ops.items()),
+                "payload_bytes_per_step": c["payload_bytes"].sum() / n_steps if len(c) else 0,
+                "ring_bytes_per_step": c["ring_bytes"].sum() / n_steps if len(c) else 0,
+                "held_elements": _held_elements(c[c["step"] == 0] if len(c) else c, config),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _held_elements(first_step: pd.DataFrame, config: StudyRun) -> int | None:
+    """The parameter elements the rank's optimizer holds, as its collectives show: AdamW all-reduces every
+    full gradient; Muon's DP all-gather takes the rank's ZeRO shard of its TP-local buffer as input."""
+    if first_step.empty:
+        return None
+    if config.optimizer == "adamw":
+        return int(first_step.loc[first_step["op"] == "all_reduce", "elements"].sum())
+    dp = first_step[first_step["group_size"] == config.dp]
+    first = dp.iloc[0] if len(dp) else None
+    return None if first is None else int(first["elements"] // config.dp)
+
+
+def _run_row(run_id: str, config: StudyRun, per_rank: list[StudyTrace], steps: pd.DataFrame, ranks: pd.DataFrame) -> dict:
+    whole = steps[steps["scope"] == STEP]
+    optimizer = steps[steps["scope"].isin(OPTIMIZER_SCOPES)].groupby(["rank", "step"])
+    fwd_bwd = steps[steps["scope"] == "FWD_BWD"]
+    per_step = whole.groupby("step")
+    return {
+        "run": run_id,
+        "group": GROUP,
+        "name": config.name,
+        "optimizer": config.optimizer,
+        "variant": config.variant,
+        "async_op": config.async_op,
+        "dp": config.dp,
+        "tp": config.tp,
+        "world_size": per_rank[0].world_size,
+        "ranks_traced": len(per_rank),
+        "steps": int(whole["step"].nunique()),
+        "device": STUDY_ENVIRONMENT["accelerator"],
+        "backend": STUDY_ENVIRONMENT["backend"],
+        "nccl_version": STUDY_ENVIRONMENT["nccl_version"],
+        "collectives_per_step": float(ranks["collectives_per_step"].mean()),
+        "payload_bytes_per_step": float(ranks["payload_bytes_per_step"].mean()),
+        "ring_bytes_per_step": float(ranks["ring_bytes_per_step"].mean()),
+        "ring_bytes_per_step_max": float(ranks["ring_bytes_per_step"].max()),
+        "step_ms": float(per_step["step_ms"].mean().mean()),
+        "step_cpu_ms": float(per_step["cpu_ms"].mean().mean()),
+        "optimizer_cpu_ms": float(optimizer["cpu_ms"].sum().mean()),
+        "optimizer_gpu_busy_ms": float(optimizer["gpu_busy_ms"].sum().mean()),
+        "optimizer_done_ms": float(optimizer["gpu_done_ms"].max().mean()),
+        "fwd_bwd_gpu_busy_ms": float(fwd_bwd["gpu_busy_ms"].mean()) if len(fwd_bwd) else np.nan,
+        "nccl_ms": float(per_step["nccl_ms"].mean().mean()),
+        "nccl_transfer_ms": float(per_step["nccl_transfer_ms"].mean().mean()),
+    }
+
+
+def _method_tables(rank0: dict, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The study's published numbers, rebuilt, beside our per-step measure of the same quantity (rank 0)."""
+    rebuilt = method_numbers(rank0)  # type: ignore[arg-type]
+    measured = _measured_per_step(steps)
+    rows, parts = [], []
+    for p in PUBLISHED:
+        value = rebuilt.get(p.number_id, np.nan)
+        ours, ours_what = measured.get(p.number_id, (np.nan, ""))
+        rows.append(
+            {
+                "number_id": p.number_id,
+                "published_in": p.table,
+                "quantity": p.quantity,
+                "optimizer": p.optimizer,
+                "published": p.value,
+                "unit": p.unit,
+                "rebuilt": value,
+                "rebuilt_matches": matches_published(p, value),
+                "study_run": p.run or None,
+                "rebuilt_per_step": value / 5 if p.unit == "ms" and p.run and "multinode" not in p.number_id else np.nan,
+                "measured_per_step": ours,
+                "measured_what": ours_what,
+            }
+        )
+        if p.run and p.run in rank0:
+            what = {"comm": "communication", "fwd": "FWD_BWD", "opt": "Muon_Step" if p.optimizer == "muon" else "AdamW_Step"}
+            key = p.number_id.split("_")[0] if not p.number_id.startswith("async_comm") else "comm"
+            total_key = "Muon_Full_Training_Step" if p.optimizer == "muon" else "AdamW_Full_Training_Step"
+            target = {"comm": "communication", "fwd": "FWD_BWD", "optimizer": what["opt"], "total": total_key}.get(key)
+            table = rank0[p.run].parts  # type: ignore[attr-defined]
+            for row in table[table["what"] == target].itertuples():
+                parts.append({"number_id": p.number_id, "category": row.cat, "events": row.events, "ms": row.ms})
+    return pd.DataFrame(rows), pd.DataFrame(parts)
+
+
+def _measured_per_step(steps: pd.DataFrame) -> dict[str, tuple[float, str]]:
+    """Our per-step measure of each published quantity on the same rank-0 traces, mean over their steps."""
+    out: dict[str, tuple[float, str]] = {}
+    r0 = steps[steps["rank"] == 0]
+
+    def mean(run: str, scope: str, column: str) -> float:
+        sel = r0[(r0["run"] == run) & (r0["scope"] == scope)] if "run" in r0 else r0.iloc[0:0]
+        return float(sel.groupby("step")[column].sum().mean()) if len(sel) else np.nan
+
+    for opt, full, asyn, step_scope in (
+        ("muon", "muon_FULLSTEP_dp2_tp2", "muon_FULLSTEP_dp2_tp2_async", "Muon_Step"),
+        ("adamw", "adamw_FULLSTEP", "adamw_FULLSTEP_async", "AdamW_Step"),
+    ):
+        run, arun = f"{STUDY_PROFILE}/{GROUP}/{full}", f"{STUDY_PROFILE}/{GROUP}/{asyn}"
+        out[f"comm_ms_{opt}"] = (mean(run, STEP, "nccl_ms"), "NCCL kernel time per step (union), rank 0")
+        out[f"async_comm_ms_{opt}"] = (mean(arun, STEP, "nccl_ms"), "NCCL kernel time per step (union), rank 0")
+        out[f"fwd_bwd_ms_{opt}"] = (mean(run, "FWD_BWD", "gpu_busy_ms"), "GPU busy time of the kernels FWD_BWD launched")
+        opt_scopes = [step_scope] + (["AdamW_AllReduce"] if opt == "adamw" else [])
+        busy = sum(mean(run, s, "gpu_busy_ms") for s in opt_scopes)
+        out[f"optimizer_ms_{opt}"] = (
+            busy,
+            "GPU busy time of the kernels the optimizer launched"
+            + (" (AdamW_AllReduce and AdamW_Step)" if opt == "adamw" else ""),
+        )
+        out[f"total_ms_{opt}"] = (mean(run, STEP, "step_ms"), "step time: completion to completion")
+    return out

@@ -1,0 +1,259 @@
+"""The original study's own runs: import, per-step reading, its method rebuilt, the claims judged on them.
+
+Every published number of the study is pinned here, rebuilt from its committed traces by its own method.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from muon_repro.analysis.claims import NOT_COMPARABLE, UNEQUAL_WORK
+from muon_repro.analysis.discover import find_traces
+from muon_repro.hardware import profile_from_environment
+from muon_repro.study.claims import study_claim_rows, welch_log_ratio
+from muon_repro.study.method import PUBLISHED_BY_ID, method_numbers, study_sums
+from muon_repro.study.scopes import STEP, read_study_trace
+from muon_repro.study.sources import (
+    LICENSE_NAME,
+    PROVENANCE_NAME,
+    STUDY_FILES,
+    STUDY_PROFILE,
+    gzip_reproducibly,
+    import_study,
+    run_and_rank,
+    study_folder,
+)
+from muon_repro.study.tables import study_tables
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = study_folder(REPO / "traces")
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, pd.DataFrame]:
+    return study_tables([REPO / "traces"])
+
+
+@pytest.fixture(scope="module")
+def rebuilt() -> dict[str, float]:
+    rank0 = {run_and_rank(f.name)[0]: study_sums(f) for f in sorted(COMMITTED.glob("trace_*_rank0.json.gz"))}
+    return method_numbers(rank0)
+
+
+# ---------------------------------------------------------------- the files
+
+
+def test_the_profile_is_derived_from_the_traces_and_the_study_text():
+    assert STUDY_PROFILE == "4xRTXA4000-pcie-nccl"
+    env = {"accelerator": "NVIDIA RTX A4000", "accelerator_count": 4, "backend": "nccl"}
+    assert profile_from_environment(env) == "4xRTXA4000-nccl"  # no link without a topology or a stated one
+    assert profile_from_environment(env | {"interconnect": "pcie"}) == STUDY_PROFILE
+    assert profile_from_environment(env | {"interconnect": "../x"}) == "4xRTXA4000-nccl"  # not a link name: ignored
+
+
+def test_every_committed_trace_is_the_published_file():
+    names = sorted(p.name for p in COMMITTED.glob("trace_*.json.gz"))
+    assert names == sorted(f"{n}.gz" for n in STUDY_FILES)
+    for name, digest in STUDY_FILES.items():
+        data = gzip.decompress((COMMITTED / f"{name}.gz").read_bytes())
+        assert hashlib.sha256(data).hexdigest() == digest, name
+        assert (COMMITTED / f"{name}.gz").read_bytes() == gzip_reproducibly(data), f"{name} is not gzipped reproducibly"
+    notice = (COMMITTED / LICENSE_NAME).read_text()
+    assert "MIT License" in notice and "Jen Wei" in notice
+    assert PROVENANCE_NAME in {p.name for p in COMMITTED.iterdir()}
+
+
+def _hub_layout(tmp_path: Path, plain: bool = True) -> Path:
+    """A copy of the study's repository as published (traces/comparison/*.json, uncompressed)."""
+    src = tmp_path / "download" / "traces" / "comparison"
+    src.mkdir(parents=True)
+    for name in STUDY_FILES:
+        data = gzip.decompress((COMMITTED / f"{name}.gz").read_bytes())
+        (src / name).write_bytes(data) if plain else (src / f"{name}.gz").write_bytes(gzip.compress(data))
+    return tmp_path / "download"
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_import_rebuilds_the_committed_folder_byte_for_byte_and_twice_changes_nothing(tmp_path, plain):
+    source = _hub_layout(tmp_path, plain)
+    first = import_study(source, tmp_path / "traces")
+    assert first.changed and first.folder == study_folder(tmp_path / "traces")
+    for p in COMMITTED.iterdir():
+        assert (first.folder / p.name).read_bytes() == p.read_bytes(), p.name
+    assert sorted(p.name for p in first.folder.iterdir()) == sorted(p.name for p in COMMITTED.iterdir())
+    assert not import_study(source, tmp_path / "traces").changed
+
+
+def test_a_changed_file_is_refused_naming_it_and_nothing_is_written(tmp_path):
+    source = _hub_layout(tmp_path)
+    victim = source / "traces" / "comparison" / "trace_adamw_rank1.json"
+    victim.write_bytes(victim.read_bytes().replace(b'"dur": 1', b'"dur": 2', 1))
+    with pytest.raises(ValueError, match=r"trace_adamw_rank1\.json: sha256 [0-9a-f]{64} is not the published"):
+        import_study(source, tmp_path / "traces")
+    assert not (tmp_path / "traces").exists()
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path):
+    source = _hub_layout(tmp_path)
+    (source / "traces" / "comparison" / "trace_muon_dp2_tp2_rank3.json").unlink()
+    with pytest.raises(ValueError, match=r"trace_muon_dp2_tp2_rank3\.json \(or \.gz\) is missing"):
+        import_study(source, tmp_path / "traces")
+
+
+def test_a_failed_import_keeps_the_previous_folder(tmp_path):
+    shutil.copytree(COMMITTED, study_folder(tmp_path / "traces"))
+    source = _hub_layout(tmp_path)
+    (source / "traces" / "comparison" / "trace_adamw_rank0.json").write_bytes(b"{}")
+    with pytest.raises(ValueError, match="trace_adamw_rank0.json: sha256"):
+        import_study(source, tmp_path / "traces")
+    assert sorted(p.name for p in study_folder(tmp_path / "traces").iterdir()) == sorted(p.name for p in COMMITTED.iterdir())
+
+
+def test_the_study_folder_is_left_to_its_own_reader():
+    found = find_traces([REPO / "traces"])
+    assert not any(STUDY_PROFILE in str(p) for p in found)
+
+
+# ---------------------------------------------------------------- the study's method, rebuilt
+
+
+@pytest.mark.parametrize(
+    ("number_id", "published"),
+    [
+        ("comm_ms_muon", 139.53),
+        ("comm_ms_adamw", 245.84),
+        ("comm_ratio", 0.57),
+        ("comm_calls_muon", 40),
+        ("comm_calls_adamw", 110),
+        ("comm_per_call_muon", 3.49),
+        ("comm_per_call_adamw", 2.23),
+        ("fwd_bwd_ms_muon", 271),
+        ("fwd_bwd_ms_adamw", 281),
+        ("optimizer_ms_muon", 4.29),
+        ("optimizer_ms_adamw", 1.46),
+        ("total_ms_muon", 388.86),
+        ("total_ms_adamw", 338.51),
+        ("total_ratio", 1.15),
+        ("optimizer_share_muon", 0.011),
+        ("async_comm_ms_muon", 294.09),
+        ("async_comm_ms_adamw", 377.44),
+        ("async_ratio_muon", 2.1),
+        ("async_ratio_adamw", 1.5),
+        ("multinode_comm_ms_muon", 418.59),
+        ("multinode_comm_ms_adamw", 737.52),
+        ("multinode_total_ms_muon", 694),
+        ("multinode_total_ms_adamw", 1020),
+    ],
+)
+def test_the_study_method_rebuilds_each_published_number(rebuilt, number_id, published):
+    digits = PUBLISHED_BY_ID[number_id].digits
+    assert round(rebuilt[number_id], digits) == published
+
+
+def test_the_method_table_says_every_number_is_rebuilt_and_what_the_sums_hold(tables):
+    method = tables["study_method"].set_index("number_id")
+    assert method["rebuilt_matches"].all()
+    parts = tables["study_method_parts"]
+    adamw = parts[parts["number_id"] == "comm_ms_adamw"].set_index("category")
+    # each NCCL kernel counted twice (the kernel and its GPU annotation), and AdamW's scope besides
+    kernels = adamw.loc["kernel (collective)", "ms"]
+    assert kernels == pytest.approx(adamw.loc["gpu_user_annotation (collective)", "ms"], rel=1e-5)
+    assert adamw["events"].sum() == 110 and adamw["ms"].sum() == pytest.approx(245.838099)
+    assert set(adamw.index) >= {"gpu_user_annotation (scope)", "user_annotation (scope)"}
+
+
+# ---------------------------------------------------------------- per step
+
+
+def test_every_trace_yields_five_steps_and_one_view_per_scope():
+    for path in sorted(COMMITTED.glob("trace_*.json.gz")):
+        trace = read_study_trace(path)
+        whole = trace.scopes[trace.scopes["scope"] == STEP]
+        assert list(whole["step"]) == [0, 1, 2, 3, 4], path.name
+        assert (whole["step_ms"] > 0).all()
+        # a kernel counts in one scope at most: CPU and GPU annotations are one scope, never added
+        inner = trace.scopes[trace.scopes["scope"] != STEP].groupby("step")["gpu_kernel_ms"].sum()
+        assert (inner.to_numpy() <= whole.set_index("step")["gpu_kernel_ms"].to_numpy() + 1e-9).all(), path.name
+
+
+def test_steps_are_completion_to_completion_and_add_up_to_the_trace(tables, rebuilt):
+    steps = tables["study_steps"]
+    for name, total in (("adamw_FULLSTEP", "total_ms_adamw"), ("muon_FULLSTEP_dp2_tp2", "total_ms_muon")):
+        rank0 = steps[(steps["run"].str.endswith(f"/{name}")) & (steps["rank"] == 0) & (steps["scope"] == STEP)]
+        # the five periods run from the first step's start to the end of the last GPU work: the study's outer
+        # scope (its "total per step", a total over the trace) plus the GPU work still queued when it ended
+        tail = rank0["step_ms"].sum() - rebuilt[total]
+        assert 0 <= tail < rank0["step_ms"].min(), (name, tail)
+    # what each rank did, from its collectives: AdamW all-reduces all five full fp32 gradients
+    ranks = tables["study_ranks"]
+    adamw = ranks[ranks["run"].str.endswith("/adamw_FULLSTEP")]
+    elements = 4096 * 4096 + 1024 * 324 + 456 * 1024 + 676 * 876 + 128 * 128
+    assert (adamw["held_elements"] == elements).all()
+    assert (adamw["payload_bytes_per_step"] == 4 * elements).all()
+
+
+def test_collectives_are_matched_across_ranks(tables):
+    c = tables["study_collectives"]
+    sync = c[c["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
+    assert sync["transfer_ms"].notna().all()
+    assert (sync["wait_ms"] >= -1e-9).all() and np.allclose(sync["wait_ms"] + sync["transfer_ms"], sync["kernel_ms"])
+    # one rank of every matched collective waited for no one
+    first = sync.groupby(["group_ranks", "seq"])["wait_ms"].min()
+    assert (first.abs() < 1e-9).all()
+    async_only = c[c["run"].str.endswith("_async")]
+    assert async_only["transfer_ms"].isna().all()  # rank 0 alone: no peer to match
+
+
+# ---------------------------------------------------------------- the claims on the study's runs
+
+
+def test_claims_on_the_study_profile(tables):
+    rows = pd.DataFrame(study_claim_rows(tables)).set_index("claim_id")
+    assert set(rows["profile"]) == {STUDY_PROFILE}
+    decided = rows[~rows["verdict"].isin([NOT_COMPARABLE, "not measured"])]
+    assert len(decided) >= 3, rows["verdict"]
+    assert rows.loc["comm_time_dp2_tp2", "verdict"] == UNEQUAL_WORK
+    assert not rows.loc["comm_time_dp2_tp2", "equal_work"]
+    assert "109.1 MB" in rows.loc["comm_time_dp2_tp2", "work_difference"]
+    assert rows.loc["optimizer_share", "verdict"] == "not reproduced"
+    assert rows.loc["async_slowdown", "verdict"] == "not reproduced" and rows.loc["async_slowdown", "equal_work"]
+    assert rows.loc["hybrid_beats_pure", "verdict"] == "not measured"
+    for claim_id, published in (("comm_time_dp2_tp2", 0.57), ("optimizer_share", 0.011), ("async_slowdown", 2.1)):
+        assert rows.loc[claim_id, "study_method_rebuilt"]
+        assert rows.loc[claim_id, "study_method_value"] == pytest.approx(published, rel=0.05)
+
+
+def test_the_verdict_follows_the_measurement(tables):
+    """Scale Muon's optimizer kernels down 100x: the share falls inside the claim's region and is reproduced;
+    give AdamW Muon's collectives: the comparison becomes equal work and gets a verdict from its interval."""
+    steps = tables["study_steps"].copy()
+    muon = steps["run"].str.endswith("/muon_FULLSTEP_dp2_tp2") & (steps["scope"] == "Muon_Step")
+    steps.loc[muon, "gpu_busy_ms"] /= 100
+    changed = dict(tables, study_steps=steps)
+    rows = pd.DataFrame(study_claim_rows(changed)).set_index("claim_id")
+    assert rows.loc["optimizer_share", "verdict"] == "reproduced"
+    ranks = tables["study_ranks"].copy()
+    adamw = ranks["run"].str.endswith("/adamw_FULLSTEP")
+    muon_ranks = ranks[ranks["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
+    for col in ("ring_bytes_per_step", "collectives_per_step", "collectives"):
+        ranks.loc[adamw, col] = muon_ranks[col].to_numpy()
+    rows = pd.DataFrame(study_claim_rows(dict(tables, study_ranks=ranks))).set_index("claim_id")
+    assert rows.loc["comm_time_dp2_tp2", "verdict"] in ("reproduced", "not reproduced", "inconclusive")
+
+
+def test_welch_interval_covers_the_true_ratio():
+    rng = np.random.default_rng(7)
+    truth, hits, n = 0.6, 0, 2000
+    for _ in range(n):
+        a = truth * np.exp(rng.normal(0, 0.15, 5))
+        b = np.exp(rng.normal(0, 0.08, 5))
+        _, low, high = welch_log_ratio(a, b)
+        hits += low <= truth <= high
+    assert 0.93 <= hits / n <= 0.97, hits / n
