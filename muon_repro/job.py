@@ -95,6 +95,18 @@ def stage_bench(plan: RunPlan) -> None:
         profile=plan.profile,
     )
     print(format_results(results))
+    if plan.scale == "cpu" and "reference" in plan.configs:  # the reference set includes the study's own protocol
+        from muon_repro.study.record import record_protocols
+
+        written = record_protocols(
+            plan.traces,
+            trials=plan.trials,
+            backend=plan.backend,
+            profile_id=plan.profile,
+            command=["muon-repro", "bench", "--protocol", "study-both", "--trials", str(plan.trials)],
+            progress=plan.progress,
+        )
+        print(f"the study's protocols: {len(written)} runs recorded (complete ones skipped)")
 
 
 def stage_analyze(plan: RunPlan) -> None:

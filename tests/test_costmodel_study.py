@@ -74,7 +74,7 @@ def synthetic_tables(truth, runs=("adamw_FULLSTEP", "muon_FULLSTEP_dp2_tp2", "mu
                             "group_ranks": ",".join(map(str, c.group)),
                             "dtype": c.dtype,
                             "elements": c.elements,
-                            "kernel_ms": transfer + wait,
+                            "transfer_span_ms": transfer + wait,
                             "transfer_ms": None if len(traced) == 1 else transfer,
                         }
                     )

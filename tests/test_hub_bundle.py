@@ -256,7 +256,7 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
     meta = BundleMeta(version="0.1.0", date=release_date(Path("metrics")), authors=("A. Author",))
     card = documents_from_sources(Sources(), meta).card.encode()
     assert len(card) <= 40_000, f"the card is {len(card)} bytes"
-    assert b"`step_ms`" in card and b"`nccl_transfer_ms`" in card  # every table's columns are still there
+    assert b"`step_ms`" in card and b"`comm_transfer_ms`" in card  # every table's columns are still there
     # its regeneration steps name every command that recorded the committed artifacts, as each recording kept it
     regenerate = card.decode().split("## How to regenerate", 1)[1]
     assert "muon-repro bench reference" in regenerate

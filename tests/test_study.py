@@ -203,7 +203,7 @@ def test_collectives_are_matched_across_ranks(tables):
     c = tables["study_collectives"]
     sync = c[c["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
     assert sync["transfer_ms"].notna().all()
-    assert (sync["wait_ms"] >= -1e-9).all() and np.allclose(sync["wait_ms"] + sync["transfer_ms"], sync["kernel_ms"])
+    assert (sync["wait_ms"] >= -1e-9).all() and np.allclose(sync["wait_ms"] + sync["transfer_ms"], sync["transfer_span_ms"])
     # one rank of every matched collective waited for no one
     first = sync.groupby(["group_ranks", "seq"])["wait_ms"].min()
     assert (first.abs() < 1e-9).all()
@@ -257,3 +257,29 @@ def test_welch_interval_covers_the_true_ratio():
         _, low, high = welch_log_ratio(a, b)
         hits += low <= truth <= high
     assert 0.93 <= hits / n <= 0.97, hits / n
+
+
+# ---------------------------------------------------------------- from the Hub (the fake one: tests never touch the real Hub)
+
+
+@pytest.mark.slow
+def test_import_from_the_hub(tmp_path, hub_api, fake_hub):
+    """``muon-repro study import --hub`` downloads the study's traces as published and files them as --from does."""
+    from hub_support import hub_env, muon_repro
+    from huggingface_hub import CommitOperationAdd
+
+    from muon_repro.study.sources import HUB_REPO
+
+    hub_api.create_repo(HUB_REPO, repo_type="dataset")
+    ops = [
+        CommitOperationAdd(f"traces/comparison/{name}", gzip.decompress((COMMITTED / f"{name}.gz").read_bytes()))
+        for name in STUDY_FILES
+    ]
+    ops.append(CommitOperationAdd("README.md", b"the study's card"))
+    hub_api.create_commit(HUB_REPO, ops, commit_message="the study's files", repo_type="dataset")
+    done = muon_repro(["study", "import", "--hub", "--out", str(tmp_path / "traces")], hub_env(tmp_path, fake_hub.url))
+    assert done.returncode == 0, done.stderr
+    assert "18 traces of the original study imported into" in done.stdout
+    folder = study_folder(tmp_path / "traces")
+    for p in COMMITTED.iterdir():
+        assert (folder / p.name).read_bytes() == p.read_bytes(), p.name

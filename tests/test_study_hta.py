@@ -91,7 +91,7 @@ def test_per_step_nccl_time_is_the_union_of_nccl_kernels_launched_in_the_step(pa
     steps = read_study_trace(path).scopes
     ours = steps.loc[steps["scope"] == "step"].sort_values("step")
     assert ours["step"].to_list() == list(range(STEPS))
-    np.testing.assert_allclose(ours["nccl_ms"].to_numpy(), expected, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ours["comm_ms"].to_numpy(), expected, rtol=1e-9, atol=1e-9)
     # the cross-check tool reads the same windows and applies the same rule
     starts, outer_end = study_hta_check.study_windows(path)
     assert list(zip(starts, [*starts[1:], outer_end])) == windows

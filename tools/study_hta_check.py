@@ -7,7 +7,7 @@ For each of the study's traces (``traces/<study profile>/comparison/trace_*_rank
 of the same file:
 
 * **ours**: :func:`muon_repro.study.scopes.read_study_trace`, its ``scopes`` rows with ``scope == "step"``,
-  column ``nccl_ms``;
+  column ``comm_ms``;
 * **HTA**: HolisticTraceAnalysis's own parser (``hta.common.trace.parse_trace_file``, default configuration)
   in a child process of ``--hta-python``. From its DataFrame: the NCCL kernels (GPU rows, ``stream >= 0``,
   named ``ncclKernel*``/``ncclDevKernel*``) and, through HTA's ``index_correlation``, the CPU runtime call
@@ -212,7 +212,7 @@ def compare(paths: list[Path], hta_python: str = sys.executable) -> Comparison:
         if counts[0]:
             notes.append(f"{path.name}: {counts[0]} NCCL kernel(s) launched outside every step, not counted")
         steps = read_study_trace(path).scopes
-        ours = steps.loc[steps["scope"] == STEP].sort_values("step")["nccl_ms"].to_list()
+        ours = steps.loc[steps["scope"] == STEP].sort_values("step")["comm_ms"].to_list()
         if len(ours) != len(starts):
             problems.append(f"{path.name}: ours has {len(ours)} steps, the raw JSON {len(starts)}")
         if theirs["unlinked"]:

@@ -21,7 +21,7 @@ from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig
 from muon_repro.rundir import RUN_FILES, RunDir, is_trace_file, trial_folders, trial_of
-from muon_repro.study.sources import is_study_folder
+from muon_repro.study.sources import is_study_folder, protocol_of
 
 
 def is_trace_name(path: Path) -> bool:
@@ -37,6 +37,12 @@ def no_traces_error(directory: str | Path) -> TraceError:
     )
 
 
+def read_by_study(folder: Path) -> bool:
+    """Whether ``folder``'s traces are read by :mod:`muon_repro.study`: the original study's imported traces, or a
+    run of its protocol recorded here (config.json's ``protocol``)."""
+    return is_study_folder(folder) or protocol_of(folder) is not None
+
+
 def find_traces(paths: list[str | Path]) -> list[Path]:
     """Trace files named by ``paths``: files as given, directories searched recursively.
 
@@ -50,13 +56,20 @@ def find_traces(paths: list[str | Path]) -> list[Path]:
         if path.is_file():
             candidates = [path]
         elif path.is_dir():
+            study: dict[Path, bool] = {}  # per folder, whether muon_repro.study reads it
+
+            def study_folder(folder: Path, study: dict[Path, bool] = study) -> bool:
+                if folder not in study:
+                    study[folder] = read_by_study(folder)
+                return study[folder]
+
             candidates = sorted(
                 p
                 for p in path.rglob("*")
                 if p.is_file()
                 and is_trace_name(p)
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                and not is_study_folder(p.parent)  # the original study's traces: read by muon_repro.study
+                and not study_folder(p.parent)
             )
         else:
             raise TraceError(path, "no such file or directory")

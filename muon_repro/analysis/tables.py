@@ -83,7 +83,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     steps = _steps_table(analysis)
     timed = timed_steps_table(analysis)
     collectives = _collectives_table(analysis)
-    runs = runs_table(analysis, steps, timed)
+    runs = runs_table(analysis, steps, timed).assign(protocol="benchmark")  # the study's protocol: study_runs
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)

@@ -12,7 +12,7 @@ assumptions are from what the cards did. Per run of the study, one row per quant
     transfer <op> ...   one collective of the protocol: its NCCL kernel once the last rank of its group had started it
 
 Measured: the median over steps and ranks of ``study_steps.gpu_kernel_ms`` (less the NCCL kernels of those scopes,
-``study_collectives.kernel_ms``) and of ``study_collectives.transfer_ms``; the async runs (rank 0 alone) have no
+``study_collectives.transfer_span_ms``) and of ``study_collectives.transfer_ms``; the async runs (rank 0 alone) have no
 transfer, and their compute ran beside NCCL kernels, so they are shown but left out of the fit.
 
 Priced with the cost model's own machinery: compute as a :class:`~muon_repro.costmodel.workload.Compute` through
@@ -284,7 +284,7 @@ def _compute_ms(steps: pd.DataFrame, colls: pd.DataFrame, scopes: Sequence[str])
         return kernels
     nccl = colls[colls["scope"].isin(scopes)] if len(colls) else colls
     if len(nccl):
-        kernels = kernels.sub(nccl.groupby(["rank", "step"])["kernel_ms"].sum(min_count=1), fill_value=0.0)
+        kernels = kernels.sub(nccl.groupby(["rank", "step"])["transfer_span_ms"].sum(min_count=1), fill_value=0.0)
     return kernels
 
 

@@ -24,7 +24,14 @@ from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
 # The original study's tables the report reads (muon_repro.study): absent from a folder without its runs.
-STUDY_TABLES = ("study_runs", "study_method", "study_method_parts", "study_costmodel", "study_costmodel_thresholds")
+STUDY_TABLES = (
+    "study_runs",
+    "study_method",
+    "study_method_parts",
+    "study_protocols",
+    "study_costmodel",
+    "study_costmodel_thresholds",
+)
 # The tables the figures and the report read (columns: muon_repro.tables.schemas).
 TABLES = (
     "runs",
@@ -66,6 +73,7 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "study_method": ("number_id",),
     "study_method_parts": ("number_id", "category"),
     "study_costmodel": ("run", "quantity"),
+    "study_protocols": ("claim_id", "profile", "group"),
     "study_costmodel_thresholds": ("model", "metric", "level"),
 }
 
@@ -100,6 +108,7 @@ class ReportData:
     study_runs: pd.DataFrame  # the original study's own runs (muon_repro.study); empty without them
     study_method: pd.DataFrame
     study_method_parts: pd.DataFrame
+    study_protocols: pd.DataFrame
     study_costmodel: pd.DataFrame
     study_costmodel_thresholds: pd.DataFrame
     metrics_dir: Path = Path("metrics")

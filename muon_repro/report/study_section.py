@@ -19,9 +19,15 @@ NOT_DECIDED = ("not comparable here", "not measured")
 
 
 def study_profile(data: ReportData) -> str | None:
-    """The profile of the study's runs (the study_runs table's), None when the tables hold none."""
+    """The profile of the study's own runs (study_runs recorded by the original study), None without them."""
     runs = data.study_runs
-    return None if runs.empty else str(runs["profile"].iloc[0])
+    if runs.empty:
+        return None
+    own = runs[runs["recorded_by"] == ORIGINAL] if "recorded_by" in runs.columns else runs
+    return None if own.empty else str(own["profile"].iloc[0])
+
+
+ORIGINAL = "the original study"  # study_runs.recorded_by of the study's own traces
 
 
 def _number(value: Any, unit: str) -> str:
@@ -71,10 +77,11 @@ def study_sentence(data: ReportData) -> str:
         return ""
     method = data.study_method
     rebuilt = int(method["rebuilt_matches"].fillna(False).astype(bool).sum()) if len(method) else 0
+    own = data.study_runs[data.study_runs["profile"] == study_profile(data)]
     decided = [c for c in claims if c["verdict"] not in NOT_DECIDED]
     said = "; ".join(f"{_short(c)} {c['measured']}, {c['verdict']}" for c in decided)
     return (
-        f"On the original study's own runs (its {len(data.study_runs)} published runs, 4 GPUs, NCCL), its method rebuilds "
+        f"On the original study's own runs (its {len(own)} published runs, 4 GPUs, NCCL), its method rebuilds "
         f"{rebuilt} of its {len(method)} published numbers; measured per step, {said}."
     )
 
@@ -109,7 +116,7 @@ def study_section(data: ReportData) -> dict[str, Any]:
         ]
         for r in method.itertuples()
     ]
-    runs = data.study_runs
+    runs = data.study_runs[data.study_runs["profile"] == profile]
     run_rows = [
         [
             str(r.name),
@@ -120,8 +127,8 @@ def study_section(data: ReportData) -> dict[str, Any]:
             f"{float(r.step_ms):.1f}",
             f"{float(r.optimizer_cpu_ms):.2f}",
             f"{float(r.optimizer_gpu_busy_ms):.1f}",
-            f"{float(r.nccl_ms):.1f}",
-            "–" if is_missing(r.nccl_transfer_ms) else f"{float(r.nccl_transfer_ms):.1f}",
+            f"{float(r.comm_ms):.1f}",
+            "–" if is_missing(r.comm_transfer_ms) else f"{float(r.comm_transfer_ms):.1f}",
         ]
         for r in runs.itertuples()
     ]
@@ -156,7 +163,48 @@ def study_section(data: ReportData) -> dict[str, Any]:
         ],
         "runs_rows": run_rows,
         "costmodel": costmodel_rows(data),
+        **protocols_table(data),
     }
+
+
+def protocols_table(data: ReportData) -> dict[str, Any]:
+    """Each claimed number side by side: the study's traces, its protocol and the equal-work protocol recorded here,
+    and our benchmark's value (the claims table's, on the profile with most runs)."""
+    from muon_repro.report.claims_section import claim_measured
+
+    table = data.study_protocols
+    if table.empty:
+        return {"protocols_header": [], "protocols_rows": []}
+    sets = table.drop_duplicates(["profile", "group"])
+    columns = [(str(s.profile), str(s.group)) for s in sets.itertuples()]
+    labels = {
+        "comparison": "the study's traces",
+        "study_protocol": "its protocol, recorded here",
+        "study_equal_work": "equal work, recorded here",
+    }
+    bench = data.profiles[0]
+    header = ["claim", *(f"{labels.get(g, g)} ({p})" for p, g in columns), f"our benchmark ({bench})"]
+    rows = []
+    claims = data.claims
+    for claim_id in dict.fromkeys(table["claim_id"]):
+        mine = claims[(claims["claim_id"] == claim_id) & (claims["profile"] == bench)]
+        if mine.empty:
+            continue
+        unit = str(mine["unit"].iloc[0])
+        cells = []
+        for profile, group in columns:
+            row = table[(table["claim_id"] == claim_id) & (table["profile"] == profile) & (table["group"] == group)]
+            if row.empty:
+                cells.append("–")
+                continue
+            r = row.iloc[0]
+            said = claim_measured(pd.Series({**r.to_dict(), "unit": unit}))
+            if r["equal_work"] is False or (not is_missing(r["equal_work"]) and not bool(r["equal_work"])):
+                said += ", unequal work"
+            rounds = int(r["rounds"])
+            cells.append(f"{said} ({rounds} rounds)" if rounds > 1 else said)
+        rows.append([str(mine["claim"].iloc[0]), *cells, claim_measured(mine.iloc[0])])
+    return {"protocols_header": header, "protocols_rows": rows}
 
 
 def costmodel_rows(data: ReportData) -> dict[str, Any]:

@@ -23,15 +23,19 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claims import CLAIMS, UNEQUAL_WORK, Claim, verdict
-from muon_repro.analysis.rounds import LEVEL, mean_interval, t_quantile
+from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
-RUN = {
-    "adamw_full": f"{STUDY_PROFILE}/{GROUP}/adamw_FULLSTEP",
-    "muon_full": f"{STUDY_PROFILE}/{GROUP}/muon_FULLSTEP_dp2_tp2",
-    "muon_async": f"{STUDY_PROFILE}/{GROUP}/muon_FULLSTEP_dp2_tp2_async",
-}
+RUN_NAMES = {"adamw_full": "adamw_FULLSTEP", "muon_full": "muon_FULLSTEP_dp2_tp2", "muon_async": "muon_FULLSTEP_dp2_tp2_async"}
+
+
+def runs_of(prefix: str) -> dict[str, str]:
+    """The run ids the measures compare, under ``<profile>/<group>``."""
+    return {key: f"{prefix}/{name}" for key, name in RUN_NAMES.items()}
+
+
+RUN = runs_of(f"{STUDY_PROFILE}/{GROUP}")
 # The published number each claim rests on (study_method), and the claim's own phrasing of it.
 METHOD_NUMBER = {
     "comm_time_dp2_tp2": "comm_ratio",
@@ -56,27 +60,45 @@ def welch_log_ratio(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple
 
 
 def _per_step(steps: pd.DataFrame, run: str, scopes: tuple[str, ...], column: str, rank: int | None = None) -> np.ndarray:
-    """Per step, the mean over traced ranks (or ``rank`` alone) of ``column`` summed over ``scopes``."""
+    """The run's values, one per unit: per step the mean over traced ranks (or ``rank`` alone) of ``column`` summed
+    over ``scopes``; with several recordings (rounds), one value per round, the mean of its steps' (rounds, not
+    steps, are the independent units)."""
     sel = steps[(steps["run"] == run) & steps["scope"].isin(scopes)]
     if rank is not None:
         sel = sel[sel["rank"] == rank]
     if sel.empty:
         return np.zeros(0)
-    per_rank = sel.groupby(["step", "rank"])[column].sum(min_count=1)
-    return per_rank.groupby("step").mean().to_numpy(dtype="float64")
+    trial = sel["trial"] if "trial" in sel.columns else pd.Series(0, index=sel.index)
+    per_rank = sel.assign(trial=trial).groupby(["trial", "step", "rank"])[column].sum(min_count=1)
+    per_step = per_rank.groupby(["trial", "step"]).mean()
+    if per_step.index.get_level_values("trial").nunique() > 1:
+        return per_step.groupby("trial").mean().to_numpy(dtype="float64")
+    return per_step.to_numpy(dtype="float64")
 
 
-def _work(runs: pd.DataFrame, ranks: pd.DataFrame, a: str, b: str, rank: int | None = None) -> tuple[bool, str, dict]:
-    """Whether runs ``a`` and ``b`` did equal work (collectives, bytes per rank and step, gradient reduction),
-    and the measured difference in words and numbers."""
+def ratio_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """a/b with its 95% interval: with one value per round (several rounds each, as many), paired by round over the
+    rounds; else Welch's over the steps of one recording each."""
+    if len(a) == len(b) and 1 < len(a) < 5:  # per-round values: 5 or more are the steps of one recording
+        return paired_ratio_interval(a, b)
+    return welch_log_ratio(a, b)
+
+
+def _work(
+    runs: pd.DataFrame, ranks: pd.DataFrame, a: str, b: str, rank: int | None = None, colls: pd.DataFrame | None = None
+) -> tuple[bool, str, dict]:
+    """Whether run ``a`` did the work of run ``b``, and the measured difference in words and numbers. Equal: per rank
+    and step the same collectives (op, group, dtype, elements); for Muon against AdamW, every collective of AdamW's
+    plus Muon's own bf16 gathers of its momentum (what Distributed Muon adds, the paper's (1, 1.25] bytes) and
+    nothing else."""
     ra, rb = ranks[ranks["run"] == a], ranks[ranks["run"] == b]
     if rank is not None:
         ra, rb = ra[ra["rank"] == rank], rb[rb["rank"] == rank]
     fa, fb = runs[runs["run"] == a].iloc[0], runs[runs["run"] == b].iloc[0]
     bytes_a, bytes_b = float(ra["ring_bytes_per_step"].mean()), float(rb["ring_bytes_per_step"].mean())
     calls_a, calls_b = float(ra["collectives_per_step"].mean()), float(rb["collectives_per_step"].mean())
-    ops_a, ops_b = set(ra["collectives"]), set(rb["collectives"])
-    equal = ops_a == ops_b and math.isclose(bytes_a, bytes_b, rel_tol=1e-9) and calls_a == calls_b
+    extra_only_gathers = fa["optimizer"] == "muon" and fb["optimizer"] == "adamw"
+    equal = _same_collectives(colls, a, b, sorted(set(ra["rank"]) & set(rb["rank"])), extra_only_gathers)
     numbers = {"ring_bytes_a": bytes_a, "ring_bytes_b": bytes_b, "collectives_a": calls_a, "collectives_b": calls_b}
     who = f" on rank {rank}" if rank is not None else " (mean over ranks)"
     text = (
@@ -86,16 +108,41 @@ def _work(runs: pd.DataFrame, ranks: pd.DataFrame, a: str, b: str, rank: int | N
     return equal, text, numbers
 
 
+def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[int], extra_gathers: bool) -> bool:
+    """Per rank, in each run's first recording and step: ``a``'s collectives are ``b``'s (plus, with
+    ``extra_gathers``, only bf16 all-gathers)."""
+    from collections import Counter
+
+    if colls is None or colls.empty or not ranks:
+        return False
+
+    def of(run: str, r: int) -> Counter:
+        c = colls[(colls["run"] == run) & (colls["rank"] == r)]
+        c = c[(c["trial"] == c["trial"].min()) & (c["step"] == c["step"].min())]
+        return Counter(zip(c["op"], c["group_ranks"], c["dtype"], c["elements"]))
+
+    for r in ranks:
+        mine, theirs = of(a, r), of(b, r)
+        extra = mine - theirs
+        if theirs - mine:
+            return False
+        if extra and not (extra_gathers and all(op == "all_gather" and dtype == "bfloat16" for op, _, dtype, _ in extra)):
+            return False
+    return True
+
+
 def study_claim_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
     """The claims table's rows on the study's profile (none without the study's runs)."""
-    runs, steps, ranks, method = (study.get(k) for k in ("study_runs", "study_steps", "study_ranks", "study_method"))
+    runs, steps, ranks, method, colls = (
+        study.get(k) for k in ("study_runs", "study_steps", "study_ranks", "study_method", "study_collectives")
+    )
     if runs is None or runs.empty:
         return []
     rebuilt = {r.number_id: (float(r.rebuilt), bool(r.rebuilt_matches)) for r in method.itertuples()} if len(method) else {}
     rows = []
     for claim in CLAIMS:
         measure = _MEASURES.get(claim.claim_id)
-        m = measure(runs, steps, ranks) if measure is not None and set(RUN.values()) <= set(runs["run"]) else None
+        m = measure(runs, steps, ranks, colls=colls) if measure is not None and set(RUN.values()) <= set(runs["run"]) else None
         rows.append(_row(claim, m, rebuilt.get(METHOD_NUMBER.get(claim.claim_id, ""))))
     return rows
 
@@ -109,14 +156,14 @@ class _Measured:
         self.equal_work, self.work, self.comparable = equal_work, work, comparable
 
 
-def _comm_time(runs, steps, ranks) -> _Measured:
-    muon = _per_step(steps, RUN["muon_full"], (STEP,), "nccl_transfer_ms")
-    adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "nccl_transfer_ms")
-    value, low, high = welch_log_ratio(muon, adamw)
-    kernel_ratio = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "nccl_ms"))) / float(
-        np.mean(_per_step(steps, RUN["adamw_full"], (STEP,), "nccl_ms"))
+def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
+    muon = _per_step(steps, RUN["muon_full"], (STEP,), "comm_transfer_ms")
+    adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "comm_transfer_ms")
+    value, low, high = ratio_interval(muon, adamw)
+    kernel_ratio = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "comm_ms"))) / float(
+        np.mean(_per_step(steps, RUN["adamw_full"], (STEP,), "comm_ms"))
     )
-    equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"])
+    equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     bytes_ratio = numbers["ring_bytes_a"] / numbers["ring_bytes_b"]
     quoted = {
         "muon_transfer_ms": float(np.mean(muon)),
@@ -137,9 +184,9 @@ def _comm_time(runs, steps, ranks) -> _Measured:
     return _Measured(value, low, high, _conditions(runs, RUN["muon_full"], RUN["adamw_full"]), explanation, quoted, equal, work)
 
 
-def _optimizer_share(runs, steps, ranks) -> _Measured:
+def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     run = RUN["muon_full"]
-    busy = _per_step(steps, run, OPTIMIZER_SCOPES, "gpu_busy_ms")
+    busy = _per_step(steps, run, OPTIMIZER_SCOPES, "busy_ms")
     cpu = _per_step(steps, run, OPTIMIZER_SCOPES, "cpu_ms")
     step = _per_step(steps, run, (STEP,), "step_ms")
     value, low, high = mean_interval(busy / step)
@@ -159,13 +206,13 @@ def _optimizer_share(runs, steps, ranks) -> _Measured:
     return _Measured(value, low, high, _conditions(runs, run), explanation, quoted)
 
 
-def _async_slowdown(runs, steps, ranks) -> _Measured:
+def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     naive = _per_step(steps, RUN["muon_async"], (STEP,), "step_ms", rank=0)
     sync = _per_step(steps, RUN["muon_full"], (STEP,), "step_ms", rank=0)
-    value, low, high = welch_log_ratio(naive, sync)
-    equal, work, numbers = _work(runs, ranks, RUN["muon_async"], RUN["muon_full"], rank=0)
-    nccl_naive = float(np.mean(_per_step(steps, RUN["muon_async"], (STEP,), "nccl_ms", rank=0)))
-    nccl_sync = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "nccl_ms", rank=0)))
+    value, low, high = ratio_interval(naive, sync)
+    equal, work, numbers = _work(runs, ranks, RUN["muon_async"], RUN["muon_full"], rank=0, colls=colls)
+    nccl_naive = float(np.mean(_per_step(steps, RUN["muon_async"], (STEP,), "comm_ms", rank=0)))
+    nccl_sync = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "comm_ms", rank=0)))
     quoted = {
         "async_step_ms": float(np.mean(naive)),
         "sync_step_ms": float(np.mean(sync)),
@@ -184,11 +231,11 @@ def _async_slowdown(runs, steps, ranks) -> _Measured:
     )
 
 
-def _latency_overhead(runs, steps, ranks) -> _Measured:
+def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     muon = _per_step(steps, RUN["muon_full"], (STEP,), "step_ms")
     adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "step_ms")
-    value, low, high = welch_log_ratio(muon, adamw)
-    equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"])
+    value, low, high = ratio_interval(muon, adamw)
+    equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     explanation = (
         "Not comparable here: the paper's claim is for LLM pretraining with millions of tokens per step; the study's "
         "full step is a simulated forward-backward (20 chained 2048x2048 fp32 matmuls) beside five random-gradient "
@@ -275,3 +322,39 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         "equal_work": equal,
         "work_difference": work if equal is False else "",
     }
+
+
+PROTOCOL_CLAIMS = ("comm_time_dp2_tp2", "optimizer_share", "async_slowdown", "latency_overhead")
+
+
+def protocol_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
+    """The study_protocols table: each claimed number measured, by the measures above, on every set of the study's
+    runs (the study's own traces; the study's protocol and its equal-work variant recorded here), side by side."""
+    runs, steps, ranks, colls = (study.get(k) for k in ("study_runs", "study_steps", "study_ranks", "study_collectives"))
+    if runs is None or runs.empty:
+        return []
+    rows = []
+    sets = runs.drop_duplicates(["profile", "group"])[["profile", "group", "protocol", "recorded_by"]]
+    for s in sets.itertuples():
+        run_ids = runs_of(f"{s.profile}/{s.group}")
+        if not set(run_ids.values()) <= set(runs["run"]):
+            continue
+        rounds = int(runs.loc[runs["run"] == run_ids["muon_full"], "trial"].nunique())
+        for claim_id in PROTOCOL_CLAIMS:
+            m = _MEASURES[claim_id](runs, steps, ranks, RUN=run_ids, colls=colls)
+            rows.append(
+                {
+                    "claim_id": claim_id,
+                    "profile": s.profile,
+                    "group": s.group,
+                    "protocol": s.protocol,
+                    "recorded_by": s.recorded_by,
+                    "rounds": rounds,
+                    "measured_value": m.value,
+                    "measured_low": m.low,
+                    "measured_high": m.high,
+                    "equal_work": m.equal_work,
+                    "work_difference": m.work if m.equal_work is False else "",
+                }
+            )
+    return rows

@@ -26,6 +26,7 @@ import pandas as pd
 
 from muon_repro.analysis.collectives import dtype_info, normalize_op, ring_bytes
 from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.instances import collective_instances
 from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.piece_columns import GPU_WORK_CATS
 from muon_repro.analysis.reader import read_trace
@@ -55,16 +56,18 @@ class StudyTrace:
 
     ``scopes``: one row per step and scope (``scope`` = :data:`STEP` for the whole step): ``step`` (from 0),
     ``scope``, ``start_ns`` (absolute, comparable across ranks), ``cpu_ms``, ``gpu_busy_ms``, ``gpu_kernel_ms``,
-    ``nccl_ms``, ``gpu_done_ms`` (scope start to the end of its last GPU work; the CPU span when it launched
-    none), ``kernels``, and for the whole step ``step_ms``: from the completion of the previous step (the first
-    step: its start) to its own, completion being when its last scope returned and its last GPU work ended.
-    The study synchronises only inside ``FWD_BWD`` (and not at all in its optimizer-only runs), so the CPU
-    window of a step holds the previous step's GPU work; the completion-to-completion period counts each
+    ``busy_ms`` (the device's time: GPU busy on a GPU trace, the CPU span on a CPU trace), ``comm_ms`` (union of the
+    transfer intervals of the collectives it issued), ``gpu_done_ms`` (scope start to the end of its last GPU work;
+    the CPU span when it launched none), ``kernels``, and for the whole step ``step_ms``: from the completion of the
+    previous step (the first step: its start) to its own, completion being when its last scope returned and its last
+    GPU work ended. The study synchronises only inside ``FWD_BWD`` (and not at all in its optimizer-only runs), so
+    the CPU window of a step holds the previous step's GPU work; the completion-to-completion period counts each
     step's own work once, the last step's included.
 
-    ``collectives``: one row per collective, in issue order: ``step``, ``scope``, ``op``, ``pg_name``,
-    ``group_size``, ``dtype``, ``elements`` (the full array), ``payload_bytes``, ``ring_bytes`` (sent by this
-    rank, ring model), ``kernel_start_ns``, ``kernel_end_ns`` (its NCCL kernel; null if none was traced).
+    ``collectives``: one row per collective, in issue order (:data:`COLLECTIVE_COLUMNS` less the trace-clock ones):
+    ``step``, ``scope``, ``op``, ``group_ranks``, ``group_size``, ``dtype``, ``elements`` (the full array),
+    ``payload_bytes``, ``ring_bytes`` (sent by this rank, ring model), ``start_ns`` and ``end_ns`` (its transfer: the
+    NCCL kernel, or gloo's worker span, on the shared clock).
     """
 
     path: str
@@ -79,9 +82,10 @@ class StudyTrace:
     device_names: tuple[str, ...]
 
 
-def read_study_trace(path: str | Path) -> StudyTrace:
+def read_study_trace(path: str | Path, grid: tuple[int, int] | None = None) -> StudyTrace:
     """Read one trace of the study's protocol (see the module docstring); ``TraceError`` naming the file when
-    it has no outer scope of the study or not one step."""
+    it has no outer scope of the study or not one step. ``grid``: (dp, tp) of a run recorded here, whose gloo
+    collectives name their group by the label around them (:data:`GROUP_PREFIXES`) rather than in their events."""
     trace = read_trace(path)
     ev = trace.events
     cpu = ev[ev["cat"] == "user_annotation"]
@@ -106,29 +110,26 @@ def read_study_trace(path: str | Path) -> StudyTrace:
     work = work[(work["step"] >= 0) & (work["launch_ts"] <= outer_hi)]
     cpu_ends = np.r_[starts[1:], outer_hi]
     base_ns = trace.meta.base_time_ns or 0
+    on_gpu = len(work) > 0
+    colls = _collectives(trace, inner, starts, base_ns, grid, work)
     rows = []
     done_before = starts[0]  # when the previous step's work was complete
     for step, (lo, hi) in enumerate(zip(starts, cpu_ends)):
         mine = work[work["step"] == step]
+        comm = colls[colls["step"] == step] if len(colls) else colls
         in_step = inner[(inner["ts"] >= lo) & (inner["ts"] < hi)]
         # complete when its last scope has returned and the last GPU work it launched has ended
         done = max(float(in_step["end"].max()), float(mine["end"].max()) if len(mine) else lo)
-        rows.append(_scope_row(step, STEP, lo, hi, hi - lo, mine, base_ns) | {"step_ms": (done - done_before) / US_PER_MS})
+        row = _scope_row(step, STEP, lo, hi, hi - lo, mine, comm, base_ns, on_gpu)
+        rows.append(row | {"step_ms": (done - done_before) / US_PER_MS})
         done_before = done
         for name, scopes in in_step.groupby("name", observed=True, sort=False):
-            launched = mine[_launched_in(mine["launch_ts"].to_numpy(), scopes["ts"].to_numpy(), scopes["end"].to_numpy())]
-            rows.append(
-                _scope_row(
-                    step,
-                    str(name),
-                    float(scopes["ts"].min()),
-                    float(scopes["end"].max()),
-                    float(scopes["dur"].sum()),
-                    launched,
-                    base_ns,
-                )
-            )
-    collectives = _collectives(trace, inner, starts, base_ns)
+            windows = scopes["ts"].to_numpy(), scopes["end"].to_numpy()
+            launched = mine[_launched_in(mine["launch_ts"].to_numpy(), *windows)]
+            issued = comm[_launched_in(comm["launch_us"].to_numpy(), *windows)] if len(comm) else comm
+            lo_s, hi_s, cpu_us = float(scopes["ts"].min()), float(scopes["end"].max()), float(scopes["dur"].sum())
+            rows.append(_scope_row(step, str(name), lo_s, hi_s, cpu_us, launched, issued, base_ns, on_gpu))
+    collectives = colls.drop(columns=["start_us", "end_us", "launch_us"]) if len(colls) else colls
     optimizer = "muon" if outer_name.lower().startswith("muon") else "adamw"
     return StudyTrace(
         path=str(path),
@@ -173,10 +174,12 @@ def _launched_in(launch_ts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nd
     return (i >= 0) & (launch_ts <= hi[np.maximum(i, 0)])
 
 
-def _scope_row(step: int, scope: str, lo: float, hi: float, cpu_us: float, work: pd.DataFrame, base_ns: int) -> dict:
+def _scope_row(
+    step: int, scope: str, lo: float, hi: float, cpu_us: float, work: pd.DataFrame, comm: pd.DataFrame, base_ns: int, on_gpu: bool
+) -> dict:
     busy = Segments.union(work["ts"].to_numpy(), work["end"].to_numpy()).total
-    nccl = work[work["nccl"]]
     done = max(hi, float(work["end"].max())) if len(work) else hi
+    comm_us = Segments.union(comm["start_us"].to_numpy(), comm["end_us"].to_numpy()).total if len(comm) else 0.0
     return {
         "step": step,
         "scope": scope,
@@ -184,52 +187,137 @@ def _scope_row(step: int, scope: str, lo: float, hi: float, cpu_us: float, work:
         "cpu_ms": cpu_us / US_PER_MS,
         "gpu_busy_ms": busy / US_PER_MS,
         "gpu_kernel_ms": float(work["dur"].sum()) / US_PER_MS,
-        "nccl_ms": Segments.union(nccl["ts"].to_numpy(), nccl["end"].to_numpy()).total / US_PER_MS,
+        # the device's time for the scope: its kernels' on a GPU trace, its own span where the CPU does the work
+        "busy_ms": (busy if on_gpu else cpu_us) / US_PER_MS,
+        "comm_ms": comm_us / US_PER_MS,
         "gpu_done_ms": (done - lo) / US_PER_MS,
         "kernels": len(work),
     }
 
 
-def _collectives(trace: TraceEvents, inner: pd.DataFrame, starts: np.ndarray, base_ns: int) -> pd.DataFrame:
-    """Every collective (``record_param_comms``), in issue order, with its NCCL kernel: the k-th NCCL kernel
-    launched on a thread belongs to the k-th collective that thread issued."""
+GROUP_PREFIXES = {"dp_": "dp", "tp_": "tp", "world_": "world"}
+"""The labels our recordings put around each collective (muon_repro.study.protocol): which group it ran on."""
+
+
+def _collectives(
+    trace: TraceEvents, inner: pd.DataFrame, starts: np.ndarray, base_ns: int, grid: tuple[int, int] | None, work: pd.DataFrame
+) -> pd.DataFrame:
+    """Every collective, in issue order, with its transfer interval: an NCCL kernel (its group from the
+    ``record_param_comms`` call's process group) or, on gloo, the worker's transfer span (its group from the
+    label around it and ``grid``)."""
+    if work["nccl"].any():
+        rows = _nccl_collectives(trace, work)
+    else:
+        rows = _gloo_collectives(trace, grid)
+    if rows.empty:
+        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    rows["step"] = np.searchsorted(starts, rows["launch_us"].to_numpy(), side="right") - 1
+    rows["scope"] = [_innermost(inner, ts) for ts in rows["launch_us"]]
+    rows["start_ns"] = (base_ns + (rows["start_us"] * 1000).round()).astype("int64")
+    rows["end_ns"] = (base_ns + (rows["end_us"] * 1000).round()).astype("int64")
+    rows = rows[(rows["step"] >= 0) & (rows["step"] < len(starts))]
+    return rows[list(COLLECTIVE_COLUMNS)].reset_index(drop=True)
+
+
+COLLECTIVE_COLUMNS = (
+    "step",
+    "scope",
+    "op",
+    "group_ranks",
+    "group_size",
+    "dtype",
+    "elements",
+    "payload_bytes",
+    "ring_bytes",
+    "start_ns",
+    "end_ns",
+    "start_us",
+    "end_us",
+    "launch_us",
+)
+
+
+def _innermost(inner: pd.DataFrame, ts: float) -> str:
+    scope = inner[(inner["ts"] <= ts) & (inner["end"] >= ts)]
+    return str(scope["name"].iloc[-1]) if len(scope) else ""
+
+
+def _nccl_collectives(trace: TraceEvents, work: pd.DataFrame) -> pd.DataFrame:
+    """NCCL: each ``record_param_comms`` call with its kernel (the k-th NCCL kernel launched on a thread belongs
+    to the k-th collective that thread issued); the group's ranks from the trace's process groups."""
     ev, args = trace.events, trace.args
     if "collective" not in args.columns:
-        return pd.DataFrame(columns=["step", "scope", "op", "pg_name", "group_size", "dtype", "elements"])
+        return pd.DataFrame()
+    pg_ranks = {str(pg.get("pg_name")): ",".join(str(int(r)) for r in pg.get("ranks") or ()) for pg in trace.meta.pg_config}
     calls = args.dropna(subset=["collective"])
     calls = calls[ev.loc[calls.index, "name"].astype(str) == "record_param_comms"]
-    work = _gpu_work(trace)
     kernels = work[work["nccl"]].sort_values("launch_ts")
-    rows = []
-    seen: dict[int, int] = {}
+    rows, seen = [], {}
     for row, rec in calls.iterrows():
-        ts = float(ev.at[row, "ts"])
         thread = int(ev.at[row, "thread"])
         k = seen.get(thread, 0)
         seen[thread] = k + 1
         mine = kernels[kernels["launch_thread"] == thread]
-        kernel = mine.iloc[k] if k < len(mine) else None
+        if k >= len(mine):
+            continue  # a call whose kernel the trace does not hold
+        kernel = mine.iloc[k]
         op = normalize_op(str(rec["collective"])) or "other"
         group_size = int(rec["group_size"]) if pd.notna(rec["group_size"]) else 1
         dtype, size = dtype_info(rec["dtype"]) or (str(rec["dtype"]), 0)
-        # the full array: an all-gather's output, a reduction's input
-        elements = int(rec["out_nelems"] if op == "all_gather" else rec["in_nelems"])
-        step = int(np.searchsorted(starts, ts, side="right") - 1)
-        scope = inner[(inner["ts"] <= ts) & (inner["end"] >= ts)]
+        elements = int(rec["out_nelems"] if op == "all_gather" else rec["in_nelems"])  # the full array
         rows.append(
             {
-                "step": step,
-                "scope": str(scope["name"].iloc[-1]) if len(scope) else "",
                 "op": op,
-                "pg_name": str(rec["pg_name"]),
+                "group_ranks": pg_ranks.get(str(rec["pg_name"]), ""),
                 "group_size": group_size,
                 "dtype": dtype,
                 "elements": elements,
                 "payload_bytes": elements * size,
                 "ring_bytes": ring_bytes(op, elements, size, group_size) or 0,
-                "kernel_start_ns": None if kernel is None else int(base_ns + round(float(kernel["ts"]) * 1000)),
-                "kernel_end_ns": None if kernel is None else int(base_ns + round(float(kernel["end"]) * 1000)),
+                "start_us": float(kernel["ts"]),
+                "end_us": float(kernel["end"]),
+                "launch_us": float(kernel["launch_ts"]),
             }
         )
-    out = pd.DataFrame(rows)
-    return out[(out["step"] >= 0) & (out["step"] < len(starts))].reset_index(drop=True) if len(out) else out
+    return pd.DataFrame(rows)
+
+
+def _gloo_collectives(trace: TraceEvents, grid: tuple[int, int] | None) -> pd.DataFrame:
+    """gloo: the analysis's collective instances (caller ``c10d::`` op matched to the worker's transfer); the group
+    from the label around the call: DP ranks strided, TP ranks adjacent, as the study's grid."""
+    inst = collective_instances(trace)
+    inst = inst[inst["source"] == "gloo"]
+    if inst.empty:
+        return pd.DataFrame()
+    world = trace.meta.world_size or 1
+    rank = trace.meta.rank
+    dp, tp = grid or (world, 1)
+
+    def members(phase: str) -> range:
+        kind = next((g for prefix, g in GROUP_PREFIXES.items() if str(phase).startswith(prefix)), "world")
+        return {
+            "dp": range(rank % tp, world, tp),
+            "tp": range((rank // tp) * tp, (rank // tp + 1) * tp),
+            "world": range(world),
+        }[kind]
+
+    groups = [members(p) for p in inst["phase"]]
+    sizes = np.array([len(g) for g in groups])  # gloo's events do not say their group: the label does
+    elements = inst["elements"].to_numpy()
+    element_size = np.where(elements > 0, inst["size_bytes"].to_numpy() // np.maximum(elements, 1), 0)
+    return pd.DataFrame(
+        {
+            "op": inst["op"].to_numpy(),
+            "group_ranks": [",".join(map(str, g)) for g in groups],
+            "group_size": sizes,
+            "dtype": inst["dtype"].to_numpy(),
+            "elements": elements,
+            "payload_bytes": inst["size_bytes"].to_numpy(),
+            "ring_bytes": [
+                ring_bytes(op, int(e), int(b), int(n)) or 0 for op, e, b, n in zip(inst["op"], elements, element_size, sizes)
+            ],
+            "start_us": inst["start"].to_numpy(),
+            "end_us": inst["end"].to_numpy(),
+            "launch_us": inst["issue_ts"].to_numpy(),
+        }
+    )

@@ -117,6 +117,24 @@ def run_and_rank(file_name: str) -> tuple[str, int]:
     return m["run"], int(m["rank"])
 
 
+# The study's protocol replayed here (muon_repro.study.protocol): config.json's field naming it, and the run group of each.
+PROTOCOL_FIELD = "protocol"
+PROTOCOLS = ("study", "study-equal-work")
+GROUPS = {"study": "study_protocol", "study-equal-work": "study_equal_work"}
+
+
+def protocol_of(folder: Path) -> str | None:
+    """The study protocol a trial folder was recorded with (its config.json), None for anything else."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get(PROTOCOL_FIELD)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if value in PROTOCOLS else None
+
+
 def study_folder(traces_root: str | Path) -> Path:
     """Where the study's traces lie in a dataset: ``<traces>/<STUDY_PROFILE>/comparison``."""
     return Path(traces_root) / STUDY_PROFILE / GROUP

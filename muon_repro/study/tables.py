@@ -16,6 +16,7 @@ collective (matched by group and issue order, on the traces' shared clock), its 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from muon_repro.hardware import profile_or_unknown
 from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
 from muon_repro.study.sources import (
@@ -32,6 +34,7 @@ from muon_repro.study.sources import (
     STUDY_ENVIRONMENT,
     STUDY_PROFILE,
     is_study_folder,
+    protocol_of,
     run_and_rank,
 )
 from muon_repro.tables.schemas import SCHEMAS
@@ -80,46 +83,123 @@ def study_folders(paths: Iterable[str | Path]) -> list[Path]:
     return list(found)
 
 
-def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
-    """Every study table from the study folders under ``paths`` (empty frames when there is none)."""
-    traces: dict[str, list[StudyTrace]] = {}
-    rank0: dict[str, object] = {}
-    folders = study_folders(paths)
-    for folder in folders:
+@dataclass(frozen=True)
+class Recording:
+    """One recording of a run of the study's protocol: the study's own (its traces) or one recorded here (a trial)."""
+
+    run: str  # <profile>/<group>/<name>
+    profile: str
+    group: str
+    name: str
+    trial: int
+    protocol: str  # study | study-equal-work
+    recorded_by: str  # "the original study" or "muon_repro"
+    files: tuple[Path, ...]
+    grid: tuple[int, int] | None  # (dp, tp) of a run recorded here: its gloo collectives' groups
+    device: str
+    backend: str
+
+
+def recordings(paths: Iterable[str | Path]) -> list[Recording]:
+    """The study's own runs and the study-protocol runs recorded here, under ``paths``."""
+    out = []
+    for folder in study_folders(paths):
+        names: dict[str, list[Path]] = {}
         for f in sorted(folder.glob("trace_*_rank*.json*")):
-            name, _ = run_and_rank(f.name)
-            traces.setdefault(name, []).append(read_study_trace(f))
-            if _ == 0:
-                rank0[name] = study_sums(f)
-    if not traces:
+            names.setdefault(run_and_rank(f.name)[0], []).append(f)
+        for name, files in sorted(names.items()):
+            run = f"{STUDY_PROFILE}/{GROUP}/{name}"
+            device, backend = str(STUDY_ENVIRONMENT["accelerator"]), str(STUDY_ENVIRONMENT["backend"])
+            out.append(Recording(run, STUDY_PROFILE, GROUP, name, 0, "study", ORIGINAL, tuple(files), None, device, backend))
+    for folder in protocol_folders(paths):
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        env_path = folder / "environment.json"
+        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
+        profile = profile_or_unknown(env)
+        group, name = str(config["group"]), str(config["name"])
+        files = tuple(sorted(folder.glob("rank*.json.gz")))
+        device = str(env.get("accelerator") or "cpu")
+        out.append(
+            Recording(
+                f"{profile}/{group}/{name}",
+                profile,
+                group,
+                name,
+                int(config.get("trial", 0)),
+                str(config["protocol"]),
+                RECORDED_HERE,
+                files,
+                (int(config["dp"]), int(config["tp"])),
+                device,
+                str(config.get("backend") or env.get("backend") or ""),
+            )
+        )
+    return out
+
+
+ORIGINAL, RECORDED_HERE = "the original study", "muon_repro"
+
+
+def protocol_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """The trial folders of study-protocol runs recorded here (their config.json names a protocol), each once."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            continue
+        for config in sorted(path.rglob("config.json")):
+            if any(part.startswith(".") for part in config.relative_to(path).parts):
+                continue
+            if protocol_of(config.parent):
+                found.setdefault(config.parent, None)
+    return list(found)
+
+
+def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
+    """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none)."""
+    found = recordings(paths)
+    if not found:
         return {name: SCHEMAS[name].empty() for name in TABLES}
     steps, collectives, ranks, runs = [], [], [], []
-    for name, per_rank in sorted(traces.items()):
-        per_rank.sort(key=lambda t: t.rank)
-        run_id = f"{STUDY_PROFILE}/{GROUP}/{name}"
-        config = StudyRun.from_name(name, per_rank[0].world_size or len(per_rank))
+    rank0: dict[str, object] = {}
+    for rec in found:
+        per_rank = sorted((read_study_trace(f, rec.grid) for f in rec.files), key=lambda t: t.rank)
+        config = StudyRun.from_name(rec.name, per_rank[0].world_size or len(per_rank))
+        if rec.recorded_by == ORIGINAL:
+            rank0[rec.name] = study_sums(next(f for f, t in zip(rec.files, per_rank) if t.rank == 0))
+        key = {"run": rec.run, "trial": rec.trial, "profile": rec.profile}
         colls = _match_across_ranks(per_rank)
         run_steps = _steps_with_transfer(per_rank, colls)
-        steps.append(run_steps.assign(run=run_id))
-        collectives.append(colls.assign(run=run_id))
-        rank_rows = _rank_rows(per_rank, colls, config).assign(run=run_id)
+        steps.append(run_steps.assign(**key))
+        collectives.append(colls.assign(**key))
+        rank_rows = _rank_rows(per_rank, colls, config).assign(**key)
         ranks.append(rank_rows)
-        runs.append(_run_row(run_id, config, per_rank, run_steps, rank_rows))
+        runs.append(_run_row(rec, config, per_rank, run_steps, rank_rows))
     tables = {
         "study_runs": pd.DataFrame(runs),
         "study_ranks": pd.concat(ranks, ignore_index=True),
         "study_steps": pd.concat(steps, ignore_index=True),
         "study_collectives": pd.concat(collectives, ignore_index=True),
     }
-    tables["study_method"], tables["study_method_parts"] = _method_tables(rank0, tables["study_steps"])
-    for df in tables.values():
-        df["profile"] = STUDY_PROFILE
+    original = {name: _rows_of(df, STUDY_PROFILE) for name, df in tables.items()}
+    method, parts = _method_tables(rank0, original["study_steps"])
+    tables["study_method"], tables["study_method_parts"] = (df.assign(profile=STUDY_PROFILE) for df in (method, parts))
+    from muon_repro.study.claims import protocol_rows
+
+    tables["study_protocols"] = pd.DataFrame(protocol_rows(tables), columns=SCHEMAS["study_protocols"].names)
     # the cost model on the study's machine: priced from its datasheet profile, then fitted to these kernel times
     from muon_repro.costmodel.study_check import study_costmodel_table
 
-    tables["study_costmodel"] = study_costmodel_table(tables["study_steps"], tables["study_collectives"])
-    tables["study_costmodel_thresholds"] = _threshold_record(folders)
+    if rank0:
+        tables["study_costmodel"] = study_costmodel_table(original["study_steps"], original["study_collectives"])
+    else:
+        tables["study_costmodel"] = SCHEMAS["study_costmodel"].empty()
+    tables["study_costmodel_thresholds"] = _threshold_record(study_folders(paths))
     return tables
+
+
+def _rows_of(df: pd.DataFrame, profile: str) -> pd.DataFrame:
+    return df[df["profile"] == profile].reset_index(drop=True) if "profile" in df.columns else df
 
 
 def thresholds_record_path(study_dir: Path) -> Path:
@@ -144,6 +224,7 @@ TABLES = (
     "study_collectives",
     "study_method",
     "study_method_parts",
+    "study_protocols",
     "study_costmodel",
     "study_costmodel_thresholds",
 )
@@ -159,20 +240,19 @@ def _match_across_ranks(per_rank: list[StudyTrace]) -> pd.DataFrame:
         if c.empty:
             continue
         c["rank"] = t.rank
-        c["group_ranks"] = c["pg_name"].map(lambda pg, t=t: ",".join(map(str, t.pg_ranks.get(pg, ()))))
         c["seq"] = c.groupby("group_ranks").cumcount()
         frames.append(c)
     if not frames:
         return pd.DataFrame()
     c = pd.concat(frames, ignore_index=True)
     traced = {t.rank for t in per_rank}
-    last_start = c.groupby(["group_ranks", "seq"])["kernel_start_ns"].transform("max")
+    last_start = c.groupby(["group_ranks", "seq"])["start_ns"].transform("max")
     members = c.groupby(["group_ranks", "seq"])["rank"].transform("size")
     complete = c["group_ranks"].map(lambda g: set(map(int, g.split(","))) <= traced if g else False) & (
         members == c["group_size"]
     )
-    start, end = c["kernel_start_ns"].astype("float64"), c["kernel_end_ns"].astype("float64")
-    c["kernel_ms"] = (end - start) / NS_PER_MS
+    start, end = c["start_ns"].astype("float64"), c["end_ns"].astype("float64")
+    c["transfer_span_ms"] = (end - start) / NS_PER_MS
     c["wait_ms"] = np.where(complete, (last_start.astype("float64") - start) / NS_PER_MS, np.nan)
     c["transfer_ms"] = np.where(complete, (end - last_start.astype("float64")) / NS_PER_MS, np.nan)
     return c
@@ -182,11 +262,11 @@ def _steps_with_transfer(per_rank: list[StudyTrace], colls: pd.DataFrame) -> pd.
     frames = [t.scopes.assign(rank=t.rank) for t in per_rank]
     steps = pd.concat(frames, ignore_index=True)
     if colls.empty:
-        steps["nccl_transfer_ms"] = np.nan
+        steps["comm_transfer_ms"] = np.nan
         return steps
     by_scope = colls.groupby(["rank", "step", "scope"])["transfer_ms"].sum(min_count=1)
     by_step = colls.groupby(["rank", "step"])["transfer_ms"].sum(min_count=1)
-    steps["nccl_transfer_ms"] = [
+    steps["comm_transfer_ms"] = [
         by_step.get((r, s), np.nan) if scope == STEP else by_scope.get((r, s, scope), np.nan)
         for r, s, scope in zip(steps["rank"], steps["step"], steps["scope"])
     ]
@@ -225,14 +305,18 @@ def _held_elements(first_step: pd.DataFrame, config: StudyRun) -> int | None:
     return None if first is None else int(first["elements"] // config.dp)
 
 
-def _run_row(run_id: str, config: StudyRun, per_rank: list[StudyTrace], steps: pd.DataFrame, ranks: pd.DataFrame) -> dict:
+def _run_row(rec: Recording, config: StudyRun, per_rank: list[StudyTrace], steps: pd.DataFrame, ranks: pd.DataFrame) -> dict:
     whole = steps[steps["scope"] == STEP]
     optimizer = steps[steps["scope"].isin(OPTIMIZER_SCOPES)].groupby(["rank", "step"])
     fwd_bwd = steps[steps["scope"] == "FWD_BWD"]
     per_step = whole.groupby("step")
     return {
-        "run": run_id,
-        "group": GROUP,
+        "run": rec.run,
+        "profile": rec.profile,
+        "trial": rec.trial,
+        "protocol": rec.protocol,
+        "recorded_by": rec.recorded_by,
+        "group": rec.group,
         "name": config.name,
         "optimizer": config.optimizer,
         "variant": config.variant,
@@ -242,9 +326,8 @@ def _run_row(run_id: str, config: StudyRun, per_rank: list[StudyTrace], steps: p
         "world_size": per_rank[0].world_size,
         "ranks_traced": len(per_rank),
         "steps": int(whole["step"].nunique()),
-        "device": STUDY_ENVIRONMENT["accelerator"],
-        "backend": STUDY_ENVIRONMENT["backend"],
-        "nccl_version": STUDY_ENVIRONMENT["nccl_version"],
+        "device": rec.device,
+        "backend": rec.backend,
         "collectives_per_step": float(ranks["collectives_per_step"].mean()),
         "payload_bytes_per_step": float(ranks["payload_bytes_per_step"].mean()),
         "ring_bytes_per_step": float(ranks["ring_bytes_per_step"].mean()),
@@ -253,10 +336,11 @@ def _run_row(run_id: str, config: StudyRun, per_rank: list[StudyTrace], steps: p
         "step_cpu_ms": float(per_step["cpu_ms"].mean().mean()),
         "optimizer_cpu_ms": float(optimizer["cpu_ms"].sum().mean()),
         "optimizer_gpu_busy_ms": float(optimizer["gpu_busy_ms"].sum().mean()),
+        "optimizer_busy_ms": float(optimizer["busy_ms"].sum().mean()),
         "optimizer_done_ms": float(optimizer["gpu_done_ms"].max().mean()),
         "fwd_bwd_gpu_busy_ms": float(fwd_bwd["gpu_busy_ms"].mean()) if len(fwd_bwd) else np.nan,
-        "nccl_ms": float(per_step["nccl_ms"].mean().mean()),
-        "nccl_transfer_ms": float(per_step["nccl_transfer_ms"].mean().mean()),
+        "comm_ms": float(per_step["comm_ms"].mean().mean()),
+        "comm_transfer_ms": float(per_step["comm_transfer_ms"].mean().mean()),
     }
 
 
@@ -309,8 +393,8 @@ def _measured_per_step(steps: pd.DataFrame) -> dict[str, tuple[float, str]]:
         ("adamw", "adamw_FULLSTEP", "adamw_FULLSTEP_async", "AdamW_Step"),
     ):
         run, arun = f"{STUDY_PROFILE}/{GROUP}/{full}", f"{STUDY_PROFILE}/{GROUP}/{asyn}"
-        out[f"comm_ms_{opt}"] = (mean(run, STEP, "nccl_ms"), "NCCL kernel time per step (union), rank 0")
-        out[f"async_comm_ms_{opt}"] = (mean(arun, STEP, "nccl_ms"), "NCCL kernel time per step (union), rank 0")
+        out[f"comm_ms_{opt}"] = (mean(run, STEP, "comm_ms"), "collective transfer time per step (union), rank 0")
+        out[f"async_comm_ms_{opt}"] = (mean(arun, STEP, "comm_ms"), "collective transfer time per step (union), rank 0")
         out[f"fwd_bwd_ms_{opt}"] = (mean(run, "FWD_BWD", "gpu_busy_ms"), "GPU busy time of the kernels FWD_BWD launched")
         opt_scopes = [step_scope] + (["AdamW_AllReduce"] if opt == "adamw" else [])
         busy = sum(mean(run, s, "gpu_busy_ms") for s in opt_scopes)

@@ -118,6 +118,13 @@ SCHEMAS: dict[str, TableSchema] = {
         ("run",),
         columns_of(
             *_RUN_ID,
+            (
+                "protocol",
+                "string",
+                "",
+                "benchmark: our like-for-like benchmark (every run of this table); the runs of the original study's "
+                "protocol (study, study-equal-work) are in study_runs",
+            ),
             ("optimizer", "string", "", "'muon' or 'adamw' (config.json); null for foreign traces"),
             ("layout", "string", "", "ZeRO-1 layout of the flat buffer: contiguous, bucketed, whole_matrix (config.json)"),
             (

@@ -12,6 +12,7 @@ _STUDY_RUN = (
     ("profile", "string", "", "the study's hardware profile (4xRTXA4000-pcie-nccl), derived from its traces"),
 )
 _RANK = ("rank", "Int64", "rank", "global rank (the trace's distributedInfo)")
+_TRIAL = ("trial", "Int64", "", "which recording of the run (a round; the study's own traces: 0)")
 _STEP = ("step", "Int64", "", "the step within the trace, from 0 (one repeat of the study's record_function scopes)")
 _SCOPE = (
     "scope",
@@ -26,10 +27,19 @@ STUDY_RUNS = TableSchema(
     "The original study's runs, read from its published traces: one row per configuration (4 ranks, or rank 0 alone "
     "for the async runs), with what it did (collectives, bytes per rank and step) and its per-step times, each a mean "
     "over steps of the mean over its traced ranks.",
-    ("run",),
+    ("run", "trial"),
     columns_of(
         *_STUDY_RUN,
-        ("group", "string", "", "the study's folder: comparison"),
+        _TRIAL,
+        (
+            "protocol",
+            "string",
+            "",
+            "study (the study's experiment as its muon_vs_adam.py ran it) or study-equal-work (the same with both "
+            "optimizers reducing and sharding alike; docs/recording.md)",
+        ),
+        ("recorded_by", "string", "", "'the original study' (its published traces) or 'muon_repro' (recorded here)"),
+        ("group", "string", "", "comparison (the study's folder), study_protocol or study_equal_work (recorded here)"),
         ("name", "string", "", "the study's run name (adamw, muon_dp2_tp2, adamw_FULLSTEP, ...)"),
         ("optimizer", "string", "", "muon or adamw"),
         (
@@ -44,9 +54,8 @@ STUDY_RUNS = TableSchema(
         ("world_size", "Int64", "ranks", "ranks of the run (distributedInfo)"),
         ("ranks_traced", "Int64", "ranks", "ranks whose trace was published"),
         ("steps", "Int64", "count", "steps in each trace"),
-        ("device", "string", "", "accelerator (deviceProperties)"),
-        ("backend", "string", "", "collective backend (distributedInfo)"),
-        ("nccl_version", "string", "", "NCCL version (distributedInfo)"),
+        ("device", "string", "", "accelerator (deviceProperties, environment.json), or cpu"),
+        ("backend", "string", "", "collective backend: nccl or gloo"),
         ("collectives_per_step", "Float64", "count", "collectives a traced rank issues per step, mean over ranks"),
         (
             "payload_bytes_per_step",
@@ -84,14 +93,25 @@ STUDY_RUNS = TableSchema(
             "from the optimizer's first scope's start to the end of its last GPU work, per step (in the optimizer-only "
             "runs, which never synchronise, this grows with the queue)",
         ),
-        ("fwd_bwd_gpu_busy_ms", "Float64", "ms", "GPU busy time of the kernels FWD_BWD launched, per step; null without one"),
-        ("nccl_ms", "Float64", "ms", "NCCL kernel time per step (union of its NCCL kernels, waits included)"),
         (
-            "nccl_transfer_ms",
+            "optimizer_busy_ms",
             "Float64",
             "ms",
-            "NCCL transfer time per step: each collective's kernel from the last rank's arrival to its own end, summed; "
-            "null where a group's ranks were not all traced",
+            "the optimizer's device time per step: its kernels' GPU busy time on GPU traces, its scopes' CPU span on CPU",
+        ),
+        ("fwd_bwd_gpu_busy_ms", "Float64", "ms", "GPU busy time of the kernels FWD_BWD launched, per step; null without one"),
+        (
+            "comm_ms",
+            "Float64",
+            "ms",
+            "collective time per step: union of the transfer intervals (NCCL kernels; gloo's worker spans), waits included",
+        ),
+        (
+            "comm_transfer_ms",
+            "Float64",
+            "ms",
+            "transfer time per step: each collective from the last rank's arrival to its own end, summed; null where a "
+            "group's ranks were not all traced",
         ),
     ),
 )
@@ -99,9 +119,10 @@ STUDY_RUNS = TableSchema(
 STUDY_RANKS = TableSchema(
     "study_ranks",
     "The original study's runs per rank: what each rank held and sent, from the collectives in its trace.",
-    ("run", "rank"),
+    ("run", "trial", "rank"),
     columns_of(
         *_STUDY_RUN,
+        _TRIAL,
         _RANK,
         ("device", "string", "", "accelerator (deviceProperties)"),
         ("collectives_per_step", "Float64", "count", "collectives the rank issued per step"),
@@ -123,9 +144,10 @@ STUDY_STEPS = TableSchema(
     "The original study's traces per step and scope: the scope's CPU span, the GPU time of the kernels it launched "
     "(HolisticTraceAnalysis's convention: a kernel belongs to the scope whose CPU window holds its launch), NCCL time. "
     "A scope's CPU and GPU annotations are one scope, never added.",
-    ("run", "rank", "step", "scope"),
+    ("run", "trial", "rank", "step", "scope"),
     columns_of(
         *_STUDY_RUN,
+        _TRIAL,
         _RANK,
         _STEP,
         _SCOPE,
@@ -133,8 +155,14 @@ STUDY_STEPS = TableSchema(
         ("cpu_ms", "Float64", "ms", "CPU span of the scope's annotation (of the step: its CPU window)"),
         ("gpu_busy_ms", "Float64", "ms", "GPU busy time (union) of the kernels, copies and memsets it launched"),
         ("gpu_kernel_ms", "Float64", "ms", "the same, summed per kernel (overlapping streams counted twice)"),
-        ("nccl_ms", "Float64", "ms", "union of the NCCL kernels it launched"),
-        ("nccl_transfer_ms", "Float64", "ms", "its collectives' transfer time (study_collectives), summed"),
+        (
+            "busy_ms",
+            "Float64",
+            "ms",
+            "the device's time for it: gpu_busy_ms on a GPU trace; its CPU span on a CPU trace, where the CPU does the work",
+        ),
+        ("comm_ms", "Float64", "ms", "union of the transfer intervals of the collectives it issued (NCCL kernels; gloo's)"),
+        ("comm_transfer_ms", "Float64", "ms", "its collectives' transfer time (study_collectives), summed"),
         ("gpu_done_ms", "Float64", "ms", "from its start to the end of its last GPU work (its CPU span when it launched none)"),
         ("kernels", "Int64", "count", "GPU kernels, copies and memsets it launched"),
         ("step_ms", "Float64", "ms", "scope 'step' only: from the previous step's completion to its own (study_runs)"),
@@ -145,24 +173,30 @@ STUDY_COLLECTIVES = TableSchema(
     "study_collectives",
     "Every collective in the original study's traces, in issue order, with its group, bytes and NCCL kernel; wait and "
     "transfer from the same collective on every rank of its group (matched by group and issue order).",
-    ("run", "rank", "step", "group_ranks", "seq"),
+    ("run", "trial", "rank", "step", "group_ranks", "seq"),
     columns_of(
         *_STUDY_RUN,
+        _TRIAL,
         _RANK,
         _STEP,
         _SCOPE,
         ("op", "string", "", "collective kind (all_reduce, all_gather, ...)"),
-        ("pg_name", "string", "", "process group name on this rank (distributedInfo.pg_config)"),
-        ("group_ranks", "string", "", "global ranks of the group, comma-separated"),
+        (
+            "group_ranks",
+            "string",
+            "",
+            "global ranks of the group, comma-separated (NCCL: the trace's process groups; gloo: the label around the "
+            "call and the run's DP x TP grid)",
+        ),
         ("seq", "Int64", "", "issue order within the group on this rank, from 0"),
         ("group_size", "Int64", "ranks", "ranks in the group"),
         ("dtype", "string", "", "element type"),
         ("elements", "Int64", "count", "the full array: an all-gather's output, a reduction's input"),
         ("payload_bytes", "Int64", "bytes", "elements x element size"),
         ("ring_bytes", "Int64", "bytes", "bytes this rank sends, ring model"),
-        ("kernel_start_ns", "Int64", "ns", "its NCCL kernel's start, on the shared clock"),
-        ("kernel_end_ns", "Int64", "ns", "its NCCL kernel's end"),
-        ("kernel_ms", "Float64", "ms", "its NCCL kernel's duration"),
+        ("start_ns", "Int64", "ns", "its transfer's start (the NCCL kernel; gloo's worker span), on the shared clock"),
+        ("end_ns", "Int64", "ns", "its transfer's end"),
+        ("transfer_span_ms", "Float64", "ms", "end minus start: the transfer with the wait for the group"),
         ("wait_ms", "Float64", "ms", "kernel time before the last rank of the group started it; null if not all traced"),
         ("transfer_ms", "Float64", "ms", "kernel time after the last rank started it; null if not all traced"),
     ),
@@ -269,6 +303,27 @@ STUDY_COSTMODEL_THRESHOLDS = TableSchema(
 
 STUDY_COSTMODEL_SCHEMAS = (STUDY_COSTMODEL, STUDY_COSTMODEL_THRESHOLDS)
 
+STUDY_PROTOCOLS = TableSchema(
+    "study_protocols",
+    "Each claimed number of the original study measured the same way on every set of its protocol's runs: its own "
+    "traces, its protocol recorded here (study) and the same with equal work (study-equal-work), side by side with "
+    "the claims table's value on our benchmark. Measurements, not verdicts: the claims are judged in the claims table.",
+    ("claim_id", "profile", "group"),
+    columns_of(
+        ("claim_id", "string", "", "the claims table's claim"),
+        ("profile", "string", "", "hardware profile of the runs"),
+        ("group", "string", "", "the runs' group: comparison (the study's own), study_protocol, study_equal_work"),
+        ("protocol", "string", "", "study or study-equal-work"),
+        ("recorded_by", "string", "", "'the original study' or 'muon_repro'"),
+        ("rounds", "Int64", "count", "recordings of the runs: 1 (the interval is over steps), else over rounds"),
+        ("measured_value", "Float64", "", "the claim's quantity (its unit in the claims table), as the claims measure it"),
+        ("measured_low", "Float64", "", "lower end of the 95% interval: over rounds (paired), else over the steps"),
+        ("measured_high", "Float64", "", "upper end of the 95% interval"),
+        ("equal_work", "boolean", "", "whether the runs compared did the same work; null for one run"),
+        ("work_difference", "string", "", "the measured difference in work when equal_work is false"),
+    ),
+)
+
 STUDY_SCHEMAS = (
     STUDY_RUNS,
     STUDY_RANKS,
@@ -276,5 +331,6 @@ STUDY_SCHEMAS = (
     STUDY_COLLECTIVES,
     STUDY_METHOD,
     STUDY_METHOD_PARTS,
+    STUDY_PROTOCOLS,
     *STUDY_COSTMODEL_SCHEMAS,
 )
