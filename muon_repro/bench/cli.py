@@ -27,6 +27,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("configs", nargs="*", metavar="CONFIG")
+    p.add_argument(
+        "--protocol",
+        choices=("benchmark", "study", "study-equal-work", "study-both"),
+        default="benchmark",
+        help="benchmark (default): the named CONFIGs, our like-for-like benchmark; study: the original study's "
+        "experiment as its muon_vs_adam.py ran it (its 6 runs on 4 ranks, its record_function scopes); "
+        "study-equal-work: the same with both optimizers reducing and sharding alike; study-both: both, interleaved "
+        "(docs/recording.md#the-original-studys-protocol)",
+    )
     p.add_argument("--list", action="store_true", help="list the named configurations and exit")
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
@@ -63,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         for key, c in CONFIGS.items():
             print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2} {c.pp:>2}  {c.layout}")
         return 0
+    if args.protocol != "benchmark":
+        return _record_protocol(args)
     if not args.configs:
         raise ValueError("name at least one CONFIG (see --list), a group, 'study', 'reference' or 'all'")
     try:
@@ -71,6 +82,29 @@ def _run(args: argparse.Namespace) -> int:
         where = "" if _under_torchrun() else " while no trial was being recorded; complete trials are kept"
         print(f"muon-repro bench: interrupted{where}", file=sys.stderr)
         return 130
+
+
+def _record_protocol(args: argparse.Namespace) -> int:
+    """The study's protocol (muon_repro.study.record): its own six runs, no CONFIG."""
+    from muon_repro.study.record import record_protocols
+    from muon_repro.study.sources import PROTOCOLS
+
+    if args.configs:
+        raise ValueError(f"--protocol {args.protocol} records the study's own six runs: name no CONFIG with it")
+    protocols = PROTOCOLS if args.protocol == "study-both" else (args.protocol,)
+    command = getattr(args, "command_line", None) or ["muon-repro", "bench", "--protocol", args.protocol]
+    written = record_protocols(
+        args.out,
+        protocols=protocols,
+        trials=args.trials,
+        backend=args.backend,
+        profile_id=args.profile,
+        command=command,
+        progress=not args.no_progress,
+    )
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"recorded {len(written)} runs of the study's protocol under {args.out} (complete ones skipped)")
+    return 0
 
 
 def _configs(args: argparse.Namespace) -> list:

@@ -175,8 +175,9 @@ def protocols_table(data: ReportData) -> dict[str, Any]:
     table = data.study_protocols
     if table.empty:
         return {"protocols_header": [], "protocols_rows": []}
+    order = {"comparison": 0, "study_protocol": 1, "study_equal_work": 2}  # the study's, its protocol, equal work
     sets = table.drop_duplicates(["profile", "group"])
-    columns = [(str(s.profile), str(s.group)) for s in sets.itertuples()]
+    columns = sorted(((str(s.profile), str(s.group)) for s in sets.itertuples()), key=lambda pg: order.get(pg[1], 3))
     labels = {
         "comparison": "the study's traces",
         "study_protocol": "its protocol, recorded here",
