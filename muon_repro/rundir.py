@@ -129,7 +129,7 @@ def trial_folders(root: Path) -> dict[str, list[Path]]:
     runs: dict[str, list[Path]] = {}
     for config in sorted(root.rglob(CONFIG_FILE)):
         folder = config.parent
-        if is_hidden_under(folder, root):
+        if is_hidden_under(folder, root) or protocol_of(folder):  # the study's protocol: muon_repro.study reads it
             continue
         run = RunDir(folder)
         key = run.config_dict.get("key") or folder.relative_to(root).as_posix()
@@ -231,6 +231,20 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return load_json(path)
     except SideFileError:
         return None
+
+
+# The original study's protocol replayed here (muon_repro.study.protocol): config.json's field naming it, and the
+# run group of each. Its folders are read by muon_repro.study, not as benchmark runs.
+PROTOCOL_FIELD = "protocol"
+STUDY_PROTOCOLS = ("study", "study-equal-work")
+STUDY_PROTOCOL_GROUPS = {"study": "study_protocol", "study-equal-work": "study_equal_work"}
+
+
+def protocol_of(folder: Path) -> str | None:
+    """The study protocol a trial folder was recorded with (its config.json), None for anything else."""
+    config = read_json(Path(folder) / CONFIG_FILE)
+    value = config.get(PROTOCOL_FIELD) if config else None
+    return value if value in STUDY_PROTOCOLS else None
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

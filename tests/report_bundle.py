@@ -397,6 +397,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
     optional = {c: v for c, v in OPTIONAL_RUN_COLUMNS.items() if c in SCHEMAS["runs"].names}
     return {
         **run.ids(),
+        "protocol": "benchmark",
         "optimizer": run.optimizer,
         "layout": run.layout,
         "overlap": "none",

@@ -38,7 +38,7 @@ COMMITTED = study_folder(REPO / "traces")
 
 @pytest.fixture(scope="module")
 def tables() -> dict[str, pd.DataFrame]:
-    return study_tables([REPO / "traces"])
+    return study_tables([COMMITTED])  # the study's own traces alone
 
 
 @pytest.fixture(scope="module")
@@ -235,16 +235,16 @@ def test_the_verdict_follows_the_measurement(tables):
     give AdamW Muon's collectives: the comparison becomes equal work and gets a verdict from its interval."""
     steps = tables["study_steps"].copy()
     muon = steps["run"].str.endswith("/muon_FULLSTEP_dp2_tp2") & (steps["scope"] == "Muon_Step")
-    steps.loc[muon, "gpu_busy_ms"] /= 100
+    steps.loc[muon, "busy_ms"] /= 100
     changed = dict(tables, study_steps=steps)
     rows = pd.DataFrame(study_claim_rows(changed)).set_index("claim_id")
     assert rows.loc["optimizer_share", "verdict"] == "reproduced"
-    ranks = tables["study_ranks"].copy()
-    adamw = ranks["run"].str.endswith("/adamw_FULLSTEP")
-    muon_ranks = ranks[ranks["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
-    for col in ("ring_bytes_per_step", "collectives_per_step", "collectives"):
-        ranks.loc[adamw, col] = muon_ranks[col].to_numpy()
-    rows = pd.DataFrame(study_claim_rows(dict(tables, study_ranks=ranks))).set_index("claim_id")
+    colls = tables["study_collectives"]
+    adamw_run = colls.loc[colls["run"].str.endswith("/adamw_FULLSTEP"), "run"].iloc[0]
+    muon_colls = colls[colls["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
+    same = pd.concat([colls[colls["run"] != adamw_run], muon_colls.assign(run=adamw_run)], ignore_index=True)
+    rows = pd.DataFrame(study_claim_rows(dict(tables, study_collectives=same))).set_index("claim_id")
+    assert bool(rows.loc["comm_time_dp2_tp2", "equal_work"])
     assert rows.loc["comm_time_dp2_tp2", "verdict"] in ("reproduced", "not reproduced", "inconclusive")
 
 

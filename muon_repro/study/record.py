@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, trace_name
 from muon_repro.study.protocol import (
     PROTOCOLS,
     RUNS,
@@ -107,7 +108,7 @@ def record_runs_on_rank(cfg_dict: dict, run_names: list[str], folders: list[str]
                     _iteration(run, cfg, opt, grads[step], device)
         from muon_repro.bench.runner import export_trace
 
-        export_trace(prof, Path(folder) / f"rank{dist.get_rank()}.json.gz")
+        export_trace(prof, Path(folder) / trace_name(dist.get_rank()))
         dist.barrier()
 
 
@@ -116,7 +117,7 @@ def run_folder(out: Path, profile_id: str, protocol: str, run: str, trial: int) 
 
 
 def is_complete(folder: Path, world: int = WORLD) -> bool:
-    return (folder / "config.json").is_file() and all((folder / f"rank{r}.json.gz").is_file() for r in range(world))
+    return (folder / CONFIG_FILE).is_file() and all((folder / trace_name(r)).is_file() for r in range(world))
 
 
 def record_protocols(
@@ -197,7 +198,7 @@ def _file(
     final: Path,
 ) -> Path:
     """Write the run's config.json and environment.json into its complete folder and rename it into place."""
-    from muon_repro.rundir import write_json
+    from muon_repro.rundir import write_json  # noqa: I001
 
     config = {
         PROTOCOL_FIELD: protocol,
@@ -212,8 +213,8 @@ def _file(
         "command": " ".join(command or ["muon-repro", "bench", "--protocol", protocol]),
         **cfg.to_dict(),
     }
-    write_json(partial / "config.json", config)
-    write_json(partial / "environment.json", environment)
+    write_json(partial / CONFIG_FILE, config)
+    write_json(partial / ENVIRONMENT_FILE, environment)
     if final.exists():
         shutil.rmtree(final)
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from muon_repro import rundir
 from muon_repro.hardware import profile_from_environment
 from muon_repro.rundir import STUDY_PROVENANCE_FILE
 
@@ -117,22 +118,9 @@ def run_and_rank(file_name: str) -> tuple[str, int]:
     return m["run"], int(m["rank"])
 
 
-# The study's protocol replayed here (muon_repro.study.protocol): config.json's field naming it, and the run group of each.
-PROTOCOL_FIELD = "protocol"
-PROTOCOLS = ("study", "study-equal-work")
-GROUPS = {"study": "study_protocol", "study-equal-work": "study_equal_work"}
-
-
-def protocol_of(folder: Path) -> str | None:
-    """The study protocol a trial folder was recorded with (its config.json), None for anything else."""
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get(PROTOCOL_FIELD)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if value in PROTOCOLS else None
+# The study's protocol replayed here: its run folders' format is muon_repro.rundir's.
+PROTOCOL_FIELD, PROTOCOLS, GROUPS = rundir.PROTOCOL_FIELD, rundir.STUDY_PROTOCOLS, rundir.STUDY_PROTOCOL_GROUPS
+protocol_of = rundir.protocol_of
 
 
 def study_folder(traces_root: str | Path) -> Path:

@@ -16,7 +16,6 @@ collective (matched by group and issue order, on the traces' shared clock), its 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.hardware import profile_or_unknown
+from muon_repro.rundir import CONFIG_FILE, RunDir, trace_rank
 from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
 from muon_repro.study.sources import (
@@ -112,12 +112,11 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
             device, backend = str(STUDY_ENVIRONMENT["accelerator"]), str(STUDY_ENVIRONMENT["backend"])
             out.append(Recording(run, STUDY_PROFILE, GROUP, name, 0, "study", ORIGINAL, tuple(files), None, device, backend))
     for folder in protocol_folders(paths):
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        env_path = folder / "environment.json"
-        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
+        run_dir = RunDir(folder)
+        config, env = run_dir.config_dict, run_dir.environment
         profile = profile_or_unknown(env)
         group, name = str(config["group"]), str(config["name"])
-        files = tuple(sorted(folder.glob("rank*.json.gz")))
+        files = tuple(sorted(f for f in folder.glob("rank*.json*") if trace_rank(f.name) is not None))
         device = str(env.get("accelerator") or "cpu")
         out.append(
             Recording(
@@ -147,7 +146,7 @@ def protocol_folders(paths: Iterable[str | Path]) -> list[Path]:
         path = Path(raw)
         if not path.is_dir():
             continue
-        for config in sorted(path.rglob("config.json")):
+        for config in sorted(path.rglob(CONFIG_FILE)):
             if any(part.startswith(".") for part in config.relative_to(path).parts):
                 continue
             if protocol_of(config.parent):
