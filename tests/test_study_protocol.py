@@ -21,7 +21,7 @@ from muon_repro.study.protocol import (
     ProtocolConfig,
 )
 from muon_repro.study.scopes import PHASE_SCOPES, STEP
-from muon_repro.study.sources import GROUPS, PROTOCOLS
+from muon_repro.study.sources import GROUPS, PROTOCOLS, study_folder
 from muon_repro.study.tables import study_tables
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -82,7 +82,7 @@ def recorded(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_recorded_runs_carry_the_study_scopes_and_read_like_its_traces(recorded):
-    tables = study_tables([recorded, REPO / "traces"])
+    tables = study_tables([recorded, study_folder(REPO / "traces")])  # ours beside the study's own traces
     runs = tables["study_runs"]
     mine = runs[runs["profile"] == "cpu-2c-gloo"]
     assert set(mine["protocol"]) == set(PROTOCOLS) and len(mine) == len(PROTOCOLS) * len(RUNS)
@@ -105,8 +105,12 @@ def test_recorded_runs_carry_the_study_scopes_and_read_like_its_traces(recorded)
     assert bool(equal["equal_work"].iloc[0])  # both reduce and shard alike: Muon adds only its gathers
     study = protocols[(protocols["group"] == "study_protocol") & (protocols["claim_id"] == "comm_time_dp2_tp2")]
     assert not bool(study["equal_work"].iloc[0])
-    # the main analysis leaves these folders to the study's reader
+    # the main analysis leaves these folders to the study's reader, and a folder of them alone is no error
     assert not find_traces([recorded])
+    from muon_repro.analysis.pipeline import analyze_paths
+
+    alone = analyze_paths([recorded], workers=1)
+    assert not alone.failures and alone.has_records
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ class Analysis:
     @property
     def has_records(self) -> bool:
         """Whether the paths hold convergence or cost-model records, which make tables without any trace."""
-        return bool(find_records(self.paths)) or has_costmodel_inputs(self.paths)
+        return bool(find_records(self.paths)) or has_costmodel_inputs(self.paths) or has_study_runs(self.paths)
 
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
@@ -182,6 +182,13 @@ def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], 
     analysis.runs.extend(_lone_runs(items, group=info.group, profile=info.profile, name_prefix=_lone_prefix(info)))
 
 
+def has_study_runs(paths: list[str | Path]) -> bool:
+    """Whether the paths hold the original study's traces or runs of its protocol (read by muon_repro.study)."""
+    from muon_repro.study.tables import protocol_folders, study_folders
+
+    return bool(study_folders(paths) or protocol_folders(paths))
+
+
 def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[Path]:
     """The trace files under ``paths``, each once; a path that does not exist or holds none is a failure."""
     files: list[Path] = []
@@ -189,7 +196,8 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
     for p in paths:
         try:
             found = find_traces([p])
-            if not found and not find_records([p]) and not has_costmodel_inputs([p]):  # records alone are no error
+            if not found and not find_records([p]) and not has_costmodel_inputs([p]) and not has_study_runs([p]):
+                # records alone are no error, nor the original study's runs (muon_repro.study reads them)
                 raise no_traces_error(p)
         except TraceError as exc:
             failures.append(TraceFailure(str(p), str(exc)))

@@ -181,7 +181,10 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         "study_collectives": pd.concat(collectives, ignore_index=True),
     }
     original = {name: _rows_of(df, STUDY_PROFILE) for name, df in tables.items()}
-    method, parts = _method_tables(rank0, original["study_steps"])
+    if rank0:  # the study's method, on its own traces
+        method, parts = _method_tables(rank0, original["study_steps"])
+    else:
+        method, parts = SCHEMAS["study_method"].empty(), SCHEMAS["study_method_parts"].empty()
     tables["study_method"], tables["study_method_parts"] = (df.assign(profile=STUDY_PROFILE) for df in (method, parts))
     from muon_repro.study.claims import protocol_rows
 
