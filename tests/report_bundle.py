@@ -316,6 +316,8 @@ def _phases(run: Run) -> list[dict]:
                         "phase": phase,
                         "steps": len(STEPS),
                         "ms_per_step": ms,
+                        "cpu_ms_per_step": ms,  # a CPU run: the phase's time is its CPU span
+                        "gpu_ms_per_step": None,
                         "wait_ms_per_step": 0.3 * ms if comm else None,
                         "transfer_ms_per_step": 0.5 * ms if comm else None,
                         "analytic_bytes": analytic.get(phase),

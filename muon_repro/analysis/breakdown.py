@@ -233,7 +233,7 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     out["peak_mem_bytes"] = peak_memory(trace, starts, stops, device)
     steps = pd.DataFrame(out, columns=list(STEP_COLUMNS))
     inst = inst[inst["step"] != NO_STEP].reset_index(drop=True)
-    spans = phase_spans(trace.events, steps)
+    spans = phase_spans(trace.events, steps, trace.launch_rows if device == "cuda" else None)
     return TraceBreakdown(
         meta=trace.meta,
         device=device,

@@ -128,6 +128,19 @@ def environment_table(analysis: Analysis) -> pd.DataFrame:
     return _frame("environment", rows)
 
 
+def _gpu_ms(spans: pd.DataFrame, n_steps: int) -> dict[str, float]:
+    """Per phase, the union of the GPU work it launched (lane ``gpu``), per step."""
+    from muon_repro.analysis.intervals import Segments
+
+    gpu = spans[spans["lane"] == "gpu"]
+    return {
+        str(phase): sum(Segments.union(s["start_us"].to_numpy(), s["end_us"].to_numpy()).total for _, s in rows.groupby("step"))
+        / 1000.0
+        / n_steps
+        for phase, rows in gpu.groupby("phase")
+    }
+
+
 def phases_table(analysis: Analysis, steps: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     """Time and bytes per run, rank and phase (analytic and ledger bytes from metrics.json;
     trace bytes, ledger bytes, wait and transfer per profiled step from ``collectives``; time
@@ -148,16 +161,22 @@ def phases_table(analysis: Analysis, steps: pd.DataFrame, collectives: pd.DataFr
             transfer_ms = mine.groupby("phase")["transfer_ms"].sum(min_count=1)
             spans = b.spans if b.spans is not None else pd.DataFrame(columns=["lane", "phase", "start_us", "end_us"])
             scoped = spans[spans["lane"].isin(("coarse", "fine"))]
-            ms = ((scoped["end_us"] - scoped["start_us"]).groupby(scoped["phase"]).sum() / 1000.0 / n_steps).to_dict()
+            cpu_ms = ((scoped["end_us"] - scoped["start_us"]).groupby(scoped["phase"]).sum() / 1000.0 / n_steps).to_dict()
+            gpu_ms = _gpu_ms(spans, n_steps) if b.device == "cuda" else {}
+            # a phase's time: on a GPU trace its GPU time (the work it launched), else its CPU span
+            ms = {p: gpu_ms.get(p, 0.0) for p in cpu_ms} if b.device == "cuda" else dict(cpu_ms)
             metrics = info.rank(b.meta.rank)
             analytic = metrics.analytic_bytes if metrics else {}
             stage = (metrics.pp_rank if metrics else None) or 0
             waits = [ms[p] for p in PIPELINE_WAIT_PHASES if p in ms]
             if waits:  # a pipeline stage: its bubble is the time it blocked on its neighbours
                 ms[BUBBLE] = sum(waits)
+                cpu_ms[BUBBLE] = sum(cpu_ms[p] for p in PIPELINE_WAIT_PHASES if p in cpu_ms)
             for phase in (*PHASES, BUBBLE):
                 values = {
                     "ms_per_step": ms.get(phase),
+                    "cpu_ms_per_step": cpu_ms.get(phase),
+                    "gpu_ms_per_step": (gpu_ms.get(phase, 0.0) if phase in cpu_ms else None) if b.device == "cuda" else None,
                     "wait_ms_per_step": _per_step(wait_ms.get(phase), n_steps),
                     "transfer_ms_per_step": _per_step(transfer_ms.get(phase), n_steps),
                     "analytic_bytes": analytic.get(phase),

@@ -25,9 +25,14 @@ def empty_spans() -> pd.DataFrame:
     )
 
 
-def phase_spans(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def phase_spans(events: pd.DataFrame, steps: pd.DataFrame, launch_rows: np.ndarray | None = None) -> pd.DataFrame:
     """``step, lane, phase, start_us, end_us`` (trace clock) for each step of ``steps``
-    (columns ``step``, ``start_us``, ``step_ms``); empty for a trace without our phase scopes."""
+    (columns ``step``, ``start_us``, ``step_ms``); empty for a trace without our phase scopes.
+
+    A phase is its CPU annotation: Kineto's ``gpu_user_annotation`` copy of the same scope is the same phase seen
+    from the GPU, never a second span of it. On GPU traces (``launch_rows``: each event's launching runtime call,
+    :attr:`TraceEvents.launch_rows`), lane ``gpu`` holds the GPU work each phase launched, under the innermost
+    phase whose CPU span holds the launch, in the step whose window holds it (HolisticTraceAnalysis's convention)."""
     if steps.empty or events.empty or (steps["step"] < 0).all():
         return empty_spans()
     # Decide per distinct name, not per event: a 1 GB trace has millions of events but few names.
@@ -37,9 +42,11 @@ def phase_spans(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     fine_names = np.isin(labels, _FINE_PHASES)
     if not fine_names[codes[codes >= 0]].any():
         return empty_spans()
-    coarse = np.isin(labels, COARSE_PHASES)[codes]
-    fine = fine_names[codes]
     cats = events["cat"].astype("category")
+    cat_labels = np.asarray(cats.cat.categories, dtype=object).astype(str)
+    cpu_side = ~np.isin(cat_labels, GPU_SIDE_CATS)[cats.cat.codes.to_numpy()]  # one view of each scope: the CPU's
+    coarse = np.isin(labels, COARSE_PHASES)[codes] & cpu_side
+    fine = fine_names[codes] & cpu_side
     is_kernel = (np.asarray(cats.cat.categories, dtype=object).astype(str) == "kernel")[cats.cat.codes.to_numpy()]
     transfer = np.char.startswith(labels, "gloo:")[codes] | (is_kernel & np.char.startswith(np.char.lower(labels), "nccl")[codes])
     lane = np.select([coarse, fine, transfer], ["coarse", "fine", "transfer"], default="")
@@ -63,8 +70,55 @@ def phase_spans(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             "end_us": end[inside],
         }
     )
-    out = pd.concat([windows, spans], ignore_index=True).astype({"step": "int64"})
+    frames = [windows, spans]
+    if launch_rows is not None:
+        frames.append(_gpu_spans(events, cat_labels, cats.cat.codes.to_numpy(), launch_rows, spans, starts, stops, numbers))
+    out = pd.concat(frames, ignore_index=True).astype({"step": "int64"})
     return out.sort_values(["step", "start_us"], kind="stable", ignore_index=True)
+
+
+GPU_SIDE_CATS = ("gpu_user_annotation",)
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _gpu_spans(
+    events: pd.DataFrame,
+    cat_labels: np.ndarray,
+    cat_codes: np.ndarray,
+    launch_rows: np.ndarray,
+    spans: pd.DataFrame,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    numbers: np.ndarray,
+) -> pd.DataFrame:
+    """Lane ``gpu``: each GPU work item once under the coarse phase and once under the fine phase whose CPU span holds
+    its launch (phase names of the two lanes are distinct, so each phase's union counts it once)."""
+    work = np.flatnonzero(np.isin(cat_labels, GPU_WORK)[cat_codes] & (launch_rows >= 0))
+    if not len(work) or spans.empty:
+        return empty_spans()
+    launch_ts = events["ts"].to_numpy()[launch_rows[work]]
+    step_i = np.searchsorted(starts, launch_ts, side="right") - 1
+    in_step = (step_i >= 0) & (launch_ts <= stops[np.maximum(step_i, 0)])
+    frames = []
+    for lane in ("coarse", "fine"):
+        mine = spans[spans["lane"] == lane].sort_values("start_us")
+        if mine.empty:
+            continue
+        lo, hi, name = mine["start_us"].to_numpy(), mine["end_us"].to_numpy(), mine["phase"].to_numpy()
+        i = np.searchsorted(lo, launch_ts, side="right") - 1
+        hit = (i >= 0) & (launch_ts <= hi[np.maximum(i, 0)]) & in_step
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step": numbers[step_i[hit]],
+                    "lane": "gpu",
+                    "phase": name[i[hit]],
+                    "start_us": events["ts"].to_numpy()[work][hit],
+                    "end_us": events["end"].to_numpy()[work][hit],
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else empty_spans()
 
 
 def align_ranks(per_rank: list[tuple[int, int | None, pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:

@@ -89,7 +89,7 @@ def _rank_label(run: pd.Series, rank: int) -> str:
 def _timeline_takeaway(tl: derive.OneStep) -> str:
     """Per-rank spread of the phases that set the optimizer's pace (lane 'fine' and 'coarse')."""
     s = tl.spans.assign(ms=tl.spans["end_ms"] - tl.spans["start_ms"])
-    per_rank = s[s["lane"] != "transfer"].groupby(["phase", "rank"])["ms"].sum().unstack(fill_value=0.0)
+    per_rank = s[s["lane"].isin(("coarse", "fine"))].groupby(["phase", "rank"])["ms"].sum().unstack(fill_value=0.0)
     parts = []
     for phase in (NEWTON_SCHULZ, DP_GATHER, TP_GATHER, OPTIMIZER):
         if phase in per_rank.index and per_rank.loc[phase].max() > 0:

@@ -665,7 +665,16 @@ SCHEMAS: dict[str, TableSchema] = {
                 "ms_per_step",
                 "Float64",
                 "ms",
-                "time inside the phase's scope per profiled step (null if the trace has no such scope)",
+                "the phase's time per profiled step: on a GPU trace gpu_ms_per_step, else cpu_ms_per_step (null if the "
+                "trace has no such scope); its CPU and GPU annotations are one scope, never added",
+            ),
+            ("cpu_ms_per_step", "Float64", "ms", "the CPU span of the phase's scope per profiled step"),
+            (
+                "gpu_ms_per_step",
+                "Float64",
+                "ms",
+                "GPU traces: the union of the GPU work the phase's scope launched (its innermost phase), per profiled step "
+                "(HolisticTraceAnalysis's launch convention); null on CPU traces",
             ),
             (
                 "wait_ms_per_step",
@@ -747,7 +756,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "string",
                 "",
                 "step (the rank's ProfilerStep window), coarse (forward/backward/optimizer), fine (optimizer and model phases), "
-                "transfer (gloo/NCCL)",
+                "transfer (gloo/NCCL), gpu (GPU traces: the GPU work each phase launched, under that phase); coarse and fine "
+                "are the scopes' CPU annotations (their GPU copies are not a second span)",
             ),
             ("phase", "string", "", "phase name; 'transfer' for collective transfers"),
             (
