@@ -33,8 +33,8 @@ ratio ours' peak over HTA's. The last line checks the targets for the end-to-end
 CLI's default reader processes on the plain trace: at least :data:`TARGET_SPEEDUP` times faster
 than HTA, at most :data:`TARGET_MEMORY` times its peak memory (``--check``: a miss exits 1).
 
-HTA is not a dependency of this project, and installing it next to the project would change
-pinned versions. Give it an environment of its own and point ``--hta-python`` at it::
+HTA 0.5 is in the project's dev extra (pinned in constraints.txt, for ``tools/study_hta_check.py``); ``--hta-python``
+runs it from another interpreter, e.g. an environment of its own, so that its timing shares nothing with ours::
 
     python -m venv /tmp/hta-venv
     /tmp/hta-venv/bin/pip install HolisticTraceAnalysis psutil   # psutil: imported by HTA 0.5 but not declared
