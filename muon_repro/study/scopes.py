@@ -2,9 +2,9 @@
 
 The study marks no ``ProfilerStep``: it wraps its loop in one outer ``record_function`` scope
 (``<Opt>_Battle`` for the optimizer-only runs, ``<Opt>_Full_Training_Step`` for the full steps) and each
-phase of an iteration in an inner one (:data:`PHASE_SCOPES`). A step is one repeat of the inner scopes:
-it starts where the iteration's first scope starts and ends where the next iteration's starts; the last
-ends at the later of the outer scope's end and the end of the GPU work it launched.
+phase of an iteration in an inner one (:data:`PHASE_SCOPES`). A step is one repeat of the inner scopes: its CPU
+window starts where the iteration's first scope starts and ends where the next iteration's starts (the last: at
+the outer scope's end); its time runs from the previous step's completion to its own (:class:`StudyTrace`).
 
 Each scope is seen twice in a Kineto trace, as a CPU ``user_annotation`` and as a ``gpu_user_annotation``
 spanning its kernels: one scope, two views. Here the CPU annotation defines the scope and its GPU time is
@@ -12,8 +12,10 @@ that of the kernels whose launching runtime call lies inside it (HolisticTraceAn
 two views are never added together.
 
 Per step and scope (:class:`StudyTrace`): the CPU span; the GPU busy time (union) and the summed kernel time
-of the work it launched; the NCCL kernel time (union); the time from the scope's start until its last GPU work
-ended (what the scope costs a synchronised step); and every collective it issued, with bytes and group.
+of the work it launched; the time of the collectives it issued (union of their transfer intervals: NCCL kernels,
+or on gloo the worker's spans); the time from the scope's start until its last GPU work ended (what the scope
+costs a synchronised step); and every collective it issued, with bytes and group. The same path reads the study's
+NCCL traces and the runs of its protocol recorded here on gloo (:mod:`muon_repro.study.record`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,6 @@ class StudyTrace:
     optimizer: str  # muon or adamw
     scopes: pd.DataFrame
     collectives: pd.DataFrame
-    pg_ranks: dict[str, tuple[int, ...]]
     device_names: tuple[str, ...]
 
 
@@ -140,7 +141,6 @@ def read_study_trace(path: str | Path, grid: tuple[int, int] | None = None) -> S
         optimizer=optimizer,
         scopes=pd.DataFrame(rows),
         collectives=collectives,
-        pg_ranks={str(pg.get("pg_name")): tuple(int(r) for r in pg.get("ranks") or ()) for pg in trace.meta.pg_config},
         device_names=tuple(trace.meta.device_names),
     )
 
