@@ -302,3 +302,27 @@ def test_comparisons_prefer_a_partner_that_did_the_same_work():
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
     cmp = _comparisons_table(runs)
     assert set(cmp["adamw_run"]) == {"comparison/adamw_dp2_tp2"}
+
+
+def _claims_with_timed(b: Bundle, timed: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    runs, ranks, phases = pd.DataFrame(b.runs), pd.DataFrame(b.ranks), pd.DataFrame(b.phases)
+    for col in ("wait_ms_per_step", "transfer_ms_per_step"):
+        phases[col] = 0.0
+    steps = pd.DataFrame(b.steps) if steps is None else steps
+    return SCHEMAS["claims"].conform(claims_table(runs, steps, ranks, phases, timed=timed)).set_index("claim_id")
+
+
+def test_on_nccl_communication_comes_from_the_traced_kernels_never_from_launch_times():
+    """Timed NCCL calls return once their kernel is queued: launch times of 0.1 ms for both optimizers would give
+    a ratio near 1; the claim takes the traced kernels (5.7 ms against 10 ms) and says so."""
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    launches = pd.DataFrame(b.steps).assign(comm_ms=0.1, comm_transfer_ms=0.1, comm_timing="host_launch")
+    claims = _claims_with_timed(b, launches)
+    row = claims.loc["comm_time_dp2_tp2"]
+    assert row["measured_value"] == pytest.approx(0.57, rel=0.05) and row["verdict"] == "reproduced"
+    assert "traced NCCL kernels" in row["conditions"]
+    # without the traces of one of them, the claim refuses to measure rather than read launch times
+    untraced = pd.DataFrame(b.steps)
+    untraced = untraced[~untraced["run"].str.contains("adamw")]
+    refused = _claims_with_timed(b, launches, untraced).loc["comm_time_dp2_tp2"]
+    assert refused["verdict"] == "not measured" and "launch times, not communication" in refused["explanation"]

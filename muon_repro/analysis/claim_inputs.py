@@ -93,16 +93,22 @@ class ProfileTables:
             return self.timed
         return self.steps
 
+    def comm_source(self, run: pd.Series) -> pd.DataFrame:
+        """Where a run's communication times come from: on NCCL its traced kernels (the profiled steps), since its
+        steps timed without the profiler hold only the host-side launch of each collective; else as :meth:`step_source`."""
+        return self.steps if str(run.get("backend")).lower() == "nccl" else self.step_source(run)
+
     def unprofiled(self, *runs: pd.Series) -> bool:
         """Whether every one of ``runs`` was timed without the profiler."""
         return all(self.step_source(r) is self.timed for r in runs)
 
-    def paired(self, column: str, how: str, *runs: pd.Series) -> tuple[np.ndarray, ...]:
+    def paired(self, column: str, how: str, *runs: pd.Series, comm: bool = False) -> tuple[np.ndarray, ...]:
         """Each run's value of ``column`` per round (median over its steps, reduced over ranks with ``how``),
-        for the rounds every one of ``runs`` was recorded in: the pairs a paired interval is over."""
+        for the rounds every one of ``runs`` was recorded in: the pairs a paired interval is over. ``comm``: a
+        communication time, taken from :meth:`comm_source`."""
         per_run = []
         for run in runs:
-            source, name = self.step_source(run), str(run["run"])
+            source, name = (self.comm_source if comm else self.step_source)(run), str(run["run"])
             per_run.append((rounds_of(source, name), per_round(source, name, column, how)))
         return align_rounds(*per_run)
 

@@ -28,9 +28,12 @@ from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
-def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean") -> tuple[float, float, float]:
-    """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval."""
-    return paired_ratio_interval(*t.paired(column, how, a, b))
+def paired_ratio(
+    t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean", *, comm: bool = False
+) -> tuple[float, float, float]:
+    """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval;
+    ``comm``: a communication time (on NCCL from the traced kernels, never from host-side launch times)."""
+    return paired_ratio_interval(*t.paired(column, how, a, b, comm=comm))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metric: str) -> str:
@@ -115,9 +118,15 @@ def comm_time(t: ProfileTables) -> Measurement | str:
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
+    untraced = [str(r["run"]) for r in pair if str(r.get("backend")).lower() == "nccl" and not (t.steps["run"] == r["run"]).any()]
+    if untraced:
+        return (
+            f"needs the traced NCCL kernels of {' and '.join(untraced)}: on NCCL a collective call returns once its kernel "
+            "is queued, so the steps timed without the profiler hold launch times, not communication"
+        )
     col = _comm_column(t)
-    value, low, high = paired_ratio(t, muon, adamw, col)
-    total = paired_ratio(t, muon, adamw, "comm_ms")[0]
+    value, low, high = paired_ratio(t, muon, adamw, col, comm=True)
+    total = paired_ratio(t, muon, adamw, "comm_ms", comm=True)[0]
     quoted = {"comm_ms_ratio_with_waiting": total}
     dp_gather_mb = t.phase_mean(muon, DP_GATHER, "trace_bytes") / 1e6
     tp_gather_mb = t.phase_mean(muon, TP_GATHER, "trace_bytes") / 1e6

@@ -385,6 +385,8 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
     """For a time claim: whether its times were taken without the profiler, which costs Muon and AdamW unequally."""
     if claim.made_under is None or not measured.runs:
         return ""
+    if claim.claim_id == "comm_time_dp2_tp2" and any(str(r.get("backend")).lower() == "nccl" for r in measured.runs):
+        return "; communication from the traced NCCL kernels (timed NCCL calls return at launch), one median per round"
     if t.unprofiled(*measured.runs):
         return "; times from the steps timed without the profiler, one median per round"
     return "; times from the profiled steps (these runs have no steps timed without the profiler), one median per round"

@@ -99,6 +99,16 @@ def _one_host(environment: dict[str, Any]) -> bool:
     return not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1)
 
 
+HOST_LAUNCH = "host_launch"  # NCCL: a collective call returns once its kernel is queued, not when it is done
+TRANSFER = "transfer"  # gloo: the call returns when the data has moved
+
+
+def comm_timing(backend: Any) -> str:
+    """What a timed step's collective times hold on ``backend``: the transfer (gloo, blocking) or only the host-side
+    launch (NCCL, asynchronous to the host). Claims about communication time never use the latter."""
+    return HOST_LAUNCH if str(backend).lower() == "nccl" else TRANSFER
+
+
 def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
     """One row per run, trial, rank and timed step of the analyzed ranks that have timed steps: those of the
     traced trials and of the trials timed only (``analysis.timed_only``, every rank of each)."""
@@ -112,6 +122,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
         per_step = split.groupby(["rank", "step"])[["dur_ns", "wait_ns", "transfer_ns"]].sum() / 1e6
         one_clock = _one_host(info.environment)
+        timing = comm_timing(info.environment.get("backend") or info.config.backend)
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
         for m in metrics:
             stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
@@ -133,6 +144,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
                         if stamped and one_clock
                         else None,
                         "bubble_ms": bubble,
+                        "comm_timing": timing if stamped else None,
                     }
                 )
     return pd.DataFrame(rows) if rows else SCHEMAS["timed_steps"].empty()

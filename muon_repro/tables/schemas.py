@@ -416,6 +416,14 @@ SCHEMAS: dict[str, TableSchema] = {
                 "its sends) in the step, summed: the bubble with the transfers' own time; on NCCL the host's wait only "
                 "orders the GPU stream, so this reads low; null without pipeline stages",
             ),
+            (
+                "comm_timing",
+                "string",
+                "",
+                "what the comm_* columns hold: transfer (gloo: a call returns when its data has moved) or host_launch "
+                "(NCCL: a call returns once its kernel is queued, so these are launch times; the communication claim "
+                "takes NCCL runs' times from their traced kernels instead); null without recorded calls",
+            ),
         ),
     ),
     "collectives": TableSchema(
