@@ -6,6 +6,7 @@ and token), so the fake Hub of the tests and the real one are read the same way.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -68,6 +69,10 @@ def download(
             thread.join()
     except BaseException:
         stopped.set()
+        # The files still in flight are about to be discarded with the caller's folder: huggingface_hub's warnings
+        # about them (a temporary file gone before its chmod) are no news, and would break the one line an
+        # interrupted command ends with.
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
         ends = time.monotonic() + SETTLE_S
         for thread in threads:  # let the files in flight land, so that the caller can remove its folder
             thread.join(max(0.0, ends - time.monotonic()))
