@@ -129,10 +129,13 @@ def trial_folders(root: Path) -> dict[str, list[Path]]:
     runs: dict[str, list[Path]] = {}
     for config in sorted(root.rglob(CONFIG_FILE)):
         folder = config.parent
-        if is_hidden_under(folder, root) or protocol_of(folder):  # the study's protocol: muon_repro.study reads it
+        if is_hidden_under(folder, root):
             continue
         run = RunDir(folder)
-        key = run.config_dict.get("key") or folder.relative_to(root).as_posix()
+        config_dict = run.config_dict  # read once: a property reads the file
+        if config_dict.get(PROTOCOL_FIELD) in STUDY_PROTOCOLS:  # the study's protocol: muon_repro.study reads it
+            continue
+        key = config_dict.get("key") or folder.relative_to(root).as_posix()
         runs.setdefault(f"{run.profile}/{key}", []).append(folder)
     return runs
 

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.profiler import record_function
 
 from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+from muon_repro.optim.update_rules import adamw_update_, apply_decoupled_update_, muon_momentum_, muon_update_scale
 from muon_repro.study.sources import PROTOCOLS
 
 STUDY_SHAPES = ((4096, 4096), (1024, 324), (456, 1024), (676, 876), (128, 128))
@@ -40,7 +41,7 @@ FWD_BWD_SIZE, FWD_BWD_MATMULS = 2048, 20
 CPU_SCALE = 8  # CPU runs divide every size by this
 STEPS, WARMUP = 5, 1
 # The study's Muon settings (its muon_args), and torch's AdamW defaults it used.
-MUON_LR, MUON_MOMENTUM, MUON_WD, MATCHED_RMS, NS_STEPS = 0.1, 0.9, 0.1, 0.2, 5
+MUON_LR, MUON_MOMENTUM, MUON_WD, NS_STEPS = 0.1, 0.9, 0.1, 5  # update scale: Moonlight's 0.2 sqrt(max(A, B))
 ADAMW_LR = 1e-3
 ADAMW_BETAS, ADAMW_EPS, ADAMW_WD = (0.9, 0.999), 1e-8, 0.01
 
@@ -313,13 +314,8 @@ class ShardedAdamW:
 
     def step(self) -> None:
         self.steps += 1
-        b1, b2 = ADAMW_BETAS
-        g, p = self.grad_shard, self.param_shard
-        p.mul_(1 - ADAMW_LR * ADAMW_WD)
-        self.exp_avg.lerp_(g, 1 - b1)
-        self.exp_avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (self.exp_avg_sq / (1 - b2**self.steps)).sqrt_().add_(ADAMW_EPS)
-        p.addcdiv_(self.exp_avg, denom, value=-ADAMW_LR / (1 - b1**self.steps))
+        p = self.param_shard
+        adamw_update_(p, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.steps, ADAMW_LR, ADAMW_BETAS, ADAMW_EPS, ADAMW_WD)
         _wait(_gather(self.param_full, p, self.grid.dp_group, "dp", self.async_op))
 
 
@@ -351,8 +347,7 @@ class StudyMuon:
         if self.equal_work:  # ZeRO-1: sum the gradients over DP into this rank's shard
             _wait(_reduce_scatter(self.grad_shard, self.grad_full, grid.dp_group, self.async_op))
             self.grad_shard /= grid.dp
-        self.momentum.mul_(MUON_MOMENTUM).add_(self.grad_shard)
-        ns_input_shard = self.grad_shard.add(self.momentum, alpha=MUON_MOMENTUM).bfloat16()
+        ns_input_shard = muon_momentum_(self.momentum, self.grad_shard, MUON_MOMENTUM, True, "sum").bfloat16()
         # DP gather: the TP-local buffer, whole, on every DP rank
         ns_input_full = torch.empty(layout.chunk * grid.dp, dtype=torch.bfloat16, device=ns_input_shard.device)
         _wait(_gather(ns_input_full, ns_input_shard, grid.dp_group, "dp", self.async_op))
@@ -372,7 +367,7 @@ class StudyMuon:
             at = layout.offsets[i] + lo - layout.lo
             p = self.param_shard[at : at + (hi - lo)]
             a, b = self.full_shapes[i]
-            p.mul_(1 - MUON_LR * MUON_WD).add_(local.float(), alpha=-MUON_LR * MATCHED_RMS * math.sqrt(max(a, b)))
+            apply_decoupled_update_(p, local.float(), MUON_LR, MUON_WD, muon_update_scale((a, b), "moonlight"))
         if self.equal_work:  # ZeRO-1: every DP rank gets the updated parameters
             _wait(_gather(self.param_full, self.param_shard, grid.dp_group, "dp", self.async_op))
 
