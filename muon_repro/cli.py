@@ -14,7 +14,7 @@ INTERRUPTED_NOTE = "what was complete is kept (every file is written whole): run
 # Each module registers its subcommands with ``register(subparsers)`` and keeps its heavy imports
 # inside the command functions.
 COMMAND_MODULES = (
-    "muon_repro.run_cli",
+    "muon_repro.job",
     "muon_repro.optim.equivalence_cli",
     "muon_repro.bench.cli",
     "muon_repro.converge.cli",

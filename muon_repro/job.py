@@ -1,4 +1,5 @@
-"""``muon-repro run``: the whole job, one stage after the other, resumable at any point.
+"""``muon-repro run``: the whole job, one stage after the other, resumable at any point; its plan,
+its stages in order, and its command line.
 
     bench     record every configuration (complete runs are skipped)   -> traces/
     analyze   traces -> tables                                          -> metrics/
@@ -7,13 +8,15 @@
     card      the dataset card, how to cite it, its Croissant metadata  -> dataset_card.md, CITATION.cff, croissant.json
     bundle    what gets published, then verified                        -> dist/dataset/, MANIFEST.sha256
 
-Each stage is a function of :mod:`muon_repro.stages`. Every stage writes atomically, so an
-interrupted run leaves the previous artifacts intact, and running again redoes only what is
-missing (the benchmark stage) or cheap (the rest).
+Each stage is a function of :mod:`muon_repro.stages` (the stages as plain functions, for Python);
+this module plans the job (:class:`RunPlan`), runs them in order (:func:`run_job`) and registers the
+``run`` command. Every stage writes atomically, so an interrupted run leaves the previous artifacts
+intact, and running again redoes only what is missing (the benchmark stage) or cheap (the rest).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -21,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from muon_repro import stages
+from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.meta import release_date
+from muon_repro.hardware import add_profile_argument
 from muon_repro.tables.files import write_atomic
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
@@ -206,3 +211,107 @@ def claims_summary(metrics: Path) -> str:
     table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
     causes = [f"- {c['claim_id']}: {c['explanation']}" for _, c in claims.iterrows() if str(c["explanation"] or "")]
     return "\n".join([*table, "", "Why (measured causes):", *causes])
+
+
+# -- the command line: muon-repro run
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="the whole job: record every configuration, analyze, figures, report, bundle, verify",
+        description=(
+            "Record the reference configurations (the original study's runs and the layout ablation; complete runs are "
+            "skipped), analyze the traces into metrics/, draw figures/, render report/, write dataset_card.md and "
+            "MANIFEST.sha256, assemble and verify the bundle in dist/dataset/. Ctrl-C at any point and run again "
+            "to resume. --scale gpu does the same on 4+ GPUs."
+        ),
+    )
+    p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu: 2-core laptop, gloo)")
+    p.add_argument(
+        "--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)"
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=["reference"],
+        metavar="CONFIG",
+        help="configs, groups, 'study', 'reference' or 'all' (default: reference)",
+    )
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help="rounds: recordings of each configuration, interleaved (default: %(default)s; the committed reference has 10)",
+    )
+    p.add_argument(
+        "--traced-trials",
+        type=int,
+        default=DEFAULT_TRACED_TRIALS,
+        help="of those, the first rounds profiled with traces; the others are timed only (default: %(default)s)",
+    )
+    p.add_argument("--force", action="store_true", help="re-record complete runs")
+    p.add_argument(
+        "--author",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="an author the card, CITATION.cff, croissant.json and the report cite; repeat for more "
+        "(default: the project's checked-in list, never the machine's git config)",
+    )
+    p.add_argument("--no-progress", action="store_true")
+    add_profile_argument(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from muon_repro.bench.sweep import BenchError, BenchInterrupted
+
+    plan = RunPlan(
+        out=args.out,
+        scale=args.scale,
+        configs=tuple(args.configs),
+        trials=args.trials,
+        traced_trials=args.traced_trials,
+        backend=args.backend,
+        force=args.force,
+        progress=not args.no_progress,
+        profile=args.profile,
+        command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
+        authors=tuple(args.author or ()),
+    )
+    try:
+        seconds = run_job(plan)
+    except BenchInterrupted as exc:  # says which trials were dropped and which kept
+        print(f"muon-repro run: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(
+            "muon-repro run: interrupted; every stage writes atomically, so what is there is complete: "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except (BenchError, stages.StageError) as exc:
+        print(f"muon-repro run: error: {exc}", file=sys.stderr)
+        return 1
+    _print_summary(plan, seconds)
+    return 0
+
+
+def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
+    total = sum(seconds.values())
+    print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))
+    print("\nWall time per stage: " + ", ".join(f"{s} {seconds[s]:.1f} s" for s in STAGES) + f"; total {total:.1f} s")
+    print("\nArtifacts:")
+    for label, path in (
+        ("traces (open in ui.perfetto.dev)", plan.traces),
+        ("tables (Parquet + CSV)", plan.metrics),
+        ("figures", plan.figures),
+        ("report", plan.report / "report.md"),
+        ("report (PDF)", plan.report / "report.pdf"),
+        ("dataset card", plan.out / "dataset_card.md"),
+        ("bundle (verified)", plan.bundle),
+    ):
+        print(f"  {label:<34} {path}")

@@ -85,7 +85,7 @@ def analyze(
     every file that could not be read and every run folder that lacks a rank's trace; nothing is
     written then.
     """
-    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.analysis.tables import tables_from_analysis
     from muon_repro.tables.io import check_tables_out, write_tables
 

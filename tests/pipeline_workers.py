@@ -19,7 +19,7 @@ from muon_repro.optim.comm_model import optimizer_bytes, param_specs
 from muon_repro.optim.muon import Muon
 from muon_repro.optim.param_groups import muon_param_groups
 from muon_repro.parallel.comm import Group
-from muon_repro.parallel.grid3d import ProcessGrid3D
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_optim import stage_optimizer
 from muon_repro.parallel.pipeline_runner import split_micro_batches, train_step
 from muon_repro.parallel.pipeline_stages import GPTStage
@@ -110,7 +110,7 @@ def reference_training(optimizer: str, dp: int) -> dict[str, list]:
     return {"params": params, "losses": losses}
 
 
-def _gather_to_root(obj: object, grid: ProcessGrid3D) -> list | None:
+def _gather_to_root(obj: object, grid: ParallelDims) -> list | None:
     """Every rank's ``obj`` on rank 0 in rank order (harness traffic, not in the ledger)."""
     if grid.world_size == 1:
         return [obj]
@@ -137,7 +137,7 @@ def _full_params(gathered: list[dict]) -> tuple[dict[str, torch.Tensor], float]:
     return full, replica_gap
 
 
-def _train_case(case: PipelineCase, grid: ProcessGrid3D) -> dict | None:
+def _train_case(case: PipelineCase, grid: ParallelDims) -> dict | None:
     stage = GPTStage(CONFIG, grid.pp_rank, grid.pp, grid.tp_group)
     opt = stage_optimizer(stage, grid, case.optimizer, **case.hyperparameters())
     tp_dims = {n: getattr(p, "tp_partition_dim", None) for n, p in stage.named_parameters()}
@@ -196,7 +196,7 @@ def train_cases(cases: list[PipelineCase]) -> list[dict | None]:
         if sizes != (case.dp, case.tp, case.pp):
             if grid is not None:
                 grid.close()
-            grid, sizes = ProcessGrid3D(case.dp, case.tp, case.pp), (case.dp, case.tp, case.pp)
+            grid, sizes = ParallelDims(case.dp, case.tp, case.pp), (case.dp, case.tp, case.pp)
         results.append(_train_case(case, grid))
     if grid is not None:
         grid.close()

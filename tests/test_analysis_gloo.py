@@ -20,7 +20,7 @@ import torch
 from analysis_workers import ACTIVE, DP, KNOWN, TP
 
 from muon_repro.analysis.tables import build_tables
-from muon_repro.parallel.comm import ring_bytes_per_rank
+from muon_repro.formulas import ring_bytes
 from muon_repro.tables.io import read_table, stamped_schema, write_tables
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import CSV_SHA256_KEY, GENERATION_KEY, table_stamp
@@ -86,7 +86,7 @@ def expected_rows(optimizer: str) -> dict[tuple[str, str], dict]:
         elem = torch.empty((), dtype=dtype).element_size()
         out[(phase, op)] = {
             "calls": ACTIVE,
-            "bytes": ACTIVE * ring_bytes_per_rank(op, n, elem, size),
+            "bytes": ACTIVE * ring_bytes(op, n, elem, size),
             "size_bytes": ACTIVE * n * elem,
             "dtype": str(dtype).removeprefix("torch."),
             "group_size": size,

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from muon_repro import stages
-from muon_repro.analysis import pipeline
-from muon_repro.analysis.pipeline import analyze_paths
+from muon_repro.analysis import batch_read
+from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.analysis.tables import build_tables
 from muon_repro.cli import main
 from muon_repro.phases import DP_REDUCE_SCATTER, UPDATE
@@ -176,7 +176,7 @@ def test_the_cli_warns_and_exits_1_for_an_incomplete_run(tmp_path, capsys):
     assert (tmp_path / "metrics" / "runs.parquet").is_file()  # what could be analyzed is still written
 
 
-def test_the_pipeline_stage_refuses_an_incomplete_run(tmp_path):
+def test_the_analyze_stage_refuses_an_incomplete_run(tmp_path):
     muon, _ = write_pair(tmp_path / "traces")
     (muon / trace_name(0)).unlink()
     with pytest.raises(stages.StageError, match=r"rank 0 of 2 has no trace \(rank0.json.gz missing\)"):
@@ -245,7 +245,7 @@ def no_analysis(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("traces were analyzed before --out was checked")
 
-    monkeypatch.setattr(pipeline, "analyze_file", refuse)
+    monkeypatch.setattr(batch_read, "analyze_file", refuse)
 
 
 @pytest.mark.parametrize("out", ["a_file", "a_file/metrics"])

@@ -8,15 +8,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-from muon_repro.analysis.collectives import busbw_factor, c10d_sizes, dtype_info, normalize_op, ring_bytes
+from muon_repro.analysis.collectives import busbw_factor, c10d_sizes, dtype_info, normalize_op
 from muon_repro.analysis.discover import find_traces, is_trace_name
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.intervals import Segments, innermost_enclosing
 from muon_repro.analysis.reader import rank_from_filename
 from muon_repro.analysis.tables import _comparisons_table
-from muon_repro.parallel.comm import ring_bytes_per_rank
 from muon_repro.tables.io import read_table, write_tables
 from muon_repro.tables.reference import schema_markdown
 from muon_repro.tables.schemas import SCHEMAS
@@ -90,14 +88,6 @@ def test_innermost_enclosing():
 )
 def test_normalize_op(raw, op):
     assert normalize_op(raw) == op
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int8])
-@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_reduce"])
-@pytest.mark.parametrize(("elements", "n"), [(1000, 2), (777, 4), (1, 8), (4096, 1), (10**9 + 7, 3)])
-def test_ring_bytes_equal_the_byte_ledger(op, elements, n, dtype):
-    size = torch.empty((), dtype=dtype).element_size()
-    assert ring_bytes(op, elements, size, n) == ring_bytes_per_rank(op, elements, size, n)
 
 
 def test_profiler_dtype_names():

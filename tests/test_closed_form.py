@@ -1,4 +1,23 @@
-"""The closed form of the threshold (docs/method.md#closed-form) against the simulation, where communication does not dominate."""
+"""The closed form of the threshold (docs/method.md#closed-form) against the simulation, where communication does not
+dominate: the threshold's order of magnitude by hand, beside the simulation (:mod:`muon_repro.costmodel.predict`),
+which plays every collective and wait.
+
+* Newton-Schulz on an ``m x n`` matrix (``m <= n``) costs ``4 m^2 n + 2 m^3`` FLOPs per iteration,
+  ``20 m^2 n + 10 m^3`` for the 5 iterations (:func:`muon_repro.formulas.newton_schulz_flops`); summed over every
+  matrix Muon orthogonalizes, ``F_ns`` (:func:`muon_repro.formulas.newton_schulz_flops_total`). ZeRO-1 shares the
+  matrices among the DP ranks, so the busiest rank does about ``F_ns / dp``.
+* forward+backward does ``6 N`` FLOPs per token (plus attention: :meth:`GPTConfig.flops_per_token`),
+  ``T`` tokens per step over ``dp * tp`` ranks.
+* With Newton-Schulz at rate ``R_ns`` and the model's matmuls at ``R_mm``, Muon's extra over AdamW,
+  communication aside, is ``(F_ns / dp / R_ns) / (flops_per_token T / (dp tp) / R_mm)``; it falls to
+  ``level`` at
+
+      T* = F_ns * tp * R_mm / (flops_per_token * level * R_ns)
+
+It leaves out everything the simulation adds: the Muon gathers' traffic, the model's TP collectives
+(which lengthen both steps and so lower the threshold), element-wise work and launch costs. Where
+communication does not dominate, the two agree to within a factor of 2.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +25,27 @@ from dataclasses import replace
 
 import pytest
 
-from muon_repro.costmodel.closed_form import (
-    closed_form_threshold,
-    hidden_matrix_shapes,
-    newton_schulz_flops_by_hand,
-    newton_schulz_flops_total,
-)
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import CollectiveFit
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.profile_ranges import LINK_GBPS
 from muon_repro.costmodel.records import MODEL_7B, STUDY_MACHINE, STUDY_MODEL, Setting, crossing, run_config
 from muon_repro.costmodel.workload import build_workload
-from muon_repro.optim.newton_schulz import newton_schulz_flops
+from muon_repro.formulas import muon_matrix_shapes, newton_schulz_flops, newton_schulz_flops_total
+from muon_repro.model_config import GPTConfig
 
 
-def test_newton_schulz_by_hand_is_20_m2n_plus_10_m3_and_equals_the_implementations_count():
-    assert newton_schulz_flops_by_hand(1024, 4096) == 20 * 1024**2 * 4096 + 10 * 1024**3
-    assert newton_schulz_flops_by_hand(4096, 1024) == newton_schulz_flops((4096, 1024), 5)
+def closed_form_threshold(model: GPTConfig, seq_len: int, tp: int, level: float, matmul_rate: float, ns_rate: float) -> float:
+    """``T*``, the tokens per step at which Newton-Schulz on the busiest rank costs ``level`` of its
+    forward+backward (rates in FLOP/s, any common unit)."""
+    if level <= 0 or matmul_rate <= 0 or ns_rate <= 0:
+        raise ValueError(f"level and rates must be positive, got level={level}, matmul_rate={matmul_rate}, ns_rate={ns_rate}")
+    return newton_schulz_flops_total(model) * tp * matmul_rate / (model.flops_per_token(seq_len) * level * ns_rate)
+
+
+def test_newton_schulz_by_hand_is_20_m2n_plus_10_m3_either_way_round():
+    assert newton_schulz_flops((1024, 4096), 5) == 20 * 1024**2 * 4096 + 10 * 1024**3
+    assert newton_schulz_flops((4096, 1024), 5) == newton_schulz_flops((1024, 4096), 5)
 
 
 @pytest.mark.parametrize("model", [STUDY_MODEL, MODEL_7B], ids=lambda m: m.name)
@@ -34,7 +56,7 @@ def test_by_hand_flops_are_what_the_dp_ranks_of_the_workload_share(model):
     workload = build_workload(cfg, "cuda", "bf16")
     per_dp_rank = workload.ns_flops[:: cfg.tp]
     assert sum(per_dp_rank) == newton_schulz_flops_total(cfg.model_config())
-    assert len(hidden_matrix_shapes(cfg.model_config())) == 4 * cfg.model_config().n_layers
+    assert len(muon_matrix_shapes(cfg.model_config())) == 4 * cfg.model_config().n_layers
 
 
 def _communication_free(name: str):

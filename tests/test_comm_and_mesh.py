@@ -3,12 +3,12 @@
 import pytest
 import torch
 
+from muon_repro.formulas import ring_bytes
 from muon_repro.parallel import (
     CommLedger,
     Group,
     ParallelDims,
     comm,
-    ring_bytes_per_rank,
 )
 from muon_repro.parallel.launch import launch
 
@@ -96,12 +96,19 @@ def test_ledger_bytes_follow_the_ring_model_exactly(results):
 
 
 def test_ring_formula():
-    assert ring_bytes_per_rank("all_gather", 1024, 4, 4) == 3 * 1024  # (n-1)/n * S
-    assert ring_bytes_per_rank("reduce_scatter", 1024, 2, 8) == 7 * 128 * 2
-    assert ring_bytes_per_rank("all_reduce", 1024, 4, 4) == 2 * 3 * 1024
-    assert ring_bytes_per_rank("all_reduce", 1024, 4, 1) == 0
-    with pytest.raises(ValueError, match="broadcast"):
-        ring_bytes_per_rank("broadcast", 1, 1, 2)
+    assert ring_bytes("all_gather", 1024, 4, 4) == 3 * 1024  # (n-1)/n * S
+    assert ring_bytes("reduce_scatter", 1024, 2, 8) == 7 * 128 * 2
+    assert ring_bytes("all_reduce", 1024, 4, 4) == 2 * 3 * 1024
+    assert ring_bytes("all_reduce", 1024, 4, 1) == 0
+
+
+def test_the_ledger_records_only_the_collectives_it_knows():
+    ledger = CommLedger()
+    pair = Group(name="dp", ranks=(0, 1), rank=0, process_group=None, ledger=ledger)
+    ledger.record("dp_gather", "all_gather", pair, 10, torch.float32)
+    assert [(r.op, r.bytes) for r in ledger.records] == [("all_gather", 5 * 4)]
+    with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
+        ledger.record("dp_gather", "broadcast", pair, 1, torch.float32)
 
 
 def test_single_process_group_is_a_no_op_and_records_nothing():

@@ -14,19 +14,18 @@ from support.costmodel_profiles import two_core_profile
 
 from muon_repro.bench.configs import BenchConfig, resolve
 from muon_repro.cli import main
-from muon_repro.costmodel.closed_form import newton_schulz_flops_total
 from muon_repro.costmodel.machine import profile_from_dict, resolve_profile
 from muon_repro.costmodel.pipeline import (
     PipelinePrediction,
     one_f_one_b,
     one_f_one_b_closed_form,
     p2p_seconds,
-    stage_order,
 )
 from muon_repro.costmodel.pipeline_scale_out import pipeline_config, pipeline_scale_out_rows
 from muon_repro.costmodel.pipeline_workload import activation_bytes, build_pipeline_workload
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.validate import bench_config, run_folders, trial_sets, validate
+from muon_repro.formulas import newton_schulz_flops_total, one_f_one_b_order
 from muon_repro.model_config import stage_parts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,8 +67,8 @@ def test_pp1_predictions_equal_the_committed_records_bit_for_bit():
 
 
 def test_the_playback_runs_the_runtimes_order():
-    assert stage_order(0, 2, 3) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)]
-    assert stage_order(1, 2, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2)]
+    assert one_f_one_b_order(0, 2, 3) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)]
+    assert one_f_one_b_order(1, 2, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2)]
 
 
 def test_the_pipeline_time_of_a_hand_computed_case():

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from muon_repro.costmodel.closed_form import newton_schulz_flops_by_hand
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.records import STUDY_MACHINE, STUDY_MODEL, THRESHOLD_SETTINGS, threshold_rows, token_grid
 from muon_repro.costmodel.study_check import (
@@ -25,6 +24,7 @@ from muon_repro.costmodel.study_check import (
     study_quantities,
     study_threshold_shift,
 )
+from muon_repro.formulas import newton_schulz_flops
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 from muon_repro.tables.study_schemas import STUDY_COSTMODEL_SCHEMAS
 
@@ -133,10 +133,10 @@ def test_the_study_program_is_its_protocols():
         assert (dp_gather.op, dp_gather.dtype, dp_gather.elements) == ("all_gather", "bfloat16", 9_325_720)
         assert dp_gather.group == (work.rank % 2, work.rank % 2 + 2)
     # ranks 0/1 hold only the 4096 x 4096 matrix, ranks 2/3 all five: TP gathers of the four split ones, NS on all five
-    assert muon[0].optimizer.ns_flops == newton_schulz_flops_by_hand(4096, 4096)
+    assert muon[0].optimizer.ns_flops == newton_schulz_flops((4096, 4096))
     assert [c.elements for c in muon[1].collectives[1:]] == [4096 * 4096]
     assert muon[2].optimizer.ns_flops == sum(
-        newton_schulz_flops_by_hand(*s) for s in [(4096, 4096), (1024, 324), (456, 1024), (676, 876), (128, 128)]
+        newton_schulz_flops(s) for s in [(4096, 4096), (1024, 324), (456, 1024), (676, 876), (128, 128)]
     )
     assert [c.elements for c in muon[3].collectives[1:]] == [4096 * 4096, 1024 * 324, 676 * 876, 128 * 128]
     assert muon[0].optimizer == muon[1].optimizer != muon[2].optimizer == muon[3].optimizer

@@ -9,18 +9,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from muon_repro.analysis import gzip_stream
+from muon_repro.analysis import byte_source
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.reader import read_trace
 
 HERE = Path(__file__).resolve().parent
 TRACES = sorted((HERE.parent / "traces" / "cpu-2c-gloo" / "comparison").glob("*/trial0/rank0.json.gz"))
-DECODERS = ["zlib", *(["isal"] if gzip_stream._igzip is not None else [])]
+DECODERS = ["zlib", *(["isal"] if byte_source._igzip is not None else [])]
 
 
 def _read(path: Path, decoder: str, monkeypatch) -> pd.DataFrame:
-    monkeypatch.setenv(gzip_stream.FORCE_VARIABLE, decoder)
-    assert gzip_stream.gzip_decoder() == decoder
+    monkeypatch.setenv(byte_source.FORCE_VARIABLE, decoder)
+    assert byte_source.gzip_decoder() == decoder
     return read_trace(path).events
 
 
@@ -42,7 +42,7 @@ def test_a_broken_gzip_is_named_by_either_decoder(tmp_path, monkeypatch, decoder
     truncated, corrupt = tmp_path / "truncated.json.gz", tmp_path / "corrupt.json.gz"
     truncated.write_bytes(data[: len(data) // 2])
     corrupt.write_bytes(data[:20] + bytes(200) + data[220:])
-    monkeypatch.setenv(gzip_stream.FORCE_VARIABLE, decoder)
+    monkeypatch.setenv(byte_source.FORCE_VARIABLE, decoder)
     with pytest.raises(TraceError, match="truncated gzip file"):
         read_trace(truncated)
     with pytest.raises(TraceError, match="corrupt gzip data") as caught:

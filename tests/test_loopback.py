@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes, parse_tx_bytes
-from muon_repro.parallel import CommLedger, Group, comm, ring_bytes_per_rank
+from muon_repro.formulas import ring_bytes
+from muon_repro.parallel import CommLedger, Group, comm
 from muon_repro.parallel.launch import launch
 
 # ---------------------------------------------------------------- the /proc/net/dev parser
@@ -179,6 +180,6 @@ def test_loopback_bytes_match_gloos_algorithm(measured, kind, size):
 def test_gloo_sends_the_ring_model_except_reduce_scatter_twice(measured, kind):
     """The gap between the ring model (ledger and trace bytes) and what gloo sends, per kind."""
     size = 4
-    ring = CALLS * size * ring_bytes_per_rank(kind, ELEMENTS, ELEMENT_SIZE, size)
+    ring = CALLS * size * ring_bytes(kind, ELEMENTS, ELEMENT_SIZE, size)
     ratio = measured[(kind, size)] / ring
     assert ratio == pytest.approx(2.0 if kind == "reduce_scatter" else 1.0, rel=0.03)

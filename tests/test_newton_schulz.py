@@ -3,7 +3,8 @@ import itertools
 import pytest
 import torch
 
-from muon_repro.optim import newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.formulas import newton_schulz_flops
+from muon_repro.optim import zeropower_via_newtonschulz5
 
 SHAPES = [(64, 16), (16, 64), (32, 32), (3, 24, 40), (2, 2, 40, 24)]
 

@@ -33,14 +33,16 @@ from pipeline_workers import (
     train_cases,
 )
 
+from muon_repro.formulas import warmup_forwards
 from muon_repro.model import GPT
 from muon_repro.optim.equivalence import END_TO_END_RTOL_ADAMW, END_TO_END_RTOL_FP32, tensor_differences
 from muon_repro.optim.layout import LAYOUTS
 from muon_repro.optim.param_groups import muon_param_groups
 from muon_repro.parallel import grid3d, schedule
 from muon_repro.parallel.comm import Group
-from muon_repro.parallel.grid3d import ProcessGrid3D, coordinates_of, group_ranks, rank_of
+from muon_repro.parallel.grid3d import coordinates_of, group_ranks, rank_of
 from muon_repro.parallel.launch import launch
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_optim import stage_optimizer
 from muon_repro.parallel.pipeline_runner import run_pipeline, split_micro_batches, train_step
 from muon_repro.parallel.pipeline_stages import GPTStage, stage_layers, stage_of_parameter, tied_parameter_names
@@ -115,7 +117,7 @@ def test_every_micro_batch_is_forwarded_then_backwarded_once_per_stage(pp, m):
         for mb in range(m):
             assert steps.index(Forward(mb)) < steps.index(Backward(mb))
         assert schedule.in_flight(steps) == min(pp - s, m)  # the 1F1B bound on held activations
-        assert schedule.warmup_forwards(s, pp, m) == min(pp - s - 1, m)
+        assert warmup_forwards(s, pp, m) == min(pp - s - 1, m)
 
 
 @pytest.mark.parametrize("pp, m", SIZES, ids=lambda v: str(v))
@@ -183,11 +185,13 @@ def test_groups_partition_the_world_in_megatron_order(dp, tp, pp):
 
 
 def test_grid_on_one_process_and_the_size_checks(capsys):
-    grid = ProcessGrid3D(1, 1, 1)
+    grid = ParallelDims(1, 1, 1)
     assert (grid.is_first_stage, grid.is_last_stage, grid.prev_rank, grid.next_rank) == (True, True, None, None)
     with pytest.raises(ValueError, match=r"dp \* tp \* pp must equal the world size: .* = 4, but the world has 1"):
-        ProcessGrid3D(2, 1, 2)
-    with pytest.raises(ValueError, match="ProcessGrid3D.tp must be a positive integer, got 0"):
+        ParallelDims(2, 1, 2)
+    with pytest.raises(ValueError, match="ParallelDims.pp must be a positive integer, got 0"):
+        ParallelDims(1, 1, 0)
+    with pytest.raises(ValueError, match="ParallelDims.tp must be a positive integer, got 0"):
         group_ranks(1, 0, 1)
     assert grid3d.main(["--dp", "2", "--tp", "2", "--pp", "2"]) == 0
     assert "PP groups {0,4} {1,5} {2,6} {3,7}" in capsys.readouterr().out
@@ -245,7 +249,7 @@ def test_the_gpt_ties_no_parameters_and_a_tie_would_be_found():
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_one_process_trains_as_the_reference_bit_for_bit(optimizer):
-    grid = ProcessGrid3D(1, 1, 1)
+    grid = ParallelDims(1, 1, 1)
     stage = GPTStage(CONFIG, 0, 1, grid.tp_group)
     opt = stage_optimizer(stage, grid, optimizer, **PipelineCase(1, 1, 1, optimizer).hyperparameters())
     reference = reference_training(optimizer, 1)
@@ -268,7 +272,7 @@ def test_the_reduction_order_matters_so_the_reference_follows_the_grid():
 
 
 def test_runner_and_optimizer_reject_what_does_not_fit():
-    grid = ProcessGrid3D(1, 1, 1)
+    grid = ParallelDims(1, 1, 1)
     stage = GPTStage(CONFIG, 0, 1, grid.tp_group)
     tokens, targets = replica_batch(0, 0, 1)
     with pytest.raises(ValueError, match="a batch of 12 sequences does not split into 5 equal micro-batches"):

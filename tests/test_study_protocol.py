@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from muon_repro.analysis.collectives import ring_bytes
 from muon_repro.analysis.discover import find_traces
+from muon_repro.formulas import ring_bytes
 from muon_repro.study.protocol import (
     CPU_SCALE,
     RUNS,
@@ -107,7 +107,7 @@ def test_recorded_runs_carry_the_study_scopes_and_read_like_its_traces(recorded)
     assert not bool(study["equal_work"].iloc[0])
     # the main analysis leaves these folders to the study's reader, and a folder of them alone is no error
     assert not find_traces([recorded])
-    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.batch_read import analyze_paths
 
     alone = analyze_paths([recorded], workers=1)
     assert not alone.failures and alone.has_records

@@ -1,7 +1,7 @@
 """``muon-repro verify DIR --recompute``: the bundle's traces analyzed again give the bundle's tables.
 
-A small bundle is built from synthetic runs (tests/test_analysis_inputs.py) exactly as the
-pipeline builds the real one: analyze, then bundle. Then one value of one table is changed and
+A small bundle is built from synthetic runs (tests/test_analysis_inputs.py) exactly as
+``muon-repro run`` builds the real one: analyze, then bundle. Then one value of one table is changed and
 the manifest remade, so that the checksums hold: plain ``verify`` cannot see the change,
 ``--recompute`` names the table.
 """
@@ -132,9 +132,9 @@ def test_table_differences_ignore_locations_and_tiny_float_noise():
 
 
 def test_verify_without_recompute_does_not_analyze(bundle, monkeypatch):
-    from muon_repro.analysis import pipeline
+    from muon_repro.analysis import batch_read
 
-    monkeypatch.setattr(pipeline, "analyze_paths", lambda *a, **k: pytest.fail("plain verify analyzed the traces"))
+    monkeypatch.setattr(batch_read, "analyze_paths", lambda *a, **k: pytest.fail("plain verify analyzed the traces"))
     assert verify_bundle(bundle).ok
 
 

@@ -64,7 +64,7 @@ TARGET_SPEEDUP = 20.0
 """End to end, ``muon-repro analyze`` must be at least this many times faster than HTA's parser."""
 TARGET_MEMORY = 0.10
 """End to end, its peak memory must be at most this fraction of HTA's."""
-FORCE_ZLIB = {"MUON_REPRO_GZIP": "zlib"}  # muon_repro.analysis.gzip_stream.FORCE_VARIABLE
+FORCE_ZLIB = {"MUON_REPRO_GZIP": "zlib"}  # muon_repro.analysis.byte_source.FORCE_VARIABLE
 
 OURS = textwrap.dedent(
     """
@@ -129,7 +129,7 @@ def hta_available(python: str) -> bool:
 
 def gzip_decoders() -> list[str]:
     """The gzip decoders the analysis can use here: ``isal`` where python-isal is installed, and ``zlib``."""
-    from muon_repro.analysis.gzip_stream import gzip_decoder
+    from muon_repro.analysis.byte_source import gzip_decoder
 
     return ["isal", "zlib"] if gzip_decoder() == "isal" else ["zlib"]
 

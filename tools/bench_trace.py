@@ -22,7 +22,7 @@ _ID_SHIFT = 10_000_000
 
 def _events_span(text: bytes) -> tuple[int, int, dict, list]:
     """(start, end) of the events array's contents in ``text``, the top-level keys, the events."""
-    from muon_repro.analysis.trace_layout import find_events_start, parse_meta
+    from muon_repro.analysis.scan import find_events_start, parse_meta
 
     found = find_events_start(text, Path("source"))
     if found is None or found[1]:

@@ -60,7 +60,7 @@ def _zygote() -> int:
     """Import what a review needs, then per request line fork a child that runs one command, and report it."""
     from huggingface_hub.utils import _detect_agent
 
-    import muon_repro.analysis.pipeline  # noqa: F401 - imported once here, not in each child
+    import muon_repro.analysis.batch_read  # noqa: F401 - imported once here, not in each child
     import muon_repro.analysis.tables  # noqa: F401
     import muon_repro.contrib.contribute  # noqa: F401
     import muon_repro.contrib.review  # noqa: F401

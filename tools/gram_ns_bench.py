@@ -28,7 +28,8 @@ import torch
 
 from muon_repro.costmodel.compute_bench import TARGET_MODELS, matrix_shapes
 from muon_repro.costmodel.measurement import seconds_per_call
-from muon_repro.optim.newton_schulz import newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.formulas import newton_schulz_flops
+from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
 
 
 def main() -> int:

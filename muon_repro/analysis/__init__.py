@@ -1,12 +1,16 @@
-"""Trace analysis: profiler traces in, documented tables out.
+"""Trace analysis: a fast reader of PyTorch profiler traces, and every table built from them (``runs``,
+``steps``, ``collectives``, ``comparisons``, ``claims``, ``ranks``, ``phases``, ``timeline``, ``losses``,
+``environment``, ...): profiler traces in, documented tables out.
 
 Data flow, one module per step::
 
+    batch_read          many trace files analyzed at once, in worker processes, grouped into runs (discover)
     reader              trace file -> TraceEvents (trace_events: typed events table, tolerant of dirty data),
-                        within limits (limits: size, events, longest event; limit_options: their CLI options)
-      scan              the traceEvents array streamed in checked pieces (byte_source, trace_layout;
-                        parallel_scan: a plain file's pieces shared with worker processes)
-      decode            one piece -> PieceColumns (piece_columns; decode_tolerant for dirty pieces)
+                        within limits (limits: size, events, longest event, and their CLI options)
+      scan              the document's layout, and its traceEvents array streamed in checked pieces
+                        (byte_source: plain or gzip bytes; parallel_scan: a plain file's pieces shared with
+                        worker processes)
+      decode            one piece -> PieceColumns (piece_columns): fast, plain, or tolerant for dirty pieces
       assemble          the pieces merged into one TraceEvents
     collectives         NCCL / gloo / our phase labels -> one row per collective, bytes, busbw
     breakdown           per rank and step: phases, compute, comm, overlap, exposed, idle, memory

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from muon_repro.analysis.limit_options import add_limit_options, limits_from_options
+from muon_repro.analysis.limits import add_limit_options, limits_from_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -108,7 +108,7 @@ def format_summaries(summaries: list[dict]) -> str:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.analysis.tables import tables_from_analysis
     from muon_repro.tables.io import check_tables_out, write_tables
 

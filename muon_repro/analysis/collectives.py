@@ -6,10 +6,9 @@ NCCL's ``Collective name`` (``_allgather_base``), ``c10d::`` ops (``c10d::_reduc
 phase labels (``dp_gather``); :func:`normalize_op` maps them all to one kind.
 
 Bytes follow ``docs/method.md#communication-model`` (nccl-tests conventions): ``S`` is the full
-array; the bytes one rank sends under the ring model (:func:`ring_bytes`) must equal the byte
-ledger of :mod:`muon_repro.parallel.comm` (same formula, re-stated here so the analysis does not
-import torch); bus bandwidth (``docs/method.md#bus-bandwidth``) is ``S / t`` times
-:func:`busbw_factor`.
+array; the bytes one rank sends under the ring model are :func:`muon_repro.formulas.ring_bytes`, the
+formula the byte ledger of :mod:`muon_repro.parallel.comm` records with; bus bandwidth
+(``docs/method.md#bus-bandwidth``) is ``S / t`` times :func:`busbw_factor`.
 """
 
 from __future__ import annotations
@@ -129,30 +128,6 @@ def dtype_info(raw: Any) -> tuple[str, int] | None:
         return _DTYPES[raw]
     if "float8" in raw.lower():
         return ("float8", 1)
-    return None
-
-
-def ring_bytes(op: str, elements: int, element_size: int, group_size: int) -> int | None:
-    """Bytes one rank sends for a collective over ``elements`` (the full array), ring model.
-
-    Must equal :func:`muon_repro.parallel.comm.ring_bytes_per_rank` for the three ops the
-    ledger records (tests check it): ``(n-1) * ceil(E/n)`` elements for all-gather and
-    reduce-scatter, twice that for all-reduce. Broadcast and point-to-point send ``E``.
-    """
-    n = group_size
-    if n < 1 or elements < 0:
-        return None
-    if n == 1:
-        return 0
-    chunk = math.ceil(elements / n)
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) * chunk * element_size
-    if op == "all_reduce":
-        return 2 * (n - 1) * chunk * element_size
-    if op in ("broadcast", "send_recv", "reduce", "gather", "scatter"):
-        return elements * element_size
-    if op == "barrier":
-        return 0
     return None
 
 

@@ -45,10 +45,10 @@ from muon_repro.analysis.collectives import (
     label_phase,
     normalize_op,
     numel_any,
-    ring_bytes,
 )
 from muon_repro.analysis.intervals import innermost_enclosing
 from muon_repro.analysis.trace_events import TraceEvents
+from muon_repro.formulas import ring_bytes
 
 INSTANCE_COLUMNS = (
     "op",  # normalized collective kind (all_reduce, all_gather, ...), see normalize_op

@@ -1,12 +1,16 @@
-"""The limits on one trace file: how large it may decompress to, how many events it may hold, how
-long a stretch without an event boundary may be, and how deep its JSON may nest.
+"""The limits on one trace file (how large it may decompress to, how many events it may hold, how
+long a stretch without an event boundary may be, and how deep its JSON may nest) and the
+command-line options that set them.
 
 Traces come from strangers (contributions), so a file's size on disk says nothing about what
 reading it costs: a 14 MB gzip can hold 10 GB of whitespace. The reader counts as it goes and
 stops at the first limit passed with one :class:`~muon_repro.analysis.errors.TraceError` that
 names the file, the limit and how to raise it, having read at most the limit plus one buffer.
 The defaults are far above any real trace (numbers in the comments; docs/limits.md has the
-table); :class:`TraceLimits` overrides them (``muon-repro analyze --max-trace-bytes ...``).
+table). :class:`TraceLimits` overrides them in Python; on the command line the options
+``--max-trace-bytes``, ``--max-trace-events`` and ``--max-event-bytes`` do, for ``muon-repro
+analyze`` and any other command that analyzes traces (a review of contributed ones:
+:func:`add_limit_options` on its parser, :func:`limits_from_options` on its parsed arguments).
 
 This module imports only the standard library and :mod:`muon_repro.analysis.errors`: worker
 processes import it.
@@ -14,7 +18,10 @@ processes import it.
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -81,7 +88,7 @@ class TraceLimits:
 
     ``TraceLimits(max_trace_bytes=16 * GIB)`` reads larger traces; pass it to
     :func:`~muon_repro.analysis.reader.read_trace` or
-    :func:`~muon_repro.analysis.pipeline.analyze_paths` (``limits=``).
+    :func:`~muon_repro.analysis.batch_read.analyze_paths` (``limits=``).
     """
 
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
@@ -141,3 +148,55 @@ class EventBudget:
         self.events += n_events
         if self.events > self.limits.max_events:
             raise limit_error(self.path, "max_events", self.limits, f"more than {self.limits.max_events:,} events")
+
+
+# -- the command-line options
+
+_COUNT = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"K": KIB, "M": MIB, "G": GIB, "T": TIB}
+
+
+def parse_count(text: str, *, is_size: bool) -> int:
+    """``"4GiB"``, ``"512M"``, ``"1000000"`` -> an int (sizes take binary units K, M, G, T: 4G = 4 GiB);
+    ``ValueError`` naming the text else."""
+    match = _COUNT.match(text)
+    if match is None or (match[2] and not is_size):
+        unit = " with an optional unit K, M, G or T (binary: 4G = 4 GiB)" if is_size else ""
+        raise ValueError(f"expected a whole number{unit}, got {text!r}")
+    return int(match[1]) * (_UNITS[match[2][0].upper()] if match[2] else 1)
+
+
+def _option_type(name: str) -> Callable[[str], int]:
+    spec = LIMIT_SPECS[name]
+
+    def convert(text: str) -> int:
+        try:
+            value = parse_count(text, is_size=spec.is_size)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not 1 <= value <= spec.ceiling:
+            raise argparse.ArgumentTypeError(f"expected 1 to {shown_limit(name, spec.ceiling)} ({spec.what}), got {value:,}")
+        return value
+
+    return convert
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """The limit options, each defaulting to :class:`TraceLimits`'s value."""
+    defaults = TraceLimits()
+    for name, spec in LIMIT_SPECS.items():
+        parser.add_argument(
+            spec.option,
+            dest=name,
+            type=_option_type(name),
+            default=getattr(defaults, name),
+            metavar="N",
+            help=f"refuse a trace past this limit on {spec.what} (default: {shown_limit(name, getattr(defaults, name))}; "
+            "see docs/limits.md)",
+        )
+
+
+def limits_from_options(args: argparse.Namespace) -> TraceLimits:
+    """The :class:`TraceLimits` of parsed :func:`add_limit_options` options (the default for any absent)."""
+    defaults = TraceLimits()
+    return TraceLimits(**{name: getattr(args, name, getattr(defaults, name)) for name in LIMIT_SPECS})

@@ -25,8 +25,7 @@ from muon_repro.analysis.decode import decode_file_range
 from muon_repro.analysis.errors import TraceLimitError
 from muon_repro.analysis.limits import EventBudget, TraceLimits
 from muon_repro.analysis.piece_columns import PieceColumns
-from muon_repro.analysis.scan import EVENT_SEPARATOR, Scanner
-from muon_repro.analysis.trace_layout import HEADER_LIMIT, find_events_start
+from muon_repro.analysis.scan import EVENT_SEPARATOR, HEADER_LIMIT, Scanner, find_events_start
 
 _WINDOW = 2**20  # bytes read around a nominal cut point when planning pieces (and of the header, first)
 

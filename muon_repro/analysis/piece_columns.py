@@ -1,10 +1,10 @@
 """A decoded piece of a trace: :class:`PieceColumns`, and how its columns are built.
 
-Whichever decoder read a piece (:mod:`muon_repro.analysis.decode` for the fast and plain ones,
-:mod:`muon_repro.analysis.decode_tolerant` for dirty pieces), its events come here as objects
-with the same attributes (``name cat pid tid ts dur args``), and :func:`build_columns` turns
-them into a :class:`PieceColumns` of numpy arrays plus a *local* table of event keys
-``(name, cat, pid, tid)`` that the reader merges into global dictionaries. Only the events the
+Whichever decoder of :mod:`muon_repro.analysis.decode` read a piece (the fast and plain ones,
+or the tolerant one for dirty pieces), its events come here as objects with the same
+attributes (``name cat pid tid ts dur args``), and :func:`build_columns` turns them into a
+:class:`PieceColumns` of numpy arrays plus a *local* table of event keys ``(name, cat, pid, tid)``
+that the reader merges into global dictionaries. Only the events the
 analysis needs arguments of (:data:`ARG_NAME_PREFIXES`, ``[memory]``, metadata) get their
 ``args`` decoded, into :class:`Args`; GPU work and the runtime calls that launch it
 (:data:`CORRELATION_CATS`) get only their ``correlation`` id, into an integer column.

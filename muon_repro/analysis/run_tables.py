@@ -8,7 +8,7 @@
 * ``environment``: environment.json, one row per field;
 * :func:`config_columns`: config.json's fields for the ``runs`` table.
 
-Each builder takes the :class:`~muon_repro.analysis.pipeline.Analysis` and returns a frame with
+Each builder takes the :class:`~muon_repro.analysis.batch_read.Analysis` and returns a frame with
 its schema's columns (the caller conforms it); runs without side files contribute no rows.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from muon_repro.analysis.batch_read import Analysis
 from muon_repro.analysis.discover import RunInfo
-from muon_repro.analysis.pipeline import Analysis
 from muon_repro.analysis.timeline import align_ranks
 from muon_repro.phases import BUBBLE, PHASES, PIPELINE_WAIT_PHASES
 from muon_repro.run_records import RankMetrics

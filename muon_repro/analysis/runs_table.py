@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from muon_repro.analysis.pipeline import Analysis
+from muon_repro.analysis.batch_read import Analysis
 from muon_repro.analysis.run_tables import config_columns
 from muon_repro.analysis.timed_steps import timed_run_columns
 from muon_repro.rundir import METRICS_FILE, trial_of

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.pipeline import Analysis
+from muon_repro.analysis.batch_read import Analysis
 from muon_repro.analysis.waits import dp_group_index, tp_group_index
 from muon_repro.run_records import TIMED_COMM_COLUMNS, RankMetrics
 from muon_repro.tables.schemas import SCHEMAS

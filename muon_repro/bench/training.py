@@ -2,9 +2,9 @@
 
 Without pipeline stages (``pp == 1``) a rank holds its TP shard of the whole GPT on a
 :class:`~muon_repro.parallel.ParallelDims` grid and runs forward and backward over its micro-batches in
-turn (gradient accumulation). With ``pp > 1`` it holds one stage (:class:`GPTStage`) on a
-:class:`ProcessGrid3D` and runs the 1F1B schedule (:func:`run_pipeline`), whose flush ends before the
-optimizer step. Either way one step is timed as three clock readings around device syncs:
+turn (gradient accumulation). With ``pp > 1`` it holds one stage (:class:`GPTStage`) of the same grid
+and runs the 1F1B schedule (:func:`run_pipeline`), whose flush ends before the optimizer step. Either way
+one step is timed as three clock readings around device syncs:
 
     t0 ── forward+backward (with pp > 1: the whole pipeline and its flush) ── t1 ── optimizer ── t2
 
@@ -26,7 +26,6 @@ from muon_repro.model import GPT
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
-from muon_repro.parallel.grid3d import ProcessGrid3D
 from muon_repro.parallel.pipeline_runner import BlockedClock, run_pipeline
 from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
@@ -56,7 +55,7 @@ class Training:
     """One rank's share of a run: grid, model (or stage), optimizer, and the step they take together."""
 
     cfg: BenchConfig
-    dims: ParallelDims | ProcessGrid3D
+    dims: ParallelDims
     model: GPT | GPTStage
     opt: ZeroOneOptimizer
     device: torch.device
@@ -65,18 +64,17 @@ class Training:
     @classmethod
     def build(cls, cfg: BenchConfig, device: torch.device) -> Training:
         model_cfg = cfg.model_config()
+        dims = ParallelDims(cfg.dp, cfg.tp, cfg.pp)
         if cfg.pp == 1:
-            dims: ParallelDims | ProcessGrid3D = ParallelDims(cfg.dp, cfg.tp)
             model: GPT | GPTStage = GPT(model_cfg, dims.tp_group, device=device, cross_entropy=cfg.cross_entropy)
         else:
-            dims = ProcessGrid3D(cfg.dp, cfg.tp, cfg.pp)
             model = GPTStage(model_cfg, dims.pp_rank, cfg.pp, dims.tp_group, device=device, cross_entropy=cfg.cross_entropy)
         return cls(cfg, dims, model, build_optimizer(cfg, model, dims), device)
 
     @property
     def pp_rank(self) -> int | None:
         """This rank's pipeline stage; None without pipeline stages."""
-        return self.dims.pp_rank if isinstance(self.dims, ProcessGrid3D) else None
+        return self.dims.pp_rank if self.dims.pp > 1 else None
 
     @property
     def model_params(self) -> int:
@@ -109,7 +107,7 @@ class Training:
 
     def share_losses(self, losses: list[float]) -> list[float]:
         """Every step's loss as the last stage computed it, on every stage (``losses`` unchanged without PP)."""
-        if not isinstance(self.dims, ProcessGrid3D):
+        if self.dims.pp == 1:
             return losses
         pp_group = self.dims.pp_group
         received = [losses]
@@ -159,7 +157,7 @@ def train_step(
 
 def pipeline_step(
     stage: GPTStage,
-    grid: ProcessGrid3D,
+    grid: ParallelDims,
     opt: ZeroOneOptimizer,
     tokens: torch.Tensor,
     targets: torch.Tensor,

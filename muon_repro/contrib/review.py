@@ -1,4 +1,4 @@
-"""``muon-repro review --repo-id ORG/NAME --pr N``: a maintainer's check of a contributed pull request and it does to the claims.
+"""``muon-repro review --repo-id ORG/NAME --pr N``: a maintainer's check of a pull request and what it does to the claims.
 
 1. the pull request (title, author, status, ``refs/pr/N``, the branch it targets) and the commit it
    started from (the newest commit of its history that the target branch also has);
@@ -205,7 +205,7 @@ def _claims_after(
     """Main's runs of ``profile`` with the pull request's, analyzed together; their claims table. Main's
     convergence and cost-model records of the profile come along, so that the claims resting on them
     (leading steps; the regime figures in the explanations) are measured again too."""
-    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.analysis.tables import tables_from_analysis
 
     root = ctx.scratch / f"profile-{profile}"

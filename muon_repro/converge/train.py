@@ -30,9 +30,10 @@ import torch.distributed as dist
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.identity import run_identity
 from muon_repro.costmodel.speed_probe import measure_speed
+from muon_repro.formulas import NS_STEPS, muon_matrix_shapes, newton_schulz_flops
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig
-from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups, newton_schulz_flops
+from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.parallel.comm import Group
@@ -40,7 +41,6 @@ from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_LOG, checkpoint_name
 from muon_repro.tables.files import write_atomic
 
 EVAL_CHUNK = 32  # held-out windows per forward pass
-NS_STEPS = 5  # Newton-Schulz iterations of Muon's update (DistributedMuon's default, passed explicitly)
 # Element-wise FLOPs per parameter of one optimizer step, counted from muon_repro.optim.update_rules:
 # AdamW: decay 1, first moment (lerp) 3, second moment 4, bias-corrected denominator 3, update (addcdiv) 3.
 # Muon: momentum 2, Nesterov input 2, Newton-Schulz's normalization 3, decay 1, scaled update 2.
@@ -87,17 +87,10 @@ def parameter_shares(mcfg: GPTConfig) -> dict:
     }
 
 
-def muon_matrix_shapes(mcfg: GPTConfig) -> list[tuple[int, int]]:
-    """Full (un-sharded) ``[out, in]`` shapes of the matrices Muon orthogonalizes: each block's attention and MLP weights."""
-    h, f = mcfg.hidden, mcfg.ffn_hidden
-    attention = [(h, h)] * 4 if mcfg.qkv == "split" else [(3 * h, h), (h, h)]
-    return [*attention, (f, h), (h, f)] * mcfg.n_layers
-
-
 def step_flops(cfg: ConvergeConfig, mcfg: GPTConfig) -> dict[str, int]:
     """FLOPs of one training step over all ranks, as the record states them: forward and backward
     (:meth:`GPTConfig.flops_per_token` x tokens per step), Newton-Schulz on every Muon matrix (Muon
-    only, each matrix once, :func:`newton_schulz_flops`) and the optimizers' element-wise work."""
+    only, each matrix once, :func:`~muon_repro.formulas.newton_schulz_flops`) and the optimizers' element-wise work."""
     forward_backward = mcfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step
     shapes = muon_matrix_shapes(mcfg)
     matrix_params = sum(a * b for a, b in shapes)

@@ -1,4 +1,7 @@
-"""A calibrated cost model of one training step: ``muon-repro calibrate`` and ``muon-repro predict``.
+"""A calibrated cost model of one training step: ``calibrate`` (this machine's rates, ``muon-repro
+calibrate``), ``predict`` (a run's per-rank step from FLOPs, bytes and rates, waits from the critical path;
+``muon-repro predict``), the shipped machine profiles, and the records ``muon-repro regimes`` writes
+(``records``); the regime sweep's points are :mod:`muon_repro.bench.regimes`.
 
 Modules, one job each::
 

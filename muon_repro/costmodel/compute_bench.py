@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from muon_repro.costmodel.measurement import Plan, low_quartile, seconds_per_call, sync_device
+from muon_repro.formulas import newton_schulz_flops
 from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS, GPTConfig
-from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, newton_schulz_flops, zeropower_via_newtonschulz5
+from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, zeropower_via_newtonschulz5
 from muon_repro.phases import NEWTON_SCHULZ
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

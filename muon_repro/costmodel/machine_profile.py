@@ -55,7 +55,7 @@ SIZE_CURVE_KINDS = tuple(ranges.CURVE_RATES)  # matmul, attention, cross_entropy
 @dataclass(frozen=True)
 class CollectiveFit:
     """``t = alpha + bytes / beta`` for one collective, ``bytes`` being what one rank sends under the
-    ring model (:func:`muon_repro.parallel.comm.ring_bytes_per_rank`), so ``beta`` is a bus bandwidth.
+    ring model (:func:`muon_repro.formulas.ring_bytes`), so ``beta`` is a bus bandwidth.
 
     ``group_size`` / ``world_size`` null: any size not listed on its own. ``world_size``: the ranks
     running at once when it was measured (every group of that size busy together, as in a run).

@@ -8,7 +8,7 @@
 2. **Transfers.** One micro-batch's activation ``[micro-batch sequences, seq, hidden]`` crosses each stage
    boundary forward, its gradient backward: ``c`` seconds each way, the profile's two-rank all-gather fit at those
    bytes (each rank sends them once), on the link the boundary's ranks share (across nodes when they sit on two).
-3. **1F1B.** Every stage runs the runtime's order (:mod:`muon_repro.parallel.schedule`): ``min(pp - s - 1, M)``
+3. **1F1B.** Every stage runs the runtime's order (:func:`muon_repro.formulas.one_f_one_b_order`): ``min(pp - s - 1, M)``
    forwards, then one forward and one backward in turn, then the remaining backwards. An operation starts when its
    stage is free and its input has arrived (receives block, sends do not)::
 
@@ -39,6 +39,7 @@ from muon_repro.costmodel.pipeline_workload import activation_bytes, build_stage
 from muon_repro.costmodel.predict import simulate
 from muon_repro.costmodel.prediction import RankPrediction, StepPrediction
 from muon_repro.costmodel.workload import Workload
+from muon_repro.formulas import one_f_one_b_order
 from muon_repro.model_config import stage_parts
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
 
@@ -67,22 +68,13 @@ def _check_times(forward: Sequence[float], backward: Sequence[float], transfer: 
     return pp
 
 
-def stage_order(stage: int, pp: int, micro_batches: int) -> list[tuple[str, int]]:
-    """Stage ``stage``'s 1F1B order as the runtime runs it: ``[("F", 0), ..., ("B", M - 1)]``."""
-    warmup = min(pp - stage - 1, micro_batches)
-    order = [("F", i) for i in range(warmup)]
-    for i in range(micro_batches - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    return order + [("B", i) for i in range(micro_batches - warmup, micro_batches)]
-
-
 def one_f_one_b(
     forward: Sequence[float], backward: Sequence[float], transfer: Sequence[float], micro_batches: int
 ) -> PipelineTimes:
     """Play the 1F1B schedule (the module docstring's recurrence): ``forward[s]``, ``backward[s]``: one micro-batch
     on stage ``s``; ``transfer[s]``: one activation (or gradient) across the boundary of stages ``s`` and ``s + 1``."""
     pp = _check_times(forward, backward, transfer, micro_batches)
-    orders = [stage_order(s, pp, micro_batches) for s in range(pp)]
+    orders = [one_f_one_b_order(s, pp, micro_batches) for s in range(pp)]
     end: dict[tuple[str, int, int], float] = {}
     free, nxt = [0.0] * pp, [0] * pp
     # every pass runs at least one operation (1F1B cannot deadlock: tests/test_pipeline_equivalence.py), so the

@@ -30,6 +30,7 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.prediction import MODEL_COMM, OPTIMIZER_PARTS, PARTS, Prediction, RankPrediction
 from muon_repro.costmodel.workload import Comm, Compute, Stage, Workload, build_workload
+from muon_repro.formulas import ring_bytes
 from muon_repro.phases import (
     BACKWARD,
     FORWARD,
@@ -258,12 +259,9 @@ def transfer_seconds(
     comm: Comm, calls: tuple[int, ...], group_size: int, machine: MachineProfile, scope: str, world_size: int
 ) -> float:
     """The calls' alpha-beta time, each priced by its ring bytes per rank."""
-    from muon_repro.parallel.comm import ring_bytes_per_rank
-
     fit = machine.collective(comm.op, group_size, scope, world_size)
     return sum(
-        machine.collective_seconds(fit, ring_bytes_per_rank(comm.op, elements, comm.element_size, group_size), scope)
-        for elements in calls
+        machine.collective_seconds(fit, ring_bytes(comm.op, elements, comm.element_size, group_size), scope) for elements in calls
     )
 
 

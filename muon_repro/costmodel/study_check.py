@@ -18,8 +18,8 @@ transfer, and their compute ran beside NCCL kernels, so they are shown but left 
 Priced with the cost model's own machinery: compute as a :class:`~muon_repro.costmodel.workload.Compute` through
 :func:`~muon_repro.costmodel.predict.kernel_seconds` (kernel time, not the host's), a collective through the
 profile's alpha-beta fit for its op and group (:meth:`~muon_repro.costmodel.machine_profile.MachineProfile.collective`,
-``collective_seconds``) on its ring bytes (:func:`muon_repro.analysis.collectives.ring_bytes`), Newton-Schulz FLOPs by
-:func:`~muon_repro.costmodel.closed_form.newton_schulz_flops_by_hand`. What this module adds is the study's program:
+``collective_seconds``) on its ring bytes (:func:`muon_repro.formulas.ring_bytes`), Newton-Schulz FLOPs by
+:func:`muon_repro.formulas.newton_schulz_flops`. What this module adds is the study's program:
 its shapes and shards, its collectives, and the bytes each of its kernels moves (:func:`study_program`).
 
 The fit (:func:`fit_study_factors`): every price is linear in the inverse efficiencies of matmul (fp32 here),
@@ -40,14 +40,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.collectives import dtype_info, ring_bytes
-from muon_repro.costmodel.closed_form import NS_STEPS, newton_schulz_flops_by_hand
+from muon_repro.analysis.collectives import dtype_info
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import kernel_seconds
 from muon_repro.costmodel.profile_ranges import ALPHA_US, EFFICIENCY
 from muon_repro.costmodel.records import STUDY_MACHINE
 from muon_repro.costmodel.workload import COPY_BYTES, MUON_MOMENTUM_BYTES, ROUND_BYTES, Compute
+from muon_repro.formulas import NS_STEPS, newton_schulz_flops, ring_bytes
 from muon_repro.phases import NEWTON_SCHULZ
 from muon_repro.study.scopes import OPTIMIZER_SCOPES
 from muon_repro.study.sources import STUDY_ENVIRONMENT
@@ -212,7 +212,7 @@ def _muon_rank(rank: int, dp: int, tp: int, fwd_bwd: Compute | None) -> RankWork
         if tp_dim == 1 and tp > 1:
             vector += BF16_COPY_BYTES * local[i]  # the update's column chunk is not contiguous: reshape(-1) copies it
         m, n = sorted(shape)
-        ns_flops += newton_schulz_flops_by_hand(m, n, NS_STEPS)
+        ns_flops += newton_schulz_flops((m, n), NS_STEPS)
         vector += ns_vector_bytes(m, n)
     return RankWork(rank, fwd_bwd, Compute(ns_flops=ns_flops, vector_bytes=vector), tuple(collectives))
 

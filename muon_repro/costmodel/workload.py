@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, stage_op_counts
+from muon_repro.formulas import NS_STEPS, newton_schulz_flops
 from muon_repro.model_config import GPTConfig, StagePart
 from muon_repro.phases import (
     BACKWARD,
@@ -54,7 +55,6 @@ from muon_repro.phases import (
 ELEMENT_SIZE = {"fp32": 4, "bf16": 2}
 FP32 = 4
 PRECISIONS = ("fp32", "bf16")
-NS_STEPS = 5  # DistributedMuon's default, which the bench keeps
 
 # Bytes per element of the optimizer's element-wise work (fp32 reads + writes, from the code of
 # muon_repro.optim.update_rules and .distributed): AdamW's step is 8 kernels (mul_, lerp_, mul_,
@@ -417,8 +417,6 @@ def _gather(phase: str, comm: Comm, pipelined: bool, key: str, pack: Stage | Non
 
 
 def _newton_schulz(plan, unit, dp_rank: int) -> Stage:
-    from muon_repro.optim.newton_schulz import newton_schulz_flops
-
     mine = plan.ns_slots(unit, dp_rank)
     shapes = [plan.slots[i].spec.full_shape for i in mine]
     return _compute(

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
 from muon_repro.costmodel.measurement import Plan, high_quartile, loop_rate, sync_device
 from muon_repro.costmodel.speed_probe import measure_speed
+from muon_repro.formulas import ring_bytes
 from muon_repro.model_config import PRESETS
-from muon_repro.parallel.comm import ring_bytes_per_rank
 
 # torch >= 2.13 renamed the single-tensor collectives (the old names warn), as muon_repro.parallel.comm notes.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -184,6 +184,6 @@ def _time_collective(op: str, group_size: int, target_bytes: int, group, job: Wo
     return {
         "op": op,
         "group_size": group_size,
-        "bytes": ring_bytes_per_rank(op, group_size * chunk, 4, group_size),
+        "bytes": ring_bytes(op, group_size * chunk, 4, group_size),
         "times": times,
     }

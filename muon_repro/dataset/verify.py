@@ -173,8 +173,7 @@ def _count_events(path: str) -> tuple[int | None, str | None]:
 
 
 def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
-    from muon_repro.analysis.pipeline import SMALL_TOTAL_BYTES, default_workers
-    from muon_repro.analysis.pool import map_in_processes
+    from muon_repro.analysis.batch_read import SMALL_TOTAL_BYTES, default_workers, map_in_processes
 
     paths = [p for p in list_files(root) if not is_ignored(p)]
     traces = [p for p in paths if is_trace(p)]
@@ -221,7 +220,7 @@ def check_table_set(root: Path, report: Callable[[str, bool], None], digests: di
 
 def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
     """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
-    from muon_repro.analysis.pipeline import analyze_paths
+    from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.analysis.tables import tables_from_analysis
     from muon_repro.tables.io import write_tables
 

@@ -1,4 +1,6 @@
-"""Muon and AdamW: single-device references and ZeRO-1 x TP distributed versions.
+"""Muon and AdamW: ``zeropower_via_newtonschulz5``, the single-device references (``Muon``, Moonlight's
+update, and ``AdamW``), ``muon_param_groups``, the distributed ``DistributedMuon`` / ``DistributedAdamW``
+(ZeRO-1 over DP, with TP) and the analytic ``comm_model``.
 
 The names below are imported on first use, so that ``muon_repro.optim.equivalence_cli`` (the
 ``muon-repro equivalence`` parser) can be imported by the CLI without importing torch.
@@ -16,7 +18,6 @@ _LAZY = {
     "LAYOUTS": "muon_repro.optim.layout",
     "ShardPlan": "muon_repro.optim.layout",
     "Muon": "muon_repro.optim.muon",
-    "newton_schulz_flops": "muon_repro.optim.newton_schulz",
     "zeropower_via_newtonschulz5": "muon_repro.optim.newton_schulz",
     "muon_param_groups": "muon_repro.optim.param_groups",
     "split_muon_params": "muon_repro.optim.param_groups",

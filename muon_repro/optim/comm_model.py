@@ -2,7 +2,7 @@
 
 Everything here follows from the TP-local parameter shapes, ``dp``, ``tp``, the layout and the
 dtypes: it builds the same :class:`~muon_repro.optim.layout.ShardPlan` the optimizers build, and
-prices each collective they issue with :func:`~muon_repro.parallel.comm.ring_bytes_per_rank`.
+prices each collective they issue with :func:`~muon_repro.formulas.ring_bytes`.
 The run-time byte ledger must agree with it exactly (the tests check this per phase).
 
 In closed form, with ``N`` TP-local elements, ``f`` the fraction of them DP-gathered and
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from muon_repro.formulas import ring_bytes
 from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.optim.param_groups import split_muon_params
-from muon_repro.parallel.comm import ring_bytes_per_rank
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_GATHER
 
@@ -99,17 +99,17 @@ def optimizer_bytes(
     plan = _optimizer_plan(specs, dp, optimizer, layout, bucket_elems)
     out = dict.fromkeys(OPTIMIZER_COMM_PHASES, 0)
     for bucket in plan.buckets:
-        out[DP_REDUCE_SCATTER] += ring_bytes_per_rank("reduce_scatter", bucket.size, _size(reduce_dtype), dp)
-        out[DP_ALL_GATHER] += ring_bytes_per_rank("all_gather", bucket.size, _size(param_dtype), dp)
+        out[DP_REDUCE_SCATTER] += ring_bytes("reduce_scatter", bucket.size, _size(reduce_dtype), dp)
+        out[DP_ALL_GATHER] += ring_bytes("all_gather", bucket.size, _size(param_dtype), dp)
     if optimizer == "muon":
         for unit in plan.ns_units:
             if unit.dp_gathered:
-                out[DP_GATHER] += ring_bytes_per_rank("all_gather", dp * unit.send_elems, _size(gather_dtype), dp)
+                out[DP_GATHER] += ring_bytes("all_gather", dp * unit.send_elems, _size(gather_dtype), dp)
             tp_elems = sum(
                 plan.slots[i].spec.numel for i in plan.ns_slots(unit, dp_rank) if plan.slots[i].spec.tp_dim is not None
             )
             if tp_elems:
-                out[TP_GATHER] += ring_bytes_per_rank("all_gather", tp * tp_elems, _size(gather_dtype), tp)
+                out[TP_GATHER] += ring_bytes("all_gather", tp * tp_elems, _size(gather_dtype), tp)
     return out
 
 

@@ -27,13 +27,10 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
+from muon_repro.formulas import newton_schulz_flops
 from muon_repro.optim.layout import NsUnit
 from muon_repro.optim.muon import check_hyperparameters, evaluate_closure, muon_defaults
-from muon_repro.optim.newton_schulz import (
-    default_ns_dtype,
-    newton_schulz_flops,
-    zeropower_via_newtonschulz5,
-)
+from muon_repro.optim.newton_schulz import default_ns_dtype, zeropower_via_newtonschulz5
 from muon_repro.optim.update_rules import (
     MomentumForm,
     UpdateScale,
@@ -43,7 +40,7 @@ from muon_repro.optim.update_rules import (
 )
 from muon_repro.optim.zero1 import StepStats, ZeroOneOptimizer
 from muon_repro.parallel import comm
-from muon_repro.parallel.mesh import DataTensorGrid
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.phases import (
     DP_GATHER,
     DP_SHARD,
@@ -70,7 +67,7 @@ class DistributedAdamW(ZeroOneOptimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
-        dims: DataTensorGrid,
+        dims: ParallelDims,
         *,
         lr: float = 1e-3,
         weight_decay: float = 0.1,
@@ -129,7 +126,7 @@ class DistributedMuon(ZeroOneOptimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
-        dims: DataTensorGrid,
+        dims: ParallelDims,
         *,
         lr: float = 1e-3,
         weight_decay: float = 0.1,

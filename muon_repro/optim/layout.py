@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from muon_repro.optim.newton_schulz import newton_schulz_flops
+from muon_repro.formulas import newton_schulz_flops
 from muon_repro.phases import LAYOUTS
 
 __all__ = ["BUFFER_ORDER", "DEFAULT_BUCKET_ELEMS", "LAYOUTS", "NsUnit", "ParamSpec", "ShardPlan"]

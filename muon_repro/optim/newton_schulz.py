@@ -1,7 +1,8 @@
 """Quintic Newton-Schulz orthogonalization (Keller Jordan's coefficients, as in Moonlight).
 
 Maps a matrix ``G = U S V^T`` to approximately ``U S' V^T`` with every singular value in
-``S'`` pushed into a band around 1 (roughly [0.7, 1.2] after 5 steps), using only matmuls.
+``S'`` pushed into a band around 1 (roughly [0.7, 1.2] after 5 steps), using only matmuls. Its FLOPs:
+:func:`muon_repro.formulas.newton_schulz_flops`.
 """
 
 from __future__ import annotations
@@ -51,17 +52,3 @@ def zeropower_via_newtonschulz5(G: torch.Tensor, steps: int = 5, dtype: torch.dt
     if tall:
         X = X.mT
     return X.to(G.dtype)
-
-
-def newton_schulz_flops(shape: tuple[int, ...] | torch.Size, steps: int = 5) -> int:
-    """Matmul FLOPs (2 per multiply-add) of :func:`zeropower_via_newtonschulz5` on ``shape``.
-
-    Per step, with ``m <= n`` the matrix dims: ``X X^T`` costs ``2 m^2 n``, ``A A`` ``2 m^3``,
-    ``B X`` ``2 m^2 n``: ``4 m^2 n + 2 m^3`` in all.
-    """
-    *batch, rows, cols = shape
-    m, n = min(rows, cols), max(rows, cols)
-    count = 1
-    for d in batch:
-        count *= d
-    return count * steps * (4 * m * m * n + 2 * m**3)

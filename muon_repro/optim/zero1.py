@@ -22,7 +22,7 @@ from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.optim.muon import adamw_param_step
 from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
 from muon_repro.parallel import comm
-from muon_repro.parallel.mesh import DataTensorGrid
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
 from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER
 
@@ -81,7 +81,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
-        dims: DataTensorGrid,
+        dims: ParallelDims,
         defaults: dict,
         layout: str,
         bucket_elems: int | None,

@@ -1,6 +1,8 @@
-"""Process grid, collectives with a byte ledger, and tensor-parallel building blocks."""
+"""The process grid and what runs over it: ``ParallelDims(dp, tp, pp=1)`` (process groups, TP ranks adjacent,
+pipeline stages outermost), collectives with profiler labels and a byte ledger, tensor-parallel layers,
+pipeline stages and their 1F1B schedule, and the launcher of local workers."""
 
-from muon_repro.parallel.comm import CommLedger, CommRecord, Group, ring_bytes_per_rank
+from muon_repro.parallel.comm import CommLedger, CommRecord, Group
 from muon_repro.parallel.mesh import ParallelDims
 
-__all__ = ["CommLedger", "CommRecord", "Group", "ParallelDims", "ring_bytes_per_rank"]
+__all__ = ["CommLedger", "CommRecord", "Group", "ParallelDims"]

@@ -5,23 +5,17 @@ Every collective the model and the optimizers issue goes through a function here
 * opens a ``torch.profiler.record_function`` scope named after its *phase* (``dp_gather``,
   ``tp_all_reduce``, ...), so traces attribute the transfer to the step of the algorithm, and
 * appends a :class:`CommRecord` to the group's :class:`CommLedger`: the bytes this rank sends
-  under the ring model of nccl-tests (``docs/method.md#communication-model``), and
+  under the ring model of nccl-tests (:func:`muon_repro.formulas.ring_bytes`,
+  ``docs/method.md#communication-model``), and
 * while the ledger's :class:`CommTimer` is on (the benchmark's timed steps, run without the
   profiler), appends the call's entry and exit ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on
   Linux: one clock for every process of a host) to the timer's columns of ints.
-
-Ring model, for a group of ``n`` ranks and a full array of ``S`` bytes split in ``n`` chunks::
-
-    all_gather      (n-1) * chunk          = (n-1)/n * S
-    reduce_scatter  (n-1) * chunk          = (n-1)/n * S
-    all_reduce      2 * (n-1) * chunk      = 2(n-1)/n * S   (chunk = ceil(elements/n))
 
 A group of one rank communicates nothing and records nothing.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from time import perf_counter_ns
@@ -30,23 +24,13 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
+from muon_repro.formulas import ring_bytes
+
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 
 # torch >= 2.13 renamed the single-tensor collectives (the old names warn); same c10d ops underneath.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def ring_bytes_per_rank(op: str, elements: int, element_size: int, group_size: int) -> int:
-    """Bytes one rank sends for collective ``op`` over an array of ``elements`` (the full array)."""
-    if op not in OPS:
-        raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
-    n = group_size
-    if n == 1:
-        return 0
-    chunk = math.ceil(elements / n)
-    hops = 2 * (n - 1) if op == "all_reduce" else n - 1
-    return hops * chunk * element_size
 
 
 @dataclass(frozen=True)
@@ -142,6 +126,8 @@ class CommLedger:
     def record(self, phase: str, op: str, group: Group, elements: int, dtype: torch.dtype) -> None:
         if not self.enabled or group.size == 1:
             return
+        if op not in OPS:
+            raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
         element_size = torch.empty((), dtype=dtype).element_size()
         self.records.append(
             CommRecord(
@@ -152,7 +138,7 @@ class CommLedger:
                 group_size=group.size,
                 elements=elements,
                 dtype=str(dtype).removeprefix("torch."),
-                bytes=ring_bytes_per_rank(op, elements, element_size, group.size),
+                bytes=ring_bytes(op, elements, element_size, group.size),
             )
         )
 

@@ -1,4 +1,4 @@
-"""The DP x TP x PP process grid: :class:`~muon_repro.parallel.mesh.ParallelDims` with pipeline stages.
+"""The DP x TP x PP rank layout :class:`~muon_repro.parallel.mesh.ParallelDims` builds its process groups from.
 
 Ranks are laid out as Megatron's default order (``tp-dp-pp``): tensor-parallel ranks adjacent, then data
 parallel, pipeline stages outermost::
@@ -13,38 +13,43 @@ parallel, pipeline stages outermost::
 Why this order: TP all-reduces sit inside every layer's forward and backward, so its ranks are the
 closest (one node, NVLink); DP moves the optimizer's reduce-scatter and all-gather once a step; PP moves
 one activation per micro-batch between neighbours, the lightest traffic, so it may cross nodes. Inside a
-stage the ranks are laid out exactly as :class:`ParallelDims` lays out a DP x TP world (offset by
-``pp_rank * dp * tp``), so a stage is a DP x TP grid of its own: its TP and DP groups are built by
-:mod:`muon_repro.parallel.mesh`'s own helpers (:func:`~muon_repro.parallel.mesh.dp_tp_group_ranks`,
-:func:`~muon_repro.parallel.mesh.make_group`).
+stage the ranks are laid out as a DP x TP world of its own (:func:`dp_tp_group_ranks`, offset by
+``pp_rank * dp * tp``); with ``pp = 1`` the layout is the DP x TP grid's.
 
 A PP group joins the ranks with the same ``(dp_rank, tp_rank)`` in every stage: one replica's shard
-travels through the stages along it. Its neighbours :attr:`ProcessGrid3D.prev_rank` and
-:attr:`ProcessGrid3D.next_rank` are global ranks (what ``torch.distributed.isend``/``irecv`` take).
+travels through the stages along it. Its neighbours :attr:`ParallelDims.prev_rank` and
+:attr:`ParallelDims.next_rank` are global ranks (what ``torch.distributed.isend``/``irecv`` take).
 
-:class:`ProcessGrid3D` is a :class:`~muon_repro.parallel.mesh.DataTensorGrid`, the protocol the ZeRO-1
-optimizers take (``dp``, ``tp``, ``dp_rank``, ``tp_rank``, ``dp_group``, ``tp_group``, ``rank``,
-``ledger``), as :class:`ParallelDims` is: handed to :class:`~muon_repro.optim.distributed.DistributedMuon`,
-the optimizer shards over this stage's DP group and gathers over this stage's TP group. Groups of size 1
-hold no process group, as in :mod:`muon_repro.parallel.mesh`.
-
+Plain integers, no torch: the groups themselves are :mod:`muon_repro.parallel.mesh`'s.
 ``python -m muon_repro.parallel.grid3d --dp 2 --tp 2 --pp 2`` prints the groups of a grid.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
-
-from muon_repro.parallel.comm import CommLedger, Group
-from muon_repro.parallel.mesh import check_positive_sizes, destroy_groups, dp_tp_group_ranks, make_group, world_rank
 
 AXES = ("tp", "dp", "pp")  # fastest-varying first: the order ranks are laid out in
 
 
+def check_positive_sizes(owner: str, sizes: dict[str, int]) -> None:
+    """``ValueError`` naming the first of ``sizes`` that is not a positive integer (as ``owner.name``)."""
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
 def check_sizes(dp: int, tp: int, pp: int) -> None:
     """``ValueError`` naming the size that is not a positive integer."""
-    check_positive_sizes("ProcessGrid3D", {"dp": dp, "tp": tp, "pp": pp})
+    check_positive_sizes("ParallelDims", {"dp": dp, "tp": tp, "pp": pp})
+
+
+def dp_tp_group_ranks(dp: int, tp: int, first_rank: int = 0) -> dict[str, list[list[int]]]:
+    """The TP and DP groups of a DP x TP grid of ranks ``first_rank ..``, TP ranks adjacent, as lists of
+    global ranks in group-rank order (the order every rank creates them in)."""
+    return {
+        "tp": [[first_rank + d * tp + t for t in range(tp)] for d in range(dp)],
+        "dp": [[first_rank + d * tp + t for d in range(dp)] for t in range(tp)],
+    }
 
 
 def rank_of(pp_rank: int, dp_rank: int, tp_rank: int, dp: int, tp: int) -> int:
@@ -63,8 +68,8 @@ def group_ranks(dp: int, tp: int, pp: int) -> dict[str, list[list[int]]]:
     """Every group of each axis, as lists of global ranks in group-rank order.
 
     ``group_ranks(...)["pp"][k]`` is PP group ``k``: the ranks with ``dp_rank * tp + tp_rank == k``, from
-    the first stage to the last. The TP and DP groups are each stage's, as :class:`ParallelDims` lays them
-    out, stage after stage. The order of groups is the order every rank creates them in.
+    the first stage to the last. The TP and DP groups are each stage's (:func:`dp_tp_group_ranks`), stage
+    after stage. The order of groups is the order every rank creates them in.
     """
     check_sizes(dp, tp, pp)
     stages = [dp_tp_group_ranks(dp, tp, first_rank=rank_of(p, 0, 0, dp, tp)) for p in range(pp)]
@@ -73,70 +78,6 @@ def group_ranks(dp: int, tp: int, pp: int) -> dict[str, list[list[int]]]:
         "dp": [group for stage in stages for group in stage["dp"]],
         "pp": [[rank_of(p, d, t, dp, tp) for p in range(pp)] for d in range(dp) for t in range(tp)],
     }
-
-
-@dataclass
-class ProcessGrid3D:
-    """Data-parallel x tensor-parallel x pipeline-parallel sizes, and this rank's groups.
-
-    Construct it on every rank after ``torch.distributed.init_process_group`` (or without an
-    initialized world when ``dp == tp == pp == 1``). ``ledger`` records every collective on
-    ``dp_group`` and ``tp_group``; point-to-point sends on ``pp_group`` are not ledgered (the ledger
-    knows collectives only).
-    """
-
-    dp: int
-    tp: int
-    pp: int
-    ledger: CommLedger = field(default_factory=CommLedger)
-    rank: int = field(init=False)
-    pp_rank: int = field(init=False)
-    dp_rank: int = field(init=False)
-    tp_rank: int = field(init=False)
-    tp_group: Group = field(init=False)
-    dp_group: Group = field(init=False)
-    pp_group: Group = field(init=False)
-
-    def __post_init__(self) -> None:
-        check_sizes(self.dp, self.tp, self.pp)
-        self.rank = world_rank({"dp": self.dp, "tp": self.tp, "pp": self.pp})
-        self.pp_rank, self.dp_rank, self.tp_rank = coordinates_of(self.rank, self.dp, self.tp)
-        ranks = group_ranks(self.dp, self.tp, self.pp)
-        self.tp_group = make_group("tp", ranks["tp"], self.rank, self.ledger)
-        self.dp_group = make_group("dp", ranks["dp"], self.rank, self.ledger)
-        self.pp_group = make_group("pp", ranks["pp"], self.rank, self.ledger)
-
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
-
-    @property
-    def is_first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.pp_rank == self.pp - 1
-
-    @property
-    def prev_rank(self) -> int | None:
-        """Global rank of the previous stage's member of this PP group (None on the first stage)."""
-        return None if self.is_first_stage else self.pp_group.ranks[self.pp_rank - 1]
-
-    @property
-    def next_rank(self) -> int | None:
-        """Global rank of the next stage's member of this PP group (None on the last stage)."""
-        return None if self.is_last_stage else self.pp_group.ranks[self.pp_rank + 1]
-
-    def close(self) -> None:
-        """Destroy this rank's process groups (see :meth:`ParallelDims.close` for why a sweep must)."""
-        destroy_groups((self.tp_group, self.dp_group, self.pp_group))
-
-    def __repr__(self) -> str:
-        return (
-            f"ProcessGrid3D(dp={self.dp}, tp={self.tp}, pp={self.pp}, rank={self.rank}, "
-            f"pp_rank={self.pp_rank}, dp_rank={self.dp_rank}, tp_rank={self.tp_rank})"
-        )
 
 
 def describe_grid(dp: int, tp: int, pp: int) -> str:

@@ -1,50 +1,29 @@
-"""The DP x TP process grid.
+"""The DP x TP (x PP) process grid: :class:`ParallelDims`, its sizes and this rank's process groups.
 
-Ranks are laid out Megatron-style with tensor-parallel ranks adjacent::
+Ranks are laid out Megatron-style with tensor-parallel ranks adjacent, pipeline stages outermost
+(:mod:`muon_repro.parallel.grid3d`)::
 
-    global rank = dp_rank * tp + tp_rank
+    global rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
 
     tp=2, dp=2:   TP groups {0,1} {2,3}     DP groups {0,2} {1,3}
+
+With ``pp > 1`` each stage is a DP x TP grid of its own: the ZeRO-1 optimizers shard over the stage's DP
+group and gather over its TP group, whatever ``pp`` is.
 
 Groups are objects handed to whoever communicates; nothing here is global. A group of size 1
 holds no process group at all, and the collectives in :mod:`muon_repro.parallel.comm` are
 no-ops on it, so the same code runs on one process without ``torch.distributed``.
-
-The helpers below also build each pipeline stage's DP x TP grid in
-:class:`~muon_repro.parallel.grid3d.ProcessGrid3D`; :class:`DataTensorGrid` is what the ZeRO-1 optimizers
-take, which both grids are.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch.distributed as dist
 
 from muon_repro.parallel.comm import CommLedger, Group
-
-
-class DataTensorGrid(Protocol):
-    """The DP x TP view the ZeRO-1 optimizers read: a :class:`ParallelDims`, or one pipeline stage of a
-    :class:`~muon_repro.parallel.grid3d.ProcessGrid3D` (its groups hold that stage's ranks only)."""
-
-    dp: int
-    tp: int
-    dp_rank: int
-    tp_rank: int
-    dp_group: Group
-    tp_group: Group
-    rank: int
-    ledger: CommLedger
-
-
-def check_positive_sizes(owner: str, sizes: dict[str, int]) -> None:
-    """``ValueError`` naming the first of ``sizes`` that is not a positive integer (as ``owner.name``)."""
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
+from muon_repro.parallel.grid3d import check_sizes, coordinates_of, group_ranks
 
 
 def world_rank(sizes: dict[str, int]) -> int:
@@ -61,15 +40,6 @@ def world_rank(sizes: dict[str, int]) -> int:
             f"launch {'*'.join(sizes)} workers or change {'/'.join(sizes)}"
         )
     return dist.get_rank() if initialized else 0
-
-
-def dp_tp_group_ranks(dp: int, tp: int, first_rank: int = 0) -> dict[str, list[list[int]]]:
-    """The TP and DP groups of a DP x TP grid of ranks ``first_rank ..``, TP ranks adjacent, as lists of
-    global ranks in group-rank order (the order every rank creates them in)."""
-    return {
-        "tp": [[first_rank + d * tp + t for t in range(tp)] for d in range(dp)],
-        "dp": [[first_rank + d * tp + t for d in range(dp)] for t in range(tp)],
-    }
 
 
 def make_group(name: str, ranks_of: list[list[int]], rank: int, ledger: CommLedger) -> Group:
@@ -93,40 +63,65 @@ def destroy_groups(groups: tuple[Group, ...]) -> None:
 
 @dataclass
 class ParallelDims:
-    """Data-parallel x tensor-parallel sizes, and the process groups built from them.
+    """Data-parallel x tensor-parallel x pipeline-parallel sizes, and this rank's process groups.
 
     Construct it on every rank after ``torch.distributed.init_process_group`` (or without an
-    initialized world when ``dp == tp == 1``). ``ledger`` records every collective issued on
-    ``dp_group`` and ``tp_group``.
+    initialized world when ``dp == tp == pp == 1``); a size that is not a positive integer, or sizes whose
+    product is not the world size, raise ``ValueError``. ``ledger`` records every collective issued on
+    ``dp_group`` and ``tp_group``; point-to-point sends on ``pp_group`` are not ledgered (the ledger knows
+    collectives only). With ``pp == 1`` every PP group is one rank and holds no process group.
     """
 
     dp: int
     tp: int
+    pp: int = 1
     ledger: CommLedger = field(default_factory=CommLedger)
     rank: int = field(init=False)
+    pp_rank: int = field(init=False)
     dp_rank: int = field(init=False)
     tp_rank: int = field(init=False)
-    dp_group: Group = field(init=False)
     tp_group: Group = field(init=False)
+    dp_group: Group = field(init=False)
+    pp_group: Group = field(init=False)
 
     def __post_init__(self) -> None:
-        sizes = {"dp": self.dp, "tp": self.tp}
-        check_positive_sizes("ParallelDims", sizes)
-        self.rank = world_rank(sizes)
-        self.dp_rank, self.tp_rank = divmod(self.rank, self.tp)
-        ranks = dp_tp_group_ranks(self.dp, self.tp)
+        check_sizes(self.dp, self.tp, self.pp)
+        self.rank = world_rank({"dp": self.dp, "tp": self.tp} | ({"pp": self.pp} if self.pp > 1 else {}))
+        self.pp_rank, self.dp_rank, self.tp_rank = coordinates_of(self.rank, self.dp, self.tp)
+        ranks = group_ranks(self.dp, self.tp, self.pp)
         self.tp_group = make_group("tp", ranks["tp"], self.rank, self.ledger)
         self.dp_group = make_group("dp", ranks["dp"], self.rank, self.ledger)
+        self.pp_group = make_group("pp", ranks["pp"], self.rank, self.ledger)
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp
+        return self.dp * self.tp * self.pp
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+    @property
+    def prev_rank(self) -> int | None:
+        """Global rank of the previous stage's member of this PP group (None on the first stage)."""
+        return None if self.is_first_stage else self.pp_group.ranks[self.pp_rank - 1]
+
+    @property
+    def next_rank(self) -> int | None:
+        """Global rank of the next stage's member of this PP group (None on the last stage)."""
+        return None if self.is_last_stage else self.pp_group.ranks[self.pp_rank + 1]
 
     def close(self) -> None:
-        """Destroy this rank's DP and TP process groups. A sweep builds new ones for every recording in the
+        """Destroy this rank's process groups. A sweep builds new ones for every recording in the
         same workers: left alive, each keeps its threads and connections, and a 110-recording sweep's steps
         grew about 1.5x slower from its first rounds to its last, unevenly between configurations."""
-        destroy_groups((self.tp_group, self.dp_group))
+        destroy_groups((self.tp_group, self.dp_group, self.pp_group))
 
     def __repr__(self) -> str:
-        return f"ParallelDims(dp={self.dp}, tp={self.tp}, rank={self.rank}, dp_rank={self.dp_rank}, tp_rank={self.tp_rank})"
+        pp, pp_rank = (f", pp={self.pp}", f", pp_rank={self.pp_rank}") if self.pp > 1 else ("", "")
+        ranks = f"rank={self.rank}{pp_rank}, dp_rank={self.dp_rank}, tp_rank={self.tp_rank}"
+        return f"ParallelDims(dp={self.dp}, tp={self.tp}{pp}, {ranks})"

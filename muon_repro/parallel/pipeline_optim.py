@@ -2,8 +2,7 @@
 
 Each stage's parameters get their own optimizer, one of the existing ZeRO-1 classes unchanged
 (:class:`~muon_repro.optim.distributed.DistributedMuon`, :class:`~muon_repro.optim.distributed.DistributedAdamW`),
-handed the :class:`~muon_repro.parallel.grid3d.ProcessGrid3D` as their
-:class:`~muon_repro.parallel.mesh.DataTensorGrid`: the grid's ``dp_group`` and ``tp_group`` are this stage's,
+handed the pipeline's :class:`~muon_repro.parallel.mesh.ParallelDims`: its ``dp_group`` and ``tp_group`` are this stage's,
 so the gradient reduce-scatter, the parameter all-gather and Muon's DP gather run among the ``dp`` replicas
 of this stage only, and the TP gather among this stage's TP ranks. Every layout
 (:data:`~muon_repro.optim.layout.LAYOUTS`) works as on a DP x TP grid (tested), and so should every overlap
@@ -20,14 +19,14 @@ from __future__ import annotations
 from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon
 from muon_repro.optim.param_groups import muon_param_groups
 from muon_repro.optim.zero1 import ZeroOneOptimizer
-from muon_repro.parallel.grid3d import ProcessGrid3D
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_runner import check_stage_on_grid
 from muon_repro.parallel.pipeline_stages import GPTStage
 
 STAGE_OPTIMIZERS = {"muon": DistributedMuon, "adamw": DistributedAdamW}
 
 
-def stage_optimizer(stage: GPTStage, grid: ProcessGrid3D, optimizer: str, **hyperparameters) -> ZeroOneOptimizer:
+def stage_optimizer(stage: GPTStage, grid: ParallelDims, optimizer: str, **hyperparameters) -> ZeroOneOptimizer:
     """This stage's ZeRO-1 optimizer (``"muon"`` or ``"adamw"``); ``hyperparameters`` go to its constructor."""
     if optimizer not in STAGE_OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(STAGE_OPTIMIZERS)}")

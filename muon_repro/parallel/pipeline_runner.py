@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
-from muon_repro.parallel.grid3d import ProcessGrid3D
+from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.parallel.schedule import (
     Backward,
@@ -95,7 +95,7 @@ def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> list[torch.T
     return list(batch.chunk(micro_batches, dim=0))
 
 
-def check_stage_on_grid(stage: GPTStage, grid: ProcessGrid3D) -> None:
+def check_stage_on_grid(stage: GPTStage, grid: ParallelDims) -> None:
     """``ValueError`` unless ``stage`` is the stage this rank holds on ``grid``, sharded over the grid's TP group."""
     if (stage.stage, stage.pp) != (grid.pp_rank, grid.pp):
         raise ValueError(f"this rank is stage {grid.pp_rank} of {grid.pp}, but the model is stage {stage.stage} of {stage.pp}")
@@ -107,7 +107,7 @@ def check_stage_on_grid(stage: GPTStage, grid: ProcessGrid3D) -> None:
 
 def run_pipeline(
     stage: GPTStage,
-    grid: ProcessGrid3D,
+    grid: ParallelDims,
     tokens: torch.Tensor,
     targets: torch.Tensor,
     micro_batches: int,
@@ -175,7 +175,7 @@ def run_pipeline(
 
 def train_step(
     stage: GPTStage,
-    grid: ProcessGrid3D,
+    grid: ParallelDims,
     optimizer: torch.optim.Optimizer,
     tokens: torch.Tensor,
     targets: torch.Tensor,

@@ -1,8 +1,9 @@
 """The 1F1B pipeline schedule (PipeDream-Flush, Megatron's non-interleaved schedule), as plain lists of steps.
 
 Each stage runs its own list of steps over one training step's ``M`` micro-batches; the lists are data,
-built here and printed by ``python -m muon_repro.parallel.schedule --pp 4 --micro-batches 8``, and
-executed by :mod:`muon_repro.parallel.pipeline_runner`. Stage ``s`` of ``pp``:
+built here from the order :func:`muon_repro.formulas.one_f_one_b_order` states (the one the cost model plays back),
+printed by ``python -m muon_repro.parallel.schedule --pp 4 --micro-batches 8``, and executed by
+:mod:`muon_repro.parallel.pipeline_runner`. Stage ``s`` of ``pp``:
 
 * **warm-up**: ``w = min(pp - s - 1, M)`` forwards, so that the stage has work when the first gradient
   comes back from the last stage;
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+
+from muon_repro.formulas import check_stage, one_f_one_b_order, warmup_forwards
 
 
 @dataclass(frozen=True)
@@ -67,23 +70,10 @@ SENDS = {SendActivation: RecvActivation, SendGrad: RecvGrad}  # each send and th
 COMPUTE = (Forward, Backward)
 
 
-def _check(stage: int, pp: int, micro_batches: int) -> None:
-    for name, value in (("pp", pp), ("micro_batches", micro_batches)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"1F1B schedule: {name} must be a positive integer, got {value!r}")
-    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
-        raise ValueError(f"1F1B schedule: stage must be an integer in [0, pp={pp}), got {stage!r}")
-
-
-def warmup_forwards(stage: int, pp: int, micro_batches: int) -> int:
-    """Forwards stage ``stage`` runs before its first backward, less one: ``min(pp - stage - 1, M)``."""
-    _check(stage, pp, micro_batches)
-    return min(pp - stage - 1, micro_batches)
-
-
 def one_f_one_b(stage: int, pp: int, micro_batches: int) -> list[Step]:
-    """Stage ``stage``'s steps for one training step of ``micro_batches`` micro-batches."""
-    warmup = warmup_forwards(stage, pp, micro_batches)
+    """Stage ``stage``'s steps for one training step of ``micro_batches`` micro-batches: the 1F1B order's forwards and
+    backwards, each with its receive and send."""
+    order = one_f_one_b_order(stage, pp, micro_batches)
     first, last = stage == 0, stage == pp - 1
 
     def forward(mb: int) -> list[Step]:
@@ -93,18 +83,14 @@ def one_f_one_b(stage: int, pp: int, micro_batches: int) -> list[Step]:
         return [*([] if last else [RecvGrad(mb)]), Backward(mb), *([] if first else [SendGrad(mb)])]
 
     steps: list[Step] = []
-    for mb in range(warmup):
-        steps += forward(mb)
-    for i in range(micro_batches - warmup):
-        steps += forward(warmup + i) + backward(i)
-    for mb in range(micro_batches - warmup, micro_batches):
-        steps += backward(mb)
+    for kind, mb in order:
+        steps += forward(mb) if kind == "F" else backward(mb)
     return steps
 
 
 def pipeline_schedule(pp: int, micro_batches: int) -> list[list[Step]]:
     """Every stage's steps, first stage first."""
-    _check(0, pp, micro_batches)
+    check_stage(0, pp, micro_batches)
     return [one_f_one_b(s, pp, micro_batches) for s in range(pp)]
 
 

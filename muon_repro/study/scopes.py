@@ -26,13 +26,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.collectives import dtype_info, normalize_op, ring_bytes
+from muon_repro.analysis.collectives import dtype_info, normalize_op
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.instances import collective_instances
 from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.piece_columns import GPU_WORK_CATS
 from muon_repro.analysis.reader import read_trace
 from muon_repro.analysis.trace_events import TraceEvents
+from muon_repro.formulas import ring_bytes
 
 # The study's scopes inside one iteration (analysis_scripts/muon_vs_adam.py), in no particular order.
 PHASE_SCOPES = (

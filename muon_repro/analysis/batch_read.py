@@ -1,18 +1,27 @@
-"""Analyze many trace files at once: one process per file, failures collected, not raised.
+"""Analyze many trace files at once: one process per file, failures collected, not raised; and
+the process pool that runs them (:func:`map_in_processes`).
 
 A run of N ranks has N trace files; they are read in parallel worker processes (``spawn``,
 so it is safe from a process that has started threads, e.g. one that imported torch). A
 single file is analyzed in this process, with its pieces decoded in parallel instead when
 it is large. A bad file becomes a :class:`TraceFailure` (path and problem) and never stops
 the others.
+
+The pool's function must catch its own errors and return them as values: a result is never
+lost to another input's failure. Only a pool that cannot run at all (the calling script has no
+``__main__`` guard, or a worker was killed) sends the inputs it left undone back to this process.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing as mp
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
 from muon_repro.analysis.convergence import find_records
@@ -20,7 +29,6 @@ from muon_repro.analysis.costmodel_tables import has_costmodel_inputs
 from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for, timed_only_folders
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
-from muon_repro.analysis.pool import map_in_processes
 from muon_repro.rundir import trace_name, trial_of
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
@@ -290,3 +298,32 @@ def _lone_runs(
         run = RunInfo(path=Path(b.meta.path), group=group, name=f"{name_prefix}/{name}" if name_prefix else name, profile=profile)
         out.append((run, [b]))
     return out
+
+
+# -- the process pool
+
+R = TypeVar("R")
+
+
+def map_in_processes(
+    fn: Callable[..., R], jobs: Sequence[tuple], workers: int, *, on_error: Callable[[tuple, BaseException], R]
+) -> list[R]:
+    """``[fn(*job) for job in jobs]``, in order, over at most ``workers`` processes.
+
+    ``on_error(job, exc)`` stands for a job whose result could not come back (say, it did not
+    pickle); ``fn``'s own exceptions should not get that far.
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(*job) for job in jobs]
+    undone = object()
+    results: list = []
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(fn, *job) for job in jobs]
+        for job, future in zip(jobs, futures):
+            try:
+                results.append(future.result())
+            except cf.process.BrokenProcessPool:
+                results.append(undone)
+            except Exception as exc:  # noqa: BLE001 - one job's failure must not lose the others
+                results.append(on_error(job, exc))
+    return [fn(*job) if r is undone else r for job, r in zip(jobs, results)]
