@@ -14,6 +14,7 @@ from tools.analysis_benchmark import Measurement, Row, Summary, check_targets, f
 SOURCE = Path(__file__).parent / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz"
 
 
+@pytest.mark.slow
 def test_small_trace_in_process_and_end_to_end(tmp_path, capsys):
     trace = tmp_path / "bench_trace.json"
     argv = ["--source", str(SOURCE), "--out", str(trace), "--size-mb", "2", "--skip-hta", "--repeat", "1", "--workers", "1"]
@@ -33,6 +34,7 @@ def test_small_trace_in_process_and_end_to_end(tmp_path, capsys):
     assert "targets: not checked, HTA not measured" in out
 
 
+@pytest.mark.slow
 def test_measure_cli_times_the_command_and_checks_its_tables(tmp_path):
     trace = tmp_path / "t.json"
     benchmark.build_trace(SOURCE, trace, 200_000)

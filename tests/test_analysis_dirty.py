@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.analysis.breakdown import analyze_trace
 from muon_repro.analysis.errors import TraceError
-from muon_repro.analysis.pipeline import analyze_paths
 from muon_repro.analysis.reader import read_trace
 
 DIST = {
@@ -216,6 +216,7 @@ def test_bare_array_and_keys_after_the_events(tmp_path):
         pd.testing.assert_frame_equal(t.events, bare.events)
 
 
+@pytest.mark.slow
 def test_cuts_inside_strings_and_args_are_retried(tmp_path):
     """Names and args that contain the event separator must not split an event."""
     events = good_events(30)
@@ -258,6 +259,7 @@ def test_one_bad_file_does_not_hide_the_others(mixed_dir):
     assert info.key == "unknown/group/run" and [b.meta.rank for b in items] == [0, 1]  # no environment.json: profile "unknown"
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_files_and_still_writes_the_tables(mixed_dir, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "muon_repro.analysis.cli", str(mixed_dir), "--out", str(tmp_path / "m")],

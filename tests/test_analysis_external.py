@@ -169,6 +169,7 @@ def test_tables_over_the_external_directory(tmp_path):
     assert set(tables["claims"]["verdict"]) == {"not measured"}
 
 
+@pytest.mark.slow
 def test_reading_is_the_same_through_every_path(tmp_path):
     """Small pieces, the tolerant path and the parallel path all give the same table."""
     reference = read_trace(A100)

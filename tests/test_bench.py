@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_sweep import copy_of
 
 from muon_repro.bench.configs import CONFIGS, STUDY_CONFIGS, BenchConfig, from_dict, resolve
 from muon_repro.bench.environment import recording_profile
@@ -62,11 +63,11 @@ def bench(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
+def recorded(tmp_path_factory, tiny_sweep) -> Path:
     out = tmp_path_factory.mktemp("traces")
-    results = record_local([resolve(CONFIG, "tiny")], out, "gloo", trials=1, progress=False)
-    assert results[0].run_dir == trial_dir(run_dir_for(out, resolve(CONFIG, "tiny"), recording_profile("gloo")), 0)
-    return results[0].run_dir
+    run_dir = copy_of(tiny_sweep[resolve(CONFIG, "tiny").key], out)
+    assert run_dir == trial_dir(run_dir_for(out, resolve(CONFIG, "tiny"), recording_profile("gloo")), 0)
+    return run_dir
 
 
 @pytest.mark.slow
@@ -258,6 +259,7 @@ def test_a_committed_run_says_how_it_computed_its_loss_and_its_ledger_agrees():
     assert from_dict(older).cross_entropy == "gathered"
 
 
+@pytest.mark.slow
 def test_unknown_config_lists_the_valid_names():
     result = bench("comparison/sgd_dp2", "--scale", "tiny")
     assert result.returncode == 2
@@ -265,6 +267,7 @@ def test_unknown_config_lists_the_valid_names():
     assert all(key in result.stderr for key in CONFIGS)
 
 
+@pytest.mark.slow
 def test_world_size_must_match_under_torchrun(tmp_path):
     env = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     result = bench("comparison/muon_dp2_tp2", "--scale", "tiny", "--out", str(tmp_path), env=env)
@@ -272,6 +275,7 @@ def test_world_size_must_match_under_torchrun(tmp_path):
     assert "needs dp*tp = 2*2 = 4 ranks, torchrun started 3" in result.stderr
 
 
+@pytest.mark.slow
 def test_nccl_without_gpus_is_refused(tmp_path):
     result = bench("comparison/muon_dp2_tp2", "--scale", "tiny", "--out", str(tmp_path), "--backend", "nccl")
     assert result.returncode == 2
@@ -279,6 +283,7 @@ def test_nccl_without_gpus_is_refused(tmp_path):
     assert not (tmp_path / "comparison").exists() or not any((tmp_path / "comparison").iterdir())
 
 
+@pytest.mark.slow
 def test_list_shows_every_config():
     result = bench("--list")
     assert result.returncode == 0

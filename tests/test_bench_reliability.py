@@ -96,6 +96,7 @@ def test_a_lock_file_left_by_a_dead_process_does_not_block(tmp_path):
         assert (run_dir / LOCK_NAME).read_text().strip() == str(os.getpid())
 
 
+@pytest.mark.slow
 def test_a_second_bench_into_the_same_out_stops_at_once_naming_the_first(tmp_path):
     """The first run holds the folder (here: this process); the second is refused before launching anything."""
     run_dir = tmp_path / RUN
@@ -113,6 +114,7 @@ def test_a_second_bench_into_the_same_out_stops_at_once_naming_the_first(tmp_pat
 # ---------------------------------------------------------------------- --out checked before launching
 
 
+@pytest.mark.slow
 def test_out_that_is_a_file_is_refused_before_launching(tmp_path):
     target = tmp_path / "traces.txt"
     target.write_text("not a folder\n")
@@ -143,6 +145,7 @@ def test_out_in_an_unwritable_folder_is_refused(tmp_path):
 # ---------------------------------------------------------------------- equivalence checks the grid before launching
 
 
+@pytest.mark.slow
 def test_equivalence_tp_that_does_not_divide_the_model_is_refused_before_launching():
     started = time.monotonic()
     done = subprocess.run(_muon_repro("equivalence", "--dp", "1", "--tp", "3"), capture_output=True, text=True, timeout=120)

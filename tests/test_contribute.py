@@ -213,16 +213,15 @@ def test_manifest_rules():
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> dict[str, Path]:
-    """A tiny AdamW and Muon run (DP2 x TP2, gloo, one trial each): config name -> trial folder."""
+def recorded(tmp_path_factory, tiny_sweep) -> dict[str, Path]:
+    """A tiny AdamW and Muon run (DP2 x TP2, gloo, one trial each, from the shared sweep): config name -> trial folder."""
+    from tiny_sweep import copy_of
+
     from muon_repro.bench.configs import resolve
-    from muon_repro.bench.sweep import record_local
 
     out = tmp_path_factory.mktemp("recorded")
     names = ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2")
-    record_local([resolve(k, "tiny") for k in names], out, "gloo", trials=1, progress=False)
-    # Found wherever the recorder files them (<profile>/<group>/<name>/ or the older <group>/<name>/).
-    return {k: next(p for p in out.rglob("trial0") if p.parent.name == k.split("/")[1]) for k in names}
+    return {k: copy_of(tiny_sweep[resolve(k, "tiny").key], out) for k in names}
 
 
 def convergence_records(profile: str) -> dict[str, bytes]:

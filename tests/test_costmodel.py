@@ -356,7 +356,7 @@ def test_predict_inputs_equal_what_each_committed_run_recorded(run):
 
 def stage_bytes(work, rank: int) -> dict[str, int]:
     """Ring bytes of every collective in a rank's program, by phase."""
-    from muon_repro.parallel.comm import ring_bytes_per_rank
+    from muon_repro.formulas import ring_bytes
 
     sizes = {"tp": work.cfg.tp, "dp": work.cfg.dp}
     out: dict[str, int] = {}
@@ -364,7 +364,7 @@ def stage_bytes(work, rank: int) -> dict[str, int]:
         if stage.comm is not None and stage.comm.mode != "finish":
             n = sizes[stage.comm.group]
             out[stage.phase] = out.get(stage.phase, 0) + sum(
-                ring_bytes_per_rank(stage.comm.op, e, stage.comm.element_size, n) for e in stage.comm.calls
+                ring_bytes(stage.comm.op, e, stage.comm.element_size, n) for e in stage.comm.calls
             )
     return out
 
@@ -514,12 +514,11 @@ def test_calibrate_quick_writes_a_profile_and_its_table(calibrated):
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    from muon_repro.bench.sweep import record_local
+def tiny_run(tmp_path_factory, tiny_sweep) -> Path:
+    from tiny_sweep import copy_of
 
     cfg = resolve("layout_ablation/muon_dp2_tp2_bucketed", "tiny")
-    out = tmp_path_factory.mktemp("traces")
-    return record_local([cfg], out, "gloo", trials=1, progress=False)[0].run_dir
+    return copy_of(tiny_sweep[cfg.key], tmp_path_factory.mktemp("traces"))
 
 
 @pytest.mark.slow

@@ -164,6 +164,7 @@ def test_the_method_doc_lists_every_figure_and_its_range():
 # ---------------------------------------------------------------- 3. never loops
 
 
+@pytest.mark.slow
 def test_the_reported_hang_now_ends_with_an_error_naming_the_field(tmp_path):
     """elementwise_gbps 5e-324 once priced work at infinity and processor_sharing never ended: a subprocess with a
     timeout, so that a regression fails instead of hanging."""

@@ -22,7 +22,7 @@ from muon_repro.analysis import parallel_scan, scan
 from muon_repro.analysis.decode import decode_piece
 from muon_repro.analysis.piece_columns import ARG_NAME_PREFIXES, CORRELATION_CATS, NO_CORRELATION
 from muon_repro.analysis.reader import read_trace
-from muon_repro.analysis.trace_layout import find_events_start
+from muon_repro.analysis.scan import find_events_start
 
 HERE = Path(__file__).resolve().parent
 EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
@@ -93,6 +93,7 @@ def test_sequential_reading_matches_a_plain_json_reader(path):
         _assert_matches_reference(read_trace(path, piece_bytes=piece_bytes), reference, ref_args)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 @pytest.mark.parametrize("workers", [2, 3])
 def test_parallel_reading_matches_the_sequential_one_and_the_reference(tmp_path, workers):
@@ -125,6 +126,7 @@ def _let_the_worker_go_first(monkeypatch) -> None:
     monkeypatch.setattr(parallel_scan, "_take", take_after_a_worker)  # this process only: workers import their own
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 def test_this_process_and_the_worker_both_decode_ranges(tmp_path, monkeypatch):
     plain = tmp_path / "a100.json"
@@ -149,6 +151,7 @@ def test_this_process_and_the_worker_both_decode_ranges(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(trace.args, reference.args)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 def test_a_failure_in_this_process_falls_back_to_the_sequential_path(tmp_path, monkeypatch):
     plain = tmp_path / "a100.json"
@@ -164,6 +167,7 @@ def test_a_failure_in_this_process_falls_back_to_the_sequential_path(tmp_path, m
     pd.testing.assert_frame_equal(trace.events, reference.events)
 
 
+@pytest.mark.slow
 def test_a_failure_in_a_worker_falls_back_to_the_sequential_path(tmp_path, monkeypatch):
     """Events whose args hold the event separator, at the front of the file: the plan cuts inside
     them, the worker fails on such a range, stops this process taking more, and the file is

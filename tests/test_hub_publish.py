@@ -185,6 +185,7 @@ def test_malformed_repo_id_or_version_fails_before_any_request(repo_id, version,
     assert fake_hub.requests == []
 
 
+@pytest.mark.slow
 def test_malformed_input_is_a_clean_cli_error(fake_hub, tmp_path):
     from hub_support import hub_env
 

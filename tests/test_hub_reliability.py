@@ -93,6 +93,7 @@ def test_publish_to_a_hub_that_never_answers_says_nothing_changed(sources, tmp_p
     assert not fake_hub.store.repos and seconds < 15
 
 
+@pytest.mark.slow
 def test_publish_cli_against_a_hanging_hub_ends_with_a_sentence(sources, tmp_path, fake_hub):
     bundle = build(sources, tmp_path / "b1", repo_id=REPO)
     fake_hub.stop_answering()
@@ -177,6 +178,7 @@ def test_download_of_a_missing_revision_lists_the_versions(fake_hub, hub_api, tm
     assert str(missing.value) == f"revision v9.9.9 does not exist in {REPO}; {listed}"
 
 
+@pytest.mark.slow
 def test_download_cli_of_a_missing_repository_is_one_line(fake_hub, tmp_path):
     done = muon_repro(
         ["download", "--repo-id", "test-org/no-such-data", "--local-dir", str(tmp_path / "d")], hub_env(tmp_path, fake_hub.url)
@@ -219,6 +221,7 @@ def test_a_non_ascii_token_is_refused_by_position_without_showing_it(sources, tm
     assert fake_hub.requests == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["publish", "download"])
 def test_a_non_ascii_hf_token_is_a_one_line_error_that_never_shows_the_token(command, sources, tmp_path, fake_hub):
     bundle = build(sources, tmp_path / "b1", repo_id=REPO)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from pool_jobs import square_and_pid, unpicklable
 
-from muon_repro.analysis.pool import map_in_processes
+from muon_repro.analysis.batch_read import map_in_processes
 
 
+@pytest.mark.slow
 def test_results_come_back_in_order_from_other_processes():
     out = map_in_processes(square_and_pid, [(x,) for x in range(5)], 2, on_error=lambda job, exc: None)
     assert [square for square, _ in out] == [0, 1, 4, 9, 16]
@@ -20,6 +22,7 @@ def test_one_worker_runs_here():
     assert out == [(9, os.getpid()), (16, os.getpid())]
 
 
+@pytest.mark.slow
 def test_a_result_that_cannot_come_back_is_reported_and_the_others_kept():
     def on_error(job, exc):
         return f"job {job}: {type(exc).__name__}"

@@ -22,11 +22,10 @@ import pytest
 
 from muon_repro.analysis import limits as trace_limits
 from muon_repro.analysis import reader
+from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.analysis.cli import main as analyze_main
 from muon_repro.analysis.errors import TraceError, TraceLimitError
-from muon_repro.analysis.limit_options import parse_count
-from muon_repro.analysis.limits import MIB, TraceLimits
-from muon_repro.analysis.pipeline import analyze_paths
+from muon_repro.analysis.limits import MIB, TraceLimits, parse_count
 from muon_repro.analysis.reader import read_trace
 from muon_repro.rundir import MAX_SIDE_FILE_BYTES, MAX_SIDE_FILE_DEPTH, SideFileError, load_json, read_json
 
@@ -183,6 +182,7 @@ def test_an_events_bomb_is_stopped_after_the_limit_not_at_the_end(tmp_path):
     assert seconds < 20
 
 
+@pytest.mark.slow
 def test_the_parallel_reader_stops_at_max_events_too(tmp_path, monkeypatch):
     """Without falling back to the sequential reader (made to fail here), which would read the file again."""
     path = write_trace(tmp_path / "rank0.json", 20_000)
