@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.analysis.checks import checks_table
-from muon_repro.analysis.claims import claims_table
+from muon_repro.analysis.claims import claims_table, stated_numbers
 from muon_repro.analysis.collectives import COMM_KINDS
 from muon_repro.phases import OPTIMIZER_COMM_PHASES
 from muon_repro.tables.io import write_tables
@@ -519,14 +519,18 @@ def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
     runs_df = _frame("runs", [_runs(run, steps) for run in runs])
     ranks = _frame("ranks", [row for run in runs for row in _ranks(run)])
     phases = _frame("phases", [row for run in runs for row in _phases(run)])
+    claims, checks = claims_table(runs_df, steps, ranks, phases), checks_table(runs_df, ranks, phases)
     return {
         "runs": runs_df,
         "steps": steps,
         "timed_steps": SCHEMAS["timed_steps"].empty(),  # runs recorded before timed steps: the report still builds
         "collectives": _frame("collectives", [row for run in runs for row in _collectives(run)]),
         "comparisons": _comparisons(runs_df),
-        "claims": SCHEMAS["claims"].conform(claims_table(runs_df, steps, ranks, phases)),
-        "checks": SCHEMAS["checks"].conform(checks_table(runs_df, ranks, phases)),
+        "claims": SCHEMAS["claims"].conform(claims),
+        "checks": SCHEMAS["checks"].conform(checks),
+        "stated_numbers": SCHEMAS["stated_numbers"].conform(
+            stated_numbers([("claims", "claim_id", claims), ("checks", "check_id", checks)])
+        ),
         "ranks": ranks,
         "phases": phases,
         "timeline": _frame("timeline", [row for run in runs for row in _timeline(run)]),

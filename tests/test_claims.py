@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work
-from muon_repro.analysis.claims import CLAIMS, Region, claims_table, verdict
+from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.tables import _comparisons_table
+from muon_repro.claims import CLAIMS, Region, verdict
 from muon_repro.tables.schemas import SCHEMAS
 
 TRIALS, STEPS, RANKS = 3, 5, 4

@@ -3,7 +3,7 @@
 The claims' and checks' explanations are prose around numbers. Each number must be one of:
 a cell of the committed tables of the row's hardware profile (a phase's value: its mean over trials
 and ranks, as the explanations quote it), at the scale it is printed in (as is, percent, MB or
-GFLOP), to the digits printed; a value the row's own ``quoted`` column records (the ratios,
+GFLOP), to the digits printed; a value the ``stated_numbers`` table records for the row (the ratios,
 intervals and aggregates no cell holds); or a constant written in the code that builds the
 explanations (a claim's conditions, a unit's bytes). A number that is none of these (a stale or
 hand-written figure) fails, with the claim and the number named.
@@ -12,7 +12,6 @@ hand-written figure) fails, with the claim and the number named.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
@@ -52,8 +51,8 @@ def numbers_in(text: str) -> list[tuple[str, float, int]]:
 def code_constants() -> set[float]:
     """The numbers written in the modules that build the explanations: in their strings and as literals."""
     values: set[float] = set()
-    for name in WRITERS:
-        tree = ast.parse((REPO / "muon_repro" / "analysis" / name).read_text(encoding="utf-8"))
+    for path in [REPO / "muon_repro" / "analysis" / name for name in WRITERS] + [REPO / "muon_repro" / "claims.py"]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 values |= {v for _, v, _ in numbers_in(node.value)}
@@ -109,7 +108,7 @@ def unsupported(text: str, pool: np.ndarray, constants: set[float]) -> list[str]
 
 @pytest.fixture(scope="module")
 def tables() -> dict[str, pd.DataFrame]:
-    names = [*CELL_TABLES, "phases"]
+    names = [*CELL_TABLES, "phases", "stated_numbers"]
     if not all((METRICS / f"{n}.parquet").is_file() for n in names):
         pytest.fail("no committed metrics: run `muon-repro run` to make them")
     return {n: read_table(METRICS / f"{n}.parquet") for n in names}
@@ -119,10 +118,12 @@ def tables() -> dict[str, pd.DataFrame]:
 def test_every_number_in_an_explanation_is_a_table_value(tables, table):
     constants = code_constants()
     failures = []
-    rows = tables[table]
+    rows, stated = tables[table], tables["stated_numbers"]
     assert len(rows), f"the committed {table} table is empty"
     for _, row in rows.iterrows():
-        quoted = np.abs(np.array(list(json.loads(row["quoted"]).values()), dtype="float64"))
+        id_column = "claim_id" if table == "claims" else "check_id"
+        mine = stated[(stated["table"] == table) & (stated["row_id"] == row[id_column]) & (stated["profile"] == row["profile"])]
+        quoted = np.abs(mine["value"].to_numpy(dtype="float64"))
         bad = unsupported(str(row["explanation"]), np.concatenate([table_values(tables, row), quoted]), constants)
         if bad:
             failures.append(f"{table} {row.iloc[0]} ({row['profile']}): {', '.join(bad)}")

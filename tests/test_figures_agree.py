@@ -5,7 +5,6 @@ percentage is written with an exponent; k is 1,000."""
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +38,14 @@ def _claim(claims: pd.DataFrame, claim_id: str) -> pd.Series:
     return claims[claims["claim_id"] == claim_id].iloc[0]
 
 
+def _stated(data, table: str, row_id: str, profile: str, name: str) -> float:
+    """A number of the stated_numbers table, read directly (not through the report's lookup)."""
+    n = data.stated_numbers
+    hit = n[(n["table"] == table) & (n["row_id"] == row_id) & (n["profile"] == profile) & (n["name"] == name)]
+    assert len(hit) == 1, (table, row_id, profile, name)
+    return float(hit["value"].iloc[0])
+
+
 def _svg_text(path: Path) -> str:
     """The SVG's text (svg.fonttype none keeps it as text), lines joined as the figure wraps them."""
     return " ".join(html.unescape(Path(path).with_suffix(".svg").read_text()).split())
@@ -47,18 +54,18 @@ def _svg_text(path: Path) -> str:
 def test_comm_time_states_the_claims_values(data, tables, tmp_path):
     claims, _ = tables
     row = _claim(claims, "comm_time_dp2_tp2")
-    said = figures.comm_time_stated(data.runs, data.claims)
-    unit, cid = str(row["unit"]), "comm_time_dp2_tp2"
+    said = figures.comm_time_stated(data.runs, data.claims, data.stated_numbers)
+    unit, cid = str(row["unit_kind"]), "comm_time_dp2_tp2"
     assert said.values["claims.comm_time_dp2_tp2.measured_value"] == claim_number(row["measured_value"], unit, cid)
-    waiting = json.loads(row["quoted"])["comm_ms_ratio_with_waiting"]
-    assert said.values["claims.comm_time_dp2_tp2.quoted.comm_ms_ratio_with_waiting"] == claim_number(waiting, unit, cid)
+    waiting = _stated(data, "claims", cid, row["profile"], "comm_ms_ratio_with_waiting")
+    assert said.values["stated_numbers.comm_time_dp2_tp2.comm_ms_ratio_with_waiting"] == claim_number(waiting, unit, cid)
     assert said.values["claims.comm_time_dp2_tp2.claimed_value"] == claim_number(row["claimed_value"], unit, cid, digits=0)
     # The claim's quantity is named, and so is the bars' other one.
     assert "transfer time" in said.text and "the claim's quantity" in said.text
     assert "the bars (profiled steps, communication incl. waiting)" in said.text
     for value in said.values.values():
         assert value in said.text
-    png = figures.comm_time_by_kind(data.runs, data.steps, data.claims, tmp_path / "comm_time_by_kind")
+    png = figures.comm_time_by_kind(data.runs, data.steps, data.claims, data.stated_numbers, tmp_path / "comm_time_by_kind")
     svg = _svg_text(png)
     for value in said.values.values():
         assert value in svg
@@ -68,7 +75,7 @@ def test_optimizer_overhead_states_the_claims_values(data, tables, tmp_path):
     claims, _ = tables
     row = _claim(claims, "optimizer_share")
     said = figures.optimizer_share_stated(data.runs, data.claims)
-    unit = str(row["unit"])
+    unit = str(row["unit_kind"])
     assert said.values["claims.optimizer_share.measured_value"] == claim_number(row["measured_value"], unit, "optimizer_share")
     assert said.values["claims.optimizer_share.claimed_value"] == claim_number(
         row["claimed_value"], unit, "optimizer_share", digits=0
@@ -81,7 +88,7 @@ def test_optimizer_overhead_states_the_claims_values(data, tables, tmp_path):
 
 def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
     _, checks = tables
-    said = bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks)
+    said = bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks, data.stated_numbers)
     by_layout = checks[checks["layout"].notna()]
     assert len(by_layout) > 0
     for _, c in by_layout.iterrows():
@@ -91,12 +98,12 @@ def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
         assert f"{str(c['layout']).replace('_', '-')} {expected}×" in said.text
     # The bar totals' ratios (TP gather included) are named as the other quantity they are.
     assert "the bytes checks' quantity" in said.text and "TP gather included (the bar totals)" in said.text
-    # The DP-group bytes above the bars are the checks' (quoted muon_dp_bytes / adamw_dp_bytes) ...
+    # The DP-group bytes above the bars are the checks' (stated muon_dp_bytes / adamw_dp_bytes) ...
     for key, printed in said.values.items():
-        if ".quoted." in key:
-            _, cid, _, name = key.split(".")
-            value = json.loads(checks[checks["check_id"] == cid].iloc[0]["quoted"])[name]
-            assert printed == stated.dp_mb(value)
+        if key.startswith("stated_numbers."):
+            _, cid, name = key.split(".")
+            profile = checks[checks["check_id"] == cid].iloc[0]["profile"]
+            assert printed == stated.dp_mb(_stated(data, "checks", cid, profile, name))
     # ... and the drawn DP bars add up to them.
     for _, r in sort_runs(data.runs).iterrows():
         if r["dp"] != 2 or r["tp"] != 2 or r["group"] not in ("comparison", "layout_ablation"):
@@ -110,8 +117,11 @@ def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
         table = derive.phase_bytes(data.phases, str(r["run"]))
         dp_phases = [p for p in table.index if p.startswith("dp_")]
         drawn = float(table.loc[dp_phases, "trace"].sum())
-        assert drawn == pytest.approx(json.loads(rows.iloc[0]["quoted"])[f"{r['optimizer']}_dp_bytes"], rel=1e-9)
-    svg = _svg_text(bytes_figures.bytes_by_layout(data.runs, data.phases, data.checks, tmp_path / "bytes_by_layout"))
+        dp_bytes = _stated(data, "checks", rows.iloc[0]["check_id"], rows.iloc[0]["profile"], f"{r['optimizer']}_dp_bytes")
+        assert drawn == pytest.approx(dp_bytes, rel=1e-9)
+    svg = _svg_text(
+        bytes_figures.bytes_by_layout(data.runs, data.phases, data.checks, data.stated_numbers, tmp_path / "bytes_by_layout")
+    )
     for value in said.values.values():
         assert value in svg
 
@@ -146,9 +156,9 @@ def test_no_percentage_printed_with_an_exponent(data):
     from muon_repro.report import readme, regimes_section
 
     texts = [
-        figures.comm_time_stated(data.runs, data.claims).text,
+        figures.comm_time_stated(data.runs, data.claims, data.stated_numbers).text,
         figures.optimizer_share_stated(data.runs, data.claims).text,
-        bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks).text,
+        bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks, data.stated_numbers).text,
         stated.pipeline(data.claims, stated.profile_of(data.runs)).text,
         *(readme.BLOCKS[name](load(METRICS)) for name in readme.BLOCKS),
         *regimes_section.sweep_lines(data.regimes),

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.claim_inputs import ProfileTables, UnequalWork
-from muon_repro.analysis.claims import CLAIMS, verdict
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
 from muon_repro.analysis.stages_table import stage_holdings
 from muon_repro.analysis.timed_steps import split_timed_waits
 from muon_repro.bench.configs import CONFIGS, PIPELINE_GRIDS, BenchConfig, expand_config_names, resolve
+from muon_repro.claims import CLAIMS, verdict
 from muon_repro.model_config import stage_layers
 from muon_repro.phases import BUBBLE, PP_SEND_ACTIVATION, PP_SEND_GRAD
 from muon_repro.run_records import RankMetrics, RunConfig

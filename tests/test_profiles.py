@@ -127,10 +127,9 @@ def test_figures_and_report_put_every_claim_of_every_profile_side_by_side(two_pr
 def test_region_bounds_read_the_claims_table_regions():
     from muon_repro.report.profile_figures import region_bounds
 
-    assert region_bounds("(1, 1.25]") == (1.0, 1.25)
-    assert region_bounds("(-inf, 0.03]") == (float("-inf"), 0.03)
-    assert region_bounds("(0, +inf)") == (0.0, float("inf"))
-    assert region_bounds("below 1") is None
+    assert region_bounds(pd.Series({"region_low": 1.0, "region_high": 1.25})) == (1.0, 1.25)
+    assert region_bounds(pd.Series({"region_low": pd.NA, "region_high": 0.5})) == (float("-inf"), 0.5)
+    assert region_bounds(pd.Series({"region_low": 0.0, "region_high": None})) == (0.0, float("inf"))
 
 
 def test_report_with_one_profile_names_it(tmp_path):

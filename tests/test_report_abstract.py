@@ -3,13 +3,12 @@
 A number of the abstract must be one of: a numeric cell of the committed tables (as is, percent, MB or
 GFLOP, to the digits printed; ``655k`` and ``2.24M`` read as thousands and millions), a number a
 table's text cell states (the claims' explanations, which the abstract's reasons come from, and
-their ``quoted`` values), or a count of a table's rows (runs, claims, checks, convergence runs, a
+their ``stated_numbers``), or a count of a table's rows (runs, claims, checks, convergence runs, a
 verdict's claims). A hand-typed figure fails, named.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -58,9 +57,8 @@ def pool_of(data) -> np.ndarray:
             for col in df.select_dtypes(exclude="number").columns:
                 for cell in df[col].dropna().astype(str):
                     values.extend(v for _, v, _ in numbers_in(cell))
-            if "quoted" in df.columns:
-                for cell in df["quoted"].dropna():
-                    values.extend(float(v) for v in json.loads(str(cell)).values())
+            if name == "stated_numbers":
+                values.extend(df["value"].dropna().astype(float).tolist())
     found = np.abs(np.array(values, dtype="float64"))
     return np.unique(found[np.isfinite(found)])
 

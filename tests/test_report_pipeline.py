@@ -5,7 +5,6 @@ figures about the original study's DP x TP grid leave the pipeline group out."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +45,8 @@ def pool(data) -> np.ndarray:
     values += _cells(claims)
     for cell in claims["explanation"].dropna().astype(str):
         values += [v for _, v, _ in numbers_in(cell)]
-    for cell in claims["quoted"].dropna():
-        values += [float(v) for v in json.loads(str(cell)).values()]
+    numbers = data.stated_numbers
+    values += numbers[(numbers["table"] == "claims") & numbers["row_id"].isin(PIPELINE_CLAIMS)]["value"].dropna().tolist()
     found = np.abs(np.array(values, dtype="float64"))
     return np.unique(found[np.isfinite(found)])
 

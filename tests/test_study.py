@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.claims import NOT_COMPARABLE, UNEQUAL_WORK
 from muon_repro.analysis.discover import find_traces
+from muon_repro.claims import NOT_COMPARABLE, UNEQUAL_WORK
 from muon_repro.hardware import profile_from_environment
 from muon_repro.study.claims import study_claim_rows, welch_log_ratio
 from muon_repro.study.method import PUBLISHED_BY_ID, method_numbers, study_sums

@@ -18,14 +18,13 @@ Where a source stated the quantity, the row says whether the measured value lies
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import ProfileTables, check_same_work, describe_runs, first_run
-from muon_repro.analysis.claims import PAPER, STUDY
+from muon_repro.claims import PAPER, STUDY
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
 from muon_repro.tables.schemas import SCHEMAS
@@ -329,7 +328,7 @@ def _rows(t: ProfileTables, profile: str) -> list[dict]:
                 "in_claimed_region": o.in_claimed_region,
                 "fails_if": c.fails_if,
                 "explanation": o.explanation,
-                "quoted": json.dumps({k: round(float(v), 12) for k, v in sorted(o.quoted.items())}),
+                "stated": o.quoted,
                 "conditions": describe_runs(*o.runs),
             }
         )

@@ -25,6 +25,7 @@ from muon_repro.analysis.claim_inputs import (
 from muon_repro.analysis.leading_claim import leading_steps_claim
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
 from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
+from muon_repro.claims import STUDY_SHARE
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
@@ -56,7 +57,8 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metri
 
 def _regime_note(t: ProfileTables, muon: pd.Series, metric: str) -> str:
     """What the regime sweep measured at the largest step of the run's width, and where the cost model puts the
-    1.1% level of the claim's own ``metric`` (a regime_thresholds metric), with its range."""
+    original study's level (:data:`~muon_repro.claims.STUDY_SHARE`) of the claim's own ``metric`` (a
+    regime_thresholds metric), with its range."""
     note = ""
     r = t.regimes
     if len(r) and "d_model" in r.columns:
@@ -73,11 +75,13 @@ def _regime_note(t: ProfileTables, muon: pd.Series, metric: str) -> str:
             )
     th = t.thresholds
     if len(th) and "metric" in th.columns:
-        picks = th[(th["metric"] == metric) & (th["level"].astype(float).round(3) == 0.011) & th["tokens_per_step"].notna()]
+        at_level = np.isclose(th["level"].astype(float), STUDY_SHARE.value)
+        picks = th[(th["metric"] == metric) & at_level & th["tokens_per_step"].notna()]
         if len(picks):
             said = "; ".join(f"{row.machine} {row.model}: {threshold_with_range(row)}" for row in picks.itertuples())
             what = "Muon's optimizer share" if metric == "optimizer_share" else "Muon's extra step time"
-            note += f" By the cost model, {what} falls to 1.1% at these tokens per step: {said} (regime_thresholds)."
+            level = STUDY_SHARE.percent
+            note += f" By the cost model, {what} falls to {level} at these tokens per step: {said} (regime_thresholds)."
     return note
 
 

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
-
-LEADING_MIN_SEEDS = 5  # the leading-steps claim's t interval is over at least this many seeds
+from muon_repro.claims import LEADING_MIN_SEEDS
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:

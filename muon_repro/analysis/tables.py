@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from muon_repro.analysis.batch_read import Analysis, analyze_paths
 from muon_repro.analysis.collectives import busbw_factor
 from muon_repro.analysis.limits import TraceLimits
-from muon_repro.analysis.pipeline import Analysis, analyze_paths
 from muon_repro.analysis.run_tables import (
     environment_table,
     losses_table,
@@ -62,7 +62,7 @@ def build_tables(
 
     Files that cannot be read are skipped, and run folders that lack a rank are analyzed file by
     file, with a warning naming each (their problems are available in detail from
-    :func:`muon_repro.analysis.pipeline.analyze_paths`).
+    :func:`muon_repro.analysis.batch_read.analyze_paths`).
     """
     analysis = analyze_paths(list(paths), workers=workers, rank=rank, limits=limits)
     for problem in [*analysis.failures, *analysis.incomplete]:
@@ -72,7 +72,7 @@ def build_tables(
 
 def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     from muon_repro.analysis.checks import checks_table
-    from muon_repro.analysis.claims import claims_table
+    from muon_repro.analysis.claims import claims_table, stated_numbers
     from muon_repro.analysis.convergence import convergence_tables
     from muon_repro.analysis.costmodel_tables import costmodel_tables
     from muon_repro.study.tables import study_tables
@@ -91,26 +91,29 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     environment = environment_table(analysis)
     # The original study's imported traces (muon_repro.study) are read by their own scopes, beside ours.
     study = study_tables(analysis.paths)
+    claims = claims_table(
+        runs,
+        steps,
+        ranks,
+        phases,
+        regimes=costmodel["regimes"],
+        thresholds=costmodel["regime_thresholds"],
+        convergence=convergence,
+        environment=environment,
+        predictions=costmodel["predictions"],
+        timed=timed,
+        study=study,
+    )
+    checks = checks_table(runs, ranks, phases)
     tables = {
         "runs": runs,
         "steps": steps,
         "timed_steps": timed,
         "collectives": collectives,
         "comparisons": comparisons,
-        "claims": claims_table(
-            runs,
-            steps,
-            ranks,
-            phases,
-            regimes=costmodel["regimes"],
-            thresholds=costmodel["regime_thresholds"],
-            convergence=convergence,
-            environment=environment,
-            predictions=costmodel["predictions"],
-            timed=timed,
-            study=study,
-        ),
-        "checks": checks_table(runs, ranks, phases),
+        "claims": claims,
+        "checks": checks,
+        "stated_numbers": stated_numbers([("claims", "claim_id", claims), ("checks", "check_id", checks)]),
         "ranks": ranks,
         "phases": phases,
         "stages": stages_table(runs, timed, phases, ranks),

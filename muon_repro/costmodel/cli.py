@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from muon_repro.bench.custom import add_run_shape_arguments
+from muon_repro.claims import LEVELS
 from muon_repro.hardware import PROFILE_FIELD, add_profile_argument
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
@@ -127,7 +128,8 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
             "under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
-            "to 1.1% and 3%. Then muon-repro analyze OUT makes the regimes, predictions, calibration, "
+            f"to {' and '.join(lv.percent for lv in LEVELS)}. Then muon-repro analyze OUT makes the regimes, predictions, "
+            "calibration, "
             "regime_model and regime_thresholds tables. Complete trials are skipped (--force redoes them)."
         ),
     )

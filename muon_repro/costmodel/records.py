@@ -26,6 +26,7 @@ from pathlib import Path
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.regimes import LAYERS, SEQ_LEN, WIDTHS, regime_point
+from muon_repro.claims import LEVELS
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import predict
@@ -36,7 +37,6 @@ from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS
 from muon_repro.rundir import COSTMODEL_DIR, PIPELINE_SCALE_OUT_FILE, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
 from muon_repro.tables.files import write_atomic
 
-LEVELS = (0.011, 0.03)  # the original study's ~1.1% optimizer share; the paper's 1-3% added latency (its upper end)
 METRICS = ("optimizer_share", "muon_extra")
 MAX_TOKENS = 2**27  # the grid's end: 134M tokens per step; a level not reached by then is recorded as null
 
@@ -345,7 +345,7 @@ def threshold_rows(setting: Setting, grid: list[dict], spread: dict[str, ErrorSp
     rows = []
     spread = spread or {}
     for metric in METRICS:
-        for level in LEVELS:
+        for level in (declared.value for declared in LEVELS):
             points = [(r["tokens_per_step"], r[metric]) for r in grid]
             tokens = crossing(points, level)
             low = high = None

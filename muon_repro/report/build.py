@@ -26,11 +26,11 @@ from muon_repro.report.render import write_formats
 
 # Figure name (figures.FIGURES) -> how it is drawn from the tables.
 DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
-    "comm_time_by_kind": lambda d, out: figures.comm_time_by_kind(d.runs, d.steps, d.claims, out),
+    "comm_time_by_kind": lambda d, out: figures.comm_time_by_kind(d.runs, d.steps, d.claims, d.stated_numbers, out),
     "step_breakdown": lambda d, out: figures.step_breakdown(d.runs, d.steps, out),
     "optimizer_overhead": lambda d, out: figures.optimizer_overhead(d.runs, d.claims, out),
     "state_memory": lambda d, out: bytes_figures.state_memory(d.runs, d.ranks, out),
-    "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, d.checks, out),
+    "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, d.checks, d.stated_numbers, out),
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),

@@ -90,7 +90,9 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
 
 
 @styled
-def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame, out: str | Path) -> Path:
+def bytes_by_layout(
+    runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame, numbers: pd.DataFrame, out: str | Path
+) -> Path:
     """Optimizer bytes per rank per step by phase, for each layout: analytic model, run-time ledger, trace; the
     takeaway quotes the bytes checks' ratios (the DP group's optimizer traffic, the paper's quantity) and names the
     bar totals' ratios (Muon's TP gather included) as the other quantity they are (:func:`bytes_by_layout_stated`)."""
@@ -99,7 +101,7 @@ def bytes_by_layout(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFra
     fig, (ax,) = new_figure(3.8)
     x, centers, group_labels = 0.0, [], []
     tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
-    said = bytes_by_layout_stated(runs, phases, checks)
+    said = bytes_by_layout_stated(runs, phases, checks, numbers)
     for _, r in rs.iterrows():
         table = tables[str(r["run"])]
         starts, top = [], 0.0
@@ -179,10 +181,12 @@ def _dp_check(checks: pd.DataFrame, runs: pd.DataFrame, run: pd.Series) -> tuple
         rows = rows[rows["layout"] == (run["layout"] if isinstance(run["layout"], str) else "contiguous")]
     if rows.empty:
         return "", ""
-    return f"checks.{rows.iloc[0]['check_id']}.quoted.{optimizer}_dp_bytes", str(rows.iloc[0]["layout"])
+    return f"stated_numbers.{rows.iloc[0]['check_id']}.{optimizer}_dp_bytes", str(rows.iloc[0]["layout"])
 
 
-def bytes_by_layout_stated(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame) -> stated.Stated:
+def bytes_by_layout_stated(
+    runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.DataFrame, numbers: pd.DataFrame
+) -> stated.Stated:
     """What ``bytes_by_layout`` prints: the takeaway (the bytes checks' ratios, the bar totals' ratios, whether
     the sources agree), and above each bar group its DP-group bytes as the bytes checks measured them."""
     (dp, tp), rs = _layout_runs(runs)
@@ -204,7 +208,7 @@ def bytes_by_layout_stated(runs: pd.DataFrame, phases: pd.DataFrame, checks: pd.
     values = dict(said.values)
     for _, r in rs.iterrows():
         key, layout = _dp_check(checks, runs, r)
-        value = stated.dp_bytes(checks, profile, layout, str(r["optimizer"])) if key else None
+        value = stated.dp_bytes(checks, numbers, profile, layout, str(r["optimizer"])) if key else None
         if value is not None:
             values[key] = stated.dp_mb(value)
     return stated.Stated(said.text, values)

@@ -8,44 +8,16 @@ column per hardware profile; and the summary's lines, one per kind of claim.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import pandas as pd
 
+from muon_repro.claims import BY_ID, CLAIMS, TOPICS, VERDICTS
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
 from muon_repro.report.formatting import as_number, pct, percent, ratio
 
-# How the claimed values read (the claims table has the number; these keep the claim's own wording).
-CLAIMED_DISPLAY = {
-    "comm_time_dp2_tp2": "0.57×",
-    "optimizer_share": "~1.1%",
-    "hybrid_beats_pure": "below 1×",
-    "async_slowdown": "~2×",
-    "latency_overhead": "1–3%",
-    "muon_leading_steps": "~2× compute efficiency",
-    "hybrid_survives_pp": "at most 1× (a roadmap question)",
-    "bubble_hides_step": "at least 1× (a roadmap question)",
-}
-SHORT = {
-    "comm_time_dp2_tp2": "communication (transfer) time Muon/AdamW",
-    "optimizer_share": "optimizer share of the step",
-    "latency_overhead": "Muon step over AdamW step",
-    "hybrid_beats_pure": "DP2·TP2 over the faster pure grid",
-    "async_slowdown": "async over sync",
-    "muon_leading_steps": "leading ratio in FLOPs at the end",
-    "hybrid_survives_pp": "DP2·TP2 over the fastest pipeline grid",
-    "bubble_hides_step": "bubble over Muon's optimizer step (PP4)",
-}
-SUMMARY_LINES = (
-    ("Communication", ("comm_time_dp2_tp2",)),
-    ("Time", ("optimizer_share", "latency_overhead", "hybrid_beats_pure", "async_slowdown")),
-    ("Convergence", ("muon_leading_steps",)),
-    ("3-D parallelism", ("hybrid_survives_pp", "bubble_hides_step")),
-)
-# The claims table's verdicts, as it writes them (muon_repro.analysis.claims); the report shows them as they are.
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "unequal work", "not comparable here", "not measured")
+SUMMARY_LINES = tuple((topic, tuple(c.claim_id for c in CLAIMS if c.topic == topic)) for topic in TOPICS)
 
 
 def report_verdict(row: pd.Series, runs: pd.DataFrame) -> str:
@@ -61,17 +33,9 @@ def report_verdict(row: pd.Series, runs: pd.DataFrame) -> str:
     return verdict
 
 
-def _kind(unit: str) -> str:
-    """How a claim's numbers read, from its unit: ``ratio`` (×), ``fraction`` (%), ``change`` (signed %), else plain."""
-    unit = unit or ""
-    if unit.startswith("fraction"):
-        return "change" if "- 1" in unit else "fraction"
-    return "ratio" if unit.startswith("ratio") else "plain"
-
-
-def claim_number(value: Any, unit: str, claim_id: str, what: str = "claims.measured_value", digits: int | None = None) -> str:
-    """One number of a claim in its unit: ``1.62×``, ``33.6%``, ``+69.6%``."""
-    kind, label = _kind(unit), f"{what} ({claim_id})"
+def claim_number(value: Any, kind: str, claim_id: str, what: str = "claims.measured_value", digits: int | None = None) -> str:
+    """One number of a claim as its ``unit_kind`` reads: ``1.62×`` (ratio), ``33.6%`` (fraction), ``+69.6%`` (change)."""
+    label = f"{what} ({claim_id})"
     if digits == 0:  # a claim's bound: as few digits as it has (0.456×, 1.5×, 2.2%)
         v = as_number(value, label)
         by_kind = {
@@ -93,10 +57,10 @@ def claim_measured(row: pd.Series) -> str:
     """The measured value with its 95% interval: ``1.62× (1.48–1.77)``, ``−20.9% (−64.3% to +67.9%)``;
     ``(no spread)`` when the interval is a point (bytes, state: the same on every rank); without an
     interval (one round) the value alone, saying so."""
-    cid, unit = str(row["claim_id"]), str(row["unit"])
+    cid, kind = str(row["claim_id"]), str(row["unit_kind"])
     if is_missing(row.get("measured_value")):
         return "not measured"
-    value = claim_number(row["measured_value"], unit, cid)
+    value = claim_number(row["measured_value"], kind, cid)
     missing = [is_missing(row.get("measured_low")), is_missing(row.get("measured_high"))]
     if all(missing):
         return f"{value} (no interval: fewer than 2 rounds)"  # a paired interval needs two rounds
@@ -104,11 +68,10 @@ def claim_measured(row: pd.Series) -> str:
         raise MissingMetric(
             f"metric claims.measured_low/measured_high is missing for claim {cid} (its measured_value is {value})"
         )
-    low = claim_number(row["measured_low"], unit, cid, "claims.measured_low")
-    high = claim_number(row["measured_high"], unit, cid, "claims.measured_high")
+    low = claim_number(row["measured_low"], kind, cid, "claims.measured_low")
+    high = claim_number(row["measured_high"], kind, cid, "claims.measured_high")
     if low == high == value:
         return f"{value} (no spread)"
-    kind = _kind(unit)
     if kind == "change" or float(row["measured_low"]) < 0:
         return f"{value} ({low} to {high})"
     if kind == "ratio":
@@ -116,37 +79,24 @@ def claim_measured(row: pd.Series) -> str:
     return f"{value} ({low.removesuffix('%')}–{high})"
 
 
-_REGION = re.compile(r"^\s*([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
-
-
-def claim_region(region: Any, unit: str, claim_id: str) -> str:
-    """The claims table's region (``[0.456, 0.684]``, ``(-inf, 0.03]``) in the claim's unit:
-    ``[0.456×, 0.684×]``, ``≤ +3.0%``."""
-    if is_missing(region):
-        raise MissingMetric(f"metric claims.region is missing for claim {claim_id}")
-    m = _REGION.match(str(region))
-    if not m:
-        raise MissingMetric(f"metric claims.region of claim {claim_id} is {region!r}, not an interval such as [0.45, 0.55]")
-    opening, lo, hi, closing = m.groups()
-
-    def bound(text: str) -> float:
-        try:
-            return float(text)
-        except ValueError as exc:
-            raise MissingMetric(f"metric claims.region of claim {claim_id} has a bound {text!r} that is not a number") from exc
-
-    low, high = bound(lo), bound(hi)
+def claim_region(row: pd.Series) -> str:
+    """The claims table's region (columns region_low, region_high, region_low_open) in the claim's unit:
+    ``[0.456×, 0.684×]``, ``≤ +3%``, ``(1×, 1.25×]``."""
+    cid, kind = str(row["claim_id"]), str(row["unit_kind"])
+    low = -math.inf if is_missing(row.get("region_low")) else as_number(row["region_low"], f"claims.region_low ({cid})")
+    high = math.inf if is_missing(row.get("region_high")) else as_number(row["region_high"], f"claims.region_high ({cid})")
+    opening = "(" if bool(row.get("region_low_open")) is True else "["
 
     def fmt(v: float) -> str:
-        return claim_number(v, unit, claim_id, "claims.region", digits=0)
+        return claim_number(v, kind, cid, "claims.region", digits=0)
 
     if math.isinf(low) and math.isinf(high):
         return "any value"
     if math.isinf(low):
-        return f"{'≤' if closing == ']' else '<'} {fmt(high)}"
+        return f"≤ {fmt(high)}"
     if math.isinf(high):
         return f"{'≥' if opening == '[' else '>'} {fmt(low)}"
-    return f"{opening}{fmt(low)}, {fmt(high)}{closing}"
+    return f"{opening}{fmt(low)}, {fmt(high)}]"
 
 
 CLAIM_COLUMNS = (
@@ -154,11 +104,14 @@ CLAIM_COLUMNS = (
     "claim",
     "source",
     "claimed_value",
-    "region",
+    "region_low",
+    "region_high",
+    "region_low_open",
     "measured_value",
     "measured_low",
     "measured_high",
     "unit",
+    "unit_kind",
     "conditions",
     "verdict",
     "explanation",
@@ -176,8 +129,11 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
     for _, c in claims.iterrows():
         cid = str(metric(c, "claim_id", "claims", "claim_id"))
         unit = str(metric(c, "unit", "claims", "claim_id"))
-        claimed = CLAIMED_DISPLAY.get(cid) or (
-            claim_number(c["claimed_value"], unit, cid, "claims.claimed_value")
+        declared = BY_ID.get(cid)
+        claimed = (
+            declared.claimed_text
+            if declared is not None
+            else claim_number(c["claimed_value"], str(c["unit_kind"]), cid, "claims.claimed_value")
             if not is_missing(c["claimed_value"])
             else "not stated"
         )
@@ -193,7 +149,7 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
                 "source": str(metric(c, "source", "claims", "claim_id")).split(":")[0],
                 "source_full": str(c["source"]),
                 "claimed": claimed,
-                "region": claim_region(c["region"], unit, cid),
+                "region": claim_region(c),
                 "measured": claim_measured(c),
                 "unit": unit,
                 "conditions": conditions or "no run",
@@ -277,9 +233,9 @@ def summary_lines(claims: list[dict[str, str]]) -> list[str]:
     lines = []
     for name, ids in SUMMARY_LINES:
         parts = [
-            f"{SHORT.get(i, i)} {by_id[i]['measured']} against the claimed {by_id[i]['claimed']}: {by_id[i]['verdict']}"
+            f"{_short(i)} {by_id[i]['measured']} against the claimed {by_id[i]['claimed']}: {by_id[i]['verdict']}"
             if by_id[i]["verdict"] != "not measured"
-            else f"{SHORT.get(i, i)}: not measured (claimed {by_id[i]['claimed']})"
+            else f"{_short(i)}: not measured (claimed {by_id[i]['claimed']})"
             for i in ids
             if i in by_id
         ]
@@ -298,3 +254,9 @@ def verdict_counts(claims: list[dict[str, str]]) -> str:
     """``2 reproduced, 3 not reproduced, 1 inconclusive, 1 not measured`` (verdicts with no claim left out)."""
     counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+
+
+def _short(claim_id: str) -> str:
+    """The claim's quantity in a few words (its declaration's ``short``)."""
+    declared = BY_ID.get(claim_id)
+    return declared.short if declared is not None else claim_id

@@ -40,6 +40,7 @@ TABLES = (
     "comparisons",
     "claims",
     "checks",
+    "stated_numbers",
     "ranks",
     "phases",
     "timeline",
@@ -65,6 +66,7 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "comparisons": ("muon_run", "adamw_run"),
     "claims": ("claim_id",),
     "checks": ("check_id",),
+    "stated_numbers": ("table", "row_id", "profile", "name"),
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
     "leading_steps": ("seed", "alpha", "muon_step"),
@@ -92,6 +94,7 @@ class ReportData:
     comparisons: pd.DataFrame
     claims: pd.DataFrame
     checks: pd.DataFrame  # consistency checks (state, bytes), beside the claims
+    stated_numbers: pd.DataFrame  # the numbers the claims' and checks' explanations state, one per row
     ranks: pd.DataFrame
     phases: pd.DataFrame
     timeline: pd.DataFrame

@@ -71,7 +71,9 @@ def _opt(row: pd.Series) -> str:
 
 
 @styled
-def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, claims: pd.DataFrame, out: str | Path) -> Path:
+def comm_time_by_kind(
+    runs: pd.DataFrame, steps: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataFrame, out: str | Path
+) -> Path:
     """Stacked bars: communication time per step by collective kind, Muon beside AdamW, per (dp, tp). The
     bars are the profiled steps' collectives, waiting included; the takeaway quotes the claim
     ``comm_time_dp2_tp2`` (transfer time) from ``claims`` beside their ratios (:func:`comm_time_stated`)."""
@@ -124,12 +126,12 @@ def comm_time_by_kind(runs: pd.DataFrame, steps: pd.DataFrame, claims: pd.DataFr
     add_title(
         fig,
         "Communication time per step by collective kind (profiled steps, waiting included)",
-        comm_time_stated(runs, claims).text,
+        comm_time_stated(runs, claims, numbers).text,
     )
     return save_figure(fig, out)
 
 
-def comm_time_stated(runs: pd.DataFrame, claims: pd.DataFrame) -> stated.Stated:
+def comm_time_stated(runs: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataFrame) -> stated.Stated:
     """What ``comm_time_by_kind`` prints above its bars: their Muon / AdamW ratios per grid (``runs.comm_ms``,
     waiting included) and the claim's value from ``claims``."""
     reps = representative_runs(runs)
@@ -140,7 +142,7 @@ def comm_time_stated(runs: pd.DataFrame, claims: pd.DataFrame) -> stated.Stated:
             m, a = (fmetric(p, "comm_ms") for p in pair)
             if a > 0:
                 ratios[style.grid_label(dp, tp)] = m / a
-    return stated.comm_time(ratios, claims, stated.profile_of(runs))
+    return stated.comm_time(ratios, claims, numbers, stated.profile_of(runs))
 
 
 # ---------------------------------------------------------------- 2. step time breakdown

@@ -1,4 +1,4 @@
-"""The figure of a profile whose runs ran on one device (a GPU session, docs/gpu.md):
+"""The figure of a profile whose runs ran on one device (a GPU session, docs/gpu.md): Muon against tokens per step.
 
     single_device  Muon's optimizer share and its extra step time over AdamW against tokens per step on
                    one device: the runs' steps timed without the profiler (median over rounds), and the
@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from muon_repro.claims import LEVELS, PAPER_LATENCY, STUDY_SHARE
 from muon_repro.report import style
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.gpu_section import single_device_pairs
 from muon_repro.report.plotting import add_legend, add_title, new_figure, plain_log_ticks, save_figure, show_no_data, styled
-from muon_repro.report.regime_figures import LEVELS
+from muon_repro.report.regime_figures import LEVEL_LINES
 
 GPU_FIGURES = ("single_device",)
 
@@ -55,8 +56,8 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             ax.annotate(percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=7)
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
-        for level, text in LEVELS:
-            ax.axhline(100 * level, color="black", lw=0.8, ls=":" if level < 0.02 else "--")
+        for level in LEVELS:
+            ax.axhline(100 * level.value, color="black", lw=0.8, ls=LEVEL_LINES[level])
         ax.set_xscale("log")
         ax.set_yscale("log")
         plain_log_ticks(ax, "y")
@@ -68,8 +69,8 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     handles = [
         Line2D([], [], marker="o", ls="", color=style.OPTIMIZER_COLORS["muon"], label="measured (timed steps)"),
         Line2D([], [], ls="-", color="#444444", label="cost model, this device"),
-        Line2D([], [], ls=":", color="black", label=LEVELS[0][1]),
-        Line2D([], [], ls="--", color="black", label=LEVELS[1][1]),
+        Line2D([], [], ls=LEVEL_LINES[STUDY_SHARE], color="black", label=STUDY_SHARE.label),
+        Line2D([], [], ls=LEVEL_LINES[PAPER_LATENCY], color="black", label=PAPER_LATENCY.label),
     ]
     add_legend(axes[1], handles)
     last = points.iloc[-1]

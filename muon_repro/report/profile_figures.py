@@ -5,7 +5,6 @@ a picture). Reads the ``claims`` table alone."""
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -27,18 +26,16 @@ VERDICT_COLORS = {
     "not comparable here": "#56B4E9",
     "unequal work": "#CC79A7",
 }
-_REGION = re.compile(r"^\s*[\[(]\s*([^,]+?)\s*,\s*([^\])]+?)\s*[\])]\s*$")
 
 
-def region_bounds(text: object) -> tuple[float, float] | None:
-    """``(low, high)`` of a claims table ``region`` such as ``(1, 1.25]`` or ``(-inf, 0.03]``; None if unreadable."""
-    match = _REGION.match(str(text))
-    if not match:
-        return None
-    try:
-        return float(match[1]), float(match[2])
-    except ValueError:
-        return None
+def region_bounds(row: pd.Series) -> tuple[float, float]:
+    """``(low, high)`` of a claims row's region (columns region_low, region_high), an unbounded side infinite."""
+
+    def bound(name: str, unbounded: float) -> float:
+        value = pd.to_numeric(row.get(name), errors="coerce")
+        return unbounded if pd.isna(value) else float(value)
+
+    return bound("region_low", -math.inf), bound("region_high", math.inf)
 
 
 def wants_profile_figures(claims: pd.DataFrame) -> bool:
@@ -59,7 +56,7 @@ def claims_by_profile(claims: pd.DataFrame, out: str | Path) -> Path:
     for ax, claim_id in zip(axes.flat, ids):
         rows = measured[measured["claim_id"] == claim_id]
         rows = rows.set_index(rows["profile"].astype(str))
-        _claim_panel(ax, claim_id, rows, profiles, region_bounds(rows["region"].iloc[0]))
+        _claim_panel(ax, claim_id, rows, profiles, region_bounds(rows.iloc[0]))
     for ax in list(axes.flat)[len(ids) :]:
         ax.set_visible(False)
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=v) for v, c in VERDICT_COLORS.items()]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.claims import LEVELS
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claim_measured, claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
@@ -63,7 +64,7 @@ def pipeline_said(data: ReportData) -> str:
     )
 
 
-THRESHOLDS_HEADER = ["profile", "model", "grid", "Muon's overhead", "1.1% at tokens/step (range)", "3% at tokens/step (range)"]
+THRESHOLDS_HEADER = ["profile", "model", "grid", "Muon's overhead", *(f"{lv.percent} at tokens/step (range)" for lv in LEVELS)]
 
 
 def thresholds_markdown(data: ReportData) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from muon_repro.claims import LEVELS, PAPER_LATENCY, STUDY_SHARE
 from muon_repro.report import style
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.plotting import (
@@ -35,7 +36,7 @@ from muon_repro.report.plotting import (
 from muon_repro.rundir import RENAMED_MACHINES
 
 REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
-LEVELS = ((0.011, "Wei's study ~1.1%"), (0.03, "paper 3%"))
+LEVEL_LINES = {STUDY_SHARE: ":", PAPER_LATENCY: "--"}  # dotted: the original study's share; dashed: the paper's latency
 WIDTH_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 MACHINE_STYLES = {
     "4xRTXA4000-pcie-nccl": ("#D55E00", "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
@@ -53,12 +54,12 @@ def machine_style(machine) -> tuple[str, str]:
 
 def _levels(ax, labels: bool = True) -> None:
     """The original study's ~1.1% (dotted) and the paper's 3% (dashed), as horizontal lines in percent."""
-    for level, label in LEVELS:
-        ax.axhline(100 * level, color="#555555", linestyle=":" if level < 0.02 else "--", linewidth=0.9)
+    for level in LEVELS:
+        ax.axhline(100 * level.value, color="#555555", linestyle=LEVEL_LINES[level], linewidth=0.9)
         if labels:
             ax.annotate(
-                f" {label}",
-                (1.0, 100 * level),
+                f" {level.label}",
+                (1.0, 100 * level.value),
                 xycoords=("axes fraction", "data"),
                 fontsize=7,
                 va="center",
@@ -122,13 +123,13 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     bottom = legend_below(fig, handles, ncol=len(handles))
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
-    below = (largest["optimizer_share_hi"].astype(float) < 0.011).sum()
+    below = (largest["optimizer_share_hi"].astype(float) < STUDY_SHARE.value).sum()
     where = "under" if below == len(largest) else ("above" if below == 0 else "around")
     add_title(
         fig,
         "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
         f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
-        f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the 1.1% of Wei's study.",
+        f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the {STUDY_SHARE.percent} of Wei's study.",
         bottom_in=bottom,
     )
     return save_figure(fig, out)
@@ -229,7 +230,8 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         show_no_data(ax, "no scale-out lines")
     handles = axes[0].get_legend_handles_labels()[0] + axes[1].get_legend_handles_labels()[0]
     bottom = legend_below(fig, handles, ncol=2)
-    crossings = thresholds[(thresholds["metric"] == "muon_extra") & (thresholds["level"].round(3) == 0.011)]
+    at_level = np.isclose(thresholds["level"].astype(float), STUDY_SHARE.value)
+    crossings = thresholds[(thresholds["metric"] == "muon_extra") & at_level]
     said = "; ".join(f"{machine_style(r.machine)[1]}, {r.model}: {_tokens(r.tokens_per_step)}" for r in crossings.itertuples())
     trend = ""
     if len(scale) > 1:
@@ -242,7 +244,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     add_title(
         fig,
         "The cost model on hardware we do not have (predictions, bf16 training)",
-        f"Muon's extra step time falls under the 1.1% of Wei's study at: {said}.{trend}",
+        f"Muon's extra step time falls under the {STUDY_SHARE.percent} of Wei's study at: {said}.{trend}",
         bottom_in=bottom,
     )
     return save_figure(fig, out)

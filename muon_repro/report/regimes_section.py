@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from muon_repro.claims import LEVELS, PAPER_LATENCY, STUDY_SHARE, level_of
 from muon_repro.report.data import ReportData, fmetric, is_missing
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.regime_figures import REGIME_FIGURES, main_axis
@@ -21,7 +22,7 @@ from muon_repro.rundir import RENAMED_MACHINES
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
     "contiguous layout, one colour per width: the regime sweep's measured points with 95% intervals and the cost model's lines "
-    "for this machine; the original study's ~1.1% and the paper's 3% dotted and dashed.",
+    f"for this machine; the original study's ~{STUDY_SHARE.percent} and the paper's {PAPER_LATENCY.percent} dotted and dashed.",
     "closed_form": "Newton-Schulz time over forward+backward time against tokens per step / d_model: measured (Muon's optimizer "
     "time beyond its AdamW twin's, over the twin's forward+backward), the exact FLOP ratio of the busiest rank (hollow) and the "
     "closed form (10/3)·d/T times the ranks that repeat each matrix.",
@@ -80,8 +81,7 @@ def regimes_section(
             "model",
             "grid",
             "Muon's overhead",
-            "1.1% at tokens/step (range)",
-            "3% at tokens/step (range)",
+            *(f"{level.percent} at tokens/step (range)" for level in LEVELS),
         ],
         "thresholds_rows": threshold_rows(data.regime_thresholds),
         "scale_out_header": ["GPUs", "grid", "Muon step s", "AdamW step s", "Muon extra", "Muon optimizer share", "Muon comm ms"],
@@ -245,19 +245,18 @@ def share_summary(regimes: pd.DataFrame) -> str:
 
 
 def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
-    """One row per profile, model, grid and metric: the tokens per step at 1.1% and 3%, each with the range the
+    """One row per profile, model, grid and metric: the tokens per step at each declared level, each with the range the
     model's validated error allows (regime_thresholds tokens_per_step_low / _high)."""
     rows = []
     for (machine, model, dp, tp, metric), g in thresholds.groupby(["machine", "model", "dp", "tp", "metric"], sort=False):
-        at = {round(float(r.level), 3): r for r in g.itertuples()}
+        at = {level_of(r.level): r for r in g.itertuples()}
         rows.append(
             [
                 machine_name(machine),
                 str(model),
                 f"DP{int(dp)}·TP{int(tp)}",
                 METRIC_NAMES.get(str(metric), str(metric)),
-                _threshold(at.get(0.011)),
-                _threshold(at.get(0.03)),
+                *(_threshold(at.get(level)) for level in LEVELS),
             ]
         )
     return rows

@@ -1,7 +1,7 @@
 """The numbers a figure states beside what it draws: the claims' and checks' values, read from their tables.
 
 A number a figure prints in its title or takeaway is either a claim's or a check's value, read from
-``claims.measured_value`` (or a number its ``quoted`` column keeps) or ``checks.measured_value`` and
+``claims.measured_value`` (or a number its explanation states, from ``stated_numbers``) or ``checks.measured_value`` and
 written by the same functions as the report's claims and checks tables
 (:func:`~muon_repro.report.claims_section.claim_number`, :func:`~muon_repro.report.checks_section.check_number`),
 or it says in its own words which other quantity it is (``the bars, profiled steps incl. waiting``).
@@ -13,11 +13,11 @@ to the tables. Only the tables: no torch, no run directory.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from muon_repro.claims import STUDY_SHARE
 from muon_repro.hardware import PROFILE_FIELD, rows_of_profile
 from muon_repro.report import style
 from muon_repro.report.checks_section import check_number
@@ -55,26 +55,34 @@ def row_of(table: pd.DataFrame, key: str, value: str, profile: str | None) -> pd
     return rows.iloc[0]
 
 
-def quoted(row: pd.Series, name: str) -> float | None:
-    """A number the row's ``quoted`` column keeps (JSON), None when it does not."""
-    raw = row.get("quoted")
-    if is_missing(raw):
+ID_COLUMNS = {"claims": "claim_id", "checks": "check_id"}
+
+
+def stated_number(numbers: pd.DataFrame, table: str, row: pd.Series, name: str) -> float | None:
+    """The number ``name`` that the explanation of ``row`` (of ``table``: claims or checks) states, from the
+    ``stated_numbers`` table; None when it states none."""
+    if numbers is None or numbers.empty:
         return None
-    value = json.loads(str(raw)).get(name)
-    return None if value is None else float(value)
+    hit = numbers[
+        (numbers["table"] == table)
+        & (numbers["row_id"] == row[ID_COLUMNS[table]])
+        & (numbers["profile"] == row["profile"])
+        & (numbers["name"] == name)
+    ]
+    return None if hit.empty or is_missing(hit["value"].iloc[0]) else float(hit["value"].iloc[0])
 
 
 def claimed(row: pd.Series) -> str | None:
     """The claim's claimed value in its unit (``0.57×``, ``1.1%``), None when the claim states none."""
     if is_missing(row.get("claimed_value")):
         return None
-    return claim_number(row["claimed_value"], str(row["unit"]), str(row["claim_id"]), "claims.claimed_value", digits=0)
+    return claim_number(row["claimed_value"], str(row["unit_kind"]), str(row["claim_id"]), "claims.claimed_value", digits=0)
 
 
 # ---------------------------------------------------------------- Figure 1: communication time per collective kind
 
 
-def comm_time(bar_ratios: dict[str, float], claims: pd.DataFrame, profile: str | None) -> Stated:
+def comm_time(bar_ratios: dict[str, float], claims: pd.DataFrame, numbers: pd.DataFrame, profile: str | None) -> Stated:
     """The takeaway of ``comm_time_by_kind``. ``bar_ratios``: grid label -> Muon / AdamW of what the bars draw
     (``runs.comm_ms``: profiled steps, every collective's time including the wait for the last rank), which is
     not the claim's quantity; the claim's (transfer time only, steps timed without the profiler, paired by
@@ -84,15 +92,16 @@ def comm_time(bar_ratios: dict[str, float], claims: pd.DataFrame, profile: str |
     parts = [f"the bars (profiled steps, communication incl. waiting): {bars}"] if bars else []
     row = row_of(claims, "claim_id", COMM_CLAIM, profile)
     if row is not None:
-        cid, unit = COMM_CLAIM, str(row["unit"])
+        cid, kind = COMM_CLAIM, str(row["unit_kind"])
         measured = claim_measured(row)
-        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], unit, cid)
-        what = "transfer time" if "transfer" in unit else "communication time"
+        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], kind, cid)
+        what = "transfer time" if "transfer" in str(row["unit"]) else "communication time"
         said = f"the claim's quantity ({what}, steps timed without the profiler, paired by round): {measured}"
-        with_waiting = quoted(row, "comm_ms_ratio_with_waiting")
+        with_waiting = stated_number(numbers, "claims", row, "comm_ms_ratio_with_waiting")
+        key = f"stated_numbers.{cid}.comm_ms_ratio_with_waiting"
         if with_waiting is not None:
-            values[f"claims.{cid}.quoted.comm_ms_ratio_with_waiting"] = claim_number(with_waiting, unit, cid, "claims.quoted")
-            said += f", incl. waiting {values[f'claims.{cid}.quoted.comm_ms_ratio_with_waiting']}"
+            values[key] = claim_number(with_waiting, kind, cid, "stated_numbers.value")
+            said += f", incl. waiting {values[key]}"
         study = claimed(row)
         if study is not None:
             values[f"claims.{cid}.claimed_value"] = study
@@ -118,7 +127,7 @@ def optimizer_share(bar_shares: dict[str, list[float]], claims: pd.DataFrame, pr
     text = "the bars (profiled steps, medians): " + ", ".join(parts) if parts else "no runs"
     row = row_of(claims, "claim_id", SHARE_CLAIM, profile)
     if row is not None:
-        values[f"claims.{SHARE_CLAIM}.measured_value"] = claim_number(row["measured_value"], str(row["unit"]), SHARE_CLAIM)
+        values[f"claims.{SHARE_CLAIM}.measured_value"] = claim_number(row["measured_value"], str(row["unit_kind"]), SHARE_CLAIM)
         text += f"; the claim's estimate, Muon DP2·TP2 (steps timed without the profiler): {claim_measured(row)}"
         study = claimed(row)
         if study is not None:
@@ -127,8 +136,8 @@ def optimizer_share(bar_shares: dict[str, list[float]], claims: pd.DataFrame, pr
     return Stated(text, values)
 
 
-def study_share(claims: pd.DataFrame, profile: str | None, default: float = 0.011) -> float:
-    """The original study's optimizer share (``claims.claimed_value``), ``default`` without the claim."""
+def study_share(claims: pd.DataFrame, profile: str | None, default: float = STUDY_SHARE.value) -> float:
+    """The original study's optimizer share (``claims.claimed_value``), its declared level without the claim."""
     row = row_of(claims, "claim_id", SHARE_CLAIM, profile)
     return default if row is None or is_missing(row.get("claimed_value")) else float(row["claimed_value"])
 
@@ -139,17 +148,17 @@ def study_share(claims: pd.DataFrame, profile: str | None, default: float = 0.01
 def bytes_checks(checks: pd.DataFrame, profile: str | None) -> pd.DataFrame:
     """The bytes checks (one per Muon layout) of ``profile``: the rows of ``checks`` with a layout."""
     if checks is None or checks.empty or "layout" not in checks.columns:
-        return pd.DataFrame(columns=["check_id", "layout", "measured_value", "unit", "quoted"])
+        return pd.DataFrame(columns=["check_id", "profile", "layout", "measured_value", "unit"])
     rows = rows_of_profile(checks, profile) if profile is not None else checks
     return rows[rows["layout"].notna()].reset_index(drop=True)
 
 
-def dp_bytes(checks: pd.DataFrame, profile: str | None, layout: str, optimizer: str) -> float | None:
+def dp_bytes(checks: pd.DataFrame, numbers: pd.DataFrame, profile: str | None, layout: str, optimizer: str) -> float | None:
     """The DP-group optimizer bytes per rank per step the bytes check of ``layout`` measured for ``optimizer``
-    (``quoted``: muon_dp_bytes, adamw_dp_bytes), None without that check."""
+    (``stated_numbers``: muon_dp_bytes, adamw_dp_bytes), None without that check."""
     rows = bytes_checks(checks, profile)
     rows = rows[rows["layout"] == layout]
-    return None if rows.empty else quoted(rows.iloc[0], f"{optimizer}_dp_bytes")
+    return None if rows.empty else stated_number(numbers, "checks", rows.iloc[0], f"{optimizer}_dp_bytes")
 
 
 def dp_mb(value: float) -> str:
@@ -196,7 +205,7 @@ def pipeline(claims: pd.DataFrame, profile: str | None) -> Stated:
         row = row_of(claims, "claim_id", cid, profile)
         if row is None:
             continue
-        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], str(row["unit"]), cid)
+        values[f"claims.{cid}.measured_value"] = claim_number(row["measured_value"], str(row["unit_kind"]), cid)
         parts.append(f"{said}: {claim_measured(row)}, {row['verdict']}")
     text = "; ".join(parts) + " (claims table)" if parts else "the claims table holds no pipeline claim"
     return Stated(text, values)

@@ -66,8 +66,8 @@ def study_claims(data: ReportData) -> list[dict[str, str]]:
 
 
 def _claim_unit_number(c: pd.Series) -> str:
-    v, unit = float(c["study_method_value"]), str(c["unit"])
-    return f"{100 * v:.2f}%" if unit.startswith("fraction") else f"{v:.3f}×"
+    v = float(c["study_method_value"])
+    return f"{100 * v:.2f}%" if str(c["unit_kind"]) in ("fraction", "change") else f"{v:.3f}×"
 
 
 def study_sentence(data: ReportData) -> str:
@@ -191,7 +191,7 @@ def protocols_table(data: ReportData) -> dict[str, Any]:
         mine = claims[(claims["claim_id"] == claim_id) & (claims["profile"] == bench)]
         if mine.empty:
             continue
-        unit = str(mine["unit"].iloc[0])
+        kind = str(mine["unit_kind"].iloc[0])
         cells = []
         for profile, group in columns:
             row = table[(table["claim_id"] == claim_id) & (table["profile"] == profile) & (table["group"] == group)]
@@ -199,7 +199,7 @@ def protocols_table(data: ReportData) -> dict[str, Any]:
                 cells.append("–")
                 continue
             r = row.iloc[0]
-            said = claim_measured(pd.Series({**r.to_dict(), "unit": unit}))
+            said = claim_measured(pd.Series({**r.to_dict(), "unit_kind": kind}))
             if r["equal_work"] is False or (not is_missing(r["equal_work"]) and not bool(r["equal_work"])):
                 said += ", unequal work"
             rounds = int(r["rounds"])

@@ -16,14 +16,13 @@ number the study published.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.claims import CLAIMS, UNEQUAL_WORK, Claim, verdict
 from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
+from muon_repro.claims import ANY_MACHINE, CLAIMS, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
@@ -198,7 +197,8 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
     }
     explanation = (
         f"Per step, the GPU is busy {np.mean(busy):.1f} ms with the kernels Muon_Step launched (Newton-Schulz in bf16 on "
-        f"the gathered 4096x4096 matrix, the gathers) in a step of {np.mean(step):.1f} ms. The study's ~1.1% divides "
+        f"the gathered 4096x4096 matrix, the gathers) in a step of {np.mean(step):.1f} ms. The study's "
+        f"~{STUDY_SHARE.percent} divides "
         f"Muon_Step's CPU span ({np.mean(cpu):.2f} ms per step: the time to launch those kernels, {np.mean(cpu / step):.1%} "
         "of the step) summed over 5 steps by the whole 5-step trace; the kernels run after the CPU returns and the next "
         "FWD_BWD's torch.cuda.synchronize() waits for them, so their time is counted in the forward-backward instead."
@@ -306,16 +306,17 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         "claim": claim.claim,
         "source": claim.source,
         "claimed_value": claim.claimed_value,
-        "region": claim.region.text(),
-        "made_under": claim.made_under.text if claim.made_under is not None else "any machine: a count, not a time",
+        **claim.region.columns(),
+        "made_under": claim.made_under.text if claim.made_under is not None else ANY_MACHINE,
         "measured_value": value,
         "measured_low": low,
         "measured_high": high,
         "unit": claim.unit,
+        "unit_kind": claim.unit_kind,
         "conditions": conditions,
         "verdict": verdict_,
         "explanation": explanation,
-        "quoted": json.dumps({k: round(float(v), 12) for k, v in sorted(quoted.items())}),
+        "stated": quoted,
         "rule": rule,
         "study_method_value": rebuilt[0] if rebuilt else nan,
         "study_method_rebuilt": rebuilt[1] if rebuilt else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+from muon_repro.claims import LEVELS
 from muon_repro.study.sources import HUB_REPO, STUDY_FILES, import_study
 
 
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Price the original study's runs with the cost model's profile of its machine, fit the profile's efficiencies "
             "and latencies to the kernel times its traces measured, and record how far that moves the regime thresholds "
-            "(tokens per step at which Muon's overhead falls to 1.1% and 3%) in "
+            f"(tokens per step at which Muon's overhead falls to {' and '.join(lv.percent for lv in LEVELS)}) in "
             "<traces>/<profile>/costmodel_fit/study_costmodel_thresholds.csv, which `muon-repro analyze` reads. Needs "
             "torch (the shard plans); a few seconds per model."
         ),

@@ -35,13 +35,6 @@ _TIMED_NOTE = (
     "per trial the median over its timed steps of {}, then the median over trials; null for a run recorded without "
     "timed steps (config timed_steps 0, as every run before they existed)"
 )
-_QUOTED = (
-    "quoted",
-    "string",
-    "",
-    "the numbers the explanation states that no table cell holds (ratios, intervals, aggregates), as JSON: name -> "
-    "value; every other number it states is a cell of the tables (a phase's: its mean over trials and ranks)",
-)
 _TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
 _TRIAL_ID = (*_RUN_ID, _TRIAL)
 _RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
@@ -537,7 +530,9 @@ SCHEMAS: dict[str, TableSchema] = {
             ("claim", "string", "", "what was claimed"),
             ("source", "string", "", "who claimed it, where"),
             ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
-            ("region", "string", "", "the values that agree with the claim, as an interval"),
+            ("region_low", "Float64", "", "the values that agree with the claim: their lower bound (null: unbounded)"),
+            ("region_high", "Float64", "", "their upper bound, included (null: unbounded)"),
+            ("region_low_open", "boolean", "", "whether region_low itself is excluded (the region is (low, high])"),
             (
                 "made_under",
                 "string",
@@ -554,6 +549,12 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("measured_high", "Float64", "", "upper end of the 95% interval (per-rank maximum for deterministic quantities)"),
             ("unit", "string", "", "unit of claimed_value and the measured columns"),
+            (
+                "unit_kind",
+                "string",
+                "",
+                "how the numbers read: ratio (×), fraction (a share, in %) or change (a signed change, in %)",
+            ),
             ("conditions", "string", "", "the runs compared: backend, device, ranks, trials x steps, tokens per step"),
             (
                 "verdict",
@@ -564,7 +565,6 @@ SCHEMAS: dict[str, TableSchema] = {
                 "were not made under the claim's conditions), not measured",
             ),
             ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
-            _QUOTED,
             ("rule", "string", "", "how the verdict was decided"),
             (
                 "study_method_value",
@@ -619,8 +619,22 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("fails_if", "string", "", "what would make the check fail"),
             ("explanation", "string", "", "the quantities behind the value, measured on these runs"),
-            _QUOTED,
             ("conditions", "string", "", "the runs compared: backend, device, ranks, rounds, steps, tokens per step"),
+        ),
+    ),
+    "stated_numbers": TableSchema(
+        "stated_numbers",
+        "The numbers the claims' and checks' explanations state that no other table cell holds (ratios, intervals, "
+        "aggregates over runs), one per row, so that every number an explanation or the report states is a table value. "
+        "Every other number an explanation states is a cell of the tables (a phase's: its mean over trials and ranks).",
+        ("table", "row_id", "profile", "name"),
+        columns_of(
+            ("table", "string", "", "the table whose explanation states the number: claims or checks"),
+            ("row_id", "string", "", "the row there: its claim_id or check_id"),
+            ("profile", "string", "", f"{_PROFILE_MEANING}; the row's profile"),
+            ("name", "string", "", "what the number is (adamw_transfer_ms, bytes_ratio, ...)"),
+            ("value", "Float64", "", "the number, in unit"),
+            ("unit", "string", "", "ms, bytes, ratio, fraction, GFLOP, us or empty for a count or a plain number"),
         ),
     ),
     "ranks": TableSchema(
@@ -1036,7 +1050,7 @@ CALIBRATION = TableSchema(
             "bytes",
             "Int64",
             "bytes",
-            "collective_sample: what one rank sends by the ring model (muon_repro.parallel.comm.ring_bytes_per_rank)",
+            "collective_sample: what one rank sends by the ring model (muon_repro.formulas.ring_bytes)",
         ),
         ("alpha_us", "Float64", "us", "collective: fitted latency, t = alpha + bytes / beta"),
         ("beta_gbps", "Float64", "GB/s", "collective: fitted bus bandwidth (ring bytes per rank per second)"),
@@ -1256,8 +1270,13 @@ REGIME_MODEL = TableSchema(
         ("adamw_step_ms", "Float64", "ms", "predicted step, slowest rank"),
         ("adamw_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
         ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
-        ("optimizer_share", "Float64", "fraction", "muon_optimizer_ms / muon_step_ms (the ~1.1% claim of Wei's study)"),
-        ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's 1-3% claim)"),
+        (
+            "optimizer_share",
+            "Float64",
+            "fraction",
+            "muon_optimizer_ms / muon_step_ms (the study's optimizer-share claim)",
+        ),
+        ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's added-latency claim)"),
         (
             "optimizer_share_low",
             "Float64",
@@ -1282,7 +1301,13 @@ REGIME_THRESHOLDS = TableSchema(
         _RECORD_PROFILE,
         *_LINE,
         ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
-        ("level", "Float64", "fraction", "0.011 (the ~1.1% of Wei's study) or 0.03 (the paper's 1-3%, upper end)"),
+        (
+            "level",
+            "Float64",
+            "fraction",
+            "a level declared in muon_repro.claims.LEVELS: the original study's optimizer share, or the paper's added "
+            "latency (the upper end of its range)",
+        ),
         ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
         (
             "tokens_per_step_low",

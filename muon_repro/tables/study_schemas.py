@@ -294,7 +294,13 @@ STUDY_COSTMODEL_THRESHOLDS = TableSchema(
         ("dp", "Int64", "ranks", "data-parallel size"),
         ("tp", "Int64", "ranks", "tensor-parallel size"),
         ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
-        ("level", "Float64", "fraction", "0.011 (the ~1.1% of Wei's study) or 0.03 (the paper's 1-3%, upper end)"),
+        (
+            "level",
+            "Float64",
+            "fraction",
+            "a level declared in muon_repro.claims.LEVELS: the original study's optimizer share, or the paper's added "
+            "latency (the upper end of its range)",
+        ),
         ("datasheet_tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level, datasheet"),
         ("fitted_tokens_per_step", "Float64", "tokens", "the same on the fitted profile"),
         ("ratio", "Float64", "x", "fitted_tokens_per_step / datasheet_tokens_per_step"),

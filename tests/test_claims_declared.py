@@ -1,0 +1,113 @@
+"""The claims are declared once (muon_repro.claims): no other module spells a claimed level, and the claims
+table carries each region as numbers that the report reads as numbers."""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.claims import BY_ID, CLAIMS, LEVELS, PAPER_LATENCY, STUDY_SHARE, Region, level_of, verdict
+from muon_repro.report.claims_section import claim_region
+
+PACKAGE = Path(__file__).resolve().parents[1] / "muon_repro"
+DECLARATION = PACKAGE / "claims.py"
+LEVEL_NUMBERS = {level.value for level in LEVELS}
+# a level written as its source writes it, in a string that is not a docstring: "1.1%", "~1.1%", "3%", "1-3%"
+LEVEL_TEXT = re.compile(r"(?<![\d.])(1\.1|3)%")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds) and node.body and isinstance(node.body[0], ast.Expr)
+        if isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def level_literals(source: str) -> list[tuple[int, object]]:
+    """(line, literal) of every claimed level spelled in ``source``: the number, or its percent in a string."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant):
+            continue
+        if isinstance(node.value, float) and node.value in LEVEL_NUMBERS:
+            found.append((node.lineno, node.value))
+        elif isinstance(node.value, str) and id(node) not in docs and LEVEL_TEXT.search(node.value):
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_only_the_declaration_spells_a_level():
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != DECLARATION
+        for line, value in level_literals(path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, "a claimed level is spelled outside muon_repro/claims.py:\n" + "\n".join(offenders)
+
+
+def test_the_scan_finds_a_level_in_code_and_in_text_but_not_in_a_docstring():
+    source = '"""The ~1.1% of the study."""\nX = 0.011\ny = f"{v} against 3%"\nZ = 0.0111\n'
+    assert [line for line, _ in level_literals(source)] == [2, 3]
+
+
+def test_levels_read_as_their_sources_write_them():
+    assert (STUDY_SHARE.percent, PAPER_LATENCY.percent) == ("1.1%", "3%")
+    assert level_of(0.011) is STUDY_SHARE and level_of(0.03) is PAPER_LATENCY
+    with pytest.raises(ValueError, match="not a declared level"):
+        level_of(0.02)
+
+
+def test_every_claim_is_declared_whole():
+    assert len(BY_ID) == len(CLAIMS)
+    for c in CLAIMS:
+        assert c.unit_kind in ("ratio", "fraction", "change"), c.claim_id
+        if c.prediction is not None:
+            assert c.level is not None, f"{c.claim_id} is predicted at a level it does not declare"
+        if c.claimed_value is not None and c.claim_id != "muon_leading_steps":
+            # the claimed value agrees with the claim (the leading-steps claim states its value in FLOPs ratio)
+            assert c.region.contains(c.claimed_value), c.claim_id
+
+
+@pytest.mark.parametrize(
+    ("region", "kind", "said"),
+    [
+        (Region(0.456, 0.684), "ratio", "[0.456×, 0.684×]"),
+        (Region(1.0, 1.25, low_open=True), "ratio", "(1×, 1.25×]"),
+        (Region(None, 0.03), "change", "≤ +3%"),
+        (Region(0.0, 0.022), "fraction", "[0%, 2.2%]"),
+        (Region(1.0, None), "ratio", "≥ 1×"),
+        (Region(None, None), "ratio", "any value"),
+    ],
+)
+def test_the_report_writes_the_region_from_its_numbers(region, kind, said):
+    row = pd.Series({"claim_id": "c", "unit_kind": kind, **region.columns()})
+    assert claim_region(row) == said
+
+
+def test_the_verdict_follows_the_numeric_region():
+    region = Region(1.0, 1.25, low_open=True)
+    assert verdict(1.1, 1.2, region) == "reproduced"
+    assert verdict(1.0, 1.0, region) == "not reproduced"  # the open end excludes it
+    assert verdict(0.9, 1.1, region) == "inconclusive"
+    assert verdict(math.nan, 1.1, region) == "not measured"
+
+
+def test_the_committed_claims_table_carries_regions_as_numbers_and_no_json():
+    claims = pd.read_csv(PACKAGE.parent / "metrics" / "claims.csv")
+    assert {"region_low", "region_high", "region_low_open", "unit_kind"} <= set(claims.columns)
+    assert not {"region", "quoted"} & set(claims.columns)
+    for row in claims.itertuples():
+        declared = BY_ID[row.claim_id].region
+        assert (pd.isna(row.region_low) and declared.low is None) or row.region_low == pytest.approx(declared.low)
+        assert (pd.isna(row.region_high) and declared.high is None) or row.region_high == pytest.approx(declared.high)
