@@ -2,8 +2,9 @@
 
 An AST walk over every import of the package (inside functions too, and ``importlib.import_module``
 with a literal name) checks the walls; a subprocess checks that commands which do not train never
-import torch; and no module but :mod:`muon_repro.phases` spells a phase name, none but
-:mod:`muon_repro.rundir` a run file name.
+import torch; no module but :mod:`muon_repro.phases` spells a phase name, none but
+:mod:`muon_repro.rundir` a run file name; and no package-level import cycle exists but the known ones
+(:data:`KNOWN_CYCLE_EDGES`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "muon_repro"
 TRAINING = ("torch", "muon_repro.model", "muon_repro.optim", "muon_repro.parallel", "muon_repro.bench")
 PUBLISHING = ("muon_repro.dataset", "muon_repro.hub", "muon_repro.contrib")
 DOWNSTREAM = ("muon_repro.bench", "muon_repro.analysis", "muon_repro.report", *PUBLISHING, "muon_repro.job", "muon_repro.stages")
-ORCHESTRATION = ("muon_repro.job", "muon_repro.stages", "muon_repro.run_cli")  # calls every stage: nothing calls back into it
+ORCHESTRATION = ("muon_repro.job", "muon_repro.stages")  # calls every stage: nothing calls back into it
 LIGHT = (*TRAINING, "pandas", "numpy", *DOWNSTREAM)  # torch-, pandas- and numpy-free vocabularies
 
 # module prefix (relative to muon_repro/) -> import prefixes it must never reach
@@ -37,6 +38,7 @@ WALLS: dict[str, tuple[str, ...]] = {
     "parallel": DOWNSTREAM,
     "rundir.py": LIGHT,
     "phases.py": LIGHT,
+    "formulas.py": LIGHT,
     "run_records.py": LIGHT,
     "model_config.py": (*TRAINING, "pandas", "numpy"),
     "stages.py": TRAINING,  # only inside bench(), which trains
@@ -169,6 +171,120 @@ def test_the_wall_check_catches_a_lazy_import(tmp_path):
     assert any("optim/bad.py:2 imports muon_repro.hub.publish" in v for v in found), found
 
 
+# Package-level import cycles. Each package of muon_repro/ is one node, and so is each top-level module (``model``,
+# ``rundir``); A -> B when any module of A imports anything of B (inside functions too). Left out, the command
+# dispatchers: cli.py (``muon-repro``) imports every package's command-line module, lazily, to hand it its
+# subcommand; __main__.py only runs cli.py; __init__.py is the root package, which imports nothing. Counted, they
+# would join every package into one tangle, and nothing imports them back, so leaving them out hides no cycle.
+# A package's own cli.py is counted: it is part of its package.
+DISPATCHERS = ("__init__.py", "cli.py", "__main__.py")
+
+# Every package-level import that lies on a cycle today (issue 41), by tangle, with why it is there. None of them
+# goes by moving a function or a constant: each tangle is held by whole modules that sit in one package and belong
+# with another. The test fails on any other import that lies on a cycle, so a new cycle is caught (it always brings
+# one), and on an entry here that no longer lies on one, so that a cycle fixed leaves this list.
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
+    # model <-> parallel <-> optim: the pipeline modules of parallel/ sit above the model and the optimizers.
+    ("model", "parallel"): "model.py is built of parallel's TP layers, collectives and vocab-parallel cross-entropy",
+    ("optim", "parallel"): "ZeRO-1 runs over parallel's process groups (zero1, distributed); equivalence launches workers",
+    ("optim", "model"): "optim/equivalence.py trains the GPT to compare the distributed optimizers with the reference",
+    ("parallel", "optim"): "parallel/pipeline_optim.py is ZeRO-1 Muon / AdamW per pipeline stage (belongs in optim/)",
+    ("parallel", "model"): "parallel/pipeline_stages.py cuts model.py's GPT into stages",
+    # analysis <-> study <-> costmodel <-> bench: the original study's runs are read, tabled, priced and replayed by all
+    # four, and the cost model prices bench's configurations.
+    ("analysis", "study"): "the analysis builds the study's tables and claims (tables, batch_read, claims, discover)",
+    ("study", "analysis"): "the study's traces are read and measured with the analysis's reader, collectives, claims",
+    ("costmodel", "bench"): "the cost model prices bench's BenchConfig and regime points; costmodel/cli.py records runs",
+    ("bench", "costmodel"): "bench/runner.py times costmodel/speed_probe.py's day-speed probe before the first step",
+    ("bench", "study"): "bench/cli.py records the study's protocol (``muon-repro bench --protocol study``)",
+    ("study", "bench"): "study/record.py records with bench's runner (export_trace) and environment",
+    ("costmodel", "study"): "costmodel/study_check.py prices the study's runs from its scopes, sources and tables",
+    ("study", "costmodel"): "study/tables.py and study/cli.py build the study_costmodel tables with costmodel.study_check",
+    ("costmodel", "analysis"): "costmodel/study_check.py normalizes the study's collectives with analysis.collectives",
+    # dataset <-> report: the card and the report say the same things in the same words.
+    ("dataset", "report"): "dataset/card.py writes run text with report.escape and the claims with report.claims_section",
+    ("report", "dataset"): "report/cli.py cites the dataset with dataset.citation (ALLOWED_MODULES above)",
+}
+
+
+def package_graph(package: Path = PACKAGE) -> dict[tuple[str, str], list[str]]:
+    """The package-level import graph: (A, B) -> the imports that make A -> B, as ``"a/x.py:3 imports muon_repro.b.y"``."""
+    units = {p.name.removesuffix(".py") for p in package.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    units -= {d.removesuffix(".py") for d in DISPATCHERS}
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        source = rel.split("/", 1)[0].removesuffix(".py")
+        if rel in DISPATCHERS or source not in units:
+            continue
+        for module, line in imports_of(path):
+            parts = module.split(".")
+            if parts[0] == "muon_repro" and len(parts) > 1 and parts[1] in units and parts[1] != source:
+                where = edges.setdefault((source, parts[1]), [])
+                if not any(w.startswith(f"muon_repro/{rel}:{line} ") for w in where):
+                    where.append(f"muon_repro/{rel}:{line} imports {module}")
+    return edges
+
+
+def _path(edges: dict[tuple[str, str], list[str]], start: str, goal: str) -> list[str] | None:
+    """The shortest chain of packages from ``start`` to ``goal`` (breadth first), or None."""
+    before: dict[str, str | None] = {start: None}
+    queue = [start]
+    for node in queue:
+        if node == goal:
+            chain = [node]
+            while before[chain[-1]] is not None:
+                chain.append(before[chain[-1]])
+            return chain[::-1]
+        for a, b in sorted(edges):
+            if a == node and b not in before:
+                before[b] = node
+                queue.append(b)
+    return None
+
+
+def cyclic_edges(edges: dict[tuple[str, str], list[str]]) -> set[tuple[str, str]]:
+    """The package-level imports that lie on a cycle: A -> B where A is reachable from B."""
+    return {(a, b) for a, b in edges if _path(edges, b, a) is not None}
+
+
+def describe_cycle(edge: tuple[str, str], edges: dict[tuple[str, str], list[str]]) -> str:
+    """One cycle through ``edge``, each step named by one import that makes it."""
+    chain = [edge[0], *_path(edges, edge[1], edge[0])]
+    steps = [edges[(a, b)][0] for a, b in zip(chain, chain[1:])]
+    return f"{' -> '.join(chain)}: " + "; ".join(steps)
+
+
+def test_no_package_level_import_cycle_but_the_known_ones():
+    edges = package_graph()
+    on_cycles = cyclic_edges(edges)
+    new = sorted(on_cycles - KNOWN_CYCLE_EDGES.keys())
+    assert not new, "package-level import cycles:\n" + "\n".join(describe_cycle(e, edges) for e in new)
+    fixed = sorted(KNOWN_CYCLE_EDGES.keys() - on_cycles)
+    assert not fixed, f"these imports lie on no cycle any more: remove them from KNOWN_CYCLE_EDGES: {fixed}"
+
+
+def test_the_cycle_check_catches_a_cycle_and_leaves_the_dispatchers_out(tmp_path):
+    files = {
+        "__init__.py": '"""Root."""\n',
+        "cli.py": "from muon_repro.a.x import f\nfrom muon_repro.low import g\n",  # a dispatcher: left out
+        "a/__init__.py": "",
+        "a/x.py": "from muon_repro.b.y import h\nfrom muon_repro import __version__\n",
+        "b/__init__.py": "",
+        "b/y.py": "def h():\n    from muon_repro.a import x\n",  # lazily: still an edge
+        "low.py": "import muon_repro.b\nimport muon_repro.cli\n",
+    }
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    edges = package_graph(tmp_path)
+    assert set(edges) == {("a", "b"), ("b", "a"), ("low", "b")}
+    assert cyclic_edges(edges) == {("a", "b"), ("b", "a")}
+    assert describe_cycle(("b", "a"), edges) == (
+        "b -> a -> b: muon_repro/b/y.py:2 imports muon_repro.a; muon_repro/a/x.py:1 imports muon_repro.b.y"
+    )
+
+
 def test_only_phases_spells_phase_names_and_only_rundir_run_files():
     # The module allowed to spell each distinctive name: phases.py the phases, rundir.py the run files.
     owner = {name: "phases.py" for name in PHASES if "_" in name} | {name: "rundir.py" for name in RUN_FILES}
@@ -218,12 +334,14 @@ def _run_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess
         "predict",
     ],
 )
+@pytest.mark.slow
 def test_help_never_imports_torch(command):
     done = _run_cli(command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:]
 
 
+@pytest.mark.slow
 def test_top_level_help_never_imports_torch():
     done = _run_cli("--help")
     assert done.returncode == 0 and done.stdout.rstrip().endswith("torch not imported"), done.stdout[-500:] + done.stderr

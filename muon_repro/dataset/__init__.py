@@ -1,5 +1,6 @@
-"""The dataset: what gets published, described, checked. Reads the tables (through
-:mod:`muon_repro.tables`) and the artifact folders; after analysis, only :mod:`verify` opens
+"""The dataset: what gets published, described and checked: the dataset card, ``CITATION.cff``,
+``croissant.json``, the bundle, its manifest and ``verify`` (``muon-repro card``, ``bundle``, ``verify``).
+It reads the tables (through :mod:`muon_repro.tables`) and the artifact folders; after analysis, only :mod:`verify` opens
 run folders and traces again, because checking them is its job.
 
     naming, meta        repository ids, versions, tags; what a bundle says about itself

@@ -1,5 +1,6 @@
-"""Transport to and from the Hugging Face Hub: the dataset folder goes up as one tagged commit and
-comes back as one version. What the folder holds is :mod:`muon_repro.dataset`'s business.
+"""Transport only, to and from the Hugging Face Hub: ``publish`` (the dataset folder up as one commit
+and one version tag) and ``download`` (one version back, then verified). What the folder holds is
+:mod:`muon_repro.dataset`'s business.
 
     remote      list and download a revision's files (several at a time, exact paths)
     plan        what a publish changes against the remote head: added, changed, removed

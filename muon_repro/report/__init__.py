@@ -1,7 +1,9 @@
-"""Figures and the report: the analysis tables under ``metrics/`` in, PNG/SVG figures and
-``report.md`` / ``report.pdf`` out. Nothing here opens a run directory or a trace, or imports
-torch, the model, the optimizers or the analysis: data flows one way, and ``metrics/`` alone
-is enough to redraw and rewrite everything.
+"""Figures and the report, from ``metrics/`` alone: the figures (matplotlib, PNG + SVG, one function
+per figure: a table in, a path out) and the report (Markdown and PDF, Jinja2 + WeasyPrint).
+
+Tables under ``metrics/`` in, PNG/SVG figures and ``report.md`` / ``report.pdf`` out. Nothing here opens a
+run directory or a trace, or imports torch, the model, the optimizers or the analysis: data flows one way,
+and ``metrics/`` alone is enough to redraw and rewrite everything.
 
 Data flow, one module per step::
 

@@ -1,5 +1,7 @@
 """The report's "Convergence on real text" section, from the ``convergence`` and ``leading_steps``
-tables alone: what ran, the three splits, each optimizer's sweep on the validation loss and the
+tables alone.
+
+It says what ran, the three splits, each optimizer's sweep on the validation loss and the
 best learning rates (and whether they coincide, as Moonlight's update-RMS matching says they
 should), the final test loss, the leading ratio at the end in steps, FLOPs and wall clock at both
 smoothings with its t interval over seeds, and the result beside published ones with the scale

@@ -1,5 +1,6 @@
-"""The original study's own runs: its published 4-GPU traces brought into the dataset, read per step,
-its numbers rebuilt by its own method, and its claims judged on the runs they were made on.
+"""The original study's own runs: its published 4-GPU traces brought into the dataset (``muon-repro
+study import``), read per step, its numbers rebuilt by its own method, and its claims judged on the runs
+they were made on; and its protocol replayed here (``muon-repro bench --protocol study``; torch).
 
     sources   the study's files: where each came from, its sha256 as published, the license; ``import_study``
     scopes    one trace of the study's ``record_function`` scopes -> per-step, per-scope rows and collectives

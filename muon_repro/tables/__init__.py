@@ -1,4 +1,6 @@
-"""The bottom floor: the tables every stage after the analysis reads, and how files are written.
+"""The bottom floor, importing nothing else of the package: every table's schema, the set's generation
+stamp, ``read_table`` / ``read_tables`` / ``write_tables`` / ``write_table``, and ``write_atomic`` /
+``staged_dir`` / ``swap_dir``, the one way anything is written.
 
     schema      Column and TableSchema: a table's columns, dtypes, units, meanings; conform a frame
     schemas     every table of ``metrics/`` declared once (SCHEMAS, TABLE_NAMES, COMM_KINDS)
