@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from muon_repro.report.gpu_figures import one_device_only, single_device
-from muon_repro.report.gpu_section import kernel_lines, single_device_pairs, single_device_rows
+from muon_repro.report.gpu_section import kernel_lines, one_device_only, single_device, single_device_pairs, single_device_rows
 
 PROFILE = "1xGPU-nccl"
 REPO = Path(__file__).resolve().parents[1]

@@ -12,9 +12,18 @@ import pandas as pd
 import pytest
 from test_report_abstract import numbers_in, unsupported
 
-from muon_repro.report import pipeline_figures, stated
+from muon_repro.report import stated
 from muon_repro.report.data import load
-from muon_repro.report.pipeline_section import GRID_HEADER, NO_PIPELINE, PIPELINE_CLAIMS, STAGE_HEADER, pipeline_section
+from muon_repro.report.pipeline_section import (
+    GRID_HEADER,
+    NO_PIPELINE,
+    PIPELINE_CLAIMS,
+    STAGE_HEADER,
+    deepest_muon_pipeline,
+    has_pipeline,
+    pipeline,
+    pipeline_section,
+)
 from muon_repro.report.selection import pipeline_runs, representative_runs, study_runs, timeline_run
 
 METRICS = Path(__file__).resolve().parents[1] / "metrics"
@@ -89,9 +98,9 @@ def test_without_pipeline_runs_the_section_is_one_sentence_and_nothing_is_drawn(
 
     without = replace(data, runs=study_runs(data.runs))
     assert pipeline_section(without) == {"present": False, "none": NO_PIPELINE}
-    assert not pipeline_figures.has_pipeline(without.runs)
+    assert not has_pipeline(without.runs)
     older = replace(data, runs=data.runs.drop(columns=["pp"]))  # tables written before runs.pp
-    assert not pipeline_section(older)["present"] and not pipeline_figures.has_pipeline(older.runs)
+    assert not pipeline_section(older)["present"] and not has_pipeline(older.runs)
     one_device = load(METRICS).of_profile("1xH200-nccl")
     assert not pipeline_section(one_device)["present"]
 
@@ -99,7 +108,7 @@ def test_without_pipeline_runs_the_section_is_one_sentence_and_nothing_is_drawn(
 def test_the_figure_draws_from_the_tables_and_states_the_claims(data, tmp_path):
     said = stated.pipeline(data.claims, stated.profile_of(data.runs))
     assert set(said.values) == {f"claims.{cid}.measured_value" for cid in PIPELINE_CLAIMS}
-    png = pipeline_figures.pipeline(data.runs, data.stages, data.claims, tmp_path / "pipeline")
+    png = pipeline(data.runs, data.stages, data.claims, tmp_path / "pipeline")
     assert png.is_file() and png.with_suffix(".svg").is_file()
     svg = " ".join(png.with_suffix(".svg").read_text().split())
     for value in said.values.values():
@@ -116,7 +125,7 @@ def test_the_study_figures_keep_to_the_original_groups(data):
 
 
 def test_the_cost_model_part_prices_every_recorded_pipeline_and_the_7b_scale_out(data):
-    from muon_repro.report.pipeline_costmodel import SCALE_OUT_HEADER, pipeline_costmodel
+    from muon_repro.report.pipeline_section import SCALE_OUT_HEADER, pipeline_costmodel
 
     part = pipeline_costmodel(data)
     assert part["present"]
@@ -138,7 +147,7 @@ def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage
     from muon_repro.report import timeline_figures
     from muon_repro.report.timeline_figures import _rank_label
 
-    run = pipeline_figures.deepest_muon_pipeline(data.runs)
+    run = deepest_muon_pipeline(data.runs)
     assert run.endswith("pipeline/muon_pp4")
     row = data.runs[data.runs["run"] == run].iloc[0]
     assert [_rank_label(row, r) for r in (0, 3)] == ["stage 0 (rank 0)", "stage 3 (rank 3)"]
@@ -146,4 +155,4 @@ def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage
     svg = out.with_suffix(".svg").read_text()
     assert "pipeline bubble (receives, flush)" in svg and "PP send (activations, gradients)" in svg
     with pytest.raises(ValueError, match="no Muon pipeline run"):
-        pipeline_figures.deepest_muon_pipeline(study_runs(data.runs))
+        deepest_muon_pipeline(study_runs(data.runs))

@@ -21,7 +21,7 @@ import pytest
 from hub_support import DATE, make_sources
 from report_bundle import tables
 
-from muon_repro.report import figures, profile_figures, regime_figures
+from muon_repro.report import figures, profile_figures, regimes_section
 from muon_repro.report.build import write_report
 from muon_repro.tables.io import write_tables
 
@@ -103,7 +103,7 @@ def _report(root: Path, command: str, env: dict[str, str]) -> tuple[str, str]:
     write_tables(tabs, root / "metrics")
     fig_dir = root / "figures"
     fig_dir.mkdir()
-    for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES):
+    for name in (*figures.FIGURES, *regimes_section.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES):
         (fig_dir / f"{name}.png").write_bytes(b"")  # the report links the figures; their pixels do not matter here
         (fig_dir / f"{name}.svg").write_text("")
     out = root / "report"

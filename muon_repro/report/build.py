@@ -11,13 +11,13 @@ from pathlib import Path
 
 from muon_repro.report import (
     bytes_figures,
-    convergence_figures,
+    convergence_section,
     figures,
-    gpu_figures,
-    pipeline_figures,
+    gpu_section,
+    pipeline_section,
     profile_figures,
-    regime_figures,
-    study_figures,
+    regimes_section,
+    study_section,
     timeline_figures,
 )
 from muon_repro.report.context import build_context
@@ -34,21 +34,21 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
-    "regime_map": lambda d, out: regime_figures.regime_map(d.regimes, d.regime_model, out),
-    "closed_form": lambda d, out: regime_figures.closed_form(d.regimes, out),
-    "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
-    "convergence_sweep": lambda d, out: convergence_figures.convergence_sweep(d.convergence, out),
-    "leading_steps": lambda d, out: convergence_figures.leading_steps(d.convergence, d.leading_steps, out),
-    "single_device": lambda d, out: gpu_figures.single_device(d.runs, d.regime_model, out),
-    "pipeline": lambda d, out: pipeline_figures.pipeline(d.runs, d.stages, d.claims, out),
+    "regime_map": lambda d, out: regimes_section.regime_map(d.regimes, d.regime_model, out),
+    "closed_form": lambda d, out: regimes_section.closed_form(d.regimes, out),
+    "profiles": lambda d, out: regimes_section.profiles(d.regime_model, d.regime_thresholds, out),
+    "convergence_sweep": lambda d, out: convergence_section.convergence_sweep(d.convergence, out),
+    "leading_steps": lambda d, out: convergence_section.leading_steps(d.convergence, d.leading_steps, out),
+    "single_device": lambda d, out: gpu_section.single_device(d.runs, d.regime_model, out),
+    "pipeline": lambda d, out: pipeline_section.pipeline(d.runs, d.stages, d.claims, out),
     "pipeline_timeline": lambda d, out: timeline_figures.timeline(
-        d.timeline, d.runs, out, run=pipeline_figures.deepest_muon_pipeline(d.runs)
+        d.timeline, d.runs, out, run=pipeline_section.deepest_muon_pipeline(d.runs)
     ),
 }
 
 
 def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
-    """Draw every figure of :data:`figures.FIGURES` and :data:`regime_figures.REGIME_FIGURES` into ``out_dir`` from the tables in
+    """Draw every figure of :data:`figures.FIGURES` and :data:`regimes_section.REGIME_FIGURES` into ``out_dir`` from the tables in
     ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
     data = load(metrics_dir)
     main, *others = data.profiles
@@ -57,8 +57,8 @@ def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     paths = _draw(data.of_profile(main), Path(out_dir))
     if profile_figures.wants_profile_figures(data.claims):  # and every claim on every profile, side by side
         paths["claims_by_profile"] = profile_figures.claims_by_profile(data.claims, Path(out_dir) / "claims_by_profile")
-    if study_figures.wants_study_figures(data.study_method):  # the original study's numbers, rebuilt
-        paths["study_numbers"] = study_figures.study_numbers(
+    if study_section.wants_study_figures(data.study_method):  # the original study's numbers, rebuilt
+        paths["study_numbers"] = study_section.study_numbers(
             data.study_method, data.study_method_parts, Path(out_dir) / "study_numbers"
         )
     return paths
@@ -68,10 +68,10 @@ def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
     """The profile's figures: a profile of one device (no DP x TP grid) draws its own, the others every figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = (
-        gpu_figures.GPU_FIGURES if gpu_figures.one_device_only(data.runs) else (*figures.FIGURES, *regime_figures.REGIME_FIGURES)
+        gpu_section.GPU_FIGURES if gpu_section.one_device_only(data.runs) else (*figures.FIGURES, *regimes_section.REGIME_FIGURES)
     )
-    if pipeline_figures.has_pipeline(data.runs):  # the 3-D section's figure, only with pipeline runs to draw
-        names = (*names, *pipeline_figures.PIPELINE_FIGURES)
+    if pipeline_section.has_pipeline(data.runs):  # the 3-D section's figure, only with pipeline runs to draw
+        names = (*names, *pipeline_section.PIPELINE_FIGURES)
     return {name: DRAW[name](data, out_dir / name) for name in names}
 
 
@@ -131,10 +131,10 @@ def write_report(
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     names = (
         *figures.FIGURES,
-        *regime_figures.REGIME_FIGURES,
+        *regimes_section.REGIME_FIGURES,
         *profile_figures.PROFILE_FIGURES,
-        *pipeline_figures.PIPELINE_FIGURES,
-        *study_figures.STUDY_FIGURES,
+        *pipeline_section.PIPELINE_FIGURES,
+        *study_section.STUDY_FIGURES,
     )
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)

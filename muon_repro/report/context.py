@@ -1,12 +1,12 @@
 """The tables -> the report's whole template context (plain strings, lists and dicts).
 
-Each section's context comes from its own module (``abstract_section``, ``setup_section``, ``results_section``,
-``decomposition_section``, ``convergence_section``, ``claims_section``, ``caveats_section``,
-``regimes_section``, ``reproduce_section``), every number through :mod:`muon_repro.report.formatting`,
-whose helpers refuse a missing value with a :class:`~muon_repro.report.data.MissingMetric` naming it;
-the templates only place strings. The few values that may legitimately be absent (no GPU: no CUDA,
-NCCL or accelerator; a claim no run can speak to) are written out as such ("none", "not measured"),
-never left empty. This module puts the sections together, with the figures and the links.
+Each section's context comes from its own module (``abstract_section``, ``study_section``, ``setup_section``,
+``results_section``, ``decomposition_section``, ``pipeline_section``, ``convergence_section``, ``claims_section``,
+``checks_section``, ``caveats_section``, ``regimes_section``, ``gpu_section``, ``reproduce_section``), every number
+through :mod:`muon_repro.report.formatting`, whose helpers refuse a missing value with a
+:class:`~muon_repro.report.data.MissingMetric` naming it; the templates only place strings. The few values that may
+legitimately be absent (no GPU: no CUDA, NCCL or accelerator; a claim no run can speak to) are written out as such
+("none", "not measured"), never left empty. This module puts the sections together, with the figures and the links.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from muon_repro.report.data import TABLES, ReportData, is_missing, metric
 from muon_repro.report.decomposition_section import decomposition
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
-from muon_repro.report.pipeline_figures import PIPELINE_CAPTIONS
-from muon_repro.report.pipeline_section import pipeline_section
+from muon_repro.report.pipeline_section import PIPELINE_CAPTIONS, pipeline_section
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.reproduce_section import reproduce
@@ -46,8 +45,7 @@ from muon_repro.report.results_section import (
 )
 from muon_repro.report.selection import pipeline_runs, study_runs
 from muon_repro.report.setup_section import environments, tokens_per_step, workload
-from muon_repro.report.study_figures import STUDY_CAPTIONS
-from muon_repro.report.study_section import study_section
+from muon_repro.report.study_section import STUDY_CAPTIONS, study_section
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
 # (abstract, summary, claims and checks), then how it was measured; the long tables last, in the appendix.

@@ -1,25 +1,46 @@
-"""The report's "3-D parallelism (DP x TP x PP)" section: what the pipeline group ran, its grids' step times,
-each Muon stage's step taken apart, the two claims asked of it, and what they can and cannot say here.
+"""The report's "3-D parallelism (DP x TP x PP)" section and its figure: what the pipeline group ran, its grids'
+step times, each Muon stage's step taken apart, the two claims asked of it, what they can and cannot say here,
+and the cost model on pipelines.
 
-From the tables only (``runs``, ``comparisons``, ``stages``, ``claims``, ``environment``): every number is a cell,
-or a number a claim's explanation states. Without a pipeline run (a profile of single-device runs, a metrics folder
-older than the ``pp`` column) the section is one sentence and draws nothing.
+From the tables only (``runs``, ``comparisons``, ``stages``, ``claims``, ``environment``, ``predictions``,
+``pipeline_scale_out``): every number is a cell, or a number a claim's explanation states. Without a pipeline run
+(a profile of single-device runs, a metrics folder older than the ``pp`` column) the section is one sentence and
+draws nothing.
+
+The cost model's part (:func:`pipeline_costmodel`): how it priced each recorded pipeline run (``predictions`` rows
+with ``pp > 1``: the 1F1B schedule played back stage by stage, then the slowest stage's optimizer step), and what it
+predicts for the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand (``pipeline_scale_out``); nothing when
+the cost model's records were not analyzed.
+
+The figure, tables in, PNG + SVG path out, drawn only when the tables hold pipeline runs (:func:`has_pipeline`):
+
+    pipeline   left: per grid of the pipeline group, Muon's and AdamW's step timed without the profiler (the
+               8-rank grid set apart); right: per stage of each Muon pipeline, its forward+backward less the
+               bubble, the bubble, and the optimizer step after the flush (``stages``), so the bubble sits
+               beside the step it could hide
+
+Its takeaway quotes the two pipeline claims from ``claims`` (:func:`muon_repro.report.stated.pipeline`); the
+section's second figure, one step of the deepest Muon pipeline, is :mod:`muon_repro.report.timeline_figures`'s.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
-from muon_repro.report import style
+from muon_repro.phases import BUBBLE, OPTIMIZER
+from muon_repro.report import stated, style
 from muon_repro.report.abstract_section import not_comparable_reasons
 from muon_repro.report.claims_section import claim_measured, report_verdict
-from muon_repro.report.data import ReportData, is_missing, metric, require_columns
-from muon_repro.report.formatting import ms, ratio
-from muon_repro.report.pipeline_costmodel import pipeline_costmodel
+from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
+from muon_repro.report.formatting import ms, percent, ratio
+from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 from muon_repro.report.selection import pipeline_runs, pp_of
 
 PIPELINE_CLAIMS = ("hybrid_survives_pp", "bubble_hides_step")
@@ -255,3 +276,204 @@ def pipeline_section(data: ReportData) -> dict[str, Any]:
         "meaning": meaning(data, runs),
         "costmodel": pipeline_costmodel(data),
     }
+
+
+# ---------------------------------------------------------------- the cost model
+
+
+SCALE_OUT_HEADER = [
+    "GPUs",
+    "DP",
+    "micro-batches",
+    "Muon step",
+    "AdamW step",
+    "Muon optimizer (slowest stage)",
+    "Muon / AdamW - 1",
+    "bubble (ideal)",
+]
+
+
+VALIDATION_HEADER = ["run", "measured step", "predicted step", "error", "measured optimizer", "predicted optimizer", "error"]
+
+
+def validation_rows(predictions: pd.DataFrame) -> list[list[str]]:
+    """The cost model against each recorded pipeline run (``predictions`` rows with ``pp > 1``), as priced."""
+    if predictions.empty or "pp" not in predictions.columns:
+        return []
+    rows = predictions[predictions["pp"].fillna(1).astype("int64") > 1].sort_values("run")
+    return [
+        [
+            str(r["run"]).rsplit("/", 1)[-1],
+            ms(r["measured_step_ms"]),
+            ms(r["predicted_step_ms"]),
+            percent(r["step_rel_error"], signed=True),
+            ms(r["measured_optimizer_ms"]),
+            ms(r["predicted_optimizer_ms"]),
+            percent(r["optimizer_rel_error"], signed=True),
+        ]
+        for _, r in rows.iterrows()
+    ]
+
+
+def scale_out_rows(table: pd.DataFrame) -> list[list[str]]:
+    """One row per GPU count: Muon's and AdamW's predicted step, Muon's optimizer share and extra, the bubble."""
+    if table.empty:
+        return []
+    rows = []
+    for gpus, at in table.sort_values("gpus").groupby("gpus", sort=True):
+        muon, adamw = (at[at["optimizer"] == name] for name in ("muon", "adamw"))
+        if muon.empty or adamw.empty:
+            continue
+        m, a = muon.iloc[0], adamw.iloc[0]
+        rows.append(
+            [
+                f"{int(gpus):,}",
+                f"{int(m['dp']):,}",
+                f"{int(m['micro_batches']):,}",
+                ms(m["step_ms"]),
+                ms(a["step_ms"]),
+                percent(m["optimizer_share"]),
+                percent(m["muon_extra"], signed=True),
+                f"{percent(m['bubble_fraction'])} ({percent(m['ideal_bubble_fraction'])})",
+            ]
+        )
+    return rows
+
+
+def pipeline_costmodel(data: ReportData) -> dict[str, Any]:
+    """The cost-model paragraph's context: ``present`` False when the tables hold neither part."""
+    table = data.pipeline_scale_out
+    rows = scale_out_rows(table)
+    validation = validation_rows(data.predictions)
+    if not rows and not validation:
+        return {"present": False}
+    first = table.iloc[0] if len(table) else None
+    setting = (
+        f"The 7B model on {first['machine']} as TP{int(first['tp'])} x PP{int(first['pp'])} x DP, "
+        f"{int(first['tokens_per_step']):,} tokens per step in micro-batches of one sequence, {first['model_dtype']}, "
+        "1F1B (the cost model, pipeline_scale_out table; docs/method.md#pipeline-parallelism): as DP grows at a fixed "
+        "batch, each replica has fewer micro-batches, the bubble grows, and the slowest stage's optimizer step weighs more."
+        if first is not None
+        else None
+    )
+    return {
+        "present": True,
+        "validation_header": VALIDATION_HEADER,
+        "validation_rows": validation,
+        "setting": setting,
+        "header": SCALE_OUT_HEADER,
+        "rows": rows,
+    }
+
+
+# ---------------------------------------------------------------- the figure
+
+
+PIPELINE_FIGURES = ("pipeline", "pipeline_timeline")
+PIPELINE_CAPTIONS = {
+    "pipeline": "The pipeline group, steps timed without the profiler: Muon's and AdamW's step per DP × TP × PP grid "
+    "at equal tokens per step (left; the grid of more ranks below the dashed line, not compared), and each Muon "
+    "stage's step taken apart: forward+backward less the bubble, the bubble (time blocked on its neighbours), "
+    "the optimizer step (right).",
+}
+PIPELINE_CAPTIONS["pipeline_timeline"] = (
+    "One profiled step of the deepest 4-rank Muon pipeline, stage by stage on one clock: the 1F1B forwards and "
+    "backwards, the bubble (grey: blocked in a receive or the flush), the sends, then each stage's optimizer step after "
+    "its flush (right: the optimizer, zoomed)."
+)
+COMPUTE_COLOR = style.PHASE_COLORS[style.COMPUTE]
+BUBBLE_COLOR = style.PHASE_COLORS[style.IDLE]
+OPTIMIZER_COLOR = style.PHASE_COLORS[OPTIMIZER]
+
+
+def deepest_muon_pipeline(runs: pd.DataFrame) -> str:
+    """The run the pipeline timeline draws: the Muon pipeline with most stages among the fewest ranks (PP4)."""
+    muon = pipeline_runs(runs)
+    muon = muon[(muon["optimizer"] == "muon") & (muon["pp"].fillna(1).astype("int64") > 1)]
+    if muon.empty:
+        raise ValueError("no Muon pipeline run to draw one step of (muon-repro bench pipeline)")
+    ranked = muon.assign(_w=muon["world_size"].astype("int64"), _pp=-muon["pp"].astype("int64"))
+    return str(ranked.sort_values(["_w", "_pp", "run"]).iloc[0]["run"])
+
+
+def has_pipeline(runs: pd.DataFrame) -> bool:
+    """Whether the runs hold a pipeline group to draw (tables older than ``runs.pp`` hold none)."""
+    return "pp" in runs.columns and not pipeline_runs(runs).empty
+
+
+def _steps_panel(ax, runs: pd.DataFrame) -> None:
+    """Grouped horizontal bars: Muon's and AdamW's timed step per grid, the 8-rank grid below a dashed line."""
+    grids = pipeline_grids(runs)
+    smallest = min(int(g.iloc[0]["world_size"]) for _, g in grids)
+    labels, y, separator = [], [], None
+    for i, (grid, g) in enumerate(grids):
+        world = int(g.iloc[0]["world_size"])
+        yi = len(grids) - 1 - i
+        if world > smallest and separator is None:
+            separator = yi + 0.5
+        labels.append(style.grid_label(*grid) + (f"\n({world} ranks)" if world > smallest else ""))
+        y.append(yi)
+        for j, opt in enumerate(("muon", "adamw")):
+            rows = g[g["optimizer"] == opt]
+            if rows.empty:
+                continue
+            v = fmetric(rows.iloc[0], "timed_step_ms")
+            yy = yi + (0.2 if j == 0 else -0.2)
+            faded = world > smallest
+            ax.barh(yy, v, 0.38, color=style.OPTIMIZER_COLORS[opt], alpha=0.45 if faded else 1.0)
+            ax.text(v, yy, f" {v:.0f}", va="center", fontsize=7)
+    if separator is not None:
+        ax.axhline(separator, color="#555555", linestyle="--", linewidth=0.8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("step time (ms), median over rounds")
+    ax.set_xlim(0, ax.get_xlim()[1] * 1.12)
+    ax.set_title("step per grid, equal tokens per step", fontsize=9)
+    ax.grid(axis="y", visible=False)
+
+
+def _stages_panel(ax, data_stages: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """Per Muon stage: forward+backward less the bubble, the bubble, then the optimizer step, stacked."""
+    rows = muon_stages(data_stages, runs)
+    by_run = {str(r["run"]): r for _, r in runs.iterrows()}
+    y = np.arange(len(rows))[::-1]
+    labels = []
+    smallest = min(int(r["world_size"]) for r in by_run.values())
+    for yi, (_, s) in zip(y, rows.iterrows()):
+        if int(by_run[str(s["run"])]["world_size"]) > smallest and int(s["stage"]) == 0:
+            ax.axhline(yi + 0.5, color="#555555", linestyle="--", linewidth=0.8)  # the 8-rank grid apart
+        fwd_bwd, bubble, opt = (fmetric(s, c, "stages") for c in ("timed_fwd_bwd_ms", "timed_bubble_ms", "timed_optimizer_ms"))
+        ax.barh(yi, fwd_bwd - bubble, 0.7, color=COMPUTE_COLOR)
+        ax.barh(yi, bubble, 0.7, left=fwd_bwd - bubble, color=BUBBLE_COLOR, hatch="//", edgecolor="white", linewidth=0)
+        ax.barh(yi, opt, 0.7, left=fwd_bwd, color=OPTIMIZER_COLOR)
+        labels.append(f"{style.grid_label(*grid_of(by_run[str(s['run'])]))} stage {int(s['stage'])}")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("time in one step (ms), Muon, median over rounds")
+    ax.set_title("each Muon stage: where its step goes", fontsize=9)
+    ax.grid(axis="y", visible=False)
+
+
+@styled
+def pipeline(runs: pd.DataFrame, stages: pd.DataFrame, claims: pd.DataFrame, out: str | Path) -> Path:
+    """Left: Muon's and AdamW's timed step per pipeline-group grid; right: each Muon stage's compute, bubble and
+    optimizer step (``stages``); the takeaway quotes the two pipeline claims (:func:`stated.pipeline`)."""
+    require_columns(runs, "runs", ("timed_step_ms", "world_size", "pp"))
+    require_columns(stages, "stages", ("timed_fwd_bwd_ms", "timed_bubble_ms", "timed_optimizer_ms"))
+    group = pipeline_runs(runs)
+    n_stages = len(muon_stages(stages, group))
+    fig, axes = new_figure(2.9 + 0.2 * max(n_stages, 2 * len(pipeline_grids(group))) / 2, ncols=2)
+    _steps_panel(axes[0], group)
+    _stages_panel(axes[1], stages, group)
+    handles = [Patch(color=style.OPTIMIZER_COLORS[o], label=f"{style.OPTIMIZER_LABELS[o]} step") for o in ("muon", "adamw")]
+    handles += [
+        Patch(color=COMPUTE_COLOR, label="forward+backward less the bubble"),
+        Patch(facecolor=BUBBLE_COLOR, hatch="//", edgecolor="white", label=style.PHASE_LABELS[BUBBLE]),
+        Patch(color=OPTIMIZER_COLOR, label="optimizer step (after the flush)"),
+    ]
+    bottom = legend_below(fig, handles, ncol=3)
+    add_title(
+        fig,
+        "DP × TP × PP: the step per grid, and where each Muon stage's step goes (timed without the profiler)",
+        stated.pipeline(claims, stated.profile_of(runs)).text,
+        bottom_in=bottom,
+    )
+    return save_figure(fig, out)

@@ -24,8 +24,7 @@ from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
-from muon_repro.report.regime_figures import main_axis
-from muon_repro.report.regimes_section import prediction_summary, threshold_rows
+from muon_repro.report.regimes_section import main_axis, prediction_summary, threshold_rows
 from muon_repro.report.stated import row_of
 from muon_repro.tables.files import write_atomic
 
