@@ -21,6 +21,7 @@ import pandas as pd
 from muon_repro.analysis.checks import checks_table
 from muon_repro.analysis.claims import claims_table, stated_numbers
 from muon_repro.analysis.collectives import COMM_KINDS
+from muon_repro.analysis.estimators import optimizer_share
 from muon_repro.phases import OPTIMIZER_COMM_PHASES
 from muon_repro.tables.io import write_tables
 from muon_repro.tables.schemas import SCHEMAS
@@ -434,7 +435,7 @@ def _runs(run: Run, steps: pd.DataFrame) -> dict:
                 "comm_bytes",
             )
         },
-        "optimizer_share": s["optimizer_ms"].sum() / s["step_ms"].sum(),
+        **dict(zip(("optimizer_share", "optimizer_share_low", "optimizer_share_high"), optimizer_share(steps, run.key))),
         "start_skew_ms": 1.0,
         "state_bytes": max(sum(_state(run, d).values()) for d in range(run.dp)),
         "peak_mem_bytes": 10**7,

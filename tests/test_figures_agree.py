@@ -5,6 +5,7 @@ percentage is written with an exponent; k is 1,000."""
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -80,7 +81,7 @@ def test_optimizer_overhead_states_the_claims_values(data, tables, tmp_path):
     assert said.values["claims.optimizer_share.claimed_value"] == claim_number(
         row["claimed_value"], unit, "optimizer_share", digits=0
     )
-    assert "the bars (profiled steps, medians)" in said.text
+    assert "the bars:" in said.text and "(its bar)" in said.text
     svg = _svg_text(figures.optimizer_overhead(data.runs, data.claims, tmp_path / "optimizer_overhead"))
     for value in said.values.values():
         assert value in svg
@@ -198,3 +199,22 @@ def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
     drawn = make_figures(METRICS, tmp_path)
     assert len(drawn) >= 13
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_the_optimizer_share_has_one_estimator(data):
+    """The claim's optimizer share, interval included, is its run's runs.optimizer_share: one estimator, one number
+    (the bar optimizer_overhead draws for that run). The original study's profile is read from its own traces, one trial
+    of 5 steps, with an interval over steps (muon_repro.study.claims): it has no runs rows."""
+    claims, runs = data.claims, data.runs
+    ours = claims["profile"].isin(set(runs["profile"]))
+    checked = 0
+    for _, c in claims[(claims["claim_id"] == "optimizer_share") & claims["measured_value"].notna() & ours].iterrows():
+        mine = runs[(runs["profile"] == c["profile"]) & (runs["optimizer"] == "muon")]
+        same = mine[[math.isclose(float(v), float(c["measured_value"]), rel_tol=1e-12) for v in mine["optimizer_share"]]]
+        assert len(same), f"no {c['profile']} run has the claim's optimizer share {c['measured_value']}"
+        row = same.iloc[0]
+        for end in ("low", "high"):
+            claim_end, run_end = c[f"measured_{end}"], row[f"optimizer_share_{end}"]
+            assert (pd.isna(claim_end) and pd.isna(run_end)) or math.isclose(float(claim_end), float(run_end), rel_tol=1e-12)
+        checked += 1
+    assert checked, "no profile measures the optimizer share"

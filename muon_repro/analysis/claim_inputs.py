@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import align_rounds, per_round, per_round_ratio, rounds_of
+from muon_repro.analysis.estimators import RunSteps, paired_rounds
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
@@ -106,15 +106,11 @@ class ProfileTables:
         """Each run's value of ``column`` per round (median over its steps, reduced over ranks with ``how``),
         for the rounds every one of ``runs`` was recorded in: the pairs a paired interval is over. ``comm``: a
         communication time, taken from :meth:`comm_source`."""
-        per_run = []
-        for run in runs:
-            source, name = (self.comm_source if comm else self.step_source)(run), str(run["run"])
-            per_run.append((rounds_of(source, name), per_round(source, name, column, how)))
-        return align_rounds(*per_run)
+        return paired_rounds(column, how, *(self.steps_of(run, comm=comm) for run in runs))
 
-    def per_round_share(self, run: pd.Series, numerator: str, denominator: str) -> np.ndarray:
-        """Per round, the median over steps of ``numerator`` (mean over ranks) / ``denominator`` (slowest rank)."""
-        return per_round_ratio(self.step_source(run), str(run["run"]), numerator, denominator)
+    def steps_of(self, run: pd.Series, *, comm: bool = False) -> RunSteps:
+        """The run's steps as the estimators read them: (its step or communication source, its id)."""
+        return (self.comm_source if comm else self.step_source)(run), str(run["run"])
 
     def phase_mean(self, run: pd.Series, phase: str, column: str) -> float:
         """The phase's ``column``, mean over trials and ranks; NaN when the run has no such phase (absent, not zero)."""

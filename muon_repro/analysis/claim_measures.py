@@ -22,6 +22,8 @@ from muon_repro.analysis.claim_inputs import (
     first_run,
     is_missing,
 )
+from muon_repro.analysis.estimators import muon_extra, time_ratio
+from muon_repro.analysis.estimators import optimizer_share as estimated_share
 from muon_repro.analysis.leading_claim import leading_steps_claim
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
 from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
@@ -34,7 +36,7 @@ def paired_ratio(
 ) -> tuple[float, float, float]:
     """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval;
     ``comm``: a communication time (on NCCL from the traced kernels, never from host-side launch times)."""
-    return paired_ratio_interval(*t.paired(column, how, a, b, comm=comm))
+    return tuple(time_ratio(t.steps_of(a, comm=comm), t.steps_of(b, comm=comm), column, how))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metric: str) -> str:
@@ -194,15 +196,15 @@ def _single_device_curve(t: ProfileTables, quoted: dict[str, float]) -> str:
         )
         if muon is None or adamw is None or is_missing(muon.get("timed_step_ms")) or is_missing(adamw.get("timed_step_ms")):
             continue
-        share = float(muon["timed_optimizer_ms"]) / float(muon["timed_step_ms"])
-        extra = float(muon["timed_step_ms"]) / float(adamw["timed_step_ms"]) - 1
+        share = estimated_share(*t.steps_of(muon)).value
+        extra = muon_extra(t.steps_of(muon), t.steps_of(adamw)).value
         quoted |= {f"share_at_{int(tokens)}": share, f"muon_extra_at_{int(tokens)}": extra, f"tokens_{int(tokens)}": tokens}
         parts.append(f"{int(tokens):,}: {share:.1%} and {extra:+.1%}")
     if not parts:
         return ""
     return (
-        " On this one device, Muon's optimizer share and its extra step time over AdamW by tokens per step (median over "
-        f"rounds of the steps timed without the profiler): {'; '.join(parts)}."
+        " On this one device, Muon's optimizer share and its extra step time over AdamW by tokens per step (steps timed "
+        f"without the profiler, the claims' estimators): {'; '.join(parts)}."
     )
 
 
@@ -223,11 +225,11 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
         if single is None:
             return "needs a Muon run at dp=2, tp=2"
         muon, adamw = single
-        value, low, high = mean_interval(t.per_round_share(muon, "optimizer_ms", "step_ms"))
+        value, low, high = estimated_share(*t.steps_of(muon))
         quoted: dict[str, float] = {}
         explanation = _one_device_cause(t, muon, adamw, quoted)
         return Measurement(value, low, high, describe_runs(muon), explanation, (muon,), quoted)
-    value, low, high = mean_interval(t.per_round_share(muon, "optimizer_ms", "step_ms"))  # the share formed within each step
+    value, low, high = estimated_share(*t.steps_of(muon))  # the share formed within each step
     extra, quoted = "", {}
     pair = _pair(t)
     if pair is not None and not is_missing(muon.get("tokens_per_step")):
@@ -347,7 +349,7 @@ def latency(t: ProfileTables) -> Measurement | str:
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
-    value, low, high = (r - 1.0 for r in paired_ratio(t, muon, adamw, "step_ms", "max"))
+    value, low, high = muon_extra(t.steps_of(muon), t.steps_of(adamw))
     quoted: dict[str, float] = {}
     if single is not None:
         explanation = _one_device_cause(t, muon, adamw, quoted)

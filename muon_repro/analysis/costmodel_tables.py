@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
+from muon_repro.analysis.estimators import muon_extra, optimizer_share, steps_frame
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -128,6 +128,11 @@ def sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
     return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
 
 
+def _recorded_steps(trials: list[RunDir]) -> list[np.ndarray]:
+    """Per trial, its recorded steps as a ``[step, 2]`` array: step time (slowest rank), optimizer time (mean)."""
+    return [np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2) for run in trials]
+
+
 def sweep_step_times(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
     """``[trial, step]`` arrays of the step time (slowest rank) and the optimizer time (mean over ranks)
     over each trial's recorded steps (:meth:`RunDir.recorded_steps`), padded with NaN."""
@@ -147,21 +152,12 @@ def sweep_step_times(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
     return pad(steps), pad(optimizer)
 
 
-def round_medians(per_step: np.ndarray) -> np.ndarray:
-    """One value per round of a ``[trial, step]`` array: the median over its steps (NaN for a round without any)."""
-    if per_step.size == 0:
-        return np.zeros(0)
-    finite = np.isfinite(per_step).any(axis=1)
-    out = np.full(len(per_step), np.nan)
-    out[finite] = np.nanmedian(per_step[finite], axis=1)
-    return out
-
-
 def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     """One row per point of the regime sweep: measured step, optimizer share and Muon's extra over its
     AdamW twin (same width, tokens, DP x TP), with the predicted values beside them."""
     runs = sweep_runs(roots)
     samples = {key: sweep_step_times(trials) for key, trials in runs.items()}
+    recorded = {key: steps_frame(key, _recorded_steps(trials)) for key, trials in runs.items()}
     predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
     points = {key: _point(trials[0]) for key, trials in runs.items()}
     twin_of = lambda p: (p["profile"], p["d_model"], p["tokens_per_step"], p["dp"], p["tp"])  # noqa: E731 - same profile, shape, tokens
@@ -172,8 +168,7 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         if step.size == 0:
             continue
         twin = twins.get(twin_of(point)) if point["optimizer"] == "muon" else None
-        # the share formed within each step, one median per round (trial), a t interval over rounds
-        share = mean_interval(round_medians(opt / step))
+        share = optimizer_share(recorded[key], key)  # the claims' estimator: one median per round (trial)
         row = {
             **point,
             "run": key,
@@ -188,9 +183,7 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         }
         if twin is not None:
             adamw_step = samples[twin][0]
-            rounds = min(len(step), len(adamw_step))  # trial k of both was recorded in round k
-            ratio = paired_ratio_interval(round_medians(step[:rounds]), round_medians(adamw_step[:rounds]))
-            extra = tuple(r - 1.0 for r in ratio)
+            extra = muon_extra((recorded[key], key), (recorded[twin], twin))  # trial k of both was recorded in round k
             row |= {
                 "adamw_step_ms": _median(adamw_step),
                 "muon_extra": extra[0],

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.analysis.batch_read import Analysis
+from muon_repro.analysis.estimators import optimizer_share
 from muon_repro.analysis.run_tables import config_columns
 from muon_repro.analysis.timed_steps import timed_run_columns
 from muon_repro.rundir import METRICS_FILE, trial_of
@@ -70,8 +71,7 @@ def runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> 
                 "step_ms_p10": per_step["step_ms"].quantile(0.1),
                 "step_ms_p90": per_step["step_ms"].quantile(0.9),
                 **{c: per_step[c].median() for c in _RANK_MEAN_COLUMNS},
-                # The original study's definition: the optimizer step's time over the training step's (medians over steps).
-                "optimizer_share": per_step["optimizer_ms"].median() / step_ms if step_ms > 0 else None,
+                **_share_columns(steps, timed, key),
                 "start_skew_ms": per_step["start_skew_ms"].median() if per_step["start_skew_ms"].notna().any() else None,
                 "state_bytes": max(state) if state else None,
                 "ring_bytes_per_step": _ring_bytes_per_step(s),
@@ -99,7 +99,6 @@ _TRACE_ONLY_COLUMNS = (
     "step_ms_p10",
     "step_ms_p90",
     *_RANK_MEAN_COLUMNS,
-    "optimizer_share",
     "start_skew_ms",
     "ring_bytes_per_step",
     "loopback_bytes_per_step",
@@ -152,6 +151,7 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
                 "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms else None,
                 "steps": 0,
                 **dict.fromkeys(_TRACE_ONLY_COLUMNS),
+                **_share_columns(timed, timed, key),
                 "state_bytes": max(state) if state else None,
                 "peak_mem_bytes": top.peak_memory_bytes if top else None,
                 "peak_mem_source": (top.peak_memory_source or METRICS_FILE) if top else None,
@@ -163,6 +163,15 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
             }
         )
     return rows
+
+
+def _share_columns(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> dict[str, float]:
+    """The run's optimizer share with its 95% interval, by the one estimator the claims use
+    (:func:`muon_repro.analysis.estimators.optimizer_share`), on its steps timed without the profiler when it
+    has them (the profiler costs Muon and AdamW unequally), else on its profiled steps."""
+    has_timed = not timed.empty and bool((timed["run"] == run).any())
+    share = optimizer_share(timed if has_timed else steps, run)
+    return {"optimizer_share": share.value, "optimizer_share_low": share.low, "optimizer_share_high": share.high}
 
 
 def _ring_bytes_per_step(run_steps: pd.DataFrame) -> float | None:

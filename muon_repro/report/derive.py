@@ -176,13 +176,9 @@ def one_step(timeline: pd.DataFrame, run: str, step: int, trial: int) -> OneStep
 
 
 def optimizer_share(run_row: pd.Series) -> float:
-    """The original study's optimizer share: optimizer step time / training step time, from the runs table
-    (median optimizer time, mean over ranks, over the median step time, slowest rank; the same
-    estimate as the claims table's ``optimizer_share``)."""
-    step = fmetric(run_row, "step_ms")
-    if step <= 0:
-        raise MissingMetric(f"metric runs.step_ms is not positive for run {run_row.get('run', '?')}")
-    return fmetric(run_row, "optimizer_ms") / step
+    """The original study's optimizer share of ``run_row``: the runs table's ``optimizer_share``, by the one estimator
+    the claims table uses too (:mod:`muon_repro.analysis.estimators`), never recomputed here."""
+    return fmetric(run_row, "optimizer_share")
 
 
 def trial_medians(steps: pd.DataFrame, run: str, table: str = "steps") -> pd.Series:

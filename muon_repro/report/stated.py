@@ -117,18 +117,18 @@ def comm_time(bar_ratios: dict[str, float], claims: pd.DataFrame, numbers: pd.Da
 
 def optimizer_share(bar_shares: dict[str, list[float]], claims: pd.DataFrame, profile: str | None) -> Stated:
     """The takeaway of ``optimizer_overhead``. ``bar_shares``: optimizer label -> the shares the bars draw
-    (``runs.optimizer_ms / runs.step_ms``: medians of the profiled steps); the claim's estimate (steps timed
-    without the profiler, the share formed within each step) and the original study's value from the claims table."""
+    (``runs.optimizer_share``: the claims' estimator, on the steps timed without the profiler); the claim's value,
+    which is its run's bar, and the original study's value from the claims table."""
     values: dict[str, str] = {}
     parts = []
     for label, shares in bar_shares.items():
-        lo, hi = pct(min(shares), "runs.optimizer_ms / runs.step_ms"), pct(max(shares), "runs.optimizer_ms / runs.step_ms")
+        lo, hi = pct(min(shares), "runs.optimizer_share"), pct(max(shares), "runs.optimizer_share")
         parts.append(f"{label} {lo}" if lo == hi else f"{label} {lo.removesuffix('%')}–{hi}")
-    text = "the bars (profiled steps, medians): " + ", ".join(parts) if parts else "no runs"
+    text = "the bars: " + ", ".join(parts) if parts else "no runs"
     row = row_of(claims, "claim_id", SHARE_CLAIM, profile)
     if row is not None:
         values[f"claims.{SHARE_CLAIM}.measured_value"] = claim_number(row["measured_value"], str(row["unit_kind"]), SHARE_CLAIM)
-        text += f"; the claim's estimate, Muon DP2·TP2 (steps timed without the profiler): {claim_measured(row)}"
+        text += f"; the claim, Muon DP2·TP2 (its bar): {claim_measured(row)}"
         study = claimed(row)
         if study is not None:
             values[f"claims.{SHARE_CLAIM}.claimed_value"] = study

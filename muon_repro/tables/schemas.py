@@ -163,9 +163,12 @@ SCHEMAS: dict[str, TableSchema] = {
                 "optimizer_share",
                 "Float64",
                 "fraction",
-                "optimizer step time / training step time, as Wei's study defines it: median optimizer_ms (mean over ranks) over "
-                "median step_ms (slowest rank)",
+                "optimizer step time / training step time (the original study's quantity), by the claims' estimator: per step "
+                "the optimizer's time (mean over ranks) over the step's (slowest rank), the median of each round's steps, the "
+                "mean over rounds; on the steps timed without the profiler when the run has them, else the profiled steps",
             ),
+            ("optimizer_share_low", "Float64", "fraction", "lower end of its 95% t interval over rounds (null with one round)"),
+            ("optimizer_share_high", "Float64", "fraction", "upper end of its 95% t interval over rounds"),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
             ("comm_ms", "Float64", "ms", f"communication (union of collective transfers), {_TIME_NOTE}"),
             (
