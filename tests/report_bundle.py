@@ -1,30 +1,58 @@
-"""A small synthetic ``metrics/`` folder for the report tests: every table the report reads.
+"""A small synthetic ``metrics/`` folder for the report tests: every table the report reads, made by the analysis.
 
-Built in well under a second, without torch: the tables conform to
-:data:`muon_repro.analysis.schemas.SCHEMAS` and are written by the analysis's own
-:func:`~muon_repro.analysis.tables.write_tables`, with the claims measured by the real
-:func:`~muon_repro.analysis.claims.claims_table`. There are no run directories and no traces:
-the report reads the tables alone. Bytes follow a simple ring-model-like formula, the same for
-the analytic, ledger and trace sources, so the three agree. Every configuration is recorded in
-:data:`TRIALS` trials (a little slower each), all training :data:`TOKENS_PER_STEP` tokens per
-step, so the claims have 95% intervals and the runs did the same work.
+The tables are not written by hand: :func:`write_traces` records each configuration of :data:`FULL` as the
+benchmark lays it out (``traces/<profile>/<group>/<name>/trial<k>/`` with ``config.json``,
+``environment.json``, ``metrics.json`` and one gloo Chrome trace per rank), and :func:`tables` runs the real
+analysis (:func:`~muon_repro.analysis.batch_read.analyze_paths` in this process, ``workers=1``: no worker is
+started) and returns its tables. Only the cost model's and the regime sweep's tables come from elsewhere, the
+committed ones: they are made from records, not from runs (:func:`costmodel_tables`).
+
+Each trace holds the profiled steps :data:`STEPS` as ``ProfilerStep#N`` spans, our phase scopes (forward,
+backward, optimizer and the optimizer's fine phases, :data:`OPTIMIZER_PHASES`; ``tp_all_reduce`` in the forward
+with TP), CPU ops for the computation, a ``[memory]`` event per step and, for every collective of a phase, its
+``c10d::`` caller on the main thread and its ``gloo:`` transfer on a ``pt_gloo_runloop`` worker, sized so that
+the ring model gives :func:`analytic` bytes (the same bytes metrics.json's analytic model and ledger record, so
+the three sources agree). The durations are :func:`timing`'s deterministic step times: Muon's optimizer slower
+than AdamW's (slower still in the bucketed layout), rank ``r`` 3% slower per rank and starting 0.15 r ms late,
+every trial 5% slower than the one before, all training :data:`TOKENS_PER_STEP` tokens per step in
+:data:`TRIALS` trials, so the claims have 95% intervals and the runs did the same work. Rank 0's loopback count
+reads 25% above the ring model (:data:`LOOPBACK_OVER_RING`: gloo sends a reduce-scatter as an all-reduce).
+
+Analyzed once per configuration set and process (:func:`tables` caches), in well under ten seconds, without torch.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import functools
+import gzip
+import json
+import shlex
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from muon_repro.analysis.checks import checks_table
-from muon_repro.analysis.claims import claims_table, stated_numbers
-from muon_repro.analysis.collectives import COMM_KINDS
-from muon_repro.analysis.estimators import optimizer_share
-from muon_repro.phases import OPTIMIZER_COMM_PHASES
+from muon_repro.analysis.batch_read import analyze_paths
+from muon_repro.analysis.tables import tables_from_analysis
+from muon_repro.formulas import ring_bytes
+from muon_repro.phases import (
+    BACKWARD,
+    DP_ALL_GATHER,
+    DP_GATHER,
+    DP_REDUCE_SCATTER,
+    FORWARD,
+    OPTIMIZER,
+    OPTIMIZER_COMM_PHASES,
+    TP_ALL_REDUCE,
+    TP_GATHER,
+)
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, trace_name, trial_dir
 from muon_repro.tables.io import write_tables
 from muon_repro.tables.schemas import SCHEMAS
+
+PROFILE = "cpu-2c-gloo"  # the hardware profile environment.json describes (2 CPU cores, gloo): every run's
 
 
 @dataclass(frozen=True)
@@ -43,17 +71,13 @@ class Run:
 
     @property
     def key(self) -> str:
-        return f"{self.group}/{self.name}"
+        """The run's id in the tables, as the analysis makes it: ``<profile>/<group>/<name>``."""
+        return f"{PROFILE}/{self.group}/{self.name}"
 
     @property
     def world(self) -> int:
         return self.dp * self.tp
 
-    def ids(self) -> dict:
-        return {"run": self.key, "profile": PROFILE, "group": self.group, "name": self.name}
-
-
-PROFILE = "cpu-2c-gloo"  # every fabricated run's hardware profile (its run ids keep the old '<group>/<name>' form)
 
 FULL = (
     Run("comparison", "adamw", 2, 2),
@@ -66,18 +90,23 @@ FULL = (
     Run("layout_ablation", "muon", 2, 2, "bucketed"),
     Run("layout_ablation", "muon", 2, 2, "whole_matrix"),
 )
-STEPS = (2, 3, 4)  # profiled steps (of TRAIN_STEPS)
-TRIALS = (0, 1)  # every configuration recorded twice
 TRAIN_STEPS = 5
+WARMUP_STEPS = 2
+STEPS = tuple(range(WARMUP_STEPS, TRAIN_STEPS))  # the profiled steps (2, 3, 4), after the profiler's warm-up
+TRIALS = (0, 1)  # every configuration recorded twice
 MODEL_PARAMS = 53_376
 MATRIX_PARAMS = 40_000  # the part of the model Muon manages
 TOKENS_PER_STEP = 1_024  # the same for every run (equal work); batch per DP rank = TOKENS_PER_STEP / (dp * SEQ_LEN)
 SEQ_LEN = 16
 LOCAL_STATE_ELEMS = 10_000  # optimizer-managed elements per TP rank, split in ZeRO-1 chunks over DP
 EMBED_ELEMS = 2_000  # of them, the embedding's (AdamW state under both optimizers), in DP rank 0's chunk
-# Columns other engineers are adding to the runs table: filled in when the schema has them.
-OPTIONAL_RUN_COLUMNS = {"loopback_bytes_per_step": 2.5e6, "ring_bytes_per_step": 2.0e6}
+MODEL_TP_ELEMS = 12_500  # the fp32 activations the model all-reduces over TP once per forward
+LOOPBACK_OVER_RING = 1.25  # gloo's loopback bytes over the ring model's (reduce-scatters sent as all-reduces, headers)
 COMMAND = "muon-repro bench reference --scale tiny --out traces"
+RECORDED_AT = "2026-01-02T03:04:05+00:00"
+BASE_TIME_NS = 1_767_323_045_000_000_000  # RECORDED_AT: every rank's trace counts ts from it (one machine, one clock)
+STEP_SPACING_MS = 1_000.0  # profiled steps start this far apart (each shorter)
+RANK_DELAY_MS = 0.15  # rank r enters each step r * this late
 OPTIMIZER_PHASES = {
     "muon": (
         "dp_reduce_scatter",
@@ -92,35 +121,15 @@ OPTIMIZER_PHASES = {
     ),
     "adamw": ("dp_reduce_scatter", "update", "dp_all_gather"),
 }
+SCOPE_SHARE = 0.9  # of its slot of the optimizer step, the time a fine phase's scope lasts
+TRANSFER_SHARE = 0.5  # of its slot, the time a phase's gloo transfer lasts
+TP_ALL_REDUCE_MS = 2.0  # the model's TP all-reduce scope, 5 ms into the forward; its transfer lasts 1.5 ms
 
 
-def _environment(run: Run) -> dict:
-    return {
-        "hostname": "testhost",
-        "os": "Linux-test",
-        "python": "3.11.7",
-        "torch": "2.13.0+cpu",
-        "cuda": None,
-        "nccl": None,
-        "backend": "gloo",
-        "world_size": run.world,
-        "nodes": 1,
-        "host_cpu": "Test CPU",
-        "host_cpu_cores": 2,
-        "host_memory_bytes": 8 * 2**30,
-        "torch_num_threads": 1,
-        "accelerator": None,
-        "accelerator_count": 0,
-        "accelerator_memory_bytes": None,
-        "interconnect_topology": None,
-        "git_sha": "0123456789abcdef0123",
-        "git_dirty": False,
-        "recorded_at": "2026-01-02T03:04:05+00:00",
-        "pip_freeze": ["torch==2.13.0", "pandas==2.2.3"],
-    }
+# ---------------------------------------------------------------- what the synthetic runs did
 
 
-def _timing(run: Run, rank: int, step: int, trial: int = 0) -> dict[str, float]:
+def timing(run: Run, rank: int, step: int, trial: int = 0) -> dict[str, float]:
     """Deterministic per-rank step times (ms): Muon's optimizer is slower, ranks and trials differ a little."""
     wobble = (1 + 0.03 * rank + 0.02 * (step - 3)) * (1 + 0.05 * trial)
     fwd, bwd = 40 * wobble, 60 * wobble
@@ -128,21 +137,46 @@ def _timing(run: Run, rank: int, step: int, trial: int = 0) -> dict[str, float]:
     return {"forward": fwd, "backward": bwd, "optimizer": opt, "step": fwd + bwd + opt + 5}
 
 
-def _analytic(run: Run) -> dict[str, float]:
-    """Bytes per rank per step in each optimizer communication phase (ring model: (n-1) chunks of ceil(E/n))."""
+def phase_ms(run: Run, rank: int, trial: int, phase: str) -> float:
+    """ms per step inside ``phase``'s scope in the traces (what the phases table's ms_per_step should read)."""
+    timings = [timing(run, rank, s, trial) for s in STEPS]
+    if phase in (FORWARD, BACKWARD, OPTIMIZER):
+        return sum(t[phase] for t in timings) / len(timings)
+    if phase == TP_ALL_REDUCE:
+        return TP_ALL_REDUCE_MS
+    return SCOPE_SHARE * sum(t[OPTIMIZER] for t in timings) / len(timings) / len(OPTIMIZER_PHASES[run.optimizer])
 
-    def ring(elems: int, n: int, nbytes: int) -> float:
-        return float((n - 1) * math.ceil(elems / n) * nbytes)
 
+def transfer_ms(run: Run, rank: int, trial: int, phase: str) -> float:
+    """ms per step of ``phase``'s gloo transfer in the traces (the collectives' ms, wait plus transfer)."""
+    return phase_ms(run, rank, trial, phase) * TRANSFER_SHARE / SCOPE_SHARE
+
+
+def _collectives(run: Run) -> dict[str, tuple[str, str, int, int, int]]:
+    """Per phase with a collective: (c10d op, group, group size, elements of the full array, bytes per element)."""
     local, matrices = MODEL_PARAMS // run.tp, MATRIX_PARAMS // run.tp
-    out = dict.fromkeys(OPTIMIZER_COMM_PHASES, 0.0)
-    out["dp_reduce_scatter"] = ring(local, run.dp, 4)
-    out["dp_all_gather"] = ring(local, run.dp, 4)
+    calls = {
+        DP_REDUCE_SCATTER: ("reduce_scatter", "dp", run.dp, local, 4),
+        DP_ALL_GATHER: ("all_gather", "dp", run.dp, local, 4),
+        TP_ALL_REDUCE: ("all_reduce", "tp", run.tp, MODEL_TP_ELEMS, 4),
+    }
     if run.optimizer == "muon":
         straddling = {"contiguous": 0.1, "bucketed": 1.0, "whole_matrix": 0.0}[run.layout]
-        out["dp_gather"] = ring(int(straddling * matrices), run.dp, 2)
-        out["tp_gather"] = ring(MATRIX_PARAMS // 2, run.tp, 2)  # the matrices Newton-Schulz needs whole
-    return out
+        calls[DP_GATHER] = ("all_gather", "dp", run.dp, int(straddling * matrices), 2)
+        calls[TP_GATHER] = ("all_gather", "tp", run.tp, MATRIX_PARAMS // 2, 2)  # the matrices Newton-Schulz needs whole
+    return {phase: call for phase, call in calls.items() if call[2] > 1 and call[3] > 0}  # a group of one sends nothing
+
+
+def analytic(run: Run) -> dict[str, float]:
+    """Bytes per rank per step in each optimizer communication phase (ring model: (n-1) chunks of ceil(E/n))."""
+    calls = _collectives(run)
+    return {p: float(ring_bytes(*_sized(calls[p])) if p in calls else 0) for p in OPTIMIZER_COMM_PHASES}
+
+
+def _sized(call: tuple[str, str, int, int, int]) -> tuple[str, int, int, int]:
+    """``ring_bytes``'s arguments for a call of :func:`_collectives`: op, elements, bytes per element, group size."""
+    op, _, n, elems, size = call
+    return op, elems, size, n
 
 
 def _state(run: Run, dp_rank: int) -> dict[str, int]:
@@ -166,381 +200,251 @@ def _loss(run: Run, dp_rank: int, step: int) -> float:
     return 4.85 - (0.25 if run.optimizer == "muon" else 0.1) * step - 0.01 * dp_rank
 
 
-def _model_tp_bytes(run: Run) -> float:
-    return 50_000.0 if run.tp > 1 else 0.0
-
-
-# ---------------------------------------------------------------- one table each
-
-
-def _steps(run: Run) -> list[dict]:
-    analytic = _analytic(run)
-    rows = []
-    for t in TRIALS:
-        for r in range(run.world):
-            for s in STEPS:
-                tm = _timing(run, r, s, t)
-                comm = 0.3 * tm["optimizer"] + (5 if run.tp > 1 else 0)
-                compute = tm["step"] - comm - 3
-                row = {
-                    **run.ids(),
-                    "trial": t,
-                    "rank": r,
-                    "step": s,
-                    "file": f"traces/{run.key}/trial{t}/rank{r}.json.gz",
-                    "device": "cpu",
-                    "start_us": 1000.0,
-                    "step_ms": tm["step"],
-                    "forward_ms": tm["forward"],
-                    "backward_ms": tm["backward"],
-                    "optimizer_ms": tm["optimizer"],
-                    "compute_ms": compute,
-                    "comm_ms": comm,
-                    "comm_wait_ms": 0.4 * comm,
-                    "comm_transfer_ms": 0.6 * comm,
-                    "compute_window_ms": compute,
-                    "comm_window_ms": comm,
-                    "overlap_ms": 0.0,
-                    "exposed_comm_ms": comm,
-                    "idle_ms": 3.0,
-                    "compute_frac": compute / tm["step"],
-                    "comm_frac": comm / tm["step"],
-                    "exposed_comm_frac": comm / tm["step"],
-                    "idle_frac": 3 / tm["step"],
-                    "optimizer_share": tm["optimizer"] / tm["step"],
-                    "comm_calls": 6,
-                    "comm_bytes": int(sum(analytic.values()) + _model_tp_bytes(run)),
-                    "peak_mem_bytes": 10**7,
-                    "start_skew_ms": 1.0,
-                    "late_ms": 0.5,
-                    "straggler_rank": 0,
-                }
-                for k in COMM_KINDS:
-                    row[f"comm_{k}_ms"] = {"all_gather": 0.5 * comm, "reduce_scatter": 0.3 * comm, "all_reduce": 0.2 * comm}.get(
-                        k, 0.0
-                    )
-                rows.append(row)
-    return rows
-
-
-def _collectives(run: Run) -> list[dict]:
-    rows = []
-    for t in TRIALS:
-        for r in range(run.world):
-            for phase, nbytes in _analytic(run).items():
-                if nbytes:
-                    total = int(nbytes * len(STEPS))
-                    rows.append(
-                        {
-                            **run.ids(),
-                            "trial": t,
-                            "rank": r,
-                            "phase": phase,
-                            "op": "reduce_scatter" if phase == "dp_reduce_scatter" else "all_gather",
-                            "source": "gloo",
-                            "group_size": run.dp if phase.startswith("dp") else run.tp,
-                            "dtype": "float32",
-                            "steps": len(STEPS),
-                            "calls": 3,
-                            "bytes": total,
-                            "size_bytes": 2 * total,
-                            "ms": 3.0,
-                            "wait_ms": 1.2,
-                            "transfer_ms": 1.8,
-                            "matched_calls": 3,
-                            "bytes_per_step": nbytes,
-                            "ms_per_step": 1.0,
-                            "algbw_gbps": 1.0,
-                            "busbw_gbps": 0.5,
-                            "ledger_bytes": total,
-                        }
-                    )
-    return rows
-
-
-def _ranks(run: Run) -> list[dict]:
-    rows = []
-    for t in TRIALS:
-        for r in range(run.world):
-            dp_rank, state = r // run.tp, _state(run, r // run.tp)
-            muon = run.optimizer == "muon"
-            rows.append(
-                {
-                    **run.ids(),
-                    "trial": t,
-                    "rank": r,
-                    "dp_rank": dp_rank,
-                    "tp_rank": r % run.tp,
-                    "muon_state_bytes": state["muon"],
-                    "adamw_state_bytes": state["adamw"],
-                    "state_bytes": sum(state.values()),
-                    "transient_bytes": 65_536 if muon else 0,
-                    "peak_mem_bytes": 10**8,
-                    "peak_mem_source": "process_max_rss",
-                    "ns_calls": 4 if muon else 0,
-                    "ns_flops": _ns_flops(run, dp_rank),
-                    "shard_elems": MODEL_PARAMS // run.world,
-                    "muon_matrices": 8 if muon else 0,
-                    "ns_matrices": 4 if muon else 0,
-                    "dp_gathered_matrices": 1 if muon and run.dp > 1 else 0,
-                    "local_params": MODEL_PARAMS // run.tp,
-                }
-            )
-    return rows
-
-
-def phase_ms(run: Run, rank: int, trial: int, phase: str) -> float:
-    """ms per step inside ``phase``'s scope (the phases table's ms_per_step)."""
-    timings = [_timing(run, rank, s, trial) for s in STEPS]
-    if phase in ("forward", "backward", "optimizer"):
-        return sum(t[phase] for t in timings) / len(timings)
-    if phase == "tp_all_reduce":
-        return 2.0
-    return 0.9 * sum(t["optimizer"] for t in timings) / len(timings) / len(OPTIMIZER_PHASES[run.optimizer])
-
-
-def _phases(run: Run) -> list[dict]:
-    analytic = _analytic(run)
-    fine = (*OPTIMIZER_PHASES[run.optimizer], *(("tp_all_reduce",) if run.tp > 1 else ()))
-    rows = []
-    for t in TRIALS:
-        for r in range(run.world):
-            for phase in ("forward", "backward", "optimizer", *fine):
-                ms = phase_ms(run, r, t, phase)
-                sent = _model_tp_bytes(run) if phase == "tp_all_reduce" else analytic.get(phase)
-                comm = bool(sent)  # a phase with collectives: its time splits into wait and transfer
-                rows.append(
-                    {
-                        **run.ids(),
-                        "trial": t,
-                        "rank": r,
-                        "phase": phase,
-                        "steps": len(STEPS),
-                        "ms_per_step": ms,
-                        "cpu_ms_per_step": ms,  # a CPU run: the phase's time is its CPU span
-                        "gpu_ms_per_step": None,
-                        "wait_ms_per_step": 0.3 * ms if comm else None,
-                        "transfer_ms_per_step": 0.5 * ms if comm else None,
-                        "analytic_bytes": analytic.get(phase),
-                        "ledger_bytes": sent or None,
-                        "trace_bytes": sent or None,
-                    }
-                )
-    return rows
-
-
-def _timeline(run: Run) -> list[dict]:
-    """Every profiled step of every trial and rank, as the analysis lays it out: ms from the earliest
-    rank's step start (rank r starts 0.15 r ms late), the step window, phases, sub-phases, transfers."""
-    rows = []
-    for t in TRIALS:
-        for r in range(run.world):
-            for s in STEPS:
-                rows += _one_step(run, t, r, s)
-    return rows
-
-
-def _one_step(run: Run, trial: int, rank: int, step: int) -> list[dict]:
-    tm = _timing(run, rank, step, trial)
-    key = {**run.ids(), "trial": trial, "rank": rank, "step": step}
-    spans = []
-
-    def span(lane: str, phase: str, start: float, dur: float) -> None:
-        spans.append({**key, "lane": lane, "phase": phase, "start_ms": start, "end_ms": start + dur, "aligned": True})
-
-    t0 = 0.15 * rank
-    span("step", "step", t0, tm["step"])
-    f0 = t0 + 1.0
-    span("coarse", "forward", f0, tm["forward"])
-    if run.tp > 1:
-        span("fine", "tp_all_reduce", f0 + 5.0, 2.0)
-        span("transfer", "transfer", f0 + 5.2, 1.5)
-    b0 = f0 + tm["forward"]
-    span("coarse", "backward", b0, tm["backward"])
-    o0 = b0 + tm["backward"]
-    span("coarse", "optimizer", o0, tm["optimizer"])
-    phases = OPTIMIZER_PHASES[run.optimizer]
-    share = tm["optimizer"] / len(phases)
-    for i, phase in enumerate(phases):
-        span("fine", phase, o0 + i * share, 0.9 * share)
-        if phase in OPTIMIZER_COMM_PHASES:
-            span("transfer", "transfer", o0 + i * share + 0.01, 0.5 * share)
-    return spans
-
-
-def _losses(run: Run) -> list[dict]:
-    return [
-        {**run.ids(), "trial": t, "rank": r, "step": s, "loss": _loss(run, r // run.tp, s)}
-        for t in TRIALS
-        for r in range(run.world)
-        for s in range(TRAIN_STEPS)
-    ]
-
-
-def _environment_rows(run: Run) -> list[dict]:
-    def text(v) -> str:
-        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
-
-    return [
-        {**run.ids(), "trial": t, "key": k, "value": text(v)}
-        for t in TRIALS
-        for k, v in sorted(_environment(run).items())
-        if v is not None
-    ]
-
-
-def _runs(run: Run, steps: pd.DataFrame) -> dict:
-    """The run's row as the analysis computes it: medians over the (trial, step)s of every trial."""
-    s = steps[steps["run"] == run.key]
-    g = s.groupby(["trial", "step"])
-    step_ms = g["step_ms"].max()
-    ordered = step_ms.sort_values(kind="stable")
-    typical_trial, typical_step = ordered.index[len(ordered) // 2]
-    ns_flops = max(_ns_flops(run, d) for d in range(run.dp))
-    optional = {c: v for c, v in OPTIONAL_RUN_COLUMNS.items() if c in SCHEMAS["runs"].names}
+def environment(run: Run) -> dict:
     return {
-        **run.ids(),
-        "protocol": "benchmark",
+        "hostname": "testhost",
+        "os": "Linux-test",
+        "python": "3.11.7",
+        "torch": "2.13.0+cpu",
+        "cuda": None,
+        "nccl": None,
+        "backend": "gloo",
+        "world_size": run.world,
+        "nodes": 1,
+        "host_cpu": "Test CPU",
+        "host_cpu_cores": 2,
+        "host_memory_bytes": 8 * 2**30,
+        "torch_num_threads": 1,
+        "accelerator": None,
+        "accelerator_count": 0,
+        "accelerator_memory_bytes": None,
+        "interconnect_topology": None,
+        "git_sha": "0123456789abcdef0123",
+        "git_dirty": False,
+        "recorded_at": RECORDED_AT,
+        "pip_freeze": ["torch==2.13.0", "pandas==2.2.3"],
+    }
+
+
+def _config(run: Run, trial: int) -> dict:
+    return {
+        "group": run.group,
+        "name": run.name,
+        "key": f"{run.group}/{run.name}",
         "optimizer": run.optimizer,
-        "layout": run.layout,
-        "overlap": "none",
         "dp": run.dp,
         "tp": run.tp,
         "pp": 1,  # no pipeline stages: the 3-D section says so
-        "world_size": run.world,
-        "backend": "gloo",
-        "device": "cpu",
-        "ranks": run.world,
-        "trials": len(TRIALS),
-        "tokens_per_step": TOKENS_PER_STEP,
-        "tokens_per_s": TOKENS_PER_STEP / step_ms.median() * 1000.0,
-        "steps": len(STEPS) * len(TRIALS),
-        "step_ms": step_ms.median(),
-        "step_ms_p10": step_ms.quantile(0.1),
-        "step_ms_p90": step_ms.quantile(0.9),
-        **{
-            c: g[c].mean().median()
-            for c in (
-                "forward_ms",
-                "backward_ms",
-                "optimizer_ms",
-                "compute_ms",
-                "comm_ms",
-                "comm_wait_ms",
-                "comm_transfer_ms",
-                "overlap_ms",
-                "exposed_comm_ms",
-                "idle_ms",
-                "comm_calls",
-                "comm_bytes",
-            )
-        },
-        **dict(zip(("optimizer_share", "optimizer_share_low", "optimizer_share_high"), optimizer_share(steps, run.key))),
-        "start_skew_ms": 1.0,
-        "state_bytes": max(sum(_state(run, d).values()) for d in range(run.dp)),
-        "peak_mem_bytes": 10**7,
-        "peak_mem_source": "trace_allocator",
-        "path": f"traces/{run.key}",
-        "train_flops": 6 * MODEL_PARAMS * TOKENS_PER_STEP,
-        "ns_flops_max_rank": ns_flops,
-        "typical_trial": int(typical_trial),
-        "typical_step": int(typical_step),
-        **dict.fromkeys(("timed_step_ms", "timed_optimizer_ms", "timed_bubble_ms", "profiler_overhead", "rounds")),
+        "layout": run.layout,
+        "overlap": "none",
         "scale": "tiny",
         "preset": "tiny",
         "qkv": "fused",
         "cross_entropy": "vocab_parallel",
         "precision": "fp32",
         "micro_batches": 1,
+        "tokens_per_step": TOKENS_PER_STEP,
         "batch_per_dp": TOKENS_PER_STEP // (run.dp * SEQ_LEN),
         "seq_len": SEQ_LEN,
-        "train_steps": TRAIN_STEPS,
+        "steps": TRAIN_STEPS,
+        "wait": 0,
+        "warmup": WARMUP_STEPS,
+        "active": len(STEPS),
+        "profile": True,
         "lr": 0.003,
         "weight_decay": 0.1,
         "ns_dtype": None,
         "gather_dtype": "bf16",
         "reduce_dtype": "fp32",
         "seed": 0,
-        "model_params": MODEL_PARAMS,
-        "command": COMMAND,
-        "git_sha": _environment(run)["git_sha"],
-        "recorded_at": _environment(run)["recorded_at"],
-        **optional,
+        "trial": trial,
+        "trials": len(TRIALS),
+        "world_size": run.world,
+        "backend": "gloo",
+        "device": "cpu",
+        "command": shlex.split(COMMAND),
     }
 
 
-def _comparisons(runs: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    r = runs.astype(object).where(runs.notna(), None)
-    for _, m in r[r["optimizer"] == "muon"].iterrows():
-        a = r[
-            (r["optimizer"] == "adamw")
-            & (r["dp"] == m["dp"])
-            & (r["tp"] == m["tp"])
-            & (r["tokens_per_step"] == m["tokens_per_step"])
+def _rank_metrics(run: Run, rank: int, trial: int) -> dict:
+    """metrics.json's entry for one rank: state, memory, Newton-Schulz work, shard plan, bytes and ledger, losses."""
+    dp_rank, muon = rank // run.tp, run.optimizer == "muon"
+    steps = [timing(run, rank, s, trial) for s in range(TRAIN_STEPS)]
+    calls = _collectives(run)
+    ledger = [
+        {
+            "step": s,
+            "phase": phase,
+            "op": op,
+            "group": group,
+            "group_size": n,
+            "elements": elems,
+            "dtype": "bfloat16" if size == 2 else "float32",
+            "bytes": ring_bytes(op, elems, size, n),
+        }
+        for s in range(TRAIN_STEPS)
+        for phase, (op, group, n, elems, size) in calls.items()
+    ]
+    out = {
+        "rank": rank,
+        "dp_rank": dp_rank,
+        "tp_rank": rank % run.tp,
+        "step_ms": [t["step"] for t in steps],
+        "optimizer_ms": [t[OPTIMIZER] for t in steps],
+        "loss": [_loss(run, dp_rank, s) for s in range(TRAIN_STEPS)],
+        "ledger": ledger,
+        "state_bytes": _state(run, dp_rank),
+        "transient_bytes": 65_536 if muon else 0,
+        "peak_memory_bytes": 10**8,
+        "peak_memory_source": "process_max_rss",
+        "ns_calls": 4 if muon else 0,
+        "ns_flops": _ns_flops(run, dp_rank),
+        "model_params": MODEL_PARAMS,
+        "local_params": MODEL_PARAMS // run.tp,
+        "analytic_bytes": {phase: int(nbytes) for phase, nbytes in analytic(run).items()},
+        "shard": {
+            "layout": run.layout,
+            "buckets": 1,
+            "shard_elems": MODEL_PARAMS // run.world,
+            "muon_matrices": 8 if muon else 0,
+            "ns_matrices": 4 if muon else 0,
+            "dp_gathered_matrices": 1 if muon and run.dp > 1 else 0,
+        },
+        "train_flops": 6 * MODEL_PARAMS * TOKENS_PER_STEP,
+    }
+    if rank == 0:  # rank 0 reads the loopback counter around the profiled steps: every rank's traffic
+        ring_per_step = run.world * sum(ring_bytes(*_sized(call)) for call in calls.values())
+        out |= {"loopback_bytes": round(LOOPBACK_OVER_RING * ring_per_step * len(STEPS)), "loopback_steps": len(STEPS)}
+    return out
+
+
+# ---------------------------------------------------------------- the traces
+
+MAIN, WORKER, PID = 1, 2, 100  # the training thread, gloo's worker thread, the process
+C10D = {"reduce_scatter": "c10d::_reduce_scatter_base_", "all_gather": "c10d::_allgather_base_", "all_reduce": "c10d::allreduce_"}
+GLOO = {"reduce_scatter": "gloo:all_reduce", "all_gather": "gloo:all_gather", "all_reduce": "gloo:all_reduce"}
+COMPUTE_OP = {"newton_schulz": "aten::mm", "momentum": "aten::lerp_", "update": "aten::add_"}  # else a copy
+
+
+def _x(name: str, start_ms: float, dur_ms: float, cat: str = "cpu_op", tid: int = MAIN, **args) -> dict:
+    ts, dur = round(start_ms * 1000.0, 3), round(dur_ms * 1000.0, 3)  # µs, to the ns
+    event = {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        event["args"] = args
+    return event
+
+
+def _collective(op: str, n: int, elems: int, size: int, start_ms: float, dur_ms: float) -> list[dict]:
+    """A gloo collective as PyTorch records it: the c10d caller on the main thread, the transfer on the worker
+    (a reduce-scatter runs as an all-reduce of the whole input; an all-gather's transfer holds this rank's shard)."""
+    dtype = "c10::BFloat16" if size == 2 else "float"
+    shard = elems // n
+    caller_dims = {"reduce_scatter": [[shard], [elems]], "all_gather": [[elems], [shard]], "all_reduce": [[elems]]}[op]
+    transfer_dims = [[shard]] if op == "all_gather" else [[elems]]
+    caller_args = {"Input Dims": caller_dims, "Input type": [dtype] * len(caller_dims)}
+    transfer_args = {"Input Dims": transfer_dims, "Input type": [dtype]}
+    return [
+        _x(C10D[op], start_ms, 0.02, **caller_args),
+        _x(GLOO[op], start_ms + 0.005, dur_ms, cat="user_annotation", tid=WORKER, **transfer_args),
+    ]
+
+
+def _step_events(run: Run, rank: int, trial: int, step: int) -> list[dict]:
+    """One profiled step of one rank: its window, the phases in it with their work, its collectives."""
+    tm, calls = timing(run, rank, step, trial), _collectives(run)
+    t0 = STEP_SPACING_MS * (step - STEPS[0]) + RANK_DELAY_MS * rank
+    events = [
+        _x(f"ProfilerStep#{step}", t0, tm["step"], cat="user_annotation"),
+        {
+            "ph": "i",
+            "s": "t",
+            "cat": "cpu_instant_event",
+            "name": "[memory]",
+            "pid": PID,
+            "tid": MAIN,
+            "ts": round((t0 + 0.5) * 1000.0, 3),
+            "args": {"Total Allocated": 10**7, "Bytes": 4096, "Device Type": 0, "Device Id": -1},
+        },
+    ]
+    f0 = t0 + 1.0
+    events.append(_x(FORWARD, f0, tm[FORWARD], cat="user_annotation"))
+    if TP_ALL_REDUCE in calls:  # the model's own TP traffic, between two matmuls
+        op, _, n, elems, size = calls[TP_ALL_REDUCE]
+        events += [
+            _x("aten::mm", f0 + 0.1, 4.8),
+            _x(TP_ALL_REDUCE, f0 + 5.0, TP_ALL_REDUCE_MS, cat="user_annotation"),
+            *_collective(op, n, elems, size, f0 + 5.2, 1.5),
+            _x("aten::mm", f0 + 7.1, tm[FORWARD] - 7.2),
         ]
-        if a.empty:
-            continue
-        a = a.iloc[0]
-        cols = ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
-        rows.append(
-            {
-                "profile": PROFILE,
-                "group": m["group"],
-                "dp": m["dp"],
-                "tp": m["tp"],
-                "backend": "gloo",
-                "device": "cpu",
-                "layout": m["layout"],
-                "tokens_per_step": m["tokens_per_step"],
-                "muon_run": m["run"],
-                "adamw_run": a["run"],
-                **{f"{c}_ratio": float(m[c]) / float(a[c]) if a[c] else None for c in cols},
-            }
-        )
-    return _frame("comparisons", rows)
+    else:
+        events.append(_x("aten::mm", f0 + 0.1, tm[FORWARD] - 0.2))
+    b0 = f0 + tm[FORWARD]
+    events += [
+        _x(BACKWARD, b0, tm[BACKWARD], cat="user_annotation"),
+        _x("autograd::engine::evaluate_function: MmBackward0", b0 + 0.1, tm[BACKWARD] - 0.2),
+    ]
+    o0 = b0 + tm[BACKWARD]
+    events.append(_x(OPTIMIZER, o0, tm[OPTIMIZER], cat="user_annotation"))
+    phases = OPTIMIZER_PHASES[run.optimizer]
+    slot = tm[OPTIMIZER] / len(phases)
+    for i, phase in enumerate(phases):
+        p0, scope = o0 + i * slot, SCOPE_SHARE * slot
+        events.append(_x(phase, p0, scope, cat="user_annotation"))
+        if phase in calls:  # the collective, then unpacking what it brought
+            op, _, n, elems, size = calls[phase]
+            events += _collective(op, n, elems, size, p0 + 0.005, TRANSFER_SHARE * slot)
+            events.append(_x("aten::copy_", p0 + TRANSFER_SHARE * slot + 0.02, scope - TRANSFER_SHARE * slot - 0.03))
+        else:
+            events.append(_x(COMPUTE_OP.get(phase, "aten::copy_"), p0 + 0.01, scope - 0.02))
+    return events
 
 
-# What the tables say of a run without pipeline stages (the columns the pipeline runs added).
-NO_STAGES = {"pp": 1, "pp_rank": 0, "stage": 0}
+def _trace(run: Run, rank: int, trial: int) -> dict:
+    threads = [
+        {"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": name}}
+        for tid, name in ((MAIN, "thread 1 (python)"), (WORKER, "thread 2 (pt_gloo_runloop)"))
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": run.world},
+        "baseTimeNanoseconds": BASE_TIME_NS,
+        "traceEvents": [*threads, *(e for s in STEPS for e in _step_events(run, rank, trial, s))],
+    }
 
 
-def _frame(name: str, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
-    """``rows`` as table ``name``, the columns pipeline runs added filled as for a run without stages."""
-    if len(rows) == 0:
-        return SCHEMAS[name].empty()
-    frame = pd.DataFrame(rows)
-    missing = {c: v for c, v in NO_STAGES.items() if c in SCHEMAS[name].names and c not in frame.columns}
-    return SCHEMAS[name].conform(frame.assign(**missing))
+def write_traces(traces: Path, runs: tuple[Run, ...] = FULL) -> Path:
+    """Every trial of ``runs`` as the benchmark writes it, under ``traces/<profile>/<group>/<name>/trial<k>/``."""
+    for run in runs:
+        for trial in TRIALS:
+            folder = trial_dir(traces / PROFILE / run.group / run.name, trial)
+            folder.mkdir(parents=True)
+            for rank in range(run.world):
+                (folder / trace_name(rank)).write_bytes(gzip.compress(json.dumps(_trace(run, rank, trial)).encode(), 1))
+            (folder / CONFIG_FILE).write_text(json.dumps(_config(run, trial)))
+            (folder / ENVIRONMENT_FILE).write_text(json.dumps(environment(run)))
+            metrics = {"config": f"{run.group}/{run.name}", "ranks": [_rank_metrics(run, r, trial) for r in range(run.world)]}
+            (folder / METRICS_FILE).write_text(json.dumps(metrics))
+    return traces
+
+
+# ---------------------------------------------------------------- the tables
+
+
+@functools.cache
+def _analyzed(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:
+    # Analyzed from the folder above traces/, as `muon-repro analyze traces` runs from the repository root: the
+    # tables' paths read traces/..., and so does the report's command to remake them.
+    with tempfile.TemporaryDirectory(prefix="report_bundle_") as tmp, contextlib.chdir(tmp):
+        analysis = analyze_paths([write_traces(Path("traces"), runs)], workers=1)  # in this process: starts none
+        problems = [p.message for p in (*analysis.failures, *analysis.incomplete)]
+        assert not problems, problems
+        analyzed = tables_from_analysis(analysis)
+    return analyzed | costmodel_tables()
 
 
 def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:
-    """Every table of the analysis, for ``runs``."""
-    steps = _frame("steps", [row for run in runs for row in _steps(run)])
-    runs_df = _frame("runs", [_runs(run, steps) for run in runs])
-    ranks = _frame("ranks", [row for run in runs for row in _ranks(run)])
-    phases = _frame("phases", [row for run in runs for row in _phases(run)])
-    claims, checks = claims_table(runs_df, steps, ranks, phases), checks_table(runs_df, ranks, phases)
-    return {
-        "runs": runs_df,
-        "steps": steps,
-        "timed_steps": SCHEMAS["timed_steps"].empty(),  # runs recorded before timed steps: the report still builds
-        "collectives": _frame("collectives", [row for run in runs for row in _collectives(run)]),
-        "comparisons": _comparisons(runs_df),
-        "claims": SCHEMAS["claims"].conform(claims),
-        "checks": SCHEMAS["checks"].conform(checks),
-        "stated_numbers": SCHEMAS["stated_numbers"].conform(
-            stated_numbers([("claims", "claim_id", claims), ("checks", "check_id", checks)])
-        ),
-        "ranks": ranks,
-        "phases": phases,
-        "timeline": _frame("timeline", [row for run in runs for row in _timeline(run)]),
-        "losses": _frame("losses", [row for run in runs for row in _losses(run)]),
-        "environment": _frame("environment", [row for run in runs for row in _environment_rows(run)]),
-        **costmodel_tables(),
-        "convergence": SCHEMAS["convergence"].empty(),  # no `muon-repro converge` run: the report still builds
-        "leading_steps": SCHEMAS["leading_steps"].empty(),
-    }
+    """Every table of the analysis of ``runs``' synthetic traces (fresh copies: callers may edit them)."""
+    return {name: df.copy() for name, df in _analyzed(tuple(runs)).items()}
 
 
 def costmodel_tables() -> dict[str, pd.DataFrame]:
@@ -549,8 +453,9 @@ def costmodel_tables() -> dict[str, pd.DataFrame]:
 
     metrics = Path(__file__).resolve().parents[1] / "metrics"
     committed = {name: pd.read_parquet(metrics / f"{name}.parquet", dtype_backend="numpy_nullable") for name in COSTMODEL_TABLES}
-    # tables written before hardware profiles have no profile column: theirs is the fabricated runs' one
-    return {name: _frame(name, df if "profile" in df.columns else df.assign(profile=PROFILE)) for name, df in committed.items()}
+    # tables written before hardware profiles have no profile column: theirs is the synthetic runs' one
+    profiled = {name: df if "profile" in df.columns else df.assign(profile=PROFILE) for name, df in committed.items()}
+    return {name: SCHEMAS[name].conform(df) for name, df in profiled.items()}
 
 
 def make_bundle(root: Path, runs: tuple[Run, ...] = FULL) -> Path:
