@@ -132,6 +132,7 @@ def dataset_entries(text: str) -> list[str]:
     return re.findall(r"^@misc\{.*?^\}", text, re.M | re.S)
 
 
+@pytest.mark.slow  # end to end: card, croissant, report and a publish
 def test_card_croissant_report_and_publish_carry_one_entry_for_the_authors_given(sources, tmp_path, fake_hub, hub_api):  # noqa: F811
     flags = [arg for author in AUTHORS for arg in ("--author", author)]
     cite = ["--repo-id", REPO, "--version", "1.0.0", "--date", DATE, *flags]

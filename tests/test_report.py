@@ -110,6 +110,7 @@ def test_every_figure_is_written_as_png_at_print_resolution_and_svg(bundle: Path
     assert not list((bundle / "figures").glob(".*.tmp"))  # atomic writes leave nothing behind
 
 
+@pytest.mark.slow  # end to end: every figure drawn for each degraded table set
 @pytest.mark.parametrize(
     "runs",
     [
