@@ -19,6 +19,7 @@ import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables
 from muon_repro.analysis.claim_measures import MEASURE, threshold_with_range
+from muon_repro.analysis.estimators import left_out
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY_MACHINE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 
@@ -109,7 +110,7 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "measured_high": measured.high,
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
-                "conditions": measured.conditions + _timing_note(c, measured, t),
+                "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(measured, t, quoted),
                 "verdict": NOT_COMPARABLE if outside else verdict(measured.low, measured.high, c.region),
                 "explanation": explanation,
                 "stated": quoted,
@@ -132,6 +133,16 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
     if t.unprofiled(*measured.runs):
         return "; times from the steps timed without the profiler, one median per round"
     return "; times from the profiled steps (these runs have no steps timed without the profiler), one median per round"
+
+
+def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> str:
+    """The disturbed rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any."""
+    skipped = left_out(*(t.steps_of(run) for run in measured.runs)) if measured.runs else set()
+    if not skipped:
+        return ""
+    quoted["disturbed_rounds"] = len(skipped)
+    rounds = f"{len(skipped)} disturbed round{'s' if len(skipped) > 1 else ''}"
+    return f"; {rounds} left out (docs/method.md#equal-work-trials-and-intervals)"
 
 
 def _outside(claim: Claim, measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> list[str]:

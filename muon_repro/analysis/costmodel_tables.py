@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.estimators import muon_extra, optimizer_share, steps_frame
+from muon_repro.analysis.estimators import disturbed_rounds, left_out, muon_extra, optimizer_share, steps_frame
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -180,10 +180,13 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
             "optimizer_share_lo": share[1],
             "optimizer_share_hi": share[2],
             "adamw_run": twin,
+            "disturbed_rounds": len(disturbed_rounds(recorded[key], key)),
         }
         if twin is not None:
             adamw_step = samples[twin][0]
-            extra = muon_extra((recorded[key], key), (recorded[twin], twin))  # trial k of both was recorded in round k
+            pair = (recorded[key], key), (recorded[twin], twin)  # trial k of both was recorded in round k
+            extra = muon_extra(*pair)
+            row["disturbed_rounds"] = len(left_out(*pair))
             row |= {
                 "adamw_step_ms": _median(adamw_step),
                 "muon_extra": extra[0],

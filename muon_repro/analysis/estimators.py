@@ -11,6 +11,12 @@ median of each round's steps, then an estimate and a 95% t interval over rounds.
   minus one. The paper's "1-3% added latency".
 * :func:`time_ratio`: any time of one run over another's, paired by round (communication time: Muon over
   AdamW, the original study's 0.57x), as a geometric mean.
+
+Every estimator leaves out the *disturbed rounds* (:func:`disturbed`), by one rule declared here for every
+table: a round whose median step time (slowest rank) lies more than :data:`DISTURBED_MADS` scaled median
+absolute deviations, and more than :data:`DISTURBED_MIN_SHIFT` of the median, from the median of the run's
+rounds (with at least 3 rounds). A paired statistic leaves out a round disturbed in any of its runs. The
+tables count the rounds left out (``disturbed_rounds``).
 """
 
 from __future__ import annotations
@@ -34,10 +40,40 @@ class Interval(NamedTuple):
 
 RunSteps = tuple[pd.DataFrame, str]  # a steps-shaped table and the run id whose rows to read
 
+DISTURBED_MADS = 3.0  # a round this many scaled MADs from the run's median round is disturbed...
+DISTURBED_MIN_SHIFT = 0.10  # ...and this far from it, as a fraction: a spread of a few per cent never is
+MAD_SCALE = 1.4826  # MAD to standard deviation, for normal data
+
+
+def disturbed(round_step_ms: np.ndarray) -> np.ndarray:
+    """Which rounds are disturbed (see the module docstring), from the rounds' median step times."""
+    x = np.asarray(round_step_ms, dtype="float64")
+    flags = np.zeros(x.shape, dtype=bool)
+    ok = np.isfinite(x)
+    if ok.sum() < 3:  # two rounds cannot say which of them is the odd one
+        return flags
+    median = float(np.median(x[ok]))
+    spread = MAD_SCALE * float(np.median(np.abs(x[ok] - median)))
+    flags[ok] = np.abs(x[ok] - median) > max(DISTURBED_MADS * spread, DISTURBED_MIN_SHIFT * abs(median))
+    return flags
+
+
+def disturbed_rounds(source: pd.DataFrame, run: str) -> set[int]:
+    """The round ids of ``run`` that the estimators leave out."""
+    ids = rounds_of(source, run)
+    return {int(i) for i in ids[disturbed(per_round(source, run, "step_ms", "max"))]}
+
+
+def left_out(*runs: RunSteps) -> set[int]:
+    """The rounds a statistic over ``runs`` leaves out: those disturbed in any of them."""
+    return set().union(*(disturbed_rounds(source, run) for source, run in runs))
+
 
 def optimizer_share(source: pd.DataFrame, run: str) -> Interval:
     """The optimizer's share of the step of ``run``, formed within each step (see the module docstring)."""
-    return Interval(*mean_interval(per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")))
+    shares = per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")
+    keep = ~np.isin(rounds_of(source, run), sorted(disturbed_rounds(source, run)))
+    return Interval(*mean_interval(shares[keep]))
 
 
 def time_ratio(a: RunSteps, b: RunSteps, column: str, how: str) -> Interval:
@@ -53,8 +89,14 @@ def muon_extra(muon: RunSteps, adamw: RunSteps) -> Interval:
 
 def paired_rounds(column: str, how: str, *runs: RunSteps) -> tuple[np.ndarray, ...]:
     """Each run's ``column`` per round (reduced over ranks with ``how``, median over steps), for the rounds every
-    one of ``runs`` was recorded in."""
-    return align_rounds(*((rounds_of(source, run), per_round(source, run, column, how)) for source, run in runs))
+    one of ``runs`` was recorded in and none of them was disturbed in."""
+    skipped = sorted(left_out(*runs))
+    per_run = []
+    for source, run in runs:
+        ids, values = rounds_of(source, run), per_round(source, run, column, how)
+        keep = ~np.isin(ids, skipped)
+        per_run.append((ids[keep], values[keep]))
+    return align_rounds(*per_run)
 
 
 def steps_frame(run: str, trials: Sequence[np.ndarray]) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.analysis.batch_read import Analysis
-from muon_repro.analysis.estimators import optimizer_share
+from muon_repro.analysis.estimators import disturbed_rounds, optimizer_share
 from muon_repro.analysis.run_tables import config_columns
 from muon_repro.analysis.timed_steps import timed_run_columns
 from muon_repro.rundir import METRICS_FILE, trial_of
@@ -165,13 +165,19 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def _share_columns(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> dict[str, float]:
+def _share_columns(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> dict[str, float | int]:
     """The run's optimizer share with its 95% interval, by the one estimator the claims use
     (:func:`muon_repro.analysis.estimators.optimizer_share`), on its steps timed without the profiler when it
     has them (the profiler costs Muon and AdamW unequally), else on its profiled steps."""
     has_timed = not timed.empty and bool((timed["run"] == run).any())
-    share = optimizer_share(timed if has_timed else steps, run)
-    return {"optimizer_share": share.value, "optimizer_share_low": share.low, "optimizer_share_high": share.high}
+    source = timed if has_timed else steps
+    share = optimizer_share(source, run)
+    return {
+        "optimizer_share": share.value,
+        "optimizer_share_low": share.low,
+        "optimizer_share_high": share.high,
+        "disturbed_rounds": len(disturbed_rounds(source, run)),
+    }
 
 
 def _ring_bytes_per_step(run_steps: pd.DataFrame) -> float | None:

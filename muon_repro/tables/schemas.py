@@ -169,6 +169,13 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
             ("optimizer_share_low", "Float64", "fraction", "lower end of its 95% t interval over rounds (null with one round)"),
             ("optimizer_share_high", "Float64", "fraction", "upper end of its 95% t interval over rounds"),
+            (
+                "disturbed_rounds",
+                "Int64",
+                "count",
+                "rounds the estimators leave out: median step time beyond 3 scaled MADs and 10% of the run's median round "
+                "(muon_repro.analysis.estimators; docs/method.md)",
+            ),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
             ("comm_ms", "Float64", "ms", f"communication (union of collective transfers), {_TIME_NOTE}"),
             (
@@ -1200,8 +1207,21 @@ REGIMES = TableSchema(
         ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
         ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
         ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
+        (
+            "disturbed_rounds",
+            "Int64",
+            "count",
+            "rounds left out as disturbed (runs.disturbed_rounds' rule): the row's own, left out of its share; on a Muon "
+            "row, those of it or its AdamW twin, left out of muon_extra",
+        ),
         ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's median step time"),
-        ("muon_extra", "Float64", "fraction", "Muon rows: step_ms / adamw_step_ms - 1, Muon's added step time"),
+        (
+            "muon_extra",
+            "Float64",
+            "fraction",
+            "Muon rows: Muon's added step time, the geometric mean over the paired rounds (disturbed ones left out) of "
+            "Muon's median step time over AdamW's, minus 1",
+        ),
         ("muon_extra_lo", "Float64", "fraction", "95% interval, low"),
         ("muon_extra_hi", "Float64", "fraction", "95% interval, high"),
         ("muon_extra_ms_per_ktoken", "Float64", "ms", "Muon rows: (step_ms - adamw_step_ms) per 1,000 tokens of the step"),

@@ -1,0 +1,56 @@
+"""The estimators every table shares (muon_repro.analysis.estimators): one definition per quantity, and one
+pre-declared rule that leaves a disturbed round out."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from muon_repro.analysis.estimators import (
+    disturbed,
+    disturbed_rounds,
+    left_out,
+    muon_extra,
+    optimizer_share,
+    steps_frame,
+    time_ratio,
+)
+
+
+def _run(name: str, step_ms: list[float], optimizer_ms: float = 100.0, steps: int = 4):
+    """A run of len(step_ms) rounds, each of ``steps`` identical steps."""
+    frame = steps_frame(name, [np.array([[s, optimizer_ms]] * steps) for s in step_ms])
+    return frame, name
+
+
+def test_one_disturbed_round_no_longer_moves_muons_extra():
+    # The issue's case: one round of Muon at 6,730 ms among rounds near 3,250, AdamW near 3,190.
+    muon, adamw = _run("muon", [3250, 3260, 6730]), _run("adamw", [3190, 3195, 3185])
+    extra = muon_extra(muon, adamw)
+    by_medians = 3255 / 3190 - 1  # the two undisturbed rounds' ratio of medians
+    assert extra.value == pytest.approx(by_medians, abs=0.002)
+    assert extra.value < 0.03  # the old geometric mean over every round said +27.7%
+    assert left_out(muon, adamw) == {2}
+
+
+def test_a_quiet_spread_is_never_disturbed_and_two_rounds_never_are():
+    assert not disturbed(np.array([100.0, 101.0, 105.0])).any()  # 4% from the median: under the 10% floor
+    assert disturbed(np.array([100.0, 101.0, 130.0])).tolist() == [False, False, True]
+    assert not disturbed(np.array([100.0, 300.0])).any()  # which of two is the odd one?
+    assert not disturbed(np.array([100.0, np.nan, 300.0])).any()
+
+
+def test_a_disturbed_round_leaves_the_share_too():
+    frame, name = _run("muon", [1000, 1010, 5000], optimizer_ms=500)
+    assert disturbed_rounds(frame, name) == {2}
+    share = optimizer_share(frame, name)
+    expected = np.mean([500 / 1000, 500 / 1010])
+    assert share.value == pytest.approx(expected)
+
+
+def test_a_paired_ratio_leaves_out_a_round_disturbed_in_either_run():
+    a, b = _run("a", [200, 202, 199, 201]), _run("b", [100, 101, 100, 400])
+    ratio = time_ratio(a, b, "step_ms", "max")
+    assert ratio.value == pytest.approx(math.exp(np.mean(np.log([2.0, 2.0, 1.99]))), rel=1e-9)
