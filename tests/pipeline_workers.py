@@ -18,9 +18,9 @@ from muon_repro.optim.adamw import AdamW
 from muon_repro.optim.comm_model import optimizer_bytes, param_specs
 from muon_repro.optim.muon import Muon
 from muon_repro.optim.param_groups import muon_param_groups
+from muon_repro.optim.pipeline_stage import stage_optimizer
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
-from muon_repro.parallel.pipeline_optim import stage_optimizer
 from muon_repro.parallel.pipeline_runner import split_micro_batches, train_step
 from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.phases import OPTIMIZER_COMM_PHASES

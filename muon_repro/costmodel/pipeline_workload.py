@@ -7,7 +7,7 @@ on the last). Each stage is a DP x TP grid of its own, so its workload is the on
 
 * forward and backward over the stage's blocks (and embedding, head) for all ``M`` micro-batches;
 * the optimizer's step on the stage's parameters only (its own shard plan over the stage's DP group), as
-  :func:`muon_repro.parallel.pipeline_optim.stage_optimizer` builds it.
+  :func:`muon_repro.optim.pipeline_stage.stage_optimizer` builds it.
 
 The transfers between stages are the pipeline's (:mod:`muon_repro.costmodel.pipeline`), not a stage's.
 """
