@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from muon_repro.tables.files import write_atomic
+from muon_repro.tables.files import with_block, write_atomic
 
 PACKAGE = Path(__file__).resolve().parent
 COMMAND = "python -m muon_repro.module_map docs/architecture.md"
@@ -141,12 +141,7 @@ def with_module_map(text: str, package: Path = PACKAGE) -> str:
         raise ValueError(f"no docstring, so no line in the module map: {', '.join(missing)}")
     made = {"packages": packages_block(found), "modules": modules_block(found)}
     for name in BLOCKS:
-        begin_line, end_line = markers(name)
-        head, begin, rest = text.partition(begin_line)
-        _, end, tail = rest.partition(end_line)
-        if not begin or not end:
-            raise ValueError(f"no {begin_line!r} ... {end_line!r} lines to put the module map's {name} between")
-        text = f"{head}{begin_line}\n\n{made[name]}\n\n{end_line}{tail}"
+        text = with_block(text, *markers(name), f"\n\n{made[name]}\n\n", f"the module map's {name}")
     return text
 
 

@@ -26,7 +26,7 @@ from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.regimes_section import main_axis, prediction_summary, threshold_rows
 from muon_repro.report.stated import row_of
-from muon_repro.tables.files import write_atomic
+from muon_repro.tables.files import with_block, write_atomic
 
 
 def claims_markdown(data: ReportData) -> str:
@@ -170,12 +170,7 @@ def with_blocks(text: str, metrics_dir: str | Path, names: tuple[str, ...] = tup
     """``text`` with the lines between each block's markers replaced by the block made from ``metrics_dir``."""
     data = load(metrics_dir)
     for name in names:
-        begin_line, end_line = markers(name)
-        head, begin, rest = text.partition(begin_line)
-        _, end, tail = rest.partition(end_line)
-        if not begin or not end:
-            raise ValueError(f"no {begin_line!r} ... {end_line!r} lines to put the {name} block between")
-        text = f"{head}{begin_line}\n{BLOCKS[name](data)}\n{end_line}{tail}"
+        text = with_block(text, *markers(name), f"\n{BLOCKS[name](data)}\n", f"the {name} block")
     return text
 
 

@@ -1,7 +1,7 @@
 """Files, safely: writing without leaving anything half-written, one file (:func:`write_atomic`) or
 one folder (:func:`staged_dir`, :func:`swap_dir`); the check every command runs on its output folder
-before any work (:func:`check_out_folder`); hashing in one pass, listing a tree, sizes for people.
-Standard library only."""
+before any work (:func:`check_out_folder`); a generated block between two marker lines of a hand-written
+document (:func:`with_block`); hashing in one pass, listing a tree, sizes for people. Standard library only."""
 
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def check_out_folder(out: str | Path, label: str, *, replaced_whole: bool = Fals
             f"{label}: no permission to write in {existing}, so it cannot be written ({exc.strerror}); "
             "choose a folder you can write"
         ) from exc
+
+
+def with_block(text: str, begin_line: str, end_line: str, block: str, what: str) -> str:
+    """``text`` with whatever stands between its lines ``begin_line`` and ``end_line`` replaced by ``block``
+    (README.md's claims, docs/architecture.md's module map); a ValueError naming ``what`` without both lines."""
+    head, begin, rest = text.partition(begin_line)
+    _, end, tail = rest.partition(end_line)
+    if not begin or not end:
+        raise ValueError(f"no {begin_line!r} ... {end_line!r} lines to put {what} between")
+    return f"{head}{begin_line}{block}{end_line}{tail}"
 
 
 def sha256_file(path: str | Path) -> tuple[int, str]:
