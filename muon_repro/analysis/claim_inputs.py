@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.estimators import RunSteps, paired_rounds
+from muon_repro.analysis.estimators import RunSteps, paired_rounds, step_source
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
@@ -87,11 +87,8 @@ class ProfileTables:
     timed: pd.DataFrame = field(default_factory=pd.DataFrame)  # steps timed without the profiler (timed_steps)
 
     def step_source(self, run: pd.Series) -> pd.DataFrame:
-        """Where a run's step times come from: its steps timed without the profiler when it has them (the
-        profiler costs Muon and AdamW unequally), else its profiled steps."""
-        if not self.timed.empty and (self.timed["run"] == run["run"]).any():
-            return self.timed
-        return self.steps
+        """Where a run's step times come from (:func:`~muon_repro.analysis.estimators.step_source`)."""
+        return step_source(self.steps, self.timed, str(run["run"]))
 
     def comm_source(self, run: pd.Series) -> pd.DataFrame:
         """Where a run's communication times come from: on NCCL its traced kernels (the profiled steps), since its

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.estimators import disturbed_rounds, left_out, muon_extra, optimizer_share, steps_frame
+from muon_repro.analysis.estimators import left_out, muon_extra, optimizer_share, steps_frame
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -133,30 +133,10 @@ def _recorded_steps(trials: list[RunDir]) -> list[np.ndarray]:
     return [np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2) for run in trials]
 
 
-def sweep_step_times(trials: list[RunDir]) -> tuple[np.ndarray, np.ndarray]:
-    """``[trial, step]`` arrays of the step time (slowest rank) and the optimizer time (mean over ranks)
-    over each trial's recorded steps (:meth:`RunDir.recorded_steps`), padded with NaN."""
-    steps, optimizer = [], []
-    for run in trials:
-        recorded = np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2)
-        if len(recorded):
-            steps.append(recorded[:, 0])
-            optimizer.append(recorded[:, 1])
-    width = max((len(s) for s in steps), default=0)
-
-    def pad(rows: list) -> np.ndarray:
-        if not rows:
-            return np.full((0, 0), np.nan)
-        return np.array([np.pad(r, (0, width - len(r)), constant_values=np.nan) for r in rows])
-
-    return pad(steps), pad(optimizer)
-
-
 def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     """One row per point of the regime sweep: measured step, optimizer share and Muon's extra over its
     AdamW twin (same width, tokens, DP x TP), with the predicted values beside them."""
     runs = sweep_runs(roots)
-    samples = {key: sweep_step_times(trials) for key, trials in runs.items()}
     recorded = {key: steps_frame(key, _recorded_steps(trials)) for key, trials in runs.items()}
     predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
     points = {key: _point(trials[0]) for key, trials in runs.items()}
@@ -164,35 +144,36 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     twins = {twin_of(p): key for key, p in points.items() if p["optimizer"] == "adamw"}
     rows = []
     for key, point in points.items():
-        step, opt = samples[key]
-        if step.size == 0:
+        frame = recorded[key]
+        if frame.empty:
             continue
         twin = twins.get(twin_of(point)) if point["optimizer"] == "muon" else None
-        share = optimizer_share(recorded[key], key)  # the claims' estimator: one median per round (trial)
+        # a Muon point is paired with its AdamW twin round by round: trial k of both was recorded in round k
+        runs_of_row = ((frame, key), (recorded[twin], twin)) if twin is not None else ((frame, key),)
+        share = optimizer_share(frame, key)  # the claims' estimator: one median per round (trial)
+        step_ms = _median(frame["step_ms"])
         row = {
             **point,
             "run": key,
             "trials": len(runs[key]),
-            "steps": int(np.isfinite(step).sum()),
-            "step_ms": _median(step),
-            "optimizer_ms": _median(opt),
+            "steps": int(frame["step_ms"].notna().sum()),
+            "step_ms": step_ms,
+            "optimizer_ms": _median(frame["optimizer_ms"]),
             "optimizer_share": share[0],
             "optimizer_share_lo": share[1],
             "optimizer_share_hi": share[2],
             "adamw_run": twin,
-            "disturbed_rounds": len(disturbed_rounds(recorded[key], key)),
+            "disturbed_rounds": len(left_out(*runs_of_row)),
         }
         if twin is not None:
-            adamw_step = samples[twin][0]
-            pair = (recorded[key], key), (recorded[twin], twin)  # trial k of both was recorded in round k
-            extra = muon_extra(*pair)
-            row["disturbed_rounds"] = len(left_out(*pair))
+            extra = muon_extra(*runs_of_row)
+            adamw_step_ms = _median(recorded[twin]["step_ms"])
             row |= {
-                "adamw_step_ms": _median(adamw_step),
+                "adamw_step_ms": adamw_step_ms,
                 "muon_extra": extra[0],
                 "muon_extra_lo": extra[1],
                 "muon_extra_hi": extra[2],
-                "muon_extra_ms_per_ktoken": (_median(step) - _median(adamw_step)) / (point["tokens_per_step"] / 1000),
+                "muon_extra_ms_per_ktoken": (step_ms - adamw_step_ms) / (point["tokens_per_step"] / 1000),
             }
         row |= _predicted(predicted.get(key), predicted.get(twin) if twin else None)
         rows.append(row)
@@ -243,5 +224,5 @@ def _predicted(muon, adamw) -> dict:
     return out
 
 
-def _median(samples: np.ndarray) -> float:
-    return float(np.nanmedian(samples))
+def _median(samples: pd.Series) -> float:
+    return float(np.nanmedian(samples.to_numpy(dtype="float64")))

@@ -45,6 +45,12 @@ DISTURBED_MIN_SHIFT = 0.10  # ...and this far from it, as a fraction: a spread o
 MAD_SCALE = 1.4826  # MAD to standard deviation, for normal data
 
 
+def step_source(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> pd.DataFrame:
+    """Where ``run``'s step times come from: its steps timed without the profiler when it has them (the profiler
+    costs Muon and AdamW unequally), else its profiled steps."""
+    return timed if not timed.empty and bool((timed["run"] == run).any()) else steps
+
+
 def disturbed(round_step_ms: np.ndarray) -> np.ndarray:
     """Which rounds are disturbed (see the module docstring), from the rounds' median step times."""
     x = np.asarray(round_step_ms, dtype="float64")

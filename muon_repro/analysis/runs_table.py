@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.analysis.batch_read import Analysis
-from muon_repro.analysis.estimators import disturbed_rounds, optimizer_share
+from muon_repro.analysis.estimators import disturbed_rounds, optimizer_share, step_source
 from muon_repro.analysis.run_tables import config_columns
 from muon_repro.analysis.timed_steps import timed_run_columns
 from muon_repro.rundir import METRICS_FILE, trial_of
@@ -167,10 +167,9 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
 
 def _share_columns(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> dict[str, float | int]:
     """The run's optimizer share with its 95% interval, by the one estimator the claims use
-    (:func:`muon_repro.analysis.estimators.optimizer_share`), on its steps timed without the profiler when it
-    has them (the profiler costs Muon and AdamW unequally), else on its profiled steps."""
-    has_timed = not timed.empty and bool((timed["run"] == run).any())
-    source = timed if has_timed else steps
+    (:func:`muon_repro.analysis.estimators.optimizer_share`), on the steps the claims would read
+    (:func:`~muon_repro.analysis.estimators.step_source`)."""
+    source = step_source(steps, timed, run)
     share = optimizer_share(source, run)
     return {
         "optimizer_share": share.value,
