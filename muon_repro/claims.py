@@ -193,7 +193,7 @@ class Claim:
     made_under: MadeUnder | None = None  # None: holds on any machine (a count of bytes or of state)
     prediction: str | None = None  # the regime_thresholds metric that predicts it under its conditions
     level: Level | None = None  # the level the cost model prices it at
-    rule: str | None = None  # a rule of its own, instead of the shared one (:func:`rule_of`)
+    rule: str | None = None  # a rule of its own, instead of the shared one (:meth:`rule_text`)
 
     def rule_text(self) -> str:
         """How the verdict is decided, in words."""

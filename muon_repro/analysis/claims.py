@@ -217,8 +217,14 @@ def stated_numbers(frames: Iterable[tuple[str, str, pd.DataFrame]]) -> pd.DataFr
     """The ``stated_numbers`` table: for each ``(table, id column, rows)``, every number in the rows' ``stated``
     dicts, one per row, in the rows' order and then by name."""
     long = [
-        {"table": table, "row_id": row[id_column], "profile": row["profile"], "name": name, "value": float(value)}
-        | {"unit": stated_unit(name)}
+        {
+            "table": table,
+            "row_id": row[id_column],
+            "profile": row["profile"],
+            "name": name,
+            "value": float(value),
+            "unit": stated_unit(name),
+        }
         for table, id_column, df in frames
         if "stated" in df.columns
         for _, row in df.iterrows()
