@@ -128,41 +128,35 @@ class MadeUnder:
     min_ranks: int | None = None  # the ranks (GPUs) the claim's runs had, at least: one device has no communication
 
     def outside(self, run: Mapping[str, Any], ranks_per_core: float | None, quoted: dict[str, float]) -> list[str]:
-        """Why ``run`` (a runs-table row) was not made under these conditions, each reason without the run's name
-        (empty: it was); the numbers a reason states that no table cell holds go into ``quoted``."""
+        """How ``run`` (a runs-table row) differs from these conditions, each difference in a few words as
+        ``what it had, not what the claim had`` (empty: it was made under them); the numbers a difference states
+        that no table cell holds go into ``quoted``."""
         reasons = []
         device = str(run.get("device"))
         if self.devices and device not in self.devices:
-            reasons.append(f"ran on {device} with {run.get('backend')}, the claim on {'/'.join(self.devices)}")
+            reasons.append(f"{run.get('backend')} on {device}, not {'/'.join(self.devices)}")
         d_model = d_model_of(run)
         tokens = run.get("tokens_per_step")
         if self.min_tokens_per_d_model is not None and d_model and tokens is not None and tokens == tokens:
             per_d = float(tokens) / d_model
             if per_d < self.min_tokens_per_d_model:
                 quoted |= {"d_model": d_model, "tokens_per_d_model": per_d}
-                reasons.append(
-                    f"trained {int(tokens):,} tokens per step at d_model {d_model} ({per_d:.0f} per d_model), "
-                    f"the claim at {self.min_tokens_per_d_model:,.0f} or more"
-                )
+                reasons.append(f"{per_d:.0f} tokens per step per d_model, not {self.min_tokens_per_d_model:,.0f}+")
         params, trained = run.get("params"), run.get("tokens_trained")
         if self.min_tokens_per_param is not None and params and trained and trained == trained:
             per_param = float(trained) / float(params)
             if per_param < self.min_tokens_per_param:
                 quoted["tokens_per_param"] = per_param
-                reasons.append(
-                    f"trained {int(trained):,} tokens on {int(params):,} parameters ({per_param:.1f} per parameter), "
-                    f"the claim at {self.min_tokens_per_param:g} or more"
-                )
+                reasons.append(f"{per_param:.1f} tokens per parameter, not {self.min_tokens_per_param:g}+")
         world = run.get("world_size")
         if self.min_ranks is not None and world is not None and world == world and int(world) < self.min_ranks:
             alone = int(world) == 1
             reasons.append(
-                f"ran on {int(world)} rank{'' if alone else 's'} ({'no communication' if alone else 'fewer'}), "
-                f"the claim on {self.min_ranks} or more"
+                f"{int(world)} rank{'' if alone else 's'} ({'no communication' if alone else 'fewer'}), not {self.min_ranks}+"
             )
         if self.one_rank_per_core and ranks_per_core is not None and ranks_per_core > 1:
             quoted["ranks_per_core"] = ranks_per_core
-            reasons.append(f"ran {ranks_per_core:g} ranks per core, so wall time follows the work summed over ranks")
+            reasons.append(f"{ranks_per_core:g} ranks per core, not one per device")
         return reasons
 
 

@@ -189,6 +189,7 @@ def claims_summary(metrics: Path) -> str:
     """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict."""
     import pandas as pd
 
+    from muon_repro.report.claims_section import claim_note
     from muon_repro.tables.io import read_table
 
     claims = read_table(metrics / "claims.parquet", "claims")
@@ -209,7 +210,7 @@ def claims_summary(metrics: Path) -> str:
         return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
 
     table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    causes = [f"- {c['claim_id']}: {c['explanation']}" for _, c in claims.iterrows() if str(c["explanation"] or "")]
+    causes = [f"- {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
     return "\n".join([*table, "", "Why (measured causes):", *causes])
 
 

@@ -111,3 +111,25 @@ def test_the_committed_claims_table_carries_regions_as_numbers_and_no_json():
         declared = BY_ID[row.claim_id].region
         assert (pd.isna(row.region_low) and declared.low is None) or row.region_low == pytest.approx(declared.low)
         assert (pd.isna(row.region_high) and declared.high is None) or row.region_high == pytest.approx(declared.high)
+
+
+EXPLANATION_WORDS = 60  # the claims table's explanation: the measured cause, short; the report composes the rest
+
+
+def test_the_committed_explanations_are_short_and_say_differences_in_their_own_column():
+    claims = pd.read_csv(PACKAGE.parent / "metrics" / "claims.csv", keep_default_na=False)
+    long = {(r.claim_id, r.profile): len(r.explanation.split()) for r in claims.itertuples()}
+    assert {k: n for k, n in long.items() if n > EXPLANATION_WORDS} == {}
+    for row in claims.itertuples():
+        assert "Not comparable here" not in row.explanation and "Measured here" not in row.explanation
+        assert bool(row.outside_conditions) == (row.verdict == "not comparable here"), (row.claim_id, row.profile)
+        for difference in filter(None, row.outside_conditions.split("; ")):
+            assert ", not " in difference, f"{row.claim_id}: '{difference}' does not say what the claim had"
+
+
+def test_the_report_says_why_a_claim_is_not_comparable_before_its_cause():
+    from muon_repro.report.claims_section import claim_note
+
+    row = pd.Series({"explanation": "Newton-Schulz does 9 GFLOP.", "outside_conditions": "gloo on cpu, not cuda"})
+    assert claim_note(row) == "Not comparable here: gloo on cpu, not cuda. Measured here: Newton-Schulz does 9 GFLOP."
+    assert claim_note(row.drop("outside_conditions")) == "Newton-Schulz does 9 GFLOP."

@@ -100,5 +100,5 @@ def test_the_committed_gpu_runs_give_claims_not_comparable_for_one_rank_and_not_
     assert not gpu.empty, "the committed tables hold the 1xH200-nccl session's claims"
     for claim in ("optimizer_share", "latency_overhead"):
         assert gpu.loc[claim, "verdict"] == "not comparable here"
-        assert "ran on 1 rank (no communication)" in gpu.loc[claim, "explanation"]
+        assert "1 rank (no communication), not" in gpu.loc[claim, "outside_conditions"]
     assert gpu.loc["comm_time_dp2_tp2", "verdict"] == "not measured"

@@ -106,15 +106,11 @@ def test_not_comparable_reasons_are_said_once_with_their_claims():
     claims = pd.DataFrame(
         {
             "verdict": ["not comparable here"] * 3 + ["reproduced"],
-            "explanation": [
-                "Not comparable here: a/b/c and a/b/d ran on cpu with gloo, the claim on cuda; a/b/c trained 1,024 tokens "
-                "per step at d_model 256 (4 per d_model), the claim at 100 or more. The cost model ...",
-                "Not comparable here: a/b/c ran on cpu with gloo, the claim on cuda; a/b/c ran 2 ranks per core, so wall time "
-                "follows the work summed over ranks; a/b/c trained 1,024 tokens per step at d_model 256 (4 per d_model), the "
-                "claim at 1,000 or more. Measured here: ...",
-                "Not comparable here: the 1000-step convergence runs trained 1,024,000 tokens on 918,656 parameters (1.1 per "
-                "parameter), the claim at 10 or more. The cost model ...",
-                "Reproduced.",
+            "outside_conditions": [
+                "gloo on cpu, not cuda; 4 tokens per step per d_model, not 100+ (only a/b/c)",
+                "gloo on cpu, not cuda; 2 ranks per core; 4 tokens per step per d_model, not 1,000+",
+                "1.1 tokens per parameter, not 10+",
+                "",
             ],
         }
     )

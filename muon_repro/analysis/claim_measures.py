@@ -26,8 +26,7 @@ from muon_repro.analysis.estimators import muon_extra, time_ratio
 from muon_repro.analysis.estimators import optimizer_share as estimated_share
 from muon_repro.analysis.leading_claim import leading_steps_claim
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
-from muon_repro.analysis.rounds import mean_interval, paired_ratio_interval
-from muon_repro.claims import STUDY_SHARE
+from muon_repro.analysis.rounds import paired_ratio_interval
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
@@ -39,7 +38,7 @@ def paired_ratio(
     return tuple(time_ratio(t.steps_of(a, comm=comm), t.steps_of(b, comm=comm), column, how))
 
 
-def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metric: str) -> str:
+def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> str:
     """Newton-Schulz FLOPs against forward+backward FLOPs on the busiest rank: the cause of Muon's time cost."""
     ns, train, world = muon.get("ns_flops_max_rank"), muon.get("train_flops"), muon.get("world_size")
     if is_missing(ns) or is_missing(train) or is_missing(world) or not train:
@@ -49,53 +48,10 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float], metri
     quoted |= {"fwd_bwd_flops_per_rank": per_rank, "ns_over_fwd_bwd_busiest_rank": ratio}
     ns_ms = t.phase_mean(muon, NEWTON_SCHULZ, "ms_per_step")
     return (
-        f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x that rank's forward+backward "
-        f"({per_rank / 1e9:.2f} GFLOP at {int(muon['tokens_per_step'])} tokens per step) and takes "
-        f"{absent_or(ns_ms, f'{ns_ms:.0f} ms')} per step; "
-        f"the ratio falls as 1/tokens per step (about 3.3 d_model / T for MLP-shaped matrices), so the original study's and "
-        f"the paper's regimes (hundreds to millions of tokens per d_model) make it small.{_regime_note(t, muon, metric)}"
+        f"Newton-Schulz does {float(ns) / 1e9:.2f} GFLOP per step on the busiest rank, {ratio:.2g}x its forward+backward "
+        f"at {int(muon['tokens_per_step']):,} tokens per step, in {absent_or(ns_ms, f'{ns_ms:.0f} ms')}; the ratio falls "
+        "as 1/tokens per step (regime_thresholds: where it reaches the claim's level)."
     )
-
-
-def _regime_note(t: ProfileTables, muon: pd.Series, metric: str) -> str:
-    """What the regime sweep measured at the largest step of the run's width, and where the cost model puts the
-    original study's level (:data:`~muon_repro.claims.STUDY_SHARE`) of the claim's own ``metric`` (a
-    regime_thresholds metric), with its range."""
-    note = ""
-    r = t.regimes
-    if len(r) and "d_model" in r.columns:
-        main = r[(r["optimizer"] == "muon") & (r["dp"] == 2) & (r["tp"] == 2) & (r["layout"] == "contiguous")]
-        if len(main):
-            widths = main["d_model"].astype(float)
-            width = widths.iloc[(widths - float(muon.get("hidden") or 256)).abs().argmin()]
-            at = main[widths == width].sort_values("tokens_per_step").iloc[-1]
-            note += (
-                f" The regime sweep (d_model {int(width)}, DP2·TP2) measures the share at {float(at['optimizer_share']):.1%} "
-                f"[{float(at['optimizer_share_lo']):.1%}, {float(at['optimizer_share_hi']):.1%}] and Muon's extra step time at "
-                f"{float(at['muon_extra']):+.0%} [{float(at['muon_extra_lo']):+.0%}, {float(at['muon_extra_hi']):+.0%}] with "
-                f"{int(at['tokens_per_step']):,} tokens per step."
-            )
-    th = t.thresholds
-    if len(th) and "metric" in th.columns:
-        at_level = np.isclose(th["level"].astype(float), STUDY_SHARE.value)
-        picks = th[(th["metric"] == metric) & at_level & th["tokens_per_step"].notna()]
-        if len(picks):
-            said = "; ".join(f"{row.machine} {row.model}: {threshold_with_range(row)}" for row in picks.itertuples())
-            what = "Muon's optimizer share" if metric == "optimizer_share" else "Muon's extra step time"
-            level = STUDY_SHARE.percent
-            note += f" By the cost model, {what} falls to {level} at these tokens per step: {said} (regime_thresholds)."
-    return note
-
-
-def threshold_with_range(row) -> str:
-    """A regime_thresholds row's tokens per step, with the range its validated error allows where it has one."""
-    low, high = getattr(row, "tokens_per_step_low", None), getattr(row, "tokens_per_step_high", None)
-    said = f"{float(row.tokens_per_step):,.0f}"
-    if is_missing(low) and is_missing(high):
-        return said
-    low_said = "below the grid" if is_missing(low) else f"{float(low):,.0f}"
-    high_said = "beyond the grid" if is_missing(high) else f"{float(high):,.0f}"
-    return f"{said} (range {low_said} to {high_said})"
 
 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
@@ -136,18 +92,12 @@ def comm_time(t: ProfileTables) -> Measurement | str:
     quoted = {"comm_ms_ratio_with_waiting": total}
     dp_gather_mb = t.phase_mean(muon, DP_GATHER, "trace_bytes") / 1e6
     tp_gather_mb = t.phase_mean(muon, TP_GATHER, "trace_bytes") / 1e6
-    what = (
-        "transfer time (from the last rank's arrival to the end of each collective)"
-        if col == "comm_transfer_ms"
-        else "communication time"
-    )
+    what = "transfer time (from the last rank's arrival)" if col == "comm_transfer_ms" else "communication time"
     explanation = (
         f"Compares {what}; with the waiting included the ratio is {total:.2f}. Muon's DP gather: "
         f"{absent_or(dp_gather_mb, f'{dp_gather_mb:.2f} MB per rank per step')}; its TP gather: "
-        f"{absent_or(tp_gather_mb, f'{tp_gather_mb:.2f} MB per rank per step')}. {_waits_compared(t, muon, adamw)}"
-        "On gloo every byte crosses the CPU's memory over loopback TCP; the original study measured NCCL over PCIe, where "
-        "both optimizers' collectives overlap differently with compute."
-    )
+        f"{absent_or(tp_gather_mb, f'{tp_gather_mb:.2f} MB')}. {_waits_compared(t, muon, adamw)}"
+    ).strip()
     return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
 
 
@@ -168,7 +118,7 @@ def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: in
         f"{phase} {row.muon:.1f} against {row.adamw:.1f}" + ("" if phase in waits["adamw"].index else " (AdamW has none)")
         for phase, row in longer.iterrows()
     )
-    return f"Where Muon waits longer than AdamW (ms per step, Muon against AdamW): {said}. "
+    return f"Muon waits longer than AdamW (ms per step): {said}. "
 
 
 def _single_device_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
@@ -185,36 +135,13 @@ def _single_device_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     return pair
 
 
-def _single_device_curve(t: ProfileTables, quoted: dict[str, float]) -> str:
-    """Muon's optimizer share and extra step time over AdamW at every tokens per step recorded on one device."""
-    r = t.runs[(t.runs["dp"] == 1) & (t.runs["tp"] == 1) & (t.runs["group"] != "convergence")]
-    parts = []
-    for tokens in sorted(set(r["tokens_per_step"].dropna())):
-        muon, adamw = (
-            first_run(r, optimizer="muon", tokens_per_step=tokens),
-            first_run(r, optimizer="adamw", tokens_per_step=tokens),
-        )
-        if muon is None or adamw is None or is_missing(muon.get("timed_step_ms")) or is_missing(adamw.get("timed_step_ms")):
-            continue
-        share = estimated_share(*t.steps_of(muon)).value
-        extra = muon_extra(t.steps_of(muon), t.steps_of(adamw)).value
-        quoted |= {f"share_at_{int(tokens)}": share, f"muon_extra_at_{int(tokens)}": extra, f"tokens_{int(tokens)}": tokens}
-        parts.append(f"{int(tokens):,}: {share:.1%} and {extra:+.1%}")
-    if not parts:
-        return ""
-    return (
-        " On this one device, Muon's optimizer share and its extra step time over AdamW by tokens per step (steps timed "
-        f"without the profiler, the claims' estimators): {'; '.join(parts)}."
-    )
-
-
 def _one_device_cause(t: ProfileTables, muon: pd.Series, adamw: pd.Series, quoted: dict[str, float]) -> str:
     muon_ms, adamw_ms = float(muon["timed_optimizer_ms"]), float(adamw["timed_optimizer_ms"])
     quoted |= {"muon_optimizer_ms": muon_ms, "adamw_optimizer_ms": adamw_ms}
     return (
-        f"One device: no communication at all, so this is Muon's own work (Newton-Schulz on every matrix, the momentum and "
-        f"the update) against forward+backward: at {int(muon['tokens_per_step']):,} tokens per step its optimizer step takes "
-        f"{muon_ms:.0f} ms, AdamW's {adamw_ms:.0f} ms, and neither grows with the tokens.{_single_device_curve(t, quoted)}"
+        f"One device, no communication: Muon's own work (Newton-Schulz on every matrix, momentum, update) against "
+        f"forward+backward. At {int(muon['tokens_per_step']):,} tokens per step its optimizer step takes {muon_ms:.0f} ms, "
+        f"AdamW's {adamw_ms:.0f} ms; neither grows with the tokens (the GPU section: every tokens per step)."
     )
 
 
@@ -230,22 +157,13 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
         explanation = _one_device_cause(t, muon, adamw, quoted)
         return Measurement(value, low, high, describe_runs(muon), explanation, (muon,), quoted)
     value, low, high = estimated_share(*t.steps_of(muon))  # the share formed within each step
-    extra, quoted = "", {}
-    pair = _pair(t)
-    if pair is not None and not is_missing(muon.get("tokens_per_step")):
-        adamw = pair[1]
-        muon_ms, adamw_ms = t.paired("step_ms", "max", muon, adamw)
-        extra_ms = muon_ms - adamw_ms
-        d, dlo, dhi = mean_interval(extra_ms / float(muon["tokens_per_step"]) * 1000.0)
-        quoted |= {"muon_extra_us_per_token": d, "muon_extra_us_per_token_low": dlo, "muon_extra_us_per_token_high": dhi}
-        extra = f" Muon's extra over AdamW: {d:.1f} µs per token (95% interval {dlo:.1f} to {dhi:.1f})."
+    quoted: dict[str, float] = {}
     scatter = t.phase_mean(muon, DP_REDUCE_SCATTER, "ms_per_step")
     gather = t.phase_mean(muon, DP_ALL_GATHER, "ms_per_step")
     explanation = (
-        f"The optimizer step holds the ZeRO-1 gradient reduce-scatter ({absent_or(scatter, f'{scatter:.0f} ms per step')}) "
-        f"and parameter all-gather ({absent_or(gather, f'{gather:.0f} ms per step')}) that AdamW pays too. "
-        f"{_ns_cause(t, muon, quoted, 'optimizer_share')}{extra}"
-    )
+        f"The optimizer step holds the ZeRO-1 reduce-scatter ({absent_or(scatter, f'{scatter:.0f} ms per step')}) "
+        f"and all-gather ({absent_or(gather, f'{gather:.0f} ms')}) that AdamW pays too. {_ns_cause(t, muon, quoted)}"
+    ).strip()
     return Measurement(value, low, high, describe_runs(muon), explanation, (muon,), quoted)
 
 
@@ -294,15 +212,13 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
         value, low, high = _step_ratio(t, naive, twin)
         quoted: dict[str, float] = {}
         explanation = (
-            f"Step time with the DP and TP gathers issued async_op=True and waited for where their result is first "
-            f"used, over blocking gathers: {value:.2f}x [{low:.2f}, {high:.2f}] on {naive['backend']}: "
+            f"Gathers issued async_op=True and waited for where first used, over blocking ones, on {naive['backend']}: "
             f"{_versus_one(low, high)}. "
         )
         if str(naive["backend"]) == "gloo":
             explanation += (
-                "A naive port overlaps nothing by construction (each wait comes right after its issue), and gloo has no "
-                "streams to get wrong; the original study attributes its ~2x to async_op=True without stream management "
-                "and pipelining on GPUs (NCCL), which a CPU run cannot show. "
+                "A naive port overlaps nothing (each wait follows its issue); gloo has no CUDA streams to mismanage, "
+                "where the original study puts its ~2x. "
             )
         pipelined = _overlap_twin(muon, naive, "pipelined")
         if pipelined is not None:
@@ -311,8 +227,8 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
             quoted |= {"pipelined_over_blocking": p_value, "pipelined_over_blocking_low": p_low}
             quoted |= {"pipelined_over_blocking_high": p_high}
             explanation += (
-                f"Pipelined gathers (the next units' gathers in flight while Newton-Schulz runs): "
-                f"{p_value:.2f}x [{p_low:.2f}, {p_high:.2f}] of the blocking run's step time, {_versus_one(p_low, p_high)}."
+                f"Pipelined gathers (in flight during Newton-Schulz): {p_value:.2f}x [{p_low:.2f}, {p_high:.2f}], "
+                f"{_versus_one(p_low, p_high)}."
             )
         described = [r for r in (naive, twin, pipelined) if r is not None]
         return Measurement(value, low, high, describe_runs(*described), explanation.strip(), tuple(described), quoted)
@@ -325,7 +241,7 @@ def _versus_one(low: float, high: float) -> str:
         return "slower, beyond the noise"
     if high < 1.0:
         return "faster, beyond the noise"
-    return "not distinguishable from 1 within the noise"
+    return "not distinguishable from 1"
 
 
 def _overlap_twin(muon: pd.DataFrame, run: pd.Series, overlap: str) -> pd.Series | None:
@@ -354,7 +270,7 @@ def latency(t: ProfileTables) -> Measurement | str:
     if single is not None:
         explanation = _one_device_cause(t, muon, adamw, quoted)
     else:
-        explanation = _ns_cause(t, muon, quoted, "muon_extra") or "Step time of Muon over AdamW at the same work."
+        explanation = _ns_cause(t, muon, quoted) or "Step time of Muon over AdamW at the same work."
     return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
 
 

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables
-from muon_repro.analysis.claim_measures import MEASURE, threshold_with_range
+from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import left_out
-from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY_MACHINE, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 
 NOT_MEASURED = float("nan")
@@ -93,9 +93,6 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             measured = Measurement(NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, "", f"Not measured: {m}.")
         quoted = dict(measured.quoted)
         outside = _outside(c, measured, t, quoted)
-        explanation = measured.explanation
-        if outside:
-            explanation = f"Not comparable here: {'; '.join(outside)}. {_prediction(c, t, quoted)}Measured here: {explanation}"
         rows.append(
             {
                 "claim_id": c.claim_id,
@@ -112,7 +109,8 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "unit_kind": c.unit_kind,
                 "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(measured, t, quoted),
                 "verdict": NOT_COMPARABLE if outside else verdict(measured.low, measured.high, c.region),
-                "explanation": explanation,
+                "outside_conditions": "; ".join(outside),
+                "explanation": measured.explanation,
                 "stated": quoted,
                 "rule": c.rule_text(),
                 "study_method_value": None,
@@ -146,58 +144,16 @@ def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, fl
 
 
 def _outside(claim: Claim, measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> list[str]:
-    """Why the measurement's runs were not made under the claim's conditions (empty: they were, or it has none)."""
+    """How the measurement's runs differ from the claim's conditions (empty: they do not, or it has none); a
+    difference that holds for only some of the runs names them."""
     subjects = measured.runs or ((measured.subject,) if measured.subject is not None else ())
     if claim.made_under is None or not subjects:
         return []
-    runs_of: dict[str, list[str]] = {}  # reason -> the runs it applies to, in order
+    runs_of: dict[str, list[str]] = {}  # difference -> the runs it holds for, in order
     for run in subjects:
         for reason in claim.made_under.outside(run, t.ranks_per_core(run), quoted):
             runs_of.setdefault(reason, []).append(str(run["run"]))
-    return [f"{' and '.join(runs)} {reason}" for reason, runs in runs_of.items()]
-
-
-def _prediction(claim: Claim, t: ProfileTables, quoted: dict[str, float]) -> str:
-    """What the cost model predicts under the claim's conditions (the original study's hardware), with its validated error."""
-    th = t.thresholds
-    if claim.prediction is None or th.empty or "metric" not in th.columns:
-        return "The cost model makes no prediction of this quantity. "
-    level = claim.level.value
-    # the shipped profile, or (a profile of one device measured alone) its interconnect with that device's kernel rates
-    on_study = th["machine"].astype(str).str.split("+").str[0] == STUDY_MACHINE
-    picks = th[
-        (th["metric"] == claim.prediction)
-        & on_study
-        & (th["level"].astype(float).round(4) == round(float(level), 4))
-        & th["tokens_per_step"].notna()
-    ]
-    if picks.empty:
-        return "The cost model makes no prediction of this quantity on the original study's hardware. "
-    said = "; ".join(
-        f"{row.model} (d_model {int(row.d_model)}) at {threshold_with_range(row)} tokens per step "
-        f"({float(row.tokens_per_d_model):.0f} per d_model)"
-        for row in picks.itertuples()
-    )
-    machines = sorted(set(picks["machine"].astype(str)))
-    where = STUDY_MACHINE if machines == [STUDY_MACHINE] else f"{', '.join(machines)}: its links, this device's kernel rates"
-    return (
-        f"Predicted by the cost model on the original study's 4 GPUs ({where}, DP2·TP2): {claim.prediction} falls to "
-        f"{float(level):.1%} at {said}{_validated_error(t, quoted)}. "
-    )
-
-
-def _validated_error(t: ProfileTables, quoted: dict[str, float]) -> str:
-    """The cost model's median |error| against this profile's recorded runs (predictions table)."""
-    p = t.predictions
-    if p.empty or "step_rel_error" not in p.columns:
-        return ""
-    step = p["step_rel_error"].astype("float64").abs().median()
-    opt = p["optimizer_rel_error"].astype("float64").abs().median()
-    quoted |= {"predicted_runs": len(p), "step_median_abs_error": step, "optimizer_median_abs_error": opt}
-    return (
-        f", a model whose median |error| against this machine's {len(p)} recorded runs is {step:.0%} on the step, "
-        f"{opt:.0%} on the optimizer"
-    )
+    return [reason if len(runs) == len(subjects) else f"{reason} (only {', '.join(runs)})" for reason, runs in runs_of.items()]
 
 
 def stated_unit(name: str) -> str:

@@ -15,7 +15,6 @@ cell states (tests/test_report_abstract.py checks it).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -74,39 +73,16 @@ def title_block(root: Path, recorded_at: str, *, title: str, version: str) -> di
 # ---------------------------------------------------------------- the abstract
 
 
-def _first_sentence_after(text: str, prefix: str) -> str:
-    """The sentence of ``text`` that starts with ``prefix``, without it and its final period ('' if none)."""
-    at = text.find(prefix)
-    if at < 0:
-        return ""
-    rest = text[at + len(prefix) :]
-    end = re.search(r"\.(\s|$)", rest)
-    return (rest[: end.start()] if end else rest).strip()
-
-
-def _short_reason(clause: str) -> str:
-    """One reason a claim's runs are outside its conditions, without the runs' names, in a few words."""
-    verb = min((i for i in (clause.find(" ran "), clause.find(" trained ")) if i >= 0), default=-1)
-    reason = clause[verb + 1 :] if verb >= 0 else clause
-    if m := re.match(r"ran on (\S+) with (\S+), the claim on (\S+)", reason):
-        return f"{m[2]} on {m[1]}, not {m[3]}"
-    if m := re.match(r"ran (\S+) ranks per core", reason):
-        return f"{m[1]} ranks per core"
-    if m := re.search(r"\((\S+) per (d_model|parameter)\), the claim at (\S+) or more", reason):
-        per = "tokens per step per d_model" if m[2] == "d_model" else "tokens per parameter"
-        return f"{m[1]} {per}, not {m[3]}+"
-    return reason.strip()
-
-
 def not_comparable_reasons(claims: pd.DataFrame) -> list[tuple[str, int]]:
-    """The conditions the runs differ in, each with how many claims it keeps from being compared (claims.explanation's
-    'Not comparable here: ...' sentence), most claims first; one difference against several claims' bounds is said once
+    """The conditions the runs differ in (claims.outside_conditions), each with how many claims it keeps from being
+    compared, most claims first; one difference against several claims' bounds is said once
     (``4 tokens per step per d_model, not 100+ or 1,000+``)."""
     counts: dict[str, int] = {}
     bounds: dict[str, list[str]] = {}
     for _, c in claims[claims["verdict"].astype(str) == NOT_COMPARABLE].iterrows():
-        said = _first_sentence_after("" if is_missing(c["explanation"]) else str(c["explanation"]), "Not comparable here:")
-        for reason in dict.fromkeys(_short_reason(part) for part in said.split("; ") if part.strip()):
+        said = "" if is_missing(c["outside_conditions"]) else str(c["outside_conditions"])
+        differences = (part.split(" (only ", 1)[0].strip() for part in said.split("; "))  # without the runs it names
+        for reason in dict.fromkeys(d for d in differences if d):
             what, _, bound = reason.partition(", not ")
             counts[what] = counts.get(what, 0) + 1
             if bound and bound not in bounds.setdefault(what, []):

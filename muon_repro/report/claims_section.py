@@ -114,8 +114,19 @@ CLAIM_COLUMNS = (
     "unit_kind",
     "conditions",
     "verdict",
+    "outside_conditions",
     "explanation",
 )
+
+
+def claim_note(c: pd.Series) -> str:
+    """A claim's measured cause as the report states it: how its runs differ from the claim's conditions
+    (claims.outside_conditions) when they do, then its explanation."""
+    explanation = "" if is_missing(c["explanation"]) else str(c["explanation"]).strip()
+    outside = "" if is_missing(c.get("outside_conditions")) else str(c["outside_conditions"]).strip()
+    if not outside:
+        return explanation
+    return f"Not comparable here: {outside}." + (f" Measured here: {explanation}" if explanation else "")
 
 
 def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:
@@ -139,7 +150,7 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
         )
         verdict = report_verdict(c, data.runs)
         conditions = "" if is_missing(c["conditions"]) else str(c["conditions"]).strip()
-        explanation = "" if is_missing(c["explanation"]) else str(c["explanation"]).strip()
+        explanation = claim_note(c)
         if verdict != "not measured" and not explanation:
             raise MissingMetric(f"metric claims.explanation is missing for claim {cid} (verdict {verdict})")
         rows.append(

@@ -25,7 +25,6 @@ section's second figure, one step of the deepest Muon pipeline, is :mod:`muon_re
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -161,19 +160,9 @@ def stage_rows(data: ReportData, runs: pd.DataFrame) -> list[list[str]]:
     return out
 
 
-def _sentence_after(text: str, prefix: str) -> str:
-    """The sentence of ``text`` that follows ``prefix`` ('' if none)."""
-    at = text.find(prefix)
-    if at < 0:
-        return ""
-    rest = text[at + len(prefix) :].strip()
-    end = re.search(r"\.(\s|$)", rest)
-    return (rest[: end.start() + 1] if end else rest).strip()
-
-
 def claim_lines(data: ReportData) -> list[dict[str, Any]]:
-    """Each pipeline claim, and per hardware profile its measurement, verdict and the first of its explanation:
-    why it is not compared, in a few words, and the first sentence of what was measured."""
+    """Each pipeline claim, and per hardware profile its measurement, verdict, why it is not compared (in a few
+    words, from claims.outside_conditions) and its explanation."""
     claims = data.claims
     profiles = list(dict.fromkeys([data.profile or data.profiles[0], *claims["profile"].astype(str)]))
     out = []
@@ -190,11 +179,14 @@ def claim_lines(data: ReportData) -> list[dict[str, Any]]:
             verdict = report_verdict(c, data.runs)
             explanation = "" if is_missing(c["explanation"]) else str(c["explanation"])
             reasons = [r for r, _ in not_comparable_reasons(mine)]
-            why = f"{verdict}: {'; '.join(reasons)}." if reasons else _sentence_after(explanation, "")
-            measured = _sentence_after(explanation, "Measured here:")
             value = claim_measured(c)
-            said = f"{profile}: {why}" if value == verdict else f"{profile}: {value}, {why}"
-            per_profile.append({"profile": profile, "said": said + (f" Measured here: {measured}" if measured else "")})
+            if reasons:
+                why = f"{verdict}: {'; '.join(reasons)}. Measured here: {explanation}"
+            else:
+                why = f"{verdict}. {explanation}" if value != verdict else explanation
+            per_profile.append(
+                {"profile": profile, "said": f"{profile}: {why}" if value == verdict else f"{profile}: {value}, {why}"}
+            )
         out.append({"id": cid, "claim": str(rows.iloc[0]["claim"]), "profiles": per_profile})
     return out
 

@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
-from muon_repro.report.claims_section import claim_measured
+from muon_repro.report.claims_section import claim_measured, claim_note
 from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 
@@ -66,7 +66,7 @@ def study_claims(data: ReportData) -> list[dict[str, str]]:
                 "method": method + ("" if is_missing(rebuilt) else (" (rebuilt)" if bool(rebuilt) else " (not rebuilt)")),
                 "measured": claim_measured(c),
                 "verdict": str(c["verdict"]),
-                "explanation": str(c["explanation"]),
+                "explanation": claim_note(c),
             }
         )
     return out

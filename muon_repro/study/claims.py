@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
-from muon_repro.claims import ANY_MACHINE, CLAIMS, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
@@ -149,10 +149,10 @@ def study_claim_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
 class _Measured:
     """A claim measured on the study's runs."""
 
-    def __init__(self, value, low, high, conditions, explanation, quoted, equal_work=None, work="", comparable=True):
+    def __init__(self, value, low, high, conditions, explanation, quoted, equal_work=None, work="", outside=""):
         self.value, self.low, self.high = value, low, high
         self.conditions, self.explanation, self.quoted = conditions, explanation, quoted
-        self.equal_work, self.work, self.comparable = equal_work, work, comparable
+        self.equal_work, self.work, self.outside = equal_work, work, outside  # outside: how the runs differ from the claim's
 
 
 def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
@@ -172,13 +172,10 @@ def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Me
         **numbers,
     }
     explanation = (
-        f"NCCL transfer time per step: Muon {np.mean(muon):.1f} ms, AdamW {np.mean(adamw):.1f} ms (kernel time with the "
-        f"waits for peers: ratio {kernel_ratio:.2f}). The runs did unequal work: {work} ({bytes_ratio:.2f}x the bytes). "
-        "The study's AdamW all-reduces every full fp32 gradient over the 4 ranks (DDP, no ZeRO-1); its Muon reduces no "
-        "gradient at all and only gathers bf16 momentum (a DP gather and TP gathers), so the ratio measures two "
-        "different communication patterns, not Muon against ZeRO-1 AdamW. The study's 0.57x sums, over 5 steps, each "
-        "collective's CPU call, its nccl: annotation, its NCCL kernel and that kernel's GPU view, and AdamW's "
-        "AdamW_AllReduce scope besides (study_method_parts)."
+        f"NCCL transfer time per step: Muon {np.mean(muon):.1f} ms, AdamW {np.mean(adamw):.1f} ms (with the waits for "
+        f"peers: {kernel_ratio:.2f}x). Unequal work: the study's AdamW all-reduces every fp32 gradient (DDP, no ZeRO-1), "
+        f"its Muon only gathers bf16 momentum ({bytes_ratio:.2f}x the bytes). The study's own figure sums each "
+        "collective's CPU call, annotation, kernel and the kernel's GPU view (study_method_parts)."
     )
     return _Measured(value, low, high, _conditions(runs, RUN["muon_full"], RUN["adamw_full"]), explanation, quoted, equal, work)
 
@@ -196,12 +193,10 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
         "cpu_share": float(np.mean(cpu / step)),
     }
     explanation = (
-        f"Per step, the GPU is busy {np.mean(busy):.1f} ms with the kernels Muon_Step launched (Newton-Schulz in bf16 on "
-        f"the gathered 4096x4096 matrix, the gathers) in a step of {np.mean(step):.1f} ms. The study's "
-        f"~{STUDY_SHARE.percent} divides "
-        f"Muon_Step's CPU span ({np.mean(cpu):.2f} ms per step: the time to launch those kernels, {np.mean(cpu / step):.1%} "
-        "of the step) summed over 5 steps by the whole 5-step trace; the kernels run after the CPU returns and the next "
-        "FWD_BWD's torch.cuda.synchronize() waits for them, so their time is counted in the forward-backward instead."
+        f"The GPU is busy {np.mean(busy):.1f} ms per step with Muon_Step's kernels (bf16 Newton-Schulz on the gathered "
+        f"4096x4096 matrix, the gathers) in a {np.mean(step):.1f} ms step. The study's ~{STUDY_SHARE.percent} divides "
+        f"Muon_Step's CPU span ({np.mean(cpu):.2f} ms: launching those kernels) by the trace; the kernels finish inside "
+        "the next FWD_BWD's synchronize, so they count as forward-backward."
     )
     return _Measured(value, low, high, _conditions(runs, run), explanation, quoted)
 
@@ -222,9 +217,9 @@ def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -
     }
     explanation = (
         f"Rank 0's step (the only async trace published): {np.mean(naive):.1f} ms with async_op=True against "
-        f"{np.mean(sync):.1f} ms synchronous, the same work ({work}). Its NCCL kernels run longer "
-        f"({nccl_naive:.1f} against {nccl_sync:.1f} ms per step): launched earlier, they wait longer for the peers; the "
-        "study's 2.1x is that kernel time, summed with its annotations, not the step time."
+        f"{np.mean(sync):.1f} ms synchronous, the same work. Its NCCL kernels run longer ({nccl_naive:.1f} against "
+        f"{nccl_sync:.1f} ms per step): launched earlier, they wait longer for the peers. The study's 2.1x is that kernel "
+        "time with its annotations, not the step time."
     )
     return _Measured(
         value, low, high, _conditions(runs, RUN["muon_async"], RUN["muon_full"], rank=0), explanation, quoted, equal, work
@@ -237,11 +232,11 @@ def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None)
     value, low, high = ratio_interval(muon, adamw)
     equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     explanation = (
-        "Not comparable here: the paper's claim is for LLM pretraining with millions of tokens per step; the study's "
-        "full step is a simulated forward-backward (20 chained 2048x2048 fp32 matmuls) beside five random-gradient "
-        f"matrices, with no tokens, and the runs did unequal work ({work}). Measured here: Muon's step over AdamW's "
-        f"minus 1, {value - 1:+.1%} per step."
+        f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step, on runs that did unequal work (work_difference). "
+        "The study's full step is a simulated forward-backward of 20 chained 2048x2048 fp32 matmuls beside five "
+        "random-gradient matrices."
     )
+    outside = "a simulated forward-backward with no tokens, not LLM pretraining at millions of tokens per step"
     quoted = {"muon_step_ms": float(np.mean(muon)), "adamw_step_ms": float(np.mean(adamw)), **numbers}
     return _Measured(
         value - 1,
@@ -252,7 +247,7 @@ def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None)
         quoted,
         equal,
         work,
-        False,
+        outside,
     )
 
 
@@ -286,15 +281,17 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         value = low = high = nan
         verdict_ = "not measured"
         explanation, conditions, quoted, equal, work = f"Not measured on the study's own runs: {reason}.", "", {}, None, ""
+        outside = ""
     else:
         value, low, high = m.value, m.low, m.high
-        if not m.comparable:
-            verdict_ = "not comparable here"
+        if m.outside:
+            verdict_ = NOT_COMPARABLE
         elif m.equal_work is False:
             verdict_ = UNEQUAL_WORK
         else:
             verdict_ = verdict(low, high, claim.region)
         explanation, conditions, quoted, equal, work = m.explanation, m.conditions, m.quoted, m.equal_work, m.work
+        outside = m.outside
     rule = (
         f"on the study's own runs its conditions hold: reproduced if the 95% interval over the steps lies inside "
         f"{claim.region.text()}, not reproduced if outside, else inconclusive; {UNEQUAL_WORK} when the compared runs did "
@@ -315,6 +312,7 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         "unit_kind": claim.unit_kind,
         "conditions": conditions,
         "verdict": verdict_,
+        "outside_conditions": outside,
         "explanation": explanation,
         "stated": quoted,
         "rule": rule,

@@ -574,7 +574,21 @@ SCHEMAS: dict[str, TableSchema] = {
                 "work (the runs compared did different work: study_method's profile only), not comparable here (the runs "
                 "were not made under the claim's conditions), not measured",
             ),
-            ("explanation", "string", "", "the measured cause of the value, and of any difference from the claim"),
+            (
+                "outside_conditions",
+                "string",
+                "",
+                "when the verdict is not comparable here: how the runs differ from the conditions the claim was made "
+                "under, each as 'what the runs had, not what the claim had', separated by '; ' (a difference that holds "
+                "for some of the runs only is followed by ' (only ' and their names); empty otherwise",
+            ),
+            (
+                "explanation",
+                "string",
+                "",
+                "the measured cause of the value, and of any difference from the claim, in about 60 words at most; "
+                "the numbers it and the report state beside it are cells of the tables or rows of stated_numbers",
+            ),
             ("rule", "string", "", "how the verdict was decided"),
             (
                 "study_method_value",
