@@ -168,13 +168,15 @@ class ShardSummary:
     muon_matrices: int  # Muon matrices in the model (TP-local)
     ns_matrices: int  # matrices this rank orthogonalizes each step
     dp_gathered_matrices: int  # matrices that need a DP gather (straddle a boundary, or bucketed)
+    muon_elems: int | None = None  # shard elements routed to Muon by the plan (None: recorded before it was kept)
 
     @classmethod
     def from_dict(cls, raw: Any) -> ShardSummary | None:
         if not isinstance(raw, Mapping):
             return None
         values = {f.name: (_str(raw.get(f.name)) if f.name == "layout" else _int(raw.get(f.name))) for f in fields(cls)}
-        return None if any(v is None for v in values.values()) else cls(**values)
+        required = {k: v for k, v in values.items() if k != "muon_elems"}
+        return None if any(v is None for v in required.values()) else cls(**values)
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,9 @@ class RankMetrics:
     ledger: list[dict[str, Any]] = field(default_factory=list)
     state_bytes: dict[str, int] = field(default_factory=dict)  # muon (momentum) / adamw (two moments)
     transient_bytes: int | None = None  # largest set of gather/shard buffers alive at once
+    # The same optimizer's memory measured by storage (muon_repro.optim.held_memory), whatever its buffers are called:
+    held_state_bytes: int | None = None  # every distinct storage in optimizer.state
+    held_buffer_bytes: int | None = None  # every other storage it owns (flat buffers, shards, kept gathers)
     peak_memory_bytes: int | None = None
     peak_memory_source: str | None = None  # cuda_max_allocated | process_max_rss
     update_rms: dict[str, float] = field(default_factory=dict)
@@ -237,6 +242,8 @@ class RankMetrics:
             ledger=[rec for rec in ledger if isinstance(rec, dict)] if isinstance(ledger, list) else [],
             state_bytes=_int_map(raw.get("state_bytes")),
             transient_bytes=_int(raw.get("transient_bytes")),
+            held_state_bytes=_int(raw.get("held_state_bytes")),
+            held_buffer_bytes=_int(raw.get("held_buffer_bytes")),
             peak_memory_bytes=_int(raw.get("peak_memory_bytes", raw.get("peak_mem_bytes"))),
             peak_memory_source=_str(raw.get("peak_memory_source")),
             update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None},

@@ -48,6 +48,7 @@ from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model import GPTConfig
 from muon_repro.optim import DistributedMuon
 from muon_repro.optim.comm_model import optimizer_bytes
+from muon_repro.optim.held_memory import held_memory
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.run_records import RankMetrics, ShardSummary
 from muon_repro.rundir import RunDir, trace_name
@@ -89,6 +90,7 @@ def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:
         muon_matrices=len(plan.muon_slots()) if isinstance(opt, DistributedMuon) else 0,
         ns_matrices=len(ns_slots),
         dp_gathered_matrices=len(gathered),
+        muon_elems=opt.shard_elems_by_rule()["muon"],
     )
 
 
@@ -162,6 +164,7 @@ def run_rank(
         bar.close()
 
     peak, peak_source = _peak_memory_bytes(device)
+    held = held_memory(opt)
     metrics = RankMetrics(
         rank=dims.rank,
         dp_rank=dims.dp_rank,
@@ -174,6 +177,8 @@ def run_rank(
         ledger=dims.ledger.as_dicts(),
         state_bytes=opt.state_bytes(),
         transient_bytes=opt.stats.transient_bytes,
+        held_state_bytes=held.state_bytes,
+        held_buffer_bytes=held.buffer_bytes,
         peak_memory_bytes=peak,
         peak_memory_source=peak_source,
         update_rms={name: float(v) for name, v in opt.stats.update_rms.items()},

@@ -181,6 +181,14 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
 
     # ---------------------------------------------------------------- accounting and checkpoints
 
+    def shard_elems_by_rule(self) -> dict[str, int]:
+        """Elements of this rank's shard by the update rule the plan routes them to (muon, adamw): what its state
+        should hold, independent of what it does hold."""
+        out = {"muon": 0, "adamw": 0}
+        for slot, piece, _, _ in self._my_pieces:
+            out["muon" if slot.spec.use_muon else "adamw"] += piece.length
+        return out
+
     def state_bytes_by_param(self) -> dict[str, int]:
         """Moment-buffer bytes this rank holds for each parameter (0 where it holds no piece)."""
         return {

@@ -674,11 +674,31 @@ SCHEMAS: dict[str, TableSchema] = {
             ("adamw_state_bytes", "Int64", "bytes", "AdamW moments this rank keeps (two fp32 moments per element)"),
             ("state_bytes", "Int64", "bytes", "muon_state_bytes + adamw_state_bytes: steady-state optimizer state"),
             ("transient_bytes", "Int64", "bytes", "largest set of gather/shard buffers alive at once during a step"),
+            (
+                "held_state_bytes",
+                "Int64",
+                "bytes",
+                "optimizer state measured by storage: every distinct tensor storage in optimizer.state, whatever its "
+                "name, the model's parameters left out (muon_repro.optim.held_memory); null for runs recorded before",
+            ),
+            (
+                "held_buffer_bytes",
+                "Int64",
+                "bytes",
+                "every other storage the optimizer owns at the end of the run (flat gradient and parameter buffers, "
+                "shards, kept gathers), each counted once; null for runs recorded before",
+            ),
             ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
             ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
             ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
             ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),
             ("shard_elems", "Int64", "elements", "flat-buffer elements this rank owns under ZeRO-1"),
+            (
+                "muon_elems",
+                "Int64",
+                "elements",
+                "of shard_elems, those the shard plan routes to Muon's update (0 for AdamW); null for runs recorded before",
+            ),
             ("muon_matrices", "Int64", "count", "Muon matrices of the model (TP-local); 0 for AdamW"),
             ("ns_matrices", "Int64", "count", "matrices this rank orthogonalizes each step"),
             (
