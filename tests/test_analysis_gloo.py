@@ -58,6 +58,17 @@ def recorded(tmp_path_factory) -> Path:
                 "rank": r["rank"],
                 "ledger": r["ledgers"][optimizer],
                 "state_bytes": STATE_BYTES[optimizer],
+                "held_state_bytes": sum(STATE_BYTES[optimizer].values()),  # as the storage census would measure it
+                "held_buffer_bytes": 4000,
+                "shard": {
+                    "layout": "contiguous",
+                    "buckets": 1,
+                    "shard_elems": 1000,
+                    "muon_matrices": 2 if optimizer == "muon" else 0,
+                    "ns_matrices": 1 if optimizer == "muon" else 0,
+                    "dp_gathered_matrices": 0,
+                    "muon_elems": 500 if optimizer == "muon" else 0,
+                },
                 "peak_memory_bytes": 123,
                 "peak_memory_source": "process_max_rss",
                 "loss": [7.5, 7.25, 7.0],
@@ -171,8 +182,8 @@ def test_runs_comparisons_and_claims(tables):
     assert math.isclose(bytes_check["measured_value"], muon_dp / adamw_dp, rel_tol=1e-12)
     assert pd.isna(bytes_check["holds"])  # hand-made traces: no analytic bytes or ledger to hold the trace against
     assert bytes_check["in_claimed_region"] == (1 < muon_dp / adamw_dp <= 1.25)
-    assert checks.loc["state_muon_matrices", "measured_value"] == 0.5  # 2000 B of momentum where AdamW keeps 8000 - 4000
-    assert checks.loc["state_muon_matrices", "holds"]
+    assert checks.loc["state_accounting", "measured_value"] == 0.5  # 2000 B of momentum where AdamW keeps 8000 - 4000
+    assert checks.loc["state_accounting", "holds"]
     assert claims.loc["hybrid_beats_pure", "verdict"] == "not measured"
 
 

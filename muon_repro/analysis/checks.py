@@ -8,9 +8,10 @@ out otherwise, so they are *checks*: what the construction says (``expected``), 
 (``measured``), whether the two agree (``holds``), and what would make a check fail (``fails_if``).
 Where a source stated the quantity, the row says whether the measured value lies in its region.
 
-* ``state_muon_matrices``: per rank, Muon's state over AdamW's for the elements Muon manages (0.5);
-* ``state_accounting``: every element of each rank's ZeRO-1 shard holds exactly one optimizer's state;
-* ``state_whole_model``: the whole-model state ratio equals ``1 - f/2`` (f: the Muon-managed share);
+* ``state_accounting``: what each rank's optimizer holds, measured by storage (every tensor in its state whatever
+  its name, every buffer it keeps), is what the shard plan calls for: 4 bytes for each element routed to Muon, 8 for
+  each routed to AdamW, and no buffer Muon keeps beyond AdamW's. Its value is Muon's state over AdamW's for the
+  elements Muon manages (0.5); the whole-model ratio ``1 - f/2`` follows from it and is stated, not checked apart;
 * ``state_with_transients``: Muon's state plus its transient gather buffers against AdamW's state;
 * ``bytes_<layout>``: per ZeRO-1 layout, the DP optimizer bytes in the traces equal the analytic ring
   model's and the run-time ledger's, and where the ratio lies against the paper's ``(1, 1.25]``.
@@ -66,30 +67,16 @@ BYTES_CLAIM = "Distributed Muon communicates (1, 1.25] times the bytes of ZeRO-1
 BYTES_REGION = (1.0, 1.25)  # (low, high]: the paper's open lower bound
 
 CHECKS = {
-    "state_muon_matrices": Check(
-        "state_muon_matrices",
-        "Muon's state for the matrices it manages is half AdamW's, on every rank",
-        STATE_CLAIM,
-        STUDY,
-        "ratio Muon/AdamW of the state for the elements Muon manages, per rank",
-        "Muon keeps other than one fp32 momentum per element it manages, or AdamW other than two fp32 moments",
-        "[0.5, 0.5]",
-    ),
     "state_accounting": Check(
         "state_accounting",
-        "Every element of a rank's ZeRO-1 shard holds exactly one optimizer's state",
+        "What each rank's optimizer holds, measured by storage, is what the shard plan calls for: one fp32 momentum per "
+        "Muon element, two fp32 moments per AdamW element, no extra buffer",
         STATE_CLAIM,
         STUDY,
-        "elements: the largest |elements holding state - shard elements| over ranks of both runs",
-        "an element holds no state or both optimizers' (a parameter routed to Muon and AdamW, or to neither)",
-    ),
-    "state_whole_model": Check(
-        "state_whole_model",
-        "Over the whole model a rank's state ratio is 1 - f/2, f the share of its elements Muon manages",
-        STATE_CLAIM,
-        STUDY,
-        "ratio Muon/AdamW of all optimizer state on the rank where it is largest",
-        "either optimizer keeps state beside its per-element buffers (a buffer per parameter, a copy of the weights)",
+        "ratio Muon/AdamW of the state held for the elements Muon manages, per rank, measured by storage",
+        "either optimizer holds state the plan does not call for (a copy of the weights or a second momentum, under "
+        "any name; another dtype), or Muon keeps a buffer AdamW does not",
+        "[0.5, 0.5]",
     ),
     "state_with_transients": Check(
         "state_with_transients",
@@ -123,12 +110,59 @@ def _state_frames(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> tuple[
     needed = ("muon_state_bytes", "adamw_state_bytes", "state_bytes")
     if m.empty or a.empty or any(c not in m.columns or m[c].isna().any() or a[c].isna().any() for c in needed):
         return None
-    numeric = [c for c in (*needed, "shard_elems", "transient_bytes") if c in m.columns]
+    numeric = [c for c in (*needed, *STORAGE_COLUMNS, "shard_elems", "transient_bytes") if c in m.columns]
     return m.astype({c: "float64" for c in numeric}), a.astype({c: "float64" for c in numeric})
+
+
+STORAGE_COLUMNS = ("held_state_bytes", "held_buffer_bytes", "muon_elems")  # the ranks table's storage census
 
 
 def _has(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and frame[column].notna().all()
+
+
+def state_accounting(m: pd.DataFrame, a: pd.DataFrame, runs: tuple[pd.Series, ...]) -> Outcome | None:
+    """What each rank of the Muon run (``m``) and of the AdamW run (``a``, the same shard plan) holds, by storage,
+    against the plan: ``8 * shard`` bytes for AdamW, ``4 * e + 8 * (shard - e)`` for Muon with ``e`` its Muon
+    elements, and the same buffers for both. None for runs recorded before the census."""
+    if not all(_has(f, c) for f in (m, a) for c in (*STORAGE_COLUMNS, "shard_elems")) or not m.index.equals(a.index):
+        return None
+    muon_elems, shard = m["muon_elems"], m["shard_elems"]
+    adamw_routed = 2 * FP32 * (shard - muon_elems)  # the Muon run's AdamW-routed elements, by the plan
+    extra_state = pd.concat(
+        [m["held_state_bytes"] - (FP32 * muon_elems + adamw_routed), a["held_state_bytes"] - 2 * FP32 * a["shard_elems"]]
+    )
+    extra_buffers = m["held_buffer_bytes"] - a["held_buffer_bytes"]
+    managed = muon_elems > 0
+    ratios = ((m["held_state_bytes"] - adamw_routed) / (a["held_state_bytes"] - adamw_routed))[managed]
+    if ratios.empty:
+        return None
+    exact = bool(np.allclose(ratios, 0.5, rtol=EXACT, atol=0.0))
+    holds = exact and bool((extra_state == 0).all()) and bool((extra_buffers == 0).all())
+    top = (m["held_state_bytes"] / a["held_state_bytes"]).idxmax()
+    share = float(muon_elems[top] / shard[top])
+    whole = float(m.loc[top, "held_state_bytes"] / a.loc[top, "held_state_bytes"])
+    worst_state, worst_buffers = float(extra_state.abs().max()), float(extra_buffers.abs().max())
+    return Outcome(
+        0.5,
+        float(ratios.median()),
+        float(ratios.min()),
+        float(ratios.max()),
+        holds,
+        f"By storage on {len(m)} ranks of each run: at most {worst_state:,.0f} bytes of state beyond the plan, and "
+        f"Muon's other buffers differ from AdamW's by at most {worst_buffers:,.0f} bytes. Rank {top}'s whole-model "
+        f"ratio is {whole:.3f} = 1 - f/2, Muon managing a share f = {share:.3f} of its elements.",
+        runs,
+        in_claimed_region=exact,
+        quoted={
+            "ranks": len(m),
+            "state_beyond_plan_bytes": worst_state,
+            "buffer_difference_bytes": worst_buffers,
+            "rank": int(top),
+            "whole_model_ratio": whole,
+            "muon_share_of_elements": share,
+        },
+    )
 
 
 def state_checks(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> list[tuple[str, Outcome]]:
@@ -137,75 +171,9 @@ def state_checks(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> list[tu
         return []
     m, a = frames
     runs = (muon, adamw)
-    # AdamW's moments for the elements Muon manages on a rank: both runs lay out the same flat buffer, so
-    # the AdamW run's state minus the Muon run's AdamW-routed state is theirs.
-    adamw_for_matrices = a["adamw_state_bytes"] - m["adamw_state_bytes"]
-    held = adamw_for_matrices > 0
-    ratios = (m["muon_state_bytes"][held] / adamw_for_matrices[held]).dropna()
     out: list[tuple[str, Outcome]] = []
-    if len(ratios):
-        holds = bool(np.allclose(ratios, 0.5, rtol=EXACT, atol=0.0))
-        out.append(
-            (
-                "state_muon_matrices",
-                Outcome(
-                    0.5,
-                    float(ratios.median()),
-                    float(ratios.min()),
-                    float(ratios.max()),
-                    holds,
-                    f"Over the {len(ratios)} ranks that hold Muon-managed matrices: one fp32 momentum where AdamW keeps "
-                    "two fp32 moments, for the same elements.",
-                    runs,
-                    in_claimed_region=holds,
-                    quoted={"ranks": len(ratios)},
-                ),
-            )
-        )
-    if _has(m, "shard_elems") and _has(a, "shard_elems"):  # runs recorded before the shard plan lack it
-        with_state = pd.concat(
-            [
-                m["muon_state_bytes"] / FP32 + m["adamw_state_bytes"] / (2 * FP32) - m["shard_elems"],
-                a["adamw_state_bytes"] / (2 * FP32) - a["shard_elems"],
-            ]
-        ).abs()
-        out.append(
-            (
-                "state_accounting",
-                Outcome(
-                    0.0,
-                    float(with_state.max()),
-                    float(with_state.min()),
-                    float(with_state.max()),
-                    bool(with_state.max() == 0),
-                    f"{len(m)} ranks of the Muon run and {len(a)} of the AdamW run; fp32 state (4 bytes a momentum, 8 "
-                    "bytes AdamW's two moments).",
-                    runs,
-                    quoted={"muon_ranks": len(m), "adamw_ranks": len(a)},
-                ),
-            )
-        )
-    if _has(m, "shard_elems"):
-        whole = m["state_bytes"] / a["state_bytes"]
-        top = whole.idxmax()
-        share = (m.loc[top, "muon_state_bytes"] / FP32) / m.loc[top, "shard_elems"]
-        expected = 1.0 - share / 2.0
-        out.append(
-            (
-                "state_whole_model",
-                Outcome(
-                    float(expected),
-                    float(whole[top]),
-                    float(whole.min()),
-                    float(whole.max()),
-                    bool(np.isclose(whole[top], expected, rtol=EXACT, atol=0.0)),
-                    f"Rank {top}: Muon manages a share f = {share:.3f} of its shard's elements; embeddings, the LM head and "
-                    "norms keep AdamW state under either optimizer, so the whole-model ratio cannot fall below 1 - f/2.",
-                    runs,
-                    quoted={"rank": int(top), "muon_share_of_elements": float(share)},
-                ),
-            )
-        )
+    if (accounting := state_accounting(m, a, runs)) is not None:
+        out.append(("state_accounting", accounting))
     if _has(m, "transient_bytes"):
         peak = (m["state_bytes"] + m["transient_bytes"]) / a["state_bytes"]
         worst = peak.idxmax()

@@ -320,7 +320,6 @@ class DistributedMuon(ZeroOneOptimizer):
             update = zeropower_via_newtonschulz5(matrix.float(), group["ns_steps"], ns_dtype)
             scale = muon_update_scale(slot.spec.full_shape, group["update_scale"])
             rms = update.square().mean().sqrt() * scale
-            self.state[self._params[i]]["update_rms"] = rms
             self.stats.update_rms[slot.spec.name] = rms
             self.stats.ns_calls += 1
             self.stats.ns_flops += newton_schulz_flops(slot.spec.full_shape, group["ns_steps"])
