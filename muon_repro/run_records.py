@@ -37,6 +37,10 @@ def _floats(value: Any) -> list[float | None]:
     return [_float(v) for v in value] if isinstance(value, list) else []
 
 
+def _ints(value: Any) -> list[int | None]:
+    return [_int(v) for v in value] if isinstance(value, list) else []
+
+
 TIMED_COMM_VOCABULARIES = ("phases", "kinds", "groups")
 TIMED_COMM_COLUMNS = ("step", "phase", "kind", "group", "start_ns", "end_ns")
 
@@ -220,6 +224,7 @@ class RankMetrics:
     timed_fwd_bwd_ms: list[float | None] = field(default_factory=list)
     timed_optimizer_ms: list[float | None] = field(default_factory=list)
     timed_bubble_ms: list[float | None] = field(default_factory=list)  # pipeline stages only, as bubble_ms
+    timed_last_backward_ns: list[int | None] = field(default_factory=list)  # pipeline stages: each step's last backward end
     # Every collective call of those steps, as columns (muon_repro.parallel.comm.CommTimer.columns):
     # vocabularies "phases", "kinds", "groups"; then "step", "phase", "kind", "group" (codes into them),
     # "start_ns", "end_ns" (perf_counter_ns: CLOCK_MONOTONIC, one clock for the ranks of one host). {} without.
@@ -260,6 +265,7 @@ class RankMetrics:
             timed_fwd_bwd_ms=_floats(raw.get("timed_fwd_bwd_ms")),
             timed_optimizer_ms=_floats(raw.get("timed_optimizer_ms")),
             timed_bubble_ms=_floats(raw.get("timed_bubble_ms")),
+            timed_last_backward_ns=_ints(raw.get("timed_last_backward_ns")),
             timed_comm=_timed_comm(raw.get("timed_comm")),
         )
 
@@ -268,7 +274,7 @@ class RankMetrics:
         no pipeline key (as before they existed)."""
         out = asdict(self)
         if self.pp_rank is None:
-            for name in ("pp_rank", "bubble_ms", "timed_bubble_ms"):
+            for name in ("pp_rank", "bubble_ms", "timed_bubble_ms", "timed_last_backward_ns"):
                 del out[name]
         if not (self.timed_step_ms or self.timed_fwd_bwd_ms or self.timed_optimizer_ms or self.timed_comm):
             for name in ("timed_step_ms", "timed_fwd_bwd_ms", "timed_optimizer_ms", "timed_comm"):

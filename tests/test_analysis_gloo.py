@@ -59,7 +59,7 @@ def recorded(tmp_path_factory) -> Path:
                 "ledger": r["ledgers"][optimizer],
                 "state_bytes": STATE_BYTES[optimizer],
                 "held_state_bytes": sum(STATE_BYTES[optimizer].values()),  # as the storage census would measure it
-                "held_buffer_bytes": 4000,
+                "held_buffer_bytes": 4000 + (4 if optimizer == "muon" else 0),  # Muon's one update-RMS scalar
                 "shard": {
                     "layout": "contiguous",
                     "buckets": 1,

@@ -70,7 +70,8 @@ def tables(
                     "state_bytes": muon_state + adamw_state,
                     "transient_bytes": transient if muon else 0,
                     "held_state_bytes": muon_state + adamw_state + (hidden_state if muon else 0),
-                    "held_buffer_bytes": 16 * SHARD + (kept_buffer if muon else 0),
+                    "held_buffer_bytes": 16 * SHARD + ((4 * 8 + kept_buffer) if muon else 0),  # 8 update-RMS scalars
+                    "ns_matrices": 8 if muon else 0,
                     "shard_elems": SHARD,
                     "muon_elems": muon_elems if muon else 0,
                     "muon_matrices": 16 if muon else 0,

@@ -102,6 +102,9 @@ def test_a_pipeline_run_has_pp_stages_and_a_measured_bubble(analyzed):
     bubble = phases[phases["phase"] == BUBBLE]
     assert sorted(bubble["stage"].tolist()) == [0, 0, 1, 1] and (bubble["ms_per_step"] > 0).all()
     assert timed["bubble_ms"].notna().all() and set(timed["stage"]) == {0, 1}
+    # stage 0 ends the drain (its last backward comes last under 1F1B); stage 1 idles after its own
+    assert (timed.loc[timed["stage"] == 0, "drain_idle_ms"] == 0).all()
+    assert (timed.loc[timed["stage"] == 1, "drain_idle_ms"] > 0).all()
     assert stages["stage"].tolist() == [0, 1] and stages["holds"].tolist() == ["embedding", "head"]
     assert stages["bubble_over_optimizer"].notna().all()
 
@@ -129,9 +132,16 @@ GPU = {"preset": "small", "tokens_per_step": 1024, "seq_len": 128, "reduce_dtype
 GPU |= {"cross_entropy": "vocab_parallel", "backend": "nccl", "device": "cuda", "batch_per_dp": 4}
 
 
-def _tables(step_ms: dict[str, float], bubble: float, optimizer: float, noise: float = 0.01, seed: int = 0) -> ProfileTables:
+def _tables(
+    step_ms: dict[str, float],
+    bubble: float,
+    optimizer: float,
+    noise: float = 0.01,
+    seed: int = 0,
+    idle: dict[int, float] | None = None,
+) -> ProfileTables:
     """The pipeline group's Muon runs with the given step times; every stage of PP4 with the given bubble and
-    optimizer step."""
+    optimizer step, and ``idle`` (by stage; default: the bubble) after its last backward."""
     rng = np.random.default_rng(seed)
     grids = {
         "dp4": (4, 1, 1),
@@ -183,6 +193,7 @@ def _tables(step_ms: dict[str, float], bubble: float, optimizer: float, noise: f
                             "step_ms": step_ms[grid] * jitter,
                             "optimizer_ms": optimizer,
                             "bubble_ms": bubble * jitter if pp > 1 else np.nan,
+                            "drain_idle_ms": (idle or {}).get(rank * pp // 4, bubble) * jitter if pp > 1 else np.nan,
                         }
                     )
     frame = pd.DataFrame(timed)
@@ -204,13 +215,22 @@ def test_the_hybrid_survives_or_falls_with_the_step_times():
     assert verdict(falls.low, falls.high, REGIONS["hybrid_survives_pp"]) == "not reproduced"
 
 
-def test_the_bubble_hides_the_step_or_not():
+def test_the_bubble_hides_the_step_only_if_it_does_on_every_stage():
     hides = bubble_hides_step(_tables(STEP, bubble=150.0, optimizer=100.0))
     assert hides.value == pytest.approx(1.5, rel=0.02) and hides.runs[0]["name"] == "muon_pp4"
     assert verdict(hides.low, hides.high, REGIONS["bubble_hides_step"]) == "reproduced"
     short = bubble_hides_step(_tables(STEP, bubble=40.0, optimizer=100.0))
     assert short.value == pytest.approx(0.4, rel=0.02)
     assert verdict(short.low, short.high, REGIONS["bubble_hides_step"]) == "not reproduced"
+    # Stage 0 finishes the drain: no idle time after its last backward, whatever the other stages have.
+    drained = bubble_hides_step(_tables(STEP, bubble=150.0, optimizer=100.0, idle={0: 0.0}))
+    assert drained.value == 0.0 and "Stage 0 limits" in drained.explanation
+    assert drained.quoted["stage3_idle_over_optimizer"] == pytest.approx(1.5, rel=0.02)
+    assert verdict(drained.low, drained.high, REGIONS["bubble_hides_step"]) == "not reproduced"
+    # One stage's interval straddles 1, the others lie above: inconclusive, not decided by the noisiest stage's minimum.
+    straddles = bubble_hides_step(_tables(STEP, bubble=150.0, optimizer=100.0, idle={2: 100.0}, noise=0.05, seed=3))
+    assert straddles.low < 1.0 <= straddles.high
+    assert verdict(straddles.low, straddles.high, REGIONS["bubble_hides_step"]) == "inconclusive"
 
 
 def test_pipeline_claims_name_what_they_need_and_refuse_unequal_micro_batches():

@@ -319,3 +319,25 @@ def test_only_the_first_traced_rounds_are_profiled(tmp_path):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="traced trials must be a positive integer"):
             plan_recordings(cfgs, tmp_path, trials=4, profile="p", traced_trials=bad)
+
+
+def test_the_drain_idle_is_each_stage_s_wait_for_its_pipelines_last_backward():
+    from muon_repro.analysis.timed_steps import drain_idle
+
+    # two pipelines (DP replicas) of two stages, one step: stage 1 ends its last backward 3 ms before stage 0
+    rows = pd.DataFrame(
+        {
+            "run": "r",
+            "trial": 0,
+            "step": 0,
+            "rank": [0, 1, 2, 3],
+            "stage": [0, 0, 1, 1],
+            "pipeline": [(0, 0), (1, 0), (0, 0), (1, 0)],
+            "last_backward_ns": [10_000_000, 20_000_000, 7_000_000, 19_000_000],
+        }
+    )
+    out = drain_idle(rows)
+    assert out["drain_idle_ms"].tolist() == [0.0, 0.0, 3.0, 1.0]
+    assert not {"pipeline", "last_backward_ns"} & set(out.columns)
+    unstamped = drain_idle(rows.assign(last_backward_ns=None))
+    assert unstamped["drain_idle_ms"].isna().all()

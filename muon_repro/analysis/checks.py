@@ -114,7 +114,7 @@ def _state_frames(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> tuple[
     return m.astype({c: "float64" for c in numeric}), a.astype({c: "float64" for c in numeric})
 
 
-STORAGE_COLUMNS = ("held_state_bytes", "held_buffer_bytes", "muon_elems")  # the ranks table's storage census
+STORAGE_COLUMNS = ("held_state_bytes", "held_buffer_bytes", "muon_elems", "ns_matrices")  # the storage census
 
 
 def _has(frame: pd.DataFrame, column: str) -> bool:
@@ -124,7 +124,8 @@ def _has(frame: pd.DataFrame, column: str) -> bool:
 def state_accounting(m: pd.DataFrame, a: pd.DataFrame, runs: tuple[pd.Series, ...]) -> Outcome | None:
     """What each rank of the Muon run (``m``) and of the AdamW run (``a``, the same shard plan) holds, by storage,
     against the plan: ``8 * shard`` bytes for AdamW, ``4 * e + 8 * (shard - e)`` for Muon with ``e`` its Muon
-    elements, and the same buffers for both. None for runs recorded before the census."""
+    elements, and the same buffers for both but Muon's update-RMS statistic (one fp32 scalar per matrix the rank
+    orthogonalizes). None for runs recorded before the census."""
     if not all(_has(f, c) for f in (m, a) for c in (*STORAGE_COLUMNS, "shard_elems")) or not m.index.equals(a.index):
         return None
     muon_elems, shard = m["muon_elems"], m["shard_elems"]
@@ -132,7 +133,7 @@ def state_accounting(m: pd.DataFrame, a: pd.DataFrame, runs: tuple[pd.Series, ..
     extra_state = pd.concat(
         [m["held_state_bytes"] - (FP32 * muon_elems + adamw_routed), a["held_state_bytes"] - 2 * FP32 * a["shard_elems"]]
     )
-    extra_buffers = m["held_buffer_bytes"] - a["held_buffer_bytes"]
+    extra_buffers = m["held_buffer_bytes"] - a["held_buffer_bytes"] - FP32 * m["ns_matrices"]
     managed = muon_elems > 0
     ratios = ((m["held_state_bytes"] - adamw_routed) / (a["held_state_bytes"] - adamw_routed))[managed]
     if ratios.empty:
@@ -149,8 +150,9 @@ def state_accounting(m: pd.DataFrame, a: pd.DataFrame, runs: tuple[pd.Series, ..
         float(ratios.min()),
         float(ratios.max()),
         holds,
-        f"By storage on {len(m)} ranks of each run: at most {worst_state:,.0f} bytes of state beyond the plan, and "
-        f"Muon's other buffers differ from AdamW's by at most {worst_buffers:,.0f} bytes. Rank {top}'s whole-model "
+        f"By storage on {len(m)} ranks of each run: at most {worst_state:,.0f} bytes of state beyond the plan; Muon's "
+        f"other buffers, less one fp32 update RMS per matrix it orthogonalizes, differ from AdamW's by at most "
+        f"{worst_buffers:,.0f} bytes. Rank {top}'s whole-model "
         f"ratio is {whole:.3f} = 1 - f/2, Muon managing a share f = {share:.3f} of its elements.",
         runs,
         in_claimed_region=exact,

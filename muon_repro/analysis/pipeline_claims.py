@@ -4,10 +4,11 @@ the same tokens per step, every one in micro-batches of one sequence, recorded i
 
 * :func:`hybrid_survives_pp`: per round, DP2·TP2's step time over the fastest of PP2·DP2, PP2·TP2 and PP4
   (slowest rank per step, median over the round's steps); below 1 the hybrid still wins.
-* :func:`bubble_hides_step`: per round and stage of the deepest Muon pipeline, the stage's bubble over its
-  optimizer step (each the mean over the stage's ranks per step, the median over the round's steps); the
-  round's value is the smallest over stages, since the step waits for the slowest stage. At 1 or more every
-  stage idles at least as long as its optimizer step takes.
+* :func:`bubble_hides_step`: per stage of the deepest Muon pipeline, the idle time after the stage's last
+  backward (until the last stage of its pipeline ends its last backward: the drain) over its optimizer step, per
+  round, with a paired interval each. Only that idle time could hold the step: the bubble before a stage's last
+  backward comes before its gradients are complete. The claim is judged on every stage at once (at or above 1 on
+  every stage: reproduced; below 1 on any: not reproduced); no minimum over noisy stages is taken as an estimate.
 
 Both take their times from the steps timed without the profiler, the only ones recorded in every round.
 """
@@ -96,42 +97,70 @@ def _check_same_micro_batch(a: pd.Series, b: pd.Series) -> None:
 
 
 def bubble_hides_step(t: ProfileTables) -> Measurement | str:
-    grids = _pipeline_group(t, "muon")
-    if isinstance(grids, str):
-        return grids
-    deepest = max((grids[label] for label in PP_GRIDS), key=lambda run: int(run["pp"]))
-    if (why := _timed(t, deepest)) is not None:
-        return why
-    per_stage = _bubble_ratio_per_round(t.timed, deepest)
+    """Per stage of the deepest Muon pipeline with a drain recorded, the idle time after the stage's last backward
+    (``timed_steps.drain_idle_ms``) over its optimizer step, per round (medians over the round's steps, means over
+    the stage's ranks), with a paired interval each. The claim holds on every stage or not at all: reproduced when
+    every stage's interval lies at or above 1, not reproduced when any lies below; the row's interval is
+    [smallest low, smallest high] over stages, which decides exactly that, and its value the limiting stage's."""
+    runs = _drained_pipelines(t)
+    if isinstance(runs, str):
+        return runs
+    deepest = max(runs, key=lambda run: int(run["pp"]))
+    per_stage = _idle_ratio_per_round(t.timed, deepest)
     if per_stage is None:
-        return f"needs the bubble of every stage of {deepest['run']} in its timed steps (timed_steps.bubble_ms)"
+        return f"needs the drain of every stage of {deepest['run']} in its timed steps (timed_steps.drain_idle_ms)"
     rounds, ratios = per_stage
-    value, low, high = mean_interval(np.nanmin(ratios, axis=0))
-    quoted = {"bubble_over_optimizer": value, "bubble_over_optimizer_low": low, "bubble_over_optimizer_high": high}
-    stage_medians = np.nanmedian(ratios, axis=1)
-    quoted |= {f"stage{s}_bubble_over_optimizer": float(r) for s, r in enumerate(stage_medians)}
-    shares = ", ".join(f"stage {s} {float(r):.2f}" for s, r in enumerate(stage_medians))
+    if len(rounds) < 2:
+        return f"needs 2 or more rounds of {deepest['run']} timed on every stage for an interval (has {len(rounds)})"
+    stages = [mean_interval(ratios[s]) for s in range(len(ratios))]
+    limiting = int(np.argmin([high for _, _, high in stages]))
+    value, low, high = stages[limiting][0], min(lo for _, lo, _ in stages), stages[limiting][2]
+    quoted: dict[str, float] = {}
+    for s, (v, lo, hi) in enumerate(stages):
+        quoted |= {f"stage{s}_idle_over_optimizer": v, f"stage{s}_idle_over_optimizer_low": lo}
+        quoted[f"stage{s}_idle_over_optimizer_high"] = hi
+    said = ", ".join(f"stage {s} {v:.2f} [{lo:.2f}, {hi:.2f}]" for s, (v, lo, hi) in enumerate(stages))
     explanation = (
-        f"{deepest['name']}: {int(deepest['pp'])} stages, {int(deepest['micro_batches'])} micro-batches per step; the "
-        f"bubble over the optimizer step per stage (median over {len(rounds)} rounds): {shares}; the step waits for "
-        "the smallest. The whole bubble bounds what could hide the step from above: only the idle time after a stage's "
-        "last backward can hold it."
+        f"{deepest['name']}, {int(deepest['micro_batches'])} micro-batches: idle time after each stage's last backward "
+        f"over its optimizer step ({len(rounds)} rounds): {said}. Stage {limiting} limits: "
+        + (
+            "it finishes the drain, so no idle time follows its last backward."
+            if stages[limiting][2] == 0
+            else "its idle time after the last backward is the shortest against its step."
+        )
     )
     return Measurement(value, low, high, describe_runs(deepest), explanation, (deepest,), quoted)
 
 
-def _bubble_ratio_per_round(timed: pd.DataFrame, run: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rounds, ratios[stage, round]): per round the median over steps of the stage's bubble over its optimizer
-    step, each the mean over the stage's ranks; None when a stage has no bubble recorded."""
-    if timed.empty or "bubble_ms" not in timed.columns:
-        return None
+def _drained_pipelines(t: ProfileTables) -> list[pd.Series] | str:
+    """The Muon pipeline runs at 4 ranks whose timed steps hold the drain (``timed_steps.drain_idle_ms``)."""
+    if "pp" not in t.runs.columns:
+        return "needs the runs table's pp column: re-run muon-repro analyze"
+    muon = t.runs[(t.runs["optimizer"] == "muon") & (t.runs["world_size"] == 4) & (t.runs["pp"].fillna(1) > 1)]
+    if muon.empty:
+        return "needs muon runs with pipeline stages at 4 ranks (muon-repro bench pipeline_bubble)"
+    timed = t.timed
+    if timed.empty or "drain_idle_ms" not in timed.columns:
+        return "needs the pipeline runs' drain in their timed steps: record them again (muon-repro bench pipeline_bubble)"
+    drained = set(timed.loc[timed["drain_idle_ms"].notna(), "run"])
+    runs = [run for _, run in muon.iterrows() if run["run"] in drained]
+    if not runs:
+        return "needs the pipeline runs' drain in their timed steps: record them again (muon-repro bench pipeline_bubble)"
+    if (why := _timed(t, *runs)) is not None:
+        return why
+    return runs
+
+
+def _idle_ratio_per_round(timed: pd.DataFrame, run: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rounds, ratios[stage, round]): per round the median over steps of the stage's drain idle over its optimizer
+    step, each the mean over the stage's ranks; the rounds every stage was timed in. None when a stage has no drain."""
     name, per_stage = str(run["run"]), []
     mine = timed[timed["run"] == name]
     for stage in range(int(run["pp"])):
         rows = mine[mine["stage"] == stage]
-        if rows.empty or rows["bubble_ms"].isna().all():
+        if rows.empty or rows["drain_idle_ms"].isna().all():
             return None
-        ratio = per_round_ratio(rows, name, "bubble_ms", "optimizer_ms", how_num="mean", how_den="mean")
+        ratio = per_round_ratio(rows, name, "drain_idle_ms", "optimizer_ms", how_num="mean", how_den="mean")
         per_stage.append((rounds_of(rows, name), ratio))
     rounds = np.array(sorted(set.intersection(*(set(r.tolist()) for r, _ in per_stage))), dtype="int64")
-    return rounds, np.vstack(align_rounds(*per_stage))  # the rounds every stage was timed in
+    return rounds, np.vstack(align_rounds(*per_stage))

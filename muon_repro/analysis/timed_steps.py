@@ -126,8 +126,11 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
         for m in metrics:
             stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
-            bubbles = m.timed_bubble_ms if len(m.timed_bubble_ms) == len(m.timed_step_ms) else [None] * len(m.timed_step_ms)
-            for step, (s, f, o, bubble) in enumerate(zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms, bubbles)):
+            bubbles = _per_step(m.timed_bubble_ms, m.timed_step_ms)
+            drains = _per_step(m.timed_last_backward_ns, m.timed_step_ms) if one_clock else [None] * len(m.timed_step_ms)
+            for step, (s, f, o, bubble, last_backward) in enumerate(
+                zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms, bubbles, drains)
+            ):
                 comm = per_step.loc[(m.rank, step)] if (m.rank, step) in per_step.index else None
                 rows.append(
                     {
@@ -144,10 +147,27 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
                         if stamped and one_clock
                         else None,
                         "bubble_ms": bubble,
+                        "last_backward_ns": last_backward,
+                        "pipeline": (m.dp_rank, m.tp_rank),
                         "comm_timing": timing if stamped else None,
                     }
                 )
-    return pd.DataFrame(rows) if rows else SCHEMAS["timed_steps"].empty()
+    return drain_idle(pd.DataFrame(rows)) if rows else SCHEMAS["timed_steps"].empty()
+
+
+def _per_step(values: list, steps: list) -> list:
+    """A per-step list recorded beside ``steps``, or None for every step where it was not recorded in full."""
+    return values if len(values) == len(steps) else [None] * len(steps)
+
+
+def drain_idle(rows: pd.DataFrame) -> pd.DataFrame:
+    """``drain_idle_ms`` from each row's ``last_backward_ns``: per run, trial, step and pipeline (the ranks that share a
+    DP and a TP rank), the latest end of a last backward over its stages, less this stage's own. The helper columns
+    go."""
+    ends = pd.to_numeric(rows["last_backward_ns"], errors="coerce").astype("float64")
+    keys = [rows["run"], rows["trial"], rows["step"], rows["pipeline"].astype(str)]
+    latest = ends.groupby(keys).transform("max")
+    return rows.assign(drain_idle_ms=(latest - ends) / 1e6).drop(columns=["last_backward_ns", "pipeline"])
 
 
 def timed_run_columns(timed: pd.DataFrame, run: str, profiled_by_trial: pd.Series) -> dict[str, Any]:

@@ -262,6 +262,9 @@ def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", pp: in
 
 
 PIPELINE_GROUP = "pipeline"
+# The deepest Muon pipeline again, timed only, with each stage's last backward stamped on the host's clock: the
+# idle time after it is what could hold the stage's optimizer step (the bubble_hides_step claim).
+PIPELINE_BUBBLE_GROUP = "pipeline_bubble"
 # The pipeline group's grids (dp, tp, pp): three with PP and the original study's three without, at 4 ranks, and
 # the 3-D grid at 8. Every one trains micro-batches of one sequence (see _pipeline), so they differ only in layout.
 PIPELINE_GRIDS = ((4, 1, 1), (1, 4, 1), (2, 2, 1), (2, 1, 2), (1, 2, 2), (1, 1, 4), (2, 2, 2))
@@ -297,6 +300,7 @@ _ALL = [
         for dp, tp, pp in PIPELINE_GRIDS
         for optimizer in ("muon", "adamw")
     ],
+    _grid(PIPELINE_BUBBLE_GROUP, "muon", 1, 1, pp=4, profile=False),
     # One device, no DP or TP: the optimizer step against forward+backward as tokens per step grow, in bf16 autocast
     # as the cost model's bf16 workload, in micro-batches of at most SINGLE_DEVICE_MICRO_TOKENS (the gpu scale's
     # 369M model fits one 80 GB GPU at 16k tokens a pass).
@@ -326,7 +330,9 @@ CONFIGS: dict[str, BenchConfig] = {c.key: c for c in _ALL}
 STUDY_CONFIGS = tuple(c.key for c in _ALL if c.group in ("comparison", "distributed_muon"))
 STUDY_GROUP_NAMES = ("study", "seed")
 # What `muon-repro run` records by default: the original study's runs and the layout ablation (4 ranks each).
-REFERENCE_CONFIGS = tuple(c.key for c in _ALL if c.group not in ("scale_out", "overlap", "single_device", "pipeline"))
+REFERENCE_CONFIGS = tuple(
+    c.key for c in _ALL if c.group not in ("scale_out", "overlap", "single_device", PIPELINE_GROUP, PIPELINE_BUBBLE_GROUP)
+)
 
 
 def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
@@ -352,7 +358,8 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
 def _micro_batches_of(base: BenchConfig, tokens_per_step: int, seq_len: int) -> dict[str, int]:
     """The pipeline group trains micro-batches of one sequence on every grid, with or without PP: the same
     matmul shapes everywhere, and 1F1B as many micro-batches as each DP replica has sequences."""
-    return {"micro_batches": tokens_per_step // (base.dp * seq_len)} if base.group == PIPELINE_GROUP else {}
+    pipelined = base.group in (PIPELINE_GROUP, PIPELINE_BUBBLE_GROUP)
+    return {"micro_batches": tokens_per_step // (base.dp * seq_len)} if pipelined else {}
 
 
 def _timed_steps_of(base: BenchConfig, spec: ScaleSpec) -> dict[str, int]:

@@ -272,7 +272,7 @@ def _timed_steps(cfg: BenchConfig, training: Training, data: PermutationStream, 
         return {}
     dims = training.dims
     ledger, timer = dims.ledger, dims.ledger.timer
-    step_ms, fwd_bwd_ms, optimizer_ms, bubble_ms = [], [], [], []
+    step_ms, fwd_bwd_ms, optimizer_ms, bubble_ms, last_backward_ns = [], [], [], [], []
     for i in range(cfg.timed_total):
         kept = i - cfg.timed_warmup  # negative: a warm-up step
         ledger.step = kept
@@ -285,6 +285,7 @@ def _timed_steps(cfg: BenchConfig, training: Training, data: PermutationStream, 
             fwd_bwd_ms.append((t1 - t0) / 1e6)
             optimizer_ms.append((t2 - t1) / 1e6)
             bubble_ms.append(training.bubble_ms)
+            last_backward_ns.append(training.last_backward_ns)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{_loss_value(loss):.3f}", step_ms=f"{(t2 - t0) / 1e6:.0f}", timed="yes")
@@ -292,7 +293,7 @@ def _timed_steps(cfg: BenchConfig, training: Training, data: PermutationStream, 
     timer.clear()
     ledger.clear()  # the ledger covers the profiled steps (the analysis matches it to the trace's)
     ledger.step = 0
-    pipeline = {"timed_bubble_ms": bubble_ms} if training.pp_rank is not None else {}
+    pipeline = {"timed_bubble_ms": bubble_ms, "timed_last_backward_ns": last_backward_ns} if training.pp_rank is not None else {}
     return {
         "timed_step_ms": step_ms,
         "timed_fwd_bwd_ms": fwd_bwd_ms,

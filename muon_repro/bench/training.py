@@ -105,6 +105,11 @@ class Training:
         """The last step's time blocked on pipeline neighbours (receives and flush); None without pipeline stages."""
         return self.blocked.blocked_ms if isinstance(self.model, GPTStage) else None
 
+    @property
+    def last_backward_ns(self) -> int | None:
+        """When the last step's last backward ended (perf_counter_ns); None without pipeline stages."""
+        return self.blocked.last_backward_ns if isinstance(self.model, GPTStage) else None
+
     def share_losses(self, losses: list[float]) -> list[float]:
         """Every step's loss as the last stage computed it, on every stage (``losses`` unchanged without PP)."""
         if self.dims.pp == 1:

@@ -74,9 +74,13 @@ class BlockedClock:
     on NCCL the wait only orders the GPU stream, so the host reads little and the trace's kernels tell the time."""
 
     blocked_ns: int = 0
+    # perf_counter_ns when the step's last backward ended: on one host, one clock for every rank, so the analysis
+    # finds how long each stage idles after its last backward until its pipeline's drain ends
+    last_backward_ns: int | None = None
 
     def reset(self) -> None:
         self.blocked_ns = 0
+        self.last_backward_ns = None
 
     @property
     def blocked_ms(self) -> float:
@@ -143,6 +147,7 @@ def run_pipeline(
             with record_function(BACKWARD):
                 out = held.outputs.pop(mb)
                 torch.autograd.backward(out, grad_tensors=None if stage.is_last else held.output_grads.pop(mb))
+            clock.last_backward_ns = time.perf_counter_ns()
         elif isinstance(step, (RecvActivation, RecvGrad)):
             with record_function(PP_PHASES[type(step)]):
                 buffer = torch.empty(shape, dtype=torch.float32, device=device)

@@ -420,6 +420,15 @@ SCHEMAS: dict[str, TableSchema] = {
                 "orders the GPU stream, so this reads low; null without pipeline stages",
             ),
             (
+                "drain_idle_ms",
+                "Float64",
+                "ms",
+                "pipeline stages only: from the end of this stage's last backward to the end of the last backward of "
+                "any stage of its pipeline (the drain), on the host's one clock: the idle time that could hold this "
+                "stage's optimizer step once its gradients are complete (0 on the stage that finishes the drain, "
+                "stage 0 under 1F1B); null without pipeline stages, for runs recorded before, or across hosts",
+            ),
+            (
                 "comm_timing",
                 "string",
                 "",
