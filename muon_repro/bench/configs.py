@@ -262,8 +262,8 @@ def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", pp: in
 
 
 PIPELINE_GROUP = "pipeline"
-# The deepest Muon pipeline again, timed only, with each stage's last backward stamped on the host's clock: the
-# idle time after it is what could hold the stage's optimizer step (the bubble_hides_step claim).
+# The deepest Muon pipeline again, with each stage's last backward stamped on the host's clock in its timed steps:
+# the idle time after it is what could hold the stage's optimizer step (the bubble_hides_step claim).
 PIPELINE_BUBBLE_GROUP = "pipeline_bubble"
 # The pipeline group's grids (dp, tp, pp): three with PP and the original study's three without, at 4 ranks, and
 # the 3-D grid at 8. Every one trains micro-batches of one sequence (see _pipeline), so they differ only in layout.
@@ -300,7 +300,7 @@ _ALL = [
         for dp, tp, pp in PIPELINE_GRIDS
         for optimizer in ("muon", "adamw")
     ],
-    _grid(PIPELINE_BUBBLE_GROUP, "muon", 1, 1, pp=4, profile=False),
+    _grid(PIPELINE_BUBBLE_GROUP, "muon", 1, 1, pp=4, active=3),
     # One device, no DP or TP: the optimizer step against forward+backward as tokens per step grow, in bf16 autocast
     # as the cost model's bf16 workload, in micro-batches of at most SINGLE_DEVICE_MICRO_TOKENS (the gpu scale's
     # 369M model fits one 80 GB GPU at 16k tokens a pass).
