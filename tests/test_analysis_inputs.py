@@ -57,7 +57,13 @@ def _events(rank: int, optimizer: str) -> list[dict]:
 def _rank_metrics(rank: int, optimizer: str) -> dict:
     state = {"muon": 2000, "adamw": 4000} if optimizer == "muon" else {"muon": 0, "adamw": 8000}
     loss = [4.0 - 0.1 * s - 0.01 * rank for s in range(STEPS)]
-    return {"rank": rank, "loss": loss, "state_bytes": state, "peak_memory_bytes": 10**6, "peak_memory_source": "process_max_rss"}
+    muon = optimizer == "muon"
+    shard = {"layout": "contiguous", "buckets": 1, "shard_elems": 1000, "muon_matrices": 2 * muon, "ns_matrices": int(muon)}
+    shard |= {"dp_gathered_matrices": 0, "muon_elems": 500 * muon}
+    held = {"held_state_bytes": sum(state.values()), "held_buffer_bytes": 4000 + 4 * muon}  # the storage census
+    return {"rank": rank, "loss": loss, "state_bytes": state, "peak_memory_bytes": 10**6, "shard": shard, **held} | {
+        "peak_memory_source": "process_max_rss"
+    }
 
 
 def write_run(folder: Path, *, optimizer: str = "muon", dp: int = 2, tp: int = 1, ranks: list[int] | None = None) -> Path:

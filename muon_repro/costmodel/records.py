@@ -8,7 +8,8 @@ carries the hardware profile of the machine that wrote it, :mod:`muon_repro.hard
                             sweep's widths, the shipped profiles at the gpu scale's model and at 7B, and the
                             scale-out to 32-1024 GPUs
     regime_thresholds.csv   the tokens per step at which Muon's overhead falls to 1.1% and 3%, per profile and model,
-                            with the range the model's validated error implies (:func:`metric_error_spread`)
+                            with the range the model's held-out error implies at its stated coverage, or why
+                            there is none (:func:`metric_error_spread`)
     pipeline_scale_out.csv  the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand, 32-1024 GPUs
                             (:mod:`muon_repro.costmodel.pipeline_scale_out`)
 
@@ -98,24 +99,26 @@ def write_records(
     folder.mkdir(parents=True, exist_ok=True)
     log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
     predictions = validate(traces, machine, profiled=None, profile=profile, warn=lambda line: log(f"warning: {line}"))
-    spread = metric_error_spread(predictions)
+    spread = metric_error_spread(predictions, machine.device)
     for metric, s in spread.items():
-        log(f"  {metric}: log error {s.low:+.3f} to {s.high:+.3f} over {s.runs} {s.basis} run(s)")
+        said = s if isinstance(s, str) else f"log error {s.low:+.3f} to {s.high:+.3f} ({s.coverage:.0%}) over {s.runs} {s.basis}"
+        log(f"  {metric}: {said}")
     log("pricing the regime lines ...")
     if not machine.collectives:  # one device calibrated alone: its own line, and its compute on the shipped GPUs' links
         lines, thresholds = single_device_lines(machine, spread, log)
         return _write(folder, profile, predictions, [with_ranges(row, spread) for row in lines], thresholds)
     lines = list(this_machine_lines(machine, quick=quick))
     thresholds: list[dict] = []
+    on_gpus = spread_for(spread, "cuda", machine.device)  # the shipped GPU profiles: only GPU residuals range them
     if not quick:
         for setting in THRESHOLD_SETTINGS:
             log(f"  {setting.machine}, {setting.model.name}, DP{setting.dp}·TP{setting.tp}")
             grid = list(token_grid(setting))
             lines += grid
-            thresholds += threshold_rows(setting, grid, spread)
+            thresholds += threshold_rows(setting, grid, on_gpus)
         log(f"  scale-out: {SCALE_OUT_GPUS[0]}-{SCALE_OUT_GPUS[-1]} GPUs (the largest take a minute each)")
         lines += list(scale_out_rows())
-    lines = [with_ranges(row, spread) for row in lines]
+    lines = [with_ranges(row, spread if row["kind"] == "this_machine" else on_gpus) for row in lines]
     pipeline: list[dict] = []
     if not quick:
         from muon_repro.costmodel.pipeline_scale_out import pipeline_scale_out_rows
@@ -143,7 +146,7 @@ SINGLE_DEVICE_TOKENS = tuple(2**k for k in range(13, 21))  # 8k to 1M tokens per
 
 
 def single_device_lines(
-    machine: MachineProfile, spread: dict[str, ErrorSpread], log: Callable[[str], None] = print
+    machine: MachineProfile, spread: dict[str, ErrorSpread | str], log: Callable[[str], None] = print
 ) -> tuple[list[dict], list[dict]]:
     """What a profile of one device measured alone prices: the gpu scale's model on that device (kind
     ``this_machine``), and, labelled as predictions (kind ``measured_compute``), the shipped GPU profiles'
@@ -269,16 +272,20 @@ def token_grid(setting: Setting, machine: MachineProfile | None = None, kind: st
 
 @dataclass(frozen=True)
 class ErrorSpread:
-    """How far the model's log error on a metric went, over the runs named by ``basis``: the true value lies
-    between ``predicted * exp(-high)`` and ``predicted * exp(-low)`` on every run it was checked on."""
+    """A range for the model's log error on a metric, from its held-out residuals on one kind of device: the
+    ``k``-th smallest and ``k``-th largest of ``n`` residuals. For a new configuration whose residual is exchangeable
+    with them, the true value lies between ``predicted * exp(-high)`` and ``predicted * exp(-low)`` with probability
+    ``coverage = (n + 1 - 2k) / (n + 1)`` (order statistics: no distribution assumed)."""
 
-    low: float  # the most negative log(predicted / measured)
-    high: float  # the most positive
-    runs: int
-    basis: str  # held_out: configurations never tuned on; all: every run (too few held out)
+    low: float  # the k-th smallest log(predicted / measured)
+    high: float  # the k-th largest
+    runs: int  # n: the held-out residuals
+    basis: str  # which residuals: "held-out cpu runs", ...
+    coverage: float  # the stated coverage of the range
 
 
-MIN_HELD_OUT = 3  # fewer held-out runs than this for a metric: its spread is taken over every run, and says so
+RANGE_MIN_RESIDUALS = 20  # fewer held-out residuals of the device's kind than this: no range, and the table says so
+RANGE_TAIL = 0.05  # k = floor((n + 1) * RANGE_TAIL), at least 1: about a 90% range
 
 
 def adamw_twin(run: str) -> str:
@@ -290,35 +297,50 @@ def adamw_twin(run: str) -> str:
     return twin
 
 
-def metric_error_spread(predictions: list[dict]) -> dict[str, ErrorSpread]:
-    """Per threshold metric, the spread of the model's log errors on it over the runs it was never tuned on
-    (``held_out``; every run when fewer than :data:`MIN_HELD_OUT`):
+def metric_residuals(predictions: list[dict]) -> dict[str, list[float]]:
+    """Per threshold metric, the model's log errors on it over the held-out runs (configurations never tuned on):
 
     * ``optimizer_share`` of a Muon run: log(predicted share / measured share) = its optimizer's log error
       minus its step's;
     * ``muon_extra`` (on the ratio 1 + extra): a Muon run's step log error minus its AdamW twin's (same
-      width, tokens, grid and key apart from the optimizer)."""
+      width, tokens, grid and key apart from the optimizer), both held out."""
     by_run = {r["run"]: r for r in predictions}
 
     def step_error(r: dict) -> float:
         return math.log(r["predicted_step_ms"] / r["measured_step_ms"])
 
-    errors: dict[str, dict[bool, list[float]]] = {m: {True: [], False: []} for m in METRICS}
+    residuals: dict[str, list[float]] = {m: [] for m in METRICS}
     for r in predictions:
-        if r["optimizer"] != "muon" or not r["measured_optimizer_ms"]:
+        if r["optimizer"] != "muon" or not r["measured_optimizer_ms"] or not r["held_out"]:
             continue
-        share = math.log(r["predicted_optimizer_ms"] / r["measured_optimizer_ms"]) - step_error(r)
-        errors["optimizer_share"][bool(r["held_out"])].append(share)
+        residuals["optimizer_share"].append(math.log(r["predicted_optimizer_ms"] / r["measured_optimizer_ms"]) - step_error(r))
         twin = by_run.get(adamw_twin(r["run"]))
-        if twin is not None:
-            errors["muon_extra"][bool(r["held_out"]) and bool(twin["held_out"])].append(step_error(r) - step_error(twin))
-    spread = {}
-    for metric, split in errors.items():
-        held_out = split[True]
-        chosen, basis = (held_out, "held_out") if len(held_out) >= MIN_HELD_OUT else (held_out + split[False], "all")
-        if chosen:
-            spread[metric] = ErrorSpread(min(chosen), max(chosen), len(chosen), basis)
-    return spread
+        if twin is not None and twin["held_out"]:
+            residuals["muon_extra"].append(step_error(r) - step_error(twin))
+    return residuals
+
+
+def metric_error_spread(predictions: list[dict], device: str) -> dict[str, ErrorSpread | str]:
+    """Per threshold metric, the range of the model's log error from the held-out residuals of ``predictions``
+    (runs on ``device``: cpu or cuda), or why there is none (fewer than :data:`RANGE_MIN_RESIDUALS`)."""
+    out: dict[str, ErrorSpread | str] = {}
+    for metric, values in metric_residuals(predictions).items():
+        n = len(values)
+        if n < RANGE_MIN_RESIDUALS:
+            out[metric] = f"unavailable: {n} held-out {device} residuals, {RANGE_MIN_RESIDUALS} needed"
+            continue
+        k = max(1, math.floor((n + 1) * RANGE_TAIL))
+        ordered = sorted(values)
+        out[metric] = ErrorSpread(ordered[k - 1], ordered[n - k], n, f"held-out {device} runs", (n + 1 - 2 * k) / (n + 1))
+    return out
+
+
+def spread_for(spread: dict[str, ErrorSpread | str], device: str, recorded_on: str) -> dict[str, ErrorSpread | str]:
+    """The spread that may price a machine of kind ``device``: the residuals' own when they were recorded on that
+    kind (``recorded_on``), else none (a GPU threshold is never given a range from CPU residuals)."""
+    if device == recorded_on:
+        return spread
+    return {metric: f"unavailable: 0 held-out {device} residuals, {RANGE_MIN_RESIDUALS} needed" for metric in METRICS}
 
 
 def metric_range(metric: str, value: float, spread: ErrorSpread) -> tuple[float, float]:
@@ -328,29 +350,34 @@ def metric_range(metric: str, value: float, spread: ErrorSpread) -> tuple[float,
     return value * math.exp(-spread.high), value * math.exp(-spread.low)
 
 
-def with_ranges(row: dict, spread: dict[str, ErrorSpread]) -> dict:
-    """A regime_model row with each metric's range (``<metric>_low`` / ``_high``) by the model's validated error."""
+def with_ranges(row: dict, spread: dict[str, ErrorSpread | str]) -> dict:
+    """A regime_model row with each metric's range (``<metric>_low`` / ``_high``) by the model's validated error,
+    null where the spread has none."""
     out = dict(row)
     for metric in METRICS:
-        low, high = metric_range(metric, row[metric], spread[metric]) if metric in spread else (None, None)
+        s = spread.get(metric)
+        low, high = metric_range(metric, row[metric], s) if isinstance(s, ErrorSpread) else (None, None)
         out[f"{metric}_low"], out[f"{metric}_high"] = low, high
     return out
 
 
-def threshold_rows(setting: Setting, grid: list[dict], spread: dict[str, ErrorSpread] | None = None) -> list[dict]:
+def threshold_rows(setting: Setting, grid: list[dict], spread: dict[str, ErrorSpread | str] | None = None) -> list[dict]:
     """For each metric and level, the tokens per step at which the metric first falls to the level:
-    log-linear interpolation between the two grid points around the crossing (null if never); and
-    where the true curve could cross, given the model's error ``spread``: the low end where the metric
-    is as small as the errors allow (it falls to the level soonest), the high end where it is as large."""
+    log-linear interpolation between the two grid points around the crossing (null if it never does within the
+    grid, whose end ``grid_max_tokens`` says); and where the true curve could cross, given the model's error
+    ``spread`` (at its stated ``range_coverage``): the low end where the metric is as small as the errors allow
+    (it falls to the level soonest), the high end where it is as large (null: not within the grid)."""
     rows = []
     spread = spread or {}
+    grid_max = max((r["tokens_per_step"] for r in grid), default=None)
     for metric in METRICS:
+        s = spread.get(metric)
         for level in (declared.value for declared in LEVELS):
             points = [(r["tokens_per_step"], r[metric]) for r in grid]
             tokens = crossing(points, level)
             low = high = None
-            if metric in spread:
-                ranges = [(t, metric_range(metric, v, spread[metric])) for t, v in points]
+            if isinstance(s, ErrorSpread):
+                ranges = [(t, metric_range(metric, v, s)) for t, v in points]
                 low = crossing([(t, lo) for t, (lo, _) in ranges], level)
                 high = crossing([(t, hi) for t, (_, hi) in ranges], level)
             rows.append(
@@ -368,8 +395,10 @@ def threshold_rows(setting: Setting, grid: list[dict], spread: dict[str, ErrorSp
                     "tokens_per_step_low": low,
                     "tokens_per_step_high": high,
                     "tokens_per_d_model": tokens / setting.model.d_model if tokens is not None else None,
-                    "error_runs": spread[metric].runs if metric in spread else None,
-                    "error_basis": spread[metric].basis if metric in spread else None,
+                    "grid_max_tokens": grid_max,
+                    "range_coverage": s.coverage if isinstance(s, ErrorSpread) else None,
+                    "error_runs": s.runs if isinstance(s, ErrorSpread) else None,
+                    "error_basis": s.basis if isinstance(s, ErrorSpread) else (s or "no residuals"),
                 }
             )
     return rows

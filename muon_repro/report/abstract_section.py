@@ -150,13 +150,15 @@ def _checks(checks: pd.DataFrame, *, named: bool = True) -> str:
 
 
 def _tokens_range(row) -> str:
+    """A threshold with its range at the range's stated coverage, or alone when it has none."""
     low, high = row.tokens_per_step_low, row.tokens_per_step_high
     said = count(row.tokens_per_step, "regime_thresholds.tokens_per_step")
-    if is_missing(low) and is_missing(high):
+    coverage = getattr(row, "range_coverage", None)
+    if is_missing(coverage) or (is_missing(low) and is_missing(high)):
         return said
     lo = "below the grid" if is_missing(low) else count(low, "regime_thresholds.tokens_per_step_low")
     hi = "beyond the grid" if is_missing(high) else count(high, "regime_thresholds.tokens_per_step_high")
-    return f"{said} ({lo}–{hi})" if not is_missing(high) else f"{said} ({lo} or more)"
+    return f"{said} ({lo}–{hi}, {float(coverage):.0%} range)"
 
 
 def _thresholds(claims: pd.DataFrame, thresholds: pd.DataFrame, *, models: int | None = None) -> str:

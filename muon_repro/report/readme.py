@@ -49,7 +49,11 @@ def pipeline_said(data: ReportData) -> str:
     parts = []
     for cid, what, region in (
         ("hybrid_survives_pp", "DP2·TP2 over the fastest 4-rank pipeline grid (Muon)", "at most 1× keeps the hybrid fastest"),
-        ("bubble_hides_step", "PP4's bubble over Muon's optimizer step on its tightest stage", "at least 1× could hide it"),
+        (
+            "bubble_hides_step",
+            "PP4's idle time after the last backward over Muon's optimizer step on its limiting stage",
+            "at least 1× on every stage could hide it",
+        ),
     ):
         row = row_of(data.claims, "claim_id", cid, profile)
         if row is not None:

@@ -289,14 +289,18 @@ def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
 
 
 def _threshold(row) -> str:
-    """A threshold as '106k (80k–150k)': the predicted crossing, then where the true curve could cross."""
+    """A threshold as '106k (80k–150k, 90%)': the predicted crossing, then where the true curve could cross at the
+    range's stated coverage; '>134M' where it does not cross within the grid."""
     if row is None:
         return "–"
-    said = _tokens(row.tokens_per_step)
+    end = getattr(row, "grid_max_tokens", None)
+    beyond = "beyond the grid" if is_missing(end) else f">{_tokens(end)}"
+    said = beyond if is_missing(row.tokens_per_step) else _tokens(row.tokens_per_step)
     low, high = getattr(row, "tokens_per_step_low", None), getattr(row, "tokens_per_step_high", None)
-    if is_missing(row.tokens_per_step) or (is_missing(low) and is_missing(high)):
+    coverage = getattr(row, "range_coverage", None)
+    if is_missing(coverage) or (is_missing(low) and is_missing(high)):
         return said
-    return f"{said} ({_tokens(low, 'under the grid')}–{_tokens(high, '>134M')})"
+    return f"{said} ({_tokens(low, 'under the grid')}–{_tokens(high, beyond)}, {float(coverage):.0%})"
 
 
 def scale_out_rows(model: pd.DataFrame) -> list[list[str]]:

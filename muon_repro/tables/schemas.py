@@ -1347,8 +1347,9 @@ REGIME_MODEL = TableSchema(
             "optimizer_share_low",
             "Float64",
             "fraction",
-            "the least the true share can be, given the model's log errors on the share over the runs it was not tuned on "
-            "(muon_repro.costmodel.records.metric_error_spread)",
+            "the low end of the true share's range at regime_thresholds.range_coverage, from the model's held-out log "
+            "errors on the share on this kind of device (muon_repro.costmodel.records.metric_error_spread); null with "
+            "fewer than 20 such residuals",
         ),
         ("optimizer_share_high", "Float64", "fraction", "the most the true share can be, by the same errors"),
         ("muon_extra_low", "Float64", "fraction", "the least the true extra can be, by its errors on the Muon/AdamW ratio"),
@@ -1374,23 +1375,43 @@ REGIME_THRESHOLDS = TableSchema(
             "a level declared in muon_repro.claims.LEVELS: the original study's optimizer share, or the paper's added "
             "latency (the upper end of its range)",
         ),
-        ("tokens_per_step", "Float64", "tokens", "tokens per step at which the metric falls to the level"),
+        (
+            "tokens_per_step",
+            "Float64",
+            "tokens",
+            "tokens per step at which the metric falls to the level; null: it does not within the grid (grid_max_tokens)",
+        ),
         (
             "tokens_per_step_low",
             "Float64",
             "tokens",
-            "the same, where the metric is as small as the model's validated errors allow (regime_model <metric>_low): the "
-            "earliest the level can be reached",
+            "the same, where the metric is as small as the model's held-out errors allow at range_coverage "
+            "(regime_model <metric>_low): the earliest the level can be reached; null without a range",
         ),
-        ("tokens_per_step_high", "Float64", "tokens", "the same, where the metric is as large as they allow: the latest"),
+        (
+            "tokens_per_step_high",
+            "Float64",
+            "tokens",
+            "the same, where the metric is as large as they allow: the latest; null without a range, or when that "
+            "curve does not reach the level within the grid",
+        ),
         ("tokens_per_d_model", "Float64", "tokens", "tokens_per_step / d_model"),
-        ("error_runs", "Int64", "count", "runs whose log errors on the metric set the range"),
+        ("grid_max_tokens", "Float64", "tokens", "the largest tokens per step the grid priced: where 'not within' ends"),
+        (
+            "range_coverage",
+            "Float64",
+            "fraction",
+            "the stated coverage of the range: from n held-out residuals of the machine's kind of device (GPU residuals "
+            "for a GPU machine), the k-th smallest and largest with k = floor(0.05 (n + 1)), covering a new "
+            "configuration's residual with probability (n + 1 - 2k) / (n + 1); null: no range (error_basis says why)",
+        ),
+        ("error_runs", "Int64", "count", "held-out residuals the range is taken from (null without a range)"),
         (
             "error_basis",
             "string",
             "",
-            "held_out: the configurations the model was never tuned on (predictions.held_out); all: every run (fewer "
-            "than 3 held out)",
+            "which residuals set the range (held-out cpu runs, held-out cuda runs), or why there is none (fewer than "
+            "20 held-out residuals of the machine's kind)",
         ),
     ),
 )
