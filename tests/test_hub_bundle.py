@@ -104,7 +104,7 @@ def test_card_sections(bundle):
     assert "hf download test-org/muon-traces --repo-type dataset --revision v1.0.0" in text
     assert "ui.perfetto.dev" in text and "traces/comparison/muon_dp2_tp1/rank0.json.gz" in text
     # Column docs: every table's columns named, their types, units and meanings in docs/method.md and croissant.json.
-    assert "`step_ms`, " in text and "Their types, units and meanings" in text
+    assert "`step_ms`, " in text and "Columns" in text
     # Regeneration: the command recorded in config.json, and the bundle command with these metadata.
     assert "muon-repro bench comparison --scale cpu" in text
     assert f"muon-repro bundle --repo-id test-org/muon-traces --version 1.0.0 --date {DATE}" in text
@@ -114,7 +114,7 @@ def test_card_sections(bundle):
     entries = read_manifest(bundle)
     assert f"`MANIFEST.sha256` lists the sha256 and size of {len(entries)} files" in text
     assert not any(e.sha256 in text for e in entries)
-    assert "Their types, units and meanings: [`docs/method.md`](docs/method.md#steps)" in text or not (bundle / "docs").is_dir()
+    assert "Columns ([types, units, meanings](docs/method.md#steps)" in text or not (bundle / "docs").is_dir()
     assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
 
 

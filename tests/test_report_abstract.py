@@ -92,7 +92,9 @@ def test_the_abstract_is_short_and_every_number_is_a_table_value(committed):
     for check in failing["check"].astype(str):
         assert check.rstrip(".") in text or "consistency checks fail" in text
     if not committed.regime_thresholds.empty:
-        assert "cost model" in text and re.search(r"\d[kM]? \(\d", text)
+        assert "cost model" in text
+        ranged = committed.regime_thresholds["range_coverage"].notna().any()
+        assert bool(re.search(r"\d[kM]? \(\d[^)]*% range\)", text)) == ranged  # a range only with its coverage
 
 
 def test_a_hand_typed_number_is_caught():
