@@ -62,21 +62,24 @@ def download(
                 stopped.set()
 
     threads = [threading.Thread(target=work, name=f"hub-download-{i}", daemon=True) for i in range(min(workers, len(ordered)))]
+    # Failures reach the caller as exceptions. huggingface_hub's own warnings say nothing more, and one about a file
+    # in flight when Ctrl-C arrives (a temporary file gone before its chmod, the caller's folder removed under it)
+    # can come before this thread sees the interrupt: quiet from the first file, as long as any thread may run.
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
     for thread in threads:
         thread.start()
     try:
         for thread in threads:
             thread.join()
     except BaseException:
-        stopped.set()
-        # The files still in flight are about to be discarded with the caller's folder: huggingface_hub's warnings
-        # about them (a temporary file gone before its chmod) are no news, and would break the one line an
-        # interrupted command ends with.
-        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+        stopped.set()  # the threads still in flight stay quiet: the level is not restored
         ends = time.monotonic() + SETTLE_S
         for thread in threads:  # let the files in flight land, so that the caller can remove its folder
             thread.join(max(0.0, ends - time.monotonic()))
         raise
+    hub_logger.setLevel(level)
     if failures:
         raise failures[min(failures)]
     return local_dir
