@@ -333,11 +333,12 @@ CLAIMS = (
         source=MOONSHOT_LEADING,
         claimed_value=1.0,
         claimed_text="~2× compute efficiency",
-        unit="fraction: leading ratio in FLOPs at the end, the extra compute AdamW needs to reach Muon's smoothed training "
-        "loss, (AdamW FLOPs - Muon FLOPs) / Muon FLOPs",
+        unit="fraction: leading ratio in tokens at the end, the extra training compute (Moonlight's 6ND accounting: "
+        "compute in proportion to tokens, for either optimizer) AdamW needs to reach Muon's smoothed training loss, "
+        "(AdamW tokens - Muon tokens) / Muon tokens",
         unit_kind="fraction",
         region=Region(ABOUT_TWICE.low - 1, ABOUT_TWICE.high - 1),
-        short="leading ratio in FLOPs at the end",
+        short="leading ratio in tokens at the end",
         topic="Convergence",
         made_under=MadeUnder(
             "compute-optimal training, as in Moonlight's scaling-law experiments (Chinchilla's ~20 training tokens per "
@@ -345,8 +346,9 @@ CLAIMS = (
             min_tokens_per_param=10.0,
         ),
         rule=f"reproduced if the 95% t interval over seeds (at least {LEADING_MIN_SEEDS}) of the leading ratio "
-        "in FLOPs at the end (EWM alpha 0.05) lies inside [0.5, 1.5], AdamW needing 1.5x to 2.5x Muon's compute (Moonlight's "
-        "~2x, read as the original study's ~2x async slowdown is); not reproduced if it lies wholly outside, else inconclusive; "
+        "in tokens at the end (EWM alpha 0.05; 6ND compute) lies inside [0.5, 1.5], AdamW needing 1.5x to 2.5x Muon's "
+        "compute (Moonlight's ~2x, read as the original study's ~2x async slowdown is); not reproduced if it lies "
+        "wholly outside, else inconclusive; "
         f"not measured with fewer than {LEADING_MIN_SEEDS} seeds; not comparable here when the runs trained fewer than 10 "
         "tokens per parameter (the claim is made for compute-optimal training)",
     ),

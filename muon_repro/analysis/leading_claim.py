@@ -1,6 +1,7 @@
 """How the convergence claim ("Muon reaches AdamW's loss with about half the compute") is measured: the
-leading ratio in FLOPs at the end, from the leading_steps table's summaries, and the explanation that names
-its causes (steps against per-step cost, both smoothings, the scale the runs trained at).
+leading ratio in tokens at the end, in Moonlight's unit (6ND: training compute in proportion to tokens, the same
+for either optimizer), from the leading_steps table's summaries; the lead counting Newton-Schulz's FLOPs as
+compute too is stated apart, as is whether AdamW ever reached Muon's final loss (else a lower bound).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from muon_repro.claims import LEADING_MIN_SEEDS
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:
-    """The leading ratio in FLOPs at the end (headline smoothing, Moonlight's unit): its mean over seeds and t
-    interval, read from the leading_steps table's summaries; steps, wall clock, both smoothings, the test loss and
-    the best learning rates beside it. Every number the explanation states is a value of those tables."""
+    """The leading ratio in tokens at the end (headline smoothing, Moonlight's 6ND unit): at equal tokens per step
+    the lead in steps, its mean over seeds and t interval, read from the leading_steps table's summaries. The
+    explanation states the lead in FLOPs with Newton-Schulz counted apart; every number it states is a value of
+    those tables."""
     from muon_repro.analysis.convergence import HEADLINE_ALPHA
 
     lead, conv = t.leading, t.convergence
@@ -28,12 +30,10 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
     if head.empty or _seeds(head.iloc[0]) == 0:
         return "AdamW never reached any smoothed loss of Muon's run, or the curves are empty"
     first = head.iloc[0]
-    value, low, high = _summary(first, "leading_ratio_flops")
-    if not np.isfinite(value):
-        return (
-            "the convergence records hold no FLOPs per step (written before `muon-repro converge` recorded them): "
-            "re-run `muon-repro converge`"
-        )
+    tokens = conv.groupby("optimizer")["tokens_per_step"].unique()
+    if any(len(t) != 1 for t in tokens) or len({int(t[0]) for t in tokens}) != 1:
+        return "the Muon and AdamW convergence runs trained different tokens per step: a lead in steps is not one in tokens"
+    value, low, high = _summary(first, "leading_ratio")
     seeds = int(first["seeds"])
     if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
         low = high = float("nan")
@@ -96,10 +96,10 @@ def _leading_cause(head: pd.DataFrame, seeds: int) -> str:
         if g["at_end"].fillna(False).astype(bool).any()
     )
     said = (
-        f"At EWM alpha {HEADLINE_ALPHA:g}, the lead in steps (AdamW's extra steps to Muon's final loss, over "
-        f"Muon's) is {_with_interval(*_summary(first, 'leading_ratio'))} (mean over {seeds} seeds); Muon's step costs "
+        f"At EWM alpha {HEADLINE_ALPHA:g}, equal tokens per step: the lead in tokens is the lead in steps (mean over "
+        f"{seeds} seeds). Counting Newton-Schulz as compute too, Muon's step costs "
         f"{float(first['muon_gflop_per_step']):.2f} GFLOP against AdamW's {float(first['adamw_gflop_per_step']):.2f}, "
-        "hence the FLOPs lead (the report: other smoothings, wall clock, each seed)."
+        f"and the lead in FLOPs is {_with_interval(*_summary(first, 'leading_ratio_flops'))}."
     )
     if bounded:
         said += f" A lower bound on {bounded} of {head['seed'].nunique()} seeds: AdamW never reached Muon's last loss."

@@ -45,8 +45,8 @@ PUBLISHED = (
     "modded-nanogpt's GPT-2-small record (124M parameters, FineWeb): Muon reached 3.28 validation loss in 3,250 steps where "
     "AdamW needed 5,625, a leading ratio of (5,625 - 3,250) / 3,250 = 0.73 at that loss, counted in steps.",
     "Moonlight (arXiv 2502.16982) reports about 2x the computational efficiency of AdamW in its scaling-law experiments at "
-    "LLM scale (hundreds of millions to billions of parameters, billions of tokens): counted in FLOPs, a leading ratio "
-    "near 1. The claims table judges ours against it.",
+    "LLM scale (hundreds of millions to billions of parameters, billions of tokens), its compute counted as 6ND (in "
+    "proportion to tokens): a leading ratio in tokens near 1. The claims table judges ours against it.",
     "In the PR #1428 thread where Moonshot measured 'Muon leading steps', a user's 1B-parameter MoE run saw Muon lose its "
     "lead after about 20k steps, and Moonshot's rerun of those settings (about 17k steps) kept Muon ahead.",
 )
@@ -169,7 +169,8 @@ def _ratio_lines(lead: pd.DataFrame) -> list[str]:
         lines.append(
             f"Per seed at alpha {HEADLINE_ALPHA:g}, in steps, FLOPs and wall clock: "
             + "; ".join(ends)
-            + ". The claims table gives the verdict, in FLOPs; the figures show the sweep and the three panels."
+            + ". The claims table gives the verdict, in tokens (6ND, the lead in steps at equal tokens per step); the "
+            "figures show the sweep and the three panels."
         )
     return lines
 
