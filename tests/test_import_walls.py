@@ -192,7 +192,6 @@ KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
     ("analysis", "study"): "the analysis builds the study's tables and claims (tables, batch_read, claims, discover)",
     ("study", "analysis"): "the study's traces are read and measured with the analysis's reader, collectives, claims",
     ("costmodel", "bench"): "the cost model prices bench's BenchConfig and regime points; costmodel/cli.py records runs",
-    ("bench", "costmodel"): "bench/runner.py times costmodel/speed_probe.py's day-speed probe before the first step",
     ("bench", "study"): "bench/cli.py records the study's protocol (``muon-repro bench --protocol study``)",
     ("study", "bench"): "study/record.py records with bench's runner (export_trace) and environment",
     ("costmodel", "study"): "costmodel/study_check.py prices the study's runs from its scopes, sources and tables",

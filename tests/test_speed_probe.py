@@ -6,10 +6,10 @@ import pytest
 from support.costmodel_profiles import two_core_profile
 
 from muon_repro.bench.configs import resolve
+from muon_repro.bench.speed_probe import SpeedProbe, day_ratios, measure_speed, nearest_world
 from muon_repro.costmodel.machine import profile_from_dict
 from muon_repro.costmodel.machine_profile import ProfileError
 from muon_repro.costmodel.predict import predict
-from muon_repro.costmodel.speed_probe import SpeedProbe, day_ratios, measure_speed, nearest_world
 
 
 def probe(world: int = 4, matmul: float = 50.0, stream: float = 20.0, op: float = 4.0, all_reduce: float | None = 4000.0):

@@ -9,7 +9,7 @@ place once every rank is done):
     metrics.json       rank 0 only: every rank's :class:`~muon_repro.run_records.RankMetrics`
     config.json        rank 0 only: the resolved config, command line, seed
     environment.json   rank 0 only: software, hardware, git SHA (see environment.py), and the speed probe
-                       every rank took together before the first step (muon_repro.costmodel.speed_probe)
+                       every rank took together before the first step (muon_repro.bench.speed_probe)
 
 A run first trains ``timed_warmup + timed_steps`` steps with no profiler object at all,
 timed with ``time.perf_counter_ns()`` (whole step, forward+backward, optimizer step; device synced
@@ -43,8 +43,8 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.data import PermutationStream
 from muon_repro.bench.environment import capture_environment
 from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes
+from muon_repro.bench.speed_probe import measure_speed
 from muon_repro.bench.training import DTYPES, Training
-from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.model import GPTConfig
 from muon_repro.optim import DistributedMuon
 from muon_repro.optim.comm_model import optimizer_bytes

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from muon_repro.bench.speed_probe import measure_speed
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.identity import run_identity
-from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.formulas import NS_STEPS, muon_matrix_shapes, newton_schulz_flops
 from muon_repro.model import GPT
 from muon_repro.model_config import GPTConfig

@@ -11,7 +11,7 @@ What it measures (each a kernel at the shapes the model presets use, not a run):
   plain and under the bench's profiler;
 * the share of a rank's compute rate left when W ranks compute at once (W workers of a world), and
   how far out of step ranks that share cores reach a collective after equal work (arrival jitter);
-* the speed probe (:mod:`muon_repro.costmodel.speed_probe`) in each world, what every recording's own
+* the speed probe (:mod:`muon_repro.bench.speed_probe`) in each world, what every recording's own
   probe is compared with to price it as fast as the machine ran that day;
 * an alpha-beta fit per collective and group size, ``t = alpha + bytes / beta`` (least squares on
   relative error over several sizes; ``bytes`` what one rank sends by the ring model, so beta is a
@@ -43,11 +43,11 @@ from typing import TypeVar
 
 import torch
 
+from muon_repro.bench.speed_probe import measure_speed
 from muon_repro.costmodel.collective_fit import collective_fits, collective_rows
 from muon_repro.costmodel.compute_bench import NS_TARGET_FRACTION, measure_kernels
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.measurement import Plan
-from muon_repro.costmodel.speed_probe import measure_speed
 from muon_repro.costmodel.world_bench import (
     STREAM_ELEMENTS,
     WorldJob,

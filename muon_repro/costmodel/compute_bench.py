@@ -15,7 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from muon_repro.costmodel.measurement import Plan, low_quartile, seconds_per_call, sync_device
+from muon_repro.bench.speed_probe import sync_device
+from muon_repro.costmodel.measurement import Plan, low_quartile, seconds_per_call
 from muon_repro.formulas import newton_schulz_flops
 from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS, GPTConfig
 from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, zeropower_via_newtonschulz5

@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
+from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe, day_ratios, nearest_world
 from muon_repro.costmodel import profile_ranges as ranges
 from muon_repro.costmodel.profile_ranges import ProfileError, check_choice
-from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe, day_ratios, nearest_world
 from muon_repro.phases import NEWTON_SCHULZ
 
 DEVICES = ("cpu", "cuda")
@@ -134,7 +134,7 @@ class MachineProfile:
     sources: tuple[Source, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)  # how a measured profile was measured
     notes: str = ""
-    # how fast the machine ran on the day of a recording against its calibration (muon_repro.costmodel.speed_probe):
+    # how fast the machine ran on the day of a recording against its calibration (muon_repro.bench.speed_probe):
     # every figure is scaled by it; set by on_day, never stored
     day_speed: float = 1.0
 

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
+# bench/speed_probe.py times the same kernels on the day of a recording, with the device sync it defines
+from muon_repro.bench.speed_probe import sync_device
 
 KIB = 1024
 
@@ -120,23 +121,3 @@ def seconds_per_call(fn: Callable[[], object], reps: int, device: str = "cpu", t
         sync_device(device)
         times.append((time.perf_counter() - t0) / inner)
     return low_quartile(times)
-
-
-def loop_rate(step: Callable[[], object], work_per_call: float, device: str, seconds: float, check_every: int = 1) -> float:
-    """Work per second of ``step`` looped for at least ``seconds`` (the clock read, after a device
-    sync, every ``check_every`` calls)."""
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        step()
-        calls += 1
-        if calls % check_every == 0:
-            sync_device(device)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= seconds:
-                return work_per_call * calls / elapsed
-
-
-def sync_device(device: str) -> None:
-    """Wait for the device's queued kernels (a GPU runs them asynchronously), so a clock read after it times them."""
-    if device == "cuda":
-        torch.cuda.synchronize()

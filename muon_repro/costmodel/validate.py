@@ -5,7 +5,7 @@ the measured medians from ``metrics.json`` (a step's time is its slowest rank's,
 table counts it; the optimizer's the mean over ranks), and two predictions:
 
 * by the run's own calibration (the default): the machine profile as fast as the machine ran that
-  day, from the speed probe every trial took before its first step (:mod:`~muon_repro.costmodel.speed_probe`;
+  day, from the speed probe every trial took before its first step (:mod:`~muon_repro.bench.speed_probe`;
   the median day's speed over trials, per kind of work);
 * by the profile alone, as it was calibrated: the difference between the two is the "slow day", measured.
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.regimes import validation_set
+from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
-from muon_repro.costmodel.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 

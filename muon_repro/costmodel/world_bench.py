@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from muon_repro.bench.speed_probe import loop_rate, measure_speed, sync_device
 from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS
-from muon_repro.costmodel.measurement import Plan, high_quartile, loop_rate, sync_device
-from muon_repro.costmodel.speed_probe import measure_speed
+from muon_repro.costmodel.measurement import Plan, high_quartile
 from muon_repro.formulas import ring_bytes
 from muon_repro.model_config import PRESETS
 

@@ -98,13 +98,33 @@ def nearest_world(probes: Mapping[int, SpeedProbe], world_size: int) -> SpeedPro
 # ---------------------------------------------------------------- measuring (torch from here on)
 
 
+def sync_device(device: str) -> None:
+    """Wait for the device's queued kernels (a GPU runs them asynchronously), so a clock read after it times them."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def loop_rate(step: Callable[[], object], work_per_call: float, device: str, seconds: float, check_every: int = 1) -> float:
+    """Work per second of ``step`` looped for at least ``seconds`` (the clock read, after a device
+    sync, every ``check_every`` calls)."""
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        step()
+        calls += 1
+        if calls % check_every == 0:
+            sync_device(device)
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds:
+                return work_per_call * calls / elapsed
+
+
 def measure_speed(device: str = "cpu") -> SpeedProbe:
     """Run the probe on every rank of the default process group at once (or alone, without one);
     every rank returns the same means. Collective when a group is initialized: call it on every rank."""
     import torch
     import torch.distributed as dist
-
-    from muon_repro.costmodel.measurement import sync_device
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     started = time.perf_counter()
@@ -141,8 +161,6 @@ def _all_reduce_us(device: str) -> float:
     import torch
     import torch.distributed as dist
 
-    from muon_repro.costmodel.measurement import sync_device
-
     buffer = torch.ones(ALL_REDUCE_ELEMENTS, device=device)
     times = []
     for rep in range(ALL_REDUCE_REPS + 1):  # the first is a warm-up
@@ -158,8 +176,6 @@ def _all_reduce_us(device: str) -> float:
 
 def _seconds_per_call(fn: Callable[[], object], seconds: float, device: str) -> float:
     """Mean time of ``fn()`` looped for ``seconds`` (after one warm-up call), the device synced before the clock is read."""
-    from muon_repro.costmodel.measurement import loop_rate, sync_device
-
     fn()
     sync_device(device)
     return 1.0 / loop_rate(fn, 1.0, device, seconds, check_every=8)
