@@ -161,9 +161,9 @@ def stated_unit(name: str) -> str:
     ``*_ratio``, ``*_over_*``, ``*share*``...); empty for a count or a plain number."""
     if "ratio" in name or "_over_" in name:
         return "ratio"
-    if "share" in name or name.endswith("_error") or name.startswith("muon_extra_at_"):
+    if "share" in name:
         return "fraction"
-    for marker, unit in (("us_per_token", "us per token"), ("_ms", "ms"), ("bytes", "bytes"), ("gflop", "GFLOP")):
+    for marker, unit in (("_ms", "ms"), ("bytes", "bytes")):
         if marker in name:
             return unit
     return "FLOP" if name.endswith("flops_per_rank") else ""

@@ -86,15 +86,12 @@ def _with_interval(mean: float, low: float, high: float) -> str:
 
 
 def _leading_cause(head: pd.DataFrame, seeds: int) -> str:
-    """The end ratio in FLOPs taken apart: in steps, against the per-step costs; and whether it is a lower bound."""
-    from muon_repro.analysis.convergence import HEADLINE_ALPHA
+    """The lead in tokens said as the lead in steps, the lead in FLOPs with Newton-Schulz counted beside it, and on how
+    many seeds it is a lower bound (:func:`~muon_repro.analysis.convergence.end_ratio`'s flag)."""
+    from muon_repro.analysis.convergence import HEADLINE_ALPHA, end_ratio
 
     first = head.iloc[0]
-    bounded = sum(
-        int(g[g["at_end"].fillna(False).astype(bool)]["muon_step"].max()) < int(g["muon_step"].max())
-        for _, g in head.groupby("seed")
-        if g["at_end"].fillna(False).astype(bool).any()
-    )
+    bounded = sum(end_ratio(g.sort_values("muon_step"))[2] for _, g in head.groupby("seed"))
     said = (
         f"At EWM alpha {HEADLINE_ALPHA:g}, equal tokens per step: the lead in tokens is the lead in steps (mean over "
         f"{seeds} seeds). Counting Newton-Schulz as compute too, Muon's step costs "
