@@ -547,3 +547,32 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
     assert "in FLOPs" in section and "in wall clock" in section and "Final test loss over the 5 seeds" in section
     assert "13k" not in section and "No convergence run" not in section
     assert "Muon reaches AdamW's loss with about half the compute" in md
+
+
+def test_adamw_budgets_train_each_seed_again_on_its_own_schedule():
+    from muon_repro.converge.sweep import ConvergePlan
+
+    base = ConvergeConfig("muon", 1e-3, steps=100)
+    plan = ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3,)}, seeds=3, adamw_budgets=(1.5, 2.0), group="convergence-small")
+    runs = [cfg for pair in plan.budget_pairs({"muon": 1e-2, "adamw": 1e-3}) for cfg in pair]
+    expected = [(o, s, n) for s in range(3) for o, n in (("adamw", 150), ("adamw", 200))]
+    assert [(c.optimizer, c.seed, c.steps) for c in runs] == expected
+    assert all(len(pair) <= 2 for pair in plan.budget_pairs({"muon": 1e-2, "adamw": 1e-3}))
+    assert ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3,)}).budget_pairs({"muon": 1e-2, "adamw": 1e-3}) == []
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"group": "../elsewhere"}, "group"),
+        ({"group": "runs"}, "group"),
+        ({"adamw_budgets": (1.0,)}, "adamw_budgets"),
+        ({"adamw_budgets": (2.0, 2.0)}, "adamw_budgets"),
+        ({"adamw_budgets": (1.001,)}, "adamw_budgets"),  # rounds to the base's own 100 steps
+    ],
+)
+def test_a_plan_refuses_a_group_outside_its_folder_and_budgets_that_repeat_a_run(change, field):
+    from muon_repro.converge.sweep import ConvergePlan
+
+    with pytest.raises(ValueError, match=field):
+        ConvergePlan(ConvergeConfig("muon", 1e-3, steps=100), {"muon": (1e-2,), "adamw": (1e-3,)}, **change)

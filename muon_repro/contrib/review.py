@@ -209,7 +209,8 @@ def _claims_after(
     from muon_repro.analysis.tables import tables_from_analysis
 
     root = ctx.scratch / f"profile-{profile}"
-    records = tuple(f"{TRACES_ROOT}/{profile}/{folder}/" for folder in (CONVERGENCE_GROUP, COSTMODEL_DIR))
+    # every convergence group (convergence, convergence-<configuration>) and the cost model's records
+    records = (f"{TRACES_ROOT}/{profile}/{CONVERGENCE_GROUP}", f"{TRACES_ROOT}/{profile}/{COSTMODEL_DIR}/")
     paths = [p for p in main_files if any(p.startswith(f + "/") for f in main_folders) or p.startswith(records)]
     with_records = " and its convergence and cost-model records" if any(p.startswith(records) for p in paths) else ""
     ctx.echo(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.hardware import add_profile_argument
+from muon_repro.rundir import CONVERGENCE_GROUP
 
 # The reference run (README, docs/method.md#convergence-on-real-text): 5 learning rates per
 # optimizer, a factor ~3 apart, over a 300-step sweep chosen on the validation split; then 5 seeds
@@ -37,9 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(same warm-up + cosine schedule, weight decay on every parameter), evaluate the validation and test loss "
             "every --eval-every steps, then train --seeds seeds at each optimizer's best learning rate (lowest final "
             "validation loss of its sweep; the test loss is what the results report). One folder per run "
-            "under OUT/<profile>/convergence/ (the hardware profile: --profile, else derived from this machine); complete runs "
-            "are skipped when they were trained with the same settings (config, corpus, tokenizer, backend) and refused, "
-            "naming the differing fields, when not; interrupted ones resume from their checkpoints. "
+            "under OUT/<profile>/convergence/ (or --group; the hardware profile: --profile, else derived from this "
+            "machine); complete runs are skipped when they were trained with the same settings (config, corpus, "
+            "tokenizer, backend) and refused, naming the differing fields, when not; interrupted ones resume from their "
+            "checkpoints. "
             "muon-repro analyze turns them into the convergence and leading_steps tables."
         ),
     )
@@ -71,6 +73,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=REFERENCE_SWEEP_STEPS,
         help="steps of the learning-rate sweep's runs (default: %(default)s; the best learning rates then train --steps)",
+    )
+    p.add_argument(
+        "--adamw-budgets",
+        type=_floats,
+        default=(),
+        help=(
+            "train AdamW's seeds again for these multiples of --steps (e.g. 2,3; each its own schedule), so that the "
+            "tokens AdamW needs to reach Muon's final test loss are measured, not a lower bound (default: none)"
+        ),
+    )
+    p.add_argument(
+        "--group",
+        default=CONVERGENCE_GROUP,
+        help=(
+            "the folder under OUT/<profile>/ the runs land in, one per model configuration; a name starting with "
+            f"'{CONVERGENCE_GROUP}' (default: %(default)s)"
+        ),
     )
     p.add_argument("--dp", type=int, default=d.dp)
     p.add_argument("--tp", type=int, default=d.tp)
@@ -136,7 +155,14 @@ def _run(args: argparse.Namespace) -> int:
         eval_windows=args.eval_windows,
         checkpoint_every=args.checkpoint_every,
     )
-    plan = ConvergePlan(base, {"muon": args.muon_lrs, "adamw": args.adamw_lrs}, seeds=args.seeds, sweep_steps=args.sweep_steps)
+    plan = ConvergePlan(
+        base,
+        {"muon": args.muon_lrs, "adamw": args.adamw_lrs},
+        seeds=args.seeds,
+        sweep_steps=args.sweep_steps,
+        group=args.group,
+        adamw_budgets=tuple(args.adamw_budgets),
+    )
     backend = args.backend or default_backend(base.world_size)
     threads = args.threads or max(1, (os.cpu_count() or 1) // (base.world_size * args.jobs))
     try:

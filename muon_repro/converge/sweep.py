@@ -5,8 +5,11 @@ alternating; the same schedule shape, compressed), then, at each optimizer's bes
 (lowest final *validation* loss of the sweep; the test split is never consulted), seeds
 0..seeds-1 for the full ``steps`` (seed 0 is the sweep's own run when ``sweep_steps == steps``).
 With ``jobs=2`` a Muon run and its AdamW twin (the same position in the learning-rate lists, or
-the same seed) train at once, one process each, so that both see the same machine. A run
-lands in ``<out>/convergence/<name>/`` (``convergence.json``, ``log.txt``); while it trains it
+the same seed) train at once, one process each, so that both see the same machine. With
+``adamw_budgets``, AdamW's seeds then train again for those multiples of the steps, each with its own
+schedule, so that the tokens AdamW needs to reach Muon's final loss are measured rather than bounded. A run
+lands in ``<out>/<group>/<name>/`` (``convergence.json``, ``log.txt``; group ``convergence`` unless the plan
+names another configuration's folder); while it trains it
 lives in the hidden ``.<name>.partial`` beside it, with one checkpoint per rank, and is renamed
 into place (checkpoints removed) once complete. A complete run (a record of this format) is skipped
 on the next call only when it is the run asked for (:mod:`muon_repro.converge.identity`: config, corpus,
@@ -18,7 +21,9 @@ resumes from checkpoints of the same identity.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +38,7 @@ from muon_repro.tables import files
 
 FORMAT_VERSION = 2  # 2: validation and test loss, per-step wall time and FLOPs per step; older records are retrained
 JOBS = (1, 2)  # runs at once: one at a time, or a Muon run beside its AdamW twin
+GROUP_NAME = re.compile(rf"{CONVERGENCE_GROUP}[A-Za-z0-9_-]{{0,48}}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class ConvergePlan:
     lrs: dict[str, tuple[float, ...]]
     seeds: int = 5
     sweep_steps: int | None = None  # None: the sweep runs base.steps
+    group: str = CONVERGENCE_GROUP  # the folder under <out>/<profile>/ the runs land in: one configuration each
+    adamw_budgets: tuple[float, ...] = ()  # AdamW's seeds trained again for these multiples of base.steps (each > 1)
 
     def __post_init__(self) -> None:
         for opt in OPTIMIZERS:
@@ -57,6 +65,17 @@ class ConvergePlan:
             not isinstance(self.sweep_steps, int) or isinstance(self.sweep_steps, bool) or self.sweep_steps < 1
         ):
             raise ValueError(f"ConvergePlan.sweep_steps must be a positive integer or None, got {self.sweep_steps!r}")
+        if not isinstance(self.group, str) or not GROUP_NAME.fullmatch(self.group):
+            raise ValueError(
+                f"ConvergePlan.group must name a folder that starts with {CONVERGENCE_GROUP!r} (letters, digits, '-', '_'), "
+                f"got {self.group!r}"
+            )
+        budgets = self.adamw_budgets
+        valid = all(isinstance(f, (int, float)) and math.isfinite(f) and f > 1 for f in budgets)
+        if not valid or len(set(budgets)) != len(budgets):
+            raise ValueError(f"ConvergePlan.adamw_budgets must be distinct multiples of the steps above 1, got {budgets!r}")
+        if len({self.budget_steps(f) for f in budgets} | {self.base.steps}) != len(budgets) + 1:
+            raise ValueError(f"ConvergePlan.adamw_budgets {budgets!r} round to the same number of steps of {self.base.steps}")
 
     def config(self, optimizer: str, lr: float, seed: int, steps: int | None = None) -> ConvergeConfig:
         return replace(self.base, optimizer=optimizer, lr=float(lr), seed=seed, steps=steps or self.base.steps)
@@ -77,30 +96,45 @@ class ConvergePlan:
         """Each seed's Muon and AdamW run at their best learning rates."""
         return [[self.config(opt, best[opt], seed) for opt in OPTIMIZERS] for seed in range(self.seeds)]
 
+    def budget_steps(self, factor: float) -> int:
+        return round(factor * self.base.steps)
 
-def run_folder(out: Path, cfg: ConvergeConfig) -> Path:
-    return Path(out) / CONVERGENCE_GROUP / cfg.name
+    def budget_pairs(self, best: dict[str, float]) -> list[list[ConvergeConfig]]:
+        """AdamW's longer budgets at its best learning rate, each its own warm-up and cosine schedule, two runs at a
+        time: how many tokens AdamW needs to reach Muon's final loss (:mod:`muon_repro.analysis.budget_match`)."""
+        runs = [
+            self.config("adamw", best["adamw"], seed, self.budget_steps(f))
+            for seed in range(self.seeds)
+            for f in self.adamw_budgets
+        ]
+        return [runs[i : i + 2] for i in range(0, len(runs), 2)]
 
 
-def has_record(out: Path, cfg: ConvergeConfig) -> bool:
+def run_folder(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> Path:
+    return Path(out) / group / cfg.name
+
+
+def has_record(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> bool:
     """A record in ``cfg``'s folder written by this format (an older one lacks the test loss and the step costs:
     it is trained again), whatever it was trained with."""
-    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
+    record = read_json(run_folder(out, cfg, group) / CONVERGENCE_FILE)
     return record is not None and record.get("format") == FORMAT_VERSION
 
 
-def is_complete(out: Path, cfg: ConvergeConfig) -> bool:
+def is_complete(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> bool:
     """A record of this config written by this format (its data: :func:`reuse_differences`)."""
-    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE)
+    record = read_json(run_folder(out, cfg, group) / CONVERGENCE_FILE)
     return record is not None and record.get("config") == cfg.to_dict() and record.get("format") == FORMAT_VERSION
 
 
-def reuse_differences(out: Path, cfgs: list[ConvergeConfig], facts: dict, backend: str) -> dict[str, list[str]]:
+def reuse_differences(
+    out: Path, cfgs: list[ConvergeConfig], facts: dict, backend: str, group: str = CONVERGENCE_GROUP
+) -> dict[str, list[str]]:
     """The runs of ``cfgs`` with a record of this format that was trained otherwise than asked (``facts``: the
     corpus and tokenizer's, ``TokenData.facts``), each with its differing fields."""
     mismatched = {}
     for cfg in cfgs:
-        record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE) if has_record(out, cfg) else None
+        record = read_json(run_folder(out, cfg, group) / CONVERGENCE_FILE) if has_record(out, cfg, group) else None
         if record is not None:
             diffs = identity_differences(recorded_identity(record), run_identity(cfg, facts, backend))
             if diffs:
@@ -108,8 +142,8 @@ def reuse_differences(out: Path, cfgs: list[ConvergeConfig], facts: dict, backen
     return mismatched
 
 
-def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
-    record = read_json(run_folder(out, cfg) / CONVERGENCE_FILE) or {}
+def final_val_loss(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> float:
+    record = read_json(run_folder(out, cfg, group) / CONVERGENCE_FILE) or {}
     if record.get("diverged_at_step") is not None:
         return float("inf")
     values = (record.get("curve") or {}).get("val_loss") or []
@@ -118,7 +152,7 @@ def final_val_loss(out: Path, cfg: ConvergeConfig) -> float:
 
 def best_lr(out: Path, plan: ConvergePlan, optimizer: str) -> float:
     """The sweep's learning rate with the lowest final validation loss (seed 0); the test loss plays no part."""
-    return min(plan.lrs[optimizer], key=lambda lr: final_val_loss(out, plan.sweep_config(optimizer, lr)))
+    return min(plan.lrs[optimizer], key=lambda lr: final_val_loss(out, plan.sweep_config(optimizer, lr), plan.group))
 
 
 def prepare_data(corpus_spec: str, vocab_size: int):
@@ -187,12 +221,13 @@ def run_one(
     threads: int | None,
     progress: bool,
     profile: str | None = None,
+    group: str = CONVERGENCE_GROUP,
 ) -> float:
     """Train one run into its ``.partial`` folder under ``out`` (the profile's folder; resuming from its
     checkpoints), then move it into place."""
     from muon_repro.parallel.launch import describe_failure, launch
 
-    final = run_folder(out, cfg)
+    final = run_folder(out, cfg, group)
     partial = partial_dir(final)
     partial.mkdir(parents=True, exist_ok=True)
     record_base = {
@@ -231,7 +266,7 @@ def converge(
     profile: str | None = None,
     jobs: int = 1,
 ) -> dict:
-    """Run the plan into ``out/<profile>/convergence/`` (skipping complete runs unless ``force``; :class:`RunMismatch`
+    """Run the plan into ``out/<profile>/<plan.group>/`` (skipping complete runs unless ``force``; :class:`RunMismatch`
     when a complete run was trained with other settings than asked); returns the
     best lrs, what ran and the profile. ``profile``: default ``$MUON_REPRO_PROFILE``, else derived from the machine.
     ``jobs=2``: each Muon run trains beside its AdamW twin (one process each; give each ``threads`` of the cores)."""
@@ -264,23 +299,24 @@ def converge(
 
     def check_reuse(cfgs: list[ConvergeConfig]) -> None:
         """Refuse before training any of ``cfgs`` when a complete one was trained otherwise than asked."""
-        if not force and any(has_record(out, cfg) for cfg in cfgs):
-            mismatched = reuse_differences(out, cfgs, tokens().facts, backend)
+        if not force and any(has_record(out, cfg, plan.group) for cfg in cfgs):
+            mismatched = reuse_differences(out, cfgs, tokens().facts, backend, plan.group)
             if mismatched:
-                raise RunMismatch(str(out / CONVERGENCE_GROUP), mismatched)
+                raise RunMismatch(str(out / plan.group), mismatched)
 
     def do(pair: list[ConvergeConfig], runner: _Runner) -> None:
         # check_reuse vouched for the complete ones; force retrains each run once (seed 0 may be a sweep run)
-        todo = [cfg for cfg in pair if (force and cfg.name not in ran) or not has_record(out, cfg)]
+        todo = [cfg for cfg in pair if (force and cfg.name not in ran) or not has_record(out, cfg, plan.group)]
         skipped.extend(cfg.name for cfg in pair if cfg not in todo)
         if not todo:
             return
         data = tokens()
-        kwargs = {"threads": threads, "progress": progress, "profile": profile}
+        kwargs = {"threads": threads, "progress": progress, "profile": profile, "group": plan.group}
         for cfg, seconds in zip(todo, runner(todo, data, out, backend, command, kwargs)):
             ran.append(cfg.name)
             if progress:
-                print(f"[{cfg.name}] done in {seconds:.0f} s, final validation loss {final_val_loss(out, cfg):.4f}", flush=True)
+                loss = final_val_loss(out, cfg, plan.group)
+                print(f"[{cfg.name}] done in {seconds:.0f} s, final validation loss {loss:.4f}", flush=True)
 
     with _runner(jobs) as runner:
         check_reuse(plan.sweep())
@@ -289,6 +325,9 @@ def converge(
         best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
         check_reuse([cfg for pair in plan.seed_pairs(best) for cfg in pair])
         for pair in plan.seed_pairs(best):  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
+            do(pair, runner)
+        check_reuse([cfg for pair in plan.budget_pairs(best) for cfg in pair])
+        for pair in plan.budget_pairs(best):
             do(pair, runner)
     return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}
 
