@@ -141,7 +141,7 @@ def test_end_ratio_is_the_last_matched_muon_step():
 
 def test_no_convergence_run_gives_empty_tables_with_their_columns(tmp_path):
     tables = convergence_tables([tmp_path])
-    assert set(tables) == {"convergence", "leading_steps"}
+    assert set(tables) == {"convergence", "leading_steps", "budget_match"}
     for name, df in tables.items():
         assert df.empty and list(df.columns) == SCHEMAS[name].names
 
@@ -349,12 +349,14 @@ def _write_record(
     final_test: float | None = None,
     gflop: float = 1.0,
     step_ms: float = 10.0,
+    group: str = CONVERGENCE_GROUP,
+    params: int = 1000,
 ) -> None:
     """A convergence.json as `converge` writes it, with a made-up curve (loss falls by `slope` per step)."""
     from muon_repro.converge.sweep import FORMAT_VERSION
 
     cfg = ConvergeConfig(opt, lr, seed=seed, steps=steps, eval_every=steps)
-    folder = root / CONVERGENCE_GROUP / cfg.name
+    folder = root / group / cfg.name
     folder.mkdir(parents=True)
     train = [5.0 - slope * s for s in range(1, steps + 1)]
     record = {
@@ -364,7 +366,7 @@ def _write_record(
         "backend": "gloo",
         "wall_s": 1.0,
         "environment": {"cpu_count": 2},  # cpu-2c-gloo
-        "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
+        "model": {"params": params, "embedding_share": 0.25, "vocab_size": 64},
         "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
         "flops_per_step": {"total": round(gflop * 1e9), "orthogonalization": round((gflop - 1.0) * 1e9)},
         "curve": {
@@ -576,3 +578,94 @@ def test_a_plan_refuses_a_group_outside_its_folder_and_budgets_that_repeat_a_run
 
     with pytest.raises(ValueError, match=field):
         ConvergePlan(ConvergeConfig("muon", 1e-3, steps=100), {"muon": (1e-2,), "adamw": (1e-3,)}, **change)
+
+
+# ---------------------------------------------------------------- AdamW's longer budgets (analysis/budget_match.py)
+
+
+def test_the_matched_budget_is_exact_where_loss_falls_linearly_in_log_tokens():
+    from muon_repro.analysis.budget_match import matched_tokens
+
+    budgets = np.array([1000.0, 1500.0, 2000.0, 3000.0])
+    losses = 5.0 - 0.5 * np.log(budgets)
+    target = 5.0 - 0.5 * np.log(2500.0)
+    tokens, censored = matched_tokens(budgets, losses, target)
+    assert censored == "none" and tokens == pytest.approx(2500.0)
+    assert matched_tokens(budgets, losses, losses[-1] - 0.01) == (pytest.approx(np.nan, nan_ok=True), "above")
+    assert matched_tokens(budgets, losses, losses[0] + 0.01)[1] == "below"
+    assert matched_tokens(budgets, losses, losses[2]) == (pytest.approx(2000.0), "none")  # reached exactly at a budget
+    with pytest.raises(ValueError, match="increasing"):
+        matched_tokens(budgets[::-1], losses, target)
+
+
+def _budget_runs(root, group: str, leads: list[float], *, params: int = 1000, budgets=(1.0, 1.5, 2.0, 3.0)) -> None:
+    """A sweep, then per seed a 10-step Muon run whose final test loss AdamW reaches at (1 + lead) x its tokens,
+    on AdamW budgets whose final loss falls linearly in log tokens."""
+    for opt, lrs in (("muon", {1e-3: 4.0, 1e-2: 3.5}), ("adamw", {1e-3: 3.9, 1e-2: 4.2})):
+        for lr, val in lrs.items():
+            _write_record(root, opt, lr, 0, 4, val, 0.1, group=group, params=params)
+    for seed, lead in enumerate(leads):
+        target = 5.0 - 0.5 * np.log(10 * (1 + lead))
+        _write_record(root, "muon", 1e-2, seed, 10, 3.0, 0.2, final_test=target, group=group, params=params)
+        for factor in budgets:
+            steps = round(10 * factor)
+            loss = 5.0 - 0.5 * np.log(steps)
+            _write_record(root, "adamw", 1e-3, seed, steps, 3.4, 0.1, final_test=loss, group=group, params=params)
+
+
+def test_the_claim_reads_the_lead_on_complete_schedules_where_adamw_trained_longer(tmp_path):
+    leads = [0.7, 0.8, 0.9, 0.75, 0.85]
+    _budget_runs(tmp_path, "convergence-small", leads)
+    tables = convergence_tables([tmp_path])
+    budget = tables["budget_match"]
+    assert sorted(set(budget["adamw_steps"])) == [10, 15, 20, 30] and set(budget["censored"]) == {"none"}
+    per_seed = budget.drop_duplicates("seed").sort_values("seed")
+    assert per_seed["lead"].astype(float).to_numpy() == pytest.approx(leads)
+    half = 2.7764451051977987 * np.std(leads, ddof=1) / np.sqrt(5)
+    claim = _claim(tables)
+    assert claim["measured_value"] == pytest.approx(np.mean(leads))
+    assert claim["measured_low"] == pytest.approx(np.mean(leads) - half)
+    assert claim["verdict"] == "reproduced" and "convergence-small" in claim["conditions"]
+    assert "log tokens" in claim["explanation"] and len(claim["explanation"].split()) <= 60
+    # the curves' lead over the same seeds is another quantity: a point of a longer schedule is no schedule's end
+    lead = tables["leading_steps"]
+    assert lead["muon_step"].max() == 10
+
+
+def test_a_budget_that_never_reaches_muons_loss_is_censored_not_a_number(tmp_path):
+    _budget_runs(tmp_path, "convergence-small", [2.5, 0.5, 0.6, 0.7, 0.8])  # seed 0 needs 3.5x: beyond the 3x budget
+    tables = convergence_tables([tmp_path])
+    seeds = tables["budget_match"].drop_duplicates("seed").set_index("seed")
+    assert seeds.loc[0, "censored"] == "above" and seeds.loc[0, "lead_bound"] == pytest.approx(2.0)
+    assert seeds["lead_mean"].isna().all() and int(seeds["censored_seeds"].iloc[0]) == 1
+    claim = _claim(tables)
+    assert claim["verdict"] != "reproduced" and "Censored on 1 seeds" in claim["explanation"]
+
+
+def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):
+    _budget_runs(tmp_path, "convergence-small", [0.1, 0.15, 0.2, 0.12, 0.18])  # 10 tokens per parameter
+    _sweep_and_seeds(tmp_path)  # the default group, Muon well ahead, but at 1,000x the parameters:
+    for path in (tmp_path / CONVERGENCE_GROUP).rglob(CONVERGENCE_FILE):
+        record = json.loads(path.read_text())
+        record["model"]["params"] = 10**6  # 0.01 tokens per parameter: outside the claim's conditions
+        path.write_text(json.dumps(record))
+    tables = convergence_tables([tmp_path])
+    assert set(tables["convergence"]["group"]) == {CONVERGENCE_GROUP, "convergence-small"}
+    claim = _claim(tables)
+    assert "convergence-small" in claim["conditions"] and claim["verdict"] == "not reproduced"
+    assert claim["measured_value"] == pytest.approx(0.15)
+
+
+def test_the_report_says_each_configuration_and_its_budgets_in_the_tables_numbers(tmp_path):
+    from muon_repro.report.convergence_section import convergence_section
+
+    _budget_runs(tmp_path, "convergence-small", [0.7, 0.8, 0.9, 0.75, 0.85])
+    _sweep_and_seeds(tmp_path)
+    tables = convergence_tables([tmp_path])
+    lines = convergence_section(tables["convergence"], tables["leading_steps"], tables["budget_match"])["lines"]
+    heads = [line for line in lines if line.startswith("Configuration `")]
+    assert [h.split("`")[1] for h in heads] == [CONVERGENCE_GROUP, "convergence-small"]  # the figures' one first
+    said = " ".join(lines[lines.index(heads[1]) :])
+    assert "interpolated" in said and "seed 4: +0.850" in said
+    held = _table_numbers(*tables.values())
+    assert _not_held(said.replace("sha256 " + "0" * 16, ""), held) == []

@@ -128,9 +128,11 @@ def trainings(monkeypatch) -> list[str]:
     """Every run ``converge`` trains (by name): the fake writes the record a real run writes, no training."""
     names: list[str] = []
 
-    def fake_run(cfg, data, out, backend, command, *, threads, progress, profile=None) -> float:
+    def fake_run(
+        cfg, data, out, backend, command, *, threads, progress, profile=None, group=converge_sweep.CONVERGENCE_GROUP
+    ) -> float:
         names.append(cfg.name)
-        folder = converge_sweep.run_folder(out, cfg)
+        folder = converge_sweep.run_folder(out, cfg, group)
         folder.mkdir(parents=True, exist_ok=True)
         record = {
             "format": converge_sweep.FORMAT_VERSION,

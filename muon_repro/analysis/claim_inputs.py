@@ -85,6 +85,7 @@ class ProfileTables:
     environment: pd.DataFrame = field(default_factory=pd.DataFrame)  # each trial's environment.json, flattened
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # the cost model against the recorded runs
     timed: pd.DataFrame = field(default_factory=pd.DataFrame)  # steps timed without the profiler (timed_steps)
+    budget: pd.DataFrame | None = None  # budget_match: AdamW's longer budgets against Muon's final loss
 
     def step_source(self, run: pd.Series) -> pd.DataFrame:
         """Where a run's step times come from (:func:`~muon_repro.analysis.estimators.step_source`)."""

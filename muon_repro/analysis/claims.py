@@ -44,7 +44,8 @@ def claims_table(
     (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
     ``regimes`` and ``thresholds``: the regime sweep and the cost model's thresholds, cited in the time claims'
     explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
-    leading-steps claim is not measured without them); ``environment``: the runs' machines (ranks per core);
+    leading-steps claim is not measured without them; ``budget_match`` where AdamW trained longer budgets);
+    ``environment``: the runs' machines (ranks per core);
     ``predictions``: the cost model against the recorded runs (its validated error, quoted with its predictions);
     ``timed``: the steps timed without the profiler, which the time claims use for the runs that have them;
     ``study``: the study tables (:mod:`muon_repro.study.tables`), whose claims rows come first: the claims judged
@@ -58,7 +59,7 @@ def claims_table(
     environment = empty if environment is None else environment
     predictions = empty if predictions is None else predictions
     timed = empty if timed is None else timed
-    conv, lead = convergence.get("convergence"), convergence.get("leading_steps")
+    conv, lead, budget = (convergence.get(n) for n in ("convergence", "leading_steps", "budget_match"))
     counts = {str(p): int(n) for p, n in runs["profile"].value_counts().items()} if "profile" in runs.columns else {}
     for other in (regimes, conv):
         for p in _profiles_of(other):
@@ -74,6 +75,7 @@ def claims_table(
             rows_of_profile(environment, profile),
             rows_of_profile(predictions, profile),
             rows_of_profile(timed, profile),
+            budget=rows_of_profile(budget, profile),
         )
         rows += _claim_rows(t, profile)
     return pd.DataFrame(rows)

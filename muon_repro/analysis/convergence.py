@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import mean_interval
-from muon_repro.rundir import CONVERGENCE_FILE, convergence_profile, read_json
+from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, convergence_profile, read_json
 
 EWM_ALPHAS = (0.05, 0.005)
 """Smoothings recorded in ``leading_steps``; the first is the headline (alpha = 0.005 hid a real gap
@@ -245,53 +245,56 @@ def _with_summaries(lead: pd.DataFrame, conv: pd.DataFrame, best: dict[str, floa
             mean, low, high = mean_interval(at[column].astype("float64").to_numpy(dtype=float, na_value=np.nan))
             lead.loc[rows.index, [f"end_{column}_mean", f"end_{column}_low", f"end_{column}_high"]] = [mean, low, high]
     seeds = sorted(set(lead["seed"]))  # every pair compared, whether or not AdamW matched Muon
+    steps = int(lead["muon_step"].max())  # the pairs' length: AdamW's longer budgets are budget_match's
     for opt in OPTIMIZERS:
-        mean, low, high = mean_interval(_final_test_losses(conv, opt, best[opt], seeds))
+        mean, low, high = mean_interval(_final_test_losses(conv, opt, best[opt], seeds, steps))
         lead[[f"{opt}_test_loss_mean", f"{opt}_test_loss_low", f"{opt}_test_loss_high"]] = [mean, low, high]
     return lead
 
 
-def _final_test_losses(conv: pd.DataFrame, opt: str, lr: float, seeds: list[int]) -> np.ndarray:
-    """The test loss at the last step of each seed's longest run at ``lr`` (NaN for a run that stopped early)."""
-    runs = conv[(conv["optimizer"] == opt) & (conv["lr"] == lr) & conv["seed"].isin(seeds)]
+def _final_test_losses(conv: pd.DataFrame, opt: str, lr: float, seeds: list[int], steps: int) -> np.ndarray:
+    """The test loss at the last step of each seed's run of ``steps`` at ``lr`` (NaN for a run that stopped early)."""
+    runs = conv[(conv["optimizer"] == opt) & (conv["lr"] == lr) & conv["seed"].isin(seeds) & (conv["steps"] == steps)]
     out = []
     for _, run in runs.groupby("seed"):
-        run = run[run["steps"] == run["steps"].max()]
         last = run[run["step"] == run["steps"]]
         out.append(float(pd.to_numeric(last["test_loss"], errors="coerce").iloc[0]) if len(last) else float("nan"))
     return np.asarray(out, dtype=float)
 
 
 def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
-    """``convergence`` and ``leading_steps`` from every convergence record under ``paths``
-    (both empty, with their columns, when there is none), conformed to their schemas. Each hardware
-    profile's runs are their own sweep: best learning rates and pairs never mix profiles."""
-    from muon_repro.tables.schemas import SCHEMAS
+    """``convergence``, ``leading_steps`` and ``budget_match`` from every convergence record under ``paths``
+    (empty, with their columns, when there is none), conformed to their schemas. Each hardware profile's
+    group of runs (``<profile>/<group>/``: one model configuration) is its own sweep: best learning rates and pairs
+    never mix profiles or configurations."""
+    from muon_repro.analysis.budget_match import budget_match_table
 
-    by_profile: dict[str, list[pd.DataFrame]] = {}
+    by_group: dict[tuple[str, str], list[pd.DataFrame]] = {}
     for path in find_records(paths):
         record = read_json(path)
         if not record or "curve" not in record or "config" not in record:
             raise ValueError(f"{path}: not a convergence record (no 'config' or 'curve')")
-        by_profile.setdefault(convergence_profile(record), []).append(_run_rows(record))
-    convs, leads = [], []
-    for profile, frames in sorted(by_profile.items()):
-        conv, lead = _profile_tables(pd.concat(frames, ignore_index=True))
-        convs.append(conv.assign(profile=profile))
-        if len(lead):
-            leads.append(lead.assign(profile=profile))
-    return {
-        "convergence": SCHEMAS["convergence"].conform(pd.concat(convs, ignore_index=True))
-        if convs
-        else SCHEMAS["convergence"].empty(),
-        "leading_steps": SCHEMAS["leading_steps"].conform(pd.concat(leads, ignore_index=True))
-        if leads
-        else SCHEMAS["leading_steps"].empty(),
-    }
+        group = path.parent.parent.name or CONVERGENCE_GROUP  # <profile>/<group>/<run>/convergence.json
+        by_group.setdefault((convergence_profile(record), group), []).append(_run_rows(record))
+    tables: dict[str, list[pd.DataFrame]] = {"convergence": [], "leading_steps": [], "budget_match": []}
+    for (profile, group), frames in sorted(by_group.items()):
+        conv, lead = _group_tables(pd.concat(frames, ignore_index=True))
+        tables["convergence"].append(conv.assign(profile=profile, group=group))
+        tables["leading_steps"].append(lead.assign(profile=profile, group=group))
+        tables["budget_match"].append(budget_match_table(conv).assign(profile=profile, group=group))
+    return {name: _conformed(name, frames) for name, frames in tables.items()}
 
 
-def _profile_tables(conv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One profile's convergence rows with their best-lr and sweep flags, and its leading steps."""
+def _conformed(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The frames of one table, concatenated and conformed to its schema; empty, with its columns, when none has rows."""
+    from muon_repro.tables.schemas import SCHEMAS
+
+    kept = [f for f in frames if len(f)]
+    return SCHEMAS[name].conform(pd.concat(kept, ignore_index=True)) if kept else SCHEMAS[name].empty()
+
+
+def _group_tables(conv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One profile's and configuration's convergence rows with their best-lr and sweep flags, and its leading steps."""
     best = best_lrs(conv)
     conv["best_lr"] = [best.get(o) == lr for o, lr in zip(conv["optimizer"], conv["lr"])]
     sweep = sweep_steps(conv)

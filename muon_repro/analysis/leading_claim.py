@@ -1,7 +1,13 @@
-"""How the convergence claim ("Muon reaches AdamW's loss with about half the compute") is measured: the
-leading ratio in tokens at the end, in Moonlight's unit (6ND: training compute in proportion to tokens, the same
-for either optimizer), from the leading_steps table's summaries; the lead counting Newton-Schulz's FLOPs as
-compute too is stated apart, as is whether AdamW ever reached Muon's final loss (else a lower bound).
+"""How the convergence claim ("Muon reaches AdamW's loss with about half the compute") is measured: the extra
+tokens AdamW needs to reach Muon's loss, in Moonlight's unit (6ND: training compute in proportion to tokens, the
+same for either optimizer).
+
+The claim is judged on one configuration (convergence group) per profile: one trained inside the claim's
+conditions (tokens per parameter) when there is one, else the one closest to them. Where AdamW was trained to
+longer budgets (:mod:`muon_repro.analysis.budget_match`), the lead is measured on complete schedules; else it is
+the leading ratio at the end of the smoothed training-loss curves, from the leading_steps table's summaries, a
+lower bound when AdamW never reached Muon's final loss. The lead counting Newton-Schulz's FLOPs as compute too is
+stated apart.
 """
 
 from __future__ import annotations
@@ -10,14 +16,14 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
-from muon_repro.claims import LEADING_MIN_SEEDS
+from muon_repro.claims import LEADING_MIN_SEEDS, claim
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:
-    """The leading ratio in tokens at the end (headline smoothing, Moonlight's 6ND unit): at equal tokens per step
-    the lead in steps, its mean over seeds and t interval, read from the leading_steps table's summaries. The
-    explanation states the lead in FLOPs with Newton-Schulz counted apart; every number it states is a value of
-    those tables."""
+    """The extra tokens AdamW needs to reach Muon's loss (Moonlight's 6ND unit), mean over seeds and t interval, on
+    the configuration :func:`claim_group` picks: from budget_match where AdamW trained longer budgets, else the
+    leading ratio at the end from the leading_steps table's summaries (at equal tokens per step, the lead in steps).
+    Every number the explanation states is a value of those tables."""
     from muon_repro.analysis.convergence import HEADLINE_ALPHA
 
     lead, conv = t.leading, t.convergence
@@ -26,6 +32,9 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
             "no pair of Muon and AdamW convergence runs at their best learning rates with one seed; "
             "run `muon-repro converge` (then `muon-repro analyze`)"
         )
+    group = claim_group(conv)
+    conv, lead = _of_group(conv, group), _of_group(lead, group)
+    budget = _of_group(t.budget, group) if t.budget is not None and len(t.budget) else pd.DataFrame()
     head = lead[lead["alpha"].astype(float) == HEADLINE_ALPHA]
     if head.empty or _seeds(head.iloc[0]) == 0:
         return "AdamW never reached any smoothed loss of Muon's run, or the curves are empty"
@@ -33,24 +42,33 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
     tokens = conv.groupby("optimizer")["tokens_per_step"].unique()
     if any(len(t) != 1 for t in tokens) or len({int(t[0]) for t in tokens}) != 1:
         return "the Muon and AdamW convergence runs trained different tokens per step: a lead in steps is not one in tokens"
-    value, low, high = _summary(first, "leading_ratio")
-    seeds = int(first["seeds"])
+    if len(budget):
+        value, low, high, seeds, explanation = _budget_lead(budget, head)
+    else:
+        value, low, high = _summary(first, "leading_ratio")
+        seeds = int(first["seeds"])
+        explanation = _leading_cause(head, seeds)
     if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
         low = high = float("nan")
-    explanation = _leading_cause(head, seeds)
     if seeds < LEADING_MIN_SEEDS:
         explanation += f" Too few seeds for the claim's interval: run `muon-repro converge --seeds {LEADING_MIN_SEEDS}`."
     best = conv[conv["best_lr"].fillna(False).astype(bool)]
     best = best[best["steps"] == best["steps"].max()]  # the long runs (the sweep may be shorter)
     sweep = conv[conv["sweep"].fillna(False).astype(bool)]
     row = best.iloc[0]
+    budgets = (
+        f"; AdamW also trained to {', '.join(f'{r:g}x' for r in sorted(set(budget['budget_ratio'].astype(float))) if r > 1)} "
+        "Muon's steps, each its own schedule"
+        if len(budget)
+        else ""
+    )
     conditions = (
-        f"{conv['run'].nunique()} convergence runs on {row['corpus']}: "
+        f"{conv['run'].nunique()} convergence runs ({group}) on {row['corpus']}: "
         f"a {sweep['lr'].nunique() if len(sweep) else 0}-value learning-rate sweep of "
         f"{int(sweep['steps'].max()) if len(sweep) else 0} steps chosen on the validation loss, "
         f"then {int(row['steps'])} steps x {int(row['tokens_per_step'])} tokens, "
         f"{int(row['params']):,} parameters, dp={int(row['dp'])} tp={int(row['tp'])} on {row['backend']}; "
-        f"{seeds} seed(s) at the best learning rates; test loss on the test split"
+        f"{seeds} seed(s) at the best learning rates; test loss on the test split{budgets}"
     )
     trained = pd.Series(
         {
@@ -60,6 +78,48 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         }
     )
     return Measurement(value, low, high, conditions, explanation, subject=trained)
+
+
+def claim_group(conv: pd.DataFrame) -> str:
+    """The configuration (convergence ``group``) the claim is judged on: among those trained inside its conditions
+    (Muon's long runs at least the claim's tokens per parameter), the one with most seeds; else the one with most
+    tokens per parameter."""
+    need = claim("muon_leading_steps").made_under.min_tokens_per_param or 0.0
+    best = conv[conv["best_lr"].fillna(False).astype(bool) & (conv["optimizer"] == "muon")]
+    ranked = []
+    for group, rows in (best if len(best) else conv).groupby("group"):
+        rows = rows[rows["steps"] == rows["steps"].max()]
+        first = rows.iloc[0]
+        per_param = int(first["steps"]) * int(first["tokens_per_step"]) / float(first["params"]) if first["params"] else 0.0
+        ranked.append((per_param >= need, rows["seed"].nunique(), per_param, str(group)))
+    return max(ranked)[-1]
+
+
+def _of_group(table: pd.DataFrame, group: str) -> pd.DataFrame:
+    return table[table["group"] == group].reset_index(drop=True)
+
+
+def _budget_lead(budget: pd.DataFrame, head: pd.DataFrame) -> tuple[float, float, float, int, str]:
+    """The lead measured on complete schedules (budget_match's summary over seeds), its seeds, and the explanation:
+    where AdamW's budgets bracketed Muon's final loss, and the within-run curves' lead beside it."""
+    from muon_repro.analysis.convergence import HEADLINE_ALPHA
+
+    first = budget.iloc[0]
+    seeds, censored = int(first["seeds"]), int(first["censored_seeds"])
+    value, low, high = _triple(first, "lead")
+    said = (
+        f"AdamW's final test loss over its budgets reached Muon's ({float(first['muon_test_loss']):.3f} on seed "
+        f"{int(first['seed'])}) on {seeds} of {seeds + censored} seeds, interpolated in log tokens. "
+        f"Within runs of Muon's length the smoothed curves' lead at the end (EWM alpha {HEADLINE_ALPHA:g}) is "
+        f"{_with_interval(*_summary(head.iloc[0], 'leading_ratio'))}."
+    )
+    if censored:
+        bounds = budget.drop_duplicates("seed")
+        above = bounds[bounds["censored"] == "above"]
+        said += f" Censored on {censored} seeds" + (
+            f": no budget up to {float(above['lead_bound'].max()) + 1:g}x reached Muon's loss." if len(above) else "."
+        )
+    return value, low, high, seeds, said
 
 
 def _seeds(row: pd.Series) -> int:

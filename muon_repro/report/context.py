@@ -213,7 +213,7 @@ def build_context(
         "comparison_header": comparison_header(data),
         "comparison_rows": comparison_rows(data),
         "decomposition": decomposition(data, claims),
-        "convergence": convergence_section(data.convergence, data.leading_steps),
+        "convergence": convergence_section(data.convergence, data.leading_steps, data.budget_match),
         "bytes_header": ["configuration", "run", "analytic MB", "ledger MB", "trace MB", "largest gap", "vs AdamW (analytic)"],
         "bytes_rows": bytes_table,
         "wire": wire_lines(data),

@@ -1,5 +1,5 @@
-"""The report's "Convergence on real text" section and its two figures, from the ``convergence`` and
-``leading_steps`` tables alone.
+"""The report's "Convergence on real text" section and its two figures, from the ``convergence``,
+``leading_steps`` and ``budget_match`` tables alone, one configuration (``group``) after another.
 
 The section says what ran, the three splits, each optimizer's sweep on the validation loss and the
 best learning rates (and whether they coincide, as Moonlight's update-RMS matching says they
@@ -34,6 +34,7 @@ from muon_repro.report.plotting import (
     show_no_data,
     styled,
 )
+from muon_repro.rundir import CONVERGENCE_GROUP
 
 HEADLINE_ALPHA = 0.05  # analysis.convergence.HEADLINE_ALPHA (the report does not import the analysis)
 COMMAND = "muon-repro converge --out traces && muon-repro analyze traces --out metrics"
@@ -175,17 +176,72 @@ def _ratio_lines(lead: pd.DataFrame) -> list[str]:
     return lines
 
 
-def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame) -> dict:
-    """``{"ran": bool, "lines": [...], "published": [...]}`` for the template."""
+def groups_in_order(conv: pd.DataFrame) -> list[str]:
+    """The configurations (``group``) of the convergence rows: the reference ``convergence`` first, the figures' one."""
+    groups = sorted(str(g) for g in conv["group"].dropna().unique()) if "group" in conv.columns else []
+    return sorted(groups, key=lambda g: g != CONVERGENCE_GROUP)
+
+
+def of_group(table: pd.DataFrame | None, group: str) -> pd.DataFrame:
+    """``table``'s rows of one configuration (all of them when it has no ``group`` column)."""
+    if table is None or table.empty or "group" not in table.columns:
+        return pd.DataFrame() if table is None else table
+    return table[table["group"] == group].reset_index(drop=True)
+
+
+def _tokens_per_param(conv: pd.DataFrame) -> float:
+    """Training tokens per parameter of Muon's long runs at its best learning rate (NaN when unknown)."""
+    best = _best_run(conv, "muon")
+    first = (best if len(best) else conv).iloc[0]
+    return int(first["steps"]) * int(first["tokens_per_step"]) / float(first["params"]) if first["params"] else float("nan")
+
+
+def _budget_lines(budget: pd.DataFrame) -> list[str]:
+    """AdamW's longer budgets: each budget's final test loss per seed, the tokens AdamW needs to reach Muon's final
+    test loss, and the lead over seeds (budget_match)."""
+    first = budget.iloc[0]
+    finals = budget.groupby("budget_ratio")["adamw_test_loss"].apply(lambda v: _span(v.astype(float), ".3f"))
+    per_seed = budget.drop_duplicates("seed").sort_values("seed")
+    leads = "; ".join(
+        f"seed {int(r['seed'])}: "
+        + (f"{float(r['lead']):+.3f}" if r["censored"] == "none" else f"censored {r['censored']} ({float(r['lead_bound']):+.3f})")
+        for _, r in per_seed.iterrows()
+    )
+    return [
+        f"AdamW trained again to {', '.join(f'{r:g}x' for r in finals.index)} Muon's {int(first['muon_steps'])} steps, "
+        "each its own warm-up and cosine schedule; final test loss per budget over the seeds: "
+        + ", ".join(f"{r:g}x {v}" for r, v in finals.items())
+        + f" nats, against Muon's {_span(per_seed['muon_test_loss'].astype(float), '.3f')}.",
+        "Tokens AdamW needs to reach Muon's final test loss, interpolated between the budgets that bracket it (linear in "
+        f"loss against log tokens), over Muon's tokens, less 1: {leads}; mean over {int(first['seeds'])} seeds (t interval) "
+        + _interval(first["lead_mean"], first["lead_low"], first["lead_high"])
+        + ". This is the lead the claims table judges for this configuration.",
+    ]
+
+
+def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame, budget: pd.DataFrame | None = None) -> dict:
+    """``{"ran": bool, "lines": [...], "published": [...]}`` for the template: each configuration's lines, the
+    reference one first."""
     if conv.empty:
         return {
             "ran": False,
             "lines": [f"No convergence run is in the tables. To add one: `{COMMAND}`."],
             "published": list(PUBLISHED),
         }
-    lines = [_setup_line(conv), *_sweep_lines(conv)]
-    if len(lead):
-        lines += [_choice_line(lead), *_ratio_lines(lead)]
+    lines: list[str] = []
+    groups = groups_in_order(conv) or [None]
+    for group in groups:
+        c, g_lead, g_budget = (of_group(t, group) if group else t for t in (conv, lead, budget))
+        if len(groups) > 1:
+            lines.append(
+                f"Configuration `{group}`: {_tokens_per_param(c):.1f} training tokens per parameter"
+                + (" (the figures show this one)." if group == groups[0] else ".")
+            )
+        lines += [_setup_line(c), *_sweep_lines(c)]
+        if len(g_lead):
+            lines += [_choice_line(g_lead), *_ratio_lines(g_lead)]
+        if g_budget is not None and len(g_budget):
+            lines += _budget_lines(g_budget)
     lines.append(
         "Each run's wall time is the convergence table's wall_s (training and evaluation, under nice on a shared machine; "
         "startup and tokenizing not included)."
@@ -217,6 +273,7 @@ def _empty(headline: str, out: str | Path, ncols: int = 1) -> Path:
 def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     """Validation loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
     headline = "Validation loss over the learning-rate sweep (same schedule, weight decay on every parameter)"
+    convergence = of_group(convergence, (groups_in_order(convergence) or [""])[0])
     runs = convergence
     if len(convergence):
         runs = convergence[convergence["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"])
@@ -267,6 +324,7 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     """The PR thread's three panels at the headline smoothing: smoothed training loss of both optimizers at
     their best learning rates, leading steps and leading ratio against the Muon step (one line per seed)."""
     headline = "Muon leading steps: when does AdamW reach Muon's (smoothed) training loss?"
+    leading = of_group(leading, (groups_in_order(convergence) or [""])[0])
     lead = leading[leading["alpha"].astype(float) == HEADLINE_ALPHA] if len(leading) else leading
     if lead.empty:
         return _empty(headline, out, ncols=3)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
+from muon_repro.rundir import CONVERGENCE_GROUP
 from muon_repro.tables.io import read_tables
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
@@ -52,13 +53,14 @@ TABLES = (
     "regime_thresholds",
     "convergence",
     "leading_steps",
+    "budget_match",
     "stages",
     "pipeline_scale_out",
     *STUDY_TABLES,
 )
 # Tables an older metrics folder may lack (written before pipeline runs, or without the original study's runs):
 # read as empty when absent.
-OPTIONAL = ("stages", "pipeline_scale_out", *STUDY_TABLES)
+OPTIONAL = ("stages", "pipeline_scale_out", "budget_match", *STUDY_TABLES)
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -69,7 +71,8 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "stated_numbers": ("table", "row_id", "profile", "name"),
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
-    "leading_steps": ("seed", "alpha", "muon_step"),
+    "leading_steps": ("group", "seed", "alpha", "muon_step"),
+    "budget_match": ("group", "seed", "adamw_steps"),
     "stages": ("run", "stage"),
     "pipeline_scale_out": ("machine", "optimizer", "gpus"),
     "study_method": ("number_id",),
@@ -106,6 +109,7 @@ class ReportData:
     regime_thresholds: pd.DataFrame
     convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
     leading_steps: pd.DataFrame
+    budget_match: pd.DataFrame  # AdamW's longer budgets against Muon's final loss; empty without them
     stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
     pipeline_scale_out: pd.DataFrame  # the cost model's 7B TP8 x PP4 x DP predictions; empty without its records
     study_runs: pd.DataFrame  # the original study's own runs (muon_repro.study); empty without them
@@ -148,6 +152,9 @@ def load(metrics_dir: str | Path) -> ReportData:
     absent = [n for n in OPTIONAL if not (metrics_dir / f"{n}.parquet").is_file()]
     tables = read_tables(metrics_dir, [n for n in TABLES if n not in absent])
     tables |= {n: SCHEMAS[n].empty() for n in absent}
+    for name in ("convergence", "leading_steps"):  # written before configurations had groups: the one group
+        if "group" not in tables[name].columns:
+            tables[name] = tables[name].assign(group=pd.Series([CONVERGENCE_GROUP] * len(tables[name]), dtype="string"))
     for name, df in tables.items():
         require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)

@@ -73,6 +73,14 @@ _CONFIG_COLUMNS = columns_of(
 )
 
 
+_CONVERGENCE_GROUP = (
+    "group",
+    "string",
+    "",
+    "the runs' folder under traces/<profile>/: one model configuration (convergence, or convergence-<name>)",
+)
+
+
 # leading_steps' summaries over seeds (the convergence tables, below)
 def _end_summaries() -> list[tuple[str, str, str, str]]:
     """leading_steps' mean and 95% t interval over seeds of the at_end rows' ratio, in each unit."""
@@ -867,11 +875,12 @@ SCHEMAS: dict[str, TableSchema] = {
         "convergence",
         "One row per convergence run and step (step 0: before training): Muon or AdamW, one learning rate and seed, "
         "training loss, validation loss (which picks the learning rates) and test loss (which the results report) on "
-        "real text, each step's wall time and the run's FLOPs per step (traces/<profile>/convergence/<run>/convergence.json).",
-        ("profile", "run", "step"),
+        "real text, each step's wall time and the run's FLOPs per step (traces/<profile>/<group>/<run>/convergence.json).",
+        ("profile", "group", "run", "step"),
         columns_of(
             ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
             ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
+            _CONVERGENCE_GROUP,
             (
                 "optimizer",
                 "string",
@@ -980,9 +989,10 @@ SCHEMAS: dict[str, TableSchema] = {
         "below Muon's smoothed loss there, and the lead counted in steps, in FLOPs and in wall clock; each optimizer at its "
         "best learning rate (chosen on validation loss), pairs of one seed, per smoothing alpha. The end_* and *_test_loss_* "
         "columns summarize over seeds (the same on every row of a profile and alpha).",
-        ("profile", "seed", "alpha", "muon_step"),
+        ("profile", "group", "seed", "alpha", "muon_step"),
         columns_of(
             ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
+            _CONVERGENCE_GROUP,
             ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
             ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
             ("muon_lr", "Float64", "", "Muon's best learning rate"),
@@ -1026,6 +1036,49 @@ SCHEMAS: dict[str, TableSchema] = {
             ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
             ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
             ("corpus", "string", "", "the text both were trained on"),
+        ),
+    ),
+    "budget_match": TableSchema(
+        "budget_match",
+        "The tokens AdamW needs to reach Muon's final test loss, from AdamW runs trained to several budgets (multiples "
+        "of Muon's steps, each its own schedule; `converge --adamw-budgets`): one row per seed and AdamW budget, both "
+        "optimizers at their best learning rates. The lead_* columns summarize over seeds.",
+        ("profile", "group", "seed", "adamw_steps"),
+        columns_of(
+            ("profile", "string", "", "hardware profile of the runs"),
+            _CONVERGENCE_GROUP,
+            ("seed", "Int64", "", "seed shared by the Muon run and AdamW's budgets"),
+            ("muon_lr", "Float64", "", "Muon's best learning rate"),
+            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
+            ("muon_steps", "Int64", "steps", "steps of Muon's run"),
+            ("tokens_per_step", "Int64", "tokens", "tokens per step of every run compared"),
+            ("params", "Int64", "count", "parameters of the model"),
+            ("tokens_per_param", "Float64", "", "Muon's training tokens per parameter (Chinchilla's compute-optimal: ~20)"),
+            ("muon_test_loss", "Float64", "nats", "Muon's test loss at its last step"),
+            ("adamw_steps", "Int64", "steps", "steps of this AdamW run (its budget; its schedule spans them)"),
+            ("budget_ratio", "Float64", "ratio", "adamw_steps / muon_steps"),
+            ("adamw_test_loss", "Float64", "nats", "this AdamW run's test loss at its last step"),
+            (
+                "matched_tokens",
+                "Float64",
+                "tokens",
+                "tokens AdamW needs to reach muon_test_loss: interpolated between the two budgets that bracket it, linear "
+                "in loss against log tokens; null when censored",
+            ),
+            ("lead", "Float64", "ratio", "matched_tokens / Muon's tokens - 1: the extra compute AdamW needs (6ND)"),
+            (
+                "censored",
+                "string",
+                "",
+                "none; above: no AdamW budget reached Muon's loss (the lead exceeds lead_bound); below: AdamW's run of "
+                "Muon's length already did (no lead)",
+            ),
+            ("lead_bound", "Float64", "ratio", "when censored, the bound on the lead: the largest budget_ratio - 1, or 0"),
+            ("seeds", "Int64", "count", "seeds with a measured lead"),
+            ("censored_seeds", "Int64", "count", "seeds whose lead is censored"),
+            ("lead_mean", "Float64", "ratio", "mean of lead over seeds; null when a seed is censored"),
+            ("lead_low", "Float64", "ratio", "low end of its 95% t interval over seeds (n - 1 degrees of freedom)"),
+            ("lead_high", "Float64", "ratio", "high end of that interval"),
         ),
     ),
 }
