@@ -551,16 +551,17 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path):
     assert "Muon reaches AdamW's loss with about half the compute" in md
 
 
-def test_adamw_budgets_train_each_seed_again_on_its_own_schedule():
+def test_adamw_budgets_sweep_the_learning_rate_then_train_the_seeds_at_each_budgets_best():
     from muon_repro.converge.sweep import ConvergePlan
 
     base = ConvergeConfig("muon", 1e-3, steps=100)
-    plan = ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3,)}, seeds=3, adamw_budgets=(1.5, 2.0), group="convergence-small")
-    runs = [cfg for pair in plan.budget_pairs({"muon": 1e-2, "adamw": 1e-3}) for cfg in pair]
-    expected = [(o, s, n) for s in range(3) for o, n in (("adamw", 150), ("adamw", 200))]
-    assert [(c.optimizer, c.seed, c.steps) for c in runs] == expected
-    assert all(len(pair) <= 2 for pair in plan.budget_pairs({"muon": 1e-2, "adamw": 1e-3}))
-    assert ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3,)}).budget_pairs({"muon": 1e-2, "adamw": 1e-3}) == []
+    plan = ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3, 1e-2)}, seeds=3, adamw_budgets=(1.5, 2.0), group="convergence-s")
+    sweep = [(c.optimizer, c.lr, c.seed, c.steps) for pair in plan.budget_sweep_pairs() for c in pair]
+    assert sweep == [("adamw", lr, 0, n) for n in (150, 200) for lr in (1e-3, 1e-2)]
+    seeds = [(c.lr, c.seed, c.steps) for pair in plan.budget_seed_pairs({150: 1e-2, 200: 1e-3}) for c in pair]
+    assert seeds == [(lr, s, n) for s in (1, 2) for lr, n in ((1e-2, 150), (1e-3, 200))]  # seed 0 is the sweep's
+    assert all(len(pair) <= 2 for pair in plan.budget_seed_pairs({150: 1e-2, 200: 1e-3}))
+    assert ConvergePlan(base, {"muon": (1e-2,), "adamw": (1e-3,)}).budget_sweep_pairs() == []
 
 
 @pytest.mark.parametrize(
@@ -611,6 +612,8 @@ def _budget_runs(root, group: str, leads: list[float], *, params: int = 1000, bu
             steps = round(10 * factor)
             loss = 5.0 - 0.5 * np.log(steps)
             _write_record(root, "adamw", 1e-3, seed, steps, 3.4, 0.1, final_test=loss, group=group, params=params)
+            if seed == 0 and factor > 1:  # each budget's sweep: 1e-2 ends higher on validation (and better on test)
+                _write_record(root, "adamw", 1e-2, 0, steps, 3.45, 0.1, final_test=loss - 1, group=group, params=params)
 
 
 def test_the_claim_reads_the_lead_on_complete_schedules_where_adamw_trained_longer(tmp_path):
@@ -619,6 +622,7 @@ def test_the_claim_reads_the_lead_on_complete_schedules_where_adamw_trained_long
     tables = convergence_tables([tmp_path])
     budget = tables["budget_match"]
     assert sorted(set(budget["adamw_steps"])) == [10, 15, 20, 30] and set(budget["censored"]) == {"none"}
+    assert set(budget["adamw_lr"]) == {1e-3}  # each budget's best on validation, never on test
     per_seed = budget.drop_duplicates("seed").sort_values("seed")
     assert per_seed["lead"].astype(float).to_numpy() == pytest.approx(leads)
     half = 2.7764451051977987 * np.std(leads, ddof=1) / np.sqrt(5)

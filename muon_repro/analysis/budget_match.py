@@ -1,7 +1,8 @@
 """How many training tokens AdamW needs to reach Muon's final test loss, measured on complete schedules.
 
-``muon-repro converge --adamw-budgets 1.5,2,3`` trains AdamW's seeds again for those multiples of Muon's steps,
-each with its own warm-up and cosine schedule. For each seed, AdamW's final test loss over its budgets (Muon's
+``muon-repro converge --adamw-budgets 1.5,2,3`` trains AdamW for those multiples of Muon's steps, each with its own
+warm-up and cosine schedule, at the learning rate its own sweep (seed 0, validation loss) finds best for that
+budget, as Muon's is best for its length. For each seed, AdamW's final test loss over its budgets (Muon's
 own length among them) brackets Muon's final test loss; the tokens AdamW needs are interpolated between the two
 bracketing budgets, linear in the loss and in log tokens (loss falls about linearly in log compute over such a
 span). The lead is those tokens over Muon's, less 1: Moonlight's compute-efficiency ratio in its 6ND unit, since
@@ -46,13 +47,31 @@ def matched_tokens(budgets: np.ndarray, losses: np.ndarray, target: float) -> tu
     return float(math.exp(math.log(budgets[j - 1]) + fraction * (math.log(budgets[j]) - math.log(budgets[j - 1])))), "none"
 
 
+def _adamw_at_its_best(conv: pd.DataFrame, at_length: pd.DataFrame, length: int) -> pd.DataFrame:
+    """AdamW's final rows at each length: at Muon's, its best learning rate (``at_length``); at each longer budget,
+    the learning rate whose seed-0 run ends at the lowest validation loss among that budget's sweep (the test loss is
+    never consulted), since a longer schedule has its own best."""
+    finals = conv[(conv["optimizer"] == "adamw") & (conv["step"] == conv["steps"])]
+    longer = finals[finals["steps"] > length]
+    frames = [at_length]
+    for _, runs in longer.groupby("steps"):
+        sweep = runs[runs["seed"] == 0].dropna(subset=["val_loss"])
+        if len(sweep):
+            lr = sweep.loc[sweep["val_loss"].astype(float).idxmin(), "lr"]
+            frames.append(runs[runs["lr"] == lr])
+    return pd.concat(frames, ignore_index=True)
+
+
 def budget_match_table(conv: pd.DataFrame) -> pd.DataFrame:
     """One row per seed and AdamW budget of one profile's configuration (its ``convergence`` rows with the
     ``best_lr`` flag): each optimizer's final test loss, the tokens AdamW needs to reach Muon's, the lead and its
     summary over seeds. Empty when AdamW trained no budget beyond Muon's length."""
     best = conv[conv["best_lr"].fillna(False).astype(bool)]
     finals = best[best["step"] == best["steps"]]
-    muon, adamw = finals[finals["optimizer"] == "muon"], finals[finals["optimizer"] == "adamw"]
+    muon = finals[finals["optimizer"] == "muon"]
+    length = int(muon["steps"].max()) if len(muon) else 0  # Muon's long runs (the sweep may be shorter)
+    adamw = finals[(finals["optimizer"] == "adamw") & (finals["steps"] == length)]
+    adamw = _adamw_at_its_best(conv, adamw, length)
     rows = []
     for seed, m in muon.groupby("seed"):
         m = m[m["steps"] == m["steps"].max()].iloc[0]  # Muon's long run of this seed (the sweep may be shorter)

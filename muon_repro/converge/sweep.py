@@ -6,8 +6,9 @@ alternating; the same schedule shape, compressed), then, at each optimizer's bes
 0..seeds-1 for the full ``steps`` (seed 0 is the sweep's own run when ``sweep_steps == steps``).
 With ``jobs=2`` a Muon run and its AdamW twin (the same position in the learning-rate lists, or
 the same seed) train at once, one process each, so that both see the same machine. With
-``adamw_budgets``, AdamW's seeds then train again for those multiples of the steps, each with its own
-schedule, so that the tokens AdamW needs to reach Muon's final loss are measured rather than bounded. A run
+``adamw_budgets``, AdamW then trains for those multiples of the steps, each with its own schedule: a
+learning-rate sweep at each budget (seed 0), then the other seeds at that budget's best, so that the tokens
+AdamW at its best needs to reach Muon's final loss are measured rather than bounded. A run
 lands in ``<out>/<group>/<name>/`` (``convergence.json``, ``log.txt``; group ``convergence`` unless the plan
 names another configuration's folder); while it trains it
 lives in the hidden ``.<name>.partial`` beside it, with one checkpoint per rank, and is renamed
@@ -50,7 +51,7 @@ class ConvergePlan:
     seeds: int = 5
     sweep_steps: int | None = None  # None: the sweep runs base.steps
     group: str = CONVERGENCE_GROUP  # the folder under <out>/<profile>/ the runs land in: one configuration each
-    adamw_budgets: tuple[float, ...] = ()  # AdamW's seeds trained again for these multiples of base.steps (each > 1)
+    adamw_budgets: tuple[float, ...] = ()  # AdamW swept and seeded again at these multiples of base.steps (each > 1)
 
     def __post_init__(self) -> None:
         for opt in OPTIMIZERS:
@@ -99,15 +100,35 @@ class ConvergePlan:
     def budget_steps(self, factor: float) -> int:
         return round(factor * self.base.steps)
 
-    def budget_pairs(self, best: dict[str, float]) -> list[list[ConvergeConfig]]:
-        """AdamW's longer budgets at its best learning rate, each its own warm-up and cosine schedule, two runs at a
-        time: how many tokens AdamW needs to reach Muon's final loss (:mod:`muon_repro.analysis.budget_match`)."""
+    def budget_sweep_pairs(self) -> list[list[ConvergeConfig]]:
+        """AdamW's learning-rate sweep at each longer budget (seed 0), two runs at a time: a longer schedule has its own
+        best learning rate, so each budget is AdamW at its best, as Muon is at its length."""
+        runs = [self.config("adamw", lr, 0, self.budget_steps(f)) for f in self.adamw_budgets for lr in self.lrs["adamw"]]
+        return _in_pairs(runs)
+
+    def budget_seed_pairs(self, best_at: dict[int, float]) -> list[list[ConvergeConfig]]:
+        """The other seeds of each longer budget at its best learning rate (``best_at``: steps -> lr), two at a time:
+        how many tokens AdamW needs to reach Muon's final loss (:mod:`muon_repro.analysis.budget_match`)."""
         runs = [
-            self.config("adamw", best["adamw"], seed, self.budget_steps(f))
-            for seed in range(self.seeds)
+            self.config("adamw", best_at[self.budget_steps(f)], seed, self.budget_steps(f))
+            for seed in range(1, self.seeds)
             for f in self.adamw_budgets
         ]
-        return [runs[i : i + 2] for i in range(0, len(runs), 2)]
+        return _in_pairs(runs)
+
+    def best_budget_lrs(self, out: Path) -> dict[int, float]:
+        """Each longer budget's learning rate with the lowest final validation loss of its sweep (seed 0)."""
+        return {
+            self.budget_steps(f): min(
+                self.lrs["adamw"],
+                key=lambda lr, f=f: final_val_loss(out, self.config("adamw", lr, 0, self.budget_steps(f)), self.group),
+            )
+            for f in self.adamw_budgets
+        }
+
+
+def _in_pairs(runs: list[ConvergeConfig]) -> list[list[ConvergeConfig]]:
+    return [runs[i : i + 2] for i in range(0, len(runs), 2)]
 
 
 def run_folder(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> Path:
@@ -326,8 +347,12 @@ def converge(
         check_reuse([cfg for pair in plan.seed_pairs(best) for cfg in pair])
         for pair in plan.seed_pairs(best):  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
             do(pair, runner)
-        check_reuse([cfg for pair in plan.budget_pairs(best) for cfg in pair])
-        for pair in plan.budget_pairs(best):
+        check_reuse([cfg for pair in plan.budget_sweep_pairs() for cfg in pair])
+        for pair in plan.budget_sweep_pairs():
+            do(pair, runner)
+        best_at = plan.best_budget_lrs(out)
+        check_reuse([cfg for pair in plan.budget_seed_pairs(best_at) for cfg in pair])
+        for pair in plan.budget_seed_pairs(best_at):
             do(pair, runner)
     return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}
 
