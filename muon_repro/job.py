@@ -101,7 +101,7 @@ def stage_bench(plan: RunPlan) -> None:
     )
     print(format_results(results))
     if plan.scale == "cpu" and "reference" in plan.configs:  # the reference set includes the study's own protocol
-        from muon_repro.study.record import record_protocols
+        from muon_repro.bench.study_record import record_protocols
 
         written = record_protocols(
             plan.traces,

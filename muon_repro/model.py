@@ -216,7 +216,7 @@ def assemble_tensor(name: str, shards: list[torch.Tensor], dim: int | None) -> t
 class TPShardedModule(nn.Module):
     """A module holding this rank's TP shards, with the full (canonical tp=1) <-> shard conversion of its
     parameters (weights and gradients alike): the base of :class:`GPT` and
-    :class:`~muon_repro.parallel.pipeline_stages.GPTStage`, so the conversion is written once.
+    :class:`~muon_repro.model_stages.GPTStage`, so the conversion is written once.
 
     A subclass sets ``tp_group``, builds its layers, then calls :meth:`_finish_init`; it says in
     ``_shard_owner`` what its errors call it. A pipeline stage is handed the whole model's tensors and keeps

@@ -97,7 +97,7 @@ LLAMA_7B_SHAPE: dict[str, int] = {"hidden": 4096, "n_layers": 32, "n_heads": 32,
 def stage_layers(n_layers: int, pp: int) -> list[range]:
     """The blocks of each of ``pp`` pipeline stages, first to last: contiguous, sizes differing by one at most, the
     larger first (the last stage also holds the head and the loss). Here, without torch, for the analysis and the
-    cost model; :class:`muon_repro.parallel.pipeline_stages.GPTStage` builds its blocks from it."""
+    cost model; :class:`muon_repro.model_stages.GPTStage` builds its blocks from it."""
     for name, value in (("n_layers", n_layers), ("pp", pp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"stage_layers: {name} must be a positive integer, got {value!r}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,7 +236,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-# The original study's protocol replayed here (muon_repro.study.protocol): config.json's field naming it, and the
+# The original study's protocol replayed here (muon_repro.bench.study_protocol): config.json's field naming it, and the
 # run group of each. Its folders are read by muon_repro.study, not as benchmark runs.
 PROTOCOL_FIELD = "protocol"
 STUDY_PROTOCOLS = ("study", "study-equal-work")
@@ -248,6 +248,42 @@ def protocol_of(folder: Path) -> str | None:
     config = read_json(Path(folder) / CONFIG_FILE)
     value = config.get(PROTOCOL_FIELD) if config else None
     return value if value in STUDY_PROTOCOLS else None
+
+
+def is_study_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds the original study's imported traces (its provenance file marks it)."""
+    return (Path(folder) / STUDY_PROVENANCE_FILE).is_file()
+
+
+def study_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """The folders holding the study's imported traces under ``paths`` (each once)."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            path = path.parent
+        if not path.is_dir():
+            continue
+        markers = [path / STUDY_PROVENANCE_FILE] if is_study_folder(path) else sorted(path.rglob(STUDY_PROVENANCE_FILE))
+        for marker in markers:
+            if not any(part.startswith(".") for part in marker.relative_to(path).parts):  # staging folders
+                found.setdefault(marker.parent, None)
+    return list(found)
+
+
+def protocol_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """The trial folders of study-protocol runs recorded here (their config.json names a protocol), each once."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            continue
+        for config in sorted(path.rglob(CONFIG_FILE)):
+            if any(part.startswith(".") for part in config.relative_to(path).parts):
+                continue
+            if protocol_of(config.parent):
+                found.setdefault(config.parent, None)
+    return list(found)
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

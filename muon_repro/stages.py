@@ -86,7 +86,7 @@ def analyze(
     written then.
     """
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
     from muon_repro.tables.io import check_tables_out, write_tables
 
     if out is not None:
@@ -97,7 +97,7 @@ def analyze(
         raise StageError("; ".join(f.message for f in problems))
     if not analysis.runs and not analysis.has_records:
         raise StageError(f"no trace or record found under {', '.join(str(p) for p in paths)}")
-    tables = tables_from_analysis(analysis)
+    tables = tables_of(analysis)
     if out is not None:
         write_tables(tables, Path(out))
     return tables

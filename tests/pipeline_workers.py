@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.model import GPT, GPTConfig, assemble_tensor
+from muon_repro.model_stages import GPTStage
 from muon_repro.optim.adamw import AdamW
 from muon_repro.optim.comm_model import optimizer_bytes, param_specs
 from muon_repro.optim.muon import Muon
@@ -22,7 +23,6 @@ from muon_repro.optim.pipeline_stage import stage_optimizer
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_runner import split_micro_batches, train_step
-from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.phases import OPTIMIZER_COMM_PHASES
 
 CONFIG = GPTConfig.preset("tiny", n_layers=4)  # hidden 32, 4 blocks: PP4 holds one block per stage

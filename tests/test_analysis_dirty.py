@@ -262,7 +262,7 @@ def test_one_bad_file_does_not_hide_the_others(mixed_dir):
 @pytest.mark.slow
 def test_cli_reports_bad_files_and_still_writes_the_tables(mixed_dir, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "muon_repro.analysis.cli", str(mixed_dir), "--out", str(tmp_path / "m")],
+        [sys.executable, "-m", "muon_repro.analyze_cli", str(mixed_dir), "--out", str(tmp_path / "m")],
         capture_output=True,
         text=True,
         check=False,
@@ -274,7 +274,7 @@ def test_cli_reports_bad_files_and_still_writes_the_tables(mixed_dir, tmp_path):
     assert "rank3.json" in out.stderr and "not a JSON trace" in out.stderr
     assert (tmp_path / "m" / "steps.parquet").exists()
     none = subprocess.run(
-        [sys.executable, "-m", "muon_repro.analysis.cli", str(mixed_dir / "group" / "run" / "rank3.json"), "--no-write"],
+        [sys.executable, "-m", "muon_repro.analyze_cli", str(mixed_dir / "group" / "run" / "rank3.json"), "--no-write"],
         capture_output=True,
         text=True,
         check=False,

@@ -14,7 +14,7 @@ import pytest
 from muon_repro.analysis.breakdown import STEP_COLUMNS, analyze_file
 from muon_repro.analysis.collectives import COMM_KINDS
 from muon_repro.analysis.reader import read_trace
-from muon_repro.analysis.tables import build_tables
+from muon_repro.table_set import build_tables
 from muon_repro.tables.schemas import SCHEMAS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

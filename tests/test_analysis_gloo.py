@@ -19,8 +19,8 @@ import pytest
 import torch
 from analysis_workers import ACTIVE, DP, KNOWN, TP
 
-from muon_repro.analysis.tables import build_tables
 from muon_repro.formulas import ring_bytes
+from muon_repro.table_set import build_tables
 from muon_repro.tables.io import read_table, stamped_schema, write_tables
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import CSV_SHA256_KEY, GENERATION_KEY, table_stamp

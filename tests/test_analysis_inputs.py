@@ -19,10 +19,10 @@ import pytest
 from muon_repro import stages
 from muon_repro.analysis import batch_read
 from muon_repro.analysis.batch_read import analyze_paths
-from muon_repro.analysis.tables import build_tables
 from muon_repro.cli import main
 from muon_repro.phases import DP_REDUCE_SCATTER, UPDATE
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, trace_name
+from muon_repro.table_set import build_tables
 
 BASE_TIME_NS = 1_700_000_000_000_000_000
 STEPS = 3
@@ -127,7 +127,7 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     from muon_repro.study.tables import TABLES as STUDY_TABLES
 
     # the study tables come from the original study's imported traces (muon-repro study import)
-    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps", "timed_steps", *STUDY_TABLES)
+    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps", "budget_match", "timed_steps", *STUDY_TABLES)
     pipeline_only = ("stages",)  # one row per pipeline stage: these runs have none
     assert all(len(df) for name, df in tables.items() if name not in (*from_records, *pipeline_only)), {
         name: len(df) for name, df in tables.items()

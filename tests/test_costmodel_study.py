@@ -1,4 +1,4 @@
-"""The original study's runs priced by the cost model (muon_repro.costmodel.study_check): its machine's profile, the
+"""The original study's runs priced by the cost model (muon_repro.study.costmodel_check): its machine's profile, the
 study's program, the table against measured times, the fit of the profile's factors and what it does to the thresholds."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.records import STUDY_MACHINE, STUDY_MODEL, THRESHOLD_SETTINGS, threshold_rows, token_grid
-from muon_repro.costmodel.study_check import (
+from muon_repro.formulas import newton_schulz_flops
+from muon_repro.study.costmodel_check import (
     COLUMNS,
     THRESHOLD_COLUMNS,
     StudyFit,
@@ -24,7 +25,6 @@ from muon_repro.costmodel.study_check import (
     study_quantities,
     study_threshold_shift,
 )
-from muon_repro.formulas import newton_schulz_flops
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 from muon_repro.tables.study_schemas import STUDY_COSTMODEL_SCHEMAS
 
@@ -88,7 +88,7 @@ def synthetic_tables(truth, runs=("adamw_FULLSTEP", "muon_FULLSTEP_dp2_tp2", "mu
 
 def _q(item):
     """A quantity priced by ``item`` (a Compute or a StudyCollective), measured nothing yet."""
-    from muon_repro.costmodel.study_check import StudyCollective, StudyQuantity
+    from muon_repro.study.costmodel_check import StudyCollective, StudyQuantity
 
     if isinstance(item, StudyCollective):
         return StudyQuantity("r", "q", (), 1.0, collective=item)

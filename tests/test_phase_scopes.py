@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from muon_repro.analysis.tables import build_tables
+from muon_repro.table_set import build_tables
 
 
 def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1, pid: int = 1, **args) -> dict:

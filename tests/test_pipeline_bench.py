@@ -83,8 +83,8 @@ def test_timed_waits_match_dp_groups_inside_a_stage():
 
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict[str, pd.DataFrame]:
-    from muon_repro.analysis.tables import build_tables
     from muon_repro.bench.sweep import record_local
+    from muon_repro.table_set import build_tables
 
     out = tmp_path_factory.mktemp("pipeline")
     cfg = resolve("pipeline/muon_pp2_dp2", "tiny")
@@ -276,8 +276,8 @@ def _gpus() -> int:
 
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")
 def test_on_two_gpus_a_pipeline_records_over_nccl_and_reads_back(tmp_path):
-    from muon_repro.analysis.tables import build_tables
     from muon_repro.bench.sweep import record_local
+    from muon_repro.table_set import build_tables
 
     cfg = BenchConfig(
         group="gpu", name="muon_pp2", optimizer="muon", dp=1, tp=1, pp=2, scale="tiny", preset="tiny", tokens_per_step=128,

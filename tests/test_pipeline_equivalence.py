@@ -35,6 +35,7 @@ from pipeline_workers import (
 
 from muon_repro.formulas import warmup_forwards
 from muon_repro.model import GPT
+from muon_repro.model_stages import GPTStage, stage_layers, stage_of_parameter, tied_parameter_names
 from muon_repro.optim.equivalence import END_TO_END_RTOL_ADAMW, END_TO_END_RTOL_FP32, tensor_differences
 from muon_repro.optim.layout import LAYOUTS
 from muon_repro.optim.param_groups import muon_param_groups
@@ -45,7 +46,6 @@ from muon_repro.parallel.grid3d import coordinates_of, group_ranks, rank_of
 from muon_repro.parallel.launch import launch
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_runner import run_pipeline, split_micro_batches, train_step
-from muon_repro.parallel.pipeline_stages import GPTStage, stage_layers, stage_of_parameter, tied_parameter_names
 from muon_repro.parallel.schedule import Backward, Forward, RecvActivation, RecvGrad, SendActivation, SendGrad
 
 BIT_EXACT = 0.0

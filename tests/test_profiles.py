@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.tables import build_tables
 from muon_repro.dataset.verify import LOCATION_COLUMNS
 from muon_repro.migrate_layout import migrate, plan_migration, stale_record_rows
 from muon_repro.rundir import COSTMODEL_DIR, ENVIRONMENT_FILE, PREDICTIONS_FILE, trial_folders
+from muon_repro.table_set import build_tables
 from muon_repro.tables.io import write_tables
 
 REPO = Path(__file__).resolve().parents[1]

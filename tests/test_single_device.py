@@ -173,8 +173,8 @@ def test_the_launcher_asks_for_a_shutdown_timeout_only_where_torch_has_one():
 
 @pytest.mark.slow
 def test_a_run_timed_in_every_round_is_a_runs_row_with_its_timed_columns(tmp_path):
-    from muon_repro.analysis.tables import build_tables
     from muon_repro.bench.sweep import record_local
+    from muon_repro.table_set import build_tables
 
     cfg = replace(TINY, name="timed_only", profile=False, timed_steps=2, timed_warmup=1, micro_batches=2, precision="bf16")
     results = record_local([cfg], tmp_path, "gloo", trials=2, progress=False)

@@ -1,4 +1,4 @@
-"""The original study's protocol replayed (muon_repro.study.protocol, record): its runs read by the same path as the
+"""The original study's protocol replayed (muon_repro.bench.study_protocol, record): its runs read by the same path as the
 study's own traces, and the equal-work variant's bytes against the analytic ring model."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from muon_repro.analysis.discover import find_traces
-from muon_repro.formulas import ring_bytes
-from muon_repro.study.protocol import (
+from muon_repro.bench.study_protocol import (
     CPU_SCALE,
     RUNS,
     STUDY_SHAPES,
@@ -20,6 +19,7 @@ from muon_repro.study.protocol import (
     FlatShard,
     ProtocolConfig,
 )
+from muon_repro.formulas import ring_bytes
 from muon_repro.study.scopes import PHASE_SCOPES, STEP
 from muon_repro.study.sources import GROUPS, PROTOCOLS, study_folder
 from muon_repro.study.tables import study_tables
@@ -72,7 +72,7 @@ def _analytic_ring_bytes(cfg: ProtocolConfig, optimizer: str, rank: int) -> int:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
-    from muon_repro.study.record import record_protocols
+    from muon_repro.bench.study_record import record_protocols
 
     out = tmp_path_factory.mktemp("protocol")
     written = record_protocols(out, trials=1, backend="gloo", profile_id="cpu-2c-gloo", progress=False)

@@ -37,7 +37,7 @@ def recorded(tmp_path_factory, tiny_sweep) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def tables(recorded) -> dict[str, pd.DataFrame]:
-    from muon_repro.analysis.tables import build_tables
+    from muon_repro.table_set import build_tables
 
     return build_tables(list(recorded.values()), workers=2)
 
@@ -149,7 +149,7 @@ def test_a_run_without_timed_steps_analyzes_with_nulls(recorded, tables, tmp_pat
         for name in TIMED_FIELDS:
             del rank[name]
     (old / "metrics.json").write_text(json.dumps(metrics))
-    from muon_repro.analysis.tables import build_tables
+    from muon_repro.table_set import build_tables
 
     fresh = build_tables([old], workers=1)
     assert fresh["timed_steps"].empty and list(fresh["timed_steps"].columns) == list(tables["timed_steps"].columns)

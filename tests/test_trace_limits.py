@@ -23,10 +23,10 @@ import pytest
 from muon_repro.analysis import limits as trace_limits
 from muon_repro.analysis import reader
 from muon_repro.analysis.batch_read import analyze_paths
-from muon_repro.analysis.cli import main as analyze_main
 from muon_repro.analysis.errors import TraceError, TraceLimitError
 from muon_repro.analysis.limits import MIB, TraceLimits, parse_count
 from muon_repro.analysis.reader import read_trace
+from muon_repro.analyze_cli import main as analyze_main
 from muon_repro.rundir import MAX_SIDE_FILE_BYTES, MAX_SIDE_FILE_DEPTH, SideFileError, load_json, read_json
 
 HEAD = b'{"traceEvents": ['

@@ -315,7 +315,7 @@ def test_memory_counts_beyond_int64_are_unknown_with_a_warning(tmp_path):
 
 
 def test_warnings_reach_build_tables(tmp_path):
-    from muon_repro.analysis.tables import build_tables
+    from muon_repro.table_set import build_tables
 
     events = gpu_trace()
     kernel_of_step(events, 2)["dur"] = -300

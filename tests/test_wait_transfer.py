@@ -224,7 +224,7 @@ def late_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def late_tables(late_run) -> dict[str, pd.DataFrame]:
-    from muon_repro.analysis.tables import build_tables
+    from muon_repro.table_set import build_tables
 
     return build_tables([late_run], workers=2)
 
@@ -286,7 +286,7 @@ def test_wait_plus_transfer_is_each_rows_time_in_every_table(late_tables):
 
 @pytest.mark.slow
 def test_one_ranks_trace_alone_is_all_transfer(late_run, tmp_path):
-    from muon_repro.analysis.tables import build_tables
+    from muon_repro.table_set import build_tables
 
     alone = tmp_path / "late" / "alone"
     alone.mkdir(parents=True)

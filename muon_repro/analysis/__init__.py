@@ -20,9 +20,9 @@ Data flow, one module per step::
     claims              the original study's and the paper's claims, their regions and verdicts -> the claims table
     claim_measures      how each claim is measured: value, 95% interval, the measured cause
     claim_inputs        what the claims are measured on: one profile's tables, runs chosen, same-work check
-    cli                 ``muon-repro analyze``
 
-Its benchmark and trace fuzzer are development tools outside the package
+``muon-repro analyze`` is :mod:`muon_repro.analyze_cli`, and the whole table set, with the original study's
+tables beside these, :mod:`muon_repro.table_set`. Its benchmark and trace fuzzer are development tools outside the package
 (``python -m tools.analysis_benchmark``, ``python -m tools.fuzz_traces``).
 
 Importing this package is cheap (no pandas): worker processes import
@@ -41,7 +41,6 @@ _LAZY = {
     "TraceEvents": "muon_repro.analysis.trace_events",
     "analyze_trace": "muon_repro.analysis.breakdown",
     "TraceBreakdown": "muon_repro.analysis.breakdown",
-    "build_tables": "muon_repro.analysis.tables",
 }
 
 __all__ = ["TraceError", "TraceLimitError", "TraceWarning", *_LAZY.keys()]  # noqa: PLE0604 - the lazily imported names are strings

@@ -192,7 +192,7 @@ def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], 
 
 def has_study_runs(paths: list[str | Path]) -> bool:
     """Whether the paths hold the original study's traces or runs of its protocol (read by muon_repro.study)."""
-    from muon_repro.study.tables import protocol_folders, study_folders
+    from muon_repro.rundir import protocol_folders, study_folders
 
     return bool(study_folders(paths) or protocol_folders(paths))
 

@@ -38,7 +38,7 @@ def claims_table(
     environment: pd.DataFrame | None = None,
     predictions: pd.DataFrame | None = None,
     timed: pd.DataFrame | None = None,
-    study: dict[str, pd.DataFrame] | None = None,
+    study_claims: list[dict] | None = None,
 ) -> pd.DataFrame:
     """One row per claim in :data:`CLAIMS` and hardware profile, measured on that profile's rows of the tables
     (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
@@ -48,10 +48,8 @@ def claims_table(
     ``environment``: the runs' machines (ranks per core);
     ``predictions``: the cost model against the recorded runs (its validated error, quoted with its predictions);
     ``timed``: the steps timed without the profiler, which the time claims use for the runs that have them;
-    ``study``: the study tables (:mod:`muon_repro.study.tables`), whose claims rows come first: the claims judged
-    on the runs they were made on."""
-    from muon_repro.study.claims import study_claim_rows
-
+    ``study_claims``: the claims rows judged on the original study's own runs (:mod:`muon_repro.study.claims`),
+    which come first."""
     empty = pd.DataFrame()
     convergence = convergence or {}
     regimes = empty if regimes is None else regimes
@@ -64,7 +62,7 @@ def claims_table(
     for other in (regimes, conv):
         for p in _profiles_of(other):
             counts.setdefault(p, 0)
-    rows = study_claim_rows(study or {})
+    rows = list(study_claims or [])
     for profile in ordered_profiles(counts) or ([] if rows else [UNKNOWN_PROFILE]):
         mine = rows_of_profile(runs, profile)
         t = ProfileTables(

@@ -20,8 +20,7 @@ from typing import Any
 from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig
-from muon_repro.rundir import RUN_FILES, RunDir, is_trace_file, trial_folders, trial_of
-from muon_repro.study.sources import is_study_folder, protocol_of
+from muon_repro.rundir import RUN_FILES, RunDir, is_study_folder, is_trace_file, protocol_of, trial_folders, trial_of
 
 
 def is_trace_name(path: Path) -> bool:

@@ -21,21 +21,18 @@ pandas dtype, unit, meaning); the builders return frames conformed to them, and
 :func:`muon_repro.tables.io.write_tables` puts the descriptions into the Parquet field metadata.
 Unknown values are nulls (pandas nullable dtypes), never NaN.
 
-``build_tables(paths)`` is the entry point: paths are trace files, run directories or trees of them.
+``tables_from_analysis(analysis)`` builds them from :func:`~muon_repro.analysis.batch_read.analyze_paths`'s
+analysis; :func:`muon_repro.table_set.build_tables` (paths: trace files, run directories or trees of them) is the
+entry point, with the original study's tables beside these.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.batch_read import Analysis, analyze_paths
+from muon_repro.analysis.batch_read import Analysis
 from muon_repro.analysis.collectives import busbw_factor
-from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.run_tables import (
     environment_table,
     losses_table,
@@ -48,34 +45,24 @@ from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.waits import split_wait_transfer
 from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.tables.study_schemas import STUDY_SCHEMAS
 
-__all__ = ["build_tables", "tables_from_analysis"]
+__all__ = ["tables_from_analysis"]
 
 
 # ---------------------------------------------------------------- builders
 
 
-def build_tables(
-    paths: Iterable[str | Path], *, workers: int | None = None, rank: int | None = None, limits: TraceLimits | None = None
+def tables_from_analysis(
+    analysis: Analysis, *, study: dict[str, pd.DataFrame] | None = None, study_claims: list[dict] | None = None
 ) -> dict[str, pd.DataFrame]:
-    """Analyze every trace under ``paths`` (each within ``limits``) and return every table, conformed to SCHEMAS.
-
-    Files that cannot be read are skipped, and run folders that lack a rank are analyzed file by
-    file, with a warning naming each (their problems are available in detail from
-    :func:`muon_repro.analysis.batch_read.analyze_paths`).
-    """
-    analysis = analyze_paths(list(paths), workers=workers, rank=rank, limits=limits)
-    for problem in [*analysis.failures, *analysis.incomplete]:
-        warnings.warn(problem.message, stacklevel=2)
-    return tables_from_analysis(analysis)
-
-
-def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    """Every table of ``analysis``, conformed to SCHEMAS. ``study``: the original study's tables, and
+    ``study_claims`` its claims rows (the claims judged on its own runs, first in the claims table), which
+    :func:`muon_repro.table_set.tables_of` reads with :mod:`muon_repro.study`; empty when not given."""
     from muon_repro.analysis.checks import checks_table
     from muon_repro.analysis.claims import claims_table, stated_numbers
     from muon_repro.analysis.convergence import convergence_tables
     from muon_repro.analysis.costmodel_tables import costmodel_tables
-    from muon_repro.study.tables import study_tables
 
     # Convergence records (muon-repro converge) sit beside the traces: found under the same paths,
     # here, so that every way of building the set (analyze, stages, verify --recompute) has them.
@@ -89,8 +76,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
     phases = phases_table(analysis, steps, collectives)
     costmodel = costmodel_tables(analysis.paths)
     environment = environment_table(analysis)
-    # The original study's imported traces (muon_repro.study) are read by their own scopes, beside ours.
-    study = study_tables(analysis.paths)
+    study = study if study is not None else {schema.name: schema.empty() for schema in STUDY_SCHEMAS}
     claims = claims_table(
         runs,
         steps,
@@ -102,7 +88,7 @@ def tables_from_analysis(analysis: Analysis) -> dict[str, pd.DataFrame]:
         environment=environment,
         predictions=costmodel["predictions"],
         timed=timed,
-        study=study,
+        study_claims=study_claims,
     )
     checks = checks_table(runs, ranks, phases)
     tables = {

@@ -85,9 +85,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _record_protocol(args: argparse.Namespace) -> int:
-    """The study's protocol (muon_repro.study.record): its own six runs, no CONFIG."""
-    from muon_repro.study.record import record_protocols
-    from muon_repro.study.sources import PROTOCOLS
+    """The study's protocol (muon_repro.bench.study_record): its own six runs, no CONFIG."""
+    from muon_repro.bench.study_record import record_protocols
+    from muon_repro.rundir import STUDY_PROTOCOLS as PROTOCOLS
 
     if args.configs:
         raise ValueError(f"--protocol {args.protocol} records the study's own six runs: name no CONFIG with it")

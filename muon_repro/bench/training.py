@@ -23,11 +23,11 @@ from torch.profiler import record_function
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.model import GPT
+from muon_repro.model_stages import GPTStage
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.parallel.pipeline_runner import BlockedClock, run_pipeline
-from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

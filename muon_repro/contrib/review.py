@@ -206,7 +206,7 @@ def _claims_after(
     convergence and cost-model records of the profile come along, so that the claims resting on them
     (leading steps; the regime figures in the explanations) are measured again too."""
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
 
     root = ctx.scratch / f"profile-{profile}"
     # every convergence group (convergence, convergence-<configuration>) and the cost model's records
@@ -225,7 +225,7 @@ def _claims_after(
     problems = [*analysis.failures, *analysis.incomplete]
     if problems:
         raise ValueError(f"profile {profile}: the runs could not be analyzed together: " + "; ".join(p.message for p in problems))
-    return rows_of_profile(tables_from_analysis(analysis)["claims"], profile)
+    return rows_of_profile(tables_of(analysis)["claims"], profile)
 
 
 def review(

@@ -49,14 +49,14 @@ def stage_shard_plan(
 ):
     """The :class:`ShardPlan` the stage's optimizer builds: the full model's TP-local parameters (on the ``meta``
     device) that the stage holds, in the model's order, which is the stage module's
-    (:class:`~muon_repro.parallel.pipeline_stages.GPTStage` keeps the full model's names and order)."""
+    (:class:`~muon_repro.model_stages.GPTStage` keeps the full model's names and order)."""
     import torch
 
     from muon_repro.model import GPT
+    from muon_repro.model_stages import stage_of_parameter
     from muon_repro.optim.comm_model import param_specs
     from muon_repro.optim.layout import ShardPlan
     from muon_repro.parallel.comm import CommLedger, Group
-    from muon_repro.parallel.pipeline_stages import stage_of_parameter
 
     group = Group(name="tp", ranks=tuple(range(tp)), rank=0, process_group=None, ledger=CommLedger())  # building sends nothing
     with torch.device("meta"):

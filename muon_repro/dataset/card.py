@@ -48,9 +48,9 @@ FOLDERS = {
 # Steps of the pipeline between the runs and the bundle: (module registering the subcommand,
 # command, what it does). The card lists those whose module is installed, without importing them.
 PIPELINE = (
-    ("muon_repro.analysis.cli", "muon-repro analyze traces --out metrics", "traces -> metrics/ tables"),
-    ("muon_repro.report.cli", "muon-repro figures", "tables -> figures/"),
-    ("muon_repro.report.cli", "muon-repro report", "tables + figures -> report/"),
+    ("muon_repro.analyze_cli", "muon-repro analyze traces --out metrics", "traces -> metrics/ tables"),
+    ("muon_repro.report_cli", "muon-repro figures", "tables -> figures/"),
+    ("muon_repro.report_cli", "muon-repro report", "tables + figures -> report/"),
 )
 
 

@@ -221,7 +221,7 @@ def check_table_set(root: Path, report: Callable[[str, bool], None], digests: di
 def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
     """Analyze ``root/traces`` again into a temporary folder and compare every table with ``root/metrics``'s."""
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
     from muon_repro.tables.io import write_tables
 
     metrics = root / "metrics"
@@ -234,7 +234,7 @@ def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, 
     with tempfile.TemporaryDirectory(prefix="muon-repro-recompute-") as tmp:
         try:
             fresh_dir = Path(tmp) / "metrics"
-            write_tables(tables_from_analysis(analysis), fresh_dir)
+            write_tables(tables_of(analysis), fresh_dir)
         except ValueError as exc:
             report(f"recompute: the traces' tables cannot be built: {_one_line(exc)}", False)
             return

@@ -16,12 +16,12 @@ matrices (each holds at least one block).
 
 from __future__ import annotations
 
+from muon_repro.model_stages import GPTStage
 from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon
 from muon_repro.optim.param_groups import muon_param_groups
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.pipeline_runner import check_stage_on_grid
-from muon_repro.parallel.pipeline_stages import GPTStage
 
 STAGE_OPTIMIZERS = {"muon": DistributedMuon, "adamw": DistributedAdamW}
 

@@ -27,14 +27,16 @@ optimizers then average over the stage's DP group.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
+from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
-from muon_repro.parallel.pipeline_stages import GPTStage
 from muon_repro.parallel.schedule import (
     Backward,
     Forward,
@@ -99,7 +101,29 @@ def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> list[torch.T
     return list(batch.chunk(micro_batches, dim=0))
 
 
-def check_stage_on_grid(stage: GPTStage, grid: ParallelDims) -> None:
+class PipelineStage(Protocol):
+    """What the runner needs of a stage (:class:`muon_repro.model_stages.GPTStage` is one): where it sits, its TP
+    group, its parameters, the shape of the activation it passes on, and its forward, which on the last stage
+    takes the targets and returns the loss."""
+
+    stage: int
+    pp: int
+    tp_group: Group
+
+    @property
+    def is_first(self) -> bool: ...
+
+    @property
+    def is_last(self) -> bool: ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def activation_shape(self, batch: int, seq: int) -> tuple[int, ...]: ...
+
+    def __call__(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
+def check_stage_on_grid(stage: PipelineStage, grid: ParallelDims) -> None:
     """``ValueError`` unless ``stage`` is the stage this rank holds on ``grid``, sharded over the grid's TP group."""
     if (stage.stage, stage.pp) != (grid.pp_rank, grid.pp):
         raise ValueError(f"this rank is stage {grid.pp_rank} of {grid.pp}, but the model is stage {stage.stage} of {stage.pp}")
@@ -110,7 +134,7 @@ def check_stage_on_grid(stage: GPTStage, grid: ParallelDims) -> None:
 
 
 def run_pipeline(
-    stage: GPTStage,
+    stage: PipelineStage,
     grid: ParallelDims,
     tokens: torch.Tensor,
     targets: torch.Tensor,
@@ -179,7 +203,7 @@ def run_pipeline(
 
 
 def train_step(
-    stage: GPTStage,
+    stage: PipelineStage,
     grid: ParallelDims,
     optimizer: torch.optim.Optimizer,
     tokens: torch.Tensor,

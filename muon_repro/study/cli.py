@@ -68,7 +68,7 @@ def run_import(args: argparse.Namespace) -> int:
 def run_fit(args: argparse.Namespace) -> int:
     from muon_repro.costmodel.machine import resolve_profile
     from muon_repro.costmodel.records import STUDY_MACHINE
-    from muon_repro.costmodel.study_check import apply_fit, fit_study_factors, study_quantities, study_threshold_shift
+    from muon_repro.study.costmodel_check import apply_fit, fit_study_factors, study_quantities, study_threshold_shift
     from muon_repro.study.sources import study_folder
     from muon_repro.study.tables import study_tables, thresholds_record_path
     from muon_repro.tables.files import write_atomic

@@ -15,7 +15,7 @@ Per step and scope (:class:`StudyTrace`): the CPU span; the GPU busy time (union
 of the work it launched; the time of the collectives it issued (union of their transfer intervals: NCCL kernels,
 or on gloo the worker's spans); the time from the scope's start until its last GPU work ended (what the scope
 costs a synchronised step); and every collective it issued, with bytes and group. The same path reads the study's
-NCCL traces and the runs of its protocol recorded here on gloo (:mod:`muon_repro.study.record`).
+NCCL traces and the runs of its protocol recorded here on gloo (:mod:`muon_repro.bench.study_record`).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def _scope_row(
 
 
 GROUP_PREFIXES = {"dp_": "dp", "tp_": "tp", "world_": "world"}
-"""The labels our recordings put around each collective (muon_repro.study.protocol): which group it ran on."""
+"""The labels our recordings put around each collective (muon_repro.bench.study_protocol): which group it ran on."""
 
 
 def _collectives(

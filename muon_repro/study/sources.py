@@ -120,17 +120,12 @@ def run_and_rank(file_name: str) -> tuple[str, int]:
 
 # The study's protocol replayed here: its run folders' format is muon_repro.rundir's.
 PROTOCOL_FIELD, PROTOCOLS, GROUPS = rundir.PROTOCOL_FIELD, rundir.STUDY_PROTOCOLS, rundir.STUDY_PROTOCOL_GROUPS
-protocol_of = rundir.protocol_of
+protocol_of, is_study_folder = rundir.protocol_of, rundir.is_study_folder
 
 
 def study_folder(traces_root: str | Path) -> Path:
     """Where the study's traces lie in a dataset: ``<traces>/<STUDY_PROFILE>/comparison``."""
     return Path(traces_root) / STUDY_PROFILE / GROUP
-
-
-def is_study_folder(folder: Path) -> bool:
-    """Whether ``folder`` holds the original study's imported traces (its provenance file marks it)."""
-    return (folder / PROVENANCE_NAME).is_file()
 
 
 @dataclass(frozen=True)

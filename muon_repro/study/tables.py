@@ -25,16 +25,13 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.hardware import profile_or_unknown
-from muon_repro.rundir import CONFIG_FILE, RunDir, trace_rank
+from muon_repro.rundir import RunDir, protocol_folders, study_folders, trace_rank
 from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
 from muon_repro.study.sources import (
     GROUP,
-    PROVENANCE_NAME,
     STUDY_ENVIRONMENT,
     STUDY_PROFILE,
-    is_study_folder,
-    protocol_of,
     run_and_rank,
 )
 from muon_repro.tables.schemas import SCHEMAS
@@ -65,22 +62,6 @@ class StudyRun:
             dp=dp,
             tp=tp,
         )
-
-
-def study_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """The folders holding the study's imported traces under ``paths`` (each once)."""
-    found: dict[Path, None] = {}
-    for raw in paths:
-        path = Path(raw)
-        if path.is_file():
-            path = path.parent
-        if not path.is_dir():
-            continue
-        markers = [path / PROVENANCE_NAME] if is_study_folder(path) else sorted(path.rglob(PROVENANCE_NAME))
-        for marker in markers:
-            if not any(part.startswith(".") for part in marker.relative_to(path).parts):  # staging folders
-                found.setdefault(marker.parent, None)
-    return list(found)
 
 
 @dataclass(frozen=True)
@@ -139,21 +120,6 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
 ORIGINAL, RECORDED_HERE = "the original study", "muon_repro"
 
 
-def protocol_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """The trial folders of study-protocol runs recorded here (their config.json names a protocol), each once."""
-    found: dict[Path, None] = {}
-    for raw in paths:
-        path = Path(raw)
-        if not path.is_dir():
-            continue
-        for config in sorted(path.rglob(CONFIG_FILE)):
-            if any(part.startswith(".") for part in config.relative_to(path).parts):
-                continue
-            if protocol_of(config.parent):
-                found.setdefault(config.parent, None)
-    return list(found)
-
-
 def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
     """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none)."""
     found = recordings(paths)
@@ -190,7 +156,7 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
 
     tables["study_protocols"] = pd.DataFrame(protocol_rows(tables), columns=SCHEMAS["study_protocols"].names)
     # the cost model on the study's machine: priced from its datasheet profile, then fitted to these kernel times
-    from muon_repro.costmodel.study_check import study_costmodel_table
+    from muon_repro.study.costmodel_check import study_costmodel_table
 
     if rank0:
         tables["study_costmodel"] = study_costmodel_table(original["study_steps"], original["study_collectives"])

@@ -239,14 +239,14 @@ STUDY_METHOD_PARTS = TableSchema(
     ),
 )
 
-# The cost model on the study's machine (muon_repro.costmodel.study_check).
+# The cost model on the study's machine (muon_repro.study.costmodel_check).
 
 STUDY_COSTMODEL = TableSchema(
     "study_costmodel",
     "The original study's runs priced by the cost model on its machine's profile (4xRTXA4000-pcie-nccl): per run and "
     "quantity, the measured median over steps and ranks against the price by the datasheet profile (published peaks "
     "times assumed efficiencies) and by the same profile with its efficiencies and alphas fitted to these measurements "
-    "(muon_repro.costmodel.study_check).",
+    "(muon_repro.study.costmodel_check).",
     ("run", "quantity"),
     columns_of(
         ("run", "string", "", "run id: '<profile>/comparison/<the study's run name>' (study_runs.run)"),

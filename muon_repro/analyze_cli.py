@@ -1,7 +1,7 @@
 """``muon-repro analyze PATH... [--out metrics/] [--json]``: traces in, tables out.
 
 Prints one line per trace file (a readable table, or with ``--json`` one JSON object per
-file), writes the tables of :mod:`muon_repro.analysis.tables` under ``--out``, and reports
+file), writes the tables of :mod:`muon_repro.table_set` under ``--out``, and reports
 every file it could not read on stderr without stopping. A run folder whose config.json names
 more ranks than it has traces is no run: its traces are analyzed one by one, with a warning.
 ``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
@@ -109,7 +109,7 @@ def format_summaries(summaries: list[dict]) -> str:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
     from muon_repro.tables.io import check_tables_out, write_tables
 
     if not args.no_write:
@@ -129,7 +129,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         print("muon-repro analyze: no trace could be analyzed and no record found; nothing written", file=sys.stderr)
         return 1
     if not args.no_write:
-        tables = tables_from_analysis(analysis)
+        tables = tables_of(analysis)
         written = write_tables(tables, Path(args.out))
         counts = ", ".join(f"{name} {len(df)}" for name, df in tables.items())
         print(f"wrote {len(written)} files to {args.out} (rows: {counts})", file=sys.stderr if args.json else sys.stdout)
@@ -137,7 +137,7 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m muon_repro.analysis.cli PATH...``, same as ``muon-repro analyze``."""
+    """``python -m muon_repro.analyze_cli PATH...``, same as ``muon-repro analyze``."""
     parser = argparse.ArgumentParser(prog="muon-repro")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["analyze", *(sys.argv[1:] if argv is None else argv)])

@@ -1,4 +1,4 @@
-"""Record the original study's protocol (:mod:`muon_repro.study.protocol`) on this machine.
+"""Record the original study's protocol (:mod:`muon_repro.bench.study_protocol`) on this machine.
 
 One launch per protocol and round runs the study's six runs one after the other on the same 4 ranks, as its script
 did, each profiled over its 5 steps; each run lands in its own trial folder,
@@ -18,8 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, trace_name
-from muon_repro.study.protocol import (
+from muon_repro.bench.study_protocol import (
     PROTOCOLS,
     RUNS,
     Grid,
@@ -29,7 +28,8 @@ from muon_repro.study.protocol import (
     ShardedAdamW,
     StudyMuon,
 )
-from muon_repro.study.sources import GROUPS, PROTOCOL_FIELD
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, PROTOCOL_FIELD, trace_name
+from muon_repro.rundir import STUDY_PROTOCOL_GROUPS as GROUPS
 
 WORLD = 4
 

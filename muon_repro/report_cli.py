@@ -1,4 +1,6 @@
-"""``muon-repro figures`` and ``muon-repro report``: tables -> figures -> report.
+"""``muon-repro figures`` and ``muon-repro report``: tables -> figures -> report, each the stage of that name
+(:mod:`muon_repro.stages`), the report citing the dataset as its card does. Outside the report package, which
+reads tables only: the citation is the dataset's.
 
     muon-repro figures [--metrics metrics/] [--out figures/]
     muon-repro report  [--metrics metrics/] [--figures figures/] [--out report/] [--format md,pdf] [--author NAME ...]
@@ -66,32 +68,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_figures(args: argparse.Namespace) -> int:
-    from muon_repro.report.build import make_figures
+    from muon_repro.stages import figures
 
     check_out_folder(Path(args.out), f"--out {args.out}")
-    for name, path in make_figures(Path(args.metrics), Path(args.out)).items():
+    for name, path in figures(args.metrics, args.out).items():
         print(f"{name:20s} {path} (+ .svg)")
     return 0
 
 
 def run_report(args: argparse.Namespace) -> int:
-    # The one renderer of the dataset's citation (this entry point's one import from the dataset layer).
-    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta
-    from muon_repro.report.build import write_report
+    from muon_repro.dataset.citation import report_meta
+    from muon_repro.stages import report
 
     check_out_folder(Path(args.out), f"--out {args.out}")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     given = {k: getattr(args, k) for k in ("repo_id", "version", "date", "pretty_name") if getattr(args, k) is not None}
     meta = report_meta(args.metrics, authors=tuple(args.author or ()), **given)
-    citation = (bibtex(meta), paper_bibtex())
-    written = write_report(
-        Path(args.metrics),
-        Path(args.figures),
-        Path(args.out),
-        formats,
-        citation=citation,
-        citation_args=report_arguments(meta, args.metrics),
-    )
-    for fmt, path in written.items():
+    for fmt, path in report(args.metrics, args.figures, args.out, formats=formats, meta=meta).items():
         print(f"{fmt:4s} {path}")
     return 0

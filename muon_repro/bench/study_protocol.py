@@ -33,7 +33,7 @@ from torch.profiler import record_function
 
 from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
 from muon_repro.optim.update_rules import adamw_update_, apply_decoupled_update_, muon_momentum_, muon_update_scale
-from muon_repro.study.sources import PROTOCOLS
+from muon_repro.rundir import STUDY_PROTOCOLS as PROTOCOLS
 
 STUDY_SHAPES = ((4096, 4096), (1024, 324), (456, 1024), (676, 876), (128, 128))
 STUDY_TP_DIMS = (0, 1, -1, 1, 0)  # the dimension TP splits each matrix along; -1: not split

@@ -428,7 +428,7 @@ def apply_fit(profile: MachineProfile, fit: StudyFit) -> MachineProfile:
         profile,
         name=f"{profile.name}{FITTED_SUFFIX}",
         description=f"{profile.description} Efficiencies and alphas fitted to the study's measured kernel times "
-        f"(muon_repro.costmodel.study_check): efficiency {shown}; alpha {alphas}.",
+        f"(muon_repro.study.costmodel_check): efficiency {shown}; alpha {alphas}.",
         efficiency={**profile.efficiency, **fit.efficiency},
         collectives=tuple(replace(c, alpha_us=fit.alpha_us.get(c.op, c.alpha_us)) for c in profile.collectives),
     )
