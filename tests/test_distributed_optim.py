@@ -226,15 +226,15 @@ def test_equivalence_exits_nonzero_and_names_what_exceeded_its_bound(monkeypatch
     from muon_repro import cli
     from muon_repro.optim import distributed
 
-    honest = distributed.apply_decoupled_update_
+    honest = distributed.apply_decoupled_updates_
 
-    def perturbed(param, update, lr, weight_decay, scale):
-        if param.numel() == 32 * 32:  # the attention output projections of the tiny model
-            update = update * (1 + 1e-6)
-        honest(param, update, lr, weight_decay, scale)
+    def perturbed(params, updates, lr, weight_decay, scales):
+        # the attention output projections of the tiny model
+        updates = [u * (1 + 1e-6) if p.numel() == 32 * 32 else u for p, u in zip(params, updates)]
+        honest(params, updates, lr, weight_decay, scales)
 
     assert cli.main(["equivalence", "--dp", "1", "--tp", "1", "--steps", "2"]) == 0
-    monkeypatch.setattr(distributed, "apply_decoupled_update_", perturbed)
+    monkeypatch.setattr(distributed, "apply_decoupled_updates_", perturbed)
     assert cli.main(["equivalence", "--dp", "1", "--tp", "1", "--steps", "2"]) == 1
     out = capsys.readouterr().out
     assert "step 0: isolated blocks.0.attn.proj.weight relative difference" in out

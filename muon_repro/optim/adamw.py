@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from muon_repro.optim.muon import (
-    adamw_param_step,
+    adamw_group_step,
     check_hyperparameters,
     evaluate_closure,
 )
@@ -38,7 +38,6 @@ class AdamW(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = evaluate_closure(closure)
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    adamw_param_step(self.state[p], p, p.grad, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            adamw_group_step([self.state[p] for p in params], params, [p.grad for p in params], group)
         return loss

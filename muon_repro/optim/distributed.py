@@ -30,12 +30,12 @@ from torch.profiler import record_function
 from muon_repro.formulas import newton_schulz_flops
 from muon_repro.optim.layout import NsUnit
 from muon_repro.optim.muon import check_hyperparameters, evaluate_closure, muon_defaults
-from muon_repro.optim.newton_schulz import default_ns_dtype, zeropower_via_newtonschulz5
+from muon_repro.optim.newton_schulz import default_ns_dtype, orthogonalize_many
 from muon_repro.optim.update_rules import (
     MomentumForm,
     UpdateScale,
-    apply_decoupled_update_,
-    muon_momentum_,
+    apply_decoupled_updates_,
+    muon_momentum_many_,
     muon_update_scale,
 )
 from muon_repro.optim.zero1 import StepStats, ZeroOneOptimizer
@@ -192,18 +192,23 @@ class DistributedMuon(ZeroOneOptimizer):
     # ---------------------------------------------------------------- phases
 
     def _momentum(self) -> dict[int, torch.Tensor]:
-        """Momentum on this rank's pieces of every Muon matrix; returns the Nesterov NS inputs."""
-        ns_input = {}
+        """Momentum on this rank's pieces of every Muon matrix, each param group's at once; returns the Nesterov NS
+        inputs."""
+        by_group: dict[int, tuple[dict, list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
         for slot, piece, _, local in self._my_pieces:
             if slot.spec.use_muon:
                 group = self._groups[slot.index]
                 state = self.state[self._params[slot.index]]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros(piece.length, dtype=torch.float32, device=self.param_flat.device)
-                grad = self._grad_view(local, piece.length)
-                ns_input[slot.index] = muon_momentum_(
-                    state["momentum_buffer"], grad, group["momentum"], group["nesterov"], group["momentum_form"]
-                )
+                _, slots, bufs, grads = by_group.setdefault(id(group), (group, [], [], []))
+                slots.append(slot.index)
+                bufs.append(state["momentum_buffer"])
+                grads.append(self._grad_view(local, piece.length))
+        ns_input = {}
+        for group, slots, bufs, grads in by_group.values():
+            inputs = muon_momentum_many_(bufs, grads, group["momentum"], group["nesterov"], group["momentum_form"])
+            ns_input.update(zip(slots, inputs))
         return ns_input
 
     def _gathered_units(self, pieces: dict[int, torch.Tensor]) -> Iterator[tuple[NsUnit, dict, dict, int]]:
@@ -312,26 +317,38 @@ class DistributedMuon(ZeroOneOptimizer):
         return local
 
     def _newton_schulz(self, full: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """Orthogonalize each full matrix (fp32 out); count calls and FLOPs; record update RMS."""
+        """Orthogonalize the full matrices (fp32 out), those of one shape and param group at once; count calls and
+        FLOPs; record each one's update RMS."""
+        by_group: dict[int, tuple[dict, list[int]]] = {}
+        for i in full:
+            group = self._groups[i]
+            by_group.setdefault(id(group), (group, []))[1].append(i)
         updates = {}
-        for i, matrix in full.items():
-            slot, group = self.plan.slots[i], self._groups[i]
-            ns_dtype = group["ns_dtype"] or default_ns_dtype(matrix.device)
-            update = zeropower_via_newtonschulz5(matrix.float(), group["ns_steps"], ns_dtype)
-            scale = muon_update_scale(slot.spec.full_shape, group["update_scale"])
-            rms = update.square().mean().sqrt() * scale
-            self.stats.update_rms[slot.spec.name] = rms
-            self.stats.ns_calls += 1
-            self.stats.ns_flops += newton_schulz_flops(slot.spec.full_shape, group["ns_steps"])
-            updates[i] = update
+        for group, slots in by_group.values():
+            matrices = [full[i].float() for i in slots]
+            ns_dtype = group["ns_dtype"] or default_ns_dtype(matrices[0].device)
+            scales = [muon_update_scale(self.plan.slots[i].spec.full_shape, group["update_scale"]) for i in slots]
+            outs, sizes = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales)
+            for i, update, size in zip(slots, outs, sizes):
+                spec = self.plan.slots[i].spec
+                self.stats.update_rms[spec.name] = size
+                self.stats.ns_calls += 1
+                self.stats.ns_flops += newton_schulz_flops(spec.full_shape, group["ns_steps"])
+                updates[i] = update
         return updates
 
     def _muon_update(self, update_pieces: dict[int, torch.Tensor]) -> None:
+        """Moonlight's update on this rank's pieces of the Muon matrices, each param group's at once."""
+        by_group: dict[int, tuple[dict, list[torch.Tensor], list[torch.Tensor], list[float]]] = {}
         for slot, _piece, param_view, _local in self._my_pieces:
             if slot.spec.use_muon:
                 group = self._groups[slot.index]
-                scale = muon_update_scale(slot.spec.full_shape, group["update_scale"])
-                apply_decoupled_update_(param_view, update_pieces[slot.index], group["lr"], group["weight_decay"], scale)
+                _, params, updates, scales = by_group.setdefault(id(group), (group, [], [], []))
+                params.append(param_view)
+                updates.append(update_pieces[slot.index])
+                scales.append(muon_update_scale(slot.spec.full_shape, group["update_scale"]))
+        for group, params, updates, scales in by_group.values():
+            apply_decoupled_updates_(params, updates, group["lr"], group["weight_decay"], scales)
 
     def _dp_gather_bytes(self, unit: NsUnit) -> int:
         if not unit.dp_gathered:

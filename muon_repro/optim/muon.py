@@ -6,14 +6,14 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+from muon_repro.optim.newton_schulz import orthogonalize_many
 from muon_repro.optim.param_groups import check_muon_group
 from muon_repro.optim.update_rules import (
     MomentumForm,
     UpdateScale,
-    adamw_update_,
-    apply_decoupled_update_,
-    muon_momentum_,
+    adamw_update_many_,
+    apply_decoupled_updates_,
+    muon_momentum_many_,
     muon_update_scale,
 )
 
@@ -137,44 +137,53 @@ class Muon(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = evaluate_closure(closure)
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if group["use_muon"]:
-                    self._muon_param_step(p, group)
-                else:
-                    adamw_param_step(self.state[p], p, p.grad, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            if group["use_muon"]:
+                self._muon_group_step(params, group)
+            else:
+                adamw_group_step([self.state[p] for p in params], params, [p.grad for p in params], group)
         return loss
 
-    def _muon_param_step(self, p: torch.Tensor, group: dict) -> None:
-        state = self.state[p]
+    def _muon_group_step(self, params: list[torch.Tensor], group: dict) -> None:
+        """Momentum on every matrix, Newton-Schulz on each shape's matrices at once, the update on every matrix."""
+        if not params:
+            return
+        for p in params:
+            if "momentum_buffer" not in self.state[p]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+        bufs, grads = [self.state[p]["momentum_buffer"] for p in params], [p.grad for p in params]
+        ns_inputs = muon_momentum_many_(bufs, grads, group["momentum"], group["nesterov"], group["momentum_form"])
+        scales = [muon_update_scale(p.shape, group["update_scale"]) for p in params]
+        # gather_dtype (absent from groups of checkpoints saved before it existed): rounded where DistributedMuon's
+        # gathers round the Newton-Schulz input
+        updates, rms = orthogonalize_many(
+            ns_inputs, group["ns_steps"], group["ns_dtype"], scales=scales, round_to=group.get("gather_dtype")
+        )
+        for p, size in zip(params, rms):
+            self.state[p]["update_rms"] = size
+        apply_decoupled_updates_(params, updates, group["lr"], group["weight_decay"], scales)
+
+
+def adamw_group_step(states: list[dict], params: list[torch.Tensor], grads: list[torch.Tensor], group: dict) -> None:
+    """AdamW on many tensors (or flat shards of them), creating each one's state on first use; the tensors of one
+    step count updated together (:func:`~muon_repro.optim.update_rules.adamw_update_many_`)."""
+    by_step: dict[int, list[int]] = {}
+    for i, (state, param) in enumerate(zip(states, params)):
         if not state:
-            state["momentum_buffer"] = torch.zeros_like(p)
-        ns_input = muon_momentum_(state["momentum_buffer"], p.grad, group["momentum"], group["nesterov"], group["momentum_form"])
-        gather_dtype = group.get("gather_dtype")  # absent from groups of checkpoints saved before it existed
-        if gather_dtype is not None:  # where DistributedMuon's gathers round it
-            ns_input = ns_input.to(gather_dtype).to(ns_input.dtype)
-        update = zeropower_via_newtonschulz5(ns_input, group["ns_steps"], group["ns_dtype"])
-        scale = muon_update_scale(p.shape, group["update_scale"])
-        state["update_rms"] = update.float().square().mean().sqrt() * scale
-        apply_decoupled_update_(p, update, group["lr"], group["weight_decay"], scale)
-
-
-def adamw_param_step(state: dict, param: torch.Tensor, grad: torch.Tensor, group: dict) -> None:
-    """AdamW on one tensor (or one flat shard of it), creating its state on first use."""
-    if not state:
-        state["step"] = 0
-        state["exp_avg"] = torch.zeros_like(param)
-        state["exp_avg_sq"] = torch.zeros_like(param)
-    state["step"] += 1
-    adamw_update_(
-        param,
-        grad,
-        state["exp_avg"],
-        state["exp_avg_sq"],
-        state["step"],
-        group["lr"],
-        group["adamw_betas"],
-        group["adamw_eps"],
-        group["weight_decay"],
-    )
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(param)
+            state["exp_avg_sq"] = torch.zeros_like(param)
+        state["step"] += 1
+        by_step.setdefault(state["step"], []).append(i)
+    for step, members in by_step.items():
+        adamw_update_many_(
+            [params[i] for i in members],
+            [grads[i] for i in members],
+            [states[i]["exp_avg"] for i in members],
+            [states[i]["exp_avg_sq"] for i in members],
+            step,
+            group["lr"],
+            group["adamw_betas"],
+            group["adamw_eps"],
+            group["weight_decay"],
+        )

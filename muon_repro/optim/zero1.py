@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from muon_repro.optim.layout import ParamSpec, ShardPlan
-from muon_repro.optim.muon import adamw_param_step
+from muon_repro.optim.muon import adamw_group_step
 from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
 from muon_repro.parallel import comm
 from muon_repro.parallel.mesh import ParallelDims
@@ -174,10 +174,17 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             )
 
     def _adamw_update(self) -> None:
+        """AdamW on this rank's pieces of the parameters it routes to AdamW, each param group's pieces at once."""
+        by_group: dict[int, tuple[dict, list[dict], list[torch.Tensor], list[torch.Tensor]]] = {}
         for slot, piece, param_view, local in self._my_pieces:
             if not slot.spec.use_muon:
-                state, group = self.state[self._params[slot.index]], self._groups[slot.index]
-                adamw_param_step(state, param_view, self._grad_view(local, piece.length), group)
+                group = self._groups[slot.index]
+                _, states, params, grads = by_group.setdefault(id(group), (group, [], [], []))
+                states.append(self.state[self._params[slot.index]])
+                params.append(param_view)
+                grads.append(self._grad_view(local, piece.length))
+        for group, states, params, grads in by_group.values():
+            adamw_group_step(states, params, grads, group)
 
     # ---------------------------------------------------------------- accounting and checkpoints
 
