@@ -106,8 +106,8 @@ class Region:
 
 
 def verdict(low: float, high: float, region: Region) -> str:
-    """The rule shared by every claim (see the module docstring)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
+    """The rule shared by every claim (see the module docstring). An infinite end is a one-sided interval (a bound)."""
+    if math.isnan(low) or math.isnan(high):
         return "not measured"
     if region.contains(low) and region.contains(high):
         return "reproduced"

@@ -641,9 +641,14 @@ def test_a_budget_that_never_reaches_muons_loss_is_censored_not_a_number(tmp_pat
     tables = convergence_tables([tmp_path])
     seeds = tables["budget_match"].drop_duplicates("seed").set_index("seed")
     assert seeds.loc[0, "censored"] == "above" and seeds.loc[0, "lead_bound"] == pytest.approx(2.0)
-    assert seeds["lead_mean"].isna().all() and int(seeds["censored_seeds"].iloc[0]) == 1
+    assert int(seeds["censored_seeds"].iloc[0]) == 1
+    at_bound = [2.0, 0.5, 0.6, 0.7, 0.8]  # seed 0 counted at its bound: the mean a lower bound
+    assert seeds["lead_mean"].iloc[0] == pytest.approx(np.mean(at_bound))
+    half = 2.7764451051977987 * np.std(at_bound, ddof=1) / np.sqrt(5)
+    assert seeds["lead_low"].iloc[0] == pytest.approx(np.mean(at_bound) - half)
     claim = _claim(tables)
-    assert claim["verdict"] != "reproduced" and "Censored on 1 seeds" in claim["explanation"]
+    assert claim["measured_high"] == np.inf and claim["verdict"] == "inconclusive"  # [0.11, inf) overlaps [0.5, 1.5]
+    assert "lower bounds" in claim["explanation"] and len(claim["explanation"].split()) <= 60
 
 
 def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):

@@ -12,7 +12,8 @@ This replaces the leading-steps curves' lower bound when AdamW never reached Muo
 length: a point of a longer AdamW schedule is not a schedule that ends there, so only final losses are compared.
 A seed whose longest AdamW budget stays above Muon's loss is censored above (its lead is more than that budget's);
 one whose AdamW run of Muon's length is already at or below it is censored below (no lead). The summary over seeds
-(mean, 95% t interval) is given only when no seed is censored.
+(mean, 95% t interval) counts a censored seed at its bound and says so: a bound above makes the interval one-sided,
+``[low, +inf)``, the low end a lower bound (:func:`censored_mean_interval`).
 """
 
 from __future__ import annotations
@@ -111,7 +112,23 @@ def budget_match_table(conv: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     per_seed = table.drop_duplicates("seed")
-    measured = per_seed[per_seed["censored"] == "none"]
-    mean, low, high = mean_interval(measured["lead"].to_numpy(dtype=float)) if len(measured) == len(per_seed) else (np.nan,) * 3
-    censored = len(per_seed) - len(measured)
-    return table.assign(seeds=len(measured), censored_seeds=censored, lead_mean=mean, lead_low=low, lead_high=high)
+    mean, low, high = censored_mean_interval(per_seed["lead"], per_seed["censored"], per_seed["lead_bound"])
+    censored = int((per_seed["censored"] != "none").sum())
+    return table.assign(seeds=len(per_seed), censored_seeds=censored, lead_mean=mean, lead_low=low, lead_high=high)
+
+
+def censored_mean_interval(lead: pd.Series, censored: pd.Series, bound: pd.Series) -> tuple[float, float, float]:
+    """The mean lead over seeds and its 95% t interval, a censored seed counted at its bound: censored above, the
+    mean and the interval's low end are then lower bounds and the high end is +inf; censored below, the mean and the
+    high end are upper bounds and the low end is -inf (both: no interval). A bound in place of a value moves the
+    interval's centre and width, so a bounded end is approximate, not a tested coverage."""
+    kinds = set(censored)
+    values = np.where(censored == "none", pd.to_numeric(lead, errors="coerce"), pd.to_numeric(bound, errors="coerce"))
+    mean, low, high = mean_interval(values.astype(float))
+    if {"above", "below"} <= kinds:
+        return float("nan"), float("nan"), float("nan")
+    if "above" in kinds:
+        return mean, low, float("inf")
+    if "below" in kinds:
+        return mean, float("-inf"), high
+    return mean, low, high

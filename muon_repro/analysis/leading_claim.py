@@ -107,17 +107,19 @@ def _budget_lead(budget: pd.DataFrame, head: pd.DataFrame) -> tuple[float, float
     first = budget.iloc[0]
     seeds, censored = int(first["seeds"]), int(first["censored_seeds"])
     value, low, high = _triple(first, "lead")
+    per_seed = budget.drop_duplicates("seed")
+    above = per_seed[per_seed["censored"] == "above"]
+    if len(above):
+        high = float("inf")  # a lead beyond the largest budget: the interval is one-sided
     said = (
-        f"AdamW's final test loss over its budgets reached Muon's ({float(first['muon_test_loss']):.3f} on seed "
-        f"{int(first['seed'])}) on {seeds} of {seeds + censored} seeds, interpolated in log tokens. "
-        f"Within runs of Muon's length the smoothed curves' lead at the end (EWM alpha {HEADLINE_ALPHA:g}) is "
-        f"{_with_interval(*_summary(head.iloc[0], 'leading_ratio'))}."
+        f"AdamW's final test loss over its budgets reached Muon's on {seeds - censored} of {seeds} seeds, "
+        f"interpolated in log tokens. Within runs of Muon's length the smoothed curves' lead at the end (EWM alpha "
+        f"{HEADLINE_ALPHA:g}) is {_with_interval(*_summary(head.iloc[0], 'leading_ratio'))}."
     )
-    if censored:
-        bounds = budget.drop_duplicates("seed")
-        above = bounds[bounds["censored"] == "above"]
-        said += f" Censored on {censored} seeds" + (
-            f": no budget up to {float(above['lead_bound'].max()) + 1:g}x reached Muon's loss." if len(above) else "."
+    if len(above):
+        said += (
+            f" On {len(above)} seed(s) no budget up to {float(above['lead_bound'].max()) + 1:g}x reached it: counted at "
+            "that bound, the mean and the low end are lower bounds."
         )
     return value, low, high, seeds, said
 

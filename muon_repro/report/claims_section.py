@@ -64,10 +64,10 @@ def claim_measured(row: pd.Series) -> str:
     missing = [is_missing(row.get("measured_low")), is_missing(row.get("measured_high"))]
     if all(missing):
         return f"{value} (no interval: fewer than 2 rounds)"  # a paired interval needs two rounds
-    if any(missing):
-        raise MissingMetric(
-            f"metric claims.measured_low/measured_high is missing for claim {cid} (its measured_value is {value})"
-        )
+    if missing[1]:  # a one-sided interval: the tables keep an infinite end as null
+        return f"{value} (≥ {claim_number(row['measured_low'], kind, cid, 'claims.measured_low')}, a lower bound)"
+    if missing[0]:
+        return f"{value} (≤ {claim_number(row['measured_high'], kind, cid, 'claims.measured_high')}, an upper bound)"
     low = claim_number(row["measured_low"], kind, cid, "claims.measured_low")
     high = claim_number(row["measured_high"], kind, cid, "claims.measured_high")
     if low == high == value:

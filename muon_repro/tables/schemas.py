@@ -574,7 +574,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "",
                 "lower end of the 95% interval: a t interval over paired rounds (per-rank minimum for deterministic quantities)",
             ),
-            ("measured_high", "Float64", "", "upper end of the 95% interval (per-rank maximum for deterministic quantities)"),
+            (
+                "measured_high",
+                "Float64",
+                "",
+                "upper end of the 95% interval (per-rank maximum for deterministic quantities); null beside a "
+                "measured_low: unbounded above, a one-sided interval (a bound)",
+            ),
             ("unit", "string", "", "unit of claimed_value and the measured columns"),
             (
                 "unit_kind",
@@ -1074,11 +1080,16 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Muon's length already did (no lead)",
             ),
             ("lead_bound", "Float64", "ratio", "when censored, the bound on the lead: the largest budget_ratio - 1, or 0"),
-            ("seeds", "Int64", "count", "seeds with a measured lead"),
-            ("censored_seeds", "Int64", "count", "seeds whose lead is censored"),
-            ("lead_mean", "Float64", "ratio", "mean of lead over seeds; null when a seed is censored"),
-            ("lead_low", "Float64", "ratio", "low end of its 95% t interval over seeds (n - 1 degrees of freedom)"),
-            ("lead_high", "Float64", "ratio", "high end of that interval"),
+            ("seeds", "Int64", "count", "seeds compared"),
+            ("censored_seeds", "Int64", "count", "seeds whose lead is censored (counted at lead_bound in lead_mean)"),
+            ("lead_mean", "Float64", "ratio", "mean lead over seeds, a censored seed at its bound (then a bound itself)"),
+            (
+                "lead_low",
+                "Float64",
+                "ratio",
+                "low end of its 95% t interval over seeds (n - 1 degrees of freedom); -inf when a seed is censored below",
+            ),
+            ("lead_high", "Float64", "ratio", "high end of that interval; +inf when a seed is censored above"),
         ),
     ),
 }
