@@ -52,8 +52,8 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         low = high = float("nan")
     if seeds < LEADING_MIN_SEEDS:
         explanation += f" Too few seeds for the claim's interval: run `muon-repro converge --seeds {LEADING_MIN_SEEDS}`."
-    best = conv[conv["best_lr"].fillna(False).astype(bool)]
-    best = best[best["steps"] == best["steps"].max()]  # the long runs (the sweep may be shorter)
+    best = conv[conv["best_lr"].fillna(False).astype(bool) & (conv["optimizer"] == "muon")]
+    best = best[best["steps"] == best["steps"].max()]  # Muon's long runs (the sweep may be shorter; AdamW's budgets longer)
     sweep = conv[conv["sweep"].fillna(False).astype(bool)]
     row = best.iloc[0]
     budgets = (

@@ -8,6 +8,7 @@ do not know simply adds nothing to the environment summary.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -25,6 +26,8 @@ ENV_ORDER = (
     "torch", "torch_num_threads", "git_sha", "git_dirty",
 )  # fmt: skip
 ENV_SKIP = ("hostname",)  # says nothing about the results, and may be private
+# the machine's speed and load at recording time, per run: the environment table has them
+ENV_SKIP_PREFIXES = ("speed_probe.", "load_average")
 ENV_BLOCKS = ("interconnect_topology",)  # multi-line text, shown as a code block
 ENV_LISTS = ("pip_freeze",)  # long lists: counted here, kept in environment.json
 BOOLEANS = {"True": "yes", "False": "no"}
@@ -123,6 +126,8 @@ def _show(key: str, value: str) -> str:
         return BOOLEANS[value]
     if key.endswith("_bytes") and value.isdigit():
         return f"{value} ({human_size(int(value))})"
+    if key.endswith(("_sha", "_sha256")) and re.fullmatch("[0-9a-f]{40,64}", value):
+        return value[:12]  # a digest's prefix names it; the environment table has it whole
     return value
 
 
@@ -178,7 +183,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
     counts: dict[str, int] = {}
     for run, items in recorded:
         for key, value in items:
-            if key in ENV_SKIP:
+            if key in ENV_SKIP or key.startswith(ENV_SKIP_PREFIXES):
                 continue
             if key in ENV_LISTS:
                 counts[key] = max(counts.get(key, 0), _list_length(value))

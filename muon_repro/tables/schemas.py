@@ -1046,9 +1046,8 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "budget_match": TableSchema(
         "budget_match",
-        "The tokens AdamW needs to reach Muon's final test loss, from AdamW runs trained to several budgets (multiples "
-        "of Muon's steps, each its own schedule; `converge --adamw-budgets`): one row per seed and AdamW budget, both "
-        "optimizers at their best learning rates. The lead_* columns summarize over seeds.",
+        "The tokens AdamW needs to reach Muon's final test loss, AdamW trained to longer budgets (`converge "
+        "--adamw-budgets`): one row per seed and budget; lead_* summarize over seeds.",
         ("profile", "group", "seed", "adamw_steps"),
         columns_of(
             ("profile", "string", "", "hardware profile of the runs"),
