@@ -127,7 +127,7 @@ def _show(key: str, value: str) -> str:
     if key.endswith("_bytes") and value.isdigit():
         return f"{value} ({human_size(int(value))})"
     if key.endswith(("_sha", "_sha256")) and re.fullmatch("[0-9a-f]{40,64}", value):
-        return value[:12]  # a digest's prefix names it; the environment table has it whole
+        return value[:12]  # a digest's prefix names it (git takes it too); the environment table has it whole
     return value
 
 
@@ -207,7 +207,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         counts=counts,
         source=f"traces/{recorded[0][0].run}/{ENVIRONMENT_FILE}" if recorded else None,
         commands=_commands(files, runs),
-        git_shas=list(dict.fromkeys(v for _, items in recorded for k, v in items if k == "git_sha" and v)),
+        git_shas=list(dict.fromkeys(_show("git_sha", v) for _, items in recorded for k, v in items if k == "git_sha" and v)),
     )
 
 
