@@ -35,7 +35,6 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.analysis.batch_read import analyze_paths
-from muon_repro.analysis.tables import tables_from_analysis
 from muon_repro.formulas import ring_bytes
 from muon_repro.phases import (
     BACKWARD,
@@ -49,6 +48,7 @@ from muon_repro.phases import (
     TP_GATHER,
 )
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, trace_name, trial_dir
+from muon_repro.table_set import tables_of
 from muon_repro.tables.io import write_tables
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -438,7 +438,7 @@ def _analyzed(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:
         analysis = analyze_paths([write_traces(Path("traces"), runs)], workers=1)  # in this process: starts none
         problems = [p.message for p in (*analysis.failures, *analysis.incomplete)]
         assert not problems, problems
-        analyzed = tables_from_analysis(analysis)
+        analyzed = tables_of(analysis)
     return analyzed | costmodel_tables()
 
 

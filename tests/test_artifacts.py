@@ -20,14 +20,14 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_committed_metrics_equal_the_analysis_of_the_committed_traces(monkeypatch):
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
     from muon_repro.tables.io import read_table
 
     assert list((REPO / "traces").glob("*/*/*/trial*/rank0.json.gz")), "no committed traces: run `muon-repro run`"
     monkeypatch.chdir(REPO)  # the tables record paths as the analysis saw them: traces/<profile>/<group>/<name>
     analysis = analyze_paths([Path("traces")])
     assert not analysis.failures
-    fresh = tables_from_analysis(analysis)
+    fresh = tables_of(analysis)
     for name in TABLES:
         committed = read_table(REPO / "metrics" / f"{name}.parquet", name)
         pd.testing.assert_frame_equal(committed, fresh[name].reset_index(drop=True), obj=name)

@@ -160,7 +160,7 @@ def test_a_run_without_timed_steps_analyzes_with_nulls(recorded, tables, tmp_pat
 @pytest.mark.slow
 def test_rounds_after_the_traced_one_are_timed_only_and_join_their_run(tmp_path):
     from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.analysis.tables import tables_from_analysis
+    from muon_repro.table_set import tables_of
 
     results = record_local([TIMED], tmp_path, "gloo", trials=3, traced_trials=1, progress=False)
     folders = {r.trial: r.run_dir for r in results}
@@ -178,7 +178,7 @@ def test_rounds_after_the_traced_one_are_timed_only_and_join_their_run(tmp_path)
 
     analysis = analyze_paths([tmp_path], workers=1)
     assert not analysis.incomplete and len(analysis.runs) == 1 and len(analysis.timed_only) == 2
-    tables = tables_from_analysis(analysis)
+    tables = tables_of(analysis)
     run = tables["runs"].iloc[0]
     assert (run["trials"], run["rounds"]) == (1, 3)
     assert sorted(tables["timed_steps"]["trial"].unique()) == [0, 1, 2]
