@@ -201,7 +201,16 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
     from muon_repro.study.tables import TABLES as STUDY_TABLES
 
     # and the study tables (neither the study's imported traces nor runs of its protocol are here)
-    expected_empty = ["timed_steps", "stages", *COSTMODEL_TABLES, "convergence", "leading_steps", "budget_match", *STUDY_TABLES]
+    expected_empty = [
+        "timed_steps",
+        "stages",
+        *COSTMODEL_TABLES,
+        "convergence",
+        "convergence_runs",
+        "leading_steps",
+        "budget_match",
+        *STUDY_TABLES,
+    ]
     assert [name for name, df in tables.items() if df.empty] == expected_empty
     for name, df in tables.items():
         path = tmp_path / f"{name}.parquet"

@@ -127,7 +127,15 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     from muon_repro.study.tables import TABLES as STUDY_TABLES
 
     # the study tables come from the original study's imported traces (muon-repro study import)
-    from_records = (*COSTMODEL_TABLES, "convergence", "leading_steps", "budget_match", "timed_steps", *STUDY_TABLES)
+    from_records = (
+        *COSTMODEL_TABLES,
+        "convergence",
+        "convergence_runs",
+        "leading_steps",
+        "budget_match",
+        "timed_steps",
+        *STUDY_TABLES,
+    )
     pipeline_only = ("stages",)  # one row per pipeline stage: these runs have none
     assert all(len(df) for name, df in tables.items() if name not in (*from_records, *pipeline_only)), {
         name: len(df) for name, df in tables.items()

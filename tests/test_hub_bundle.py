@@ -114,7 +114,7 @@ def test_card_sections(bundle):
     entries = read_manifest(bundle)
     assert f"`MANIFEST.sha256` lists the sha256 and size of {len(entries)} files" in text
     assert not any(e.sha256 in text for e in entries)
-    assert "Columns ([types, units, meanings](docs/method.md#steps)" in text or not (bundle / "docs").is_dir()
+    assert "[Columns](docs/method.md#steps):" in text or not (bundle / "docs").is_dir()
     assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
 
 

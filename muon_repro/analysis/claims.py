@@ -22,6 +22,7 @@ from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import left_out
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
+from muon_repro.tables.joins import convergence_with_runs
 
 NOT_MEASURED = float("nan")
 
@@ -43,7 +44,7 @@ def claims_table(
     """One row per claim in :data:`CLAIMS` and hardware profile, measured on that profile's rows of the tables
     (never across profiles), with its interval, verdict and explanation; the profile with most runs first.
     ``regimes`` and ``thresholds``: the regime sweep and the cost model's thresholds, cited in the time claims'
-    explanations when given; ``convergence``: the ``convergence`` and ``leading_steps`` tables (the
+    explanations when given; ``convergence``: the ``convergence``, ``convergence_runs`` and ``leading_steps`` tables (the
     leading-steps claim is not measured without them; ``budget_match`` where AdamW trained longer budgets);
     ``environment``: the runs' machines (ranks per core);
     ``predictions``: the cost model against the recorded runs (its validated error, quoted with its predictions);
@@ -58,6 +59,8 @@ def claims_table(
     predictions = empty if predictions is None else predictions
     timed = empty if timed is None else timed
     conv, lead, budget = (convergence.get(n) for n in ("convergence", "leading_steps", "budget_match"))
+    if conv is not None:
+        conv = convergence_with_runs(conv, convergence.get("convergence_runs"))
     counts = {str(p): int(n) for p, n in runs["profile"].value_counts().items()} if "profile" in runs.columns else {}
     for other in (regimes, conv):
         for p in _profiles_of(other):

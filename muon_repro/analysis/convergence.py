@@ -1,8 +1,10 @@
 """The convergence tables, from ``muon-repro converge``'s run records (``convergence.json``); torch-free.
 
 * ``convergence``: one row per run and step: training loss (and its EWM), validation and test
-  loss and update RMS where evaluated, the step's wall time, the scheduled learning rate, the
-  run's FLOPs per step and median step time, the corpus.
+  loss and update RMS where evaluated, the step's wall time, the scheduled learning rate.
+* ``convergence_runs``: one row per run: optimizer, learning rate, seed, model, corpus, command,
+  final losses, FLOPs per step and median step time (built here on the step rows, stored apart:
+  :func:`muon_repro.tables.joins.convergence_with_runs` joins them back).
 * ``leading_steps``: Moonshot's "Muon leading steps", per seed and smoothing: for each Muon step
   ``m``, the first AdamW step ``a`` whose smoothed training loss is at or below Muon's at ``m``;
   ``leading_steps = a - m`` and ``leading_ratio = (a - m) / m``, and the same lead in FLOPs and in
@@ -32,6 +34,8 @@ EWM_ALPHAS = (0.05, 0.005)
 in a short run of the PR thread that alpha = 0.05 showed)."""
 HEADLINE_ALPHA = EWM_ALPHAS[0]
 OPTIMIZERS = ("muon", "adamw")
+TABLES = ("convergence", "convergence_runs", "leading_steps", "budget_match")
+"""The tables made from convergence records (``convergence`` holds each run's curve, ``convergence_runs`` the rest)."""
 UNITS = {"steps": "leading_ratio", "flops": "leading_ratio_flops", "wall": "leading_ratio_wall"}
 """The leading ratio's units, each with its leading_steps column (the end ratios' summaries are ``end_<column>_*``)."""
 
@@ -263,7 +267,7 @@ def _final_test_losses(conv: pd.DataFrame, opt: str, lr: float, seeds: list[int]
 
 
 def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
-    """``convergence``, ``leading_steps`` and ``budget_match`` from every convergence record under ``paths``
+    """:data:`TABLES` from every convergence record under ``paths``
     (empty, with their columns, when there is none), conformed to their schemas. Each hardware profile's
     group of runs (``<profile>/<group>/``: one model configuration) is its own sweep: best learning rates and pairs
     never mix profiles or configurations."""
@@ -276,13 +280,26 @@ def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
             raise ValueError(f"{path}: not a convergence record (no 'config' or 'curve')")
         group = path.parent.parent.name or CONVERGENCE_GROUP  # <profile>/<group>/<run>/convergence.json
         by_group.setdefault((convergence_profile(record), group), []).append(_run_rows(record))
-    tables: dict[str, list[pd.DataFrame]] = {"convergence": [], "leading_steps": [], "budget_match": []}
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for (profile, group), frames in sorted(by_group.items()):
         conv, lead = _group_tables(pd.concat(frames, ignore_index=True))
-        tables["convergence"].append(conv.assign(profile=profile, group=group))
+        conv = conv.assign(profile=profile, group=group)
+        tables["convergence"].append(conv)
+        tables["convergence_runs"].append(_runs_of(conv))
         tables["leading_steps"].append(lead.assign(profile=profile, group=group))
         tables["budget_match"].append(budget_match_table(conv).assign(profile=profile, group=group))
     return {name: _conformed(name, frames) for name, frames in tables.items()}
+
+
+def _runs_of(conv: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of one configuration's step rows: their run columns, and the last step the run recorded with
+    its validation and test loss (``convergence_runs``)."""
+    last = conv.sort_values("step", kind="stable").groupby("run", sort=False).tail(1).set_index("run")
+    runs = conv.drop_duplicates("run").set_index("run")
+    runs["final_step"] = last["step"]
+    runs["final_val_loss"] = last["val_loss"]
+    runs["final_test_loss"] = last["test_loss"]
+    return runs.reset_index()
 
 
 def _conformed(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:

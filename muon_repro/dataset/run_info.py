@@ -228,7 +228,7 @@ def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
 def _other_commands(files: Mapping[str, Path]) -> list[str]:
     """The command lines of the regime sweep and the convergence runs (their tables' ``command``), in table order."""
     found: list[str] = []
-    for name in ("regimes", "convergence"):
+    for name in ("regimes", "convergence_runs"):
         path = files.get(f"metrics/{name}.parquet")
         if path is None:
             continue

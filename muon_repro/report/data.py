@@ -21,6 +21,7 @@ import pandas as pd
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
 from muon_repro.rundir import CONVERGENCE_GROUP
 from muon_repro.tables.io import read_tables
+from muon_repro.tables.joins import convergence_with_runs
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
@@ -52,6 +53,7 @@ TABLES = (
     "regime_model",
     "regime_thresholds",
     "convergence",
+    "convergence_runs",
     "leading_steps",
     "budget_match",
     "stages",
@@ -60,7 +62,7 @@ TABLES = (
 )
 # Tables an older metrics folder may lack (written before pipeline runs, or without the original study's runs):
 # read as empty when absent.
-OPTIONAL = ("stages", "pipeline_scale_out", "budget_match", *STUDY_TABLES)
+OPTIONAL = ("stages", "pipeline_scale_out", "budget_match", "convergence_runs", *STUDY_TABLES)
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -107,7 +109,8 @@ class ReportData:
     regimes: pd.DataFrame
     regime_model: pd.DataFrame
     regime_thresholds: pd.DataFrame
-    convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed
+    convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed; joined with convergence_runs
+    convergence_runs: pd.DataFrame
     leading_steps: pd.DataFrame
     budget_match: pd.DataFrame  # AdamW's longer budgets against Muon's final loss; empty without them
     stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
@@ -155,6 +158,7 @@ def load(metrics_dir: str | Path) -> ReportData:
     for name in ("convergence", "leading_steps"):  # written before configurations had groups: the one group
         if "group" not in tables[name].columns:
             tables[name] = tables[name].assign(group=pd.Series([CONVERGENCE_GROUP] * len(tables[name]), dtype="string"))
+    tables["convergence"] = convergence_with_runs(tables["convergence"], tables["convergence_runs"])
     for name, df in tables.items():
         require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)

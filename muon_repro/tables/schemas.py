@@ -879,27 +879,15 @@ SCHEMAS: dict[str, TableSchema] = {
     # ---- convergence on real text (`muon-repro converge`, docs/method.md#convergence-on-real-text)
     "convergence": TableSchema(
         "convergence",
-        "One row per convergence run and step (step 0: before training): Muon or AdamW, one learning rate and seed, "
-        "training loss, validation loss (which picks the learning rates) and test loss (which the results report) on "
-        "real text, each step's wall time and the run's FLOPs per step (traces/<profile>/<group>/<run>/convergence.json).",
+        "One row per convergence run and step (step 0: before training): training loss, validation loss (which picks "
+        "the learning rates) and test loss (which the results report) on real text, each step's wall time and learning "
+        "rate (traces/<profile>/<group>/<run>/convergence.json). What is constant over a run (optimizer, learning rate, "
+        "seed, model, corpus, costs) is in convergence_runs, keyed by the same profile, group and run.",
         ("profile", "group", "run", "step"),
         columns_of(
             ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
             ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
             _CONVERGENCE_GROUP,
-            (
-                "optimizer",
-                "string",
-                "",
-                "muon (Distributed Muon, AdamW for embeddings, head and norms) or adamw (Distributed AdamW)",
-            ),
-            ("lr", "Float64", "", "peak learning rate of the run (the schedule's maximum)"),
-            (
-                "seed",
-                "Int64",
-                "",
-                "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)",
-            ),
             ("step", "Int64", "step", "optimizer updates done; 0 is the initial model"),
             ("tokens", "Int64", "tokens", "training tokens seen after this step (step x tokens_per_step)"),
             (
@@ -943,10 +931,43 @@ SCHEMAS: dict[str, TableSchema] = {
                 "matrices (Muon's target: 0.2); at evaluations only",
             ),
             ("scheduled_lr", "Float64", "", "learning rate of this step (linear warm-up, then cosine to min_lr_ratio x lr)"),
+        ),
+    ),
+    "convergence_runs": TableSchema(
+        "convergence_runs",
+        "One row per convergence run: Muon or AdamW, one learning rate and seed, its model, corpus and command, its "
+        "final losses and its costs per step (FLOPs, median wall time); join convergence on profile, group and run for "
+        "the run's curve.",
+        ("profile", "group", "run"),
+        columns_of(
+            ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
+            ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
+            _CONVERGENCE_GROUP,
+            (
+                "optimizer",
+                "string",
+                "",
+                "muon (Distributed Muon, AdamW for embeddings, head and norms) or adamw (Distributed AdamW)",
+            ),
+            ("lr", "Float64", "", "peak learning rate of the run (the schedule's maximum)"),
+            (
+                "seed",
+                "Int64",
+                "",
+                "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)",
+            ),
             ("ewm_alpha", "Float64", "", "smoothing of train_loss_ewm"),
             ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final val_loss of its sweep (seed 0)"),
             ("sweep", "boolean", "", "the run is one of its optimizer's learning-rate sweep (seed 0, the sweep's length)"),
             ("steps", "Int64", "count", "steps the run trains"),
+            (
+                "final_step",
+                "Int64",
+                "step",
+                "the last step the run recorded: steps, unless it stopped early (diverged or interrupted)",
+            ),
+            ("final_val_loss", "Float64", "nats", "validation loss at final_step (null when not evaluated there)"),
+            ("final_test_loss", "Float64", "nats", "test loss at final_step (null when not evaluated there)"),
             ("tokens_per_step", "Int64", "tokens", "sequences per step x sequence length"),
             ("dp", "Int64", "ranks", "data-parallel size"),
             ("tp", "Int64", "ranks", "tensor-parallel size"),
