@@ -117,6 +117,29 @@ def newton_schulz_flops(shape: Sequence[int], steps: int = NS_STEPS) -> int:
     return count * steps * (4 * m * m * n + 2 * m**3)
 
 
+def gram_newton_schulz_flops(shape: Sequence[int], steps: int = NS_STEPS, restarts: Sequence[int] = (2,)) -> int:
+    """Matmul FLOPs of ``steps`` steps of the Gram form of the iteration (``ns_method="gram"``, as
+    :func:`~muon_repro.optim.newton_schulz.orthogonalize` runs it) on a matrix of ``shape``, with ``m <= n``.
+
+    ``R = X X^T`` once (``2 m^2 n``); per step ``H = a I + b R + c R^2`` (``2 m^3``), ``Q <- H Q`` (``2 m^3``, none on
+    the first step after a start), ``R <- H R H`` (``4 m^3``, none on the last step); each restart ``X <- Q X`` and
+    ``R = X X^T`` again (``4 m^2 n``); ``X = Q X`` at the end (``2 m^2 n``). 5 steps restarting at step 2:
+    ``8 m^2 n + 32 m^3``, against the quintic's ``20 m^2 n + 10 m^3``: fewer when ``n > 1.83 m``.
+    """
+    *batch, rows, cols = shape
+    m, n = min(rows, cols), max(rows, cols)
+    count = 1
+    for d in batch:
+        count *= d
+    flops, fresh = 2 * m * m * n, True
+    for k in range(steps):
+        if k in restarts and not fresh:
+            flops, fresh = flops + 4 * m * m * n, True
+        flops += 2 * m**3 + (0 if fresh else 2 * m**3) + (4 * m**3 if k + 1 < steps else 0)
+        fresh = False
+    return count * (flops + (0 if fresh else 2 * m * m * n))
+
+
 def muon_matrix_shapes(model: GPTConfig) -> list[tuple[int, int]]:
     """Full (un-sharded) ``[out, in]`` shapes of the matrices Muon orthogonalizes: every block's attention (a fused
     ``[3h, h]`` QKV, or three ``[h, h]``) and projection, and its MLP weights. The embedding, the LM head and the

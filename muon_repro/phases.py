@@ -74,6 +74,10 @@ PHASE_LABELS = {
 LAYOUTS = ("contiguous", "bucketed", "whole_matrix")
 """ZeRO-1 layouts of the flat parameter buffer (config.json's ``layout``; docs/method.md)."""
 
+NS_METHODS = ("quintic", "polar_express", "gram")
+"""Newton-Schulz variants (config.json's ``ns_method``; muon_repro.optim.newton_schulz, docs/method.md#newton-schulz):
+the quintic Muon runs by default, Polar Express's per-step polynomials, and those iterated on the Gram matrix."""
+
 OVERLAPS = ("none", "naive_async", "pipelined")
 """How Distributed Muon schedules its DP and TP gathers (config.json's ``overlap``):
 ``none`` blocks on each; ``naive_async`` issues each with ``async_op=True`` and waits right

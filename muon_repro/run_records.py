@@ -103,6 +103,7 @@ class RunConfig:
     lr: float | None = None
     weight_decay: float | None = None
     ns_dtype: str | None = None
+    ns_method: str | None = None
     gather_dtype: str | None = None
     reduce_dtype: str | None = None
     seed: int | None = None
@@ -151,6 +152,8 @@ class RunConfig:
             values["micro_batches"] = 1
         if raw and "pp" not in raw:  # recorded before pipeline stages existed: the whole model on every rank
             values["pp"] = 1
+        if raw and "ns_method" not in raw:  # recorded before the variants existed: the quintic, the only one then
+            values["ns_method"] = "quintic"
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +214,8 @@ class RankMetrics:
     update_rms: dict[str, float] = field(default_factory=dict)
     ns_calls: int | None = None
     ns_flops: int | None = None  # Newton-Schulz FLOPs of this rank in one step
+    # ATen operator calls of one optimizer step on this rank, counted on a step after the recorded ones (None: before)
+    optimizer_op_calls: int | None = None
     model_params: int | None = None
     local_params: int | None = None
     analytic_bytes: dict[str, int] = field(default_factory=dict)  # per optimizer comm phase, per step
@@ -254,6 +259,7 @@ class RankMetrics:
             update_rms={str(k): v for k, x in update_rms.items() if (v := _float(x)) is not None},
             ns_calls=_int(raw.get("ns_calls")),
             ns_flops=_int(raw.get("ns_flops")),
+            optimizer_op_calls=_int(raw.get("optimizer_op_calls")),
             model_params=_int(raw.get("model_params")),
             local_params=_int(raw.get("local_params")),
             analytic_bytes=_int_map(raw.get("analytic_bytes")),

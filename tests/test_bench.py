@@ -47,6 +47,7 @@ METRIC_FIELDS = (
     "update_rms",
     "ns_calls",
     "ns_flops",
+    "optimizer_op_calls",
 )
 CONFIG = "layout_ablation/muon_dp2_tp2_bucketed"  # bucketed: every phase, dp_gather included, occurs
 
@@ -109,6 +110,8 @@ def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
         assert set(METRIC_FIELDS) <= set(rank)
         assert len(rank["step_ms"]) == len(rank["loss"]) == cfg.steps
         assert rank["loss"][-1] < rank["loss"][0]
+        # counted on one more step, after the recorded ones: none of its collectives is in the ledger
+        assert rank["optimizer_op_calls"] > 20 and max(entry["step"] for entry in rank["ledger"]) < cfg.steps
         want = optimizer_bytes(
             specs,
             dp=cfg.dp,

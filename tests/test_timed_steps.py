@@ -341,3 +341,14 @@ def test_the_drain_idle_is_each_stage_s_wait_for_its_pipelines_last_backward():
     assert not {"pipeline", "last_backward_ns"} & set(out.columns)
     unstamped = drain_idle(rows.assign(last_backward_ns=None))
     assert unstamped["drain_idle_ms"].isna().all()
+
+
+@pytest.mark.slow
+def test_the_runs_table_carries_the_busiest_ranks_optimizer_operator_calls(recorded, tables):
+    for run_dir in recorded.values():
+        run = _run_id(run_dir)
+        ranks = tables["ranks"][tables["ranks"]["run"] == run]
+        counts = ranks["optimizer_op_calls"].astype(int)
+        assert (counts > 0).all() and len(counts) == TIMED.world_size
+        assert tables["runs"].set_index("run").loc[run, "optimizer_op_calls"] == counts.max()
+        assert tables["runs"].set_index("run").loc[run, "ns_method"] == "quintic"

@@ -183,10 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     block = coverage_block(table, args.studies, args.seed)
     print(block)
     if args.write is not None:
-        from muon_repro.tables.files import with_block, write_atomic
+        from muon_repro.tables.files import write_block
 
-        text = with_block(args.write.read_text(encoding="utf-8"), *MARKERS, f"\n{block}\n", "the coverage table")
-        write_atomic(args.write, text)
+        write_block(args.write, MARKERS, block, "the coverage table")
         print(f"wrote the coverage block of {args.write}")
     return 0
 

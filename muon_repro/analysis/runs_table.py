@@ -81,6 +81,7 @@ def runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> 
                 "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
                 "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
                 "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
+                "optimizer_op_calls": _max_op_calls(metrics),
                 "typical_trial": typical[0] if typical else None,
                 "typical_step": typical[1] if typical else None,
                 **timed_run_columns(timed, key, per_step["step_ms"].groupby(level="trial").median()),
@@ -158,6 +159,7 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
                 "path": display_path(info.path.parent if trial_of(info.path) is not None else info.path),
                 "train_flops": next((m.train_flops for m in metrics if m.train_flops is not None), None),
                 "ns_flops_max_rank": max((m.ns_flops for m in metrics if m.ns_flops is not None), default=None),
+                "optimizer_op_calls": _max_op_calls(metrics),
                 **columns,
                 **config_columns(info, metrics),
             }
@@ -218,3 +220,8 @@ def display_path(path: str | Path) -> str:
         return p.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return p.as_posix()
+
+
+def _max_op_calls(metrics: list) -> int | None:
+    """The most operator calls one rank's optimizer step made (the busiest rank's launches); None: not counted."""
+    return max((m.optimizer_op_calls for m in metrics if m.optimizer_op_calls is not None), default=None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
-from muon_repro.phases import LAYOUTS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
+from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
@@ -90,6 +90,7 @@ class BenchConfig:
     lr: float = 3e-3
     weight_decay: float = 0.1
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
+    ns_method: str = "quintic"  # Newton-Schulz variant (optim.newton_schulz.NS_METHODS; docs/method.md#newton-schulz)
     # "bf16": forward and backward under bf16 autocast, as the cost model's bf16 workload (weights, gradients and
     # optimizer state stay fp32; the loss is taken from fp32 logits); "fp32": no autocast, as every run before the field.
     precision: str = "fp32"
@@ -131,6 +132,8 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and value not in DTYPE_NAMES:
                 raise ValueError(f"config {self.key}: {name} must be one of {DTYPE_NAMES}, got {value!r}")
+        if self.ns_method not in NS_METHODS:
+            raise ValueError(f"config {self.key}: ns_method must be one of {', '.join(NS_METHODS)}, got {self.ns_method!r}")
         if self.pp > 1 and self.precision != "fp32":
             raise ValueError(
                 f"config {self.key}: pipeline stages (pp={self.pp}) send fp32 activations, so they train in fp32 only; "

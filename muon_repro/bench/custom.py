@@ -13,7 +13,7 @@ import argparse
 
 from muon_repro.bench.configs import SCALE_SPECS, SCALES, BenchConfig
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS
-from muon_repro.phases import LAYOUTS, OVERLAPS
+from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS
 
 CUSTOM_GROUP = "custom"
 DEFAULT_BASE_PRESET = "small"  # the unspecified fields of a shape given without --preset (vocabulary, sequence room)
@@ -70,6 +70,12 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
         metavar="M",
         help="gradient accumulation: forward+backward in M slices of each DP rank's batch (default: %(default)s)",
     )
+    group.add_argument(
+        "--ns-method",
+        choices=NS_METHODS,
+        default="quintic",
+        help="Newton-Schulz variant (docs/method.md#newton-schulz; default: %(default)s, Moonlight's)",
+    )
     if scale:
         group.add_argument(
             "--scale",
@@ -104,6 +110,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         bucket_elems=bucket_elems(args),
         precision=args.precision,
         micro_batches=args.micro_batches,
+        ns_method=args.ns_method,
         **shape,
     )
     # Not in the name: BenchConfig.key leaves it out too, so a run keeps its folder whichever loss it used.
@@ -154,6 +161,8 @@ def run_name(fields: dict) -> str:
         parts.append(fields["precision"])
     if fields.get("micro_batches", 1) > 1:
         parts.append(f"m{fields['micro_batches']}")
+    if fields.get("ns_method", "quintic") != "quintic":
+        parts.append(fields["ns_method"])
     return "_".join(parts)
 
 

@@ -32,6 +32,7 @@ import gzip
 import resource
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -193,6 +194,9 @@ def run_rank(
         loopback_steps=cfg.active if loopback_bytes is not None else None,
         **timed,
     )
+    # One more step, its optimizer step's operator calls counted, after everything above was measured
+    tokens, targets = data.local_batch(first_batch + cfg.profiled_steps, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
+    metrics = replace(metrics, optimizer_op_calls=training.optimizer_op_calls(tokens, targets))
     ranks: list[RankMetrics] | None = [None] * world if dims.rank == 0 else None  # type: ignore[list-item]
     if world > 1:
         dist.gather_object(metrics, ranks, dst=0)

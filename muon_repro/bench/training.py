@@ -15,6 +15,7 @@ once training is over, outside every timed and profiled step.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,7 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.model import GPT
 from muon_repro.model_stages import GPTStage
 from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_groups
+from muon_repro.optim.op_calls import OpCounter
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
 from muon_repro.parallel.pipeline_runner import BlockedClock, run_pipeline
@@ -47,7 +49,15 @@ def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims) -> ZeroOneOp
     if cfg.optimizer == "adamw":
         return DistributedAdamW(groups, dims, **common)
     ns_dtype = DTYPES[cfg.ns_dtype] if cfg.ns_dtype else None
-    return DistributedMuon(groups, dims, ns_dtype=ns_dtype, gather_dtype=DTYPES[cfg.gather_dtype], overlap=cfg.overlap, **common)
+    return DistributedMuon(
+        groups,
+        dims,
+        ns_dtype=ns_dtype,
+        ns_method=cfg.ns_method,
+        gather_dtype=DTYPES[cfg.gather_dtype],
+        overlap=cfg.overlap,
+        **common,
+    )
 
 
 @dataclass
@@ -60,6 +70,7 @@ class Training:
     opt: ZeroOneOptimizer
     device: torch.device
     blocked: BlockedClock = field(default_factory=BlockedClock)  # the last step's bubble on a pipeline stage
+    _op_counter: OpCounter | None = field(default=None, repr=False)  # set for the one step optimizer_op_calls counts
 
     @classmethod
     def build(cls, cfg: BenchConfig, device: torch.device) -> Training:
@@ -94,11 +105,38 @@ class Training:
         if isinstance(self.model, GPTStage):
             self.blocked.reset()
             return pipeline_step(
-                self.model, self.dims, self.opt, tokens, targets, self.device, self.cfg.micro_batches, self.blocked
+                self.model,
+                self.dims,
+                self.opt,
+                tokens,
+                targets,
+                self.device,
+                self.cfg.micro_batches,
+                self.blocked,
+                counter=self._op_counter,
             )
         return train_step(
-            self.model, self.opt, tokens, targets, self.device, precision=self.cfg.precision, micro_batches=self.cfg.micro_batches
+            self.model,
+            self.opt,
+            tokens,
+            targets,
+            self.device,
+            precision=self.cfg.precision,
+            micro_batches=self.cfg.micro_batches,
+            counter=self._op_counter,
         )
+
+    def optimizer_op_calls(self, tokens: torch.Tensor, targets: torch.Tensor) -> int:
+        """Train one more step and count the operator calls of its optimizer step on this rank (every ATen call,
+        views, ``torch._foreach_*`` and collectives included, each once: the launches a GPU pays for whatever their
+        size; :class:`~muon_repro.optim.op_calls.OpCounter`). Run after the recorded steps: the counter's own
+        Python cost never lands in a timed or profiled step."""
+        self._op_counter = OpCounter()
+        try:
+            self.step(tokens, targets)
+            return self._op_counter.calls
+        finally:
+            self._op_counter = None
 
     @property
     def bubble_ms(self) -> float | None:
@@ -132,6 +170,7 @@ def train_step(
     *,
     precision: str = "fp32",
     micro_batches: int = 1,
+    counter: OpCounter | None = None,
 ) -> StepTimes:
     """One training step, its phases labelled for the profiler: (start, end of backward, end) in
     ``perf_counter_ns`` around device syncs, and the loss (the mean over the step's tokens).
@@ -139,7 +178,8 @@ def train_step(
     ``micro_batches`` > 1 accumulates gradients: forward and backward run on equal slices of the
     batch in turn (each its own ``forward``/``backward`` scope), every loss scaled by 1/micro_batches so
     the summed gradient is the whole batch's mean. ``precision`` "bf16" runs the forward under bf16
-    autocast; the backward follows the forward's dtypes, as autocast intends."""
+    autocast; the backward follows the forward's dtypes, as autocast intends. ``counter`` counts the optimizer
+    step's operator calls."""
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     _sync(device)
     t0 = time.perf_counter_ns()
@@ -155,7 +195,7 @@ def train_step(
     loss = losses[0] if micro_batches == 1 else torch.stack(losses).sum()
     _sync(device)
     t1 = time.perf_counter_ns()
-    _optimizer_step(opt)
+    _optimizer_step(opt, counter)
     _sync(device)
     return t0, t1, time.perf_counter_ns(), loss
 
@@ -169,6 +209,8 @@ def pipeline_step(
     device: torch.device,
     micro_batches: int,
     blocked: BlockedClock | None = None,
+    *,
+    counter: OpCounter | None = None,
 ) -> StepTimes:
     """One training step of one pipeline stage, timed like :func:`train_step`: t1 falls after the flush.
     ``blocked`` adds the time the stage waits on its neighbours."""
@@ -177,14 +219,15 @@ def pipeline_step(
     loss = run_pipeline(stage, grid, tokens, targets, micro_batches, clock=blocked)
     _sync(device)
     t1 = time.perf_counter_ns()
-    _optimizer_step(opt)
+    _optimizer_step(opt, counter)
     _sync(device)
     return t0, t1, time.perf_counter_ns(), loss
 
 
-def _optimizer_step(opt: ZeroOneOptimizer) -> None:
+def _optimizer_step(opt: ZeroOneOptimizer, counter: OpCounter | None = None) -> None:
     with record_function(OPTIMIZER):
-        opt.step()
+        with counter if counter is not None else nullcontext():
+            opt.step()
         opt.zero_grad(set_to_none=True)
 
 

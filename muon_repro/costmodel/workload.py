@@ -150,6 +150,11 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
         raise ValueError(f"config {cfg.key}: give a model preset, tokens per step and a sequence length before predicting")
     if precision not in PRECISIONS:
         raise ValueError(f"config {cfg.key}: unknown training precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if cfg.ns_method != "quintic":
+        raise ValueError(
+            f"config {cfg.key}: the cost model prices the quintic Newton-Schulz only (its rates were calibrated on "
+            f"the quintic's shapes), not ns_method={cfg.ns_method!r}; predict with --ns-method quintic"
+        )
     if cfg.pp > 1:  # every stage's ranks, in global rank order (not for simulate: see build_pipeline_workload)
         from muon_repro.costmodel.pipeline_workload import build_pipeline_workload
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
-from muon_repro.formulas import newton_schulz_flops
+from muon_repro.formulas import gram_newton_schulz_flops, newton_schulz_flops
 from muon_repro.optim.layout import NsUnit
 from muon_repro.optim.muon import check_hyperparameters, evaluate_closure, muon_defaults
 from muon_repro.optim.newton_schulz import default_ns_dtype, orthogonalize_many
@@ -134,6 +134,7 @@ class DistributedMuon(ZeroOneOptimizer):
         nesterov: bool = True,
         ns_steps: int = 5,
         ns_dtype: torch.dtype | None = None,
+        ns_method: str = "quintic",
         update_scale: UpdateScale = "moonlight",
         momentum_form: MomentumForm = "sum",
         adamw_betas: tuple[float, float] = (0.9, 0.95),
@@ -156,6 +157,7 @@ class DistributedMuon(ZeroOneOptimizer):
             nesterov=nesterov,
             ns_steps=ns_steps,
             ns_dtype=ns_dtype,
+            ns_method=ns_method,
             update_scale=update_scale,
             momentum_form=momentum_form,
             adamw_betas=adamw_betas,
@@ -328,12 +330,14 @@ class DistributedMuon(ZeroOneOptimizer):
             matrices = [full[i].float() for i in slots]
             ns_dtype = group["ns_dtype"] or default_ns_dtype(matrices[0].device)
             scales = [muon_update_scale(self.plan.slots[i].spec.full_shape, group["update_scale"]) for i in slots]
-            outs, sizes = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales)
+            method = group.get("ns_method", "quintic")
+            outs, sizes = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales, method=method)
+            flops_of = gram_newton_schulz_flops if method == "gram" else newton_schulz_flops
             for i, update, size in zip(slots, outs, sizes):
                 spec = self.plan.slots[i].spec
                 self.stats.update_rms[spec.name] = size
                 self.stats.ns_calls += 1
-                self.stats.ns_flops += newton_schulz_flops(spec.full_shape, group["ns_steps"])
+                self.stats.ns_flops += flops_of(spec.full_shape, group["ns_steps"])
                 updates[i] = update
         return updates
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.newton_schulz import orthogonalize_many
+from muon_repro.optim.newton_schulz import check_ns_method, orthogonalize_many
 from muon_repro.optim.param_groups import check_muon_group
 from muon_repro.optim.update_rules import (
     MomentumForm,
@@ -40,6 +40,7 @@ def muon_defaults(
     nesterov: bool,
     ns_steps: int,
     ns_dtype: torch.dtype | None,
+    ns_method: str = "quintic",
     update_scale: UpdateScale,
     momentum_form: MomentumForm,
     adamw_betas: tuple[float, float],
@@ -49,6 +50,7 @@ def muon_defaults(
     check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
     if ns_steps < 0:
         raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
+    check_ns_method(ns_method)
     muon_update_scale((1, 1), update_scale)  # validates the name
     if momentum_form not in ("sum", "ema"):
         raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
@@ -59,6 +61,7 @@ def muon_defaults(
         nesterov=nesterov,
         ns_steps=ns_steps,
         ns_dtype=ns_dtype,
+        ns_method=ns_method,
         update_scale=update_scale,
         momentum_form=momentum_form,
         adamw_betas=tuple(adamw_betas),
@@ -88,7 +91,8 @@ class Muon(torch.optim.Optimizer):
 
     ``state[W]["update_rms"]`` keeps the RMS of ``0.2*sqrt(max(A,B))*u`` (Algorithm 1, line 14).
     Options: ``update_scale="keller"`` (``sqrt(max(1, A/B))``), ``momentum_form="ema"``,
-    ``ns_steps``, ``ns_dtype`` (default bf16 on CUDA, fp32 on CPU). The ``use_muon=False``
+    ``ns_steps``, ``ns_dtype`` (default bf16 on CUDA, fp32 on CPU), ``ns_method`` (``quintic``, or a variant of
+    :data:`~muon_repro.optim.newton_schulz.NS_METHODS`: docs/method.md#newton-schulz). The ``use_muon=False``
     groups run :func:`~muon_repro.optim.update_rules.adamw_update_` (torch's AdamW arithmetic)
     with ``adamw_betas``, ``adamw_eps`` and the group's ``lr`` and ``weight_decay``.
 
@@ -107,6 +111,7 @@ class Muon(torch.optim.Optimizer):
         nesterov: bool = True,
         ns_steps: int = 5,
         ns_dtype: torch.dtype | None = None,
+        ns_method: str = "quintic",
         update_scale: UpdateScale = "moonlight",
         momentum_form: MomentumForm = "sum",
         adamw_betas: tuple[float, float] = (0.9, 0.95),
@@ -120,6 +125,7 @@ class Muon(torch.optim.Optimizer):
             nesterov=nesterov,
             ns_steps=ns_steps,
             ns_dtype=ns_dtype,
+            ns_method=ns_method,
             update_scale=update_scale,
             momentum_form=momentum_form,
             adamw_betas=adamw_betas,
@@ -157,7 +163,12 @@ class Muon(torch.optim.Optimizer):
         # gather_dtype (absent from groups of checkpoints saved before it existed): rounded where DistributedMuon's
         # gathers round the Newton-Schulz input
         updates, rms = orthogonalize_many(
-            ns_inputs, group["ns_steps"], group["ns_dtype"], scales=scales, round_to=group.get("gather_dtype")
+            ns_inputs,
+            group["ns_steps"],
+            group["ns_dtype"],
+            scales=scales,
+            round_to=group.get("gather_dtype"),
+            method=group.get("ns_method", "quintic"),  # absent from checkpoints saved before the variants
         )
         for p, size in zip(params, rms):
             self.state[p]["update_rms"] = size

@@ -156,4 +156,32 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
             ),
         ),
         ("learning rate, weight decay", f"{distinct('lr')}, {distinct('weight_decay')}"),
+        ("Newton-Schulz variant", ns_methods(data.runs)),
+        ("operator calls per optimizer step", op_calls(data.runs)),
     ]
+
+
+def ns_methods(runs: pd.DataFrame) -> str:
+    """The Newton-Schulz variants the Muon runs used (a run recorded before the variants ran the quintic)."""
+    muon = runs[runs["optimizer"] == "muon"]
+    if "ns_method" not in runs.columns or muon.empty:
+        return "quintic (every run recorded before the variants existed)" if len(muon) else "no Muon run"
+    used = dict.fromkeys("quintic" if is_missing(v) else str(v) for v in muon["ns_method"])
+    return ", ".join(used) + " (docs/method.md#newton-schulz)"
+
+
+def op_calls(runs: pd.DataFrame) -> str:
+    """Each optimizer's operator calls per step on its busiest rank (runs.optimizer_op_calls), over the runs that
+    counted them."""
+    counted = runs.dropna(subset=["optimizer_op_calls"]) if "optimizer_op_calls" in runs.columns else runs.iloc[:0]
+    if counted.empty:
+        return "not counted in these runs (recorded before `muon-repro bench` counted them)"
+    parts = []
+    for optimizer, rows in counted.groupby("optimizer", sort=True):
+        low, high = int(rows["optimizer_op_calls"].min()), int(rows["optimizer_op_calls"].max())
+        span = f"{low:,}" if low == high else f"{low:,} to {high:,}"
+        parts.append(f"{optimizer} {span} ({len(rows)} of {int((runs['optimizer'] == optimizer).sum())} runs)")
+    return (
+        "; ".join(parts) + ": the busiest rank's ATen calls in one step, each a kernel launch on a GPU whatever its size "
+        "(runs table optimizer_op_calls; runs recorded before the count have none)"
+    )

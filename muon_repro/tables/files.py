@@ -111,6 +111,13 @@ def with_block(text: str, begin_line: str, end_line: str, block: str, what: str)
     return f"{head}{begin_line}{block}{end_line}{tail}"
 
 
+def write_block(path: str | Path, markers: tuple[str, str], block: str, what: str) -> None:
+    """Replace the block between ``markers`` in the file at ``path`` by ``block`` (atomically), as the docs'
+    generated tables are written (:func:`with_block`'s ValueError names ``what`` when the markers are missing)."""
+    path = Path(path)
+    write_atomic(path, with_block(path.read_text(encoding="utf-8"), *markers, f"\n{block}\n", what))
+
+
 def sha256_file(path: str | Path) -> tuple[int, str]:
     """(size in bytes, sha256 hex) of a file, read in chunks."""
     h = hashlib.sha256()

@@ -63,6 +63,12 @@ _CONFIG_COLUMNS = columns_of(
     ("lr", "Float64", "", "learning rate"),
     ("weight_decay", "Float64", "", "decoupled weight decay"),
     ("ns_dtype", "string", "", "Newton-Schulz dtype; null: the optimizer's default (fp32 on CPU, bf16 on GPU)"),
+    (
+        "ns_method",
+        "string",
+        "",
+        "Newton-Schulz variant: quintic (the default, Moonlight's), polar_express or gram (docs/method.md#newton-schulz)",
+    ),
     ("gather_dtype", "string", "", "dtype of Muon's DP/TP gathers"),
     ("reduce_dtype", "string", "", "dtype of the gradient reduce-scatter"),
     ("seed", "Int64", "", "random seed"),
@@ -239,6 +245,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Int64",
                 "FLOP",
                 "Newton-Schulz FLOPs in one step on the busiest rank (the shard plan decides who orthogonalizes what)",
+            ),
+            (
+                "optimizer_op_calls",
+                "Int64",
+                "count",
+                "ATen operator calls of one optimizer step on the rank that made the most (ranks.optimizer_op_calls): "
+                "the kernel launches a GPU pays whatever their size; null for runs recorded before the count",
             ),
             ("typical_trial", "Int64", "", "trial of typical_step"),
             (
@@ -715,6 +728,14 @@ SCHEMAS: dict[str, TableSchema] = {
             ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
             ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
             ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),
+            (
+                "optimizer_op_calls",
+                "Int64",
+                "count",
+                "ATen operator calls of one optimizer step on this rank (views, foreach calls and collectives each "
+                "once: the launches a GPU pays whatever their size), counted on a step after the recorded ones; null "
+                "for runs recorded before",
+            ),
             ("shard_elems", "Int64", "elements", "flat-buffer elements this rank owns under ZeRO-1"),
             (
                 "muon_elems",
