@@ -2,7 +2,8 @@
 
 One GPU, bf16 input; each shape times, in turn and back to back:
 
-* ours: ``zeropower_via_newtonschulz5`` (5 steps, bf16), what Distributed Muon runs;
+* ours: ``orthogonalize`` (5 steps, bf16) in each variant (the quintic Distributed Muon runs, and our Polar Express
+  and Gram forms), eager, then compiled with ``torch.compile(mode="reduce-overhead")`` as theirs is;
 * ``GramNewtonSchulz`` with its CuTe DSL kernels (Polar Express coefficients, 5 steps, reset at step 2;
   it iterates on the Gram matrix in fp16), first without ``torch.compile`` (no compile time), then, while the
   time budget lasts, with its default ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
@@ -13,12 +14,14 @@ time at the same shape, stated as a rate (Gram Newton-Schulz does fewer FLOPs fo
 
     python tools/gram_ns_bench.py --out gram_newton_schulz.json [--budget-s 90] [--reps 10]
 
-Needs a CUDA GPU and the package (with quack-kernels and nvidia-cutlass-dsl); without them it writes the reason.
+Needs a CUDA GPU (without one it writes the reason); without the package (and quack-kernels and
+nvidia-cutlass-dsl) it times ours alone and notes why.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -29,7 +32,8 @@ import torch
 from muon_repro.costmodel.compute_bench import TARGET_MODELS, matrix_shapes
 from muon_repro.costmodel.measurement import seconds_per_call
 from muon_repro.formulas import newton_schulz_flops
-from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+from muon_repro.optim.newton_schulz import orthogonalize
+from muon_repro.phases import NS_METHODS
 
 
 def main() -> int:
@@ -50,19 +54,17 @@ def main() -> int:
         result["notes"].append("no CUDA GPU: nothing measured")
         save()
         return 0
+    result["device"] = torch.cuda.get_device_name()
+    theirs: dict = {}
     try:
         import gram_newton_schulz
         from gram_newton_schulz import GramNewtonSchulz
-    except Exception as exc:  # an import error of any of its compiled dependencies
+
+        result["package"] = f"gram-newton-schulz {gram_newton_schulz.__version__}"
+        theirs = {False: GramNewtonSchulz(compile_kwargs=None), True: GramNewtonSchulz()}
+    except Exception as exc:  # an import error of any of its compiled dependencies: ours are still timed
         result["notes"].append(f"gram_newton_schulz not importable: {type(exc).__name__}: {exc}")
-        save()
-        return 0
-    result["package"] = f"gram-newton-schulz {gram_newton_schulz.__version__}"
-    result["device"] = torch.cuda.get_device_name()
-    variants = {"gram_newton_schulz": GramNewtonSchulz(compile_kwargs=None)}
     for compiled in (False, True):
-        if compiled:
-            variants = {"gram_newton_schulz_compiled": GramNewtonSchulz()}
         for model_name in ("369m", "7b"):
             for shape in matrix_shapes(TARGET_MODELS[model_name]):
                 if time.perf_counter() - started > args.budget_s:
@@ -72,11 +74,8 @@ def main() -> int:
                     save()
                     return 0
                 g = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
-                work = newton_schulz_flops(shape, 5)
                 label = f"{model_name} [{shape[0]},{shape[1]}]"
-                for kernel, fn in [("newton_schulz", lambda: zeropower_via_newtonschulz5(g, 5, torch.bfloat16))] + [
-                    (name, (lambda v=v: v(g))) for name, v in variants.items()
-                ]:
+                for kernel, fn, work in _contenders(g, compiled, theirs.get(compiled)):
                     try:
                         t0 = time.perf_counter()
                         fn()  # the first call compiles its kernels
@@ -101,6 +100,24 @@ def main() -> int:
                 save()
     save()
     return 0
+
+
+def _contenders(g: torch.Tensor, compiled: bool, theirs) -> list[tuple[str, object, int]]:
+    """(kernel name, call, our quintic's FLOPs: every rate is stated at the quintic's work) of each contender, eager
+    or compiled alike: ours in each variant (``torch.compile`` in the mode theirs uses, CUDA graphs), and theirs."""
+    shape = tuple(g.shape)
+    work = newton_schulz_flops(shape, 5)
+    suffix = "_compiled" if compiled else ""
+    contenders = []
+    for method in NS_METHODS:
+        fn = functools.partial(orthogonalize, steps=5, dtype=torch.bfloat16, method=method)
+        if compiled:
+            fn = torch.compile(fn, mode="reduce-overhead")
+        name = "newton_schulz" if method == "quintic" else f"ours_{method}"
+        contenders.append((name + suffix, functools.partial(fn, g), work))
+    if theirs is not None:
+        contenders.append(("gram_newton_schulz" + suffix, functools.partial(theirs, g), work))
+    return contenders
 
 
 if __name__ == "__main__":
