@@ -30,7 +30,10 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from muon_repro import __version__
+
     parser = argparse.ArgumentParser(prog="muon-repro", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"muon-repro {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)

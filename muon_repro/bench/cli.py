@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
     p.add_argument(
-        "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo"
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="default: nccl on a machine with GPUs (configurations needing more GPUs than it has are refused by name), "
+        "gloo on the CPU without; gloo asks for the CPU anyway",
     )
     p.add_argument(
         "--trials",
@@ -123,6 +127,7 @@ def _configs(args: argparse.Namespace) -> list:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from muon_repro.bench.placement import place, visible_gpus
     from muon_repro.bench.sweep import (
         BenchError,
         BenchInterrupted,
@@ -145,8 +150,10 @@ def _record(args: argparse.Namespace) -> int:
             if int(os.environ["RANK"]) != 0:
                 return 0
         else:
-            backend = args.backend or default_backend(max(c.world_size for c in cfgs))
-            results = record_local(cfgs, args.out, backend, progress=not args.no_progress, **sweep)
+            placement = place(cfgs, visible_gpus(), args.backend)  # never the CPU unasked on a GPU machine
+            if placement.refused:
+                print(f"muon-repro bench: not recorded here:\n{placement.refusals()}", file=sys.stderr)
+            results = record_local(placement.runnable, args.out, placement.backend, progress=not args.no_progress, **sweep)
     except BenchInterrupted as exc:
         print(f"muon-repro bench: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -154,4 +161,7 @@ def _record(args: argparse.Namespace) -> int:
         print(f"muon-repro bench: error: {exc}", file=sys.stderr)
         return 1
     print(format_results(results))
+    if not _under_torchrun() and placement.refused:
+        print(f"muon-repro bench: {len(placement.refused)} configuration(s) not recorded (above)", file=sys.stderr)
+        return 1
     return 0

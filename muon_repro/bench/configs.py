@@ -38,6 +38,10 @@ class ScaleSpec:
     bucket_elems: int  # for the bucketed layout: several buckets per model at this size
     timed_steps: int = 8  # steps timed without the profiler before the profiled ones (BenchConfig.timed_steps)
     timed_warmup: int = 2
+    precision: str = "fp32"  # BenchConfig.precision of the scale's runs (a registry entry may set its own)
+    # Tokens one rank's forward+backward pass takes at most: the DP rank's batch is accumulated over as many
+    # micro-batches as that needs (None: the whole batch in one pass).
+    micro_tokens: int | None = None
 
 
 SCALE_SPECS = {
@@ -45,8 +49,16 @@ SCALE_SPECS = {
     "tiny": ScaleSpec(preset="tiny", tokens_per_step=128, seq_len=16, bucket_elems=4096, timed_steps=4, timed_warmup=1),
     # cpu: ~4M parameters; a 4-rank step takes about a second on 2 cores.
     "cpu": ScaleSpec(preset="small", tokens_per_step=1024, seq_len=128, bucket_elems=1_000_000),
-    # gpu: ~370M parameters on 4 GPUs.
-    "gpu": ScaleSpec(preset="large", tokens_per_step=16384, seq_len=1024, bucket_elems=40_000_000),
+    # gpu: ~370M parameters (d_model 1,024) on 4 GPUs, bf16, 524,288 tokens a step (512 per d_model: inside the
+    # claims' conditions, hundreds to thousands) accumulated over passes of 16,384 tokens a rank.
+    "gpu": ScaleSpec(
+        preset="large",
+        tokens_per_step=524_288,
+        seq_len=1024,
+        bucket_elems=40_000_000,
+        precision="bf16",
+        micro_tokens=16_384,
+    ),
 }
 DEFAULT_TRIALS = 3  # rounds of a sweep (each configuration recorded once per round)
 DEFAULT_TRACED_TRIALS = 1  # of which the first this many are profiled and keep traces; the others are timed only
@@ -341,7 +353,7 @@ REFERENCE_CONFIGS = tuple(
 def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
     """The configuration ``key`` at ``scale``, with model size and batch filled in."""
     if key not in CONFIGS:
-        raise ValueError(f"unknown benchmark config {key!r}; valid names: {', '.join(CONFIGS)}")
+        raise ValueError(f"unknown benchmark config {key!r}; {_closest(key, list(CONFIGS))}")
     if scale not in SCALE_SPECS:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALE_SPECS)}")
     spec = SCALE_SPECS[scale]
@@ -354,15 +366,23 @@ def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
         tokens_per_step=tokens_per_step,
         seq_len=spec.seq_len,
         bucket_elems=spec.bucket_elems if base.layout == "bucketed" else None,
-        **{**_timed_steps_of(base, spec), **_micro_batches_of(base, tokens_per_step, spec.seq_len), **overrides},
+        **{**_timed_steps_of(base, spec), **_micro_batches_of(base, tokens_per_step, spec), **overrides},
     )
 
 
-def _micro_batches_of(base: BenchConfig, tokens_per_step: int, seq_len: int) -> dict[str, int]:
+def _micro_batches_of(base: BenchConfig, tokens_per_step: int, spec: ScaleSpec) -> dict:
     """The pipeline group trains micro-batches of one sequence on every grid, with or without PP: the same
-    matmul shapes everywhere, and 1F1B as many micro-batches as each DP replica has sequences."""
-    pipelined = base.group in (PIPELINE_GROUP, PIPELINE_BUBBLE_GROUP)
-    return {"micro_batches": tokens_per_step // (base.dp * seq_len)} if pipelined else {}
+    matmul shapes everywhere, and 1F1B as many micro-batches as each DP replica has sequences. A scale with
+    ``micro_tokens`` (gpu) accumulates each DP rank's batch in passes of at most that many tokens, at the scale's
+    precision, where the registry entry sets neither itself."""
+    if base.group in (PIPELINE_GROUP, PIPELINE_BUBBLE_GROUP):
+        return {"micro_batches": tokens_per_step // (base.dp * spec.seq_len)}
+    out: dict = {}
+    if base.precision == "fp32":
+        out["precision"] = spec.precision
+    if spec.micro_tokens and base.micro_batches == 1:
+        out["micro_batches"] = max(1, tokens_per_step // (base.dp * spec.micro_tokens))
+    return out
 
 
 def _timed_steps_of(base: BenchConfig, spec: ScaleSpec) -> dict[str, int]:
@@ -396,9 +416,19 @@ def expand_config_names(names: list[str]) -> list[str]:
         else:
             keys = [k for k, c in CONFIGS.items() if c.group == name.rstrip("/")]
             if not keys:
-                raise ValueError(
-                    f"unknown benchmark config {name!r}; valid names: {', '.join(CONFIGS)} (or a group, 'study', 'reference', "
-                    "'all')"
-                )
+                names = [*CONFIGS, *sorted({c.group for c in CONFIGS.values()}), *STUDY_GROUP_NAMES, "reference", "all"]
+                raise ValueError(f"unknown benchmark config {name!r}; {_closest(name, names)}")
         chosen += [k for k in keys if k not in chosen]
     return chosen
+
+
+def _closest(name: str, names: list[str]) -> str:
+    """The names nearest ``name`` (by spelling, then its group's), else the groups; and where to see them all."""
+    import difflib
+
+    group = name.split("/")[0]
+    near = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+    near += [n for n in names if n.startswith(f"{group}/") and n not in near][: max(0, 5 - len(near))]
+    groups = sorted({c.group for c in CONFIGS.values()}) + ["'study'", "'reference'", "'all'"]
+    listed = f"did you mean {', '.join(near)}? " if near else f"a configuration or a group ({', '.join(groups)}); "
+    return f"{listed}`muon-repro bench --list` lists every name"

@@ -293,7 +293,9 @@ def record_under_torchrun(
     for cfg in cfgs:
         if cfg.world_size != world:
             raise ValueError(
-                f"config {cfg.key} needs dp*tp = {cfg.dp}*{cfg.tp} = {cfg.world_size} ranks, torchrun started {world}"
+                f"config {cfg.key} needs dp*tp*pp = {cfg.dp}*{cfg.tp}*{cfg.pp} = {cfg.world_size} ranks, torchrun "
+                f"started {world}: start {cfg.world_size} processes in all (--nnodes x --nproc-per-node), or name only "
+                f"configurations of {world} ranks"
             )
     check_backend(backend, world)
     plan = plan_recordings(  # the same on every node
