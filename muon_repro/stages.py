@@ -124,8 +124,8 @@ def report(
     """Render the report from the tables and the figures; returns format -> path.
     ``out`` is checked before anything is read (ValueError). "How to cite" gives the dataset's BibTeX
     for ``meta`` (default: :func:`~muon_repro.dataset.citation.report_meta`, what ``muon-repro run``'s card
-    cites), byte for byte the card's, and the paper's."""
-    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta
+    cites), byte for byte the card's, the paper's and the original study's."""
+    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta, study_bibtex
     from muon_repro.report.build import write_report
     from muon_repro.tables.files import check_out_folder
 
@@ -136,7 +136,7 @@ def report(
         Path(figures),
         Path(out),
         tuple(formats),
-        citation=(bibtex(meta), paper_bibtex()),
+        citation=(bibtex(meta), paper_bibtex(), study_bibtex()),
         citation_args=report_arguments(meta, metrics),
     )
 

@@ -128,8 +128,9 @@ PLACEHOLDERS = ("muon_repro developers", "muon\\_repro developers")
 
 
 def dataset_entries(text: str) -> list[str]:
-    """Every ``@misc`` entry (the dataset's) in a text: Markdown, a card, JSON-decoded citeAs, publish's output."""
-    return re.findall(r"^@misc\{.*?^\}", text, re.M | re.S)
+    """Every ``@misc`` entry of the dataset in a text: Markdown, a card, JSON-decoded citeAs, publish's output (the
+    original study's entries, keyed ``wei2025...``, left out)."""
+    return re.findall(r"^@misc\{(?!wei2025).*?^\}", text, re.M | re.S)
 
 
 @pytest.mark.slow  # end to end: card, croissant, report and a publish
@@ -220,3 +221,23 @@ def test_the_checked_in_authors_are_pyprojects_and_no_placeholder_is_left_in_the
     assert found == []
     assert not set(project_authors()) & set(PLACEHOLDERS)
     assert __version__ in bibtex(_meta(RunPlan(out=REPO_ROOT)))
+
+
+def test_the_paper_and_the_original_study_are_cited_alike_in_cff_and_bibtex(tmp_path):
+    """CITATION.cff's references and the BibTeX entries name the same people: the paper's 28 authors in order,
+    and Jen Wei for the study's report and its dataset."""
+    import yaml
+
+    from muon_repro.dataset.citation import citation_cff, paper_bibtex, study_bibtex
+    from muon_repro.dataset.meta import BundleMeta
+
+    cff = yaml.safe_load(citation_cff(BundleMeta(authors=("A Team",), date="2026-01-01")))
+    paper, report, data = cff["references"]
+    names = [(a["family-names"], a["given-names"]) for a in paper["authors"]]
+    assert len(names) == 28 and names[0] == ("Liu", "Jingyuan") and names[-1] == ("Yang", "Zhilin")
+    assert paper_bibtex().count(" and ") == 27 and "Liu, Jingyuan and Su, Jianlin" in paper_bibtex()
+    assert "Moonshot AI" not in paper_bibtex() and all("name" not in a for a in paper["authors"])
+    assert report["type"] == "report" and report["url"].startswith("https://medium.com/@jenwei0312/")
+    assert data["type"] == "data" and data["authors"] == report["authors"] == [{"given-names": "Jen", "family-names": "Wei"}]
+    entries = study_bibtex()
+    assert entries.count("@misc{") == 2 and entries.count("author = {Wei, Jen}") == 2 and report["url"] in entries

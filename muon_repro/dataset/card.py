@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex
+from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, study_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta, project_authors
@@ -35,10 +35,9 @@ CARD_NAME = "README.md"
 METHOD_DOC = "docs/method.md"  # every table column with its meaning; the card links each table to its section
 TEMPLATE = "dataset_card.md.j2"
 FOLDERS = {
-    "traces": "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank, under "
-    "`traces/<profile>/<group>/<name>/trial<k>/` with each run's `config.json`, `environment.json`, "
-    "`metrics.json` and `log.txt`; under `traces/<profile>/convergence/`, one `convergence.json` (+ `log.txt`) "
-    "per learning-curve run of `muon-repro converge`; `<profile>` names the hardware (e.g. `cpu-2c-gloo`)",
+    "traces": "PyTorch profiler traces (Kineto JSON, gzipped), one per rank, in "
+    "`traces/<profile>/<group>/<name>/trial<k>/` with the run's `config.json`, `environment.json`, "
+    "`metrics.json`, `log.txt`; a `convergence.json` per run of `muon-repro converge`; `<profile>`: the hardware",
     "metrics": "the tables below, as Parquet (the dataset's configs) and CSV",
     "figures": "the report's figures (PNG and SVG)",
     "report": "the report (Markdown and PDF)",
@@ -227,6 +226,8 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "human_size": human_size,
         "bibtex": bibtex(meta),
         "paper_bibtex": paper_bibtex(),
+        "study_bibtex": study_bibtex(),
+        "checked_in_authors": meta.authors == project_authors(),
         "cff_name": CFF_NAME,
         "croissant_name": CROISSANT_NAME,
         "manifest_name": MANIFEST_NAME,

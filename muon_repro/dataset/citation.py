@@ -29,7 +29,15 @@ from muon_repro.dataset.meta import (
     resolve_authors,
 )
 from muon_repro.dataset.naming import DEFAULT_REPO_ID, HUB_URL, dataset_url
-from muon_repro.study.sources import GITHUB_COMMIT, GITHUB_REPO, HUB_REPO, STUDY_AUTHOR, STUDY_TITLE
+from muon_repro.study.sources import (
+    GITHUB_COMMIT,
+    GITHUB_REPO,
+    HUB_REPO,
+    STUDY_AUTHOR,
+    STUDY_REPORT_TITLE,
+    STUDY_REPORT_URL,
+    STUDY_TITLE,
+)
 from muon_repro.study.sources import LICENSE as STUDY_LICENSE
 
 CFF_NAME = "CITATION.cff"
@@ -56,15 +64,22 @@ def citation_cff(meta: BundleMeta) -> str:
             {
                 "type": "article",
                 "title": PAPER["title"],
-                "authors": [{"name": "Moonshot AI"}],
+                "authors": [{"given-names": given, "family-names": family} for given, family in PAPER["authors"]],
                 "year": PAPER["year"],
                 "identifiers": [{"type": "other", "value": f"arXiv:{PAPER['arxiv']}"}],
                 "url": f"https://arxiv.org/abs/{PAPER['arxiv']}",
             },
+            {  # the original study's report, whose claims the claims table judges
+                "type": "report",
+                "title": STUDY_REPORT_TITLE,
+                "authors": [_person(STUDY_AUTHOR)],
+                "year": 2025,
+                "url": STUDY_REPORT_URL,
+            },
             {  # the original study: its 18 traces ship in this dataset (MIT), under traces/<its profile>/comparison/
                 "type": "data",
                 "title": f"{STUDY_TITLE} (dataset {HUB_REPO}; its traces are redistributed here under its MIT license)",
-                "authors": [{"name": STUDY_AUTHOR}],
+                "authors": [_person(STUDY_AUTHOR)],
                 "year": 2025,
                 "license": STUDY_LICENSE,
                 "url": f"{HUB_URL}/datasets/{HUB_REPO}",
@@ -77,6 +92,12 @@ def citation_cff(meta: BundleMeta) -> str:
         doc["repository-code"] = meta.code_url
     header = "# Citation metadata for this dataset (https://citation-file-format.github.io).\n"
     return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def _person(name: str) -> dict[str, str]:
+    """A CFF person from "Given Family"."""
+    given, family = name.split(" ", 1)
+    return {"given-names": given, "family-names": family}
 
 
 def _tex(text: str) -> str:
@@ -171,11 +192,33 @@ def read_citation(path: str | Path) -> BundleMeta:
 
 
 def paper_bibtex() -> str:
+    """The paper's BibTeX entry, every author "Family, Given" (the same list as CITATION.cff's reference)."""
+    authors = " and ".join(f"{family}, {given}" for given, family in PAPER["authors"])
     return (
         "@article{liu2025muon,\n"
         f"  title = {{{PAPER['title']}}},\n"
-        f"  author = {{{PAPER['authors']}}},\n"
+        f"  author = {{{authors}}},\n"
         f"  journal = {{arXiv preprint arXiv:{PAPER['arxiv']}}},\n"
         f"  year = {{{PAPER['year']}}}\n"
+        "}"
+    )
+
+
+def study_bibtex() -> str:
+    """The original study's two BibTeX entries: its report and its dataset (CITATION.cff's references)."""
+    given, family = STUDY_AUTHOR.split(" ", 1)
+    return (
+        "@misc{wei2025reproducing,\n"
+        f"  title = {{{STUDY_REPORT_TITLE}}},\n"
+        f"  author = {{{family}, {given}}},\n"
+        "  year = {2025},\n"
+        f"  howpublished = {{\\url{{{STUDY_REPORT_URL}}}}}\n"
+        "}\n"
+        "@misc{wei2025muondata,\n"
+        f"  title = {{{STUDY_TITLE} (dataset)}},\n"
+        f"  author = {{{family}, {given}}},\n"
+        "  year = {2025},\n"
+        "  publisher = {Hugging Face},\n"
+        f"  howpublished = {{\\url{{{HUB_URL}/datasets/{HUB_REPO}}}}}\n"
         "}"
     )

@@ -32,10 +32,19 @@ TAGS = [
 ]  # the card's tags, croissant.json's keywords
 PAPER = {
     "title": "Muon is Scalable for LLM Training",
-    "authors": "Jingyuan Liu and Jianlin Su and Xingcheng Yao and Zhejun Jiang and Guokun Lai and Yulun Du and others",
+    # (given names, family name) of every author, in the paper's order (arXiv 2502.16982)
+    "authors": tuple(
+        tuple(name.split(" ", 1))
+        for name in (
+            "Jingyuan Liu", "Jianlin Su", "Xingcheng Yao", "Zhejun Jiang", "Guokun Lai", "Yulun Du", "Yidao Qin",
+            "Weixin Xu", "Enzhe Lu", "Junjie Yan", "Yanru Chen", "Huabin Zheng", "Yibo Liu", "Shaowei Liu",
+            "Bohong Yin", "Weiran He", "Han Zhu", "Yuzhi Wang", "Jianzhou Wang", "Mengnan Dong", "Zheng Zhang",
+            "Yongsheng Kang", "Hao Zhang", "Xinran Xu", "Yutao Zhang", "Yuxin Wu", "Xinyu Zhou", "Zhilin Yang",
+        )
+    ),
     "arxiv": "2502.16982",
     "year": 2025,
-}
+}  # fmt: skip
 _SPDX = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*")
 
 

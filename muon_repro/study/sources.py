@@ -31,6 +31,11 @@ from muon_repro.rundir import STUDY_PROVENANCE_FILE
 
 STUDY_TITLE = "Reproducing and Validating Distributed Muon"
 STUDY_AUTHOR = "Jen Wei"
+STUDY_REPORT_TITLE = f"{STUDY_TITLE}: A Practical Verification of Communication Efficiency Claims"
+STUDY_REPORT_URL = (
+    "https://medium.com/@jenwei0312/reproducing-and-validating-distributed-muon-a-practical-verification-of-"
+    "communication-0be4d1d9b893"
+)
 HUB_REPO = "bird-of-paradise/muon-distributed-reproducibility"
 GITHUB_REPO = "JenWei0312/muon-distributed-reproducibility"
 GITHUB_COMMIT = "c3e149aa48e631d7ebd2a0c21dd20841e17819af"
