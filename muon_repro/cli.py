@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
@@ -41,6 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; ``argv`` None: this process's own command line (the ``muon-repro`` entry point)."""
+    code = _run_command(argv)
+    if argv is None and code == INTERRUPTED_EXIT:
+        # Interrupted as a process: leave now. A request still in flight on a thread (to a Hub that stopped
+        # answering) would hold the interpreter's exit until it timed out; the command has said what it left,
+        # and every file it wrote is whole.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run_command(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = parser.parse_args(argv)
