@@ -609,6 +609,13 @@ def test_claim_values_read_in_their_units() -> None:
     assert claim_measured(row(0.955, 0.034, pd.NA, "fraction")) == "95.5% (≥ 3.4%, a lower bound)"
     assert claim_measured(row(1.0, pd.NA, 1.2, "ratio")) == "1.00× (≤ 1.20×, an upper bound)"
     assert claim_measured(row(1.0, pd.NA, pd.NA, "ratio")) == "1.00× (no interval: fewer than 2 rounds)"
+    # a share's interval reaching below 0 says too few rounds, not an impossible share
+    share = row(0.049, -0.092, 0.19, "fraction")
+    assert (
+        claim_measured(pd.concat([share, pd.Series({"rounds": 2})]))
+        == "4.9% (interval uninformative at 2 rounds: it reaches below 0%)"
+    )
+    assert claim_measured(share) == "4.9% (interval uninformative at these rounds: it reaches below 0%)"
     # the region's numbers, in the claim's unit: tests/test_claims_declared.py
 
 
@@ -659,3 +666,25 @@ def test_without_pipeline_runs_the_3d_section_is_one_sentence(bundle: Path) -> N
     assert "No pipeline run in these tables" in section and NO_PIPELINE.split(":")[0] in section
     assert "|" not in section and "![" not in section
     assert not (bundle / "figures" / "pipeline.png").exists()
+
+
+@pytest.mark.slow
+def test_the_pdf_has_the_same_bytes_from_any_checkout_path(tmp_path):
+    """A fresh clone's `muon-repro run` must not rewrite report.pdf: nothing of the folder's path reaches it
+    (WeasyPrint names images by URL; the report renders them from a fixed base)."""
+    import hashlib
+    import shutil
+
+    from muon_repro.stages import report
+
+    digests = []
+    for where in (tmp_path / "a", tmp_path / "b" / "deeper" / "clone"):
+        shutil.copytree(REPO / "metrics", where / "metrics")
+        shutil.copytree(REPO / "figures", where / "figures")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(where)
+            report("metrics", "figures", "report", formats=("pdf",))
+        pdf = (where / "report" / "report.pdf").read_bytes()
+        assert pdf.count(b"/Subtype /Image") or len(pdf) > 1_000_000  # the figures are in it
+        digests.append(hashlib.sha256(pdf).hexdigest())
+    assert digests[0] == digests[1]

@@ -108,6 +108,7 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "measured_value": measured.value,
                 "measured_low": measured.low,
                 "measured_high": measured.high,
+                "rounds": _rounds(measured),
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
                 "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(measured, t, quoted),
@@ -123,6 +124,12 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             }
         )
     return rows
+
+
+def _rounds(measured: Measurement) -> int | None:
+    """The rounds a measurement's interval is over: the fewest of its runs' (None without runs)."""
+    counts = [int(r["rounds"]) for r in measured.runs if r.get("rounds") is not None and r.get("rounds") == r.get("rounds")]
+    return min(counts) if counts else None
 
 
 def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:

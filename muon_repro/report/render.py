@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib import request
 
 import jinja2
 from markupsafe import Markup
@@ -102,10 +103,41 @@ def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[s
     if "pdf" in formats:
         import weasyprint
 
-        document = weasyprint.HTML(string=html, base_url=str(out.resolve()) + "/")
+        document = weasyprint.HTML(string=html, base_url=PDF_BASE_URL, url_fetcher=_report_fetcher_class()(out))
         with source_date(context.get("recorded_at", "")):
             written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
     return written
+
+
+PDF_BASE_DIR = "/" + "r/" * 16 + "report"
+PDF_BASE_URL = f"file://{PDF_BASE_DIR}/"
+"""Where the PDF's HTML seems to sit: WeasyPrint names what it embeds by URL, so a checkout's path in the image
+URLs changed the PDF's bytes from one clone to another. Deep enough that the figures' relative paths (up to 16
+folders up) resolve below it."""
+
+
+def _report_fetcher_class():
+    from weasyprint.urls import URLFetcher, URLFetcherResponse
+
+    class ReportFetcher(URLFetcher):
+        """Reads a file URL under :data:`PDF_BASE_URL` from the same relative place under the report's real folder,
+        keeping the URL as WeasyPrint asked for it."""
+
+        def __init__(self, out: Path) -> None:
+            super().__init__()
+            self.out = out.resolve()
+
+        def fetch(self, url: str, headers: dict | None = None) -> URLFetcherResponse:
+            if not url.startswith("file:"):
+                return super().fetch(url, headers)
+            asked = request.url2pathname(url.split("?")[0].removeprefix("file:"))
+            real = super().fetch((self.out / os.path.relpath(asked, PDF_BASE_DIR)).resolve().as_uri(), headers)
+            try:
+                return URLFetcherResponse(url, real.read(), real.headers)
+            finally:
+                real.close()
+
+    return ReportFetcher
 
 
 def pdf_epoch(recorded_at: str) -> int:

@@ -594,6 +594,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "upper end of the 95% interval (per-rank maximum for deterministic quantities); null beside a "
                 "measured_low: unbounded above, a one-sided interval (a bound)",
             ),
+            (
+                "rounds",
+                "Int64",
+                "count",
+                "rounds the interval is over: the fewest any run it compares was recorded in; null where it is not "
+                "over rounds (the original study's runs, the convergence seeds, or not measured)",
+            ),
             ("unit", "string", "", "unit of claimed_value and the measured columns"),
             (
                 "unit_kind",
