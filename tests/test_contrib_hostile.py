@@ -140,11 +140,25 @@ def test_contribute_refuses_a_symlinked_file_before_any_request(tmp_path, fake_h
     assert fake_hub.requests[since:] == [] and not fake_hub.get_repo(REPO).pull_requests
 
 
+def _as_from_a_terminal() -> None:
+    """The child's SIGINT as a terminal's process has it: default and unblocked. A signal mask blocking SIGINT is
+    inherited through fork and exec, and a test worker that had picked one up (in the full slow tier) left the
+    child deaf to the Ctrl-C this test sends (reproduced by starting pytest with SIGINT blocked)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted(args: list[str], env: dict[str, str], fake_hub, stalled: str) -> subprocess.CompletedProcess:
     """Run ``muon-repro args`` in a child, Ctrl-C it once the fake Hub holds a request matching ``stalled``."""
     fake_hub.stop_answering(path_regex=stalled)
     seen = len(fake_hub.requests)
-    child = subprocess.Popen([sys.executable, "-m", "muon_repro", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "muon_repro", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_as_from_a_terminal,
+    )
     ends = time.monotonic() + 60
     while not any(stalled in p for _, p in fake_hub.requests[seen:]) and time.monotonic() < ends:
         time.sleep(0.05)
