@@ -140,6 +140,12 @@ def gram_newton_schulz_flops(shape: Sequence[int], steps: int = NS_STEPS, restar
     return count * (flops + (0 if fresh else 2 * m * m * n))
 
 
+def ns_method_flops(shape: Sequence[int], steps: int = NS_STEPS, method: str = "quintic") -> int:
+    """Matmul FLOPs of one call of Newton-Schulz variant ``method`` (``gram``: the Gram form; the quintic and Polar
+    Express run the same matmuls)."""
+    return gram_newton_schulz_flops(shape, steps) if method == "gram" else newton_schulz_flops(shape, steps)
+
+
 def muon_matrix_shapes(model: GPTConfig) -> list[tuple[int, int]]:
     """Full (un-sharded) ``[out, in]`` shapes of the matrices Muon orthogonalizes: every block's attention (a fused
     ``[3h, h]`` QKV, or three ``[h, h]``) and projection, and its MLP weights. The embedding, the LM head and the

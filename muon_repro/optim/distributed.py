@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
-from muon_repro.formulas import gram_newton_schulz_flops, newton_schulz_flops
+from muon_repro.formulas import ns_method_flops
 from muon_repro.optim.layout import NsUnit
 from muon_repro.optim.muon import check_hyperparameters, evaluate_closure, muon_defaults
 from muon_repro.optim.newton_schulz import default_ns_dtype, orthogonalize_many
@@ -332,12 +332,11 @@ class DistributedMuon(ZeroOneOptimizer):
             scales = [muon_update_scale(self.plan.slots[i].spec.full_shape, group["update_scale"]) for i in slots]
             method = group.get("ns_method", "quintic")
             outs, sizes = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales, method=method)
-            flops_of = gram_newton_schulz_flops if method == "gram" else newton_schulz_flops
             for i, update, size in zip(slots, outs, sizes):
                 spec = self.plan.slots[i].spec
                 self.stats.update_rms[spec.name] = size
                 self.stats.ns_calls += 1
-                self.stats.ns_flops += flops_of(spec.full_shape, group["ns_steps"])
+                self.stats.ns_flops += ns_method_flops(spec.full_shape, group["ns_steps"], method)
                 updates[i] = update
         return updates
 

@@ -12,7 +12,7 @@ values):
   (rounding noise a polynomial amplified: part of ``polar_error``);
 * ``vs_quintic``: ``||X - X_quintic||_F / ||X_quintic||_F``, the difference from the update Muon runs by default,
   in the same dtype;
-* ``gflop``: the matmul FLOPs of the call (:mod:`muon_repro.formulas`).
+* ``gflop``: the matmul FLOPs of the call (:func:`muon_repro.formulas.ns_method_flops`).
 
 ``python -m muon_repro.optim.polar_accuracy --write docs/method.md`` prints the table and writes it into the
 document's block; the numbers are exact functions of --seed on one machine (CPU, no threads racing).
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from muon_repro.formulas import gram_newton_schulz_flops, newton_schulz_flops
+from muon_repro.formulas import ns_method_flops
 from muon_repro.optim.newton_schulz import orthogonalize
 from muon_repro.phases import NS_METHODS
 
@@ -58,10 +58,14 @@ class KnownMatrix:
         return (self.u * self.s) @ self.vh
 
     @property
+    def rank(self) -> int:
+        """``r``: the nonzero singular values."""
+        return int((self.s > 0).sum())
+
+    @property
     def polar(self) -> torch.Tensor:
         """``U_r V_r^T`` over the nonzero singular values."""
-        r = int((self.s > 0).sum())
-        return self.u[:, :r] @ self.vh[:r]
+        return self.u[:, : self.rank] @ self.vh[: self.rank]
 
 
 def _orthonormal(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -87,18 +91,12 @@ def known_matrix(kind: str, seed: int = 0, shape: tuple[int, int] = SHAPE) -> Kn
     return KnownMatrix(kind, u, s, v.T.contiguous())
 
 
-def flops(method: str, shape: tuple[int, int], steps: int = STEPS) -> int:
-    """Matmul FLOPs of one call of ``method`` on a matrix of ``shape``."""
-    return gram_newton_schulz_flops(shape, steps) if method == "gram" else newton_schulz_flops(shape, steps)
-
-
 def accuracy_rows(seed: int = 0, shape: tuple[int, int] = SHAPE, steps: int = STEPS) -> list[dict]:
     """One row per matrix kind, dtype and method: the measures of the module's docstring."""
     rows = []
     for kind in KINDS:
         m = known_matrix(kind, seed, shape)
-        g, polar = m.matrix.float(), m.polar
-        r = polar.size(0) if kind != "low-rank" else 16
+        g, polar, r = m.matrix.float(), m.polar, m.rank
         for dtype_name, dtype in DTYPES.items():
             quintic = orthogonalize(g, steps, dtype, "quintic").double()
             for method in NS_METHODS:
@@ -116,7 +114,7 @@ def accuracy_rows(seed: int = 0, shape: tuple[int, int] = SHAPE, steps: int = ST
                         "sv_high": float(sv.max()),
                         "off_range": float(off_range.norm() / polar.norm()),
                         "vs_quintic": float((x - quintic).norm() / quintic.norm()),
-                        "gflop": flops(method, shape, steps) / 1e9,
+                        "gflop": ns_method_flops(shape, steps, method) / 1e9,
                     }
                 )
     return rows
