@@ -54,6 +54,7 @@ class Level:
 
     value: float  # a fraction: 0.011 is 1.1%
     label: str  # how figures label its line
+    metric: str  # the quantity the level is claimed of: "optimizer_share" or "muon_extra" (the cost model's names)
 
     @property
     def percent(self) -> str:
@@ -61,9 +62,17 @@ class Level:
         return f"{100 * self.value:g}%"
 
 
-STUDY_SHARE = Level(0.011, "Wei's study ~1.1%")  # the original study's optimizer share of the step
-PAPER_LATENCY = Level(0.03, "paper 3%")  # the paper's 1-3% added latency, its upper end
+STUDY_SHARE = Level(0.011, "Wei's study ~1.1%", "optimizer_share")  # the original study's optimizer share of the step
+PAPER_LATENCY = Level(0.03, "paper 3%", "muon_extra")  # the paper's 1-3% added latency, its upper end
 LEVELS = (STUDY_SHARE, PAPER_LATENCY)
+
+
+def claimed_level(metric: str) -> Level:
+    """The level a claim states for ``metric``: a threshold of one quantity is never read at another's level."""
+    for level in LEVELS:
+        if level.metric == metric:
+            return level
+    raise ValueError(f"no claim states a level of {metric!r}; declared: {', '.join(lv.metric for lv in LEVELS)}")
 
 
 def level_of(value: float) -> Level:
@@ -332,7 +341,7 @@ CLAIMS = (
         claim="Muon reaches AdamW's loss with about half the compute (~2x computational efficiency)",
         source=MOONSHOT_LEADING,
         claimed_value=1.0,
-        claimed_text="~2× compute efficiency",
+        claimed_text="100% (~2× compute efficiency)",
         unit="fraction: the extra training compute (Moonlight's 6ND accounting: compute in proportion to tokens, for "
         "either optimizer) AdamW needs to reach Muon's loss, (AdamW tokens - Muon tokens) / Muon tokens: on AdamW "
         "runs trained to longer budgets, Muon's final test loss; else Muon's smoothed training loss within runs of "

@@ -133,3 +133,15 @@ def test_the_report_says_why_a_claim_is_not_comparable_before_its_cause():
     row = pd.Series({"explanation": "Newton-Schulz does 9 GFLOP.", "outside_conditions": "gloo on cpu, not cuda"})
     assert claim_note(row) == "Not comparable here: gloo on cpu, not cuda. Measured here: Newton-Schulz does 9 GFLOP."
     assert claim_note(row.drop("outside_conditions")) == "Newton-Schulz does 9 GFLOP."
+
+
+def test_every_claim_states_its_value_in_its_own_unit():
+    """The claimed column and the measured column read in one unit: '~2× compute efficiency' beside a measured 95% was
+    two quantities side by side; the claimed value, written as the claim's unit writes it, is in its text."""
+    from muon_repro.report.claims_section import claim_number
+
+    for c in CLAIMS:
+        if c.claimed_value is None:
+            continue
+        written = claim_number(c.claimed_value, c.unit_kind, c.claim_id, "claimed_value", digits=0).lstrip("+")
+        assert written in c.claimed_text, f"{c.claim_id}: {c.claimed_text!r} does not state {written}"

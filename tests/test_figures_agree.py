@@ -218,3 +218,31 @@ def test_the_optimizer_share_has_one_estimator(data):
             assert (pd.isna(claim_end) and pd.isna(run_end)) or math.isclose(float(claim_end), float(run_end), rel_tol=1e-12)
         checked += 1
     assert checked, "no profile measures the optimizer share"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(0.5, "0.500"), (1.25, "1.250"), (1.0, "1.000"), (1.000122, "1.000122"), (1.2218457, "1.221846")]
+)
+def test_a_check_ratio_never_reads_as_a_rounder_number(value, text):
+    """Two checks printed 1.000 beside '(outside)' and '(inside)': one was 1.0, the other 1.000122."""
+    assert check_number(value, "ratio Muon/AdamW", "t") == text
+
+
+@pytest.mark.parametrize(
+    ("claim_id", "pattern"),
+    [
+        ("hybrid_beats_pure", r"DP2·TP2 (\d+) ms, DP4 (\d+) ms, TP4 (\d+) ms"),
+        ("hybrid_survives_pp", r"DP2·TP2 (\d+) ms, the fastest pipeline \S+ (\d+) ms"),
+    ],
+)
+def test_a_ratio_claims_quoted_times_make_its_value(tables, claim_id, pattern):
+    """DP2·TP2 over the faster grid was 1.42x in the value and 611/451 = 1.35x in the times its explanation quoted:
+    the explanation now quotes the averages the ratio is of (to the ms it rounds them to)."""
+    import re
+
+    row = _claim(tables[0], claim_id)
+    found = re.search(pattern, str(row["explanation"]))
+    assert found, row["explanation"]
+    hybrid, *rivals = (float(x) for x in found.groups())
+    quoted = hybrid / min(rivals)
+    assert abs(quoted - float(row["measured_value"])) <= quoted * 1.0 / min(rivals) + 0.005, (quoted, row["measured_value"])

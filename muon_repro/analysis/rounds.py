@@ -207,6 +207,14 @@ def paired_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = LEVEL) ->
     return math.exp(estimate) if math.isfinite(estimate) else estimate, math.exp(low), math.exp(high)
 
 
+def geometric_mean(values: np.ndarray) -> float:
+    """exp of the mean log of the finite, positive ``values``: the average :func:`paired_ratio_interval`'s estimate is the
+    ratio of (NaN when none is left)."""
+    v = np.asarray(values, dtype="float64")
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
+
+
 # --- coverage under a model of the design ---
 
 

@@ -12,6 +12,7 @@ from muon_repro.analysis.batch_read import Analysis
 from muon_repro.analysis.estimators import disturbed_rounds, optimizer_share, step_source
 from muon_repro.analysis.run_tables import config_columns
 from muon_repro.analysis.timed_steps import timed_run_columns
+from muon_repro.phases import OPTIMIZER
 from muon_repro.rundir import METRICS_FILE, trial_of
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -123,6 +124,19 @@ def _run_identity(key: str, info) -> dict:
         "tp": cfg.tp,
         "pp": cfg.pp,
     }
+
+
+def with_optimizer_gpu_busy(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with the optimizer step's GPU busy time and its share of the step's host span, from ``phases``
+    (null for runs with no GPU time: CPU runs and runs timed only)."""
+    opt = phases[(phases["phase"] == OPTIMIZER) & phases["gpu_ms_per_step"].notna()] if len(phases) else phases
+    busy = opt.groupby("run")["gpu_ms_per_step"].mean() if len(opt) else pd.Series(dtype="float64")
+    span = opt.groupby("run")["cpu_ms_per_step"].mean() if len(opt) else pd.Series(dtype="float64")
+    share = (busy / span.where(span > 0)).astype("float64")
+    return runs.assign(
+        optimizer_gpu_busy_ms=runs["run"].map(busy).astype("float64"),
+        optimizer_gpu_busy_share=runs["run"].map(share).astype("float64"),
+    )
 
 
 def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:

@@ -40,7 +40,7 @@ from muon_repro.analysis.run_tables import (
     ranks_table,
     timeline_table,
 )
-from muon_repro.analysis.runs_table import display_path, runs_table
+from muon_repro.analysis.runs_table import display_path, runs_table, with_optimizer_gpu_busy
 from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.waits import split_wait_transfer
@@ -74,6 +74,7 @@ def tables_from_analysis(
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
+    runs = with_optimizer_gpu_busy(runs, phases)
     costmodel = costmodel_tables(analysis.paths)
     environment = environment_table(analysis)
     study = study if study is not None else {schema.name: schema.empty() for schema in STUDY_SCHEMAS}

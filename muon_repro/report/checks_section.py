@@ -31,11 +31,18 @@ HEADER = ["check", "expected", "measured (range over ranks)", "holds", "claimed"
 
 
 def check_number(value, unit: str, what: str) -> str:
-    """A check's number as the checks table writes it: ``1.250`` (a ratio), ``4,096`` (elements)."""
+    """A check's number as the checks table writes it: ``1.250`` (a ratio), ``4,096`` (elements).
+
+    A check's ratio is exact arithmetic, so it gets the decimals (3 to 6) it needs not to read as a rounder number:
+    1.000122 is printed so, never as the 1.000 of a neighbour whose 1.0 sits outside the claimed region."""
     v = as_number(value, what)
     if unit.startswith("elements"):
         return f"{v:,.0f}"
-    return f"{v:.3f}" if unit.startswith("ratio") else f"{v:.4g}"
+    if not unit.startswith("ratio"):
+        return f"{v:.4g}"
+    text = f"{v:.6f}".rstrip("0")
+    decimals = len(text.partition(".")[2])
+    return f"{v:.{max(decimals, 3)}f}"
 
 
 def _measured(row: pd.Series) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from muon_repro.claims import LEVELS, PAPER_LATENCY, STUDY_SHARE
+from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
 from muon_repro.phases import NEWTON_SCHULZ
 from muon_repro.report import style
 from muon_repro.report.data import ReportData
@@ -172,6 +172,24 @@ def prediction_rows(predictions: pd.DataFrame, profile: str) -> tuple[list[str],
     return header, rows
 
 
+def busy_lines(runs: pd.DataFrame, profile: str) -> list[str]:
+    """Per optimizer, the optimizer step's GPU busy time against its host span on the profiled runs (runs
+    optimizer_gpu_busy_ms and _share): how much of the step the GPU computes, and how much it waits for launches."""
+    mine = runs[(runs["profile"].astype(str) == profile) & runs["optimizer_gpu_busy_share"].notna()]
+    lines = []
+    for optimizer, g in mine.sort_values("tokens_per_step").groupby("optimizer", sort=True):
+        parts = [
+            f"{count(r.tokens_per_step)} tokens {float(r.optimizer_gpu_busy_ms):.1f} ms busy "
+            f"({percent(r.optimizer_gpu_busy_share)} of its {float(r.optimizer_gpu_busy_ms / r.optimizer_gpu_busy_share):.1f} ms)"
+            for r in g.itertuples()
+        ]
+        lines.append(
+            f"{style.OPTIMIZER_LABELS.get(str(optimizer), optimizer)}'s optimizer step, GPU busy against its host span per "
+            f"profiled step (runs.optimizer_gpu_busy_share): " + "; ".join(parts) + "."
+        )
+    return lines
+
+
 NO_GPU = "No run on a GPU in these tables: `bash tools/gpu_session.sh OUT` records one (docs/gpu.md)."
 SINGLE_INTRO = "One device, bf16 autocast, median over rounds of the steps timed without the profiler:"
 PREDICTIONS_INTRO = (
@@ -189,7 +207,7 @@ def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
         out.append(
             {
                 "profile": profile,
-                "lines": kernel_lines(calibration, profile),
+                "lines": kernel_lines(calibration, profile) + busy_lines(data.runs, profile),
                 "single_intro": SINGLE_INTRO,
                 "single_header": single_header,
                 "single_rows": single_rows,
@@ -269,8 +287,8 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             ax.annotate(percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=7)
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
-        for level in LEVELS:
-            ax.axhline(100 * level.value, color="black", lw=0.8, ls=LEVEL_LINES[level])
+        level = claimed_level(column)  # the claim made of this quantity, on this quantity's axis only
+        ax.axhline(100 * level.value, color="black", lw=0.8, ls=LEVEL_LINES[level])
         ax.set_xscale("log")
         ax.set_yscale("log")
         plain_log_ticks(ax, "y")

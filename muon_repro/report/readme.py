@@ -17,14 +17,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.claims import LEVELS
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claim_measured, claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
-from muon_repro.report.regimes_section import main_axis, prediction_summary, threshold_rows
+from muon_repro.report.regimes_section import (
+    THRESHOLDS_HEADER,
+    main_axis,
+    prediction_summary,
+    threshold_range_note,
+    threshold_rows,
+)
 from muon_repro.report.stated import row_of
 from muon_repro.tables.files import with_block, write_atomic
 
@@ -67,14 +72,12 @@ def pipeline_said(data: ReportData) -> str:
     )
 
 
-THRESHOLDS_HEADER = ["profile", "model", "grid", "Muon's overhead", *(f"{lv.percent} at tokens/step (range)" for lv in LEVELS)]
-
-
 def thresholds_markdown(data: ReportData) -> str:
     """The tokens per step at which Muon's overhead falls to the claimed levels on the shipped profiles, with ranges,
     as the profile with most runs priced them (another profile's records: its own page, e.g. docs/gpu.md)."""
-    main = data.of_profile(data.profiles[0])
-    return "\n".join(_table(THRESHOLDS_HEADER, threshold_rows(main.regime_thresholds), drop=""))
+    thresholds = data.of_profile(data.profiles[0]).regime_thresholds
+    note = threshold_range_note(thresholds)
+    return "\n".join(_table(THRESHOLDS_HEADER, threshold_rows(thresholds), drop="") + (["", note] if note else []))
 
 
 def costmodel_markdown(data: ReportData) -> str:
@@ -87,7 +90,8 @@ def gpu_block(data: ReportData) -> str:
     """What each GPU profile measured, then where its records put the claimed levels (its measured kernel rates)."""
     out = [gpu_markdown(data, read_calibration(data.metrics_dir))]
     for profile in gpu_profiles(data):
-        rows = threshold_rows(data.of_profile(profile).regime_thresholds)
+        thresholds = data.of_profile(profile).regime_thresholds
+        rows = threshold_rows(thresholds)
         if rows:
             shown = markdown_inline(profile)  # a profile id is a contributed name
             out += [
@@ -97,6 +101,8 @@ def gpu_block(data: ReportData) -> str:
                 "",
                 *_table(THRESHOLDS_HEADER, rows, drop=""),
             ]
+            note = threshold_range_note(thresholds)
+            out += ["", note] if note else []
     return "\n".join(out)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from muon_repro.claims import LEVELS, PAPER_LATENCY, STUDY_SHARE, level_of
+from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level, level_of
 from muon_repro.report import style
 from muon_repro.report.data import ReportData, fmetric, is_missing
 from muon_repro.report.formatting import count, percent
@@ -48,13 +48,16 @@ from muon_repro.rundir import RENAMED_MACHINES
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
     "contiguous layout, one colour per width: the regime sweep's measured points with 95% intervals and the cost model's lines "
-    f"for this machine; the original study's ~{STUDY_SHARE.percent} and the paper's {PAPER_LATENCY.percent} dotted and dashed.",
+    f"for this machine; the original study's ~{STUDY_SHARE.percent} (dotted) on the share, the paper's {PAPER_LATENCY.percent} "
+    "(dashed) on the extra step time.",
     "closed_form": "Newton-Schulz time over forward+backward time against tokens per step / d_model: measured (Muon's optimizer "
     "time beyond its AdamW twin's, over the twin's forward+backward), the exact FLOP ratio of the busiest rank (hollow) and the "
     "closed form (10/3)·d/T times the ranks that repeat each matrix.",
     "profiles": "The cost model on the shipped profiles (predictions, bf16 training): Muon's extra step time against tokens per "
     "step for the original study's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model and at 7B "
-    "(left); 7B at 4M tokens per step on 32 to 1,024 H100s, TP8 in a node (right).",
+    f"(left, with the paper's {PAPER_LATENCY.percent} dashed); 7B at 4M tokens per step on 32 to 1,024 H100s, TP8 in a node "
+    f"(right): the extra step time against the paper's {PAPER_LATENCY.percent} (dashed), the optimizer share against the "
+    f"original study's ~{STUDY_SHARE.percent} (dotted), each line in its quantity's colour.",
 }
 MACHINE_NAMES = {
     "4xRTXA4000-pcie-nccl": "Wei's study: 4x RTX A4000, PCIe Gen4 x4",
@@ -102,14 +105,9 @@ def regimes_section(
         ],
         "predictions_rows": prediction_rows(data.predictions),
         "predictions_summary": prediction_summary(data.predictions) + share_summary(data.regimes),
-        "thresholds_header": [
-            "profile",
-            "model",
-            "grid",
-            "Muon's overhead",
-            *(f"{level.percent} at tokens/step (range)" for level in LEVELS),
-        ],
+        "thresholds_header": list(THRESHOLDS_HEADER),
         "thresholds_rows": threshold_rows(data.regime_thresholds),
+        "thresholds_note": threshold_range_note(data.regime_thresholds),
         "scale_out_header": ["GPUs", "grid", "Muon step s", "AdamW step s", "Muon extra", "Muon optimizer share", "Muon comm ms"],
         "scale_out_rows": scale_out_rows(data.regime_model),
         "overlap": overlap_lines(data),
@@ -270,11 +268,16 @@ def share_summary(regimes: pd.DataFrame) -> str:
     )
 
 
+THRESHOLDS_HEADER = ("profile", "model", "grid", "Muon's overhead", "claimed level", "tokens/step at that level (range)")
+
+
 def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
-    """One row per profile, model, grid and metric: the tokens per step at each declared level, each with the range the
-    model's validated error allows (regime_thresholds tokens_per_step_low / _high)."""
+    """One row per profile, model, grid and metric: the tokens per step at which the metric falls to the level a claim
+    states of that same quantity (the optimizer share to the original study's ~1.1%, the extra step time to the paper's
+    3%), with the range the model's validated error allows (regime_thresholds tokens_per_step_low / _high)."""
     rows = []
     for (machine, model, dp, tp, metric), g in thresholds.groupby(["machine", "model", "dp", "tp", "metric"], sort=False):
+        level = claimed_level(str(metric))
         at = {level_of(r.level): r for r in g.itertuples()}
         rows.append(
             [
@@ -282,10 +285,20 @@ def threshold_rows(thresholds: pd.DataFrame) -> list[list[str]]:
                 str(model),
                 f"DP{int(dp)}·TP{int(tp)}",
                 METRIC_NAMES.get(str(metric), str(metric)),
-                *(_threshold(at.get(level)) for level in LEVELS),
+                f"{level.percent} ({level.label.rsplit(' ', 1)[0]})",
+                _threshold(at.get(level)),
             ]
         )
     return rows
+
+
+def threshold_range_note(thresholds: pd.DataFrame) -> str:
+    """Why thresholds carry no range, when none does: the table's own ``error_basis`` (no held-out runs on GPUs)."""
+    if thresholds.empty or ("range_coverage" in thresholds.columns and thresholds["range_coverage"].notna().any()):
+        return ""
+    basis = thresholds["error_basis"].dropna().astype(str) if "error_basis" in thresholds.columns else pd.Series([], dtype=str)
+    why = basis.iloc[0] if len(basis) else "no error spread recorded"
+    return f"No threshold has a range: the model's error on these profiles is {why} (regime_thresholds.error_basis)."
 
 
 def _threshold(row) -> str:
@@ -362,20 +375,21 @@ def machine_style(machine) -> tuple[str, str]:
     return MACHINE_STYLES.get(name, ("#444444", name))
 
 
-def _levels(ax, labels: bool = True) -> None:
-    """The original study's ~1.1% (dotted) and the paper's 3% (dashed), as horizontal lines in percent."""
-    for level in LEVELS:
-        ax.axhline(100 * level.value, color="#555555", linestyle=LEVEL_LINES[level], linewidth=0.9)
-        if labels:
-            ax.annotate(
-                f" {level.label}",
-                (1.0, 100 * level.value),
-                xycoords=("axes fraction", "data"),
-                fontsize=7,
-                va="center",
-                ha="left",
-                color="#333333",
-            )
+def _levels(ax, metric: str, labels: bool = True, color: str = "#555555") -> None:
+    """The claimed level of ``metric`` as a horizontal line in percent: the original study's ~1.1% (dotted) on an
+    optimizer share, the paper's 3% (dashed) on Muon's extra step time; never one quantity's claim on another's axis."""
+    level = claimed_level(metric)
+    ax.axhline(100 * level.value, color=color, linestyle=LEVEL_LINES[level], linewidth=0.9)
+    if labels:
+        ax.annotate(
+            f" {level.label}",
+            (1.0, 100 * level.value),
+            xycoords=("axes fraction", "data"),
+            fontsize=7,
+            va="center",
+            ha="left",
+            color=color,
+        )
 
 
 def main_axis(regimes: pd.DataFrame) -> pd.DataFrame:
@@ -428,8 +442,8 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     axes[1].axhline(0, color="black", linewidth=0.6)
     top = 100 * float(sweep["muon_extra_hi"].astype(float).max())
     axes[1].set_ylim(-60, min(max(top, 20.0), 250.0) * 1.05)  # small steps' wide intervals would hide the large steps' points
-    _levels(axes[0])
-    _levels(axes[1], labels=False)
+    _levels(axes[0], "optimizer_share")
+    _levels(axes[1], "muon_extra")
     bottom = legend_below(fig, handles, ncol=len(handles))
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
@@ -523,7 +537,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     plain_log_ticks(ax, "y")
     ax.set_xlabel("tokens per step (global)")
     ax.set_ylabel("Muon step / AdamW step - 1 (%)")
-    _levels(ax)
+    _levels(ax, "muon_extra")
     ax = axes[1]
     if not scale.empty:
         for col, color, label in (
@@ -535,13 +549,14 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         ax.set_xticks(scale["gpus"].astype(int), [str(g) for g in scale["gpus"].astype(int)])
         ax.set_xlabel(f"H100 GPUs (TP{int(scale['tp'].iloc[0])} in a node, DP across 400 Gb/s IB)")
         ax.set_ylabel("predicted (%)")
-        _levels(ax)
+        _levels(ax, "muon_extra", color=style.OPTIMIZER_COLORS["muon"])
+        _levels(ax, "optimizer_share", color="#444444")
     else:
         show_no_data(ax, "no scale-out lines")
     handles = axes[0].get_legend_handles_labels()[0] + axes[1].get_legend_handles_labels()[0]
     bottom = legend_below(fig, handles, ncol=2)
-    at_level = np.isclose(thresholds["level"].astype(float), STUDY_SHARE.value)
-    crossings = thresholds[(thresholds["metric"] == "muon_extra") & at_level]
+    at_level = np.isclose(thresholds["level"].astype(float), PAPER_LATENCY.value)
+    crossings = thresholds[(thresholds["metric"] == PAPER_LATENCY.metric) & at_level]
     said = "; ".join(f"{machine_style(r.machine)[1]}, {r.model}: {_crossing(r.tokens_per_step)}" for r in crossings.itertuples())
     trend = ""
     if len(scale) > 1:
@@ -554,7 +569,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     add_title(
         fig,
         "The cost model on hardware we do not have (predictions, bf16 training)",
-        f"Muon's extra step time falls under the {STUDY_SHARE.percent} of Wei's study at: {said}.{trend}",
+        f"Muon's extra step time falls to the paper's {PAPER_LATENCY.percent} at: {said}.{trend}",
         bottom_in=bottom,
     )
     return save_figure(fig, out)

@@ -253,6 +253,21 @@ SCHEMAS: dict[str, TableSchema] = {
                 "ATen operator calls of one optimizer step on the rank that made the most (ranks.optimizer_op_calls): "
                 "the kernel launches a GPU pays whatever their size; null for runs recorded before the count",
             ),
+            (
+                "optimizer_gpu_busy_ms",
+                "Float64",
+                "ms",
+                "GPU busy time (union of its kernels, copies and memsets) of the optimizer step per profiled step, mean "
+                "over traced trials and ranks (phases.gpu_ms_per_step); null off a GPU",
+            ),
+            (
+                "optimizer_gpu_busy_share",
+                "Float64",
+                "fraction",
+                "optimizer_gpu_busy_ms over the optimizer step's host span, both means per profiled step over the same "
+                "trials and ranks (phases.cpu_ms_per_step): near 1 the GPU computes the whole step, well below 1 it waits "
+                "for the host to launch; null off a GPU",
+            ),
             ("typical_trial", "Int64", "", "trial of typical_step"),
             (
                 "typical_step",
