@@ -21,6 +21,7 @@ from muon_repro.dataset.croissant import croissant_fields
 from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest
 from muon_repro.dataset.verify import verify_bundle
 from muon_repro.tables.files import list_files, sha256_file
+from muon_repro.tables.schemas import SCHEMAS
 
 TABLES = ["runs", "steps", "collectives", "comparisons", "claims", "environment"]
 
@@ -90,6 +91,8 @@ def test_card_sections(bundle):
         "What this is",
         "Files and layout",
         "How to load each table",
+        "Intended uses",
+        "Limitations",
         "How to download",
         "How to open a trace in Perfetto",
         "How to regenerate",
@@ -103,8 +106,8 @@ def test_card_sections(bundle):
     assert f"The other configs load the same way: {others}." in text
     assert "hf download test-org/muon-traces --repo-type dataset --revision v1.0.0" in text
     assert "ui.perfetto.dev" in text and "traces/comparison/muon_dp2_tp1/rank0.json.gz" in text
-    # Column docs: every table's columns named, their types, units and meanings in docs/method.md and croissant.json.
-    assert "`step_ms`, " in text and "Columns" in text
+    # Column docs: every table listed with its rows and what it holds; its columns in docs/method.md and croissant.json.
+    assert "| table | rows | what it holds |" in text and "croissant.json" in text
     # Regeneration: the command recorded in config.json, and the bundle command with these metadata.
     assert "muon-repro bench comparison --scale cpu" in text
     assert f"muon-repro bundle --repo-id test-org/muon-traces --version 1.0.0 --date {DATE}" in text
@@ -114,7 +117,7 @@ def test_card_sections(bundle):
     entries = read_manifest(bundle)
     assert f"`MANIFEST.sha256` lists the sha256 and size of {len(entries)} files" in text
     assert not any(e.sha256 in text for e in entries)
-    assert "[Columns](docs/method.md#steps):" in text or not (bundle / "docs").is_dir()
+    assert "| [`steps`](docs/method.md#steps) |" in text or not (bundle / "docs").is_dir()
     assert "@misc{muon_traces_1_0_0," in text and "arXiv:2502.16982" in text
 
 
@@ -256,7 +259,12 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
     meta = BundleMeta(version="0.1.0", date=release_date(Path("metrics")), authors=("A. Author",))
     card = documents_from_sources(Sources(), meta).card.encode()
     assert len(card) <= 40_000, f"the card is {len(card)} bytes"
-    assert b"`step_ms`" in card and b"`comm_transfer_ms`" in card  # every table's columns are still there
+    # every table is listed with a link to its columns (docs/method.md ships in the bundle; croissant.json types them)
+    assert all(f"[`{name}`](docs/method.md#{name})".encode() in card for name in SCHEMAS)
+    # what was found comes first, in the report's words: the abstract, then the Hub's usual sections
+    text = card.decode()
+    assert text.index("## Findings") < text.index("## Files and layout") < text.index("## Limitations")
+    assert "task_categories:\n- other" in text and "size_categories:" in text
     # its regeneration steps name every command that recorded the committed artifacts, as each recording kept it
     regenerate = card.decode().split("## How to regenerate", 1)[1]
     assert "muon-repro bench reference" in regenerate

@@ -99,7 +99,9 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
         f"{second}: measured (95% interval), verdict",
     ]
     assert all(len(row) == len(header) for row in rows) and len(notes) == len(rows)
-    assert f"describe {first}, the profile with most runs" in profiles_note(data)
+    note = profiles_note(data)
+    assert f"{first}: " in note and "described in the summary, sections and figures" in note
+    assert f"{second}: " in note and "described in its claims column" in note
     assert data.of_profile(GPU).runs["run"].str.startswith(f"{GPU}/").all()
     markdown = claims_markdown(data)
     assert f"| {CPU}: measured" in markdown and f"| {GPU}: measured" in markdown

@@ -122,3 +122,11 @@ def test_not_comparable_reasons_are_said_once_with_their_claims():
         ("2 ranks per core", 1),
         ("1.1 tokens per parameter, not 10+", 1),
     ]
+
+
+def test_runs_without_their_tokens_per_step_say_so(committed):
+    """Tables whose runs predate config.json's tokens per step crashed the abstract (and so the report and the card)."""
+    from dataclasses import replace
+
+    blank = replace(committed, runs=committed.runs.assign(tokens_per_step=pd.NA))
+    assert "tokens per step not recorded" in abstract(blank)

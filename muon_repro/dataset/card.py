@@ -25,7 +25,14 @@ import yaml
 from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, study_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
-from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, TAGS, BundleMeta, project_authors
+from muon_repro.dataset.meta import (
+    DEFAULT_LICENSE,
+    DEFAULT_PRETTY_NAME,
+    TAGS,
+    TASK_CATEGORIES,
+    BundleMeta,
+    project_authors,
+)
 from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_run_groups, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
 from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
@@ -130,6 +137,7 @@ def card_metadata(meta: BundleMeta, tables: list[TableDoc]) -> dict[str, Any]:
         "license": meta.hub_license,
         "pretty_name": meta.pretty_name,
         "tags": TAGS,
+        "task_categories": list(TASK_CATEGORIES),
         "size_categories": [size_category(rows)],
         "configs": configs_yaml(configs),
         "dataset_info": dataset_info_yaml(configs),
@@ -175,6 +183,21 @@ def study_notice(sizes: Mapping[str, int]) -> str | None:
     return folder if f"{folder}/{LICENSE_NAME}" in sizes else None
 
 
+def report_findings(files: Mapping[str, Path]) -> tuple[str, list[str]]:
+    """The report's abstract and limitations, from the bundle's tables, so that the card says what was found in the
+    report's own words and numbers; empty when the bundle's tables are not the set the report reads (a bundle of
+    tables without a claims table, say)."""
+    from muon_repro.report.abstract_section import abstract
+    from muon_repro.report.caveats_section import limitations
+    from muon_repro.report.data import OPTIONAL, TABLES, load
+
+    if any(f"metrics/{name}.parquet" not in files for name in TABLES if name not in OPTIONAL):
+        return "", []
+    everything = load(Path(files["metrics/runs.parquet"]).parent)
+    view = everything.of_profile(everything.profiles[0])
+    return abstract(view), limitations(view)
+
+
 def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileEntry]) -> str:
     """The card for a bundle whose files are ``files`` (bundle path -> readable file) with ``digests``.
 
@@ -196,8 +219,11 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
             folders.append(FolderDoc(folder + "/", len(inside), human_size(sum(d.size for d in inside)), description))
     pipeline = [(cmd, what) for module, cmd, what in PIPELINE if _installed(module)]
     traces = [p for p in sorted(sizes) if is_trace(p)]
+    findings, limits = report_findings(files)
     context = {
         "study_claims": study_claims(files),
+        "findings": findings,
+        "limitations": limits,
         "study_notice": study_notice(sizes),
         "meta": meta,
         "metadata_yaml": yaml.safe_dump(card_metadata(meta, tables), sort_keys=False, allow_unicode=True, width=1000),

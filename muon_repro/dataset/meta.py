@@ -30,6 +30,9 @@ TAGS = [
     "benchmark",
     "reproducibility",
 ]  # the card's tags, croissant.json's keywords
+# The Hub's task categories name model tasks; traces and timing tables of an optimizer fit none, so "other"
+# (the Hub's own category for datasets outside its task list), and the tags above say what it is.
+TASK_CATEGORIES = ("other",)
 PAPER = {
     "title": "Muon is Scalable for LLM Training",
     # (given names, family name) of every author, in the paper's order (arXiv 2502.16982)

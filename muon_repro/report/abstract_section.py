@@ -106,11 +106,14 @@ def _measured_on(data: ReportData) -> str:
         if len(params) == 1
         else (f"GPTs of {params[0]:,} to {params[-1]:,} parameters" if params else "a GPT")
     )
-    at = f"{tokens[0]:,}" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}"
+    if not tokens:  # runs recorded before config.json said their tokens per step
+        at = "tokens per step not recorded"
+    else:
+        at = (f"{tokens[0]:,}" if len(tokens) == 1 else f"{tokens[0]:,} to {tokens[-1]:,}") + " tokens per step"
     said = (
         f"Muon against AdamW (ZeRO-1 DP, Megatron TP{', 1F1B PP' if len(pipeline_runs(runs)) else ''}): communication, "
         "step time, bytes and "
-        f"optimizer state of {model} at {at} tokens per step in {len(runs)} runs ({data.profile or data.profiles[0]}: "
+        f"optimizer state of {model} at {at} in {len(runs)} runs ({data.profile or data.profiles[0]}: "
         f"{where})"
     )
     conv = data.convergence

@@ -14,7 +14,7 @@ import pandas as pd
 
 from muon_repro.claims import BY_ID, CLAIMS, TOPICS, VERDICTS
 from muon_repro.hardware import rows_of_profile
-from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
+from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns, study_profile
 from muon_repro.report.formatting import as_number, pct, percent, ratio
 
 SUMMARY_LINES = tuple((topic, tuple(c.claim_id for c in CLAIMS if c.topic == topic)) for topic in TOPICS)
@@ -230,17 +230,32 @@ def _cell(claim: dict[str, str]) -> str:
     return f"{claim['measured']}, {claim['verdict']}"
 
 
-def profiles_note(data: ReportData) -> str:
-    """Which hardware profiles the tables hold, and which one the prose and figures describe."""
-    profiles, counts = data.profiles, data.runs["profile"].astype(str).value_counts()
-    if len(profiles) == 1:
-        return f"Every run was recorded on one hardware profile, {profiles[0]} (docs/method.md#hardware-profiles)."
-    listed = ", ".join(f"{p} ({int(counts.get(p, 0))} runs)" for p in profiles)
+def profiles_note(everything: ReportData, view: str | None = None) -> str:
+    """Every hardware profile the tables hold (the original study's, ours, a GPU's), what each recorded, and which one
+    the summary, the sections and the figures describe (``view``, default the one with most runs)."""
+    runs = everything.runs
+    view = view or everything.profiles[0]
+    parts = []
+    study = study_profile(everything)
+    if study is not None:
+        own = everything.study_runs[everything.study_runs["profile"].astype(str) == study]
+        parts.append(
+            f"{study}: the original study's {own['run'].nunique()} published runs (4 GPUs, NCCL), judged in the "
+            "claims table's first column and in its own section"
+        )
+    for profile in everything.profiles:
+        mine = runs[runs["profile"].astype(str) == profile]
+        if mine.empty:
+            continue
+        how = ", ".join(sorted({f"{b} on {d}" for b, d in zip(mine["backend"].astype(str), mine["device"].astype(str))}))
+        where = "the summary, sections and figures" if profile == view else "its claims column"
+        if profile != view and set(mine["device"].astype(str)) == {"cuda"}:
+            where += " and the GPU section"
+        parts.append(f"{profile}: {len(mine)} runs ({how}), described in {where}")
+    listed = "; ".join(parts)
     return (
-        f"The runs were recorded on {len(profiles)} hardware profiles: {listed}. The claims table has a column per profile; "
-        f"the other sections and figures describe {profiles[0]}, the profile with most runs "
-        f"(the others' are drawn under figures/<profile>/); a figure beside the claims table puts every claim of every "
-        f"profile side by side."
+        f"The tables hold {len(parts)} hardware profile{'s' if len(parts) != 1 else ''} "
+        f"(docs/method.md#hardware-profiles): {listed}."
     )
 
 

@@ -223,3 +223,15 @@ def rows_of(df: pd.DataFrame, table: str, run: str, trial: int | None = None) ->
             f"metrics table {table!r} has no rows for run {run}" + (f" in trial {trial}" if trial is not None else "")
         )
     return rows
+
+
+ORIGINAL = "the original study"  # study_runs.recorded_by of the study's own traces
+
+
+def study_profile(data: ReportData) -> str | None:
+    """The profile of the study's own runs (study_runs recorded by the original study), None without them."""
+    runs = data.study_runs
+    if runs.empty:
+        return None
+    own = runs[runs["recorded_by"] == ORIGINAL] if "recorded_by" in runs.columns else runs
+    return None if own.empty else str(own["profile"].iloc[0])

@@ -19,22 +19,10 @@ from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.claims_section import claim_measured, claim_note
-from muon_repro.report.data import ReportData, is_missing
+from muon_repro.report.data import ReportData, is_missing, study_profile
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 
 NOT_DECIDED = ("not comparable here", "not measured")
-
-
-def study_profile(data: ReportData) -> str | None:
-    """The profile of the study's own runs (study_runs recorded by the original study), None without them."""
-    runs = data.study_runs
-    if runs.empty:
-        return None
-    own = runs[runs["recorded_by"] == ORIGINAL] if "recorded_by" in runs.columns else runs
-    return None if own.empty else str(own["profile"].iloc[0])
-
-
-ORIGINAL = "the original study"  # study_runs.recorded_by of the study's own traces
 
 
 def _number(value: Any, unit: str) -> str:
