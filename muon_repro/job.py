@@ -48,7 +48,12 @@ class RunPlan:
     profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     authors: tuple[str, ...] = ()  # --author: whom the card and the report cite (default: resolve_authors)
+    first_stage: str = STAGES[0]  # --from: "analyze" rebuilds everything from the traces present, recording nothing
     stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.first_stage not in STAGES:
+            raise ValueError(f"unknown stage {self.first_stage!r}; choose one of {', '.join(STAGES)}")
 
     @property
     def traces(self) -> Path:
@@ -177,6 +182,8 @@ def run_job(plan: RunPlan) -> dict[str, float]:
     """Run every stage in order; return each stage's wall time in seconds."""
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, stage in enumerate(STAGES, 1):
+        if i <= STAGES.index(plan.first_stage):
+            continue
         print(f"\n==> [{i}/{len(STAGES)}] {stage}", flush=True)
         t0 = time.perf_counter()
         STAGE_FUNCTIONS[stage](plan)
@@ -254,6 +261,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="re-record complete runs")
     p.add_argument(
+        "--from",
+        dest="first_stage",
+        choices=STAGES,
+        default=STAGES[0],
+        help="start at this stage: 'analyze' rebuilds the tables, figures, report, card and bundle from the traces "
+        "already here and records nothing (how a download or a checkout regenerates itself; default: %(default)s)",
+    )
+    p.add_argument(
         "--author",
         action="append",
         default=None,
@@ -281,6 +296,7 @@ def _run(args: argparse.Namespace) -> int:
         profile=args.profile,
         command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
         authors=tuple(args.author or ()),
+        first_stage=args.first_stage,
     )
     try:
         seconds = run_job(plan)
@@ -304,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
 def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
     total = sum(seconds.values())
     print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))
-    print("\nWall time per stage: " + ", ".join(f"{s} {seconds[s]:.1f} s" for s in STAGES) + f"; total {total:.1f} s")
+    print("\nWall time per stage: " + ", ".join(f"{s} {t:.1f} s" for s, t in seconds.items()) + f"; total {total:.1f} s")
     print("\nArtifacts:")
     for label, path in (
         ("traces (open in ui.perfetto.dev)", plan.traces),

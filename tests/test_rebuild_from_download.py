@@ -1,11 +1,13 @@
 """The dataset rebuilds itself: the committed artifacts, bundled with the package's source, published to the fake
-Hub, downloaded with ``hf download``, then ``muon-repro run`` in the download alone (its own ``muon_repro/`` on the
-path, no checkout beside it) writes every table frame for frame as the bundle has it."""
+Hub, downloaded with ``hf download``, then the card's regeneration block followed line by line in the download
+alone (its own ``muon_repro/`` on the path, no checkout beside it) writes every table frame for frame as the bundle
+has it, records nothing, and leaves the download verifiable."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -47,24 +49,43 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
     alone = {**env, "PYTHONPATH": str(download)}
     where = run([sys.executable, "-c", "import muon_repro; print(muon_repro.__file__)"], alone, cwd=download)
     assert Path(where.stdout.strip()).is_relative_to(download), where.stdout + where.stderr
-    rebuilt = subprocess.run(
-        [sys.executable, "-m", "muon_repro", "run", "--no-progress"],
-        env=alone,
-        cwd=download,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert rebuilt.returncode == 0, rebuilt.stdout[-3000:] + rebuilt.stderr[-3000:]
-    statuses = re.findall(r"^\S+/\S+\s+\d+\s+(\w+)\s", rebuilt.stdout, flags=re.MULTILINE)
-    assert statuses and set(statuses) == {"skipped"}, "the download's runs are complete: nothing is recorded again"
+
+    # The card's regeneration block, line by line, as a reader follows it in the download.
+    steps = regeneration_block((download / "README.md").read_text())
+    assert steps[0].startswith('python -m pip install -c constraints.txt -e ".[dev]"'), steps
+    assert not any("--force" in step or " /" in step for step in steps), "a step re-records or names an absolute path"
+    (download / "muon_repro.egg-info").mkdir()  # what the set-up line leaves in the folder (pip install -e .)
+    (download / "muon_repro.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: muon-repro\n")
+    installed = run([sys.executable, "-m", "muon_repro", "verify", "."], alone, cwd=download, timeout=600)
+    assert installed.returncode == 0, "the set-up's by-products are not the dataset's files:\n" + installed.stdout[-3000:]
+    for step in steps[1:]:
+        args = shlex.split(step.split("#", 1)[0])
+        assert args[0] == "muon-repro", step
+        done = subprocess.run(
+            [sys.executable, "-m", "muon_repro", *args[1:], *(["--no-progress"] if args[1] == "run" else [])],
+            env=alone,
+            cwd=download,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert done.returncode == 0, step + "\n" + done.stdout[-3000:] + done.stderr[-3000:]
+        assert "recorded" not in re.findall(r"^\S+/\S+\s+\d+\s+(\w+)\s", done.stdout, flags=re.MULTILINE)
 
     tables = sorted((bundle / "metrics").glob("*.parquet"))
     assert len(tables) >= 15
     for published_table in tables:
         again = download / "metrics" / published_table.name
         pd.testing.assert_frame_equal(pd.read_parquet(again), pd.read_parquet(published_table), obj=published_table.name)
+
+
+def regeneration_block(card: str) -> list[str]:
+    """The commands of the card's "How to regenerate" code block, one per line (comments kept)."""
+    section = card.split("## How to regenerate", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "the card's regeneration section has no bash block"
+    return [line for line in block[1].splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
 # ---------------------------------------------------------------- which code recorded each run

@@ -12,7 +12,6 @@ must be greater than 0", or with no row group "Instruction 'train' corresponds t
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from muon_repro.dataset.meta import (
 )
 from muon_repro.dataset.run_info import MAX_LISTED_VALUES, describe_run_groups, describe_runs, is_trace, recorded_environment
 from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_yaml, describe_tables, size_category
+from muon_repro.recipe import recipe_text
 from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
 from muon_repro.tables.files import human_size
 
@@ -51,13 +51,6 @@ FOLDERS = {
     "analysis_scripts": "thin entry scripts that regenerate tables and figures with the `muon_repro` package",
     "docs": "`method.md`: the formulas, attribution conventions and every table column, as the report cites them",
 }
-# Steps of the pipeline between the runs and the bundle: (module registering the subcommand,
-# command, what it does). The card lists those whose module is installed, without importing them.
-PIPELINE = (
-    ("muon_repro.analyze_cli", "muon-repro analyze traces --out metrics", "traces -> metrics/ tables"),
-    ("muon_repro.report_cli", "muon-repro figures", "tables -> figures/"),
-    ("muon_repro.report_cli", "muon-repro report", "tables + figures -> report/"),
-)
 
 
 @dataclass(frozen=True)
@@ -83,13 +76,6 @@ def bundle_command(meta: BundleMeta, out: str | None = None) -> str:
     if out:
         args += ["--out", out]
     return shlex.join(args)
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
 
 
 def described(text: object) -> str:
@@ -217,7 +203,6 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         inside = [d for d in digests if d.path.startswith(folder + "/")]
         if inside:
             folders.append(FolderDoc(folder + "/", len(inside), human_size(sum(d.size for d in inside)), description))
-    pipeline = [(cmd, what) for module, cmd, what in PIPELINE if _installed(module)]
     traces = [p for p in sorted(sizes) if is_trace(p)]
     findings, limits = report_findings(files)
     context = {
@@ -245,7 +230,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "max_listed_values": MAX_LISTED_VALUES,
         "run_commands": environment.commands,
         "git_shas": environment.git_shas,
-        "pipeline": pipeline,
+        "recipe": recipe_text(),
         "bundle_command": bundle_command(meta),
         "manifest_files": len(digests) + 1,  # the manifest lists these and the card
         "method_doc": METHOD_DOC if METHOD_DOC in sizes else None,

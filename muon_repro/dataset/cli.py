@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from muon_repro import __version__
 from muon_repro.dataset.bundle import DEFAULT_OUT, Sources
-from muon_repro.dataset.meta import DEFAULT_LICENSE, DEFAULT_PRETTY_NAME, BundleMeta, default_date, resolve_authors
+from muon_repro.dataset.meta import (
+    DEFAULT_LICENSE,
+    DEFAULT_PRETTY_NAME,
+    BundleMeta,
+    default_date,
+    release_date,
+    resolve_authors,
+)
 from muon_repro.dataset.naming import DEFAULT_REPO_ID
 
 
@@ -32,7 +40,12 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
         "--repo-id", default=DEFAULT_REPO_ID, metavar="ORG/NAME", help="the dataset repository on the Hub (default: %(default)s)"
     )
     group.add_argument("--version", default=__version__, help="X.Y.Z, tagged vX.Y.Z when published (default: %(default)s)")
-    group.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else today)")
+    group.add_argument(
+        "--date",
+        default=None,
+        help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else the day of the newest run in --metrics, as "
+        "muon-repro run dates it, so the same data always gets the same date)",
+    )
     group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
     group.add_argument(
         "--author",
@@ -54,7 +67,7 @@ def _meta(args: argparse.Namespace) -> BundleMeta:
     return BundleMeta(
         repo_id=args.repo_id,
         version=args.version,
-        date=args.date or default_date(),
+        date=args.date or (default_date() if os.environ.get("SOURCE_DATE_EPOCH") else release_date(args.metrics)),
         license=args.license,
         pretty_name=args.pretty_name,
         code_url=args.code_url,

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from muon_repro.provenance import is_generated
 from muon_repro.tables.files import list_files, sha256_file, write_atomic
 
 MANIFEST_NAME = "MANIFEST.sha256"
@@ -48,7 +49,13 @@ def check_bundle_path(path: str) -> str:
 
 
 def is_ignored(path: str) -> bool:
-    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in IGNORED_TOP_LEVEL)
+    """Whether ``path`` is no file of the dataset: what the Hub and ``hf`` add, what installing the download's package
+    adds (``<name>.egg-info/``), and the caches and hidden files a bundle never holds (:func:`is_generated`). Verify
+    skips them, so ``pip install -e .`` and running the tests in a download leave it verifiable."""
+    if any(path == p or (p.endswith("/") and path.startswith(p)) for p in IGNORED_TOP_LEVEL):
+        return True
+    top, _, rest = path.partition("/")
+    return (top.endswith(".egg-info") and bool(rest)) or is_generated(path)
 
 
 def digest_files(root: str | Path, paths: list[str]) -> list[FileEntry]:

@@ -20,6 +20,7 @@ from typing import Any
 import muon_repro
 from muon_repro.claims import STUDY_SHARE
 from muon_repro.phases import COARSE_PHASES, OPTIMIZER_PHASES
+from muon_repro.recipe import recipe_text
 from muon_repro.report import derive
 from muon_repro.report.abstract_section import abstract, title_block
 from muon_repro.report.caveats_section import limitations, regimes
@@ -235,6 +236,7 @@ def build_context(
         "no_gpu": NO_GPU,
         "limitations": limitations(data),
         "commands": reproduce(data, invocations),
+        "recipe": recipe_text(),
         "tables": tables,
         "method": method_links(out_dir, metrics_dir.parent),
         "phases": {"coarse": list(COARSE_PHASES), "optimizer": list(OPTIMIZER_PHASES)},

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.recipe import recipe_text
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claim_measured, claims_matrix
 from muon_repro.report.data import ReportData, is_missing, load
@@ -151,6 +152,7 @@ BLOCKS = {  # name: how to make it
     "regime sweep": sweep_markdown,
     "cost model": costmodel_markdown,
     "gpu": gpu_block,
+    "regenerate": lambda data: "```bash\n" + recipe_text() + "\n```",
 }
 
 
@@ -170,7 +172,8 @@ def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
 
 
 TARGETS = {  # file: its blocks
-    "README.md": ("claims", "thresholds"),
+    "README.md": ("regenerate", "claims", "thresholds"),
+    "docs/publishing.md": ("regenerate",),
     "docs/regimes.md": ("regime sweep", "cost model"),
     "docs/gpu.md": ("gpu",),
 }

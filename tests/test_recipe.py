@@ -1,0 +1,53 @@
+"""One regeneration recipe: the card, the report, the README and docs/publishing.md print the same lines, none
+re-records or names a machine's path, and ``muon-repro run --from analyze`` starts where the recipe says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from muon_repro import job
+from muon_repro.recipe import RECIPE, recipe_text
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("document", ["dataset_card.md", "report/report.md", "README.md", "docs/publishing.md"])
+def test_every_document_prints_the_one_recipe(document):
+    assert recipe_text() in (REPO / document).read_text(encoding="utf-8"), f"{document}: regenerate it"
+
+
+def test_the_recipe_records_nothing_and_stays_in_the_folder():
+    for command, _ in RECIPE:
+        assert "--force" not in command and " /" not in command and "~" not in command, command
+    assert any(command == "muon-repro run --from analyze" for command, _ in RECIPE)
+
+
+def test_run_from_a_stage_skips_the_stages_before_it(tmp_path, monkeypatch):
+    called: list[str] = []
+    monkeypatch.setattr(job, "STAGE_FUNCTIONS", {stage: (lambda plan, s=stage: called.append(s)) for stage in job.STAGES})
+    seconds = job.run_job(job.RunPlan(out=tmp_path, first_stage="analyze"))
+    assert called == ["analyze", "figures", "report", "card", "bundle"] and list(seconds) == called
+
+
+def test_an_unknown_first_stage_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="unknown stage 'analyse'; choose one of bench, analyze"):
+        job.RunPlan(out=tmp_path, first_stage="analyse")
+
+
+@pytest.mark.parametrize(
+    ("path", "ignored"),
+    [
+        ("muon_repro.egg-info/PKG-INFO", True),  # pip install -e . in the download
+        ("muon_repro/__pycache__/job.cpython-311.pyc", True),
+        (".pytest_cache/v/cache/nodeids", True),
+        ("metrics/runs.parquet", False),
+        ("muon_repro.egg-info", False),  # a file of that name is not an install's folder
+        ("traces/cpu/g/r/trial0/rank0.json.gz", False),
+    ],
+)
+def test_verify_skips_what_the_set_up_and_the_tests_leave(path, ignored):
+    from muon_repro.dataset.manifest import is_ignored
+
+    assert is_ignored(path) is ignored
