@@ -48,6 +48,7 @@ class RunPlan:
     profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     authors: tuple[str, ...] = ()  # --author: whom the card and the report cite (default: resolve_authors)
+    verbose: bool = False  # --verbose: the summary gives every claim's measured cause
     first_stage: str = STAGES[0]  # --from: "analyze" rebuilds everything from the traces present, recording nothing
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -192,8 +193,9 @@ def run_job(plan: RunPlan) -> dict[str, float]:
     return plan.stage_seconds
 
 
-def claims_summary(metrics: Path) -> str:
-    """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict."""
+def claims_summary(metrics: Path, *, verbose: bool = False) -> str:
+    """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict; ``verbose``:
+    then every claim's measured cause (else where to read them)."""
     import pandas as pd
 
     from muon_repro.report.claims_section import claim_note
@@ -217,6 +219,8 @@ def claims_summary(metrics: Path) -> str:
         return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
 
     table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    if not verbose:
+        return "\n".join([*table, "", "Why each verdict: report/report.md (claims), or muon-repro run --verbose."])
     causes = [f"- {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
     return "\n".join([*table, "", "Why (measured causes):", *causes])
 
@@ -277,6 +281,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: the project's checked-in list, never the machine's git config)",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="the summary gives every claim's measured cause")
     add_profile_argument(p)
     p.set_defaults(func=_run)
 
@@ -297,6 +302,7 @@ def _run(args: argparse.Namespace) -> int:
         command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
         authors=tuple(args.author or ()),
         first_stage=args.first_stage,
+        verbose=args.verbose,
     )
     try:
         seconds = run_job(plan)
@@ -319,7 +325,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
     total = sum(seconds.values())
-    print("\nClaims, as measured here:\n" + claims_summary(plan.metrics))
+    print("\nClaims, as measured here:\n" + claims_summary(plan.metrics, verbose=plan.verbose))
     print("\nWall time per stage: " + ", ".join(f"{s} {t:.1f} s" for s, t in seconds.items()) + f"; total {total:.1f} s")
     print("\nArtifacts:")
     for label, path in (

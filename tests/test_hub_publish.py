@@ -105,7 +105,7 @@ def test_publish_then_unchanged_then_new_version(sources, tmp_path, fake_hub, hu
     before = _commits(fake_hub)
     result, out = _publish(changed, hub_api, version="1.1.0")
     assert result.committed and result.tagged and _commits(fake_hub) == before + 1
-    assert "delete     figures/comm_time.svg" in out and "change     report/report.md" in out
+    assert "delete     figures/ (1 file)" in out and "change     report/ (1 file)" in out
     assert fake_hub.files(REPO, "v1.1.0")["report/report.md"] == b"# Report, second edition\n"
     assert "figures/comm_time.svg" not in fake_hub.files(REPO, "v1.1.0")
     assert fake_hub.files(REPO, "v1.0.0")["report/report.md"] == (bundle / "report" / "report.md").read_bytes()
@@ -211,3 +211,18 @@ def test_publishing_needs_a_token(sources, tmp_path, fake_hub, hub_api, monkeypa
 def test_private_repository_on_creation(sources, tmp_path, fake_hub, hub_api):  # noqa: F811
     result, out = _publish(build(sources, tmp_path / "b1"), hub_api, private=True)
     assert result.tagged and "(private)" in out and fake_hub.get_repo(REPO).private
+
+
+def test_the_plan_is_one_line_per_folder_unless_verbose():
+    """publish printed 2,250 lines for a bundle of 2,216 traces: the plan sums each run group's folder."""
+    from muon_repro.hub.plan import Plan, PlanItem
+
+    traces = [PlanItem(f"traces/cpu/pipeline/r{k}/trial0/rank0.json.gz", "add", 100, None) for k in range(50)]
+    items = (*traces, PlanItem("metrics/runs.parquet", "add", 10, None), PlanItem("README.md", "change", 5, 4))
+    plan = Plan(None, items)
+    short = format_plan(plan, REPO, "v1.0.0").splitlines()
+    assert "  add        traces/cpu/pipeline/ (50 files)  5.0 kB" in short
+    assert any(line.split()[:2] == ["change", "README.md"] for line in short) and len(short) < 10
+    assert "  (per folder; --verbose lists every file)" in short
+    full = format_plan(plan, REPO, "v1.0.0", verbose=True).splitlines()
+    assert sum("rank0.json.gz" in line for line in full) == 50

@@ -51,3 +51,12 @@ def test_verify_skips_what_the_set_up_and_the_tests_leave(path, ignored):
     from muon_repro.dataset.manifest import is_ignored
 
     assert is_ignored(path) is ignored
+
+
+def test_runs_summary_gives_the_causes_only_when_asked():
+    """`muon-repro run` reprinted every explanation; now the table, and the causes with --verbose."""
+    metrics = REPO / "metrics"
+    short, full = job.claims_summary(metrics), job.claims_summary(metrics, verbose=True)
+    assert "muon-repro run --verbose" in short and "Why (measured causes):" not in short
+    assert "Why (measured causes):" in full and len(full) > len(short)
+    assert short.splitlines()[0] == full.splitlines()[0]  # the same table heads both

@@ -77,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan against the remote and stop")
     p.add_argument("--create-pr", action="store_true", help="commit as a pull request (tag after merging, by publishing again)")
     p.add_argument("--private", action="store_true", help="create the repository private (if it does not exist)")
+    p.add_argument("--verbose", action="store_true", help="the plan lists every file (default: one line per folder)")
     p.add_argument(
         "--author",
         action="append",
@@ -120,6 +121,7 @@ def _publish(args: argparse.Namespace) -> int:
             private=args.private,
             timeout=args.timeout,
             authors=args.author,
+            verbose=args.verbose,
         )
     except hub_errors() as exc:
         raise PublishError(request_failed(exc)) from exc

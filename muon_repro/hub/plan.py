@@ -94,23 +94,40 @@ def compute_plan(root: str | Path, local: list[FileEntry], remote: dict[str, Rem
     return Plan(base_commit, tuple(sorted(items, key=lambda i: (order[i.action], i.path))))
 
 
-def format_plan(plan: Plan, repo_id: str, tag: str) -> str:
-    """The plan as people read it: one line per file, then the totals."""
+def plan_folder(path: str) -> str:
+    """Where a file is summarized: a run group's folder for traces (``traces/<profile>/<group>/``), the top folder
+    for the rest, the file itself at the root."""
+    parts = path.split("/")
+    if parts[0] == "traces" and len(parts) > 3:
+        return "/".join(parts[:3]) + "/"
+    return parts[0] + "/" if len(parts) > 1 else path
+
+
+def format_plan(plan: Plan, repo_id: str, tag: str, *, verbose: bool = False) -> str:
+    """The plan as people read it: one line per action and folder (``verbose``: per file), then the totals."""
     if plan.base_commit is None:
         where = "a repository that does not exist yet (it will be created)"
     else:
         where = f"main at {plan.base_commit[:12]}"
     lines = [f"Plan for dataset {repo_id} {tag}, against {where}:"]
-    sizes = [
-        f"{human_size(i.remote_size or 0)} -> {human_size(i.local_size or 0)}"
-        if i.action == "change"
-        else human_size(i.local_size if i.local_size is not None else i.remote_size or 0)
-        for i in plan.items
-    ]
-    width = max((len(i.path) for i in plan.items), default=0)
-    size_width = max((len(s) for s in sizes), default=0)
-    for item, size in zip(plan.items, sizes):
-        lines.append(f"  {item.action:<9}  {item.path:<{width}}  {size:>{size_width}}")
+    if verbose:
+        rows = [(i.action, i.path, _item_size(i)) for i in plan.items]
+    else:
+        grouped: dict[tuple[str, str], list[PlanItem]] = {}
+        for item in plan.items:
+            grouped.setdefault((item.action, plan_folder(item.path)), []).append(item)
+        rows = []
+        for (action, folder), items in grouped.items():
+            files = f"{len(items)} file{'s' if len(items) != 1 else ''}"
+            what = folder if len(items) == 1 and not folder.endswith("/") else f"{folder} ({files})"
+            size = human_size(sum((i.remote_size if action == "delete" else i.local_size) or 0 for i in items))
+            rows.append((action, what, size))
+    width = max((len(path) for _, path, _ in rows), default=0)
+    size_width = max((len(size) for _, _, size in rows), default=0)
+    for action, path, size in rows:
+        lines.append(f"  {action:<9}  {path:<{width}}  {size:>{size_width}}")
+    if not verbose and len(rows) < len(plan.items):
+        lines.append("  (per folder; --verbose lists every file)")
     totals = []
     for action, label in zip(ACTIONS, ("added", "changed", "deleted", "unchanged")):
         chosen = plan.of(action)
@@ -120,3 +137,9 @@ def format_plan(plan: Plan, repo_id: str, tag: str) -> str:
     if not plan.has_changes:
         lines.append("Nothing to commit: the remote already has exactly these files.")
     return "\n".join(lines)
+
+
+def _item_size(item: PlanItem) -> str:
+    if item.action == "change":
+        return f"{human_size(item.remote_size or 0)} -> {human_size(item.local_size or 0)}"
+    return human_size(item.local_size if item.local_size is not None else item.remote_size or 0)

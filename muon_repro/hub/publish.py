@@ -324,10 +324,11 @@ def publish(
     echo: Callable[[str], None] = print,
     timeout: float = DEFAULT_TIMEOUT_S,
     authors: Sequence[str] | None = None,
+    verbose: bool = False,
 ) -> PublishResult:
     """Publish the bundle at ``bundle`` as ``repo_id`` version ``version`` (one commit, tagged), then print its
     BibTeX entry: the card's, :func:`~muon_repro.dataset.citation.bibtex`, with the tagged commit. ``authors``
-    (``--author``): the authors the bundle must cite."""
+    (``--author``): the authors the bundle must cite. ``verbose``: the plan lists every file, not every folder."""
     check_repo_id(repo_id)
     tag = tag_for(version)
     timeout = check_timeout(timeout)
@@ -350,7 +351,7 @@ def publish(
         check_bundle_verifies(root, echo)
         with hub_timeout(timeout):
             target = _Target(api, repo_id, tag, timeout)
-            return _publish_to(target, root, local, meta, dry_run, create_pr, private, echo, stage)
+            return _publish_to(target, root, local, meta, dry_run, create_pr, private, echo, stage, verbose)
     except KeyboardInterrupt as exc:
         if isinstance(exc, PublishInterrupted):
             raise
@@ -367,11 +368,12 @@ def _publish_to(
     private: bool,
     echo: Callable[[str], None],
     stage: PublishStage,
+    verbose: bool = False,
 ) -> PublishResult:
     repo_id, tag, version = target.repo_id, target.tag, meta.version
     plan, tags = _read_remote(target, root, local)
     head = plan.base_commit
-    echo(format_plan(plan, repo_id, tag))
+    echo(format_plan(plan, repo_id, tag, verbose=verbose))
     if tag in tags:
         if tags[tag] == head and not plan.has_changes:
             echo(f"{repo_id} {tag} is already published at {head}: nothing to do.")

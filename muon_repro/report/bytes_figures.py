@@ -19,6 +19,7 @@ from muon_repro.report.plotting import (
     add_title,
     group_ticks,
     grouped_positions,
+    legend_below,
     new_figure,
     save_figure,
     set_min_span,
@@ -46,7 +47,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         ax.bar(x, a, 0.7, bottom=m, color=style.OPTIMIZER_COLORS["adamw"])
         largest = float(row["largest"]) / style.MIB
         ax.plot([x - 0.35, x + 0.35], [largest] * 2, color="black", linewidth=1.6)
-        ax.text(x, m + a, f"{m + a:.3g}", ha="center", va="bottom", fontsize=7.5)
+        ax.text(x, m + a, f"{m + a:.3g}", ha="center", va="bottom", fontsize=style.SMALL_PT)
     group_ticks(ax, pos, ticks, groups)
     muon = reps[reps["optimizer"] == "muon"]
     if len(muon):
@@ -54,7 +55,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         t = [float(st.loc[r["run"], "transient"]) / style.MIB for _, r in muon.iterrows()]
         ax_t.bar(range(len(t)), t, 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
         for i, v in enumerate(t):
-            ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7.5)
+            ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=style.SMALL_PT)
         ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in muon_grids], fontweight="bold", fontsize=8.5)
         ax_t.grid(axis="x", visible=False)
         set_min_span(ax_t, 0, len(t) - 1, 2.4)
@@ -69,7 +70,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         Patch(color=style.OPTIMIZER_COLORS["adamw"], label="AdamW moments (2 values per element)"),
         Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks are uneven)"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+    bottom = legend_below(fig, handles, ncol=3)
     ratios = []
     for dp, tp in grids(reps):
         pair = pair_at(reps, dp, tp)
@@ -82,7 +83,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         if ratios
         else "only one optimizer recorded: no Muon / AdamW ratio"
     )
-    add_title(fig, "Optimizer-state memory per rank, Muon vs AdamW (ZeRO-1 divides it by DP)", takeaway, bottom_in=0.3)
+    add_title(fig, "Optimizer-state memory per rank, Muon vs AdamW (ZeRO-1 divides it by DP)", takeaway, bottom_in=bottom)
     return save_figure(fig, out)
 
 
@@ -125,7 +126,7 @@ def bytes_by_layout(
                 bottom += v / style.MB
             top = max(top, bottom)
             if col.isna().all():
-                ax.text(x, 0, "not\nrecorded", ha="center", va="bottom", fontsize=6, rotation=90)
+                ax.text(x, 0, "not\nrecorded", ha="center", va="bottom", fontsize=style.SMALL_PT, rotation=90)
             starts.append(x)
             x += 0.85
         total = derive.total_bytes(table)
@@ -137,7 +138,7 @@ def bytes_by_layout(
             f"{total / style.MB:.3g} MB" + (f"\nDP group: {dp_said}" if dp_said else ""),
             ha="center",
             va="bottom",
-            fontsize=7,
+            fontsize=style.SMALL_PT,
         )
         centers.append(float(np.mean(starts)))
         label = style.OPTIMIZER_LABELS[optimizer] + ("" if optimizer == "adamw" else "\n" + str(r["layout"]).replace("_", "-"))

@@ -115,7 +115,7 @@ def comm_time_by_kind(
             f"{union:.0f}",
             ha="center",
             va="bottom",
-            fontsize=7.5,
+            fontsize=style.SMALL_PT,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5},
         )
     group_ticks(ax, pos, ordered, groups)
@@ -221,9 +221,11 @@ def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
     ax.errorbar(share, y, xerr=whiskers, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     for yi, v in zip(y, share):
-        ax.text(v, yi, " " + pct(v / 100), va="center", fontsize=7.5)
+        ax.text(v, yi, " " + pct(v / 100), va="center", fontsize=style.SMALL_PT)
     ax.axvline(100 * study_share, color="black", linestyle="--", linewidth=1)
-    ax.text(100 * study_share, y.max() + 0.6, f" Wei's study: {percent(study_share)} (4 GPUs)", fontsize=7.5, va="bottom")
+    ax.text(
+        100 * study_share, y.max() + 0.6, f" Wei's study: {percent(study_share)} (4 GPUs)", fontsize=style.SMALL_PT, va="bottom"
+    )
     ax.set_yticks(y, run_labels(rs, group=True))
     ax.set_xlabel("optimizer step time / training step time (%): per step, then per round, mean over rounds (95% interval)")
     ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * study_share * 3))
@@ -308,7 +310,12 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
                 repeated = True
         for k, (xv, yv) in enumerate(zip(xs, ys)):
             ax.text(
-                xv, yv + hi[k], f"{yv:.0f}" + (" ★" if k == best and len(ys) > 1 else ""), ha="center", va="bottom", fontsize=7.5
+                xv,
+                yv + hi[k],
+                f"{yv:.0f}" + (" ★" if k == best and len(ys) > 1 else ""),
+                ha="center",
+                va="bottom",
+                fontsize=style.SMALL_PT,
             )
         present = [g for g in present_grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]
         if len(ys) > 1:

@@ -284,7 +284,9 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         y = points[column].to_numpy(float)
         ax.plot(x, 100 * y, "o", color=style.OPTIMIZER_COLORS["muon"], zorder=3)
         for xi, yi in zip(x, y):
-            ax.annotate(percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=7)
+            ax.annotate(
+                percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=style.SMALL_PT
+            )
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
         level = claimed_level(column)  # the claim made of this quantity, on this quantity's axis only

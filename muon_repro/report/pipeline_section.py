@@ -413,7 +413,7 @@ def _steps_panel(ax, runs: pd.DataFrame) -> None:
             yy = yi + (0.2 if j == 0 else -0.2)
             faded = world > smallest
             ax.barh(yy, v, 0.38, color=style.OPTIMIZER_COLORS[opt], alpha=0.45 if faded else 1.0)
-            ax.text(v, yy, f" {v:.0f}", va="center", fontsize=7)
+            ax.text(v, yy, f" {v:.0f}", va="center", fontsize=style.SMALL_PT)
     if separator is not None:
         ax.axhline(separator, color="#555555", linestyle="--", linewidth=0.8)
     ax.set_yticks(y, labels, fontsize=8)

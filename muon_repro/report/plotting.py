@@ -55,10 +55,13 @@ def new_figure(height: float, ncols: int = 1, **kw) -> tuple[plt.Figure, np.ndar
     return fig, axes[0]
 
 
+TAKEAWAY_CHARS = int(style.WIDTH_IN * 72 / (8.5 * 0.58))  # DejaVu Sans averages ~0.58 em per character
+
+
 def add_title(fig: plt.Figure, headline: str, takeaway: str, bottom_in: float = 0.0) -> None:
     """Headline says what is plotted; the lines under it say what to see. Margins in inches."""
     h = fig.get_figheight()
-    lines = textwrap.wrap(takeaway, 120)  # ~7 in at 8.5 pt: the figure keeps the page's width
+    lines = textwrap.wrap(takeaway, TAKEAWAY_CHARS)  # the figure's width at 8.5 pt: the title never widens it
     fig.suptitle(headline, x=0.01, y=1 - 0.04 / h, ha="left", va="top", fontsize=10, fontweight="bold")
     fig.text(0.01, 1 - 0.27 / h, "\n".join(lines), ha="left", va="top", fontsize=8.5, color="#333333")
     fig.tight_layout(rect=(0, bottom_in / h, 1, 1 - (0.36 + 0.15 * len(lines)) / h))
@@ -71,16 +74,26 @@ def show_no_data(ax: plt.Axes, message: str) -> None:
     ax.set_yticks([])
 
 
-def legend_below(fig: plt.Figure, handles: list, ncol: int = 3, fontsize: float = 7) -> float:
+def legend_below(fig: plt.Figure, handles: list, ncol: int = 3, fontsize: float = style.SMALL_PT) -> float:
     """One legend for the whole figure, under its panels where it cannot cover data; returns the inches it
     takes, for :func:`add_title`'s ``bottom_in`` (call this first)."""
     if not handles:
         return 0.0
+    ncol = fitting_columns([h.get_label() for h in handles], ncol, fontsize, fig.get_figwidth())
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=fontsize, frameon=False)
     return legend_height(len(handles), ncol, fontsize)
 
 
-def legends_under_panels(fig: plt.Figure, axes: Iterable[plt.Axes], ncol: int = 3, fontsize: float = 7) -> None:
+def fitting_columns(labels: list[str], ncol: int, fontsize: float, width_in: float) -> int:
+    """At most ``ncol`` legend columns, as many as fit ``width_in`` (a legend wider than the figure would widen the
+    saved image, and so shrink every text of it on the page): each column as wide as the longest label plus its
+    handle and padding (about 4 em), DejaVu Sans at ~0.58 em per character."""
+    longest = max((len(label) for label in labels), default=0)
+    column_in = (longest * 0.58 + 4.0) * fontsize / 72
+    return max(1, min(ncol, int(width_in // column_in) if column_in > 0 else ncol))
+
+
+def legends_under_panels(fig: plt.Figure, axes: Iterable[plt.Axes], ncol: int = 3, fontsize: float = style.SMALL_PT) -> None:
     """Each panel's own legend under it, in the band :func:`legend_height` reserved (call after :func:`add_title`)."""
     for ax in axes:
         handles = ax.get_legend_handles_labels()[0]
@@ -96,7 +109,7 @@ def legends_under_panels(fig: plt.Figure, axes: Iterable[plt.Axes], ncol: int = 
             )
 
 
-def legend_height(entries: int, ncol: int, fontsize: float = 7) -> float:
+def legend_height(entries: int, ncol: int, fontsize: float = style.SMALL_PT) -> float:
     """Inches a legend of ``entries`` in ``ncol`` columns takes under the panels."""
     return 0.08 + -(-entries // ncol) * fontsize * 1.9 / 72
 

@@ -91,16 +91,16 @@ def _claim_panel(
                 xycoords=("axes fraction", "data"),
                 ha="center",
                 va="center",
-                fontsize=6,
+                fontsize=style.SMALL_PT,
                 color="#555555",
             )
             continue
         color = VERDICT_COLORS.get(str(rows.loc[p, "verdict"]), "#555555")
         xerr = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if math.isfinite(lo) and math.isfinite(hi) else None
         ax.errorbar([v], [y], xerr=xerr, fmt="o", color=color, capsize=2, markersize=4)
-    ax.set_yticks(ys, profiles, fontsize=6)
+    ax.set_yticks(ys, profiles, fontsize=style.SMALL_PT)
     ax.set_ylim(-0.6, len(profiles) - 0.4)
     ax.invert_yaxis()
-    ax.set_title(claim_id, fontsize=7)
-    ax.tick_params(axis="x", labelsize=6)
+    ax.set_title(claim_id, fontsize=style.SMALL_PT)
+    ax.tick_params(axis="x", labelsize=style.SMALL_PT)
     ax.grid(axis="x", alpha=0.3)

@@ -385,7 +385,7 @@ def _levels(ax, metric: str, labels: bool = True, color: str = "#555555") -> Non
             f" {level.label}",
             (1.0, 100 * level.value),
             xycoords=("axes fraction", "data"),
-            fontsize=7,
+            fontsize=style.SMALL_PT,
             va="center",
             ha="left",
             color=color,
@@ -498,7 +498,7 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
     plain_log_ticks(ax, "y")
     ax.set_xlabel("tokens per step / d_model")
     ax.set_ylabel("Newton-Schulz / forward+backward")
-    add_legend(ax, ax.get_legend_handles_labels()[0], fontsize=7)
+    add_legend(ax, ax.get_legend_handles_labels()[0], fontsize=style.SMALL_PT)
     add_title(
         fig,
         "Newton-Schulz against forward+backward: measured and the closed form",

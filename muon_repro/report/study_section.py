@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
+from muon_repro.report import style
 from muon_repro.report.claims_section import claim_measured, claim_note
 from muon_repro.report.data import ReportData, is_missing, study_profile
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
@@ -302,8 +303,8 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
             if pd.notna(ours):
                 seen["ours: GPU time per step (study_method.measured_per_step) x 5"] = "black"
                 ax.barh(yi - 0.18, STEPS * float(ours), height=0.34, color="black")
-            ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=6)
-        ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=6)
+            ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=style.SMALL_PT)
+        ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=style.SMALL_PT)
         ax.set_xlabel(title)
         ax.grid(axis="x", linewidth=0.4, alpha=0.5)
     bottom = legend_below(fig, [Patch(facecolor=color, label=label) for label, color in seen.items()], ncol=3)

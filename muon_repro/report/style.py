@@ -78,7 +78,9 @@ BYTE_SOURCE_HATCH = {"analytic": "", "ledger": "//", "trace": ".."}
 BYTE_SOURCE_LABELS = {"analytic": "analytic model", "ledger": "run-time ledger", "trace": "profiler trace"}
 
 DPI = 300  # print resolution for the PNGs (the SVGs are vector)
-WIDTH_IN = 7.0  # fits an A4 page's text width at 100%
+WIDTH_IN = 6.6  # with what sticks out of the axes, about an A4 page's text width: the PDF draws it at that width
+PAGE_TEXT_WIDTH_PT = 515.9  # A4 (210 mm) less the report's 14 mm margins: the width every figure is drawn at
+SMALL_PT = 8.0  # the smallest text of any figure (annotations, legends, ticks): at least 7 pt once on the page
 MB = 1e6  # communication volumes in MB (nccl-tests convention)
 MIB = 2**20  # memory in MiB (allocator convention)
 
