@@ -45,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", default="metrics", metavar="DIR", help="directory for the tables (Parquet + CSV); default: %(default)s"
     )
     p.add_argument("--no-write", action="store_true", help="print only; write no tables")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even if it holds tables this command did not write (it never replaces a checkout)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object per trace file instead of the table")
     p.add_argument("--rank", type=_rank, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
     p.add_argument("--workers", type=_workers, default=None, help="processes for reading traces (default: CPU count, at most 8)")
@@ -113,7 +118,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     from muon_repro.tables.io import check_tables_out, write_tables
 
     if not args.no_write:
-        check_tables_out(Path(args.out), "--out")  # before reading anything: a bad --out must not cost the analysis
+        # before reading anything: a bad --out must not cost the analysis
+        check_tables_out(Path(args.out), "--out", force=args.force)
     analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank, limits=limits_from_options(args))
     summaries = [b.summary() for b in analysis.breakdowns]
     if args.json:
@@ -130,7 +136,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 1
     if not args.no_write:
         tables = tables_of(analysis)
-        written = write_tables(tables, Path(args.out))
+        written = write_tables(tables, Path(args.out), force=args.force)
         counts = ", ".join(f"{name} {len(df)}" for name, df in tables.items())
         print(f"wrote {len(written)} files to {args.out} (rows: {counts})", file=sys.stderr if args.json else sys.stdout)
     return 1 if analysis.failures or analysis.incomplete else 0

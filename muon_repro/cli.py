@@ -62,6 +62,13 @@ def _run_command(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from muon_repro.terminal import escaped_output
+
+    with escaped_output(args.command):
+        return _call(args)
+
+
+def _call(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as exc:

@@ -21,9 +21,11 @@ Torch-free: the analysis reads profiles of recorded runs without importing torch
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 PROFILE_ENV_VAR = "MUON_REPRO_PROFILE"
@@ -73,10 +75,10 @@ def accelerator_short_name(name: str) -> str:
     return short or "gpu"
 
 
-def interconnect_from_topology(topology: str | None) -> str | None:
+def interconnect_from_topology(topology: object) -> str | None:
     """``"nvlink"`` when ``nvidia-smi topo -m`` links two GPUs by NVLink (an ``NV<k>`` cell), ``"pcie"`` when it
-    shows a GPU matrix without one, ``None`` when there is no matrix to read."""
-    if not topology:
+    shows a GPU matrix without one, ``None`` when there is no matrix to read (no text, or not text at all)."""
+    if not topology or not isinstance(topology, str):
         return None
     gpu_rows = [line for line in topology.splitlines() if re.match(r"^\s*GPU\d+\s", line)]
     if not gpu_rows:
@@ -84,18 +86,43 @@ def interconnect_from_topology(topology: str | None) -> str | None:
     return "nvlink" if any(_NVLINK.search(row) for row in gpu_rows) else "pcie"
 
 
+_BACKEND = re.compile(r"^[a-z][a-z0-9]{0,15}$")  # gloo, nccl, mpi, ucc, ...
+MAX_COUNT = 1_000_000  # cores, devices per node, nodes: beyond any machine, short of a number that is no count
+
+
+def _count(environment: Mapping[str, Any], field: str, default: int | None) -> int | None:
+    """``environment[field]`` as a count of at least 1 (an int, or a float or string holding one), ``default`` when
+    absent; a ValueError naming the field and the value otherwise."""
+    value = environment.get(field)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+        whole = int(number) if math.isfinite(number) and number == int(number) else None
+    except (TypeError, ValueError, OverflowError):
+        whole = None
+    if whole is None or not 1 <= whole <= MAX_COUNT:
+        raise ValueError(f"environment.json's {field} is {value!r}, not a count from 1 to {MAX_COUNT:,}")
+    return whole
+
+
 def profile_from_environment(environment: Mapping[str, Any]) -> str:
-    """The profile id a recording's ``environment.json`` describes (its ``profile`` field wins when present)."""
+    """The profile id a recording's ``environment.json`` describes (its ``profile`` field wins when present);
+    a ValueError naming the field when one cannot make an id (a backend that is no name, a count that is no count),
+    and the derived id checked as any other (so no field can make it a path)."""
     recorded = environment.get(PROFILE_FIELD)
     if recorded:
         return validate_profile_id(str(recorded), source="environment.json's profile")
     backend = str(environment.get("backend") or "unknown").lower()
+    if not _BACKEND.match(backend):
+        raise ValueError(f"environment.json's backend is {environment.get('backend')!r}, not a backend name (gloo, nccl)")
     accelerator = environment.get("accelerator")
     if not accelerator:
-        cores = environment.get("host_cpu_cores")
-        return f"cpu-{int(cores)}c-{backend}" if cores else f"cpu-{backend}"
-    per_node = int(environment.get("accelerator_count") or 1)
-    nodes = int(environment.get("nodes") or 1)
+        cores = _count(environment, "host_cpu_cores", None)
+        derived = f"cpu-{cores}c-{backend}" if cores else f"cpu-{backend}"
+        return validate_profile_id(derived, source="the profile environment.json describes")
+    per_node = _count(environment, "accelerator_count", 1)
+    nodes = _count(environment, "nodes", 1)
     chip = f"{per_node}x{accelerator_short_name(str(accelerator))}"
     if nodes > 1:
         chip = f"{nodes}x{chip}"
@@ -105,7 +132,8 @@ def profile_from_environment(environment: Mapping[str, Any]) -> str:
         link = interconnect_from_topology(environment.get("interconnect_topology")) or (
             stated if isinstance(stated, str) and stated in ("pcie", "nvlink") else None
         )
-    return "-".join(part for part in (chip, link, backend) if part)
+    derived = "-".join(part for part in (chip, link, backend) if part)
+    return validate_profile_id(derived, source="the profile environment.json describes")
 
 
 def resolve_profile(environment: Mapping[str, Any], override: str | None = None) -> str:
@@ -165,3 +193,23 @@ def _profile_argument(text: str) -> str:
 def ordered_profiles(runs_per_profile: Mapping[str, int]) -> list[str]:
     """Profiles with the most runs first (ties by name): the first is the one the report's prose describes."""
     return sorted(runs_per_profile, key=lambda p: (-runs_per_profile[p], p))
+
+
+def profile_problems(folder: str | Path) -> list[str]:
+    """The ``profile`` values of the tables of ``folder`` that are no profile id (figures of a profile are drawn in
+    figures/<profile>/: a value such as ``../x`` would leave that folder). Reads that one column of each table."""
+    import pyarrow.parquet as pq
+
+    problems = []
+    for path in sorted(Path(folder).glob("*.parquet")):
+        if PROFILE_FIELD not in pq.read_schema(path).names:
+            continue
+        values = pq.read_table(path, columns=[PROFILE_FIELD]).column(0).unique().to_pylist()
+        for value in values:
+            if value is None or value == UNKNOWN_PROFILE:
+                continue
+            try:
+                validate_profile_id(str(value), source=f"{path}: profile")
+            except ValueError as exc:
+                problems.append(str(exc))
+    return problems

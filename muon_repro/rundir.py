@@ -125,7 +125,9 @@ def is_hidden_under(path: Path, root: Path) -> bool:
 def trial_folders(root: Path) -> dict[str, list[Path]]:
     """The trial folders under ``root`` (those with a config file, hidden ones left out), sorted, by
     run key ``<profile>/<group>/<name>``: the profile from environment.json, then config.json's ``key``
-    (``<group>/<name>``), else the folder's path below ``root``. Either layout reads the same."""
+    (``<group>/<name>``), else the folder's path below ``root``. Either layout reads the same. A folder whose
+    environment.json describes no profile (:func:`~muon_repro.hardware.profile_from_environment` refuses it) is
+    left out."""
     runs: dict[str, list[Path]] = {}
     for config in sorted(root.rglob(CONFIG_FILE)):
         folder = config.parent
@@ -136,7 +138,11 @@ def trial_folders(root: Path) -> dict[str, list[Path]]:
         if config_dict.get(PROTOCOL_FIELD) in STUDY_PROTOCOLS:  # the study's protocol: muon_repro.study reads it
             continue
         key = config_dict.get("key") or folder.relative_to(root).as_posix()
-        runs.setdefault(f"{run.profile}/{key}", []).append(folder)
+        try:
+            profile = run.profile
+        except ValueError:  # an environment.json that describes no profile: the analysis reports the folder by name
+            continue
+        runs.setdefault(f"{profile}/{key}", []).append(folder)
     return runs
 
 

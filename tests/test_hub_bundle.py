@@ -185,7 +185,10 @@ def test_rebuild_replaces_a_bundle_but_never_another_folder(sources, tmp_path): 
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="without MANIFEST.sha256"):
+    with pytest.raises(ValueError, match="muon-repro bundle did not write .*not exactly those a MANIFEST.sha256 in it lists"):
+        build(sources, precious)
+    (precious / "MANIFEST.sha256").write_text("")  # a manifest alone does not make a folder a bundle
+    with pytest.raises(ValueError, match="did not write"):
         build(sources, precious)
     assert (precious / "notes.txt").read_text() == "mine"
     with pytest.raises(ValueError, match="overlaps the source .* \\(--metrics\\)"):

@@ -13,6 +13,7 @@ import pytest
 
 from muon_repro.cli import main
 from muon_repro.report.data import MixedTables, load
+from muon_repro.tables.files import OUTPUT_MARKER
 from muon_repro.tables.io import folder_generation, read_table, table_set_problems, write_tables
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
 from muon_repro.tables.stamp import CSV_SHA256_KEY, GENERATION_KEY, table_stamp
@@ -55,9 +56,9 @@ def test_every_table_carries_the_same_generation_and_its_csv_digest(tmp_path):
     assert folder_generation(tmp_path / "metrics") == generations.pop()
     assert table_set_problems(tmp_path / "metrics") == []
     assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == sorted(
-        f"{n}{s}" for n in TABLE_NAMES for s in (".csv", ".parquet")
+        [OUTPUT_MARKER, *(f"{n}{s}" for n in TABLE_NAMES for s in (".csv", ".parquet"))]
     )
-    assert [p.name for p in tmp_path.iterdir()] == ["metrics"]  # no staging folder left beside it
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics"]  # no staging folder or lock left beside it
 
 
 def test_the_same_tables_give_the_same_bytes_and_other_tables_another_generation(tmp_path):

@@ -124,7 +124,8 @@ def analyze_paths(
     limits = limits or TraceLimits()
     analysis = Analysis(paths=[Path(p) for p in paths])
     files = _find_files(paths, analysis.failures)
-    infos = {directory: run_info_for(directory) for directory in dict.fromkeys(f.parent for f in files)}
+    infos = _run_infos(dict.fromkeys(f.parent for f in files), analysis.failures)
+    files = [f for f in files if f.parent in infos]  # a folder whose side files cannot be read: reported, left out
     by_dir: dict[Path, list[TraceBreakdown]] = {}
     for f, result in zip(files, _analyze_files(files, infos, workers, rank, limits)):
         if isinstance(result, TraceFailure):
@@ -140,8 +141,8 @@ def analyze_paths(
 def _add_timed_only(analysis: Analysis) -> None:
     """The timed-only trials under the analyzed folders whose run has a traced trial; a word for the others."""
     traced = {info.key for info, _ in analysis.runs if info.has_config}
-    for folder in timed_only_folders(analysis.paths):
-        info = run_info_for(folder)
+    folders = timed_only_folders(analysis.paths)
+    for folder, info in _run_infos(folders, analysis.incomplete).items():
         missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
         if info.key not in traced and not missing and not _has_traced_sibling(folder):
             analysis.timed_runs.append(info)  # a run timed in every round: no trace was ever recorded
@@ -167,6 +168,18 @@ def _add_timed_only(analysis: Analysis) -> None:
             analysis.timed_only.append(info)
 
 
+def _run_infos(folders, failures: list[TraceFailure]) -> dict[Path, RunInfo]:
+    """Each folder's run, read from its side files; a folder whose side files describe no run (an environment.json
+    whose counts are no counts, a backend that is no name) is a failure naming it, so that the others are analyzed."""
+    infos = {}
+    for folder in folders:
+        try:
+            infos[folder] = run_info_for(folder)
+        except ValueError as exc:
+            failures.append(TraceFailure(str(folder), f"{folder}: {exc}; its traces are left out: fix or remove it"))
+    return infos
+
+
 def _has_traced_sibling(folder: Path) -> bool:
     """Whether another trial of ``folder``'s run (a sibling ``trial<k>`` folder) holds a trace."""
     from muon_repro.rundir import trial_of
@@ -180,7 +193,11 @@ def _has_traced_sibling(folder: Path) -> bool:
 
 
 def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], files: list[Path]) -> None:
-    """A folder's analyzed traces as its run(s); one by one, with a word, when its config names a rank they lack."""
+    """A folder's analyzed traces as its run(s); one by one, with a word, when its config names a rank they lack;
+    refused by name when two files hold one rank, or its ranks recorded different steps."""
+    if info.has_config and (why := _ranks_disagree(info, items)):
+        analysis.failures.append(TraceFailure(str(info.path), f"{info.path}: {why}; the run is left out"))
+        return
     missing = info.missing_ranks(b.meta.rank for b in items)
     if not missing:
         analysis.runs.extend(_group_runs(info, items))
@@ -188,6 +205,24 @@ def _add_folder(analysis: Analysis, info: RunInfo, items: list[TraceBreakdown], 
     failed = {Path(failure.path) for failure in analysis.failures}
     analysis.incomplete.append(TraceFailure(str(info.path), _incomplete_message(info, missing, files, failed)))
     analysis.runs.extend(_lone_runs(items, group=info.group, profile=info.profile, name_prefix=_lone_prefix(info)))
+
+
+def _ranks_disagree(info: RunInfo, items: list[TraceBreakdown]) -> str | None:
+    """Why the traces of one run cannot be one run (None: they can): two files of one rank (a copy beside the
+    original would be counted as a third rank), or ranks that profiled different steps (per-step totals over ranks
+    would mix steps)."""
+    by_rank: dict[int, list[str]] = {}
+    for b in items:
+        by_rank.setdefault(b.meta.rank, []).append(Path(b.meta.path).name)
+    doubled = {rank: names for rank, names in by_rank.items() if len(names) > 1}
+    if doubled:
+        rank, names = next(iter(sorted(doubled.items())))
+        return f"{len(names)} traces of rank {rank} ({', '.join(sorted(names))}): a run has one per rank; remove the copy"
+    steps = {b.meta.rank: tuple(sorted(b.steps["step"].tolist())) for b in items if "step" in b.steps.columns}
+    if len(set(steps.values())) > 1:
+        shown = "; ".join(f"rank {r}: steps {', '.join(map(str, s)) or 'none'}" for r, s in sorted(steps.items()))
+        return f"its ranks profiled different steps ({shown}): re-record the run"
+    return None
 
 
 def has_study_runs(paths: list[str | Path]) -> bool:

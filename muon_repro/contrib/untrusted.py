@@ -14,8 +14,9 @@ profile id the same with capitals allowed, since profile ids name chips (``4xA10
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Iterable
+
+from muon_repro.terminal import escape_controls, shown
 
 # 64 characters: the longest name the project records is 36 (a regime point); a profile id has the same cap.
 MAX_NAME_CHARS = 64
@@ -26,28 +27,6 @@ PROFILE_RULE = f"1-{MAX_NAME_CHARS} of A-Z, a-z, 0-9, '_', '.', '-' (ASCII), sta
 
 # Ranges of ranks listed in one message before "and N more": a message stays one readable line.
 MAX_LISTED_RANGES = 5
-
-
-def _printable_ascii(text: str) -> bool:
-    return all(" " <= c <= "~" for c in text)
-
-
-def shown(text: object) -> str:
-    """``text`` as it may be printed: itself if printable ASCII, else ``ascii(text)`` (quoted, escapes visible)."""
-    text = str(text)
-    return text if _printable_ascii(text) else ascii(text)
-
-
-def _is_control(c: str) -> bool:
-    # Cc: C0/C1 controls and DEL (ESC starts ANSI sequences); Cf: format characters (bidi overrides, zero width)
-    return c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
-
-
-def escape_controls(line: str) -> str:
-    """``line`` with every control or format character but newline and tab written as its escape (``\\x1b``)."""
-    if all(" " <= c <= "~" or c in "\n\t" for c in line):
-        return line
-    return "".join(ascii(c)[1:-1] if _is_control(c) else c for c in line)
 
 
 def guarded_echo(echo: Callable[[str], None]) -> Callable[[str], None]:

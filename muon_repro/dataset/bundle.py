@@ -28,11 +28,19 @@ from pathlib import Path
 from muon_repro.dataset.card import CARD_NAME, render_card
 from muon_repro.dataset.citation import CFF_NAME, citation_cff
 from muon_repro.dataset.croissant import CROISSANT_NAME, croissant_json
-from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, digest_files, format_manifest
+from muon_repro.dataset.manifest import (
+    MANIFEST_NAME,
+    FileEntry,
+    check_bundle_path,
+    digest_files,
+    format_manifest,
+    is_ignored,
+    read_manifest,
+)
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.run_info import is_trace
 from muon_repro.provenance import is_generated
-from muon_repro.tables.files import list_files, sha256_file, staged_dir, write_atomic
+from muon_repro.tables.files import check_replaceable, list_files, sha256_file, staged_dir, write_atomic
 
 DEFAULT_OUT = Path("dist/dataset")
 REQUIRED = ("traces", "metrics")
@@ -54,8 +62,17 @@ class Sources:
 
 
 def _folder_files(prefix: str, folder: Path) -> dict[str, Path]:
-    """(bundle path -> file) for every file under ``folder`` but the generated ones, as ``<prefix>/<relative path>``."""
-    return {check_bundle_path(f"{prefix}/{rel}"): folder / rel for rel in list_files(folder) if not is_generated(rel)}
+    """(bundle path -> file) for every file under ``folder`` but the generated ones, as ``<prefix>/<relative path>``;
+    a link to a file outside ``folder`` is refused by name (its target would be published as this folder's)."""
+    files = {check_bundle_path(f"{prefix}/{rel}"): folder / rel for rel in list_files(folder) if not is_generated(rel)}
+    inside = folder.resolve()
+    for path in files.values():
+        if path.is_symlink() and not path.resolve().is_relative_to(inside):
+            raise ValueError(
+                f"{path}: a link to {path.resolve()}, outside --{prefix.replace('_', '-')} {folder}: a bundle holds the "
+                "folder's own files; copy the file in or remove the link"
+            )
+    return files
 
 
 def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
@@ -113,9 +130,30 @@ def _check_out(out: Path, sources: Sources) -> None:
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"--out {out} exists and is not a folder")
-        if any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
-            # Never replace a folder that is not a previous bundle: it may hold someone's work.
-            raise ValueError(f"--out {out} is a non-empty folder without {MANIFEST_NAME}; choose an empty or new folder")
+    # Never replace a folder that is not a previous bundle (it may hold someone's work), nor a checkout.
+    check_replaceable(
+        out,
+        BUNDLE_WRITER,
+        f"--out {out}",
+        ours=_is_earlier_bundle,
+        why_not_ours=f"its files are not exactly those a {MANIFEST_NAME} in it lists",
+        force_option=None,
+    )
+
+
+BUNDLE_WRITER = "muon-repro bundle"
+
+
+def _is_earlier_bundle(folder: Path) -> bool:
+    """A bundle: exactly the files its manifest lists (what the Hub and ``hf`` add aside)."""
+    manifest = folder / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        listed = {e.path for e in read_manifest(folder)}
+    except ValueError:
+        return False
+    return {p for p in list_files(folder) if p != MANIFEST_NAME and not is_ignored(p)} == listed
 
 
 @dataclass(frozen=True)
@@ -156,9 +194,10 @@ def check_table_set(metrics: Path) -> None:
     """Refuse tables that are not one set: a CSV other than the one written with its Parquet twin (the sha256
     in the Parquet file's stamp), or tables of different runs of ``analyze``. Cheap: Parquet footers and a
     hash of each CSV, so a bundle never carries what ``verify`` would fail."""
+    from muon_repro.hardware import profile_problems
     from muon_repro.tables.io import table_set_problems
 
-    problems = table_set_problems(metrics)
+    problems = table_set_problems(metrics) + profile_problems(metrics)
     if problems:
         raise ValueError(
             f"--metrics {metrics}: the tables are not one set, so they are not bundled: {'; '.join(problems)}. "
@@ -173,7 +212,9 @@ def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) ->
     _check_out(out, sources)
     files, warnings = collect(sources)
     check_table_set(Path(sources.metrics))
-    with staged_dir(out) as stage:  # swapped in whole when complete; removed, out untouched, when not
+    # Swapped in whole when complete; removed, out untouched, when not. No marker inside: a bundle holds exactly what
+    # is published, and is known as one by that (its files are its manifest's, _is_earlier_bundle).
+    with staged_dir(out) as stage:
         for rel, src in files.items():
             dest = stage / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +224,6 @@ def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) ->
         docs = documents(meta, staged, digests)
         write_root_files(docs, stage)
         write_atomic(stage / CARD_NAME, docs.card)
-        entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME])
+        entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME and not is_ignored(p)])
         write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
     return entries, warnings

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from muon_repro.provenance import is_generated
 from muon_repro.tables.files import list_files, sha256_file, write_atomic
+from muon_repro.terminal import shown
 
 MANIFEST_NAME = "MANIFEST.sha256"
 # Written by the Hub or by `hf download` next to the files, never part of a bundle.
@@ -124,17 +125,17 @@ def check_manifest(root: str | Path, *, digests: dict[str, str] | None = None) -
     for e in entries:
         file = root / e.path
         if not file.is_file():
-            problems.append(f"{e.path}: listed in {MANIFEST_NAME} but missing")
+            problems.append(f"{shown(e.path)}: listed in {MANIFEST_NAME} but missing")
             continue
         size, sha = sha256_file(file)
         if digests is not None:
             digests[e.path] = sha
         if size != e.size:
-            problems.append(f"{e.path}: size {size} bytes, {MANIFEST_NAME} says {e.size}")
+            problems.append(f"{shown(e.path)}: size {size} bytes, {MANIFEST_NAME} says {e.size}")
         elif sha != e.sha256:
-            problems.append(f"{e.path}: sha256 {sha[:12]}..., {MANIFEST_NAME} says {e.sha256[:12]}...")
+            problems.append(f"{shown(e.path)}: sha256 {sha[:12]}..., {MANIFEST_NAME} says {e.sha256[:12]}...")
     listed = {e.path for e in entries}
     for path in list_files(root):
         if path != MANIFEST_NAME and path not in listed and not is_ignored(path):
-            problems.append(f"{path}: present but not listed in {MANIFEST_NAME}")
+            problems.append(f"{shown(path)}: present but not listed in {MANIFEST_NAME}")
     return problems

@@ -37,6 +37,7 @@ from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_crois
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
 from muon_repro.tables.files import list_files
+from muon_repro.terminal import shown
 
 if TYPE_CHECKING:
     import numpy as np
@@ -187,21 +188,22 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
     )
     for path, (events, problem) in zip(traces, counts):
         if problem is None:
-            report(f"trace {path}: {events} events", True)
+            report(f"trace {shown(path)}: {events} events", True)
         else:
-            report(f"trace {path}: {problem}", False)
+            report(f"trace {shown(path)}: {problem}", False)
     for path in paths:
         if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
             try:
                 json.loads((root / path).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
-                report(f"{path}: not valid JSON: {exc}", False)
+                report(f"{shown(path)}: not valid JSON: {exc}", False)
 
 
 def check_table_set(root: Path, report: Callable[[str, bool], None], digests: dict[str, str] | None = None) -> None:
     """The tables in ``root/metrics`` are one set: one generation, every CSV the one written with its Parquet
     twin. Reads the Parquet footers and hashes the CSV files that ``digests`` (sha256 by bundle path, from the
     manifest check) lacks: cheap, so every verify does it."""
+    from muon_repro.hardware import profile_problems
     from muon_repro.tables.io import table_set_problems
 
     metrics = root / "metrics"
@@ -210,6 +212,7 @@ def check_table_set(root: Path, report: Callable[[str, bool], None], digests: di
         return
     try:
         set_problems = table_set_problems(metrics, csv_sha256={root / path: sha for path, sha in (digests or {}).items()})
+        set_problems += profile_problems(metrics)
     except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
         set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
     for problem in set_problems:

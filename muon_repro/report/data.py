@@ -18,7 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, ordered_profiles, profile_from_environment, rows_of_profile
+from muon_repro.hardware import (
+    PROFILE_FIELD,
+    UNKNOWN_PROFILE,
+    ordered_profiles,
+    profile_from_environment,
+    rows_of_profile,
+    validate_profile_id,
+)
 from muon_repro.rundir import CONVERGENCE_GROUP
 from muon_repro.tables.io import read_tables
 from muon_repro.tables.joins import convergence_with_runs
@@ -162,9 +169,21 @@ def load(metrics_dir: str | Path) -> ReportData:
     for name, df in tables.items():
         require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)
+    _check_profiles(tables, metrics_dir)
     if tables["runs"].empty:
         raise ValueError(f"metrics table {metrics_dir / 'runs.parquet'} has no runs")
     return ReportData(**tables, metrics_dir=metrics_dir)
+
+
+def _check_profiles(tables: dict[str, pd.DataFrame], metrics_dir: Path) -> None:
+    """Every profile a table names must be a profile id: figures of a profile are drawn under figures/<profile>/,
+    so a value such as ``../../elsewhere`` would write outside the figures' folder. Refused with table and value."""
+    for name, df in tables.items():
+        if PROFILE_FIELD not in df.columns:
+            continue
+        for value in df[PROFILE_FIELD].dropna().astype(str).unique():
+            if value != UNKNOWN_PROFILE:
+                validate_profile_id(value, source=f"{metrics_dir / (name + '.parquet')}: profile")
 
 
 def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:

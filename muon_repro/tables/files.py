@@ -5,8 +5,10 @@ document (:func:`with_block`); hashing in one pass, listing a tree, sizes for pe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -40,13 +42,45 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
     return path
 
 
+STAGING = "muon-repro"  # in the names of the hidden folders a writer stages beside its output: what they are
+OUTPUT_MARKER = ".muon-repro-output"  # in a folder muon-repro replaces whole: which command wrote it
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:muon-repro-)?(?:stage|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
 def new_sibling_dir(out: Path, role: str) -> Path:
-    """A new hidden folder beside ``out`` (with ``out``'s mode when it exists, else the umask's)."""
-    folder = out.with_name(f".{out.name}.{role}-{os.getpid()}-{secrets.token_hex(4)}")
+    """A new hidden folder beside ``out`` (with ``out``'s mode when it exists, else the umask's), named
+    ``.<out>.muon-repro-<role>-<pid>-<random>`` so that a reader knows whose it is; one an interrupted writer left
+    is removed by the next writer of ``out`` (:func:`remove_stale_siblings`)."""
+    folder = out.with_name(f".{out.name}.{STAGING}-{role}-{os.getpid()}-{secrets.token_hex(4)}")
     folder.mkdir()
     if out.is_dir():
         folder.chmod(out.stat().st_mode & 0o7777)
     return folder
+
+
+def remove_stale_siblings(out: Path) -> list[Path]:
+    """Remove the staging folders of ``out`` whose writer is gone (an interrupted run's: its process no longer
+    alive); a live writer's are kept. Returns those removed."""
+    removed = []
+    parent = out.parent
+    for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
+        match = _SIBLING.match(folder.name)
+        if not match or match["name"] != out.name or folder.is_symlink() or not folder.is_dir():
+            continue
+        if int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process, or a pid this system cannot have: keep its folder
+    return True
 
 
 def swap_dir(stage: Path, out: Path) -> None:
@@ -66,18 +100,97 @@ def swap_dir(stage: Path, out: Path) -> None:
 
 
 @contextmanager
-def staged_dir(out: str | Path) -> Iterator[Path]:
+def staged_dir(out: str | Path, writer: str | None = None) -> Iterator[Path]:
     """A new folder beside ``out`` to fill; swapped in for ``out`` whole when the block ends, removed
-    (``out`` untouched) when it raises."""
+    (``out`` untouched) when it raises. ``writer`` (say ``muon-repro analyze``) is recorded in the folder's
+    :data:`OUTPUT_MARKER`, so that the next writer knows the folder is its own to replace (:func:`check_replaceable`).
+    Staging folders an interrupted writer of ``out`` left are removed first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = new_sibling_dir(out, "stage")
+    with output_lock(out):
+        remove_stale_siblings(out)
+        stage = new_sibling_dir(out, "stage")
+        try:
+            if writer is not None:
+                (stage / OUTPUT_MARKER).write_text(marker_text(writer), encoding="utf-8")
+            yield stage
+            swap_dir(stage, out)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold the lock of the folder ``out`` (``.<out>.muon-repro-lock`` beside it, an advisory ``flock`` the system
+    releases when the process ends) while it is replaced; a second writer is refused at once, naming the first's
+    pid, instead of swapping folders under it. The file is removed on release; a writer that locked a file another
+    just removed sees the inode change and tries the new one."""
+    import fcntl
+
+    path = out.with_name(f".{out.name}.{STAGING}-lock")
+    for _ in range(8):
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(
+                f"{out} is being written by another muon-repro (pid {holder}): wait for it to finish, or write elsewhere"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed this file as we locked it: lock the current one
+    else:
+        raise ValueError(f"{out}: could not take its lock {path} (other writers keep replacing it); try again")
     try:
-        yield stage
-        swap_dir(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)  # closing releases the lock
+
+
+def marker_text(writer: str) -> str:
+    """What :data:`OUTPUT_MARKER` holds in a folder ``writer`` wrote."""
+    return f"written by {writer}, which replaces this folder whole; anything else put here is lost then\n"
+
+
+def check_replaceable(
+    out: str | Path,
+    writer: str,
+    label: str,
+    *,
+    ours: Callable[[Path], bool] | None = None,
+    force: bool = False,
+    why_not_ours: str = f"it holds no {OUTPUT_MARKER} of its own",
+    force_option: str | None = "--force",
+) -> None:
+    """Refuse to replace the folder ``out`` (named ``label``, say ``--out dist/dataset``) unless it is empty, or
+    ``writer`` wrote it (its :data:`OUTPUT_MARKER` says so, or ``ours(out)`` recognizes one written before the
+    marker), or ``force``. A folder holding ``.git`` is never replaced, ``force`` or not: it is someone's checkout."""
+    out = Path(out)
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if (out / ".git").exists():
+        raise ValueError(f"{label} holds .git: a repository checkout is never replaced; choose another folder")
+    marker = out / OUTPUT_MARKER
+    if marker.is_file() and marker.read_text(encoding="utf-8", errors="replace") == marker_text(writer):
+        return
+    if force or (ours is not None and ours(out)):
+        return
+    or_force = f", or pass {force_option} to replace it" if force_option else ""
+    raise ValueError(
+        f"{label} is a folder {writer} did not write ({why_not_ours}), and it would be replaced whole: nothing in it "
+        f"was touched; choose an empty or new folder{or_force}"
+    )
 
 
 def check_out_folder(out: str | Path, label: str, *, replaced_whole: bool = False) -> None:
@@ -130,11 +243,20 @@ def sha256_file(path: str | Path) -> tuple[int, str]:
 
 
 def list_files(root: str | Path) -> list[str]:
-    """Every regular file under ``root`` as a sorted POSIX path relative to it (symlinks followed)."""
+    """Every regular file under ``root`` as a sorted POSIX path relative to it. ``root`` may itself be a link, and so
+    may a file (a Hub cache snapshot links its files to blobs); a link to a folder inside the tree is refused with a
+    ValueError naming it, never followed: it could lead out of the tree, or around a loop forever."""
     root = Path(root)
     out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames.sort()
+        for name in dirnames:
+            if (Path(dirpath) / name).is_symlink():
+                link = Path(dirpath) / name
+                raise ValueError(
+                    f"{link}: a link to a folder ({os.readlink(link)}), which is not followed (it could leave {root} or "
+                    "loop); replace it with the folder itself or remove it"
+                )
         for name in filenames:
             full = Path(dirpath) / name
             if full.is_file():

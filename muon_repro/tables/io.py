@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from muon_repro.tables.files import check_out_folder, staged_dir, write_atomic
+from muon_repro.tables.files import OUTPUT_MARKER, check_out_folder, check_replaceable, staged_dir, write_atomic
 from muon_repro.tables.schema import TableSchema
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
 from muon_repro.tables.stamp import (
@@ -36,10 +36,13 @@ if TYPE_CHECKING:
 TABLE_SUFFIXES = (".parquet", ".csv")
 
 
-def check_tables_out(out_dir: str | Path, option: str = "") -> None:
+TABLES_WRITER = "muon-repro analyze"
+
+
+def check_tables_out(out_dir: str | Path, option: str = "", *, force: bool = False) -> None:
     """Refuse, before any work, an output folder the tables cannot replace: a file, the working
-    directory, a folder holding anything but tables, or a place that cannot be written.
-    ``option`` (say ``--out``) is named with the folder in the messages."""
+    directory, a folder holding anything but tables, tables this package did not write (unless ``force``),
+    or a place that cannot be written. ``option`` (say ``--out``) is named with the folder in the messages."""
     out = Path(out_dir)
     label = f"{option} {out}" if option else str(out)
     if out.is_dir():
@@ -55,12 +58,32 @@ def check_tables_out(out_dir: str | Path, option: str = "") -> None:
                 f"{label} holds what is not a table ({shown}): the tables replace their folder whole, so it may hold "
                 "only *.parquet and *.csv files; move the others elsewhere or choose another folder"
             )
+        check_replaceable(out, TABLES_WRITER, label, ours=_written_here, force=force)
     check_out_folder(out, label, replaced_whole=True)
 
 
 def _is_table_file(path: Path) -> bool:
-    """A file the tables' folder may hold: a table, or a temporary file an interrupted writer left."""
-    return path.is_file() and (path.suffix in TABLE_SUFFIXES or (path.name.startswith(".") and path.suffix == ".tmp"))
+    """A file the tables' folder may hold: a table, its writer's marker, or a temporary file an interrupted writer
+    left."""
+    hidden_tmp = path.name.startswith(".") and path.suffix == ".tmp"
+    return path.is_file() and (path.suffix in TABLE_SUFFIXES or path.name == OUTPUT_MARKER or hidden_tmp)
+
+
+def _written_here(folder: Path) -> bool:
+    """Tables written before folders carried their writer's marker: every Parquet file one of ours with its stamp,
+    every CSV the twin of one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquets = sorted(folder.glob("*.parquet"))
+    if not parquets or any(p.stem not in SCHEMAS for p in parquets):
+        return False
+    try:
+        if any(GENERATION_KEY not in table_stamp(pq.read_schema(p).metadata) for p in parquets):
+            return False
+    except (OSError, ValueError, pa.ArrowException):
+        return False
+    return all((folder / f"{c.stem}.parquet").is_file() for c in folder.glob("*.csv"))
 
 
 def stamped_schema(name: str, generation: str, csv_sha256: str) -> pa.Schema:
@@ -77,18 +100,19 @@ def _write_parquet(frame: pd.DataFrame, schema: pa.Schema, path: Path) -> None:
     pq.write_table(table.replace_schema_metadata(schema.metadata), path)
 
 
-def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, *, force: bool = False) -> list[Path]:
     """Write each table as ``<name>.parquet`` (schema, descriptions and generation stamp in the
     metadata) and ``<name>.csv`` into a new folder beside ``out_dir``, then swap it in for
-    ``out_dir`` (which may hold only tables: see :func:`check_tables_out`). Returns the paths."""
+    ``out_dir`` (which may hold only tables this package wrote, or anything with ``force``: see
+    :func:`check_tables_out`). Returns the paths."""
     out = Path(out_dir)
     out = out.resolve() if out.is_symlink() else out  # replace the folder the link points at, keep the link
-    check_tables_out(out)
+    check_tables_out(out, force=force)
     frames = {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
     csv_files = {name: df.to_csv(index=False).encode("utf-8") for name, df in frames.items()}
     csv_sha256 = {name: hashlib.sha256(data).hexdigest() for name, data in csv_files.items()}
     generation = generation_id(csv_sha256)
-    with staged_dir(out) as stage:
+    with staged_dir(out, TABLES_WRITER) as stage:
         for name, df in frames.items():
             (stage / f"{name}.csv").write_bytes(csv_files[name])
             _write_parquet(df, stamped_schema(name, generation, csv_sha256[name]), stage / f"{name}.parquet")

@@ -1,0 +1,68 @@
+"""What reaches the terminal: text from files, tables and the Hub (file names, run names, a stranger's fields) is
+data, never terminal control. :class:`EscapingStream` writes every control or format character but newline and tab
+as its escape (``\\x1b``, ``\\u202e``), so a downloaded dataset cannot clear the screen, move the cursor over what
+was printed, reverse text with a bidi override or rewrite a line with a carriage return; the commands that print
+such names (everything but the recorders, whose progress lines redraw themselves) run with their output through it.
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+
+def _printable_ascii(text: str) -> bool:
+    return all(" " <= c <= "~" for c in text)
+
+
+def shown(text: object) -> str:
+    """``text`` as it may be printed: itself if printable ASCII, else ``ascii(text)`` (quoted, escapes visible)."""
+    text = str(text)
+    return text if _printable_ascii(text) else ascii(text)
+
+
+def _is_control(c: str) -> bool:
+    # Cc: C0/C1 controls and DEL (ESC starts ANSI sequences); Cf: format characters (bidi overrides, zero width)
+    return c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def escape_controls(line: str) -> str:
+    """``line`` with every control or format character but newline and tab written as its escape (``\\x1b``)."""
+    if all(" " <= c <= "~" or c in "\n\t" for c in line):
+        return line
+    return "".join(ascii(c)[1:-1] if _is_control(c) else c for c in line)
+
+
+# Commands that draw progress (a carriage return redraws the line); what they print are their own configurations.
+PROGRESS_COMMANDS = frozenset({"run", "bench", "converge", "regimes", "calibrate", "equivalence"})
+
+
+class EscapingStream:
+    """A text stream that writes through :func:`escape_controls`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(escape_controls(text))
+        return len(text)
+
+    def __getattr__(self, name: str):  # flush, fileno, isatty, encoding...: the stream's own
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def escaped_output(command: str | None) -> Iterator[None]:
+    """stdout and stderr through :class:`EscapingStream` while ``command`` runs (not for :data:`PROGRESS_COMMANDS`)."""
+    if command in PROGRESS_COMMANDS:
+        yield
+        return
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingStream(out), EscapingStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err

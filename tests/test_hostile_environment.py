@@ -1,0 +1,101 @@
+"""A stranger's hardware description (environment.json) is read by one set of rules (issue 45, items 2 and 3):
+every field that makes the profile id is typed and ranged, the id it makes is checked like any other (so no field
+turns it into a path), a bad folder is reported by name while the good ones are analyzed, and a table whose profile
+column is no profile id is refused before any figure is drawn from it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from test_profiles import RUNS, copy_run
+
+from muon_repro.hardware import interconnect_from_topology, profile_from_environment
+
+GOOD = {"backend": "gloo", "host_cpu_cores": 2}
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"backend": "x/../../../../tmp/escaped"}, "backend is 'x/../../../../tmp/escaped', not a backend name"),
+        ({"host_cpu_cores": "two"}, "host_cpu_cores is 'two', not a count from 1 to 1,000,000"),
+        ({"host_cpu_cores": math.inf}, "host_cpu_cores is inf"),  # what json reads 1e400 as
+        ({"host_cpu_cores": 2.9}, "host_cpu_cores is 2.9"),
+        ({"host_cpu_cores": 2**63}, "host_cpu_cores is 9223372036854775808"),
+        ({"accelerator": "H100", "accelerator_count": [8]}, "accelerator_count is [8]"),
+        ({"accelerator": "H100", "nodes": -1}, "nodes is -1"),
+        ({"accelerator": "A.." * 3}, "is not a profile id"),
+    ],
+)
+def test_a_field_that_cannot_make_a_profile_is_named(changes, said):
+    with pytest.raises(ValueError, match="environment.json") as refused:
+        profile_from_environment({**GOOD, **changes})
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize("topology", [4, ["GPU0 NV4"], {"GPU0": "NV4"}, "", None])
+def test_a_topology_that_is_not_text_reads_as_none(topology):
+    assert interconnect_from_topology(topology) is None
+    assert profile_from_environment({**GOOD, "accelerator": "H100", "accelerator_count": 2, "interconnect_topology": topology})
+
+
+def test_well_formed_descriptions_keep_their_profiles():
+    assert profile_from_environment(GOOD) == "cpu-2c-gloo"
+    assert profile_from_environment({**GOOD, "host_cpu_cores": "2"}) == "cpu-2c-gloo"
+    h100 = {"backend": "nccl", "accelerator": "NVIDIA H100 80GB HBM3", "accelerator_count": 8.0, "interconnect": "nvlink"}
+    assert profile_from_environment(h100) == "8xH100-nvlink-nccl"
+
+
+def test_a_bad_run_folder_is_reported_and_the_good_one_analyzed(tmp_path):
+    from muon_repro.analysis.batch_read import analyze_paths
+    from muon_repro.rundir import ENVIRONMENT_FILE
+
+    traces = tmp_path / "traces"
+    good, bad = (copy_run(run, traces) for run in RUNS)
+    env = json.loads((bad / ENVIRONMENT_FILE).read_text())
+    env.pop("profile", None)
+    (bad / ENVIRONMENT_FILE).write_text(json.dumps({**env, "host_cpu_cores": "two"}))
+    analysis = analyze_paths([traces], workers=1)
+    assert [info.path for info, _ in analysis.runs] == [good]
+    (failure,) = analysis.failures
+    assert str(bad) in failure.message and "host_cpu_cores is 'two'" in failure.message
+
+
+def test_a_table_whose_profile_is_a_path_is_refused(tmp_path):
+    from muon_repro.hardware import profile_problems
+
+    pd.DataFrame({"profile": ["cpu-2c-gloo", "../../escaped"], "x": [1, 2]}).to_parquet(tmp_path / "runs.parquet")
+    (problem,) = profile_problems(tmp_path)
+    assert "runs.parquet: profile '../../escaped' is not a profile id" in problem
+
+
+def test_a_copy_of_a_ranks_trace_is_refused_naming_both(tmp_path):
+    """rank0 (copy).json.gz beside rank0.json.gz was merged: three ranks in a world of two, steps 9x too long."""
+    import shutil
+
+    from muon_repro.analysis.batch_read import analyze_paths
+
+    run = copy_run(RUNS[0], tmp_path / "traces")
+    shutil.copyfile(run / "rank0.json.gz", run / "rank0 (copy).json.gz")
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert analysis.runs == []
+    (failure,) = analysis.failures
+    assert "2 traces of rank 0 (rank0 (copy).json.gz, rank0.json.gz)" in failure.message
+
+
+def test_ranks_that_profiled_different_steps_are_refused():
+    from types import SimpleNamespace
+
+    from muon_repro.analysis.batch_read import _ranks_disagree
+
+    def trace(rank: int, steps: list[int]):
+        meta = SimpleNamespace(rank=rank, path=f"rank{rank}.json.gz")
+        return SimpleNamespace(meta=meta, steps=pd.DataFrame({"step": steps}))
+
+    info = SimpleNamespace(path="run")
+    assert _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [3, 4, 5])]) is None
+    why = _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [4, 5])])
+    assert why == "its ranks profiled different steps (rank 0: steps 3, 4, 5; rank 1: steps 4, 5): re-record the run"
