@@ -21,6 +21,7 @@ dependencies when called, so importing this module is cheap.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,16 +58,18 @@ def bench(
     others timed only, into ``out/<profile>/`` (``profile``: default ``$MUON_REPRO_PROFILE``, else
     derived from the machine); complete trials are skipped unless ``force``."""
     from muon_repro.bench.configs import expand_config_names, resolve
+    from muon_repro.bench.placement import place, visible_gpus
     from muon_repro.bench.sweep import record_local
-    from muon_repro.parallel.launch import default_backend
 
     cfgs = [resolve(key, scale) for key in expand_config_names(list(configs))]
-    backend = backend or default_backend(max(c.world_size for c in cfgs))
+    placement = place(cfgs, visible_gpus(), backend)  # NCCL on the GPUs that fit; never the CPU unasked on a GPU machine
+    if placement.refused:
+        print(f"not recorded here:\n{placement.refusals()}", file=sys.stderr)
     command = list(command or ["muon-repro", "bench", *configs, "--scale", scale, "--out", str(out)])
     return record_local(
-        cfgs,
+        placement.runnable,
         Path(out),
-        backend,
+        placement.backend,
         trials=trials,
         traced_trials=traced_trials,
         force=force,

@@ -105,3 +105,47 @@ def test_the_cli_states_its_version(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"muon-repro {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "local_ranks", "asked", "expected"),
+    [
+        (4, 4, None, "nccl"),
+        (8, 4, None, "nccl"),
+        (2, 4, None, "torchrun started 4 ranks on this node, which has 2 GPUs: .*--nproc-per-node 2 .*--backend gloo"),
+        (0, 4, "nccl", "which has no GPU"),
+        (2, 4, "gloo", "gloo"),  # asked for
+        (0, 4, None, "gloo"),  # a CPU node, cpu scale
+    ],
+)
+def test_torchrun_never_falls_back_to_the_cpu_unasked(gpus, local_ranks, asked, expected):
+    from muon_repro.bench.placement import torchrun_backend
+
+    cfgs = _all("cpu")[:2]
+    if expected in ("nccl", "gloo"):
+        assert torchrun_backend(cfgs, gpus, local_ranks, asked) == expected
+    else:
+        with pytest.raises(ValueError, match=expected):
+            torchrun_backend(cfgs, gpus, local_ranks, asked)
+
+
+def test_torchrun_on_a_cpu_node_refuses_the_gpu_scale_unless_asked():
+    from muon_repro.bench.placement import torchrun_backend
+
+    cfgs = _all("gpu")[:1]
+    with pytest.raises(ValueError, match="no GPU is visible on this node, and .* is of the gpu scale"):
+        torchrun_backend(cfgs, 0, 4)
+    assert torchrun_backend(cfgs, 0, 4, "gloo") == "gloo"
+
+
+def test_the_run_stage_places_like_bench(monkeypatch, tmp_path):
+    """`muon-repro run` chose gloo from the largest world size; it now records the configurations that fit the GPUs
+    over NCCL and names the rest."""
+    from muon_repro import stages
+    from muon_repro.bench import placement, sweep
+
+    recorded = {}
+    monkeypatch.setattr(placement, "visible_gpus", lambda: 4)
+    monkeypatch.setattr(sweep, "record_local", lambda cfgs, out, backend, **kw: recorded.update(cfgs=cfgs, backend=backend) or [])
+    stages.bench(["all"], tmp_path, scale="gpu", progress=False)
+    assert recorded["backend"] == "nccl" and all(cfg.world_size <= 4 for cfg in recorded["cfgs"])

@@ -127,7 +127,7 @@ def _configs(args: argparse.Namespace) -> list:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from muon_repro.bench.placement import place, visible_gpus
+    from muon_repro.bench.placement import place, torchrun_backend, visible_gpus
     from muon_repro.bench.sweep import (
         BenchError,
         BenchInterrupted,
@@ -136,7 +136,6 @@ def _record(args: argparse.Namespace) -> int:
         record_local,
         record_under_torchrun,
     )
-    from muon_repro.parallel.launch import default_backend
 
     cfgs = _configs(args)
     check_out_folder(args.out)  # before torch elastic starts anything
@@ -145,7 +144,8 @@ def _record(args: argparse.Namespace) -> int:
     sweep = dict(trials=args.trials, traced_trials=args.traced_trials, force=args.force, command=command, profile=args.profile)
     try:
         if _under_torchrun():
-            backend = args.backend or default_backend()
+            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            backend = torchrun_backend(cfgs, visible_gpus(), local_ranks, args.backend)  # never the CPU unasked
             results = record_under_torchrun(cfgs, args.out, backend, **sweep)
             if int(os.environ["RANK"]) != 0:
                 return 0

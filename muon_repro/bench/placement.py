@@ -67,6 +67,31 @@ def place(cfgs: list[BenchConfig], gpus: int, asked: str | None = None) -> Place
     return placement
 
 
+def torchrun_backend(cfgs: list[BenchConfig], gpus: int, local_ranks: int, asked: str | None = None) -> str:
+    """The backend of the ranks torchrun started on this node (``local_ranks`` of them, ``gpus`` visible): NCCL when
+    each has its own GPU; gloo only when asked, or when the node has no GPU and no configuration is of the gpu scale.
+    Anything else is a ValueError with the launch that would work, never the CPU unasked on a GPU node."""
+    if asked not in (None, "gloo", "nccl"):
+        raise ValueError(f"unknown backend {asked!r}; use 'gloo' or 'nccl'")
+    if asked == "gloo":
+        return "gloo"
+    if gpus >= local_ranks and gpus > 0:
+        return "nccl"
+    if gpus > 0 or asked == "nccl":
+        have = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "no GPU"
+        raise ValueError(
+            f"torchrun started {local_ranks} ranks on this node, which has {have}: NCCL needs one GPU per rank; "
+            f"start torchrun with --nproc-per-node {max(gpus, 1)} on each node, or pass --backend gloo for the CPU"
+        )
+    gpu_scale = [cfg.key for cfg in cfgs if cfg.scale == GPU_SCALE]
+    if gpu_scale:
+        raise ValueError(
+            f"no GPU is visible on this node, and {', '.join(gpu_scale)} is of the gpu scale (the 369M model at half a "
+            "million tokens a step): record --scale cpu here, or ask for the CPU anyway with --backend gloo"
+        )
+    return "gloo"
+
+
 def visible_gpus() -> int:
     """CUDA GPUs this process sees (0 without CUDA)."""
     import torch
