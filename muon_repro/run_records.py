@@ -16,9 +16,11 @@ from typing import Any
 
 
 def _int(value: Any) -> int | None:
+    """An integer field: an int, or a float holding a whole number (JSON writers may add ``.0``), within int64;
+    anything else (``2.9`` is no world size, ``1e400`` no count) reads as not recorded, never rounded."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         return None
     return int(value) if -(2**63) <= value < 2**63 else None
 

@@ -99,3 +99,11 @@ def test_ranks_that_profiled_different_steps_are_refused():
     assert _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [3, 4, 5])]) is None
     why = _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [4, 5])])
     assert why == "its ranks profiled different steps (rank 0: steps 3, 4, 5; rank 1: steps 4, 5): re-record the run"
+
+
+@pytest.mark.parametrize(("value", "read"), [(2, 2), (2.0, 2), (2.9, None), (math.inf, None), (2**63, None), (True, None)])
+def test_an_integer_field_is_never_rounded(value, read):
+    """config.json's world_size 2.9 was read as 2."""
+    from muon_repro.run_records import RunConfig
+
+    assert RunConfig.from_dict({"world_size": value}).world_size == read

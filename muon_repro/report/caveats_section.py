@@ -180,6 +180,8 @@ def limitations(data: ReportData) -> list[str]:
             f"(overlap {overlap}) was recorded {int(d['count'])} times, with median profiled step times from {ms(d['min'])} "
             f"to {ms(d['max'])}."
         )
+    if (said := profiler_overhead_line(runs)) is not None:
+        out.append(said)
     out.append(
         "The loss in the runs' tables covers a handful of steps, a check that both optimizers learn; the convergence "
         "comparison is its own section."
@@ -189,3 +191,32 @@ def limitations(data: ReportData) -> list[str]:
         "from call sizes, not from a NIC counter."
     )
     return out
+
+
+PROFILER_OVERHEAD_LEVEL = 1.2  # above it, a breakdown read from a run's trace is named as inflated by the profiler
+
+
+def profiler_overhead_line(runs: pd.DataFrame) -> str | None:
+    """What the profiler costs, as the runs table has it (``profiler_overhead``: the profiled step over the step timed
+    without the profiler, same trial): its range, and the runs above :data:`PROFILER_OVERHEAD_LEVEL`, whose breakdowns
+    (phases, waits, the timeline) carry that inflation; nothing is scaled to remove it. None without the column."""
+    if "profiler_overhead" not in runs.columns:
+        return None
+    measured = runs[runs["profiler_overhead"].notna()]
+    if measured.empty:
+        return None
+    values = measured["profiler_overhead"].astype(float)
+    low, high = measured.loc[values.idxmin()], measured.loc[values.idxmax()]
+    above = measured[values > PROFILER_OVERHEAD_LEVEL].sort_values("profiler_overhead", ascending=False)
+    line = (
+        f"The profiler's cost, the profiled step over the same trial's steps timed without it (runs.profiler_overhead): "
+        f"median {values.median():.2f}×, from {ratio(low['profiler_overhead'])} ({run_label(low)}) to "
+        f"{ratio(high['profiler_overhead'])} ({run_label(high)}). "
+    )
+    if above.empty:
+        return line + f"No run is above {PROFILER_OVERHEAD_LEVEL:g}×: the breakdowns read from the traces keep near its time."
+    named = ", ".join(f"{run_label(r)} {ratio(r['profiler_overhead'])}" for _, r in above.iterrows())
+    return (
+        line + f"Above {PROFILER_OVERHEAD_LEVEL:g}×, the breakdowns read from these runs' traces (phases, waits, the timeline) "
+        f"carry that inflation, and nothing scales it away: {named}."
+    )
