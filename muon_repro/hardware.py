@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -202,14 +202,20 @@ def profile_problems(folder: str | Path) -> list[str]:
 
     problems = []
     for path in sorted(Path(folder).glob("*.parquet")):
-        if PROFILE_FIELD not in pq.read_schema(path).names:
+        if PROFILE_FIELD in pq.read_schema(path).names:
+            values = pq.read_table(path, columns=[PROFILE_FIELD]).column(0).unique().to_pylist()
+            problems += invalid_profiles(values, f"{path}: profile")
+    return problems
+
+
+def invalid_profiles(values: Iterable[object], source: str) -> list[str]:
+    """Why each of a table's ``profile`` values (named by ``source``) is no profile id; nulls and ``unknown`` pass."""
+    problems = []
+    for value in values:
+        if value is None or value == UNKNOWN_PROFILE:
             continue
-        values = pq.read_table(path, columns=[PROFILE_FIELD]).column(0).unique().to_pylist()
-        for value in values:
-            if value is None or value == UNKNOWN_PROFILE:
-                continue
-            try:
-                validate_profile_id(str(value), source=f"{path}: profile")
-            except ValueError as exc:
-                problems.append(str(exc))
+        try:
+            validate_profile_id(str(value), source=source)
+        except ValueError as exc:
+            problems.append(str(exc))
     return problems

@@ -16,8 +16,6 @@ from muon_repro.tables.files import list_files, sha256_file, write_atomic
 from muon_repro.terminal import shown
 
 MANIFEST_NAME = "MANIFEST.sha256"
-# Written by the Hub or by `hf download` next to the files, never part of a bundle.
-IGNORED_TOP_LEVEL = (".gitattributes", ".cache/", ".huggingface/")
 _LINE = re.compile(r"([0-9a-f]{64})  (\d+)  (.+)")
 HEADER = (
     f"# {MANIFEST_NAME}: sha256, size in bytes and path of every file of this bundle (except this one).\n"
@@ -53,9 +51,7 @@ def is_ignored(path: str) -> bool:
     """Whether ``path`` is no file of the dataset: what the Hub and ``hf`` add, what installing the download's package
     adds (``<name>.egg-info/``), and the caches and hidden files a bundle never holds (:func:`is_generated`). Verify
     skips them, so ``pip install -e .`` and running the tests in a download leave it verifiable."""
-    if any(path == p or (p.endswith("/") and path.startswith(p)) for p in IGNORED_TOP_LEVEL):
-        return True
-    top, _, rest = path.partition("/")
+    top, _, rest = path.partition("/")  # the Hub's and hf's files (.gitattributes, .cache/) are hidden: is_generated
     return (top.endswith(".egg-info") and bool(rest)) or is_generated(path)
 
 

@@ -21,10 +21,10 @@ import pandas as pd
 from muon_repro.hardware import (
     PROFILE_FIELD,
     UNKNOWN_PROFILE,
+    invalid_profiles,
     ordered_profiles,
     profile_from_environment,
     rows_of_profile,
-    validate_profile_id,
 )
 from muon_repro.rundir import CONVERGENCE_GROUP
 from muon_repro.tables.io import read_tables
@@ -179,11 +179,10 @@ def _check_profiles(tables: dict[str, pd.DataFrame], metrics_dir: Path) -> None:
     """Every profile a table names must be a profile id: figures of a profile are drawn under figures/<profile>/,
     so a value such as ``../../elsewhere`` would write outside the figures' folder. Refused with table and value."""
     for name, df in tables.items():
-        if PROFILE_FIELD not in df.columns:
-            continue
-        for value in df[PROFILE_FIELD].dropna().astype(str).unique():
-            if value != UNKNOWN_PROFILE:
-                validate_profile_id(value, source=f"{metrics_dir / (name + '.parquet')}: profile")
+        if PROFILE_FIELD in df.columns:
+            problems = invalid_profiles(df[PROFILE_FIELD].dropna().astype(str).unique(), f"{metrics_dir / name}.parquet: profile")
+            if problems:
+                raise ValueError(problems[0])
 
 
 def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:

@@ -73,13 +73,12 @@ def _written_here(folder: Path) -> bool:
     """Tables written before folders carried their writer's marker: every Parquet file one of ours with its stamp,
     every CSV the twin of one."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     parquets = sorted(folder.glob("*.parquet"))
     if not parquets or any(p.stem not in SCHEMAS for p in parquets):
         return False
     try:
-        if any(GENERATION_KEY not in table_stamp(pq.read_schema(p).metadata) for p in parquets):
+        if any(GENERATION_KEY not in stamp for stamp in _folder_stamps(folder).values()):
             return False
     except (OSError, ValueError, pa.ArrowException):
         return False
