@@ -25,10 +25,12 @@ def tables_of(analysis: Analysis) -> dict[str, pd.DataFrame]:
     table with the claims judged on the study's own runs first."""
     from muon_repro.analysis.tables import tables_from_analysis
     from muon_repro.study.claims import study_claim_rows
-    from muon_repro.study.tables import study_tables
+    from muon_repro.study.tables import study_tables, study_trace_files
 
     study = study_tables(analysis.paths)
-    return tables_from_analysis(analysis, study=study, study_claims=study_claim_rows(study))
+    return tables_from_analysis(
+        analysis, study=study, study_claims=study_claim_rows(study), study_traces=study_trace_files(analysis.paths)
+    )
 
 
 def build_tables(

@@ -94,9 +94,9 @@ def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
     assert len(by_layout) > 0
     for _, c in by_layout.iterrows():
         cid = str(c["check_id"])
-        expected = check_number(c["measured_value"], str(c["unit"]), cid)
+        expected = check_number(c["measured_value"], str(c["unit_kind"]), cid)
         assert said.values[f"checks.{cid}.measured_value"] == expected
-        assert f"{str(c['layout']).replace('_', '-')} {expected}×" in said.text
+        assert f"{str(c['layout']).replace('_', '-')} {expected}" in said.text
     # The bar totals' ratios (TP gather included) are named as the other quantity they are.
     assert "the bytes checks' quantity" in said.text and "TP gather included (the bar totals)" in said.text
     # The DP-group bytes above the bars are the checks' (stated muon_dp_bytes / adamw_dp_bytes) ...
@@ -221,11 +221,22 @@ def test_the_optimizer_share_has_one_estimator(data):
 
 
 @pytest.mark.parametrize(
-    ("value", "text"), [(0.5, "0.500"), (1.25, "1.250"), (1.0, "1.000"), (1.000122, "1.000122"), (1.2218457, "1.221846")]
+    ("value", "text"), [(0.5, "0.500×"), (1.25, "1.250×"), (1.0, "1.000×"), (1.000122, "1.000122×"), (1.2218457, "1.221846×")]
 )
 def test_a_check_ratio_never_reads_as_a_rounder_number(value, text):
     """Two checks printed 1.000 beside '(outside)' and '(inside)': one was 1.0, the other 1.000122."""
-    assert check_number(value, "ratio Muon/AdamW", "t") == text
+    assert check_number(value, "ratio", "t") == text
+
+
+def test_checks_and_claims_write_each_unit_kind_the_same_way():
+    """A ratio reads 1.25× and a share 50.0% in the checks as in the claims; an unknown kind is refused by name."""
+    from muon_repro.report.claims_section import claim_number
+
+    assert check_number(1.25, "ratio", "t").endswith("×") and claim_number(1.25, "ratio", "c").endswith("×")
+    assert check_number(0.5, "fraction", "t") == claim_number(0.5, "fraction", "c") == "50.0%"
+    assert check_number(-0.2, "change", "t") == claim_number(-0.2, "change", "c") == "−20.0%"
+    with pytest.raises(ValueError, match="unit_kind 'elements'"):
+        check_number(3, "elements", "checks.expected (x)")
 
 
 @pytest.mark.parametrize(

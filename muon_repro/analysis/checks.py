@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import ProfileTables, check_same_work, describe_runs, first_run
-from muon_repro.claims import PAPER, STUDY
+from muon_repro.claims import PAPER, STUDY, UnitKind
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
 from muon_repro.tables.schemas import SCHEMAS
@@ -60,6 +60,7 @@ class Check:
     unit: str
     fails_if: str
     claimed_region: str | None = None  # the source's values, where it stated the quantity
+    unit_kind: UnitKind = "ratio"  # how its numbers read, in the claims' words (every check so far is a ratio)
 
 
 STATE_CLAIM = "Muon keeps 50% less optimizer state than AdamW"
@@ -293,6 +294,7 @@ def _rows(t: ProfileTables, profile: str) -> list[dict]:
                 "measured_low": o.low,
                 "measured_high": o.high,
                 "unit": c.unit,
+                "unit_kind": c.unit_kind,
                 "holds": o.holds,
                 "claimed_region": c.claimed_region,
                 "in_claimed_region": o.in_claimed_region,

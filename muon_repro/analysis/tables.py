@@ -43,6 +43,7 @@ from muon_repro.analysis.run_tables import (
 from muon_repro.analysis.runs_table import display_path, runs_table, with_optimizer_gpu_busy
 from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
+from muon_repro.analysis.trace_files import TraceFile, analyzed_trace_files, trace_files_table
 from muon_repro.analysis.waits import split_wait_transfer
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
@@ -54,11 +55,16 @@ __all__ = ["tables_from_analysis"]
 
 
 def tables_from_analysis(
-    analysis: Analysis, *, study: dict[str, pd.DataFrame] | None = None, study_claims: list[dict] | None = None
+    analysis: Analysis,
+    *,
+    study: dict[str, pd.DataFrame] | None = None,
+    study_claims: list[dict] | None = None,
+    study_traces: list[TraceFile] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every table of ``analysis``, conformed to SCHEMAS. ``study``: the original study's tables, and
-    ``study_claims`` its claims rows (the claims judged on its own runs, first in the claims table), which
-    :func:`muon_repro.table_set.tables_of` reads with :mod:`muon_repro.study`; empty when not given."""
+    """Every table of ``analysis``, conformed to SCHEMAS. ``study``: the original study's tables, ``study_claims``
+    its claims rows (the claims judged on its own runs, first in the claims table) and ``study_traces`` the files
+    they were read from, which :func:`muon_repro.table_set.tables_of` reads with :mod:`muon_repro.study`; empty
+    when not given."""
     from muon_repro.analysis.checks import checks_table
     from muon_repro.analysis.claims import claims_table, stated_numbers
     from muon_repro.analysis.convergence import convergence_tables
@@ -107,6 +113,7 @@ def tables_from_analysis(
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
         "environment": environment,
+        "trace_files": trace_files_table([*analyzed_trace_files(analysis), *(study_traces or [])], analysis.paths),
         **costmodel,
         **convergence,
         **study,

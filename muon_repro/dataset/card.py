@@ -184,6 +184,21 @@ def report_findings(files: Mapping[str, Path]) -> tuple[str, list[str]]:
     return abstract(view), limitations(view)
 
 
+def trace_index_example(files: Mapping[str, Path]) -> dict[str, str] | None:
+    """A run to show the ``trace_files`` config with (one of ours, else the study's); None without an index."""
+    from muon_repro.analysis.trace_files import READ_BY_ANALYSIS
+    from muon_repro.tables.io import read_table
+
+    path = files.get("metrics/trace_files.parquet")
+    if path is None:
+        return None
+    index = read_table(path, "trace_files", check_set=False)
+    if index.empty:
+        return None
+    ours = index[index["read_by"] == READ_BY_ANALYSIS]
+    return {"run": str((ours if len(ours) else index)["run"].iloc[0])}
+
+
 def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileEntry]) -> str:
     """The card for a bundle whose files are ``files`` (bundle path -> readable file) with ``digests``.
 
@@ -222,6 +237,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "run_groups": describe_run_groups(runs),
         "traces": traces,
         "example_trace": traces[0] if traces else None,
+        "trace_index": trace_index_example(files),
         "folders": folders,
         "env_rows": environment.rows,
         "env_blocks": environment.blocks,

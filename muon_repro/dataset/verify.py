@@ -191,12 +191,36 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
             report(f"trace {shown(path)}: {events} events", True)
         else:
             report(f"trace {shown(path)}: {problem}", False)
+    check_trace_index(root, traces, report)
     for path in paths:
         if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
             try:
                 json.loads((root / path).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 report(f"{shown(path)}: not valid JSON: {exc}", False)
+
+
+def check_trace_index(root: Path, traces: list[str], report: Callable[[str, bool], None]) -> None:
+    """The ``trace_files`` table and the bundle's traces name the same files (a bundle without the table: no check)."""
+    from muon_repro.tables.io import read_table
+
+    index_path = root / "metrics" / "trace_files.parquet"
+    if not index_path.is_file():
+        return
+    try:
+        indexed = set(read_table(index_path, "trace_files", check_set=False)["path"].astype(str))
+    except Exception as exc:  # not Parquet, or no path column: pyarrow raises several types
+        report(f"trace index: metrics/trace_files.parquet cannot be read: {_one_line(exc)}", False)
+        return
+    absent, unindexed = sorted(indexed - set(traces)), sorted(set(traces) - indexed)
+    for path in absent[:10]:
+        report(f"trace index: metrics/trace_files.parquet names {shown(path)}, which is not in the bundle", False)
+    for path in unindexed[:10]:
+        report(f"trace index: {shown(path)} is not in metrics/trace_files.parquet; run `muon-repro run --from analyze`", False)
+    if len(absent) + len(unindexed) > 20:
+        report(f"trace index: {len(absent)} indexed files absent, {len(unindexed)} traces not indexed in all", False)
+    if not absent and not unindexed:
+        report(f"trace index: metrics/trace_files.parquet names the bundle's {len(traces)} traces", True)
 
 
 def check_table_set(root: Path, report: Callable[[str, bool], None], digests: dict[str, str] | None = None) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import ReportData, is_missing, metric, require_columns
-from muon_repro.report.formatting import as_number
+from muon_repro.report.formatting import as_number, pct
 
 CHECK_COLUMNS = (
     "check_id",
@@ -21,6 +21,7 @@ CHECK_COLUMNS = (
     "measured_low",
     "measured_high",
     "unit",
+    "unit_kind",
     "holds",
     "claimed_region",
     "in_claimed_region",
@@ -30,26 +31,28 @@ CHECK_COLUMNS = (
 HEADER = ["check", "expected", "measured (range over ranks)", "holds", "claimed", "fails if"]
 
 
-def check_number(value, unit: str, what: str) -> str:
-    """A check's number as the checks table writes it: ``1.250`` (a ratio), ``4,096`` (elements).
+def check_number(value, kind: str, what: str) -> str:
+    """A check's number in its ``unit_kind``, as claims write theirs: ``1.249695×`` (a ratio), ``50.0%`` (a fraction).
 
     A check's ratio is exact arithmetic, so it gets the decimals (3 to 6) it needs not to read as a rounder number:
     1.000122 is printed so, never as the 1.000 of a neighbour whose 1.0 sits outside the claimed region."""
     v = as_number(value, what)
-    if unit.startswith("elements"):
-        return f"{v:,.0f}"
-    if not unit.startswith("ratio"):
-        return f"{v:.4g}"
+    if kind == "fraction":
+        return pct(v, what)
+    if kind == "change":
+        return pct(v, what, signed=True).replace("-", "−")
+    if kind != "ratio":
+        raise ValueError(f"{what}: unit_kind {kind!r} is not ratio, fraction or change; re-run `muon-repro analyze`")
     text = f"{v:.6f}".rstrip("0")
     decimals = len(text.partition(".")[2])
-    return f"{v:.{max(decimals, 3)}f}"
+    return f"{v:.{max(decimals, 3)}f}×"
 
 
 def _measured(row: pd.Series) -> str:
-    unit, cid = str(row["unit"]), str(row["check_id"])
-    value = check_number(metric(row, "measured_value", "checks", "check_id"), unit, f"checks.measured_value ({cid})")
-    low = check_number(metric(row, "measured_low", "checks", "check_id"), unit, f"checks.measured_low ({cid})")
-    high = check_number(metric(row, "measured_high", "checks", "check_id"), unit, f"checks.measured_high ({cid})")
+    kind, cid = str(row["unit_kind"]), str(row["check_id"])
+    value = check_number(metric(row, "measured_value", "checks", "check_id"), kind, f"checks.measured_value ({cid})")
+    low = check_number(metric(row, "measured_low", "checks", "check_id"), kind, f"checks.measured_low ({cid})")
+    high = check_number(metric(row, "measured_high", "checks", "check_id"), kind, f"checks.measured_high ({cid})")
     return value if low == high == value else f"{value} ({low}–{high})"
 
 
@@ -79,7 +82,7 @@ def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[st
         expected = (
             "—"
             if is_missing(c.get("expected"))
-            else check_number(metric(c, "expected", "checks", "check_id"), str(c["unit"]), f"checks.expected ({cid})")
+            else check_number(metric(c, "expected", "checks", "check_id"), str(c["unit_kind"]), f"checks.expected ({cid})")
         )
         rows.append([str(c["check"]), expected, _measured(c), _verdict(c), _claimed(c), str(c["fails_if"])])
         notes.append(f"{c['explanation']} Unit: {c['unit']}.")

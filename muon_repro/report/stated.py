@@ -175,9 +175,9 @@ def bytes_by_layout(grid: str, total_ratios: dict[str, float], agree: str, check
     region = None
     for _, c in bytes_checks(checks, profile).iterrows():
         cid = str(metric(c, "check_id", "checks", "check_id"))
-        said = check_number(c["measured_value"], str(c["unit"]), f"checks.measured_value ({cid})")
+        said = check_number(c["measured_value"], str(c["unit_kind"]), f"checks.measured_value ({cid})")
         values[f"checks.{cid}.measured_value"] = said
-        checked.append(f"{str(c['layout']).replace('_', '-')} {said}×")
+        checked.append(f"{str(c['layout']).replace('_', '-')} {said}")
         region = region or (None if is_missing(c.get("claimed_region")) else str(c["claimed_region"]))
     totals = ", ".join(f"{layout.replace('_', '-')} {ratio(v, 'bytes ratio')}" for layout, v in total_ratios.items())
     if not checked:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from muon_repro.analysis.trace_files import READ_BY_STUDY, TraceFile
 from muon_repro.hardware import profile_or_unknown
 from muon_repro.rundir import RunDir, protocol_folders, study_folders, trace_rank
 from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
@@ -115,6 +116,20 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
             )
         )
     return out
+
+
+def study_trace_files(paths: Iterable[str | Path]) -> list[TraceFile]:
+    """The trace files of the study's runs under ``paths``, each with its run and rank (the ``trace_files`` table)."""
+    return [
+        TraceFile(rec.run, rec.profile, rec.group, rec.name, rec.trial, _file_rank(f), f, READ_BY_STUDY)
+        for rec in recordings(paths)
+        for f in rec.files
+    ]
+
+
+def _file_rank(file: Path) -> int:
+    rank = trace_rank(file.name)
+    return rank if rank is not None else run_and_rank(file.name)[1]
 
 
 ORIGINAL, RECORDED_HERE = "the original study", "muon_repro"

@@ -690,6 +690,7 @@ SCHEMAS: dict[str, TableSchema] = {
             ("measured_low", "Float64", "", "its smallest value over ranks (the quantity does not vary between steps)"),
             ("measured_high", "Float64", "", "its largest value over ranks"),
             ("unit", "string", "", "unit of expected and the measured columns"),
+            ("unit_kind", "string", "", "how the numbers read, as claims.unit_kind: ratio (×), fraction (%), change (±%)"),
             ("holds", "boolean", "", "whether the runs agree with the construction (the rule is in check)"),
             ("claimed_region", "string", "", "the values the source claimed, where it stated this quantity; else null"),
             (
@@ -918,6 +919,31 @@ SCHEMAS: dict[str, TableSchema] = {
         "provenance. Lists are joined with ', '.",
         ("run", "trial", "key"),
         columns_of(*_TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
+    ),
+    "trace_files": TableSchema(
+        "trace_files",
+        "One row per trace file the tables were made from (each rank of each traced trial, the original study's "
+        "included): the index that finds a run's traces, which are JSON files and no config of the dataset "
+        "(muon_repro.analysis.trace_files).",
+        ("run", "trial", "rank", "path"),
+        columns_of(
+            *_RANK_ID,
+            (
+                "path",
+                "string",
+                "",
+                "the file, from the folder above the one analyzed: in the dataset, from its root (traces/<run>/trial<k>/"
+                "rank<r>.json.gz), ready for hf_hub_download",
+            ),
+            ("bytes", "Int64", "bytes", "the file's size as stored (gzipped for .json.gz)"),
+            (
+                "read_by",
+                "string",
+                "",
+                "which tables hold its numbers: 'analysis' (runs, steps, ...) or 'study' (study_runs, study_steps, "
+                "...: the original study's traces and runs of its protocol)",
+            ),
+        ),
     ),
     # ---- convergence on real text (`muon-repro converge`, docs/method.md#convergence-on-real-text)
     "convergence": TableSchema(
