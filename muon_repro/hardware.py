@@ -200,9 +200,13 @@ def profile_problems(folder: str | Path) -> list[str]:
     figures/<profile>/: a value such as ``../x`` would leave that folder). Reads that one column of each table."""
     import pyarrow.parquet as pq
 
+    from muon_repro.tables.limits import table_size_problem
+
     problems = []
     for path in sorted(Path(folder).glob("*.parquet")):
-        if PROFILE_FIELD in pq.read_schema(path).names:
+        if too_large := table_size_problem(path):
+            problems.append(too_large)
+        elif PROFILE_FIELD in pq.read_schema(path).names:
             values = pq.read_table(path, columns=[PROFILE_FIELD]).column(0).unique().to_pylist()
             problems += invalid_profiles(values, f"{path}: profile")
     return problems

@@ -153,3 +153,119 @@ def test_a_second_writer_of_one_folder_is_refused_with_the_first_ones_pid(tmp_pa
         (stage / "runs.parquet").write_bytes(b"y")
     assert (out / "runs.parquet").read_bytes() == b"y"
     assert [p.name for p in tmp_path.iterdir()] == ["metrics"]  # the lock went with its holder
+
+
+# ---------------------------------------------------------------- odd places
+
+
+def _tables_in(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_a_folder_that_cannot_be_renamed_is_replaced_entry_by_entry(tmp_path, monkeypatch):
+    """A mount point: the stage, the lock and the swap are inside it; the folder itself stays where it is."""
+    from muon_repro.tables import files
+
+    out = tmp_path / "metrics"
+    out.mkdir()
+    monkeypatch.setattr(files, "is_mount_point", lambda path: Path(path) == out)
+    monkeypatch.setattr(files.os, "rename", _refusing_to_rename(out, files.os.rename))
+    write_tables({"runs": SCHEMAS["runs"].empty()}, out)
+    inode = out.stat().st_ino
+    write_tables({"steps": SCHEMAS["steps"].empty()}, out)
+    assert out.stat().st_ino == inode
+    assert _tables_in(out) == {OUTPUT_MARKER, "steps.parquet", "steps.csv"}  # the old set gone, nothing hidden left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics"]
+
+
+def _refusing_to_rename(folder: Path, rename):
+    def guarded(src, dst, *args, **kwargs):
+        if Path(src) == folder or Path(dst) == folder:
+            raise OSError(16, "Device or resource busy", str(src))  # what renaming a mount point gives
+        return rename(src, dst, *args, **kwargs)
+
+    return guarded
+
+
+def test_a_failed_swap_inside_a_mount_point_puts_the_old_entries_back(tmp_path, monkeypatch):
+    from muon_repro.tables import files
+
+    out = tmp_path / "metrics"
+    write_tables({"runs": SCHEMAS["runs"].empty()}, out)
+    before = _tables_in(out)
+    monkeypatch.setattr(files, "is_mount_point", lambda path: Path(path) == out)
+    rename = files.os.rename
+
+    def failing(src, dst, *args, **kwargs):
+        if Path(dst).parent == out and Path(dst).name == "steps.parquet":
+            raise OSError(28, "No space left on device", str(dst))
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "rename", failing)
+    with pytest.raises(OSError, match="No space left"):
+        write_tables({"steps": SCHEMAS["steps"].empty()}, out)
+    assert _tables_in(out) == before
+
+
+@pytest.mark.parametrize("command", ["bundle --out {file}/x", "card --out {file}/x.md", "figures --out {file}/x"])
+def test_a_place_under_a_file_is_refused_in_one_line_before_any_work(tmp_path, capsys, command):
+    from muon_repro.cli import main
+
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    code = main(command.format(file=file).split())
+    err = capsys.readouterr().err
+    assert code == 2 and f"{file} is a file, not a folder" in err and "Traceback" not in err
+    assert file.read_text() == "mine"
+
+
+def test_download_refuses_a_local_dir_under_a_file_before_asking_the_hub(tmp_path):
+    from muon_repro.hub.download import download
+
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+
+    class NoHub:
+        def __getattr__(self, name):
+            raise AssertionError(f"the Hub was asked {name}")
+
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        download("org/name", "v1.0.0", file / "x", api=NoHub())
+
+
+@pytest.mark.slow
+def test_analyze_writes_into_a_real_mount_point(tmp_path):
+    """On a tmpfs mounted for the test (root only): the tables land in it, twice, and it stays mounted."""
+    import subprocess
+
+    out = tmp_path / "mounted"
+    out.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "none", str(out)], capture_output=True).returncode:
+        pytest.skip("needs root and mount to make a mount point")
+    try:
+        assert os.path.ismount(out)
+        write_tables({"runs": SCHEMAS["runs"].empty()}, out)
+        write_tables({"steps": SCHEMAS["steps"].empty()}, out)
+        assert os.path.ismount(out) and _tables_in(out) == {OUTPUT_MARKER, "steps.parquet", "steps.csv"}
+    finally:
+        subprocess.run(["umount", str(out)], check=False)
+
+
+@pytest.mark.slow
+def test_a_read_only_place_is_refused_in_one_line_naming_it(tmp_path, capsys):
+    """A read-only tmpfs (root only: chmod does not stop root) under each command that writes a folder or a file."""
+    import subprocess
+
+    from muon_repro.cli import main
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "none", str(ro)], capture_output=True).returncode:
+        pytest.skip("needs root and mount to make a read-only place")
+    try:
+        for command in (f"bundle --out {ro}/x", f"figures --out {ro}/x", f"card --out {ro}/x.md", f"report --out {ro}"):
+            code = main(command.split())
+            err = capsys.readouterr().err
+            assert code == 2 and f"no permission to write in {ro}" in err and "Traceback" not in err, (command, err)
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)

@@ -182,6 +182,25 @@ def test_an_events_bomb_is_stopped_after_the_limit_not_at_the_end(tmp_path):
     assert seconds < 20
 
 
+def test_a_trace_whose_every_event_has_its_own_name_stops_at_max_event_names(tmp_path):
+    """Each distinct name costs ~250 bytes beyond its event: names are counted, and bounded, as they are decoded."""
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": [event(i, f"op_{i}") for i in range(20_000)]}))
+    assert read_trace(path, limits=TraceLimits(max_event_names=20_000)).events["name"].nunique() == 20_000
+    error, _, _ = read_traced(path, limits=TraceLimits(max_event_names=1000), piece_bytes=64 * 1024)
+    message = assert_limit_error(error, path, "max_event_names", "--max-event-names")
+    assert "more than 1,000 distinct event names" in message
+    assert read_trace(write_trace(tmp_path / "rank1.json", 20_000), limits=TraceLimits(max_event_names=1)).meta.rank == 1
+
+
+@pytest.mark.slow
+def test_the_parallel_reader_stops_at_max_event_names_too(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": [event(i, f"op_{i}") for i in range(20_000)]}))
+    with pytest.raises(TraceLimitError, match=r"rank0\.json: more than 1,000 distinct event names"):
+        read_trace(path, workers=2, piece_bytes=64 * 1024, limits=TraceLimits(max_event_names=1000))
+
+
 @pytest.mark.slow
 def test_the_parallel_reader_stops_at_max_events_too(tmp_path, monkeypatch):
     """Without falling back to the sequential reader (made to fail here), which would read the file again."""

@@ -1,6 +1,6 @@
-"""The limits on one trace file (how large it may decompress to, how many events it may hold, how
-long a stretch without an event boundary may be, and how deep its JSON may nest) and the
-command-line options that set them.
+"""The limits on one trace file (how large it may decompress to, how many events and distinct event names it may
+hold, how long a stretch without an event boundary may be, and how deep its JSON may nest) and the command-line
+options that set them.
 
 Traces come from strangers (contributions), so a file's size on disk says nothing about what
 reading it costs: a 14 MB gzip can hold 10 GB of whitespace. The reader counts as it goes and
@@ -8,7 +8,7 @@ stops at the first limit passed with one :class:`~muon_repro.analysis.errors.Tra
 names the file, the limit and how to raise it, having read at most the limit plus one buffer.
 The defaults are far above any real trace (numbers in the comments; docs/limits.md has the
 table). :class:`TraceLimits` overrides them in Python; on the command line the options
-``--max-trace-bytes``, ``--max-trace-events`` and ``--max-event-bytes`` do, for ``muon-repro
+``--max-trace-bytes``, ``--max-trace-events``, ``--max-event-bytes`` and ``--max-event-names`` do, for ``muon-repro
 analyze`` and any other command that analyzes traces (a review of contributed ones:
 :func:`add_limit_options` on its parser, :func:`limits_from_options` on its parsed arguments).
 
@@ -47,6 +47,12 @@ DEFAULT_MAX_EVENTS = 20_000_000
 # distinct names as events.
 MAX_EVENTS_CEILING = 2**31 - 1
 
+# Distinct event names in one trace. Real traces name a few hundred kinds of event (1,028 in TraceLens's B200
+# trace, 204 in an H200 rank here); a hostile one can give every event its own name, and each distinct name costs
+# ~250 bytes of memory beyond its event's ~100 (measured: 10^6 events of 16-character names, 101 MB of JSON, 350 MB).
+# 1,000,000 caps what names can cost near 250 MB, whatever the trace's size.
+DEFAULT_MAX_EVENT_NAMES = 1_000_000
+
 # Bytes of the events array with no boundary between two events (``}, {"``): one event, one string or one run
 # of whitespace. The largest real event seen is 2 KB (a kernel with its arguments), the longest string 2.2 KB;
 # 64 MiB is 30,000 times that. The reader's buffer grows to hold such a stretch, and never past it.
@@ -79,6 +85,7 @@ LIMIT_SPECS = {
     "max_event_bytes": LimitSpec(
         MAX_EVENT_BYTES_CEILING, "the size of one event, string or run of whitespace", "--max-event-bytes", True
     ),
+    "max_event_names": LimitSpec(MAX_EVENTS_CEILING, "the distinct event names in one trace", "--max-event-names", False),
 }
 
 
@@ -94,6 +101,7 @@ class TraceLimits:
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
     max_events: int = DEFAULT_MAX_EVENTS
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_event_names: int = DEFAULT_MAX_EVENT_NAMES
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -137,7 +145,8 @@ def too_deep_problem() -> str:
 
 
 class EventBudget:
-    """Counts the events of a trace's pieces as they are decoded, and refuses the one that passes the limit."""
+    """Counts the events of a trace's pieces as they are decoded, and refuses the piece that passes the limit on
+    events or on their distinct names."""
 
     def __init__(self, path: str | Path, limits: TraceLimits) -> None:
         self.path = path
@@ -148,6 +157,13 @@ class EventBudget:
         self.events += n_events
         if self.events > self.limits.max_events:
             raise limit_error(self.path, "max_events", self.limits, f"more than {self.limits.max_events:,} events")
+
+    def check_names(self, n_names: int) -> None:
+        """Refuse the trace once the events decoded so far carry more distinct names than the limit."""
+        if n_names > self.limits.max_event_names:
+            raise limit_error(
+                self.path, "max_event_names", self.limits, f"more than {self.limits.max_event_names:,} distinct event names"
+            )
 
 
 # -- the command-line options

@@ -198,8 +198,10 @@ def read_trace(
         doc = scan_parallel(path, piece_bytes, workers, staged.append, limits)
         if doc is not None:
             decoded_by = "parallel"
+            names = EventBudget(path, limits)  # the workers counted the events; names are counted across pieces
             for piece in staged:
                 asm.add(piece)
+                names.check_names(len(asm.names))
         del staged
     bare = False
     if doc is None:
@@ -209,6 +211,7 @@ def read_trace(
         def add(piece: PieceColumns) -> None:
             budget.take(piece.n_events)
             asm.add(piece)
+            budget.check_names(len(asm.names))
 
         scanner = Scanner(path, add, piece_bytes, limits)
         with Source(path, limits) as src:

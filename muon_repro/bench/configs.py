@@ -26,6 +26,23 @@ from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS, PP_SEND_ACTIVATION,
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
 MODEL_SHAPE_FIELDS = ("hidden", "n_layers", "n_heads", "ffn_hidden", "vocab_size")  # BenchConfig fields that override the preset
+# The largest value of each size a config may name (docs/limits.md, "Run shapes"): far above any model trained (the
+# widest published models are ~25k wide, ~130 blocks deep, with 256k-token vocabularies), low enough that pricing
+# or building one stays seconds and bytes countable in int64 (predict at 1,024 blocks takes ~10 s on 2 cores).
+SIZE_LIMITS = {
+    "hidden": 2**17,
+    "n_layers": 1024,
+    "n_heads": 2**12,
+    "ffn_hidden": 2**19,
+    "vocab_size": 2**22,
+    "dp": 2**16,
+    "tp": 2**10,
+    "pp": 2**10,
+    "micro_batches": 2**16,
+    "seq_len": 2**22,
+    "tokens_per_step": 2**36,
+}
+_SHAPE_FLAG = {"n_layers": "layers", "n_heads": "heads", "ffn_hidden": "ffn", "vocab_size": "vocab"}  # field -> its flag
 
 
 @dataclass(frozen=True)
@@ -137,6 +154,7 @@ class BenchConfig:
         for name in ("dp", "tp", "pp", "active", "micro_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"config {self.key}: {name} must be >= 1, got {getattr(self, name)}")
+        self._check_size_limits()
         for name in ("wait", "warmup", "timed_steps", "timed_warmup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"config {self.key}: {name} must be >= 0, got {getattr(self, name)}")
@@ -167,6 +185,17 @@ class BenchConfig:
                 raise ValueError(
                     f"config {self.key}: micro_batches={self.micro_batches} does not divide the {self.batch_per_dp} sequences "
                     f"each DP rank trains per step; choose a divisor of {self.batch_per_dp}"
+                )
+
+    def _check_size_limits(self) -> None:
+        """No size past SIZE_LIMITS: a model or a world that large is a typo, and would cost hours or overflow."""
+        for name, limit in SIZE_LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, int) and value > limit:
+                flag = "--" + _SHAPE_FLAG.get(name, name).replace("_", "-")
+                raise ValueError(
+                    f"config {self.key}: {name}={value:,} ({flag}) is past the limit of {limit:,} (docs/limits.md, run shapes): "
+                    "no model or world this project prices is that large; check the value"
                 )
 
     def _check_model_shape(self) -> None:

@@ -213,6 +213,10 @@ SINGLE_DEVICE = (1,)
 """``--ranks 1``: one device measured alone, kernels only (a machine with one GPU)."""
 
 
+MAX_CALIBRATION_RANKS = 64  # processes of one world calibrate starts on this machine: 8 GPUs, or a large CPU node's cores
+MAX_THREADS = 1024  # torch threads per rank (--threads): more than any machine's cores
+
+
 def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
     out = tuple(sorted(set(ranks)))
     if out == SINGLE_DEVICE:
@@ -221,6 +225,11 @@ def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
         raise ValueError(
             f"--ranks must list world sizes of at least 2 ranks (e.g. 2,4), or be 1 alone (one device, no collectives), "
             f"got {list(ranks)}"
+        )
+    if out[-1] > MAX_CALIBRATION_RANKS:
+        raise ValueError(
+            f"--ranks {out[-1]} is past the limit of {MAX_CALIBRATION_RANKS} (docs/limits.md): calibrate starts that many "
+            "processes on this machine; measure a world that fits it"
         )
     return out
 

@@ -226,15 +226,15 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from muon_repro.bench.environment import recording_profile
-    from muon_repro.costmodel.calibrate import calibrate, format_summary
+    from muon_repro.costmodel.calibrate import MAX_THREADS, calibrate, format_summary
     from muon_repro.costmodel.machine import write_profile
     from muon_repro.tables.io import write_table
     from muon_repro.tables.schemas import CALIBRATION
 
     if args.out.is_dir():
         raise ValueError(f"--out {args.out} is a folder; give the profile's file name, such as {args.out / 'machine.json'}")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise ValueError(f"--threads must be an integer from 1 to {MAX_THREADS} (torch threads per rank), got {args.threads}")
     name = args.name or args.out.stem
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)

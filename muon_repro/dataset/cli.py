@@ -144,8 +144,9 @@ def _bundle(args: argparse.Namespace) -> int:
 
 def _card(args: argparse.Namespace) -> int:
     from muon_repro.dataset.bundle import render_card_from_sources
-    from muon_repro.tables.files import write_atomic
+    from muon_repro.tables.files import check_out_file, write_atomic
 
+    check_out_file(args.out, f"--out {args.out}")  # before the work: a place that cannot be written is said at once
     write_atomic(args.out, render_card_from_sources(_sources(args), _meta(args)))
     print(f"Wrote {args.out}")
     return 0

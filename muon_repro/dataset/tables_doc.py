@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from muon_repro.tables.limits import check_table_size
+
 DEFAULT_CONFIG = "runs"
 TABLE_ORDER = ("runs", "steps", "collectives", "comparisons", "claims")
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -71,6 +73,7 @@ def describe_tables(files: Mapping[str, Path]) -> list[TableDoc]:
     docs = []
     for name in order:
         path = names[name]
+        check_table_size(parquet[path])  # before the rows are loaded: a small file can promise millions
         try:
             meta = pq.read_metadata(parquet[path])
             table = pq.read_table(parquet[path])

@@ -112,6 +112,15 @@ def _manifest_lists(root: Path, name: str) -> bool:
         return False  # check_manifest reports an unreadable manifest
 
 
+def _size_problem(root: Path, path: str) -> str | None:
+    from muon_repro.tables.limits import table_size_problem
+
+    if Path(path).is_absolute() or ".." in Path(path).parts:  # not in the bundle: check_card says so
+        return None
+    file = root / path
+    return table_size_problem(file) if file.suffix == ".parquet" and file.is_file() else None
+
+
 def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool], None]) -> None:
     """Load every config with ``datasets`` and compare it with the card's ``dataset_info``."""
     import datasets
@@ -124,6 +133,10 @@ def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool]
         for config in _configs(meta):
             name = config.get("config_name")
             label = f"config {name!r}"
+            too_large = [problem for path in _data_file_paths(config) if (problem := _size_problem(root, path))]
+            if too_large:  # reported by the table-set check; loading it would cost the memory the limit keeps
+                report(f"{label}: not loaded: {too_large[0]}", False)
+                continue
             try:
                 ds = datasets.load_dataset(str(root.resolve()), name, split="train", cache_dir=cache)
             except Exception as exc:  # datasets raises many types; all mean "does not load"

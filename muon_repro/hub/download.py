@@ -23,6 +23,7 @@ from muon_repro.hub.publish import (
     token_in_use,
     token_source,
 )
+from muon_repro.tables.files import check_out_folder
 
 
 class DownloadError(ValueError):
@@ -94,6 +95,8 @@ def download(
     if revision is not None:
         check_revision(revision)
     timeout = check_timeout(timeout)
+    if local_dir is not None:  # before the Hub is asked anything: a place that cannot be written is said at once
+        check_out_folder(Path(local_dir), f"--local-dir {local_dir}")
     from huggingface_hub import HfApi, snapshot_download
 
     api = api if api is not None else HfApi()

@@ -47,22 +47,22 @@ OUTPUT_MARKER = ".muon-repro-output"  # in a folder muon-repro replaces whole: w
 _SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:muon-repro-)?(?:stage|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
-def new_sibling_dir(out: Path, role: str) -> Path:
-    """A new hidden folder beside ``out`` (with ``out``'s mode when it exists, else the umask's), named
-    ``.<out>.muon-repro-<role>-<pid>-<random>`` so that a reader knows whose it is; one an interrupted writer left
-    is removed by the next writer of ``out`` (:func:`remove_stale_siblings`)."""
-    folder = out.with_name(f".{out.name}.{STAGING}-{role}-{os.getpid()}-{secrets.token_hex(4)}")
+def new_sibling_dir(out: Path, role: str, where: Path | None = None) -> Path:
+    """A new hidden folder beside ``out`` (in ``where``, when given: inside a mount point, say), with ``out``'s mode
+    when it exists, else the umask's, named ``.<out>.muon-repro-<role>-<pid>-<random>`` so that a reader knows whose
+    it is; one an interrupted writer left is removed by the next writer of ``out`` (:func:`remove_stale_siblings`)."""
+    folder = (where or out.parent) / f".{out.name}.{STAGING}-{role}-{os.getpid()}-{secrets.token_hex(4)}"
     folder.mkdir()
     if out.is_dir():
         folder.chmod(out.stat().st_mode & 0o7777)
     return folder
 
 
-def remove_stale_siblings(out: Path) -> list[Path]:
-    """Remove the staging folders of ``out`` whose writer is gone (an interrupted run's: its process no longer
-    alive); a live writer's are kept. Returns those removed."""
+def remove_stale_siblings(out: Path, where: Path | None = None) -> list[Path]:
+    """Remove the staging folders of ``out`` (beside it, or in ``where``) whose writer is gone (an interrupted run's:
+    its process no longer alive); a live writer's are kept. Returns those removed."""
     removed = []
-    parent = out.parent
+    parent = where or out.parent
     for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
         match = _SIBLING.match(folder.name)
         if not match or match["name"] != out.name or folder.is_symlink() or not folder.is_dir():
@@ -99,36 +99,71 @@ def swap_dir(stage: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def is_mount_point(out: Path) -> bool:
+    """Whether ``out`` is a folder another file system is mounted on: it cannot be renamed, only its entries can."""
+    return out.is_dir() and not out.is_symlink() and os.path.ismount(out)
+
+
+def swap_entries(stage: Path, out: Path) -> None:
+    """:func:`swap_dir` for an ``out`` that cannot be renamed (a mount point), with ``stage`` inside it: its entries
+    are moved aside into a hidden folder in it, the stage's moved in, and the old ones removed; put back if a move
+    fails. Each move is a rename within ``out``'s file system; a reader may see the folder half-swapped meanwhile."""
+    old = new_sibling_dir(out, "old", where=out)
+    ours = f".{out.name}.{STAGING}-"  # this writer's and other writers' stages, old folders and lock stay where they are
+    aside = [entry for entry in sorted(out.iterdir()) if not entry.name.startswith(ours)]
+    for entry in aside:
+        os.rename(entry, old / entry.name)
+    moved_in: list[Path] = []
+    try:
+        for entry in sorted(stage.iterdir()):
+            os.rename(entry, out / entry.name)
+            moved_in.append(out / entry.name)
+    except BaseException:
+        for entry in moved_in:
+            os.rename(entry, stage / entry.name)
+        for entry in aside:
+            os.rename(old / entry.name, entry)
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    stage.rmdir()
+
+
 @contextmanager
 def staged_dir(out: str | Path, writer: str | None = None) -> Iterator[Path]:
     """A new folder beside ``out`` to fill; swapped in for ``out`` whole when the block ends, removed
     (``out`` untouched) when it raises. ``writer`` (say ``muon-repro analyze``) is recorded in the folder's
     :data:`OUTPUT_MARKER`, so that the next writer knows the folder is its own to replace (:func:`check_replaceable`).
-    Staging folders an interrupted writer of ``out`` left are removed first."""
+    Staging folders an interrupted writer of ``out`` left are removed first. A mount point cannot be renamed: the
+    stage, the lock and the swap (:func:`swap_entries`) are then inside it, on its own file system."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with output_lock(out):
-        remove_stale_siblings(out)
-        stage = new_sibling_dir(out, "stage")
+    where = out if is_mount_point(out) else out.parent
+    with output_lock(out, where):
+        remove_stale_siblings(out, where)
+        stage = new_sibling_dir(out, "stage", where)
         try:
             if writer is not None:
                 (stage / OUTPUT_MARKER).write_text(marker_text(writer), encoding="utf-8")
             yield stage
-            swap_dir(stage, out)
+            if where == out:
+                swap_entries(stage, out)
+            else:
+                swap_dir(stage, out)
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
 
 
 @contextmanager
-def output_lock(out: Path) -> Iterator[None]:
+def output_lock(out: Path, where: Path | None = None) -> Iterator[None]:
     """Hold the lock of the folder ``out`` (``.<out>.muon-repro-lock`` beside it, an advisory ``flock`` the system
     releases when the process ends) while it is replaced; a second writer is refused at once, naming the first's
     pid, instead of swapping folders under it. The file is removed on release; a writer that locked a file another
     just removed sees the inode change and tries the new one."""
     import fcntl
 
-    path = out.with_name(f".{out.name}.{STAGING}-lock")
+    path = (where or out.parent) / f".{out.name}.{STAGING}-lock"
     for _ in range(8):
         fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -201,7 +236,7 @@ def check_out_folder(out: str | Path, label: str, *, replaced_whole: bool = Fals
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{label} is a file, not a folder: choose a folder (it is created if missing)")
-    target = (out.parent if replaced_whole and out.is_dir() else out).absolute()
+    target = (out.parent if replaced_whole and out.is_dir() and not is_mount_point(out) else out).absolute()
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir():
         raise ValueError(f"{label} cannot be created: {existing} is a file, not a folder; choose another place")
@@ -212,6 +247,17 @@ def check_out_folder(out: str | Path, label: str, *, replaced_whole: bool = Fals
             f"{label}: no permission to write in {existing}, so it cannot be written ({exc.strerror}); "
             "choose a folder you can write"
         ) from exc
+
+
+def check_out_file(out: str | Path, label: str) -> None:
+    """Refuse the file ``out`` (named ``label``) when it is a folder, or its folder cannot be made or written."""
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"{label} is a folder: give a file name, such as {out / 'dataset_card.md'}")
+    folder = out.parent
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{label} cannot be created: {folder} is a file, not a folder; choose another place")
+    check_out_folder(folder, label)
 
 
 def with_block(text: str, begin_line: str, end_line: str, block: str, what: str) -> str:

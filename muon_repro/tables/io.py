@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from muon_repro.tables.files import OUTPUT_MARKER, check_out_folder, check_replaceable, staged_dir, write_atomic
+from muon_repro.tables.limits import check_table_size
 from muon_repro.tables.schema import TableSchema
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
 from muon_repro.tables.stamp import (
@@ -157,6 +158,7 @@ def _read_stamped(path: Path, name: str, *, fill_missing: bool = True) -> tuple[
     import pyarrow.parquet as pq
 
     schema = SCHEMAS[name]
+    check_table_size(path)  # from its size and footer, before the rows are loaded
     data = path.read_bytes()  # once: the stamp and the rows come from the same file
     written = pq.read_schema(pa.BufferReader(data))  # the file's own schema: its stamp and its columns
     generation = table_stamp(written.metadata).get(GENERATION_KEY)
