@@ -95,10 +95,42 @@ def test_ranks_that_profiled_different_steps_are_refused():
         meta = SimpleNamespace(rank=rank, path=f"rank{rank}.json.gz")
         return SimpleNamespace(meta=meta, steps=pd.DataFrame({"step": steps}))
 
-    info = SimpleNamespace(path="run")
+    info = SimpleNamespace(path="run", config=SimpleNamespace(world_size=2))
     assert _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [3, 4, 5])]) is None
     why = _ranks_disagree(info, [trace(0, [3, 4, 5]), trace(1, [4, 5])])
     assert why == "its ranks profiled different steps (rank 0: steps 3, 4, 5; rank 1: steps 4, 5): re-record the run"
+    why = _ranks_disagree(info, [trace(0, [3]), trace(1, [3]), trace(2, [3])])
+    assert why == "rank 2 (rank2.json.gz) is outside its world of 2 ranks (config.json world_size): remove it"
+
+
+@pytest.mark.parametrize("value", [2.9, "2", -2, 0, 2**63, True])
+def test_a_config_whose_world_is_no_whole_number_leaves_its_run_out_by_name(tmp_path, value):
+    """world_size "2" read as absent let the traces' own count stand in: a broken config passed as a good run."""
+    from muon_repro.analysis.batch_read import analyze_paths
+    from tools.cli_cases import RUN, tiny_run
+
+    for rel, data in tiny_run(world_size=value).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert analysis.runs == []
+    (failure,) = analysis.failures
+    assert f"config.json: world_size {value!r} is not a whole number" in failure.message and RUN in failure.message
+
+
+def test_a_link_to_a_folder_in_the_traces_is_said_and_not_followed(tmp_path):
+    from muon_repro.analysis.batch_read import analyze_paths
+    from tools.cli_cases import tiny_run
+
+    for rel, data in tiny_run().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "traces" / "cpu-2c-gloo" / "elsewhere").symlink_to(tmp_path / "elsewhere")
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert len(analysis.runs) == 1  # the good run is analyzed all the same
+    (failure,) = analysis.failures
+    assert "elsewhere: a link to a folder, not followed" in failure.message
 
 
 @pytest.mark.parametrize(("value", "read"), [(2, 2), (2.0, 2), (2.9, None), (math.inf, None), (2**63, None), (True, None)])

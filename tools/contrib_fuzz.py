@@ -21,17 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import unicodedata
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from muon_repro.dataset.manifest import HEADER
 from tools.contrib_cases import KINDS, PROFILE, Case, good_run, make_case, manifest_lines
+from tools.forked import Limits, Result, control_characters, outcome_of, serve, summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO = "fuzz-org/muon-traces"
@@ -40,17 +38,7 @@ MEMORY_LIMIT_BYTES = 2 * 2**30  # RLIMIT_AS of a case: a review of a small pull 
 CPU_LIMIT_S = 60  # RLIMIT_CPU of a case: SIGXCPU past it
 WALL_LIMIT_S = 90  # a case still running then is a hang: killed
 OUTCOMES = {0: "passed", 1: "refused", 2: "error", 130: "interrupted"}
-
-
-@dataclass
-class Result:
-    case: Case
-    outcome: str
-    seconds: float
-    max_rss_bytes: int
-    stdout: str
-    stderr: str
-    failures: list[str] = field(default_factory=list)
+LIMITS = Limits(MEMORY_LIMIT_BYTES, CPU_LIMIT_S, WALL_LIMIT_S)
 
 
 # ---------------------------------------------------------------------- the child side (internal: --zygote)
@@ -68,10 +56,7 @@ def _zygote() -> int:
 
     _detect_agent._registry = _detect_agent._EMPTY_REGISTRY  # else each child asks the Hub for it
     _warm_up(main)
-    for line in sys.stdin:
-        request = json.loads(line)
-        print(json.dumps(_fork_one(main, request)), flush=True)
-    return 0
+    return serve(main, LIMITS)
 
 
 def _warm_up(main) -> None:  # noqa: ANN001 - muon_repro.cli.main
@@ -85,59 +70,6 @@ def _warm_up(main) -> None:  # noqa: ANN001 - muon_repro.cli.main
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         main(["review", "--repo-id", REPO, "--pr", os.environ["CONTRIB_FUZZ_WARM_UP_PR"], "--workers", "1"])
     close_session()
-
-
-def _child(main, request: dict) -> None:  # noqa: ANN001 - muon_repro.cli.main
-    import resource
-    import traceback
-
-    code = 1
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            os.dup2(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
-        code = main(request["argv"])
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - what the user would see: a traceback, exit 1
-        traceback.print_exc()
-        code = 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _fork_one(main, request: dict) -> dict:  # noqa: ANN001
-    started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        _child(main, request)
-    interrupt_at = None if request["interrupt_after_s"] is None else started + request["interrupt_after_s"]
-    killed = False
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            break
-        now = time.monotonic()
-        if interrupt_at is not None and now >= interrupt_at:
-            os.kill(pid, signal.SIGINT)
-            interrupt_at = None
-        if now - started > WALL_LIMIT_S:
-            os.kill(pid, signal.SIGKILL)
-            _, status, usage = os.wait4(pid, 0)
-            killed = True
-            break
-        time.sleep(0.005)
-    return {
-        "code": os.waitstatus_to_exitcode(status),
-        "seconds": time.monotonic() - started,
-        "max_rss_bytes": usage.ru_maxrss * 1024,
-        "killed": killed,
-    }
 
 
 # ---------------------------------------------------------------------- the parent side
@@ -221,15 +153,9 @@ class Harness:
         self.zygote.stdin.flush()  # type: ignore[union-attr]
         report = json.loads(self.zygote.stdout.readline())  # type: ignore[union-attr]
         out, err = (Path(request[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
-        code = report["code"]
-        outcome = "hang" if report["killed"] else OUTCOMES.get(code, f"exit {code}" if code >= 0 else f"signal {-code}")
-        result = Result(case, outcome, report["seconds"], report["max_rss_bytes"], out, err)
+        result = Result(case, outcome_of(report, OUTCOMES), report["seconds"], report["max_rss_bytes"], out, err)
         result.failures = judge(result, self.hub.requests[seen:])
         return result
-
-
-def _control_characters(text: str) -> list[str]:
-    return sorted({ascii(c) for c in text if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")})
 
 
 def judge(result: Result, requests: list[tuple[str, str]]) -> list[str]:
@@ -241,7 +167,7 @@ def judge(result: Result, requests: list[tuple[str, str]]) -> list[str]:
     for word in ("Traceback", "MemoryError", "RecursionError"):
         if word in out + err:
             failures.append(f"{word} in the output: {(err or out).strip().splitlines()[-1][:200]}")
-    if bad := _control_characters(out + err):
+    if bad := control_characters(out + err):
         failures.append(f"control characters printed raw: {', '.join(bad[:5])}")
     passed_lines = [ln for ln in out.splitlines() if ln.startswith("Checks passed")]
     expected = {"passed": (1,), "interrupted": (0, 1)}.get(result.outcome, (0,)) if case.command == "review" else (0,)
@@ -278,22 +204,7 @@ def run_cases(cases: list[Case], *, echo=print) -> list[Result]:  # noqa: ANN001
         finally:
             harness.close()
         total = time.perf_counter() - started
-    outcomes: dict[str, int] = {}
-    for r in results:
-        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-    failed = [r for r in results if r.failures]
-    echo(
-        f"{len(results)} cases in {total:.1f} s: "
-        + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
-        + f"; {len(failed)} failed"
-    )
-    if results:
-        longest = max(results, key=lambda r: r.seconds)
-        largest = max(results, key=lambda r: r.max_rss_bytes)
-        echo(f"longest case: {longest.seconds:.2f} s ({longest.case.describe()})")
-        echo(f"largest memory: {largest.max_rss_bytes / 2**20:.0f} MiB ({largest.case.describe()})")
-    for r in failed:
-        echo(f"FAILED {r.case.describe()}: {'; '.join(r.failures)}")
+    summarize(results, total, echo)
     return results
 
 

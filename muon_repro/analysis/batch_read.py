@@ -26,7 +26,14 @@ from typing import TypeVar
 from muon_repro.analysis.breakdown import TraceBreakdown, analyze_file
 from muon_repro.analysis.convergence import find_records
 from muon_repro.analysis.costmodel_tables import has_costmodel_inputs
-from muon_repro.analysis.discover import RunInfo, find_traces, no_traces_error, run_info_for, timed_only_folders
+from muon_repro.analysis.discover import (
+    RunInfo,
+    find_traces,
+    folder_links,
+    no_traces_error,
+    run_info_for,
+    timed_only_folders,
+)
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.rundir import trace_name, trial_of
@@ -214,6 +221,10 @@ def _ranks_disagree(info: RunInfo, items: list[TraceBreakdown]) -> str | None:
     by_rank: dict[int, list[str]] = {}
     for b in items:
         by_rank.setdefault(b.meta.rank, []).append(Path(b.meta.path).name)
+    world = info.config.world_size
+    if world is not None and (outside := sorted(r for r in by_rank if not 0 <= r < world)):
+        names = ", ".join(name for r in outside for name in by_rank[r])
+        return f"rank {outside[0]} ({names}) is outside its world of {world} ranks (config.json world_size): remove it"
     doubled = {rank: names for rank, names in by_rank.items() if len(names) > 1}
     if doubled:
         rank, names = next(iter(sorted(doubled.items())))
@@ -245,6 +256,14 @@ def _find_files(paths: list[str | Path], failures: list[TraceFailure]) -> list[P
         except TraceError as exc:
             failures.append(TraceFailure(str(p), str(exc)))
             continue
+        failures.extend(
+            TraceFailure(
+                str(link),
+                f"{link}: a link to a folder, not followed (it could lead out of {p} or back into it): copy the folder "
+                "in, or analyze it on its own",
+            )
+            for link in (folder_links(p) if Path(p).is_dir() else [])
+        )
         for f in found:
             if f.resolve() not in seen:
                 seen.add(f.resolve())

@@ -12,6 +12,7 @@ file is a run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,29 @@ def read_by_study(folder: Path) -> bool:
     """Whether ``folder``'s traces are read by :mod:`muon_repro.study`: the original study's imported traces, or a
     run of its protocol recorded here (config.json's ``protocol``)."""
     return is_study_folder(folder) or protocol_of(folder) is not None
+
+
+def folder_links(root: str | Path) -> list[Path]:
+    """The links to folders inside the folder ``root``, which the search for traces does not follow (a link could
+    lead out of the tree or loop back into it): each is said, never silently skipped."""
+    found = []
+    for dirpath, dirnames, _ in os.walk(root, followlinks=False):
+        found += [Path(dirpath) / d for d in sorted(dirnames) if (Path(dirpath) / d).is_symlink()]
+    return found
+
+
+def check_grid_fields(config: dict[str, Any]) -> None:
+    """Refuse a config.json whose ranks are not whole numbers (``world_size: 2.9``, ``"2"``, ``-2``): read as
+    absent, the traces' own count would stand in for it and a broken run would pass as a good one."""
+    for key, least in (("world_size", 1), ("dp", 1), ("tp", 1), ("pp", 1), ("trial", 0)):
+        value = config.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or not least <= value < 2**31:
+            raise ValueError(
+                f"config.json: {key} {value!r} is not a whole number from {least} to 2^31-1 (it counts ranks or trials)"
+            )
 
 
 def find_traces(paths: list[str | Path]) -> list[Path]:
@@ -115,6 +139,7 @@ def run_info_for(directory: Path) -> RunInfo:
     """The run a folder stands for, from its side files if it has them."""
     run_dir = RunDir(directory)
     config_dict = run_dir.config_dict
+    check_grid_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
     trial = trial_of(directory)
     run_folder = directory.parent if trial is not None else directory  # traces/[<profile>/]<group>/<name>[/trial<k>]

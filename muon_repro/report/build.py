@@ -23,6 +23,7 @@ from muon_repro.report import (
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.render import write_formats
+from muon_repro.report.selection import representative_runs
 
 # Figure name (figures.FIGURES) -> how it is drawn from the tables.
 DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
@@ -47,10 +48,21 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
 }
 
 
+def check_has_benchmark_runs(data: ReportData, metrics_dir: Path) -> None:
+    """Refuse tables without a run of the benchmark (foreign traces only, say): no figure or report compares them."""
+    if representative_runs(data.runs).empty:
+        raise ValueError(
+            f"the runs table in {metrics_dir} holds no run of the benchmark (a config.json naming its optimizer and its "
+            "DP x TP grid): the figures and the report compare such runs, so there is nothing to draw or write; the "
+            "tables themselves hold what the analysis read (record runs with `muon-repro bench`)"
+        )
+
+
 def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     """Draw every figure of :data:`figures.FIGURES` and :data:`regimes_section.REGIME_FIGURES` into ``out_dir`` from the tables in
     ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
     data = load(metrics_dir)
+    check_has_benchmark_runs(data, metrics_dir)
     main, *others = data.profiles
     for profile in others:  # with several hardware profiles, each one's figures lie in figures/<profile>/
         _draw(data.of_profile(profile), Path(out_dir) / profile)
@@ -128,6 +140,7 @@ def write_report(
     :func:`muon_repro.dataset.citation.bibtex`, then the paper's); ``citation_args``: the flags of
     ``muon-repro report`` that cite the same again, for "How to reproduce"."""
     everything = load(metrics_dir)
+    check_has_benchmark_runs(everything, metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     names = (
         *figures.FIGURES,
