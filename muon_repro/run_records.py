@@ -14,6 +14,54 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+# Ranks of one run. The project records runs of 1 to 4 ranks, its registry goes to 8 and its profiles name up to
+# 2 nodes of 8 GPUs; 1,024 (128 nodes of 8) is far past any run recorded or reviewed, and keeps one trial's traces
+# (a file per rank) well inside a pull request's file limit.
+MAX_WORLD_SIZE = 1024
+# Trial numbers: the project records trials 0-9 of a configuration and pools contributors' trials after them.
+MAX_TRIAL = 9999
+MAX_STEPS = 1_000_000  # training steps of a run (recorded: 3-6 profiled steps, 1,000 for convergence)
+MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 recorded): each active step is traced
+
+# config.json's integer fields: (smallest, largest) allowed, for the analysis and a review alike
+# (:func:`int_field_problem`). A field may be absent.
+RECORD_INT_RANGES: dict[str, tuple[int, int]] = {
+    "world_size": (1, MAX_WORLD_SIZE),
+    "dp": (1, MAX_WORLD_SIZE),
+    "tp": (1, MAX_WORLD_SIZE),
+    "pp": (1, MAX_WORLD_SIZE),
+    "trial": (0, MAX_TRIAL),
+    "trials": (1, MAX_TRIAL + 1),
+    "steps": (1, MAX_STEPS),
+    "timed_steps": (0, MAX_STEPS),
+    "timed_warmup": (0, MAX_STEPS),
+    "micro_batches": (1, 4096),  # recorded: 1-16; each is a forward and backward pass per step
+    "wait": (0, MAX_PROFILED),
+    "warmup": (0, MAX_PROFILED),
+    "active": (0, MAX_PROFILED),
+}
+
+
+def int_field_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is no value of config.json's integer field ``key`` (a JSON integer within
+    :data:`RECORD_INT_RANGES`: ``true``, ``4.0``, ``"2"`` and ``2.9`` are refused, never rounded); None when it is.
+    The value is shown escaped and cut short, so that a hostile one prints as text."""
+    from muon_repro.terminal import shown
+
+    low, high = RECORD_INT_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a boolean" if isinstance(value, bool) else "null" if value is None else f"a {type(value).__name__}"
+        return f"{key} is {shown(repr(value)[:40])} ({kind}), not an integer from {low} to {high}"
+    if not low <= value <= high:
+        shown_value = str(value) if abs(value) < 10**20 else f"a {len(str(abs(value)))}-digit number"
+        return f"{key} is {shown_value}, outside {low} to {high}"
+    return None
+
+
+def record_problems(config: Mapping[str, Any]) -> list[str]:
+    """Every integer field of a decoded config.json that :func:`int_field_problem` refuses (absent fields pass)."""
+    return [problem for key in RECORD_INT_RANGES if key in config if (problem := int_field_problem(key, config[key]))]
+
 
 def _int(value: Any) -> int | None:
     """An integer field: an int, or a float holding a whole number (JSON writers may add ``.0``), within int64;

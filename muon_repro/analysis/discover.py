@@ -20,7 +20,7 @@ from typing import Any
 
 from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
-from muon_repro.run_records import RankMetrics, RunConfig
+from muon_repro.run_records import RankMetrics, RunConfig, record_problems
 from muon_repro.rundir import RUN_FILES, RunDir, is_study_folder, is_trace_file, protocol_of, trial_folders, trial_of
 
 
@@ -52,18 +52,12 @@ def folder_links(root: str | Path) -> list[Path]:
     return found
 
 
-def check_grid_fields(config: dict[str, Any]) -> None:
-    """Refuse a config.json whose ranks are not whole numbers (``world_size: 2.9``, ``"2"``, ``-2``): read as
-    absent, the traces' own count would stand in for it and a broken run would pass as a good one."""
-    for key, least in (("world_size", 1), ("dp", 1), ("tp", 1), ("pp", 1), ("trial", 0)):
-        value = config.get(key)
-        if value is None:
-            continue
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if not whole or not least <= value < 2**31:
-            raise ValueError(
-                f"config.json: {key} {value!r} is not a whole number from {least} to 2^31-1 (it counts ranks or trials)"
-            )
+def check_record_fields(config: dict[str, Any]) -> None:
+    """Refuse a config.json whose integer fields break the run records' rules (``world_size: 2.9``, ``"2"``,
+    ``-2``: :func:`~muon_repro.run_records.int_field_problem`, the rules a review applies to a contribution): read
+    as absent, the traces' own count would stand in for it and a broken run would pass as a good one."""
+    if problems := record_problems(config):
+        raise ValueError(f"config.json: {'; '.join(problems)}")
 
 
 def find_traces(paths: list[str | Path]) -> list[Path]:
@@ -139,7 +133,7 @@ def run_info_for(directory: Path) -> RunInfo:
     """The run a folder stands for, from its side files if it has them."""
     run_dir = RunDir(directory)
     config_dict = run_dir.config_dict
-    check_grid_fields(config_dict)
+    check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
     trial = trial_of(directory)
     run_folder = directory.parent if trial is not None else directory  # traces/[<profile>/]<group>/<name>[/trial<k>]

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from muon_repro.contrib.limits import CONFIG_INT_RANGES
-from muon_repro.contrib.untrusted import name_problem, shown
+from muon_repro.contrib.untrusted import name_problem
+from muon_repro.run_records import int_field_problem
 
 RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
 
@@ -30,17 +31,13 @@ class CheckedConfig:
 
 
 def _int_problem(key: str, value: Any) -> str | None:
-    low, high = CONFIG_INT_RANGES[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "a boolean" if isinstance(value, bool) else "null" if value is None else f"a {type(value).__name__}"
-        return f"{key} is {shown(repr(value)[:40])} ({kind}), not an integer from {low} to {high}: {RECORD_AGAIN}"
-    if not low <= value <= high:
-        shown_value = str(value) if abs(value) < 10**20 else f"a {len(str(abs(value)))}-digit number"
-        return (
-            f"{key} is {shown_value}, outside {low} to {high} (docs/contributing.md, Limits): "
-            f"{'the files come from another kind of run' if key == 'world_size' else 'fix the field'} or {RECORD_AGAIN}"
-        )
-    return None
+    problem = int_field_problem(key, value)
+    if problem is None:
+        return None
+    if "outside" in problem:  # a whole number out of range: where the limits are, and what to do
+        fix = "the files come from another kind of run" if key == "world_size" else "fix the field"
+        return f"{problem} (docs/contributing.md, Limits): {fix} or {RECORD_AGAIN}"
+    return f"{problem}: {RECORD_AGAIN}"
 
 
 def check_config(raw: Mapping[str, Any]) -> CheckedConfig:

@@ -11,8 +11,15 @@ trace reader's own limit (:mod:`muon_repro.analysis`), not one of these.
 from __future__ import annotations
 
 from muon_repro.dataset.manifest import MANIFEST_NAME
+
+# config.json's integer fields and their ranges are the run records' own: the analysis refuses a run folder by the
+# rules a review refuses a contribution by.
+from muon_repro.run_records import MAX_TRIAL as MAX_TRIAL
+from muon_repro.run_records import MAX_WORLD_SIZE as MAX_WORLD_SIZE
+from muon_repro.run_records import RECORD_INT_RANGES
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, LOG_FILE, METRICS_FILE, trace_rank
 
+CONFIG_INT_RANGES = RECORD_INT_RANGES  # (smallest, largest) of each integer field; a field may be absent
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 # Files one pull request may add: a full benchmark of one 8-rank profile is ~340 trials of 12 files (~4,000);
@@ -40,31 +47,6 @@ MAX_TRACE_BYTES = 2 * GIB
 # general limit (4 GiB, ~20 s and ~1 GB of decoded events per file).
 MAX_TRACE_EXPANSION = 64
 MIN_TRACE_ALLOWANCE = 64 * MIB
-
-# Ranks of one run. The project records runs of 1 to 4 ranks, its registry goes to 8 and its profiles name up to
-# 2 nodes of 8 GPUs; 1,024 (128 nodes of 8) is far past any run a review analyzes, and keeps one trial's traces
-# (a file per rank) well inside MAX_PR_FILES.
-MAX_WORLD_SIZE = 1024
-# Trial numbers: the project records trials 0-9 of a configuration and pools contributors' trials after them.
-MAX_TRIAL = 9999
-MAX_STEPS = 1_000_000  # training steps of a run (recorded: 3-6 profiled steps, 1,000 for convergence)
-MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 recorded): each active step is traced
-
-# config.json's integer fields: (smallest, largest) allowed. A field may be absent; world_size may not.
-CONFIG_INT_RANGES: dict[str, tuple[int, int]] = {
-    "world_size": (1, MAX_WORLD_SIZE),
-    "dp": (1, MAX_WORLD_SIZE),
-    "tp": (1, MAX_WORLD_SIZE),
-    "trial": (0, MAX_TRIAL),
-    "trials": (1, MAX_TRIAL + 1),
-    "steps": (1, MAX_STEPS),
-    "timed_steps": (0, MAX_STEPS),
-    "timed_warmup": (0, MAX_STEPS),
-    "micro_batches": (1, 4096),  # recorded: 1-16; each is a forward and backward pass per step
-    "wait": (0, MAX_PROFILED),
-    "warmup": (0, MAX_PROFILED),
-    "active": (0, MAX_PROFILED),
-}
 
 # Problems a review prints in full before "and N more": the count says how many there are, the first ones say why.
 MAX_SHOWN_PROBLEMS = 100
