@@ -60,25 +60,3 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     assert "muon-repro run --verbose" in short and "Why (measured causes):" not in short
     assert "Why (measured causes):" in full and len(full) > len(short)
     assert short.splitlines()[0] == full.splitlines()[0]  # the same table heads both
-
-
-def test_the_profilers_cost_is_stated_as_the_runs_table_has_it():
-    """The runs table said 1.38x for a run whose breakdowns the report drew without a word (issue 47, item 3)."""
-    import pandas as pd
-
-    from muon_repro.report.caveats_section import PROFILER_OVERHEAD_LEVEL, profiler_overhead_line
-
-    runs = pd.DataFrame(
-        {
-            "run": ["p/g/a", "p/g/b", "p/g/c"],
-            "optimizer": ["muon", "adamw", "muon"],
-            "dp": [2, 4, 1],
-            "tp": [2, 1, 4],
-            "profiler_overhead": [1.05, 1.38, None],
-        }
-    )
-    line = profiler_overhead_line(runs)
-    assert "median 1.21×, from 1.05× (Muon DP2·TP2)" in line and "to 1.38× (AdamW DP4)" in line
-    assert f"Above {PROFILER_OVERHEAD_LEVEL:g}×" in line and line.count("1.38×") == 2
-    assert profiler_overhead_line(runs.assign(profiler_overhead=[1.0, 1.1, None])).endswith("keep near its time.")
-    assert profiler_overhead_line(runs.drop(columns="profiler_overhead")) is None

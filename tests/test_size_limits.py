@@ -16,14 +16,14 @@ from muon_repro.costmodel.calibrate import MAX_CALIBRATION_RANKS, _check_ranks
 from muon_repro.hardware import profile_problems
 from muon_repro.tables.io import read_table
 from muon_repro.tables.limits import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, table_size_problem
+from tools.cli_fuzz import repeat_first_row
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _many_rows(path: Path, rows: int) -> Path:
     """A losses table whose few kilobytes hold ``rows`` copies of one row (dictionary and run-length encoded)."""
-    one = pq.read_table(REPO / "metrics" / "losses.parquet").slice(0, 1)
-    pq.write_table(one.take(pa.array([0] * rows, type=pa.int32())), path, compression="zstd")
+    repeat_first_row(REPO / "metrics" / "losses.parquet", path, rows)
     return path
 
 

@@ -140,12 +140,26 @@ class Harness:
             from muon_repro.tables.limits import MAX_TABLE_ROWS
 
             if patch["table"] not in self._many_rows:
-                table = pq.read_table(path)
-                one = table.slice(0, 1) if table.num_rows else table
                 big = self.scratch / f"{patch['table']}.many.parquet"
-                pq.write_table(one.take(pa.array([0] * (MAX_TABLE_ROWS + 1), type=pa.int32())) if one.num_rows else one, big)
+                repeat_first_row(path, big, MAX_TABLE_ROWS + 1)
                 self._many_rows[patch["table"]] = big
             shutil.copyfile(self._many_rows[patch["table"]], path)
+
+
+def repeat_first_row(source: Path, out: Path, rows: int, chunk: int = 100_000) -> None:
+    """A Parquet file of ``rows`` copies of ``source``'s first row (its schema; empty if it has none), written a row
+    group at a time so that making it costs one chunk of memory, not the whole table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    if not table.num_rows:
+        pq.write_table(table, out)
+        return
+    block = table.slice(0, 1).take(pa.array([0] * chunk, type=pa.int32()))
+    with pq.ParquetWriter(out, table.schema, compression="zstd") as writer:
+        for start in range(0, rows, chunk):
+            writer.write_table(block.slice(0, min(chunk, rows - start)))
 
 
 def _write(root: Path, files: dict[str, bytes], links: dict[str, str]) -> None:

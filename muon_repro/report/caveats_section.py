@@ -9,6 +9,7 @@ import pandas as pd
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import mib, ms, pct, ratio
+from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values
 from muon_repro.report.selection import representative_runs, run_label, sort_runs, study_runs
 
@@ -191,32 +192,3 @@ def limitations(data: ReportData) -> list[str]:
         "from call sizes, not from a NIC counter."
     )
     return out
-
-
-PROFILER_OVERHEAD_LEVEL = 1.2  # above it, a breakdown read from a run's trace is named as inflated by the profiler
-
-
-def profiler_overhead_line(runs: pd.DataFrame) -> str | None:
-    """What the profiler costs, as the runs table has it (``profiler_overhead``: the profiled step over the step timed
-    without the profiler, same trial): its range, and the runs above :data:`PROFILER_OVERHEAD_LEVEL`, whose breakdowns
-    (phases, waits, the timeline) carry that inflation; nothing is scaled to remove it. None without the column."""
-    if "profiler_overhead" not in runs.columns:
-        return None
-    measured = runs[runs["profiler_overhead"].notna()]
-    if measured.empty:
-        return None
-    values = measured["profiler_overhead"].astype(float)
-    low, high = measured.loc[values.idxmin()], measured.loc[values.idxmax()]
-    above = measured[values > PROFILER_OVERHEAD_LEVEL].sort_values("profiler_overhead", ascending=False)
-    line = (
-        f"The profiler's cost, the profiled step over the same trial's steps timed without it (runs.profiler_overhead): "
-        f"median {values.median():.2f}×, from {ratio(low['profiler_overhead'])} ({run_label(low)}) to "
-        f"{ratio(high['profiler_overhead'])} ({run_label(high)}). "
-    )
-    if above.empty:
-        return line + f"No run is above {PROFILER_OVERHEAD_LEVEL:g}×: the breakdowns read from the traces keep near its time."
-    named = ", ".join(f"{run_label(r)} {ratio(r['profiler_overhead'])}" for _, r in above.iterrows())
-    return (
-        line + f"Above {PROFILER_OVERHEAD_LEVEL:g}×, the breakdowns read from these runs' traces (phases, waits, the timeline) "
-        f"carry that inflation, and nothing scales it away: {named}."
-    )

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
-from muon_repro.report import derive, stated, style
+from muon_repro.report import derive, profiler_cost, stated, style
 from muon_repro.report.data import MissingMetric, fmetric, require_columns
 from muon_repro.report.formatting import pct, percent
 from muon_repro.report.plotting import (
@@ -118,7 +118,7 @@ def comm_time_by_kind(
             fontsize=style.SMALL_PT,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5},
         )
-    group_ticks(ax, pos, ordered, groups)
+    group_ticks(ax, pos, ordered, groups, mark_profiled=True)
     ax.set_ylabel("communication time per step (ms)\nwaiting included")
     handles = [Patch(color=style.KIND_COLORS[k], label=style.KIND_LABELS[k]) for k in used] + optimizer_handles(reps["optimizer"])
     handles.append(Line2D([], [], color="black", linewidth=1.6, label="all kinds together\n(union: kinds overlap)"))
@@ -126,7 +126,7 @@ def comm_time_by_kind(
     add_title(
         fig,
         "Communication time per step by collective kind (profiled steps, waiting included)",
-        comm_time_stated(runs, claims, numbers).text,
+        comm_time_stated(runs, claims, numbers).text + profiler_cost.footnote(ordered),
     )
     return save_figure(fig, out)
 
@@ -175,7 +175,7 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
             )
         ax.set_xlabel("time in one step (ms)")
         ax.grid(axis="y", visible=False)
-    axes[0].set_yticks(y, run_labels(rs, group=True))
+    axes[0].set_yticks(y, profiler_cost.marked(run_labels(rs, group=True), rs))
     axes[0].set_title("by phase", fontsize=9)
     axes[1].set_title("by activity (adds up to the step)", fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=4, bbox_to_anchor=(0.55, 0.0))
@@ -192,7 +192,7 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
     add_title(
         fig,
         "Where a step's time goes, per configuration (the median step of all trials, mean over ranks)",
-        takeaway,
+        takeaway + profiler_cost.footnote(rs),
         bottom_in=0.45,
     )
     return save_figure(fig, out)

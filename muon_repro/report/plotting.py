@@ -168,9 +168,17 @@ def set_min_span(ax: plt.Axes, lo: float, hi: float, span: float = 3.2) -> None:
     ax.set_xlim(center - half, center + half)
 
 
-def group_ticks(ax: plt.Axes, pos: list[float], runs: pd.DataFrame, groups: list[tuple[float, str]]) -> None:
-    """Optimizer names under the bars, the grid's name under each group."""
-    ax.set_xticks(pos, [style.OPTIMIZER_LABELS.get(o, o) for o in runs["optimizer"]], fontsize=8)
+def group_ticks(
+    ax: plt.Axes, pos: list[float], runs: pd.DataFrame, groups: list[tuple[float, str]], *, mark_profiled: bool = False
+) -> None:
+    """Optimizer names under the bars, the grid's name under each group; ``mark_profiled``: bars read from a trace
+    (times, not bytes), each run the profiler inflates past the stated level marked (:mod:`~.profiler_cost`)."""
+    labels = [style.OPTIMIZER_LABELS.get(o, o) for o in runs["optimizer"]]
+    if mark_profiled:
+        from muon_repro.report.profiler_cost import marked
+
+        labels = marked(labels, runs)
+    ax.set_xticks(pos, labels, fontsize=8)
     set_min_span(ax, min(pos), max(pos))
     for center, label in groups:
         ax.annotate(

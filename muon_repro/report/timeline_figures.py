@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from muon_repro.phases import DP_GATHER, NEWTON_SCHULZ, OPTIMIZER, TP_GATHER
-from muon_repro.report import derive, style
+from muon_repro.report import derive, profiler_cost, style
 from muon_repro.report.data import rows_of
 from muon_repro.report.plotting import add_title, new_figure, save_figure, styled
 from muon_repro.report.selection import timeline_run, titled
@@ -73,7 +73,10 @@ def timeline(timeline_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path, 
     )
     note = "" if tl.aligned else " (ranks not aligned: a trace had no baseTimeNanoseconds)"
     add_title(
-        fig, f"One step of every rank: {titled(row)}", _timeline_takeaway(tl) + note, bottom_in=0.19 * -(-len(order) // 4) + 0.1
+        fig,
+        f"One step of every rank: {profiler_cost.marked([titled(row)], row.to_frame().T)[0]}",
+        _timeline_takeaway(tl) + note + profiler_cost.footnote(row.to_frame().T),
+        bottom_in=0.19 * -(-len(order) // 4) + 0.1,
     )
     return save_figure(fig, out)
 
