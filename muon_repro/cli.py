@@ -12,38 +12,58 @@ INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (
 # written to a temporary name and renamed whole (tables, bundles, records, trial folders).
 INTERRUPTED_NOTE = "what was complete is kept (every file is written whole): run the same command again to finish"
 
-# Each module registers its subcommands with ``register(subparsers)`` and keeps its heavy imports
-# inside the command functions.
-COMMAND_MODULES = (
-    "muon_repro.job",
-    "muon_repro.optim.equivalence_cli",
-    "muon_repro.bench.cli",
-    "muon_repro.converge.cli",
-    "muon_repro.analyze_cli",
-    "muon_repro.report_cli",
-    "muon_repro.dataset.cli",
-    "muon_repro.hub.cli",
-    "muon_repro.contrib.cli",
-    "muon_repro.costmodel.cli",
-    "muon_repro.study.cli",
-    "muon_repro.migrate_layout",
-)
+# Each module registers its subcommands with ``register(subparsers)`` and keeps its heavy imports inside the
+# command functions; a command's module alone is imported to run it (every module for help or an unknown name).
+COMMANDS: dict[str, str] = {  # command -> the module that registers it, in the order help lists them
+    "run": "muon_repro.job",
+    "equivalence": "muon_repro.optim.equivalence_cli",
+    "bench": "muon_repro.bench.cli",
+    "converge": "muon_repro.converge.cli",
+    "analyze": "muon_repro.analyze_cli",
+    "figures": "muon_repro.report_cli",
+    "report": "muon_repro.report_cli",
+    "bundle": "muon_repro.dataset.cli",
+    "card": "muon_repro.dataset.cli",
+    "verify": "muon_repro.dataset.cli",
+    "publish": "muon_repro.hub.cli",
+    "download": "muon_repro.hub.cli",
+    "contribute": "muon_repro.contrib.cli",
+    "review": "muon_repro.contrib.cli",
+    "calibrate": "muon_repro.costmodel.cli",
+    "predict": "muon_repro.costmodel.cli",
+    "regimes": "muon_repro.costmodel.cli",
+    "study": "muon_repro.study.cli",
+    "migrate-layout": "muon_repro.migrate_layout",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or only the module of ``command`` when it names one (so that
+    running a command imports what it needs, not what every other command's options need)."""
     from muon_repro import __version__
 
     parser = argparse.ArgumentParser(prog="muon-repro", description=__doc__)
     parser.add_argument("--version", action="version", version=f"muon-repro {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
+    for module_name in (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser
+
+
+# Commands whose process ends without tearing its objects down one by one: analyze holds a trace's columns
+# (hundreds of MB for a 1 GB trace) when it is done, and freeing them costs ~0.1 s that the operating system does
+# at once. It has written and closed every file (atomically) and joined its workers by then.
+EXIT_WITHOUT_TEARDOWN = frozenset({"analyze"})
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; ``argv`` None: this process's own command line (the ``muon-repro`` entry point)."""
     code = _run_command(argv)
+    if argv is None and sys.argv[1:2] and sys.argv[1] in EXIT_WITHOUT_TEARDOWN:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if argv is None and code == INTERRUPTED_EXIT:
         # Interrupted as a process: leave now. A request still in flight on a thread (to a Hub that stopped
         # answering) would hold the interpreter's exit until it timed out; the command has said what it left,
@@ -55,8 +75,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_command(argv: list[str] | None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        import difflib
+
+        from muon_repro.terminal import shown
+
+        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=3)
+        hint = f"did you mean {' or '.join(close)}?" if close else "`muon-repro --help` lists them"
+        print(f"muon-repro: error: {shown(argv[0])} is no command; {hint}", file=sys.stderr)
+        return 2
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     args.command_line = ["muon-repro", *argv]  # what a run records as the command that made it
     if args.command is None:

@@ -30,6 +30,33 @@ def test_the_walk_finds_every_subcommand():
     assert {"run", "bench", "analyze", "figures", "report", *REPO_COMMANDS, "verify", "migrate-layout"} <= set(subcommands())
 
 
+def test_each_command_is_registered_by_the_module_the_map_names():
+    """Running a command imports its module alone (muon_repro.cli.COMMANDS): the map must say where each one is."""
+    from muon_repro.cli import COMMANDS
+
+    assert set(subcommands()) == set(COMMANDS)
+    for command, module in COMMANDS.items():
+        parser = build_parser(command)
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        assert command in action.choices, (command, module)
+        assert set(action.choices) == {c for c, m in COMMANDS.items() if m == module}
+
+
+def test_running_a_command_imports_its_module_alone(monkeypatch):
+    import importlib
+
+    from muon_repro import cli
+
+    imported: list[str] = []
+    real = importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: imported.append(name) or real(name))
+    cli.build_parser("analyze")
+    assert imported == ["muon_repro.analyze_cli"]
+    imported.clear()
+    cli.build_parser("no-such-command")  # help and argparse's error list every command
+    assert imported == list(cli.COMMAND_MODULES)
+
+
 @pytest.mark.parametrize("name", sorted(subcommands()))
 def test_every_subcommand_has_a_description_and_a_help_line(name):
     sub, help_line = subcommands()[name]
@@ -137,3 +164,11 @@ def test_publish_and_contribute_take_no_positional_repository(argv, capsys):
         main([*argv, "--repo-id", "org/data", "org/data"])
     assert exc.value.code == 2
     assert "unrecognized arguments: org/data" in capsys.readouterr().err
+
+
+def test_a_mistyped_command_is_answered_with_the_closest_ones(capsys):
+    assert main(["anlyze", "traces"]) == 2
+    assert capsys.readouterr().err == "muon-repro: error: anlyze is no command; did you mean analyze?\n"
+    assert main(["\x1b[2Jzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "muon-repro --help" in err

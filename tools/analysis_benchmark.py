@@ -25,7 +25,8 @@ Timed on the same traces, in the same run, each in fresh child processes (:mod:`
 * **HTA**: ``hta.common.trace.parse_trace_file`` with its default configuration, timed around
   the call, on the plain and the gzip trace.
 
-Each of ours runs ``--repeat`` times (HTA ``--hta-repeat`` times); the table shows the median and
+Ours run in ``--repeat`` rounds, each configuration once per round in the same order, so that a machine that
+slows down for a while slows every row alike (HTA ``--hta-repeat`` times, after); the table shows the median and
 the range. MB/s is the trace's JSON (decompressed) bytes over the wall time. Peak memory is the
 highest total resident set of the child and all its descendants, sampled every 10 ms (never
 below the child's own ``VmHWM``). Speed-up is HTA's wall time over ours on the same file, memory
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,6 +191,56 @@ def _judged(rows: list[Row]) -> tuple[Summary | None, Summary | None]:
     return cli, hta
 
 
+RESULT_FILE = REPO / "docs" / "analysis_benchmark.json"
+"""What the last full run measured, written by ``--result`` (default here): the README's and docs/performance.md's
+numbers are generated from it (``python -m muon_repro.report.readme``), so that they are the run's, never retyped."""
+
+
+def machine() -> dict:
+    """The machine the benchmark ran on, as the result file and the README say it."""
+    import platform
+
+    model = ""
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        model = platform.processor()
+    return {"cpus": os.cpu_count(), "cpu": model, "python": sys.version.split()[0], "system": platform.system()}
+
+
+def result_record(info: dict, rows: list[Row], when: str) -> dict:
+    """The run as one JSON object: the trace, the machine, every row's medians and ranges, the targets."""
+    hta = {r.trace: Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.runs}
+    out_rows = []
+    for r in rows:
+        s, ref = Summary.of(r.runs), hta.get(r.trace)
+        out_rows.append(
+            {
+                "kind": r.kind,
+                "trace": r.trace,
+                "how": r.how,
+                "default": r.default,
+                "runs": s.runs,
+                "wall_s": s.wall_s,
+                "wall_min_s": s.wall_min,
+                "wall_max_s": s.wall_max,
+                "mb_per_s": info["size_bytes"] / 1e6 / s.wall_s if s.wall_s > 0 else None,
+                "peak_rss_bytes": s.peak_rss_bytes,
+                "speedup": ref.wall_s / s.wall_s if ref and r.kind != "HTA" else None,
+                "memory_ratio": s.peak_rss_bytes / ref.peak_rss_bytes if ref and r.kind != "HTA" else None,
+            }
+        )
+    cli, ref = _judged(rows)
+    targets = [{"target": t, "value": v, "met": ok} for t, v, ok in check_targets(cli, ref)] if cli and ref else []
+    trace = {k: info[k] for k in ("size_bytes", "events", "copies") if k in info}
+    trace |= {"gzip_bytes": info.get("gzip_bytes"), "source": Path(info["source"]).name}
+    return {"date": when, "machine": machine(), "trace": trace, "rows": out_rows, "targets": targets}
+
+
 def format_report(info: dict, rows: list[Row]) -> str:
     """One table, every row measured in this run, then the targets line."""
     json_mb = info["size_bytes"] / 1e6
@@ -256,7 +308,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-gzip", action="store_true", help="skip the gzip trace")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="runs of each of ours, in-process and end to end (default: %(default)s)"
+        "--repeat",
+        type=int,
+        default=5,
+        help="rounds of ours, in-process and end to end, each configuration once per round (default: %(default)s)",
     )
     parser.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA per trace (default: %(default)s)")
     parser.add_argument("--skip-hta", action="store_true", help="measure ours only")
@@ -264,6 +319,13 @@ def _parser() -> argparse.ArgumentParser:
         "--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed (default: this one)"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per run (default: %(default)s)")
+    parser.add_argument(
+        "--result",
+        type=Path,
+        default=RESULT_FILE,
+        help="write the run's numbers here as JSON, for the README and docs/performance.md (default: %(default)s; "
+        "only a run that measured HTA writes it)",
+    )
     parser.add_argument(
         "--check",
         action="store_true",
@@ -314,25 +376,27 @@ def main(argv: list[str] | None = None) -> int:
     def procs(n: int) -> str:
         return f"{n} process{'es' if n > 1 else ''}"
 
-    rows: list[Row] = []
+    timed: list[tuple[Row, Callable[[], Measurement]]] = []
     for n in args.workers:
         row = Row("in-process", "plain", f"read_trace + analyze_trace, {procs(n)}", [])
-        rows.append(_repeat(row, args.repeat, lambda n=n: measure(sys.executable, OURS, [plain, str(n)], args.timeout)))
-    rows.append(
-        _repeat(
-            Row("end to end", "plain", "muon-repro analyze --out DIR (default processes)", [], default=True),
-            args.repeat,
-            lambda: measure_cli(plain, args.timeout),
-        )
-    )
+        timed.append((row, lambda n=n: measure(sys.executable, OURS, [plain, str(n)], args.timeout)))
+    default = Row("end to end", "plain", "muon-repro analyze --out DIR (default processes)", [], default=True)
+    timed.append((default, lambda: measure_cli(plain, args.timeout)))
     for n in args.workers:
         row = Row("end to end", "plain", f"muon-repro analyze --workers {n}", [])
-        rows.append(_repeat(row, args.repeat, lambda n=n: measure_cli(plain, args.timeout, workers=n)))
+        timed.append((row, lambda n=n: measure_cli(plain, args.timeout, workers=n)))
     if "gzip" in traces:
         for decoder in gzip_decoders():
             env = FORCE_ZLIB if decoder == "zlib" else None
             row = Row("end to end", "gzip", f"muon-repro analyze, gzip by {decoder}", [])
-            rows.append(_repeat(row, args.repeat, lambda env=env: measure_cli(traces["gzip"], args.timeout, env=env)))
+            timed.append((row, lambda env=env: measure_cli(traces["gzip"], args.timeout, env=env)))
+    # Round by round, every configuration once per round: a machine that slows down for a while slows every row
+    # alike, instead of whichever row was being repeated then.
+    for i in range(args.repeat):
+        for row, run in timed:
+            row.runs.append(run())
+            _log(row.label, i, row.runs[-1])
+    rows = [row for row, _ in timed]
     if not args.skip_hta:
         for kind, path in traces.items():
             print(f"HTA on the {kind} trace (this takes a while) ...", file=sys.stderr, flush=True)
@@ -340,6 +404,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(_repeat(row, args.hta_repeat, lambda path=path: measure(args.hta_python, HTA, [path], args.timeout)))
     print(format_report(info, rows))
     cli, ref = _judged(rows)
+    if cli and ref and args.result:
+        import datetime
+        import json
+
+        from muon_repro.tables.files import write_atomic
+
+        record = result_record(info, rows, datetime.date.today().isoformat())
+        write_atomic(args.result, json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.result}: regenerate the README's numbers with `python -m muon_repro.report.readme`")
     if args.check and cli and ref:
         return 0 if all(ok for _, _, ok in check_targets(cli, ref)) else 1
     return 0

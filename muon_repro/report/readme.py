@@ -9,7 +9,9 @@ formatted as the report formats them:
 * ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
   profiles with their ranges;
-* ``gpu``: what each GPU profile measured (kernel rates, one device by tokens per step, the cost model's error).
+* ``gpu``: what each GPU profile measured (kernel rates, one device by tokens per step, the cost model's error);
+* ``performance`` and ``benchmark table``: the analysis's speed against HolisticTraceAnalysis, from the result file
+  ``python -m tools.analysis_benchmark`` wrote (docs/analysis_benchmark.json), not from metrics/.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
+from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
 from muon_repro.report.regimes_section import (
     THRESHOLDS_HEADER,
     main_axis,
@@ -156,10 +159,15 @@ BLOCKS = {  # name: how to make it
 }
 
 
+# Blocks made from the analysis benchmark's result file (muon_repro.report.performance_blocks), not from metrics/.
+BENCHMARK_BLOCKS = {"performance": readme_paragraph, "benchmark table": performance_table}
+
+
 def markers(name: str) -> tuple[str, str]:
     """The begin and end lines of block ``name``."""
+    source = BENCHMARK_FILE.as_posix() if name in BENCHMARK_BLOCKS else "metrics/"
     return (
-        f"<!-- {name}: generated from metrics/ by `python -m muon_repro.report.readme` -->",
+        f"<!-- {name}: generated from {source} by `python -m muon_repro.report.readme` -->",
         f"<!-- {name}: end -->",
     )
 
@@ -172,18 +180,28 @@ def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
 
 
 TARGETS = {  # file: its blocks
-    "README.md": ("regenerate", "claims", "thresholds"),
+    "README.md": ("regenerate", "claims", "thresholds", "performance"),
+    "docs/performance.md": ("benchmark table",),
     "docs/publishing.md": ("regenerate",),
     "docs/regimes.md": ("regime sweep", "cost model"),
     "docs/gpu.md": ("gpu",),
 }
 
 
-def with_blocks(text: str, metrics_dir: str | Path, names: tuple[str, ...] = tuple(BLOCKS)) -> str:
-    """``text`` with the lines between each block's markers replaced by the block made from ``metrics_dir``."""
-    data = load(metrics_dir)
+def with_blocks(
+    text: str, metrics_dir: str | Path, names: tuple[str, ...] = tuple(BLOCKS), benchmark: str | Path | None = None
+) -> str:
+    """``text`` with the lines between each block's markers replaced by the block made from ``metrics_dir`` (or, for
+    the performance blocks, from the benchmark's result file: ``benchmark``, by default docs/ beside ``metrics_dir``)."""
+    data = load(metrics_dir) if any(name in BLOCKS for name in names) else None
+    record = None
     for name in names:
-        text = with_block(text, *markers(name), f"\n{BLOCKS[name](data)}\n", f"the {name} block")
+        if name in BENCHMARK_BLOCKS:
+            record = record or load_benchmark(benchmark or Path(metrics_dir).parent / BENCHMARK_FILE)
+            block = BENCHMARK_BLOCKS[name](record)
+        else:
+            block = BLOCKS[name](data)
+        text = with_block(text, *markers(name), f"\n{block}\n", f"the {name} block")
     return text
 
 

@@ -220,7 +220,7 @@ def prediction_summary(predictions: pd.DataFrame) -> str:
             f"{float(worst_opt['optimizer_rel_error']):+.1%} "
             f"({worst_opt['run']})."
         )
-    return text + _held_out(predictions) + _by_day(predictions)
+    return text + _held_out(predictions) + _by_grid(predictions) + _by_day(predictions)
 
 
 def _held_out(predictions: pd.DataFrame) -> str:
@@ -235,6 +235,39 @@ def _held_out(predictions: pd.DataFrame) -> str:
         f" On the {len(held)} held-out configurations (never tuned on): step time median |error| {step.abs().median():.1%}, "
         f"from {step.min():+.1%} to {step.max():+.1%}."
     )
+
+
+GRIDS = ("one device", "DP", "TP", "DP·TP", "PP")
+
+
+def grid_of(dp: int, tp: int, pp: int) -> str:
+    """The kind of layout a run's ranks make: its error is reported per kind, as one kind can be mispriced alone."""
+    if pp > 1:
+        return "PP"
+    if dp > 1 and tp > 1:
+        return "DP·TP"
+    return "DP" if dp > 1 else "TP" if tp > 1 else "one device"
+
+
+def _by_grid(predictions: pd.DataFrame) -> str:
+    """Step time error per kind of grid, over every run and over the held-out ones (a pooled median hides a grid the
+    model prices badly)."""
+    if not {"dp", "tp", "pp"} <= set(predictions.columns):
+        return ""
+    grids = [grid_of(int(r.dp), int(r.tp), int(r.pp) if not is_missing(r.pp) else 1) for r in predictions.itertuples()]
+    frame = predictions.assign(grid=grids)
+    held = frame["held_out"].fillna(False).astype(bool) if "held_out" in frame else pd.Series(False, index=frame.index)
+    parts = []
+    for grid in GRIDS:
+        rows = frame[frame["grid"] == grid]
+        if rows.empty:
+            continue
+        step = rows["step_rel_error"].astype(float).abs()
+        out = rows[held[rows.index]]["step_rel_error"].astype(float).abs()
+        held_text = f"; held out: {len(out)}, worst {out.max():.1%}" if len(out) else "; none held out"
+        runs = f"{len(rows)} run{'s' if len(rows) != 1 else ''}"
+        parts.append(f"{grid}: {runs}, median {step.median():.1%}, worst {step.max():.1%}{held_text}")
+    return " Step time |error| per grid: " + "; ".join(parts) + "." if parts else ""
 
 
 def _text(value) -> str:

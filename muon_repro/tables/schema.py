@@ -4,6 +4,7 @@ NaN. pandas, numpy and pyarrow are imported by the methods that use them, so dec
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,9 +44,23 @@ class TableSchema:
         return pa.schema(fields, metadata={"table": self.name, "description": self.description})
 
     def empty(self) -> pd.DataFrame:
+        return _empty_frame(self).copy()  # many tables of a run are empty: built once per schema
+
+    def _conformed_already(self, df: pd.DataFrame) -> pd.DataFrame:
+        """``df``, whose columns are the schema's with its dtypes, with NaN and inf made null; the rest is not copied."""
         import pandas as pd
 
-        return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in self.columns})
+        fixed = {}
+        for c in self.columns:
+            if c.dtype == "Float64":
+                column = df[c.name]
+                if (cleaned := _without_nan(column)) is not column:
+                    fixed[c.name] = cleaned
+        out = df.assign(**fixed) if fixed else df
+        index = out.index
+        if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+            return out
+        return out.reset_index(drop=True)
 
     def conform(self, df: pd.DataFrame) -> pd.DataFrame:
         """Exactly the schema's columns, in order, with its dtypes; NaN and inf become null."""
@@ -54,16 +69,49 @@ class TableSchema:
         missing = [c for c in self.names if c not in df.columns]
         if missing:
             raise ValueError(f"table {self.name!r} is missing columns {missing}")
+        dtypes = _dtypes(self)
+        if list(df.columns) == self.names and all(t == d for t, d in zip(df.dtypes, dtypes)):
+            return self._conformed_already(df)
         out = {}
-        for c in self.columns:
+        for c, dtype in zip(self.columns, dtypes):
             s = df[c.name]
-            if c.dtype in ("Float64", "Int64"):
+            if s.dtype == dtype:  # conformed already (a table written after its builder conformed it): keep, cheaply
+                out[c.name] = _without_nan(s) if c.dtype == "Float64" else s
+            elif c.dtype in ("Float64", "Int64"):
                 out[c.name] = _numeric(s, c.dtype)
             elif c.dtype == "boolean":
                 out[c.name] = s.astype("boolean")
             else:
                 out[c.name] = s.map(lambda v: None if _is_null(v) else str(v), na_action=None).astype("string")
         return pd.DataFrame(out).reset_index(drop=True)
+
+
+@functools.cache
+def _dtypes(schema: TableSchema) -> tuple:
+    """The pandas dtype object of each column: compared as objects, since ``"string"`` also equals a string dtype
+    whose missing value is NaN, which is not the schema's."""
+    import pandas as pd
+
+    return tuple(pd.api.types.pandas_dtype(c.dtype) for c in schema.columns)
+
+
+@functools.cache
+def _empty_frame(schema: TableSchema) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in schema.columns})
+
+
+def _without_nan(s: pd.Series) -> pd.Series:
+    """A ``Float64`` column with its NaN and inf (which nullable floats can hold beside null) made null."""
+    import numpy as np
+    import pandas as pd
+
+    values, null = s.array._data, s.array._mask
+    bad = ~np.isfinite(values) & ~null
+    if not bad.any():
+        return s
+    return pd.Series(pd.arrays.FloatingArray(np.where(bad, 0.0, values), null | bad), index=s.index, name=s.name)
 
 
 def _numeric(s: pd.Series, dtype: str) -> pd.Series:
