@@ -46,6 +46,8 @@ HELD_OUT = (
     *((opt, 704, 1536, 4, 1, "contiguous") for opt in ("muon", "adamw")),
     *((opt, 256, 32768, 2, 2, "contiguous") for opt in ("muon", "adamw")),
     *((opt, 576, 10240, 2, 2, layout) for opt, layout in (("muon", "bucketed"), ("adamw", "contiguous"))),
+    # TP4 at three token counts and a width TP4 was never recorded at: a pure-TP grid was once priced 30% short
+    *((opt, 384, tokens, 1, 4, "contiguous") for tokens in (1024, 4096, 12288) for opt in ("muon", "adamw")),
 )
 QUICK_TOKENS = (512, 2048)  # --quick: a smoke run of the sweep's machinery (seconds per point)
 QUICK_WIDTHS = (64,)
