@@ -112,14 +112,36 @@ def format_summaries(summaries: list[dict]) -> str:
     return "\n".join(lines) + "\n(times in ms, medians over steps; MB/step = bytes this rank sent per step)"
 
 
+def _prestart_readers(args: argparse.Namespace) -> None:
+    """One large plain trace, read by several processes: start its reader processes first, so that their start
+    (a new interpreter each) overlaps this process's imports (pandas, pyarrow) rather than the read."""
+    from muon_repro.analysis.parallel_scan import default_workers, prestart_workers
+    from muon_repro.analysis.scan import PIECE_BYTES
+
+    if len(args.paths) != 1:
+        return
+    path = Path(args.paths[0])
+    try:
+        if not path.is_file() or path.stat().st_size <= 2 * PIECE_BYTES:
+            return
+        with path.open("rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":  # gzip: one process inflates and reads it
+                return
+    except OSError:
+        return  # said by the analysis, with the file's name
+    prestart_workers((args.workers or default_workers()) - 1)
+
+
 def run_analyze(args: argparse.Namespace) -> int:
-    from muon_repro.analysis.batch_read import analyze_paths
-    from muon_repro.table_set import tables_of
     from muon_repro.tables.io import check_tables_out, write_tables
 
     if not args.no_write:
         # before reading anything: a bad --out must not cost the analysis
         check_tables_out(Path(args.out), "--out", force=args.force)
+    _prestart_readers(args)
+    from muon_repro.analysis.batch_read import analyze_paths
+    from muon_repro.table_set import tables_of
+
     analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank, limits=limits_from_options(args))
     summaries = [b.summary() for b in analysis.breakdowns]
     if args.json:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from muon_repro.analysis.discover import (
 )
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
+from muon_repro.analysis.parallel_scan import default_workers
 from muon_repro.rundir import trace_name, trial_of
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
@@ -84,10 +84,6 @@ class Analysis:
     @property
     def breakdowns(self) -> list[TraceBreakdown]:
         return [b for _, items in self.runs for b in items]
-
-
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def check_options(*, workers: int | None, rank: int | None) -> None:
