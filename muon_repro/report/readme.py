@@ -9,6 +9,7 @@ formatted as the report formats them:
 * ``regime sweep``: the sweep's optimizer share and Muon's extra step time per width;
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
   profiles with their ranges;
+* ``profiler cost``: what the profiler costs the runs of the profile with most runs (runs.profiler_overhead);
 * ``gpu``: what each GPU profile measured (kernel rates, one device by tokens per step, the cost model's error);
 * ``performance`` and ``benchmark table``: the analysis's speed against HolisticTraceAnalysis, from the result file
   ``python -m tools.analysis_benchmark`` wrote (docs/analysis_benchmark.json), not from metrics/.
@@ -27,6 +28,7 @@ from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
+from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.regimes_section import (
     THRESHOLDS_HEADER,
     main_axis,
@@ -156,6 +158,7 @@ BLOCKS = {  # name: how to make it
     "cost model": costmodel_markdown,
     "gpu": gpu_block,
     "regenerate": lambda data: "```bash\n" + recipe_text() + "\n```",
+    "profiler cost": lambda data: profiler_overhead_line(data.of_profile(data.profiles[0]).runs) or "",
 }
 
 
@@ -180,7 +183,7 @@ def _table(header: list[str], rows: list[list[str]], drop: str) -> list[str]:
 
 
 TARGETS = {  # file: its blocks
-    "README.md": ("regenerate", "claims", "thresholds", "performance"),
+    "README.md": ("regenerate", "claims", "profiler cost", "thresholds", "performance"),
     "docs/performance.md": ("benchmark table",),
     "docs/publishing.md": ("regenerate",),
     "docs/regimes.md": ("regime sweep", "cost model"),
