@@ -113,23 +113,23 @@ def format_summaries(summaries: list[dict]) -> str:
 
 
 def _prestart_readers(args: argparse.Namespace) -> None:
-    """One large plain trace, read by several processes: start its reader processes first, so that their start
+    """One trace that will be read by several processes: start its reader processes first, so that their start
     (a new interpreter each) overlaps this process's imports (pandas, pyarrow) rather than the read."""
-    from muon_repro.analysis.parallel_scan import default_workers, prestart_workers
+    from muon_repro.analysis.byte_source import Source
+    from muon_repro.analysis.parallel_scan import default_workers, prestart_workers, reads_in_parallel
     from muon_repro.analysis.scan import PIECE_BYTES
 
-    if len(args.paths) != 1:
+    if len(args.paths) != 1 or not Path(args.paths[0]).is_file():
         return
-    path = Path(args.paths[0])
+    workers = args.workers or default_workers()
     try:
-        if not path.is_file() or path.stat().st_size <= 2 * PIECE_BYTES:
-            return
-        with path.open("rb") as fh:
-            if fh.read(2) == b"\x1f\x8b":  # gzip: one process inflates and reads it
-                return
+        with Source(Path(args.paths[0])) as src:
+            gzipped = src.gzipped
+        file_bytes = Path(args.paths[0]).stat().st_size
     except OSError:
         return  # said by the analysis, with the file's name
-    prestart_workers((args.workers or default_workers()) - 1)
+    if reads_in_parallel(file_bytes, gzipped, workers, PIECE_BYTES):
+        prestart_workers(workers - 1)
 
 
 def run_analyze(args: argparse.Namespace) -> int:

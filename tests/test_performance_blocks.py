@@ -58,9 +58,9 @@ def test_a_file_that_is_no_result_is_refused_naming_it(tmp_path):
 def test_the_cost_models_error_is_reported_per_grid_with_its_held_out_runs():
     import pandas as pd
 
-    from muon_repro.report.regimes_section import grid_of, prediction_summary
+    from muon_repro.report.costmodel_error import grid_kind, prediction_summary
 
-    assert [grid_of(*g) for g in ((1, 1, 1), (4, 1, 1), (1, 4, 1), (2, 2, 1), (1, 1, 4), (2, 2, 2))] == [
+    assert [grid_kind(*g) for g in ((1, 1, 1), (4, 1, 1), (1, 4, 1), (2, 2, 1), (1, 1, 4), (2, 2, 2))] == [
         "one device",
         "DP",
         "TP",

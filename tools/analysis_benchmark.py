@@ -212,28 +212,31 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "cpu": model, "python": sys.version.split()[0], "system": platform.system()}
 
 
+def _against_hta(rows: list[Row]) -> list[tuple[Row, Summary, Summary | None]]:
+    """Each row with its summary and HTA's on the same trace (None for HTA's own rows, or without HTA)."""
+    hta = {r.trace: Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.runs}
+    return [(r, Summary.of(r.runs), hta.get(r.trace) if r.kind != "HTA" else None) for r in rows]
+
+
 def result_record(info: dict, rows: list[Row], when: str) -> dict:
     """The run as one JSON object: the trace, the machine, every row's medians and ranges, the targets."""
-    hta = {r.trace: Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.runs}
-    out_rows = []
-    for r in rows:
-        s, ref = Summary.of(r.runs), hta.get(r.trace)
-        out_rows.append(
-            {
-                "kind": r.kind,
-                "trace": r.trace,
-                "how": r.how,
-                "default": r.default,
-                "runs": s.runs,
-                "wall_s": s.wall_s,
-                "wall_min_s": s.wall_min,
-                "wall_max_s": s.wall_max,
-                "mb_per_s": info["size_bytes"] / 1e6 / s.wall_s if s.wall_s > 0 else None,
-                "peak_rss_bytes": s.peak_rss_bytes,
-                "speedup": ref.wall_s / s.wall_s if ref and r.kind != "HTA" else None,
-                "memory_ratio": s.peak_rss_bytes / ref.peak_rss_bytes if ref and r.kind != "HTA" else None,
-            }
-        )
+    out_rows = [
+        {
+            "kind": r.kind,
+            "trace": r.trace,
+            "how": r.how,
+            "default": r.default,
+            "runs": s.runs,
+            "wall_s": s.wall_s,
+            "wall_min_s": s.wall_min,
+            "wall_max_s": s.wall_max,
+            "mb_per_s": info["size_bytes"] / 1e6 / s.wall_s if s.wall_s > 0 else None,
+            "peak_rss_bytes": s.peak_rss_bytes,
+            "speedup": ref.wall_s / s.wall_s if ref else None,
+            "memory_ratio": s.peak_rss_bytes / ref.peak_rss_bytes if ref else None,
+        }
+        for r, s, ref in _against_hta(rows)
+    ]
     cli, ref = _judged(rows)
     targets = [{"target": t, "value": v, "met": ok} for t, v, ok in check_targets(cli, ref)] if cli and ref else []
     trace = {k: info[k] for k in ("size_bytes", "events", "copies") if k in info}
@@ -244,10 +247,8 @@ def result_record(info: dict, rows: list[Row], when: str) -> dict:
 def format_report(info: dict, rows: list[Row]) -> str:
     """One table, every row measured in this run, then the targets line."""
     json_mb = info["size_bytes"] / 1e6
-    hta = {r.trace: Summary.of(r.runs) for r in rows if r.kind == "HTA" and r.runs}
     table = [("", "runs", "wall s", "min-max s", "MB/s", "peak RSS MB", "min-max MB", "speed-up", "memory ratio")]
-    for r in rows:
-        s, ref = Summary.of(r.runs), hta.get(r.trace)
+    for r, s, ref in _against_hta(rows):
         table.append(
             (
                 r.label,
@@ -257,8 +258,8 @@ def format_report(info: dict, rows: list[Row]) -> str:
                 f"{json_mb / s.wall_s:.0f}" if s.wall_s > 0 else "-",
                 f"{s.peak_rss_bytes / 1e6:.0f}",
                 f"{s.rss_min / 1e6:.0f}-{s.rss_max / 1e6:.0f}",
-                f"{ref.wall_s / s.wall_s:.1f}x" if ref and r.kind != "HTA" else "-",
-                f"{s.peak_rss_bytes / ref.peak_rss_bytes:.3f}x" if ref and r.kind != "HTA" else "-",
+                f"{ref.wall_s / s.wall_s:.1f}x" if ref else "-",
+                f"{s.peak_rss_bytes / ref.peak_rss_bytes:.3f}x" if ref else "-",
             )
         )
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from tools.cli_cases import KINDS, Case, make_case, tiny_run
-from tools.forked import Limits, Result, control_characters, outcome_of, serve, summarize
+from tools.forked import Limits, Result, add_case_options, cases_of, control_characters, outcome_of, serve, summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(memory_bytes=3 * 2**30, cpu_s=60, wall_s=90)
@@ -69,7 +69,7 @@ class Harness:
 
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
-        _write(scratch / GOOD, tiny_run(), {})
+        _write(scratch / GOOD, tiny_run())
         env = dict(os.environ)
         env.update(
             MALLOC_ARENA_MAX="2",
@@ -92,8 +92,8 @@ class Harness:
 
     def run(self, case: Case, folder: Path) -> Result:
         outside = folder.parent / f"{folder.name}-outside"
-        _write(folder, {p: d for p, d in case.files.items() if not p.startswith("outside/")}, {})
-        _write(outside, {p.removeprefix("outside/"): d for p, d in case.files.items() if p.startswith("outside/")}, {})
+        _write(folder, {p: d for p, d in case.files.items() if not p.startswith("outside/")})
+        _write(outside, {p.removeprefix("outside/"): d for p, d in case.files.items() if p.startswith("outside/")})
         for link, target in case.links.items():
             (folder / link).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(target.replace("{outside}", str(outside)), folder / link)
@@ -162,7 +162,7 @@ def repeat_first_row(source: Path, out: Path, rows: int, chunk: int = 100_000) -
             writer.write_table(block.slice(0, min(chunk, rows - start)))
 
 
-def _write(root: Path, files: dict[str, bytes], links: dict[str, str]) -> None:
+def _write(root: Path, files: dict[str, bytes]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -222,17 +222,13 @@ def run_cases(cases: list[Case], *, echo=print, keep: Path | None = None) -> lis
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.cli_fuzz", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=1000, help="number of cases (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first case (default: %(default)s)")
-    parser.add_argument("--kind", choices=sorted(KINDS), default=None, help="only cases of this kind")
+    add_case_options(parser, KINDS)
     parser.add_argument("--keep", type=Path, help="copy each failed case's folder here")
     parser.add_argument("--zygote", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.zygote:
         return _zygote(args.zygote)
-    if args.cases < 1:
-        parser.error(f"--cases must be 1 or more, got {args.cases}")
-    cases = [make_case(seed, args.kind) for seed in range(args.seed, args.seed + args.cases)]
+    cases = cases_of(parser, args, make_case)
     return 1 if any(r.failures for r in run_cases(cases, keep=args.keep)) else 0
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from muon_repro.dataset.manifest import HEADER
 from tools.contrib_cases import KINDS, PROFILE, Case, good_run, make_case, manifest_lines
-from tools.forked import Limits, Result, control_characters, outcome_of, serve, summarize
+from tools.forked import Limits, Result, add_case_options, cases_of, control_characters, outcome_of, serve, summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO = "fuzz-org/muon-traces"
@@ -210,16 +210,12 @@ def run_cases(cases: list[Case], *, echo=print) -> list[Result]:  # noqa: ANN001
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.contrib_fuzz", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=1000, help="number of cases (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first case (default: %(default)s)")
-    parser.add_argument("--kind", choices=sorted(KINDS), default=None, help="only cases of this kind")
+    add_case_options(parser, KINDS)
     parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.zygote:
         return _zygote()
-    if args.cases < 1:
-        parser.error(f"--cases must be 1 or more, got {args.cases}")
-    cases = [make_case(seed, args.kind) for seed in range(args.seed, args.seed + args.cases)]
+    cases = cases_of(parser, args, make_case)
     return 1 if any(r.failures for r in run_cases(cases)) else 0
 
 

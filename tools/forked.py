@@ -10,13 +10,14 @@ passing the wall-clock limit.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,3 +137,17 @@ def summarize(results: list[Result], seconds: float, echo: Callable[[str], None]
         echo(f"largest memory: {largest.max_rss_bytes / 2**20:.0f} MiB ({largest.case.describe()})")
     for r in failed:
         echo(f"FAILED {r.case.describe()}: {'; '.join(r.failures)}")
+
+
+def add_case_options(parser: argparse.ArgumentParser, kinds: Iterable[str]) -> None:
+    """The options every fuzzer takes: how many cases, the first seed, one kind only."""
+    parser.add_argument("--cases", type=int, default=1000, help="number of cases (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first case (default: %(default)s)")
+    parser.add_argument("--kind", choices=sorted(kinds), default=None, help="only cases of this kind")
+
+
+def cases_of(parser: argparse.ArgumentParser, args: argparse.Namespace, make_case: Callable[[int, str | None], Any]) -> list:
+    """The cases :func:`add_case_options`' options ask for (a parser error for fewer than one)."""
+    if args.cases < 1:
+        parser.error(f"--cases must be 1 or more, got {args.cases}")
+    return [make_case(seed, args.kind) for seed in range(args.seed, args.seed + args.cases)]

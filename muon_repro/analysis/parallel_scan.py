@@ -55,6 +55,12 @@ def _plan_pieces(path: Path, start: int, size: int, piece_bytes: int) -> tuple[l
     return ranges, lo
 
 
+def reads_in_parallel(file_bytes: int, gzipped: bool, workers: int, piece_bytes: int) -> bool:
+    """Whether a trace is read by several processes: more than one asked, a plain file (a gzip stream is inflated by
+    one process), and more than two pieces of it."""
+    return workers > 1 and not gzipped and file_bytes > 2 * piece_bytes
+
+
 def default_workers() -> int:
     """Reader processes by default: one per CPU, at most 8."""
     return max(1, min(os.cpu_count() or 1, 8))

@@ -33,7 +33,7 @@ from muon_repro.analysis.assemble import IMPLAUSIBLE_DURATION, MEMORY_VALUE_OUT_
 from muon_repro.analysis.byte_source import Source
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import EventBudget, TraceLimits, limit_error
-from muon_repro.analysis.parallel_scan import scan_parallel
+from muon_repro.analysis.parallel_scan import reads_in_parallel, scan_parallel
 from muon_repro.analysis.piece_columns import (
     BAD_DURATION,
     MEMORY_TS_DROPPED,
@@ -193,7 +193,7 @@ def read_trace(
     if not gzipped and file_bytes > limits.max_trace_bytes:  # known before reading a byte
         raise limit_error(path, "max_trace_bytes", limits, f"the file holds {file_bytes:,} bytes")
     decoded_by = "sequential"
-    if workers > 1 and not gzipped and file_bytes > 2 * piece_bytes:
+    if reads_in_parallel(file_bytes, gzipped, workers, piece_bytes):
         staged: list[PieceColumns] = []
         doc = scan_parallel(path, piece_bytes, workers, staged.append, limits)
         if doc is not None:

@@ -23,19 +23,14 @@ from pathlib import Path
 from muon_repro.recipe import recipe_text
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claim_measured, claims_matrix
+from muon_repro.report.costmodel_error import prediction_summary
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
 from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
 from muon_repro.report.profiler_cost import profiler_overhead_line
-from muon_repro.report.regimes_section import (
-    THRESHOLDS_HEADER,
-    main_axis,
-    prediction_summary,
-    threshold_range_note,
-    threshold_rows,
-)
+from muon_repro.report.regimes_section import THRESHOLDS_HEADER, main_axis, threshold_range_note, threshold_rows
 from muon_repro.report.stated import row_of
 from muon_repro.tables.files import with_block, write_atomic
 
