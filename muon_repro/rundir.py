@@ -85,14 +85,15 @@ PREDICTIONS_FILE = "predictions.csv"
 REGIME_MODEL_FILE = "regime_model.csv"
 THRESHOLDS_FILE = "regime_thresholds.csv"
 PIPELINE_SCALE_OUT_FILE = "pipeline_scale_out.csv"  # the 7B model as TP8 x PP4 x DP, 32-1024 GPUs
+ACCURACY_FILE = "ns_accuracy.json"  # a GPU's Newton-Schulz variants against the SVD (muon_repro.optim.polar_accuracy)
 # Shipped machine profiles renamed since records were written (old name -> new): records naming the old one
 # (regime_model.csv and regime_thresholds.csv's ``machine``) are read under the new name, and ``--machine`` takes both.
 RENAMED_MACHINES = {"seed-4x-pcie4-x4": "4xRTXA4000-pcie-nccl", "wei-4x-pcie4-x4": "4xRTXA4000-pcie-nccl"}
 
 STUDY_PROVENANCE_FILE = "original_study.json"  # beside the original study's imported traces (muon_repro.study.sources)
-NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE, STUDY_PROVENANCE_FILE)
+NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE, ACCURACY_FILE, STUDY_PROVENANCE_FILE)
 """JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile,
-the original study's provenance record."""
+a GPU's accuracy record, the original study's provenance record."""
 
 
 def is_trace_file(name: str) -> bool:
@@ -247,6 +248,12 @@ def read_json(path: Path) -> dict[str, Any] | None:
 PROTOCOL_FIELD = "protocol"
 STUDY_PROTOCOLS = ("study", "study-equal-work")
 STUDY_PROTOCOL_GROUPS = {"study": "study_protocol", "study-equal-work": "study_equal_work"}
+ONE_RANK_SUFFIX = "_1rank"  # the group of a protocol recorded on one rank (DP1·TP1), beside its 4-rank group
+
+
+def protocol_group(protocol: str, world_size: int = 4) -> str:
+    """The run group a study protocol's runs are filed under: its own on the study's 4 ranks, ``<group>_1rank`` on one."""
+    return STUDY_PROTOCOL_GROUPS[protocol] + (ONE_RANK_SUFFIX if world_size == 1 else "")
 
 
 def protocol_of(folder: Path) -> str | None:

@@ -105,6 +105,12 @@ def test_recorded_runs_carry_the_study_scopes_and_read_like_its_traces(recorded)
     assert bool(equal["equal_work"].iloc[0])  # both reduce and shard alike: Muon adds only its gathers
     study = protocols[(protocols["group"] == "study_protocol") & (protocols["claim_id"] == "comm_time_dp2_tp2")]
     assert not bool(study["equal_work"].iloc[0])
+    assert float(study["study_method_value"].iloc[0]) > 0  # the study's own sums, on our recording of its protocol
+    # one number, one path: on the study's traces the method's values are study_method's rebuilt numbers
+    method = tables["study_method"].set_index("number_id")["rebuilt"]
+    theirs = protocols[protocols["group"] == "comparison"].set_index("claim_id")["study_method_value"]
+    assert theirs["comm_time_dp2_tp2"] == pytest.approx(method["comm_ratio"])
+    assert theirs["optimizer_share"] == pytest.approx(method["optimizer_share_muon"])
     # the main analysis leaves these folders to the study's reader, and a folder of them alone is no error
     assert not find_traces([recorded])
     from muon_repro.analysis.batch_read import analyze_paths
@@ -125,3 +131,83 @@ def test_the_equal_work_bytes_are_the_analytic_models(recorded):
             assert r.ring_bytes_per_step == _analytic_ring_bytes(cfg, optimizer, int(r.rank)), (name, r.rank)
     config = json.loads((recorded / "cpu-2c-gloo" / GROUPS["study-equal-work"] / "adamw" / "trial0" / "config.json").read_text())
     assert config["protocol"] == "study-equal-work" and config["scaled"] and config["differences"]
+
+
+def test_one_rank_is_the_study_protocol_at_dp1_tp1_and_names_its_grid():
+    from muon_repro.bench.study_protocol import ProtocolRun
+    from muon_repro.rundir import protocol_group
+
+    one = ProtocolConfig.for_device("study", "cuda", 1)
+    assert (one.dp, one.tp, one.world_size, one.shapes) == (1, 1, 1, STUDY_SHAPES)
+    assert "no collective is issued" in " ".join(one.differences)
+    assert ProtocolConfig.for_device("study", "cuda").world_size == 4
+    with pytest.raises(ValueError, match="do the same work"):
+        ProtocolConfig.for_device("study-equal-work", "cpu", 1)
+    with pytest.raises(ValueError, match="world size 2"):
+        ProtocolConfig.for_device("study", "cpu", 2)
+    muon_async = ProtocolRun("muon", True, True)
+    assert muon_async.name == "muon_FULLSTEP_dp2_tp2_async" and muon_async.name_at(1, 1) == "muon_FULLSTEP_dp1_tp1_async"
+    assert ProtocolRun("adamw", True).name_at(1, 1) == "adamw_FULLSTEP"  # AdamW's names never held a grid
+    assert protocol_group("study") == "study_protocol" and protocol_group("study", 1) == "study_protocol_1rank"
+
+
+def test_world_size_is_refused_outside_the_study_protocol(capsys):
+    from muon_repro.cli import main
+
+    assert main(["bench", "comparison", "--world-size", "1", "--out", "unused"]) == 2
+    assert "--world-size" in capsys.readouterr().err
+
+
+def test_the_study_method_on_a_set_renames_its_grid_and_divides_by_no_zero():
+    from muon_repro.study.claims import method_values
+    from muon_repro.study.method import Sums
+
+    def sums(comm_ms: float, calls: int, scopes: dict[str, float]) -> Sums:
+        scopes = {"FWD_BWD": 150.0, **scopes}  # a full step's simulated forward-backward, CPU and GPU views
+        return Sums(comm_ms, calls, scopes, dict.fromkeys(scopes, 5), None)
+
+    one_rank = {
+        0: {
+            "muon_FULLSTEP_dp1_tp1": sums(0.0, 0, {"Muon_Step": 2.0, "Muon_Full_Training_Step": 100.0}),
+            "adamw_FULLSTEP": sums(0.0, 0, {"AdamW_Step": 1.0, "AdamW_Full_Training_Step": 80.0}),
+        },
+        1: {
+            "muon_FULLSTEP_dp1_tp1": sums(0.0, 0, {"Muon_Step": 4.0, "Muon_Full_Training_Step": 100.0}),
+            "adamw_FULLSTEP": sums(0.0, 0, {"AdamW_Step": 1.0, "AdamW_Full_Training_Step": 80.0}),
+        },
+    }
+    values = method_values(one_rank, 1, 1)
+    assert values["optimizer_share_muon"] == pytest.approx(0.03)  # the mean of the rounds' 2% and 4%
+    assert values["total_ratio"] == pytest.approx(1.25)
+    assert math.isnan(values["comm_ratio"]) and math.isnan(values["comm_per_call_muon"])  # nothing to divide by
+
+
+@pytest.fixture(scope="module")
+def recorded_one_rank(tmp_path_factory) -> Path:
+    from muon_repro.bench.study_record import record_protocols
+
+    out = tmp_path_factory.mktemp("protocol1")
+    written = record_protocols(
+        out, protocols=("study",), trials=2, world_size=1, backend="gloo", profile_id="cpu-2c-gloo", progress=False
+    )
+    assert len(written) == 2 * len(RUNS)
+    return out
+
+
+@pytest.mark.slow
+def test_one_rank_issues_no_collective_and_the_study_method_reads_its_share(recorded_one_rank):
+    tables = study_tables([recorded_one_rank])
+    runs = tables["study_runs"]
+    assert set(runs["group"]) == {"study_protocol_1rank"} and (runs["world_size"] == 1).all()
+    assert (runs["collectives_per_step"] == 0).all() and tables["study_collectives"].empty
+    steps = tables["study_steps"]
+    assert {"Muon_Step", "AdamW_Step", "FWD_BWD"} <= set(steps["scope"])  # the study's scopes, kept
+    rows = tables["study_protocols"].set_index("claim_id")
+    assert set(rows.index) == {"optimizer_share", "latency_overhead"}  # no collective to time
+    share = rows.loc["optimizer_share"]
+    assert int(share["rounds"]) == 2
+    # On a CPU the scope's host span is the device's time: the study's sums and our per-step share must agree.
+    assert abs(float(share["study_method_value"]) - float(share["measured_value"])) < 0.05
+    folder = recorded_one_rank / "cpu-2c-gloo" / "study_protocol_1rank" / "muon_dp1_tp1" / "trial1"
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["dp"], config["tp"], config["world_size"]) == (1, 1, 1)

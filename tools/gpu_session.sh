@@ -1,56 +1,87 @@
 #!/usr/bin/env bash
-# One GPU session (issue 31), in one command that ends inside the device's 10-minute limit:
-#   1. the single-device runs: `muon-repro bench single_device --scale gpu` (Muon and AdamW at 8k-256k tokens
-#      per step, bf16 autocast, 2 rounds: the first traced, the second timed only);
-#   2. `muon-repro calibrate --ranks 1` on the GPU alone (kernels, Newton-Schulz against matmul, no collectives);
-#   3. Gram Newton-Schulz (tools/gram_ns_bench.py) when its wheels are carried in .whl/.
-# Each stage has its own time limit and the results are packed whatever happened, into OUT/gpu_runs.tar.gz
-# (split into parts of 15 MiB when larger) and the logs.
+# One GPU session (issues 43 and 46), in one command that ends inside 8 minutes:
+#   1. the study's protocol on one rank (`bench --protocol study --world-size 1`, 3 rounds): its optimizer scope's
+#      host span against its kernels' GPU time, with no collective;
+#   2. `calibrate --ranks 1` on the GPU alone: kernels, Newton-Schulz against the bf16 matmul at the 369M and 7B
+#      shapes, and the size curves at the runs' own pass sizes;
+#   3. each Newton-Schulz variant's accuracy against the SVD, in fp32 and bf16 on the GPU (optim.polar_accuracy);
+#   4. ours against Gram Newton-Schulz, eager and compiled (tools/gram_ns_bench.py; its package when its wheels
+#      are carried in .whl/, else ours alone);
+#   5. the single-device group (`bench single_device --scale gpu`: Muon and AdamW at 8k-256k tokens per step, bf16),
+#      5 rounds, the first traced, in whatever time the stages before it left: rounds are interleaved, so a stage
+#      stopped at its limit keeps every complete round.
+# Each stage has its own time limit, and everything, logs included, is packed whatever happened into
+# OUT/gpu_runs.tar.gz (split into parts of 15 MiB when larger) beside OUT/session.log: at most 8 files come back.
 #   bash tools/gpu_session.sh OUT            on the GPU machine (PYTHONPATH is set to the working tree)
-#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in seconds
+#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about a minute
 set -u
 OUT=${1:?usage: bash tools/gpu_session.sh OUT [--dry-run]}
 MODE=${2:-}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 WORK=$(mktemp -d)
+LOGS="$WORK/logs"
+mkdir -p "$LOGS"
+START=$(date +%s)
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/session.log"; }
 if [ "$MODE" = --dry-run ]; then
-  BACKEND=gloo QUICK=--quick LIMITS=(60 60 30)
+  BACKEND=gloo QUICK=--quick DEVICE=cpu TOTAL=240 STUDY_S=60 CALIBRATE_S=60 ACCURACY_S=60 GRAM_S=30
   BENCH=(custom --optimizer muon --dp 1 --tp 1 --preset tiny --tokens-per-step 128 --seq-len 16 --precision bf16 --micro-batches 2)
 else
-  BACKEND=nccl QUICK= LIMITS=(300 100 80)
+  BACKEND=nccl QUICK= DEVICE=cuda TOTAL=465 STUDY_S=45 CALIBRATE_S=110 ACCURACY_S=25 GRAM_S=50
   BENCH=(single_device --scale gpu)
-  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+  nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
 fi
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$OUT/session.log"
+# what recorded the runs: the device, its driver, torch and NCCL, the source's digest and commit
+python3 - <<'EOF' 2>&1 | tee -a "$OUT/session.log"
+import subprocess, torch
+from muon_repro.provenance import source_digest
+cuda = torch.cuda.is_available()
+nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-"
+device = torch.cuda.get_device_name() if cuda else "cpu"
+git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or "no git"
+print(f"device {device}; torch {torch.__version__}; cuda {torch.version.cuda}; nccl {nccl}")
+print(f"muon_repro source sha256 {source_digest()}; commit {git}")
+EOF
 PROFILE=$(python3 -c "from muon_repro.bench.environment import recording_profile; print(recording_profile('$BACKEND'))")
 log "profile $PROFILE"
+COSTMODEL="$WORK/traces/$PROFILE/costmodel"
+mkdir -p "$COSTMODEL"
 
-log "1/3 bench ${BENCH[*]}"
-timeout -k 10 "${LIMITS[0]}" python3 -m muon_repro bench "${BENCH[@]}" --backend "$BACKEND" --trials 2 --traced-trials 1 \
-  --out "$WORK/traces" --no-progress >"$OUT/bench.log" 2>&1
-log "bench exit $?"
+# stage NAME LIMIT_S COMMAND...: runs COMMAND under LIMIT_S (and never past the session's TOTAL), its output in a log
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((TOTAL - ($(date +%s) - START) - 15))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then
+    log "$name skipped: $left s left"
+    return
+  fi
+  log "$name (at most ${limit} s): $*"
+  timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  log "$name exit $?"
+}
 
-log "2/3 calibrate --ranks 1"
-timeout -k 10 "${LIMITS[1]}" python3 -m muon_repro calibrate --backend "$BACKEND" --ranks 1 $QUICK --profile "$PROFILE" \
-  --out "$WORK/traces/$PROFILE/costmodel/machine.json" >"$OUT/calibrate.log" 2>&1
-log "calibrate exit $?"
-
-log "3/3 Gram Newton-Schulz"
+stage study "$STUDY_S" python3 -m muon_repro bench --protocol study --world-size 1 --backend "$BACKEND" --trials 3 \
+  --out "$WORK/traces" --no-progress
+stage calibrate "$CALIBRATE_S" python3 -m muon_repro calibrate --backend "$BACKEND" --ranks 1 $QUICK --profile "$PROFILE" \
+  --out "$COSTMODEL/machine.json"
+stage accuracy "$ACCURACY_S" python3 -m muon_repro.optim.polar_accuracy --device "$DEVICE" --json "$COSTMODEL/ns_accuracy.json"
+GRAM_PATH=$PYTHONPATH
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   [ -f .whl/cutlass_base.tar.xz ] && tar xJf .whl/cutlass_base.tar.xz -C /tmp/site
   GRAM_PATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
-else
-  GRAM_PATH=$PYTHONPATH
 fi
-PYTHONPATH=$GRAM_PATH timeout -k 10 "${LIMITS[2]}" python3 tools/gram_ns_bench.py --budget-s $((LIMITS[2] - 15)) \
-  --out "$WORK/traces/$PROFILE/costmodel/gram_newton_schulz.json" >"$OUT/gram.log" 2>&1
-log "gram exit $?"
+stage gram "$GRAM_S" env PYTHONPATH="$GRAM_PATH" python3 tools/gram_ns_bench.py --budget-s $((GRAM_S - 15)) \
+  --out "$COSTMODEL/gram_newton_schulz.json"
+stage bench "$TOTAL" python3 -m muon_repro bench "${BENCH[@]}" --backend "$BACKEND" --trials 5 --traced-trials 1 \
+  --out "$WORK/traces" --no-progress
 
-tar czf "$OUT/gpu_runs.tar.gz" -C "$WORK" traces
+cp "$OUT/session.log" "$LOGS/"
+tar czf "$OUT/gpu_runs.tar.gz" -C "$WORK" traces logs
 if [ "$(stat -c %s "$OUT/gpu_runs.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
   split -b 15M -d "$OUT/gpu_runs.tar.gz" "$OUT/gpu_runs.tar.gz.part" && rm "$OUT/gpu_runs.tar.gz"
 fi
-log "packed: $(ls "$OUT" | tr '\n' ' ')"
+log "packed in $(($(date +%s) - START)) s: $(ls "$OUT" | tr '\n' ' ')"

@@ -36,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "study-equal-work: the same with both optimizers reducing and sharding alike; study-both: both, interleaved "
         "(docs/recording.md#the-original-studys-protocol)",
     )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        choices=(4, 1),
+        default=4,
+        help="with --protocol study: its 4 ranks at DP2·TP2 (default), or 1 rank (DP1·TP1: no collective, so that on a "
+        "GPU the optimizer scope can be set against its kernels alone; filed under study_protocol_1rank)",
+    )
     p.add_argument("--list", action="store_true", help="list the named configurations and exit")
     p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
@@ -78,6 +86,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.protocol != "benchmark":
         return _record_protocol(args)
+    if args.world_size != 4:
+        raise ValueError("--world-size chooses the ranks of the study's protocol: give it with --protocol study")
     if not args.configs:
         raise ValueError("name at least one CONFIG (see --list), a group, 'study', 'reference' or 'all'")
     try:
@@ -101,6 +111,7 @@ def _record_protocol(args: argparse.Namespace) -> int:
         args.out,
         protocols=protocols,
         trials=args.trials,
+        world_size=args.world_size,
         backend=args.backend,
         profile_id=args.profile,
         command=command,

@@ -111,6 +111,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         precision=args.precision,
         micro_batches=args.micro_batches,
         ns_method=args.ns_method,
+        # timed steps as the scale's named runs have them, so that rounds after --traced-trials are timed only
+        timed_steps=SCALE_SPECS[args.scale].timed_steps,
+        timed_warmup=SCALE_SPECS[args.scale].timed_warmup,
         **shape,
     )
     # Not in the name: BenchConfig.key leaves it out too, so a run keeps its folder whichever loss it used.

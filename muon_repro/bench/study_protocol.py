@@ -20,6 +20,9 @@ Each has an optimizer-only and a full-step variant (the study's simulated forwar
 asynchronously and waited for where its result is used: the study's "naive async"). On CUDA the sizes are the
 study's; on CPU they are divided by :data:`CPU_SCALE` (rounded up to what the TP split needs), so that a run takes
 seconds, and the config records what was scaled.
+
+The study's protocol also runs on one rank (DP1·TP1): every group then holds one rank and no collective is issued, so
+that on a GPU the study's optimizer scope can be set against its kernels alone (docs/recording.md).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ STUDY_TP_DIMS = (0, 1, -1, 1, 0)  # the dimension TP splits each matrix along; -
 FWD_BWD_SIZE, FWD_BWD_MATMULS = 2048, 20
 CPU_SCALE = 8  # CPU runs divide every size by this
 STEPS, WARMUP = 5, 1
+STUDY_WORLD = 4  # the study's ranks: DP2 x TP2, one GPU each
+WORLD_SIZES = (STUDY_WORLD, 1)  # its grid, or one device alone (what the optimizer scope holds without collectives)
 # The study's Muon settings (its muon_args), and torch's AdamW defaults it used.
 MUON_LR, MUON_MOMENTUM, MUON_WD, NS_STEPS = 0.1, 0.9, 0.1, 5  # update scale: Moonlight's 0.2 sqrt(max(A, B))
 ADAMW_LR = 1e-3
@@ -56,12 +61,16 @@ class ProtocolRun:
 
     @property
     def name(self) -> str:
-        """The study's run name: adamw, muon_dp2_tp2, adamw_FULLSTEP, muon_FULLSTEP_dp2_tp2_async, ..."""
+        """The study's run name (its grid, DP2·TP2): adamw, muon_dp2_tp2, adamw_FULLSTEP, muon_FULLSTEP_dp2_tp2_async, ..."""
+        return self.name_at(2, 2)
+
+    def name_at(self, dp: int, tp: int) -> str:
+        """The run's name on a DP x TP grid, the study's way: Muon's names carry the grid, AdamW's do not."""
         parts = [self.optimizer]
         if self.full_step:
             parts.append("FULLSTEP")
         if self.optimizer == "muon":
-            parts.append("dp2_tp2")
+            parts.append(f"dp{dp}_tp{tp}")
         if self.async_op:
             parts.append("async")
         return "_".join(parts)
@@ -110,24 +119,55 @@ class ProtocolConfig:
         if self.steps < 1 or self.warmup < 0:
             raise ValueError(f"steps {self.steps} and warmup {self.warmup}: need at least 1 step and no negative warm-up")
 
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp
+
     @classmethod
-    def for_device(cls, protocol: str, device: str) -> ProtocolConfig:
-        """The study's sizes on CUDA; on CPU, each divided by :data:`CPU_SCALE` (rounded up to split evenly)."""
+    def for_device(cls, protocol: str, device: str, world_size: int = STUDY_WORLD) -> ProtocolConfig:
+        """The study's sizes on CUDA; on CPU, each divided by :data:`CPU_SCALE` (rounded up to split evenly). On
+        :data:`STUDY_WORLD` ranks the study's DP2·TP2; on one, DP1·TP1 (:data:`WORLD_SIZES`)."""
+        if world_size not in WORLD_SIZES:
+            raise ValueError(
+                f"world size {world_size}: the study's protocol runs on {STUDY_WORLD} ranks (its DP2·TP2) or on 1 "
+                "(one device, no collectives)"
+            )
+        if world_size == 1 and protocol == "study-equal-work":
+            raise ValueError(
+                "on one rank the study's protocol and its equal-work variant do the same work (no collective): "
+                "record --protocol study"
+            )
+        grid = 2 if world_size == STUDY_WORLD else 1
         differences = EQUAL_WORK_DIFFERENCES if protocol == "study-equal-work" else ()
+        if world_size == 1:
+            differences = ONE_RANK_DIFFERENCES
         if device == "cuda":
-            return cls(protocol, device, STUDY_SHAPES, differences=differences)
+            return cls(protocol, device, STUDY_SHAPES, dp=grid, tp=grid, differences=differences)
         shapes = tuple(_scaled(shape, dim) for shape, dim in zip(STUDY_SHAPES, STUDY_TP_DIMS))
         scaled = (
             f"CPU: every size divided by {CPU_SCALE} (rounded up to split 2 ways along tp_dims): parameters "
             f"{', '.join(f'{a}x{b}' for a, b in shapes)} for the study's {', '.join(f'{a}x{b}' for a, b in STUDY_SHAPES)}; "
             f"FWD_BWD {FWD_BWD_SIZE // CPU_SCALE}x{FWD_BWD_SIZE // CPU_SCALE} for {FWD_BWD_SIZE}x{FWD_BWD_SIZE}"
         )
-        return cls(protocol, device, shapes, fwd_bwd_size=FWD_BWD_SIZE // CPU_SCALE, scaled=scaled, differences=differences)
+        return cls(
+            protocol,
+            device,
+            shapes,
+            fwd_bwd_size=FWD_BWD_SIZE // CPU_SCALE,
+            dp=grid,
+            tp=grid,
+            scaled=scaled,
+            differences=differences,
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+ONE_RANK_DIFFERENCES = (
+    "one rank (DP1·TP1; the study: 4 ranks at DP2·TP2): every group holds one rank, so no collective is issued; "
+    "each optimizer's data flow and the study's scopes are kept",
+)
 EQUAL_WORK_DIFFERENCES = (
     "AdamW runs at DP=2, TP=2 (the study: 4 unsharded replicas), its parameters TP-sharded by tp_dims as Muon's are",
     "both optimizers reduce-scatter their fp32 gradients over their DP group (the study: AdamW all-reduces over all 4 "
@@ -242,17 +282,33 @@ class FlatShard:
 GROUP_LABELS = {"dp": "dp_collective", "tp": "tp_collective", "world": "world_collective"}
 
 
+# A group of one rank (the protocol on one device) issues no collective: each becomes the copy it amounts to, so
+# that the trace holds the optimizer's own work alone.
+
+
+def _alone(group) -> bool:
+    return dist.get_world_size(group) == 1
+
+
 def _gather(out: torch.Tensor, shard: torch.Tensor, group, label: str, async_op: bool):
+    if _alone(group):
+        out.copy_(shard)
+        return None
     with record_function(GROUP_LABELS[label]):
         return dist.all_gather_into_tensor(out, shard, group=group, async_op=async_op)
 
 
 def _reduce_scatter(shard: torch.Tensor, full: torch.Tensor, group, async_op: bool):
+    if _alone(group):
+        shard.copy_(full)
+        return None
     with record_function(GROUP_LABELS["dp"]):
         return dist.reduce_scatter_tensor(shard, full, group=group, async_op=async_op)
 
 
 def _all_reduce(t: torch.Tensor, async_op: bool):
+    if _alone(None):
+        return None
     with record_function(GROUP_LABELS["world"]):
         return dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=async_op)
 

@@ -2,10 +2,11 @@
 
 One launch per protocol and round runs the study's six runs one after the other on the same 4 ranks, as its script
 did, each profiled over its 5 steps; each run lands in its own trial folder,
-``<out>/<profile>/<group>/<run>/trial<k>/rank<r>.json.gz`` (:data:`GROUPS`), with ``config.json`` (the protocol,
-its sizes, what was scaled and what differs from the study) and ``environment.json``. A round records both protocols,
-their order alternating from round to round. Folders are written under a temporary name and renamed when complete;
-complete trials are skipped. Under ``torchrun`` (4 GPUs, NCCL) the ranks are torchrun's.
+``<out>/<profile>/<group>/<run>/trial<k>/rank<r>.json.gz`` (:func:`~muon_repro.rundir.protocol_group`), with
+``config.json`` (the protocol, its sizes, what was scaled and what differs from the study) and ``environment.json``.
+A round records both protocols, their order alternating from round to round. Folders are written under a temporary
+name and renamed when complete; complete trials are skipped. Under ``torchrun`` (4 GPUs, NCCL) the ranks are
+torchrun's. ``world_size=1`` records the study's protocol on one rank (DP1·TP1, no collectives) into its own group.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from muon_repro.bench.study_protocol import (
     PROTOCOLS,
     RUNS,
+    STUDY_WORLD,
     Grid,
     ProtocolConfig,
     ProtocolRun,
@@ -28,10 +30,7 @@ from muon_repro.bench.study_protocol import (
     ShardedAdamW,
     StudyMuon,
 )
-from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, PROTOCOL_FIELD, trace_name
-from muon_repro.rundir import STUDY_PROTOCOL_GROUPS as GROUPS
-
-WORLD = 4
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, PROTOCOL_FIELD, protocol_group, trace_name
 
 
 def _outer(run: ProtocolRun) -> str:
@@ -92,7 +91,7 @@ def record_runs_on_rank(cfg_dict: dict, run_names: list[str], folders: list[str]
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.device == "cuda" else torch.device("cpu")
     grid = Grid.build(cfg.dp, cfg.tp)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    by_name = {r.name: r for r in RUNS}
+    by_name = {r.name_at(cfg.dp, cfg.tp): r for r in RUNS}
     for name, folder in zip(run_names, folders):
         run = by_name[name]
         params, grads = _generate(cfg, device)
@@ -112,12 +111,12 @@ def record_runs_on_rank(cfg_dict: dict, run_names: list[str], folders: list[str]
         dist.barrier()
 
 
-def run_folder(out: Path, profile_id: str, protocol: str, run: str, trial: int) -> Path:
-    return Path(out) / profile_id / GROUPS[protocol] / run / f"trial{trial}"
+def run_folder(out: Path, profile_id: str, protocol: str, run: str, trial: int, world_size: int = STUDY_WORLD) -> Path:
+    return Path(out) / profile_id / protocol_group(protocol, world_size) / run / f"trial{trial}"
 
 
-def is_complete(folder: Path, world: int = WORLD) -> bool:
-    return (folder / CONFIG_FILE).is_file() and all((folder / trace_name(r)).is_file() for r in range(world))
+def is_complete(folder: Path, world_size: int = STUDY_WORLD) -> bool:
+    return (folder / CONFIG_FILE).is_file() and all((folder / trace_name(r)).is_file() for r in range(world_size))
 
 
 def record_protocols(
@@ -125,13 +124,15 @@ def record_protocols(
     *,
     protocols: tuple[str, ...] = PROTOCOLS,
     trials: int = 1,
+    world_size: int = STUDY_WORLD,
     backend: str | None = None,
     profile_id: str | None = None,
     command: list[str] | None = None,
     progress: bool = True,
 ) -> list[Path]:
-    """Record ``trials`` rounds of each protocol's six runs into ``out``; returns the trial folders written. Under
-    ``torchrun`` this process is one of its 4 ranks (rank 0 files the runs); else the 4 ranks are started here."""
+    """Record ``trials`` rounds of each protocol's six runs on ``world_size`` ranks (the study's 4, or 1) into
+    ``out``; returns the trial folders written. Under ``torchrun`` this process is one of its ranks (rank 0 files
+    the runs); else the ranks are started here."""
     from muon_repro.bench.environment import capture_environment, recording_profile
     from muon_repro.parallel.launch import default_backend, init_worker, launch
 
@@ -141,24 +142,31 @@ def record_protocols(
     if trials < 1:
         raise ValueError(f"trials {trials}: record at least one round")
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    backend = backend or default_backend(WORLD)
+    backend = backend or default_backend(world_size)
     if torchrun:
-        if int(os.environ["WORLD_SIZE"]) != WORLD:
-            raise ValueError(f"the study's protocol runs on {WORLD} ranks; torchrun started {os.environ['WORLD_SIZE']}")
+        if int(os.environ["WORLD_SIZE"]) != world_size:
+            raise ValueError(
+                f"the study's protocol runs on {world_size} ranks here (--world-size); torchrun started "
+                f"{os.environ['WORLD_SIZE']}"
+            )
         if not dist.is_initialized():
             init_worker(backend)
     filer = not torchrun or dist.get_rank() == 0  # the process that makes and files the folders
     device = "cuda" if backend == "nccl" else "cpu"
+    configs = {p: ProtocolConfig.for_device(p, device, world_size) for p in protocols}  # refused before any launch
     profile_id = recording_profile(backend, profile_id)
     written = []
     for trial in range(trials):
         order = protocols if trial % 2 == 0 else tuple(reversed(protocols))  # interleaved rounds
         for protocol in order:
-            cfg = ProtocolConfig.for_device(protocol, device)
-            todo = [r for r in RUNS if not is_complete(run_folder(Path(out), profile_id, protocol, r.name, trial))]
+            cfg = configs[protocol]
+            folder_of = {
+                r: run_folder(Path(out), profile_id, protocol, r.name_at(cfg.dp, cfg.tp), trial, world_size) for r in RUNS
+            }
+            todo = [r for r in RUNS if not is_complete(folder_of[r], world_size)]
             if not todo:
                 continue
-            finals = [run_folder(Path(out), profile_id, protocol, r.name, trial) for r in todo]
+            finals = [folder_of[r] for r in todo]
             partials = [f.with_name(f".{f.name}.partial") for f in finals]
             if filer:
                 for p in partials:
@@ -166,15 +174,15 @@ def record_protocols(
                     p.mkdir(parents=True)
             if progress and filer:
                 print(f"round {trial}: {protocol} ({len(todo)} runs, {backend})", flush=True)
-            names, folders = [r.name for r in todo], [str(p) for p in partials]
+            names, folders = [r.name_at(cfg.dp, cfg.tp) for r in todo], [str(p) for p in partials]
             try:
                 if torchrun:
                     dist.barrier()  # the folders exist before any rank writes into them
                     record_runs_on_rank(cfg.to_dict(), names, folders)
                 else:
-                    launch(record_runs_on_rank, WORLD, cfg.to_dict(), names, folders, backend=backend)
+                    launch(record_runs_on_rank, world_size, cfg.to_dict(), names, folders, backend=backend)
                 if filer:
-                    environment = capture_environment(backend, profile_id) | {"world_size": WORLD}
+                    environment = capture_environment(backend, profile_id) | {"world_size": world_size}
                     written += [
                         _file(run, protocol, trial, cfg, backend, command, environment, p, f)
                         for run, p, f in zip(todo, partials, finals)
@@ -202,13 +210,13 @@ def _file(
 
     config = {
         PROTOCOL_FIELD: protocol,
-        "group": GROUPS[protocol],
-        "name": run.name,
+        "group": protocol_group(protocol, cfg.world_size),
+        "name": run.name_at(cfg.dp, cfg.tp),
         "trial": trial,
         "optimizer": run.optimizer,
         "full_step": run.full_step,
         "async_op": run.async_op,
-        "world_size": WORLD,
+        "world_size": cfg.world_size,
         "backend": backend,
         "command": " ".join(command or ["muon-repro", "bench", "--protocol", protocol]),
         **cfg.to_dict(),

@@ -1,12 +1,15 @@
 """The one-process microbenchmarks of a calibration: the profile's kernel figures and their rows.
 
 Matmuls and Newton-Schulz per dtype, attention, cross-entropy, GELU, element-wise bandwidth and
-the host time per operator call, each a kernel looped at the model presets' shapes; on a CPU also
-the size curves, from the model's own training step under the profiler.
+the host time per operator call, each a kernel looped at the model presets' shapes; and the size
+curves, from the model's own training step under the profiler: on a CPU the small preset in fp32, each
+operator's self CPU time; on a GPU the gpu scale's preset under bf16 autocast at its runs' pass sizes,
+each operator's self device time (its kernels').
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -48,12 +51,16 @@ def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tupl
     profiled_us, r8 = bench_op_overhead(plan, device, profiled=True)
     rows += r3 + r4 + r5 + r6 + r7 + r8
     curves: dict[str, dict[int, float]] = {}
-    if plan.curve_tokens and device == "cpu":  # a GPU's profiler self times are launches, not kernels
-        log(f"  the model's training step at {', '.join(map(str, plan.curve_tokens))} tokens (size curves) ...")
-        curves, r9 = bench_model_step(plan, device, op_us)
+    if plan.curve_tokens:
+        log(
+            f"  the {plan.curve_model_preset} model's training step, {plan.curve_precision}, at "
+            f"{', '.join(map(str, plan.curve_tokens))} tokens (size curves) ..."
+        )
+        curves, r9 = bench_model_step(plan, device, op_us, log)
         rows += r9
     figures = {
         "size_curves": curves,
+        "size_curves_precision": plan.curve_precision,
         "matmul_tflops": matmul,
         "newton_schulz_tflops": ns,
         "attention_tflops": attention,
@@ -313,34 +320,50 @@ CURVE_OPERATORS = {
 CURVE_LAYERS = 2  # the sweep's blocks
 
 
-def bench_model_step(plan: Plan, device: str, op_us: float) -> tuple[dict[str, dict[int, float]], list[dict]]:
-    """Size curves from the model's own training step (the first preset's widths, 2 blocks, one
-    rank) at each of ``plan.curve_tokens``: per kernel kind, its work over the self time of its
-    operators under the profiler, the step's own shapes and memory traffic (a kernel looped on
-    operands kept in cache runs several times faster than inside a step). The element-wise rate
-    is the workload's estimate of the step's element-wise bytes over the remaining operators'
-    time, less their dispatch (``op_us`` per call, priced apart)."""
+def bench_model_step(
+    plan: Plan, device: str, op_us: float, log: Callable[[str], None] = print
+) -> tuple[dict[str, dict[int, float]], list[dict]]:
+    """Size curves from the model's own training step (:func:`curve_model`: the plan's curve preset's widths,
+    2 blocks, one rank, in ``plan.curve_precision``) at each of ``plan.curve_tokens``: per kernel kind,
+    its work over the self time of its operators under the profiler, the step's own shapes and memory
+    traffic (a kernel looped on operands kept in cache runs several times faster than inside a step). The
+    element-wise rate is the workload's estimate of the step's element-wise bytes over the remaining
+    operators' time; on a CPU, less their dispatch (``op_us`` per call, priced apart: a CPU's self times
+    are host times), while a GPU's are its kernels' device times, which hold no dispatch. A GPU that runs
+    out of memory at a size ends its curves at the sizes before it."""
+    if device == "cpu" and plan.curve_precision != "fp32":
+        raise ValueError(
+            f"size curves on a CPU are timed in fp32 (the bench's cpu runs), not {plan.curve_precision}: "
+            "bf16 matmuls on a CPU without bf16 units run far slower than the runs they would price"
+        )
     curves: dict[str, dict[int, float]] = {}
     rows = []
+    label_model = f"{CURVE_LAYERS}-block {plan.curve_model_preset} step"
     for tokens in plan.curve_tokens:
-        seconds, counts = _model_step_self_times(plan, device, tokens)
+        try:
+            seconds, counts = _model_step_self_times(plan, device, tokens)
+        except torch.cuda.OutOfMemoryError:  # a device smaller than the runs': keep what fitted
+            log(f"  the {label_model} at {tokens} tokens does not fit in the device's memory: its curves stop before it")
+            break
         work = model_step_work(plan, tokens)
-        seconds["elementwise"] = max(0.25 * seconds["elementwise"], seconds["elementwise"] - counts * op_us * 1e-6)
+        if device == "cpu":
+            seconds["elementwise"] = max(0.25 * seconds["elementwise"], seconds["elementwise"] - counts * op_us * 1e-6)
         sizes = curve_operands(plan, tokens)
-        label = f"{CURVE_LAYERS}-block {plan.presets[0]} step, {tokens} tokens"
+        label = f"{label_model}, {tokens} tokens"
         for kind, amount in work.items():
             rate = amount / seconds[kind] / (1e12 if kind in ("matmul", "attention") else 1e9)
             curves.setdefault(kind, {})[sizes[kind]] = rate
             unit = "tflops" if kind in ("matmul", "attention") else "gbps"
-            rows.append(_kernel(f"model_step_{kind}", "fp32", label, seconds[kind], **{unit: rate}))
+            rows.append(_kernel(f"model_step_{kind}", plan.curve_precision, label, seconds[kind], **{unit: rate}))
     return curves, rows
 
 
 def curve_model(plan: Plan) -> GPTConfig:
-    """The model whose training step the size curves time: the first preset's widths, :data:`CURVE_LAYERS` blocks."""
+    """The model whose training step the size curves time: the curve preset's widths (``plan.curve_model_preset``:
+    the first preset on a CPU, the gpu scale's runs' on a GPU), :data:`CURVE_LAYERS` blocks."""
     from dataclasses import replace
 
-    return replace(PRESETS[plan.presets[0]], n_layers=CURVE_LAYERS)
+    return replace(PRESETS[plan.curve_model_preset], n_layers=CURVE_LAYERS)
 
 
 def curve_operands(plan: Plan, tokens: int) -> dict[str, int]:
@@ -357,24 +380,30 @@ def curve_operands(plan: Plan, tokens: int) -> dict[str, int]:
 
 
 def model_step_work(plan: Plan, tokens: int) -> dict[str, float]:
-    """What one rank's training step of :func:`curve_model` does at ``tokens``, as the workload counts it:
-    FLOPs (matmul, attention), bytes (cross-entropy logits, GELU inputs, element-wise traffic)."""
-    from muon_repro.costmodel.workload import FP32, forward_vector_elems_per_token
+    """What one rank's training step of :func:`curve_model` does at ``tokens``, as the workload counts it in the
+    curves' precision (a curve's rate is that count over the measured time, so that it prices the workload's count
+    of a run of the same precision): FLOPs (matmul, attention), bytes (cross-entropy logits, always fp32; GELU
+    inputs and element-wise traffic, in the activations' dtype)."""
+    from muon_repro.costmodel.workload import ELEMENT_SIZE, FP32, forward_vector_elems_per_token
 
     m = curve_model(plan)
+    activation = ELEMENT_SIZE[plan.curve_precision]
     attention = 12 * m.n_layers * m.hidden * m.max_seq_len * tokens
     return {
         "matmul": m.flops_per_token(m.max_seq_len) * tokens - attention,
         "attention": attention,
         "cross_entropy": FP32 * tokens * m.vocab_size,
-        "gelu": FP32 * tokens * m.ffn_hidden * m.n_layers,
-        "elementwise": 3 * FP32 * tokens * forward_vector_elems_per_token(m, 1),  # forward + the backward's twice
+        "gelu": activation * tokens * m.ffn_hidden * m.n_layers,
+        "elementwise": 3 * activation * tokens * forward_vector_elems_per_token(m, 1),  # forward + the backward's twice
     }
 
 
 def _model_step_self_times(plan: Plan, device: str, tokens: int) -> tuple[dict[str, float], int]:
     """Seconds per kernel kind of one training step (the lowest over the plan's repetitions, at
-    least 2), and how many operator calls the element-wise remainder holds."""
+    least 2), and how many operator calls the element-wise remainder holds. On a CPU the operators'
+    self CPU times; on a GPU their self device times (a GPU's self CPU time is the launch, not the
+    kernel), the forward under bf16 autocast when the plan's curves are bf16, as
+    :func:`muon_repro.bench.training.train_step` runs it (the backward follows the forward's dtypes)."""
     from torch.profiler import ProfilerActivity, profile
 
     from muon_repro.model import GPT
@@ -383,27 +412,50 @@ def _model_step_self_times(plan: Plan, device: str, tokens: int) -> tuple[dict[s
     m = curve_model(plan)
     model = GPT(m, Group.single("tp"), device=device)
     batch = torch.randint(m.vocab_size, (max(1, tokens // m.max_seq_len), m.max_seq_len), device=device)
-    model(batch, batch).backward()  # warm-up: the allocator's first touch of every buffer
+    on_device = device != "cpu"
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_device else [ProfilerActivity.CPU]
+
+    def step() -> None:
+        with _autocast(plan, device):
+            loss = model(batch, batch)
+        loss.backward()
+
+    step()  # warm-up: the allocator's first touch of every buffer (and a GPU's kernel selection)
     best: dict[str, float] = {}
     for _ in range(max(2, plan.reps // 3)):
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            model(batch, batch).backward()
-        times, rest_calls = _classify(prof.key_averages())
+        with profile(activities=activities) as prof:
+            step()
+            sync_device(device)  # every kernel of the step ends inside the profiled window
+        times, rest_calls = _classify(prof.key_averages(), device_time=on_device)
         best = {k: min(v, best.get(k, math.inf)) for k, v in times.items()}
     return best, rest_calls
 
 
-def _classify(events) -> tuple[dict[str, float], int]:
-    """Self seconds of the aten operators per curve kind, the rest as element-wise, and the rest's call count."""
+def _autocast(plan: Plan, device: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast for a bf16 curve plan (the bench's ``precision="bf16"``); nothing for fp32."""
+    if plan.curve_precision == "bf16":
+        return torch.autocast(device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _classify(events, device_time: bool = False) -> tuple[dict[str, float], int]:
+    """Self seconds of the aten operators per curve kind, the rest as element-wise, and the rest's call count.
+    ``device_time``: by each operator's self device time (a GPU's kernels), else by its self CPU time."""
     times = dict.fromkeys((*CURVE_OPERATORS, "elementwise"), 0.0)
     rest_calls = 0
     for e in events:
         if not e.key.startswith("aten::"):
             continue
         kind = _curve_kind(e.key)
-        times[kind or "elementwise"] += e.self_cpu_time_total * 1e-6
+        times[kind or "elementwise"] += (_self_device_us(e) if device_time else e.self_cpu_time_total) * 1e-6
         rest_calls += 0 if kind else e.count
     return {k: max(v, 1e-9) for k, v in times.items()}, rest_calls
+
+
+def _self_device_us(event) -> float:
+    """An operator's self device time in us: ``self_device_time_total`` (torch 2.4 on), else the older name."""
+    us = getattr(event, "self_device_time_total", None)
+    return event.self_cuda_time_total if us is None else us
 
 
 def _curve_kind(operator: str) -> str | None:

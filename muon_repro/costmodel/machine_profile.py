@@ -46,10 +46,14 @@ EFFICIENCY_KINDS = ("matmul", "attention", NEWTON_SCHULZ, "elementwise", "cross_
 CROSS_ENTROPY_PASSES = 8
 GELU_PASSES = 5
 # Kinds whose rate can follow the size of their operand (size_curves): on a CPU a kernel's rate
-# falls once its operands leave the caches, so one figure measured at one size misprices the
-# others. The operand, in elements per rank: the activation [tokens, hidden] for matmul, attention
-# and elementwise, the logits [tokens, vocab] for cross_entropy, the MLP's [tokens, ffn / tp] for gelu.
+# falls once its operands leave the caches, and a GPU's rises as a pass fills it, so one figure
+# measured at one size misprices the others. The operand, in elements per rank of one forward+backward
+# pass (a micro-batch): the activation [tokens, hidden] for matmul, attention and elementwise, the logits
+# [tokens, vocab] for cross_entropy, the MLP's [tokens, ffn / tp] for gelu.
 SIZE_CURVE_KINDS = tuple(ranges.CURVE_RATES)  # matmul, attention, cross_entropy, gelu, elementwise
+# The memory-bound kinds: their flat figures are fp32 kernels that price a run of either precision, so fp32
+# curves (a CPU's) replace them for both; bf16 curves (a GPU's step under autocast) price bf16 runs only.
+MEMORY_BOUND_CURVE_KINDS = ("cross_entropy", "gelu", "elementwise")
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,9 @@ class MachineProfile:
     bandwidth_share: dict[int, float] = field(default_factory=dict)
     # {SIZE_CURVE_KINDS: {operand elements per rank: the kind's rate}}; default: the flat figure
     size_curves: dict[str, dict[int, float]] = field(default_factory=dict)
+    # the training precision of the step the curves were measured in (DTYPES): they price runs of that
+    # precision (and fp32 memory-bound curves bf16 runs too: MEMORY_BOUND_CURVE_KINDS); profiles before it: fp32
+    size_curves_precision: str = "fp32"
     # {group size: mean wait per collective for the group's last rank, when ranks share cores}
     arrival_jitter_us: dict[int, float] = field(default_factory=dict)
     # {group size: {us of compute before the call, one rank alone: that wait}}; default: arrival_jitter_us
@@ -161,6 +168,7 @@ class MachineProfile:
             ranges.check_keyed(name, getattr(self, name), 1, ranges.SHARE)
         for kind, curve in self.size_curves.items():
             ranges.check_size_curve(kind, curve)
+        check_choice("size_curves_precision", self.size_curves_precision, DTYPES)
         ranges.check_jitter_curves(self.arrival_jitter_curve_us)
         ranges.check_keyed("arrival_jitter_us", self.arrival_jitter_us, 2, ranges.JITTER_US)
         for kind, value in self.efficiency.items():
@@ -227,26 +235,37 @@ class MachineProfile:
             return self.matmul_flops_per_s(dtype, elems)
         return self._at_size("attention", self.attention_tflops[dtype], dtype, elems) * 1e12 * self.eff("attention")
 
-    def elementwise_bytes_per_s(self, elems: int = 0) -> float:
-        return self._at_size("elementwise", self.elementwise_gbps, "fp32", elems) * 1e9 * self.eff("elementwise")
+    # The memory-bound rates take the training's precision (DTYPES) only to know whether a size curve prices it.
 
-    def cross_entropy_bytes_per_s(self, elems: int = 0) -> float:
-        if self.cross_entropy_gbps is None and "cross_entropy" not in self.size_curves:
-            return self.elementwise_bytes_per_s(elems) / CROSS_ENTROPY_PASSES
+    def elementwise_bytes_per_s(self, elems: int = 0, precision: str = "fp32") -> float:
+        return self._at_size("elementwise", self.elementwise_gbps, precision, elems) * 1e9 * self.eff("elementwise")
+
+    def cross_entropy_bytes_per_s(self, elems: int = 0, precision: str = "fp32") -> float:
+        if self.cross_entropy_gbps is None and not self.curve_prices("cross_entropy", precision):
+            return self.elementwise_bytes_per_s(elems, precision) / CROSS_ENTROPY_PASSES
         flat = self.cross_entropy_gbps or self.elementwise_gbps / CROSS_ENTROPY_PASSES
-        return self._at_size("cross_entropy", flat, "fp32", elems) * 1e9 * self.eff("cross_entropy")
+        return self._at_size("cross_entropy", flat, precision, elems) * 1e9 * self.eff("cross_entropy")
 
-    def gelu_bytes_per_s(self, elems: int = 0) -> float:
-        if self.gelu_gbps is None and "gelu" not in self.size_curves:
-            return self.elementwise_bytes_per_s(elems) / GELU_PASSES
+    def gelu_bytes_per_s(self, elems: int = 0, precision: str = "fp32") -> float:
+        if self.gelu_gbps is None and not self.curve_prices("gelu", precision):
+            return self.elementwise_bytes_per_s(elems, precision) / GELU_PASSES
         flat = self.gelu_gbps or self.elementwise_gbps / GELU_PASSES
-        return self._at_size("gelu", flat, "fp32", elems) * 1e9 * self.eff("gelu")
+        return self._at_size("gelu", flat, precision, elems) * 1e9 * self.eff("gelu")
+
+    def curve_prices(self, kind: str, precision: str) -> bool:
+        """Whether ``kind``'s size curve prices a run trained in ``precision``: one of the curves' own precision, or
+        any run for an fp32 memory-bound curve (the flat figure it replaces is an fp32 kernel that prices both)."""
+        if kind not in self.size_curves:
+            return False
+        own = self.size_curves_precision
+        return precision == own or (own == "fp32" and kind in MEMORY_BOUND_CURVE_KINDS)
 
     def unused_figures(self) -> list[str]:
         """Notes on flat figures a size curve replaces wherever the model prices their kind (forward and backward,
-        fp32, on operands of known size; the curves are what a calibration measured in the step): changing such
-        a figure changes no prediction, which a reader of the profile would not guess."""
+        in the curves' precision, on operands of known size; the curves are what a calibration measured in the
+        step): changing such a figure changes no prediction, which a reader of the profile would not guess."""
         notes = []
+        own = self.size_curves_precision
         for kind, name, unit, what in (
             ("matmul", "matmul_tflops", "TFLOP/s", "matmul"),
             ("attention", "attention_tflops", "TFLOP/s", "attention"),
@@ -254,23 +273,29 @@ class MachineProfile:
             ("gelu", "gelu_gbps", "GB/s", "GELU"),
         ):
             figure = getattr(self, name)
-            rate = figure.get("fp32") if isinstance(figure, dict) else figure
-            if kind not in self.size_curves or rate is None:
+            per_dtype = isinstance(figure, dict)
+            rate = figure.get(own) if per_dtype else figure
+            # a flat figure with bf16 curves still prices fp32 runs: used
+            if rate is None or not all(self.curve_prices(kind, d) for d in ((own,) if per_dtype else DTYPES)):
                 continue
-            label = f"{name}.fp32" if isinstance(figure, dict) else name
-            still = f"; {name}.bf16 still prices bf16 training" if isinstance(figure, dict) and "bf16" in figure else ""
+            label = f"{name}.{own}" if per_dtype else name
+            still = "".join(
+                f"; {name}.{other} still prices {other} training"
+                for other in DTYPES
+                if per_dtype and other != own and other in figure
+            )
             notes.append(
                 f"{label} ({rate:.4g} {unit}) is not used by this profile's predictions: the size curve "
-                f"size_curves.{kind} prices every fp32 {what} of forward and backward{still}"
+                f"size_curves.{kind} prices every {own} {what} of forward and backward{still}"
             )
         return notes
 
-    def _at_size(self, kind: str, flat: float, dtype: str, elems: int) -> float:
-        """The kind's rate on an operand of ``elems`` per rank from its size curve (fp32, as measured), else ``flat``."""
-        curve = self.size_curves.get(kind)
-        if not curve or elems <= 0 or dtype != "fp32":
+    def _at_size(self, kind: str, flat: float, precision: str, elems: int) -> float:
+        """The kind's rate on an operand of ``elems`` per rank from its size curve where that prices a run trained in
+        ``precision`` (:meth:`curve_prices`), else ``flat``."""
+        if elems <= 0 or not self.curve_prices(kind, precision):
             return flat
-        return interpolate_curve(curve, elems)
+        return interpolate_curve(self.size_curves[kind], elems)
 
     def op_seconds(self, profiled: bool) -> float:
         """Host time of one operator call, under the bench's profiler or not."""

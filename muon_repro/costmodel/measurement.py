@@ -1,5 +1,11 @@
 """What one calibration measures (:class:`Plan`) and how it times a kernel: the statistics every
-microbenchmark of :mod:`muon_repro.costmodel.calibrate` shares."""
+microbenchmark of :mod:`muon_repro.costmodel.calibrate` shares.
+
+The size curves (the model's own training step, profiled at ``Plan.curve_tokens``) time a CPU's small
+preset in fp32, as the bench's cpu runs train; on a GPU, the gpu scale's runs: their preset under bf16
+autocast, at their passes' token counts (a pass holds at most the scale's ``micro_tokens``, 16,384 a rank;
+larger steps accumulate gradients over several).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from muon_repro.bench.configs import SCALE_SPECS
+
 # bench/speed_probe.py times the same kernels on the day of a recording, with the device sync it defines
 from muon_repro.bench.speed_probe import sync_device
+from muon_repro.model_config import PRESETS
 
 KIB = 1024
+CURVE_PRECISIONS = ("fp32", "bf16")
+# The GPU runs the curves price: the gpu scale's model and precision (bf16 autocast), in passes of at most its
+# micro_tokens (16,384 tokens a rank); the curves run from a quarter of that pass to twice it.
+GPU_RUNS = SCALE_SPECS["gpu"]
+GPU_CURVE_TOKENS = (4096, 8192, 16384, 32768)
+GPU_QUICK_CURVE_TOKENS = (4096, 16384)
 
 
 @dataclass(frozen=True)
@@ -28,10 +43,25 @@ class Plan:
     share_windows: int  # windows of the compute-share measurement, each share_window_s long
     share_window_s: float
     dtypes: tuple[str, ...]
-    curve_tokens: tuple[int, ...] = ()  # tokens per rank of the profiled training steps (size curves); none on a GPU
+    curve_tokens: tuple[int, ...] = ()  # tokens per rank of the profiled training steps (size curves)
+    # The model whose training step the curves time (a name of PRESETS; "": the first of presets), and the step's
+    # precision: bf16 autocast on a GPU, as the runs it prices train; fp32 on a CPU
+    curve_preset: str = ""
+    curve_precision: str = "fp32"
     # Models whose Newton-Schulz is set against the same device's matmul rate at their shapes (a GPU's bf16 target):
     # names of compute_bench.TARGET_MODELS
     ns_target_models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.curve_preset and self.curve_preset not in PRESETS:
+            raise ValueError(f"curve_preset {self.curve_preset!r} is not a model preset; expected one of {sorted(PRESETS)}")
+        if self.curve_precision not in CURVE_PRECISIONS:
+            raise ValueError(f"curve_precision must be one of {', '.join(CURVE_PRECISIONS)}, got {self.curve_precision!r}")
+
+    @property
+    def curve_model_preset(self) -> str:
+        """The preset whose widths the size curves' training step takes."""
+        return self.curve_preset or self.presets[0]
 
     @classmethod
     def for_device(cls, device: str, quick: bool) -> Plan:
@@ -47,6 +77,9 @@ class Plan:
                 share_window_s=0.2,
                 dtypes=("fp32", "bf16"),
                 ns_target_models=("369m",),
+                curve_tokens=GPU_QUICK_CURVE_TOKENS,
+                curve_preset=GPU_RUNS.preset,
+                curve_precision=GPU_RUNS.precision,
             )
         if device == "cuda":
             return cls(
@@ -60,6 +93,9 @@ class Plan:
                 share_window_s=0.5,
                 dtypes=("fp32", "bf16"),
                 ns_target_models=("369m", "7b"),
+                curve_tokens=GPU_CURVE_TOKENS,
+                curve_preset=GPU_RUNS.preset,
+                curve_precision=GPU_RUNS.precision,
             )
         if quick:
             # the largest sample big enough that its transfer outlasts a loaded machine's scheduling noise (a few ms)

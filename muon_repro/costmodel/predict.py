@@ -141,9 +141,10 @@ def kernel_seconds(work: Compute, machine: MachineProfile, ns_dtype: str, model_
         compute += work.attention_flops / machine.attention_flops_per_s(model_dtype, activation)
     if work.ns_flops:  # only asked for when there is Newton-Schulz work: an AdamW run needs no NS figure
         compute += work.ns_flops / machine.newton_schulz_flops_per_s(ns_dtype)
-    memory = work.vector_bytes / machine.elementwise_bytes_per_s(activation)
-    memory += work.cross_entropy_bytes / machine.cross_entropy_bytes_per_s(work.logits_elems)
-    memory += work.gelu_bytes / machine.gelu_bytes_per_s(work.mlp_elems)
+    # the training's precision picks which size curves apply (MachineProfile.curve_prices)
+    memory = work.vector_bytes / machine.elementwise_bytes_per_s(activation, model_dtype)
+    memory += work.cross_entropy_bytes / machine.cross_entropy_bytes_per_s(work.logits_elems, model_dtype)
+    memory += work.gelu_bytes / machine.gelu_bytes_per_s(work.mlp_elems, model_dtype)
     return compute, memory
 
 

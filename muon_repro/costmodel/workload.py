@@ -85,8 +85,9 @@ class Compute:
     cross_entropy_bytes: float = 0.0  # fp32 logits through cross-entropy (forward+backward share)
     gelu_bytes: float = 0.0  # fp32 inputs through GELU (forward+backward share)
     ops: float = 0.0  # operator calls
-    # Elements of the operands the model's kernels run on, per rank (on a CPU their rates follow the
-    # size: size_curves); 0 for the optimizer's flat buffers, priced at the flat figures.
+    # Elements of the operands the model's kernels run on, per rank and per forward+backward pass (a
+    # micro-batch's tokens, not the step's: a kernel's rate follows the size it runs at, size_curves);
+    # 0 for the optimizer's flat buffers, priced at the flat figures.
     activation_elems: int = 0  # [tokens, hidden]: matmuls, attention, element-wise
     logits_elems: int = 0  # [tokens, vocab]: cross-entropy
     mlp_elems: int = 0  # [tokens, ffn / tp]: GELU

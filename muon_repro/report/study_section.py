@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report import style
-from muon_repro.report.claims_section import claim_measured, claim_note
+from muon_repro.report.claims_section import claim_measured, claim_note, claim_number
 from muon_repro.report.data import ReportData, is_missing, study_profile
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 
@@ -171,13 +171,15 @@ def protocols_table(data: ReportData) -> dict[str, Any]:
     table = data.study_protocols
     if table.empty:
         return {"protocols_header": [], "protocols_rows": []}
-    order = {"comparison": 0, "study_protocol": 1, "study_equal_work": 2}  # the study's, its protocol, equal work
+    # the study's, its protocol, equal work, its protocol on one rank
+    order = {"comparison": 0, "study_protocol": 1, "study_equal_work": 2, "study_protocol_1rank": 3}
     sets = table.drop_duplicates(["profile", "group"])
-    columns = sorted(((str(s.profile), str(s.group)) for s in sets.itertuples()), key=lambda pg: order.get(pg[1], 3))
+    columns = sorted(((str(s.profile), str(s.group)) for s in sets.itertuples()), key=lambda pg: order.get(pg[1], 4))
     labels = {
         "comparison": "the study's traces",
         "study_protocol": "its protocol, recorded here",
         "study_equal_work": "equal work, recorded here",
+        "study_protocol_1rank": "its protocol on one rank, recorded here",
     }
     bench = data.profiles[0]
     header = ["claim", *(f"{labels.get(g, g)} ({p})" for p, g in columns), f"our benchmark ({bench})"]
@@ -199,7 +201,11 @@ def protocols_table(data: ReportData) -> dict[str, Any]:
             if r["equal_work"] is False or (not is_missing(r["equal_work"]) and not bool(r["equal_work"])):
                 said += ", unequal work"
             rounds = int(r["rounds"])
-            cells.append(f"{said} ({rounds} rounds)" if rounds > 1 else said)
+            said = f"{said} ({rounds} rounds)" if rounds > 1 else said
+            if not is_missing(r.get("study_method_value")):  # what the study's own sums make of the same traces
+                method = claim_number(r["study_method_value"], kind, claim_id, "study_protocols.study_method_value")
+                said += f"; its method: {method}"
+            cells.append(said)
         rows.append([str(mine["claim"].iloc[0]), *cells, claim_measured(mine.iloc[0])])
     return {"protocols_header": header, "protocols_rows": rows}
 

@@ -26,12 +26,19 @@ from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY_SHARE, 
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
-RUN_NAMES = {"adamw_full": "adamw_FULLSTEP", "muon_full": "muon_FULLSTEP_dp2_tp2", "muon_async": "muon_FULLSTEP_dp2_tp2_async"}
+
+def run_names(dp: int = 2, tp: int = 2) -> dict[str, str]:
+    """The runs the measures compare, by role, on a DP x TP grid: Muon's names carry the grid (the study's, DP2·TP2)."""
+    grid = f"dp{dp}_tp{tp}"
+    return {"adamw_full": "adamw_FULLSTEP", "muon_full": f"muon_FULLSTEP_{grid}", "muon_async": f"muon_FULLSTEP_{grid}_async"}
 
 
-def runs_of(prefix: str) -> dict[str, str]:
+RUN_NAMES = run_names()
+
+
+def runs_of(prefix: str, dp: int = 2, tp: int = 2) -> dict[str, str]:
     """The run ids the measures compare, under ``<profile>/<group>``."""
-    return {key: f"{prefix}/{name}" for key, name in RUN_NAMES.items()}
+    return {key: f"{prefix}/{name}" for key, name in run_names(dp, tp).items()}
 
 
 RUN = runs_of(f"{STUDY_PROFILE}/{GROUP}")
@@ -131,11 +138,12 @@ def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[in
 
 
 def study_claim_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
-    """The claims table's rows on the study's profile (none without the study's runs)."""
+    """The claims table's rows on the study's profile (none without the study's runs: the protocol's runs recorded
+    here are other profiles', judged in ``study_protocols``)."""
     runs, steps, ranks, method, colls = (
         study.get(k) for k in ("study_runs", "study_steps", "study_ranks", "study_method", "study_collectives")
     )
-    if runs is None or runs.empty:
+    if runs is None or runs.empty or not (runs["profile"] == STUDY_PROFILE).any():
         return []
     rebuilt = {r.number_id: (float(r.rebuilt), bool(r.rebuilt_matches)) for r in method.itertuples()} if len(method) else {}
     rows = []
@@ -308,6 +316,7 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         "measured_value": value,
         "measured_low": low,
         "measured_high": high,
+        "rounds": None,  # one recording: the interval is over its steps (study_protocols.rounds says 1)
         "unit": claim.unit,
         "unit_kind": claim.unit_kind,
         "conditions": conditions,
@@ -324,22 +333,28 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
 
 
 PROTOCOL_CLAIMS = ("comm_time_dp2_tp2", "optimizer_share", "async_slowdown", "latency_overhead")
+ONE_RANK_CLAIMS = ("optimizer_share", "latency_overhead")  # a set on one rank has no collective to time
 
 
-def protocol_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
+def protocol_rows(study: dict[str, pd.DataFrame], method_sums: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """The study_protocols table: each claimed number measured, by the measures above, on every set of the study's
-    runs (the study's own traces; the study's protocol and its equal-work variant recorded here), side by side."""
+    runs (the study's own traces; the study's protocol and its equal-work variant recorded here, on 4 ranks or on
+    one), side by side, with what the study's own method gives on the same traces (``method_sums``: per
+    ``(profile, group)``, per round, the study's sums of each run's rank-0 trace, :func:`method_values`)."""
     runs, steps, ranks, colls = (study.get(k) for k in ("study_runs", "study_steps", "study_ranks", "study_collectives"))
     if runs is None or runs.empty:
         return []
     rows = []
     sets = runs.drop_duplicates(["profile", "group"])[["profile", "group", "protocol", "recorded_by"]]
     for s in sets.itertuples():
-        run_ids = runs_of(f"{s.profile}/{s.group}")
+        mine = runs[(runs["profile"] == s.profile) & (runs["group"] == s.group) & (runs["optimizer"] == "muon")]
+        dp, tp = (int(mine["dp"].iloc[0]), int(mine["tp"].iloc[0])) if len(mine) else (2, 2)
+        run_ids = runs_of(f"{s.profile}/{s.group}", dp, tp)
         if not set(run_ids.values()) <= set(runs["run"]):
             continue
         rounds = int(runs.loc[runs["run"] == run_ids["muon_full"], "trial"].nunique())
-        for claim_id in PROTOCOL_CLAIMS:
+        by_method = method_values((method_sums or {}).get((s.profile, s.group), {}), dp, tp)
+        for claim_id in PROTOCOL_CLAIMS if dp * tp > 1 else ONE_RANK_CLAIMS:
             m = _MEASURES[claim_id](runs, steps, ranks, RUN=run_ids, colls=colls)
             rows.append(
                 {
@@ -354,6 +369,21 @@ def protocol_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
                     "measured_high": m.high,
                     "equal_work": m.equal_work,
                     "work_difference": m.work if m.equal_work is False else "",
+                    "study_method_value": by_method.get(METHOD_NUMBER.get(claim_id, ""), math.nan),
                 }
             )
     return rows
+
+
+def method_values(sums_by_round: dict[int, dict[str, object]], dp: int, tp: int) -> dict[str, float]:
+    """The study's method (:func:`muon_repro.study.method.method_numbers`) on one set's rank-0 traces, each number
+    the mean over the rounds it was computed in. Muon's runs are renamed to the study's grid, which the method's
+    run names hold."""
+    from muon_repro.study.method import method_numbers
+
+    grid, study_grid = f"dp{dp}_tp{tp}", "dp2_tp2"
+    per_round = [
+        method_numbers({name.replace(grid, study_grid): sums for name, sums in rank0.items()}) for rank0 in sums_by_round.values()
+    ]
+    numbers = {key for numbers in per_round for key in numbers}
+    return {key: float(np.mean([n[key] for n in per_round if key in n])) for key in numbers}

@@ -167,7 +167,7 @@ def method_numbers(rank0: dict[str, Sums]) -> dict[str, float]:
             s = rank0[full]
             put(f"comm_ms_{opt}", s.comm_ms)
             put(f"comm_calls_{opt}", s.comm_calls)
-            put(f"comm_per_call_{opt}", s.comm_ms / s.comm_calls)
+            put(f"comm_per_call_{opt}", _ratio(s.comm_ms, s.comm_calls))
             # Table 5.2's forward-backward: the FWD_BWD sum over its CPU and GPU views, halved
             put(f"fwd_bwd_ms_{opt}", s.scope_ms.get("FWD_BWD", float("nan")) / 2)
             put(f"optimizer_ms_{opt}", s.scope_ms.get(step_key, float("nan")))
@@ -182,14 +182,19 @@ def method_numbers(rank0: dict[str, Sums]) -> dict[str, float]:
         if asyn in rank0:
             put(f"async_comm_ms_{opt}", rank0[asyn].comm_ms)
             if full in rank0:
-                put(f"async_ratio_{opt}", rank0[asyn].comm_ms / rank0[full].comm_ms)
+                put(f"async_ratio_{opt}", _ratio(rank0[asyn].comm_ms, rank0[full].comm_ms))
     if {"comm_ms_muon", "comm_ms_adamw"} <= out.keys():
-        put("comm_ratio", out["comm_ms_muon"] / out["comm_ms_adamw"])
+        put("comm_ratio", _ratio(out["comm_ms_muon"], out["comm_ms_adamw"]))
     if {"total_ms_muon", "total_ms_adamw"} <= out.keys():
-        put("total_ratio", out["total_ms_muon"] / out["total_ms_adamw"])
+        put("total_ratio", _ratio(out["total_ms_muon"], out["total_ms_adamw"]))
     if {"optimizer_ms_muon", "total_ms_muon"} <= out.keys():
-        put("optimizer_share_muon", out["optimizer_ms_muon"] / out["total_ms_muon"])
+        put("optimizer_share_muon", _ratio(out["optimizer_ms_muon"], out["total_ms_muon"]))
     return out
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is 0 (a run on one rank has no communication to divide by)."""
+    return a / b if b else float("nan")
 
 
 def matches_published(p: Published, rebuilt: float) -> bool:

@@ -142,11 +142,15 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         return {name: SCHEMAS[name].empty() for name in TABLES}
     steps, collectives, ranks, runs = [], [], [], []
     rank0: dict[str, object] = {}
+    method_sums: dict[tuple[str, str], dict[int, dict[str, object]]] = {}  # per set and round: the method's runs
     for rec in found:
         per_rank = sorted((read_study_trace(f, rec.grid) for f in rec.files), key=lambda t: t.rank)
         config = StudyRun.from_name(rec.name, per_rank[0].world_size or len(per_rank))
-        if rec.recorded_by == ORIGINAL:
-            rank0[rec.name] = study_sums(next(f for f, t in zip(rec.files, per_rank) if t.rank == 0))
+        if rec.recorded_by == ORIGINAL or config.variant == "full_step":
+            sums = study_sums(next(f for f, t in zip(rec.files, per_rank) if t.rank == 0))
+            method_sums.setdefault((rec.profile, rec.group), {}).setdefault(rec.trial, {})[rec.name] = sums
+            if rec.recorded_by == ORIGINAL:
+                rank0[rec.name] = sums
         key = {"run": rec.run, "trial": rec.trial, "profile": rec.profile}
         colls = _match_across_ranks(per_rank)
         run_steps = _steps_with_transfer(per_rank, colls)
@@ -159,7 +163,7 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         "study_runs": pd.DataFrame(runs),
         "study_ranks": pd.concat(ranks, ignore_index=True),
         "study_steps": pd.concat(steps, ignore_index=True),
-        "study_collectives": pd.concat(collectives, ignore_index=True),
+        "study_collectives": _concat_rows(collectives, "study_collectives"),  # none on one rank
     }
     original = {name: _rows_of(df, STUDY_PROFILE) for name, df in tables.items()}
     if rank0:  # the study's method, on its own traces
@@ -169,7 +173,7 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
     tables["study_method"], tables["study_method_parts"] = (df.assign(profile=STUDY_PROFILE) for df in (method, parts))
     from muon_repro.study.claims import protocol_rows
 
-    tables["study_protocols"] = pd.DataFrame(protocol_rows(tables), columns=SCHEMAS["study_protocols"].names)
+    tables["study_protocols"] = pd.DataFrame(protocol_rows(tables, method_sums), columns=SCHEMAS["study_protocols"].names)
     # the cost model on the study's machine: priced from its datasheet profile, then fitted to these kernel times
     from muon_repro.study.costmodel_check import study_costmodel_table
 
@@ -179,6 +183,12 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         tables["study_costmodel"] = SCHEMAS["study_costmodel"].empty()
     tables["study_costmodel_thresholds"] = _threshold_record(study_folders(paths))
     return tables
+
+
+def _concat_rows(frames: list[pd.DataFrame], table: str) -> pd.DataFrame:
+    """The frames' rows as one table; the table's empty frame when none has a row."""
+    filled = [f for f in frames if len(f)]
+    return pd.concat(filled, ignore_index=True) if filled else SCHEMAS[table].empty()
 
 
 def _rows_of(df: pd.DataFrame, profile: str) -> pd.DataFrame:

@@ -327,6 +327,14 @@ STUDY_PROTOCOLS = TableSchema(
         ("measured_high", "Float64", "", "upper end of the 95% interval"),
         ("equal_work", "boolean", "", "whether the runs compared did the same work; null for one run"),
         ("work_difference", "string", "", "the measured difference in work when equal_work is false"),
+        (
+            "study_method_value",
+            "Float64",
+            "",
+            "the study's own method on the same runs' rank-0 traces (study_method; mean over rounds): its "
+            "communication ratio, optimizer share (Muon_Step's summed events over Muon_Full_Training_Step's) or async "
+            "ratio; null for latency_overhead",
+        ),
     ),
 )
 

@@ -1,0 +1,91 @@
+"""The GPU session's script (tools/gpu_session.sh) dry-run on the CPU, and its results brought in (tools/gpu_ingest):
+what a session with a GPU will run, checked before it spends device time."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from muon_repro.optim.polar_accuracy import GPU_MARKERS, saved_rows
+from tools.gpu_ingest import archive_bytes
+from tools.gpu_ingest import main as ingest_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _archive(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_pieces_are_joined_in_order_and_a_folder_without_them_is_named(tmp_path):
+    data = _archive({"traces/p/costmodel/x.txt": b"x" * 1000})
+    for i, start in enumerate(range(0, len(data), 100)):
+        (tmp_path / f"gpu_runs.tar.gz.part{i:02d}").write_bytes(data[start : start + 100])
+    assert archive_bytes(tmp_path) == data
+    with pytest.raises(ValueError, match="no gpu_runs.tar.gz"):
+        archive_bytes(tmp_path / "nothing")
+
+
+def test_an_archive_without_traces_changes_nothing(tmp_path, capsys):
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "gpu_runs.tar.gz").write_bytes(_archive({"logs/session.log": b"hello"}))
+    traces = tmp_path / "traces"
+    assert ingest_main([str(files), "--traces", str(traces)]) == 1
+    assert "no traces/ folder" in capsys.readouterr().err and not traces.exists()
+
+
+def test_a_saved_accuracy_run_is_checked_by_field(tmp_path):
+    path = tmp_path / "ns_accuracy.json"
+    path.write_text(json.dumps({"device": "NVIDIA H200", "seed": 0, "rows": [{"matrix": "random"}]}))
+    with pytest.raises(ValueError, match=r"rows\[0\] lacks fields"):
+        saved_rows(path)
+    path.write_text(json.dumps({"device": "NVIDIA H200", "rows": []}))
+    with pytest.raises(ValueError, match="not a saved accuracy run"):
+        saved_rows(path)
+
+
+@pytest.mark.slow
+def test_the_dry_run_records_every_stage_and_its_results_come_in(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", "tools/gpu_session.sh", str(out), "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = (out / "session.log").read_text()
+    for stage in ("study", "calibrate", "accuracy", "gram", "bench"):
+        assert f"{stage} exit 0" in log, log
+    assert "muon_repro source sha256" in log
+    assert len(list(out.iterdir())) <= 8  # what the device sends back: at most 8 files
+
+    traces, docs = tmp_path / "traces", tmp_path / "gpu.md"
+    docs.write_text(f"# On a GPU\n\n{GPU_MARKERS[0]}\n{GPU_MARKERS[1]}\n")
+    assert ingest_main([str(out), "--traces", str(traces), "--docs", str(docs)]) == 0
+    profile = traces / "cpu-2c-gloo"
+    muon_runs = ["muon_dp1_tp1", "muon_FULLSTEP_dp1_tp1", "muon_FULLSTEP_dp1_tp1_async"]
+    adamw_runs = ["adamw", "adamw_FULLSTEP", "adamw_FULLSTEP_async"]
+    assert sorted(p.name for p in (profile / "study_protocol_1rank").iterdir()) == sorted(muon_runs + adamw_runs)
+    assert (profile / "costmodel" / "machine.json").is_file() and (profile / "costmodel" / "gpu_session.log").is_file()
+    assert "| random | bf16 | quintic |" in docs.read_text()
+    (run,) = (profile / "custom").iterdir()
+    assert sorted(p.name for p in run.iterdir()) == [f"trial{k}" for k in range(5)]  # 5 rounds
+
+    from muon_repro import stages
+
+    tables = stages.analyze([traces], tmp_path / "metrics")
+    assert set(tables["study_protocols"]["claim_id"]) == {"optimizer_share", "latency_overhead"}
+    runs = tables["runs"]
+    assert len(runs) == 1 and int(runs["rounds"].iloc[0]) == 5 and runs["optimizer_op_calls"].notna().all()
+    assert not pd.read_parquet(tmp_path / "metrics" / "calibration.parquet").empty
