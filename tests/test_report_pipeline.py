@@ -14,6 +14,7 @@ from test_report_abstract import numbers_in, unsupported
 
 from muon_repro.report import stated
 from muon_repro.report.data import load
+from muon_repro.report.formatting import ms
 from muon_repro.report.pipeline_section import (
     GRID_HEADER,
     NO_PIPELINE,
@@ -84,6 +85,17 @@ def test_the_section_shows_every_grid_every_muon_stage_and_both_claims(data):
         assert str(row["verdict"]) in mine and "2 ranks per core" in mine
     meaning = " ".join(section["meaning"])
     assert "upper bound" in meaning and "not compared with the 4-rank grids" in meaning
+
+
+def test_two_runs_of_one_grid_are_told_apart_and_the_grid_row_is_the_pipeline_groups(data):
+    section = pipeline_section(data)
+    labels = [f"{row[0]} stage {row[1]}" for row in section["stage_rows"]]
+    assert len(labels) == len(set(labels)), labels  # no two stages read alike
+    assert "PP4 (pipeline_bubble) stage 0" in labels and "PP4 (pipeline) stage 0" in labels
+    runs = pipeline_runs(data.runs)
+    pp4 = runs[(runs["optimizer"] == "muon") & (runs["pp"] == 4) & (runs["group"] == "pipeline")].iloc[0]
+    grid_row = next(row for row in section["grid_rows"] if row[0] == "PP4")
+    assert grid_row[3] == ms(pp4["timed_step_ms"], "runs.timed_step_ms")  # the pipeline group's, not the other
 
 
 def test_every_number_in_the_section_is_a_table_value(data):

@@ -40,7 +40,7 @@ from muon_repro.report.claims_section import claim_measured, report_verdict
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.formatting import ms, percent, ratio
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
-from muon_repro.report.selection import pipeline_runs, pp_of
+from muon_repro.report.selection import PIPELINE_GROUP, pipeline_runs, pp_of
 
 PIPELINE_CLAIMS = ("hybrid_survives_pp", "bubble_hides_step")
 NO_PIPELINE = (
@@ -79,8 +79,24 @@ def pipeline_grids(runs: pd.DataFrame) -> list[tuple[tuple[int, int, int], pd.Da
     grids: dict[tuple[int, int, int], list[int]] = {}
     for i, (_, r) in enumerate(runs.iterrows()):
         grids.setdefault(grid_of(r), []).append(i)
-    out = [(g, runs.iloc[idx].sort_values("optimizer", ascending=False)) for g, idx in grids.items()]
+    out = [(g, _muon_first(runs.iloc[idx])) for g, idx in grids.items()]
     return sorted(out, key=lambda gr: grid_order(gr[0], int(metric(gr[1].iloc[0], "world_size"))))
+
+
+def _muon_first(rows: pd.DataFrame) -> pd.DataFrame:
+    """Muon's runs first; within an optimizer the pipeline group's (the grids compared with each other), then by id."""
+    other = rows["group"].astype(str) != PIPELINE_GROUP if "group" in rows.columns else False
+    ordered = rows.assign(_other=other).sort_values(["optimizer", "_other", "run"], ascending=[False, True, True], kind="stable")
+    return ordered.drop(columns="_other")
+
+
+def run_label(run: pd.Series, runs: pd.DataFrame) -> str:
+    """The run's grid (``PP4``), with its group when another run of its optimizer among ``runs`` has the same grid
+    (``PP4 (pipeline_bubble)``): two runs never share a label."""
+    grid = grid_of(run)
+    twins = runs[(runs["optimizer"] == run["optimizer"]) & (runs["run"] != run["run"])]
+    shared = any(grid_of(other) == grid for _, other in twins.iterrows())
+    return f"{style.grid_label(*grid)} ({run['group']})" if shared else style.grid_label(*grid)
 
 
 def _one(rows: pd.DataFrame, optimizer: str) -> pd.Series | None:
@@ -148,7 +164,7 @@ def stage_rows(data: ReportData, runs: pd.DataFrame) -> list[list[str]]:
         what = f"stages.* of {s['run']} stage {s['stage']}"
         out.append(
             [
-                style.grid_label(*grid_of(by_run[str(s["run"])])),
+                run_label(by_run[str(s["run"])], runs),
                 str(int(metric(s, "stage", "stages"))),
                 holds(s),
                 ms(s["timed_fwd_bwd_ms"], what),
@@ -437,7 +453,7 @@ def _stages_panel(ax, data_stages: pd.DataFrame, runs: pd.DataFrame) -> None:
         ax.barh(yi, fwd_bwd - bubble, 0.7, color=COMPUTE_COLOR)
         ax.barh(yi, bubble, 0.7, left=fwd_bwd - bubble, color=BUBBLE_COLOR, hatch="//", edgecolor="white", linewidth=0)
         ax.barh(yi, opt, 0.7, left=fwd_bwd, color=OPTIMIZER_COLOR)
-        labels.append(f"{style.grid_label(*grid_of(by_run[str(s['run'])]))} stage {int(s['stage'])}")
+        labels.append(f"{run_label(by_run[str(s['run'])], runs)} stage {int(s['stage'])}")
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("time in one step (ms), Muon, median over rounds")
     ax.set_title("each Muon stage: where its step goes", fontsize=9)
