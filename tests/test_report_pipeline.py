@@ -91,7 +91,8 @@ def test_two_runs_of_one_grid_are_told_apart_and_the_grid_row_is_the_pipeline_gr
     section = pipeline_section(data)
     labels = [f"{row[0]} stage {row[1]}" for row in section["stage_rows"]]
     assert len(labels) == len(set(labels)), labels  # no two stages read alike
-    assert "PP4 (pipeline_bubble) stage 0" in labels and "PP4 (pipeline) stage 0" in labels
+    first, second = labels.index("PP4 (pipeline) stage 0"), labels.index("PP4 (pipeline_bubble) stage 0")
+    assert second == first + 4  # each run's four stages together, the pipeline group's first
     runs = pipeline_runs(data.runs)
     pp4 = runs[(runs["optimizer"] == "muon") & (runs["pp"] == 4) & (runs["group"] == "pipeline")].iloc[0]
     grid_row = next(row for row in section["grid_rows"] if row[0] == "PP4")

@@ -150,7 +150,8 @@ def holds(row: pd.Series) -> str:
 def muon_stages(stages: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The stages table's rows of the Muon pipelines among ``runs``, in the grids' order, then by stage."""
     require_columns(stages, "stages", ("run", "optimizer", "stage", "blocks", "holds", "timed_fwd_bwd_ms"))
-    order = {str(r["run"]): i for i, (_, g) in enumerate(pipeline_grids(runs)) for _, r in g.iterrows()}
+    in_order = [str(run) for _, g in pipeline_grids(runs) for run in g["run"]]  # grid by grid, each run's stages together
+    order = {run: i for i, run in enumerate(in_order)}
     rows = stages[(stages["optimizer"] == "muon") & stages["run"].isin(list(order))]
     return rows.assign(_order=rows["run"].map(order)).sort_values(["_order", "stage"]).drop(columns="_order")
 
