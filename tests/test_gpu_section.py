@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from muon_repro.report.gpu_section import kernel_lines, one_device_only, single_device, single_device_pairs, single_device_rows
+from muon_repro.report.gpu_section import (
+    busy_lines,
+    kernel_lines,
+    one_device_only,
+    single_device,
+    single_device_pairs,
+    single_device_rows,
+)
 
 PROFILE = "1xGPU-nccl"
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +52,38 @@ def test_newton_schulz_is_set_against_its_models_matmuls_and_the_target_verdict_
     assert any("7b" in line and "90% of the 600 TFLOP/s" in line and "meets the 70% target" in line for line in lines)
     assert any("ours / theirs = 1.50" in line for line in lines)
     assert kernel_lines(cal, "another-profile") == []
+
+
+def test_the_variants_are_timed_mode_against_mode_and_the_gram_target_could_go_either_way():
+    rows = []
+    for suffix, ours_s in (("", 0.001), ("_compiled", 0.003)):  # eager: ours faster; compiled: slower
+        for i in range(4):  # the 369m model's four matrices
+            shape = f"369m [{i + 1}024,1024]"
+            rows += [_kernel(f"ns_{m}{suffix}", shape, ours_s, 100.0) for m in ("quintic", "polar_express", "gram")]
+            rows.append(_kernel(f"gram_newton_schulz{suffix}", shape, 0.002, 100.0))
+    rows.append(_kernel("newton_schulz", "369m [1024,1024]", 0.01, 100.0))  # the calibration's own: not in these lines
+    lines = [line for line in kernel_lines(pd.DataFrame(rows), PROFILE) if line.startswith("Our Newton-Schulz")]
+    eager, compiled = lines
+    assert "eager" in eager and "quintic 4.00 ms" in eager and "(ours / theirs = 0.50): meets the target" in eager
+    assert "compiled" in compiled and "(ours / theirs = 1.50): misses the target" in compiled
+
+
+def test_muons_gpu_busy_share_is_judged_at_8k_tokens_on_the_369m_model():
+    def runs(share: float, preset: str = "large") -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "profile": [PROFILE],
+                "optimizer": ["muon"],
+                "preset": [preset],
+                "tokens_per_step": [8192],
+                "optimizer_gpu_busy_ms": [10.0 * share],
+                "optimizer_gpu_busy_share": [share],
+            }
+        )
+
+    assert "falls short of the 80% target by 61 points" in busy_lines(runs(0.19), PROFILE)[0]
+    assert "meets the 80% target" in busy_lines(runs(0.85), PROFILE)[0]
+    assert "target" not in busy_lines(runs(0.19, "small"), PROFILE)[0]  # another model: no target to judge
 
 
 def _runs() -> pd.DataFrame:

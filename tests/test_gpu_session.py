@@ -89,3 +89,25 @@ def test_the_dry_run_records_every_stage_and_its_results_come_in(tmp_path):
     runs = tables["runs"]
     assert len(runs) == 1 and int(runs["rounds"].iloc[0]) == 5 and runs["optimizer_op_calls"].notna().all()
     assert not pd.read_parquet(tmp_path / "metrics" / "calibration.parquet").empty
+
+
+def test_gram_rows_join_the_calibration_as_the_same_machines_kernels(tmp_path):
+    from muon_repro.tables.io import write_table
+    from muon_repro.tables.schemas import SCHEMAS
+    from tools.gpu_ingest import join_gram_rows
+
+    own = {"profile": "1xGPU-nccl", "machine": "1xGPU-nccl", "device": "cuda", "backend": "nccl", "threads": 16}
+    write_table(
+        [{**own, "kind": "kernel", "kernel": "matmul", "dtype": "bf16", "shape": "369m tp=1", "seconds": 1.0}],
+        SCHEMAS["calibration"],
+        tmp_path,
+        "machine.calibration",
+    )
+    timed = {"kind": "kernel", "dtype": "bf16", "shape": "369m [1024,1024]", "seconds": 0.001, "tflops": 9.0, "first_call_s": 2.0}
+    rows = [{**timed, "kernel": "ns_quintic"}, {**timed, "kernel": "gram_newton_schulz"}]
+    (tmp_path / "gram_newton_schulz.json").write_text(json.dumps({"rows": rows, "notes": []}))
+    assert join_gram_rows(tmp_path) == 2
+    table = pd.read_parquet(tmp_path / "machine.calibration.parquet")
+    joined = table[table["kernel"].isin(["ns_quintic", "gram_newton_schulz"])]
+    assert len(joined) == 2 and (joined["profile"] == "1xGPU-nccl").all() and (joined["threads"] == 16).all()
+    assert "first_call_s" not in table.columns and not (tmp_path / "gram_newton_schulz.json").exists()

@@ -70,8 +70,15 @@ def join_gram_rows(costmodel: Path) -> int:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"{gram}: expected a list of calibration rows")
     calibration = pd.read_parquet(table)
-    joined = pd.concat([calibration, pd.DataFrame(rows)], ignore_index=True)
-    write_table(joined, SCHEMAS["calibration"], costmodel, CALIBRATION_STEM)
+    schema = SCHEMAS["calibration"]
+    timed = pd.DataFrame(rows)
+    kernels = calibration[calibration["kind"] == "kernel"]
+    for column in ("profile", "machine", "device", "backend", "threads"):  # the calibration's own, the same machine
+        if column in calibration.columns and len(kernels):
+            timed[column] = kernels[column].iloc[0]
+    timed = timed[[c for c in timed.columns if c in schema.names]]  # first_call_s: in the bench's log, not the table
+    joined = pd.concat([calibration, timed], ignore_index=True)
+    write_table(joined, schema, costmodel, CALIBRATION_STEM)
     gram.unlink()  # its rows now live in the table
     return len(rows)
 

@@ -8,6 +8,8 @@ One GPU, bf16 input; each shape times, in turn and back to back:
   it iterates on the Gram matrix in fp16), first without ``torch.compile`` (no compile time), then, while the
   time budget lasts, with its default ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
 
+Ours are the kernels ``ns_<method>`` (``ns_quintic``, ``ns_polar_express``, ``ns_gram``), theirs
+``gram_newton_schulz``, compiled ones suffixed ``_compiled``; shapes read ``369m [3072,1024]``.
 Rows go to ``--out`` (JSON, the ``calibration`` table's columns: kind ``kernel``) after every shape, so a run
 stopped by its budget keeps what it measured. The rate column is our NS FLOP count over each one's time: the
 time at the same shape, stated as a rate (Gram Newton-Schulz does fewer FLOPs for the same orthogonalization).
@@ -113,8 +115,8 @@ def _contenders(g: torch.Tensor, compiled: bool, theirs) -> list[tuple[str, obje
         fn = functools.partial(orthogonalize, steps=5, dtype=torch.bfloat16, method=method)
         if compiled:
             fn = torch.compile(fn, mode="reduce-overhead")
-        name = "newton_schulz" if method == "quintic" else f"ours_{method}"
-        contenders.append((name + suffix, functools.partial(fn, g), work))
+        # ns_<method>: not the calibration's own newton_schulz rows at the same shapes, which join the same table
+        contenders.append((f"ns_{method}{suffix}", functools.partial(fn, g), work))
     if theirs is not None:
         contenders.append(("gram_newton_schulz" + suffix, functools.partial(theirs, g), work))
     return contenders
