@@ -160,6 +160,7 @@ class RunConfig:
     trial: int | None = None  # which recording of the configuration this is, from 0
     trials: int | None = None  # how many were asked for
     round_order: int | None = None  # its place in its round of the sweep (shuffled per round); null: recorded before
+    sweep: str | None = None  # the bench command that recorded it (one id per command); null: recorded before
     timed_steps: int | None = None  # steps timed without the profiler before the profiled ones; null: none (older runs)
     timed_warmup: int | None = None
     world_size: int | None = None

@@ -209,11 +209,14 @@ def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
     ]
     order = sorted(results, key=lambda r: json.loads((r.run_dir / "environment.json").read_text())["recorded_at"])
     assert [(r.key, r.trial) for r in order] == [(r.key, r.trial) for r in results]  # recorded A B B A, in that order
+    sweeps = set()
     for r, round_order in zip(results, (0, 1, 0, 1)):
         config = RunDir(r.run_dir).config
         assert config.trial == r.trial and config.trials == 2 and config.tokens_per_step == 128
         assert config.round_order == round_order
         assert config.batch_per_dp * config.dp * config.seq_len == 128  # DP2 trains 4 sequences per rank, DP4 2
+        sweeps.add(config.sweep)
+    assert len(sweeps) == 1 and None not in sweeps  # one command: every round pairs
 
 
 def test_tokens_per_step_must_divide_into_the_grid():

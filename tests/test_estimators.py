@@ -16,6 +16,7 @@ from muon_repro.analysis.estimators import (
     optimizer_share,
     steps_frame,
     time_ratio,
+    unpaired_rounds,
 )
 
 
@@ -54,3 +55,20 @@ def test_a_paired_ratio_leaves_out_a_round_disturbed_in_either_run():
     a, b = _run("a", [200, 202, 199, 201]), _run("b", [100, 101, 100, 400])
     ratio = time_ratio(a, b, "step_ms", "max")
     assert ratio.value == pytest.approx(math.exp(np.mean(np.log([2.0, 2.0, 1.99]))), rel=1e-9)
+
+
+def _swept(run: tuple, sweeps: list[str | None]):
+    """The run with each round's sweep id (config.json's sweep, as the steps tables carry it)."""
+    frame, name = run
+    return frame.assign(sweep=frame["trial"].map(dict(enumerate(sweeps)))), name
+
+
+def test_rounds_pair_only_within_one_sweep():
+    a = _swept(_run("a", [200, 200, 200, 400]), ["s1", "s1", "s1", "s1"])
+    b = _swept(_run("b", [100, 100, 100, 100]), ["s1", "s1", "s1", "s2"])  # round 3 re-recorded by another command
+    assert unpaired_rounds(a, b) == {3}
+    assert time_ratio(a, b, "step_ms", "max").value == pytest.approx(2.0)  # 4.0 in round 3 would have pulled it up
+    legacy = _swept(_run("c", [100, 100, 100, 100]), [None] * 4)
+    assert unpaired_rounds(_swept(_run("d", [100] * 4), [None] * 4), legacy) == set()  # before sweeps: by index
+    assert unpaired_rounds(a, legacy) == {0, 1, 2, 3}  # a named sweep and none are two sweeps
+    assert unpaired_rounds(a) == set() and unpaired_rounds(_run("e", [1, 2]), _run("f", [1, 2])) == set()

@@ -108,6 +108,10 @@ def test_timed_collectives_carry_the_traces_phases_and_split_into_wait_and_trans
         assert set(zip(mine["phase"], mine["kind"])) == set(zip(traced["phase"], traced["op"]))
     split = split_timed_waits(calls, TIMED.dp, TIMED.tp)
     assert split["matched"].all()  # every call found on every rank of its group
+    sweep = RunDir(run_dir).config.sweep  # the command that recorded it, in both step tables: rounds pair within it
+    for name in ("timed_steps", "steps"):
+        rows = tables[name][tables[name]["run"] == run]
+        assert sweep is not None and len(rows) and (rows["sweep"] == sweep).all(), name
     assert (split["wait_ns"] >= 0).all() and (split["transfer_ns"] >= 0).all()
     # One clock for the 4 processes: no rank leaves a blocking collective before the last one entered it.
     assert (split["end_ns"] >= split["latest_ns"]).all()
@@ -294,7 +298,9 @@ def test_timed_steps_come_with_the_scale_and_not_for_runs_only_timed():
 def test_each_round_is_shuffled_by_its_index_and_records_its_order(tmp_path):
     cfgs = [resolve(key, "tiny") for key in ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2", CONFIG)]
     plan = plan_recordings(cfgs, tmp_path, trials=8, profile="p")
-    assert plan == plan_recordings(cfgs, tmp_path, trials=8, profile="p")  # reproducible
+    again = plan_recordings(cfgs, tmp_path, trials=8, profile="p")
+    assert [replace(rec, sweep=None) for rec in plan] == [replace(rec, sweep=None) for rec in again]  # reproducible
+    assert len({rec.sweep for rec in plan}) == 1 and {rec.sweep for rec in plan} != {rec.sweep for rec in again}
     orders = set()
     for k in range(8):
         rnd = plan[3 * k : 3 * k + 3]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables
 from muon_repro.analysis.claim_measures import MEASURE
-from muon_repro.analysis.estimators import left_out
+from muon_repro.analysis.estimators import left_out, unpaired_rounds
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.tables.joins import convergence_with_runs
@@ -144,13 +144,18 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
 
 
 def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> str:
-    """The disturbed rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any."""
-    skipped = left_out(*(t.steps_of(run) for run in measured.runs)) if measured.runs else set()
-    if not skipped:
-        return ""
-    quoted["disturbed_rounds"] = len(skipped)
-    rounds = f"{len(skipped)} disturbed round{'s' if len(skipped) > 1 else ''}"
-    return f"; {rounds} left out (docs/method.md#equal-work-trials-and-intervals)"
+    """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: disturbed
+    ones, and those the runs recorded in different sweeps (no pairs)."""
+    sources = [t.steps_of(run) for run in measured.runs] if measured.runs else []
+    disturbed, unpaired = left_out(*sources), unpaired_rounds(*sources) - left_out(*sources)
+    parts = []
+    if disturbed:
+        quoted["disturbed_rounds"] = len(disturbed)
+        parts.append(f"{len(disturbed)} disturbed round{'s' if len(disturbed) > 1 else ''}")
+    if unpaired:
+        quoted["unpaired_rounds"] = len(unpaired)
+        parts.append(f"{len(unpaired)} round{'s' if len(unpaired) > 1 else ''} recorded by different sweeps")
+    return f"; {' and '.join(parts)} left out (docs/method.md#equal-work-trials-and-intervals)" if parts else ""
 
 
 def _outside(claim: Claim, measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> list[str]:

@@ -75,6 +75,23 @@ def left_out(*runs: RunSteps) -> set[int]:
     return set().union(*(disturbed_rounds(source, run) for source, run in runs))
 
 
+def unpaired_rounds(*runs: RunSteps) -> set[int]:
+    """The rounds that ``runs`` recorded in different sweeps (their steps' ``sweep``: one id per bench command):
+    round k of a configuration re-recorded alone, or finished by a second command, is no pair of the others'
+    round k. Runs recorded before sweeps were named (every id null) pair by index, as they always did."""
+    if len(runs) < 2:
+        return set()
+    by_run = []
+    for source, run in runs:
+        if "sweep" not in source.columns:
+            return set()
+        rows = source.loc[source["run"] == run, ["trial", "sweep"]].drop_duplicates("trial")
+        sweeps = rows["sweep"].astype(object).where(rows["sweep"].notna(), None)
+        by_run.append(dict(zip(rows["trial"].astype("int64"), sweeps)))
+    common = set.intersection(*(set(sweeps) for sweeps in by_run))
+    return {int(k) for k in common if len({sweeps[k] for sweeps in by_run}) > 1}
+
+
 def optimizer_share(source: pd.DataFrame, run: str) -> Interval:
     """The optimizer's share of the step of ``run``, formed within each step (see the module docstring)."""
     shares = per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")
@@ -95,8 +112,8 @@ def muon_extra(muon: RunSteps, adamw: RunSteps) -> Interval:
 
 def paired_rounds(column: str, how: str, *runs: RunSteps) -> tuple[np.ndarray, ...]:
     """Each run's ``column`` per round (reduced over ranks with ``how``, median over steps), for the rounds every
-    one of ``runs`` was recorded in and none of them was disturbed in."""
-    skipped = sorted(left_out(*runs))
+    one of ``runs`` was recorded in, by one sweep, and none of them was disturbed in."""
+    skipped = sorted(left_out(*runs) | unpaired_rounds(*runs))
     per_run = []
     for source, run in runs:
         ids, values = rounds_of(source, run), per_round(source, run, column, how)

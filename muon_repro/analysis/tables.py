@@ -134,6 +134,7 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
             df.insert(3, "name", info.name)
             df.insert(4, "rank", b.meta.rank)
             df.insert(5, "trial", info.trial)
+            df["sweep"] = info.config.sweep
             df.insert(7, "file", display_path(b.meta.path))
             df.insert(7, "device", b.device)
             if skew is not None:

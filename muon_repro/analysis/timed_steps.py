@@ -124,6 +124,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         one_clock = _one_host(info.environment)
         timing = comm_timing(info.environment.get("backend") or info.config.backend)
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
+        ids["sweep"] = info.config.sweep
         for m in metrics:
             stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
             bubbles = _per_step(m.timed_bubble_ms, m.timed_step_ms)

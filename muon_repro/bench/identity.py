@@ -9,7 +9,7 @@ differing fields and ``--force``, which records the trial again in place.
 
 Left out on purpose: ``profile`` (a traced trial holds the timed steps an untraced one records, and a
 missing trace makes the trial incomplete anyway, so it is recorded again) and the fields that say
-where or when a trial ran (trial, trials, round_order, command, device: the backend decides it).
+where or when a trial ran (trial, trials, round_order, sweep, command, device: the backend decides it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ IDENTITY_FIELDS = tuple(f.name for f in fields(BenchConfig) if f.name != "profil
 # config.json keys that are no BenchConfig field: derived from the fields, or where and when the trial ran.
 RECORD_ONLY_KEYS = (
     *("key", "steps", "world_size", "batch_per_dp"),
-    *("trial", "trials", "round_order", "backend", "device", "command"),
+    *("trial", "trials", "round_order", "sweep", "backend", "device", "command"),
 )
 SHOWN_TRIALS = 5  # differing trials a refusal lists one by one (the rest are counted): enough to see the pattern
 

@@ -106,10 +106,11 @@ def run_rank(
     trials: int = 1,
     profile: str | None = None,
     round_order: int | None = None,
+    sweep: str | None = None,
 ) -> RankMetrics:
     """Train ``cfg.timed_total`` steps timed without the profiler, then ``cfg.profiled_steps`` under it
     (none for a trial of an untraced round); return this rank's metrics. ``round_order``: the recording's
-    place in its round of the sweep.
+    place in its round of the sweep; ``sweep``: the sweep's id.
 
     Trials of a configuration train the same model on the same data from the same seed: they
     differ only in when they ran, which is what their spread measures."""
@@ -221,6 +222,7 @@ def run_rank(
             "trial": trial,
             "trials": trials,
             **({"round_order": round_order} if round_order is not None else {}),
+            **({"sweep": sweep} if sweep is not None else {}),
             "backend": backend,
             "device": device.type,
             "command": command,

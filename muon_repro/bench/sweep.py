@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class Recording:
     final: Path
     profile: str | None = None  # the hardware profile: environment.json's, as its folder says
     round_order: int | None = None  # its place in its round (round k = trial k), the round shuffled
+    sweep: str | None = None  # the bench command recording it (new_sweep_id): rounds pair only within one
 
     @property
     def partial(self) -> Path:
@@ -104,12 +106,20 @@ def plan_recordings(
     traced = trials if traced_trials is None else traced_trials
     if isinstance(traced, bool) or not isinstance(traced, int) or traced < 1:
         raise ValueError(f"traced trials must be a positive integer (rounds that keep traces), got {traced_trials!r}")
+    sweep = new_sweep_id()
     return [
-        Recording(in_round, k, trials, _trial_home(out, cfg, profile, k), profile, position)
+        Recording(in_round, k, trials, _trial_home(out, cfg, profile, k), profile, position, sweep)
         for k in range(trials)
         for position, cfg in enumerate(round_order(cfgs, k))
         for in_round in [cfg.untraced() if k >= traced and cfg.profile and cfg.timed_steps else cfg]
     ]
+
+
+def new_sweep_id() -> str:
+    """One bench command's id, in every trial it records (config.json ``sweep``): round k of two configurations
+    is a pair only when one command recorded both; a configuration re-recorded alone, or a round finished by a
+    second command after an interruption, is not paired with the other's (analysis.estimators.unpaired_rounds)."""
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 def round_order(cfgs: list[BenchConfig], round_index: int) -> list[BenchConfig]:
@@ -334,6 +344,7 @@ def record_all(recordings: list[Recording], backend: str, command: list[str], pr
             trials=rec.trials,
             profile=rec.profile,
             round_order=rec.round_order,
+            sweep=rec.sweep,
         )
         dist.barrier()
         if rank == 0:

@@ -30,7 +30,8 @@ from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
-_RUN_ONLY_KEYS = ("trial", "trials", "round_order", "backend", "device", "command")  # config.json keys, not BenchConfig fields
+# config.json keys, not BenchConfig fields
+_RUN_ONLY_KEYS = ("trial", "trials", "round_order", "sweep", "backend", "device", "command")
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
 _PLACE_KEYS = ("backend", "device")
 # BenchConfig fields that change neither a step's measured time nor its prediction, so trials that differ only in

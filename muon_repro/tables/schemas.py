@@ -37,6 +37,13 @@ _TIMED_NOTE = (
 )
 _TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
 _TRIAL_ID = (*_RUN_ID, _TRIAL)
+_SWEEP = (
+    "sweep",
+    "string",
+    "",
+    "the bench command that recorded the trial (config.json sweep, one id per command): round k of two runs pairs "
+    "only within one sweep; null: recorded before sweeps were named",
+)
 _RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
 # What config.json and environment.json say, carried into the runs table (null for foreign traces).
 _CONFIG_COLUMNS = columns_of(
@@ -328,6 +335,7 @@ SCHEMAS: dict[str, TableSchema] = {
             ("step", "Int64", "", "profiler step number N of ProfilerStep#N; -1 for a trace without steps"),
             ("file", "string", "", "trace file"),
             ("device", "string", "", "cpu or cuda"),
+            _SWEEP,
             ("start_us", "Float64", "us", "step start on the trace's clock (relative to its baseTimeNanoseconds)"),
             ("step_ms", "Float64", "ms", "step duration (the ProfilerStep annotation)"),
             ("forward_ms", "Float64", "ms", "forward annotations (ours, '## forward ##')"),
@@ -418,6 +426,7 @@ SCHEMAS: dict[str, TableSchema] = {
         ("run", "trial", "rank", "step"),
         columns_of(
             *_RANK_ID,
+            _SWEEP,
             ("stage", "Int64", "rank", "the rank's pipeline stage (0 without pipeline stages)"),
             ("step", "Int64", "step", "timed step, from 0 (the warm-up steps before it are not kept)"),
             ("step_ms", "Float64", "ms", "the whole step: forward+backward and the optimizer step"),
