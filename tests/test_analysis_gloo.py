@@ -208,6 +208,7 @@ def test_tables_round_trip_through_parquet_and_datasets(tables, tmp_path):
         "convergence",
         "convergence_runs",
         "leading_steps",
+        "leading_summary",
         "budget_match",
         *STUDY_TABLES,
     ]

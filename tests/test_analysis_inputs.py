@@ -132,6 +132,7 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
         "convergence",
         "convergence_runs",
         "leading_steps",
+        "leading_summary",
         "budget_match",
         "timed_steps",
         *STUDY_TABLES,

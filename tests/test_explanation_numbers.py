@@ -31,7 +31,7 @@ WRITERS = (
 # The tables whose cells an explanation may quote: those of the runs it names, and the whole of the small ones.
 RUN_TABLES = ("runs", "ranks", "comparisons", "phases")
 WHOLE_TABLES = ("regimes", "regime_thresholds", "predictions")
-CONVERGENCE_TABLES = ("convergence", "convergence_runs", "leading_steps")
+CONVERGENCE_TABLES = ("convergence", "convergence_runs", "leading_steps", "leading_summary")
 CELL_TABLES = (*RUN_TABLES, *WHOLE_TABLES, *CONVERGENCE_TABLES, "claims", "checks")
 RUN_ID = re.compile(r"[\w.\-]+/[\w.\-]+/[\w.\-]+")  # <profile>/<group>/<name>
 SCALES = (1.0, 100.0, 1e-6, 1e-9)  # as is, percent, MB, GFLOP
@@ -88,6 +88,7 @@ def table_values(tables: dict[str, pd.DataFrame], row: pd.Series) -> np.ndarray:
         conv, lead = mine["convergence"], mine["leading_steps"]
         cells += _numbers(conv.sort_values("step").groupby("run").tail(1))
         cells += _numbers(lead[lead["at_end"].fillna(False).astype(bool)] if "at_end" in lead.columns else lead)
+        cells += _numbers(mine["leading_summary"])
     values = np.concatenate(cells) if cells else np.array([])
     return np.unique(np.abs(values[np.isfinite(values)]))
 

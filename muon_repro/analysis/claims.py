@@ -22,7 +22,7 @@ from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import left_out, unpaired_rounds
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
-from muon_repro.tables.joins import convergence_with_runs
+from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 
 NOT_MEASURED = float("nan")
 
@@ -61,6 +61,8 @@ def claims_table(
     conv, lead, budget = (convergence.get(n) for n in ("convergence", "leading_steps", "budget_match"))
     if conv is not None:
         conv = convergence_with_runs(conv, convergence.get("convergence_runs"))
+    if lead is not None:
+        lead = leading_with_summary(lead, convergence.get("leading_summary"))
     counts = {str(p): int(n) for p, n in runs["profile"].value_counts().items()} if "profile" in runs.columns else {}
     for other in (regimes, conv):
         for p in _profiles_of(other):

@@ -34,7 +34,7 @@ EWM_ALPHAS = (0.05, 0.005)
 in a short run of the PR thread that alpha = 0.05 showed)."""
 HEADLINE_ALPHA = EWM_ALPHAS[0]
 OPTIMIZERS = ("muon", "adamw")
-TABLES = ("convergence", "convergence_runs", "leading_steps", "budget_match")
+TABLES = ("convergence", "convergence_runs", "leading_steps", "leading_summary", "budget_match")
 """The tables made from convergence records (``convergence`` holds each run's curve, ``convergence_runs`` the rest)."""
 UNITS = {"steps": "leading_ratio", "flops": "leading_ratio_flops", "wall": "leading_ratio_wall"}
 """The leading ratio's units, each with its leading_steps column (the end ratios' summaries are ``end_<column>_*``)."""
@@ -286,9 +286,25 @@ def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         conv = conv.assign(profile=profile, group=group)
         tables["convergence"].append(conv)
         tables["convergence_runs"].append(_runs_of(conv))
-        tables["leading_steps"].append(lead.assign(profile=profile, group=group))
+        curve, summary = split_leading(lead.assign(profile=profile, group=group))
+        tables["leading_steps"].append(curve)
+        tables["leading_summary"].append(summary)
         tables["budget_match"].append(budget_match_table(conv).assign(profile=profile, group=group))
     return {name: _conformed(name, frames) for name, frames in tables.items()}
+
+
+def split_leading(lead: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The leading rows of one configuration as the two tables store them: per Muon step the curve
+    (``leading_steps``), and once per seed and alpha what is constant over it (``leading_summary``);
+    :func:`muon_repro.tables.joins.leading_with_summary` puts them back together."""
+    from muon_repro.tables.joins import LEADING_KEYS
+    from muon_repro.tables.schemas import SCHEMAS
+
+    if lead.empty:
+        return lead, lead
+    curve = [c for c in SCHEMAS["leading_steps"].names if c in lead.columns]
+    summary = [c for c in SCHEMAS["leading_summary"].names if c in lead.columns]
+    return lead[curve], lead.drop_duplicates(list(LEADING_KEYS))[summary]
 
 
 def _runs_of(conv: pd.DataFrame) -> pd.DataFrame:

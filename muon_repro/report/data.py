@@ -28,7 +28,7 @@ from muon_repro.hardware import (
 )
 from muon_repro.rundir import CONVERGENCE_GROUP
 from muon_repro.tables.io import read_tables
-from muon_repro.tables.joins import convergence_with_runs
+from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.stamp import MixedTables  # noqa: F401 - what load() raises
 
@@ -62,6 +62,7 @@ TABLES = (
     "convergence",
     "convergence_runs",
     "leading_steps",
+    "leading_summary",
     "budget_match",
     "stages",
     "pipeline_scale_out",
@@ -69,7 +70,7 @@ TABLES = (
 )
 # Tables an older metrics folder may lack (written before pipeline runs, or without the original study's runs):
 # read as empty when absent.
-OPTIONAL = ("stages", "pipeline_scale_out", "budget_match", "convergence_runs", *STUDY_TABLES)
+OPTIONAL = ("stages", "pipeline_scale_out", "budget_match", "convergence_runs", "leading_summary", *STUDY_TABLES)
 # Every configuration is recorded in several trials: the per-trial tables key their rows by it.
 PER_TRIAL = ("steps", "timed_steps", "ranks", "phases", "timeline", "losses", "environment")
 # What identifies a row of each table, checked on reading (the columns each use needs are checked there).
@@ -81,6 +82,7 @@ KEYS = {name: ("run", "trial") if name in PER_TRIAL else ("run",) for name in TA
     "regime_model": ("kind", "machine", "model", "tokens_per_step"),
     "regime_thresholds": ("machine", "model", "metric", "level"),
     "leading_steps": ("group", "seed", "alpha", "muon_step"),
+    "leading_summary": ("group", "seed", "alpha"),
     "budget_match": ("group", "seed", "adamw_steps"),
     "stages": ("run", "stage"),
     "pipeline_scale_out": ("machine", "optimizer", "gpus"),
@@ -118,7 +120,8 @@ class ReportData:
     regime_thresholds: pd.DataFrame
     convergence: pd.DataFrame  # may be empty: no `muon-repro converge` run analyzed; joined with convergence_runs
     convergence_runs: pd.DataFrame
-    leading_steps: pd.DataFrame
+    leading_steps: pd.DataFrame  # joined with leading_summary
+    leading_summary: pd.DataFrame
     budget_match: pd.DataFrame  # AdamW's longer budgets against Muon's final loss; empty without them
     stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
     pipeline_scale_out: pd.DataFrame  # the cost model's 7B TP8 x PP4 x DP predictions; empty without its records
@@ -162,10 +165,11 @@ def load(metrics_dir: str | Path) -> ReportData:
     absent = [n for n in OPTIONAL if not (metrics_dir / f"{n}.parquet").is_file()]
     tables = read_tables(metrics_dir, [n for n in TABLES if n not in absent])
     tables |= {n: SCHEMAS[n].empty() for n in absent}
-    for name in ("convergence", "leading_steps"):  # written before configurations had groups: the one group
+    for name in ("convergence", "leading_steps", "leading_summary"):  # written before configurations had groups
         if "group" not in tables[name].columns:
             tables[name] = tables[name].assign(group=pd.Series([CONVERGENCE_GROUP] * len(tables[name]), dtype="string"))
     tables["convergence"] = convergence_with_runs(tables["convergence"], tables["convergence_runs"])
+    tables["leading_steps"] = leading_with_summary(tables["leading_steps"], tables["leading_summary"])
     for name, df in tables.items():
         require_columns(df, name, KEYS.get(name, ()))
     _fill_profiles(tables)

@@ -2,7 +2,9 @@
 
 The convergence curves (``convergence``: one row per run and step) keep what is constant over a run in
 ``convergence_runs`` (one row per run); every step row repeating a run's command, corpus and costs made the
-table ten times its size. Analysis and report join them here, on the keys both share.
+table ten times its size. The leading steps (``leading_steps``: one row per seed, alpha and Muon step) keep what
+is constant over a seed and alpha in ``leading_summary`` the same way. Analysis and report join them here, on the
+keys both share.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CONVERGENCE_RUN_KEYS = ("profile", "group", "run")
+LEADING_KEYS = ("profile", "group", "seed", "alpha")
 
 
 def convergence_with_runs(steps: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
@@ -30,6 +33,25 @@ def convergence_with_runs(steps: pd.DataFrame, runs: pd.DataFrame | None) -> pd.
     if len(orphans):
         raise ValueError(
             f"convergence rows of run(s) {', '.join(map(str, orphans[:5]))} have no row in convergence_runs: "
+            "the tables are not of one analysis; re-run `muon-repro analyze`"
+        )
+    return joined.drop(columns="_merge")
+
+
+def leading_with_summary(curve: pd.DataFrame, summary: pd.DataFrame | None) -> pd.DataFrame:
+    """``leading_steps`` with each row's seed-and-alpha columns from ``leading_summary`` beside it (rows in
+    ``curve``'s order). ``summary`` of ``None``, or a ``curve`` that already holds them (a table written before the
+    two were split), gives ``curve`` unchanged; a curve row without its summary row is a :class:`ValueError`."""
+    if summary is None or "muon_lr" in curve.columns:
+        return curve
+    keys = [k for k in LEADING_KEYS if k in curve.columns and k in summary.columns]
+    extra = [c for c in summary.columns if c not in curve.columns]
+    joined = curve.merge(summary[[*keys, *extra]], on=keys, how="left", validate="many_to_one", indicator=True)
+    orphans = joined.loc[joined["_merge"] == "left_only", keys].drop_duplicates()
+    if len(orphans):
+        first = ", ".join(f"{k}={v}" for k, v in orphans.iloc[0].items())
+        raise ValueError(
+            f"leading_steps rows ({first}, and {len(orphans) - 1} more) have no row in leading_summary: "
             "the tables are not of one analysis; re-run `muon-repro analyze`"
         )
     return joined.drop(columns="_merge")

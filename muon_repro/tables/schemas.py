@@ -95,6 +95,14 @@ _CONVERGENCE_GROUP = (
 
 
 # leading_steps' summaries over seeds (the convergence tables, below)
+_LEADING_KEYS = (
+    ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
+    _CONVERGENCE_GROUP,
+    ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
+    ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
+)
+
+
 def _end_summaries() -> list[tuple[str, str, str, str]]:
     """leading_steps' mean and 95% t interval over seeds of the at_end rows' ratio, in each unit."""
     out = []
@@ -1092,16 +1100,12 @@ SCHEMAS: dict[str, TableSchema] = {
         "leading_steps",
         "Moonshot's Muon leading steps: for each Muon step, the first AdamW step whose smoothed training loss is at or "
         "below Muon's smoothed loss there, and the lead counted in steps, in FLOPs and in wall clock; each optimizer at its "
-        "best learning rate (chosen on validation loss), pairs of one seed, per smoothing alpha. The end_* and *_test_loss_* "
-        "columns summarize over seeds (the same on every row of a profile and alpha).",
+        "best learning rate (chosen on validation loss), pairs of one seed, per smoothing alpha. What is constant over a "
+        "seed and alpha (the learning rates, the runs' costs, the summaries over seeds) is in leading_summary, keyed by "
+        "the same profile, group, seed and alpha.",
         ("profile", "group", "seed", "alpha", "muon_step"),
         columns_of(
-            ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
-            _CONVERGENCE_GROUP,
-            ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
-            ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
-            ("muon_lr", "Float64", "", "Muon's best learning rate"),
-            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
+            *_LEADING_KEYS,
             ("muon_step", "Int64", "step", "Muon step"),
             (
                 "adamw_matching_step",
@@ -1125,21 +1129,33 @@ SCHEMAS: dict[str, TableSchema] = {
                 "the extra fraction of wall clock AdamW needs: adamw_matching_step x adamw_step_ms_median / (muon_step x "
                 "muon_step_ms_median) - 1 (median step times: robust per-step wall costs)",
             ),
-            ("muon_gflop_per_step", "Float64", "GFLOP", "the Muon run's FLOPs per step (convergence.gflop_per_step)"),
-            ("adamw_gflop_per_step", "Float64", "GFLOP", "the AdamW run's FLOPs per step"),
-            ("muon_step_ms_median", "Float64", "ms", "the Muon run's median step time (convergence.step_ms_median)"),
-            ("adamw_step_ms_median", "Float64", "ms", "the AdamW run's median step time"),
             (
                 "at_end",
                 "boolean",
                 "",
                 "this row holds the leading ratio at the end of its seed and alpha: the last Muon step AdamW matched",
             ),
+            ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
+            ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
+        ),
+    ),
+    "leading_summary": TableSchema(
+        "leading_summary",
+        "What is constant over each seed and smoothing of leading_steps: the best learning rates, the paired runs' "
+        "costs, the corpus, and the summaries over seeds (the end_* and *_test_loss_* columns, the same for every seed "
+        "of a profile, group and alpha). One row per profile, group, seed and alpha.",
+        ("profile", "group", "seed", "alpha"),
+        columns_of(
+            *_LEADING_KEYS,
+            ("muon_lr", "Float64", "", "Muon's best learning rate"),
+            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
+            ("muon_gflop_per_step", "Float64", "GFLOP", "the Muon run's FLOPs per step (convergence.gflop_per_step)"),
+            ("adamw_gflop_per_step", "Float64", "GFLOP", "the AdamW run's FLOPs per step"),
+            ("muon_step_ms_median", "Float64", "ms", "the Muon run's median step time (convergence.step_ms_median)"),
+            ("adamw_step_ms_median", "Float64", "ms", "the AdamW run's median step time"),
             ("seeds", "Int64", "count", "seeds whose ratio at the end the end_* columns are over"),
             *_end_summaries(),
             *_test_loss_summaries(),
-            ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
-            ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
             ("corpus", "string", "", "the text both were trained on"),
         ),
     ),
