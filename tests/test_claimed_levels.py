@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
-from muon_repro.report.regimes_section import _levels, threshold_range_note, threshold_rows
+from muon_repro.report.regimes_section import draw_claimed_level, threshold_range_note, threshold_rows
 
 
 def _thresholds(coverage=None) -> pd.DataFrame:
@@ -60,7 +60,7 @@ def test_thresholds_without_ranges_say_why():
 @pytest.mark.parametrize(("metric", "percent"), [("optimizer_share", 1.1), ("muon_extra", 3.0)])
 def test_an_axis_carries_only_its_quantitys_level(metric, percent):
     fig, ax = plt.subplots()
-    _levels(ax, metric)
+    draw_claimed_level(ax, metric)
     drawn = [line.get_ydata()[0] for line in ax.get_lines()]
     plt.close(fig)
     assert drawn == [pytest.approx(percent)]

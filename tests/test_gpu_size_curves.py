@@ -306,3 +306,14 @@ def test_the_gpu_step_gives_curves_of_every_kind_by_device_time():
     assert all(math.isfinite(rate) and rate > 0 for curve in curves.values() for rate in curve.values())
     profile = profile_from_dict(_bf16_curved(size_curves={k: {str(e): r for e, r in c.items()} for k, c in curves.items()}))
     assert profile.size_curves_precision == "bf16"  # every rate within the profile's ranges
+
+
+def test_the_measured_compute_predictions_take_the_devices_curves():
+    from muon_repro.costmodel.records import measured_compute_profile
+
+    gpu = profile_from_dict(_bf16_curved())
+    links = profile_from_dict(two_core_profile())
+    carried = measured_compute_profile(links, gpu)
+    assert carried.size_curves == gpu.size_curves and carried.size_curves_precision == "bf16"
+    assert carried.collectives == links.collectives  # the links stay the other machine's
+    assert carried.matmul_flops_per_s("bf16", 1_000_000) == pytest.approx(400e12)

@@ -22,11 +22,10 @@ from muon_repro.rundir import CONFIG_FILE, load_json
 
 # BenchConfig fields that change what a trial measures: all of them but ``profile`` (see the module doc).
 IDENTITY_FIELDS = tuple(f.name for f in fields(BenchConfig) if f.name != "profile")
+# config.json keys that say where and when a trial ran, not what it ran: no BenchConfig field.
+TRIAL_KEYS = ("trial", "trials", "round_order", "sweep", "backend", "device", "command")
 # config.json keys that are no BenchConfig field: derived from the fields, or where and when the trial ran.
-RECORD_ONLY_KEYS = (
-    *("key", "steps", "world_size", "batch_per_dp"),
-    *("trial", "trials", "round_order", "sweep", "backend", "device", "command"),
-)
+RECORD_ONLY_KEYS = (*("key", "steps", "world_size", "batch_per_dp"), *TRIAL_KEYS)
 SHOWN_TRIALS = 5  # differing trials a refusal lists one by one (the rest are counted): enough to see the pattern
 
 

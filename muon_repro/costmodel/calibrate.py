@@ -302,7 +302,7 @@ def format_summary(profile: MachineProfile) -> str:
         ),
         f"  operator call {profile.op_overhead_us:.3g} us ({profile.profiled_op_overhead_us:.3g} us under the profiler)",
         *(
-            f"  in the model's step, by operand elements: {kind} "
+            f"  in the model's step ({profile.size_curves_precision}), by operand elements: {kind} "
             + ", ".join(f"{t}: {r:.3g}" for t, r in sorted(curve.items()))
             + (" TFLOP/s" if kind in ("matmul", "attention") else " GB/s")
             for kind, curve in profile.size_curves.items()

@@ -168,7 +168,8 @@ def single_device_lines(
 
 def measured_compute_profile(links: MachineProfile, compute: MachineProfile) -> MachineProfile:
     """``links``'s interconnect (its collectives, ranks per node and their efficiencies) with ``compute``'s measured
-    kernel rates, at full efficiency (they are what the device reached): a prediction for GPUs we do not have."""
+    kernel rates and size curves, at full efficiency (they are what the device reached): a prediction for GPUs we
+    do not have."""
     from muon_repro.costmodel.machine_profile import SCOPES
 
     return replace(
@@ -183,7 +184,8 @@ def measured_compute_profile(links: MachineProfile, compute: MachineProfile) -> 
         gelu_gbps=compute.gelu_gbps,
         op_overhead_us=compute.op_overhead_us,
         profiled_op_overhead_us=compute.profiled_op_overhead_us,
-        size_curves={},
+        size_curves=compute.size_curves,  # the device's own kernels by size (a GPU's: bf16, at its runs' passes)
+        size_curves_precision=compute.size_curves_precision,
         efficiency={k: v for k, v in links.efficiency.items() if k in SCOPES},
         calibration={},
     )

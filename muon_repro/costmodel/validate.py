@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.bench.configs import BenchConfig, from_dict
+from muon_repro.bench.identity import TRIAL_KEYS
 from muon_repro.bench.regimes import validation_set
 from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
@@ -30,8 +31,6 @@ from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
-# config.json keys, not BenchConfig fields
-_RUN_ONLY_KEYS = ("trial", "trials", "round_order", "sweep", "backend", "device", "command")
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
 _PLACE_KEYS = ("backend", "device")
 # BenchConfig fields that change neither a step's measured time nor its prediction, so trials that differ only in
@@ -68,7 +67,7 @@ def bench_config(folder: Path) -> BenchConfig:
     """The :class:`BenchConfig` a run was recorded with, from its config file."""
     raw = RunDir(folder).config_dict
     try:
-        return from_dict({k: v for k, v in raw.items() if k not in _RUN_ONLY_KEYS})
+        return from_dict({k: v for k, v in raw.items() if k not in TRIAL_KEYS})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{folder / CONFIG_FILE}: not a configuration the bench records ({exc})") from None
 

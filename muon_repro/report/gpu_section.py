@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
+from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE
 from muon_repro.phases import NEWTON_SCHULZ, NS_METHODS
 from muon_repro.report import style
 from muon_repro.report.data import ReportData
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import count, ms, percent
 from muon_repro.report.plotting import add_legend, add_title, new_figure, plain_log_ticks, save_figure, show_no_data, styled
-from muon_repro.report.regimes_section import LEVEL_LINES
+from muon_repro.report.regimes_section import LEVEL_LINES, draw_claimed_level
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
 TARGET_MODELS = ("369m", "7b")  # costmodel.compute_bench.TARGET_MODELS: the report may not import the cost model
@@ -333,8 +333,7 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             )
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
-        level = claimed_level(column)  # the claim made of this quantity, on this quantity's axis only
-        ax.axhline(100 * level.value, color="black", lw=0.8, ls=LEVEL_LINES[level])
+        draw_claimed_level(ax, column, labels=False, color="black")  # this quantity's claim, on its axis only
         ax.set_xscale("log")
         ax.set_yscale("log")
         plain_log_ticks(ax, "y")

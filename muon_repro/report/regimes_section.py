@@ -293,7 +293,7 @@ def machine_style(machine) -> tuple[str, str]:
     return MACHINE_STYLES.get(name, ("#444444", name))
 
 
-def _levels(ax, metric: str, labels: bool = True, color: str = "#555555") -> None:
+def draw_claimed_level(ax, metric: str, labels: bool = True, color: str = "#555555") -> None:
     """The claimed level of ``metric`` as a horizontal line in percent: the original study's ~1.1% (dotted) on an
     optimizer share, the paper's 3% (dashed) on Muon's extra step time; never one quantity's claim on another's axis."""
     level = claimed_level(metric)
@@ -360,8 +360,8 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     axes[1].axhline(0, color="black", linewidth=0.6)
     top = 100 * float(sweep["muon_extra_hi"].astype(float).max())
     axes[1].set_ylim(-60, min(max(top, 20.0), 250.0) * 1.05)  # small steps' wide intervals would hide the large steps' points
-    _levels(axes[0], "optimizer_share")
-    _levels(axes[1], "muon_extra")
+    draw_claimed_level(axes[0], "optimizer_share")
+    draw_claimed_level(axes[1], "muon_extra")
     bottom = legend_below(fig, handles, ncol=len(handles))
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
     share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
@@ -455,7 +455,7 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
     plain_log_ticks(ax, "y")
     ax.set_xlabel("tokens per step (global)")
     ax.set_ylabel("Muon step / AdamW step - 1 (%)")
-    _levels(ax, "muon_extra")
+    draw_claimed_level(ax, "muon_extra")
     ax = axes[1]
     if not scale.empty:
         for col, color, label in (
@@ -467,8 +467,8 @@ def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> 
         ax.set_xticks(scale["gpus"].astype(int), [str(g) for g in scale["gpus"].astype(int)])
         ax.set_xlabel(f"H100 GPUs (TP{int(scale['tp'].iloc[0])} in a node, DP across 400 Gb/s IB)")
         ax.set_ylabel("predicted (%)")
-        _levels(ax, "muon_extra", color=style.OPTIMIZER_COLORS["muon"])
-        _levels(ax, "optimizer_share", color="#444444")
+        draw_claimed_level(ax, "muon_extra", color=style.OPTIMIZER_COLORS["muon"])
+        draw_claimed_level(ax, "optimizer_share", color="#444444")
     else:
         show_no_data(ax, "no scale-out lines")
     handles = axes[0].get_legend_handles_labels()[0] + axes[1].get_legend_handles_labels()[0]
