@@ -5,11 +5,20 @@ changes (``git_dirty``), or with no git at all (a download of the dataset, a mac
 identified by what its source said. :func:`source_digest` hashes every file of the package (their paths and their
 bytes, in order; caches left out), so that ``muon-repro verify`` can tell whether a run was recorded with the very
 source a bundle carries. Imports nothing heavy.
+
+A tree copied without git (a device machine, which gets the working tree's files and not ``.git``) can still name
+its commit: ``python -m muon_repro.provenance stamp``, run in a clean checkout, writes :data:`COMMIT_STAMP` at the
+repository's root, holding the commit and the digest of what decides how a run runs (the package and its pins,
+:func:`tree_digest`). :func:`tree_commit` reads the commit from git, else from the stamp, which names the commit as
+clean only while the tree is byte for byte the one it was written for.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
+import subprocess
 from pathlib import Path
 
 from muon_repro.tables.files import list_files
@@ -17,6 +26,11 @@ from muon_repro.tables.files import list_files
 SOURCE_DIGEST_FIELD = "source_sha256"
 """environment.json's field holding :func:`source_digest` of the package that recorded the run."""
 PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent
+# What decides how a run runs: the package and what installs it. The artifacts beside it (traces/, metrics/,
+# figures/, report/) change as a sweep records, so they never make the source "dirty".
+SOURCE_PATHS = ("muon_repro", "pyproject.toml", "constraints.txt")
+COMMIT_STAMP = ".muon_repro_commit.json"  # at the repository's root; ignored by git, carried to a device machine
 
 
 def is_generated(rel: str) -> bool:
@@ -40,3 +54,84 @@ def source_digest(package: str | Path = PACKAGE_DIR) -> str:
     for path in source_files(package):
         digest.update(f"{path.relative_to(package).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
+
+
+def tree_digest(repo: str | Path = REPO_DIR) -> str:
+    """sha256 over what decides how a run runs (:data:`SOURCE_PATHS`): the package's digest and its pins' bytes."""
+    repo = Path(repo)
+    digest = hashlib.sha256(source_digest(repo / "muon_repro").encode())
+    for name in SOURCE_PATHS[1:]:
+        path = repo / name
+        digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else '-'}\n".encode())
+    return digest.hexdigest()
+
+
+def _git(args: list[str], repo: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def tree_commit(repo: str | Path = REPO_DIR) -> dict:
+    """``{"git_sha", "git_dirty"}`` of the tree at ``repo``: from git (dirty: tracked changes under
+    :data:`SOURCE_PATHS`); without git, from :data:`COMMIT_STAMP` (dirty unless :func:`tree_digest` is the stamp's);
+    both null when neither knows."""
+    repo = Path(repo)
+    sha = _git(["rev-parse", "HEAD"], repo)
+    if sha:
+        status = _git(["status", "--porcelain", "--untracked-files=no", "--", *SOURCE_PATHS], repo)
+        return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
+    stamp = read_stamp(repo)
+    if stamp is None:
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": stamp["commit"], "git_dirty": stamp["tree_sha256"] != tree_digest(repo)}
+
+
+def read_stamp(repo: str | Path = REPO_DIR) -> dict | None:
+    """The commit stamp at ``repo`` (:data:`COMMIT_STAMP`), None when there is none or it is no stamp."""
+    path = Path(repo) / COMMIT_STAMP
+    try:
+        stamp = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fields_ok = isinstance(stamp, dict) and all(isinstance(stamp.get(k), str) for k in ("commit", "tree_sha256"))
+    return stamp if fields_ok else None
+
+
+def write_stamp(repo: str | Path = REPO_DIR) -> Path:
+    """Write :data:`COMMIT_STAMP` for the clean checkout at ``repo``; a ValueError when it has no commit or has
+    changes a run would record with."""
+    repo = Path(repo)
+    if _git(["rev-parse", "HEAD"], repo) is None:
+        raise ValueError(f"{repo}: no git commit to stamp; run this in a git checkout")
+    found = tree_commit(repo)
+    if found["git_dirty"] is not False:
+        raise ValueError(f"{repo}: {', '.join(SOURCE_PATHS)} differ from commit {found['git_sha'][:12]}; commit them first")
+    path = repo / COMMIT_STAMP
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"commit": found["git_sha"], "tree_sha256": tree_digest(repo)}, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m muon_repro.provenance", description="The commit a tree was copied from.")
+    parser.add_argument("action", choices=("stamp", "show"), help="stamp: write the commit stamp; show: the tree's commit")
+    parser.add_argument("--repo", type=Path, default=REPO_DIR)
+    args = parser.parse_args(argv)
+    if args.action == "stamp":
+        try:
+            path = write_stamp(args.repo)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"wrote {path}: commit {json.loads(path.read_text())['commit']}")
+        return 0
+    found = tree_commit(args.repo)
+    print(f"commit {found['git_sha'] or 'unknown'}; changed since: {found['git_dirty']}; package sha256 {source_digest()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -143,11 +143,12 @@ def test_this_machine_records_under_its_cpu_profile(monkeypatch):
     assert capture_environment("gloo")["profile"] == "from-variable"
 
 
+@pytest.mark.slow  # starts git
 def test_recording_artifacts_never_make_the_source_dirty(tmp_path):
     """A sweep rewrites traces/ as it records: only the package and what installs it decide git_dirty."""
     import subprocess
 
-    from muon_repro.bench.environment import _git
+    from muon_repro.provenance import tree_commit as _git
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -164,3 +165,33 @@ def test_recording_artifacts_never_make_the_source_dirty(tmp_path):
     assert _git(tmp_path)["git_dirty"] is False
     (tmp_path / "muon_repro" / "x.py").write_text("A = 2\n")
     assert _git(tmp_path) == {"git_sha": _git(tmp_path)["git_sha"], "git_dirty": True} and len(_git(tmp_path)["git_sha"]) == 40
+
+
+@pytest.mark.slow  # starts git
+def test_a_tree_copied_without_git_names_its_commit_by_its_stamp(tmp_path):
+    """A device machine gets the working tree's files, not .git: the stamp written in the clean checkout names the
+    commit, as clean only while the copy is byte for byte what it was written for."""
+    import shutil
+    import subprocess
+
+    from muon_repro.provenance import COMMIT_STAMP, tree_commit, write_stamp
+
+    repo, copy = tmp_path / "repo", tmp_path / "copy"
+    (repo / "muon_repro").mkdir(parents=True)
+    (repo / "muon_repro" / "x.py").write_text("A = 1\n")
+    (repo / "pyproject.toml").write_text("[project]\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    commit = tree_commit(repo)["git_sha"]
+    write_stamp(repo)
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    assert tree_commit(copy) == {"git_sha": commit, "git_dirty": False}
+    (copy / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # the pins count, as git's status counts them
+    assert tree_commit(copy) == {"git_sha": commit, "git_dirty": True}
+    (copy / COMMIT_STAMP).unlink()
+    assert tree_commit(copy) == {"git_sha": None, "git_dirty": None}
+    (repo / "muon_repro" / "x.py").write_text("A = 2\n")
+    with pytest.raises(ValueError, match="differ from commit"):
+        write_stamp(repo)  # a changed checkout is refused: the stamp would name a commit the runs did not use
+    with pytest.raises(ValueError, match="no git commit"):
+        write_stamp(copy)

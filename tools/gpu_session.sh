@@ -12,6 +12,8 @@
 #      stopped at its limit keeps every complete round.
 # Each stage has its own time limit, and everything, logs included, is packed whatever happened into
 # OUT/gpu_runs.tar.gz (split into parts of 15 MiB when larger) beside OUT/session.log: at most 8 files come back.
+# The device gets the working tree without .git: stamp the clean commit first (python -m muon_repro.provenance stamp)
+# and carry .muon_repro_commit.json, so that every run names its commit and verify knows its code.
 #   bash tools/gpu_session.sh OUT            on the GPU machine (PYTHONPATH is set to the working tree)
 #   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about a minute
 set -u
@@ -34,14 +36,16 @@ else
 fi
 # what recorded the runs: the device, its driver, torch and NCCL, the source's digest and commit
 python3 - <<'EOF' 2>&1 | tee -a "$OUT/session.log"
-import subprocess, torch
-from muon_repro.provenance import source_digest
+import torch
+from muon_repro.provenance import source_digest, tree_commit
 cuda = torch.cuda.is_available()
 nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-"
 device = torch.cuda.get_device_name() if cuda else "cpu"
-git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or "no git"
+found = tree_commit()  # git's, else the commit stamp carried with the tree
 print(f"device {device}; torch {torch.__version__}; cuda {torch.version.cuda}; nccl {nccl}")
-print(f"muon_repro source sha256 {source_digest()}; commit {git}")
+print(f"muon_repro source sha256 {source_digest()}; commit {found['git_sha']}, changed since: {found['git_dirty']}")
+if found["git_dirty"] is not False:
+    print("WARNING: no clean commit: verify will count these runs apart (python -m muon_repro.provenance stamp, then carry it)")
 EOF
 PROFILE=$(python3 -c "from muon_repro.bench.environment import recording_profile; print(recording_profile('$BACKEND'))")
 log "profile $PROFILE"

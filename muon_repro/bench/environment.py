@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from muon_repro.hardware import PROFILE_FIELD, resolve_profile
-from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest
+from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest, tree_commit
 
 
 def _run(cmd: list[str], cwd: str | None = None, timeout: float = 20) -> str | None:
@@ -45,18 +45,6 @@ def _memory_bytes() -> int | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-# What decides how a run runs: the package and what installs it. The artifacts beside it (traces/, metrics/,
-# figures/, report/) change as a sweep records, so they never make the source "dirty".
-SOURCE_PATHS = ("muon_repro", "pyproject.toml", "constraints.txt")
-
-
-def _git(repo: Path) -> dict:
-    """The commit the run was recorded from, and whether the source differs from it (tracked files only)."""
-    sha = _run(["git", "rev-parse", "HEAD"], cwd=str(repo))
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--", *SOURCE_PATHS], cwd=str(repo))
-    return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
 
 
 def _accelerators() -> dict:
@@ -130,7 +118,7 @@ def capture_environment(backend: str | None = None, profile: str | None = None) 
         # times recorded beside a busy neighbour are slower, and this says so.
         "load_average_1m": _load_average(),
         **_accelerators(),
-        **_git(repo),
+        **tree_commit(repo),  # git's, else a copied tree's commit stamp
         SOURCE_DIGEST_FIELD: source_digest(),  # the package as it was: verify checks it against a bundle's source
         "pip_freeze": list(_installed()),
     }
