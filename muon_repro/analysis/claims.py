@@ -149,7 +149,8 @@ def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, fl
     """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: disturbed
     ones, and those the runs recorded in different sweeps (no pairs)."""
     sources = [t.steps_of(run) for run in measured.runs] if measured.runs else []
-    disturbed, unpaired = left_out(*sources), unpaired_rounds(*sources) - left_out(*sources)
+    disturbed = left_out(*sources)
+    unpaired = unpaired_rounds(*sources) - disturbed
     parts = []
     if disturbed:
         quoted["disturbed_rounds"] = len(disturbed)

@@ -322,8 +322,8 @@ def _conformed(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
     """The frames of one table, concatenated and conformed to its schema; empty, with its columns, when none has rows."""
     from muon_repro.tables.schemas import SCHEMAS
 
-    kept = [f for f in frames if len(f)]
-    return SCHEMAS[name].conform(pd.concat(kept, ignore_index=True)) if kept else SCHEMAS[name].empty()
+    rows = SCHEMAS[name].rows_of(frames)
+    return SCHEMAS[name].conform(rows) if len(rows) else rows
 
 
 def _group_tables(conv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -163,7 +163,7 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         "study_runs": pd.DataFrame(runs),
         "study_ranks": pd.concat(ranks, ignore_index=True),
         "study_steps": pd.concat(steps, ignore_index=True),
-        "study_collectives": _concat_rows(collectives, "study_collectives"),  # none on one rank
+        "study_collectives": SCHEMAS["study_collectives"].rows_of(collectives),  # none on one rank
     }
     original = {name: _rows_of(df, STUDY_PROFILE) for name, df in tables.items()}
     if rank0:  # the study's method, on its own traces
@@ -183,12 +183,6 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         tables["study_costmodel"] = SCHEMAS["study_costmodel"].empty()
     tables["study_costmodel_thresholds"] = _threshold_record(study_folders(paths))
     return tables
-
-
-def _concat_rows(frames: list[pd.DataFrame], table: str) -> pd.DataFrame:
-    """The frames' rows as one table; the table's empty frame when none has a row."""
-    filled = [f for f in frames if len(f)]
-    return pd.concat(filled, ignore_index=True) if filled else SCHEMAS[table].empty()
 
 
 def _rows_of(df: pd.DataFrame, profile: str) -> pd.DataFrame:

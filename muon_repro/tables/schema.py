@@ -46,6 +46,13 @@ class TableSchema:
     def empty(self) -> pd.DataFrame:
         return _empty_frame(self).copy()  # many tables of a run are empty: built once per schema
 
+    def rows_of(self, frames: list[pd.DataFrame]) -> pd.DataFrame:
+        """The frames' rows as one frame (not conformed); this table's empty frame when none has a row."""
+        import pandas as pd
+
+        filled = [f for f in frames if len(f)]
+        return pd.concat(filled, ignore_index=True) if filled else self.empty()
+
     def _conformed_already(self, df: pd.DataFrame) -> pd.DataFrame:
         """``df``, whose columns are the schema's with its dtypes, with NaN and inf made null; the rest is not copied."""
         import pandas as pd
