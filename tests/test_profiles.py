@@ -103,6 +103,11 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
     assert f"{first}: " in note and "described in the summary, sections and figures" in note
     assert f"{second}: " in note and "described in its claims column" in note
     assert data.of_profile(GPU).runs["run"].str.startswith(f"{GPU}/").all()
+    # the report describes one profile's view: its runs are that profile's, its claims table still every profile's
+    for view, other in ((first, second), (second, first)):
+        view_header, view_rows, _ = claims_matrix(data.of_profile(view))
+        assert [h.split(":")[0] for h in view_header if h.startswith((CPU, GPU))] == [view, other]
+        assert all(len(row) == len(view_header) for row in view_rows)
     markdown = claims_markdown(data)
     assert f"| {CPU}: measured" in markdown and f"| {GPU}: measured" in markdown
 

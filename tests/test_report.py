@@ -560,13 +560,22 @@ def test_the_decomposition_section(bundle: Path) -> None:
     assert "the ranks with less Newton-Schulz work wait in the DP gather for the others" in section  # contiguous: uneven NS
 
 
+def test_setup_names_the_rounds_the_intervals_are_over_beside_the_traced_ones() -> None:
+    from muon_repro.report.setup_section import rounds_and_steps
+
+    run = pd.Series({"run": "r", "trials": 1, "steps": 5, "train_steps": 6, "rounds": 10})
+    assert rounds_and_steps(run) == "10 rounds timed without the profiler, the first 1 also traced: 6 steps (5 profiled)"
+    assert rounds_and_steps(run.drop("rounds")) == "1 traced × 6 steps (5 profiled)"  # recorded before timed rounds
+    assert rounds_and_steps(run.replace({10: 1})) == "1 traced × 6 steps (5 profiled)"
+
+
 def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     setup = _section(md, "Setup")
     assert f"| tokens per step (all DP ranks) | {TOKENS_PER_STEP:,} for every run" in setup
     for grid, dp in (("DP2·TP2", 2), ("DP4", 4), ("TP4", 1)):
         assert f"{grid} {TOKENS_PER_STEP // (dp * SEQ_LEN)} × {SEQ_LEN}" in setup
-    assert f"{len(TRIALS)} × 5 steps ({len(STEPS)} profiled per trial)" in setup
+    assert f"{len(TRIALS)} traced × 5 steps ({len(STEPS)} profiled)" in setup  # every round traced
     results = _section(md, "Results")
     appendix = _section(md, "Appendix: tables")  # the runs table, long, is in the appendix
     assert "| trials × steps |" in appendix and "| tokens/s |" in appendix

@@ -217,10 +217,14 @@ def claims_matrix(data: ReportData) -> tuple[list[str], list[list[str]], list[st
 
 def claim_profiles(data: ReportData) -> list[str]:
     """The claims table's profile columns: the original study's own runs first (the claims judged where they were
-    made, study_runs' profile), then the profiles of our runs, the one with most runs first."""
+    made, study_runs' profile), then the profile the prose describes (a view's, else the one with most runs), then
+    every other profile the claims table holds, in its order. A view's runs are its profile's alone, but its claims
+    keep every profile's rows (ReportData.of_profile), so the other profiles' columns come from there."""
     study = [] if data.study_runs.empty else [str(data.study_runs["profile"].iloc[0])]
-    in_claims = set(data.claims["profile"].astype(str)) if "profile" in data.claims.columns else set()
-    return [p for p in study if p in in_claims] + [p for p in data.profiles if p not in study]
+    in_claims = list(dict.fromkeys(data.claims["profile"].astype(str))) if "profile" in data.claims.columns else []
+    described = [data.profile] if data.profile else data.profiles
+    first = [p for p in study if p in in_claims] + [p for p in described if p not in study]
+    return first + [p for p in in_claims if p not in first]
 
 
 def _cell(claim: dict[str, str]) -> str:

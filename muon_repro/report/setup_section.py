@@ -127,8 +127,7 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
         batches.setdefault(_grid(r), batch)
     trials_steps = []
     for _, r in data.runs.iterrows():
-        trials, profiled = int(metric(r, "trials")), int(metric(r, "steps"))
-        text = f"{trials} × {int(metric(r, 'train_steps'))} steps ({profiled // max(trials, 1)} profiled per trial)"
+        text = rounds_and_steps(r)
         if text not in trials_steps:
             trials_steps.append(text)
     return [
@@ -147,7 +146,7 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
             "tokens per step / (DP × sequence length): " + ", ".join(f"{grid} {b}" for grid, b in batches.items()),
         ),
         *([("micro-batches", micro_batches(data))] if len(pipeline_runs(data.runs)) else []),
-        ("trials × steps per run", ", ".join(trials_steps) + "; the trials of all configurations are interleaved"),
+        ("rounds × steps per run", "; ".join(trials_steps) + "; the rounds of all configurations are interleaved"),
         (
             "dtypes",
             (
@@ -159,6 +158,17 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
         ("Newton-Schulz variant", ns_methods(data.runs)),
         ("operator calls per optimizer step", op_calls(data.runs)),
     ]
+
+
+def rounds_and_steps(run: pd.Series) -> str:
+    """A run's rounds and steps: every round times its steps without the profiler (the intervals' rounds, runs.rounds);
+    the first ``trials`` also run the profiler (runs.trials traced rounds, runs.steps profiled steps in all)."""
+    traced, profiled = int(metric(run, "trials")), int(metric(run, "steps"))
+    per_trace = f"{int(metric(run, 'train_steps'))} steps ({profiled // max(traced, 1)} profiled)"
+    rounds = run.get("rounds")
+    if is_missing(rounds) or int(rounds) <= traced:
+        return f"{traced} traced × {per_trace}"
+    return f"{int(rounds)} rounds timed without the profiler, the first {traced} also traced: {per_trace}"
 
 
 def ns_methods(runs: pd.DataFrame) -> str:
