@@ -14,11 +14,11 @@ def test_the_claims_intervals_cover_at_about_the_nominal_level(kind, n_rounds):
     assert 0.89 <= coverage(kind, n_rounds, studies=150, seed=7) <= 1.0
 
 
-def test_the_per_stage_row_covers_the_smallest_truth_and_ties_cost_coverage():
-    distinct = coverage("stages", 5, studies=80, seed=1)
-    tied = coverage("stages_tied", 5, studies=80, seed=1)
-    assert distinct >= 0.9
-    assert tied < distinct  # four equal truths: the row's upper end is the least of four independent ones
+def test_the_pipeline_claim_covers_its_truth_and_a_near_tie_costs_coverage():
+    distinct = coverage("stages", 10, studies=80, seed=1)
+    tied = coverage("stages_tied", 10, studies=80, seed=1)
+    assert distinct >= 0.88
+    assert tied < distinct  # two stages' paid times within 5%: the larger of two noisy times is paid
 
 
 def test_the_rule_keeps_a_disturbed_round_from_moving_the_estimate():

@@ -4,11 +4,11 @@ the same tokens per step, every one in micro-batches of one sequence, recorded i
 
 * :func:`hybrid_survives_pp`: per round, DP2·TP2's step time over the fastest of PP2·DP2, PP2·TP2 and PP4
   (slowest rank per step, median over the round's steps); below 1 the hybrid still wins.
-* :func:`bubble_hides_step`: per stage of the deepest Muon pipeline, the idle time after the stage's last
-  backward (until the last stage of its pipeline ends its last backward: the drain) over its optimizer step, per
-  round, with a paired interval each. Only that idle time could hold the step: the bubble before a stage's last
-  backward comes before its gradients are complete. The claim is judged on every stage at once (at or above 1 on
-  every stage: reproduced; below 1 on any: not reproduced); no minimum over noisy stages is taken as an estimate.
+* :func:`bubble_hides_step`: the optimizer time the deepest Muon pipeline's step pays after its last backward
+  over a stage's optimizer step (the mean over stages). A stage's idle time after its own last backward (until the pipeline's
+  last backward ends: the drain) is the only bubble that could hold its optimizer step: the bubble before a
+  stage's last backward comes before its gradients are complete. Under 1F1B stage 0 ends the drain, so its step
+  is paid whole, and the bubble can hide no more than what the later stages' steps exceed it by.
 
 Both take their times from the steps timed without the profiler, the only ones recorded in every round.
 """
@@ -29,12 +29,9 @@ from muon_repro.analysis.claim_inputs import (
     is_missing,
 )
 from muon_repro.analysis.rounds import (
-    align_rounds,
     geometric_mean,
     mean_interval,
     paired_ratio_interval,
-    per_round_ratio,
-    rounds_of,
 )
 from muon_repro.phases import MODEL_COMM_PHASES
 
@@ -107,36 +104,44 @@ def _check_same_micro_batch(a: pd.Series, b: pd.Series) -> None:
 
 
 def bubble_hides_step(t: ProfileTables) -> Measurement | str:
-    """Per stage of the deepest Muon pipeline with a drain recorded, the idle time after the stage's last backward
-    (``timed_steps.drain_idle_ms``) over its optimizer step, per round (medians over the round's steps, means over
-    the stage's ranks), with a paired interval each. The claim holds on every stage or not at all: reproduced when
-    every stage's interval lies at or above 1, not reproduced when any lies below; the row's interval is
-    [smallest low, smallest high] over stages, which decides exactly that, and its value the limiting stage's."""
+    """How much of Muon's optimizer step the deepest Muon pipeline's step still pays after its last backward, over
+    its stages' optimizer step (the mean over stages: what the step would pay with balanced stages and no idle time
+    to hide the steps in).
+
+    Stage k starts its optimizer step when its last backward ends, ``drain_idle_ms`` before the pipeline's last
+    backward ends (timed_steps; under 1F1B stage 0 ends the drain, so its idle time is 0), and the next step waits
+    for every stage. Per step the pipeline so pays ``max_k(optimizer_k - idle_k, 0)`` after its last backward (each
+    stage's times the mean over its ranks); over ``mean_k optimizer_k`` (a mean, not the slowest stage: the largest
+    of several equally slow stages' noisy steps would bias the ratio low), per step, the median per round, a t
+    interval over rounds. About 1: nothing is hidden; near 0 the bubble hides the step, which needs a first stage
+    with little optimizer work (stage 0 pays its own whole); above 1 a later stage's step outlasts its idle time.
+    The per-stage times the explanation gives are what decides it."""
     runs = _drained_pipelines(t)
     if isinstance(runs, str):
         return runs
     deepest = max(runs, key=lambda run: int(run["pp"]))
-    per_stage = _idle_ratio_per_round(t.timed, deepest)
-    if per_stage is None:
+    per_step = _paid_per_step(t.timed, deepest)
+    if per_step is None:
         return f"needs the drain of every stage of {deepest['run']} in its timed steps (timed_steps.drain_idle_ms)"
-    rounds, ratios = per_stage
-    if len(rounds) < 2:
-        return f"needs 2 or more rounds of {deepest['run']} timed on every stage for an interval (has {len(rounds)})"
-    stages = [mean_interval(ratios[s]) for s in range(len(ratios))]
-    limiting = int(np.argmin([high for _, _, high in stages]))
-    value, low, high = stages[limiting][0], min(lo for _, lo, _ in stages), stages[limiting][2]
+    shares = (per_step["paid_ms"] / per_step["average_ms"]).groupby(level="trial").median()
+    if len(shares) < 2:
+        return f"needs 2 or more rounds of {deepest['run']} timed on every stage for an interval (has {len(shares)})"
+    value, low, high = mean_interval(shares.to_numpy())
+    stage_means = per_step["stages"].groupby(level="stage").mean()  # per stage: ms, means over rounds and steps
+    paid_by = int((stage_means["optimizer_ms"] - stage_means["drain_idle_ms"]).idxmax())
     quoted: dict[str, float] = {}
-    for s, (v, lo, hi) in enumerate(stages):
-        quoted |= {f"stage{s}_idle_over_optimizer": v, f"stage{s}_idle_over_optimizer_low": lo}
-        quoted[f"stage{s}_idle_over_optimizer_high"] = hi
-    said = ", ".join(f"stage {s} {v:.2f} [{lo:.2f}, {hi:.2f}]" for s, (v, lo, hi) in enumerate(stages))
+    for stage, row in stage_means.iterrows():
+        quoted |= {f"stage{stage}_optimizer_ms": float(row["optimizer_ms"]), f"stage{stage}_idle_ms": float(row["drain_idle_ms"])}
+    said = ", ".join(
+        f"stage {stage} {row['optimizer_ms']:.0f} / {row['drain_idle_ms']:.0f}" for stage, row in stage_means.iterrows()
+    )
     explanation = (
-        f"{deepest['name']}, {int(deepest['micro_batches'])} micro-batches: idle time after each stage's last backward "
-        f"over its optimizer step ({len(rounds)} rounds): {said}. Stage {limiting} limits: "
+        f"{deepest['name']}, {int(deepest['micro_batches'])} micro-batches, {len(shares)} rounds. Per stage, optimizer "
+        f"step / idle after its last backward (ms): {said}. "
         + (
-            "it finishes the drain, so no idle time follows its last backward."
-            if stages[limiting][2] == 0
-            else "its idle time after the last backward is the shortest against its step."
+            "Stage 0 ends the drain, so its step is paid whole; the bubble hides only later stages' steps."
+            if paid_by == 0
+            else f"Stage {paid_by}'s optimizer step outlasts its idle time the most: it sets what the step pays."
         )
     )
     return Measurement(value, low, high, describe_runs(deepest), explanation, (deepest,), quoted)
@@ -161,16 +166,17 @@ def _drained_pipelines(t: ProfileTables) -> list[pd.Series] | str:
     return runs
 
 
-def _idle_ratio_per_round(timed: pd.DataFrame, run: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rounds, ratios[stage, round]): per round the median over steps of the stage's drain idle over its optimizer
-    step, each the mean over the stage's ranks; the rounds every stage was timed in. None when a stage has no drain."""
-    name, per_stage = str(run["run"]), []
-    mine = timed[timed["run"] == name]
-    for stage in range(int(run["pp"])):
-        rows = mine[mine["stage"] == stage]
-        if rows.empty or rows["drain_idle_ms"].isna().all():
-            return None
-        ratio = per_round_ratio(rows, name, "drain_idle_ms", "optimizer_ms", how_num="mean", how_den="mean")
-        per_stage.append((rounds_of(rows, name), ratio))
-    rounds = np.array(sorted(set.intersection(*(set(r.tolist()) for r, _ in per_stage))), dtype="int64")
-    return rounds, np.vstack(align_rounds(*per_stage))
+def _paid_per_step(timed: pd.DataFrame, run: pd.Series) -> dict[str, pd.Series | pd.DataFrame] | None:
+    """The steps of ``run`` timed on every stage: per (trial, step), ``paid_ms`` (the optimizer time the pipeline
+    pays after its last backward) and ``average_ms`` (a stage's optimizer step, the mean over stages); per (trial,
+    step, stage), ``stages`` (optimizer_ms and drain_idle_ms, means over the stage's ranks). None when a stage has
+    no drain."""
+    pp, mine = int(run["pp"]), timed[timed["run"] == str(run["run"])]
+    if any(mine.loc[mine["stage"] == stage, "drain_idle_ms"].notna().sum() == 0 for stage in range(pp)):
+        return None
+    stages = mine.groupby(["trial", "step", "stage"])[["optimizer_ms", "drain_idle_ms"]].mean().dropna()
+    complete = stages.groupby(level=["trial", "step"]).size() == pp  # steps timed on every stage
+    stages = stages[complete.reindex(stages.index.droplevel("stage")).to_numpy()]
+    paid = (stages["optimizer_ms"] - stages["drain_idle_ms"]).clip(lower=0.0).groupby(level=["trial", "step"]).max()
+    average = stages["optimizer_ms"].groupby(level=["trial", "step"]).mean()
+    return {"paid_ms": paid, "average_ms": average, "stages": stages}

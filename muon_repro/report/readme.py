@@ -57,8 +57,8 @@ def pipeline_said(data: ReportData) -> str:
         ("hybrid_survives_pp", "DP2·TP2 over the fastest 4-rank pipeline grid (Muon)", "at most 1× keeps the hybrid fastest"),
         (
             "bubble_hides_step",
-            "PP4's idle time after the last backward over Muon's optimizer step on its limiting stage",
-            "at least 1× on every stage could hide it",
+            "the optimizer time PP4's step pays after its last backward over a stage's Muon step",
+            "at most 0.5× hides it",
         ),
     ):
         row = row_of(data.claims, "claim_id", cid, profile)

@@ -200,7 +200,7 @@ def pipeline(claims: pd.DataFrame, profile: str | None) -> Stated:
     parts = []
     for cid, said in (
         ("hybrid_survives_pp", "Muon, DP2·TP2 over the fastest pipeline grid"),
-        ("bubble_hides_step", "idle after the last backward over optimizer step on PP4's limiting stage"),
+        ("bubble_hides_step", "PP4's optimizer time paid after its last backward over a stage's optimizer step"),
     ):
         row = row_of(claims, "claim_id", cid, profile)
         if row is None:
