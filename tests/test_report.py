@@ -569,6 +569,21 @@ def test_setup_names_the_rounds_the_intervals_are_over_beside_the_traced_ones() 
     assert rounds_and_steps(run.replace({10: 1})) == "1 traced × 6 steps (5 profiled)"
 
 
+def test_the_rounds_are_said_per_pipeline_group_each_recorded_by_its_own_command() -> None:
+    from muon_repro.report.context import rounds_said
+
+    runs = pd.DataFrame(
+        {
+            "group": ["comparison", "comparison", "pipeline", "pipeline", "pipeline_bubble"],
+            "pp": [1, 1, 1, 4, 4],
+            "rounds": [10, 10, 6, 6, 10],
+            "trials": [1, 1, 1, 1, 1],
+        }
+    )
+    assert rounds_said(runs) == "10 (the pipeline runs' groups: pipeline 6, pipeline_bubble 10)"
+    assert rounds_said(runs[runs["pp"] == 1].iloc[:2]) == "10"
+
+
 def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     setup = _section(md, "Setup")

@@ -246,8 +246,8 @@ def build_context(
 
 
 def rounds_said(runs: Any) -> str:
-    """The rounds the configurations were timed in: ``10``, and the pipeline group's apart (``10 (the pipeline
-    group's: 6)``), recorded by its own command."""
+    """The rounds the configurations were timed in: ``10``, and the pipeline runs' apart by group, each recorded by
+    its own command (``10 (the pipeline runs' groups: pipeline 6, pipeline_bubble 10)``)."""
 
     def listed(rows: Any) -> str:
         return ", ".join(str(n) for n in sorted({_rounds(r) for _, r in rows.iterrows()}))
@@ -255,7 +255,8 @@ def rounds_said(runs: Any) -> str:
     study, pipeline = study_runs(runs), pipeline_runs(runs)
     if study.empty or pipeline.empty:
         return listed(runs)
-    return f"{listed(study)} (the pipeline group's: {listed(pipeline)})"
+    groups = ", ".join(f"{group} {listed(rows)}" for group, rows in pipeline.groupby("group", sort=True))
+    return f"{listed(study)} (the pipeline runs' groups: {groups})"
 
 
 def _rounds(run) -> int:
