@@ -1,4 +1,4 @@
-"""The report's limitations state what the runs' tables show, measured: here, the runs' own loss."""
+"""The report's limitations and caveats state what the tables show, measured, and of the profile they describe."""
 
 from __future__ import annotations
 
@@ -34,3 +34,28 @@ def test_the_runs_own_loss_is_measured_and_says_which_optimizer_does_not_fall():
     flat = loss_line(replace(data, runs=runs, losses=losses({"muon": [3.0, 2.5, 2.0], "adamw": [6.7, 6.9, 6.92]})))
     assert "AdamW 6.70 to 6.92" in flat and "AdamW's loss does not fall" in flat and "Muon's" not in flat
     assert loss_line(replace(data, losses=data.losses.iloc[:0])) is None
+
+
+def test_the_overlap_bullet_quotes_the_async_claim_of_its_own_profile():
+    from muon_repro.hardware import rows_of_profile
+    from muon_repro.report.claims_section import claim_note
+    from muon_repro.report.regimes_section import overlap_lines
+
+    everything = load(METRICS)
+    lines = overlap_lines(everything.of_profile("cpu-2c-gloo"))
+    claims = rows_of_profile(everything.claims, "cpu-2c-gloo")
+    assert lines[-1] == claim_note(claims[claims["claim_id"] == "async_slowdown"].iloc[0])
+    assert "Rank 0's step (the only async trace published)" not in " ".join(lines)  # the study's row, not this one's
+
+
+def test_the_communication_bullet_says_what_the_studys_own_traces_make_of_its_ratio():
+    from muon_repro.report import derive
+    from muon_repro.report.caveats_section import regimes
+    from muon_repro.report.results_section import bytes_rows
+
+    data = load(METRICS).of_profile("cpu-2c-gloo")
+    said = " ".join(regimes(data, derive.state_by_run(data.ranks, data.runs["run"]), bytes_rows(data)[1]))
+    study = data.claims[(data.claims["claim_id"] == "comm_time_dp2_tp2") & (data.claims["profile"] == "4xRTXA4000-pcie-nccl")]
+    unequal = "on its own traces that figure compares unequal work" in said
+    assert unequal == (study["verdict"].iloc[0] == "unequal work")
+    assert "advantage" not in said

@@ -1,4 +1,4 @@
-"""Consistency checks: quantities that hold by construction, judged holds or fails, beside the claims.
+"""Consistency checks: quantities set by construction, judged holds or fails, beside the claims.
 
 Two of the claims are counts, not measurements: Muon's optimizer state for the matrices it manages
 (one fp32 momentum where AdamW keeps two moments: 0.5 by construction) and the bytes Distributed

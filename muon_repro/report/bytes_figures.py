@@ -68,7 +68,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
     handles = [
         Patch(color=style.OPTIMIZER_COLORS["muon"], label="Muon momentum (1 value per element)"),
         Patch(color=style.OPTIMIZER_COLORS["adamw"], label="AdamW moments (2 values per element)"),
-        Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks are uneven)"),
+        Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks can be uneven)"),
     ]
     bottom = legend_below(fig, handles, ncol=3)
     ratios = []

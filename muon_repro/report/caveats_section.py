@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from muon_repro.claims import COMM_RATIO
+from muon_repro.hardware import rows_of_profile
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import mib, ms, pct, ratio
@@ -37,7 +39,7 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         out.append(
             f"Muon spends as much {what} as AdamW or more at "
             + "; ".join(worse)
-            + ". The original study's advantage (0.57× at DP2·TP2 on 4 GPUs) inverts there."
+            + f". The original study's {COMM_RATIO:.2f}× at DP2·TP2 on 4 GPUs does not hold there{_study_comm_note(data)}."
         )
     if better:
         out.append(f"Muon spends less {what} than AdamW at " + "; ".join(better) + ".")
@@ -222,3 +224,14 @@ def loss_line(data: ReportData) -> str | None:
         else "Both fall; the convergence section compares them at their best learning rates."
     )
     return f"The runs' own loss, the first traced round's recorded steps after the timed ones: {'; '.join(parts)}. {verdict}"
+
+
+def _study_comm_note(data: ReportData) -> str:
+    """What the original study's own traces make of its communication claim, when they found unequal work."""
+    if data.study_runs.empty:
+        return ""
+    claims = rows_of_profile(data.claims, str(data.study_runs["profile"].iloc[0]))
+    row = claims[claims["claim_id"] == "comm_time_dp2_tp2"]
+    if row.empty or str(row["verdict"].iloc[0]) != "unequal work":
+        return ""
+    return "; on its own traces that figure compares unequal work (the claims table)"

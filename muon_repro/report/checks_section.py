@@ -94,7 +94,10 @@ def checks_summary(data: ReportData) -> str:
     profile = data.profile or data.profiles[0]
     checks = rows_of_profile(data.checks, profile)
     if checks.empty:
-        return "Consistency checks (state and bytes, which hold by construction): none made, no Muon and AdamW pair at DP2·TP2."
+        return (
+            "Consistency checks (state and bytes, set against what the construction calls for): none made, no Muon and "
+            "AdamW pair at DP2·TP2."
+        )
     require_columns(checks, "checks", CHECK_COLUMNS)
     verdicts = [(_verdict(c), str(c["check"])) for _, c in checks.iterrows()]
     said = f"{sum(v == 'holds' for v, _ in verdicts)} of {len(checks)} hold"
@@ -104,4 +107,4 @@ def checks_summary(data: ReportData) -> str:
         said += f", {unchecked} not checked (nothing recorded to hold them against)"
     if failing:
         said += "; fails: " + "; ".join(f"'{check}'" for check in failing)
-    return f"Consistency checks (state and bytes, which hold by construction, beside the claims): {said}."
+    return f"Consistency checks (state and bytes, set against what the construction calls for, beside the claims): {said}."

@@ -104,7 +104,8 @@ FIGURE_CAPTIONS = {
     "state_memory": "Optimizer-state memory per rank (steady state) and Muon's transient gather buffers.",
     "bytes_by_layout": "Optimizer bytes per rank per step by ZeRO-1 layout: analytic model, run-time ledger and trace.",
     "grid_comparison": "Step time per DP × TP process grid: which grid wins, and by how much.",
-    "timeline": "One step of every rank from the traces: the DP gather, TP gather, Newton-Schulz, TP shard, DP shard flow.",
+    "timeline": "One step of every rank from the traces, phase by phase: Muon's gathers, Newton-Schulz and shards as the run "
+    "issued them.",
     "loss": "Training loss per step, Muon vs AdamW.",
     "convergence_sweep": "Held-out loss on unseen Shakespeare plays over the learning-rate sweep, Muon and AdamW.",
     "leading_steps": "Muon leading steps: smoothed training loss at the best learning rates, leading steps and leading ratio.",

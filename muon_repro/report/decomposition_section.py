@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from muon_repro.phases import DP_GATHER
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric
 from muon_repro.report.formatting import ms, pct
@@ -115,8 +116,8 @@ def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, A
         per_rank = ", ".join(f"r{rank} {v / 1e9:.3g}" for rank, v in flops.items())
         if flops.max() > flops.min():
             notes.append(
-                f"Newton-Schulz work differs across the ranks of {run_label(r)} ({per_rank} GFLOP per step, ranks.ns_flops): "
-                "the ranks with less Newton-Schulz work wait in the DP gather for the others"
+                f"Newton-Schulz work differs across the ranks of {run_label(r)} ({per_rank} GFLOP per step, ranks.ns_flops)"
+                + _gather_waits(data, str(r["run"]), flops)
                 + (" (the waiting rows)." if split else ".")
             )
         else:
@@ -132,3 +133,25 @@ def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, A
         "beside": beside,
         "split": split,
     }
+
+
+def _gather_waits(data: ReportData, run: str, flops: pd.Series) -> str:
+    """What the DP gather's waits (phases.wait_ms_per_step, mean over traced trials per rank) say of uneven
+    Newton-Schulz work: whether the rank with the least waits longest for the others, as measured."""
+    phases = data.phases
+    if "wait_ms_per_step" not in phases.columns:
+        return ""
+    rows = phases[(phases["run"] == run) & (phases["phase"] == DP_GATHER)].dropna(subset=["wait_ms_per_step"])
+    if rows.empty:
+        return ""
+    waits = rows.groupby("rank")["wait_ms_per_step"].mean()
+    least, longest = int(flops.idxmin()), int(waits.idxmax())
+    if least == longest:
+        return (
+            f": r{least}, with the least, waits longest in the DP gather for the others "
+            f"({waits[least]:.1f} ms per step, phases.wait_ms_per_step)"
+        )
+    return (
+        f"; the DP gather's longest wait is r{longest}'s ({waits[longest]:.1f} ms per step, phases.wait_ms_per_step), "
+        f"not the least-loaded rank's (r{least})"
+    )

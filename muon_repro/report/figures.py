@@ -404,6 +404,6 @@ def loss(losses_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path) -> Pat
         f"Training loss over the {steps} recorded steps (a smoke test of learning, not a convergence study)",
         "final loss (mean over configurations): "
         + ", ".join(parts)
-        + "; one optimizer's grids differ because each DP rank adds its own sequences to the global batch",
+        + "; at equal tokens per step every grid of one optimizer trains the same global batch: its curves coincide",
     )
     return save_figure(fig, out)

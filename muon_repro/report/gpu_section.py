@@ -355,6 +355,6 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         "One device: Muon's overhead against tokens per step",
         f"At {count(last['tokens_per_step'])} tokens per step Muon's optimizer step is "
         f"{percent(last['optimizer_share'])} of its step, and its step {percent(last['muon_extra'])} longer than "
-        "AdamW's; both fall as 1/tokens per step.",
+        "AdamW's; both fall as tokens per step grow.",
     )
     return save_figure(fig, out)

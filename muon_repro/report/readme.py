@@ -43,7 +43,11 @@ def claims_markdown(data: ReportData) -> str:
     check_header, check_rows, _ = checks_matrix(data)
     if check_rows:
         profile = markdown_inline(data.profiles[0])
-        lines += ["", f"Consistency checks on {profile} (they hold by construction, so they are not claims):", ""]
+        lines += [
+            "",
+            f"Consistency checks on {profile} (values set by construction, checked against the runs, so not claims):",
+            "",
+        ]
         lines += _table(check_header, check_rows, drop="fails if")
     said = pipeline_said(data)
     return "\n".join(lines + (["", said] if said else []))

@@ -29,7 +29,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level, level_of
+from muon_repro.hardware import rows_of_profile
 from muon_repro.report import style
+from muon_repro.report.claims_section import claim_note
 from muon_repro.report.costmodel_error import prediction_rows, prediction_summary
 from muon_repro.report.data import ReportData, fmetric, is_missing
 from muon_repro.report.formatting import count, percent
@@ -267,9 +269,11 @@ def overlap_lines(data: ReportData) -> list[str]:
         + "; ".join(parts)
         + "."
     ]
-    claim = data.claims[data.claims["claim_id"] == "async_slowdown"]
+    # the view's own profile: the claims table keeps every profile's rows (ReportData.of_profile)
+    claims = rows_of_profile(data.claims, data.profile or data.profiles[0])
+    claim = claims[claims["claim_id"] == "async_slowdown"]
     if len(claim):
-        lines.append(str(claim["explanation"].iloc[0]))
+        lines.append(claim_note(claim.iloc[0]))
     return lines
 
 

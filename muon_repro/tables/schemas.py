@@ -690,7 +690,7 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "checks": TableSchema(
         "checks",
-        "Consistency checks: quantities that hold by construction (the optimizer state of the matrices Muon manages, "
+        "Consistency checks: quantities set by construction (the optimizer state of the matrices Muon manages, "
         "the bytes the ring model prices), each judged holds or fails against the value its construction gives, with "
         "what would make it fail. They stand beside the claims table, not in it: a verdict on them could not have "
         "come out otherwise. One row per check (the bytes check per ZeRO-1 layout) and hardware profile.",
