@@ -59,3 +59,23 @@ def test_the_communication_bullet_says_what_the_studys_own_traces_make_of_its_ra
     unequal = "on its own traces that figure compares unequal work" in said
     assert unequal == (study["verdict"].iloc[0] == "unequal work")
     assert "advantage" not in said
+
+
+def test_the_optimizer_bullet_says_compute_bound_only_where_newton_schulz_outweighs_the_collectives():
+    from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
+    from muon_repro.report import derive
+    from muon_repro.report.caveats_section import _optimizer_weight
+    from muon_repro.report.selection import study_runs
+
+    data = load(METRICS).of_profile("cpu-2c-gloo")
+    muon = study_runs(data.runs)
+    muon = muon[muon["optimizer"] == "muon"]
+    shares = pd.Series([derive.optimizer_share(r) for _, r in muon.iterrows()], dtype="float64")
+    phases = data.phases
+    comm, ns = phases["phase"].isin(OPTIMIZER_COMM_PHASES), phases["phase"] == NEWTON_SCHULZ
+    light = phases.assign(ms_per_step=phases["ms_per_step"].where(~comm, 0.001))  # collectives take no time
+    assert _optimizer_weight(replace(data, phases=light), muon, shares).startswith("Compute-bound optimizer:")
+    dp2tp2 = phases["run"] == "cpu-2c-gloo/comparison/muon_dp2_tp2"
+    slow_comm = light.assign(ms_per_step=light["ms_per_step"].where(~(dp2tp2 & ns), 0.001))  # and no Newton-Schulz
+    said = _optimizer_weight(replace(data, phases=slow_comm), muon, shares)
+    assert said.startswith("Muon's optimizer step:") and said.endswith("but Muon DP2·TP2, where the collectives take longer.")

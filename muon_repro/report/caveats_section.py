@@ -8,6 +8,7 @@ import pandas as pd
 
 from muon_repro.claims import COMM_RATIO
 from muon_repro.hardware import rows_of_profile
+from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import mib, ms, pct, ratio
@@ -124,12 +125,7 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         break
     shares = pd.Series([derive.optimizer_share(r) for _, r in muon.iterrows()], dtype="float64")
     if len(shares) and float(shares.min()) > 0.05:
-        span = pct(shares.min()) if pct(shares.min()) == pct(shares.max()) else f"{pct(shares.min())}–{pct(shares.max())}"
-        out.append(
-            f"Compute-bound optimizer: on this hardware the Muon optimizer step is {span} of the step "
-            "(Newton-Schulz on CPU cores shared by all ranks): the optimizer's computation, not its communication, decides "
-            "Muon's step time here."
-        )
+        out.append(_optimizer_weight(data, muon, shares))
     if not out:
         out.append("No regime in these runs where Muon's measured gains disappear or invert.")
     return out
@@ -235,3 +231,39 @@ def _study_comm_note(data: ReportData) -> str:
     if row.empty or str(row["verdict"].iloc[0]) != "unequal work":
         return ""
     return "; on its own traces that figure compares unequal work (the claims table)"
+
+
+def _optimizer_weight(data: ReportData, muon: pd.DataFrame, shares: pd.Series) -> str:
+    """Muon's optimizer share of the step, and whether its Newton-Schulz or its collectives weigh more (phases:
+    ms per step, the mean over ranks and traced trials, on each Muon run)."""
+    span = pct(shares.min()) if pct(shares.min()) == pct(shares.max()) else f"{pct(shares.min())}–{pct(shares.max())}"
+    on_cpu = set(muon["device"].astype(str)) == {"cpu"}
+    where = " (Newton-Schulz on CPU cores shared by all ranks)" if on_cpu else ""
+    said = f"on this hardware the Muon optimizer step is {span} of the step{where}"
+    phases = data.phases[data.phases["run"].isin(muon["run"])]
+    per_rank = phases.groupby(["run", "trial", "rank", "phase"])["ms_per_step"].sum().unstack("phase")
+    if NEWTON_SCHULZ not in per_rank.columns:
+        return f"Muon's optimizer step: {said}."
+    comm_phases = [p for p in OPTIMIZER_COMM_PHASES if p in per_rank.columns]
+    per_run = (
+        pd.DataFrame({"ns": per_rank[NEWTON_SCHULZ].fillna(0.0), "comm": per_rank[comm_phases].fillna(0.0).sum(axis=1)})
+        .groupby(level="run")
+        .mean()
+    )
+
+    def ms_span(values: pd.Series) -> str:
+        low, high = ms(values.min()), ms(values.max())
+        return low if low == high else f"{low} to {high}"
+
+    measured = f"Newton-Schulz takes {ms_span(per_run['ns'])} per step, the optimizer's collectives {ms_span(per_run['comm'])}"
+    if (per_run["ns"] > per_run["comm"]).all():
+        return (
+            f"Compute-bound optimizer: {said}. {measured} (phases, mean over ranks): its computation, not its "
+            "communication, decides Muon's step time here."
+        )
+    heavier = muon[muon["run"].isin(per_run.index[per_run["comm"] >= per_run["ns"]])]
+    names = ", ".join(run_label(r) for _, r in heavier.iterrows())
+    return (
+        f"Muon's optimizer step: {said}. {measured} (phases, mean over ranks, waits for slower ranks included): "
+        f"Newton-Schulz weighs more on every run but {names}, where the collectives take longer."
+    )
