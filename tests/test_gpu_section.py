@@ -141,3 +141,11 @@ def test_the_committed_gpu_runs_give_claims_not_comparable_for_one_rank_and_not_
         assert gpu.loc[claim, "verdict"] == "not comparable here"
         assert "1 rank (no communication), not" in gpu.loc[claim, "outside_conditions"]
     assert gpu.loc["comm_time_dp2_tp2", "verdict"] == "not measured"
+
+
+def test_the_section_says_from_the_runs_whether_a_gpu_profile_measured_communication():
+    from muon_repro.report.gpu_section import devices_line
+
+    runs = pd.DataFrame({"profile": ["one", "one", "four", "four"], "world_size": [1, 1, 1, 4]})
+    assert devices_line(runs, "one") == "Every run on one GPU: no NCCL grid, so no communication is measured on this profile."
+    assert devices_line(runs, "four").startswith("Runs on 1, 4 GPUs (runs.world_size): their collectives are measured")

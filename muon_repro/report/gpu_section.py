@@ -46,6 +46,14 @@ def gpu_profiles(data: ReportData) -> list[str]:
     return [p for p in data.profiles if p in cuda]
 
 
+def devices_line(runs: pd.DataFrame, profile: str) -> str:
+    """How many GPUs the profile's runs used (runs.world_size), and so whether they measured communication."""
+    worlds = sorted({int(w) for w in runs.loc[runs["profile"].astype(str) == profile, "world_size"].dropna()})
+    if worlds == [1]:
+        return "Every run on one GPU: no NCCL grid, so no communication is measured on this profile."
+    return f"Runs on {', '.join(map(str, worlds))} GPUs (runs.world_size): their collectives are measured, as on any profile."
+
+
 def _rate(rows: pd.DataFrame) -> float:
     """TFLOP/s of kernel rows taken together: their FLOPs (rate x time) over their time."""
     seconds = rows["seconds"].astype(float)
@@ -251,7 +259,7 @@ def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
         out.append(
             {
                 "profile": profile,
-                "lines": kernel_lines(calibration, profile) + busy_lines(data.runs, profile),
+                "lines": [devices_line(data.runs, profile)] + kernel_lines(calibration, profile) + busy_lines(data.runs, profile),
                 "single_intro": SINGLE_INTRO,
                 "single_header": single_header,
                 "single_rows": single_rows,
