@@ -201,10 +201,13 @@ def test_foreign_calls_are_unmatched_when_a_rank_of_the_world_is_missing():
 # ---------------------------------------------------------------- a gloo world with a late rank
 
 SLEEPER, SLEEP_MS = 2, 150.0  # rank 2 = (dp_rank 1, tp_rank 0): DP group {0, 2}, TP group {2, 3}
-TOLERANCE_MS = 10.0  # thread scheduling of 4 processes on a shared 2-core machine (measured: within 3 ms)
+TOLERANCE_MS = 25.0  # a rank that waits for no one: thread scheduling of 4 processes on 2 cores (idle: within 3 ms)
+# A rank that waits for the sleeper may itself reach the collective late on a loaded machine, which shortens its
+# wait: 138.6 ms of 150 in the TP gather once while another test run shared the 2 cores. Still far from the others'.
+ARRIVAL_SLACK_MS = 50.0
 # The TP gather sees the delay second hand: ranks 0 and 2 leave the DP gather late and then unpack
 # it before they reach the TP gather, which a loaded machine stretches (measured 163-168 ms in CI,
-# under a parallel test run). The wait must still be at least the sleep and go to the right ranks.
+# under a parallel test run). The wait must still be about the sleep and go to the right ranks.
 PROPAGATED_SLACK_MS = 50.0
 
 
@@ -253,12 +256,12 @@ def median_step_wait(run_dir: Path, phase: str) -> dict[int, float]:
 @pytest.mark.slow
 def test_the_wait_for_a_late_rank_is_its_partners(late_run):
     dp_gather = median_step_wait(late_run, "dp_gather")
-    assert dp_gather[0] == pytest.approx(SLEEP_MS, abs=TOLERANCE_MS)  # rank 2's DP partner waits
+    assert SLEEP_MS - ARRIVAL_SLACK_MS <= dp_gather[0] <= SLEEP_MS + TOLERANCE_MS, dp_gather  # rank 2's DP partner waits
     for rank in (1, 2, 3):  # the sleeper itself, and the other DP group
         assert dp_gather[rank] < TOLERANCE_MS, (rank, dp_gather)
     tp_gather = median_step_wait(late_run, "tp_gather")
     for rank in (1, 3):  # the TP partners of the two ranks that left the DP gather late
-        assert SLEEP_MS - TOLERANCE_MS <= tp_gather[rank] <= SLEEP_MS + PROPAGATED_SLACK_MS, (rank, tp_gather)
+        assert SLEEP_MS - ARRIVAL_SLACK_MS <= tp_gather[rank] <= SLEEP_MS + PROPAGATED_SLACK_MS, (rank, tp_gather)
     for rank in (0, 2):
         assert tp_gather[rank] < TOLERANCE_MS, (rank, tp_gather)
 
