@@ -79,3 +79,22 @@ def test_the_optimizer_bullet_says_compute_bound_only_where_newton_schulz_outwei
     slow_comm = light.assign(ms_per_step=light["ms_per_step"].where(~(dp2tp2 & ns), 0.001))  # and no Newton-Schulz
     said = _optimizer_weight(replace(data, phases=slow_comm), muon, shares)
     assert said.startswith("Muon's optimizer step:") and said.endswith("but Muon DP2·TP2, where the collectives take longer.")
+
+
+def test_ranks_sharing_cores_are_said_only_where_the_runs_had_more_ranks_than_cores():
+    from muon_repro.report.pipeline_section import meaning
+    from muon_repro.report.readme import pipeline_said
+    from muon_repro.report.selection import pipeline_runs
+
+    everything = load(METRICS)
+    data = everything.of_profile("cpu-2c-gloo")
+    shared = "gives its core to another rank"
+    assert any(shared in line for line in meaning(data, pipeline_runs(data.runs)))  # 4 ranks on 2 cores
+    environment = data.environment.copy()
+    environment.loc[environment["key"] == "host_cpu_cores", "value"] = "16"
+    roomy = replace(data, environment=environment)
+    assert not any(shared in line for line in meaning(roomy, pipeline_runs(roomy.runs)))
+    said = "With more ranks than cores"
+    assert said in pipeline_said(everything)
+    claims = everything.claims.assign(outside_conditions=everything.claims["outside_conditions"].str.replace("per core", "x"))
+    assert said not in pipeline_said(replace(everything, claims=claims))

@@ -249,11 +249,17 @@ def meaning(data: ReportData, runs: pd.DataFrame) -> list[str]:
     four = runs[runs["world_size"] == runs["world_size"].min()]
     cores = _cores(data, str(four.iloc[0]["run"]))
     share = f"{cores} cores" if cores else "the host's cores"
-    lines = [
-        f"On {share} with {int(four['world_size'].iloc[0])} ranks, wall time follows the work summed over ranks: a rank "
-        "blocked in the bubble gives its core to another rank. So a pipeline is fast here when its ranks do little work "
-        "(each stage orthogonalizes only its own matrices), not because its bubble is small; on GPUs, one rank per "
-        "device, the bubble is idle device time.",
+    ranks = int(four["world_size"].iloc[0])
+    shared = cores is not None and set(four["device"].astype(str)) == {"cpu"} and ranks > cores  # ranks take turns
+    lines = []
+    if shared:
+        lines.append(
+            f"On {share} with {ranks} ranks, wall time follows the work summed over ranks: a rank blocked in the bubble "
+            "gives its core to another rank. So a pipeline is fast here when its ranks do little work (each stage "
+            "orthogonalizes only its own matrices), not because its bubble is small; on GPUs, one rank per device, the "
+            "bubble is idle device time."
+        )
+    lines += [
         "The bubble as measured is the time a stage blocks on its neighbours (its receives and its flush), warm-up and "
         "cool-down included. It is an upper bound on what could hide the optimizer step: only the idle time after a "
         "stage's last backward, once its gradients are complete, could hold that stage's optimizer step.",

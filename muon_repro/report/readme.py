@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.hardware import rows_of_profile
 from muon_repro.recipe import recipe_text
 from muon_repro.report.checks_section import checks_matrix
 from muon_repro.report.claims_section import claim_measured, claims_matrix
@@ -70,10 +71,16 @@ def pipeline_said(data: ReportData) -> str:
             parts.append(f"{what}, {claim_measured(row)}, {row['verdict']} ({region})")
     if not parts:
         return ""
+    conditions = rows_of_profile(data.claims, profile)["outside_conditions"].astype(str)
+    shared = conditions.str.contains("per core", regex=False).any()  # the claims' own test: more ranks than cores
     return (
         f"3-D parallelism on {markdown_inline(profile)} (DP x TP x PP, [docs/pipeline.md](docs/pipeline.md)): "
         + "; ".join(parts)
-        + ". With more ranks than cores, a rank blocked in the bubble gives its core away, so these say little of GPUs."
+        + (
+            ". With more ranks than cores, a rank blocked in the bubble gives its core away, so these say little of GPUs."
+            if shared
+            else "."
+        )
     )
 
 
