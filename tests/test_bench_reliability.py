@@ -26,10 +26,19 @@ def _bench(out: Path, *extra: str) -> list[str]:
     return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", "--profile", PROFILE, *extra)
 
 
+def _holds(condition) -> bool:
+    """``condition()``, False while a folder it scans vanishes under it: the bench's write probe
+    (a ``.muon-repro-probe-*`` temporary folder) can be removed between a glob's listing and its scan."""
+    try:
+        return bool(condition())
+    except FileNotFoundError:
+        return False
+
+
 def _wait_for(condition, what: str, proc: subprocess.Popen, limit_s: float = 180) -> None:
     """Poll ``condition`` until it holds (the recording got there) or ``proc`` ended."""
     deadline = time.monotonic() + limit_s
-    while not condition():
+    while not _holds(condition):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             _, err = proc.communicate(timeout=30)
