@@ -10,7 +10,7 @@ from muon_repro.claims import COMM_RATIO
 from muon_repro.hardware import rows_of_profile
 from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
 from muon_repro.report import derive, style
-from muon_repro.report.data import ReportData, fmetric, is_missing, metric
+from muon_repro.report.data import ReportData, fmetric, is_missing, metric, study_profile
 from muon_repro.report.formatting import mib, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values
@@ -224,9 +224,10 @@ def loss_line(data: ReportData) -> str | None:
 
 def _study_comm_note(data: ReportData) -> str:
     """What the original study's own traces make of its communication claim, when they found unequal work."""
-    if data.study_runs.empty:
+    study = study_profile(data)
+    if study is None:
         return ""
-    claims = rows_of_profile(data.claims, str(data.study_runs["profile"].iloc[0]))
+    claims = rows_of_profile(data.claims, study)
     row = claims[claims["claim_id"] == "comm_time_dp2_tp2"]
     if row.empty or str(row["verdict"].iloc[0]) != "unequal work":
         return ""
