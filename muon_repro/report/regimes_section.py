@@ -374,7 +374,7 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     add_title(
         fig,
         "Where Muon's optimizer step stops mattering: DP2·TP2, gloo on this machine",
-        f"Newton-Schulz does not grow with the batch, forward+backward does. At the sweep's largest step, "
+        f"Newton-Schulz's FLOPs do not grow with the batch, forward+backward's do. At the sweep's largest step, "
         f"{int(largest['tokens_per_step'].iloc[0]):,} tokens: {share}, {where} the {STUDY_SHARE.percent} of Wei's study.",
         bottom_in=bottom,
     )
