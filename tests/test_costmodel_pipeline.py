@@ -4,6 +4,7 @@ steps, validation on pipeline runs, and the 7B TP8 x PP4 x DP scale-out. Fast, C
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,9 @@ from muon_repro.bench.configs import BenchConfig, resolve
 from muon_repro.cli import main
 from muon_repro.costmodel.machine import profile_from_dict, resolve_profile
 from muon_repro.costmodel.pipeline import (
+    BackToBack,
     PipelinePrediction,
+    back_to_back,
     one_f_one_b,
     one_f_one_b_closed_form,
     p2p_seconds,
@@ -141,12 +144,40 @@ def test_p2p_bytes_are_the_activations_and_priced_on_the_link(two_cores):
     assert p2p_seconds(two_cores, activation_bytes(cfg), "intra_node", 4) == pytest.approx(expected)
 
 
-def test_the_step_is_the_pipeline_then_the_slowest_stages_optimizer(two_cores):
+def test_steps_back_to_back_in_a_hand_computed_case():
+    # The pipeline above (T = 10; stage 0 ends at 10, stage 1 at 7.5) with optimizer steps o = (1, o1). Stage 0's
+    # next forward ends at 10 + 1 + 1 and reaches stage 1 at 12.5: stage 1 hides up to 12.5 - 7.5 = 5 of its o1.
+    assert back_to_back([1, 1], [2, 2], [0.5], [1, 1], 2) == BackToBack(10, 11)  # stage 0's step is paid whole
+    assert back_to_back([1, 1], [2, 2], [0.5], [1, 5], 2).step == 11  # stage 1's 5 hidden
+    six = back_to_back([1, 1], [2, 2], [0.5], [1, 6], 2)
+    assert (six.step, six.exposed_optimizer) == (12, 2)  # 1 of stage 1's 6 is not
+    # the second step by hand: stage 0 starts at 11, stage 1 at 7.5 + 6, 1 after stage 0's forward arrives; both
+    # end 12 after the first step's ends, and their optimizer steps start the third step 12 after the second
+    assert one_f_one_b([1, 1], [2, 2], [0.5], 2, start=[11, 13.5]).stage_end == (22, 19.5)
+
+
+def test_steps_back_to_back_settle_between_stage_0s_optimizer_and_the_slowest():
+    rng = random.Random(3)
+    for _ in range(200):
+        pp, micro = rng.choice([2, 3, 4, 6]), rng.choice([1, 2, 3, 8])
+        forward, backward = [rng.uniform(0.5, 2) for _ in range(pp)], [rng.uniform(1, 4) for _ in range(pp)]
+        transfer, optimizer = [rng.uniform(0, 1) for _ in range(pp - 1)], [rng.uniform(0, 20) for _ in range(pp)]
+        steps = back_to_back(forward, backward, transfer, optimizer, micro)
+        longer = back_to_back(forward, backward, transfer, optimizer, micro, steps=120)
+        assert steps.step == pytest.approx(longer.step, rel=1e-9)  # the default finds the settled period
+        assert steps.pipeline + optimizer[0] - 1e-9 <= steps.step <= steps.pipeline + max(optimizer) + 1e-9
+
+
+def test_the_step_is_the_pipeline_then_the_optimizer_its_drain_does_not_hide(two_cores):
     p = predict(pipeline("pipeline/muon_pp2_dp2"), two_cores, profiled=False)
     assert isinstance(p, PipelinePrediction)
-    assert p.step_ms == pytest.approx(p.pipeline_ms + max(s.optimizer_ms for s in p.stages))
+    optimizer = [s.optimizer_ms for s in p.stages]
+    played = back_to_back([s.forward_ms for s in p.stages], [s.backward_ms for s in p.stages], list(p.transfer_ms), optimizer, 4)
+    assert (p.pipeline_ms, p.step_ms) == (pytest.approx(played.pipeline), pytest.approx(played.step))
+    assert p.pipeline_ms + optimizer[0] - 1e-9 <= p.step_ms <= p.pipeline_ms + max(optimizer) + 1e-9
+    assert p.optimizer_exposed_ms == pytest.approx(p.step_ms - p.pipeline_ms)
     assert p.stage_optimizer_max_ms >= p.optimizer_ms  # the mean over ranks, as measured runs count it
-    assert p.step_ms == max(r.step_ms for r in p.ranks)
+    assert {r.step_ms for r in p.ranks} == {p.step_ms}  # back to back, every rank steps at the period
     for s in p.stages:
         assert s.bubble_ms == pytest.approx(p.pipeline_ms - s.compute_ms)
         assert s.compute_ms == pytest.approx(8 / 2 * (s.forward_ms + s.backward_ms))  # M = 4 per DP replica
@@ -170,7 +201,8 @@ def test_a_pipeline_prediction_prints_and_dumps_its_stages(capsys):
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [s["blocks"] for s in data["stages"]] == [8, 8, 8, 8]
-    assert data["step_ms"] == pytest.approx(data["pipeline_ms"] + data["stage_optimizer_max_ms"])
+    assert data["step_ms"] == pytest.approx(data["pipeline_ms"] + data["optimizer_exposed_ms"])
+    assert data["optimizer_exposed_ms"] <= data["stage_optimizer_max_ms"] + 1e-9
 
 
 # ---------------------------------------------------------------- validation on pipeline runs
@@ -240,6 +272,8 @@ def test_the_7b_pipeline_table_is_monotone_where_it_should_be(scale_out):
         assert rows["bubble_fraction"].is_monotonic_increasing
         assert (rows["bubble_fraction"] >= rows["ideal_bubble_fraction"]).all()  # unequal stages, transfers
         assert (rows["stage_optimizer_max_ms"] >= rows["optimizer_ms"]).all()
+        assert (rows["optimizer_exposed_ms"] <= rows["stage_optimizer_max_ms"] + 1e-6).all()
+        assert (rows["optimizer_exposed_ms"] > 0).all()  # stage 0 ends the drain: its step is paid
     muon = scale_out[scale_out["optimizer"] == "muon"].sort_values("gpus")
     adamw = scale_out[scale_out["optimizer"] == "adamw"].sort_values("gpus")
     assert muon["optimizer_share"].is_monotonic_increasing  # Newton-Schulz shrinks slower than the pipeline

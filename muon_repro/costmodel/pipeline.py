@@ -18,12 +18,18 @@
    The pipeline time ``T`` is when the last operation ends. With equal stages and free transfers it is the
    closed form :func:`one_f_one_b_closed_form`, ``(M + pp - 1) (f + b)``; the playback adds what unequal stages
    and blocking transfers make of it.
-4. **Step.** ``step = T + max_s o_s``: the optimizer runs after the flush, and the slowest stage's sets the step.
-   Stage ``s``'s **bubble** is ``T - M (f_s + b_s)``, its time in the pipeline not spent computing.
+4. **Step.** Steps back to back, as the runtime runs them (:func:`back_to_back`): each stage runs its optimizer step
+   ``o_s`` as soon as its own last backward (and flush) ends, then the next step's first operation, without waiting
+   for the other stages. The step is the period these steps settle into. Stage 0 ends the drain under 1F1B, so
+   its ``o_0`` is paid whole; a later stage's hides in its idle time after its last backward, in ``o_0`` and in the
+   next step's fill until its first forward arrives. ``T + o_0 <= step <= T + max_s o_s``; the step's **exposed
+   optimizer** time is ``step - T``. Stage ``s``'s **bubble** is ``T - M (f_s + b_s)``, its time in the pipeline
+   not spent computing.
 
 On a CPU whose ranks share cores, every stage's ranks are priced as if every rank computed at once (the steady
 state): the fill and drain, when fewer compute, run faster than that. Not modelled: interleaved (virtual)
-stages, zero-bubble schedules, and an optimizer step that overlaps the flush (docs/method.md#pipeline-parallelism).
+stages, zero-bubble schedules, and an optimizer step that overlaps its own stage's flush
+(docs/method.md#pipeline-parallelism).
 """
 
 from __future__ import annotations
@@ -69,14 +75,21 @@ def _check_times(forward: Sequence[float], backward: Sequence[float], transfer: 
 
 
 def one_f_one_b(
-    forward: Sequence[float], backward: Sequence[float], transfer: Sequence[float], micro_batches: int
+    forward: Sequence[float],
+    backward: Sequence[float],
+    transfer: Sequence[float],
+    micro_batches: int,
+    start: Sequence[float] | None = None,
 ) -> PipelineTimes:
     """Play the 1F1B schedule (the module docstring's recurrence): ``forward[s]``, ``backward[s]``: one micro-batch
-    on stage ``s``; ``transfer[s]``: one activation (or gradient) across the boundary of stages ``s`` and ``s + 1``."""
+    on stage ``s``; ``transfer[s]``: one activation (or gradient) across the boundary of stages ``s`` and ``s + 1``;
+    ``start[s]``: when stage ``s`` is free to begin (default: every stage at 0). Times are on one clock."""
     pp = _check_times(forward, backward, transfer, micro_batches)
+    if start is not None and (len(start) != pp or not all(math.isfinite(t) for t in start)):
+        raise ValueError(f"1F1B: give one finite start time per stage ({pp}), got {list(start)!r}")
     orders = [one_f_one_b_order(s, pp, micro_batches) for s in range(pp)]
     end: dict[tuple[str, int, int], float] = {}
-    free, nxt = [0.0] * pp, [0] * pp
+    free, nxt = [0.0] * pp if start is None else [float(t) for t in start], [0] * pp
     # every pass runs at least one operation (1F1B cannot deadlock: tests/test_pipeline_equivalence.py), so the
     # number of operations bounds the passes
     for _ in range(2 * micro_batches * pp + 1):
@@ -102,6 +115,49 @@ def one_f_one_b(
 
 def _arrival(end: dict, key: tuple[str, int, int], transfer: float) -> float | None:
     return end[key] + transfer if key in end else None
+
+
+@dataclass(frozen=True)
+class BackToBack:
+    """Training steps back to back (:func:`back_to_back`), in the unit of its inputs."""
+
+    pipeline: float  # T: one step's 1F1B schedule, every stage starting together
+    step: float  # the period the steps settle into
+
+    @property
+    def exposed_optimizer(self) -> float:
+        """The time a step pays for the optimizer steps beyond its pipeline: ``step - pipeline``."""
+        return self.step - self.pipeline
+
+
+def back_to_back(
+    forward: Sequence[float],
+    backward: Sequence[float],
+    transfer: Sequence[float],
+    optimizer: Sequence[float],
+    micro_batches: int,
+    *,
+    steps: int | None = None,
+) -> BackToBack:
+    """Steps back to back as the runtime runs them: stage ``s`` runs its optimizer step ``optimizer[s]`` when its
+    own part of the 1F1B schedule ends, then starts the next step (its first operation still waits for its input).
+    The step is the mean period over the second half of ``steps`` played steps (default ``4 pp + 4``): steps whose
+    stages start apart settle within a few steps into a period, which the mean over several steps also finds when
+    it alternates (tests/test_costmodel_pipeline.py checks against 60 steps)."""
+    pp = _check_times(forward, backward, transfer, micro_batches)
+    if len(optimizer) != pp or not all(math.isfinite(o) and o >= 0 for o in optimizer):
+        raise ValueError(f"1F1B: give one finite optimizer time >= 0 per stage ({pp}), got {list(optimizer)!r}")
+    steps = 4 * pp + 4 if steps is None else steps
+    if steps < 2:
+        raise ValueError(f"back to back: play at least 2 steps to find a period, got {steps}")
+    pipeline = one_f_one_b(forward, backward, transfer, micro_batches).total
+    start, done = [0.0] * pp, []
+    for _ in range(steps):
+        ends = one_f_one_b(forward, backward, transfer, micro_batches, start=start).stage_end
+        start = [e + o for e, o in zip(ends, optimizer)]
+        done.append(start[0])  # stage 0's step ends: every stage shares the period
+    settled = steps // 2
+    return BackToBack(pipeline, (done[-1] - done[settled - 1]) / (steps - settled))
 
 
 def one_f_one_b_closed_form(
@@ -154,9 +210,10 @@ class StagePrediction:
 @dataclass(frozen=True)
 class PipelinePrediction(StepPrediction):
     """A pipeline run's predicted step: the interface of :class:`~muon_repro.costmodel.predict.Prediction` (step,
-    optimizer and communication times, ``mean``, ``to_dict``, ``workload``) and the stages'. ``optimizer_ms`` is the
-    mean over ranks, as measured runs count it; the step waits for :attr:`stage_optimizer_max_ms`. ``comm_ms`` counts
-    the collectives; the point-to-point transfers are in :attr:`pipeline_ms`."""
+    optimizer and communication times, ``mean``, ``to_dict``, ``workload``) and the stages'. ``step_ms`` is the
+    period of back-to-back steps (every rank's), :attr:`optimizer_exposed_ms` what it pays beyond
+    :attr:`pipeline_ms`. ``optimizer_ms`` is the mean over ranks, as measured runs count it. ``comm_ms`` counts the
+    collectives; the point-to-point transfers are in :attr:`pipeline_ms`."""
 
     cfg: BenchConfig
     machine: str
@@ -180,7 +237,13 @@ class PipelinePrediction(StepPrediction):
 
     @property
     def step_ms(self) -> float:
-        return self.pipeline_ms + self.stage_optimizer_max_ms
+        return max(r.step_ms for r in self.ranks)
+
+    @property
+    def optimizer_exposed_ms(self) -> float:
+        """The optimizer time a step pays beyond its pipeline: from stage 0's ``o_0`` (its step follows the end of
+        the drain) up to the slowest stage's optimizer step."""
+        return self.step_ms - self.pipeline_ms
 
     @property
     def bubble_ms(self) -> float:
@@ -199,7 +262,11 @@ class PipelinePrediction(StepPrediction):
         return [s.to_row(self.pipeline_ms) for s in self.stages]
 
     def to_dict(self) -> dict:
-        own = {"pipeline_ms": self.pipeline_ms, "stage_optimizer_max_ms": self.stage_optimizer_max_ms}
+        own = {
+            "pipeline_ms": self.pipeline_ms,
+            "optimizer_exposed_ms": self.optimizer_exposed_ms,
+            "stage_optimizer_max_ms": self.stage_optimizer_max_ms,
+        }
         transfers = {"p2p_transfer_ms": list(self.transfer_ms), "activation_bytes": self.activation_bytes}
         return self._as_dict(
             [{"stage": s.stage, **r.to_dict()} for s in self.stages for r in s.ranks],
@@ -229,15 +296,17 @@ def predict_pipeline(
         timed.append(ranks)
     forward = [max(r.parts[FORWARD] for r in ranks) / micro for ranks in timed]
     backward = [max(r.parts[BACKWARD] for r in ranks) / micro for ranks in timed]
-    pipeline_ms = one_f_one_b(forward, backward, [t * 1e3 for t in transfer_s], micro).total
+    optimizer = [max(r.parts[OPTIMIZER] for r in ranks) for ranks in timed]
+    steps = back_to_back(forward, backward, [t * 1e3 for t in transfer_s], optimizer, micro)
+    pipeline_ms = steps.pipeline
     blocks, start = [], 0
     for part in parts:
         blocks.append(range(start, start + part.layers))
         start += part.layers
     stages = []
     for s, (part, ranks) in enumerate(zip(parts, timed)):
-        for r in ranks:  # a rank's step: the pipeline, then its own optimizer step
-            r.step_ms = pipeline_ms + r.parts[OPTIMIZER]
+        for r in ranks:  # back to back, every rank steps at the pipeline's period
+            r.step_ms = steps.step
         compute = micro * (forward[s] + backward[s])
         sends = micro * size * ((s < cfg.pp - 1) + (s > 0))
         stages.append(
@@ -250,7 +319,7 @@ def predict_pipeline(
                 backward[s],
                 compute,
                 pipeline_ms - compute,
-                max(r.parts[OPTIMIZER] for r in ranks),
+                optimizer[s],
                 sends,
                 tuple(ranks),
             )
@@ -297,8 +366,9 @@ def format_pipeline(p: PipelinePrediction) -> str:
         f"model={cfg.preset} tokens/step={cfg.tokens_per_step} seq_len={cfg.seq_len} micro-batches={cfg.micro_batches}",
         f"machine {p.machine} ({p.device}{', under the profiler' if p.profiled else ''}); trained in "
         f"{p.stage_workloads[0].precision}, Newton-Schulz in {p.stage_workloads[0].ns_dtype}; 1F1B",
-        f"predicted step {p.step_ms:.1f} ms = pipeline {p.pipeline_ms:.1f} + slowest stage's optimizer "
-        f"{p.stage_optimizer_max_ms:.1f}; optimizer mean over ranks {p.optimizer_ms:.1f} ms; bubble mean over stages "
+        f"predicted step {p.step_ms:.1f} ms = pipeline {p.pipeline_ms:.1f} + optimizer not hidden by the drain "
+        f"{p.optimizer_exposed_ms:.1f} (stages back to back; slowest stage's optimizer {p.stage_optimizer_max_ms:.1f}); "
+        f"optimizer mean over ranks {p.optimizer_ms:.1f} ms; bubble mean over stages "
         f"{p.bubble_ms:.1f} ms; activation {p.activation_bytes:,} bytes per micro-batch, "
         f"{', '.join(f'{t:.3f}' for t in p.transfer_ms)} ms per transfer",
         "",

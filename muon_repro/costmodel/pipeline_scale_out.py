@@ -41,6 +41,7 @@ COLUMNS = (
     "pipeline_ms",
     "optimizer_ms",
     "stage_optimizer_max_ms",
+    "optimizer_exposed_ms",
     "optimizer_share",
     "bubble_ms",
     "bubble_max_ms",
@@ -86,6 +87,7 @@ def pipeline_row(muon: PipelinePrediction, adamw: PipelinePrediction | None = No
         "pipeline_ms": muon.pipeline_ms,
         "optimizer_ms": muon.optimizer_ms,
         "stage_optimizer_max_ms": muon.stage_optimizer_max_ms,
+        "optimizer_exposed_ms": muon.optimizer_exposed_ms,
         "optimizer_share": muon.stage_optimizer_max_ms / muon.step_ms,
         "bubble_ms": muon.bubble_ms,
         "bubble_max_ms": max(bubbles),
@@ -126,14 +128,15 @@ def format_scale_out(rows: list[dict]) -> str:
     """The rows as people read them, one line per GPU count and optimizer."""
     header = (
         f"{'gpus':>5} {'dp':>3} {'M':>5} {'optimizer':<9} {'step ms':>9} {'pipeline':>9} {'optim max':>9} "
-        f"{'share':>7} {'bubble':>7} {'bubble %':>8} {'ideal %':>7} {'extra':>7}"
+        f"{'exposed':>9} {'share':>7} {'bubble':>7} {'bubble %':>8} {'ideal %':>7} {'extra':>7}"
     )
     lines = [header]
     for r in rows:
         extra = "-" if r["muon_extra"] is None else f"{r['muon_extra']:+.1%}"
         lines.append(
             f"{r['gpus']:>5} {r['dp']:>3} {r['micro_batches']:>5} {r['optimizer']:<9} {r['step_ms']:>9.1f} "
-            f"{r['pipeline_ms']:>9.1f} {r['stage_optimizer_max_ms']:>9.1f} {r['optimizer_share']:>7.2%} "
+            f"{r['pipeline_ms']:>9.1f} {r['stage_optimizer_max_ms']:>9.1f} {r['optimizer_exposed_ms']:>9.1f} "
+            f"{r['optimizer_share']:>7.2%} "
             f"{r['bubble_ms']:>7.1f} {r['bubble_fraction']:>8.2%} {r['ideal_bubble_fraction']:>7.2%} {extra:>7}"
         )
     return "\n".join(lines)

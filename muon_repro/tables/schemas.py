@@ -1614,14 +1614,27 @@ PIPELINE_SCALE_OUT = TableSchema(
         ("layout", "string", "", "ZeRO-1 layout"),
         ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
         ("micro_batches", "Int64", "count", "micro-batches per DP replica and step (M)"),
-        ("step_ms", "Float64", "ms", "predicted step: pipeline_ms + stage_optimizer_max_ms"),
+        (
+            "step_ms",
+            "Float64",
+            "ms",
+            "predicted step: the period of steps back to back, each stage's optimizer step after its own drain; "
+            "pipeline_ms + optimizer_exposed_ms",
+        ),
         ("pipeline_ms", "Float64", "ms", "the 1F1B schedule's forwards, backwards and transfers, first to last"),
         ("optimizer_ms", "Float64", "ms", "optimizer step, mean over ranks"),
         (
             "stage_optimizer_max_ms",
             "Float64",
             "ms",
-            "the slowest stage's optimizer step (its slowest rank): what the step waits for",
+            "the slowest stage's optimizer step (its slowest rank)",
+        ),
+        (
+            "optimizer_exposed_ms",
+            "Float64",
+            "ms",
+            "step_ms - pipeline_ms: the optimizer time the drain and the next step's fill do not hide, from stage 0's "
+            "optimizer step (it ends the drain) up to stage_optimizer_max_ms",
         ),
         ("optimizer_share", "Float64", "fraction", "stage_optimizer_max_ms / step_ms: the optimizer's part of the step"),
         ("bubble_ms", "Float64", "ms", "mean over stages of pipeline_ms minus the stage's own forwards and backwards"),
