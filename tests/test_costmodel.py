@@ -477,6 +477,26 @@ def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
     assert "median |error|" in capsys.readouterr().out
 
 
+def test_the_committed_prediction_records_measure_the_committed_traces():
+    """Every run a committed ``predictions`` record names is measured from the trials committed today: a run
+    re-recorded without writing the records again (``muon-repro regimes --records-only``) would leave the
+    predictions table judging the model against steps no trace holds."""
+    import pandas as pd
+
+    runs, checked = committed_runs(), 0
+    for record in sorted(TRACES.glob("*/costmodel/predictions.csv")):
+        for row in pd.read_csv(record).itertuples():
+            folders = runs.get(row.run)
+            assert folders is not None, f"{record}: {row.run} has no committed trial"
+            want = measured(folders)
+            assert (row.measured_step_ms, row.measured_optimizer_ms) == pytest.approx((want.step_ms, want.optimizer_ms)), (
+                f"{record}: {row.run} (write the records again)"
+            )
+            assert row.trials == want.trials, row.run
+            checked += 1
+    assert checked >= 100
+
+
 # ---------------------------------------------------------------- end to end: calibrate, record, predict
 
 

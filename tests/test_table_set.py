@@ -202,3 +202,23 @@ def test_pandas_reads_the_stamp_and_the_report_does_not_carry_it(tmp_path):
     attrs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet").attrs  # pandas reads the stamp back as attrs
     assert attrs[GENERATION_KEY] == folder_generation(tmp_path / "metrics") and len(attrs[CSV_SHA256_KEY]) == 64
     assert load(tmp_path / "metrics").runs.attrs == {}  # the report does not carry it along with the data
+
+
+def test_the_committed_tables_carry_the_schemas_they_are_documented_by():
+    """Every committed table's Parquet schema is its schema's today: column names, types, units and descriptions,
+    and the table's description. A schema edited without regenerating the tables (``muon-repro run --from analyze``)
+    leaves users reading the old text from the file. (The calibration records beside the traces keep the text they
+    were recorded with, as every record does.)"""
+    from muon_repro.tables.stamp import ATTRS_METADATA_KEY
+
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted((root / "metrics").glob("*.parquet"))
+    stale = []
+    for path in paths:
+        written = pq.read_schema(path)
+        name = written.metadata[b"table"].decode()
+        written = written.with_metadata({k: v for k, v in written.metadata.items() if k != ATTRS_METADATA_KEY})
+        if not written.equals(SCHEMAS[name].arrow_schema(), check_metadata=True):
+            stale.append(str(path.relative_to(root)))
+    assert len(paths) >= 20
+    assert not stale, f"regenerate with `muon-repro run --from analyze`: {stale}"
