@@ -113,7 +113,7 @@ def _measured_on(data: ReportData) -> str:
     said = (
         f"Muon against AdamW (ZeRO-1 DP, Megatron TP{', 1F1B PP' if len(pipeline_runs(runs)) else ''}): communication, "
         "step time, bytes and "
-        f"optimizer state of {model} at {at} in {len(runs)} runs ({data.profile or data.profiles[0]}: "
+        f"optimizer state of {model} at {at} in {len(runs)} runs ({data.described_profile}: "
         f"{where})"
     )
     conv = data.convergence
@@ -189,7 +189,7 @@ def abstract(data: ReportData) -> str:
     """The abstract, from the tables of the report's profile: at most :data:`MAX_WORDS` words, the failing checks
     named and every model's thresholds given where that fits, else counted and the first model's (ValueError if
     even that is too long)."""
-    profile = data.profile or data.profiles[0]
+    profile = data.described_profile
     claims = rows_of_profile(data.claims, profile)
     checks = rows_of_profile(data.checks, profile)
     th = data.regime_thresholds

@@ -73,7 +73,7 @@ def _verdict(row: pd.Series) -> str:
 def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[str], list[list[str]], list[str]]:
     """The checks of one hardware profile (default: the view's, else the one with most runs): header, rows and
     each row's explanation; no rows when no run pair could be checked."""
-    profile = profile or data.profile or data.profiles[0]
+    profile = profile or data.described_profile
     checks = rows_of_profile(data.checks, profile)
     require_columns(checks, "checks", CHECK_COLUMNS)
     rows, notes = [], []
@@ -91,7 +91,7 @@ def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[st
 
 def checks_summary(data: ReportData) -> str:
     """One summary line: how many checks hold, and each that fails by name."""
-    profile = data.profile or data.profiles[0]
+    profile = data.described_profile
     checks = rows_of_profile(data.checks, profile)
     if checks.empty:
         return (

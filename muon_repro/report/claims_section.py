@@ -136,7 +136,7 @@ def claim_note(c: pd.Series) -> str:
 
 def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:
     """The claims measured on one hardware profile (default: the view's, else the one with most runs)."""
-    profile = profile or data.profile or data.profiles[0]
+    profile = profile or data.described_profile
     claims = rows_of_profile(data.claims, profile)
     require_columns(claims, "claims", CLAIM_COLUMNS)
     if claims.empty:

@@ -140,6 +140,11 @@ class ReportData:
         counts = self.runs[PROFILE_FIELD].astype(str).value_counts()
         return ordered_profiles({str(p): int(n) for p, n in counts.items()}) or [UNKNOWN_PROFILE]
 
+    @property
+    def described_profile(self) -> str:
+        """The profile the prose describes: this view's, else the one with most runs."""
+        return self.profile or self.profiles[0]
+
     def of_profile(self, profile: str) -> ReportData:
         """The rows of one hardware profile in every table but ``claims``, which keeps a row per claim and
         profile for the claims table's columns (its prose rows are the view's profile's)."""

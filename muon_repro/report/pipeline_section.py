@@ -182,7 +182,7 @@ def claim_lines(data: ReportData) -> list[dict[str, Any]]:
     """Each pipeline claim, and per hardware profile its measurement, verdict, why it is not compared (in a few
     words, from claims.outside_conditions) and its explanation."""
     claims = data.claims
-    profiles = list(dict.fromkeys([data.profile or data.profiles[0], *claims["profile"].astype(str)]))
+    profiles = list(dict.fromkeys([data.described_profile, *claims["profile"].astype(str)]))
     out = []
     for cid in PIPELINE_CLAIMS:
         rows = claims[claims["claim_id"] == cid]

@@ -270,7 +270,7 @@ def overlap_lines(data: ReportData) -> list[str]:
         + "."
     ]
     # the view's own profile: the claims table keeps every profile's rows (ReportData.of_profile)
-    claims = rows_of_profile(data.claims, data.profile or data.profiles[0])
+    claims = rows_of_profile(data.claims, data.described_profile)
     claim = claims[claims["claim_id"] == "async_slowdown"]
     if len(claim):
         lines.append(claim_note(claim.iloc[0]))
