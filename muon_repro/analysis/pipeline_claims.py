@@ -109,11 +109,12 @@ def bubble_hides_step(t: ProfileTables) -> Measurement | str:
     to hide the steps in).
 
     Stage k starts its optimizer step when its last backward ends, ``drain_idle_ms`` before the pipeline's last
-    backward ends (timed_steps; under 1F1B stage 0 ends the drain, so its idle time is 0), and the next step waits
-    for every stage. Per step the pipeline so pays ``max_k(optimizer_k - idle_k, 0)`` after its last backward (each
-    stage's times the mean over its ranks); over ``mean_k optimizer_k`` (a mean, not the slowest stage: the largest
-    of several equally slow stages' noisy steps would bias the ratio low), per step, the median per round, a t
-    interval over rounds. About 1: nothing is hidden; near 0 the bubble hides the step, which needs a first stage
+    backward ends (timed_steps; under 1F1B stage 0 ends the drain, so its idle time is 0). Per step the pipeline so
+    pays ``max_k(optimizer_k - idle_k, 0)`` after its last backward (each stage's times the mean over its ranks): at
+    most the fill more than it pays, since stage k also hides its step while the next step's first forward reaches
+    it (docs/pipeline.md), and exactly it where stage 0's term is the largest. Over ``mean_k optimizer_k`` (a mean,
+    not the slowest stage: the largest of several equally slow stages' noisy steps would bias the ratio low), per
+    step, the median per round, a t interval over rounds. About 1: nothing is hidden; near 0 the bubble hides the step, which needs a first stage
     with little optimizer work (stage 0 pays its own whole); above 1 a later stage's step outlasts its idle time.
     The per-stage times the explanation gives are what decides it."""
     runs = _drained_pipelines(t)
