@@ -166,6 +166,13 @@ def test_steps_back_to_back_settle_between_stage_0s_optimizer_and_the_slowest():
         longer = back_to_back(forward, backward, transfer, optimizer, micro, steps=120)
         assert steps.step == pytest.approx(longer.step, rel=1e-9)  # the default finds the settled period
         assert steps.pipeline + optimizer[0] - 1e-9 <= steps.step <= steps.pipeline + max(optimizer) + 1e-9
+        # what docs/pipeline.md says the step pays: stage k's step hides in its idle time and in the fill, the
+        # time stage 0's next forward takes to reach it
+        ends = one_f_one_b(forward, backward, transfer, micro).stage_end
+        idle = [steps.pipeline - end for end in ends]
+        fill = [sum(forward[j] + transfer[j] for j in range(k)) for k in range(pp)]
+        paid = max(optimizer[0], *(optimizer[k] - idle[k] - fill[k] for k in range(pp)))
+        assert steps.exposed_optimizer == pytest.approx(paid, abs=1e-9)
 
 
 def test_the_step_is_the_pipeline_then_the_optimizer_its_drain_does_not_hide(two_cores):
