@@ -173,24 +173,34 @@ def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle
 
 
 def test_long_tables_are_in_the_appendix_after_its_heading(bundle: Path) -> None:
-    from muon_repro.report.context import APPENDIX_TABLES, anchor
+    from muon_repro.report.context import APPENDIX_TABLES, anchor, appendix_headings
 
     md = (bundle / "report" / "report.md").read_text()
     body, _, appendix = md.partition("\n## Appendix: tables\n")
     assert appendix, "no appendix heading"
     for header in ("| run | trials × steps |", "| configuration | run | analytic MB |"):  # runs, bytes
         assert header not in body and header in appendix, header
-    for _, heading in APPENDIX_TABLES[:3]:
+    headings = {key: h["heading"] for key, h in appendix_headings(key for key, _ in APPENDIX_TABLES).items()}
+    for heading in list(headings.values())[:3]:
         assert f"### {heading}" in appendix
     # the main body cites them
-    headings = dict(APPENDIX_TABLES)
     assert f"(#{anchor(headings['runs'])})" in body and f"(#{anchor(headings['bytes'])})" in body
     # in the PDF too: the appendix starts after the last main section, the runs table after it
     pages = _pdf_pages(bundle / "report" / "report.pdf")
     start = _first_page(pages, "Appendix: tables")
     assert start > _first_page(pages, "How to cite") > 0
-    for _, heading in APPENDIX_TABLES[:3]:  # the main body names them in its text, the tables start after the appendix
+    for heading in list(headings.values())[:3]:  # the main body names them in its text, the tables start after the appendix
         assert _first_page(pages[start - 1 :], heading) > 0, heading
+
+
+def test_the_appendix_numbers_the_tables_it_shows_in_order():
+    from muon_repro.report.context import appendix_headings
+
+    shown = appendix_headings(["claims", "runs", "comparisons", "bytes", "decomposition", "environment"])
+    assert [h["heading"][:3] for h in shown.values()] == ["A1.", "A2.", "A3.", "A4.", "A5.", "A6."]
+    assert shown["environment"] == {"heading": "A6. Machine and software", "id": "a6-machine-and-software"}
+    with pytest.raises(ValueError, match=r"no appendix table \['plots'\]"):
+        appendix_headings(["runs", "plots"])
 
 
 def test_the_abstract_is_short_and_made_of_table_values(bundle: Path) -> None:

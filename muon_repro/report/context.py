@@ -68,17 +68,17 @@ SECTIONS = (
     ("cite", "How to cite"),
     ("appendix-tables", "Appendix: tables"),
 )
-# The appendix's tables (key, heading), in order: each one longer than the main body should carry. Their anchors
-# are GitHub's for the heading (:func:`anchor`), so that the same link works in the Markdown and in the HTML.
+# The appendix's tables (key, title), in order: each one longer than the main body should carry. The ones shown are
+# numbered A1, A2, ... in this order (:func:`appendix_headings`).
 APPENDIX_TABLES = (
-    ("claims", "A1. The claims' values and their runs"),
-    ("runs", "A2. Runs"),
-    ("comparisons", "A3. Muon against AdamW"),
-    ("bytes", "A4. Bytes: analytic, ledger, trace"),
-    ("decomposition", "A5. The optimizer step, rank by rank"),
-    ("predictions", "A6. The cost model's predictions, run by run"),
-    ("scale_out", "A7. Scale-out, predicted"),
-    ("environment", "A8. Machine and software"),
+    ("claims", "The claims' values and their runs"),
+    ("runs", "Runs"),
+    ("comparisons", "Muon against AdamW"),
+    ("bytes", "Bytes: analytic, ledger, trace"),
+    ("decomposition", "The optimizer step, rank by rank"),
+    ("predictions", "The cost model's predictions, run by run"),
+    ("scale_out", "Scale-out, predicted"),
+    ("environment", "Machine and software"),
 )
 REPORT_TITLE = "Distributed Muon vs AdamW: communication, time and memory, measured against the claims"
 # The sections of the repository's method notes the report links to (GitHub's heading anchors;
@@ -134,6 +134,18 @@ def newest_recording(runs: Any) -> str:
         return ""
     recorded = [str(r) for r in runs["recorded_at"].dropna() if str(r)]
     return max(recorded, default="")
+
+
+def appendix_headings(shown: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Per appendix table of ``shown`` (keys of :data:`APPENDIX_TABLES`), its heading (``A2. Runs``), numbered in the
+    appendix's order among the tables shown, and its anchor: GitHub's for the heading (:func:`anchor`), so that the
+    same link works in the Markdown and in the HTML."""
+    shown = set(shown)
+    unknown = shown - {key for key, _ in APPENDIX_TABLES}
+    if unknown:
+        raise ValueError(f"no appendix table {sorted(unknown)}; known: {[key for key, _ in APPENDIX_TABLES]}")
+    numbered = [(key, f"A{i}. {title}") for i, (key, title) in enumerate((t for t in APPENDIX_TABLES if t[0] in shown), 1)]
+    return {key: {"heading": heading, "id": anchor(heading)} for key, heading in numbered}
 
 
 def build_context(
@@ -195,11 +207,14 @@ def build_context(
         study["figure"] = figure_entry("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
+    decomposed = decomposition(data, claims)
+    regime = regimes_section(data, figure_paths, rel, first_after)
+    optional = {"decomposition": decomposed["rows"], "predictions": regime["predictions_rows"], "scale_out": regime["scale_out_rows"]}
     return {
         "title": head["title"],
         "title_block": head,
         "abstract": abstract(data),
-        "appendix": {key: {"heading": h, "id": anchor(h)} for key, h in APPENDIX_TABLES},
+        "appendix": appendix_headings(key for key, _ in APPENDIX_TABLES if optional.get(key, True)),
         "sections": dict(SECTIONS),
         "section_order": [s for s, _ in SECTIONS],
         "summary": [*summary_lines(claims), checks_summary(data)],
@@ -214,7 +229,7 @@ def build_context(
         "runs_rows": runs_rows(data),
         "comparison_header": comparison_header(data),
         "comparison_rows": comparison_rows(data),
-        "decomposition": decomposition(data, claims),
+        "decomposition": decomposed,
         "convergence": convergence_section(data.convergence, data.leading_steps, data.budget_match),
         "bytes_header": ["configuration", "run", "analytic MB", "ledger MB", "trace MB", "largest gap", "vs AdamW (analytic)"],
         "bytes_rows": bytes_table,
@@ -232,7 +247,7 @@ def build_context(
         "profile_figure": profile_figure,
         "pipeline": pipeline,
         "study": study,
-        "regime": regimes_section(data, figure_paths, rel, first_after),
+        "regime": regime,
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,
         "limitations": limitations(data),
