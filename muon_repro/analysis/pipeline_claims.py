@@ -114,9 +114,9 @@ def bubble_hides_step(t: ProfileTables) -> Measurement | str:
     most the fill more than it pays, since stage k also hides its step while the next step's first forward reaches
     it (docs/pipeline.md), and exactly it where stage 0's term is the largest. Over ``mean_k optimizer_k`` (a mean,
     not the slowest stage: the largest of several equally slow stages' noisy steps would bias the ratio low), per
-    step, the median per round, a t interval over rounds. About 1: nothing is hidden; near 0 the bubble hides the step, which needs a first stage
-    with little optimizer work (stage 0 pays its own whole); above 1 a later stage's step outlasts its idle time.
-    The per-stage times the explanation gives are what decides it."""
+    step, the median per round, a t interval over rounds. About 1: nothing is hidden; near 0 the bubble hides the
+    step, which needs a first stage with little optimizer work (stage 0 pays its own whole); above 1 a later stage's
+    step outlasts its idle time. The per-stage times the explanation gives are what decides it."""
     runs = _drained_pipelines(t)
     if isinstance(runs, str):
         return runs

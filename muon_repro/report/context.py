@@ -209,7 +209,11 @@ def build_context(
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
     decomposed = decomposition(data, claims)
     regime = regimes_section(data, figure_paths, rel, first_after)
-    optional = {"decomposition": decomposed["rows"], "predictions": regime["predictions_rows"], "scale_out": regime["scale_out_rows"]}
+    optional = {
+        "decomposition": decomposed["rows"],
+        "predictions": regime["predictions_rows"],
+        "scale_out": regime["scale_out_rows"],
+    }
     return {
         "title": head["title"],
         "title_block": head,
