@@ -143,7 +143,7 @@ def back_to_back(
     own part of the 1F1B schedule ends, then starts the next step (its first operation still waits for its input).
     The step is the mean period over the second half of ``steps`` played steps (default ``4 pp + 4``): steps whose
     stages start apart settle within a few steps into a period, which the mean over several steps also finds when
-    it alternates (tests/test_costmodel_pipeline.py checks against 60 steps)."""
+    it alternates (tests/test_costmodel_pipeline.py checks against 120 steps)."""
     pp = _check_times(forward, backward, transfer, micro_batches)
     if len(optimizer) != pp or not all(math.isfinite(o) and o >= 0 for o in optimizer):
         raise ValueError(f"1F1B: give one finite optimizer time >= 0 per stage ({pp}), got {list(optimizer)!r}")

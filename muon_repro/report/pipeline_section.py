@@ -9,9 +9,8 @@ draws nothing.
 
 The cost model's part (:func:`pipeline_costmodel`): how it priced each recorded pipeline run (``predictions`` rows
 with ``pp > 1``: the 1F1B schedule played back stage by stage, steps back to back, each stage's optimizer step after
-its own drain), and what it
-predicts for the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand (``pipeline_scale_out``); nothing when
-the cost model's records were not analyzed.
+its own drain), and what it predicts for the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand
+(``pipeline_scale_out``); nothing when the cost model's records were not analyzed.
 
 The figure, tables in, PNG + SVG path out, drawn only when the tables hold pipeline runs (:func:`has_pipeline`):
 
@@ -303,7 +302,7 @@ SCALE_OUT_HEADER = [
     "micro-batches",
     "Muon step",
     "AdamW step",
-    "Muon optimizer (slowest stage)",
+    "Muon optimizer share (slowest stage)",
     "Muon optimizer not hidden (slowest stage's)",
     "Muon / AdamW - 1",
     "bubble (ideal)",
