@@ -141,9 +141,11 @@ def back_to_back(
 ) -> BackToBack:
     """Steps back to back as the runtime runs them: stage ``s`` runs its optimizer step ``optimizer[s]`` when its
     own part of the 1F1B schedule ends, then starts the next step (its first operation still waits for its input).
-    The step is the mean period over the second half of ``steps`` played steps (default ``4 pp + 4``): steps whose
-    stages start apart settle within a few steps into a period, which the mean over several steps also finds when
-    it alternates (tests/test_costmodel_pipeline.py checks against 120 steps)."""
+
+    A step depends only on when the stages start relative to each other, so once those offsets repeat from one step
+    to the next the steps keep that period: it is returned then. Otherwise (offsets that alternate) the step is the
+    mean period over the second half of ``steps`` played steps (default ``4 pp + 4``; tests/test_costmodel_pipeline.py
+    checks both against 120 steps)."""
     pp = _check_times(forward, backward, transfer, micro_batches)
     if len(optimizer) != pp or not all(math.isfinite(o) and o >= 0 for o in optimizer):
         raise ValueError(f"1F1B: give one finite optimizer time >= 0 per stage ({pp}), got {list(optimizer)!r}")
@@ -151,13 +153,17 @@ def back_to_back(
     if steps < 2:
         raise ValueError(f"back to back: play at least 2 steps to find a period, got {steps}")
     pipeline = one_f_one_b(forward, backward, transfer, micro_batches).total
-    start, done = [0.0] * pp, []
+    start, done, offsets = [0.0] * pp, [0.0], [0.0] * pp
     for _ in range(steps):
         ends = one_f_one_b(forward, backward, transfer, micro_batches, start=start).stage_end
         start = [e + o for e, o in zip(ends, optimizer)]
         done.append(start[0])  # stage 0's step ends: every stage shares the period
-    settled = steps // 2
-    return BackToBack(pipeline, (done[-1] - done[settled - 1]) / (steps - settled))
+        settled = [t - start[0] for t in start]
+        if all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9 * pipeline) for a, b in zip(settled, offsets)):
+            return BackToBack(pipeline, done[-1] - done[-2])
+        offsets = settled
+    half = steps // 2
+    return BackToBack(pipeline, (done[-1] - done[half]) / (steps - half))
 
 
 def one_f_one_b_closed_form(
