@@ -183,22 +183,21 @@ def assemble_workload(
     programs, ns_flops, analytic = [], [], []
     for dp_rank in range(cfg.dp):
         optimizer = optimizer_stages(cfg, plan, dp_rank, precision)
+        sent = optimizer_bytes(  # the same for every TP rank of this DP rank
+            plan.specs,
+            dp=cfg.dp,
+            tp=cfg.tp,
+            dp_rank=dp_rank,
+            optimizer=cfg.optimizer,
+            layout=cfg.layout,
+            bucket_elems=cfg.bucket_elems,
+            reduce_dtype=_torch_dtype(cfg.reduce_dtype),
+            gather_dtype=_torch_dtype(cfg.gather_dtype),
+        )
         for _ in range(cfg.tp):
             programs.append((*forward, *backward, *optimizer))
             ns_flops.append(int(sum(s.compute.ns_flops for s in optimizer if s.compute is not None)))
-            analytic.append(
-                optimizer_bytes(
-                    plan.specs,
-                    dp=cfg.dp,
-                    tp=cfg.tp,
-                    dp_rank=dp_rank,
-                    optimizer=cfg.optimizer,
-                    layout=cfg.layout,
-                    bucket_elems=cfg.bucket_elems,
-                    reduce_dtype=_torch_dtype(cfg.reduce_dtype),
-                    gather_dtype=_torch_dtype(cfg.gather_dtype),
-                )
-            )
+            analytic.append(dict(sent))
     return Workload(
         cfg=cfg,
         model=model,
