@@ -115,6 +115,21 @@ def test_bad_pipeline_times_are_refused(args, named):
         one_f_one_b(*args)
 
 
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: one_f_one_b([1, 1], [2, 2], [0.5], 2, start=[0.0]), r"one finite start time per stage \(2\), got \[0.0\]"),
+        (lambda: one_f_one_b([1, 1], [2, 2], [0.5], 2, start=[0, float("inf")]), "one finite start time per stage"),
+        (lambda: back_to_back([1, 1], [2, 2], [0.5], [1.0], 2), r"one finite optimizer time >= 0 per stage \(2\)"),
+        (lambda: back_to_back([1, 1], [2, 2], [0.5], [1.0, -1.0], 2), r"got \[1.0, -1.0\]"),
+        (lambda: back_to_back([1, 1], [2, 2], [0.5], [1, 1], 2, steps=1), "play at least 2 steps"),
+    ],
+)
+def test_bad_back_to_back_inputs_are_refused(call, named):
+    with pytest.raises(ValueError, match=named):
+        call()
+
+
 # ---------------------------------------------------------------- a run's stages
 
 
