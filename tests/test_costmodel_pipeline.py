@@ -249,6 +249,9 @@ def test_pipeline_runs_are_validated_with_their_pp(tmp_path):
     rows = {r["run"].rsplit("/", 1)[1]: r for r in validate(tmp_path, resolve_profile(str(MACHINE)))}
     assert (rows["muon_pp4"]["pp"], rows["adamw_dp4"]["pp"]) == (4, 1)
     assert abs(rows["muon_pp4"]["step_rel_error"]) < 0.5  # the table holds the error; this only says it is priced sanely
+    pp4 = rows["muon_pp4"]
+    assert 0 < pp4["predicted_optimizer_exposed_ms"] < pp4["predicted_step_ms"]  # stage 0's step is paid
+    assert rows["adamw_dp4"]["predicted_optimizer_exposed_ms"] is None  # one stage: nothing to hide in
 
 
 def test_trials_that_differ_in_pp_are_split_not_pooled(tmp_path):

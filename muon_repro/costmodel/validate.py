@@ -233,6 +233,7 @@ def _row(
         "predicted_backward_ms": p.mean(BACKWARD),
         "predicted_comm_ms": p.comm_ms,
         "predicted_wait_ms": p.mean("wait_ms"),
+        "predicted_optimizer_exposed_ms": getattr(p, "optimizer_exposed_ms", None),  # pipelines only
         "priced_by": "own_calibration" if p is not by_profile else "profile",
         **{f"day_{kind}": ratios.get(kind) for kind in DAY_KINDS},
         "profile_predicted_step_ms": by_profile.step_ms,

@@ -309,7 +309,16 @@ SCALE_OUT_HEADER = [
 ]
 
 
-VALIDATION_HEADER = ["run", "measured step", "predicted step", "error", "measured optimizer", "predicted optimizer", "error"]
+VALIDATION_HEADER = [
+    "run",
+    "measured step",
+    "predicted step",
+    "error",
+    "measured optimizer",
+    "predicted optimizer",
+    "error",
+    "predicted optimizer not hidden",
+]
 
 
 def validation_rows(predictions: pd.DataFrame) -> list[list[str]]:
@@ -326,6 +335,7 @@ def validation_rows(predictions: pd.DataFrame) -> list[list[str]]:
             ms(r["measured_optimizer_ms"]),
             ms(r["predicted_optimizer_ms"]),
             percent(r["optimizer_rel_error"], signed=True),
+            "–" if pd.isna(r.get("predicted_optimizer_exposed_ms")) else ms(r["predicted_optimizer_exposed_ms"]),
         ]
         for _, r in rows.iterrows()
     ]

@@ -1349,6 +1349,14 @@ PREDICTIONS = TableSchema(
         ("predicted_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
         ("predicted_wait_ms", "Float64", "ms", "predicted time waiting for a group's last rank, mean over ranks"),
         (
+            "predicted_optimizer_exposed_ms",
+            "Float64",
+            "ms",
+            "runs with pipeline stages: the optimizer time the predicted step pays beyond its 1F1B schedule, steps back to "
+            "back, each stage's optimizer step after its own drain (docs/method.md#pipeline-parallelism); null without "
+            "stages, and in records written before the column",
+        ),
+        (
             "priced_by",
             "string",
             "",
