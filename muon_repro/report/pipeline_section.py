@@ -326,9 +326,12 @@ def validation_rows(predictions: pd.DataFrame) -> list[list[str]]:
     if predictions.empty or "pp" not in predictions.columns:
         return []
     rows = predictions[predictions["pp"].fillna(1).astype("int64") > 1].sort_values("run")
+    names = [str(run).rsplit("/", 1)[-1] for run in rows["run"]]
+    groups = [str(run).rsplit("/", 2)[-2] if str(run).count("/") >= 2 else "" for run in rows["run"]]
+    labels = [f"{n} ({g})" if names.count(n) > 1 and g else n for n, g in zip(names, groups)]  # two groups' PP4
     return [
         [
-            str(r["run"]).rsplit("/", 1)[-1],
+            label,
             ms(r["measured_step_ms"]),
             ms(r["predicted_step_ms"]),
             percent(r["step_rel_error"], signed=True),
@@ -337,7 +340,7 @@ def validation_rows(predictions: pd.DataFrame) -> list[list[str]]:
             percent(r["optimizer_rel_error"], signed=True),
             "–" if pd.isna(r.get("predicted_optimizer_exposed_ms")) else ms(r["predicted_optimizer_exposed_ms"]),
         ]
-        for _, r in rows.iterrows()
+        for label, (_, r) in zip(labels, rows.iterrows())
     ]
 
 
