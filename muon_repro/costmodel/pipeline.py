@@ -242,10 +242,6 @@ class PipelinePrediction(StepPrediction):
         return max(s.optimizer_ms for s in self.stages)
 
     @property
-    def step_ms(self) -> float:
-        return max(r.step_ms for r in self.ranks)
-
-    @property
     def optimizer_exposed_ms(self) -> float:
         """The optimizer time a step pays beyond its pipeline: from stage 0's ``o_0`` (its step follows the end of
         the drain) up to the slowest stage's optimizer step."""

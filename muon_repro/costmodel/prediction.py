@@ -71,7 +71,11 @@ class StepPrediction:
     ranks: tuple[RankPrediction, ...]
     workload: Workload
     notes: tuple[str, ...]
-    step_ms: float
+
+    @property
+    def step_ms(self) -> float:
+        """The slowest rank's step."""
+        return max(r.step_ms for r in self.ranks)
 
     def mean(self, attribute: str) -> float:
         return statistics.fmean(value_of(r, attribute) for r in self.ranks)
@@ -129,10 +133,6 @@ class Prediction(StepPrediction):
     ranks: tuple[RankPrediction, ...]
     workload: Workload
     notes: tuple[str, ...] = ()  # the profile's figures that change nothing here (MachineProfile.unused_figures)
-
-    @property
-    def step_ms(self) -> float:
-        return max(r.step_ms for r in self.ranks)
 
 
 def value_of(rank: RankPrediction, attribute: str) -> float:
