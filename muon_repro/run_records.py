@@ -146,6 +146,7 @@ class RunConfig:
     batch_per_dp: int | None = None
     seq_len: int | None = None
     bucket_elems: int | None = None
+    ns_unit_elems: int | None = None  # Muon's cap on its Newton-Schulz units; null: the layout's own (every run before it)
     steps: int | None = None
     wait: int | None = None
     warmup: int | None = None

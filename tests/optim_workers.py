@@ -115,3 +115,36 @@ def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, obje
         params[overlap] = {n: p.detach().clone() for n, p in model.named_parameters()}
         gathers[overlap] = [(r.phase, r.elements) for r in dims.ledger.records if r.phase in ("dp_gather", "tp_gather")]
     return {"params": params, "gathers": gathers, "units": len(opt.plan.ns_units)}
+
+
+def train_every_unit_cap(layout: str, bucket_elems: int | None, caps: list[int | None]) -> dict[str, object]:
+    """The same 3 steps once per cap on Newton-Schulz units (and overlap none or pipelined), fresh model each time;
+    returns per run the parameters, the gathers' ledger bytes by phase, the units and the transient peak."""
+    dims = ParallelDims(dp=2, tp=2)
+    out = {}
+    for cap in caps:
+        for overlap in ("none", "pipelined"):
+            torch.manual_seed(0)
+            model = GPT(CONFIG, dims.tp_group)
+            opt = DistributedMuon(
+                muon_param_groups(model),
+                dims,
+                lr=0.02,
+                layout=layout,
+                bucket_elems=bucket_elems,
+                ns_dtype=torch.float32,
+                overlap=overlap,
+                ns_unit_elems=cap,
+            )
+            dims.ledger.records.clear()
+            _train(model, opt, dims, range(3))
+            out[(cap, overlap)] = {
+                "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+                "bytes_per_step": {phase: b // 3 for phase, b in dims.ledger.bytes_by_phase().items()},
+                "tp_gathers_per_step": sum(r.phase == "tp_gather" for r in dims.ledger.records) // 3,
+                "units": len(opt.plan.ns_units),
+                "transient_bytes": opt.stats.transient_bytes,
+                "specs": opt.plan.specs,
+                "dp_rank": dims.dp_rank,
+            }
+    return out

@@ -143,6 +143,11 @@ def test_gather_buffers_larger_than_the_state_saved_fail_the_transient_check():
     assert tables(transient=saved - 1).loc["state_with_transients", "holds"]
     row = tables(transient=saved + 1).loc["state_with_transients"]
     assert not row["holds"] and row["measured_value"] > 1.0
+    # The cause is named: the layout's units gather all of the rank's matrices at once, and the cap that bounds them.
+    assert (
+        "contiguous layout's Newton-Schulz units gather all of a rank's matrices (the 8 it orthogonalizes)" in row["explanation"]
+    )
+    assert "ns_unit_elems caps" in row["explanation"]
 
 
 def test_trace_bytes_the_model_does_not_price_fail_the_bytes_check():

@@ -182,6 +182,7 @@ def state_checks(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> list[tu
         worst = peak.idxmax()
         transient_mb = float(m.loc[worst, "transient_bytes"]) / 1e6
         saved_mb = float(a.loc[worst, "state_bytes"] - m.loc[worst, "state_bytes"]) / 1e6
+        units = _units_described(muon, m.loc[worst, "ns_matrices"] if "ns_matrices" in m.columns else None)
         out.append(
             (
                 "state_with_transients",
@@ -193,13 +194,27 @@ def state_checks(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> list[tu
                     bool(peak.max() < 1.0),
                     f"Rank {worst}: Muon's gather buffers take {transient_mb:.2f} MB while its state is {saved_mb:.2f} MB "
                     "smaller than AdamW's; the buffers live only during the optimizer step (the full matrices gathered for "
-                    "Newton-Schulz), the state for the whole run.",
+                    f"Newton-Schulz), the state for the whole run. {units}",
                     runs,
                     quoted={"rank": int(worst), "state_saved_bytes": saved_mb * 1e6},
                 ),
             )
         )
     return out
+
+
+def _units_described(muon: pd.Series, ns_matrices: float | None) -> str:
+    """What sets the transient peak: the layout's own Newton-Schulz units (all of a rank's matrices at once in the
+    contiguous and whole-matrix layouts, a bucket's in the bucketed one), or the run's cap on them."""
+    cap = muon.get("ns_unit_elems")
+    if cap is not None and not pd.isna(cap):
+        return f"Its Newton-Schulz units were capped at {int(cap):,} elements of full matrices (ns_unit_elems)."
+    held = f" (the {int(ns_matrices)} it orthogonalizes)" if ns_matrices is not None and not pd.isna(ns_matrices) else ""
+    scope = "a bucket's matrices" if muon.get("layout") == "bucketed" else f"all of a rank's matrices{held}"
+    return (
+        f"The {muon.get('layout')} layout's Newton-Schulz units gather {scope} at once; ns_unit_elems caps a unit's "
+        "size, and with it the buffers (docs/method.md#newton-schulz-units)."
+    )
 
 
 def _dp_bytes(t: ProfileTables, run: pd.Series, column: str) -> pd.Series:

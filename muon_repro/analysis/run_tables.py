@@ -49,6 +49,7 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "weight_decay": cfg.weight_decay,
         "ns_dtype": cfg.ns_dtype,
         "ns_method": cfg.ns_method,
+        "ns_unit_elems": cfg.ns_unit_elems,
         "gather_dtype": cfg.gather_dtype,
         "reduce_dtype": cfg.reduce_dtype,
         "seed": cfg.seed,

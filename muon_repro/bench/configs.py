@@ -100,6 +100,9 @@ class BenchConfig:
     tokens_per_step: int = 0  # global, over all DP ranks
     seq_len: int = 0
     bucket_elems: int | None = None
+    # Caps Muon's Newton-Schulz units (DistributedMuon's ns_unit_elems): null, the layout's own units, as every run
+    # before the field; config.json names it only when set.
+    ns_unit_elems: int | None = None
     qkv: str = "fused"
     # How the model's loss meets the vocab-sharded logits (GPT's cross_entropy): not part of the key, so that
     # a run keeps its folder; "gathered" is how every run recorded before the field trained (see from_dict).
@@ -145,6 +148,12 @@ class BenchConfig:
             raise ValueError(f"config {self.key}: unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
         if self.overlap != "none" and self.optimizer != "muon":
             raise ValueError(f"config {self.key}: overlap={self.overlap!r} schedules Muon's gathers; AdamW has none (use 'none')")
+        cap = self.ns_unit_elems
+        if cap is not None:
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ValueError(f"config {self.key}: ns_unit_elems must be a positive integer or null, got {cap!r}")
+            if self.optimizer != "muon":
+                raise ValueError(f"config {self.key}: ns_unit_elems caps Muon's Newton-Schulz units; AdamW has none (use null)")
         if self.cross_entropy not in CROSS_ENTROPY_MODES:
             raise ValueError(
                 f"config {self.key}: unknown cross_entropy {self.cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}"
@@ -289,10 +298,10 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         derived = {"key": self.key, "steps": self.steps, "world_size": self.world_size, "batch_per_dp": self.batch_per_dp}
-        shape_defaults = [
-            name for name in MODEL_SHAPE_FIELDS if getattr(self, name) is None
-        ]  # config.json names only what a run overrides
-        return {k: v for k, v in {**asdict(self), **derived}.items() if k not in shape_defaults}
+        unset = [  # config.json names only what a run overrides
+            name for name in (*MODEL_SHAPE_FIELDS, "ns_unit_elems") if getattr(self, name) is None
+        ]
+        return {k: v for k, v in {**asdict(self), **derived}.items() if k not in unset}
 
 
 def _grid(group: str, optimizer: str, dp: int, tp: int, suffix: str = "", pp: int = 1, **kw) -> BenchConfig:

@@ -51,6 +51,13 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
     )
     group.add_argument("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
     group.add_argument(
+        "--ns-unit-elems",
+        type=int,
+        metavar="N",
+        help="Muon: at most N elements of full matrices per Newton-Schulz unit on a rank, bounding the step's transient "
+        "memory at one gather per unit (default: the layout's own units; docs/method.md#newton-schulz-units)",
+    )
+    group.add_argument(
         "--cross-entropy",
         choices=CROSS_ENTROPY_MODES,
         default="vocab_parallel",
@@ -108,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         tokens_per_step=args.tokens_per_step,
         seq_len=args.seq_len,
         bucket_elems=bucket_elems(args),
+        ns_unit_elems=ns_unit_elems(args),
         precision=args.precision,
         micro_batches=args.micro_batches,
         ns_method=args.ns_method,
@@ -144,6 +152,17 @@ def bucket_elems(args: argparse.Namespace) -> int | None:
     return args.bucket_elems or SCALE_SPECS[args.scale].bucket_elems
 
 
+def ns_unit_elems(args: argparse.Namespace) -> int | None:
+    value = getattr(args, "ns_unit_elems", None)
+    if value is None:
+        return None
+    if value < 1:
+        raise ValueError(f"--ns-unit-elems must be a positive integer, got {value}")
+    if args.optimizer != "muon":
+        raise ValueError(f"--ns-unit-elems caps Muon's Newton-Schulz units; --optimizer {args.optimizer} has none")
+    return value
+
+
 def run_name(fields: dict) -> str:
     """``muon_dp2_tp2_small_t1024_s128_contiguous``, with ``pp..`` for pipeline stages and ``h..l..a..`` (and
     ``f``/``v``) for a custom shape."""
@@ -166,6 +185,8 @@ def run_name(fields: dict) -> str:
         parts.append(f"m{fields['micro_batches']}")
     if fields.get("ns_method", "quintic") != "quintic":
         parts.append(fields["ns_method"])
+    if fields.get("ns_unit_elems") is not None:
+        parts.append(f"u{fields['ns_unit_elems']}")
     return "_".join(parts)
 
 

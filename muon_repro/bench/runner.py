@@ -75,6 +75,7 @@ def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims) -> dict[str, i
         bucket_elems=cfg.bucket_elems,
         reduce_dtype=DTYPES[cfg.reduce_dtype],
         gather_dtype=DTYPES[cfg.gather_dtype],
+        ns_unit_elems=cfg.ns_unit_elems,
     ) | cfg.pipeline_send_bytes(getattr(dims, "pp_rank", 0))
 
 

@@ -56,6 +56,7 @@ def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims) -> ZeroOneOp
         ns_method=cfg.ns_method,
         gather_dtype=DTYPES[cfg.gather_dtype],
         overlap=cfg.overlap,
+        ns_unit_elems=cfg.ns_unit_elems,
         **common,
     )
 

@@ -30,6 +30,7 @@ SHAPE_DESTS = (
     "tokens_per_step",
     "seq_len",
     "bucket_elems",
+    "ns_unit_elems",
 )
 
 

@@ -35,7 +35,7 @@ def build_stage_workload(cfg: BenchConfig, stage: int, device: str = "cpu", prec
         raise ValueError(f"config {cfg.key}: stage {stage} is not one of its pp={cfg.pp} stages; give 0 to {cfg.pp - 1}")
     model = cfg.model_config()
     part = stage_parts(model.n_layers, cfg.pp)[stage]
-    plan = stage_shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems, stage, cfg.pp)
+    plan = stage_shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems, stage, cfg.pp, cfg.ns_unit_elems)
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
     forward, backward = model_stages(cfg, model, precision, part)
     workload = assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision, stage=stage)
@@ -45,14 +45,23 @@ def build_stage_workload(cfg: BenchConfig, stage: int, device: str = "cpu", prec
 
 @functools.lru_cache(maxsize=32)
 def stage_shard_plan(
-    model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None, stage: int, pp: int
+    model: GPTConfig,
+    tp: int,
+    dp: int,
+    optimizer: str,
+    layout: str,
+    bucket_elems: int | None,
+    stage: int,
+    pp: int,
+    ns_unit_elems: int | None = None,
 ):
     """The :class:`ShardPlan` the stage's optimizer builds: the full model's TP-local parameters (on the ``meta``
     device) that the stage holds, in the model's order, which is the stage module's
     (:class:`~muon_repro.model_stages.GPTStage` keeps the full model's names and order)."""
     from muon_repro.optim.layout import ShardPlan
 
-    return ShardPlan(list(_stage_param_specs(model, tp, pp, optimizer == "muon")[stage]), dp, layout, bucket_elems)
+    specs = list(_stage_param_specs(model, tp, pp, optimizer == "muon")[stage])
+    return ShardPlan(specs, dp, layout, bucket_elems, ns_unit_elems if optimizer == "muon" else None)
 
 
 @functools.lru_cache(maxsize=8)

@@ -161,7 +161,7 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
 
         return build_pipeline_workload(cfg, device, precision)
     model = cfg.model_config()
-    plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems)
+    plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems, cfg.ns_unit_elems)
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
     forward, backward = model_stages(cfg, model, precision)
     return assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision)
@@ -193,6 +193,7 @@ def assemble_workload(
             bucket_elems=cfg.bucket_elems,
             reduce_dtype=_torch_dtype(cfg.reduce_dtype),
             gather_dtype=_torch_dtype(cfg.gather_dtype),
+            ns_unit_elems=cfg.ns_unit_elems,
         )
         for _ in range(cfg.tp):
             programs.append((*forward, *backward, *optimizer))
@@ -298,7 +299,9 @@ def forward_vector_elems_per_token(
 
 
 @functools.lru_cache(maxsize=32)
-def shard_plan(model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None):
+def shard_plan(
+    model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None, ns_unit_elems: int | None = None
+):
     """The :class:`ShardPlan` ``optimizer`` builds on every TP rank (they hold the same shapes)."""
     import torch
 
@@ -311,7 +314,7 @@ def shard_plan(model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, 
     with torch.device("meta"):
         gpt = GPT(model, group, device="meta")
     specs = param_specs(gpt.named_parameters(), tp, muon=optimizer == "muon")
-    return ShardPlan(specs, dp, layout, bucket_elems)
+    return ShardPlan(specs, dp, layout, bucket_elems, ns_unit_elems if optimizer == "muon" else None)
 
 
 def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, precision: str = "fp32") -> tuple[Stage, ...]:

@@ -63,13 +63,15 @@ def param_specs(
     ]
 
 
-def _optimizer_plan(specs: list[ParamSpec], dp: int, optimizer: str, layout: str, bucket_elems: int | None) -> ShardPlan:
+def _optimizer_plan(
+    specs: list[ParamSpec], dp: int, optimizer: str, layout: str, bucket_elems: int | None, ns_unit_elems: int | None = None
+) -> ShardPlan:
     """The plan ``optimizer`` (``"muon"`` or ``"adamw"``) builds for ``specs``."""
     if optimizer not in ("muon", "adamw"):
         raise ValueError(f"optimizer must be 'muon' or 'adamw', got {optimizer!r}")
     if optimizer == "adamw":
         specs = [ParamSpec(s.name, s.local_shape, s.tp_dim, s.tp, False) for s in specs]
-    return ShardPlan(specs, dp, layout, bucket_elems)
+    return ShardPlan(specs, dp, layout, bucket_elems, ns_unit_elems if optimizer == "muon" else None)
 
 
 def _check_dp_rank(dp_rank: int, dp: int) -> None:
@@ -89,14 +91,16 @@ def optimizer_bytes(
     reduce_dtype: torch.dtype = torch.float32,
     param_dtype: torch.dtype = torch.float32,
     gather_dtype: torch.dtype = torch.bfloat16,
+    ns_unit_elems: int | None = None,
 ) -> dict[str, int]:
     """Bytes DP rank ``dp_rank`` (any TP rank) sends in one step, per phase.
 
     ``specs`` in model order (:func:`param_specs`, or an optimizer's ``plan.specs``).
     ``optimizer`` is ``"muon"`` or ``"adamw"``. Phases with nothing to send are reported as 0.
+    ``ns_unit_elems`` (Muon's cap on its Newton-Schulz units) changes only the DP gathers' padding.
     """
     _check_dp_rank(dp_rank, dp)
-    plan = _optimizer_plan(specs, dp, optimizer, layout, bucket_elems)
+    plan = _optimizer_plan(specs, dp, optimizer, layout, bucket_elems, ns_unit_elems)
     out = dict.fromkeys(OPTIMIZER_COMM_PHASES, 0)
     for bucket in plan.buckets:
         out[DP_REDUCE_SCATTER] += ring_bytes("reduce_scatter", bucket.size, _size(reduce_dtype), dp)

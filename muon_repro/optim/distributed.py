@@ -116,6 +116,9 @@ class DistributedMuon(ZeroOneOptimizer):
     ``gather_dtype`` rounds at the same point, and the two agree bit for bit; fp32 rounds nothing.
     With ``ns_dtype=bf16`` a bf16 gather loses nothing, since NS rounds its input to bf16 anyway.
     ``layout`` is one of :data:`~muon_repro.optim.layout.LAYOUTS` (see that module).
+    ``ns_unit_elems`` caps the full-matrix elements of one Newton-Schulz unit on a rank (None: the layout's own
+    units, see :mod:`~muon_repro.optim.layout`): all of a unit's full matrices are alive at once, so the cap bounds
+    the step's transient memory at the price of one DP and one TP gather per unit; the bits do not change.
     ``overlap`` (:data:`~muon_repro.phases.OVERLAPS`) schedules the DP and TP gathers: ``none``
     blocks on each; ``naive_async`` issues each with ``async_op=True`` and waits where its result
     is first used, as a direct port would, so nothing overlaps; ``pipelined`` runs Newton-Schulz on
@@ -144,6 +147,7 @@ class DistributedMuon(ZeroOneOptimizer):
         gather_dtype: torch.dtype = torch.bfloat16,
         reduce_dtype: torch.dtype = torch.float32,
         overlap: str = "none",
+        ns_unit_elems: int | None = None,
     ) -> None:
         if gather_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"gather_dtype must be torch.float32 or torch.bfloat16, got {gather_dtype}")
@@ -164,7 +168,7 @@ class DistributedMuon(ZeroOneOptimizer):
             adamw_eps=adamw_eps,
         )
         self.gather_dtype = gather_dtype
-        super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype)
+        super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype, ns_unit_elems)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

@@ -34,6 +34,15 @@ go to the parameter earlier in buffer order); the buffer is laid out owner by ow
 segment padded to the largest, and inside a segment the owner's parameters keep buffer order
 (reverse model order). Every matrix is orthogonalized once, by its owner, with no DP gather; the
 price is padding in the reduce-scatter and the all-gather.
+
+Newton-Schulz units
+-------------------
+Each layout hands Newton-Schulz its matrices in *units* (:attr:`ShardPlan.ns_units`), each gathered in one
+DP all-gather (where the layout DP-gathers it) and one TP all-gather, so that all of a unit's full matrices
+are alive at once. The layouts' own units are large: every matrix a rank holds whole (``contiguous``,
+``whole_matrix``) or a whole bucket (``bucketed``). ``ns_unit_elems`` caps them: a unit then holds at most
+that many elements of full matrices per rank (a larger matrix is a unit of its own), trading one gather per
+unit for transient memory bounded by the cap instead of by TP times the rank's share of the model.
 """
 
 from __future__ import annotations
@@ -139,11 +148,19 @@ class ShardPlan:
     place, and the buffer holds them in reverse (:attr:`order`), as Megatron does.
     """
 
-    def __init__(self, specs: list[ParamSpec], dp: int, layout: str = "contiguous", bucket_elems: int | None = None) -> None:
+    def __init__(
+        self,
+        specs: list[ParamSpec],
+        dp: int,
+        layout: str = "contiguous",
+        bucket_elems: int | None = None,
+        ns_unit_elems: int | None = None,
+    ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown ZeRO-1 layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
-        if bucket_elems is not None and (isinstance(bucket_elems, bool) or not isinstance(bucket_elems, int) or bucket_elems < 1):
-            raise ValueError(f"bucket_elems must be a positive integer, got {bucket_elems!r}")
+        for name, value in (("bucket_elems", bucket_elems), ("ns_unit_elems", ns_unit_elems)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if layout != "bucketed" and bucket_elems is not None:
             raise ValueError(f"bucket_elems applies to the 'bucketed' layout only, not {layout!r}")
         if not isinstance(dp, int) or dp < 1:
@@ -154,6 +171,7 @@ class ShardPlan:
         self.dp = dp
         self.layout = layout
         self.bucket_elems = (bucket_elems or DEFAULT_BUCKET_ELEMS) if layout == "bucketed" else None
+        self.ns_unit_elems = ns_unit_elems  # None: the layout's own units (see "Newton-Schulz units" above)
         # Megatron's order: last parameter of the model first (roughly the order backprop produces grads).
         self.order: list[int] = list(reversed(range(len(self.specs))))
         self._position = {i: k for k, i in enumerate(self.order)}
@@ -248,22 +266,51 @@ class ShardPlan:
 
     @cached_property
     def ns_units(self) -> list[NsUnit]:
-        """The units of Newton-Schulz work, identical on every rank (collectives must match)."""
+        """The units of Newton-Schulz work, identical on every rank (collectives must match): the layout's own,
+        each cut to at most ``ns_unit_elems`` elements of full matrices per rank when a cap is set."""
         muon = self.muon_slots()
         if self.layout == "whole_matrix":
-            return [NsUnit(tuple(s.index for s in muon), dp_gathered=False, everyone_orthogonalizes=False)]
+            return self._held_units(tuple(s.index for s in muon))
         if self.layout == "contiguous":
             local = tuple(s.index for s in muon if len(s.pieces) == 1)
             straddling = tuple(s.index for s in muon if len(s.pieces) > 1)
-            units = [NsUnit(local, dp_gathered=False, everyone_orthogonalizes=False)]
-            if straddling:
-                units.append(self._gathered_unit(straddling, everyone=False))
+            units = self._held_units(local)
+            for chunk in self._capped(straddling):
+                units.append(self._gathered_unit(chunk, everyone=False))
             return units
         return [
-            self._gathered_unit(tuple(s.index for s in muon if s.bucket == b), everyone=True)
+            self._gathered_unit(chunk, everyone=True)
             for b in range(len(self.buckets))
-            if any(s.bucket == b for s in muon)
+            for chunk in self._capped(tuple(s.index for s in muon if s.bucket == b))
         ]
+
+    def _capped(self, slots: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """``slots`` (in buffer order) cut into consecutive runs of at most ``ns_unit_elems`` full-matrix
+        elements, a larger matrix alone; one run without a cap; none for no slots."""
+        if not slots:
+            return []
+        if self.ns_unit_elems is None:
+            return [slots]
+        chunks: list[list[int]] = [[]]
+        used = 0
+        for i in slots:
+            size = math.prod(self.specs[i].full_shape)
+            if chunks[-1] and used + size > self.ns_unit_elems:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(i)
+            used += size
+        return [tuple(chunk) for chunk in chunks]
+
+    def _held_units(self, slots: tuple[int, ...]) -> list[NsUnit]:
+        """Units of matrices each held whole by one DP rank (no DP gather): every rank's own matrices capped
+        apart, unit k holding each rank's k-th run, so that the units are the same on every rank and a rank
+        gathers no more units over TP than its own matrices need. One unit, maybe empty, without a cap."""
+        if self.ns_unit_elems is None:
+            return [NsUnit(slots, dp_gathered=False, everyone_orthogonalizes=False)]
+        runs = [self._capped(tuple(i for i in slots if self.slots[i].holders == (r,))) for r in range(self.dp)]
+        merged = [tuple(i for r in range(self.dp) if k < len(runs[r]) for i in runs[r][k]) for k in range(max(map(len, runs)))]
+        return [NsUnit(tuple(sorted(unit, key=self._position.__getitem__)), False, False) for unit in merged]
 
     def _gathered_unit(self, slots: tuple[int, ...], everyone: bool) -> NsUnit:
         used = [0] * self.dp

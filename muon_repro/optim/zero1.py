@@ -86,6 +86,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         layout: str,
         bucket_elems: int | None,
         reduce_dtype: torch.dtype,
+        ns_unit_elems: int | None = None,
     ) -> None:
         super().__init__(params, defaults)
         self.dims = dims
@@ -97,7 +98,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         specs = [
             ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"])) for p, group, name in members
         ]
-        self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems)
+        self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems, ns_unit_elems)
         self.stats = StepStats()
         self._build_flat_buffers()
 

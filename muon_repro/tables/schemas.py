@@ -76,6 +76,13 @@ _CONFIG_COLUMNS = columns_of(
         "",
         "Newton-Schulz variant: quintic (the default, Moonlight's), polar_express or gram (docs/method.md#newton-schulz)",
     ),
+    (
+        "ns_unit_elems",
+        "Int64",
+        "elements",
+        "cap on the full-matrix elements of one Newton-Schulz unit per rank (config.json); null: the layout's own units "
+        "(docs/method.md#newton-schulz-units)",
+    ),
     ("gather_dtype", "string", "", "dtype of Muon's DP/TP gathers"),
     ("reduce_dtype", "string", "", "dtype of the gradient reduce-scatter"),
     ("seed", "Int64", "", "random seed"),
