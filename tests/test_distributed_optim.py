@@ -303,3 +303,39 @@ def test_end_to_end_bounds_are_those_measured_on_the_tiny_preset():
     assert find_violations([step], {"isolated": 0.0, "end_to_end": 0.5}) == [
         {"step": 0, "comparison": "end_to_end", "tensor": "w", "rel": 0.9, "bound": 0.5}
     ]
+
+
+@pytest.mark.parametrize("optimizer", ["DistributedMuon", "DistributedAdamW"])
+def test_a_zero1_optimizer_refuses_what_it_would_step_silently(optimizer):
+    """Frozen parameters and groups added later: the flat buffer would step the first with weight decay and
+    never step the second, so both are refused by name."""
+    import muon_repro.optim.distributed as distributed
+    from muon_repro.optim import muon_param_groups
+
+    build = getattr(distributed, optimizer)
+    model, dims = _tiny_single_rank()
+    groups = muon_param_groups(model)
+    frozen = [{**g, "params": list(g["params"])} for g in groups]
+    frozen[1]["params"][0].requires_grad_(False)
+    with pytest.raises(ValueError, match=rf"1 parameter\(s\) do not require grad \({frozen[1]['names'][0]}\)"):
+        build(frozen, dims)
+    frozen[1]["params"][0].requires_grad_(True)
+    opt = build(groups, dims)
+    extra = torch.nn.Parameter(torch.zeros(4, 4))
+    with pytest.raises(ValueError, match=f"{optimizer} lays out its flat buffer when it is built"):
+        opt.add_param_group({"params": [extra], "use_muon": False})
+    assert len(opt.param_groups) == len(groups)
+
+
+def test_muon_refuses_a_later_group_that_is_not_matrices_before_any_step():
+    from muon_repro.optim import Muon
+
+    matrix = torch.nn.Parameter(torch.ones(4, 4))
+    opt = Muon([{"params": [matrix], "use_muon": True}], lr=0.1)
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(5))]})  # use_muon defaults to True
+    assert len(opt.param_groups) == 1
+    matrix.grad = torch.ones(4, 4)
+    opt.step()  # the refused group left nothing behind
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(5))], "use_muon": False})
+    assert len(opt.param_groups) == 2

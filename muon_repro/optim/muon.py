@@ -135,9 +135,18 @@ class Muon(torch.optim.Optimizer):
             raise ValueError(f"gather_dtype must be None or a floating-point torch.dtype, got {gather_dtype!r}")
         defaults["gather_dtype"] = gather_dtype
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            if group["use_muon"]:
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's ``add_param_group``, refusing a Muon group that holds anything but matrices (here, not in a later
+        ``step()`` that would have stepped the other groups first)."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        if group["use_muon"]:
+            try:
                 check_muon_group(group["params"], group.get("names"))
+            except ValueError:
+                self.param_groups.pop()
+                raise
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

@@ -76,6 +76,12 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
     ``model_indices`` (:func:`~muon_repro.optim.muon_param_groups` records them), else from the
     order of the parameters in the groups. Subclasses decide what happens between the
     reduce-scatter and the parameter all-gather.
+
+    Every parameter is laid out in the flat buffer at construction and stepped on every ``step()``, as in
+    Megatron's distributed optimizer: a parameter whose ``.grad`` is None on a rank adds zeros to the DP
+    average (another rank's gradient for it still counts), and weight decay and momentum still apply, where
+    ``torch.optim`` would skip it. So frozen parameters (``requires_grad=False``) are refused at construction,
+    and so are param groups added later (the buffer cannot grow): build a new optimizer instead.
     """
 
     def __init__(
@@ -98,9 +104,27 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         specs = [
             ParamSpec(name, tuple(p.shape), tp_partition_dim(p), dims.tp, bool(group["use_muon"])) for p, group, name in members
         ]
+        frozen = [name for p, _, name in members if not p.requires_grad]
+        if frozen:
+            raise ValueError(
+                f"{len(frozen)} parameter(s) do not require grad ({', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}): "
+                "a ZeRO-1 optimizer steps every parameter it holds, with weight decay; leave frozen parameters out of "
+                "its param groups"
+            )
         self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems, ns_unit_elems)
         self.stats = StepStats()
         self._build_flat_buffers()
+        self._laid_out = True
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's ``add_param_group`` while constructing; afterwards refused: every parameter's place in the flat
+        buffer is fixed when the optimizer is built."""
+        if getattr(self, "_laid_out", False):
+            raise ValueError(
+                f"{type(self).__name__} lays out its flat buffer when it is built, so it cannot take a param group "
+                "later; build a new optimizer with every group"
+            )
+        super().add_param_group(param_group)
 
     # ---------------------------------------------------------------- buffers
 
