@@ -29,7 +29,7 @@ from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.meta import release_date
 from muon_repro.hardware import add_profile_argument
-from muon_repro.tables.files import write_atomic
+from muon_repro.tables.files import check_out_folder, write_atomic
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +55,8 @@ class RunPlan:
     def __post_init__(self) -> None:
         if self.first_stage not in STAGES:
             raise ValueError(f"unknown stage {self.first_stage!r}; choose one of {', '.join(STAGES)}")
+        if any(not author.strip() for author in self.authors):  # said now, not after recording for minutes
+            raise ValueError(f"--author needs a name, got {[a for a in self.authors if not a.strip()][0]!r}")
 
     @property
     def traces(self) -> Path:
@@ -289,6 +291,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from muon_repro.bench.sweep import BenchError, BenchInterrupted
 
+    check_out_folder(args.out, f"--out {args.out}")  # before any stage: a place that cannot be written is said at once
     plan = RunPlan(
         out=args.out,
         scale=args.scale,

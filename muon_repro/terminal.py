@@ -7,6 +7,7 @@ such names (everything but the recorders, whose progress lines redraw themselves
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 from collections.abc import Iterator
@@ -66,3 +67,12 @@ def escaped_output(command: str | None) -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+# What a credential looks like in text a server sent back: a Hugging Face token, or an Authorization header's value.
+_SECRET = re.compile(r"\bhf_[A-Za-z0-9_]{8,}|(?i:\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
+def redact(text: str) -> str:
+    """``text`` with anything shaped like a token replaced: a server's error may echo the request's headers back."""
+    return _SECRET.sub("[redacted]", text)

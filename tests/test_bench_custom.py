@@ -105,3 +105,43 @@ def test_a_custom_run_is_recorded_with_its_shape(tmp_path, capsys):
     assert (config["dp"], config["tp"], config["hidden"], config["n_layers"], config["tokens_per_step"]) == (2, 1, 32, 1, 64)
     assert (config["overlap"], config["layout"]) == ("pipelined", "bucketed")
     assert sorted(p.name for p in (run / "trial0").glob("rank*.json.gz")) == ["rank0.json.gz", "rank1.json.gz"]
+
+
+@pytest.mark.parametrize("flag", ["--seq-len", "--tokens-per-step", "--dp", "--micro-batches"])
+def test_a_zero_size_is_refused_by_flag_before_anything_starts(tmp_path, capsys, flag):
+    shape = {"--optimizer": "muon", "--dp": "2", "--tp": "2", "--preset": "tiny", "--tokens-per-step": "64", "--seq-len": "16"}
+    argv = ["bench", "custom", *(x for kv in {**shape, flag: "0"}.items() for x in kv), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert f"{flag} must be a positive integer, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_world_past_one_machine_is_refused_before_any_folder_or_process(tmp_path, capsys):
+    shape = ["--optimizer", "muon", "--dp", "500", "--tp", "1", "--preset", "tiny", "--tokens-per-step", "8000"]
+    argv = ["bench", "custom", *shape, "--seq-len", "16", "--scale", "tiny", "--backend", "gloo", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs 500 ranks" in err and "at most 64 worker processes" in err and "torchrun" in err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("nprocs", [0, 65])
+def test_the_launcher_refuses_a_world_it_should_not_start(nprocs):
+    from muon_repro.parallel.launch import launch
+
+    with pytest.raises(ValueError, match=f"{nprocs} worker processes on one machine: the launcher starts 1 to 64"):
+        launch(print, nprocs)
+
+
+def test_more_traced_rounds_than_rounds_is_refused_before_anything_is_recorded(tmp_path, capsys):
+    argv = ["bench", "comparison/muon_dp2_tp2", "--trials", "2", "--traced-trials", "5", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "--traced-trials 5 is more than --trials 2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_equivalence_check_refuses_an_empty_bucket_instead_of_taking_the_default():
+    from muon_repro.optim.equivalence import EquivalenceConfig
+
+    with pytest.raises(ValueError, match="bucket_elems must be a positive integer, got 0"):
+        EquivalenceConfig(layout="bucketed", bucket_elems=0)

@@ -101,6 +101,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     ]
     if missing:
         raise ValueError(f"the run shape needs {', '.join(missing)}")
+    for flag in ("dp", "tp", "pp", "tokens_per_step", "seq_len", "micro_batches"):
+        value = getattr(args, flag)
+        if value < 1:  # BenchConfig takes 0 for "filled in later" in registry entries; a flag means what it says
+            raise ValueError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
     preset, shape = model_shape(args)
     fields = dict(
         group=CUSTOM_GROUP,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from muon_repro.bench.configs import BenchConfig
+from muon_repro.parallel.launch import MAX_LOCAL_WORKERS
 
 GPU_SCALE = "gpu"
 
@@ -49,6 +50,14 @@ def place(cfgs: list[BenchConfig], gpus: int, asked: str | None = None) -> Place
                     cfg,
                     f"needs {cfg.world_size} GPUs, one per rank ({_grid(cfg)}), and {where}: record it on a machine "
                     f"with {cfg.world_size} GPUs (or under torchrun across nodes), or on the CPU with --backend gloo",
+                )
+            )
+        elif cfg.world_size > MAX_LOCAL_WORKERS:
+            refused.append(
+                (
+                    cfg,
+                    f"needs {cfg.world_size} ranks ({_grid(cfg)}), and one machine starts at most {MAX_LOCAL_WORKERS} "
+                    "worker processes (docs/limits.md): record it under torchrun across nodes",
                 )
             )
         elif backend == "gloo" and cfg.scale == GPU_SCALE and asked != "gloo":

@@ -106,6 +106,11 @@ def plan_recordings(
     traced = trials if traced_trials is None else traced_trials
     if isinstance(traced, bool) or not isinstance(traced, int) or traced < 1:
         raise ValueError(f"traced trials must be a positive integer (rounds that keep traces), got {traced_trials!r}")
+    if traced > trials:
+        raise ValueError(
+            f"--traced-trials {traced} is more than --trials {trials}: the traced rounds are the first of the rounds "
+            f"recorded; give --trials {traced} or more, or --traced-trials {trials} or fewer"
+        )
     sweep = new_sweep_id()
     return [
         Recording(in_round, k, trials, _trial_home(out, cfg, profile, k), profile, position, sweep)

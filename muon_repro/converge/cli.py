@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,30 @@ def _floats(text: str) -> tuple[float, ...]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one learning rate")
     return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (1 or more), got {value}")
+    return value
+
+
+# The flag each field of ConvergeConfig and ConvergePlan comes from, where it is not the field's own name.
+_FLAG_OF_FIELD = {
+    "ConvergeConfig.lr": "--muon-lrs",
+    "ConvergePlan.lrs['muon']": "--muon-lrs",
+    "ConvergePlan.lrs['adamw']": "--adamw-lrs",
+}
+_FIELD = re.compile(r"Converge(?:Config|Plan)\.\w+(?:\['\w+'\])?")
+
+
+def _flags_named(message: str) -> str:
+    """``message`` with the configuration's fields (``ConvergeConfig.seq_len``) named by their flags (``--seq-len``)."""
+    return _FIELD.sub(lambda m: _FLAG_OF_FIELD.get(m[0]) or "--" + m[0].split(".", 1)[1].replace("_", "-"), message)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,7 +143,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "lists), one process each, so both share the machine alike (default: %(default)s)"
         ),
     )
-    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: CPU count / (workers x jobs))")
+    p.add_argument(
+        "--threads", type=_positive_int, default=None, help="torch threads per worker (default: CPU count / (workers x jobs))"
+    )
     p.add_argument(
         "--force",
         action="store_true",
@@ -133,36 +160,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import os
 
+    from muon_repro.converge.corpus import check_corpus_spec
     from muon_repro.converge.sweep import ConvergePlan, converge
     from muon_repro.parallel.launch import default_backend
 
-    base = ConvergeConfig(
-        optimizer="muon",
-        lr=args.muon_lrs[0],
-        steps=args.steps,
-        dp=args.dp,
-        tp=args.tp,
-        hidden=args.hidden,
-        layers=args.layers,
-        heads=args.heads,
-        ffn=args.ffn,
-        seq_len=args.seq_len,
-        batch=args.batch,
-        weight_decay=args.weight_decay,
-        warmup_frac=args.warmup_frac,
-        min_lr_ratio=args.min_lr_ratio,
-        eval_every=args.eval_every,
-        eval_windows=args.eval_windows,
-        checkpoint_every=args.checkpoint_every,
-    )
-    plan = ConvergePlan(
-        base,
-        {"muon": args.muon_lrs, "adamw": args.adamw_lrs},
-        seeds=args.seeds,
-        sweep_steps=args.sweep_steps,
-        group=args.group,
-        adamw_budgets=tuple(args.adamw_budgets),
-    )
+    check_corpus_spec(args.corpus)  # its form, before anything is trained or downloaded
+    try:
+        base = ConvergeConfig(
+            optimizer="muon",
+            lr=args.muon_lrs[0],
+            steps=args.steps,
+            dp=args.dp,
+            tp=args.tp,
+            hidden=args.hidden,
+            layers=args.layers,
+            heads=args.heads,
+            ffn=args.ffn,
+            seq_len=args.seq_len,
+            batch=args.batch,
+            weight_decay=args.weight_decay,
+            warmup_frac=args.warmup_frac,
+            min_lr_ratio=args.min_lr_ratio,
+            eval_every=args.eval_every,
+            eval_windows=args.eval_windows,
+            checkpoint_every=args.checkpoint_every,
+        )
+        plan = ConvergePlan(
+            base,
+            {"muon": args.muon_lrs, "adamw": args.adamw_lrs},
+            seeds=args.seeds,
+            sweep_steps=args.sweep_steps,
+            group=args.group,
+            adamw_budgets=tuple(args.adamw_budgets),
+        )
+    except ValueError as exc:  # the configuration's own checks name its fields: name the flags they come from
+        raise ValueError(_flags_named(str(exc))) from None
     backend = args.backend or default_backend(base.world_size)
     threads = args.threads or max(1, (os.cpu_count() or 1) // (base.world_size * args.jobs))
     try:

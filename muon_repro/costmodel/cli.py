@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -164,6 +165,8 @@ def _regimes(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     hardware = recording_profile("gloo", args.profile)  # the sweep runs on gloo, on this machine's cores
     folder = args.out / hardware  # this profile's runs and records: OUT/<profile>/{regimes,costmodel}/
+    if args.records_only and args.force:  # said before calibrating (a minute or more)
+        raise ValueError("--records-only records nothing, so --force has nothing to redo; give one of them")
     profile = args.machine or folder / COSTMODEL_DIR / MACHINE_FILE
     if args.machine is None and not Path(profile).is_file():
         print(f"muon-repro regimes: no profile of this machine at {profile}: calibrating it first", flush=True)
@@ -229,6 +232,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from muon_repro.bench.environment import recording_profile
     from muon_repro.costmodel.calibrate import MAX_THREADS, calibrate, format_summary
     from muon_repro.costmodel.machine import write_profile
+    from muon_repro.tables.files import check_out_file, check_out_folder
     from muon_repro.tables.io import write_table
     from muon_repro.tables.schemas import CALIBRATION
 
@@ -236,6 +240,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder; give the profile's file name, such as {args.out / 'machine.json'}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise ValueError(f"--threads must be an integer from 1 to {MAX_THREADS} (torch threads per rank), got {args.threads}")
+    if args.name is not None:
+        _check_profile_name(args.name)
+    # every place this writes, before minutes of measuring: the profile's folder, the calibration table's
+    check_out_file(args.out, f"--out {args.out}")
+    if args.tables is not None:
+        check_out_folder(args.tables, f"--tables {args.tables}")
     name = args.name or args.out.stem
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)
@@ -273,6 +283,18 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(format_summary(profile))
     print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")
     return 0
+
+
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def _check_profile_name(name: str) -> None:
+    """``--name``: what ``predict --machine`` and the records find the profile by, so a plain name, never a path."""
+    if not _PROFILE_NAME.fullmatch(name):
+        raise ValueError(
+            f"--name {name!r} is not a profile name: use letters, digits, '.', '_' and '-' only, at least one, "
+            "not starting with '.' (e.g. cpu-2c-gloo)"
+        )
 
 
 def _warn_if_busy(out: Path) -> None:
@@ -331,11 +353,14 @@ def _pipeline_scale_out(args: argparse.Namespace) -> int:
     from muon_repro.costmodel.machine import resolve_profile
     from muon_repro.costmodel.pipeline_scale_out import PIPELINE_MACHINE, format_scale_out, pipeline_scale_out_rows
     from muon_repro.costmodel.records import write_csv
+    from muon_repro.tables.files import check_out_folder
 
     given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
     if given or args.validate is not None or args.as_calibrated:
         flags = [*("--" + g.replace("_", "-") for g in given), *(["--validate"] if args.validate else [])]
         raise ValueError(f"--pipeline-scale-out prices its own 7B runs; drop {', '.join(flags) or '--as-calibrated'}")
+    if args.out is not None:
+        check_out_folder(args.out, f"--out {args.out}")
     rows = pipeline_scale_out_rows(machine=resolve_profile(args.machine or PIPELINE_MACHINE))
     print(json.dumps(rows, indent=1) if args.json else format_scale_out(rows))
     if args.out is not None:
@@ -348,9 +373,12 @@ def _pipeline_scale_out(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace, machine) -> int:
     from muon_repro.costmodel.validate import format_validation, validate
+    from muon_repro.tables.files import check_out_folder
     from muon_repro.tables.io import write_table
     from muon_repro.tables.schemas import PREDICTIONS
 
+    if args.out is not None:
+        check_out_folder(args.out, f"--out {args.out}")
     rows = validate(
         args.validate,
         machine,

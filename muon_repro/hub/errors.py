@@ -3,6 +3,10 @@ shared by ``publish``, ``download``, ``contribute`` and ``review``."""
 
 from __future__ import annotations
 
+from muon_repro.terminal import redact
+
+__all__ = ["endpoint", "hub_errors", "redact", "request_failed"]
+
 
 def hub_errors() -> tuple[type[BaseException], ...]:
     """Errors from the Hub client that deserve a one-line message rather than a traceback."""
@@ -23,4 +27,4 @@ def request_failed(exc: BaseException, consequence: str = "") -> str:
     """The one-line message for a Hub request that failed: the endpoint, the error's first line, what it left undone."""
     from muon_repro.hub.publish import first_line  # heavy imports stay inside the commands
 
-    return f"the request to {endpoint()} failed: {first_line(exc)}{consequence}"
+    return f"the request to {endpoint()} failed: {redact(first_line(exc))}{consequence}"

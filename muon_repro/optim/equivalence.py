@@ -104,6 +104,10 @@ class EquivalenceConfig:
                 raise ValueError(f"{name} must be one of {sorted(DTYPES)}, got {value!r}")
         if self.bucket_elems is not None and self.layout != "bucketed":
             raise ValueError("bucket_elems applies to layout 'bucketed' only")
+        if self.bucket_elems is not None and (
+            isinstance(self.bucket_elems, bool) or not isinstance(self.bucket_elems, int) or self.bucket_elems < 1
+        ):
+            raise ValueError(f"bucket_elems must be a positive integer, got {self.bucket_elems!r}")
         for name in ("isolated_bound", "end_to_end_bound"):
             value = getattr(self, name)
             if value is not None and (

@@ -47,6 +47,11 @@ class LaunchInterrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+# Worker processes one launch starts on this machine: 8 GPUs, or a large CPU node's cores (as calibrate's limit).
+# A larger world is a typo here, or a job for torchrun across nodes; without a limit it starts them all.
+MAX_LOCAL_WORKERS = 64
+
+
 def default_backend(local_workers: int | None = None) -> str:
     """NCCL when every local worker can have its own GPU, else gloo.
 
@@ -166,6 +171,11 @@ def launch(
     """
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if not 1 <= nprocs <= MAX_LOCAL_WORKERS:
+        raise ValueError(
+            f"{nprocs} worker processes on one machine: the launcher starts 1 to {MAX_LOCAL_WORKERS} (docs/limits.md); "
+            "for a larger world start each rank under torchrun"
+        )
     if backend == "nccl" and torch.cuda.device_count() < nprocs:
         raise ValueError(
             f"backend 'nccl' needs one GPU per worker: {nprocs} workers, "

