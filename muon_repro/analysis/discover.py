@@ -13,15 +13,29 @@ file is a run.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig, record_problems
-from muon_repro.rundir import RUN_FILES, RunDir, is_study_folder, is_trace_file, protocol_of, trial_folders, trial_of
+from muon_repro.rundir import (
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    METRICS_FILE,
+    RUN_FILES,
+    RunDir,
+    SideFileError,
+    is_study_folder,
+    is_trace_file,
+    load_json,
+    protocol_of,
+    trial_folders,
+    trial_of,
+)
 
 
 def is_trace_name(path: Path) -> bool:
@@ -132,6 +146,7 @@ class RunInfo:
 def run_info_for(directory: Path) -> RunInfo:
     """The run a folder stands for, from its side files if it has them."""
     run_dir = RunDir(directory)
+    _warn_unreadable_side_files(directory)
     config_dict = run_dir.config_dict
     check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
@@ -150,6 +165,30 @@ def run_info_for(directory: Path) -> RunInfo:
     )
 
 
+def _warn_unreadable_side_files(directory: Path) -> None:
+    """A side file that is there but cannot be read reads as absent (a foreign folder has none), so say so: without
+    config.json the run's optimizer and grid are unknown, without environment.json its profile."""
+    for name in (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE):
+        path = Path(directory) / name
+        if path.exists():
+            try:
+                load_json(path)
+            except SideFileError as exc:
+                warnings.warn(
+                    f"{exc}; the run is read as if it had no {name} (its {_SIDE_FILE_HOLDS[name]} unknown): record the "
+                    "run again, or restore the file",
+                    TraceWarning,
+                    stacklevel=3,
+                )
+
+
+_SIDE_FILE_HOLDS = {
+    CONFIG_FILE: "optimizer, grid and settings",
+    ENVIRONMENT_FILE: "hardware profile",
+    METRICS_FILE: "timed steps and state",
+}
+
+
 def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
     """The trial folders under the folders among ``paths`` that a sweep recorded in an untraced round: config
     ``profile`` false with timed steps (:meth:`muon_repro.bench.configs.BenchConfig.timed_only`), each once."""
@@ -160,6 +199,8 @@ def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
             continue
         for folders in trial_folders(root).values():
             for folder in folders:
+                if not any(is_trace_file(f.name) for f in folder.iterdir()):  # a traced trial is warned where it is read
+                    _warn_unreadable_side_files(folder)
                 config = RunDir(folder).config_dict
                 timed = config.get("timed_steps")
                 if config.get("profile") is False and isinstance(timed, int) and not isinstance(timed, bool) and timed > 0:
