@@ -78,10 +78,12 @@ def run_figures(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from muon_repro.dataset.citation import report_meta
+    from muon_repro.report.build import check_formats
     from muon_repro.stages import report
 
-    check_out_folder(Path(args.out), f"--out {args.out}")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    check_formats(formats, "--format")  # before anything is read or written
+    check_out_folder(Path(args.out), f"--out {args.out}")
     given = {k: getattr(args, k) for k in ("repo_id", "version", "date", "pretty_name") if getattr(args, k) is not None}
     meta = report_meta(args.metrics, authors=tuple(args.author or ()), **given)
     for fmt, path in report(args.metrics, args.figures, args.out, formats=formats, meta=meta).items():

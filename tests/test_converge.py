@@ -538,13 +538,26 @@ def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
     assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
 
 
-def test_report_shows_the_convergence_section_and_figures(tmp_path):
-    """Figures and report from a metrics folder with convergence tables (the bundle of test_report has empty ones)."""
+def test_report_shows_the_convergence_section_and_figures(tmp_path, monkeypatch):
+    """Figures and report from a metrics folder with convergence tables (the bundle of test_report has empty ones).
+    The convergence figures are drawn; the others, which tests/test_report.py draws, are stand-in files here."""
     from report_bundle import tables as bundle_tables
 
     from muon_repro.analysis.claims import claims_table
     from muon_repro.cli import main
+    from muon_repro.report import build
     from muon_repro.tables.io import write_tables
+
+    def stand_in(data, out):
+        png = out.with_suffix(".png")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.write_bytes(b"")
+        png.with_suffix(".svg").write_bytes(b"")
+        return png
+
+    for name in build.DRAW:
+        if name not in ("convergence_sweep", "leading_steps"):
+            monkeypatch.setitem(build.DRAW, name, stand_in)
 
     _sweep_and_seeds(tmp_path / "traces", seeds=5, adamw_slope=lambda seed: 0.1 - 0.004 * seed)
     tables = bundle_tables() | convergence_tables([tmp_path / "traces"])

@@ -22,8 +22,13 @@ from muon_repro.report import (
 )
 from muon_repro.report.context import build_context
 from muon_repro.report.data import ReportData, is_missing, load
-from muon_repro.report.render import write_formats
+from muon_repro.report.render import FORMATS, write_formats
 from muon_repro.report.selection import representative_runs
+from muon_repro.tables.files import staged_files
+
+FIGURES_WRITER = "muon-repro figures"
+REPORT_WRITER = "muon-repro report"
+FIGURE_SUFFIXES = (".png", ".svg")
 
 # Figure name (figures.FIGURES) -> how it is drawn from the tables.
 DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
@@ -60,18 +65,27 @@ def check_has_benchmark_runs(data: ReportData, metrics_dir: Path) -> None:
 
 def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
     """Draw every figure of :data:`figures.FIGURES` and :data:`regimes_section.REGIME_FIGURES` into ``out_dir`` from the tables in
-    ``metrics_dir``; returns name -> PNG path (the SVG lies beside it)."""
+    ``metrics_dir``; returns name -> PNG path (the SVG lies beside it). Drawn as one set in a hidden folder beside
+    ``out_dir``, then moved in (:func:`~muon_repro.tables.files.staged_files`): an error or Ctrl-C midway leaves
+    the previous figures as they were, never some of each; what else ``out_dir`` holds stays."""
     data = load(metrics_dir)
     check_has_benchmark_runs(data, metrics_dir)
+    out = Path(out_dir)
+    with staged_files(out, FIGURES_WRITER, FIGURE_SUFFIXES) as stage:
+        paths = _draw_all(data, stage)
+    return {name: out / path.relative_to(stage) for name, path in paths.items()}
+
+
+def _draw_all(data: ReportData, out_dir: Path) -> dict[str, Path]:
     main, *others = data.profiles
     for profile in others:  # with several hardware profiles, each one's figures lie in figures/<profile>/
-        _draw(data.of_profile(profile), Path(out_dir) / profile)
-    paths = _draw(data.of_profile(main), Path(out_dir))
+        _draw(data.of_profile(profile), out_dir / profile)
+    paths = _draw(data.of_profile(main), out_dir)
     if profile_figures.wants_profile_figures(data.claims):  # and every claim on every profile, side by side
-        paths["claims_by_profile"] = profile_figures.claims_by_profile(data.claims, Path(out_dir) / "claims_by_profile")
+        paths["claims_by_profile"] = profile_figures.claims_by_profile(data.claims, out_dir / "claims_by_profile")
     if study_section.wants_study_figures(data.study_method):  # the original study's numbers, rebuilt
         paths["study_numbers"] = study_section.study_numbers(
-            data.study_method, data.study_method_parts, Path(out_dir) / "study_numbers"
+            data.study_method, data.study_method_parts, out_dir / "study_numbers"
         )
     return paths
 
@@ -139,6 +153,7 @@ def write_report(
     ``citation``: the BibTeX entries of "How to cite", as the caller rendered them (the dataset's,
     :func:`muon_repro.dataset.citation.bibtex`, then the paper's); ``citation_args``: the flags of
     ``muon-repro report`` that cite the same again, for "How to reproduce"."""
+    check_formats(formats)
     everything = load(metrics_dir)
     check_has_benchmark_runs(everything, metrics_dir)
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
@@ -152,4 +167,19 @@ def write_report(
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)
     context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation, everything=everything)
-    return write_formats(context, Path(out_dir), formats)
+    out = Path(out_dir)
+    # Every format rendered into a hidden folder beside out_dir, then moved in as one set (staged_files): an error or
+    # Ctrl-C midway never leaves a new report.md beside an old report.pdf. Image paths stay relative to out_dir.
+    with staged_files(out, REPORT_WRITER, tuple(f".{fmt}" for fmt in FORMATS)) as stage:
+        written = write_formats(context, stage, formats, base_dir=out)
+    return {fmt: out / path.relative_to(stage) for fmt, path in written.items()}
+
+
+def check_formats(formats: Sequence[str], option: str = "--format") -> None:
+    """Refuse an empty list of report formats, or one naming a format there is none of, naming ``option``."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if not formats or unknown:
+        said = f"unknown format(s) {', '.join(repr(f) for f in unknown)}" if unknown else "no format given"
+        raise ValueError(
+            f"{option} {','.join(formats)!r}: {said}; give a comma-separated list of {', '.join(FORMATS)} (say {option} md,pdf)"
+        )

@@ -140,7 +140,11 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
     claims = rows_of_profile(data.claims, profile)
     require_columns(claims, "claims", CLAIM_COLUMNS)
     if claims.empty:
-        raise MissingMetric(f"metrics table 'claims' has no rows for profile {profile}")
+        raise MissingMetric(
+            f"metrics table {data.metrics_dir / 'claims.parquet'} has no rows for profile {profile} (claims.profile), whose "
+            f"runs {data.metrics_dir / 'runs.parquet'} holds: regenerate the tables with "
+            f"`muon-repro analyze traces/ --out {data.metrics_dir}`"
+        )
     rows = []
     for _, c in claims.iterrows():
         cid = str(metric(c, "claim_id", "claims", "claim_id"))

@@ -169,6 +169,7 @@ def load(metrics_dir: str | Path) -> ReportData:
     metrics_dir = Path(metrics_dir)
     absent = [n for n in OPTIONAL if not (metrics_dir / f"{n}.parquet").is_file()]
     tables = read_tables(metrics_dir, [n for n in TABLES if n not in absent])
+    _check_profile_columns(tables, metrics_dir)
     tables |= {n: SCHEMAS[n].empty() for n in absent}
     for name in ("convergence", "leading_steps", "leading_summary"):  # written before configurations had groups
         if "group" not in tables[name].columns:
@@ -192,6 +193,22 @@ def _check_profiles(tables: dict[str, pd.DataFrame], metrics_dir: Path) -> None:
             problems = invalid_profiles(df[PROFILE_FIELD].dropna().astype(str).unique(), f"{metrics_dir / name}.parquet: profile")
             if problems:
                 raise ValueError(problems[0])
+
+
+def _check_profile_columns(tables: dict[str, pd.DataFrame], metrics_dir: Path) -> None:
+    """Tables written before hardware profiles lack the ``profile`` column, all of them (:func:`_fill_profiles` gives
+    them their machine's): a table without it beside a runs table with one was not written with it (an edited or
+    foreign file), and its rows cannot be told apart by profile. Refused, naming the file and the column."""
+    if PROFILE_FIELD not in tables["runs"].columns:
+        return
+    lacking = [name for name, df in tables.items() if PROFILE_FIELD not in df.columns]
+    if lacking:
+        columns = ", ".join(f"{metrics_dir / name}.parquet has no column {name}.{PROFILE_FIELD}" for name in lacking)
+        raise MissingMetric(
+            f"metrics table {columns} (the hardware profile of each row), which "
+            f"{metrics_dir / 'runs.parquet'} has: the tables are not one set written by muon-repro analyze; regenerate "
+            f"them with `muon-repro analyze traces/ --out {metrics_dir}`"
+        )
 
 
 def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:

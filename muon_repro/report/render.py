@@ -86,11 +86,14 @@ def render_html(context: dict[str, Any]) -> str:
     return environment("html").get_template("report.html.j2").render(**context, macros="html.j2", css=Markup(css))
 
 
-def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf")) -> dict[str, Path]:
-    """Render every format asked for into ``out_dir/report.<fmt>``; image paths are relative to ``out_dir``."""
+def write_formats(
+    context: dict[str, Any], out_dir: str | Path, formats: tuple[str, ...] = ("md", "pdf"), *, base_dir: str | Path | None = None
+) -> dict[str, Path]:
+    """Render every format asked for into ``out_dir/report.<fmt>``; image paths are relative to ``base_dir``, the
+    folder the report is meant for (default ``out_dir``; another when ``out_dir`` is a stage moved there after)."""
     unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ValueError(f"unknown report format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+    if unknown or not formats:
+        raise ValueError(f"unknown report format(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(FORMATS)}")
     out = Path(out_dir)
     # Render everything before writing anything: a missing metric leaves no half-written bundle.
     md = render_markdown(context) if "md" in formats else None
@@ -103,7 +106,7 @@ def write_formats(context: dict[str, Any], out_dir: str | Path, formats: tuple[s
     if "pdf" in formats:
         import weasyprint
 
-        document = weasyprint.HTML(string=html, base_url=PDF_BASE_URL, url_fetcher=_report_fetcher_class()(out))
+        document = weasyprint.HTML(string=html, base_url=PDF_BASE_URL, url_fetcher=_report_fetcher_class()(Path(base_dir or out)))
         with source_date(context.get("recorded_at", "")):
             written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
     return written

@@ -156,6 +156,125 @@ def staged_dir(out: str | Path, writer: str | None = None) -> Iterator[Path]:
 
 
 @contextmanager
+def staged_files(out: str | Path, writer: str, suffixes: tuple[str, ...]) -> Iterator[Path]:
+    """A new hidden folder beside ``out`` to fill with a command's whole set of files (``muon-repro figures``'
+    PNG and SVG files, ``report``'s report.md/.html/.pdf); once the block ends they are moved into ``out`` by
+    :func:`put_files_in_place`. When the block raises (an error, Ctrl-C) ``out`` is untouched and the stage removed.
+
+    Unlike :func:`staged_dir`, ``out`` is not replaced whole: it may hold what its user put there, or be a
+    repository's committed ``figures/`` with one subfolder per profile, and swapping the folder would drop those
+    (or need them copied into the stage first, and fail on a mount point). So every file of the new set is complete
+    before any old file is touched, the old ones are moved aside (never deleted) until every new one is in, and any
+    failure of that swap puts them back: a reader finds the old set or the new one. A hard kill while the files are
+    moved (a few renames) may leave a mix; the hidden stage and old folders it leaves are removed by the next run."""
+    out = Path(out)
+    out = out.resolve() if out.is_symlink() else out  # write into the folder the link points at, keep the link
+    out.parent.mkdir(parents=True, exist_ok=True)
+    where = out if is_mount_point(out) else out.parent  # a rename never crosses file systems
+    with output_lock(out, where):
+        remove_stale_siblings(out, where)
+        stage = new_sibling_dir(out, "stage", where)
+        try:
+            yield stage
+            put_files_in_place(stage, out, writer, suffixes, where)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def files_manifest(writer: str) -> str:
+    """The hidden file in which ``writer`` (say ``muon-repro figures``) lists the files it put in its output folder."""
+    return f".{writer.replace(' ', '-')}.files"
+
+
+def _manifest_text(writer: str, files: list[str]) -> str:
+    head = f"# the files {writer} wrote here (its next run replaces them, or removes those it no longer writes)\n"
+    return head + "".join(f"{rel}\n" for rel in files)
+
+
+def _previous_files(out: Path, writer: str, suffixes: tuple[str, ...]) -> list[str]:
+    """The files ``writer``'s previous run in ``out`` listed in its manifest, as far as they are plainly its own: a
+    relative path inside ``out`` (no ``..``, nothing hidden) ending in one of ``suffixes``. None without a manifest:
+    files of unknown origin are left alone."""
+    path = out / files_manifest(writer)
+    if not path.is_file():
+        return []
+    listed = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    own = []
+    for rel in listed:
+        parts = rel.split("/")
+        if rel and not rel.startswith("#") and not rel.startswith("/") and rel.endswith(suffixes):
+            if not any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+                own.append(rel)
+    return own
+
+
+def put_files_in_place(stage: Path, out: Path, writer: str, suffixes: tuple[str, ...], where: Path | None = None) -> None:
+    """Move every file under ``stage`` to the same place under ``out``, replacing the old versions, and remove the
+    files ``writer``'s previous run listed (:func:`files_manifest`) that the new set no longer has; anything else in
+    ``out`` stays. The old files are moved aside first and put back if any move fails (see :func:`staged_files`)."""
+    manifest = files_manifest(writer)
+    new = [rel for rel in list_files(stage) if rel != manifest]
+    stale = sorted(set(_previous_files(out, writer, suffixes)) - set(new))
+    (stage / manifest).write_text(_manifest_text(writer, new), encoding="utf-8")
+    entries = [*new, manifest]
+    for rel in entries:  # refused before anything is moved
+        for place in [out / rel, *(out / rel).parents]:
+            if place == out:
+                break
+            if place == out / rel and place.is_dir() and not place.is_symlink():
+                raise ValueError(f"{place} is a folder where {writer} writes a file: move it elsewhere, or choose another --out")
+            if place != out / rel and place.exists() and not place.is_dir():
+                raise ValueError(f"{place} is a file where {writer} writes a folder: move it elsewhere, or choose another --out")
+    if not out.exists():  # nothing to keep: the stage becomes the folder, in one rename
+        os.rename(stage, out)
+        return
+    aside = new_sibling_dir(out, "old", where or out.parent)
+    moved_aside: list[str] = []
+    moved_in: list[str] = []
+    made: list[Path] = []
+    try:
+        for rel in [*stale, *entries]:
+            if (out / rel).is_file() or (out / rel).is_symlink():
+                (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+                moved_aside.append(rel)  # noted first: an interruption right after the rename still puts it back
+                os.rename(out / rel, aside / rel)
+        for rel in entries:
+            missing = [p for p in (out / rel).parents if p.is_relative_to(out) and p != out and not p.exists()]
+            for folder in reversed(missing):
+                made.append(folder)
+                folder.mkdir()
+            moved_in.append(rel)
+            os.rename(stage / rel, out / rel)
+    except BaseException:
+        for rel in reversed(moved_in):
+            if not (stage / rel).exists():  # moved in before the failure
+                os.rename(out / rel, stage / rel)
+        for rel in reversed(moved_aside):
+            if (aside / rel).exists() or (aside / rel).is_symlink():
+                os.rename(aside / rel, out / rel)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        _remove_empty_folders(aside)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+    for rel in stale:  # the folders of a previous run's files (a profile's) that now hold nothing
+        for folder in (out / rel).parents:
+            if folder == out or not folder.is_relative_to(out):
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _remove_empty_folders(root: Path) -> None:
+    for dirpath, _, _ in sorted(os.walk(root), key=lambda walked: -len(walked[0])):
+        with contextlib.suppress(OSError):
+            Path(dirpath).rmdir()
+
+
+@contextmanager
 def output_lock(out: Path, where: Path | None = None) -> Iterator[None]:
     """Hold the lock of the folder ``out`` (``.<out>.muon-repro-lock`` beside it, an advisory ``flock`` the system
     releases when the process ends) while it is replaced; a second writer is refused at once, naming the first's

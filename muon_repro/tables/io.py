@@ -162,12 +162,41 @@ def _read_stamped(path: Path, name: str, *, fill_missing: bool = True) -> tuple[
     data = path.read_bytes()  # once: the stamp and the rows come from the same file
     written = pq.read_schema(pa.BufferReader(data))  # the file's own schema: its stamp and its columns
     generation = table_stamp(written.metadata).get(GENERATION_KEY)
-    table = pq.read_table(pa.BufferReader(data), schema=schema.arrow_schema())
+    try:
+        table = pq.read_table(pa.BufferReader(data), schema=schema.arrow_schema())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(_wrong_types(path, data, written, schema, exc)) from exc
     frame = schema.conform(table.to_pandas(types_mapper=pd.ArrowDtype).astype({c.name: c.dtype for c in schema.columns}))
     if not fill_missing:
         present = set(written.names)
         frame = frame[[c for c in frame.columns if c in present]]
     return frame, generation
+
+
+def _wrong_types(path: Path, data: bytes, written: pa.Schema, schema: TableSchema, exc: Exception) -> str:
+    """Why the table at ``path`` cannot be read with its schema's types: the column whose values do not convert
+    (named with its type, the schema's, and a value), and what to do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    expected = schema.arrow_schema()
+    differ = [f for f in expected if f.name in written.names and written.field(f.name).type != f.type]
+    bad = []
+    for field in differ:
+        try:
+            pq.read_table(pa.BufferReader(data), columns=[field.name]).column(0).cast(field.type)
+        except (pa.ArrowException, ValueError, TypeError) as cast_error:
+            bad.append((field, cast_error))
+    dtypes = {c.name: c.dtype for c in schema.columns}
+    problems = [
+        f"column {f.name!r} holds {written.field(f.name).type} values, not the {dtypes[f.name]} ({f.type}) expected: {e}"
+        for f, e in (bad or [(f, exc) for f in differ])
+    ] or [str(exc)]
+    return (
+        f"metrics table {path} cannot be read as the {schema.name} table: {'; '.join(problems)}. It was not written by "
+        f"this version of muon-repro analyze, or was edited since: regenerate the tables with "
+        f"`muon-repro analyze traces/ --out {path.parent}`"
+    )
 
 
 def read_table(path: str | Path, name: str | None = None, *, check_set: bool = True) -> pd.DataFrame:
