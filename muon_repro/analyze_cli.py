@@ -52,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object per trace file instead of the table")
     p.add_argument("--rank", type=_rank, default=None, help="rank of traces with no distributedInfo and no rank in the file name")
-    p.add_argument("--workers", type=_workers, default=None, help="processes for reading traces (default: CPU count, at most 8)")
+    p.add_argument(
+        "--workers", type=workers_count, default=None, help="processes for reading traces (default: CPU count, at most 8)"
+    )
     add_limit_options(p)
     p.set_defaults(func=run_analyze)
 
@@ -72,7 +74,8 @@ def _rank(text: str) -> int:
     return _int_at_least(text, 0, "a global rank, 0 or more")
 
 
-def _workers(text: str) -> int:
+def workers_count(text: str) -> int:
+    """``--workers``: processes to start, 1 or more (also ``muon-repro review``'s)."""
     return _int_at_least(text, 1, "a number of processes, 1 or more")
 
 
@@ -135,6 +138,8 @@ def _prestart_readers(args: argparse.Namespace) -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     from muon_repro.tables.io import check_tables_out, write_tables
 
+    if args.no_write and (args.out != "metrics" or args.force):
+        raise ValueError("--no-write writes no tables, so --out and --force have nothing to do; give one or the other")
     if not args.no_write:
         # before reading anything: a bad --out must not cost the analysis
         check_tables_out(Path(args.out), "--out", force=args.force)

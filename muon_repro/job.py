@@ -183,6 +183,13 @@ STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {
 
 def run_job(plan: RunPlan) -> dict[str, float]:
     """Run every stage in order; return each stage's wall time in seconds."""
+    if plan.first_stage != STAGES[0]:  # said before any folder is made: what the first stage run reads
+        source, what = (plan.traces, "runs recorded") if plan.first_stage == "analyze" else (plan.metrics, "tables")
+        if not source.is_dir():
+            raise ValueError(
+                f"--from {plan.first_stage} rebuilds from the {what} under {source}, and there is no such folder: "
+                f"make them first (muon-repro run --out {plan.out}), or give the --out that holds them"
+            )
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, stage in enumerate(STAGES, 1):
         if i <= STAGES.index(plan.first_stage):

@@ -31,11 +31,13 @@ from muon_repro.rundir import (
     CONFIG_FILE,
     CONVERGENCE_FILE,
     COSTMODEL_DIR,
+    ENVIRONMENT_FILE,
     MACHINE_FILE,
     PREDICTIONS_FILE,
     RunDir,
     convergence_profile,
     costmodel_profile,
+    load_json,
     read_json,
     trial_of,
 )
@@ -68,6 +70,9 @@ def _run_profile(folder: Path) -> str | None:
     recordings = [t for t in _visible_dirs(folder) if trial_of(t) is not None and (t / CONFIG_FILE).is_file()]
     if (folder / CONFIG_FILE).is_file():
         recordings.append(folder)
+    for recording in recordings:  # an unreadable environment.json would read as profile "unknown" and move there
+        if (recording / ENVIRONMENT_FILE).exists():
+            load_json(recording / ENVIRONMENT_FILE)  # SideFileError (a ValueError) naming the file and why
     profiles = {RunDir(t).profile: t for t in recordings}
     if len(profiles) > 1:
         raise ValueError(f"{folder}: its trials name different profiles ({', '.join(sorted(profiles))}); move them by hand")

@@ -192,3 +192,51 @@ def test_run_with_an_empty_author_is_refused_before_recording(tmp_path, capsys):
     assert main(["run", "--out", str(tmp_path / "out"), "--author", "Jen Wei", "--author", " "]) == 2
     assert "--author needs a name, got ' '" in capsys.readouterr().err
     assert not (tmp_path / "out" / "traces").exists()
+
+
+def test_flags_that_would_be_ignored_are_refused(tmp_path, capsys):
+    from muon_repro.cli import main
+
+    assert main(["analyze", str(tmp_path), "--no-write", "--out", str(tmp_path / "m")]) == 2
+    assert "--no-write writes no tables, so --out and --force have nothing to do" in capsys.readouterr().err
+    assert main(["study", "import", "--from", str(tmp_path), "--revision", "abc", "--out", str(tmp_path / "s")]) == 2
+    assert "--revision pins the commit --hub downloads" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists() and not (tmp_path / "s").exists()
+
+
+def test_review_refuses_zero_workers_before_contacting_the_hub(capsys):
+    from muon_repro.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["review", "test-org/data", "--pr", "1", "--workers", "0"])
+    assert exited.value.code == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+def test_validate_names_a_truncated_config_and_why(tmp_path):
+    from muon_repro.costmodel.validate import bench_config
+
+    (tmp_path / "config.json").write_text('{"dp": 2,')
+    with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
+        bench_config(tmp_path)
+
+
+@pytest.mark.parametrize(("stage", "source"), [("analyze", "traces"), ("figures", "metrics")])
+def test_run_from_a_later_stage_without_its_input_says_what_is_missing(tmp_path, capsys, stage, source):
+    from muon_repro.cli import main
+
+    out = tmp_path / "empty"
+    assert main(["run", "--from", stage, "--out", str(out)]) == 2
+    assert f"--from {stage} rebuilds from the" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_file_given_for_a_folder_is_called_a_file(tmp_path, capsys):
+    from muon_repro.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["figures", "--metrics", str(afile), "--out", str(tmp_path / "f")]) == 2
+    assert f"{afile} is a file, not a folder of metrics tables" in capsys.readouterr().err
+    assert main(["verify", str(afile)]) == 2
+    assert f"{afile}: a file, not a folder" in capsys.readouterr().err

@@ -292,3 +292,15 @@ def test_the_card_shows_the_topology_matrix_without_its_legend():
     topology = "GPU0\tGPU1\nGPU0\t X \tNV18\n\nLegend:\n\n  X    = Self\n  NV#  = bonded NVLinks\n"
     assert _without_legend(topology) == "GPU0\tGPU1\nGPU0\t X \tNV18"
     assert _without_legend("GPU0\t X") == "GPU0\t X"
+
+
+def test_a_report_folder_without_the_report_is_said(sources, tmp_path):  # noqa: F811
+    from muon_repro.dataset.bundle import Sources, collect
+
+    elsewhere = tmp_path / "notes"
+    elsewhere.mkdir()
+    (elsewhere / "draft.md").write_text("not the report")
+    _, said = collect(Sources(**{**sources, "report": elsewhere}))
+    assert any(f"--report {elsewhere}: no report.md" in line and "will not resolve" in line for line in said), said
+    _, said = collect(Sources(**sources))
+    assert not any("no report.md" in line for line in said)

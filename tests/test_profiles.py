@@ -202,6 +202,15 @@ def test_conflict_is_refused_naming_the_path_before_anything_moves(old_tree):
     assert (old_tree / "comparison").is_dir() and not (old_tree / CPU / "comparison").exists()
 
 
+def test_an_unreadable_environment_is_refused_naming_it_before_anything_moves(old_tree):
+    environment = next((old_tree / "comparison").rglob("environment.json"))
+    environment.write_text('{"hostname": "box",')
+    with pytest.raises(ValueError, match="not valid JSON") as info:
+        plan_migration(old_tree)  # not moved to unknown/, the profile an unreadable file would read as
+    assert str(environment) in str(info.value) and "nothing was moved" in str(info.value)
+    assert (old_tree / "comparison").is_dir() and not (old_tree / "unknown").exists()
+
+
 def test_unknown_group_is_refused(old_tree):
     with pytest.raises(ValueError, match="--groups nope: no such folder"):
         plan_migration(old_tree, ["nope"])

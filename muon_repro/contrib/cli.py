@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.analyze_cli import workers_count
 from muon_repro.contrib.limits import MAX_PR_BYTES, MAX_PR_FILES
 from muon_repro.hub.cli import add_repo_id_argument, add_timeout_argument, repo_id_of
 from muon_repro.hub.errors import hub_errors, request_failed
@@ -51,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_repo_id_argument(p, positional_alias=True)
     p.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number (refs/pr/N)")
-    p.add_argument("--workers", type=int, default=None, help="processes for the analysis (default: the CPU count, at most 8)")
+    p.add_argument(
+        "--workers", type=workers_count, default=None, help="processes for the analysis (default: the CPU count, at most 8)"
+    )
     p.add_argument(
         "--max-files",
         type=int,

@@ -319,7 +319,8 @@ def scan_runs(root: str | Path) -> RunScan:
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"{shown(root)}: no such folder of runs (record some with `muon-repro bench`)")
+        said = "a file, not a folder of runs" if root.exists() else "no such folder of runs"
+        raise FileNotFoundError(f"{shown(root)}: {said} (record some with `muon-repro bench`)")
     tree = _walk(root)
     scan = RunScan(root, problems=list(tree.refused))
     unread = {p.path.parent for p in tree.refused}

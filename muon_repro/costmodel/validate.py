@@ -29,7 +29,7 @@ from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
-from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, load_json, trial_folders
 
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
 _PLACE_KEYS = ("backend", "device")
@@ -65,7 +65,7 @@ def run_folders(root: str | Path) -> dict[str, list[Path]]:
 
 def bench_config(folder: Path) -> BenchConfig:
     """The :class:`BenchConfig` a run was recorded with, from its config file."""
-    raw = RunDir(folder).config_dict
+    raw = load_json(folder / CONFIG_FILE)  # SideFileError naming the file when it cannot be read (truncated, not JSON)
     try:
         return from_dict({k: v for k, v in raw.items() if k not in TRIAL_KEYS})
     except (TypeError, ValueError) as exc:

@@ -90,6 +90,8 @@ def collect(sources: Sources) -> tuple[dict[str, Path], list[str]]:
             warnings.append(message + f"; the bundle has no {f.name}/")
             continue
         files.update(_folder_files(f.name, folder))
+        if f.name == "report" and "report/report.md" not in files:  # a folder of something else, say
+            warnings.append(f"--report {folder}: no report.md; the card's link to report/report.md will not resolve")
     if sources.code is not None:
         files.update(_code_files(Path(sources.code), warnings))
     if not any(is_trace(p) for p in files):

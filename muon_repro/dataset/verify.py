@@ -400,7 +400,8 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such folder")
+        said = "a file, not a folder" if root.exists() else "no such folder"
+        raise FileNotFoundError(f"{root}: {said}; give the dataset's folder (a download, or a bundle)")
     result = VerifyResult()
 
     def report(line: str, ok: bool) -> None:

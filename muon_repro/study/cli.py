@@ -53,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    if args.revision is not None and not args.hub:
+        raise ValueError("--revision pins the commit --hub downloads; a folder given with --from has none (drop --revision)")
     from muon_repro.tables.files import check_out_folder
 
     check_out_folder(args.out, f"--out {args.out}")  # before reading or downloading anything

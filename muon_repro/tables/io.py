@@ -220,6 +220,8 @@ def read_tables(folder: str | Path, names: Iterable[str]) -> dict[str, pd.DataFr
     one, :class:`MixedTables` when they are of different generations, a warning when none is stamped.
     A column the file lacks is left out, so the reader can name it."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is a file, not a folder of metrics tables: give the folder muon-repro analyze wrote")
     frames, generations = {}, {}
     for name in names:
         path = folder / f"{name}.parquet"
