@@ -58,6 +58,17 @@ class RunPlan:
         if any(not author.strip() for author in self.authors):  # said now, not after recording for minutes
             raise ValueError(f"--author needs a name, got {[a for a in self.authors if not a.strip()][0]!r}")
 
+    def check_input(self) -> None:
+        """With ``--from`` a later stage, refuse an --out without what that stage reads (before any folder is made)."""
+        if self.first_stage == STAGES[0]:
+            return
+        source, what = (self.traces, "runs recorded") if self.first_stage == "analyze" else (self.metrics, "tables")
+        if not source.is_dir():
+            raise ValueError(
+                f"--from {self.first_stage} rebuilds from the {what} under {source}, and there is no such folder: "
+                f"make them first (muon-repro run --out {self.out}), or give the --out that holds them"
+            )
+
     @property
     def traces(self) -> Path:
         return self.out / "traces"
@@ -183,13 +194,6 @@ STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {
 
 def run_job(plan: RunPlan) -> dict[str, float]:
     """Run every stage in order; return each stage's wall time in seconds."""
-    if plan.first_stage != STAGES[0]:  # said before any folder is made: what the first stage run reads
-        source, what = (plan.traces, "runs recorded") if plan.first_stage == "analyze" else (plan.metrics, "tables")
-        if not source.is_dir():
-            raise ValueError(
-                f"--from {plan.first_stage} rebuilds from the {what} under {source}, and there is no such folder: "
-                f"make them first (muon-repro run --out {plan.out}), or give the --out that holds them"
-            )
     plan.out.mkdir(parents=True, exist_ok=True)
     for i, stage in enumerate(STAGES, 1):
         if i <= STAGES.index(plan.first_stage):
@@ -314,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
         first_stage=args.first_stage,
         verbose=args.verbose,
     )
+    plan.check_input()
     try:
         seconds = run_job(plan)
     except BenchInterrupted as exc:  # says which trials were dropped and which kept
