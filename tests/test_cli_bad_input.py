@@ -240,3 +240,14 @@ def test_a_file_given_for_a_folder_is_called_a_file(tmp_path, capsys):
     assert f"{afile} is a file, not a folder of metrics tables" in capsys.readouterr().err
     assert main(["verify", str(afile)]) == 2
     assert f"{afile}: a file, not a folder" in capsys.readouterr().err
+
+
+def test_contribute_calls_a_file_given_for_its_runs_a_file(tmp_path):
+    from muon_repro.contrib.run_check import scan_runs
+
+    afile = tmp_path / "runs"
+    afile.write_text("")
+    with pytest.raises(FileNotFoundError, match="a file, not a folder of runs"):
+        scan_runs(afile)
+    with pytest.raises(FileNotFoundError, match="no such folder of runs"):
+        scan_runs(tmp_path / "none")
