@@ -76,3 +76,10 @@ _SECRET = re.compile(r"\bhf_[A-Za-z0-9_]{8,}|(?i:\b(?:bearer|basic)\s+)[A-Za-z0-
 def redact(text: str) -> str:
     """``text`` with anything shaped like a token replaced: a server's error may echo the request's headers back."""
     return _SECRET.sub("[redacted]", text)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (its type when it says nothing), credentials redacted: what a one-line error
+    message quotes of a failed request."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0]) if text else type(exc).__name__

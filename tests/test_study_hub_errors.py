@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from muon_repro.terminal import redact
+from muon_repro.terminal import first_line, redact
 
 SECRET = "hf_FAKE_SECRET_123"
 
@@ -16,6 +16,13 @@ SECRET = "hf_FAKE_SECRET_123"
 def test_text_shaped_like_a_credential_is_redacted(text):
     assert "[redacted]" in redact(text)
     assert SECRET not in redact(text) and "abcdefghijklmnop" not in redact(text)
+
+
+def test_every_quoted_error_line_is_redacted_at_the_source():
+    """``first_line`` is what every Hub message quotes (publish, tag, download, contribute, review, study import,
+    converge's download): one line, credentials out, the type when the error says nothing."""
+    assert first_line(RuntimeError(f"401 for Bearer {SECRET}\nbody: {SECRET}")) == "401 for [redacted]"
+    assert first_line(TimeoutError()) == "TimeoutError"
 
 
 def test_ordinary_error_text_is_kept():

@@ -30,8 +30,9 @@ from muon_repro.contrib.run_check import LocalRun, RunScan, scan_runs
 from muon_repro.contrib.untrusted import guarded_echo, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, kept_manifest, manifest_lines, parse_manifest
 from muon_repro.dataset.naming import check_repo_id, check_revision
-from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, first_line, hub_step, hub_timeout, token_in_use
+from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, hub_step, hub_timeout, token_in_use
 from muon_repro.tables.files import human_size, sha256_file
+from muon_repro.terminal import first_line
 
 _TRIAL_IN_PATH = re.compile(r"/trial(\d+)/")
 

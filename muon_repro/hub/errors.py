@@ -3,9 +3,7 @@ shared by ``publish``, ``download``, ``contribute`` and ``review``."""
 
 from __future__ import annotations
 
-from muon_repro.terminal import redact
-
-__all__ = ["endpoint", "hub_errors", "redact", "request_failed"]
+from muon_repro.terminal import first_line
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
@@ -24,7 +22,6 @@ def endpoint() -> str:
 
 
 def request_failed(exc: BaseException, consequence: str = "") -> str:
-    """The one-line message for a Hub request that failed: the endpoint, the error's first line, what it left undone."""
-    from muon_repro.hub.publish import first_line  # heavy imports stay inside the commands
-
-    return f"the request to {endpoint()} failed: {redact(first_line(exc))}{consequence}"
+    """The one-line message for a Hub request that failed: the endpoint, the error's first line (credentials
+    redacted), what it left undone."""
+    return f"the request to {endpoint()} failed: {first_line(exc)}{consequence}"

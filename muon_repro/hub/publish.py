@@ -38,6 +38,7 @@ from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, t
 from muon_repro.hub.interrupts import PublishInterrupted, PublishStage
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
 from muon_repro.tables.files import human_size, sha256_file
+from muon_repro.terminal import first_line
 
 DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_KINDS = ("connect", "read", "write", "pool")  # httpx's timeouts, each per operation
@@ -430,9 +431,3 @@ def _publish_to(
 def citation_text(meta: BundleMeta, commit: str, endpoint: str) -> str:
     """The card's BibTeX with the published commit as its revision, as the Hub's "Cite this dataset" gives it."""
     return f"Cite this version as:\n{bibtex(meta, commit, endpoint=endpoint)}"
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception's first line (its type when it says nothing): what a one-line error message quotes."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

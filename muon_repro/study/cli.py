@@ -63,15 +63,14 @@ def run_import(args: argparse.Namespace) -> int:
         from huggingface_hub.errors import HfHubHTTPError
 
         from muon_repro.study.sources import HUB_REPO, download_study
-        from muon_repro.terminal import redact
+        from muon_repro.terminal import first_line
 
         with tempfile.TemporaryDirectory(prefix="muon-repro-study-") as cache:
             try:
                 downloaded = download_study(cache, revision=args.revision)
             except (HfHubHTTPError, httpx2.TransportError) as exc:  # one line: the body may echo the request's headers
-                said = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
                 raise ValueError(
-                    f"downloading {HUB_REPO} failed: {redact(said)}; nothing was imported (or give a copy with --from)"
+                    f"downloading {HUB_REPO} failed: {first_line(exc)}; nothing was imported (or give a copy with --from)"
                 ) from None
             result = import_study(downloaded, args.out)
     else:
