@@ -91,6 +91,17 @@ def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
     return results
 
 
+def _trained_three_steps(dims: ParallelDims, **muon_options) -> tuple[GPT, DistributedMuon]:
+    """A fresh tiny model (seed 0) and fp32-NS DistributedMuon with ``muon_options``, after 3 steps; the ledger holds
+    exactly those steps' collectives."""
+    torch.manual_seed(0)
+    model = GPT(CONFIG, dims.tp_group)
+    opt = DistributedMuon(muon_param_groups(model), dims, lr=0.02, ns_dtype=torch.float32, **muon_options)
+    dims.ledger.records.clear()
+    _train(model, opt, dims, range(3))
+    return model, opt
+
+
 def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, object]:
     """The same 3 steps once per overlap variant (fresh model each time, same seed); returns the
     parameters after each variant, the NS units and the gathers each variant issued."""
@@ -99,19 +110,7 @@ def train_every_overlap(layout: str, bucket_elems: int | None) -> dict[str, obje
     dims = ParallelDims(dp=2, tp=2)
     params, gathers = {}, {}
     for overlap in OVERLAPS:
-        torch.manual_seed(0)
-        model = GPT(CONFIG, dims.tp_group)
-        opt = DistributedMuon(
-            muon_param_groups(model),
-            dims,
-            lr=0.02,
-            layout=layout,
-            bucket_elems=bucket_elems,
-            ns_dtype=torch.float32,
-            overlap=overlap,
-        )
-        dims.ledger.records.clear()
-        _train(model, opt, dims, range(3))
+        model, opt = _trained_three_steps(dims, layout=layout, bucket_elems=bucket_elems, overlap=overlap)
         params[overlap] = {n: p.detach().clone() for n, p in model.named_parameters()}
         gathers[overlap] = [(r.phase, r.elements) for r in dims.ledger.records if r.phase in ("dp_gather", "tp_gather")]
     return {"params": params, "gathers": gathers, "units": len(opt.plan.ns_units)}
@@ -124,20 +123,7 @@ def train_every_unit_cap(layout: str, bucket_elems: int | None, caps: list[int |
     out = {}
     for cap in caps:
         for overlap in ("none", "pipelined"):
-            torch.manual_seed(0)
-            model = GPT(CONFIG, dims.tp_group)
-            opt = DistributedMuon(
-                muon_param_groups(model),
-                dims,
-                lr=0.02,
-                layout=layout,
-                bucket_elems=bucket_elems,
-                ns_dtype=torch.float32,
-                overlap=overlap,
-                ns_unit_elems=cap,
-            )
-            dims.ledger.records.clear()
-            _train(model, opt, dims, range(3))
+            model, opt = _trained_three_steps(dims, layout=layout, bucket_elems=bucket_elems, overlap=overlap, ns_unit_elems=cap)
             out[(cap, overlap)] = {
                 "params": {n: p.detach().clone() for n, p in model.named_parameters()},
                 "bytes_per_step": {phase: b // 3 for phase, b in dims.ledger.bytes_by_phase().items()},

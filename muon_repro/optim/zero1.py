@@ -114,12 +114,11 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems, ns_unit_elems)
         self.stats = StepStats()
         self._build_flat_buffers()
-        self._laid_out = True
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group`` while constructing; afterwards refused: every parameter's place in the flat
         buffer is fixed when the optimizer is built."""
-        if getattr(self, "_laid_out", False):
+        if hasattr(self, "plan"):  # set once torch's __init__ has added the constructor's groups
             raise ValueError(
                 f"{type(self).__name__} lays out its flat buffer when it is built, so it cannot take a param group "
                 "later; build a new optimizer with every group"
