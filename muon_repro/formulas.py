@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from muon_repro.values import is_count, is_index
+
 if TYPE_CHECKING:
     from muon_repro.model_config import GPTConfig
 
@@ -64,9 +66,9 @@ def ring_bytes(op: str, elements: int, element_size: int, group_size: int) -> in
 def check_stage(stage: int, pp: int, micro_batches: int) -> None:
     """``ValueError`` unless ``pp`` and ``micro_batches`` are positive integers and ``stage`` is in ``[0, pp)``."""
     for name, value in (("pp", pp), ("micro_batches", micro_batches)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_count(value):
             raise ValueError(f"1F1B schedule: {name} must be a positive integer, got {value!r}")
-    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
+    if not (is_index(stage) and stage < pp):
         raise ValueError(f"1F1B schedule: stage must be an integer in [0, pp={pp}), got {stage!r}")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from muon_repro.values import is_count, is_index
+
 QKV_MODES = ("fused", "split")
 # How the GPT computes its loss under TP (GPT's ``cross_entropy``, BenchConfig's field): from each rank's
 # logits shard, or from the logits all-gathered on every rank (how the runs recorded before the option did).
@@ -30,9 +32,9 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden", "n_layers", "n_heads", "ffn_hidden", "max_seq_len"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+        if not is_index(self.seed):
             raise ValueError(f"GPTConfig.seed must be a non-negative integer, got {self.seed!r}")
         if self.qkv not in QKV_MODES:
             raise ValueError(f"GPTConfig.qkv must be one of {QKV_MODES}, got {self.qkv!r}")
@@ -99,7 +101,7 @@ def stage_layers(n_layers: int, pp: int) -> list[range]:
     larger first (the last stage also holds the head and the loss). Here, without torch, for the analysis and the
     cost model; :class:`muon_repro.model_stages.GPTStage` builds its blocks from it."""
     for name, value in (("n_layers", n_layers), ("pp", pp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_count(value):
             raise ValueError(f"stage_layers: {name} must be a positive integer, got {value!r}")
     if n_layers < pp:
         raise ValueError(

@@ -19,6 +19,7 @@ from typing import Any
 
 from muon_repro.phases import COARSE_PHASES, MUON_ONLY_PHASES, OPTIMIZER, PHASES
 from muon_repro.tables.schemas import COMM_KINDS  # kinds with a time column of their own
+from muon_repro.values import is_index
 
 # Phase labels opened by muon_repro.parallel.comm, the model and the optimizers (muon_repro.phases).
 OUR_LABELS = frozenset(PHASES)
@@ -147,7 +148,7 @@ def busbw_factor(op: str, group_size: int) -> float | None:
 
 def _numel(dims: Any) -> int | None:
     """Elements of a tensor shape ``[d0, d1, ...]``; ``None`` if not a shape."""
-    if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+    if not isinstance(dims, list) or not all(is_index(d) for d in dims):
         return None
     return math.prod(dims) if dims else 1
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from muon_repro.analysis.errors import TraceLimitError
+from muon_repro.values import is_count
 
 KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
 
@@ -106,7 +107,7 @@ class TraceLimits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value, spec = getattr(self, f.name), LIMIT_SPECS[f.name]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= spec.ceiling:
+            if not (is_count(value) and value <= spec.ceiling):
                 raise ValueError(
                     f"{f.name} ({spec.what}) must be an integer from 1 to {shown_limit(f.name, spec.ceiling)}, got {value!r}"
                 )

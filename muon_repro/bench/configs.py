@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
 from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
+from muon_repro.values import is_count
 
 SCALES = ("cpu", "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
@@ -150,7 +151,7 @@ class BenchConfig:
             raise ValueError(f"config {self.key}: overlap={self.overlap!r} schedules Muon's gathers; AdamW has none (use 'none')")
         cap = self.ns_unit_elems
         if cap is not None:
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            if not is_count(cap):
                 raise ValueError(f"config {self.key}: ns_unit_elems must be a positive integer or null, got {cap!r}")
             if self.optimizer != "muon":
                 raise ValueError(f"config {self.key}: ns_unit_elems caps Muon's Newton-Schulz units; AdamW has none (use null)")
@@ -210,7 +211,7 @@ class BenchConfig:
     def _check_model_shape(self) -> None:
         """Overrides are positive integers and, with the preset, make a model every TP rank can hold."""
         for name, value in self.model_overrides().items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"config {self.key}: {name} must be a positive integer, got {value!r}")
         if not self.preset:
             if self.model_overrides():

@@ -48,6 +48,7 @@ from muon_repro.bench.runner import run_rank
 from muon_repro.hardware import validate_profile_id
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
 from muon_repro.tables import files
+from muon_repro.values import is_count
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,10 @@ def plan_recordings(
     """Every trial of every configuration, in rounds: all configurations' trial 0, then trial 1, ...; each
     round's order shuffled by :func:`round_order` (its index the seed). Rounds from ``traced_trials`` on
     (None: none) record the timed steps of configurations that have them, without profiler or trace."""
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+    if not is_count(trials):
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
     traced = trials if traced_trials is None else traced_trials
-    if isinstance(traced, bool) or not isinstance(traced, int) or traced < 1:
+    if not is_count(traced):
         raise ValueError(f"traced trials must be a positive integer (rounds that keep traces), got {traced_trials!r}")
     if traced > trials:
         raise ValueError(

@@ -50,6 +50,7 @@ from muon_repro.hub import remote
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, check_timeout, hub_step, hub_timeout
 from muon_repro.rundir import CONFIG_FILE, CONVERGENCE_GROUP, COSTMODEL_DIR, ENVIRONMENT_FILE, read_json
 from muon_repro.tables.files import human_size, sha256_file
+from muon_repro.values import is_count
 
 CLAIMS_PATH = "metrics/claims.parquet"
 
@@ -241,10 +242,10 @@ def review(
 ) -> ReviewResult:
     """Check pull request ``pr`` of ``repo_id`` and show, per profile, the claims before and after it."""
     check_repo_id(repo_id)
-    if isinstance(pr, bool) or not isinstance(pr, int) or pr < 1:
+    if not is_count(pr):
         raise ValueError(f"--pr must be a pull request number (1, 2, ...), got {pr!r}")
     for flag, value in (("--max-files", max_files), ("--max-bytes", max_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_count(value):
             raise ValueError(f"{flag} must be a positive whole number, got {value!r}")
     timeout = check_timeout(timeout)
     echo = guarded_echo(echo)

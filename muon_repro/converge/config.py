@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from muon_repro.values import is_count, is_index
+
 OPTIMIZERS = ("muon", "adamw")
 
 
 def _positive_int(owner: str, name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_count(value):
         raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
 
 
@@ -59,7 +61,7 @@ class ConvergeConfig:
             "checkpoint_every",
         ):
             _positive_int(owner, name, getattr(self, name))
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+        if not is_index(self.seed):
             raise ValueError(f"{owner}.seed must be a non-negative integer, got {self.seed!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"{owner}.lr must be a positive number, got {self.lr!r}")

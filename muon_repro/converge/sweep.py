@@ -36,6 +36,7 @@ from muon_repro.converge.identity import RunMismatch, identity_differences, reco
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 from muon_repro.tables import files
+from muon_repro.values import is_count
 
 FORMAT_VERSION = 2  # 2: validation and test loss, per-step wall time and FLOPs per step; older records are retrained
 JOBS = (1, 2)  # runs at once: one at a time, or a Muon run beside its AdamW twin
@@ -60,11 +61,9 @@ class ConvergePlan:
                 raise ValueError(f"ConvergePlan.lrs[{opt!r}] must be a non-empty list of positive learning rates, got {values!r}")
             if len(set(values)) != len(values):
                 raise ValueError(f"ConvergePlan.lrs[{opt!r}] repeats a value: {values!r}")
-        if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
+        if not is_count(self.seeds):
             raise ValueError(f"ConvergePlan.seeds must be a positive integer, got {self.seeds!r}")
-        if self.sweep_steps is not None and (
-            not isinstance(self.sweep_steps, int) or isinstance(self.sweep_steps, bool) or self.sweep_steps < 1
-        ):
+        if self.sweep_steps is not None and not is_count(self.sweep_steps):
             raise ValueError(f"ConvergePlan.sweep_steps must be a positive integer or None, got {self.sweep_steps!r}")
         if not isinstance(self.group, str) or not GROUP_NAME.fullmatch(self.group):
             raise ValueError(

@@ -48,6 +48,7 @@ from muon_repro.costmodel.workload import Workload
 from muon_repro.formulas import one_f_one_b_order
 from muon_repro.model_config import stage_parts
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
+from muon_repro.values import is_count
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _check_times(forward: Sequence[float], backward: Sequence[float], transfer: 
             f"1F1B: give one forward and one backward time per stage and one transfer time per boundary (pp - 1), got "
             f"{len(forward)} forward, {len(backward)} backward and {len(transfer)} transfer times"
         )
-    if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
+    if not is_count(micro_batches):
         raise ValueError(f"1F1B: micro_batches must be an integer >= 1, got {micro_batches!r}; a pipeline needs a micro-batch")
     for name, values in (("forward", forward), ("backward", backward), ("transfer", transfer)):
         bad = next((v for v in values if not (math.isfinite(v) and v >= 0)), None)

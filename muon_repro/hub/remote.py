@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from muon_repro.hub.plan import RemoteFile, list_remote
+from muon_repro.values import is_count
 
 __all__ = ["RemoteFile", "download", "head_commit", "list_remote", "read_text"]
 
@@ -39,7 +40,7 @@ def download(
     The workers are daemon threads: Ctrl-C stops the wait at once (no new file starts) and does not
     keep the process alive until requests to a Hub that stopped answering time out.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_count(workers):
         raise ValueError(f"workers must be a positive number of parallel downloads, got {workers!r}")
 
     ordered = sorted(set(paths))

@@ -44,6 +44,7 @@ from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.phases import DP_COMM_PHASES, OPTIMIZER_COMM_PHASES
+from muon_repro.values import is_count
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COMPARISONS = ("isolated", "end_to_end")
@@ -104,9 +105,7 @@ class EquivalenceConfig:
                 raise ValueError(f"{name} must be one of {sorted(DTYPES)}, got {value!r}")
         if self.bucket_elems is not None and self.layout != "bucketed":
             raise ValueError("bucket_elems applies to layout 'bucketed' only")
-        if self.bucket_elems is not None and (
-            isinstance(self.bucket_elems, bool) or not isinstance(self.bucket_elems, int) or self.bucket_elems < 1
-        ):
+        if self.bucket_elems is not None and not is_count(self.bucket_elems):
             raise ValueError(f"bucket_elems must be a positive integer, got {self.bucket_elems!r}")
         for name in ("isolated_bound", "end_to_end_bound"):
             value = getattr(self, name)

@@ -53,6 +53,7 @@ from functools import cached_property
 
 from muon_repro.formulas import newton_schulz_flops
 from muon_repro.phases import LAYOUTS
+from muon_repro.values import is_count
 
 __all__ = ["BUFFER_ORDER", "DEFAULT_BUCKET_ELEMS", "LAYOUTS", "NsUnit", "ParamSpec", "ShardPlan"]
 
@@ -159,7 +160,7 @@ class ShardPlan:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown ZeRO-1 layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
         for name, value in (("bucket_elems", bucket_elems), ("ns_unit_elems", ns_unit_elems)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and not is_count(value):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if layout != "bucketed" and bucket_elems is not None:
             raise ValueError(f"bucket_elems applies to the 'bucketed' layout only, not {layout!r}")

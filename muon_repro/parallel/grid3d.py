@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import argparse
 
+from muon_repro.values import is_count
+
 AXES = ("tp", "dp", "pp")  # fastest-varying first: the order ranks are laid out in
 
 
 def check_positive_sizes(owner: str, sizes: dict[str, int]) -> None:
     """``ValueError`` naming the first of ``sizes`` that is not a positive integer (as ``owner.name``)."""
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_count(value):
             raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
 
 

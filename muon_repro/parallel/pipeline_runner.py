@@ -48,6 +48,7 @@ from muon_repro.parallel.schedule import (
     one_f_one_b,
 )
 from muon_repro.phases import BACKWARD, FORWARD, PP_FLUSH, PP_RECV_ACTIVATION, PP_RECV_GRAD, PP_SEND_ACTIVATION, PP_SEND_GRAD
+from muon_repro.values import is_count
 
 # Profiler scope of each point-to-point step (muon_repro.phases names them for the analysis).
 PP_PHASES = {
@@ -91,7 +92,7 @@ class BlockedClock:
 
 def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> list[torch.Tensor]:
     """``batch`` ``[B, ...]`` cut into ``micro_batches`` equal, consecutive micro-batches along dim 0."""
-    if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
+    if not is_count(micro_batches):
         raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
     if batch.shape[0] % micro_batches != 0:
         raise ValueError(

@@ -1,0 +1,16 @@
+"""Checks on plain values read from configs, JSON and flags: one home for "a whole number of something".
+
+Plain Python, no imports: any module (torch-free or not) can use it.
+"""
+
+from __future__ import annotations
+
+
+def is_count(value: object) -> bool:
+    """An int, not a bool, at least 1 (True is an int in Python: a JSON ``true`` or a flag must not pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def is_index(value: object) -> bool:
+    """An int, not a bool, at least 0: an index, a seed (False is an int in Python: a JSON ``false`` must not pass as 0)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
