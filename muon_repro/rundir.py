@@ -31,7 +31,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -315,13 +315,36 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @dataclass
 class RunDir:
-    """A run folder, read through the typed views above. Missing side files read as empty."""
+    """A run folder, read through the typed views above. Missing side files read as empty.
+
+    Each side file is parsed once, on first use (a view of the folder as it was then, until :meth:`write`); one that
+    is there but cannot be read reads as empty too, and :meth:`unreadable_side_files` says why."""
 
     path: Path
+    _side_files: dict[str, dict[str, Any] | SideFileError] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _side_file(self, name: str) -> dict[str, Any]:
+        if name not in self._side_files:
+            try:
+                self._side_files[name] = load_json(self.path / name)
+            except SideFileError as exc:
+                self._side_files[name] = exc
+        value = self._side_files[name]
+        return {} if isinstance(value, SideFileError) else value
+
+    def unreadable_side_files(self) -> dict[str, SideFileError]:
+        """The side files that are there but cannot be read (absent ones are not: a foreign folder has none), by name."""
+        problems = {}
+        for name in (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE):
+            self._side_file(name)
+            problem = self._side_files[name]
+            if isinstance(problem, SideFileError) and (self.path / name).exists():
+                problems[name] = problem
+        return problems
 
     @property
     def config_dict(self) -> dict[str, Any]:
-        return read_json(self.path / CONFIG_FILE) or {}
+        return self._side_file(CONFIG_FILE)
 
     @property
     def config(self) -> RunConfig:
@@ -329,7 +352,7 @@ class RunDir:
 
     @property
     def environment(self) -> dict[str, Any]:
-        return read_json(self.path / ENVIRONMENT_FILE) or {}
+        return self._side_file(ENVIRONMENT_FILE)
 
     @property
     def profile(self) -> str:
@@ -338,7 +361,7 @@ class RunDir:
 
     @property
     def ranks(self) -> list[RankMetrics]:
-        raw = (read_json(self.path / METRICS_FILE) or {}).get("ranks")
+        raw = self._side_file(METRICS_FILE).get("ranks")
         if not isinstance(raw, list):
             return []
         return [RankMetrics.from_dict(entry, i) for i, entry in enumerate(raw) if isinstance(entry, Mapping)]
@@ -370,6 +393,7 @@ class RunDir:
         write_json(self.path / METRICS_FILE, {"config": config.get("key"), "ranks": [r.to_dict() for r in ranks]})
         write_json(self.path / CONFIG_FILE, dict(config))
         write_json(self.path / ENVIRONMENT_FILE, dict(environment))
+        self._side_files.clear()
 
 
 # ---------------------------------------------------------------- profiles of records beside the runs

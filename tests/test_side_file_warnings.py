@@ -39,3 +39,22 @@ def test_a_timed_only_trial_with_an_unreadable_config_is_warned_about(tmp_path):
     (folder / "config.json").write_text('{"profile": false, "timed_steps": 8')
     with pytest.warns(TraceWarning, match="config.json: not valid JSON"):
         assert timed_only_folders([tmp_path]) == []
+
+
+def test_each_side_file_is_parsed_once_until_the_folder_is_written(tmp_path, monkeypatch):
+    import muon_repro.rundir as rundir
+
+    folder = _trial(tmp_path, traced=True)
+    (folder / "config.json").write_text(json.dumps({"optimizer": "muon", "dp": 2, "tp": 2}))
+    (folder / "environment.json").write_text("[1, 2]")
+    parsed = []
+    real_load = rundir.load_json
+    monkeypatch.setattr(rundir, "load_json", lambda path: parsed.append(path.name) or real_load(path))
+    run_dir = rundir.RunDir(folder)
+    for _ in range(3):
+        assert run_dir.config.optimizer == "muon" and run_dir.environment == {} and run_dir.ranks == []
+    assert sorted(parsed) == ["config.json", "environment.json", "metrics.json"]
+    assert set(run_dir.unreadable_side_files()) == {"environment.json"}  # metrics.json is absent, not unreadable
+    assert len(parsed) == 3
+    run_dir.write({"optimizer": "adamw"}, {}, [], "")
+    assert run_dir.config.optimizer == "adamw" and run_dir.unreadable_side_files() == {}

@@ -28,10 +28,8 @@ from muon_repro.rundir import (
     METRICS_FILE,
     RUN_FILES,
     RunDir,
-    SideFileError,
     is_study_folder,
     is_trace_file,
-    load_json,
     protocol_of,
     trial_folders,
     trial_of,
@@ -146,7 +144,7 @@ class RunInfo:
 def run_info_for(directory: Path) -> RunInfo:
     """The run a folder stands for, from its side files if it has them."""
     run_dir = RunDir(directory)
-    _warn_unreadable_side_files(directory)
+    _warn_unreadable_side_files(run_dir)
     config_dict = run_dir.config_dict
     check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
@@ -165,21 +163,16 @@ def run_info_for(directory: Path) -> RunInfo:
     )
 
 
-def _warn_unreadable_side_files(directory: Path) -> None:
+def _warn_unreadable_side_files(run_dir: RunDir) -> None:
     """A side file that is there but cannot be read reads as absent (a foreign folder has none), so say so: without
     config.json the run's optimizer and grid are unknown, without environment.json its profile."""
-    for name in (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE):
-        path = Path(directory) / name
-        if path.exists():
-            try:
-                load_json(path)
-            except SideFileError as exc:
-                warnings.warn(
-                    f"{exc}; the run is read as if it had no {name} (its {_SIDE_FILE_HOLDS[name]} unknown): record the "
-                    "run again, or restore the file",
-                    TraceWarning,
-                    stacklevel=3,
-                )
+    for name, problem in run_dir.unreadable_side_files().items():
+        warnings.warn(
+            f"{problem}; the run is read as if it had no {name} (its {_SIDE_FILE_HOLDS[name]} unknown): record the "
+            "run again, or restore the file",
+            TraceWarning,
+            stacklevel=3,
+        )
 
 
 _SIDE_FILE_HOLDS = {
@@ -199,9 +192,10 @@ def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
             continue
         for folders in trial_folders(root).values():
             for folder in folders:
+                run_dir = RunDir(folder)
                 if not any(is_trace_file(f.name) for f in folder.iterdir()):  # a traced trial is warned where it is read
-                    _warn_unreadable_side_files(folder)
-                config = RunDir(folder).config_dict
+                    _warn_unreadable_side_files(run_dir)
+                config = run_dir.config_dict
                 timed = config.get("timed_steps")
                 if config.get("profile") is False and isinstance(timed, int) and not isinstance(timed, bool) and timed > 0:
                     found.setdefault(folder.resolve(), folder)
