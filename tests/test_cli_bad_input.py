@@ -110,10 +110,16 @@ def test_calibrate_tables_on_a_file_is_refused_before_measuring(tmp_path, afile,
     _only_afile_left(tmp_path, afile)  # no m.json either
 
 
-@pytest.mark.parametrize("name", ["../evil", "", ".hidden", "a/b", "two words"])
+@pytest.mark.parametrize("name", ["../evil", "", ".hidden", "a/b", "two words", "_x", "x" * 65])
 def test_calibrate_name_must_be_a_plain_name(tmp_path, name, no_measuring, capsys):
     err = _refused(["calibrate", "--out", str(tmp_path / "m.json"), "--name", name, "--quick", "--ranks", "1"], capsys)
-    assert f"--name {name!r}" in err and "letters, digits, '.', '_' and '-'" in err and "not starting with '.'" in err
+    assert f"--name {name!r}" in err and "is not a profile id" in err and "starting with a letter or digit" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_default_name_is_checked_as_a_profile_id(tmp_path, no_measuring, capsys):
+    err = _refused(["calibrate", "--out", str(tmp_path / "my box.json"), "--quick", "--ranks", "1"], capsys)
+    assert "its file name (the default --name)" in err and "'my box' is not a profile id" in err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 from muon_repro.bench.custom import add_run_shape_arguments
 from muon_repro.claims import LEVELS
-from muon_repro.hardware import PROFILE_FIELD, add_profile_argument
+from muon_repro.hardware import PROFILE_FIELD, add_profile_argument, validate_profile_id
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
 # run-shape flags without a default (argparse dests): set only when a single run is predicted
@@ -240,13 +239,15 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder; give the profile's file name, such as {args.out / 'machine.json'}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise ValueError(f"--threads must be an integer from 1 to {MAX_THREADS} (torch threads per rank), got {args.threads}")
-    if args.name is not None:
-        _check_profile_name(args.name)
+    # what ``predict --machine`` and the records find the profile by: a profile id, never a path
+    name = args.name if args.name is not None else args.out.stem
+    validate_profile_id(
+        name, source="--name" if args.name is not None else f"--out {args.out}: its file name (the default --name)"
+    )
     # every place this writes, before minutes of measuring: the profile's folder, the calibration table's
     check_out_file(args.out, f"--out {args.out}")
     if args.tables is not None:
         check_out_folder(args.tables, f"--tables {args.tables}")
-    name = args.name or args.out.stem
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)
     existed, profile_written = args.out.is_file(), False
@@ -283,18 +284,6 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(format_summary(profile))
     print(f"wrote {args.out} and {', '.join(str(t) for t in tables)}")
     return 0
-
-
-_PROFILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-
-def _check_profile_name(name: str) -> None:
-    """``--name``: what ``predict --machine`` and the records find the profile by, so a plain name, never a path."""
-    if not _PROFILE_NAME.fullmatch(name):
-        raise ValueError(
-            f"--name {name!r} is not a profile name: use letters, digits, '.', '_' and '-' only, at least one, "
-            "not starting with '.' (e.g. cpu-2c-gloo)"
-        )
 
 
 def _warn_if_busy(out: Path) -> None:
