@@ -9,7 +9,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from muon_repro.tables.files import OUTPUT_MARKER, check_replaceable, remove_stale_siblings, staged_dir
+from muon_repro.tables import files as files_module
+from muon_repro.tables.files import (
+    OUTPUT_MARKER,
+    check_replaceable,
+    finish_interrupted_swaps,
+    new_sibling_dir,
+    put_files_in_place,
+    remove_stale_siblings,
+    staged_dir,
+    staged_files,
+)
 from muon_repro.tables.io import write_tables
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -269,3 +279,120 @@ def test_a_read_only_place_is_refused_in_one_line_naming_it(tmp_path, capsys):
             assert code == 2 and f"no permission to write in {ro}" in err and "Traceback" not in err, (command, err)
     finally:
         subprocess.run(["umount", str(ro)], check=False)
+
+
+# ---------------------------------------------------------------- a writer of files killed while moving them in
+
+WRITER, SUFFIXES = "muon-repro figures", (".png",)
+OLD_SET = {"a.png": b"old a", "b.png": b"old b", "sub/c.png": b"old c"}
+NEW_SET = {"a.png": b"new a", "d.png": b"new d", "prof/e.png": b"new e"}
+
+
+def _files_under(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _write_set(out: Path, files: dict[str, bytes]) -> None:
+    with staged_files(out, WRITER, SUFFIXES) as stage:
+        for rel, data in files.items():
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            (stage / rel).write_bytes(data)
+
+
+class _Killed(BaseException):
+    """A kill -9 as the swap sees it: no handler of the writer's runs to completion."""
+
+
+def _killed_after(renames: int, tmp_path: Path, monkeypatch) -> Path:
+    """``figures`` with the old set, then a writer of the new set killed after ``renames`` renames of its swap, as
+    a dead process (another pid) leaves it: its stage and folder of old files beside ``figures``."""
+    out = tmp_path / "figures"
+    _write_set(out, OLD_SET)
+    real_rename, done = os.rename, []
+
+    def rename(src, dst):
+        if len(done) >= renames:
+            raise _Killed  # every later rename too: the handler that would put the old files back dies as well
+        done.append(dst)
+        real_rename(src, dst)
+
+    stage = new_sibling_dir(out, "stage")
+    for rel, data in NEW_SET.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_bytes(data)
+    dead = _dead_pid()
+    dead_stage = stage.rename(tmp_path / stage.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
+    with monkeypatch.context() as patch:
+        patch.setattr(files_module.os, "getpid", lambda: dead)
+        patch.setattr(files_module.os, "rename", rename)
+        with pytest.raises(_Killed):
+            put_files_in_place(dead_stage, out, WRITER, SUFFIXES)
+    return out
+
+
+def _whole_sets(tmp_path: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The folder with the old set and with the new one, manifest included, as uninterrupted writers leave it."""
+    out = tmp_path / "reference" / "figures"
+    _write_set(out, OLD_SET)
+    old = _files_under(out)
+    _write_set(out, NEW_SET)
+    return old, _files_under(out)
+
+
+def test_a_swap_killed_midway_is_finished_by_the_next_writer(tmp_path, monkeypatch):
+    old_whole, new_whole = _whole_sets(tmp_path)
+    renames = 8  # b.png, sub/c.png, a.png and the manifest moved aside; a.png, d.png, prof/e.png and the manifest in
+    for k in range(renames):
+        root = tmp_path / f"kill{k}"
+        out = _killed_after(k, root, monkeypatch)
+        if k == 0:  # killed at its first rename: nothing had moved, the handler put nothing back and ended the swap
+            assert _files_under(out) == old_whole and finish_interrupted_swaps(out) == []
+        else:
+            assert _files_under(out) not in (old_whole, new_whole), k  # a mix, as the kill left it
+            assert len(finish_interrupted_swaps(out)) == 1, k
+            assert _files_under(out) == new_whole, k
+        remove_stale_siblings(out)
+        assert [p.name for p in root.iterdir()] == ["figures"], k  # no stage, no folder of old files
+        _write_set(out, OLD_SET)  # and the next writer works as ever, removing what its set no longer has
+        assert _files_under(out) == old_whole, k
+
+
+def test_a_swap_that_put_the_old_files_back_is_not_finished_later(tmp_path, monkeypatch):
+    out = tmp_path / "figures"
+    _write_set(out, OLD_SET)
+    before = _files_under(out)
+    real_rename, moved_in = os.rename, []
+
+    def rename(src, dst):
+        if ".muon-repro-stage-" in str(src):
+            moved_in.append(dst)
+            if len(moved_in) == 2:
+                raise KeyboardInterrupt
+        real_rename(src, dst)
+
+    dead = _dead_pid()
+    with monkeypatch.context() as patch:
+        patch.setattr(files_module.os, "getpid", lambda: dead)
+        patch.setattr(files_module.os, "rename", rename)
+        with pytest.raises(KeyboardInterrupt):
+            _write_set(out, NEW_SET)
+    assert _files_under(out) == before
+    assert finish_interrupted_swaps(out) == []
+    assert _files_under(out) == before
+
+
+@pytest.mark.parametrize("stage_left", [True, False])
+def test_a_folder_swap_killed_between_its_renames_is_finished(tmp_path, stage_left):
+    out, dead = tmp_path / "metrics", _dead_pid()
+    old = tmp_path / f".metrics.muon-repro-old-{dead}-0123abcd"  # the previous folder, renamed aside; out missing
+    stage = tmp_path / f".metrics.muon-repro-stage-{dead}-89abcdef"  # the complete new one, not yet renamed in
+    old.mkdir()
+    (old / "runs.csv").write_text("old")
+    if stage_left:
+        stage.mkdir()
+        (stage / "runs.csv").write_text("new")
+    with pytest.raises(ValueError, match="a failing writer"), staged_dir(out, "muon-repro analyze"):
+        assert (out / "runs.csv").read_text() == ("new" if stage_left else "old")
+        raise ValueError("a failing writer")
+    assert (out / "runs.csv").read_text() == ("new" if stage_left else "old")  # nothing lost: a whole set is there
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics"]

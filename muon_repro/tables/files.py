@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -134,12 +135,14 @@ def staged_dir(out: str | Path, writer: str | None = None) -> Iterator[Path]:
     """A new folder beside ``out`` to fill; swapped in for ``out`` whole when the block ends, removed
     (``out`` untouched) when it raises. ``writer`` (say ``muon-repro analyze``) is recorded in the folder's
     :data:`OUTPUT_MARKER`, so that the next writer knows the folder is its own to replace (:func:`check_replaceable`).
-    Staging folders an interrupted writer of ``out`` left are removed first. A mount point cannot be renamed: the
-    stage, the lock and the swap (:func:`swap_entries`) are then inside it, on its own file system."""
+    A swap a killed writer of ``out`` left half done is finished first (:func:`finish_interrupted_swaps`), and the
+    staging folders it left removed. A mount point cannot be renamed: the stage, the lock and the swap
+    (:func:`swap_entries`) are then inside it, on its own file system."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     where = out if is_mount_point(out) else out.parent
     with output_lock(out, where):
+        finish_interrupted_swaps(out, where)
         remove_stale_siblings(out, where)
         stage = new_sibling_dir(out, "stage", where)
         try:
@@ -166,12 +169,14 @@ def staged_files(out: str | Path, writer: str, suffixes: tuple[str, ...]) -> Ite
     (or need them copied into the stage first, and fail on a mount point). So every file of the new set is complete
     before any old file is touched, the old ones are moved aside (never deleted) until every new one is in, and any
     failure of that swap puts them back: a reader finds the old set or the new one. A hard kill while the files are
-    moved (a few renames) may leave a mix; the hidden stage and old folders it leaves are removed by the next run."""
+    moved (a few renames) leaves a mix until the next writer of ``out`` starts: it finishes that swap from the
+    journal the killed one kept (:func:`finish_interrupted_swaps`), then removes the hidden folders left."""
     out = Path(out)
     out = out.resolve() if out.is_symlink() else out  # write into the folder the link points at, keep the link
     out.parent.mkdir(parents=True, exist_ok=True)
     where = out if is_mount_point(out) else out.parent  # a rename never crosses file systems
     with output_lock(out, where):
+        finish_interrupted_swaps(out, where)
         remove_stale_siblings(out, where)
         stage = new_sibling_dir(out, "stage", where)
         try:
@@ -199,13 +204,22 @@ def _previous_files(out: Path, writer: str, suffixes: tuple[str, ...]) -> list[s
     if not path.is_file():
         return []
     listed = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    own = []
-    for rel in listed:
-        parts = rel.split("/")
-        if rel and not rel.startswith("#") and not rel.startswith("/") and rel.endswith(suffixes):
-            if not any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-                own.append(rel)
-    return own
+    return [rel for rel in listed if not rel.startswith("#") and rel.endswith(suffixes) and _plain_relative(rel)]
+
+
+def _plain_relative(rel: object, *, hidden_file: bool = False) -> bool:
+    """Whether ``rel`` is a relative path that stays inside its folder and names nothing hidden (but the file itself
+    when ``hidden_file``: a writer's manifest)."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/"):
+        return False
+    parts = rel.split("/")
+    hidden = [p.startswith(".") for p in parts]
+    return not any(p in ("", ".", "..") for p in parts) and not any(hidden[:-1] if hidden_file else hidden)
+
+
+# What a swap of files (put_files_in_place) is about to do, kept in its folder of old files until the swap is done:
+# the next writer of the same output finishes a swap a hard kill interrupted (finish_interrupted_swaps).
+SWAP_JOURNAL = ".muon-repro-swap.json"
 
 
 def put_files_in_place(stage: Path, out: Path, writer: str, suffixes: tuple[str, ...], where: Path | None = None) -> None:
@@ -229,6 +243,8 @@ def put_files_in_place(stage: Path, out: Path, writer: str, suffixes: tuple[str,
         os.rename(stage, out)
         return
     aside = new_sibling_dir(out, "old", where or out.parent)
+    journal = {"out": out.name, "stage": stage.name, "stale": stale, "entries": entries}
+    write_atomic(aside / SWAP_JOURNAL, json.dumps(journal, indent=1))  # before any move: the swap can be finished
     moved_aside: list[str] = []
     moved_in: list[str] = []
     made: list[Path] = []
@@ -255,10 +271,16 @@ def put_files_in_place(stage: Path, out: Path, writer: str, suffixes: tuple[str,
         for folder in reversed(made):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+        (aside / SWAP_JOURNAL).unlink()  # put back: nothing left to finish (a kill before this finishes the swap)
         _remove_empty_folders(aside)
         raise
     shutil.rmtree(aside, ignore_errors=True)
-    for rel in stale:  # the folders of a previous run's files (a profile's) that now hold nothing
+    _remove_emptied_folders(out, stale)
+
+
+def _remove_emptied_folders(out: Path, stale: list[str]) -> None:
+    """The folders of a previous run's files (a profile's) that now hold nothing."""
+    for rel in stale:
         for folder in (out / rel).parents:
             if folder == out or not folder.is_relative_to(out):
                 break
@@ -266,6 +288,73 @@ def put_files_in_place(stage: Path, out: Path, writer: str, suffixes: tuple[str,
                 folder.rmdir()
             except OSError:
                 break
+
+
+def finish_interrupted_swaps(out: Path, where: Path | None = None) -> list[Path]:
+    """Finish each swap into ``out`` whose writer was killed midway, so that ``out`` holds the new set whole, as if
+    the swap had not been interrupted (the new set was complete in the writer's stage before the first move):
+
+    - a swap of files (:func:`put_files_in_place`), from the journal in its folder of old files: every new file still
+      in the stage moved in, every file the new set no longer has removed;
+    - a swap of the whole folder (:func:`swap_dir`) killed between its two renames, ``out`` missing: the stage
+      renamed to ``out`` (the old folder back when the stage is gone).
+
+    Returns the folders of old files of the swaps finished; they, and the stages, are removed with the rest of a
+    dead writer's folders by :func:`remove_stale_siblings`."""
+    finished = []
+    parent = where or out.parent
+    for folder, pid in _dead_writers_folders(out, parent, "old"):
+        stages = [stage for stage, stage_pid in _dead_writers_folders(out, parent, "stage") if stage_pid == pid]
+        if (folder / SWAP_JOURNAL).is_file():
+            done = _finish_file_swap(out, folder, stages)
+        elif not out.exists() and not out.is_symlink():
+            os.rename(stages[0] if stages else folder, out)
+            done = True
+        else:
+            done = False
+        if done:
+            finished.append(folder)
+    return finished
+
+
+def _dead_writers_folders(out: Path, parent: Path, role: str) -> list[tuple[Path, int]]:
+    """The hidden ``role`` folders (``stage``, ``old``) of ``out``'s writers that are no longer alive, with their pids."""
+    found = []
+    for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
+        match = _SIBLING.match(folder.name)
+        if not match or match["name"] != out.name or f"-{role}-" not in folder.name:
+            continue
+        if folder.is_symlink() or not folder.is_dir() or int(match["pid"]) == os.getpid() or _alive(int(match["pid"])):
+            continue
+        found.append((folder, int(match["pid"])))
+    return found
+
+
+def _finish_file_swap(out: Path, old_folder: Path, stages: list[Path]) -> bool:
+    """:func:`finish_interrupted_swaps` for one swap of files; False (nothing done) unless its journal and stage are
+    what :func:`put_files_in_place` left."""
+    try:
+        journal = json.loads((old_folder / SWAP_JOURNAL).read_text(encoding="utf-8"))
+        stage_name, stale, entries = journal["stage"], journal["stale"], journal["entries"]
+        stage = next(s for s in stages if s.name == stage_name)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return False  # not a journal this code wrote, or its stage is gone: the folder is removed, out left as it is
+    if journal.get("out") != out.name or not isinstance(stale, list) or not isinstance(entries, list):
+        return False
+    if not all(_plain_relative(rel) for rel in stale) or not all(_plain_relative(r, hidden_file=True) for r in entries):
+        return False
+    try:
+        for rel in entries:
+            if (stage / rel).is_file():
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(stage / rel, out / rel)
+        for rel in stale:
+            (out / rel).unlink(missing_ok=True)
+    except OSError:
+        return False  # out changed since (a file where a folder was): the writer about to run replaces the set whole
+    _remove_emptied_folders(out, stale)
+    (old_folder / SWAP_JOURNAL).unlink()
+    return True
 
 
 def _remove_empty_folders(root: Path) -> None:
