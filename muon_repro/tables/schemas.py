@@ -1208,9 +1208,10 @@ SCHEMAS: dict[str, TableSchema] = {
                 "lead_low",
                 "Float64",
                 "ratio",
-                "low end of its 95% t interval over seeds (n - 1 degrees of freedom); -inf when a seed is censored below",
+                "low end of its 95% t interval over seeds (n - 1 degrees of freedom); null (no low end) when a seed is "
+                "censored below",
             ),
-            ("lead_high", "Float64", "ratio", "high end of that interval; +inf when a seed is censored above"),
+            ("lead_high", "Float64", "ratio", "high end of that interval; null (no high end) when a seed is censored above"),
         ),
     ),
 }
