@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,26 @@ def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from tiny_sweep import record_once
 
     return record_once(tmp_path_factory)
+
+
+@pytest.fixture
+def quick_figures(monkeypatch) -> None:
+    """Every figure drawn as two tiny files: what these tests check is where the files go, not what they show
+    (drawing the real set takes ~8 s a run; tests/test_report.py's bundle checks the figures themselves)."""
+
+    def fake(name: str):
+        def draw(*args) -> Path:
+            png = Path(args[-1]).with_suffix(".png")
+            png.parent.mkdir(parents=True, exist_ok=True)
+            png.write_bytes(f"new {name}".encode())
+            png.with_suffix(".svg").write_bytes(f"new {name}".encode())
+            return png
+
+        return draw
+
+    from muon_repro.report import build, profile_figures, study_section
+
+    for name in build.DRAW:
+        monkeypatch.setitem(build.DRAW, name, fake(name))
+    monkeypatch.setattr(profile_figures, "claims_by_profile", fake("claims_by_profile"))
+    monkeypatch.setattr(study_section, "study_numbers", fake("study_numbers"))

@@ -410,7 +410,9 @@ def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
 # ---------------------------------------------------------------- metrics/ alone
 
 
-def test_figures_and_report_need_only_the_metrics_folder(bundle: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+def test_figures_and_report_need_only_the_metrics_folder(
+    bundle: Path, tmp_path: Path, monkeypatch, capsys, quick_figures
+) -> None:
     shutil.copytree(bundle / "metrics", tmp_path / "metrics")
     monkeypatch.chdir(tmp_path)  # the defaults: metrics/, figures/, report/; no traces/ anywhere
     assert main(["figures"]) == 0

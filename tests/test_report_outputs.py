@@ -39,27 +39,6 @@ def root(built: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def quick_figures(monkeypatch) -> None:
-    """Every figure drawn as two tiny files: what these tests check is where the files go, not what they show
-    (drawing the real set takes ~8 s a run; tests/test_report.py checks the figures themselves)."""
-
-    def fake(name: str):
-        def draw(*args) -> Path:
-            png = Path(args[-1]).with_suffix(".png")
-            png.parent.mkdir(parents=True, exist_ok=True)
-            png.write_bytes(f"new {name}".encode())
-            png.with_suffix(".svg").write_bytes(f"new {name}".encode())
-            return png
-
-        return draw
-
-    for name in build.DRAW:
-        monkeypatch.setitem(build.DRAW, name, fake(name))
-    monkeypatch.setattr(profile_figures, "claims_by_profile", fake("claims_by_profile"))
-    monkeypatch.setattr(study_section, "study_numbers", fake("study_numbers"))
-
-
 def _snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (hidden ones too), by relative path."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
