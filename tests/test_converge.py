@@ -710,6 +710,10 @@ def test_the_report_says_each_configuration_and_its_budgets_in_the_tables_number
     assert [h.split("`")[1] for h in heads] == [CONVERGENCE_GROUP, "convergence-small"]  # the figures' one first
     said = " ".join(lines[lines.index(heads[1]) :])
     assert "interpolated" in said and "seed 4: +0.850" in said
+    # AdamW's test loss at Muon's length (the runs compared), its longer budgets each with the rate its sweep chose
+    adamw = next(line for line in lines[lines.index(heads[1]) :] if line.startswith("AdamW: sweep"))
+    assert "final test loss of its 10-step runs" in adamw and adamw.count("(seed ") == 5
+    assert "the best of its sweep on the validation loss (1x 0.001, 1.5x 0.001, 2x 0.001, 3x 0.001)" in said
     held = _table_numbers(*tables.values())
     assert _not_held(said.replace("sha256 " + "0" * 16, ""), held) == []
 

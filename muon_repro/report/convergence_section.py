@@ -53,9 +53,12 @@ PUBLISHED = (
 )
 
 
-def _best_run(conv: pd.DataFrame, opt: str) -> pd.DataFrame:
+def _best_run(conv: pd.DataFrame, opt: str, steps: object = None) -> pd.DataFrame:
+    """``opt``'s runs at its best learning rate, of ``steps`` steps when it has such runs, else its longest."""
     best = conv[(conv["optimizer"] == opt) & conv["best_lr"].fillna(False).astype(bool)]
-    return best[best["steps"] == best["steps"].max()] if len(best) else best
+    if not len(best):
+        return best
+    return best[best["steps"] == (steps if (best["steps"] == steps).any() else best["steps"].max())]
 
 
 def _interval(mean: object, low: object, high: object, signed: bool = True) -> str:
@@ -99,13 +102,15 @@ def _setup_line(conv: pd.DataFrame) -> str:
 def _sweep_lines(conv: pd.DataFrame) -> list[str]:
     """Each optimizer's sweep (final validation loss per learning rate), its best, and its long runs' test loss."""
     sweep = conv[conv["sweep"].fillna(False).astype(bool)]
+    muon_best = _best_run(conv, "muon")
     lines = []
     for opt, label in (("muon", "Muon"), ("adamw", "AdamW")):
         s = sweep[sweep["optimizer"] == opt]
         if s.empty:
             continue
         finals = s.dropna(subset=["val_loss"]).sort_values("step").groupby("lr")["val_loss"].last().astype(float)
-        best = _best_run(conv, opt)
+        # at Muon's length, the runs compared: AdamW's longer budgets are budget_match's (_budget_lines)
+        best = _best_run(conv, opt, muon_best["steps"].iloc[0] if len(muon_best) else None)
         lr = float(best["lr"].iloc[0]) if len(best) else float("nan")
         last = best[best["step"] == best["steps"]].dropna(subset=["test_loss"]).sort_values("seed")
         tests = ", ".join(f"{float(v):.3f} (seed {int(k)})" for k, v in zip(last["seed"], last["test_loss"]))
@@ -205,6 +210,7 @@ def _budget_lines(budget: pd.DataFrame) -> list[str]:
     test loss, and the lead over seeds (budget_match)."""
     first = budget.iloc[0]
     finals = budget.groupby("budget_ratio")["adamw_test_loss"].apply(lambda v: _span(v.astype(float), ".3f"))
+    rates = budget.groupby("budget_ratio")["adamw_lr"].apply(lambda v: _span(v.astype(float), "g"))
     per_seed = budget.drop_duplicates("seed").sort_values("seed")
     leads = "; ".join(
         f"seed {int(r['seed'])}: "
@@ -213,7 +219,8 @@ def _budget_lines(budget: pd.DataFrame) -> list[str]:
     )
     return [
         f"AdamW trained again to {', '.join(f'{r:g}x' for r in finals.index)} Muon's {int(first['muon_steps'])} steps, "
-        "each its own warm-up and cosine schedule; final test loss per budget over the seeds: "
+        "each its own warm-up and cosine schedule and its own learning rate, the best of its sweep on the validation "
+        f"loss ({', '.join(f'{r:g}x {v}' for r, v in rates.items())}); final test loss per budget over the seeds: "
         + ", ".join(f"{r:g}x {v}" for r, v in finals.items())
         + f" nats, against Muon's {_span(per_seed['muon_test_loss'].astype(float), '.3f')}.",
         "Tokens AdamW needs to reach Muon's final test loss, interpolated between the budgets that bracket it (linear in "
