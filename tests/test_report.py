@@ -427,6 +427,20 @@ def test_figures_and_report_need_only_the_metrics_folder(
     assert "--traces" not in md
 
 
+def test_the_optimizer_share_names_the_steps_it_is_read_on() -> None:
+    """The runs table's share reads the steps timed without the profiler when a run has them: the sentence quotes
+    those steps' medians, and the profiled ones (the decomposition's) apart, never one set's share with the other's."""
+    from muon_repro.report.decomposition_section import _share_source
+
+    run = {"optimizer_ms": 293.0, "step_ms": 590.0, "trials": 1, "steps": 5, "rounds": 10, "disturbed_rounds": 1}
+    timed = _share_source(pd.Series({**run, "timed_optimizer_ms": 286.0, "timed_step_ms": 595.0}))
+    assert "10 rounds timed without the profiler" in timed and "1 disturbed left out" in timed
+    assert "optimizer step 286 ms of a 595 ms step" in timed and "293 ms of a 590 ms median step" in timed
+    assert "over 1 trial × 5 profiled steps" in timed
+    profiled = _share_source(pd.Series({**run, "trials": 2, "steps": 10, "timed_optimizer_ms": None, "timed_step_ms": None}))
+    assert "timed without" not in profiled and "over 2 trials × 5 profiled steps" in profiled
+
+
 def test_traces_is_no_option_of_figures_or_report(capsys) -> None:
     for command in ("figures", "report"):
         with pytest.raises(SystemExit):

@@ -33,6 +33,30 @@ def _names_run(conditions: str, run: str) -> bool:
     return re.search(rf"(^|; ){re.escape(run)}( \(|;|$)", conditions) is not None
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _share_source(r: pd.Series) -> str:
+    """Which steps the runs table's optimizer_share reads (estimators.step_source) and their medians, then the
+    profiled steps' medians the decomposition above is made of, when those are others."""
+    profiled = (
+        f"median optimizer step {ms(metric(r, 'optimizer_ms'))} of a {ms(metric(r, 'step_ms'))} median step, over "
+        f"{_count(int(metric(r, 'trials')), 'trial')} × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} "
+        "profiled steps"
+    )
+    timed_opt, timed_step = r.get("timed_optimizer_ms"), r.get("timed_step_ms")
+    if pd.isna(timed_opt) or pd.isna(timed_step):  # a run without steps timed without the profiler
+        return f"per step, the mean over trials of each trial's median ({profiled})"
+    left_out = 0 if pd.isna(r.get("disturbed_rounds")) else int(r["disturbed_rounds"])
+    disturbed = f", {left_out} disturbed left out" if left_out else ""
+    return (
+        f"per step, the mean over the {int(metric(r, 'rounds'))} rounds timed without the profiler of each round's "
+        f"median{disturbed} (their medians: optimizer step {ms(timed_opt)} of a {ms(timed_step)} step; the profiled "
+        f"steps decomposed above: {profiled})"
+    )
+
+
 def decomposition_runs(data: ReportData) -> list[pd.Series]:
     """The runs the decomposition shows: Muon and AdamW at DP2·TP2 (the original study's comparison first),
     else the first grid with both, else the first configured run alone."""
@@ -89,12 +113,8 @@ def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, A
         share = derive.optimizer_share(r)
         claimed = next((c for cond, c in share_claim.items() if _names_run(cond, str(r["run"]))), None)
         interval = f"; the claims table's estimate and 95% interval: {claimed['measured']}" if claimed else ""
-        beside.append(
-            f"Optimizer share, {run_label(r)}: {pct(share)}, optimizer step time / training step time "
-            f"(median optimizer step {ms(metric(r, 'optimizer_ms'))}, median training step {ms(metric(r, 'step_ms'))}, "
-            f"over {int(metric(r, 'trials'))} trials × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} steps"
-            f"{interval})."
-        )
+        what = "optimizer step time / training step time"
+        beside.append(f"Optimizer share, {run_label(r)}: {pct(share)}, {what}, {_share_source(r)}{interval}.")
     muon = [r for r in shown if str(r["optimizer"]) == "muon"]
     adamw = [r for r in shown if str(r["optimizer"]) == "adamw"]
     if muon and adamw:
