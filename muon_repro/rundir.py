@@ -256,6 +256,18 @@ def protocol_group(protocol: str, world_size: int = 4) -> str:
     return STUDY_PROTOCOL_GROUPS[protocol] + (ONE_RANK_SUFFIX if world_size == 1 else "")
 
 
+# A protocol run's name, the study's way (bench.study_protocol.ProtocolRun.name_at): adamw, muon_dp2_tp2,
+# adamw_FULLSTEP, muon_FULLSTEP_dp2_tp2_async, ... Its capitals are the study's; no other run name has them.
+PROTOCOL_RUN_NAME = re.compile(r"(?:adamw|muon)(?:_FULLSTEP)?(?:_dp[1-9][0-9]{0,3}_tp[1-9][0-9]{0,3})?(?:_async)?")
+PROTOCOL_RUN_FILES = (CONFIG_FILE, ENVIRONMENT_FILE)
+"""Every file of a protocol run's folder besides the traces (it keeps no metrics.json or log.txt)."""
+
+
+def protocol_groups() -> tuple[str, ...]:
+    """Every group a study protocol's runs are filed under (on the study's 4 ranks and on one)."""
+    return tuple(protocol_group(p, w) for p in STUDY_PROTOCOLS for w in (4, 1))
+
+
 def protocol_of(folder: Path) -> str | None:
     """The study protocol a trial folder was recorded with (its config.json), None for anything else."""
     config = read_json(Path(folder) / CONFIG_FILE)

@@ -4,8 +4,10 @@ messages, escaping, and refused symbolic links (muon_repro.contrib.untrusted, pr
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 from support.run_links import link_outside
@@ -17,6 +19,7 @@ from muon_repro.contrib.pr_checks import RunPath, parse_run_path
 from muon_repro.contrib.run_check import check_run, scan_runs
 from muon_repro.contrib.untrusted import describe_ranks, escape_controls, shown
 
+REPO = Path(__file__).resolve().parents[1]
 FOLDER = f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"
 
 
@@ -85,6 +88,10 @@ def test_the_other_numbers_and_names_of_config_json():
     good = {"group": "comparison", "name": "muon_dp2_tp1", "world_size": 4, "dp": 2, "tp": 2, "trial": 3, "steps": 6}
     assert check_config(good).problems == () and check_config(good).world_size == 4
     assert "dp 2 x tp 1 is not world_size 4" in check_config({**good, "tp": 1}).problems[0]
+    pipeline = {**good, "tp": 1, "pp": 2}  # PP2·DP2 on 4 ranks: the pipeline group's runs
+    assert check_config(pipeline).problems == () and check_config(pipeline).world_size == 4
+    assert "dp 2 x tp 2 x pp 2 is not world_size 4" in check_config({**good, "pp": 2}).problems[0]
+    assert check_config({**good, "pp": 2, "world_size": 8}).problems == ()
     assert "trial is -1, outside 0 to" in check_config({**good, "trial": -1}).problems[0]
     assert "group 'gr\\u043eup' is not a valid name" in check_config({**good, "group": "gr\u043eup"}).problems[0]
     assert check_config({**good, "world_size": None, "dp": None}).world_size is None
@@ -151,3 +158,55 @@ def test_a_gzip_bomb_stops_at_64_times_its_compressed_size(tmp_path):
     assert [p.path.name for p in problems] == ["rank0.json.gz"]
     assert problems[0].problem.startswith("past a limit of the trace reader (decompressed more than")
     assert time.perf_counter() - started < 10
+
+
+def test_every_committed_runs_config_passes_the_contribution_check():
+    """A contributor re-recording any of our configurations must not be refused: the pipeline runs' ranks are
+    dp x tp x pp, the 8-rank ones too."""
+    configs = sorted(REPO.glob("traces/*/*/*/trial0/config.json"))
+    assert any(json.loads(c.read_text()).get("pp", 1) > 1 for c in configs)
+    refused = {str(c): check_config(json.loads(c.read_text())).problems for c in configs}
+    assert not {c: p for c, p in refused.items() if p}
+
+
+# ---------------------------------------------------------------- the original study's protocol, replayed and contributed
+
+PROTOCOL_RUN = REPO / "traces" / "cpu-2c-gloo" / "study_protocol" / "muon_FULLSTEP_dp2_tp2" / "trial0"
+
+
+def test_a_study_protocol_run_is_contributed_with_the_files_it_has(tmp_path):
+    """`muon-repro bench --protocol study` writes traces, config.json and environment.json (no metrics.json, no
+    log.txt) under the study's run names, capitals included: contributed as they are."""
+    folder = tmp_path / "runs" / "cpu-2c-gloo" / "study_protocol" / PROTOCOL_RUN.parent.name / "trial0"
+    shutil.copytree(PROTOCOL_RUN, folder)
+    scan = scan_runs(tmp_path / "runs")
+    assert scan.problems == [] and len(scan.runs) == 1
+    run = scan.runs[0]
+    assert run.dest == f"traces/cpu-2c-gloo/study_protocol/{PROTOCOL_RUN.parent.name}/trial0"
+    assert set(run.files) == {"config.json", "environment.json", *(f"rank{r}.json.gz" for r in range(4))}
+    assert isinstance(parse_run_path(f"{run.dest}/rank3.json.gz"), RunPath)
+
+
+def test_a_protocol_run_filed_under_another_group_is_refused_by_name(tmp_path):
+    folder = tmp_path / "runs" / "cpu-2c-gloo" / "study_protocol" / PROTOCOL_RUN.parent.name / "trial0"
+    shutil.copytree(PROTOCOL_RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "group": "study_equal_work"}))
+    problems = [str(p) for p in scan_runs(tmp_path / "runs").problems]
+    assert len(problems) == 1 and "its protocol 'study' on 4 rank(s) files its runs under group study_protocol" in problems[0]
+
+
+@pytest.mark.parametrize(
+    "group, name, allowed",
+    [
+        ("study_protocol", "muon_FULLSTEP_dp2_tp2_async", True),
+        ("study_equal_work_1rank", "adamw_FULLSTEP", True),
+        ("comparison", "muon_FULLSTEP_dp2_tp2", False),  # the study's capitals only in the protocol's groups
+        ("study_protocol", "Muon_dp2_tp2", False),  # and only its own names there
+        ("study_protocol", "muon_FULLSTEP_dp2_tp2/../x", False),
+    ],
+)
+def test_the_studys_run_names_are_allowed_in_its_protocols_groups_only(group, name, allowed):
+    config = {"group": group, "name": name, "world_size": 4, "dp": 2, "tp": 2}
+    assert (check_config(config).problems == ()) is allowed
+    assert isinstance(parse_run_path(f"traces/p/{group}/{name}/trial0/rank0.json.gz"), RunPath) is allowed

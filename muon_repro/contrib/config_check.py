@@ -4,7 +4,7 @@
 the checks build a set of every rank; a float (4.7) would be silently truncated. Every integer field
 a check or the analysis counts with is read from the raw JSON: a JSON integer (``true`` and ``4.0``
 refused), within :data:`~muon_repro.contrib.limits.CONFIG_INT_RANGES`; group and name follow the
-name rules; ``dp * tp`` is ``world_size`` when all three are given.
+name rules; ``dp * tp * pp`` (``pp`` 1 when absent) is ``world_size`` when dp, tp and world_size are given.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muon_repro.contrib.limits import CONFIG_INT_RANGES
-from muon_repro.contrib.untrusted import name_problem
+from muon_repro.contrib.untrusted import name_problem, run_name_problem
 from muon_repro.run_records import int_field_problem
 
 RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
@@ -49,12 +49,13 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
         if value is None or value == "":
             problems.append(f"has no {key!r}: {RECORD_AGAIN}")
             names[key] = None
-        elif (problem := name_problem(value, what)) is not None:
+        elif problem := run_name_problem(value, raw.get("group"), what) if key == "name" else name_problem(value, what):
             problems.append(problem)
             names[key] = None
         else:
             names[key] = value
     ints: dict[str, int] = {}
+    problems_of: set[str] = set()
     for key in CONFIG_INT_RANGES:
         if key not in raw:
             if key == "world_size":
@@ -65,10 +66,13 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
             ints[key] = raw[key]
         else:
             problems.append(problem)
-    if {"dp", "tp", "world_size"} <= ints.keys() and ints["dp"] * ints["tp"] != ints["world_size"]:
-        problems.append(
-            f"dp {ints['dp']} x tp {ints['tp']} is not world_size {ints['world_size']}: the run's ranks are its "
-            f"DP x TP grid; {RECORD_AGAIN}"
-        )
-        ints.pop("world_size")
+            problems_of.add(key)
+    if {"dp", "tp", "world_size"} <= ints.keys() and "pp" not in problems_of:
+        pp = ints.get("pp", 1)  # a run recorded before pipelines has no pp: one stage
+        if ints["dp"] * ints["tp"] * pp != ints["world_size"]:
+            grid = f"dp {ints['dp']} x tp {ints['tp']}" + (f" x pp {pp}" if "pp" in ints else "")
+            problems.append(
+                f"{grid} is not world_size {ints['world_size']}: the run's ranks are its DP x TP x PP grid; {RECORD_AGAIN}"
+            )
+            ints.pop("world_size")
     return CheckedConfig(names["group"], names["name"], ints.get("world_size"), tuple(problems))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from muon_repro.contrib.limits import MAX_FILE_BYTES, MAX_TRIAL, MAX_WORLD_SIZE, binary_size, file_limit
 from muon_repro.contrib.run_check import TRACES_ROOT
-from muon_repro.contrib.untrusted import name_problem, profile_problem, shown
+from muon_repro.contrib.untrusted import name_problem, profile_problem, run_name_problem, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, kept_manifest, parse_manifest
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
 from muon_repro.rundir import RUN_FILES, TRIAL_PREFIX
@@ -62,7 +62,7 @@ def parse_run_path(path: str) -> RunPath | str:
     problems = [
         profile_problem(profile, "the profile"),
         name_problem(group, "the group"),
-        name_problem(name, "the run name"),
+        run_name_problem(name, group, "the run name"),
         None if _TRIAL.fullmatch(trial) else f"the folder {shown(trial)} is not trial<k> with k from 0 to {MAX_TRIAL}",
         _file_problem(file),
     ]

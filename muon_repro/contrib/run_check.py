@@ -42,11 +42,15 @@ from muon_repro.rundir import (
     ENVIRONMENT_FILE,
     LOG_FILE,
     METRICS_FILE,
+    PROTOCOL_FIELD,
+    PROTOCOL_RUN_FILES,
+    STUDY_PROTOCOLS,
     TRIAL_PREFIX,
     RankMetrics,
     RunConfig,
     expected_files,
     is_hidden_under,
+    protocol_group,
     trace_name,
     trace_rank,
     trial_of,
@@ -293,14 +297,24 @@ def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
     problems = [RunProblem(folder / CONFIG_FILE, p) for p in checked.problems]
     profile, env_problems = _environment_profile(folder)
     problems += env_problems
+    protocol = raw.get(PROTOCOL_FIELD) if raw.get(PROTOCOL_FIELD) in STUDY_PROTOCOLS else None
     profiled = raw.get("profile") is not False  # false: timed without the profiler, no traces
     if checked.world_size is not None:
-        problems += _metrics_problems(folder, checked.world_size)
+        if protocol is None:  # a study protocol's run keeps no metrics.json (its traces hold its times)
+            problems += _metrics_problems(folder, checked.world_size)
+        elif checked.group is not None and checked.group != protocol_group(protocol, checked.world_size):
+            problems.append(
+                RunProblem(
+                    folder / CONFIG_FILE,
+                    f"its protocol {protocol!r} on {checked.world_size} rank(s) files its runs under group "
+                    f"{protocol_group(protocol, checked.world_size)}, not {shown(checked.group)}: {RECORD_AGAIN}",
+                )
+            )
         problems += _trace_problems(folder, profiled, checked.world_size)
     log = folder / LOG_FILE
-    if not log.is_file():
+    if protocol is None and not log.is_file():  # the protocol's recorder writes no log.txt
         problems.append(RunProblem(log, f"missing: every recorded trial has one; {RECORD_AGAIN}"))
-    elif (too_large := _too_large(log)) is not None:
+    elif protocol is None and (too_large := _too_large(log)) is not None:
         problems.append(RunProblem(log, too_large))
     if problems or profile is None or checked.world_size is None or checked.group is None or checked.name is None:
         return None, problems
@@ -308,7 +322,10 @@ def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
     trial = trial if trial is not None else (RunConfig.from_dict(raw).trial or 0)  # recorded without trial folders
     if trial > MAX_TRIAL:
         return None, [RunProblem(folder, f"trial {trial} is beyond {MAX_TRIAL} (docs/contributing.md, Limits): renumber it")]
-    files = tuple(expected_files(checked.world_size, profiled=profiled))
+    if protocol is not None:
+        files = (*PROTOCOL_RUN_FILES, *(trace_name(rank) for rank in range(checked.world_size)))
+    else:
+        files = tuple(expected_files(checked.world_size, profiled=profiled))
     return LocalRun(folder, profile, checked.group, checked.name, trial, files), []
 
 

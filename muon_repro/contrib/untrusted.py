@@ -7,8 +7,9 @@ it, quoted, with ``\\x1b``, ``\\n`` and ``\\u0430`` visible. So a file name can 
 cursor, colour the terminal, nor forge a line such as "Checks passed". :func:`guarded_echo` is the
 second line of defence: it escapes any control character left in a whole line before printing it.
 
-The name rules: a group or run name is 1-64 of ``a-z 0-9 _ . -`` (no leading dot, no ``..``); a
-profile id the same with capitals allowed, since profile ids name chips (``4xA100-pcie-nccl``).
+The name rules: a group or run name is 1-64 of ``a-z 0-9 _ . -`` (no leading dot, no ``..``), but a study
+protocol's runs keep the study's names (``muon_FULLSTEP_dp2_tp2``); a profile id the same with capitals allowed,
+since profile ids name chips (``4xA100-pcie-nccl``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from muon_repro.rundir import PROTOCOL_RUN_NAME, protocol_groups
 from muon_repro.terminal import escape_controls, shown
 
 # 64 characters: the longest name the project records is 36 (a regime point); a profile id has the same cap.
@@ -39,6 +41,14 @@ def name_problem(value: object, what: str) -> str | None:
     if isinstance(value, str) and _NAME.fullmatch(value) and ".." not in value:
         return None
     return f"{what} {shown(value)} is not a valid name: use {NAME_RULE}"
+
+
+def run_name_problem(name: object, group: object, what: str) -> str | None:
+    """:func:`name_problem` for a run name in ``group``: a study protocol's runs (its groups) keep the study's own
+    names, capitals included (``muon_FULLSTEP_dp2_tp2``), and only those."""
+    if group in protocol_groups() and isinstance(name, str) and PROTOCOL_RUN_NAME.fullmatch(name):
+        return None
+    return name_problem(name, what)
 
 
 def profile_problem(value: object, what: str) -> str | None:
