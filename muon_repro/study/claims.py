@@ -82,6 +82,11 @@ def _per_step(steps: pd.DataFrame, run: str, scopes: tuple[str, ...], column: st
     return per_step.to_numpy(dtype="float64")
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean of ``values``, NaN when there are none (a run without that rank)."""
+    return float(np.mean(values)) if len(values) else math.nan
+
+
 def ratio_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     """a/b with its 95% interval: with one value per round (several rounds each, as many), paired by round over the
     rounds; else Welch's over the steps of one recording each."""
@@ -172,6 +177,7 @@ def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Me
     )
     equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     bytes_ratio = numbers["ring_bytes_a"] / numbers["ring_bytes_b"]
+    traced = steps.loc[steps["run"] == RUN["muon_full"], "rank"].nunique()
     quoted = {
         "muon_transfer_ms": float(np.mean(muon)),
         "adamw_transfer_ms": float(np.mean(adamw)),
@@ -180,10 +186,11 @@ def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Me
         **numbers,
     }
     explanation = (
-        f"NCCL transfer time per step: Muon {np.mean(muon):.1f} ms, AdamW {np.mean(adamw):.1f} ms (with the waits for "
-        f"peers: {kernel_ratio:.2f}x). Unequal work: the study's AdamW all-reduces every fp32 gradient (DDP, no ZeRO-1), "
-        f"its Muon only gathers bf16 momentum ({bytes_ratio:.2f}x the bytes). The study's own figure sums each "
-        "collective's CPU call, annotation, kernel and the kernel's GPU view (study_method_parts)."
+        f"NCCL transfer time per step, mean over the {traced} ranks: Muon {np.mean(muon):.1f} ms, AdamW "
+        f"{np.mean(adamw):.1f} ms (with the waits for peers: {kernel_ratio:.2f}x). Unequal work: the study's AdamW "
+        f"all-reduces every fp32 gradient (DDP, no ZeRO-1), its Muon only gathers bf16 momentum ({bytes_ratio:.2f}x the "
+        "bytes). The study's own figure sums each collective's CPU call, annotation, kernel and the kernel's GPU view "
+        "(study_method_parts)."
     )
     return _Measured(value, low, high, _conditions(runs, RUN["muon_full"], RUN["adamw_full"]), explanation, quoted, equal, work)
 
@@ -194,17 +201,27 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
     cpu = _per_step(steps, run, OPTIMIZER_SCOPES, "cpu_ms")
     step = _per_step(steps, run, (STEP,), "step_ms")
     value, low, high = mean_interval(busy / step)
+    # the study's method reads rank 0's trace alone: its share is rank 0's Muon_Step CPU span over its outer scope's
+    # (the step's CPU window, summed over the steps), so the explanation quotes rank 0's, not the mean over ranks
+    cpu0 = _mean(_per_step(steps, run, OPTIMIZER_SCOPES, "cpu_ms", rank=0))
+    span0 = _mean(_per_step(steps, run, (STEP,), "cpu_ms", rank=0))
+    n_ranks = int(steps.loc[steps["run"] == run, "rank"].nunique())
     quoted = {
         "optimizer_gpu_busy_ms": float(np.mean(busy)),
         "optimizer_cpu_ms": float(np.mean(cpu)),
         "step_ms": float(np.mean(step)),
         "cpu_share": float(np.mean(cpu / step)),
+        "rank0_optimizer_cpu_ms": cpu0,
+        "rank0_step_cpu_ms": span0,
+        "rank0_cpu_share": cpu0 / span0 if span0 else math.nan,
+        "ranks_traced": n_ranks,
     }
     explanation = (
         f"The GPU is busy {np.mean(busy):.1f} ms per step with Muon_Step's kernels (bf16 Newton-Schulz on the gathered "
-        f"4096x4096 matrix, the gathers) in a {np.mean(step):.1f} ms step. The study's ~{STUDY_SHARE.percent} divides "
-        f"Muon_Step's CPU span ({np.mean(cpu):.2f} ms: launching those kernels) by the trace; the kernels finish inside "
-        "the next FWD_BWD's synchronize, so they count as forward-backward."
+        f"4096x4096 matrix, the gathers) in a {np.mean(step):.1f} ms step (both means over the {n_ranks} ranks). "
+        f"The study's ~{STUDY_SHARE.percent} divides rank 0's Muon_Step CPU span ({cpu0:.2f} ms per step: launching "
+        f"those kernels) by rank 0's CPU span of the step ({span0:.1f} ms per step, its Muon_Full_Training_Step scope); "
+        "the kernels finish inside the next FWD_BWD's synchronize, so they count as forward-backward."
     )
     return _Measured(value, low, high, _conditions(runs, run), explanation, quoted)
 
