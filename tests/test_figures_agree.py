@@ -282,3 +282,15 @@ def test_every_figure_is_legible_at_the_pdfs_width():
         if on_page < 7.0:
             small.append(f"{svg.name}: {smallest} pt at {width_pt:.0f} pt wide is {on_page:.1f} pt on the page")
     assert not small, small
+
+
+def test_the_sweep_says_which_held_out_points_validate_the_model(data):
+    """Only the points still held out validate the cost model; the earlier set its last change saw does not."""
+    from muon_repro.report import regimes_section
+
+    regimes = data.regimes
+    validating = int(regimes["held_out"].fillna(False).astype(bool).sum())
+    seen = int(regimes["validation_set"].notna().sum()) - validating
+    head = regimes_section.sweep_lines(regimes)[0]
+    assert f"{validating} that validate the cost model" in head
+    assert (f"{seen} of an earlier held-out set" in head) is (seen > 0)

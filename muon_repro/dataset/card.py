@@ -181,7 +181,7 @@ def report_findings(files: Mapping[str, Path]) -> tuple[str, list[str]]:
         return "", []
     everything = load(Path(files["metrics/runs.parquet"]).parent)
     view = everything.of_profile(everything.profiles[0])
-    return abstract(view), limitations(view)
+    return abstract(view), limitations(view, everything)
 
 
 def trace_index_example(files: Mapping[str, Path]) -> dict[str, str] | None:

@@ -131,10 +131,18 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
     return out
 
 
-def limitations(data: ReportData) -> list[str]:
-    """What these runs cannot say: the backend and devices, how few trials and steps, and their spread."""
+def limitations(data: ReportData, everything: ReportData | None = None) -> list[str]:
+    """What these runs (``data``: the report's profile) cannot say: the backend and devices, how few trials and steps,
+    and their spread. ``everything``: every profile's tables, to name the runs read elsewhere in the report."""
     runs = data.runs
     backends = sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})
+    others = everything.runs if everything is not None else runs.iloc[:0]
+    elsewhere = sorted(
+        {f"{p} ({b} on {d})" for p, b, d in zip(others["profile"], others["backend"], others["device"]) if p != data.profile}
+    )
+    study = study_profile(everything) if everything is not None else None
+    if study is not None and study != data.profile:
+        elsewhere.append(f"{study} (the original study's own, nccl on cuda)")
     out = []
     if any(str(d) != "cuda" for d in runs["device"]):
         out.append(
@@ -143,8 +151,11 @@ def limitations(data: ReportData) -> list[str]:
             "Times answer 'how does the data flow behave', not 'how fast is it on GPUs'."
         )
     out.append(
-        f"Backends and devices measured: {', '.join(backends)}. A claim made on GPUs is judged here by the same rule as any "
-        "other; where it does not hold, its explanation names the measured cause on this machine."
+        f"Backends and devices of the {data.profile} runs that this section and the report's main sections read: "
+        f"{', '.join(backends)}"
+        + (f"; the runs of {', '.join(elsewhere)} are read in their own sections, with their own limits" if elsewhere else "")
+        + ". A claim made on GPUs is judged here by the same rule as any other; where it does not hold, its explanation "
+        "names the measured cause on the machine that recorded the runs."
     )
     shapes = sorted(
         {(int(metric(r, "trials")), int(metric(r, "steps")) // max(int(metric(r, "trials")), 1)) for _, r in runs.iterrows()}

@@ -254,7 +254,7 @@ def build_context(
         "regime": regime,
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,
-        "limitations": limitations(data),
+        "limitations": limitations(data, everything),
         "commands": reproduce(data, invocations),
         "recipe": recipe_text(),
         "tables": tables,

@@ -109,7 +109,8 @@ def gpu_block(data: ReportData) -> str:
             out += [
                 "",
                 f"Where {shown}'s records put the claimed levels: this device alone, and the shipped GPU profiles' "
-                "links with this device's kernel rates (predictions; ranges from the error on its runs):",
+                "links with this device's kernel rates (predictions; a range only where held-out runs of its kind of device "
+                "measure the model's error):",
                 "",
                 *_table(THRESHOLDS_HEADER, rows, drop=""),
             ]

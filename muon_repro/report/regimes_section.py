@@ -127,6 +127,15 @@ def _tokens(value: Any, missing: str = "not reached (>134M)") -> str:
     return count(value, "tokens per step")
 
 
+def _held_out_said(held_out: pd.DataFrame) -> str:
+    """The held-out points by their set: those still held out validate the cost model; an earlier set the model's
+    last change saw (first_held_out) no longer does."""
+    validating = int(held_out["held_out"].fillna(False).astype(bool).sum()) if "held_out" in held_out.columns else 0
+    seen = len(held_out) - validating
+    said = f"{len(held_out)} held-out points: {validating} that validate the cost model"
+    return said + (f", {seen} of an earlier held-out set that its last change saw" if seen else "")
+
+
 def sweep_lines(regimes: pd.DataFrame) -> list[str]:
     """What the sweep measured, in words: the range of the optimizer share and Muon's extra, and the inversions."""
     if regimes.empty:
@@ -140,7 +149,7 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
         f"{int(regimes['tokens_per_step'].min()):,}–{int(regimes['tokens_per_step'].max()):,}, "
         f"{regimes[['dp', 'tp']].drop_duplicates().shape[0]} DP×TP shapes, {regimes['layout'].nunique()} layouts), "
         f"{int(regimes['trials'].max())} interleaved trials each, timed without the profiler"
-        + (f", and {len(held_out)} held-out points that validate the cost model." if len(held_out) else ".")
+        + (f", and {_held_out_said(held_out)}." if len(held_out) else ".")
     ]
     for width, rows in main.groupby("d_model"):
         lo, hi = rows.loc[rows["tokens_per_step"].idxmin()], rows.loc[rows["tokens_per_step"].idxmax()]
