@@ -277,13 +277,23 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
 def test_the_card_lists_traced_runs_per_group():
     from muon_repro.dataset.run_info import RunDoc, describe_run_groups
 
+    def ranks(folder: str, n: int) -> tuple[str, ...]:
+        return tuple(f"traces/{folder}/rank{r}.json.gz" for r in range(n))
+
+    study = "study/comparison"  # the original study's layout: every run's traces in one folder, named by run
     runs = [
-        RunDoc("cpu/pipeline/muon_pp4/trial0", ("a", "b", "c", "d"), 40),
-        RunDoc("cpu/pipeline/adamw_pp4/trial0", ("a", "b"), 2),
-        RunDoc("cpu/comparison/muon_dp2_tp2/trial0", ("a",), 5),
+        RunDoc("cpu/pipeline/muon_pp4/trial0", ranks("cpu/pipeline/muon_pp4/trial0", 4), 40),
+        RunDoc("cpu/pipeline/muon_pp4/trial1", ranks("cpu/pipeline/muon_pp4/trial1", 4), 40),
+        RunDoc("cpu/pipeline/adamw_pp4/trial0", ranks("cpu/pipeline/adamw_pp4/trial0", 2), 2),
+        RunDoc("cpu/comparison/muon_dp2_tp2/trial0", ranks("cpu/comparison/muon_dp2_tp2/trial0", 1), 5),
+        RunDoc(study, tuple(f"traces/{study}/trace_{n}_rank{r}.json.gz" for n in ("adamw", "muon_dp2_tp2") for r in (0, 1)), 7),
     ]
     groups = describe_run_groups(runs)
-    assert [(g.folder, g.runs, g.traces, g.size) for g in groups] == [("cpu/pipeline/", 2, 6, 42), ("cpu/comparison/", 1, 1, 5)]
+    assert [(g.folder, g.runs, g.trials, g.traces, g.size) for g in groups] == [
+        ("cpu/pipeline/", 2, 3, 10, 82),
+        ("cpu/comparison/", 1, 1, 1, 5),
+        ("study/comparison/", 2, 2, 4, 7),
+    ]
 
 
 def test_the_card_shows_the_topology_matrix_without_its_legend():

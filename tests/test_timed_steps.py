@@ -358,3 +358,15 @@ def test_the_runs_table_carries_the_busiest_ranks_optimizer_operator_calls(recor
         assert (counts > 0).all() and len(counts) == TIMED.world_size
         assert tables["runs"].set_index("run").loc[run, "optimizer_op_calls"] == counts.max()
         assert tables["runs"].set_index("run").loc[run, "ns_method"] == "quintic"
+
+
+def test_a_claims_conditions_say_how_each_run_was_recorded():
+    """A traced run: its rounds and its traced trials' profiled steps; a timed-only run (the H200's 128k and 256k
+    tokens): its rounds and that no trace was kept, never '2 traced x 0 profiled steps'."""
+    from muon_repro.analysis.claim_inputs import describe_runs
+
+    run = {"run": "p/g/r", "backend": "nccl", "device": "cuda", "ranks": 1, "tokens_per_step": 262144}
+    traced = pd.Series({**run, "trials": 1, "steps": 2, "rounds": 2})
+    timed = pd.Series({**run, "trials": 2, "steps": 0, "rounds": 2})
+    assert "2 rounds timed without the profiler, 1 traced x 2 profiled steps" in describe_runs(traced)
+    assert "2 rounds timed without the profiler, no trace kept, 262144 tokens/step" in describe_runs(timed)

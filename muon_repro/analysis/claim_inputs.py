@@ -64,6 +64,10 @@ def describe_runs(*rows: pd.Series) -> str:
 
 def _recordings(run: pd.Series) -> str:
     """How a run was recorded: its rounds timed without the profiler, and its traced trials' profiled steps."""
+    if is_missing(run.get("steps")) or int(run["steps"]) == 0:  # timed only: its trials kept no trace
+        rounds = run.get("rounds")
+        timed = f"{int(run['trials'])} trials" if is_missing(rounds) else f"{int(rounds)} rounds timed without the profiler"
+        return f"{timed}, no trace kept"
     traced = f"{int(run['trials'])} traced x {int(run['steps']) // max(int(run['trials']), 1)} profiled steps"
     if is_missing(run.get("rounds")):
         return traced.replace(" traced x", " trials x")

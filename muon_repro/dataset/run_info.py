@@ -91,19 +91,43 @@ class RunGroupDoc:
     card a page long however many runs a group holds (each run's files are in MANIFEST.sha256)."""
 
     folder: str  # <profile>/<group>/ (or <group>/ in the old layout)
-    runs: int
+    runs: int  # configurations (<group>/<name>)
+    trials: int  # their traced recordings (trial folders)
     traces: int
     size: int
 
 
+# Another tool's traces of several runs in one folder, as the original study published them: trace_<run>_rank<r>.json.gz
+_FLAT_TRACE = re.compile(r"^(?:trace_)?(?P<run>.+?)_rank\d+\.json(?:\.gz)?$")
+
+
+def _folder_runs(run: RunDoc) -> tuple[str, set[str]]:
+    """The ``<profile>/<group>/`` folder a trace folder is counted under, and the runs it holds: a folder of our
+    traces (rank<r>.json.gz, in a trial folder or not) is one recording of one run of its group; a folder of another
+    tool's traces is a group of its own, one recording of each run its files name (the original study's 18 traces
+    are 6 runs)."""
+    if all(trace_rank(PurePosixPath(p).name) is not None for p in run.traces):
+        profile, group, name, _trial = run.key
+        return "/".join(p for p in (profile, group) if p) + "/", {name}
+    names = {m["run"] for p in run.traces if (m := _FLAT_TRACE.match(PurePosixPath(p).name))}
+    return f"{run.run}/", names or {run.run}
+
+
 def describe_run_groups(runs: list[RunDoc]) -> list[RunGroupDoc]:
-    """``runs`` summed per ``<profile>/<group>`` folder, in run order."""
-    groups: dict[str, list[RunDoc]] = {}
+    """``runs`` summed per ``<profile>/<group>`` folder, in run order: its configurations, their traced recordings
+    (trial folders), traces and bytes."""
+    groups: dict[str, list[tuple[RunDoc, set[str]]]] = {}
     for run in runs:
-        profile, group, _name, _trial = run.key
-        groups.setdefault("/".join(p for p in (profile, group) if p) + "/", []).append(run)
+        folder, names = _folder_runs(run)
+        groups.setdefault(folder, []).append((run, names))
     return [
-        RunGroupDoc(folder, len(members), sum(len(r.traces) for r in members), sum(r.size for r in members))
+        RunGroupDoc(
+            folder,
+            runs=len(set().union(*(names for _, names in members))),
+            trials=sum(len(names) for _, names in members),
+            traces=sum(len(r.traces) for r, _ in members),
+            size=sum(r.size for r, _ in members),
+        )
         for folder, members in groups.items()
     ]
 

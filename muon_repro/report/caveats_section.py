@@ -251,7 +251,7 @@ def _optimizer_weight(data: ReportData, muon: pd.DataFrame, shares: pd.Series) -
     span = pct(shares.min()) if pct(shares.min()) == pct(shares.max()) else f"{pct(shares.min())}–{pct(shares.max())}"
     on_cpu = set(muon["device"].astype(str)) == {"cpu"}
     where = " (Newton-Schulz on CPU cores shared by all ranks)" if on_cpu else ""
-    said = f"on this hardware the Muon optimizer step is {span} of the step{where}"
+    said = f"on this hardware, in the DP x TP runs, the Muon optimizer step is {span} of the step{where}"
     phases = data.phases[data.phases["run"].isin(muon["run"])]
     per_rank = phases.groupby(["run", "trial", "rank", "phase"])["ms_per_step"].sum().unstack("phase")
     if NEWTON_SCHULZ not in per_rank.columns:

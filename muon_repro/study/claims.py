@@ -217,11 +217,10 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
         "ranks_traced": n_ranks,
     }
     explanation = (
-        f"The GPU is busy {np.mean(busy):.1f} ms per step with Muon_Step's kernels (bf16 Newton-Schulz on the gathered "
-        f"4096x4096 matrix, the gathers) in a {np.mean(step):.1f} ms step (both means over the {n_ranks} ranks). "
-        f"The study's ~{STUDY_SHARE.percent} divides rank 0's Muon_Step CPU span ({cpu0:.2f} ms per step: launching "
-        f"those kernels) by rank 0's CPU span of the step ({span0:.1f} ms per step, its Muon_Full_Training_Step scope); "
-        "the kernels finish inside the next FWD_BWD's synchronize, so they count as forward-backward."
+        f"The GPU is busy {np.mean(busy):.1f} ms per step with Muon_Step's kernels (bf16 Newton-Schulz, gathers) in a "
+        f"{np.mean(step):.1f} ms step (means over the {n_ranks} ranks). The study's ~{STUDY_SHARE.percent} is rank 0's "
+        f"Muon_Step CPU span ({cpu0:.2f} ms per step: launching those kernels) over rank 0's step span ({span0:.1f} ms); "
+        "the kernels finish inside the next FWD_BWD's synchronize, counted as forward-backward."
     )
     return _Measured(value, low, high, _conditions(runs, run), explanation, quoted)
 
