@@ -41,6 +41,7 @@ from muon_repro.model_config import GPTConfig, stage_layers
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
 from muon_repro.parallel.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
+from muon_repro.values import is_index
 
 FIRST_STAGE_PARAMS = ("embed.weight",)
 LAST_STAGE_PARAMS = ("final_norm.weight", "lm_head.weight")
@@ -99,7 +100,7 @@ class GPTStage(TPShardedModule):
         cross_entropy: str = "vocab_parallel",
     ) -> None:
         super().__init__()
-        if not isinstance(stage, int) or not 0 <= stage < pp:
+        if not (is_index(stage) and stage < pp):
             raise ValueError(f"GPTStage: stage must be an integer in [0, pp={pp}), got {stage!r}")
         tp = tp_group.size
         self._check_config(config, tp, cross_entropy)

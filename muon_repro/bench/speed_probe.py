@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from muon_repro.values import is_count
+
 DAY_KINDS = ("compute", "memory", "host", "network")
 MATMUL_SHAPE = (256, 512, 512)  # (rows, inner, columns)
 STREAM_ELEMENTS = 1 << 22  # 3 x 16 MiB operands: out of the caches, as the calibration's bandwidth loop
@@ -54,7 +56,7 @@ class SpeedProbe:
     seconds: float  # how long the probe took
 
     def __post_init__(self) -> None:
-        if not isinstance(self.world_size, int) or self.world_size < 1:
+        if not is_count(self.world_size):
             raise ValueError(f"speed_probe.world_size must be a positive integer, got {self.world_size!r}")
         for name in ("matmul_gflops", "stream_gbps", "op_us", "all_reduce_us"):
             value = getattr(self, name)

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from muon_repro.values import is_count
+
 DEFAULT_VOCAB = 512
 
 
@@ -19,7 +21,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB):
     """A byte-level BPE ``tokenizers.Tokenizer`` with ``vocab_size`` tokens (the 256 bytes plus merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    if not isinstance(vocab_size, int) or vocab_size < 257:
+    if not (is_count(vocab_size) and vocab_size >= 257):
         raise ValueError(f"vocab_size must be an integer above 256 (the byte alphabet), got {vocab_size!r}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

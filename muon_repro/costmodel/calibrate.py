@@ -58,6 +58,7 @@ from muon_repro.costmodel.world_bench import (
     standalone_stream_rate,
     world_worker,
 )
+from muon_repro.values import is_count
 
 # compute between two collectives of the jitter measurement, one rank alone (a layer's worth and more)
 JITTER_COMPUTE_S = (0.004, 0.02, 0.08, 0.32, 0.64)  # up to a DP4 rank's forward+backward at 8k tokens
@@ -221,7 +222,7 @@ def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
     out = tuple(sorted(set(ranks)))
     if out == SINGLE_DEVICE:
         return out
-    if not out or any(not isinstance(w, int) or w < 2 for w in out):
+    if not out or any(not (is_count(w) and w >= 2) for w in out):
         raise ValueError(
             f"--ranks must list world sizes of at least 2 ranks (e.g. 2,4), or be 1 alone (one device, no collectives), "
             f"got {list(ranks)}"

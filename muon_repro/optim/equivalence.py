@@ -93,7 +93,7 @@ class EquivalenceConfig:
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "steps", "batch_per_dp", "seq_len"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not is_count(value):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.optimizer not in ("muon", "adamw"):
             raise ValueError(f"optimizer must be 'muon' or 'adamw', got {self.optimizer!r}")

@@ -164,7 +164,7 @@ class ShardPlan:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if layout != "bucketed" and bucket_elems is not None:
             raise ValueError(f"bucket_elems applies to the 'bucketed' layout only, not {layout!r}")
-        if not isinstance(dp, int) or dp < 1:
+        if not is_count(dp):
             raise ValueError(f"dp must be a positive integer, got {dp!r}")
         if not specs:
             raise ValueError("a shard plan needs at least one parameter")

@@ -25,6 +25,7 @@ from muon_repro.parallel import comm
 from muon_repro.parallel.mesh import ParallelDims
 from muon_repro.parallel.tensor_parallel import tp_partition_dim
 from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER
+from muon_repro.values import is_index
 
 MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
 
@@ -63,7 +64,7 @@ def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor
             raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(group_indices)} {MODEL_INDICES}")
         members += [(p, group, name) for p, name in zip(params, names)]
         indices += list(group_indices)
-    if not all(isinstance(i, int) and i >= 0 for i in indices) or len(set(indices)) != len(indices):
+    if not all(is_index(i) for i in indices) or len(set(indices)) != len(indices):
         raise ValueError(f"{MODEL_INDICES} must be distinct non-negative integers, got {indices}")
     return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
 
