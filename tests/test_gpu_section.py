@@ -112,6 +112,9 @@ def test_one_device_rows_give_the_share_and_muons_extra_at_each_tokens_per_step(
     assert rows[1][-2:] == ["4.8%", "+5%"]
     points = single_device_pairs(_runs())
     assert points["optimizer_share"].round(4).tolist() == [0.5, 0.0476]
+    # the runs table's share (the claims' estimator, within each step) when it has one, not the ratio of medians
+    estimated = single_device_pairs(_runs().assign(optimizer_share=[0.487, 0.25, 0.045, 0.0125]))
+    assert estimated["optimizer_share"].tolist() == [0.487, 0.045]
 
 
 def test_a_single_device_profile_draws_its_own_figure(tmp_path):

@@ -370,3 +370,16 @@ def test_a_claims_conditions_say_how_each_run_was_recorded():
     timed = pd.Series({**run, "trials": 2, "steps": 0, "rounds": 2})
     assert "2 rounds timed without the profiler, 1 traced x 2 profiled steps" in describe_runs(traced)
     assert "2 rounds timed without the profiler, no trace kept, 262144 tokens/step" in describe_runs(timed)
+
+
+def test_the_committed_losses_are_filed_at_their_training_step():
+    """The profiled steps' losses follow the steps timed without the profiler: a run's first recorded loss is at
+    its training step timed_warmup + timed_steps, as its config.json says, never at 0 (the loss figure's x-axis)."""
+    from muon_repro.tables.io import read_table
+
+    losses = read_table(REPO / "metrics" / "losses.parquet", "losses", check_set=False)
+    assert len(losses)
+    for (run, trial), rows in losses.groupby(["run", "trial"]):
+        config = json.loads((REPO / "traces" / run / f"trial{trial}" / "config.json").read_text())
+        before = config.get("timed_warmup", 0) + config["timed_steps"] if config.get("timed_steps") else 0
+        assert int(rows["step"].min()) == before, run

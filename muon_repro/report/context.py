@@ -103,12 +103,15 @@ FIGURE_CAPTIONS = {
     f"study's ~{STUDY_SHARE.percent}.",
     "state_memory": "Optimizer-state memory per rank (steady state) and Muon's transient gather buffers.",
     "bytes_by_layout": "Optimizer bytes per rank per step by ZeRO-1 layout: analytic model, run-time ledger and trace.",
-    "grid_comparison": "Step time per DP × TP process grid: which grid wins, and by how much.",
+    "grid_comparison": "Step time per DP × TP process grid, timed without the profiler where the runs have such steps "
+    "(as the claims read it): which grid wins, and by how much.",
     "timeline": "One step of every rank from the traces, phase by phase: Muon's gathers, Newton-Schulz and shards as the run "
     "issued them.",
-    "loss": "Training loss per step, Muon vs AdamW.",
-    "convergence_sweep": "Held-out loss on unseen Shakespeare plays over the learning-rate sweep, Muon and AdamW.",
-    "leading_steps": "Muon leading steps: smoothed training loss at the best learning rates, leading steps and leading ratio.",
+    "loss": "Training loss per step over the profiled steps, which follow the steps timed without the profiler, Muon vs AdamW.",
+    "convergence_sweep": "Held-out loss on unseen Shakespeare plays over the learning-rate sweep, Muon and AdamW, for the "
+    "configuration the figure names.",
+    "leading_steps": "Muon leading steps: smoothed training loss at the best learning rates, leading steps and leading ratio, "
+    "for the configuration the figure names.",
 }
 
 

@@ -191,6 +191,15 @@ def groups_in_order(conv: pd.DataFrame) -> list[str]:
     return sorted(groups, key=lambda g: g != CONVERGENCE_GROUP)
 
 
+def _shown_configuration(conv: pd.DataFrame) -> str:
+    """Which configuration a convergence figure draws (the first of :func:`groups_in_order`), and where the others are."""
+    groups = groups_in_order(conv)
+    if not groups:
+        return "no configuration"
+    others = f" (the text gives {', '.join(groups[1:])}, and the claims table's conditions name the one it judges)"
+    return f"configuration {groups[0]}" + (others if len(groups) > 1 else "")
+
+
 def of_group(table: pd.DataFrame | None, group: str) -> pd.DataFrame:
     """``table``'s rows of one configuration (all of them when it has no ``group`` column)."""
     if table is None or table.empty or "group" not in table.columns:
@@ -299,6 +308,7 @@ def _empty(headline: str, out: str | Path, ncols: int = 1) -> Path:
 def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     """Validation loss against step for every learning rate (seed 0), one panel per optimizer, the best in bold."""
     headline = "Validation loss over the learning-rate sweep (same schedule, weight decay on every parameter)"
+    shown = _shown_configuration(convergence)
     convergence = of_group(convergence, (groups_in_order(convergence) or [""])[0])
     runs = convergence
     if len(convergence):
@@ -337,7 +347,7 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
     add_title(
         fig,
         headline,
-        f"best final validation loss (seed 0), the choice: {', '.join(finals)}; {int(first['steps'])} steps x "
+        f"{shown}: best final validation loss (seed 0), the choice: {', '.join(finals)}; {int(first['steps'])} steps x "
         f"{int(first['tokens_per_step'])} tokens, {int(first['params']):,} parameters, {first['corpus']}",
         bottom_in=legend_height(entries, 3),
     )
@@ -404,7 +414,8 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
     add_title(
         fig,
         headline,
-        f"Muon lr {float(first['muon_lr']):g} vs AdamW lr {float(first['adamw_lr']):g} (each its best); "
+        f"{_shown_configuration(convergence)}: Muon lr {float(first['muon_lr']):g} vs AdamW lr "
+        f"{float(first['adamw_lr']):g} (each its best); "
         f"leading ratio at the last Muon step AdamW reaches: {'; '.join(ends) or 'none'}. "
         "Lines end where AdamW never gets as low.",
         bottom_in=bottom,

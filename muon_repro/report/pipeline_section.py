@@ -414,7 +414,7 @@ PIPELINE_CAPTIONS = {
     "pipeline": "The pipeline group, steps timed without the profiler: Muon's and AdamW's step per DP × TP × PP grid "
     "at equal tokens per step (left; the grid of more ranks below the dashed line, not compared), and each Muon "
     "stage's step taken apart: forward+backward less the bubble, the bubble (time blocked on its neighbours), "
-    "the optimizer step (right).",
+    "the optimizer step (right; the pipeline_bubble group's deeper micro-batching beside it, labelled).",
 }
 PIPELINE_CAPTIONS["pipeline_timeline"] = (
     "One profiled step of the deepest 4-rank Muon pipeline, stage by stage on one clock: the 1F1B forwards and "

@@ -933,7 +933,13 @@ SCHEMAS: dict[str, TableSchema] = {
         ("run", "trial", "rank", "step"),
         columns_of(
             *_RANK_ID,
-            ("step", "Int64", "step", "training step, from 0 (profiled or not)"),
+            (
+                "step",
+                "Int64",
+                "step",
+                "training step, from 0: the profiled steps, after the timed_warmup + timed_steps steps run without the "
+                "profiler (which record no loss)",
+            ),
             ("loss", "Float64", "nats", "cross-entropy loss of the rank's batch"),
         ),
     ),
