@@ -331,11 +331,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     ax.set_xticks(range(len(present_grids)), [style.grid_label(dp, tp) for dp, tp in present_grids])
     set_min_span(ax, 0, len(present_grids) - 1)
     ax.set_xlabel(f"process grid ({world} ranks)")
-    ax.set_ylabel(
-        "step time (ms), without the profiler\nmedian over rounds of each round's median"
-        if timed
-        else "step time (ms), profiled\nmedian, whiskers p10–p90"
-    )
+    ax.set_ylabel("step time (ms)\nwithout the profiler" if timed else "step time (ms), profiled\nmedian, whiskers p10–p90")
     ax.grid(axis="x", visible=False)
     handles = [Patch(color=style.OPTIMIZER_COLORS[o], label=style.OPTIMIZER_LABELS[o]) for o in optimizers]
     if repeated:
@@ -409,8 +405,7 @@ def loss(losses_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path) -> Pat
     steps = int(losses["step"].nunique())
     add_title(
         fig,
-        f"Training loss over the {steps} profiled steps, after the timed ones (a smoke test of learning, not a "
-        "convergence study)",
+        f"Training loss over the {steps} profiled steps (a smoke test of learning, not a convergence study)",
         "final loss (mean over configurations): "
         + ", ".join(parts)
         + "; at equal tokens per step every grid of one optimizer trains the same global batch: its curves coincide",
