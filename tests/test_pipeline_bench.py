@@ -304,3 +304,16 @@ def test_a_receive_is_told_from_a_send_by_its_name():
 
     for name, receives in (("c10d::recv_", True), ("gloo:recv", True), ("c10d::send", False), ("gloo:all_reduce", False)):
         assert is_receive(normalize_op(name) or "other", name) is receives, name
+
+
+def test_the_bubble_claim_leaves_out_a_disturbed_round_like_every_estimator():
+    """One rule for every table (estimators.disturbed): a round whose step time is far off the others' is left out
+    of the bubble claim too, as the claims' conditions then say."""
+    tables = _tables(STEP, bubble=150.0, optimizer=100.0, idle={0: 0.0})
+    timed = tables.timed
+    hit = (timed["run"] == "p/pipeline/muon_pp4") & (timed["trial"] == 0)
+    timed.loc[hit, "step_ms"] *= 3.0  # a disturbed round: the machine was busy
+    timed.loc[hit & (timed["stage"] == 0), "optimizer_ms"] = 10.0  # whose steps, if read, would move the value
+    measured = bubble_hides_step(tables)
+    assert measured.value == pytest.approx(1.0, rel=0.03)
+    assert f"{ROUNDS - 1} rounds" in measured.explanation

@@ -151,6 +151,7 @@ class Measurement:
     # What a claim's conditions are compared with when no benchmark run was measured (the convergence runs'
     # training: params, tokens_trained; "run" names them).
     subject: pd.Series | None = None
+    comm: bool = False  # measured on the runs' communication source (ProfileTables.steps_of(..., comm=True))
 
     @classmethod
     def over_ranks(cls, values: pd.Series, conditions: str, explanation: str, runs: tuple[pd.Series, ...] = ()) -> Measurement:

@@ -98,7 +98,7 @@ def comm_time(t: ProfileTables) -> Measurement | str:
         f"{absent_or(dp_gather_mb, f'{dp_gather_mb:.2f} MB per rank per step')}; its TP gather: "
         f"{absent_or(tp_gather_mb, f'{tp_gather_mb:.2f} MB')}. {_waits_compared(t, muon, adamw)}"
     ).strip()
-    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted)
+    return Measurement(value, low, high, describe_runs(muon, adamw), explanation, (muon, adamw), quoted, comm=True)
 
 
 def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: int = 2) -> str:

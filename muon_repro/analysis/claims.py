@@ -6,8 +6,9 @@ per round, the ratio is formed per round, and the interval is a t interval over 
 compared only when they did the same work (:func:`~muon_repro.analysis.claim_inputs.check_same_work`).
 How each claim is measured is in :mod:`muon_repro.analysis.claim_measures`, on the tables and runs of
 :mod:`muon_repro.analysis.claim_inputs`; the claims, their regions, levels and verdict rule are declared
-in :mod:`muon_repro.claims`. A claim a run was not made for is ``not comparable here``, with the cost
-model's prediction under the claim's conditions where it makes one; on the original study's own runs
+in :mod:`muon_repro.claims`. A claim a run was not made for is ``not comparable here``: its explanation gives
+what the runs measured and the measured cause, ``outside_conditions`` how the runs differ from the claim's (where the
+cost model puts the claimed level is the regime_thresholds table's); on the original study's own runs
 (:mod:`muon_repro.study.claims`) a ratio of unequal work is ``unequal work``.
 """
 
@@ -148,7 +149,7 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
 def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> str:
     """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: disturbed
     ones, and those the runs recorded in different sweeps (no pairs)."""
-    sources = [t.steps_of(run) for run in measured.runs] if measured.runs else []
+    sources = [t.steps_of(run, comm=measured.comm) for run in measured.runs] if measured.runs else []
     disturbed = left_out(*sources)
     unpaired = unpaired_rounds(*sources) - disturbed
     parts = []
