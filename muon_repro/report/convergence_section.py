@@ -196,7 +196,7 @@ def _shown_configuration(conv: pd.DataFrame) -> str:
     groups = groups_in_order(conv)
     if not groups:
         return "no configuration"
-    others = f" (the text gives {', '.join(groups[1:])}, and the claims table's conditions name the one it judges)"
+    others = f" (the text also gives {', '.join(groups[1:])})"
     return f"configuration {groups[0]}" + (others if len(groups) > 1 else "")
 
 
