@@ -245,10 +245,14 @@ def busy_lines(runs: pd.DataFrame, profile: str) -> list[str]:
 
 
 NO_GPU = "No run on a GPU in these tables: `bash tools/gpu_session.sh OUT` records one (docs/gpu.md)."
-SINGLE_INTRO = "One device, bf16 autocast, median over rounds of the steps timed without the profiler:"
+SINGLE_INTRO = (
+    "One device, bf16 autocast, steps timed without the profiler: times are the median over rounds of each round's "
+    "median; Muon's share is the runs table's optimizer_share (formed within each step, as the claims form it):"
+)
 PREDICTIONS_INTRO = (
     "The cost model on the same runs, priced by this device's calibration as measured (the predictions table: "
-    "measured is the median over every timed step of the rounds pooled):"
+    "measured is the median over every timed step of the rounds pooled, not the median of the rounds' medians "
+    "above, so the two differ where the rounds do):"
 )
 
 
