@@ -45,7 +45,7 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
 
 STAGING = "muon-repro"  # in the names of the hidden folders a writer stages beside its output: what they are
 OUTPUT_MARKER = ".muon-repro-output"  # in a folder muon-repro replaces whole: which command wrote it
-_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:muon-repro-)?(?:stage|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:muon-repro-)?(?P<role>stage|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
 def new_sibling_dir(out: Path, role: str, where: Path | None = None) -> Path:
@@ -63,15 +63,24 @@ def remove_stale_siblings(out: Path, where: Path | None = None) -> list[Path]:
     """Remove the staging folders of ``out`` (beside it, or in ``where``) whose writer is gone (an interrupted run's:
     its process no longer alive); a live writer's are kept. Returns those removed."""
     removed = []
-    parent = where or out.parent
+    for folder, _role, _pid in _dead_writers_folders(out, where or out.parent):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _dead_writers_folders(out: Path, parent: Path) -> list[tuple[Path, str, int]]:
+    """The hidden folders (:func:`new_sibling_dir`) of ``out``'s writers that are no longer alive, in ``parent``: each
+    with its role (``stage``, ``old``) and its writer's pid."""
+    found = []
     for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
         match = _SIBLING.match(folder.name)
         if not match or match["name"] != out.name or folder.is_symlink() or not folder.is_dir():
             continue
-        if int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+        pid = int(match["pid"])
+        if pid != os.getpid() and not _alive(pid):
+            found.append((folder, match["role"], pid))
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -302,9 +311,9 @@ def finish_interrupted_swaps(out: Path, where: Path | None = None) -> list[Path]
     Returns the folders of old files of the swaps finished; they, and the stages, are removed with the rest of a
     dead writer's folders by :func:`remove_stale_siblings`."""
     finished = []
-    parent = where or out.parent
-    for folder, pid in _dead_writers_folders(out, parent, "old"):
-        stages = [stage for stage, stage_pid in _dead_writers_folders(out, parent, "stage") if stage_pid == pid]
+    dead = _dead_writers_folders(out, where or out.parent)
+    for folder, _role, pid in (entry for entry in dead if entry[1] == "old"):
+        stages = [stage for stage, role, stage_pid in dead if role == "stage" and stage_pid == pid]
         if (folder / SWAP_JOURNAL).is_file():
             done = _finish_file_swap(out, folder, stages)
         elif not out.exists() and not out.is_symlink():
@@ -315,19 +324,6 @@ def finish_interrupted_swaps(out: Path, where: Path | None = None) -> list[Path]
         if done:
             finished.append(folder)
     return finished
-
-
-def _dead_writers_folders(out: Path, parent: Path, role: str) -> list[tuple[Path, int]]:
-    """The hidden ``role`` folders (``stage``, ``old``) of ``out``'s writers that are no longer alive, with their pids."""
-    found = []
-    for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
-        match = _SIBLING.match(folder.name)
-        if not match or match["name"] != out.name or f"-{role}-" not in folder.name:
-            continue
-        if folder.is_symlink() or not folder.is_dir() or int(match["pid"]) == os.getpid() or _alive(int(match["pid"])):
-            continue
-        found.append((folder, int(match["pid"])))
-    return found
 
 
 def _finish_file_swap(out: Path, old_folder: Path, stages: list[Path]) -> bool:
