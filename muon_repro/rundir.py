@@ -152,9 +152,10 @@ def partial_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial")
 
 
-def expected_files(world_size: int, profiled: bool = True) -> list[str]:
-    """A complete run folder's files: a run that was only timed (config ``profile`` false) has no traces."""
-    return [*RUN_FILES, *(trace_name(r) for r in range(world_size) if profiled)]
+def expected_files(world_size: int, profiled: bool = True, *, side_files: tuple[str, ...] = RUN_FILES) -> list[str]:
+    """A complete run folder's files: a run that was only timed (config ``profile`` false) has no traces; a study
+    protocol's run has its own ``side_files`` (:data:`PROTOCOL_RUN_FILES`)."""
+    return [*side_files, *(trace_name(r) for r in range(world_size) if profiled)]
 
 
 def missing_files(run_dir: Path, world_size: int, profiled: bool = True) -> list[str]:

@@ -55,7 +55,6 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
         else:
             names[key] = value
     ints: dict[str, int] = {}
-    problems_of: set[str] = set()
     for key in CONFIG_INT_RANGES:
         if key not in raw:
             if key == "world_size":
@@ -66,8 +65,7 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
             ints[key] = raw[key]
         else:
             problems.append(problem)
-            problems_of.add(key)
-    if {"dp", "tp", "world_size"} <= ints.keys() and "pp" not in problems_of:
+    if {"dp", "tp", "world_size"} <= ints.keys() and ("pp" in ints or "pp" not in raw):  # a refused pp: said above
         pp = ints.get("pp", 1)  # a run recorded before pipelines has no pp: one stage
         if ints["dp"] * ints["tp"] * pp != ints["world_size"]:
             grid = f"dp {ints['dp']} x tp {ints['tp']}" + (f" x pp {pp}" if "pp" in ints else "")

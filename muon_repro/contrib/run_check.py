@@ -44,6 +44,7 @@ from muon_repro.rundir import (
     METRICS_FILE,
     PROTOCOL_FIELD,
     PROTOCOL_RUN_FILES,
+    RUN_FILES,
     STUDY_PROTOCOLS,
     TRIAL_PREFIX,
     RankMetrics,
@@ -312,20 +313,19 @@ def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
             )
         problems += _trace_problems(folder, profiled, checked.world_size)
     log = folder / LOG_FILE
-    if protocol is None and not log.is_file():  # the protocol's recorder writes no log.txt
-        problems.append(RunProblem(log, f"missing: every recorded trial has one; {RECORD_AGAIN}"))
-    elif protocol is None and (too_large := _too_large(log)) is not None:
-        problems.append(RunProblem(log, too_large))
+    if protocol is None:  # the protocol's recorder writes no log.txt
+        if not log.is_file():
+            problems.append(RunProblem(log, f"missing: every recorded trial has one; {RECORD_AGAIN}"))
+        elif (too_large := _too_large(log)) is not None:
+            problems.append(RunProblem(log, too_large))
     if problems or profile is None or checked.world_size is None or checked.group is None or checked.name is None:
         return None, problems
     trial = trial_of(folder)
     trial = trial if trial is not None else (RunConfig.from_dict(raw).trial or 0)  # recorded without trial folders
     if trial > MAX_TRIAL:
         return None, [RunProblem(folder, f"trial {trial} is beyond {MAX_TRIAL} (docs/contributing.md, Limits): renumber it")]
-    if protocol is not None:
-        files = (*PROTOCOL_RUN_FILES, *(trace_name(rank) for rank in range(checked.world_size)))
-    else:
-        files = tuple(expected_files(checked.world_size, profiled=profiled))
+    side_files = RUN_FILES if protocol is None else PROTOCOL_RUN_FILES
+    files = tuple(expected_files(checked.world_size, profiled=profiled, side_files=side_files))
     return LocalRun(folder, profile, checked.group, checked.name, trial, files), []
 
 
