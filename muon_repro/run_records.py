@@ -213,6 +213,12 @@ class RunConfig:
         out["command"] = list(self.command)
         return out
 
+    @property
+    def timed_total(self) -> int:
+        """Steps trained before the profiled ones, timed without the profiler (warm-up included); 0 for a run
+        without timed steps (bench.configs.BenchConfig.timed_total, read back from config.json)."""
+        return (self.timed_warmup or 0) + self.timed_steps if self.timed_steps else 0
+
 
 # ---------------------------------------------------------------- metrics.json
 

@@ -34,6 +34,7 @@ from muon_repro.rundir import (
     trial_folders,
     trial_of,
 )
+from muon_repro.values import is_count
 
 
 def is_trace_name(path: Path) -> bool:
@@ -197,6 +198,6 @@ def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
                     _warn_unreadable_side_files(run_dir)
                 config = run_dir.config_dict
                 timed = config.get("timed_steps")
-                if config.get("profile") is False and isinstance(timed, int) and not isinstance(timed, bool) and timed > 0:
+                if config.get("profile") is False and is_count(timed):
                     found.setdefault(folder.resolve(), folder)
     return list(found.values())

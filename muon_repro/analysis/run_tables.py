@@ -111,19 +111,13 @@ def ranks_table(analysis: Analysis) -> pd.DataFrame:
 
 def losses_table(analysis: Analysis) -> pd.DataFrame:
     """The profiled steps' losses at their training step: they follow the steps the run timed without the profiler
-    (its warm-up included), which record no loss (BenchConfig.timed_total)."""
+    (its warm-up included), which record no loss (RunConfig.timed_total)."""
     rows = [
-        {**_ids(info, m.rank), "step": _steps_before_profiled(info) + step, "loss": loss}
+        {**_ids(info, m.rank), "step": info.config.timed_total + step, "loss": loss}
         for info, m in _rank_metrics(analysis)
         for step, loss in enumerate(m.loss)
     ]
     return _frame("losses", rows)
-
-
-def _steps_before_profiled(info: RunInfo) -> int:
-    """The training steps a run took before its profiled ones: its timed warm-up and timed steps (0 without them)."""
-    timed = info.config.timed_steps or 0
-    return (info.config.timed_warmup or 0) + timed if timed else 0
 
 
 def _text(value: Any) -> str:
