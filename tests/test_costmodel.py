@@ -9,6 +9,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.costmodel_profiles import two_core_profile, write_profile_json
 
@@ -495,6 +496,35 @@ def test_the_committed_prediction_records_measure_the_committed_traces():
             assert row.trials == want.trials, row.run
             checked += 1
     assert checked >= 100
+
+
+def test_a_runs_measured_time_is_one_number_in_every_table():
+    """One number, one path: the cost model's ``measured`` times are the runs table's ``timed_*`` and the regimes
+    table's ``step_ms`` / ``optimizer_ms`` (the median over rounds of the rounds' medians), so a page that puts
+    a prediction beside a measured time states the measured time every other page states."""
+    from muon_repro.tables.io import read_table
+
+    predictions = read_table(REPO / "metrics" / "predictions.parquet", "predictions")
+    runs = read_table(REPO / "metrics" / "runs.parquet", "runs")
+    regimes = read_table(REPO / "metrics" / "regimes.parquet", "regimes")
+    for other, columns in ((runs, ("timed_step_ms", "timed_optimizer_ms")), (regimes, ("step_ms", "optimizer_ms"))):
+        both = predictions.merge(other[["run", *columns]], on="run").dropna(subset=list(columns))
+        assert len(both) >= 30, len(both)
+        for mine, theirs in zip(("measured_step_ms", "measured_optimizer_ms"), columns):
+            differ = both[~np.isclose(both[mine].astype(float), both[theirs].astype(float), rtol=1e-9)]
+            assert differ.empty, f"{mine} against {theirs}: {differ['run'].tolist()[:5]}"
+
+
+def test_measured_is_the_median_of_the_rounds_medians():
+    """A round of many slow steps weighs as one round: pooled, its 9 steps would outvote the other rounds' 2."""
+    from muon_repro.analysis.estimators import steps_frame, typical_time
+
+    rounds = [np.array([[10.0, 1.0], [12.0, 1.0]]), np.array([[11.0, 2.0], [11.0, 2.0]]), np.full((9, 2), 50.0)]
+    frame = steps_frame("r", rounds)
+    assert typical_time(frame, "r", "step_ms", "max") == 11.0  # the rounds' medians 11, 11, 50
+    assert typical_time(frame, "r", "optimizer_ms", "mean") == 2.0  # 1, 2, 50
+    assert float(np.median(np.concatenate(rounds)[:, 0])) == 50.0  # what a pooled median would have said
+    assert np.isnan(typical_time(frame, "absent", "step_ms", "max"))
 
 
 # ---------------------------------------------------------------- end to end: calibrate, record, predict

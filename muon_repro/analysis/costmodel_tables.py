@@ -14,7 +14,8 @@ Every row carries a hardware profile: a record's ``profile`` column, else (recor
 profiles existed) the name of the ``machine.json`` beside it, the profile calibrated on the machine
 that wrote them; a record's run ids gain that profile as their first part, as the runs' ids have.
 The ``regimes`` table is measured here, from the sweep's ``metrics.json`` (every trial's recorded
-steps, intervals paired over rounds by :mod:`muon_repro.analysis.rounds`), with the
+steps; times the median over rounds of each round's median, intervals paired over rounds by
+:mod:`muon_repro.analysis.rounds`), with the
 predictions of ``predictions.csv`` beside each point. Torch-free, like the rest of the analysis.
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.estimators import left_out, muon_extra, optimizer_share, steps_frame
+from muon_repro.analysis.estimators import left_out, muon_extra, optimizer_share, steps_frame, typical_time
 from muon_repro.rundir import (
     CALIBRATION_FILE,
     COSTMODEL_DIR,
@@ -151,14 +152,14 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         # a Muon point is paired with its AdamW twin round by round: trial k of both was recorded in round k
         runs_of_row = ((frame, key), (recorded[twin], twin)) if twin is not None else ((frame, key),)
         share = optimizer_share(frame, key)  # the claims' estimator: one median per round (trial)
-        step_ms = _median(frame["step_ms"])
+        step_ms = typical_time(frame, key, "step_ms", "max")
         row = {
             **point,
             "run": key,
             "trials": len(runs[key]),
             "steps": int(frame["step_ms"].notna().sum()),
             "step_ms": step_ms,
-            "optimizer_ms": _median(frame["optimizer_ms"]),
+            "optimizer_ms": typical_time(frame, key, "optimizer_ms", "mean"),
             "optimizer_share": share[0],
             "optimizer_share_lo": share[1],
             "optimizer_share_hi": share[2],
@@ -167,7 +168,7 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         }
         if twin is not None:
             extra = muon_extra(*runs_of_row)
-            adamw_step_ms = _median(recorded[twin]["step_ms"])
+            adamw_step_ms = typical_time(recorded[twin], twin, "step_ms", "max")
             row |= {
                 "adamw_step_ms": adamw_step_ms,
                 "muon_extra": extra[0],
@@ -222,7 +223,3 @@ def _predicted(muon, adamw) -> dict:
     if adamw is not None:
         out["predicted_muon_extra"] = muon.predicted_step_ms / adamw.predicted_step_ms - 1
     return out
-
-
-def _median(samples: pd.Series) -> float:
-    return float(np.nanmedian(samples.to_numpy(dtype="float64")))

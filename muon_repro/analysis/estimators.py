@@ -11,6 +11,8 @@ median of each round's steps, then an estimate and a 95% t interval over rounds.
   minus one. The paper's "1-3% added latency".
 * :func:`time_ratio`: any time of one run over another's, paired by round (communication time: Muon over
   AdamW, the original study's 0.57x), as a geometric mean.
+* :func:`typical_time`: one run's time, as the runs, regimes and predictions tables state it: the median over
+  rounds of the rounds' medians.
 
 Every estimator leaves out the *disturbed rounds* (:func:`disturbed`), by one rule declared here for every
 table: a round whose median step time (slowest rank) lies more than :data:`DISTURBED_MADS` scaled median
@@ -97,6 +99,14 @@ def optimizer_share(source: pd.DataFrame, run: str) -> Interval:
     shares = per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")
     keep = ~np.isin(rounds_of(source, run), sorted(disturbed_rounds(source, run)))
     return Interval(*mean_interval(shares[keep]))
+
+
+def typical_time(source: pd.DataFrame, run: str, column: str, how: str) -> float:
+    """``column`` of ``run`` (reduced over ranks with ``how`` per step, median per round), as one number: the median
+    over its rounds. Every round counts (a median needs no rule for an odd one); NaN for a run without steps."""
+    values = per_round(source, run, column, how)
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if len(values) else float("nan")
 
 
 def time_ratio(a: RunSteps, b: RunSteps, column: str, how: str) -> Interval:

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.batch_read import Analysis
+from muon_repro.analysis.estimators import typical_time
+from muon_repro.analysis.rounds import per_round, rounds_of
 from muon_repro.analysis.waits import dp_group_index, tp_group_index
 from muon_repro.run_records import TIMED_COMM_COLUMNS, RankMetrics
 from muon_repro.tables.schemas import SCHEMAS
@@ -172,10 +174,11 @@ def drain_idle(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def timed_run_columns(timed: pd.DataFrame, run: str, profiled_by_trial: pd.Series) -> dict[str, Any]:
-    """The ``runs`` columns of ``run`` from the ``timed_steps`` table: per trial (a round of the sweep), the
-    median over its timed steps of the slowest rank's step (of the mean over ranks of the optimizer step),
-    then the median over trials. ``profiled_by_trial``: each traced trial's median profiled step (slowest
-    rank); ``profiler_overhead`` pairs it with the same trial's timed median, then takes the median over them."""
+    """The ``runs`` columns of ``run`` from the ``timed_steps`` table: the slowest rank's step and the mean over
+    ranks of the optimizer step and the bubble, each as :func:`~muon_repro.analysis.estimators.typical_time` states
+    a run's time (per trial, a round of the sweep, the median over its timed steps; then the median over trials).
+    ``profiled_by_trial``: each traced trial's median profiled step (slowest rank); ``profiler_overhead`` pairs it
+    with the same trial's timed median, then takes the median over them."""
     mine = timed[timed["run"] == run]
     if mine.empty:
         return {
@@ -187,15 +190,13 @@ def timed_run_columns(timed: pd.DataFrame, run: str, profiled_by_trial: pd.Serie
         }
     if "bubble_ms" not in mine.columns:  # a timed_steps table written before pipeline stages
         mine = mine.assign(bubble_ms=np.nan)
-    per_step = mine.groupby(["trial", "step"]).agg(
-        step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"), bubble_ms=("bubble_ms", "mean")
-    )
-    per_trial = per_step.groupby(level="trial").median()
-    overhead = (profiled_by_trial / per_trial["step_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
+    timed_by_trial = pd.Series(per_round(mine, run, "step_ms", "max"), index=rounds_of(mine, run))
+    overhead = (profiled_by_trial / timed_by_trial).replace([np.inf, -np.inf], np.nan).dropna()
+    bubble = typical_time(mine, run, "bubble_ms", "mean")
     return {
-        "timed_step_ms": float(per_trial["step_ms"].median()),
-        "timed_optimizer_ms": float(per_trial["optimizer_ms"].median()),
-        "timed_bubble_ms": float(bubble) if (bubble := per_trial["bubble_ms"].median()) == bubble else None,
+        "timed_step_ms": typical_time(mine, run, "step_ms", "max"),
+        "timed_optimizer_ms": typical_time(mine, run, "optimizer_ms", "mean"),
+        "timed_bubble_ms": bubble if bubble == bubble else None,
         "profiler_overhead": float(overhead.median()) if len(overhead) else None,
-        "rounds": len(per_trial),
+        "rounds": len(timed_by_trial),
     }

@@ -1,8 +1,8 @@
 """The cost model against recorded runs: one ``predictions`` row per run under a traces folder.
 
-For each run (its trials pooled): the configuration from ``config.json`` (:mod:`muon_repro.rundir`),
-the measured medians from ``metrics.json`` (a step's time is its slowest rank's, as the ``runs``
-table counts it; the optimizer's the mean over ranks), and two predictions:
+For each run (the trials of one configuration): the configuration from ``config.json`` (:mod:`muon_repro.rundir`),
+the measured medians from ``metrics.json`` (a step's time is its slowest rank's, the optimizer's the mean over ranks;
+the median over each trial's steps, then over trials: the ``runs`` table's ``timed_*`` numbers), and two predictions:
 
 * by the run's own calibration (the default): the machine profile as fast as the machine ran that
   day, from the speed probe every trial took before its first step (:mod:`~muon_repro.bench.speed_probe`;
@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from muon_repro.analysis.estimators import steps_frame, typical_time
 from muon_repro.bench.configs import BenchConfig, from_dict
 from muon_repro.bench.identity import TRIAL_KEYS
 from muon_repro.bench.regimes import validation_set
@@ -43,7 +46,8 @@ STEPS_UNDER_PROFILER = "steps timed under the profiler"  # a trial without timed
 
 @dataclass(frozen=True)
 class Measured:
-    """A run's measured medians over the steps of every trial (timed without the profiler where they were)."""
+    """A run's measured medians over its trials of each trial's median step (timed without the profiler where they
+    were): ``trials`` counts the trials with steps, ``steps`` their steps."""
 
     step_ms: float
     optimizer_ms: float
@@ -73,23 +77,29 @@ def bench_config(folder: Path) -> BenchConfig:
 
 
 def measured(folders: list[Path]) -> Measured | None:
-    """Median step (slowest rank) and optimizer (mean over ranks) times over the steps of ``folders`` (the trials of
-    a run): each trial's steps timed without the profiler where it has them (every round of a sweep; the model
-    predicts a step without the profiler's cost), else its profiled steps (runs recorded before timed steps)."""
-    steps, optimizer, trials, profiled = [], [], 0, False
+    """A run's measured step (slowest rank) and optimizer step (mean over ranks), as the ``runs`` table's
+    ``timed_step_ms`` and ``timed_optimizer_ms`` state them (:func:`~muon_repro.analysis.estimators.typical_time`:
+    the median over trials, the rounds of a sweep, of each trial's median step). A trial's steps are those timed
+    without the profiler where it has them (the model predicts a step without the profiler's cost), else its
+    profiled ones (runs recorded before timed steps)."""
+    per_trial, profiled = [], False
     for folder in folders:
         run = RunDir(folder)
         timed = run.timed_steps()
         recorded = timed or run.recorded_steps()
-        if not recorded:
-            continue
-        trials += 1
-        profiled |= not timed
-        steps += [step for step, _ in recorded]
-        optimizer += [opt for _, opt in recorded]
-    if not steps:
+        if recorded:
+            per_trial.append(np.asarray(recorded, dtype="float64"))
+            profiled |= not timed
+    if not per_trial:
         return None
-    return Measured(statistics.median(steps), statistics.median(optimizer), trials, len(steps), profiled)
+    frame = steps_frame("run", per_trial)
+    return Measured(
+        typical_time(frame, "run", "step_ms", "max"),
+        typical_time(frame, "run", "optimizer_ms", "mean"),
+        len(per_trial),
+        sum(len(steps) for steps in per_trial),
+        profiled,
+    )
 
 
 def recorded_on(folders: list[Path]) -> str | None:

@@ -250,9 +250,8 @@ SINGLE_INTRO = (
     "median; Muon's share is the runs table's optimizer_share (formed within each step, as the claims form it):"
 )
 PREDICTIONS_INTRO = (
-    "The cost model on the same runs, priced by this device's calibration as measured (the predictions table: "
-    "measured is the median over every timed step of the rounds pooled, not the median of the rounds' medians "
-    "above, so the two differ where the rounds do):"
+    "The cost model on the same runs, priced by this device's calibration as measured (the predictions table; "
+    "measured is the table above's median over rounds):"
 )
 
 

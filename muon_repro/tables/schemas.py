@@ -1326,8 +1326,8 @@ PREDICTIONS = TableSchema(
             "pipeline stages (config.json 'pp'; 1: no pipeline, as every row written before the column); a run with "
             "pp > 1 is priced stage by stage and over its 1F1B schedule (docs/method.md#pipeline-parallelism)",
         ),
-        ("trials", "Int64", "count", "trials whose steps were pooled"),
-        ("steps", "Int64", "count", "recorded steps pooled (over trials)"),
+        ("trials", "Int64", "count", "trials (rounds) with measured steps: what the measured times are the median over"),
+        ("steps", "Int64", "count", "measured steps over those trials"),
         (
             "profiled",
             "boolean",
@@ -1345,8 +1345,8 @@ PREDICTIONS = TableSchema(
             "measured_step_ms",
             "Float64",
             "ms",
-            "median over every trial's steps timed without the profiler (metrics.json timed_step_ms) of the slowest "
-            "rank's step time",
+            "median over trials (rounds) of each trial's median over its steps timed without the profiler "
+            "(metrics.json timed_step_ms) of the slowest rank's step time: runs.timed_step_ms",
         ),
         ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank, priced_by the run's own calibration"),
         ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),
@@ -1354,7 +1354,8 @@ PREDICTIONS = TableSchema(
             "measured_optimizer_ms",
             "Float64",
             "ms",
-            "median over the same steps of the mean over ranks of the optimizer step (metrics.json timed_optimizer_ms)",
+            "median over the same trials of each one's median over its steps of the mean over ranks of the optimizer "
+            "step (metrics.json timed_optimizer_ms): runs.timed_optimizer_ms",
         ),
         ("predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
         ("optimizer_rel_error", "Float64", "fraction", "(predicted - measured) / measured optimizer time"),
@@ -1414,7 +1415,8 @@ REGIMES = TableSchema(
     "regimes",
     "One row per point of the regime sweep (muon-repro regimes: traces/<profile>/regimes/, timed without the profiler): the "
     "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
-    "per step and DP x TP, with the cost model's predictions beside them. Medians over every trial's recorded steps; "
+    "per step and DP x TP, with the cost model's predictions beside them. Times: the median over rounds (trials) of "
+    "each round's median step; "
     "intervals: 95% t intervals over rounds (the share formed within each step; Muon's extra paired with its twin by "
     "round). See docs/method.md#regimes.",
     ("run",),
@@ -1443,10 +1445,21 @@ REGIMES = TableSchema(
         ),
         ("optimizer", "string", "", "muon or adamw"),
         ("trials", "Int64", "count", "trials recorded"),
-        ("steps", "Int64", "count", "recorded steps pooled over trials"),
-        ("step_ms", "Float64", "ms", "median step time (a step's time is its slowest rank's)"),
-        ("optimizer_ms", "Float64", "ms", "median optimizer step, mean over ranks"),
-        ("optimizer_share", "Float64", "fraction", "optimizer_ms / step_ms (medians)"),
+        ("steps", "Int64", "count", "recorded steps over its trials"),
+        (
+            "step_ms",
+            "Float64",
+            "ms",
+            "step time (a step's time is its slowest rank's): the median over rounds of each round's median",
+        ),
+        ("optimizer_ms", "Float64", "ms", "optimizer step, mean over ranks: the median over rounds of each round's median"),
+        (
+            "optimizer_share",
+            "Float64",
+            "fraction",
+            "optimizer time (mean over ranks) over step time (slowest rank), formed within each step; the mean over "
+            "rounds (disturbed ones left out) of each round's median, as the claims form it",
+        ),
         ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
         ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
         ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
@@ -1457,7 +1470,7 @@ REGIMES = TableSchema(
             "rounds left out as disturbed (runs.disturbed_rounds' rule): the row's own, left out of its share; on a Muon "
             "row, those of it or its AdamW twin, left out of muon_extra",
         ),
-        ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's median step time"),
+        ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's step time, as step_ms"),
         (
             "muon_extra",
             "Float64",
