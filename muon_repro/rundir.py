@@ -89,6 +89,19 @@ ACCURACY_FILE = "ns_accuracy.json"  # a GPU's Newton-Schulz variants against the
 # Shipped machine profiles renamed since records were written (old name -> new): records naming the old one
 # (regime_model.csv and regime_thresholds.csv's ``machine``) are read under the new name, and ``--machine`` takes both.
 RENAMED_MACHINES = {"seed-4x-pcie4-x4": "4xRTXA4000-pcie-nccl", "wei-4x-pcie4-x4": "4xRTXA4000-pcie-nccl"}
+_MEASURED_COMPUTE = "-compute"
+
+
+def measured_compute_machine(links: str, device: str) -> str:
+    """The records' name of machine ``links``' interconnect priced with ``device``'s measured kernel rates."""
+    return f"{links}+{device}{_MEASURED_COMPUTE}"
+
+
+def split_measured_compute(machine: str) -> tuple[str, str] | None:
+    """``(links, device)`` of a :func:`measured_compute_machine` name; None for any other machine."""
+    links, plus, rest = machine.partition("+")
+    return (links, rest.removesuffix(_MEASURED_COMPUTE)) if plus and rest.endswith(_MEASURED_COMPUTE) else None
+
 
 STUDY_PROVENANCE_FILE = "original_study.json"  # beside the original study's imported traces (muon_repro.study.sources)
 NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE, ACCURACY_FILE, STUDY_PROVENANCE_FILE)

@@ -12,6 +12,7 @@ from muon_repro.report.gpu_section import (
     busy_lines,
     kernel_lines,
     one_device_only,
+    own_crossings,
     single_device,
     single_device_pairs,
     single_device_rows,
@@ -115,6 +116,46 @@ def test_one_device_rows_give_the_share_and_muons_extra_at_each_tokens_per_step(
     # the runs table's share (the claims' estimator, within each step) when it has one, not the ratio of medians
     estimated = single_device_pairs(_runs().assign(optimizer_share=[0.487, 0.25, 0.045, 0.0125]))
     assert estimated["optimizer_share"].tolist() == [0.487, 0.045]
+
+
+def _own_thresholds(share_at: float | None, extra_at: float | None) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "machine": PROFILE,
+            "metric": ["optimizer_share", "muon_extra"],
+            "level": [0.011, 0.03],
+            "tokens_per_step": [share_at, extra_at],
+        }
+    )
+
+
+def test_the_devices_own_crossings_are_checked_against_its_largest_run():
+    """At 262k tokens the hand-made runs measure a 4.8% share and a 5% extra: above both levels. A model that puts
+    the 3% crossing below 262k is contradicted; one that puts it beyond agrees; the verdict goes either way."""
+    contradicted = own_crossings(_runs(), _own_thresholds(600_000, 150_000))
+    assert contradicted.startswith("Measured at 262k tokens per step")
+    assert "share 4.8%, above 1.1%, as the model says (it puts 1.1% at 600k)" in contradicted
+    assert "step 5% longer than AdamW's, above 3%, though the model puts 3% at 150k" in contradicted
+    agreed = own_crossings(_runs(), _own_thresholds(600_000, 400_000))
+    assert "above 3%, as the model says (it puts 3% at 400k)" in agreed
+    faster = _runs().assign(timed_step_ms=[200.0, 100.0, 1900.0, 2000.0])  # Muon 5% faster at 262k
+    assert "step 5% shorter than AdamW's, below 3%, as the model says (it puts 3% at 100k)" in own_crossings(
+        faster, _own_thresholds(None, 100_000)
+    )
+    never = own_crossings(faster, _own_thresholds(None, None))
+    assert "share 5.3%, above 1.1%, as the model says (it puts 1.1% beyond its grid)" in never
+    assert "step 5% shorter than AdamW's, below 3%, though the model puts 3% beyond its grid" in never
+    assert own_crossings(_runs(), _own_thresholds(None, None).iloc[0:0]) == ""
+
+
+def test_a_shipped_profiles_links_with_a_devices_compute_are_named_by_both():
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.records import measured_compute_profile
+    from muon_repro.report.regimes_section import machine_name
+
+    hybrid = measured_compute_profile(resolve_profile("h100-8x-nvlink"), resolve_profile("h100-8x-nvlink"))
+    assert machine_name(hybrid.name) == "8x H100 NVLink node links, h100-8x-nvlink's measured compute"
+    assert machine_name("h100-8x-nvlink") == "8x H100 NVLink node"
 
 
 def test_a_single_device_profile_draws_its_own_figure(tmp_path):

@@ -35,7 +35,14 @@ from muon_repro.costmodel.prediction import Prediction
 from muon_repro.costmodel.validate import validate
 from muon_repro.hardware import PROFILE_FIELD
 from muon_repro.model_config import LLAMA_7B_SHAPE, PRESETS
-from muon_repro.rundir import COSTMODEL_DIR, PIPELINE_SCALE_OUT_FILE, PREDICTIONS_FILE, REGIME_MODEL_FILE, THRESHOLDS_FILE
+from muon_repro.rundir import (
+    COSTMODEL_DIR,
+    PIPELINE_SCALE_OUT_FILE,
+    PREDICTIONS_FILE,
+    REGIME_MODEL_FILE,
+    THRESHOLDS_FILE,
+    measured_compute_machine,
+)
 from muon_repro.tables.files import write_atomic
 
 METRICS = ("optimizer_share", "muon_extra")
@@ -174,7 +181,7 @@ def measured_compute_profile(links: MachineProfile, compute: MachineProfile) -> 
 
     return replace(
         links,
-        name=f"{links.name}+{compute.name}-compute",
+        name=measured_compute_machine(links.name, compute.name),
         description=f"{links.description} Kernel rates measured on {compute.name} ({compute.description}).",
         matmul_tflops=compute.matmul_tflops,
         newton_schulz_tflops=compute.newton_schulz_tflops,

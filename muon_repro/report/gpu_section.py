@@ -1,9 +1,10 @@
 """The report's "On a GPU" section and its figure: what a GPU measured, for every hardware profile whose runs ran on
 CUDA (its kernel rates, Newton-Schulz against the same device's matmuls and against Gram Newton-Schulz, Muon and AdamW
-on one device by tokens per step, and the cost model's error there).
+on one device by tokens per step, the cost model's error there, and where the model puts the claimed levels with
+that device's compute, against what its runs measured).
 
-From the ``calibration``, ``runs`` and ``predictions`` tables only (every number here is a cell of one of them,
-or a sum of their cells): the report's GPU section and the ``gpu`` block of docs/gpu.md. And the figure of a
+From the ``calibration``, ``runs``, ``predictions`` and ``regime_thresholds`` tables only (every number here is a
+cell of one of them, or a sum of their cells): the report's GPU section and the ``gpu`` block of docs/gpu.md. And the figure of a
 profile whose runs ran on one device (a GPU session, docs/gpu.md), Muon against tokens per step:
 
     single_device  Muon's optimizer share and its extra step time over AdamW against tokens per step on
@@ -23,14 +24,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE
+from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
 from muon_repro.phases import NEWTON_SCHULZ, NS_METHODS
 from muon_repro.report import style
 from muon_repro.report.data import ReportData
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import count, ms, percent
 from muon_repro.report.plotting import add_legend, add_title, new_figure, plain_log_ticks, save_figure, show_no_data, styled
-from muon_repro.report.regimes_section import LEVEL_LINES, draw_claimed_level
+from muon_repro.report.regimes_section import LEVEL_LINES, THRESHOLDS_HEADER, draw_claimed_level, threshold_rows
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
 TARGET_MODELS = ("369m", "7b")  # costmodel.compute_bench.TARGET_MODELS: the report may not import the cost model
@@ -255,12 +256,66 @@ PREDICTIONS_INTRO = (
 )
 
 
+def thresholds_intro(predictions: pd.DataFrame, runs: pd.DataFrame, thresholds: pd.DataFrame, profile: str) -> str:
+    """What the profile's threshold rows are, and how far to trust them: the model's step error on the device's own
+    runs (the prediction table's, as calibrated), since no held-out GPU run gives them a range, and the device's own
+    crossings against its largest measured step (:func:`own_crossings`)."""
+    errors = predictions.loc[predictions["profile"].astype(str) == profile, "profile_step_rel_error"].astype(float).dropna()
+    trust = (
+        f"on this device's own runs above its step error is median |error| {percent(float(errors.abs().median()))}, "
+        f"worst {percent(float(errors.abs().max()))}"
+        if len(errors)
+        else "no run of this device was priced"
+    )
+    said = (
+        "Where the claimed overheads hold with this device's compute, by the cost model: the device itself and the "
+        "shipped GPU profiles' links priced with its kernel rates as calibrated (regime_thresholds; bf16 training). "
+        f"Predictions, without a range (no held-out GPU run measures the model's error); {trust}."
+    )
+    own = own_crossings(runs[runs["profile"].astype(str) == profile], thresholds[thresholds["machine"].astype(str) == profile])
+    return f"{said} {own}" if own else said
+
+
+OWN_NAMES = {"optimizer_share": "Muon's optimizer share {}", "muon_extra": "Muon's step {} longer than AdamW's"}
+
+
+def own_crossings(runs: pd.DataFrame, own: pd.DataFrame) -> str:
+    """The device's measured overheads at its largest step with both optimizers, against the tokens per step at which
+    the model puts each claimed level on the device itself: whether the runs had crossed it where the model says."""
+    pairs = single_device_pairs(runs)
+    if pairs.empty or own.empty:
+        return ""
+    last = pairs.iloc[-1]
+    tokens = int(last["tokens_per_step"])
+    parts = []
+    for metric in ("optimizer_share", "muon_extra"):
+        level = claimed_level(metric)
+        row = own[(own["metric"].astype(str) == metric) & np.isclose(own["level"].astype(float), level.value)]
+        if row.empty:
+            continue
+        crossing = row["tokens_per_step"].iloc[0]
+        value = float(last[metric])
+        reached = value <= level.value
+        at = "beyond its grid" if pd.isna(crossing) else f"at {count(crossing)}"
+        if (not pd.isna(crossing) and float(crossing) <= tokens) == reached:
+            how = f"as the model says (it puts {level.percent} {at})"
+        else:
+            how = f"though the model puts {level.percent} {at}"
+        state = "below" if reached else "above"
+        named = OWN_NAMES[metric].format(percent(abs(value)))
+        parts.append(f"{named.replace('longer', 'shorter') if value < 0 else named}, {state} {level.percent}, {how}")
+    if not parts:
+        return ""
+    return f"Measured at {count(tokens)} tokens per step, this device's largest: " + "; ".join(parts) + "."
+
+
 def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
-    """Per CUDA profile: its kernel lines, and the single-device and prediction tables (header, rows)."""
+    """Per CUDA profile: its kernel lines, and the single-device, prediction and threshold tables (header, rows)."""
     out = []
     for profile in gpu_profiles(data):
         single_header, single_rows = single_device_rows(data.runs, profile)
         predictions_header, predictions_rows = prediction_rows(data.predictions, profile)
+        thresholds = data.regime_thresholds[data.regime_thresholds["profile"].astype(str) == profile]
         out.append(
             {
                 "profile": profile,
@@ -271,6 +326,9 @@ def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
                 "predictions_intro": PREDICTIONS_INTRO,
                 "predictions_header": predictions_header,
                 "predictions_rows": predictions_rows,
+                "thresholds_intro": thresholds_intro(data.predictions, data.runs, thresholds, profile),
+                "thresholds_header": list(THRESHOLDS_HEADER),
+                "thresholds_rows": threshold_rows(thresholds),
             }
         )
     return out
@@ -285,7 +343,7 @@ def gpu_markdown(data: ReportData, calibration: pd.DataFrame) -> str:
     for s in sections:
         out += [f"**{markdown_inline(s['profile'])}**", ""]  # profile ids and the lines may quote run text
         out += [f"- {markdown_inline(line)}" for line in s["lines"]]
-        for part in ("single", "predictions"):
+        for part in ("single", "predictions", "thresholds"):
             if s[f"{part}_rows"]:
                 out += ["", markdown_inline(s[f"{part}_intro"]), ""] + _table(s[f"{part}_header"], s[f"{part}_rows"])
         out.append("")

@@ -45,7 +45,7 @@ from muon_repro.report.plotting import (
     show_no_data,
     styled,
 )
-from muon_repro.rundir import RENAMED_MACHINES
+from muon_repro.rundir import RENAMED_MACHINES, split_measured_compute
 
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
@@ -70,7 +70,11 @@ METRIC_NAMES = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon
 
 
 def machine_name(machine) -> str:
-    """A shipped profile's name in tables (tables written before a profile was renamed: by its new name)."""
+    """A shipped profile's name in tables (tables written before a profile was renamed: by its new name); a shipped
+    profile's links priced with a device's measured kernels (``<links>+<device>-compute``,
+    :func:`muon_repro.costmodel.records.measured_compute_profile`) by both."""
+    if (hybrid := split_measured_compute(str(machine))) is not None:
+        return f"{machine_name(hybrid[0])} links, {hybrid[1]}'s measured compute"
     name = RENAMED_MACHINES.get(str(machine), str(machine))
     return MACHINE_NAMES.get(name, name)
 
