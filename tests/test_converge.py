@@ -676,13 +676,21 @@ def test_a_budget_that_never_reaches_muons_loss_is_censored_not_a_number(tmp_pat
     assert seeds["lead_low"].iloc[0] == pytest.approx(np.mean(at_bound) - half)
     claim = _claim(tables)
     assert claim["measured_high"] == np.inf and claim["verdict"] == "inconclusive"  # [0.11, inf) overlaps [0.5, 1.5]
-    assert "lower bounds" in claim["explanation"] and len(claim["explanation"].split()) <= 60
+    assert "only the mean is a lower bound" in claim["explanation"]
+    assert len(claim["explanation"].split()) <= 60
     # the report says so too, from the table as written (its infinite end null), never "one seed"
     written = SCHEMAS["budget_match"].conform(tables["budget_match"])
     assert pd.isna(written["lead_high"].iloc[0])
     line = _budget_lines(written)[-1]
     assert f"[{np.mean(at_bound) - half:+.3f}, no upper end]" in line and "one seed" not in line
-    assert "1 seed censored above, counted at the bound: the mean and the low end are lower bounds" in line
+    assert "1 seed censored above, counted at the bound: the mean is a lower bound; the low end is not" in line
+    # why the low end is no bound: the censored seed further out raises the mean and lowers the low end
+    from muon_repro.analysis.budget_match import censored_mean_interval
+
+    kinds = pd.Series(["above", "none", "none", "none", "none"])
+    leads = pd.Series([np.nan, *at_bound[1:]])
+    ends = [censored_mean_interval(leads, kinds, pd.Series([b, np.nan, np.nan, np.nan, np.nan])) for b in (2.0, 4.0)]
+    assert ends[1][0] > ends[0][0] and ends[1][1] < ends[0][1]
 
 
 def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):

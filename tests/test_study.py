@@ -248,6 +248,27 @@ def test_the_verdict_follows_the_measurement(tables):
     assert rows.loc["comm_time_dp2_tp2", "verdict"] in ("reproduced", "not reproduced", "inconclusive")
 
 
+def test_a_claim_made_elsewhere_is_judged_on_the_study_runs_only_inside_its_conditions(tables):
+    """The study's own claims were made on its runs; the paper's 1-3% needs a step that trains on tokens, which the
+    study's simulated step is not. Without that condition the same measurement gets a verdict from its numbers."""
+    import dataclasses
+
+    from muon_repro.claims import CLAIMS
+    from muon_repro.study.claims import NO_TOKENS, outside_for_study
+
+    by_id = {c.claim_id: c for c in CLAIMS}
+    assert outside_for_study(by_id["optimizer_share"]) == ""  # the study's own: made on these runs
+    assert outside_for_study(by_id["latency_overhead"]) == NO_TOKENS
+    rows = pd.DataFrame(study_claim_rows(tables)).set_index("claim_id")
+    assert rows.loc["latency_overhead", "verdict"] == NOT_COMPARABLE
+    assert rows.loc["latency_overhead", "outside_conditions"] == NO_TOKENS
+    assert rows.loc["latency_overhead", "rule"].startswith(f"{NOT_COMPARABLE} unless the study's runs meet")
+    assert rows.loc["optimizer_share", "rule"].startswith("on the study's own runs its conditions hold")
+    latency = by_id["latency_overhead"]
+    tokenless = dataclasses.replace(latency, made_under=dataclasses.replace(latency.made_under, min_tokens_per_d_model=None))
+    assert outside_for_study(tokenless) == ""
+
+
 def test_welch_interval_covers_the_true_ratio():
     rng = np.random.default_rng(7)
     truth, hits, n = 0.6, 0, 2000

@@ -13,7 +13,7 @@ length: a point of a longer AdamW schedule is not a schedule that ends there, so
 A seed whose longest AdamW budget stays above Muon's loss is censored above (its lead is more than that budget's);
 one whose AdamW run of Muon's length is already at or below it is censored below (no lead). The summary over seeds
 (mean, 95% t interval) counts a censored seed at its bound and says so: a bound above makes the interval one-sided,
-``[low, +inf)``, the low end a lower bound (:func:`censored_mean_interval`).
+``[low, +inf)``; the mean is then a lower bound, the low end is not (:func:`censored_mean_interval`).
 """
 
 from __future__ import annotations
@@ -119,9 +119,9 @@ def budget_match_table(conv: pd.DataFrame) -> pd.DataFrame:
 
 def censored_mean_interval(lead: pd.Series, censored: pd.Series, bound: pd.Series) -> tuple[float, float, float]:
     """The mean lead over seeds and its 95% t interval, a censored seed counted at its bound: censored above, the
-    mean and the interval's low end are then lower bounds and the high end is +inf; censored below, the mean and the
-    high end are upper bounds and the low end is -inf (both: no interval). A bound in place of a value moves the
-    interval's centre and width, so a bounded end is approximate, not a tested coverage."""
+    mean is then a lower bound and the high end is +inf; censored below, the mean is an upper bound and the low end
+    is -inf (both: no interval). The other end is no bound: a censored seed further out moves the mean by 1/n of
+    the distance and widens the interval by about as much again, so that end moves the other way (without limit)."""
     kinds = set(censored)
     values = np.where(censored == "none", pd.to_numeric(lead, errors="coerce"), pd.to_numeric(bound, errors="coerce"))
     mean, low, high = mean_interval(values.astype(float))

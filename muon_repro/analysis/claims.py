@@ -18,9 +18,10 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import Measurement, ProfileTables
+from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
 from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import left_out, unpaired_rounds
+from muon_repro.analysis.rounds import rounds_of
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
@@ -111,7 +112,7 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "measured_value": measured.value,
                 "measured_low": measured.low,
                 "measured_high": measured.high,
-                "rounds": _rounds(measured),
+                "rounds": _rounds(measured, t),
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
                 "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(measured, t, quoted),
@@ -129,10 +130,15 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
     return rows
 
 
-def _rounds(measured: Measurement) -> int | None:
-    """The rounds a measurement's interval is over: the fewest of its runs' (None without runs)."""
-    counts = [int(r["rounds"]) for r in measured.runs if r.get("rounds") is not None and r.get("rounds") == r.get("rounds")]
-    return min(counts) if counts else None
+def _rounds(measured: Measurement, t: ProfileTables) -> int | None:
+    """The rounds a measurement's interval is over: those every run it compares was recorded in, less the ones the
+    estimators leave out (disturbed, or recorded by different sweeps: :func:`_left_out_note` names them); None
+    without runs or where a run was not recorded in rounds."""
+    if not measured.runs or any(is_missing(r.get("rounds")) for r in measured.runs):
+        return None
+    sources = [t.steps_of(run, comm=measured.comm) for run in measured.runs]
+    common = set.intersection(*(set(rounds_of(source, run).tolist()) for source, run in sources))
+    return len(common - left_out(*sources) - unpaired_rounds(*sources))
 
 
 def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:

@@ -119,7 +119,7 @@ def _budget_lead(budget: pd.DataFrame, head: pd.DataFrame) -> tuple[float, float
     if len(above):
         said += (
             f" On {len(above)} seed(s) no budget up to {float(above['lead_bound'].max()) + 1:g}x reached it: counted at "
-            "that bound, the mean and the low end are lower bounds."
+            "that bound, only the mean is a lower bound."
         )
     return value, low, high, seeds, said
 

@@ -66,9 +66,9 @@ def claim_measured(row: pd.Series) -> str:
     if all(missing):
         return f"{value} (no interval: fewer than 2 rounds)"  # a paired interval needs two rounds
     if missing[1]:  # a one-sided interval: the tables keep an infinite end as null
-        return f"{value} (≥ {claim_number(row['measured_low'], kind, cid, 'claims.measured_low')}, a lower bound)"
+        return f"{value} (from {claim_number(row['measured_low'], kind, cid, 'claims.measured_low')}, no upper end)"
     if missing[0]:
-        return f"{value} (≤ {claim_number(row['measured_high'], kind, cid, 'claims.measured_high')}, an upper bound)"
+        return f"{value} (up to {claim_number(row['measured_high'], kind, cid, 'claims.measured_high')}, no lower end)"
     low = claim_number(row["measured_low"], kind, cid, "claims.measured_low")
     high = claim_number(row["measured_high"], kind, cid, "claims.measured_high")
     if low == high == value:

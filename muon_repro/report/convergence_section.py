@@ -248,9 +248,9 @@ def _censored_note(per_seed: pd.DataFrame) -> str:
     count = int((per_seed["censored"] != "none").sum())
     seeds = f"{count} seed{'s' if count > 1 else ''} censored {' and '.join(kinds)}, counted at the bound"
     if kinds == ["above"]:
-        return f" ({seeds}: the mean and the low end are lower bounds)"
+        return f" ({seeds}: the mean is a lower bound; the low end is not, a larger lead would widen the interval)"
     if kinds == ["below"]:
-        return f" ({seeds}: the mean and the high end are upper bounds)"
+        return f" ({seeds}: the mean is an upper bound; the high end is not, a smaller lead would widen the interval)"
     return f" ({seeds}: no interval)"
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
-from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
@@ -162,10 +162,10 @@ def study_claim_rows(study: dict[str, pd.DataFrame]) -> list[dict]:
 class _Measured:
     """A claim measured on the study's runs."""
 
-    def __init__(self, value, low, high, conditions, explanation, quoted, equal_work=None, work="", outside=""):
+    def __init__(self, value, low, high, conditions, explanation, quoted, equal_work=None, work=""):
         self.value, self.low, self.high = value, low, high
         self.conditions, self.explanation, self.quoted = conditions, explanation, quoted
-        self.equal_work, self.work, self.outside = equal_work, work, outside  # outside: how the runs differ from the claim's
+        self.equal_work, self.work = equal_work, work
 
 
 def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
@@ -260,7 +260,6 @@ def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None)
         "The study's full step is a simulated forward-backward of 20 chained 2048x2048 fp32 matmuls beside five "
         "random-gradient matrices."
     )
-    outside = "a simulated forward-backward with no tokens, not LLM pretraining at millions of tokens per step"
     quoted = {"muon_step_ms": float(np.mean(muon)), "adamw_step_ms": float(np.mean(adamw)), **numbers}
     return _Measured(
         value - 1,
@@ -271,7 +270,6 @@ def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None)
         quoted,
         equal,
         work,
-        outside,
     )
 
 
@@ -298,6 +296,18 @@ def _conditions(runs: pd.DataFrame, *names: str, rank: int | None = None) -> str
     return "; ".join(parts) + f"; {STEPS_NOTE}"
 
 
+NO_TOKENS = "a simulated forward-backward with no tokens, not a step that trains on tokens"
+
+
+def outside_for_study(claim: Claim) -> str:
+    """How the study's runs differ from the conditions of a claim made elsewhere (empty: they do not). The study's
+    own claims were made on these runs; its runs are 4 GPUs on NCCL, one rank each, whose step is a simulated
+    forward-backward of fixed matmuls with no tokens: a claim that needs tokens per step is outside them."""
+    if claim.source == STUDY or claim.made_under is None:
+        return ""
+    return NO_TOKENS if claim.made_under.min_tokens_per_d_model is not None else ""
+
+
 def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) -> dict:
     nan = float("nan")
     if m is None:
@@ -308,19 +318,25 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         outside = ""
     else:
         value, low, high = m.value, m.low, m.high
-        if m.outside:
+        if outside_for_study(claim):
             verdict_ = NOT_COMPARABLE
         elif m.equal_work is False:
             verdict_ = UNEQUAL_WORK
         else:
             verdict_ = verdict(low, high, claim.region)
         explanation, conditions, quoted, equal, work = m.explanation, m.conditions, m.quoted, m.equal_work, m.work
-        outside = m.outside
-    rule = (
-        f"on the study's own runs its conditions hold: reproduced if the 95% interval over the steps lies inside "
-        f"{claim.region.text()}, not reproduced if outside, else inconclusive; {UNEQUAL_WORK} when the compared runs did "
-        "different work"
+        outside = outside_for_study(claim)
+    judged = (
+        f"reproduced if the 95% interval over the steps lies inside {claim.region.text()}, not reproduced if outside, "
+        f"else inconclusive; {UNEQUAL_WORK} when the compared runs did different work"
     )
+    if claim.source == STUDY:
+        rule = f"on the study's own runs its conditions hold (it was made on them): {judged}"
+    else:
+        rule = (
+            f"{NOT_COMPARABLE} unless the study's runs meet the claim's conditions (a step that trains on tokens, "
+            f"where they need one); then {judged}"
+        )
     return {
         "claim_id": claim.claim_id,
         "profile": STUDY_PROFILE,

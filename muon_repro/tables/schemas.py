@@ -631,14 +631,15 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Float64",
                 "",
                 "upper end of the 95% interval (per-rank maximum for deterministic quantities); null beside a "
-                "measured_low: unbounded above, a one-sided interval (a bound)",
+                "measured_low: unbounded above, a one-sided interval",
             ),
             (
                 "rounds",
                 "Int64",
                 "count",
-                "rounds the interval is over: the fewest any run it compares was recorded in; null where it is not "
-                "over rounds (the original study's runs, the convergence seeds, or not measured)",
+                "rounds the interval is over: those every run it compares was recorded in, less those the estimators "
+                "leave out (disturbed, or recorded by different sweeps); null where it is not over rounds (the "
+                "original study's runs, the convergence seeds, or not measured)",
             ),
             ("unit", "string", "", "unit of claimed_value and the measured columns"),
             (
