@@ -52,6 +52,22 @@ def test_committed_dataset_is_in_the_profile_layout_each_run_under_its_own_profi
         assert profile == path.relative_to(traces).parts[0], path
 
 
+@pytest.mark.parametrize("folder, writer", [("figures", "muon-repro figures"), ("report", "muon-repro report")])
+def test_each_committed_output_folder_lists_the_files_its_writer_put_there(folder, writer):
+    """The hidden list is committed with the files, so the first regeneration in a fresh clone removes a figure the
+    code no longer draws instead of leaving it beside the new set, published."""
+    from muon_repro.tables.files import files_manifest
+
+    manifest = REPO / folder / files_manifest(writer)
+    listed = [line for line in manifest.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    on_disk = sorted(
+        p.relative_to(REPO / folder).as_posix()
+        for p in (REPO / folder).rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(REPO / folder).parts)
+    )
+    assert listed == on_disk
+
+
 @pytest.mark.slow
 def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_path, monkeypatch):
     from muon_repro.cli import main
