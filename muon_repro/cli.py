@@ -86,15 +86,39 @@ def _run_command(argv: list[str] | None) -> int:
         print(f"muon-repro: error: {shown(argv[0])} is no command; {hint}", file=sys.stderr)
         return 2
     parser = build_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        return _unrecognized(parser, args.command, extra)
     args.command_line = ["muon-repro", *argv]  # what a run records as the command that made it
     if args.command is None:
         parser.print_help()
         return 0
-    from muon_repro.terminal import escaped_output
+    from muon_repro.terminal import escaped_output, plain_warnings
 
-    with escaped_output(args.command):
+    with escaped_output(args.command), plain_warnings(args.command):
         return _call(args)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> int:
+    """What argparse says of arguments no option takes, said by the command they were given to, with its usage and
+    the options whose names are close (``--trails``: did you mean ``--trials``?)."""
+    import difflib
+
+    from muon_repro.terminal import shown
+
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    sub = commands.get(command, parser) if command else parser
+    options = [name for action in sub._actions for name in action.option_strings]
+    hints = []
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-") and (close := difflib.get_close_matches(name, options, n=2, cutoff=0.7)):
+            hints.append(f"{shown(name)}: did you mean {' or '.join(close)}?")
+    who = f"muon-repro {command}" if command else "muon-repro"
+    said = "; ".join(hints) if hints else f"`{who} --help` lists what it takes"
+    sys.stderr.write(sub.format_usage())
+    print(f"{who}: error: unrecognized argument(s) {shown(' '.join(extra))}: {said}", file=sys.stderr)
+    return 2
 
 
 def _call(args: argparse.Namespace) -> int:

@@ -29,7 +29,9 @@ from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.meta import release_date
 from muon_repro.hardware import add_profile_argument
+from muon_repro.study.sources import STUDY_PROFILE
 from muon_repro.tables.files import check_out_folder, write_atomic
+from muon_repro.values import is_count
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +61,19 @@ class RunPlan:
             raise ValueError(f"--author needs a name, got {[a for a in self.authors if not a.strip()][0]!r}")
 
     def check_input(self) -> None:
-        """With ``--from`` a later stage, refuse an --out without what that stage reads (before any folder is made)."""
+        """Before any folder is made: from the bench stage, refuse a configuration name or a number of rounds the
+        bench would refuse; with ``--from`` a later stage, an --out without what that stage reads."""
         if self.first_stage == STAGES[0]:
+            from muon_repro.bench.configs import expand_config_names, resolve
+
+            for key in expand_config_names(list(self.configs)):
+                resolve(key, self.scale)  # an unknown name: ValueError naming it, with the names close to it
+            if not is_count(self.trials):
+                raise ValueError(f"--trials must be a positive integer, got {self.trials}")
+            if self.traced_trials is not None and not (is_count(self.traced_trials) and self.traced_trials <= self.trials):
+                raise ValueError(
+                    f"--traced-trials must be a positive integer up to --trials {self.trials}, got {self.traced_trials}"
+                )
             return
         source, what = (self.traces, "runs recorded") if self.first_stage == "analyze" else (self.metrics, "tables")
         if not source.is_dir():
@@ -176,10 +189,16 @@ def stage_bundle(plan: RunPlan) -> None:
     # The manifest beside the committed artifacts is the bundle's: same files, same digests (the card
     # stage wrote CITATION.cff and croissant.json beside them, byte for byte the bundle's).
     write_atomic(plan.out / "MANIFEST.sha256", (plan.bundle / "MANIFEST.sha256").read_bytes())
-    result = stages.verify(plan.bundle, echo=print)
+    # each check as it completes with --verbose; else the failed ones only (hundreds pass), then the count
+    result = stages.verify(plan.bundle, echo=print if plan.verbose else _failed_only)
     if not result.ok:
         raise stages.StageError(f"{plan.bundle}: {len(result.failed)} check(s) failed: " + "; ".join(result.failed))
     print(f"{plan.bundle}: all {len(result.passed)} checks passed.")
+
+
+def _failed_only(line: str) -> None:
+    if not line.startswith("ok "):
+        print(line)
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[RunPlan], None]] = {
@@ -206,9 +225,10 @@ def run_job(plan: RunPlan) -> dict[str, float]:
     return plan.stage_seconds
 
 
-def claims_summary(metrics: Path, *, verbose: bool = False) -> str:
-    """The claims table as a terminal reader wants it: claimed, measured with its 95% interval, verdict; ``verbose``:
-    then every claim's measured cause (else where to read them)."""
+def claims_summary(metrics: Path, *, verbose: bool = False, report: Path = Path("report/report.md")) -> str:
+    """The claims table as a terminal reader wants it: per hardware profile (the original study's runs, this
+    machine's, any other), claimed, measured with its 95% interval, verdict; ``verbose``: then every claim's measured
+    cause (else where to read them: ``report``)."""
     import pandas as pd
 
     from muon_repro.report.claims_section import claim_note
@@ -222,7 +242,8 @@ def claims_summary(metrics: Path, *, verbose: bool = False) -> str:
     def measured(c) -> str:
         if pd.isna(c["measured_value"]):
             return "-"
-        return f"{number(c['measured_value'])} [{number(c['measured_low'])}, {number(c['measured_high'])}]"
+        high = "no upper end" if pd.isna(c["measured_high"]) and not pd.isna(c["measured_low"]) else number(c["measured_high"])
+        return f"{number(c['measured_value'])} [{number(c['measured_low'])}, {high}]"
 
     header = ["claim", "claimed", "measured [95% interval]", "verdict"]
     rows = [[str(c["claim"]), number(c["claimed_value"]), measured(c), str(c["verdict"])] for _, c in claims.iterrows()]
@@ -231,10 +252,16 @@ def claims_summary(metrics: Path, *, verbose: bool = False) -> str:
     def line(cells: list[str]) -> str:
         return "  ".join((c if len(c) <= w else c[: w - 3] + "...").ljust(w) for c, w in zip(cells, widths)).rstrip()
 
-    table = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    table = [line(header), line(["-" * w for w in widths])]
+    profiles = claims["profile"].astype(str).tolist()
+    for i, (profile, row) in enumerate(zip(profiles, rows)):
+        if i == 0 or profile != profiles[i - 1]:
+            said = "the original study's published runs" if profile == STUDY_PROFILE else "runs recorded on this profile"
+            table.append(f"[{profile}: {said}]")
+        table.append(line(row))
     if not verbose:
-        return "\n".join([*table, "", "Why each verdict: report/report.md (claims), or muon-repro run --verbose."])
-    causes = [f"- {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
+        return "\n".join([*table, "", f"Why each verdict: {report} (claims), or muon-repro run --verbose."])
+    causes = [f"- {c['profile']} {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
     return "\n".join([*table, "", "Why (measured causes):", *causes])
 
 
@@ -294,7 +321,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: the project's checked-in list, never the machine's git config)",
     )
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--verbose", action="store_true", help="the summary gives every claim's measured cause")
+    p.add_argument(
+        "--verbose", action="store_true", help="the summary gives every claim's measured cause; verify lists every check"
+    )
     add_profile_argument(p)
     p.set_defaults(func=_run)
 
@@ -340,7 +369,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
     total = sum(seconds.values())
-    print("\nClaims, as measured here:\n" + claims_summary(plan.metrics, verbose=plan.verbose))
+    said = claims_summary(plan.metrics, verbose=plan.verbose, report=plan.report / "report.md")
+    print("\nClaims, per hardware profile:\n" + said)
     print("\nWall time per stage: " + ", ".join(f"{s} {t:.1f} s" for s, t in seconds.items()) + f"; total {total:.1f} s")
     print("\nArtifacts:")
     for label, path in (

@@ -1,7 +1,7 @@
 """What a run folder's JSON records say, typed: ``config.json`` (:class:`RunConfig`) and each rank's entry of
 ``metrics.json`` (:class:`RankMetrics`, with its :class:`ShardSummary` and the columnar ``timed_comm`` of the
 steps timed without the profiler). Every field is read tolerantly: a value of the wrong type, a non-finite
-number or a malformed record reads as ``None`` or empty, never as a wrong number.
+number, a negative time or a malformed record reads as ``None`` or empty, never as a wrong number.
 
 :mod:`muon_repro.rundir` owns the folder and its file names and reads these records from it. This module
 imports nothing heavy: no torch, no pandas.
@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from muon_repro.phases import LAYOUTS, OVERLAPS
+
 # Ranks of one run. The project records runs of 1 to 4 ranks, its registry goes to 8 and its profiles name up to
 # 2 nodes of 8 GPUs; 1,024 (128 nodes of 8) is far past any run recorded or reviewed, and keeps one trial's traces
 # (a file per rank) well inside a pull request's file limit.
@@ -23,8 +25,9 @@ MAX_TRIAL = 9999
 MAX_STEPS = 1_000_000  # training steps of a run (recorded: 3-6 profiled steps, 1,000 for convergence)
 MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 recorded): each active step is traced
 
+MAX_ELEMS = 2**40  # tokens per step, bucket and unit sizes: far past any model's or batch's
 # config.json's integer fields: (smallest, largest) allowed, for the analysis and a review alike
-# (:func:`int_field_problem`). A field may be absent.
+# (:func:`int_field_problem`). A field may be absent; those of NULLABLE_INTS may also be null.
 RECORD_INT_RANGES: dict[str, tuple[int, int]] = {
     "world_size": (1, MAX_WORLD_SIZE),
     "dp": (1, MAX_WORLD_SIZE),
@@ -39,6 +42,25 @@ RECORD_INT_RANGES: dict[str, tuple[int, int]] = {
     "wait": (0, MAX_PROFILED),
     "warmup": (0, MAX_PROFILED),
     "active": (0, MAX_PROFILED),
+    # the work of a step: the claims compare runs by it and divide by it
+    "tokens_per_step": (1, MAX_ELEMS),
+    "batch_per_dp": (1, MAX_ELEMS),
+    "seq_len": (1, 2**24),
+    "hidden": (1, 2**20),
+    "n_layers": (1, 10_000),
+    "n_heads": (1, 2**20),
+    "ffn_hidden": (1, 2**24),
+    "vocab_size": (1, 2**24),
+    "bucket_elems": (1, MAX_ELEMS),
+    "ns_unit_elems": (1, MAX_ELEMS),
+}
+NULLABLE_INTS = frozenset({"bucket_elems", "ns_unit_elems"})  # null: the layout's own (no buckets, no cap)
+# config.json's fields that name one of a few choices (:func:`choice_field_problem`); a field may be absent.
+RECORD_CHOICES: dict[str, tuple[str, ...]] = {
+    "optimizer": ("muon", "adamw"),
+    "layout": LAYOUTS,
+    "overlap": OVERLAPS,
+    "precision": ("fp32", "bf16"),
 }
 
 
@@ -49,6 +71,8 @@ def int_field_problem(key: str, value: Any) -> str | None:
     from muon_repro.terminal import shown
 
     low, high = RECORD_INT_RANGES[key]
+    if value is None and key in NULLABLE_INTS:
+        return None
     if isinstance(value, bool) or not isinstance(value, int):
         kind = "a boolean" if isinstance(value, bool) else "null" if value is None else f"a {type(value).__name__}"
         return f"{key} is {shown(repr(value)[:40])} ({kind}), not an integer from {low} to {high}"
@@ -58,9 +82,20 @@ def int_field_problem(key: str, value: Any) -> str | None:
     return None
 
 
+def choice_field_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is none of the choices of config.json's field ``key`` (:data:`RECORD_CHOICES`); None when it is."""
+    from muon_repro.terminal import shown
+
+    if isinstance(value, str) and value in RECORD_CHOICES[key]:
+        return None
+    return f"{key} is {shown(repr(value)[:40])}, not one of {', '.join(RECORD_CHOICES[key])}"
+
+
 def record_problems(config: Mapping[str, Any]) -> list[str]:
-    """Every integer field of a decoded config.json that :func:`int_field_problem` refuses (absent fields pass)."""
-    return [problem for key in RECORD_INT_RANGES if key in config if (problem := int_field_problem(key, config[key]))]
+    """Every integer field of a decoded config.json that :func:`int_field_problem` refuses, and every choice field
+    :func:`choice_field_problem` does (absent fields pass)."""
+    ints = [problem for key in RECORD_INT_RANGES if key in config if (problem := int_field_problem(key, config[key]))]
+    return ints + [problem for key in RECORD_CHOICES if key in config if (problem := choice_field_problem(key, config[key]))]
 
 
 def _int(value: Any) -> int | None:
@@ -85,6 +120,11 @@ def _str(value: Any) -> str | None:
 
 def _floats(value: Any) -> list[float | None]:
     return [_float(v) for v in value] if isinstance(value, list) else []
+
+
+def _durations(value: Any) -> list[float | None]:
+    """A list of times: a negative one is no time (a clock read backwards, or an edited file) and reads as None."""
+    return [None if v is None or v < 0 else v for v in _floats(value)]
 
 
 def _ints(value: Any) -> list[int | None]:
@@ -303,9 +343,9 @@ class RankMetrics:
             dp_rank=_int(raw.get("dp_rank")),
             tp_rank=_int(raw.get("tp_rank")),
             pp_rank=_int(raw.get("pp_rank")),
-            step_ms=_floats(raw.get("step_ms")),
-            optimizer_ms=_floats(raw.get("optimizer_ms")),
-            bubble_ms=_floats(raw.get("bubble_ms")),
+            step_ms=_durations(raw.get("step_ms")),
+            optimizer_ms=_durations(raw.get("optimizer_ms")),
+            bubble_ms=_durations(raw.get("bubble_ms")),
             loss=_floats(raw.get("loss")),
             ledger=[rec for rec in ledger if isinstance(rec, dict)] if isinstance(ledger, list) else [],
             state_bytes=_int_map(raw.get("state_bytes")),
@@ -325,10 +365,10 @@ class RankMetrics:
             train_flops=_int(raw.get("train_flops")),
             loopback_bytes=_int(raw.get("loopback_bytes")),
             loopback_steps=_int(raw.get("loopback_steps")),
-            timed_step_ms=_floats(raw.get("timed_step_ms")),
-            timed_fwd_bwd_ms=_floats(raw.get("timed_fwd_bwd_ms")),
-            timed_optimizer_ms=_floats(raw.get("timed_optimizer_ms")),
-            timed_bubble_ms=_floats(raw.get("timed_bubble_ms")),
+            timed_step_ms=_durations(raw.get("timed_step_ms")),
+            timed_fwd_bwd_ms=_durations(raw.get("timed_fwd_bwd_ms")),
+            timed_optimizer_ms=_durations(raw.get("timed_optimizer_ms")),
+            timed_bubble_ms=_durations(raw.get("timed_bubble_ms")),
             timed_last_backward_ns=_ints(raw.get("timed_last_backward_ns")),
             timed_comm=_timed_comm(raw.get("timed_comm")),
         )

@@ -404,12 +404,14 @@ class RunDir:
         return steps
 
     def timed_steps(self) -> list[tuple[float, float]]:
-        """Each step timed without the profiler (``timed_*``) that every rank timed: the slowest rank's step and
+        """Each step timed without the profiler (``timed_*``) that every rank timed (a value that reads as no time
+        leaves its step out, as :meth:`recorded_steps` does): the slowest rank's step and
         the mean over ranks of the optimizer step, as :meth:`recorded_steps`; empty for a run without them."""
         ranks = self.ranks
         steps = []
         for step in zip(*(zip(r.timed_step_ms, r.timed_optimizer_ms) for r in ranks)):
-            steps.append((max(s for s, _ in step), math.fsum(o for _, o in step) / len(step)))
+            if all(s is not None and o is not None for s, o in step):
+                steps.append((max(s for s, _ in step), math.fsum(o for _, o in step) / len(step)))
         return steps if ranks and all(r.timed_step_ms for r in ranks) else []
 
     def write(self, config: Mapping[str, Any], environment: Mapping[str, Any], ranks: list[RankMetrics], log: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
@@ -67,6 +68,22 @@ def escaped_output(command: str | None) -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+@contextmanager
+def plain_warnings(command: str) -> Iterator[None]:
+    """While ``command`` runs, a warning is said as one line, ``muon-repro <command>: warning: <message>``, not in
+    Python's form (the warning's source file and line, then that line of code), which reads like a traceback."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001 - showwarning's signature
+        print(f"muon-repro {command}: warning: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 # What a credential looks like in text a server sent back: a Hugging Face token, or an Authorization header's value.

@@ -112,7 +112,7 @@ def test_run_end_to_end_then_again_without_rerecording(tmp_path):
         "dist/dataset/MANIFEST.sha256",
     ):
         assert (tmp_path / artifact).is_file(), artifact
-    assert "Claims, as measured here" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
+    assert "Claims, per hardware profile" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
     traces = sorted((tmp_path / "traces").rglob("*.json.gz"))
     assert len(traces) == 2 * 1 * 4  # 2 configurations x 1 traced trial (the default; the second is timed only) x 4 ranks
     runs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet")

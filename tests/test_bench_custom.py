@@ -145,3 +145,14 @@ def test_the_equivalence_check_refuses_an_empty_bucket_instead_of_taking_the_def
 
     with pytest.raises(ValueError, match="bucket_elems must be a positive integer, got 0"):
         EquivalenceConfig(layout="bucketed", bucket_elems=0)
+
+
+def test_a_shape_without_a_preset_names_the_missing_flags_once():
+    parser = argparse.ArgumentParser()
+    add_run_shape_arguments(parser)
+    work = ["--optimizer", "muon", "--dp", "2", "--tp", "2", "--tokens-per-step", "64", "--seq-len", "16"]
+    with pytest.raises(ValueError) as raised:
+        config_from_args(parser.parse_args([*work, "--hidden", "64"]))
+    assert str(raised.value) == (
+        "give --preset NAME, or the model's shape with --hidden, --layers and --heads (--layers, --heads are missing)"
+    )

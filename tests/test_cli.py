@@ -160,10 +160,8 @@ def test_no_repository_says_repo_id_is_required(command, hub_calls, capsys):
 
 @pytest.mark.parametrize("argv", (["publish", "--version", "1.0.0"], ["contribute", "--runs", "traces"]))
 def test_publish_and_contribute_take_no_positional_repository(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([*argv, "--repo-id", "org/data", "org/data"])
-    assert exc.value.code == 2
-    assert "unrecognized arguments: org/data" in capsys.readouterr().err
+    assert main([*argv, "--repo-id", "org/data", "org/data"]) == 2
+    assert f"muon-repro {argv[0]}: error: unrecognized argument(s) org/data" in capsys.readouterr().err
 
 
 def test_a_mistyped_command_is_answered_with_the_closest_ones(capsys):
@@ -172,3 +170,13 @@ def test_a_mistyped_command_is_answered_with_the_closest_ones(capsys):
     assert main(["\x1b[2Jzzz"]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "muon-repro --help" in err
+
+
+def test_a_misspelled_option_is_said_by_its_command_with_the_close_names(capsys):
+    """`run --trails 2` printed the top-level usage and no hint, where a misspelled command got one."""
+    assert main(["run", "--trails", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: muon-repro run ")
+    assert err.rstrip().endswith("muon-repro run: error: unrecognized argument(s) --trails 2: --trails: did you mean --trials?")
+    assert main(["analyze", "traces", "--bogus"]) == 2
+    assert "`muon-repro analyze --help` lists what it takes" in capsys.readouterr().err

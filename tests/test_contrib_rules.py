@@ -98,6 +98,10 @@ def test_the_other_numbers_and_names_of_config_json():
     assert check_config({"group": "g", "name": "n"}).problems[0].startswith("has no 'world_size' (the number of ranks)")
     for key, (low, high) in CONFIG_INT_RANGES.items():
         assert check_config({**good, key: high + 1}).problems, key
+    assert check_config({**good, "bucket_elems": None}).problems == ()  # null: the layout's own
+    (problem,) = check_config({**good, "optimizer": "sgd"}).problems
+    assert problem.startswith("optimizer is 'sgd', not one of muon, adamw: delete the trial folder")
+    assert check_config({**good, "optimizer": "muon", "precision": "bf16", "overlap": "pipelined"}).problems == ()
 
 
 def test_a_huge_world_size_costs_nothing_and_says_one_thing(tmp_path):

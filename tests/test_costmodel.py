@@ -294,7 +294,7 @@ def test_run_shape_flags_give_a_named_validated_config():
         ),
         (
             ["--dp", "2", "--tp", "2", "--hidden", "256", "--tokens-per-step", "1024", "--seq-len", "128"],
-            "--layers, --heads missing",
+            "--layers, --heads are missing",
         ),
         (
             ["--dp", "1", "--tp", "3", "--preset", "small", "--tokens-per-step", "1024", "--seq-len", "128"],
@@ -496,6 +496,22 @@ def test_the_committed_prediction_records_measure_the_committed_traces():
             assert row.trials == want.trials, row.run
             checked += 1
     assert checked >= 100
+
+
+def test_a_trial_whose_metrics_cannot_be_read_is_refused_by_name_not_dropped(tmp_path, capsys):
+    """A truncated metrics.json read as empty dropped its trial from the run's measured time, and `regimes
+    --records-only` rewrote the records with it gone, exit 0, nothing said."""
+    import shutil
+
+    run = "cpu-2c-gloo/regimes/adamw_d128_t1024_dp2_tp2"
+    shutil.copytree(TRACES / run, tmp_path / "traces" / run)
+    metrics = tmp_path / "traces" / run / "trial0" / "metrics.json"
+    metrics.write_text(metrics.read_text()[:100])
+    machine = write_profile_json(tmp_path, two_core_profile())
+    with pytest.raises(ValueError, match=r"trial0/metrics\.json: .*its trial would drop out of the run's measured time"):
+        validate(tmp_path / "traces", read_profile(machine))
+    code = main(["predict", "--machine", str(machine), "--validate", str(tmp_path / "traces"), "--out", str(tmp_path / "t")])
+    assert code != 0 and "trial0/metrics.json" in capsys.readouterr().err and not (tmp_path / "t").exists()
 
 
 def test_a_runs_measured_time_is_one_number_in_every_table():

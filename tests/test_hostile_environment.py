@@ -118,6 +118,30 @@ def test_a_config_whose_world_is_no_whole_number_leaves_its_run_out_by_name(tmp_
     assert "config.json: world_size is " in failure.message and RUN in failure.message
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("tokens_per_step", "1024", "tokens_per_step is '1024' (a str), not an integer"),
+        ("tokens_per_step", -1024, "tokens_per_step is -1024, outside 1 to"),
+        ("seq_len", None, "seq_len is None (null), not an integer"),
+        ("optimizer", 5, "optimizer is 5, not one of muon, adamw"),
+        ("layout", "diagonal", "layout is 'diagonal', not one of contiguous, bucketed, whole_matrix"),
+    ],
+)
+def test_a_config_whose_work_is_no_valid_value_leaves_its_run_out_by_name(tmp_path, field, value, said):
+    """tokens_per_step "1024" read as absent crashed the claims (int(None)); -1024 was divided by, and printed."""
+    from muon_repro.analysis.batch_read import analyze_paths
+    from tools.cli_cases import RUN, tiny_run
+
+    for rel, data in tiny_run(**{field: value}).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert analysis.runs == []
+    (failure,) = analysis.failures
+    assert said in failure.message and RUN in failure.message
+
+
 def test_a_link_to_a_folder_in_the_traces_is_said_and_not_followed(tmp_path):
     from muon_repro.analysis.batch_read import analyze_paths
     from tools.cli_cases import tiny_run
@@ -139,3 +163,26 @@ def test_an_integer_field_is_never_rounded(value, read):
     from muon_repro.run_records import RunConfig
 
     assert RunConfig.from_dict({"world_size": value}).world_size == read
+
+
+def test_a_time_that_is_no_time_reads_as_none_and_leaves_its_step_out(tmp_path):
+    """metrics.json's timed_step_ms "abc" crashed the cost model's max(None, float); -100 ms was kept as a time."""
+    import json
+
+    from muon_repro.run_records import RankMetrics
+    from muon_repro.rundir import RunDir
+
+    entry = {"rank": 0, "step_ms": [10.0, -100.0, "abc"], "timed_step_ms": [5.0, -1.0, "abc", 7.0]}
+    read = RankMetrics.from_dict(entry)
+    assert read.step_ms == [10.0, None, None] and read.timed_step_ms == [5.0, None, None, 7.0]
+    ranks = [
+        {**entry, "timed_optimizer_ms": [1.0, 1.0, 1.0, 2.0]},
+        {
+            "rank": 1,
+            **{k: entry[k] for k in ("step_ms",)},
+            "timed_step_ms": [6.0, 6.0, 6.0, 6.0],
+            "timed_optimizer_ms": [1.0, 1.0, 1.0, 1.0],
+        },
+    ]
+    (tmp_path / "metrics.json").write_text(json.dumps({"ranks": ranks}))
+    assert RunDir(tmp_path).timed_steps() == [(6.0, 1.0), (7.0, 1.5)]  # the steps a rank did not time are left out

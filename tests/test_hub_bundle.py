@@ -314,3 +314,16 @@ def test_a_report_folder_without_the_report_is_said(sources, tmp_path):  # noqa:
     assert any(f"--report {elsewhere}: no report.md" in line and "will not resolve" in line for line in said), said
     _, said = collect(Sources(**sources))
     assert not any("no report.md" in line for line in said)
+
+
+def test_a_table_that_is_not_parquet_is_named_by_verify(tmp_path):
+    """verify said pyarrow's "Parquet magic bytes not found" and no file."""
+    from muon_repro.dataset.verify import check_table_set
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "runs.parquet").write_bytes(b"garbage bytes, no footer")
+    said = []
+    check_table_set(tmp_path, lambda line, ok: said.append((line, ok)))
+    ((line, ok),) = said
+    assert not ok and line.startswith("tables: metrics/runs.parquet is not a Parquet table (")
+    assert line.endswith("download the dataset again, or rebuild it (muon-repro run)")

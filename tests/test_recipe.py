@@ -60,3 +60,25 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     assert "muon-repro run --verbose" in short and "Why (measured causes):" not in short
     assert "Why (measured causes):" in full and len(full) > len(short)
     assert short.splitlines()[0] == full.splitlines()[0]  # the same table heads both
+    # each profile's rows under its own heading: the same claim's three verdicts are told apart
+    headings = [line for line in short.splitlines() if line.startswith("[")]
+    assert headings[0].endswith("the original study's published runs]") and len(headings) >= 2
+    assert ", no upper end]" in short  # the censored lead: one-sided, not a missing number
+    assert "Why each verdict: my-run/report/report.md" in job.claims_summary(metrics, report=Path("my-run/report/report.md"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--trials", "0"], "--trials must be a positive integer, got 0"),
+        (["--trials", "2", "--traced-trials", "3"], "--traced-trials must be a positive integer up to --trials 2, got 3"),
+        (["--configs", "comparisn"], "comparisn"),
+    ],
+)
+def test_run_refuses_a_bad_request_before_it_makes_any_folder(tmp_path, capsys, argv, said):
+    """`run --trials 0 --out X` said so only after the bench stage had started, leaving X made and empty."""
+    from muon_repro.cli import main
+
+    out = tmp_path / "t0"
+    assert main(["run", "--out", str(out), "--no-progress", *argv]) == 2
+    assert said in capsys.readouterr().err and not out.exists()

@@ -222,3 +222,11 @@ def test_the_committed_tables_carry_the_schemas_they_are_documented_by():
             stale.append(str(path.relative_to(root)))
     assert len(paths) >= 20
     assert not stale, f"regenerate with `muon-repro run --from analyze`: {stale}"
+
+
+def test_a_table_copied_over_another_is_refused_by_both_names(tmp_path):
+    """figures said "metrics table 'runs' has no column(s) runs.optimizer..." for ranks.parquet copied to runs.parquet."""
+    REPO = Path(__file__).resolve().parents[1]
+    shutil.copy(REPO / "metrics" / "ranks.parquet", tmp_path / "runs.parquet")
+    with pytest.raises(ValueError, match=r"runs\.parquet holds the 'ranks' table, not 'runs': a file copied over another"):
+        read_table(tmp_path / "runs.parquet", "runs", check_set=False)

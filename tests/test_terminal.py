@@ -37,3 +37,19 @@ def test_a_file_name_in_verify_is_shown_quoted_when_it_is_not_plain(tmp_path):
     (tmp_path / "a\nAll checks passed.").write_text("x")
     (problem,) = check_manifest(tmp_path)
     assert "\n" not in problem and problem.startswith("'a\\nAll checks passed.': present but not listed")
+
+
+def test_a_warning_is_one_line_naming_the_command_not_a_source_line(capsys):
+    """analyze's trace warnings printed Python's form: the package's file and line, then that line of code."""
+    import warnings
+
+    from muon_repro.terminal import plain_warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        before = warnings.showwarning
+        with plain_warnings("analyze"):
+            warnings.warn("rank1.json.gz: 3 events dropped", UserWarning, stacklevel=1)
+        assert warnings.showwarning is before  # put back when the command ends
+    err = capsys.readouterr().err
+    assert err == "muon-repro analyze: warning: rank1.json.gz: 3 events dropped\n"

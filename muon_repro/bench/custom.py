@@ -138,9 +138,8 @@ def model_shape(args: argparse.Namespace) -> tuple[str, dict[str, int]]:
     if args.preset is None:
         needed = [f"--{flag}" for flag in ("hidden", "layers", "heads") if getattr(args, flag) is None]
         if needed:
-            raise ValueError(
-                f"give --preset NAME, or the model shape: {', '.join(needed)} missing (with --hidden, --layers and --heads)"
-            )
+            missing = f"{', '.join(needed)} {'is' if len(needed) == 1 else 'are'} missing"
+            raise ValueError(f"give --preset NAME, or the model's shape with --hidden, --layers and --heads ({missing})")
     if "hidden" in given and "ffn_hidden" not in given:
         given["ffn_hidden"] = 4 * given["hidden"]
     return args.preset or DEFAULT_BASE_PRESET, given

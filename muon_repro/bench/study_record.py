@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -180,7 +181,13 @@ def record_protocols(
                     dist.barrier()  # the folders exist before any rank writes into them
                     record_runs_on_rank(cfg.to_dict(), names, folders)
                 else:
-                    launch(record_runs_on_rank, world_size, cfg.to_dict(), names, folders, backend=backend)
+                    # The workers' stderr off the terminal: the study's script calls collectives torch deprecates
+                    # (a FutureWarning per call site and rank) and the profiler notes each start; a failure's
+                    # traceback travels in the launcher's error, not on stderr.
+                    with tempfile.TemporaryDirectory(prefix="muon-repro-stderr-") as stderr_dir:
+                        launch(
+                            record_runs_on_rank, world_size, cfg.to_dict(), names, folders, backend=backend, stderr_dir=stderr_dir
+                        )
                 if filer:
                     environment = capture_environment(backend, profile_id) | {"world_size": world_size}
                     written += [

@@ -3,7 +3,8 @@
 ``world_size`` decides how many traces and metrics entries a run must have, so a huge one would have
 the checks build a set of every rank; a float (4.7) would be silently truncated. Every integer field
 a check or the analysis counts with is read from the raw JSON: a JSON integer (``true`` and ``4.0``
-refused), within :data:`~muon_repro.contrib.limits.CONFIG_INT_RANGES`; group and name follow the
+refused), within :data:`~muon_repro.contrib.limits.CONFIG_INT_RANGES`; a field naming a choice (the optimizer,
+layout, overlap, precision) one of :data:`~muon_repro.run_records.RECORD_CHOICES`; group and name follow the
 name rules; ``dp * tp * pp`` (``pp`` 1 when absent) is ``world_size`` when dp, tp and world_size are given.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from muon_repro.contrib.limits import CONFIG_INT_RANGES
 from muon_repro.contrib.untrusted import name_problem, run_name_problem
-from muon_repro.run_records import int_field_problem
+from muon_repro.run_records import RECORD_CHOICES, choice_field_problem, int_field_problem
 
 RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
 
@@ -65,6 +66,9 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
             ints[key] = raw[key]
         else:
             problems.append(problem)
+    problems += [
+        f"{problem}: {RECORD_AGAIN}" for key in RECORD_CHOICES if key in raw if (problem := choice_field_problem(key, raw[key]))
+    ]
     if {"dp", "tp", "world_size"} <= ints.keys() and ("pp" in ints or "pp" not in raw):  # a refused pp: said above
         pp = ints.get("pp", 1)  # a run recorded before pipelines has no pp: one stage
         if ints["dp"] * ints["tp"] * pp != ints["world_size"]:

@@ -32,6 +32,7 @@ from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
+from muon_repro.run_records import record_problems
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, load_json, trial_folders
 
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
@@ -70,6 +71,8 @@ def run_folders(root: str | Path) -> dict[str, list[Path]]:
 def bench_config(folder: Path) -> BenchConfig:
     """The :class:`BenchConfig` a run was recorded with, from its config file."""
     raw = load_json(folder / CONFIG_FILE)  # SideFileError naming the file when it cannot be read (truncated, not JSON)
+    if problems := record_problems(raw):  # the rules the analysis reads it by, each naming the field and value
+        raise ValueError(f"{folder / CONFIG_FILE}: {'; '.join(problems)}: record the run again, or move it out")
     try:
         return from_dict({k: v for k, v in raw.items() if k not in TRIAL_KEYS})
     except (TypeError, ValueError) as exc:
@@ -100,6 +103,17 @@ def measured(folders: list[Path]) -> Measured | None:
         sum(len(steps) for steps in per_trial),
         profiled,
     )
+
+
+def check_trials_readable(folders: list[Path]) -> None:
+    """Refuse a run whose trial has a side file that cannot be read (truncated, not JSON): read as empty, the trial
+    would drop out of the run's measured time without a word, and the records would judge the model against it."""
+    for folder in folders:
+        for problem in RunDir(folder).unreadable_side_files().values():
+            raise ValueError(
+                f"{problem}; its trial would drop out of the run's measured time: record it again (delete {folder}, "
+                "then the command that recorded it redoes missing trials) or move it out of the traces folder"
+            )
 
 
 def recorded_on(folders: list[Path]) -> str | None:
@@ -137,6 +151,7 @@ def validate(
     ``warn``."""
     rows = []
     for run_key, run_trials in run_folders(root).items():
+        check_trials_readable(run_trials)
         first = RunDir(run_trials[0])
         if profile is not None and first.profile != profile:
             continue

@@ -251,11 +251,25 @@ def check_table_set(root: Path, report: Callable[[str, bool], None], digests: di
         set_problems = table_set_problems(metrics, csv_sha256={root / path: sha for path, sha in (digests or {}).items()})
         set_problems += profile_problems(metrics)
     except Exception as exc:  # a table that is not Parquet: pyarrow raises several types
-        set_problems = [f"the tables in metrics/ cannot be read: {_one_line(exc)}"]
+        bad = _unreadable_parquet(metrics)
+        where = f"metrics/{bad.name} is not a Parquet table" if bad is not None else "the tables in metrics/ cannot be read"
+        set_problems = [f"{where} ({_one_line(exc)}): download the dataset again, or rebuild it (muon-repro run)"]
     for problem in set_problems:
         report(f"tables: {problem}", False)
     if not set_problems:
         report(_one_set_line(metrics), True)
+
+
+def _unreadable_parquet(metrics: Path) -> Path | None:
+    """The first table in ``metrics`` whose Parquet footer cannot be read, to name it (None: each one can)."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(metrics.glob("*.parquet")):
+        try:
+            pq.read_metadata(path)
+        except Exception:  # pyarrow raises several types for a file that is not Parquet
+            return path
+    return None
 
 
 def check_recomputed_tables(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:

@@ -177,7 +177,7 @@ def load(metrics_dir: str | Path) -> ReportData:
     tables["convergence"] = convergence_with_runs(tables["convergence"], tables["convergence_runs"])
     tables["leading_steps"] = leading_with_summary(tables["leading_steps"], tables["leading_summary"])
     for name, df in tables.items():
-        require_columns(df, name, KEYS.get(name, ()))
+        require_columns(df, name, KEYS.get(name, ()), metrics_dir / f"{name}.parquet")
     _fill_profiles(tables)
     _check_profiles(tables, metrics_dir)
     if tables["runs"].empty:
@@ -227,10 +227,14 @@ def _fill_profiles(tables: dict[str, pd.DataFrame]) -> None:
 # ---------------------------------------------------------------- checked access
 
 
-def require_columns(df: pd.DataFrame, table: str, columns: tuple[str, ...] | list[str]) -> None:
+def require_columns(df: pd.DataFrame, table: str, columns: tuple[str, ...] | list[str], source: Path | None = None) -> None:
+    """Refuse a table without ``columns``; ``source``: the file it was read from, named in the message with what to do."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise MissingMetric(f"metrics table {table!r} has no column(s) {', '.join(f'{table}.{c}' for c in missing)}")
+        said = f"metrics table {table!r} has no column(s) {', '.join(f'{table}.{c}' for c in missing)}"
+        if source is not None:
+            said = f"{source}: {said}: it is not the {table} table this version writes; run `muon-repro analyze` again"
+        raise MissingMetric(said)
 
 
 def is_missing(value: Any) -> bool:

@@ -162,6 +162,12 @@ def _read_stamped(path: Path, name: str, *, fill_missing: bool = True) -> tuple[
     data = path.read_bytes()  # once: the stamp and the rows come from the same file
     written = pq.read_schema(pa.BufferReader(data))  # the file's own schema: its stamp and its columns
     generation = table_stamp(written.metadata).get(GENERATION_KEY)
+    stored = (written.metadata or {}).get(b"table", b"").decode("utf-8", "replace")  # the name write_table gave it
+    if stored and stored != name:
+        raise ValueError(
+            f"metrics table {path} holds the {stored!r} table, not {name!r}: a file copied over another; regenerate "
+            f"the tables with `muon-repro analyze traces/ --out {path.parent}`"
+        )
     try:
         table = pq.read_table(pa.BufferReader(data), schema=schema.arrow_schema())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
