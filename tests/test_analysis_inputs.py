@@ -119,7 +119,7 @@ def test_a_complete_pair_is_compared_and_claimed(tmp_path):
     assert tables["runs"].set_index("run").loc["cpu-2c-gloo/g/muon_dp2_tp2", "ranks"] == 4
     assert len(tables["comparisons"]) == 1
     conditions = set(tables["claims"]["conditions"].dropna())
-    assert "cpu-2c-gloo/g/muon_dp2_tp2; times from the profiled steps" in {c.split(" (these")[0] for c in conditions}
+    assert "cpu-2c-gloo/g/muon_dp2_tp2; times from the profiled steps" in {c.split(" (a run")[0] for c in conditions}
     from muon_repro.analysis.costmodel_tables import COSTMODEL_TABLES
 
     # every trace table has rows; the cost model's and convergence's come from records this folder does not have,

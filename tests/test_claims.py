@@ -311,3 +311,23 @@ def test_on_nccl_communication_comes_from_the_traced_kernels_never_from_launch_t
     untraced = untraced[~untraced["run"].str.contains("adamw")]
     refused = _claims_with_timed(b, launches, untraced).loc["comm_time_dp2_tp2"]
     assert refused["verdict"] == "not measured" and "launch times, not communication" in refused["explanation"]
+
+
+def test_a_statistic_over_runs_reads_one_source_for_all_of_them():
+    """A run whose timed steps were lost (its metrics.json) was compared on its profiled steps against the other's
+    timed ones: unlike times, since the profiler costs Muon and AdamW unequally."""
+    import pandas as pd
+
+    from muon_repro.analysis.claim_inputs import ProfileTables
+
+    def frame(run: str, ms: float) -> pd.DataFrame:
+        return pd.DataFrame({"run": run, "trial": [0, 0, 1, 1], "step": [0, 1, 0, 1], "rank": 0, "step_ms": ms})
+
+    runs = pd.DataFrame({"run": ["a", "b"], "backend": "gloo"})
+    a, b = runs.iloc[0], runs.iloc[1]
+    profiled = pd.concat([frame("a", 20.0), frame("b", 30.0)])
+    t = ProfileTables(runs, profiled, pd.DataFrame(), pd.DataFrame(), timed=frame("a", 10.0))  # b: no timed steps
+    assert [src is t.steps for src, _ in t.sources(a, b)] == [True, True]
+    assert t.sources(a)[0][0] is t.timed  # alone, a reads its own timed steps
+    both = ProfileTables(runs, profiled, pd.DataFrame(), pd.DataFrame(), timed=pd.concat([frame("a", 10.0), frame("b", 15.0)]))
+    assert [src is both.timed for src, _ in both.sources(a, b)] == [True, True]

@@ -108,7 +108,16 @@ class ProfileTables:
         """Each run's value of ``column`` per round (median over its steps, reduced over ranks with ``how``),
         for the rounds every one of ``runs`` was recorded in: the pairs a paired interval is over. ``comm``: a
         communication time, taken from :meth:`comm_source`."""
-        return paired_rounds(column, how, *(self.steps_of(run, comm=comm) for run in runs))
+        return paired_rounds(column, how, *self.sources(*runs, comm=comm))
+
+    def sources(self, *runs: pd.Series, comm: bool = False) -> list[RunSteps]:
+        """The runs' steps as one statistic over all of them reads them, from one source: their steps timed without
+        the profiler when every one has them, else every run's profiled steps. The profiler costs Muon and AdamW
+        unequally, so one run's timed steps against another's profiled ones would compare unlike times (a trial
+        whose metrics.json was lost, a run recorded before timed steps). ``comm``: as :meth:`comm_source`."""
+        if self.unprofiled(*runs):
+            return [self.steps_of(run, comm=comm) for run in runs]
+        return [(self.steps, str(run["run"])) for run in runs]
 
     def steps_of(self, run: pd.Series, *, comm: bool = False) -> RunSteps:
         """The run's steps as the estimators read them: (its step or communication source, its id)."""

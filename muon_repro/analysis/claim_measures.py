@@ -35,7 +35,7 @@ def paired_ratio(
 ) -> tuple[float, float, float]:
     """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval;
     ``comm``: a communication time (on NCCL from the traced kernels, never from host-side launch times)."""
-    return tuple(time_ratio(t.steps_of(a, comm=comm), t.steps_of(b, comm=comm), column, how))
+    return tuple(time_ratio(*t.sources(a, b, comm=comm), column, how))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> str:
@@ -269,7 +269,7 @@ def latency(t: ProfileTables) -> Measurement | str:
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
-    value, low, high = muon_extra(t.steps_of(muon), t.steps_of(adamw))
+    value, low, high = muon_extra(*t.sources(muon, adamw))
     quoted: dict[str, float] = {}
     if single is not None:
         explanation = _one_device_cause(t, muon, adamw, quoted)

@@ -136,7 +136,7 @@ def _rounds(measured: Measurement, t: ProfileTables) -> int | None:
     without runs or where a run was not recorded in rounds."""
     if not measured.runs or any(is_missing(r.get("rounds")) for r in measured.runs):
         return None
-    sources = [t.steps_of(run, comm=measured.comm) for run in measured.runs]
+    sources = t.sources(*measured.runs, comm=measured.comm)
     common = set.intersection(*(set(rounds_of(source, run).tolist()) for source, run in sources))
     return len(common - left_out(*sources) - unpaired_rounds(*sources))
 
@@ -149,13 +149,13 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
         return "; communication from the traced NCCL kernels (timed NCCL calls return at launch), one median per round"
     if t.unprofiled(*measured.runs):
         return "; times from the steps timed without the profiler, one median per round"
-    return "; times from the profiled steps (these runs have no steps timed without the profiler), one median per round"
+    return "; times from the profiled steps (a run compared has no steps timed without the profiler), one median per round"
 
 
 def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> str:
     """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: disturbed
     ones, and those the runs recorded in different sweeps (no pairs)."""
-    sources = [t.steps_of(run, comm=measured.comm) for run in measured.runs] if measured.runs else []
+    sources = t.sources(*measured.runs, comm=measured.comm) if measured.runs else []
     disturbed = left_out(*sources)
     unpaired = unpaired_rounds(*sources) - disturbed
     parts = []
