@@ -193,3 +193,14 @@ def test_the_section_says_from_the_runs_whether_a_gpu_profile_measured_communica
     runs = pd.DataFrame({"profile": ["one", "one", "four", "four"], "world_size": [1, 1, 1, 4]})
     assert devices_line(runs, "one") == "Every run on one GPU: no NCCL grid, so no communication is measured on this profile."
     assert devices_line(runs, "four").startswith("Runs on 1, 4 GPUs (runs.world_size): their collectives are measured")
+
+
+def test_the_gpu_docs_block_gives_each_profiles_thresholds_once():
+    """docs/gpu.md printed the H200's threshold table twice: the GPU section's, then its own older copy."""
+    from muon_repro.report.data import load
+    from muon_repro.report.gpu_section import gpu_profiles
+    from muon_repro.report.readme import gpu_block
+
+    data = load(REPO / "metrics")
+    block = gpu_block(data)
+    assert block.count("Where the claimed overheads hold with this device's compute") == len(gpu_profiles(data)) >= 1

@@ -121,7 +121,7 @@ def censored_mean_interval(lead: pd.Series, censored: pd.Series, bound: pd.Serie
     """The mean lead over seeds and its 95% t interval, a censored seed counted at its bound: censored above, the
     mean is then a lower bound and the high end is +inf; censored below, the mean is an upper bound and the low end
     is -inf (both: no interval). The other end is no bound: a censored seed further out moves the mean by 1/n of
-    the distance and widens the interval by about as much again, so that end moves the other way (without limit)."""
+    the distance and the half-width faster (about t/n of it), so that end moves the other way, without limit."""
     kinds = set(censored)
     values = np.where(censored == "none", pd.to_numeric(lead, errors="coerce"), pd.to_numeric(bound, errors="coerce"))
     mean, low, high = mean_interval(values.astype(float))

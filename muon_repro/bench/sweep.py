@@ -385,14 +385,15 @@ def _finalize(rec: Recording) -> None:
 
 def format_results(results: list[RunResult]) -> str:
     """The recorded trials as a terminal table: status, training time, step (timed without the profiler,
-    and profiled) and optimizer time, loss; '-' where a trial has none (a timed-only trial: no profiled steps)."""
+    and profiled) and optimizer time, the loss at the first and last profiled step (after the timed ones: the
+    losses the traces hold, not the training's start); '-' where a trial has none (a timed-only trial)."""
 
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     lines = [
         f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'timed ms':>8} {'step ms':>8} {'optim ms':>8}  "
-        "loss first -> last"
+        "loss, profiled steps: first -> last"
     ]
     for r in results:
         loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"

@@ -28,7 +28,7 @@ from muon_repro.report.costmodel_error import prediction_summary
 from muon_repro.report.data import ReportData, is_missing, load
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import percent
-from muon_repro.report.gpu_section import gpu_markdown, gpu_profiles, read_calibration
+from muon_repro.report.gpu_section import gpu_markdown, read_calibration
 from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.regimes_section import THRESHOLDS_HEADER, main_axis, threshold_range_note, threshold_rows
@@ -99,24 +99,9 @@ def costmodel_markdown(data: ReportData) -> str:
 
 
 def gpu_block(data: ReportData) -> str:
-    """What each GPU profile measured, then where its records put the claimed levels (its measured kernel rates)."""
-    out = [gpu_markdown(data, read_calibration(data.metrics_dir))]
-    for profile in gpu_profiles(data):
-        thresholds = data.of_profile(profile).regime_thresholds
-        rows = threshold_rows(thresholds)
-        if rows:
-            shown = markdown_inline(profile)  # a profile id is a contributed name
-            out += [
-                "",
-                f"Where {shown}'s records put the claimed levels: this device alone, and the shipped GPU profiles' "
-                "links with this device's kernel rates (predictions; a range only where held-out runs of its kind of device "
-                "measure the model's error):",
-                "",
-                *_table(THRESHOLDS_HEADER, rows, drop=""),
-            ]
-            note = threshold_range_note(thresholds)
-            out += ["", note] if note else []
-    return "\n".join(out)
+    """What each GPU profile measured, and where its records put the claimed levels (its measured kernel rates):
+    the report's GPU section, as Markdown."""
+    return gpu_markdown(data, read_calibration(data.metrics_dir))
 
 
 def sweep_markdown(data: ReportData) -> str:

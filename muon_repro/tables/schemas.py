@@ -329,7 +329,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Int64",
                 "count",
                 "trials (rounds of the sweep) with timed steps, traced or timed only: what timed_step_ms is the median "
-                "over and what the claims' paired intervals are over",
+                "over; a claim's interval is over these less the disturbed or unpaired ones (claims.rounds)",
             ),
             *_CONFIG_COLUMNS,
         ),
@@ -1306,10 +1306,11 @@ CALIBRATION = TableSchema(
 
 PREDICTIONS = TableSchema(
     "predictions",
-    "One row per recorded run: its step and optimizer times as measured (metrics.json, every trial's steps timed "
-    "without the profiler) and as predicted by the cost model (muon_repro.costmodel) from its config.json, twice: by "
-    "the run's own calibration (the machine profile scaled by the day's speed the run's speed probes measured, "
-    "environment.json speed_probe) and by the profile as calibrated. Relative errors are (predicted - measured) / measured.",
+    "One row per recorded run: its step and optimizer times as measured (metrics.json's steps timed without the "
+    "profiler: the median over trials of each trial's median) and as predicted by the cost model "
+    "(muon_repro.costmodel) from its config.json, twice: by the run's own calibration (the machine profile scaled by "
+    "the day's speed the run's speed probes measured, environment.json speed_probe) and by the profile as calibrated. "
+    "Relative errors are (predicted - measured) / measured.",
     ("run", "machine"),
     columns_of(
         ("run", "string", "", "run id: '<profile>/<group>/<name>' (environment.json's profile, config.json 'key')"),
