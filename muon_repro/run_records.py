@@ -91,11 +91,16 @@ def choice_field_problem(key: str, value: Any) -> str | None:
     return f"{key} is {shown(repr(value)[:40])}, not one of {', '.join(RECORD_CHOICES[key])}"
 
 
+def choice_problems(config: Mapping[str, Any]) -> list[str]:
+    """Every choice field of a decoded config.json that :func:`choice_field_problem` refuses (absent fields pass)."""
+    return [problem for key in RECORD_CHOICES if key in config if (problem := choice_field_problem(key, config[key]))]
+
+
 def record_problems(config: Mapping[str, Any]) -> list[str]:
-    """Every integer field of a decoded config.json that :func:`int_field_problem` refuses, and every choice field
-    :func:`choice_field_problem` does (absent fields pass)."""
+    """Every integer field of a decoded config.json that :func:`int_field_problem` refuses, then every choice field
+    :func:`choice_problems` does (absent fields pass)."""
     ints = [problem for key in RECORD_INT_RANGES if key in config if (problem := int_field_problem(key, config[key]))]
-    return ints + [problem for key in RECORD_CHOICES if key in config if (problem := choice_field_problem(key, config[key]))]
+    return ints + choice_problems(config)
 
 
 def _int(value: Any) -> int | None:

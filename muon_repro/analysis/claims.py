@@ -20,7 +20,7 @@ import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
 from muon_repro.analysis.claim_measures import MEASURE
-from muon_repro.analysis.estimators import left_out, unpaired_rounds
+from muon_repro.analysis.estimators import RunSteps, left_out, unpaired_rounds
 from muon_repro.analysis.rounds import rounds_of
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
@@ -100,6 +100,10 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             measured = Measurement(NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, "", f"Not measured: {m}.")
         quoted = dict(measured.quoted)
         outside = _outside(c, measured, t, quoted)
+        # the rounds the estimators leave out of the runs compared, read once: the count and the note both say them
+        sources = t.sources(*measured.runs, comm=measured.comm) if measured.runs else []
+        disturbed = left_out(*sources)
+        unpaired = unpaired_rounds(*sources) - disturbed
         rows.append(
             {
                 "claim_id": c.claim_id,
@@ -112,10 +116,10 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "measured_value": measured.value,
                 "measured_low": measured.low,
                 "measured_high": measured.high,
-                "rounds": _rounds(measured, t),
+                "rounds": _rounds(measured, sources, disturbed | unpaired),
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
-                "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(measured, t, quoted),
+                "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(disturbed, unpaired, quoted),
                 "verdict": NOT_COMPARABLE if outside else verdict(measured.low, measured.high, c.region),
                 "outside_conditions": "; ".join(outside),
                 "explanation": measured.explanation,
@@ -130,15 +134,14 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
     return rows
 
 
-def _rounds(measured: Measurement, t: ProfileTables) -> int | None:
-    """The rounds a measurement's interval is over: those every run it compares was recorded in, less the ones the
-    estimators leave out (disturbed, or recorded by different sweeps: :func:`_left_out_note` names them); None
-    without runs or where a run was not recorded in rounds."""
+def _rounds(measured: Measurement, sources: list[RunSteps], skipped: set[int]) -> int | None:
+    """The rounds a measurement's interval is over: those every run it compares (``sources``) was recorded in, less
+    the ``skipped`` ones the estimators leave out (disturbed, or recorded by different sweeps: :func:`_left_out_note`
+    names them); None without runs or where a run was not recorded in rounds."""
     if not measured.runs or any(is_missing(r.get("rounds")) for r in measured.runs):
         return None
-    sources = t.sources(*measured.runs, comm=measured.comm)
     common = set.intersection(*(set(rounds_of(source, run).tolist()) for source, run in sources))
-    return len(common - left_out(*sources) - unpaired_rounds(*sources))
+    return len(common - skipped)
 
 
 def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
@@ -152,12 +155,9 @@ def _timing_note(claim: Claim, measured: Measurement, t: ProfileTables) -> str:
     return "; times from the profiled steps (a run compared has no steps timed without the profiler), one median per round"
 
 
-def _left_out_note(measured: Measurement, t: ProfileTables, quoted: dict[str, float]) -> str:
-    """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: disturbed
-    ones, and those the runs recorded in different sweeps (no pairs)."""
-    sources = t.sources(*measured.runs, comm=measured.comm) if measured.runs else []
-    disturbed = left_out(*sources)
-    unpaired = unpaired_rounds(*sources) - disturbed
+def _left_out_note(disturbed: set[int], unpaired: set[int], quoted: dict[str, float]) -> str:
+    """The rounds the estimators left out of this claim's runs (muon_repro.analysis.estimators), if any: ``disturbed``
+    ones, and the other ones the runs recorded in different sweeps (``unpaired``: no pairs)."""
     parts = []
     if disturbed:
         quoted["disturbed_rounds"] = len(disturbed)

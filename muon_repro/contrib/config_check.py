@@ -16,7 +16,7 @@ from typing import Any
 
 from muon_repro.contrib.limits import CONFIG_INT_RANGES
 from muon_repro.contrib.untrusted import name_problem, run_name_problem
-from muon_repro.run_records import RECORD_CHOICES, choice_field_problem, int_field_problem
+from muon_repro.run_records import choice_problems, int_field_problem
 
 RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
 
@@ -66,9 +66,7 @@ def check_config(raw: Mapping[str, Any]) -> CheckedConfig:
             ints[key] = raw[key]
         else:
             problems.append(problem)
-    problems += [
-        f"{problem}: {RECORD_AGAIN}" for key in RECORD_CHOICES if key in raw if (problem := choice_field_problem(key, raw[key]))
-    ]
+    problems += [f"{problem}: {RECORD_AGAIN}" for problem in choice_problems(raw)]
     if {"dp", "tp", "world_size"} <= ints.keys() and ("pp" in ints or "pp" not in raw):  # a refused pp: said above
         pp = ints.get("pp", 1)  # a run recorded before pipelines has no pp: one stage
         if ints["dp"] * ints["tp"] * pp != ints["world_size"]:

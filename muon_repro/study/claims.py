@@ -318,14 +318,14 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
         outside = ""
     else:
         value, low, high = m.value, m.low, m.high
-        if outside_for_study(claim):
+        outside = outside_for_study(claim)
+        if outside:
             verdict_ = NOT_COMPARABLE
         elif m.equal_work is False:
             verdict_ = UNEQUAL_WORK
         else:
             verdict_ = verdict(low, high, claim.region)
         explanation, conditions, quoted, equal, work = m.explanation, m.conditions, m.quoted, m.equal_work, m.work
-        outside = outside_for_study(claim)
     judged = (
         f"reproduced if the 95% interval over the steps lies inside {claim.region.text()}, not reproduced if outside, "
         f"else inconclusive; {UNEQUAL_WORK} when the compared runs did different work"
