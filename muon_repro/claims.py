@@ -233,7 +233,7 @@ CLAIMS = (
         source=STUDY,
         claimed_value=STUDY_SHARE.value,
         claimed_text="~1.1%",
-        unit="fraction: optimizer step time / training step time (Muon, DP=2, TP=2)",
+        unit="fraction: Muon's optimizer step time / its training step time",
         unit_kind="fraction",
         region=Region(0.0, 2 * STUDY_SHARE.value),
         short="optimizer share of the step",

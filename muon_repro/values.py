@@ -1,4 +1,4 @@
-"""Checks on plain values read from configs, JSON and flags: one home for "a whole number of something".
+"""Plain values read from configs, JSON and flags: one home for "a whole number of something", checked and said.
 
 Plain Python, no imports: any module (torch-free or not) can use it.
 """
@@ -14,3 +14,8 @@ def is_count(value: object) -> bool:
 def is_index(value: object) -> bool:
     """An int, not a bool, at least 0: an index, a seed (False is an int in Python: a JSON ``false`` must not pass as 0)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` things in words for published text: "1 rank", "4 ranks" (regular plurals only)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

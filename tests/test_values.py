@@ -1,10 +1,13 @@
-"""muon_repro.values: a count is an int >= 1 and an index an int >= 0, never a bool, a float or a string."""
+"""muon_repro.values: a count is an int >= 1 and an index an int >= 0, never a bool, a float or a string; counts said in
+words agree in number."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-from muon_repro.values import is_count, is_index
+from muon_repro.analysis.claim_inputs import describe_runs
+from muon_repro.values import counted, is_count, is_index
 
 
 @pytest.mark.parametrize("value", [True, False, 1.0, "1", None, 0, -1])
@@ -25,3 +28,27 @@ def test_is_index_refuses_what_is_not_a_whole_number_from_zero(value):
 @pytest.mark.parametrize("value", [0, 1, 10**20])
 def test_is_index_accepts_ints_from_zero(value):
     assert is_index(value) is True
+
+
+@pytest.mark.parametrize(("count", "said"), [(0, "0 ranks"), (1, "1 rank"), (2, "2 ranks")])
+def test_counted_says_one_thing_in_the_singular_and_others_in_the_plural(count, said):
+    assert counted(count, "rank") == said
+
+
+def test_a_one_rank_run_is_described_as_one_rank():
+    run = pd.Series(
+        {
+            "run": "p/g/muon",
+            "backend": "nccl",
+            "device": "cuda",
+            "ranks": 1,
+            "trials": 1,
+            "rounds": 1,
+            "steps": 0,
+            "tokens_per_step": 8192,
+        }
+    )
+    assert (
+        describe_runs(run)
+        == "p/g/muon (nccl on cuda, 1 rank, 1 round timed without the profiler, no trace kept, 8192 tokens/step)"
+    )

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.estimators import RunSteps, paired_rounds, step_source
+from muon_repro.values import counted
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
@@ -54,7 +55,7 @@ def first_run(runs: pd.DataFrame, **where) -> pd.Series | None:
 def describe_runs(*rows: pd.Series) -> str:
     """The conditions of a measurement: each run with its backend, device, ranks, rounds, steps and tokens per step."""
     return "; ".join(
-        f"{r['run']} ({r['backend']} on {r['device']}, {int(r['ranks'])} ranks, {_recordings(r)}, "
+        f"{r['run']} ({r['backend']} on {r['device']}, {counted(int(r['ranks']), 'rank')}, {_recordings(r)}, "
         f"{int(r['tokens_per_step'])} tokens/step)"
         if not is_missing(r.get("tokens_per_step")) and not is_missing(r.get("trials"))
         else f"{r['run']}"
@@ -66,12 +67,16 @@ def _recordings(run: pd.Series) -> str:
     """How a run was recorded: its rounds timed without the profiler, and its traced trials' profiled steps."""
     if is_missing(run.get("steps")) or int(run["steps"]) == 0:  # timed only: its trials kept no trace
         rounds = run.get("rounds")
-        timed = f"{int(run['trials'])} trials" if is_missing(rounds) else f"{int(rounds)} rounds timed without the profiler"
+        timed = (
+            counted(int(run["trials"]), "trial")
+            if is_missing(rounds)
+            else f"{counted(int(rounds), 'round')} timed without the profiler"
+        )
         return f"{timed}, no trace kept"
     traced = f"{int(run['trials'])} traced x {int(run['steps']) // max(int(run['trials']), 1)} profiled steps"
     if is_missing(run.get("rounds")):
         return traced.replace(" traced x", " trials x")
-    return f"{int(run['rounds'])} rounds timed without the profiler, {traced}"
+    return f"{counted(int(run['rounds']), 'round')} timed without the profiler, {traced}"
 
 
 @dataclass

@@ -25,6 +25,7 @@ from muon_repro.analysis.rounds import rounds_of
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
+from muon_repro.values import counted
 
 NOT_MEASURED = float("nan")
 
@@ -161,10 +162,10 @@ def _left_out_note(disturbed: set[int], unpaired: set[int], quoted: dict[str, fl
     parts = []
     if disturbed:
         quoted["disturbed_rounds"] = len(disturbed)
-        parts.append(f"{len(disturbed)} disturbed round{'s' if len(disturbed) > 1 else ''}")
+        parts.append(counted(len(disturbed), "disturbed round"))
     if unpaired:
         quoted["unpaired_rounds"] = len(unpaired)
-        parts.append(f"{len(unpaired)} round{'s' if len(unpaired) > 1 else ''} recorded by different sweeps")
+        parts.append(f"{counted(len(unpaired), 'round')} recorded by different sweeps")
     return f"; {' and '.join(parts)} left out (docs/method.md#equal-work-trials-and-intervals)" if parts else ""
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
 from muon_repro.claims import LEADING_MIN_SEEDS, claim
+from muon_repro.values import counted
 
 
 def leading_steps_claim(t: ProfileTables) -> Measurement | str:
@@ -118,7 +119,7 @@ def _budget_lead(budget: pd.DataFrame, head: pd.DataFrame) -> tuple[float, float
     )
     if len(above):
         said += (
-            f" On {len(above)} seed(s) no budget up to {float(above['lead_bound'].max()) + 1:g}x reached it: counted at "
+            f" On {counted(len(above), 'seed')} no budget up to {float(above['lead_bound'].max()) + 1:g}x reached it: counted at "
             "that bound, only the mean is a lower bound."
         )
     return value, low, high, seeds, said

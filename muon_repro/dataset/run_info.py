@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from muon_repro.rundir import ENVIRONMENT_FILE, RUN_FILES, is_trace_file, trace_rank, trial_of
 from muon_repro.tables.files import human_size
 from muon_repro.tables.io import read_table
+from muon_repro.values import counted
 
 __all__ = ["RUN_FILES", "EnvRow", "RecordedEnvironment", "RunDoc", "describe_runs", "is_trace", "recorded_environment"]
 
@@ -222,7 +223,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         if len(seen) == 1:
             rows.append(EnvRow(key, next(iter(seen))))
         elif len(seen) <= MAX_LISTED_VALUES:
-            rows.append(EnvRow(key, "; ".join(f"{v} ({len(r)} run{'s' if len(r) > 1 else ''})" for v, r in seen.items())))
+            rows.append(EnvRow(key, "; ".join(f"{v} ({counted(len(r), 'run')})" for v, r in seen.items())))
         else:
             rows.append(EnvRow(key, _value_range(seen)))
     return RecordedEnvironment(

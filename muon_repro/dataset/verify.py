@@ -38,6 +38,7 @@ from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifes
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
 from muon_repro.tables.files import list_files
 from muon_repro.terminal import shown
+from muon_repro.values import counted
 
 if TYPE_CHECKING:
     import numpy as np
@@ -167,7 +168,7 @@ def check_configs(root: Path, meta: dict[str, Any], report: Callable[[str, bool]
             if problems:
                 report(f"{label}: " + "; ".join(problems), False)
             else:
-                rows = f"{ds.num_rows} row{'s' if ds.num_rows != 1 else ''}"
+                rows = counted(ds.num_rows, "row")
                 report(f"{label}: loads, {rows}, {len(ds.column_names)} documented columns", True)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from muon_repro.dataset.manifest import FileEntry
 from muon_repro.tables.files import human_size
+from muon_repro.values import counted
 
 # Files the Hub manages itself: never deleted by a publish, never compared.
 REMOTE_ONLY = (".gitattributes",)
@@ -118,7 +119,7 @@ def format_plan(plan: Plan, repo_id: str, tag: str, *, verbose: bool = False) ->
             grouped.setdefault((item.action, plan_folder(item.path)), []).append(item)
         rows = []
         for (action, folder), items in grouped.items():
-            files = f"{len(items)} file{'s' if len(items) != 1 else ''}"
+            files = counted(len(items), "file")
             what = folder if len(items) == 1 and not folder.endswith("/") else f"{folder} ({files})"
             size = human_size(sum((i.remote_size if action == "delete" else i.local_size) or 0 for i in items))
             rows.append((action, what, size))

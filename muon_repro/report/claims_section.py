@@ -16,6 +16,7 @@ from muon_repro.claims import BY_ID, CLAIMS, TOPICS, VERDICTS
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns, study_profile
 from muon_repro.report.formatting import as_number, pct, percent, ratio
+from muon_repro.values import counted
 
 SUMMARY_LINES = tuple((topic, tuple(c.claim_id for c in CLAIMS if c.topic == topic)) for topic in TOPICS)
 
@@ -261,10 +262,7 @@ def profiles_note(everything: ReportData, view: str | None = None) -> str:
             where += " and the GPU section"
         parts.append(f"{profile}: {len(mine)} runs ({how}), described in {where}")
     listed = "; ".join(parts)
-    return (
-        f"The tables hold {len(parts)} hardware profile{'s' if len(parts) != 1 else ''} "
-        f"(docs/method.md#hardware-profiles): {listed}."
-    )
+    return f"The tables hold {counted(len(parts), 'hardware profile')} (docs/method.md#hardware-profiles): {listed}."
 
 
 def summary_lines(claims: list[dict[str, str]]) -> list[str]:

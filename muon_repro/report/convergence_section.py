@@ -35,6 +35,7 @@ from muon_repro.report.plotting import (
     styled,
 )
 from muon_repro.rundir import CONVERGENCE_GROUP
+from muon_repro.values import counted
 
 HEADLINE_ALPHA = 0.05  # analysis.convergence.HEADLINE_ALPHA (the report does not import the analysis)
 COMMAND = "muon-repro converge --out traces && muon-repro analyze traces --out metrics"
@@ -246,7 +247,7 @@ def _censored_note(per_seed: pd.DataFrame) -> str:
     if not kinds:
         return ""
     count = int((per_seed["censored"] != "none").sum())
-    seeds = f"{count} seed{'s' if count > 1 else ''} censored {' and '.join(kinds)}, counted at the bound"
+    seeds = f"{counted(count, 'seed')} censored {' and '.join(kinds)}, counted at the bound"
     if kinds == ["above"]:
         return f" ({seeds}: the mean is a lower bound; the low end is not, a larger lead would widen the interval)"
     if kinds == ["below"]:

@@ -10,6 +10,7 @@ import statistics
 import pandas as pd
 
 from muon_repro.report.data import is_missing
+from muon_repro.values import counted
 
 
 def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
@@ -103,7 +104,7 @@ def _by_grid(predictions: pd.DataFrame) -> str:
         step = rows["step_rel_error"].astype(float).abs()
         out = rows[held[rows.index]]["step_rel_error"].astype(float).abs()
         held_text = f"; held out: {len(out)}, worst {out.max():.1%}" if len(out) else "; none held out"
-        runs = f"{len(rows)} run{'s' if len(rows) != 1 else ''}"
+        runs = counted(len(rows), "run")
         parts.append(f"{grid}: {runs}, median {step.median():.1%}, worst {step.max():.1%}{held_text}")
     return " Step time |error| per grid: " + "; ".join(parts) + "." if parts else ""
 

@@ -41,6 +41,7 @@ from muon_repro.report.data import ReportData, fmetric, is_missing, metric, requ
 from muon_repro.report.formatting import ms, percent, ratio
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 from muon_repro.report.selection import PIPELINE_GROUP, pipeline_runs, pp_of
+from muon_repro.values import counted
 
 PIPELINE_CLAIMS = ("hybrid_survives_pp", "bubble_hides_step")
 NO_PIPELINE = (
@@ -143,7 +144,7 @@ def holds(row: pd.Series) -> str:
     """``2 blocks + embedding``, ``1 block``, ``1 block + head``: what a stage holds (stages.blocks, stages.holds)."""
     blocks = int(metric(row, "blocks", "stages"))
     extra = "" if is_missing(row.get("holds")) else str(row["holds"]).strip()
-    said = f"{blocks} block{'s' if blocks != 1 else ''}"
+    said = counted(blocks, "block")
     return f"{said} + {extra}" if extra else said
 
 
