@@ -358,6 +358,14 @@ class RunDir:
         value = self._side_files[name]
         return {} if isinstance(value, SideFileError) else value
 
+    def side_file_or_raise(self, name: str) -> dict[str, Any]:
+        """A side file, or the :class:`SideFileError` that says why it cannot be read (a missing one too)."""
+        self._side_file(name)
+        value = self._side_files[name]
+        if isinstance(value, SideFileError):
+            raise value
+        return value
+
     def unreadable_side_files(self) -> dict[str, SideFileError]:
         """The side files that are there but cannot be read (absent ones are not: a foreign folder has none), by name."""
         problems = {}

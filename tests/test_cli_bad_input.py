@@ -221,10 +221,11 @@ def test_review_refuses_zero_workers_before_contacting_the_hub(capsys):
 
 def test_validate_names_a_truncated_config_and_why(tmp_path):
     from muon_repro.costmodel.validate import bench_config
+    from muon_repro.rundir import RunDir
 
     (tmp_path / "config.json").write_text('{"dp": 2,')
     with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
-        bench_config(tmp_path)
+        bench_config(RunDir(tmp_path))
 
 
 @pytest.mark.parametrize(("stage", "source"), [("analyze", "traces"), ("figures", "metrics")])

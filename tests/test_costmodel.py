@@ -349,7 +349,7 @@ def committed_run_key(run: str) -> str:
 def test_predict_inputs_equal_what_each_committed_run_recorded(run):
     folder = committed_runs()[run][0]
     ranks = RunDir(folder).ranks
-    work = build_workload(bench_config(folder), "cpu")
+    work = build_workload(bench_config(RunDir(folder)), "cpu")
     assert list(work.ns_flops) == [r.ns_flops for r in ranks]
     assert [dict(b) for b in work.analytic_bytes] == [r.analytic_bytes for r in ranks]
     assert work.train_flops == ranks[0].train_flops
@@ -383,7 +383,7 @@ def _ledger_bytes(metrics) -> dict[str, int]:
 def test_the_priced_collectives_are_the_ledgers(run):
     """Every collective a rank's program prices (model TP traffic included) sends what the run's ledger recorded."""
     folder = committed_runs()[committed_run_key(run)][0]
-    cfg = bench_config(folder)
+    cfg = bench_config(RunDir(folder))
     work = build_workload(cfg, "cpu")
     for r, metrics in enumerate(RunDir(folder).ranks):
         ledger = _ledger_bytes(metrics)
@@ -472,7 +472,7 @@ def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
     assert list(table.columns) == PREDICTIONS.names and sorted(table["run"]) == sorted(on_cpu)  # GPU runs: another device
     key = committed_run_key("comparison/muon_dp2_tp2")
     row = table.set_index("run").loc[key]
-    want = measured(committed_runs()[key])
+    want = measured([RunDir(f) for f in committed_runs()[key]])
     assert row["measured_step_ms"] == pytest.approx(want.step_ms) and row["trials"] == want.trials == 10  # every round
     assert row["step_rel_error"] == pytest.approx(row["predicted_step_ms"] / row["measured_step_ms"] - 1)
     assert "median |error|" in capsys.readouterr().out
@@ -489,7 +489,7 @@ def test_the_committed_prediction_records_measure_the_committed_traces():
         for row in pd.read_csv(record).itertuples():
             folders = runs.get(row.run)
             assert folders is not None, f"{record}: {row.run} has no committed trial"
-            want = measured(folders)
+            want = measured([RunDir(f) for f in folders])
             assert (row.measured_step_ms, row.measured_optimizer_ms) == pytest.approx((want.step_ms, want.optimizer_ms)), (
                 f"{record}: {row.run} (write the records again)"
             )
@@ -591,7 +591,7 @@ def tiny_run(tmp_path_factory, tiny_sweep) -> Path:
 def test_predict_inputs_equal_a_fresh_runs_metrics_and_it_is_priced_on_its_own_day(tiny_run, calibrated):
     """Inputs and structure only: how close the time comes is the predictions table's business, not a test's."""
     ranks = RunDir(tiny_run).ranks
-    cfg = bench_config(tiny_run)
+    cfg = bench_config(RunDir(tiny_run))
     machine = read_profile(calibrated[0])
     p = predict(cfg, machine)
     assert list(p.workload.ns_flops) == [r.ns_flops for r in ranks]
@@ -642,5 +642,5 @@ def test_a_custom_shape_trains_the_model_it_names(tmp_path):
         == cfg.model_config().num_params()
         != resolve("comparison/adamw_dp2_tp2", "tiny").model_config().num_params()
     )
-    assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run.path) == cfg
+    assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run) == cfg
     assert build_workload(cfg).train_flops == run.ranks[0].train_flops

@@ -30,6 +30,7 @@ from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.validate import bench_config, run_folders, trial_sets, validate
 from muon_repro.formulas import newton_schulz_flops_total, one_f_one_b_order
 from muon_repro.model_config import stage_parts
+from muon_repro.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "traces" / "cpu-2c-gloo"
@@ -57,7 +58,7 @@ def test_pp1_predictions_equal_the_committed_records_bit_for_bit():
     for row in records.itertuples():
         if row.run not in runs:
             continue
-        cfg = bench_config(runs[row.run][0])
+        cfg = bench_config(RunDir(runs[row.run][0]))
         if cfg.pp > 1:  # priced by the pipeline code itself (tests below)
             continue
         p = predict(cfg, machine, profiled=bool(row.profiled))
@@ -267,7 +268,7 @@ def test_trials_that_differ_in_pp_are_split_not_pooled(tmp_path):
         (folder / "config.json").write_text(json.dumps(fields))
         folders.append(folder)
     warned = []
-    sets = trial_sets("g/muon", folders, warned.append)
+    sets = trial_sets("g/muon", [RunDir(f) for f in folders], warned.append)
     assert [len(members) for _, members in sets] == [2, 1]
     assert "pp=2" in warned[0] and "pp=1" in warned[0]
 

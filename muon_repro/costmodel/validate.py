@@ -33,7 +33,7 @@ from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
 from muon_repro.run_records import record_problems
-from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, load_json, trial_folders
+from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
 _PLACE_KEYS = ("backend", "device")
@@ -68,28 +68,27 @@ def run_folders(root: str | Path) -> dict[str, list[Path]]:
     return runs
 
 
-def bench_config(folder: Path) -> BenchConfig:
-    """The :class:`BenchConfig` a run was recorded with, from its config file."""
-    raw = load_json(folder / CONFIG_FILE)  # SideFileError naming the file when it cannot be read (truncated, not JSON)
+def bench_config(trial: RunDir) -> BenchConfig:
+    """The :class:`BenchConfig` a trial was recorded with, from its config file."""
+    raw = trial.side_file_or_raise(CONFIG_FILE)  # SideFileError naming the file when it cannot be read (truncated, not JSON)
     if problems := record_problems(raw):  # the rules the analysis reads it by, each naming the field and value
-        raise ValueError(f"{folder / CONFIG_FILE}: {'; '.join(problems)}: record the run again, or move it out")
+        raise ValueError(f"{trial.path / CONFIG_FILE}: {'; '.join(problems)}: record the run again, or move it out")
     try:
         return from_dict({k: v for k, v in raw.items() if k not in TRIAL_KEYS})
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{folder / CONFIG_FILE}: not a configuration the bench records ({exc})") from None
+        raise ValueError(f"{trial.path / CONFIG_FILE}: not a configuration the bench records ({exc})") from None
 
 
-def measured(folders: list[Path]) -> Measured | None:
+def measured(trials: list[RunDir]) -> Measured | None:
     """A run's measured step (slowest rank) and optimizer step (mean over ranks), as the ``runs`` table's
     ``timed_step_ms`` and ``timed_optimizer_ms`` state them (:func:`~muon_repro.analysis.estimators.typical_time`:
     the median over trials, the rounds of a sweep, of each trial's median step). A trial's steps are those timed
     without the profiler where it has them (the model predicts a step without the profiler's cost), else its
     profiled ones (runs recorded before timed steps)."""
     per_trial, profiled = [], False
-    for folder in folders:
-        run = RunDir(folder)
-        timed = run.timed_steps()
-        recorded = timed or run.recorded_steps()
+    for trial in trials:
+        timed = trial.timed_steps()
+        recorded = timed or trial.recorded_steps()
         if recorded:
             per_trial.append(np.asarray(recorded, dtype="float64"))
             profiled |= not timed
@@ -105,30 +104,30 @@ def measured(folders: list[Path]) -> Measured | None:
     )
 
 
-def check_trials_readable(folders: list[Path]) -> None:
+def check_trials_readable(trials: list[RunDir]) -> None:
     """Refuse a run whose trial has a side file that cannot be read (truncated, not JSON): read as empty, the trial
     would drop out of the run's measured time without a word, and the records would judge the model against it."""
-    for folder in folders:
-        for problem in RunDir(folder).unreadable_side_files().values():
+    for trial in trials:
+        for problem in trial.unreadable_side_files().values():
             raise ValueError(
-                f"{problem}; its trial would drop out of the run's measured time: record it again (delete {folder}, "
+                f"{problem}; its trial would drop out of the run's measured time: record it again (delete {trial.path}, "
                 "then the command that recorded it redoes missing trials) or move it out of the traces folder"
             )
 
 
-def recorded_on(folders: list[Path]) -> str | None:
-    """The UTC date (``YYYY-MM-DD``) the earliest of ``folders`` was recorded, from environment.json."""
-    dates = sorted(str(stamp)[:10] for f in folders if (stamp := RunDir(f).environment.get("recorded_at")))
+def recorded_on(trials: list[RunDir]) -> str | None:
+    """The UTC date (``YYYY-MM-DD``) the earliest of ``trials`` was recorded, from environment.json."""
+    dates = sorted(str(stamp)[:10] for t in trials if (stamp := t.environment.get("recorded_at")))
     return dates[0] if dates else None
 
 
-def run_probes(folders: list[Path]) -> list[SpeedProbe]:
+def run_probes(trials: list[RunDir]) -> list[SpeedProbe]:
     """The speed probes the trials of a run took (environment.json ``speed_probe``; none before probes existed)."""
     probes = []
-    for folder in folders:
-        stored = RunDir(folder).environment.get("speed_probe")
+    for trial in trials:
+        stored = trial.environment.get("speed_probe")
         if stored is not None:
-            probes.append(SpeedProbe.from_dict(stored, f"{folder / ENVIRONMENT_FILE}: speed_probe"))
+            probes.append(SpeedProbe.from_dict(stored, f"{trial.path / ENVIRONMENT_FILE}: speed_probe"))
     return probes
 
 
@@ -150,21 +149,21 @@ def validate(
     A run whose trials disagree on their configuration gives a row per set of trials (:func:`trial_sets`), told to
     ``warn``."""
     rows = []
-    for run_key, run_trials in run_folders(root).items():
-        check_trials_readable(run_trials)
-        first = RunDir(run_trials[0])
-        if profile is not None and first.profile != profile:
+    for run_key, folders in run_folders(root).items():
+        trials = [RunDir(folder) for folder in folders]  # each side file parsed once, whoever reads it
+        check_trials_readable(trials)
+        if profile is not None and trials[0].profile != profile:
             continue
-        if first.config_dict.get("device", machine.device) != machine.device:
+        if trials[0].config_dict.get("device", machine.device) != machine.device:
             continue
-        for key, folders in trial_sets(run_key, run_trials, warn):
-            row = _row(key, folders, machine, profiled, own_calibration)
+        for key, trial_set in trial_sets(run_key, trials, warn):
+            row = _row(key, trial_set, machine, profiled, own_calibration)
             if row is not None:
                 rows.append(row)
     return rows
 
 
-def trial_sets(key: str, folders: list[Path], warn: Callable[[str], None] | None = None) -> list[tuple[str, list[Path]]]:
+def trial_sets(key: str, trials: list[RunDir], warn: Callable[[str], None] | None = None) -> list[tuple[str, list[RunDir]]]:
     """The trials of run ``key`` in sets of identical configurations (every field but :data:`NEUTRAL_FIELDS`), each
     with its row's run id: ``key`` when they all agree, else ``key@trial0+trial2`` per set, and ``warn`` names the
     trials and the fields that differ.
@@ -173,21 +172,22 @@ def trial_sets(key: str, folders: list[Path], warn: Callable[[str], None] | None
     another default) should not stop the validation of every other run under the folder (``muon-repro regimes`` runs
     it over all of traces/), and each set is a real measurement of its own configuration, priced as that one. Not
     pooled: a median over two configurations compared with the prediction of one is an error nobody made."""
-    by_config: dict[tuple, list[Path]] = {}
+    by_config: dict[tuple, list[RunDir]] = {}
     described: dict[tuple, dict] = {}
-    for folder in folders:
-        fields = _priced_fields(folder)
+    for trial in trials:
+        fields = _priced_fields(trial)
         config = tuple(sorted(fields.items()))  # field names are unique: sorted by name alone
-        by_config.setdefault(config, []).append(folder)
+        by_config.setdefault(config, []).append(trial)
         described[config] = fields
     if len(by_config) == 1:
-        return [(key, folders)]
+        return [(key, trials)]
     configs = list(described.values())
     differing = sorted(name for name in configs[0] if any(c.get(name) != configs[0].get(name) for c in configs))
-    sets = [(f"{key}@{'+'.join(f.name for f in members)}", members) for members in by_config.values()]
+    sets = [(f"{key}@{'+'.join(t.path.name for t in members)}", members) for members in by_config.values()]
     if warn is not None:
         detail = "; ".join(
-            f"{', '.join(f.name for f in members)}: " + ", ".join(f"{name}={described[config][name]!r}" for name in differing)
+            f"{', '.join(t.path.name for t in members)}: "
+            + ", ".join(f"{name}={described[config][name]!r}" for name in differing)
             for config, members in by_config.items()
         )
         warn(
@@ -197,14 +197,13 @@ def trial_sets(key: str, folders: list[Path], warn: Callable[[str], None] | None
     return sets
 
 
-def _priced_fields(folder: Path) -> dict:
+def _priced_fields(trial: RunDir) -> dict:
     """What of a trial's configuration changes its numbers: its BenchConfig but NEUTRAL_FIELDS, where it ran, and
     whether its measured steps ran under the profiler."""
-    run = RunDir(folder)
-    cfg = asdict(bench_config(folder))  # its fields: what to_dict derives (steps, world size) follows from them
+    cfg = asdict(bench_config(trial))  # its fields: what to_dict derives (steps, world size) follows from them
     fields = {name: value for name, value in cfg.items() if name not in NEUTRAL_FIELDS}
-    fields.update({name: run.config_dict.get(name) for name in _PLACE_KEYS})
-    fields[STEPS_UNDER_PROFILER] = bool(cfg.get("profile")) and not run.timed_steps()
+    fields.update({name: trial.config_dict.get(name) for name in _PLACE_KEYS})
+    fields[STEPS_UNDER_PROFILER] = bool(cfg.get("profile")) and not trial.timed_steps()
     return {name: _hashable(value) for name, value in fields.items()}
 
 
@@ -214,21 +213,20 @@ def _hashable(value: Any) -> Any:
 
 def _row(
     key: str,
-    folders: list[Path],
+    trials: list[RunDir],
     machine: MachineProfile,
     profiled: bool | None,
     own_calibration: bool,
 ) -> dict | None:
     """The ``predictions`` row of one set of trials (None: none of them has measured steps)."""
-    run_profile = RunDir(folders[0]).profile
-    times = measured(folders)
+    times = measured(trials)
     if times is None:
         return None
-    cfg = bench_config(folders[0])
+    cfg = bench_config(trials[0])
     held_out_set = validation_set(cfg)
     priced_profiled = (cfg.profile and times.profiled) if profiled is None else profiled
     by_profile = predict(cfg, machine, profiled=priced_profiled)
-    probes = run_probes(folders)
+    probes = run_probes(trials)
     ratios = machine.day_ratios(*probes) if probes and machine.calibration_probes() else {}
     # A GPU's probe (a 256x512x512 fp32 matmul, synced every 8 calls) times launches and clocks, not the
     # GPU's rate: its ratios are recorded, not applied
@@ -236,7 +234,7 @@ def _row(
     p = predict(cfg, on_day, profiled=priced_profiled) if on_day is not None else by_profile
     return {
         "run": key,
-        "profile": run_profile,
+        "profile": trials[0].profile,
         "machine": machine.name,
         "optimizer": cfg.optimizer,
         "layout": cfg.layout,
@@ -247,7 +245,7 @@ def _row(
         "trials": times.trials,
         "steps": times.steps,
         "profiled": priced_profiled,
-        "recorded_on": recorded_on(folders),
+        "recorded_on": recorded_on(trials),
         "measured_step_ms": times.step_ms,
         "predicted_step_ms": p.step_ms,
         "step_rel_error": p.step_ms / times.step_ms - 1,
@@ -267,7 +265,7 @@ def _row(
         "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
         "held_out": held_out_set == "held_out",
         "validation_set": held_out_set,
-        "path": str(folders[0].parent if len(folders) > 1 else folders[0]),
+        "path": str(trials[0].path.parent if len(trials) > 1 else trials[0].path),
     }
 
 
