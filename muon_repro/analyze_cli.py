@@ -2,7 +2,8 @@
 
 Prints one line per trace file (a readable table, or with ``--json`` one JSON object per
 file), writes the tables of :mod:`muon_repro.table_set` under ``--out``, and reports
-every file it could not read on stderr without stopping. A run folder whose config.json names
+every file it could not read on stderr without stopping (a trial whose config.json, environment.json or
+metrics.json is there but unreadable is left out, named). A run folder whose config.json names
 more ranks than it has traces is no run: its traces are analyzed one by one, with a warning.
 ``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
 A trace past one of the reader's limits (``--max-trace-bytes``, ``--max-trace-events``,
@@ -30,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "one line per trace file (a readable table, or with --json one JSON object per file) and write the "
             "metrics tables (Parquet and CSV) to --out. --out holds only the tables and is replaced whole; it is "
             "checked before any trace is read. Every file that cannot be read is reported on stderr without "
-            "stopping. A run folder whose config.json names more ranks than it has traces is no run: its traces "
+            "stopping (a trial whose config.json, environment.json or metrics.json is there but unreadable is left "
+            "out, named). A run folder whose config.json names more ranks than it has traces is no run: its traces "
             "are analyzed one by one, with a warning."
         ),
         epilog=(

@@ -192,7 +192,7 @@ def test_rounds_after_the_traced_one_are_timed_only_and_join_their_run(tmp_path)
     # A timed-only round analyzed without its run's traced one has no run to join: a word, not a silent drop.
     alone = analyze_paths([folders[1]], workers=1)
     assert not alone.runs and not alone.timed_only
-    assert "no traced trial of its run" in alone.incomplete[0].message
+    assert "no traced trial of it was analyzed" in alone.incomplete[0].message
 
 
 def test_metrics_written_before_timed_steps_read_without_timed_fields_and_write_back_unchanged():

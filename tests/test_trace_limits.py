@@ -326,14 +326,13 @@ def test_a_side_file_over_the_size_limit_is_refused_without_reading_it_all(tmp_p
     assert read_json(env) is None
 
 
-def test_a_run_folder_with_a_deep_config_is_analyzed_without_it(tmp_path):
+def test_a_run_folder_with_a_deep_config_is_left_out_by_name(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     write_trace(folder / "rank0.json", 100)
     (folder / "config.json").write_text("[" * DEEP)
     (folder / "environment.json").write_text('{"a": ' * DEEP)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        analysis = analyze_paths([folder], workers=1)
-    assert not analysis.failures
-    assert [Path(b.meta.path).name for b in analysis.breakdowns] == ["rank0.json"]
+    analysis = analyze_paths([folder], workers=1)
+    [failure] = analysis.failures
+    assert "config.json: JSON nested deeper than" in failure.message and "the trial is left out" in failure.message
+    assert not analysis.breakdowns

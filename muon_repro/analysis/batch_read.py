@@ -29,6 +29,7 @@ from muon_repro.analysis.discover import (
     RunInfo,
     find_traces,
     folder_links,
+    left_out_unreadable,
     no_traces_error,
     run_info_for,
     timed_only_folders,
@@ -36,7 +37,8 @@ from muon_repro.analysis.discover import (
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
-from muon_repro.rundir import trace_name, trial_of
+from muon_repro.rundir import SideFileError, trace_name, trial_of
+from muon_repro.values import counted
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
 # Decoding one file's pieces in parallel pays from 2 processes on: the reading process decodes
@@ -145,19 +147,13 @@ def _add_timed_only(analysis: Analysis) -> None:
     """The timed-only trials under the analyzed folders whose run has a traced trial; a word for the others."""
     traced = {info.key for info, _ in analysis.runs if info.has_config}
     folders = timed_only_folders(analysis.paths)
+    orphans: dict[str, list[Path]] = {}  # by run: trials timed without traces whose run no traced trial stands for
     for folder, info in _run_infos(folders, analysis.incomplete).items():
         missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
         if info.key not in traced and not missing and not _has_traced_sibling(folder):
             analysis.timed_runs.append(info)  # a run timed in every round: no trace was ever recorded
         elif info.key not in traced:
-            analysis.incomplete.append(
-                TraceFailure(
-                    str(folder),
-                    f"{folder}: a trial timed without traces, but no traced trial of its run {info.key} was analyzed: "
-                    "its times have no run to join; record at least one traced round (`muon-repro bench --traced-trials 1`) "
-                    "or analyze the folder above it",
-                )
-            )
+            orphans.setdefault(info.key, []).append(folder)
         elif missing:
             analysis.incomplete.append(
                 TraceFailure(
@@ -169,15 +165,36 @@ def _add_timed_only(analysis: Analysis) -> None:
             )
         else:
             analysis.timed_only.append(info)
+    left_out = {Path(failure.path) for failure in analysis.failures}
+    for key, trials in orphans.items():
+        analysis.incomplete.append(TraceFailure(str(trials[0].parent), _orphans_message(key, trials, left_out)))
+
+
+def _orphans_message(key: str, trials: list[Path], left_out: set[Path]) -> str:
+    """Why trials timed without traces were not joined to their run ``key``, and what to do: one line per run."""
+    siblings = {p for p in trials[0].parent.iterdir() if trial_of(p) is not None} if trial_of(trials[0]) is not None else set()
+    failed = sorted(p.name for p in siblings & left_out)
+    listed = f"{trials[0]}" if len(trials) == 1 else f"{trials[0].parent} ({', '.join(p.name for p in trials)})"
+    if failed:
+        why = f"its traced trial {', '.join(failed)} was left out (above): restore it, and their times join it again"
+    else:
+        why = (
+            "no traced trial of it was analyzed: record at least one traced round (`muon-repro bench --traced-trials 1`) "
+            "or analyze the folder above it"
+        )
+    return f"{listed}: {counted(len(trials), 'trial')} of run {key} timed without traces have no run to join; {why}"
 
 
 def _run_infos(folders, failures: list[TraceFailure]) -> dict[Path, RunInfo]:
-    """Each folder's run, read from its side files; a folder whose side files describe no run (an environment.json
-    whose counts are no counts, a backend that is no name) is a failure naming it, so that the others are analyzed."""
+    """Each folder's run, read from its side files; a folder whose side files cannot be read or describe no run (an
+    environment.json whose counts are no counts, a backend that is no name) is a failure naming it, so that the others
+    are analyzed."""
     infos = {}
     for folder in folders:
         try:
             infos[folder] = run_info_for(folder)
+        except SideFileError as exc:  # names its file
+            failures.append(TraceFailure(str(folder), left_out_unreadable(exc)))
         except ValueError as exc:
             failures.append(TraceFailure(str(folder), f"{folder}: {exc}; its traces are left out: fix or remove it"))
     return infos

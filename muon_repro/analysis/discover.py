@@ -13,13 +13,12 @@ file is a run.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from muon_repro.analysis.errors import TraceError, TraceWarning
+from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
 from muon_repro.run_records import RankMetrics, RunConfig, record_problems
 from muon_repro.rundir import (
@@ -28,6 +27,7 @@ from muon_repro.rundir import (
     METRICS_FILE,
     RUN_FILES,
     RunDir,
+    SideFileError,
     is_study_folder,
     is_trace_file,
     protocol_of,
@@ -143,9 +143,12 @@ class RunInfo:
 
 
 def run_info_for(directory: Path) -> RunInfo:
-    """The run a folder stands for, from its side files if it has them."""
+    """The run a folder stands for, from its side files if it has them. A side file that is there but cannot be
+    read raises its :class:`~muon_repro.rundir.SideFileError`: read as absent (as a foreign folder's are), the run's
+    optimizer and grid, profile or timed steps would be unknown and its rows would join the tables with them so."""
     run_dir = RunDir(directory)
-    _warn_unreadable_side_files(run_dir)
+    for problem in run_dir.unreadable_side_files().values():
+        raise problem
     config_dict = run_dir.config_dict
     check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
@@ -164,16 +167,13 @@ def run_info_for(directory: Path) -> RunInfo:
     )
 
 
-def _warn_unreadable_side_files(run_dir: RunDir) -> None:
-    """A side file that is there but cannot be read reads as absent (a foreign folder has none), so say so: without
-    config.json the run's optimizer and grid are unknown, without environment.json its profile."""
-    for name, problem in run_dir.unreadable_side_files().items():
-        warnings.warn(
-            f"{problem}; the run is read as if it had no {name} (its {_SIDE_FILE_HOLDS[name]} unknown): record the "
-            "run again, or restore the file",
-            TraceWarning,
-            stacklevel=3,
-        )
+def left_out_unreadable(problem: SideFileError) -> str:
+    """What the analysis says of a trial left out because a side file of it cannot be read."""
+    name = Path(problem.path).name
+    return (
+        f"{problem}; the trial is left out (without its {name}, its {_SIDE_FILE_HOLDS.get(name, 'records')} would be "
+        "unknown): restore the file, or record the run again"
+    )
 
 
 _SIDE_FILE_HOLDS = {
@@ -185,7 +185,8 @@ _SIDE_FILE_HOLDS = {
 
 def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
     """The trial folders under the folders among ``paths`` that a sweep recorded in an untraced round: config
-    ``profile`` false with timed steps (:meth:`muon_repro.bench.configs.BenchConfig.timed_only`), each once."""
+    ``profile`` false with timed steps (:meth:`muon_repro.bench.configs.BenchConfig.timed_only`), each once; and the
+    untraced ones whose side files cannot be read, which :func:`run_info_for` then refuses by name."""
     found: dict[Path, Path] = {}
     for raw in paths:
         root = Path(raw)
@@ -194,10 +195,9 @@ def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
         for folders in trial_folders(root).values():
             for folder in folders:
                 run_dir = RunDir(folder)
-                if not any(is_trace_file(f.name) for f in folder.iterdir()):  # a traced trial is warned where it is read
-                    _warn_unreadable_side_files(run_dir)
+                traced = any(is_trace_file(f.name) for f in folder.iterdir())  # read with its traces, refused there
                 config = run_dir.config_dict
                 timed = config.get("timed_steps")
-                if config.get("profile") is False and is_count(timed):
+                if (config.get("profile") is False and is_count(timed)) or (not traced and run_dir.unreadable_side_files()):
                     found.setdefault(folder.resolve(), folder)
     return list(found.values())
