@@ -241,3 +241,11 @@ def test_the_paper_and_the_original_study_are_cited_alike_in_cff_and_bibtex(tmp_
     assert data["type"] == "data" and data["authors"] == report["authors"] == [{"given-names": "Jen", "family-names": "Wei"}]
     entries = study_bibtex()
     assert entries.count("@misc{") == 2 and entries.count("author = {Wei, Jen}") == 2 and report["url"] in entries
+
+
+def test_docs_publishing_gives_the_papers_bibtex_the_card_gives():
+    """The paper is cited with every author, as the card and the report cite it: no second, shortened entry."""
+    from muon_repro.dataset.citation import paper_bibtex
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "publishing.md").read_text()
+    assert paper_bibtex().strip() in doc and "and others}" not in doc

@@ -73,6 +73,10 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
         assert done.returncode == 0, step + "\n" + done.stdout[-3000:] + done.stderr[-3000:]
         assert "recorded" not in re.findall(r"^\S+/\S+\s+\d+\s+(\w+)\s", done.stdout, flags=re.MULTILINE)
 
+    # The rebuild rewrote the download's files as they were and added only its card and bundle: still verifiable.
+    rebuilt = run([sys.executable, "-m", "muon_repro", "verify", "."], alone, cwd=download, timeout=600)
+    assert rebuilt.returncode == 0, "the rebuild changed or added dataset files:\n" + rebuilt.stdout[-3000:]
+
     tables = sorted((bundle / "metrics").glob("*.parquet"))
     assert len(tables) >= 15
     for published_table in tables:

@@ -45,9 +45,13 @@ def test_an_unknown_first_stage_is_refused_by_name(tmp_path):
         ("metrics/runs.parquet", False),
         ("muon_repro.egg-info", False),  # a file of that name is not an install's folder
         ("traces/cpu/g/r/trial0/rank0.json.gz", False),
+        ("dataset_card.md", True),  # the rebuild's card, under its source name
+        ("dist/dataset/README.md", True),  # the rebuilt bundle
+        ("docs/dataset_card.md", False),
+        ("dist", False),
     ],
 )
-def test_verify_skips_what_the_set_up_and_the_tests_leave(path, ignored):
+def test_verify_skips_what_the_set_up_the_rebuild_and_the_tests_leave(path, ignored):
     from muon_repro.dataset.manifest import is_ignored
 
     assert is_ignored(path) is ignored

@@ -47,12 +47,20 @@ def check_bundle_path(path: str) -> str:
     return path
 
 
+# What a download's own rebuild (the card's recipe, `muon-repro run --from analyze`) adds beside the files it rewrites
+# as they were: the card under its source name (the bundle publishes it as README.md) and the rebuilt bundle, which
+# the recipe's last line verifies on its own.
+REBUILD_OUTPUTS = ("dataset_card.md", "dist")
+
+
 def is_ignored(path: str) -> bool:
     """Whether ``path`` is no file of the dataset: what the Hub and ``hf`` add, what installing the download's package
-    adds (``<name>.egg-info/``), and the caches and hidden files a bundle never holds (:func:`is_generated`). Verify
-    skips them, so ``pip install -e .`` and running the tests in a download leave it verifiable."""
+    adds (``<name>.egg-info/``), what its rebuild adds (:data:`REBUILD_OUTPUTS`), and the caches and hidden files a
+    bundle never holds (:func:`is_generated`). Verify skips them, so ``pip install -e .``, the rebuild and running the
+    tests in a download leave it verifiable."""
     top, _, rest = path.partition("/")  # the Hub's and hf's files (.gitattributes, .cache/) are hidden: is_generated
-    return (top.endswith(".egg-info") and bool(rest)) or is_generated(path)
+    rebuilt = (top == REBUILD_OUTPUTS[0] and not rest) or (top == REBUILD_OUTPUTS[1] and bool(rest))
+    return (top.endswith(".egg-info") and bool(rest)) or rebuilt or is_generated(path)
 
 
 def digest_files(root: str | Path, paths: list[str]) -> list[FileEntry]:
