@@ -76,7 +76,7 @@ def test_croissant_types_files_citation_and_responsible_ai_fields(bundle):
     assert {o["contentUrl"]: o["sha256"] for o in objects} == {p: s for p, s in digests.items() if p.endswith(".parquet")}
     file_sets = {d["@id"]: d["includes"] for d in doc["distribution"] if d["@type"] == "cr:FileSet"}
     assert file_sets == {
-        "traces": "traces/**/rank*.json.gz",
+        "traces": "traces/**/*rank*.json.gz",
         "run-records": "traces/**/*.json",
         "run-logs": "traces/**/log.txt",
         "tables-csv": "metrics/*.csv",
@@ -170,3 +170,15 @@ def test_the_root_croissant_validates_and_gives_the_committed_claims():
     assert _records(dataset, "claims") == _rows(REPO / "metrics" / "claims.parquet")
     assert {r.id for r in dataset.metadata.record_sets} == {p.stem for p in (REPO / "metrics").glob("*.parquet")}
     assert sha256_file(REPO / "metrics" / "claims.parquet")[1] in root.read_text()
+
+
+def test_every_committed_file_under_traces_is_in_a_declared_file_set():
+    """A file no FileSet includes is invisible to a Croissant reader: the original study's traces
+    (trace_<run>_rank<r>.json.gz), the cost model's CSV records, the calibrations and the study's license among them."""
+    from fnmatch import fnmatchcase
+
+    from muon_repro.dataset.croissant import FILE_SETS
+
+    traces = [p.relative_to(REPO).as_posix() for p in (REPO / "traces").rglob("*") if p.is_file()]
+    outside = [p for p in traces if not any(fnmatchcase(p, glob) for _, glob, _, _ in FILE_SETS)]
+    assert traces and not outside, outside[:5]

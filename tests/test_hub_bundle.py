@@ -239,7 +239,7 @@ def test_the_card_reads_the_runs_from_the_tables_not_the_run_folders(tmp_path):
     assert "| host_cpu | Test CPU @ 2.0GHz |" in text and "what the run folder says now" not in text
     assert "muon-repro bench comparison --scale cpu" in text and "something-else" not in text
     assert "| host_memory_bytes | 25769803776 (25.8 GB) |" in text and "| git_dirty | no |" in text
-    assert "`pip_freeze`: 2 entries" in text
+    assert "`pip_freeze`: up to 2 entries, in `traces/" in text
 
 
 def test_card_command_renders_the_bundle_readme(bundle, sources):  # noqa: F811
@@ -302,6 +302,37 @@ def test_the_card_shows_the_topology_matrix_without_its_legend():
     topology = "GPU0\tGPU1\nGPU0\t X \tNV18\n\nLegend:\n\n  X    = Self\n  NV#  = bonded NVLinks\n"
     assert _without_legend(topology) == "GPU0\tGPU1\nGPU0\t X \tNV18"
     assert _without_legend("GPU0\t X") == "GPU0\t X"
+    # nvidia-smi underlines the header on a terminal: the card shows the text, not the codes
+    assert _without_legend("\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X") == "GPU0\tCPU Affinity\nGPU0\t X"
+
+
+def test_the_committed_cards_files_table_counts_every_file_of_the_manifest():
+    """Every file of the dataset is in a row of the card's files table (the package's source among them), and the
+    rows add up to the files the manifest lists, itself included."""
+    card = (REPO_ROOT / "dataset_card.md").read_text()
+    table = card.split("## Files and layout", 1)[1].split("\n\n", 2)[1]
+    counts = [int(line.split("|")[2]) for line in table.splitlines()[2:]]
+    listed = len(read_manifest(REPO_ROOT))
+    assert sum(counts) == listed + 1, (sum(counts), listed)
+    assert all(f"| `{name}" in table for name in CODE_PATHS)
+
+
+def test_the_committed_card_names_the_commit_of_every_kind_of_run():
+    """Traced runs, the regime sweep, the study's protocol replayed: each recording's commit is on the card (the
+    environment tables keep them whole), and the runs whose records name none are said."""
+    import pandas as pd
+
+    card = (REPO_ROOT / "dataset_card.md").read_text()
+    said = card.split("The runs here were recorded", 1)[1].split("\n\n", 1)[0]
+    env = pd.read_parquet(REPO_ROOT / "metrics" / "environment.parquet")
+    shas = set(env.loc[env["key"] == "git_sha", "value"])
+    for table in ("regimes", "study_runs", "convergence_runs"):
+        shas |= set(pd.read_parquet(REPO_ROOT / "metrics" / f"{table}.parquet")["git_sha"].dropna())
+    assert shas and all(f"`{sha[:12]}`" in said for sha in shas)
+    assert pd.read_parquet(REPO_ROOT / "metrics" / "regimes.parquet")["git_sha"].notna().all()  # every sweep point
+    unnamed = pd.read_parquet(REPO_ROOT / "metrics" / "convergence_runs.parquet")["git_sha"].isna().sum()
+    assert (f"{unnamed} convergence runs name no commit" in said) == bool(unnamed)
+    assert "muon-repro bench --protocol study-both" in card.split("## How to regenerate", 1)[1]
 
 
 def test_a_report_folder_without_the_report_is_said(sources, tmp_path):  # noqa: F811

@@ -17,6 +17,7 @@ def test_the_profilers_cost_is_stated_as_the_runs_table_has_it():
     runs = pd.DataFrame(
         {
             "run": ["p/g/a", "p/g/b", "p/g/c"],
+            "group": ["g", "g", "g"],
             "optimizer": ["muon", "adamw", "muon"],
             "dp": [2, 4, 1],
             "tp": [2, 1, 4],
@@ -28,6 +29,22 @@ def test_the_profilers_cost_is_stated_as_the_runs_table_has_it():
     assert f"Above {PROFILER_OVERHEAD_LEVEL:g}×" in line and line.count("1.38×") == 2
     assert profiler_overhead_line(runs.assign(profiler_overhead=[1.0, 1.1, None])).endswith("keep near its time.")
     assert profiler_overhead_line(runs.drop(columns="profiler_overhead")) is None
+
+
+def test_two_runs_of_one_grid_are_told_apart_by_their_group():
+    """The card listed "Muon DP4 1.27×, Muon DP4 1.24×": two runs, one label."""
+    runs = pd.DataFrame(
+        {
+            "run": ["p/pipeline/muon_dp4", "p/distributed_muon/muon_dp4"],
+            "group": ["pipeline", "distributed_muon"],
+            "optimizer": ["muon", "muon"],
+            "dp": [4, 4],
+            "tp": [1, 1],
+            "profiler_overhead": [1.27, 1.24],
+        }
+    )
+    line = profiler_overhead_line(runs)
+    assert "Muon DP4  [pipeline] 1.27×, Muon DP4  [distributed_muon] 1.24×" in line
 
 
 def test_a_run_above_the_level_is_marked_and_the_others_are_not():

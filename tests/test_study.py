@@ -304,3 +304,13 @@ def test_import_from_the_hub(tmp_path, hub_api, fake_hub):
     folder = study_folder(tmp_path / "traces")
     for p in COMMITTED.iterdir():
         assert (folder / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_each_study_run_names_the_command_and_commit_that_recorded_it_or_none():
+    """The runs of the study's protocol recorded here keep their command and commit (the card names them); the
+    original study's traces keep neither, and nothing is made up for them."""
+    runs = pd.read_parquet(REPO / "metrics" / "study_runs.parquet")
+    ours, theirs = runs[runs["recorded_by"] == "muon_repro"], runs[runs["recorded_by"] != "muon_repro"]
+    assert len(ours) and len(theirs)
+    assert ours["command"].str.startswith("muon-repro bench --protocol").all() and ours["git_sha"].str.len().eq(40).all()
+    assert theirs["command"].isna().all() and theirs["git_sha"].isna().all()

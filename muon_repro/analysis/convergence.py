@@ -151,6 +151,9 @@ def _run_rows(record: dict) -> pd.DataFrame:
     df["ewm_alpha"] = HEADLINE_ALPHA
     command = record.get("command")
     df["command"] = shlex.join(str(c) for c in command) if isinstance(command, list) and command else None
+    env = record.get("environment")
+    sha = env.get("git_sha") if isinstance(env, dict) else None
+    df["git_sha"] = sha if isinstance(sha, str) else None
     return df
 
 

@@ -194,6 +194,7 @@ def _point(run: RunDir) -> dict:
     return {
         "profile": run.profile,
         "command": shlex.join(cfg.command) if cfg.command else None,
+        "git_sha": run.environment.get("git_sha") if isinstance(run.environment.get("git_sha"), str) else None,
         "d_model": cfg.hidden,
         "n_layers": cfg.n_layers,
         "tokens_per_step": cfg.tokens_per_step,

@@ -69,7 +69,7 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         f"{int(sweep['steps'].max()) if len(sweep) else 0} steps chosen on the validation loss, "
         f"then {int(row['steps'])} steps x {int(row['tokens_per_step'])} tokens, "
         f"{int(row['params']):,} parameters, dp={int(row['dp'])} tp={int(row['tp'])} on {row['backend']}; "
-        f"{seeds} seed(s) at the best learning rates; test loss on the test split{budgets}"
+        f"{counted(seeds, 'seed')} at the best learning rates; test loss on the test split{budgets}"
     )
     trained = pd.Series(
         {

@@ -200,11 +200,13 @@ def prepare_data(corpus_spec: str, vocab_size: int):
 
 
 def environment(profile: str | None = None) -> dict:
-    """Where a run trained: enough to read its wall time (the full MLPerf-style record is bench's), and the
-    hardware profile it is filed under (muon_repro.hardware)."""
+    """Where a run trained: enough to read its wall time (the full MLPerf-style record is bench's), the
+    hardware profile it is filed under (muon_repro.hardware) and the commit of the code that trained it."""
     import platform
     from datetime import datetime, timezone
     from importlib import metadata
+
+    from muon_repro.provenance import tree_commit
 
     def version(dist: str) -> str | None:
         try:
@@ -222,6 +224,7 @@ def environment(profile: str | None = None) -> dict:
         "nice": os.nice(0),
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         PROFILE_FIELD: profile,
+        **tree_commit(),  # git_sha, git_dirty: git's, else a copied tree's commit stamp
     }
 
 

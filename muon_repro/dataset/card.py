@@ -50,7 +50,13 @@ FOLDERS = {
     "report": "the report (Markdown and PDF)",
     "analysis_scripts": "thin entry scripts that regenerate tables and figures with the `muon_repro` package",
     "docs": "`method.md`: the formulas, attribution conventions and every table column, as the report cites them",
+    "muon_repro": "the package that made every file here, as it was (a download rebuilds itself: How to regenerate)",
+    "tests": "the package's tests (`python -m pytest -n 2`, then `-m slow`)",
+    "tools": "scripts beside the package: the GPU session, benchmarks, fuzzers",
+    "pyproject.toml": "how the package installs (`pip install -c constraints.txt -e .`)",
+    "constraints.txt": "the pinned versions every artifact here was made with",
 }
+"""The bundle's folders (and code files), each with what it holds, in the order the card's files table lists them."""
 
 
 @dataclass(frozen=True)
@@ -214,10 +220,13 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
     runs = describe_runs(files, sizes)
     environment = recorded_environment(files, runs)
     folders = []
-    for folder, description in FOLDERS.items():
-        inside = [d for d in digests if d.path.startswith(folder + "/")]
+    for name, description in FOLDERS.items():
+        inside = [d for d in digests if d.path.startswith(name + "/")]
+        shown = name + "/"
+        if not inside:  # a file at the root (pyproject.toml), or nothing of that name
+            inside, shown = [d for d in digests if d.path == name], name
         if inside:
-            folders.append(FolderDoc(folder + "/", len(inside), human_size(sum(d.size for d in inside)), description))
+            folders.append(FolderDoc(shown, len(inside), human_size(sum(d.size for d in inside)), description))
     traces = [p for p in sorted(sizes) if is_trace(p)]
     findings, limits = report_findings(files)
     context = {
@@ -242,10 +251,10 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "env_rows": environment.rows,
         "env_blocks": environment.blocks,
         "env_counts": environment.counts,
-        "env_source": environment.source,
         "max_listed_values": MAX_LISTED_VALUES,
         "run_commands": environment.commands,
         "git_shas": environment.git_shas,
+        "without_commit": environment.without_commit,
         "recipe": recipe_text(),
         "bundle_command": bundle_command(meta),
         "manifest_files": len(digests) + 1,  # the manifest lists these and the card

@@ -88,12 +88,19 @@ DATA_TYPES = {
 }
 # (id, glob from the bundle's root as mlcroissant matches it, encoding, what it is); declared only if a file matches.
 FILE_SETS = (
-    ("traces", "traces/**/rank*.json.gz", "application/gzip",
-     "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank and trial; open them in ui.perfetto.dev"),
+    ("traces", "traces/**/*rank*.json.gz", "application/gzip",
+     "PyTorch profiler Chrome traces (Kineto JSON, gzipped), one per rank and trial (rank<r>.json.gz; the original "
+     "study's trace_<run>_rank<r>.json.gz); open them in ui.perfetto.dev"),
     ("run-records", "traces/**/*.json", "application/json",
      "what each run recorded: config.json (resolved config and command), environment.json (machine and software), "
-     "metrics.json (per-rank step times, losses, byte ledger, optimizer state), convergence and cost-model records"),
+     "metrics.json (per-rank step times, losses, byte ledger, optimizer state), convergence.json (a convergence "
+     "run's curve), machine.json (a calibrated machine profile), original_study.json (the study's files' sources)"),
+    ("costmodel-records", "traces/**/*.csv", "text/csv",
+     "the cost model's records per hardware profile (muon-repro regimes and calibrate write them; analyze reads "
+     "them into the predictions, regime and calibration tables)"),
+    ("calibrations", "traces/**/*.parquet", PARQUET, "a calibrated machine's measured kernel rates, beside its CSV"),
     ("run-logs", "traces/**/log.txt", "text/plain", "each run's log"),
+    ("licenses", "traces/**/LICENSE*", "text/plain", "the license of files published by others (the original study's)"),
     ("tables-csv", "metrics/*.csv", "text/csv", "the tables again as CSV, written with their Parquet twins"),
 )  # fmt: skip
 # Responsible-AI fields (Croissant RAI 1.0) that apply to measurements of software on a machine.

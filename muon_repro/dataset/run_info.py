@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+import pandas as pd
+
 from muon_repro.rundir import ENVIRONMENT_FILE, RUN_FILES, is_trace_file, trace_rank, trial_of
 from muon_repro.tables.files import human_size
 from muon_repro.tables.io import read_table
@@ -31,6 +33,7 @@ ENV_SKIP = ("hostname",)  # says nothing about the results, and may be private
 ENV_SKIP_PREFIXES = ("speed_probe.", "load_average")
 ENV_BLOCKS = ("interconnect_topology",)  # multi-line text, shown as a code block
 ENV_LISTS = ("pip_freeze",)  # long lists: counted here, kept in environment.json
+ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # a select-graphic-rendition sequence: style, no text
 BOOLEANS = {"True": "yes", "False": "no"}
 
 
@@ -67,10 +70,12 @@ class RecordedEnvironment:
 
     rows: list[EnvRow] = field(default_factory=list)
     blocks: dict[str, str] = field(default_factory=dict)  # multi-line values by key
-    counts: dict[str, int] = field(default_factory=dict)  # entries of the long lists by key
-    source: str | None = None  # one run's environment.json, named as where to read the full lists
+    # the long lists by key: the most entries any run's list has, and that run's environment.json, to read it whole
+    counts: dict[str, tuple[int, str]] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)  # the distinct command lines, shell-quoted
-    git_shas: list[str] = field(default_factory=list)
+    git_shas: list[str] = field(default_factory=list)  # the commits of every kind of run recorded here
+    # the runs whose record names no commit, said by kind ("65 convergence runs"): the card says so beside the commits
+    without_commit: list[str] = field(default_factory=list)
 
 
 def describe_runs(files: Mapping[str, Path], sizes: Mapping[str, int]) -> list[RunDoc]:
@@ -135,9 +140,9 @@ def describe_run_groups(runs: list[RunDoc]) -> list[RunGroupDoc]:
 
 def _without_legend(topology: str) -> str:
     """``nvidia-smi topo -m``'s matrix without the legend it always prints after it (the card stays a page; the
-    run's environment.json keeps the whole text)."""
+    run's environment.json keeps the whole text), and without the terminal's underline codes around its header."""
     head, _, _legend = topology.partition("\nLegend:")
-    return head.rstrip()
+    return ANSI_STYLE.sub("", head).rstrip()
 
 
 def _rank_order(path: str) -> tuple[int, str]:
@@ -205,17 +210,20 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
     recorded = [(run, items) for run in runs if (items := _lookup(index, run.key))]
     values: dict[str, dict[str, list[str]]] = {}
     blocks: dict[str, str] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, tuple[int, str]] = {}
     for run, items in recorded:
         for key, value in items:
             if key in ENV_SKIP or key.startswith(ENV_SKIP_PREFIXES):
                 continue
             if key in ENV_LISTS:
-                counts[key] = max(counts.get(key, 0), _list_length(value))
+                if _list_length(value) > counts.get(key, (0, ""))[0]:
+                    counts[key] = (_list_length(value), f"traces/{run.run}/{ENVIRONMENT_FILE}")
             elif key in ENV_BLOCKS:
                 blocks.setdefault(key, _without_legend(value))
             else:
                 values.setdefault(key, {}).setdefault(_show(key, value), []).append(run.run)
+    traced_shas = [v for _, items in recorded for k, v in items if k == "git_sha" and v]
+    other_shas, without_commit = _other_commits(files)
     order = [k for k in ENV_ORDER if k in values] + sorted(k for k in values if k not in ENV_ORDER)
     rows = []
     for key in order:
@@ -230,9 +238,9 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         rows=rows,
         blocks=blocks,
         counts=counts,
-        source=f"traces/{recorded[0][0].run}/{ENVIRONMENT_FILE}" if recorded else None,
         commands=_commands(files, runs),
-        git_shas=list(dict.fromkeys(_show("git_sha", v) for _, items in recorded for k, v in items if k == "git_sha" and v)),
+        git_shas=list(dict.fromkeys(_show("git_sha", sha) for sha in [*traced_shas, *other_shas])),
+        without_commit=without_commit,
     )
 
 
@@ -250,14 +258,38 @@ def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
     return list(dict.fromkeys([*(line for found in lines for line in found), *_other_commands(files)]))
 
 
-def _other_commands(files: Mapping[str, Path]) -> list[str]:
-    """The command lines of the regime sweep and the convergence runs (their tables' ``command``), in table order."""
-    found: list[str] = []
-    for name in ("regimes", "convergence_runs"):
+# The runs recorded here that the runs table does not hold, by table, with what the card calls them: the regime sweep,
+# the study's protocol replayed (the original study's own rows name no command or commit), the convergence runs.
+OTHER_RECORDINGS = {"regimes": "regime sweep point", "study_runs": "study-protocol run", "convergence_runs": "convergence run"}
+
+
+def _other_tables(files: Mapping[str, Path]) -> dict[str, pd.DataFrame]:
+    """The tables of :data:`OTHER_RECORDINGS` in the bundle, each with only the runs recorded here."""
+    tables = {}
+    for name in OTHER_RECORDINGS:
         path = files.get(f"metrics/{name}.parquet")
-        if path is None:
-            continue
-        table = read_table(path, name, check_set=False)
+        if path is not None:
+            table = read_table(path, name, check_set=False)
+            tables[name] = table[table["recorded_by"] == "muon_repro"] if "recorded_by" in table.columns else table
+    return tables
+
+
+def _other_commands(files: Mapping[str, Path]) -> list[str]:
+    """The command lines of the runs the runs table does not hold (their tables' ``command``), in table order."""
+    found: list[str] = []
+    for table in _other_tables(files).values():
         if "command" in table.columns:
             found += [c.strip() for c in table["command"].dropna().astype(str) if c.strip()]
     return list(dict.fromkeys(found))
+
+
+def _other_commits(files: Mapping[str, Path]) -> tuple[list[str], list[str]]:
+    """The commits that recorded the runs the runs table does not hold, and how many of each kind name none."""
+    shas: list[str] = []
+    without: list[str] = []
+    for name, table in _other_tables(files).items():
+        column = table["git_sha"] if "git_sha" in table.columns else pd.Series([None] * len(table), dtype="object")
+        shas += [str(sha) for sha in column.dropna() if str(sha).strip()]
+        if missing := int(column.isna().sum()):
+            without.append(counted(missing, OTHER_RECORDINGS[name]))
+    return list(dict.fromkeys(shas)), without

@@ -15,6 +15,7 @@ from muon_repro.report.formatting import mib, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values
 from muon_repro.report.selection import representative_runs, run_label, sort_runs, study_runs
+from muon_repro.values import counted
 
 
 def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float]) -> list[str]:
@@ -163,7 +164,7 @@ def limitations(data: ReportData, everything: ReportData | None = None) -> list[
     rounds = sorted({int(r["rounds"]) for _, r in runs.iterrows() if not is_missing(r.get("rounds"))})
     out.append(
         "Each run profiles "
-        + ", ".join(f"{t} trial(s) × {s} step(s)" for t, s in shapes)
+        + ", ".join(f"{counted(t, 'trial')} × {counted(s, 'step')}" for t, s in shapes)
         + " after warm-up"
         + (f", and times its steps without the profiler in {', '.join(map(str, rounds))} rounds" if rounds else "")
         + "; the 95% intervals of the claims say how far so few rounds pin the medians down."

@@ -9,7 +9,7 @@ import pandas as pd
 
 from muon_repro.report.data import is_missing
 from muon_repro.report.formatting import ratio
-from muon_repro.report.selection import run_label
+from muon_repro.report.selection import run_labels
 
 PROFILER_OVERHEAD_LEVEL = 1.2  # above it, a breakdown read from a run's trace is named as inflated by the profiler
 MARK = "†"
@@ -46,16 +46,17 @@ def profiler_overhead_line(runs: pd.DataFrame) -> str | None:
     if measured.empty:
         return None
     values = measured["profiler_overhead"].astype(float)
+    label = dict(zip(measured.index, run_labels(measured)))  # two runs of one grid (DP4 in two groups) told apart
     low, high = measured.loc[values.idxmin()], measured.loc[values.idxmax()]
     above = measured[values > PROFILER_OVERHEAD_LEVEL].sort_values("profiler_overhead", ascending=False)
     line = (
         f"The profiler's cost, the profiled step over the same trial's steps timed without it (runs.profiler_overhead): "
-        f"median {values.median():.2f}×, from {ratio(low['profiler_overhead'])} ({run_label(low)}) to "
-        f"{ratio(high['profiler_overhead'])} ({run_label(high)}). "
+        f"median {values.median():.2f}×, from {ratio(low['profiler_overhead'])} ({label[low.name]}) to "
+        f"{ratio(high['profiler_overhead'])} ({label[high.name]}). "
     )
     if above.empty:
         return line + f"No run is above {PROFILER_OVERHEAD_LEVEL:g}×: the breakdowns read from the traces keep near its time."
-    named = ", ".join(f"{run_label(r)} {ratio(r['profiler_overhead'])}" for _, r in above.iterrows())
+    named = ", ".join(f"{label[i]} {ratio(r['profiler_overhead'])}" for i, r in above.iterrows())
     return (
         line + f"Above {PROFILER_OVERHEAD_LEVEL:g}×, the breakdowns read from these runs' traces (phases, waits, the timeline) "
         f"carry that inflation, and nothing scales it away: {named}."

@@ -12,6 +12,7 @@ from muon_repro.report import style
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
 from muon_repro.report.formatting import gib
 from muon_repro.report.selection import pipeline_runs, pp_of, sort_runs, study_runs
+from muon_repro.values import counted
 
 REQUIRED_ENV = ("hostname", "os", "python", "torch", "backend", "host_cpu", "host_cpu_cores", "host_memory_bytes")
 
@@ -56,7 +57,7 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
             interconnect = "none between accelerators (one CPU host; ranks are processes talking through gloo)"
         else:
             interconnect = "not recorded"
-        nodes = f" on {env['nodes']} node(s)" if env.get("nodes") else ""
+        nodes = f" on {counted(int(env['nodes']), 'node')}" if env.get("nodes") else ""
         rows = [
             ("host", f"{env['hostname']} ({env['os']})"),
             ("CPU", f"{env['host_cpu']}, {env['host_cpu_cores']} cores, {memory} memory"),

