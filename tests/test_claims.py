@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work
 from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.tables import _comparisons_table
-from muon_repro.claims import CLAIMS, Region, verdict
+from muon_repro.claims import CLAIMS, UNEQUAL_WORK, Region, verdict
 from muon_repro.tables.schemas import SCHEMAS
 
 TRIALS, STEPS, RANKS = 3, 5, 4
@@ -269,13 +271,16 @@ def test_verdict_rule_needs_the_whole_interval():
 def test_unequal_work_is_refused_naming_both_runs_and_the_field():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.runs[1]["tokens_per_step"] = 2048  # the AdamW twin trained twice the tokens
-    with pytest.raises(
-        UnequalWork, match=r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 262144 vs 2048"
-    ):
-        b.claims()
+    claims = b.claims()  # judged, not stopped: the claim says the runs did different work, and by what
+    comm = claims.loc["comm_time_dp2_tp2"]
+    assert comm["verdict"] == UNEQUAL_WORK and not comm["equal_work"] and pd.isna(comm["measured_value"])
+    assert re.search(
+        r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 262144 vs 2048", comm["work_difference"]
+    )
+    assert "did different work" in comm["explanation"]
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
-    with pytest.raises(UnequalWork, match="tokens_per_step"):
-        _comparisons_table(runs)
+    cmp = _comparisons_table(runs)  # no twin of the same work: no comparison, and the analysis goes on
+    assert "comparison/muon_dp2_tp2" not in set(cmp.get("muon_run", []))
     a, m = pd.Series({"run": "a", **WORK}), pd.Series({"run": "m", **WORK, "preset": "medium"})
     with pytest.raises(UnequalWork, match="runs a and m did different work: preset is 'small' vs 'medium'"):
         check_same_work(a, m)

@@ -23,17 +23,24 @@ class UnequalWork(ValueError):
     """Two runs to be compared did different work; the message names both runs and the field."""
 
 
-def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> None:
-    """Refuse to compare runs that did different work; the error names both runs and the field."""
+def work_difference(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> str | None:
+    """How two runs' work differs, naming both runs and the first field that does; None when it is the same."""
     for name in fields:
         va, vb = a.get(name), b.get(name)
         if is_missing(va) and is_missing(vb):
             continue
         if is_missing(va) or is_missing(vb) or va != vb:
-            raise UnequalWork(
+            return (
                 f"runs {a['run']} and {b['run']} did different work: {name} is {va!r} vs {vb!r}; "
                 f"record them with the same {name} to compare them"
             )
+    return None
+
+
+def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> None:
+    """Refuse to compare runs that did different work; the error names both runs and the field."""
+    if (difference := work_difference(a, b, fields)) is not None:
+        raise UnequalWork(difference)
 
 
 def is_missing(v) -> bool:

@@ -8,8 +8,9 @@ How each claim is measured is in :mod:`muon_repro.analysis.claim_measures`, on t
 :mod:`muon_repro.analysis.claim_inputs`; the claims, their regions, levels and verdict rule are declared
 in :mod:`muon_repro.claims`. A claim a run was not made for is ``not comparable here``: its explanation gives
 what the runs measured and the measured cause, ``outside_conditions`` how the runs differ from the claim's (where the
-cost model puts the claimed level is the regime_thresholds table's); on the original study's own runs
-(:mod:`muon_repro.study.claims`) a ratio of unequal work is ``unequal work``.
+cost model puts the claimed level is the regime_thresholds table's). A claim whose runs did different work (on the
+original study's own runs, :mod:`muon_repro.study.claims`; here, runs recorded apart, such as a contributed size with
+no twin) is ``unequal work``, with the difference, and no ratio.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, is_missing
+from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, UnequalWork, is_missing
 from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import RunSteps, left_out, unpaired_rounds
 from muon_repro.analysis.rounds import rounds_of
-from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, UNEQUAL_WORK, Claim, verdict
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 from muon_repro.values import counted
@@ -94,7 +95,12 @@ def _profiles_of(df: pd.DataFrame | None) -> list[str]:
 def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
     rows = []
     for c in CLAIMS:
-        m = MEASURE[c.claim_id](t)
+        unequal = ""
+        try:
+            m = MEASURE[c.claim_id](t)
+        except UnequalWork as exc:  # the runs it would compare did different work: no ratio of theirs judges it
+            unequal = str(exc)
+            m = f"the runs it compares did different work ({unequal})"
         if isinstance(m, Measurement):
             measured = m
         else:  # the reason it could not be measured
@@ -121,18 +127,25 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
                 "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(disturbed, unpaired, quoted),
-                "verdict": NOT_COMPARABLE if outside else verdict(measured.low, measured.high, c.region),
+                "verdict": _verdict(c, measured, outside, unequal),
                 "outside_conditions": "; ".join(outside),
                 "explanation": measured.explanation,
                 "stated": quoted,
                 "rule": c.rule_text(),
                 "study_method_value": None,
                 "study_method_rebuilt": None,
-                "equal_work": None,
-                "work_difference": "",
+                "equal_work": False if unequal else None,
+                "work_difference": unequal,
             }
         )
     return rows
+
+
+def _verdict(claim: Claim, measured: Measurement, outside: list[str], unequal: str) -> str:
+    """Unequal work before everything (no ratio was formed), then the claim's conditions, then its region."""
+    if unequal:
+        return UNEQUAL_WORK
+    return NOT_COMPARABLE if outside else verdict(measured.low, measured.high, claim.region)
 
 
 def _rounds(measured: Measurement, sources: list[RunSteps], skipped: set[int]) -> int | None:

@@ -568,7 +568,8 @@ SCHEMAS: dict[str, TableSchema] = {
     "comparisons": TableSchema(
         "comparisons",
         "Muon vs AdamW at the same profile, dp, tp, backend and device: ratios Muon / AdamW (null where AdamW's value is 0 or "
-        "unknown). A Muon run is never paired with an AdamW run of another hardware profile.",
+        "unknown). A Muon run is never paired with an AdamW run of another hardware profile, nor with one that did other "
+        "work (tokens per step, model, precision, ...): a Muon run without such a twin has no row.",
         ("muon_run", "adamw_run"),
         columns_of(
             _PROFILE,
@@ -654,7 +655,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "string",
                 "",
                 "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), unequal "
-                "work (the runs compared did different work: study_method's profile only), not comparable here (the runs "
+                "work (the runs compared did different work, so no ratio judges the claim), not comparable here (the runs "
                 "were not made under the claim's conditions), not measured",
             ),
             (
@@ -690,10 +691,11 @@ SCHEMAS: dict[str, TableSchema] = {
                 "equal_work",
                 "boolean",
                 "",
-                "on the original study's profile: whether the runs compared did the same work (collectives, bytes per "
-                "rank and step); null for one run, and on our profiles, which refuse unequal work before measuring",
+                "whether the runs compared did the same work: on the original study's profile, by collectives and bytes "
+                "per rank and step; on ours, false when the only runs a claim can compare did different work (no ratio "
+                "is formed), else null",
             ),
-            ("work_difference", "string", "", "the measured difference in work when equal_work is false"),
+            ("work_difference", "string", "", "the difference in work when equal_work is false"),
         ),
     ),
     "checks": TableSchema(
