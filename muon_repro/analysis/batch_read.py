@@ -173,7 +173,7 @@ def _add_timed_only(analysis: Analysis) -> None:
 def _orphans_message(key: str, trials: list[Path], left_out: set[Path]) -> str:
     """Why trials timed without traces were not joined to their run ``key``, and what to do: one line per run."""
     siblings = {p for p in trials[0].parent.iterdir() if trial_of(p) is not None} if trial_of(trials[0]) is not None else set()
-    failed = sorted(p.name for p in siblings & left_out)
+    failed = sorted(p.name for p in (siblings & left_out) - set(trials) if find_traces([p]))  # a traced trial, not these
     listed = f"{trials[0]}" if len(trials) == 1 else f"{trials[0].parent} ({', '.join(p.name for p in trials)})"
     if failed:
         why = f"its traced trial {', '.join(failed)} was left out (above): restore it, and their times join it again"
