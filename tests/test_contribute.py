@@ -157,6 +157,24 @@ def test_overwriting_a_published_trial_is_refused(tmp_path, fake_hub, hub_env, c
     assert fake_hub.get_repo(REPO).branches["main"] == head
 
 
+def test_each_conflicting_trial_is_told_a_free_folder_of_its_own(tmp_path, fake_hub, hub_env, capsys):
+    """Two local trials that main already has were both told "rename to trial2": the second rename then collides."""
+    runs = tmp_path / "runs"
+    local = [make_run(runs / PROFILE / "comparison" / "muon_dp2_tp1" / f"trial{k}") for k in (0, 1)]
+    published = make_run(tmp_path / "published", name="muon_dp2_tp1")
+    publish_main(
+        hub_env,
+        {
+            **folder_files(published, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"),
+            **folder_files(published, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1"),
+        },
+    )
+    assert main(["contribute", "--repo-id", REPO, "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"rename {local[0]} to {local[0].with_name('trial2')}" in err
+    assert f"rename {local[1]} to {local[1].with_name('trial3')}" in err
+
+
 def test_review_refuses_a_pull_request_that_changes_more_than_runs(tmp_path, fake_hub, hub_env, capsys):
     head = publish_main(hub_env, {"README.md": b"# data\n"})
     run = make_run(tmp_path / "run")

@@ -89,21 +89,25 @@ def refusal(problems: list[str], what: str) -> ContributeError:
     return ContributeError(f"{len(problems)} problem(s) keep {what}; nothing was sent to the Hub:\n{lines}")
 
 
-def _next_free_trial(run: LocalRun, taken: set[str], local: list[LocalRun]) -> int:
-    """The lowest trial number neither main nor another local run uses for ``run``'s configuration and profile."""
+def _next_free_trial(run: LocalRun, taken: set[str], local: list[LocalRun], proposed: set[str]) -> int:
+    """The lowest trial number neither main, another local run, nor a rename already proposed (``proposed``: the
+    trial folders the other conflicts were told to take) uses for ``run``'s configuration and profile."""
     prefix = run.dest.rsplit("/", 1)[0] + "/"
     used = {int(m[1]) for p in taken if p.startswith(prefix) and (m := _TRIAL_IN_PATH.search(p[len(prefix) - 1 :]))}
     used |= {r.trial for r in local if r.dest.startswith(prefix)}
+    used |= {int(p[len(prefix) + len("trial") :]) for p in proposed if p.startswith(prefix + "trial")}
     return next(k for k in range(len(used) + 1) if k not in used)
 
 
 def _conflicts(scan: RunScan, taken: set[str], revision: str) -> list[str]:
     """A message per run whose trial folder ``revision`` already has (its first file, and what to rename it to)."""
-    problems = []
+    problems: list[str] = []
+    proposed: set[str] = set()  # each conflicting trial is told a folder of its own, not the same free one
     for run in scan.runs:
         existing = sorted(p for p in taken if p.startswith(run.dest + "/"))
         if existing:
-            free = _next_free_trial(run, taken, scan.runs)
+            free = _next_free_trial(run, taken, scan.runs, proposed)
+            proposed.add(f"{run.dest.rsplit('/', 1)[0]}/trial{free}")
             problems.append(
                 f"{existing[0]}: {revision} already has this file ({len(existing)} file(s) under {run.dest}/); contributions "
                 f"never replace published runs: rename {shown(run.folder)} to {shown(run.folder.with_name(f'trial{free}'))} "
