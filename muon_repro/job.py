@@ -27,7 +27,6 @@ from muon_repro import stages
 from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
-from muon_repro.dataset.meta import release_date
 from muon_repro.hardware import add_profile_argument
 from muon_repro.study.sources import STUDY_PROFILE
 from muon_repro.tables.files import check_out_folder, write_atomic
@@ -35,6 +34,9 @@ from muon_repro.values import is_count
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+CITE_FIELDS = ("repo_id", "version", "date", "pretty_name")  # the citation flags run shares with report and bundle
 
 
 @dataclass
@@ -50,6 +52,9 @@ class RunPlan:
     profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     authors: tuple[str, ...] = ()  # --author: whom the card and the report cite (default: resolve_authors)
+    # --repo-id, --version, --date, --pretty-name: the dataset the card, CITATION.cff and the report cite (None: the
+    # project's repository, this package's version, the day of the newest run, the project's title)
+    cite: dict[str, str] = field(default_factory=dict)
     verbose: bool = False  # --verbose: the summary gives every claim's measured cause
     first_stage: str = STAGES[0]  # --from: "analyze" rebuilds everything from the traces present, recording nothing
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -59,6 +64,12 @@ class RunPlan:
             raise ValueError(f"unknown stage {self.first_stage!r}; choose one of {', '.join(STAGES)}")
         if any(not author.strip() for author in self.authors):  # said now, not after recording for minutes
             raise ValueError(f"--author needs a name, got {[a for a in self.authors if not a.strip()][0]!r}")
+        if unknown := set(self.cite) - set(CITE_FIELDS):
+            raise ValueError(f"unknown citation field(s) {', '.join(sorted(unknown))}; choose from {', '.join(CITE_FIELDS)}")
+        if self.cite:  # a bad repository id, version or date is said before recording, not after
+            from muon_repro.dataset.meta import BundleMeta
+
+            BundleMeta(**{**self.cite, **({"authors": self.authors} if self.authors else {})})
 
     def check_input(self) -> None:
         """Before any folder is made: from the bench stage, refuse a configuration name or a number of rounds the
@@ -168,12 +179,13 @@ def _sources(plan: RunPlan):
 
 
 def _meta(plan: RunPlan):
-    """What the card, CITATION.cff, croissant.json and the report cite: the project's repository, this version,
-    the day of the newest run, the authors (``--author``, else the checked-in list: never the machine's git)."""
-    from muon_repro import __version__
-    from muon_repro.dataset.meta import BundleMeta, resolve_authors
+    """What the card, CITATION.cff, croissant.json and the report cite: by default the project's repository, this
+    version, the day of the newest run and the authors (``--author``, else the checked-in list: never the machine's
+    git); ``--repo-id``, ``--version``, ``--date``, ``--pretty-name`` for another dataset (a download of one rebuilds
+    as itself: its card's recipe gives them)."""
+    from muon_repro.dataset.citation import report_meta
 
-    return BundleMeta(version=__version__, date=release_date(plan.metrics), authors=resolve_authors(plan.authors))
+    return report_meta(plan.metrics, authors=plan.authors, **plan.cite)
 
 
 def stage_card(plan: RunPlan) -> None:
@@ -320,6 +332,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an author the card, CITATION.cff, croissant.json and the report cite; repeat for more "
         "(default: the project's checked-in list, never the machine's git config)",
     )
+    cite = p.add_argument_group("the dataset the card, CITATION.cff and the report cite (default: the project's)")
+    cite.add_argument("--repo-id", default=None, metavar="ORG/NAME", help="its repository on the Hub")
+    cite.add_argument("--version", default=None, help="its version X.Y.Z (default: this package's)")
+    cite.add_argument("--date", default=None, help="its release date YYYY-MM-DD (default: the day of the newest run)")
+    cite.add_argument("--pretty-name", default=None, help="its title")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--verbose", action="store_true", help="the summary gives every claim's measured cause; verify lists every check"
@@ -344,6 +361,7 @@ def _run(args: argparse.Namespace) -> int:
         profile=args.profile,
         command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),
         authors=tuple(args.author or ()),
+        cite={name: getattr(args, name) for name in CITE_FIELDS if getattr(args, name) is not None},
         first_stage=args.first_stage,
         verbose=args.verbose,
     )

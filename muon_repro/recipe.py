@@ -9,6 +9,9 @@ is ``muon-repro run`` without ``--from``, on the reader's own machine, under its
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
 SET_UP = 'python -m pip install -c constraints.txt -e ".[dev]"'
 REBUILD = "muon-repro run --from analyze"
 VERIFY = "muon-repro verify dist/dataset"
@@ -20,11 +23,14 @@ RECIPE = (
 )
 
 
-def recipe_lines(width: int | None = None) -> list[str]:
-    """The recipe as shell lines, each command followed by its comment, the comments aligned."""
-    pad = width if width is not None else max(len(cmd) for cmd, _ in RECIPE)
-    return [f"{cmd.ljust(pad)}   # {what}" for cmd, what in RECIPE]
+def recipe_lines(width: int | None = None, cite: Sequence[str] = ()) -> list[str]:
+    """The recipe as shell lines, each command followed by its comment, the comments aligned. ``cite``: the flags
+    that name the dataset rebuilt when it is not the project's (:func:`muon_repro.dataset.citation.report_arguments`),
+    so that its card, CITATION.cff and report come out as published."""
+    steps = [(f"{cmd} {shlex.join(cite)}" if cmd == REBUILD and cite else cmd, what) for cmd, what in RECIPE]
+    pad = width if width is not None else max(len(cmd) for cmd, _ in steps)
+    return [f"{cmd.ljust(pad)}   # {what}" for cmd, what in steps]
 
 
-def recipe_text() -> str:
-    return "\n".join(recipe_lines())
+def recipe_text(cite: Sequence[str] = ()) -> str:
+    return "\n".join(recipe_lines(cite=cite))

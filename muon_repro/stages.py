@@ -141,6 +141,7 @@ def report(
         tuple(formats),
         citation=(bibtex(meta), paper_bibtex(), study_bibtex()),
         citation_args=report_arguments(meta, metrics),
+        identity={"title": meta.pretty_name, "version": meta.version, "authors": list(meta.authors)},
     )
 
 

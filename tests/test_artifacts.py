@@ -71,8 +71,8 @@ def test_each_committed_output_folder_lists_the_files_its_writer_put_there(folde
 @pytest.mark.slow
 def test_committed_bundle_rebuilds_to_the_committed_manifest_and_verifies(tmp_path, monkeypatch):
     from muon_repro.cli import main
+    from muon_repro.dataset.meta import release_date
     from muon_repro.dataset.verify import verify_bundle
-    from muon_repro.job import release_date
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "dataset"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
@@ -254,8 +255,7 @@ def test_the_committed_card_is_at_most_40_kb(monkeypatch):
     """The card rendered from the repository's own tables, as `muon-repro run` writes dataset_card.md, stays
     a page a reader reads: checksums live in MANIFEST.sha256, column meanings in docs/method.md."""
     from muon_repro.dataset.bundle import Sources, documents_from_sources
-    from muon_repro.dataset.meta import BundleMeta
-    from muon_repro.job import release_date
+    from muon_repro.dataset.meta import BundleMeta, release_date
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)
@@ -358,3 +358,29 @@ def test_a_table_that_is_not_parquet_is_named_by_verify(tmp_path):
     ((line, ok),) = said
     assert not ok and line.startswith("tables: metrics/runs.parquet is not a Parquet table (")
     assert line.endswith("download the dataset again, or rebuild it (muon-repro run)")
+
+
+def test_verify_refuses_a_report_that_cites_another_dataset(tmp_path):
+    """A report rendered for the project's dataset, bundled for your own repository, cited the project's from inside
+    yours: the card and CITATION.cff said one thing, the report another."""
+    from muon_repro.dataset.citation import CFF_NAME, citation_cff, read_citation
+    from muon_repro.dataset.verify import check_report_citation
+
+    (tmp_path / "report").mkdir()
+    shutil.copy(REPO_ROOT / "report" / "report.md", tmp_path / "report" / "report.md")
+    said: list[tuple[str, bool]] = []
+    shutil.copy(REPO_ROOT / CFF_NAME, tmp_path / CFF_NAME)  # the identity the committed report was rendered for
+    check_report_citation(tmp_path, lambda line, ok: said.append((line, ok)))
+    assert said == [(f"report/report.md: cites this dataset as {CFF_NAME} does (muon-repro/distributed-muon-traces 0.1.0)", True)]
+
+    ours = dataclasses.replace(read_citation(REPO_ROOT / CFF_NAME), repo_id="test-org/my-traces", version="1.2.0")
+    (tmp_path / CFF_NAME).write_text(citation_cff(ours))
+    said.clear()
+    check_report_citation(tmp_path, lambda line, ok: said.append((line, ok)))
+    [(line, ok)] = said
+    assert not ok and "muon-repro report --repo-id test-org/my-traces --version 1.2.0 --author muon-repro" in line
+
+    (tmp_path / "report" / "report.md").write_text("# Report\n")  # not one muon-repro report wrote: not judged
+    said.clear()
+    check_report_citation(tmp_path, lambda line, ok: said.append((line, ok)))
+    assert said == []

@@ -169,7 +169,8 @@ def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle
     assert "Version " in first and "2026-01-02" in first  # the newest run's day (tests/report_bundle.py), not the clock
     assert "Abstract" in first and first.index("Abstract") < first.index("Summary")
     title = (bundle / "report" / "report.md").read_text().split("\n## ")[0]
-    assert "Authors: not stated (no CITATION.cff beside the metrics folder)." in title  # said as what it is
+    # the dataset "How to cite" cites, as the report's caller gave it: one identity, not a CITATION.cff of before
+    assert "Version 0.1.0" in title and "Authors: muon-repro." in title and "(Revision v0.1.0)" in "".join(pages)
 
 
 def test_long_tables_are_in_the_appendix_after_its_heading(bundle: Path) -> None:

@@ -145,8 +145,9 @@ def report_meta(
 
 
 def report_arguments(meta: BundleMeta, metrics: str | Path) -> list[str]:
-    """The ``muon-repro report`` flags that cite ``meta`` again on any machine (those :func:`report_meta`
-    would not give by default; authors unless they are the checked-in list)."""
+    """The flags (of ``muon-repro report``, and ``run``) that cite ``meta`` again on any machine: those
+    :func:`report_meta` would not give by default; the authors unless they are the checked-in list and the
+    repository the project's (for another, :func:`resolve_authors` would ask the machine's git)."""
     args = []
     if meta.repo_id != DEFAULT_REPO_ID:
         args += ["--repo-id", meta.repo_id]
@@ -156,7 +157,7 @@ def report_arguments(meta: BundleMeta, metrics: str | Path) -> list[str]:
         args += ["--date", meta.date]
     if meta.pretty_name != DEFAULT_PRETTY_NAME:
         args += ["--pretty-name", meta.pretty_name]
-    if meta.authors != project_authors():
+    if meta.authors != project_authors() or meta.repo_id != DEFAULT_REPO_ID:  # another repository's default: git's
         for author in meta.authors:
             args += ["--author", author]
     return args

@@ -23,6 +23,7 @@ Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in t
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from muon_repro.dataset.card import CARD_NAME, read_card_metadata
-from muon_repro.dataset.citation import CFF_NAME
+from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_croissant, croissant_fields
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
@@ -409,6 +410,38 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
         report(f"source: every run's code is known: {said}", True)
 
 
+REPORT_MD = "report/report.md"
+CITE_HEADING = "## How to cite"  # the report's section that gives the dataset's BibTeX entry
+
+
+def check_report_citation(root: Path, report: Callable[[str, bool], None]) -> None:
+    """The report's "How to cite" gives this dataset's entry, as CITATION.cff and the card do: a report rendered
+    before ``bundle --repo-id`` (the project's repository, version and authors by default) would cite another
+    dataset from inside this one. A report without that section (not one ``muon-repro report`` wrote) is not judged."""
+    path = root / REPORT_MD
+    if not path.is_file() or not (root / CFF_NAME).is_file():
+        return  # a bundle without a report (said by the manifest check if it should have one) or without a CFF (card)
+    try:
+        meta = read_citation(root / CFF_NAME)
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        report(f"{REPORT_MD}: its citation cannot be checked: {_one_line(exc)}", False)
+        return
+    if CITE_HEADING not in text:
+        return
+    if bibtex(meta) in text:
+        report(f"{REPORT_MD}: cites this dataset as {CFF_NAME} does ({meta.repo_id} {meta.version})", True)
+        return
+    authors = (f"--author {shlex.quote(a)}" for a in meta.authors)
+    flags = " ".join(["--repo-id", meta.repo_id, "--version", meta.version, *authors])
+    report(
+        f'{REPORT_MD}: its "How to cite" does not give this dataset\'s entry ({meta.repo_id} {meta.version}, '
+        f"{'; '.join(meta.authors)}) as {CFF_NAME} does: render the report for it (muon-repro report {flags}), then "
+        "bundle again",
+        False,
+    )
+
+
 def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
     """Run every check on ``root``: checksums of every file, the tables one set, card, configs, traces, sources
     (with ``recompute``, also analyze its traces again and compare the tables' values:
@@ -440,6 +473,7 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
         )
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
+    check_report_citation(root, report)
     check_traces(root, report)
     check_sources(root, report)
     if recompute:

@@ -1,8 +1,8 @@
 """The report's opening: the title block (title, version, date, authors) and the abstract.
 
-The title, version and authors are the artifact's citation metadata: the ``CITATION.cff`` at the
-artifact root (the one ``muon-repro card`` writes from the same metadata as the dataset card); the
-report cannot import :mod:`muon_repro.dataset` (data flows one way), so it reads that file. The
+The title, version and authors are those of the dataset the report cites, handed in as plain values by its caller
+(what "How to cite" cites); without them, the artifact's citation metadata: the ``CITATION.cff`` at the artifact
+root (the one ``muon-repro card`` writes); the report cannot import :mod:`muon_repro.dataset` (data flows one way). The
 date is the newest run's recording day (the PDF's dates are the same), never the clock.
 
 The abstract is made from the tables alone, at most :data:`MAX_WORDS` words: what was measured and
@@ -15,6 +15,7 @@ cell states (tests/test_report_abstract.py checks it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +57,13 @@ def citation(root: Path) -> dict[str, Any]:
     return {"title": cff.get("title"), "version": cff.get("version"), "authors": [a for a in authors if a.strip()]}
 
 
-def title_block(root: Path, recorded_at: str, *, title: str, version: str) -> dict[str, str]:
-    """Title, version, date and authors: the citation metadata's where ``root`` has a CITATION.cff (else the
-    report's own title and the package version, the authors said to be unstated), the date from the runs."""
-    meta = citation(root)
+def title_block(
+    root: Path, recorded_at: str, *, title: str, version: str, identity: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Title, version, date and authors: the cited dataset's ``identity`` (title, version, authors: what "How to
+    cite" cites), else the citation metadata where ``root`` has a CITATION.cff (else the report's own title and the
+    package version, the authors said to be unstated); the date from the runs."""
+    meta = dict(identity) if identity is not None else citation(root)
     authors = meta.get("authors") or []
     return {
         "title": str(meta.get("title") or title),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from muon_repro.report import (
     bytes_figures,
@@ -147,9 +148,12 @@ def write_report(
     *,
     citation: Sequence[str],
     citation_args: Sequence[str] = (),
+    identity: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing.
+    ``identity``: the title, version and authors of the dataset the report cites, for its title block (None: the
+    CITATION.cff beside the metrics folder, as it was).
     ``citation``: the BibTeX entries of "How to cite", as the caller rendered them (the dataset's,
     :func:`muon_repro.dataset.citation.bibtex`, then the paper's); ``citation_args``: the flags of
     ``muon-repro report`` that cite the same again, for "How to reproduce"."""
@@ -166,7 +170,16 @@ def write_report(
     )
     figure_paths = {name: Path(figures_dir) / f"{name}.png" for name in names}
     commands = invocations(data, Path(figures_dir), Path(out_dir), formats, citation_args)
-    context = build_context(data, figure_paths, Path(out_dir), invocations=commands, citation=citation, everything=everything)
+    context = build_context(
+        data,
+        figure_paths,
+        Path(out_dir),
+        invocations=commands,
+        citation=citation,
+        everything=everything,
+        cite=citation_args,
+        identity=identity,
+    )
     out = Path(out_dir)
     # Every format rendered into a hidden folder beside out_dir, then moved in as one set (staged_files): an error or
     # Ctrl-C midway never leaves a new report.md beside an old report.pdf. Image paths stay relative to out_dir.

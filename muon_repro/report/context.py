@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +159,14 @@ def build_context(
     invocations: Iterable[str],
     citation: Sequence[str],
     everything: ReportData | None = None,
+    cite: Sequence[str] = (),
+    identity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole template context; raises MissingMetric (a ValueError) naming the first missing metric.
     ``citation``: the BibTeX entries "How to cite" shows (the dataset's, then the paper's), as rendered;
-    ``everything``: every profile's tables (the GPU section's), default ``data``."""
+    ``everything``: every profile's tables (the GPU section's), default ``data``; ``cite``: the flags that name
+    the dataset when it is not the project's, which the regeneration recipe passes on; ``identity``: its title,
+    version and authors for the title block (None: the CITATION.cff beside the metrics folder)."""
     missing_figs = [name for name in FIGURES if name not in figure_paths or not Path(figure_paths[name]).is_file()]
     if missing_figs:
         raise FileNotFoundError(f"figure(s) {', '.join(missing_figs)} not found: run `muon-repro figures` first")
@@ -209,7 +213,7 @@ def build_context(
             raise FileNotFoundError(f"figure study_numbers not found at {path}: run `muon-repro figures` first")
         study["figure"] = figure_entry("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
     recorded_at = newest_recording(runs)
-    head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__)
+    head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__, identity=identity)
     decomposed = decomposition(data, claims)
     regime = regimes_section(data, figure_paths, rel, first_after)
     optional = {
@@ -259,7 +263,7 @@ def build_context(
         "no_gpu": NO_GPU,
         "limitations": limitations(data, everything),
         "commands": reproduce(data, invocations),
-        "recipe": recipe_text(),
+        "recipe": recipe_text(cite),
         "tables": tables,
         "method": method_links(out_dir, metrics_dir.parent),
         "phases": {"coarse": list(COARSE_PHASES), "optimizer": list(OPTIMIZER_PHASES)},
