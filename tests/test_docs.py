@@ -133,3 +133,53 @@ def test_no_user_facing_text_of_the_package_calls_the_original_study_the_seed():
 def test_no_document_calls_the_original_study_the_seed(path):
     offenders = [f"{path}:{hit}" for hit in seed_as_study((REPO / path).read_text(encoding="utf-8"))]
     assert offenders == [], "say 'the original study' (or \"Wei's study\" in a label), not 'the seed':\n" + "\n".join(offenders)
+
+
+def _largest(name: str) -> int:
+    return max(p.stat().st_size for p in (REPO / "traces").rglob(name))
+
+
+@pytest.mark.parametrize(
+    ("doc", "stated", "name"),
+    [
+        ("limits.md", r"the largest recorded is a `metrics.json` of ([\d.]+) KB", "metrics.json"),
+        ("limits.md", r"a convergence record ([\d.]+) KB", "convergence.json"),
+        ("contributing.md", r"\| `metrics.json` \| 16 MiB \| largest recorded: ([\d.]+) KB", "metrics.json"),
+        ("contributing.md", r"\| `log.txt` \| 16 MiB \| largest recorded: ([\d.]+) KB", "log.txt"),
+        ("contributing.md", r"\| `config.json` \| 64 KiB \| largest recorded: ([\d.]+) KB", "config.json"),
+        ("contributing.md", r"\| `environment.json` \| 1 MiB \| largest recorded: ([\d.]+) KB", "environment.json"),
+    ],
+)
+def test_the_largest_recorded_side_files_are_what_the_docs_say(doc, stated, name):
+    """The limits are argued from the largest file recorded: a re-recording that grows one must move the docs."""
+    found = re.search(stated, (REPO / "docs" / doc).read_text())
+    assert found, f"docs/{doc} no longer states the largest {name}"
+    said, largest = float(found[1]), _largest(name) / 1000
+    decimals = len(found[1].partition(".")[2])
+    assert abs(said - largest) <= 0.5 * 10**-decimals + 1e-9, f"docs/{doc} says {said} KB, the largest {name} is {largest:.1f} KB"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python -m muon_repro.parallel.grid3d --dp 2 --tp 2 --pp 2",
+        "python -m muon_repro.parallel.schedule --pp 2 --micro-batches 3",
+    ],
+)
+def test_the_printing_modules_print_what_pipeline_md_shows_and_nothing_else(command):
+    """Run as the doc says, each prints its block and no warning (grid3d warned that the package had imported it)."""
+    import subprocess
+    import sys
+
+    doc = (REPO / "docs" / "pipeline.md").read_text()
+    block = []  # the indented block after the sentence, blank lines inside it kept
+    for line in doc.split(f"`{command}` prints:\n\n", 1)[1].splitlines():
+        if line and not line.startswith("    "):
+            break
+        block.append(line.removeprefix("    "))
+    done = subprocess.run(
+        [sys.executable, "-W", "error", *command.split()[1:]], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.rstrip("\n") == "\n".join(block).rstrip("\n")

@@ -141,7 +141,12 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--machine", help="price with this profile instead of OUT/<profile>/costmodel/machine.json (a file or a shipped name)"
     )
-    p.add_argument("--quick", action="store_true", help="4 small points and a quick calibration: a smoke run of the machinery")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="4 small points and a quick calibration (about a minute): a smoke run of the machinery; its records price "
+        "this machine's lines only",
+    )
     p.add_argument(
         "--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records"
     )
