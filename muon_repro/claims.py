@@ -13,8 +13,9 @@ A claim's *region* is the set of values that agree with it. With the measured 95
   device and backend, the tokens per step per unit of d_model, one rank per core), so they cannot
   refute or confirm it; the value and interval are still given;
 * ``not measured``: no analyzed run can speak to the claim;
-* ``unequal work``: on the original study's own runs, the runs compared did different work, so their
-  ratio cannot judge the claim.
+* ``unequal work``: the runs compared did different work (on the original study's own runs, their
+  collectives; on ours, the only runs a claim could compare were recorded apart), so no ratio of theirs
+  can judge the claim.
 
 Torch-, numpy- and pandas-free: a run is read through its ``.get`` (a dict or a table row).
 """

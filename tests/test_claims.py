@@ -268,7 +268,7 @@ def test_verdict_rule_needs_the_whole_interval():
     assert verdict(float("nan"), float("nan"), region) == "not measured"
 
 
-def test_unequal_work_is_refused_naming_both_runs_and_the_field():
+def test_unequal_work_is_judged_unequal_work_naming_both_runs_and_the_field():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.runs[1]["tokens_per_step"] = 2048  # the AdamW twin trained twice the tokens
     claims = b.claims()  # judged, not stopped: the claim says the runs did different work, and by what
@@ -277,7 +277,7 @@ def test_unequal_work_is_refused_naming_both_runs_and_the_field():
     assert re.search(
         r"comparison/muon_dp2_tp2 and comparison/adamw_dp2_tp2.*tokens_per_step is 262144 vs 2048", comm["work_difference"]
     )
-    assert "did different work" in comm["explanation"]
+    assert "did different work" in comm["explanation"] and "comparison/adamw_dp2_tp2" in comm["conditions"]
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
     cmp = _comparisons_table(runs)  # no twin of the same work: no comparison, and the analysis goes on
     assert "comparison/muon_dp2_tp2" not in set(cmp.get("muon_run", []))
@@ -286,7 +286,16 @@ def test_unequal_work_is_refused_naming_both_runs_and_the_field():
         check_same_work(a, m)
 
 
-def test_comparisons_prefer_a_partner_that_did_the_same_work():
+def test_a_claim_finds_the_equal_work_twin_behind_a_run_of_other_work():
+    """The claims took the first AdamW run at the grid and refused it; an equal-work twin in another group is used."""
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.runs[1]["tokens_per_step"] = 2048  # the first AdamW run (the comparison group's) did other work
+    b.run("other/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, comm_ms=10.0)  # the twin, same work as Muon's
+    comm = b.claims().loc["comm_time_dp2_tp2"]
+    assert comm["verdict"] != UNEQUAL_WORK and "other/adamw_dp2_tp2" in comm["conditions"]
+
+
+def test_comparisons_pair_only_a_partner_that_did_the_same_work():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("other/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, tokens_per_step=4096)
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))

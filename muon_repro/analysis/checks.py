@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import ProfileTables, describe_runs, first_run, work_difference
+from muon_repro.analysis.claim_inputs import ProfileTables, describe_runs, equal_work_twins, first_run, work_difference
 from muon_repro.claims import PAPER, STUDY, UnitKind
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
@@ -276,7 +276,7 @@ def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
     if muon is None or adamw.empty:
         return None
-    twins = adamw[[work_difference(muon, a) is None for _, a in adamw.iterrows()]]
+    twins = equal_work_twins(muon, adamw)
     return (muon, first_run(twins)) if len(twins) else None
 
 

@@ -1,7 +1,8 @@
 """What the claims are measured on: one profile's tables, the runs chosen from them, and the same-work check.
 
-Runs are compared only when they did the same work (:data:`SAME_WORK`); :func:`check_same_work`
-refuses the rest with an error naming both runs and the field they differ in.
+Runs are compared only when they did the same work (:data:`SAME_WORK`): :func:`equal_work_twins` picks a
+run's partners among those that did, :func:`work_difference` says how two runs differ, and
+:func:`check_same_work` refuses a pair that differs with an error naming both runs and the field.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype"
 
 
 class UnequalWork(ValueError):
-    """Two runs to be compared did different work; the message names both runs and the field."""
+    """Two runs to be compared did different work; the message names both runs and the field, ``runs`` holds them."""
+
+    def __init__(self, message: str, runs: tuple[pd.Series, ...] = ()) -> None:
+        super().__init__(message)
+        self.runs = runs
 
 
 def work_difference(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> str | None:
@@ -40,7 +45,21 @@ def work_difference(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_W
 def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> None:
     """Refuse to compare runs that did different work; the error names both runs and the field."""
     if (difference := work_difference(a, b, fields)) is not None:
-        raise UnequalWork(difference)
+        raise UnequalWork(difference, (a, b))
+
+
+def equal_work_twins(run: pd.Series, candidates: pd.DataFrame) -> pd.DataFrame:
+    """The ``candidates`` that did the same work as ``run`` (:data:`SAME_WORK`): the only partners it is compared with."""
+    return candidates[[work_difference(run, c) is None for _, c in candidates.iterrows()]]
+
+
+def twin_of(run: pd.Series, candidates: pd.DataFrame) -> pd.Series:
+    """The first equal-work partner of ``run`` among non-empty ``candidates`` (:func:`first_run`'s order); when none
+    did the same work, :class:`UnequalWork` naming how the first of them differs (the claim reads ``unequal work``)."""
+    twins = equal_work_twins(run, candidates)
+    if twins.empty:
+        check_same_work(run, first_run(candidates))
+    return first_run(twins)
 
 
 def is_missing(v) -> bool:

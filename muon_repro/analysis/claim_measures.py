@@ -21,6 +21,7 @@ from muon_repro.analysis.claim_inputs import (
     describe_runs,
     first_run,
     is_missing,
+    twin_of,
 )
 from muon_repro.analysis.estimators import muon_extra, time_ratio
 from muon_repro.analysis.estimators import optimizer_share as estimated_share
@@ -63,10 +64,7 @@ def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     adamw = adamw[(adamw["backend"] == muon["backend"]) & (adamw["device"] == muon["device"])]
     if adamw.empty:
         return None
-    same = adamw[adamw["tokens_per_step"] == muon["tokens_per_step"]] if not is_missing(muon.get("tokens_per_step")) else adamw
-    partner = first_run(same if len(same) else adamw)
-    check_same_work(muon, partner)
-    return muon, partner
+    return muon, twin_of(muon, adamw)  # none of the same work: UnequalWork, and the claim says how they differ
 
 
 def _comm_column(t: ProfileTables) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, UnequalWork, is_missing
+from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, UnequalWork, describe_runs, is_missing
 from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import RunSteps, left_out, unpaired_rounds
 from muon_repro.analysis.rounds import rounds_of
@@ -100,7 +100,8 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             m = MEASURE[c.claim_id](t)
         except UnequalWork as exc:  # the runs it would compare did different work: no ratio of theirs judges it
             unequal = str(exc)
-            m = f"the runs it compares did different work ({unequal})"
+            conditions = describe_runs(*exc.runs)
+            m = Measurement(NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, conditions, f"Not judged, unequal work: {unequal}.")
         if isinstance(m, Measurement):
             measured = m
         else:  # the reason it could not be measured

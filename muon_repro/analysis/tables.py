@@ -288,7 +288,7 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, pp, backend and device
     that did the same work (same group first). A Muon run without one has no row: a run recorded on its own (a
     contributed ``bench custom`` size) has no twin to compare with, which is no reason to stop the analysis."""
-    from muon_repro.analysis.claim_inputs import work_difference
+    from muon_repro.analysis.claim_inputs import equal_work_twins
 
     rows = []
     runs = runs.astype(object).where(runs.notna(), None)
@@ -307,7 +307,7 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
             & (adamw["backend"] == m["backend"])
             & (adamw["device"] == m["device"])
         ]
-        equal = same[[work_difference(m, a) is None for _, a in same.iterrows()]]
+        equal = equal_work_twins(m, same)
         if equal.empty:
             continue
         preferred = equal[equal["group"] == m["group"]]
