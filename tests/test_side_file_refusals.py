@@ -55,11 +55,12 @@ def test_analyze_leaves_out_the_trials_it_cannot_read_and_analyzes_the_rest(tmp_
         path.write_text(path.read_text()[:100])  # truncated: a traced trial's metrics, a timed-only trial's environment
 
     analysis = analyze_paths([tmp_path], workers=1)
-    [failure] = analysis.failures
-    assert failure.message.startswith(f"{adamw / 'trial0' / 'metrics.json'}: not valid JSON")
-    assert "the trial is left out" in failure.message
+    left_out = {str(Path(p.path).relative_to(tmp_path)): p.message for p in analysis.failures}  # errors, traced or not
+    assert sorted(left_out) == ["comparison/adamw_dp2_tp2/trial0", "comparison/muon_dp2_tp2/trial3"]
+    assert left_out["comparison/adamw_dp2_tp2/trial0"].startswith(f"{adamw / 'trial0' / 'metrics.json'}: not valid JSON")
+    assert "environment.json: not valid JSON" in left_out["comparison/muon_dp2_tp2/trial3"]
+    assert all("the trial is left out" in message for message in left_out.values())
     said = {Path(p.path).name: p.message for p in analysis.incomplete}
-    assert "environment.json: not valid JSON" in said["trial3"] and "the trial is left out" in said["trial3"]
     # AdamW's timed-only rounds have no traced trial left: one line says why, naming it
     assert "9 trials of run cpu-2c-gloo/comparison/adamw_dp2_tp2" in said["adamw_dp2_tp2"]
     assert "its traced trial trial0 was left out" in said["adamw_dp2_tp2"]

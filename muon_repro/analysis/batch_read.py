@@ -60,10 +60,13 @@ class TraceFailure:
 class Analysis:
     """Every trace found under the given paths, grouped into runs, plus the failures.
 
-    ``incomplete`` names each run folder whose ``config.json`` promises more ranks than were
-    analyzed (a trace missing, unreadable or not among the paths given): such a folder is no run.
-    Its traces are analyzed one by one, each a run of its own without the folder's configuration,
-    so that no table pools the ranks it has and no comparison or claim uses them.
+    ``failures`` names each file that could not be read and each trial folder left out (a side file that is there
+    but unreadable, side files that describe no run, two files of one rank). ``incomplete`` names each run folder
+    whose ``config.json`` promises more ranks than were analyzed (a trace missing, unreadable or not among the
+    paths given): such a folder is no run. Its traces are analyzed one by one, each a run of its own without the
+    folder's configuration, so that no table pools the ranks it has and no comparison or claim uses them. It also
+    names the trials timed without traces that have no run to join (no traced trial of theirs was analyzed) or lack
+    a rank's timed steps.
     """
 
     runs: list[tuple[RunInfo, list[TraceBreakdown]]] = field(default_factory=list)
@@ -148,7 +151,7 @@ def _add_timed_only(analysis: Analysis) -> None:
     traced = {info.key for info, _ in analysis.runs if info.has_config}
     folders = timed_only_folders(analysis.paths)
     orphans: dict[str, list[Path]] = {}  # by run: trials timed without traces whose run no traced trial stands for
-    for folder, info in _run_infos(folders, analysis.incomplete).items():
+    for folder, info in _run_infos(folders, analysis.failures).items():
         missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
         if info.key not in traced and not missing and not _has_traced_sibling(folder):
             analysis.timed_runs.append(info)  # a run timed in every round: no trace was ever recorded
@@ -182,7 +185,8 @@ def _orphans_message(key: str, trials: list[Path], left_out: set[Path]) -> str:
             "no traced trial of it was analyzed: record at least one traced round (`muon-repro bench --traced-trials 1`) "
             "or analyze the folder above it"
         )
-    return f"{listed}: {counted(len(trials), 'trial')} of run {key} timed without traces have no run to join; {why}"
+    have = "has" if len(trials) == 1 else "have"
+    return f"{listed}: {counted(len(trials), 'trial')} of run {key} timed without traces {have} no run to join; {why}"
 
 
 def _run_infos(folders, failures: list[TraceFailure]) -> dict[Path, RunInfo]:
