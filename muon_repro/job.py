@@ -36,7 +36,8 @@ STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-CITE_FIELDS = ("repo_id", "version", "date", "pretty_name")  # the citation flags run shares with report and bundle
+# the citation flags run shares with report (the first four) and bundle (all)
+CITE_FIELDS = ("repo_id", "version", "date", "pretty_name", "license", "code_url")
 
 
 @dataclass
@@ -52,8 +53,8 @@ class RunPlan:
     profile: str | None = None  # hardware profile to record under (None: $MUON_REPRO_PROFILE, else derived)
     command: tuple[str, ...] = ("muon-repro", "run")  # recorded in each run's config.json
     authors: tuple[str, ...] = ()  # --author: whom the card and the report cite (default: resolve_authors)
-    # --repo-id, --version, --date, --pretty-name: the dataset the card, CITATION.cff and the report cite (None: the
-    # project's repository, this package's version, the day of the newest run, the project's title)
+    # --repo-id, --version, --date, --pretty-name, --license, --code-url: the dataset the card, CITATION.cff and the
+    # report cite (none given: the project's repository, this package's version, the day of the newest run, ...)
     cite: dict[str, str] = field(default_factory=dict)
     verbose: bool = False  # --verbose: the summary gives every claim's measured cause
     first_stage: str = STAGES[0]  # --from: "analyze" rebuilds everything from the traces present, recording nothing
@@ -181,8 +182,9 @@ def _sources(plan: RunPlan):
 def _meta(plan: RunPlan):
     """What the card, CITATION.cff, croissant.json and the report cite: by default the project's repository, this
     version, the day of the newest run and the authors (``--author``, else the checked-in list: never the machine's
-    git); ``--repo-id``, ``--version``, ``--date``, ``--pretty-name`` for another dataset (a download of one rebuilds
-    as itself: its card's recipe gives them)."""
+    git); ``--repo-id``, ``--version``, ``--date``, ``--pretty-name``, ``--license``, ``--code-url`` for another
+    dataset (a download of one rebuilds as itself: its card's recipe gives them; without ``--author``, another
+    repository's authors are :func:`~muon_repro.dataset.meta.resolve_authors`', git's user name among them)."""
     from muon_repro.dataset.citation import report_meta
 
     return report_meta(plan.metrics, authors=plan.authors, **plan.cite)
@@ -337,6 +339,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cite.add_argument("--version", default=None, help="its version X.Y.Z (default: this package's)")
     cite.add_argument("--date", default=None, help="its release date YYYY-MM-DD (default: the day of the newest run)")
     cite.add_argument("--pretty-name", default=None, help="its title")
+    cite.add_argument("--license", default=None, help="its SPDX license id (default: MIT)")
+    cite.add_argument("--code-url", default=None, help="where its muon_repro source lives, if public")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--verbose", action="store_true", help="the summary gives every claim's measured cause; verify lists every check"

@@ -1,10 +1,12 @@
 """The one regeneration recipe: how a download of the dataset, or a checkout of the repository, rebuilds every table,
 figure, the report and the bundle from the traces it holds, recording nothing.
 
-The card, the report, the README and docs/publishing.md all print :func:`recipe_lines`, so there is one recipe; a
-slow test (tests/test_regenerate.py) follows the card's copy inside a downloaded bundle and compares every table
-frame for frame. Paths are relative to the download's folder; nothing in it re-records (no ``--force``): recording
-is ``muon-repro run`` without ``--from``, on the reader's own machine, under its own hardware profile.
+The card, the report, the README and docs/publishing.md all print :func:`recipe_lines`, so there is one recipe (the
+card's and the report's copies of a dataset other than the project's add its identity to the rebuild line, so that it
+rebuilds as itself); a slow test (tests/test_rebuild_from_download.py) follows the card's copy inside a downloaded
+bundle, compares every table frame for frame and verifies the download after. Paths are relative to the download's
+folder; nothing in it re-records (no ``--force``): recording is ``muon-repro run`` without ``--from``, on the
+reader's own machine, under its own hardware profile.
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ def analyze(
     """Analyze every trace under ``paths`` and write the tables to ``out`` (``None``: write nothing).
 
     ``out`` is checked before any trace is read (ValueError). Raises :class:`StageError` naming
-    every file that could not be read and every run folder that lacks a rank's trace; nothing is
-    written then.
+    every file that could not be read, every trial left out (a side file there but unreadable), every
+    run folder that lacks a rank's trace and every timed trial with no run to join; nothing is written then.
     """
     from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.table_set import tables_of
@@ -128,7 +128,14 @@ def report(
     ``out`` is checked before anything is read (ValueError). "How to cite" gives the dataset's BibTeX
     for ``meta`` (default: :func:`~muon_repro.dataset.citation.report_meta`, what ``muon-repro run``'s card
     cites), byte for byte the card's, the paper's and the original study's."""
-    from muon_repro.dataset.citation import bibtex, paper_bibtex, report_arguments, report_meta, study_bibtex
+    from muon_repro.dataset.citation import (
+        bibtex,
+        paper_bibtex,
+        rebuild_arguments,
+        report_arguments,
+        report_meta,
+        study_bibtex,
+    )
     from muon_repro.report.build import write_report
     from muon_repro.tables.files import check_out_folder
 
@@ -141,6 +148,7 @@ def report(
         tuple(formats),
         citation=(bibtex(meta), paper_bibtex(), study_bibtex()),
         citation_args=report_arguments(meta, metrics),
+        rebuild_args=rebuild_arguments(meta, metrics),
         identity={"title": meta.pretty_name, "version": meta.version, "authors": list(meta.authors)},
     )
 

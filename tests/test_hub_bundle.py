@@ -378,7 +378,8 @@ def test_verify_refuses_a_report_that_cites_another_dataset(tmp_path):
     said.clear()
     check_report_citation(tmp_path, lambda line, ok: said.append((line, ok)))
     [(line, ok)] = said
-    assert not ok and "muon-repro report --repo-id test-org/my-traces --version 1.2.0 --author muon-repro" in line
+    assert not ok
+    assert "muon-repro report --repo-id test-org/my-traces --version 1.2.0 --date 2026-11-29 --author muon-repro" in line
 
     (tmp_path / "report" / "report.md").write_text("# Report\n")  # not one muon-repro report wrote: not judged
     said.clear()

@@ -32,7 +32,7 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
     recipe names them, so its card, CITATION.cff and report come out as published and the download verifies."""
     from muon_repro.stages import report
 
-    meta = BundleMeta(repo_id=REPO_ID, version="1.0.0", date=DATE)
+    meta = BundleMeta(repo_id=REPO_ID, version="1.0.0", date=DATE, license="Apache-2.0")
     report(REPO / "metrics", REPO / "figures", tmp_path / "report", meta=meta)  # as published: it cites this dataset
     sources = [tmp_path / "report" if name == "report" else REPO / name for name in DATA_FOLDERS]
     bundle = tmp_path / "bundle"
@@ -56,7 +56,8 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
     # The card's regeneration block, line by line, as a reader follows it in the download.
     steps = regeneration_block((download / "README.md").read_text())
     assert steps[0].startswith('python -m pip install -c constraints.txt -e ".[dev]"'), steps
-    assert f"--from analyze --repo-id {REPO_ID} --version 1.0.0 --date {DATE} --author muon-repro" in steps[1], steps
+    said = f"--from analyze --repo-id {REPO_ID} --version 1.0.0 --date {DATE} --author muon-repro --license Apache-2.0"
+    assert said in steps[1], steps
     assert not any("--force" in step or " /" in step for step in steps), "a step re-records or names an absolute path"
     (download / "muon_repro.egg-info").mkdir()  # what the set-up line leaves in the folder (pip install -e .)
     (download / "muon_repro.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: muon-repro\n")

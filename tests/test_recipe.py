@@ -91,17 +91,24 @@ def test_run_refuses_a_bad_request_before_it_makes_any_folder(tmp_path, capsys, 
 def test_another_datasets_recipe_rebuilds_it_as_itself(tmp_path):
     """The rebuild line carries the dataset's own identity when it is not the project's; run takes those flags,
     checks them before recording, and cites them."""
-    from muon_repro.dataset.citation import report_arguments
+    from muon_repro.dataset.citation import rebuild_arguments
     from muon_repro.dataset.meta import BundleMeta
     from muon_repro.recipe import REBUILD, recipe_lines
 
-    meta = BundleMeta(repo_id="test-org/my-traces", version="1.2.0", date="2025-06-01", authors=("A. Author",))
-    cite = report_arguments(meta, REPO / "metrics")
-    line = recipe_lines(cite=cite)[1]
-    assert line.startswith(f"{REBUILD} --repo-id test-org/my-traces --version 1.2.0 --date 2025-06-01 --author 'A. Author'")
+    meta = BundleMeta(
+        repo_id="test-org/my-traces", version="1.2.0", date="2025-06-01", authors=("A. Author",), license="Apache-2.0"
+    )
+    line = recipe_lines(cite=rebuild_arguments(meta, REPO / "metrics"))[1]
+    assert line.startswith(
+        f"{REBUILD} --repo-id test-org/my-traces --version 1.2.0 --date 2025-06-01 --author 'A. Author' --license Apache-2.0"
+    )
     assert recipe_lines()[1].startswith(f"{REBUILD}   ")  # the project's own: no flags
 
-    plan = job.RunPlan(out=REPO, authors=("A. Author",), cite={"repo_id": "test-org/my-traces"})
-    assert (job._meta(plan).repo_id, job._meta(plan).authors) == ("test-org/my-traces", ("A. Author",))
+    plan = job.RunPlan(out=REPO, authors=("A. Author",), cite={"repo_id": "test-org/my-traces", "license": "Apache-2.0"})
+    assert (job._meta(plan).repo_id, job._meta(plan).authors, job._meta(plan).license) == (
+        "test-org/my-traces",
+        ("A. Author",),
+        "Apache-2.0",
+    )
     with pytest.raises(ValueError, match="version"):
         job.RunPlan(out=tmp_path, cite={"version": "one"})

@@ -45,7 +45,7 @@ from muon_repro.tables.files import check_out_folder, check_replaceable, list_fi
 DEFAULT_OUT = Path("dist/dataset")
 REQUIRED = ("traces", "metrics")
 CODE_PATHS = ("muon_repro", "tests", "tools", "pyproject.toml", "constraints.txt")
-"""Under :attr:`Sources.code`: the package's source, how it is built and pinned, and its tests."""
+"""Under :attr:`Sources.code`: the package's source, its tests and tools, and how it is built and pinned."""
 
 
 @dataclass(frozen=True)

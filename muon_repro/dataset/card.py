@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, report_arguments, study_bibtex
+from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, rebuild_arguments, study_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.meta import (
@@ -261,7 +261,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "run_commands": environment.commands,
         "git_shas": environment.git_shas,
         "without_commit": environment.without_commit,
-        "recipe": recipe_text(report_arguments(meta, _metrics_folder(files))),
+        "recipe": recipe_text(rebuild_arguments(meta, _metrics_folder(files))),
         "bundle_command": bundle_command(meta),
         "manifest_files": len(digests) + 1,  # the manifest lists these and the card
         "method_doc": METHOD_DOC if METHOD_DOC in sizes else None,

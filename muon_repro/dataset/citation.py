@@ -21,6 +21,7 @@ import yaml
 from muon_repro import __version__
 from muon_repro.dataset.meta import (
     ABSTRACT,
+    DEFAULT_LICENSE,
     DEFAULT_PRETTY_NAME,
     PAPER,
     BundleMeta,
@@ -132,6 +133,8 @@ def report_meta(
     date: str | None = None,
     authors: tuple[str, ...] | None = None,
     pretty_name: str = DEFAULT_PRETTY_NAME,
+    license: str = DEFAULT_LICENSE,
+    code_url: str | None = None,
 ) -> BundleMeta:
     """What the report cites for the tables in ``metrics``: by default what ``muon-repro run``'s card cites (the
     project's repository, this version, the day of the newest run, :func:`resolve_authors`)."""
@@ -141,6 +144,8 @@ def report_meta(
         date=date or release_date(metrics),
         authors=resolve_authors(authors, repo_id=repo_id),
         pretty_name=pretty_name,
+        license=license,
+        code_url=code_url,
     )
 
 
@@ -160,6 +165,18 @@ def report_arguments(meta: BundleMeta, metrics: str | Path) -> list[str]:
     if meta.authors != project_authors() or meta.repo_id != DEFAULT_REPO_ID:  # another repository's default: git's
         for author in meta.authors:
             args += ["--author", author]
+    return args
+
+
+def rebuild_arguments(meta: BundleMeta, metrics: str | Path) -> list[str]:
+    """The flags of ``muon-repro run`` that rebuild a dataset as ``meta`` (the regeneration recipe's, for a dataset
+    that is not the project's): :func:`report_arguments`, and the license and code link the card and CITATION.cff
+    carry beside the citation."""
+    args = report_arguments(meta, metrics)
+    if meta.license != DEFAULT_LICENSE:
+        args += ["--license", meta.license]
+    if meta.code_url:
+        args += ["--code-url", meta.code_url]
     return args
 
 

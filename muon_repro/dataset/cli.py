@@ -81,8 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="assemble the dataset to publish (traces, tables, figures, report, card)",
         description=(
             "Assemble exactly what gets published in one folder: traces/, metrics/, figures/, report/, "
-            "analysis_scripts/ and docs/ copied from their source folders, the package's source, tests, pyproject.toml "
-            "and constraints.txt (--code: a download rebuilds itself), the dataset card as README.md, "
+            "analysis_scripts/ and docs/ copied from their source folders, the package's source, tests, tools, "
+            "pyproject.toml and constraints.txt (--code: a download rebuilds itself), the dataset card as README.md, "
             "CITATION.cff, croissant.json and MANIFEST.sha256 (sha256 and size of every other file). The bundle is "
             "staged beside --out and renamed into place when complete, so an interrupted run never leaves half a "
             "bundle. Check it with muon-repro verify, publish it with muon-repro publish."
@@ -113,11 +113,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Check a bundle, a copy downloaded with hf download --local-dir or a snapshot in the Hub cache, each "
             "check on its own line: every file (traces, Parquet and CSV tables, figures, code) matches "
-            "MANIFEST.sha256 and none is unlisted; the tables in metrics/ are one set, every CSV the one written with "
-            "its Parquet twin; CITATION.cff, the card's metadata and croissant.json parse and name every table; every "
-            "table loads with datasets.load_dataset and has the columns and rows the card documents; every trace "
-            "parses. --recompute adds what no checksum can tell: the traces analyzed again give every table's "
-            "values. Exit status 0 when every check passed, 1 otherwise."
+            "MANIFEST.sha256 and none is unlisted (an install's *.egg-info/, caches, and a rebuild's dataset_card.md "
+            "and dist/ are no files of the dataset); the tables in metrics/ are one set, every CSV the one written "
+            "with its Parquet twin; CITATION.cff, the card's metadata and croissant.json parse and name every table; "
+            "the report cites the dataset CITATION.cff names; every table loads with datasets.load_dataset and has "
+            "the columns and rows the card documents; every trace parses. --recompute adds what no checksum can "
+            "tell: the traces analyzed again give every table's values. Exit status 0 when every check passed, 1 "
+            "otherwise."
         ),
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")

@@ -5,7 +5,8 @@ dataset ships its own. What it holds:
 
 - one ``cr:FileObject`` per ``metrics/<table>.parquet`` (sha256, size) and one typed
   ``cr:RecordSet`` per table, a field per column, described from the column docs the card uses;
-- ``cr:FileSet`` s for the traces, the run records, the logs and the CSV twins of the tables;
+- ``cr:FileSet`` s for every file under ``traces/`` (the traces, the run records, the cost model's records and
+  calibrations, the logs, the licenses of files others published) and the CSV twins of the tables;
 - license, version, date, creators, ``citeAs`` (the card's BibTeX) and the ``rai:`` fields that
   apply to benchmark timings.
 

@@ -74,7 +74,7 @@ class RecordedEnvironment:
     counts: dict[str, tuple[int, str]] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)  # the distinct command lines, shell-quoted
     git_shas: list[str] = field(default_factory=list)  # the commits of every kind of run recorded here
-    # the runs whose record names no commit, said by kind ("65 convergence runs"): the card says so beside the commits
+    # the runs whose record names no commit, said by kind ("65 convergence runs name no commit"), beside the commits
     without_commit: list[str] = field(default_factory=list)
 
 
@@ -288,8 +288,10 @@ def _other_commits(files: Mapping[str, Path]) -> tuple[list[str], list[str]]:
     shas: list[str] = []
     without: list[str] = []
     for name, table in _other_tables(files).items():
-        column = table["git_sha"] if "git_sha" in table.columns else pd.Series([None] * len(table), dtype="object")
-        shas += [str(sha) for sha in column.dropna() if str(sha).strip()]
-        if missing := int(column.isna().sum()):
-            without.append(counted(missing, OTHER_RECORDINGS[name]))
+        if "git_sha" not in table.columns:
+            table = table.assign(git_sha=None)
+        shas += [str(sha) for sha in table["git_sha"].dropna() if str(sha).strip()]
+        runs = table.drop_duplicates("run") if "run" in table.columns else table  # study_runs: a row per trial
+        if missing := int(runs["git_sha"].isna().sum()):
+            without.append(f"{counted(missing, OTHER_RECORDINGS[name])} {'names' if missing == 1 else 'name'} no commit")
     return list(dict.fromkeys(shas)), without

@@ -3,7 +3,9 @@
 Checks, each reported on its own line:
 
 1. every file matches ``MANIFEST.sha256`` (sha256 and size: traces, Parquet and CSV tables, figures, code
-   alike), and no unlisted file is present;
+   alike), and no unlisted file is present (what installing, running and rebuilding a download add, its
+   ``*.egg-info/``, caches, ``dataset_card.md`` and ``dist/``, is no file of the dataset:
+   :func:`~muon_repro.dataset.manifest.is_ignored`);
 2. the tables in ``metrics/`` are one set: one generation, and every CSV the one written with its
    Parquet twin (the sha256 its Parquet file's stamp holds), so a CSV replaced and re-listed in the
    manifest is still caught;
@@ -11,8 +13,9 @@ Checks, each reported on its own line:
    has a RecordSet and a FileObject for every table, with the table's sha256;
 4. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
    ``croissant.json`` documents (its record set's fields) and the row count the card's ``dataset_info`` says;
-5. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
-6. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
+5. the report's "How to cite" cites the dataset ``CITATION.cff`` names (its repository and version);
+6. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
+7. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
    every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
    columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside. Without it a table whose
    values were changed and whose stamp, manifest and croissant.json were remade to match passes.
@@ -33,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from muon_repro.dataset.card import CARD_NAME, read_card_metadata
-from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
+from muon_repro.dataset.citation import CFF_NAME, read_citation, report_arguments
 from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_croissant, croissant_fields
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
+from muon_repro.dataset.naming import dataset_url
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
 from muon_repro.tables.files import list_files
 from muon_repro.terminal import shown
@@ -429,11 +433,10 @@ def check_report_citation(root: Path, report: Callable[[str, bool], None]) -> No
         return
     if CITE_HEADING not in text:
         return
-    if bibtex(meta) in text:
+    if dataset_url(meta.repo_id, meta.tag) in text:  # the entry's link names repository and version, whoever rendered it
         report(f"{REPORT_MD}: cites this dataset as {CFF_NAME} does ({meta.repo_id} {meta.version})", True)
         return
-    authors = (f"--author {shlex.quote(a)}" for a in meta.authors)
-    flags = " ".join(["--repo-id", meta.repo_id, "--version", meta.version, *authors])
+    flags = shlex.join(report_arguments(meta, root / "metrics"))
     report(
         f'{REPORT_MD}: its "How to cite" does not give this dataset\'s entry ({meta.repo_id} {meta.version}, '
         f"{'; '.join(meta.authors)}) as {CFF_NAME} does: render the report for it (muon-repro report {flags}), then "
@@ -443,7 +446,8 @@ def check_report_citation(root: Path, report: Callable[[str, bool], None]) -> No
 
 
 def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
-    """Run every check on ``root``: checksums of every file, the tables one set, card, configs, traces, sources
+    """Run every check on ``root``: checksums of every file, the tables one set, card, configs, the report's
+    citation, traces, sources
     (with ``recompute``, also analyze its traces again and compare the tables' values:
     :func:`check_recomputed_tables`); ``echo`` gets one line per check as it completes."""
     root = Path(root)

@@ -171,13 +171,15 @@ def check_bundle_target(root: Path, repo_id: str, version: str, authors: Sequenc
     if (meta.repo_id, meta.version) != (repo_id, version):
         raise ValueError(
             f"the bundle {root} was built for {meta.url} version {meta.version}, not {repo_id} {version}; "
-            f"rebuild it: muon-repro bundle --repo-id {repo_id} --version {version} --out {root}"
+            f"render the report for it and rebuild it: muon-repro report --repo-id {repo_id} --version {version} && "
+            f"muon-repro bundle --repo-id {repo_id} --version {version} --out {root}"
         )
     if authors and tuple(authors) != meta.authors:
         flags = " ".join(f"--author {shlex.quote(a)}" for a in authors)
         raise ValueError(
             f"the bundle {root} cites {'; '.join(meta.authors)}, not {'; '.join(authors)}; rebuild it (and the report) "
-            f"with those authors: muon-repro bundle --repo-id {repo_id} --version {version} {flags} --out {root}"
+            f"with those authors: muon-repro report --repo-id {repo_id} --version {version} {flags} && "
+            f"muon-repro bundle --repo-id {repo_id} --version {version} {flags} --out {root}"
         )
     return meta
 
@@ -336,7 +338,8 @@ def publish(
     root = Path(bundle)
     if not root.is_dir():
         raise FileNotFoundError(
-            f"{root}: no such bundle folder; make one with `muon-repro bundle --repo-id {repo_id} --version {version}`"
+            f"{root}: no such bundle folder; make one with `muon-repro report --repo-id {repo_id} --version {version} && "
+            f"muon-repro bundle --repo-id {repo_id} --version {version}`"
         )
     stage = PublishStage()  # Ctrl-C: PublishInterrupted says what the step it stopped left on the Hub
     try:

@@ -148,12 +148,14 @@ def write_report(
     *,
     citation: Sequence[str],
     citation_args: Sequence[str] = (),
+    rebuild_args: Sequence[str] | None = None,
     identity: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``out_dir/report.<fmt>`` for each format from the tables in ``metrics_dir`` and the
     figures in ``figures_dir``; returns format -> path. Nothing is written if a metric is missing.
     ``identity``: the title, version and authors of the dataset the report cites, for its title block (None: the
-    CITATION.cff beside the metrics folder, as it was).
+    CITATION.cff beside the metrics folder, as it was). ``rebuild_args``: the flags the regeneration recipe's rebuild
+    line gives ``muon-repro run`` for a dataset not the project's (default: ``citation_args``).
     ``citation``: the BibTeX entries of "How to cite", as the caller rendered them (the dataset's,
     :func:`muon_repro.dataset.citation.bibtex`, then the paper's); ``citation_args``: the flags of
     ``muon-repro report`` that cite the same again, for "How to reproduce"."""
@@ -177,7 +179,7 @@ def write_report(
         invocations=commands,
         citation=citation,
         everything=everything,
-        cite=citation_args,
+        cite=citation_args if rebuild_args is None else rebuild_args,
         identity=identity,
     )
     out = Path(out_dir)
