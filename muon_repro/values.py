@@ -1,9 +1,12 @@
-"""Plain values read from configs, JSON and flags: one home for "a whole number of something", checked and said.
+"""Plain values read from configs, JSON and flags: one home for "a whole number of something", checked and said, and
+for a recorded command line as the tables hold it.
 
-Plain Python, no imports: any module (torch-free or not) can use it.
+Plain Python, the standard library only: any module (torch-free or not) can use it.
 """
 
 from __future__ import annotations
+
+import shlex
 
 
 def is_count(value: object) -> bool:
@@ -19,3 +22,11 @@ def is_index(value: object) -> bool:
 def counted(count: int, noun: str) -> str:
     """``count`` things in words for published text: "1 rank", "4 ranks" (regular plurals only)."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def command_line(value: object) -> str | None:
+    """A recorded command as the tables hold it: a list of arguments shell-quoted (a string kept as written); None
+    for anything else or nothing."""
+    if isinstance(value, (list, tuple)) and value:
+        return shlex.join(str(arg) for arg in value)
+    return value if isinstance(value, str) and value.strip() else None

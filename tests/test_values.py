@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.claim_inputs import describe_runs
-from muon_repro.values import counted, is_count, is_index
+from muon_repro.values import command_line, counted, is_count, is_index
 
 
 @pytest.mark.parametrize("value", [True, False, 1.0, "1", None, 0, -1])
@@ -52,3 +52,18 @@ def test_a_one_rank_run_is_described_as_one_rank():
         describe_runs(run)
         == "p/g/muon (nccl on cuda, 1 rank, 1 round timed without the profiler, no trace kept, 8192 tokens/step)"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        (["muon-repro", "bench", "a b"], "muon-repro bench 'a b'"),
+        ("muon-repro bench --protocol study", "muon-repro bench --protocol study"),
+        ([], None),
+        ("  ", None),
+        (None, None),
+        (3, None),
+    ],
+)
+def test_a_recorded_command_is_one_shell_line_or_none(value, line):
+    assert command_line(value) == line

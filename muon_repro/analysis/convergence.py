@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pandas as pd
 
 from muon_repro.analysis.rounds import mean_interval
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, convergence_profile, read_json
+from muon_repro.values import command_line
 
 EWM_ALPHAS = (0.05, 0.005)
 """Smoothings recorded in ``leading_steps``; the first is the headline (alpha = 0.005 hid a real gap
@@ -150,7 +150,7 @@ def _run_rows(record: dict) -> pd.DataFrame:
     df["wall_s"] = record.get("wall_s")
     df["ewm_alpha"] = HEADLINE_ALPHA
     command = record.get("command")
-    df["command"] = shlex.join(str(c) for c in command) if isinstance(command, list) and command else None
+    df["command"] = command_line(command)
     env = record.get("environment")
     sha = env.get("git_sha") if isinstance(env, dict) else None
     df["git_sha"] = sha if isinstance(sha, str) else None

@@ -21,7 +21,6 @@ predictions of ``predictions.csv`` beside each point. Torch-free, like the rest 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from muon_repro.rundir import (
     trial_folders,
 )
 from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.values import command_line
 
 RECORD_TABLES = {
     "calibration": CALIBRATION_FILE,
@@ -193,7 +193,7 @@ def _point(run: RunDir) -> dict:
     )  # who runs every matrix (docs/method.md#regimes)
     return {
         "profile": run.profile,
-        "command": shlex.join(cfg.command) if cfg.command else None,
+        "command": command_line(cfg.command),
         "git_sha": run.environment.get("git_sha") if isinstance(run.environment.get("git_sha"), str) else None,
         "d_model": cfg.hidden,
         "n_layers": cfg.n_layers,

@@ -14,7 +14,6 @@ its schema's columns (the caller conforms it); runs without side files contribut
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import pandas as pd
@@ -26,6 +25,7 @@ from muon_repro.phases import BUBBLE, PHASES, PIPELINE_WAIT_PHASES
 from muon_repro.run_records import RankMetrics
 from muon_repro.rundir import flatten
 from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.values import command_line
 
 
 def _frame(name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -54,7 +54,7 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "reduce_dtype": cfg.reduce_dtype,
         "seed": cfg.seed,
         "model_params": next((m.model_params for m in metrics if m.model_params is not None), None),
-        "command": shlex.join(cfg.command) if cfg.command else None,
+        "command": command_line(cfg.command),
         "git_sha": env.get("git_sha") if isinstance(env.get("git_sha"), str) else None,
         "recorded_at": env.get("recorded_at") if isinstance(env.get("recorded_at"), str) else None,
     }

@@ -33,6 +33,7 @@ from muon_repro.dataset.naming import check_repo_id, check_revision
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, hub_step, hub_timeout, token_in_use
 from muon_repro.tables.files import human_size, sha256_file
 from muon_repro.terminal import first_line
+from muon_repro.values import counted
 
 _TRIAL_IN_PATH = re.compile(r"/trial(\d+)/")
 
@@ -109,7 +110,8 @@ def _conflicts(scan: RunScan, taken: set[str], revision: str) -> list[str]:
             free = _next_free_trial(run, taken, scan.runs, proposed)
             proposed.add(f"{run.dest.rsplit('/', 1)[0]}/trial{free}")
             problems.append(
-                f"{existing[0]}: {revision} already has this file ({len(existing)} file(s) under {run.dest}/); contributions "
+                f"{existing[0]}: {revision} already has this file ({counted(len(existing), 'file')} under {run.dest}/); "
+                "contributions "
                 f"never replace published runs: rename {shown(run.folder)} to {shown(run.folder.with_name(f'trial{free}'))} "
                 "and contribute again"
             )

@@ -14,6 +14,10 @@ _EXPORTS = {"CommLedger": "comm", "CommRecord": "comm", "Group": "comm", "Parall
 __all__ = sorted(_EXPORTS)
 
 
+def __dir__() -> list[str]:  # the exports too, as if imported: for dir() and completion
+    return sorted({*globals(), *_EXPORTS})
+
+
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

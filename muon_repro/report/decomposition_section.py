@@ -13,6 +13,7 @@ from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric
 from muon_repro.report.formatting import ms, pct
 from muon_repro.report.selection import first_pair, pair_at, representative_runs, run_label, titled
+from muon_repro.values import counted
 
 PART_LABELS = {
     "zero1_reduce_scatter": "ZeRO-1 gradient reduce-scatter",
@@ -33,16 +34,12 @@ def _names_run(conditions: str, run: str) -> bool:
     return re.search(rf"(^|; ){re.escape(run)}( \(|;|$)", conditions) is not None
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def _share_source(r: pd.Series) -> str:
     """Which steps the runs table's optimizer_share reads (estimators.step_source) and their medians, then the
     profiled steps' medians the decomposition above is made of, when those are others."""
     profiled = (
         f"median optimizer step {ms(metric(r, 'optimizer_ms'))} of a {ms(metric(r, 'step_ms'))} median step, over "
-        f"{_count(int(metric(r, 'trials')), 'trial')} × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} "
+        f"{counted(int(metric(r, 'trials')), 'trial')} × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} "
         "profiled steps"
     )
     timed_opt, timed_step = r.get("timed_optimizer_ms"), r.get("timed_step_ms")

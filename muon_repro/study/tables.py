@@ -17,7 +17,6 @@ collective (matched by group and issue order, on the traces' shared clock), its 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from muon_repro.study.sources import (
     run_and_rank,
 )
 from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.values import command_line
 
 NS_PER_MS = 1e6
 
@@ -85,13 +85,6 @@ class Recording:
     git_sha: str | None = None
 
 
-def _command_line(value: object) -> str | None:
-    """A command line as the tables hold it: shell-quoted, from config.json's list (or its string)."""
-    if isinstance(value, list) and value:
-        return shlex.join(str(v) for v in value)
-    return value if isinstance(value, str) and value.strip() else None
-
-
 def recordings(paths: Iterable[str | Path]) -> list[Recording]:
     """The study's own runs and the study-protocol runs recorded here, under ``paths``."""
     out = []
@@ -123,7 +116,7 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
                 (int(config["dp"]), int(config["tp"])),
                 device,
                 str(config.get("backend") or env.get("backend") or ""),
-                _command_line(config.get("command")),
+                command_line(config.get("command")),
                 env.get("git_sha") if isinstance(env.get("git_sha"), str) else None,
             )
         )
