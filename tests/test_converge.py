@@ -748,3 +748,15 @@ def test_the_leading_tables_split_and_join_back_to_the_same_rows():
     pd.testing.assert_frame_equal(joined[list(lead.columns)], lead)
     with pytest.raises(ValueError, match="no row in leading_summary"):
         leading_with_summary(curve, summary[summary["seed"] == 0])
+
+
+@pytest.mark.parametrize(
+    ("text", "why"), [('{"config": {}, "curve"', "not valid JSON"), ("[1, 2]", "not a JSON object"), ("{}", "no 'config'")]
+)
+def test_an_unreadable_convergence_record_is_named_with_why(tmp_path, text, why):
+    """A truncated record said only "not a convergence record (no 'config' or 'curve')", as if it were another file."""
+    record = tmp_path / "cpu-2c-gloo" / CONVERGENCE_GROUP / "muon_lr0.03_steps300_seed0" / CONVERGENCE_FILE
+    record.parent.mkdir(parents=True)
+    record.write_text(text)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(record))}: .*{re.escape(why)}"):
+        convergence_tables([tmp_path])

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import mean_interval
-from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, convergence_profile, read_json
+from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, SideFileError, convergence_profile, load_json
 from muon_repro.values import command_line
 
 EWM_ALPHAS = (0.05, 0.005)
@@ -278,8 +278,11 @@ def convergence_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
 
     by_group: dict[tuple[str, str], list[pd.DataFrame]] = {}
     for path in find_records(paths):
-        record = read_json(path)
-        if not record or "curve" not in record or "config" not in record:
+        try:
+            record = load_json(path)
+        except SideFileError as exc:  # says why: truncated, not JSON, too large or too deep
+            raise ValueError(f"{exc}; record the run again (muon-repro converge) or move it out") from None
+        if "curve" not in record or "config" not in record:
             raise ValueError(f"{path}: not a convergence record (no 'config' or 'curve')")
         group = path.parent.parent.name or CONVERGENCE_GROUP  # <profile>/<group>/<run>/convergence.json
         by_group.setdefault((convergence_profile(record), group), []).append(_run_rows(record))
