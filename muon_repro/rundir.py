@@ -349,19 +349,22 @@ class RunDir:
     path: Path
     _side_files: dict[str, dict[str, Any] | SideFileError] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def _side_file(self, name: str) -> dict[str, Any]:
+    def _parsed(self, name: str) -> dict[str, Any] | SideFileError:
+        """A side file as parsed on first use, or the error that says why it could not be."""
         if name not in self._side_files:
             try:
                 self._side_files[name] = load_json(self.path / name)
             except SideFileError as exc:
                 self._side_files[name] = exc
-        value = self._side_files[name]
+        return self._side_files[name]
+
+    def _side_file(self, name: str) -> dict[str, Any]:
+        value = self._parsed(name)
         return {} if isinstance(value, SideFileError) else value
 
     def side_file_or_raise(self, name: str) -> dict[str, Any]:
         """A side file, or the :class:`SideFileError` that says why it cannot be read (a missing one too)."""
-        self._side_file(name)
-        value = self._side_files[name]
+        value = self._parsed(name)
         if isinstance(value, SideFileError):
             raise value
         return value
@@ -370,8 +373,7 @@ class RunDir:
         """The side files that are there but cannot be read (absent ones are not: a foreign folder has none), by name."""
         problems = {}
         for name in (CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE):
-            self._side_file(name)
-            problem = self._side_files[name]
+            problem = self._parsed(name)
             if isinstance(problem, SideFileError) and (self.path / name).exists():
                 problems[name] = problem
         return problems

@@ -273,11 +273,11 @@ def bytes_check(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> Outcome 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     """The contiguous Muon run at DP2·TP2 and the AdamW run that did the same work beside it; None without both."""
     muon = first_run(t.runs, optimizer="muon", dp=2, tp=2)
-    adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
-    if muon is None or adamw.empty:
+    if muon is None:
         return None
-    twins = equal_work_twins(muon, adamw)
-    return (muon, first_run(twins)) if len(twins) else None
+    at_grid = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
+    adamw = first_run(equal_work_twins(muon, at_grid))
+    return None if adamw is None else (muon, adamw)
 
 
 def _rows(t: ProfileTables, profile: str) -> list[dict]:

@@ -223,7 +223,8 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
             else:
                 values.setdefault(key, {}).setdefault(_show(key, value), []).append(run.run)
     traced_shas = [v for _, items in recorded for k, v in items if k == "git_sha" and v]
-    other_shas, without_commit = _other_commits(files)
+    others = _other_tables(files)  # read once: their commands and their commits
+    other_shas, without_commit = _other_commits(others)
     order = [k for k in ENV_ORDER if k in values] + sorted(k for k in values if k not in ENV_ORDER)
     rows = []
     for key in order:
@@ -238,15 +239,15 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         rows=rows,
         blocks=blocks,
         counts=counts,
-        commands=_commands(files, runs),
+        commands=_commands(files, runs, others),
         git_shas=list(dict.fromkeys(_show("git_sha", sha) for sha in [*traced_shas, *other_shas])),
         without_commit=without_commit,
     )
 
 
-def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
+def _commands(files: Mapping[str, Path], runs: list[RunDoc], others: Mapping[str, pd.DataFrame]) -> list[str]:
     """The distinct command lines that recorded the runs (the runs table's ``command``), in run order, then those of
-    the regime sweep and the convergence runs."""
+    the runs it does not hold (``others``: :func:`_other_tables`)."""
     if "metrics/runs.parquet" not in files:
         return []
     table = read_table(files["metrics/runs.parquet"], "runs", check_set=False)
@@ -255,7 +256,7 @@ def _commands(files: Mapping[str, Path], runs: list[RunDoc]) -> list[str]:
         if isinstance(command, str) and command.strip():
             index[(str(profile), str(group), str(name), 0)] = [command.strip()]
     lines = (_lookup(index, (*run.key[:3], 0)) for run in runs)
-    return list(dict.fromkeys([*(line for found in lines for line in found), *_other_commands(files)]))
+    return list(dict.fromkeys([*(line for found in lines for line in found), *_other_commands(others)]))
 
 
 # The runs recorded here that the runs table does not hold, by table, with what the card calls them: the regime sweep,
@@ -274,20 +275,20 @@ def _other_tables(files: Mapping[str, Path]) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def _other_commands(files: Mapping[str, Path]) -> list[str]:
+def _other_commands(others: Mapping[str, pd.DataFrame]) -> list[str]:
     """The command lines of the runs the runs table does not hold (their tables' ``command``), in table order."""
     found: list[str] = []
-    for table in _other_tables(files).values():
+    for table in others.values():
         if "command" in table.columns:
             found += [c.strip() for c in table["command"].dropna().astype(str) if c.strip()]
     return list(dict.fromkeys(found))
 
 
-def _other_commits(files: Mapping[str, Path]) -> tuple[list[str], list[str]]:
+def _other_commits(others: Mapping[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     """The commits that recorded the runs the runs table does not hold, and how many of each kind name none."""
     shas: list[str] = []
     without: list[str] = []
-    for name, table in _other_tables(files).items():
+    for name, table in others.items():
         if "git_sha" not in table.columns:
             table = table.assign(git_sha=None)
         shas += [str(sha) for sha in table["git_sha"].dropna() if str(sha).strip()]
