@@ -1,5 +1,5 @@
 """Plain values read from configs, JSON and flags: one home for "a whole number of something", checked and said, and
-for a recorded command line as the tables hold it.
+for a recorded command line and commit as the tables hold them.
 
 Plain Python, the standard library only: any module (torch-free or not) can use it.
 """
@@ -30,3 +30,10 @@ def command_line(value: object) -> str | None:
     if isinstance(value, (list, tuple)) and value:
         return shlex.join(str(arg) for arg in value)
     return value if isinstance(value, str) and value.strip() else None
+
+
+def recorded_commit(environment: object) -> str | None:
+    """The commit a run's environment record names (``git_sha``) as the tables hold it; None when the record or the
+    field is missing or not a string."""
+    sha = environment.get("git_sha") if isinstance(environment, dict) else None
+    return sha if isinstance(sha, str) and sha.strip() else None

@@ -1,5 +1,5 @@
 """muon_repro.values: a count is an int >= 1 and an index an int >= 0, never a bool, a float or a string; counts said in
-words agree in number."""
+words agree in number; a recorded command and commit read the same in every table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from muon_repro.analysis.claim_inputs import describe_runs
-from muon_repro.values import command_line, counted, is_count, is_index
+from muon_repro.values import command_line, counted, is_count, is_index, recorded_commit
 
 
 @pytest.mark.parametrize("value", [True, False, 1.0, "1", None, 0, -1])
@@ -67,3 +67,19 @@ def test_a_one_rank_run_is_described_as_one_rank():
 )
 def test_a_recorded_command_is_one_shell_line_or_none(value, line):
     assert command_line(value) == line
+
+
+@pytest.mark.parametrize(
+    ("environment", "sha"),
+    [
+        ({"git_sha": "ed5842c0ffee"}, "ed5842c0ffee"),
+        ({"git_sha": None}, None),
+        ({"git_sha": " "}, None),
+        ({"git_sha": 12}, None),
+        ({}, None),
+        (None, None),
+        (["git_sha"], None),
+    ],
+)
+def test_a_recorded_commit_is_a_string_or_none(environment, sha):
+    assert recorded_commit(environment) == sha

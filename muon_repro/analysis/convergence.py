@@ -27,7 +27,7 @@ import pandas as pd
 
 from muon_repro.analysis.rounds import mean_interval
 from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP, SideFileError, convergence_profile, load_json
-from muon_repro.values import command_line
+from muon_repro.values import command_line, recorded_commit
 
 EWM_ALPHAS = (0.05, 0.005)
 """Smoothings recorded in ``leading_steps``; the first is the headline (alpha = 0.005 hid a real gap
@@ -151,9 +151,7 @@ def _run_rows(record: dict) -> pd.DataFrame:
     df["ewm_alpha"] = HEADLINE_ALPHA
     command = record.get("command")
     df["command"] = command_line(command)
-    env = record.get("environment")
-    sha = env.get("git_sha") if isinstance(env, dict) else None
-    df["git_sha"] = sha if isinstance(sha, str) else None
+    df["git_sha"] = recorded_commit(record.get("environment"))
     return df
 
 

@@ -43,7 +43,7 @@ from muon_repro.rundir import (
     trial_folders,
 )
 from muon_repro.tables.schemas import SCHEMAS
-from muon_repro.values import command_line
+from muon_repro.values import command_line, recorded_commit
 
 RECORD_TABLES = {
     "calibration": CALIBRATION_FILE,
@@ -194,7 +194,7 @@ def _point(run: RunDir) -> dict:
     return {
         "profile": run.profile,
         "command": command_line(cfg.command),
-        "git_sha": run.environment.get("git_sha") if isinstance(run.environment.get("git_sha"), str) else None,
+        "git_sha": recorded_commit(run.environment),
         "d_model": cfg.hidden,
         "n_layers": cfg.n_layers,
         "tokens_per_step": cfg.tokens_per_step,

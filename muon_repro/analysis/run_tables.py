@@ -25,7 +25,7 @@ from muon_repro.phases import BUBBLE, PHASES, PIPELINE_WAIT_PHASES
 from muon_repro.run_records import RankMetrics
 from muon_repro.rundir import flatten
 from muon_repro.tables.schemas import SCHEMAS
-from muon_repro.values import command_line
+from muon_repro.values import command_line, recorded_commit
 
 
 def _frame(name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "seed": cfg.seed,
         "model_params": next((m.model_params for m in metrics if m.model_params is not None), None),
         "command": command_line(cfg.command),
-        "git_sha": env.get("git_sha") if isinstance(env.get("git_sha"), str) else None,
+        "git_sha": recorded_commit(env),
         "recorded_at": env.get("recorded_at") if isinstance(env.get("recorded_at"), str) else None,
     }
 

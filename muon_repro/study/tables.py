@@ -36,7 +36,7 @@ from muon_repro.study.sources import (
     run_and_rank,
 )
 from muon_repro.tables.schemas import SCHEMAS
-from muon_repro.values import command_line
+from muon_repro.values import command_line, recorded_commit
 
 NS_PER_MS = 1e6
 
@@ -117,7 +117,7 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
                 device,
                 str(config.get("backend") or env.get("backend") or ""),
                 command_line(config.get("command")),
-                env.get("git_sha") if isinstance(env.get("git_sha"), str) else None,
+                recorded_commit(env),
             )
         )
     return out
