@@ -18,6 +18,7 @@ from muon_repro.contrib.limits import CONFIG_INT_RANGES, MAX_TRACE_EXPANSION, MA
 from muon_repro.contrib.pr_checks import RunPath, parse_run_path
 from muon_repro.contrib.run_check import check_run, scan_runs
 from muon_repro.contrib.untrusted import describe_ranks, escape_controls, shown
+from muon_repro.rundir import SideFileError, load_json
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER = f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"
@@ -131,8 +132,21 @@ def test_side_files_nested_too_deeply_or_not_text_are_refused_by_name(tmp_path):
     (run / "metrics.json").write_bytes(b"\xff\xfe{}")
     _, problems = check_run(run)
     by_file = {p.path.name: p.problem for p in problems}
-    assert by_file["environment.json"].startswith("its JSON is nested too deeply to read")
-    assert by_file["metrics.json"].startswith("not UTF-8 text")
+    assert by_file["environment.json"].startswith("JSON nested deeper than 32 levels")
+    assert by_file["metrics.json"].startswith("not valid JSON: 'utf-8' codec can't decode")
+
+
+def test_a_side_file_the_analysis_would_refuse_is_refused_here(tmp_path):
+    """Nesting Python's parser reads (60 levels) but the analysis refuses (load_json's depth limit): a contribution
+    that passed here would stop on the maintainers' side."""
+    run = make_run(tmp_path / "run")
+    environment = json.loads((run / "environment.json").read_text())
+    (run / "environment.json").write_text(json.dumps({**environment, "extra": json.loads("[" * 60 + "]" * 60)}))
+    with pytest.raises(SideFileError):
+        load_json(run / "environment.json")
+    _, problems = check_run(run)
+    assert [p.path.name for p in problems] == ["environment.json"]
+    assert problems[0].problem.startswith("JSON nested deeper than 32 levels")
 
 
 def test_symbolic_links_anywhere_are_refused_each_by_name(tmp_path):

@@ -25,7 +25,6 @@ link could upload a file from outside the folder.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
@@ -49,8 +48,10 @@ from muon_repro.rundir import (
     TRIAL_PREFIX,
     RankMetrics,
     RunConfig,
+    SideFileError,
     expected_files,
     is_hidden_under,
+    load_json,
     protocol_group,
     trace_name,
     trace_rank,
@@ -189,8 +190,9 @@ def _too_large(path: Path) -> str | None:
 
 
 def read_side_file(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A run's JSON side file as (object, None), or (None, why not): missing, too large, not UTF-8, not JSON,
-    nested too deeply (Python's parser recurses), not an object. NaN and Infinity read as null, as rundir reads them."""
+    """A run's JSON side file as (object, None), or (None, why not): missing, larger than a file of its kind may be,
+    or what the analysis would refuse it for (:func:`muon_repro.rundir.load_json`: not UTF-8 JSON, nested deeper
+    than a record, not an object), so that a contribution checked here is one the analysis reads."""
     if not path.exists():
         return None, "missing"
     if not path.is_file():
@@ -198,14 +200,9 @@ def read_side_file(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if (too_large := _too_large(path)) is not None:
         return None, too_large
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"), parse_constant=lambda _: None)
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    except RecursionError:
-        return None, "its JSON is nested too deeply to read"
-    except ValueError:
-        return None, "not valid JSON"
-    return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
+        return load_json(path), None
+    except SideFileError as exc:
+        return None, exc.problem
 
 
 def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
