@@ -44,7 +44,7 @@ def test_two_runs_of_one_grid_are_told_apart_by_their_group():
         }
     )
     line = profiler_overhead_line(runs)
-    assert "Muon DP4  [pipeline] 1.27×, Muon DP4  [distributed_muon] 1.24×" in line
+    assert "Muon DP4 [pipeline] 1.27×, Muon DP4 [distributed_muon] 1.24×" in line
 
 
 def test_a_run_above_the_level_is_marked_and_the_others_are_not():

@@ -147,7 +147,7 @@ def run_labels(runs: pd.DataFrame, *, group: bool = False) -> list[str]:
     for the runs that still share one, the group (``[layout_ablation]``, ``[overlap]``), then the run id."""
     labels = [run_label(r, group=group) for _, r in runs.iterrows()]
     if not group:
-        labels = _tell_apart(labels, [f"{label}  [{r['group']}]" for label, (_, r) in zip(labels, runs.iterrows())])
+        labels = _tell_apart(labels, [f"{label} [{r['group']}]" for label, (_, r) in zip(labels, runs.iterrows())])
     return _tell_apart(labels, [f"{label} ({r['run']})" for label, (_, r) in zip(labels, runs.iterrows())])
 
 
