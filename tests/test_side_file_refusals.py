@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from muon_repro.analysis.batch_read import analyze_paths
-from muon_repro.analysis.discover import run_info_for, timed_only_folders
+from muon_repro.analysis.discover import run_info_for, timed_only_trials
 from muon_repro.analysis.errors import TraceWarning
 from muon_repro.rundir import SideFileError
 
@@ -45,7 +45,7 @@ def test_an_untraced_trial_with_an_unreadable_config_is_found_to_be_refused(tmp_
     """Its config cannot say it was a timed-only round, so it is found by being untraced, and refused where read."""
     folder = _trial(tmp_path, traced=False)
     (folder / "config.json").write_text('{"profile": false, "timed_steps": 8')
-    assert timed_only_folders([tmp_path]) == [folder]
+    assert [trial.path for trial in timed_only_trials([tmp_path])] == [folder]
 
 
 def test_analyze_leaves_out_the_trials_it_cannot_read_and_analyzes_the_rest(tmp_path, recwarn):

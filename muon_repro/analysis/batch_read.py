@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -32,12 +32,12 @@ from muon_repro.analysis.discover import (
     left_out_unreadable,
     no_traces_error,
     run_info_for,
-    timed_only_folders,
+    timed_only_trials,
 )
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
-from muon_repro.rundir import SideFileError, trace_name, trial_of
+from muon_repro.rundir import RunDir, SideFileError, trace_name, trial_of
 from muon_repro.values import counted
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
@@ -149,9 +149,8 @@ def analyze_paths(
 def _add_timed_only(analysis: Analysis) -> None:
     """The timed-only trials under the analyzed folders whose run has a traced trial; a word for the others."""
     traced = {info.key for info, _ in analysis.runs if info.has_config}
-    folders = timed_only_folders(analysis.paths)
     orphans: dict[str, list[Path]] = {}  # by run: trials timed without traces whose run no traced trial stands for
-    for folder, info in _run_infos(folders, analysis.failures).items():
+    for folder, info in _run_infos(timed_only_trials(analysis.paths), analysis.failures).items():
         missing = info.missing_ranks(m.rank for m in info.ranks.values() if m.timed_step_ms)
         if info.key not in traced and not missing and not _has_traced_sibling(folder):
             analysis.timed_runs.append(info)  # a run timed in every round: no trace was ever recorded
@@ -189,14 +188,15 @@ def _orphans_message(key: str, trials: list[Path], left_out: set[Path]) -> str:
     return f"{listed}: {counted(len(trials), 'trial')} of run {key} timed without traces {have} no run to join; {why}"
 
 
-def _run_infos(folders, failures: list[TraceFailure]) -> dict[Path, RunInfo]:
-    """Each folder's run, read from its side files; a folder whose side files cannot be read or describe no run (an
-    environment.json whose counts are no counts, a backend that is no name) is a failure naming it, so that the others
-    are analyzed."""
+def _run_infos(trials: Iterable[Path | RunDir], failures: list[TraceFailure]) -> dict[Path, RunInfo]:
+    """Each trial folder's run, read from its side files, by folder; a folder whose side files cannot be read or
+    describe no run (an environment.json whose counts are no counts, a backend that is no name) is a failure naming
+    it, so that the others are analyzed."""
     infos = {}
-    for folder in folders:
+    for trial in trials:
+        folder = trial.path if isinstance(trial, RunDir) else trial
         try:
-            infos[folder] = run_info_for(folder)
+            infos[folder] = run_info_for(trial)
         except SideFileError as exc:  # names its file
             failures.append(TraceFailure(str(folder), left_out_unreadable(exc)))
         except ValueError as exc:

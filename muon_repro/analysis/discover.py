@@ -142,11 +142,13 @@ class RunInfo:
         return sorted(set(range(world_size)) - set(ranks)) if world_size else []
 
 
-def run_info_for(directory: Path) -> RunInfo:
-    """The run a folder stands for, from its side files if it has them. A side file that is there but cannot be
-    read raises its :class:`~muon_repro.rundir.SideFileError`: read as absent (as a foreign folder's are), the run's
-    optimizer and grid, profile or timed steps would be unknown and its rows would join the tables with them so."""
-    run_dir = RunDir(directory)
+def run_info_for(trial: Path | RunDir) -> RunInfo:
+    """The run a folder stands for, from its side files if it has them (a :class:`RunDir` already read is not read
+    again). A side file that is there but cannot be read raises its :class:`~muon_repro.rundir.SideFileError`: read
+    as absent (as a foreign folder's are), the run's optimizer and grid, profile or timed steps would be unknown and
+    its rows would join the tables with them so."""
+    run_dir = trial if isinstance(trial, RunDir) else RunDir(trial)
+    directory = run_dir.path
     for problem in run_dir.unreadable_side_files().values():
         raise problem
     config_dict = run_dir.config_dict
@@ -183,11 +185,12 @@ _SIDE_FILE_HOLDS = {
 }
 
 
-def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
+def timed_only_trials(paths: Iterable[str | Path]) -> list[RunDir]:
     """The trial folders under the folders among ``paths`` that a sweep recorded in an untraced round: config
     ``profile`` false with timed steps (:meth:`muon_repro.bench.configs.BenchConfig.timed_only`), each once; and the
-    untraced ones whose side files cannot be read, which :func:`run_info_for` then refuses by name."""
-    found: dict[Path, Path] = {}
+    untraced ones whose side files cannot be read, which :func:`run_info_for` then refuses by name. Each comes as
+    the :class:`RunDir` it was found by, its side files read."""
+    found: dict[Path, RunDir] = {}
     for raw in paths:
         root = Path(raw)
         if not root.is_dir():
@@ -199,5 +202,5 @@ def timed_only_folders(paths: Iterable[str | Path]) -> list[Path]:
                 config = run_dir.config_dict
                 timed = config.get("timed_steps")
                 if (config.get("profile") is False and is_count(timed)) or (not traced and run_dir.unreadable_side_files()):
-                    found.setdefault(folder.resolve(), folder)
+                    found.setdefault(folder.resolve(), run_dir)
     return list(found.values())
