@@ -115,6 +115,14 @@ class Region:
         return {"region_low": self.low, "region_high": self.high, "region_low_open": self.low_open}
 
 
+def judge(low: float, high: float, region: Region, *, unequal_work: bool, outside: bool) -> str:
+    """A claim's verdict, by one precedence on every profile: unequal work first (a ratio of other work cannot
+    speak to the optimizers), then the claim's conditions (``outside``), then its region (:func:`verdict`)."""
+    if unequal_work:
+        return UNEQUAL_WORK
+    return NOT_COMPARABLE if outside else verdict(low, high, region)
+
+
 def verdict(low: float, high: float, region: Region) -> str:
     """The rule shared by every claim (see the module docstring). An infinite end is a one-sided interval (a bound)."""
     if math.isnan(low) or math.isnan(high):
@@ -206,7 +214,7 @@ class Claim:
         rule = f"reproduced if the 95% interval lies inside {self.region.text()}, not reproduced if outside, else inconclusive"
         if self.made_under is not None:
             rule = f"{NOT_COMPARABLE} unless every run compared was made under the claim's conditions; then {rule}"
-        return rule
+        return f"{UNEQUAL_WORK} when the runs compared did different work; else {rule}"  # judge's order
 
 
 COMM_RATIO = 0.57  # the original study's communication time, Muon over AdamW at DP2·TP2

@@ -253,6 +253,22 @@ def test_async_claim_is_measured_when_the_variant_exists(naive_step, expected):
     assert "Pipelined gathers" in row["explanation"] and "0.90x" in row["explanation"]
 
 
+def test_the_async_claims_rounds_are_those_its_interval_pairs():
+    """The pipelined variant is measured beside the claim, not in its interval: a disturbed round of it is no round
+    the headline leaves out."""
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async")
+    b.run("overlap/muon_dp2_tp2_pipelined", "muon", 2, 2, step_ms=90.0, overlap="pipelined")
+    for run in b.runs:
+        run["rounds"] = TRIALS
+    b.steps = [
+        dict(s, step_ms=2 * s["step_ms"]) if (s["run"], s["trial"]) == ("overlap/muon_dp2_tp2_pipelined", 1) else s
+        for s in b.steps
+    ]
+    row = b.claims().loc["async_slowdown"]
+    assert row["rounds"] == TRIALS and "disturbed" not in row["conditions"]
+
+
 def test_async_claim_pairs_only_a_twin_of_the_same_layout():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async", layout="bucketed")
@@ -293,6 +309,21 @@ def test_a_claim_finds_the_equal_work_twin_behind_a_run_of_other_work():
     b.run("other/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, comm_ms=10.0)  # the twin, same work as Muon's
     comm = b.claims().loc["comm_time_dp2_tp2"]
     assert comm["verdict"] != UNEQUAL_WORK and "other/adamw_dp2_tp2" in comm["conditions"]
+
+
+def test_the_dp2_tp2_claims_pair_runs_on_the_same_grid_only():
+    """A pipelined DP2·TP2 run (8 ranks, 4 micro-batches) is not the study's grid, and an AdamW run of another grid
+    is not a Muon run's twin: same tokens per step, but more ranks or more passes."""
+    b = Bundle()
+    b.run("pipeline/muon_dp2_tp2_pp2", "muon", 2, 2, step_ms=100.0, pp=2, world_size=8, micro_batches=4)
+    b.run("comparison/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, pp=1, micro_batches=1)
+    assert b.claims().loc["comm_time_dp2_tp2", "verdict"] == "not measured"
+    b.run("pipeline/muon_dp2_tp2", "muon", 2, 2, step_ms=100.0, pp=1, micro_batches=4)
+    comm = b.claims().loc["comm_time_dp2_tp2"]
+    assert comm["verdict"] == UNEQUAL_WORK and "micro_batches is 4 vs 1" in comm["work_difference"]
+    b.run("pipeline/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, pp=1, micro_batches=4)
+    comm = b.claims().loc["comm_time_dp2_tp2"]
+    assert comm["verdict"] != UNEQUAL_WORK and "pipeline/adamw_dp2_tp2" in comm["conditions"]
 
 
 def test_comparisons_pair_only_a_partner_that_did_the_same_work():

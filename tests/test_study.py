@@ -17,7 +17,7 @@ import pytest
 from muon_repro.analysis.discover import find_traces
 from muon_repro.claims import NOT_COMPARABLE, UNEQUAL_WORK
 from muon_repro.hardware import profile_from_environment
-from muon_repro.study.claims import study_claim_rows, welch_log_ratio
+from muon_repro.study.claims import ratio_interval, study_claim_rows, welch_log_ratio
 from muon_repro.study.method import PUBLISHED_BY_ID, method_numbers, study_sums
 from muon_repro.study.scopes import STEP, read_study_trace
 from muon_repro.study.sources import (
@@ -248,6 +248,26 @@ def test_the_verdict_follows_the_measurement(tables):
     assert rows.loc["comm_time_dp2_tp2", "verdict"] in ("reproduced", "not reproduced", "inconclusive")
 
 
+def test_runs_whose_collectives_are_not_in_the_tables_are_not_judged(tables):
+    """Without the collectives table, whether the runs did the same work is unknown: not 'unequal work', no verdict."""
+    rows = pd.DataFrame(study_claim_rows({k: v for k, v in tables.items() if k != "study_collectives"}))
+    rows = rows.set_index("claim_id")
+    for claim_id in ("comm_time_dp2_tp2", "async_slowdown", "latency_overhead"):
+        assert rows.loc[claim_id, "verdict"] == "not measured", claim_id
+        assert pd.isna(rows.loc[claim_id, "equal_work"]) and "study_collectives" in rows.loc[claim_id, "explanation"]
+
+
+def test_rounds_are_paired_however_many_and_steps_never():
+    """Per-round values pair by round at any count; the steps of one recording are never paired, at any count."""
+    rng = np.random.default_rng(3)
+    drift = np.exp(rng.normal(0, 0.3, 6))  # each round's machine speed, shared by both runs of that round
+    a, b = 0.5 * drift, drift
+    _, low, high = ratio_interval(a, b, per_round=True)
+    assert low == pytest.approx(0.5) and high == pytest.approx(0.5)  # pairing removes the shared drift
+    _, low, high = ratio_interval(a[:3], b[:3], per_round=False)
+    assert high - low > 0.1  # unpaired: the drift is in the interval
+
+
 def test_a_claim_made_elsewhere_is_judged_on_the_study_runs_only_inside_its_conditions(tables):
     """The study's own claims were made on its runs; the paper's 1-3% needs a step that trains on tokens, which the
     study's simulated step is not. Without that condition the same measurement gets a verdict from its numbers."""
@@ -260,9 +280,10 @@ def test_a_claim_made_elsewhere_is_judged_on_the_study_runs_only_inside_its_cond
     assert outside_for_study(by_id["optimizer_share"]) == ""  # the study's own: made on these runs
     assert outside_for_study(by_id["latency_overhead"]) == NO_TOKENS
     rows = pd.DataFrame(study_claim_rows(tables)).set_index("claim_id")
-    assert rows.loc["latency_overhead", "verdict"] == NOT_COMPARABLE
+    # outside its conditions, and on runs that did unequal work: unequal work comes first, as on every profile
+    assert rows.loc["latency_overhead", "verdict"] == UNEQUAL_WORK and rows.loc["latency_overhead", "equal_work"] is False
     assert rows.loc["latency_overhead", "outside_conditions"] == NO_TOKENS
-    assert rows.loc["latency_overhead", "rule"].startswith(f"{NOT_COMPARABLE} unless the study's runs meet")
+    assert rows.loc["latency_overhead", "rule"].startswith(f"{UNEQUAL_WORK} when the compared runs did different work; else")
     assert rows.loc["optimizer_share", "rule"].startswith("on the study's own runs its conditions hold")
     latency = by_id["latency_overhead"]
     tokenless = dataclasses.replace(latency, made_under=dataclasses.replace(latency.made_under, min_tokens_per_d_model=None))

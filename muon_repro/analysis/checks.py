@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import ProfileTables, describe_runs, equal_work_twins, first_run, work_difference
+from muon_repro.analysis.claim_inputs import (
+    ProfileTables,
+    describe_runs,
+    equal_work_twins,
+    first_run,
+    without_pipeline,
+    work_difference,
+)
 from muon_repro.claims import PAPER, STUDY, UnitKind
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
@@ -272,7 +279,7 @@ def bytes_check(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> Outcome 
 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     """The contiguous Muon run at DP2·TP2 and the AdamW run that did the same work beside it; None without both."""
-    muon = first_run(t.runs, optimizer="muon", dp=2, tp=2)
+    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
     if muon is None:
         return None
     at_grid = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]

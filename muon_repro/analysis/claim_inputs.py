@@ -1,8 +1,8 @@
 """What the claims are measured on: one profile's tables, the runs chosen from them, and the same-work check.
 
-Runs are compared only when they did the same work (:data:`SAME_WORK`): :func:`equal_work_twins` picks a
-run's partners among those that did, :func:`work_difference` says how two runs differ, and
-:func:`check_same_work` refuses a pair that differs with an error naming both runs and the field.
+Runs are compared only when they did the same work (:data:`SAME_WORK`): :func:`equal_work_twins` picks a Muon
+run's AdamW partners among those that did on the same grid (:data:`SAME_GRID`), :func:`work_difference` says how two
+runs differ, and :func:`check_same_work` refuses a pair that differs with an error naming both runs and the field.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from muon_repro.values import counted
 
 # What two runs must share to be compared: the same work on the same kind of machine.
 SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
+# What an optimizer's twin shares besides: the grid, ranks and micro-batches, so that the optimizer is all that differs.
+# (Claims that compare grids, DP2·TP2 against DP4, pair runs of the same work on different grids.)
+SAME_GRID = ("dp", "tp", "pp", "world_size", "micro_batches")
 
 
 class UnequalWork(ValueError):
@@ -49,17 +52,25 @@ def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_W
 
 
 def equal_work_twins(run: pd.Series, candidates: pd.DataFrame) -> pd.DataFrame:
-    """The ``candidates`` that did the same work as ``run`` (:data:`SAME_WORK`): the only partners it is compared with."""
-    return candidates[[work_difference(run, c) is None for _, c in candidates.iterrows()]]
+    """The ``candidates`` that did the same work as ``run`` on the same grid (:data:`SAME_WORK`, :data:`SAME_GRID`):
+    the only partners an optimizer's run is compared with."""
+    return candidates[[work_difference(run, c, SAME_WORK + SAME_GRID) is None for _, c in candidates.iterrows()]]
 
 
 def twin_of(run: pd.Series, candidates: pd.DataFrame) -> pd.Series:
     """The first equal-work partner of ``run`` among non-empty ``candidates`` (:func:`first_run`'s order); when none
-    did the same work, :class:`UnequalWork` naming how the first of them differs (the claim reads ``unequal work``)."""
+    did the same work on the same grid, :class:`UnequalWork` naming how the first of them differs (the claim reads
+    ``unequal work``)."""
     twins = equal_work_twins(run, candidates)
     if twins.empty:
-        check_same_work(run, first_run(candidates))
+        check_same_work(run, first_run(candidates), SAME_WORK + SAME_GRID)
     return first_run(twins)
+
+
+def without_pipeline(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with no pipeline stages (``pp`` 1; a table from before the column reads as none): the original
+    study's grids, where its DP2·TP2 claims were made."""
+    return runs[runs["pp"].fillna(1) == 1] if "pp" in runs.columns else runs
 
 
 def is_missing(v) -> bool:
@@ -192,6 +203,14 @@ class Measurement:
     # training: params, tokens_trained; "run" names them).
     subject: pd.Series | None = None
     comm: bool = False  # measured on the runs' communication source (ProfileTables.steps_of(..., comm=True))
+    # The runs the headline interval pairs, where ``runs`` also names one measured beside it (the async claim's
+    # pipelined variant): the rounds counted and left out are theirs. None: all of ``runs``.
+    paired: tuple[pd.Series, ...] | None = None
+
+    @property
+    def interval_runs(self) -> tuple[pd.Series, ...]:
+        """The runs the value and interval are formed from."""
+        return self.runs if self.paired is None else self.paired
 
     @classmethod
     def over_ranks(cls, values: pd.Series, conditions: str, explanation: str, runs: tuple[pd.Series, ...] = ()) -> Measurement:

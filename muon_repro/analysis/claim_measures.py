@@ -22,6 +22,7 @@ from muon_repro.analysis.claim_inputs import (
     first_run,
     is_missing,
     twin_of,
+    without_pipeline,
 )
 from muon_repro.analysis.estimators import muon_extra, time_ratio
 from muon_repro.analysis.estimators import optimizer_share as estimated_share
@@ -56,8 +57,9 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> st
 
 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
-    """The Muon run at dp=2, tp=2 and the AdamW run beside it that did the same work; None without both."""
-    muon = first_run(t.runs, optimizer="muon", dp=2, tp=2)
+    """The Muon run at dp=2, tp=2 without a pipeline and the AdamW run beside it that did the same work on the same
+    grid; None without both."""
+    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
     if muon is None:
         return None
     adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
@@ -144,7 +146,7 @@ def _one_device_cause(t: ProfileTables, muon: pd.Series, adamw: pd.Series, quote
 
 
 def optimizer_share(t: ProfileTables) -> Measurement | str:
-    muon = first_run(t.runs, optimizer="muon", dp=2, tp=2)
+    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
     if muon is None:
         single = _single_device_pair(t)
         if single is None:
@@ -166,9 +168,8 @@ def optimizer_share(t: ProfileTables) -> Measurement | str:
 
 
 def hybrid(t: ProfileTables) -> Measurement | str:
-    muon = t.runs[(t.runs["optimizer"] == "muon") & (t.runs["world_size"] == 4)]
-    if "pp" in muon.columns:  # the original study's grids: no pipeline, not the pipeline group's micro-batched twins
-        muon = muon[(muon["pp"].fillna(1) == 1) & (muon["group"] != "pipeline")]
+    muon = without_pipeline(t.runs[(t.runs["optimizer"] == "muon") & (t.runs["world_size"] == 4)])
+    muon = muon[muon["group"] != "pipeline"]  # the original study's grids, not the pipeline group's micro-batched twins
     grid = {key: first_run(muon, dp=dp, tp=tp) for key, (dp, tp) in {"hybrid": (2, 2), "dp4": (4, 1), "tp4": (1, 4)}.items()}
     if any(r is None for r in grid.values()):
         return "needs Muon runs at dp=2/tp=2, dp=4/tp=1 and dp=1/tp=4 with the same tokens per step"
@@ -233,7 +234,9 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
                 f"{_versus_one(p_low, p_high)}."
             )
         described = [r for r in (naive, twin, pipelined) if r is not None]
-        return Measurement(value, low, high, describe_runs(*described), explanation.strip(), tuple(described), quoted)
+        return Measurement(
+            value, low, high, describe_runs(*described), explanation.strip(), tuple(described), quoted, paired=(naive, twin)
+        )
     return "needs a Muon run with overlap=naive_async and its twin with blocking gathers (muon-repro bench overlap)"
 
 

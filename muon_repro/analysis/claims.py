@@ -23,7 +23,7 @@ from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, Unequal
 from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import RunSteps, left_out, unpaired_rounds
 from muon_repro.analysis.rounds import rounds_of
-from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, UNEQUAL_WORK, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, Claim, judge
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.tables.joins import convergence_with_runs, leading_with_summary
 from muon_repro.values import counted
@@ -108,8 +108,9 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
             measured = Measurement(NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, "", f"Not measured: {m}.")
         quoted = dict(measured.quoted)
         outside = _outside(c, measured, t, quoted)
-        # the rounds the estimators leave out of the runs compared, read once: the count and the note both say them
-        sources = t.sources(*measured.runs, comm=measured.comm) if measured.runs else []
+        # the rounds the estimators leave out of the runs the interval pairs, read once: the count and the note say them
+        paired = measured.interval_runs
+        sources = t.sources(*paired, comm=measured.comm) if paired else []
         disturbed = left_out(*sources)
         unpaired = unpaired_rounds(*sources) - disturbed
         rows.append(
@@ -128,7 +129,7 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "unit": c.unit,
                 "unit_kind": c.unit_kind,
                 "conditions": measured.conditions + _timing_note(c, measured, t) + _left_out_note(disturbed, unpaired, quoted),
-                "verdict": _verdict(c, measured, outside, unequal),
+                "verdict": judge(measured.low, measured.high, c.region, unequal_work=bool(unequal), outside=bool(outside)),
                 "outside_conditions": "; ".join(outside),
                 "explanation": measured.explanation,
                 "stated": quoted,
@@ -142,18 +143,11 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
     return rows
 
 
-def _verdict(claim: Claim, measured: Measurement, outside: list[str], unequal: str) -> str:
-    """Unequal work before everything (no ratio was formed), then the claim's conditions, then its region."""
-    if unequal:
-        return UNEQUAL_WORK
-    return NOT_COMPARABLE if outside else verdict(measured.low, measured.high, claim.region)
-
-
 def _rounds(measured: Measurement, sources: list[RunSteps], skipped: set[int]) -> int | None:
     """The rounds a measurement's interval is over: those every run it compares (``sources``) was recorded in, less
     the ``skipped`` ones the estimators leave out (disturbed, or recorded by different sweeps: :func:`_left_out_note`
     names them); None without runs or where a run was not recorded in rounds."""
-    if not measured.runs or any(is_missing(r.get("rounds")) for r in measured.runs):
+    if not measured.interval_runs or any(is_missing(r.get("rounds")) for r in measured.interval_runs):
         return None
     common = set.intersection(*(set(rounds_of(source, run).tolist()) for source, run in sources))
     return len(common - skipped)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
-from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, verdict
+from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, judge
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
 
@@ -87,21 +87,28 @@ def _mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else math.nan
 
 
-def ratio_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """a/b with its 95% interval: with one value per round (several rounds each, as many), paired by round over the
-    rounds; else Welch's over the steps of one recording each."""
-    if len(a) == len(b) and 1 < len(a) < 5:  # per-round values: 5 or more are the steps of one recording
+def in_rounds(steps: pd.DataFrame, *runs: str) -> bool:
+    """Whether every one of ``runs`` was recorded in several rounds (:func:`_per_step` then gives a value per round)."""
+    if "trial" not in steps.columns:
+        return False
+    return all(steps.loc[steps["run"] == run, "trial"].nunique() > 1 for run in runs)
+
+
+def ratio_interval(a: np.ndarray, b: np.ndarray, *, per_round: bool) -> tuple[float, float, float]:
+    """a/b with its 95% interval: of values ``per_round`` (:func:`in_rounds`), as many rounds each, paired by round;
+    else Welch's, over the steps of one recording each (or over rounds the two runs do not share one for one)."""
+    if per_round and len(a) == len(b) and len(a) > 1:
         return paired_ratio_interval(a, b)
     return welch_log_ratio(a, b)
 
 
 def _work(
     runs: pd.DataFrame, ranks: pd.DataFrame, a: str, b: str, rank: int | None = None, colls: pd.DataFrame | None = None
-) -> tuple[bool, str, dict]:
-    """Whether run ``a`` did the work of run ``b``, and the measured difference in words and numbers. Equal: per rank
-    and step the same collectives (op, group, dtype, elements); for Muon against AdamW, every collective of AdamW's
-    plus Muon's own bf16 gathers of its momentum (what Distributed Muon adds, the paper's (1, 1.25] bytes) and
-    nothing else."""
+) -> tuple[bool | None, str, dict]:
+    """Whether run ``a`` did the work of run ``b`` (None: unknown, :func:`_same_collectives`), and the measured
+    difference in words and numbers. Equal: per rank and step the same collectives (op, group, dtype, elements); for
+    Muon against AdamW, every collective of AdamW's plus Muon's own bf16 gathers of its momentum (what Distributed
+    Muon adds, the paper's (1, 1.25] bytes) and nothing else."""
     ra, rb = ranks[ranks["run"] == a], ranks[ranks["run"] == b]
     if rank is not None:
         ra, rb = ra[ra["rank"] == rank], rb[rb["rank"] == rank]
@@ -119,13 +126,14 @@ def _work(
     return equal, text, numbers
 
 
-def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[int], extra_gathers: bool) -> bool:
+def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[int], extra_gathers: bool) -> bool | None:
     """Per rank, in each run's first recording and step: ``a``'s collectives are ``b``'s (plus, with
-    ``extra_gathers``, only bf16 all-gathers)."""
+    ``extra_gathers``, only bf16 all-gathers). None when that is unknown: no collectives table, or no rank traced
+    in both (a run on one rank issues none: two such runs did the same)."""
     from collections import Counter
 
-    if colls is None or colls.empty or not ranks:
-        return False
+    if colls is None or "run" not in colls.columns or not ranks:
+        return None
 
     def of(run: str, r: int) -> Counter:
         c = colls[(colls["run"] == run) & (colls["rank"] == r)]
@@ -171,7 +179,7 @@ class _Measured:
 def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     muon = _per_step(steps, RUN["muon_full"], (STEP,), "comm_transfer_ms")
     adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "comm_transfer_ms")
-    value, low, high = ratio_interval(muon, adamw)
+    value, low, high = ratio_interval(muon, adamw, per_round=in_rounds(steps, RUN["muon_full"], RUN["adamw_full"]))
     kernel_ratio = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "comm_ms"))) / float(
         np.mean(_per_step(steps, RUN["adamw_full"], (STEP,), "comm_ms"))
     )
@@ -228,7 +236,7 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
 def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     naive = _per_step(steps, RUN["muon_async"], (STEP,), "step_ms", rank=0)
     sync = _per_step(steps, RUN["muon_full"], (STEP,), "step_ms", rank=0)
-    value, low, high = ratio_interval(naive, sync)
+    value, low, high = ratio_interval(naive, sync, per_round=in_rounds(steps, RUN["muon_async"], RUN["muon_full"]))
     equal, work, numbers = _work(runs, ranks, RUN["muon_async"], RUN["muon_full"], rank=0, colls=colls)
     nccl_naive = float(np.mean(_per_step(steps, RUN["muon_async"], (STEP,), "comm_ms", rank=0)))
     nccl_sync = float(np.mean(_per_step(steps, RUN["muon_full"], (STEP,), "comm_ms", rank=0)))
@@ -253,7 +261,7 @@ def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -
 def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     muon = _per_step(steps, RUN["muon_full"], (STEP,), "step_ms")
     adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "step_ms")
-    value, low, high = ratio_interval(muon, adamw)
+    value, low, high = ratio_interval(muon, adamw, per_round=in_rounds(steps, RUN["muon_full"], RUN["adamw_full"]))
     equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     explanation = (
         f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step, on runs that did unequal work (work_difference). "
@@ -319,23 +327,24 @@ def _row(claim: Claim, m: _Measured | None, rebuilt: tuple[float, bool] | None) 
     else:
         value, low, high = m.value, m.low, m.high
         outside = outside_for_study(claim)
-        if outside:
-            verdict_ = NOT_COMPARABLE
-        elif m.equal_work is False:
-            verdict_ = UNEQUAL_WORK
-        else:
-            verdict_ = verdict(low, high, claim.region)
         explanation, conditions, quoted, equal, work = m.explanation, m.conditions, m.quoted, m.equal_work, m.work
+        if equal is None and work:  # two runs compared whose collectives are not in the tables: their work is unknown
+            verdict_ = "not measured"
+            explanation = f"Not judged: the study_collectives table holds no collectives of these runs ({work}), so "
+            explanation += "whether they did the same work is unknown: run muon-repro analyze again. " + m.explanation
+        else:
+            verdict_ = judge(low, high, claim.region, unequal_work=equal is False, outside=bool(outside))
     judged = (
         f"reproduced if the 95% interval over the steps lies inside {claim.region.text()}, not reproduced if outside, "
-        f"else inconclusive; {UNEQUAL_WORK} when the compared runs did different work"
+        "else inconclusive"
     )
+    unequal = f"{UNEQUAL_WORK} when the compared runs did different work"  # first, as on every profile (judge)
     if claim.source == STUDY:
-        rule = f"on the study's own runs its conditions hold (it was made on them): {judged}"
+        rule = f"on the study's own runs its conditions hold (it was made on them): {unequal}; else {judged}"
     else:
         rule = (
-            f"{NOT_COMPARABLE} unless the study's runs meet the claim's conditions (a step that trains on tokens, "
-            f"where they need one); then {judged}"
+            f"{unequal}; else {NOT_COMPARABLE} unless the study's runs meet the claim's conditions (a step that trains "
+            f"on tokens, where they need one); then {judged}"
         )
     return {
         "claim_id": claim.claim_id,
