@@ -122,7 +122,9 @@ def test_the_committed_explanations_are_short_and_say_differences_in_their_own_c
     assert {k: n for k, n in long.items() if n > EXPLANATION_WORDS} == {}
     for row in claims.itertuples():
         assert "Not comparable here" not in row.explanation and "Measured here" not in row.explanation
-        assert bool(row.outside_conditions) == (row.verdict == "not comparable here"), (row.claim_id, row.profile)
+        # outside its conditions: not comparable, unless unequal work decided first (claims.judge)
+        if row.verdict == "not comparable here" or row.outside_conditions:
+            assert row.outside_conditions and row.verdict in ("not comparable here", "unequal work"), (row.claim_id, row.profile)
         for difference in filter(None, row.outside_conditions.split("; ")):
             assert ", not " in difference, f"{row.claim_id}: '{difference}' does not say what the claim had"
 
@@ -133,6 +135,8 @@ def test_the_report_says_why_a_claim_is_not_comparable_before_its_cause():
     row = pd.Series({"explanation": "Newton-Schulz does 9 GFLOP.", "outside_conditions": "gloo on cpu, not cuda"})
     assert claim_note(row) == "Not comparable here: gloo on cpu, not cuda. Measured here: Newton-Schulz does 9 GFLOP."
     assert claim_note(row.drop("outside_conditions")) == "Newton-Schulz does 9 GFLOP."
+    unequal = claim_note(pd.concat([row, pd.Series({"verdict": "unequal work"})]))
+    assert unequal.startswith("Unequal work, and outside the claim's conditions: gloo on cpu, not cuda.")
 
 
 def test_every_claim_states_its_value_in_its_own_unit():

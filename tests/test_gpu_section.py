@@ -204,3 +204,30 @@ def test_the_gpu_docs_block_gives_each_profiles_thresholds_once():
     data = load(REPO / "metrics")
     block = gpu_block(data)
     assert block.count("Where the claimed overheads hold with this device's compute") == len(gpu_profiles(data)) >= 1
+
+
+def test_a_level_inside_the_claims_interval_is_neither_crossed_nor_not():
+    """The device's overheads are the claims table's, with their intervals: on 2 rounds a 4.8% share whose interval
+    holds 1.1% says nothing of the model's crossing; an interval wholly above says 'above' as before."""
+    muon_run = f"{PROFILE}/single_device/muon_t262144"
+
+    def claims(low: float, high: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "profile": PROFILE,
+                "claim_id": ["optimizer_share", "latency_overhead"],
+                "conditions": [f"{muon_run} (nccl on cuda, 1 rank)", f"{muon_run} (nccl on cuda); adamw"],
+                "measured_value": [0.048, 0.05],
+                "measured_low": [low, low],
+                "measured_high": [high, high],
+            }
+        )
+
+    runs = _runs()
+    assert muon_run in set(runs["run"])
+    straddles = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(-0.09, 0.19))
+    assert "share 4.8% (-9% to 19%), an interval that holds 1.1%: neither below nor above it" in straddles
+    assert "though the model" not in straddles
+    above = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(0.04, 0.06))
+    assert "share 4.8% (4% to 6%), above 1.1%, as the model says" in above
+    assert "step 5% longer than AdamW's (+4% to +6%), above 3%, though the model puts 3% at 150k" in above

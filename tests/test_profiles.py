@@ -274,3 +274,24 @@ def test_bench_skips_an_unmigrated_trial_of_its_profile_instead_of_recording_it_
     assert mine.final == old_tree / RUNS[0] / "trial0" and is_complete(mine.final, cfg)
     (theirs,) = plan_recordings([cfg], old_tree, 1, profile=GPU)
     assert theirs.final == old_tree / GPU / RUNS[0] / "trial0" and not theirs.final.exists()
+
+
+def test_a_one_sided_interval_is_drawn_to_the_panel_edge():
+    """The leading claim's low end with no upper end: drawn from its end off the panel, not left out as a bare point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muon_repro.report.profile_figures import _claim_panel
+
+    rows = pd.DataFrame(
+        {"measured_value": [0.955], "measured_low": [0.034], "measured_high": [float("nan")], "verdict": ["inconclusive"]},
+        index=[CPU],
+    )
+    fig, ax = plt.subplots()
+    _claim_panel(ax, "muon_leading_steps", rows, [CPU], (1.5, float("inf")))
+    arrows = [t for t in ax.texts if getattr(t, "arrow_patch", None) is not None]
+    assert len(arrows) == 1
+    assert arrows[0].xyann[0] == pytest.approx(0.034) and arrows[0].xy[0] == pytest.approx(ax.get_xlim()[1])
+    plt.close(fig)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from muon_repro.claims import BY_ID, CLAIMS, TOPICS, VERDICTS
+from muon_repro.claims import BY_ID, CLAIMS, TOPICS, UNEQUAL_WORK, VERDICTS
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns, study_profile
 from muon_repro.report.formatting import as_number, pct, percent, ratio
@@ -127,12 +127,14 @@ CLAIM_COLUMNS = (
 
 def claim_note(c: pd.Series) -> str:
     """A claim's measured cause as the report states it: how its runs differ from the claim's conditions
-    (claims.outside_conditions) when they do, then its explanation."""
+    (claims.outside_conditions) when they do, after the unequal work that decided the verdict first (claims.judge's
+    order), then its explanation."""
     explanation = "" if is_missing(c["explanation"]) else str(c["explanation"]).strip()
     outside = "" if is_missing(c.get("outside_conditions")) else str(c["outside_conditions"]).strip()
     if not outside:
         return explanation
-    return f"Not comparable here: {outside}." + (f" Measured here: {explanation}" if explanation else "")
+    lead = "Unequal work, and outside the claim's conditions" if c.get("verdict") == UNEQUAL_WORK else "Not comparable here"
+    return f"{lead}: {outside}." + (f" Measured here: {explanation}" if explanation else "")
 
 
 def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, str]]:

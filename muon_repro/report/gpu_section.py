@@ -256,7 +256,9 @@ PREDICTIONS_INTRO = (
 )
 
 
-def thresholds_intro(predictions: pd.DataFrame, runs: pd.DataFrame, thresholds: pd.DataFrame, profile: str) -> str:
+def thresholds_intro(
+    predictions: pd.DataFrame, runs: pd.DataFrame, thresholds: pd.DataFrame, profile: str, claims: pd.DataFrame | None = None
+) -> str:
     """What the profile's threshold rows are, and how far to trust them: the model's step error on the device's own
     runs (the prediction table's, as calibrated), since no held-out GPU run gives them a range, and the device's own
     crossings against its largest measured step (:func:`own_crossings`)."""
@@ -272,21 +274,39 @@ def thresholds_intro(predictions: pd.DataFrame, runs: pd.DataFrame, thresholds: 
         "shipped GPU profiles' links priced with its kernel rates as calibrated (regime_thresholds; bf16 training). "
         f"Predictions, without a range (no held-out GPU run measures the model's error); {trust}."
     )
-    own = own_crossings(runs[runs["profile"].astype(str) == profile], thresholds[thresholds["machine"].astype(str) == profile])
+    mine = None if claims is None else claims[claims["profile"].astype(str) == profile]
+    own = own_crossings(
+        runs[runs["profile"].astype(str) == profile], thresholds[thresholds["machine"].astype(str) == profile], mine
+    )
     return f"{said} {own}" if own else said
 
 
 OWN_NAMES = {"optimizer_share": "Muon's optimizer share {}", "muon_extra": "Muon's step {} longer than AdamW's"}
+OWN_CLAIMS = {"optimizer_share": "optimizer_share", "muon_extra": "latency_overhead"}  # the claim measuring each metric
 
 
-def own_crossings(runs: pd.DataFrame, own: pd.DataFrame) -> str:
+def _claimed_interval(claims: pd.DataFrame | None, metric: str, muon_run: str) -> tuple[float, float, float] | None:
+    """The claims table's value and 95% interval of ``metric`` when its claim was measured on ``muon_run``: the
+    number the report states is the table's, and the interval says whether the level was crossed."""
+    if claims is None or claims.empty:
+        return None
+    row = claims[(claims["claim_id"].astype(str) == OWN_CLAIMS[metric]) & claims["conditions"].astype(str).str.contains(muon_run)]
+    if row.empty or row[["measured_low", "measured_high"]].isna().any(axis=None):
+        return None
+    return tuple(float(row[c].iloc[0]) for c in ("measured_value", "measured_low", "measured_high"))
+
+
+def own_crossings(runs: pd.DataFrame, own: pd.DataFrame, claims: pd.DataFrame | None = None) -> str:
     """The device's measured overheads at its largest step with both optimizers, against the tokens per step at which
-    the model puts each claimed level on the device itself: whether the runs had crossed it where the model says."""
+    the model puts each claimed level on the device itself: whether the runs had crossed it where the model says.
+    With the claims table's interval for that run (``claims``), a level inside the interval is said to be neither
+    crossed nor not: the rounds cannot tell."""
     pairs = single_device_pairs(runs)
     if pairs.empty or own.empty:
         return ""
     last = pairs.iloc[-1]
     tokens = int(last["tokens_per_step"])
+    muon = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 1) & (runs["tp"] == 1) & (runs["tokens_per_step"] == tokens)]
     parts = []
     for metric in ("optimizer_share", "muon_extra"):
         level = claimed_level(metric)
@@ -294,16 +314,22 @@ def own_crossings(runs: pd.DataFrame, own: pd.DataFrame) -> str:
         if row.empty:
             continue
         crossing = row["tokens_per_step"].iloc[0]
-        value = float(last[metric])
-        reached = value <= level.value
         at = "beyond its grid" if pd.isna(crossing) else f"at {count(crossing)}"
+        interval = _claimed_interval(claims, metric, str(muon["run"].iloc[0])) if "run" in muon and len(muon) else None
+        value, low, high = interval or (float(last[metric]), float(last[metric]), float(last[metric]))
+        named = OWN_NAMES[metric].format(percent(abs(value)))
+        named = named.replace("longer", "shorter") if value < 0 else named
+        if interval is not None:
+            named += f" ({percent(low, signed=metric == 'muon_extra')} to {percent(high, signed=metric == 'muon_extra')})"
+        if low <= level.value < high:  # the interval straddles the level: these rounds cannot say which side
+            parts.append(f"{named}, an interval that holds {level.percent}: neither below nor above it (the model puts it {at})")
+            continue
+        reached = high <= level.value
         if (not pd.isna(crossing) and float(crossing) <= tokens) == reached:
             how = f"as the model says (it puts {level.percent} {at})"
         else:
             how = f"though the model puts {level.percent} {at}"
-        state = "below" if reached else "above"
-        named = OWN_NAMES[metric].format(percent(abs(value)))
-        parts.append(f"{named.replace('longer', 'shorter') if value < 0 else named}, {state} {level.percent}, {how}")
+        parts.append(f"{named}, {'below' if reached else 'above'} {level.percent}, {how}")
     if not parts:
         return ""
     return f"Measured at {count(tokens)} tokens per step, this device's largest: " + "; ".join(parts) + "."
@@ -326,7 +352,7 @@ def gpu_sections(data: ReportData, calibration: pd.DataFrame) -> list[dict]:
                 "predictions_intro": PREDICTIONS_INTRO,
                 "predictions_header": predictions_header,
                 "predictions_rows": predictions_rows,
-                "thresholds_intro": thresholds_intro(data.predictions, data.runs, thresholds, profile),
+                "thresholds_intro": thresholds_intro(data.predictions, data.runs, thresholds, profile, data.claims),
                 "thresholds_header": list(THRESHOLDS_HEADER),
                 "thresholds_rows": threshold_rows(thresholds),
             }

@@ -16,8 +16,9 @@ from muon_repro.report.plotting import save_figure, styled
 
 PROFILE_FIGURES = ("claims_by_profile",)
 PROFILE_CAPTIONS = {
-    "claims_by_profile": "Every claim measured on every hardware profile: the measured value with its 95% interval, one row "
-    "per profile, the values that agree with the claim shaded; the point's colour is the verdict.",
+    "claims_by_profile": "Every claim measured on every hardware profile: the measured value with its 95% interval (an "
+    "arrow where the interval has no end on that side), one row per profile, the values that agree with the claim shaded; "
+    "the point's colour is the verdict.",
 }
 VERDICT_COLORS = {
     "reproduced": "#009E73",
@@ -98,6 +99,10 @@ def _claim_panel(
         color = VERDICT_COLORS.get(str(rows.loc[p, "verdict"]), "#555555")
         xerr = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]] if math.isfinite(lo) and math.isfinite(hi) else None
         ax.errorbar([v], [y], xerr=xerr, fmt="o", color=color, capsize=2, markersize=4)
+        if math.isfinite(lo) != math.isfinite(hi):  # one-sided (a bound): from its end to the panel's edge, an arrow
+            end, edge = (lo, span_hi + pad) if math.isfinite(lo) else (hi, span_lo - pad)
+            ax.annotate("", xy=(edge, y), xytext=(end, y), arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1})
+            ax.plot([end, end], [y - 0.12, y + 0.12], color=color, lw=1)
     ax.set_yticks(ys, profiles, fontsize=style.SMALL_PT)
     ax.set_ylim(-0.6, len(profiles) - 0.4)
     ax.invert_yaxis()
