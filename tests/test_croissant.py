@@ -152,7 +152,7 @@ def test_verify_checks_croissant_names_every_table_with_its_sha256(bundle):
     failed = verify_bundle(bundle).failed
     assert "croissant.json: no recordSet for metrics/claims.parquet" in failed
     (bundle / CROISSANT_NAME).unlink()
-    assert check_croissant(bundle)[0].startswith("croissant.json: missing or not JSON")
+    assert check_croissant(bundle)[0].startswith("croissant.json: missing or not a JSON object")
 
 
 def test_a_column_without_a_croissant_type_is_refused_by_name(sources, tmp_path):  # noqa: F811

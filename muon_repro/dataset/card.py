@@ -19,8 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, rebuild_arguments, study_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
@@ -37,6 +35,7 @@ from muon_repro.dataset.tables_doc import TableDoc, configs_yaml, dataset_info_y
 from muon_repro.recipe import recipe_text
 from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
 from muon_repro.tables.files import human_size
+from muon_repro.yaml_text import dump_yaml, load_yaml
 
 CARD_NAME = "README.md"
 METHOD_DOC = "docs/method.md"  # every table column with its meaning; the card links each table to its section
@@ -241,7 +240,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "limitations": limits,
         "study_notice": study_notice(sizes),
         "meta": meta,
-        "metadata_yaml": yaml.safe_dump(card_metadata(meta, tables), sort_keys=False, allow_unicode=True, width=1000),
+        "metadata_yaml": dump_yaml(card_metadata(meta, tables)),
         "repo": meta.repo_id,
         "tag": meta.tag,
         "local_dir": f"{PurePosixPath(meta.repo_id).name}-{meta.tag}",
@@ -293,10 +292,7 @@ def read_card_metadata(text: str, source: str = CARD_NAME) -> dict[str, Any]:
     end = text.find("\n---\n", 4)
     if end < 0:
         raise ValueError(f"{source}: the YAML metadata block is not closed by a '---' line")
-    try:
-        meta = yaml.safe_load(text[4:end])
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{source}: the YAML metadata does not parse: {exc}") from exc
+    meta = load_yaml(text[4:end], f"{source} (its metadata block)")
     if not isinstance(meta, dict):
         raise ValueError(f"{source}: the YAML metadata is not a mapping")
     return meta

@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
-
 from muon_repro import __version__
 from muon_repro.dataset.meta import (
     ABSTRACT,
@@ -40,6 +38,7 @@ from muon_repro.study.sources import (
     STUDY_TITLE,
 )
 from muon_repro.study.sources import LICENSE as STUDY_LICENSE
+from muon_repro.yaml_text import dump_yaml, load_yaml
 
 CFF_NAME = "CITATION.cff"
 SHORT_SHA = 7  # as the Hub shows a commit in its citation
@@ -92,7 +91,7 @@ def citation_cff(meta: BundleMeta) -> str:
     if meta.code_url:
         doc["repository-code"] = meta.code_url
     header = "# Citation metadata for this dataset (https://citation-file-format.github.io).\n"
-    return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return header + dump_yaml(doc)
 
 
 def _person(name: str) -> dict[str, str]:
@@ -184,8 +183,8 @@ def read_citation(path: str | Path) -> BundleMeta:
     """The metadata a bundle's CITATION.cff was written from (ValueError naming the file and field otherwise)."""
     path = Path(path)
     try:
-        cff = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: unreadable ({exc}); rebuild the bundle with `muon-repro bundle`") from exc
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")

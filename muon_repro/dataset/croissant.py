@@ -27,6 +27,7 @@ from muon_repro.dataset.citation import bibtex
 from muon_repro.dataset.manifest import FileEntry
 from muon_repro.dataset.meta import ABSTRACT, TAGS, BundleMeta
 from muon_repro.dataset.tables_doc import ColumnDoc, TableDoc, describe_tables
+from muon_repro.rundir import SideFileError, load_json
 from muon_repro.tables.files import sha256_file
 
 CROISSANT_NAME = "croissant.json"
@@ -245,13 +246,10 @@ def croissant_json(meta: BundleMeta, files: Mapping[str, Path], digests: Sequenc
 def check_croissant(root: Path) -> list[str]:
     """Problems with ``root/croissant.json``: missing or unreadable, a table without its RecordSet and
     FileObject, or a FileObject whose sha256 is not its file's."""
-    path = root / CROISSANT_NAME
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return [f"{CROISSANT_NAME}: missing or not JSON ({exc})"]
-    if not isinstance(doc, dict):
-        return [f"{CROISSANT_NAME}: not a JSON object"]
+        doc = load_json(root / CROISSANT_NAME)  # size and depth limited: a download is a stranger's text
+    except SideFileError as exc:
+        return [f"{CROISSANT_NAME}: missing or not a JSON object ({exc.problem})"]
     problems = []
     distribution = [d for d in doc.get("distribution") or [] if isinstance(d, dict)]
     objects = {o.get("contentUrl"): o for o in distribution if o.get("@type") == "cr:FileObject"}
@@ -273,8 +271,8 @@ def croissant_fields(root: Path) -> dict[str, list[tuple[str, str]]]:
     """(column, Croissant data type) per record set of ``root/croissant.json``; empty if it is unreadable
     (:func:`check_croissant` reports that)."""
     try:
-        doc = json.loads((root / CROISSANT_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = load_json(root / CROISSANT_NAME)
+    except SideFileError:
         return {}
     out: dict[str, list[tuple[str, str]]] = {}
     for record_set in (doc.get("recordSet") or []) if isinstance(doc, dict) else []:

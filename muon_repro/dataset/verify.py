@@ -25,7 +25,6 @@ Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in t
 
 from __future__ import annotations
 
-import json
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -33,17 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from muon_repro.dataset.card import CARD_NAME, read_card_metadata
 from muon_repro.dataset.citation import CFF_NAME, read_citation, report_arguments
 from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_croissant, croissant_fields
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.naming import dataset_url
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
+from muon_repro.rundir import ENVIRONMENT_FILE, SideFileError, load_json
 from muon_repro.tables.files import list_files
 from muon_repro.terminal import shown
 from muon_repro.values import counted
+from muon_repro.yaml_text import load_yaml
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +80,7 @@ def _data_file_paths(config: dict[str, Any]) -> list[str]:
     for item in items:
         value = item.get("path") if isinstance(item, dict) else item
         paths += value if isinstance(value, list) else [value]
-    return [str(p) for p in paths]
+    return [p if isinstance(p, str) else f"<a {type(p).__name__}, not a path>" for p in paths]  # named, not expanded
 
 
 def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
@@ -101,11 +100,13 @@ def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
     except (OSError, ValueError) as exc:
         problems.append(str(exc))
     try:
-        cff = yaml.safe_load((root / CFF_NAME).read_text(encoding="utf-8"))
+        cff = load_yaml((root / CFF_NAME).read_text(encoding="utf-8"), CFF_NAME)
         if not isinstance(cff, dict) or "cff-version" not in cff:
             problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         problems.append(f"{CFF_NAME}: {exc}")
+    except ValueError as exc:  # names the file
+        problems.append(str(exc))
     if (root / CROISSANT_NAME).exists() or _manifest_lists(root, CROISSANT_NAME):
         problems += check_croissant(root)  # a bundle made before croissant.json existed lists none and has none
     return problems, meta
@@ -214,9 +215,9 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
     for path in paths:
         if path.startswith("traces/") and path.rsplit("/", 1)[-1] in RUN_FILES and path.endswith(".json"):
             try:
-                json.loads((root / path).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                report(f"{shown(path)}: not valid JSON: {exc}", False)
+                load_json(root / path)  # as the analysis reads it: depth and size limited
+            except SideFileError as exc:
+                report(f"{shown(path)}: {exc.problem}", False)
 
 
 def check_trace_index(root: Path, traces: list[str], report: Callable[[str, bool], None]) -> None:
@@ -378,16 +379,15 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
     ``source_sha256``). A run recorded from a changed tree whose digest is not the bundled source's fails: its code
     is nowhere. Runs recorded before runs recorded a digest are counted apart."""
     from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest
-    from muon_repro.rundir import ENVIRONMENT_FILE
 
     bundled = source_digest(root / "muon_repro") if (root / "muon_repro").is_dir() else None
     counts = {"commit": 0, "bundled": 0, "legacy": 0}
     lost: list[str] = []
     for path in sorted((root / "traces").rglob(ENVIRONMENT_FILE)):
         try:
-            env = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            report(f"source: {path.relative_to(root)}: unreadable ({_one_line(exc)})", False)
+            env = load_json(path)
+        except SideFileError as exc:
+            report(f"source: {path.relative_to(root)}: unreadable ({_one_line(exc.problem)})", False)
             continue
         digest, clean = env.get(SOURCE_DIGEST_FIELD), env.get("git_sha") and env.get("git_dirty") is False
         if bundled is not None and digest == bundled:

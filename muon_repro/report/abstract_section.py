@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.selection import pipeline_runs
 from muon_repro.report.study_section import study_sentence
+from muon_repro.yaml_text import load_yaml
 
 MAX_WORDS = 210
 CITATION_FILE = "CITATION.cff"
@@ -45,9 +45,9 @@ def citation(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        cff = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: unreadable ({exc}); rewrite it with `muon-repro card`") from exc
+        cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    except ValueError as exc:
+        raise ValueError(f"{exc}; rewrite it with `muon-repro card`") from None
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")
     authors = [

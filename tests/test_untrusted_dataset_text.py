@@ -1,0 +1,57 @@
+"""A downloaded dataset's YAML and JSON are a stranger's text: an alias bomb, deep nesting or a non-path are refused
+by name in time proportional to the file, and what we write has no alias to refuse."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from muon_repro.dataset.card import CARD_NAME
+from muon_repro.dataset.citation import CFF_NAME
+from muon_repro.dataset.croissant import CROISSANT_NAME, check_croissant
+from muon_repro.dataset.verify import check_card
+from muon_repro.yaml_text import dump_yaml, load_yaml
+
+# 9 levels of anchors, each doubling the one before: 332 bytes that safe_load expands to 2^9 leaves per use
+ALIAS_BOMB = "".join(f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]\n" if i else "l0: &l0 [x, x]\n" for i in range(9))
+
+
+def test_aliases_and_deep_nesting_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^README.md: the YAML does not parse at line 2, column 10: an alias \(\*name\)"):
+        load_yaml(ALIAS_BOMB, "README.md")
+    with pytest.raises(ValueError, match=r"^CITATION.cff: the YAML is nested too deeply"):
+        load_yaml("[" * 100_000, "CITATION.cff")
+    with pytest.raises(ValueError, match=r"more than the 1 MiB"):
+        load_yaml("a: b\n" * 300_000, "X")
+
+
+def test_what_we_write_has_no_alias_and_reads_back():
+    shared = {"path": ["metrics/runs.parquet"]}
+    text = dump_yaml({"configs": [{"data_files": shared}, {"data_files": shared}]})
+    assert "&" not in text and "*" not in text
+    assert load_yaml(text, "x") == {"configs": [{"data_files": shared}, {"data_files": shared}]}
+
+
+def test_verify_refuses_a_card_bomb_and_nested_files_in_proportion(tmp_path):
+    bomb = ALIAS_BOMB + "configs:\n- config_name: runs\n  data_files: [{path: *l8}]\n"
+    (tmp_path / CARD_NAME).write_text(f"---\n{bomb}---\n# card\n")
+    (tmp_path / CFF_NAME).write_text("[" * 100_000)
+    (tmp_path / CROISSANT_NAME).write_text("[" * 100_000)
+    started = time.perf_counter()
+    problems, meta = check_card(tmp_path)
+    assert time.perf_counter() - started < 5
+    assert meta is None
+    said = f"{CARD_NAME} (its metadata block): the YAML does not parse at line 2, column 10: an alias (*name)"
+    assert any(said in p for p in problems)
+    assert any(p.startswith(f"{CFF_NAME}: the YAML is nested too deeply") for p in problems)
+    assert any(p.startswith(f"{CROISSANT_NAME}: missing or not a JSON object (JSON nested deeper") for p in problems)
+
+
+def test_a_data_file_that_is_no_path_is_named_not_expanded(tmp_path):
+    card = "configs:\n- config_name: runs\n  data_files: [{path: [[a, b], {c: d}]}]\n"
+    (tmp_path / CARD_NAME).write_text(f"---\n{card}---\n# card\n")
+    problems, _ = check_card(tmp_path)
+    assert f"{CARD_NAME}: config 'runs' points at <a list, not a path>, which is not in the bundle" in problems
+    assert f"{CARD_NAME}: config 'runs' points at <a dict, not a path>, which is not in the bundle" in problems
+    assert check_croissant(tmp_path)[0].startswith(f"{CROISSANT_NAME}: missing or not a JSON object (cannot read")
