@@ -160,7 +160,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"muon-repro analyze: error: {failure.message}", file=sys.stderr)
     for incomplete in analysis.incomplete:
         print(f"muon-repro analyze: warning: {incomplete.message}", file=sys.stderr)
-    if not summaries and not analysis.has_records:
+    if not summaries and not analysis.has_records and not analysis.timed_runs:
         print("muon-repro analyze: no trace could be analyzed and no record found; nothing written", file=sys.stderr)
         return 1
     if not args.no_write:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muon_repro.tables.files import check_out_folder
+from muon_repro.tables.files import check_apart, check_out_folder
 
 _OUT_CHECKED = "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written."
 
@@ -70,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_figures(args: argparse.Namespace) -> int:
     from muon_repro.stages import figures
 
+    check_apart(args.out, f"--out {args.out}", [("--metrics", args.metrics)])
     check_out_folder(Path(args.out), f"--out {args.out}")
     for name, path in figures(args.metrics, args.out).items():
         print(f"{name:20s} {path} (+ .svg)")
@@ -83,6 +84,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     check_formats(formats, "--format")  # before anything is read or written
+    check_apart(args.out, f"--out {args.out}", [("--metrics", args.metrics), ("--figures", args.figures)])
     check_out_folder(Path(args.out), f"--out {args.out}")
     given = {k: getattr(args, k) for k in ("repo_id", "version", "date", "pretty_name") if getattr(args, k) is not None}
     meta = report_meta(args.metrics, authors=tuple(args.author or ()), **given)

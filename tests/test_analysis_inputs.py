@@ -322,3 +322,16 @@ def test_the_tables_of_a_complete_pair_read_back(tmp_path):
     tables = stages.analyze([tmp_path / "traces"], tmp_path / "metrics", workers=1)
     back = pd.read_parquet(tmp_path / "metrics" / "runs.parquet", dtype_backend="numpy_nullable")
     assert sorted(back["run"]) == sorted(tables["runs"]["run"]) == ["cpu-2c-gloo/g/adamw_dp2_tp1", "cpu-2c-gloo/g/muon_dp2_tp1"]
+
+
+def test_a_folder_of_runs_timed_without_traces_alone_is_analyzed(tmp_path, capsys):
+    """Runs whose every round was untraced (a step too large to trace) make runs-table rows of their own: a folder
+    holding only them was refused as holding no trace, and nothing was written."""
+    import shutil
+
+    run = Path(__file__).resolve().parents[1] / "traces" / "1xH200-nccl" / "single_device" / "muon_t256k"
+    shutil.copytree(run, tmp_path / "traces" / "1xH200-nccl" / "single_device" / "muon_t256k")
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics"), "--workers", "1"]) == 0
+    assert "no trace" not in capsys.readouterr().err
+    runs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet")
+    assert runs["run"].tolist() == ["1xH200-nccl/single_device/muon_t256k"] and runs["timed_step_ms"].notna().all()

@@ -230,3 +230,10 @@ def test_a_table_copied_over_another_is_refused_by_both_names(tmp_path):
     shutil.copy(REPO / "metrics" / "ranks.parquet", tmp_path / "runs.parquet")
     with pytest.raises(ValueError, match=r"runs\.parquet holds the 'ranks' table, not 'runs': a file copied over another"):
         read_table(tmp_path / "runs.parquet", "runs", check_set=False)
+
+
+def test_a_stamp_nested_too_deeply_reads_as_none():
+    """A table whose stamp metadata is a stranger's deep JSON is unstamped, not a RecursionError in report."""
+    from muon_repro.tables.stamp import ATTRS_METADATA_KEY, table_stamp
+
+    assert table_stamp({ATTRS_METADATA_KEY: b"[" * 100_000}) == {}

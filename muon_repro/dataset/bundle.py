@@ -40,7 +40,15 @@ from muon_repro.dataset.manifest import (
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.run_info import is_trace
 from muon_repro.provenance import is_generated
-from muon_repro.tables.files import check_out_folder, check_replaceable, list_files, sha256_file, staged_dir, write_atomic
+from muon_repro.tables.files import (
+    check_apart,
+    check_out_folder,
+    check_replaceable,
+    list_files,
+    sha256_file,
+    staged_dir,
+    write_atomic,
+)
 
 DEFAULT_OUT = Path("dist/dataset")
 REQUIRED = ("traces", "metrics")
@@ -124,11 +132,7 @@ def _source_paths(sources: Sources) -> list[tuple[str, Path]]:
 
 
 def _check_out(out: Path, sources: Sources) -> None:
-    resolved = out.resolve()
-    for name, path in _source_paths(sources):
-        src = path.resolve()
-        if resolved == src or src in resolved.parents or resolved in src.parents:
-            raise ValueError(f"--out {out} overlaps the source {path} (--{name.replace('_', '-')}); choose another folder")
+    check_apart(out, f"--out {out}", ((f"--{name.replace('_', '-')}", path) for name, path in _source_paths(sources)))
     check_out_folder(out, f"--out {out}", replaced_whole=True)  # a file, a path under a file, a read-only place
     # Never replace a folder that is not a previous bundle (it may hold someone's work), nor a checkout.
     check_replaceable(

@@ -13,7 +13,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -430,6 +430,16 @@ def check_replaceable(
         f"{label} is a folder {writer} did not write ({why_not_ours}), and it would be replaced whole: nothing in it "
         f"was touched; choose an empty or new folder{or_force}"
     )
+
+
+def check_apart(out: str | Path, label: str, inputs: Iterable[tuple[str, str | Path]]) -> None:
+    """Refuse an output folder (named ``label``) that is, holds or lies inside one of the ``inputs`` (option, path):
+    what is written would mix with what is read, and a later read would find it."""
+    resolved = Path(out).resolve()
+    for option, path in inputs:
+        source = Path(path).resolve()
+        if resolved == source or source in resolved.parents or resolved in source.parents:
+            raise ValueError(f"{label} overlaps the source {path} ({option}); choose another folder")
 
 
 def check_out_folder(out: str | Path, label: str, *, replaced_whole: bool = False) -> None:

@@ -41,7 +41,7 @@ def table_stamp(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
     raw = (metadata or {}).get(ATTRS_METADATA_KEY)
     try:
         attrs = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not our stamp (a foreign or damaged file): unstamped
         return {}
     return {k: str(v) for k, v in attrs.items() if k in (GENERATION_KEY, CSV_SHA256_KEY)} if isinstance(attrs, dict) else {}
 
