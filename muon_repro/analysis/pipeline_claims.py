@@ -139,11 +139,14 @@ def bubble_hides_step(t: ProfileTables) -> Measurement | str:
     said = ", ".join(
         f"stage {stage} {row['optimizer_ms']:.0f} / {row['drain_idle_ms']:.0f}" for stage, row in stage_means.iterrows()
     )
+    # under 1F1B stage 0 is never idle in the drain: the value cannot fall below its step over the stages' mean
+    floor = float(stage_means["optimizer_ms"].iloc[0] / stage_means["optimizer_ms"].mean())
+    quoted["stage0_over_mean_ratio"] = floor
     explanation = (
         f"{deepest['name']}, {int(deepest['micro_batches'])} micro-batches, {len(shares)} rounds. Per stage, optimizer "
         f"step / idle after its last backward (ms): {said}. "
         + (
-            "Stage 0 ends the drain, so its step is paid whole; the bubble hides only later stages' steps."
+            f"Stage 0 ends the drain, so its step is paid whole: the value cannot fall below {floor:.2f}, its step over the mean."
             if paid_by == 0
             else f"Stage {paid_by}'s optimizer step outlasts its idle time the most: it sets what the step pays."
         )
