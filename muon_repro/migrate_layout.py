@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,17 +179,26 @@ def _remove_emptied(moves: list[Move]) -> None:
             old.rmdir()
 
 
-def stale_record_rows(traces: Path, moves: list[Move]) -> dict[Path, int]:
+def stale_record_rows(traces: Path, moves: list[Move], unreadable: dict[Path, str] | None = None) -> dict[Path, int]:
     """The cost model's predictions records under ``traces`` (either layout) whose ``path`` column names a
-    folder that ``moves`` take away, with how many of their rows do."""
+    folder that ``moves`` take away, with how many of their rows do. A record that cannot be read (not UTF-8,
+    a field over the csv module's limit, not a file) goes into ``unreadable`` with why; without it, a ValueError
+    names the record. The check only informs: it runs after the moves, which a damaged record must not undo."""
     traces = Path(traces)
     moved = [m.source.relative_to(traces).parts for m in moves]
     stale: dict[Path, int] = {}
     for record in sorted(
         {*traces.glob(f"{COSTMODEL_DIR}/{PREDICTIONS_FILE}"), *traces.glob(f"*/{COSTMODEL_DIR}/{PREDICTIONS_FILE}")}
     ):
-        with open(record, newline="", encoding="utf-8") as f:
-            rows = sum(_names_moved(row.get("path") or "", traces.name, moved) for row in csv.DictReader(f))
+        try:
+            with open(record, newline="", encoding="utf-8") as f:
+                rows = sum(_names_moved(row.get("path") or "", traces.name, moved) for row in csv.DictReader(f))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"not a readable CSV record ({exc})"
+            if unreadable is None:
+                raise ValueError(f"{record}: {why}") from None
+            unreadable[record] = why
+            continue
         if rows:
             stale[record] = rows
     return stale
@@ -227,8 +237,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{'would move' if args.dry_run else 'move'} {move.source} -> {move.target}")
     if not args.dry_run:
         migrate(moves)
-    stale = stale_record_rows(args.traces, moves)  # after the moves: a moved costmodel folder's records in their new place
+    unreadable: dict[Path, str] = {}
+    # after the moves: a moved costmodel folder's records in their new place
+    stale = stale_record_rows(args.traces, moves, unreadable)
     print(f"{len(moves)} folder(s) {'to move' if args.dry_run else 'moved'}" + ("" if moves else ": nothing in the old layout"))
+    for record, why in unreadable.items():
+        print(
+            f"muon-repro migrate-layout: warning: could not check {record} for rows naming a moved folder: {why}; "
+            f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again",
+            file=sys.stderr,
+        )
     for record, rows in stale.items():
         print(
             f"note: {rows} row(s) of {record} name their run's old folder in the 'path' column (their numbers hold); "

@@ -222,7 +222,7 @@ def load_json(path: Path) -> dict[str, Any]:
         value = _TOO_DEEP
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
         raise SideFileError(path, f"not valid JSON: {exc}") from None
-    if value is _TOO_DEEP or _nested_deeper(value, MAX_SIDE_FILE_DEPTH):
+    if value is _TOO_DEEP or nested_deeper(value, MAX_SIDE_FILE_DEPTH):
         raise SideFileError(
             path, f"JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels, the limit for a side file (ours nest 5): not a record"
         )
@@ -234,7 +234,7 @@ def load_json(path: Path) -> dict[str, Any]:
 _TOO_DEEP = object()  # json.loads gave up: deeper than Python's recursion limit
 
 
-def _nested_deeper(value: Any, limit: int) -> bool:
+def nested_deeper(value: Any, limit: int) -> bool:
     """Whether ``value`` nests lists and dicts more than ``limit`` levels (iterative: no recursion)."""
     stack = [(value, 1)]
     while stack:

@@ -160,6 +160,9 @@ class MachineProfile:
             if getattr(self, name) is not None:
                 ranges.KERNEL_GBPS.check(name, getattr(self, name))
         ranges.check_count("ranks_per_node", self.ranks_per_node, 1, nullable=True)
+        for name, shape in (("efficiency", '{"matmul": 0.7, ...}'), ("calibration", "what `muon-repro calibrate` wrote")):
+            if not isinstance(getattr(self, name), Mapping):  # read as objects below and by every prediction
+                raise ProfileError(f"{name} must be a JSON object ({shape}), got {type(getattr(self, name)).__name__}")
         if not self.collectives and self.calibration.get("ranks") != [1]:
             raise ProfileError(
                 "collectives must list at least one fit (only a profile calibrated on one device alone, --ranks 1, has none)"

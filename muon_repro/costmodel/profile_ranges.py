@@ -33,7 +33,8 @@ class Range:
     why: str
 
     def check(self, name: str, value: Any) -> None:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        # an int is compared exactly: math.isfinite would convert it to a float, which overflows past 1e308
+        ok = is_int(value) or (isinstance(value, float) and math.isfinite(value))
         if not (ok and self.low <= value <= self.high):
             raise ProfileError(
                 f"{name} must be a number in [{self.low:g}, {self.high:g}] {self.unit} ({self.why}), got {value!r}; "

@@ -91,7 +91,7 @@ def run_fit(args: argparse.Namespace) -> int:
     folder = study_folder(args.traces)
     if not folder.is_dir():
         raise ValueError(f"{folder}: no traces of the original study; bring them in with `muon-repro study import`")
-    tables = study_tables([folder])
+    tables = study_tables([folder], thresholds_record=False)  # the old record is replaced, never read: it may be damaged
     datasheet = resolve_profile(STUDY_MACHINE)
     fit = fit_study_factors(study_quantities(tables["study_steps"], tables["study_collectives"]), datasheet)
     shift = study_threshold_shift(apply_fit(datasheet, fit), datasheet)

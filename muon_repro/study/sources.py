@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,11 +145,16 @@ def _published_bytes(src: Path) -> bytes:
     """The file as published (uncompressed), read within :data:`MAX_FILE_BYTES`."""
     if src.is_symlink() or not src.is_file():
         raise ValueError(f"{src}: not a regular file; point --from at a copy of the study's repository")
-    with open(src, "rb") as fh:
-        head = fh.read(2)
-    opener: Callable = gzip.open if head == b"\x1f\x8b" else open
-    with opener(src, "rb") as fh:
-        data = fh.read(MAX_FILE_BYTES + 1)
+    opener: Callable = open
+    try:
+        with open(src, "rb") as fh:
+            head = fh.read(2)
+        opener = gzip.open if head == b"\x1f\x8b" else open
+        with opener(src, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; a cut-off download ends in EOFError
+        what = "a damaged or cut-off gzip file" if opener is gzip.open else "unreadable"
+        raise ValueError(f"{src}: {what} ({exc}); download it again from {HUB_REPO}") from None
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{src}: more than {MAX_FILE_BYTES:,} bytes uncompressed; the study's traces are far smaller")
     return data
@@ -226,6 +232,12 @@ def import_study(source: str | Path, traces_root: str | Path = "traces") -> Impo
         and all((folder / n).read_bytes() == b for n, b in contents.items())
     ):
         return ImportResult(folder, False, tuple(sorted(contents)))
+    # a file where a folder of the path goes would fail mid-swap, leaving a staged folder behind
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ValueError(
+            f"{blocker} is a file, not a folder; the traces go into {folder}: move the file away or give another traces folder"
+        )
     folder.parent.mkdir(parents=True, exist_ok=True)
     with staged_dir(folder) as stage:
         for name, data in contents.items():

@@ -140,8 +140,10 @@ def _file_rank(file: Path) -> int:
 ORIGINAL, RECORDED_HERE = "the original study", "muon_repro"
 
 
-def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
-    """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none)."""
+def study_tables(paths: Iterable[str | Path], *, thresholds_record: bool = True) -> dict[str, pd.DataFrame]:
+    """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none).
+    ``thresholds_record=False`` leaves ``study_costmodel_thresholds`` empty, unread: ``muon-repro study fit``,
+    which writes that record, must not depend on the old one."""
     found = recordings(paths)
     if not found:
         return {name: SCHEMAS[name].empty() for name in TABLES}
@@ -186,7 +188,9 @@ def study_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
         tables["study_costmodel"] = study_costmodel_table(original["study_steps"], original["study_collectives"])
     else:
         tables["study_costmodel"] = SCHEMAS["study_costmodel"].empty()
-    tables["study_costmodel_thresholds"] = _threshold_record(study_folders(paths))
+    tables["study_costmodel_thresholds"] = (
+        _threshold_record(study_folders(paths)) if thresholds_record else SCHEMAS["study_costmodel_thresholds"].empty()
+    )
     return tables
 
 
@@ -202,11 +206,26 @@ def thresholds_record_path(study_dir: Path) -> Path:
 def _threshold_record(folders: list[Path]) -> pd.DataFrame:
     """The threshold shift recorded by ``muon-repro study fit`` (it needs torch for the shard plans; the
     analysis does not), empty when it was not recorded."""
+    schema = SCHEMAS["study_costmodel_thresholds"]
     for folder in folders:
         path = thresholds_record_path(folder)
         if path.is_file():
-            return pd.read_csv(path)
-    return SCHEMAS["study_costmodel_thresholds"].empty()
+            return _read_threshold_record(path, schema.names)
+    return schema.empty()
+
+
+def _read_threshold_record(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The record at ``path``, or a ValueError naming it (damaged, or another version's columns): ``study fit`` writes
+    a header and a row per threshold, so anything else is a damaged record, to write again rather than to guess at."""
+    again = "run `muon-repro study fit` again to write it"
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:  # pandas' EmptyDataError and ParserError, UnicodeDecodeError: ValueErrors
+        raise ValueError(f"{path}: not a readable study_costmodel_thresholds record ({exc}); {again}") from None
+    missing, unknown = [c for c in columns if c not in frame.columns], [c for c in frame.columns if c not in columns]
+    if missing or unknown:
+        raise ValueError(f"{path}: columns missing {missing}, unknown {unknown} for study_costmodel_thresholds; {again}")
+    return frame
 
 
 TABLES = (
