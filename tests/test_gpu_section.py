@@ -217,6 +217,8 @@ def test_a_level_inside_the_claims_interval_is_neither_crossed_nor_not():
                 "profile": PROFILE,
                 "claim_id": ["optimizer_share", "latency_overhead"],
                 "conditions": [f"{muon_run} (nccl on cuda, 1 rank)", f"{muon_run} (nccl on cuda); adamw"],
+                "unit_kind": ["fraction", "change"],
+                "rounds": 2,
                 "measured_value": [0.048, 0.05],
                 "measured_low": [low, low],
                 "measured_high": [high, high],
@@ -226,8 +228,9 @@ def test_a_level_inside_the_claims_interval_is_neither_crossed_nor_not():
     runs = _runs()
     assert muon_run in set(runs["run"])
     straddles = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(-0.09, 0.19))
-    assert "share 4.8% (-9% to 19%), an interval that holds 1.1%: neither below nor above it" in straddles
+    said = "share 4.8% (interval uninformative at 2 rounds: it reaches below 0%), an interval that holds 1.1%: neither"
+    assert said in straddles
     assert "though the model" not in straddles
     above = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(0.04, 0.06))
-    assert "share 4.8% (4% to 6%), above 1.1%, as the model says" in above
-    assert "step 5% longer than AdamW's (+4% to +6%), above 3%, though the model puts 3% at 150k" in above
+    assert "share 4.8% (4.0–6.0%), above 1.1%, as the model says" in above
+    assert "step over AdamW's +5.0% (+4.0% to +6.0%), above 3%, though the model puts 3% at 150k" in above

@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
 from muon_repro.phases import NEWTON_SCHULZ, NS_METHODS
 from muon_repro.report import style
+from muon_repro.report.claims_section import claim_measured
 from muon_repro.report.data import ReportData
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import count, ms, percent
@@ -285,15 +286,21 @@ OWN_NAMES = {"optimizer_share": "Muon's optimizer share {}", "muon_extra": "Muon
 OWN_CLAIMS = {"optimizer_share": "optimizer_share", "muon_extra": "latency_overhead"}  # the claim measuring each metric
 
 
-def _claimed_interval(claims: pd.DataFrame | None, metric: str, muon_run: str) -> tuple[float, float, float] | None:
-    """The claims table's value and 95% interval of ``metric`` when its claim was measured on ``muon_run``: the
-    number the report states is the table's, and the interval says whether the level was crossed."""
+CLAIM_LABELS = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon's step over AdamW's"}
+
+
+def _claim_row(claims: pd.DataFrame | None, metric: str, muon_run: str) -> pd.Series | None:
+    """The claims table's row measuring ``metric`` on ``muon_run`` with a two-sided interval: the number the report
+    states is the table's, and the interval says whether the level was crossed."""
     if claims is None or claims.empty:
         return None
-    row = claims[(claims["claim_id"].astype(str) == OWN_CLAIMS[metric]) & claims["conditions"].astype(str).str.contains(muon_run)]
-    if row.empty or row[["measured_low", "measured_high"]].isna().any(axis=None):
+    rows = claims[
+        (claims["claim_id"].astype(str) == OWN_CLAIMS[metric])
+        & claims["conditions"].astype(str).str.contains(muon_run, regex=False)
+    ]
+    if rows.empty or rows[["measured_value", "measured_low", "measured_high"]].isna().any(axis=None):
         return None
-    return tuple(float(row[c].iloc[0]) for c in ("measured_value", "measured_low", "measured_high"))
+    return rows.iloc[0]
 
 
 def own_crossings(runs: pd.DataFrame, own: pd.DataFrame, claims: pd.DataFrame | None = None) -> str:
@@ -315,12 +322,14 @@ def own_crossings(runs: pd.DataFrame, own: pd.DataFrame, claims: pd.DataFrame | 
             continue
         crossing = row["tokens_per_step"].iloc[0]
         at = "beyond its grid" if pd.isna(crossing) else f"at {count(crossing)}"
-        interval = _claimed_interval(claims, metric, str(muon["run"].iloc[0])) if "run" in muon and len(muon) else None
-        value, low, high = interval or (float(last[metric]), float(last[metric]), float(last[metric]))
-        named = OWN_NAMES[metric].format(percent(abs(value)))
-        named = named.replace("longer", "shorter") if value < 0 else named
-        if interval is not None:
-            named += f" ({percent(low, signed=metric == 'muon_extra')} to {percent(high, signed=metric == 'muon_extra')})"
+        claim = _claim_row(claims, metric, str(muon["run"].iloc[0])) if "run" in muon and len(muon) else None
+        if claim is not None:
+            value, low, high = (float(claim[c]) for c in ("measured_value", "measured_low", "measured_high"))
+            named = f"{CLAIM_LABELS[metric]} {claim_measured(claim)}"
+        else:  # no claim measured on this run: the runs table's point value
+            value = low = high = float(last[metric])
+            named = OWN_NAMES[metric].format(percent(abs(value)))
+            named = named.replace("longer", "shorter") if value < 0 else named
         if low <= level.value < high:  # the interval straddles the level: these rounds cannot say which side
             parts.append(f"{named}, an interval that holds {level.percent}: neither below nor above it (the model puts it {at})")
             continue
