@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.claim_inputs import (
@@ -28,7 +27,7 @@ from muon_repro.analysis.estimators import muon_extra, time_ratio
 from muon_repro.analysis.estimators import optimizer_share as estimated_share
 from muon_repro.analysis.leading_claim import leading_steps_claim
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
-from muon_repro.analysis.rounds import geometric_mean, paired_ratio_interval
+from muon_repro.analysis.rounds import closest_rival_ratio, geometric_mean
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
@@ -177,7 +176,7 @@ def hybrid(t: ProfileTables) -> Measurement | str:
     check_same_work(h, d)
     check_same_work(h, p)
     x, y, z = t.paired("step_ms", "max", h, d, p)
-    value, low, high = paired_ratio_interval(x, np.minimum(y, z))
+    (value, low, high), _ = closest_rival_ratio(x, [y, z])  # over the faster of DP4 and TP4
     tp_ms = t.phase_mean(h, MODEL_COMM_PHASES[0], "ms_per_step")
     _, how = _step_column(t, h, d, p)
     # The times the ratio is made of: each run's per-round medians, averaged as the ratio is (geometric mean).
