@@ -103,8 +103,9 @@ FIGURE_CAPTIONS = {
     f"study's ~{STUDY_SHARE.percent}.",
     "state_memory": "Optimizer-state memory per rank (steady state) and Muon's transient gather buffers.",
     "bytes_by_layout": "Optimizer bytes per rank per step by ZeRO-1 layout: analytic model, run-time ledger and trace.",
-    "grid_comparison": "Step time per DP × TP process grid, timed without the profiler where the runs have such steps "
-    "(as the claims read it): which grid wins, and by how much.",
+    "grid_comparison": "Step time per DP × TP process grid: each run's median step, timed without the profiler where "
+    "the runs have such steps (runs.timed_step_ms, no interval drawn); which grid wins, and by how much. The claims "
+    "pair the grids round by round instead, with an interval (claims: hybrid_beats_pure).",
     "timeline": "One step of every rank from the traces, phase by phase: Muon's gathers, Newton-Schulz and shards as the run "
     "issued them.",
     "loss": "Training loss per step over the profiled steps, which follow the steps timed without the profiler, Muon vs AdamW.",

@@ -326,12 +326,13 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
             runner_up = sorted(ys)[1]
             verdicts.append(
                 f"{style.OPTIMIZER_LABELS[opt]}: {style.grid_label(*present[best])} fastest, "
-                f"{100 * (1 - ys[best] / runner_up):.0f}% faster than the next"
+                f"{100 * (1 - ys[best] / runner_up):.0f}% faster than the next by these medians"
             )
     ax.set_xticks(range(len(present_grids)), [style.grid_label(dp, tp) for dp, tp in present_grids])
     set_min_span(ax, 0, len(present_grids) - 1)
     ax.set_xlabel(f"process grid ({world} ranks)")
-    ax.set_ylabel("step time (ms)\nwithout the profiler" if timed else "step time (ms), profiled\nmedian, whiskers p10–p90")
+    timed_label = "median step time (ms)\nwithout the profiler, no interval"
+    ax.set_ylabel(timed_label if timed else "step time (ms), profiled\nmedian, whiskers p10–p90")
     ax.grid(axis="x", visible=False)
     handles = [Patch(color=style.OPTIMIZER_COLORS[o], label=style.OPTIMIZER_LABELS[o]) for o in optimizers]
     if repeated:

@@ -31,7 +31,7 @@ from muon_repro.report.claims_section import claim_measured
 from muon_repro.report.data import ReportData
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import count, ms, percent
-from muon_repro.report.plotting import add_legend, add_title, new_figure, plain_log_ticks, save_figure, show_no_data, styled
+from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, show_no_data, styled
 from muon_repro.report.regimes_section import LEVEL_LINES, THRESHOLDS_HEADER, draw_claimed_level, threshold_rows
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
@@ -413,11 +413,23 @@ def one_device_only(runs: pd.DataFrame) -> bool:
     return len(runs) > 0 and bool(((runs["dp"] == 1) & (runs["tp"] == 1)).all())
 
 
+def _share_intervals(runs: pd.DataFrame, tokens: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """The runs table's 95% interval of Muon's optimizer share on one device at each of ``tokens`` (None without)."""
+    if not {"optimizer_share_low", "optimizer_share_high"} <= set(runs.columns):
+        return None
+    one = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 1) & (runs["tp"] == 1)].drop_duplicates("tokens_per_step")
+    by_tokens = one.set_index("tokens_per_step")
+    bounds = [
+        by_tokens.reindex(tokens.to_numpy())[c].astype(float).to_numpy() for c in ("optimizer_share_low", "optimizer_share_high")
+    ]
+    return None if np.isnan(bounds[0]).all() else (bounds[0], bounds[1])
+
+
 @styled
 def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted."""
     points = single_device_pairs(runs)
-    fig, axes = new_figure(2.9, ncols=2)
+    fig, axes = new_figure(3.6, ncols=2)
     if points.empty:
         for ax in axes:
             show_no_data(ax, "no Muon and AdamW pair on one device in these tables")
@@ -429,10 +441,14 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         ("optimizer_share", "optimizer step / step time", False),
         ("muon_extra", "Muon step / AdamW step - 1", True),
     )
+    shares = _share_intervals(runs, points["tokens_per_step"])
     for ax, (column, label, signed) in zip(axes, panels):
         x = points["tokens_per_step"].to_numpy(float)
         y = points[column].to_numpy(float)
         ax.plot(x, 100 * y, "o", color=style.OPTIMIZER_COLORS["muon"], zorder=3)
+        if column == "optimizer_share" and shares is not None:  # the runs table's 95% intervals (linear axis: an
+            low, high = shares  # interval of few rounds can reach below 0)
+            ax.errorbar(x, 100 * y, yerr=[100 * (y - low), 100 * (high - y)], fmt="none", color=style.OPTIMIZER_COLORS["muon"])
         for xi, yi in zip(x, y):
             ax.annotate(
                 percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=style.SMALL_PT
@@ -441,20 +457,19 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
         draw_claimed_level(ax, column, labels=False, color="black")  # this quantity's claim, on its axis only
         ax.set_xscale("log")
-        ax.set_yscale("log")
-        plain_log_ticks(ax, "y")
         ax.set_xlabel("tokens per step")
         ax.set_ylabel(f"{label} (%)")
         ticks = np.array(sorted(set(x)))
-        ax.set_xticks(ticks, [count(t) for t in ticks])
+        ax.set_xticks(ticks, [count(t) for t in ticks], rotation=35)
         ax.minorticks_off()
     handles = [
         Line2D([], [], marker="o", ls="", color=style.OPTIMIZER_COLORS["muon"], label="measured (timed steps)"),
+        Line2D([], [], marker="", ls="-", color=style.OPTIMIZER_COLORS["muon"], label="share's 95% interval (the extra: none)"),
         Line2D([], [], ls="-", color="#444444", label="cost model, this device"),
         Line2D([], [], ls=LEVEL_LINES[STUDY_SHARE], color="black", label=STUDY_SHARE.label),
         Line2D([], [], ls=LEVEL_LINES[PAPER_LATENCY], color="black", label=PAPER_LATENCY.label),
     ]
-    add_legend(axes[1], handles)
+    bottom = legend_below(fig, handles, ncol=3)  # under the panels: each panel keeps the figure's half width
     last = points.iloc[-1]
     add_title(
         fig,
@@ -462,5 +477,6 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         f"At {count(last['tokens_per_step'])} tokens per step Muon's optimizer step is "
         f"{percent(last['optimizer_share'])} of its step, and its step {percent(last['muon_extra'])} longer than "
         "AdamW's; both fall as tokens per step grow.",
+        bottom_in=bottom,
     )
     return save_figure(fig, out)

@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import PercentFormatter
 
 from muon_repro.report import style
 from muon_repro.report.plotting import save_figure, styled
@@ -27,6 +28,9 @@ VERDICT_COLORS = {
     "not comparable here": "#56B4E9",
     "unequal work": "#CC79A7",
 }
+
+
+AXIS_LABELS = {"ratio": "ratio (×)", "fraction": "fraction (%)", "change": "change (%)"}  # by claims.unit_kind
 
 
 def region_bounds(row: pd.Series) -> tuple[float, float]:
@@ -107,5 +111,9 @@ def _claim_panel(
     ax.set_ylim(-0.6, len(profiles) - 0.4)
     ax.invert_yaxis()
     ax.set_title(claim_id, fontsize=style.SMALL_PT)
+    kind = str(rows["unit_kind"].iloc[0]) if "unit_kind" in rows.columns and len(rows) else "ratio"
+    if kind in ("fraction", "change"):  # the claims table's fractions, read as the report writes them
+        ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    ax.set_xlabel(AXIS_LABELS.get(kind, kind), fontsize=style.SMALL_PT)
     ax.tick_params(axis="x", labelsize=style.SMALL_PT)
     ax.grid(axis="x", alpha=0.3)

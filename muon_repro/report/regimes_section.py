@@ -447,7 +447,7 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
 @styled
 def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> Path:
     """Muon's predicted extra step time on hardware we do not have, and 7B scaled out."""
-    fig, axes = new_figure(4.0, 2)
+    fig, axes = new_figure(5.4, 2)  # a four-line takeaway and a six-line legend leave the panels room
     grid = model[model["kind"] == "profile"]
     scale = model[model["kind"] == "scale_out"].sort_values("gpus")
     if grid.empty and scale.empty:

@@ -264,7 +264,7 @@ STUDY_FIGURES = ("study_numbers",)
 STUDY_CAPTIONS = {
     "study_numbers": "The original study's published numbers, rebuilt from its traces by its method, split into the "
     "event categories its sums hold (left: communication, ms over the 5-step trace of rank 0; right: the optimizer, ms), "
-    "beside our per-step measure of the same quantity times 5 (black bar).",
+    "beside the GPU time of the same work, per step times 5 (black bar: study_method.measured_per_step).",
 }
 # Which published numbers each panel shows, top to bottom.
 PANELS = (
@@ -291,7 +291,7 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
     """Per panel, one stacked bar per published number (its summed events by category) and our measure x 5."""
     if method.empty:
         raise ValueError("study_numbers: the study_method table is empty (import the study: muon-repro study import)")
-    fig, axes = new_figure(3.3, ncols=2)
+    fig, axes = new_figure(5.6, ncols=2)  # room for two-line labels above a legend of up to 7 rows
     by_id = method.set_index("number_id")
     seen: dict[str, str] = {}  # legend label -> colour, in the order drawn
     for ax, (title, ids) in zip(axes, PANELS):
@@ -307,7 +307,7 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
                 left += ms
             ours = by_id.loc[number_id, "measured_per_step"]
             if pd.notna(ours):
-                seen["ours: GPU time per step (study_method.measured_per_step) x 5"] = "black"
+                seen["ours: GPU time of the same work x 5"] = "black"
                 ax.barh(yi - 0.18, STEPS * float(ours), height=0.34, color="black")
             ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=style.SMALL_PT)
         ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=style.SMALL_PT)
