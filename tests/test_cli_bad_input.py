@@ -175,6 +175,10 @@ def test_converge_hf_download_failure_says_offline_and_the_shipped_corpus(tmp_pa
         (["--muon-lrs", "-1"], "--muon-lrs must be a positive number"),
         (["--adamw-lrs", "1e-3,1e-3"], "--adamw-lrs repeats a value"),
         (["--seeds", "0"], "--seeds must be a positive integer"),
+        # the model and vocabulary, refused before a worker starts (each worker's traceback, a 4.5 TB allocation)
+        (["--vocab", "99999999999"], "--vocab must be an integer from 257 to 16,777,216, got 99999999999"),
+        (["--hidden", "7", "--heads", "2"], "GPTConfig.hidden=7 is not divisible by n_heads=2"),
+        (["--tp", "3"], "--hidden=128 is not divisible by --tp=3"),
     ],
 )
 def test_converge_errors_name_the_flags_not_the_fields(tmp_path, flags, named, capsys):
@@ -182,6 +186,17 @@ def test_converge_errors_name_the_flags_not_the_fields(tmp_path, flags, named, c
     err = _refused(["converge", "--out", str(out), "--no-progress", *flags], capsys)
     assert named in err and "ConvergeConfig" not in err and "ConvergePlan" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_regimes_records_only_without_runs_is_refused_before_calibrating(tmp_path, capsys):
+    """--records-only records nothing: with no run under --out it calibrated for a minute, then priced none."""
+    from muon_repro.cli import main
+
+    out = tmp_path / "nowhere"
+    assert main(["regimes", "--records-only", "--out", str(out), "--profile", "cpu-test"]) == 2
+    err = capsys.readouterr().err
+    assert f"--records-only prices the runs recorded under {out / 'cpu-test'}, and there are none" in err
+    assert "calibrating" not in err and not (out / "cpu-test" / "costmodel").exists()
 
 
 def test_regimes_records_only_with_force_is_refused_before_calibrating(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""A downloaded dataset's YAML and JSON are a stranger's text: an alias bomb, deep nesting or a non-path are refused
-by name in time proportional to the file, and what we write has no alias to refuse."""
+"""A downloaded dataset's YAML, JSON and manifest are a stranger's text: an alias bomb, deep nesting, a non-path or a
+size of thousands of digits is refused by name in time proportional to the file, and what we write has no alias."""
 
 from __future__ import annotations
 
@@ -55,3 +55,13 @@ def test_a_data_file_that_is_no_path_is_named_not_expanded(tmp_path):
     assert f"{CARD_NAME}: config 'runs' points at <a list, not a path>, which is not in the bundle" in problems
     assert f"{CARD_NAME}: config 'runs' points at <a dict, not a path>, which is not in the bundle" in problems
     assert check_croissant(tmp_path)[0].startswith(f"{CROISSANT_NAME}: missing or not a JSON object (cannot read")
+
+
+def test_a_manifest_names_the_path_listed_twice_and_refuses_a_size_of_thousands_of_digits():
+    from muon_repro.dataset.manifest import parse_manifest
+
+    line = "a" * 64 + "  1  metrics/runs.parquet\n"
+    with pytest.raises(ValueError, match=r"^MANIFEST.sha256: metrics/runs.parquet is listed twice"):
+        parse_manifest(line * 2)
+    with pytest.raises(ValueError, match=r"^MANIFEST.sha256, line 1: expected '<sha256>  <size>  <path>'"):
+        parse_manifest("a" * 64 + "  " + "9" * 5000 + "  x.txt\n")  # int() refuses past 4,300 digits, unnamed

@@ -44,6 +44,7 @@ _FLAG_OF_FIELD = {
     "ConvergeConfig.lr": "--muon-lrs",
     "ConvergePlan.lrs['muon']": "--muon-lrs",
     "ConvergePlan.lrs['adamw']": "--adamw-lrs",
+    "ConvergeConfig.vocab_size": "--vocab",
 }
 _FIELD = re.compile(r"Converge(?:Config|Plan)\.\w+(?:\['\w+'\])?")
 
@@ -193,6 +194,7 @@ def _run(args: argparse.Namespace) -> int:
             group=args.group,
             adamw_budgets=tuple(args.adamw_budgets),
         )
+        base.check_model(args.vocab)  # before any worker starts: a shape refused there is a traceback per rank
     except ValueError as exc:  # the configuration's own checks name its fields: name the flags they come from
         raise ValueError(_flags_named(str(exc))) from None
     backend = args.backend or default_backend(base.world_size)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from muon_repro.run_records import RECORD_INT_RANGES
 from muon_repro.values import is_count, is_index
+
+MAX_VOCAB = RECORD_INT_RANGES["vocab_size"][1]  # the most a run record may hold
 
 OPTIMIZERS = ("muon", "adamw")
 
@@ -79,6 +82,27 @@ class ConvergeConfig:
     @property
     def world_size(self) -> int:
         return self.dp * self.tp
+
+    def check_model(self, vocab_size: int) -> None:
+        """Refuse, before any worker starts, a vocabulary outside 257 to :data:`MAX_VOCAB` (the byte alphabet and a
+        merge at least; a record's limit) and a model the tensor-parallel GPT cannot build at this ``tp``."""
+        from muon_repro.model_config import GPTConfig
+
+        owner = "ConvergeConfig"
+        if not (is_count(vocab_size) and 257 <= vocab_size <= MAX_VOCAB):
+            raise ValueError(f"{owner}.vocab_size must be an integer from 257 to {MAX_VOCAB:,}, got {vocab_size!r}")
+        shape = {"hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
+        GPTConfig(  # its own checks, by name
+            vocab_size=vocab_size,
+            hidden=self.hidden,
+            n_layers=self.layers,
+            n_heads=self.heads,
+            ffn_hidden=self.ffn,
+            max_seq_len=self.seq_len,
+        )
+        for name, value in {**shape, "vocab_size": vocab_size}.items():
+            if value % self.tp:
+                raise ValueError(f"{owner}.{name}={value} is not divisible by {owner}.tp={self.tp}: each TP rank takes 1/tp")
 
     @property
     def tokens_per_step(self) -> int:

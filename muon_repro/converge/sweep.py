@@ -310,6 +310,10 @@ def converge(
         nonlocal data
         if data is None:
             data = prepare_data(corpus, vocab_size)
+            try:  # a small corpus can stop the tokenizer short of the vocabulary asked for
+                plan.base.check_model(data.vocab_size)
+            except ValueError as exc:
+                raise ValueError(f"the tokenizer learned {data.vocab_size} tokens from this corpus: {exc}") from None
             if progress:
                 f = data.facts
                 print(

@@ -171,6 +171,12 @@ def _regimes(args: argparse.Namespace) -> int:
     folder = args.out / hardware  # this profile's runs and records: OUT/<profile>/{regimes,costmodel}/
     if args.records_only and args.force:  # said before calibrating (a minute or more)
         raise ValueError("--records-only records nothing, so --force has nothing to redo; give one of them")
+    # the records price every run of the profile (the regime sweep's, and others': predictions): with none, say so
+    if args.records_only and not (folder.is_dir() and any(p.is_dir() for p in folder.iterdir())):
+        raise ValueError(
+            f"--records-only prices the runs recorded under {folder}, and there are none: record them first "
+            f"(muon-repro regimes --out {args.out}), or give the --out and --profile that hold them"
+        )
     profile = args.machine or folder / COSTMODEL_DIR / MACHINE_FILE
     if args.machine is None and not Path(profile).is_file():
         print(f"muon-repro regimes: no profile of this machine at {profile}: calibrating it first", flush=True)

@@ -95,18 +95,23 @@ def write_manifest(root: str | Path) -> list[FileEntry]:
     return entries
 
 
+MAX_SIZE_DIGITS = 20  # a file size in bytes: 20 digits reach 10**20, far past any disk
+
+
 def parse_manifest(text: str, source: str = MANIFEST_NAME) -> list[FileEntry]:
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         match = _LINE.fullmatch(line)
-        if not match:
-            raise ValueError(f"{source}, line {number}: expected '<sha256>  <size>  <path>', got {line!r}")
+        if not match or len(match[2]) > MAX_SIZE_DIGITS:  # int() of thousands of digits is refused (and slow)
+            raise ValueError(f"{source}, line {number}: expected '<sha256>  <size>  <path>', got {line[:200]!r}")
         entries.append(FileEntry(check_bundle_path(match[3]), int(match[2]), match[1]))
-    paths = [e.path for e in entries]
-    if len(set(paths)) != len(paths):
-        raise ValueError(f"{source}: a path is listed twice")
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.path in seen:
+            raise ValueError(f"{source}: {entry.path} is listed twice; a manifest lists each file once")
+        seen.add(entry.path)
     return entries
 
 
