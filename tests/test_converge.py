@@ -220,13 +220,13 @@ def test_a_resumed_run_records_the_same_curve(tmp_path, optimizer):
 def test_flops_per_step_count_newton_schulz_on_the_matrices_muon_updates():
     """The record's FLOPs: Newton-Schulz over exactly the model's Muon matrices; for the reference model a Muon
     step costs about 1.45x an AdamW step (issue 25's figure), so a lead in steps overstates one in compute."""
-    from muon_repro.converge.train import hidden_matrices, model_config, step_flops
+    from muon_repro.converge.train import hidden_matrices, step_flops
     from muon_repro.formulas import muon_matrix_shapes, newton_schulz_flops
     from muon_repro.model import GPT
     from muon_repro.parallel import ParallelDims
 
     cfg = ConvergeConfig("muon", 1e-2)  # the reference shape
-    mcfg = model_config(cfg, 512)
+    mcfg = cfg.gpt_config(512)
     model = GPT(mcfg, ParallelDims(1, 1).tp_group, device="cpu")
     shapes = [tuple(p.shape) for p in hidden_matrices(model)]
     assert sorted(shapes) == sorted(muon_matrix_shapes(mcfg))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from muon_repro.model_config import GPTConfig
 from muon_repro.run_records import RECORD_INT_RANGES
 from muon_repro.values import is_count, is_index
 
@@ -83,23 +84,27 @@ class ConvergeConfig:
     def world_size(self) -> int:
         return self.dp * self.tp
 
-    def check_model(self, vocab_size: int) -> None:
-        """Refuse, before any worker starts, a vocabulary outside 257 to :data:`MAX_VOCAB` (the byte alphabet and a
-        merge at least; a record's limit) and a model the tensor-parallel GPT cannot build at this ``tp``."""
-        from muon_repro.model_config import GPTConfig
-
-        owner = "ConvergeConfig"
-        if not (is_count(vocab_size) and 257 <= vocab_size <= MAX_VOCAB):
-            raise ValueError(f"{owner}.vocab_size must be an integer from 257 to {MAX_VOCAB:,}, got {vocab_size!r}")
-        shape = {"hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
-        GPTConfig(  # its own checks, by name
+    def gpt_config(self, vocab_size: int) -> GPTConfig:
+        """The model this run trains: split Q/K/V (as in the PR thread), the init seeded by the run's seed."""
+        return GPTConfig(
             vocab_size=vocab_size,
             hidden=self.hidden,
             n_layers=self.layers,
             n_heads=self.heads,
             ffn_hidden=self.ffn,
             max_seq_len=self.seq_len,
+            qkv="split",
+            seed=self.seed,
         )
+
+    def check_model(self, vocab_size: int) -> None:
+        """Refuse, before any worker starts, a vocabulary outside 257 to :data:`MAX_VOCAB` (the byte alphabet and a
+        merge at least; a record's limit) and a model the tensor-parallel GPT cannot build at this ``tp``."""
+        owner = "ConvergeConfig"
+        if not (is_count(vocab_size) and 257 <= vocab_size <= MAX_VOCAB):
+            raise ValueError(f"{owner}.vocab_size must be an integer from 257 to {MAX_VOCAB:,}, got {vocab_size!r}")
+        shape = {"hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
+        self.gpt_config(vocab_size)  # its own checks, by name
         for name, value in {**shape, "vocab_size": vocab_size}.items():
             if value % self.tp:
                 raise ValueError(f"{owner}.{name}={value} is not divisible by {owner}.tp={self.tp}: each TP rank takes 1/tp")

@@ -59,20 +59,6 @@ class TokenData:
     facts: dict  # corpus facts plus the tokenizer's
 
 
-def model_config(cfg: ConvergeConfig, vocab_size: int) -> GPTConfig:
-    """Split Q/K/V (as in the PR thread); init seeded by the run seed."""
-    return GPTConfig(
-        vocab_size=vocab_size,
-        hidden=cfg.hidden,
-        n_layers=cfg.layers,
-        n_heads=cfg.heads,
-        ffn_hidden=cfg.ffn,
-        max_seq_len=cfg.seq_len,
-        qkv="split",
-        seed=cfg.seed,
-    )
-
-
 def parameter_shares(mcfg: GPTConfig) -> dict:
     """Parameter counts of the full model: embeddings (+ LM head) and everything AdamW manages under Muon."""
     total = mcfg.num_params()
@@ -240,7 +226,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     probe = measure_speed(device.type)  # how fast the machine ran as this run started: beside its wall time
     torch.manual_seed(cfg.seed)
-    mcfg = model_config(cfg, data.vocab_size)
+    mcfg = cfg.gpt_config(data.vocab_size)
     model = GPT(mcfg, dims.tp_group, device=device)
     opt = build_optimizer(cfg, model, dims)
     matrices = hidden_matrices(model)
