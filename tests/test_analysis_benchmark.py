@@ -117,3 +117,30 @@ def test_check_needs_hta():
     with pytest.raises(SystemExit) as exc:
         benchmark.main(["--check", "--skip-hta"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"\x1f\x8bgarbage", "not a readable Kineto trace (Compressed file ended"),
+        (b'{"traceEvents": []}', "its traceEvents hold no event with a pid and a time stamp"),
+        (None, "not a readable Kineto trace ([Errno 21] Is a directory"),
+    ],
+)
+def test_a_bad_source_is_refused_by_name_and_a_damaged_cache_rebuilt(tmp_path, content, said):
+    """--source as docs/performance.md documents it: a damaged trace, one without events, a folder."""
+    from tools.bench_trace import build_trace, ensure_trace
+
+    source = tmp_path / "source.json.gz"
+    if content is None:
+        source.mkdir()
+    else:
+        source.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"^--source {source}: " + said.replace("(", r"\(").replace("[", r"\[")):
+        build_trace(source, tmp_path / "out.json", 1000)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"traceEvents": [{"name": "a", "ph": "X", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}]}))
+    out = tmp_path / "big.json"
+    info = ensure_trace(good, out, 1000, rebuild=False)
+    (tmp_path / "big.json.info.json").write_text("{truncated")  # a crash mid-write, before writes were atomic
+    assert ensure_trace(good, out, 1000, rebuild=False)["size_bytes"] == info["size_bytes"]

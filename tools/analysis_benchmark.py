@@ -366,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.source.exists():
         print(f"source trace {args.source} not found; pass --source", file=sys.stderr)
         return 2
-    info = ensure_trace(args.source, args.out, int(args.size_mb * 1e6), args.rebuild)
+    try:
+        info = ensure_trace(args.source, args.out, int(args.size_mb * 1e6), args.rebuild)
+    except ValueError as exc:  # names the source and what it lacks
+        print(f"analysis_benchmark: error: {exc}", file=sys.stderr)
+        return 2
     info["path"] = str(args.out)
     plain = str(args.out)
     traces = {"plain": plain}

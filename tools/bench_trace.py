@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import sys
+import zlib
 from pathlib import Path
 
 from muon_repro.tables.files import write_atomic
@@ -43,10 +44,16 @@ def _events_span(text: bytes) -> tuple[int, int, dict, list]:
 
 
 def build_trace(source: Path, out: Path, size_bytes: int) -> dict:
-    """Write ``out`` by repeating ``source``'s events (see the module docstring)."""
-    raw = source.read_bytes()
-    text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    start, end, _, events = _events_span(text)
+    """Write ``out`` by repeating ``source``'s events (see the module docstring); ValueError naming ``source`` when
+    it is no Kineto trace to repeat (unreadable, a damaged gzip, no events with a pid and a time)."""
+    try:
+        raw = source.read_bytes()
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        start, end, _, events = _events_span(text)
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        raise ValueError(f"--source {source}: not a readable Kineto trace ({exc}); give a .json or .json.gz trace") from None
+    if not any(isinstance(e, dict) and isinstance(e.get("pid"), int) and isinstance(e.get("ts"), (int, float)) for e in events):
+        raise ValueError(f"--source {source}: its traceEvents hold no event with a pid and a time stamp to repeat")
     body = text[start:end].strip()
     # no ProfilerStep inside the copies: three synthetic steps are appended instead
     body = re.sub(rb'"ProfilerStep#(\d+)"', rb'"Iteration#\1"', body)
@@ -104,16 +111,20 @@ def build_trace(source: Path, out: Path, size_bytes: int) -> dict:
         "events": copies * len(events) + n_steps,
         "requested_bytes": size_bytes,
     }
-    out.with_name(out.name + ".info.json").write_text(json.dumps(info, indent=1))
+    write_atomic(out.with_name(out.name + ".info.json"), json.dumps(info, indent=1))  # a cache a crash cannot cut
     return info
 
 
 def ensure_trace(source: Path, out: Path, size_bytes: int, rebuild: bool) -> dict:
     info_path = out.with_name(out.name + ".info.json")
     if not rebuild and out.exists() and info_path.exists():
-        info = json.loads(info_path.read_text())
+        try:
+            info = json.loads(info_path.read_text())
+        except ValueError:  # a damaged cache record: build again
+            info = {}
         if (
-            info.get("source") == str(source)
+            isinstance(info, dict)
+            and info.get("source") == str(source)
             and info.get("requested_bytes") == size_bytes
             and info.get("size_bytes") == out.stat().st_size
         ):
@@ -128,8 +139,12 @@ def ensure_gzip(plain: Path, info: dict, rebuild: bool) -> dict:
     out = plain.with_name(plain.name + ".gz")
     info_path = out.with_name(out.name + ".info.json")
     if not rebuild and out.exists() and info_path.exists():
-        cached = json.loads(info_path.read_text())
-        if cached.get("plain_bytes") == info["size_bytes"] and cached.get("gzip_bytes") == out.stat().st_size:
+        try:
+            cached = json.loads(info_path.read_text())
+        except ValueError:  # a damaged cache record: compress again
+            cached = {}
+        same_plain = isinstance(cached, dict) and cached.get("plain_bytes") == info["size_bytes"]
+        if same_plain and cached.get("gzip_bytes") == out.stat().st_size:
             return {**info, **cached}
     print(f"compressing {plain} to {out} (gzip level {GZIP_LEVEL}) ...", file=sys.stderr, flush=True)
 
@@ -139,5 +154,5 @@ def ensure_gzip(plain: Path, info: dict, rebuild: bool) -> dict:
 
     write_atomic(out, write)
     cached = {"plain_bytes": info["size_bytes"], "gzip_bytes": out.stat().st_size}
-    info_path.write_text(json.dumps(cached, indent=1))
+    write_atomic(info_path, json.dumps(cached, indent=1))
     return {**info, **cached}
