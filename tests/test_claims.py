@@ -322,8 +322,10 @@ def test_the_dp2_tp2_claims_pair_runs_on_the_same_grid_only():
     comm = b.claims().loc["comm_time_dp2_tp2"]
     assert comm["verdict"] == UNEQUAL_WORK and "micro_batches is 4 vs 1" in comm["work_difference"]
     b.run("pipeline/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, pp=1, micro_batches=4)
-    comm = b.claims().loc["comm_time_dp2_tp2"]
+    claims = b.claims()
+    comm = claims.loc["comm_time_dp2_tp2"]
     assert comm["verdict"] != UNEQUAL_WORK and "pipeline/adamw_dp2_tp2" in comm["conditions"]
+    assert bool(comm["equal_work"]) and pd.isna(claims.loc["optimizer_share", "equal_work"])  # one run: nothing compared
 
 
 def test_comparisons_pair_only_a_partner_that_did_the_same_work():

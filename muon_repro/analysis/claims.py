@@ -136,7 +136,8 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "rule": c.rule_text(),
                 "study_method_value": None,
                 "study_method_rebuilt": None,
-                "equal_work": False if unequal else None,
+                # checked for every pair a measure compares (check_same_work, twin_of); one run compares nothing
+                "equal_work": False if unequal else (True if len(measured.interval_runs) > 1 else None),
                 "work_difference": unequal,
             }
         )

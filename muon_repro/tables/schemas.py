@@ -692,8 +692,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "boolean",
                 "",
                 "whether the runs compared did the same work: on the original study's profile, by collectives and bytes "
-                "per rank and step; on ours, false when the only runs a claim can compare did different work (no ratio "
-                "is formed), else null",
+                "per rank and step; on ours, by the runs table's work and grid (claim_inputs.SAME_WORK): false when the "
+                "only runs a claim can compare did different work (no ratio is formed); null where one run is measured",
             ),
             ("work_difference", "string", "", "the difference in work when equal_work is false"),
         ),
