@@ -50,6 +50,7 @@ def test_regimes_stops_when_its_calibration_is_interrupted(tmp_path, monkeypatch
         raise LaunchInterrupted(signal.SIGINT)
 
     monkeypatch.setattr("muon_repro.costmodel.calibrate.calibrate", interrupted)
+    (tmp_path / "traces" / "cpu-test" / "regimes" / "point").mkdir(parents=True)  # a run to price
     assert main(["regimes", "--out", str(tmp_path / "traces"), "--records-only", "--profile", "cpu-test"]) == 130
     assert "muon-repro calibrate: interrupted" in capsys.readouterr().err
 

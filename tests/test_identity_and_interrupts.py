@@ -249,6 +249,7 @@ def test_regimes_interrupted_outside_a_trial_is_one_line(tmp_path, monkeypatch, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(records, "write_records", interrupted)
+    (tmp_path / PROFILE / "regimes" / "point").mkdir(parents=True)  # a run to price: --records-only needs one
     argv = ["regimes", "--records-only", "--out", str(tmp_path), "--machine", SHIPPED_MACHINE, "--profile", PROFILE]
     assert main(argv) == 130
     assert _stderr_lines(capsys) == [
