@@ -30,11 +30,11 @@ def test_the_censored_lead_covers_near_the_nominal_level_at_the_seeds_a_verdict_
     assert coverage("censored", 2, studies=300, seed=7) < coverage("censored", 10, studies=300, seed=7)
 
 
-def test_the_pipeline_claim_covers_its_truth_and_a_near_tie_costs_coverage():
-    distinct = coverage("stages", 10, studies=80, seed=1)
-    tied = coverage("stages_tied", 10, studies=80, seed=1)
-    assert distinct >= 0.88
-    assert tied < distinct  # two stages' paid times within 5%: the larger of two noisy times is paid
+def test_the_pipeline_claim_covers_its_truth_even_in_a_near_tie():
+    """Each step's largest stage term, averaged, was biased high where two stages nearly tie (71.7% at 10 rounds);
+    the largest of the stages' means, with Bonferroni intervals, covers at the nominal level in both cases."""
+    assert coverage("stages", 10, studies=80, seed=1) >= 0.88
+    assert coverage("stages_tied", 10, studies=80, seed=1) >= 0.88
 
 
 def test_the_rule_keeps_a_disturbed_round_from_moving_the_estimate():

@@ -195,26 +195,44 @@ def mean_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, floa
     return float(mean), float(low), float(high)
 
 
+def largest_mean_interval(samples: Sequence[np.ndarray], level: float = LEVEL) -> tuple[tuple[float, float, float], int]:
+    """((estimate, low, high), index of the largest) of the largest of several means, each over its own per-round
+    values: the largest mean, and the interval from the largest low end to the largest high end of Bonferroni
+    intervals at ``1 - (1 - level) / k`` for ``k`` samples.
+
+    Not the mean of each round's largest value: the largest of noisy values is biased high, so with tied means that
+    interval misses the truth more often the more rounds there are. This one misses only if some mean's low end
+    overshoots its truth or the largest mean's high end falls short of its, together at most ``(k + 1) / (2k)`` of
+    ``1 - level``. A sample without an estimate leaves the result without one (NaN)."""
+    if not samples:
+        raise ValueError("largest_mean_interval needs at least one sample")
+    per_sample = np.array([mean_interval(x, 1.0 - (1.0 - level) / len(samples)) for x in samples])
+    estimates = per_sample[:, 0]
+    largest = int(np.nanargmax(estimates)) if np.isfinite(estimates).any() else 0
+    if np.isnan(estimates).any():
+        return NAN3, largest
+    return (float(estimates[largest]), float(per_sample[:, 1].max()), float(per_sample[:, 2].max())), largest
+
+
 def closest_rival_ratio(
     a: np.ndarray, rivals: Sequence[np.ndarray], level: float = LEVEL
 ) -> tuple[tuple[float, float, float], int]:
     """((estimate, low, high), index of the closest rival) of ``a`` over the fastest of ``rivals``: the largest of
-    the paired ratios a/rival (:func:`paired_ratio_interval`), rounds paired by position.
-
-    Not a/(each round's fastest rival): the minimum of noisy rivals is biased low, so with tied rivals that interval
-    misses the truth more often the more rounds there are (coverage 0.58 at 9 rounds and 3 tied rivals). Here each
-    ratio gets a Bonferroni interval at ``1 - (1 - level) / k`` for ``k`` rivals, and the interval is the largest
-    low end to the largest high end: it misses only if some ratio's low end overshoots its truth or the largest
-    ratio's high end falls short of its, together at most ``(k + 1) / (2k)`` of ``1 - level``. Any rival without an
-    interval leaves the result without one (NaN)."""
+    the paired ratios a/rival (rounds paired by position, on the log scale as :func:`paired_ratio_interval`), by
+    :func:`largest_mean_interval`. Not a/(each round's fastest rival): with three tied rivals that interval
+    covered 0.53 at 10 rounds."""
     if not rivals:
         raise ValueError("closest_rival_ratio needs at least one rival")
-    per_rival = np.array([paired_ratio_interval(a, rival, 1.0 - (1.0 - level) / len(rivals)) for rival in rivals])
-    estimates = per_rival[:, 0]
-    closest = int(np.nanargmax(estimates)) if np.isfinite(estimates).any() else 0
-    if np.isnan(estimates).any():
-        return NAN3, closest
-    return (float(estimates[closest]), float(per_rival[:, 1].max()), float(per_rival[:, 2].max())), closest
+    a = np.asarray(a, dtype="float64")
+    logs = []
+    for rival in rivals:
+        b = np.asarray(rival, dtype="float64")
+        if a.shape != b.shape:
+            raise ValueError(f"closest_rival_ratio needs aligned rounds, got {a.shape} and {b.shape}")
+        keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+        logs.append(np.log(a[keep]) - np.log(b[keep]))
+    (estimate, low, high), closest = largest_mean_interval(logs, level)
+    return (math.exp(estimate), math.exp(low), math.exp(high)), closest
 
 
 def paired_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
