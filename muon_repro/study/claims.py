@@ -48,7 +48,10 @@ METHOD_NUMBER = {
     "optimizer_share": "optimizer_share_muon",
     "async_slowdown": "async_ratio_muon",
 }
-STEPS_NOTE = "an interval over the 5 steps of one recording (step-to-step spread, not a second recording's)"
+STEPS_NOTE = (
+    "an interval over the 5 steps of one recording (step-to-step spread, not a second recording's), the first traced "
+    "step included as the study's sums include it"
+)
 
 
 def welch_log_ratio(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
