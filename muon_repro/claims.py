@@ -1,6 +1,6 @@
 """Every claim the artifact judges, declared once: its text, source, claimed value, unit, region and conditions.
 
-The analysis measures each claim and judges it with :func:`verdict`; the cost model prices the levels; the
+The analysis measures each claim and judges it with :func:`judge`; the cost model prices the levels; the
 report and the README write the claims in their own words from these declarations. Nothing else spells a
 claim's value, region or level (``tests/test_claims_declared.py`` scans the package for the literals).
 
@@ -16,6 +16,9 @@ A claim's *region* is the set of values that agree with it. With the measured 95
 * ``unequal work``: the runs compared did different work (on the original study's own runs, their
   collectives; on ours, the only runs a claim could compare were recorded apart), so no ratio of theirs
   can judge the claim.
+
+:func:`judge` applies them in one order on every profile: unequal work, then the claim's conditions, then
+:func:`verdict` on its region.
 
 Torch-, numpy- and pandas-free: a run is read through its ``.get`` (a dict or a table row).
 """

@@ -244,12 +244,14 @@ def _run(args: argparse.Namespace) -> int:
     for record, why in unreadable.items():
         print(
             f"muon-repro migrate-layout: warning: could not check {record} for rows naming a moved folder: {why}; "
-            f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again",
+            f"`muon-repro regimes --records-only --out {args.traces} --profile {record.parent.parent.name}` writes the "
+            "cost model's records again",
             file=sys.stderr,
         )
     for record, rows in stale.items():
         print(
             f"note: {rows} row(s) of {record} name their run's old folder in the 'path' column (their numbers hold); "
-            f"`muon-repro regimes --records-only --out {args.traces}` writes the cost model's records again, naming the new ones"
+            f"`muon-repro regimes --records-only --out {args.traces} --profile {record.parent.parent.name}` writes the "
+            "cost model's records again, naming the new ones"
         )
     return 0

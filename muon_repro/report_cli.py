@@ -17,7 +17,10 @@ from pathlib import Path
 
 from muon_repro.tables.files import check_apart, check_out_folder
 
-_OUT_CHECKED = "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written."
+_OUT_CHECKED = (
+    "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written, "
+    "apart from the folders read (--metrics, --figures)."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

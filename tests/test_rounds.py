@@ -11,6 +11,8 @@ from support import two_level_bootstrap as bootstrap  # the procedure rounds.py 
 
 from muon_repro.analysis.rounds import (
     align_rounds,
+    closest_rival_ratio,
+    largest_mean_interval,
     mean_interval,
     paired_ratio_interval,
     per_round,
@@ -123,12 +125,30 @@ def test_mean_interval_by_hand():
     assert all(math.isnan(v) for v in mean_interval(np.zeros(0)))
 
 
-def test_ratio_to_the_min_of_two_runs():
+def test_the_largest_mean_by_hand():
+    """The largest of two means, each with its Bonferroni interval (t at 1 - 0.05/4 for two samples): from the
+    largest low end to the largest high end."""
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([2.5, 3.0, 3.5, np.nan])
+    (estimate, low, high), largest = largest_mean_interval([a, b])
+    t = t_quantile(1 - 0.05 / 4, 2)
+    assert largest == 1 and estimate == pytest.approx(3.0)
+    assert low == pytest.approx(max(2.0 - t / math.sqrt(3), 3.0 - t * 0.5 / math.sqrt(3)))
+    assert high == pytest.approx(max(2.0 + t / math.sqrt(3), 3.0 + t * 0.5 / math.sqrt(3)))
+    assert all(math.isnan(v) for v in largest_mean_interval([a, np.zeros(0)])[0])
+    with pytest.raises(ValueError, match="at least one sample"):
+        largest_mean_interval([])
+
+
+def test_the_closest_rival_is_the_largest_paired_ratio():
+    """Against one rival it is the paired ratio itself; against two, the slower rival's ratio, never the ratio to
+    each round's faster one."""
     x, y, z = np.array([3.0, 3.3, 2.7]), np.array([2.0, 1.0, 3.0]), np.array([1.0, 2.0, 1.0])
-    estimate, low, high = paired_ratio_interval(x, np.minimum(y, z))
-    assert estimate == pytest.approx((3.0 * 3.3 * 2.7) ** (1 / 3))
-    assert (estimate, low, high) == paired_ratio_interval(x, np.ones(3))
-    assert low < estimate < high
+    assert closest_rival_ratio(x, [y])[0] == pytest.approx(paired_ratio_interval(x, y))
+    (estimate, _, _), closest = closest_rival_ratio(x, [y, z])
+    assert closest == 1 and estimate == pytest.approx(paired_ratio_interval(x, z)[0])
+    assert estimate < paired_ratio_interval(x, np.minimum(y, z))[0]  # the per-round minimum's ratio, biased high
+    with pytest.raises(ValueError, match="aligned rounds"):
+        closest_rival_ratio(x, [np.ones(2)])
 
 
 def test_pairing_removes_a_shared_round_effect():

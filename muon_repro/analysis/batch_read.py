@@ -124,8 +124,9 @@ def analyze_paths(
     ``rank`` is the fallback rank for files that have neither ``distributedInfo`` nor a rank
     in their name. ``workers`` bounds the processes used (default: the CPU count, at most 8).
     ``limits`` bounds what each trace may hold (:class:`~muon_repro.analysis.limits.TraceLimits`,
-    defaults in docs/limits.md). A path that holds no trace is a failure naming it; so is every
-    file that cannot be read, or that passes a limit.
+    defaults in docs/limits.md). A path that holds nothing to analyze (no trace, record, cost-model input, study
+    run or trial timed without traces) is a failure naming it; so is every file that cannot be read, or that passes
+    a limit.
     """
     check_options(workers=workers, rank=rank)
     workers = workers or default_workers()

@@ -2,8 +2,11 @@
 hardware profile, with a 95% interval, a verdict and its cause, and the numbers its explanation states.
 
 Intervals are paired over rounds (:mod:`muon_repro.analysis.rounds`): each run reduces to one value
-per round, the ratio is formed per round, and the interval is a t interval over rounds. Runs are
-compared only when they did the same work (:func:`~muon_repro.analysis.claim_inputs.check_same_work`).
+per round, the ratio is formed per round, and the interval is a t interval over rounds; a claim over the largest
+of several (the fastest rival grid, the stage a pipeline step pays for) takes the largest mean, with Bonferroni
+intervals. Runs are compared only when they did the same work
+(:func:`~muon_repro.analysis.claim_inputs.check_same_work`), an optimizer's twin on the same grid too. The verdict
+is :func:`muon_repro.claims.judge`'s, in one order on every profile: unequal work, the claim's conditions, its region.
 How each claim is measured is in :mod:`muon_repro.analysis.claim_measures`, on the tables and runs of
 :mod:`muon_repro.analysis.claim_inputs`; the claims, their regions, levels and verdict rule are declared
 in :mod:`muon_repro.claims`. A claim a run was not made for is ``not comparable here``: its explanation gives

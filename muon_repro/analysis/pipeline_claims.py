@@ -2,8 +2,9 @@
 Muon's optimizer step. Measured on the ``pipeline`` group's runs (``muon-repro bench pipeline``): seven grids at
 the same tokens per step, every one in micro-batches of one sequence, recorded interleaved round by round.
 
-* :func:`hybrid_survives_pp`: per round, DP2·TP2's step time over the fastest of PP2·DP2, PP2·TP2 and PP4
-  (slowest rank per step, median over the round's steps); below 1 the hybrid still wins.
+* :func:`hybrid_survives_pp`: DP2·TP2's step time over the fastest of PP2·DP2, PP2·TP2 and PP4 (slowest rank per
+  step, median over the round's steps): the largest of the three paired ratios, with Bonferroni intervals
+  (:func:`~muon_repro.analysis.rounds.closest_rival_ratio`); below 1 the hybrid still wins.
 * :func:`bubble_hides_step`: the optimizer time the deepest Muon pipeline's step pays after its last backward
   over a stage's optimizer step (the mean over stages). A stage's idle time after its own last backward (until the pipeline's
   last backward ends: the drain) is the only bubble that could hold its optimizer step: the bubble before a
@@ -111,7 +112,7 @@ def bubble_hides_step(t: ProfileTables) -> Measurement | str:
     optimizer_k`` (a mean, not the slowest stage: the largest of several equally slow stages' noisy steps would bias
     the ratio low), per step, the median per round; the value is the largest stage's mean over rounds, its interval
     :func:`~muon_repro.analysis.rounds.largest_mean_interval`'s (the mean of each step's largest term is biased high
-    where stages nearly tie: it covered 73% at 10 rounds). About 1: nothing is hidden; near 0 the bubble hides the
+    where stages nearly tie: it covered 72.9% at 10 rounds). About 1: nothing is hidden; near 0 the bubble hides the
     step, which needs a first stage with little optimizer work (stage 0 pays its own whole); above 1 a later stage's
     step outlasts its idle time. The per-stage times the explanation gives are what decides it."""
     runs = _drained_pipelines(t)

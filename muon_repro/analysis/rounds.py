@@ -14,8 +14,10 @@ is:
    per run and round (:func:`per_round`, :func:`per_round_ratio`).
 3. Pair the runs of a statistic by round id (:func:`rounds_of`, :func:`align_rounds`; only rounds
    every run has), and form the statistic per round: the log ratio ``log(a_k / b_k)`` for a
-   ratio of two runs (``b_k`` may itself be ``min(y_k, z_k)``), the value itself for a share or a
-   difference.
+   ratio of two runs, the value itself for a share or a difference. A statistic over the largest of
+   several (the fastest of a grid's rivals, the stage a pipeline's step pays for) takes each one's mean and the
+   largest, with Bonferroni intervals (:func:`largest_mean_interval`, :func:`closest_rival_ratio`), never the
+   largest of each round's values, whose mean is biased in a near tie.
 4. The estimate is the mean over rounds (``exp`` of the mean log ratio for a ratio, a geometric
    mean of the per-round ratios), and the interval is Student's ``mean +- t(level, n - 1) * sd /
    sqrt(n)`` over the n rounds (:func:`paired_ratio_interval`, :func:`mean_interval`). With 3

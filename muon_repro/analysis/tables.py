@@ -285,9 +285,10 @@ def _ratio(a, b) -> float | None:
 
 
 def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each Muon run against an AdamW run of the same hardware profile with the same dp, tp, pp, backend and device
-    that did the same work (same group first). A Muon run without one has no row: a run recorded on its own (a
-    contributed ``bench custom`` size) has no twin to compare with, which is no reason to stop the analysis."""
+    """Each Muon run against an AdamW run of the same hardware profile, backend and device that did the same work on
+    the same grid (claim_inputs.equal_work_twins; same group first). A Muon run without one has no row: a run
+    recorded on its own (a contributed ``bench custom`` size) has no twin to compare with, which is no reason to
+    stop the analysis."""
     from muon_repro.analysis.claim_inputs import equal_work_twins
 
     rows = []

@@ -1,4 +1,4 @@
-"""A convergence run's configuration and its learning-rate schedule: plain data, torch-free."""
+"""A convergence run's configuration, the model it trains and its learning-rate schedule: checked data, torch-free."""
 
 from __future__ import annotations
 

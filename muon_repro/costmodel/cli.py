@@ -148,7 +148,9 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
         "this machine's lines only",
     )
     p.add_argument(
-        "--records-only", action="store_true", help="record nothing: predict the runs already under OUT and write the records"
+        "--records-only",
+        action="store_true",
+        help="record nothing: predict the runs already under OUT/<profile> and write the records (refused when it holds no run)",
     )
     p.add_argument("--force", action="store_true", help="record complete trials again")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -172,7 +174,7 @@ def _regimes(args: argparse.Namespace) -> int:
     if args.records_only and args.force:  # said before calibrating (a minute or more)
         raise ValueError("--records-only records nothing, so --force has nothing to redo; give one of them")
     # the records price every run of the profile (the regime sweep's, and others': predictions): with none, say so
-    if args.records_only and not (folder.is_dir() and any(p.is_dir() for p in folder.iterdir())):
+    if args.records_only and not (folder.is_dir() and any(p.is_dir() and p.name != COSTMODEL_DIR for p in folder.iterdir())):
         raise ValueError(
             f"--records-only prices the runs recorded under {folder}, and there are none: record them first "
             f"(muon-repro regimes --out {args.out}), or give the --out and --profile that hold them"

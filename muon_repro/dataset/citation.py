@@ -184,8 +184,11 @@ def read_citation(path: str | Path) -> BundleMeta:
     path = Path(path)
     try:
         cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
         raise ValueError(f"{path}: unreadable ({exc}); rebuild the bundle with `muon-repro bundle`") from exc
+    except ValueError as exc:  # not UTF-8, or load_yaml's, which names the file
+        said = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+        raise ValueError(f"{said}; rebuild the bundle with `muon-repro bundle`") from None
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")
     prefix = f"{HUB_URL}/datasets/"

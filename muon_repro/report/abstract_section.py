@@ -46,8 +46,9 @@ def citation(root: Path) -> dict[str, Any]:
         return {}
     try:
         cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
-    except ValueError as exc:
-        raise ValueError(f"{exc}; rewrite it with `muon-repro card`") from None
+    except (OSError, ValueError) as exc:  # load_yaml's names the file; not UTF-8 and unreadable do not
+        said = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+        raise ValueError(f"{said}; rewrite it with `muon-repro card`") from None
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")
     authors = [

@@ -3,14 +3,16 @@ CUDA (its kernel rates, Newton-Schulz against the same device's matmuls and agai
 on one device by tokens per step, the cost model's error there, and where the model puts the claimed levels with
 that device's compute, against what its runs measured).
 
-From the ``calibration``, ``runs``, ``predictions`` and ``regime_thresholds`` tables only (every number here is a
-cell of one of them, or a sum of their cells): the report's GPU section and the ``gpu`` block of docs/gpu.md. And the figure of a
+From the ``calibration``, ``runs``, ``predictions``, ``regime_thresholds`` and ``claims`` tables only (every number
+here is a cell of one of them, or a sum of their cells; a measured overhead set against a claimed level is the claims
+table's, with its interval): the report's GPU section and the ``gpu`` block of docs/gpu.md. And the figure of a
 profile whose runs ran on one device (a GPU session, docs/gpu.md), Muon against tokens per step:
 
     single_device  Muon's optimizer share and its extra step time over AdamW against tokens per step on
-                   one device: the runs' steps timed without the profiler (median over rounds), and the
-                   cost model's line for that device (``regime_model`` kind ``this_machine``), the original
-                   study's ~1.1% and the paper's 3% marked
+                   one device: the runs' steps timed without the profiler (median over rounds), the share's
+                   95% interval (runs table; a linear axis, as an interval of few rounds can reach below 0; the
+                   extra has none), and the cost model's line for that device (``regime_model`` kind
+                   ``this_machine``), the original study's ~1.1% and the paper's 3% marked
 
 A profile of one device has no DP x TP grid, so the CPU runs' figures (communication, grids, layouts) have
 nothing to draw there: where :func:`one_device_only` holds, a profile's view draws :data:`GPU_FIGURES` alone.

@@ -9,7 +9,9 @@ step-to-step spread, not to a second recording's.
 
 Compared runs get an equal-work check (collectives, bytes per rank and step, the gradient reduction each
 performs). Where they did unequal work the verdict is ``unequal work``, with the measured difference:
-a ratio of unequal work cannot confirm or refute a claim about the optimizers. Each row also says what the
+a ratio of unequal work cannot confirm or refute a claim about the optimizers; it comes before the claim's
+conditions, as on every profile (:func:`muon_repro.claims.judge`). Where the collectives table holds none of
+their collectives, their work is unknown and the claim is ``not measured``. Each row also says what the
 study's own method gives on these traces (:mod:`muon_repro.study.method`) and whether that rebuilds the
 number the study published.
 """
@@ -132,7 +134,7 @@ def _work(
 def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[int], extra_gathers: bool) -> bool | None:
     """Per rank, in each run's first recording and step: ``a``'s collectives are ``b``'s (plus, with
     ``extra_gathers``, only bf16 all-gathers). None when that is unknown: no collectives table, or no rank traced
-    in both (a run on one rank issues none: two such runs did the same)."""
+    in both. Two runs on one rank issue none, so an empty table says they did the same."""
     from collections import Counter
 
     if colls is None or "run" not in colls.columns or not ranks:

@@ -204,7 +204,8 @@ def provenance() -> dict:
 def import_study(source: str | Path, traces_root: str | Path = "traces") -> ImportResult:
     """Bring the study's traces from the folder ``source`` (the Hub's or GitHub's layout) into
     ``<traces_root>/<profile>/comparison/``; see the module docstring. Raises ``ValueError`` naming the
-    file for a missing file or one whose sha256 is not the published one; nothing is written then."""
+    file for a missing, unreadable or damaged file (a gzip cut short), one whose sha256 is not the published one,
+    or a file standing where a folder goes; nothing is written then."""
     from muon_repro.tables.files import staged_dir
 
     root = Path(source)

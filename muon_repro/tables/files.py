@@ -1,6 +1,7 @@
 """Files, safely: writing without leaving anything half-written, one file (:func:`write_atomic`) or
 one folder (:func:`staged_dir`, :func:`swap_dir`); the check every command runs on its output folder
-before any work (:func:`check_out_folder`); a generated block between two marker lines of a hand-written
+before any work (:func:`check_out_folder`, and :func:`check_apart` where it must lie apart from the folders the
+command reads); a generated block between two marker lines of a hand-written
 document (:func:`with_block`); hashing in one pass, listing a tree, sizes for people. Standard library only."""
 
 from __future__ import annotations

@@ -567,9 +567,10 @@ SCHEMAS: dict[str, TableSchema] = {
     ),
     "comparisons": TableSchema(
         "comparisons",
-        "Muon vs AdamW at the same profile, dp, tp, backend and device: ratios Muon / AdamW (null where AdamW's value is 0 or "
-        "unknown). A Muon run is never paired with an AdamW run of another hardware profile, nor with one that did other "
-        "work (tokens per step, model, precision, ...): a Muon run without such a twin has no row.",
+        "Muon vs AdamW at the same profile, grid (dp, tp, pp, world size, micro-batches), backend and device: ratios "
+        "Muon / AdamW (null where AdamW's value is 0 or unknown). A Muon run is never paired with an AdamW run of "
+        "another hardware profile, nor with one that did other work (tokens per step, model, precision, ...): a Muon "
+        "run without such a twin has no row.",
         ("muon_run", "adamw_run"),
         columns_of(
             _PROFILE,
@@ -662,9 +663,10 @@ SCHEMAS: dict[str, TableSchema] = {
                 "outside_conditions",
                 "string",
                 "",
-                "when the verdict is not comparable here: how the runs differ from the conditions the claim was made "
-                "under, each as 'what the runs had, not what the claim had', separated by '; ' (a difference that holds "
-                "for some of the runs only is followed by ' (only ' and their names); empty otherwise",
+                "when the verdict is not comparable here (or unequal work, which comes first): how the runs differ from "
+                "the conditions the claim was made under, each as 'what the runs had, not what the claim had', separated "
+                "by '; ' (a difference that holds for some of the runs only is followed by ' (only ' and their "
+                "names); empty otherwise",
             ),
             (
                 "explanation",
@@ -692,8 +694,9 @@ SCHEMAS: dict[str, TableSchema] = {
                 "boolean",
                 "",
                 "whether the runs compared did the same work: on the original study's profile, by collectives and bytes "
-                "per rank and step; on ours, by the runs table's work and grid (claim_inputs.SAME_WORK): false when the "
-                "only runs a claim can compare did different work (no ratio is formed); null where one run is measured",
+                "per rank and step; on ours, by the runs table's work (claim_inputs.SAME_WORK) and, for an optimizer's twin, "
+                "grid (SAME_GRID): false when the only runs a claim can compare did different work (no ratio is formed); "
+                "null where one run or none is measured, or the study's collectives are missing (work unknown)",
             ),
             ("work_difference", "string", "", "the difference in work when equal_work is false"),
         ),

@@ -337,7 +337,12 @@ STUDY_PROTOCOLS = TableSchema(
         ("measured_value", "Float64", "", "the claim's quantity (its unit in the claims table), as the claims measure it"),
         ("measured_low", "Float64", "", "lower end of the 95% interval: over rounds (paired), else over the steps"),
         ("measured_high", "Float64", "", "upper end of the 95% interval"),
-        ("equal_work", "boolean", "", "whether the runs compared did the same work; null for one run"),
+        (
+            "equal_work",
+            "boolean",
+            "",
+            "whether the runs compared did the same work; null for one run, or when their collectives are missing",
+        ),
         ("work_difference", "string", "", "the measured difference in work when equal_work is false"),
         (
             "study_method_value",
