@@ -8,6 +8,7 @@ an alias (a value used twice is written twice), so that what we write we can rea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -46,6 +47,19 @@ def load_yaml(text: str, source: str) -> Any:
         raise ValueError(f"{source}: the YAML does not parse: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise ValueError(f"{source}: the YAML is nested too deeply to be a card or citation") from None
+
+
+def read_yaml(path: str | Path, source: str | None = None) -> Any:
+    """The YAML file at ``path`` as :func:`load_yaml` reads it; a ValueError naming ``source`` (default: the path)
+    for a file that cannot be read or is not UTF-8 too."""
+    source = source or str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source}: not UTF-8 text ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{source}: unreadable ({exc})") from None
+    return load_yaml(text, source)
 
 
 def dump_yaml(doc: Any) -> str:

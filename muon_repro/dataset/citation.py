@@ -38,7 +38,7 @@ from muon_repro.study.sources import (
     STUDY_TITLE,
 )
 from muon_repro.study.sources import LICENSE as STUDY_LICENSE
-from muon_repro.yaml_text import dump_yaml, load_yaml
+from muon_repro.yaml_text import dump_yaml, read_yaml
 
 CFF_NAME = "CITATION.cff"
 SHORT_SHA = 7  # as the Hub shows a commit in its citation
@@ -183,12 +183,9 @@ def read_citation(path: str | Path) -> BundleMeta:
     """The metadata a bundle's CITATION.cff was written from (ValueError naming the file and field otherwise)."""
     path = Path(path)
     try:
-        cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
-    except OSError as exc:
-        raise ValueError(f"{path}: unreadable ({exc}); rebuild the bundle with `muon-repro bundle`") from exc
-    except ValueError as exc:  # not UTF-8, or load_yaml's, which names the file
-        said = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
-        raise ValueError(f"{said}; rebuild the bundle with `muon-repro bundle`") from None
+        cff = read_yaml(path)
+    except ValueError as exc:  # names the file
+        raise ValueError(f"{exc}; rebuild the bundle with `muon-repro bundle`") from None
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")
     prefix = f"{HUB_URL}/datasets/"

@@ -42,7 +42,7 @@ from muon_repro.rundir import ENVIRONMENT_FILE, SideFileError, load_json
 from muon_repro.tables.files import list_files
 from muon_repro.terminal import shown
 from muon_repro.values import counted
-from muon_repro.yaml_text import load_yaml
+from muon_repro.yaml_text import read_yaml
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,11 +100,9 @@ def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
     except (OSError, ValueError) as exc:
         problems.append(str(exc))
     try:
-        cff = load_yaml((root / CFF_NAME).read_text(encoding="utf-8"), CFF_NAME)
+        cff = read_yaml(root / CFF_NAME, CFF_NAME)
         if not isinstance(cff, dict) or "cff-version" not in cff:
             problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{CFF_NAME}: {exc}")
     except ValueError as exc:  # names the file
         problems.append(str(exc))
     if (root / CROISSANT_NAME).exists() or _manifest_lists(root, CROISSANT_NAME):

@@ -26,7 +26,7 @@ from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.selection import pipeline_runs
 from muon_repro.report.study_section import study_sentence
-from muon_repro.yaml_text import load_yaml
+from muon_repro.yaml_text import read_yaml
 
 MAX_WORDS = 210
 CITATION_FILE = "CITATION.cff"
@@ -45,10 +45,9 @@ def citation(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        cff = load_yaml(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, ValueError) as exc:  # load_yaml's names the file; not UTF-8 and unreadable do not
-        said = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
-        raise ValueError(f"{said}; rewrite it with `muon-repro card`") from None
+        cff = read_yaml(path)
+    except ValueError as exc:  # names the file
+        raise ValueError(f"{exc}; rewrite it with `muon-repro card`") from None
     if not isinstance(cff, dict):
         raise ValueError(f"{path}: not a Citation File Format document")
     authors = [
