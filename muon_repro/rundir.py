@@ -217,24 +217,35 @@ def load_json(path: Path) -> dict[str, Any]:
             path, f"larger than {MAX_SIDE_FILE_BYTES >> 20} MiB, the limit for a side file (ours are under 1 MB): not a record"
         )
     try:
-        value = json.loads(data.decode("utf-8"), parse_constant=lambda _: None)
-    except RecursionError:
-        value = _TOO_DEEP
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
-        raise SideFileError(path, f"not valid JSON: {exc}") from None
-    if value is _TOO_DEEP or nested_deeper(value, MAX_SIDE_FILE_DEPTH):
+        value = loads_within_depth(data.decode("utf-8"), parse_constant=lambda _: None)
+    except TooDeep:
         raise SideFileError(
             path, f"JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels, the limit for a side file (ours nest 5): not a record"
-        )
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long to convert
+        raise SideFileError(path, f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise SideFileError(path, f"not a JSON object (a {type(value).__name__})")
     return value
 
 
-_TOO_DEEP = object()  # json.loads gave up: deeper than Python's recursion limit
+class TooDeep(ValueError):
+    """JSON nested deeper than :data:`MAX_SIDE_FILE_DEPTH` levels: no record of ours."""
 
 
-def nested_deeper(value: Any, limit: int) -> bool:
+def loads_within_depth(text: str, **options: Any) -> Any:
+    """``json.loads(text, **options)``, or :class:`TooDeep` when the value nests deeper than
+    :data:`MAX_SIDE_FILE_DEPTH` (json itself gives up past Python's recursion limit)."""
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise TooDeep(f"JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels") from None
+    if _nested_deeper(value, MAX_SIDE_FILE_DEPTH):
+        raise TooDeep(f"JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels")
+    return value
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
     """Whether ``value`` nests lists and dicts more than ``limit`` levels (iterative: no recursion)."""
     stack = [(value, 1)]
     while stack:

@@ -6,14 +6,13 @@ This module imports nothing heavy (no torch).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from muon_repro.costmodel.machine_profile import CollectiveFit, MachineProfile, ProfileError, Source
-from muon_repro.rundir import MAX_SIDE_FILE_DEPTH, RENAMED_MACHINES, nested_deeper, write_json
+from muon_repro.rundir import MAX_SIDE_FILE_DEPTH, RENAMED_MACHINES, TooDeep, loads_within_depth, write_json
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -147,25 +146,20 @@ def named_profiles() -> dict[str, Path]:
 def read_profile(path: str | Path) -> MachineProfile:
     """A profile from a JSON file, validated; errors name the file."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"machine profile {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise ProfileError(f"machine profile {path} is not readable JSON: {exc}") from None
-    except RecursionError:  # json gives up on nesting deeper than Python's recursion limit
-        raw = _TOO_DEEP
     # Not rundir.load_json: that reads NaN as null, and a profile's NaN must be refused by the figure it stands for.
     # A profile nests 5 levels; deeper ones would overflow the recursion of an error message's repr.
-    if raw is _TOO_DEEP or nested_deeper(raw, MAX_SIDE_FILE_DEPTH):
+    try:
+        raw = loads_within_depth(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"machine profile {path} does not exist") from None
+    except TooDeep:
         raise ProfileError(
             f"machine profile {path}: JSON nested deeper than {MAX_SIDE_FILE_DEPTH} levels (a profile nests 5): "
             "not a machine profile; give a file written by `muon-repro calibrate` or a shipped profile's name"
-        )
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"machine profile {path} is not readable JSON: {exc}") from None
     return profile_from_dict(raw, where=str(path))
-
-
-_TOO_DEEP = object()
 
 
 def resolve_profile(spec: str | Path) -> MachineProfile:
