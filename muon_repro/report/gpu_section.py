@@ -153,19 +153,23 @@ def _variant_lines(cal: pd.DataFrame) -> list[str]:
 
 PAIR_COLUMNS = (
     "tokens_per_step",
+    "muon_run",
     "muon_step_ms",
     "adamw_step_ms",
     "muon_optimizer_ms",
     "adamw_optimizer_ms",
     "optimizer_share",
+    "optimizer_share_low",
+    "optimizer_share_high",
     "muon_extra",
 )
 
 
 def single_device_pairs(runs: pd.DataFrame) -> pd.DataFrame:
     """Per tokens per step with both optimizers timed on one device (dp=1, tp=1): their steps and optimizer steps
-    timed without the profiler, Muon's optimizer share (the runs table's, by the claims' estimator) and its extra step
-    time over AdamW (the ratio of the timed medians)."""
+    timed without the profiler, Muon's optimizer share (the runs table's, by the claims' estimator, with its 95%
+    interval; the ratio of the timed medians, without one, where the table has none) and its extra step time over
+    AdamW (the ratio of the timed medians), with the Muon run's id."""
     one = runs[(runs["dp"] == 1) & (runs["tp"] == 1) & runs["timed_step_ms"].notna()]
     rows = []
     for tokens, g in one.groupby("tokens_per_step"):
@@ -176,8 +180,12 @@ def single_device_pairs(runs: pd.DataFrame) -> pd.DataFrame:
         step_m, step_a, opt_m, opt_a = (
             float(x) for x in (m["timed_step_ms"], a["timed_step_ms"], m["timed_optimizer_ms"], a["timed_optimizer_ms"])
         )
-        share = float(m["optimizer_share"]) if "optimizer_share" in m and pd.notna(m["optimizer_share"]) else opt_m / step_m
-        rows.append((int(tokens), step_m, step_a, opt_m, opt_a, share, step_m / step_a - 1))
+        has_share = "optimizer_share" in m and pd.notna(m["optimizer_share"])
+        share = float(m["optimizer_share"]) if has_share else opt_m / step_m
+        bounds = ("optimizer_share_low", "optimizer_share_high")  # the same estimator's interval, with its share only
+        low, high = (float(m[c]) if has_share and c in m and pd.notna(m[c]) else np.nan for c in bounds)
+        run = str(m["run"]) if "run" in m else None
+        rows.append((int(tokens), run, step_m, step_a, opt_m, opt_a, share, low, high, step_m / step_a - 1))
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 
@@ -286,8 +294,6 @@ def thresholds_intro(
 
 OWN_NAMES = {"optimizer_share": "Muon's optimizer share {}", "muon_extra": "Muon's step {} longer than AdamW's"}
 OWN_CLAIMS = {"optimizer_share": "optimizer_share", "muon_extra": "latency_overhead"}  # the claim measuring each metric
-
-
 CLAIM_LABELS = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon's step over AdamW's"}
 
 
@@ -315,7 +321,6 @@ def own_crossings(runs: pd.DataFrame, own: pd.DataFrame, claims: pd.DataFrame | 
         return ""
     last = pairs.iloc[-1]
     tokens = int(last["tokens_per_step"])
-    muon = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 1) & (runs["tp"] == 1) & (runs["tokens_per_step"] == tokens)]
     parts = []
     for metric in ("optimizer_share", "muon_extra"):
         level = claimed_level(metric)
@@ -324,7 +329,7 @@ def own_crossings(runs: pd.DataFrame, own: pd.DataFrame, claims: pd.DataFrame | 
             continue
         crossing = row["tokens_per_step"].iloc[0]
         at = "beyond its grid" if pd.isna(crossing) else f"at {count(crossing)}"
-        claim = _claim_row(claims, metric, str(muon["run"].iloc[0])) if "run" in muon and len(muon) else None
+        claim = _claim_row(claims, metric, str(last["muon_run"])) if last["muon_run"] is not None else None
         if claim is not None:
             value, low, high = (float(claim[c]) for c in ("measured_value", "measured_low", "measured_high"))
             named = f"{CLAIM_LABELS[metric]} {claim_measured(claim)}"
@@ -415,18 +420,6 @@ def one_device_only(runs: pd.DataFrame) -> bool:
     return len(runs) > 0 and bool(((runs["dp"] == 1) & (runs["tp"] == 1)).all())
 
 
-def _share_intervals(runs: pd.DataFrame, tokens: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """The runs table's 95% interval of Muon's optimizer share on one device at each of ``tokens`` (None without)."""
-    if not {"optimizer_share_low", "optimizer_share_high"} <= set(runs.columns):
-        return None
-    one = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 1) & (runs["tp"] == 1)].drop_duplicates("tokens_per_step")
-    by_tokens = one.set_index("tokens_per_step")
-    bounds = [
-        by_tokens.reindex(tokens.to_numpy())[c].astype(float).to_numpy() for c in ("optimizer_share_low", "optimizer_share_high")
-    ]
-    return None if np.isnan(bounds[0]).all() else (bounds[0], bounds[1])
-
-
 @styled
 def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted."""
@@ -443,13 +436,13 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         ("optimizer_share", "optimizer step / step time", False),
         ("muon_extra", "Muon step / AdamW step - 1", True),
     )
-    shares = _share_intervals(runs, points["tokens_per_step"])
     for ax, (column, label, signed) in zip(axes, panels):
         x = points["tokens_per_step"].to_numpy(float)
         y = points[column].to_numpy(float)
         ax.plot(x, 100 * y, "o", color=style.OPTIMIZER_COLORS["muon"], zorder=3)
-        if column == "optimizer_share" and shares is not None:  # the runs table's 95% intervals (linear axis: an
-            low, high = shares  # interval of few rounds can reach below 0)
+        if column == "optimizer_share" and points["optimizer_share_low"].notna().any():  # the runs table's intervals
+            low, high = points["optimizer_share_low"].to_numpy(float), points["optimizer_share_high"].to_numpy(float)
+            # a linear axis: an interval of few rounds can reach below 0
             ax.errorbar(x, 100 * y, yerr=[100 * (y - low), 100 * (high - y)], fmt="none", color=style.OPTIMIZER_COLORS["muon"])
         for xi, yi in zip(x, y):
             ax.annotate(
