@@ -24,14 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import (
-    ProfileTables,
-    describe_runs,
-    equal_work_twins,
-    first_run,
-    without_pipeline,
-    work_difference,
-)
+from muon_repro.analysis.claim_inputs import ProfileTables, UnequalWork, describe_runs, dp2_tp2_pair, first_run, work_difference
 from muon_repro.claims import PAPER, STUDY, UnitKind
 from muon_repro.hardware import UNKNOWN_PROFILE, ordered_profiles, rows_of_profile
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER
@@ -278,13 +271,11 @@ def bytes_check(t: ProfileTables, muon: pd.Series, adamw: pd.Series) -> Outcome 
 
 
 def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
-    """The contiguous Muon run at DP2·TP2 and the AdamW run that did the same work beside it; None without both."""
-    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
-    if muon is None:
+    """The claims' DP2·TP2 pair (:func:`dp2_tp2_pair`); None without one, or when no AdamW run did Muon's work."""
+    try:
+        return dp2_tp2_pair(t)
+    except UnequalWork:  # the claims say so; a check has no twin to compare with
         return None
-    at_grid = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
-    adamw = first_run(equal_work_twins(muon, at_grid))
-    return None if adamw is None else (muon, adamw)
 
 
 def _rows(t: ProfileTables, profile: str) -> list[dict]:

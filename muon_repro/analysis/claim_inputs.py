@@ -67,6 +67,20 @@ def twin_of(run: pd.Series, candidates: pd.DataFrame) -> pd.Series:
     return first_run(twins)
 
 
+def dp2_tp2_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
+    """The Muon run at dp=2, tp=2 without a pipeline (the original study's grid) and the AdamW run beside it that did
+    the same work on the same grid: what the DP2·TP2 claims and checks compare. None without a Muon run there or an
+    AdamW run on its backend and device; :class:`UnequalWork` when no AdamW run there did the same work."""
+    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
+    if muon is None:
+        return None
+    adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
+    adamw = adamw[(adamw["backend"] == muon["backend"]) & (adamw["device"] == muon["device"])]
+    if adamw.empty:
+        return None
+    return muon, twin_of(muon, adamw)
+
+
 def without_pipeline(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs with no pipeline stages (``pp`` 1; a table from before the column reads as none): the original
     study's grids, where its DP2·TP2 claims were made."""

@@ -18,9 +18,9 @@ from muon_repro.analysis.claim_inputs import (
     absent_or,
     check_same_work,
     describe_runs,
+    dp2_tp2_pair,
     first_run,
     is_missing,
-    twin_of,
     without_pipeline,
 )
 from muon_repro.analysis.estimators import muon_extra, time_ratio
@@ -55,19 +55,6 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> st
     )
 
 
-def _pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
-    """The Muon run at dp=2, tp=2 without a pipeline and the AdamW run beside it that did the same work on the same
-    grid; None without both."""
-    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
-    if muon is None:
-        return None
-    adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]
-    adamw = adamw[(adamw["backend"] == muon["backend"]) & (adamw["device"] == muon["device"])]
-    if adamw.empty:
-        return None
-    return muon, twin_of(muon, adamw)  # none of the same work: UnequalWork, and the claim says how they differ
-
-
 def _comm_column(t: ProfileTables) -> str:
     return (
         "comm_transfer_ms" if "comm_transfer_ms" in t.steps.columns and t.steps["comm_transfer_ms"].notna().any() else "comm_ms"
@@ -75,7 +62,7 @@ def _comm_column(t: ProfileTables) -> str:
 
 
 def comm_time(t: ProfileTables) -> Measurement | str:
-    pair = _pair(t)
+    pair = dp2_tp2_pair(t)
     if pair is None:
         return "needs a Muon run and an AdamW run at dp=2, tp=2 with the same work"
     muon, adamw = pair
@@ -263,7 +250,7 @@ def _step_ratio(t: ProfileTables, a: pd.Series, b: pd.Series) -> tuple[float, fl
 
 
 def latency(t: ProfileTables) -> Measurement | str:
-    pair, single = _pair(t), None
+    pair, single = dp2_tp2_pair(t), None
     if pair is None:
         single = pair = _single_device_pair(t)
     if pair is None:
