@@ -6,21 +6,27 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.muon import (
-    adamw_group_step,
-    check_hyperparameters,
-    evaluate_closure,
-)
+from muon_repro.optim.hyperparameters import TORCH_ADAMW_KEYS, CheckedParamGroups, check_dense_grads, check_group
+from muon_repro.optim.muon import adamw_group_step, evaluate_closure
 
 
-class AdamW(torch.optim.Optimizer):
+def adamw_defaults(lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> dict:
+    """Validated param-group defaults, shared by :class:`AdamW` and ``DistributedAdamW`` (torch's key names)."""
+    defaults = dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, use_muon=False)
+    check_group(defaults, TORCH_ADAMW_KEYS)
+    defaults["betas"] = tuple(betas)
+    return defaults
+
+
+class AdamW(CheckedParamGroups, torch.optim.Optimizer):
     """torch.optim.AdamW's arithmetic on every parameter, matrices included.
 
     Accepts the groups of :func:`~muon_repro.optim.muon_param_groups` (their ``use_muon`` flag is
     ignored), so a benchmark swaps Muon for AdamW without touching the grouping. ``eps`` is added
     after bias correction, as torch does; Moonlight adds it before (see
     :func:`~muon_repro.optim.update_rules.adamw_update_`). Default betas are Moonlight's (0.9, 0.95),
-    not the PoC's (0.95, 0.95).
+    not the PoC's (0.95, 0.95). Groups take torch's keys (``lr``, ``weight_decay``, ``betas``, ``eps``), so torch's
+    LR schedulers (``OneCycleLR`` cycling ``betas``) work as on ``torch.optim.AdamW``.
     """
 
     def __init__(
@@ -31,13 +37,14 @@ class AdamW(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.95),
         eps: float = 1e-8,
     ) -> None:
-        check_hyperparameters(lr, weight_decay, 0.0, betas, eps)
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, adamw_betas=tuple(betas), adamw_eps=eps, use_muon=False))
+        super().__init__(params, adamw_defaults(lr, weight_decay, betas, eps))
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = evaluate_closure(closure)
+        check_dense_grads((p for group in self.param_groups for p in group["params"]), type(self).__name__)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
-            adamw_group_step([self.state[p] for p in params], params, [p.grad for p in params], group)
+            grads = [p.grad for p in params]
+            adamw_group_step([self.state[p] for p in params], params, grads, group, self.ADAMW_KEYS)
         return loss

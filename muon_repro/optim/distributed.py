@@ -28,8 +28,10 @@ import torch
 from torch.profiler import record_function
 
 from muon_repro.formulas import ns_method_flops
+from muon_repro.optim.adamw import adamw_defaults
+from muon_repro.optim.hyperparameters import MOONLIGHT_ADAMW_KEYS
 from muon_repro.optim.layout import NsUnit
-from muon_repro.optim.muon import check_hyperparameters, evaluate_closure, muon_defaults
+from muon_repro.optim.muon import evaluate_closure, muon_defaults
 from muon_repro.optim.newton_schulz import default_ns_dtype, orthogonalize_many
 from muon_repro.optim.update_rules import (
     MomentumForm,
@@ -61,7 +63,8 @@ class DistributedAdamW(ZeroOneOptimizer):
         grads (full, every rank) --dp_reduce_scatter--> grad shard --update--> param shard
                                  --dp_all_gather--> params (full, every rank)
 
-    Accepts :func:`~muon_repro.optim.muon_param_groups` groups (``use_muon`` ignored).
+    Accepts :func:`~muon_repro.optim.muon_param_groups` groups (``use_muon`` ignored); groups take torch's keys
+    (``betas``, ``eps``), as :class:`~muon_repro.optim.AdamW`'s do.
     """
 
     def __init__(
@@ -77,8 +80,7 @@ class DistributedAdamW(ZeroOneOptimizer):
         bucket_elems: int | None = None,
         reduce_dtype: torch.dtype = torch.float32,
     ) -> None:
-        check_hyperparameters(lr, weight_decay, 0.0, betas, eps)
-        defaults = {"lr": lr, "weight_decay": weight_decay, "adamw_betas": tuple(betas), "adamw_eps": eps, "use_muon": False}
+        defaults = adamw_defaults(lr, weight_decay, betas, eps)
         groups = list(params)
         if groups and isinstance(groups[0], dict):
             groups = [{**g, "use_muon": False} for g in groups]
@@ -126,6 +128,8 @@ class DistributedMuon(ZeroOneOptimizer):
     the same bits: only when the bytes move changes.
     """
 
+    ADAMW_KEYS = MOONLIGHT_ADAMW_KEYS
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
@@ -149,7 +153,7 @@ class DistributedMuon(ZeroOneOptimizer):
         overlap: str = "none",
         ns_unit_elems: int | None = None,
     ) -> None:
-        if gather_dtype not in (torch.float32, torch.bfloat16):
+        if gather_dtype not in (torch.float32, torch.bfloat16):  # what the layouts' gathers move
             raise ValueError(f"gather_dtype must be torch.float32 or torch.bfloat16, got {gather_dtype}")
         if overlap not in OVERLAPS:
             raise ValueError(f"unknown overlap {overlap!r}; choose one of {', '.join(OVERLAPS)}")

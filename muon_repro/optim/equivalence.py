@@ -261,13 +261,13 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
             "dp_rank": dims.dp_rank,
             "tp_rank": dims.tp_rank,
             "loss": loss.item(),
-            "grad_shard": opt.grad_shard.float().clone(),
+            "grad_mean": opt.grad_mean.clone(),
             "params": {n: p.detach().clone() for n, p in model.named_parameters()},
         }
         gathered = _gather_to_root(payload, dims)
         if root:
             by_coord = {(g["dp_rank"], g["tp_rank"]): g for g in gathered}
-            grads_by_tp = [_averaged_grads(opt, [by_coord[(d, t)]["grad_shard"] for d in range(cfg.dp)]) for t in range(cfg.tp)]
+            grads_by_tp = [_averaged_grads(opt, [by_coord[(d, t)]["grad_mean"] for d in range(cfg.dp)]) for t in range(cfg.tp)]
             params_by_tp = [by_coord[(0, t)]["params"] for t in range(cfg.tp)]
             # optimizer-isolated
             for n, p in iso_params.items():

@@ -7,7 +7,8 @@ inside them) and counts each distinct storage once, leaving out the model's own 
 which the optimizer points at but does not own:
 
     held_state_bytes   storages reachable from ``optimizer.state``: the optimizer state, whatever its keys
-    held_buffer_bytes  every other storage it owns: flat gradient and parameter buffers, shards, kept gathers
+    held_buffer_bytes  every other storage it owns: flat gradient buffers, shards, kept gathers (a ZeRO-1
+                       optimizer's flat parameter buffer is the model's parameters' storage, so it is left out)
 
 Two tensors that share a storage (views of one flat buffer) count once; a storage reachable from both ``state`` and
 an attribute counts as state.

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.newton_schulz import check_ns_method, orthogonalize_many
+from muon_repro.optim.hyperparameters import MOONLIGHT_ADAMW_KEYS, CheckedParamGroups, check_dense_grads, check_group
+from muon_repro.optim.newton_schulz import orthogonalize_many
 from muon_repro.optim.param_groups import check_muon_group
 from muon_repro.optim.update_rules import (
     MomentumForm,
@@ -16,20 +17,6 @@ from muon_repro.optim.update_rules import (
     muon_momentum_many_,
     muon_update_scale,
 )
-
-
-def check_hyperparameters(lr: float, weight_decay: float, momentum: float, betas: tuple[float, float], eps: float) -> None:
-    """Shared validation for every optimizer in the package."""
-    if not lr >= 0:
-        raise ValueError(f"lr must be >= 0, got {lr}")
-    if not weight_decay >= 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    if not all(0 <= b < 1 for b in betas):
-        raise ValueError(f"adamw_betas must each be in [0, 1), got {betas}")
-    if not eps >= 0:
-        raise ValueError(f"adamw_eps must be >= 0, got {eps}")
 
 
 def muon_defaults(
@@ -47,14 +34,7 @@ def muon_defaults(
     adamw_eps: float,
 ) -> dict:
     """Validated param-group defaults, shared by :class:`Muon` and ``DistributedMuon``."""
-    check_hyperparameters(lr, weight_decay, momentum, adamw_betas, adamw_eps)
-    if ns_steps < 0:
-        raise ValueError(f"ns_steps must be >= 0, got {ns_steps}")
-    check_ns_method(ns_method)
-    muon_update_scale((1, 1), update_scale)  # validates the name
-    if momentum_form not in ("sum", "ema"):
-        raise ValueError(f"momentum_form must be 'sum' or 'ema', got {momentum_form!r}")
-    return dict(
+    defaults = dict(
         lr=lr,
         weight_decay=weight_decay,
         momentum=momentum,
@@ -64,10 +44,13 @@ def muon_defaults(
         ns_method=ns_method,
         update_scale=update_scale,
         momentum_form=momentum_form,
-        adamw_betas=tuple(adamw_betas),
+        adamw_betas=adamw_betas,
         adamw_eps=adamw_eps,
         use_muon=True,
     )
+    check_group(defaults, MOONLIGHT_ADAMW_KEYS)
+    defaults["adamw_betas"] = tuple(adamw_betas)
+    return defaults
 
 
 def evaluate_closure(closure: Callable[[], float] | None) -> float | None:
@@ -78,7 +61,7 @@ def evaluate_closure(closure: Callable[[], float] | None) -> float | None:
         return closure()
 
 
-class Muon(torch.optim.Optimizer):
+class Muon(CheckedParamGroups, torch.optim.Optimizer):
     """Muon with Moonlight's update for matrices, AdamW for everything else, in one optimizer.
 
     Param groups carry ``use_muon`` (see :func:`~muon_repro.optim.muon_param_groups`). For a
@@ -100,7 +83,13 @@ class Muon(torch.optim.Optimizer):
     and back before NS, as :class:`~muon_repro.optim.DistributedMuon` does when it moves the
     input through its DP/TP gathers in ``gather_dtype``: with the same value the two agree bit
     for bit, bf16 gathers included.
+
+    A parameter of shape ``[..., A, B]`` is a batch of ``A x B`` matrices, each orthogonalized and scaled alone (as
+    stacked experts would be; see :mod:`~muon_repro.optim.param_groups` for convolutions). Every group's
+    hyperparameters are checked when it is added (:mod:`~muon_repro.optim.hyperparameters`).
     """
+
+    ADAMW_KEYS = MOONLIGHT_ADAMW_KEYS
 
     def __init__(
         self,
@@ -131,32 +120,28 @@ class Muon(torch.optim.Optimizer):
             adamw_betas=adamw_betas,
             adamw_eps=adamw_eps,
         )
-        if gather_dtype is not None and not (isinstance(gather_dtype, torch.dtype) and gather_dtype.is_floating_point):
-            raise ValueError(f"gather_dtype must be None or a floating-point torch.dtype, got {gather_dtype!r}")
         defaults["gather_dtype"] = gather_dtype
+        check_group(defaults, self.ADAMW_KEYS)
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict) -> None:
-        """torch's ``add_param_group``, refusing a Muon group that holds anything but matrices (here, not in a later
-        ``step()`` that would have stepped the other groups first)."""
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
+    def _check_added_group(self, group: dict, where: str) -> None:
+        """The hyperparameters, and a Muon group's params all matrices (here, not in a later ``step()`` that would
+        have stepped the other groups first)."""
+        super()._check_added_group(group, where)
         if group["use_muon"]:
-            try:
-                check_muon_group(group["params"], group.get("names"))
-            except ValueError:
-                self.param_groups.pop()
-                raise
+            check_muon_group(group["params"], group.get("names"))
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = evaluate_closure(closure)
+        check_dense_grads((p for group in self.param_groups for p in group["params"]), type(self).__name__)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if group["use_muon"]:
                 self._muon_group_step(params, group)
             else:
-                adamw_group_step([self.state[p] for p in params], params, [p.grad for p in params], group)
+                grads = [p.grad for p in params]
+                adamw_group_step([self.state[p] for p in params], params, grads, group, self.ADAMW_KEYS)
         return loss
 
     def _muon_group_step(self, params: list[torch.Tensor], group: dict) -> None:
@@ -184,9 +169,13 @@ class Muon(torch.optim.Optimizer):
         apply_decoupled_updates_(params, updates, group["lr"], group["weight_decay"], scales)
 
 
-def adamw_group_step(states: list[dict], params: list[torch.Tensor], grads: list[torch.Tensor], group: dict) -> None:
+def adamw_group_step(
+    states: list[dict], params: list[torch.Tensor], grads: list[torch.Tensor], group: dict, adamw_keys: tuple[str, str]
+) -> None:
     """AdamW on many tensors (or flat shards of them), creating each one's state on first use; the tensors of one
-    step count updated together (:func:`~muon_repro.optim.update_rules.adamw_update_many_`)."""
+    step count updated together (:func:`~muon_repro.optim.update_rules.adamw_update_many_`). ``adamw_keys``: the
+    group's keys for betas and eps (:mod:`~muon_repro.optim.hyperparameters`)."""
+    betas_key, eps_key = adamw_keys
     by_step: dict[int, list[int]] = {}
     for i, (state, param) in enumerate(zip(states, params)):
         if not state:
@@ -203,7 +192,7 @@ def adamw_group_step(states: list[dict], params: list[torch.Tensor], grads: list
             [states[i]["exp_avg_sq"] for i in members],
             step,
             group["lr"],
-            group["adamw_betas"],
-            group["adamw_eps"],
+            group[betas_key],
+            group[eps_key],
             group["weight_decay"],
         )

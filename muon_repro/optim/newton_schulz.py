@@ -13,7 +13,9 @@ using only matmuls, by composing odd polynomials ``p(x) = a x + b x^3 + c x^5`` 
   Newton-Schulz): with ``X_k = Q_k X_0`` and ``R_k = X_k X_k^T``, a step is ``H = a I + b R + c R^2``,
   ``Q <- H Q``, ``R <- H R H``, all ``n x n`` (n: the short side), and ``X = Q X_0`` once at the end; it restarts
   (``X_0 <- Q X_0``, ``Q <- I``) after :data:`GRAM_RESTARTS` to shed the rounding the products accumulate. For a
-  matrix ``n x m`` with ``m >> n`` it does ``4 n^3`` of work per step where the others do ``4 n^2 m + 2 n^3``.
+  matrix ``n x m`` with ``m >> n`` it does up to ``8 n^3`` of work per step (less on the first step after a start
+  and on the last; :func:`muon_repro.formulas.gram_newton_schulz_flops`), plus ``2 n^2 m`` at each start and at the
+  end, where the others do ``4 n^2 m + 2 n^3`` per step.
 
 Which one a run uses is ``ns_method`` (the optimizers' parameter, the benchmark's config field);
 :mod:`muon_repro.optim.polar_accuracy` measures each against the SVD's exact polar factor.
@@ -50,8 +52,8 @@ GRAM_RESTARTS = (2,)
 """Steps before which the Gram iteration starts again from ``Q X_0`` (Dao AI Lab's default: one restart, at step 2)."""
 # Where :func:`orthogonalize_many` runs a shape's matrices as one batch: on accelerators, where each operator call is
 # a kernel launch, and on the meta device, where the calls are counted (muon_repro.optim.op_calls). A CPU runs them
-# one at a time, with the same bits: there a batch outgrows the caches one matrix fits in, and the step of the small
-# preset took 13% longer batched (243 against 215 ms, one thread), while a call costs microseconds.
+# one at a time: there a batch outgrows the caches one matrix fits in, and the step of the small preset took 13% longer
+# batched (243 against 215 ms, one thread), while a call costs microseconds.
 BATCHED_DEVICES = ("cuda", "meta")
 
 
@@ -94,8 +96,9 @@ def orthogonalize(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = N
     coefficients = step_coefficients(method, steps)
     X = G.to(dtype or default_ns_dtype(G.device))
     tall = G.size(-2) > G.size(-1)
-    if tall:  # a contiguous copy: the matmuls then see one memory layout whichever way a matrix comes
-        X = X.mT.contiguous()
+    # Contiguous, rows <= columns: the matmuls see one memory layout whichever way (and with whatever strides, a
+    # transposed parameter's gradient included) a matrix comes, so its bits do not depend on how it was stored.
+    X = X.mT.contiguous() if tall else X.contiguous()
     norm = X.norm(dim=(-2, -1), keepdim=True)
     X = X / (norm + NS_EPS) if method == "quintic" else X / (norm * POLAR_EXPRESS_SAFETY + NS_EPS)
     batch = X.shape[:-2]
@@ -155,8 +158,10 @@ def orthogonalize_many(
     Tall matrices are transposed so that each group shares an orientation (rows <= columns: the Gram matrix is the
     small one), stacked into one contiguous ``[n, rows, cols]`` batch and run through :func:`orthogonalize`'s
     batched path (``method``: one of :data:`NS_METHODS`): the operator calls grow with the number of distinct
-    shapes, not of matrices. Every matrix is computed as it is alone (the batched matmuls work slice by slice, and a
-    tall matrix alone is transposed into the same contiguous layout), so no result depends on its batch-mates.
+    shapes, not of matrices. No result depends on its batch-mates (the batched matmuls work slice by slice, and a
+    tall matrix alone is transposed into the same contiguous layout). Whether the batched chain rounds exactly as the
+    one-matrix chain (``bmm`` against ``mm``) is the backend's: on CPU they agree at the models' shapes but not on
+    every small one (5 x 7 matrices differ in the last bits), so a CPU runs one matrix at a time.
     ``round_to``: round the inputs to that dtype and back first (where a distributed step's gathers would).
     Returns the updates (views of each group's output, in the input's dtype, shape and order) and the RMS of each
     times its ``scales`` entry (default 1): 0-dim tensors, computed per group rather than matrix by matrix.
@@ -171,7 +176,7 @@ def orthogonalize_many(
         rows, cols = sorted(m.shape[-2:])
         groups.setdefault((rows, cols, m.dtype, m.device), []).append(i)
     for (_, _, _, device), members in groups.items():
-        if not (device.type in BATCHED_DEVICES if batched is None else batched):  # one at a time, the same bits
+        if not (device.type in BATCHED_DEVICES if batched is None else batched):  # one at a time
             for i in members:
                 m = matrices[i] if round_to is None else matrices[i].to(round_to).to(matrices[i].dtype)
                 updates[i] = orthogonalize(m, steps, dtype, method)

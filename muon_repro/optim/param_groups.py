@@ -2,6 +2,9 @@
 
 Rule (Moonlight): matrices (``ndim >= 2``) of the hidden layers go to Muon; embeddings, the LM
 head and every 1-D parameter (norm gains, biases) go to AdamW. Names can override the rule.
+A ``[..., A, B]`` parameter is a batch of ``A x B`` matrices, each orthogonalized and scaled alone: right for
+stacked experts, not for a convolution, whose ``[out, in, kh, kw]`` filter would be ``kh * kw`` tiny matrices
+(name it in ``adamw_names``, or keep it as ``[out, in * kh * kw]`` in the model, as Keller Jordan's Muon does).
 
 The groups also record where each parameter sits in ``model.named_parameters()``
 (``model_indices``): splitting by update rule loses the model order, and the ZeRO-1 optimizers
@@ -98,6 +101,8 @@ def check_muon_group(params: Iterable[torch.Tensor], names: Iterable[str] | None
     """Raise ``ValueError`` for any parameter in a Muon group that is not a matrix."""
     params = list(params)
     names = list(names) if names is not None else [f"params[{i}]" for i in range(len(params))]
+    if len(names) != len(params):
+        raise ValueError(f"Muon group has {len(params)} params but {len(names)} names: give one name per parameter")
     for name, p in zip(names, params):
         if p.ndim < 2:
             raise ValueError(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from muon_repro.optim.hyperparameters import CheckedParamGroups, check_dense_grads
 from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.optim.muon import adamw_group_step
 from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
@@ -28,6 +29,7 @@ from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER
 from muon_repro.values import is_index
 
 MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
+REDUCE_DTYPES = (torch.float32, torch.bfloat16)  # what gradients may travel in: the sum of an integer grad truncates
 
 
 @dataclass
@@ -69,7 +71,7 @@ def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor
     return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
 
 
-class ZeroOneOptimizer(torch.optim.Optimizer):
+class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
     """Flat buffers, the DP reduce-scatter / all-gather pair, and AdamW on this rank's shard.
 
     The flat buffer follows Megatron's order, the reverse of the model's (see
@@ -95,6 +97,9 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         reduce_dtype: torch.dtype,
         ns_unit_elems: int | None = None,
     ) -> None:
+        if reduce_dtype not in REDUCE_DTYPES:
+            names = ", ".join(str(d) for d in REDUCE_DTYPES)
+            raise ValueError(f"reduce_dtype must be one of {names}, got {reduce_dtype!r}")
         super().__init__(params, defaults)
         self.dims = dims
         self.reduce_dtype = reduce_dtype
@@ -163,16 +168,20 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                     f"flat buffer (expected shape {slot.spec.local_shape}); build the optimizer after the model "
                     "is final and do not reassign parameter data"
                 )
+            check_dense_grads([p], type(self).__name__)
             if p.grad is not None and p.grad.shape != p.shape:
                 raise ValueError(f"gradient of {slot.spec.name!r} has shape {tuple(p.grad.shape)}, expected {tuple(p.shape)}")
 
     def _grad_view(self, local_offset: int, length: int) -> torch.Tensor:
-        return self._grad_shard_fp32[local_offset : local_offset + length]
+        return self.grad_mean[local_offset : local_offset + length]
 
     # ---------------------------------------------------------------- reduce-scatter <-> all-gather
 
     def _dp_reduce_scatter_grads(self) -> None:
-        """Every rank's full gradients -> this rank's shard of their DP average (fp32)."""
+        """Every rank's full gradients -> this rank's shard of their DP average: ``grad_mean`` (fp32).
+
+        ``grad_shard`` holds the reduce-scatter's sum in ``reduce_dtype``; with fp32 it is divided in place (no copy),
+        so read the average from ``grad_mean``, whatever the dtype."""
         for slot, p in zip(self.plan.slots, self._params):
             dst = self.grad_flat[slot.flat_start : slot.flat_start + slot.spec.numel]
             if p.grad is None:
@@ -186,7 +195,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 self.dims.dp_group,
                 phase=DP_REDUCE_SCATTER,
             )
-        self._grad_shard_fp32 = self.grad_shard.float().div_(self.dims.dp)
+        self.grad_mean = self.grad_shard.float().div_(self.dims.dp)
 
     def _dp_all_gather_params(self) -> None:
         """This rank's updated parameter shards -> every DP rank's full parameters."""
@@ -209,7 +218,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 params.append(param_view)
                 grads.append(self._grad_view(local, piece.length))
         for group, states, params, grads in by_group.values():
-            adamw_group_step(states, params, grads, group)
+            adamw_group_step(states, params, grads, group, self.ADAMW_KEYS)
 
     # ---------------------------------------------------------------- accounting and checkpoints
 

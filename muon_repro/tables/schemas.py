@@ -774,8 +774,9 @@ SCHEMAS: dict[str, TableSchema] = {
                 "held_buffer_bytes",
                 "Int64",
                 "bytes",
-                "every other storage the optimizer owns at the end of the run (flat gradient and parameter buffers, "
-                "shards, kept gathers), each counted once; null for runs recorded before",
+                "every other storage the optimizer owns at the end of the run (flat gradient buffers, shards, kept "
+                "gathers; a ZeRO-1 flat parameter buffer is the model's parameters, left out), each counted once; null "
+                "for runs recorded before",
             ),
             ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
             ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),

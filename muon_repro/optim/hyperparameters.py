@@ -1,0 +1,133 @@
+"""The hyperparameters a param group of this package's optimizers may hold, checked when the group is added.
+
+torch checks an optimizer's constructor arguments only: a group passed as a dict, or added later, reaches ``step()``
+unchecked, and a bad value there fails halfway through it, after earlier groups have stepped and momentum buffers have
+been written. :func:`check_group` runs in every optimizer's ``add_param_group`` (which torch's constructor calls for
+each group, the defaults filled in), so a bad value is refused before any state exists.
+
+AdamW's betas and eps go by two pairs of names: torch's ``betas``/``eps`` (:class:`~muon_repro.optim.AdamW`,
+``DistributedAdamW``, as ``torch.optim.AdamW`` and its LR schedulers expect) and Moonlight's
+``adamw_betas``/``adamw_eps`` (the AdamW groups of :class:`~muon_repro.optim.Muon` and ``DistributedMuon``, whose
+``momentum`` is Muon's). A group holding the pair its optimizer does not read is refused: it would be ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+from muon_repro.optim.newton_schulz import check_ns_method
+from muon_repro.optim.update_rules import muon_update_scale
+
+TORCH_ADAMW_KEYS = ("betas", "eps")
+MOONLIGHT_ADAMW_KEYS = ("adamw_betas", "adamw_eps")
+MOMENTUM_FORMS = ("sum", "ema")
+
+
+def check_group(group: dict, adamw_keys: tuple[str, str], where: str = "") -> None:
+    """Raise ``ValueError`` naming ``where`` (e.g. ``param_groups[1]``), the key and its value for the first
+    hyperparameter of ``group`` out of its range. Keys the group does not hold are not checked."""
+    prefix = f"{where}: " if where else ""
+    wrong_keys = MOONLIGHT_ADAMW_KEYS if adamw_keys == TORCH_ADAMW_KEYS else TORCH_ADAMW_KEYS
+    for wrong, right in zip(wrong_keys, adamw_keys):
+        if wrong in group:
+            raise ValueError(f"{prefix}this optimizer reads AdamW's {right!r}, not {wrong!r}: rename the key")
+    betas_key, eps_key = adamw_keys
+    checks = {
+        "lr": lambda v: _real(v) and 0 <= v < math.inf,
+        "weight_decay": lambda v: _real(v) and 0 <= v < math.inf,
+        "momentum": lambda v: _real(v) and 0 <= v < 1,
+        "nesterov": lambda v: isinstance(v, bool),
+        "ns_steps": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "ns_dtype": lambda v: v is None or _floating_dtype(v),
+        "gather_dtype": lambda v: v is None or _floating_dtype(v),
+        "momentum_form": lambda v: v in MOMENTUM_FORMS,
+        "use_muon": lambda v: isinstance(v, bool),
+        betas_key: lambda v: _pair(v) and all(_real(b) and 0 <= b < 1 for b in v),
+        eps_key: lambda v: _real(v) and 0 <= v < math.inf,
+    }
+    ranges = {
+        "lr": "a finite number >= 0",
+        "weight_decay": "a finite number >= 0",
+        "momentum": "a number in [0, 1)",
+        "nesterov": "True or False",
+        "ns_steps": "an integer >= 0",
+        "ns_dtype": "None or a floating-point torch.dtype",
+        "gather_dtype": "None or a floating-point torch.dtype",
+        "momentum_form": f"one of {', '.join(MOMENTUM_FORMS)}",
+        "use_muon": "True or False",
+        betas_key: "two numbers, each in [0, 1)",
+        eps_key: "a finite number >= 0",
+    }
+    for key, ok in checks.items():
+        if key in group and not ok(group[key]):
+            raise ValueError(f"{prefix}{key} must be {ranges[key]}, got {group[key]!r}")
+    try:
+        if "ns_method" in group:
+            check_ns_method(group["ns_method"])
+        if "update_scale" in group:
+            muon_update_scale((1, 1), group["update_scale"])
+    except ValueError as e:
+        raise ValueError(f"{prefix}{e}") from None
+
+
+def check_dense_grads(params: Iterable[torch.Tensor], optimizer: str) -> None:
+    """Refuse sparse gradients before a step changes anything (the element-wise updates cannot take them)."""
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise ValueError(
+                f"{optimizer} takes dense gradients, got a sparse one for a parameter of shape {tuple(p.shape)}: "
+                "build the embedding with sparse=False"
+            )
+
+
+def rename_torch_adamw_keys(param_groups: list[dict]) -> None:
+    """Rename Moonlight's AdamW keys to torch's in groups loaded from a checkpoint saved before AdamW used torch's."""
+    for group in param_groups:
+        for old, new in zip(MOONLIGHT_ADAMW_KEYS, TORCH_ADAMW_KEYS):
+            if old in group and new not in group:
+                group[new] = group.pop(old)
+
+
+def _real(value: object) -> bool:
+    """A real number (a 0-dim float tensor included, as torch's schedulers may set), not a bool."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and value.is_floating_point()
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _pair(value: object) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 2
+
+
+def _floating_dtype(value: object) -> bool:
+    return isinstance(value, torch.dtype) and value.is_floating_point
+
+
+class CheckedParamGroups:
+    """Mixin for ``torch.optim.Optimizer`` subclasses: :func:`check_group` on every group added, the group refused
+    whole (the optimizer left as it was) if a value is out of range.
+
+    ``ADAMW_KEYS``: the names the optimizer reads AdamW's betas and eps under. Groups of a checkpoint saved when
+    AdamW read Moonlight's names are renamed to torch's on loading."""
+
+    ADAMW_KEYS: tuple[str, str] = TORCH_ADAMW_KEYS
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)  # type: ignore[misc]
+        groups = self.param_groups  # type: ignore[attr-defined]
+        try:
+            self._check_added_group(groups[-1], f"param_groups[{len(groups) - 1}]")
+        except ValueError:
+            groups.pop()
+            raise
+
+    def _check_added_group(self, group: dict, where: str) -> None:
+        check_group(group, self.ADAMW_KEYS, where)
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)  # type: ignore[misc]
+        if self.ADAMW_KEYS == TORCH_ADAMW_KEYS:
+            rename_torch_adamw_keys(self.param_groups)  # type: ignore[attr-defined]

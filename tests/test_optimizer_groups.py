@@ -1,0 +1,196 @@
+"""Param groups as torch users write them: checked when added, read under torch's names where torch's tools expect them.
+
+Single process, no workers: the ZeRO-1 optimizers run on a 1 x 1 grid.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from muon_repro.model import GPT, GPTConfig
+from muon_repro.optim import AdamW, Muon, muon_param_groups
+from muon_repro.optim.distributed import DistributedAdamW, DistributedMuon
+from muon_repro.optim.newton_schulz import orthogonalize
+from muon_repro.parallel import Group, ParallelDims
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(6, 10, generator=g))
+        self.bias = nn.Parameter(torch.randn(6, generator=g))
+
+
+def _with_grads(model: nn.Module, seed: int = 1) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)
+    return model
+
+
+def _tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig.preset("tiny"), Group.single("tp"))
+
+
+def test_adamw_reads_a_groups_torch_betas_and_eps():
+    """A group's own ``betas``/``eps`` change its step, as on torch.optim.AdamW (they were ignored before)."""
+    model = _with_grads(Small())
+    ours = AdamW([{"params": [model.w], "betas": (0.5, 0.6), "eps": 1e-3}, {"params": [model.bias]}], lr=0.1)
+    reference = _with_grads(Small())
+    theirs = torch.optim.AdamW(
+        [{"params": [reference.w], "betas": (0.5, 0.6), "eps": 1e-3}, {"params": [reference.bias]}],
+        lr=0.1,
+        weight_decay=0.1,
+        betas=(0.9, 0.95),
+        foreach=False,
+    )
+    for _ in range(3):
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(model.w, reference.w, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(model.bias, reference.bias, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["AdamW", "DistributedAdamW"])
+def test_one_cycle_lr_cycles_adamw_beta1(distributed):
+    """torch's OneCycleLR cycles beta1 through ``betas``; it refused our AdamW when the key was ``adamw_betas``."""
+    model = _tiny_gpt()
+    opt = DistributedAdamW(muon_param_groups(model), ParallelDims(1, 1)) if distributed else AdamW(model.parameters())
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=10)
+    first = opt.param_groups[0]["betas"][0]
+    _with_grads(model)
+    opt.step()
+    schedule.step()
+    assert opt.param_groups[0]["betas"][0] != first
+
+
+def test_muon_refuses_torch_adamw_keys_it_would_ignore():
+    model = Small()
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: this optimizer reads AdamW's 'adamw_betas', not 'betas'"):
+        Muon([{"params": [model.w]}, {"params": [model.bias], "use_muon": False, "betas": (0.9, 0.99)}])
+    with pytest.raises(ValueError, match="reads AdamW's 'betas', not 'adamw_betas'"):
+        AdamW([{"params": [model.w], "adamw_betas": (0.9, 0.99)}])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"lr": -1.0}, "lr must be a finite number >= 0, got -1.0"),
+        ({"lr": float("inf")}, "lr must be a finite number >= 0"),
+        ({"momentum": 1.5}, "momentum must be a number in"),
+        ({"weight_decay": -5}, "weight_decay must be a finite number >= 0"),
+        ({"ns_steps": 2.5}, "ns_steps must be an integer >= 0, got 2.5"),
+        ({"ns_dtype": "bf16"}, "ns_dtype must be None or a floating-point torch.dtype, got 'bf16'"),
+        ({"ns_dtype": torch.int32}, "ns_dtype must be None or a floating-point"),
+        ({"ns_method": "bogus"}, "ns_method must be one of"),
+        ({"update_scale": "bogus"}, "update_scale must be"),
+        ({"nesterov": "no"}, "nesterov must be True or False"),
+        ({"adamw_betas": (0.9,)}, "adamw_betas must be two numbers"),
+    ],
+)
+def test_a_bad_group_value_is_refused_before_any_step(override, message):
+    """Before, these stepped silently or failed inside step() after other groups had stepped."""
+    model = Small()
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: " + message.replace("(", r"\(").replace("[", r"\[")):
+        Muon([{"params": [model.w], **override}, {"params": [model.bias], "use_muon": False}])
+    opt = Muon([{"params": [model.bias], "use_muon": False}])
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: "):
+        opt.add_param_group({"params": [model.w], **override})
+    assert len(opt.param_groups) == 1  # the refused group is not kept
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"ns_steps": 2.5}, "ns_steps must be an integer"),
+        ({"ns_dtype": "bf16"}, "ns_dtype must be None or a floating-point"),
+        ({"adamw_betas": (0.9,)}, "adamw_betas must be two numbers"),
+        ({"nesterov": "no"}, "nesterov must be True or False"),
+    ],
+)
+def test_bad_constructor_arguments_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Muon(Small().parameters(), **kwargs)
+    with pytest.raises(ValueError, match=message):
+        DistributedMuon(muon_param_groups(_tiny_gpt()), ParallelDims(1, 1), **kwargs)
+
+
+def test_adamw_errors_name_its_own_arguments():
+    with pytest.raises(ValueError, match=r"^betas must be two numbers, each in \[0, 1\), got \(0.9, 1.0\)"):
+        AdamW(Small().parameters(), betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="^eps must be a finite number >= 0"):
+        DistributedAdamW(Small().parameters(), ParallelDims(1, 1), eps=-1.0)
+
+
+@pytest.mark.parametrize("reduce_dtype", [torch.int64, torch.float16, "bf16"])
+def test_reduce_dtype_is_refused_unless_fp32_or_bf16(reduce_dtype):
+    """An integer reduce dtype truncated every gradient below 1 to zero, silently."""
+    with pytest.raises(ValueError, match="reduce_dtype must be one of torch.float32, torch.bfloat16"):
+        DistributedAdamW(muon_param_groups(_tiny_gpt()), ParallelDims(1, 1), reduce_dtype=reduce_dtype)
+
+
+def test_grad_mean_is_the_average_whatever_the_reduce_dtype():
+    for reduce_dtype in (torch.float32, torch.bfloat16):
+        model = _tiny_gpt()
+        opt = DistributedAdamW(muon_param_groups(model), ParallelDims(1, 1), reduce_dtype=reduce_dtype)
+        _with_grads(model)
+        opt.step()
+        assert opt.grad_mean.dtype == torch.float32
+        assert torch.equal(opt.grad_mean, opt.grad_shard.float())  # dp = 1: the average is the sum
+
+
+def test_short_names_list_is_refused():
+    model = Small()
+    with pytest.raises(ValueError, match="Muon group has 2 params but 1 names"):
+        Muon([{"params": [model.w, model.bias], "names": ["w"]}])
+
+
+def test_sparse_gradients_are_refused_before_anything_changes():
+    embedding = nn.Embedding(10, 4, sparse=True)
+    embedding(torch.tensor([1, 2])).sum().backward()
+    before = embedding.weight.detach().clone()
+    for opt in (AdamW(embedding.parameters()), Muon([{"params": embedding.parameters(), "use_muon": False}])):
+        with pytest.raises(ValueError, match="takes dense gradients"):
+            opt.step()
+        assert torch.equal(embedding.weight, before)
+        assert not opt.state
+
+
+def test_a_transposed_input_orthogonalizes_to_the_same_bits():
+    """A wide matrix stored column-major (a transposed parameter's gradient) took another BLAS path before."""
+    g = torch.Generator().manual_seed(0)
+    wide = torch.randn(48, 80, generator=g)
+    column_major = wide.T.contiguous().T
+    assert not column_major.is_contiguous()
+    for method in ("quintic", "polar_express", "gram"):
+        assert torch.equal(orthogonalize(column_major, 5, torch.float32, method), orthogonalize(wide, 5, torch.float32, method))
+
+
+def test_a_transposed_parameter_steps_as_its_contiguous_copy():
+    g = torch.Generator().manual_seed(0)
+    data, grad = torch.randn(7, 13, generator=g), torch.randn(7, 13, generator=g)
+    plain = nn.Parameter(data.clone())
+    strided = nn.Parameter(data.T.contiguous().T)
+    plain.grad, strided.grad = grad.clone(), grad.T.contiguous().T
+    for p in (plain, strided):
+        Muon([p], ns_dtype=torch.float32).step()
+    assert torch.equal(plain, strided)
+
+
+def test_an_adamw_checkpoint_with_moonlights_keys_still_loads():
+    """Checkpoints saved when AdamW's groups held ``adamw_betas``/``adamw_eps`` load under torch's names."""
+    model = _with_grads(Small())
+    opt = AdamW(model.parameters(), betas=(0.8, 0.9), eps=1e-6)
+    opt.step()
+    saved = opt.state_dict()
+    for group in saved["param_groups"]:
+        group["adamw_betas"], group["adamw_eps"] = group.pop("betas"), group.pop("eps")
+    resumed = AdamW(model.parameters())
+    resumed.load_state_dict(saved)
+    assert resumed.param_groups[0]["betas"] == (0.8, 0.9) and resumed.param_groups[0]["eps"] == 1e-6
+    assert "adamw_betas" not in resumed.param_groups[0]
+    resumed.step()
