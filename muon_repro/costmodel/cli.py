@@ -122,11 +122,11 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
         "regimes",
         help="the regime sweep: time Muon and AdamW over tokens per step, widths, DP x TP shapes and layouts; predict them",
         description=(
-            "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler, ~6 minutes a "
-            "trial on 2 cores) into OUT/<profile>/regimes/ (the hardware profile: --profile, else derived from this "
-            "machine), calibrate this machine into OUT/<profile>/costmodel/machine.json if it has no "
-            "profile there, and write the cost model's records into OUT/<profile>/costmodel/: every recorded run of the profile "
-            "under OUT "
+            "Record the regime sweep (muon_repro.bench.regimes: 48 points timed without the profiler and 28 held out "
+            "for the cost model's test, ~6 minutes a trial on 2 cores) into OUT/<profile>/regimes/ (the hardware "
+            "profile: --profile, else derived from this machine), calibrate this machine into "
+            "OUT/<profile>/costmodel/machine.json if it has no profile there, and write the cost model's records into "
+            "OUT/<profile>/costmodel/: every recorded run of the profile under OUT "
             "predicted, the model lines over tokens per step (this machine, the shipped profiles at the gpu scale's "
             "model and at 7B, the scale-out to 32-1024 GPUs) and the tokens per step at which Muon's overhead falls "
             f"to {' and '.join(lv.percent for lv in LEVELS)}. Then muon-repro analyze OUT makes the regimes, predictions, "

@@ -1,4 +1,4 @@
-"""The generated blocks of README.md and docs/regimes.md, from ``metrics/`` so that they cannot drift.
+"""The generated blocks of README.md and docs/, from ``metrics/`` so that they cannot drift.
 
 ``python -m muon_repro.report.readme [--root .] [--metrics metrics]`` rewrites, in each file of
 :data:`TARGETS`, the lines between each of its blocks' begin and end markers (:data:`BLOCKS`),
@@ -10,6 +10,7 @@ formatted as the report formats them:
 * ``cost model``: how well the cost model prices the recorded runs, and the thresholds on the shipped
   profiles with their ranges;
 * ``profiler cost``: what the profiler costs the runs of the profile with most runs (runs.profiler_overhead);
+* ``gloo wire``: what gloo sent over loopback against the ring model, for the DP2·TP2 pair (docs/method.md);
 * ``gpu``: what each GPU profile measured (kernel rates, one device by tokens per step, the cost model's error);
 * ``performance`` and ``benchmark table``: the analysis's speed against HolisticTraceAnalysis, from the result file
   ``python -m tools.analysis_benchmark`` wrote (docs/analysis_benchmark.json), not from metrics/.
@@ -32,6 +33,7 @@ from muon_repro.report.gpu_section import gpu_markdown, read_calibration
 from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.regimes_section import THRESHOLDS_HEADER, main_axis, threshold_range_note, threshold_rows
+from muon_repro.report.results_section import wire_against_ring_paragraph
 from muon_repro.report.stated import row_of
 from muon_repro.tables.files import with_block, write_atomic
 
@@ -149,6 +151,7 @@ BLOCKS = {  # name: how to make it
     "regime sweep": sweep_markdown,
     "cost model": costmodel_markdown,
     "gpu": gpu_block,
+    "gloo wire": wire_against_ring_paragraph,
     "regenerate": lambda data: "```bash\n" + recipe_text() + "\n```",
     "profiler cost": lambda data: profiler_overhead_line(data.of_profile(data.profiles[0]).runs) or "",
 }
@@ -180,6 +183,7 @@ TARGETS = {  # file: its blocks
     "docs/publishing.md": ("regenerate",),
     "docs/regimes.md": ("regime sweep", "cost model"),
     "docs/gpu.md": ("gpu",),
+    "docs/method.md": ("gloo wire",),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from muon_repro.phases import DP_REDUCE_SCATTER
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric, require_columns
 from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
@@ -193,3 +194,39 @@ def wire_lines(data: ReportData) -> list[str]:
         rel = f" ({wire / ring:.3f}× the ring model)" if ring > 0 else ""
         out.append(f"{run_label(r)} ({r['run']}): {mb(wire)} per step over loopback against {mb(ring)} by the ring model{rel}.")
     return out
+
+
+def wire_against_ring_paragraph(data: ReportData) -> str:
+    """docs/method.md's paragraph on what gloo sent against the ring model, for the DP2·TP2 Muon run of the profile
+    with most runs and its AdamW partner (the comparisons table's): each one's loopback bytes over the ring model's,
+    the share of the ring model's bytes the reduce-scatter's second pass does not explain (the headers), and
+    Muon/AdamW both ways. '' when the profile has no such pair with a loopback count."""
+    view = data.of_profile(data.profiles[0])
+    runs = view.runs
+    if not (has_values(runs, "loopback_bytes_per_step") and has_values(runs, "ring_bytes_per_step")):
+        return ""
+    muon = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 2) & (runs["tp"] == 2) & (runs["pp"].fillna(1) == 1)]
+    muon = muon[muon["group"] == "comparison"] if (muon["group"] == "comparison").any() else muon
+    if muon.empty:
+        return ""
+    muon_row = sort_runs(muon).iloc[0]
+    partner = adamw_partner(view, muon_row)
+    if partner is None:
+        return ""
+    adamw_row = runs[runs["run"] == partner].iloc[0]
+    measured = {}
+    for name, r in (("AdamW", adamw_row), ("Muon", muon_row)):
+        if not (derive.has_value(r, "loopback_bytes_per_step") and derive.has_value(r, "ring_bytes_per_step")):
+            return ""
+        reduce_scatter = view.phases[(view.phases["run"] == r["run"]) & (view.phases["phase"] == DP_REDUCE_SCATTER)]
+        wire, ring = fmetric(r, "loopback_bytes_per_step"), fmetric(r, "ring_bytes_per_step")
+        measured[name] = (wire, ring, (wire - ring - float(reduce_scatter["trace_bytes"].sum())) / ring)
+    (a_wire, a_ring, a_rest), (m_wire, m_ring, m_rest) = measured["AdamW"], measured["Muon"]
+    return (
+        f"On the CPU benchmark ({muon_row['profile']}, dp=2, tp=2: `{adamw_row['run']}` and `{muon_row['run']}`, "
+        f"the traced round) the loopback counter reads {percent(a_wire / a_ring - 1, digits=3)} above the ring model for AdamW "
+        f"({mb(a_wire)} vs {mb(a_ring)} per step) and {percent(m_wire / m_ring - 1, digits=3)} for Muon ({mb(m_wire)} vs "
+        f"{mb(m_ring)}): the gradient reduce-scatter counted twice accounts for all but {percent(a_rest)} (AdamW) and "
+        f"{percent(m_rest)} (Muon) of the ring model's bytes, the headers. Counting every collective of the step, "
+        f"Muon/AdamW is {m_wire / a_wire:.3f} on gloo's wire and {m_ring / a_ring:.3f} by the ring model."
+    )

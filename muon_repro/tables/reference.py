@@ -46,11 +46,20 @@ def doc_with_tables(doc: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m muon_repro.tables.reference [DOC]``: regenerate the table reference of DOC (default docs/method.md)."""
-    import sys
+    import argparse
 
-    args = sys.argv[1:] if argv is None else argv
-    doc = Path(args[0] if args else "docs/method.md")
-    text = doc_with_tables(doc.read_text(encoding="utf-8"))
+    parser = argparse.ArgumentParser(
+        prog="python -m muon_repro.tables.reference",
+        description=f"Rewrite the table reference of DOC: everything after its line {DOC_MARKER!r}, from the schemas.",
+    )
+    parser.add_argument("doc", nargs="?", default=Path("docs/method.md"), type=Path, help="default: docs/method.md")
+    doc = parser.parse_args(argv).doc
+    if not doc.is_file():
+        parser.error(f"{doc} is not a file: give the document to rewrite (docs/method.md)")
+    try:
+        text = doc_with_tables(doc.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        parser.error(f"{doc}: {e}")
     write_atomic(doc, text)
     print(f"updated the table reference in {doc}")
     return 0
