@@ -169,15 +169,15 @@ def run_key(profile: str, group: str, name: str) -> str:
     return "/".join(part for part in (profile, group, name) if part)
 
 
-def add_profile_argument(parser: Any) -> None:
-    """The one ``--profile ID`` option of every recording command (bench, run, converge, calibrate, regimes)."""
+def add_profile_argument(parser: Any, what: str = "hardware profile to file the recording under, OUT/<ID>/...") -> None:
+    """The one ``--profile ID`` option of every recording command (bench, run, converge, calibrate, regimes); ``what``
+    says what the ID does there."""
     parser.add_argument(
         "--profile",
         type=_profile_argument,
         default=None,
         metavar="ID",
-        help=f"hardware profile to file the recording under, OUT/<ID>/... (default: ${PROFILE_ENV_VAR}, else derived "
-        "from this machine, e.g. cpu-2c-gloo or 8xH100-nvlink-nccl)",
+        help=f"{what} (default: ${PROFILE_ENV_VAR}, else derived from this machine, e.g. cpu-2c-gloo or 8xH100-nvlink-nccl)",
     )
 
 

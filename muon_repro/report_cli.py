@@ -17,10 +17,13 @@ from pathlib import Path
 
 from muon_repro.tables.files import check_apart, check_out_folder
 
-_OUT_CHECKED = (
-    "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written, "
-    "apart from the folders read (--metrics, --figures)."
-)
+
+def _out_checked(read: str) -> str:
+    """The description's sentence on --out, naming the folders the command reads."""
+    return (
+        "--out is checked before anything is read: it must be a folder (or a place one can be made) that can be written, "
+        f"apart from the folders read ({read})."
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="draw the report's figures (PNG + SVG) from the metrics tables",
         description=(
             "Draw the report's figures (PNG and SVG) from the tables muon-repro analyze wrote under --metrics: a "
-            "copy of that folder is all it needs, no traces or run folders. " + _OUT_CHECKED
+            "copy of that folder is all it needs, no traces or run folders. " + _out_checked("--metrics")
         ),
     )
     f.add_argument("--out", default="figures", metavar="DIR", help="where the figures go (default: %(default)s)")
@@ -48,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Write the report (report.md, report.html, report.pdf: the formats --format names) from the tables "
             "muon-repro analyze wrote under --metrics and the figures muon-repro figures drew under --figures: "
-            "copies of those folders are all it needs, no traces or run folders. " + _OUT_CHECKED
+            "copies of those folders are all it needs, no traces or run folders. " + _out_checked("--metrics, --figures")
         ),
     )
     r.add_argument(

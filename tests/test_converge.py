@@ -542,6 +542,7 @@ def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
 def test_report_shows_the_convergence_section_and_figures(tmp_path, monkeypatch):
     """Figures and report from a metrics folder with convergence tables (the bundle of test_report has empty ones).
     The convergence figures are drawn; the others, which tests/test_report.py draws, are stand-in files here."""
+    from fake_figures import tiny_png
     from report_bundle import tables as bundle_tables
 
     from muon_repro.analysis.claims import claims_table
@@ -552,7 +553,7 @@ def test_report_shows_the_convergence_section_and_figures(tmp_path, monkeypatch)
     def stand_in(data, out):
         png = out.with_suffix(".png")
         png.parent.mkdir(parents=True, exist_ok=True)
-        png.write_bytes(b"")
+        png.write_bytes(tiny_png(png.stem))
         png.with_suffix(".svg").write_bytes(b"")
         return png
 

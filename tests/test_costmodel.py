@@ -644,3 +644,14 @@ def test_a_custom_shape_trains_the_model_it_names(tmp_path):
     )
     assert (run.config_dict["hidden"], run.config_dict["n_layers"]) == (16, 1) and bench_config(run) == cfg
     assert build_workload(cfg).train_flops == run.ranks[0].train_flops
+
+
+def test_list_machines_prints_json_when_asked(capsys):
+    """``predict --list-machines --json`` printed the text listing, ignoring --json."""
+    from muon_repro.costmodel.machine import named_profiles
+
+    assert main(["predict", "--list-machines", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert list(listed) == list(named_profiles()) and all(isinstance(d, str) and d for d in listed.values())
+    assert main(["predict", "--list-machines"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(next(iter(named_profiles())))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fake_figures import tiny_png
 from report_bundle import make_bundle
 
 from muon_repro.cli import main
@@ -138,11 +139,11 @@ def test_an_interruption_while_the_files_are_moved_in_puts_the_old_ones_back(tmp
 
 
 def _fake_figures(root: Path) -> Path:
-    """Every figure the report may show, as an empty file: the Markdown and HTML only link them."""
+    """Every figure the report may show, as a 1 x 1 PNG: the Markdown and HTML only link them."""
     folder = root / "figures"
     folder.mkdir()
     for name in REPORT_FIGURES:
-        (folder / f"{name}.png").write_bytes(b"")
+        (folder / f"{name}.png").write_bytes(tiny_png(name))
     return folder
 
 
@@ -245,3 +246,20 @@ def test_claims_of_no_described_profile_are_named_with_their_file(root: Path, ca
     err = capsys.readouterr().err
     assert str(root / "metrics" / "claims.parquet") in err and "cpu-2c-gloo" in err, err
     assert not (root / "report").exists()
+
+
+@pytest.mark.parametrize("damage", ["cut", "missing"])
+def test_a_damaged_or_missing_figure_is_refused_by_name(root: Path, capsys, damage: str) -> None:
+    """A PNG cut short drew as a black box in the PDF, with exit 0; a missing one was named without its folder."""
+    folder = _fake_figures(root)
+    figure = folder / f"{figures.FIGURES[0]}.png"
+    if damage == "cut":
+        figure.write_bytes(figure.read_bytes()[:40])
+    else:
+        figure.unlink()
+    assert _report(root, "md") == 2
+    err = capsys.readouterr().err
+    assert figures.FIGURES[0] in err and str(folder) in err and "muon-repro figures" in err, err
+    assert ("not a whole PNG" if damage == "cut" else "not found in") in err, err
+    assert not (root / "report").exists()
+    _no_staging_left(root)

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fake_figures import tiny_png
 from hub_support import DATE, make_sources
 from report_bundle import tables
 
@@ -104,7 +105,7 @@ def _report(root: Path, command: str, env: dict[str, str]) -> tuple[str, str]:
     fig_dir = root / "figures"
     fig_dir.mkdir()
     for name in (*figures.FIGURES, *regimes_section.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES):
-        (fig_dir / f"{name}.png").write_bytes(b"")  # the report links the figures; their pixels do not matter here
+        (fig_dir / f"{name}.png").write_bytes(tiny_png(name))  # the report links the figures; their pixels do not matter
         (fig_dir / f"{name}.svg").write_text("")
     out = root / "report"
     write_report(root / "metrics", fig_dir, out, ("md", "html"), citation=["@misc{x,\n  title = {x}\n}"])

@@ -68,7 +68,7 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)"
     )
-    add_profile_argument(p)
+    add_profile_argument(p, "hardware profile the calibration table's rows name (its profile column)")
     p.set_defaults(func=_calibrate)
 
 
@@ -320,8 +320,8 @@ def _predict(args: argparse.Namespace) -> int:
     from muon_repro.costmodel.machine import named_profiles, resolve_profile
 
     if args.list_machines:
-        for name, path in named_profiles().items():
-            print(f"{name:<28} {resolve_profile(path).description}")
+        described = {name: resolve_profile(path).description for name, path in named_profiles().items()}
+        print(json.dumps(described, indent=1) if args.json else "\n".join(f"{n:<28} {d}" for n, d in described.items()))
         return 0
     if args.pipeline_scale_out:
         return _pipeline_scale_out(args)

@@ -29,6 +29,7 @@ from muon_repro.report.claims_section import claims_matrix, claims_rows, profile
 from muon_repro.report.convergence_section import convergence_section
 from muon_repro.report.data import TABLES, ReportData, is_missing, metric
 from muon_repro.report.decomposition_section import decomposition
+from muon_repro.report.figure_files import checked_figures
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
 from muon_repro.report.pipeline_section import PIPELINE_CAPTIONS, pipeline_section
@@ -168,9 +169,7 @@ def build_context(
     ``everything``: every profile's tables (the GPU section's), default ``data``; ``cite``: the flags that name
     the dataset when it is not the project's, which the regeneration recipe passes on; ``identity``: its title,
     version and authors for the title block (None: the CITATION.cff beside the metrics folder)."""
-    missing_figs = [name for name in FIGURES if name not in figure_paths or not Path(figure_paths[name]).is_file()]
-    if missing_figs:
-        raise FileNotFoundError(f"figure(s) {', '.join(missing_figs)} not found: run `muon-repro figures` first")
+    checked_figures(figure_paths, FIGURES)
     state = derive.state_by_run(data.ranks, data.runs["run"])
     claims = claims_rows(data)
     bytes_table, totals = bytes_rows(data)
@@ -186,19 +185,12 @@ def build_context(
     tables = {name: rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
     profile_figure = None  # numbered after the results' figures, before the regime section's
     if wants_profile_figures(data.claims):
-        path = Path(figure_paths.get("claims_by_profile", ""))
-        if not path.is_file():
-            raise FileNotFoundError(f"figure claims_by_profile not found at {path}: run `muon-repro figures` first")
+        path = checked_figures(figure_paths, ["claims_by_profile"])["claims_by_profile"]
         profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"])
     first_after = len(FIGURES) + 1 + (profile_figure is not None)  # the sections' own figures, numbered in order
     pipeline = pipeline_section(data)
     if pipeline["present"]:
-        path = Path(figure_paths.get("pipeline", ""))
-        if not path.is_file():
-            raise FileNotFoundError(f"figure pipeline not found at {path}: run `muon-repro figures` first")
-        timeline_path = Path(figure_paths.get("pipeline_timeline", ""))
-        if not timeline_path.is_file():
-            raise FileNotFoundError(f"figure pipeline_timeline not found at {timeline_path}: run `muon-repro figures` first")
+        path, timeline_path = checked_figures(figure_paths, ["pipeline", "pipeline_timeline"]).values()
         pipeline |= {
             "figure": figure_entry("pipeline", path, PIPELINE_CAPTIONS["pipeline"]),
             "number": first_after,
@@ -209,9 +201,7 @@ def build_context(
         first_after += 2
     study = study_section(everything or data)
     if study["present"]:
-        path = Path(figure_paths.get("study_numbers", ""))
-        if not path.is_file():
-            raise FileNotFoundError(f"figure study_numbers not found at {path}: run `muon-repro figures` first")
+        path = checked_figures(figure_paths, ["study_numbers"])["study_numbers"]
         study["figure"] = figure_entry("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__, identity=identity)

@@ -34,6 +34,7 @@ from muon_repro.report import style
 from muon_repro.report.claims_section import claim_note
 from muon_repro.report.costmodel_error import prediction_rows, prediction_summary
 from muon_repro.report.data import ReportData, fmetric, is_missing
+from muon_repro.report.figure_files import checked_figures
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.plotting import (
     add_legend,
@@ -83,9 +84,7 @@ def regimes_section(
     data: ReportData, figure_paths: dict[str, Path], rel: Callable[[str | Path], str], first_number: int
 ) -> dict[str, Any]:
     """The section's context: figures (numbered from ``first_number``), tables and lines."""
-    missing = [n for n in REGIME_FIGURES if n not in figure_paths or not Path(figure_paths[n]).is_file()]
-    if missing:
-        raise FileNotFoundError(f"figure(s) {', '.join(missing)} not found: run `muon-repro figures` first")
+    checked_figures(figure_paths, REGIME_FIGURES)
     return {
         "figures": [
             {
