@@ -4,7 +4,10 @@ Prints one line per trace file (a readable table, or with ``--json`` one JSON ob
 file), writes the tables of :mod:`muon_repro.table_set` under ``--out``, and reports
 every file it could not read on stderr without stopping (a trial whose config.json, environment.json or
 metrics.json is there but unreadable is left out, named). A run folder whose config.json names
-more ranks than it has traces is no run: its traces are analyzed one by one, with a warning.
+more ranks than it has traces is no run: its traces are analyzed one by one, with a warning. A trace of the
+original study's (or of a run of its protocol) that cannot be read leaves its run out of the study tables, named.
+A file stands for itself: no folder around it is searched (one of the original study's traces, beside its
+provenance file, stands for its folder's study runs, read together).
 ``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
 A trace past one of the reader's limits (``--max-trace-bytes``, ``--max-trace-events``,
 ``--max-event-bytes``; docs/limits.md) is one of those files: its error names the limit.
@@ -32,8 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "metrics tables (Parquet and CSV) to --out. --out holds only the tables and is replaced whole; it is "
             "checked before any trace is read. Every file that cannot be read is reported on stderr without "
             "stopping (a trial whose config.json, environment.json or metrics.json is there but unreadable is left "
-            "out, named). A run folder whose config.json names more ranks than it has traces is no run: its traces "
-            "are analyzed one by one, with a warning."
+            "out, named; a trace of the original study's or of a run of its protocol leaves its run out of the study "
+            "tables). A run folder whose config.json names more ranks than it has traces is no run: its traces "
+            "are analyzed one by one, with a warning. A trace file stands for itself: no folder around it is searched "
+            "(one of the original study's traces stands for the study runs of its own folder)."
         ),
         epilog=(
             "A trace past one of the reader's limits (--max-trace-bytes, --max-trace-events, --max-event-bytes; "
@@ -151,6 +156,9 @@ def run_analyze(args: argparse.Namespace) -> int:
 
     analysis = analyze_paths(args.paths, workers=args.workers, rank=args.rank, limits=limits_from_options(args))
     summaries = [b.summary() for b in analysis.breakdowns]
+    nothing = not summaries and not analysis.has_records and not analysis.timed_runs
+    # the tables before any word: the study's traces are read there, and a damaged one is reported with the others
+    tables = None if args.no_write or nothing else tables_of(analysis)
     if args.json:
         for s in summaries:
             print(json.dumps(s, sort_keys=False))
@@ -160,11 +168,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"muon-repro analyze: error: {failure.message}", file=sys.stderr)
     for incomplete in analysis.incomplete:
         print(f"muon-repro analyze: warning: {incomplete.message}", file=sys.stderr)
-    if not summaries and not analysis.has_records and not analysis.timed_runs:
+    if nothing:
         print("muon-repro analyze: no trace could be analyzed and no record found; nothing written", file=sys.stderr)
         return 1
-    if not args.no_write:
-        tables = tables_of(analysis)
+    if tables is not None:
         written = write_tables(tables, Path(args.out), force=args.force)
         counts = ", ".join(f"{name} {len(df)}" for name, df in tables.items())
         print(f"wrote {len(written)} files to {args.out} (rows: {counts})", file=sys.stderr if args.json else sys.stdout)

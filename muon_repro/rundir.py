@@ -104,6 +104,7 @@ def split_measured_compute(machine: str) -> tuple[str, str] | None:
 
 
 STUDY_PROVENANCE_FILE = "original_study.json"  # beside the original study's imported traces (muon_repro.study.sources)
+STUDY_TRACE_GLOB = "trace_*_rank*.json*"  # the study's own trace names, beside its provenance file
 NON_TRACE_FILES = (*RUN_FILES, CONVERGENCE_FILE, MACHINE_FILE, ACCURACY_FILE, STUDY_PROVENANCE_FILE)
 """JSON files beside the runs that are not profiler traces: a run's side files, a convergence record, a machine profile,
 a GPU's accuracy record, the original study's provenance record."""
@@ -306,12 +307,17 @@ def is_study_folder(folder: Path) -> bool:
 
 
 def study_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """The folders holding the study's imported traces under ``paths`` (each once)."""
+    """The folders holding the study's imported traces under ``paths`` (each once): a folder is searched with its
+    subfolders; a file names no folder but its own, and that one only when the file is one of the study's traces
+    beside its provenance file (the folder's runs are read together: the study's method and claims compare them).
+    Nothing around a file is searched: ``analyze ~/Downloads/x.json`` must not read the whole of Downloads."""
     found: dict[Path, None] = {}
     for raw in paths:
         path = Path(raw)
         if path.is_file():
-            path = path.parent
+            if path.match(STUDY_TRACE_GLOB) and is_study_folder(path.parent):
+                found.setdefault(path.parent, None)
+            continue
         if not path.is_dir():
             continue
         markers = [path / STUDY_PROVENANCE_FILE] if is_study_folder(path) else sorted(path.rglob(STUDY_PROVENANCE_FILE))

@@ -64,7 +64,7 @@ def tables_from_analysis(
     """Every table of ``analysis``, conformed to SCHEMAS. ``study``: the original study's tables, ``study_claims``
     its claims rows (the claims judged on its own runs, first in the claims table) and ``study_traces`` the files
     they were read from, which :func:`muon_repro.table_set.tables_of` reads with :mod:`muon_repro.study`; empty
-    when not given."""
+    when not given. A study run left out of ``study`` (a trace of it unreadable) has none of its files indexed."""
     from muon_repro.analysis.checks import checks_table
     from muon_repro.analysis.claims import claims_table, stated_numbers
     from muon_repro.analysis.convergence import convergence_tables
@@ -84,6 +84,8 @@ def tables_from_analysis(
     costmodel = costmodel_tables(analysis.paths)
     environment = environment_table(analysis)
     study = study if study is not None else {schema.name: schema.empty() for schema in STUDY_SCHEMAS}
+    study_runs = set(zip(study["study_runs"]["run"], study["study_runs"]["trial"]))
+    study_traces = [f for f in study_traces or [] if (f.run, f.trial) in study_runs]
     claims = claims_table(
         runs,
         steps,
@@ -113,7 +115,7 @@ def tables_from_analysis(
         "timeline": timeline_table(analysis),
         "losses": losses_table(analysis),
         "environment": environment,
-        "trace_files": trace_files_table([*analyzed_trace_files(analysis), *(study_traces or [])], analysis.paths),
+        "trace_files": trace_files_table([*analyzed_trace_files(analysis), *study_traces], analysis.paths),
         **costmodel,
         **convergence,
         **study,

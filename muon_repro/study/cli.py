@@ -81,6 +81,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from muon_repro.analysis.batch_read import TraceFailure
     from muon_repro.costmodel.machine import resolve_profile
     from muon_repro.costmodel.records import STUDY_MACHINE
     from muon_repro.study.costmodel_check import apply_fit, fit_study_factors, study_quantities, study_threshold_shift
@@ -91,7 +92,11 @@ def run_fit(args: argparse.Namespace) -> int:
     folder = study_folder(args.traces)
     if not folder.is_dir():
         raise ValueError(f"{folder}: no traces of the original study; bring them in with `muon-repro study import`")
-    tables = study_tables([folder], thresholds_record=False)  # the old record is replaced, never read: it may be damaged
+    left_out: list[TraceFailure] = []
+    # the old record is replaced, never read: it may be damaged
+    tables = study_tables([folder], thresholds_record=False, left_out=left_out)
+    if left_out:  # a fit on some of the runs would move the thresholds for want of the others
+        raise ValueError(f"{left_out[0].message}; nothing was fitted")
     datasheet = resolve_profile(STUDY_MACHINE)
     fit = fit_study_factors(study_quantities(tables["study_steps"], tables["study_collectives"]), datasheet)
     shift = study_threshold_shift(apply_fit(datasheet, fit), datasheet)

@@ -392,7 +392,7 @@ def fit_study_factors(quantities: Sequence[StudyQuantity], profile: MachineProfi
     """Fit the profile's efficiencies (FIT_KINDS) and alphas (FIT_ALPHA_OPS) to the quantities ``fitted_on`` (see the
     module docstring). A factor no quantity constrains keeps the profile's value."""
     profile = profile or resolve_profile(STUDY_MACHINE)
-    used = [q for q in quantities if q.fitted_on and q.measured_ms > 0 and math.isfinite(q.measured_ms)]
+    used = [q for q in quantities if _fits(q)]
     if not used:
         raise ValueError("no measured quantity to fit the study profile to: are the study tables empty?")
     unit = _unit_profile(profile)
@@ -418,6 +418,11 @@ def fit_study_factors(quantities: Sequence[StudyQuantity], profile: MachineProfi
     efficiency = {kind: float(1.0 / theta[k]) for k, kind in enumerate(FIT_KINDS) if free[k]}
     alpha = {op: float(theta[len(FIT_KINDS) + k]) for k, op in enumerate(FIT_ALPHA_OPS) if free[len(FIT_KINDS) + k]}
     return StudyFit(efficiency, alpha, len(used), at_bound=tuple(names[j] for j in sorted(held) if free[j]))
+
+
+def _fits(q: StudyQuantity) -> bool:
+    """Whether the fit uses ``q``: a quantity of a synchronous run, with a measured time."""
+    return q.fitted_on and q.measured_ms > 0 and math.isfinite(q.measured_ms)
 
 
 def apply_fit(profile: MachineProfile, fit: StudyFit) -> MachineProfile:
@@ -450,15 +455,16 @@ def study_costmodel_table(
     study_steps: pd.DataFrame, study_collectives: pd.DataFrame, profile: MachineProfile | None = None
 ) -> pd.DataFrame:
     """One row per (run, quantity): the measured median against the datasheet profile's price and the fitted one's
-    (relative errors: predicted / measured - 1); ``fitted_on`` says which rows the fit used."""
+    (relative errors: predicted / measured - 1); ``fitted_on`` says which rows the fit used. With nothing to fit to
+    (only the async runs: the others not given, or left out for a damaged trace) the fitted columns are empty."""
     profile = profile or resolve_profile(STUDY_MACHINE)
     quantities = study_quantities(study_steps, study_collectives)
     if not quantities:
         return pd.DataFrame(columns=list(COLUMNS))
-    fitted = apply_fit(profile, fit_study_factors(quantities, profile))
+    fitted = apply_fit(profile, fit_study_factors(quantities, profile)) if any(map(_fits, quantities)) else None
     rows = []
     for q in quantities:
-        datasheet, refit = price_ms(q, profile), price_ms(q, fitted)
+        datasheet, refit = price_ms(q, profile), price_ms(q, fitted) if fitted else math.nan
         rows.append(
             {
                 "run": q.run,

@@ -17,17 +17,21 @@ collective (matched by group and issue order, on the traces' shared clock), its 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
+from muon_repro.analysis.batch_read import TraceFailure
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.trace_files import READ_BY_STUDY, TraceFile
 from muon_repro.hardware import profile_or_unknown
-from muon_repro.rundir import RunDir, protocol_folders, study_folders, trace_rank
-from muon_repro.study.method import PUBLISHED, matches_published, method_numbers, study_sums
+from muon_repro.rundir import STUDY_TRACE_GLOB, RunDir, protocol_folders, study_folders, trace_rank
+from muon_repro.study.method import PUBLISHED, Sums, matches_published, method_numbers, study_sums
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
 from muon_repro.study.sources import (
     GROUP,
@@ -39,6 +43,7 @@ from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.values import command_line, recorded_commit
 
 NS_PER_MS = 1e6
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
     out = []
     for folder in study_folders(paths):
         names: dict[str, list[Path]] = {}
-        for f in sorted(folder.glob("trace_*_rank*.json*")):
+        for f in sorted(folder.glob(STUDY_TRACE_GLOB)):
             names.setdefault(run_and_rank(f.name)[0], []).append(f)
         for name, files in sorted(names.items()):
             run = f"{STUDY_PROFILE}/{GROUP}/{name}"
@@ -140,21 +145,37 @@ def _file_rank(file: Path) -> int:
 ORIGINAL, RECORDED_HERE = "the original study", "muon_repro"
 
 
-def study_tables(paths: Iterable[str | Path], *, thresholds_record: bool = True) -> dict[str, pd.DataFrame]:
+class StudyRunLeftOut(TraceWarning):
+    """A run of the study left out of the study tables because one of its traces cannot be read: the message names
+    the file and the run and says what to do. ``muon-repro analyze`` reports its ``failure`` as it does a damaged
+    trace of its own."""
+
+    def __init__(self, failure: TraceFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def study_tables(
+    paths: Iterable[str | Path], *, thresholds_record: bool = True, left_out: list[TraceFailure] | None = None
+) -> dict[str, pd.DataFrame]:
     """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none).
     ``thresholds_record=False`` leaves ``study_costmodel_thresholds`` empty, unread: ``muon-repro study fit``,
-    which writes that record, must not depend on the old one."""
+    which writes that record, must not depend on the old one.
+
+    A run one of whose traces cannot be read (damaged, past a reader limit, not of the study's protocol) is left out
+    of every table, so that one bad file costs its run alone: named in ``left_out`` when it is given, else in a
+    :class:`StudyRunLeftOut` warning."""
     found = recordings(paths)
-    if not found:
-        return {name: SCHEMAS[name].empty() for name in TABLES}
     steps, collectives, ranks, runs = [], [], [], []
     rank0: dict[str, object] = {}
     method_sums: dict[tuple[str, str], dict[int, dict[str, object]]] = {}  # per set and round: the method's runs
     for rec in found:
-        per_rank = sorted((read_study_trace(f, rec.grid) for f in rec.files), key=lambda t: t.rank)
-        config = StudyRun.from_name(rec.name, per_rank[0].world_size or len(per_rank))
-        if rec.recorded_by == ORIGINAL or config.variant == "full_step":
-            sums = study_sums(next(f for f, t in zip(rec.files, per_rank) if t.rank == 0))
+        try:
+            per_rank, config, sums = _read_recording(rec)
+        except TraceError as exc:
+            _leave_out(rec, exc, left_out)
+            continue
+        if sums is not None:
             method_sums.setdefault((rec.profile, rec.group), {}).setdefault(rec.trial, {})[rec.name] = sums
             if rec.recorded_by == ORIGINAL:
                 rank0[rec.name] = sums
@@ -166,6 +187,8 @@ def study_tables(paths: Iterable[str | Path], *, thresholds_record: bool = True)
         rank_rows = _rank_rows(per_rank, colls, config).assign(**key)
         ranks.append(rank_rows)
         runs.append(_run_row(rec, config, per_rank, run_steps, rank_rows))
+    if not runs:  # none, or every one left out
+        return {name: SCHEMAS[name].empty() for name in TABLES}
     tables = {
         "study_runs": pd.DataFrame(runs),
         "study_ranks": pd.concat(ranks, ignore_index=True),
@@ -192,6 +215,45 @@ def study_tables(paths: Iterable[str | Path], *, thresholds_record: bool = True)
         _threshold_record(study_folders(paths)) if thresholds_record else SCHEMAS["study_costmodel_thresholds"].empty()
     )
     return tables
+
+
+def _read_recording(rec: Recording) -> tuple[list[StudyTrace], StudyRun, Sums | None]:
+    """A recording's traces by rank, its configuration, and the study's method's sums on rank 0 where that method
+    reads the run (None elsewhere); a :class:`TraceError` naming the file that cannot be read."""
+    per_rank = sorted((_read_one(read_study_trace, f, rec.grid) for f in rec.files), key=lambda t: t.rank)
+    config = StudyRun.from_name(rec.name, per_rank[0].world_size or len(per_rank))
+    if rec.recorded_by != ORIGINAL and config.variant != "full_step":
+        return per_rank, config, None
+    first = next((f for f, t in zip(rec.files, per_rank) if t.rank == 0), None)
+    if first is None:  # the study's method reads rank 0's trace alone
+        held = ", ".join(str(t.rank) for t in per_rank)
+        raise TraceError(rec.files[0].parent, f"run {rec.name} has no trace of rank 0 (its traces hold rank(s) {held})")
+    return per_rank, config, _read_one(study_sums, first)
+
+
+def _read_one(read: Callable[..., _T], file: Path, *args: object) -> _T:
+    """``read(file, *args)``; an error it raises for what the file holds, as a :class:`TraceError` naming the file."""
+    try:
+        return read(file, *args)
+    except TraceError:
+        raise
+    except (ValueError, OSError, UnicodeError, MemoryError) as exc:
+        raise TraceError(file, f"{type(exc).__name__}: {exc}") from None
+
+
+def _leave_out(rec: Recording, problem: TraceError, left_out: list[TraceFailure] | None) -> None:
+    """Say that ``rec``'s run is left out for ``problem``: in ``left_out`` when given, else as a warning."""
+    trial = f" (trial {rec.trial})" if rec.recorded_by == RECORDED_HERE else ""
+    todo = (
+        "`muon-repro study import` brings the study's traces in again, checked against their published sha256"
+        if rec.recorded_by == ORIGINAL
+        else "restore the file, or record the trial again"
+    )
+    failure = TraceFailure(problem.path, f"{problem}; study run {rec.run}{trial} is left out of the study tables: {todo}")
+    if left_out is None:
+        warnings.warn(StudyRunLeftOut(failure), stacklevel=3)
+    else:
+        left_out.append(failure)
 
 
 def _rows_of(df: pd.DataFrame, profile: str) -> pd.DataFrame:
