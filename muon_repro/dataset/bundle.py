@@ -209,13 +209,43 @@ def check_table_set(metrics: Path) -> None:
         )
 
 
+def check_traces_indexed(sources: Sources, files: dict[str, Path]) -> None:
+    """Refuse tables whose trace index does not name exactly the bundle's traces as they will lie in it (--traces under
+    traces/): verify would fail the bundle. The comparison is verify's own; tables without an index are not judged."""
+    from muon_repro.dataset.verify import TRACE_INDEX, trace_index_problems
+
+    index = files.get(TRACE_INDEX)
+    if index is None:
+        return
+    problems = trace_index_problems(index, [path for path in files if is_trace(path)], fix="")
+    if not problems:
+        return
+    traces, metrics = Path(sources.traces), Path(sources.metrics)
+    shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    analyzed = traces.resolve()  # analyze names the files from the folder a link leads to
+    if analyzed.name == "traces":
+        how = f"Analyze them again (muon-repro analyze {traces} --out {metrics})"
+    else:  # the index names each file from the folder above the one analyzed: tr0/... where the bundle has traces/...
+        renamed = analyzed.with_name("traces")
+        how = (
+            f"The index names each trace from the folder above the one analyzed ({analyzed.name}/...): rename "
+            f"{traces} to {renamed}, analyze it there (muon-repro analyze {renamed} --out {metrics})"
+        )
+    raise ValueError(
+        f"--metrics {metrics}: its trace index ({TRACE_INDEX}) does not name the traces of --traces {traces} as the bundle "
+        f"lays them out (under traces/), so nothing was bundled: {shown}. {how} and bundle again"
+    )
+
+
 def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
     """Assemble the bundle into ``out``; returns (manifest entries, warnings). Tables that are not one set
-    (:func:`check_table_set`) are refused before anything is written."""
+    (:func:`check_table_set`) or whose trace index does not name the bundle's traces (:func:`check_traces_indexed`)
+    are refused before anything is written."""
     out = Path(out)
     _check_out(out, sources)
     files, warnings = collect(sources)
     check_table_set(Path(sources.metrics))
+    check_traces_indexed(sources, files)
     # Swapped in whole when complete; removed, out untouched, when not. No marker inside: a bundle holds exactly what
     # is published, and is known as one by that (its files are its manifest's, _is_earlier_bundle).
     with staged_dir(out) as stage:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from muon_repro import __version__
@@ -19,16 +20,23 @@ from muon_repro.dataset.meta import (
 )
 from muon_repro.dataset.naming import DEFAULT_REPO_ID
 
+SOURCE_OPTIONS = tuple(f.name for f in fields(Sources))  # traces, metrics, ..., code: one --option each
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
+    # Defaults are None so that _sources can tell a folder given (which must exist) from a default (which may not).
     group = p.add_argument_group("source folders")
-    for name in ("traces", "metrics", "figures", "report", "analysis_scripts", "docs"):
-        flag = "--" + name.replace("_", "-")
-        group.add_argument(flag, dest=name, type=Path, default=Path(name), help=f"default: {name}/")
+    for name in SOURCE_OPTIONS:
+        if name != "code":
+            group.add_argument(_flag(name), dest=name, type=Path, default=None, help=f"default: {name}/")
     group.add_argument(
         "--code",
         type=Path,
-        default=Path("."),
+        default=None,
         help="the folder holding muon_repro/, tests/, tools/, pyproject.toml and constraints.txt, published so that a "
         "download rebuilds itself (default: .)",
     )
@@ -60,14 +68,22 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
 
 
 def _sources(args: argparse.Namespace) -> Sources:
-    return Sources(args.traces, args.metrics, args.figures, args.report, args.analysis_scripts, args.docs, args.code)
+    """The source folders: each one given must be a folder (a default one that is absent is left out, with a warning,
+    or refused if the bundle needs it)."""
+    given = {name: path for name in SOURCE_OPTIONS if (path := getattr(args, name)) is not None}
+    for name, path in given.items():
+        if not path.is_dir():
+            said = "is a file, not a folder" if path.exists() else "does not exist"
+            what, default = ("the code", ".") if name == "code" else (f"{name}/", f"{name}/")
+            raise ValueError(f"{_flag(name)} {path}: {said}; give the folder to copy {what} from (default: {default})")
+    return Sources(**given)
 
 
-def _meta(args: argparse.Namespace) -> BundleMeta:
+def _meta(args: argparse.Namespace, sources: Sources) -> BundleMeta:
     return BundleMeta(
         repo_id=args.repo_id,
         version=args.version,
-        date=args.date or (default_date() if os.environ.get("SOURCE_DATE_EPOCH") else release_date(args.metrics)),
+        date=args.date or (default_date() if os.environ.get("SOURCE_DATE_EPOCH") else release_date(sources.metrics)),
         license=args.license,
         pretty_name=args.pretty_name,
         code_url=args.code_url,
@@ -136,7 +152,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _bundle(args: argparse.Namespace) -> int:
     from muon_repro.dataset.bundle import build_bundle
 
-    entries, warnings = build_bundle(_sources(args), _meta(args), args.out)
+    sources = _sources(args)
+    entries, warnings = build_bundle(sources, _meta(args, sources), args.out)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     size = sum(e.size for e in entries)
@@ -149,7 +166,8 @@ def _card(args: argparse.Namespace) -> int:
     from muon_repro.tables.files import check_out_file, write_atomic
 
     check_out_file(args.out, f"--out {args.out}")  # before the work: a place that cannot be written is said at once
-    write_atomic(args.out, render_card_from_sources(_sources(args), _meta(args)))
+    sources = _sources(args)
+    write_atomic(args.out, render_card_from_sources(sources, _meta(args, sources)))
     print(f"Wrote {args.out}")
     return 0
 

@@ -119,7 +119,12 @@ def read_manifest(root: str | Path) -> list[FileEntry]:
     path = Path(root) / MANIFEST_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {root} a bundle? (make one with `muon-repro bundle`)")
-    return parse_manifest(path.read_text(encoding="utf-8"), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # a ValueError that names no file
+        said = f"{path}: not UTF-8 text ({exc})"
+        raise ValueError(f"{said}; download the dataset again, or rebuild it (muon-repro bundle)") from None
+    return parse_manifest(text, str(path))
 
 
 def check_manifest(root: str | Path, *, digests: dict[str, str] | None = None) -> list[str]:

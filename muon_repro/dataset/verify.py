@@ -2,6 +2,8 @@
 
 Checks, each reported on its own line:
 
+0. no file is a symbolic link (a Hub cache snapshot's links to its blobs aside): a link is named, never read,
+   and no other check runs while there is one;
 1. every file matches ``MANIFEST.sha256`` (sha256 and size: traces, Parquet and CSV tables, figures, code
    alike), and no unlisted file is present (what installing, running and rebuilding a download add, its
    ``*.egg-info/``, caches, ``dataset_card.md`` and ``dist/``, is no file of the dataset:
@@ -25,9 +27,10 @@ Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in t
 
 from __future__ import annotations
 
+import os
 import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,12 +86,27 @@ def _data_file_paths(config: dict[str, Any]) -> list[str]:
     return [p if isinstance(p, str) else f"<a {type(p).__name__}, not a path>" for p in paths]  # named, not expanded
 
 
+def _missing(name: str) -> str:
+    return f"{name} is missing: a bundle has one; download the dataset again, or rebuild it (muon-repro bundle)"
+
+
+def _card_text(root: Path) -> str:
+    """The card's text; a ValueError naming it when it is missing or not UTF-8."""
+    path = root / CARD_NAME
+    if not path.is_file():
+        raise ValueError(_missing(CARD_NAME))
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # a ValueError that names no file
+        raise ValueError(f"{CARD_NAME}: not UTF-8 text ({exc})") from None
+
+
 def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
     """Problems with the card, the citation and croissant.json, and the card's metadata (None if unreadable)."""
     problems = []
     meta = None
     try:
-        meta = read_card_metadata((root / CARD_NAME).read_text(encoding="utf-8"), str(root / CARD_NAME))
+        meta = read_card_metadata(_card_text(root), str(root / CARD_NAME))
         for config in _configs(meta):
             name = config.get("config_name")
             paths = _data_file_paths(config)
@@ -100,6 +118,8 @@ def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
     except (OSError, ValueError) as exc:
         problems.append(str(exc))
     try:
+        if not (root / CFF_NAME).is_file():
+            raise ValueError(_missing(CFF_NAME))
         cff = read_yaml(root / CFF_NAME, CFF_NAME)
         if not isinstance(cff, dict) or "cff-version" not in cff:
             problems.append(f"{CFF_NAME}: not a Citation File Format document (no cff-version)")
@@ -218,27 +238,38 @@ def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: in
                 report(f"{shown(path)}: {exc.problem}", False)
 
 
-def check_trace_index(root: Path, traces: list[str], report: Callable[[str, bool], None]) -> None:
-    """The ``trace_files`` table and the bundle's traces name the same files (a bundle without the table: no check)."""
+TRACE_INDEX = "metrics/trace_files.parquet"  # the traces' index, by its path in a bundle
+REINDEX = "; run `muon-repro run --from analyze`"  # what verify says of a trace the index does not name
+
+
+def trace_index_problems(index: Path, traces: Collection[str], *, fix: str = REINDEX) -> list[str]:
+    """How the trace index at ``index`` and a bundle's ``traces`` (their paths in the bundle) disagree: files it names
+    that are not there, traces it does not name (``fix`` after each; at most 10 of each, then the counts); empty when
+    they agree. Used by verify, and by bundle before it writes anything."""
     from muon_repro.tables.io import read_table
 
-    index_path = root / "metrics" / "trace_files.parquet"
-    if not index_path.is_file():
-        return
     try:
-        indexed = set(read_table(index_path, "trace_files", check_set=False)["path"].astype(str))
+        indexed = set(read_table(index, "trace_files", check_set=False)["path"].astype(str))
     except Exception as exc:  # not Parquet, or no path column: pyarrow raises several types
-        report(f"trace index: metrics/trace_files.parquet cannot be read: {_one_line(exc)}", False)
-        return
+        return [f"{TRACE_INDEX} cannot be read: {_one_line(exc)}"]
     absent, unindexed = sorted(indexed - set(traces)), sorted(set(traces) - indexed)
-    for path in absent[:10]:
-        report(f"trace index: metrics/trace_files.parquet names {shown(path)}, which is not in the bundle", False)
-    for path in unindexed[:10]:
-        report(f"trace index: {shown(path)} is not in metrics/trace_files.parquet; run `muon-repro run --from analyze`", False)
+    problems = [f"{TRACE_INDEX} names {shown(path)}, which is not in the bundle" for path in absent[:10]]
+    problems += [f"{shown(path)} is not in {TRACE_INDEX}{fix}" for path in unindexed[:10]]
     if len(absent) + len(unindexed) > 20:
-        report(f"trace index: {len(absent)} indexed files absent, {len(unindexed)} traces not indexed in all", False)
-    if not absent and not unindexed:
-        report(f"trace index: metrics/trace_files.parquet names the bundle's {len(traces)} traces", True)
+        problems.append(f"{len(absent)} indexed files absent, {len(unindexed)} traces not indexed in all")
+    return problems
+
+
+def check_trace_index(root: Path, traces: list[str], report: Callable[[str, bool], None]) -> None:
+    """The ``trace_files`` table and the bundle's traces name the same files (a bundle without the table: no check)."""
+    index = root / TRACE_INDEX
+    if not index.is_file():
+        return
+    problems = trace_index_problems(index, traces)
+    for problem in problems:
+        report(f"trace index: {problem}", False)
+    if not problems:
+        report(f"trace index: {TRACE_INDEX} names the bundle's {len(traces)} traces", True)
 
 
 def check_table_set(root: Path, report: Callable[[str, bool], None], digests: dict[str, str] | None = None) -> None:
@@ -396,6 +427,8 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
             counts["legacy"] += 1
         else:
             lost.append(str(path.parent.relative_to(root)))
+    if not any(counts.values()) and not lost:
+        return  # no run to judge (the traces check fails a bundle without traces): an empty folder is not "ok"
     said = (
         f"{counts['commit']} recorded from a clean commit (git_sha), {counts['bundled']} with this bundle's muon_repro/, "
         f"{counts['legacy']} from a changed tree before runs recorded their source digest"
@@ -443,6 +476,38 @@ def check_report_citation(root: Path, report: Callable[[str, bool], None]) -> No
     )
 
 
+def _hub_cache_blobs(root: Path) -> Path | None:
+    """The ``blobs/`` folder of the Hub cache repository whose snapshot ``root`` is (a snapshot's files are links to
+    its blobs); None when ``root`` is no snapshot."""
+    snapshot = root.resolve()
+    blobs = snapshot.parent.parent / "blobs"
+    return blobs.resolve() if snapshot.parent.name == "snapshots" and blobs.is_dir() else None
+
+
+def bundle_links(root: Path) -> list[tuple[str, str]]:
+    """(path in the bundle, where it points) of every symbolic link to a file under ``root``, found without following
+    any; a link to a folder is refused with a ValueError naming it (:func:`~muon_repro.tables.files.list_files`'s).
+
+    A bundle holds its own files: a link may point at any file of this machine, whose bytes verify would then read
+    and quote. Left aside: the links of a Hub cache snapshot to its own blobs, and paths that are no file of the
+    dataset (:func:`~muon_repro.dataset.manifest.is_ignored`: caches, hidden folders), which no check reads.
+    """
+    list_files(root)  # raises for a link to a folder, before any file is read
+    blobs = _hub_cache_blobs(root)
+    links = []
+    for dirpath, _, filenames in os.walk(root):  # followlinks=False; a link to a file (or to nothing) is a file name
+        for name in filenames:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if not path.is_symlink() or is_ignored(rel):
+                continue
+            target = Path(os.path.realpath(path))
+            if blobs is not None and target.parent == blobs and target.is_file():
+                continue
+            links.append((rel, os.readlink(path)))
+    return sorted(links)
+
+
 def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None, recompute: bool = False) -> VerifyResult:
     """Run every check on ``root``: checksums of every file, the tables one set, card, configs, the report's
     citation, traces, sources
@@ -458,6 +523,16 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
         (result.passed if ok else result.failed).append(line)
         if echo is not None:
             echo(("ok      " if ok else "FAILED  ") + line)
+
+    links = bundle_links(root)
+    for path, target in links:  # every check reads files: none runs while a link may lead anywhere
+        report(
+            f"{shown(path)}: a symbolic link (to {shown(target)}), not a file: a bundle holds its own files, so it is not "
+            "read and no other check is run; replace it with what it points at, or remove it",
+            False,
+        )
+    if links:
+        return result
 
     digests: dict[str, str] = {}  # each file hashed once: the table-set check reuses the CSVs' digests
     manifest_problems = check_manifest(root, digests=digests)

@@ -2,7 +2,7 @@
 
 Order of events, each a reason to stop:
 
-1. the repository id, the version and the token are checked (no request before that);
+1. the repository id, the version, the token and offline mode (``HF_HUB_OFFLINE``) are checked (no request before that);
 2. the bundle must match its manifest, have been built for this repository and version, and pass
    every check of ``muon-repro verify`` (a bundle whose tables do not load is never tagged);
 3. the remote head and tags are read, and the plan (add, change, delete, unchanged) is
@@ -35,6 +35,7 @@ from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, tag_for
+from muon_repro.hub.errors import offline_refusal
 from muon_repro.hub.interrupts import PublishInterrupted, PublishStage
 from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
 from muon_repro.tables.files import human_size, sha256_file
@@ -100,6 +101,15 @@ def hub_timeout(seconds: float) -> Iterator[None]:
         _timeout_s = previous
 
 
+def check_online(api: Any) -> None:
+    """Offline mode (``HF_HUB_OFFLINE``) refuses every request ``api`` would send: say so before any work that needs
+    the Hub after it."""
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise PublishError(f"{offline_refusal(str(api.endpoint).rstrip('/'))}; no request was sent to the Hub")
+
+
 def token_source(api: Any) -> str:
     """Where the token ``api`` sends comes from, as ``huggingface_hub`` looks for it (for messages)."""
     from huggingface_hub import constants
@@ -126,11 +136,13 @@ def token_in_use(api: Any) -> str | None:
 
 @contextlib.contextmanager
 def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[], str]) -> Iterator[None]:
-    """Turn a Hub that does not answer (or cannot be reached) during ``doing`` into a PublishError saying ``state``.
+    """Turn a Hub that does not answer (or cannot be reached) during ``doing`` into a PublishError saying ``state``;
+    in offline mode (``HF_HUB_OFFLINE``), one saying so.
 
     ``state`` says what is left on the remote; a callable is asked only on failure (it may look).
     """
     import httpx2
+    from huggingface_hub.errors import OfflineModeIsEnabled
 
     _hook_current_session()
     try:
@@ -139,6 +151,9 @@ def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[]
         what = f"the Hub at {endpoint} did not answer within {timeout:g} s while {doing}"
     except httpx2.TransportError as exc:  # refused, reset, DNS...
         what = f"the Hub at {endpoint} could not be reached while {doing} ({first_line(exc)})"
+    except OfflineModeIsEnabled:
+        # HF_HUB_OFFLINE is read once, at import: the client has refused every request of this process, not just this one.
+        raise PublishError(f"{offline_refusal(endpoint, doing)}; no request was sent to the Hub") from None
     else:
         return
     raise PublishError(f"{what}; {state() if callable(state) else state}") from None
@@ -337,9 +352,11 @@ def publish(
     timeout = check_timeout(timeout)
     root = Path(bundle)
     if not root.is_dir():
+        said = "a file, not a bundle folder" if root.exists() else "no such bundle folder"
         raise FileNotFoundError(
-            f"{root}: no such bundle folder; make one with `muon-repro report --repo-id {repo_id} --version {version} && "
-            f"muon-repro bundle --repo-id {repo_id} --version {version}`"
+            f"{root}: {said}; give --bundle the folder `muon-repro bundle` made, or make one with "
+            f"`muon-repro report --repo-id {repo_id} --version {version} && muon-repro bundle --repo-id {repo_id} "
+            f"--version {version}`"
         )
     stage = PublishStage()  # Ctrl-C: PublishInterrupted says what the step it stopped left on the Hub
     try:
@@ -352,6 +369,7 @@ def publish(
         token = token_in_use(api)
         if not dry_run and not token:
             raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a write token is needed)")
+        check_online(api)  # before verifying the bundle: a publish that cannot reach the Hub is said at once
         check_bundle_verifies(root, echo)
         with hub_timeout(timeout):
             target = _Target(api, repo_id, tag, timeout)
