@@ -109,3 +109,16 @@ def test_a_study_trace_given_as_a_file_names_its_own_folder_only(tmp_path):
     assert study_folders([folder / STUDY_PROVENANCE_FILE]) == []  # not a trace of the study
     assert study_folders([folder]) == [folder]  # a folder is read as it always was: itself, when it is one
     assert set(study_folders([tmp_path])) == {folder, nested}
+
+
+def test_a_protocol_trial_without_its_traces_is_left_out_by_folder(tmp_path, capsys):
+    """A trial of the study's protocol whose traces are gone stopped analyze with an IndexError traceback."""
+    committed = REPO / "traces" / "cpu-2c-gloo" / "study_equal_work" / "adamw"
+    trial = tmp_path / "traces" / "cpu-2c-gloo" / "study_equal_work" / "adamw" / "trial0"
+    shutil.copytree(committed / "trial0", trial)
+    for trace in trial.glob("rank*.json.gz"):
+        trace.unlink()
+    assert _analyze([tmp_path / "traces"], tmp_path / "metrics") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{trial}: no trace file" in err, err
+    assert "study run cpu-2c-gloo/study_equal_work/adamw (trial 0) is left out" in err

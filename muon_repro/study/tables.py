@@ -88,6 +88,7 @@ class Recording:
     backend: str
     command: str | None = None  # the command line that recorded it, and the commit: none for the study's own
     git_sha: str | None = None
+    folder: Path | None = None  # where it was found: named when it holds no trace
 
 
 def recordings(paths: Iterable[str | Path]) -> list[Recording]:
@@ -123,6 +124,7 @@ def recordings(paths: Iterable[str | Path]) -> list[Recording]:
                 str(config.get("backend") or env.get("backend") or ""),
                 command_line(config.get("command")),
                 recorded_commit(env),
+                folder,
             )
         )
     return out
@@ -220,6 +222,8 @@ def study_tables(
 def _read_recording(rec: Recording) -> tuple[list[StudyTrace], StudyRun, Sums | None]:
     """A recording's traces by rank, its configuration, and the study's method's sums on rank 0 where that method
     reads the run (None elsewhere); a :class:`TraceError` naming the file that cannot be read."""
+    if not rec.files:  # a trial of the protocol whose traces are gone (its config.json names the protocol)
+        raise TraceError(rec.folder or Path(rec.run), "no trace file (rank<N>.json.gz) of the study's protocol here")
     per_rank = sorted((_read_one(read_study_trace, f, rec.grid) for f in rec.files), key=lambda t: t.rank)
     config = StudyRun.from_name(rec.name, per_rank[0].world_size or len(per_rank))
     if rec.recorded_by != ORIGINAL and config.variant != "full_step":
