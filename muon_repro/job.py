@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from muon_repro import stages
-from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES
+from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, MAX_TRIALS, SCALES, check_trials_limit
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.hardware import add_profile_argument
@@ -38,15 +38,27 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # the citation flags run shares with report (the first four) and bundle (all)
 CITE_FIELDS = ("repo_id", "version", "date", "pretty_name", "license", "code_url")
+# The options only the bench stage reads (argparse dest -> flag): --from a later stage records nothing, so they are
+# refused there rather than ignored. Their parser defaults are None, which tells a given option from an absent one.
+RECORDING_OPTIONS = {
+    "scale": "--scale",
+    "configs": "--configs",
+    "backend": "--backend",
+    "trials": "--trials",
+    "traced_trials": "--traced-trials",
+    "force": "--force",
+    "profile": "--profile",
+}
+DEFAULT_CONFIGS = ("reference",)
 
 
 @dataclass
 class RunPlan:
     out: Path
     scale: str = "cpu"
-    configs: tuple[str, ...] = ("reference",)
-    trials: int = 3
-    traced_trials: int = 1  # of the trials (rounds), those profiled with traces; the others are timed only
+    configs: tuple[str, ...] = DEFAULT_CONFIGS
+    trials: int = DEFAULT_TRIALS
+    traced_trials: int = DEFAULT_TRACED_TRIALS  # of the trials (rounds), those profiled with traces; the others timed only
     backend: str | None = None
     force: bool = False
     progress: bool = True
@@ -86,6 +98,7 @@ class RunPlan:
                 raise ValueError(
                     f"--traced-trials must be a positive integer up to --trials {self.trials}, got {self.traced_trials}"
                 )
+            check_trials_limit(self.trials, self.traced_trials)
             return
         source, what = (self.traces, "runs recorded") if self.first_stage == "analyze" else (self.metrics, "tables")
         if not source.is_dir():
@@ -293,31 +306,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "to resume. --scale gpu does the same on 4+ GPUs."
         ),
     )
-    p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu: 2-core laptop, gloo)")
+    recording = p.add_argument_group("recording (the bench stage only: refused with --from a later stage, which records nothing)")
+    recording.add_argument(
+        "--scale", choices=SCALES, default=None, help="model and batch size (default: cpu: 2-core laptop, gloo)"
+    )
     p.add_argument(
         "--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)"
     )
-    p.add_argument(
+    recording.add_argument(
         "--configs",
         nargs="+",
-        default=["reference"],
+        default=None,
         metavar="CONFIG",
-        help="configs, groups, 'study', 'reference' or 'all' (default: reference)",
+        help=f"configs, groups, 'study', 'reference' or 'all' (default: {' '.join(DEFAULT_CONFIGS)})",
     )
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
-    p.add_argument(
+    recording.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="the recording's process-group backend (default: nccl on a machine with GPUs, configurations needing more "
+        "GPUs than it has refused by name; gloo on the CPU without; gloo asks for the CPU anyway)",
+    )
+    recording.add_argument(
         "--trials",
         type=int,
-        default=DEFAULT_TRIALS,
-        help="rounds: recordings of each configuration, interleaved (default: %(default)s; the committed reference has 10)",
+        default=None,
+        help=f"rounds: recordings of each configuration, interleaved (default: {DEFAULT_TRIALS}; at most {MAX_TRIALS:,}, "
+        "docs/limits.md; the committed reference has 10)",
     )
-    p.add_argument(
+    recording.add_argument(
         "--traced-trials",
         type=int,
-        default=DEFAULT_TRACED_TRIALS,
-        help="of those, the first rounds profiled with traces; the others are timed only (default: %(default)s)",
+        default=None,
+        help=f"of those, the first rounds profiled with traces; the others are timed only (default: {DEFAULT_TRACED_TRIALS})",
     )
-    p.add_argument("--force", action="store_true", help="re-record complete runs")
+    recording.add_argument("--force", action="store_true", default=None, help="re-record complete runs")
     p.add_argument(
         "--from",
         dest="first_stage",
@@ -345,22 +368,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verbose", action="store_true", help="the summary gives every claim's measured cause; verify lists every check"
     )
-    add_profile_argument(p)
+    add_profile_argument(recording)
     p.set_defaults(func=_run)
+
+
+def _refuse_unused_recording_options(args: argparse.Namespace) -> None:
+    """With ``--from`` a stage after bench, refuse the recording options given: nothing is recorded, so they would be
+    silently ignored (the traces already there are what the later stages read)."""
+    if args.first_stage == STAGES[0]:
+        return
+    given = [flag for dest, flag in RECORDING_OPTIONS.items() if getattr(args, dest) is not None]
+    if given:
+        them = "it" if len(given) == 1 else "them"
+        raise ValueError(
+            f"--from {args.first_stage} records nothing (it starts after the bench stage), so {', '.join(given)} would be "
+            f"ignored: leave {them} out, or record first with --from bench (the default)"
+        )
 
 
 def _run(args: argparse.Namespace) -> int:
     from muon_repro.bench.sweep import BenchError, BenchInterrupted
 
+    _refuse_unused_recording_options(args)
     check_out_folder(args.out, f"--out {args.out}")  # before any stage: a place that cannot be written is said at once
     plan = RunPlan(
         out=args.out,
-        scale=args.scale,
-        configs=tuple(args.configs),
-        trials=args.trials,
-        traced_trials=args.traced_trials,
+        scale=args.scale or "cpu",
+        configs=tuple(args.configs or DEFAULT_CONFIGS),
+        trials=DEFAULT_TRIALS if args.trials is None else args.trials,
+        traced_trials=DEFAULT_TRACED_TRIALS if args.traced_trials is None else args.traced_trials,
         backend=args.backend,
-        force=args.force,
+        force=bool(args.force),
         progress=not args.no_progress,
         profile=args.profile,
         command=tuple(getattr(args, "command_line", ()) or ("muon-repro", "run")),

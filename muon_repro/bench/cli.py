@@ -7,7 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from muon_repro.bench.configs import CONFIGS, DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, SCALES, expand_config_names
+from muon_repro.bench.configs import (
+    CONFIGS,
+    DEFAULT_TRACED_TRIALS,
+    DEFAULT_TRIALS,
+    MAX_TRIALS,
+    SCALES,
+    check_trials_limit,
+    expand_config_names,
+)
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
 from muon_repro.hardware import add_profile_argument
 
@@ -58,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trials",
         type=int,
         default=DEFAULT_TRIALS,
-        help="rounds: recordings of each configuration, interleaved across configurations (default: %(default)s)",
+        help="rounds: recordings of each configuration, interleaved across configurations (default: %(default)s; at most "
+        f"{MAX_TRIALS:,}, docs/limits.md)",
     )
     p.add_argument(
         "--traced-trials",
@@ -84,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         for key, c in CONFIGS.items():
             print(f"{key:<42} {c.optimizer:<9} {c.dp:>2} {c.tp:>2} {c.pp:>2}  {c.layout}")
         return 0
+    check_trials_limit(args.trials, args.traced_trials)  # before any folder is made or any recording planned
     if args.protocol != "benchmark":
         return _record_protocol(args)
     if args.world_size != 4:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
 from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
+from muon_repro.run_records import RECORD_INT_RANGES
 from muon_repro.values import is_count
 
 SCALES = ("cpu", "gpu", "tiny")
@@ -80,6 +81,21 @@ SCALE_SPECS = {
 }
 DEFAULT_TRIALS = 3  # rounds of a sweep (each configuration recorded once per round)
 DEFAULT_TRACED_TRIALS = 1  # of which the first this many are profiled and keep traces; the others are timed only
+# The most rounds one sweep records (--trials and --traced-trials of bench and run; docs/limits.md, "Run shapes"): a
+# run record holds trials 0 to 9,999 (run_records.RECORD_INT_RANGES), and a sweep plans every recording before the
+# first one starts. The committed reference has 10 rounds.
+MAX_TRIALS = RECORD_INT_RANGES["trials"][1]
+
+
+def check_trials_limit(trials: object, traced_trials: object = None) -> None:
+    """Refuse ``--trials`` or ``--traced-trials`` past :data:`MAX_TRIALS`, naming the option (other values are the
+    callers' to check: each says what a round is where it asks)."""
+    for flag, value in (("--trials", trials), ("--traced-trials", traced_trials)):
+        if isinstance(value, int) and value > MAX_TRIALS:
+            raise ValueError(
+                f"{flag} {value:,} is past the limit of {MAX_TRIALS:,} rounds (docs/limits.md, run shapes): a run record "
+                f"holds trials 0 to {MAX_TRIALS - 1:,}; give {MAX_TRIALS:,} or fewer"
+            )
 
 
 @dataclass(frozen=True)

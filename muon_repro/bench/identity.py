@@ -54,11 +54,16 @@ def trial_differences(trial: Path, cfg: BenchConfig, backend: str) -> list[str]:
     return differences
 
 
+def listed_trials(problems: dict[str, list[str]] | dict[Path, list[str]]) -> str:
+    """``trial (problem; problem), ...`` for the first :data:`SHOWN_TRIALS` trials, the rest counted."""
+    shown = [f"{trial} ({'; '.join(said)})" for trial, said in list(problems.items())[:SHOWN_TRIALS]]
+    more = len(problems) - len(shown)
+    return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
+
+
 def reuse_refusal(mismatched: dict[str, list[str]]) -> str:
     """The message that refuses a sweep over complete trials recorded otherwise (``trial label`` -> its differences)."""
-    shown = [f"{label} ({'; '.join(diffs)})" for label, diffs in list(mismatched.items())[:SHOWN_TRIALS]]
-    more = len(mismatched) - len(shown)
-    listed = ", ".join(shown) + (f", and {more} more" if more > 0 else "")
+    listed = listed_trials(mismatched)
     return (
         f"{len(mismatched)} complete trial(s) were recorded with other settings than this sweep asks for, so they are not "
         f"reused: {listed}. Record them again with --force (each trial folder is replaced), or record into another --out"

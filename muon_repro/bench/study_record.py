@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from muon_repro.bench.configs import check_trials_limit
 from muon_repro.bench.study_protocol import (
     PROTOCOLS,
     RUNS,
@@ -142,6 +143,7 @@ def record_protocols(
             raise ValueError(f"protocol {p!r}: choose from {', '.join(PROTOCOLS)}")
     if trials < 1:
         raise ValueError(f"trials {trials}: record at least one round")
+    check_trials_limit(trials)
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     backend = backend or default_backend(world_size)
     if torchrun:

@@ -15,7 +15,9 @@ into ``<out>/<profile>/<group>/<name>/.trial<k>.partial`` (the hardware profile,
 every rank has finished, so a trial folder that exists is complete; an interrupted sweep leaves none
 behind and simply redoes what is missing next time. A complete trial is skipped only when its
 config.json is the run asked for (:mod:`muon_repro.bench.identity`): one recorded with other settings
-stops the sweep before anything is recorded, naming the differing fields (``--force`` records it again).
+stops the sweep before anything is recorded, naming the differing fields (``--force`` records it again); so does
+one holding a file that cannot be read (:mod:`muon_repro.bench.trial_check`), naming the file and saying to delete
+the trial folder.
 
 One sweep at a time per run folder: ``<out>/<profile>/<group>/<name>/.lock`` (:mod:`muon_repro.bench.run_lock`)
 is held while a sweep plans and records that run, so a second sweep into the same ``--out`` stops at
@@ -39,12 +41,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, BenchConfig
+from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, BenchConfig, check_trials_limit
 from muon_repro.bench.environment import recording_profile
 from muon_repro.bench.errors import BenchError, BenchInterrupted
 from muon_repro.bench.identity import reuse_refusal, trial_differences
 from muon_repro.bench.run_lock import LOCK_NAME, _lock_run_dir, locked_run_dirs  # noqa: F401 (the first two re-exported)
 from muon_repro.bench.runner import run_rank
+from muon_repro.bench.trial_check import config_readable, damage_refusal, trial_problems
 from muon_repro.hardware import validate_profile_id
 from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
 from muon_repro.tables import files
@@ -112,6 +115,7 @@ def plan_recordings(
             f"--traced-trials {traced} is more than --trials {trials}: the traced rounds are the first of the rounds "
             f"recorded; give --trials {traced} or more, or --traced-trials {trials} or fewer"
         )
+    check_trials_limit(trials, traced)  # the plan lists every recording: its length is bounded first
     sweep = new_sweep_id()
     return [
         Recording(in_round, k, trials, _trial_home(out, cfg, profile, k), profile, position, sweep)
@@ -151,9 +155,18 @@ def is_complete(run_dir: Path, cfg: BenchConfig) -> bool:
 
 
 def _reuse_problem(complete: list[Recording], backend: str) -> str | None:
-    """The refusal of a sweep whose complete trials were recorded otherwise than asked (None: all reusable)."""
-    mismatched = {rec.label: diffs for rec in complete if (diffs := trial_differences(rec.final, rec.cfg, backend))}
-    return reuse_refusal(mismatched) if mismatched else None
+    """The refusal of a sweep over complete trials it cannot skip (None: all reusable): first those recorded otherwise
+    than asked (``--force`` records them again, the damaged ones with them), then those holding a file that cannot be
+    read (:mod:`muon_repro.bench.trial_check`: each to be deleted and recorded again). A config.json that cannot be
+    read is damage, not other settings."""
+    readable = [rec for rec in complete if config_readable(rec.final)]
+    mismatched = {rec.label: diffs for rec in readable if (diffs := trial_differences(rec.final, rec.cfg, backend))}
+    if mismatched:
+        return reuse_refusal(mismatched)
+    damaged = {
+        rec.final: problems for rec in complete if (problems := trial_problems(rec.final, rec.cfg.world_size, rec.cfg.profile))
+    }
+    return damage_refusal(damaged) if damaged else None
 
 
 def _summary(rec: Recording, status: str) -> RunResult:
@@ -319,9 +332,11 @@ def record_under_torchrun(
     )
     init_worker(backend)
     try:
-        complete = [not force and is_complete(rec.final, rec.cfg) for rec in plan]
-        decision = [complete, _reuse_problem([rec for rec, done in zip(plan, complete) if done], backend)]
-        dist.broadcast_object_list(decision, src=0)  # rank 0's view of the shared filesystem decides
+        decision: list = [None, None]
+        if dist.get_rank() == 0:  # rank 0's view of the shared filesystem decides; only it reads the complete trials
+            complete = [not force and is_complete(rec.final, rec.cfg) for rec in plan]
+            decision = [complete, _reuse_problem([rec for rec, done in zip(plan, complete) if done], backend)]
+        dist.broadcast_object_list(decision, src=0)
         if decision[1]:
             raise BenchError(decision[1])
         done = dict(zip(plan, decision[0]))

@@ -117,20 +117,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"'{CONVERGENCE_GROUP}' (default: %(default)s)"
         ),
     )
-    p.add_argument("--dp", type=int, default=d.dp)
-    p.add_argument("--tp", type=int, default=d.tp)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--ffn", type=int, default=d.ffn)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    limits = "docs/limits.md, run shapes"
+    p.add_argument("--dp", type=int, default=d.dp, help="data-parallel ranks (default: %(default)s; dp x tp at most 64)")
+    p.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel ranks (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=d.hidden, help=f"hidden width (default: %(default)s; limits: {limits})")
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer blocks (default: %(default)s)")
+    p.add_argument("--heads", type=int, default=d.heads, help="attention heads (default: %(default)s)")
+    p.add_argument("--ffn", type=int, default=d.ffn, help="MLP width (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per sequence (default: %(default)s)")
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per step over all DP ranks (default: %(default)s)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--warmup-frac", type=float, default=d.warmup_frac)
-    p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
-    p.add_argument("--eval-windows", type=int, default=d.eval_windows)
-    p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        default=d.weight_decay,
+        help="weight decay on every parameter, norm gains included (default: %(default)s)",
+    )
+    p.add_argument(
+        "--warmup-frac", type=float, default=d.warmup_frac, help="linear warm-up's share of the steps (default: %(default)s)"
+    )
+    p.add_argument(
+        "--min-lr-ratio", type=float, default=d.min_lr_ratio, help="the cosine's floor, times the lr (default: %(default)s)"
+    )
+    p.add_argument(
+        "--eval-every", type=int, default=d.eval_every, help="steps between held-out evaluations (default: %(default)s)"
+    )
+    p.add_argument(
+        "--eval-windows",
+        type=int,
+        default=d.eval_windows,
+        help="held-out windows of --seq-len tokens each evaluation reads, per split (default: %(default)s)",
+    )
+    p.add_argument(
+        "--checkpoint-every", type=int, default=d.checkpoint_every, help="steps between checkpoints (default: %(default)s)"
+    )
     p.add_argument(
         "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo"
     )
@@ -156,6 +175,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true")
     add_profile_argument(p)
     p.set_defaults(func=_run)
+
+
+def _check_workers(world_size: int, threads: int | None) -> None:
+    """The workers and their threads within the launcher's and calibrate's limits (docs/limits.md), before anything
+    is made: past them the launcher refuses only once a run's folder exists."""
+    from muon_repro.costmodel.calibrate import MAX_THREADS
+    from muon_repro.parallel.launch import MAX_LOCAL_WORKERS
+
+    if world_size > MAX_LOCAL_WORKERS:
+        raise ValueError(
+            f"--dp x --tp = {world_size:,} worker processes on one machine: converge starts 1 to {MAX_LOCAL_WORKERS} "
+            "(docs/limits.md, run shapes); choose a smaller grid"
+        )
+    if threads is not None and threads > MAX_THREADS:
+        raise ValueError(f"--threads {threads:,} is past the limit of {MAX_THREADS:,} torch threads per worker (docs/limits.md)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -197,6 +231,7 @@ def _run(args: argparse.Namespace) -> int:
         base.check_model(args.vocab)  # before any worker starts: a shape refused there is a traceback per rank
     except ValueError as exc:  # the configuration's own checks name its fields: name the flags they come from
         raise ValueError(_flags_named(str(exc))) from None
+    _check_workers(base.world_size, args.threads)
     backend = args.backend or default_backend(base.world_size)
     threads = args.threads or max(1, (os.cpu_count() or 1) // (base.world_size * args.jobs))
     try:

@@ -5,11 +5,28 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from muon_repro.bench.configs import SIZE_LIMITS
 from muon_repro.model_config import GPTConfig
-from muon_repro.run_records import RECORD_INT_RANGES
+from muon_repro.run_records import MAX_STEPS, RECORD_INT_RANGES
 from muon_repro.values import is_count, is_index
 
+# The most each size may be (docs/limits.md, "Run shapes"): the limits ``predict`` and ``bench custom`` hold the same
+# sizes to (bench.configs.SIZE_LIMITS), so that a typo is refused by name before any worker starts, not a worker's
+# failed allocation. ConvergeConfig field -> its SIZE_LIMITS key.
+SIZE_LIMIT_KEYS = {
+    "dp": "dp",
+    "tp": "tp",
+    "hidden": "hidden",
+    "layers": "n_layers",
+    "heads": "n_heads",
+    "ffn": "ffn_hidden",
+    "seq_len": "seq_len",
+}
 MAX_VOCAB = RECORD_INT_RANGES["vocab_size"][1]  # the most a run record may hold
+# The tokens of one step (batch x seq_len) and of one evaluation's windows (eval_windows x seq_len): bench's
+# tokens_per_step limit (the reference run: 1,024 and 8,192). Like the others it stops a typo; a run within the limits
+# can still need more memory than the machine has.
+MAX_TOKENS = SIZE_LIMITS["tokens_per_step"]
 
 OPTIMIZERS = ("muon", "adamw")
 
@@ -65,12 +82,13 @@ class ConvergeConfig:
             "checkpoint_every",
         ):
             _positive_int(owner, name, getattr(self, name))
+        self._check_size_limits()
         if not is_index(self.seed):
             raise ValueError(f"{owner}.seed must be a non-negative integer, got {self.seed!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"{owner}.lr must be a positive number, got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ValueError(f"{owner}.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < math.inf):
+            raise ValueError(f"{owner}.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
         if not (isinstance(self.warmup_frac, (int, float)) and 0 <= self.warmup_frac < 1):
             raise ValueError(f"{owner}.warmup_frac must be in [0, 1), got {self.warmup_frac!r}")
         if not (isinstance(self.min_lr_ratio, (int, float)) and 0 <= self.min_lr_ratio <= 1):
@@ -79,6 +97,28 @@ class ConvergeConfig:
             raise ValueError(
                 f"{owner}.batch={self.batch} must be divisible by dp={self.dp} (each DP rank takes batch/dp sequences)"
             )
+
+    def _check_size_limits(self) -> None:
+        """No size past the bench's limits (docs/limits.md, "Run shapes"): a run that large is a typo, and would end
+        in each worker's failed allocation instead of one error naming the flag."""
+        owner = "ConvergeConfig"
+        see = "(docs/limits.md, run shapes), far past any run this project trains; check the value"
+        if self.steps > MAX_STEPS:
+            raise ValueError(
+                f"{owner}.steps={self.steps:,} is past the limit of {MAX_STEPS:,} steps a run record may hold "
+                "(docs/limits.md, run records); check the value"
+            )
+        for name, key in SIZE_LIMIT_KEYS.items():
+            value, limit = getattr(self, name), SIZE_LIMITS[key]
+            if value > limit:
+                raise ValueError(f"{owner}.{name}={value:,} is past the limit of {limit:,} {see}")
+        for name, what in (("batch", "the tokens of one step"), ("eval_windows", "the tokens of one evaluation")):
+            value = getattr(self, name)
+            if value * self.seq_len > MAX_TOKENS:
+                raise ValueError(
+                    f"{owner}.{name}={value:,} x {owner}.seq_len={self.seq_len:,} = {value * self.seq_len:,} tokens is "
+                    f"past the limit of {MAX_TOKENS:,} for {what} {see}"
+                )
 
     @property
     def world_size(self) -> int:

@@ -31,15 +31,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from muon_repro.bench.configs import MAX_TRIALS
 from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
 from muon_repro.converge.identity import RunMismatch, identity_differences, recorded_identity, run_identity
 from muon_repro.hardware import PROFILE_FIELD
+from muon_repro.run_records import MAX_STEPS
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 from muon_repro.tables import files
 from muon_repro.values import is_count
 
 FORMAT_VERSION = 2  # 2: validation and test loss, per-step wall time and FLOPs per step; older records are retrained
 JOBS = (1, 2)  # runs at once: one at a time, or a Muon run beside its AdamW twin
+MAX_SEEDS = MAX_TRIALS  # seeds of each best learning rate: bench's limit on rounds (docs/limits.md)
 GROUP_NAME = re.compile(rf"{CONVERGENCE_GROUP}[A-Za-z0-9_-]{{0,48}}")
 
 
@@ -57,14 +60,26 @@ class ConvergePlan:
     def __post_init__(self) -> None:
         for opt in OPTIMIZERS:
             values = self.lrs.get(opt)
-            if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
-                raise ValueError(f"ConvergePlan.lrs[{opt!r}] must be a non-empty list of positive learning rates, got {values!r}")
+            if not values or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in values):
+                raise ValueError(
+                    f"ConvergePlan.lrs[{opt!r}] must be a non-empty list of positive, finite learning rates, got {values!r}"
+                )
             if len(set(values)) != len(values):
                 raise ValueError(f"ConvergePlan.lrs[{opt!r}] repeats a value: {values!r}")
         if not is_count(self.seeds):
             raise ValueError(f"ConvergePlan.seeds must be a positive integer, got {self.seeds!r}")
+        if self.seeds > MAX_SEEDS:
+            raise ValueError(
+                f"ConvergePlan.seeds={self.seeds:,} is past the limit of {MAX_SEEDS:,} (docs/limits.md, run shapes: as "
+                "bench's --trials): each seed is two runs; check the value"
+            )
         if self.sweep_steps is not None and not is_count(self.sweep_steps):
             raise ValueError(f"ConvergePlan.sweep_steps must be a positive integer or None, got {self.sweep_steps!r}")
+        if self.sweep_steps is not None and self.sweep_steps > MAX_STEPS:
+            raise ValueError(
+                f"ConvergePlan.sweep_steps={self.sweep_steps:,} is past the limit of {MAX_STEPS:,} steps a run record may "
+                "hold (docs/limits.md, run records); check the value"
+            )
         if not isinstance(self.group, str) or not GROUP_NAME.fullmatch(self.group):
             raise ValueError(
                 f"ConvergePlan.group must name a folder that starts with {CONVERGENCE_GROUP!r} (letters, digits, '-', '_'), "
@@ -74,6 +89,11 @@ class ConvergePlan:
         valid = all(isinstance(f, (int, float)) and math.isfinite(f) and f > 1 for f in budgets)
         if not valid or len(set(budgets)) != len(budgets):
             raise ValueError(f"ConvergePlan.adamw_budgets must be distinct multiples of the steps above 1, got {budgets!r}")
+        if budgets and (longest := self.budget_steps(max(budgets))) > MAX_STEPS:
+            raise ValueError(
+                f"ConvergePlan.adamw_budgets: {max(budgets):g} x {self.base.steps:,} steps = {longest:,} steps is past the "
+                f"limit of {MAX_STEPS:,} steps a run record may hold (docs/limits.md, run records); check the value"
+            )
         if len({self.budget_steps(f) for f in budgets} | {self.base.steps}) != len(budgets) + 1:
             raise ValueError(f"ConvergePlan.adamw_budgets {budgets!r} round to the same number of steps of {self.base.steps}")
 

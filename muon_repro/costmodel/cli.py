@@ -159,6 +159,7 @@ def _register_regimes(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _regimes(args: argparse.Namespace) -> int:
+    from muon_repro.bench.configs import check_trials_limit
     from muon_repro.bench.environment import recording_profile
     from muon_repro.bench.regimes import regime_points
     from muon_repro.bench.sweep import BenchError, BenchInterrupted, check_out_folder, record_local
@@ -168,6 +169,7 @@ def _regimes(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise ValueError(f"--trials must be a positive integer, got {args.trials}")
+    check_trials_limit(args.trials)  # before a minute of calibration, not after
     check_out_folder(args.out)
     hardware = recording_profile("gloo", args.profile)  # the sweep runs on gloo, on this machine's cores
     folder = args.out / hardware  # this profile's runs and records: OUT/<profile>/{regimes,costmodel}/

@@ -26,19 +26,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "the ledger disagrees with the analytic bytes."
         ),
     )
-    p.add_argument("--dp", type=int, default=2, help="data-parallel size (default 2)")
-    p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (default 2)")
-    p.add_argument("--optimizer", choices=("muon", "adamw"), default="muon")
-    p.add_argument("--layout", choices=LAYOUTS, default="contiguous")
+    p.add_argument("--dp", type=int, default=2, help="data-parallel size (default: %(default)s)")
+    p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (default: %(default)s)")
+    p.add_argument(
+        "--optimizer",
+        choices=("muon", "adamw"),
+        default="muon",
+        help="the distributed optimizer compared with its single-device reference (default: %(default)s)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="contiguous",
+        help="how ZeRO-1 lays the optimizer's state out over the DP ranks (default: %(default)s)",
+    )
     p.add_argument(
         "--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default: a quarter of the model)"
     )
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--ns-dtype", choices=("fp32", "bf16"), default="fp32", help="Newton-Schulz compute dtype")
+    p.add_argument("--steps", type=int, default=5, help="training steps compared, one by one (default: %(default)s)")
+    p.add_argument(
+        "--ns-dtype", choices=("fp32", "bf16"), default="fp32", help="Newton-Schulz compute dtype (default: %(default)s)"
+    )
     p.add_argument(
         "--gather-dtype", choices=("fp32", "bf16"), default=None, help="dtype of the NS gathers (default: the NS dtype)"
     )
-    p.add_argument("--preset", default="tiny", help="model preset (tiny, small, medium, large)")
+    p.add_argument("--preset", default="tiny", help="model preset: tiny, small, medium, large (default: %(default)s)")
     p.add_argument(
         "--isolated-bound",
         type=float,
@@ -52,7 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="largest relative difference per tensor, end to end (default, tiny preset only: Muon 1e-4 in fp32, "
         "2e-2 with bf16 gathers, 1 with bf16 NS; AdamW 2e-3; other presets: not checked)",
     )
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="process-group backend: gloo on the CPU, nccl on one GPU per worker (default: %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=_run)
 
