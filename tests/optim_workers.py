@@ -134,3 +134,14 @@ def train_every_unit_cap(layout: str, bucket_elems: int | None, caps: list[int |
                 "dp_rank": dims.dp_rank,
             }
     return out
+
+
+def built_with_rank_lr() -> str:
+    """Each rank of a DP2 x TP2 grid builds DistributedMuon with its own lr (rank 3's differs): every rank refuses."""
+    dims = ParallelDims(dp=2, tp=2)
+    model = GPT(CONFIG, dims.tp_group)
+    try:
+        DistributedMuon(muon_param_groups(model), dims, lr=0.02 if dims.rank != 3 else 0.2)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"

@@ -175,6 +175,18 @@ def test_checkpoint_round_trip_continues_bit_identically(tmp_path):
     assert all("does not match" in e or "parameter" in e for e in errors), errors
 
 
+@pytest.mark.slow
+def test_ranks_built_with_other_hyperparameters_refuse_to_start():
+    """A rank whose process read another lr trained its DP shard with it, silently, before the construction check."""
+    import optim_workers
+
+    errors = launch(optim_workers.built_with_rank_lr, 4)
+    # rank 3 disagrees with rank 1 in its DP group and with rank 2 in its TP group; rank 0 shares no group with it
+    assert errors[0] == "no error", errors
+    for rank, err in enumerate(errors[1:], 1):
+        assert "with different param groups, hyperparameters" in err, (rank, err)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

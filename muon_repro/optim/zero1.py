@@ -13,6 +13,7 @@ checkpoint checks. What happens between the pair is the subclasses' (:mod:`muon_
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -84,7 +85,8 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
     Megatron's distributed optimizer: a parameter whose ``.grad`` is None on a rank adds zeros to the DP
     average (another rank's gradient for it still counts), and weight decay and momentum still apply, where
     ``torch.optim`` would skip it. So frozen parameters (``requires_grad=False``) are refused at construction,
-    and so are param groups added later (the buffer cannot grow): build a new optimizer instead.
+    and so are param groups added later (the buffer cannot grow): build a new optimizer instead. The ranks of each
+    DP and TP group check at construction that they were given the same configuration.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
             )
         self.plan = ShardPlan(specs, dims.dp, layout, bucket_elems, ns_unit_elems)
         self.stats = StepStats()
+        self._check_ranks_agree()
         self._build_flat_buffers()
 
     def add_param_group(self, param_group: dict) -> None:
@@ -130,6 +133,29 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
                 "later; build a new optimizer with every group"
             )
         super().add_param_group(param_group)
+
+    def _check_ranks_agree(self) -> None:
+        """Refuse to build when the ranks of this rank's DP or TP group were given other hyperparameters, dtypes or
+        layout: a rank whose process read another config would train its shard with them, silently (each DP shard
+        stepped with its own lr). One small all-reduce per group, at construction (:func:`comm.group_agrees`)."""
+        settings = [
+            type(self).__name__,
+            self.plan.fingerprint(),
+            str(self.reduce_dtype),
+            str(getattr(self, "gather_dtype", None)),
+            getattr(self, "overlap", None),
+            [{key: repr(value) for key, value in sorted(group.items()) if key != "params"} for group in self.param_groups],
+        ]
+        digest = int.from_bytes(hashlib.sha256(repr(settings).encode()).digest()[:8], "big") >> 2
+        device = self._params[0].device
+        # both groups asked before raising: a rank that stopped at the first would leave the second's members waiting
+        apart = [g for g in (self.dims.dp_group, self.dims.tp_group) if not comm.group_agrees(digest, g, device)]
+        if apart:
+            said = " and ".join(f"{g.name} group {list(g.ranks)}" for g in apart)
+            raise ValueError(
+                f"the ranks of {said} built {type(self).__name__} with different param groups, hyperparameters, dtypes "
+                "or layout: give every rank the same configuration"
+            )
 
     # ---------------------------------------------------------------- buffers
 

@@ -286,3 +286,16 @@ def all_reduce_(tensor: torch.Tensor, group: Group, *, phase: str, op: str = "su
             _timed(group, phase, _ALL_REDUCE, dist.all_reduce, tensor, op=REDUCE_OPS[op], group=group.process_group)
     group.ledger.record(phase, "all_reduce", group, tensor.numel(), tensor.dtype)
     return tensor
+
+
+def group_agrees(value: int, group: Group, device: torch.device | str = "cpu") -> bool:
+    """Whether every rank of ``group`` passed the same ``value`` (an integer in [0, 2**62)): one all-reduce of two
+    int64s, taking the minimum of ``value`` and of ``-value``. A setup check, not a step's traffic: neither ledgered
+    nor timed, so call it outside the steps (every rank of the group must call it, as any collective)."""
+    if not 0 <= value < 2**62:
+        raise ValueError(f"group_agrees takes an integer in [0, 2**62), got {value}")
+    if group.size == 1 or group.process_group is None:
+        return True
+    both = torch.tensor([value, -value], dtype=torch.int64, device=device)
+    dist.all_reduce(both, op=dist.ReduceOp.MIN, group=group.process_group)
+    return int(both[0]) == value and -int(both[1]) == value
