@@ -160,6 +160,11 @@ def test_a_damaged_threshold_record_is_refused_naming_it_and_saying_run_study_fi
     with pytest.raises(ValueError, match="run `muon-repro study fit` again") as err:
         _threshold_record([folder])
     assert str(record) in str(err.value)
+    # as analyze reads it: left out and named with the files it could not read, the rest of the tables written
+    left_out = []
+    assert _threshold_record([folder], left_out).empty
+    (failure,) = left_out
+    assert failure.path == str(record) and "run `muon-repro study fit` again" in failure.message
 
 
 def test_the_committed_threshold_record_reads():

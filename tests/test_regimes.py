@@ -222,3 +222,26 @@ def test_the_sweep_beside_traced_runs_lands_in_the_same_table_set(quick_sweep, t
     assert len(tables["regimes"]) == len(regime_points(quick=True))
     written = pd.read_parquet(tmp_path / "metrics" / "regimes.parquet")
     assert len(written) == len(tables["regimes"])
+
+
+def test_analyze_leaves_a_damaged_record_out_names_it_and_writes_the_rest(tmp_path, capsys):
+    """A damaged cost-model record stopped the whole analysis (exit 2, nothing written); its help promises every
+    unreadable file is reported without stopping."""
+    import shutil
+
+    from muon_repro.cli import main
+    from muon_repro.tables.io import read_table
+
+    committed = Path(__file__).resolve().parents[1] / "traces" / "cpu-2c-gloo"
+    root = tmp_path / "traces" / "cpu-2c-gloo"
+    shutil.copytree(committed / "comparison" / "adamw_dp2_tp2" / "trial1", root / "comparison" / "adamw_dp2_tp2" / "trial1")
+    shutil.copytree(committed / COSTMODEL_DIR, root / COSTMODEL_DIR)
+    damaged = root / COSTMODEL_DIR / PREDICTIONS_FILE
+    damaged.write_bytes(b"\xff\xfe not a CSV \x00")
+    assert main(["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics"), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"error: {damaged}: not a readable predictions record" in err, err
+    assert "left out of the predictions table" in err
+    assert len(read_table(tmp_path / "metrics" / "predictions.parquet", check_set=False)) == 0
+    assert len(read_table(tmp_path / "metrics" / "regime_thresholds.parquet", check_set=False)) > 0  # the rest written
+    assert len(read_table(tmp_path / "metrics" / "runs.parquet", check_set=False)) == 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,9 @@ from muon_repro.rundir import (
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.values import command_line, recorded_commit
 
+if TYPE_CHECKING:
+    from muon_repro.analysis.batch_read import TraceFailure  # batch_read imports this module
+
 RECORD_TABLES = {
     "calibration": CALIBRATION_FILE,
     "predictions": PREDICTIONS_FILE,
@@ -61,10 +65,12 @@ NS_OVER_FWD_BWD = (
 )  # closed form: Newton-Schulz / forward+backward FLOPs ~ (10/3) d_model / T per matrix (docs/method.md#regimes)
 
 
-def costmodel_tables(paths: Iterable[str | Path]) -> dict[str, pd.DataFrame]:
-    """Every cost-model table from the records and sweep runs under ``paths`` (empty tables where there are none)."""
+def costmodel_tables(paths: Iterable[str | Path], damaged: list[TraceFailure] | None = None) -> dict[str, pd.DataFrame]:
+    """Every cost-model table from the records and sweep runs under ``paths`` (empty tables where there are none).
+    A record file that cannot be read raises a ValueError naming it; with ``damaged`` given, it is left out and named
+    there instead (``muon-repro analyze`` reports it with the traces it could not read, and writes the rest)."""
     roots = [Path(p) for p in paths if Path(p).is_dir()]
-    tables = {name: _records(roots, name, file) for name, file in RECORD_TABLES.items()}
+    tables = {name: _records(roots, name, file, damaged) for name, file in RECORD_TABLES.items()}
     tables["regimes"] = regimes_table(roots, tables["predictions"])
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 
@@ -80,27 +86,42 @@ def _record_files(roots: list[Path], file: str) -> list[Path]:
     return [found[k] for k in sorted(found)]
 
 
-def _records(roots: list[Path], name: str, file: str) -> pd.DataFrame:
-    """The rows of every ``costmodel/<file>`` under ``roots``, with the table's columns (missing ones null)."""
+def _records(roots: list[Path], name: str, file: str, damaged: list[TraceFailure] | None = None) -> pd.DataFrame:
+    """The rows of every ``costmodel/<file>`` under ``roots``, with the table's columns (missing ones null); a file
+    that cannot be read is named in ``damaged`` and left out, or raises when ``damaged`` is None."""
     schema = SCHEMAS[name]
     frames = []
     for path in _record_files(roots, file):
         try:
-            frame = pd.read_csv(path)
-        except pd.errors.EmptyDataError:  # a record with no rows (muon-repro regimes --quick writes no thresholds)
+            frame = _record(path, name, schema.names)
+        except ValueError as exc:
+            if damaged is None:
+                raise
+            from muon_repro.analysis.batch_read import TraceFailure
+
+            damaged.append(TraceFailure(str(path), f"{exc}; its rows are left out of the {name} table"))
             continue
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable {name} record ({exc}); write it again with muon-repro regimes") from None
-        unknown = sorted(set(frame.columns) - set(schema.names))
-        if unknown:
-            raise ValueError(
-                f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro"
-            )
+        if frame is None:
+            continue
         if "machine" in frame.columns:  # a shipped profile's name from before it was renamed: its name now
             frame["machine"] = frame["machine"].replace(RENAMED_MACHINES)
         frame = frame.assign(**{c: v for c, v in RECORD_DEFAULTS.get(name, {}).items() if c not in frame.columns})
         frames.append(_with_profile(frame, path.parent).reindex(columns=schema.names))
     return pd.concat(frames, ignore_index=True) if frames else schema.empty()
+
+
+def _record(path: Path, name: str, columns: list[str]) -> pd.DataFrame | None:
+    """One record file's rows (None for a record with no rows); a ValueError naming the file when it cannot be read."""
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:  # a record with no rows (muon-repro regimes --quick writes no thresholds)
+        return None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable {name} record ({exc}); write it again with muon-repro regimes") from None
+    unknown = sorted(set(frame.columns) - set(columns))
+    if unknown:
+        raise ValueError(f"{path}: columns {unknown} are not in the {name} table; write it again with this version of muon-repro")
+    return frame
 
 
 def _with_profile(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:

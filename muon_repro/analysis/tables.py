@@ -81,7 +81,7 @@ def tables_from_analysis(
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
     runs = with_optimizer_gpu_busy(runs, phases)
-    costmodel = costmodel_tables(analysis.paths)
+    costmodel = costmodel_tables(analysis.paths, damaged=analysis.failures)  # a damaged record: reported, left out
     environment = environment_table(analysis)
     study = study if study is not None else {schema.name: schema.empty() for schema in STUDY_SCHEMAS}
     study_runs = set(zip(study["study_runs"]["run"], study["study_runs"]["trial"]))

@@ -214,7 +214,7 @@ def study_tables(
     else:
         tables["study_costmodel"] = SCHEMAS["study_costmodel"].empty()
     tables["study_costmodel_thresholds"] = (
-        _threshold_record(study_folders(paths)) if thresholds_record else SCHEMAS["study_costmodel_thresholds"].empty()
+        _threshold_record(study_folders(paths), left_out) if thresholds_record else SCHEMAS["study_costmodel_thresholds"].empty()
     )
     return tables
 
@@ -269,14 +269,20 @@ def thresholds_record_path(study_dir: Path) -> Path:
     return study_dir.parent / FIT_FOLDER / THRESHOLDS_RECORD
 
 
-def _threshold_record(folders: list[Path]) -> pd.DataFrame:
+def _threshold_record(folders: list[Path], left_out: list[TraceFailure] | None = None) -> pd.DataFrame:
     """The threshold shift recorded by ``muon-repro study fit`` (it needs torch for the shard plans; the
-    analysis does not), empty when it was not recorded."""
+    analysis does not), empty when it was not recorded. A damaged record raises a ValueError naming it, or with
+    ``left_out`` given is named there and left out (empty)."""
     schema = SCHEMAS["study_costmodel_thresholds"]
     for folder in folders:
         path = thresholds_record_path(folder)
         if path.is_file():
-            return _read_threshold_record(path, schema.names)
+            try:
+                return _read_threshold_record(path, schema.names)
+            except ValueError as exc:
+                if left_out is None:
+                    raise
+                left_out.append(TraceFailure(str(path), f"{exc}; the study_costmodel_thresholds table is left empty"))
     return schema.empty()
 
 
