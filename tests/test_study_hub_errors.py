@@ -50,3 +50,22 @@ def test_a_failed_hub_download_says_one_line_without_the_servers_echo(monkeypatc
     assert "muon-distributed-reproducibility failed: 500 Server Error" in err
     assert len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_offline_mode_is_said_as_such(monkeypatch, tmp_path, capsys):
+    """With HF_HUB_OFFLINE set, the client's own wording came through; now what to do, as the other Hub commands say."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    import muon_repro.study.sources as sources
+    from muon_repro.cli import main
+
+    def offline(cache, *, revision=None):
+        raise OfflineModeIsEnabled("Cannot reach https://huggingface.co/api/datasets/x: offline mode is enabled.")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(sources, "download_study", offline)
+    out = tmp_path / "study"
+    assert main(["study", "import", "--hub", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "offline mode (HF_HUB_OFFLINE" in err and "nothing was imported" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()

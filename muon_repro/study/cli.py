@@ -60,7 +60,7 @@ def run_import(args: argparse.Namespace) -> int:
     check_out_folder(args.out, f"--out {args.out}")  # before reading or downloading anything
     if args.hub:
         import httpx2
-        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
         from muon_repro.study.sources import HUB_REPO, download_study
         from muon_repro.terminal import first_line
@@ -68,6 +68,11 @@ def run_import(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="muon-repro-study-") as cache:
             try:
                 downloaded = download_study(cache, revision=args.revision)
+            except OfflineModeIsEnabled:
+                raise ValueError(
+                    f"downloading {HUB_REPO}: the Hub client is in offline mode (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE "
+                    "is set), so no request was sent; unset it, or give a copy with --from; nothing was imported"
+                ) from None
             except (HfHubHTTPError, httpx2.TransportError) as exc:  # one line: the body may echo the request's headers
                 raise ValueError(
                     f"downloading {HUB_REPO} failed: {first_line(exc)}; nothing was imported (or give a copy with --from)"
