@@ -35,35 +35,24 @@ def check_group(group: dict, adamw_keys: tuple[str, str], where: str = "") -> No
         if wrong in group:
             raise ValueError(f"{prefix}this optimizer reads AdamW's {right!r}, not {wrong!r}: rename the key")
     betas_key, eps_key = adamw_keys
-    checks = {
-        "lr": lambda v: _real(v) and 0 <= v < math.inf,
-        "weight_decay": lambda v: _real(v) and 0 <= v < math.inf,
-        "momentum": lambda v: _real(v) and 0 <= v < 1,
-        "nesterov": lambda v: isinstance(v, bool),
-        "ns_steps": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-        "ns_dtype": lambda v: v is None or _floating_dtype(v),
-        "gather_dtype": lambda v: v is None or _floating_dtype(v),
-        "momentum_form": lambda v: v in MOMENTUM_FORMS,
-        "use_muon": lambda v: isinstance(v, bool),
-        betas_key: lambda v: _pair(v) and all(_real(b) and 0 <= b < 1 for b in v),
-        eps_key: lambda v: _real(v) and 0 <= v < math.inf,
+    finite = "a finite number >= 0"
+    dtype = "None or a floating-point torch.dtype"
+    allowed = {  # key: (whether a value is in range, the range as the message says it)
+        "lr": (lambda v: _real(v) and 0 <= v < math.inf, finite),
+        "weight_decay": (lambda v: _real(v) and 0 <= v < math.inf, finite),
+        "momentum": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
+        "nesterov": (lambda v: isinstance(v, bool), "True or False"),
+        "ns_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+        "ns_dtype": (lambda v: v is None or _floating_dtype(v), dtype),
+        "gather_dtype": (lambda v: v is None or _floating_dtype(v), dtype),
+        "momentum_form": (lambda v: v in MOMENTUM_FORMS, f"one of {', '.join(MOMENTUM_FORMS)}"),
+        "use_muon": (lambda v: isinstance(v, bool), "True or False"),
+        betas_key: (lambda v: _pair(v) and all(_real(b) and 0 <= b < 1 for b in v), "two numbers, each in [0, 1)"),
+        eps_key: (lambda v: _real(v) and 0 <= v < math.inf, finite),
     }
-    ranges = {
-        "lr": "a finite number >= 0",
-        "weight_decay": "a finite number >= 0",
-        "momentum": "a number in [0, 1)",
-        "nesterov": "True or False",
-        "ns_steps": "an integer >= 0",
-        "ns_dtype": "None or a floating-point torch.dtype",
-        "gather_dtype": "None or a floating-point torch.dtype",
-        "momentum_form": f"one of {', '.join(MOMENTUM_FORMS)}",
-        "use_muon": "True or False",
-        betas_key: "two numbers, each in [0, 1)",
-        eps_key: "a finite number >= 0",
-    }
-    for key, ok in checks.items():
+    for key, (ok, in_range) in allowed.items():
         if key in group and not ok(group[key]):
-            raise ValueError(f"{prefix}{key} must be {ranges[key]}, got {group[key]!r}")
+            raise ValueError(f"{prefix}{key} must be {in_range}, got {group[key]!r}")
     try:
         if "ns_method" in group:
             check_ns_method(group["ns_method"])

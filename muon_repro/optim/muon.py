@@ -121,7 +121,7 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
             adamw_eps=adamw_eps,
         )
         defaults["gather_dtype"] = gather_dtype
-        check_group(defaults, self.ADAMW_KEYS)
+        check_group({"gather_dtype": gather_dtype}, self.ADAMW_KEYS)  # the rest checked by muon_defaults
         super().__init__(params, defaults)
 
     def _check_added_group(self, group: dict, where: str) -> None:
