@@ -9,7 +9,15 @@ from muon_repro.phases import DP_REDUCE_SCATTER
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, metric, require_columns
 from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
-from muon_repro.report.selection import pp_of, run_label, run_labels, sort_runs, study_runs
+from muon_repro.report.selection import (
+    pair_at,
+    pp_of,
+    representative_runs,
+    run_label,
+    run_labels,
+    sort_runs,
+    study_runs,
+)
 
 
 def has_values(df: pd.DataFrame, column: str) -> bool:
@@ -198,18 +206,17 @@ def wire_lines(data: ReportData) -> list[str]:
 
 def wire_against_ring_paragraph(data: ReportData) -> str:
     """docs/method.md's paragraph on what gloo sent against the ring model, for the DP2·TP2 Muon run of the profile
-    with most runs and its AdamW partner (the comparisons table's): each one's loopback bytes over the ring model's,
-    the share of the ring model's bytes the reduce-scatter's second pass does not explain (the headers), and
-    Muon/AdamW both ways. '' when the profile has no such pair with a loopback count."""
+    with most runs (:func:`representative_runs`) and its AdamW partner (the comparisons table's): each one's loopback
+    bytes over the ring model's, the share of the ring model's bytes the reduce-scatter's second pass does not explain
+    (the headers), and Muon/AdamW both ways. '' when the profile has no such pair with a loopback count."""
     view = data.of_profile(data.profiles[0])
     runs = view.runs
     if not (has_values(runs, "loopback_bytes_per_step") and has_values(runs, "ring_bytes_per_step")):
         return ""
-    muon = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 2) & (runs["tp"] == 2) & (runs["pp"].fillna(1) == 1)]
-    muon = muon[muon["group"] == "comparison"] if (muon["group"] == "comparison").any() else muon
-    if muon.empty:
+    pair = pair_at(representative_runs(runs), 2, 2)  # the run that stands for Muon DP2·TP2 everywhere in the report
+    if pair is None:
         return ""
-    muon_row = sort_runs(muon).iloc[0]
+    muon_row = pair[0]
     partner = adamw_partner(view, muon_row)
     if partner is None:
         return ""
