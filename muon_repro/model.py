@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, QKV_MODES, GPTConfig
+from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, QKV_MODES, TP_SPLIT_FIELDS, GPTConfig
 from muon_repro.parallel.comm import Group
 from muon_repro.parallel.cross_entropy import vocab_parallel_cross_entropy
 from muon_repro.parallel.tensor_parallel import (
@@ -233,7 +233,7 @@ class TPShardedModule(nn.Module):
         if cross_entropy not in CROSS_ENTROPY_MODES:
             owner = type(self).__name__
             raise ValueError(f"{owner}: unknown cross_entropy {cross_entropy!r}; choose one of {', '.join(CROSS_ENTROPY_MODES)}")
-        for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
+        for name in TP_SPLIT_FIELDS:
             divide(getattr(config, name), tp, name)
 
     def _finish_init(self, config: GPTConfig, device: torch.device | str | None) -> None:

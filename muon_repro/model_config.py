@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields, replace
 from muon_repro.values import is_count, is_index
 
 QKV_MODES = ("fused", "split")
+# The sizes tensor parallelism splits across ranks: the one list the model, the configs and the CLIs check tp against.
+TP_SPLIT_FIELDS = ("hidden", "n_heads", "ffn_hidden", "vocab_size")
 # How the GPT computes its loss under TP (GPT's ``cross_entropy``, BenchConfig's field): from each rank's
 # logits shard, or from the logits all-gathered on every rank (how the runs recorded before the option did).
 CROSS_ENTROPY_MODES = ("vocab_parallel", "gathered")
@@ -46,6 +48,10 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.hidden={self.hidden} is not divisible by n_heads={self.n_heads}")
         if self.head_dim % 2 != 0:
             raise ValueError(f"GPTConfig head_dim = hidden/n_heads = {self.head_dim} must be even (RoPE rotates pairs)")
+
+    def sizes_tp_splits_unevenly(self, tp: int) -> dict[str, int]:
+        """The :data:`TP_SPLIT_FIELDS` that ``tp`` does not divide, by name (empty when ``tp`` fits this model)."""
+        return {name: value for name in TP_SPLIT_FIELDS if (value := getattr(self, name)) % tp}
 
     @property
     def head_dim(self) -> int:

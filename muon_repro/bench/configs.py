@@ -241,11 +241,8 @@ class BenchConfig:
             raise ValueError(
                 f"config {self.key}: pp={self.pp} stages need at least one block each, the model has n_layers={model.n_layers}"
             )
-        for name in ("hidden", "n_heads", "ffn_hidden", "vocab_size"):
-            if getattr(model, name) % self.tp:
-                raise ValueError(
-                    f"config {self.key}: {name}={getattr(model, name)} is not divisible by tp={self.tp}; choose sizes tp divides"
-                )
+        for name, value in model.sizes_tp_splits_unevenly(self.tp).items():
+            raise ValueError(f"config {self.key}: {name}={value} is not divisible by tp={self.tp}; choose sizes tp divides")
 
     def model_overrides(self) -> dict[str, int]:
         """The model-shape fields this config sets (GPTConfig field names), without the nulls."""

@@ -143,11 +143,10 @@ class ConvergeConfig:
         owner = "ConvergeConfig"
         if not (is_count(vocab_size) and 257 <= vocab_size <= MAX_VOCAB):
             raise ValueError(f"{owner}.vocab_size must be an integer from 257 to {MAX_VOCAB:,}, got {vocab_size!r}")
-        shape = {"hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
-        self.gpt_config(vocab_size)  # its own checks, by name
-        for name, value in {**shape, "vocab_size": vocab_size}.items():
-            if value % self.tp:
-                raise ValueError(f"{owner}.{name}={value} is not divisible by {owner}.tp={self.tp}: each TP rank takes 1/tp")
+        model = self.gpt_config(vocab_size)  # its own checks, by name
+        for name, value in model.sizes_tp_splits_unevenly(self.tp).items():
+            field = {key: field for field, key in SIZE_LIMIT_KEYS.items()}.get(name, name)  # vocab_size is no field
+            raise ValueError(f"{owner}.{field}={value} is not divisible by {owner}.tp={self.tp}: each TP rank takes 1/tp")
 
     @property
     def tokens_per_step(self) -> int:

@@ -7,10 +7,8 @@ import json
 import math
 import sys
 
+from muon_repro.model_config import TP_SPLIT_FIELDS, GPTConfig
 from muon_repro.phases import LAYOUTS
-
-# What tensor parallelism splits across ranks (muon_repro.model.GPT checks the same, in every worker).
-TP_SPLIT_FIELDS = ("hidden", "n_heads", "ffn_hidden", "vocab_size")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,14 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def check_tp_divides_model(tp: int, preset: str) -> None:
     """``--tp`` must divide every size the model splits: checked here, before any worker starts."""
-    from muon_repro.model_config import GPTConfig
-
     model = GPTConfig.preset(preset)
-    sizes = {name: getattr(model, name) for name in TP_SPLIT_FIELDS}
-    bad = [f"{name}={value}" for name, value in sizes.items() if value % tp]
-    if not bad:
+    uneven = model.sizes_tp_splits_unevenly(tp)
+    if not uneven:
         return
-    common = math.gcd(*sizes.values())
+    bad = [f"{name}={value}" for name, value in uneven.items()]
+    common = math.gcd(*(getattr(model, name) for name in TP_SPLIT_FIELDS))
     choices = [str(d) for d in range(1, common + 1) if common % d == 0]
     listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
     raise ValueError(
