@@ -107,7 +107,8 @@ class Bundle:
         runs, steps = pd.DataFrame(self.runs), pd.DataFrame(self.steps)
         ranks, phases = pd.DataFrame(self.ranks), pd.DataFrame(self.phases)
         for col in ("wait_ms_per_step", "transfer_ms_per_step"):
-            phases[col] = 0.0
+            if col not in phases:  # a test may give its own, NaN where a run has no such wait
+                phases[col] = 0.0
         return SCHEMAS["claims"].conform(claims_table(runs, steps, ranks, phases)).set_index("claim_id")
 
 
@@ -215,6 +216,38 @@ def test_an_absent_phase_is_written_as_absent_never_as_zero():
     b.phases = [ph for ph in b.phases if ph["phase"] != "dp_gather"]  # no matrix straddles a DP shard boundary
     explanation = b.claims().loc["comm_time_dp2_tp2", "explanation"]
     assert "DP gather: absent" in explanation and "0.00 MB" not in explanation
+
+
+def test_a_phase_adamw_never_waited_in_is_said_to_be_absent():
+    """AdamW's run has a tp_gather row with no wait measured (it issues none): not 'against 0.0', a number no table
+    holds."""
+    b = study_grid(muon_comm=5.7, muon_step=101.0)
+    for run, wait in (("comparison/muon_dp2_tp2", 4.8), ("comparison/adamw_dp2_tp2", float("nan"))):
+        b.phases.append({"run": run, "trial": 0, "rank": 0, "phase": "tp_gather", "trace_bytes": 1.0, "ms_per_step": 1.0})
+        b.phases[-1]["wait_ms_per_step"] = wait
+    phases = pd.DataFrame(b.phases)
+    phases["wait_ms_per_step"] = phases["wait_ms_per_step"].where(phases["phase"] == "tp_gather", 0.0)
+    b.phases = phases.to_dict("records")
+    explanation = b.claims().loc["comm_time_dp2_tp2", "explanation"]
+    assert "tp_gather 4.8 (AdamW has none)" in explanation and "against 0.0" not in explanation
+
+
+def test_the_single_device_share_is_muons_alone_whatever_adamws_run_did():
+    """On one device the share reads Muon's run only: an AdamW run of other work is left out of the explanation,
+    not a reason to judge the share 'unequal work'; the latency claim, which compares them, is."""
+
+    def one_device(adamw_precision: str) -> pd.DataFrame:
+        b = Bundle()
+        b.run("single/muon", "muon", 1, 1, step_ms=100.0, optimizer_ms=5.0, precision="bf16", timed_optimizer_ms=5.0)
+        b.run("single/adamw", "adamw", 1, 1, step_ms=96.0, precision=adamw_precision, timed_optimizer_ms=1.0)
+        return b.claims()
+
+    same, other = one_device("bf16"), one_device("fp32")
+    assert same.loc["optimizer_share", "verdict"] != UNEQUAL_WORK and "AdamW's 1 ms" in same.loc["optimizer_share", "explanation"]
+    assert other.loc["optimizer_share", "verdict"] == same.loc["optimizer_share", "verdict"]
+    assert other.loc["optimizer_share", "measured_value"] == pytest.approx(same.loc["optimizer_share", "measured_value"])
+    assert "AdamW" not in other.loc["optimizer_share", "explanation"]
+    assert other.loc["latency_overhead", "verdict"] == UNEQUAL_WORK
 
 
 @pytest.mark.parametrize(

@@ -246,6 +246,19 @@ def test_the_verdict_follows_the_measurement(tables):
     rows = pd.DataFrame(study_claim_rows(dict(tables, study_collectives=same))).set_index("claim_id")
     assert bool(rows.loc["comm_time_dp2_tp2", "equal_work"])
     assert rows.loc["comm_time_dp2_tp2", "verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    # the explanations say what the work was, as the equal_work column does
+    assert "Unequal work" not in rows.loc["comm_time_dp2_tp2", "explanation"]
+    assert "The same work: Muon sends" in rows.loc["comm_time_dp2_tp2", "explanation"]
+    assert "did the same work" in rows.loc["latency_overhead", "explanation"]
+
+
+def test_the_async_explanation_says_unequal_work_when_the_runs_did_it(tables):
+    colls = tables["study_collectives"].copy()
+    colls.loc[colls["run"].str.endswith("_async"), "elements"] *= 2  # the naive async run gathers twice the elements
+    rows = pd.DataFrame(study_claim_rows(dict(tables, study_collectives=colls))).set_index("claim_id")
+    assert rows.loc["async_slowdown", "verdict"] == UNEQUAL_WORK
+    assert "unequal work" in rows.loc["async_slowdown", "explanation"]
+    assert "the same work" not in rows.loc["async_slowdown", "explanation"]
 
 
 def test_runs_whose_collectives_are_not_in_the_tables_are_not_judged(tables):

@@ -74,7 +74,7 @@ def hybrid_survives_pp(t: ProfileTables) -> Measurement | str:
     winner = PP_GRIDS[closest]  # the fastest pipeline: the smallest geometric mean, the largest ratio
     quoted = {"hybrid_over_fastest_pp": value, "hybrid_over_fastest_pp_low": low, "hybrid_over_fastest_pp_high": high}
     tp_ms = t.phase_mean(hybrid, MODEL_COMM_PHASES[0], "ms_per_step")
-    tp_text = absent_or(tp_ms, f"{tp_ms:.0f} ms per step")
+    tp_text = absent_or(tp_ms, f"{tp_ms:.0f} ms per step profiled")
     win = grids[winner]
     winner_ms = rival_ms[PP_GRIDS.index(winner)]
     quoted |= {"hybrid_step_ms": geometric_mean(hybrid_ms), "fastest_pp_step_ms": geometric_mean(winner_ms)}
@@ -139,14 +139,15 @@ def bubble_hides_step(t: ProfileTables) -> Measurement | str:
     said = ", ".join(
         f"stage {stage} {row['optimizer_ms']:.0f} / {row['drain_idle_ms']:.0f}" for stage, row in stage_means.iterrows()
     )
-    # under 1F1B stage 0 is never idle in the drain: the value cannot fall below its step over the stages' mean
+    # under 1F1B stage 0 is never idle in the drain: the estimate cannot fall below its step over the stages' mean
     floor = float(stage_means["optimizer_ms"].iloc[0] / stage_means["optimizer_ms"].mean())
     quoted["stage0_over_mean_ratio"] = floor
     explanation = (
         f"{deepest['name']}, {int(deepest['micro_batches'])} micro-batches, {len(shares)} rounds. Per stage, optimizer "
         f"step / idle after its last backward (ms): {said}. "
         + (
-            f"Stage 0 ends the drain, so its step is paid whole: the value cannot fall below {floor:.2f}, its step over the mean."
+            f"Stage 0 ends the drain and pays its step whole: the estimate (not the interval) is at least {floor:.2f}, "
+            "its step over the mean."
             if paid_by == 0
             else f"Stage {paid_by}'s optimizer step outlasts its idle time the most: it sets what the step pays."
         )

@@ -131,6 +131,11 @@ def _work(
     return equal, text, numbers
 
 
+def _work_words(equal: bool | None) -> str:
+    """:func:`_work`'s verdict on the work, as the explanations say it."""
+    return {True: "the same work", False: "unequal work"}.get(equal, "work not known to be equal (no collectives table)")
+
+
 def _same_collectives(colls: pd.DataFrame | None, a: str, b: str, ranks: list[int], extra_gathers: bool) -> bool | None:
     """Per rank, in each run's first recording and step: ``a``'s collectives are ``b``'s (plus, with
     ``extra_gathers``, only bf16 all-gathers). None when that is unknown: no collectives table, or no rank traced
@@ -200,9 +205,14 @@ def _comm_time(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Me
     }
     explanation = (
         f"NCCL transfer time per step, mean over the {traced} ranks: Muon {np.mean(muon):.1f} ms, AdamW "
-        f"{np.mean(adamw):.1f} ms (with the waits for peers: {kernel_ratio:.2f}x). Unequal work: the study's AdamW "
-        f"all-reduces every fp32 gradient (DDP, no ZeRO-1), its Muon only gathers bf16 momentum ({bytes_ratio:.2f}x the "
-        "bytes). The study's own figure sums each collective's CPU call, annotation, kernel and the kernel's GPU view "
+        f"{np.mean(adamw):.1f} ms (with the waits for peers: {kernel_ratio:.2f}x). "
+        + (
+            "Unequal work: the study's AdamW all-reduces every fp32 gradient (DDP, no ZeRO-1), its Muon only gathers "
+            f"bf16 momentum ({bytes_ratio:.2f}x the bytes). "
+            if equal is False
+            else f"{_work_words(equal).capitalize()}: Muon sends {bytes_ratio:.2f}x AdamW's bytes. "
+        )
+        + "The study's own figure sums each collective's CPU call, annotation, kernel and the kernel's GPU view "
         "(study_method_parts)."
     )
     return _Measured(value, low, high, _conditions(runs, RUN["muon_full"], RUN["adamw_full"]), explanation, quoted, equal, work)
@@ -254,9 +264,14 @@ def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -
     }
     explanation = (
         f"Rank 0's step (the only async trace published): {np.mean(naive):.1f} ms with async_op=True against "
-        f"{np.mean(sync):.1f} ms synchronous, the same work. Its NCCL kernels run longer ({nccl_naive:.1f} against "
-        f"{nccl_sync:.1f} ms per step): launched earlier, they wait longer for the peers. The study's 2.1x is that kernel "
-        "time with its annotations, not the step time."
+        f"{np.mean(sync):.1f} ms synchronous, {_work_words(equal)}. "
+        + (
+            f"Its NCCL kernels run longer ({nccl_naive:.1f} against {nccl_sync:.1f} ms per step): launched earlier, "
+            "they wait longer for the peers. "
+            if nccl_naive > nccl_sync
+            else f"Its NCCL kernels run no longer ({nccl_naive:.1f} against {nccl_sync:.1f} ms per step). "
+        )
+        + "The study's 2.1x is that kernel time with its annotations, not the step time."
     )
     return _Measured(
         value, low, high, _conditions(runs, RUN["muon_async"], RUN["muon_full"], rank=0), explanation, quoted, equal, work
@@ -269,7 +284,8 @@ def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None)
     value, low, high = ratio_interval(muon, adamw, per_round=in_rounds(steps, RUN["muon_full"], RUN["adamw_full"]))
     equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
     explanation = (
-        f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step, on runs that did unequal work (work_difference). "
+        f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step, on runs that did {_work_words(equal)} "
+        "(work_difference). "
         "The study's full step is a simulated forward-backward of 20 chained 2048x2048 fp32 matmuls beside five "
         "random-gradient matrices."
     )
