@@ -367,9 +367,21 @@ def test_a_claims_conditions_say_how_each_run_was_recorded():
 
     run = {"run": "p/g/r", "backend": "nccl", "device": "cuda", "ranks": 1, "tokens_per_step": 262144}
     traced = pd.Series({**run, "trials": 1, "steps": 2, "rounds": 2})
-    timed = pd.Series({**run, "trials": 2, "steps": 0, "rounds": 2})
+    timed = pd.Series({**run, "trials": 0, "steps": 0, "rounds": 2})
     assert "2 rounds timed without the profiler, 1 traced x 2 profiled steps" in describe_runs(traced)
     assert "2 rounds timed without the profiler, no trace kept, 262144 tokens/step" in describe_runs(timed)
+
+
+def test_every_committed_run_has_its_machine_and_a_run_never_traced_counts_no_traced_trial():
+    """The H200's 128k- and 256k-token runs kept no trace: the environment table still has their machine (a join of
+    runs and environment keeps every run), and their traced trials are 0, as the runs table's trials column means."""
+    from muon_repro.tables.io import read_table
+
+    runs = read_table(REPO / "metrics" / "runs.parquet", "runs", check_set=False)
+    environment = read_table(REPO / "metrics" / "environment.parquet", "environment", check_set=False)
+    assert set(runs["run"]) == set(environment["run"])
+    untraced = runs[runs["steps"] == 0]
+    assert len(untraced) >= 4 and (untraced["trials"] == 0).all() and (untraced["rounds"] >= 2).all()
 
 
 def test_the_committed_losses_are_filed_at_their_training_step():

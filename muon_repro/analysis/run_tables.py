@@ -127,9 +127,11 @@ def _text(value: Any) -> str:
 
 
 def environment_table(analysis: Analysis) -> pd.DataFrame:
+    """Each traced trial's environment.json, and each trial's of the runs recorded without any trace (every round
+    timed only), so that every run of the runs table has its machine here."""
     rows = [
         {**_run_ids(info), "trial": info.trial, "key": key, "value": _text(value)}
-        for info, _ in analysis.runs
+        for info in [info for info, _ in analysis.runs] + analysis.timed_runs
         for key, value in sorted(flatten(info.environment).items())
         if value is not None
     ]

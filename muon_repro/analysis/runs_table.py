@@ -161,7 +161,7 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
                 "backend": cfg.backend,
                 "device": cfg.device,
                 "ranks": len(info.ranks),
-                "trials": len(trials),
+                "trials": 0,  # traced trials: none (its rounds, every one timed only, are the rounds column)
                 "tokens_per_step": cfg.tokens_per_step,
                 "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms else None,
                 "steps": 0,

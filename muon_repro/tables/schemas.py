@@ -174,7 +174,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "Int64",
                 "count",
                 "traced trials: those recorded with the profiler, whose traces every trace-based column is over (a "
-                "sweep's later rounds are timed only: see rounds)",
+                "sweep's later rounds are timed only: see rounds); 0 for a run recorded without any trace",
             ),
             (
                 "tokens_per_step",
@@ -187,7 +187,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "steps",
                 "Int64",
                 "count",
-                "profiled steps (ProfilerStep#N) per rank, summed over trials; 1 for a trace without steps",
+                "profiled steps (ProfilerStep#N) per rank, summed over trials; 1 for a trace without steps, 0 for a run "
+                "recorded without any trace",
             ),
             ("step_ms", "Float64", "ms", "median step time (per step: the slowest rank)"),
             ("step_ms_p10", "Float64", "ms", "10th percentile of step time"),
@@ -570,7 +571,9 @@ SCHEMAS: dict[str, TableSchema] = {
         "Muon vs AdamW at the same profile, grid (dp, tp, pp, world size, micro-batches), backend and device: ratios "
         "Muon / AdamW (null where AdamW's value is 0 or unknown). A Muon run is never paired with an AdamW run of "
         "another hardware profile, nor with one that did other work (tokens per step, model, precision, ...): a Muon "
-        "run without such a twin has no row.",
+        "run without such a twin has no row. Each ratio is of the runs table's column of the same name: the profiled "
+        "steps' medians. The claims table's times are the rounds timed without the profiler, which costs Muon and "
+        "AdamW unequally, so a ratio here can differ from the claim's.",
         ("muon_run", "adamw_run"),
         columns_of(
             _PROFILE,
@@ -626,7 +629,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "measured_low",
                 "Float64",
                 "",
-                "lower end of the 95% interval: a t interval over paired rounds (per-rank minimum for deterministic quantities)",
+                "lower end of the 95% interval: a t interval over paired rounds (per-rank minimum for deterministic quantities); "
+                "null beside a measured_high: unbounded below, a one-sided interval",
             ),
             (
                 "measured_high",
@@ -953,7 +957,8 @@ SCHEMAS: dict[str, TableSchema] = {
     "environment": TableSchema(
         "environment",
         "One row per run and environment field (environment.json, nested keys joined with '.'): hardware, software, "
-        "provenance. Lists are joined with ', '.",
+        "provenance, from each traced trial, and from each trial of a run recorded without traces. Lists are joined "
+        "with ', '.",
         ("run", "trial", "key"),
         columns_of(*_TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
     ),
