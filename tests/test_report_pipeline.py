@@ -148,7 +148,9 @@ def test_the_cost_model_part_prices_every_recorded_pipeline_and_the_7b_scale_out
     assert all(len(row) == len(SCALE_OUT_HEADER) for row in part["rows"])
     labels = [row[0] for row in part["validation_rows"]]
     assert len(set(labels)) == len(labels), labels  # the pipeline and pipeline_bubble groups' PP4 told apart
-    values = np.unique(np.abs(np.array(_cells(data.predictions) + _cells(data.pipeline_scale_out), dtype="float64")))
+    # the setting names the model by its parameters, regime_model's (pipeline_scale_out has no such column)
+    cells = _cells(data.predictions) + _cells(data.pipeline_scale_out) + _cells(data.regime_model[["model_params"]])
+    values = np.unique(np.abs(np.array(cells, dtype="float64")))
     texts = [part["setting"], *(cell for row in part["rows"] + part["validation_rows"] for cell in row)]
     bad = {text: unsupported(text, values) for text in texts}
     assert not {t: b for t, b in bad.items() if b}, bad

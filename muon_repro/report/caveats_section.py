@@ -11,7 +11,7 @@ from muon_repro.hardware import rows_of_profile
 from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, study_profile
-from muon_repro.report.formatting import mib, ms, pct, ratio
+from muon_repro.report.formatting import mb, mib, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values
 from muon_repro.report.selection import representative_runs, run_label, sort_runs, study_runs
@@ -118,9 +118,10 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         if twin and twin in st.index:
             saved = float(st.loc[twin, "adamw"] + st.loc[twin, "muon"]) - (m_b + a_b)
             if transient > saved > 0:
+                # in MB, as the checks table's state_with_transients explanation quotes the same bytes
                 out.append(
-                    f"{run_label(r)}: Muon's transient Newton-Schulz gather buffers peak at {mib(transient)} per rank, "
-                    f"more than the {mib(saved)} of state it saves; at this model size the peak, not the steady state, "
+                    f"{run_label(r)}: Muon's transient Newton-Schulz gather buffers peak at {mb(transient)} per rank, "
+                    f"more than the {mb(saved)} of state it saves; at this model size the peak, not the steady state, "
                     "decides memory."
                 )
         break

@@ -272,9 +272,9 @@ def summary_lines(claims: list[dict[str, str]]) -> list[str]:
     lines = []
     for name, ids in SUMMARY_LINES:
         parts = [
-            f"{_short(i)} {by_id[i]['measured']} against the claimed {by_id[i]['claimed']}: {by_id[i]['verdict']}"
+            f"{claim_short(i)} {by_id[i]['measured']} against the claimed {by_id[i]['claimed']}: {by_id[i]['verdict']}"
             if by_id[i]["verdict"] != "not measured"
-            else f"{_short(i)}: not measured (claimed {by_id[i]['claimed']})"
+            else f"{claim_short(i)}: not measured (claimed {by_id[i]['claimed']})"
             for i in ids
             if i in by_id
         ]
@@ -295,7 +295,7 @@ def verdict_counts(claims: list[dict[str, str]]) -> str:
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
 
 
-def _short(claim_id: str) -> str:
+def claim_short(claim_id: str) -> str:
     """The claim's quantity in a few words (its declaration's ``short``)."""
     declared = BY_ID.get(claim_id)
     return declared.short if declared is not None else claim_id

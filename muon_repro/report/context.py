@@ -183,11 +183,14 @@ def build_context(
         return {"name": name, "src": rel(path), "svg": rel(Path(path).with_suffix(".svg")), "caption": caption}
 
     tables = {name: rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
-    profile_figure = None  # numbered after the results' figures, before the regime section's
+    # Figures are numbered in the order they appear: the claims section's (Figure 1) before the results' figures,
+    # those before the sections' own (pipeline, regimes); the study section's is S1, apart.
+    profile_figure = None
     if wants_profile_figures(data.claims):
         path = checked_figures(figure_paths, ["claims_by_profile"])["claims_by_profile"]
-        profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"])
-    first_after = len(FIGURES) + 1 + (profile_figure is not None)  # the sections' own figures, numbered in order
+        profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"]) | {"number": 1}
+    first_result = 1 + (profile_figure is not None)
+    first_after = first_result + len(FIGURES)
     pipeline = pipeline_section(data)
     if pipeline["present"]:
         path, timeline_path = checked_figures(figure_paths, ["pipeline", "pipeline_timeline"]).values()
@@ -236,7 +239,10 @@ def build_context(
         "bytes_header": ["configuration", "run", "analytic MB", "ledger MB", "trace MB", "largest gap", "vs AdamW (analytic)"],
         "bytes_rows": bytes_table,
         "wire": wire_lines(data),
-        "figures": [figure_entry(n, figure_paths[n], FIGURE_CAPTIONS[n]) for n in FIGURES],
+        "figures": [
+            figure_entry(n, figure_paths[n], FIGURE_CAPTIONS[n]) | {"number": number}
+            for number, n in enumerate(FIGURES, first_result)
+        ],
         "claims": claims,
         **dict(zip(("claims_header", "claims_rows", "claims_notes"), claims_matrix(data))),
         **dict(zip(("checks_header", "checks_rows", "checks_notes"), checks_matrix(data))),

@@ -124,7 +124,7 @@ class ReportData:
     leading_summary: pd.DataFrame
     budget_match: pd.DataFrame  # AdamW's longer budgets against Muon's final loss; empty without them
     stages: pd.DataFrame  # one row per pipeline run and stage; empty without pipeline runs
-    pipeline_scale_out: pd.DataFrame  # the cost model's 7B TP8 x PP4 x DP predictions; empty without its records
+    pipeline_scale_out: pd.DataFrame  # the cost model's LLaMA-7B-shaped TP8 x PP4 x DP predictions; empty without its records
     study_runs: pd.DataFrame  # the original study's own runs (muon_repro.study); empty without them
     study_method: pd.DataFrame
     study_method_parts: pd.DataFrame

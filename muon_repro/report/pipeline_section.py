@@ -9,8 +9,8 @@ draws nothing.
 
 The cost model's part (:func:`pipeline_costmodel`): how it priced each recorded pipeline run (``predictions`` rows
 with ``pp > 1``: the 1F1B schedule played back stage by stage, steps back to back, each stage's optimizer step after
-its own drain), and what it predicts for the 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand
-(``pipeline_scale_out``); nothing when the cost model's records were not analyzed.
+its own drain), and what it predicts for the LLaMA-7B-shaped model as TP8 x PP4 x DP on H100 nodes over InfiniBand
+(``pipeline_scale_out``, its parameters ``regime_model``'s); nothing when the cost model's records were not analyzed.
 
 The figure, tables in, PNG + SVG path out, drawn only when the tables hold pipeline runs (:func:`has_pipeline`):
 
@@ -40,7 +40,8 @@ from muon_repro.report.claims_section import claim_measured, report_verdict
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.formatting import ms, percent, ratio
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
-from muon_repro.report.selection import PIPELINE_GROUP, pipeline_runs, pp_of
+from muon_repro.report.regimes_section import model_said
+from muon_repro.report.selection import PIPELINE_GROUP, counted_by_group, pipeline_runs, pp_of
 from muon_repro.values import counted
 
 PIPELINE_CLAIMS = ("hybrid_survives_pp", "bubble_hides_step")
@@ -229,20 +230,30 @@ def intro(data: ReportData, runs: pd.DataFrame) -> str:
     per_micro = sorted({_sequences_per_micro_batch(r) for _, r in runs.iterrows()})
     seq = sorted({int(metric(r, "seq_len")) for _, r in runs.iterrows()})
     micro = sorted({int(metric(r, "micro_batches")) for _, r in runs.iterrows()})
-    rounds = sorted({int(metric(r, "rounds")) for _, r in runs.iterrows()})
     optimizers = " and ".join(style.OPTIMIZER_LABELS[o] for o in ("muon", "adamw") if (runs["optimizer"] == o).any())
     sequences = "one sequence" if per_micro == [1] else f"{', '.join(map(str, per_micro))} sequences"
     return (
-        f"The pipeline group: {len(runs)} runs, {len(grids)} grids for {optimizers}: {', '.join(labels)}. Every grid "
+        f"The pipeline runs: {counted_by_group(runs)}, on {len(grids)} grids for {optimizers}: {', '.join(labels)}. Every grid "
         f"trains {', '.join(f'{t:,}' for t in tokens)} tokens per step in micro-batches of {sequences} of "
         f"{', '.join(map(str, seq))} tokens ({'–'.join(map(str, (micro[0], micro[-1]))) if len(micro) > 1 else micro[0]} "
         f"micro-batches per step and DP replica), so grids with and without stages run the same matmul shapes; "
-        f"these runs are compared only with each other. Each was timed without the profiler in "
-        f"{', '.join(map(str, rounds))} interleaved rounds. The stages run the 1F1B schedule (PipeDream-Flush: "
+        f"these runs are compared only with each other. {_rounds_said(runs)} The stages run the 1F1B schedule (PipeDream-Flush: "
         "warm-up forwards, one forward and one backward in turn, cool-down backwards, then a flush of the sends), and "
         "each stage's ZeRO-1 optimizer (Distributed Muon or AdamW) shards the stage's own parameters over its DP group "
         "and steps after the flush."
     )
+
+
+def _rounds_said(runs: pd.DataFrame) -> str:
+    """The interleaved rounds the runs were timed in, group by group where there are several (each group is recorded by
+    its own command: its rounds interleave its own runs only)."""
+    groups = runs.groupby(runs["group"].astype(str)) if "group" in runs.columns else [("", runs)]
+    by_group = {group: sorted({int(metric(r, "rounds")) for _, r in rows.iterrows()}) for group, rows in groups}
+    if len(by_group) == 1:
+        (rounds,) = by_group.values()
+        return f"Each was timed without the profiler in {', '.join(map(str, rounds))} interleaved rounds."
+    said = ", ".join(f"the {group} group in {', '.join(map(str, rounds))}" for group, rounds in by_group.items())
+    return f"They were timed without the profiler in interleaved rounds, each group's runs together: {said}."
 
 
 def meaning(data: ReportData, runs: pd.DataFrame) -> list[str]:
@@ -387,8 +398,10 @@ def pipeline_costmodel(data: ReportData) -> dict[str, Any]:
     if not rows and not validation:
         return {"present": False}
     first = table.iloc[0] if len(table) else None
+    model = model_said(first["model"], data.regime_model) if first is not None else ""
     setting = (
-        f"The 7B model on {first['machine']} as TP{int(first['tp'])} x PP{int(first['pp'])} x DP, "
+        f"{model[:1].upper()}{model[1:]} on {first['machine']} as TP{int(first['tp'])} x "
+        f"PP{int(first['pp'])} x DP, "
         f"{int(first['tokens_per_step']):,} tokens per step in micro-batches of one sequence, {first['model_dtype']}, "
         "1F1B (the cost model, pipeline_scale_out table; docs/method.md#pipeline-parallelism): as DP grows at a fixed "
         "batch, each replica has fewer micro-batches, the bubble grows, and Muon's optimizer step weighs more. Steps "
@@ -412,10 +425,11 @@ def pipeline_costmodel(data: ReportData) -> dict[str, Any]:
 
 PIPELINE_FIGURES = ("pipeline", "pipeline_timeline")
 PIPELINE_CAPTIONS = {
-    "pipeline": "The pipeline group, steps timed without the profiler: Muon's and AdamW's step per DP × TP × PP grid "
+    "pipeline": "The pipeline runs, steps timed without the profiler: Muon's and AdamW's step per DP × TP × PP grid "
     "at equal tokens per step (left; the grid of more ranks below the dashed line, not compared), and each Muon "
     "stage's step taken apart: forward+backward less the bubble, the bubble (time blocked on its neighbours), "
-    "the optimizer step (right; the pipeline_bubble group's deeper micro-batching beside it, labelled).",
+    "the optimizer step (right; the pipeline_bubble group's PP4, recorded again with each stage's last backward "
+    "stamped, beside it, labelled).",
 }
 PIPELINE_CAPTIONS["pipeline_timeline"] = (
     "One profiled step of the deepest 4-rank Muon pipeline, stage by stage on one clock: the 1F1B forwards and "

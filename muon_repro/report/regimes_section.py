@@ -11,8 +11,8 @@ The section's figures, one function per figure, tables in, path out:
     closed_form    Newton-Schulz time over forward+backward time, measured, against the closed form
                    (10/3) d_model / T times the ranks that repeat each matrix, and the exact FLOP ratio
     profiles       the cost model on hardware we do not have: Muon's extra step time against tokens per
-                   step for the original study's 4 GPUs and one 8-GPU H100 node (the gpu scale's model and 7B),
-                   and 7B at 4M tokens per step from 32 to 1,024 H100s
+                   step for the original study's 4 GPUs and one 8-GPU H100 node (the gpu scale's model and the
+                   LLaMA-7B-shaped one), and the latter scaled out over H100 nodes
 
 Each draws what the tables have and says so when they have nothing (no sweep recorded). The section's
 bullets are :mod:`muon_repro.report.caveats_section`'s.
@@ -56,12 +56,17 @@ REGIME_CAPTIONS = {
     "closed_form": "Newton-Schulz time over forward+backward time against tokens per step / d_model: measured (Muon's optimizer "
     "time beyond its AdamW twin's, over the twin's forward+backward), the exact FLOP ratio of the busiest rank (hollow) and the "
     "closed form (10/3)·d/T times the ranks that repeat each matrix.",
-    "profiles": "The cost model on the shipped profiles (predictions, bf16 training): Muon's extra step time against tokens per "
-    "step for the original study's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model and at 7B "
-    f"(left, with the paper's {PAPER_LATENCY.percent} dashed); 7B at 4M tokens per step on 32 to 1,024 H100s, TP8 in a node "
-    f"(right): the extra step time against the paper's {PAPER_LATENCY.percent} (dashed), the optimizer share against the "
-    f"original study's ~{STUDY_SHARE.percent} (dotted), each line in its quantity's colour.",
+    # {large} and {scale_out}: from the regime_model table (profiles_caption)
+    "profiles": "The cost model on the shipped profiles (predictions, bf16 training). Left: Muon's extra step time against "
+    "tokens per step for the original study's 4 GPUs (DP2·TP2) and one 8-GPU H100 node (DP4·TP2), at the gpu scale's model "
+    f"and at {{large}}, with the paper's {PAPER_LATENCY.percent} dashed. Right: {{scale_out}}: the extra step time against "
+    f"the paper's {PAPER_LATENCY.percent} (dashed), the optimizer share against the original study's ~{STUDY_SHARE.percent} "
+    "(dotted), each line in its quantity's colour.",
 }
+# The cost model's models named after the model whose sizes they take (muon_repro.costmodel.records.MODEL_7B): this GPT's
+# MLP has two matrices where LLaMA's has three, so "7b" has fewer parameters than its name says; the table has them.
+MODEL_SHAPES = {"7b": "LLaMA-7B"}
+STUDY_MODEL = "gpu-scale-369m"  # muon_repro.costmodel.records.STUDY_MODEL: "the gpu scale's model" in the captions
 MACHINE_NAMES = {
     "4xRTXA4000-pcie-nccl": "Wei's study: 4x RTX A4000, PCIe Gen4 x4",
     "h100-8x-nvlink": "8x H100 NVLink node",
@@ -80,6 +85,65 @@ def machine_name(machine) -> str:
     return MACHINE_NAMES.get(name, name)
 
 
+def model_said(model: str, table: pd.DataFrame) -> str:
+    """A cost-model model as the report names it: ``the LLaMA-7B-shaped model (7b, 5,295,575,040 parameters)``, its
+    parameters the ``regime_model`` table's (``model_params``); without a row of it there, its shape and key alone."""
+    key = str(model)
+    rows = table[table["model"].astype(str) == key] if {"model", "model_params"} <= set(table.columns) else table.iloc[0:0]
+    params = ", ".join(f"{p:,}" for p in sorted({int(p) for p in rows["model_params"].dropna()}))
+    said = f"{key}, {params} parameters" if params else key
+    shape = MODEL_SHAPES.get(key)
+    return f"the {shape}-shaped model ({said})" if shape else (f"{key} ({params} parameters)" if params else key)
+
+
+def models_said(table: pd.DataFrame) -> str:
+    """The models the cost model prices on the shipped profiles (``regime_model`` rows of kind ``profile``), each by
+    :func:`model_said`: ``gpu-scale-369m (369,148,928 parameters) and the LLaMA-7B-shaped model (7b, ...)``."""
+    grid = table[table["kind"] == "profile"] if "kind" in table.columns else table.iloc[0:0]
+    return " and ".join(model_said(m, table) for m in dict.fromkeys(grid["model"].astype(str)))
+
+
+def _scale_out(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["kind"] == "scale_out"] if "kind" in table.columns else table.iloc[0:0]
+
+
+def scale_out_where(table: pd.DataFrame) -> str:
+    """Where the cost model scales out (``regime_model`` rows of kind ``scale_out``): ``at 4,194,304 tokens per step on
+    32 to 1,024 GPUs of H100 nodes, 400 Gb/s IB, TP8 inside a node, DP across nodes``; '' without them."""
+    scale = _scale_out(table)
+    if scale.empty:
+        return ""
+    gpus = scale["gpus"].astype(int)
+    tokens = ", ".join(f"{t:,}" for t in sorted(set(scale["tokens_per_step"].astype(int))))
+    machines = "; ".join(machine_name(m) for m in dict.fromkeys(scale["machine"]))
+    tp = "/".join(str(t) for t in sorted(set(scale["tp"].astype(int))))
+    on = f"{gpus.min():,} to {gpus.max():,} GPUs of {machines}"
+    return f"at {tokens} tokens per step on {on}, TP{tp} inside a node, DP across nodes"
+
+
+def scale_out_said(table: pd.DataFrame) -> str:
+    """The scale-out's model and where: ``the LLaMA-7B-shaped model (7b, 5,295,575,040 parameters) at ...``."""
+    scale = _scale_out(table)
+    if scale.empty:
+        return ""
+    return " and ".join(model_said(m, table) for m in dict.fromkeys(scale["model"].astype(str))) + " " + scale_out_where(table)
+
+
+def profiles_caption(table: pd.DataFrame) -> str:
+    """The profiles figure's caption, its models and its scale-out said from ``regime_model``."""
+    grid = table[table["kind"] == "profile"] if "kind" in table.columns else table.iloc[0:0]
+    large = [m for m in dict.fromkeys(grid["model"].astype(str)) if m != STUDY_MODEL]
+    scale = list(dict.fromkeys(_scale_out(table)["model"].astype(str)))
+    models = " and ".join(model_said(m, table) for m in large) or "no other model"
+    if not scale:
+        right = "no scale-out"
+    elif scale == large[-1:]:  # the left panel's last model, named there
+        right = f"the latter {scale_out_where(table)}"
+    else:
+        right = scale_out_said(table)
+    return REGIME_CAPTIONS["profiles"].format(large=models, scale_out=right)
+
+
 def regimes_section(
     data: ReportData, figure_paths: dict[str, Path], rel: Callable[[str | Path], str], first_number: int
 ) -> dict[str, Any]:
@@ -91,7 +155,7 @@ def regimes_section(
                 "name": n,
                 "src": rel(figure_paths[n]),
                 "svg": rel(Path(figure_paths[n]).with_suffix(".svg")),
-                "caption": REGIME_CAPTIONS[n],
+                "caption": profiles_caption(data.regime_model) if n == "profiles" else REGIME_CAPTIONS[n],
             }
             for n in REGIME_FIGURES
         ],
@@ -115,6 +179,8 @@ def regimes_section(
         "thresholds_note": threshold_range_note(data.regime_thresholds),
         "scale_out_header": ["GPUs", "grid", "Muon step s", "AdamW step s", "Muon extra", "Muon optimizer share", "Muon comm ms"],
         "scale_out_rows": scale_out_rows(data.regime_model),
+        "scale_out_said": scale_out_said(data.regime_model),
+        "models_said": models_said(data.regime_model),
         "overlap": overlap_lines(data),
     }
 
@@ -299,7 +365,7 @@ MACHINE_STYLES = {
     "4xRTXA4000-pcie-nccl": ("#D55E00", "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
     "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink"),
 }
-MODEL_LINES = {"gpu-scale-369m": "-", "7b": "--"}
+MODEL_LINES = {STUDY_MODEL: "-", "7b": "--"}
 NO_SWEEP = "no regime sweep in these tables: run `muon-repro regimes`, then `muon-repro analyze`"
 
 
@@ -445,7 +511,7 @@ def closed_form(regimes: pd.DataFrame, out: str | Path) -> Path:
 
 @styled
 def profiles(model: pd.DataFrame, thresholds: pd.DataFrame, out: str | Path) -> Path:
-    """Muon's predicted extra step time on hardware we do not have, and 7B scaled out."""
+    """Muon's predicted extra step time on hardware we do not have, and the LLaMA-7B-shaped model scaled out."""
     fig, axes = new_figure(5.4, 2)  # a four-line takeaway and a six-line legend leave the panels room
     grid = model[model["kind"] == "profile"]
     scale = model[model["kind"] == "scale_out"].sort_values("gpus")

@@ -77,6 +77,15 @@ def pipeline_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[(_pp(runs) > 1) | _in_pipeline_group(runs)]
 
 
+def counted_by_group(runs: pd.DataFrame) -> str:
+    """``15 (14 in pipeline, 1 in pipeline_bubble)``, or ``14 (pipeline)`` for one group: the runs and the groups they
+    count, so that a count of runs never takes one group's name for several groups' runs."""
+    groups = runs["group"].astype(str).value_counts(sort=False) if "group" in runs.columns else pd.Series(dtype="int64")
+    if len(groups) <= 1:
+        return f"{len(runs)} ({groups.index[0]})" if len(groups) else str(len(runs))
+    return f"{len(runs)} ({', '.join(f'{n} in {g}' for g, n in sorted(groups.items()))})"
+
+
 def configured(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs that know their optimizer, dp and tp (foreign traces do not)."""
     return runs[runs["optimizer"].notna() & runs["dp"].notna() & runs["tp"].notna()]

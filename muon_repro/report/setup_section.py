@@ -11,7 +11,7 @@ import muon_repro
 from muon_repro.report import style
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
 from muon_repro.report.formatting import gib
-from muon_repro.report.selection import pipeline_runs, pp_of, sort_runs, study_runs
+from muon_repro.report.selection import counted_by_group, pipeline_runs, pp_of, sort_runs, study_runs
 from muon_repro.values import counted
 
 REQUIRED_ENV = ("hostname", "os", "python", "torch", "backend", "host_cpu", "host_cpu_cores", "host_memory_bytes")
@@ -80,16 +80,16 @@ def _grid(row: pd.Series) -> str:
 
 
 def micro_batches(data: ReportData) -> str:
-    """How the batch is cut: one pass outside the pipeline group; its micro-batches per step and grid in it."""
+    """How the batch is cut: one pass outside the pipeline runs; their micro-batches per step and grid."""
     study, pipeline = study_runs(data.runs), pipeline_runs(data.runs)
     groups = ", ".join(dict.fromkeys(str(g) for g in study["group"]))
     said = f"the batch in one pass per step: {len(study)} runs ({groups})" if len(study) else ""
     if "micro_batches" in pipeline.columns and len(pipeline):
-        per_grid: dict[str, int] = {}
+        per_grid: dict[str, set[int]] = {}  # a grid recorded in two groups may cut its batch differently in each
         for _, r in sort_runs(pipeline).iterrows():
-            per_grid.setdefault(_grid(r), int(metric(r, "micro_batches")))
-        listed = ", ".join(f"{grid} {n}" for grid, n in per_grid.items())
-        said += ("; " if said else "") + f"micro-batches per step in the pipeline group's {len(pipeline)} runs: {listed}"
+            per_grid.setdefault(_grid(r), set()).add(int(metric(r, "micro_batches")))
+        listed = ", ".join(f"{grid} {' or '.join(map(str, sorted(n)))}" for grid, n in per_grid.items())
+        said += ("; " if said else "") + f"micro-batches per step in the pipeline runs, {counted_by_group(pipeline)}: {listed}"
     return said
 
 

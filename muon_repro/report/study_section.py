@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 
 from muon_repro.hardware import rows_of_profile
 from muon_repro.report import style
-from muon_repro.report.claims_section import claim_measured, claim_note, claim_number
+from muon_repro.report.claims_section import claim_measured, claim_note, claim_number, claim_short
 from muon_repro.report.data import ReportData, is_missing, study_profile
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 
@@ -90,7 +90,8 @@ SHORT = {
 
 
 def _short(c: dict[str, str]) -> str:
-    return SHORT.get(c["id"], c["id"])
+    """The study's own words for its claims; any other claim by its declaration's ``short``, never its bare id."""
+    return SHORT.get(c["id"]) or claim_short(c["id"])
 
 
 def study_section(data: ReportData) -> dict[str, Any]:
