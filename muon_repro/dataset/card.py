@@ -12,12 +12,14 @@ must be greater than 0", or with no row group "Instruction 'train' corresponds t
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote
 
 from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, rebuild_arguments, study_bibtex
 from muon_repro.dataset.croissant import CROISSANT_NAME
@@ -47,7 +49,7 @@ FOLDERS = {
     "metrics": "the tables below, as Parquet (the dataset's configs) and CSV",
     "figures": "the report's figures (PNG and SVG)",
     "report": "the report (Markdown and PDF)",
-    "analysis_scripts": "thin entry scripts that regenerate tables and figures with the `muon_repro` package",
+    "analysis_scripts": "entry scripts over the `muon_repro` package",  # then what each does (script_summaries)
     "docs": "`method.md`: the formulas, attribution conventions and every table column, as the report cites them",
     "muon_repro": "the package that made every file here, as it was (a download rebuilds itself: How to regenerate)",
     "tests": "the package's tests (`python -m pytest -n 2`, then `-m slow`)",
@@ -56,6 +58,8 @@ FOLDERS = {
     "constraints.txt": "the pinned versions every artifact here was made with",
 }
 """The bundle's folders (and code files), each with what it holds, in the order the card's files table lists them."""
+CONSTRAINTS = "constraints.txt"  # the pins (torch's among them), bundled with the code
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU wheels: PyPI's Linux wheel is the CUDA build
 
 
 @dataclass(frozen=True)
@@ -172,12 +176,77 @@ def study_claims(files: Mapping[str, Path]) -> list[dict[str, str]]:
     return rows
 
 
-def study_notice(sizes: Mapping[str, int]) -> str | None:
-    """The folder of the original study's traces in this bundle (None when it has none)."""
-    from muon_repro.study.sources import GROUP, LICENSE_NAME, STUDY_PROFILE
+@dataclass(frozen=True)
+class StudyNotice:
+    """Where the original study's traces lie in a bundle, with its license notice and its provenance file (None when
+    the bundle lacks it), each a path from the bundle's root."""
+
+    folder: str
+    license: str
+    provenance: str | None
+
+
+def study_notice(sizes: Mapping[str, int]) -> StudyNotice | None:
+    """The original study's traces in this bundle, where its sources put them (None when it has none)."""
+    from muon_repro.study.sources import GROUP, LICENSE_NAME, PROVENANCE_NAME, STUDY_PROFILE
 
     folder = f"traces/{STUDY_PROFILE}/{GROUP}"
-    return folder if f"{folder}/{LICENSE_NAME}" in sizes else None
+    license_path, provenance = f"{folder}/{LICENSE_NAME}", f"{folder}/{PROVENANCE_NAME}"
+    if license_path not in sizes:
+        return None
+    return StudyNotice(folder, license_path, provenance if provenance in sizes else None)
+
+
+def file_link(path: str) -> str:
+    """A Markdown link to a file of the bundle, shown as its path from the bundle's root (where the Hub resolves it)."""
+    return f"[{inline_code(path)}]({quote(path, safe='/')})"
+
+
+def pinned_version(constraints: Path | None, package: str) -> str | None:
+    """The version ``constraints`` (a pip constraints file) pins ``package`` to with ``==``; None without one."""
+    if constraints is None:
+        return None
+    try:
+        lines = Path(constraints).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    wanted = re.sub(r"[-_.]+", "-", package).lower()
+    for line in lines:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line.split("#", 1)[0])
+        if m and re.sub(r"[-_.]+", "-", m[1]).lower() == wanted:
+            return m[2]
+    return None
+
+
+def cpu_torch_command(files: Mapping[str, Path]) -> str:
+    """The line that installs torch's CPU build at the version the bundle's constraints pin (unpinned without them)."""
+    version = pinned_version(files.get(CONSTRAINTS), "torch")
+    return shlex.join(
+        ["python", "-m", "pip", "install", f"torch=={version}" if version else "torch", "--index-url", TORCH_CPU_INDEX]
+    )
+
+
+def script_summaries(files: Mapping[str, Path]) -> list[tuple[str, str]]:
+    """(name, what it does) of each script directly in ``analysis_scripts/``: its docstring's first line, without the
+    period; a script without one (or that does not parse) is left out."""
+    out = []
+    for path in sorted(p for p in files if re.fullmatch(r"analysis_scripts/[^/]+\.py", p)):
+        try:
+            doc = ast.get_docstring(ast.parse(Path(files[path]).read_text(encoding="utf-8")))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        line = doc.strip().splitlines()[0].strip().rstrip(".") if doc and doc.strip() else ""
+        if line:
+            out.append((PurePosixPath(path).name, line[0].lower() + line[1:] if line[1:2].islower() else line))
+    return out
+
+
+def folder_description(name: str, files: Mapping[str, Path]) -> str:
+    """The files table's cell for ``name``: :data:`FOLDERS`' words, and for the scripts what each one does."""
+    if name != "analysis_scripts":
+        return FOLDERS[name]
+    scripts = "; ".join(f"{inline_code(script, in_table=True)}: {described(what)}" for script, what in script_summaries(files))
+    return f"{FOLDERS[name]}. {scripts}" if scripts else FOLDERS[name]
 
 
 def report_findings(files: Mapping[str, Path]) -> tuple[str, list[str]]:
@@ -218,6 +287,8 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
     """
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
+    from muon_repro.dataset.bundle import DEFAULT_OUT  # bundle imports this module
+
     sizes = {d.path: d.size for d in digests}
     tables = describe_tables(files)
     if not tables:
@@ -225,13 +296,15 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
     runs = describe_runs(files, sizes)
     environment = recorded_environment(files, runs)
     folders = []
-    for name, description in FOLDERS.items():
+    for name in FOLDERS:
         inside = [d for d in digests if d.path.startswith(name + "/")]
         shown = name + "/"
         if not inside:  # a file at the root (pyproject.toml), or nothing of that name
             inside, shown = [d for d in digests if d.path == name], name
         if inside:
-            folders.append(FolderDoc(shown, len(inside), human_size(sum(d.size for d in inside)), description))
+            folders.append(
+                FolderDoc(shown, len(inside), human_size(sum(d.size for d in inside)), folder_description(name, files))
+            )
     traces = [p for p in sorted(sizes) if is_trace(p)]
     findings, limits = report_findings(files)
     context = {
@@ -261,6 +334,9 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "git_shas": environment.git_shas,
         "without_commit": environment.without_commit,
         "recipe": recipe_text(rebuild_arguments(meta, _metrics_folder(files))),
+        "cpu_torch": cpu_torch_command(files),
+        "rebuilt_bundle": DEFAULT_OUT.as_posix(),
+        "bundle_size": human_size(sum(sizes.values())),  # every file but the card and the manifest: what a rebuild copies
         "bundle_command": bundle_command(meta),
         "manifest_files": len(digests) + 1,  # the manifest lists these and the card
         "method_doc": METHOD_DOC if METHOD_DOC in sizes else None,
@@ -272,6 +348,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "cff_name": CFF_NAME,
         "croissant_name": CROISSANT_NAME,
         "manifest_name": MANIFEST_NAME,
+        "file_link": file_link,
     }
     env = Environment(
         loader=PackageLoader("muon_repro.dataset", "templates"),
