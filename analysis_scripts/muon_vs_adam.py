@@ -9,18 +9,56 @@
 
 --protocol study replays the study's own muon_vs_adam.py (its five parameter shapes, random gradients, warm-up, 5
 profiled steps, its record_function scopes; optimizer-only, full-step and async runs); its traces are read by the
-same path as the study's published ones (`muon-repro analyze`). Without --protocol, the study's configurations of
-our benchmark are recorded. Extra arguments go to `muon-repro bench` (--out, --trials, --force, --backend...).
+same path as the study's published ones (`muon-repro analyze`). Without --protocol (or with --protocol benchmark,
+bench's default), the study's configurations of our benchmark are recorded. Extra arguments go to `muon-repro bench`
+(--out, --trials, --force, --backend...).
 """
 
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
 import sys
 
 from muon_repro.bench.configs import STUDY_CONFIGS
-from muon_repro.cli import main
+
+HELP = ("-h", "--help")
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    """``muon-repro bench``'s own parser."""
+    from muon_repro.cli import build_parser
+
+    commands = next(a for a in build_parser("bench")._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["bench"]
+
+
+def chosen_protocol(args: list[str]) -> tuple[str | None, str]:
+    """(the protocol ``args`` choose, as bench reads them, or None when bench would refuse them; the protocol that
+    records CONFIGs: bench's default, the only one of its --protocol choices that takes any)."""
+    parser = bench_parser()
+    (action,) = [a for a in parser._actions if "--protocol" in a.option_strings]
+    with contextlib.redirect_stderr(io.StringIO()):  # bench itself says what is wrong with them
+        try:
+            known, _ = parser.parse_known_args(args)
+        except SystemExit:
+            return None, action.default
+    return getattr(known, action.dest), action.default
+
+
+def bench_command(args: list[str]) -> list[str]:
+    """The ``muon-repro bench`` command line for ``args``: the study's CONFIGs first, unless a protocol that records
+    none of them is chosen (or the arguments ask for help, or are refused by bench as they stand)."""
+    if any(a in HELP for a in args):
+        return ["bench", *args]
+    protocol, with_configs = chosen_protocol(args)
+    return ["bench", *STUDY_CONFIGS, *args] if protocol == with_configs else ["bench", *args]
+
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if any(a == "--protocol" or a.startswith("--protocol=") for a in args) or any(a in ("-h", "--help") for a in args):
-        print(__doc__) if any(a in ("-h", "--help") for a in args) else None
-        raise SystemExit(main(["bench", *args]))
-    raise SystemExit(main(["bench", *STUDY_CONFIGS, *args]))
+    from muon_repro.cli import main
+
+    if any(a in HELP for a in sys.argv[1:]):
+        print(__doc__)
+    raise SystemExit(main(bench_command(sys.argv[1:])))

@@ -13,10 +13,12 @@ import pandas as pd
 import pytest
 
 from muon_repro.optim.polar_accuracy import GPU_MARKERS, saved_rows
-from tools.gpu_ingest import archive_bytes
+from tools.gpu_ingest import DRY_RUN, archive_bytes
 from tools.gpu_ingest import main as ingest_main
 
 REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tools" / "gpu_session.sh"
+USAGE = "usage: bash tools/gpu_session.sh OUT [--dry-run]"
 
 
 def _archive(members: dict[str, bytes]) -> bytes:
@@ -70,9 +72,14 @@ def test_the_dry_run_records_every_stage_and_its_results_come_in(tmp_path):
     assert "muon_repro source sha256" in log
     assert len(list(out.iterdir())) <= 8  # what the device sends back: at most 8 files
 
+    with tarfile.open(out / "gpu_runs.tar.gz") as tar:
+        assert DRY_RUN in tar.getnames()  # the CPU's: gpu_ingest refuses it without --allow-cpu
+
     traces, docs = tmp_path / "traces", tmp_path / "gpu.md"
     docs.write_text(f"# On a GPU\n\n{GPU_MARKERS[0]}\n{GPU_MARKERS[1]}\n")
-    assert ingest_main([str(out), "--traces", str(traces), "--docs", str(docs)]) == 0
+    assert ingest_main([str(out), "--traces", str(traces), "--docs", str(docs)]) == 1
+    assert not traces.exists()
+    assert ingest_main([str(out), "--traces", str(traces), "--docs", str(docs), "--allow-cpu"]) == 0
     profile = traces / "cpu-2c-gloo"
     muon_runs = ["muon_dp1_tp1", "muon_FULLSTEP_dp1_tp1", "muon_FULLSTEP_dp1_tp1_async"]
     adamw_runs = ["adamw", "adamw_FULLSTEP", "adamw_FULLSTEP_async"]
@@ -111,3 +118,50 @@ def test_gram_rows_join_the_calibration_as_the_same_machines_kernels(tmp_path):
     joined = table[table["kernel"].isin(["ns_quintic", "gram_newton_schulz"])]
     assert len(joined) == 2 and (joined["profile"] == "1xGPU-nccl").all() and (joined["threads"] == 16).all()
     assert "first_call_s" not in table.columns and not (tmp_path / "gram_newton_schulz.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["OUT", "--dryrun"], "unknown argument(s) after OUT: '--dryrun'"),
+        (["OUT", "--dry-run", "x"], "unknown argument(s) after OUT: '--dry-run x'"),
+        (["--dry-run", "OUT"], "OUT '--dry-run' starts with '-'"),
+        ([], "give the folder for the session's results (OUT)"),
+    ],
+)
+def test_the_session_refuses_arguments_it_does_not_take(tmp_path, args, said):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr and USAGE in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "--dry-run").exists()  # nothing run, nothing made
+
+
+@pytest.mark.slow
+def test_failed_stages_are_packed_and_the_exit_says_so_from_any_folder(tmp_path):
+    # every python3 fails at once: the stages run in a second, from the script's own tree, whatever the folder
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\necho "$PWD|$PYTHONPATH|$*" >>"$FAKE_LOG"\nexit 3\n')
+    (fake / "python3").chmod(0o755)
+    (tmp_path / "tmp").mkdir()
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "FAKE_LOG": str(tmp_path / "calls.log"),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "out", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    log = (tmp_path / "out" / "session.log").read_text()
+    for stage in ("study", "calibrate", "accuracy", "gram", "bench"):
+        assert f"{stage} exit 3" in log, log
+    assert "not complete: " in log and "bench (exit 3)" in log, log
+    with tarfile.open(tmp_path / "out" / "gpu_runs.tar.gz") as tar:  # packed all the same
+        assert {"logs/session.log", "logs/bench.log", DRY_RUN} <= set(tar.getnames())
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls and all(c.startswith(f"{REPO}|{REPO}") for c in calls), calls  # the tree's folder and PYTHONPATH
+    assert any(f"|{REPO}/tools/gram_ns_bench.py " in c for c in calls), calls
+    assert list((tmp_path / "tmp").iterdir()) == []  # its WORK folder removed

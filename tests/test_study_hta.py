@@ -107,6 +107,15 @@ def test_union_and_windows_of_the_cross_check_tool():
     assert study_hta_check.step_of(launches, starts, 40.0).tolist() == [-1, 0, 0, 1, 2, 2, -1]
 
 
+@pytest.mark.parametrize(
+    ("tolerance", "shown", "verdict"), [(0.02, "2%", "PASS"), (0.0005, "0.05%", "FAIL"), (0.00125, "0.125%", "PASS")]
+)
+def test_the_report_shows_the_tolerance_it_was_given(tolerance, shown, verdict):
+    rows = [study_hta_check.Row("trace_rank0.json.gz", 0, ours_ms=1.001, hta_ms=1.0, kernels=3)]  # 0.1% apart
+    report = study_hta_check.format_report(study_hta_check.Comparison(rows, "0.5.0", [], []), tolerance)
+    assert report.endswith(f"tolerance {shown}: {verdict}"), report
+
+
 # ---------------------------------------------------------------- against HolisticTraceAnalysis
 
 

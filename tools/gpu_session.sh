@@ -15,20 +15,58 @@
 # The device gets the working tree without .git: stamp the clean commit first (python -m muon_repro.provenance stamp)
 # and carry .muon_repro_commit.json, so that every run names its commit and verify knows its code.
 #   bash tools/gpu_session.sh OUT            on the GPU machine (PYTHONPATH is set to the working tree)
-#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about a minute
+#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about a minute;
+#                                            its archive holds a DRY_RUN marker, so that tools/gpu_ingest refuses it
+# It runs from any folder (the working tree is the script's own). Exit status: 0 when every stage exited 0; 1 when
+# one failed, stopped at its limit or was skipped (the log names each stage's exit), everything packed all the same;
+# 2 for bad arguments.
 set -u
-OUT=${1:?usage: bash tools/gpu_session.sh OUT [--dry-run]}
+USAGE="usage: bash tools/gpu_session.sh OUT [--dry-run]"
+case "${1:-}" in
+-h | --help)
+  echo "$USAGE"
+  exit 0
+  ;;
+"")
+  echo "gpu_session.sh: give the folder for the session's results (OUT); $USAGE" >&2
+  exit 2
+  ;;
+-*)
+  echo "gpu_session.sh: OUT '$1' starts with '-': give the output folder first, then --dry-run if any; $USAGE" >&2
+  exit 2
+  ;;
+esac
+if [ $# -gt 2 ] || { [ $# -eq 2 ] && [ "$2" != --dry-run ]; }; then
+  echo "gpu_session.sh: unknown argument(s) after OUT: '${*:2}'; the only option is --dry-run; $USAGE" >&2
+  exit 2
+fi
+OUT=$1
 MODE=${2:-}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! mkdir -p "$OUT"; then
+  echo "gpu_session.sh: cannot make OUT '$OUT': give a folder that can be written; $USAGE" >&2
+  exit 2
+fi
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) # the working tree: the script's own, whatever folder it is run from
+cd "$ROOT" || exit 2
+export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT # a signal ends the script through exit, so that the trap runs
+trap 'exit 130' INT
+trap 'exit 143' TERM
 LOGS="$WORK/logs"
 mkdir -p "$LOGS"
 START=$(date +%s)
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/session.log"; }
+PACK=(traces logs) # what the archive holds
+FAILED=()         # the stages that did not exit 0: name (exit N), or name (skipped)
 if [ "$MODE" = --dry-run ]; then
+  echo "gpu_session.sh --dry-run: the CPU at the tiny scale, not a GPU session's results (tools/gpu_ingest refuses them)" \
+    >"$WORK/DRY_RUN"
+  PACK+=(DRY_RUN)
   BACKEND=gloo QUICK=--quick DEVICE=cpu TOTAL=240 STUDY_S=60 CALIBRATE_S=60 ACCURACY_S=60 GRAM_S=30
-  BENCH=(custom --optimizer muon --dp 1 --tp 1 --preset tiny --tokens-per-step 128 --seq-len 16 --precision bf16 --micro-batches 2)
+  BENCH=(custom --optimizer muon --dp 1 --tp 1 --preset tiny --tokens-per-step 128 --seq-len 16 --precision bf16
+    --micro-batches 2)
 else
   BACKEND=nccl QUICK= DEVICE=cuda TOTAL=465 STUDY_S=45 CALIBRATE_S=110 ACCURACY_S=25 GRAM_S=50
   BENCH=(single_device --scale gpu)
@@ -48,6 +86,10 @@ if found["git_dirty"] is not False:
     print("WARNING: no clean commit: verify will count these runs apart (python -m muon_repro.provenance stamp, then carry it)")
 EOF
 PROFILE=$(python3 -c "from muon_repro.bench.environment import recording_profile; print(recording_profile('$BACKEND'))")
+if [ -z "$PROFILE" ]; then
+  FAILED+=("profile (muon_repro.bench.environment.recording_profile printed none)")
+  PROFILE=unknown-profile
+fi
 log "profile $PROFILE"
 COSTMODEL="$WORK/traces/$PROFILE/costmodel"
 mkdir -p "$COSTMODEL"
@@ -60,11 +102,18 @@ stage() {
   [ "$limit" -gt "$left" ] && limit=$left
   if [ "$limit" -lt 10 ]; then
     log "$name skipped: $left s left"
+    FAILED+=("$name (skipped)")
     return
   fi
   log "$name (at most ${limit} s): $*"
-  timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
-  log "$name exit $?"
+  local code=0
+  timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1 || code=$?
+  log "$name exit $code"
+  if [ "$code" -ne 0 ]; then
+    local why="exit $code"
+    if [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; then why+=": stopped at its limit"; fi
+    FAILED+=("$name ($why)")
+  fi
 }
 
 stage study "$STUDY_S" python3 -m muon_repro bench --protocol study --world-size 1 --backend "$BACKEND" --trials 3 \
@@ -73,19 +122,26 @@ stage calibrate "$CALIBRATE_S" python3 -m muon_repro calibrate --backend "$BACKE
   --out "$COSTMODEL/machine.json"
 stage accuracy "$ACCURACY_S" python3 -m muon_repro.optim.polar_accuracy --device "$DEVICE" --json "$COSTMODEL/ns_accuracy.json"
 GRAM_PATH=$PYTHONPATH
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  [ -f .whl/cutlass_base.tar.xz ] && tar xJf .whl/cutlass_base.tar.xz -C /tmp/site
-  GRAM_PATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
+if [ -d "$ROOT/.whl" ] && ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
+  SITE="$WORK/site" # removed with WORK
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$ROOT"/.whl/*.whl
+  [ -f "$ROOT/.whl/cutlass_base.tar.xz" ] && tar xJf "$ROOT/.whl/cutlass_base.tar.xz" -C "$SITE"
+  GRAM_PATH=$SITE:$SITE/nvidia_cutlass_dsl/python_packages:$PYTHONPATH
 fi
-stage gram "$GRAM_S" env PYTHONPATH="$GRAM_PATH" python3 tools/gram_ns_bench.py --budget-s $((GRAM_S - 15)) \
+stage gram "$GRAM_S" env PYTHONPATH="$GRAM_PATH" python3 "$ROOT/tools/gram_ns_bench.py" --budget-s $((GRAM_S - 15)) \
   --out "$COSTMODEL/gram_newton_schulz.json"
 stage bench "$TOTAL" python3 -m muon_repro bench "${BENCH[@]}" --backend "$BACKEND" --trials 5 --traced-trials 1 \
   --out "$WORK/traces" --no-progress
 
 cp "$OUT/session.log" "$LOGS/"
-tar czf "$OUT/gpu_runs.tar.gz" -C "$WORK" traces logs
-if [ "$(stat -c %s "$OUT/gpu_runs.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
+rm -f "$OUT/gpu_runs.tar.gz" "$OUT"/gpu_runs.tar.gz.part* # an earlier session's parts would mix with these
+if ! tar czf "$OUT/gpu_runs.tar.gz" -C "$WORK" "${PACK[@]}"; then
+  FAILED+=("packing (tar)")
+elif [ "$(stat -c %s "$OUT/gpu_runs.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
   split -b 15M -d "$OUT/gpu_runs.tar.gz" "$OUT/gpu_runs.tar.gz.part" && rm "$OUT/gpu_runs.tar.gz"
 fi
 log "packed in $(($(date +%s) - START)) s: $(ls "$OUT" | tr '\n' ' ')"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  log "not complete: $(printf '%s, ' "${FAILED[@]}")what there was is packed (each stage's log: the archive's logs/)"
+  exit 1
+fi

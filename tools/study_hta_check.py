@@ -237,7 +237,8 @@ def format_report(result: Comparison, tolerance: float = TOLERANCE) -> str:
     worst = max(result.rows, key=lambda r: r.rel, default=None)
     where = f" ({worst.file}, step {worst.step})" if worst else ""
     verdict = "PASS" if result.passed(tolerance) else "FAIL"
-    lines.append(f"max relative difference: {result.max_rel:.4%}{where}; tolerance {tolerance:.0%}: {verdict}")
+    shown = f"{tolerance * 100:.6g}%"  # every digit it was given: 2%, 0.05%
+    lines.append(f"max relative difference: {result.max_rel:.4%}{where}; tolerance {shown}: {verdict}")
     return "\n".join(lines)
 
 
