@@ -411,3 +411,14 @@ def test_a_statistic_over_runs_reads_one_source_for_all_of_them():
     assert t.sources(a)[0][0] is t.timed  # alone, a reads its own timed steps
     both = ProfileTables(runs, profiled, pd.DataFrame(), pd.DataFrame(), timed=pd.concat([frame("a", 10.0), frame("b", 15.0)]))
     assert [src is both.timed for src, _ in both.sources(a, b)] == [True, True]
+
+
+def test_an_unknown_flop_count_or_interval_is_said_unknown_never_a_number():
+    """A run without its Newton-Schulz FLOPs printed '0.0 GFLOP' (None) or 'nan GFLOP'; an interval of NaN ends read
+    'not distinguishable from 1'."""
+    from muon_repro.analysis.claim_inputs import ns_gflop
+    from muon_repro.analysis.claim_measures import _versus_one
+
+    assert [ns_gflop(pd.Series({"ns_flops_max_rank": v})) for v in (None, float("nan"), 9.4e9)] == ["unknown", "unknown", "9.4"]
+    assert _versus_one(float("nan"), float("nan")) == "no interval"
+    assert _versus_one(0.97, 1.01) == "not distinguishable from 1"

@@ -200,6 +200,12 @@ def absent_or(value: float, text: str) -> str:
     return "absent" if value != value else text
 
 
+def ns_gflop(run: pd.Series) -> str:
+    """The run's Newton-Schulz GFLOP per step on its busiest rank, as ``9.4``; 'unknown' when the run does not say."""
+    flops = run.get("ns_flops_max_rank")
+    return "unknown" if is_missing(flops) else f"{float(flops) / 1e9:.1f}"
+
+
 @dataclass(frozen=True)
 class Measurement:
     """A claim's measured value and 95% interval, the runs it was measured on, and what explains it."""

@@ -21,6 +21,7 @@ from muon_repro.analysis.claim_inputs import (
     dp2_tp2_pair,
     first_run,
     is_missing,
+    ns_gflop,
     without_pipeline,
     work_difference,
 )
@@ -178,8 +179,7 @@ def hybrid(t: ProfileTables) -> Measurement | str:
         f"Step time {how} at {int(h['tokens_per_step'])} tokens per step, geometric mean over {len(x)} paired rounds "
         f"of each round's median: DP2·TP2 {hybrid_ms:.0f} ms, DP4 {dp4_ms:.0f} ms, TP4 {tp4_ms:.0f} ms. "
         "Newton-Schulz per step on the busiest rank: "
-        f"DP2·TP2 {float(h['ns_flops_max_rank'] or 0) / 1e9:.1f}, DP4 {float(d['ns_flops_max_rank'] or 0) / 1e9:.1f}, "
-        f"TP4 {float(p['ns_flops_max_rank'] or 0) / 1e9:.1f} GFLOP; TP adds the model's all-reduces "
+        f"DP2·TP2 {ns_gflop(h)}, DP4 {ns_gflop(d)}, TP4 {ns_gflop(p)} GFLOP; TP adds the model's all-reduces "
         f"({absent_or(tp_ms, f'{tp_ms:.0f} ms per step at TP2, profiled')})."
     )
     quoted = {"hybrid_step_ms": hybrid_ms, "dp4_step_ms": dp4_ms, "tp4_step_ms": tp4_ms}
@@ -234,6 +234,8 @@ def async_slowdown(t: ProfileTables) -> Measurement | str:
 
 def _versus_one(low: float, high: float) -> str:
     """What an interval of a ratio says about 1."""
+    if is_missing(low) or is_missing(high):
+        return "no interval"
     if low > 1.0:
         return "slower, beyond the noise"
     if high < 1.0:

@@ -27,6 +27,7 @@ from muon_repro.analysis.claim_inputs import (
     describe_runs,
     first_run,
     is_missing,
+    ns_gflop,
 )
 from muon_repro.analysis.estimators import disturbed_rounds
 from muon_repro.analysis.rounds import closest_rival_ratio, geometric_mean, largest_mean_interval
@@ -83,8 +84,7 @@ def hybrid_survives_pp(t: ProfileTables) -> Measurement | str:
         f"DP2·TP2 {geometric_mean(hybrid_ms):.0f} ms, the fastest pipeline {winner} {geometric_mean(winner_ms):.0f} ms "
         "(runs table: every grid). DP2·TP2 pays the model's TP all-reduces "
         f"({tp_text}); {winner} pays its bubble ({float(win['timed_bubble_ms']):.0f} ms) and orthogonalizes fewer matrices "
-        f"per rank (Newton-Schulz {float(win['ns_flops_max_rank'] or 0) / 1e9:.1f} against "
-        f"{float(hybrid['ns_flops_max_rank'] or 0) / 1e9:.1f} GFLOP on the busiest rank)."
+        f"per rank (Newton-Schulz {ns_gflop(win)} against {ns_gflop(hybrid)} GFLOP on the busiest rank)."
     )
     return Measurement(value, low, high, describe_runs(hybrid, *rivals), explanation, (hybrid, *rivals), quoted)
 
