@@ -21,7 +21,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from muon_repro.tables.files import list_files
+from muon_repro.tables.files import list_files, write_atomic
 
 SOURCE_DIGEST_FIELD = "source_sha256"
 """environment.json's field holding :func:`source_digest` of the package that recorded the run."""
@@ -109,11 +109,8 @@ def write_stamp(repo: str | Path = REPO_DIR) -> Path:
     found = tree_commit(repo)
     if found["git_dirty"] is not False:
         raise ValueError(f"{repo}: {', '.join(SOURCE_PATHS)} differ from commit {found['git_sha'][:12]}; commit them first")
-    path = repo / COMMIT_STAMP
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"commit": found["git_sha"], "tree_sha256": tree_digest(repo)}, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    stamp = {"commit": found["git_sha"], "tree_sha256": tree_digest(repo)}
+    return write_atomic(repo / COMMIT_STAMP, json.dumps(stamp, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

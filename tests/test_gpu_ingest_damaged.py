@@ -232,3 +232,46 @@ def test_a_gpu_archive_comes_in_whole(place, capsys):
     assert not (profile / "costmodel" / "gram_newton_schulz.json").exists()
     assert (profile / "costmodel" / "gpu_session.log").read_text() == "the session's log\n"
     assert "| random | bf16 | quintic |" in docs.read_text() and "1 Gram Newton-Schulz rows joined" in out
+
+
+def test_a_copy_stopped_midway_leaves_the_earlier_group_and_calibration_whole(place, capsys, monkeypatch):
+    """A full disk or Ctrl-C while the results move in: the earlier group was deleted before its replacement was
+    copied, and the calibration's files were overwritten one by one (a new machine.json beside a cut table)."""
+    import shutil
+
+    import tools.gpu_ingest as gpu_ingest
+
+    files, traces, docs = place
+    costmodel = traces / PROFILE / "costmodel"
+    costmodel.mkdir(parents=True)
+    (costmodel / "machine.json").write_text("the earlier machine\n")
+    (files / "gpu_runs.tar.gz").write_bytes(_targz(_members()))
+    real_copytree, real_copyfile = shutil.copytree, shutil.copyfile
+
+    nested = []
+
+    def copytree_then_full(src, dst, *args, **kw):  # copytree calls itself for each subfolder: fail the outer call
+        if nested:
+            return real_copytree(src, dst, *args, **kw)
+        nested.append(src)
+        real_copytree(src, dst, *args, **kw)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gpu_ingest.shutil, "copytree", copytree_then_full)
+    assert ingest_main([str(files), "--traces", str(traces), "--docs", str(docs)]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert [p.name for p in (traces / PROFILE / "single_device").iterdir()] == ["earlier"]
+    monkeypatch.setattr(gpu_ingest.shutil, "copytree", real_copytree)
+    copied = []
+
+    def copyfile_then_full(src, dst, *args, **kw):  # the calibration's second file: the disk is full
+        if Path(dst).parent == costmodel and copied:
+            raise OSError(28, "No space left on device")
+        copied.extend([dst] if Path(dst).parent == costmodel else [])
+        return real_copyfile(src, dst, *args, **kw)
+
+    monkeypatch.setattr(gpu_ingest.shutil, "copyfile", copyfile_then_full)
+    assert ingest_main([str(files), "--traces", str(traces), "--docs", str(docs)]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in costmodel.iterdir()) == ["machine.json"]
+    assert (costmodel / "machine.json").read_text() == "the earlier machine\n"

@@ -237,3 +237,27 @@ def test_a_stamp_nested_too_deeply_reads_as_none():
     from muon_repro.tables.stamp import ATTRS_METADATA_KEY, table_stamp
 
     assert table_stamp({ATTRS_METADATA_KEY: b"[" * 100_000}) == {}
+
+
+def test_a_table_and_its_csv_twin_are_replaced_together_or_not_at_all(tmp_path, monkeypatch):
+    """write_table (calibrate's, predict --validate's) swapped in the Parquet before writing the CSV: an error or
+    Ctrl-C while writing the CSV left a new Parquet beside the old CSV."""
+    import muon_repro.tables.io as io
+    from muon_repro.tables.files import write_atomic_all
+    from muon_repro.tables.io import write_table
+
+    row = {"profile": "p", "machine": "m", "device": "cpu", "kind": "kernel", "kernel": "matmul", "dtype": "fp32"}
+    schema = SCHEMAS["calibration"]
+    write_table([row | {"seconds": 1.0}], schema, tmp_path, "machine.calibration")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def csv_fails(contents):
+        def fail(tmp):
+            raise KeyboardInterrupt
+
+        return write_atomic_all({path: fail if path.suffix == ".csv" else c for path, c in contents.items()})
+
+    monkeypatch.setattr(io, "write_atomic_all", csv_fails)
+    with pytest.raises(KeyboardInterrupt):
+        write_table([row | {"seconds": 2.0}], schema, tmp_path, "machine.calibration")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # both old, no temporary file left

@@ -243,7 +243,7 @@ def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -
     """Move the session's results into ``traces``; returns what was done, a line each. Every check comes first:
     a ValueError changes nothing."""
     from muon_repro.optim.polar_accuracy import GPU_MARKERS
-    from muon_repro.tables.files import write_block
+    from muon_repro.tables.files import staged_dir, write_atomic_all, write_block
 
     pieces = archive_pieces(files_dir)
     named = archive_name(files_dir, pieces)
@@ -269,24 +269,30 @@ def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -
             dest = traces / profile.recorded.name
             dest.mkdir(parents=True, exist_ok=True)
             for group in profile.groups:
-                shutil.rmtree(dest / group.name, ignore_errors=True)
-                shutil.move(str(group), dest / group.name)
+                # copied into a folder beside its place (the traces' file system), then swapped in whole: the old
+                # group stays until the new one is complete, whatever stops the copy
+                with staged_dir(dest / group.name) as stage:
+                    shutil.copytree(group, stage, dirs_exist_ok=True)
                 runs = sum(1 for run in (dest / group.name).iterdir() if run.is_dir())
                 done.append(f"{dest / group.name}: replaced by the session's {runs} runs")
             costmodel = profile.recorded / COSTMODEL
-            if costmodel.is_dir():
-                (dest / COSTMODEL).mkdir(exist_ok=True)
-                for f in sorted(costmodel.iterdir()):
-                    shutil.copy2(f, dest / COSTMODEL / f.name)
+            calibration = sorted(f for f in costmodel.iterdir() if f.is_file()) if costmodel.is_dir() else []
+            log = files_dir / "session.log"
+            copies = {dest / COSTMODEL / f.name: _copy_of(f) for f in calibration}
+            if log.is_file():
+                copies[dest / COSTMODEL / "gpu_session.log"] = _copy_of(log)
+            write_atomic_all(copies)  # one set: the machine record and its calibration table never mixed
+            if calibration:
                 done.append(f"{dest / COSTMODEL}: calibration replaced, {profile.joined} Gram Newton-Schulz rows joined")
             if profile.accuracy_block is not None:
                 write_block(docs, GPU_MARKERS, profile.accuracy_block, "the GPU's accuracy table")
                 done.append(f"{docs}: the variants' accuracy on the GPU")
-            log = files_dir / "session.log"
-            if log.is_file():
-                (dest / COSTMODEL).mkdir(exist_ok=True)
-                shutil.copy2(log, dest / COSTMODEL / "gpu_session.log")
     return done
+
+
+def _copy_of(source: Path):
+    """A writer of ``source``'s bytes to the path it is given (for write_atomic_all)."""
+    return lambda tmp: shutil.copyfile(source, tmp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from muon_repro.costmodel.measurement import seconds_per_call
 from muon_repro.formulas import newton_schulz_flops
 from muon_repro.optim.newton_schulz import orthogonalize
 from muon_repro.phases import NS_METHODS
+from muon_repro.tables.files import write_atomic
 
 
 def main() -> int:
@@ -48,9 +48,7 @@ def main() -> int:
     result: dict = {"rows": [], "notes": []}
 
     def save() -> None:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        os.replace(tmp, args.out)
+        write_atomic(args.out, json.dumps(result, indent=1))
 
     if not torch.cuda.is_available():
         result["notes"].append("no CUDA GPU: nothing measured")

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from scipy import stats
 
+from muon_repro.tables.files import write_atomic
+
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = ("timed_optimizer_ms", "timed_step_ms")
 
@@ -95,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
     result = {"old": args.old, "new": args.new, "configs": args.configs, "pairs": pairs, "summary": summary(pairs)}
-    tmp_out = args.out.with_suffix(".tmp")
-    tmp_out.write_text(json.dumps(result, indent=1))
-    os.replace(tmp_out, args.out)
+    write_atomic(args.out, json.dumps(result, indent=1))
     for key, s in result["summary"].items():
         print(
             f"{key}: old {s['old_ms']:.1f} ms, new {s['new_ms']:.1f} ms, new/old {s['ratio']:.3f} "

@@ -33,6 +33,7 @@ from muon_repro.bench.study_protocol import (
     StudyMuon,
 )
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, PROTOCOL_FIELD, protocol_group, trace_name
+from muon_repro.tables.files import swap_dir
 
 
 def _outer(run: ProtocolRun) -> str:
@@ -232,8 +233,6 @@ def _file(
     }
     write_json(partial / CONFIG_FILE, config)
     write_json(partial / ENVIRONMENT_FILE, environment)
-    if final.exists():
-        shutil.rmtree(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(partial, final)
+    swap_dir(partial, final)  # an incomplete earlier trial is removed only once this one is in its place
     return final

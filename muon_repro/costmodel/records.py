@@ -43,7 +43,7 @@ from muon_repro.rundir import (
     THRESHOLDS_FILE,
     measured_compute_machine,
 )
-from muon_repro.tables.files import write_atomic
+from muon_repro.tables.files import write_atomic, write_atomic_all
 
 METRICS = ("optimizer_share", "muon_extra")
 MAX_TOKENS = 2**27  # the grid's end: 134M tokens per step; a level not reached by then is recorded as null
@@ -138,15 +138,16 @@ def write_records(
 def _write(
     folder: Path, profile: str, predictions: list[dict], lines: list[dict], thresholds: list[dict], pipeline: list[dict] = ()
 ) -> list[Path]:
-    """The records, each through a temporary name; the pipeline scale-out only when it was priced (not quick)."""
+    """The records, written whole before any replaces its old one (one set); the pipeline scale-out only when it was
+    priced (not quick)."""
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
     tables = [predictions, lines, thresholds]
     if pipeline:
         written.append(folder / PIPELINE_SCALE_OUT_FILE)
         tables.append(list(pipeline))
-    for path, rows in zip(written, tables):
-        write_csv(path, [{PROFILE_FIELD: profile, **row} for row in rows])
-    return written
+    return write_atomic_all(
+        {path: _csv_of([{PROFILE_FIELD: profile, **row} for row in rows]) for path, rows in zip(written, tables)}
+    )
 
 
 SINGLE_DEVICE_TOKENS = tuple(2**k for k in range(13, 21))  # 8k to 1M tokens per step
@@ -436,9 +437,14 @@ def scale_out_rows() -> Iterable[dict]:
 
 def write_csv(path: Path, rows: list[dict]) -> None:
     """``rows`` as CSV (columns in first-seen order) through a temporary file and a rename."""
+    write_atomic(path, _csv_of(rows))
+
+
+def _csv_of(rows: list[dict]) -> Callable[[Path], object]:
+    """The writer of ``rows`` as CSV, columns in first-seen order, for :func:`write_atomic` and its set."""
     import pandas as pd
 
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))
-    write_atomic(path, lambda tmp: pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False))
+    return lambda tmp: pd.DataFrame(rows, columns=list(columns)).to_csv(tmp, index=False)

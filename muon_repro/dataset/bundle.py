@@ -14,7 +14,7 @@ in it, then ``muon-repro run``, which re-records nothing and writes the same tab
 
 The bundle is staged in a temporary folder beside ``--out`` and renamed into place when
 complete, so a failed or interrupted run never leaves a half bundle where a good one was.
-CITATION.cff and croissant.json also live at the repository root (:func:`write_root_files`),
+CITATION.cff and croissant.json also live at the repository root (written with the card, one set),
 byte for byte the bundle's, so that "Cite this repository" and Croissant tools work on a clone.
 """
 

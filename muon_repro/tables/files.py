@@ -1,5 +1,5 @@
-"""Files, safely: writing without leaving anything half-written, one file (:func:`write_atomic`) or
-one folder (:func:`staged_dir`, :func:`swap_dir`); the check every command runs on its output folder
+"""Files, safely: writing without leaving anything half-written, one file (:func:`write_atomic`), a set of files
+(:func:`write_atomic_all`) or one folder (:func:`staged_dir`, :func:`swap_dir`); the check every command runs on its output folder
 before any work (:func:`check_out_folder`, and :func:`check_apart` where it must lie apart from the folders the
 command reads); a generated block between two marker lines of a hand-written
 document (:func:`with_block`); hashing in one pass, listing a tree, sizes for people. Standard library only."""
@@ -14,34 +14,48 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 CHUNK = 4 * 2**20  # bytes read at a time when hashing
 
 
-def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], object]) -> Path:
+Content = str | bytes | Callable[[Path], object]  # text (UTF-8), bytes, or a function that writes the path it is given
+
+
+def write_atomic(path: str | Path, content: Content) -> Path:
     """Write ``content`` to a temporary name beside ``path``, then rename it over ``path``.
 
     ``content`` is the text (UTF-8) or bytes to write, or a function that writes the file whose
     path it is given (a Parquet writer, ``savefig``). A reader sees the old file or the new one,
     never a part; the temporary file is removed when writing fails."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A name no other writer has (pid and random part), made with the umask's mode, as a plain write would.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    return write_atomic_all({path: content})[0]
+
+
+def write_atomic_all(contents: Mapping[str | Path, Content]) -> list[Path]:
+    """:func:`write_atomic` for files that belong together (a table's Parquet and CSV twins, a record's CSVs): every
+    file is written whole to its temporary name before any is renamed into place, so an error or Ctrl-C while
+    writing leaves every old file as it was; only a kill between the renames (a few system calls) can mix the set."""
+    written: dict[Path, Path] = {}  # path -> its temporary file, in order
     try:
-        if callable(content):
-            content(tmp)
-        else:
-            with open(tmp, "xb") as f:
-                f.write(content.encode("utf-8") if isinstance(content, str) else content)
-        os.replace(tmp, path)
+        for path, content in contents.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # A name no other writer has (pid and random part), made with the umask's mode, as a plain write would.
+            tmp = written[path] = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+            if callable(content):
+                content(tmp)
+            else:
+                with open(tmp, "xb") as f:
+                    f.write(content.encode("utf-8") if isinstance(content, str) else content)
+        for path in list(written):
+            os.replace(written.pop(path), path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in written.values():
+            tmp.unlink(missing_ok=True)
         raise
-    return path
+    return [Path(path) for path in contents]
 
 
 STAGING = "muon-repro"  # in the names of the hidden folders a writer stages beside its output: what they are

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from muon_repro.tables.files import OUTPUT_MARKER, check_out_folder, check_replaceable, staged_dir, write_atomic
+from muon_repro.tables.files import OUTPUT_MARKER, check_out_folder, check_replaceable, staged_dir, write_atomic_all
 from muon_repro.tables.limits import check_table_size
 from muon_repro.tables.schema import TableSchema
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
@@ -134,8 +134,9 @@ def write_table(rows: list[dict] | pd.DataFrame, schema: TableSchema, folder: st
     csv = frame.to_csv(index=False).encode("utf-8")
     csv_sha256 = hashlib.sha256(csv).hexdigest()
     stamped = stamped_schema(schema.name, generation_id({schema.name: csv_sha256}), csv_sha256)
-    parquet_path = write_atomic(folder / f"{stem}.parquet", lambda tmp: _write_parquet(frame, stamped, tmp))
-    return [parquet_path, write_atomic(folder / f"{stem}.csv", csv)]
+    # the twins together: an interruption leaves both old, never a new Parquet beside the old CSV
+    twins = {folder / f"{stem}.parquet": lambda tmp: _write_parquet(frame, stamped, tmp), folder / f"{stem}.csv": csv}
+    return write_atomic_all(twins)
 
 
 def _generation_of(path: Path) -> str | None:
