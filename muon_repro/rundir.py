@@ -182,8 +182,12 @@ def missing_files(run_dir: Path, world_size: int, profiled: bool = True) -> list
 def write_json(path: Path, obj: Mapping[str, Any], *, compact: bool = False) -> None:
     """Write ``obj`` through a temporary file and an atomic rename (``compact``: no indentation,
     for records whose long number lists would otherwise take a line per value)."""
-    text = json.dumps(obj, separators=(",", ":"), default=str) if compact else json.dumps(obj, indent=1, default=str)
-    write_atomic(path, text)
+    write_atomic(path, json_text(obj, compact=compact))
+
+
+def json_text(obj: Mapping[str, Any], *, compact: bool = False) -> str:
+    """``obj`` as a record's JSON text (:func:`write_json`'s), for a writer of several files at once."""
+    return json.dumps(obj, separators=(",", ":"), default=str) if compact else json.dumps(obj, indent=1, default=str)
 
 
 # Side files are small: the largest recorded is a metrics.json of 942 KB (a convergence record 118 KB,

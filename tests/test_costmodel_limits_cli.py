@@ -45,6 +45,30 @@ def test_calibrate_interrupted_says_one_line_and_keeps_the_profile_it_had(tmp_pa
     assert "nothing was written" in capsys.readouterr().err and not (tmp_path / "new.json").exists()
 
 
+def test_calibrate_interrupted_while_writing_keeps_the_profile_and_its_table_as_they_were(tmp_path, monkeypatch, capsys):
+    """machine.json was written, then its calibration table: a Ctrl-C between the two left a new profile beside the
+    old table. They are one set now."""
+    from support.costmodel_profiles import two_core_profile
+
+    from muon_repro.costmodel.machine import profile_from_dict
+
+    row = {"machine": "new", "device": "cpu", "kind": "kernel", "kernel": "matmul", "dtype": "fp32", "seconds": 1.0}
+    monkeypatch.setattr(
+        "muon_repro.costmodel.calibrate.calibrate", lambda *a, **k: (profile_from_dict(two_core_profile()), [row])
+    )
+    monkeypatch.setattr("muon_repro.costmodel.cli._warn_if_busy", lambda out: None)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("muon_repro.tables.io._write_parquet", interrupted)
+    out = tmp_path / "machine.json"
+    out.write_text("{}")
+    assert main(["calibrate", "--out", str(out)]) == 130
+    assert f"{out} is left as it was" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["machine.json"] and out.read_text() == "{}"
+
+
 def test_regimes_stops_when_its_calibration_is_interrupted(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise LaunchInterrupted(signal.SIGINT)

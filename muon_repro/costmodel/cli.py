@@ -245,9 +245,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _calibrate(args: argparse.Namespace) -> int:
     from muon_repro.bench.environment import recording_profile
     from muon_repro.costmodel.calibrate import MAX_THREADS, calibrate, format_summary
-    from muon_repro.costmodel.machine import write_profile
-    from muon_repro.tables.files import check_out_file, check_out_folder
-    from muon_repro.tables.io import write_table
+    from muon_repro.rundir import json_text
+    from muon_repro.tables.files import check_out_file, check_out_folder, write_atomic_all
+    from muon_repro.tables.io import table_files
     from muon_repro.tables.schemas import CALIBRATION
 
     if args.out.is_dir():
@@ -265,7 +265,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         check_out_folder(args.tables, f"--tables {args.tables}")
     print(f"muon-repro calibrate: measuring this machine ({os.cpu_count()} cores, backend {args.backend}) ...", flush=True)
     _warn_if_busy(args.out)
-    existed, profile_written = args.out.is_file(), False
+    existed = args.out.is_file()
     try:
         profile, rows = calibrate(
             name,
@@ -275,21 +275,14 @@ def _calibrate(args: argparse.Namespace) -> int:
             quick=args.quick,
             log=lambda line: print(line, flush=True),
         )
-        write_profile(profile, args.out)  # atomic: an interrupted write leaves the file as it was
-        profile_written = True
         hardware = recording_profile(args.backend, args.profile)  # whose measurements these are: each row says so
         rows = [{PROFILE_FIELD: hardware, **row} for row in rows]
-        tables = write_table(
-            rows, CALIBRATION, args.tables or args.out.parent, None if args.tables else f"{args.out.stem}.calibration"
-        )
+        stem = None if args.tables else f"{args.out.stem}.calibration"
+        table = table_files(rows, CALIBRATION, args.tables or args.out.parent, stem)
+        # the profile and its calibration table as one set: an interruption leaves both as they were
+        tables = write_atomic_all({args.out: json_text(profile.to_dict()), **table})[1:]
     except KeyboardInterrupt as exc:  # Ctrl-C in this process, or the launcher's LaunchInterrupted (its workers gone)
-        kept = (
-            f"{args.out} was written, its calibration table was not"
-            if profile_written
-            else f"{args.out} is left as it was"
-            if existed
-            else f"nothing was written to {args.out}"
-        )
+        kept = f"{args.out} is left as it was" if existed else f"nothing was written to {args.out}"
         print(
             f"muon-repro calibrate: interrupted; {kept} (a profile is written whole, once every measurement is done): "
             "run the same command again",

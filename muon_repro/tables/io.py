@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from muon_repro.tables.files import OUTPUT_MARKER, check_out_folder, check_replaceable, staged_dir, write_atomic_all
+from muon_repro.tables.files import OUTPUT_MARKER, Content, check_out_folder, check_replaceable, staged_dir, write_atomic_all
 from muon_repro.tables.limits import check_table_size
 from muon_repro.tables.schema import TableSchema
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
@@ -121,8 +121,17 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path, *, force:
 
 def write_table(rows: list[dict] | pd.DataFrame, schema: TableSchema, folder: str | Path, stem: str | None = None) -> list[Path]:
     """Write one table on its own, conformed to ``schema``, as ``<stem>.parquet`` and ``<stem>.csv``
-    (stem: the table's name) in ``folder``, each atomically; stamped as a set of one (what
+    (stem: the table's name) in ``folder``, the twins together (:func:`table_files`); stamped as a set of one (what
     ``calibrate`` and ``predict --validate --out`` write beside their records)."""
+    # the twins together: an interruption leaves both old, never a new Parquet beside the old CSV
+    return write_atomic_all(table_files(rows, schema, folder, stem))
+
+
+def table_files(
+    rows: list[dict] | pd.DataFrame, schema: TableSchema, folder: str | Path, stem: str | None = None
+) -> dict[Path, Content]:
+    """:func:`write_table`'s two files and their contents, for :func:`~muon_repro.tables.files.write_atomic_all`
+    (with other files written in the same set, such as calibrate's machine.json)."""
     import pandas as pd
 
     folder = Path(folder)
@@ -134,9 +143,7 @@ def write_table(rows: list[dict] | pd.DataFrame, schema: TableSchema, folder: st
     csv = frame.to_csv(index=False).encode("utf-8")
     csv_sha256 = hashlib.sha256(csv).hexdigest()
     stamped = stamped_schema(schema.name, generation_id({schema.name: csv_sha256}), csv_sha256)
-    # the twins together: an interruption leaves both old, never a new Parquet beside the old CSV
-    twins = {folder / f"{stem}.parquet": lambda tmp: _write_parquet(frame, stamped, tmp), folder / f"{stem}.csv": csv}
-    return write_atomic_all(twins)
+    return {folder / f"{stem}.parquet": lambda tmp: _write_parquet(frame, stamped, tmp), folder / f"{stem}.csv": csv}
 
 
 def _generation_of(path: Path) -> str | None:
