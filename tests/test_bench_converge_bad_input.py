@@ -166,6 +166,19 @@ def test_a_whole_trial_is_skipped(tmp_path, launches):
     assert result.status == "skipped" and launches == []
 
 
+def test_a_trial_whose_swap_a_kill_cut_between_its_renames_is_put_back_not_recorded_again(tmp_path, launches):
+    """swap_dir renames the earlier trial aside, then the new one in: a hard kill between the two left the trial in
+    a hidden folder that nothing put back, and the sweep recorded it again."""
+    cfg = resolve(KEY, "tiny")
+    final = _complete_trial(tmp_path, cfg)
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").is_file() else 2**22 + 1
+    aside = final.with_name(f".{final.name}.muon-repro-old-{dead}-0123abcd")
+    final.rename(aside)
+    (result,) = _record(tmp_path, cfg)
+    assert result.status == "skipped" and launches == []
+    assert (final / CONFIG_FILE).is_file() and not aside.exists()
+
+
 @pytest.mark.parametrize("damaged", [METRICS_FILE, CONFIG_FILE, ENVIRONMENT_FILE, "rank0.json.gz", "rank3.json.gz"])
 def test_a_complete_trial_with_a_file_cut_short_is_refused_naming_it(tmp_path, launches, damaged):
     """A cut metrics.json or trace was reported 'skipped', exit 0: the damage showed only at analyze."""

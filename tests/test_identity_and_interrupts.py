@@ -232,6 +232,21 @@ def test_converge_interrupted_keeps_the_complete_run_and_resumes_the_rest(tmp_pa
     assert trainings == ["muon_lr0.001_steps6_seed0", "adamw_lr0.001_steps6_seed0"]  # the complete one was not redone
 
 
+def test_converge_puts_back_a_run_whose_swap_a_kill_cut_between_its_renames(tmp_path, trainings):
+    """run_one's swap_dir renames the earlier run aside, then the new one in: a hard kill between the two left the
+    complete run in a hidden folder, and converge trained it again."""
+    corpus = _write_corpus(tmp_path / "texts", "to be or not to be")
+    out = tmp_path / "traces"
+    assert _converge(corpus, out, *CONVERGE_FLAGS) == 0
+    run = out / PROFILE / CONVERGENCE_GROUP / "muon_lr0.001_steps6_seed0"
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").is_file() else 2**22 + 1
+    aside = run.with_name(f".{run.name}.muon-repro-old-{dead}-0123abcd")
+    run.rename(aside)
+    trainings.clear()
+    assert _converge(corpus, out, *CONVERGE_FLAGS) == 0
+    assert trainings == [] and (run / CONVERGENCE_FILE).is_file() and not aside.exists()
+
+
 def test_converge_stopped_by_sigterm_exits_143(tmp_path, monkeypatch, capsys):
     from muon_repro.parallel.launch import LaunchInterrupted
 

@@ -251,6 +251,8 @@ def record_local(
     for world_size in sorted({rec.cfg.world_size for rec in plan}):
         check_backend(backend, world_size)
     with locked_run_dirs([rec.final.parent for rec in plan]):
+        for rec in plan:  # a trial whose swap (_finalize) a hard kill cut between its renames: put back, not re-recorded
+            files.recover_interrupted(rec.final)
         done = {rec: not force and is_complete(rec.final, rec.cfg) for rec in plan}
         refusal = _reuse_problem([rec for rec in plan if done[rec]], backend)
         if refusal:

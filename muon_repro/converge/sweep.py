@@ -346,6 +346,8 @@ def converge(
 
     def check_reuse(cfgs: list[ConvergeConfig]) -> None:
         """Refuse before training any of ``cfgs`` when a complete one was trained otherwise than asked."""
+        for cfg in cfgs:  # a run whose swap (run_one) a hard kill cut between its renames: put back, not retrained
+            files.recover_interrupted(run_folder(out, cfg, plan.group))
         if not force and any(has_record(out, cfg, plan.group) for cfg in cfgs):
             mismatched = reuse_differences(out, cfgs, tokens().facts, backend, plan.group)
             if mismatched:

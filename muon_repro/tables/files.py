@@ -166,8 +166,7 @@ def staged_dir(out: str | Path, writer: str | None = None) -> Iterator[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     where = out if is_mount_point(out) else out.parent
     with output_lock(out, where):
-        finish_interrupted_swaps(out, where)
-        remove_stale_siblings(out, where)
+        recover_interrupted(out, where)
         stage = new_sibling_dir(out, "stage", where)
         try:
             if writer is not None:
@@ -200,8 +199,7 @@ def staged_files(out: str | Path, writer: str, suffixes: tuple[str, ...]) -> Ite
     out.parent.mkdir(parents=True, exist_ok=True)
     where = out if is_mount_point(out) else out.parent  # a rename never crosses file systems
     with output_lock(out, where):
-        finish_interrupted_swaps(out, where)
-        remove_stale_siblings(out, where)
+        recover_interrupted(out, where)
         stage = new_sibling_dir(out, "stage", where)
         try:
             yield stage
@@ -339,6 +337,14 @@ def finish_interrupted_swaps(out: Path, where: Path | None = None) -> list[Path]
         if done:
             finished.append(folder)
     return finished
+
+
+def recover_interrupted(out: Path, where: Path | None = None) -> None:
+    """What a writer of ``out`` does first: finish a swap into it a killed writer left half done
+    (:func:`finish_interrupted_swaps`: the old folder put back when neither ``out`` nor a stage of it is there), then
+    remove the hidden folders dead writers left (:func:`remove_stale_siblings`)."""
+    finish_interrupted_swaps(out, where)
+    remove_stale_siblings(out, where)
 
 
 def _finish_file_swap(out: Path, old_folder: Path, stages: list[Path]) -> bool:
