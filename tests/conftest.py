@@ -1,13 +1,17 @@
 """Shared test set-up: single-threaded math, the fake Hub's fixtures, and the fast tier's wall.
 
 The default tier (``python -m pytest -n 2``, ``-m "not slow"`` through pyproject's addopts) starts no
-Python process: a test that does (the interpreter as a subprocess, a multiprocessing worker or pool, and so
-every process group) is refused unless it is marked ``slow``, so that the default tier stays fast and
-``-m slow`` holds everything that launches. Small tools (ruff, git, ldconfig, sha256sum) may run.
+Python process: a test that does (the interpreter as a subprocess, a console script whose ``#!`` line names
+Python, a multiprocessing worker, pool or helper such as its resource tracker, and so every process group) is
+refused unless it is marked ``slow``, so that the default tier stays fast and ``-m slow`` holds everything that
+launches. Small native tools (ruff, git, ldconfig, sha256sum) may run: libraries call some of them (ctypes finds a
+library with ldconfig), and each takes milliseconds.
 """
 
 import multiprocessing.process
+import multiprocessing.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +33,20 @@ class StartsAProcess(RuntimeError):
 def _is_python(args) -> bool:
     argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
     program = os.path.basename(os.fsdecode(argv[0])) if argv else ""
-    return program.startswith("python") or program in ("muon-repro", "torchrun") or program == os.path.basename(sys.executable)
+    if program.startswith("python") or program in ("muon-repro", "torchrun") or program == os.path.basename(sys.executable):
+        return True
+    return _python_script(os.fsdecode(argv[0])) if argv else False
+
+
+def _python_script(program: str) -> bool:
+    """Whether ``program`` is a console script run by Python (its ``#!`` line names it): cffconvert, pip, ..."""
+    path = shutil.which(program)
+    try:
+        with open(path, "rb") as f:  # type: ignore[arg-type]
+            first = f.readline(256)
+    except (OSError, TypeError):
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def _refuse(nodeid: str):
@@ -71,13 +88,18 @@ class _no_process_unless_slow:
 
     def __enter__(self) -> None:
         if self.active:
-            self.saved = (subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start)
+            self.saved = (
+                subprocess.Popen.__init__,
+                multiprocessing.process.BaseProcess.start,
+                multiprocessing.util.spawnv_passfds,
+            )
             subprocess.Popen.__init__ = self._popen_init()
             multiprocessing.process.BaseProcess.start = self.refuse
+            multiprocessing.util.spawnv_passfds = self.refuse  # the resource tracker and forkserver start this way
 
     def __exit__(self, *exc) -> None:
         if self.active:
-            subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start = self.saved
+            subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start, multiprocessing.util.spawnv_passfds = self.saved
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.fake_hub import FakeHub
 
-DATA = Path(__file__).parent / "data" / "hub"
+DATA = Path(__file__).parent / "data" / "external"  # a real trace (HTA's, MIT: see its README)
 TRACE = DATA / "hta_cpu_gloo_rank34.json.gz"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_fake_token_for_tests_0123456789"  # any non-empty token is accepted by the fake Hub

@@ -12,7 +12,7 @@ from tools import analysis_benchmark as benchmark
 from tools.analysis_benchmark import Measurement, Row, Summary, check_targets, format_report
 
 # a committed real trace (gloo, CPU); repeated to 2 MB it analyzes in well under a second
-SOURCE = Path(__file__).parent / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz"
+SOURCE = Path(__file__).parent / "data" / "external" / "hta_cpu_gloo_rank34.json.gz"
 
 
 @pytest.mark.slow

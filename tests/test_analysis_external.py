@@ -1,4 +1,4 @@
-"""The analysis on real traces that no one here wrote (../shared/traces/external, see its README)."""
+"""The analysis on real traces that no one here wrote (tests/data/external, see its README)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,20 @@ from muon_repro.analysis.reader import read_trace
 from muon_repro.table_set import build_tables
 from muon_repro.tables.schemas import SCHEMAS
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-EXTERNAL = SHARED / "traces" / "external"
+EXTERNAL = Path(__file__).resolve().parent / "data" / "external"
 TRACES = sorted(EXTERNAL.glob("*.json.gz"))
 A100 = EXTERNAL / "hta_a100_nccl_ddp_rank0.json.gz"
 
-pytestmark = pytest.mark.skipif(not TRACES, reason=f"no external traces in {EXTERNAL}")
+
+def test_the_four_external_traces_are_here():
+    """The tests below are parametrized over them: without the files they would pass with no case at all."""
+    assert [p.name for p in TRACES] == [
+        "hta_a100_nccl_ddp_rank0.json.gz",
+        "hta_cpu_gloo_rank34.json.gz",
+        "tracelens_b200_eager.json.gz",
+        "tracelens_h100_qwen0.5b.json.gz",
+    ]
+
 
 FRACTIONS = ("compute_frac", "comm_frac", "exposed_comm_frac", "idle_frac", "optimizer_share")
 

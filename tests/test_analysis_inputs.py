@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -282,11 +281,13 @@ def test_analyze_refuses_an_out_holding_other_files(tmp_path, capsys, no_analysi
     assert "holds what is not a table (notes.txt)" in err and (tmp_path / "metrics" / "notes.txt").read_text() == "mine"
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes anywhere")
-def test_analyze_refuses_an_out_it_cannot_write(tmp_path, capsys, no_analysis):
+def test_analyze_refuses_an_out_it_cannot_write(tmp_path, capsys, no_analysis, monkeypatch):
+    from support.unwritable import make_unwritable
+
     write_pair(tmp_path / "traces")
     locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
+    locked.mkdir()
+    make_unwritable(locked, monkeypatch)
     try:
         assert main(["analyze", str(tmp_path / "traces"), "--out", str(locked / "metrics")]) == 2
     finally:

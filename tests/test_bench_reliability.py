@@ -139,11 +139,12 @@ def test_out_below_a_file_is_refused(tmp_path):
         check_out_folder(tmp_path / "file" / "traces")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
-def test_out_in_an_unwritable_folder_is_refused(tmp_path):
+def test_out_in_an_unwritable_folder_is_refused(tmp_path, monkeypatch):
+    from support.unwritable import make_unwritable
+
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o500)
+    make_unwritable(locked, monkeypatch)
     try:
         with pytest.raises(ValueError, match=r"--out .*locked/traces: no permission to write in .*locked"):
             check_out_folder(locked / "traces")

@@ -63,6 +63,7 @@ def test_the_card_stage_writes_the_root_files_beside_the_card(sources, tmp_path)
         assert (root / name).read_bytes() == (bundle / name).read_bytes(), name
 
 
+@pytest.mark.slow  # cffconvert is a Python console script: a process
 @pytest.mark.parametrize("which", ["root", "bundle"])
 def test_citation_cff_validates_with_cffconvert(which, sources, tmp_path):  # noqa: F811
     cffconvert = _cffconvert()

@@ -76,6 +76,18 @@ def _set(path: str) -> Callable[[dict, object], None]:
     return setter
 
 
+def _get(path: str) -> Callable[[dict], object]:
+    """A getter of the field at ``path`` (as :func:`_set`'s) of a profile's dict."""
+
+    def getter(raw: dict) -> object:
+        node: object = raw
+        for key in path.split("."):
+            node = node[int(key)] if isinstance(node, (list, tuple)) else node[key]
+        return node
+
+    return getter
+
+
 # (where the value goes, the name the error gives it, its range)
 FIGURES = [
     ("matmul_tflops.fp32", "matmul_tflops.fp32", ranges.TFLOPS),
@@ -127,7 +139,8 @@ def test_both_ends_of_each_range_load(tmp_path, where, named, rng):
     for value in (rng.low, rng.high):
         raw = two_core_profile(every_figure=True)
         _set(where)(raw, value)
-        read_profile(write_profile_json(tmp_path, raw))
+        profile = read_profile(write_profile_json(tmp_path, raw))
+        assert _get(where)(profile.to_dict()) == pytest.approx(value)  # read as given, not clipped or dropped
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,8 @@ from muon_repro.analysis.reader import read_trace
 from muon_repro.analysis.scan import find_events_start
 
 HERE = Path(__file__).resolve().parent
-EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
-SMALL_TRACES = [HERE / "data" / "hub" / "hta_cpu_gloo_rank34.json.gz", *sorted(EXTERNAL.glob("*.json.gz"))]
+EXTERNAL = HERE / "data" / "external"  # real traces, MIT, see its README
+SMALL_TRACES = sorted(EXTERNAL.glob("*.json.gz"))
 A100 = EXTERNAL / "hta_a100_nccl_ddp_rank0.json.gz"
 
 # the Args fields behind the args table's columns, by the trace's key
@@ -86,7 +86,7 @@ def _assert_matches_reference(trace, reference: pd.DataFrame, ref_args: dict[int
     assert trace.arg_records == ref_args
 
 
-@pytest.mark.parametrize("path", [p for p in SMALL_TRACES if p.exists()], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SMALL_TRACES, ids=lambda p: p.name)
 def test_sequential_reading_matches_a_plain_json_reader(path):
     reference, ref_args = _reference(path)
     for piece_bytes in (scan.PIECE_BYTES, 64 * 1024):
@@ -94,7 +94,6 @@ def test_sequential_reading_matches_a_plain_json_reader(path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 @pytest.mark.parametrize("workers", [2, 3])
 def test_parallel_reading_matches_the_sequential_one_and_the_reference(tmp_path, workers):
     """Pieces shared between this process (from the back) and ``workers - 1`` worker processes
@@ -127,7 +126,6 @@ def _let_the_worker_go_first(monkeypatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 def test_this_process_and_the_worker_both_decode_ranges(tmp_path, monkeypatch):
     plain = tmp_path / "a100.json"
     plain.write_bytes(gzip.decompress(A100.read_bytes()))
@@ -152,7 +150,6 @@ def test_this_process_and_the_worker_both_decode_ranges(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not A100.exists(), reason=f"no {A100}")
 def test_a_failure_in_this_process_falls_back_to_the_sequential_path(tmp_path, monkeypatch):
     plain = tmp_path / "a100.json"
     plain.write_bytes(gzip.decompress(A100.read_bytes()))
@@ -213,6 +210,7 @@ def test_a_failure_in_a_worker_falls_back_to_the_sequential_path(tmp_path, monke
     pd.testing.assert_frame_equal(trace.events, reference.events)
 
 
+@pytest.mark.slow  # a shared multiprocessing Array starts multiprocessing's resource tracker, a Python process
 def test_ranges_are_taken_from_both_ends_each_once():
     import multiprocessing as mp
 
@@ -260,7 +258,7 @@ def test_arg_records_are_the_args_table_as_dicts(tmp_path):
     ]
     dirty = tmp_path / "dirty.json"
     dirty.write_text(json.dumps({"traceEvents": events}))  # NaN written as a bare literal
-    for path in [dirty, *(p for p in SMALL_TRACES if p.exists())]:
+    for path in [dirty, *SMALL_TRACES]:
         trace = read_trace(path)
         expected = {
             int(row): {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}

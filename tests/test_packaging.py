@@ -3,6 +3,7 @@ the benchmarks, the trace fuzzer live in tests/support/ and tools/)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,8 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_package_and_no_development_tool(tmp_path):
+    # built from a copy: setuptools writes build/ and *.egg-info into the folder it builds, and would pack a
+    # build/lib an earlier build left
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "muon_repro", source / "muon_repro", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -283,6 +283,7 @@ def _gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+@pytest.mark.slow  # it launches two workers
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")
 def test_on_two_gpus_a_pipeline_records_over_nccl_and_reads_back(tmp_path):
     from muon_repro.bench.sweep import record_local

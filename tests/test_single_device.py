@@ -202,6 +202,7 @@ def pd_isna(value) -> bool:
 # ---------------------------------------------------------------- on a GPU
 
 
+@pytest.mark.slow  # it launches a worker
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_bf16_step_with_micro_batches_runs_and_reports_its_own_peak(tmp_path):
     from muon_repro.bench.sweep import record_local
