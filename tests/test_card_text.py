@@ -102,6 +102,8 @@ def test_the_committed_license_files_are_where_the_card_links_them(tmp_path):
     assert found
     for path in found:
         assert f"[`{path}`]({path})" in card
+    # the tests' traces of other projects: their sources and notices, from the card's license section
+    assert "[`tests/data/external/README.md`](tests/data/external/README.md)" in card.split("## License", 1)[1]
     # and the scripts' row says what each one does, from its docstring, and claims no figures
     row = next(line for line in card.splitlines() if line.startswith("| `analysis_scripts/` |"))
     for script in sorted((REPO_ROOT / "analysis_scripts").glob("*.py")):

@@ -59,6 +59,8 @@ FOLDERS = {
 }
 """The bundle's folders (and code files), each with what it holds, in the order the card's files table lists them."""
 CONSTRAINTS = "constraints.txt"  # the pins (torch's among them), bundled with the code
+# Other people's profiler traces the tests read (MIT, their notices beside them): the README gives their sources.
+TEST_TRACES_README = "tests/data/external/README.md"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU wheels: PyPI's Linux wheel is the CUDA build
 
 
@@ -312,6 +314,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "findings": findings,
         "limitations": limits,
         "study_notice": study_notice(sizes),
+        "test_traces": TEST_TRACES_README if TEST_TRACES_README in sizes else None,
         "meta": meta,
         "metadata_yaml": dump_yaml(card_metadata(meta, tables)),
         "repo": meta.repo_id,
