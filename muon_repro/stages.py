@@ -156,12 +156,11 @@ def report(
 def card(sources: Sources, meta: BundleMeta, out: str | Path = "dataset_card.md") -> Path:
     """Render the dataset card (the bundle's README.md) to ``out``, and the bundle's CITATION.cff and
     croissant.json beside it (at the repository root, the copies code hosts and Croissant tools read)."""
-    from muon_repro.dataset.bundle import documents_from_sources
+    from muon_repro.dataset.bundle import documents_from_sources, root_files_in
     from muon_repro.tables.files import write_atomic_all
 
     docs = documents_from_sources(sources, meta)
-    root = Path(out).parent
-    write_atomic_all({Path(out): docs.card, **{root / name: text for name, text in docs.root_files.items()}})  # one set
+    write_atomic_all({Path(out): docs.card, **root_files_in(docs, Path(out).parent)})  # one set
     return Path(out)
 
 

@@ -171,7 +171,9 @@ def test_a_trial_whose_swap_a_kill_cut_between_its_renames_is_put_back_not_recor
     a hidden folder that nothing put back, and the sweep recorded it again."""
     cfg = resolve(KEY, "tiny")
     final = _complete_trial(tmp_path, cfg)
-    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").is_file() else 2**22 + 1
+    from support.pids import dead_pid
+
+    dead = dead_pid()
     aside = final.with_name(f".{final.name}.muon-repro-old-{dead}-0123abcd")
     final.rename(aside)
     (result,) = _record(tmp_path, cfg)

@@ -239,7 +239,9 @@ def test_converge_puts_back_a_run_whose_swap_a_kill_cut_between_its_renames(tmp_
     out = tmp_path / "traces"
     assert _converge(corpus, out, *CONVERGE_FLAGS) == 0
     run = out / PROFILE / CONVERGENCE_GROUP / "muon_lr0.001_steps6_seed0"
-    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").is_file() else 2**22 + 1
+    from support.pids import dead_pid
+
+    dead = dead_pid()
     aside = run.with_name(f".{run.name}.muon-repro-old-{dead}-0123abcd")
     run.rename(aside)
     trainings.clear()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.pids import dead_pid
 
 from muon_repro.tables import files as files_module
 from muon_repro.tables.files import (
@@ -84,7 +85,7 @@ def test_a_marker_of_another_command_is_not_this_ones(tmp_path):
 
 def test_staging_folders_of_a_dead_writer_are_removed_and_a_live_ones_kept(tmp_path):
     out = tmp_path / "dataset"
-    dead = _dead_pid()
+    dead = dead_pid()
     stale = [tmp_path / f".dataset.stage-{dead}-0123abcd", tmp_path / f".dataset.muon-repro-old-{dead}-89abcdef"]
     live = tmp_path / ".dataset.muon-repro-stage-1-00000000"  # pid 1 is alive
     other = tmp_path / f".datasets.muon-repro-stage-{dead}-00000000"  # another output's
@@ -94,14 +95,6 @@ def test_staging_folders_of_a_dead_writer_are_removed_and_a_live_ones_kept(tmp_p
         (stage / "file").write_text("x")
     assert not any(p.exists() for p in stale) and live.is_dir() and other.is_dir()
     assert remove_stale_siblings(out) == []
-
-
-def _dead_pid() -> int:
-    """A pid no process has: the system's pid_max (pids stay below it), without starting a process."""
-    try:
-        return int(Path("/proc/sys/kernel/pid_max").read_text())
-    except (OSError, ValueError):
-        return 2**22 + 1
 
 
 def test_staging_folders_say_whose_they_are(tmp_path):
@@ -320,7 +313,7 @@ def _killed_after(renames: int, tmp_path: Path, monkeypatch) -> Path:
     for rel, data in NEW_SET.items():
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
         (stage / rel).write_bytes(data)
-    dead = _dead_pid()
+    dead = dead_pid()
     dead_stage = stage.rename(tmp_path / stage.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
     with monkeypatch.context() as patch:
         patch.setattr(files_module.os, "getpid", lambda: dead)
@@ -370,7 +363,7 @@ def test_a_swap_that_put_the_old_files_back_is_not_finished_later(tmp_path, monk
                 raise KeyboardInterrupt
         real_rename(src, dst)
 
-    dead = _dead_pid()
+    dead = dead_pid()
     with monkeypatch.context() as patch:
         patch.setattr(files_module.os, "getpid", lambda: dead)
         patch.setattr(files_module.os, "rename", rename)
@@ -383,7 +376,7 @@ def test_a_swap_that_put_the_old_files_back_is_not_finished_later(tmp_path, monk
 
 @pytest.mark.parametrize("stage_left", [True, False])
 def test_a_folder_swap_killed_between_its_renames_is_finished(tmp_path, stage_left):
-    out, dead = tmp_path / "metrics", _dead_pid()
+    out, dead = tmp_path / "metrics", dead_pid()
     old = tmp_path / f".metrics.muon-repro-old-{dead}-0123abcd"  # the previous folder, renamed aside; out missing
     stage = tmp_path / f".metrics.muon-repro-stage-{dead}-89abcdef"  # the complete new one, not yet renamed in
     old.mkdir()

@@ -247,7 +247,7 @@ def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -
 
     pieces = archive_pieces(files_dir)
     named = archive_name(files_dir, pieces)
-    data = b"".join(p.read_bytes() for p in pieces)
+    data = archive_bytes(files_dir)
     check_gzip(data, named)
     done = []
     with tempfile.TemporaryDirectory(prefix="gpu-ingest-") as tmp:

@@ -22,6 +22,7 @@ SIZE_LIMIT_KEYS = {
     "ffn": "ffn_hidden",
     "seq_len": "seq_len",
 }
+FIELD_OF_SIZE = {key: name for name, key in SIZE_LIMIT_KEYS.items()}  # GPTConfig field -> ConvergeConfig field
 MAX_VOCAB = RECORD_INT_RANGES["vocab_size"][1]  # the most a run record may hold
 # The tokens of one step (batch x seq_len) and of one evaluation's windows (eval_windows x seq_len): bench's
 # tokens_per_step limit (the reference run: 1,024 and 8,192). Like the others it stops a typo; a run within the limits
@@ -145,7 +146,7 @@ class ConvergeConfig:
             raise ValueError(f"{owner}.vocab_size must be an integer from 257 to {MAX_VOCAB:,}, got {vocab_size!r}")
         model = self.gpt_config(vocab_size)  # its own checks, by name
         for name, value in model.sizes_tp_splits_unevenly(self.tp).items():
-            field = {key: field for field, key in SIZE_LIMIT_KEYS.items()}.get(name, name)  # vocab_size is no field
+            field = FIELD_OF_SIZE.get(name, name)  # vocab_size is no field: the tokenizer's
             raise ValueError(f"{owner}.{field}={value} is not divisible by {owner}.tp={self.tp}: each TP rank takes 1/tp")
 
     @property

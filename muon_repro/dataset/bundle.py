@@ -48,6 +48,7 @@ from muon_repro.tables.files import (
     sha256_file,
     staged_dir,
     write_atomic,
+    write_atomic_all,
 )
 
 DEFAULT_OUT = Path("dist/dataset")
@@ -188,10 +189,10 @@ def render_card_from_sources(sources: Sources, meta: BundleMeta) -> str:
     return documents_from_sources(sources, meta).card
 
 
-def write_root_files(docs: Documents, root: Path) -> None:
-    """Write CITATION.cff and croissant.json into ``root``, each atomically (temporary name, then rename)."""
-    for name, text in docs.root_files.items():
-        write_atomic(Path(root) / name, text)
+def root_files_in(docs: Documents, root: Path) -> dict[Path, str]:
+    """CITATION.cff and croissant.json as they lie in ``root`` (the bundle's, or the repository's beside the card), for
+    :func:`~muon_repro.tables.files.write_atomic_all`."""
+    return {Path(root) / name: text for name, text in docs.root_files.items()}
 
 
 def check_table_set(metrics: Path) -> None:
@@ -256,8 +257,7 @@ def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) ->
         staged = {rel: stage / rel for rel in files}
         digests = digest_files(stage, list(files))
         docs = documents(meta, staged, digests)
-        write_root_files(docs, stage)
-        write_atomic(stage / CARD_NAME, docs.card)
+        write_atomic_all({**root_files_in(docs, stage), stage / CARD_NAME: docs.card})
         entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME and not is_ignored(p)])
         write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
     return entries, warnings

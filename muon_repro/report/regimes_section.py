@@ -99,18 +99,19 @@ def model_said(model: str, table: pd.DataFrame) -> str:
 def models_said(table: pd.DataFrame) -> str:
     """The models the cost model prices on the shipped profiles (``regime_model`` rows of kind ``profile``), each by
     :func:`model_said`: ``gpu-scale-369m (369,148,928 parameters) and the LLaMA-7B-shaped model (7b, ...)``."""
-    grid = table[table["kind"] == "profile"] if "kind" in table.columns else table.iloc[0:0]
+    grid = _of_kind(table, "profile")
     return " and ".join(model_said(m, table) for m in dict.fromkeys(grid["model"].astype(str)))
 
 
-def _scale_out(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["kind"] == "scale_out"] if "kind" in table.columns else table.iloc[0:0]
+def _of_kind(table: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """``regime_model``'s rows of one kind (``profile``: the shipped profiles' grid; ``scale_out``), none without it."""
+    return table[table["kind"] == kind] if "kind" in table.columns else table.iloc[0:0]
 
 
 def scale_out_where(table: pd.DataFrame) -> str:
     """Where the cost model scales out (``regime_model`` rows of kind ``scale_out``): ``at 4,194,304 tokens per step on
     32 to 1,024 GPUs of H100 nodes, 400 Gb/s IB, TP8 inside a node, DP across nodes``; '' without them."""
-    scale = _scale_out(table)
+    scale = _of_kind(table, "scale_out")
     if scale.empty:
         return ""
     gpus = scale["gpus"].astype(int)
@@ -123,7 +124,7 @@ def scale_out_where(table: pd.DataFrame) -> str:
 
 def scale_out_said(table: pd.DataFrame) -> str:
     """The scale-out's model and where: ``the LLaMA-7B-shaped model (7b, 5,295,575,040 parameters) at ...``."""
-    scale = _scale_out(table)
+    scale = _of_kind(table, "scale_out")
     if scale.empty:
         return ""
     return " and ".join(model_said(m, table) for m in dict.fromkeys(scale["model"].astype(str))) + " " + scale_out_where(table)
@@ -131,9 +132,9 @@ def scale_out_said(table: pd.DataFrame) -> str:
 
 def profiles_caption(table: pd.DataFrame) -> str:
     """The profiles figure's caption, its models and its scale-out said from ``regime_model``."""
-    grid = table[table["kind"] == "profile"] if "kind" in table.columns else table.iloc[0:0]
+    grid = _of_kind(table, "profile")
     large = [m for m in dict.fromkeys(grid["model"].astype(str)) if m != STUDY_MODEL]
-    scale = list(dict.fromkeys(_scale_out(table)["model"].astype(str)))
+    scale = list(dict.fromkeys(_of_kind(table, "scale_out")["model"].astype(str)))
     models = " and ".join(model_said(m, table) for m in large) or "no other model"
     if not scale:
         right = "no scale-out"
