@@ -2,14 +2,16 @@
 meaning) and what one row is. The analysis builds frames conformed to these, the writers put the
 descriptions into the Parquet field metadata, and the dataset card and docs/method.md document
 the columns from them (:mod:`muon_repro.tables.reference`). A declarative literal: read it as a
-reference, not as code. The benchmark runs' tables are here; the convergence runs', the cost model's and the
-original study's are declared in their own modules (``convergence_schemas``, ``costmodel_schemas``,
-``study_schemas``) and gathered into :data:`SCHEMAS` in the order the docs list them.
+reference, not as code. The benchmark runs' own tables are here; the verdicts, the step taken apart rank by rank,
+the convergence runs', the cost model's and the original study's are declared in their own modules
+(``verdict_schemas``, ``breakdown_schemas``, ``convergence_schemas``, ``costmodel_schemas``, ``study_schemas``) and
+gathered into :data:`SCHEMAS` in the order the docs list them.
 """
 
 from __future__ import annotations
 
-from muon_repro.tables.columns import PROFILE, PROFILE_MEANING
+from muon_repro.tables.breakdown_schemas import BREAKDOWN_SCHEMAS
+from muon_repro.tables.columns import RANK_ID, RUN_ID, TRIAL_ID
 from muon_repro.tables.convergence_schemas import CONVERGENCE_SCHEMAS
 from muon_repro.tables.costmodel_schemas import (  # noqa: F401  (their names, imported from here too)
     CALIBRATION,
@@ -22,23 +24,16 @@ from muon_repro.tables.costmodel_schemas import (  # noqa: F401  (their names, i
 )
 from muon_repro.tables.schema import TableSchema, columns_of
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
+from muon_repro.tables.verdict_schemas import VERDICT_SCHEMAS
 
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "other")
 """Collective kinds with their own time column; ``other`` holds barrier, reduce, gather, scatter."""
 
-_RUN_ID = (
-    ("run", "string", "", "run id: '<profile>/<group>/<name>' (the run directory under traces/)"),
-    PROFILE,
-    ("group", "string", "", "run group (config.json 'group', else the parent directory's name)"),
-    ("name", "string", "", "run name (config.json 'name', else the directory's name)"),
-)
 _TIME_NOTE = "median over steps of the mean over ranks"
 _TIMED_NOTE = (
     "per trial the median over its timed steps of {}, then the median over trials; null for a run recorded without "
     "timed steps (config timed_steps 0, as every run before they existed)"
 )
-_TRIAL = ("trial", "Int64", "", "which recording of the configuration (runs are recorded in interleaved trials), from 0")
-_TRIAL_ID = (*_RUN_ID, _TRIAL)
 _SWEEP = (
     "sweep",
     "string",
@@ -46,7 +41,6 @@ _SWEEP = (
     "the bench command that recorded the trial (config.json sweep, one id per command): round k of two runs pairs "
     "only within one sweep; null: recorded before sweeps were named",
 )
-_RANK_ID = (*_TRIAL_ID, ("rank", "Int64", "rank", "global rank"))
 # What config.json and environment.json say, carried into the runs table (null for foreign traces).
 _CONFIG_COLUMNS = columns_of(
     ("scale", "string", "", "size preset of the benchmark: tiny, cpu or gpu"),
@@ -102,7 +96,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "over the profiled steps of every trial; a step's time is its slowest rank's.",
         ("run",),
         columns_of(
-            *_RUN_ID,
+            *RUN_ID,
             (
                 "protocol",
                 "string",
@@ -302,7 +296,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "+ idle_ms = step_ms.",
         ("run", "trial", "rank", "step"),
         columns_of(
-            *_TRIAL_ID,
+            *TRIAL_ID,
             ("rank", "Int64", "", "global rank (distributedInfo, else the file name, else the --rank argument, else 0)"),
             ("step", "Int64", "", "profiler step number N of ProfilerStep#N; -1 for a trace without steps"),
             ("file", "string", "", "trace file"),
@@ -397,7 +391,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "without timed steps.",
         ("run", "trial", "rank", "step"),
         columns_of(
-            *_RANK_ID,
+            *RANK_ID,
             _SWEEP,
             ("stage", "Int64", "rank", "the rank's pipeline stage (0 without pipeline stages)"),
             ("step", "Int64", "step", "timed step, from 0 (the warm-up steps before it are not kept)"),
@@ -461,7 +455,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "ledger (ledger_bytes) and the analytic model.",
         ("run", "trial", "rank", "phase", "op"),
         columns_of(
-            *_TRIAL_ID,
+            *TRIAL_ID,
             ("rank", "Int64", "", "global rank"),
             (
                 "phase",
@@ -522,384 +516,16 @@ SCHEMAS: dict[str, TableSchema] = {
             ),
         ),
     ),
-    "comparisons": TableSchema(
-        "comparisons",
-        "Muon vs AdamW at the same profile, grid (dp, tp, pp, world size, micro-batches), backend and device: ratios "
-        "Muon / AdamW (null where AdamW's value is 0 or unknown). A Muon run is never paired with an AdamW run of "
-        "another hardware profile, nor with one that did other work (tokens per step, model, precision, ...): a Muon "
-        "run without such a twin has no row. Each ratio is of the runs table's column of the same name: the profiled "
-        "steps' medians. The claims table's times are the rounds timed without the profiler, which costs Muon and "
-        "AdamW unequally, so a ratio here can differ from the claim's.",
-        ("muon_run", "adamw_run"),
-        columns_of(
-            PROFILE,
-            ("group", "string", "", "the Muon run's group"),
-            ("dp", "Int64", "ranks", "data-parallel size"),
-            ("tp", "Int64", "ranks", "tensor-parallel size"),
-            ("pp", "Int64", "ranks", "pipeline stages (1 without them)"),
-            ("backend", "string", "", "gloo or nccl"),
-            ("device", "string", "", "cpu or cuda"),
-            ("layout", "string", "", "the Muon run's ZeRO-1 layout"),
-            (
-                "tokens_per_step",
-                "Int64",
-                "tokens",
-                "tokens per step of both runs (pairs must have the same model, tokens, sequence length, dtypes, backend)",
-            ),
-            ("muon_run", "string", "", "run id of the Muon run"),
-            ("adamw_run", "string", "", "run id of the AdamW run (same group preferred)"),
-            ("comm_ms_ratio", "Float64", "ratio", "communication time (wait included)"),
-            ("comm_transfer_ms_ratio", "Float64", "ratio", "communication transfer time (from the last rank's arrival)"),
-            ("exposed_comm_ms_ratio", "Float64", "ratio", "exposed communication time"),
-            ("comm_bytes_ratio", "Float64", "ratio", "bytes sent per rank per step"),
-            ("optimizer_ms_ratio", "Float64", "ratio", "optimizer time"),
-            ("step_ms_ratio", "Float64", "ratio", "step time"),
-            ("state_bytes_ratio", "Float64", "ratio", "optimizer state bytes per rank"),
-        ),
-    ),
-    "claims": TableSchema(
-        "claims",
-        "The claims of Jen Wei's study 'Reproducing and Validating Distributed Muon' (the original study: 4 GPUs over PCIe), of "
-        "the paper and of Moonlight, each measured like for like on these runs, with a 95% interval (paired over "
-        "rounds), a verdict and its measured cause. One row per claim and hardware profile: each profile's runs are "
-        "measured on their own.",
-        ("claim_id", "profile"),
-        columns_of(
-            ("claim_id", "string", "", "short stable identifier"),
-            ("profile", "string", "", f"{PROFILE_MEANING}; the claim is measured on this profile's runs only"),
-            ("claim", "string", "", "what was claimed"),
-            ("source", "string", "", "who claimed it, where"),
-            ("claimed_value", "Float64", "", "the claimed number (see unit); null when the claim is a comparison"),
-            ("region_low", "Float64", "", "the values that agree with the claim: their lower bound (null: unbounded)"),
-            ("region_high", "Float64", "", "their upper bound, included (null: unbounded)"),
-            ("region_low_open", "boolean", "", "whether region_low itself is excluded (the region is (low, high])"),
-            (
-                "made_under",
-                "string",
-                "",
-                "the conditions the claim was made under (device and backend, tokens per step per d_model, ranks per "
-                "core); runs outside them are not comparable here",
-            ),
-            ("measured_value", "Float64", "", "our estimate, same unit; null when not measured"),
-            (
-                "measured_low",
-                "Float64",
-                "",
-                "lower end of the 95% interval: a t interval over paired rounds (per-rank minimum for deterministic quantities); "
-                "null beside a measured_high: unbounded below, a one-sided interval",
-            ),
-            (
-                "measured_high",
-                "Float64",
-                "",
-                "upper end of the 95% interval (per-rank maximum for deterministic quantities); null beside a "
-                "measured_low: unbounded above, a one-sided interval",
-            ),
-            (
-                "rounds",
-                "Int64",
-                "count",
-                "rounds the interval is over: those every run it compares was recorded in, less those the estimators "
-                "leave out (disturbed, or recorded by different sweeps); null where it is not over rounds (the "
-                "original study's runs, the convergence seeds, or not measured)",
-            ),
-            ("unit", "string", "", "unit of claimed_value and the measured columns"),
-            (
-                "unit_kind",
-                "string",
-                "",
-                "how the numbers read: ratio (×), fraction (a share, in %) or change (a signed change, in %)",
-            ),
-            ("conditions", "string", "", "the runs compared: backend, device, ranks, trials x steps, tokens per step"),
-            (
-                "verdict",
-                "string",
-                "",
-                "reproduced (interval inside the region), not reproduced (outside), inconclusive (straddles), unequal "
-                "work (the runs compared did different work, so no ratio judges the claim), not comparable here (the runs "
-                "were not made under the claim's conditions), not measured",
-            ),
-            (
-                "outside_conditions",
-                "string",
-                "",
-                "when the verdict is not comparable here (or unequal work, which comes first): how the runs differ from "
-                "the conditions the claim was made under, each as 'what the runs had, not what the claim had', separated "
-                "by '; ' (a difference that holds for some of the runs only is followed by ' (only ' and their "
-                "names); empty otherwise",
-            ),
-            (
-                "explanation",
-                "string",
-                "",
-                "the measured cause of the value, and of any difference from the claim, in about 60 words at most; "
-                "the numbers it and the report state beside it are cells of the tables or rows of stated_numbers",
-            ),
-            ("rule", "string", "", "how the verdict was decided"),
-            (
-                "study_method_value",
-                "Float64",
-                "",
-                "on the original study's profile: what the study's own method (performance_comparison.py, sums over its "
-                "5-step rank-0 traces) gives on its traces for the number the claim rests on; null elsewhere",
-            ),
-            (
-                "study_method_rebuilt",
-                "boolean",
-                "",
-                "whether study_method_value, rounded as published, is the number the study published (study_method)",
-            ),
-            (
-                "equal_work",
-                "boolean",
-                "",
-                "whether the runs compared did the same work: on the original study's profile, by collectives and bytes "
-                "per rank and step; on ours, by the runs table's work (claim_inputs.SAME_WORK) and, for an optimizer's twin, "
-                "grid (SAME_GRID): false when the only runs a claim can compare did different work (no ratio is formed); "
-                "null where one run or none is measured, or the study's collectives are missing (work unknown)",
-            ),
-            ("work_difference", "string", "", "the difference in work when equal_work is false"),
-        ),
-    ),
-    "checks": TableSchema(
-        "checks",
-        "Consistency checks: quantities set by construction (the optimizer state of the matrices Muon manages, "
-        "the bytes the ring model prices), each judged holds or fails against the value its construction gives, with "
-        "what would make it fail. They stand beside the claims table, not in it: a verdict on them could not have "
-        "come out otherwise. One row per check (the bytes check per ZeRO-1 layout) and hardware profile.",
-        ("check_id", "profile"),
-        columns_of(
-            ("check_id", "string", "", "short stable identifier; bytes_<layout> for the bytes check of each layout"),
-            ("profile", "string", "", f"{PROFILE_MEANING}; the check is made on this profile's runs only"),
-            ("check", "string", "", "what is checked"),
-            ("claim", "string", "", "the claim the check stands beside"),
-            ("source", "string", "", "who claimed it, where"),
-            ("layout", "string", "", "the Muon run's ZeRO-1 layout (bytes checks); null for the state checks"),
-            ("expected", "Float64", "", "the value by construction (see unit): what the check holds against"),
-            ("measured_value", "Float64", "", "the value the runs give, same unit"),
-            ("measured_low", "Float64", "", "its smallest value over ranks (the quantity does not vary between steps)"),
-            ("measured_high", "Float64", "", "its largest value over ranks"),
-            ("unit", "string", "", "unit of expected and the measured columns"),
-            ("unit_kind", "string", "", "how the numbers read, as claims.unit_kind: ratio (×), fraction (%), change (±%)"),
-            ("holds", "boolean", "", "whether the runs agree with the construction (the rule is in check)"),
-            ("claimed_region", "string", "", "the values the source claimed, where it stated this quantity; else null"),
-            (
-                "in_claimed_region",
-                "boolean",
-                "",
-                "whether measured_value lies in claimed_region (null without one); by design it may not: the contiguous "
-                "layout gathers fewer matrices than the paper's Algorithm 1",
-            ),
-            ("fails_if", "string", "", "what would make the check fail"),
-            ("explanation", "string", "", "the quantities behind the value, measured on these runs"),
-            ("conditions", "string", "", "the runs compared: backend, device, ranks, rounds, steps, tokens per step"),
-        ),
-    ),
-    "stated_numbers": TableSchema(
-        "stated_numbers",
-        "The numbers the claims' and checks' explanations state that no other table cell holds (ratios, intervals, "
-        "aggregates over runs), one per row, so that every number an explanation or the report states is a table value. "
-        "Every other number an explanation states is a cell of the tables (a phase's: its mean over trials and ranks).",
-        ("table", "row_id", "profile", "name"),
-        columns_of(
-            ("table", "string", "", "the table whose explanation states the number: claims or checks"),
-            ("row_id", "string", "", "the row there: its claim_id or check_id"),
-            ("profile", "string", "", f"{PROFILE_MEANING}; the row's profile"),
-            ("name", "string", "", "what the number is (adamw_transfer_ms, bytes_ratio, ...)"),
-            ("value", "Float64", "", "the number, in unit"),
-            ("unit", "string", "", "ms, bytes, ratio, fraction, GFLOP, us or empty for a count or a plain number"),
-        ),
-    ),
-    "ranks": TableSchema(
-        "ranks",
-        "One row per run and rank: what the rank held and computed, as recorded at run time (metrics.json).",
-        ("run", "trial", "rank"),
-        columns_of(
-            *_RANK_ID,
-            ("dp_rank", "Int64", "rank", "data-parallel rank"),
-            ("tp_rank", "Int64", "rank", "tensor-parallel rank"),
-            ("pp_rank", "Int64", "rank", "pipeline stage (0 without pipeline stages)"),
-            ("muon_state_bytes", "Int64", "bytes", "Muon momentum buffers this rank keeps (one fp32 moment per element)"),
-            ("adamw_state_bytes", "Int64", "bytes", "AdamW moments this rank keeps (two fp32 moments per element)"),
-            ("state_bytes", "Int64", "bytes", "muon_state_bytes + adamw_state_bytes: steady-state optimizer state"),
-            ("transient_bytes", "Int64", "bytes", "largest set of gather/shard buffers alive at once during a step"),
-            (
-                "held_state_bytes",
-                "Int64",
-                "bytes",
-                "optimizer state measured by storage: every distinct tensor storage in optimizer.state, whatever its "
-                "name, the model's parameters left out (muon_repro.optim.held_memory); null for runs recorded before",
-            ),
-            (
-                "held_buffer_bytes",
-                "Int64",
-                "bytes",
-                "every other storage the optimizer owns at the end of the run (flat gradient buffers, shards, kept "
-                "gathers; a ZeRO-1 flat parameter buffer is the model's parameters, left out), each counted once; null "
-                "for runs recorded before",
-            ),
-            ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
-            ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
-            ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
-            ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),
-            (
-                "optimizer_op_calls",
-                "Int64",
-                "count",
-                "ATen operator calls of one optimizer step on this rank (views, foreach calls and collectives each "
-                "once: the launches a GPU pays whatever their size), counted on a step after the recorded ones; null "
-                "for runs recorded before",
-            ),
-            ("shard_elems", "Int64", "elements", "flat-buffer elements this rank owns under ZeRO-1"),
-            (
-                "muon_elems",
-                "Int64",
-                "elements",
-                "of shard_elems, those the shard plan routes to Muon's update (0 for AdamW); null for runs recorded before",
-            ),
-            ("muon_matrices", "Int64", "count", "Muon matrices of the model (TP-local); 0 for AdamW"),
-            ("ns_matrices", "Int64", "count", "matrices this rank orthogonalizes each step"),
-            (
-                "dp_gathered_matrices",
-                "Int64",
-                "count",
-                "matrices that need a DP gather (straddling a shard boundary, or all when bucketed)",
-            ),
-            ("local_params", "Int64", "count", "parameters this rank holds (its TP shard)"),
-        ),
-    ),
-    "phases": TableSchema(
-        "phases",
-        "One row per run, rank and phase (the record_function scopes of the model and the optimizers): time from the "
-        "trace, and bytes from three independent sources that must agree: the analytic ring model, the run-time "
-        "ledger of the collective wrappers, and the call sizes read back from the trace.",
-        ("run", "trial", "rank", "phase"),
-        columns_of(
-            *_RANK_ID,
-            ("stage", "Int64", "rank", "the rank's pipeline stage (ranks.pp_rank; 0 without pipeline stages)"),
-            (
-                "phase",
-                "string",
-                "",
-                "phase name (forward, backward, optimizer, dp_reduce_scatter, ..., pp_recv_activation, ..., docs/method.md); "
-                "bubble: the sum of pp_recv_activation, pp_recv_grad and pp_flush, a stage's time blocked on its neighbours",
-            ),
-            ("steps", "Int64", "count", "profiled steps the per-step values average over"),
-            (
-                "ms_per_step",
-                "Float64",
-                "ms",
-                "the phase's time per profiled step: on a GPU trace gpu_ms_per_step, else cpu_ms_per_step (null if the "
-                "trace has no such scope); its CPU and GPU annotations are one scope, never added",
-            ),
-            ("cpu_ms_per_step", "Float64", "ms", "the CPU span of the phase's scope per profiled step"),
-            (
-                "gpu_ms_per_step",
-                "Float64",
-                "ms",
-                "GPU traces: the union of the GPU work the phase's scope launched (its innermost phase), per profiled step "
-                "(HolisticTraceAnalysis's launch convention); null on CPU traces",
-            ),
-            (
-                "wait_ms_per_step",
-                "Float64",
-                "ms",
-                (
-                    "the phase's collectives: time waiting for the group's last rank per profiled step "
-                    "(collectives.wait_ms); null for a phase without collectives"
-                ),
-            ),
-            (
-                "transfer_ms_per_step",
-                "Float64",
-                "ms",
-                "the phase's collectives: the rest of their durations per profiled step (collectives.transfer_ms)",
-            ),
-            (
-                "analytic_bytes",
-                "Float64",
-                "bytes",
-                "bytes this rank sends per step in the phase, analytic ring model (optimizer phases)",
-            ),
-            ("ledger_bytes", "Float64", "bytes", "bytes per profiled step, run-time ledger (metrics.json)"),
-            ("trace_bytes", "Float64", "bytes", "bytes per profiled step, ring model applied to the trace's collective sizes"),
-        ),
-    ),
-    "stages": TableSchema(
-        "stages",
-        "One row per pipeline run (pp > 1) and stage: what it holds; forward+backward, the bubble (time blocked on its "
-        "neighbours) and the optimizer step side by side. timed_*: the steps timed without the profiler (mean over "
-        "the stage's ranks, median over steps, then over rounds); the others: the profiled phases.",
-        ("run", "stage"),
-        columns_of(
-            *_RUN_ID,
-            ("optimizer", "string", "", "'muon' or 'adamw'"),
-            ("pp", "Int64", "ranks", "pipeline stages of the run"),
-            ("stage", "Int64", "rank", "the stage, from 0 (the first holds the embedding, the last the head and the loss)"),
-            ("ranks", "Int64", "count", "ranks of the stage (dp * tp) with a trace or timed steps"),
-            ("blocks", "Int64", "count", "transformer blocks the stage holds (contiguous; the spare ones on the first stages)"),
-            ("holds", "string", "", "what else the stage holds: embedding, head (final norm, LM head, loss), both, or none"),
-            ("local_params", "Int64", "count", "parameters a rank of the stage holds (its TP shard of the stage)"),
-            ("state_bytes", "Int64", "bytes", "optimizer state of the stage's largest rank (ranks.state_bytes)"),
-            ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs per step of the stage's busiest rank (0 for AdamW)"),
-            ("timed_fwd_bwd_ms", "Float64", "ms", "forwards, backwards, transfers and flush per step, no profiler"),
-            (
-                "timed_bubble_ms",
-                "Float64",
-                "ms",
-                "time blocked in receives and the flush per step, no profiler (timed_steps.bubble_ms)",
-            ),
-            ("timed_optimizer_ms", "Float64", "ms", "the stage's optimizer step (ZeRO-1 over its DP group), no profiler"),
-            ("rounds", "Int64", "count", "rounds (trials) the timed columns are over"),
-            ("forward_ms", "Float64", "ms", "profiled: time in the forward scopes per step (every micro-batch)"),
-            ("backward_ms", "Float64", "ms", "profiled: time in the backward scopes per step"),
-            ("optimizer_ms", "Float64", "ms", "profiled: time in the optimizer scope per step"),
-            ("bubble_ms", "Float64", "ms", "profiled: the bubble phase per step (pp_recv_activation + pp_recv_grad + pp_flush)"),
-            ("flush_ms", "Float64", "ms", "profiled: the flush (waiting for this stage's sends) per step"),
-            ("send_ms", "Float64", "ms", "profiled: issuing the point-to-point sends per step (they complete in the flush)"),
-            (
-                "bubble_over_optimizer",
-                "Float64",
-                "ratio",
-                "timed_bubble_ms / timed_optimizer_ms: the share of the optimizer step the stage's idle time could hold "
-                "(an upper bound: only the idle time after its last backward can take it)",
-            ),
-        ),
-    ),
-    "timeline": TableSchema(
-        "timeline",
-        "One row per phase interval of every profiled step of every trial on every rank (the timeline figure): coarse phases, "
-        "the "
-        "optimizer's and the model's phases, and the collective transfers, on one clock per step.",
-        ("run", "trial", "rank", "step", "lane", "start_ms"),
-        columns_of(
-            *_RANK_ID,
-            ("step", "Int64", "step", "ProfilerStep number"),
-            (
-                "lane",
-                "string",
-                "",
-                "step (the rank's ProfilerStep window), coarse (forward/backward/optimizer), fine (optimizer and model phases), "
-                "transfer (gloo/NCCL), gpu (GPU traces: the GPU work each phase launched, under that phase); coarse and fine "
-                "are the scopes' CPU annotations (their GPU copies are not a second span)",
-            ),
-            ("phase", "string", "", "phase name; 'transfer' for collective transfers"),
-            (
-                "start_ms",
-                "Float64",
-                "ms",
-                "start, from the earliest rank's start of this step (ranks aligned by baseTimeNanoseconds)",
-            ),
-            ("end_ms", "Float64", "ms", "end, same clock"),
-            ("aligned", "boolean", "", "false when a rank's trace had no baseTimeNanoseconds (each rank then starts at 0)"),
-        ),
-    ),
+    # Muon against AdamW and the verdicts: their own module
+    **{s.name: s for s in VERDICT_SCHEMAS},
+    # the step taken apart, rank by rank, phase by phase: their own module
+    **{s.name: s for s in BREAKDOWN_SCHEMAS},
     "losses": TableSchema(
         "losses",
         "One row per run, rank and training step: the training loss as recorded at run time (metrics.json).",
         ("run", "trial", "rank", "step"),
         columns_of(
-            *_RANK_ID,
+            *RANK_ID,
             (
                 "step",
                 "Int64",
@@ -916,7 +542,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "provenance, from each traced trial, and from each trial of a run recorded without traces. Lists are joined "
         "with ', '.",
         ("run", "trial", "key"),
-        columns_of(*_TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
+        columns_of(*TRIAL_ID, ("key", "string", "", "field name"), ("value", "string", "", "value, as text")),
     ),
     "trace_files": TableSchema(
         "trace_files",
@@ -925,7 +551,7 @@ SCHEMAS: dict[str, TableSchema] = {
         "(muon_repro.analysis.trace_files).",
         ("run", "trial", "rank", "path"),
         columns_of(
-            *_RANK_ID,
+            *RANK_ID,
             (
                 "path",
                 "string",
