@@ -1,5 +1,6 @@
 """The Hub side under stress: a Hub that stops answering, bundles that do not verify or have an empty table,
-missing repositories and revisions, another endpoint, a mangled token (fake Hub, no network)."""
+missing repositories and revisions, another endpoint, a mangled token, a --local-dir holding another version (fake Hub,
+no network)."""
 
 from __future__ import annotations
 
@@ -248,3 +249,82 @@ def test_a_control_character_in_the_token_is_named_too():
     ):
         check_token("hf_a\tbc", "HF_TOKEN")
     assert check_token("hf_abc", "HF_TOKEN") == "hf_abc"
+
+
+# ---------------------------------------------------------------------- 7. a --local-dir that already holds files
+
+
+def _two_versions(fake_hub) -> tuple[str, str]:
+    """v1.0.0, then v1.1.0 without one of its files; their commits."""
+    fake_hub.store.create_repo("dataset", REPO)
+    old = fake_hub.push(REPO, {"README.md": b"# v1.0.0\n", "metrics/runs.csv": b"run\na\n", "metrics/gone.csv": b"x\n1\n"})
+    new = fake_hub.push(REPO, {"README.md": b"# v1.1.0\n", "metrics/gone.csv": None, "metrics/added.csv": b"y\n2\n"})
+    fake_hub.get_repo(REPO).tags.update({"v1.0.0": old, "v1.1.0": new})
+    return old, new
+
+
+def _contents(folder) -> dict[str, bytes]:
+    """Every file under ``folder``, huggingface_hub's metadata included: path -> bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _dataset_files(folder) -> dict[str, bytes]:
+    return {p: data for p, data in _contents(folder).items() if not p.startswith(".cache/")}
+
+
+def test_download_of_another_revision_into_a_used_local_dir_is_refused_and_changes_nothing(fake_hub, hub_api, tmp_path):
+    old, new = _two_versions(fake_hub)
+    folder = tmp_path / "d"
+    download(REPO, revision="v1.0.0", local_dir=folder, api=hub_api, echo=_quiet)
+    before = _contents(folder)
+    fetched = sum(1 for _, path in fake_hub.requests if "/resolve/" in path)
+    with pytest.raises(DownloadError) as refused:
+        download(REPO, revision="v1.1.0", local_dir=folder, api=hub_api, echo=_quiet)
+    assert str(refused.value) == (
+        f"--local-dir {folder} already holds files of another revision of {REPO}: 4 files from v1.0.0 (commit {old}), "
+        f"among them README.md, metrics/gone.csv, metrics/runs.csv; the requested v1.1.0 is commit {new}. The files "
+        "v1.1.0 lacks would stay beside its own, a copy of no one version, so nothing was downloaded: choose an empty "
+        f"--local-dir, or remove {folder} and run the command again"
+    )  # the 4th file is the Hub's .gitattributes, named last
+    assert _contents(folder) == before
+    assert sum(1 for _, path in fake_hub.requests if "/resolve/" in path) == fetched  # no file was asked for
+
+
+def test_download_of_the_same_revision_into_its_local_dir_resumes(fake_hub, hub_api, tmp_path):
+    _two_versions(fake_hub)
+    folder = tmp_path / "d"
+    download(REPO, revision="v1.0.0", local_dir=folder, api=hub_api, echo=_quiet)
+    complete = _dataset_files(folder)
+    # As an interrupted download leaves it: one file never fetched, one moved in before its metadata was written.
+    (folder / "metrics" / "runs.csv").unlink()
+    (folder / ".cache" / "huggingface" / "download" / "metrics" / "runs.csv.metadata").unlink()
+    (folder / ".cache" / "huggingface" / "download" / "README.md.metadata").unlink()
+    assert download(REPO, revision="v1.0.0", local_dir=folder, api=hub_api, echo=_quiet) == folder
+    assert _dataset_files(folder) == complete == fake_hub.files(REPO, "v1.0.0")
+
+
+def test_download_into_an_empty_local_dir_works(fake_hub, hub_api, tmp_path):
+    _two_versions(fake_hub)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    assert download(REPO, revision="v1.1.0", local_dir=folder, api=hub_api, echo=_quiet) == folder
+    assert _dataset_files(folder) == fake_hub.files(REPO, "v1.1.0")
+
+
+def test_download_into_a_local_dir_holding_other_files_names_them(fake_hub, hub_api, tmp_path):
+    _two_versions(fake_hub)
+    folder = tmp_path / "d"
+    (folder / "notes").mkdir(parents=True)
+    (folder / "notes" / "mine.txt").write_text("my notes\n")
+    (folder / "README.md").write_text("a README of my own\n")  # a file of the revision: the download replaces it
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "x.pyc").write_bytes(b"\0")  # no file of a dataset (verify skips it too)
+    before = _contents(folder)
+    with pytest.raises(DownloadError) as refused:
+        download(REPO, revision="v1.1.0", local_dir=folder, api=hub_api, echo=_quiet)
+    assert str(refused.value) == (
+        f"--local-dir {folder} holds files that no download put there and that {REPO} v1.1.0 does not have (1 file: "
+        "notes/mine.txt). They would stay beside its files, and a copy with files its MANIFEST.sha256 does not list does "
+        f"not verify, so nothing was downloaded: choose an empty --local-dir, or move them out of {folder}"
+    )
+    assert _contents(folder) == before

@@ -101,7 +101,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_repo_id_argument(p, positional_alias=True)
     p.add_argument("--revision", default=None, help="vX.Y.Z, a branch or a commit (default: the newest vX.Y.Z tag)")
-    p.add_argument("--local-dir", type=Path, default=None, help="where to put the files (default: the Hub cache)")
+    p.add_argument(
+        "--local-dir",
+        type=Path,
+        default=None,
+        help=(
+            "where to put the files (default: the Hub cache): a new or empty folder, or one holding this same version (an "
+            "interrupted download goes on); one holding another version, or files no download put there, is refused"
+        ),
+    )
     add_timeout_argument(p)
     p.set_defaults(func=_download)
 
