@@ -49,6 +49,8 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         value, low, high = _summary(first, "leading_ratio")
         seeds = int(first["seeds"])
         explanation = _leading_cause(head, seeds)
+        if _bounded_seeds(head) or head["seed"].nunique() > seeds:
+            high = float("inf")  # a seed's lead is a lower bound, or AdamW never matched it: the interval is one-sided
     if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
         low = high = float("nan")
     if seeds < LEADING_MIN_SEEDS:
@@ -151,16 +153,29 @@ def _with_interval(mean: float, low: float, high: float) -> str:
 def _leading_cause(head: pd.DataFrame, seeds: int) -> str:
     """The lead in tokens said as the lead in steps, the lead in FLOPs with Newton-Schulz counted beside it, and on how
     many seeds it is a lower bound (:func:`~muon_repro.analysis.convergence.end_ratio`'s flag)."""
-    from muon_repro.analysis.convergence import HEADLINE_ALPHA, end_ratio
+    from muon_repro.analysis.convergence import HEADLINE_ALPHA
 
     first = head.iloc[0]
-    bounded = sum(end_ratio(g.sort_values("muon_step"))[2] for _, g in head.groupby("seed"))
+    bounded = _bounded_seeds(head)
     said = (
         f"At EWM alpha {HEADLINE_ALPHA:g}, equal tokens per step: the lead in tokens is the lead in steps (mean over "
         f"{seeds} seeds). Counting Newton-Schulz as compute too, Muon's step costs "
         f"{float(first['muon_gflop_per_step']):.2f} GFLOP against AdamW's {float(first['adamw_gflop_per_step']):.2f}, "
         f"and the lead in FLOPs is {_with_interval(*_summary(first, 'leading_ratio_flops'))}."
     )
+    paired = head["seed"].nunique()  # either case below makes the interval one-sided (leading_steps_claim): [low, +inf)
     if bounded:
-        said += f" A lower bound on {bounded} of {head['seed'].nunique()} seeds: AdamW never reached Muon's last loss."
+        said += f" A lower bound, one-sided, on {bounded} of {paired} seeds: AdamW never reached Muon's last loss."
+    if paired > seeds:
+        left_out = counted(paired - seeds, "seed")
+        said += f" {left_out} left out, one-sided: AdamW reached none of Muon's smoothed losses."
     return said
+
+
+def _bounded_seeds(head: pd.DataFrame) -> int:
+    """The seeds whose lead at the end is a lower bound (:func:`~muon_repro.analysis.convergence.end_ratio`'s flag):
+    AdamW reached some of Muon's smoothed losses, not its last. A seed where it reached none has no lead at all."""
+    from muon_repro.analysis.convergence import end_ratio
+
+    ends = (end_ratio(g.sort_values("muon_step")) for _, g in head.groupby("seed"))
+    return sum(bool(flag) and np.isfinite(ratio) for ratio, _, flag in ends)
