@@ -273,10 +273,13 @@ def test_runs_whose_collectives_are_not_in_the_tables_are_not_judged(tables):
 def test_rounds_are_paired_however_many_and_steps_never():
     """Per-round values pair by round at any count; the steps of one recording are never paired, at any count."""
     rng = np.random.default_rng(3)
-    drift = np.exp(rng.normal(0, 0.3, 6))  # each round's machine speed, shared by both runs of that round
+    drift = pd.Series(np.exp(rng.normal(0, 0.3, 6)))  # each round's machine speed, shared by both runs of that round
     a, b = 0.5 * drift, drift
     _, low, high = ratio_interval(a, b, per_round=True)
     assert low == pytest.approx(0.5) and high == pytest.approx(0.5)  # pairing removes the shared drift
+    # as many rounds each, not the same ones: round k pairs with round k, never with the k-th value
+    _, low, high = ratio_interval(a.drop(index=0), b.drop(index=5), per_round=True)
+    assert low == pytest.approx(0.5) and high == pytest.approx(0.5)
     _, low, high = ratio_interval(a[:3], b[:3], per_round=False)
     assert high - low > 0.1  # unpaired: the drift is in the interval
 

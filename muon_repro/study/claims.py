@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import LEVEL, mean_interval, paired_ratio_interval, t_quantile
+from muon_repro.analysis.rounds import LEVEL, align_rounds, mean_interval, paired_ratio_interval, t_quantile
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, judge
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
@@ -70,21 +70,21 @@ def welch_log_ratio(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
 
-def _per_step(steps: pd.DataFrame, run: str, scopes: tuple[str, ...], column: str, rank: int | None = None) -> np.ndarray:
+def _per_step(steps: pd.DataFrame, run: str, scopes: tuple[str, ...], column: str, rank: int | None = None) -> pd.Series:
     """The run's values, one per unit: per step the mean over traced ranks (or ``rank`` alone) of ``column`` summed
     over ``scopes``; with several recordings (rounds), one value per round, the mean of its steps' (rounds, not
-    steps, are the independent units)."""
+    steps, are the independent units), indexed by the round's id (:func:`ratio_interval` pairs rounds by it)."""
     sel = steps[(steps["run"] == run) & steps["scope"].isin(scopes)]
     if rank is not None:
         sel = sel[sel["rank"] == rank]
     if sel.empty:
-        return np.zeros(0)
+        return pd.Series(dtype="float64")
     trial = sel["trial"] if "trial" in sel.columns else pd.Series(0, index=sel.index)
     per_rank = sel.assign(trial=trial).groupby(["trial", "step", "rank"])[column].sum(min_count=1)
-    per_step = per_rank.groupby(["trial", "step"]).mean()
+    per_step = per_rank.groupby(["trial", "step"]).mean().astype("float64")
     if per_step.index.get_level_values("trial").nunique() > 1:
-        return per_step.groupby("trial").mean().to_numpy(dtype="float64")
-    return per_step.to_numpy(dtype="float64")
+        return per_step.groupby("trial").mean()
+    return per_step
 
 
 def _mean(values: np.ndarray) -> float:
@@ -99,12 +99,15 @@ def in_rounds(steps: pd.DataFrame, *runs: str) -> bool:
     return all(steps.loc[steps["run"] == run, "trial"].nunique() > 1 for run in runs)
 
 
-def ratio_interval(a: np.ndarray, b: np.ndarray, *, per_round: bool) -> tuple[float, float, float]:
-    """a/b with its 95% interval: of values ``per_round`` (:func:`in_rounds`), as many rounds each, paired by round;
-    else Welch's, over the steps of one recording each (or over rounds the two runs do not share one for one)."""
-    if per_round and len(a) == len(b) and len(a) > 1:
-        return paired_ratio_interval(a, b)
-    return welch_log_ratio(a, b)
+def ratio_interval(a: pd.Series, b: pd.Series, *, per_round: bool) -> tuple[float, float, float]:
+    """a/b with its 95% interval: of values ``per_round`` (:func:`in_rounds`, indexed by round id), paired by round id
+    over the rounds both runs have; else Welch's, over the steps of one recording each (or over rounds the two runs
+    share fewer than two of)."""
+    if per_round:
+        a_round, b_round = align_rounds((a.index.to_numpy(), a.to_numpy()), (b.index.to_numpy(), b.to_numpy()))
+        if len(a_round) > 1:
+            return paired_ratio_interval(a_round, b_round)
+    return welch_log_ratio(a.to_numpy(dtype="float64"), b.to_numpy(dtype="float64"))
 
 
 def _work(
