@@ -37,7 +37,10 @@ def test_one_disturbed_round_no_longer_moves_muons_extra():
 
 
 def test_a_quiet_spread_is_never_disturbed_and_two_rounds_never_are():
-    assert not disturbed(np.array([100.0, 101.0, 105.0])).any()  # 4% from the median: under the 10% floor
+    assert not disturbed(np.array([100.0, 101.0, 105.0])).any()  # 4% from the median
+    # 20%: a round a run scattering 10% per round gives now and then (leaving such rounds out narrowed the interval
+    # below its coverage, docs/method.md's ratio_unshared); under the 25% floor
+    assert not disturbed(np.array([100.0, 101.0, 99.0, 102.0, 121.0])).any()
     assert disturbed(np.array([100.0, 101.0, 130.0])).tolist() == [False, False, True]
     assert not disturbed(np.array([100.0, 300.0])).any()  # which of two is the odd one?
     assert not disturbed(np.array([100.0, np.nan, 300.0])).any()

@@ -160,7 +160,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "disturbed_rounds",
                 "Int64",
                 "count",
-                "rounds the estimators leave out: median step time beyond 3 scaled MADs and 10% of the run's median round "
+                "rounds the estimators leave out: median step time beyond 5 scaled MADs and 25% of the run's median round "
                 "(muon_repro.analysis.estimators; docs/method.md)",
             ),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
