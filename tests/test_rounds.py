@@ -18,6 +18,7 @@ from muon_repro.analysis.rounds import (
     per_round,
     per_round_ratio,
     rounds_of,
+    share_interval,
     simulate_coverage,
     simulate_rounds,
     t_quantile,
@@ -193,3 +194,13 @@ def test_the_former_bootstrap_keeps_a_shared_drift_in_its_width():
     old = _old_intervals(a, b)
     new = np.array([paired_ratio_interval(np.median(a[s], 1), np.median(b[s], 1))[1:] for s in range(len(a))])
     assert np.median(np.log(new[:, 1] / new[:, 0])) < 0.6 * np.median(np.log(old[:, 1] / old[:, 0]))
+
+
+def test_a_share_interval_stays_within_what_a_share_can_be():
+    """Two rounds of a small share: the t interval runs below 0 (t(0.975, 1) = 12.7); the share's is cut at 0, and at 1
+    for a share near the whole, with the estimate untouched."""
+    mean, low, high = mean_interval(np.array([0.01, 0.10]))
+    assert low < 0
+    assert share_interval(np.array([0.01, 0.10])) == (pytest.approx(mean), 0.0, pytest.approx(high))
+    assert share_interval(np.array([0.90, 0.99]))[2] == 1.0
+    assert all(np.isnan(share_interval(np.array([0.5])))[1:])  # one round: no interval, as mean_interval's

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import align_rounds, mean_interval, paired_ratio_interval, per_round, per_round_ratio, rounds_of
+from muon_repro.analysis.rounds import align_rounds, paired_ratio_interval, per_round, per_round_ratio, rounds_of, share_interval
 
 
 class Interval(NamedTuple):
@@ -102,7 +102,7 @@ def optimizer_share(source: pd.DataFrame, run: str) -> Interval:
     """The optimizer's share of the step of ``run``, formed within each step (see the module docstring)."""
     shares = per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")
     keep = ~np.isin(rounds_of(source, run), sorted(disturbed_rounds(source, run)))
-    return Interval(*mean_interval(shares[keep]))
+    return Interval(*share_interval(shares[keep]))
 
 
 def typical_time(source: pd.DataFrame, run: str, column: str, how: str) -> float:

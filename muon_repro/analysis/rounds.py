@@ -197,6 +197,14 @@ def mean_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, floa
     return float(mean), float(low), float(high)
 
 
+def share_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
+    """:func:`mean_interval` of per-round shares (each a part over its whole, in [0, 1]), its ends cut to [0, 1]. The
+    truth lies there, so the cut interval holds it exactly when the whole one does; with few rounds the t interval
+    runs past 0 (2 rounds: -9% on the H200), a share no one can have."""
+    mean, low, high = mean_interval(values, level)
+    return mean, float(np.clip(low, 0.0, 1.0)), float(np.clip(high, 0.0, 1.0))
+
+
 def largest_mean_interval(samples: Sequence[np.ndarray], level: float = LEVEL) -> tuple[tuple[float, float, float], int]:
     """((estimate, low, high), index of the largest) of the largest of several means, each over its own per-round
     values: the largest mean, and the interval from the largest low end to the largest high end of Bonferroni

@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import LEVEL, align_rounds, mean_interval, paired_ratio_interval, t_quantile
+from muon_repro.analysis.rounds import LEVEL, align_rounds, paired_ratio_interval, share_interval, t_quantile
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, judge
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
@@ -226,7 +226,7 @@ def _optimizer_share(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) 
     busy = _per_step(steps, run, OPTIMIZER_SCOPES, "busy_ms")
     cpu = _per_step(steps, run, OPTIMIZER_SCOPES, "cpu_ms")
     step = _per_step(steps, run, (STEP,), "step_ms")
-    value, low, high = mean_interval(busy / step)
+    value, low, high = share_interval(busy / step)
     # the study's method reads rank 0's trace alone: its share is rank 0's Muon_Step CPU span over its outer scope's
     # (the step's CPU window, summed over the steps), so the explanation quotes rank 0's, not the mean over ranks
     cpu0 = _mean(_per_step(steps, run, OPTIMIZER_SCOPES, "cpu_ms", rank=0))
