@@ -74,26 +74,42 @@ def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd
     out["latest_ns"] = pd.Series(np.nan, index=out.index)
     out["matched"] = False
     if len(out) and dp and tp:
-        sizes = {"dp": dp, "tp": tp}
-        rank = out["rank"]
-        group_id = np.where(
-            out["group"] == "dp", dp_group_index(rank, dp, tp), np.where(out["group"] == "tp", tp_group_index(rank, tp), -1)
-        )
-        size = out["group"].map(sizes).fillna(0).astype(int)
-        out["_gid"] = group_id
-        out["_ordinal"] = (
-            out.sort_values("start_ns", kind="stable").groupby(["rank", "step", "phase", "kind", "group"]).cumcount()
-        )
-        key = ["step", "phase", "kind", "group", "_gid", "_ordinal"]
-        grouped = out.groupby(key)
-        seen = grouped["rank"].transform("nunique")
-        out["matched"] = (group_id >= 0) & (seen == size) & (size > 1)
-        out["latest_ns"] = grouped["start_ns"].transform("max").where(out["matched"])
-        out = out.drop(columns=["_gid", "_ordinal"])
+        # plain arrays: this runs once per trial, where pandas' per-call overhead outweighs the work
+        rank, step, start = (out[c].to_numpy() for c in ("rank", "step", "start_ns"))
+        phase, kind, group = (out[c].to_numpy() for c in ("phase", "kind", "group"))
+        group_id = np.where(group == "dp", dp_group_index(rank, dp, tp), np.where(group == "tp", tp_group_index(rank, tp), -1))
+        size = np.where(group == "dp", dp, np.where(group == "tp", tp, 0))
+        ordinal = _ordinal(_row_groups(rank, step, phase, kind, group), start)
+        collective = _row_groups(step, phase, kind, group, group_id, ordinal)  # the k-th call of a group on each rank
+        ranks = rank.max() + 1
+        rank_in_collective = np.unique(collective * ranks + rank)  # each (collective, rank) once
+        ranks_seen = np.bincount(rank_in_collective // ranks)[collective]
+        latest = np.full(collective.max() + 1, start.min())  # the latest entry per collective
+        np.maximum.at(latest, collective, start)
+        out["matched"] = (group_id >= 0) & (ranks_seen == size) & (size > 1)
+        out["latest_ns"] = pd.Series(latest[collective], index=out.index).where(out["matched"])
     wait = (out["latest_ns"] - out["start_ns"]).fillna(0.0)
     out["wait_ns"] = np.minimum(np.maximum(wait.to_numpy(dtype=float), 0.0), out["dur_ns"].to_numpy(dtype=float))
     out["transfer_ns"] = out["dur_ns"] - out["wait_ns"]
     return out
+
+
+def _row_groups(*keys: np.ndarray) -> np.ndarray:
+    """A group number per row (from 0, no gaps): rows share one where they agree on every key."""
+    groups = np.zeros(len(keys[0]), np.int64)
+    for key in keys:  # numbered anew after each key, so that the combined numbers stay below rows**2
+        codes, values = pd.factorize(key)
+        groups = pd.factorize(groups * len(values) + codes)[0]
+    return groups
+
+
+def _ordinal(groups: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
+    """Each row's place in its group (from 0), in order of ``start_ns`` (ties: in row order)."""
+    order = np.lexsort((start_ns, groups))  # by group, then start: lexsort is stable
+    sorted_groups = groups[order]
+    ordinal = np.empty(len(groups), np.int64)
+    ordinal[order] = np.arange(len(groups)) - np.searchsorted(sorted_groups, sorted_groups, side="left")
+    return ordinal
 
 
 def _one_host(environment: dict[str, Any]) -> bool:
@@ -123,6 +139,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
             continue
         split = split_timed_waits(timed_calls(metrics), info.config.dp, info.config.tp)
         per_step = split.groupby(["rank", "step"])[["dur_ns", "wait_ns", "transfer_ns"]].sum() / 1e6
+        comm_of_step = dict(zip(per_step.index, per_step.itertuples(index=False)))  # a dict: .loc per row is slow
         one_clock = _one_host(info.environment)
         timing = comm_timing(info.environment.get("backend") or info.config.backend)
         ids = {"run": info.key, "profile": info.profile, "group": info.group, "name": info.name, "trial": info.trial}
@@ -134,7 +151,7 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
             for step, (s, f, o, bubble, last_backward) in enumerate(
                 zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms, bubbles, drains)
             ):
-                comm = per_step.loc[(m.rank, step)] if (m.rank, step) in per_step.index else None
+                comm = comm_of_step.get((m.rank, step))
                 rows.append(
                     {
                         **ids,
@@ -144,9 +161,9 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
                         "step_ms": s,
                         "fwd_bwd_ms": f,
                         "optimizer_ms": o,
-                        "comm_ms": (float(comm["dur_ns"]) if comm is not None else 0.0) if stamped else None,
-                        "comm_wait_ms": (float(comm["wait_ns"]) if comm is not None else 0.0) if stamped and one_clock else None,
-                        "comm_transfer_ms": (float(comm["transfer_ns"]) if comm is not None else 0.0)
+                        "comm_ms": (float(comm.dur_ns) if comm is not None else 0.0) if stamped else None,
+                        "comm_wait_ms": (float(comm.wait_ns) if comm is not None else 0.0) if stamped and one_clock else None,
+                        "comm_transfer_ms": (float(comm.transfer_ns) if comm is not None else 0.0)
                         if stamped and one_clock
                         else None,
                         "bubble_ms": bubble,

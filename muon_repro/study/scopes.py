@@ -114,22 +114,32 @@ def read_study_trace(path: str | Path, grid: tuple[int, int] | None = None) -> S
     base_ns = trace.meta.base_time_ns or 0
     on_gpu = len(work) > 0
     colls = _collectives(trace, inner, starts, base_ns, grid, work)
+    # per-step selections below run on arrays: a DataFrame filter per step and scope costs far more than its work
+    gpu = _Spans.of(work, "launch_ts", "ts", "end", "dur")
+    transfers = _Spans.of(colls, "launch_us", "start_us", "end_us")
+    gpu_step, transfer_step = work["step"].to_numpy(), colls["step"].to_numpy()
+    scope_ts, scope_end = inner["ts"].to_numpy(), inner["end"].to_numpy()
+    scope_dur, scope_name = inner["dur"].to_numpy(), inner["name"].to_numpy()
+    # ``inner`` is sorted by start, so a step's scopes (those starting in its CPU window) are one run of its rows
+    first_scope = np.searchsorted(scope_ts, starts, side="left")
+    past_scope = np.searchsorted(scope_ts, cpu_ends, side="left")
     rows = []
     done_before = starts[0]  # when the previous step's work was complete
     for step, (lo, hi) in enumerate(zip(starts, cpu_ends)):
-        mine = work[work["step"] == step]
-        comm = colls[colls["step"] == step] if len(colls) else colls
-        in_step = inner[(inner["ts"] >= lo) & (inner["ts"] < hi)]
+        mine, comm = gpu[gpu_step == step], transfers[transfer_step == step]
+        in_step = np.arange(first_scope[step], past_scope[step])
         # complete when its last scope has returned and the last GPU work it launched has ended
-        done = max(float(in_step["end"].max()), float(mine["end"].max()) if len(mine) else lo)
+        scopes_done = float(scope_end[in_step].max()) if len(in_step) else np.nan
+        done = max(scopes_done, float(mine.end.max()) if len(mine) else lo)
         row = _scope_row(step, STEP, lo, hi, hi - lo, mine, comm, base_ns, on_gpu)
         rows.append(row | {"step_ms": (done - done_before) / US_PER_MS})
         done_before = done
-        for name, scopes in in_step.groupby("name", observed=True, sort=False):
-            windows = scopes["ts"].to_numpy(), scopes["end"].to_numpy()
-            launched = mine[_launched_in(mine["launch_ts"].to_numpy(), *windows)]
-            issued = comm[_launched_in(comm["launch_us"].to_numpy(), *windows)] if len(comm) else comm
-            lo_s, hi_s, cpu_us = float(scopes["ts"].min()), float(scopes["end"].max()), float(scopes["dur"].sum())
+        names = scope_name[in_step]
+        for name in dict.fromkeys(names):  # each scope once, in the order the step first entered it
+            scopes = in_step[names == name]
+            windows = scope_ts[scopes], scope_end[scopes]
+            launched, issued = mine[_launched_in(mine.launch, *windows)], comm[_launched_in(comm.launch, *windows)]
+            lo_s, hi_s, cpu_us = float(windows[0].min()), float(windows[1].max()), float(scope_dur[scopes].sum())
             rows.append(_scope_row(step, str(name), lo_s, hi_s, cpu_us, launched, issued, base_ns, on_gpu))
     collectives = colls.drop(columns=["start_us", "end_us", "launch_us"]) if len(colls) else colls
     optimizer = "muon" if outer_name.lower().startswith("muon") else "adamw"
@@ -175,19 +185,43 @@ def _launched_in(launch_ts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nd
     return (i >= 0) & (launch_ts <= hi[np.maximum(i, 0)])
 
 
+@dataclass(frozen=True)
+class _Spans:
+    """Work on the device (GPU work, or collectives' transfers) as arrays, in the order read: when the CPU launched
+    each, when it ran, and its own time (a kernel's ``dur``; for a transfer, its span)."""
+
+    launch: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, launch: str, start: str, end: str, dur: str | None = None) -> _Spans:
+        """The spans of ``frame``'s rows, from the named columns (no ``dur``: end - start)."""
+        starts, ends = frame[start].to_numpy(np.float64), frame[end].to_numpy(np.float64)
+        durs = frame[dur].to_numpy(np.float64) if dur else ends - starts
+        return cls(frame[launch].to_numpy(np.float64), starts, ends, durs)
+
+    def __getitem__(self, rows: np.ndarray) -> _Spans:
+        return _Spans(self.launch[rows], self.start[rows], self.end[rows], self.dur[rows])
+
+    def __len__(self) -> int:
+        return len(self.launch)
+
+
 def _scope_row(
-    step: int, scope: str, lo: float, hi: float, cpu_us: float, work: pd.DataFrame, comm: pd.DataFrame, base_ns: int, on_gpu: bool
+    step: int, scope: str, lo: float, hi: float, cpu_us: float, work: _Spans, comm: _Spans, base_ns: int, on_gpu: bool
 ) -> dict:
-    busy = Segments.union(work["ts"].to_numpy(), work["end"].to_numpy()).total
-    done = max(hi, float(work["end"].max())) if len(work) else hi
-    comm_us = Segments.union(comm["start_us"].to_numpy(), comm["end_us"].to_numpy()).total if len(comm) else 0.0
+    busy = Segments.union(work.start, work.end).total
+    done = max(hi, float(work.end.max())) if len(work) else hi
+    comm_us = Segments.union(comm.start, comm.end).total if len(comm) else 0.0
     return {
         "step": step,
         "scope": scope,
         "start_ns": int(base_ns + round(lo * 1000)),
         "cpu_ms": cpu_us / US_PER_MS,
         "gpu_busy_ms": busy / US_PER_MS,
-        "gpu_kernel_ms": float(work["dur"].sum()) / US_PER_MS,
+        "gpu_kernel_ms": float(work.dur.sum()) / US_PER_MS,
         # the device's time for the scope: its kernels' on a GPU trace, its own span where the CPU does the work
         "busy_ms": (busy if on_gpu else cpu_us) / US_PER_MS,
         "comm_ms": comm_us / US_PER_MS,
@@ -213,7 +247,7 @@ def _collectives(
     if rows.empty:
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
     rows["step"] = np.searchsorted(starts, rows["launch_us"].to_numpy(), side="right") - 1
-    rows["scope"] = [_innermost(inner, ts) for ts in rows["launch_us"]]
+    rows["scope"] = _innermost(inner, rows["launch_us"].to_numpy())
     rows["start_ns"] = (base_ns + (rows["start_us"] * 1000).round()).astype("int64")
     rows["end_ns"] = (base_ns + (rows["end_us"] * 1000).round()).astype("int64")
     rows = rows[(rows["step"] >= 0) & (rows["step"] < len(starts))]
@@ -238,9 +272,15 @@ COLLECTIVE_COLUMNS = (
 )
 
 
-def _innermost(inner: pd.DataFrame, ts: float) -> str:
-    scope = inner[(inner["ts"] <= ts) & (inner["end"] >= ts)]
-    return str(scope["name"].iloc[-1]) if len(scope) else ""
+def _innermost(inner: pd.DataFrame, times: np.ndarray) -> list[str]:
+    """Per time, the name of the scope of ``inner`` (sorted by start) around it that started last, the innermost of
+    those nested there ("" for none)."""
+    starts, ends, names = inner["ts"].to_numpy(), inner["end"].to_numpy(), inner["name"].to_numpy()
+    out = []
+    for t in times:
+        around = np.flatnonzero((starts <= t) & (ends >= t))
+        out.append(str(names[around[-1]]) if len(around) else "")
+    return out
 
 
 def _nccl_collectives(trace: TraceEvents, work: pd.DataFrame) -> pd.DataFrame:
