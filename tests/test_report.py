@@ -670,13 +670,10 @@ def test_claim_values_read_in_their_units() -> None:
     assert claim_measured(row(0.955, 0.034, pd.NA, "fraction")) == "95.5% (from 3.4%, no upper end)"
     assert claim_measured(row(1.0, pd.NA, 1.2, "ratio")) == "1.00× (up to 1.20×, no lower end)"
     assert claim_measured(row(1.0, pd.NA, pd.NA, "ratio")) == "1.00× (no interval: fewer than 2 rounds)"
-    # a share's interval reaching below 0 says too few rounds, not an impossible share
-    share = row(0.049, -0.092, 0.19, "fraction")
-    assert (
-        claim_measured(pd.concat([share, pd.Series({"rounds": 2})]))
-        == "4.9% (interval uninformative at 2 rounds: it reaches below 0%)"
-    )
-    assert claim_measured(share) == "4.9% (interval uninformative at these rounds: it reaches below 0%)"
+    # a share's interval starts at 0 at the lowest (rounds.share_interval); a lead below 0 is a lead, not a share
+    assert claim_measured(row(0.049, 0.0, 0.19, "fraction")) == "4.9% (0.0–19.0%)"
+    lead = row(0.05, -0.2, 0.3, "fraction", "muon_leading_steps")
+    assert claim_measured(lead) == "+5.0% (−20.0% to +30.0%)"
     # the region's numbers, in the claim's unit: tests/test_claims_declared.py
 
 

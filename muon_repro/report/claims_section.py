@@ -57,13 +57,15 @@ def claim_number(value: Any, kind: str, claim_id: str, what: str = "claims.measu
 def claim_measured(row: pd.Series) -> str:
     """The measured value with its 95% interval: ``1.62× (1.48–1.77)``, ``−20.9% (−64.3% to +67.9%)``;
     ``(no spread)`` when the interval is a point (bytes, state: the same on every rank); without an
-    interval (one round) the value alone, saying so; a share whose interval reaches below 0 is said to be
-    uninformative at its rounds rather than printed with an impossible end."""
+    interval (one round) the value alone, saying so. A share's interval is within [0, 1] by construction
+    (``rounds.share_interval``); a lead's (a fraction too) may run below 0, and is then printed signed."""
     cid, kind = str(row["claim_id"]), str(row["unit_kind"])
     if is_missing(row.get("measured_value")):
         return "not measured"
-    value = claim_number(row["measured_value"], kind, cid)
     missing = [is_missing(row.get("measured_low")), is_missing(row.get("measured_high"))]
+    if kind == "fraction" and not missing[0] and float(row["measured_low"]) < 0:
+        kind = "change"  # a fraction that runs below 0 (a lead, never a share) is read with its signs, as a change
+    value = claim_number(row["measured_value"], kind, cid)
     if all(missing):
         return f"{value} (no interval: fewer than 2 rounds)"  # a paired interval needs two rounds
     if missing[1]:  # a one-sided interval: the tables keep an infinite end as null
@@ -74,10 +76,6 @@ def claim_measured(row: pd.Series) -> str:
     high = claim_number(row["measured_high"], kind, cid, "claims.measured_high")
     if low == high == value:
         return f"{value} (no spread)"
-    if kind == "fraction" and float(row["measured_low"]) < 0:  # a share cannot be negative: too few rounds to say
-        rounds = row.get("rounds")
-        at = f"at {int(rounds)} rounds" if not is_missing(rounds) else "at these rounds"
-        return f"{value} (interval uninformative {at}: it reaches below 0%)"
     if kind == "change" or float(row["measured_low"]) < 0:
         return f"{value} ({low} to {high})"
     if kind == "ratio":
