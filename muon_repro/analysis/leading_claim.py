@@ -50,7 +50,7 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         seeds = int(first["seeds"])
         explanation = _leading_cause(head, seeds)
         if _bounded_seeds(head) or head["seed"].nunique() > seeds:
-            high = float("inf")  # a seed's lead is a lower bound, or AdamW never matched it: the interval is one-sided
+            high = float("inf")  # a lead that is a lower bound, or none where AdamW never matched: one-sided
     if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
         low = high = float("nan")
     if seeds < LEADING_MIN_SEEDS:
