@@ -63,7 +63,9 @@ def test_the_docs_table_is_what_the_module_measures():
     assert len(documented) == len(measured) == 18
     for r in measured:
         expected = [r["polar_error"], r["sv_low"], r["sv_high"], r["off_range"], r["vs_quintic"], r["gflop"]]
-        assert documented[(r["matrix"], r["dtype"], r["method"])] == pytest.approx(expected, abs=2e-3), r
+        # bf16 products round differently from one CPU to another (Gram rows moved 0.012 on AVX-512: docs/method.md)
+        tolerance = 2e-3 if r["dtype"] == "fp32" else 2e-2
+        assert documented[(r["matrix"], r["dtype"], r["method"])] == pytest.approx(expected, abs=tolerance), r
 
 
 @pytest.mark.parametrize("shape", [(24, 80), (80, 24), (32, 32)])
