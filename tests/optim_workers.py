@@ -136,12 +136,14 @@ def train_every_unit_cap(layout: str, bucket_elems: int | None, caps: list[int |
     return out
 
 
-def built_with_rank_lr() -> str:
-    """Each rank of a DP2 x TP2 grid builds DistributedMuon with its own lr (rank 3's differs): every rank refuses."""
+def built_with_rank_lr(as_tensor: bool = False) -> str:
+    """Each rank of a DP2 x TP2 grid builds DistributedMuon with its own lr (rank 3's differs): every rank refuses.
+    ``as_tensor``: the lr a 0-dim tensor, rank 3's 0.02004 (a tensor's repr rounds both to 0.0200)."""
     dims = ParallelDims(dp=2, tp=2)
     model = GPT(CONFIG, dims.tp_group)
+    lr = (torch.tensor(0.02004) if as_tensor else 0.2) if dims.rank == 3 else (torch.tensor(0.02) if as_tensor else 0.02)
     try:
-        DistributedMuon(muon_param_groups(model), dims, lr=0.02 if dims.rank != 3 else 0.2)
+        DistributedMuon(muon_param_groups(model), dims, lr=lr)
     except ValueError as exc:
         return str(exc)
     return "no error"

@@ -176,11 +176,13 @@ def test_checkpoint_round_trip_continues_bit_identically(tmp_path):
 
 
 @pytest.mark.slow
-def test_ranks_built_with_other_hyperparameters_refuse_to_start():
-    """A rank whose process read another lr trained its DP shard with it, silently, before the construction check."""
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_ranks_built_with_other_hyperparameters_refuse_to_start(as_tensor):
+    """A rank whose process read another lr trained its DP shard with it, silently, before the construction check;
+    a tensor lr passed it when the two differed past its repr's 4 decimals."""
     import optim_workers
 
-    errors = launch(optim_workers.built_with_rank_lr, 4)
+    errors = launch(optim_workers.built_with_rank_lr, 4, as_tensor)
     # rank 3 disagrees with rank 1 in its DP group and with rank 2 in its TP group; rank 0 shares no group with it
     assert errors[0] == "no error", errors
     for rank, err in enumerate(errors[1:], 1):
@@ -204,6 +206,28 @@ def test_bad_layout_arguments(kwargs, message):
     model = GPT(GPTConfig.preset("tiny"), Group.single("tp"))
     with pytest.raises(ValueError, match=message):
         DistributedMuon(muon_param_groups(model), ParallelDims(1, 1), **kwargs)
+
+
+def test_a_groups_own_gather_dtype_must_be_the_constructors():
+    """Muon rounds each group's Newton-Schulz input to its own gather_dtype; DistributedMuon gathers every group in
+    one dtype, so a group asking for another was shown in param_groups and never used."""
+    from muon_repro.optim.distributed import DistributedMuon
+    from muon_repro.parallel import ParallelDims
+
+    weight = torch.nn.Parameter(torch.randn(8, 12))
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: gather_dtype torch.float32 differs from .*bfloat16"):
+        DistributedMuon([{"params": [weight], "gather_dtype": torch.float32}], ParallelDims(1, 1))
+    same = DistributedMuon([{"params": [weight], "gather_dtype": torch.float32}], ParallelDims(1, 1), gather_dtype=torch.float32)
+    assert same.param_groups[0]["gather_dtype"] == same.gather_dtype
+
+
+def test_ranks_compare_hyperparameters_exactly():
+    from muon_repro.optim.zero1 import _exact_repr
+
+    assert repr(torch.tensor(0.02)) == repr(torch.tensor(0.02004))  # why the ranks' check does not use repr
+    assert _exact_repr(torch.tensor(0.02)) != _exact_repr(torch.tensor(0.02004))
+    assert _exact_repr((0.9, torch.tensor(0.95))) != _exact_repr((0.9, torch.tensor(0.9500001)))
+    assert _exact_repr(0.02) == repr(0.02)
 
 
 def test_reassigned_parameter_is_rejected():

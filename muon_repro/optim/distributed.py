@@ -174,6 +174,17 @@ class DistributedMuon(ZeroOneOptimizer):
         self.gather_dtype = gather_dtype
         super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype, ns_unit_elems)
 
+    def _check_added_group(self, group: dict, where: str) -> None:
+        """And a group's own ``gather_dtype`` (:class:`Muon` reads one per group) the constructor's: every group's
+        matrices travel in one buffer of one dtype, so another value here would be shown and never used."""
+        super()._check_added_group(group, where)
+        own = group.get("gather_dtype", self.gather_dtype)
+        if own != self.gather_dtype:
+            raise ValueError(
+                f"{where}: gather_dtype {own} differs from DistributedMuon's gather_dtype={self.gather_dtype}: its "
+                "gathers move every group in one dtype; give the dtype to the constructor, or drop the group's key"
+            )
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = evaluate_closure(closure)

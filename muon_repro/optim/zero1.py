@@ -72,6 +72,16 @@ def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor
     return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
 
 
+def _exact_repr(value: object) -> str:
+    """``repr`` that tells any two different values apart: a tensor's own rounds to 4 decimals, so two ranks given lr
+    tensors 0.01 and 0.01004 would look alike. A Python float's repr is exact (it reads back to the same bits)."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor({value.dtype}, {tuple(value.shape)}, {value.detach().cpu().tolist()!r})"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({', '.join(_exact_repr(v) for v in value)})"
+    return repr(value)
+
+
 class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
     """Flat buffers, the DP reduce-scatter / all-gather pair, and AdamW on this rank's shard.
 
@@ -144,7 +154,7 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
             str(self.reduce_dtype),
             str(getattr(self, "gather_dtype", None)),
             getattr(self, "overlap", None),
-            [{key: repr(value) for key, value in sorted(group.items()) if key != "params"} for group in self.param_groups],
+            [{key: _exact_repr(value) for key, value in sorted(group.items()) if key != "params"} for group in self.param_groups],
         ]
         digest = int.from_bytes(hashlib.sha256(repr(settings).encode()).digest()[:8], "big") >> 2
         device = self._params[0].device
