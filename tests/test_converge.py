@@ -477,6 +477,7 @@ def test_the_claim_is_a_t_interval_over_five_seeds_in_tokens(tmp_path):
     assert "A lower bound, one-sided, on 5 of 5 seeds" in claim["explanation"]
     row = ends.iloc[0]
     assert row["end_leading_ratio_low"] == pytest.approx(x.mean() - half) and row["seeds"] == 5
+    assert pd.isna(row["end_leading_ratio_high"])  # the table's own interval is one-sided too (null: +inf)
     flops = ends["leading_ratio_flops"].astype(float).mean()  # Newton-Schulz counted as compute: stated apart
     assert f"{flops:+.3f}" in claim["explanation"]
     tests = np.array([3.5 - 0.02 * s for s in range(5)])

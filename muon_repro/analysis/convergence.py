@@ -246,8 +246,10 @@ def _with_summaries(lead: pd.DataFrame, conv: pd.DataFrame, best: dict[str, floa
     for alpha, rows in lead.groupby("alpha"):
         at = ends[ends["alpha"] == alpha]
         lead.loc[rows.index, "seeds"] = int(at["leading_ratio"].notna().sum())
+        one_sided = _bounded_below(rows)
         for column in UNITS.values():
             mean, low, high = mean_interval(at[column].astype("float64").to_numpy(dtype=float, na_value=np.nan))
+            high = np.inf if one_sided else high  # stored as null, as the schema says
             lead.loc[rows.index, [f"end_{column}_mean", f"end_{column}_low", f"end_{column}_high"]] = [mean, low, high]
     seeds = sorted(set(lead["seed"]))  # every pair compared, whether or not AdamW matched Muon
     steps = int(lead["muon_step"].max())  # the pairs' length: AdamW's longer budgets are budget_match's
@@ -255,6 +257,13 @@ def _with_summaries(lead: pd.DataFrame, conv: pd.DataFrame, best: dict[str, floa
         mean, low, high = mean_interval(_final_test_losses(conv, opt, best[opt], seeds, steps))
         lead[[f"{opt}_test_loss_mean", f"{opt}_test_loss_low", f"{opt}_test_loss_high"]] = [mean, low, high]
     return lead
+
+
+def _bounded_below(rows: pd.DataFrame) -> bool:
+    """Whether the end ratios over ``rows``' seeds bound the lead from below only: on some seed AdamW never reached
+    Muon's last smoothed loss (:func:`end_ratio`'s flag), so the ratio on that seed is a lower bound, or it has none and
+    leaving it out biases the mean low. Their interval then has no high end."""
+    return any(end_ratio(seed.sort_values("muon_step"))[2] for _, seed in rows.groupby("seed"))
 
 
 def _final_test_losses(conv: pd.DataFrame, opt: str, lr: float, seeds: list[int], steps: int) -> np.ndarray:

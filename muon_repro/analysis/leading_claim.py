@@ -144,9 +144,12 @@ def _triple(row: pd.Series, prefix: str) -> tuple[float, float, float]:
 
 
 def _with_interval(mean: float, low: float, high: float) -> str:
-    """``+0.611 [+0.555, +0.667]``: the leading_steps table's numbers as they are written there."""
+    """``+0.611 [+0.555, +0.667]``, or ``+0.611 [+0.555, +inf)`` where the seeds' ratios are lower bounds (the
+    table's high end null): the leading_steps table's numbers as they are written there."""
     if np.isfinite(low) and np.isfinite(high):
         return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if np.isfinite(low):
+        return f"{mean:+.3f} [{low:+.3f}, +inf)"
     return f"{mean:+.3f} (no interval)"
 
 

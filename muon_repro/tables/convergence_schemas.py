@@ -33,7 +33,13 @@ def _end_summaries() -> list[tuple[str, str, str, str]]:
         out += [
             (f"end_{column}_mean", "Float64", "ratio", f"the leading ratio at the end in {unit} ({column}), mean over seeds"),
             (f"end_{column}_low", "Float64", "ratio", "low end of its 95% t interval over seeds (n - 1 degrees of freedom)"),
-            (f"end_{column}_high", "Float64", "ratio", "high end of that interval"),
+            (
+                f"end_{column}_high",
+                "Float64",
+                "ratio",
+                "high end of that interval; null (+inf) when on some seed AdamW never reached Muon's last smoothed loss "
+                "(the ratio on that seed a lower bound, or none): the interval is then one-sided",
+            ),
         ]
     return out
 
