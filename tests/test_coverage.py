@@ -21,7 +21,7 @@ def test_the_claims_intervals_cover_at_about_the_nominal_level(kind, n_rounds):
     + [("change", 10), ("share", 10), ("disturbed", 10)],
 )
 def test_the_claims_intervals_cover_within_a_two_sided_band_at_the_committed_round_counts(kind, n_rounds):
-    """At the round counts the committed runs have (2 on the H200, 10 on the CPU; 5 the advice): 1,000 studies give a
+    """At the round counts the committed runs have (2 on the H200, 10 on the CPU) and between (5): 1,000 studies give a
     binomial sd of 0.7 points, so the band is about 3 of them each side of 95%. Too narrow an interval fails, and so
     does one too wide to be worth its name. The disturbed-rounds rule at 3 MADs and 10% covered 92.0% and 91.8% of
     ratio_unshared at 5 and 10 rounds (seed 11); at 5 MADs and 25%, 94.0% and 94.6%."""

@@ -15,7 +15,8 @@ whose interval contains the truth is the coverage. One kind per estimator:
                backward over the stages' mean step (truth 112/117.5, paid by stage 1, 12% above stage 0's 100)
     stages_tied  four equal optimizer steps, stage 1 idling 0.05 of its step (truth 1: stage 0 pays its own whole,
                stage 1 5% below it): two nearly equal noisy terms, the case least favourable to taking the largest
-    disturbed  the ratio with one round of one run slowed 2x in every study (the rule leaves it out)
+    disturbed  the ratio with one round of one run slowed 2x in every study (left out where it stands out from the
+               run's other rounds; else the interval widens)
     rivals     the grid claims: DP2·TP2's step over the fastest of its rivals (90 ms against 100 and 130 ms: truth 0.9)
     rivals_tied  the same against three rivals tied at 100 ms, the case least favourable to taking a fastest
     censored   the leading claim's lead over seeds (rounds read as seeds), 0.6 with a spread of 0.2 between seeds, a

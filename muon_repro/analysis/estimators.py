@@ -6,7 +6,8 @@ Each reads a steps-shaped table (``run``, ``trial``, ``step``, ``rank`` and the 
 median of each round's steps, then an estimate and a 95% t interval over rounds.
 
 * :func:`optimizer_share`: per step, the optimizer's time (mean over ranks) over the step's (slowest rank);
-  the mean over rounds of the rounds' medians. The original study's "~1.1% of training time".
+  the mean over rounds of the rounds' medians, its interval cut to [0, 1] (:func:`~rounds.share_interval`). The
+  original study's "~1.1% of training time".
 * :func:`muon_extra`: Muon's step time (slowest rank) over AdamW's, paired by round, as a geometric mean,
   minus one. The paper's "1-3% added latency".
 * :func:`time_ratio`: any time of one run over another's, paired by round (communication time: Muon over
@@ -44,8 +45,8 @@ RunSteps = tuple[pd.DataFrame, str]  # a steps-shaped table and the run id whose
 
 # A round this many scaled MADs from the run's median round is disturbed, and this far from it as a fraction. At 3
 # MADs and 10% the rule left out ordinary rounds of a run scattering 10% per round (the noisier committed CPU runs):
-# the ratio's 95% interval then covered 90-91% (docs/method.md's coverage table, ratio_unshared); at 5 and 25%, 94-95%,
-# and a round slowed 2x is still left out.
+# the ratio's 95% interval then covered 90-92% (docs/method.md's coverage table, ratio_unshared); at 5 and 25%, 94-95%.
+# A round slowed 2x is still left out where a run's rounds are steady; among noisy ones the interval widens instead.
 DISTURBED_MADS = 5.0
 DISTURBED_MIN_SHIFT = 0.25
 MAD_SCALE = 1.4826  # MAD to standard deviation, for normal data

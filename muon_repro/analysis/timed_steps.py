@@ -95,7 +95,8 @@ def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd
 
 
 def _row_groups(*keys: np.ndarray) -> np.ndarray:
-    """A group number per row (from 0, no gaps): rows share one where they agree on every key."""
+    """A group number per row (from 0, no gaps): rows share one where they agree on every key. The keys hold no
+    nulls here (ranks, steps, phase, kind and group names); ``pd.factorize`` would give every null one code, -1."""
     groups = np.zeros(len(keys[0]), np.int64)
     for key in keys:  # numbered anew after each key, so that the combined numbers stay below rows**2
         codes, values = pd.factorize(key)

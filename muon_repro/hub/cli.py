@@ -107,7 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=(
             "where to put the files (default: the Hub cache): a new or empty folder, or one holding this same version (an "
-            "interrupted download goes on); one holding another version, or files no download put there, is refused"
+            "interrupted download goes on); one holding another version, or files no download put there that this "
+            "version lacks, is refused"
         ),
     )
     add_timeout_argument(p)

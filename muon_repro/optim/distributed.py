@@ -175,8 +175,9 @@ class DistributedMuon(ZeroOneOptimizer):
         super().__init__(params, dims, defaults, layout, bucket_elems, reduce_dtype, ns_unit_elems)
 
     def _check_added_group(self, group: dict, where: str) -> None:
-        """And a group's own ``gather_dtype`` (:class:`Muon` reads one per group) the constructor's: every group's
-        matrices travel in one buffer of one dtype, so another value here would be shown and never used."""
+        """The hyperparameters checked as every optimizer's are, and a group's own ``gather_dtype`` (:class:`Muon`
+        reads one per group) refused unless it is the constructor's: every group's matrices travel in one buffer of
+        one dtype, so another value would be shown in ``param_groups`` and never used."""
         super()._check_added_group(group, where)
         own = group.get("gather_dtype", self.gather_dtype)
         if own != self.gather_dtype:

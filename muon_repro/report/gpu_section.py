@@ -10,7 +10,7 @@ profile whose runs ran on one device (a GPU session, docs/gpu.md), Muon against 
 
     single_device  Muon's optimizer share and its extra step time over AdamW against tokens per step on
                    one device: the runs' steps timed without the profiler (median over rounds), the share's
-                   95% interval (runs table; a linear axis, as an interval of few rounds can reach below 0; the
+                   95% interval (runs table; a linear axis, as an interval of few rounds can reach down to 0; the
                    extra has none), and the cost model's line for that device (``regime_model`` kind
                    ``this_machine``), the original study's ~1.1% and the paper's 3% marked
 
@@ -442,7 +442,7 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         ax.plot(x, 100 * y, "o", color=style.OPTIMIZER_COLORS["muon"], zorder=3)
         if column == "optimizer_share" and points["optimizer_share_low"].notna().any():  # the runs table's intervals
             low, high = points["optimizer_share_low"].to_numpy(float), points["optimizer_share_high"].to_numpy(float)
-            # a linear axis: an interval of few rounds can reach below 0
+            # a linear axis: an interval of few rounds can reach down to 0 (rounds.share_interval stops there)
             ax.errorbar(x, 100 * y, yerr=[100 * (y - low), 100 * (high - y)], fmt="none", color=style.OPTIMIZER_COLORS["muon"])
         for xi, yi in zip(x, y):
             ax.annotate(

@@ -254,8 +254,8 @@ REGIMES = TableSchema(
             "optimizer time (mean over ranks) over step time (slowest rank), formed within each step; the mean over "
             "rounds (disturbed ones left out) of each round's median, as the claims form it",
         ),
-        ("optimizer_share_lo", "Float64", "fraction", "95% interval, low"),
-        ("optimizer_share_hi", "Float64", "fraction", "95% interval, high"),
+        ("optimizer_share_lo", "Float64", "fraction", "95% interval, low (cut at 0, where a share lies)"),
+        ("optimizer_share_hi", "Float64", "fraction", "95% interval, high (cut at 1)"),
         ("adamw_run", "string", "", "Muon rows: the AdamW run of the same width, tokens per step, dp and tp"),
         (
             "disturbed_rounds",

@@ -154,8 +154,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "the optimizer's time (mean over ranks) over the step's (slowest rank), the median of each round's steps, the "
                 "mean over rounds; on the steps timed without the profiler when the run has them, else the profiled steps",
             ),
-            ("optimizer_share_low", "Float64", "fraction", "lower end of its 95% t interval over rounds (null with one round)"),
-            ("optimizer_share_high", "Float64", "fraction", "upper end of its 95% t interval over rounds"),
+            (
+                "optimizer_share_low",
+                "Float64",
+                "fraction",
+                "lower end of its 95% t interval over rounds, cut at 0 where a share lies (null with one round)",
+            ),
+            ("optimizer_share_high", "Float64", "fraction", "upper end of its 95% t interval over rounds, cut at 1"),
             (
                 "disturbed_rounds",
                 "Int64",
