@@ -299,11 +299,10 @@ def _welch_coverage(step_correlation: float, studies: int = 2000, steps: int = 5
     return hits / studies
 
 
-def test_the_study_steps_interval_covers_when_steps_are_independent_and_not_when_they_are_not():
+def test_the_study_steps_interval_undercovers_when_steps_are_correlated():
     """The study recorded each run once: its claims' intervals are Welch's over the 5 steps of one recording. Over
-    independent steps they cover at the nominal level; over steps correlated 0.5 they cover about 78%, as
-    docs/method.md says (and a second recording's offset is in none of them)."""
-    assert 0.93 <= _welch_coverage(0.0) <= 0.97
+    independent steps they cover at the nominal level (test_welch_interval_covers_the_true_ratio, below); over steps
+    correlated 0.5 about 78%, as docs/method.md says (and a second recording's offset is in none of them)."""
     assert _welch_coverage(0.5) < 0.85
 
 
