@@ -47,10 +47,10 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
         value, low, high, seeds, explanation = _budget_lead(budget, head)
     else:
         value, low, high = _summary(first, "leading_ratio")
+        if np.isfinite(low) and np.isnan(high):
+            high = float("inf")  # the table's null high end: the seeds' leads are lower bounds, the interval one-sided
         seeds = int(first["seeds"])
         explanation = _leading_cause(head, seeds)
-        if _bounded_seeds(head) or head["seed"].nunique() > seeds:
-            high = float("inf")  # a lead that is a lower bound, or none where AdamW never matched: one-sided
     if seeds < LEADING_MIN_SEEDS:  # too few seeds for the claim's interval: not measured, the values still given
         low = high = float("nan")
     if seeds < LEADING_MIN_SEEDS:
@@ -166,7 +166,7 @@ def _leading_cause(head: pd.DataFrame, seeds: int) -> str:
         f"{float(first['muon_gflop_per_step']):.2f} GFLOP against AdamW's {float(first['adamw_gflop_per_step']):.2f}, "
         f"and the lead in FLOPs is {_with_interval(*_summary(first, 'leading_ratio_flops'))}."
     )
-    paired = head["seed"].nunique()  # either case below makes the interval one-sided (leading_steps_claim): [low, +inf)
+    paired = head["seed"].nunique()  # either case below makes the interval one-sided (convergence._bounded_below)
     if bounded:
         said += f" A lower bound, one-sided, on {bounded} of {paired} seeds: AdamW never reached Muon's last loss."
     if paired > seeds:
