@@ -14,7 +14,6 @@ the copy would be no one version. That is refused before anything is downloaded;
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from muon_repro.hub.publish import (
     token_in_use,
     token_source,
 )
-from muon_repro.tables.files import check_out_folder
+from muon_repro.tables.files import check_out_folder, list_files
 from muon_repro.terminal import shown
 
 # huggingface_hub's bookkeeping in a --local-dir (huggingface_hub._local_folder, the same from 0.23 to 2.x): for each
@@ -86,21 +85,20 @@ def _commit_of(metadata: Path) -> str | None:
 
 def files_by_commit(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
     """What ``folder`` holds outside ``huggingface_hub``'s own ``.cache/huggingface/``: commit -> the files (POSIX
-    paths) its download metadata says came from that commit, and the files without metadata. One walk and one short
-    read per file: nothing is hashed, nothing is written."""
+    paths) its download metadata says came from that commit, and the files without metadata. One walk
+    (:func:`~muon_repro.tables.files.list_files`, which refuses a link to a folder by name, as verify does) and one
+    short read per file: nothing is hashed, nothing is written."""
     from_commit: dict[str, list[str]] = {}
     unknown: list[str] = []
     bookkeeping = folder.joinpath(*HF_FOLDER)
-    for dirpath, dirnames, filenames in os.walk(folder):  # a missing folder: nothing
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if here / d != bookkeeping)
-        for name in sorted(filenames):
-            path = (here / name).relative_to(folder).as_posix()
-            commit = _commit_of(bookkeeping.joinpath("download", *f"{path}.metadata".split("/")))
-            if commit is None:
-                unknown.append(path)
-            else:
-                from_commit.setdefault(commit, []).append(path)
+    for path in list_files(folder):  # a missing folder: nothing
+        if path.startswith("/".join(HF_FOLDER) + "/"):
+            continue
+        commit = _commit_of(bookkeeping.joinpath("download", *f"{path}.metadata".split("/")))
+        if commit is None:
+            unknown.append(path)
+        else:
+            from_commit.setdefault(commit, []).append(path)
     return from_commit, unknown
 
 
