@@ -87,7 +87,7 @@ def _per_step(steps: pd.DataFrame, run: str, scopes: tuple[str, ...], column: st
     return per_step
 
 
-def _mean(values: np.ndarray) -> float:
+def _mean(values: pd.Series) -> float:
     """The mean of ``values``, NaN when there are none (a run without that rank)."""
     return float(np.mean(values)) if len(values) else math.nan
 
