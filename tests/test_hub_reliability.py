@@ -303,6 +303,29 @@ def test_download_of_the_same_revision_into_its_local_dir_resumes(fake_hub, hub_
     assert _dataset_files(folder) == complete == fake_hub.files(REPO, "v1.0.0")
 
 
+def test_a_branch_that_moves_after_the_local_dir_check_still_gives_the_checked_commit(fake_hub, hub_api, tmp_path, monkeypatch):
+    """The files already in --local-dir are checked against the commit ``main`` is then; a push landing before the
+    files are fetched must not bring the next commit's files in beside them."""
+    fake_hub.store.create_repo("dataset", REPO)
+    checked = fake_hub.push(REPO, {"README.md": b"# one\n", "metrics/runs.csv": b"run\na\n"})
+    folder = tmp_path / "d"
+    download(REPO, revision="main", local_dir=folder, api=hub_api, echo=_quiet)
+    (folder / "metrics" / "runs.csv").unlink()  # interrupted: the download is run again
+    asked = hub_api.dataset_info
+    pushed = []
+
+    def then_main_moves(*args, **kwargs):
+        info = asked(*args, **kwargs)
+        if not pushed:
+            pushed.append(fake_hub.push(REPO, {"README.md": b"# two\n", "metrics/added.csv": b"y\n2\n"}))
+        return info
+
+    monkeypatch.setattr(hub_api, "dataset_info", then_main_moves)
+    download(REPO, revision="main", local_dir=folder, api=hub_api, echo=_quiet)
+    assert pushed and fake_hub.files(REPO, "main") != fake_hub.files(REPO, checked)  # main did move
+    assert _dataset_files(folder) == fake_hub.files(REPO, checked)
+
+
 def test_download_into_an_empty_local_dir_works(fake_hub, hub_api, tmp_path):
     _two_versions(fake_hub)
     folder = tmp_path / "d"

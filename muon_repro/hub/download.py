@@ -8,7 +8,7 @@ most ``timeout`` seconds for the Hub.
 A ``--local-dir`` that already holds files is looked at first (:func:`check_local_dir`): ``hf`` removes nothing, so
 the files of another revision that this one lacks, or files no download put there, would stay beside the new ones and
 the copy would be no one version. That is refused before anything is downloaded; a download of the same commit there
-(one that was interrupted) goes on.
+(one that was interrupted) goes on, and fetches that commit even if a branch it was asked by moves meanwhile.
 """
 
 from __future__ import annotations
@@ -123,13 +123,14 @@ def _names_of_commits(api: Any, repo_id: str) -> dict[str, list[str]]:
     return names
 
 
-def check_local_dir(api: Any, repo_id: str, revision: str, folder: Path, label: str) -> None:
+def check_local_dir(api: Any, repo_id: str, revision: str, folder: Path, label: str) -> str | None:
     """Refuse (a DownloadError) to download ``revision`` into ``folder`` (``label`` in messages) when files already
     there came from another commit, or when files no download put there are not in ``revision`` (both would stay
-    beside the new files). Asks the Hub which commit ``revision`` is only when ``folder`` holds files."""
+    beside the new files). Asks the Hub which commit ``revision`` is only when ``folder`` holds files, and returns
+    that commit (None when it did not ask): the one to download, should a branch move meanwhile."""
     from_commit, unknown = files_by_commit(folder)
     if not from_commit and not unknown:
-        return
+        return None
     info = api.dataset_info(repo_id, revision=revision)
     wanted = info.sha
     others = {commit: paths for commit, paths in sorted(from_commit.items()) if commit != wanted}
@@ -150,6 +151,7 @@ def check_local_dir(api: Any, repo_id: str, revision: str, folder: Path, label: 
             f"They would stay beside its files, and a copy with files its {MANIFEST_NAME} does not list does not verify, "
             f"so nothing was downloaded: choose an empty --local-dir, or move them out of {folder}"
         )
+    return wanted
 
 
 @contextlib.contextmanager
@@ -201,15 +203,16 @@ def download(
             with _said_plainly(api, repo_id, "(its newest version)", token, timeout, "nothing was downloaded"):
                 revision = latest_version_tag(api, repo_id) or "main"
             echo(f"No --revision given: using {revision}.")
+        checked = None  # the commit the files in --local-dir were checked against
         if local_dir is not None:
             with _said_plainly(api, repo_id, revision, token, timeout, "nothing was downloaded"):
-                check_local_dir(api, repo_id, revision, Path(local_dir), f"--local-dir {local_dir}")
+                checked = check_local_dir(api, repo_id, revision, Path(local_dir), f"--local-dir {local_dir}")
         resumable = "the download is incomplete: run it again to finish it (files already fetched are kept)"
         with _said_plainly(api, repo_id, revision, token, timeout, resumable):
             path = snapshot_download(
                 repo_id,
                 repo_type="dataset",
-                revision=revision,
+                revision=checked or revision,
                 local_dir=str(local_dir) if local_dir is not None else None,
                 endpoint=api.endpoint,
                 token=api.token,
