@@ -102,6 +102,15 @@ class _no_process_unless_slow:
             subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start, multiprocessing.util.spawnv_passfds = self.saved
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_report_bundle_analysis(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The synthetic runs of :mod:`report_bundle` analyzed once per test run, not once per xdist worker (~5 s)."""
+    import report_bundle
+    from tiny_sweep import shared_root
+
+    report_bundle.SHARED_DIR = shared_root(tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The tiny sweep recorded once per test run (:mod:`tiny_sweep`): config key -> trial folder, read-only."""

@@ -18,7 +18,8 @@ every trial 5% slower than the one before, all training :data:`TOKENS_PER_STEP` 
 :data:`TRIALS` trials, so the claims have 95% intervals and the runs did the same work. Rank 0's loopback count
 reads 25% above the ring model (:data:`LOOPBACK_OVER_RING`: gloo sends a reduce-scatter as an all-reduce).
 
-Analyzed once per configuration set and process (:func:`tables` caches), in well under ten seconds, without torch.
+Analyzed once per configuration set and test run (:func:`tables` caches; under pytest-xdist the workers share the
+first one's tables through :data:`SHARED_DIR`), in well under ten seconds, without torch.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import hashlib
 import json
 import shlex
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from filelock import FileLock
 
 from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.formulas import ring_bytes
@@ -49,7 +53,7 @@ from muon_repro.phases import (
 )
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE, trace_name, trial_dir
 from muon_repro.table_set import tables_of
-from muon_repro.tables.io import write_tables
+from muon_repro.tables.io import read_tables, write_tables
 from muon_repro.tables.schemas import SCHEMAS
 
 PROFILE = "cpu-2c-gloo"  # the hardware profile environment.json describes (2 CPU cores, gloo): every run's
@@ -430,16 +434,35 @@ def write_traces(traces: Path, runs: tuple[Run, ...] = FULL) -> Path:
 # ---------------------------------------------------------------- the tables
 
 
+SHARED_DIR: Path | None = None  # set by conftest.py: the folder every pytest-xdist worker of the run sees
+
+
 @functools.cache
 def _analyzed(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:
+    if SHARED_DIR is None:
+        return _analyze(runs) | costmodel_tables()
+    # One analysis per test run: the first worker writes the tables, every worker (that one too) reads them back,
+    # so that all see the same frames (the round trip is exact: tests/test_analysis_gloo.py checks it).
+    folder = SHARED_DIR / f"report_bundle_{hashlib.sha256(repr(runs).encode()).hexdigest()[:16]}"
+    done = folder / "names.json"
+    with FileLock(str(folder) + ".lock"):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            analyzed = _analyze(runs)
+            write_tables(analyzed, folder)
+            done.write_text(json.dumps(sorted(analyzed)))
+        analyzed = read_tables(folder, json.loads(done.read_text()))
+    return analyzed | costmodel_tables()
+
+
+def _analyze(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:
     # Analyzed from the folder above traces/, as `muon-repro analyze traces` runs from the repository root: the
     # tables' paths read traces/..., and so does the report's command to remake them.
     with tempfile.TemporaryDirectory(prefix="report_bundle_") as tmp, contextlib.chdir(tmp):
         analysis = analyze_paths([write_traces(Path("traces"), runs)], workers=1)  # in this process: starts none
         problems = [p.message for p in (*analysis.failures, *analysis.incomplete)]
         assert not problems, problems
-        analyzed = tables_of(analysis)
-    return analyzed | costmodel_tables()
+        return tables_of(analysis)
 
 
 def tables(runs: tuple[Run, ...] = FULL) -> dict[str, pd.DataFrame]:

@@ -22,8 +22,12 @@ METRICS = Path(__file__).resolve().parents[1] / "metrics"
 
 
 @pytest.fixture(scope="module")
-def data():
-    everything = load(METRICS)
+def everything():
+    return load(METRICS)
+
+
+@pytest.fixture(scope="module")
+def data(everything):
     return everything.of_profile(everything.profiles[0])
 
 
@@ -153,7 +157,7 @@ def test_k_is_one_thousand():
     assert count(512) == "512"
 
 
-def test_no_percentage_printed_with_an_exponent(data):
+def test_no_percentage_printed_with_an_exponent(everything, data):
     from muon_repro.report import readme, regimes_section
 
     texts = [
@@ -161,7 +165,7 @@ def test_no_percentage_printed_with_an_exponent(data):
         figures.optimizer_share_stated(data.runs, data.claims).text,
         bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks, data.stated_numbers).text,
         stated.pipeline(data.claims, stated.profile_of(data.runs)).text,
-        *(readme.BLOCKS[name](load(METRICS)) for name in readme.BLOCKS),
+        *(readme.BLOCKS[name](everything) for name in readme.BLOCKS),
         *regimes_section.sweep_lines(data.regimes),
     ]
     for text in texts:

@@ -10,6 +10,7 @@ import torch; no module but :mod:`muon_repro.phases` spells a phase name, none b
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -50,11 +51,20 @@ ALLOWED = {("stages.py", "muon_repro.bench"), ("stages.py", "muon_repro.parallel
 ALLOWED_MODULES: set[tuple[str, str]] = set()
 
 
+def nodes_of(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at ``path``, parsed once per test run: each test here walks every module."""
+    return _nodes(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _nodes(source: str, filename: str) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(source, filename=filename)))
+
+
 def imports_of(path: Path) -> list[tuple[str, int]]:
     """Every module ``path`` imports, anywhere in it, with its line number."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
-    for node in ast.walk(tree):
+    for node in nodes_of(path):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -131,7 +141,7 @@ def parquet_access(package: Path = PACKAGE) -> list[str]:
     for path in sorted(package.rglob("*.py")):
         if path.relative_to(package).parts[0] == "tables":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes_of(path):
             if isinstance(node, ast.Attribute) and node.attr in ("read_parquet", "to_parquet"):
                 out.append(f"muon_repro/{path.relative_to(package).as_posix()}:{node.lineno} {node.attr}")
     return out
@@ -268,7 +278,7 @@ def test_only_phases_spells_phase_names_and_only_rundir_run_files():
     spelled = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes_of(path):
             if isinstance(node, ast.Constant) and node.value in owner and owner[node.value] != rel:
                 spelled.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
     assert spelled == []
