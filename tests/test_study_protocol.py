@@ -211,3 +211,16 @@ def test_one_rank_issues_no_collective_and_the_study_method_reads_its_share(reco
     folder = recorded_one_rank / "cpu-2c-gloo" / "study_protocol_1rank" / "muon_dp1_tp1" / "trial1"
     config = json.loads((folder / "config.json").read_text())
     assert (config["dp"], config["tp"], config["world_size"]) == (1, 1, 1)
+
+
+def test_the_rounds_of_a_set_are_those_every_run_of_it_has():
+    """A set whose one run lacks a round says the rounds all its runs share: the ones its intervals can pair."""
+    from muon_repro.study.claims import protocol_rows
+    from muon_repro.tables.io import read_tables
+
+    study = read_tables(REPO / "metrics", ("study_runs", "study_steps", "study_ranks", "study_collectives"))
+    run = "cpu-2c-gloo/study_protocol/adamw_FULLSTEP"
+    dropped = {name: df[~((df["run"] == run) & (df["trial"] == 2))] for name, df in study.items()}
+    rounds = {(r["group"], r["claim_id"]): r["rounds"] for r in protocol_rows(dropped)}
+    assert {g for (g, _), n in rounds.items() if n == 2} == {"study_protocol"}
+    assert rounds[("study_equal_work", "optimizer_share")] == 3

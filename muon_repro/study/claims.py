@@ -417,7 +417,8 @@ def protocol_rows(study: dict[str, pd.DataFrame], method_sums: dict[tuple[str, s
         run_ids = runs_of(f"{s.profile}/{s.group}", dp, tp)
         if not set(run_ids.values()) <= set(runs["run"]):
             continue
-        rounds = int(runs.loc[runs["run"] == run_ids["muon_full"], "trial"].nunique())
+        # the rounds every run of the set has: the ones a paired interval can pair
+        rounds = len(set.intersection(*(set(runs.loc[runs["run"] == run, "trial"]) for run in run_ids.values())))
         by_method = method_values((method_sums or {}).get((s.profile, s.group), {}), dp, tp)
         for claim_id in PROTOCOL_CLAIMS if dp * tp > 1 else ONE_RANK_CLAIMS:
             m = _MEASURES[claim_id](runs, steps, ranks, RUN=run_ids, colls=colls)

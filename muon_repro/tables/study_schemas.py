@@ -333,7 +333,12 @@ STUDY_PROTOCOLS = TableSchema(
         ("group", "string", "", "the runs' group: comparison (the study's own), study_protocol, study_equal_work"),
         ("protocol", "string", "", "study or study-equal-work"),
         ("recorded_by", "string", "", "'the original study' or 'muon_repro'"),
-        ("rounds", "Int64", "count", "recordings of the runs: 1 (the interval is over steps), else over rounds"),
+        (
+            "rounds",
+            "Int64",
+            "count",
+            "rounds every run of the set was recorded in: 1 (the interval is over steps), else over these rounds",
+        ),
         ("measured_value", "Float64", "", "the claim's quantity (its unit in the claims table), as the claims measure it"),
         ("measured_low", "Float64", "", "lower end of the 95% interval: over rounds (paired), else over the steps"),
         ("measured_high", "Float64", "", "upper end of the 95% interval"),
