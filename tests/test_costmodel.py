@@ -4,6 +4,7 @@ against what recorded runs say, the waits across ranks, calibrate and validate e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from dataclasses import replace
@@ -335,7 +336,9 @@ def test_a_shape_override_needs_sizes_tp_divides():
 # ---------------------------------------------------------------- predict's inputs against recorded runs
 
 
+@functools.cache
 def committed_runs() -> dict[str, list[Path]]:
+    """The committed trial folders by run key, found once (a walk of traces/ that reads every config file)."""
     return run_folders(TRACES)
 
 

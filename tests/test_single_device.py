@@ -120,6 +120,7 @@ def test_a_run_is_priced_in_its_own_precision():
 # ---------------------------------------------------------------- one device calibrated alone
 
 
+@pytest.mark.slow  # times the device's kernels for ~5 s: a measurement, not a unit
 def test_a_calibration_of_one_device_has_kernels_and_no_collectives(monkeypatch, tmp_path):
     from muon_repro.costmodel import compute_bench, measurement
     from muon_repro.costmodel.calibrate import calibrate
