@@ -73,6 +73,21 @@ def test_dp_and_tp_calls_are_matched_within_their_own_groups():
     assert all(split[r]["matched"].all() for r in range(4))
 
 
+def test_start_skew_compares_each_call_with_its_own_groups_ranks_only():
+    """The steps table's skew: DP group {1, 3} issuing 50 ms after group {0, 2} is no skew (no rank waits for a rank
+    outside its group); rank 2 arriving 100 us after rank 0 in their DP group is, and rank 2 is the straggler."""
+    from muon_repro.analysis.tables import _skew
+
+    side_by_side = [calls_of(r, [call(1, "dp_reduce_scatter", "reduce_scatter", 50_000.0 * (r % 2), 60_000.0)]) for r in range(4)]
+    skew = _skew(side_by_side, dp=2, tp=2, pp=1)
+    assert skew["start_skew_ms"].tolist() == [0.0] * 4 and skew["late_ms"].tolist() == [0.0] * 4
+    skew = _skew(dp2_tp2_calls(), dp=2, tp=2, pp=1).set_index("rank")
+    # DP gather: rank 2 is 100 us after rank 0, rank 3 20 us after rank 1; TP gather: rank 1 50 us after rank 0,
+    # rank 2 5 us after rank 3. Each rank's lateness is its mean over its two calls.
+    assert skew["late_ms"].to_dict() == pytest.approx({0: 0.0, 1: 0.025, 2: 0.0525, 3: 0.01})
+    assert skew["start_skew_ms"].tolist() == pytest.approx([0.1] * 4) and (skew["straggler_rank"] == 2).all()
+
+
 def test_the_kth_call_of_a_step_matches_the_kth_call_in_issue_order():
     # rows out of issue order on rank 0; the same op twice per step, and again in step 2
     rank0 = [

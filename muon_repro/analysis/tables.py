@@ -44,7 +44,7 @@ from muon_repro.analysis.runs_table import display_path, runs_table, with_optimi
 from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.trace_files import TraceFile, analyzed_trace_files, trace_files_table
-from muon_repro.analysis.waits import split_wait_transfer
+from muon_repro.analysis.waits import call_groups, split_wait_transfer
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
 
@@ -126,7 +126,7 @@ def tables_from_analysis(
 def _steps_table(analysis: Analysis) -> pd.DataFrame:
     frames = []
     for info, items in analysis.runs:
-        skew = _skew(items)
+        skew = _skew(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
         splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
         for b, split in zip(items, splits):
             df = b.steps.copy()
@@ -160,11 +160,13 @@ def _wait_transfer_by_step(split: pd.DataFrame, launch_step: pd.Series, steps: p
     return sums["wait_us"].to_numpy(), sums["transfer_us"].to_numpy()
 
 
-def _skew(items: list) -> pd.DataFrame | None:
+def _skew(items: list, *, dp: int | None, tp: int | None, pp: int | None) -> pd.DataFrame | None:
     """Spread of collective start times across the ranks of one run, per step.
 
-    The k-th call of a given (phase, op) in a step is the same collective on every rank
-    (they run the same program). Times are made comparable with each trace's
+    The k-th call of a given (phase, op) in a step is the same collective on every rank of its process group (they
+    run the same program): calls are matched within their group (:func:`~muon_repro.analysis.waits.call_groups`,
+    as the wait/transfer split matches them), never across two DP groups that run side by side. Point-to-point
+    calls, and calls whose group is not known, are left out. Times are made comparable with each trace's
     ``baseTimeNanoseconds`` (absolute time = base + ts).
     """
     if len(items) < 2 or any(b.meta.base_time_ns is None for b in items):
@@ -182,7 +184,9 @@ def _skew(items: list) -> pd.DataFrame | None:
     if len(frames) < 2:
         return None
     allc = pd.concat(frames, ignore_index=True)
-    key = ["step", "phase", "op", "ordinal"]
+    kind, index = call_groups(items, allc["phase"].to_numpy(), allc["rank"].to_numpy(), dp=dp, tp=tp, pp=pp)
+    allc = allc.assign(group_kind=kind, group_index=index)[kind >= 0]
+    key = ["step", "group_kind", "group_index", "phase", "op", "ordinal"]
     allc["first_us"] = allc.groupby(key)["t_us"].transform("min")
     allc["ranks_seen"] = allc.groupby(key)["rank"].transform("nunique")
     allc = allc[allc["ranks_seen"] >= 2]

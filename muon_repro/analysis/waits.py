@@ -79,6 +79,18 @@ def split_wait_transfer(
     ]
 
 
+def call_groups(
+    breakdowns: Sequence[TraceBreakdown], phases: np.ndarray, ranks: np.ndarray, *, dp: int | None, tp: int | None, pp: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per call (its phase name and rank, among the run's ``breakdowns``), the kind and index of the group it runs
+    on, as :func:`split_wait_transfer` matches calls: the k-th call of a (step, phase, op) on each rank of one group
+    is one collective. Kind -1: no group known (a point-to-point ``pp_*`` transfer, a ``dp_`` / ``tp_`` phase
+    without the run's sizes, a rank outside the run)."""
+    codes, names = pd.factorize(np.asarray(phases, dtype=object))
+    world = _world_size(breakdowns, dp, tp, pp or 1)
+    return _groups(_phase_scopes(names)[codes], np.asarray(ranks, np.int64), dp, tp, world)
+
+
 def _calls_on_one_clock(breakdowns: Sequence[TraceBreakdown]) -> dict[str, np.ndarray] | None:
     """Every rank's calls as one set of arrays, times in us on the clock of the earliest base time.
 
