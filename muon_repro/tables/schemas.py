@@ -386,7 +386,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "start_skew_ms",
                 "Float64",
                 "ms",
-                "largest spread, across its process group's ranks, of one collective's start in this step; null for one rank",
+                "largest spread, across its process group's ranks, of one collective's start in this step; null for one rank or "
+                "a step of point-to-point transfers only",
             ),
             (
                 "late_ms",
@@ -394,7 +395,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "ms",
                 "this rank's mean delay entering the step's collectives, after its group's earliest rank",
             ),
-            ("straggler_rank", "Int64", "", "the rank with the largest late_ms in this step (null for one rank)"),
+            ("straggler_rank", "Int64", "", "the rank with the largest late_ms in this step (null where start_skew_ms is)"),
         ),
     ),
     "timed_steps": TableSchema(
