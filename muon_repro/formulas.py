@@ -33,10 +33,11 @@ def ring_bytes(op: str, elements: int, element_size: int, group_size: int) -> in
     """Bytes one rank sends for collective ``op`` over an array of ``elements`` (the full, un-sharded array) of
     ``element_size`` bytes each, in a group of ``group_size`` ranks, by the ring model of nccl-tests.
 
-    With ``n`` ranks and the array cut into ``n`` chunks of ``ceil(elements / n)`` elements::
+    With ``n`` ranks and the array cut into ``n`` chunks of ``ceil(elements / n)`` elements (``S`` the array's bytes;
+    ``≈`` because the last chunk is padded to the others' size when ``n`` does not divide ``elements``)::
 
-        all_gather, reduce_scatter, all_to_all   (n-1) * chunk      = (n-1)/n * S
-        all_reduce                               2 * (n-1) * chunk  = 2(n-1)/n * S   (a reduce-scatter, then an all-gather)
+        all_gather, reduce_scatter, all_to_all   (n-1) * chunk      ≈ (n-1)/n * S
+        all_reduce                               2 * (n-1) * chunk  ≈ 2(n-1)/n * S   (a reduce-scatter, then an all-gather)
         broadcast, send_recv, reduce, gather, scatter   the array once, S
         barrier                                  0
 
