@@ -136,3 +136,34 @@ def test_per_step_nccl_time_agrees_with_holistic_trace_analysis():
     worse = [r for r in result.rows if r.rel > study_hta_check.TOLERANCE]
     assert not worse, report
     assert report.endswith("PASS")
+
+
+def _event(name: str, cat: str, tid: int, ts: float, dur: float, args: dict | None = None, pid: int = 1) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args or {}}
+
+
+def test_a_collective_takes_the_kernel_it_launched_not_the_next_in_line(tmp_path):
+    """A ``record_param_comms`` that launched no kernel (a coalesced call) takes none: the kernel after it belongs,
+    by its External id, to the all-gather that launched it, whose size it then carries."""
+
+    def comms(collective: str, elements: int, external: int) -> dict:
+        out = 2 * elements if collective == "_allgather_base" else elements
+        return {"Collective name": collective, "In msg nelems": elements, "Out msg nelems": out, "Group size": 2,
+                "dtype": "Float", "Process Group Name": "1", "External id": external}  # fmt: skip
+
+    events = [
+        _event("Muon_Full_Training_Step", "user_annotation", 1, 0, 1000),
+        _event("Muon_Step", "user_annotation", 1, 10, 500),
+        _event("record_param_comms", "cpu_op", 1, 20, 5, comms("allreduce", 1, 7)),  # launches no kernel
+        _event("record_param_comms", "cpu_op", 1, 40, 5, comms("_allgather_base", 1000, 8)),
+        _event("cudaLaunchKernel", "cuda_runtime", 1, 42, 2, {"correlation": 99, "External id": 8}),
+        _event("ncclDevKernel_AllGather_RING_LL(x)", "kernel", 7, 50, 100, {"correlation": 99, "External id": 8}, pid=0),
+    ]
+    distributed = {"rank": 0, "world_size": 2, "pg_config": [{"pg_name": "1", "ranks": [0, 1], "pg_size": 2}]}
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 0, "distributedInfo": distributed}))
+    collectives = read_study_trace(path).collectives
+    assert collectives[["op", "elements", "payload_bytes", "ring_bytes"]].to_dict("records") == [
+        {"op": "all_gather", "elements": 2000, "payload_bytes": 8000, "ring_bytes": 4000}
+    ]
+    assert (collectives["start_ns"].tolist(), collectives["end_ns"].tolist()) == ([50_000], [150_000])  # the kernel's

@@ -167,8 +167,8 @@ def _kernel_rows(
     ev = trace.events
     ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     launch = trace.launch_rows[kernels]
-    caller = _launching_op(trace, kernels, launch, callers)
-    annotation = _launching_op(trace, kernels, launch, annotations)
+    caller = launching_op(trace, kernels, launch, callers)
+    annotation = launching_op(trace, kernels, launch, annotations)
     rows = []
     for k, launch_row, c, a in zip(kernels.tolist(), launch.tolist(), caller.tolist(), annotation.tolist()):
         kargs = _args(trace, k)
@@ -187,7 +187,7 @@ def _kernel_rows(
     return rows
 
 
-def _launching_op(trace: TraceEvents, kernels: np.ndarray, launch: np.ndarray, ops: np.ndarray) -> np.ndarray:
+def launching_op(trace: TraceEvents, kernels: np.ndarray, launch: np.ndarray, ops: np.ndarray) -> np.ndarray:
     """Per kernel, the row among ``ops`` that launched it (-1 if none): the op with the
     kernel's ``External id``, else the innermost op enclosing its launch call on that thread."""
     out = np.full(len(kernels), -1, np.int64)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from muon_repro.analysis.collectives import dtype_info, normalize_op
 from muon_repro.analysis.errors import TraceError
-from muon_repro.analysis.instances import collective_instances
+from muon_repro.analysis.instances import collective_instances, launching_op
 from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.piece_columns import GPU_WORK_CATS
 from muon_repro.analysis.reader import read_trace
@@ -284,8 +284,10 @@ def _innermost(inner: pd.DataFrame, times: np.ndarray) -> list[str]:
 
 
 def _nccl_collectives(trace: TraceEvents, work: pd.DataFrame) -> pd.DataFrame:
-    """NCCL: each ``record_param_comms`` call with its kernel (the k-th NCCL kernel launched on a thread belongs
-    to the k-th collective that thread issued); the group's ranks from the trace's process groups."""
+    """NCCL: each ``record_param_comms`` call with the kernel it launched (linked as the analysis links a kernel to
+    its op: :func:`~muon_repro.analysis.instances.launching_op`, by ``External id``, else the innermost call around
+    the launch), so that a call that launched no kernel takes none; the group's ranks from the trace's process
+    groups."""
     ev, args = trace.events, trace.args
     if "collective" not in args.columns:
         return pd.DataFrame()
@@ -293,15 +295,17 @@ def _nccl_collectives(trace: TraceEvents, work: pd.DataFrame) -> pd.DataFrame:
     calls = args.dropna(subset=["collective"])
     calls = calls[ev.loc[calls.index, "name"].astype(str) == "record_param_comms"]
     kernels = work[work["nccl"]].sort_values("launch_ts")
-    rows, seen = [], {}
+    kernel_rows = kernels["row"].to_numpy()
+    by_call: dict[int, int] = {}  # a call's first kernel, by launch
+    launched_by = launching_op(trace, kernel_rows, trace.launch_rows[kernel_rows], calls.index.to_numpy())
+    for position, call in enumerate(launched_by.tolist()):
+        if call >= 0:
+            by_call.setdefault(call, position)
+    rows = []
     for row, rec in calls.iterrows():
-        thread = int(ev.at[row, "thread"])
-        k = seen.get(thread, 0)
-        seen[thread] = k + 1
-        mine = kernels[kernels["launch_thread"] == thread]
-        if k >= len(mine):
-            continue  # a call whose kernel the trace does not hold
-        kernel = mine.iloc[k]
+        if row not in by_call:
+            continue  # a call whose kernel the trace does not hold, or that launched none
+        kernel = kernels.iloc[by_call[row]]
         op = normalize_op(str(rec["collective"])) or "other"
         group_size = int(rec["group_size"]) if pd.notna(rec["group_size"]) else 1
         dtype, size = dtype_info(rec["dtype"]) or (str(rec["dtype"]), 0)
