@@ -148,8 +148,15 @@ def test_a_collective_takes_the_kernel_it_launched_not_the_next_in_line(tmp_path
 
     def comms(collective: str, elements: int, external: int) -> dict:
         out = 2 * elements if collective == "_allgather_base" else elements
-        return {"Collective name": collective, "In msg nelems": elements, "Out msg nelems": out, "Group size": 2,
-                "dtype": "Float", "Process Group Name": "1", "External id": external}  # fmt: skip
+        return {
+            "Collective name": collective,
+            "In msg nelems": elements,
+            "Out msg nelems": out,
+            "Group size": 2,
+            "dtype": "Float",
+            "Process Group Name": "1",
+            "External id": external,
+        }
 
     events = [
         _event("Muon_Full_Training_Step", "user_annotation", 1, 0, 1000),
