@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms, transfer_ms
+from tiny_sweep import shared_root
 
 from muon_repro.claims import VERDICTS
 from muon_repro.cli import main
@@ -46,8 +47,7 @@ def bundle(tmp_path_factory) -> Path:
     Built once per session: under pytest-xdist the workers share it through the parent of
     their temporary directories, the first to take the lock builds it.
     """
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = shared_root(tmp_path_factory)
     root = shared / "report_bundle"
     with open(shared / "report_bundle.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

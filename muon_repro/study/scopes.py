@@ -171,7 +171,7 @@ def _gpu_work(trace: TraceEvents) -> pd.DataFrame:
             "end": ev["end"].to_numpy()[rows],
             "dur": ev["dur"].to_numpy()[rows],
             "launch_ts": ev["ts"].to_numpy()[launch],
-            "launch_thread": ev["thread"].to_numpy()[launch],
+            "launch_row": launch,
             "nccl": np.char.startswith(names, NCCL_KERNEL_PREFIXES[0]) | np.char.startswith(names, NCCL_KERNEL_PREFIXES[1]),
         }
     )
@@ -295,9 +295,8 @@ def _nccl_collectives(trace: TraceEvents, work: pd.DataFrame) -> pd.DataFrame:
     calls = args.dropna(subset=["collective"])
     calls = calls[ev.loc[calls.index, "name"].astype(str) == "record_param_comms"]
     kernels = work[work["nccl"]].sort_values("launch_ts")
-    kernel_rows = kernels["row"].to_numpy()
     by_call: dict[int, int] = {}  # a call's first kernel, by launch
-    launched_by = launching_op(trace, kernel_rows, trace.launch_rows[kernel_rows], calls.index.to_numpy())
+    launched_by = launching_op(trace, kernels["row"].to_numpy(), kernels["launch_row"].to_numpy(), calls.index.to_numpy())
     for position, call in enumerate(launched_by.tolist()):
         if call >= 0:
             by_call.setdefault(call, position)
