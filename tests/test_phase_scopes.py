@@ -15,7 +15,9 @@ def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1, pid: int = 1, *
     return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
 
 
-def _trace(tmp_path: Path) -> Path:
+def _trace(
+    tmp_path: Path, launches: tuple[tuple[float, float, float], ...] = ((120, 300, 200), (150, 600, 200), (195, 850, 50))
+) -> Path:
     """One profiled step of 1 ms: the optimizer scope (100-200 us) holds newton_schulz (110-190 us) on the CPU; the
     GPU copies of both scopes span 300-900 us; three kernels: two launched inside newton_schulz (300-500, 600-800),
     one inside the optimizer after it (850-900)."""
@@ -27,7 +29,7 @@ def _trace(tmp_path: Path) -> Path:
         _x("optimizer", "gpu_user_annotation", 300, 600, **gpu),
         _x("newton_schulz", "gpu_user_annotation", 300, 500, **gpu),
     ]
-    for corr, (launch, start, dur) in enumerate(((120, 300, 200), (150, 600, 200), (195, 850, 50)), start=1):
+    for corr, (launch, start, dur) in enumerate(launches, start=1):
         events.append(_x("cudaLaunchKernel", "cuda_runtime", launch, 3, correlation=corr))
         events.append(_x(f"gemm_{corr}", "kernel", start, dur, correlation=corr, **gpu))
     path = tmp_path / "rank0.json"
@@ -46,3 +48,12 @@ def test_a_scope_and_its_gpu_copy_are_one_phase_timed_by_its_kernels(tmp_path):
     assert opt["gpu_ms_per_step"] == pytest.approx(0.450)
     assert ns["ms_per_step"] == ns["gpu_ms_per_step"] and opt["ms_per_step"] == opt["gpu_ms_per_step"]
     assert ns["ms_per_step"] <= opt["ms_per_step"]
+
+
+def test_a_launch_at_a_phase_end_belongs_to_the_enclosing_phase_not_the_ended_one(tmp_path):
+    """Phase and step windows are half-open, as the step assignment's: a launch at 190 us, where newton_schulz
+    (110-190 us) ends, is the optimizer's own work."""
+    trace = _trace(tmp_path, launches=((120, 300, 200), (190, 600, 200)))
+    phases = build_tables([trace], workers=1)["phases"].set_index("phase")
+    assert phases.loc["newton_schulz", "gpu_ms_per_step"] == pytest.approx(0.200)
+    assert phases.loc["optimizer", "gpu_ms_per_step"] == pytest.approx(0.400)

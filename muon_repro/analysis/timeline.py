@@ -98,7 +98,7 @@ def _gpu_spans(
         return empty_spans()
     launch_ts = events["ts"].to_numpy()[launch_rows[work]]
     step_i = np.searchsorted(starts, launch_ts, side="right") - 1
-    in_step = (step_i >= 0) & (launch_ts <= stops[np.maximum(step_i, 0)])
+    in_step = (step_i >= 0) & (launch_ts < stops[np.maximum(step_i, 0)])  # windows are half-open, as assign_steps'
     frames = []
     for lane in ("coarse", "fine"):
         mine = spans[spans["lane"] == lane].sort_values("start_us")
@@ -106,7 +106,7 @@ def _gpu_spans(
             continue
         lo, hi, name = mine["start_us"].to_numpy(), mine["end_us"].to_numpy(), mine["phase"].to_numpy()
         i = np.searchsorted(lo, launch_ts, side="right") - 1
-        hit = (i >= 0) & (launch_ts <= hi[np.maximum(i, 0)]) & in_step
+        hit = (i >= 0) & (launch_ts < hi[np.maximum(i, 0)]) & in_step
         frames.append(
             pd.DataFrame(
                 {
