@@ -146,6 +146,7 @@ class MadeUnder:
     min_tokens_per_d_model: float | None = None  # tokens per step per unit of d_model, at least
     one_rank_per_core: bool = False  # a time claim: no more ranks than cores (else wall time follows summed work)
     min_tokens_per_param: float | None = None  # a training claim: tokens trained per model parameter, at least
+    min_params: int | None = None  # a training claim: the model's parameters, at least
     min_ranks: int | None = None  # the ranks (GPUs) the claim's runs had, at least: one device has no communication
 
     def outside(self, run: Mapping[str, Any], ranks_per_core: float | None, quoted: dict[str, float]) -> list[str]:
@@ -169,6 +170,8 @@ class MadeUnder:
             if per_param < self.min_tokens_per_param:
                 quoted["tokens_per_param"] = per_param
                 reasons.append(f"{per_param:.1f} tokens per parameter, not {self.min_tokens_per_param:g}+")
+        if self.min_params is not None and params and float(params) < self.min_params:
+            reasons.append(f"{int(params):,} parameters, not {self.min_params:,}+")
         world = run.get("world_size")
         if self.min_ranks is not None and world is not None and world == world and int(world) < self.min_ranks:
             alone = int(world) == 1
@@ -359,9 +362,11 @@ CLAIMS = (
         short="extra tokens AdamW needs",
         topic="Convergence",
         made_under=MadeUnder(
-            "compute-optimal training, as in Moonlight's scaling-law experiments (Chinchilla's ~20 training tokens per "
+            "LLM pretraining as in Moonlight's scaling-law experiments: models of hundreds of millions of parameters "
+            "or more (100,000,000 at least here), trained compute-optimally (Chinchilla's ~20 training tokens per "
             "parameter; at least half of that here)",
             min_tokens_per_param=10.0,
+            min_params=100_000_000,
         ),
         rule=f"reproduced if the 95% t interval over seeds (at least {LEADING_MIN_SEEDS}) of the extra tokens AdamW "
         "needs (interpolated between AdamW's budgets where it trained longer; else the leading ratio at the end, EWM "
@@ -370,7 +375,8 @@ CLAIMS = (
         "wholly outside, else inconclusive; one-sided, [low, +inf), when the lead on a seed is a lower bound (beyond "
         "AdamW's budgets, or never matched within Muon's steps); "
         f"not measured with fewer than {LEADING_MIN_SEEDS} seeds; not comparable here when the runs trained fewer than 10 "
-        "tokens per parameter (the claim is made for compute-optimal training)",
+        "tokens per parameter (the claim is made for compute-optimal training) or the model has fewer than 100,000,000 "
+        "parameters (it is made at LLM scale)",
     ),
 )
 BY_ID = {c.claim_id: c for c in CLAIMS}

@@ -269,8 +269,10 @@ def claims_summary(metrics: Path, *, verbose: bool = False, report: Path = Path(
     def measured(c) -> str:
         if pd.isna(c["measured_value"]):
             return "-"
-        high = "no upper end" if pd.isna(c["measured_high"]) and not pd.isna(c["measured_low"]) else number(c["measured_high"])
-        return f"{number(c['measured_value'])} [{number(c['measured_low'])}, {high}]"
+        low_missing, high_missing = pd.isna(c["measured_low"]), pd.isna(c["measured_high"])
+        low = "no lower end" if low_missing and not high_missing else number(c["measured_low"])  # one-sided: null end
+        high = "no upper end" if high_missing and not low_missing else number(c["measured_high"])
+        return f"{number(c['measured_value'])} [{low}, {high}]"
 
     header = ["claim", "claimed", "measured [95% interval]", "verdict"]
     rows = [[str(c["claim"]), number(c["claimed_value"]), measured(c), str(c["verdict"])] for _, c in claims.iterrows()]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from importlib import metadata
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -401,11 +403,22 @@ def _write_record(
 EMPTY_RUNS = ("runs", "steps", "ranks", "phases")
 
 
-def _claim(tables: dict) -> pd.Series:
-    from muon_repro.analysis.claims import claims_table
+def _claim(tables: dict, *, at_llm_scale: bool = True) -> pd.Series:
+    """The claims table's convergence row. ``at_llm_scale``: judged as if these tiny models had the parameters the
+    claim was made at (no record here can have them), so that its rule is what these tests check; the scale
+    condition itself has its own test."""
+    from muon_repro import claims
+    from muon_repro.analysis import claims as analysis_claims
 
     empty = {n: SCHEMAS[n].empty() for n in EMPTY_RUNS}
-    return claims_table(**empty, convergence=tables).set_index("claim_id").loc["muon_leading_steps"]
+    declared = claims.BY_ID["muon_leading_steps"]
+    judged = replace(declared, made_under=replace(declared.made_under, min_params=None)) if at_llm_scale else declared
+    with (
+        mock.patch.object(analysis_claims, "CLAIMS", tuple(judged if c is declared else c for c in claims.CLAIMS)),
+        mock.patch.dict(claims.BY_ID, {"muon_leading_steps": judged}),
+    ):
+        table = analysis_claims.claims_table(**empty, convergence=tables)
+    return table.set_index("claim_id").loc["muon_leading_steps"]
 
 
 def _sweep_and_seeds(root, seeds: int = 5, muon_gflop: float = 1.2, adamw_slope=lambda seed: 0.1) -> None:
@@ -704,6 +717,53 @@ def test_a_budget_that_never_reaches_muons_loss_is_censored_not_a_number(tmp_pat
     leads = pd.Series([np.nan, *at_bound[1:]])
     ends = [censored_mean_interval(leads, kinds, pd.Series([b, np.nan, np.nan, np.nan, np.nan])) for b in (2.0, 4.0)]
     assert ends[1][0] > ends[0][0] and ends[1][1] < ends[0][1]
+
+
+def test_a_seed_adamw_matches_at_muons_own_length_leaves_the_lead_one_sided_below(tmp_path):
+    """Seed 0's AdamW run of Muon's length already reaches Muon's loss (a lead of -0.3, censored below at 0): the mean
+    is an upper bound and the interval has no low end, so the claim can be refuted but never reproduced."""
+    _budget_runs(tmp_path / "short", "convergence-small", [-0.3, 0.1, 0.2, 0.15, 0.1])
+    claim = _claim(convergence_tables([tmp_path / "short"]))
+    at_bound = [0.0, 0.1, 0.2, 0.15, 0.1]
+    half = 2.7764451051977987 * np.std(at_bound, ddof=1) / np.sqrt(5)
+    assert claim["measured_value"] == pytest.approx(np.mean(at_bound)) and claim["measured_low"] == -np.inf
+    assert claim["measured_high"] == pytest.approx(np.mean(at_bound) + half) and claim["verdict"] == "not reproduced"
+    assert "only the mean is an upper bound" in claim["explanation"] and len(claim["explanation"].split()) <= 60
+    _budget_runs(tmp_path / "straddles", "convergence-small", [-0.3, 0.8, 1.0, 0.9, 1.2])
+    assert _claim(convergence_tables([tmp_path / "straddles"]))["verdict"] == "inconclusive"
+    _budget_runs(tmp_path / "both", "convergence-small", [-0.3, 0.8, 1.0, 0.9, 2.5])  # seed 4 beyond the 3x budget
+    both = _claim(convergence_tables([tmp_path / "both"]))
+    assert both["verdict"] == "not measured" and "no mean, no interval" in both["explanation"]
+    assert len(both["explanation"].split()) <= 60
+
+
+def test_the_claim_is_not_comparable_at_a_scale_far_below_moonlights(tmp_path):
+    """1,000 parameters trained on 10 tokens each: compute-optimal, but no LLM. The lead is measured and kept; the
+    verdict says the run is outside the claim's conditions, and by how much."""
+    _budget_runs(tmp_path, "convergence-small", [0.7, 0.8, 0.9, 0.75, 0.85])
+    tables = convergence_tables([tmp_path])
+    assert _claim(tables)["verdict"] == "reproduced"  # the same runs, judged at the claim's scale
+    claim = _claim(tables, at_llm_scale=False)
+    assert claim["verdict"] == "not comparable here" and claim["measured_value"] == pytest.approx(0.8)
+    assert "1,000 parameters, not 100,000,000+" in claim["outside_conditions"]
+
+
+def test_each_length_with_a_sweep_of_its_own_flags_its_own_best_learning_rate(tmp_path):
+    """AdamW's 4-step sweep picks 1e-3; its 15-step budget's sweep picks 1e-2: each length's runs are flagged by
+    their own sweep, and the budget's comparison uses that rate."""
+    for opt, lrs in (("muon", {1e-3: 4.0, 1e-2: 3.5}), ("adamw", {1e-3: 3.9, 1e-2: 4.2})):
+        for lr, val in lrs.items():
+            _write_record(tmp_path, opt, lr, 0, 4, val, 0.1)
+    _write_record(tmp_path, "muon", 1e-2, 0, 10, 3.0, 0.2, final_test=3.2)
+    _write_record(tmp_path, "adamw", 1e-3, 0, 10, 3.4, 0.1, final_test=3.5)
+    for lr, val, test in ((1e-3, 3.3, 3.3), (1e-2, 3.2, 3.1)):
+        _write_record(tmp_path, "adamw", lr, 0, 15, val, 0.1, final_test=test)
+    tables = convergence_tables([tmp_path])
+    runs = tables["convergence_runs"].set_index(["optimizer", "steps", "lr"])["best_lr"].astype(bool)
+    assert runs[("adamw", 4, 1e-3)] and runs[("adamw", 10, 1e-3)] and runs[("muon", 10, 1e-2)]
+    assert runs[("adamw", 15, 1e-2)] and not runs[("adamw", 15, 1e-3)]
+    budget = tables["budget_match"].set_index("adamw_steps")
+    assert budget.loc[15, "adamw_lr"] == 1e-2 and budget.loc[10, "adamw_lr"] == 1e-3
 
 
 def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):

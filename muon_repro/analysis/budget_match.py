@@ -13,7 +13,8 @@ length: a point of a longer AdamW schedule is not a schedule that ends there, so
 A seed whose longest AdamW budget stays above Muon's loss is censored above (its lead is more than that budget's);
 one whose AdamW run of Muon's length is already at or below it is censored below (no lead). The summary over seeds
 (mean, 95% t interval) counts a censored seed at its bound and says so: a bound above makes the interval one-sided,
-``[low, +inf)``; the mean is then a lower bound, the low end is not (:func:`censored_mean_interval`).
+``[low, +inf)``, and the mean a lower bound, the low end not one (:func:`censored_mean_interval`); a bound below
+likewise ``(-inf, high]``.
 """
 
 from __future__ import annotations
@@ -48,21 +49,6 @@ def matched_tokens(budgets: np.ndarray, losses: np.ndarray, target: float) -> tu
     return float(math.exp(math.log(budgets[j - 1]) + fraction * (math.log(budgets[j]) - math.log(budgets[j - 1])))), "none"
 
 
-def _adamw_at_its_best(conv: pd.DataFrame, at_length: pd.DataFrame, length: int) -> pd.DataFrame:
-    """AdamW's final rows at each length: at Muon's, its best learning rate (``at_length``); at each longer budget,
-    the learning rate whose seed-0 run ends at the lowest validation loss among that budget's sweep (the test loss is
-    never consulted), since a longer schedule has its own best."""
-    finals = conv[(conv["optimizer"] == "adamw") & (conv["step"] == conv["steps"])]
-    longer = finals[finals["steps"] > length]
-    frames = [at_length]
-    for _, runs in longer.groupby("steps"):
-        sweep = runs[runs["seed"] == 0].dropna(subset=["val_loss"])
-        if len(sweep):
-            lr = sweep.loc[sweep["val_loss"].astype(float).idxmin(), "lr"]
-            frames.append(runs[runs["lr"] == lr])
-    return pd.concat(frames, ignore_index=True)
-
-
 def budget_match_table(conv: pd.DataFrame) -> pd.DataFrame:
     """One row per seed and AdamW budget of one profile's configuration (its ``convergence`` rows with the
     ``best_lr`` flag): each optimizer's final test loss, the tokens AdamW needs to reach Muon's, the lead and its
@@ -71,8 +57,8 @@ def budget_match_table(conv: pd.DataFrame) -> pd.DataFrame:
     finals = best[best["step"] == best["steps"]]
     muon = finals[finals["optimizer"] == "muon"]
     length = int(muon["steps"].max()) if len(muon) else 0  # Muon's long runs (the sweep may be shorter)
-    adamw = finals[(finals["optimizer"] == "adamw") & (finals["steps"] == length)]
-    adamw = _adamw_at_its_best(conv, adamw, length)
+    # at Muon's length and each longer budget, AdamW's best there (a longer schedule has its own sweep and best)
+    adamw = finals[(finals["optimizer"] == "adamw") & (finals["steps"] >= length)]
     rows = []
     for seed, m in muon.groupby("seed"):
         m = m[m["steps"] == m["steps"].max()].iloc[0]  # Muon's long run of this seed (the sweep may be shorter)

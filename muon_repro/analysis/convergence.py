@@ -185,6 +185,17 @@ def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
     return best
 
 
+def best_lrs_by_length(conv: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Per (optimizer, steps) that has a sweep of its own (seed-0 runs that reached their last step at two or more
+    learning rates), the one ending at the lowest validation loss: a longer schedule has its own best."""
+    finals = conv[(conv["seed"] == 0) & (conv["step"] == conv["steps"])].dropna(subset=["val_loss"])
+    best = {}
+    for (opt, steps), runs in finals.groupby(["optimizer", "steps"]):
+        if runs["lr"].nunique() >= 2:
+            best[(str(opt), int(steps))] = float(runs.loc[runs["val_loss"].astype(float).idxmin(), "lr"])
+    return best
+
+
 def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
     if set(best) != set(OPTIMIZERS):
         return pd.DataFrame()
@@ -342,7 +353,10 @@ def _conformed(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
 def _group_tables(conv: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One profile's and configuration's convergence rows with their best-lr and sweep flags, and its leading steps."""
     best = best_lrs(conv)
-    conv["best_lr"] = [best.get(o) == lr for o, lr in zip(conv["optimizer"], conv["lr"])]
+    by_length = best_lrs_by_length(conv)  # the main sweep's length among them, with the same winner
+    conv["best_lr"] = [
+        by_length.get((o, int(n)), best.get(o)) == lr for o, n, lr in zip(conv["optimizer"], conv["steps"], conv["lr"])
+    ]
     sweep = sweep_steps(conv)
     conv["sweep"] = [seed == 0 and sweep.get(o) == n for o, seed, n in zip(conv["optimizer"], conv["seed"], conv["steps"])]
     conv = conv.sort_values(["optimizer", "lr", "steps", "seed", "step"], kind="stable").reset_index(drop=True)

@@ -85,16 +85,18 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
 
 def claim_group(conv: pd.DataFrame) -> str:
     """The configuration (convergence ``group``) the claim is judged on: among those trained inside its conditions
-    (Muon's long runs at least the claim's tokens per parameter), the one with most seeds; else the one with most
-    tokens per parameter."""
-    need = claim("muon_leading_steps").made_under.min_tokens_per_param or 0.0
+    (Muon's long runs at least the claim's tokens per parameter, a model of at least its parameters), the one with
+    most seeds; else the one with most seeds and tokens per parameter."""
+    made_under = claim("muon_leading_steps").made_under
     best = conv[conv["best_lr"].fillna(False).astype(bool) & (conv["optimizer"] == "muon")]
     ranked = []
     for group, rows in (best if len(best) else conv).groupby("group"):
         rows = rows[rows["steps"] == rows["steps"].max()]
         first = rows.iloc[0]
-        per_param = int(first["steps"]) * int(first["tokens_per_step"]) / float(first["params"]) if first["params"] else 0.0
-        ranked.append((per_param >= need, rows["seed"].nunique(), per_param, str(group)))
+        trained = int(first["steps"]) * int(first["tokens_per_step"])
+        per_param = trained / float(first["params"]) if first["params"] else 0.0
+        inside = not made_under.outside({"params": first["params"], "tokens_trained": trained}, None, {})
+        ranked.append((inside, rows["seed"].nunique(), per_param, str(group)))
     return max(ranked)[-1]
 
 
@@ -111,18 +113,31 @@ def _budget_lead(budget: pd.DataFrame, head: pd.DataFrame) -> tuple[float, float
     seeds, censored = int(first["seeds"]), int(first["censored_seeds"])
     value, low, high = _triple(first, "lead")
     per_seed = budget.drop_duplicates("seed")
-    above = per_seed[per_seed["censored"] == "above"]
-    if len(above):
+    above, below = per_seed[per_seed["censored"] == "above"], per_seed[per_seed["censored"] == "below"]
+    if len(above) and not len(below):
         high = float("inf")  # a lead beyond the largest budget: the interval is one-sided
+    if len(below) and not len(above):
+        low = float("-inf")  # AdamW reached Muon's loss at Muon's own length: the lead is at most 0, one-sided below
     said = (
         f"AdamW's final test loss over its budgets reached Muon's on {seeds - censored} of {seeds} seeds, "
         f"interpolated in log tokens. Within runs of Muon's length the smoothed curves' lead at the end (EWM alpha "
         f"{HEADLINE_ALPHA:g}) is {_with_interval(*_summary(head.iloc[0], 'leading_ratio'))}."
     )
-    if len(above):
+    largest = f"{float(above['lead_bound'].max()) + 1:g}x" if len(above) else ""
+    if len(above) and len(below):
         said += (
-            f" On {counted(len(above), 'seed')} no budget up to {float(above['lead_bound'].max()) + 1:g}x reached it: counted at "
-            "that bound, only the mean is a lower bound."
+            f" Censored both ways ({counted(len(above), 'seed')} beyond {largest}, {len(below)} reached at Muon's length): "
+            "no mean, no interval."
+        )
+    elif len(above):
+        said += (
+            f" On {counted(len(above), 'seed')} no budget up to {largest} reached it: counted at that bound, only the "
+            "mean is a lower bound."
+        )
+    elif len(below):
+        said += (
+            f" On {counted(len(below), 'seed')} AdamW reached it at Muon's own length: counted at a lead of 0, only the "
+            "mean is an upper bound."
         )
     return value, low, high, seeds, said
 

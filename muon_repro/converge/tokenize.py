@@ -2,7 +2,8 @@
 
 Byte-level, so any text round-trips exactly (``decode(encode(t)) == t``) and no token is unknown.
 The vocabulary is kept small (default 512) so that the embedding table and the LM head, which
-AdamW manages under either optimizer, stay a minority of a small model's parameters.
+AdamW manages under either optimizer, are a minority of the reference model's parameters (14%); in a model as
+narrow as the compute-optimal configuration's (hidden 32) they are still the majority (57%).
 """
 
 from __future__ import annotations

@@ -142,7 +142,13 @@ CONVERGENCE_SCHEMAS = (
                 "seed of the initial weights and of the batch order (Muon and AdamW runs of one seed see the same batches)",
             ),
             ("ewm_alpha", "Float64", "", "smoothing of train_loss_ewm"),
-            ("best_lr", "boolean", "", "the run's lr is its optimizer's best: lowest final val_loss of its sweep (seed 0)"),
+            (
+                "best_lr",
+                "boolean",
+                "",
+                "the run's lr is its optimizer's best at its length: lowest final val_loss of the sweep at its steps (seed 0); "
+                "a length with no sweep of its own takes its optimizer's sweep's",
+            ),
             ("sweep", "boolean", "", "the run is one of its optimizer's learning-rate sweep (seed 0, the sweep's length)"),
             ("steps", "Int64", "count", "steps the run trains"),
             (
