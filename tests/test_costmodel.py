@@ -25,7 +25,7 @@ from muon_repro.costmodel.predict import predict, processor_sharing
 from muon_repro.costmodel.validate import bench_config, measured, run_folders, validate
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.costmodel.world_bench import arrival_jitter, compute_share
-from muon_repro.phases import DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE
+from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE
 from muon_repro.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -658,3 +658,37 @@ def test_list_machines_prints_json_when_asked(capsys):
     assert list(listed) == list(named_profiles()) and all(isinstance(d, str) and d for d in listed.values())
     assert main(["predict", "--list-machines"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(next(iter(named_profiles())))
+
+
+@pytest.mark.parametrize(
+    "blocks_at, wait, transfer",
+    [
+        (10.0, 0.0, 2.0),  # blocks after the last rank issued the gather (at 8): all of it is the transfer
+        (5.0, 3.0, 4.0),  # blocks before: 5 -> 8 waits for the last rank, 8 -> 12 is the transfer
+        (13.0, 0.0, 0.0),  # the gather ended before it asked: no time at all
+    ],
+)
+def test_a_pipelined_gathers_wait_is_what_blocks_before_its_last_rank_issued_it(blocks_at, wait, transfer):
+    """A rank issued an asynchronous gather at 0, the group's last rank at 8, it ends at 12. The rank's wait is the
+    part of its own blocked time (from ``blocks_at``) before 8, as the analysis splits a measured wait; it was
+    counted from when the rank issued it, so a rank blocking at 10 had 2 s of wait and no transfer."""
+    from types import SimpleNamespace
+
+    from muon_repro.costmodel.predict import _finish
+
+    ranks = [SimpleNamespace(wait_ms=0.0, transfer_ms=0.0)]
+    clock = [blocks_at]
+    _finish((0,), clock, ranks, (8.0, 12.0))
+    assert ranks[0].wait_ms == pytest.approx(wait * 1e3) and ranks[0].transfer_ms == pytest.approx(transfer * 1e3)
+    assert clock[0] == max(blocks_at, 12.0)
+
+
+def test_a_bf16_bench_run_is_priced_gathering_the_fp32_parameters_it_keeps():
+    """The bench's bf16 runs autocast over fp32 parameters, so ZeRO-1's parameter all-gather sends 4 bytes an element
+    (the analytic bytes, the ledger's); Megatron-style bf16 training (model_dtype bf16) gathers bf16 weights."""
+    cfg = replace(resolve("comparison/muon_dp2_tp2", "gpu"), precision="bf16")
+    machine = resolve_profile("h100-8x-nvlink")
+    for model_dtype, share_of_fp32 in ((None, 1.0), ("bf16", 0.5)):
+        work = predict(cfg, machine, profiled=False, model_dtype=model_dtype).workload
+        priced = stage_bytes(work, 0)[DP_ALL_GATHER]
+        assert work.precision == "bf16" and priced == pytest.approx(share_of_fp32 * work.analytic_bytes[0][DP_ALL_GATHER])

@@ -317,3 +317,28 @@ def test_the_measured_compute_predictions_take_the_devices_curves():
     assert carried.size_curves == gpu.size_curves and carried.size_curves_precision == "bf16"
     assert carried.collectives == links.collectives  # the links stay the other machine's
     assert carried.matmul_flops_per_s("bf16", 1_000_000) == pytest.approx(400e12)
+
+
+def test_a_model_the_calibration_timed_is_priced_at_its_own_matrices_rates():
+    """The committed H200 calibration timed bf16 Newton-Schulz at 147 TFLOP/s over the presets' small (launch-bound)
+    matrices and at about 608 on the 7B model's: the 7B model's measured-compute lines take the 608, and with it a
+    Newton-Schulz time about a quarter of what the flat figure gives; a model it did not time keeps the flat rates."""
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.predict import kernel_seconds
+    from muon_repro.costmodel.records import MODEL_7B, STUDY_MODEL, Model, measured_compute_profile
+    from muon_repro.costmodel.workload import Compute
+
+    h200 = resolve_profile(str(REPO / "traces" / "1xH200-nccl" / "costmodel" / "machine.json"))
+    links = resolve_profile("h100-8x-nvlink")
+    timed = h200.calibration["ns_against_matmul"]
+    for model, key in ((MODEL_7B, "7b"), (STUDY_MODEL, "369m")):
+        hybrid = measured_compute_profile(links, h200, model)
+        assert hybrid.newton_schulz_tflops["bf16"] == pytest.approx(timed[key]["ns_tflops"])
+        assert hybrid.matmul_tflops["bf16"] == pytest.approx(timed[key]["matmul_tflops"])
+        assert hybrid.newton_schulz_tflops["fp32"] == h200.newton_schulz_tflops["fp32"]  # only bf16 was timed there
+    flat = measured_compute_profile(links, h200, Model("other", "large", 1024))
+    assert flat.newton_schulz_tflops == h200.newton_schulz_tflops and flat.matmul_tflops == h200.matmul_tflops
+    work = Compute(ns_flops=1e13)
+    at_shapes, _ = kernel_seconds(work, measured_compute_profile(links, h200, MODEL_7B), "bf16")
+    flat_s, _ = kernel_seconds(work, flat, "bf16")
+    assert at_shapes < 0.3 * flat_s

@@ -20,9 +20,9 @@ Modules, one job each::
     pipeline_scale_out  the 7B model as TP8 x PP4 x DP on 32-1024 H100s (muon-repro predict --pipeline-scale-out)
     validate         every recorded run under a traces folder -> the ``predictions`` table
     records          what ``muon-repro regimes`` writes beside the runs (CSV records), and reads back
-    study_check      the original study's own runs priced on its machine's profile, that profile fitted to them, and
-                     how far the fit moves the thresholds (tables declared in ``muon_repro.tables.study_schemas``)
     cli              ``register(subparsers)`` for the two commands
+
+The original study's own runs are priced on its machine's profile by :mod:`muon_repro.study.costmodel_check`.
 
 Its two tables, ``calibration`` and ``predictions``, are declared with every other table in
 :mod:`muon_repro.tables.schemas` and written through :func:`muon_repro.tables.io.write_table`.

@@ -53,7 +53,8 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
         from muon_repro.costmodel.pipeline import predict_pipeline
 
         return predict_pipeline(cfg, machine, profiled=profiled, model_dtype=model_dtype)
-    workload = build_workload(cfg, machine.device, model_dtype or cfg.precision)
+    # the bench's own run (no model_dtype) keeps fp32 parameters under bf16 autocast, and gathers them in fp32
+    workload = build_workload(cfg, machine.device, model_dtype or cfg.precision, param_dtype=None if model_dtype else "fp32")
     ranks = simulate(workload, machine, profiled)
     return Prediction(cfg, machine.name, machine.device, profiled, ranks, workload, tuple(machine.unused_figures()))
 
@@ -71,14 +72,13 @@ def simulate(workload: Workload, machine: MachineProfile, profiled: bool = True)
     done = [0.0] * world  # each rank's compute (alone) so far in the step
     met: dict[tuple[int, ...], tuple[float, ...]] = {}  # a group's members' `done` when it last met: how far apart they can drift
     pending: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = {}  # async gathers: (last issue, end)
-    issued: dict[tuple[str, int], float] = {}
     for k in range(len(workload.programs[0])):
         stages = [workload.programs[r][k] for r in range(world)]
         before = list(clock)
         if stages[0].compute is not None:
             _compute_stage(stages, clock, done, ranks, machine, workload, profiled)
         else:
-            _comm_stage(stages, clock, done, met, ranks, machine, workload, pending, issued)
+            _comm_stage(stages, clock, done, met, ranks, machine, workload, pending)
         for r, stage in enumerate(stages):
             elapsed = clock[r] - before[r]
             if not math.isfinite(elapsed) or elapsed < 0:  # refused, not summed: an infinite step ends no table well
@@ -208,7 +208,6 @@ def _comm_stage(
     machine: MachineProfile,
     workload: Workload,
     pending: dict,
-    issued: dict,
 ) -> None:
     cfg, first = workload.cfg, workload.first_rank
     comm = stages[0].comm
@@ -218,7 +217,7 @@ def _comm_stage(
         if not calls:
             continue
         if comm.mode == "finish":
-            _finish(group, clock, ranks, pending.pop((comm.key, group)), issued, comm.key)
+            _finish(group, clock, ranks, pending.pop((comm.key, group)))
             continue
         # Ranks sharing cores arrive out of step even with equal work: the group waits for its last,
         # at every call that follows compute (back-to-back calls find the group in step).
@@ -237,7 +236,6 @@ def _comm_stage(
         transfer = transfer_seconds(comm, calls, len(group), machine, scope, cfg.world_size)
         if comm.mode == "start":
             pending[(comm.key, group)] = (arrival, arrival + transfer)
-            issued.update({(comm.key, r): clock[r] for r in group})
             continue
         for r in group:
             ranks[r].wait_ms += (arrival - clock[r]) * 1e3
@@ -245,12 +243,13 @@ def _comm_stage(
             clock[r] = arrival + transfer
 
 
-def _finish(group: tuple[int, ...], clock: list[float], ranks, started: tuple[float, float], issued: dict, key: str) -> None:
-    """Wait for an asynchronous gather: blocked until it ends; the part before the last rank issued it is wait."""
+def _finish(group: tuple[int, ...], clock: list[float], ranks, started: tuple[float, float]) -> None:
+    """Wait for an asynchronous gather: blocked from now until it ends; the part of that before the last rank issued
+    it is wait, the rest transfer (as the analysis splits a measured wait)."""
     arrival, end = started
     for r in group:
         blocked = max(0.0, end - clock[r])
-        wait = min(blocked, max(0.0, arrival - issued.pop((key, r))))
+        wait = min(blocked, max(0.0, arrival - clock[r]))
         ranks[r].wait_ms += wait * 1e3
         ranks[r].transfer_ms += (blocked - wait) * 1e3
         clock[r] += blocked

@@ -165,7 +165,7 @@ def single_device_lines(
         lines.append(line_row(setting, tokens, "this_machine", *_pair(setting, tokens, machine)))
     thresholds = threshold_rows(setting, lines, spread)
     for base in THRESHOLD_SETTINGS:
-        hybrid = measured_compute_profile(resolve_profile(base.machine), machine)
+        hybrid = measured_compute_profile(resolve_profile(base.machine), machine, base.model)
         setting = replace(base, machine=hybrid.name)
         log(f"  {hybrid.name}, {setting.model.name}, DP{setting.dp}·TP{setting.tp}")
         grid = list(token_grid(setting, hybrid, kind="measured_compute"))
@@ -174,18 +174,32 @@ def single_device_lines(
     return lines, thresholds
 
 
-def measured_compute_profile(links: MachineProfile, compute: MachineProfile) -> MachineProfile:
+# Each priced model's key in a calibration's ``ns_against_matmul``: bf16 Newton-Schulz and matmuls timed at that
+# model's own shapes (muon_repro.costmodel.compute_bench.TARGET_MODELS).
+MEASURED_AT_SHAPES = {STUDY_MODEL.name: "369m", MODEL_7B.name: "7b"}
+
+
+def measured_compute_profile(links: MachineProfile, compute: MachineProfile, model: Model | None = None) -> MachineProfile:
     """``links``'s interconnect (its collectives, ranks per node and their efficiencies) with ``compute``'s measured
     kernel rates and size curves, at full efficiency (they are what the device reached): a prediction for GPUs we
-    do not have."""
+    do not have. Where the calibration timed ``model``'s own shapes (``ns_against_matmul``), their bf16 Newton-Schulz
+    and matmul rates price it: the profile's flat rates come from smaller matrices, on a GPU launch-bound (about
+    0.35 ms a call whatever the size on the H200), and would price a 7B model's matrices at a quarter of the rate
+    the device reached on them."""
     from muon_repro.costmodel.machine_profile import SCOPES
 
+    matmul, newton_schulz = dict(compute.matmul_tflops), dict(compute.newton_schulz_tflops)
+    measured = (compute.calibration.get("ns_against_matmul") or {}).get(MEASURED_AT_SHAPES.get(model.name)) if model else None
+    at_shapes = ""
+    if measured:
+        matmul["bf16"], newton_schulz["bf16"] = float(measured["matmul_tflops"]), float(measured["ns_tflops"])
+        at_shapes = f" bf16 matmul and Newton-Schulz as timed at the {model.name} model's own shapes."
     return replace(
         links,
         name=measured_compute_machine(links.name, compute.name),
-        description=f"{links.description} Kernel rates measured on {compute.name} ({compute.description}).",
-        matmul_tflops=compute.matmul_tflops,
-        newton_schulz_tflops=compute.newton_schulz_tflops,
+        description=f"{links.description} Kernel rates measured on {compute.name} ({compute.description}).{at_shapes}",
+        matmul_tflops=matmul,
+        newton_schulz_tflops=newton_schulz,
         attention_tflops=compute.attention_tflops,
         elementwise_gbps=compute.elementwise_gbps,
         cross_entropy_gbps=compute.cross_entropy_gbps,

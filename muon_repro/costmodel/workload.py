@@ -24,7 +24,9 @@ fp32; ``bf16`` prices bf16 mixed-precision training as Megatron-Core runs it (do
 activations, their element-wise traffic and their TP collectives in bf16; logits cast to fp32 for the
 cross-entropy; gradients reduce-scattered in fp32 (``cfg.reduce_dtype``; Megatron accumulates and reduces
 bf16 training's gradients in fp32 unless told ``--grad-reduce-in-bf16``); parameters all-gathered in bf16
-(the model's weights); Newton-Schulz in bf16 on a GPU; matmuls at the profile's bf16 rate.
+(the model's weights); Newton-Schulz in bf16 on a GPU; matmuls at the profile's bf16 rate. The bench's own
+bf16 runs autocast over fp32 parameters: priced as recorded, their parameters are gathered in fp32
+(``param_dtype``).
 """
 
 from __future__ import annotations
@@ -144,13 +146,17 @@ class Workload:
         return self.stage * self.world_size
 
 
-def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32") -> Workload:
+def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32", param_dtype: str | None = None) -> Workload:
     """Every rank's program for one step of ``cfg`` on ``device`` (``cpu`` or ``cuda``: the default NS dtype),
-    trained in ``precision`` (see the module docstring). ``analytic_bytes`` are the bench's (fp32 parameters)."""
+    trained in ``precision`` (see the module docstring), its updated parameters all-gathered in ``param_dtype``
+    (default ``precision``; the bench's own bf16 runs autocast over fp32 parameters, so their gathers are fp32).
+    ``analytic_bytes`` are the bench's (fp32 parameters)."""
     if not cfg.preset or not cfg.seq_len:
         raise ValueError(f"config {cfg.key}: give a model preset, tokens per step and a sequence length before predicting")
     if precision not in PRECISIONS:
         raise ValueError(f"config {cfg.key}: unknown training precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if param_dtype is not None and param_dtype not in PRECISIONS:
+        raise ValueError(f"config {cfg.key}: unknown parameter dtype {param_dtype!r}; choose one of {', '.join(PRECISIONS)}")
     if cfg.ns_method != "quintic":
         raise ValueError(
             f"config {cfg.key}: the cost model prices the quintic Newton-Schulz only (its rates were calibrated on "
@@ -164,7 +170,7 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
     plan = shard_plan(model, cfg.tp, cfg.dp, cfg.optimizer, cfg.layout, cfg.bucket_elems, cfg.ns_unit_elems)
     ns_dtype = cfg.ns_dtype or ("bf16" if device == "cuda" else "fp32")
     forward, backward = model_stages(cfg, model, precision)
-    return assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision)
+    return assemble_workload(cfg, model, plan, forward, backward, ns_dtype, precision, param_dtype=param_dtype)
 
 
 def assemble_workload(
@@ -176,13 +182,14 @@ def assemble_workload(
     ns_dtype: str,
     precision: str,
     stage: int = 0,
+    param_dtype: str | None = None,
 ) -> Workload:
     """Every rank's program of a DP x TP grid (``forward``, ``backward``, its DP rank's optimizer step on ``plan``)."""
     from muon_repro.optim.comm_model import optimizer_bytes
 
     programs, ns_flops, analytic = [], [], []
     for dp_rank in range(cfg.dp):
-        optimizer = optimizer_stages(cfg, plan, dp_rank, precision)
+        optimizer = optimizer_stages(cfg, plan, dp_rank, param_dtype or precision)
         sent = optimizer_bytes(  # the same for every TP rank of this DP rank
             plan.specs,
             dp=cfg.dp,
@@ -317,11 +324,11 @@ def shard_plan(
     return ShardPlan(specs, dp, layout, bucket_elems, ns_unit_elems if optimizer == "muon" else None)
 
 
-def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, precision: str = "fp32") -> tuple[Stage, ...]:
+def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, param_dtype: str = "fp32") -> tuple[Stage, ...]:
     """One DP rank's optimizer step (any TP rank of it), in the order the optimizer runs it; the updated
-    parameters are all-gathered in the model's dtype (``precision``)."""
+    parameters are all-gathered in ``param_dtype`` (the weights' dtype)."""
     reduce_size, gather_size = ELEMENT_SIZE[cfg.reduce_dtype], ELEMENT_SIZE[cfg.gather_dtype]
-    param_size = ELEMENT_SIZE[precision]
+    param_size = ELEMENT_SIZE[param_dtype]
     pieces = plan.pieces_of(dp_rank)
     shard = sum(b.shard_size for b in plan.buckets)
     local_elems = sum(s.numel for s in plan.specs)
