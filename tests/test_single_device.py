@@ -81,6 +81,17 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradient():
         torch.testing.assert_close(grads_micro[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_a_batch_that_does_not_split_evenly_is_refused_not_misweighted():
+    """4 sequences in 3 micro-batches: chunk() gives 2 slices of 2, and each loss over 3 would make the step's loss and
+    gradient 2/3 of the batch's mean."""
+    dims = ParallelDims(1, 1)
+    model = GPT(TINY.model_config(), dims.tp_group)
+    opt = build_optimizer(TINY, model, dims)
+    tokens = torch.zeros((4, TINY.seq_len), dtype=torch.long)
+    with pytest.raises(ValueError, match="does not split into 3 equal micro-batches"):
+        train_step(model, opt, tokens, tokens, torch.device("cpu"), micro_batches=3)
+
+
 def test_bf16_autocast_trains_fp32_weights_on_gradients_close_to_fp32s():
     loss32, grads32 = _grads_after_one_step(2)
     loss16, grads16 = _grads_after_one_step(2, "bf16")

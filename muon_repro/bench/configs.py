@@ -141,7 +141,8 @@ class BenchConfig:
     ns_dtype: str | None = None  # default: bf16 on CUDA, fp32 on CPU
     ns_method: str = "quintic"  # Newton-Schulz variant (optim.newton_schulz.NS_METHODS; docs/method.md#newton-schulz)
     # "bf16": forward and backward under bf16 autocast, as the cost model's bf16 workload (weights, gradients and
-    # optimizer state stay fp32; the loss is taken from fp32 logits); "fp32": no autocast, as every run before the field.
+    # optimizer state stay fp32; the LM head's logits come out bf16 and the loss is computed from them cast to fp32);
+    # "fp32": no autocast, as every run before the field.
     precision: str = "fp32"
     # Gradient accumulation: each DP rank runs forward+backward on batch_per_dp / micro_batches sequences at a time,
     # and the optimizer steps once on their summed gradient (same tokens per step, less activation memory).

@@ -29,7 +29,7 @@ from muon_repro.optim import DistributedAdamW, DistributedMuon, muon_param_group
 from muon_repro.optim.op_calls import OpCounter
 from muon_repro.optim.zero1 import ZeroOneOptimizer
 from muon_repro.parallel import ParallelDims
-from muon_repro.parallel.pipeline_runner import BlockedClock, run_pipeline
+from muon_repro.parallel.pipeline_runner import BlockedClock, run_pipeline, split_micro_batches
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -185,7 +185,9 @@ def train_step(
     _sync(device)
     t0 = time.perf_counter_ns()
     losses = []
-    for tokens_micro, targets_micro in zip(tokens.chunk(micro_batches), targets.chunk(micro_batches)):
+    # equal slices or a ValueError: chunk() would return fewer or unequal ones, which 1/micro_batches misweights
+    slices = zip(split_micro_batches(tokens, micro_batches), split_micro_batches(targets, micro_batches))
+    for tokens_micro, targets_micro in slices:
         with record_function(FORWARD), autocast:
             loss_micro = model(tokens_micro, targets_micro)
             if micro_batches > 1:  # one pass (every run without accumulation) keeps its ops as they were
