@@ -18,10 +18,12 @@ The bound (fp32, per tensor, ``max |a - b| / max |b|``):
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
 from pipeline_workers import (
     CONFIG,
     MICRO_BATCHES,
@@ -45,7 +47,7 @@ from muon_repro.parallel.comm import Group
 from muon_repro.parallel.grid3d import coordinates_of, group_ranks, rank_of
 from muon_repro.parallel.launch import launch
 from muon_repro.parallel.mesh import ParallelDims
-from muon_repro.parallel.pipeline_runner import run_pipeline, split_micro_batches, train_step
+from muon_repro.parallel.pipeline_runner import fused_sends, run_pipeline, split_micro_batches, train_step
 from muon_repro.parallel.schedule import Backward, Forward, RecvActivation, RecvGrad, SendActivation, SendGrad
 
 BIT_EXACT = 0.0
@@ -75,34 +77,68 @@ def case_id(case: PipelineCase) -> str:
 # ---------------------------------------------------------------- the schedule
 
 
-def simulate(schedules: list[list[schedule.Step]]) -> dict:
-    """Run every stage's list as the runner does: sends never block, a receive waits for its neighbour's
-    send. Returns the stages left stuck, receives that got another micro-batch, and messages never received."""
-    channels: dict[tuple[str, int, int], deque] = defaultdict(deque)
+def _route(step: schedule.Step, s: int) -> tuple[str, int, int] | None:
+    """The channel (kind, sender, receiver) a transfer of stage ``s`` uses; None for a forward or backward."""
+    return {
+        RecvActivation: ("activation", s - 1, s),
+        RecvGrad: ("grad", s + 1, s),
+        SendActivation: ("activation", s, s + 1),
+        SendGrad: ("grad", s, s - 1),
+    }.get(type(step))
+
+
+def simulate(schedules: list[list[schedule.Step]], rendezvous: bool = False, fused: list[frozenset[int]] | None = None) -> dict:
+    """Run every stage's list as the runner posts it; messages on a channel match in order.
+
+    A stage posts its steps in list order, one at a time, or a send together with the receive after it where
+    ``fused`` (per stage, the send indices :func:`fused_sends` gives) says so, and moves past a post once each
+    receive in it has the neighbour's matching send posted. Sends never hold a stage up (gloo), unless
+    ``rendezvous``: then a send also waits for the neighbour to have posted the matching receive (NCCL, once a
+    message outgrows its buffers; a rank's transfers run in issue order). Returns the stages left stuck,
+    receives that got another micro-batch, and messages never received."""
+    fused = fused if fused is not None else [frozenset()] * len(schedules)
+    posts: list[list[list[schedule.Step]]] = []  # each stage's list cut into what it posts at once
+    for steps, pairs in zip(schedules, fused):
+        cut, k = [], 0
+        while k < len(steps):
+            size = 2 if k in pairs else 1
+            cut.append(steps[k : k + size])
+            k += size
+        posts.append(cut)
+    sent: dict[tuple[str, int, int], list[int]] = defaultdict(list)  # the micro-batches posted on a channel, in order
+    receives_posted: dict[tuple[str, int, int], int] = defaultdict(int)
     position, mismatched, progress = [0] * len(schedules), [], True
+    pending: list[list | None] = [None] * len(schedules)  # the current post's transfers: (step, channel, ordinal)
     while progress:
         progress = False
-        for s, steps in enumerate(schedules):
-            while position[s] < len(steps):
-                step = steps[position[s]]
-                route = {
-                    RecvActivation: ("activation", s - 1, s),
-                    RecvGrad: ("grad", s + 1, s),
-                    SendActivation: ("activation", s, s + 1),
-                    SendGrad: ("grad", s, s - 1),
-                }.get(type(step))
-                if isinstance(step, (RecvActivation, RecvGrad)):
-                    if not channels[route]:
-                        break
-                    got = channels[route].popleft()
-                    if got != step.micro_batch:
-                        mismatched.append((s, str(step), got))
-                elif route is not None:
-                    channels[route].append(step.micro_batch)
-                position[s] += 1
-                progress = True
-    stuck = [s for s, steps in enumerate(schedules) if position[s] < len(steps)]
-    return {"stuck": stuck, "mismatched": mismatched, "unreceived": {k: list(v) for k, v in channels.items() if v}}
+        for s, stage_posts in enumerate(posts):
+            while position[s] < len(stage_posts):
+                if pending[s] is None:  # post: the neighbours can match these from now on
+                    pending[s] = []
+                    for step in stage_posts[position[s]]:
+                        route = _route(step, s)
+                        if isinstance(step, (RecvActivation, RecvGrad)):
+                            pending[s].append((step, route, receives_posted[route]))
+                            receives_posted[route] += 1
+                        elif route is not None:
+                            pending[s].append((step, route, len(sent[route])))
+                            sent[route].append(step.micro_batch)
+                    progress = True
+                met = [
+                    len(sent[route]) > n
+                    if isinstance(step, (RecvActivation, RecvGrad))
+                    else not rendezvous or receives_posted[route] > n
+                    for step, route, n in pending[s]
+                ]
+                if not all(met):
+                    break
+                for step, route, n in pending[s]:
+                    if isinstance(step, (RecvActivation, RecvGrad)) and sent[route][n] != step.micro_batch:
+                        mismatched.append((s, str(step), sent[route][n]))
+                position[s], pending[s], progress = position[s] + 1, None, True
+    stuck = [s for s, stage_posts in enumerate(posts) if position[s] < len(stage_posts)]
+    unreceived = {route: mbs[receives_posted[route] :] for route, mbs in sent.items() if len(mbs) > receives_posted[route]}
+    return {"stuck": stuck, "mismatched": mismatched, "unreceived": unreceived}
 
 
 SIZES = [(pp, m) for pp in range(1, 6) for m in range(1, 10)]
@@ -143,6 +179,106 @@ def test_the_simulation_catches_a_deadlock_and_a_mismatch():
     assert simulate(waits_first)["stuck"] == [0, 1]
     swapped = [[Forward(0), SendActivation(1)], [RecvActivation(0), Forward(0)]]
     assert simulate(swapped)["mismatched"] == [(1, "RecvActivation(0)", 1)]
+
+
+def test_fused_sends_pair_a_send_with_the_next_receive_from_the_same_neighbour():
+    assert fused_sends(schedule.one_f_one_b(0, 2, 2)) == {3}  # F0 SA0 F1 [SA1 RG0] B0 RG1 B1
+    assert fused_sends(schedule.one_f_one_b(1, 2, 2)) == {3}  # RA0 F0 B0 [SG0 RA1] F1 B1 SG1
+    assert fused_sends([SendActivation(0), RecvGrad(0)]) == {0}
+    assert fused_sends([SendGrad(0), RecvActivation(1)]) == {0}
+    assert fused_sends([SendActivation(0), RecvActivation(1), SendGrad(0), RecvGrad(0), SendActivation(1)]) == set()
+    steps = schedule.one_f_one_b(1, 4, 8)  # warm-up 2: 6 steady rounds, each [SA RG], and [SG RA] between them
+    pairs = Counter((type(steps[k]).__name__, type(steps[k + 1]).__name__) for k in fused_sends(steps))
+    assert pairs == {("SendActivation", "RecvGrad"): 6, ("SendGrad", "RecvActivation"): 5}
+
+
+def test_with_rendezvous_sends_lone_sends_deadlock_in_steady_1f1b():
+    """A send that waits for its receive: GPipe's lists still run, 1F1B's with every transfer alone do not."""
+    gpipe = [[Forward(0), SendActivation(0), RecvGrad(0), Backward(0)], [RecvActivation(0), Forward(0), Backward(0), SendGrad(0)]]
+    assert simulate(gpipe, rendezvous=True) == {"stuck": [], "mismatched": [], "unreceived": {}}
+    stages = schedule.pipeline_schedule(2, 2)
+    assert simulate(stages)["stuck"] == []
+    # stage 0 waits in SendActivation(1) for stage 1's RecvActivation(1), after its SendGrad(0), which waits for
+    # stage 0's RecvGrad(0), after SendActivation(1)
+    assert simulate(stages, rendezvous=True) == {
+        "stuck": [0, 1],
+        "mismatched": [],
+        "unreceived": {("activation", 0, 1): [1], ("grad", 1, 0): [0]},
+    }
+
+
+@pytest.mark.parametrize("pp, m", SIZES, ids=lambda v: str(v))
+def test_the_runners_batches_never_deadlock_even_if_sends_wait_for_their_receive(pp, m):
+    stages = schedule.pipeline_schedule(pp, m)
+    fused = [fused_sends(steps) for steps in stages]  # what run_pipeline posts together
+    assert simulate(stages, rendezvous=True, fused=fused) == {"stuck": [], "mismatched": [], "unreceived": {}}
+    assert simulate(stages, fused=fused) == {"stuck": [], "mismatched": [], "unreceived": {}}
+    if pp > 1 and m > 1:
+        assert all(fused) and simulate(stages, rendezvous=True)["stuck"] == list(range(pp))  # alone, they would
+
+
+class _FakeWork:
+    """A posted batch's Work (NCCL's, one per batch) or one op's (gloo's): its wait is logged."""
+
+    def __init__(self, log: list[tuple[str, str]], name: str) -> None:
+        self.log, self.name = log, name
+
+    def wait(self) -> None:
+        self.log.append(("wait", self.name))
+
+
+@pytest.mark.parametrize("coalesced", [False, True], ids=["gloo-works", "nccl-works"])
+@pytest.mark.parametrize(
+    "stage_index, expected",
+    [
+        (
+            0,  # F0 SA0 F1 [SA1 RG0] B0 RG1 B1
+            [("post", "isend:1"), ("post", "isend:1+irecv:1"), ("wait", "irecv:1|"), ("post", "irecv:1"), ("wait", "irecv:1")]
+            + [("wait", "isend:1"), ("wait", "isend:1|")],
+        ),
+        (
+            1,  # RA0 F0 B0 [SG0 RA1] F1 B1 SG1
+            [("post", "irecv:0"), ("wait", "irecv:0"), ("post", "isend:0+irecv:0"), ("wait", "irecv:0|"), ("post", "isend:0")]
+            + [("wait", "isend:0|"), ("wait", "isend:0")],
+        ),
+    ],
+)
+def test_the_runner_posts_a_fused_pair_in_one_batch_and_waits_its_receive_in_the_receive_step(
+    monkeypatch, coalesced, stage_index, expected
+):
+    """The P2P calls of one stage of PP2 over 2 micro-batches, with the PP group faked: every transfer is a
+    ``batch_isend_irecv``, the pair :func:`fused_sends` names is one, and its receive is waited for in its own step
+    (before the next post), its send at the flush. ``|`` marks the fused pair's works: with NCCL's one Work per batch
+    both are the batch's."""
+    log: list[tuple[str, str]] = []
+
+    def batch_isend_irecv(ops: list[SimpleNamespace]) -> list[_FakeWork]:
+        names = [f"{op.op.__name__}:{op.peer}" for op in ops]
+        log.append(("post", "+".join(names)))
+        for op in ops:
+            if op.op is dist.irecv:
+                op.tensor.zero_()
+        mark = "|" if len(ops) > 1 else ""
+        if coalesced:
+            return [_FakeWork(log, "+".join(names) + mark)]
+        return [_FakeWork(log, name + mark) for name in names]
+
+    monkeypatch.setattr(dist, "P2POp", lambda op, tensor, peer, group: SimpleNamespace(op=op, tensor=tensor, peer=peer))
+    monkeypatch.setattr(dist, "batch_isend_irecv", batch_isend_irecv)
+    tp = Group.single("tp")
+    grid = SimpleNamespace(
+        pp_rank=stage_index,
+        pp=2,
+        tp_group=tp,
+        prev_rank=None if stage_index == 0 else 0,
+        next_rank=1 if stage_index == 0 else None,
+        pp_group=SimpleNamespace(process_group=None),
+    )
+    run_pipeline(GPTStage(CONFIG, stage_index, 2, tp), grid, *replica_batch(0, 0, 1), 2)
+    if coalesced:  # one Work per batch: the pair's receive and send waits are the batch's
+        pair = "isend:1+irecv:1|" if stage_index == 0 else "isend:0+irecv:0|"
+        expected = [(kind, pair if name.endswith("|") else name) for kind, name in expected]
+    assert log == expected
 
 
 def test_schedule_rejects_bad_sizes_and_the_cli_prints_the_steps(capsys):

@@ -4,20 +4,36 @@ forwards and backwards, micro-batch by micro-batch, with point-to-point transfer
 Each step of the list does one thing:
 
 =================  ===========================================================================
-RecvActivation(m)  ``irecv`` the activation from the previous stage, wait; keep it as a leaf that
+RecvActivation(m)  receive the activation from the previous stage, wait; keep it as a leaf that
                    requires grad (its ``.grad`` is what :class:`SendGrad` sends back)
 Forward(m)         the stage's layers; on the last stage the loss of micro-batch ``m`` over ``M``
-SendActivation(m)  ``isend`` the output (detached) to the next stage; not waited for
-RecvGrad(m)        ``irecv`` the gradient of micro-batch ``m``'s output, wait
+SendActivation(m)  send the output (detached) to the next stage; not waited for
+RecvGrad(m)        receive the gradient of micro-batch ``m``'s output, wait
 Backward(m)        backpropagate through the stage: parameter gradients accumulate in ``.grad``
-SendGrad(m)        ``isend`` the input activation's gradient to the previous stage; not waited for
+SendGrad(m)        send the input activation's gradient to the previous stage; not waited for
 =================  ===========================================================================
 
-Receives block and sends do not: a send's tensor is kept alive until the flush at the end of the step
-waits for every send. With 1F1B's order this cannot deadlock (each receive waits for a send its neighbour
-issues earlier in its own list; ``tests/test_pipeline_equivalence.py`` simulates it), and no stage waits
-for a neighbour to receive. The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors): the
-receive buffers take the device of the stage's parameters.
+Every transfer is posted with ``batch_isend_irecv``. A send that the list follows with a receive from the
+same neighbour (``SendActivation`` then ``RecvGrad``, ``SendGrad`` then ``RecvActivation``: 1F1B's steady
+state) is posted in one batch with that receive (:func:`fused_sends`; Megatron's
+``send_forward_recv_backward`` and ``send_backward_recv_forward``); the receive is still waited for in its own
+step. Receives block and sends do not: a send's tensor is kept alive until the flush at the end of the step
+waits for every send. This cannot deadlock under either backend's sends
+(``tests/test_pipeline_equivalence.py`` simulates both for every stage's list):
+
+* gloo: a send never holds its stage up (it is waited for only at the flush, after the stage's last receive),
+  so each receive waits only for a send its neighbour issues earlier in its own list.
+* NCCL: a send larger than NCCL's buffers completes only once the peer has posted the matching receive, and a
+  rank's transfers run in issue order on one stream. Alone, stage ``s``'s send of activation ``m + 1`` would
+  wait for stage ``s + 1``'s receive of it, which ``s + 1`` issues after its send of gradient ``m``, which waits
+  for ``s``'s receive of it, issued after that first send: a circle. In one batch each stage posts the receive
+  together with its send, so both sends find their receive.
+
+The lone transfers go through ``batch_isend_irecv`` too, as batches of one: under NCCL's lazy initialization
+torch carries batched transfers on the PP group's communicator but a lone ``isend``/``irecv`` on a two-rank one,
+and a message must be sent and received on the same; and every stage's first transfer is then a batch, as the
+call that creates the group's communicator requires. The same code runs on gloo (CPU tensors) and NCCL (CUDA
+tensors): the receive buffers take the device of the stage's parameters.
 
 The loss of every micro-batch is divided by ``M`` before its backward, so the gradients accumulated over
 the ``M`` micro-batches are those of the mean loss over this DP replica's batch, the quantity the ZeRO-1
@@ -27,7 +43,7 @@ optimizers then average over the stage's DP group.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +73,25 @@ PP_PHASES = {
     RecvGrad: PP_RECV_GRAD,
     SendGrad: PP_SEND_GRAD,
 }
+# A send and the receive from the same neighbour that may follow it in a stage's list: posted as one batch.
+PAIRED_RECEIVE = {SendActivation: RecvGrad, SendGrad: RecvActivation}
+
+
+def fused_sends(steps: Sequence[Step]) -> frozenset[int]:
+    """The indices ``k`` of the sends that :func:`run_pipeline` posts in one batch with the receive ``steps[k + 1]``,
+    which comes from the neighbour the send goes to."""
+    return frozenset(k for k in range(len(steps) - 1) if PAIRED_RECEIVE.get(type(steps[k])) is type(steps[k + 1]))
+
+
+def _post(ops: list[dist.P2POp]) -> list[dist.Work]:
+    """Issue ``ops`` as one batch; one Work per op. Gloo returns one per op; NCCL coalesces the batch into one
+    Work, which then stands for each of them."""
+    works = dist.batch_isend_irecv(ops)
+    if len(works) == len(ops):
+        return works
+    if len(works) == 1:
+        return works * len(ops)
+    raise RuntimeError(f"batch_isend_irecv returned {len(works)} works for {len(ops)} operations")
 
 
 @dataclass
@@ -67,6 +102,8 @@ class _InFlight:
     outputs: dict[int, torch.Tensor] = field(default_factory=dict)  # activations to send, or scaled losses
     output_grads: dict[int, torch.Tensor] = field(default_factory=dict)
     sends: list[tuple[dist.Work, torch.Tensor]] = field(default_factory=list)  # the tensor lives until the wait
+    # receives posted with the send before them, by their step, waited for in that step: the work and the buffer
+    receives: dict[Step, tuple[dist.Work, torch.Tensor]] = field(default_factory=dict)
     loss: torch.Tensor | None = None  # last stage: the sum of the scaled micro-batch losses
 
 
@@ -156,8 +193,20 @@ def run_pipeline(
     steps = one_f_one_b(grid.pp_rank, grid.pp, micro_batches) if steps is None else steps
     device = next(stage.parameters()).device
     shape = stage.activation_shape(*token_mbs[0].shape)
+    group = grid.pp_group.process_group
+    fused = fused_sends(steps)
     held = _InFlight()
-    for step in steps:
+
+    def peer(step: Step) -> int | None:
+        """The global rank ``step`` sends to or receives from (None past either end of the pipeline)."""
+        return grid.next_rank if isinstance(step, (SendActivation, RecvGrad)) else grid.prev_rank
+
+    def receive_op(step: Step) -> tuple[dist.P2POp, torch.Tensor]:
+        """A receive for ``step`` and the fresh buffer it fills."""
+        buffer = torch.empty(shape, dtype=torch.float32, device=device)
+        return dist.P2POp(dist.irecv, buffer, peer(step), group), buffer
+
+    for k, step in enumerate(steps):
         mb = step.micro_batch
         if isinstance(step, Forward):
             with record_function(FORWARD):
@@ -175,10 +224,13 @@ def run_pipeline(
             clock.last_backward_ns = time.perf_counter_ns()
         elif isinstance(step, (RecvActivation, RecvGrad)):
             with record_function(PP_PHASES[type(step)]):
-                buffer = torch.empty(shape, dtype=torch.float32, device=device)
-                source = grid.prev_rank if isinstance(step, RecvActivation) else grid.next_rank
+                if step in held.receives:  # posted with the send before it
+                    work, buffer = held.receives.pop(step)
+                else:
+                    op, buffer = receive_op(step)
+                    (work,) = _post([op])
                 start_ns = time.perf_counter_ns()
-                dist.irecv(buffer, src=source, group=grid.pp_group.process_group).wait()
+                work.wait()
                 clock.blocked_ns += time.perf_counter_ns() - start_ns
             if isinstance(step, RecvActivation):
                 held.inputs[mb] = buffer.requires_grad_(True)
@@ -187,10 +239,17 @@ def run_pipeline(
         elif isinstance(step, (SendActivation, SendGrad)):
             with record_function(PP_PHASES[type(step)]):
                 if isinstance(step, SendActivation):
-                    tensor, dest = held.outputs[mb].detach().contiguous(), grid.next_rank
+                    tensor = held.outputs[mb].detach().contiguous()
                 else:
-                    tensor, dest = held.inputs.pop(mb).grad.contiguous(), grid.prev_rank
-                held.sends.append((dist.isend(tensor, dst=dest, group=grid.pp_group.process_group), tensor))
+                    tensor = held.inputs.pop(mb).grad.contiguous()
+                send = dist.P2POp(dist.isend, tensor, peer(step), group)
+                if k in fused:  # the next step receives from the same neighbour: post both at once (module docstring)
+                    receive, buffer = receive_op(steps[k + 1])
+                    send_work, receive_work = _post([send, receive])
+                    held.receives[steps[k + 1]] = (receive_work, buffer)
+                else:
+                    (send_work,) = _post([send])
+                held.sends.append((send_work, tensor))
         else:
             raise ValueError(f"unknown pipeline step {step!r}")
     with record_function(PP_FLUSH):  # every send delivered before the optimizer step
