@@ -134,12 +134,16 @@ def test_the_study_folder_is_left_to_its_own_reader():
         ("comm_calls_adamw", 110),
         ("comm_per_call_muon", 3.49),
         ("comm_per_call_adamw", 2.23),
+        ("comm_calls_ratio", 0.36),
+        ("comm_per_call_ratio", 1.57),  # of the averages as printed: 3.49 / 2.23 (unrounded, 1.56)
         ("fwd_bwd_ms_muon", 271),
         ("fwd_bwd_ms_adamw", 281),
         ("optimizer_ms_muon", 4.29),
         ("optimizer_ms_adamw", 1.46),
         ("total_ms_muon", 388.86),
         ("total_ms_adamw", 338.51),
+        ("fwd_bwd_ratio", 0.96),
+        ("optimizer_ratio", 2.94),
         ("total_ratio", 1.15),
         ("optimizer_share_muon", 0.011),
         ("async_comm_ms_muon", 294.09),
@@ -159,7 +163,10 @@ def test_the_study_method_rebuilds_each_published_number(rebuilt, number_id, pub
 
 def test_the_method_table_says_every_number_is_rebuilt_and_what_the_sums_hold(tables):
     method = tables["study_method"].set_index("number_id")
-    assert method["rebuilt_matches"].all()
+    assert method["rebuilt_matches"].all() and len(method) == 27  # Tables 5.1, 5.2, 6 and 7 and the README's share
+    # an average per call is no total over the 5 steps: it has no per-step value
+    assert method.loc[["comm_per_call_muon", "comm_per_call_adamw"], "rebuilt_per_step"].isna().all()
+    assert method.loc["comm_ms_muon", "rebuilt_per_step"] == pytest.approx(method.loc["comm_ms_muon", "rebuilt"] / 5)
     parts = tables["study_method_parts"]
     adamw = parts[parts["number_id"] == "comm_ms_adamw"].set_index("category")
     # each NCCL kernel counted twice (the kernel and its GPU annotation), and AdamW's scope besides
@@ -250,6 +257,26 @@ def test_the_verdict_follows_the_measurement(tables):
     assert "Unequal work" not in rows.loc["comm_time_dp2_tp2", "explanation"]
     assert "The same work: Muon sends" in rows.loc["comm_time_dp2_tp2", "explanation"]
     assert "did the same work" in rows.loc["latency_overhead", "explanation"]
+
+
+def test_our_optimizer_compute_leaves_out_the_nccl_kernels_the_study_counts_as_communication(tables):
+    """Table 5.2 has communication and optimizer compute apart; AdamW_AllReduce is almost all NCCL."""
+    method = tables["study_method"].set_index("number_id")
+    steps = tables["study_steps"]
+    full = steps[steps["run"].str.endswith("/adamw_FULLSTEP") & (steps["rank"] == 0)]
+    per_scope = full.groupby("scope")[["gpu_kernel_ms", "comm_ms"]].sum() / full["step"].nunique()
+    compute = sum(per_scope.loc[s, "gpu_kernel_ms"] - per_scope.loc[s, "comm_ms"] for s in ("AdamW_Step", "AdamW_AllReduce"))
+    assert method.loc["optimizer_ms_adamw", "measured_per_step"] == pytest.approx(compute)
+    assert compute < 0.25 * per_scope.loc["AdamW_AllReduce", "comm_ms"]  # the all-reduce's kernels are not compute
+    assert "NCCL kernels left out" in method.loc["optimizer_ms_muon", "measured_what"]
+
+
+def test_the_async_explanation_says_its_gathers_overlapped_newton_schulz(tables):
+    """In the study's async trace the optimizer's kernels sum to more than the time the GPU was busy with them."""
+    rows = pd.DataFrame(study_claim_rows(tables)).set_index("claim_id")
+    said = rows.loc["async_slowdown", "explanation"]
+    assert "unwaited, beside Newton-Schulz" in said and "wait longer for the peers" not in said
+    assert len(said.split()) <= 60
 
 
 def test_the_async_explanation_says_unequal_work_when_the_runs_did_it(tables):

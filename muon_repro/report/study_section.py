@@ -265,7 +265,9 @@ STUDY_FIGURES = ("study_numbers",)
 STUDY_CAPTIONS = {
     "study_numbers": "The original study's published numbers, rebuilt from its traces by its method, split into the "
     "event categories its sums hold (left: communication, ms over the 5-step trace of rank 0; right: the optimizer, ms), "
-    "beside the GPU time of the same work, per step times 5 (black bar: study_method.measured_per_step).",
+    "beside our measure of the same work on the GPU, per step times 5 (black bar: study_method.measured_per_step: the NCCL "
+    "kernels' time for communication, the compute kernels' for the optimizer, whose NCCL kernels the study counts as "
+    "communication).",
 }
 # Which published numbers each panel shows, top to bottom.
 PANELS = (
@@ -308,7 +310,7 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
                 left += ms
             ours = by_id.loc[number_id, "measured_per_step"]
             if pd.notna(ours):
-                seen["ours: GPU time of the same work x 5"] = "black"
+                seen["ours: GPU kernel time of the same work x 5"] = "black"
                 ax.barh(yi - 0.18, STEPS * float(ours), height=0.34, color="black")
             ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=style.SMALL_PT)
         ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=style.SMALL_PT)

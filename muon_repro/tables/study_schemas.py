@@ -231,7 +231,7 @@ STUDY_METHOD = TableSchema(
         ("rebuilt", "Float64", "", "the study's method on its traces, unrounded"),
         ("rebuilt_matches", "boolean", "", "rebuilt, rounded as the study rounded it, equals the published number"),
         ("study_run", "string", "", "the study's run whose rank-0 trace it sums; null for ratios and derived numbers"),
-        ("rebuilt_per_step", "Float64", "", "a total over the trace's 5 steps divided by 5"),
+        ("rebuilt_per_step", "Float64", "", "a total over the trace's 5 steps divided by 5 (null for an average per call)"),
         ("measured_per_step", "Float64", "", "our per-step measure of the same quantity on the same trace (study_steps)"),
         ("measured_what", "string", "", "what measured_per_step is"),
     ),
