@@ -373,7 +373,8 @@ CLAIMS = (
         "alpha 0.05) lies inside [0.5, 1.5], AdamW needing 1.5x to 2.5x Muon's "
         "compute (Moonlight's ~2x, read as the original study's ~2x async slowdown is); not reproduced if it lies "
         "wholly outside, else inconclusive; one-sided, [low, +inf), when the lead on a seed is a lower bound (beyond "
-        "AdamW's budgets, or never matched within Muon's steps); "
+        "AdamW's budgets, or never matched within Muon's steps); (-inf, high] when AdamW reached Muon's loss at Muon's own "
+        "length on a seed (its lead at most 0), and no interval when seeds are bounded both ways; "
         f"not measured with fewer than {LEADING_MIN_SEEDS} seeds; not comparable here when the runs trained fewer than 10 "
         "tokens per parameter (the claim is made for compute-optimal training) or the model has fewer than 100,000,000 "
         "parameters (it is made at LLM scale)",

@@ -766,6 +766,31 @@ def test_each_length_with_a_sweep_of_its_own_flags_its_own_best_learning_rate(tm
     assert budget.loc[15, "adamw_lr"] == 1e-2 and budget.loc[10, "adamw_lr"] == 1e-3
 
 
+def test_a_diverged_rate_is_never_a_lengths_best_even_where_it_won_the_main_sweep(tmp_path):
+    """AdamW's 4-step sweep picks 1e-2; at its 8-step budget 1e-2 diverged (no final loss): 1e-3 is that length's best."""
+    for opt, lrs in (("muon", {1e-3: 4.0, 1e-2: 3.5}), ("adamw", {1e-3: 4.2, 1e-2: 3.9})):
+        for lr, val in lrs.items():
+            _write_record(tmp_path, opt, lr, 0, 4, val, 0.1)
+    _write_record(tmp_path, "adamw", 1e-3, 0, 8, 3.5, 0.1)
+    _write_record(tmp_path, "adamw", 1e-2, 0, 8, float("nan"), 0.1)
+    runs = convergence_tables([tmp_path])["convergence_runs"].set_index(["optimizer", "steps", "lr"])["best_lr"]
+    assert runs.astype(bool)[("adamw", 4, 1e-2)] and runs.astype(bool)[("adamw", 8, 1e-3)]
+    assert not runs.astype(bool)[("adamw", 8, 1e-2)]
+
+
+def test_outside_every_condition_the_claim_takes_the_compute_optimal_configuration_over_more_seeds(tmp_path):
+    """No configuration here has the claim's parameters: the one trained compute-optimally (10 tokens per parameter,
+    5 seeds) is judged, not the one with more seeds (6) at 0.01 tokens per parameter."""
+    _budget_runs(tmp_path, "convergence-small", [0.7, 0.8, 0.9, 0.75, 0.85])
+    _sweep_and_seeds(tmp_path, seeds=6)
+    for path in (tmp_path / CONVERGENCE_GROUP).rglob(CONVERGENCE_FILE):
+        record = json.loads(path.read_text())
+        record["model"]["params"] = 10**6
+        path.write_text(json.dumps(record))
+    claim = _claim(convergence_tables([tmp_path]), at_llm_scale=False)
+    assert "convergence-small" in claim["conditions"] and claim["verdict"] == "not comparable here"
+
+
 def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path):
     _budget_runs(tmp_path, "convergence-small", [0.1, 0.15, 0.2, 0.12, 0.18])  # 10 tokens per parameter
     _sweep_and_seeds(tmp_path)  # the default group, Muon well ahead, but at 1,000x the parameters:

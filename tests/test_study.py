@@ -275,7 +275,7 @@ def test_the_async_explanation_says_its_gathers_overlapped_newton_schulz(tables)
     """In the study's async trace the optimizer's kernels sum to more than the time the GPU was busy with them."""
     rows = pd.DataFrame(study_claim_rows(tables)).set_index("claim_id")
     said = rows.loc["async_slowdown", "explanation"]
-    assert "unwaited, beside Newton-Schulz" in said and "wait longer for the peers" not in said
+    assert "unwaited, overlapping each other and Newton-Schulz" in said and "wait longer for the peers" not in said
     assert len(said.split()) <= 60
 
 

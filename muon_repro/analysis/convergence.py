@@ -185,14 +185,17 @@ def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
     return best
 
 
-def best_lrs_by_length(conv: pd.DataFrame) -> dict[tuple[str, int], float]:
-    """Per (optimizer, steps) that has a sweep of its own (seed-0 runs that reached their last step at two or more
-    learning rates), the one ending at the lowest validation loss: a longer schedule has its own best."""
-    finals = conv[(conv["seed"] == 0) & (conv["step"] == conv["steps"])].dropna(subset=["val_loss"])
-    best = {}
-    for (opt, steps), runs in finals.groupby(["optimizer", "steps"]):
-        if runs["lr"].nunique() >= 2:
-            best[(str(opt), int(steps))] = float(runs.loc[runs["val_loss"].astype(float).idxmin(), "lr"])
+def best_lrs_by_length(conv: pd.DataFrame) -> dict[tuple[str, int], float | None]:
+    """Per (optimizer, steps) that has a sweep of its own (seed-0 runs at two or more learning rates), the one whose run
+    ends at the lowest validation loss: a longer schedule has its own best. A run that diverged (no final loss) is
+    never best; None when every run of the sweep did."""
+    seed0 = conv[conv["seed"] == 0]
+    best: dict[tuple[str, int], float | None] = {}
+    for (opt, steps), runs in seed0.groupby(["optimizer", "steps"]):
+        if runs["lr"].nunique() < 2:
+            continue
+        finals = runs[runs["step"] == steps].dropna(subset=["val_loss"])  # reached its last step with a loss
+        best[(str(opt), int(steps))] = float(finals.loc[finals["val_loss"].astype(float).idxmin(), "lr"]) if len(finals) else None
     return best
 
 

@@ -3,7 +3,8 @@ tokens AdamW needs to reach Muon's loss, in Moonlight's unit (6ND: training comp
 same for either optimizer).
 
 The claim is judged on one configuration (convergence group) per profile: one trained inside the claim's
-conditions (tokens per parameter) when there is one, else the one closest to them. Where AdamW was trained to
+conditions (tokens per parameter, parameters) when there is one, else one trained compute-optimally, else the one
+closest to them. Where AdamW was trained to
 longer budgets (:mod:`muon_repro.analysis.budget_match`), the lead is measured on complete schedules; else it is
 the leading ratio at the end of the smoothed training-loss curves, from the leading_steps table's summaries, a
 lower bound when AdamW never reached Muon's final loss. The lead counting Newton-Schulz's FLOPs as compute too is
@@ -86,8 +87,10 @@ def leading_steps_claim(t: ProfileTables) -> Measurement | str:
 def claim_group(conv: pd.DataFrame) -> str:
     """The configuration (convergence ``group``) the claim is judged on: among those trained inside its conditions
     (Muon's long runs at least the claim's tokens per parameter, a model of at least its parameters), the one with
-    most seeds; else the one with most seeds and tokens per parameter."""
+    most seeds; else among those trained compute-optimally (the tokens per parameter alone), the one with most
+    seeds; else the one with most seeds and tokens per parameter."""
     made_under = claim("muon_leading_steps").made_under
+    need = made_under.min_tokens_per_param or 0.0
     best = conv[conv["best_lr"].fillna(False).astype(bool) & (conv["optimizer"] == "muon")]
     ranked = []
     for group, rows in (best if len(best) else conv).groupby("group"):
@@ -96,7 +99,7 @@ def claim_group(conv: pd.DataFrame) -> str:
         trained = int(first["steps"]) * int(first["tokens_per_step"])
         per_param = trained / float(first["params"]) if first["params"] else 0.0
         inside = not made_under.outside({"params": first["params"], "tokens_trained": trained}, None, {})
-        ranked.append((inside, rows["seed"].nunique(), per_param, str(group)))
+        ranked.append((inside, per_param >= need, rows["seed"].nunique(), per_param, str(group)))
     return max(ranked)[-1]
 
 

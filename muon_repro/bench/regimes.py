@@ -2,7 +2,8 @@
 
 Muon's extra work per step is Newton-Schulz on every hidden matrix, which does not grow with the
 batch, while forward+backward grows with the tokens per step T. So the optimizer's share of a
-step falls like ``~3.3 d_model / T`` (docs/method.md#regimes). The sweep measures that curve:
+step falls like ``d_model / T`` (3.75 d_model / T for an MLP matrix, 5 for a square one:
+docs/method.md#regimes). The sweep measures that curve:
 
     widths      d_model in WIDTHS (2 blocks, heads of 32, MLP 4 x d, the small preset's vocabulary)
     tokens      T in TOKENS, global tokens per step (DP2·TP2, contiguous layout), Muon and AdamW

@@ -17,7 +17,8 @@ Two protocols (:data:`PROTOCOLS`):
 
 Each has an optimizer-only and a full-step variant (the study's simulated forward-backward: ``FWD_BWD``, a square
 ``randn`` and chained matmuls, synchronised), and the full step an ``async_op=True`` variant (every collective issued
-asynchronously and waited for where its result is used: the study's "naive async"). On CUDA the sizes are the
+asynchronously and waited for where its result is used: a correct port of the study's "naive async", whose trace
+shows its DP gather waited for by nothing, docs/recording.md). On CUDA the sizes are the
 study's; on CPU they are divided by :data:`CPU_SCALE` (rounded up to what the TP split needs), so that a run takes
 seconds, and the config records what was scaled.
 

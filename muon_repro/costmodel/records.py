@@ -182,18 +182,20 @@ MEASURED_AT_SHAPES = {STUDY_MODEL.name: "369m", MODEL_7B.name: "7b"}
 def measured_compute_profile(links: MachineProfile, compute: MachineProfile, model: Model | None = None) -> MachineProfile:
     """``links``'s interconnect (its collectives, ranks per node and their efficiencies) with ``compute``'s measured
     kernel rates and size curves, at full efficiency (they are what the device reached): a prediction for GPUs we
-    do not have. Where the calibration timed ``model``'s own shapes (``ns_against_matmul``), their bf16 Newton-Schulz
-    and matmul rates price it: the profile's flat rates come from smaller matrices, on a GPU launch-bound (about
-    0.35 ms a call whatever the size on the H200), and would price a 7B model's matrices at a quarter of the rate
-    the device reached on them."""
+    do not have. Where the calibration timed ``model``'s own shapes (``ns_against_matmul``: Newton-Schulz on its full
+    matrices, as Distributed Muon runs it, and the matmuls of its layers at full width, TP 1), those bf16 rates price
+    it: the profile's flat rates come from smaller matrices, on a GPU launch-bound (about 0.35 ms a call whatever the
+    size on the H200), and would price a 7B model's matrices at a quarter of the rate the device reached on them."""
     from muon_repro.costmodel.machine_profile import SCOPES
 
     matmul, newton_schulz = dict(compute.matmul_tflops), dict(compute.newton_schulz_tflops)
     measured = (compute.calibration.get("ns_against_matmul") or {}).get(MEASURED_AT_SHAPES.get(model.name)) if model else None
     at_shapes = ""
-    if measured:
+    if measured and "ns_tflops" in measured and "matmul_tflops" in measured:
         matmul["bf16"], newton_schulz["bf16"] = float(measured["matmul_tflops"]), float(measured["ns_tflops"])
-        at_shapes = f" bf16 matmul and Newton-Schulz as timed at the {model.name} model's own shapes."
+        at_shapes = (
+            f" bf16 Newton-Schulz as timed on the {model.name} model's matrices, bf16 matmuls on its full-width (TP 1) layers."
+        )
     return replace(
         links,
         name=measured_compute_machine(links.name, compute.name),

@@ -283,8 +283,8 @@ def thresholds_intro(
     said = (
         "Where the claimed overheads hold with this device's compute, by the cost model: the device itself and the "
         "shipped GPU profiles' links priced with its kernel rates as calibrated (regime_thresholds; bf16 training; "
-        "bf16 matmul and Newton-Schulz at the rates timed on each priced model's own matrices where the calibration "
-        "timed them, as above). "
+        "bf16 Newton-Schulz and matmuls at the rates timed on each priced model's own matrices, its layers at full "
+        "width, where the calibration timed them, as above). "
         f"Predictions, without a range (no held-out GPU run measures the model's error); {trust}."
     )
     mine = None if claims is None else claims[claims["profile"].astype(str) == profile]

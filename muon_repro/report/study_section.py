@@ -321,7 +321,7 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
         fig,
         "The original study's numbers, rebuilt, and what they hold",
         "Its sums count each NCCL kernel twice (the kernel and its GPU annotation) and its optimizer is the CPU launch "
-        "time; the GPU time of the same work is the black bar.",
+        "time; the GPU kernel time of the same work is the black bar.",
         bottom_in=bottom,
     )
     return save_figure(fig, out)

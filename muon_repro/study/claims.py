@@ -278,7 +278,8 @@ def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -
         f"{np.mean(sync):.1f} ms synchronous, {_work_words(equal)}. "
         f"Its NCCL kernels take {nccl_naive:.1f} against {nccl_sync:.1f} ms per step"
         + (
-            f", unwaited, beside Newton-Schulz: Muon_Step's kernels sum to {kernels:.1f} ms in {busy:.1f} ms of GPU busy time. "
+            f", unwaited, overlapping each other and Newton-Schulz: Muon_Step's kernels sum to {kernels:.1f} ms in "
+            f"{busy:.1f} ms GPU-busy. "
             if overlapped
             else ". "
         )
