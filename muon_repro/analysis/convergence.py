@@ -172,31 +172,27 @@ def best_lrs(conv: pd.DataFrame) -> dict[str, float]:
     (the test loss is never consulted); a run that diverged (no final loss) is never best."""
     best = {}
     for opt, steps in sweep_steps(conv).items():
-        runs = conv[(conv["optimizer"] == opt) & (conv["seed"] == 0) & (conv["steps"] == steps)]
-        finals = (
-            runs.dropna(subset=["val_loss"])
-            .sort_values("step")
-            .groupby("lr")
-            .agg(last=("val_loss", "last"), step=("step", "last"))
-        )
-        finals = finals[finals["step"] == steps]  # reached its last step: did not diverge
-        if len(finals):
-            best[opt] = float(finals["last"].astype(float).idxmin())
+        winner = _sweep_winner(conv[(conv["optimizer"] == opt) & (conv["seed"] == 0) & (conv["steps"] == steps)], steps)
+        if winner is not None:
+            best[opt] = winner
     return best
 
 
 def best_lrs_by_length(conv: pd.DataFrame) -> dict[tuple[str, int], float | None]:
-    """Per (optimizer, steps) that has a sweep of its own (seed-0 runs at two or more learning rates), the one whose run
-    ends at the lowest validation loss: a longer schedule has its own best. A run that diverged (no final loss) is
-    never best; None when every run of the sweep did."""
-    seed0 = conv[conv["seed"] == 0]
-    best: dict[tuple[str, int], float | None] = {}
-    for (opt, steps), runs in seed0.groupby(["optimizer", "steps"]):
-        if runs["lr"].nunique() < 2:
-            continue
-        finals = runs[runs["step"] == steps].dropna(subset=["val_loss"])  # reached its last step with a loss
-        best[(str(opt), int(steps))] = float(finals.loc[finals["val_loss"].astype(float).idxmin(), "lr"]) if len(finals) else None
-    return best
+    """Per (optimizer, steps) that has a sweep of its own (seed-0 runs at two or more learning rates), its winner
+    (:func:`_sweep_winner`): a longer schedule has its own best. None when every run of the sweep diverged."""
+    return {
+        (str(opt), int(steps)): _sweep_winner(runs, int(steps))
+        for (opt, steps), runs in conv[conv["seed"] == 0].groupby(["optimizer", "steps"])
+        if runs["lr"].nunique() >= 2
+    }
+
+
+def _sweep_winner(runs: pd.DataFrame, steps: int) -> float | None:
+    """Among one sweep's runs (seed 0, ``steps`` long), the learning rate whose run reached its last step at the lowest
+    validation loss, the smaller on a tie; None when every run diverged (no final loss)."""
+    finals = runs[runs["step"] == steps].dropna(subset=["val_loss"]).sort_values("lr", kind="stable")
+    return float(finals.loc[finals["val_loss"].astype(float).idxmin(), "lr"]) if len(finals) else None
 
 
 def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
