@@ -564,6 +564,7 @@ def test_the_claim_needs_five_seeds_and_fails_when_adamw_leads(tmp_path):
     assert no_runs["verdict"] == "not measured" and "muon-repro converge" in no_runs["explanation"]
 
 
+@pytest.mark.slow  # end to end: analysis, figures and report (~9 s)
 def test_report_shows_the_convergence_section_and_figures(tmp_path, monkeypatch):
     """Figures and report from a metrics folder with convergence tables (the bundle of test_report has empty ones).
     The convergence figures are drawn; the others, which tests/test_report.py draws, are stand-in files here."""

@@ -172,6 +172,7 @@ def test_no_percentage_printed_with_an_exponent(everything, data):
         assert "e+" not in text and "e-0" not in text, text
 
 
+@pytest.mark.slow  # end to end: lays out every figure of the committed tables (~8 s)
 def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
     """Every figure drawn from the committed tables keeps its legends off the plotting areas: each legend's box
     meets no panel's box (beside or under the panels, never inside), and no tick label is written as a power."""

@@ -219,6 +219,7 @@ def test_unknown_group_is_refused(old_tree):
         plan_migration(old_tree, ["nope"])
 
 
+@pytest.mark.slow  # end to end: analyzes the tree three times (~7 s)
 def test_partial_migration_gives_the_same_tables(old_tree):
     old = _without_location(build_tables([old_tree], workers=1))
     migrate(plan_migration(old_tree, ["comparison", "costmodel"]))

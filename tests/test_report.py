@@ -55,12 +55,23 @@ def bundle(tmp_path_factory) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             make_bundle(root)
             assert _run(root, "figures", "--out", str(root / "figures")) == 0
-            assert (
-                _run(root, "report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html,pdf")
-                == 0
-            )
+            report = ["report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html"]
+            assert _run(root, *report) == 0
             (root / "done").touch()
     return root
+
+
+@pytest.fixture(scope="session")
+def pdf(bundle: Path, tmp_path_factory) -> Path:
+    """The bundle's report as a PDF (weasyprint takes ~6 s: only the slow tier reads it back), built once per
+    session like the bundle, in a folder of its own beside the bundle's report."""
+    shared = shared_root(tmp_path_factory)
+    out = bundle / "report_pdf"
+    with open(shared / "report_pdf.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "report.pdf").is_file():
+            assert _run(bundle, "report", "--figures", str(bundle / "figures"), "--out", str(out), "--format", "pdf") == 0
+    return out / "report.pdf"
 
 
 def _squash(text: str) -> str:
@@ -130,8 +141,9 @@ def test_figures_degrade_with_one_optimizer_or_one_configuration(tmp_path: Path,
 # ---------------------------------------------------------------- the PDF read back
 
 
-def test_pdf_has_every_section_heading_and_claims_row(bundle: Path) -> None:
-    text = _pdf_text(bundle / "report" / "report.pdf")
+@pytest.mark.slow  # reads the PDF back
+def test_pdf_has_every_section_heading_and_claims_row(bundle: Path, pdf: Path) -> None:
+    text = _pdf_text(pdf)
     for _, heading in SECTIONS:
         assert heading in text, heading
     claims = claims_rows(load(bundle / "metrics"))
@@ -160,8 +172,9 @@ def _first_page(pages: list[str], text: str) -> int:
     return next((i for i, page in enumerate(pages, 1) if text in page), 0)
 
 
-def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle: Path) -> None:
-    pages = _pdf_pages(bundle / "report" / "report.pdf")
+@pytest.mark.slow  # reads the PDF back
+def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle: Path, pdf: Path) -> None:
+    pages = _pdf_pages(pdf)
     claims_header = "claim source claimed agrees if in"  # the claims table's header row, as the PDF reads back
     assert 0 < _first_page(pages, claims_header) <= 3, [p[:80] for p in pages]
     assert 0 < _first_page(pages, "Consistency checks") <= 4
@@ -173,24 +186,35 @@ def test_the_pdf_opens_with_title_block_abstract_and_the_claims_by_page_3(bundle
     assert "Version 0.1.0" in title and "Authors: muon-repro." in title and "(Revision v0.1.0)" in "".join(pages)
 
 
+def _appendix_headings() -> dict[str, str]:
+    """Each appendix table's heading when the report shows them all, as the bundle's does."""
+    from muon_repro.report.context import APPENDIX_TABLES, appendix_headings
+
+    return {key: h["heading"] for key, h in appendix_headings(key for key, _ in APPENDIX_TABLES).items()}
+
+
 def test_long_tables_are_in_the_appendix_after_its_heading(bundle: Path) -> None:
-    from muon_repro.report.context import APPENDIX_TABLES, anchor, appendix_headings
+    from muon_repro.report.context import anchor
 
     md = (bundle / "report" / "report.md").read_text()
     body, _, appendix = md.partition("\n## Appendix: tables\n")
     assert appendix, "no appendix heading"
     for header in ("| run | trials × steps |", "| configuration | run | analytic MB |"):  # runs, bytes
         assert header not in body and header in appendix, header
-    headings = {key: h["heading"] for key, h in appendix_headings(key for key, _ in APPENDIX_TABLES).items()}
+    headings = _appendix_headings()
     for heading in list(headings.values())[:3]:
         assert f"### {heading}" in appendix
     # the main body cites them
     assert f"(#{anchor(headings['runs'])})" in body and f"(#{anchor(headings['bytes'])})" in body
-    # in the PDF too: the appendix starts after the last main section, the runs table after it
-    pages = _pdf_pages(bundle / "report" / "report.pdf")
+
+
+@pytest.mark.slow  # reads the PDF back
+def test_the_pdf_puts_the_appendix_after_the_last_section(pdf: Path) -> None:
+    pages = _pdf_pages(pdf)
     start = _first_page(pages, "Appendix: tables")
     assert start > _first_page(pages, "How to cite") > 0
-    for heading in list(headings.values())[:3]:  # the main body names them in its text, the tables start after the appendix
+    # the main body names them in its text, the tables start after the appendix
+    for heading in list(_appendix_headings().values())[:3]:
         assert _first_page(pages[start - 1 :], heading) > 0, heading
 
 
@@ -217,28 +241,30 @@ def test_the_abstract_is_short_and_made_of_table_values(bundle: Path) -> None:
     assert text in _squash((bundle / "report" / "report.md").read_text())
 
 
-def test_pdf_embeds_every_figure_as_an_image(bundle: Path) -> None:
-    drawn = _drawn_image_sizes(bundle / "report" / "report.pdf")
+@pytest.mark.slow  # reads the PDF back
+def test_pdf_embeds_every_figure_as_an_image(bundle: Path, pdf: Path) -> None:
+    drawn = _drawn_image_sizes(pdf)
     for name in FIGURES:
         with Image.open(bundle / "figures" / f"{name}.png") as im:
             assert im.size in drawn, f"figure {name} ({im.size}) is not painted in the PDF"
 
 
-def test_a_pdf_page_renders_to_a_non_blank_image(bundle: Path) -> None:
+@pytest.mark.slow  # reads the PDF back
+def test_a_pdf_page_renders_to_a_non_blank_image(pdf: Path) -> None:
     import pypdfium2 as pdfium
 
-    pdf = pdfium.PdfDocument(bundle / "report" / "report.pdf")
+    document = pdfium.PdfDocument(pdf)
     try:
-        assert len(pdf) >= 3
+        assert len(document) >= 3
         inked = []
-        for index in range(len(pdf)):
-            image = pdf[index].render(scale=0.5).to_pil().convert("L")
+        for index in range(len(document)):
+            image = document[index].render(scale=0.5).to_pil().convert("L")
             inked.append(sum(image.histogram()[:200]) / (image.width * image.height))  # pixels clearly darker than the white page
         assert inked[0] > 0.01, "the first page looks blank"
         # a section's last page may be short, but most pages carry text, tables or figures
         assert sum(share > 0.01 for share in inked) >= 0.75 * len(inked), [round(share, 3) for share in inked]
     finally:
-        pdf.close()
+        document.close()
 
 
 # ---------------------------------------------------------------- the Markdown
