@@ -19,7 +19,7 @@ from analysis_workers import ACTIVE, DP, TP
 from muon_repro.analysis.breakdown import TraceBreakdown
 from muon_repro.analysis.collectives import COMM_KINDS
 from muon_repro.analysis.trace_events import TraceMeta
-from muon_repro.analysis.waits import WAIT_COLUMNS, split_wait_transfer
+from muon_repro.analysis.waits import WAIT_COLUMNS, match_calls, split_wait_transfer
 
 BASE_NS = 1_790_000_000_000_000_000
 
@@ -50,14 +50,16 @@ def split_by_rank(items: list[TraceBreakdown], **sizes) -> dict[int, pd.DataFram
     return {b.meta.rank: split for b, split in zip(items, splits)}
 
 
-def dp2_tp2_calls() -> list[TraceBreakdown]:
-    """DP groups {0, 2} and {1, 3}, TP groups {0, 1} and {2, 3}; every call ends at 120 / 300 us."""
+def dp2_tp2_calls(without_base_time: int | None = None) -> list[TraceBreakdown]:
+    """DP groups {0, 2} and {1, 3}, TP groups {0, 1} and {2, 3}; every call ends at 120 / 300 us (rank
+    ``without_base_time``'s trace has no ``baseTimeNanoseconds``)."""
     dp_arrival = {0: 0.0, 1: 10.0, 2: 100.0, 3: 30.0}
     tp_arrival = {0: 200.0, 1: 250.0, 2: 210.0, 3: 205.0}
     return [
         calls_of(
             r,
             [call(1, "dp_gather", "all_gather", dp_arrival[r], 120.0), call(1, "tp_gather", "all_gather", tp_arrival[r], 300.0)],
+            base_ns=None if r == without_base_time else BASE_NS,
         )
         for r in range(4)
     ]
@@ -76,16 +78,29 @@ def test_dp_and_tp_calls_are_matched_within_their_own_groups():
 def test_start_skew_compares_each_call_with_its_own_groups_ranks_only():
     """The steps table's skew: DP group {1, 3} issuing 50 ms after group {0, 2} is no skew (no rank waits for a rank
     outside its group); rank 2 arriving 100 us after rank 0 in their DP group is, and rank 2 is the straggler."""
-    from muon_repro.analysis.tables import _skew
-
     side_by_side = [calls_of(r, [call(1, "dp_reduce_scatter", "reduce_scatter", 50_000.0 * (r % 2), 60_000.0)]) for r in range(4)]
-    skew = _skew(side_by_side, dp=2, tp=2, pp=1)
+    skew = match_calls(side_by_side, dp=2, tp=2, pp=1).start_skew()
     assert skew["start_skew_ms"].tolist() == [0.0] * 4 and skew["late_ms"].tolist() == [0.0] * 4
-    skew = _skew(dp2_tp2_calls(), dp=2, tp=2, pp=1).set_index("rank")
+    skew = match_calls(dp2_tp2_calls(), dp=2, tp=2, pp=1).start_skew().set_index("rank")
     # DP gather: rank 2 is 100 us after rank 0, rank 3 20 us after rank 1; TP gather: rank 1 50 us after rank 0,
     # rank 2 5 us after rank 3. Each rank's lateness is its mean over its two calls.
     assert skew["late_ms"].to_dict() == pytest.approx({0: 0.0, 1: 0.025, 2: 0.0525, 3: 0.01})
     assert skew["start_skew_ms"].tolist() == pytest.approx([0.1] * 4) and (skew["straggler_rank"] == 2).all()
+
+
+def test_a_rank_without_base_time_leaves_its_groups_out_of_both_wait_and_skew():
+    """Rank 3 cannot be put on the others' clock: its DP group {1, 3} and TP group {2, 3} are unmatched, in the wait
+    and in the skew alike (one matching); the groups without it, {0, 2} and {0, 1}, are still compared."""
+    items = dp2_tp2_calls(without_base_time=3)
+    split = split_by_rank(items, dp=2, tp=2)
+    assert [split[r]["matched"].tolist() for r in range(4)] == [[True, True], [False, True], [True, False], [False, False]]
+    assert split[0]["wait_us"].tolist() == [100.0, 50.0] and split[3]["wait_us"].tolist() == [0.0, 0.0]
+    skew = match_calls(items, dp=2, tp=2, pp=1).start_skew().set_index("rank")
+    assert sorted(skew.index) == [0, 1, 2]  # rank 3 matched no call
+    # rank 1 is 50 us late in TP group {0, 1}, rank 2 100 us late in DP group {0, 2}: each over its matched call only
+    assert skew["late_ms"].to_dict() == pytest.approx({0: 0.0, 1: 0.05, 2: 0.1})
+    assert skew["start_skew_ms"].tolist() == pytest.approx([0.1] * 3) and (skew["straggler_rank"] == 2).all()
+    assert match_calls(dp2_tp2_calls()[:1], dp=2, tp=2, pp=1).start_skew() is None  # one rank: nothing to compare
 
 
 def test_the_kth_call_of_a_step_matches_the_kth_call_in_issue_order():

@@ -44,7 +44,7 @@ from muon_repro.analysis.runs_table import display_path, runs_table, with_optimi
 from muon_repro.analysis.stages_table import stages_table
 from muon_repro.analysis.timed_steps import timed_steps_table
 from muon_repro.analysis.trace_files import TraceFile, analyzed_trace_files, trace_files_table
-from muon_repro.analysis.waits import call_groups, split_wait_transfer
+from muon_repro.analysis.waits import MatchedCalls, match_calls
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
 
@@ -73,9 +73,10 @@ def tables_from_analysis(
     # Convergence records (muon-repro converge) sit beside the traces: found under the same paths,
     # here, so that every way of building the set (analyze, stages, verify --recompute) has them.
     convergence = convergence_tables(analysis.paths)
-    steps = _steps_table(analysis)
+    matches = [match_calls(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp) for info, items in analysis.runs]
+    steps = _steps_table(analysis, matches)
     timed = timed_steps_table(analysis)
-    collectives = _collectives_table(analysis)
+    collectives = _collectives_table(analysis, matches)
     runs = runs_table(analysis, steps, timed).assign(protocol="benchmark")  # the study's protocol: study_runs
     comparisons = _comparisons_table(runs)
     ranks = ranks_table(analysis)
@@ -123,11 +124,13 @@ def tables_from_analysis(
     return {name: SCHEMAS[name].conform(df) for name, df in tables.items()}
 
 
-def _steps_table(analysis: Analysis) -> pd.DataFrame:
+def _steps_table(analysis: Analysis, matches: list[MatchedCalls]) -> pd.DataFrame:
+    """The steps table; ``matches``: each of ``analysis.runs``' calls matched across its ranks (one matching gives
+    the wait/transfer split and the start skew)."""
     frames = []
-    for info, items in analysis.runs:
-        skew = _skew(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
-        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
+    for (info, items), match in zip(analysis.runs, matches):
+        skew = match.start_skew()
+        splits = match.wait_transfer()
         for b, split in zip(items, splits):
             df = b.steps.copy()
             df.insert(0, "run", info.key)
@@ -154,57 +157,16 @@ def _steps_table(analysis: Analysis) -> pd.DataFrame:
 
 def _wait_transfer_by_step(split: pd.DataFrame, launch_step: pd.Series, steps: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per step of ``steps``: wait and transfer (ms) of the collectives launched in it
-    (``split`` from :func:`split_wait_transfer`, ``launch_step`` the calls' ``step``)."""
+    (``split`` from :meth:`MatchedCalls.wait_transfer`, ``launch_step`` the calls' ``step``)."""
     sums = split[["wait_us", "transfer_us"]].groupby(launch_step.to_numpy()).sum() / 1000.0
     sums = sums.reindex(steps.to_numpy(), fill_value=0.0)
     return sums["wait_us"].to_numpy(), sums["transfer_us"].to_numpy()
 
 
-def _skew(items: list, *, dp: int | None, tp: int | None, pp: int | None) -> pd.DataFrame | None:
-    """Spread of collective start times across the ranks of one run, per step.
-
-    The k-th call of a given (phase, op) in a step is the same collective on every rank of its process group (they
-    run the same program): calls are matched within their group (:func:`~muon_repro.analysis.waits.call_groups`,
-    as the wait/transfer split matches them), never across two DP groups that run side by side. Point-to-point
-    calls, and calls whose group is not known, are left out. Times are made comparable with each trace's
-    ``baseTimeNanoseconds`` (absolute time = base + ts).
-    """
-    if len(items) < 2 or any(b.meta.base_time_ns is None for b in items):
-        return None
-    ref = min(b.meta.base_time_ns for b in items)
-    frames = []
-    for b in items:
-        c = b.collectives[["step", "phase", "op", "issue_ts"]].copy()
-        if c.empty:
-            continue
-        c["ordinal"] = c.sort_values("issue_ts").groupby(["step", "phase", "op"]).cumcount()
-        c["t_us"] = c["issue_ts"] + (b.meta.base_time_ns - ref) / 1000.0
-        c["rank"] = b.meta.rank
-        frames.append(c)
-    if len(frames) < 2:
-        return None
-    allc = pd.concat(frames, ignore_index=True)
-    kind, index = call_groups(items, allc["phase"].to_numpy(), allc["rank"].to_numpy(), dp=dp, tp=tp, pp=pp)
-    allc = allc.assign(group_kind=kind, group_index=index)[kind >= 0]
-    key = ["step", "group_kind", "group_index", "phase", "op", "ordinal"]
-    allc["first_us"] = allc.groupby(key)["t_us"].transform("min")
-    allc["ranks_seen"] = allc.groupby(key)["rank"].transform("nunique")
-    allc = allc[allc["ranks_seen"] >= 2]
-    if allc.empty:
-        return None
-    allc["late_ms"] = (allc["t_us"] - allc["first_us"]) / 1000.0
-    spread = allc.groupby(key)["late_ms"].max().groupby(level="step").max().rename("start_skew_ms")
-    late = allc.groupby(["rank", "step"])["late_ms"].mean().reset_index()
-    straggler = late.loc[late.groupby("step")["late_ms"].idxmax(), ["step", "rank"]].rename(columns={"rank": "straggler_rank"})
-    out = late.merge(spread.reset_index(), on="step", how="left").merge(straggler, on="step", how="left")
-    return out[["rank", "step", "start_skew_ms", "late_ms", "straggler_rank"]]
-
-
-def _collectives_table(analysis: Analysis) -> pd.DataFrame:
+def _collectives_table(analysis: Analysis, matches: list[MatchedCalls]) -> pd.DataFrame:
     rows = []
-    for info, items in analysis.runs:
-        splits = split_wait_transfer(items, dp=info.config.dp, tp=info.config.tp, pp=info.config.pp)
-        for b, split in zip(items, splits):
+    for (info, items), match in zip(analysis.runs, matches):
+        for b, split in zip(items, match.wait_transfer()):
             inst = b.collectives
             if inst.empty:
                 continue

@@ -1,4 +1,5 @@
-"""Wait and transfer: how much of each collective call is spent waiting for the group's last rank.
+"""Collective calls matched across a run's ranks, and what the matching gives: wait and transfer (how much of
+each call is spent waiting for the group's last rank) and the start skew (how late each rank issues).
 
 A collective cannot move data before every rank of its group has arrived, so on a rank that
 enters early the call's interval (gloo worker annotation, NCCL kernel) includes waiting for the
@@ -25,11 +26,15 @@ A call is **unmatched** (wait 0, transfer = its whole duration) when its group c
 completed: a single rank's trace, a rank without ``baseTimeNanoseconds`` or without a trace, two
 traces claiming one rank, ranks of the group with unequal numbers of that (step, phase, op),
 differing world sequences, or a ``dp_`` / ``tp_`` phase without the dp and tp sizes.
+
+The **start skew** reads the same matching (:meth:`MatchedCalls.start_skew`): a rank's lateness on a matched
+call is its issue minus the earliest issue of the call's group; unmatched calls count in no skew.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -37,58 +42,107 @@ import pandas as pd
 from muon_repro.analysis.breakdown import TraceBreakdown
 
 WAIT_COLUMNS = ("wait_us", "transfer_us", "matched")
-"""What :func:`split_wait_transfer` returns per call: wait and transfer (us), and whether the
+"""What :meth:`MatchedCalls.wait_transfer` returns per call: wait and transfer (us), and whether the
 call was matched across its group."""
+
+SKEW_COLUMNS = ("rank", "step", "start_skew_ms", "late_ms", "straggler_rank")
+"""What :meth:`MatchedCalls.start_skew` returns per rank and step."""
 
 # Group kinds: a call runs on its rank's DP group, its TP group, the whole world, or an unknown one.
 _DP, _TP, _WORLD, _UNKNOWN = 0, 1, 2, -1
 
 
-def split_wait_transfer(
-    breakdowns: Sequence[TraceBreakdown], *, dp: int | None = None, tp: int | None = None, pp: int | None = 1
-) -> list[pd.DataFrame]:
-    """Wait and transfer of every collective call of one run (module docstring).
+@dataclass(frozen=True)
+class MatchedCalls:
+    """One run's collective calls, every rank's on one clock, each with the collective it is part of: the one
+    matching (module docstring) that both the wait/transfer split and the start skew read.
 
-    ``breakdowns`` are the run's ranks (one trace each); ``dp`` and ``tp`` are the run's sizes
-    (config.json), which our ``dp_*`` / ``tp_*`` phases need to find their group, and ``pp`` its pipeline stages
-    (a DP or TP group lies within one stage; point-to-point ``pp_*`` calls are not matched). Returns, per
-    breakdown, a frame with its ``collectives``' index and the columns :data:`WAIT_COLUMNS`.
+    Arrays, one entry per call of the ranks that can be compared: ``item`` and ``row`` locate it (its breakdown,
+    its position in that breakdown's ``collectives``), ``rank``, ``step``, ``issue_us`` (its ``c10d::`` caller)
+    and ``arrival_us`` (module docstring) on the clock of the earliest base time, ``collective`` (an id the calls
+    of one collective share) and ``matched`` (its group complete). Empty when fewer than two ranks can be compared.
     """
-    # the events' own durations, the ones the comm_<kind>_ms sums add, so wait + transfer equals them exactly
-    durations = [b.collectives["dur"].to_numpy(dtype=float) for b in breakdowns]
-    waits = [np.zeros(len(d)) for d in durations]
-    matched = [np.zeros(len(d), bool) for d in durations]
-    calls = _calls_on_one_clock(breakdowns) if len(breakdowns) > 1 else None  # one rank: nothing to match
-    if calls is not None:
-        world = _world_size(breakdowns, dp, tp, pp or 1)
-        kind, index = _groups(calls["scope"], calls["rank"], dp, tp, world)
-        collective, sequence = _collective_ids(calls, kind, index)
-        ok = _complete(sequence, collective, calls["rank"], _group_sizes(kind, dp, tp, world))
-        ok &= ~_world_steps_that_differ(kind, ok, calls["step"])
-        arrival = calls["arrival_us"][ok]
-        last_arrival = pd.Series(arrival).groupby(collective[ok]).transform("max").to_numpy()
-        item, row = calls["item"][ok], calls["row"][ok]
+
+    breakdowns: tuple[TraceBreakdown, ...]
+    item: np.ndarray
+    row: np.ndarray
+    rank: np.ndarray
+    step: np.ndarray
+    issue_us: np.ndarray
+    arrival_us: np.ndarray
+    collective: np.ndarray
+    matched: np.ndarray
+
+    def wait_transfer(self) -> list[pd.DataFrame]:
+        """Per breakdown, a frame with its ``collectives``' index and the columns :data:`WAIT_COLUMNS`: a matched
+        call waits from its own arrival to the last of its group's (at most its duration), an unmatched one not at all."""
+        # the events' own durations, the ones the comm_<kind>_ms sums add, so wait + transfer equals them exactly
+        durations = [b.collectives["dur"].to_numpy(dtype=float) for b in self.breakdowns]
+        waits = [np.zeros(len(d)) for d in durations]
+        matched = [np.zeros(len(d), bool) for d in durations]
+        ok = self.matched
+        arrival = self.arrival_us[ok]
+        last_arrival = pd.Series(arrival).groupby(self.collective[ok]).transform("max").to_numpy()
+        item, row = self.item[ok], self.row[ok]
         for i in np.unique(item).tolist():  # one pass per rank, not per call
             mine = item == i
             limit = np.maximum(durations[i][row[mine]], 0.0)
             waits[i][row[mine]] = np.clip(last_arrival[mine] - arrival[mine], 0.0, limit)
             matched[i][row[mine]] = True
-    return [
-        pd.DataFrame({"wait_us": w, "transfer_us": d - w, "matched": m}, index=b.collectives.index)
-        for b, d, w, m in zip(breakdowns, durations, waits, matched)
-    ]
+        return [
+            pd.DataFrame({"wait_us": w, "transfer_us": d - w, "matched": m}, index=b.collectives.index)
+            for b, d, w, m in zip(self.breakdowns, durations, waits, matched)
+        ]
+
+    def start_skew(self) -> pd.DataFrame | None:
+        """Per rank and step (:data:`SKEW_COLUMNS`): ``late_ms``, the rank's mean delay issuing the step's matched
+        calls after the earliest rank of each call's group; ``start_skew_ms``, the step's largest such delay;
+        ``straggler_rank``, the rank latest on average. A group's ranks are compared with each other only: two DP
+        groups running side by side are no skew, since no rank waits for a rank outside its group. ``None`` when
+        no call is matched."""
+        ok = self.matched
+        if not ok.any():
+            return None
+        calls = pd.DataFrame({"rank": self.rank[ok], "step": self.step[ok], "collective": self.collective[ok]})
+        issue_us = pd.Series(self.issue_us[ok])
+        calls["late_ms"] = (issue_us - issue_us.groupby(calls["collective"]).transform("min")) / 1000.0
+        spread = calls.groupby("step")["late_ms"].max().rename("start_skew_ms")
+        late = calls.groupby(["rank", "step"])["late_ms"].mean().reset_index()
+        latest = late.loc[late.groupby("step")["late_ms"].idxmax(), ["step", "rank"]]
+        out = late.merge(spread.reset_index(), on="step", how="left")
+        out = out.merge(latest.rename(columns={"rank": "straggler_rank"}), on="step", how="left")
+        return out[list(SKEW_COLUMNS)]
 
 
-def call_groups(
-    breakdowns: Sequence[TraceBreakdown], phases: np.ndarray, ranks: np.ndarray, *, dp: int | None, tp: int | None, pp: int | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per call (its phase name and rank, among the run's ``breakdowns``), the kind and index of the group it runs
-    on, as :func:`split_wait_transfer` matches calls: the k-th call of a (step, phase, op) on each rank of one group
-    is one collective. Kind -1: no group known (a point-to-point ``pp_*`` transfer, a ``dp_`` / ``tp_`` phase
-    without the run's sizes, a rank outside the run)."""
-    codes, names = pd.factorize(np.asarray(phases, dtype=object))
+def match_calls(
+    breakdowns: Sequence[TraceBreakdown], *, dp: int | None = None, tp: int | None = None, pp: int | None = 1
+) -> MatchedCalls:
+    """Match every collective call of one run across its ranks (module docstring).
+
+    ``breakdowns`` are the run's ranks (one trace each); ``dp`` and ``tp`` are the run's sizes
+    (config.json), which our ``dp_*`` / ``tp_*`` phases need to find their group, and ``pp`` its pipeline stages
+    (a DP or TP group lies within one stage; point-to-point ``pp_*`` calls are not matched).
+    """
+    breakdowns = tuple(breakdowns)
+    calls = _calls_on_one_clock(breakdowns) if len(breakdowns) > 1 else None  # one rank: nothing to match
+    if calls is None:
+        ids, times = np.zeros(0, np.int64), np.zeros(0)
+        return MatchedCalls(breakdowns, ids, ids, ids, ids, times, times, collective=ids, matched=np.zeros(0, bool))
     world = _world_size(breakdowns, dp, tp, pp or 1)
-    return _groups(_phase_scopes(names)[codes], np.asarray(ranks, np.int64), dp, tp, world)
+    kind, index = _groups(calls["scope"], calls["rank"], dp, tp, world)
+    collective, sequence = _collective_ids(calls, kind, index)
+    ok = _complete(sequence, collective, calls["rank"], _group_sizes(kind, dp, tp, world))
+    ok &= ~_world_steps_that_differ(kind, ok, calls["step"])
+    fields = ("item", "row", "rank", "step", "issue_us", "arrival_us")
+    return MatchedCalls(breakdowns, *(calls[name] for name in fields), collective=collective, matched=ok)
+
+
+def split_wait_transfer(
+    breakdowns: Sequence[TraceBreakdown], *, dp: int | None = None, tp: int | None = None, pp: int | None = 1
+) -> list[pd.DataFrame]:
+    """Wait and transfer of every collective call of one run: :func:`match_calls`, then
+    :meth:`MatchedCalls.wait_transfer`."""
+    return match_calls(breakdowns, dp=dp, tp=tp, pp=pp).wait_transfer()
 
 
 def _calls_on_one_clock(breakdowns: Sequence[TraceBreakdown]) -> dict[str, np.ndarray] | None:
