@@ -107,6 +107,19 @@ def test_bad_inputs_are_refused(logits_shape, targets_shape, dtype, vocab_start,
         )
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("bad", [-1, VOCAB])
+def test_a_target_outside_the_vocabulary_is_refused(tp: int, bad: int) -> None:
+    """At tp > 1 no rank would own it and its target logit would be 0, silently; refused before any all-reduce."""
+    from test_model_tp import fake_tp_group
+
+    logits, targets = logits_and_targets()
+    group = fake_tp_group(0, tp) if tp > 1 else Group.single("tp")
+    targets[5] = bad
+    with pytest.raises(ValueError, match=rf"targets must be token ids in \[0, {VOCAB}\)"):
+        vocab_parallel_cross_entropy(logits[:, : VOCAB // tp], targets, group, 0)
+
+
 # ---------------------------------------------------------------- tp in {2, 4} on gloo
 
 

@@ -222,6 +222,22 @@ def test_forward_logits_and_loss() -> None:
         model(torch.zeros(17, dtype=torch.long))
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("bad", [-1, 128], ids=["negative", "vocab_size"])
+def test_a_token_id_outside_the_vocabulary_is_refused_at_every_tp(tp: int, bad: int) -> None:
+    """At tp > 1 no rank owns such an id: the lookup would give a row of zeros and the loss a target logit of 0,
+    silently. The model refuses it at every tp, before any communication (the fake group could not communicate)."""
+    tokens, targets = batch(TINY)
+    model = GPT(TINY, fake_tp_group(0, tp) if tp > 1 else Group.single("tp"))
+    found = r"from -1 to \d+" if bad < 0 else r"from \d+ to 128"
+    expected = rf"must be token ids in \[0, 128\) \(the vocabulary\), got ids {found}"
+    with pytest.raises(ValueError, match=rf"tokens {expected}"):
+        model(tokens.index_fill(1, torch.tensor([3]), bad), targets)
+    if tp == 1:  # the loss checks its targets too (at tp > 1 the forward's first all-reduce comes before it)
+        with pytest.raises(ValueError, match=rf"targets {expected}"):
+            model(tokens, targets.index_fill(1, torch.tensor([3]), bad))
+
+
 def test_fused_and_split_qkv_compute_the_same_function() -> None:
     tokens, targets = batch(TINY)
     fused, loss_f = reference(TINY, tokens, targets)

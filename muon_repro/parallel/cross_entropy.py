@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from muon_repro.parallel.comm import Group, all_reduce_
+from muon_repro.parallel.tensor_parallel import check_token_ids
 from muon_repro.phases import TP_ALL_REDUCE
 
 __all__ = ["vocab_parallel_cross_entropy"]
@@ -99,6 +100,7 @@ def vocab_parallel_cross_entropy(
             f"vocab_parallel_cross_entropy: vocab_start={vocab_start} is not a shard's first column "
             f"(group {group.name!r} of {group.size} rank(s))"
         )
+    check_token_ids(targets, logits_local.shape[1] * group.size, "vocab_parallel_cross_entropy: targets")
     if group.size == 1:  # the whole vocabulary is here: nothing to reduce
         return F.cross_entropy(logits_local.float(), targets)
     return _VocabParallelCrossEntropy.apply(logits_local, targets, group, vocab_start)

@@ -226,6 +226,18 @@ class RowParallelLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, tp={self.group.size}"
 
 
+def check_token_ids(ids: torch.Tensor, vocab_size: int, what: str) -> None:
+    """Every id of ``ids`` in ``[0, vocab_size)``: out of it, a vocab-parallel lookup or loss would find no rank
+    owning the id and silently use zeros. On the CPU a ``ValueError`` names the range and the ids found; on an
+    accelerator an asynchronous assert, so that the step never waits on the host for the check."""
+    if ids.device.type != "cpu":
+        torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(), f"{what} must be token ids in [0, {vocab_size})")
+    elif ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{what} must be token ids in [0, {vocab_size}) (the vocabulary), got ids from {low} to {high}")
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding with the vocabulary cut across ranks: weight ``[vocab/tp, hidden]``.
 
@@ -251,6 +263,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = _sharded_param((local_vocab, hidden), 0, device)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        check_token_ids(tokens, self.vocab_size, "tokens")
         if self.group.size == 1:
             return F.embedding(tokens, self.weight)
         outside = (tokens < self.vocab_start) | (tokens >= self.vocab_end)
