@@ -228,14 +228,19 @@ class RowParallelLinear(nn.Module):
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int, what: str) -> None:
     """Every id of ``ids`` in ``[0, vocab_size)``: out of it, a vocab-parallel lookup or loss would find no rank
-    owning the id and silently use zeros. On the CPU a ``ValueError`` names the range and the ids found; on an
-    accelerator an asynchronous assert, so that the step never waits on the host for the check."""
+    owning the id and silently use zeros. On the CPU a ``ValueError`` names the range and the ids found, read through
+    NumPy so that the check adds no operator to the step (nor to its trace or the cost model's count); on an
+    accelerator an asynchronous assert, so that the step never waits on the host for it. A meta tensor (no values)
+    is not checked."""
+    if ids.device.type == "meta" or not ids.numel():
+        return
     if ids.device.type != "cpu":
         torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(), f"{what} must be token ids in [0, {vocab_size})")
-    elif ids.numel():
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(f"{what} must be token ids in [0, {vocab_size}) (the vocabulary), got ids from {low} to {high}")
+        return
+    values = ids.numpy()
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{what} must be token ids in [0, {vocab_size}) (the vocabulary), got ids from {low} to {high}")
 
 
 class VocabParallelEmbedding(nn.Module):
