@@ -201,7 +201,9 @@ def test_comparisons_pair_muon_with_adamw_and_claims_decide():
             _run("other/muon_dp8", "muon", 8, 1, step_ms=1.0),  # no AdamW twin: no comparison
         ]
     )
-    cmp = SCHEMAS["comparisons"].conform(_comparisons_table(runs))
+    from test_claims import sweeps_of
+
+    cmp = SCHEMAS["comparisons"].conform(_comparisons_table(runs, sweeps_of(runs)))
     assert len(cmp) == 2  # both dp2/tp2 Muon runs, against the only dp2/tp2 AdamW
     row = cmp[cmp["muon_run"] == "comparison/muon_dp2_tp2"].iloc[0]
     assert row["adamw_run"] == "comparison/adamw_dp2_tp2"

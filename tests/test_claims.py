@@ -13,6 +13,7 @@ from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.tables import _comparisons_table
 from muon_repro.claims import CLAIMS, UNEQUAL_WORK, Region, verdict
 from muon_repro.tables.schemas import SCHEMAS
+from muon_repro.tables.verdict_schemas import COMPARISON_TIME_RATIOS
 
 TRIALS, STEPS, RANKS = 3, 5, 4
 # The synthetic runs are made under the claims' own conditions (GPUs, NCCL, 1,024 tokens per d_model of the
@@ -328,7 +329,7 @@ def test_unequal_work_is_judged_unequal_work_naming_both_runs_and_the_field():
     )
     assert "did different work" in comm["explanation"] and "comparison/adamw_dp2_tp2" in comm["conditions"]
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
-    cmp = _comparisons_table(runs)  # no twin of the same work: no comparison, and the analysis goes on
+    cmp = _comparisons_table(runs, sweeps_of(runs))  # no twin of the same work: no comparison, and the analysis goes on
     assert "comparison/muon_dp2_tp2" not in set(cmp.get("muon_run", []))
     a, m = pd.Series({"run": "a", **WORK}), pd.Series({"run": "m", **WORK, "preset": "medium"})
     with pytest.raises(UnequalWork, match="runs a and m did different work: preset is 'small' vs 'medium'"):
@@ -361,12 +362,40 @@ def test_the_dp2_tp2_claims_pair_runs_on_the_same_grid_only():
     assert bool(comm["equal_work"]) and pd.isna(claims.loc["optimizer_share", "equal_work"])  # one run: nothing compared
 
 
+def sweeps_of(runs: pd.DataFrame, sweep: dict[str, str] | None = None) -> pd.DataFrame:
+    """Which sweep recorded each run's one round: ``sweep[run]``, else none (recorded before sweeps had ids)."""
+    sweep = sweep or {}
+    return pd.DataFrame({"run": runs["run"], "trial": 0, "sweep": [sweep.get(r) for r in runs["run"]]})
+
+
 def test_comparisons_pair_only_a_partner_that_did_the_same_work():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("other/adamw_dp2_tp2", "adamw", 2, 2, step_ms=100.0, tokens_per_step=4096)
     runs = SCHEMAS["runs"].conform(pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names))
-    cmp = _comparisons_table(runs)
+    cmp = _comparisons_table(runs, sweeps_of(runs))
     assert set(cmp["adamw_run"]) == {"comparison/adamw_dp2_tp2"}
+
+
+def test_comparisons_compare_times_only_of_runs_recorded_together():
+    """The same configuration recorded in two sessions can differ by more than Muon and AdamW do: an AdamW twin
+    recorded by the Muon run's sweep is preferred to the same group's from another sweep, and a Muon run whose only
+    twin is another sweep's keeps its byte and state ratios and has no time ratios."""
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("later/adamw_dp2_tp2", "adamw", 2, 2, step_ms=80.0)
+    runs = pd.DataFrame(b.runs).reindex(columns=SCHEMAS["runs"].names)
+    runs["state_bytes"] = runs["optimizer"].map({"muon": 500, "adamw": 1000})
+    runs = SCHEMAS["runs"].conform(runs)
+    muon = "comparison/muon_dp2_tp2"
+    mine = _comparisons_table(runs, sweeps_of(runs, {muon: "s1", "later/adamw_dp2_tp2": "s1"}))
+    row = mine[mine["muon_run"] == muon].iloc[0]
+    assert row["adamw_run"] == "later/adamw_dp2_tp2" and bool(row["recorded_together"])
+    assert row["step_ms_ratio"] == pytest.approx(100.0 / 80.0) and row["state_bytes_ratio"] == pytest.approx(0.5)
+    apart = _comparisons_table(runs, sweeps_of(runs, {muon: "s1", "later/adamw_dp2_tp2": "s2"}))
+    row = apart[apart["muon_run"] == muon].iloc[0]
+    assert row["adamw_run"] == "comparison/adamw_dp2_tp2" and not row["recorded_together"]  # s1 against none
+    for column in COMPARISON_TIME_RATIOS:
+        assert pd.isna(row[column]), column
+    assert row["state_bytes_ratio"] == pytest.approx(0.5)  # state does not drift: compared whatever the session
 
 
 def _claims_with_timed(b: Bundle, timed: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -656,7 +656,7 @@ def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     assert f"{len(TRIALS)} traced × 5 steps ({len(STEPS)} profiled)" in setup  # every round traced
     results = _section(md, "Results")
     appendix = _section(md, "Appendix: tables")  # the runs table, long, is in the appendix
-    assert "| trials × steps |" in appendix and "| tokens/s |" in appendix
+    assert "| trials × steps |" in appendix and "| tokens/s (no profiler) |" in appendix
     if "loopback_bytes_per_step" in SCHEMAS["runs"].names:  # what gloo sent, beside the ring model
         # The ring model's bytes are the traces' collectives, all 4 ranks per step: 4 × (53,376 + 2,000 + 20,000 + 53,376
         # bytes of the optimizer's, 50,000 of the model's TP all-reduce) = 715,008; rank 0's loopback count is 1.25× that.

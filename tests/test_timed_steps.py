@@ -134,6 +134,7 @@ def test_timed_collectives_carry_the_traces_phases_and_split_into_wait_and_trans
     assert row["timed_optimizer_ms"] == pytest.approx(mine.groupby("step")["optimizer_ms"].mean().median())
     assert row["profiler_overhead"] == pytest.approx(row["step_ms"] / row["timed_step_ms"])
     assert row["rounds"] == 1 and row["trials"] == 1
+    assert row["tokens_per_s"] == pytest.approx(row["tokens_per_step"] / row["timed_step_ms"] * 1000.0)  # no profiler
 
 
 @pytest.mark.slow
@@ -143,6 +144,7 @@ def test_a_run_without_timed_steps_analyzes_with_nulls(recorded, tables, tmp_pat
     for column in ("timed_step_ms", "timed_optimizer_ms", "profiler_overhead", "rounds"):
         assert pd.isna(row[column]), column
     assert pd.notna(row["step_ms"])
+    assert row["tokens_per_s"] == pytest.approx(row["tokens_per_step"] / row["step_ms"] * 1000.0)  # no timed steps
     assert (tables["timed_steps"]["run"] != run).all()
 
     # A folder of an old metrics.json alone (here: the timed run's, its timed fields taken out) has none either.
@@ -249,6 +251,22 @@ def test_wait_is_the_last_arrival_of_the_group_and_transfer_the_rest():
     assert list(split["wait_ns"]) == [50, 0, 30, 0, 0, 20, 150, 0, 0]
     assert list(split["transfer_ns"]) == [50, 50, 20, 20, 100, 100, 50, 50, 50]
     assert list(split["matched"]) == [True] * 8 + [False]
+
+
+def test_throughput_is_of_the_unprofiled_step_wherever_one_was_timed():
+    """tokens_per_s: over timed_step_ms when the run has timed steps (profiled ones cost 20-75% more on a GPU), over
+    the profiled step_ms only for a run recorded without any; never profiled on one row and unprofiled on the next."""
+    from muon_repro.analysis.runs_table import tokens_per_s
+
+    runs = pd.DataFrame(
+        {
+            "tokens_per_step": [8192, 8192, 8192, None],
+            "step_ms": [150.0, None, 200.0, 100.0],
+            "timed_step_ms": [100.0, 80.0, None, 50.0],
+        }
+    )
+    assert tokens_per_s(runs).tolist()[:3] == pytest.approx([81920.0, 102400.0, 40960.0])
+    assert pd.isna(tokens_per_s(runs).iloc[3])
 
 
 def test_runs_columns_take_the_median_over_rounds_of_the_median_over_steps():

@@ -99,6 +99,14 @@ def unpaired_rounds(*runs: RunSteps) -> set[int]:
     return {int(k) for k in common if len({sweeps[k] for sweeps in by_run}) > 1}
 
 
+def recorded_together(source: pd.DataFrame, a: str, b: str) -> bool:
+    """Whether runs ``a`` and ``b`` of ``source`` (rows of run, trial, sweep) share a round recorded by one sweep
+    (:func:`unpaired_rounds`' rule, the claims' pairing): what a ratio of their times needs, since a machine's speed
+    drifts from one session to the next."""
+    common = set(rounds_of(source, a).tolist()) & set(rounds_of(source, b).tolist())
+    return bool(common - unpaired_rounds((source, a), (source, b)))
+
+
 def optimizer_share(source: pd.DataFrame, run: str) -> Interval:
     """The optimizer's share of the step of ``run``, formed within each step (see the module docstring)."""
     shares = per_round_ratio(source, run, "optimizer_ms", "step_ms", "mean", "max")

@@ -66,7 +66,6 @@ def runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> 
                 "ranks": len(items),
                 "trials": len(trials),
                 "tokens_per_step": cfg.tokens_per_step,
-                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms > 0 else None,
                 "steps": int(s.groupby("rank")["step"].count().max()) if len(s) else 0,
                 "step_ms": step_ms,
                 "step_ms_p10": per_step["step_ms"].quantile(0.1),
@@ -92,7 +91,17 @@ def runs_table(analysis: Analysis, steps: pd.DataFrame, timed: pd.DataFrame) -> 
     rows += _timed_run_rows(analysis, timed)
     if not rows:
         return SCHEMAS["runs"].empty()
-    return pd.DataFrame(rows)
+    runs = pd.DataFrame(rows)
+    return runs.assign(tokens_per_s=tokens_per_s(runs))
+
+
+def tokens_per_s(runs: pd.DataFrame) -> pd.Series:
+    """A run's throughput: its tokens per step over its step time without the profiler (``timed_step_ms``, as the
+    report states a run's time), else, for a run recorded without timed steps, its profiled ``step_ms``: one
+    column, never profiled steps on one row and unprofiled ones on the next where both were timed."""
+    step_ms = pd.to_numeric(runs["timed_step_ms"], errors="coerce").fillna(pd.to_numeric(runs["step_ms"], errors="coerce"))
+    tokens = pd.to_numeric(runs["tokens_per_step"], errors="coerce")
+    return (tokens / step_ms * 1000.0).where(step_ms > 0)
 
 
 # The runs columns only a trace gives: null for a run timed in every round.
@@ -153,7 +162,6 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
         peaks = [m for m in metrics if m.peak_memory_bytes is not None]
         top = max(peaks, key=lambda m: m.peak_memory_bytes) if peaks else None
         columns = timed_run_columns(timed, key, pd.Series(dtype=float))
-        step_ms = columns["timed_step_ms"]
         rows.append(
             {
                 **_run_identity(key, info),
@@ -163,7 +171,6 @@ def _timed_run_rows(analysis: Analysis, timed: pd.DataFrame) -> list[dict]:
                 "ranks": len(info.ranks),
                 "trials": 0,  # traced trials: none (its rounds, every one timed only, are the rounds column)
                 "tokens_per_step": cfg.tokens_per_step,
-                "tokens_per_s": cfg.tokens_per_step / step_ms * 1000.0 if cfg.tokens_per_step and step_ms else None,
                 "steps": 0,
                 **dict.fromkeys(_TRACE_ONLY_COLUMNS),
                 **_share_columns(timed, timed, key),

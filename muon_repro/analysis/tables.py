@@ -47,6 +47,7 @@ from muon_repro.analysis.trace_files import TraceFile, analyzed_trace_files, tra
 from muon_repro.analysis.waits import MatchedCalls, match_calls
 from muon_repro.tables.schemas import SCHEMAS
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
+from muon_repro.tables.verdict_schemas import COMPARISON_TIME_RATIOS
 
 __all__ = ["tables_from_analysis"]
 
@@ -78,7 +79,7 @@ def tables_from_analysis(
     timed = timed_steps_table(analysis)
     collectives = _collectives_table(analysis, matches)
     runs = runs_table(analysis, steps, timed).assign(protocol="benchmark")  # the study's protocol: study_runs
-    comparisons = _comparisons_table(runs)
+    comparisons = _comparisons_table(runs, _sweeps_by_round(steps, timed))
     ranks = ranks_table(analysis)
     phases = phases_table(analysis, steps, collectives)
     runs = with_optimizer_gpu_busy(runs, phases)
@@ -252,12 +253,21 @@ def _ratio(a, b) -> float | None:
     return float(a) / float(b)
 
 
-def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
+def _sweeps_by_round(steps: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
+    """Which sweep recorded each run's round (run, trial, sweep), from its profiled and its timed steps."""
+    columns = ["run", "trial", "sweep"]
+    frames = [df[columns] for df in (steps, timed) if not df.empty and set(columns) <= set(df.columns)]
+    return pd.concat(frames).drop_duplicates() if frames else pd.DataFrame(columns=columns)
+
+
+def _comparisons_table(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
     """Each Muon run against an AdamW run of the same hardware profile, backend and device that did the same work on
-    the same grid (claim_inputs.equal_work_twins; same group first). A Muon run without one has no row: a run
-    recorded on its own (a contributed ``bench custom`` size) has no twin to compare with, which is no reason to
-    stop the analysis."""
+    the same grid (claim_inputs.equal_work_twins; recorded together first, then the same group). A Muon run without
+    one has no row: a run recorded on its own (a contributed ``bench custom`` size) has no twin to compare with,
+    which is no reason to stop the analysis. ``sweeps``: which sweep recorded each round (:func:`_sweeps_by_round`);
+    a pair not recorded together (:func:`~muon_repro.analysis.estimators.recorded_together`) has no time ratios."""
     from muon_repro.analysis.claim_inputs import equal_work_twins
+    from muon_repro.analysis.estimators import recorded_together
 
     rows = []
     runs = runs.astype(object).where(runs.notna(), None)
@@ -279,8 +289,10 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
         equal = equal_work_twins(m, same)
         if equal.empty:
             continue
-        preferred = equal[equal["group"] == m["group"]]
-        a = (preferred if len(preferred) else equal).iloc[0]
+        together = np.array([recorded_together(sweeps, m["run"], run) for run in equal["run"]], bool)
+        same_group = (equal["group"] == m["group"]).to_numpy()
+        first = int(np.lexsort((~same_group, ~together))[0])  # recorded together first, then the same group
+        a, paired = equal.iloc[first], bool(together[first])
         rows.append(
             {
                 "profile": m["profile"],
@@ -294,7 +306,11 @@ def _comparisons_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "tokens_per_step": m.get("tokens_per_step"),
                 "muon_run": m["run"],
                 "adamw_run": a["run"],
-                **{f"{col}_ratio": _ratio(m[col], a[col]) for col in ratio_columns},
+                "recorded_together": paired,
+                **{
+                    f"{col}_ratio": _ratio(m[col], a[col]) if paired or f"{col}_ratio" not in COMPARISON_TIME_RATIOS else None
+                    for col in ratio_columns
+                },
             }
         )
     if not rows:

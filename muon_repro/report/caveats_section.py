@@ -13,7 +13,7 @@ from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, study_profile
 from muon_repro.report.formatting import mb, mib, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
-from muon_repro.report.results_section import adamw_partner, has_values
+from muon_repro.report.results_section import adamw_partner, has_values, timed_together
 from muon_repro.report.selection import representative_runs, run_label, sort_runs, study_runs
 from muon_repro.values import counted
 
@@ -32,9 +32,13 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         if col == "comm_transfer_ms_ratio"
         else "communication time"
     )
+    apart = []  # recorded by another sweep than their AdamW twin: bytes compared, times not
     for _, c in comp.iterrows():
-        r_ = float(metric(c, col, "comparisons", "muon_run"))
         grid = style.grid_label(int(c["dp"]), int(c["tp"]))
+        if not timed_together(c):
+            apart.append(f"{grid} {str(c['layout']).replace('_', '-')} ({c['muon_run']})")
+            continue
+        r_ = float(metric(c, col, "comparisons", "muon_run"))
         name = f"{grid} {str(c['layout']).replace('_', '-')} ({r_:.2f}×, {c['muon_run']})"
         (worse if r_ >= 1 else better).append(name)
     if worse:
@@ -45,6 +49,11 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         )
     if better:
         out.append(f"Muon spends less {what} than AdamW at " + "; ".join(better) + ".")
+    if apart:
+        out.append(
+            "Not compared in time, each recorded by another sweep than the AdamW run that did its work (a machine's "
+            "speed drifts from one session to the next): " + "; ".join(apart) + "."
+        )
     # Newton-Schulz against forward+backward: what makes Muon's optimizer step matter, and how it scales.
     for _, r in representative_runs(runs).iterrows():
         if r["optimizer"] != "muon" or not all(

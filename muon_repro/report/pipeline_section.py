@@ -41,6 +41,7 @@ from muon_repro.report.data import ReportData, fmetric, is_missing, metric, requ
 from muon_repro.report.formatting import ms, percent, ratio
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 from muon_repro.report.regimes_section import model_said
+from muon_repro.report.results_section import comparison_ratio
 from muon_repro.report.selection import PIPELINE_GROUP, counted_by_group, pipeline_runs, pp_of
 from muon_repro.values import counted
 
@@ -118,11 +119,7 @@ def grid_rows(data: ReportData, runs: pd.DataFrame) -> list[list[str]]:
     for grid, g in pipeline_grids(runs):
         muon, adamw = _one(g, "muon"), _one(g, "adamw")
         pair = comp[comp["muon_run"] == muon["run"]] if muon is not None else comp.iloc[0:0]
-        step_ratio = (
-            ratio(metric(pair.iloc[0], "step_ms_ratio", "comparisons", "muon_run"), "comparisons.step_ms_ratio")
-            if len(pair)
-            else "not measured"
-        )
+        step_ratio = comparison_ratio(pair.iloc[0], "step_ms_ratio") if len(pair) else "not measured"
         bubble = NOT_A_PIPELINE if grid[2] <= 1 else _timed(muon, "timed_bubble_ms")
         first = g.iloc[0]
         rows.append(

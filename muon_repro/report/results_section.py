@@ -7,7 +7,7 @@ import pandas as pd
 
 from muon_repro.phases import DP_REDUCE_SCATTER
 from muon_repro.report import derive, style
-from muon_repro.report.data import ReportData, fmetric, metric, require_columns
+from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
 from muon_repro.report.selection import (
     pair_at,
@@ -18,6 +18,7 @@ from muon_repro.report.selection import (
     sort_runs,
     study_runs,
 )
+from muon_repro.tables.verdict_schemas import COMPARISON_TIME_RATIOS
 
 
 def has_values(df: pd.DataFrame, column: str) -> bool:
@@ -32,7 +33,7 @@ def runs_header(data: ReportData) -> list[str]:
         "run",
         "trials × steps",
         "step ms (p10–p90)",
-        "tokens/s",
+        "tokens/s (no profiler)",
         "forward / backward ms",
         "optimizer ms",
         "optimizer share",
@@ -135,6 +136,25 @@ def comparison_header(data: ReportData) -> list[str]:
     ]
 
 
+NOT_TIMED_TOGETHER = "other sweep"
+"""A time ratio's cell for two runs recorded by different sweeps (the comparisons table has none)."""
+
+
+def timed_together(comparison: pd.Series) -> bool:
+    """Whether a comparisons row's runs were recorded together, so that it has time ratios (a table from before
+    the column: as it always did)."""
+    together = comparison.get("recorded_together")
+    return is_missing(together) or bool(together)
+
+
+def comparison_ratio(comparison: pd.Series, column: str) -> str:
+    """A comparisons row's ratio as the report writes it; :data:`NOT_TIMED_TOGETHER` for a time ratio of two runs
+    recorded by different sweeps."""
+    if column in COMPARISON_TIME_RATIOS and not timed_together(comparison):
+        return NOT_TIMED_TOGETHER
+    return ratio(metric(comparison, column, "comparisons", "muon_run"), f"comparisons.{column}")
+
+
 def comparison_rows(data: ReportData) -> list[list[str]]:
     comp = data.comparisons
     cols = _comparison_columns(comp)
@@ -142,7 +162,7 @@ def comparison_rows(data: ReportData) -> list[list[str]]:
     rows = []
     for _, c in comp.iterrows():
         grid = f"{style.grid_label(int(c['dp']), int(c['tp']), pp_of(c))} {str(c['layout']).replace('_', '-')}"
-        ratios = [ratio(metric(c, col, "comparisons", "muon_run"), f"comparisons.{col}") for col in cols]
+        ratios = [comparison_ratio(c, col) for col in cols]
         tokens = f"{int(metric(c, 'tokens_per_step', 'comparisons', 'muon_run')):,}"
         rows.append([grid, str(c["muon_run"]), str(c["adamw_run"]), tokens, *ratios])
     return rows

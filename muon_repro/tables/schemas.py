@@ -132,7 +132,13 @@ SCHEMAS: dict[str, TableSchema] = {
                 "tokens",
                 "tokens trained per step over all DP ranks (config.json); equal for runs that are compared",
             ),
-            ("tokens_per_s", "Float64", "tokens/s", "tokens_per_step / median step time"),
+            (
+                "tokens_per_s",
+                "Float64",
+                "tokens/s",
+                "tokens_per_step / the run's step time without the profiler (timed_step_ms); a run recorded without "
+                "timed steps: / its profiled step_ms",
+            ),
             (
                 "steps",
                 "Int64",

@@ -10,6 +10,15 @@ from __future__ import annotations
 from muon_repro.tables.columns import PROFILE, PROFILE_MEANING
 from muon_repro.tables.schema import TableSchema, columns_of
 
+COMPARISON_TIME_RATIOS = (
+    "comm_ms_ratio",
+    "comm_transfer_ms_ratio",
+    "exposed_comm_ms_ratio",
+    "optimizer_ms_ratio",
+    "step_ms_ratio",
+)
+"""The comparisons' ratios of times: null for a pair not recorded together (bytes and state do not drift)."""
+
 VERDICT_SCHEMAS: tuple[TableSchema, ...] = (
     TableSchema(
         "comparisons",
@@ -18,7 +27,9 @@ VERDICT_SCHEMAS: tuple[TableSchema, ...] = (
         "another hardware profile, nor with one that did other work (tokens per step, model, precision, ...): a Muon "
         "run without such a twin has no row. Each ratio is of the runs table's column of the same name: the profiled "
         "steps' medians. The claims table's times are the rounds timed without the profiler, which costs Muon and "
-        "AdamW unequally, so a ratio here can differ from the claim's.",
+        "AdamW unequally, so a ratio here can differ from the claim's. Times are compared only between runs recorded "
+        "together (recorded_together): a machine's speed drifts from one session to the next, so a pair recorded by "
+        "different sweeps keeps its byte and state ratios and has null time ratios.",
         ("muon_run", "adamw_run"),
         columns_of(
             PROFILE,
@@ -36,7 +47,14 @@ VERDICT_SCHEMAS: tuple[TableSchema, ...] = (
                 "tokens per step of both runs (pairs must have the same model, tokens, sequence length, dtypes, backend)",
             ),
             ("muon_run", "string", "", "run id of the Muon run"),
-            ("adamw_run", "string", "", "run id of the AdamW run (same group preferred)"),
+            ("adamw_run", "string", "", "run id of the AdamW run (one recorded together preferred, then the same group)"),
+            (
+                "recorded_together",
+                "boolean",
+                "",
+                "whether the two runs share a round recorded by one sweep (the claims' pairing; runs recorded before "
+                "sweeps had ids pair as they always did); false: the time ratios are null",
+            ),
             ("comm_ms_ratio", "Float64", "ratio", "communication time (wait included)"),
             ("comm_transfer_ms_ratio", "Float64", "ratio", "communication transfer time (from the last rank's arrival)"),
             ("exposed_comm_ms_ratio", "Float64", "ratio", "exposed communication time"),
