@@ -126,6 +126,7 @@ def study_source(tmp_path) -> Path:
     return source
 
 
+@pytest.mark.slow  # end to end: imports the study folder (~2.5 s a case)
 @pytest.mark.parametrize("blocked", [STUDY_PROFILE, f"{STUDY_PROFILE}/comparison"])
 def test_a_file_where_the_import_puts_a_folder_is_refused_naming_it(tmp_path, capsys, study_source, blocked):
     out = tmp_path / "out"

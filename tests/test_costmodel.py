@@ -462,6 +462,7 @@ def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
         )
 
 
+@pytest.mark.slow  # end to end: prices every committed run (~4 s)
 def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
     machine = write_profile_json(tmp_path, two_core_profile())
     code = main(["predict", "--machine", str(machine), "--validate", str(TRACES), "--out", str(tmp_path / "tables")])

@@ -51,6 +51,7 @@ def two_profiles(tmp_path_factory) -> dict[str, pd.DataFrame]:
     return build_tables([traces], workers=1)
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_every_table_row_names_its_profile(two_profiles):
     runs = two_profiles["runs"]
     assert sorted(runs["run"]) == sorted(f"{p}/{r}" for p in (CPU, GPU) for r in RUNS)
@@ -61,6 +62,7 @@ def test_every_table_row_names_its_profile(two_profiles):
         assert all(run.startswith(f"{profile}/") for run, profile in zip(table["run"], table["profile"])), name
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_muon_pairs_only_with_adamw_of_its_profile(two_profiles):
     comparisons = two_profiles["comparisons"]
     assert len(comparisons) == 2
@@ -68,6 +70,7 @@ def test_muon_pairs_only_with_adamw_of_its_profile(two_profiles):
         assert row.muon_run.split("/")[0] == row.adamw_run.split("/")[0] == row.profile
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_no_partner_from_another_profile(tmp_path):
     copy_run(RUNS[0], tmp_path / "traces", GPU)  # Muon alone on the GPU profile
     for run in RUNS:
@@ -76,6 +79,7 @@ def test_no_partner_from_another_profile(tmp_path):
     assert comparisons["muon_run"].tolist() == [f"{CPU}/{RUNS[0]}"]
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_claims_have_a_row_per_claim_and_profile(two_profiles):
     claims = two_profiles["claims"]
     per_claim = claims.groupby("claim_id")["profile"].apply(sorted)
@@ -85,6 +89,7 @@ def test_claims_have_a_row_per_claim_and_profile(two_profiles):
     assert both[CPU].dropna().equals(both[GPU].dropna())  # the same traces measure the same on either profile
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
     from muon_repro.report.claims_section import claims_matrix, profiles_note
     from muon_repro.report.data import load
@@ -142,6 +147,7 @@ def test_region_bounds_read_the_claims_table_regions():
     assert region_bounds(pd.Series({"region_low": 0.0, "region_high": None})) == (0.0, float("inf"))
 
 
+@pytest.mark.slow  # end to end: analyzes copies of committed runs
 def test_report_with_one_profile_names_it(tmp_path):
     from muon_repro.report.claims_section import claims_matrix
     from muon_repro.report.data import load

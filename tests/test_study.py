@@ -80,6 +80,7 @@ def _hub_layout(tmp_path: Path, plain: bool = True) -> Path:
     return tmp_path / "download"
 
 
+@pytest.mark.slow  # end to end: imports the study folder twice (~2.5 s a case)
 @pytest.mark.parametrize("plain", [True, False])
 def test_import_rebuilds_the_committed_folder_byte_for_byte_and_twice_changes_nothing(tmp_path, plain):
     source = _hub_layout(tmp_path, plain)
