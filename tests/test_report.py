@@ -454,6 +454,20 @@ def test_figures_and_report_need_only_the_metrics_folder(
     assert "--traces" not in md
 
 
+def test_a_pair_recorded_apart_shows_other_sweep_for_its_times_and_its_bytes() -> None:
+    """A comparisons row of two runs recorded by different sweeps has no time ratios: the report writes "other sweep"
+    there, not a missing metric, and still its byte and state ratios; a table from before the column reads as always."""
+    from muon_repro.report.results_section import NOT_TIMED_TOGETHER, comparison_ratio
+
+    apart = pd.Series({"muon_run": "m", "recorded_together": False, "step_ms_ratio": pd.NA, "state_bytes_ratio": 0.5})
+    assert comparison_ratio(apart, "step_ms_ratio") == NOT_TIMED_TOGETHER
+    assert comparison_ratio(apart, "state_bytes_ratio") == "0.50×"
+    before = pd.Series({"muon_run": "m", "step_ms_ratio": 1.25})
+    assert comparison_ratio(before, "step_ms_ratio") == "1.25×"
+    with pytest.raises(MissingMetric, match="comparisons.step_ms_ratio is missing for muon_run m"):
+        comparison_ratio(pd.Series({"muon_run": "m", "recorded_together": True, "step_ms_ratio": pd.NA}), "step_ms_ratio")
+
+
 def test_the_optimizer_share_names_the_steps_it_is_read_on() -> None:
     """The runs table's share reads the steps timed without the profiler when a run has them: the sentence quotes
     those steps' medians, and the profiled ones (the decomposition's) apart, never one set's share with the other's."""
