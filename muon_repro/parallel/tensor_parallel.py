@@ -229,9 +229,9 @@ class RowParallelLinear(nn.Module):
 def check_token_ids(ids: torch.Tensor, vocab_size: int, what: str) -> None:
     """Every id of ``ids`` in ``[0, vocab_size)``: out of it, a vocab-parallel lookup or loss would find no rank
     owning the id and silently use zeros. On the CPU a ``ValueError`` names the range and the ids found, read through
-    NumPy so that the check adds no operator to the step (nor to its trace or the cost model's count); on an
-    accelerator an asynchronous assert, so that the step never waits on the host for it. A meta tensor (no values)
-    is not checked."""
+    NumPy so that the check adds one operator to the step (the view's detach; the cost model counts it) instead of a
+    reduction and a read back per end; on an accelerator an asynchronous assert, so that the step never waits on the
+    host for it. A meta tensor (no values) is not checked."""
     if ids.device.type == "meta" or not ids.numel():
         return
     if ids.device.type != "cpu":

@@ -34,13 +34,12 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
     )
     apart = []  # recorded by another sweep than their AdamW twin: bytes compared, times not
     for _, c in comp.iterrows():
-        grid = style.grid_label(int(c["dp"]), int(c["tp"]))
+        where = f"{style.grid_label(int(c['dp']), int(c['tp']))} {str(c['layout']).replace('_', '-')}"
         if not timed_together(c):
-            apart.append(f"{grid} {str(c['layout']).replace('_', '-')} ({c['muon_run']})")
+            apart.append(f"{where} ({c['muon_run']})")
             continue
         r_ = float(metric(c, col, "comparisons", "muon_run"))
-        name = f"{grid} {str(c['layout']).replace('_', '-')} ({r_:.2f}×, {c['muon_run']})"
-        (worse if r_ >= 1 else better).append(name)
+        (worse if r_ >= 1 else better).append(f"{where} ({r_:.2f}×, {c['muon_run']})")
     if worse:
         out.append(
             f"Muon spends as much {what} as AdamW or more at "
