@@ -30,6 +30,7 @@ from itertools import pairwise
 from typing import Any
 
 from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe, day_ratios, nearest_world
+from muon_repro.costmodel import calibration_range
 from muon_repro.costmodel import profile_ranges as ranges
 from muon_repro.costmodel.profile_ranges import ProfileError, check_choice
 from muon_repro.phases import NEWTON_SCHULZ
@@ -85,6 +86,7 @@ class CollectiveFit:
     def seconds(self, ring_bytes: float, efficiency: float = 1.0) -> float:
         """Time of one call that sends ``ring_bytes`` per rank (``efficiency`` discounts beta): from
         the measured samples around it when there are at least two, else from the fit."""
+        calibration_range.priced_call(self, ring_bytes)
         if len(self.samples) >= 2:
             return interpolate_samples(self.samples, ring_bytes) / efficiency
         return self.alpha_us * 1e-6 + ring_bytes / (self.beta_gbps * 1e9 * efficiency)
@@ -297,7 +299,9 @@ class MachineProfile:
         """The kind's rate on an operand of ``elems`` per rank from its size curve where that prices a run trained in
         ``precision`` (:meth:`curve_prices`), else ``flat``."""
         if elems <= 0 or not self.curve_prices(kind, precision):
+            calibration_range.priced_at_size(kind, elems, None, precision)
             return flat
+        calibration_range.priced_at_size(kind, elems, self.size_curves[kind], precision)
         return interpolate_curve(self.size_curves[kind], elems)
 
     def op_seconds(self, profiled: bool) -> float:
@@ -321,6 +325,7 @@ class MachineProfile:
         """
         if not self.compute_share:
             return None
+        calibration_range.shared_cores(local_ranks, self.compute_share)
         return _nearest_below(self.compute_share, local_ranks) * _nearest_key_below(self.compute_share, local_ranks)
 
     def collective(self, op: str, group_size: int, scope: str = "intra_node", world_size: int | None = None) -> CollectiveFit:
@@ -343,7 +348,9 @@ class MachineProfile:
             nearest = min({f.group_size for f in fits}, key=lambda g: (abs(math.log(g / group_size)), g))
             fits = [f for f in fits if f.group_size == nearest]
         same_world = [f for f in fits if world_size is not None and f.world_size == world_size]
-        return (same_world or sorted(fits, key=lambda f: f.world_size or 0))[-1]
+        chosen = (same_world or sorted(fits, key=lambda f: f.world_size or 0))[-1]
+        calibration_range.chose_fit(op, group_size, world_size, chosen)
+        return chosen
 
     def collective_efficiency(self, scope: str) -> float:
         """The fraction of a fit's bandwidth reached in ``scope`` (the day's speed scales whole calls: collective_seconds)."""

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from muon_repro.bench.configs import BenchConfig
+from muon_repro.costmodel.calibration_range import logging_prices
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.pipeline_workload import activation_bytes, build_stage_workload, merge_stage_workloads
 from muon_repro.costmodel.predict import simulate
@@ -232,6 +233,7 @@ class PipelinePrediction(StepPrediction):
     transfer_ms: tuple[float, ...]  # one activation (or gradient) across each boundary
     activation_bytes: int  # one micro-batch's activation (and its gradient)
     notes: tuple[str, ...] = ()
+    beyond_calibration: tuple[str, ...] = ()  # what was priced past the profile's measurements (calibration_range)
 
     @property
     def ranks(self) -> tuple[RankPrediction, ...]:
@@ -288,15 +290,17 @@ def predict_pipeline(
     micro = cfg.micro_batches
     size = activation_bytes(cfg, precision)
     per_stage = cfg.dp * cfg.tp
-    transfer_s = [p2p_seconds(machine, size, boundary_scope(machine, s, per_stage), cfg.world_size) for s in range(cfg.pp - 1)]
     workloads, timed = [], []
-    for s in range(cfg.pp):
-        workload = build_stage_workload(cfg, s, machine.device, precision)
-        ranks = simulate(workload, machine, profiled)
-        for r in ranks:  # the rank within the stage -> the global rank
-            r.rank += workload.first_rank
-        workloads.append(workload)
-        timed.append(ranks)
+    with logging_prices() as priced:
+        scopes = [boundary_scope(machine, s, per_stage) for s in range(cfg.pp - 1)]
+        transfer_s = [p2p_seconds(machine, size, scope, cfg.world_size) for scope in scopes]
+        for s in range(cfg.pp):
+            workload = build_stage_workload(cfg, s, machine.device, precision)
+            ranks = simulate(workload, machine, profiled)
+            for r in ranks:  # the rank within the stage -> the global rank
+                r.rank += workload.first_rank
+            workloads.append(workload)
+            timed.append(ranks)
     forward = [max(r.parts[FORWARD] for r in ranks) / micro for ranks in timed]
     backward = [max(r.parts[BACKWARD] for r in ranks) / micro for ranks in timed]
     optimizer = [max(r.parts[OPTIMIZER] for r in ranks) for ranks in timed]
@@ -338,6 +342,7 @@ def predict_pipeline(
         tuple(t * 1e3 for t in transfer_s),
         size,
         tuple(machine.unused_figures()),
+        priced.beyond(),
     )
 
 
@@ -394,4 +399,5 @@ def format_pipeline(p: PipelinePrediction) -> str:
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)) + "   (ms)")
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
     lines += [f"note: {note}" for note in p.notes]
+    lines += [f"beyond the measurements: {note}" for note in p.beyond_calibration]
     return "\n".join(lines)

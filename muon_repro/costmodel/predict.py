@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from muon_repro.bench.configs import BenchConfig
+from muon_repro.costmodel.calibration_range import logging_prices
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.prediction import MODEL_COMM, OPTIMIZER_PARTS, PARTS, Prediction, RankPrediction
 from muon_repro.costmodel.workload import Comm, Compute, Stage, Workload, build_workload
@@ -55,8 +56,10 @@ def predict(cfg: BenchConfig, machine: MachineProfile, *, profiled: bool = True,
         return predict_pipeline(cfg, machine, profiled=profiled, model_dtype=model_dtype)
     # the bench's own run (no model_dtype) keeps fp32 parameters under bf16 autocast, and gathers them in fp32
     workload = build_workload(cfg, machine.device, model_dtype or cfg.precision, param_dtype=None if model_dtype else "fp32")
-    ranks = simulate(workload, machine, profiled)
-    return Prediction(cfg, machine.name, machine.device, profiled, ranks, workload, tuple(machine.unused_figures()))
+    with logging_prices() as priced:
+        ranks = simulate(workload, machine, profiled)
+    notes = tuple(machine.unused_figures())
+    return Prediction(cfg, machine.name, machine.device, profiled, ranks, workload, notes, priced.beyond())
 
 
 # ---------------------------------------------------------------- the simulation
@@ -332,6 +335,7 @@ def format_prediction(p: Prediction) -> str:
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
     lines.append(f"inputs: train FLOPs/step {p.workload.train_flops:.3e}; Newton-Schulz FLOPs/rank {_range(p.workload.ns_flops)}")
     lines += [f"note: {note}" for note in p.notes]
+    lines += [f"beyond the measurements: {note}" for note in p.beyond_calibration]
     return "\n".join(lines)
 
 

@@ -71,6 +71,7 @@ class StepPrediction:
     ranks: tuple[RankPrediction, ...]
     workload: Workload
     notes: tuple[str, ...]
+    beyond_calibration: tuple[str, ...]
 
     @property
     def step_ms(self) -> float:
@@ -113,6 +114,7 @@ class StepPrediction:
             **(after_times or {}),
             "ranks": ranks,
             "notes": list(self.notes),
+            "beyond_calibration": list(self.beyond_calibration),
             "inputs": {
                 "train_flops": w.train_flops,
                 "ns_dtype": w.ns_dtype,
@@ -133,6 +135,7 @@ class Prediction(StepPrediction):
     ranks: tuple[RankPrediction, ...]
     workload: Workload
     notes: tuple[str, ...] = ()  # the profile's figures that change nothing here (MachineProfile.unused_figures)
+    beyond_calibration: tuple[str, ...] = ()  # what was priced past the profile's measurements (calibration_range)
 
 
 def value_of(rank: RankPrediction, attribute: str) -> float:

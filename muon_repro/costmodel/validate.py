@@ -263,6 +263,8 @@ def _row(
         "profile_step_rel_error": by_profile.step_ms / times.step_ms - 1,
         "profile_predicted_optimizer_ms": by_profile.optimizer_ms,
         "profile_optimizer_rel_error": by_profile.optimizer_ms / times.optimizer_ms - 1 if times.optimizer_ms else None,
+        "within_calibration": not p.beyond_calibration,
+        "beyond_calibration": "; ".join(p.beyond_calibration) or None,
         "held_out": held_out_set == "held_out",
         "validation_set": held_out_set,
         "path": str(trials[0].path.parent if len(trials) > 1 else trials[0].path),
@@ -305,4 +307,12 @@ def format_validation(rows: list[dict]) -> str:
         f"as calibrated: median |error| {statistics.median(calibrated):.1%}, worst {max(calibrated):.1%}; "
         f"optimizer: median |error| {statistics.median(opt_errors):.1%}, worst {max(opt_errors):.1%}"
     )
+    beyond = [abs(r["step_rel_error"]) for r in rows if not r["within_calibration"]]
+    if beyond:
+        within = [abs(r["step_rel_error"]) for r in rows if r["within_calibration"]]
+        rest = f"; within them: median |error| {statistics.median(within):.1%}" if within else ""
+        lines.append(
+            f"priced beyond the profile's measurements: {len(beyond)} of {len(rows)} runs, median |error| "
+            f"{statistics.median(beyond):.1%}{rest} (the predictions table's beyond_calibration says what)"
+        )
     return "\n".join(lines)

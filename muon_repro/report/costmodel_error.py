@@ -59,7 +59,7 @@ def prediction_summary(predictions: pd.DataFrame) -> str:
             f"{float(worst_opt['optimizer_rel_error']):+.1%} "
             f"({worst_opt['run']})."
         )
-    return text + _held_out(predictions) + _by_grid(predictions) + _by_day(predictions)
+    return text + _held_out(predictions) + _by_grid(predictions) + _by_day(predictions) + beyond_calibration(predictions)
 
 
 def _held_out(predictions: pd.DataFrame) -> str:
@@ -107,6 +107,27 @@ def _by_grid(predictions: pd.DataFrame) -> str:
         runs = counted(len(rows), "run")
         parts.append(f"{grid}: {runs}, median {step.median():.1%}, worst {step.max():.1%}{held_text}")
     return " Step time |error| per grid: " + "; ".join(parts) + "." if parts else ""
+
+
+def beyond_calibration(predictions: pd.DataFrame) -> str:
+    """How many runs were priced past what the profile measured, and their error beside the others': whether the
+    model's error comes from its extrapolation."""
+    if "within_calibration" not in predictions:
+        return ""
+    judged = predictions[predictions["within_calibration"].notna()]
+    beyond = judged[~judged["within_calibration"].astype(bool)]
+    if beyond.empty:
+        return " Every run was priced within what the profile measured." if len(judged) else ""
+    within = judged[judged["within_calibration"].astype(bool)]
+    step = beyond["step_rel_error"].astype(float).abs()
+    if within.empty:
+        text = f" Every run was priced beyond what the profile measured: median |error| {step.median():.1%}"
+    else:
+        text = (
+            f" {len(beyond)} of {counted(len(judged), 'run')} were priced beyond what the profile measured: median |error| "
+            f"{step.median():.1%}, against {within['step_rel_error'].astype(float).abs().median():.1%} for the rest"
+        )
+    return text + " (the predictions table's beyond_calibration says where)."
 
 
 def _text(value) -> str:

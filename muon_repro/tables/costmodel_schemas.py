@@ -186,6 +186,22 @@ PREDICTIONS = TableSchema(
         ("profile_predicted_optimizer_ms", "Float64", "ms", "predicted optimizer step by the profile as calibrated"),
         ("profile_optimizer_rel_error", "Float64", "fraction", "(profile prediction - measured) / measured optimizer time"),
         (
+            "within_calibration",
+            "boolean",
+            "",
+            "whether every figure the prediction used was priced within what the profile measured (no "
+            "beyond_calibration note); null in records written before the column",
+        ),
+        (
+            "beyond_calibration",
+            "string",
+            "",
+            "what the prediction priced past the profile's measurements, '; ' between notes (muon_repro.costmodel."
+            "calibration_range): a size curve past its ends, a collective past its largest sample, a group or world "
+            "size not measured, the compute share of more ranks per node, flat figures where no size curve prices the "
+            "run; null when within_calibration",
+        ),
+        (
             "held_out",
             "boolean",
             "",
