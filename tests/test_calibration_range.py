@@ -148,3 +148,18 @@ def test_the_report_sets_the_error_of_runs_priced_beyond_beside_the_others():
     assert summary_of([False, False], [0.3, -0.5]).startswith(every)
     assert summary_of([True, None], [0.1, 0.2]) == " Every run was priced within what the profile measured."
     assert summary_of([None], [0.1]) == ""  # records written before the column: nothing said
+
+
+def test_the_gpu_section_says_when_every_run_of_the_device_was_priced_beyond_its_calibration():
+    from muon_repro.report.gpu_section import thresholds_intro
+
+    metrics = Path(__file__).resolve().parents[1] / "metrics"
+    tables = ("predictions", "runs", "regime_thresholds")
+    predictions, runs, thresholds = (pd.read_parquet(metrics / f"{table}.parquet") for table in tables)
+    device = predictions[predictions["profile"] == "1xH200-nccl"]
+    assert len(device) and not device["within_calibration"].any()
+    said = "every run priced beyond what the calibration measured (beyond_calibration: "
+    assert said + device["beyond_calibration"].iloc[0] in thresholds_intro(predictions, runs, thresholds, "1xH200-nccl")
+    one_within = predictions.copy()
+    one_within.loc[device.index[0], ["within_calibration", "beyond_calibration"]] = [True, None]
+    assert said not in thresholds_intro(one_within, runs, thresholds, "1xH200-nccl")

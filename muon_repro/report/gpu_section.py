@@ -273,10 +273,11 @@ def thresholds_intro(
     """What the profile's threshold rows are, and how far to trust them: the model's step error on the device's own
     runs (the prediction table's, as calibrated), since no held-out GPU run gives them a range, and the device's own
     crossings against its largest measured step (:func:`own_crossings`)."""
-    errors = predictions.loc[predictions["profile"].astype(str) == profile, "profile_step_rel_error"].astype(float).dropna()
+    priced = predictions[predictions["profile"].astype(str) == profile]
+    errors = priced["profile_step_rel_error"].astype(float).dropna()
     trust = (
         f"on this device's own runs above its step error is median |error| {percent(float(errors.abs().median()))}, "
-        f"worst {percent(float(errors.abs().max()))}"
+        f"worst {percent(float(errors.abs().max()))}{_beyond_its_calibration(priced)}"
         if len(errors)
         else "no run of this device was priced"
     )
@@ -292,6 +293,18 @@ def thresholds_intro(
         runs[runs["profile"].astype(str) == profile], thresholds[thresholds["machine"].astype(str) == profile], mine
     )
     return f"{said} {own}" if own else said
+
+
+def _beyond_its_calibration(predictions: pd.DataFrame) -> str:
+    """Where every run of the device was priced past what its calibration measured, what was (the predictions
+    table's beyond_calibration, when the runs share it)."""
+    if "within_calibration" not in predictions or predictions["within_calibration"].isna().any():
+        return ""
+    if predictions["within_calibration"].astype(bool).any():
+        return ""
+    notes = predictions["beyond_calibration"].astype(str).unique()
+    shared = f": {markdown_inline(notes[0])}" if len(notes) == 1 else ""
+    return f", every run priced beyond what the calibration measured (beyond_calibration{shared})"
 
 
 OWN_NAMES = {"optimizer_share": "Muon's optimizer share {}", "muon_extra": "Muon's step {} longer than AdamW's"}
