@@ -106,7 +106,7 @@ class _no_process_unless_slow:
 def _one_report_bundle_analysis(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The synthetic runs of :mod:`report_bundle` analyzed once per test run, not once per xdist worker (~5 s)."""
     import report_bundle
-    from tiny_sweep import shared_root
+    from run_once import shared_root
 
     report_bundle.SHARED_DIR = shared_root(tmp_path_factory)
 

@@ -30,13 +30,12 @@ import gzip
 import hashlib
 import json
 import shlex
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from filelock import FileLock
+from run_once import build_once
 
 from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.formulas import ring_bytes
@@ -444,15 +443,14 @@ def _analyzed(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:
     # One analysis per test run: the first worker writes the tables, every worker (that one too) reads them back,
     # so that all see the same frames (the round trip is exact: tests/test_analysis_gloo.py checks it).
     folder = SHARED_DIR / f"report_bundle_{hashlib.sha256(repr(runs).encode()).hexdigest()[:16]}"
-    done = folder / "names.json"
-    with FileLock(str(folder) + ".lock"):
-        if not done.is_file():
-            shutil.rmtree(folder, ignore_errors=True)
-            analyzed = _analyze(runs)
-            write_tables(analyzed, folder)
-            done.write_text(json.dumps(sorted(analyzed)))
-        analyzed = read_tables(folder, json.loads(done.read_text()))
-    return analyzed | costmodel_tables()
+
+    def analyze(folder: Path) -> str:
+        analyzed = _analyze(runs)
+        write_tables(analyzed, folder)
+        return json.dumps(sorted(analyzed))
+
+    names = json.loads(build_once(folder, analyze, done="names.json"))
+    return read_tables(folder, names) | costmodel_tables()
 
 
 def _analyze(runs: tuple[Run, ...]) -> dict[str, pd.DataFrame]:

@@ -5,7 +5,6 @@ commands working from ``metrics/`` alone."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -15,7 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms, transfer_ms
-from tiny_sweep import shared_root
+from run_once import build_once, shared_root
 
 from muon_repro.claims import VERDICTS
 from muon_repro.cli import main
@@ -47,30 +46,30 @@ def bundle(tmp_path_factory) -> Path:
     Built once per session: under pytest-xdist the workers share it through the parent of
     their temporary directories, the first to take the lock builds it.
     """
-    shared = shared_root(tmp_path_factory)
-    root = shared / "report_bundle"
-    with open(shared / "report_bundle.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "done").is_file():
-            shutil.rmtree(root, ignore_errors=True)
-            make_bundle(root)
-            assert _run(root, "figures", "--out", str(root / "figures")) == 0
-            report = ["report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html"]
-            assert _run(root, *report) == 0
-            (root / "done").touch()
+    root = shared_root(tmp_path_factory) / "report_bundle"
+
+    def build(root: Path) -> str:
+        make_bundle(root)
+        assert _run(root, "figures", "--out", str(root / "figures")) == 0
+        report = ["report", "--figures", str(root / "figures"), "--out", str(root / "report"), "--format", "md,html"]
+        assert _run(root, *report) == 0
+        return ""
+
+    build_once(root, build)
     return root
 
 
 @pytest.fixture(scope="session")
-def pdf(bundle: Path, tmp_path_factory) -> Path:
+def pdf(bundle: Path) -> Path:
     """The bundle's report as a PDF (weasyprint takes ~6 s: only the slow tier reads it back), built once per
     session like the bundle, in a folder of its own beside the bundle's report."""
-    shared = shared_root(tmp_path_factory)
-    out = bundle / "report_pdf"
-    with open(shared / "report_pdf.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "report.pdf").is_file():
-            assert _run(bundle, "report", "--figures", str(bundle / "figures"), "--out", str(out), "--format", "pdf") == 0
+
+    def build(out: Path) -> str:
+        assert _run(bundle, "report", "--figures", str(bundle / "figures"), "--out", str(out), "--format", "pdf") == 0
+        return ""
+
+    out = bundle.parent / "report_bundle_pdf"
+    build_once(out, build)
     return out / "report.pdf"
 
 
