@@ -168,6 +168,29 @@ def _int_map(value: Any) -> dict[str, int]:
 # ---------------------------------------------------------------- config.json
 
 
+# The config.json fields in which trials of one run may differ and still pool: which trial, round and sweep it is and
+# the command that recorded it; how many steps were kept and how (the profiler's schedule, the timed-step counts,
+# whether the trial was traced at all); and what changes the values but not the operations (learning rate, weight
+# decay, seed). Every other field is the run's work or where it ran: trials differing there measure different runs.
+POOLED_FIELDS = (
+    "trial",
+    "trials",
+    "round_order",
+    "sweep",
+    "command",
+    "steps",
+    "wait",
+    "warmup",
+    "active",
+    "timed_steps",
+    "timed_warmup",
+    "profile",
+    "lr",
+    "weight_decay",
+    "seed",
+)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What ``config.json`` says about a run; every field is ``None`` where it says nothing
@@ -257,6 +280,12 @@ class RunConfig:
         out = asdict(self)
         out["command"] = list(self.command)
         return out
+
+    def differences(self, other: RunConfig) -> dict[str, tuple[Any, Any]]:
+        """The fields in which two trials of one run were recorded differently, beyond :data:`POOLED_FIELDS`: each
+        ``(this trial's value, other's)``. Empty: the two measure one configuration, and their times pool."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return {name: (mine[name], theirs[name]) for name in mine if name not in POOLED_FIELDS and mine[name] != theirs[name]}
 
     @property
     def timed_total(self) -> int:

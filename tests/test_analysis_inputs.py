@@ -336,3 +336,66 @@ def test_a_folder_of_runs_timed_without_traces_alone_is_analyzed(tmp_path, capsy
     assert "no trace" not in capsys.readouterr().err
     runs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet")
     assert runs["run"].tolist() == ["1xH200-nccl/single_device/muon_t256k"] and runs["timed_step_ms"].notna().all()
+
+
+# ---------------------------------------------------------------- trials of one run recorded differently
+
+
+def second_trial(first: Path, **config) -> Path:
+    """A copy of trial folder ``first`` as its run's trial1, its config.json changed by ``config``."""
+    import shutil
+
+    trial = first.parent / "trial1"
+    shutil.copytree(first, trial)
+    recorded = json.loads((trial / CONFIG_FILE).read_text())
+    (trial / CONFIG_FILE).write_text(json.dumps(recorded | {"trial": 1} | config))
+    return trial
+
+
+@pytest.mark.parametrize(
+    "changed, shown",
+    [
+        ({"tokens_per_step": 4096}, "tokens_per_step=4096 (trial0: None)"),
+        ({"backend": "nccl", "device": "cuda"}, "backend='nccl' (trial0: 'gloo'), device='cuda' (trial0: 'cpu')"),
+        ({"layout": "bucketed"}, "layout='bucketed' (trial0: 'contiguous')"),
+    ],
+)
+def test_a_trial_recorded_with_another_configuration_is_left_out_by_name(tmp_path, changed, shown):
+    muon, _ = write_pair(tmp_path / "traces")
+    other = second_trial(muon, **changed)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert [f.path for f in analysis.failures] == [str(other)]
+    message = analysis.failures[0].message
+    assert message.startswith(f"{other}: recorded with {shown}, unlike the first trial of run cpu-2c-gloo/g/muon_dp2_tp1")
+    assert "record it as a run of its own" in message
+    trials = [info.trial for info, _ in analysis.runs if info.key == "cpu-2c-gloo/g/muon_dp2_tp1"]
+    assert trials == [0]  # the first trial stands for the run alone
+
+
+def test_trials_that_differ_only_in_their_round_seed_or_schedule_pool(tmp_path):
+    muon, _ = write_pair(tmp_path / "traces")
+    second_trial(muon, round_order=3, sweep="other", seed=7, lr=0.5, command=["muon-repro", "bench"], warmup=2)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert not analysis.failures and not analysis.incomplete
+    assert sorted(info.trial for info, _ in analysis.runs if info.key == "cpu-2c-gloo/g/muon_dp2_tp1") == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "run, trial",
+    [("cpu-2c-gloo/comparison/muon_dp2_tp2", "trial4"), ("1xH200-nccl/single_device/muon_t256k", "trial1")],
+    ids=["timed-only-trial-of-a-traced-run", "trial-of-a-run-never-traced"],
+)
+def test_a_trial_timed_without_traces_is_held_to_its_runs_configuration(tmp_path, run, trial):
+    import shutil
+
+    copied = tmp_path / "traces" / run
+    shutil.copytree(Path(__file__).resolve().parents[1] / "traces" / run, copied)
+    config = json.loads((copied / trial / CONFIG_FILE).read_text())
+    (copied / trial / CONFIG_FILE).write_text(
+        json.dumps(config | {"precision": "bf16" if config.get("precision") == "fp32" else "fp32"})
+    )
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert [f.path for f in analysis.failures] == [str(copied / trial)]
+    assert "precision=" in analysis.failures[0].message
+    kept = [*analysis.timed_only, *analysis.timed_runs, *(info for info, _ in analysis.runs)]
+    assert kept and trial not in {info.path.name for info in kept}  # the others stand for the run

@@ -144,7 +144,39 @@ def analyze_paths(
     for directory, items in by_dir.items():
         _add_folder(analysis, infos[directory], items, files)
     _add_timed_only(analysis)
+    _leave_out_other_configurations(analysis)
     return analysis
+
+
+def _leave_out_other_configurations(analysis: Analysis) -> None:
+    """Trials of a run recorded with another configuration than its first trial (another model, batch, layout or
+    backend filed under the run's name, a contributed trial among them): each left out, named in ``failures``, so
+    that no table pools two configurations' steps under one run (the runs table reads the first trial's config)."""
+    firsts: dict[str, RunInfo] = {}
+    traced = sorted((info for info, _ in analysis.runs if info.has_config), key=lambda info: info.trial)
+    for info in [*traced, *sorted(analysis.timed_runs, key=lambda info: info.trial)]:
+        firsts.setdefault(info.key, info)
+
+    def agrees(info: RunInfo) -> bool:
+        first = firsts.get(info.key)
+        if first is None or first is info or not info.has_config:
+            return True
+        differing = info.config.differences(first.config)
+        if differing:
+            shown = ", ".join(f"{name}={mine!r} ({first.path.name}: {theirs!r})" for name, (mine, theirs) in differing.items())
+            analysis.failures.append(
+                TraceFailure(
+                    str(info.path),
+                    f"{info.path}: recorded with {shown}, unlike the first trial of run {info.key}; the trials of a run "
+                    "measure one configuration, so this one is left out: record it as a run of its own (another --name), "
+                    "or remove it",
+                )
+            )
+        return not differing
+
+    analysis.runs = [(info, items) for info, items in analysis.runs if agrees(info)]
+    analysis.timed_only = [info for info in analysis.timed_only if agrees(info)]
+    analysis.timed_runs = [info for info in analysis.timed_runs if agrees(info)]
 
 
 def _add_timed_only(analysis: Analysis) -> None:

@@ -32,16 +32,13 @@ from muon_repro.bench.speed_probe import DAY_KINDS, SpeedProbe
 from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict
 from muon_repro.phases import BACKWARD, FORWARD
-from muon_repro.run_records import record_problems
+from muon_repro.run_records import POOLED_FIELDS, record_problems
 from muon_repro.rundir import CONFIG_FILE, ENVIRONMENT_FILE, RunDir, trial_folders
 
 # config.json keys that tell where a run ran and so change its times, though BenchConfig does not hold them
 _PLACE_KEYS = ("backend", "device")
-# BenchConfig fields that change neither a step's measured time nor its prediction, so trials that differ only in
-# them pool: the profiler's schedule and the timed-step counts say how many steps are kept, not how long one takes
-# (whether the kept steps ran under the profiler is compared on its own: STEPS_UNDER_PROFILER); the learning rate,
-# weight decay and seed change values, not the operations. Traced and timed-only trials of one run differ in `profile`.
-NEUTRAL_FIELDS = ("profile", "wait", "warmup", "active", "timed_steps", "timed_warmup", "lr", "weight_decay", "seed")
+# Trials that differ only in POOLED_FIELDS (run_records: as the analysis pools them) are priced together; whether the
+# kept steps ran under the profiler is compared on its own (STEPS_UNDER_PROFILER), as it changes the step priced.
 STEPS_UNDER_PROFILER = "steps timed under the profiler"  # a trial without timed steps: its profiled ones are measured
 
 
@@ -164,7 +161,7 @@ def validate(
 
 
 def trial_sets(key: str, trials: list[RunDir], warn: Callable[[str], None] | None = None) -> list[tuple[str, list[RunDir]]]:
-    """The trials of run ``key`` in sets of identical configurations (every field but :data:`NEUTRAL_FIELDS`), each
+    """The trials of run ``key`` in sets of identical configurations (every field but :data:`POOLED_FIELDS`), each
     with its row's run id: ``key`` when they all agree, else ``key@trial0+trial2`` per set, and ``warn`` names the
     trials and the fields that differ.
 
@@ -198,10 +195,10 @@ def trial_sets(key: str, trials: list[RunDir], warn: Callable[[str], None] | Non
 
 
 def _priced_fields(trial: RunDir) -> dict:
-    """What of a trial's configuration changes its numbers: its BenchConfig but NEUTRAL_FIELDS, where it ran, and
+    """What of a trial's configuration changes its numbers: its BenchConfig but POOLED_FIELDS, where it ran, and
     whether its measured steps ran under the profiler."""
     cfg = asdict(bench_config(trial))  # its fields: what to_dict derives (steps, world size) follows from them
-    fields = {name: value for name, value in cfg.items() if name not in NEUTRAL_FIELDS}
+    fields = {name: value for name, value in cfg.items() if name not in POOLED_FIELDS}
     fields.update({name: trial.config_dict.get(name) for name in _PLACE_KEYS})
     fields[STEPS_UNDER_PROFILER] = bool(cfg.get("profile")) and not trial.timed_steps()
     return {name: _hashable(value) for name, value in fields.items()}
