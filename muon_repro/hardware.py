@@ -136,6 +136,24 @@ def profile_from_environment(environment: Mapping[str, Any]) -> str:
     return validate_profile_id(derived, source="the profile environment.json describes")
 
 
+def described_profiles(environment: Mapping[str, Any]) -> set[str] | None:
+    """The profile ids ``environment.json``'s hardware fields alone are consistent with (its ``profile`` field set
+    aside): one id, or each interconnect where a node of several accelerators recorded none. None where the fields
+    say too little to tell (no backend, or neither an accelerator nor a core count: a contributor's old folder that
+    states its profile instead) or cannot make an id."""
+    hardware = {k: v for k, v in environment.items() if k != PROFILE_FIELD}
+    if not hardware.get("backend") or not (hardware.get("accelerator") or hardware.get("host_cpu_cores")):
+        return None
+    try:
+        derived = profile_from_environment(hardware)
+        if hardware.get("accelerator") and _count(hardware, "accelerator_count", 1) > 1 and derived.count("-") == 1:
+            chip, backend = derived.split("-")  # no link recorded: either link is consistent with the fields
+            return {derived, *(f"{chip}-{link}-{backend}" for link in ("pcie", "nvlink"))}
+    except ValueError:
+        return None
+    return {derived}
+
+
 def resolve_profile(environment: Mapping[str, Any], override: str | None = None) -> str:
     """The profile a new recording is filed under: ``override`` (``--profile``), else ``$MUON_REPRO_PROFILE``,
     else the one its environment describes."""

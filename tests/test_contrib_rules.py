@@ -228,3 +228,79 @@ def test_the_studys_run_names_are_allowed_in_its_protocols_groups_only(group, na
     config = {"group": group, "name": name, "world_size": 4, "dp": 2, "tp": 2}
     assert (check_config(config).problems == ()) is allowed
     assert isinstance(parse_run_path(f"traces/p/{group}/{name}/trial0/rank0.json.gz"), RunPath) is allowed
+
+
+# ---------------------------------------------------------------- what a run says it is
+
+
+def with_environment(run: Path, **fields) -> Path:
+    environment = json.loads((run / "environment.json").read_text())
+    (run / "environment.json").write_text(json.dumps({k: v for k, v in (environment | fields).items() if v is not None}))
+    return run
+
+
+@pytest.mark.parametrize(
+    "fields, described",
+    [
+        ({"host_cpu_cores": 64}, "cpu-64c-gloo:"),
+        (
+            {"accelerator": "NVIDIA H100 80GB HBM3", "accelerator_count": 8},
+            "8xH100-gloo or 8xH100-nvlink-gloo or 8xH100-pcie-gloo:",
+        ),
+    ],
+)
+def test_a_profile_its_own_hardware_fields_do_not_describe_is_refused(tmp_path, fields, described):
+    """Filed under cpu-2c-gloo, its steps would pool and compare with the 2-core runs."""
+    run = with_environment(make_run(tmp_path / "run"), **fields)
+    found, problems = check_run(run)
+    assert found is None and [p.path.name for p in problems] == ["environment.json"]
+    assert problems[0].problem.startswith("files the run under profile cpu-2c-gloo, but its hardware fields")
+    assert f"describe {described}" in problems[0].problem
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # the fields describe the profile it states
+        {"backend": None, "host_cpu_cores": None},  # an old folder that states its profile and no hardware
+        {"profile": "4xA100-pcie-nccl", "backend": "nccl", "accelerator": "NVIDIA A100", "accelerator_count": 4},
+    ],
+    ids=["described", "stated-only", "link-not-recorded"],
+)
+def test_a_profile_the_hardware_fields_are_consistent_with_is_accepted(tmp_path, fields):
+    run = make_run(tmp_path / "run")
+    if fields.get("backend") == "nccl":  # config.json says the backend the environment does
+        config = json.loads((run / "config.json").read_text())
+        (run / "config.json").write_text(json.dumps(config | {"backend": "nccl"}))
+    found, problems = check_run(with_environment(run, **fields))
+    assert not problems and found is not None and found.profile == fields.get("profile", PROFILE)
+
+
+def test_an_environment_of_another_backend_than_the_config_is_refused(tmp_path):
+    run = make_run(tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(config | {"backend": "nccl"}))
+    found, problems = check_run(run)
+    assert found is None and [p.problem for p in problems] == [
+        "says backend gloo, but config.json says nccl: the two files come from different recordings; "
+        + problems[0].problem.split("recordings; ", 1)[1]
+    ]
+
+
+def test_a_copy_of_a_published_or_another_added_measurement_is_refused():
+    from muon_repro.contrib.pr_checks import copied_problems
+    from muon_repro.dataset.manifest import FileEntry, manifest_lines
+
+    trial = "traces/cpu-2c-gloo/comparison/muon_dp2_tp1"
+    published = [FileEntry(f"{trial}/trial0/rank0.json.gz", 10, "a" * 64), FileEntry(f"{trial}/trial0/config.json", 5, "c" * 64)]
+    added = {
+        f"{trial}/trial7/rank0.json.gz": FileEntry(f"{trial}/trial7/rank0.json.gz", 10, "a" * 64),  # trial0's trace
+        f"{trial}/trial7/rank1.json.gz": FileEntry(f"{trial}/trial7/rank1.json.gz", 10, "b" * 64),
+        f"{trial}/trial8/rank1.json.gz": FileEntry(f"{trial}/trial8/rank1.json.gz", 10, "b" * 64),  # trial7's rank 1
+        f"{trial}/trial7/config.json": FileEntry(f"{trial}/trial7/config.json", 5, "c" * 64),  # not a measurement
+        f"{trial}/trial9/rank0.json.gz": None,  # refused before download
+    }
+    problems = copied_problems(manifest_lines(published), added)
+    assert [p.split(":")[0] for p in problems] == [f"{trial}/trial7/rank0.json.gz", f"{trial}/trial8/rank1.json.gz"]
+    assert f"byte for byte {trial}/trial0/rank0.json.gz (sha256 aaaaaaaaaaaa...)" in problems[0]
+    assert f"byte for byte {trial}/trial7/rank1.json.gz" in problems[1]

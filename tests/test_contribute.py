@@ -200,7 +200,8 @@ def test_review_refuses_a_pull_request_that_changes_more_than_runs(tmp_path, fak
 
 def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hub_env, capsys):
     head = publish_main(hub_env, {"README.md": b"# data\n"})
-    run = make_run(tmp_path / "run", profile="8xH100-nvlink-nccl")
+    run = make_run(tmp_path / "run", profile=None)  # its hardware fields alone give its profile
+    (run / "environment.json").write_text(json.dumps({"backend": "gloo", "host_cpu_cores": 8}))
     files = folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0")
     files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
     ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
@@ -211,7 +212,7 @@ def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hu
     assert "1 check(s) FAILED" in out
     assert (
         f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0: its own files file it under "
-        "traces/8xH100-nvlink-nccl/comparison/muon_dp2_tp1/trial0 (environment.json's profile"
+        "traces/cpu-8c-gloo/comparison/muon_dp2_tp1/trial0 (environment.json's profile"
     ) in out
 
 
@@ -362,3 +363,19 @@ def test_claims_compared_per_profile():
     assert rows["e"][3] == "new claim"
     # A claims table from before profiles existed is one profile: every row counts.
     assert len(claims_of_profile(published.drop(columns="profile"), "any")) == 5
+
+
+def test_review_refuses_a_trial_that_copies_a_published_ones_measurements(tmp_path, fake_hub, hub_env, capsys):
+    """A copy adds no measurement, yet pooled as a trial of its own it would narrow every interval it joins."""
+    run = make_run(tmp_path / "run")
+    head = publish_main(hub_env, folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"))
+    files = folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1")  # the same bytes, another trial
+    files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
+    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
+    hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+
+    assert main(["review", "--repo-id", REPO, "--pr", "1"]) == 1
+    out = capsys.readouterr().out
+    copied = [line for line in out.splitlines() if "byte for byte" in line]
+    assert [line.split(": byte")[0].rsplit("/", 1)[1] for line in copied] == ["metrics.json", "rank0.json.gz", "rank1.json.gz"]
+    assert f"byte for byte traces/{PROFILE}/comparison/muon_dp2_tp1/trial0/rank0.json.gz" in out

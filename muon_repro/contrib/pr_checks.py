@@ -19,7 +19,7 @@ from muon_repro.contrib.run_check import TRACES_ROOT
 from muon_repro.contrib.untrusted import name_problem, profile_problem, run_name_problem, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, kept_manifest, parse_manifest
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
-from muon_repro.rundir import RUN_FILES, TRIAL_PREFIX
+from muon_repro.rundir import METRICS_FILE, RUN_FILES, TRIAL_PREFIX, trace_rank
 from muon_repro.tables.files import human_size
 
 ALLOWED = f"{TRACES_ROOT}/<profile>/<group>/<name>/{TRIAL_PREFIX}<k>/<{'|'.join(RUN_FILES)}|rank<r>.json.gz>"
@@ -197,4 +197,28 @@ def manifest_problems(base_text: str | None, head_text: str | None, added: dict[
                 f"{shown(path)}: {got.size} bytes, sha256 {got.sha256[:12]}...; {MANIFEST_NAME} says "
                 f"{listed.size} bytes, {listed.sha256[:12]}..."
             )
+    return problems
+
+
+def copied_problems(base_text: str | None, added: dict[str, FileEntry | None]) -> list[str]:
+    """Every added measurement (a rank's trace, a trial's metrics.json) whose bytes are those of a file main's manifest
+    lists or of another added one: a copy of a recording adds no measurement, yet would be pooled as one, narrowing
+    every interval it joins. ``added`` as for :func:`manifest_problems`."""
+    try:
+        published = {e.sha256: e.path for e in parse_manifest(kept_manifest(base_text or ""))}
+    except ValueError:  # manifest_problems names what is wrong with it
+        published = {}
+    seen: dict[str, str] = {}
+    problems = []
+    for path, entry in sorted(added.items()):
+        name = path.rsplit("/", 1)[-1]
+        if entry is None or (name != METRICS_FILE and trace_rank(name) is None):
+            continue
+        original = published.get(entry.sha256) or seen.get(entry.sha256)
+        if original is not None:
+            problems.append(
+                f"{shown(path)}: byte for byte {shown(original)} (sha256 {entry.sha256[:12]}...); a trial's traces and "
+                "metrics are its own recording: contribute only what was recorded"
+            )
+        seen.setdefault(entry.sha256, path)
     return problems

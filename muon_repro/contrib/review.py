@@ -7,7 +7,8 @@
    within the name rules, every file within its size and the pull request within ``max_files`` and
    ``max_bytes`` (:mod:`muon_repro.contrib.limits`); then only the files that passed are downloaded,
    and ``MANIFEST.sha256`` must keep main's lines and add one per added file whose sha256 and size
-   match the file as downloaded; no added path that main has meanwhile;
+   match the file as downloaded; no added path that main has meanwhile, and no added trace or metrics.json that is
+   a copy of a published or another added one (:func:`~muon_repro.contrib.pr_checks.copied_problems`);
 3. every added run verified as ``contribute`` does (:func:`muon_repro.contrib.run_check.check_run`),
    and filed where its own files say (environment.json's profile, config.json's group and name);
 4. per profile, main's runs of that profile (by their environment.json) analyzed again together
@@ -32,6 +33,7 @@ from muon_repro.contrib.claims_diff import compare_claims, format_comparison
 from muon_repro.contrib.limits import MAX_PR_BYTES, MAX_PR_FILES, MAX_SHOWN_PROBLEMS
 from muon_repro.contrib.pr_checks import (
     TreeChanges,
+    copied_problems,
     downloadable,
     manifest_downloadable,
     manifest_problems,
@@ -146,6 +148,7 @@ def _check_added(
     if manifest_downloadable(changes):
         base_manifest = _manifest_text(ctx, changes.before, changes.base)
         problems += manifest_problems(base_manifest, _manifest_text(ctx, changes.after, changes.head), downloaded)
+        problems += copied_problems(base_manifest, downloaded)
     complete = {p.rsplit("/", 1)[0] for p in wanted} - {p.rsplit("/", 1)[0] for p in changes.added if p not in wanted}
     for folder in (f for folders in changes.trial_folders().values() for f in folders if f in complete):
         run, run_problems = check_run(root / folder)

@@ -35,7 +35,7 @@ from typing import Any
 from muon_repro.contrib.config_check import RECORD_AGAIN, check_config
 from muon_repro.contrib.limits import MAX_TRACE_EXPANSION, MAX_TRIAL, MAX_WORLD_SIZE, binary_size, file_limit, trace_allowance
 from muon_repro.contrib.untrusted import describe_ranks, profile_problem, shown
-from muon_repro.hardware import PROFILE_FIELD, profile_from_environment, run_key
+from muon_repro.hardware import PROFILE_FIELD, described_profiles, profile_from_environment, run_key
 from muon_repro.rundir import (
     CONFIG_FILE,
     ENVIRONMENT_FILE,
@@ -205,7 +205,10 @@ def read_side_file(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, exc.problem
 
 
-def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
+def _environment_profile(folder: Path, config_backend: Any) -> tuple[str | None, list[RunProblem]]:
+    """The profile ``environment.json`` files the run under, or the problems that keep it from being one: a stated
+    profile the file's own hardware fields do not describe (the profile decides which runs pool and compare), or a
+    backend other than ``config.json``'s."""
     where = folder / ENVIRONMENT_FILE
     environment, why_not = read_side_file(where)
     if environment is None:
@@ -226,7 +229,28 @@ def _environment_profile(folder: Path) -> tuple[str | None, list[RunProblem]]:
         return None, [RunProblem(where, f"{shown(str(exc)[:300])}; fix the {PROFILE_FIELD!r} field")]
     if (problem := profile_problem(profile, f"its {PROFILE_FIELD}")) is not None:
         return None, [RunProblem(where, f"{problem}; fix the {PROFILE_FIELD!r} field")]
-    return profile, []
+    problems = []
+    described = described_profiles(environment)
+    if described is not None and profile not in described:
+        said = " or ".join(shown(p) for p in sorted(described))
+        problems.append(
+            RunProblem(
+                where,
+                f"files the run under profile {shown(profile)}, but its hardware fields (backend, accelerator, counts) "
+                f"describe {said}: runs pool and compare by profile, so a run is filed under the hardware it ran on; "
+                f"set {PROFILE_FIELD!r} to what they describe, or {RECORD_AGAIN}",
+            )
+        )
+    backend = environment.get("backend")
+    if backend and config_backend and str(backend).lower() != str(config_backend).lower():
+        problems.append(
+            RunProblem(
+                where,
+                f"says backend {shown(str(backend))}, but config.json says {shown(str(config_backend))}: the two files "
+                f"come from different recordings; {RECORD_AGAIN}",
+            )
+        )
+    return (None if problems else profile), problems
 
 
 def _metrics_problems(folder: Path, world_size: int) -> list[RunProblem]:
@@ -293,7 +317,7 @@ def check_run(folder: Path) -> tuple[LocalRun | None, list[RunProblem]]:
         return None, [RunProblem(folder / CONFIG_FILE, f"{why_not}: this trial folder is incomplete; {RECORD_AGAIN}")]
     checked = check_config(raw)
     problems = [RunProblem(folder / CONFIG_FILE, p) for p in checked.problems]
-    profile, env_problems = _environment_profile(folder)
+    profile, env_problems = _environment_profile(folder, raw.get("backend"))
     problems += env_problems
     protocol = raw.get(PROTOCOL_FIELD) if raw.get(PROTOCOL_FIELD) in STUDY_PROTOCOLS else None
     profiled = raw.get("profile") is not False  # false: timed without the profiler, no traces
