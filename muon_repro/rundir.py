@@ -412,6 +412,13 @@ class RunDir:
         return self._side_file(ENVIRONMENT_FILE)
 
     @property
+    def trial(self) -> int:
+        """Which recording of its configuration this is (its round of a sweep): config.json's ``trial``, else the
+        folder's name (``trial2``), else 0, as the analysis numbers it."""
+        recorded = self.config.trial
+        return recorded if recorded is not None else (trial_of(self.path) or 0)
+
+    @property
     def profile(self) -> str:
         """The hardware profile environment.json names or describes (``unknown`` without one)."""
         return profile_or_unknown(self.environment)

@@ -540,7 +540,7 @@ def test_measured_is_the_median_of_the_rounds_medians():
     from muon_repro.analysis.estimators import steps_frame, typical_time
 
     rounds = [np.array([[10.0, 1.0], [12.0, 1.0]]), np.array([[11.0, 2.0], [11.0, 2.0]]), np.full((9, 2), 50.0)]
-    frame = steps_frame("r", rounds)
+    frame = steps_frame("r", dict(enumerate(rounds)))
     assert typical_time(frame, "r", "step_ms", "max") == 11.0  # the rounds' medians 11, 11, 50
     assert typical_time(frame, "r", "optimizer_ms", "mean") == 2.0  # 1, 2, 50
     assert float(np.median(np.concatenate(rounds)[:, 0])) == 50.0  # what a pooled median would have said

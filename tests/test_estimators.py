@@ -22,7 +22,7 @@ from muon_repro.analysis.estimators import (
 
 def _run(name: str, step_ms: list[float], optimizer_ms: float = 100.0, steps: int = 4):
     """A run of len(step_ms) rounds, each of ``steps`` identical steps."""
-    frame = steps_frame(name, [np.array([[s, optimizer_ms]] * steps) for s in step_ms])
+    frame = steps_frame(name, {k: np.array([[s, optimizer_ms]] * steps) for k, s in enumerate(step_ms)})
     return frame, name
 
 

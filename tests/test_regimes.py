@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -245,3 +246,113 @@ def test_analyze_leaves_a_damaged_record_out_names_it_and_writes_the_rest(tmp_pa
     assert len(read_table(tmp_path / "metrics" / "predictions.parquet", check_set=False)) == 0
     assert len(read_table(tmp_path / "metrics" / "regime_thresholds.parquet", check_set=False)) > 0  # the rest written
     assert len(read_table(tmp_path / "metrics" / "runs.parquet", check_set=False)) == 1
+
+
+# ---------------------------------------------------------------- the measured points' rounds
+
+POINT = "regimes/{}_d128_t16384_dp2_tp2"
+
+
+def copied_point(tmp_path: Path) -> tuple[Path, Path]:
+    """The committed Muon point of 16,384 tokens at d128 and its AdamW twin (3 rounds each), copied."""
+    folders = []
+    for optimizer in ("muon", "adamw"):
+        folder = tmp_path / "traces" / "cpu-2c-gloo" / POINT.format(optimizer)
+        shutil.copytree(REPO / "traces" / "cpu-2c-gloo" / POINT.format(optimizer), folder)
+        folders.append(folder)
+    return folders[0], folders[1]
+
+
+def muon_row(tmp_path: Path) -> pd.Series:
+    regimes = costmodel_tables([tmp_path / "traces"])["regimes"].set_index("run")
+    return regimes.loc[f"cpu-2c-gloo/{POINT.format('muon')}"]
+
+
+def set_config(trial: Path, **fields) -> None:
+    config = json.loads((trial / "config.json").read_text())
+    (trial / "config.json").write_text(json.dumps(config | fields))
+
+
+def test_a_muon_point_pairs_its_twins_rounds_by_number_not_by_position(tmp_path):
+    """With AdamW's round 1 gone, Muon's round 1 has no pair: paired by position it met AdamW's round 2."""
+    muon, adamw = copied_point(tmp_path / "a")
+    shutil.rmtree(adamw / "trial1")
+    gap = muon_row(tmp_path / "a")
+    muon, adamw = copied_point(tmp_path / "b")
+    shutil.rmtree(adamw / "trial1")
+    shutil.rmtree(muon / "trial1")
+    both_without = muon_row(tmp_path / "b")
+    assert gap["muon_extra"] == pytest.approx(both_without["muon_extra"], rel=1e-12)
+    assert gap["muon_extra_lo"] == pytest.approx(both_without["muon_extra_lo"], rel=1e-12)
+
+
+def test_a_round_recorded_by_another_sweep_is_no_pair(tmp_path):
+    muon, adamw = copied_point(tmp_path / "a")
+    for trial in range(3):
+        set_config(muon / f"trial{trial}", sweep="s1")
+        set_config(adamw / f"trial{trial}", sweep="s1" if trial != 1 else "s2")  # round 1 re-recorded alone
+    apart = muon_row(tmp_path / "a")
+    muon, adamw = copied_point(tmp_path / "b")
+    for folder in (muon, adamw):
+        shutil.rmtree(folder / "trial1")
+    assert apart["muon_extra"] == pytest.approx(muon_row(tmp_path / "b")["muon_extra"], rel=1e-12)
+
+
+def test_a_round_recorded_with_another_configuration_is_left_out_of_the_point(tmp_path):
+    muon, _ = copied_point(tmp_path)
+    set_config(muon / "trial2", tokens_per_step=8192)  # another point's round, filed under this one
+    row = muon_row(tmp_path)
+    assert row["trials"] == 2
+
+
+def test_the_share_summary_judges_the_model_on_muons_points_only():
+    """An AdamW point's share is no point of the regime map: with it, the worst error was an AdamW run's 70%."""
+    from muon_repro.report.regimes_section import share_summary
+
+    regimes = pd.DataFrame(
+        {
+            "run": ["p/regimes/muon_a", "p/regimes/adamw_a"],
+            "optimizer": ["muon", "adamw"],
+            "optimizer_share": [0.10, 0.02],
+            "predicted_optimizer_share": [0.11, 0.034],
+        }
+    )
+    assert share_summary(regimes) == (
+        " Muon's optimizer share of the step, the regime map's quantity: median |error| 10.0% over the 1 Muon sweep "
+        "point (worst 10%, p/regimes/muon_a)."
+    )
+
+
+# ---------------------------------------------------------------- the records, written
+
+
+def test_records_on_another_kind_of_device_are_refused_and_the_old_ones_kept(tmp_path):
+    """An H100 profile prices no CPU run: written, its empty predictions would replace the profile's, and its lines
+    would be filed as this machine's."""
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.records import write_records
+
+    copied_point(tmp_path)
+    record = tmp_path / "traces" / "cpu-2c-gloo" / COSTMODEL_DIR / PREDICTIONS_FILE
+    record.parent.mkdir(parents=True)
+    record.write_text("profile,run\ncpu-2c-gloo,cpu-2c-gloo/regimes/x\n")
+    with pytest.raises(ValueError, match=r"no run of profile cpu-2c-gloo .* machine 'h100-8x-nvlink' \(cuda\) prices"):
+        write_records(tmp_path / "traces", resolve_profile("h100-8x-nvlink"), profile="cpu-2c-gloo", log=lambda line: None)
+    assert record.read_text() == "profile,run\ncpu-2c-gloo,cpu-2c-gloo/regimes/x\n"
+    assert sorted(p.name for p in record.parent.iterdir()) == [PREDICTIONS_FILE]
+
+
+def test_quick_records_are_a_set_of_their_own(tmp_path):
+    """A quick run prices no pipeline scale-out: an older one left beside its records would mix two runs' sets."""
+    from muon_repro.costmodel.machine import resolve_profile
+    from muon_repro.costmodel.records import write_records
+    from muon_repro.rundir import PIPELINE_SCALE_OUT_FILE
+
+    copied_point(tmp_path)
+    folder = tmp_path / "traces" / "cpu-2c-gloo" / COSTMODEL_DIR
+    folder.mkdir(parents=True)
+    (folder / PIPELINE_SCALE_OUT_FILE).write_text("profile\ncpu-2c-gloo\n")
+    machine = resolve_profile(str(REPO / "traces" / "cpu-2c-gloo" / COSTMODEL_DIR / "machine.json"))
+    written = write_records(tmp_path / "traces", machine, profile="cpu-2c-gloo", quick=True, log=lambda line: None)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in written)
+    assert PIPELINE_SCALE_OUT_FILE not in {p.name for p in written}

@@ -141,25 +141,30 @@ def _with_profile(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
 
 
 def sweep_runs(roots: list[Path]) -> dict[str, list[RunDir]]:
-    """The sweep's trial folders by run key (``<profile>/regimes/<name>``)."""
+    """The sweep's trial folders by run key (``<profile>/regimes/<name>``), by trial number. A trial recorded with
+    another configuration than its run's first is not one of its rounds (the analysis names it and leaves it out:
+    batch_read, run_records.POOLED_FIELDS); it is left out here too."""
     runs: dict[str, dict[Path, RunDir]] = {}
     for root in roots:
         for key, folders in trial_folders(root).items():
             if key.split("/")[1:2] == [REGIMES_GROUP]:
                 runs.setdefault(key, {}).update((folder.resolve(), RunDir(folder)) for folder in folders)
-    return {key: [found[k] for k in sorted(found)] for key, found in sorted(runs.items())}
+    by_key = {key: sorted(found.values(), key=lambda run: run.trial) for key, found in sorted(runs.items())}
+    return {key: [run for run in trials if not run.config.differences(trials[0].config)] for key, trials in by_key.items()}
 
 
-def _recorded_steps(trials: list[RunDir]) -> list[np.ndarray]:
-    """Per trial, its recorded steps as a ``[step, 2]`` array: step time (slowest rank), optimizer time (mean)."""
-    return [np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2) for run in trials]
+def _recorded_frame(key: str, trials: list[RunDir]) -> pd.DataFrame:
+    """Run ``key``'s recorded steps (step time of the slowest rank, optimizer time mean over ranks), each trial's by
+    its number and sweep: the rounds of two runs pair by number, within one sweep (estimators.unpaired_rounds)."""
+    steps = {run.trial: np.array(run.recorded_steps(), dtype="float64").reshape(-1, 2) for run in trials}
+    return steps_frame(key, steps, {run.trial: run.config.sweep for run in trials})
 
 
 def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
     """One row per point of the regime sweep: measured step, optimizer share and Muon's extra over its
     AdamW twin (same width, tokens, DP x TP), with the predicted values beside them."""
     runs = sweep_runs(roots)
-    recorded = {key: steps_frame(key, _recorded_steps(trials)) for key, trials in runs.items()}
+    recorded = {key: _recorded_frame(key, trials) for key, trials in runs.items()}
     predicted = {row.run: row for row in predictions.itertuples()} if len(predictions) else {}
     points = {key: _point(trials[0]) for key, trials in runs.items()}
     twin_of = lambda p: (p["profile"], p["d_model"], p["tokens_per_step"], p["dp"], p["tp"])  # noqa: E731 - same profile, shape, tokens

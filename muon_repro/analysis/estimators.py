@@ -24,7 +24,7 @@ tables count the rounds left out (``disturbed_rounds``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -145,10 +145,11 @@ def paired_rounds(column: str, how: str, *runs: RunSteps) -> tuple[np.ndarray, .
     return align_rounds(*per_run)
 
 
-def steps_frame(run: str, trials: Sequence[np.ndarray]) -> pd.DataFrame:
-    """A steps-shaped table of one run from its trials' recorded steps: per trial a ``[step, 2]`` array of the
-    step time (slowest rank) and the optimizer time (mean over ranks), already reduced over ranks (one row per
-    step, rank 0)."""
+def steps_frame(run: str, trials: Mapping[int, np.ndarray], sweeps: Mapping[int, str | None] | None = None) -> pd.DataFrame:
+    """A steps-shaped table of one run from its trials' recorded steps: per trial (by its number, its round) a
+    ``[step, 2]`` array of the step time (slowest rank) and the optimizer time (mean over ranks), already reduced over
+    ranks (one row per step, rank 0). ``sweeps``: each trial's sweep id (config.json ``sweep``), so that rounds of
+    two runs recorded by different sweeps are not paired (:func:`unpaired_rounds`)."""
     frames = [
         pd.DataFrame(
             {
@@ -158,10 +159,11 @@ def steps_frame(run: str, trials: Sequence[np.ndarray]) -> pd.DataFrame:
                 "rank": 0,
                 "step_ms": recorded[:, 0],
                 "optimizer_ms": recorded[:, 1],
+                **({"sweep": sweeps.get(trial)} if sweeps is not None else {}),
             }
         )
-        for trial, recorded in enumerate(trials)
+        for trial, recorded in sorted(trials.items())
         if len(recorded)
     ]
-    columns = ["run", "trial", "step", "rank", "step_ms", "optimizer_ms"]
+    columns = ["run", "trial", "step", "rank", "step_ms", "optimizer_ms", *(["sweep"] if sweeps is not None else [])]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)

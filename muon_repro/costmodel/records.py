@@ -106,6 +106,13 @@ def write_records(
     folder.mkdir(parents=True, exist_ok=True)
     log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
     predictions = validate(traces, machine, profiled=None, profile=profile, warn=lambda line: log(f"warning: {line}"))
+    if not predictions:  # written, an empty record would replace the profile's predictions, and its lines be another's
+        raise ValueError(
+            f"no run of profile {profile} under {traces} has measured steps that machine {machine.name!r} "
+            f"({machine.device}) prices (it prices runs of its own kind of device): give the profile this machine's "
+            f"runs were recorded on (--machine {Path(traces) / profile / COSTMODEL_DIR / 'machine.json'}, as calibrated), "
+            "or record runs first; nothing was written"
+        )
     spread = metric_error_spread(predictions, machine.device)
     for metric, s in spread.items():
         said = s if isinstance(s, str) else f"log error {s.low:+.3f} to {s.high:+.3f} ({s.coverage:.0%}) over {s.runs} {s.basis}"
@@ -139,15 +146,18 @@ def _write(
     folder: Path, profile: str, predictions: list[dict], lines: list[dict], thresholds: list[dict], pipeline: list[dict] = ()
 ) -> list[Path]:
     """The records, written whole before any replaces its old one (one set); the pipeline scale-out only when it was
-    priced (not quick)."""
+    priced (not quick), and an older one removed when it was not, so that no set mixes two runs' records."""
     written = [folder / PREDICTIONS_FILE, folder / REGIME_MODEL_FILE, folder / THRESHOLDS_FILE]
     tables = [predictions, lines, thresholds]
     if pipeline:
         written.append(folder / PIPELINE_SCALE_OUT_FILE)
         tables.append(list(pipeline))
-    return write_atomic_all(
+    paths = write_atomic_all(
         {path: _csv_of([{PROFILE_FIELD: profile, **row} for row in rows]) for path, rows in zip(written, tables)}
     )
+    if not pipeline:
+        (folder / PIPELINE_SCALE_OUT_FILE).unlink(missing_ok=True)
+    return paths
 
 
 SINGLE_DEVICE_TOKENS = tuple(2**k for k in range(13, 21))  # 8k to 1M tokens per step

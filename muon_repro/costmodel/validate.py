@@ -82,12 +82,12 @@ def measured(trials: list[RunDir]) -> Measured | None:
     the median over trials, the rounds of a sweep, of each trial's median step). A trial's steps are those timed
     without the profiler where it has them (the model predicts a step without the profiler's cost), else its
     profiled ones (runs recorded before timed steps)."""
-    per_trial, profiled = [], False
+    per_trial, profiled = {}, False
     for trial in trials:
         timed = trial.timed_steps()
         recorded = timed or trial.recorded_steps()
         if recorded:
-            per_trial.append(np.asarray(recorded, dtype="float64"))
+            per_trial[trial.trial] = np.asarray(recorded, dtype="float64")
             profiled |= not timed
     if not per_trial:
         return None
@@ -96,7 +96,7 @@ def measured(trials: list[RunDir]) -> Measured | None:
         typical_time(frame, "run", "step_ms", "max"),
         typical_time(frame, "run", "optimizer_ms", "mean"),
         len(per_trial),
-        sum(len(steps) for steps in per_trial),
+        sum(len(steps) for steps in per_trial.values()),
         profiled,
     )
 

@@ -47,6 +47,7 @@ from muon_repro.report.plotting import (
     styled,
 )
 from muon_repro.rundir import RENAMED_MACHINES, split_measured_compute
+from muon_repro.values import counted
 
 REGIME_CAPTIONS = {
     "regime_map": "Muon's optimizer share (left) and its extra step time over AdamW (right) against tokens per step, DP2·TP2, "
@@ -256,14 +257,16 @@ def sweep_lines(regimes: pd.DataFrame) -> list[str]:
 
 
 def share_summary(regimes: pd.DataFrame) -> str:
-    """How well the model predicts the optimizer's share of the step, the quantity the regime map rests on."""
-    rows = regimes[regimes["predicted_optimizer_share"].notna() & (regimes["optimizer_share"] > 0)]
+    """How well the model predicts Muon's optimizer share of the step, the quantity the regime map rests on (its
+    Muon points only: an AdamW point's share is no point of the map)."""
+    muon = regimes["optimizer"].astype(str) == "muon"
+    rows = regimes[muon & regimes["predicted_optimizer_share"].notna() & (regimes["optimizer_share"] > 0)]
     if rows.empty:
         return ""
     error = (rows["predicted_optimizer_share"].astype(float) / rows["optimizer_share"].astype(float) - 1).abs()
     return (
-        f" The optimizer's share of the step, the regime map's quantity: median |error| {error.median():.1%} over the "
-        f"{len(rows)} sweep points (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']})."
+        f" Muon's optimizer share of the step, the regime map's quantity: median |error| {error.median():.1%} over the "
+        f"{counted(len(rows), 'Muon sweep point')} (worst {error.max():.0%}, {rows.loc[error.idxmax(), 'run']})."
     )
 
 
