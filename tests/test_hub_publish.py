@@ -226,3 +226,39 @@ def test_the_plan_is_one_line_per_folder_unless_verbose():
     assert "  (per folder; --verbose lists every file)" in short
     full = format_plan(plan, REPO, "v1.0.0", verbose=True).splitlines()
     assert sum("rank0.json.gz" in line for line in full) == 50
+
+
+# ---------------------------------------------------------------------- the bundle changing while it is published
+
+
+def test_a_file_changed_after_the_checks_stops_the_publish_before_any_upload(sources, tmp_path, fake_hub, hub_api, monkeypatch):  # noqa: F811
+    from muon_repro.hub import publish as publishing
+
+    bundle = build(sources, tmp_path / "b1")
+    verified = publishing.check_bundle_verifies
+
+    def verify_then_change(root, echo):
+        verified(root, echo)
+        (root / "report" / "report.md").write_text("# written after verify\n")
+
+    monkeypatch.setattr(publishing, "check_bundle_verifies", verify_then_change)
+    with pytest.raises(PublishError, match=r"report\.md changed after the bundle was verified .* nothing was sent"):
+        _publish(bundle, hub_api)
+    repo = fake_hub.get_repo(REPO)
+    assert _commits(fake_hub) == 1 and not repo.tags  # the repository's first commit only
+
+
+def test_a_file_written_while_it_uploads_is_never_tagged(sources, tmp_path, fake_hub, hub_api, monkeypatch):  # noqa: F811
+    """Checked and read, then rewritten before the upload reads it again: the commit lands unlike the manifest, and a
+    tag would publish that forever."""
+    bundle = build(sources, tmp_path / "b1")
+    commit = hub_api.create_commit
+
+    def rewrite_then_commit(*args, **kwargs):
+        (bundle / "report" / "report.md").write_text("# written during the upload\n")
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(hub_api, "create_commit", rewrite_then_commit)
+    with pytest.raises(PublishError, match=r"holds 1 file\(s\) unlike the bundle's MANIFEST\.sha256 \(report/report\.md\)"):
+        _publish(bundle, hub_api)
+    assert not fake_hub.get_repo(REPO).tags

@@ -11,7 +11,9 @@ Order of events, each a reason to stop:
    at the head and the plan is empty: then the bundle is already published and nothing is done;
    ``--dry-run`` stops after this check;
 5. one commit with ``parent_commit`` = the head planned against, so that a push by someone
-   else in between fails instead of being overwritten; an empty plan makes no commit;
+   else in between fails instead of being overwritten; an empty plan makes no commit. Each uploaded file is read
+   and hashed against the verified manifest first, and the commit's files are read back before the tag: a file
+   written on disk after the checks stops the publish, and one written while it uploaded is never tagged;
 6. the tag on that commit, or on the unchanged head (with ``--create-pr`` and changes: no tag
    yet; publishing again after the merge finds nothing to commit and tags the merged head).
 
@@ -37,7 +39,7 @@ from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, tag_for
 from muon_repro.hub.errors import offline_refusal
 from muon_repro.hub.interrupts import PublishInterrupted, PublishStage
-from muon_repro.hub.plan import Plan, compute_plan, format_plan, list_remote
+from muon_repro.hub.plan import Plan, RemoteFile, compute_plan, format_plan, list_remote
 from muon_repro.tables.files import human_size, sha256_file
 from muon_repro.terminal import first_line
 
@@ -271,17 +273,68 @@ def _commit_outcome(target: _Target, head: str, files: int) -> str:
     )
 
 
-def _operations(root: Path, plan: Plan) -> list[Any]:
+@dataclass(frozen=True)
+class _Upload:
+    """What a file held when it was read for the commit, checked against the manifest: how the Hub must then hold it
+    (an LFS file by its sha256, a regular one by its git blob id)."""
+
+    path: str
+    sha256: str
+    blob_id: str
+
+
+def _operations(root: Path, plan: Plan, local: list[FileEntry]) -> tuple[list[Any], list[_Upload]]:
+    """The commit's operations, and what each uploaded file held as it was read: a file that no longer holds what the
+    verified manifest says (changed on disk after the checks) stops the publish before anything is sent."""
+    import hashlib
+
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.utils.sha import git_hash
 
-    uploads = [i for i in plan.items if i.action in ("add", "change")]
-    return [CommitOperationAdd(path_in_repo=i.path, path_or_fileobj=str(root / i.path)) for i in uploads] + [
-        CommitOperationDelete(path_in_repo=i.path) for i in plan.of("delete")
-    ]
+    listed = {e.path: e.sha256 for e in local}
+    uploads = []
+    for item in (i for i in plan.items if i.action in ("add", "change")):
+        data = (root / item.path).read_bytes()
+        sha256 = hashlib.sha256(data).hexdigest()
+        if sha256 != listed[item.path]:
+            raise PublishError(
+                f"{root / item.path} changed after the bundle was verified (sha256 {sha256[:12]}..., its "
+                f"{MANIFEST_NAME} says {listed[item.path][:12]}...); nothing was sent to the Hub. Rebuild the bundle "
+                "(muon-repro bundle) and publish it while nothing writes to it"
+            )
+        uploads.append(_Upload(item.path, sha256, git_hash(data)))
+    ops = [CommitOperationAdd(path_in_repo=u.path, path_or_fileobj=str(root / u.path)) for u in uploads]
+    return ops + [CommitOperationDelete(path_in_repo=i.path) for i in plan.of("delete")], uploads
 
 
-def _commit(target: _Target, root: Path, plan: Plan, create_pr: bool) -> tuple[str, str | None, str]:
-    """One commit of the plan on top of the head planned against: (commit id, pull request URL, summary)."""
+def _check_landed(target: _Target, commit: str, uploads: list[_Upload]) -> None:
+    """Before a tag makes it forever: the commit holds every uploaded file as it was read and checked (a file rewritten
+    on disk while it was uploading would otherwise be published unlike the manifest that lists it)."""
+    with target.step(f"reading the files of commit {commit[:12]}", f"commit {commit[:12]} exists; nothing was tagged"):
+        landed = list_remote(target.api, target.repo_id, commit)
+    differ = [u.path for u in uploads if not _holds(landed.get(u.path), u)]
+    if differ:
+        more = len(differ) - SHOWN_FAILURES
+        shown = ", ".join(differ[:SHOWN_FAILURES]) + (f", and {more} more" if more > 0 else "")
+        raise PublishError(
+            f"commit {commit[:12]} on {target.repo_id} holds {len(differ)} file(s) unlike the bundle's {MANIFEST_NAME} "
+            f"({shown}): written on disk while they were uploading? Nothing was tagged; rebuild the bundle and publish "
+            "again (it commits what differs, then tags)"
+        )
+
+
+def _holds(remote: RemoteFile | None, upload: _Upload) -> bool:
+    """Whether the Hub holds ``upload`` as it was read: an LFS file by its sha256, a regular one by its git blob id."""
+    if remote is None:
+        return False
+    return remote.lfs_sha256 == upload.sha256 if remote.lfs_sha256 is not None else remote.blob_id == upload.blob_id
+
+
+def _commit(
+    target: _Target, root: Path, plan: Plan, local: list[FileEntry], create_pr: bool
+) -> tuple[str, str | None, str, list[_Upload]]:
+    """One commit of the plan on top of the head planned against: (commit id, pull request URL, summary, what the
+    uploaded files held)."""
     from huggingface_hub.errors import HfHubHTTPError
 
     head = plan.base_commit
@@ -289,11 +342,12 @@ def _commit(target: _Target, root: Path, plan: Plan, create_pr: bool) -> tuple[s
     summary = f"{len(plan.of('add'))} added, {len(plan.of('change'))} changed, {len(plan.of('delete'))} deleted"
     uploads = len(plan.of("add")) + len(plan.of("change"))
     doing = f"uploading {uploads} files ({human_size(plan.upload_bytes)}) and committing them to {target.repo_id}"
+    operations, read = _operations(root, plan, local)
     try:
         with target.step(doing, lambda: _commit_outcome(target, head, uploads)):
             info = target.api.create_commit(
                 target.repo_id,
-                _operations(root, plan),
+                operations,
                 commit_message=f"Publish {target.tag}",
                 commit_description=f"muon_repro dataset {target.tag}: {summary} ({human_size(plan.upload_bytes)}).",
                 repo_type="dataset",
@@ -311,7 +365,7 @@ def _commit(target: _Target, root: Path, plan: Plan, create_pr: bool) -> tuple[s
         raise PublishError(
             f"the Hub refused the commit to {target.repo_id}: {first_line(exc)}; nothing was committed or tagged"
         ) from exc
-    return info.oid, info.pr_url, summary
+    return info.oid, info.pr_url, summary, read
 
 
 def _tag(target: _Target, commit: str, committed: bool) -> None:
@@ -431,9 +485,10 @@ def _publish_to(
             "or holds every file); nothing was tagged. Run publish again: it plans against the head it finds, and tags "
             "the commit if it landed"
         )
-        commit, pr_url, summary = _commit(target, root, plan, create_pr)
+        commit, pr_url, summary, read = _commit(target, root, plan, local, create_pr)
         committed = True
         echo(f"Committed {summary} as {commit}.")
+        _check_landed(target, commit, read)
     else:
         echo("No changes: no commit.")
 
