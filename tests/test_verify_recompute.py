@@ -85,8 +85,9 @@ def test_recompute_passes_on_a_bundle_made_from_its_traces(bundle):
 def test_a_changed_value_passes_plain_verify_and_fails_recompute_naming_its_table(tampered):
     assert verify_bundle(tampered).ok, _lines(verify_bundle(tampered))  # checksums, card, configs and traces all hold
     result = verify_bundle(tampered, recompute=True)
-    assert len(result.failed) == 1, _lines(result)
-    line = result.failed[0]
+    assert len(result.failed) == 2, _lines(result)
+    line, csv = result.failed
+    assert csv == "recompute: metrics/runs.csv does not hold metrics/runs.parquet's rows: edited after it was written?"
     assert line.startswith(
         "recompute: table runs (metrics/runs.parquet): differs from the traces' analysis: runs.step_ms: 1 value(s) differ"
     )
@@ -99,7 +100,7 @@ def test_the_verify_command_takes_recompute(tampered, capsys):
     capsys.readouterr()
     assert main(["verify", str(tampered), "--recompute"]) == 1
     out = capsys.readouterr()
-    assert "FAILED  recompute: table runs (metrics/runs.parquet)" in out.out and "1 check(s) FAILED" in out.err
+    assert "FAILED  recompute: table runs (metrics/runs.parquet)" in out.out and "2 check(s) FAILED" in out.err
 
 
 @pytest.mark.slow
@@ -183,3 +184,29 @@ def test_bundle_refuses_a_csv_that_disagrees_with_its_parquet_table(tmp_path):
         build_bundle(sources, BundleMeta(repo_id="test-org/recompute", version="1.0.0", date="2025-06-01"), out)
     assert f"{csv}: not the CSV file written with claims.parquet" in str(refused.value)
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_csv_edited_and_resealed_fails_recompute_naming_it(bundle, tmp_path):
+    """The CSV's stamp (its sha256 in the Parquet twin's metadata) rewritten with every generation stamp, croissant.json
+    and the manifest: plain verify cannot tell; the CSV no longer holds the Parquet's rows."""
+    from muon_repro.tables.stamp import ATTRS_METADATA_KEY, generation_id, stamp_metadata
+
+    copy = Path(shutil.copytree(bundle, tmp_path / "dataset"))
+    metrics = copy / "metrics"
+    runs_csv = metrics / "runs.csv"
+    header, first, *rest = runs_csv.read_text().splitlines(keepends=True)
+    runs_csv.write_text(header + first.replace(",2,", ",3,", 1) + "".join(rest))
+    assert runs_csv.read_text() != (bundle / "metrics" / "runs.csv").read_text()
+    digests = {p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in metrics.glob("*.csv")}
+    generation = generation_id(digests)
+    for parquet in metrics.glob("*.parquet"):
+        table = pq.read_table(parquet)
+        stamped = dict(table.schema.metadata) | {ATTRS_METADATA_KEY: stamp_metadata(generation, digests[parquet.stem])}
+        pq.write_table(table.replace_schema_metadata(stamped), parquet)
+        _reseal_croissant(copy, f"metrics/{parquet.name}")
+    write_manifest(copy)
+    assert verify_bundle(copy).ok, _lines(verify_bundle(copy))
+    result = verify_bundle(copy, recompute=True)
+    said = "recompute: metrics/runs.csv does not hold metrics/runs.parquet's rows: edited after it was written?"
+    assert result.failed == [said]

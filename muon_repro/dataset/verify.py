@@ -19,8 +19,9 @@ Checks, each reported on its own line:
 6. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
 7. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
    every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
-   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside. Without it a table whose
-   values were changed and whose stamp, manifest and croissant.json were remade to match passes.
+   columns that say where the traces lay (:data:`LOCATION_COLUMNS`) aside; and every CSV holds its Parquet twin's
+   rows. Without it a table whose values were changed and whose stamp, manifest and croissant.json were remade
+   to match passes.
 
 Works on a bundle, on an ``hf download --local-dir`` copy and on a snapshot in the Hub cache.
 """
@@ -362,6 +363,21 @@ def _compare_table(name: str, metrics: Path, fresh_dir: Path, report: Callable[[
         report(f"{label}: differs from the traces' analysis: " + "; ".join(problems), False)
     else:
         report(f"{label}: equal to the traces' analysis, {len(fresh)} rows", True)
+    _compare_csv_twin(name, metrics, published, report)
+
+
+def _compare_csv_twin(name: str, metrics: Path, published: pd.DataFrame, report: Callable[[str, bool], None]) -> None:
+    """The CSV beside a table holds its rows: the writer renders both from one frame, so the CSV must be the Parquet's
+    rows rendered again, byte for byte. The stamp only says the CSV is the file written then; a CSV edited and its
+    stamp rewritten passes that, not this."""
+    from muon_repro.tables.schemas import SCHEMAS
+
+    csv = metrics / f"{name}.csv"
+    if not csv.is_file():
+        report(f"recompute: metrics/{name}.csv is missing beside its Parquet table", False)
+        return
+    if csv.read_bytes() != SCHEMAS[name].conform(published).to_csv(index=False).encode("utf-8"):
+        report(f"recompute: metrics/{name}.csv does not hold metrics/{name}.parquet's rows: edited after it was written?", False)
 
 
 def table_differences(published: pd.DataFrame, fresh: pd.DataFrame, name: str) -> list[str]:
