@@ -75,13 +75,13 @@ def _git(args: list[str], repo: Path) -> str | None:
 
 
 def tree_commit(repo: str | Path = REPO_DIR) -> dict:
-    """``{"git_sha", "git_dirty"}`` of the tree at ``repo``: from git (dirty: tracked changes under
-    :data:`SOURCE_PATHS`); without git, from :data:`COMMIT_STAMP` (dirty unless :func:`tree_digest` is the stamp's);
-    both null when neither knows."""
+    """``{"git_sha", "git_dirty"}`` of the tree at ``repo``: from git (dirty: changes under :data:`SOURCE_PATHS`,
+    a file git neither tracks nor ignores included, since it is in the package and its digest); without git, from
+    :data:`COMMIT_STAMP` (dirty unless :func:`tree_digest` is the stamp's); both null when neither knows."""
     repo = Path(repo)
     sha = _git(["rev-parse", "HEAD"], repo)
     if sha:
-        status = _git(["status", "--porcelain", "--untracked-files=no", "--", *SOURCE_PATHS], repo)
+        status = _git(["status", "--porcelain", "--untracked-files=normal", "--", *SOURCE_PATHS], repo)
         return {"git_sha": sha, "git_dirty": bool(status) if status is not None else None}
     stamp = read_stamp(repo)
     if stamp is None:
@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}: commit {json.loads(path.read_text())['commit']}")
         return 0
     found = tree_commit(args.repo)
-    print(f"commit {found['git_sha'] or 'unknown'}; changed since: {found['git_dirty']}; package sha256 {source_digest()}")
+    digest = source_digest(args.repo / "muon_repro")
+    print(f"commit {found['git_sha'] or 'unknown'}; changed since: {found['git_dirty']}; package sha256 {digest}")
     return 0
 
 

@@ -130,7 +130,16 @@ def test_rank_in_file_names_and_trace_discovery(tmp_path):
     assert rank_from_filename("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz") == 34
     assert rank_from_filename("trace_rank_2.json") == 2
     assert rank_from_filename("tracelens_h100.json.gz") is None
-    for name in ("rank0.json.gz", "a/rank1.json", "config.json", "metrics.json", "notes.txt", ".hidden/rank2.json"):
+    # a hidden folder (a trial being recorded) and a cache hold no one's run: verify's manifest skips them too
+    for name in (
+        "rank0.json.gz",
+        "a/rank1.json",
+        "config.json",
+        "metrics.json",
+        "notes.txt",
+        ".hidden/rank2.json",
+        "a/__pycache__/rank3.json",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
     assert [p.relative_to(tmp_path).as_posix() for p in find_traces([tmp_path])] == ["a/rank1.json", "rank0.json.gz"]

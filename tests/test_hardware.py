@@ -163,6 +163,13 @@ def test_recording_artifacts_never_make_the_source_dirty(tmp_path):
     assert _git(tmp_path)["git_dirty"] is False
     (tmp_path / "traces" / "run.json").write_text('{"re": "recorded"}\n')
     assert _git(tmp_path)["git_dirty"] is False
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    (tmp_path / "muon_repro" / "__pycache__").mkdir()
+    (tmp_path / "muon_repro" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert _git(tmp_path)["git_dirty"] is False  # ignored, and no part of the package's digest either
+    (tmp_path / "muon_repro" / "new.py").write_text("B = 1\n")
+    assert _git(tmp_path)["git_dirty"] is True  # untracked, yet imported with the package and in its digest
+    (tmp_path / "muon_repro" / "new.py").unlink()
     (tmp_path / "muon_repro" / "x.py").write_text("A = 2\n")
     assert _git(tmp_path) == {"git_sha": _git(tmp_path)["git_sha"], "git_dirty": True} and len(_git(tmp_path)["git_sha"]) == 40
 
@@ -195,3 +202,13 @@ def test_a_tree_copied_without_git_names_its_commit_by_its_stamp(tmp_path):
         write_stamp(repo)  # a changed checkout is refused: the stamp would name a commit the runs did not use
     with pytest.raises(ValueError, match="no git commit"):
         write_stamp(copy)
+
+
+def test_show_gives_the_digest_of_the_package_it_was_asked_about(tmp_path, capsys):
+    from muon_repro.provenance import main, source_digest
+
+    (tmp_path / "muon_repro").mkdir()
+    (tmp_path / "muon_repro" / "x.py").write_text("A = 1\n")
+    assert main(["show", "--repo", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(f"package sha256 {source_digest(tmp_path / 'muon_repro')}\n") and source_digest() not in out

@@ -65,3 +65,17 @@ def test_a_manifest_names_the_path_listed_twice_and_refuses_a_size_of_thousands_
         parse_manifest(line * 2)
     with pytest.raises(ValueError, match=r"^MANIFEST.sha256, line 1: expected '<sha256>  <size>  <path>'"):
         parse_manifest("a" * 64 + "  " + "9" * 5000 + "  x.txt\n")  # int() refuses past 4,300 digits, unnamed
+
+
+def test_a_data_file_outside_the_bundle_is_refused_even_where_a_file_lies(tmp_path):
+    """The Hub resolves a config's files in the repository: one at an absolute path, or above the bundle, loads here
+    and never there."""
+    (tmp_path / "elsewhere.parquet").write_bytes(b"PAR1")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    absolute = tmp_path / "elsewhere.parquet"
+    card = f"configs:\n- config_name: a\n  data_files: {absolute}\n- config_name: b\n  data_files: ../elsewhere.parquet\n"
+    (bundle / CARD_NAME).write_text(f"---\n{card}---\n# card\n")
+    problems, _ = check_card(bundle)
+    assert f"{CARD_NAME}: config 'a' points at {absolute}, which is not in the bundle" in problems
+    assert f"{CARD_NAME}: config 'b' points at ../elsewhere.parquet, which is not in the bundle" in problems

@@ -20,6 +20,7 @@ from typing import Any
 
 from muon_repro.analysis.errors import TraceError
 from muon_repro.hardware import UNKNOWN_PROFILE, run_key
+from muon_repro.provenance import is_generated
 from muon_repro.run_records import RankMetrics, RunConfig, record_problems
 from muon_repro.rundir import (
     CONFIG_FILE,
@@ -98,7 +99,7 @@ def find_traces(paths: list[str | Path]) -> list[Path]:
                 for p in path.rglob("*")
                 if p.is_file()
                 and is_trace_name(p)
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                and not is_generated(p.relative_to(path).as_posix())  # a trial being recorded, a cache: no one's run
                 and not study_folder(p.parent)
             )
         else:

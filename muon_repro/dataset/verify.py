@@ -114,7 +114,8 @@ def check_card(root: Path) -> tuple[list[str], dict[str, Any] | None]:
             if not paths:
                 problems.append(f"{CARD_NAME}: config {name!r} has no data_files")
             for path in paths:
-                if not (root / path).is_file():
+                outside = Path(path).is_absolute() or ".." in Path(path).parts  # the Hub resolves it in the repository
+                if outside or not (root / path).is_file():
                     problems.append(f"{CARD_NAME}: config {name!r} points at {path}, which is not in the bundle")
     except (OSError, ValueError) as exc:
         problems.append(str(exc))
