@@ -115,7 +115,8 @@ def _bundle_with_one_run(root: Path, environment: dict) -> Path:
     [
         ({"git_sha": "abc", "git_dirty": False}, True, "1 recorded from a clean commit"),
         ({"git_sha": "abc", "git_dirty": True, "source_sha256": "ours"}, True, "1 with this bundle's muon_repro/"),
-        ({"git_sha": "abc", "git_dirty": True}, True, "1 from a changed tree before runs recorded their source digest"),
+        ({"git_sha": "abc", "git_dirty": True}, True, "is known: 0 recorded from a clean commit (git_sha), 0 with this"),
+        ({"git_sha": "abc", "git_dirty": True}, True, "1 from a changed or unknown tree before runs recorded their source"),
         ({"git_sha": None, "git_dirty": None, "source_sha256": "0" * 64}, False, "neither a commit nor this bundle's"),
     ],
 )
@@ -149,3 +150,26 @@ def test_the_source_digest_follows_every_byte_and_path_of_the_package(tmp_path):
     assert source_digest(package) != first  # a move is a change
     with pytest.raises(FileNotFoundError, match="no such package folder"):
         source_digest(tmp_path / "missing")
+
+
+def test_verify_judges_a_convergence_runs_code_as_a_trials(tmp_path):
+    """A convergence run keeps its environment inside convergence.json: its code is judged as a trial's is."""
+    from muon_repro.dataset.verify import check_sources
+
+    root = _bundle_with_one_run(tmp_path, {"git_sha": "abc", "git_dirty": False})
+    run = root / "traces" / "p" / "convergence" / "muon_seed0"
+    run.mkdir(parents=True)
+    (run / "convergence.json").write_text(json.dumps({"environment": {"git_sha": None, "source_sha256": "0" * 64}}))
+    lines: list[tuple[str, bool]] = []
+    check_sources(root, lambda line, passed: lines.append((line, passed)))
+    assert len(lines) == 1 and lines[0][1] is False and "1 run(s) recorded from a changed tree" in lines[0][0], lines
+    (run / "convergence.json").write_text(json.dumps({"environment": {"git_sha": None, "git_dirty": None}}))
+    lines.clear()
+    check_sources(root, lambda line, passed: lines.append((line, passed)))
+    assert lines == [
+        (
+            "source: the code of every run that recorded its source is known: 1 recorded from a clean commit (git_sha), "
+            "0 with this bundle's muon_repro/, 1 from a changed or unknown tree before runs recorded their source digest",
+            True,
+        )
+    ]

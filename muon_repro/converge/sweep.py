@@ -226,7 +226,7 @@ def environment(profile: str | None = None) -> dict:
     from datetime import datetime, timezone
     from importlib import metadata
 
-    from muon_repro.provenance import tree_commit
+    from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest, tree_commit
 
     def version(dist: str) -> str | None:
         try:
@@ -245,6 +245,7 @@ def environment(profile: str | None = None) -> dict:
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         PROFILE_FIELD: profile,
         **tree_commit(),  # git_sha, git_dirty: git's, else a copied tree's commit stamp
+        SOURCE_DIGEST_FIELD: source_digest(),  # the package as it was: verify checks it against a bundle's source
     }
 
 

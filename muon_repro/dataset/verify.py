@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import shlex
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,7 @@ from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_crois
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.naming import dataset_url
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
-from muon_repro.rundir import ENVIRONMENT_FILE, SideFileError, load_json
+from muon_repro.rundir import CONVERGENCE_FILE, ENVIRONMENT_FILE, SideFileError, load_json
 from muon_repro.tables.files import list_files
 from muon_repro.terminal import shown
 from muon_repro.values import counted
@@ -420,20 +420,33 @@ def _differing(published: pd.Series, fresh: pd.Series) -> np.ndarray:
     return ~((null_a & null_b) | equal)
 
 
+def _run_environments(root: Path) -> Iterator[tuple[Path, dict[str, Any] | SideFileError]]:
+    """Each run's environment and where it lies: a benchmark trial's ``environment.json``, a convergence run's
+    ``convergence.json`` (its ``environment``), or the error that kept it from being read."""
+    runs = [*((root / "traces").rglob(ENVIRONMENT_FILE)), *((root / "traces").rglob(CONVERGENCE_FILE))]
+    for path in sorted(runs):
+        try:
+            doc = load_json(path)
+        except SideFileError as exc:
+            yield path, exc
+            continue
+        environment = doc.get("environment") if path.name == CONVERGENCE_FILE else doc
+        yield path, environment if isinstance(environment, dict) else {}
+
+
 def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
-    """Whether each run's code can be found: a clean commit it names, or the bundle's own ``muon_repro/`` (its
-    ``source_sha256``). A run recorded from a changed tree whose digest is not the bundled source's fails: its code
-    is nowhere. Runs recorded before runs recorded a digest are counted apart."""
+    """Whether each run's code can be found (benchmark and convergence runs alike): a clean commit it names, or the
+    bundle's own ``muon_repro/`` (its ``source_sha256``). A run recorded from a changed tree whose digest is not the
+    bundled source's fails: its code is nowhere. Runs recorded before runs recorded a digest, from a changed tree or
+    one whose commit is unknown, are counted apart: their code is unknown, and nothing can find it now."""
     from muon_repro.provenance import SOURCE_DIGEST_FIELD, source_digest
 
     bundled = source_digest(root / "muon_repro") if (root / "muon_repro").is_dir() else None
     counts = {"commit": 0, "bundled": 0, "legacy": 0}
     lost: list[str] = []
-    for path in sorted((root / "traces").rglob(ENVIRONMENT_FILE)):
-        try:
-            env = load_json(path)
-        except SideFileError as exc:
-            report(f"source: {path.relative_to(root)}: unreadable ({_one_line(exc.problem)})", False)
+    for path, env in _run_environments(root):
+        if isinstance(env, SideFileError):
+            report(f"source: {path.relative_to(root)}: unreadable ({_one_line(env.problem)})", False)
             continue
         digest, clean = env.get(SOURCE_DIGEST_FIELD), env.get("git_sha") and env.get("git_dirty") is False
         if bundled is not None and digest == bundled:
@@ -448,8 +461,9 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
         return  # no run to judge (the traces check fails a bundle without traces): an empty folder is not "ok"
     said = (
         f"{counts['commit']} recorded from a clean commit (git_sha), {counts['bundled']} with this bundle's muon_repro/, "
-        f"{counts['legacy']} from a changed tree before runs recorded their source digest"
+        f"{counts['legacy']} from a changed or unknown tree before runs recorded their source digest"
     )
+    known = "every run's code is known" if not counts["legacy"] else "the code of every run that recorded its source is known"
     if lost:
         report(
             f"source: {len(lost)} run(s) recorded from a changed tree whose source is neither a commit nor this bundle's "
@@ -459,7 +473,7 @@ def check_sources(root: Path, report: Callable[[str, bool], None]) -> None:
     elif bundled is None:
         report(f"source: this bundle carries no muon_repro/ (bundled before it carried its code); {said}", True)
     else:
-        report(f"source: every run's code is known: {said}", True)
+        report(f"source: {known}: {said}", True)
 
 
 REPORT_MD = "report/report.md"
