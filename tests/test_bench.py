@@ -204,7 +204,7 @@ def test_trials_are_interleaved_and_train_the_same_tokens(tmp_path):
     assert [(r.key, r.trial, r.status) for r in results] == [
         ("comparison/adamw_dp2_tp2", 0, "recorded"),  # round 0 in its shuffled order (random.Random(0)): A B
         ("distributed_muon/adamw_dp4", 0, "recorded"),
-        ("distributed_muon/adamw_dp4", 1, "recorded"),  # round 1 (random.Random(1)): B A
+        ("distributed_muon/adamw_dp4", 1, "recorded"),  # round 1, round 0's order reversed: B A
         ("comparison/adamw_dp2_tp2", 1, "recorded"),
     ]
     order = sorted(results, key=lambda r: json.loads((r.run_dir / "environment.json").read_text())["recorded_at"])

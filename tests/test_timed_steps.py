@@ -313,7 +313,7 @@ def test_timed_steps_come_with_the_scale_and_not_for_runs_only_timed():
         BenchConfig(group="g", name="n", optimizer="muon", dp=1, tp=1, timed_steps=-1)
 
 
-def test_each_round_is_shuffled_by_its_index_and_records_its_order(tmp_path):
+def test_each_round_is_shuffled_by_its_pairs_index_and_records_its_order(tmp_path):
     cfgs = [resolve(key, "tiny") for key in ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2", CONFIG)]
     plan = plan_recordings(cfgs, tmp_path, trials=8, profile="p")
     again = plan_recordings(cfgs, tmp_path, trials=8, profile="p")
@@ -325,11 +325,23 @@ def test_each_round_is_shuffled_by_its_index_and_records_its_order(tmp_path):
         assert {rec.trial for rec in rnd} == {k}  # round k is trial k of every configuration
         assert [rec.round_order for rec in rnd] == [0, 1, 2]
         expected = list(cfgs)
-        random.Random(k).shuffle(expected)
+        random.Random(k // 2).shuffle(expected)
+        expected = expected[::-1] if k % 2 else expected  # each pair of rounds in both orders
         assert expected == round_order(cfgs, k)
         assert [rec.cfg for rec in rnd] == (expected if k == 0 else [c.untraced() for c in expected])  # one traced round
         orders.add(tuple(rec.cfg.key for rec in rnd))
-    assert len(orders) > 1
+    assert len({order[0] for order in orders}) > 1  # no configuration always runs first
+
+
+def test_any_two_configurations_run_in_either_order_equally_often_over_each_two_rounds():
+    """Muon always before its twin would put any drift within a round into every round's ratio, the same way."""
+    cfgs = [resolve(key, "tiny") for key in ("comparison/adamw_dp2_tp2", "comparison/muon_dp2_tp2", CONFIG)]
+    for j in range(6):
+        first, second = (round_order(cfgs, k) for k in (2 * j, 2 * j + 1))
+        for a in cfgs:
+            for b in cfgs:
+                if a is not b:
+                    assert (first.index(a) < first.index(b)) != (second.index(a) < second.index(b))
 
 
 def test_only_the_first_traced_rounds_are_profiled(tmp_path):

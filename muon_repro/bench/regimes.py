@@ -91,7 +91,8 @@ def regime_point(
 
 
 def regime_points(quick: bool = False) -> list[BenchConfig]:
-    """Every point of the sweep, cheapest first (so an interrupted sweep has covered the most ground)."""
+    """Every point of the sweep, cheapest first: the order the plan starts from (each round then shuffles it,
+    bench.sweep.round_order, so the order points are recorded in is not this one)."""
     if quick:
         points = [
             regime_point(opt, w, t, warmup=0, active=2) for w in QUICK_WIDTHS for t in QUICK_TOKENS for opt in ("muon", "adamw")

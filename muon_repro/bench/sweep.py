@@ -2,11 +2,13 @@
 
 A *recording* is one trial of one configuration. The plan interleaves them in rounds, round k
 holding trial k of every configuration, so that the drift of a shared machine hits every
-configuration alike; within a round the order is shuffled (``random.Random(k)``: the same on every
-run of the same configurations), so that no configuration always follows the same one or runs first
-in a round (A B C, C A B, B C A, ...). Each trial's config.json records its ``round_order`` (its
-place in its round). Only the first ``traced_trials`` rounds run the profiler and keep traces; the
-rounds after them record each configuration's timed steps only (:meth:`BenchConfig.untraced`), which
+configuration alike; within a round the order is shuffled (rounds 2j and 2j + 1 take the shuffle of
+``random.Random(j)``, the second reversed: the same on every run of the same configurations), so that no
+configuration always follows the same one or runs first in a round, and any two configurations (Muon and
+its AdamW twin) run in either order equally often over each two rounds: a drift within a round then biases
+their per-round ratio one way in one round and the other way in the next. Each trial's config.json
+records its ``round_order`` (its place in its round). Only the first ``traced_trials`` rounds run the
+profiler and keep traces; the rounds after them record each configuration's timed steps only (:meth:`BenchConfig.untraced`), which
 is all a claim's per-round values need and keeps a dataset of many rounds small. A sweep runs all
 recordings of a world size in one launch of the workers
 (process start and ``import torch`` are paid once, not per recording). Each recording is written
@@ -133,11 +135,13 @@ def new_sweep_id() -> str:
 
 
 def round_order(cfgs: list[BenchConfig], round_index: int) -> list[BenchConfig]:
-    """``cfgs`` in the order round ``round_index`` records them: shuffled by a generator seeded with the
-    round's index, so the same configurations are recorded in the same orders on every run of the sweep."""
+    """``cfgs`` in the order round ``round_index`` records them: shuffled by a generator seeded with the index of
+    the round's pair (``round_index // 2``), the odd round of each pair in the reverse order of the even one, so
+    that every two configurations swap places between the two (the module docstring says why). The same
+    configurations are recorded in the same orders on every run of the sweep."""
     order = list(cfgs)
-    random.Random(round_index).shuffle(order)
-    return order
+    random.Random(round_index // 2).shuffle(order)
+    return order[::-1] if round_index % 2 else order
 
 
 def _trial_home(out: Path, cfg: BenchConfig, profile: str, trial: int) -> Path:
