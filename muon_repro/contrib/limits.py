@@ -25,16 +25,16 @@ KIB, MIB, GIB = 2**10, 2**20, 2**30
 # Files one pull request may add: a full benchmark of one 8-rank profile is ~340 trials of 12 files (~4,000);
 # this dataset holds 1,444 files in all. Each file is one download request, so this also bounds a review's requests.
 MAX_PR_FILES = 20_000
-# Bytes one pull request may add: review downloads all of them into a temporary folder. This dataset is 84 MB; a
+# Bytes one pull request may add: review downloads all of them into a temporary folder. This dataset is 251 MB; a
 # full 8-GPU sweep is a few GB of compressed traces (the largest recorded trace is 4.5 MB).
 MAX_PR_BYTES = 16 * GIB
 
 # Largest size of each kind of file (bytes), against the largest recorded here.
 MAX_FILE_BYTES = {
-    CONFIG_FILE: 64 * KIB,  # largest recorded: 955 B (the command line is its longest field)
+    CONFIG_FILE: 64 * KIB,  # largest recorded: 1.3 KB (the command line is its longest field)
     ENVIRONMENT_FILE: 1 * MIB,  # 6 KB: pip freeze grows with the environment
-    METRICS_FILE: 16 * MIB,  # 216 KB: one entry per rank with per-step numbers
-    LOG_FILE: 16 * MIB,  # 9.7 KB: losses and step times, worker stderr; stored, never parsed
+    METRICS_FILE: 16 * MIB,  # 942 KB: one entry per rank with per-step numbers
+    LOG_FILE: 16 * MIB,  # 10.1 KB: losses and step times, worker stderr; stored, never parsed
     MANIFEST_NAME: 64 * MIB,  # one ~110-byte line per file of the dataset: room for ~600,000 files
 }
 # A trace, compressed: the largest recorded is 4.5 MB (72 MB decompressed, one H200 rank); a long multi-GPU trace

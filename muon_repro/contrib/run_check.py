@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,8 +261,16 @@ def _metrics_problems(folder: Path, world_size: int) -> list[RunProblem]:
         return [RunProblem(where, f"{why_not or 'has no ranks list'}: {RECORD_AGAIN}")]
     if len(raw["ranks"]) > MAX_WORLD_SIZE:  # before reading each entry: the list may be long
         return [RunProblem(where, f"lists {len(raw['ranks'])} ranks, more than world_size {world_size}: {RECORD_AGAIN}")]
-    named = {RankMetrics.from_dict(entry, i).rank for i, entry in enumerate(raw["ranks"]) if isinstance(entry, dict)}
+    entries = raw["ranks"]
+    if not all(isinstance(entry, dict) for entry in entries):
+        return [RunProblem(where, f"its ranks list holds entries that are no objects (one per rank): {RECORD_AGAIN}")]
+    ranks = [RankMetrics.from_dict(entry, i).rank for i, entry in enumerate(entries)]
+    named = set(ranks)
     problems = []
+    if repeated := {r for r, n in Counter(ranks).items() if n > 1}:  # the analysis keeps the last: which is a guess
+        problems.append(RunProblem(where, f"names rank(s) {describe_ranks(repeated)} more than once: {RECORD_AGAIN}"))
+    if negative := {r for r in named if r < 0}:
+        problems.append(RunProblem(where, f"names rank(s) {describe_ranks(negative)}, below 0: {RECORD_AGAIN}"))
     if missing := set(range(world_size)) - named:
         problems.append(
             RunProblem(
