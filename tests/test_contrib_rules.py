@@ -304,3 +304,20 @@ def test_a_copy_of_a_published_or_another_added_measurement_is_refused():
     assert [p.split(":")[0] for p in problems] == [f"{trial}/trial7/rank0.json.gz", f"{trial}/trial8/rank1.json.gz"]
     assert f"byte for byte {trial}/trial0/rank0.json.gz (sha256 aaaaaaaaaaaa...)" in problems[0]
     assert f"byte for byte {trial}/trial7/rank1.json.gz" in problems[1]
+
+
+@pytest.mark.parametrize(
+    "entries, said",
+    [
+        ([{"rank": 0}, {"rank": 1}, {"rank": 1}], "names rank(s) 1 more than once"),
+        ([{"rank": 0}, {"rank": 1}, {"rank": -7}], "names rank(s) -7, below 0"),
+        ([{"rank": 0}, {"rank": 1}, "junk", 5], "its ranks list holds entries that are no objects"),
+    ],
+)
+def test_metrics_naming_a_rank_twice_below_zero_or_as_no_object_are_refused(tmp_path, entries, said):
+    """The analysis keys ranks by number: a second entry of rank 1 would silently stand for it."""
+    run = make_run(tmp_path / "run")
+    (run / "metrics.json").write_text(json.dumps({"config": "comparison/muon_dp2_tp1", "ranks": entries}))
+    found, problems = check_run(run)
+    assert found is None and [p.path.name for p in problems] == ["metrics.json"]
+    assert problems[0].problem.startswith(said), problems[0].problem
