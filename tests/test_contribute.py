@@ -379,3 +379,32 @@ def test_review_refuses_a_trial_that_copies_a_published_ones_measurements(tmp_pa
     copied = [line for line in out.splitlines() if "byte for byte" in line]
     assert [line.split(": byte")[0].rsplit("/", 1)[1] for line in copied] == ["metrics.json", "rank0.json.gz", "rank1.json.gz"]
     assert f"byte for byte traces/{PROFILE}/comparison/muon_dp2_tp1/trial0/rank0.json.gz" in out
+
+
+def test_review_fails_a_trial_recorded_with_another_configuration_than_its_runs(tmp_path, fake_hub, hub_env, capsys):
+    """Its steps would be pooled with the published trial's under one run: the analysis leaves it out, and the
+    review says so as a failed check naming the trial and the fields."""
+    from test_analysis_inputs import write_run
+
+    published = write_run(tmp_path / "main" / "comparison" / "muon_dp2_tp1" / "trial0")
+    (published / "log.txt").write_text("step 0\n")
+    head = publish_main(hub_env, folder_files(published, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"))
+    added = tmp_path / "pr" / "trial1"
+    shutil.copytree(published, added)
+    config = json.loads((added / "config.json").read_text())
+    (added / "config.json").write_text(json.dumps(config | {"trial": 1, "layout": "bucketed"}))
+    (added / "metrics.json").write_text((added / "metrics.json").read_text() + "\n")  # its own recording, not a copy
+    for trace in added.glob("rank*.json.gz"):
+        trace.write_bytes(gzip.compress(gzip.decompress(trace.read_bytes()), mtime=1))
+    files = folder_files(added, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1")
+    files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
+    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
+    hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+
+    assert main(["review", "--repo-id", REPO, "--pr", "1", "--workers", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "1 check(s) FAILED" in out
+    assert (
+        f"profile {PROFILE}, analyzed with main's runs: traces/{PROFILE}/comparison/muon_dp2_tp1/trial1: recorded with "
+        "layout='bucketed' (trial0: 'contiguous'), unlike the first trial of run"
+    ) in out

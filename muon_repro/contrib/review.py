@@ -12,7 +12,8 @@
 3. every added run verified as ``contribute`` does (:func:`muon_repro.contrib.run_check.check_run`),
    and filed where its own files say (environment.json's profile, config.json's group and name);
 4. per profile, main's runs of that profile (by their environment.json) analyzed again together
-   with the pull request's (the analysis, in a temporary folder), and the claims
+   with the pull request's (the analysis, in a temporary folder; a trial it leaves out, such as one of
+   another configuration than its run's, is a failed check), and the claims
    printed before (main's ``metrics/claims.parquet``, that profile's rows) and after, with what changed.
 
 Nothing is written to the Hub; merging is the maintainer's decision (the Hub's page, or
@@ -205,10 +206,12 @@ def _claims_after(
     pr_root: Path,
     pr_folders: list[str],
     workers: int | None,
-) -> Any:
-    """Main's runs of ``profile`` with the pull request's, analyzed together; their claims table. Main's
-    convergence and cost-model records of the profile come along, so that the claims resting on them
-    (leading steps; the regime figures in the explanations) are measured again too."""
+) -> tuple[Any, list[str]]:
+    """Main's runs of ``profile`` with the pull request's, analyzed together: their claims table, or None and what
+    kept them from being analyzed together (a trial of another configuration than its run's, an incomplete run),
+    each a failed check naming the trial as the dataset has it. Main's convergence and cost-model records of the
+    profile come along, so that the claims resting on them (leading steps; the regime figures in the
+    explanations) are measured again too."""
     from muon_repro.analysis.batch_read import analyze_paths
     from muon_repro.table_set import tables_of
 
@@ -226,10 +229,10 @@ def _claims_after(
     for folder in pr_folders:
         shutil.copytree(pr_root / folder, root / folder)
     analysis = analyze_paths([root / TRACES_ROOT], workers=workers)
-    problems = [*analysis.failures, *analysis.incomplete]
+    problems = [p.message.replace(f"{root}/", "") for p in (*analysis.failures, *analysis.incomplete)]
     if problems:
-        raise ValueError(f"profile {profile}: the runs could not be analyzed together: " + "; ".join(p.message for p in problems))
-    return rows_of_profile(tables_of(analysis)["claims"], profile)
+        return None, [f"profile {profile}, analyzed with main's runs: {problem}" for problem in problems]
+    return rows_of_profile(tables_of(analysis)["claims"], profile), []
 
 
 def review(
@@ -277,11 +280,16 @@ def review(
             published = _published_claims(ctx, main_head, main_files)
             for profile, pr_folders in sorted(pr_by_profile.items()):
                 main_folders = main_by_profile.get(profile, [])
-                after = _claims_after(ctx, profile, main_folders, main_head, main_files, pr_root, pr_folders, workers)
+                after, problems = _claims_after(ctx, profile, main_folders, main_head, main_files, pr_root, pr_folders, workers)
+                if problems:
+                    result.problems += problems
+                    continue
                 result.claims[profile] = compare_claims(rows_of_profile(published, profile), after)
                 echo(
                     f"Claims on profile {profile}: before = main's {CLAIMS_PATH}; after = main's {len(main_folders)} "
                     f"trial folder(s) of {profile} with the pull request's {len(pr_folders)}:"
                 )
                 echo("\n".join(format_comparison(result.claims[profile])))
+    if result.problems:
+        _print_problems(echo, result.problems)
     return result
