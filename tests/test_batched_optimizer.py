@@ -53,6 +53,7 @@ def test_a_steps_operator_calls_grow_with_shapes_not_layers():
     assert optimizer_op_calls(shared, "muon").calls < optimizer_op_calls(four, "muon").calls
 
 
+@pytest.mark.slow  # steps the 369M preset's optimizer twice (~4 s)
 def test_muons_step_on_the_369m_preset_calls_at_least_8x_fewer_operators():
     counted = optimizer_op_calls(GPTConfig.preset("large"), "muon")
     print(f"369M single-device Muon step: {counted.calls} operator calls, {PER_MATRIX_MUON_CALLS_369M} per matrix before")

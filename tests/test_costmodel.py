@@ -482,6 +482,7 @@ def test_validate_writes_one_prediction_per_committed_run(tmp_path, capsys):
     assert "median |error|" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # reads every committed run (~5 s)
 def test_the_committed_prediction_records_measure_the_committed_traces():
     """Every run a committed ``predictions`` record names is measured from the trials committed today: a run
     re-recorded without writing the records again (``muon-repro regimes --records-only``) would leave the

@@ -292,6 +292,7 @@ def scale_out() -> pd.DataFrame:
     return pd.DataFrame(pipeline_scale_out_rows())
 
 
+@pytest.mark.slow  # the scale-out fixture prices the 7B pipeline at six GPU counts (~7 s)
 def test_the_7b_pipeline_table_has_every_gpu_count_and_both_optimizers(scale_out):
     assert sorted(set(scale_out["gpus"])) == [32, 64, 128, 256, 512, 1024]
     assert len(scale_out) == 12 and set(scale_out["optimizer"]) == {"muon", "adamw"}
@@ -301,6 +302,7 @@ def test_the_7b_pipeline_table_has_every_gpu_count_and_both_optimizers(scale_out
     assert (scale_out["activation_bytes"] == 4096 * 4096 * 2).all()  # bf16 activations
 
 
+@pytest.mark.slow  # the same table
 def test_the_7b_pipeline_table_is_monotone_where_it_should_be(scale_out):
     for optimizer, rows in scale_out.sort_values("gpus").groupby("optimizer"):
         assert rows["step_ms"].is_monotonic_decreasing, optimizer  # more GPUs, same tokens: shorter steps

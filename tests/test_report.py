@@ -422,6 +422,7 @@ def test_a_typical_trial_without_rows_is_named(bundle_copy: Path) -> None:
         timeline_figures.timeline(data.timeline, data.runs, bundle_copy / "figures2" / "timeline")
 
 
+@pytest.mark.slow  # draws the figures up to the one that refuses (~5 s)
 def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
     def drop_value(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[df["run"] == MUON_DP4, "step_ms_p90"] = pd.NA
