@@ -413,10 +413,11 @@ class RunDir:
 
     @property
     def trial(self) -> int:
-        """Which recording of its configuration this is (its round of a sweep): config.json's ``trial``, else the
-        folder's name (``trial2``), else 0, as the analysis numbers it."""
-        recorded = self.config.trial
-        return recorded if recorded is not None else (trial_of(self.path) or 0)
+        """Which recording of its configuration this is (its round of a sweep), as the analysis numbers it: the
+        folder's name (``trial2``; a contributor renumbers a trial by renaming its folder), else config.json's
+        ``trial`` (a run recorded without trial folders), else 0."""
+        named = trial_of(self.path)
+        return named if named is not None else (self.config.trial or 0)
 
     @property
     def profile(self) -> str:

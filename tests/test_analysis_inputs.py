@@ -399,3 +399,18 @@ def test_a_trial_timed_without_traces_is_held_to_its_runs_configuration(tmp_path
     assert "precision=" in analysis.failures[0].message
     kept = [*analysis.timed_only, *analysis.timed_runs, *(info for info, _ in analysis.runs)]
     assert kept and trial not in {info.path.name for info in kept}  # the others stand for the run
+
+
+def test_a_renamed_trial_folder_is_numbered_by_its_name(tmp_path):
+    """A contributor renumbers a trial by renaming its folder, its config.json still saying trial 0: numbered by
+    config.json, the two trials would be one round, and a table keyed by round would keep one of them."""
+    import shutil
+
+    from muon_repro.rundir import RunDir
+
+    muon, _ = write_pair(tmp_path / "traces")
+    shutil.copytree(muon, muon.parent / "trial7")  # config.json: "trial": 0
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    assert sorted(info.trial for info, _ in analysis.runs if info.key == "cpu-2c-gloo/g/muon_dp2_tp1") == [0, 7]
+    trials = [RunDir(muon), RunDir(muon.parent / "trial7")]
+    assert [t.trial for t in trials] == [0, 7]

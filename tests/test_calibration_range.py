@@ -67,6 +67,7 @@ def with_fits(**fields) -> list[dict]:
             "all_gather, all_reduce, reduce_scatter on 2 ranks: measured with 2 ranks running, priced with 4",
         ),
         ({"compute_share": {"2": 1.0}}, "compute_share: 4 ranks per node, measured up to 2"),
+        ({"compute_share": {"8": 0.25}}, "compute_share: 4 ranks per node, measured from 8"),
         (  # cross-entropy and GELU without figures of their own take the element-wise one, attention the matmul one
             {"size_curves": None},
             "elementwise, matmul: flat figures at every size (no fp32 size curve)",

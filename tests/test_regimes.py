@@ -356,3 +356,12 @@ def test_quick_records_are_a_set_of_their_own(tmp_path):
     written = write_records(tmp_path / "traces", machine, profile="cpu-2c-gloo", quick=True, log=lambda line: None)
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in written)
     assert PIPELINE_SCALE_OUT_FILE not in {p.name for p in written}
+
+
+def test_a_renamed_round_keeps_its_steps(tmp_path):
+    """Renamed trial7, its config.json still saying trial 1: keyed by config.json it would overwrite round 1."""
+    _, adamw = copied_point(tmp_path)
+    shutil.copytree(adamw / "trial1", adamw / "trial7")
+    regimes = costmodel_tables([tmp_path / "traces"])["regimes"].set_index("run")
+    adamw_row, muon_row = (regimes.loc[f"cpu-2c-gloo/{POINT.format(opt)}"] for opt in ("adamw", "muon"))
+    assert adamw_row["trials"] == 4 and adamw_row["steps"] == 4 * muon_row["steps"] / 3  # every round's steps kept

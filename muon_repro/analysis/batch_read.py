@@ -61,7 +61,8 @@ class Analysis:
     """Every trace found under the given paths, grouped into runs, plus the failures.
 
     ``failures`` names each file that could not be read and each trial folder left out (a side file that is there
-    but unreadable, side files that describe no run, two files of one rank). ``incomplete`` names each run folder
+    but unreadable, side files that describe no run, two files of one rank, a configuration other than its run's
+    first trial's). ``incomplete`` names each run folder
     whose ``config.json`` promises more ranks than were analyzed (a trace missing, unreadable or not among the
     paths given): such a folder is no run. Its traces are analyzed one by one, each a run of its own without the
     folder's configuration, so that no table pools the ranks it has and no comparison or claim uses them. It also

@@ -162,7 +162,7 @@ def run_info_for(trial: Path | RunDir) -> RunInfo:
         path=directory,
         group=config.group or run_folder.parent.name,
         name=config.name or run_folder.name,
-        trial=config.trial if config.trial is not None else (trial or 0),
+        trial=trial if trial is not None else (config.trial or 0),  # the folder's number: a renamed trial keeps its own
         config=config,
         ranks={m.rank: m for m in run_dir.ranks},
         environment=run_dir.environment,

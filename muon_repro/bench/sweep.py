@@ -6,7 +6,8 @@ configuration alike; within a round the order is shuffled (rounds 2j and 2j + 1 
 ``random.Random(j)``, the second reversed: the same on every run of the same configurations), so that no
 configuration always follows the same one or runs first in a round, and any two configurations (Muon and
 its AdamW twin) run in either order equally often over each two rounds: a drift within a round then biases
-their per-round ratio one way in one round and the other way in the next. Each trial's config.json
+their per-round ratio one way in one round and the other way in the next (the price: the last configuration of
+round 2j opens round 2j + 1, twice in a row, each after its own warm-up steps). Each trial's config.json
 records its ``round_order`` (its place in its round). Only the first ``traced_trials`` rounds run the
 profiler and keep traces; the rounds after them record each configuration's timed steps only (:meth:`BenchConfig.untraced`), which
 is all a claim's per-round values need and keeps a dataset of many rounds small. A sweep runs all

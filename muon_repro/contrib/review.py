@@ -272,7 +272,8 @@ def review(
         pr_root = ctx.scratch / "pr"
         pr_by_profile = changes.trial_folders()
         echo(
-            f"Checks passed: {len(changes.added)} file(s) added in {sum(map(len, pr_by_profile.values()))} trial folder(s), "
+            f"Checks passed on the files: {len(changes.added)} file(s) added in "
+            f"{sum(map(len, pr_by_profile.values()))} trial folder(s), "
             f"{MANIFEST_NAME} appended to and matching them."
         )
         with hub_step(endpoint, timeout, f"reading main's runs and claims of {repo_id}", "nothing was changed on the Hub"):

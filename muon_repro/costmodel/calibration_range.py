@@ -70,11 +70,13 @@ class PriceLog:
         return notes
 
     def _share_notes(self) -> list[str]:
-        return [
-            f"compute_share: {local} ranks per node, measured up to {max(keys)}"
-            for local, keys in sorted(self.ranks_per_node.items())
-            if local > max(keys)
-        ]
+        notes = []
+        for local, keys in sorted(self.ranks_per_node.items()):
+            if local > max(keys):
+                notes.append(f"compute_share: {local} ranks per node, measured up to {max(keys)}")
+            elif local < min(keys):
+                notes.append(f"compute_share: {local} ranks per node, measured from {min(keys)}")
+        return notes
 
 
 def _outside(low: float, high: float, measured: list[float], unit: str) -> list[str]:

@@ -103,7 +103,6 @@ def write_records(
     in the profile layout or the old one. ``quick``: the recorded runs and this machine's lines only
     (seconds, for tests)."""
     folder = Path(traces) / profile / COSTMODEL_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     log(f"predicting every recorded run of {profile} under {traces} on {machine.name} ...")
     predictions = validate(traces, machine, profiled=None, profile=profile, warn=lambda line: log(f"warning: {line}"))
     if not predictions:  # written, an empty record would replace the profile's predictions, and its lines be another's
@@ -113,6 +112,7 @@ def write_records(
             f"runs were recorded on (--machine {Path(traces) / profile / COSTMODEL_DIR / 'machine.json'}, as calibrated), "
             "or record runs first; nothing was written"
         )
+    folder.mkdir(parents=True, exist_ok=True)
     spread = metric_error_spread(predictions, machine.device)
     for metric, s in spread.items():
         said = s if isinstance(s, str) else f"log error {s.low:+.3f} to {s.high:+.3f} ({s.coverage:.0%}) over {s.runs} {s.basis}"

@@ -378,7 +378,8 @@ def _compare_csv_twin(name: str, metrics: Path, published: pd.DataFrame, report:
         report(f"recompute: metrics/{name}.csv is missing beside its Parquet table", False)
         return
     if csv.read_bytes() != SCHEMAS[name].conform(published).to_csv(index=False).encode("utf-8"):
-        report(f"recompute: metrics/{name}.csv does not hold metrics/{name}.parquet's rows: edited after it was written?", False)
+        said = f"metrics/{name}.csv and metrics/{name}.parquet hold different rows: one was changed after they were written"
+        report(f"recompute: {said}", False)
 
 
 def table_differences(published: pd.DataFrame, fresh: pd.DataFrame, name: str) -> list[str]:
