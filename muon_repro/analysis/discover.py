@@ -155,14 +155,13 @@ def run_info_for(trial: Path | RunDir) -> RunInfo:
     config_dict = run_dir.config_dict
     check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
-    trial = trial_of(directory)
-    run_folder = directory.parent if trial is not None else directory  # traces/[<profile>/]<group>/<name>[/trial<k>]
+    run_folder = directory.parent if trial_of(directory) is not None else directory  # <group>/<name>[/trial<k>]
     return RunInfo(
         profile=run_dir.profile,
         path=directory,
         group=config.group or run_folder.parent.name,
         name=config.name or run_folder.name,
-        trial=trial if trial is not None else (config.trial or 0),  # the folder's number: a renamed trial keeps its own
+        trial=run_dir.trial,  # the folder's number first: a renamed trial keeps its own
         config=config,
         ranks={m.rank: m for m in run_dir.ranks},
         environment=run_dir.environment,
