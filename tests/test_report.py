@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pandas as pd
 import pytest
@@ -786,3 +787,13 @@ def test_the_pdf_has_the_same_bytes_from_any_checkout_path(tmp_path):
         assert pdf.count(b"/Subtype /Image") or len(pdf) > 1_000_000  # the figures are in it
         digests.append(hashlib.sha256(pdf).hexdigest())
     assert digests[0] == digests[1]
+
+
+@pytest.mark.slow  # reads the PDF back
+def test_the_pdf_keeps_its_tables_on_the_page_and_its_links_open(pdf: Path) -> None:
+    from pdf_layout import file_links, text_outside_margins
+
+    assert text_outside_margins(pdf) == {}
+    # The links to the project's files are relative to where the PDF lies (the synthetic bundle has no docs/)
+    links = file_links(pdf)
+    assert links and all(not urlsplit(uri).scheme and not uri.startswith("/") for _, uri in links), links

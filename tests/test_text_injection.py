@@ -232,3 +232,17 @@ def test_the_escapes_neutralize_each_kind_of_markup():
     assert markdown_cell("a\\|b|c") == "a\\\\\\|b\\|c"  # a backslash cannot un-escape the cell's pipe
     assert markdown_text("_em_ *b* `c` [l](u) x86_64 <i>") == "\\_em\\_ \\*b\\* \\`c\\` \\[l\\](u) x86_64 &lt;i&gt;"
     assert markdown_text("a\nb\x1b[0m") == "a b\\x1b\\[0m"
+
+
+def test_the_html_of_a_sentence_shows_its_code_spans_as_code_and_escapes_the_rest():
+    from markupsafe import Markup
+
+    from muon_repro.report.escape import html_inline
+
+    assert html_inline("run `muon-repro converge` (then `muon-repro analyze`)") == (
+        "run <code>muon-repro converge</code> (then <code>muon-repro analyze</code>)"
+    )
+    assert html_inline("`<script>` & <b>x</b>") == "<code>&lt;script&gt;</code> &amp; &lt;b&gt;x&lt;/b&gt;"
+    assert html_inline("`` a`b ``, one ` alone") == "<code>a`b</code>, one ` alone"  # CommonMark: padding stripped
+    assert html_inline(f"a{ESC}[31m") == "a\\x1b[31m" and html_inline("cpu-2c-gloo/x_y *z*") == "cpu-2c-gloo/x_y *z*"
+    assert html_inline(Markup("<strong>ours</strong>")) == "<strong>ours</strong>"  # a macro's own HTML, as it is

@@ -109,7 +109,8 @@ FIGURE_CAPTIONS = {
     "pair the grids round by round instead, with an interval (claims: hybrid_beats_pure).",
     "timeline": "One step of every rank from the traces, phase by phase: Muon's gathers, Newton-Schulz and shards as the run "
     "issued them.",
-    "loss": "Training loss per step over the profiled steps, which follow the steps timed without the profiler, Muon vs AdamW.",
+    "loss": "Training loss per step over the steps run under the profiler (its warm-up step and the profiled ones), "
+    "which follow the steps timed without it, Muon vs AdamW.",
     "convergence_sweep": "Held-out loss on unseen Shakespeare plays over the learning-rate sweep, Muon and AdamW, for the "
     "configuration the figure names.",
     "leading_steps": "Muon leading steps: smoothed training loss at the best learning rates, leading steps and leading ratio, "

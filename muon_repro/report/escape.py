@@ -16,9 +16,11 @@ do not change:
     markdown_inline  a sentence mixing the report's own Markdown with run text: no HTML, link, image, entity
                      or block can start in it; emphasis and code spans stay (they may be the report's own)
     markdown_cell    :func:`markdown_inline` for a table cell: ``|`` escaped
+    html_inline      the HTML of such a sentence: every value escaped, its code spans as ``<code>``
 
-HTML takes no markup escape from here: the report's HTML environment autoescapes every value
-(``markupsafe.escape``, as ``html.escape``) and shows control characters with :func:`block_text`. The
+The report's HTML environment autoescapes every value (``markupsafe.escape``, as ``html.escape``) and shows
+control characters with :func:`block_text`; its sentences and cells go through :func:`html_inline`, so that a
+code span reads as code in the PDF as in the Markdown. The
 Croissant file holds no run text, and ``json.dumps`` writes what it holds. This module imports nothing
 of the package, so the dataset layer (the card) and the report layer both use it.
 """
@@ -28,6 +30,8 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
+
+from markupsafe import Markup, escape
 
 # Characters that move a terminal's cursor, colour it, reorder text (bidi overrides) or break a line:
 # C0/C1 controls and DEL (Cc), format characters (Cf), line and paragraph separators (Zl, Zp).
@@ -44,6 +48,8 @@ _CONSUMED_BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 # CommonMark's entity and character references: up to 7 decimal or 6 hex digits (U+10FFFF), names up to 32 chars.
 _ENTITY = re.compile(r"&(?=#[0-9]{1,7};|#[xX][0-9A-Fa-f]{1,6};|[A-Za-z][A-Za-z0-9]{0,31};)")
+# A code span (CommonMark): a backtick run, then the shortest text up to a run of the same length.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _LINK_CLOSE = re.compile(r"\](?=[(\[])")  # '](' and '][' close an inline or reference link (or an image)
 # What makes a line a block other than a paragraph: ATX heading, block quote, list item, thematic break,
 # code fence, link reference definition or task box. Escaping its first character makes it text.
@@ -140,6 +146,21 @@ def markdown_inline(value: object, line_start: bool = True) -> str:
     text = _TAG_START.sub("&lt;", _ENTITY.sub("&amp;", text))  # entities first: '&lt;' is ours, not the text's
     text = _controls_visible(_LINK_CLOSE.sub(r"\\]", text))
     return _line_start_as_text(text) if line_start else text
+
+
+def html_inline(value: object) -> Markup:
+    """A sentence as :func:`markdown_inline` takes it, as HTML: escaped, control characters visible, and each code
+    span (the report's own, like the run's in the Markdown) a ``<code>`` element."""
+    if isinstance(value, Markup):  # a macro's own output: HTML already
+        return value
+    text = _controls_visible(str(value))
+    out, start = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        code = span[2][1:-1] if len(span[2]) > 2 and span[2][0] == span[2][-1] == " " else span[2]
+        out += [escape(text[start : span.start()]), Markup("<code>%s</code>") % code]
+        start = span.end()
+    out.append(escape(text[start:]))
+    return Markup("").join(out)
 
 
 def markdown_cell(value: object) -> str:

@@ -17,12 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib import request
+from urllib.parse import urljoin
 
 import jinja2
 from markupsafe import Markup
 
 from muon_repro.report.data import MissingMetric
-from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_cell, markdown_inline, one_line
+from muon_repro.report.escape import block_text, code_fence, html_inline, inline_code, markdown_cell, markdown_inline, one_line
 from muon_repro.tables.files import write_atomic
 
 FORMATS = ("md", "html", "pdf")
@@ -68,9 +69,11 @@ def environment(fmt: str) -> jinja2.Environment:
     )
     env.filters["squash"] = _squash
     env.filters["command"] = one_line
-    # HTML: autoescape does the markup; the filters only make control characters visible, as in Markdown.
-    env.filters["cell"] = _html_text if html else _md_cell
-    env.filters["text"] = _html_text if html else markdown_inline
+    # HTML: autoescape does the markup; sentences and cells show code spans as code, as the Markdown does, and
+    # control characters visible; code and blocks (``verbatim``) only the latter.
+    env.filters["cell"] = html_inline if html else _md_cell
+    env.filters["text"] = html_inline if html else markdown_inline
+    env.filters["verbatim"] = _html_text
     env.filters["code"] = inline_code  # Markdown's only (md.j2), as fence
     env.filters["fence"] = code_fence
     return env
@@ -81,9 +84,13 @@ def render_markdown(context: dict[str, Any]) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def render_html(context: dict[str, Any]) -> str:
+def render_html(context: dict[str, Any], image_base: str = "") -> str:
+    """The report as one HTML page; ``image_base``, when given, is the URL the figures' relative paths are joined
+    to (the PDF's: its links stay relative, see :data:`PDF_BASE_URL`)."""
     css = (TEMPLATES / "report.css").read_text()
-    return environment("html").get_template("report.html.j2").render(**context, macros="html.j2", css=Markup(css))
+    env = environment("html")
+    env.globals["image_url"] = lambda src: urljoin(image_base, src) if image_base else src
+    return env.get_template("report.html.j2").render(**context, macros="html.j2", css=Markup(css))
 
 
 def write_formats(
@@ -97,7 +104,8 @@ def write_formats(
     out = Path(out_dir)
     # Render everything before writing anything: a missing metric leaves no half-written bundle.
     md = render_markdown(context) if "md" in formats else None
-    html = render_html(context) if {"html", "pdf"} & set(formats) else None
+    html = render_html(context) if "html" in formats else None
+    pdf_html = render_html(context, image_base=PDF_BASE_URL) if "pdf" in formats else None
     written: dict[str, Path] = {}
     if md is not None:
         written["md"] = write_atomic(out / "report.md", md)
@@ -106,7 +114,9 @@ def write_formats(
     if "pdf" in formats:
         import weasyprint
 
-        document = weasyprint.HTML(string=html, base_url=PDF_BASE_URL, url_fetcher=_report_fetcher_class()(Path(base_dir or out)))
+        # No base URL: the links to the project's files stay relative in the PDF, resolved against where the PDF
+        # lies (PDF 32000-1, 12.6.4.7); only the figures, already absolute, are fetched.
+        document = weasyprint.HTML(string=pdf_html, url_fetcher=_report_fetcher_class()(Path(base_dir or out)))
         with source_date(context.get("recorded_at", "")):
             written["pdf"] = write_atomic(out / "report.pdf", lambda p: document.write_pdf(str(p)))
     return written
@@ -114,9 +124,9 @@ def write_formats(
 
 PDF_BASE_DIR = "/" + "r/" * 16 + "report"
 PDF_BASE_URL = f"file://{PDF_BASE_DIR}/"
-"""Where the PDF's HTML seems to sit: WeasyPrint names what it embeds by URL, so a checkout's path in the image
+"""Where the PDF's figures seem to sit: WeasyPrint names what it embeds by URL, so a checkout's path in the image
 URLs changed the PDF's bytes from one clone to another. Deep enough that the figures' relative paths (up to 16
-folders up) resolve below it."""
+folders up) resolve below it. Only the figures' URLs are joined to it: a link joined to it would point at no file."""
 
 
 def _report_fetcher_class():

@@ -552,8 +552,8 @@ SCHEMAS: dict[str, TableSchema] = {
                 "step",
                 "Int64",
                 "step",
-                "training step, from 0: the profiled steps, after the timed_warmup + timed_steps steps run without the "
-                "profiler (which record no loss)",
+                "training step, from 0: the steps run under the profiler (its warmup steps, then the profiled ones), "
+                "after the timed_warmup + timed_steps steps run without it (which record no loss)",
             ),
             ("loss", "Float64", "nats", "cross-entropy loss of the rank's batch"),
         ),
