@@ -28,6 +28,7 @@ from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, MAX_
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
 from muon_repro.hardware import add_profile_argument
+from muon_repro.report.escape import shell_word
 from muon_repro.study.sources import STUDY_PROFILE
 from muon_repro.tables.files import check_out_folder, write_atomic
 from muon_repro.values import is_count
@@ -99,12 +100,27 @@ class RunPlan:
                     f"--traced-trials must be a positive integer up to --trials {self.trials}, got {self.traced_trials}"
                 )
             check_trials_limit(self.trials, self.traced_trials)
+            self._check_out_is_ours()
             return
         source, what = (self.traces, "runs recorded") if self.first_stage == "analyze" else (self.metrics, "tables")
         if not source.is_dir():
             raise ValueError(
                 f"--from {self.first_stage} rebuilds from the {what} under {source}, and there is no such folder: "
                 f"make them first (muon-repro run --out {self.out}), or give the --out that holds them"
+            )
+
+    def _check_out_is_ours(self) -> None:
+        """Refuse to record into a folder that holds something (hidden entries aside) yet no ``traces/``: no run
+        wrote it, and the run's files (report/, metrics/, CITATION.cff...) would replace any of the same names."""
+        if not self.out.is_dir() or self.traces.is_dir():
+            return
+        held = sorted(p.name for p in self.out.iterdir() if not p.name.startswith("."))
+        if held:
+            listed = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise ValueError(
+                f"--out {self.out} holds {listed} and no traces/ folder, so no muon-repro run wrote it; the run writes "
+                f"traces/, metrics/, figures/, report/, dist/, dataset_card.md, MANIFEST.sha256, {CFF_NAME} and "
+                f"{CROISSANT_NAME} there, replacing any of those names: give an empty or new folder (--out my-run)"
             )
 
     @property
@@ -252,10 +268,10 @@ def run_job(plan: RunPlan) -> dict[str, float]:
     return plan.stage_seconds
 
 
-def claims_summary(metrics: Path, *, verbose: bool = False, report: Path = Path("report/report.md")) -> str:
+def claims_summary(metrics: Path, *, verbose: bool = False, out: Path = Path(".")) -> str:
     """The claims table as a terminal reader wants it: per hardware profile (the original study's runs, this
     machine's, any other), claimed, measured with its 95% interval, verdict; ``verbose``: then every claim's measured
-    cause (else where to read them: ``report``)."""
+    cause (else where to read them: the report under ``out``, or the command that prints them for ``out``)."""
     import pandas as pd
 
     from muon_repro.report.claims_section import claim_note
@@ -289,7 +305,8 @@ def claims_summary(metrics: Path, *, verbose: bool = False, report: Path = Path(
             table.append(f"[{profile}: {said}]")
         table.append(line(row))
     if not verbose:
-        return "\n".join([*table, "", f"Why each verdict: {report} (claims), or muon-repro run --verbose."])
+        again = "muon-repro run" + ("" if out == Path(".") else f" --out {shell_word(str(out))}") + " --verbose"
+        return "\n".join([*table, "", f"Why each verdict: {out / 'report' / 'report.md'} (claims), or {again}."])
     causes = [f"- {c['profile']} {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
     return "\n".join([*table, "", "Why (measured causes):", *causes])
 
@@ -431,7 +448,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _print_summary(plan: RunPlan, seconds: dict[str, float]) -> None:
     total = sum(seconds.values())
-    said = claims_summary(plan.metrics, verbose=plan.verbose, report=plan.report / "report.md")
+    said = claims_summary(plan.metrics, verbose=plan.verbose, out=plan.out)
     print("\nClaims, per hardware profile:\n" + said)
     print("\nWall time per stage: " + ", ".join(f"{s} {t:.1f} s" for s, t in seconds.items()) + f"; total {total:.1f} s")
     print("\nArtifacts:")

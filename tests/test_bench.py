@@ -305,3 +305,19 @@ def test_study_names_the_original_studys_runs_and_seed_stays_an_alias():
     assert set(expand_config_names(["reference"])) >= set(STUDY_CONFIGS)
     with pytest.raises(ValueError, match="'study'"):
         expand_config_names(["no_such_config"])
+
+
+def test_the_step_bar_is_drawn_on_a_terminal_only(monkeypatch):
+    """A log file got each redraw of the bar (lines of carriage-return frames): no bar where stdout is no terminal."""
+    from muon_repro.bench import runner
+
+    cfg = resolve(CONFIG, "tiny")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert runner._progress(cfg, True) is None
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    bar = runner._progress(cfg, True)
+    try:
+        assert bar is not None and bar.total == cfg.timed_total + cfg.profiled_steps
+    finally:
+        bar.close()
+    assert runner._progress(cfg, False) is None

@@ -273,3 +273,25 @@ def test_contribute_calls_a_file_given_for_its_runs_a_file(tmp_path):
         scan_runs(afile)
     with pytest.raises(FileNotFoundError, match="no such folder of runs"):
         scan_runs(tmp_path / "none")
+
+
+def test_run_refuses_to_record_into_a_folder_no_run_wrote(tmp_path, capsys):
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    (mine / "CITATION.cff").write_text("cff-version: 1.2.0\n")
+    err = _refused(["run", "--out", str(mine), "--no-progress"], capsys)
+    assert f"--out {mine} holds CITATION.cff, notes.txt and no traces/ folder" in err and "give an empty or new folder" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["CITATION.cff", "notes.txt"]
+    assert (mine / "CITATION.cff").read_text() == "cff-version: 1.2.0\n"
+
+
+def test_run_accepts_an_empty_folder_or_one_a_run_wrote(tmp_path):
+    from muon_repro.job import RunPlan
+
+    for out in (tmp_path / "new", tmp_path / "empty", tmp_path / "resumed"):
+        (out / ".git").mkdir(parents=True)  # hidden entries do not count
+        RunPlan(out=out).check_input()
+    (tmp_path / "resumed" / "traces").mkdir()
+    (tmp_path / "resumed" / "README.md").write_text("a checkout, or an interrupted run\\n")
+    RunPlan(out=tmp_path / "resumed").check_input()

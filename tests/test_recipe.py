@@ -68,7 +68,10 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     headings = [line for line in short.splitlines() if line.startswith("[")]
     assert headings[0].endswith("the original study's published runs]") and len(headings) >= 2
     assert ", no upper end]" in short  # the censored lead: one-sided, not a missing number
-    assert "Why each verdict: my-run/report/report.md" in job.claims_summary(metrics, report=Path("my-run/report/report.md"))
+    # a run into another folder: the report there, and the command that prints the causes of that run's claims
+    assert short.endswith("Why each verdict: report/report.md (claims), or muon-repro run --verbose.")
+    elsewhere = job.claims_summary(metrics, out=Path("my run"))
+    assert elsewhere.endswith("Why each verdict: my run/report/report.md (claims), or muon-repro run --out 'my run' --verbose.")
 
 
 @pytest.mark.parametrize(

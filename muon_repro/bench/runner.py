@@ -316,7 +316,8 @@ def _loss_value(loss: torch.Tensor | None) -> float:
 
 
 def _progress(cfg: BenchConfig, enabled: bool):
-    if not enabled:
+    """A bar of the trial's steps on a terminal; none where the output goes to a file (each redraw a line there)."""
+    if not enabled or not sys.stdout.isatty():
         return None
     from tqdm import tqdm
 
