@@ -10,7 +10,7 @@ import pandas as pd
 
 from muon_repro.phases import DP_GATHER
 from muon_repro.report import derive, style
-from muon_repro.report.data import ReportData, fmetric, metric
+from muon_repro.report.data import ReportData, fmetric, is_missing, metric
 from muon_repro.report.formatting import ms, pct
 from muon_repro.report.selection import first_pair, pair_at, representative_runs, run_label, titled
 from muon_repro.values import counted
@@ -118,11 +118,14 @@ def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, A
         m, a = muon[0], adamw[0]
         tm, ta = int(metric(m, "tokens_per_step")), int(metric(a, "tokens_per_step"))
         if tm == ta:
-            extra_us = (fmetric(m, "step_ms") - fmetric(a, "step_ms")) / tm * 1000.0
+            # the steps timed without the profiler where both runs have them: the profiler slows runs unequally
+            column = "timed_step_ms" if all(not is_missing(r.get("timed_step_ms")) for r in (m, a)) else "step_ms"
+            which = "timed without the profiler" if column == "timed_step_ms" else "profiled"
+            extra_us = (fmetric(m, column) - fmetric(a, column)) / tm * 1000.0
             beside.append(
                 f"Muon's extra over AdamW per token: {extra_us:+.1f} µs per token".replace("-", "−")
-                + f" (the difference of the median step times, {ms(metric(m, 'step_ms'))} and {ms(metric(a, 'step_ms'))}, "
-                f"over the {tm:,} tokens each run trains per step)."
+                + f" (the difference of the median step times {which}, {ms(metric(m, column))} and "
+                f"{ms(metric(a, column))}, over the {tm:,} tokens each run trains per step)."
             )
         else:
             beside.append(f"Muon's extra over AdamW per token: not comparable, the runs train {tm:,} and {ta:,} tokens per step.")

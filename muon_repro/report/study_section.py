@@ -95,10 +95,11 @@ def _short(c: dict[str, str]) -> str:
 
 
 def study_section(data: ReportData) -> dict[str, Any]:
-    """The context of the report's study section (``present`` False without the study's runs)."""
+    """The context of the report's study section (``present`` False without the study's runs; its protocol recorded
+    here is shown either way)."""
     profile = study_profile(data)
     if profile is None:
-        return {"present": False}
+        return {"present": False, **protocols_table(data)}
     method = data.study_method
     method_rows = [
         [
