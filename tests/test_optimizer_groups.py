@@ -194,3 +194,46 @@ def test_an_adamw_checkpoint_with_moonlights_keys_still_loads():
     assert resumed.param_groups[0]["betas"] == (0.8, 0.9) and resumed.param_groups[0]["eps"] == 1e-6
     assert "adamw_betas" not in resumed.param_groups[0]
     resumed.step()
+
+
+@pytest.mark.parametrize("optimizer", [DistributedAdamW, DistributedMuon])
+def test_a_zero1_optimizer_refuses_to_be_copied_or_pickled(optimizer):
+    """torch's optimizers deep-copy and pickle their groups and state alone: the copy of a ZeRO-1 one had no plan or
+    flat buffer and failed at its first step (AttributeError: 'plan'). Now the copy itself is refused."""
+    import copy
+    import io
+    import pickle
+
+    model = Small()
+    opt = optimizer(muon_param_groups(model), ParallelDims(1, 1))
+    for attempt in (lambda: copy.deepcopy(opt), lambda: pickle.dumps(opt), lambda: torch.save(opt, io.BytesIO())):
+        with pytest.raises(TypeError, match=f"a {optimizer.__name__} cannot be copied or pickled.*state_dict"):
+            attempt()
+    _with_grads(model)
+    opt.step()  # the refused copies left it as it was
+
+
+@pytest.mark.parametrize("optimizer", [DistributedAdamW, DistributedMuon])
+def test_a_zero1_optimizer_refuses_a_parameter_given_twice(optimizer):
+    """torch warns of a duplicate within a group and steps it twice; the flat buffer would hold it twice."""
+    model = Small()
+    with pytest.warns(UserWarning, match="duplicate"), pytest.raises(ValueError, match=r"\.params\[1\] is .*params\[0\] again"):
+        optimizer([{"params": [model.bias, model.bias], "use_muon": False}], ParallelDims(1, 1))
+
+
+def test_a_bare_tensor_is_refused_as_torch_refuses_it():
+    with pytest.raises(TypeError, match="should be an iterable of Tensors or dicts"):
+        DistributedAdamW(Small().w, ParallelDims(1, 1))
+
+
+@pytest.mark.parametrize("optimizer", [AdamW, Muon, DistributedAdamW, DistributedMuon])
+def test_a_checkpoint_with_a_hyperparameter_out_of_range_is_refused_and_changes_nothing(optimizer):
+    model = Small()
+    groups = muon_param_groups(model)
+    opt = optimizer(groups, ParallelDims(1, 1)) if optimizer in (DistributedAdamW, DistributedMuon) else optimizer(groups)
+    saved = opt.state_dict()
+    saved["param_groups"][0]["lr"] = -1.0
+    before = [dict(g) for g in opt.param_groups]
+    with pytest.raises(ValueError, match=r"param_groups\[0\] of the state loaded: lr must be a finite number >= 0, got -1.0"):
+        opt.load_state_dict(saved)
+    assert [dict(g) for g in opt.param_groups] == before

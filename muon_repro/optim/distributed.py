@@ -81,6 +81,10 @@ class DistributedAdamW(ZeroOneOptimizer):
         reduce_dtype: torch.dtype = torch.float32,
     ) -> None:
         defaults = adamw_defaults(lr, weight_decay, betas, eps)
+        if isinstance(params, torch.Tensor):  # list() would split it into rows; torch's own words
+            raise TypeError(
+                f"params argument given to the optimizer should be an iterable of Tensors or dicts, but got {params.type()}"
+            )
         groups = list(params)
         if groups and isinstance(groups[0], dict):
             groups = [{**g, "use_muon": False} for g in groups]

@@ -117,6 +117,11 @@ class CheckedParamGroups:
         check_group(group, self.ADAMW_KEYS, where)
 
     def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)  # type: ignore[misc]
+        """torch's, once the groups loaded (``load_state_dict``, unpickling) pass the checks of a group added: a
+        checkpoint is input too, and lr=-1 or momentum=1.5 in one would train. Refused, the optimizer is as it was."""
+        groups = state.get("param_groups", [])
         if self.ADAMW_KEYS == TORCH_ADAMW_KEYS:
-            rename_torch_adamw_keys(self.param_groups)  # type: ignore[attr-defined]
+            rename_torch_adamw_keys(groups)
+        for i, group in enumerate(groups):
+            check_group(group, self.ADAMW_KEYS, f"param_groups[{i}] of the state loaded")
+        super().__setstate__(state)  # type: ignore[misc]

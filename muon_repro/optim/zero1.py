@@ -67,6 +67,11 @@ def _members_in_model_order(param_groups: list[dict]) -> list[tuple[torch.Tensor
             raise ValueError(f"param_groups[{g}] has {len(params)} params but {len(group_indices)} {MODEL_INDICES}")
         members += [(p, group, name) for p, name in zip(params, names)]
         indices += list(group_indices)
+    seen: dict[int, str] = {}
+    for p, _, name in members:  # torch only warns: here the twice-listed parameter would be stepped twice per step
+        if id(p) in seen:
+            raise ValueError(f"{name} is {seen[id(p)]} again: give each parameter once, in one param group")
+        seen[id(p)] = name
     if not all(is_index(i) for i in indices) or len(set(indices)) != len(indices):
         raise ValueError(f"{MODEL_INDICES} must be distinct non-negative integers, got {indices}")
     return [m for _, m in sorted(zip(indices, members), key=lambda pair: pair[0])]
@@ -133,6 +138,14 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
         self.stats = StepStats()
         self._check_ranks_agree()
         self._build_flat_buffers()
+
+    def __getstate__(self) -> dict:
+        """Refused: torch's optimizers pickle and deep-copy their groups and state alone, which would leave this one
+        without its plan, process groups and flat buffers (the copy fails at its first ``step()``)."""
+        raise TypeError(
+            f"a {type(self).__name__} cannot be copied or pickled: it holds process groups and the flat buffers its "
+            "model's parameters view; save its state_dict() and load it into one built for the other model"
+        )
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group`` while constructing; afterwards refused: every parameter's place in the flat
