@@ -299,3 +299,21 @@ def test_the_sweep_says_which_held_out_points_validate_the_model(data):
     head = regimes_section.sweep_lines(regimes)[0]
     assert f"{validating} that validate the cost model" in head
     assert (f"{seen} of an earlier held-out set" in head) is (seen > 0)
+
+
+def test_a_figure_without_data_in_any_panel_says_why_in_its_png(tmp_path):
+    """The report shows such a figure's number and why (a user's run without a regime sweep drew five of them, each
+    embedded under a caption describing data that was not there); one panel with data keeps the figure."""
+    import matplotlib.pyplot as plt
+
+    from muon_repro.report.plotting import empty_reason, new_figure, save_figure, show_no_data
+
+    fig, axes = new_figure(2.0, 2)
+    for ax in axes:
+        show_no_data(ax, "no regime sweep in these tables:\nrun `muon-repro regimes`")
+    assert empty_reason(save_figure(fig, tmp_path / "empty")) == "no regime sweep in these tables: run `muon-repro regimes`"
+    fig, axes = new_figure(2.0, 2)
+    show_no_data(axes[0], "no AdamW run")
+    axes[1].plot([0, 1], [0, 1])
+    assert empty_reason(save_figure(fig, tmp_path / "half")) == ""
+    plt.close("all")

@@ -4,9 +4,11 @@ profile, and migrating the old layout (all at once or group by group) leaves eve
 from __future__ import annotations
 
 import csv
+import html
 import json
 import re
 import shutil
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -122,13 +124,17 @@ def test_report_claims_table_has_a_column_per_profile(two_profiles, tmp_path):
 def test_figures_and_report_put_every_claim_of_every_profile_side_by_side(two_profiles, tmp_path):
     from muon_repro import stages
     from muon_repro.report.build import make_figures
+    from muon_repro.report.claims_section import claim_short
     from muon_repro.report.figures import FIGURES
 
     write_tables(two_profiles, tmp_path / "metrics")
     paths = make_figures(tmp_path / "metrics", tmp_path / "figures")
     svg = paths["claims_by_profile"].with_suffix(".svg").read_text()
     measured = two_profiles["claims"].dropna(subset=["measured_value"])["claim_id"].unique()
-    assert CPU in svg and GPU in svg and all(claim_id in svg for claim_id in measured)
+    # each claim's panel titled in the claims table's words (its short), not by its id
+    titles = html.unescape(svg)
+    assert CPU in titles and GPU in titles and not any(claim_id in titles for claim_id in measured)
+    assert all(line in titles for claim_id in measured for line in textwrap.wrap(claim_short(claim_id), 36))
     other = sorted((CPU, GPU))[1]  # a tie in runs: the first by name is the main profile
     assert (tmp_path / "figures" / other / "timeline.png").is_file()  # the other profile's own figures
     report = stages.report(tmp_path / "metrics", tmp_path / "figures", tmp_path / "report", formats=("md",))["md"].read_text()

@@ -130,3 +130,19 @@ def test_runs_without_their_tokens_per_step_say_so(committed):
 
     blank = replace(committed, runs=committed.runs.assign(tokens_per_step=pd.NA))
     assert "tokens per step not recorded" in abstract(blank)
+
+
+def test_the_reasons_are_said_of_the_claims_not_comparable_alone():
+    """'4 not comparable here, 4 not measured, the runs being outside their conditions' tied the not measured claims
+    to the conditions too (a user's own run)."""
+    from muon_repro.report.abstract_section import _verdicts
+
+    outside = "gloo on cpu, not cuda"
+    mixed = pd.DataFrame({"verdict": ["not comparable here", "not measured"], "outside_conditions": [outside, ""]})
+    assert _verdicts(mixed) == (
+        "Of 2 claims, 1 not comparable here, 1 not measured; those not comparable here because the runs lie outside "
+        "their conditions: gloo on cpu, not cuda (1 claim)."
+    )
+    alone = pd.DataFrame({"verdict": ["not comparable here"] * 2, "outside_conditions": [outside] * 2})
+    said = "All 2 claims are not comparable here, the runs being outside their conditions: gloo on cpu, not cuda (2 claims)."
+    assert _verdicts(alone) == said

@@ -17,3 +17,12 @@ def test_every_link_of_the_committed_report_to_a_file_opens_it():
     uris = [uri for _, uri in file_links(COMMITTED)]
     assert any(u.startswith("../metrics/") for u in uris) and any(u.startswith("../docs/") for u in uris), uris
     assert broken_links(COMMITTED) == []
+
+
+def test_the_committed_report_names_its_authors_in_the_pdfs_metadata():
+    from pypdf import PdfReader
+
+    from muon_repro.report.abstract_section import title_block
+
+    authors = title_block(COMMITTED.parents[1], "", title="", version="")["author_names"]
+    assert authors and PdfReader(COMMITTED).metadata["/Author"] == authors

@@ -71,6 +71,7 @@ def title_block(
         "version": str(meta.get("version") or version),
         "date": recorded_at[:10] if recorded_at else "not recorded (no run states when it was recorded)",
         "authors": ", ".join(authors) if authors else f"not stated (no {CITATION_FILE} beside the metrics folder)",
+        "author_names": ", ".join(authors),  # the PDF's Author field: empty where none is stated
     }
 
 
@@ -134,7 +135,9 @@ def _verdicts(claims: pd.DataFrame) -> str:
     reasons = not_comparable_reasons(claims)
     if reasons:
         unit = lambda k: "claim" if k == 1 else "claims"  # noqa: E731
-        said += ", the runs being outside their conditions: " + "; ".join(
+        # the reasons are the "not comparable here" verdicts': said of them alone where other verdicts are counted too
+        which = ", the runs being" if len(counts) == 1 else "; those not comparable here because the runs lie"
+        said += f"{which} outside their conditions: " + "; ".join(
             f"{r} ({k} {unit(k)})" if i == 0 else f"{r} ({k})" for i, (r, k) in enumerate(reasons)
         )
     return said + "."

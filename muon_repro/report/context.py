@@ -33,6 +33,7 @@ from muon_repro.report.figure_files import checked_figures
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
 from muon_repro.report.pipeline_section import PIPELINE_CAPTIONS, pipeline_section
+from muon_repro.report.plotting import empty_reason
 from muon_repro.report.profile_figures import PROFILE_CAPTIONS, wants_profile_figures
 from muon_repro.report.regimes_section import regimes_section
 from muon_repro.report.reproduce_section import reproduce
@@ -181,7 +182,9 @@ def build_context(
         return Path(os.path.relpath(Path(p).resolve(), Path(out_dir).resolve())).as_posix()
 
     def figure_entry(name: str, path: str | Path, caption: str) -> dict[str, str]:
-        return {"name": name, "src": rel(path), "svg": rel(Path(path).with_suffix(".svg")), "caption": caption}
+        return {"name": name, "src": rel(path), "svg": rel(Path(path).with_suffix(".svg")), "caption": caption} | {
+            "empty": empty_reason(path)  # a figure with no data: its number and why, not an image the caption misdescribes
+        }
 
     tables = {name: rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
     # Figures are numbered in the order they appear: the claims section's (Figure 1) before the results' figures,

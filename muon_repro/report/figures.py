@@ -406,7 +406,7 @@ def loss(losses_table: pd.DataFrame, runs: pd.DataFrame, out: str | Path) -> Pat
     steps = int(losses["step"].nunique())
     add_title(
         fig,
-        f"Training loss over the {steps} steps run under the profiler (a smoke test of learning, not a convergence study)",
+        f"Training loss over the {steps} steps under the profiler (a smoke test, not a convergence study)",
         "final loss (mean over configurations): "
         + ", ".join(parts)
         + "; at equal tokens per step every grid of one optimizer trains the same global batch: its curves coincide",

@@ -25,12 +25,19 @@ from muon_repro.report import style
 from muon_repro.report.selection import grids
 from muon_repro.tables.files import write_atomic
 
+NO_DATA_GID = "muon-repro-no-data"  # the id of a panel's "why it is empty" text (show_no_data)
+EMPTY_KEY = "muon-repro empty"  # a PNG text field: why every panel of the figure is empty
+
 
 def save_figure(fig: plt.Figure, out: str | Path) -> Path:
-    """Write ``out`` as .png and .svg, each atomically (temporary name, then rename)."""
+    """Write ``out`` as .png and .svg, each atomically (temporary name, then rename). A figure whose every panel says
+    why it is empty (:func:`show_no_data`) carries that reason in its PNG (:func:`empty_reason`), for the report."""
     png = Path(out).with_suffix(".png")
     png.parent.mkdir(parents=True, exist_ok=True)
-    for path, fmt, meta in ((png, "png", {"Software": None}), (png.with_suffix(".svg"), "svg", {"Date": None})):
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    why = [next((t.get_text() for t in ax.texts if t.get_gid() == NO_DATA_GID), None) for ax in panels]
+    empty = {EMPTY_KEY: " ".join(why[0].split()).encode("latin-1", "replace").decode("latin-1")} if panels and all(why) else {}
+    for path, fmt, meta in ((png, "png", {"Software": None, **empty}), (png.with_suffix(".svg"), "svg", {"Date": None})):
         write_atomic(path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=style.DPI, metadata=meta))
     plt.close(fig)
     return png
@@ -69,9 +76,17 @@ def add_title(fig: plt.Figure, headline: str, takeaway: str, bottom_in: float = 
 
 def show_no_data(ax: plt.Axes, message: str) -> None:
     """An empty panel that says why it is empty."""
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True)
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True, gid=NO_DATA_GID)
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def empty_reason(png: str | Path) -> str:
+    """Why the figure at ``png`` has no data in any panel, as :func:`save_figure` recorded it; empty when it has."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        return str(getattr(image, "text", {}).get(EMPTY_KEY, ""))
 
 
 def legend_below(fig: plt.Figure, handles: list, ncol: int = 3, fontsize: float = style.SMALL_PT) -> float:

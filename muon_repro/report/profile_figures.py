@@ -5,6 +5,7 @@ a picture). Reads the ``claims`` table alone."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,6 +14,7 @@ import pandas as pd
 from matplotlib.ticker import PercentFormatter
 
 from muon_repro.report import style
+from muon_repro.report.claims_section import claim_short
 from muon_repro.report.plotting import save_figure, styled
 
 PROFILE_FIGURES = ("claims_by_profile",)
@@ -57,7 +59,7 @@ def claims_by_profile(claims: pd.DataFrame, out: str | Path) -> Path:
         raise ValueError("claims_by_profile: no claim is measured on any profile in the claims table")
     ncols = 2
     nrows = math.ceil(len(ids) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(style.WIDTH_IN, 0.4 + nrows * (0.45 + 0.22 * len(profiles))), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(style.WIDTH_IN, 0.4 + nrows * (0.6 + 0.22 * len(profiles))), squeeze=False)
     for ax, claim_id in zip(axes.flat, ids):
         rows = measured[measured["claim_id"] == claim_id]
         rows = rows.set_index(rows["profile"].astype(str))
@@ -110,7 +112,8 @@ def _claim_panel(
     ax.set_yticks(ys, profiles, fontsize=style.SMALL_PT)
     ax.set_ylim(-0.6, len(profiles) - 0.4)
     ax.invert_yaxis()
-    ax.set_title(claim_id, fontsize=style.SMALL_PT)
+    # the claims table's words, not its ids; on two lines where one would run past a half-width panel
+    ax.set_title(textwrap.fill(claim_short(claim_id), 36), fontsize=style.SMALL_PT)
     kind = str(rows["unit_kind"].iloc[0]) if "unit_kind" in rows.columns and len(rows) else "ratio"
     if kind in ("fraction", "change"):  # the claims table's fractions, read as the report writes them
         ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))

@@ -39,6 +39,7 @@ from muon_repro.report.formatting import count, percent
 from muon_repro.report.plotting import (
     add_legend,
     add_title,
+    empty_reason,
     legend_below,
     new_figure,
     plain_log_ticks,
@@ -158,6 +159,7 @@ def regimes_section(
                 "src": rel(figure_paths[n]),
                 "svg": rel(Path(figure_paths[n]).with_suffix(".svg")),
                 "caption": profiles_caption(data.regime_model) if n == "profiles" else REGIME_CAPTIONS[n],
+                "empty": empty_reason(figure_paths[n]),
             }
             for n in REGIME_FIGURES
         ],
