@@ -294,6 +294,7 @@ def convergence_section(conv: pd.DataFrame, lead: pd.DataFrame, budget: pd.DataF
 # ---------------------------------------------------------------- the figures
 
 
+LR_DASHES = ((0, (1, 1)), (0, (4, 1.5)), (0, (4, 1.5, 1, 1.5)), (0, (7, 2)), (0, (2, 2, 2, 2, 6, 2)))
 NO_RUN = "no convergence run in the tables:\nrun `muon-repro converge`, then `muon-repro analyze`"
 
 
@@ -325,7 +326,7 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
             continue
         lrs = sorted(sub["lr"].astype(float).unique())
         shades = np.linspace(0.35, 1.0, len(lrs))
-        for lr, shade in zip(lrs, shades):
+        for i, (lr, shade) in enumerate(zip(lrs, shades)):
             g = sub[sub["lr"].astype(float) == lr].sort_values("step")
             best = bool(g["best_lr"].fillna(False).iloc[0])
             ax.plot(
@@ -334,6 +335,8 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
                 color=style.OPTIMIZER_COLORS[opt],
                 alpha=1.0 if best else 0.25 + 0.4 * float(shade),
                 linewidth=2.2 if best else 1.0,
+                # shades of one colour alone did not tell the learning rates apart: a dash pattern each as well
+                linestyle="-" if best else LR_DASHES[i % len(LR_DASHES)],
                 label=f"lr {lr:g}" + (" (best)" if best else ""),
             )
             if best:
