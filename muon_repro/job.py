@@ -272,26 +272,14 @@ def claims_summary(metrics: Path, *, verbose: bool = False, out: Path = Path("."
     """The claims table as a terminal reader wants it: per hardware profile (the original study's runs, this
     machine's, any other), claimed, measured with its 95% interval, verdict; ``verbose``: then every claim's measured
     cause (else where to read them: the report under ``out``, or the command that prints them for ``out``)."""
-    import pandas as pd
 
-    from muon_repro.report.claims_section import claim_note
+    from muon_repro.report.claims_section import claim_measured, claim_note, claimed_text
     from muon_repro.tables.io import read_table
 
     claims = read_table(metrics / "claims.parquet", "claims")
-
-    def number(value) -> str:
-        return "-" if pd.isna(value) else f"{float(value):.3g}"
-
-    def measured(c) -> str:
-        if pd.isna(c["measured_value"]):
-            return "-"
-        low_missing, high_missing = pd.isna(c["measured_low"]), pd.isna(c["measured_high"])
-        low = "no lower end" if low_missing and not high_missing else number(c["measured_low"])  # one-sided: null end
-        high = "no upper end" if high_missing and not low_missing else number(c["measured_high"])
-        return f"{number(c['measured_value'])} [{low}, {high}]"
-
-    header = ["claim", "claimed", "measured [95% interval]", "verdict"]
-    rows = [[str(c["claim"]), number(c["claimed_value"]), measured(c), str(c["verdict"])] for _, c in claims.iterrows()]
+    header = ["claim", "claimed", "measured (95% interval)", "verdict"]
+    # in the report's words and units (1–3%, +70.5% (+56.6% to +85.7%)), not the table's bare fractions
+    rows = [[str(c["claim"]), claimed_text(c), claim_measured(c), str(c["verdict"])] for _, c in claims.iterrows()]
     widths = [min(64, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:

@@ -67,7 +67,7 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     # each profile's rows under its own heading: the same claim's three verdicts are told apart
     headings = [line for line in short.splitlines() if line.startswith("[")]
     assert headings[0].endswith("the original study's published runs]") and len(headings) >= 2
-    assert ", no upper end]" in short  # the censored lead: one-sided, not a missing number
+    assert ", no upper end)" in short and "1–3%" in short  # the report's words: a one-sided lead, the claimed range
     # a run into another folder: the report there, and the command that prints the causes of that run's claims
     assert short.endswith("Why each verdict: report/report.md (claims), or muon-repro run --verbose.")
     elsewhere = job.claims_summary(metrics, out=Path("my run"))

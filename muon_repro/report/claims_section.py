@@ -54,6 +54,18 @@ def claim_number(value: Any, kind: str, claim_id: str, what: str = "claims.measu
     return f"{as_number(value, label):.3g}"
 
 
+def claimed_text(row: pd.Series) -> str:
+    """What the claim states, in its declaration's words (``0.57×``, ``1–3%``); a claim not declared here, its
+    claimed value in the table's unit."""
+    cid = str(row["claim_id"])
+    declared = BY_ID.get(cid)
+    if declared is not None:
+        return declared.claimed_text
+    if is_missing(row.get("claimed_value")):
+        return "not stated"
+    return claim_number(row["claimed_value"], str(row["unit_kind"]), cid, "claims.claimed_value")
+
+
 def claim_measured(row: pd.Series) -> str:
     """The measured value with its 95% interval: ``1.62× (1.48–1.77)``, ``−20.9% (−64.3% to +67.9%)``;
     ``(no spread)`` when the interval is a point (bytes, state: the same on every rank); without an
@@ -150,14 +162,7 @@ def claims_rows(data: ReportData, profile: str | None = None) -> list[dict[str, 
     for _, c in claims.iterrows():
         cid = str(metric(c, "claim_id", "claims", "claim_id"))
         unit = str(metric(c, "unit", "claims", "claim_id"))
-        declared = BY_ID.get(cid)
-        claimed = (
-            declared.claimed_text
-            if declared is not None
-            else claim_number(c["claimed_value"], str(c["unit_kind"]), cid, "claims.claimed_value")
-            if not is_missing(c["claimed_value"])
-            else "not stated"
-        )
+        claimed = claimed_text(c)
         verdict = report_verdict(c, data.runs)
         conditions = "" if is_missing(c["conditions"]) else str(c["conditions"]).strip()
         explanation = claim_note(c)
