@@ -3,6 +3,7 @@ messages, escaping, and refused symbolic links (muon_repro.contrib.untrusted, pr
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import time
@@ -304,6 +305,41 @@ def test_a_copy_of_a_published_or_another_added_measurement_is_refused():
     assert [p.split(":")[0] for p in problems] == [f"{trial}/trial7/rank0.json.gz", f"{trial}/trial8/rank1.json.gz"]
     assert f"byte for byte {trial}/trial0/rank0.json.gz (sha256 aaaaaaaaaaaa...)" in problems[0]
     assert f"byte for byte {trial}/trial7/rank1.json.gz" in problems[1]
+
+
+def test_a_recording_re_compressed_or_re_formatted_is_still_a_copy(tmp_path):
+    """The byte check above misses a trace gzipped again or a metrics.json written with other spacing: the trace once
+    decompressed, and the step times to the last digit, give the recording away."""
+    from muon_repro.contrib.pr_checks import recorded_again_problems
+
+    def trial(name: str, metrics: dict, indent: int | None = None) -> tuple[str, Path]:
+        folder = tmp_path / name
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics, indent=indent))
+        return f"traces/cpu-2c-gloo/comparison/muon_dp2_tp1/{name}", folder
+
+    steps = {"ranks": [{"rank": 0, "step_ms": [10.25, 11.5], "timed_step_ms": [9.75]}, {"rank": 1, "step_ms": [10.5, 11.0]}]}
+    other = {"ranks": [{"rank": 0, "step_ms": [10.25, 11.5], "timed_step_ms": [9.8]}, {"rank": 1, "step_ms": [10.5, 11.0]}]}
+    published = dict([trial("trial0", steps)])
+    added = dict(
+        [
+            trial("trial1", {"ranks": steps["ranks"][::-1]}, indent=2),  # trial0's, ranks in another order, re-spaced
+            trial("trial2", other),  # one timed step differs: its own recording
+            trial("trial3", other),  # trial2's
+            trial("trial4", {"ranks": [{"rank": 0}, {"rank": 1}]}),  # times no step: nothing to compare
+            trial("trial5", {"ranks": [{"rank": 0}, {"rank": 1}]}),
+        ]
+    )
+    (published["traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial0"] / "rank1.json.gz").write_bytes(gzip.compress(b"{}", mtime=0))
+    (added["traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial4"] / "rank0.json.gz").write_bytes(gzip.compress(b"{}", mtime=9))
+    problems = recorded_again_problems(added, published)
+    assert [p.split(":")[0].split("muon_dp2_tp1/")[1] for p in problems] == [
+        "trial1/metrics.json",
+        "trial3/metrics.json",
+        "trial4/rank0.json.gz",
+    ]
+    assert "times every step of every rank as traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial0/metrics.json" in problems[0]
+    assert "is, once decompressed, the trace traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial0/rank1.json.gz" in problems[2]
 
 
 @pytest.mark.parametrize(

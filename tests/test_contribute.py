@@ -70,6 +70,13 @@ def folder_files(folder: Path, dest: str) -> dict[str, bytes]:
     return {f"{dest}/{p.name}": p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+def open_pull_request(fake_hub, hub_api, files: dict[str, bytes], head: str) -> None:
+    """A pull request from ``head`` adding ``files``, with main's manifest and a line for each of them."""
+    files = {**files, MANIFEST_NAME: fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()}
+    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
+    hub_api.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+
+
 @pytest.fixture
 def hub_env(hub_api, monkeypatch):
     """The CLI's own HfApi() on the fake Hub (hub_api patched the endpoint), with a token from HF_TOKEN."""
@@ -203,9 +210,7 @@ def test_review_refuses_a_run_filed_under_another_profile(tmp_path, fake_hub, hu
     run = make_run(tmp_path / "run", profile=None)  # its hardware fields alone give its profile
     (run / "environment.json").write_text(json.dumps({"backend": "gloo", "host_cpu_cores": 8}))
     files = folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0")
-    files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
-    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
-    hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+    open_pull_request(fake_hub, hub_env, files, head)
 
     assert main(["review", "--repo-id", REPO, "--pr", "1"]) == 1
     out = capsys.readouterr().out
@@ -370,9 +375,7 @@ def test_review_refuses_a_trial_that_copies_a_published_ones_measurements(tmp_pa
     run = make_run(tmp_path / "run")
     head = publish_main(hub_env, folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"))
     files = folder_files(run, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1")  # the same bytes, another trial
-    files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
-    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
-    hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+    open_pull_request(fake_hub, hub_env, files, head)
 
     assert main(["review", "--repo-id", REPO, "--pr", "1"]) == 1
     out = capsys.readouterr().out
@@ -381,9 +384,8 @@ def test_review_refuses_a_trial_that_copies_a_published_ones_measurements(tmp_pa
     assert f"byte for byte traces/{PROFILE}/comparison/muon_dp2_tp1/trial0/rank0.json.gz" in out
 
 
-def test_review_fails_a_trial_recorded_with_another_configuration_than_its_runs(tmp_path, fake_hub, hub_env, capsys):
-    """Its steps would be pooled with the published trial's under one run: the analysis leaves it out, and the
-    review says so as a failed check naming the trial and the fields."""
+def _published_and_its_copy(tmp_path: Path, hub_env, config: dict) -> tuple[str, Path]:
+    """Main's head after publishing one trial, and a copy of that trial's folder with ``config`` in its config.json."""
     from test_analysis_inputs import write_run
 
     published = write_run(tmp_path / "main" / "comparison" / "muon_dp2_tp1" / "trial0")
@@ -391,15 +393,38 @@ def test_review_fails_a_trial_recorded_with_another_configuration_than_its_runs(
     head = publish_main(hub_env, folder_files(published, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial0"))
     added = tmp_path / "pr" / "trial1"
     shutil.copytree(published, added)
-    config = json.loads((added / "config.json").read_text())
-    (added / "config.json").write_text(json.dumps(config | {"trial": 1, "layout": "bucketed"}))
-    (added / "metrics.json").write_text((added / "metrics.json").read_text() + "\n")  # its own recording, not a copy
+    (added / "config.json").write_text(json.dumps(json.loads((added / "config.json").read_text()) | config))
+    return head, added
+
+
+def test_review_refuses_a_published_trial_gzipped_again_and_re_spaced(tmp_path, fake_hub, hub_env, capsys):
+    """No file of it is byte for byte the published one's, yet its traces are once decompressed."""
+    head, added = _published_and_its_copy(tmp_path, hub_env, {"trial": 1})
+    (added / "metrics.json").write_text(json.dumps(json.loads((added / "metrics.json").read_text()), indent=1))
     for trace in added.glob("rank*.json.gz"):
         trace.write_bytes(gzip.compress(gzip.decompress(trace.read_bytes()), mtime=1))
     files = folder_files(added, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1")
-    files[MANIFEST_NAME] = fake_hub.files(REPO)[MANIFEST_NAME] + manifest_lines(_entries(files)).encode()
-    ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=d) for p, d in files.items()]
-    hub_env.create_commit(REPO, ops, commit_message="runs", repo_type="dataset", create_pr=True, parent_commit=head)
+    open_pull_request(fake_hub, hub_env, files, head)
+
+    assert main(["review", "--repo-id", REPO, "--pr", "1", "--workers", "1"]) == 1
+    out = capsys.readouterr().out
+    run = f"traces/{PROFILE}/comparison/muon_dp2_tp1"
+    assert "byte for byte" not in out and "2 check(s) FAILED" in out  # its two traces (these metrics time no step)
+    for rank in (0, 1):
+        said = f"profile {PROFILE}: {run}/trial1/rank{rank}.json.gz: is, once decompressed, the trace {run}/trial0/rank{rank}"
+        assert said in out
+
+
+def test_review_fails_a_trial_recorded_with_another_configuration_than_its_runs(tmp_path, fake_hub, hub_env, capsys):
+    """Its steps would be pooled with the published trial's under one run: the analysis leaves it out, and the
+    review says so as a failed check naming the trial and the fields."""
+    head, added = _published_and_its_copy(tmp_path, hub_env, {"trial": 1, "layout": "bucketed"})
+    (added / "metrics.json").write_text((added / "metrics.json").read_text() + "\n")
+    for trace in added.glob("rank*.json.gz"):  # its own recording, not a copy: traces of its own
+        doc = json.loads(gzip.decompress(trace.read_bytes())) | {"recorded_by": "another run"}
+        trace.write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=1))
+    files = folder_files(added, f"traces/{PROFILE}/comparison/muon_dp2_tp1/trial1")
+    open_pull_request(fake_hub, hub_env, files, head)
 
     assert main(["review", "--repo-id", REPO, "--pr", "1", "--workers", "1"]) == 1
     out = capsys.readouterr().out

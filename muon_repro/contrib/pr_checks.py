@@ -6,20 +6,27 @@ file; it deletes nothing and changes nothing else. Every path and size is checke
 alone, before anything is downloaded: each part of a path follows the name rules
 (:mod:`muon_repro.contrib.untrusted`), each file is of a known kind and within its size, and the
 pull request within :data:`~muon_repro.contrib.limits.MAX_PR_FILES` and ``MAX_PR_BYTES``. Each rule
-broken is one message naming the file (escaped: the name is the contributor's).
+broken is one message naming the file (escaped: the name is the contributor's). Once downloaded, no added
+measurement may be a published or another added one: byte for byte (:func:`copied_problems`), or once its traces
+are decompressed and its step times read (:func:`recorded_again_problems`).
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from muon_repro.contrib.limits import MAX_FILE_BYTES, MAX_TRIAL, MAX_WORLD_SIZE, binary_size, file_limit
 from muon_repro.contrib.run_check import TRACES_ROOT
 from muon_repro.contrib.untrusted import name_problem, profile_problem, run_name_problem, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, kept_manifest, parse_manifest
 from muon_repro.hub.plan import REMOTE_ONLY, RemoteFile
-from muon_repro.rundir import METRICS_FILE, RUN_FILES, TRIAL_PREFIX, trace_rank
+from muon_repro.rundir import METRICS_FILE, RUN_FILES, TRIAL_PREFIX, read_json, trace_rank
 from muon_repro.tables.files import human_size
 
 ALLOWED = f"{TRACES_ROOT}/<profile>/<group>/<name>/{TRIAL_PREFIX}<k>/<{'|'.join(RUN_FILES)}|rank<r>.json.gz>"
@@ -221,4 +228,50 @@ def copied_problems(base_text: str | None, added: dict[str, FileEntry | None]) -
                 "metrics are its own recording: contribute only what was recorded"
             )
         seen.setdefault(entry.sha256, path)
+    return problems
+
+
+def measured_steps(metrics: Mapping | None) -> tuple[str, ...] | None:
+    """A trial's measurement as its recorder timed it: each rank's step times (profiled, and timed without the
+    profiler) as JSON reads them, whatever the file's spacing; None when it times no step."""
+    ranks = metrics.get("ranks") if isinstance(metrics, Mapping) else None
+    if not isinstance(ranks, list):
+        return None
+    timed = [r for r in ranks if isinstance(r, Mapping) and (r.get("step_ms") or r.get("timed_step_ms"))]
+    if not timed:
+        return None
+    return tuple(sorted(json.dumps([r.get("rank"), r.get("step_ms"), r.get("timed_step_ms")]) for r in timed))
+
+
+def _recordings(folder: Path) -> dict[object, str]:
+    """What gives a trial's recording away, whatever its compression or spacing, by the file holding it: its step
+    times (metrics.json), and each rank's trace as decompressed."""
+    found: dict[object, str] = {}
+    if (steps := measured_steps(read_json(folder / METRICS_FILE))) is not None:
+        found[steps] = METRICS_FILE
+    for trace in sorted(folder.glob("rank*.json.gz")):
+        digest = hashlib.sha256()
+        with gzip.open(trace, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+        found[("trace", digest.hexdigest())] = trace.name
+    return found
+
+
+def recorded_again_problems(added: Mapping[str, Path], published: Mapping[str, Path]) -> list[str]:
+    """Every added trial folder that holds a published or another added trial's recording past
+    :func:`copied_problems`' byte check: a trace gzipped again (the same once decompressed), or a metrics.json
+    written again (every step of every rank timed the same, to the last digit: two runs never agree to the
+    microsecond). Folders by their dataset path."""
+    first: dict[object, str] = {}
+    problems = []
+    for name, folder in [*sorted(published.items()), *sorted(added.items())]:
+        for key, file in _recordings(folder).items():
+            original = first.setdefault(key, f"{name}/{file}")
+            if name in added and original != f"{name}/{file}":
+                same = "times every step of every rank as" if file == METRICS_FILE else "is, once decompressed, the trace"
+                problems.append(
+                    f"{shown(f'{name}/{file}')}: {same} {shown(original)}: the same recording (compressed or spaced "
+                    "again) adds no measurement, yet would be pooled as one; contribute only what was recorded"
+                )
     return problems

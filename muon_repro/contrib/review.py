@@ -8,7 +8,9 @@
    ``max_bytes`` (:mod:`muon_repro.contrib.limits`); then only the files that passed are downloaded,
    and ``MANIFEST.sha256`` must keep main's lines and add one per added file whose sha256 and size
    match the file as downloaded; no added path that main has meanwhile, and no added trace or metrics.json that is
-   a copy of a published or another added one (:func:`~muon_repro.contrib.pr_checks.copied_problems`);
+   a copy of a published or another added one (:func:`~muon_repro.contrib.pr_checks.copied_problems`; once main's
+   runs are downloaded, nor a trial whose step times are another's to the last digit:
+   :func:`~muon_repro.contrib.pr_checks.recorded_again_problems`);
 3. every added run verified as ``contribute`` does (:func:`muon_repro.contrib.run_check.check_run`),
    and filed where its own files say (environment.json's profile, config.json's group and name);
 4. per profile, main's runs of that profile (by their environment.json) analyzed again together
@@ -39,6 +41,7 @@ from muon_repro.contrib.pr_checks import (
     manifest_downloadable,
     manifest_problems,
     path_problems,
+    recorded_again_problems,
     size_problems,
     total_problems,
     tree_changes,
@@ -228,6 +231,8 @@ def _claims_after(
     remote.download(ctx.api, ctx.repo_id, paths, main_head, root)
     for folder in pr_folders:
         shutil.copytree(pr_root / folder, root / folder)
+    if copies := recorded_again_problems({f: root / f for f in pr_folders}, {f: root / f for f in main_folders}):
+        return None, [f"profile {profile}: {problem}" for problem in copies]
     analysis = analyze_paths([root / TRACES_ROOT], workers=workers)
     problems = [p.message.replace(f"{root}/", "") for p in (*analysis.failures, *analysis.incomplete)]
     if problems:
