@@ -331,3 +331,36 @@ def _help_of(command: str, option: str) -> str:
 def test_options_say_what_they_do_and_their_default(command, option, default):
     said = _help_of(command, option)
     assert f"(default: {default}" in said and len(said) > len(f"(default: {default})")
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["comparison", "--layout", "bucketed", "--precision", "bf16"], "--layout, --precision: the run-shape flags"),
+        (["comparison", "--dp", "4"], "--dp: the run-shape flags describe a custom run (CONFIG 'custom')"),
+        (["--protocol", "study", "--force"], "--protocol study records the study's own six runs at their own sizes"),
+        (
+            ["--protocol", "study-both", "--trials", "2", "--traced-trials", "2", "--layout", "bucketed"],
+            "--traced-trials, --layout",
+        ),
+    ],
+)
+def test_bench_refuses_flags_its_recording_would_ignore(tmp_path, capsys, launches, flags, said):
+    """`bench comparison --layout bucketed` recorded the registry's contiguous runs, saying nothing; --force and
+    --scale did nothing to the study's protocol."""
+    out = tmp_path / "out"
+    err = _refused(["bench", *flags, "--out", str(out), "--no-progress"], capsys)
+    assert said in err and ("would be ignored" in err or "a named configuration records its own shape" in err)
+    assert not out.exists() and launches == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "dropped"),
+    [
+        (["--pipeline-scale-out", "--layout", "bucketed", "--unprofiled"], "drop --layout, --unprofiled"),
+        (["--pipeline-scale-out", "--precision", "bf16", "--model-dtype", "bf16"], "drop --precision, --model-dtype"),
+        (["--validate", "traces", "--machine", "h100-8x-nvlink", "--pp", "2"], "drop --pp"),
+    ],
+)
+def test_predict_refuses_shape_flags_its_own_runs_would_ignore(capsys, flags, dropped):
+    assert dropped in _refused(["predict", *flags], capsys)

@@ -16,7 +16,7 @@ from muon_repro.bench.configs import (
     check_trials_limit,
     expand_config_names,
 )
-from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args
+from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args, run_shape_flags_given
 from muon_repro.hardware import add_profile_argument
 
 
@@ -115,6 +115,21 @@ def _record_protocol(args: argparse.Namespace) -> int:
 
     if args.configs:
         raise ValueError(f"--protocol {args.protocol} records the study's own six runs: name no CONFIG with it")
+    ignored = [
+        flag
+        for flag, given in (
+            ("--scale", args.scale != "cpu"),
+            ("--traced-trials", args.traced_trials != DEFAULT_TRACED_TRIALS),
+            ("--force", args.force),
+        )
+        if given
+    ]
+    if ignored := ignored + run_shape_flags_given(args):
+        raise ValueError(
+            f"--protocol {args.protocol} records the study's own six runs at their own sizes, every round traced, and "
+            f"skips complete ones: {', '.join(ignored)} would be ignored; drop them (to record a run again, remove its "
+            "folder)"
+        )
     protocols = PROTOCOLS if args.protocol == "study-both" else (args.protocol,)
     command = getattr(args, "command_line", None) or ["muon-repro", "bench", "--protocol", args.protocol]
     written = record_protocols(
@@ -140,9 +155,10 @@ def _configs(args: argparse.Namespace) -> list:
         if args.configs != [CUSTOM_GROUP]:
             raise ValueError(f"'{CUSTOM_GROUP}' records the one run the flags describe: name no other CONFIG with it")
         return [config_from_args(args)]
-    if args.optimizer is not None or args.dp is not None or args.tp is not None:
+    if given := run_shape_flags_given(args):  # a named configuration records its own shape: they would be ignored
         raise ValueError(
-            f"--optimizer, --dp, --tp and the other run-shape flags describe a custom run: use CONFIG '{CUSTOM_GROUP}'"
+            f"{', '.join(given)}: the run-shape flags describe a custom run (CONFIG '{CUSTOM_GROUP}'); a named "
+            "configuration records its own shape: drop them, or use CONFIG 'custom'"
         )
     return [resolve(key, args.scale) for key in expand_config_names(args.configs)]
 

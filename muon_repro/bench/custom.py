@@ -17,6 +17,7 @@ from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS
 
 CUSTOM_GROUP = "custom"
 DEFAULT_BASE_PRESET = "small"  # the unspecified fields of a shape given without --preset (vocabulary, sequence room)
+RUN_SHAPE_DEFAULTS = "run_shape_defaults"  # the parsed namespace's attribute: each run-shape flag and its default
 # --flag -> BenchConfig field, for the model shape
 SHAPE_FLAGS = {"hidden": "hidden", "layers": "n_layers", "heads": "n_heads", "ffn": "ffn_hidden", "vocab": "vocab_size"}
 
@@ -25,71 +26,74 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
     """The flags that say what one run trains and how it is laid out over DP x TP x PP ranks
     (``scale=False``: the parser has its own ``--scale``, as ``muon-repro bench`` does)."""
     group = parser.add_argument_group("run shape")
-    group.add_argument("--optimizer", choices=("muon", "adamw"), help="the optimizer (required)")
-    group.add_argument("--dp", type=int, help="data-parallel ranks (required)")
-    group.add_argument("--tp", type=int, help="tensor-parallel ranks (required)")
-    group.add_argument(
-        "--pp", type=int, default=1, help="pipeline stages, 1F1B over --micro-batches micro-batches (default: %(default)s)"
-    )
-    group.add_argument("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
-    group.add_argument(
-        "--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)"
-    )
-    group.add_argument("--layers", type=int, metavar="L", help="transformer blocks")
-    group.add_argument("--heads", type=int, metavar="A", help="attention heads")
-    group.add_argument(
-        "--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)"
-    )
-    group.add_argument(
-        "--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)"
-    )
-    group.add_argument("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks (required)")
-    group.add_argument("--seq-len", type=int, metavar="S", help="tokens per sequence (required)")
-    group.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="ZeRO-1 layout (default: %(default)s)")
-    group.add_argument(
-        "--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)"
-    )
-    group.add_argument("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
-    group.add_argument(
+    actions: list[argparse.Action] = []
+
+    def shape(*flags: str, **kwargs) -> None:
+        actions.append(group.add_argument(*flags, **kwargs))
+
+    shape("--optimizer", choices=("muon", "adamw"), help="the optimizer (required)")
+    shape("--dp", type=int, help="data-parallel ranks (required)")
+    shape("--tp", type=int, help="tensor-parallel ranks (required)")
+    shape("--pp", type=int, default=1, help="pipeline stages, 1F1B over --micro-batches micro-batches (default: %(default)s)")
+    shape("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
+    shape("--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)")
+    shape("--layers", type=int, metavar="L", help="transformer blocks")
+    shape("--heads", type=int, metavar="A", help="attention heads")
+    shape("--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)")
+    shape("--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)")
+    shape("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks (required)")
+    shape("--seq-len", type=int, metavar="S", help="tokens per sequence (required)")
+    shape("--layout", choices=LAYOUTS, default="contiguous", help="ZeRO-1 layout (default: %(default)s)")
+    shape("--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)")
+    shape("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")
+    shape(
         "--ns-unit-elems",
         type=int,
         metavar="N",
         help="Muon: at most N elements of full matrices per Newton-Schulz unit on a rank, bounding the step's transient "
         "memory at one gather per unit (default: the layout's own units; docs/method.md#newton-schulz-units)",
     )
-    group.add_argument(
+    shape(
         "--cross-entropy",
         choices=CROSS_ENTROPY_MODES,
         default="vocab_parallel",
         help="the loss from each TP rank's logits shard, or from all-gathered logits as runs recorded before the option "
         "(default: %(default)s; not part of the run's name)",
     )
-    group.add_argument(
+    shape(
         "--precision",
         choices=("fp32", "bf16"),
         default="fp32",
         help="fp32, or the forward and backward under bf16 autocast with fp32 weights and optimizer (default: %(default)s)",
     )
-    group.add_argument(
+    shape(
         "--micro-batches",
         type=int,
         default=1,
         metavar="M",
         help="gradient accumulation: forward+backward in M slices of each DP rank's batch (default: %(default)s)",
     )
-    group.add_argument(
+    shape(
         "--ns-method",
         choices=NS_METHODS,
         default="quintic",
         help="Newton-Schulz variant (docs/method.md#newton-schulz; default: %(default)s, Moonlight's)",
     )
     if scale:
-        group.add_argument(
+        shape(
             "--scale",
             choices=SCALES,
             default="cpu",
             help="the scale whose bucket size the bucketed layout takes (default: %(default)s)",
         )
+    # what each flag is when not given: a command that records or prices its own shapes refuses the ones given
+    parser.set_defaults(**{RUN_SHAPE_DEFAULTS: {a.dest: (a.option_strings[0], a.default) for a in actions}})
+
+
+def run_shape_flags_given(args: argparse.Namespace) -> list[str]:
+    """The run-shape flags given a value other than their default, as typed (``--layout``), in the parser's order."""
+    defaults = getattr(args, RUN_SHAPE_DEFAULTS, {})
+    return [flag for dest, (flag, default) in defaults.items() if getattr(args, dest, default) != default]
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:

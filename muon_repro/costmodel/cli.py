@@ -11,27 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from muon_repro.bench.custom import add_run_shape_arguments
+from muon_repro.bench.custom import add_run_shape_arguments, run_shape_flags_given
 from muon_repro.claims import LEVELS
 from muon_repro.hardware import PROFILE_FIELD, add_profile_argument, validate_profile_id
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
-# run-shape flags without a default (argparse dests): set only when a single run is predicted
-SHAPE_DESTS = (
-    "optimizer",
-    "dp",
-    "tp",
-    "preset",
-    "hidden",
-    "layers",
-    "heads",
-    "ffn",
-    "vocab",
-    "tokens_per_step",
-    "seq_len",
-    "bucket_elems",
-    "ns_unit_elems",
-)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -324,16 +308,13 @@ def _predict(args: argparse.Namespace) -> int:
         raise ValueError(f"--machine is required: a profile from muon-repro calibrate, or one of {', '.join(named_profiles())}")
     machine = resolve_profile(args.machine)
     if args.validate is not None:
-        given = [flag for flag in (*SHAPE_DESTS, "model_dtype") if getattr(args, flag) is not None]
-        if given:
-            raise ValueError(
-                f"--validate predicts the recorded runs' own shapes; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
-            )
+        if given := [*run_shape_flags_given(args), *(["--model-dtype"] if args.model_dtype is not None else [])]:
+            raise ValueError(f"--validate predicts the recorded runs' own shapes; drop {', '.join(given)}")
         return _validate(args, machine)
     if args.out is not None or args.as_calibrated:
         raise ValueError(
-            "--out and --as-calibrated go with --validate (the predictions table) or --pipeline-scale-out; a single "
-            "prediction prints (use --json)"
+            "--out goes with --validate (the predictions table) or --pipeline-scale-out, --as-calibrated with --validate; "
+            "a single prediction prints (use --json)"
         )
     from muon_repro.bench.custom import config_from_args
     from muon_repro.costmodel.pipeline import PipelinePrediction, format_pipeline
@@ -352,10 +333,14 @@ def _pipeline_scale_out(args: argparse.Namespace) -> int:
     from muon_repro.costmodel.records import write_csv
     from muon_repro.tables.files import check_out_folder
 
-    given = [flag for flag in SHAPE_DESTS if getattr(args, flag) is not None]
-    if given or args.validate is not None or args.as_calibrated:
-        flags = [*("--" + g.replace("_", "-") for g in given), *(["--validate"] if args.validate else [])]
-        raise ValueError(f"--pipeline-scale-out prices its own 7B runs; drop {', '.join(flags) or '--as-calibrated'}")
+    own = (
+        ("--unprofiled", args.unprofiled),
+        ("--model-dtype", args.model_dtype is not None),
+        ("--validate", args.validate is not None),
+        ("--as-calibrated", args.as_calibrated),
+    )
+    if given := [*run_shape_flags_given(args), *(flag for flag, on in own if on)]:
+        raise ValueError(f"--pipeline-scale-out prices its own 7B runs; drop {', '.join(given)}")
     if args.out is not None:
         check_out_folder(args.out, f"--out {args.out}")
     rows = pipeline_scale_out_rows(machine=resolve_profile(args.machine or PIPELINE_MACHINE))
