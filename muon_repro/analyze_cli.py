@@ -10,7 +10,7 @@ A file stands for itself: no folder around it is searched (one of the original s
 provenance file, stands for its folder's study runs, read together).
 ``--out`` holds only the tables and is replaced whole; it is checked before any trace is read.
 A trace past one of the reader's limits (``--max-trace-bytes``, ``--max-trace-events``,
-``--max-event-bytes``; docs/limits.md) is one of those files: its error names the limit.
+``--max-event-bytes``, ``--max-event-names``; docs/limits.md) is one of those files: its error names the limit.
 Exit status: 0 when every trace was analyzed and every run folder was complete, 1 otherwise
 (the others' results are still printed and written), 2 for a bad option or ``--out``.
 """
@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(one of the original study's traces stands for the study runs of its own folder)."
         ),
         epilog=(
-            "A trace past one of the reader's limits (--max-trace-bytes, --max-trace-events, --max-event-bytes; "
+            "A trace past one of the reader's limits (--max-trace-bytes, --max-trace-events, --max-event-bytes, "
+            "--max-event-names; "
             "docs/limits.md) is reported like an unreadable file, its error naming the limit. "
             "Exit status: 0 when every trace was analyzed and every run folder was complete; 1 otherwise (the "
             "others' results are still printed and written); 2 for a bad option or --out."

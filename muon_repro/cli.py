@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 
 INTERRUPTED_EXIT = 130  # what a shell reports for a process stopped by Ctrl-C (128 + SIGINT)
 # What a command that says nothing of its own about Ctrl-C has left: every result file of this package is
@@ -38,12 +39,38 @@ COMMANDS: dict[str, str] = {  # command -> the module that registers it, in the 
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
+class WholeWordsFormatter(argparse.HelpFormatter):
+    """argparse's help, its lines broken at spaces only: argparse breaks after a hyphen, and a reader copying
+    ``muon-`` / ``repro analyze`` or ``8xH100-nvlink-`` / ``nccl`` off two lines gets a name that does not exist."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+
+
+class Parser(argparse.ArgumentParser):
+    """The command line's parsers (every subcommand's too: ``add_subparsers`` makes its own kind), with
+    :class:`WholeWordsFormatter` help."""
+
+    def __init__(self, *args, formatter_class: type[argparse.HelpFormatter] = WholeWordsFormatter, **kwargs) -> None:
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser: every command's, or only the module of ``command`` when it names one (so that
     running a command imports what it needs, not what every other command's options need)."""
     from muon_repro import __version__
 
-    parser = argparse.ArgumentParser(prog="muon-repro", description=__doc__)
+    parser = Parser(prog="muon-repro", description=__doc__)
     parser.add_argument("--version", action="version", version=f"muon-repro {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES:

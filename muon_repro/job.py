@@ -27,6 +27,7 @@ from muon_repro import stages
 from muon_repro.bench.configs import DEFAULT_TRACED_TRIALS, DEFAULT_TRIALS, MAX_TRIALS, SCALES, check_trials_limit
 from muon_repro.dataset.citation import CFF_NAME
 from muon_repro.dataset.croissant import CROISSANT_NAME
+from muon_repro.dataset.meta import AUTHOR_HELP, DATE_HELP
 from muon_repro.hardware import add_profile_argument
 from muon_repro.report.escape import shell_word
 from muon_repro.study.sources import STUDY_PROFILE
@@ -210,8 +211,8 @@ def _sources(plan: RunPlan):
 
 def _meta(plan: RunPlan):
     """What the card, CITATION.cff, croissant.json and the report cite: by default the project's repository, this
-    version, the day of the newest run and the authors (``--author``, else the checked-in list: never the machine's
-    git); ``--repo-id``, ``--version``, ``--date``, ``--pretty-name``, ``--license``, ``--code-url`` for another
+    version, the day of the newest run (or ``SOURCE_DATE_EPOCH``'s) and the authors (``--author``, else the checked-in
+    list); ``--repo-id``, ``--version``, ``--date``, ``--pretty-name``, ``--license``, ``--code-url`` for another
     dataset (a download of one rebuilds as itself: its card's recipe gives them; without ``--author``, another
     repository's authors are :func:`~muon_repro.dataset.meta.resolve_authors`', git's user name among them)."""
     from muon_repro.dataset.citation import report_meta
@@ -315,7 +316,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     recording = p.add_argument_group("recording (the bench stage only: refused with --from a later stage, which records nothing)")
     recording.add_argument(
-        "--scale", choices=SCALES, default=None, help="model and batch size (default: cpu: 2-core laptop, gloo)"
+        "--scale",
+        choices=SCALES,
+        default=None,
+        help="model and batch size (default: cpu, sized for a 2-core laptop; the backend is --backend's)",
     )
     p.add_argument(
         "--out", type=Path, default=Path("."), help="artifact root: traces/, metrics/, figures/, report/... (default: .)"
@@ -361,13 +365,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="an author the card, CITATION.cff, croissant.json and the report cite; repeat for more "
-        "(default: the project's checked-in list, never the machine's git config)",
+        help=AUTHOR_HELP.replace("an author (person or team)", "an author the card, CITATION.cff and the report cite"),
     )
     cite = p.add_argument_group("the dataset the card, CITATION.cff and the report cite (default: the project's)")
     cite.add_argument("--repo-id", default=None, metavar="ORG/NAME", help="its repository on the Hub")
     cite.add_argument("--version", default=None, help="its version X.Y.Z (default: this package's)")
-    cite.add_argument("--date", default=None, help="its release date YYYY-MM-DD (default: the day of the newest run)")
+    cite.add_argument("--date", default=None, help=DATE_HELP)
     cite.add_argument("--pretty-name", default=None, help="its title")
     cite.add_argument("--license", default=None, help="its SPDX license id (default: MIT)")
     cite.add_argument("--code-url", default=None, help="where its muon_repro source lives, if public")

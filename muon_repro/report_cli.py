@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muon_repro.dataset.meta import AUTHOR_HELP, DATE_HELP
 from muon_repro.tables.files import check_apart, check_out_folder
 
 
@@ -62,12 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cite = r.add_argument_group('what its "How to cite" says (the dataset\'s card and CITATION.cff say the same)')
     cite.add_argument("--repo-id", default=None, metavar="ORG/NAME", help="the dataset repository (default: the project's)")
     cite.add_argument("--version", default=None, help="the dataset version X.Y.Z (default: this package's)")
-    cite.add_argument("--date", default=None, help="release date YYYY-MM-DD (default: the day of the newest run)")
+    cite.add_argument("--date", default=None, help=DATE_HELP)
     cite.add_argument(
         "--author",
         action="append",
         default=None,
-        help="an author (person or team); repeat for more (default: the project's checked-in list, see docs/publishing.md)",
+        metavar="NAME",
+        help=AUTHOR_HELP,
     )
     cite.add_argument("--pretty-name", default=None, help="the dataset's title")
     r.set_defaults(func=run_report)

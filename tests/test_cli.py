@@ -180,3 +180,23 @@ def test_a_misspelled_option_is_said_by_its_command_with_the_close_names(capsys)
     assert err.rstrip().endswith("muon-repro run: error: unrecognized argument(s) --trails 2: --trails: did you mean --trials?")
     assert main(["analyze", "traces", "--bogus"]) == 2
     assert "`muon-repro analyze --help` lists what it takes" in capsys.readouterr().err
+
+
+def test_help_breaks_lines_at_spaces_only(capsys):
+    """argparse broke 'muon-' / 'repro/distributed-muon-traces' over two lines: a name copied off them does not exist."""
+    from muon_repro.dataset.naming import DEFAULT_REPO_ID
+
+    with pytest.raises(SystemExit):
+        main(["bundle", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(DEFAULT_REPO_ID in line for line in lines)
+    assert not any(line.rstrip().endswith("-") and not line.rstrip().endswith(" -") for line in lines), lines
+
+
+def test_every_command_dates_a_dataset_alike(tmp_path, monkeypatch):
+    """bundle took SOURCE_DATE_EPOCH's day and run and report the newest run's: one data set, two dates."""
+    from muon_repro.dataset.citation import report_meta
+    from muon_repro.dataset.meta import dataset_date
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01
+    assert dataset_date(tmp_path) == report_meta(tmp_path).date == "2026-01-01"

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         choices=(4, 1),
         default=4,
-        help="with --protocol study: its 4 ranks at DP2·TP2 (default), or 1 rank (DP1·TP1: no collective, so that on a "
+        help="with a study --protocol: its 4 ranks at DP2·TP2 (default), or 1 rank (DP1·TP1: no collective, so that on a "
         "GPU the optimizer scope can be set against its kernels alone; filed under study_protocol_1rank)",
     )
     p.add_argument("--list", action="store_true", help="list the named configurations and exit")

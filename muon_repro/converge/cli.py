@@ -91,7 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds",
         type=int,
         default=REFERENCE_SEEDS,
-        help="seeds of each optimizer's best learning rate, the sweep's seed 0 included (default: %(default)s)",
+        help="seeds 0 to N-1 of each optimizer at its best learning rate, each --steps long (the sweep's seed-0 run "
+        "is one of them only where --sweep-steps equals --steps; default: %(default)s)",
     )
     p.add_argument("--steps", type=int, default=d.steps, help="steps of the best learning rates' runs (default: %(default)s)")
     p.add_argument(
@@ -105,8 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_floats,
         default=(),
         help=(
-            "train AdamW's seeds again for these multiples of --steps (e.g. 2,3; each its own schedule), so that the "
-            "tokens AdamW needs to reach Muon's final test loss are measured, not a lower bound (default: none)"
+            "train AdamW again for these multiples of --steps (e.g. 2,3; each its own schedule): its learning-rate "
+            "sweep at that length, then its seeds at the best, so that the tokens AdamW needs to reach Muon's final "
+            "test loss are measured, not a lower bound (default: none)"
         ),
     )
     p.add_argument(

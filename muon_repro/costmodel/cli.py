@@ -50,7 +50,9 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="torch threads per rank (default: the bench's, cpu_count // ranks, at least 1)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions: seconds instead of a minute")
     p.add_argument(
-        "--tables", type=Path, help="folder for calibration.parquet and .csv (default: beside --out, as <name>.calibration.*)"
+        "--tables",
+        type=Path,
+        help="folder for calibration.parquet and .csv (default: beside --out, as <--out's stem>.calibration.*)",
     )
     add_profile_argument(p, "hardware profile the calibration table's rows name (its profile column)")
     p.set_defaults(func=_calibrate)

@@ -23,6 +23,7 @@ from muon_repro.dataset.meta import (
     DEFAULT_PRETTY_NAME,
     PAPER,
     BundleMeta,
+    dataset_date,
     project_authors,
     release_date,
     resolve_authors,
@@ -140,7 +141,7 @@ def report_meta(
     return BundleMeta(
         repo_id=repo_id,
         version=version,
-        date=date or release_date(metrics),
+        date=date or dataset_date(metrics),
         authors=resolve_authors(authors, repo_id=repo_id),
         pretty_name=pretty_name,
         license=license,

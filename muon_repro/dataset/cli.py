@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -11,11 +10,12 @@ from pathlib import Path
 from muon_repro import __version__
 from muon_repro.dataset.bundle import DEFAULT_OUT, Sources
 from muon_repro.dataset.meta import (
+    AUTHOR_HELP,
+    DATE_HELP,
     DEFAULT_LICENSE,
     DEFAULT_PRETTY_NAME,
     BundleMeta,
-    default_date,
-    release_date,
+    dataset_date,
     resolve_authors,
 )
 from muon_repro.dataset.naming import DEFAULT_REPO_ID
@@ -51,8 +51,7 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--date",
         default=None,
-        help="release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH, else the day of the newest run in --metrics, as "
-        "muon-repro run dates it, so the same data always gets the same date)",
+        help=DATE_HELP,
     )
     group.add_argument("--license", default=DEFAULT_LICENSE, help="SPDX id (default: %(default)s)")
     group.add_argument(
@@ -60,8 +59,7 @@ def _add_meta(p: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="an author (person or team); repeat for more (default: for the project's repository its checked-in list, "
-        "for another git config user.name, else that list; see docs/publishing.md)",
+        help=AUTHOR_HELP,
     )
     group.add_argument("--pretty-name", default=DEFAULT_PRETTY_NAME, help="the dataset's title")
     group.add_argument("--code-url", default=None, help="public URL of the muon_repro source, for the regeneration steps")
@@ -83,7 +81,7 @@ def _meta(args: argparse.Namespace, sources: Sources) -> BundleMeta:
     return BundleMeta(
         repo_id=args.repo_id,
         version=args.version,
-        date=args.date or (default_date() if os.environ.get("SOURCE_DATE_EPOCH") else release_date(sources.metrics)),
+        date=args.date or dataset_date(sources.metrics),
         license=args.license,
         pretty_name=args.pretty_name,
         code_url=args.code_url,

@@ -108,6 +108,22 @@ def resolve_authors(given: Sequence[str] | None = None, *, repo_id: str = DEFAUL
     return project_authors()
 
 
+def dataset_date(metrics: str | Path) -> str:
+    """The date a dataset built from ``metrics`` cites when none is given: ``SOURCE_DATE_EPOCH``'s day where it is set
+    (reproducible builds), else :func:`release_date`. Every command that cites one (run, report, bundle, card) uses it."""
+    return default_date() if os.environ.get("SOURCE_DATE_EPOCH", "").strip() else release_date(metrics)
+
+
+DATE_HELP = (
+    "release date YYYY-MM-DD (default: $SOURCE_DATE_EPOCH's day if set, else the day of the newest run in the tables, "
+    "so the same data always gets the same date; today if no run says)"
+)
+AUTHOR_HELP = (
+    "an author (person or team); repeat for more (default: for the project's repository its checked-in list, for "
+    "another git config user.name, else that list; see docs/publishing.md)"
+)
+
+
 def release_date(metrics: str | Path) -> str:
     """The day the newest run was recorded (runs.recorded_at, YYYY-MM-DD), so the card, the report's citation
     and the manifest follow from the data; today (local) if no run says."""

@@ -39,7 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how ZeRO-1 lays the optimizer's state out over the DP ranks (default: %(default)s)",
     )
     p.add_argument(
-        "--bucket-elems", type=int, default=None, help="bucket size for --layout bucketed (default: a quarter of the model)"
+        "--bucket-elems",
+        type=int,
+        default=None,
+        help="bucket size for --layout bucketed (default: a quarter of the model, at least 1,024 elements)",
     )
     p.add_argument("--steps", type=int, default=5, help="training steps compared, one by one (default: %(default)s)")
     p.add_argument(
