@@ -321,3 +321,26 @@ def test_the_step_bar_is_drawn_on_a_terminal_only(monkeypatch):
     finally:
         bar.close()
     assert runner._progress(cfg, False) is None
+
+
+def test_the_console_reads_a_trial_as_the_tables_do():
+    """The closing table printed rank 0's medians (and its warm-up loss as 'profiled'), which no table states: each
+    trial is now read as the timed_steps table reads it, the slowest rank per step and the mean over ranks."""
+    import pandas as pd
+
+    from muon_repro.bench.sweep import Recording, _summary, format_results
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = repo / "traces" / "cpu-2c-gloo" / "comparison" / "muon_dp2_tp2" / "trial0"
+    cfg = resolve("comparison/muon_dp2_tp2", "cpu")
+    result = _summary(Recording(cfg, 0, 1, folder), "skipped")
+    timed = pd.read_parquet(repo / "metrics" / "timed_steps.parquet")
+    mine = timed[(timed["run"] == "cpu-2c-gloo/comparison/muon_dp2_tp2") & (timed["trial"] == 0)]
+    per_step = mine.groupby("step").agg(step_ms=("step_ms", "max"), optimizer_ms=("optimizer_ms", "mean"))
+    assert result.timed_step_ms == pytest.approx(per_step["step_ms"].median(), rel=1e-9)
+    losses = pd.read_parquet(repo / "metrics" / "losses.parquet")
+    of_trial = losses[(losses["run"] == "cpu-2c-gloo/comparison/muon_dp2_tp2") & (losses["trial"] == 0)]
+    mean = of_trial.groupby("step")["loss"].mean()
+    assert (result.loss_first, result.loss_last) == pytest.approx((mean.iloc[0], mean.iloc[-1]), rel=1e-9)
+    table = format_results([result])
+    assert "slowest rank" in table and f"{result.timed_step_ms:.1f}" in table

@@ -29,6 +29,7 @@ once with the first one's PID instead of sharing its ``.partial`` folders.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -84,11 +85,12 @@ class RunResult:
     trial: int
     run_dir: Path
     status: str  # "recorded" | "skipped"
-    train_s: float | None = None  # rank 0's summed step times, every step
-    step_ms: float | None = None  # median over recorded steps, rank 0
-    optimizer_ms: float | None = None
-    timed_step_ms: float | None = None  # median over the steps timed without the profiler, rank 0
-    loss_first: float | None = None
+    # as the runs table reads a trial (RunDir.recorded_steps, timed_steps): medians over its steps of the slowest
+    # rank's step and of the ranks' mean optimizer step
+    step_ms: float | None = None  # the profiled steps
+    optimizer_ms: float | None = None  # the profiled steps
+    timed_step_ms: float | None = None  # the steps timed without the profiler
+    loss_first: float | None = None  # the ranks' mean loss, first and last step run under the profiler
     loss_last: float | None = None
 
 
@@ -176,19 +178,17 @@ def _reuse_problem(complete: list[Recording], backend: str) -> str | None:
 
 def _summary(rec: Recording, status: str) -> RunResult:
     result = RunResult(rec.cfg.key, rec.trial, rec.final, status)
-    ranks = RunDir(rec.final).ranks
-    if not ranks:
-        return result
-    rank0 = ranks[0]
-    if rank0.timed_step_ms:
-        result.timed_step_ms = statistics.median(rank0.timed_step_ms)
-    recorded = slice(rec.cfg.wait + rec.cfg.warmup, None)  # the profiled steps
-    if None in rank0.step_ms[recorded] + rank0.optimizer_ms[recorded] or not rank0.loss:
-        return result
-    result.train_s = sum(rank0.step_ms) / 1000.0
-    result.step_ms = statistics.median(rank0.step_ms[recorded])
-    result.optimizer_ms = statistics.median(rank0.optimizer_ms[recorded])
-    result.loss_first, result.loss_last = rank0.loss[0], rank0.loss[-1]
+    run = RunDir(rec.final)
+    if timed := run.timed_steps():
+        result.timed_step_ms = statistics.median(step for step, _ in timed)
+    if recorded := run.recorded_steps():
+        result.step_ms = statistics.median(step for step, _ in recorded)
+        result.optimizer_ms = statistics.median(optimizer for _, optimizer in recorded)
+    # the loss of a pipeline stage without the head is NaN (Training.share_losses fills it in): the mean of the others
+    losses = [[v for v in step if v is not None and math.isfinite(v)] for step in zip(*(r.loss for r in run.ranks if r.loss))]
+    losses = [math.fsum(step) / len(step) for step in losses if step]
+    if losses:
+        result.loss_first, result.loss_last = losses[0], losses[-1]
     return result
 
 
@@ -406,22 +406,23 @@ def _finalize(rec: Recording) -> None:
 
 
 def format_results(results: list[RunResult]) -> str:
-    """The recorded trials as a terminal table: status, training time, step (timed without the profiler,
-    and profiled) and optimizer time, the loss at the first and last profiled step (after the timed ones: the
-    losses the traces hold, not the training's start); '-' where a trial has none (a timed-only trial)."""
+    """The recorded trials as a terminal table, each trial read as the runs table reads it: the medians over its steps
+    of the slowest rank's step (timed without the profiler, and profiled) and of the ranks' mean optimizer step, and
+    the ranks' mean loss at the first and last step run under the profiler (after the timed ones, which record no
+    loss); '-' where a trial has none (a timed-only trial). The profiled times are the recorder's clock: the
+    tables read the traces' step spans, a little apart."""
 
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     lines = [
-        f"{'config':<42} {'trial':>5} {'status':<8} {'train s':>7} {'timed ms':>8} {'step ms':>8} {'optim ms':>8}  "
-        "loss, profiled steps: first -> last"
+        "medians over each trial's steps: the slowest rank's step, the ranks' mean optimizer step and loss",
+        f"{'config':<42} {'trial':>5} {'status':<8} {'timed ms':>8} {'step ms':>8} {'optim ms':>8}  "
+        "loss under the profiler: first -> last",
     ]
     for r in results:
         loss = "-" if r.loss_first is None else f"{r.loss_first:.3f} -> {r.loss_last:.3f}"
-        train = "-" if r.train_s is None else f"{r.train_s:.1f}"
         lines.append(
-            f"{r.key:<42} {r.trial:>5} {r.status:<8} {train:>7} {ms(r.timed_step_ms):>8} {ms(r.step_ms):>8} "
-            f"{ms(r.optimizer_ms):>8}  {loss}"
+            f"{r.key:<42} {r.trial:>5} {r.status:<8} {ms(r.timed_step_ms):>8} {ms(r.step_ms):>8} {ms(r.optimizer_ms):>8}  {loss}"
         )
     return "\n".join(lines)

@@ -62,7 +62,13 @@ _CONFIG_COLUMNS = columns_of(
     ("micro_batches", "Int64", "count", "forward+backward passes per step (gradient accumulation); 1: the whole batch"),
     ("batch_per_dp", "Int64", "sequences", "sequences per step on each DP rank"),
     ("seq_len", "Int64", "tokens", "tokens per sequence"),
-    ("train_steps", "Int64", "count", "training steps run (profiled or not)"),
+    (
+        "train_steps",
+        "Int64",
+        "count",
+        "training steps run under the profiler (its warm-up steps and the profiled ones), after the timed_warmup + "
+        "timed_steps steps run without it",
+    ),
     ("lr", "Float64", "", "learning rate"),
     ("weight_decay", "Float64", "", "decoupled weight decay"),
     ("ns_dtype", "string", "", "Newton-Schulz dtype; null: the optimizer's default (fp32 on CPU, bf16 on GPU)"),
