@@ -32,6 +32,7 @@ from muon_repro.hardware import add_profile_argument
 from muon_repro.report.escape import shell_word
 from muon_repro.study.sources import STUDY_PROFILE
 from muon_repro.tables.files import check_out_folder, write_atomic
+from muon_repro.terminal import after_a_bar
 from muon_repro.values import is_count
 
 STAGES = ("bench", "analyze", "figures", "report", "card", "bundle")
@@ -421,7 +422,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         seconds = run_job(plan)
     except BenchInterrupted as exc:  # says which trials were dropped and which kept
-        print(f"muon-repro run: {exc}", file=sys.stderr)
+        print(after_a_bar(f"muon-repro run: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(

@@ -95,6 +95,12 @@ def redact(text: str) -> str:
     return _SECRET.sub("[redacted]", text)
 
 
+def after_a_bar(message: str) -> str:
+    """``message`` on a line of its own where a recorder's step bar may be on the terminal (stdout a terminal): a
+    worker stopped by Ctrl-C leaves its bar without ending the line."""
+    return f"\n{message}" if sys.stdout.isatty() else message
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's first line (its type when it says nothing), credentials redacted: what a one-line error
     message quotes of a failed request."""

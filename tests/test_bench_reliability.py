@@ -63,7 +63,7 @@ def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_pat
     _wait_for(lambda: list(tmp_path.glob("*/*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
-    assert "interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1" in err
+    assert "interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)" in err
     assert "Traceback" not in err and "SignalException" not in err and "Closing process" not in err, err
     assert not list(tmp_path.rglob(".*.partial")) and not list(tmp_path.rglob("trial*"))
     assert not list(tmp_path.rglob(LOCK_NAME))
@@ -76,8 +76,8 @@ def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     _wait_for(lambda: (tmp_path / RUN / ".trial1.partial").is_dir(), "trial 2 starting", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
-    assert "nothing kept for comparison/adamw_dp2_tp2 trial 2/2" in err
-    assert "kept the 1 trial(s) completed before: comparison/adamw_dp2_tp2 trial 1/2" in err
+    assert "nothing kept for comparison/adamw_dp2_tp2/trial1 (2 of 2)" in err
+    assert "kept the 1 trial(s) completed before: comparison/adamw_dp2_tp2/trial0 (1 of 2)" in err
     assert (tmp_path / RUN / "trial0" / "metrics.json").is_file() and not (tmp_path / RUN / "trial1").exists()
     assert not list(tmp_path.rglob(".*.partial")) and "Traceback" not in err
     assert seconds < 15, f"took {seconds:.1f} s to exit"
@@ -175,14 +175,14 @@ def test_equivalence_tp_that_does_not_divide_the_model_is_refused_before_launchi
     [
         (KeyboardInterrupt(), 130, "muon-repro run: interrupted; every stage writes atomically"),
         (
-            BenchInterrupted("interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1", signal.SIGINT),
+            BenchInterrupted("interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)", signal.SIGINT),
             130,
-            "muon-repro run: interrupted, nothing kept for comparison/adamw_dp2_tp2 trial 1/1",
+            "muon-repro run: interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)",
         ),
         (
-            BenchError("comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom"),
+            BenchError("comparison/adamw_dp2_tp2/trial0 (1 of 1): rank 1 failed: boom"),
             1,
-            "muon-repro run: error: comparison/adamw_dp2_tp2 trial 1/1: rank 1 failed: boom",
+            "muon-repro run: error: comparison/adamw_dp2_tp2/trial0 (1 of 1): rank 1 failed: boom",
         ),
     ],
 )
@@ -196,3 +196,13 @@ def test_run_reports_an_interrupted_or_failed_stage_without_a_traceback(raised, 
     monkeypatch.setattr(job, "run_job", stopped)
     assert main(["run", "--out", str(tmp_path)]) == code
     assert capsys.readouterr().err.startswith(said)
+
+
+def test_an_interruption_is_said_on_a_line_of_its_own_after_a_bar(monkeypatch):
+    """A worker stopped by Ctrl-C leaves its step bar without ending the line: the message was glued to it."""
+    from muon_repro.terminal import after_a_bar
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert after_a_bar("muon-repro run: interrupted") == "\nmuon-repro run: interrupted"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # no bar is drawn into a file
+    assert after_a_bar("muon-repro run: interrupted") == "muon-repro run: interrupted"

@@ -71,7 +71,7 @@ def test_a_trial_recorded_at_another_scale_is_refused_naming_the_fields(tmp_path
         sweep.record_local([resolve(KEY, "tiny")], tmp_path, "gloo", trials=1, progress=False, profile=PROFILE)
     message = str(refused.value)
     assert message.startswith("1 complete trial(s) were recorded with other settings than this sweep asks for")
-    assert f"{KEY} trial 1/1 (scale: recorded 'cpu', asked 'tiny'; preset: recorded 'small', asked 'tiny'" in message
+    assert f"{KEY}/trial0 (1 of 1) (scale: recorded 'cpu', asked 'tiny'; preset: recorded 'small', asked 'tiny'" in message
     assert "tokens_per_step: recorded 1024, asked 128" in message and "--force" in message
     assert launches == []  # refused before anything was recorded
 
@@ -83,7 +83,7 @@ def test_the_same_trial_is_skipped_and_force_records_it_again(tmp_path, launches
     assert result.status == "skipped" and launches == []
     _complete_trial(tmp_path / "other", resolve(KEY, "cpu"))
     (result,) = sweep.record_local([cfg], tmp_path / "other", "gloo", trials=1, force=True, progress=False, profile=PROFILE)
-    assert result.status == "recorded" and launches == [[f"{KEY} trial 1/1"]]
+    assert result.status == "recorded" and launches == [[f"{KEY}/trial0 (1 of 1)"]]
 
 
 def test_backend_unknown_fields_and_fields_older_files_lack_are_compared(tmp_path):

@@ -18,6 +18,7 @@ from muon_repro.bench.configs import (
 )
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args, run_shape_flags_given
 from muon_repro.hardware import add_profile_argument
+from muon_repro.terminal import after_a_bar
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -192,7 +193,7 @@ def _record(args: argparse.Namespace) -> int:
                 print(f"muon-repro bench: not recorded here:\n{placement.refusals()}", file=sys.stderr)
             results = record_local(placement.runnable, args.out, placement.backend, progress=not args.no_progress, **sweep)
     except BenchInterrupted as exc:
-        print(f"muon-repro bench: {exc}", file=sys.stderr)
+        print(after_a_bar(f"muon-repro bench: {exc}"), file=sys.stderr)
         return exc.exit_code
     except BenchError as exc:
         print(f"muon-repro bench: error: {exc}", file=sys.stderr)

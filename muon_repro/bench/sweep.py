@@ -53,7 +53,7 @@ from muon_repro.bench.run_lock import LOCK_NAME, _lock_run_dir, locked_run_dirs 
 from muon_repro.bench.runner import run_rank
 from muon_repro.bench.trial_check import config_readable, damage_refusal, trial_problems
 from muon_repro.hardware import validate_profile_id
-from muon_repro.rundir import LOG_FILE, RunDir, missing_files, partial_dir, trial_dir
+from muon_repro.rundir import LOG_FILE, TRIAL_PREFIX, RunDir, missing_files, partial_dir, trial_dir
 from muon_repro.tables import files
 from muon_repro.values import is_count
 
@@ -76,7 +76,9 @@ class Recording:
 
     @property
     def label(self) -> str:
-        return f"{self.cfg.key} trial {self.trial + 1}/{self.trials}" + (" (timed only)" if self.cfg.timed_only else "")
+        # the folder's own name (trial<k>, from 0), and where it stands among the rounds asked for
+        where = f"{self.cfg.key}/{TRIAL_PREFIX}{self.trial} ({self.trial + 1} of {self.trials})"
+        return where + (" (timed only)" if self.cfg.timed_only else "")
 
 
 @dataclass
