@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--max-event-names; "
             "docs/limits.md) is reported like an unreadable file, its error naming the limit. "
             "Exit status: 0 when every trace was analyzed and every run folder was complete; 1 otherwise (the "
-            "others' results are still printed and written); 2 for a bad option or --out."
+            "others' results are still printed and written); 2 for a bad option or --out. A run with fewer trials "
+            "than its sweep asked for (an interrupted sweep) is noted, its trials used."
         ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace file (.json / .json.gz), run directory, or a tree of them")
@@ -169,6 +170,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"muon-repro analyze: error: {failure.message}", file=sys.stderr)
     for incomplete in analysis.incomplete:
         print(f"muon-repro analyze: warning: {incomplete.message}", file=sys.stderr)
+    for note in analysis.notes:
+        print(f"muon-repro analyze: note: {note}", file=sys.stderr)
     if nothing:
         print("muon-repro analyze: no trace could be analyzed and no record found; nothing written", file=sys.stderr)
         return 1

@@ -98,6 +98,8 @@ def analyze(
     problems = [*analysis.failures, *analysis.incomplete]
     if problems:
         raise StageError("; ".join(f.message for f in problems))
+    for note in analysis.notes:  # a sweep cut short: its complete trials are used
+        print(f"note: {note}", file=sys.stderr)
     if not analysis.runs and not analysis.has_records:
         raise StageError(f"no trace or record found under {', '.join(str(p) for p in paths)}")
     tables = tables_of(analysis)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -188,6 +189,23 @@ def test_the_cli_warns_and_exits_1_for_an_incomplete_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"muon-repro analyze: warning: {muon}: rank 1 of 2 has no trace (rank1.json.gz missing)" in err
     assert (tmp_path / "metrics" / "runs.parquet").is_file()  # what could be analyzed is still written
+
+
+def test_a_run_with_fewer_trials_than_its_sweep_asked_for_is_noted_not_failed(tmp_path, capsys):
+    """An interrupted sweep left complete trials that read like a finished run: analyze said nothing and exited 0."""
+    muon, _ = write_pair(tmp_path / "traces")
+    for trial in (muon, muon.parent / "trial2"):  # trial1 of 3 never recorded
+        if trial != muon:
+            shutil.copytree(muon, trial)
+        config = json.loads((trial / "config.json").read_text())
+        (trial / "config.json").write_text(json.dumps(config | {"trial": int(trial.name[5:]), "trials": 3}))
+    argv = ["analyze", str(tmp_path / "traces"), "--out", str(tmp_path / "metrics"), "--workers", "1"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    said = "/g/muon_dp2_tp1 has 2 of the 3 rounds its sweep asked for (config.json trials; missing trial1)"
+    assert "muon-repro analyze: note: run " in err and said in err and "adamw" not in err
+    assert main(["analyze", str(muon), "--out", str(tmp_path / "one"), "--workers", "1"]) == 0  # a trial chosen by hand
+    assert "note:" not in capsys.readouterr().err
 
 
 def test_the_analyze_stage_refuses_an_incomplete_run(tmp_path):

@@ -37,7 +37,7 @@ from muon_repro.analysis.discover import (
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
-from muon_repro.rundir import RunDir, SideFileError, trace_name, trial_of
+from muon_repro.rundir import TRIAL_PREFIX, RunDir, SideFileError, trace_name, trial_of
 from muon_repro.values import counted
 
 SMALL_TOTAL_BYTES = 16 * 2**20  # below this, worker start-up costs more than it saves
@@ -81,6 +81,8 @@ class Analysis:
     incomplete: list[TraceFailure] = field(default_factory=list)
     # what was analyzed: the cost model's and convergence records are found under them
     paths: list[Path] = field(default_factory=list)
+    # runs holding fewer trials than their sweep asked for (a sweep cut short): said, not failed; their trials count
+    notes: list[str] = field(default_factory=list)
 
     @property
     def has_records(self) -> bool:
@@ -146,7 +148,32 @@ def analyze_paths(
         _add_folder(analysis, infos[directory], items, files)
     _add_timed_only(analysis)
     _leave_out_other_configurations(analysis)
+    analysis.notes = _short_runs(analysis)
     return analysis
+
+
+def _short_runs(analysis: Analysis) -> list[str]:
+    """A note for each run whose folder holds fewer trials than its sweep asked for (config.json ``trials``): a sweep
+    interrupted, or a trial removed, leaves complete trials that the tables use, and fewer rounds than were meant.
+    Not said of trials the paths name one by one (chosen by hand)."""
+    trials: dict[str, dict[int, RunInfo]] = {}
+    for info in [*(info for info, _ in analysis.runs if info.has_config), *analysis.timed_only, *analysis.timed_runs]:
+        trials.setdefault(info.key, {})[info.trial] = info
+    analyzed = [p.resolve() for p in analysis.paths]
+    notes = []
+    for key, by_trial in sorted(trials.items()):
+        asked = max(info.config.trials or 0 for info in by_trial.values())
+        folder = next(iter(by_trial.values())).path.parent.resolve()
+        if len(by_trial) >= asked or not any(p == folder or p in folder.parents for p in analyzed):
+            continue
+        missing = sorted(set(range(asked)) - set(by_trial))
+        listed = ", ".join(f"{TRIAL_PREFIX}{k}" for k in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        notes.append(
+            f"run {key} has {len(by_trial)} of the {asked} rounds its sweep asked for (config.json trials; missing "
+            f"{listed}): a sweep cut short? The tables use the {len(by_trial)} here; the same bench command records the "
+            "rest"
+        )
+    return notes
 
 
 def _leave_out_other_configurations(analysis: Analysis) -> None:
