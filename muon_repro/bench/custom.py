@@ -25,15 +25,17 @@ SHAPE_FLAGS = {"hidden": "hidden", "layers": "n_layers", "heads": "n_heads", "ff
 def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = True) -> None:
     """The flags that say what one run trains and how it is laid out over DP x TP x PP ranks
     (``scale=False``: the parser has its own ``--scale``, as ``muon-repro bench`` does)."""
-    group = parser.add_argument_group("run shape")
+    group = parser.add_argument_group(
+        "run shape", "one run's shape (bench's CONFIG custom, or predict's single run): * marks the flags it needs"
+    )
     actions: list[argparse.Action] = []
 
     def shape(*flags: str, **kwargs) -> None:
         actions.append(group.add_argument(*flags, **kwargs))
 
-    shape("--optimizer", choices=("muon", "adamw"), help="the optimizer (required)")
-    shape("--dp", type=int, help="data-parallel ranks (required)")
-    shape("--tp", type=int, help="tensor-parallel ranks (required)")
+    shape("--optimizer", choices=("muon", "adamw"), help="the optimizer *")
+    shape("--dp", type=int, help="data-parallel ranks *")
+    shape("--tp", type=int, help="tensor-parallel ranks *")
     shape("--pp", type=int, default=1, help="pipeline stages, 1F1B over --micro-batches micro-batches (default: %(default)s)")
     shape("--preset", choices=sorted(PRESETS), help="model size; the shape flags below override its fields")
     shape("--hidden", type=int, metavar="H", help="hidden width (with --layers and --heads when there is no --preset)")
@@ -41,8 +43,8 @@ def add_run_shape_arguments(parser: argparse.ArgumentParser, *, scale: bool = Tr
     shape("--heads", type=int, metavar="A", help="attention heads")
     shape("--ffn", type=int, metavar="F", help="MLP width (default: the preset's, or 4 x --hidden when --hidden is given)")
     shape("--vocab", type=int, metavar="V", help=f"vocabulary (default: the preset's; {DEFAULT_BASE_PRESET}'s without --preset)")
-    shape("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks (required)")
-    shape("--seq-len", type=int, metavar="S", help="tokens per sequence (required)")
+    shape("--tokens-per-step", type=int, metavar="T", help="tokens per step over all DP ranks *")
+    shape("--seq-len", type=int, metavar="S", help="tokens per sequence *")
     shape("--layout", choices=LAYOUTS, default="contiguous", help="ZeRO-1 layout (default: %(default)s)")
     shape("--overlap", choices=OVERLAPS, default="none", help="how Muon's gathers are scheduled (default: %(default)s)")
     shape("--bucket-elems", type=int, metavar="N", help="bucket size of the bucketed layout (default: the scale's)")

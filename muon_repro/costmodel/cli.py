@@ -70,7 +70,11 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:
             "calibration (the profile scaled by the day's speed its speed probe measured) unless --as-calibrated."
         ),
     )
-    p.add_argument("--machine", help="machine profile: a JSON file, or a shipped name (see --list-machines) (required)")
+    p.add_argument(
+        "--machine",
+        help="machine profile: a JSON file, or a shipped name (see --list-machines); needed, but with --list-machines and "
+        "--pipeline-scale-out (which has its own default)",
+    )
     p.add_argument("--list-machines", action="store_true", help="list the shipped profiles and exit")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--unprofiled", action="store_true", help="price the step without the bench's profiler's per-operator cost")
