@@ -350,9 +350,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--traced-trials",
         type=int,
         default=None,
-        help=f"of those, the first rounds profiled with traces; the others are timed only (default: {DEFAULT_TRACED_TRIALS})",
+        help=f"of those, the first rounds profiled with traces; the others are timed only (default: {DEFAULT_TRACED_TRIALS}; "
+        "the study's protocol traces every round)",
     )
-    recording.add_argument("--force", action="store_true", default=None, help="re-record complete runs")
+    recording.add_argument(
+        "--force",
+        action="store_true",
+        default=None,
+        help="re-record complete runs of the configurations (the study's protocol keeps its complete runs: remove a "
+        "run's folder to record it again)",
+    )
     p.add_argument(
         "--from",
         dest="first_stage",
