@@ -307,9 +307,10 @@ def test_a_copy_of_a_published_or_another_added_measurement_is_refused():
     assert f"byte for byte {trial}/trial7/rank1.json.gz" in problems[1]
 
 
-def test_a_recording_re_compressed_or_re_formatted_is_still_a_copy(tmp_path):
+def test_a_recording_re_compressed_or_re_formatted_is_still_a_copy(tmp_path, monkeypatch):
     """The byte check above misses a trace gzipped again or a metrics.json written with other spacing: the trace once
     decompressed, and the step times to the last digit, give the recording away."""
+    from muon_repro.contrib import pr_checks
     from muon_repro.contrib.pr_checks import recorded_again_problems
 
     def trial(name: str, metrics: dict, indent: int | None = None) -> tuple[str, Path]:
@@ -340,6 +341,14 @@ def test_a_recording_re_compressed_or_re_formatted_is_still_a_copy(tmp_path):
     ]
     assert "times every step of every rank as traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial0/metrics.json" in problems[0]
     assert "is, once decompressed, the trace traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial0/rank1.json.gz" in problems[2]
+    # the trailers are only a first look: two traces of one size and CRC-32 are compared whole before a verdict
+    (added["traces/cpu-2c-gloo/comparison/muon_dp2_tp1/trial5"] / "rank0.json.gz").write_bytes(gzip.compress(b"[]"))
+    monkeypatch.setattr(pr_checks, "_gzip_trailer", lambda path: (0, 2))
+    assert [p.split(":")[0].split("muon_dp2_tp1/")[1] for p in recorded_again_problems(added, published)] == [
+        "trial1/metrics.json",
+        "trial3/metrics.json",
+        "trial4/rank0.json.gz",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import json
 import re
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,18 +244,32 @@ def measured_steps(metrics: Mapping | None) -> tuple[str, ...] | None:
     return tuple(sorted(json.dumps([r.get("rank"), r.get("step_ms"), r.get("timed_step_ms")]) for r in timed))
 
 
-def _recordings(folder: Path) -> dict[object, str]:
+def _gzip_trailer(path: Path) -> tuple[int, int]:
+    """A gzip file's last member's CRC-32 and size of what it decompresses to (its last 8 bytes): what any gzip of
+    the same content ends with, read without decompressing."""
+    with path.open("rb") as stream:
+        stream.seek(-8, 2)
+        crc, size = struct.unpack("<II", stream.read(8))
+    return crc, size
+
+
+def _decompressed_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with gzip.open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _recordings(folder: Path) -> dict[object, Path]:
     """What gives a trial's recording away, whatever its compression or spacing, by the file holding it: its step
-    times (metrics.json), and each rank's trace as decompressed."""
-    found: dict[object, str] = {}
+    times (metrics.json), and each rank's trace by what it decompresses to (its gzip trailer; confirmed whole
+    where two agree)."""
+    found: dict[object, Path] = {}
     if (steps := measured_steps(read_json(folder / METRICS_FILE))) is not None:
-        found[steps] = METRICS_FILE
+        found[steps] = folder / METRICS_FILE
     for trace in sorted(folder.glob("rank*.json.gz")):
-        digest = hashlib.sha256()
-        with gzip.open(trace, "rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
-        found[("trace", digest.hexdigest())] = trace.name
+        found[("trace", *_gzip_trailer(trace))] = trace
     return found
 
 
@@ -262,16 +277,22 @@ def recorded_again_problems(added: Mapping[str, Path], published: Mapping[str, P
     """Every added trial folder that holds a published or another added trial's recording past
     :func:`copied_problems`' byte check: a trace gzipped again (the same once decompressed), or a metrics.json
     written again (every step of every rank timed the same, to the last digit: two runs never agree to the
-    microsecond). Folders by their dataset path."""
-    first: dict[object, str] = {}
+    microsecond). Folders by their dataset path. Reads 8 bytes of each trace, and decompresses only the pairs whose
+    trailers agree."""
+    first: dict[object, tuple[str, Path]] = {}
     problems = []
     for name, folder in [*sorted(published.items()), *sorted(added.items())]:
-        for key, file in _recordings(folder).items():
-            original = first.setdefault(key, f"{name}/{file}")
-            if name in added and original != f"{name}/{file}":
-                same = "times every step of every rank as" if file == METRICS_FILE else "is, once decompressed, the trace"
-                problems.append(
-                    f"{shown(f'{name}/{file}')}: {same} {shown(original)}: the same recording (compressed or spaced "
-                    "again) adds no measurement, yet would be pooled as one; contribute only what was recorded"
-                )
+        for key, path in _recordings(folder).items():
+            label = f"{name}/{path.name}"
+            original = first.setdefault(key, (label, path))
+            if name not in added or original[0] == label:
+                continue
+            trace = path.name != METRICS_FILE
+            if trace and _decompressed_sha256(path) != _decompressed_sha256(original[1]):
+                continue  # another trace of the same size and CRC-32: not a copy
+            same = "is, once decompressed, the trace" if trace else "times every step of every rank as"
+            problems.append(
+                f"{shown(label)}: {same} {shown(original[0])}: the same recording (compressed or spaced again) adds no "
+                "measurement, yet would be pooled as one; contribute only what was recorded"
+            )
     return problems
