@@ -111,6 +111,7 @@ def _drawn_image_sizes(path: Path) -> set[tuple[int, int]]:
 # ---------------------------------------------------------------- figures
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_every_figure_is_written_as_png_at_print_resolution_and_svg(bundle: Path) -> None:
     for name in FIGURES:
         png, svg = bundle / "figures" / f"{name}.png", bundle / "figures" / f"{name}.svg"
@@ -194,6 +195,7 @@ def _appendix_headings() -> dict[str, str]:
     return {key: h["heading"] for key, h in appendix_headings(key for key, _ in APPENDIX_TABLES).items()}
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_long_tables_are_in_the_appendix_after_its_heading(bundle: Path) -> None:
     from muon_repro.report.context import anchor
 
@@ -229,6 +231,7 @@ def test_the_appendix_numbers_the_tables_it_shows_in_order():
         appendix_headings(["runs", "plots"])
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_the_abstract_is_short_and_made_of_table_values(bundle: Path) -> None:
     from test_report_abstract import pool_of, unsupported
 
@@ -281,6 +284,7 @@ def _method_anchors() -> set[str]:
     }
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_markdown_links_and_images_resolve_inside_the_bundle(bundle: Path) -> None:
     md_path = bundle / "report" / "report.md"
     md = md_path.read_text()
@@ -311,6 +315,7 @@ def test_markdown_links_and_images_resolve_inside_the_bundle(bundle: Path) -> No
     assert "DESIGN.md" not in md
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_markdown_and_html_say_the_same_thing(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     html = (bundle / "report" / "report.html").read_text()
@@ -320,6 +325,7 @@ def test_markdown_and_html_say_the_same_thing(bundle: Path) -> None:
         assert token in html
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_no_none_or_nan_reaches_the_report(bundle: Path) -> None:
     for name in ("report.md", "report.html"):
         text = (bundle / "report" / name).read_text()
@@ -444,6 +450,7 @@ def test_a_figure_refuses_a_missing_metric(bundle_copy: Path, capsys) -> None:
 # ---------------------------------------------------------------- metrics/ alone
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_figures_and_report_need_only_the_metrics_folder(
     bundle: Path, tmp_path: Path, monkeypatch, capsys, quick_figures
 ) -> None:
@@ -548,6 +555,7 @@ def test_one_step_is_the_typical_step_of_the_typical_trial() -> None:
         derive.one_step(timeline, "g/r", 3, trial=2)
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_the_decomposition_is_the_mean_over_trials_per_rank(bundle: Path) -> None:
     data = load(bundle / "metrics")
     run = Run("comparison", "muon", 2, 2)
@@ -574,6 +582,7 @@ def _section(md: str, heading: str) -> str:
     return md.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     claims = pd.read_parquet(bundle / "metrics" / "claims.parquet", dtype_backend="numpy_nullable")
@@ -603,6 +612,7 @@ def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
     assert all(v in _section(md, "Summary") for v in ("not comparable here", "not measured", "Consistency checks"))
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_the_decomposition_section(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     section = _section(md, "The optimizer step, decomposed")
@@ -672,6 +682,7 @@ def test_the_rounds_are_said_per_pipeline_group_each_recorded_by_its_own_command
     assert rounds_said(runs[runs["pp"] == 1].iloc[:2]) == "10"
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     setup = _section(md, "Setup")
@@ -766,6 +777,7 @@ def test_the_pdf_is_the_same_bytes_when_rendered_again(bundle: Path, tmp_path: P
     assert info["/CreationDate"].startswith("D:20260102") and info["/ModDate"] == info["/CreationDate"]
 
 
+@pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_without_pipeline_runs_the_3d_section_is_one_sentence(bundle: Path) -> None:
     """The synthetic bundle has no pipeline run: the section says so, and no pipeline figure is drawn or shown."""
     from muon_repro.report.pipeline_section import NO_PIPELINE
