@@ -116,43 +116,51 @@ def find_records(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _run_rows(record: dict) -> pd.DataFrame:
+    """One run's rows, one per step (step 0 before any training: its evaluation only), built column by column in one
+    frame (a frame grown column by column took most of the convergence tables' time)."""
     cfg, curve, model, corpus = record["config"], record["curve"], record.get("model", {}), record.get("corpus", {})
     steps = [0, *curve["step"]]
-    df = pd.DataFrame({"step": steps})
-    df["train_loss"] = [None, *curve["train_loss"]]
-    df["scheduled_lr"] = [None, *curve["lr"]]
-    evals = pd.DataFrame({"step": curve["eval_step"], "val_loss": curve["val_loss"], "update_rms": curve["update_rms"]})
-    evals["test_loss"] = curve.get("test_loss") or None  # records before format 2 have no test split
-    df = df.merge(evals, on="step", how="left")
-    step_ms = curve.get("step_ms") or [None] * len(curve["step"])
-    df["step_ms"] = [None, *step_ms]
-    df["step_ms_median"] = pd.Series(step_ms, dtype="float64").median() if curve.get("step_ms") else None
+    at_eval = {step: i for i, step in enumerate(curve["eval_step"])}
+    rows_of_evals = [at_eval.get(step) for step in steps]  # an evaluation at a step the curve lacks is left out
+
+    def evaluated(values: Sequence | None) -> list:
+        return [None if i is None or values is None else values[i] for i in rows_of_evals]
+
+    step_ms = curve.get("step_ms")
     flops = record.get("flops_per_step") or {}
-    df["gflop_per_step"] = flops["total"] / 1e9 if "total" in flops else None
-    df["ns_gflop_per_step"] = flops["orthogonalization"] / 1e9 if "orthogonalization" in flops else None
-    train = df["train_loss"].iloc[1:].astype(float).to_numpy()
-    df["train_loss_ewm"] = [None, *ewm(train, HEADLINE_ALPHA)] if len(train) else [None]
+    train = np.asarray(curve["train_loss"], dtype=float)
     tokens_per_step = int(cfg["batch"]) * int(cfg["seq_len"])
-    df["tokens"] = df["step"] * tokens_per_step
-    df.insert(0, "run", record.get("name") or f"{cfg['optimizer']}_lr{cfg['lr']:g}_steps{cfg['steps']}_seed{cfg['seed']}")
-    for key in ("optimizer", "lr", "seed", "dp", "tp", "weight_decay"):
-        df[key] = cfg[key]
-    df["steps"] = int(cfg["steps"])
-    df["tokens_per_step"] = tokens_per_step
-    df["backend"] = record.get("backend")
-    df["params"] = model.get("params")
-    df["embedding_share"] = model.get("embedding_share")
-    df["corpus"] = corpus.get("name")
-    df["corpus_version"] = corpus.get("version")
-    df["corpus_license"] = corpus.get("license")
-    df["corpus_sha256"] = corpus.get("sha256")
-    df["vocab_size"] = model.get("vocab_size")
-    df["wall_s"] = record.get("wall_s")
-    df["ewm_alpha"] = HEADLINE_ALPHA
-    command = record.get("command")
-    df["command"] = command_line(command)
-    df["git_sha"] = recorded_commit(record.get("environment"))
-    return df
+    columns = {
+        "run": record.get("name") or f"{cfg['optimizer']}_lr{cfg['lr']:g}_steps{cfg['steps']}_seed{cfg['seed']}",
+        "step": steps,
+        "train_loss": [None, *curve["train_loss"]],
+        "scheduled_lr": [None, *curve["lr"]],
+        "val_loss": evaluated(curve["val_loss"]),
+        "update_rms": evaluated(curve["update_rms"]),
+        "test_loss": evaluated(curve.get("test_loss") or None),  # records before format 2 have no test split
+        "step_ms": [None, *(step_ms or [None] * len(curve["step"]))],
+        "step_ms_median": pd.Series(step_ms, dtype="float64").median() if step_ms else None,
+        "gflop_per_step": flops["total"] / 1e9 if "total" in flops else None,
+        "ns_gflop_per_step": flops["orthogonalization"] / 1e9 if "orthogonalization" in flops else None,
+        "train_loss_ewm": [None, *ewm(train, HEADLINE_ALPHA)] if len(train) else [None],
+        "tokens": [step * tokens_per_step for step in steps],
+        **{key: cfg[key] for key in ("optimizer", "lr", "seed", "dp", "tp", "weight_decay")},
+        "steps": int(cfg["steps"]),
+        "tokens_per_step": tokens_per_step,
+        "backend": record.get("backend"),
+        "params": model.get("params"),
+        "embedding_share": model.get("embedding_share"),
+        "corpus": corpus.get("name"),
+        "corpus_version": corpus.get("version"),
+        "corpus_license": corpus.get("license"),
+        "corpus_sha256": corpus.get("sha256"),
+        "vocab_size": model.get("vocab_size"),
+        "wall_s": record.get("wall_s"),
+        "ewm_alpha": HEADLINE_ALPHA,
+        "command": command_line(record.get("command")),
+        "git_sha": recorded_commit(record.get("environment")),
+    }
+    return pd.DataFrame(columns)
 
 
 def sweep_steps(conv: pd.DataFrame) -> dict[str, int]:

@@ -13,12 +13,13 @@ must be greater than 0", or with no row group "Instruction 'train' corresponds t
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from muon_repro.dataset.citation import CFF_NAME, bibtex, paper_bibtex, rebuild_arguments, study_bibtex
@@ -38,6 +39,9 @@ from muon_repro.recipe import recipe_text
 from muon_repro.report.escape import block_text, code_fence, inline_code, markdown_text, one_line, shell_word
 from muon_repro.tables.files import human_size
 from muon_repro.yaml_text import dump_yaml, load_yaml
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 CARD_NAME = "README.md"
 METHOD_DOC = "docs/method.md"  # every table column with its meaning; the card links each table to its section
@@ -287,8 +291,6 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
     ``digests`` covers every file of the bundle but the card and the manifest (CITATION.cff
     included); ``files`` must hold at least the tables and the runs' JSON files.
     """
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
     from muon_repro.dataset.bundle import DEFAULT_OUT  # bundle imports this module
 
     sizes = {d.path: d.size for d in digests}
@@ -353,6 +355,14 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         "manifest_name": MANIFEST_NAME,
         "file_link": file_link,
     }
+    return _card_template().render(**context)
+
+
+@functools.cache
+def _card_template() -> Template:
+    """The card's template, compiled once per process (compiling it is most of a small card's time)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
     env = Environment(
         loader=PackageLoader("muon_repro.dataset", "templates"),
         undefined=StrictUndefined,
@@ -362,7 +372,7 @@ def render_card(meta: BundleMeta, files: Mapping[str, Path], digests: list[FileE
         autoescape=False,  # Markdown, not HTML
     )
     env.filters.update(card_filters())
-    return env.get_template(TEMPLATE).render(**context)
+    return env.get_template(TEMPLATE)
 
 
 def read_card_metadata(text: str, source: str = CARD_NAME) -> dict[str, Any]:
