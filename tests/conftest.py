@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -120,26 +119,10 @@ def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture
-def quick_figures(monkeypatch) -> None:
-    """Every figure drawn as two tiny files (a whole 1 x 1 PNG and a stand-in SVG): what these tests check is where
-    the files go, not what they show (drawing the real set takes ~8 s a run; tests/test_report.py's bundle checks the
-    figures themselves)."""
+def quick_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every figure drawn as two tiny files (:func:`stand_in_figures`): what these tests check is where the files go,
+    not what they show (drawing the real set takes ~8 s a run; tests/test_report.py's bundle checks the figures
+    themselves)."""
+    from fake_figures import stand_in_figures
 
-    def fake(name: str):
-        def draw(*args) -> Path:
-            png = Path(args[-1]).with_suffix(".png")
-            png.parent.mkdir(parents=True, exist_ok=True)
-            png.write_bytes(tiny_png(f"new {name}"))
-            png.with_suffix(".svg").write_bytes(f"new {name}".encode())
-            return png
-
-        return draw
-
-    from fake_figures import tiny_png
-
-    from muon_repro.report import build, profile_figures, study_section
-
-    for name in build.DRAW:
-        monkeypatch.setitem(build.DRAW, name, fake(name))
-    monkeypatch.setattr(profile_figures, "claims_by_profile", fake("claims_by_profile"))
-    monkeypatch.setattr(study_section, "study_numbers", fake("study_numbers"))
+    stand_in_figures(monkeypatch)

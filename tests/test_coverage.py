@@ -8,7 +8,8 @@ import pytest
 from muon_repro.analysis.coverage import KINDS, MARKERS, ROUNDS, coverage, coverage_block, coverage_table
 
 
-@pytest.mark.parametrize(("kind", "n_rounds"), [("ratio", 3), ("share", 5), ("change", 10), ("disturbed", 5)])
+@pytest.mark.slow  # 150 studies a cell, 1-3 s each: a study of the estimators, like the 1,000-study cells below
+@pytest.mark.parametrize(("kind", "n_rounds"), [("ratio", 3), ("share", 5), ("disturbed", 5)])
 def test_the_claims_intervals_cover_at_about_the_nominal_level(kind, n_rounds):
     # 150 studies: a binomial sd of 1.8 points around 95%; the band allows 3 of them below
     assert 0.89 <= coverage(kind, n_rounds, studies=150, seed=7) <= 1.0
@@ -44,6 +45,7 @@ def test_the_censored_lead_covers_near_the_nominal_level_at_the_seeds_a_verdict_
     assert coverage("censored", 2, studies=300, seed=7) < coverage("censored", 10, studies=300, seed=7)
 
 
+@pytest.mark.slow  # 160 simulated pipeline studies (~4.5 s)
 def test_the_pipeline_claim_covers_its_truth_even_in_a_near_tie():
     """Each step's largest stage term, averaged, was biased high where two stages nearly tie (71.7% at 10 rounds);
     the largest of the stages' means, with Bonferroni intervals, covers at the nominal level in both cases."""

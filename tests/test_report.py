@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 import pytest
+from fake_figures import stand_in_figures
 from PIL import Image
 from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms, transfer_ms
 from run_once import build_once, shared_root
@@ -335,10 +336,28 @@ def test_no_none_or_nan_reaches_the_report(bundle: Path) -> None:
 # ---------------------------------------------------------------- missing metrics are named
 
 
+@pytest.fixture(scope="session")
+def report_inputs(tmp_path_factory) -> Path:
+    """The synthetic metrics folder and a stand-in for each figure (:func:`stand_in_figures`), read-only: what the
+    report reads before it refuses, without drawing the real figures (~10 s), built once per test run."""
+
+    def build(root: Path) -> str:
+        make_bundle(root)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            stand_in_figures(monkeypatch)
+            assert _run(root, "figures", "--out", str(root / "figures")) == 0
+        return ""
+
+    root = shared_root(tmp_path_factory) / "report_inputs"
+    build_once(root, build)
+    return root
+
+
 @pytest.fixture
-def bundle_copy(bundle: Path, tmp_path: Path) -> Path:
+def bundle_copy(report_inputs: Path, tmp_path: Path) -> Path:
+    """A writable copy of :func:`report_inputs`, for a test to damage."""
     for sub in ("metrics", "figures"):
-        shutil.copytree(bundle / sub, tmp_path / sub)
+        shutil.copytree(report_inputs / sub, tmp_path / sub)
     return tmp_path
 
 

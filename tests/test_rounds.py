@@ -178,6 +178,7 @@ def _old_intervals(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([bootstrap.interval(lambda m, n: m / n, [a[s], b[s]], seed=s)[1:] for s in range(len(a))])
 
 
+@pytest.mark.slow  # 600 simulated studies through the former bootstrap (~2 s)
 def test_the_former_bootstrap_undercovers_with_three_rounds():
     """Where round-to-round variation dominates the step noise, the two-level bootstrap's 3-round interval is
     about the range of the rounds' medians, and misses the truth far more often than 5% of the time."""
