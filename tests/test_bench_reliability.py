@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import signal
 import subprocess
@@ -81,6 +82,54 @@ def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     assert (tmp_path / RUN / "trial0" / "metrics.json").is_file() and not (tmp_path / RUN / "trial1").exists()
     assert not list(tmp_path.rglob(".*.partial")) and "Traceback" not in err
     assert seconds < 15, f"took {seconds:.1f} s to exit"
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: /proc/<pid>/stat's fourth field)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers through Linux's /proc")
+def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the workers too, while they still import torch (about
+    2 s here). They start with SIGINT blocked, so it kills them once they can die quietly, and the bench says what
+    it kept, with no traceback of theirs above it."""
+    proc = subprocess.Popen(
+        _bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    _wait_for(lambda: len(_children(proc.pid)) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert time.monotonic() - sent < 15
+
+
+def test_a_launch_spawns_its_workers_with_sigint_blocked_and_keeps_its_own(monkeypatch):
+    from muon_repro.parallel import launch
+
+    blocked_in_spawn = []
+
+    def spawn(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
+        blocked_in_spawn.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return 4242
+
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", spawn)
+    with launch._workers_start_with_sigint_blocked():
+        assert multiprocessing.util.spawnv_passfds(sys.executable, [sys.executable], ()) == 4242
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # Ctrl-C still reaches this process
+    assert blocked_in_spawn == [True] and multiprocessing.util.spawnv_passfds is spawn
 
 
 # ---------------------------------------------------------------------- one sweep per run folder

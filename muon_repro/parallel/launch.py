@@ -8,12 +8,15 @@ Ctrl-C (or SIGTERM) stops the workers at once: they die on the signal instead of
 through collectives their peers will never join, the launcher waits at most
 :data:`SHUTDOWN_TIMEOUT_S` before killing them, and :func:`launch` raises
 :class:`LaunchInterrupted` rather than torch elastic's ``SignalException`` and its traceback.
+A worker starts with SIGINT blocked, so that a Ctrl-C while it imports torch waits until
+:func:`_worker` lets it kill the worker, rather than printing a traceback of the import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -80,8 +83,10 @@ def _shutdown_timeout(launch_config: type) -> dict[str, int]:
 @record  # writes the worker's traceback where the launcher's ChildFailedError reports it
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
     # Ctrl-C kills a worker at once, even inside a collective: a KeyboardInterrupt would unwind
-    # into collectives (and the final barrier) that the other, dying workers never join.
+    # into collectives (and the final barrier) that the other, dying workers never join. One
+    # pressed while the worker started (SIGINT blocked, see _workers_start_with_sigint_blocked) kills it here.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if threads:
         torch.set_num_threads(threads)
     init_worker(backend)
@@ -133,6 +138,28 @@ def _quiet_elastic_shutdown() -> Iterator[None]:
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def _workers_start_with_sigint_blocked() -> Iterator[None]:
+    """Every process multiprocessing spawns meanwhile starts with SIGINT blocked (a blocked mask survives exec):
+    a Ctrl-C that reaches a worker (a terminal's reaches the whole process group) before :func:`_worker` runs stays
+    pending, instead of interrupting torch's import with a traceback on the terminal. Only the spawn is wrapped:
+    this process keeps taking Ctrl-C."""
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def spawn_blocked(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return spawn(path, args, passfds)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    multiprocessing.util.spawnv_passfds = spawn_blocked
+    try:
+        yield
+    finally:
+        multiprocessing.util.spawnv_passfds = spawn
 
 
 @contextlib.contextmanager
@@ -199,7 +226,7 @@ def launch(
         start_method="spawn",
         **_shutdown_timeout(LaunchConfig),
     )
-    with _quiet_elastic_shutdown(), _signal_handlers_restored():
+    with _quiet_elastic_shutdown(), _signal_handlers_restored(), _workers_start_with_sigint_blocked():
         try:
             results = elastic_launch(config, _worker)(fn, backend, threads, args)
         except BaseException as exc:
