@@ -51,6 +51,7 @@ from muon_repro.optim import DistributedMuon
 from muon_repro.optim.comm_model import optimizer_bytes
 from muon_repro.optim.held_memory import held_memory
 from muon_repro.optim.zero1 import ZeroOneOptimizer
+from muon_repro.parallel import ParallelDims
 from muon_repro.run_records import RankMetrics, ShardSummary
 from muon_repro.rundir import RunDir, trace_name
 from muon_repro.tables.files import write_atomic
@@ -62,7 +63,7 @@ def _peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
 
 
-def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims) -> dict[str, int]:
+def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims: ParallelDims) -> dict[str, int]:
     """Bytes this rank sends per step in each optimizer phase, by the analytic ring model, and with pipeline
     stages its point-to-point sends: one activation per micro-batch forward, one gradient back."""
     return optimizer_bytes(
@@ -76,7 +77,7 @@ def analytic_bytes(cfg: BenchConfig, opt: ZeroOneOptimizer, dims) -> dict[str, i
         reduce_dtype=DTYPES[cfg.reduce_dtype],
         gather_dtype=DTYPES[cfg.gather_dtype],
         ns_unit_elems=cfg.ns_unit_elems,
-    ) | cfg.pipeline_send_bytes(getattr(dims, "pp_rank", 0))
+    ) | cfg.pipeline_send_bytes(dims.pp_rank)
 
 
 def shard_summary(opt: ZeroOneOptimizer, dp_rank: int) -> ShardSummary:

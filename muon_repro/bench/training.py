@@ -36,7 +36,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 StepTimes = tuple[int, int, int, torch.Tensor | None]  # t0, t1, t2 (perf_counter_ns) and the step's loss
 
 
-def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims) -> ZeroOneOptimizer:
+def build_optimizer(cfg: BenchConfig, model: torch.nn.Module, dims: ParallelDims) -> ZeroOneOptimizer:
     """The ZeRO-1 optimizer ``cfg`` names, over ``model``'s parameters (a whole GPT or one stage) on ``dims``."""
     groups = muon_param_groups(model)
     common = dict(

@@ -55,7 +55,7 @@ def _flags_named(message: str) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    d = ConvergeConfig("muon", 1e-3)
+    defaults = ConvergeConfig("muon", 1e-3)
     p = subparsers.add_parser(
         "converge",
         help="Muon vs AdamW learning curves on real text (learning-rate sweep, held-out loss, leading steps)",
@@ -94,7 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seeds 0 to N-1 of each optimizer at its best learning rate, each --steps long (the sweep's seed-0 run "
         "is one of them only where --sweep-steps equals --steps; default: %(default)s)",
     )
-    p.add_argument("--steps", type=int, default=d.steps, help="steps of the best learning rates' runs (default: %(default)s)")
+    p.add_argument(
+        "--steps", type=int, default=defaults.steps, help="steps of the best learning rates' runs (default: %(default)s)"
+    )
     p.add_argument(
         "--sweep-steps",
         type=int,
@@ -120,37 +122,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     limits = "docs/limits.md, run shapes"
-    p.add_argument("--dp", type=int, default=d.dp, help="data-parallel ranks (default: %(default)s; dp x tp at most 64)")
-    p.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel ranks (default: %(default)s)")
-    p.add_argument("--hidden", type=int, default=d.hidden, help=f"hidden width (default: %(default)s; limits: {limits})")
-    p.add_argument("--layers", type=int, default=d.layers, help="transformer blocks (default: %(default)s)")
-    p.add_argument("--heads", type=int, default=d.heads, help="attention heads (default: %(default)s)")
-    p.add_argument("--ffn", type=int, default=d.ffn, help="MLP width (default: %(default)s)")
-    p.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per sequence (default: %(default)s)")
-    p.add_argument("--batch", type=int, default=d.batch, help="sequences per step over all DP ranks (default: %(default)s)")
+    p.add_argument("--dp", type=int, default=defaults.dp, help="data-parallel ranks (default: %(default)s; dp x tp at most 64)")
+    p.add_argument("--tp", type=int, default=defaults.tp, help="tensor-parallel ranks (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=defaults.hidden, help=f"hidden width (default: %(default)s; limits: {limits})")
+    p.add_argument("--layers", type=int, default=defaults.layers, help="transformer blocks (default: %(default)s)")
+    p.add_argument("--heads", type=int, default=defaults.heads, help="attention heads (default: %(default)s)")
+    p.add_argument("--ffn", type=int, default=defaults.ffn, help="MLP width (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per sequence (default: %(default)s)")
+    p.add_argument(
+        "--batch", type=int, default=defaults.batch, help="sequences per step over all DP ranks (default: %(default)s)"
+    )
     p.add_argument(
         "--weight-decay",
         type=float,
-        default=d.weight_decay,
+        default=defaults.weight_decay,
         help="weight decay on every parameter, norm gains included (default: %(default)s)",
     )
     p.add_argument(
-        "--warmup-frac", type=float, default=d.warmup_frac, help="linear warm-up's share of the steps (default: %(default)s)"
+        "--warmup-frac",
+        type=float,
+        default=defaults.warmup_frac,
+        help="linear warm-up's share of the steps (default: %(default)s)",
     )
     p.add_argument(
-        "--min-lr-ratio", type=float, default=d.min_lr_ratio, help="the cosine's floor, times the lr (default: %(default)s)"
+        "--min-lr-ratio",
+        type=float,
+        default=defaults.min_lr_ratio,
+        help="the cosine's floor, times the lr (default: %(default)s)",
     )
     p.add_argument(
-        "--eval-every", type=int, default=d.eval_every, help="steps between held-out evaluations (default: %(default)s)"
+        "--eval-every", type=int, default=defaults.eval_every, help="steps between held-out evaluations (default: %(default)s)"
     )
     p.add_argument(
         "--eval-windows",
         type=int,
-        default=d.eval_windows,
+        default=defaults.eval_windows,
         help="held-out windows of --seq-len tokens each evaluation reads, per split (default: %(default)s)",
     )
     p.add_argument(
-        "--checkpoint-every", type=int, default=d.checkpoint_every, help="steps between checkpoints (default: %(default)s)"
+        "--checkpoint-every", type=int, default=defaults.checkpoint_every, help="steps between checkpoints (default: %(default)s)"
     )
     p.add_argument(
         "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl when there is a GPU per worker, else gloo"

@@ -354,15 +354,14 @@ def converge(
             if mismatched:
                 raise RunMismatch(str(out / plan.group), mismatched)
 
-    def do(pair: list[ConvergeConfig], runner: _Runner) -> None:
+    def train_pair(pair: list[ConvergeConfig], runner: _Runner) -> None:
         # check_reuse vouched for the complete ones; force retrains each run once (seed 0 may be a sweep run)
         todo = [cfg for cfg in pair if (force and cfg.name not in ran) or not has_record(out, cfg, plan.group)]
         skipped.extend(cfg.name for cfg in pair if cfg not in todo)
         if not todo:
             return
-        data = tokens()
         kwargs = {"threads": threads, "progress": progress, "profile": profile, "group": plan.group}
-        for cfg, seconds in zip(todo, runner(todo, data, out, backend, command, kwargs)):
+        for cfg, seconds in zip(todo, runner(todo, tokens(), out, backend, command, kwargs)):
             ran.append(cfg.name)
             if progress:
                 loss = final_val_loss(out, cfg, plan.group)
@@ -371,18 +370,18 @@ def converge(
     with _runner(jobs) as runner:
         check_reuse(plan.sweep())
         for pair in plan.sweep_pairs():
-            do(pair, runner)
+            train_pair(pair, runner)
         best = {opt: best_lr(out, plan, opt) for opt in OPTIMIZERS}
         check_reuse([cfg for pair in plan.seed_pairs(best) for cfg in pair])
         for pair in plan.seed_pairs(best):  # seed 0 at full length is a sweep run already unless sweep_steps is shorter
-            do(pair, runner)
+            train_pair(pair, runner)
         check_reuse([cfg for pair in plan.budget_sweep_pairs() for cfg in pair])
         for pair in plan.budget_sweep_pairs():
-            do(pair, runner)
+            train_pair(pair, runner)
         best_at = plan.best_budget_lrs(out)
         check_reuse([cfg for pair in plan.budget_seed_pairs(best_at) for cfg in pair])
         for pair in plan.budget_seed_pairs(best_at):
-            do(pair, runner)
+            train_pair(pair, runner)
     return {"best_lr": best, "ran": ran, "skipped": skipped, "wall_s": time.perf_counter() - t_start, "profile": profile}
 
 

@@ -200,14 +200,15 @@ class DistributedMuon(ZeroOneOptimizer):
         with record_function(MOMENTUM):
             ns_input_pieces = self._momentum()
         update_pieces: dict[int, torch.Tensor] = {}
-        for unit, local, full, in_flight_bytes in self._gathered_units(ns_input_pieces):
+        for unit, ns_input_local, ns_input_full, in_flight_bytes in self._gathered_units(ns_input_pieces):
             with record_function(NEWTON_SCHULZ):
-                update_full = self._newton_schulz(full)
+                update_full = self._newton_schulz(ns_input_full)
             with record_function(TP_SHARD):
                 update_local = self._tp_shard(update_full)
             with record_function(DP_SHARD):
                 update_pieces.update(self._dp_shard(update_local))
-            live = _nbytes(local, full, update_full, update_local) + self._dp_gather_bytes(unit) + in_flight_bytes
+            held = _nbytes(ns_input_local, ns_input_full, update_full, update_local)
+            live = held + self._dp_gather_bytes(unit) + in_flight_bytes
             self.stats.transient_bytes = max(self.stats.transient_bytes, live)
         with record_function(UPDATE):
             self._muon_update(update_pieces)
@@ -221,7 +222,7 @@ class DistributedMuon(ZeroOneOptimizer):
         """Momentum on this rank's pieces of every Muon matrix, each param group's at once; returns the Nesterov NS
         inputs."""
         by_group: dict[int, tuple[dict, list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
-        for slot, piece, _, local in self._my_pieces:
+        for slot, piece, _, grad_offset in self._my_pieces:
             if slot.spec.use_muon:
                 group = self._groups[slot.index]
                 state = self.state[self._params[slot.index]]
@@ -230,7 +231,7 @@ class DistributedMuon(ZeroOneOptimizer):
                 _, slots, bufs, grads = by_group.setdefault(id(group), (group, [], [], []))
                 slots.append(slot.index)
                 bufs.append(state["momentum_buffer"])
-                grads.append(self._grad_view(local, piece.length))
+                grads.append(self._grad_view(grad_offset, piece.length))
         ns_input = {}
         for group, slots, bufs, grads in by_group.values():
             inputs = muon_momentum_many_(bufs, grads, group["momentum"], group["nesterov"], group["momentum_form"])
@@ -278,13 +279,13 @@ class DistributedMuon(ZeroOneOptimizer):
             # Newton-Schulz in the same precision whichever matrices the layout gathers.
             ready = {i: pieces[i].to(self.gather_dtype).view(self.plan.slots[i].spec.local_shape) for i in mine}
             return _Gathering(mine, ready=ready)
-        L = unit.send_elems
-        send = torch.zeros(L, dtype=self.gather_dtype, device=self.param_flat.device)
+        send_elems = unit.send_elems
+        send = torch.zeros(send_elems, dtype=self.gather_dtype, device=self.param_flat.device)
         for i in unit.slots:
             if i in pieces:
                 offset = unit.send_offsets[i][dp_rank]
                 send[offset : offset + pieces[i].numel()].copy_(pieces[i])
-        recv = torch.empty(self.dims.dp * L, dtype=self.gather_dtype, device=send.device)
+        recv = torch.empty(self.dims.dp * send_elems, dtype=self.gather_dtype, device=send.device)
         return _Gathering(mine, pending=self._gather(recv, send, self.dims.dp_group, DP_GATHER), unit=unit)
 
     def _dp_gather_finish(self, gathering: _Gathering) -> dict[int, torch.Tensor]:
@@ -292,16 +293,17 @@ class DistributedMuon(ZeroOneOptimizer):
         if gathering.ready is not None:
             return gathering.ready
         recv, unit = gathering.pending.wait(), gathering.unit
-        L = unit.send_elems
+        send_elems = unit.send_elems
         local = {}
         for i in gathering.slots:
             slot = self.plan.slots[i]
-            parts = [recv[p.dp_rank * L + unit.send_offsets[i][p.dp_rank] :][: p.length] for p in slot.pieces]
+            parts = [recv[p.dp_rank * send_elems + unit.send_offsets[i][p.dp_rank] :][: p.length] for p in slot.pieces]
             local[i] = torch.cat(parts).view(slot.spec.local_shape)
         return local
 
     def _dp_shard(self, update_local: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """TP-local updates -> this rank's piece of each (the inverse of :meth:`_dp_gather`)."""
+        """TP-local updates -> this rank's piece of each: the inverse of the DP gather (:meth:`_dp_gather_start`, then
+        :meth:`_dp_gather_finish`)."""
         pieces = {}
         for i, update in update_local.items():
             piece = self.plan.slots[i].piece_of(self.dims.dp_rank)
@@ -334,7 +336,8 @@ class DistributedMuon(ZeroOneOptimizer):
         return full
 
     def _tp_shard(self, update_full: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """Full updates -> this TP rank's block of each (the inverse of :meth:`_tp_gather`)."""
+        """Full updates -> this TP rank's block of each: the inverse of the TP gather (:meth:`_tp_gather_start`, then
+        :meth:`_tp_gather_finish`)."""
         local = {}
         for i, update in update_full.items():
             tp_dim = self.plan.slots[i].spec.tp_dim
@@ -355,10 +358,10 @@ class DistributedMuon(ZeroOneOptimizer):
             ns_dtype = group["ns_dtype"] or default_ns_dtype(matrices[0].device)
             scales = [muon_update_scale(self.plan.slots[i].spec.full_shape, group["update_scale"]) for i in slots]
             method = group.get("ns_method", "quintic")
-            outs, sizes = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales, method=method)
-            for i, update, size in zip(slots, outs, sizes):
+            outs, update_rms = orthogonalize_many(matrices, group["ns_steps"], ns_dtype, scales=scales, method=method)
+            for i, update, rms in zip(slots, outs, update_rms):
                 spec = self.plan.slots[i].spec
-                self.stats.update_rms[spec.name] = size
+                self.stats.update_rms[spec.name] = rms
                 self.stats.ns_calls += 1
                 self.stats.ns_flops += ns_method_flops(spec.full_shape, group["ns_steps"], method)
                 updates[i] = update
@@ -367,7 +370,7 @@ class DistributedMuon(ZeroOneOptimizer):
     def _muon_update(self, update_pieces: dict[int, torch.Tensor]) -> None:
         """Moonlight's update on this rank's pieces of the Muon matrices, each param group's at once."""
         by_group: dict[int, tuple[dict, list[torch.Tensor], list[torch.Tensor], list[float]]] = {}
-        for slot, _piece, param_view, _local in self._my_pieces:
+        for slot, _piece, param_view, _grad_offset in self._my_pieces:
             if slot.spec.use_muon:
                 group = self._groups[slot.index]
                 _, params, updates, scales = by_group.setdefault(id(group), (group, [], [], []))

@@ -156,7 +156,7 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
         scales = [muon_update_scale(p.shape, group["update_scale"]) for p in params]
         # gather_dtype (absent from groups of checkpoints saved before it existed): rounded where DistributedMuon's
         # gathers round the Newton-Schulz input
-        updates, rms = orthogonalize_many(
+        updates, update_rms = orthogonalize_many(
             ns_inputs,
             group["ns_steps"],
             group["ns_dtype"],
@@ -164,8 +164,8 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
             round_to=group.get("gather_dtype"),
             method=group.get("ns_method", "quintic"),  # absent from checkpoints saved before the variants
         )
-        for p, size in zip(params, rms):
-            self.state[p]["update_rms"] = size
+        for p, rms in zip(params, update_rms):
+            self.state[p]["update_rms"] = rms
         apply_decoupled_updates_(params, updates, group["lr"], group["weight_decay"], scales)
 
 

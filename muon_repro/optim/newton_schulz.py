@@ -180,8 +180,8 @@ def orthogonalize_many(
             for i in members:
                 m = matrices[i] if round_to is None else matrices[i].to(round_to).to(matrices[i].dtype)
                 updates[i] = orthogonalize(m, steps, dtype, method)
-                size = updates[i].float().square().mean().sqrt()
-                rms[i] = size * scales[i] if scales is not None else size
+                unscaled_rms = updates[i].float().square().mean().sqrt()
+                rms[i] = unscaled_rms * scales[i] if scales is not None else unscaled_rms
             continue
         wide = [i for i in members if matrices[i].size(-2) <= matrices[i].size(-1)]
         tall = [i for i in members if matrices[i].size(-2) > matrices[i].size(-1)]
@@ -194,14 +194,14 @@ def orthogonalize_many(
         if round_to is not None and round_to != batch.dtype:
             batch = batch.to(round_to).to(matrices[members[0]].dtype)
         out = orthogonalize(batch, steps, dtype, method)
-        sizes = _slices_rms(out, [1 if plain else _count(matrices[i]) for i in order])
+        slice_rms = _slices_rms(out, [1 if plain else _count(matrices[i]) for i in order])
         if scales is not None:
-            sizes = sizes * torch.tensor([scales[i] for i in order], dtype=sizes.dtype, device=sizes.device)
+            slice_rms = slice_rms * torch.tensor([scales[i] for i in order], dtype=slice_rms.dtype, device=slice_rms.device)
         n_wide = sum(1 if plain else _count(matrices[i]) for i in wide)
         pieces = _unstacked(out[:n_wide], [matrices[i] for i in wide], plain) if wide else []
         if tall:
             pieces += _unstacked(out[n_wide:].mT, [matrices[i] for i in tall], plain)
-        for i, u, r in zip(order, pieces, sizes.unbind(0)):
+        for i, u, r in zip(order, pieces, slice_rms.unbind(0)):
             updates[i], rms[i] = u, r
     return updates, rms  # type: ignore[return-value]
 

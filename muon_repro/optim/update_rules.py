@@ -101,10 +101,6 @@ def adamw_update_(
     adamw_update_many_([param], [grad], [exp_avg], [exp_avg_sq], step, lr, betas, eps, weight_decay)
 
 
-def rms(t: torch.Tensor) -> float:
-    return t.float().pow(2).mean().sqrt().item()
-
-
 def adamw_update_many_(
     params: list[torch.Tensor],
     grads: list[torch.Tensor],

@@ -206,8 +206,9 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
         self._my_pieces = []  # (slot, piece, param view, offset in the grad shard), in flat order
         for slot, piece in self.plan.pieces_of(dp_rank):
             bucket = self.plan.buckets[slot.bucket]
-            local = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
-            self._my_pieces.append((slot, piece, self.param_flat[piece.flat_start : piece.flat_start + piece.length], local))
+            grad_offset = self._shard_base[slot.bucket] + piece.flat_start - bucket.shard_start(dp_rank)
+            param_view = self.param_flat[piece.flat_start : piece.flat_start + piece.length]
+            self._my_pieces.append((slot, piece, param_view, grad_offset))
 
     def _check_params(self) -> None:
         for slot, p, ptr in zip(self.plan.slots, self._params, self._param_ptrs):
@@ -221,8 +222,9 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
             if p.grad is not None and p.grad.shape != p.shape:
                 raise ValueError(f"gradient of {slot.spec.name!r} has shape {tuple(p.grad.shape)}, expected {tuple(p.shape)}")
 
-    def _grad_view(self, local_offset: int, length: int) -> torch.Tensor:
-        return self.grad_mean[local_offset : local_offset + length]
+    def _grad_view(self, grad_offset: int, length: int) -> torch.Tensor:
+        """A piece's averaged gradient: ``length`` values of ``grad_mean`` from ``grad_offset``."""
+        return self.grad_mean[grad_offset : grad_offset + length]
 
     # ---------------------------------------------------------------- reduce-scatter <-> all-gather
 
@@ -259,13 +261,13 @@ class ZeroOneOptimizer(CheckedParamGroups, torch.optim.Optimizer):
     def _adamw_update(self) -> None:
         """AdamW on this rank's pieces of the parameters it routes to AdamW, each param group's pieces at once."""
         by_group: dict[int, tuple[dict, list[dict], list[torch.Tensor], list[torch.Tensor]]] = {}
-        for slot, piece, param_view, local in self._my_pieces:
+        for slot, piece, param_view, grad_offset in self._my_pieces:
             if not slot.spec.use_muon:
                 group = self._groups[slot.index]
                 _, states, params, grads = by_group.setdefault(id(group), (group, [], [], []))
                 states.append(self.state[self._params[slot.index]])
                 params.append(param_view)
-                grads.append(self._grad_view(local, piece.length))
+                grads.append(self._grad_view(grad_offset, piece.length))
         for group, states, params, grads in by_group.values():
             adamw_group_step(states, params, grads, group, self.ADAMW_KEYS)
 

@@ -38,8 +38,8 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         if not timed_together(c):
             apart.append(f"{where} ({c['muon_run']})")
             continue
-        r_ = float(metric(c, col, "comparisons", "muon_run"))
-        (worse if r_ >= 1 else better).append(f"{where} ({r_:.2f}×, {c['muon_run']})")
+        comm_ratio = float(metric(c, col, "comparisons", "muon_run"))
+        (worse if comm_ratio >= 1 else better).append(f"{where} ({comm_ratio:.2f}×, {c['muon_run']})")
     if worse:
         out.append(
             f"Muon spends as much {what} as AdamW or more at "
@@ -92,14 +92,16 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
             "AdamW's bytes, the model's own TP traffic included)."
         )
     # State: the 50% saving applies to the matrices only.
-    st = state.set_index("run")
+    state_by_run = state.set_index("run")
     for _, r in representative_runs(runs).iterrows():
-        if r["optimizer"] != "muon" or r["run"] not in st.index:
+        if r["optimizer"] != "muon" or r["run"] not in state_by_run.index:
             continue
-        m_b, a_b = float(st.loc[r["run"], "muon"]), float(st.loc[r["run"], "adamw"])
-        if m_b + a_b <= 0:
+        muon_state_bytes = float(state_by_run.loc[r["run"], "muon"])
+        adamw_state_bytes = float(state_by_run.loc[r["run"], "adamw"])
+        if muon_state_bytes + adamw_state_bytes <= 0:
             continue
-        matrix_share = (m_b / 4) / (m_b / 4 + a_b / 8)  # fp32: 1 value per Muon element, 2 per AdamW element
+        # fp32: 1 value per Muon element, 2 per AdamW element
+        matrix_share = (muon_state_bytes / 4) / (muon_state_bytes / 4 + adamw_state_bytes / 8)
         out.append(
             f"Optimizer state: {100 * matrix_share:.0f}% of the parameters are hidden matrices (Muon, one moment); "
             "embeddings, head and norms keep AdamW's two, "
@@ -107,24 +109,26 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
             "the larger the model, the closer to 0.5×."
         )
         uneven = [
-            (float(st.loc[u, "largest"]) / (float(st.loc[u, "muon"] + st.loc[u, "adamw"])), u)
+            (float(state_by_run.loc[u, "largest"] / (state_by_run.loc[u, "muon"] + state_by_run.loc[u, "adamw"])), u)
             for u in muon["run"]
-            if u in st.index
+            if u in state_by_run.index
         ]
         worst, u = max(uneven)
         if worst > 1.2:
             u_row = runs[runs["run"] == u].iloc[0]
             out.append(
                 f"{run_label(u_row)} ({u}): ZeRO-1 chunks split the state unevenly; "
-                f"the largest rank holds {mib(st.loc[u, 'largest'])} "
-                f"against a mean of {mib(st.loc[u, 'muon'] + st.loc[u, 'adamw'])} "
+                f"the largest rank holds {mib(state_by_run.loc[u, 'largest'])} "
+                f"against a mean of {mib(state_by_run.loc[u, 'muon'] + state_by_run.loc[u, 'adamw'])} "
                 "(a rank whose chunk is the embedding or head pays AdamW's two moments for it), "
                 "so the memory that limits a run saves less than the mean suggests."
             )
-        transient = float(st.loc[r["run"], "transient"])
+        transient = float(state_by_run.loc[r["run"], "transient"])
         twin = adamw_partner(data, r)
-        if twin and twin in st.index:
-            saved = float(st.loc[twin, "adamw"] + st.loc[twin, "muon"]) - (m_b + a_b)
+        if twin and twin in state_by_run.index:
+            saved = float(state_by_run.loc[twin, "adamw"] + state_by_run.loc[twin, "muon"]) - (
+                muon_state_bytes + adamw_state_bytes
+            )
             if transient > saved > 0:
                 # in MB, as the checks table's state_with_transients explanation quotes the same bytes
                 out.append(

@@ -14,8 +14,8 @@ run. Read for what it does (no code of it is copied here), it:
 Whatever the category: a collective is counted as its CPU operator (``c10d::allreduce_``), its ``nccl:*``
 annotation, its NCCL kernel and that kernel's GPU annotation, and AdamW's ``AdamW_AllReduce`` scope (both
 views) besides; a scope's CPU and GPU annotations are both counted where both exist. :func:`method_numbers`
-rebuilds every published number from the traces; :func:`method_parts` says, per number, which event
-categories the sum holds.
+rebuilds every published number from the traces; the ``study_method_parts`` table
+(:mod:`muon_repro.study.tables`) says, per number, which event categories the sum holds.
 """
 
 from __future__ import annotations
