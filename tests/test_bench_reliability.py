@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import multiprocessing.util
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from support.pids import LINUX_PROC, children_of
 
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
@@ -84,21 +85,8 @@ def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     assert seconds < 15, f"took {seconds:.1f} s to exit"
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux: /proc/<pid>/stat's fourth field)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers through Linux's /proc")
+@pytest.mark.skipif(not LINUX_PROC, reason="finds the workers through Linux's /proc")
 def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_path):
     """A terminal's Ctrl-C reaches the whole process group: the workers too, while they still import torch (about
     2 s here). They start with SIGINT blocked, so it kills them once they can die quietly, and the bench says what
@@ -106,7 +94,7 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     proc = subprocess.Popen(
         _bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    _wait_for(lambda: len(_children(proc.pid)) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
+    _wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -116,20 +104,28 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     assert time.monotonic() - sent < 15
 
 
-def test_a_launch_spawns_its_workers_with_sigint_blocked_and_keeps_its_own(monkeypatch):
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
+def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch):
+    """Blocked from the spawn until the worker has its pickled arguments (the whole of Popen._launch); a Ctrl-C
+    meanwhile is raised once the worker has them, and this process takes Ctrl-C again."""
+    from multiprocessing import popen_spawn_posix
+
     from muon_repro.parallel import launch
 
-    blocked_in_spawn = []
+    started = []
 
-    def spawn(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
-        blocked_in_spawn.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
-        return 4242
+    def start(popen, process_obj) -> None:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C while the worker starts
+        started.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
-    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", spawn)
-    with launch._workers_start_with_sigint_blocked():
-        assert multiprocessing.util.spawnv_passfds(sys.executable, [sys.executable], ()) == 4242
-        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # Ctrl-C still reaches this process
-    assert blocked_in_spawn == [True] and multiprocessing.util.spawnv_passfds is spawn
+    monkeypatch.setattr(popen_spawn_posix.Popen, "_launch", start)
+    with launch.spawned_with_sigint_blocked():
+        with pytest.raises(KeyboardInterrupt):
+            popen_spawn_posix.Popen._launch(None, None)
+        assert started == [True]  # the start went to its end, SIGINT blocked, before the Ctrl-C was raised
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert popen_spawn_posix.Popen._launch is start
 
 
 # ---------------------------------------------------------------------- one sweep per run folder

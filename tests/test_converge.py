@@ -13,6 +13,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+from support.pids import LINUX_PROC, children_of
 
 from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_ratio, ewm, find_records, leading_steps
 from muon_repro.converge.config import ConvergeConfig
@@ -334,6 +335,30 @@ def test_pairs_train_at_once_with_two_jobs(tmp_path):
     records = [json.loads(p.read_text()) for p in (out / "test-box" / CONVERGENCE_GROUP).glob(f"*/{CONVERGENCE_FILE}")]
     assert len(records) == 5  # 2 + 1 sweep runs, then seed 1 of each best (seed 0 is the sweep's own run)
     assert {r["format"] for r in records} == {2} and all(len(r["curve"]["step_ms"]) == 6 for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX_PROC, reason="finds the pool's processes through Linux's /proc")
+def test_ctrl_c_in_a_terminal_while_the_pool_starts_stops_two_jobs_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the pool's processes too, while they import torch: they start with SIGINT blocked,
+    take it only while they train, and the command says what it kept, with exit 130 and no traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = ["converge", "--out", str(tmp_path), "--muon-lrs", "3e-3,1e-2", "--adamw-lrs", "1e-2", "--jobs", "2"]
+    argv += [*TINY_ARGS, "--threads", "1", "--no-progress", "--profile", "test-box"]
+    command = [sys.executable, "-m", "muon_repro", *argv]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(children_of(proc.pid, "spawn_main")) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "muon-repro converge: interrupted" in err and "Traceback" not in err, err
 
 
 def test_a_record_of_an_older_format_is_not_complete(tmp_path):

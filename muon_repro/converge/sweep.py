@@ -25,6 +25,7 @@ import contextlib
 import math
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -398,27 +399,48 @@ def _runner(jobs: int) -> Iterator[_Runner]:
     if jobs == 1:
         yield one_by_one
         return
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ALL_COMPLETED, ProcessPoolExecutor, wait
     from multiprocessing import get_context
+
+    from muon_repro.parallel.launch import sigint_held, spawned_with_sigint_blocked
 
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
 
     def together(cfgs, data, out, backend, command, kwargs) -> list[float]:
         if len(cfgs) == 1:
             return one_by_one(cfgs, data, out, backend, command, kwargs)
-        futures = [pool.submit(_run_in_pool, cfg, data, out, backend, command, kwargs) for cfg in cfgs]
-        return [f.result() for f in futures]  # both finish before the next pair starts: each pair shares the machine
+        with sigint_held():  # submit starts the pool's processes: stopped half-way, it would lose track of one
+            futures = [pool.submit(_run_in_pool, cfg, data, out, backend, command, kwargs) for cfg in cfgs]
+        # Both finish before the next pair starts: each pair shares the machine. Waited for in short slices, so that
+        # a Ctrl-C taken by another thread of this process (the tokenizer's) is raised here within 0.1 s.
+        while wait(futures, timeout=0.1, return_when=ALL_COMPLETED).not_done:
+            pass
+        try:
+            return [f.result() for f in futures]
+        except PoolRunInterrupted:
+            raise KeyboardInterrupt from None  # the pool process had the Ctrl-C first: stop as this process would
 
     try:
-        yield together
+        with spawned_with_sigint_blocked():  # the pool starts its processes at the first pair
+            yield together
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+class PoolRunInterrupted(Exception):
+    """A run in a pool process was stopped by a signal (its checkpoints are kept); the parent raises
+    KeyboardInterrupt for it, as for its own Ctrl-C."""
+
+
 def _run_in_pool(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], kwargs: dict) -> float:
-    """:func:`run_one` in a pool process; an interrupt comes back as an error (the launcher's own
-    exception does not survive the trip back), and the parent, interrupted too, stops."""
+    """:func:`run_one` in a pool process; an interrupt comes back as :class:`PoolRunInterrupted` (the launcher's
+    own exception does not survive the trip back). The process takes Ctrl-C only here: it started with SIGINT
+    blocked (a Ctrl-C pressed meanwhile is raised here, not in torch's import), and blocks it again between runs,
+    where the parent, interrupted too, shuts the pool down."""
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         return run_one(cfg, data, out, backend, command, **kwargs)
     except KeyboardInterrupt as exc:
-        raise RuntimeError(f"converge {cfg.name}: {exc}; its checkpoints are kept") from None
+        raise PoolRunInterrupted(f"converge {cfg.name}: {exc}; its checkpoints are kept") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

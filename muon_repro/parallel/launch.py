@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing.util
 import os
 import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from multiprocessing import popen_spawn_posix
 from typing import Any
 
 import torch
@@ -84,7 +84,7 @@ def _shutdown_timeout(launch_config: type) -> dict[str, int]:
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
     # Ctrl-C kills a worker at once, even inside a collective: a KeyboardInterrupt would unwind
     # into collectives (and the final barrier) that the other, dying workers never join. One
-    # pressed while the worker started (SIGINT blocked, see _workers_start_with_sigint_blocked) kills it here.
+    # pressed while the worker started (SIGINT blocked, see spawned_with_sigint_blocked) kills it here.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if threads:
@@ -141,25 +141,47 @@ def _quiet_elastic_shutdown() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _workers_start_with_sigint_blocked() -> Iterator[None]:
-    """Every process multiprocessing spawns meanwhile starts with SIGINT blocked (a blocked mask survives exec):
-    a Ctrl-C that reaches a worker (a terminal's reaches the whole process group) before :func:`_worker` runs stays
-    pending, instead of interrupting torch's import with a traceback on the terminal. Only the spawn is wrapped:
-    this process keeps taking Ctrl-C."""
-    spawn = multiprocessing.util.spawnv_passfds
-
-    def spawn_blocked(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            return spawn(path, args, passfds)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-    multiprocessing.util.spawnv_passfds = spawn_blocked
+def sigint_held() -> Iterator[None]:
+    """A Ctrl-C meanwhile is noted, not raised, and raised at the end (to the handler it was meant for): for code
+    that must not stop half-way, such as starting a process. Blocking SIGINT would not do: another thread (the
+    tokenizer's) may take it, and Python raises it in the main thread all the same. Outside the main thread, where
+    no handler can be set, it holds nothing back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    handler = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        multiprocessing.util.spawnv_passfds = spawn
+        signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def spawned_with_sigint_blocked() -> Iterator[None]:
+    """Every process multiprocessing spawns meanwhile starts with SIGINT blocked (a blocked mask survives exec):
+    a Ctrl-C that reaches a worker (a terminal's reaches the whole process group) before its own code runs stays
+    pending, instead of interrupting torch's import with a traceback on the terminal; the worker unblocks SIGINT
+    when it can take it (:func:`_worker`). This process holds a Ctrl-C back (:func:`sigint_held`) while it starts
+    a worker, until the worker has all of its pickled arguments (large ones fill the pipe and wait for the worker's
+    imports): cut short, they would fail to unpickle there, with a traceback."""
+    launch_one = popen_spawn_posix.Popen._launch
+
+    def launch_blocked(popen: popen_spawn_posix.Popen, process_obj: Any) -> None:
+        with sigint_held():
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                launch_one(popen, process_obj)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    popen_spawn_posix.Popen._launch = launch_blocked
+    try:
+        yield
+    finally:
+        popen_spawn_posix.Popen._launch = launch_one
 
 
 @contextlib.contextmanager
@@ -226,7 +248,7 @@ def launch(
         start_method="spawn",
         **_shutdown_timeout(LaunchConfig),
     )
-    with _quiet_elastic_shutdown(), _signal_handlers_restored(), _workers_start_with_sigint_blocked():
+    with _quiet_elastic_shutdown(), _signal_handlers_restored(), spawned_with_sigint_blocked():
         try:
             results = elastic_launch(config, _worker)(fn, backend, threads, args)
         except BaseException as exc:
