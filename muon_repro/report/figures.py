@@ -276,31 +276,32 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     fig, (ax,) = new_figure(3.2)
     width = 0.8 / max(len(optimizers), 1)
     verdicts, repeated = [], False
-    for j, opt in enumerate(optimizers):
-        sub = reps[reps["optimizer"] == opt]
-        xs, ys, lo, hi = [], [], [], []
+    for j, optimizer in enumerate(optimizers):
+        sub = reps[reps["optimizer"] == optimizer]
+        xs, ys, lo, hi, present = [], [], [], [], []  # present: the grids this optimizer has a run of
         for i, (dp, tp) in enumerate(present_grids):
-            r = sub[(sub["dp"] == dp) & (sub["tp"] == tp)]
-            if r.empty:
+            at_grid = sub[(sub["dp"] == dp) & (sub["tp"] == tp)]
+            if at_grid.empty:
                 continue
-            r = r.iloc[0]
+            row = at_grid.iloc[0]
+            present.append((dp, tp))
             xs.append(i + (j - (len(optimizers) - 1) / 2) * width)
-            ys.append(fmetric(r, column))
-            lo.append(0.0 if timed else fmetric(r, "step_ms") - fmetric(r, "step_ms_p10"))
-            hi.append(0.0 if timed else fmetric(r, "step_ms_p90") - fmetric(r, "step_ms"))
+            ys.append(fmetric(row, column))
+            lo.append(0.0 if timed else fmetric(row, "step_ms") - fmetric(row, "step_ms_p10"))
+            hi.append(0.0 if timed else fmetric(row, "step_ms_p90") - fmetric(row, "step_ms"))
         best = int(np.argmin(ys))
         ax.bar(
             xs,
             ys,
             width * 0.9,
-            color=style.OPTIMIZER_COLORS[opt],
-            label=style.OPTIMIZER_LABELS[opt],
+            color=style.OPTIMIZER_COLORS[optimizer],
+            label=style.OPTIMIZER_LABELS[optimizer],
             yerr=None if timed else [lo, hi],
             capsize=3,
             error_kw={"linewidth": 0.8},
         )
-        for xv, (dp, tp) in zip(xs, [g for g in present_grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]):
-            again = same_layout[(same_layout["optimizer"] == opt) & (same_layout["dp"] == dp) & (same_layout["tp"] == tp)]
+        for xv, (dp, tp) in zip(xs, present):
+            again = same_layout[(same_layout["optimizer"] == optimizer) & (same_layout["dp"] == dp) & (same_layout["tp"] == tp)]
             if len(again) > 1:  # the same configuration recorded in several groups: run-to-run spread
                 ax.plot(
                     [xv] * len(again),
@@ -321,11 +322,10 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
                 va="bottom",
                 fontsize=style.SMALL_PT,
             )
-        present = [g for g in present_grids if len(sub[(sub["dp"] == g[0]) & (sub["tp"] == g[1])])]
         if len(ys) > 1:
             runner_up = sorted(ys)[1]
             verdicts.append(
-                f"{style.OPTIMIZER_LABELS[opt]}: {style.grid_label(*present[best])} fastest, "
+                f"{style.OPTIMIZER_LABELS[optimizer]}: {style.grid_label(*present[best])} fastest, "
                 f"{100 * (1 - ys[best] / runner_up):.0f}% faster than the next by these medians"
             )
     ax.set_xticks(range(len(present_grids)), [style.grid_label(dp, tp) for dp, tp in present_grids])
