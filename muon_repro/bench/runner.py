@@ -32,7 +32,7 @@ import gzip
 import resource
 import shutil
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,7 +44,7 @@ from muon_repro.bench.configs import BenchConfig
 from muon_repro.bench.data import PermutationStream
 from muon_repro.bench.environment import capture_environment
 from muon_repro.bench.loopback import LoopbackMeter, all_ranks_local, loopback_tx_bytes
-from muon_repro.bench.speed_probe import measure_speed
+from muon_repro.bench.speed_probe import SpeedProbe, measure_speed
 from muon_repro.bench.training import DTYPES, Training
 from muon_repro.model import GPTConfig
 from muon_repro.optim import DistributedMuon
@@ -134,36 +134,9 @@ def run_rank(
     dims, opt = training.dims, training.opt
     data = PermutationStream(model_cfg.vocab_size, cfg.seed)
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    trace_path = run_dir_path / trace_name(dims.rank)
-    step_ms, optimizer_ms, bubble_ms, losses = [], [], [], []
     bar = _progress(cfg, dims.rank == 0 and progress)
     timed = _timed_steps(cfg, training, data, bar)
-    first_batch = cfg.timed_total  # the profiled steps train the batches after the timed steps'
-    # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
-    # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
-    use_lo = backend == "gloo" and world > 1 and all_ranks_local(world) and cfg.profiled_steps > 0
-    lo = LoopbackMeter(sync=dist.barrier, read=loopback_tx_bytes if dims.rank == 0 else lambda: None) if use_lo else None
-    first_recorded = cfg.wait + cfg.warmup
-    if lo is not None and first_recorded == 0:
-        lo.start()
-    with _profiler(cfg, activities, trace_path) as prof:
-        for step in range(cfg.profiled_steps):
-            dims.ledger.step = step
-            tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
-            t0, t1, t2, loss = training.step(tokens, targets)
-            step_ms.append((t2 - t0) / 1e6)
-            optimizer_ms.append((t2 - t1) / 1e6)
-            bubble_ms.append(training.bubble_ms)
-            losses.append(_loss_value(loss))
-            if lo is not None and step + 1 == first_recorded:
-                lo.start()  # before prof.step() opens the first recorded step
-            prof.step()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{losses[-1]:.3f}", step_ms=f"{step_ms[-1]:.0f}")
-    loopback_bytes = lo.stop() if lo is not None else None
-    losses = training.share_losses(losses)  # the last stage's, on every stage (outside every recorded step)
+    recorded = _profiled_steps(cfg, training, data, run_dir_path / trace_name(dims.rank), bar, backend, world)
     if bar is not None:
         bar.close()
 
@@ -174,10 +147,10 @@ def run_rank(
         dp_rank=dims.dp_rank,
         tp_rank=dims.tp_rank,
         pp_rank=training.pp_rank,
-        step_ms=step_ms,
-        optimizer_ms=optimizer_ms,
-        bubble_ms=bubble_ms if training.pp_rank is not None else [],
-        loss=losses,
+        step_ms=recorded.step_ms,
+        optimizer_ms=recorded.optimizer_ms,
+        bubble_ms=recorded.bubble_ms if training.pp_rank is not None else [],
+        loss=recorded.losses,
         ledger=dims.ledger.as_dicts(),
         state_bytes=opt.state_bytes(),
         transient_bytes=opt.stats.transient_bytes,
@@ -193,12 +166,13 @@ def run_rank(
         analytic_bytes=analytic_bytes(cfg, opt, dims),
         shard=shard_summary(opt, dims.dp_rank),
         train_flops=model_cfg.flops_per_token(cfg.seq_len) * cfg.tokens_per_step,
-        loopback_bytes=loopback_bytes,
-        loopback_steps=cfg.active if loopback_bytes is not None else None,
+        loopback_bytes=recorded.loopback_bytes,
+        loopback_steps=cfg.active if recorded.loopback_bytes is not None else None,
         **timed,
     )
     # One more step, its optimizer step's operator calls counted, after everything above was measured
-    tokens, targets = data.local_batch(first_batch + cfg.profiled_steps, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
+    after = cfg.timed_total + cfg.profiled_steps  # the batch after the timed and the profiled steps' batches
+    tokens, targets = data.local_batch(after, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
     metrics = replace(metrics, optimizer_op_calls=training.optimizer_op_calls(tokens, targets))
     ranks: list[RankMetrics] | None = [None] * world if dims.rank == 0 else None  # type: ignore[list-item]
     if world > 1:
@@ -206,33 +180,98 @@ def run_rank(
     else:
         ranks = [metrics]
     if dims.rank == 0:
-        log = [
-            f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} pp={cfg.pp} layout={cfg.layout} "
-            f"overlap={cfg.overlap} preset={cfg.preset} "
-            f"tokens/step={cfg.tokens_per_step} backend={backend}"
-        ]
-        log += [
-            f"timed step {i}: step {s:.1f} ms  forward+backward {f:.1f} ms  optimizer {o:.1f} ms (no profiler)"
-            for i, (s, f, o) in enumerate(zip(metrics.timed_step_ms, metrics.timed_fwd_bwd_ms, metrics.timed_optimizer_ms))
-        ]
-        log += [
-            f"step {i}: loss {loss:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms"
-            for i, (loss, s, o) in enumerate(zip(losses, step_ms, optimizer_ms))
-        ]
-        config = {
-            **cfg.to_dict(),
-            "trial": trial,
-            "trials": trials,
-            **({"round_order": round_order} if round_order is not None else {}),
-            **({"sweep": sweep} if sweep is not None else {}),
-            "backend": backend,
-            "device": device.type,
-            "command": command,
-        }
-        environment = {**capture_environment(backend, profile), "speed_probe": probe.to_dict()}
-        RunDir(run_dir_path).write(config, environment, ranks, "\n".join(log) + "\n")
+        run_info = {"trial": trial, "trials": trials, "round_order": round_order, "sweep": sweep, "command": command}
+        _write_run(run_dir_path, cfg, backend, device, profile, probe, ranks, run_info)
     training.close()  # the next recording of the sweep builds its own groups
     return metrics
+
+
+@dataclass
+class ProfiledSteps:
+    """What each step under the profiler measured on this rank, and the loopback bytes of the recorded ones."""
+
+    step_ms: list[float]
+    optimizer_ms: list[float]
+    bubble_ms: list[float]
+    losses: list[float]
+    loopback_bytes: int | None
+
+
+def _profiled_steps(
+    cfg: BenchConfig, training: Training, data: PermutationStream, trace_path: Path, bar, backend: str, world: int
+) -> ProfiledSteps:
+    """``cfg.profiled_steps`` steps under the profiler, on the batches after the timed steps', the trace written to
+    ``trace_path``; the losses are the last pipeline stage's, on every stage."""
+    dims = training.dims
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if training.device.type == "cuda" else [])
+    step_ms, optimizer_ms, bubble_ms, losses = [], [], [], []
+    first_batch = cfg.timed_total  # the profiled steps train the batches after the timed steps'
+    # gloo, one machine: rank 0 reads the bytes every rank sent through loopback over the recorded steps
+    # (docs/method.md#communication-model); the meter's barriers run outside every recorded step.
+    measure_loopback = backend == "gloo" and world > 1 and all_ranks_local(world) and cfg.profiled_steps > 0
+    read = loopback_tx_bytes if dims.rank == 0 else lambda: None
+    loopback_meter = LoopbackMeter(sync=dist.barrier, read=read) if measure_loopback else None
+    first_recorded = cfg.wait + cfg.warmup
+    if loopback_meter is not None and first_recorded == 0:
+        loopback_meter.start()
+    with _profiler(cfg, activities, trace_path) as prof:
+        for step in range(cfg.profiled_steps):
+            dims.ledger.step = step
+            tokens, targets = data.local_batch(first_batch + step, cfg.batch_per_dp, cfg.seq_len, cfg.dp, dims.dp_rank)
+            t0, t1, t2, loss = training.step(tokens, targets)
+            step_ms.append((t2 - t0) / 1e6)
+            optimizer_ms.append((t2 - t1) / 1e6)
+            bubble_ms.append(training.bubble_ms)
+            losses.append(_loss_value(loss))
+            if loopback_meter is not None and step + 1 == first_recorded:
+                loopback_meter.start()  # before prof.step() opens the first recorded step
+            prof.step()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", step_ms=f"{step_ms[-1]:.0f}")
+    loopback_bytes = loopback_meter.stop() if loopback_meter is not None else None
+    losses = training.share_losses(losses)  # outside every recorded step
+    return ProfiledSteps(step_ms, optimizer_ms, bubble_ms, losses, loopback_bytes)
+
+
+def _write_run(
+    run_dir: Path,
+    cfg: BenchConfig,
+    backend: str,
+    device: torch.device,
+    profile: str | None,
+    probe: SpeedProbe,
+    ranks: list[RankMetrics],
+    run_info: dict,
+) -> None:
+    """Rank 0 writes the run folder: the config (with ``run_info``: trial, trials, round order, sweep, command),
+    the environment with the speed probe, every rank's metrics, and the log of its steps."""
+    metrics = ranks[0]
+    log = [
+        f"{cfg.key} trial {run_info['trial']}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} pp={cfg.pp} layout={cfg.layout} "
+        f"overlap={cfg.overlap} preset={cfg.preset} "
+        f"tokens/step={cfg.tokens_per_step} backend={backend}"
+    ]
+    log += [
+        f"timed step {i}: step {s:.1f} ms  forward+backward {f:.1f} ms  optimizer {o:.1f} ms (no profiler)"
+        for i, (s, f, o) in enumerate(zip(metrics.timed_step_ms, metrics.timed_fwd_bwd_ms, metrics.timed_optimizer_ms))
+    ]
+    log += [
+        f"step {i}: loss {loss:.5f}  step {s:.1f} ms  optimizer {o:.1f} ms"
+        for i, (loss, s, o) in enumerate(zip(metrics.loss, metrics.step_ms, metrics.optimizer_ms))
+    ]
+    config = {
+        **cfg.to_dict(),
+        "trial": run_info["trial"],
+        "trials": run_info["trials"],
+        **({"round_order": run_info["round_order"]} if run_info["round_order"] is not None else {}),
+        **({"sweep": run_info["sweep"]} if run_info["sweep"] is not None else {}),
+        "backend": backend,
+        "device": device.type,
+        "command": run_info["command"],
+    }
+    environment = {**capture_environment(backend, profile), "speed_probe": probe.to_dict()}
+    RunDir(run_dir).write(config, environment, ranks, "\n".join(log) + "\n")
 
 
 TRACE_GZIP_LEVEL = 6
