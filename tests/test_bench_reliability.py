@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.pids import LINUX_PROC, children_of
+from support.pids import LINUX_PROC, children_of, wait_for
 
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
@@ -28,26 +28,6 @@ def _bench(out: Path, *extra: str) -> list[str]:
     return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", "--profile", PROFILE, *extra)
 
 
-def _holds(condition) -> bool:
-    """``condition()``, False while a folder it scans vanishes under it: the bench's write probe
-    (a ``.muon-repro-probe-*`` temporary folder) can be removed between a glob's listing and its scan."""
-    try:
-        return bool(condition())
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(condition, what: str, proc: subprocess.Popen, limit_s: float = 180) -> None:
-    """Poll ``condition`` until it holds (the recording got there) or ``proc`` ended."""
-    deadline = time.monotonic() + limit_s
-    while not _holds(condition):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate(timeout=30)
-            pytest.fail(f"{what} never happened (exit {proc.returncode}): {err[-2000:]}")
-        time.sleep(0.05)
-
-
 def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
     """SIGINT to the bench process (what Ctrl-C sends it); seconds until it exited, and its stderr."""
     sent = time.monotonic()
@@ -62,7 +42,7 @@ def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_path):
     proc = subprocess.Popen(_bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: list(tmp_path.glob("*/*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
+    wait_for(lambda: list(tmp_path.glob("*/*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
     assert "interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)" in err
@@ -75,7 +55,7 @@ def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_pat
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     proc = subprocess.Popen(_bench(tmp_path, "--trials", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: (tmp_path / RUN / ".trial1.partial").is_dir(), "trial 2 starting", proc)
+    wait_for(lambda: (tmp_path / RUN / ".trial1.partial").is_dir(), "trial 2 starting", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
     assert "nothing kept for comparison/adamw_dp2_tp2/trial1 (2 of 2)" in err
@@ -94,7 +74,7 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     proc = subprocess.Popen(
         _bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    _wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
+    wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -13,7 +13,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from support.pids import LINUX_PROC, children_of
+from support.pids import LINUX_PROC, children_of, wait_for
 
 from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_ratio, ewm, find_records, leading_steps
 from muon_repro.converge.config import ConvergeConfig
@@ -346,15 +346,12 @@ def test_ctrl_c_in_a_terminal_while_the_pool_starts_stops_two_jobs_without_a_tra
     import signal
     import subprocess
     import sys
-    import time
 
     argv = ["converge", "--out", str(tmp_path), "--muon-lrs", "3e-3,1e-2", "--adamw-lrs", "1e-2", "--jobs", "2"]
     argv += [*TINY_ARGS, "--threads", "1", "--no-progress", "--profile", "test-box"]
     command = [sys.executable, "-m", "muon_repro", *argv]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while len(children_of(proc.pid, "spawn_main")) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 2, "the pool's 2 processes starting", proc)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

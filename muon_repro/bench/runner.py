@@ -180,8 +180,20 @@ def run_rank(
     else:
         ranks = [metrics]
     if dims.rank == 0:
-        run_info = {"trial": trial, "trials": trials, "round_order": round_order, "sweep": sweep, "command": command}
-        _write_run(run_dir_path, cfg, backend, device, profile, probe, ranks, run_info)
+        _write_run(
+            run_dir_path,
+            cfg,
+            backend,
+            device,
+            profile,
+            probe,
+            ranks,
+            trial=trial,
+            trials=trials,
+            round_order=round_order,
+            sweep=sweep,
+            command=command,
+        )
     training.close()  # the next recording of the sweep builds its own groups
     return metrics
 
@@ -242,13 +254,18 @@ def _write_run(
     profile: str | None,
     probe: SpeedProbe,
     ranks: list[RankMetrics],
-    run_info: dict,
+    *,
+    trial: int,
+    trials: int,
+    round_order: int | None,
+    sweep: str | None,
+    command: list[str],
 ) -> None:
-    """Rank 0 writes the run folder: the config (with ``run_info``: trial, trials, round order, sweep, command),
-    the environment with the speed probe, every rank's metrics, and the log of its steps."""
+    """Rank 0 writes the run folder: the config (with the trial, its place in the sweep and the command), the
+    environment with the speed probe, every rank's metrics, and the log of its steps."""
     metrics = ranks[0]
     log = [
-        f"{cfg.key} trial {run_info['trial']}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} pp={cfg.pp} layout={cfg.layout} "
+        f"{cfg.key} trial {trial}: {cfg.optimizer} dp={cfg.dp} tp={cfg.tp} pp={cfg.pp} layout={cfg.layout} "
         f"overlap={cfg.overlap} preset={cfg.preset} "
         f"tokens/step={cfg.tokens_per_step} backend={backend}"
     ]
@@ -262,13 +279,13 @@ def _write_run(
     ]
     config = {
         **cfg.to_dict(),
-        "trial": run_info["trial"],
-        "trials": run_info["trials"],
-        **({"round_order": run_info["round_order"]} if run_info["round_order"] is not None else {}),
-        **({"sweep": run_info["sweep"]} if run_info["sweep"] is not None else {}),
+        "trial": trial,
+        "trials": trials,
+        **({"round_order": round_order} if round_order is not None else {}),
+        **({"sweep": sweep} if sweep is not None else {}),
         "backend": backend,
         "device": device.type,
-        "command": run_info["command"],
+        "command": command,
     }
     environment = {**capture_environment(backend, profile), "speed_probe": probe.to_dict()}
     RunDir(run_dir).write(config, environment, ranks, "\n".join(log) + "\n")

@@ -1,9 +1,14 @@
-"""Process ids: one for a writer that is gone (the hidden folders of a killed writer name its pid), and the
-children of a process (the workers a command started)."""
+"""Processes: an id for a writer that is gone (the hidden folders of a killed writer name its pid), the children
+of a process (the workers a command started), and waiting until a command got somewhere."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 
 def dead_pid() -> int:
@@ -31,3 +36,24 @@ def children_of(pid: int, running: str = "") -> list[int]:
         if ppid == pid and running in command:
             found.append(int(stat.parent.name))
     return found
+
+
+def _holds(condition: Callable[[], object]) -> bool:
+    """``condition()``, False while a folder it scans vanishes under it: the bench's write probe
+    (a ``.muon-repro-probe-*`` temporary folder) can be removed between a glob's listing and its scan."""
+    try:
+        return bool(condition())
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(condition: Callable[[], object], what: str, proc: subprocess.Popen, limit_s: float = 180) -> None:
+    """Poll ``condition`` until it holds (the command got there); fail naming ``what`` if ``proc`` ended first
+    or ``limit_s`` passed."""
+    deadline = time.monotonic() + limit_s
+    while not _holds(condition):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"{what} never happened (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.05)
