@@ -5,6 +5,7 @@ percentage is written with an exponent; k is 1,000."""
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from muon_repro.report import bytes_figures, figures, stated
 from muon_repro.report.checks_section import check_number
 from muon_repro.report.claims_section import claim_number
 from muon_repro.report.data import load
-from muon_repro.report.formatting import count, percent
-from muon_repro.report.selection import run_labels, sort_runs
+from muon_repro.report.formatting import count, pct, percent
+from muon_repro.report.selection import run_labels, sort_runs, study_runs
 
 METRICS = Path(__file__).resolve().parents[1] / "metrics"
 
@@ -175,7 +176,8 @@ def test_no_percentage_printed_with_an_exponent(everything, data):
 @pytest.mark.slow  # end to end: lays out every figure of the committed tables (~8 s)
 def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
     """Every figure drawn from the committed tables keeps its legends off the plotting areas: each legend's box
-    meets no panel's box (beside or under the panels, never inside), and no tick label is written as a power."""
+    meets no panel's box (beside or under the panels, never inside), no tick label is written as a power, and no
+    two texts of one panel (value labels, notes) overlap: the bytes figure's labels ran into their neighbours'."""
     import matplotlib.pyplot as plt
 
     from muon_repro.report.build import make_figures
@@ -198,6 +200,11 @@ def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
                 for label in ax.get_xticklabels() + ax.get_yticklabels():
                     if "^" in label.get_text() or "e+" in label.get_text():
                         problems.append(f"{name}: tick label {label.get_text()!r}")
+                texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+                boxes = [t.get_window_extent(renderer) for t in texts]
+                for i, j in itertools.combinations(range(len(texts)), 2):
+                    if boxes[i].overlaps(boxes[j]):
+                        problems.append(f"{name}: {texts[i].get_text()!r} overlaps {texts[j].get_text()!r}")
         return close(fig)
 
     def lay_out_only(fig, fname, **_):  # the layout a save computes, not the pixels: what this test looks at
@@ -317,3 +324,44 @@ def test_a_figure_without_data_in_any_panel_says_why_in_its_png(tmp_path):
     axes[1].plot([0, 1], [0, 1])
     assert empty_reason(save_figure(fig, tmp_path / "half")) == ""
     plt.close("all")
+
+
+def test_a_cut_axis_says_where_it_is_cut_and_how_high_the_data_reach():
+    """The convergence panels stopped their y axis 2.5 nats above the lowest loss and hid, without a word, the
+    curves above it; a cut a quarter or less above the span is not worth it: the axis then shows everything."""
+    import matplotlib.pyplot as plt
+
+    from muon_repro.report.plotting import cut_axis, new_figure
+
+    fig, (ax,) = new_figure(2.0)
+    cut_axis(ax, 3.0, 2.0, 9.5, "curves")
+    assert ax.get_ylim() == (3.0, 5.0)
+    assert [t.get_text() for t in ax.texts] == ["axis cut at 5.00:\ncurves reach 9.50"]
+    fig, (ax,) = new_figure(2.0)
+    cut_axis(ax, 3.0, 2.0, 5.4, "curves")
+    assert ax.get_ylim()[1] >= 5.4 and not ax.texts
+    plt.close("all")
+
+
+def test_the_optimizer_shares_labels_start_past_their_intervals(data, tmp_path, monkeypatch):
+    """A bar's label was written at the bar's end, on its whisker: 30.4% read as '-30.4%'."""
+    import matplotlib.pyplot as plt
+
+    labels = {}
+    close = plt.close
+
+    def keep_labels(fig=None):
+        if isinstance(fig, plt.Figure):
+            (ax, *_) = fig.axes
+            labels.update({t.get_text().strip(): t.get_position()[0] for t in ax.texts if t.get_text().endswith("%")})
+        return close(fig)
+
+    monkeypatch.setattr(plt, "close", keep_labels)
+    figures.optimizer_overhead(data.runs, data.claims, tmp_path / "optimizer_overhead")
+    checked = 0
+    for _, r in sort_runs(study_runs(data.runs)).iterrows():
+        label = pct(float(r["optimizer_share"]))
+        if label in labels and pd.notna(r["optimizer_share_high"]):
+            assert labels[label] >= 100 * float(r["optimizer_share_high"]) - 1e-9, label
+            checked += 1
+    assert checked >= 5

@@ -40,6 +40,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
     fig, axes = new_figure(3.3, ncols=2, gridspec_kw={"width_ratios": [1.6, 1]})
     ax, ax_t = axes
     pos, ticks, groups = grouped_positions(reps)
+    tallest = 0.0
     for x, (_, r) in zip(pos, ticks.iterrows()):
         row = st.loc[r["run"]]
         m, a = float(row["muon"]) / style.MIB, float(row["adamw"]) / style.MIB
@@ -47,8 +48,11 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         ax.bar(x, a, 0.7, bottom=m, color=style.OPTIMIZER_COLORS["adamw"])
         largest = float(row["largest"]) / style.MIB
         ax.plot([x - 0.35, x + 0.35], [largest] * 2, color="black", linewidth=1.6)
-        ax.text(x, m + a, f"{m + a:.3g}", ha="center", va="bottom", fontsize=style.SMALL_PT)
+        # above the bar and its largest-rank line, whichever is higher; one number of decimals for every bar
+        ax.text(x, max(m + a, largest), f"{m + a:.2f}", ha="center", va="bottom", fontsize=style.SMALL_PT)
+        tallest = max(tallest, m + a, largest)
     group_ticks(ax, pos, ticks, groups)
+    ax.set_ylim(0, tallest * 1.15 or 1.0)  # the labels stay inside the panel, under its title
     muon = reps[reps["optimizer"] == "muon"]
     if len(muon):
         muon_grids = [(int(r["dp"]), int(r["tp"])) for _, r in muon.iterrows()]
@@ -56,6 +60,7 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         ax_t.bar(range(len(t)), t, 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
         for i, v in enumerate(t):
             ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=style.SMALL_PT)
+        ax_t.set_ylim(0, max(t) * 1.15 or 1.0)
         ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in muon_grids], fontweight="bold", fontsize=8.5)
         ax_t.grid(axis="x", visible=False)
         set_min_span(ax_t, 0, len(t) - 1, 2.4)
@@ -100,7 +105,7 @@ def bytes_by_layout(
     (dp, tp), rs = _layout_runs(runs)
     sources = tuple(style.BYTE_SOURCE_HATCH)
     fig, (ax,) = new_figure(3.8)
-    x, centers, group_labels = 0.0, [], []
+    x, centers, group_labels, tallest = 0.0, [], [], 0.0
     tables = {str(r["run"]): derive.phase_bytes(phases, str(r["run"])) for _, r in rs.iterrows()}
     said = bytes_by_layout_stated(runs, phases, checks, numbers)
     for _, r in rs.iterrows():
@@ -129,13 +134,15 @@ def bytes_by_layout(
                 ax.text(x, 0, "not\nrecorded", ha="center", va="bottom", fontsize=style.SMALL_PT, rotation=90)
             starts.append(x)
             x += 0.85
+        tallest = max(tallest, top)
         total = derive.total_bytes(table)
         optimizer = str(r["optimizer"])
         dp_said = said.values.get(_dp_check(checks, runs, r)[0])
         ax.text(
             float(np.mean(starts)),
             top,
-            f"{total / style.MB:.3g} MB" + (f"\nDP group: {dp_said}" if dp_said else ""),
+            # one short line each: a group's label must not run into its neighbour's
+            f"{total / style.MB:.3g} MB" + (f"\nDP group:\n{dp_said}" if dp_said else ""),
             ha="center",
             va="bottom",
             fontsize=style.SMALL_PT,
@@ -145,6 +152,7 @@ def bytes_by_layout(
         group_labels.append(label)
         x += 0.6
     ax.set_xticks(centers, group_labels)
+    ax.set_ylim(0, tallest * 1.35 or 1.0)  # three lines of label above the tallest group, inside the panel
     set_min_span(ax, centers[0] - 0.85, centers[-1] + 0.85, 5.0)
     ax.set_ylabel("bytes sent per rank per step (MB)\noptimizer phases only")
     handles = [Patch(color=style.PHASE_COLORS[p], label=style.PHASE_LABELS[p]) for p in style.OPTIMIZER_COMM_PHASES]

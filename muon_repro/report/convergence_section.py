@@ -26,6 +26,7 @@ from matplotlib.lines import Line2D
 from muon_repro.report import style
 from muon_repro.report.plotting import (
     add_title,
+    cut_axis,
     legend_below,
     legend_height,
     legends_under_panels,
@@ -344,8 +345,8 @@ def convergence_sweep(convergence: pd.DataFrame, out: str | Path) -> Path:
         ax.set_title(style.OPTIMIZER_LABELS[opt], fontsize=9)
         ax.set_xlabel("step")
     axes[0].set_ylabel("validation loss (nats)")
-    lo = runs["val_loss"].astype(float).min()
-    axes[0].set_ylim(lo - 0.1, min(runs["val_loss"].astype(float).max(), lo + 2.5))
+    lo, hi = runs["val_loss"].astype(float).min(), runs["val_loss"].astype(float).max()
+    cut_axis(axes[0], lo - 0.1, 2.6, hi, "curves")  # the panels share the axis
     first = runs.iloc[0]
     entries = max(len(ax.get_legend_handles_labels()[0]) for ax in axes)
     add_title(
@@ -390,8 +391,9 @@ def leading_steps(convergence: pd.DataFrame, leading: pd.DataFrame, out: str | P
         )
         axes[1].plot(g["muon_step"], g["leading_steps"].astype(float), color="#333333", linestyle=ls, label=f"seed {seed}")
         axes[2].plot(g["muon_step"], g["leading_ratio"].astype(float), color="#333333", linestyle=ls, label=f"seed {seed}")
-    lo = lead[["muon_loss_ewm", "adamw_loss_ewm"]].astype(float).min().min()
-    axes[0].set_ylim(lo - 0.1, lo + 2.0)
+    losses = lead[["muon_loss_ewm", "adamw_loss_ewm"]].astype(float)
+    lo = losses.min().min()
+    cut_axis(axes[0], lo - 0.1, 2.1, losses.max().max(), "curves")
     axes[0].set_ylabel(f"training loss, EWM alpha {HEADLINE_ALPHA:g}")
     axes[1].set_ylabel("AdamW step - Muon step")
     axes[2].set_ylabel("leading ratio")

@@ -92,6 +92,7 @@ def comm_time_by_kind(
     used = [k for k in kinds if any(v[k] > 0 for v in values.values())]
     fig, (ax,) = new_figure(3.6)
     pos, ordered, groups = grouped_positions(reps)
+    tallest = 0.0
     for x, (_, r) in zip(pos, ordered.iterrows()):
         bottom = 0.0
         for k in used:
@@ -109,16 +110,12 @@ def comm_time_by_kind(
             bottom += v
         union = fmetric(r, "comm_ms")
         ax.plot([x - 0.35, x + 0.35], [union, union], color="black", linewidth=1.6)
-        ax.text(
-            x,
-            union,
-            f"{union:.0f}",
-            ha="center",
-            va="bottom",
-            fontsize=style.SMALL_PT,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5},
-        )
+        # the kinds overlap in time, so the stack can stand above the union's line: the label goes above both
+        label_at = max(union, bottom)
+        tallest = max(tallest, label_at)
+        ax.text(x, label_at, f"{union:.0f}", ha="center", va="bottom", fontsize=style.SMALL_PT)
     group_ticks(ax, pos, ordered, groups, mark_profiled=True)
+    ax.set_ylim(0, tallest * 1.12 or 1.0)  # room for the labels inside the panel
     ax.set_ylabel("communication time per step (ms)\nwaiting included")
     handles = [Patch(color=style.KIND_COLORS[k], label=style.KIND_LABELS[k]) for k in used] + optimizer_handles(reps["optimizer"])
     handles.append(Line2D([], [], color="black", linewidth=1.6, label="all kinds together\n(union: kinds overlap)"))
@@ -220,15 +217,16 @@ def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path
     whiskers = np.where(np.isfinite(low) & np.isfinite(high), np.vstack([share - low, high - share]), 0.0)
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
     ax.errorbar(share, y, xerr=whiskers, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
-    for yi, v in zip(y, share):
-        ax.text(v, yi, " " + pct(v / 100), va="center", fontsize=style.SMALL_PT)
+    ends = np.fmax(share, high)  # each label starts past its interval, not on its whisker
+    for yi, v, end in zip(y, share, ends):
+        ax.text(end, yi, " " + pct(v / 100), va="center", fontsize=style.SMALL_PT)
     ax.axvline(100 * study_share, color="black", linestyle="--", linewidth=1)
     ax.text(
         100 * study_share, y.max() + 0.6, f" Wei's study: {percent(study_share)} (4 GPUs)", fontsize=style.SMALL_PT, va="bottom"
     )
     ax.set_yticks(y, run_labels(rs, group=True))
     ax.set_xlabel("optimizer step time / training step time (%): per step, then per round, mean over rounds (95% interval)")
-    ax.set_xlim(0, max(float(share.max()) * 1.18, 100 * study_share * 3))
+    ax.set_xlim(0, max(float(np.nanmax(ends)) * 1.22, 100 * study_share * 3))
     ax.set_ylim(-0.6, y.max() + 1.4)
     ax.grid(axis="y", visible=False)
     add_legend(
@@ -329,6 +327,7 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
                 f"{100 * (1 - ys[best] / runner_up):.0f}% faster than the next by these medians"
             )
     ax.set_xticks(range(len(present_grids)), [style.grid_label(dp, tp) for dp, tp in present_grids])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)  # the value labels above the tallest bar stay inside the panel
     set_min_span(ax, 0, len(present_grids) - 1)
     ax.set_xlabel(f"process grid ({world} ranks)")
     timed_label = "median step time (ms)\nwithout the profiler, no interval"

@@ -435,6 +435,24 @@ def one_device_only(runs: pd.DataFrame) -> bool:
     return len(runs) > 0 and bool(((runs["dp"] == 1) & (runs["tp"] == 1)).all())
 
 
+def _label_points(ax, x: np.ndarray, y: np.ndarray, labels: list[str]) -> None:
+    """Each point's label up and to its right, or to its left where the next point stands too close on the
+    (log) tokens axis for the label to fit between them."""
+    lo, hi = (np.log10(v) for v in ax.get_xlim())
+    order = np.argsort(x)
+    for k, i in enumerate(order):
+        gap = (np.log10(x[order[k + 1]]) - np.log10(x[i])) / (hi - lo) if k + 1 < len(order) else 1.0
+        left = gap < 0.22  # about a label's width on a panel of half the figure
+        ax.annotate(
+            labels[i],
+            (x[i], y[i]),
+            textcoords="offset points",
+            xytext=(-5 if left else 5, 4),
+            ha="right" if left else "left",
+            fontsize=style.SMALL_PT,
+        )
+
+
 @styled
 def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
     """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted."""
@@ -459,14 +477,13 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             low, high = points["optimizer_share_low"].to_numpy(float), points["optimizer_share_high"].to_numpy(float)
             # a linear axis: an interval of few rounds can reach down to 0 (rounds.share_interval stops there)
             ax.errorbar(x, 100 * y, yerr=[100 * (y - low), 100 * (high - y)], fmt="none", color=style.OPTIMIZER_COLORS["muon"])
-        for xi, yi in zip(x, y):
-            ax.annotate(
-                percent(yi, signed=signed), (xi, 100 * yi), textcoords="offset points", xytext=(5, 4), fontsize=style.SMALL_PT
-            )
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
         draw_claimed_level(ax, column, labels=False, color="black")  # this quantity's claim, on its axis only
         ax.set_xscale("log")
+        low_y, high_y = ax.get_ylim()
+        ax.set_ylim(low_y, high_y + 0.1 * (high_y - low_y))  # room for the highest point's label
+        _label_points(ax, x, 100 * y, [percent(v, signed=signed) for v in y])
         ax.set_xlabel("tokens per step")
         ax.set_ylabel(f"{label} (%)")
         ticks = np.array(sorted(set(x)))

@@ -478,7 +478,7 @@ def _steps_panel(ax, runs: pd.DataFrame) -> None:
         ax.axhline(separator, color="#555555", linestyle="--", linewidth=0.8)
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("step time (ms), median over rounds")
-    ax.set_xlim(0, ax.get_xlim()[1] * 1.12)
+    ax.set_xlim(0, ax.get_xlim()[1] * 1.2)  # the value labels right of the longest bar stay inside the panel
     ax.set_title("step per grid, equal tokens per step", fontsize=9)
     ax.grid(axis="y", visible=False)
 
@@ -512,7 +512,8 @@ def pipeline(runs: pd.DataFrame, stages: pd.DataFrame, claims: pd.DataFrame, out
     require_columns(stages, "stages", ("timed_fwd_bwd_ms", "timed_bubble_ms", "timed_optimizer_ms"))
     group = pipeline_runs(runs)
     n_stages = len(muon_stages(stages, group))
-    fig, axes = new_figure(2.9 + 0.2 * max(n_stages, 2 * len(pipeline_grids(group))) / 2, ncols=2)
+    # rows tall enough that the two value labels of a grid (Muon above AdamW) stay apart
+    fig, axes = new_figure(2.9 + 0.3 * max(n_stages, 2 * len(pipeline_grids(group))) / 2, ncols=2)
     _steps_panel(axes[0], group)
     _stages_panel(axes[1], stages, group)
     handles = [Patch(color=style.OPTIMIZER_COLORS[o], label=f"{style.OPTIMIZER_LABELS[o]} step") for o in ("muon", "adamw")]

@@ -81,6 +81,26 @@ def show_no_data(ax: plt.Axes, message: str) -> None:
     ax.set_yticks([])
 
 
+def cut_axis(ax: plt.Axes, bottom: float, span: float, highest: float, what: str) -> None:
+    """Show ``span`` of the y axis from ``bottom``, or up to ``highest`` when that is at most a quarter more: where
+    it is cut below the data, the panel's top right corner says so and how high ``what`` (the data above) reach."""
+    if highest <= bottom + 1.25 * span:
+        ax.set_ylim(bottom, max(highest, bottom) + 0.05 * span)
+        return
+    top = bottom + span
+    ax.set_ylim(bottom, top)
+    ax.text(
+        0.98,
+        0.97,
+        f"axis cut at {top:.2f}:\n{what} reach {highest:.2f}",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=style.SMALL_PT,
+        color="#555555",
+    )
+
+
 def empty_reason(png: str | Path) -> str:
     """Why the figure at ``png`` has no data in any panel, as :func:`save_figure` recorded it; empty when it has."""
     from PIL import Image

@@ -298,15 +298,19 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
     fig, axes = new_figure(5.6, ncols=2)  # room for two-line labels above a legend of up to 7 rows
     by_id = method.set_index("number_id")
     seen: dict[str, str] = {}  # legend label -> colour, in the order drawn
+    widest: dict[str, float] = {}  # category -> its widest part as a fraction of its panel's axis
+    largest: dict[str, float] = {}  # category -> its largest part drawn (ms)
     for ax, (title, ids) in zip(axes, PANELS):
         ids = [i for i in ids if i in by_id.index]
         y = np.arange(len(ids))[::-1] * 1.0
+        drawn: list[tuple[str, float]] = []
         for yi, number_id in zip(y, ids):
             left = 0.0
             mine = parts[parts["number_id"] == number_id]
             for cat, ms in zip(mine["category"].astype(str), mine["ms"].astype(float)):
                 color = CATEGORY_COLORS.get(cat, "#999999")
                 seen[cat] = color
+                drawn.append((cat, ms))
                 ax.barh(yi + 0.18, ms, left=left, height=0.34, color=color)
                 left += ms
             ours = by_id.loc[number_id, "measured_per_step"]
@@ -317,7 +321,15 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
         ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=style.SMALL_PT)
         ax.set_xlabel(title)
         ax.grid(axis="x", linewidth=0.4, alpha=0.5)
-    bottom = legend_below(fig, [Patch(facecolor=color, label=label) for label, color in seen.items()], ncol=3)
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.4)  # the published numbers right of the longest bars stay inside
+        span = ax.get_xlim()[1]
+        for cat, ms in drawn:
+            widest[cat] = max(widest.get(cat, 0.0), ms / span)
+            largest[cat] = max(largest.get(cat, 0.0), ms)
+    # a category in the study's sums whose parts are too thin to see keeps its entry, which gives its size
+    thin = {cat for cat, fraction in widest.items() if fraction < 0.005}
+    labels = {label: label + (f": at most {largest[label]:.2f} ms, too thin to see" if label in thin else "") for label in seen}
+    bottom = legend_below(fig, [Patch(facecolor=color, label=labels[label]) for label, color in seen.items()], ncol=3)
     add_title(
         fig,
         "The original study's numbers, rebuilt, and what they hold",
