@@ -196,6 +196,46 @@ def test_an_adamw_checkpoint_with_moonlights_keys_still_loads():
     resumed.step()
 
 
+def _stepped(optimizer) -> dict:
+    """The checkpoint of ``optimizer`` on :class:`Small`'s two groups after one step."""
+    opt = optimizer(muon_param_groups(_with_grads(Small())))
+    opt.step()
+    return opt.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("saved_by", "loaded_into", "message"),
+    [
+        # loaded without a word, then KeyError: 'step' at the first step
+        (Muon, AdamW, r"params\[0\] of the state loaded holds \['momentum_buffer', 'update_rms'\] where AdamW keeps"),
+        # refused as if a key were misspelt ("rename the key")
+        (AdamW, Muon, r"param_groups\[0\] of the state loaded has no \['momentum', 'nesterov', 'ns_steps', 'adamw_betas'"),
+    ],
+)
+def test_a_checkpoint_of_the_other_optimizer_is_refused_as_such_and_changes_nothing(saved_by, loaded_into, message):
+    model = _with_grads(Small())
+    opt = loaded_into(muon_param_groups(model))
+    before = [dict(g) for g in opt.param_groups]
+    another = ".*the checkpoint of another optimizer.*load it into the optimizer that saved it"
+    with pytest.raises(ValueError, match=message + another):
+        opt.load_state_dict(_stepped(saved_by))
+    assert [dict(g) for g in opt.param_groups] == before and not opt.state
+    opt.load_state_dict(_stepped(loaded_into))  # its own kind loads, and steps
+    opt.step()
+
+
+def test_a_checkpoint_of_other_groups_or_shapes_is_refused_in_words():
+    """torch said 'loaded state dict has a different number of parameter groups'; a moment of another shape failed
+    at the step, in a broadcast."""
+    model = _with_grads(Small())
+    with pytest.raises(ValueError, match="has 2 param groups, this AdamW 1: build the optimizer with the groups"):
+        AdamW(model.parameters()).load_state_dict(_stepped(AdamW))
+    saved = _stepped(Muon)
+    saved["state"][0]["momentum_buffer"] = torch.zeros(10, 6)
+    with pytest.raises(ValueError, match=r"its 'momentum_buffer' has shape \(10, 6\), the parameter \(6, 10\)"):
+        Muon(muon_param_groups(model)).load_state_dict(saved)
+
+
 @pytest.mark.parametrize("optimizer", [DistributedAdamW, DistributedMuon])
 def test_a_zero1_optimizer_refuses_to_be_copied_or_pickled(optimizer):
     """torch's optimizers deep-copy and pickle their groups and state alone: the copy of a ZeRO-1 one had no plan or

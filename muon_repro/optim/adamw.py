@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.hyperparameters import TORCH_ADAMW_KEYS, CheckedParamGroups, check_dense_grads, check_group
+from muon_repro.optim.hyperparameters import ADAMW_STATE, TORCH_ADAMW_KEYS, CheckedParamGroups, check_dense_grads, check_group
 from muon_repro.optim.muon import adamw_group_step, evaluate_closure
 
 
@@ -38,6 +38,11 @@ class AdamW(CheckedParamGroups, torch.optim.Optimizer):
         eps: float = 1e-8,
     ) -> None:
         super().__init__(params, adamw_defaults(lr, weight_decay, betas, eps))
+
+    GROUP_KEYS = TORCH_ADAMW_KEYS  # after rename_torch_adamw_keys: a Muon checkpoint's groups hold them too
+
+    def _required_state(self, group: dict) -> tuple[str, ...]:
+        return ADAMW_STATE  # every parameter, whatever its group's use_muon
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

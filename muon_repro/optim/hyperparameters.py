@@ -95,6 +95,12 @@ def _floating_dtype(value: object) -> bool:
     return isinstance(value, torch.dtype) and value.is_floating_point
 
 
+# What each update rule keeps per parameter once it has stepped, for the errors of a checkpoint of the wrong kind.
+MUON_STATE = ("momentum_buffer",)
+ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")
+STATE_KEPT = f"Muon keeps {list(MUON_STATE)} for a matrix, AdamW {list(ADAMW_STATE)}"
+
+
 class CheckedParamGroups:
     """Mixin for ``torch.optim.Optimizer`` subclasses: :func:`check_group` on every group added, the group refused
     whole (the optimizer left as it was) if a value is out of range.
@@ -103,6 +109,7 @@ class CheckedParamGroups:
     AdamW read Moonlight's names are renamed to torch's on loading."""
 
     ADAMW_KEYS: tuple[str, str] = TORCH_ADAMW_KEYS
+    GROUP_KEYS: tuple[str, ...] = ()  # the hyperparameters every group of this optimizer's checkpoints holds
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)  # type: ignore[misc]
@@ -116,12 +123,64 @@ class CheckedParamGroups:
     def _check_added_group(self, group: dict, where: str) -> None:
         check_group(group, self.ADAMW_KEYS, where)
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's, with the group count compared first in words a user can act on."""
+        saved = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        mine = self.param_groups  # type: ignore[attr-defined]
+        if isinstance(saved, list) and len(saved) != len(mine):
+            raise ValueError(
+                f"the optimizer state loaded has {len(saved)} param groups, this {type(self).__name__} {len(mine)}: build "
+                "the optimizer with the groups it was saved with (muon_param_groups(model) gives the matrices and the "
+                "rest apart), and load a checkpoint into the optimizer that saved it"
+            )
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+
+    def _required_state(self, group: dict) -> tuple[str, ...]:
+        """The state keys a parameter of ``group`` holds once stepped, each a tensor of the parameter's shape; none
+        here (the ZeRO-1 optimizers compare a checkpoint's fingerprint instead)."""
+        return ()
+
     def __setstate__(self, state: dict) -> None:
-        """torch's, once the groups loaded (``load_state_dict``, unpickling) pass the checks of a group added: a
-        checkpoint is input too, and lr=-1 or momentum=1.5 in one would train. Refused, the optimizer is as it was."""
+        """torch's, once the state loaded (``load_state_dict``, unpickling) is this optimizer's kind and its groups
+        pass the checks of a group added: a checkpoint is input too, and lr=-1 or momentum=1.5 in one would train.
+        Refused, the optimizer is as it was."""
         groups = state.get("param_groups", [])
         if self.ADAMW_KEYS == TORCH_ADAMW_KEYS:
             rename_torch_adamw_keys(groups)
+        self._check_state_kind(state.get("state", {}), groups)
         for i, group in enumerate(groups):
             check_group(group, self.ADAMW_KEYS, f"param_groups[{i}] of the state loaded")
         super().__setstate__(state)  # type: ignore[misc]
+
+    def _check_state_kind(self, state: dict, groups: list[dict]) -> None:
+        """Each group holds this optimizer's hyperparameters (:attr:`GROUP_KEYS`) and each stepped parameter the state
+        it keeps for its group, at its shape: Muon's state loaded into AdamW without a word and failed at the first
+        step (KeyError: 'step'); AdamW's into Muon was refused as if a key were misspelt."""
+        name = type(self).__name__
+        for i, group in enumerate(groups):
+            missing = [key for key in self.GROUP_KEYS if key not in group]
+            if missing:
+                raise ValueError(
+                    f"param_groups[{i}] of the state loaded has no {missing}, which {name}'s groups hold: the checkpoint "
+                    "of another optimizer (Muon's groups hold momentum and adamw_betas, AdamW's betas); load it into the "
+                    "optimizer that saved it"
+                )
+            required = self._required_state(group)
+            for j, param in enumerate(group["params"]):
+                held = state.get(param)
+                if not required or not held:
+                    continue
+                where = f"param_groups[{i}].params[{j}] of the state loaded"
+                missing = [key for key in required if key not in held]
+                if missing:
+                    raise ValueError(
+                        f"{where} holds {sorted(held)} where {name} keeps {list(required)}: the checkpoint of another "
+                        f"optimizer ({STATE_KEPT}); load it into the optimizer that saved it"
+                    )
+                for key in required:
+                    value = held[key]
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                        raise ValueError(
+                            f"{where}: its {key!r} has shape {tuple(value.shape)}, the parameter {tuple(param.shape)}: "
+                            "the model does not match the checkpoint"
+                        )

@@ -6,7 +6,14 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from muon_repro.optim.hyperparameters import MOONLIGHT_ADAMW_KEYS, CheckedParamGroups, check_dense_grads, check_group
+from muon_repro.optim.hyperparameters import (
+    ADAMW_STATE,
+    MOONLIGHT_ADAMW_KEYS,
+    MUON_STATE,
+    CheckedParamGroups,
+    check_dense_grads,
+    check_group,
+)
 from muon_repro.optim.newton_schulz import orthogonalize_many
 from muon_repro.optim.param_groups import check_muon_group
 from muon_repro.optim.update_rules import (
@@ -123,6 +130,11 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
         defaults["gather_dtype"] = gather_dtype
         check_group({"gather_dtype": gather_dtype}, self.ADAMW_KEYS)  # the rest checked by muon_defaults
         super().__init__(params, defaults)
+
+    GROUP_KEYS = ("use_muon", "momentum", "nesterov", "ns_steps", *MOONLIGHT_ADAMW_KEYS)
+
+    def _required_state(self, group: dict) -> tuple[str, ...]:
+        return MUON_STATE if group["use_muon"] else ADAMW_STATE
 
     def _check_added_group(self, group: dict, where: str) -> None:
         """The hyperparameters, and a Muon group's params all matrices (here, not in a later ``step()`` that would
