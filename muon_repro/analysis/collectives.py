@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from muon_repro.phases import COARSE_PHASES, MUON_ONLY_PHASES, OPTIMIZER, PHASES
-from muon_repro.tables.schemas import COMM_KINDS  # kinds with a time column of their own
+from muon_repro.tables.step_schemas import COMM_KINDS  # kinds with a time column of their own
 from muon_repro.values import is_index
 
 # Phase labels opened by muon_repro.parallel.comm, the model and the optimizers (muon_repro.phases).
