@@ -227,26 +227,14 @@ def _gather_to_root(obj: dict, dims: ParallelDims) -> list[dict] | None:
 
 
 def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
-    """Runs on every rank; rank 0 returns the report."""
+    """Runs on every rank: trains ``cfg.steps`` steps with the distributed optimizer while rank 0 steps its
+    references beside it (:class:`_References`); rank 0 returns the report, the others None."""
     dims = ParallelDims(cfg.dp, cfg.tp)
     model_cfg = GPTConfig.preset(cfg.preset, max_seq_len=max(cfg.seq_len, GPTConfig.preset(cfg.preset).max_seq_len))
     model = GPT(model_cfg, dims.tp_group)
-    tp_dims = {name: getattr(p, "tp_partition_dim", None) for name, p in model.named_parameters()}
     groups = muon_param_groups(model)
     opt = cfg.build_optimizer(groups, dims)
-    root = dims.rank == 0
-
-    if root:  # references live on rank 0 only
-        e2e_model = GPT(model_cfg, Group.single("tp"))
-        e2e_opt = cfg.build_reference(muon_param_groups(e2e_model))
-        full = dict(e2e_model.named_parameters())
-        iso_params = {
-            n: torch.nn.Parameter(
-                _optimizer_view([shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n])
-            )
-            for n, p in full.items()
-        }
-        iso_opt = cfg.build_reference([{**g, "params": [iso_params[n] for n in g["names"]]} for g in groups])
+    references = _References.build(cfg, model_cfg, model, groups) if dims.rank == 0 else None  # rank 0's only
 
     steps = []
     for step in range(cfg.steps):
@@ -265,34 +253,83 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
             "params": {n: p.detach().clone() for n, p in model.named_parameters()},
         }
         gathered = _gather_to_root(payload, dims)
-        if root:
-            by_coord = {(g["dp_rank"], g["tp_rank"]): g for g in gathered}
-            grads_by_tp = [_averaged_grads(opt, [by_coord[(d, t)]["grad_mean"] for d in range(cfg.dp)]) for t in range(cfg.tp)]
-            params_by_tp = [by_coord[(0, t)]["params"] for t in range(cfg.tp)]
-            # optimizer-isolated
-            for n, p in iso_params.items():
-                p.grad = _optimizer_view([g[n] for g in grads_by_tp], tp_dims[n]).clone()
-            iso_opt.step()
-            dist_view = {n: _optimizer_view([ps[n] for ps in params_by_tp], tp_dims[n]) for n in iso_params}
-            isolated = tensor_differences(dist_view, {n: p.detach() for n, p in iso_params.items()})
-            # end to end
-            e2e_loss = e2e_model(tokens, targets)
-            e2e_loss.backward()
-            e2e_opt.step()
-            e2e_opt.zero_grad()
-            canonical = {n: model.assemble_full_tensor(n, [ps[n] for ps in params_by_tp]) for n in full}
-            end_to_end = tensor_differences(canonical, {n: p.detach() for n, p in full.items()})
-            mean_loss = sum(g["loss"] for g in gathered if g["tp_rank"] == 0) / cfg.dp
-            steps.append(
-                {
-                    "step": step,
-                    "loss": mean_loss,
-                    "reference_loss": e2e_loss.item(),
-                    "isolated": isolated,
-                    "end_to_end": end_to_end,
-                }
-            )
+        if references is not None:
+            steps.append(references.compare(step, tokens, targets, gathered, model, opt))
 
+    ranks = _gather_to_root(_rank_report(cfg, dims, model, opt, groups), dims)
+    if references is None:
+        return None
+    return _report(cfg, model, opt, steps, ranks)
+
+
+@dataclass
+class _References:
+    """Rank 0's two references, stepped beside the distributed run: the single-device optimizer fed the run's
+    DP-averaged gradients (optimizer-isolated: ``iso_params``, ``iso_opt``, in the optimizer's view), and a tp=1 model
+    with that optimizer trained on the whole global batch (end to end: ``e2e_model``, ``e2e_opt``)."""
+
+    cfg: EquivalenceConfig
+    tp_dims: dict[str, int | None]  # each parameter's TP partition dim (None: replicated)
+    e2e_model: GPT
+    e2e_opt: torch.optim.Optimizer
+    iso_params: dict[str, torch.nn.Parameter]
+    iso_opt: torch.optim.Optimizer
+
+    @classmethod
+    def build(cls, cfg: EquivalenceConfig, model_cfg: GPTConfig, model: GPT, groups: list[dict]) -> _References:
+        """Both references from the seed the distributed model was built from (its groups' names and order)."""
+        tp_dims = {name: getattr(p, "tp_partition_dim", None) for name, p in model.named_parameters()}
+        e2e_model = GPT(model_cfg, Group.single("tp"))
+        e2e_opt = cfg.build_reference(muon_param_groups(e2e_model))
+        iso_params = {
+            n: torch.nn.Parameter(
+                _optimizer_view([shard_tensor(n, p.detach(), tp_dims[n], r, cfg.tp) for r in range(cfg.tp)], tp_dims[n])
+            )
+            for n, p in e2e_model.named_parameters()
+        }
+        iso_opt = cfg.build_reference([{**g, "params": [iso_params[n] for n in g["names"]]} for g in groups])
+        return cls(cfg, tp_dims, e2e_model, e2e_opt, iso_params, iso_opt)
+
+    def compare(
+        self,
+        step: int,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        gathered: list[dict],
+        model: GPT,
+        opt: ZeroOneOptimizer,
+    ) -> dict:
+        """Step both references and compare the distributed run's parameters after ``step`` (``gathered``: every
+        rank's payload) with each: the step's record."""
+        cfg, tp_dims = self.cfg, self.tp_dims
+        by_coord = {(g["dp_rank"], g["tp_rank"]): g for g in gathered}
+        grads_by_tp = [_averaged_grads(opt, [by_coord[(d, t)]["grad_mean"] for d in range(cfg.dp)]) for t in range(cfg.tp)]
+        params_by_tp = [by_coord[(0, t)]["params"] for t in range(cfg.tp)]
+
+        for n, p in self.iso_params.items():
+            p.grad = _optimizer_view([g[n] for g in grads_by_tp], tp_dims[n]).clone()
+        self.iso_opt.step()
+        dist_view = {n: _optimizer_view([ps[n] for ps in params_by_tp], tp_dims[n]) for n in self.iso_params}
+        isolated = tensor_differences(dist_view, {n: p.detach() for n, p in self.iso_params.items()})
+
+        e2e_loss = self.e2e_model(tokens, targets)
+        e2e_loss.backward()
+        self.e2e_opt.step()
+        self.e2e_opt.zero_grad()
+        full = dict(self.e2e_model.named_parameters())
+        canonical = {n: model.assemble_full_tensor(n, [ps[n] for ps in params_by_tp]) for n in full}
+        end_to_end = tensor_differences(canonical, {n: p.detach() for n, p in full.items()})
+        return {
+            "step": step,
+            "loss": sum(g["loss"] for g in gathered if g["tp_rank"] == 0) / cfg.dp,
+            "reference_loss": e2e_loss.item(),
+            "isolated": isolated,
+            "end_to_end": end_to_end,
+        }
+
+
+def _rank_report(cfg: EquivalenceConfig, dims: ParallelDims, model: GPT, opt: ZeroOneOptimizer, groups: list[dict]) -> dict:
+    """This rank's bytes of the last step (ledger and analytic, both optimizers'), Newton-Schulz calls and state."""
     specs = param_specs(model.named_parameters(), cfg.tp)
     muon_names = {n for g in groups if g["use_muon"] for n in g["names"]}
     analytic_kw = dict(
@@ -303,9 +340,8 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
         bucket_elems=cfg.effective_bucket_elems,
         gather_dtype=DTYPES[cfg.effective_gather_dtype],
     )
-    last = cfg.steps - 1
-    ledger = dims.ledger.bytes_by_phase(step=last)
-    rank_report = {
+    ledger = dims.ledger.bytes_by_phase(step=cfg.steps - 1)
+    return {
         "rank": dims.rank,
         "dp_rank": dims.dp_rank,
         "tp_rank": dims.tp_rank,
@@ -320,9 +356,10 @@ def equivalence_worker(cfg: EquivalenceConfig) -> dict | None:
         "muon_managed_state_bytes": sum(b for n, b in opt.state_bytes_by_param().items() if n in muon_names),
         "transient_bytes": opt.stats.transient_bytes,
     }
-    ranks = _gather_to_root(rank_report, dims)
-    if not root:
-        return None
+
+
+def _report(cfg: EquivalenceConfig, model: GPT, opt: ZeroOneOptimizer, steps: list[dict], ranks: list[dict]) -> dict:
+    """Rank 0's report: the steps' comparisons and their violations, every rank's bytes, the plan's shape."""
     muon_slots = opt.plan.muon_slots()
     violations = find_violations(steps, cfg.bounds)
     ledger_matches = all(r["ledger_bytes"] == r["analytic_bytes"] for r in ranks)
