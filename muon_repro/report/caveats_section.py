@@ -22,7 +22,25 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
     """Where Muon's measured gains hold, vanish or invert in these runs: communication per grid, Newton-Schulz
     against forward+backward, the layouts' bytes, pure TP, optimizer state and a compute-bound optimizer."""
     runs, comp = study_runs(data.runs), study_runs(data.comparisons)  # the DP x TP question; PP has its own section
-    out = []
+    muon = runs[runs["optimizer"] == "muon"]
+    out = [
+        *_communication(data, comp),
+        *_newton_schulz_scaling(runs),
+        *_layout_bytes(muon, bytes_totals),
+        *_pure_tp(comp),
+        *_state(data, runs, muon, state),
+    ]
+    shares = pd.Series([derive.optimizer_share(r) for _, r in muon.iterrows()], dtype="float64")
+    if len(shares) and float(shares.min()) > 0.05:
+        out.append(_optimizer_weight(data, muon, shares))
+    if not out:
+        out.append("No regime in these runs where Muon's measured gains disappear or invert.")
+    return out
+
+
+def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
+    """Where Muon communicates as long as AdamW or longer, where less, and which pairs are not compared in time."""
+    out: list[str] = []
     worse, better = [], []
     # Transfer time (from the group's last arrival) when the analysis splits it off: waiting for a
     # slower rank's Newton-Schulz is not communication (docs/method.md#wait-and-transfer).
@@ -53,25 +71,34 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
             "Not compared in time, each recorded by another sweep than the AdamW run that did its work (a machine's "
             "speed drifts from one session to the next): " + "; ".join(apart) + "."
         )
-    # Newton-Schulz against forward+backward: what makes Muon's optimizer step matter, and how it scales.
+    return out
+
+
+def _newton_schulz_scaling(runs: pd.DataFrame) -> list[str]:
+    """Newton-Schulz against forward+backward on the first Muon run that has both: what makes Muon's optimizer step
+    matter, and how it scales."""
     for _, r in representative_runs(runs).iterrows():
         if r["optimizer"] != "muon" or not all(
             derive.has_value(r, c) for c in ("ns_flops_max_rank", "train_flops", "world_size", "tokens_per_step")
         ):
             continue
         per_rank = fmetric(r, "train_flops") / fmetric(r, "world_size")
-        if per_rank > 0:
-            out.append(
-                f"{run_label(r)}: Newton-Schulz does {fmetric(r, 'ns_flops_max_rank') / 1e9:.3g} GFLOP per step "
-                f"on the busiest rank, {fmetric(r, 'ns_flops_max_rank') / per_rank:.2g}× that rank's forward+backward "
-                f"({per_rank / 1e9:.3g} GFLOP at {int(metric(r, 'tokens_per_step')):,} tokens per step). "
-                "Forward+backward FLOPs grow with the tokens per step, "
-                "Newton-Schulz FLOPs do not (they depend on the matrices alone): the more tokens a step trains, the smaller "
-                "Muon's extra time per token."
-            )
-        break
-    # Layouts: what each costs in bytes against the contiguous layout at the same grid.
-    muon = runs[runs["optimizer"] == "muon"]
+        if per_rank <= 0:
+            return []
+        return [
+            f"{run_label(r)}: Newton-Schulz does {fmetric(r, 'ns_flops_max_rank') / 1e9:.3g} GFLOP per step "
+            f"on the busiest rank, {fmetric(r, 'ns_flops_max_rank') / per_rank:.2g}× that rank's forward+backward "
+            f"({per_rank / 1e9:.3g} GFLOP at {int(metric(r, 'tokens_per_step')):,} tokens per step). "
+            "Forward+backward FLOPs grow with the tokens per step, "
+            "Newton-Schulz FLOPs do not (they depend on the matrices alone): the more tokens a step trains, the smaller "
+            "Muon's extra time per token."
+        ]
+    return []
+
+
+def _layout_bytes(muon: pd.DataFrame, bytes_totals: dict[str, float]) -> list[str]:
+    """What each ZeRO-1 layout costs in bytes against the contiguous layout at the same grid."""
+    out = []
     for (dp, tp), g in muon.groupby(["dp", "tp"]):
         by_layout = {
             str(layout): bytes_totals[str(sort_runs(sub).iloc[0]["run"])] for layout, sub in g.groupby("layout", sort=False)
@@ -84,14 +111,22 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
                 + ", ".join(parts)
                 + " (bucketed gathers every matrix on every DP rank; whole-matrix needs no DP gather)."
             )
-    pure_tp = comp[(comp["dp"] == 1) & (comp["tp"] > 1)]
-    for _, c in pure_tp.iterrows():
-        out.append(
-            f"{style.grid_label(1, int(c['tp']))}: with no data parallelism AdamW has no optimizer communication at all, "
-            f"so every byte of Muon's TP gather is extra ({ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')} "
-            "AdamW's bytes, the model's own TP traffic included)."
-        )
-    # State: the 50% saving applies to the matrices only.
+    return out
+
+
+def _pure_tp(comp: pd.DataFrame) -> list[str]:
+    """Pure TP: AdamW communicates nothing in its optimizer, so every byte of Muon's TP gather is extra."""
+    return [
+        f"{style.grid_label(1, int(c['tp']))}: with no data parallelism AdamW has no optimizer communication at all, "
+        f"so every byte of Muon's TP gather is extra ({ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')} "
+        "AdamW's bytes, the model's own TP traffic included)."
+        for _, c in comp[(comp["dp"] == 1) & (comp["tp"] > 1)].iterrows()
+    ]
+
+
+def _state(data: ReportData, runs: pd.DataFrame, muon: pd.DataFrame, state: pd.DataFrame) -> list[str]:
+    """Optimizer state on the first Muon run with a state row: the 50% saving applies to the matrices only, uneven
+    ZeRO-1 chunks, and transient gather buffers larger than the state saved."""
     state_by_run = state.set_index("run")
     for _, r in representative_runs(runs).iterrows():
         if r["optimizer"] != "muon" or r["run"] not in state_by_run.index:
@@ -100,6 +135,7 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
         adamw_state_bytes = float(state_by_run.loc[r["run"], "adamw"])
         if muon_state_bytes + adamw_state_bytes <= 0:
             continue
+        out = []
         # fp32: 1 value per Muon element, 2 per AdamW element
         matrix_share = (muon_state_bytes / 4) / (muon_state_bytes / 4 + adamw_state_bytes / 8)
         out.append(
@@ -136,13 +172,8 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
                     f"more than the {mb(saved)} of state it saves; at this model size the peak, not the steady state, "
                     "decides memory."
                 )
-        break
-    shares = pd.Series([derive.optimizer_share(r) for _, r in muon.iterrows()], dtype="float64")
-    if len(shares) and float(shares.min()) > 0.05:
-        out.append(_optimizer_weight(data, muon, shares))
-    if not out:
-        out.append("No regime in these runs where Muon's measured gains disappear or invert.")
-    return out
+        return out
+    return []
 
 
 def limitations(data: ReportData, everything: ReportData | None = None) -> list[str]:

@@ -177,43 +177,13 @@ def build_context(
     bytes_table, totals = bytes_rows(data)
     runs = data.runs
     metrics_dir = Path(data.metrics_dir)
-
-    def rel(p: str | Path) -> str:
-        return Path(os.path.relpath(Path(p).resolve(), Path(out_dir).resolve())).as_posix()
-
-    def figure_entry(name: str, path: str | Path, caption: str) -> dict[str, str]:
-        return {"name": name, "src": rel(path), "svg": rel(Path(path).with_suffix(".svg")), "caption": caption} | {
-            "empty": empty_reason(path)  # a figure with no data: its number and why, not an image the caption misdescribes
-        }
-
-    tables = {name: rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
-    # Figures are numbered in the order they appear: the claims section's (Figure 1) before the results' figures,
-    # those before the sections' own (pipeline, regimes); the study section's is S1, apart.
-    profile_figure = None
-    if wants_profile_figures(data.claims):
-        path = checked_figures(figure_paths, ["claims_by_profile"])["claims_by_profile"]
-        profile_figure = figure_entry("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"]) | {"number": 1}
-    first_result = 1 + (profile_figure is not None)
-    first_after = first_result + len(FIGURES)
-    pipeline = pipeline_section(data)
-    if pipeline["present"]:
-        path, timeline_path = checked_figures(figure_paths, ["pipeline", "pipeline_timeline"]).values()
-        pipeline |= {
-            "figure": figure_entry("pipeline", path, PIPELINE_CAPTIONS["pipeline"]),
-            "number": first_after,
-            "timeline_figure": figure_entry("pipeline_timeline", timeline_path, PIPELINE_CAPTIONS["pipeline_timeline"]),
-            "timeline_number": first_after + 1,
-            "doc": rel(metrics_dir.parent / "docs" / "pipeline.md"),
-        }
-        first_after += 2
-    study = study_section(everything or data)
-    if study["present"]:
-        path = checked_figures(figure_paths, ["study_numbers"])["study_numbers"]
-        study["figure"] = figure_entry("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
+    links = _Links(Path(out_dir))
+    tables = {name: links.rel(metrics_dir / f"{name}.csv") for name in TABLES if (metrics_dir / f"{name}.csv").is_file()}
+    figured = _figured_sections(data, everything or data, figure_paths, links)
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__, identity=identity)
     decomposed = decomposition(data, claims)
-    regime = regimes_section(data, figure_paths, rel, first_after)
+    regime = figured["regime"]
     optional = {
         "decomposition": decomposed["rows"],
         "predictions": regime["predictions_rows"],
@@ -243,10 +213,6 @@ def build_context(
         "bytes_header": ["configuration", "run", "analytic MB", "ledger MB", "trace MB", "largest gap", "vs AdamW (analytic)"],
         "bytes_rows": bytes_table,
         "wire": wire_lines(data),
-        "figures": [
-            figure_entry(n, figure_paths[n], FIGURE_CAPTIONS[n]) | {"number": number}
-            for number, n in enumerate(FIGURES, first_result)
-        ],
         "claims": claims,
         **dict(zip(("claims_header", "claims_rows", "claims_notes"), claims_matrix(data))),
         **dict(zip(("checks_header", "checks_rows", "checks_notes"), checks_matrix(data))),
@@ -256,10 +222,6 @@ def build_context(
         "rounds": rounds_said(runs),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
-        "profile_figure": profile_figure,
-        "pipeline": pipeline,
-        "study": study,
-        "regime": regime,
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,
         "limitations": limitations(data, everything),
@@ -270,6 +232,60 @@ def build_context(
         "phases": {"coarse": list(COARSE_PHASES), "optimizer": list(OPTIMIZER_PHASES)},
         "bibtex": list(citation),
         "version": muon_repro.__version__,
+        **figured,  # profile_figure, figures, pipeline, study, regime
+    }
+
+
+class _Links:
+    """Paths as the report in ``out_dir`` links them (relative, POSIX), and a figure's entry in the context."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir.resolve()
+
+    def rel(self, path: str | Path) -> str:
+        return Path(os.path.relpath(Path(path).resolve(), self.out_dir)).as_posix()
+
+    def figure(self, name: str, path: str | Path, caption: str) -> dict[str, str]:
+        return {"name": name, "src": self.rel(path), "svg": self.rel(Path(path).with_suffix(".svg")), "caption": caption} | {
+            "empty": empty_reason(path)  # a figure with no data: its number and why, not an image the caption misdescribes
+        }
+
+
+def _figured_sections(data: ReportData, everything: ReportData, figure_paths: dict[str, Path], links: _Links) -> dict[str, Any]:
+    """The context's figures and the sections that hold some, numbered in the order they appear: the claims section's
+    (Figure 1) before the results' figures, those before the sections' own (pipeline, regimes); the study section's
+    (``everything``'s) is S1, apart."""
+    metrics_dir = Path(data.metrics_dir)
+    profile_figure = None
+    if wants_profile_figures(data.claims):
+        path = checked_figures(figure_paths, ["claims_by_profile"])["claims_by_profile"]
+        profile_figure = links.figure("claims_by_profile", path, PROFILE_CAPTIONS["claims_by_profile"]) | {"number": 1}
+    first_result = 1 + (profile_figure is not None)
+    first_after = first_result + len(FIGURES)
+    pipeline = pipeline_section(data)
+    if pipeline["present"]:
+        path, timeline_path = checked_figures(figure_paths, ["pipeline", "pipeline_timeline"]).values()
+        pipeline |= {
+            "figure": links.figure("pipeline", path, PIPELINE_CAPTIONS["pipeline"]),
+            "number": first_after,
+            "timeline_figure": links.figure("pipeline_timeline", timeline_path, PIPELINE_CAPTIONS["pipeline_timeline"]),
+            "timeline_number": first_after + 1,
+            "doc": links.rel(metrics_dir.parent / "docs" / "pipeline.md"),
+        }
+        first_after += 2
+    study = study_section(everything)
+    if study["present"]:
+        path = checked_figures(figure_paths, ["study_numbers"])["study_numbers"]
+        study["figure"] = links.figure("study_numbers", path, STUDY_CAPTIONS["study_numbers"])
+    return {
+        "profile_figure": profile_figure,
+        "figures": [
+            links.figure(n, figure_paths[n], FIGURE_CAPTIONS[n]) | {"number": number}
+            for number, n in enumerate(FIGURES, first_result)
+        ],
+        "pipeline": pipeline,
+        "study": study,
+        "regime": regimes_section(data, figure_paths, links.rel, first_after),
     }
 
 
