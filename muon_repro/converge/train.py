@@ -237,15 +237,7 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
 
     ckpt_path = run_path / checkpoint_name(dims.rank)
     identity = run_identity(cfg, data.facts, backend)
-    ckpt = _load_checkpoint(ckpt_path, identity)
-    start = _agreed_resume_step(ckpt)
-    if start > 0:
-        model.load_state_dict(ckpt["model"])  # copies into the optimizer's flat buffer (the parameters are views of it)
-        opt.load_state_dict(ckpt["optimizer"])
-        curve, elapsed = Curve(ckpt["curve"]), float(ckpt["elapsed_s"])
-    else:
-        curve, elapsed = Curve(), 0.0
-    del ckpt
+    start, curve, elapsed = _resume(ckpt_path, identity, model, opt)
 
     t0 = time.perf_counter()
     held_out = (val_windows, test_windows)
@@ -292,28 +284,54 @@ def train_run(cfg: ConvergeConfig, data: TokenData, run_dir: str, backend: str, 
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             _save_checkpoint(ckpt_path, identity, step, model, opt, curve, elapsed + time.perf_counter() - t0)
     wall = elapsed + time.perf_counter() - t0
-
     if dims.rank == 0:
-        record = {
-            **record_base,
-            "environment": {**record_base.get("environment", {}), "speed_probe": probe.to_dict()},
-            "config": cfg.to_dict(),
-            "model": {**mcfg.__dict__, **parameter_shares(mcfg)},
-            "corpus": data.facts,
-            "backend": backend,
-            "device": device.type,
-            "world_size": cfg.world_size,
-            "tokens_per_step": cfg.tokens_per_step,
-            "flops_per_step": step_flops(cfg, mcfg),
-            "resumed_from_step": start,
-            "diverged_at_step": diverged,
-            "wall_s": wall,
-            "curve": curve.state(),
-        }
-        write_json(run_path / CONVERGENCE_FILE, record, compact=True)
-        lines = [
-            f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={backend} "
-            f"resumed_from_step={start} wall={wall:.1f} s"
-        ]
-        lines += [f"step {s}: val {v:.5f} test {t:.5f}" for s, v, t in zip(curve.eval_step, curve.val_loss, curve.test_loss)]
-        (run_path / CONVERGENCE_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        record = _run_record(cfg, data, mcfg, backend, device.type, record_base, probe.to_dict())
+        record |= {"resumed_from_step": start, "diverged_at_step": diverged, "wall_s": wall, "curve": curve.state()}
+        _write_record(run_path, cfg, record, curve)
+
+
+def _resume(ckpt_path: Path, identity: dict, model: GPT, opt: ZeroOneOptimizer) -> tuple[int, Curve, float]:
+    """(the step every rank resumes after, the curve so far, the seconds trained so far): from this rank's checkpoint
+    when every rank has one of the same step (:func:`_agreed_resume_step`), else (0, an empty curve, 0.0)."""
+    ckpt = _load_checkpoint(ckpt_path, identity)
+    start = _agreed_resume_step(ckpt)
+    if start == 0:
+        return 0, Curve(), 0.0
+    model.load_state_dict(ckpt["model"])  # copies into the optimizer's flat buffer (the parameters are views of it)
+    opt.load_state_dict(ckpt["optimizer"])
+    return start, Curve(ckpt["curve"]), float(ckpt["elapsed_s"])
+
+
+def _run_record(
+    cfg: ConvergeConfig,
+    data: TokenData,
+    mcfg: GPTConfig,
+    backend: str,
+    device: str,
+    record_base: dict,
+    speed_probe: dict,
+) -> dict:
+    """What a run's record says of its set-up: config, model, corpus, machine (its outcome is added after)."""
+    return {
+        **record_base,
+        "environment": {**record_base.get("environment", {}), "speed_probe": speed_probe},
+        "config": cfg.to_dict(),
+        "model": {**mcfg.__dict__, **parameter_shares(mcfg)},
+        "corpus": data.facts,
+        "backend": backend,
+        "device": device,
+        "world_size": cfg.world_size,
+        "tokens_per_step": cfg.tokens_per_step,
+        "flops_per_step": step_flops(cfg, mcfg),
+    }
+
+
+def _write_record(run_path: Path, cfg: ConvergeConfig, record: dict, curve: Curve) -> None:
+    """Rank 0's ``convergence.json`` (``record``) and its log: one line of set-up, one per evaluation."""
+    write_json(run_path / CONVERGENCE_FILE, record, compact=True)
+    lines = [
+        f"{cfg.name}: {cfg.optimizer} lr={cfg.lr:g} seed={cfg.seed} dp={cfg.dp} tp={cfg.tp} backend={record['backend']} "
+        f"resumed_from_step={record['resumed_from_step']} wall={record['wall_s']:.1f} s"
+    ]
+    lines += [f"step {s}: val {v:.5f} test {t:.5f}" for s, v, t in zip(curve.eval_step, curve.val_loss, curve.test_loss)]
+    (run_path / CONVERGENCE_LOG).write_text("\n".join(lines) + "\n", encoding="utf-8")
