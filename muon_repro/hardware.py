@@ -174,7 +174,7 @@ def profile_or_unknown(environment: Mapping[str, Any] | None) -> str:
     return profile_from_environment(environment) if environment else UNKNOWN_PROFILE
 
 
-def rows_of_profile(table, profile: str):
+def rows_of_profile(table: Any, profile: str) -> Any:
     """A table's rows of one hardware profile, renumbered (a table without a ``profile`` column, or
     ``None``, as it is). Pandas-agnostic here, so both the analysis and the report can use it."""
     if table is None or PROFILE_FIELD not in table.columns:

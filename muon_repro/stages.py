@@ -22,7 +22,7 @@ dependencies when called, so importing this module is cheap.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -173,7 +173,9 @@ def bundle(sources: Sources, meta: BundleMeta, out: str | Path = "dist/dataset")
     return build_bundle(sources, meta, Path(out))
 
 
-def verify(bundle_dir: str | Path = "dist/dataset", *, echo=None, recompute: bool = False) -> VerifyResult:
+def verify(
+    bundle_dir: str | Path = "dist/dataset", *, echo: Callable[[str], None] | None = None, recompute: bool = False
+) -> VerifyResult:
     """Check a bundle or a downloaded copy: checksums, every table loads, every trace parses; with
     ``recompute``, also that analyzing its traces again gives its tables."""
     from muon_repro.dataset.verify import verify_bundle

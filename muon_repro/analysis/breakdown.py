@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,10 +197,10 @@ def analyze_trace(trace: TraceEvents, group_sizes: dict[str, int] | None = None)
     cats = np.asarray(ev["cat"].cat.categories, dtype=object)
     cat_codes = ev["cat"].cat.codes.to_numpy()
 
-    def by_name(pred) -> np.ndarray:
+    def by_name(pred: Callable[[str], bool]) -> np.ndarray:
         return np.fromiter((bool(pred(str(n))) for n in names), bool, len(names))[name_codes]
 
-    def by_cat(pred) -> np.ndarray:
+    def by_cat(pred: Callable[[str], bool]) -> np.ndarray:
         return np.fromiter((bool(pred(str(c))) for c in cats), bool, len(cats))[cat_codes]
 
     gpu_work = by_cat(lambda c: c in ("kernel", "gpu_memcpy", "gpu_memset"))

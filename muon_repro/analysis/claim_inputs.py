@@ -87,7 +87,7 @@ def without_pipeline(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["pp"].fillna(1) == 1] if "pp" in runs.columns else runs
 
 
-def is_missing(v) -> bool:
+def is_missing(v: object) -> bool:
     """Whether a table cell holds no value (None, pandas' NA or NaN)."""
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 

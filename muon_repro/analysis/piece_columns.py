@@ -29,12 +29,15 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 import numpy as np
 
 from muon_repro.analysis.limits import too_deep_problem
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Events whose ``args`` the analysis reads (besides every metadata event).
 ARG_NAME_PREFIXES = (
@@ -135,7 +138,7 @@ class PieceColumns:
     problems: list[tuple[str, str, float, float]] = field(default_factory=list)
 
 
-def no_gc(fn):
+def no_gc(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` with the cyclic garbage collector paused.
 
     Decoding allocates millions of small objects that cannot form cycles; letting the
@@ -143,7 +146,7 @@ def no_gc(fn):
     """
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         was_enabled = gc.isenabled()
         gc.disable()
         try:

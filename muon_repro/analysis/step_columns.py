@@ -8,6 +8,8 @@ peak memory. Definitions: :mod:`muon_repro.analysis.breakdown`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -16,10 +18,15 @@ from muon_repro.analysis.intervals import Segments
 from muon_repro.analysis.step_windows import NO_STEP
 from muon_repro.analysis.trace_events import TraceEvents
 
+# A predicate on event names (or categories), applied to every event row of a trace: one flag per row.
+RowMask = Callable[[Callable[[str], bool]], np.ndarray]
+
 US_PER_MS = 1000.0
 
 
-def computation_rows(trace: TraceEvents, device: str, gpu_work: np.ndarray, cpu_side: np.ndarray, by_name, by_cat) -> np.ndarray:
+def computation_rows(
+    trace: TraceEvents, device: str, gpu_work: np.ndarray, cpu_side: np.ndarray, by_name: RowMask, by_cat: RowMask
+) -> np.ndarray:
     """Rows of the computation events: non-NCCL GPU work on GPU; on CPU, the ``cpu_op`` events
     off the gloo workers, except collective calls and the ops enclosing one."""
     if device == "cuda":
@@ -129,7 +136,9 @@ def _worker_threads(trace: TraceEvents, gloo_events: np.ndarray, thread: np.ndar
     return np.union1d(np.unique(thread[gloo_events]), np.array(named, dtype=thread.dtype))
 
 
-def phase_segments(phase: str, names, name_codes, ts, end, cpu_side) -> Segments:
+def phase_segments(
+    phase: str, names: np.ndarray, name_codes: np.ndarray, ts: np.ndarray, end: np.ndarray, cpu_side: np.ndarray
+) -> Segments:
     flags = np.fromiter((coarse_phase(str(n)) == phase for n in names), bool, len(names))
     mask = flags[name_codes] & cpu_side
     if phase == "backward" and not mask.any():

@@ -18,7 +18,15 @@ from muon_repro.analysis.trace_events import TraceEvents
 NO_STEP = -(2**31)
 
 
-def step_windows(trace: TraceEvents, names, name_codes, cat_codes, cats, cpu_side, messages: list[str]) -> pd.DataFrame:
+def step_windows(
+    trace: TraceEvents,
+    names: np.ndarray,
+    name_codes: np.ndarray,
+    cat_codes: np.ndarray,
+    cats: np.ndarray,
+    cpu_side: np.ndarray,
+    messages: list[str],
+) -> pd.DataFrame:
     """``step``, ``start``, ``dur`` per step, sorted; one window ``-1`` if there are no steps.
 
     Steps left out for having no length are reported in ``messages``."""

@@ -35,11 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.breakdown import TraceBreakdown
+
+IntOrArray = TypeVar("IntOrArray", int, np.ndarray)  # a rank, or an array of ranks
 
 WAIT_COLUMNS = ("wait_us", "transfer_us", "matched")
 """What :meth:`MatchedCalls.wait_transfer` returns per call: wait and transfer (us), and whether the
@@ -213,13 +216,13 @@ def _groups(scope: np.ndarray, rank: np.ndarray, dp: int | None, tp: int | None,
     return kind, index
 
 
-def dp_group_index(rank, dp: int, tp: int):
+def dp_group_index(rank: IntOrArray, dp: int, tp: int) -> IntOrArray:
     """Which DP group ``rank`` (an int or an array) is in: one per stage and TP rank (rank = pp_rank * dp * tp +
     dp_rank * tp + tp_rank, muon_repro.parallel.grid3d; without stages, its TP rank)."""
     return (rank // (dp * tp)) * tp + rank % tp
 
 
-def tp_group_index(rank, tp: int):
+def tp_group_index(rank: IntOrArray, tp: int) -> IntOrArray:
     """Which TP group ``rank`` is in: one per stage and DP rank."""
     return rank // tp
 

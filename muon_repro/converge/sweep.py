@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import MAX_TRIALS
 from muon_repro.converge.config import OPTIMIZERS, ConvergeConfig
@@ -40,6 +41,9 @@ from muon_repro.run_records import MAX_STEPS
 from muon_repro.rundir import CHECKPOINT_SUFFIX, CONVERGENCE_FILE, CONVERGENCE_GROUP, partial_dir, read_json
 from muon_repro.tables import files
 from muon_repro.values import is_count
+
+if TYPE_CHECKING:  # imported where used: the CLI reads this module without torch
+    from muon_repro.converge.train import TokenData
 
 FORMAT_VERSION = 2  # 2: validation and test loss, per-step wall time and FLOPs per step; older records are retrained
 JOBS = (1, 2)  # runs at once: one at a time, or a Muon run beside its AdamW twin
@@ -196,7 +200,7 @@ def best_lr(out: Path, plan: ConvergePlan, optimizer: str) -> float:
     return min(plan.lrs[optimizer], key=lambda lr: final_val_loss(out, plan.sweep_config(optimizer, lr), plan.group))
 
 
-def prepare_data(corpus_spec: str, vocab_size: int):
+def prepare_data(corpus_spec: str, vocab_size: int) -> TokenData:
     """Load the corpus, train the tokenizer on its training split, tokenize the three splits."""
     from muon_repro.converge.corpus import load_corpus
     from muon_repro.converge.tokenize import encode, tokenizer_sha256, train_bpe
@@ -258,7 +262,7 @@ def _worker(cfg: ConvergeConfig, data, run_dir: str, backend: str, record_base: 
 
 def run_one(
     cfg: ConvergeConfig,
-    data,
+    data: TokenData,
     out: Path,
     backend: str,
     command: list[str],
@@ -327,7 +331,7 @@ def converge(
     ran, skipped = [], []
     t_start = time.perf_counter()
 
-    def tokens():
+    def tokens() -> TokenData:
         """The corpus, tokenized once: when a run trains, or a complete run's identity is checked."""
         nonlocal data
         if data is None:
@@ -393,7 +397,9 @@ _Runner = Callable[[list[ConvergeConfig], object, Path, str, list[str], dict], l
 def _runner(jobs: int) -> Iterator[_Runner]:
     """Runs a pair of configs: one after the other, or (``jobs=2``) at once in two spawned processes."""
 
-    def one_by_one(cfgs, data, out, backend, command, kwargs) -> list[float]:
+    def one_by_one(
+        cfgs: list[ConvergeConfig], data: TokenData, out: Path, backend: str, command: list[str], kwargs: dict
+    ) -> list[float]:
         return [run_one(cfg, data, out, backend, command, **kwargs) for cfg in cfgs]
 
     if jobs == 1:
@@ -406,7 +412,9 @@ def _runner(jobs: int) -> Iterator[_Runner]:
 
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
 
-    def together(cfgs, data, out, backend, command, kwargs) -> list[float]:
+    def together(
+        cfgs: list[ConvergeConfig], data: TokenData, out: Path, backend: str, command: list[str], kwargs: dict
+    ) -> list[float]:
         if len(cfgs) == 1:
             return one_by_one(cfgs, data, out, backend, command, kwargs)
         with sigint_held():  # submit starts the pool's processes: stopped half-way, it would lose track of one

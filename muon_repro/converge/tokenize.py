@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported where used: reading the module does not load tokenizers
+    from tokenizers import Tokenizer
 
 from muon_repro.values import is_count
 
 DEFAULT_VOCAB = 512
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB):
+def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB) -> Tokenizer:
     """A byte-level BPE ``tokenizers.Tokenizer`` with ``vocab_size`` tokens (the 256 bytes plus merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -38,16 +42,16 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB):
     return tok
 
 
-def encode(tok, texts: Iterable[str]) -> np.ndarray:
+def encode(tok: Tokenizer, texts: Iterable[str]) -> np.ndarray:
     """Token ids of the texts, concatenated in order (documents joined back to back), as int32."""
     ids = [np.asarray(e.ids, dtype=np.int32) for e in tok.encode_batch(list(texts), add_special_tokens=False)]
     return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
 
 
-def decode(tok, ids: Iterable[int]) -> str:
+def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
     return tok.decode(list(int(i) for i in ids), skip_special_tokens=False)
 
 
-def tokenizer_sha256(tok) -> str:
+def tokenizer_sha256(tok: Tokenizer) -> str:
     """Digest of the tokenizer's JSON: identifies the vocabulary and merges a run used."""
     return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()

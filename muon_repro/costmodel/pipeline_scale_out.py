@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.machine import resolve_profile
@@ -18,6 +19,9 @@ from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.pipeline import PipelinePrediction
 from muon_repro.costmodel.predict import predict
 from muon_repro.costmodel.records import MODEL_7B, SCALE_OUT_GPUS, SCALE_OUT_TOKENS, Setting, run_config
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PIPELINE_MACHINE = "h100-multinode-ib400"
 PIPELINE_TP = 8  # inside a node
@@ -115,7 +119,7 @@ def pipeline_scale_out_rows(
     return rows
 
 
-def pipeline_scale_out_table(gpus: Iterable[int] = SCALE_OUT_GPUS, machine: MachineProfile | None = None):
+def pipeline_scale_out_table(gpus: Iterable[int] = SCALE_OUT_GPUS, machine: MachineProfile | None = None) -> pd.DataFrame:
     """:func:`pipeline_scale_out_rows` as a DataFrame with the ``pipeline_scale_out`` table's columns and dtypes."""
     import pandas as pd
 

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.workload import ELEMENT_SIZE, Workload, assemble_workload, model_stages
 from muon_repro.model_config import GPTConfig, stage_parts
+
+if TYPE_CHECKING:  # imported where used: the cost model prices without importing torch
+    from muon_repro.optim.layout import ShardPlan
 
 
 def activation_bytes(cfg: BenchConfig, precision: str = "fp32") -> int:
@@ -54,7 +58,7 @@ def stage_shard_plan(
     stage: int,
     pp: int,
     ns_unit_elems: int | None = None,
-):
+) -> ShardPlan:
     """The :class:`ShardPlan` the stage's optimizer builds: the full model's TP-local parameters (on the ``meta``
     device) that the stage holds, in the model's order, which is the stage module's
     (:class:`~muon_repro.model_stages.GPTStage` keeps the full model's names and order)."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from muon_repro.bench.configs import BenchConfig
 from muon_repro.costmodel.op_counts import CROSS_ENTROPY_REDUCTIONS, stage_op_counts
@@ -53,6 +54,9 @@ from muon_repro.phases import (
     TP_GATHER,
     UPDATE,
 )
+
+if TYPE_CHECKING:  # imported where used: the cost model prices without importing torch
+    from muon_repro.optim.layout import ShardPlan
 
 ELEMENT_SIZE = {"fp32": 4, "bf16": 2}
 FP32 = 4
@@ -176,7 +180,7 @@ def build_workload(cfg: BenchConfig, device: str = "cpu", precision: str = "fp32
 def assemble_workload(
     cfg: BenchConfig,
     model: GPTConfig,
-    plan,
+    plan: ShardPlan,
     forward: tuple[Stage, ...],
     backward: tuple[Stage, ...],
     ns_dtype: str,
@@ -308,7 +312,7 @@ def forward_vector_elems_per_token(
 @functools.lru_cache(maxsize=32)
 def shard_plan(
     model: GPTConfig, tp: int, dp: int, optimizer: str, layout: str, bucket_elems: int | None, ns_unit_elems: int | None = None
-):
+) -> ShardPlan:
     """The :class:`ShardPlan` ``optimizer`` builds on every TP rank (they hold the same shapes)."""
     import torch
 
@@ -324,7 +328,7 @@ def shard_plan(
     return ShardPlan(specs, dp, layout, bucket_elems, ns_unit_elems if optimizer == "muon" else None)
 
 
-def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, param_dtype: str = "fp32") -> tuple[Stage, ...]:
+def optimizer_stages(cfg: BenchConfig, plan: ShardPlan, dp_rank: int, param_dtype: str = "fp32") -> tuple[Stage, ...]:
     """One DP rank's optimizer step (any TP rank of it), in the order the optimizer runs it; the updated
     parameters are all-gathered in ``param_dtype`` (the weights' dtype)."""
     reduce_size, gather_size = ELEMENT_SIZE[cfg.reduce_dtype], ELEMENT_SIZE[cfg.gather_dtype]
@@ -359,7 +363,7 @@ def optimizer_stages(cfg: BenchConfig, plan, dp_rank: int, param_dtype: str = "f
     return tuple(stages)
 
 
-def muon_unit_stages(cfg: BenchConfig, plan, dp_rank: int, gather_size: int) -> list[Stage]:
+def muon_unit_stages(cfg: BenchConfig, plan: ShardPlan, dp_rank: int, gather_size: int) -> list[Stage]:
     """Per Newton-Schulz unit: the DP gather, the TP gather, Newton-Schulz, as ``cfg.overlap`` schedules them."""
     pipelined = cfg.overlap == "pipelined"
     units = plan.ns_units

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from muon_repro.dataset.manifest import FileEntry
 from muon_repro.tables.files import human_size
 from muon_repro.values import counted
+
+if TYPE_CHECKING:  # imported where used: planning is read without huggingface_hub loaded
+    from huggingface_hub import HfApi
 
 # Files the Hub manages itself: never deleted by a publish, never compared.
 REMOTE_ONLY = (".gitattributes",)
@@ -53,7 +57,7 @@ class Plan:
         return sum(i.local_size or 0 for i in self.items if i.action in ("add", "change"))
 
 
-def list_remote(api, repo_id: str, revision: str) -> dict[str, RemoteFile]:
+def list_remote(api: HfApi, repo_id: str, revision: str) -> dict[str, RemoteFile]:
     """Every file of the dataset repository at ``revision`` (a commit id, to plan against a fixed tree)."""
     from huggingface_hub import RepoFile
 

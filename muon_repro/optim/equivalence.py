@@ -143,7 +143,7 @@ class EquivalenceConfig:
             return END_TO_END_RTOL_BF16_NS
         return END_TO_END_RTOL_BF16_GATHER if self.effective_gather_dtype == "bf16" else END_TO_END_RTOL_FP32
 
-    def build_optimizer(self, params, dims: ParallelDims) -> ZeroOneOptimizer:
+    def build_optimizer(self, params: list[dict], dims: ParallelDims) -> ZeroOneOptimizer:
         common = dict(lr=self.lr, weight_decay=self.weight_decay, layout=self.layout, bucket_elems=self.effective_bucket_elems)
         if self.optimizer == "adamw":
             return DistributedAdamW(params, dims, **common)
@@ -151,7 +151,7 @@ class EquivalenceConfig:
             params, dims, ns_dtype=DTYPES[self.ns_dtype], gather_dtype=DTYPES[self.effective_gather_dtype], **common
         )
 
-    def build_reference(self, params) -> torch.optim.Optimizer:
+    def build_reference(self, params: list[dict]) -> torch.optim.Optimizer:
         if self.optimizer == "adamw":
             return AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         # Rounds the NS input where DistributedMuon's gathers do (a no-op for fp32 gathers).

@@ -31,7 +31,7 @@ CHECK_COLUMNS = (
 HEADER = ["check", "expected", "measured (range over ranks)", "holds", "claimed", "fails if"]
 
 
-def check_number(value, kind: str, what: str) -> str:
+def check_number(value: object, kind: str, what: str) -> str:
     """A check's number in its ``unit_kind``, as claims write theirs: ``1.249695×`` (a ratio), ``50.0%`` (a fraction).
 
     A check's ratio is exact arithmetic, so it gets the decimals (3 to 6) it needs not to read as a rounder number:

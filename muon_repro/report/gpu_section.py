@@ -407,7 +407,7 @@ def gpu_markdown(data: ReportData, calibration: pd.DataFrame) -> str:
     return "\n".join(out).rstrip()
 
 
-def read_calibration(metrics_dir) -> pd.DataFrame:
+def read_calibration(metrics_dir: str | Path) -> pd.DataFrame:
     """The calibration table of ``metrics_dir`` (empty when there is none)."""
     from muon_repro.tables.io import read_tables
 

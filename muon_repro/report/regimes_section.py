@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level, level_of
@@ -77,7 +78,7 @@ MACHINE_NAMES = {
 METRIC_NAMES = {"optimizer_share": "Muon's optimizer share", "muon_extra": "Muon step / AdamW step - 1"}
 
 
-def machine_name(machine) -> str:
+def machine_name(machine: object) -> str:
     """A shipped profile's name in tables (tables written before a profile was renamed: by its new name); a shipped
     profile's links priced with a device's measured kernels (``<links>+<device>-compute``,
     :func:`muon_repro.costmodel.records.measured_compute_profile`) by both."""
@@ -375,13 +376,13 @@ MODEL_LINES = {STUDY_MODEL: "-", "7b": "--"}
 NO_SWEEP = "no regime sweep in these tables: run `muon-repro regimes`, then `muon-repro analyze`"
 
 
-def machine_style(machine) -> tuple[str, str]:
+def machine_style(machine: object) -> tuple[str, str]:
     """A shipped profile's colour and label (tables written before a profile was renamed: by its new name)."""
     name = RENAMED_MACHINES.get(str(machine), str(machine))
     return MACHINE_STYLES.get(name, ("#444444", name))
 
 
-def draw_claimed_level(ax, metric: str, labels: bool = True, color: str = "#555555") -> None:
+def draw_claimed_level(ax: Axes, metric: str, labels: bool = True, color: str = "#555555") -> None:
     """The claimed level of ``metric`` as a horizontal line in percent: the original study's ~1.1% (dotted) on an
     optimizer share, the paper's 3% (dashed) on Muon's extra step time; never one quantity's claim on another's axis."""
     level = claimed_level(metric)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class TableSchema:
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
 
-    def arrow_schema(self):
+    def arrow_schema(self) -> pa.Schema:
         import pyarrow as pa
 
         types = {"string": pa.string(), "Int64": pa.int64(), "Float64": pa.float64(), "boolean": pa.bool_()}
