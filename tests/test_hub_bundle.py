@@ -335,6 +335,20 @@ def test_the_committed_card_names_the_commit_of_every_kind_of_run():
     assert "muon-repro bench --protocol study-both" in card.split("## How to regenerate", 1)[1]
 
 
+def test_the_committed_cards_environment_counts_every_run_once():
+    """The card's environment table counted the traced trial folders alone: 4 H200 runs of 8 (the timed-only ones,
+    which back the H200 claims, were left out) and 30 runs of 34."""
+    import pandas as pd
+
+    card = (REPO_ROOT / "dataset_card.md").read_text()
+    env = pd.read_parquet(REPO_ROOT / "metrics" / "environment.parquet")
+    profiles = env.loc[env["key"] == "profile"].drop_duplicates(["profile", "group", "name"])["value"].value_counts()
+    assert len(profiles) > 1
+    (row,) = [line for line in card.split("## Environment", 1)[1].splitlines() if line.startswith("| profile |")]
+    for profile, runs in profiles.items():
+        assert f"{profile} ({runs} runs)" in row, row
+
+
 def test_a_report_folder_without_the_report_is_said(sources, tmp_path):  # noqa: F811
     from muon_repro.dataset.bundle import Sources, collect
 

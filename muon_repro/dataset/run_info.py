@@ -145,6 +145,17 @@ def _without_legend(topology: str) -> str:
     return ANSI_STYLE.sub("", head).rstrip()
 
 
+def _environment_file(files: Mapping[str, Path], run: tuple[str, str, str], trial: int) -> str | None:
+    """The bundle's ``environment.json`` of a run's ``trial`` (``run``: profile, group, name), in its trial folder or,
+    for a run of one recording, beside its traces, under its profile or (the old layout) not; None if there is none."""
+    profile, group, name = run
+    for folder in (f"traces/{profile}/{group}/{name}", f"traces/{group}/{name}"):
+        for path in (f"{folder}/trial{trial}/{ENVIRONMENT_FILE}", f"{folder}/{ENVIRONMENT_FILE}"):
+            if path in files:
+                return path
+    return None
+
+
 def _rank_order(path: str) -> tuple[int, str]:
     rank = trace_rank(PurePosixPath(path).name)
     return (rank if rank is not None else 1 << 30, path)
@@ -173,7 +184,7 @@ def _as_number(value: str) -> float | None:
 
 def _value_range(seen: Mapping[str, list[str]]) -> str:
     """Many distinct values of one key, as their range: ``from 3.32 to 4.31 (10 values over 11 runs)``."""
-    runs = sum(len(r) for r in seen.values())
+    runs = len(set().union(*seen.values()))  # a run whose trials recorded different values counts once
     numbers = [_as_number(v) for v in seen]
     if all(n is not None for n in numbers):
         low, high = f"{min(numbers):.4g}", f"{max(numbers):.4g}"  # type: ignore[type-var]
@@ -198,31 +209,35 @@ def _lookup(index: Mapping[Recording, list], key: Recording) -> list:
 
 
 def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> RecordedEnvironment:
-    """The environment summary of the runs with traces, from the bundle's environment and runs tables."""
+    """The environment summary of every run the bundle's environment table knows (traced or timed only: a run kept
+    with its metrics alone recorded its machine too), counted by run; the commands from the runs table."""
     if "metrics/environment.parquet" not in files:
         return RecordedEnvironment()
     env = read_table(files["metrics/environment.parquet"], "environment", check_set=False)
-    index: dict[Recording, list[tuple[str, str]]] = {}
+    by_run: dict[tuple[str, str, str], list[tuple[int, str, str]]] = {}  # (profile, group, name) -> (trial, key, value)
     for profile, group, name, trial, key, value in zip(
         env["profile"], env["group"], env["name"], env["trial"], env["key"], env["value"]
     ):
-        index.setdefault((str(profile), str(group), str(name), int(trial)), []).append((str(key), str(value)))
-    recorded = [(run, items) for run in runs if (items := _lookup(index, run.key))]
-    values: dict[str, dict[str, list[str]]] = {}
+        by_run.setdefault((str(profile), str(group), str(name)), []).append((int(trial), str(key), str(value)))
+    values: dict[str, dict[str, list[str]]] = {}  # key -> shown value -> the runs that recorded it (each once)
     blocks: dict[str, str] = {}
     counts: dict[str, tuple[int, str]] = {}
-    for run, items in recorded:
-        for key, value in items:
+    for run_key, items in by_run.items():
+        run = "/".join(run_key)
+        for trial, key, value in items:
             if key in ENV_SKIP or key.startswith(ENV_SKIP_PREFIXES):
                 continue
             if key in ENV_LISTS:
-                if _list_length(value) > counts.get(key, (0, ""))[0]:
-                    counts[key] = (_list_length(value), f"traces/{run.run}/{ENVIRONMENT_FILE}")
+                where = _environment_file(files, run_key, trial)
+                if where and _list_length(value) > counts.get(key, (0, ""))[0]:
+                    counts[key] = (_list_length(value), where)
             elif key in ENV_BLOCKS:
                 blocks.setdefault(key, _without_legend(value))
             else:
-                values.setdefault(key, {}).setdefault(_show(key, value), []).append(run.run)
-    traced_shas = [v for _, items in recorded for k, v in items if k == "git_sha" and v]
+                holders = values.setdefault(key, {}).setdefault(_show(key, value), [])
+                if run not in holders:
+                    holders.append(run)
+    run_shas = [v for items in by_run.values() for _, k, v in items if k == "git_sha" and v]
     others = _other_tables(files)  # read once: their commands and their commits
     other_shas, without_commit = _other_commits(others)
     order = [k for k in ENV_ORDER if k in values] + sorted(k for k in values if k not in ENV_ORDER)
@@ -240,7 +255,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
         blocks=blocks,
         counts=counts,
         commands=_commands(files, runs, others),
-        git_shas=list(dict.fromkeys(_show("git_sha", sha) for sha in [*traced_shas, *other_shas])),
+        git_shas=list(dict.fromkeys(_show("git_sha", sha) for sha in [*run_shas, *other_shas])),
         without_commit=without_commit,
     )
 
