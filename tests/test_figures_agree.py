@@ -308,6 +308,21 @@ def test_the_sweep_says_which_held_out_points_validate_the_model(data):
     assert (f"{seen} of an earlier held-out set" in head) is (seen > 0)
 
 
+def test_every_point_whose_extra_reaches_zero_is_named_held_out_ones_included(data):
+    """The list of points where Muon's extra step time is not distinguishable from zero left out the held-out ones
+    (3 of the committed 10), so that it read as complete when it was not."""
+    from muon_repro.report import regimes_section
+
+    regimes = data.regimes
+    muon = regimes[(regimes["optimizer"] == "muon") & (regimes["muon_extra_lo"] <= 0)]
+    assert muon["validation_set"].notna().any(), "the committed sweep has a held-out point whose interval reaches 0"
+    (line,) = [line for line in regimes_section.sweep_lines(regimes) if "not distinguishable from zero" in line]
+    for _, r in muon.iterrows():
+        name = r["run"].split("/")[-1]
+        assert f"{name} (" in line, name
+        assert (f"{name} (" + line.split(f"{name} (")[1].split(")")[0]).endswith("held out") is pd.notna(r["validation_set"])
+
+
 def test_a_figure_without_data_in_any_panel_says_why_in_its_png(tmp_path):
     """The report shows such a figure's number and why (a user's run without a regime sweep drew five of them, each
     embedded under a caption describing data that was not there); one panel with data keeps the figure."""

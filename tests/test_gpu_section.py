@@ -228,7 +228,7 @@ def test_a_level_inside_the_claims_interval_is_neither_crossed_nor_not():
     runs = _runs()
     assert muon_run in set(runs["run"])
     straddles = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(0.0, 0.19))
-    said = "share 4.8% (0.0–19.0%), an interval that holds 1.1%: neither"
+    said = "share 4.8% (0.0–19.0%, cut at 0), an interval that holds 1.1%: neither"
     assert said in straddles
     assert "though the model" not in straddles
     above = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(0.04, 0.06))

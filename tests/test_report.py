@@ -751,8 +751,9 @@ def test_claim_values_read_in_their_units() -> None:
     assert claim_measured(row(0.955, 0.034, pd.NA, "fraction")) == "95.5% (from 3.4%, no upper end)"
     assert claim_measured(row(1.0, pd.NA, 1.2, "ratio")) == "1.00× (up to 1.20×, no lower end)"
     assert claim_measured(row(1.0, pd.NA, pd.NA, "ratio")) == "1.00× (no interval: fewer than 2 rounds)"
-    # a share's interval starts at 0 at the lowest (rounds.share_interval); a lead below 0 is a lead, not a share
-    assert claim_measured(row(0.049, 0.0, 0.19, "fraction")) == "4.9% (0.0–19.0%)"
+    # a share's interval starts at 0 at the lowest (rounds.share_interval), and says so where it was cut there (2 rounds
+    # on the H200: "0.0–19.0%" read as a bound); a lead below 0 is a lead, not a share
+    assert claim_measured(row(0.049, 0.0, 0.19, "fraction")) == "4.9% (0.0–19.0%, cut at 0)"
     lead = row(0.05, -0.2, 0.3, "fraction", "muon_leading_steps")
     assert claim_measured(lead) == "+5.0% (−20.0% to +30.0%)"
     # the region's numbers, in the claim's unit: tests/test_claims_declared.py

@@ -274,7 +274,16 @@ def _comparisons_table(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame
     adamw = runs[runs["optimizer"] == "adamw"]
     ratio_columns = [
         c
-        for c in ("comm_ms", "comm_transfer_ms", "exposed_comm_ms", "comm_bytes", "optimizer_ms", "step_ms", "state_bytes")
+        for c in (
+            "comm_ms",
+            "comm_transfer_ms",
+            "exposed_comm_ms",
+            "comm_bytes",
+            "optimizer_ms",
+            "step_ms",
+            "timed_step_ms",
+            "state_bytes",
+        )
         if c in runs.columns
     ]
     for _, m in runs[runs["optimizer"] == "muon"].iterrows():

@@ -277,7 +277,7 @@ class _References:
 
     @classmethod
     def build(cls, cfg: EquivalenceConfig, model_cfg: GPTConfig, model: GPT, groups: list[dict]) -> _References:
-        """Both references from the seed the distributed model was built from (its groups' names and order)."""
+        """Both references, their weights the full ones the distributed model shards (both drawn from ``config.seed``)."""
         tp_dims = {name: getattr(p, "tp_partition_dim", None) for name, p in model.named_parameters()}
         e2e_model = GPT(model_cfg, Group.single("tp"))
         e2e_opt = cfg.build_reference(muon_param_groups(e2e_model))

@@ -9,7 +9,8 @@ import pandas as pd
 from muon_repro.claims import COMM_RATIO
 from muon_repro.hardware import rows_of_profile
 from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
-from muon_repro.report import derive, style
+from muon_repro.report import derive, stated, style
+from muon_repro.report.claims_section import claim_measured
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, study_profile
 from muon_repro.report.formatting import mb, mib, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
@@ -49,7 +50,7 @@ def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
         "communication transfer time (waiting for other ranks left out)"
         if col == "comm_transfer_ms_ratio"
         else "communication time"
-    )
+    ) + " in the profiled steps (the comparisons table)"
     apart = []  # recorded by another sweep than their AdamW twin: bytes compared, times not
     for _, c in comp.iterrows():
         where = f"{style.grid_label(int(c['dp']), int(c['tp']))} {str(c['layout']).replace('_', '-')}"
@@ -62,7 +63,8 @@ def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
         out.append(
             f"Muon spends as much {what} as AdamW or more at "
             + "; ".join(worse)
-            + f". The original study's {COMM_RATIO:.2f}× at DP2·TP2 on 4 GPUs does not hold there{_study_comm_note(data)}."
+            + f". The original study's {COMM_RATIO:.2f}× at DP2·TP2 on 4 GPUs does not hold there{_study_comm_note(data)}"
+            + f"{_claims_comm_note(data)}."
         )
     if better:
         out.append(f"Muon spends less {what} than AdamW at " + "; ".join(better) + ".")
@@ -72,6 +74,17 @@ def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
             "speed drifts from one session to the next): " + "; ".join(apart) + "."
         )
     return out
+
+
+def _claims_comm_note(data: ReportData) -> str:
+    """The claims table's DP2·TP2 ratio beside the profiled one above: another estimator of the same runs."""
+    row = stated.row_of(data.claims, "claim_id", stated.COMM_CLAIM, data.profile)
+    if row is None or is_missing(row["measured_value"]):
+        return ""
+    return (
+        "; the claims table's DP2·TP2 figure, from the steps timed without the profiler, paired by round, is "
+        f"{claim_measured(row)}"
+    )
 
 
 def _newton_schulz_scaling(runs: pd.DataFrame) -> list[str]:
@@ -296,7 +309,10 @@ def _optimizer_weight(data: ReportData, muon: pd.DataFrame, shares: pd.Series) -
     span = pct(shares.min()) if pct(shares.min()) == pct(shares.max()) else f"{pct(shares.min())}–{pct(shares.max())}"
     on_cpu = set(muon["device"].astype(str)) == {"cpu"}
     where = " (Newton-Schulz on CPU cores shared by all ranks)" if on_cpu else ""
-    said = f"on this hardware, in the DP x TP runs, the Muon optimizer step is {span} of the step{where}"
+    said = (
+        "on this hardware, in the DP x TP groups' runs (the pipeline group's, which train in micro-batches, are its "
+        f"section's), the Muon optimizer step is {span} of the step{where}"
+    )
     phases = data.phases[data.phases["run"].isin(muon["run"])]
     per_rank = phases.groupby(["run", "trial", "rank", "phase"])["ms_per_step"].sum().unstack("phase")
     if NEWTON_SCHULZ not in per_rank.columns:

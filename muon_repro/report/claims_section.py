@@ -92,6 +92,9 @@ def claim_measured(row: pd.Series) -> str:
         return f"{value} ({low} to {high})"
     if kind == "ratio":
         return f"{value} ({low.removesuffix('×')}–{high.removesuffix('×')})"
+    if kind == "fraction" and float(row["measured_low"]) == 0 < float(row["measured_value"]):
+        # rounds.share_interval cut the t interval at 0 (a share no one can have): said, not passed off as a bound
+        return f"{value} ({low.removesuffix('%')}–{high}, cut at 0)"
     return f"{value} ({low.removesuffix('%')}–{high})"
 
 

@@ -293,15 +293,28 @@ def _async_slowdown(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -
 def _latency_overhead(runs, steps, ranks, RUN: dict[str, str] = RUN, colls=None) -> _Measured:
     muon = _per_step(steps, RUN["muon_full"], (STEP,), "step_ms")
     adamw = _per_step(steps, RUN["adamw_full"], (STEP,), "step_ms")
-    value, low, high = ratio_interval(muon, adamw, per_round=in_rounds(steps, RUN["muon_full"], RUN["adamw_full"]))
+    per_round = in_rounds(steps, RUN["muon_full"], RUN["adamw_full"])
+    value, low, high = ratio_interval(muon, adamw, per_round=per_round)
     equal, work, numbers = _work(runs, ranks, RUN["muon_full"], RUN["adamw_full"], colls=colls)
+    # the value is of geometric means (of rounds, or of one recording's steps); the study-runs table gives arithmetic
+    # mean steps, whose ratio differs where the steps vary (AdamW's first step): both said, neither read as the other
+    mean_muon, mean_adamw = float(np.mean(muon)), float(np.mean(adamw))
+    estimator = "paired by round" if per_round else "geometric means of the steps"
     explanation = (
-        f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step, on runs that did {_work_words(equal)} "
-        "(work_difference). "
+        f"Muon's step over AdamW's minus 1: {value - 1:+.1%} per step ({estimator}), on runs that did "
+        f"{_work_words(equal)} (work_difference); the mean steps, {mean_muon:.1f} and {mean_adamw:.1f} ms, differ by "
+        f"{mean_muon / mean_adamw - 1:+.1%} (AdamW's {float(np.min(adamw)):.1f}–{float(np.max(adamw)):.1f} ms). "
         "The study's full step is a simulated forward-backward of 20 chained 2048x2048 fp32 matmuls beside five "
         "random-gradient matrices."
     )
-    quoted = {"muon_step_ms": float(np.mean(muon)), "adamw_step_ms": float(np.mean(adamw)), **numbers}
+    quoted = {
+        "muon_step_ms": mean_muon,
+        "adamw_step_ms": mean_adamw,
+        "mean_step_change": mean_muon / mean_adamw - 1,
+        "adamw_step_ms_min": float(np.min(adamw)),
+        "adamw_step_ms_max": float(np.max(adamw)),
+        **numbers,
+    }
     return _Measured(
         value - 1,
         low - 1,

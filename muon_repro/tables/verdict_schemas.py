@@ -16,6 +16,7 @@ COMPARISON_TIME_RATIOS = (
     "exposed_comm_ms_ratio",
     "optimizer_ms_ratio",
     "step_ms_ratio",
+    "timed_step_ms_ratio",
 )
 """The comparisons' ratios of times: null for a pair not recorded together (bytes and state do not drift)."""
 
@@ -26,8 +27,9 @@ VERDICT_SCHEMAS: tuple[TableSchema, ...] = (
         "Muon / AdamW (null where AdamW's value is 0 or unknown). A Muon run is never paired with an AdamW run of "
         "another hardware profile, nor with one that did other work (tokens per step, model, precision, ...): a Muon "
         "run without such a twin has no row. Each ratio is of the runs table's column of the same name: the profiled "
-        "steps' medians. The claims table's times are the rounds timed without the profiler, which costs Muon and "
-        "AdamW unequally, so a ratio here can differ from the claim's. Times are compared only between runs recorded "
+        "steps' medians (timed_step_ms_ratio: the steps timed without the profiler). The claims table's times are the "
+        "rounds timed without the profiler, which costs Muon and AdamW unequally, paired by round, so a ratio here "
+        "can differ from the claim's. Times are compared only between runs recorded "
         "together (recorded_together): a machine's speed drifts from one session to the next, so a pair recorded by "
         "different sweeps keeps its byte and state ratios and has null time ratios.",
         ("muon_run", "adamw_run"),
@@ -61,6 +63,13 @@ VERDICT_SCHEMAS: tuple[TableSchema, ...] = (
             ("comm_bytes_ratio", "Float64", "ratio", "bytes sent per rank per step"),
             ("optimizer_ms_ratio", "Float64", "ratio", "optimizer time"),
             ("step_ms_ratio", "Float64", "ratio", "step time"),
+            (
+                "timed_step_ms_ratio",
+                "Float64",
+                "ratio",
+                "step time timed without the profiler (runs.timed_step_ms, each the median over its rounds; not paired "
+                "by round as the claims are); null without timed steps",
+            ),
             ("state_bytes_ratio", "Float64", "ratio", "optimizer state bytes per rank"),
         ),
     ),
