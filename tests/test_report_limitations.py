@@ -61,6 +61,24 @@ def test_the_communication_bullet_says_what_the_studys_own_traces_make_of_its_ra
     assert "advantage" not in said
 
 
+def test_the_communication_bullets_name_every_inversion_the_pipeline_group_has_too():
+    """'Where the gains hold, vanish or invert' read the DP x TP groups alone and left unsaid the pipeline group's
+    pairs where Muon's transfer time is below AdamW's (TP4, PP4, DP2·TP2·PP2 in the committed tables)."""
+    from muon_repro.report import derive, style
+    from muon_repro.report.caveats_section import regimes
+    from muon_repro.report.results_section import bytes_rows
+    from muon_repro.report.selection import pipeline_runs
+
+    data = load(METRICS).of_profile("cpu-2c-gloo")
+    said = " ".join(regimes(data, derive.state_by_run(data.ranks, data.runs["run"]), bytes_rows(data)[1]))
+    comp = pipeline_runs(data.comparisons)
+    below = comp[comp["comm_transfer_ms_ratio"] < 1]
+    assert len(below)
+    bullet = said.split("The pipeline group's runs", 1)[1].split("; as much or more at", 1)[0]
+    for _, c in below.iterrows():
+        assert f"{style.grid_label(int(c['dp']), int(c['tp']), int(c['pp']))} {c['comm_transfer_ms_ratio']:.2f}×" in bullet
+
+
 def test_the_optimizer_bullet_says_compute_bound_only_where_newton_schulz_outweighs_the_collectives():
     from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
     from muon_repro.report import derive
