@@ -174,6 +174,17 @@ def profile_or_unknown(environment: Mapping[str, Any] | None) -> str:
     return profile_from_environment(environment) if environment else UNKNOWN_PROFILE
 
 
+ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # a select-graphic-rendition sequence: style, no text
+
+
+def topology_matrix(topology: str) -> str:
+    """``nvidia-smi topo -m``'s matrix (environment.json ``interconnect_topology``) without the legend it always prints
+    after it, and without the terminal's underline codes around its header: what the card and the report show (the
+    run's environment.json keeps the whole text)."""
+    head, _, _legend = topology.partition("\nLegend:")
+    return ANSI_STYLE.sub("", head).rstrip()
+
+
 def rows_of_profile(table: Any, profile: str) -> Any:
     """A table's rows of one hardware profile, renumbered (a table without a ``profile`` column, or
     ``None``, as it is). Pandas-agnostic here, so both the analysis and the report can use it."""

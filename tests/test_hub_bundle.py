@@ -297,13 +297,13 @@ def test_the_card_lists_traced_runs_per_group():
 
 
 def test_the_card_shows_the_topology_matrix_without_its_legend():
-    from muon_repro.dataset.run_info import _without_legend
+    from muon_repro.hardware import topology_matrix
 
     topology = "GPU0\tGPU1\nGPU0\t X \tNV18\n\nLegend:\n\n  X    = Self\n  NV#  = bonded NVLinks\n"
-    assert _without_legend(topology) == "GPU0\tGPU1\nGPU0\t X \tNV18"
-    assert _without_legend("GPU0\t X") == "GPU0\t X"
+    assert topology_matrix(topology) == "GPU0\tGPU1\nGPU0\t X \tNV18"
+    assert topology_matrix("GPU0\t X") == "GPU0\t X"
     # nvidia-smi underlines the header on a terminal: the card shows the text, not the codes
-    assert _without_legend("\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X") == "GPU0\tCPU Affinity\nGPU0\t X"
+    assert topology_matrix("\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X") == "GPU0\tCPU Affinity\nGPU0\t X"
 
 
 def test_the_committed_cards_files_table_counts_every_file_of_the_manifest():

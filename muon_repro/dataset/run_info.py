@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
+from muon_repro.hardware import topology_matrix
 from muon_repro.rundir import ENVIRONMENT_FILE, RUN_FILES, is_trace_file, trace_rank, trial_of
 from muon_repro.tables.files import human_size
 from muon_repro.tables.io import read_table
@@ -33,7 +34,6 @@ ENV_SKIP = ("hostname",)  # says nothing about the results, and may be private
 ENV_SKIP_PREFIXES = ("speed_probe.", "load_average")
 ENV_BLOCKS = ("interconnect_topology",)  # multi-line text, shown as a code block
 ENV_LISTS = ("pip_freeze",)  # long lists: counted here, kept in environment.json
-ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # a select-graphic-rendition sequence: style, no text
 BOOLEANS = {"True": "yes", "False": "no"}
 
 
@@ -138,13 +138,6 @@ def describe_run_groups(runs: list[RunDoc]) -> list[RunGroupDoc]:
     ]
 
 
-def _without_legend(topology: str) -> str:
-    """``nvidia-smi topo -m``'s matrix without the legend it always prints after it (the card stays a page; the
-    run's environment.json keeps the whole text), and without the terminal's underline codes around its header."""
-    head, _, _legend = topology.partition("\nLegend:")
-    return ANSI_STYLE.sub("", head).rstrip()
-
-
 def _environment_file(files: Mapping[str, Path], run: tuple[str, str, str], trial: int) -> str | None:
     """The bundle's ``environment.json`` of a run's ``trial`` (``run``: profile, group, name), in its trial folder or,
     for a run of one recording, beside its traces, under its profile or (the old layout) not; None if there is none."""
@@ -232,7 +225,7 @@ def recorded_environment(files: Mapping[str, Path], runs: list[RunDoc]) -> Recor
                 if where and _list_length(value) > counts.get(key, (0, ""))[0]:
                     counts[key] = (_list_length(value), where)
             elif key in ENV_BLOCKS:
-                blocks.setdefault(key, _without_legend(value))
+                blocks.setdefault(key, topology_matrix(value))
             else:
                 holders = values.setdefault(key, {}).setdefault(_show(key, value), [])
                 if run not in holders:

@@ -200,7 +200,7 @@ def build_context(
         "n_runs": str(len(runs)),
         "recorded_at": recorded_at,
         "backends": ", ".join(sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})),
-        "environments": environments(data),
+        "environments": environments(everything or data),  # every profile's runs: A8 promises every run
         "workload": workload(data),
         "tokens_per_step": tokens_per_step(data),
         "runs_header": runs_header(data),

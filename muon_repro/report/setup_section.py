@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 import muon_repro
+from muon_repro.hardware import topology_matrix
 from muon_repro.report import style
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns
 from muon_repro.report.formatting import gib
@@ -51,8 +52,10 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
             accelerator = f"{env.get('accelerator_count') or 1} × {accel}{each}"
         else:
             accelerator = "none (CPU only)"
-        if env.get("interconnect_topology"):
-            interconnect = str(env["interconnect_topology"]).strip()
+        if accel and str(env.get("accelerator_count") or "1") == "1":
+            interconnect = "none (one device)"  # nvidia-smi's matrix of one GPU says nothing more
+        elif env.get("interconnect_topology"):
+            interconnect = topology_matrix(str(env["interconnect_topology"]))
         elif not accel:
             interconnect = "none between accelerators (one CPU host; ranks are processes talking through gloo)"
         else:
@@ -67,12 +70,17 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
             ("PyTorch", env["torch"]),
             ("CUDA", env.get("cuda") or "not used"),
             ("NCCL", env.get("nccl") or "not used"),
-            ("backend", f"{env['backend']}, {env.get('world_size', '?')} ranks{nodes}"),
+            ("backend", f"{env['backend']}, {_ranks(env.get('world_size'))}{nodes}"),
             ("torch threads per rank", env.get("torch_num_threads") or "not recorded"),
             ("muon_repro", f"{muon_repro.__version__}, git {g['sha'][:12]}" + (" (uncommitted changes)" if dirty else "")),
         ]
         out.append({"rows": rows, "runs": g["runs"], "count": len(g["runs"])})
     return out
+
+
+def _ranks(world_size: Any) -> str:
+    """``4 ranks``, ``1 rank``; ``? ranks`` where the run did not record its world size."""
+    return counted(int(world_size), "rank") if str(world_size or "").isdigit() else "? ranks"
 
 
 def _grid(row: pd.Series) -> str:
