@@ -440,7 +440,7 @@ class PoolRunInterrupted(Exception):
     KeyboardInterrupt for it, as for its own Ctrl-C."""
 
 
-def _run_in_pool(cfg: ConvergeConfig, data, out: Path, backend: str, command: list[str], kwargs: dict) -> float:
+def _run_in_pool(cfg: ConvergeConfig, data: TokenData, out: Path, backend: str, command: list[str], kwargs: dict) -> float:
     """:func:`run_one` in a pool process; an interrupt comes back as :class:`PoolRunInterrupted` (the launcher's
     own exception does not survive the trip back). The process takes Ctrl-C only here: it started with SIGINT
     blocked (a Ctrl-C pressed meanwhile is raised here, not in torch's import), and blocks it again between runs,

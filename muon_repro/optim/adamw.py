@@ -29,6 +29,8 @@ class AdamW(CheckedParamGroups, torch.optim.Optimizer):
     LR schedulers (``OneCycleLR`` cycling ``betas``) work as on ``torch.optim.AdamW``.
     """
 
+    GROUP_KEYS = TORCH_ADAMW_KEYS  # after rename_torch_adamw_keys: a Muon checkpoint's groups hold them too
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
@@ -38,8 +40,6 @@ class AdamW(CheckedParamGroups, torch.optim.Optimizer):
         eps: float = 1e-8,
     ) -> None:
         super().__init__(params, adamw_defaults(lr, weight_decay, betas, eps))
-
-    GROUP_KEYS = TORCH_ADAMW_KEYS  # after rename_torch_adamw_keys: a Muon checkpoint's groups hold them too
 
     def _required_state(self, group: dict) -> tuple[str, ...]:
         return ADAMW_STATE  # every parameter, whatever its group's use_muon

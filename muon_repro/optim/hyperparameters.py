@@ -97,7 +97,9 @@ def _floating_dtype(value: object) -> bool:
 
 # What each update rule keeps per parameter once it has stepped, for the errors of a checkpoint of the wrong kind.
 MUON_STATE = ("momentum_buffer",)
-ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")
+ADAMW_MOMENTS = ("exp_avg", "exp_avg_sq")
+ADAMW_STATE = ("step", *ADAMW_MOMENTS)
+MOMENT_KEYS = (*MUON_STATE, *ADAMW_MOMENTS)  # the state entries that are moment buffers (what state bytes count)
 STATE_KEPT = f"Muon keeps {list(MUON_STATE)} for a matrix, AdamW {list(ADAMW_STATE)}"
 
 

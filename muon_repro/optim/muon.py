@@ -98,6 +98,8 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
 
     ADAMW_KEYS = MOONLIGHT_ADAMW_KEYS
 
+    GROUP_KEYS = ("use_muon", "momentum", "nesterov", "ns_steps", *MOONLIGHT_ADAMW_KEYS)
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict],
@@ -130,8 +132,6 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
         defaults["gather_dtype"] = gather_dtype
         check_group({"gather_dtype": gather_dtype}, self.ADAMW_KEYS)  # the rest checked by muon_defaults
         super().__init__(params, defaults)
-
-    GROUP_KEYS = ("use_muon", "momentum", "nesterov", "ns_steps", *MOONLIGHT_ADAMW_KEYS)
 
     def _required_state(self, group: dict) -> tuple[str, ...]:
         return MUON_STATE if group["use_muon"] else ADAMW_STATE

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from muon_repro.optim.hyperparameters import CheckedParamGroups, check_dense_grads
+from muon_repro.optim.hyperparameters import MOMENT_KEYS, CheckedParamGroups, check_dense_grads
 from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.optim.muon import adamw_group_step
 from muon_repro.optim.param_groups import MODEL_INDICES, check_muon_group
@@ -29,7 +29,6 @@ from muon_repro.parallel.tensor_parallel import tp_partition_dim
 from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER
 from muon_repro.values import is_index
 
-MOMENT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")
 REDUCE_DTYPES = (torch.float32, torch.bfloat16)  # what gradients may travel in: the sum of an integer grad truncates
 
 

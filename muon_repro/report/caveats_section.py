@@ -44,14 +44,8 @@ def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
     """Where Muon communicates as long as AdamW or longer, where less, and which pairs are not compared in time."""
     out: list[str] = []
     worse, better = [], []
-    # Transfer time (from the group's last arrival) when the analysis splits it off: waiting for a
-    # slower rank's Newton-Schulz is not communication (docs/method.md#wait-and-transfer).
-    col = "comm_transfer_ms_ratio" if has_values(comp, "comm_transfer_ms_ratio") else "comm_ms_ratio"
-    what = (
-        "communication transfer time (waiting for other ranks left out)"
-        if col == "comm_transfer_ms_ratio"
-        else "communication time"
-    ) + " in the profiled steps (the comparisons table)"
+    col, what = _comm_ratio(comp)
+    what += " in the profiled steps (the comparisons table)"
     apart = []  # recorded by another sweep than their AdamW twin: bytes compared, times not
     for _, c in comp.iterrows():
         where = f"{style.grid_label(int(c['dp']), int(c['tp']))} {str(c['layout']).replace('_', '-')}"
@@ -77,10 +71,19 @@ def _communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
     return out
 
 
+def _comm_ratio(comp: pd.DataFrame) -> tuple[str, str]:
+    """The comparisons column the communication bullets read, and what it measures: transfer time (from the group's
+    last arrival) when the analysis splits it off, since waiting for a slower rank's Newton-Schulz is not
+    communication (docs/method.md#wait-and-transfer); else communication time."""
+    if has_values(comp, "comm_transfer_ms_ratio"):
+        return "comm_transfer_ms_ratio", "communication transfer time (waiting for other ranks left out)"
+    return "comm_ms_ratio", "communication time"
+
+
 def _pipeline_communication(comp: pd.DataFrame) -> list[str]:
     """The pipeline group's pairs, apart (their steps train in micro-batches): where Muon's transfer time is below
     AdamW's and where not, each beside its bytes ratio, so that an inversion there is not left unsaid."""
-    col = "comm_transfer_ms_ratio" if has_values(comp, "comm_transfer_ms_ratio") else "comm_ms_ratio"
+    col, what = _comm_ratio(comp)
     pairs = [c for _, c in comp.iterrows() if timed_together(c) and not is_missing(c.get(col))]
     if not pairs:
         return []
@@ -91,7 +94,6 @@ def _pipeline_communication(comp: pd.DataFrame) -> list[str]:
 
     below = [said(c) for c in pairs if float(c[col]) < 1]
     rest = [said(c) for c in pairs if float(c[col]) >= 1]
-    what = "transfer time" if col == "comm_transfer_ms_ratio" else "communication time"
     parts = ([f"less {what} than AdamW at " + ", ".join(below)] if below else []) + (
         ["as much or more at " + ", ".join(rest)] if rest else []
     )

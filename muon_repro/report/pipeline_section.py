@@ -113,8 +113,8 @@ def _timed(row: pd.Series | None, column: str) -> str:
 
 def grid_rows(data: ReportData, runs: pd.DataFrame) -> list[list[str]]:
     """Per grid: its ranks and micro-batches, both optimizers' steps and optimizer steps timed without the profiler,
-    the ratio of the two steps shown (comparisons.timed_step_ms_ratio: its step_ms_ratio is of the profiled steps,
-    which the profiler slows unevenly, TP4's 1.07× beside these 1.35×) and Muon's bubble (the mean over ranks)."""
+    the ratio of the two steps shown (comparisons.timed_step_ms_ratio; its step_ms_ratio is of the profiled steps,
+    which the profiler slows unevenly from grid to grid) and Muon's bubble (the mean over ranks)."""
     comp = data.comparisons
     rows = []
     for grid, g in pipeline_grids(runs):

@@ -349,8 +349,8 @@ def overlap_lines(data: ReportData) -> list[str]:
     runs = data.runs[data.runs["overlap"].isin(["none", "naive_async", "pipelined"]) & (data.runs["group"] == "overlap")]
     if runs.empty:
         return ["No overlap variants in these runs: `muon-repro bench overlap` records them."]
-    # the steps the claim reads (timed without the profiler) where every variant has them; the profiler slows the
-    # variants unevenly (naive_async 666 ms against none 693 ms profiled: 0.96x, outside the claim's interval)
+    # the steps the claim reads (timed without the profiler) where every variant has them: the profiler slows the
+    # variants unevenly, so their profiled medians can order them otherwise than the claim's interval does
     timed = "timed_step_ms" in runs.columns and bool(runs["timed_step_ms"].notna().all())
     if timed:
         parts = [
