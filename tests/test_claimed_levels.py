@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE, claimed_level
-from muon_repro.report.regimes_section import draw_claimed_level, threshold_range_note, threshold_rows
+from muon_repro.report.regime_figures import draw_claimed_level
+from muon_repro.report.regimes_section import threshold_range_note, threshold_rows
 
 
 def _thresholds(coverage=None) -> pd.DataFrame:

@@ -129,7 +129,8 @@ def test_records_naming_a_renamed_shipped_profile_are_read_under_its_new_name(tm
 
 
 def test_the_report_names_a_renamed_profile_by_its_new_name_in_older_tables():
-    from muon_repro.report.regimes_section import machine_name, machine_style
+    from muon_repro.report.regime_figures import machine_style
+    from muon_repro.report.regimes_section import machine_name
 
     study = "4xRTXA4000-pcie-nccl"
     for old in ("seed-4x-pcie4-x4", "wei-4x-pcie4-x4"):

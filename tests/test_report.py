@@ -27,7 +27,7 @@ from muon_repro.report.data import MissingMetric, load
 from muon_repro.report.figures import FIGURES as TABLE_FIGURES
 from muon_repro.report.formatting import ms
 from muon_repro.report.plotting import empty_reason
-from muon_repro.report.regimes_section import REGIME_FIGURES
+from muon_repro.report.regime_figures import REGIME_FIGURES
 from muon_repro.tables.schemas import SCHEMAS
 
 FIGURES = (*TABLE_FIGURES, *REGIME_FIGURES)  # every figure the report shows

@@ -17,7 +17,7 @@ from muon_repro.cli import main
 from muon_repro.report.claims_section import VERDICTS
 from muon_repro.report.context import SECTIONS
 from muon_repro.report.figures import FIGURES as TABLE_FIGURES
-from muon_repro.report.regimes_section import REGIME_FIGURES
+from muon_repro.report.regime_figures import REGIME_FIGURES
 
 FIGURES = (*TABLE_FIGURES, *REGIME_FIGURES)  # every figure the report shows
 

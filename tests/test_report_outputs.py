@@ -14,12 +14,12 @@ from fake_figures import tiny_png
 from report_bundle import make_bundle
 
 from muon_repro.cli import main
-from muon_repro.report import build, figures, pipeline_section, profile_figures, regimes_section, study_section
+from muon_repro.report import build, figures, pipeline_section, profile_figures, regime_figures, study_section
 from muon_repro.tables import files as tables_files
 from muon_repro.tables.files import files_manifest, staged_files
 from muon_repro.tables.io import read_table
 
-FIGURE_NAMES = (*figures.FIGURES, *regimes_section.REGIME_FIGURES)
+FIGURE_NAMES = (*figures.FIGURES, *regime_figures.REGIME_FIGURES)
 REPORT_FIGURES = (
     *FIGURE_NAMES,
     *profile_figures.PROFILE_FIGURES,

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from fake_figures import tiny_png
 
-from muon_repro.report import figures, pipeline_section, profile_figures, regimes_section, study_section
+from muon_repro.report import figures, pipeline_section, profile_figures, regime_figures, study_section
 from muon_repro.report.build import write_report
 from muon_repro.report.claims_section import claim_short
 from muon_repro.report.data import load
@@ -41,7 +41,7 @@ def _render(root: Path) -> str:
     fig_dir.mkdir()
     names = (
         *figures.FIGURES,
-        *regimes_section.REGIME_FIGURES,
+        *regime_figures.REGIME_FIGURES,
         *profile_figures.PROFILE_FIGURES,
         *pipeline_section.PIPELINE_FIGURES,
         *study_section.STUDY_FIGURES,

@@ -22,7 +22,7 @@ from fake_figures import tiny_png
 from hub_support import DATE, make_sources
 from report_bundle import tables
 
-from muon_repro.report import figures, profile_figures, regimes_section
+from muon_repro.report import figures, profile_figures, regime_figures
 from muon_repro.report.build import write_report
 from muon_repro.tables.io import write_tables
 
@@ -104,7 +104,7 @@ def _report(root: Path, command: str, env: dict[str, str]) -> tuple[str, str]:
     write_tables(tabs, root / "metrics")
     fig_dir = root / "figures"
     fig_dir.mkdir()
-    for name in (*figures.FIGURES, *regimes_section.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES):
+    for name in (*figures.FIGURES, *regime_figures.REGIME_FIGURES, *profile_figures.PROFILE_FIGURES):
         (fig_dir / f"{name}.png").write_bytes(tiny_png(name))  # the report links the figures; their pixels do not matter
         (fig_dir / f"{name}.svg").write_text("")
     out = root / "report"

@@ -17,7 +17,7 @@ from muon_repro.report import (
     gpu_section,
     pipeline_section,
     profile_figures,
-    regimes_section,
+    regime_figures,
     study_section,
     timeline_figures,
 )
@@ -41,9 +41,9 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
     "loss": lambda d, out: figures.loss(d.losses, d.runs, out),
-    "regime_map": lambda d, out: regimes_section.regime_map(d.regimes, d.regime_model, out),
-    "closed_form": lambda d, out: regimes_section.closed_form(d.regimes, out),
-    "profiles": lambda d, out: regimes_section.profiles(d.regime_model, d.regime_thresholds, out),
+    "regime_map": lambda d, out: regime_figures.regime_map(d.regimes, d.regime_model, out),
+    "closed_form": lambda d, out: regime_figures.closed_form(d.regimes, out),
+    "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
     "convergence_sweep": lambda d, out: convergence_section.convergence_sweep(d.convergence, out),
     "leading_steps": lambda d, out: convergence_section.leading_steps(d.convergence, d.leading_steps, out),
     "single_device": lambda d, out: gpu_section.single_device(d.runs, d.regime_model, out),
@@ -65,7 +65,7 @@ def check_has_benchmark_runs(data: ReportData, metrics_dir: Path) -> None:
 
 
 def make_figures(metrics_dir: Path, out_dir: Path) -> dict[str, Path]:
-    """Draw every figure of :data:`figures.FIGURES` and :data:`regimes_section.REGIME_FIGURES` into ``out_dir`` from the tables in
+    """Draw every figure of :data:`figures.FIGURES` and :data:`regime_figures.REGIME_FIGURES` into ``out_dir`` from the tables in
     ``metrics_dir``; returns name -> PNG path (the SVG lies beside it). Drawn as one set in a hidden folder beside
     ``out_dir``, then moved in (:func:`~muon_repro.tables.files.staged_files`): an error or Ctrl-C midway leaves
     the previous figures as they were, never some of each; what else ``out_dir`` holds stays."""
@@ -95,7 +95,7 @@ def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
     """The profile's figures: a profile of one device (no DP x TP grid) draws its own, the others every figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = (
-        gpu_section.GPU_FIGURES if gpu_section.one_device_only(data.runs) else (*figures.FIGURES, *regimes_section.REGIME_FIGURES)
+        gpu_section.GPU_FIGURES if gpu_section.one_device_only(data.runs) else (*figures.FIGURES, *regime_figures.REGIME_FIGURES)
     )
     if pipeline_section.has_pipeline(data.runs):  # the 3-D section's figure, only with pipeline runs to draw
         names = (*names, *pipeline_section.PIPELINE_FIGURES)
@@ -165,7 +165,7 @@ def write_report(
     data = everything.of_profile(everything.profiles[0])  # the prose describes the profile with most runs
     names = (
         *figures.FIGURES,
-        *regimes_section.REGIME_FIGURES,
+        *regime_figures.REGIME_FIGURES,
         *profile_figures.PROFILE_FIGURES,
         *pipeline_section.PIPELINE_FIGURES,
         *study_section.STUDY_FIGURES,

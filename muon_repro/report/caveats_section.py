@@ -1,6 +1,6 @@
 """The report's bullets on where its results stop holding: "Where the gains hold, vanish or invert"
-(computed from the tables, never canned numbers; the section's figures and tables are
-:mod:`muon_repro.report.regimes_section`'s) and "Limitations"."""
+(computed from the tables, never canned numbers; the section's tables are
+:mod:`muon_repro.report.regimes_section`'s, its figures :mod:`muon_repro.report.regime_figures`') and "Limitations"."""
 
 from __future__ import annotations
 

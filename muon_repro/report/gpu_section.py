@@ -34,7 +34,8 @@ from muon_repro.report.data import ReportData
 from muon_repro.report.escape import markdown_cell, markdown_inline
 from muon_repro.report.formatting import count, ms, percent
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, show_no_data, styled
-from muon_repro.report.regimes_section import LEVEL_LINES, THRESHOLDS_HEADER, draw_claimed_level, threshold_rows
+from muon_repro.report.regime_figures import LEVEL_LINES, draw_claimed_level
+from muon_repro.report.regimes_section import THRESHOLDS_HEADER, threshold_rows
 
 NS_TARGET = 0.7  # Newton-Schulz should reach this fraction of the same device's bf16 matmul rate (issue 31)
 TARGET_MODELS = ("369m", "7b")  # costmodel.compute_bench.TARGET_MODELS: the report may not import the cost model

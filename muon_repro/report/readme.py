@@ -32,7 +32,8 @@ from muon_repro.report.formatting import percent
 from muon_repro.report.gpu_section import gpu_markdown, read_calibration
 from muon_repro.report.performance_blocks import BENCHMARK_FILE, load_benchmark, performance_table, readme_paragraph
 from muon_repro.report.profiler_cost import profiler_overhead_line
-from muon_repro.report.regimes_section import THRESHOLDS_HEADER, main_axis, threshold_range_note, threshold_rows
+from muon_repro.report.regime_figures import main_axis
+from muon_repro.report.regimes_section import THRESHOLDS_HEADER, threshold_range_note, threshold_rows
 from muon_repro.report.results_section import wire_against_ring_paragraph
 from muon_repro.report.stated import row_of
 from muon_repro.tables.files import with_block, write_atomic
