@@ -5,6 +5,8 @@ Single process, no workers: the ZeRO-1 optimizers run on a 1 x 1 grid.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -84,8 +86,12 @@ def test_muon_refuses_torch_adamw_keys_it_would_ignore():
         ({"momentum": 1.5}, "momentum must be a number in"),
         ({"weight_decay": -5}, "weight_decay must be a finite number >= 0"),
         ({"ns_steps": 2.5}, "ns_steps must be an integer >= 0, got 2.5"),
-        ({"ns_dtype": "bf16"}, "ns_dtype must be None or a floating-point torch.dtype, got 'bf16'"),
-        ({"ns_dtype": torch.int32}, "ns_dtype must be None or a floating-point"),
+        ({"ns_dtype": "bf16"}, "ns_dtype must be None, torch.bfloat16, torch.float32 or torch.float64"),
+        ({"ns_dtype": torch.int32}, "ns_dtype must be None, torch.bfloat16"),
+        # normalized only after the cast: an input past float16's 65,504 became inf and the update silently zero
+        ({"ns_dtype": torch.float16}, "ns_dtype must be None, torch.bfloat16, torch.float32 or torch.float64"),
+        # accepted (numel 1), then the update failed halfway through a step, after the earlier groups had stepped
+        ({"lr": torch.tensor([0.01])}, "lr must be a finite number >= 0, got tensor([0.0100]) (a tensor of shape (1,)"),
         ({"ns_method": "bogus"}, "ns_method must be one of"),
         ({"update_scale": "bogus"}, "update_scale must be"),
         ({"nesterov": "no"}, "nesterov must be True or False"),
@@ -95,7 +101,7 @@ def test_muon_refuses_torch_adamw_keys_it_would_ignore():
 def test_a_bad_group_value_is_refused_before_any_step(override, message):
     """Before, these stepped silently or failed inside step() after other groups had stepped."""
     model = Small()
-    with pytest.raises(ValueError, match=r"param_groups\[0\]: " + message.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: " + re.escape(message)):
         Muon([{"params": [model.w], **override}, {"params": [model.bias], "use_muon": False}])
     opt = Muon([{"params": [model.bias], "use_muon": False}])
     with pytest.raises(ValueError, match=r"param_groups\[1\]: "):
@@ -103,11 +109,50 @@ def test_a_bad_group_value_is_refused_before_any_step(override, message):
     assert len(opt.param_groups) == 1  # the refused group is not kept
 
 
+def test_numpy_numbers_are_numbers_as_on_torch():
+    """np.float32(0.01) was refused as "out of range"; torch.optim.AdamW takes it."""
+    import numpy as np
+
+    model = _with_grads(Small())
+    numpy_opt = Muon(
+        [{"params": [model.w], "lr": np.float32(0.02), "momentum": np.float64(0.95), "ns_steps": np.int64(5)}],
+        adamw_betas=(np.float32(0.9), np.float32(0.95)),
+    )
+    reference = _with_grads(Small())
+    python_opt = Muon([{"params": [reference.w], "lr": float(np.float32(0.02)), "momentum": 0.95, "ns_steps": 5}])
+    numpy_opt.step()
+    python_opt.step()
+    assert torch.equal(model.w, reference.w)
+    AdamW(Small().parameters(), lr=np.float64(1e-3), eps=np.float32(1e-8))
+
+
+def test_the_muon_group_of_a_loaded_state_holds_matrices():
+    """A state loaded skipped the matrix check of a group added: groups built in another order than saved put the
+    1-D bias under use_muon=True, and the step failed inside Newton-Schulz (IndexError) after others had stepped."""
+    model = Small()
+    saved = Muon(muon_param_groups(model)).state_dict()  # [matrices (use_muon), the rest]
+    swapped = Muon([{"params": [model.bias], "use_muon": False}, {"params": [model.w], "use_muon": True}])
+    before = [dict(g) for g in swapped.param_groups]
+    refused = "param_groups[0] of the state loaded: Muon group holds 'w' of shape (6,)"  # the name the checkpoint saved
+    with pytest.raises(ValueError, match=re.escape(refused)):
+        swapped.load_state_dict(saved)
+    assert [dict(g) for g in swapped.param_groups] == before
+
+
+@pytest.mark.parametrize("key", ["muon_names", "adamw_names"])
+def test_names_given_as_one_string_are_refused(key):
+    """A string is an iterable of its characters: adamw_names="head*" routed every parameter to AdamW (its "*"), and
+    adamw_names="head.weight" matched nothing."""
+    with pytest.raises(ValueError, match=f"{key} must be a list of names or patterns, got the string 'w': write \\['w'\\]"):
+        muon_param_groups(Small(), **{key: "w"})
+    assert [g["names"] for g in muon_param_groups(Small(), **{key: ["w"]})] in ([["w"], ["bias"]], [["w", "bias"]])
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"ns_steps": 2.5}, "ns_steps must be an integer"),
-        ({"ns_dtype": "bf16"}, "ns_dtype must be None or a floating-point"),
+        ({"ns_dtype": "bf16"}, "ns_dtype must be None, torch.bfloat16"),
         ({"adamw_betas": (0.9,)}, "adamw_betas must be two numbers"),
         ({"nesterov": "no"}, "nesterov must be True or False"),
     ],

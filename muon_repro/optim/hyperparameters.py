@@ -14,6 +14,7 @@ AdamW's betas and eps go by two pairs of names: torch's ``betas``/``eps`` (:clas
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 
 import torch
@@ -37,13 +38,14 @@ def check_group(group: dict, adamw_keys: tuple[str, str], where: str = "") -> No
     betas_key, eps_key = adamw_keys
     finite = "a finite number >= 0"
     dtype = "None or a floating-point torch.dtype"
+    ns_dtype = "None, torch.bfloat16, torch.float32 or torch.float64 (float16 overflows past 65,504 before normalizing)"
     allowed = {  # key: (whether a value is in range, the range as the message says it)
         "lr": (lambda v: _real(v) and 0 <= v < math.inf, finite),
         "weight_decay": (lambda v: _real(v) and 0 <= v < math.inf, finite),
         "momentum": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
         "nesterov": (lambda v: isinstance(v, bool), "True or False"),
-        "ns_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
-        "ns_dtype": (lambda v: v is None or _floating_dtype(v), dtype),
+        "ns_steps": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+        "ns_dtype": (lambda v: v is None or (_floating_dtype(v) and v != torch.float16), ns_dtype),
         "gather_dtype": (lambda v: v is None or _floating_dtype(v), dtype),
         "momentum_form": (lambda v: v in MOMENTUM_FORMS, f"one of {', '.join(MOMENTUM_FORMS)}"),
         "use_muon": (lambda v: isinstance(v, bool), "True or False"),
@@ -52,7 +54,7 @@ def check_group(group: dict, adamw_keys: tuple[str, str], where: str = "") -> No
     }
     for key, (ok, in_range) in allowed.items():
         if key in group and not ok(group[key]):
-            raise ValueError(f"{prefix}{key} must be {in_range}, got {group[key]!r}")
+            raise ValueError(f"{prefix}{key} must be {in_range}, got {_said(group[key])}")
     try:
         if "ns_method" in group:
             check_ns_method(group["ns_method"])
@@ -81,10 +83,22 @@ def rename_torch_adamw_keys(param_groups: list[dict]) -> None:
 
 
 def _real(value: object) -> bool:
-    """A real number (a 0-dim float tensor included, as torch's schedulers may set), not a bool."""
+    """A real number (NumPy's included, and a 0-dim float tensor, as torch's schedulers may set), not a bool. A tensor
+    of shape (1,) is not one: the updates take a scalar, and would fail halfway through a step."""
     if isinstance(value, torch.Tensor):
-        return value.numel() == 1 and value.is_floating_point()
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        return value.dim() == 0 and value.is_floating_point()
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _said(value: object) -> str:
+    """A refused value as the message shows it: a tensor by its shape and dtype too (``tensor([0.01])`` reads as a
+    number), any other type by its name where its repr does not say it."""
+    if isinstance(value, torch.Tensor):
+        return f"{value!r} (a tensor of shape {tuple(value.shape)}, {value.dtype}; give a number or a 0-dim tensor)"
+    kind = type(value).__name__
+    shown = repr(value)
+    plain = (bool, int, float, str, type(None), torch.dtype)
+    return shown if kind in shown or isinstance(value, plain) else f"{shown} ({kind})"
 
 
 def _pair(value: object) -> bool:
@@ -144,14 +158,15 @@ class CheckedParamGroups:
 
     def __setstate__(self, state: dict) -> None:
         """torch's, once the state loaded (``load_state_dict``, unpickling) is this optimizer's kind and its groups
-        pass the checks of a group added: a checkpoint is input too, and lr=-1 or momentum=1.5 in one would train.
+        pass the checks of a group added: a checkpoint is input too, and lr=-1 or momentum=1.5 in one would train, and
+        use_muon=True over the groups' 1-D parameters would fail inside a step.
         Refused, the optimizer is as it was."""
         groups = state.get("param_groups", [])
         if self.ADAMW_KEYS == TORCH_ADAMW_KEYS:
             rename_torch_adamw_keys(groups)
         self._check_state_kind(state.get("state", {}), groups)
-        for i, group in enumerate(groups):
-            check_group(group, self.ADAMW_KEYS, f"param_groups[{i}] of the state loaded")
+        for i, group in enumerate(groups):  # Muon's: a use_muon group's parameters are matrices
+            self._check_added_group(group, f"param_groups[{i}] of the state loaded")
         super().__setstate__(state)  # type: ignore[misc]
 
     def _check_state_kind(self, state: dict, groups: list[dict]) -> None:

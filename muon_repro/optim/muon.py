@@ -141,7 +141,10 @@ class Muon(CheckedParamGroups, torch.optim.Optimizer):
         have stepped the other groups first)."""
         super()._check_added_group(group, where)
         if group["use_muon"]:
-            check_muon_group(group["params"], group.get("names"))
+            try:
+                check_muon_group(group["params"], group.get("names"))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

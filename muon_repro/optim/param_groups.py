@@ -51,6 +51,9 @@ def _route(
     named_params: Iterable[tuple[str, nn.Parameter]], muon_names: Iterable[str], adamw_names: Iterable[str]
 ) -> Iterable[tuple[str, nn.Parameter, bool]]:
     """``(name, param, use_muon)`` for every trainable parameter, in the input's order."""
+    for key, names in (("muon_names", muon_names), ("adamw_names", adamw_names)):
+        if isinstance(names, str):  # a string is an iterable of its characters: "head*" would route every "*" match
+            raise ValueError(f"{key} must be a list of names or patterns, got the string {names!r}: write [{names!r}]")
     muon_names, adamw_names = tuple(muon_names), tuple(adamw_names)
     for name, param in named_params:
         if not param.requires_grad:
