@@ -207,7 +207,8 @@ def stage_report(plan: RunPlan) -> None:
 def _sources(plan: RunPlan):
     from muon_repro.dataset.bundle import Sources
 
-    return Sources(plan.traces, plan.metrics, plan.figures, plan.report, plan.analysis_scripts, plan.docs)
+    # the code is the package that ran, wherever the command was started from (not the working folder's)
+    return Sources(plan.traces, plan.metrics, plan.figures, plan.report, plan.analysis_scripts, plan.docs, code=REPO_ROOT)
 
 
 def _meta(plan: RunPlan):

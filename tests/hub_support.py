@@ -243,6 +243,17 @@ def sources(tmp_path) -> dict[str, Path]:
     return make_sources(tmp_path / "src")
 
 
+def stub_code(root: Path) -> Path:
+    """A folder of the files a bundle's code must hold (muon_repro.dataset.links.REBUILD_FILES), nearly empty: for
+    bundles whose code is not what a test checks (the repository's own takes a second to copy and hash)."""
+    from muon_repro.dataset.links import REBUILD_FILES
+
+    for name in REBUILD_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("# stub\n")
+    return root
+
+
 def build(
     sources: dict[str, Path],
     out: Path,

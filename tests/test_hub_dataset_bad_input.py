@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hub_support import TOKEN, _write_table, build
+from hub_support import TOKEN, _write_table, build, stub_code
 from test_contribute import PROFILE, make_run
 
 from muon_repro.cli import main
@@ -176,8 +176,9 @@ def test_verify_refuses_a_link_by_name_without_reading_it(sources, tmp_path):
 
 
 def test_verify_follows_a_hub_cache_snapshot_to_its_blobs(sources, tmp_path):
-    """A snapshot in the Hub cache is a tree of links to the repository's blobs: those are its files."""
-    bundle = build(sources, tmp_path / "bundle", code=None)
+    """A snapshot in the Hub cache is a tree of links to the repository's blobs: those are its files (its documents'
+    links followed as the dataset's paths, not into the blobs)."""
+    bundle = build(sources, tmp_path / "bundle", code=stub_code(tmp_path / "code"))
     repo = tmp_path / "hub" / "datasets--test-org--muon-traces"
     snapshot, blobs = repo / "snapshots" / ("c" * 40), repo / "blobs"
     blobs.mkdir(parents=True)

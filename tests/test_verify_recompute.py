@@ -27,14 +27,24 @@ from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.verify import table_differences, verify_bundle
 
 
+def _sources(src: Path) -> Sources:
+    """The traces and tables under ``src``, and the two documents the card links to (figures and scripts: optional,
+    and not what is checked here)."""
+    (src / "report").mkdir()
+    (src / "report" / "report.md").write_text("# Report\n")
+    (src / "docs").mkdir()
+    (src / "docs" / "method.md").write_text("# Method\n")
+    missing = src / "none"
+    return Sources(src / "traces", src / "metrics", missing, src / "report", missing, src / "docs")
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """A bundle of two complete runs (Muon and AdamW, two ranks each) and their tables; read-only."""
     src = tmp_path_factory.mktemp("src")
     write_pair(src / "traces")
     stages.analyze([src / "traces"], src / "metrics", workers=1)
-    missing = src / "none"  # figures, report, scripts, docs: optional, and not what is checked here
-    sources = Sources(src / "traces", src / "metrics", missing, missing, missing, missing)
+    sources = _sources(src)
     out = src / "dataset"
     build_bundle(sources, BundleMeta(repo_id="test-org/recompute", version="1.0.0", date="2025-06-01"), out)
     return out
@@ -177,8 +187,7 @@ def test_bundle_refuses_a_csv_that_disagrees_with_its_parquet_table(tmp_path):
     write_pair(src / "traces")
     stages.analyze([src / "traces"], src / "metrics", workers=1)
     csv = _garbage_csv(src / "metrics")
-    missing = src / "none"
-    sources = Sources(src / "traces", src / "metrics", missing, missing, missing, missing)
+    sources = _sources(src)
     out = tmp_path / "dataset"
     with pytest.raises(ValueError, match="the tables are not one set, so they are not bundled") as refused:
         build_bundle(sources, BundleMeta(repo_id="test-org/recompute", version="1.0.0", date="2025-06-01"), out)

@@ -28,6 +28,7 @@ from pathlib import Path
 from muon_repro.dataset.card import CARD_NAME, render_card
 from muon_repro.dataset.citation import CFF_NAME, citation_cff
 from muon_repro.dataset.croissant import CROISSANT_NAME, croissant_json
+from muon_repro.dataset.links import code_problems, link_problems
 from muon_repro.dataset.manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -238,10 +239,23 @@ def check_traces_indexed(sources: Sources, files: dict[str, Path]) -> None:
     )
 
 
+def check_promises(stage: Path, sources: Sources) -> None:
+    """Refuse a bundle whose card, report or docs link to what it does not hold (an empty --figures: the report's
+    figures), or without the code its card's recipe installs (unless built without code, ``Sources.code`` None):
+    ``verify`` would fail it. Raised inside the staging, so nothing is written."""
+    problems = link_problems(stage) + (code_problems(stage) if sources.code is not None else [])
+    if problems:
+        folders = ", ".join(f"--{f.name.replace('_', '-')} {getattr(sources, f.name)}" for f in fields(sources))
+        raise ValueError(
+            f"nothing was bundled: {'; '.join(problems)}. The bundle copies {folders}: give the folders that hold them, "
+            "or make them first (`muon-repro run --from figures` draws the figures and writes the report)"
+        )
+
+
 def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) -> tuple[list[FileEntry], list[str]]:
     """Assemble the bundle into ``out``; returns (manifest entries, warnings). Tables that are not one set
-    (:func:`check_table_set`) or whose trace index does not name the bundle's traces (:func:`check_traces_indexed`)
-    are refused before anything is written."""
+    (:func:`check_table_set`) or whose trace index does not name the bundle's traces (:func:`check_traces_indexed`),
+    and documents that promise what the bundle lacks (:func:`check_promises`), are refused; nothing is written."""
     out = Path(out)
     _check_out(out, sources)
     files, warnings = collect(sources)
@@ -258,6 +272,7 @@ def build_bundle(sources: Sources, meta: BundleMeta, out: Path = DEFAULT_OUT) ->
         digests = digest_files(stage, list(files))
         docs = documents(meta, staged, digests)
         write_atomic_all({**root_files_in(docs, stage), stage / CARD_NAME: docs.card})
+        check_promises(stage, sources)
         entries = digest_files(stage, [p for p in list_files(stage) if p != MANIFEST_NAME and not is_ignored(p)])
         write_atomic(stage / MANIFEST_NAME, format_manifest(entries))
     return entries, warnings

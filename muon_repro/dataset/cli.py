@@ -130,10 +130,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "MANIFEST.sha256 and none is unlisted (an install's *.egg-info/, caches, and a rebuild's dataset_card.md "
             "and dist/ are no files of the dataset); the tables in metrics/ are one set, every CSV the one written "
             "with its Parquet twin; CITATION.cff, the card's metadata and croissant.json parse and name every table; "
-            "the report cites the dataset CITATION.cff names; every table loads with datasets.load_dataset and has "
-            "the columns and rows the card documents; every trace parses. --recompute adds what no checksum can "
-            "tell: the traces analyzed again give every table's values. Exit status 0 when every check passed, 1 "
-            "otherwise."
+            "the report cites the dataset CITATION.cff names; every relative link of the card, the report and the docs "
+            "names a file of the dataset, and the code the card's recipe installs is there; every table loads with "
+            "datasets.load_dataset and has the columns and rows the card documents; every trace parses. --recompute "
+            "adds what no checksum can tell: the traces analyzed again give every table's values. Exit status 0 when "
+            "every check passed, 1 otherwise, 2 when DIR is no folder."
         ),
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_OUT, help="default: %(default)s")

@@ -15,7 +15,9 @@ Checks, each reported on its own line:
    has a RecordSet and a FileObject for every table, with the table's sha256;
 4. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
    ``croissant.json`` documents (its record set's fields) and the row count the card's ``dataset_info`` says;
-5. the report's "How to cite" cites the dataset ``CITATION.cff`` names (its repository and version);
+5. the report's "How to cite" cites the dataset ``CITATION.cff`` names (its repository and version); every relative
+   link of the card, the report and the docs names a file of the dataset, and the code the card's recipe installs is
+   there (:mod:`muon_repro.dataset.links`);
 6. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
 7. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
    every table of ``metrics/``: the same rows and values (floats within a relative 1e-9), the
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from muon_repro.dataset.card import CARD_NAME, read_card_metadata
 from muon_repro.dataset.citation import CFF_NAME, read_citation, report_arguments
 from muon_repro.dataset.croissant import CROISSANT_NAME, DATA_TYPES, check_croissant, croissant_fields
+from muon_repro.dataset.links import check_promises
 from muon_repro.dataset.manifest import check_manifest, is_ignored, read_manifest
 from muon_repro.dataset.naming import dataset_url
 from muon_repro.dataset.run_info import RUN_FILES, is_trace
@@ -583,6 +586,7 @@ def verify_bundle(root: str | Path, *, echo: Callable[[str], None] | None = None
     if meta is not None and isinstance(meta.get("configs"), list) and meta["configs"]:
         check_configs(root, meta, report)
     check_report_citation(root, report)
+    check_promises(root, report)
     check_traces(root, report)
     check_sources(root, report)
     if recompute:
