@@ -1,18 +1,19 @@
 """Shared test set-up: single-threaded math, the fake Hub's fixtures, and the fast tier's wall.
 
 The default tier (``python -m pytest -n 2``, ``-m "not slow"`` through pyproject's addopts) starts no
-Python process: a test that does (the interpreter as a subprocess, a console script whose ``#!`` line names
-Python, a multiprocessing worker, pool or helper such as its resource tracker, and so every process group) is
-refused unless it is marked ``slow``, so that the default tier stays fast and ``-m slow`` holds everything that
-launches. Small native tools (ruff, git, ldconfig, sha256sum) may run: libraries call some of them (ctypes finds a
-library with ldconfig), and each takes milliseconds.
+Python process: a test that does (the interpreter as a subprocess, through a shell, ``env`` or ``executable=``,
+os.system, a fork, a console script whose ``#!`` line names Python, a multiprocessing worker, pool or helper such
+as its resource tracker, and so every process group) is refused unless it is marked ``slow``, in its set-up, call
+and teardown alike, so that the default tier stays fast and ``-m slow`` holds everything that launches. Small
+native tools (ruff, git, ldconfig, sha256sum) may run: libraries call some of them (ctypes finds a library with
+ldconfig), and each takes milliseconds.
 """
 
 import multiprocessing.process
 import multiprocessing.util
 import os
+import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -29,23 +30,59 @@ class StartsAProcess(RuntimeError):
     """A test of the default tier started a process."""
 
 
-def _is_python(args) -> bool:
-    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-    program = os.path.basename(os.fsdecode(argv[0])) if argv else ""
-    if program.startswith("python") or program in ("muon-repro", "torchrun") or program == os.path.basename(sys.executable):
-        return True
-    return _python_script(os.fsdecode(argv[0])) if argv else False
+# Audit events (sys.audit) that start a process: the Python ones are refused in the default tier, whatever starts them
+# (subprocess with or without a shell or `executable=`, os.system, os.posix_spawn, an exec; a fork is Python itself).
+PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn")
+FORK_EVENTS = ("os.fork", "os.forkpty")
+_running_fast: list[str] = []  # the node id of the default-tier test running in this process, if any
+
+
+def _words(value: object) -> list[str]:
+    """The words of a program and its arguments as an audit event gives them, a shell string split as a shell would."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, os.PathLike)):
+        text = os.fsdecode(value)
+        try:
+            return shlex.split(text)
+        except ValueError:
+            return text.split()
+    return [w for item in value for w in _words(item)] if isinstance(value, (list, tuple)) else []
+
+
+def _is_python(words: list[str]) -> bool:
+    """Whether any word names Python, this interpreter, a command that runs it, or a console script whose ``#!`` line
+    names it (cffconvert, pip, ...): ``env python``, ``bash -c "python ..."`` and ``executable=`` included."""
+    python = os.path.basename(sys.executable)
+    for word in words:
+        program = os.path.basename(word)
+        if program.startswith("python") or program in ("muon-repro", "torchrun", python) or _python_script(word):
+            return True
+    return False
 
 
 def _python_script(program: str) -> bool:
-    """Whether ``program`` is a console script run by Python (its ``#!`` line names it): cffconvert, pip, ..."""
-    path = shutil.which(program)
+    path = shutil.which(program) if os.sep not in program else program
+    if not path or not os.path.isfile(path):
+        return False
     try:
-        with open(path, "rb") as f:  # type: ignore[arg-type]
+        with open(path, "rb") as f:
             first = f.readline(256)
-    except (OSError, TypeError):
+    except OSError:
         return False
     return first.startswith(b"#!") and b"python" in first
+
+
+def _refuse_python_processes(event: str, args: tuple) -> None:
+    if not _running_fast:
+        return
+    if event in FORK_EVENTS or (event in PROCESS_EVENTS and _is_python(_words(list(args[:2])))):
+        raise StartsAProcess(
+            f"{_running_fast[-1]} starts a Python process ({event}): mark it @pytest.mark.slow (the default tier starts none)"
+        )
+
+
+sys.addaudithook(_refuse_python_processes)  # for the whole session; it acts only while a default-tier test runs
 
 
 def _refuse(nodeid: str):
@@ -67,38 +104,33 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with _no_process_unless_slow(item):
+        yield
+
+
 class _no_process_unless_slow:
-    """Within a test that is not marked ``slow`` (its fixtures' set-up included), starting a process raises."""
+    """Within a test that is not marked ``slow`` (its fixtures' set-up and teardown included), starting a Python
+    process raises: the audit hook sees subprocesses, os.system, spawns, execs and forks; multiprocessing's starts are
+    patched too, as its helpers (the resource tracker, a forkserver) start without an audit event."""
 
     def __init__(self, item: pytest.Item):
         self.active = item.get_closest_marker("slow") is None
+        self.nodeid = item.nodeid
         self.refuse = _refuse(item.nodeid)
-        self.popen_init = subprocess.Popen.__init__
-
-    def _popen_init(self):
-        refuse, popen_init = self.refuse, self.popen_init
-
-        def init(popen, args, *rest, **kwargs):
-            if _is_python(args):
-                refuse()
-            popen_init(popen, args, *rest, **kwargs)
-
-        return init
 
     def __enter__(self) -> None:
         if self.active:
-            self.saved = (
-                subprocess.Popen.__init__,
-                multiprocessing.process.BaseProcess.start,
-                multiprocessing.util.spawnv_passfds,
-            )
-            subprocess.Popen.__init__ = self._popen_init()
+            _running_fast.append(self.nodeid)
+            self.saved = (multiprocessing.process.BaseProcess.start, multiprocessing.util.spawnv_passfds)
             multiprocessing.process.BaseProcess.start = self.refuse
-            multiprocessing.util.spawnv_passfds = self.refuse  # the resource tracker and forkserver start this way
+            multiprocessing.util.spawnv_passfds = self.refuse
 
     def __exit__(self, *exc) -> None:
         if self.active:
-            subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start, multiprocessing.util.spawnv_passfds = self.saved
+            _running_fast.pop()
+            multiprocessing.process.BaseProcess.start, multiprocessing.util.spawnv_passfds = self.saved
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -181,7 +181,9 @@ def test_the_method_table_says_every_number_is_rebuilt_and_what_the_sums_hold(ta
 
 
 def test_every_trace_yields_five_steps_and_one_view_per_scope():
-    for path in sorted(COMMITTED.glob("trace_*.json.gz")):
+    paths = sorted(COMMITTED.glob("trace_*.json.gz"))
+    assert len(paths) == sum(name.startswith("trace_") for name in STUDY_FILES)  # none moved away unchecked
+    for path in paths:
         trace = read_study_trace(path)
         whole = trace.scopes[trace.scopes["scope"] == STEP]
         assert list(whole["step"]) == [0, 1, 2, 3, 4], path.name

@@ -7,7 +7,9 @@ import math
 
 import pytest
 
+from muon_repro.claims import LEVELS
 from muon_repro.costmodel.records import (
+    METRICS,
     RANGE_MIN_RESIDUALS,
     STUDY_MODEL,
     ErrorSpread,
@@ -55,6 +57,8 @@ def test_a_gpu_threshold_is_never_ranged_by_cpu_residuals():
     grid = [{"tokens_per_step": t, "optimizer_share": 1000.0 / t, "muon_extra": 300.0 / t} for t in (2**k for k in range(10, 24))]
     setting = Setting("4xRTXA4000-pcie-nccl", STUDY_MODEL, 2, 2)
     rows = threshold_rows(setting, grid, on_gpus)
+    # a row for each metric at each level: an empty list would pass every check below
+    assert sorted((r["metric"], r["level"]) for r in rows) == sorted((m, lv.value) for m in METRICS for lv in LEVELS)
     assert all(r["range_coverage"] is None and r["tokens_per_step_low"] is None for r in rows)
     assert all(r["error_basis"].startswith("unavailable") and r["grid_max_tokens"] == 2**23 for r in rows)
     ranged = threshold_rows(setting, grid, spread)

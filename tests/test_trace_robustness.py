@@ -117,16 +117,18 @@ DIRT = {
 
 
 def _seconds_to_read(path: Path) -> float:
+    """This process's CPU seconds to read ``path``, the least of three: wall time would count a neighbour's load
+    starting between the two sizes (an xdist worker's), and the ratio of the two would flake."""
     best = float("inf")
-    for _ in range(3):  # the least of three: the machine is shared
-        start = time.perf_counter()
+    for _ in range(3):
+        start = time.process_time()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", TraceWarning)
                 read_trace(path)
         except TraceError:
             pass
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 

@@ -38,9 +38,9 @@ def test_verify_refuses_a_card_bomb_and_nested_files_in_proportion(tmp_path):
     (tmp_path / CARD_NAME).write_text(f"---\n{bomb}---\n# card\n")
     (tmp_path / CFF_NAME).write_text("[" * 100_000)
     (tmp_path / CROISSANT_NAME).write_text("[" * 100_000)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: a loaded machine's wall time would make the limit flake
     problems, meta = check_card(tmp_path)
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
     assert meta is None
     said = f"{CARD_NAME} (its metadata block): the YAML does not parse at line 2, column 10: an alias (*name)"
     assert any(said in p for p in problems)
