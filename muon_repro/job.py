@@ -296,7 +296,8 @@ def claims_summary(metrics: Path, *, verbose: bool = False, out: Path = Path("."
             table.append(f"[{profile}: {said}]")
         table.append(line(row))
     if not verbose:
-        again = "muon-repro run" + ("" if out == Path(".") else f" --out {shell_word(str(out))}") + " --verbose"
+        # from the last stage: the tables as they are, nothing recorded (a plain `run` would record what is missing)
+        again = "muon-repro run" + ("" if out == Path(".") else f" --out {shell_word(str(out))}") + " --from bundle --verbose"
         return "\n".join([*table, "", f"Why each verdict: {out / 'report' / 'report.md'} (claims), or {again}."])
     causes = [f"- {c['profile']} {c['claim_id']}: {note}" for _, c in claims.iterrows() if (note := claim_note(c))]
     return "\n".join([*table, "", "Why (measured causes):", *causes])

@@ -151,7 +151,13 @@ def test_a_run_missing_a_rank_is_not_pooled_compared_or_claimed(tmp_path):
     assert [p.path for p in analysis.incomplete] == [str(muon)]
     message = analysis.incomplete[0].message
     assert message.startswith(f"{muon}: rank 3 of 4 has no trace (rank3.json.gz missing)"), message
-    assert "re-record" in message
+    # a command bench runs: its config name (no profile), the folder above the profile's, the trial (it said
+    # `muon-repro bench cpu-2c-gloo/g/muon_dp2_tp2`, which bench refuses, and recorded into ./traces)
+    traces = tmp_path / "traces"
+    assert message.endswith(
+        f"delete {muon} and record it again (`muon-repro bench g/muon_dp2_tp2 --out {traces} --trials 1 --profile "
+        "cpu-2c-gloo` records only the trials missing)"
+    ), message
     with pytest.warns(UserWarning, match="rank 3 of 4 has no trace"):
         tables = build_tables([tmp_path / "traces"], workers=1)
     runs = tables["runs"].set_index("run")

@@ -61,7 +61,7 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     """`muon-repro run` reprinted every explanation; now the table, and the causes with --verbose."""
     metrics = REPO / "metrics"
     short, full = job.claims_summary(metrics), job.claims_summary(metrics, verbose=True)
-    assert "muon-repro run --verbose" in short and "Why (measured causes):" not in short
+    assert "muon-repro run --from bundle --verbose" in short and "Why (measured causes):" not in short
     assert "Why (measured causes):" in full and len(full) > len(short)
     assert short.splitlines()[0] == full.splitlines()[0]  # the same table heads both
     # each profile's rows under its own heading: the same claim's three verdicts are told apart
@@ -69,9 +69,10 @@ def test_runs_summary_gives_the_causes_only_when_asked():
     assert headings[0].endswith("the original study's published runs]") and len(headings) >= 2
     assert ", no upper end)" in short and "1–3%" in short  # the report's words: a one-sided lead, the claimed range
     # a run into another folder: the report there, and the command that prints the causes of that run's claims
-    assert short.endswith("Why each verdict: report/report.md (claims), or muon-repro run --verbose.")
+    assert short.endswith("Why each verdict: report/report.md (claims), or muon-repro run --from bundle --verbose.")
     elsewhere = job.claims_summary(metrics, out=Path("my run"))
-    assert elsewhere.endswith("Why each verdict: my run/report/report.md (claims), or muon-repro run --out 'my run' --verbose.")
+    said = "Why each verdict: my run/report/report.md (claims), or muon-repro run --out 'my run' --from bundle --verbose."
+    assert elsewhere.endswith(said)
 
 
 @pytest.mark.parametrize(

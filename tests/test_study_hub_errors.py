@@ -69,3 +69,23 @@ def test_offline_mode_is_said_as_such(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "offline mode (HF_HUB_OFFLINE" in err and "nothing was imported" in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_the_hub_unreachable_with_nothing_cached_is_said_as_such(monkeypatch, tmp_path, capsys):
+    """Offline without HF_HUB_OFFLINE, the client raises LocalEntryNotFoundError (a FileNotFoundError): its
+    three-line text came through ("An error happened while trying to locate the files on the Hub...")."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    import muon_repro.study.sources as sources
+    from muon_repro.cli import main
+
+    def unreachable(cache, *, revision=None):
+        raise LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub, and we cannot find...")
+
+    monkeypatch.setattr(sources, "download_study", unreachable)
+    out = tmp_path / "study"
+    assert main(["study", "import", "--hub", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the Hub could not be reached and no copy of it is cached here; connect, or give a copy with --from" in err
+    assert "nothing was imported" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()

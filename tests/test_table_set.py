@@ -261,3 +261,14 @@ def test_a_table_and_its_csv_twin_are_replaced_together_or_not_at_all(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         write_table([row | {"seconds": 2.0}], schema, tmp_path, "machine.calibration")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # both old, no temporary file left
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_table_in_a_set_is_named(tmp_path, damage):
+    """bundle checks that the tables are one set from their footers: pyarrow's "Parquet magic bytes not found in
+    footer" named no file."""
+    write_tables(table_set(["a", "b"]), tmp_path / "metrics")
+    runs = tmp_path / "metrics" / "runs.parquet"
+    runs.write_bytes(runs.read_bytes()[:-100] if damage == "truncated" else b"")
+    with pytest.raises(ValueError, match=f"{runs}: .*re-run `muon-repro analyze`"):
+        table_set_problems(tmp_path / "metrics")

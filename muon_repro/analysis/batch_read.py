@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import shlex
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from muon_repro.analysis.discover import (
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
+from muon_repro.hardware import UNKNOWN_PROFILE
 from muon_repro.rundir import TRIAL_PREFIX, RunDir, SideFileError, trace_name, trial_of
 from muon_repro.values import counted
 
@@ -400,7 +402,7 @@ def _incomplete_message(info: RunInfo, missing: list[int], files: list[Path], fa
     todo = (
         f"name the folder {info.path} to analyze the run whole"
         if set(reasons) == {"not among the paths given"}
-        else f"re-record the run (`muon-repro bench {info.key}` records a trial with missing files again)"
+        else _record_again(info)
     )
     return (
         f"{info.path}: {ranks} of {info.config.world_size} {verb} no trace ({why}); its other traces are analyzed "
@@ -461,3 +463,15 @@ def map_in_processes(
             except Exception as exc:  # noqa: BLE001 - one job's failure must not lose the others
                 results.append(on_error(job, exc))
     return [fn(*job) if r is undone else r for job, r in zip(jobs, results)]
+
+
+def _record_again(info: RunInfo) -> str:
+    """How to record an incomplete trial again: ``bench`` refuses a trial folder with files in it, and files its
+    recordings under OUT/<profile>/<group>/<name>/trial<k>, so the command names the folder above the profile's."""
+    run_dir = info.path.parent if trial_of(info.path) is not None else info.path
+    profile_dir = run_dir.parent.parent  # a folder of the layout before profiles has none: OUT itself
+    out = profile_dir.parent if profile_dir.name == info.profile else profile_dir
+    command = ["muon-repro", "bench", f"{info.group}/{info.name}", "--out", str(out), "--trials", str(info.trial + 1)]
+    if info.profile != UNKNOWN_PROFILE:
+        command += ["--profile", info.profile]
+    return f"delete {info.path} and record it again (`{shlex.join(command)}` records only the trials missing)"

@@ -60,7 +60,7 @@ def run_import(args: argparse.Namespace) -> int:
     check_out_folder(args.out, f"--out {args.out}")  # before reading or downloading anything
     if args.hub:
         import httpx2
-        from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
         from muon_repro.study.sources import HUB_REPO, download_study
         from muon_repro.terminal import first_line
@@ -72,6 +72,11 @@ def run_import(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"downloading {HUB_REPO}: the Hub client is in offline mode (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE "
                     "is set), so no request was sent; unset it, or give a copy with --from; nothing was imported"
+                ) from None
+            except LocalEntryNotFoundError:  # the Hub unreachable, and no copy in the cache to fall back on
+                raise ValueError(
+                    f"downloading {HUB_REPO}: the Hub could not be reached and no copy of it is cached here; connect, "
+                    "or give a copy with --from; nothing was imported"
                 ) from None
             except (HfHubHTTPError, httpx2.TransportError) as exc:  # one line: the body may echo the request's headers
                 raise ValueError(

@@ -263,10 +263,16 @@ def read_tables(folder: str | Path, names: Iterable[str]) -> dict[str, pd.DataFr
 
 
 def _folder_stamps(folder: Path) -> dict[str, dict[str, str]]:
-    """The stamp of every table (``<name>.parquet`` of :data:`SCHEMAS`) in ``folder``, by file name."""
+    """The stamp of every table (``<name>.parquet`` of :data:`SCHEMAS`) in ``folder``, by file name; a file that is no
+    Parquet table (truncated, empty) refused naming it, as every reader of the tables does."""
     import pyarrow.parquet as pq
 
-    return {p.name: table_stamp(pq.read_schema(p).metadata) for p in sorted(folder.glob("*.parquet")) if p.stem in SCHEMAS}
+    stamps = {}
+    for path in sorted(folder.glob("*.parquet")):
+        if path.stem in SCHEMAS:
+            check_table_size(path)  # its footer, before pyarrow's bare "magic bytes not found"
+            stamps[path.name] = table_stamp(pq.read_schema(path).metadata)
+    return stamps
 
 
 def folder_generation(folder: str | Path) -> str | None:
