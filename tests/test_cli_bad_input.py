@@ -166,6 +166,34 @@ def test_converge_hf_download_failure_says_offline_and_the_shipped_corpus(tmp_pa
     assert not out.exists() or not any(out.rglob("*"))
 
 
+@pytest.mark.parametrize("offline", [False, True], ids=["online", "offline mode"])
+def test_converge_asks_the_hub_once_before_datasets_retries_it(monkeypatch, offline):
+    """Offline without offline mode, ``datasets`` retried the Hub for ~30 s, printing each retry; one request to the
+    Hub fails first. In offline mode nothing is asked: the cache is read, as ``datasets`` does."""
+    import datasets
+    import httpx2
+    from datasets import config as datasets_config
+    from huggingface_hub import HfApi
+
+    from muon_repro.converge import corpus
+
+    asked, loaded = [], []
+
+    def unreachable(api, name, **kwargs):
+        asked.append(name)
+        raise httpx2.ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(HfApi, "dataset_info", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: loaded.append(args) or "the cached split")
+    monkeypatch.setattr(datasets_config, "HF_HUB_OFFLINE", offline)
+    if offline:
+        assert corpus._download_hf("someorg/data", None) == "the cached split" and asked == []
+    else:
+        with pytest.raises(httpx2.ConnectError):
+            corpus._download_hf("someorg/data", None)
+        assert asked == ["someorg/data"] and loaded == []
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
@@ -295,3 +323,26 @@ def test_run_accepts_an_empty_folder_or_one_a_run_wrote(tmp_path):
     (tmp_path / "resumed" / "traces").mkdir()
     (tmp_path / "resumed" / "README.md").write_text("a checkout, or an interrupted run\\n")
     RunPlan(out=tmp_path / "resumed").check_input()
+
+
+@pytest.mark.parametrize("ranks", ["0", "-2", "2,0"])
+def test_calibrate_refuses_a_world_size_below_one_as_it_reads_the_arguments(ranks, capsys, monkeypatch):
+    """--ranks 0 was refused after the machine-load probe, seconds in; now by the argument parser, before anything."""
+    import muon_repro.costmodel.cli as costmodel_cli
+
+    monkeypatch.setattr(costmodel_cli, "_calibrate", lambda args: pytest.fail("calibrate started"))
+    with pytest.raises(SystemExit) as exited:
+        main(["calibrate", f"--ranks={ranks}", "--out", "/nonexistent/c.json"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument --ranks: expected world sizes of at least 1, such as 2,4, got '{ranks}'" in err
+
+
+def test_review_takes_max_bytes_with_the_units_analyze_takes():
+    from muon_repro.cli import build_parser
+
+    def max_bytes(text: str) -> int:
+        return build_parser().parse_args(["review", "--repo-id", "o/n", "--pr", "1", "--max-bytes", text]).max_bytes
+
+    assert max_bytes("16G") == 16 * 2**30 and max_bytes("512MiB") == 512 * 2**20 and max_bytes("1000") == 1000
+    with pytest.raises(SystemExit):
+        max_bytes("16 gigs")

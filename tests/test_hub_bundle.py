@@ -169,7 +169,7 @@ def test_bundle_and_verify_commands(sources, tmp_path):  # noqa: F811
     assert done.returncode == 0, done.stderr
     assert "date-released: '2025-06-01'" in (out / "CITATION.cff").read_text()
     ok = muon_repro(["verify", str(out)], env)
-    assert ok.returncode == 0 and "all 12 checks passed" in ok.stdout, ok.stdout + ok.stderr  # the tables one set included
+    assert ok.returncode == 0 and "all 14 checks passed" in ok.stdout, ok.stdout + ok.stderr  # the tables one set included
     (out / "metrics" / "claims.csv").write_text("tampered\n")
     bad = muon_repro(["verify", str(out)], env)
     assert bad.returncode == 1

@@ -33,8 +33,13 @@ def test_a_download_rebuilds_every_table_from_its_own_code(tmp_path):
     from muon_repro.stages import report
 
     meta = BundleMeta(repo_id=REPO_ID, version="1.0.0", date=DATE, license="Apache-2.0")
-    report(REPO / "metrics", REPO / "figures", tmp_path / "report", meta=meta)  # as published: it cites this dataset
-    sources = [tmp_path / "report" if name == "report" else REPO / name for name in DATA_FOLDERS]
+    # the report's links are relative to the tables, figures and docs it cites: laid out beside them as in the
+    # repository, so that they are the bundle's links too (a report beside the repository's linked outside the bundle)
+    src = tmp_path / "src"
+    for name in ("metrics", "figures", "docs"):
+        shutil.copytree(REPO / name, src / name)
+    report(src / "metrics", src / "figures", src / "report", meta=meta)  # as published: it cites this dataset
+    sources = [src / name if (src / name).is_dir() else REPO / name for name in DATA_FOLDERS]
     bundle = tmp_path / "bundle"
     build_bundle(Sources(*sources, code=REPO), meta, bundle)
     for name in CODE_PATHS:

@@ -64,10 +64,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-bytes",
-        type=int,
+        type=_byte_count,
         default=MAX_PR_BYTES,
         metavar="BYTES",
-        help="refuse a pull request adding more bytes, before downloading any (default: %(default)s, 16 GiB)",
+        help="refuse a pull request adding more bytes, before downloading any; a unit K, M, G or T may follow (binary: "
+        "16G = 16 GiB) (default: %(default)s, 16 GiB)",
     )
     add_timeout_argument(p)
     p.set_defaults(func=_review)
@@ -102,3 +103,13 @@ def _review(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return say_interrupted("review", "nothing was changed on the Hub (a review only reads it)")
     return 0 if result.ok else 1
+
+
+def _byte_count(text: str) -> int:
+    """``--max-bytes``: bytes, with the units analyze's size limits take (16G = 16 GiB)."""
+    from muon_repro.analysis.limits import parse_count
+
+    try:
+        return parse_count(text, is_size=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -226,10 +226,14 @@ def build_calibrate_namespace(argv: list[str]) -> argparse.Namespace:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
+    """World sizes, each at least 1, refused as the arguments are read (not after a machine-load probe)."""
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,4, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected world sizes of at least 1, such as 2,4, got {text!r}")
+    return sizes
 
 
 def _calibrate(args: argparse.Namespace) -> int:

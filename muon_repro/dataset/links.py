@@ -1,5 +1,7 @@
-"""What a bundle's documents promise is in it: every relative link of the card (``README.md``), the report and the
-docs names a file of the bundle, and the code that rebuilds the dataset is there.
+"""What a bundle's documents promise is in it: every relative link of the card (``README.md``) and the report names a
+file of the bundle, and the code that rebuilds the dataset is there. The docs are the repository's, written for the
+reference dataset (docs/gpu.md shows its H200 figure): a bundle of other runs ships them as they are, so their links
+are not held to its files.
 
 A bundle drawn from an empty ``--figures`` folder, or without its code, was written and passed ``verify``: its report
 linked 34 figures that were not there, its card told a reader to ``pip install`` a package it did not hold.
@@ -18,7 +20,6 @@ from urllib.parse import unquote, urlsplit
 from muon_repro.dataset.card import CARD_NAME
 
 REPORT_MD = "report/report.md"
-DOCS_GLOB = "docs/*.md"
 # What `pip install -c constraints.txt -e .` and `muon-repro run` in a download need; the card's "How to regenerate"
 # tells every reader to run them there.
 REBUILD_FILES = ("muon_repro/__init__.py", "muon_repro/cli.py", "pyproject.toml", "constraints.txt")
@@ -51,14 +52,13 @@ def relative_links(text: str) -> list[str]:
 
 
 def _documents(root: Path) -> list[str]:
-    """The bundle's documents a reader follows links from: the card, the report, the docs."""
-    names = [CARD_NAME, REPORT_MD] + sorted(p.relative_to(root).as_posix() for p in root.glob(DOCS_GLOB))
-    return [name for name in names if (root / name).is_file()]
+    """The documents written for this bundle that a reader follows links from: the card and the report."""
+    return [name for name in (CARD_NAME, REPORT_MD) if (root / name).is_file()]
 
 
 def link_problems(root: Path) -> list[str]:
-    """One line per relative link of the card, the report or a doc whose target is not in ``root`` (a file, or a
-    folder holding files), naming the document and the target."""
+    """One line per relative link of the card or the report whose target is not in ``root`` (a file, or a folder
+    holding files), naming the document and the target."""
     root = Path(root)
     problems = []
     for name in _documents(root):
@@ -94,7 +94,7 @@ def check_promises(root: Path, report: Callable[[str, bool], None]) -> None:
     line saying what passed."""
     checks = [(code_problems, "code: the package, pyproject.toml and constraints.txt the card's recipe installs are here")]
     if _documents(root):  # with no card, report or doc there is no link to check (the card's absence is said apart)
-        links = "links: every relative link of the card, the report and the docs names a file of the dataset"
+        links = "links: every relative link of the card and the report names a file of the dataset"
         checks.insert(0, (link_problems, links))
     for check, passed in checks:
         problems = check(root)

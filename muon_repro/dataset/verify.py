@@ -16,7 +16,7 @@ Checks, each reported on its own line:
 4. every config loads with ``datasets.load_dataset(DIR, config)`` and has the columns and types
    ``croissant.json`` documents (its record set's fields) and the row count the card's ``dataset_info`` says;
 5. the report's "How to cite" cites the dataset ``CITATION.cff`` names (its repository and version); every relative
-   link of the card, the report and the docs names a file of the dataset, and the code the card's recipe installs is
+   link of the card and the report names a file of the dataset, and the code the card's recipe installs is
    there (:mod:`muon_repro.dataset.links`);
 6. every trace parses (:func:`muon_repro.analysis.read_trace`), every run's JSON file parses;
 7. with ``--recompute`` only: analyzing the bundle's traces again, into a temporary folder, gives
