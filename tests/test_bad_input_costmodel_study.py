@@ -120,7 +120,7 @@ def test_a_damaged_gzipped_source_trace_is_refused_naming_it(tmp_path, capsys, k
 def study_source(tmp_path) -> Path:
     """The committed study traces as a source folder (the Hub's layout, gzipped)."""
     if not all((COMMITTED_STUDY / f"{name}.gz").is_file() for name in STUDY_FILES):
-        pytest.skip("the committed traces hold no complete study import")
+        pytest.fail("the committed traces hold no complete study import")
     source = tmp_path / "src"
     shutil.copytree(COMMITTED_STUDY, source / "traces" / "comparison")
     return source
@@ -171,7 +171,7 @@ def test_a_damaged_threshold_record_is_refused_naming_it_and_saying_run_study_fi
 def test_the_committed_threshold_record_reads():
     record = thresholds_record_path(COMMITTED_STUDY)
     if not record.is_file():
-        pytest.skip("no committed threshold record")
+        pytest.fail("no committed threshold record")
     frame = _threshold_record([COMMITTED_STUDY])
     assert list(frame.columns) == SCHEMAS["study_costmodel_thresholds"].names and len(frame)
 

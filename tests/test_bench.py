@@ -257,7 +257,7 @@ def test_a_committed_run_says_how_it_computed_its_loss_and_its_ledger_agrees():
     recorded before the field existed (the same dict without it) reads as "gathered"."""
     run = Path(__file__).parent.parent / "traces" / "cpu-2c-gloo" / "comparison" / "muon_dp2_tp2" / "trial0"
     if not (run / "config.json").is_file():
-        pytest.skip(f"no committed run at {run}")
+        pytest.fail(f"no committed run at {run}")
     config = RunDir(run).config_dict
     assert from_dict(recorded_fields(config)).cross_entropy == config["cross_entropy"] == "vocab_parallel"
     assert not any(entry["phase"] == "tp_all_gather" for entry in RunDir(run).ranks[0].ledger)

@@ -244,7 +244,7 @@ def test_a_pipeline_prediction_prints_and_dumps_its_stages(capsys):
 def test_pipeline_runs_are_validated_with_their_pp(tmp_path):
     runs = PROFILE / "pipeline"
     if not (runs / "muon_pp4").is_dir():
-        pytest.skip("no committed pipeline runs")
+        pytest.fail("no committed pipeline runs")
     for name in ("muon_pp4", "adamw_dp4"):
         shutil.copytree(runs / name, tmp_path / "cpu-2c-gloo" / "pipeline" / name, ignore=shutil.ignore_patterns("*.gz"))
     rows = {r["run"].rsplit("/", 1)[1]: r for r in validate(tmp_path, resolve_profile(str(MACHINE)))}
@@ -258,7 +258,7 @@ def test_pipeline_runs_are_validated_with_their_pp(tmp_path):
 def test_trials_that_differ_in_pp_are_split_not_pooled(tmp_path):
     source = PROFILE / "pipeline" / "muon_pp2_dp2" / "trial0" / "config.json"
     if not source.is_file():
-        pytest.skip("no committed pipeline runs")
+        pytest.fail("no committed pipeline runs")
     config = json.loads(source.read_text())
     folders = []
     for trial, pp in enumerate((2, 2, 1)):

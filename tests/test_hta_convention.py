@@ -189,7 +189,7 @@ def test_h100_kernels_outside_their_launch_step_move(raw):
     run after it: the launch-step compute differs from the window-clipped one."""
     name = "tracelens_h100_qwen0.5b.json.gz"
     if name not in raw:
-        pytest.skip(f"{name} is absent")
+        pytest.fail(f"{name} is absent")
     (row,) = analyze_file(str(EXTERNAL / name)).steps.itertuples()
     assert row.compute_ms < 0.8 * row.compute_window_ms
 
@@ -199,7 +199,7 @@ def test_gloo_transfers_count_in_the_step_of_their_call(raw):
     so each gloo:<op> worker annotation is its own launch. The kind column sums durations."""
     name = "hta_cpu_gloo_rank34.json.gz"
     if name not in raw:
-        pytest.skip(f"{name} is absent")
+        pytest.fail(f"{name} is absent")
     events = raw[name]
     assert not any(str(e.get("name", "")).startswith("c10d::") for e in events)
     windows = _windows(events)

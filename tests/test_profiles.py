@@ -29,7 +29,7 @@ def committed(run: str) -> Path:
     """The committed trial0 of ``run``, in whichever layout the repository holds it."""
     found = [folder for key, folders in trial_folders(REPO / "traces").items() if key == f"{CPU}/{run}" for folder in folders]
     if not found:
-        pytest.skip(f"the committed traces hold no {run}")
+        pytest.fail(f"the committed traces hold no {run}")
     return found[0]
 
 
@@ -177,7 +177,7 @@ def old_tree(tmp_path) -> Path:
     records = [p for p in (REPO / "traces").rglob("convergence.json") if "steps300_seed0" in p.parent.name][:2]
     costmodel = next((REPO / "traces").rglob("costmodel/machine.json"), None)
     if len(records) < 2 or costmodel is None:
-        pytest.skip("the committed traces hold no convergence records or cost-model folder")
+        pytest.fail("the committed traces hold no convergence records or cost-model folder")
     for record in records:
         shutil.copytree(record.parent, traces / "convergence" / record.parent.name)
     shutil.copytree(costmodel.parent, traces / "costmodel")

@@ -23,7 +23,7 @@ RUN = "cpu-2c-gloo/comparison/muon_dp2_tp2"
 def _committed_trial() -> Path:
     folders = trial_folders(REPO / "traces").get(RUN)
     if not folders:
-        pytest.skip(f"the committed traces hold no {RUN}")
+        pytest.fail(f"the committed traces hold no {RUN}")
     return folders[0]
 
 
@@ -43,7 +43,7 @@ def test_the_index_names_every_rank_of_an_analyzed_run_from_the_folder_above(tmp
 def test_the_study_traces_are_indexed_with_the_rank_their_names_hold():
     study = REPO / "traces" / STUDY_PROFILE / GROUP
     if not study.is_dir():
-        pytest.skip("the committed traces hold no copy of the original study's")
+        pytest.fail("the committed traces hold no copy of the original study's")
     every = study_trace_files([REPO / "traces"])  # the study's own traces and the runs of its protocol recorded here
     assert {f.read_by for f in every} == {READ_BY_STUDY}
     files = [f for f in every if f.profile == STUDY_PROFILE]
