@@ -85,3 +85,18 @@ def test_the_docs_links_are_the_reference_datasets(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "gpu.md").write_text("![the H200 figure](../figures/1xH200-nccl/single_device.png)\n")
     assert link_problems(tmp_path) == []
+
+
+def test_the_reports_links_follow_the_folders_as_laid_out(tmp_path):
+    """A tree whose figures/ is a link (as the publishing test lays a clone out): resolved, the report's links led
+    where the link points, outside any bundle of the tree."""
+    from muon_repro.report.context import _Links, method_links
+
+    elsewhere = tmp_path / "elsewhere" / "figures"
+    elsewhere.mkdir(parents=True)
+    tree = tmp_path / "tree"
+    (tree / "report").mkdir(parents=True)
+    (tree / "figures").symlink_to(elsewhere, target_is_directory=True)
+    links = _Links(tree / "report")
+    assert links.rel(tree / "figures" / "loss.png") == "../figures/loss.png"
+    assert all(link.startswith("../docs/method.md#") for link in method_links(tree / "report", tree).values())

@@ -75,7 +75,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         # muon-repro download = hf download + verify (checksums, configs, traces).
         d2 = tmp_path / "d2"
         out = ok(muon_repro(["download", "--repo-id", REPO, "--local-dir", str(d2)], env))
-        assert "No --revision given: using v1.0.0." in out and "all 12 checks passed" in out
+        assert "No --revision given: using v1.0.0." in out and "all 14 checks passed" in out
         _same_files(d2, b1)
 
         # Unchanged: no new commit.
@@ -91,7 +91,7 @@ def test_publish_download_load_and_verify_through_the_hub(tmp_path):
         # Into the Hub cache this time (a snapshot of symlinks), checked there.
         out = ok(muon_repro(["download", "--repo-id", REPO, "--revision", "v1.1.0"], env))
         snapshot = Path(re.search(r"Downloaded \S+ v1.1.0 to (.+)", out)[1])
-        assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 12 checks passed" in out
+        assert snapshot.is_relative_to(tmp_path / "hf_home") and "all 14 checks passed" in out
         _same_files(snapshot, b2)
         d4 = tmp_path / "d4"
         ok(run([hf_command(), "download", REPO, "--repo-type", "dataset", "--revision", "v1.0.0", "--local-dir", str(d4)], env))

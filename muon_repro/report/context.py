@@ -130,7 +130,7 @@ def method_links(out_dir: Path, root: Path) -> dict[str, str]:
     links = {}
     for key, target in METHOD_SECTIONS.items():
         path, anchor = target.split("#")
-        links[key] = Path(os.path.relpath(Path(root).resolve() / path, Path(out_dir).resolve())).as_posix() + "#" + anchor
+        links[key] = Path(os.path.relpath(Path(root) / path, out_dir)).as_posix() + "#" + anchor
     return links
 
 
@@ -237,13 +237,15 @@ def build_context(
 
 
 class _Links:
-    """Paths as the report in ``out_dir`` links them (relative, POSIX), and a figure's entry in the context."""
+    """Paths as the report in ``out_dir`` links them (relative, POSIX), and a figure's entry in the context. Relative
+    as the folders are laid out, links not followed: in a tree whose figures/ is a link, the report's links stay in
+    the tree (resolved, they led to where the link points, outside any bundle of the tree)."""
 
     def __init__(self, out_dir: Path) -> None:
-        self.out_dir = out_dir.resolve()
+        self.out_dir = Path(os.path.abspath(out_dir))
 
     def rel(self, path: str | Path) -> str:
-        return Path(os.path.relpath(Path(path).resolve(), self.out_dir)).as_posix()
+        return Path(os.path.relpath(os.path.abspath(path), self.out_dir)).as_posix()
 
     def figure(self, name: str, path: str | Path, caption: str) -> dict[str, str]:
         return {"name": name, "src": self.rel(path), "svg": self.rel(Path(path).with_suffix(".svg")), "caption": caption} | {

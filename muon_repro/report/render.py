@@ -138,13 +138,14 @@ def _report_fetcher_class():
 
         def __init__(self, out: Path) -> None:
             super().__init__()
-            self.out = out.resolve()
+            self.out = os.path.abspath(out)  # the report's links are relative to the folders as laid out (links kept)
 
         def fetch(self, url: str, headers: dict | None = None) -> URLFetcherResponse:
             if not url.startswith("file:"):
                 return super().fetch(url, headers)
             asked = request.url2pathname(url.split("?")[0].removeprefix("file:"))
-            real = super().fetch((self.out / os.path.relpath(asked, PDF_BASE_DIR)).resolve().as_uri(), headers)
+            laid_out = os.path.normpath(os.path.join(self.out, os.path.relpath(asked, PDF_BASE_DIR)))
+            real = super().fetch(Path(laid_out).resolve().as_uri(), headers)
             try:
                 return URLFetcherResponse(url, real.read(), real.headers)
             finally:
