@@ -77,17 +77,19 @@ def _refuse_python_processes(event: str, args: tuple) -> None:
     if not _running_fast:
         return
     if event in FORK_EVENTS or (event in PROCESS_EVENTS and _is_python(_words(list(args[:2])))):
-        raise StartsAProcess(
-            f"{_running_fast[-1]} starts a Python process ({event}): mark it @pytest.mark.slow (the default tier starts none)"
-        )
+        raise _refusal(_running_fast[-1], f" ({event})")
 
 
 sys.addaudithook(_refuse_python_processes)  # for the whole session; it acts only while a default-tier test runs
 
 
+def _refusal(nodeid: str, how: str = "") -> StartsAProcess:
+    return StartsAProcess(f"{nodeid} starts a Python process{how}: mark it @pytest.mark.slow (the default tier starts none)")
+
+
 def _refuse(nodeid: str):
     def refuse(*args, **kwargs):
-        raise StartsAProcess(f"{nodeid} starts a Python process: mark it @pytest.mark.slow (the default tier starts none)")
+        raise _refusal(nodeid)
 
     return refuse
 

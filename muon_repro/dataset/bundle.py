@@ -240,7 +240,7 @@ def check_traces_indexed(sources: Sources, files: dict[str, Path]) -> None:
 
 
 def check_promises(stage: Path, sources: Sources) -> None:
-    """Refuse a bundle whose card, report or docs link to what it does not hold (an empty --figures: the report's
+    """Refuse a bundle whose card or report links to what it does not hold (an empty --figures: the report's
     figures), or without the code its card's recipe installs (unless built without code, ``Sources.code`` None):
     ``verify`` would fail it. Raised inside the staging, so nothing is written."""
     problems = link_problems(stage) + (code_problems(stage) if sources.code is not None else [])

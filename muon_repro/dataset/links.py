@@ -93,7 +93,7 @@ def check_promises(root: Path, report: Callable[[str, bool], None]) -> None:
     """``verify``'s two checks: :func:`link_problems` and :func:`code_problems`, a line for each problem, else one
     line saying what passed."""
     checks = [(code_problems, "code: the package, pyproject.toml and constraints.txt the card's recipe installs are here")]
-    if _documents(root):  # with no card, report or doc there is no link to check (the card's absence is said apart)
+    if _documents(root):  # with no card or report there is no link to check (the card's absence is said apart)
         links = "links: every relative link of the card and the report names a file of the dataset"
         checks.insert(0, (link_problems, links))
     for check, passed in checks:
