@@ -548,6 +548,37 @@ def test_measured_is_the_median_of_the_rounds_medians():
     assert np.isnan(typical_time(frame, "absent", "step_ms", "max"))
 
 
+_PROFILER_WINDOWS = """
+import contextlib, os, sys, torch
+from torch.profiler import ProfilerActivity, profile
+from muon_repro.costmodel.compute_bench import profiler_notes_off
+first = profiler_notes_off() if sys.argv[1] == "off" else contextlib.nullcontext()
+for guard in (first, contextlib.nullcontext()):  # the second window as calibrate's later ones
+    with guard, profile(activities=[ProfilerActivity.CPU]):
+        torch.ones(3) + 1
+print(os.environ.get("KINETO_LOG_LEVEL", "unset"))
+"""
+
+
+@pytest.mark.slow
+def test_calibrate_windows_print_no_kineto_notes_and_the_environment_is_restored():
+    """Kineto's USDT lines buried calibrate's progress (ten per run); off for the process after its first window."""
+    import subprocess
+    import sys
+
+    def run(mode: str, **env) -> subprocess.CompletedProcess:
+        import os
+
+        environ = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"} | env
+        return subprocess.run([sys.executable, "-c", _PROFILER_WINDOWS, mode], capture_output=True, text=True, env=environ)
+
+    plain, quiet, users = run("on"), run("off"), run("off", KINETO_LOG_LEVEL="0")
+    assert plain.returncode == quiet.returncode == users.returncode == 0, quiet.stderr
+    assert plain.stderr.count("profiler_start") == 2  # the notes this guards against, one per window
+    assert "profiler_" not in quiet.stderr and quiet.stdout.strip() == "unset"  # both windows quiet, nothing left set
+    assert "profiler_start" in users.stderr and users.stdout.strip() == "0"  # a level the user set wins
+
+
 # ---------------------------------------------------------------- end to end: calibrate, record, predict
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,25 @@ from muon_repro.optim.newton_schulz import NS_COEFFICIENTS, zeropower_via_newton
 from muon_repro.phases import NEWTON_SCHULZ
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+# Above Kineto's highest level (its USDT notes, 5): nothing of Kineto's on stderr.
+KINETO_SILENT = "6"
+
+
+@contextlib.contextmanager
+def profiler_notes_off() -> Iterator[None]:
+    """Kineto prints a ``USDT: profiler_start`` and ``profiler_stop`` line to stderr at every profiler
+    window, whatever its default level; calibrate opens a dozen windows and keeps their timings only, so
+    the notes would bury its progress lines. Kineto reads ``KINETO_LOG_LEVEL`` once, at the process's
+    first window: set around that window, restored after; a level the user set is left as it is."""
+    if "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    os.environ["KINETO_LOG_LEVEL"] = KINETO_SILENT
+    try:
+        yield
+    finally:
+        os.environ.pop("KINETO_LOG_LEVEL", None)
 
 
 def measure_kernels(plan: Plan, device: str, log: Callable[[str], None]) -> tuple[dict, list[dict]]:
@@ -296,7 +316,7 @@ def bench_op_overhead(plan: Plan, device: str, profiled: bool) -> tuple[float, l
 
     if profiled:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        with profile(activities=activities, record_shapes=True, profile_memory=True):
+        with profiler_notes_off(), profile(activities=activities, record_shapes=True, profile_memory=True):
             t = seconds_per_call(forward_backward, plan.reps, device, target_s=0.0) / calls
     else:
         t = seconds_per_call(forward_backward, plan.reps, device) / calls
@@ -423,7 +443,7 @@ def _model_step_self_times(plan: Plan, device: str, tokens: int) -> tuple[dict[s
     step()  # warm-up: the allocator's first touch of every buffer (and a GPU's kernel selection)
     best: dict[str, float] = {}
     for _ in range(max(2, plan.reps // 3)):
-        with profile(activities=activities) as prof:
+        with profiler_notes_off(), profile(activities=activities) as prof:
             step()
             sync_device(device)  # every kernel of the step ends inside the profiled window
         times, rest_calls = _classify(prof.key_averages(), device_time=on_device)
