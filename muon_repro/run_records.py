@@ -25,6 +25,10 @@ MAX_TRIAL = 9999
 MAX_STEPS = 1_000_000  # training steps of a run (recorded: 3-6 profiled steps, 1,000 for convergence)
 MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 recorded): each active step is traced
 
+# config.json's group for a run recorded from run-shape flags (``muon-repro bench custom --dp ...``): a name of
+# its registry bench does not know, so re-recording one takes its flags again, not its name
+CUSTOM_GROUP = "custom"
+
 MAX_ELEMS = 2**40  # tokens per step, bucket and unit sizes: far past any model's or batch's
 # config.json's integer fields: (smallest, largest) allowed, for the analysis and a review alike
 # (:func:`int_field_problem`). A field may be absent; those of NULLABLE_INTS may also be null.

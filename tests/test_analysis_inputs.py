@@ -170,6 +170,24 @@ def test_a_run_missing_a_rank_is_not_pooled_compared_or_claimed(tmp_path):
     assert set(tables["steps"]["run"]) >= set(lone.index)  # each trace is still analyzed
 
 
+@pytest.mark.parametrize("group, scale", [("g", "gpu"), ("custom", "cpu")])
+def test_the_command_to_record_a_trial_again_is_one_bench_runs_as_recorded(tmp_path, group, scale):
+    """`bench NAME` alone records the cpu scale (another model), and a custom run's name is no name bench knows."""
+    muon = write_run(tmp_path / "traces" / group / "muon_dp2_tp1" / "trial0")
+    config = json.loads((muon / CONFIG_FILE).read_text())
+    (muon / CONFIG_FILE).write_text(json.dumps(config | {"scale": scale}))
+    (muon / trace_name(1)).unlink()
+    message = analyze_paths([tmp_path / "traces"], workers=1).incomplete[0].message
+    if group == "custom":
+        assert message.endswith(
+            "run again the `muon-repro bench custom` command that recorded it (config.json's `command`): "
+            "it records only the trials missing"
+        ), message
+        assert "bench custom/" not in message
+    else:
+        assert f"`muon-repro bench g/muon_dp2_tp1 --out {tmp_path / 'traces'} --trials 1 --scale gpu --profile" in message
+
+
 def test_a_rank_that_cannot_be_read_leaves_its_run_incomplete(tmp_path):
     muon, _ = write_pair(tmp_path / "traces")
     (muon / trace_name(1)).write_bytes(b"\x1f\x8bnot gzip")
@@ -391,7 +409,7 @@ def test_a_trial_recorded_with_another_configuration_is_left_out_by_name(tmp_pat
     assert [f.path for f in analysis.failures] == [str(other)]
     message = analysis.failures[0].message
     assert message.startswith(f"{other}: recorded with {shown}, unlike the first trial of run cpu-2c-gloo/g/muon_dp2_tp1")
-    assert "record it as a run of its own" in message
+    assert "record it into a folder of its own (another --out)" in message
     trials = [info.trial for info, _ in analysis.runs if info.key == "cpu-2c-gloo/g/muon_dp2_tp1"]
     assert trials == [0]  # the first trial stands for the run alone
 

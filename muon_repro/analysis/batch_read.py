@@ -39,6 +39,7 @@ from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
 from muon_repro.hardware import UNKNOWN_PROFILE
+from muon_repro.run_records import CUSTOM_GROUP
 from muon_repro.rundir import TRIAL_PREFIX, RunDir, SideFileError, trace_name, trial_of
 from muon_repro.values import counted
 
@@ -198,8 +199,8 @@ def _leave_out_other_configurations(analysis: Analysis) -> None:
                 TraceFailure(
                     str(info.path),
                     f"{info.path}: recorded with {shown}, unlike the first trial of run {info.key}; the trials of a run "
-                    "measure one configuration, so this one is left out: record it as a run of its own (another --name), "
-                    "or remove it",
+                    "measure one configuration, so this one is left out: record it into a folder of its own (another "
+                    "--out), or remove it",
                 )
             )
         return not differing
@@ -224,8 +225,7 @@ def _add_timed_only(analysis: Analysis) -> None:
                 TraceFailure(
                     str(folder),
                     f"{folder}: metrics.json has no timed steps for rank(s) {', '.join(map(str, missing))} of "
-                    f"{info.config.world_size}; the trial is left out: re-record it "
-                    f"(`muon-repro bench {info.group}/{info.name}`)",
+                    f"{info.config.world_size}; the trial is left out: {_record_again(info)}",
                 )
             )
         else:
@@ -468,10 +468,17 @@ def map_in_processes(
 def _record_again(info: RunInfo) -> str:
     """How to record an incomplete trial again: ``bench`` refuses a trial folder with files in it, and files its
     recordings under OUT/<profile>/<group>/<name>/trial<k>, so the command names the folder above the profile's."""
+    if info.group == CUSTOM_GROUP:  # its name is derived from flags; bench takes the flags, not the name
+        return (
+            f"delete {info.path} and run again the `muon-repro bench custom` command that recorded it (config.json's "
+            "`command`): it records only the trials missing"
+        )
     run_dir = info.path.parent if trial_of(info.path) is not None else info.path
     profile_dir = run_dir.parent.parent  # a folder of the layout before profiles has none: OUT itself
     out = profile_dir.parent if profile_dir.name == info.profile else profile_dir
     command = ["muon-repro", "bench", f"{info.group}/{info.name}", "--out", str(out), "--trials", str(info.trial + 1)]
+    if info.config.scale not in (None, "cpu"):  # bench's default scale; another records another model
+        command += ["--scale", info.config.scale]
     if info.profile != UNKNOWN_PROFILE:
         command += ["--profile", info.profile]
     return f"delete {info.path} and record it again (`{shlex.join(command)}` records only the trials missing)"

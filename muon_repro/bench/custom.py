@@ -14,8 +14,8 @@ import argparse
 from muon_repro.bench.configs import SCALE_SPECS, SCALES, BenchConfig
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS
 from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS
+from muon_repro.run_records import CUSTOM_GROUP
 
-CUSTOM_GROUP = "custom"
 DEFAULT_BASE_PRESET = "small"  # the unspecified fields of a shape given without --preset (vocabulary, sequence room)
 RUN_SHAPE_DEFAULTS = "run_shape_defaults"  # the parsed namespace's attribute: each run-shape flag and its default
 # --flag -> BenchConfig field, for the model shape

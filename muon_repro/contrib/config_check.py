@@ -18,7 +18,10 @@ from muon_repro.contrib.limits import CONFIG_INT_RANGES
 from muon_repro.contrib.untrusted import name_problem, run_name_problem
 from muon_repro.run_records import choice_problems, int_field_problem
 
-RECORD_AGAIN = "delete the trial folder and record it again (`muon-repro bench <group>/<name>` redoes only missing trials)"
+RECORD_AGAIN = (
+    "delete the trial folder and run again the `muon-repro bench` command that recorded it (its --out, --scale and "
+    "--trials; config.json's `command`): it records only the trials missing"
+)
 
 
 @dataclass(frozen=True)
