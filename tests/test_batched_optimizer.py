@@ -35,6 +35,24 @@ def test_a_batch_orthogonalizes_each_matrix_exactly_as_alone(dtype):
     assert torch.equal(again[0], updates[3]) and torch.equal(again[1], updates[1])
 
 
+def test_a_groups_scale_multiplies_its_rms_without_a_copy_to_the_device(monkeypatch):
+    """One scale per shape group is a number: torch.tensor(..., device=cuda) was a blocking copy, a CUDA stream
+    synchronized inside Muon's step for a statistic. Scales that differ within a group still scale each matrix."""
+    from muon_repro.optim import newton_schulz
+
+    matrices = _matrices(torch.float32)[:4]  # (48, 16) and (16, 48) twice, and (32, 32): two shape groups
+    unscaled = [u.square().mean().sqrt().item() for u in orthogonalize_many(matrices, 5, batched=True)[0]]
+    built = []
+    real_tensor = torch.tensor
+    monkeypatch.setattr(newton_schulz.torch, "tensor", lambda *a, **k: built.append(k) or real_tensor(*a, **k))
+    _, rms = orthogonalize_many(matrices, 5, scales=[2.0] * 4, batched=True)
+    assert built == [] and [r.item() for r in rms] == pytest.approx([2.0 * u for u in unscaled], rel=1e-6)
+    _, rms = orthogonalize_many(matrices, 5, scales=[1.0, 3.0, 1.0, 5.0], batched=True)
+    assert "device" not in built[0] and [r.item() for r in rms] == pytest.approx(
+        [s * u for s, u in zip([1.0, 3.0, 1.0, 5.0], unscaled)], rel=1e-6
+    )
+
+
 def test_rounding_the_input_is_the_gathers_rounding():
     matrices = _matrices(torch.float32)[:4]
     for batched in (True, False):

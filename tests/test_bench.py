@@ -84,6 +84,18 @@ def test_every_rank_writes_a_complete_trace(recorded):
 
 
 @pytest.mark.slow
+def test_a_profiled_step_holds_the_training_step_not_the_batch_it_trains_on(recorded):
+    """Each step's batch was built inside its ProfilerStep window (a Python loop, 2 to 5 ms a step at the cpu scale), so a
+    profiled step paid it and the timed one did not: the profiler's overhead and each window read high."""
+    with gzip.open(recorded / "rank0.json.gz", "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name")).startswith("ProfilerStep#")]
+    assert len(windows) >= 2
+    built = [e for e in events if e["name"] == "aten::randint"]  # the batch's first tokens; no step draws any
+    assert not [e for e in built if any(start <= e["ts"] < end for start, end in windows)]
+
+
+@pytest.mark.slow
 def test_metrics_hold_every_field_and_match_the_analytic_model(recorded):
     from muon_repro.model import GPT, GPTConfig
     from muon_repro.optim.comm_model import optimizer_bytes, param_specs

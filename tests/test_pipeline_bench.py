@@ -248,6 +248,10 @@ def test_pipeline_claims_name_what_they_need_and_refuse_unequal_micro_batches():
     assert "PP4" in hybrid_survives_pp(without_pp4)
     no_pp = dataclasses.replace(t, runs=t.runs.drop(columns=["pp"]))
     assert "pp column" in bubble_hides_step(no_pp)
+    undrained = dataclasses.replace(t, runs=t.runs.assign(backend="gloo"), timed=t.timed.assign(drain_idle_ms=float("nan")))
+    assert "record them again" in bubble_hides_step(undrained)
+    on_nccl = dataclasses.replace(undrained, runs=t.runs.assign(backend="nccl"))  # no drain there, and none to record
+    assert bubble_hides_step(on_nccl).startswith("not measured on NCCL: a stage's host reads its clock")
     bigger = t.runs.copy()
     bigger.loc[bigger["name"] == "muon_dp2_tp2", "micro_batches"] = 1
     with pytest.raises(UnequalWork, match="micro-batches of 4 vs 1 sequences"):

@@ -14,7 +14,7 @@ import pytest
 from tiny_sweep import CONFIGS as TINY_SWEEP
 from tiny_sweep import copy_of
 
-from muon_repro.analysis.timed_steps import split_timed_waits, timed_calls, timed_run_columns
+from muon_repro.analysis.timed_steps import split_timed_waits, timed_calls, timed_run_columns, timed_steps_table
 from muon_repro.bench.configs import BenchConfig, from_dict, resolve
 from muon_repro.bench.sweep import plan_recordings, record_local, round_order
 from muon_repro.run_records import RankMetrics
@@ -377,6 +377,31 @@ def test_the_drain_idle_is_each_stage_s_wait_for_its_pipelines_last_backward():
     assert not {"pipeline", "last_backward_ns"} & set(out.columns)
     unstamped = drain_idle(rows.assign(last_backward_ns=None))
     assert unstamped["drain_idle_ms"].isna().all()
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_the_drain_is_measured_where_the_host_clock_sees_a_backward_end(backend):
+    """On NCCL a stage's host reads its clock after its last backward once the kernels are queued: what it took for
+    the drain was launch skew, and the bubble claim priced Muon's hidden step with it."""
+    from muon_repro.analysis.batch_read import Analysis
+    from muon_repro.analysis.discover import RunInfo
+    from muon_repro.run_records import RunConfig
+
+    def stage(rank: int, last_backward_ns: int) -> RankMetrics:
+        return RankMetrics(
+            rank=rank, dp_rank=0, tp_rank=0, pp_rank=rank, timed_step_ms=[9.0], timed_fwd_bwd_ms=[6.0],
+            timed_optimizer_ms=[3.0], timed_bubble_ms=[1.0], timed_last_backward_ns=[last_backward_ns],
+        )  # fmt: skip
+
+    config = RunConfig.from_dict({"group": "g", "name": "muon_pp2", "optimizer": "muon", "dp": 1, "tp": 1, "pp": 2})
+    info = RunInfo(Path("p/g/muon_pp2/trial0"), "g", "muon_pp2", config, {0: stage(0, 9_000_000), 1: stage(1, 7_000_000)})
+    info.environment = {"backend": backend, "nodes": 1}
+    timed = timed_steps_table(Analysis(timed_runs=[info]))
+    drains = timed.sort_values("rank")["drain_idle_ms"]
+    if backend == "gloo":
+        assert drains.tolist() == [0.0, 2.0]
+    else:
+        assert drains.isna().all() and (timed["comm_timing"].isna() | (timed["comm_timing"] == "host_launch")).all()
 
 
 @pytest.mark.slow

@@ -168,6 +168,11 @@ def _drained_pipelines(t: ProfileTables) -> list[pd.Series] | str:
     drained = set(timed.loc[timed["drain_idle_ms"].notna(), "run"])
     runs = [run for _, run in muon.iterrows() if run["run"] in drained]
     if not runs:
+        if (muon["backend"].astype(str).str.lower() == "nccl").all():
+            return (
+                "not measured on NCCL: a stage's host reads its clock after its last backward once the kernels are "
+                "queued, not when they end, so the drain it would hide its step in is unknown (timed_steps.drain_idle_ms)"
+            )
         return "needs the pipeline runs' drain in their timed steps: record them again (muon-repro bench pipeline_bubble)"
     if (why := _timed(t, *runs)) is not None:
         return why

@@ -148,7 +148,9 @@ def timed_steps_table(analysis: Analysis) -> pd.DataFrame:
         for m in metrics:
             stamped = bool(m.timed_comm)  # a rank with no record of its calls: its comm columns are unknown
             bubbles = _per_step(m.timed_bubble_ms, m.timed_step_ms)
-            drains = _per_step(m.timed_last_backward_ns, m.timed_step_ms) if one_clock else [None] * len(m.timed_step_ms)
+            # on NCCL the stamp after a backward is when its kernels were queued, not when they ended: no drain
+            drained = one_clock and timing == TRANSFER
+            drains = _per_step(m.timed_last_backward_ns, m.timed_step_ms) if drained else [None] * len(m.timed_step_ms)
             for step, (s, f, o, bubble, last_backward) in enumerate(
                 zip(m.timed_step_ms, m.timed_fwd_bwd_ms, m.timed_optimizer_ms, bubbles, drains)
             ):

@@ -196,7 +196,7 @@ def orthogonalize_many(
         out = orthogonalize(batch, steps, dtype, method)
         slice_rms = _slices_rms(out, [1 if plain else _count(matrices[i]) for i in order])
         if scales is not None:
-            slice_rms = slice_rms * torch.tensor([scales[i] for i in order], dtype=slice_rms.dtype, device=slice_rms.device)
+            slice_rms = slice_rms * _scales_of(slice_rms, [scales[i] for i in order])
         n_wide = sum(1 if plain else _count(matrices[i]) for i in wide)
         pieces = _unstacked(out[:n_wide], [matrices[i] for i in wide], plain) if wide else []
         if tall:
@@ -227,6 +227,15 @@ def _unstacked(out: torch.Tensor, like: list[torch.Tensor], plain: bool) -> list
         pieces.append(out[k : k + n].reshape(m.shape))
         k += n
     return pieces
+
+
+def _scales_of(rms: torch.Tensor, scales: list[float]) -> float | torch.Tensor:
+    """What multiplies a shape group's RMS values: its one scale as a number (the scale is a function of the shape,
+    so a group has one), else a tensor copied without waiting. A blocking host-to-device copy would synchronize a
+    CUDA stream inside the optimizer step, for a statistic, and only Muon's step would pay it."""
+    if len(set(scales)) == 1:
+        return scales[0]
+    return torch.tensor(scales, dtype=rms.dtype).to(rms.device, non_blocking=True)
 
 
 def _slices_rms(out: torch.Tensor, counts: list[int]) -> torch.Tensor:

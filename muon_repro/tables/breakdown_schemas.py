@@ -38,7 +38,15 @@ BREAKDOWN_SCHEMAS: tuple[TableSchema, ...] = (
                 "gathers; a ZeRO-1 flat parameter buffer is the model's parameters, left out), each counted once; null "
                 "for runs recorded before",
             ),
-            ("peak_mem_bytes", "Int64", "bytes", "peak memory of the rank's process as recorded at run time"),
+            (
+                "peak_mem_bytes",
+                "Int64",
+                "bytes",
+                "peak memory of the rank's process as recorded at run time: on a GPU the run's own (the allocator's "
+                "peak, reset as the run starts); on a CPU the process's highest resident set so far, which one launch "
+                "shares among the runs it records in turn (the largest of this run's and those before it: a CPU has "
+                "no per-run peak to reset)",
+            ),
             ("peak_mem_source", "string", "", "cuda_max_allocated or process_max_rss"),
             ("ns_calls", "Int64", "count", "Newton-Schulz calls in one step"),
             ("ns_flops", "Int64", "FLOP", "Newton-Schulz FLOPs in one step, from the shard plan's matrices"),

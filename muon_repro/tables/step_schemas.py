@@ -179,7 +179,8 @@ STEP_SCHEMAS: tuple[TableSchema, ...] = (
                 "pipeline stages only: from the end of this stage's last backward to the end of the last backward of "
                 "any stage of its pipeline (the drain), on the host's one clock: the idle time that could hold this "
                 "stage's optimizer step once its gradients are complete (0 on the stage that finishes the drain, "
-                "stage 0 under 1F1B); null without pipeline stages, for runs recorded before, or across hosts",
+                "stage 0 under 1F1B); null without pipeline stages, for runs recorded before, across hosts, or on NCCL "
+                "(the host reads its clock after a backward once its kernels are queued, not when they end)",
             ),
             (
                 "comm_timing",
