@@ -25,8 +25,8 @@ MAX_TRIAL = 9999
 MAX_STEPS = 1_000_000  # training steps of a run (recorded: 3-6 profiled steps, 1,000 for convergence)
 MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 recorded): each active step is traced
 
-# config.json's group for a run recorded from run-shape flags (``muon-repro bench custom --dp ...``): a name of
-# its registry bench does not know, so re-recording one takes its flags again, not its name
+# config.json's group for a run recorded from run-shape flags (``muon-repro bench custom --dp ...``): its name is
+# in no registry bench knows, so re-recording one takes its flags again, not its name
 CUSTOM_GROUP = "custom"
 
 MAX_ELEMS = 2**40  # tokens per step, bucket and unit sizes: far past any model's or batch's

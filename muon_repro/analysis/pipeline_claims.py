@@ -31,6 +31,7 @@ from muon_repro.analysis.claim_inputs import (
 )
 from muon_repro.analysis.estimators import disturbed_rounds
 from muon_repro.analysis.rounds import closest_rival_ratio, geometric_mean, largest_mean_interval
+from muon_repro.analysis.timed_steps import HOST_LAUNCH, comm_timing
 from muon_repro.phases import MODEL_COMM_PHASES
 
 GRIDS = {"DP2·TP2": (2, 2, 1), "PP2·DP2": (2, 1, 2), "PP2·TP2": (1, 2, 2), "PP4": (1, 1, 4), "DP4": (4, 1, 1), "TP4": (1, 4, 1)}
@@ -168,7 +169,7 @@ def _drained_pipelines(t: ProfileTables) -> list[pd.Series] | str:
     drained = set(timed.loc[timed["drain_idle_ms"].notna(), "run"])
     runs = [run for _, run in muon.iterrows() if run["run"] in drained]
     if not runs:
-        if (muon["backend"].astype(str).str.lower() == "nccl").all():
+        if (muon["backend"].map(comm_timing) == HOST_LAUNCH).all():  # the timed steps' own test of the clock
             return (
                 "not measured on NCCL: a stage's host reads its clock after its last backward once the kernels are "
                 "queued, not when they end, so the drain it would hide its step in is unknown (timed_steps.drain_idle_ms)"
