@@ -28,6 +28,8 @@ MAX_PROFILED = 10_000  # the profiler schedule (wait, warmup, active: 0-5 record
 # config.json's group for a run recorded from run-shape flags (``muon-repro bench custom --dp ...``): its name is
 # in no registry bench knows, so re-recording one takes its flags again, not its name
 CUSTOM_GROUP = "custom"
+# config.json's scale when ``muon-repro bench`` is given no ``--scale``: the reference's small model on a CPU
+DEFAULT_SCALE = "cpu"
 
 MAX_ELEMS = 2**40  # tokens per step, bucket and unit sizes: far past any model's or batch's
 # config.json's integer fields: (smallest, largest) allowed, for the analysis and a review alike

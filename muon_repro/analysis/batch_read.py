@@ -39,7 +39,7 @@ from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.limits import TraceLimits
 from muon_repro.analysis.parallel_scan import default_workers
 from muon_repro.hardware import UNKNOWN_PROFILE
-from muon_repro.run_records import CUSTOM_GROUP
+from muon_repro.run_records import CUSTOM_GROUP, DEFAULT_SCALE
 from muon_repro.rundir import TRIAL_PREFIX, RunDir, SideFileError, trace_name, trial_of
 from muon_repro.values import counted
 
@@ -477,7 +477,7 @@ def _record_again(info: RunInfo) -> str:
     profile_dir = run_dir.parent.parent  # a folder of the layout before profiles has none: OUT itself
     out = profile_dir.parent if profile_dir.name == info.profile else profile_dir
     command = ["muon-repro", "bench", f"{info.group}/{info.name}", "--out", str(out), "--trials", str(info.trial + 1)]
-    if info.config.scale not in (None, "cpu"):  # bench's default scale; another records another model
+    if info.config.scale not in (None, DEFAULT_SCALE):  # another scale records another model
         command += ["--scale", info.config.scale]
     if info.profile != UNKNOWN_PROFILE:
         command += ["--profile", info.profile]

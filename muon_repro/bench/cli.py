@@ -18,6 +18,7 @@ from muon_repro.bench.configs import (
 )
 from muon_repro.bench.custom import CUSTOM_GROUP, add_run_shape_arguments, config_from_args, run_shape_flags_given
 from muon_repro.hardware import add_profile_argument
+from muon_repro.run_records import DEFAULT_SCALE
 from muon_repro.terminal import after_a_bar
 
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "GPU the optimizer scope can be set against its kernels alone; filed under study_protocol_1rank)",
     )
     p.add_argument("--list", action="store_true", help="list the named configurations and exit")
-    p.add_argument("--scale", choices=SCALES, default="cpu", help="model and batch size (default: cpu)")
+    p.add_argument("--scale", choices=SCALES, default=DEFAULT_SCALE, help=f"model and batch size (default: {DEFAULT_SCALE})")
     p.add_argument("--out", type=Path, default=Path("traces"), help="output folder (default: traces/)")
     p.add_argument(
         "--backend",
@@ -119,7 +120,7 @@ def _record_protocol(args: argparse.Namespace) -> int:
     ignored = [
         flag
         for flag, given in (
-            ("--scale", args.scale != "cpu"),
+            ("--scale", args.scale != DEFAULT_SCALE),
             ("--traced-trials", args.traced_trials != DEFAULT_TRACED_TRIALS),
             ("--force", args.force),
         )

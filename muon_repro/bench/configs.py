@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, replace
 
 from muon_repro.model_config import CROSS_ENTROPY_MODES, PRESETS, GPTConfig
 from muon_repro.phases import LAYOUTS, NS_METHODS, OVERLAPS, PP_SEND_ACTIVATION, PP_SEND_GRAD
-from muon_repro.run_records import RECORD_INT_RANGES
+from muon_repro.run_records import DEFAULT_SCALE, RECORD_INT_RANGES
 from muon_repro.values import is_count
 
-SCALES = ("cpu", "gpu", "tiny")
+SCALES = (DEFAULT_SCALE, "gpu", "tiny")
 DTYPE_NAMES = ("fp32", "bf16")
 MODEL_SHAPE_FIELDS = ("hidden", "n_layers", "n_heads", "ffn_hidden", "vocab_size")  # BenchConfig fields that override the preset
 # The largest value of each size a config may name (docs/limits.md, "Run shapes"): far above any model trained (the
@@ -112,7 +112,7 @@ class BenchConfig:
     # micro_batches micro-batches; 1 (every run before the field): no pipeline.
     pp: int = 1
     overlap: str = "none"  # how Muon's gathers are scheduled (muon_repro.phases.OVERLAPS)
-    scale: str = "cpu"
+    scale: str = DEFAULT_SCALE
     preset: str = ""  # filled by resolve()
     tokens_per_step: int = 0  # global, over all DP ranks
     seq_len: int = 0
@@ -403,7 +403,7 @@ REFERENCE_CONFIGS = tuple(
 )
 
 
-def resolve(key: str, scale: str = "cpu", **overrides) -> BenchConfig:
+def resolve(key: str, scale: str = DEFAULT_SCALE, **overrides) -> BenchConfig:
     """The configuration ``key`` at ``scale``, with model size and batch filled in."""
     if key not in CONFIGS:
         raise ValueError(f"unknown benchmark config {key!r}; {_closest(key, list(CONFIGS))}")
