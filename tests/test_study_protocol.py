@@ -3,6 +3,8 @@ study's own traces, and the equal-work variant's bytes against the analytic ring
 
 from __future__ import annotations
 
+import collections
+import gzip
 import json
 import math
 from pathlib import Path
@@ -13,13 +15,18 @@ import torch
 from muon_repro.analysis.discover import find_traces
 from muon_repro.bench.study_protocol import (
     CPU_SCALE,
+    NS_STEPS,
     RUNS,
     STUDY_SHAPES,
     STUDY_TP_DIMS,
     FlatShard,
     ProtocolConfig,
+    ProtocolRun,
+    study_newton_schulz,
 )
+from muon_repro.bench.study_record import _records_shapes
 from muon_repro.formulas import ring_bytes
+from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
 from muon_repro.study.scopes import PHASE_SCOPES, STEP
 from muon_repro.study.sources import GROUPS, PROTOCOLS, study_folder
 from muon_repro.study.tables import study_tables
@@ -50,6 +57,23 @@ def test_the_flat_shard_is_cut_in_equal_chunks_and_each_matrix_found_in_them():
     full = halves[0].flat(locals_, torch.float32)
     assert torch.equal(torch.cat([h.shard(full) for h in halves]), full)  # the chunks put back the buffer
     assert torch.equal(halves[1].matrix(full, 1), locals_[1])
+
+
+@pytest.mark.parametrize("shape", [(48, 20), (20, 48), (32, 32)])
+def test_the_studys_newton_schulz_is_the_quintic_in_its_inputs_dtype(shape):
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    ours = zeropower_via_newtonschulz5(g, NS_STEPS, torch.float32)
+    assert torch.allclose(study_newton_schulz(g), ours, atol=1e-5)  # the same arithmetic, the operators unfused
+    half = study_newton_schulz(g.bfloat16())
+    assert half.dtype == torch.bfloat16 and half.shape == g.shape  # run in bf16, as the study's gathered momentum
+    assert torch.allclose(half.float(), ours, atol=0.05)
+
+
+def test_shapes_are_recorded_as_the_study_did_except_where_gloo_needs_them():
+    full, only = ProtocolRun("muon", True), ProtocolRun("muon", False)
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert not _records_shapes(full, cuda) and _records_shapes(only, cuda)  # the study's profiler settings
+    assert _records_shapes(full, cpu)  # a gloo collective's size is in its shapes alone
 
 
 def _analytic_ring_bytes(cfg: ProtocolConfig, optimizer: str, rank: int) -> int:
@@ -224,3 +248,34 @@ def test_the_rounds_of_a_set_are_those_every_run_of_it_has():
     rounds = {(r["group"], r["claim_id"]): r["rounds"] for r in protocol_rows(dropped)}
     assert {g for (g, _), n in rounds.items() if n == 2} == {"study_protocol"}
     assert rounds[("study_equal_work", "optimizer_share")] == 3
+
+
+def _operators_per_muon_step(trace: Path, names: tuple[str, ...], category: str = "cpu_op") -> list[tuple[int, ...]]:
+    """How many events of each of ``names`` (operators, or another ``category``'s) every ``Muon_Step`` of a trace
+    holds, nested ones too."""
+    events = [e for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    counts = []
+    for step in (e for e in events if e["name"] == "Muon_Step"):
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        inside = collections.Counter(
+            e["name"] for e in events if e.get("cat") == category and lo <= e["ts"] and e["ts"] + e["dur"] <= hi
+        )
+        counts.append(tuple(inside[n] for n in names))
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["muon_dp2_tp2", "muon_FULLSTEP_dp2_tp2"])
+def test_the_replayed_muon_step_issues_the_studys_operators_on_every_rank(recorded, name):
+    """The study's Newton-Schulz is unfused (a launch per scalar product and sum) and per matrix: the replay's
+    optimizer scope holds the operators of the study's own trace, rank by rank, step by step, and the scope torch
+    opens around an Optimizer's step."""
+    names = ("aten::matmul", "aten::mul", "aten::add", "aten::add_", "aten::mul_", "aten::div")
+    theirs_dir = study_folder(REPO / "traces")
+    ours_dir = recorded / "cpu-2c-gloo" / GROUPS["study"] / name / "trial0"
+    for rank in range(4):
+        theirs = _operators_per_muon_step(theirs_dir / f"trace_{name}_rank{rank}.json.gz", names)
+        ours = _operators_per_muon_step(ours_dir / f"rank{rank}.json.gz", names)
+        assert len(ours) == 5 and ours == theirs, (name, rank)
+        scope = ("Optimizer.step#Muon.step",)
+        assert _operators_per_muon_step(ours_dir / f"rank{rank}.json.gz", scope, "user_annotation") == [(1,)] * 5

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
-from muon_repro.optim.newton_schulz import zeropower_via_newtonschulz5
+from muon_repro.optim.newton_schulz import NS_COEFFICIENTS
 from muon_repro.optim.update_rules import adamw_update_, apply_decoupled_update_, muon_momentum_, muon_update_scale
 from muon_repro.rundir import STUDY_PROTOCOLS as PROTOCOLS
 
@@ -319,6 +319,34 @@ def _wait(work) -> None:
         work.wait()
 
 
+# ---------------------------------------------------------------- the study's Newton-Schulz and step scope
+
+STUDY_NS_EPS = 1e-7  # the study's Frobenius-norm guard (the project's own Newton-Schulz uses NS_EPS)
+
+
+def study_newton_schulz(G: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
+    """Newton-Schulz as the study's optimizer computes it: in ``G``'s dtype (bf16, the gathered momentum), on the
+    short side's Gram matrix, each scalar product and sum its own operator (``A = X X^T``, ``B = b A + (c A) A``,
+    ``X = a X + B X``). The arithmetic is the quintic of :mod:`muon_repro.optim.newton_schulz`; the operators are the
+    study's, so that its optimizer scope issues the launches the study's did (the project's fuses them into three)."""
+    a, b, c = NS_COEFFICIENTS
+    tall = G.size(0) > G.size(1)
+    X = G.T if tall else G
+    X = X / (X.norm() + STUDY_NS_EPS)
+    for _ in range(steps):
+        A = X @ X.T
+        B = b * A + c * A @ A  # (c A) A, evaluated left to right as the study's line is
+        X = a * X + B @ X
+    return X.T if tall else X
+
+
+def optimizer_step_scope(optimizer: str):
+    """The scope torch's profiler opens around a ``torch.optim.Optimizer``'s step (``Optimizer.step#<class>.step``):
+    the study's Muon and AdamW were Optimizers, so their kernels ran under it; ours, written here, open it by hand so
+    that a GPU trace puts their kernels under the same innermost scope as the study's."""
+    return record_function(f"Optimizer.step#{optimizer}.step")
+
+
 # ---------------------------------------------------------------- the optimizers, as each protocol runs them
 
 
@@ -331,9 +359,13 @@ class ReplicaAdamW:
         self.async_op = async_op
         self.world = dist.get_world_size()
 
+    def prepare(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """One step's gradients as :meth:`attach` takes them: the full matrices, as the study's ranks held them."""
+        return grads
+
     def attach(self, grads: list[torch.Tensor]) -> None:
-        for p, g in zip(self.params, grads):
-            p.grad = g.clone()
+        for p, g in zip(self.params, grads):  # references, as the study's (its all-reduce then sums in place)
+            p.grad = g
 
     def reduce(self) -> None:
         works = [_all_reduce(p.grad, self.async_op) for p in self.params]
@@ -342,7 +374,7 @@ class ReplicaAdamW:
             p.grad /= self.world
 
     def step(self) -> None:
-        self.opt.step()
+        self.opt.step()  # torch's profiler opens Optimizer.step#AdamW.step around it, as in the study's traces
         self.opt.zero_grad()
 
 
@@ -362,24 +394,34 @@ class ShardedAdamW:
         self.exp_avg_sq = torch.zeros_like(self.param_shard)
         self.steps = 0
 
-    def attach(self, grads: list[torch.Tensor]) -> None:
-        self.grad_full = self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+    def prepare(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """One step's gradients laid out as :meth:`attach` takes them (the TP-local flat buffer), built before the
+        profiled steps as the study built its ranks' gradients before its own."""
+        return self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+
+    def attach(self, grad_full: torch.Tensor) -> None:
+        self.grad_full = grad_full
 
     def reduce(self) -> None:
         _wait(_reduce_scatter(self.grad_shard, self.grad_full, self.grid.dp_group, self.async_op))
         self.grad_shard /= self.grid.dp
 
     def step(self) -> None:
-        self.steps += 1
-        p = self.param_shard
-        adamw_update_(p, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.steps, ADAMW_LR, ADAMW_BETAS, ADAMW_EPS, ADAMW_WD)
-        _wait(_gather(self.param_full, p, self.grid.dp_group, "dp", self.async_op))
+        with optimizer_step_scope("AdamW"):
+            self.steps += 1
+            p = self.param_shard
+            adamw_update_(
+                p, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.steps, ADAMW_LR, ADAMW_BETAS, ADAMW_EPS, ADAMW_WD
+            )
+            _wait(_gather(self.param_full, p, self.grid.dp_group, "dp", self.async_op))
 
 
 class StudyMuon:
     """Muon at DP x TP as the study ran it (``equal_work`` False: no gradient reduction, no parameter gather) or
     with ZeRO-1's reduce-scatter and parameter all-gather (``equal_work`` True). The update is the study's: momentum
-    0.9 with Nesterov, Newton-Schulz on the full matrix, decoupled weight decay, lr scaled by 0.2 sqrt(max(A, B))."""
+    0.9 with Nesterov, Newton-Schulz on the full matrix (:func:`study_newton_schulz`, bf16), decoupled weight decay,
+    lr scaled by 0.2 sqrt(max(A, B)). Like the study's, it works matrix by matrix on the pieces of the matrices this
+    rank's ZeRO chunk holds: momentum and the bf16 copy into the DP gather's buffer, then the update."""
 
     def __init__(self, full_params: list[torch.Tensor], cfg: ProtocolConfig, grid: Grid, async_op: bool) -> None:
         self.grid, self.cfg, self.async_op = grid, cfg, async_op
@@ -394,39 +436,56 @@ class StudyMuon:
         self.momentum = torch.zeros_like(self.param_shard)
         self.mine = [i for i in range(len(tp_locals)) if self.layout.overlap(i)[1] > 0]
 
-    def attach(self, grads: list[torch.Tensor]) -> None:
-        self.grad_full = self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+    def prepare(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """One step's gradients laid out as :meth:`attach` takes them (the TP-local flat buffer), built before the
+        profiled steps as the study built its ranks' gradients before its own."""
+        return self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+
+    def attach(self, grad_full: torch.Tensor) -> None:
+        self.grad_full = grad_full
         if not self.equal_work:  # the study's ranks each take their shard of the same gradients: no reduction
-            self.grad_shard = self.layout.shard(self.grad_full).clone()
+            self.grad_shard = self.layout.shard(grad_full)
+
+    def _piece(self, i: int) -> slice:
+        """Where matrix ``i``'s part of this rank's ZeRO chunk lies in the chunk."""
+        lo, hi = self.layout.overlap(i)
+        at = self.layout.offsets[i] + lo - self.layout.lo
+        return slice(at, at + hi - lo)
 
     def step(self) -> None:
         grid, layout = self.grid, self.layout
-        if self.equal_work:  # ZeRO-1: sum the gradients over DP into this rank's shard
-            _wait(_reduce_scatter(self.grad_shard, self.grad_full, grid.dp_group, self.async_op))
-            self.grad_shard /= grid.dp
-        ns_input_shard = muon_momentum_(self.momentum, self.grad_shard, MUON_MOMENTUM, True, "sum").bfloat16()
-        # DP gather: the TP-local buffer, whole, on every DP rank
-        ns_input_full = torch.empty(layout.chunk * grid.dp, dtype=torch.bfloat16, device=ns_input_shard.device)
-        _wait(_gather(ns_input_full, ns_input_shard, grid.dp_group, "dp", self.async_op))
-        # async_op=True issues every TP gather at once and waits for each where its matrix is used; else one by one
-        pending = (
-            {i: self._tp_gather(layout.matrix(ns_input_full, i), self.cfg.tp_dims[i]) for i in self.mine} if self.async_op else {}
-        )
-        for i in self.mine:
-            tp_dim = self.cfg.tp_dims[i]
-            shards, work = pending[i] if self.async_op else self._tp_gather(layout.matrix(ns_input_full, i), tp_dim)
-            _wait(work)
-            full = torch.cat(shards, dim=tp_dim) if tp_dim != -1 else shards[0]  # TP gather
-            update = zeropower_via_newtonschulz5(full, NS_STEPS)
-            update = update.chunk(grid.tp, dim=tp_dim)[grid.tp_rank] if tp_dim != -1 else update  # TP shard
-            lo, hi = layout.overlap(i)
-            local = update.reshape(-1)[lo:hi]  # DP shard
-            at = layout.offsets[i] + lo - layout.lo
-            p = self.param_shard[at : at + (hi - lo)]
-            a, b = self.full_shapes[i]
-            apply_decoupled_update_(p, local.float(), MUON_LR, MUON_WD, muon_update_scale((a, b), "moonlight"))
-        if self.equal_work:  # ZeRO-1: every DP rank gets the updated parameters
-            _wait(_gather(self.param_full, self.param_shard, grid.dp_group, "dp", self.async_op))
+        device = self.param_shard.device
+        with optimizer_step_scope("Muon"):
+            if self.equal_work:  # ZeRO-1: sum the gradients over DP into this rank's shard
+                _wait(_reduce_scatter(self.grad_shard, self.grad_full, grid.dp_group, self.async_op))
+                self.grad_shard /= grid.dp
+            ns_input_shard = torch.empty(layout.chunk, dtype=torch.bfloat16, device=device)
+            ns_input_full = torch.empty(layout.chunk * grid.dp, dtype=torch.bfloat16, device=device)
+            for i in self.mine:  # momentum, matrix by matrix, into the buffer the DP gather sends
+                piece = self._piece(i)
+                ns_input = muon_momentum_(self.momentum[piece], self.grad_shard[piece], MUON_MOMENTUM, True, "sum")
+                ns_input_shard[piece].copy_(ns_input.bfloat16())
+            # DP gather: the TP-local buffer, whole, on every DP rank
+            _wait(_gather(ns_input_full, ns_input_shard, grid.dp_group, "dp", self.async_op))
+            # async_op=True issues every TP gather at once and waits for each where its matrix is used; else one by one
+            pending = (
+                {i: self._tp_gather(layout.matrix(ns_input_full, i), self.cfg.tp_dims[i]) for i in self.mine}
+                if self.async_op
+                else {}
+            )
+            for i in self.mine:
+                tp_dim = self.cfg.tp_dims[i]
+                shards, work = pending[i] if self.async_op else self._tp_gather(layout.matrix(ns_input_full, i), tp_dim)
+                _wait(work)
+                full = torch.cat(shards, dim=tp_dim) if tp_dim != -1 else shards[0]  # TP gather
+                update = study_newton_schulz(full)
+                update = update.chunk(grid.tp, dim=tp_dim)[grid.tp_rank] if tp_dim != -1 else update  # TP shard
+                lo, hi = layout.overlap(i)
+                local = update.reshape(-1)[lo:hi]  # DP shard
+                scale = muon_update_scale(self.full_shapes[i], "moonlight")
+                apply_decoupled_update_(self.param_shard[self._piece(i)], local, MUON_LR, MUON_WD, scale)  # bf16 into fp32
+            if self.equal_work:  # ZeRO-1: every DP rank gets the updated parameters
+                _wait(_gather(self.param_full, self.param_shard, grid.dp_group, "dp", self.async_op))
 
     def _tp_gather(self, matrix: torch.Tensor, tp_dim: int):
         """Every TP rank's shard of a matrix (the study used the list form of all_gather; the one-tensor form moves

@@ -65,9 +65,11 @@ def _optimizer(run: ProtocolRun, cfg: ProtocolConfig, grid: Grid, params: list[t
     return ShardedAdamW(params, cfg, grid, run.async_op)
 
 
-def _iteration(run: ProtocolRun, cfg: ProtocolConfig, opt, grads: list[torch.Tensor], device: torch.device) -> None:
-    """One step inside the study's scopes (its names, so that its traces and ours are read by one path)."""
-    if run.full_step:
+def _iteration(run: ProtocolRun, cfg: ProtocolConfig, opt, grads, device: torch.device, *, fwd_bwd: bool = True) -> None:
+    """One step inside the study's scopes (its names, so that its traces and ours are read by one path); ``grads`` as
+    the optimizer's ``prepare`` laid them out. ``fwd_bwd`` False leaves out the simulated forward-backward, as the
+    study's warm-up step does."""
+    if run.full_step and fwd_bwd:
         with record_function("FWD_BWD"):
             _fwd_bwd(cfg, device)
     attach = "Attach_Grads" if run.full_step else ("Muon_Attach_Grads" if run.optimizer == "muon" else None)
@@ -86,6 +88,13 @@ def _iteration(run: ProtocolRun, cfg: ProtocolConfig, opt, grads: list[torch.Ten
             opt.step()
 
 
+def _records_shapes(run: ProtocolRun, device: torch.device) -> bool:
+    """The study profiled its optimizer-only runs with ``record_shapes`` and its full-step runs without. A gloo
+    trace says a collective's size only in its operator's shapes (NCCL's events carry it either way), so on a CPU
+    every run records them: the one departure of the profiler's settings, and it adds host time to every scope."""
+    return not run.full_step or device.type != "cuda"
+
+
 def record_runs_on_rank(cfg_dict: dict, run_names: list[str], folders: list[str]) -> None:
     """This rank's part of one launch: every run of ``run_names``, its trace into the matching folder."""
     cfg = ProtocolConfig(
@@ -99,15 +108,15 @@ def record_runs_on_rank(cfg_dict: dict, run_names: list[str], folders: list[str]
         run = by_name[name]
         params, grads = _generate(cfg, device)
         opt = _optimizer(run, cfg, grid, params)
-        for _ in range(cfg.warmup):  # the study's warm-up step, unprofiled
-            _iteration(run, cfg, opt, grads[0], device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
-        with profile(activities=activities, record_shapes=True) as prof:
+        step_grads = [opt.prepare(g) for g in grads]  # each rank's gradients, laid out before the steps as the study's
+        # The study's warm-up: one optimizer step, unprofiled, without the forward-backward; then, with no
+        # synchronisation or barrier between (the study has none), its profiled steps.
+        for _ in range(cfg.warmup):
+            _iteration(run, cfg, opt, step_grads[0], device, fwd_bwd=False)
+        with profile(activities=activities, record_shapes=_records_shapes(run, device)) as prof:
             with record_function(_outer(run)):
                 for step in range(cfg.steps):
-                    _iteration(run, cfg, opt, grads[step], device)
+                    _iteration(run, cfg, opt, step_grads[step], device)
         from muon_repro.bench.runner import export_trace
 
         export_trace(prof, Path(folder) / trace_name(dist.get_rank()))
