@@ -160,3 +160,19 @@ def quick_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_figures import stand_in_figures
 
     stand_in_figures(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def report_data():
+    """The report's view of the committed ``metrics/`` (every profile), read once per worker, read-only."""
+    from pathlib import Path
+
+    from muon_repro.report.data import load
+
+    return load(Path(__file__).resolve().parents[1] / "metrics")
+
+
+@pytest.fixture(scope="session")
+def figure_data(report_data):
+    """The committed tables of the profile the main figures draw (the first)."""
+    return report_data.of_profile(report_data.profiles[0])

@@ -15,7 +15,6 @@ import pytest
 from muon_repro.report import bytes_figures, figures, stated
 from muon_repro.report.checks_section import check_number
 from muon_repro.report.claims_section import claim_number
-from muon_repro.report.data import load
 from muon_repro.report.formatting import count, pct, percent
 from muon_repro.report.selection import run_labels, sort_runs, study_runs
 
@@ -23,30 +22,20 @@ METRICS = Path(__file__).resolve().parents[1] / "metrics"
 
 
 @pytest.fixture(scope="module")
-def everything():
-    return load(METRICS)
-
-
-@pytest.fixture(scope="module")
-def data(everything):
-    return everything.of_profile(everything.profiles[0])
-
-
-@pytest.fixture(scope="module")
-def tables(data):
+def tables(figure_data):
     """claims and checks read straight from the parquet files (not through the report), of the figures' profile."""
     claims = pd.read_parquet(METRICS / "claims.parquet")
     checks = pd.read_parquet(METRICS / "checks.parquet")
-    return claims[claims["profile"] == data.profile], checks[checks["profile"] == data.profile]
+    return claims[claims["profile"] == figure_data.profile], checks[checks["profile"] == figure_data.profile]
 
 
 def _claim(claims: pd.DataFrame, claim_id: str) -> pd.Series:
     return claims[claims["claim_id"] == claim_id].iloc[0]
 
 
-def _stated(data, table: str, row_id: str, profile: str, name: str) -> float:
+def _stated(figure_data, table: str, row_id: str, profile: str, name: str) -> float:
     """A number of the stated_numbers table, read directly (not through the report's lookup)."""
-    n = data.stated_numbers
+    n = figure_data.stated_numbers
     hit = n[(n["table"] == table) & (n["row_id"] == row_id) & (n["profile"] == profile) & (n["name"] == name)]
     assert len(hit) == 1, (table, row_id, profile, name)
     return float(hit["value"].iloc[0])
@@ -57,13 +46,13 @@ def _svg_text(path: Path) -> str:
     return " ".join(html.unescape(Path(path).with_suffix(".svg").read_text()).split())
 
 
-def test_comm_time_states_the_claims_values(data, tables, tmp_path):
+def test_comm_time_states_the_claims_values(figure_data, tables, tmp_path):
     claims, _ = tables
     row = _claim(claims, "comm_time_dp2_tp2")
-    said = figures.comm_time_stated(data.runs, data.claims, data.stated_numbers)
+    said = figures.comm_time_stated(figure_data.runs, figure_data.claims, figure_data.stated_numbers)
     unit, cid = str(row["unit_kind"]), "comm_time_dp2_tp2"
     assert said.values["claims.comm_time_dp2_tp2.measured_value"] == claim_number(row["measured_value"], unit, cid)
-    waiting = _stated(data, "claims", cid, row["profile"], "comm_ms_ratio_with_waiting")
+    waiting = _stated(figure_data, "claims", cid, row["profile"], "comm_ms_ratio_with_waiting")
     assert said.values["stated_numbers.comm_time_dp2_tp2.comm_ms_ratio_with_waiting"] == claim_number(waiting, unit, cid)
     assert said.values["claims.comm_time_dp2_tp2.claimed_value"] == claim_number(row["claimed_value"], unit, cid, digits=0)
     # The claim's quantity is named, and so is the bars' other one.
@@ -71,30 +60,34 @@ def test_comm_time_states_the_claims_values(data, tables, tmp_path):
     assert "the bars (profiled steps, communication incl. waiting)" in said.text
     for value in said.values.values():
         assert value in said.text
-    png = figures.comm_time_by_kind(data.runs, data.steps, data.claims, data.stated_numbers, tmp_path / "comm_time_by_kind")
+    png = figures.comm_time_by_kind(
+        figure_data.runs, figure_data.steps, figure_data.claims, figure_data.stated_numbers, tmp_path / "comm_time_by_kind"
+    )
     svg = _svg_text(png)
     for value in said.values.values():
         assert value in svg
 
 
-def test_optimizer_overhead_states_the_claims_values(data, tables, tmp_path):
+def test_optimizer_overhead_states_the_claims_values(figure_data, tables, tmp_path):
     claims, _ = tables
     row = _claim(claims, "optimizer_share")
-    said = figures.optimizer_share_stated(data.runs, data.claims)
+    said = figures.optimizer_share_stated(figure_data.runs, figure_data.claims)
     unit = str(row["unit_kind"])
     assert said.values["claims.optimizer_share.measured_value"] == claim_number(row["measured_value"], unit, "optimizer_share")
     assert said.values["claims.optimizer_share.claimed_value"] == claim_number(
         row["claimed_value"], unit, "optimizer_share", digits=0
     )
     assert "the bars:" in said.text and "(its bar)" in said.text
-    svg = _svg_text(figures.optimizer_overhead(data.runs, data.claims, tmp_path / "optimizer_overhead"))
+    svg = _svg_text(figures.optimizer_overhead(figure_data.runs, figure_data.claims, tmp_path / "optimizer_overhead"))
     for value in said.values.values():
         assert value in svg
 
 
-def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
+def test_bytes_by_layout_states_the_checks_values(figure_data, tables, tmp_path):
     _, checks = tables
-    said = bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks, data.stated_numbers)
+    said = bytes_figures.bytes_by_layout_stated(
+        figure_data.runs, figure_data.phases, figure_data.checks, figure_data.stated_numbers
+    )
     by_layout = checks[checks["layout"].notna()]
     assert len(by_layout) > 0
     for _, c in by_layout.iterrows():
@@ -109,9 +102,9 @@ def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
         if key.startswith("stated_numbers."):
             _, cid, name = key.split(".")
             profile = checks[checks["check_id"] == cid].iloc[0]["profile"]
-            assert printed == stated.dp_mb(_stated(data, "checks", cid, profile, name))
+            assert printed == stated.dp_mb(_stated(figure_data, "checks", cid, profile, name))
     # ... and the drawn DP bars add up to them.
-    for _, r in sort_runs(data.runs).iterrows():
+    for _, r in sort_runs(figure_data.runs).iterrows():
         if r["dp"] != 2 or r["tp"] != 2 or r["group"] not in ("comparison", "layout_ablation"):
             continue
         layout = r["layout"] if r["optimizer"] == "muon" else "contiguous"
@@ -120,20 +113,22 @@ def test_bytes_by_layout_states_the_checks_values(data, tables, tmp_path):
             continue
         from muon_repro.report import derive
 
-        table = derive.phase_bytes(data.phases, str(r["run"]))
+        table = derive.phase_bytes(figure_data.phases, str(r["run"]))
         dp_phases = [p for p in table.index if p.startswith("dp_")]
         drawn = float(table.loc[dp_phases, "trace"].sum())
-        dp_bytes = _stated(data, "checks", rows.iloc[0]["check_id"], rows.iloc[0]["profile"], f"{r['optimizer']}_dp_bytes")
+        dp_bytes = _stated(figure_data, "checks", rows.iloc[0]["check_id"], rows.iloc[0]["profile"], f"{r['optimizer']}_dp_bytes")
         assert drawn == pytest.approx(dp_bytes, rel=1e-9)
     svg = _svg_text(
-        bytes_figures.bytes_by_layout(data.runs, data.phases, data.checks, data.stated_numbers, tmp_path / "bytes_by_layout")
+        bytes_figures.bytes_by_layout(
+            figure_data.runs, figure_data.phases, figure_data.checks, figure_data.stated_numbers, tmp_path / "bytes_by_layout"
+        )
     )
     for value in said.values.values():
         assert value in svg
 
 
-def test_every_run_has_its_own_label(data):
-    rs = sort_runs(data.runs)
+def test_every_run_has_its_own_label(figure_data):
+    rs = sort_runs(figure_data.runs)
     for group in (False, True):
         labels = run_labels(rs, group=group)
         assert len(set(labels)) == len(labels), labels
@@ -158,16 +153,18 @@ def test_k_is_one_thousand():
     assert count(512) == "512"
 
 
-def test_no_percentage_printed_with_an_exponent(everything, data):
+def test_no_percentage_printed_with_an_exponent(report_data, figure_data):
     from muon_repro.report import readme, regimes_section
 
     texts = [
-        figures.comm_time_stated(data.runs, data.claims, data.stated_numbers).text,
-        figures.optimizer_share_stated(data.runs, data.claims).text,
-        bytes_figures.bytes_by_layout_stated(data.runs, data.phases, data.checks, data.stated_numbers).text,
-        stated.pipeline(data.claims, stated.profile_of(data.runs)).text,
-        *(readme.BLOCKS[name](everything) for name in readme.BLOCKS),
-        *regimes_section.sweep_lines(data.regimes),
+        figures.comm_time_stated(figure_data.runs, figure_data.claims, figure_data.stated_numbers).text,
+        figures.optimizer_share_stated(figure_data.runs, figure_data.claims).text,
+        bytes_figures.bytes_by_layout_stated(
+            figure_data.runs, figure_data.phases, figure_data.checks, figure_data.stated_numbers
+        ).text,
+        stated.pipeline(figure_data.claims, stated.profile_of(figure_data.runs)).text,
+        *(readme.BLOCKS[name](report_data) for name in readme.BLOCKS),
+        *regimes_section.sweep_lines(figure_data.regimes),
     ]
     for text in texts:
         assert "e+" not in text and "e-0" not in text, text
@@ -218,11 +215,11 @@ def test_no_legend_covers_a_panel(tmp_path, monkeypatch):
     assert not problems, "\n".join(sorted(set(problems)))
 
 
-def test_the_optimizer_share_has_one_estimator(data):
+def test_the_optimizer_share_has_one_estimator(figure_data):
     """The claim's optimizer share, interval included, is its run's runs.optimizer_share: one estimator, one number
     (the bar optimizer_overhead draws for that run). The original study's profile is read from its own traces, one trial
     of 5 steps, with an interval over steps (muon_repro.study.claims): it has no runs rows."""
-    claims, runs = data.claims, data.runs
+    claims, runs = figure_data.claims, figure_data.runs
     ours = claims["profile"].isin(set(runs["profile"]))
     checked = 0
     for _, c in claims[(claims["claim_id"] == "optimizer_share") & claims["measured_value"].notna() & ours].iterrows():
@@ -296,11 +293,11 @@ def test_every_figure_is_legible_at_the_pdfs_width():
     assert not small, small
 
 
-def test_the_sweep_says_which_held_out_points_validate_the_model(data):
+def test_the_sweep_says_which_held_out_points_validate_the_model(figure_data):
     """Only the points still held out validate the cost model; the earlier set its last change saw does not."""
     from muon_repro.report import regimes_section
 
-    regimes = data.regimes
+    regimes = figure_data.regimes
     validating = int(regimes["held_out"].fillna(False).astype(bool).sum())
     seen = int(regimes["validation_set"].notna().sum()) - validating
     head = regimes_section.sweep_lines(regimes)[0]
@@ -308,12 +305,12 @@ def test_the_sweep_says_which_held_out_points_validate_the_model(data):
     assert (f"{seen} of an earlier held-out set" in head) is (seen > 0)
 
 
-def test_every_point_whose_extra_reaches_zero_is_named_held_out_ones_included(data):
+def test_every_point_whose_extra_reaches_zero_is_named_held_out_ones_included(figure_data):
     """The list of points where Muon's extra step time is not distinguishable from zero left out the held-out ones
     (3 of the committed 10), so that it read as complete when it was not."""
     from muon_repro.report import regimes_section
 
-    regimes = data.regimes
+    regimes = figure_data.regimes
     muon = regimes[(regimes["optimizer"] == "muon") & (regimes["muon_extra_lo"] <= 0)]
     assert muon["validation_set"].notna().any(), "the committed sweep has a held-out point whose interval reaches 0"
     (line,) = [line for line in regimes_section.sweep_lines(regimes) if "not distinguishable from zero" in line]
@@ -343,7 +340,7 @@ def test_a_figure_without_data_in_any_panel_says_why_in_its_png(tmp_path):
 
 def test_a_cut_axis_says_where_it_is_cut_and_how_high_the_data_reach():
     """The convergence panels stopped their y axis 2.5 nats above the lowest loss and hid, without a word, the
-    curves above it; a cut a quarter or less above the span is not worth it: the axis then shows everything."""
+    curves above it; a cut a quarter or less above the span is not worth it: the axis then shows report_data."""
     import matplotlib.pyplot as plt
 
     from muon_repro.report.plotting import cut_axis, new_figure
@@ -358,7 +355,7 @@ def test_a_cut_axis_says_where_it_is_cut_and_how_high_the_data_reach():
     plt.close("all")
 
 
-def test_the_optimizer_shares_labels_start_past_their_intervals(data, tmp_path, monkeypatch):
+def test_the_optimizer_shares_labels_start_past_their_intervals(figure_data, tmp_path, monkeypatch):
     """A bar's label was written at the bar's end, on its whisker: 30.4% read as '-30.4%'."""
     import matplotlib.pyplot as plt
 
@@ -372,9 +369,9 @@ def test_the_optimizer_shares_labels_start_past_their_intervals(data, tmp_path, 
         return close(fig)
 
     monkeypatch.setattr(plt, "close", keep_labels)
-    figures.optimizer_overhead(data.runs, data.claims, tmp_path / "optimizer_overhead")
+    figures.optimizer_overhead(figure_data.runs, figure_data.claims, tmp_path / "optimizer_overhead")
     checked = 0
-    for _, r in sort_runs(study_runs(data.runs)).iterrows():
+    for _, r in sort_runs(study_runs(figure_data.runs)).iterrows():
         label = pct(float(r["optimizer_share"]))
         if label in labels and pd.notna(r["optimizer_share_high"]):
             assert labels[label] >= 100 * float(r["optimizer_share_high"]) - 1e-9, label

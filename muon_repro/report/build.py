@@ -36,7 +36,7 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "comm_time_by_kind": lambda d, out: figures.comm_time_by_kind(d.runs, d.steps, d.claims, d.stated_numbers, out),
     "step_breakdown": lambda d, out: figures.step_breakdown(d.runs, d.steps, out),
     "optimizer_overhead": lambda d, out: figures.optimizer_overhead(d.runs, d.claims, out),
-    "state_memory": lambda d, out: bytes_figures.state_memory(d.runs, d.ranks, out),
+    "state_memory": lambda d, out: bytes_figures.state_memory(d.runs, d.ranks, d.checks, out),
     "bytes_by_layout": lambda d, out: bytes_figures.bytes_by_layout(d.runs, d.phases, d.checks, d.stated_numbers, out),
     "grid_comparison": lambda d, out: figures.grid_comparison(d.runs, out),
     "timeline": lambda d, out: timeline_figures.timeline(d.timeline, d.runs, out),
@@ -46,7 +46,7 @@ DRAW: dict[str, Callable[[ReportData, Path], Path]] = {
     "profiles": lambda d, out: regime_figures.profiles(d.regime_model, d.regime_thresholds, out),
     "convergence_sweep": lambda d, out: convergence_section.convergence_sweep(d.convergence, out),
     "leading_steps": lambda d, out: convergence_section.leading_steps(d.convergence, d.leading_steps, out),
-    "single_device": lambda d, out: gpu_section.single_device(d.runs, d.regime_model, out),
+    "single_device": lambda d, out: gpu_section.single_device(d.runs, d.regime_model, out, d.claims),
     "pipeline": lambda d, out: pipeline_section.pipeline(d.runs, d.stages, d.claims, out),
     "pipeline_timeline": lambda d, out: timeline_figures.timeline(
         d.timeline, d.runs, out, run=pipeline_section.deepest_muon_pipeline(d.runs)

@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from muon_repro.report import derive, stated, style
-from muon_repro.report.formatting import percent
+from muon_repro.report.formatting import mb, percent, ratio
 from muon_repro.report.plotting import (
     add_legend,
     add_title,
@@ -32,9 +32,11 @@ from muon_repro.report.selection import grids, pair_at, representative_runs, sor
 
 
 @styled
-def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Path:
+def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, checks: pd.DataFrame, out: str | Path) -> Path:
     """Optimizer state per rank, Muon vs AdamW per (dp, tp): steady state (Muon momentum, AdamW
-    moments; mean over ranks, tick: the largest rank) and, apart, the transient gather buffers."""
+    moments; mean over ranks, tick: the largest rank) and, apart, the transient gather buffers. Bytes in MB as the
+    report writes them (:func:`~muon_repro.report.formatting.mb`, the unit on the axes); the takeaway quotes the
+    state check from ``checks`` (:func:`state_memory_stated`)."""
     reps = representative_runs(runs)
     st = derive.state_by_run(ranks, reps["run"]).set_index("run")
     fig, axes = new_figure(3.3, ncols=2, gridspec_kw={"width_ratios": [1.6, 1]})
@@ -43,31 +45,34 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
     tallest = 0.0
     for x, (_, r) in zip(pos, ticks.iterrows()):
         row = st.loc[r["run"]]
-        m, a = float(row["muon"]) / style.MIB, float(row["adamw"]) / style.MIB
-        ax.bar(x, m, 0.7, color=style.OPTIMIZER_COLORS["muon"])
-        ax.bar(x, a, 0.7, bottom=m, color=style.OPTIMIZER_COLORS["adamw"])
-        largest = float(row["largest"]) / style.MIB
-        ax.plot([x - 0.35, x + 0.35], [largest] * 2, color="black", linewidth=1.6)
-        # above the bar and its largest-rank line, whichever is higher; one number of decimals for every bar
-        ax.text(x, max(m + a, largest), f"{m + a:.2f}", ha="center", va="bottom", fontsize=style.SMALL_PT)
-        tallest = max(tallest, m + a, largest)
+        m, a, largest = (float(row[c]) for c in ("muon", "adamw", "largest"))
+        ax.bar(x, m / style.MB, 0.7, color=style.OPTIMIZER_COLORS["muon"])
+        ax.bar(x, a / style.MB, 0.7, bottom=m / style.MB, color=style.OPTIMIZER_COLORS["adamw"])
+        ax.plot([x - 0.35, x + 0.35], [largest / style.MB] * 2, color="black", linewidth=1.6)
+        mean_said, largest_said = _mb(m + a, "ranks state (mean over ranks)"), _mb(largest, "ranks.state_bytes (largest rank)")
+        if mean_said == largest_said:  # the line sits on the bar: one number for both
+            ax.text(x, max(m + a, largest) / style.MB, mean_said, ha="center", va="bottom", fontsize=style.SMALL_PT)
+        else:  # each number by what it measures: the mean inside the bar's top, the largest rank's above its line
+            ax.text(x, (m + a) / style.MB, mean_said, ha="center", va="top", color="white", fontsize=style.SMALL_PT)
+            ax.text(x, largest / style.MB, largest_said, ha="center", va="bottom", fontsize=style.SMALL_PT)
+        tallest = max(tallest, (m + a) / style.MB, largest / style.MB)
     group_ticks(ax, pos, ticks, groups)
     ax.set_ylim(0, tallest * 1.15 or 1.0)  # the labels stay inside the panel, under its title
     muon = reps[reps["optimizer"] == "muon"]
     if len(muon):
         muon_grids = [(int(r["dp"]), int(r["tp"])) for _, r in muon.iterrows()]
-        t = [float(st.loc[r["run"], "transient"]) / style.MIB for _, r in muon.iterrows()]
-        ax_t.bar(range(len(t)), t, 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
+        t = [float(st.loc[r["run"], "transient"]) for _, r in muon.iterrows()]
+        ax_t.bar(range(len(t)), [v / style.MB for v in t], 0.6, color="#DDDDDD", hatch="xx", edgecolor="#888888", linewidth=0.5)
         for i, v in enumerate(t):
-            ax_t.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=style.SMALL_PT)
-        ax_t.set_ylim(0, max(t) * 1.15 or 1.0)
+            ax_t.text(i, v / style.MB, _mb(v, "ranks.transient_bytes"), ha="center", va="bottom", fontsize=style.SMALL_PT)
+        ax_t.set_ylim(0, max(t) / style.MB * 1.15 or 1.0)
         ax_t.set_xticks(range(len(t)), [style.grid_label(*g) for g in muon_grids], fontweight="bold", fontsize=8.5)
         ax_t.grid(axis="x", visible=False)
         set_min_span(ax_t, 0, len(t) - 1, 2.4)
     else:
         show_no_data(ax_t, "no Muon run:\nno gather buffers")
-    ax.set_ylabel("steady state per rank (MiB)\nbar: mean over ranks")
-    ax_t.set_ylabel("peak per rank (MiB)")
+    ax.set_ylabel("steady state per rank (MB)\nbar: mean over ranks")
+    ax_t.set_ylabel("peak per rank (MB)")
     ax.set_title("optimizer state (steady)", fontsize=9)
     ax_t.set_title("Muon's gather buffers (transient)", fontsize=9)
     handles = [
@@ -76,20 +81,39 @@ def state_memory(runs: pd.DataFrame, ranks: pd.DataFrame, out: str | Path) -> Pa
         Line2D([], [], color="black", linewidth=1.6, label="largest rank (ZeRO-1 chunks can be uneven)"),
     ]
     bottom = legend_below(fig, handles, ncol=3)
+    add_title(
+        fig,
+        "Optimizer-state memory per rank, Muon vs AdamW (ZeRO-1 divides it by DP)",
+        state_memory_stated(runs, ranks, checks).text,
+        bottom_in=bottom,
+    )
+    return save_figure(fig, out)
+
+
+def _mb(value: float, what: str) -> str:
+    """Bytes as the report writes them in MB (``14.16``), without the unit the axis names."""
+    return mb(value, what).removesuffix(" MB")
+
+
+def state_memory_stated(runs: pd.DataFrame, ranks: pd.DataFrame, checks: pd.DataFrame) -> stated.Stated:
+    """What ``state_memory`` prints above its panels: the Muon / AdamW ratio of the bars (the whole model's mean state
+    per rank) per grid, and the state check's value as the checks table has it (the elements Muon manages only)."""
+    reps = representative_runs(runs)
+    st = derive.state_by_run(ranks, reps["run"]).set_index("run")
     ratios = []
     for dp, tp in grids(reps):
         pair = pair_at(reps, dp, tp)
         if pair:
             m, a = (float(st.loc[p["run"], "muon"] + st.loc[p["run"], "adamw"]) for p in pair)
             if a > 0:
-                ratios.append(f"{style.grid_label(dp, tp)} {m / a:.2f}×")
-    takeaway = (
-        ("Muon / AdamW mean state: " + ", ".join(ratios) + " (claim 0.5×: only the matrices drop to one moment)")
-        if ratios
-        else "only one optimizer recorded: no Muon / AdamW ratio"
-    )
-    add_title(fig, "Optimizer-state memory per rank, Muon vs AdamW (ZeRO-1 divides it by DP)", takeaway, bottom_in=bottom)
-    return save_figure(fig, out)
+                ratios.append(f"{style.grid_label(dp, tp)} {ratio(m / a, 'state ratio')}")
+    if not ratios:
+        return stated.Stated("only one optimizer recorded: no Muon / AdamW ratio")
+    check = stated.state_check(checks, stated.profile_of(runs))
+    text = "Muon / AdamW mean state, whole model (the bars): " + ", ".join(ratios)
+    text += ", the elements Muon does not manage keeping AdamW's two moments"
+    text += f"; {check.text}" if check.text else ""
+    return stated.Stated(text, check.values)
 
 
 # ---------------------------------------------------------------- 5. bytes per step by layout, three sources
@@ -138,11 +162,12 @@ def bytes_by_layout(
         total = derive.total_bytes(table)
         optimizer = str(r["optimizer"])
         dp_said = said.values.get(_dp_check(checks, runs, r)[0])
+        lines = [] if np.isnan(total) else [mb(total, "phases bytes (bar total)")]  # no source recorded: no total
+        lines += [f"DP group:\n{dp_said}"] if dp_said else []
         ax.text(
             float(np.mean(starts)),
             top,
-            # one short line each: a group's label must not run into its neighbour's
-            f"{total / style.MB:.3g} MB" + (f"\nDP group:\n{dp_said}" if dp_said else ""),
+            "\n".join(lines),  # one short line each: a group's label must not run into its neighbour's
             ha="center",
             va="bottom",
             fontsize=style.SMALL_PT,
@@ -213,7 +238,8 @@ def bytes_by_layout_stated(
         for _, r in rs[rs["optimizer"] == "muon"].iterrows()
         if adamw_total > 0 and isinstance(r["layout"], str)
     }
-    said = stated.bytes_by_layout(style.grid_label(dp, tp), totals, agree, checks, profile)
+    bars = [lay if isinstance(lay, str) else "contiguous" for lay in rs.loc[rs["optimizer"] == "muon", "layout"]]
+    said = stated.bytes_by_layout(style.grid_label(dp, tp), totals, agree, checks, profile, order=bars)
     values = dict(said.values)
     for _, r in rs.iterrows():
         key, layout = _dp_check(checks, runs, r)

@@ -56,7 +56,8 @@ def _measured(row: pd.Series) -> str:
     return value if low == high == value else f"{value} ({low}–{high})"
 
 
-def _claimed(row: pd.Series) -> str:
+def check_claimed(row: pd.Series) -> str:
+    """The claimed region of a check and whether its value lies inside: ``[0.5, 0.5] (inside)``; ``—`` without one."""
     if is_missing(row.get("claimed_region")):
         return "—"
     inside = row.get("in_claimed_region")
@@ -64,7 +65,7 @@ def _claimed(row: pd.Series) -> str:
     return f"{row['claimed_region']}{where}"
 
 
-def _verdict(row: pd.Series) -> str:
+def check_verdict(row: pd.Series) -> str:
     """holds, fails, or not checked (the run recorded nothing to hold the value against)."""
     holds = row.get("holds")
     return "not checked" if is_missing(holds) else ("holds" if bool(holds) else "fails")
@@ -84,7 +85,7 @@ def checks_matrix(data: ReportData, profile: str | None = None) -> tuple[list[st
             if is_missing(c.get("expected"))
             else check_number(metric(c, "expected", "checks", "check_id"), str(c["unit_kind"]), f"checks.expected ({cid})")
         )
-        rows.append([str(c["check"]), expected, _measured(c), _verdict(c), _claimed(c), str(c["fails_if"])])
+        rows.append([str(c["check"]), expected, _measured(c), check_verdict(c), check_claimed(c), str(c["fails_if"])])
         notes.append(f"{c['explanation']} Unit: {c['unit']}.")
     return list(HEADER), rows, notes
 
@@ -99,7 +100,7 @@ def checks_summary(data: ReportData) -> str:
             "AdamW pair at DP2·TP2."
         )
     require_columns(checks, "checks", CHECK_COLUMNS)
-    verdicts = [(_verdict(c), str(c["check"])) for _, c in checks.iterrows()]
+    verdicts = [(check_verdict(c), str(c["check"])) for _, c in checks.iterrows()]
     said = f"{sum(v == 'holds' for v, _ in verdicts)} of {len(checks)} hold"
     failing = [check for v, check in verdicts if v == "fails"]
     unchecked = sum(v == "not checked" for v, _ in verdicts)

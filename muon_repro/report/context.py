@@ -100,7 +100,8 @@ METHOD_SECTIONS = {
 # The captions of the results' figures (numbered in the order of FIGURES).
 FIGURE_CAPTIONS = {
     "comm_time_by_kind": "Communication time per step by collective kind, Muon beside AdamW at each process grid.",
-    "step_breakdown": "Where a step's time goes, per configuration: by phase, and by what the machine does.",
+    "step_breakdown": "Where a profiled step's time goes, per configuration (each run's median profiled step, not the "
+    "steps timed without the profiler): by phase, and by what the machine does.",
     "optimizer_overhead": f"The optimizer's share of the step, per configuration, against the original "
     f"study's ~{STUDY_SHARE.percent}.",
     "state_memory": "Optimizer-state memory per rank (steady state) and Muon's transient gather buffers.",

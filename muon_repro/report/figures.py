@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from muon_repro.phases import BACKWARD, FORWARD, OPTIMIZER
 from muon_repro.report import derive, profiler_cost, stated, style
 from muon_repro.report.data import MissingMetric, fmetric, require_columns
-from muon_repro.report.formatting import pct, percent
+from muon_repro.report.formatting import ms, pct, percent
 from muon_repro.report.plotting import (
     add_legend,
     add_title,
@@ -149,7 +149,8 @@ def comm_time_stated(runs: pd.DataFrame, claims: pd.DataFrame, numbers: pd.DataF
 def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> Path:
     """Per configuration, its typical step (``runs.typical_step`` of ``runs.typical_trial``, mean
     over ranks): by phase (forward, backward, optimizer, other) and by activity (compute, exposed
-    comm, idle)."""
+    comm, idle). One profiled step, not the steps timed without the profiler: the figure says so, and
+    over which traced trials (``runs.trials``) it is the median (:func:`typical_step_said`)."""
     phases = {FORWARD: "forward_ms", BACKWARD: "backward_ms", OPTIMIZER: "optimizer_ms"}
     activities = {style.COMPUTE: "compute_ms", style.EXPOSED_COMM: "exposed_comm_ms", style.IDLE: "idle_ms"}
     require_columns(steps, "steps", ("run", "step", "step_ms", *phases.values(), *activities.values()))
@@ -181,18 +182,33 @@ def step_breakdown(runs: pd.DataFrame, steps: pd.DataFrame, out: str | Path) -> 
         m, a = (derive.typical_step(steps, p) for p in pair)
         d_step, d_opt = m["step_ms"] - a["step_ms"], m["optimizer_ms"] - a["optimizer_ms"]
         takeaway = (
-            f"{style.grid_label(int(pair[0]['dp']), int(pair[0]['tp']))}: Muon's step is {d_step:+.0f} ms against AdamW's; "
-            f"the optimizer phase accounts for {d_opt:+.0f} ms of it"
+            f"{style.grid_label(int(pair[0]['dp']), int(pair[0]['tp']))}: Muon's profiled step is "
+            f"{ms(d_step, 'steps.step_ms difference', signed=True)} against AdamW's; the optimizer phase accounts for "
+            f"{ms(d_opt, 'steps.optimizer_ms difference', signed=True)} of it"
         )
     else:
         takeaway = "only one optimizer recorded: no Muon / AdamW difference to show"
     add_title(
         fig,
-        "Where a step's time goes, per configuration (the median step of all trials, mean over ranks)",
-        takeaway + profiler_cost.footnote(rs),
+        "Where a profiled step's time goes, per configuration (mean over ranks)",
+        f"{typical_step_said(rs)}. {takeaway}" + profiler_cost.footnote(rs),
         bottom_in=0.45,
     )
     return save_figure(fig, out)
+
+
+def typical_step_said(runs: pd.DataFrame) -> str:
+    """Which step ``step_breakdown`` draws per run, in words: the median of the profiled steps (``runs.typical_step``)
+    of the traced trials only (``runs.trials``), so that its times are not read as the steps timed without the
+    profiler (``runs.timed_step_ms``), which the claims and the grid comparison state."""
+    traced = {int(t) for t in pd.to_numeric(runs["trials"], errors="coerce").dropna()} if "trials" in runs else set()
+    if traced == {1}:
+        which = "in its single traced trial"
+    elif len(traced) == 1:
+        which = f"over its {traced.pop()} traced trials"
+    else:
+        which = "over its traced trials (runs.trials)"
+    return f"Each row: the run's median profiled step (runs.typical_step) {which}, not its steps timed without the profiler"
 
 
 # ---------------------------------------------------------------- 3. optimizer overhead
@@ -214,9 +230,12 @@ def optimizer_overhead(runs: pd.DataFrame, claims: pd.DataFrame, out: str | Path
         np.array([100 * float(pd.to_numeric(r[c], errors="coerce")) for _, r in rs.iterrows()])
         for c in ("optimizer_share_low", "optimizer_share_high")
     )
-    whiskers = np.where(np.isfinite(low) & np.isfinite(high), np.vstack([share - low, high - share]), 0.0)
     ax.barh(y, share, 0.7, color=[style.OPTIMIZER_COLORS[_opt(r)] for _, r in rs.iterrows()])
-    ax.errorbar(share, y, xerr=whiskers, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+    # whiskers only where the interval is known: a zero-length one (caps on the bar's end) would read as certainty
+    known = np.isfinite(low) & np.isfinite(high)
+    if known.any():
+        whiskers = np.vstack([share - low, high - share])[:, known]
+        ax.errorbar(share[known], y[known], xerr=whiskers, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     ends = np.fmax(share, high)  # each label starts past its interval, not on its whisker
     for yi, v, end in zip(y, share, ends):
         ax.text(end, yi, " " + pct(v / 100), va="center", fontsize=style.SMALL_PT)
@@ -262,6 +281,8 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
     require_columns(runs, "runs", ("step_ms", "step_ms_p10", "step_ms_p90", "world_size"))
     reps = representative_runs(runs, groups=("distributed_muon", "comparison", "layout_ablation"))
     world = reps["world_size"].astype("Int64").mode().iloc[0] if len(reps) else None
+    # one world size per figure (grids compare at equal ranks): the runs at any other are left out, and the takeaway says so
+    left_out = reps[reps["world_size"] != world]
     reps = reps[reps["world_size"] == world]
     study = study_runs(runs)  # the pipeline group's grids run in micro-batches: another question, its own figure
     same_layout = study[(study["world_size"] == world) & (study["layout"].fillna("contiguous") == "contiguous")]
@@ -353,8 +374,19 @@ def grid_comparison(runs: pd.DataFrame, out: str | Path) -> Path:
         if verdicts
         else "only one grid recorded: nothing to compare"
     )
-    add_title(fig, "DP × TP: step time per process grid", takeaway)
+    add_title(fig, "DP × TP: step time per process grid", takeaway + _left_out_said(left_out, world))
     return save_figure(fig, out)
+
+
+def _left_out_said(left_out: pd.DataFrame, world: object) -> str:
+    """The runs ``grid_comparison`` does not draw for being at another world size than ``world``: how many, at
+    which sizes; "" when it drops none."""
+    if left_out.empty:
+        return ""
+    sizes = [f"{w} ranks" for w in sorted({int(w) for w in left_out["world_size"].dropna()})]
+    sizes += ["an unknown world size"] if left_out["world_size"].isna().any() else []
+    runs = "run" if len(left_out) == 1 else "runs"
+    return f"; not drawn: {len(left_out)} {runs} at {' and '.join(sizes)} (this figure compares {world} ranks)"
 
 
 # ---------------------------------------------------------------- 8. loss

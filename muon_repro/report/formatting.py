@@ -23,10 +23,11 @@ def as_number(value: Any, what: str) -> float:
     return float(value)
 
 
-def ms(value: Any, what: str = "time") -> str:
-    """``123 ms``, ``12.3 ms``, ``1.23 ms``: three significant digits up to 100 ms."""
+def ms(value: Any, what: str = "time", signed: bool = False) -> str:
+    """``123 ms``, ``12.3 ms``, ``1.23 ms``: three significant digits up to 100 ms (``+123 ms`` when ``signed``)."""
     v = as_number(value, what)
-    return f"{v:.0f} ms" if abs(v) >= 100 else (f"{v:.1f} ms" if abs(v) >= 10 else f"{v:.2f} ms")
+    sign = "+" if signed else ""
+    return f"{v:{sign}.0f} ms" if abs(v) >= 100 else (f"{v:{sign}.1f} ms" if abs(v) >= 10 else f"{v:{sign}.2f} ms")
 
 
 def pct(value: Any, what: str = "fraction", signed: bool = False) -> str:

@@ -10,9 +10,10 @@ profile whose runs ran on one device (a GPU session, docs/gpu.md), Muon against 
 
     single_device  Muon's optimizer share and its extra step time over AdamW against tokens per step on
                    one device: the runs' steps timed without the profiler (median over rounds), the share's
-                   95% interval (runs table; a linear axis, as an interval of few rounds can reach down to 0; the
-                   extra has none), and the cost model's line for that device (``regime_model`` kind
-                   ``this_machine``), the original study's ~1.1% and the paper's 3% marked
+                   95% interval (runs table; a linear axis, as an interval of few rounds can reach down to 0), the
+                   extra's where the claims table measures it (its run's point only), and the cost model's line
+                   for that device (``regime_model`` kind ``this_machine``), the original study's ~1.1% and the
+                   paper's 3% marked
 
 A profile of one device has no DP x TP grid, so the CPU runs' figures (communication, grids, layouts) have
 nothing to draw there: where :func:`one_device_only` holds, a profile's view draws :data:`GPU_FIGURES` alone.
@@ -454,9 +455,33 @@ def _label_points(ax, x: np.ndarray, y: np.ndarray, labels: list[str]) -> None:
         )
 
 
+def extra_intervals(points: pd.DataFrame, claims: pd.DataFrame | None) -> pd.DataFrame:
+    """Per point of :func:`single_device_pairs`, the 95% interval of Muon's extra step time where the claims table
+    measures it on that point's Muon run (claim ``latency_overhead``: low, high; NaN elsewhere): the runs table has
+    none of its own, so the figure draws the claim's, on its run's point only."""
+    rows = [_claim_row(claims, "muon_extra", str(run)) if run is not None else None for run in points["muon_run"]]
+    return pd.DataFrame(
+        {
+            "low": [np.nan if r is None else float(r["measured_low"]) for r in rows],
+            "high": [np.nan if r is None else float(r["measured_high"]) for r in rows],
+        },
+        index=points.index,
+    )
+
+
+def _interval_label(share: bool, extra: pd.Series) -> str:
+    """The legend's words for the intervals drawn (short: a long label takes the legend to one column): the share's,
+    and the extra's at the tokens per step ``extra`` where a claim measures it; "" when none is drawn."""
+    where = ", ".join(count(t) for t in extra)
+    if share:
+        return f"95% interval (the extra: at {where} only)" if len(extra) else "share's 95% interval (the extra: none)"
+    return f"95% interval (the extra only, at {where})" if len(extra) else ""
+
+
 @styled
-def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> Path:
-    """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted."""
+def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path, claims: pd.DataFrame | None = None) -> Path:
+    """Muon's optimizer share and extra step time on one device against tokens per step, measured and predicted; the
+    share's intervals from the runs table, the extra's where the claims table measures it (:func:`extra_intervals`)."""
     points = single_device_pairs(runs)
     fig, axes = new_figure(3.6, ncols=2)
     if points.empty:
@@ -464,6 +489,7 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
             show_no_data(ax, "no Muon and AdamW pair on one device in these tables")
         add_title(fig, "One device: Muon's overhead against tokens per step", "nothing recorded on one device")
         return save_figure(fig, out)
+    extra = extra_intervals(points, claims)
     line = model[(model["kind"] == "this_machine") & (model["dp"] == 1) & (model["tp"] == 1)] if len(model) else model
     line = line.sort_values("tokens_per_step") if len(line) else line
     panels = (
@@ -474,10 +500,15 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         x = points["tokens_per_step"].to_numpy(float)
         y = points[column].to_numpy(float)
         ax.plot(x, 100 * y, "o", color=style.OPTIMIZER_COLORS["muon"], zorder=3)
-        if column == "optimizer_share" and points["optimizer_share_low"].notna().any():  # the runs table's intervals
+        if column == "optimizer_share":  # the runs table's intervals
             low, high = points["optimizer_share_low"].to_numpy(float), points["optimizer_share_high"].to_numpy(float)
+        else:  # the claims table's, on the claim's run only
+            low, high = extra["low"].to_numpy(float), extra["high"].to_numpy(float)
+        known = np.isfinite(low) & np.isfinite(high)  # no whisker for an interval the tables do not have
+        if known.any():
             # a linear axis: an interval of few rounds can reach down to 0 (rounds.share_interval stops there)
-            ax.errorbar(x, 100 * y, yerr=[100 * (y - low), 100 * (high - y)], fmt="none", color=style.OPTIMIZER_COLORS["muon"])
+            yerr = [100 * (y - low)[known], 100 * (high - y)[known]]
+            ax.errorbar(x[known], 100 * y[known], yerr=yerr, fmt="none", color=style.OPTIMIZER_COLORS["muon"])
         if len(line):
             ax.plot(line["tokens_per_step"].astype(float), 100 * line[column].astype(float), "-", color="#444444", lw=1)
         draw_claimed_level(ax, column, labels=False, color="black")  # this quantity's claim, on its axis only
@@ -490,9 +521,12 @@ def single_device(runs: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
         ticks = np.array(sorted(set(x)))
         ax.set_xticks(ticks, [count(t) for t in ticks], rotation=35)
         ax.minorticks_off()
+    share_intervals = bool((points["optimizer_share_low"].notna() & points["optimizer_share_high"].notna()).any())
+    extra_at = points.loc[extra["low"].notna() & extra["high"].notna(), "tokens_per_step"]
+    intervals = _interval_label(share_intervals, extra_at)
     handles = [
         Line2D([], [], marker="o", ls="", color=style.OPTIMIZER_COLORS["muon"], label="measured (timed steps)"),
-        Line2D([], [], marker="", ls="-", color=style.OPTIMIZER_COLORS["muon"], label="share's 95% interval (the extra: none)"),
+        *([Line2D([], [], marker="", ls="-", color=style.OPTIMIZER_COLORS["muon"], label=intervals)] if intervals else []),
         Line2D([], [], ls="-", color="#444444", label="cost model, this device"),
         Line2D([], [], ls=LEVEL_LINES[STUDY_SHARE], color="black", label=STUDY_SHARE.label),
         Line2D([], [], ls=LEVEL_LINES[PAPER_LATENCY], color="black", label=PAPER_LATENCY.label),

@@ -41,7 +41,8 @@ STUDY_MODEL = "gpu-scale-369m"  # muon_repro.costmodel.records.STUDY_MODEL: "the
 
 REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
 LEVEL_LINES = {STUDY_SHARE: ":", PAPER_LATENCY: "--"}  # dotted: the original study's share; dashed: the paper's latency
-WIDTH_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+# Okabe-Ito without its blue and vermillion: those mean AdamW and Muon in every figure, and these points are all Muon's
+WIDTH_COLORS = ("#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MACHINE_STYLES = {
     "4xRTXA4000-pcie-nccl": ("#D55E00", "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
     "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink"),
@@ -127,7 +128,9 @@ def regime_map(regimes: pd.DataFrame, model: pd.DataFrame, out: str | Path) -> P
     draw_claimed_level(axes[1], "muon_extra")
     bottom = legend_below(fig, handles, ncol=len(handles))
     largest = sweep[sweep["tokens_per_step"] == sweep["tokens_per_step"].max()].sort_values("d_model")
-    share = ", ".join(f"{100 * float(s):.1f}% at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"]))
+    share = ", ".join(
+        f"{percent(s, 'regimes.optimizer_share')} at d {int(d)}" for d, s in zip(largest["d_model"], largest["optimizer_share"])
+    )
     below = (largest["optimizer_share_hi"].astype(float) < STUDY_SHARE.value).sum()
     where = "under" if below == len(largest) else ("above" if below == 0 else "around")
     add_title(

@@ -13,20 +13,21 @@ to the tables. Only the tables: no torch, no run directory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from muon_repro.claims import STUDY_SHARE
 from muon_repro.hardware import PROFILE_FIELD, rows_of_profile
-from muon_repro.report import style
-from muon_repro.report.checks_section import check_number
+from muon_repro.report.checks_section import check_claimed, check_number, check_verdict
 from muon_repro.report.claims_section import claim_measured, claim_number
 from muon_repro.report.data import is_missing, metric
-from muon_repro.report.formatting import pct, ratio
+from muon_repro.report.formatting import mb, pct, ratio
 
 COMM_CLAIM = "comm_time_dp2_tp2"
 SHARE_CLAIM = "optimizer_share"
+STATE_CHECK = "state_accounting"
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,25 @@ def study_share(claims: pd.DataFrame, profile: str | None, default: float = STUD
     return default if row is None or is_missing(row.get("claimed_value")) else float(row["claimed_value"])
 
 
+# ---------------------------------------------------------------- Figure 4: optimizer-state memory
+
+
+def state_check(checks: pd.DataFrame, profile: str | None) -> Stated:
+    """What ``state_memory`` says of the state check (``checks`` row ``state_accounting``), in the words and numbers
+    of the report's checks table: its value (Muon / AdamW for the elements Muon manages), whether it holds, and its
+    claimed region; empty without the check."""
+    row = row_of(checks, "check_id", STATE_CHECK, profile)
+    if row is None:
+        return Stated("")
+    said = check_number(row["measured_value"], str(row["unit_kind"]), f"checks.measured_value ({STATE_CHECK})")
+    values = {f"checks.{STATE_CHECK}.measured_value": said}
+    text = f"the state check, on the elements Muon manages: {said}, {check_verdict(row)}"
+    if not is_missing(row.get("claimed_region")):
+        values[f"checks.{STATE_CHECK}.claimed_region"] = str(row["claimed_region"])
+        text += f"; claimed {check_claimed(row)}"
+    return Stated(text, values)
+
+
 # ---------------------------------------------------------------- Figure 5: bytes per step by layout
 
 
@@ -162,24 +182,38 @@ def dp_bytes(checks: pd.DataFrame, numbers: pd.DataFrame, profile: str | None, l
 
 
 def dp_mb(value: float) -> str:
-    """DP-group bytes as the bytes figure prints them: ``10.5 MB``."""
-    return f"{value / style.MB:.3g} MB"
+    """DP-group bytes as the bytes figure prints them, and the checks' explanations: ``10.49 MB``."""
+    return mb(value, "stated_numbers.value (DP-group bytes)")
 
 
-def bytes_by_layout(grid: str, total_ratios: dict[str, float], agree: str, checks: pd.DataFrame, profile: str | None) -> Stated:
+def bytes_by_layout(
+    grid: str,
+    total_ratios: dict[str, float],
+    agree: str,
+    checks: pd.DataFrame,
+    profile: str | None,
+    order: Sequence[str] = (),
+) -> Stated:
     """The takeaway of ``bytes_by_layout``: the bytes checks' ratios (DP group, the paper's quantity) as the checks
     table writes them, then the ratios of what the bars add up to (every optimizer phase, Muon's TP gather
-    included), named as such. ``total_ratios``: layout -> Muon / AdamW of the bar totals."""
+    included), named as such. ``total_ratios``: layout -> Muon / AdamW of the bar totals; ``order``: the layouts in
+    the order the bars draw them, which both lists follow (a layout it does not name comes after, as the table has it)."""
     values: dict[str, str] = {}
     checked = []
     region = None
-    for _, c in bytes_checks(checks, profile).iterrows():
+    rows = bytes_checks(checks, profile)
+    rank = {layout: i for i, layout in enumerate(order)}
+    rows = rows.iloc[sorted(range(len(rows)), key=lambda i: rank.get(str(rows["layout"].iloc[i]), len(rank)))]
+    for _, c in rows.iterrows():
         cid = str(metric(c, "check_id", "checks", "check_id"))
         said = check_number(c["measured_value"], str(c["unit_kind"]), f"checks.measured_value ({cid})")
         values[f"checks.{cid}.measured_value"] = said
         checked.append(f"{str(c['layout']).replace('_', '-')} {said}")
         region = region or (None if is_missing(c.get("claimed_region")) else str(c["claimed_region"]))
-    totals = ", ".join(f"{layout.replace('_', '-')} {ratio(v, 'bytes ratio')}" for layout, v in total_ratios.items())
+    totals = ", ".join(
+        f"{layout.replace('_', '-')} {ratio(total_ratios[layout], 'bytes ratio')}"
+        for layout in sorted(total_ratios, key=lambda layout: rank.get(layout, len(rank)))
+    )
     if not checked:
         return Stated(f"{grid}: {agree} (no AdamW run to compare with)" if not totals else f"{grid}: {totals}; {agree}")
     text = f"{grid}: Muon / AdamW bytes on the DP group (the bytes checks' quantity): {', '.join(checked)}" + (

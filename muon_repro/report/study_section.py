@@ -275,13 +275,15 @@ PANELS = (
     ("communication (ms, 5 steps)", ("comm_ms_muon", "comm_ms_adamw", "async_comm_ms_muon", "async_comm_ms_adamw")),
     ("optimizer (ms, 5 steps)", ("optimizer_ms_muon", "optimizer_ms_adamw")),
 )
-CATEGORY_COLORS = {  # Okabe-Ito, one per Kineto category of the summed events
-    "kernel (collective)": "#0072B2",
+# One per Kineto category of the summed events, safe for colour-blind readers: Okabe-Ito without its blue and
+# vermillion (AdamW's and Muon's in every figure, and these bars are labelled by optimizer), and Tol's wine as a sixth.
+CATEGORY_COLORS = {
+    "kernel (collective)": "#009E73",
     "gpu_user_annotation (collective)": "#56B4E9",
     "cpu_op (collective)": "#E69F00",
     "user_annotation (collective)": "#F0E442",
     "gpu_user_annotation (scope)": "#CC79A7",
-    "user_annotation (scope)": "#D55E00",
+    "user_annotation (scope)": "#882255",
 }
 STEPS = 5
 
@@ -318,7 +320,12 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
                 seen["ours: GPU kernel time of the same work x 5"] = "black"
                 ax.barh(yi - 0.18, STEPS * float(ours), height=0.34, color="black")
             ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=style.SMALL_PT)
-        ax.set_yticks(y, [str(by_id.loc[i, "quantity"]) + f"\n{by_id.loc[i, 'optimizer']}" for i in ids], fontsize=style.SMALL_PT)
+        optimizers = [str(by_id.loc[i, "optimizer"]) for i in ids]
+        ax.set_yticks(
+            y,
+            [f"{by_id.loc[i, 'quantity']}\n{style.OPTIMIZER_LABELS.get(o, o)}" for i, o in zip(ids, optimizers)],
+            fontsize=style.SMALL_PT,
+        )
         ax.set_xlabel(title)
         ax.grid(axis="x", linewidth=0.4, alpha=0.5)
         ax.set_xlim(0, ax.get_xlim()[1] * 1.4)  # the published numbers right of the longest bars stay inside
