@@ -1,4 +1,4 @@
-"""What an audit of the committed figures found, held: each figure says which step it draws, sets each number by what
+"""Each figure says which step it draws, sets each number by what
 it measures, writes bytes and percentages as the report does (one formatting module), quotes checks from the checks
 table in the report's words, lists them in the bars' order, draws the intervals the tables have (and no whisker where
 they have none), says what it leaves out, and keeps Muon's vermillion and AdamW's blue for the optimizers alone."""
@@ -181,6 +181,20 @@ def test_regime_map_writes_the_share_as_the_report(figure_data, tmp_path):
     assert len(largest) > 1
     for _, r in largest.iterrows():
         assert f"{percent(r['optimizer_share'])} at d {int(r['d_model'])}" in svg
+
+
+def test_closed_form_draws_the_measured_ratio_of_the_regimes_table(figure_data, tmp_path, kept):
+    """It computed its measured points from four columns of two rows; it draws the table's ns_time_ratio."""
+    regimes = figure_data.regimes.copy()
+    muon = (regimes["optimizer"] == "muon") & regimes["adamw_run"].notna()
+    assert muon.sum() > 1
+    regimes.loc[muon, "ns_time_ratio"] = np.linspace(0.01, 0.02, int(muon.sum()))  # none of them a recomputed value
+    regime_figures.closed_form(regimes, tmp_path / "closed_form")
+    ax = kept[-1].axes[0]
+    drawn = np.concatenate(
+        [c.get_offsets()[:, 1] for c in ax.collections if len(c.get_offsets()) and c.get_label().startswith("measured")]
+    )
+    assert np.allclose(np.sort(drawn), np.sort(regimes.loc[muon, "ns_time_ratio"].to_numpy(float)))
 
 
 # ---------------------------------------------------------------- single_device: the extra's interval

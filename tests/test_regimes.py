@@ -201,6 +201,10 @@ def test_regimes_quick_records_timed_runs_and_their_tables(quick_sweep, tmp_path
         assert row["muon_extra"] == pytest.approx(expected) and len(muon_rounds) == 2
         assert row["muon_extra_lo"] <= row["muon_extra"] <= row["muon_extra_hi"]
         assert math.isclose(row["closed_form_ratio"], 10 / 3 * row["d_model"] / row["tokens_per_step"] * row["tp"])
+        # the closed form's measured counterpart, from the two rows' own columns (what its figure draws)
+        twin = regimes.loc[row["adamw_run"]]
+        added = row["optimizer_ms"] - twin["optimizer_ms"]
+        assert row["ns_time_ratio"] == pytest.approx(added / (twin["step_ms"] - twin["optimizer_ms"]))
     predictions = tables["predictions"]
     assert set(predictions["run"]) == set(f"{PROFILE}/{REGIMES_GROUP}/{p.name}" for p in regime_points(quick=True))
     assert all(set(tables[name]["profile"]) == {PROFILE} for name in ("predictions", "regimes", "regime_model"))

@@ -195,12 +195,15 @@ def regimes_table(roots: list[Path], predictions: pd.DataFrame) -> pd.DataFrame:
         if twin is not None:
             extra = muon_extra(*runs_of_row)
             adamw_step_ms = typical_time(recorded[twin], twin, "step_ms", "max")
+            adamw_optimizer_ms = typical_time(recorded[twin], twin, "optimizer_ms", "mean")
+            outside = adamw_step_ms - adamw_optimizer_ms
             row |= {
                 "adamw_step_ms": adamw_step_ms,
                 "muon_extra": extra[0],
                 "muon_extra_lo": extra[1],
                 "muon_extra_hi": extra[2],
                 "muon_extra_ms_per_ktoken": (step_ms - adamw_step_ms) / (point["tokens_per_step"] / 1000),
+                "ns_time_ratio": (row["optimizer_ms"] - adamw_optimizer_ms) / outside if outside > 0 else None,
             }
         row |= _predicted(predicted.get(key), predicted.get(twin) if twin else None)
         rows.append(row)

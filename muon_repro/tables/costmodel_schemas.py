@@ -306,6 +306,14 @@ REGIMES = TableSchema(
             "Muon rows: the closed form (10/3) d_model / T, times tp (every TP rank runs the full matrix) and dp for the "
             "bucketed layout",
         ),
+        (
+            "ns_time_ratio",
+            "Float64",
+            "",
+            "Muon rows: the measured counterpart of flop_ratio: the optimizer time Muon adds over its AdamW twin's "
+            "(optimizer_ms, Newton-Schulz and its gathers) over the twin's step time outside its optimizer (step_ms - "
+            "optimizer_ms: forward, backward and the rest of the step)",
+        ),
         ("predicted_step_ms", "Float64", "ms", "the cost model's step time (predictions table)"),
         ("predicted_optimizer_ms", "Float64", "ms", "the cost model's optimizer step, mean over ranks"),
         ("predicted_optimizer_share", "Float64", "fraction", "predicted_optimizer_ms / predicted_step_ms"),
