@@ -36,6 +36,7 @@ hold a stretch without a cut (one long event, string or run of whitespace) up to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -240,8 +241,11 @@ class Scanner:
         except Exception as exc:  # noqa: BLE001 - msgspec's errors, or ValueError from the tolerant decoder
             return str(exc)
         finally:
-            view.release()
             buf[lo - 1], buf[hi] = saved
+            # An interrupted decode's half-built objects still hold the view: releasing it then raises BufferError,
+            # which would replace the interrupt (and read as a broken trace). They go with the interrupt, and so does it.
+            with contextlib.suppress(BufferError):
+                view.release()
 
     def _try_span(self, buf: bytearray, lo: int, hi: int, tolerant: bool) -> str | None:
         """Decode events in ``buf[lo:hi]`` into the sink; ``None`` on success, else the error."""
