@@ -111,8 +111,10 @@ def profile_from_environment(environment: Mapping[str, Any]) -> str:
     a ValueError naming the field when one cannot make an id (a backend that is no name, a count that is no count),
     and the derived id checked as any other (so no field can make it a path)."""
     recorded = environment.get(PROFILE_FIELD)
+    if recorded is not None and not isinstance(recorded, str):  # true or 1.5 would file the run under "True", "1.5"
+        raise ValueError(f"environment.json's profile is {recorded!r}, not a profile id (text, such as cpu-2c-gloo)")
     if recorded:
-        return validate_profile_id(str(recorded), source="environment.json's profile")
+        return validate_profile_id(recorded, source="environment.json's profile")
     backend = str(environment.get("backend") or "unknown").lower()
     if not _BACKEND.match(backend):
         raise ValueError(f"environment.json's backend is {environment.get('backend')!r}, not a backend name (gloo, nccl)")

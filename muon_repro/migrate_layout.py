@@ -42,6 +42,7 @@ from muon_repro.rundir import (
     read_json,
     trial_of,
 )
+from muon_repro.tables.files import open_regular
 
 SHOWN_CONFLICTS = 20  # conflicts one refusal lists (the rest are counted): a screenful, enough to see the pattern
 
@@ -191,7 +192,7 @@ def stale_record_rows(traces: Path, moves: list[Move], unreadable: dict[Path, st
         {*traces.glob(f"{COSTMODEL_DIR}/{PREDICTIONS_FILE}"), *traces.glob(f"*/{COSTMODEL_DIR}/{PREDICTIONS_FILE}")}
     ):
         try:
-            with open(record, newline="", encoding="utf-8") as f:
+            with open_regular(record, "r", newline="", encoding="utf-8") as f:
                 rows = sum(_names_moved(row.get("path") or "", traces.name, moved) for row in csv.DictReader(f))
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"not a readable CSV record ({exc})"

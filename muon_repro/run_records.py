@@ -427,4 +427,7 @@ class RankMetrics:
 
     @property
     def total_state_bytes(self) -> int | None:
-        return sum(self.state_bytes.values()) if self.state_bytes else None
+        """The state's bytes, all kinds together; None without any, or past int64 (each kind may be in range and
+        their sum not: an edited record, read as not recorded rather than failing every table)."""
+        total = sum(self.state_bytes.values()) if self.state_bytes else None
+        return total if total is not None and total < 2**63 else None

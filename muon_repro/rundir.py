@@ -37,7 +37,7 @@ from typing import Any
 
 from muon_repro.hardware import PROFILE_FIELD, UNKNOWN_PROFILE, profile_from_environment, profile_or_unknown, validate_profile_id
 from muon_repro.run_records import RankMetrics, RunConfig
-from muon_repro.tables.files import write_atomic
+from muon_repro.tables.files import open_regular, write_atomic
 
 # ---------------------------------------------------------------- file names
 
@@ -213,7 +213,7 @@ def load_json(path: Path) -> dict[str, Any]:
     not: missing or unreadable, larger than :data:`MAX_SIDE_FILE_BYTES`, not UTF-8 JSON, nested
     deeper than :data:`MAX_SIDE_FILE_DEPTH`, or not a JSON object. Reads at most the limit plus a byte."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a pipe named like a side file is refused, not waited on
             data = fh.read(MAX_SIDE_FILE_BYTES + 1)
     except OSError as exc:
         raise SideFileError(path, f"cannot read: {exc.strerror or exc}") from None

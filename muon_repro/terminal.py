@@ -90,9 +90,14 @@ def plain_warnings(command: str) -> Iterator[None]:
 _SECRET = re.compile(r"\bhf_[A-Za-z0-9_]{8,}|(?i:\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
+# A URL's credentials (``scheme://user:password@host``): an HF_ENDPOINT may carry them, and errors quote URLs.
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^\s/@]+@")
+
+
 def redact(text: str) -> str:
-    """``text`` with anything shaped like a token replaced: a server's error may echo the request's headers back."""
-    return _SECRET.sub("[redacted]", text)
+    """``text`` with anything shaped like a token replaced: a server's error may echo the request's headers back,
+    and a URL its credentials."""
+    return _URL_CREDENTIALS.sub("[redacted]@", _SECRET.sub("[redacted]", text))
 
 
 def after_a_bar(message: str) -> str:

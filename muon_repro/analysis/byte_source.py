@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.limits import TraceLimits, format_size, limit_error
+from muon_repro.tables.files import open_regular
 
 WHITESPACE = b" \t\r\n"  # JSON's insignificant whitespace
 
@@ -79,7 +80,7 @@ class Source:
         self.limits = limits
         self.bytes_read = 0  # bytes handed out so far (decompressed)
         try:
-            self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close() / __exit__
+            self._raw: BinaryIO = open_regular(path)  # closed by close() / __exit__; a pipe is refused, not waited on
         except OSError as exc:
             raise TraceError(path, f"cannot open: {exc.strerror or exc}") from None
         self.gzipped = self._raw.read(2) == b"\x1f\x8b"

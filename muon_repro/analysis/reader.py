@@ -44,6 +44,7 @@ from muon_repro.analysis.piece_columns import (
 )
 from muon_repro.analysis.scan import PIECE_BYTES, Scanner
 from muon_repro.analysis.trace_events import TraceEvents, TraceMeta
+from muon_repro.run_records import MAX_WORLD_SIZE
 
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -73,6 +74,16 @@ def _trace_meta(path: Path, doc: dict, rank: int | None, file_bytes: int) -> Tra
     info = doc.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     info_rank = _int_or_none(info.get("rank"))
+    for field, value, largest in (
+        ("rank", info_rank, MAX_WORLD_SIZE - 1),
+        ("world_size", _int_or_none(info.get("world_size")), MAX_WORLD_SIZE),
+    ):
+        if value is not None and value > largest:  # one such trace would fail every table, not just its own
+            raise TraceError(
+                path,
+                f"distributedInfo.{field} is {value}, past the {MAX_WORLD_SIZE:,} ranks a run may have (docs/limits.md): "
+                "not a trace of a run; record it again",
+            )
     if info_rank is not None and info_rank >= 0:
         resolved, source = info_rank, "distributedInfo"
     elif (from_name := rank_from_filename(path)) is not None:

@@ -53,6 +53,7 @@ from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.naming import check_repo_id
 from muon_repro.hardware import profile_from_environment, rows_of_profile
 from muon_repro.hub import remote
+from muon_repro.hub.errors import shown_endpoint
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, check_timeout, hub_step, hub_timeout
 from muon_repro.rundir import CONFIG_FILE, CONVERGENCE_GROUP, COSTMODEL_DIR, ENVIRONMENT_FILE, read_json
 from muon_repro.tables.files import human_size, sha256_file
@@ -263,7 +264,7 @@ def review(
     from huggingface_hub import HfApi
 
     api = api if api is not None else HfApi()
-    endpoint = str(api.endpoint).rstrip("/")
+    endpoint = shown_endpoint(api.endpoint)
     result = ReviewResult()
     with hub_timeout(timeout), tempfile.TemporaryDirectory(prefix="muon-review-", ignore_cleanup_errors=True) as scratch:
         ctx = _Context(api, repo_id, Path(scratch), echo)

@@ -106,7 +106,15 @@ def parse_manifest(text: str, source: str = MANIFEST_NAME) -> list[FileEntry]:
         match = _LINE.fullmatch(line)
         if not match or len(match[2]) > MAX_SIZE_DIGITS:  # int() of thousands of digits is refused (and slow)
             raise ValueError(f"{source}, line {number}: expected '<sha256>  <size>  <path>', got {line[:200]!r}")
-        entries.append(FileEntry(check_bundle_path(match[3]), int(match[2]), match[1]))
+        try:
+            path = check_bundle_path(match[3])
+        except ValueError:  # its advice is for a bundle being made; this is a listing that is not one's
+            raise ValueError(
+                f"{source}, line {number}: the path {match[3][:200]!r} is no file of a bundle (absolute, or with '..', "
+                "a backslash or a tab): the manifest was edited or damaged; make the bundle again (`muon-repro bundle`) "
+                "or download it again"
+            ) from None
+        entries.append(FileEntry(path, int(match[2]), match[1]))
     seen: set[str] = set()
     for entry in entries:
         if entry.path in seen:

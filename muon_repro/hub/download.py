@@ -21,6 +21,7 @@ from typing import Any
 
 from muon_repro.dataset.manifest import MANIFEST_NAME, is_ignored
 from muon_repro.dataset.naming import check_repo_id, check_revision, version_key
+from muon_repro.hub.errors import shown_endpoint
 from muon_repro.hub.publish import (
     DEFAULT_TIMEOUT_S,
     PublishError,
@@ -30,7 +31,7 @@ from muon_repro.hub.publish import (
     token_in_use,
     token_source,
 )
-from muon_repro.tables.files import check_out_folder, list_files
+from muon_repro.tables.files import check_out_folder, list_files, open_regular
 from muon_repro.terminal import shown
 
 # huggingface_hub's bookkeeping in a --local-dir (huggingface_hub._local_folder, the same from 0.23 to 2.x): for each
@@ -64,7 +65,7 @@ def _versions_there(api: Any, repo_id: str) -> str:
 
 
 def _missing_repository(api: Any, repo_id: str, token: str | None) -> str:
-    endpoint = str(api.endpoint).rstrip("/")
+    endpoint = shown_endpoint(api.endpoint)
     if token:
         who = f"the token (from {token_source(api)}) cannot read it"
     else:
@@ -76,7 +77,7 @@ def _commit_of(metadata: Path) -> str | None:
     """The commit on the first line of a download's ``.metadata`` file; None without one (as ``huggingface_hub`` takes
     a metadata file it cannot read: no metadata)."""
     try:
-        with open(metadata, encoding="utf-8") as f:
+        with open_regular(metadata, "r", encoding="utf-8") as f:
             first = f.readline(100).strip()
     except (OSError, UnicodeDecodeError):
         return None
@@ -160,7 +161,7 @@ def _said_plainly(api: Any, repo_id: str, revision: str, token: str | None, time
     did not answer (``state``: what is left on disk then)."""
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-    endpoint = str(api.endpoint).rstrip("/")
+    endpoint = shown_endpoint(api.endpoint)
     try:
         with hub_step(endpoint, timeout, f"downloading {repo_id} {revision}", state):
             try:

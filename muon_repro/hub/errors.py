@@ -4,8 +4,9 @@ shared by ``publish``, ``download``, ``contribute`` and ``review``."""
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit, urlunsplit
 
-from muon_repro.terminal import first_line
+from muon_repro.terminal import first_line, redact
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
@@ -17,10 +18,18 @@ def hub_errors() -> tuple[type[BaseException], ...]:
 
 
 def endpoint() -> str:
-    """The Hub the client talks to (``HF_ENDPOINT``, else huggingface.co)."""
+    """The Hub the client talks to (``HF_ENDPOINT``, else huggingface.co), as messages show it (:func:`shown_endpoint`)."""
     from huggingface_hub import constants
 
-    return constants.ENDPOINT
+    return shown_endpoint(constants.ENDPOINT)
+
+
+def shown_endpoint(url: object) -> str:
+    """A Hub address as a message may show it: no trailing slash, and no credentials (``user:token@``), query or
+    fragment, where a token could ride in an ``HF_ENDPOINT``: it never reaches a terminal, a log or a citation."""
+    parts = urlsplit(str(url).strip())
+    host = parts.netloc.rpartition("@")[2]
+    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/"))
 
 
 def offline_refusal(hub: str, doing: str = "") -> str:
@@ -29,6 +38,7 @@ def offline_refusal(hub: str, doing: str = "") -> str:
     transformers = not os.environ.get("HF_HUB_OFFLINE") and os.environ.get("TRANSFORMERS_OFFLINE")
     variable = "TRANSFORMERS_OFFLINE" if transformers else "HF_HUB_OFFLINE"
     while_doing = f" while {doing}" if doing else ""
+    hub = shown_endpoint(hub)
     return f"{variable} is set, so the Hub at {hub} cannot be reached{while_doing}: unset it to let muon-repro talk to the Hub"
 
 

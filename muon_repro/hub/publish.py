@@ -37,7 +37,7 @@ from muon_repro.dataset.citation import CFF_NAME, bibtex, read_citation
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_manifest, read_manifest
 from muon_repro.dataset.meta import BundleMeta
 from muon_repro.dataset.naming import check_repo_id, check_token, dataset_url, tag_for
-from muon_repro.hub.errors import offline_refusal
+from muon_repro.hub.errors import offline_refusal, shown_endpoint
 from muon_repro.hub.interrupts import PublishInterrupted, PublishStage
 from muon_repro.hub.plan import Plan, RemoteFile, compute_plan, format_plan, list_remote
 from muon_repro.tables.files import human_size, sha256_file
@@ -109,7 +109,7 @@ def check_online(api: Any) -> None:
     from huggingface_hub import constants
 
     if constants.is_offline_mode():
-        raise PublishError(f"{offline_refusal(str(api.endpoint).rstrip('/'))}; no request was sent to the Hub")
+        raise PublishError(f"{offline_refusal(api.endpoint)}; no request was sent to the Hub")
 
 
 def token_source(api: Any) -> str:
@@ -147,6 +147,7 @@ def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[]
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     _hook_current_session()
+    endpoint = shown_endpoint(endpoint)
     try:
         yield
     except httpx2.TimeoutException:
@@ -240,7 +241,8 @@ class _Target:
 
     @property
     def endpoint(self) -> str:
-        return str(self.api.endpoint).rstrip("/")
+        """The Hub's address as messages and citations show it (no credentials)."""
+        return shown_endpoint(self.api.endpoint)
 
     def step(self, doing: str, state: str | Callable[[], str]) -> contextlib.AbstractContextManager[None]:
         return hub_step(self.endpoint, self.timeout, doing, state)

@@ -7,16 +7,19 @@ document (:func:`with_block`); hashing in one pass, listing a tree, sizes for pe
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 CHUNK = 4 * 2**20  # bytes read at a time when hashing
 
@@ -512,11 +515,32 @@ def write_block(path: str | Path, markers: tuple[str, str], block: str, what: st
     write_atomic(path, with_block(path.read_text(encoding="utf-8"), *markers, f"\n{block}\n", what))
 
 
+class NotARegularFile(OSError):
+    """A path to read that holds a pipe, socket or device, not a file: read, a pipe would wait for a writer forever."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(errno.EINVAL, "not a regular file (a pipe, socket or device): replace it with the file", str(path))
+
+
+def open_regular(path: str | Path, mode: str = "rb", **kwargs: Any) -> IO:
+    """``open(path, mode)`` for reading, refusing anything but a regular file with :class:`NotARegularFile` (an
+    OSError naming it). Opened without blocking, so that a pipe with no writer is refused at once, not waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def sha256_file(path: str | Path) -> tuple[int, str]:
-    """(size in bytes, sha256 hex) of a file, read in chunks."""
+    """(size in bytes, sha256 hex) of a regular file (:func:`open_regular`), read in chunks."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
             size += len(chunk)

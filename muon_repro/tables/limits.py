@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from muon_repro.tables.files import open_regular
+
 MAX_TABLE_FILE_BYTES = 1 << 30  # the Parquet file on disk
 MAX_TABLE_FOOTER_BYTES = 16 << 20  # its footer (schema and row-group metadata), read before any row
 MAX_TABLE_ROWS = 5_000_000  # at ~200 bytes a row in pandas, ~1 GB
@@ -26,7 +28,7 @@ def table_size_problem(path: str | Path) -> str | None:
     size = path.stat().st_size
     if size > MAX_TABLE_FILE_BYTES:
         return _past(path, f"{size:,} bytes on disk", MAX_TABLE_FILE_BYTES, "bytes")
-    with path.open("rb") as f:
+    with open_regular(path) as f:  # a pipe is refused, not waited on
         if size < 12:
             return f"{path}: {size} bytes is no Parquet file (it ends with a footer and 'PAR1'); re-run `muon-repro analyze`"
         f.seek(size - 8)
