@@ -245,9 +245,11 @@ def test_the_rounds_of_a_set_are_those_every_run_of_it_has():
     study = read_tables(REPO / "metrics", ("study_runs", "study_steps", "study_ranks", "study_collectives"))
     run = "cpu-2c-gloo/study_protocol/adamw_FULLSTEP"
     dropped = {name: df[~((df["run"] == run) & (df["trial"] == 2))] for name, df in study.items()}
+    recorded = int(study["study_runs"].loc[study["study_runs"]["run"] == run, "trial"].nunique())  # the committed rounds
+    assert recorded >= 3
     rounds = {(r["group"], r["claim_id"]): r["rounds"] for r in protocol_rows(dropped)}
-    assert {g for (g, _), n in rounds.items() if n == 2} == {"study_protocol"}
-    assert rounds[("study_equal_work", "optimizer_share")] == 3
+    assert {g for (g, _), n in rounds.items() if n == recorded - 1} == {"study_protocol"}
+    assert rounds[("study_equal_work", "optimizer_share")] == recorded
 
 
 def _operators_per_muon_step(trace: Path, names: tuple[str, ...], category: str = "cpu_op") -> list[tuple[int, ...]]:
