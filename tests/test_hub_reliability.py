@@ -5,14 +5,13 @@ no network)."""
 from __future__ import annotations
 
 import re
-import threading
-import time
 import urllib.error
 import urllib.request
 
 import pyarrow as pa
 import pytest
 from hub_support import TOKEN, _write_table, build, hub_env, muon_repro
+from support.bounded import bounded
 
 from muon_repro.dataset.card import read_card_metadata
 from muon_repro.dataset.verify import verify_bundle
@@ -22,25 +21,6 @@ from muon_repro.tables.files import list_files
 
 REPO = "test-org/muon-traces"
 BAD_TOKEN = "hf_Secret\u00e9Rest42"  # a pasted token with an accented letter at position 10
-
-
-def _bounded(fn, limit_s: float = 30):
-    """``fn()``'s exception (or None) and its duration; fails instead of hanging when it does not return in time."""
-    outcome: dict = {}
-
-    def call() -> None:
-        try:
-            fn()
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    started = time.monotonic()
-    worker = threading.Thread(target=call, daemon=True)
-    worker.start()
-    worker.join(limit_s)
-    if worker.is_alive():
-        pytest.fail(f"still waiting after {limit_s} s")
-    return outcome.get("error"), time.monotonic() - started
 
 
 def _quiet(line: str) -> None:
@@ -68,7 +48,7 @@ def test_fake_hub_stops_answering_and_resumes(fake_hub):
 def test_publish_to_a_hub_that_hangs_on_the_commit_stops_and_says_nothing_was_committed(sources, tmp_path, fake_hub, hub_api):
     bundle = build(sources, tmp_path / "b1")
     fake_hub.stop_answering("POST", rf"/api/datasets/{REPO}/commit/")
-    error, seconds = _bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=1))
+    _, error, seconds = bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=1))
     assert isinstance(error, PublishError), error
     files = len(list_files(bundle))  # the data and the code that made it
     assert re.fullmatch(
@@ -85,7 +65,7 @@ def test_publish_to_a_hub_that_hangs_on_the_commit_stops_and_says_nothing_was_co
 def test_publish_to_a_hub_that_never_answers_says_nothing_changed(sources, tmp_path, fake_hub, hub_api):
     bundle = build(sources, tmp_path / "b1")
     fake_hub.stop_answering()
-    error, seconds = _bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=0.5))
+    _, error, seconds = bounded(lambda: publish(bundle, REPO, "1.0.0", api=hub_api, echo=_quiet, timeout=0.5))
     assert isinstance(error, PublishError)
     assert str(error) == (
         f"the Hub at {fake_hub.url} did not answer within 0.5 s while reading the head, tags and files of {REPO}; "
@@ -107,7 +87,7 @@ def test_publish_cli_against_a_hanging_hub_ends_with_a_sentence(sources, tmp_pat
 
 def test_download_from_a_hub_that_never_answers(fake_hub, hub_api, tmp_path):
     fake_hub.stop_answering()
-    error, _ = _bounded(lambda: download(REPO, local_dir=tmp_path / "d", api=hub_api, echo=_quiet, timeout=0.5))
+    _, error, _ = bounded(lambda: download(REPO, local_dir=tmp_path / "d", api=hub_api, echo=_quiet, timeout=0.5))
     assert isinstance(error, DownloadError)
     assert str(error) == (
         f"the Hub at {fake_hub.url} did not answer within 0.5 s while downloading {REPO} (its newest version); "

@@ -8,11 +8,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from support.bounded import bounded
 
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.reader import read_trace
@@ -27,25 +26,7 @@ from muon_repro.tables.files import NotARegularFile, open_regular, sha256_file
 from muon_repro.terminal import redact
 
 SECRET = "hf_SECRETtoken12345"
-
-
-def _within(fn, limit_s: float = 10):
-    """``fn()``'s result or exception, failing instead of hanging when it does not return in time."""
-    outcome: dict = {}
-
-    def call() -> None:
-        try:
-            outcome["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=call, daemon=True)
-    started = time.monotonic()
-    worker.start()
-    worker.join(limit_s)
-    if worker.is_alive():
-        pytest.fail(f"still reading after {limit_s} s: a pipe was waited on")
-    return outcome.get("value"), outcome.get("error"), time.monotonic() - started
+PIPE_WAIT_S = 10  # a reader that has not refused a pipe by then is waiting on it
 
 
 # ---------------------------------------------------------------- a pipe named like a file
@@ -62,17 +43,17 @@ def pipe(tmp_path) -> Path:
 
 
 def test_a_pipe_named_like_a_side_file_is_refused_at_once_by_name(pipe):
-    _, error, seconds = _within(lambda: load_json(pipe))
+    _, error, seconds = bounded(lambda: load_json(pipe), PIPE_WAIT_S)
     assert isinstance(error, SideFileError) and str(pipe) in str(error) and "not a regular file" in str(error)
     assert seconds < 5
 
 
 def test_every_file_reader_refuses_a_pipe_instead_of_waiting(pipe):
-    _, error, _ = _within(lambda: sha256_file(pipe))  # what verify hashes
+    _, error, _ = bounded(lambda: sha256_file(pipe), PIPE_WAIT_S)  # what verify hashes
     assert isinstance(error, NotARegularFile) and error.filename == str(pipe)
-    value, error, _ = _within(lambda: _commit_of(pipe))  # a download's metadata: read as none
+    value, error, _ = bounded(lambda: _commit_of(pipe), PIPE_WAIT_S)  # a download's metadata: read as none
     assert value is None and error is None
-    _, error, _ = _within(lambda: read_trace(pipe))
+    _, error, _ = bounded(lambda: read_trace(pipe), PIPE_WAIT_S)
     assert isinstance(error, TraceError) and "not a regular file" in str(error)
 
 

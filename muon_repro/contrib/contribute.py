@@ -30,7 +30,6 @@ from muon_repro.contrib.run_check import LocalRun, RunScan, scan_runs
 from muon_repro.contrib.untrusted import guarded_echo, shown
 from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry, check_bundle_path, kept_manifest, manifest_lines, parse_manifest
 from muon_repro.dataset.naming import check_repo_id, check_revision
-from muon_repro.hub.errors import shown_endpoint
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, PublishError, check_timeout, hub_step, hub_timeout, token_in_use
 from muon_repro.tables.files import human_size, sha256_file
 from muon_repro.terminal import first_line
@@ -254,9 +253,8 @@ def contribute(
     api = api if api is not None else HfApi()
     if not dry_run and not token_in_use(api):
         raise ValueError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (opening a pull request needs one)")
-    endpoint = shown_endpoint(api.endpoint)
     with hub_timeout(timeout), tempfile.TemporaryDirectory(prefix="muon-contribute-") as scratch:
-        with hub_step(endpoint, timeout, f"reading {revision} of {repo_id}", "nothing was sent to the Hub"):
+        with hub_step(api.endpoint, timeout, f"reading {revision} of {repo_id}", "nothing was sent to the Hub"):
             head, paths, manifest = _read_main(api, repo_id, revision, Path(scratch))
         plan = plan_contribution(scan, repo_id, revision, head, paths, manifest)
         echo(format_contribution(plan))
@@ -268,7 +266,7 @@ def contribute(
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
-            with hub_step(endpoint, timeout, doing, state):
+            with hub_step(api.endpoint, timeout, doing, state):
                 info = _open_pull_request(api, plan)
         except KeyboardInterrupt:
             raise ContributeInterrupted(f"{state} (stopped while {doing})") from None

@@ -53,7 +53,6 @@ from muon_repro.dataset.manifest import MANIFEST_NAME, FileEntry
 from muon_repro.dataset.naming import check_repo_id
 from muon_repro.hardware import profile_from_environment, rows_of_profile
 from muon_repro.hub import remote
-from muon_repro.hub.errors import shown_endpoint
 from muon_repro.hub.publish import DEFAULT_TIMEOUT_S, check_timeout, hub_step, hub_timeout
 from muon_repro.rundir import CONFIG_FILE, CONVERGENCE_GROUP, COSTMODEL_DIR, ENVIRONMENT_FILE, read_json
 from muon_repro.tables.files import human_size, sha256_file
@@ -264,11 +263,10 @@ def review(
     from huggingface_hub import HfApi
 
     api = api if api is not None else HfApi()
-    endpoint = shown_endpoint(api.endpoint)
     result = ReviewResult()
     with hub_timeout(timeout), tempfile.TemporaryDirectory(prefix="muon-review-", ignore_cleanup_errors=True) as scratch:
         ctx = _Context(api, repo_id, Path(scratch), echo)
-        with hub_step(endpoint, timeout, f"reading pull request #{pr} of {repo_id}", "nothing was changed on the Hub"):
+        with hub_step(api.endpoint, timeout, f"reading pull request #{pr} of {repo_id}", "nothing was changed on the Hub"):
             _, target, main_head, changes = _pr_changes(ctx, pr)
             main_files = remote.list_remote(api, repo_id, main_head)
             result.problems = _check_added(ctx, changes, main_files, target, (max_files, max_bytes))
@@ -282,7 +280,7 @@ def review(
             f"{sum(map(len, pr_by_profile.values()))} trial folder(s), "
             f"{MANIFEST_NAME} appended to and matching them."
         )
-        with hub_step(endpoint, timeout, f"reading main's runs and claims of {repo_id}", "nothing was changed on the Hub"):
+        with hub_step(api.endpoint, timeout, f"reading main's runs and claims of {repo_id}", "nothing was changed on the Hub"):
             main_by_profile = _main_runs_by_profile(ctx, main_head, main_files)
             published = _published_claims(ctx, main_head, main_files)
             for profile, pr_folders in sorted(pr_by_profile.items()):

@@ -161,9 +161,8 @@ def _said_plainly(api: Any, repo_id: str, revision: str, token: str | None, time
     did not answer (``state``: what is left on disk then)."""
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-    endpoint = shown_endpoint(api.endpoint)
     try:
-        with hub_step(endpoint, timeout, f"downloading {repo_id} {revision}", state):
+        with hub_step(api.endpoint, timeout, f"downloading {repo_id} {revision}", state):
             try:
                 yield
             except LocalEntryNotFoundError as exc:

@@ -139,7 +139,8 @@ def token_in_use(api: Any) -> str | None:
 @contextlib.contextmanager
 def hub_step(endpoint: str, timeout: float, doing: str, state: str | Callable[[], str]) -> Iterator[None]:
     """Turn a Hub that does not answer (or cannot be reached) during ``doing`` into a PublishError saying ``state``;
-    in offline mode (``HF_HUB_OFFLINE``), one saying so.
+    in offline mode (``HF_HUB_OFFLINE``), one saying so. ``endpoint`` is the client's address, shown as
+    :func:`~muon_repro.hub.errors.shown_endpoint` shows it (no credentials).
 
     ``state`` says what is left on the remote; a callable is asked only on failure (it may look).
     """
