@@ -378,9 +378,10 @@ class ReplicaAdamW:
         self.opt.zero_grad()
 
 
-class ShardedAdamW:
-    """AdamW with ZeRO-1 over DP at DP x TP (the equal-work protocol): reduce-scatter of the fp32 gradients,
-    torch.optim.AdamW's update on the shard, all-gather of the fp32 parameters (the inverse of the scatter)."""
+class _FlatZeroOne:
+    """What both DP x TP optimizers hold: this rank's TP-local parameters as one fp32 buffer (``param_full``, every
+    DP rank's chunk) and the chunk it owns under ZeRO-1 (``param_shard``), with gradient buffers of the same two
+    sizes. :meth:`prepare` lays a step's full gradients out as ``grad_full`` is."""
 
     def __init__(self, full_params: list[torch.Tensor], cfg: ProtocolConfig, grid: Grid, async_op: bool) -> None:
         self.grid, self.cfg, self.async_op = grid, cfg, async_op
@@ -390,14 +391,22 @@ class ShardedAdamW:
         self.param_shard = self.layout.shard(self.param_full).clone()
         self.grad_full = torch.zeros_like(self.param_full)
         self.grad_shard = torch.zeros_like(self.param_shard)
-        self.exp_avg = torch.zeros_like(self.param_shard)
-        self.exp_avg_sq = torch.zeros_like(self.param_shard)
-        self.steps = 0
 
     def prepare(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """One step's gradients laid out as :meth:`attach` takes them (the TP-local flat buffer), built before the
         profiled steps as the study built its ranks' gradients before its own."""
         return self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+
+
+class ShardedAdamW(_FlatZeroOne):
+    """AdamW with ZeRO-1 over DP at DP x TP (the equal-work protocol): reduce-scatter of the fp32 gradients,
+    torch.optim.AdamW's update on the shard, all-gather of the fp32 parameters (the inverse of the scatter)."""
+
+    def __init__(self, full_params: list[torch.Tensor], cfg: ProtocolConfig, grid: Grid, async_op: bool) -> None:
+        super().__init__(full_params, cfg, grid, async_op)
+        self.exp_avg = torch.zeros_like(self.param_shard)
+        self.exp_avg_sq = torch.zeros_like(self.param_shard)
+        self.steps = 0
 
     def attach(self, grad_full: torch.Tensor) -> None:
         self.grad_full = grad_full
@@ -416,7 +425,7 @@ class ShardedAdamW:
             _wait(_gather(self.param_full, p, self.grid.dp_group, "dp", self.async_op))
 
 
-class StudyMuon:
+class StudyMuon(_FlatZeroOne):
     """Muon at DP x TP as the study ran it (``equal_work`` False: no gradient reduction, no parameter gather) or
     with ZeRO-1's reduce-scatter and parameter all-gather (``equal_work`` True). The update is the study's: momentum
     0.9 with Nesterov, Newton-Schulz on the full matrix (:func:`study_newton_schulz`, bf16), decoupled weight decay,
@@ -424,33 +433,23 @@ class StudyMuon:
     rank's ZeRO chunk holds: momentum and the bf16 copy into the DP gather's buffer, then the update."""
 
     def __init__(self, full_params: list[torch.Tensor], cfg: ProtocolConfig, grid: Grid, async_op: bool) -> None:
-        self.grid, self.cfg, self.async_op = grid, cfg, async_op
+        super().__init__(full_params, cfg, grid, async_op)
         self.equal_work = cfg.protocol == "study-equal-work"
-        tp_locals = [tp_local(p, d, grid) for p, d in zip(full_params, cfg.tp_dims)]
-        self.layout = FlatShard.of(tp_locals, grid.dp, grid.dp_rank)
         self.full_shapes = [tuple(p.shape) for p in full_params]
-        self.param_full = self.layout.flat(tp_locals, torch.float32)
-        self.param_shard = self.layout.shard(self.param_full).clone()
-        self.grad_full = torch.zeros_like(self.param_full)
-        self.grad_shard = torch.zeros_like(self.param_shard)
         self.momentum = torch.zeros_like(self.param_shard)
-        self.mine = [i for i in range(len(tp_locals)) if self.layout.overlap(i)[1] > 0]
-
-    def prepare(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """One step's gradients laid out as :meth:`attach` takes them (the TP-local flat buffer), built before the
-        profiled steps as the study built its ranks' gradients before its own."""
-        return self.layout.flat([tp_local(g, d, self.grid) for g, d in zip(grads, self.cfg.tp_dims)], torch.float32)
+        # matrix -> (its part in this rank's chunk, in the matrix's flat coordinates; where that part lies in the chunk)
+        self.pieces: dict[int, tuple[slice, slice]] = {}
+        for i in range(len(full_params)):
+            lo, hi = self.layout.overlap(i)
+            if hi > lo:
+                at = self.layout.offsets[i] + lo - self.layout.lo
+                self.pieces[i] = (slice(lo, hi), slice(at, at + hi - lo))
+        self.mine = list(self.pieces)
 
     def attach(self, grad_full: torch.Tensor) -> None:
         self.grad_full = grad_full
         if not self.equal_work:  # the study's ranks each take their shard of the same gradients: no reduction
             self.grad_shard = self.layout.shard(grad_full)
-
-    def _piece(self, i: int) -> slice:
-        """Where matrix ``i``'s part of this rank's ZeRO chunk lies in the chunk."""
-        lo, hi = self.layout.overlap(i)
-        at = self.layout.offsets[i] + lo - self.layout.lo
-        return slice(at, at + hi - lo)
 
     def step(self) -> None:
         grid, layout = self.grid, self.layout
@@ -462,7 +461,7 @@ class StudyMuon:
             ns_input_shard = torch.empty(layout.chunk, dtype=torch.bfloat16, device=device)
             ns_input_full = torch.empty(layout.chunk * grid.dp, dtype=torch.bfloat16, device=device)
             for i in self.mine:  # momentum, matrix by matrix, into the buffer the DP gather sends
-                piece = self._piece(i)
+                piece = self.pieces[i][1]
                 ns_input = muon_momentum_(self.momentum[piece], self.grad_shard[piece], MUON_MOMENTUM, True, "sum")
                 ns_input_shard[piece].copy_(ns_input.bfloat16())
             # DP gather: the TP-local buffer, whole, on every DP rank
@@ -480,10 +479,10 @@ class StudyMuon:
                 full = torch.cat(shards, dim=tp_dim) if tp_dim != -1 else shards[0]  # TP gather
                 update = study_newton_schulz(full)
                 update = update.chunk(grid.tp, dim=tp_dim)[grid.tp_rank] if tp_dim != -1 else update  # TP shard
-                lo, hi = layout.overlap(i)
-                local = update.reshape(-1)[lo:hi]  # DP shard
+                in_matrix, in_chunk = self.pieces[i]
+                local = update.reshape(-1)[in_matrix]  # DP shard
                 scale = muon_update_scale(self.full_shapes[i], "moonlight")
-                apply_decoupled_update_(self.param_shard[self._piece(i)], local, MUON_LR, MUON_WD, scale)  # bf16 into fp32
+                apply_decoupled_update_(self.param_shard[in_chunk], local, MUON_LR, MUON_WD, scale)  # bf16 into fp32
             if self.equal_work:  # ZeRO-1: every DP rank gets the updated parameters
                 _wait(_gather(self.param_full, self.param_shard, grid.dp_group, "dp", self.async_op))
 
