@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.report import bytes_figures, derive, figures, gpu_section, regime_figures, study_section, style
+from muon_repro.report import bytes_figures, derive, figures, gpu_section, pipeline_section, regime_figures, study_section, style
 from muon_repro.report.checks_section import check_number
 from muon_repro.report.formatting import mb, ms, percent
 from muon_repro.report.selection import representative_runs, sort_runs, study_runs
@@ -234,10 +234,63 @@ def test_no_other_category_wears_an_optimizers_colour():
     assert not reserved & {c.upper() for c in study_section.CATEGORY_COLORS.values()}
 
 
+def test_no_phase_or_machine_wears_an_optimizers_colour(figure_data, tmp_path, kept):
+    """bytes_by_layout drew the DP gather in Muon's vermillion, beside bars labelled Muon and AdamW; profiles drew the
+    study's machine in vermillion and the H100 node in AdamW's blue, every line of its left panel being Muon's extra."""
+    from matplotlib.colors import to_hex
+
+    reserved = {c.lower() for c in style.OPTIMIZER_COLORS.values()}
+    bytes_figures.bytes_by_layout(
+        figure_data.runs, figure_data.phases, figure_data.checks, figure_data.stated_numbers, tmp_path / "bytes_by_layout"
+    )
+    (ax,) = kept[-1].axes
+    patches = [*ax.patches, *(h for legend in (ax.get_legend(), *kept[-1].legends) if legend for h in legend.get_patches())]
+    drawn = {to_hex(p.get_facecolor()) for p in patches}
+    assert to_hex(style.PHASE_COLORS["dp_gather"]) in drawn
+    assert not reserved & drawn
+    regime_figures.profiles(figure_data.regime_model, figure_data.regime_thresholds, tmp_path / "profiles")
+    lines = kept[-1].axes[0].get_lines()  # one per machine and model (the right panel: Muon's own extra, in its colour)
+    for _, label in regime_figures.MACHINE_STYLES.values():
+        assert any(line.get_label().startswith(label) for line in lines), label
+    assert not reserved & {to_hex(line.get_color()) for line in lines}
+
+
 def test_study_numbers_names_the_optimizers_as_every_figure(report_data, tmp_path, kept):
     study_section.study_numbers(report_data.study_method, report_data.study_method_parts, tmp_path / "study_numbers")
     names = [label.get_text().split("\n")[-1] for ax in kept[-1].axes for label in ax.get_yticklabels()]
     assert names and set(names) <= set(style.OPTIMIZER_LABELS.values()), names
+
+
+# ---------------------------------------------------------------- text size on the page, numbers as the report's
+
+
+def test_the_pipeline_figure_is_legible_at_the_pdfs_width(figure_data, tmp_path):
+    """Its one-line headline ran past the figure's width, widening the PNG the PDF draws at the text width: its 8 pt
+    labels came to 6.99 pt on the page, under the 7 pt every other figure keeps (style.SMALL_PT)."""
+    import re
+
+    from PIL import Image
+
+    png = pipeline_section.pipeline(figure_data.runs, figure_data.stages, figure_data.claims, tmp_path / "pipeline")
+    smallest = min(float(s) for s in re.findall(r"font-size: ([0-9.]+)px", png.with_suffix(".svg").read_text()))
+    assert smallest == style.SMALL_PT
+    with Image.open(png) as image:
+        width_pt = image.size[0] / style.DPI * 72
+    assert smallest * style.PAGE_TEXT_WIDTH_PT / width_pt >= 7.0, width_pt
+
+
+def test_study_numbers_writes_the_rebuilt_numbers_as_the_reports_table(report_data, tmp_path, kept):
+    """It wrote them with its own ``:.2f`` (a missing one stopped it); the report's table writes them through the
+    formatting module (``–`` where there is none): the figure writes each as the table, less the unit its axis names."""
+    method = report_data.study_method
+    table = study_section.study_section(report_data)["method_rows"]
+    rebuilt = {number_id: row[3] for number_id, row in zip(method["number_id"], table)}
+    study_section.study_numbers(method, report_data.study_method_parts, tmp_path / "study_numbers")
+    for ax, (_, ids) in zip(kept[-1].axes, study_section.PANELS):
+        assert [t.get_text().strip() for t in ax.texts] == [rebuilt[i].removesuffix(" ms") for i in ids]
+    unknown = method.assign(rebuilt=method["rebuilt"].where(method["number_id"] != "comm_ms_muon"))
+    study_section.study_numbers(unknown, report_data.study_method_parts, tmp_path / "unknown")
+    assert kept[-1].axes[0].texts[0].get_text().strip() == "–" == study_section.study_number(np.nan, "ms")
 
 
 # ---------------------------------------------------------------- what a figure leaves out, and intervals it lacks

@@ -84,6 +84,19 @@ def mb(value: Any, what: str = "bytes") -> str:
     return f"{as_number(value, what) / style.MB:.2f} MB"
 
 
+def in_unit(value: Any, unit: str, what: str = "number") -> str:
+    """A number of the original study's tables by its ``unit`` (``study_method.unit``), to the decimals it published:
+    ``139.53 ms``, ``1.10%`` (a fraction), ``0.568×`` (a ratio), ``40`` (a count); any other unit as ms."""
+    v = as_number(value, what)
+    if unit == "fraction":
+        return f"{100 * v:.2f}%"
+    if unit == "count":
+        return f"{v:.0f}"
+    if unit == "ratio":
+        return f"{v:.3f}×"
+    return f"{v:.2f} ms"
+
+
 def mib(value: Any, what: str = "bytes") -> str:
     return f"{as_number(value, what) / style.MIB:.1f} MiB"
 

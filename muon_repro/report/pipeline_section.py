@@ -524,10 +524,11 @@ def pipeline(runs: pd.DataFrame, stages: pd.DataFrame, claims: pd.DataFrame, out
         Patch(color=OPTIMIZER_COLOR, label="optimizer step (after the flush)"),
     ]
     bottom = legend_below(fig, handles, ncol=3)
+    # a headline within the figure's width: a wider one widens the PNG, and the PDF shrinks its text under 7 pt
     add_title(
         fig,
-        "DP × TP × PP: the step per grid, and where each Muon stage's step goes (timed without the profiler)",
-        stated.pipeline(claims, stated.profile_of(runs)).text,
+        "DP × TP × PP: the step per grid, and where each Muon stage's step goes",
+        f"Steps timed without the profiler. {stated.pipeline(claims, stated.profile_of(runs)).text}",
         bottom_in=bottom,
     )
     return save_figure(fig, out)

@@ -43,9 +43,10 @@ REGIME_FIGURES = ("regime_map", "closed_form", "profiles")
 LEVEL_LINES = {STUDY_SHARE: ":", PAPER_LATENCY: "--"}  # dotted: the original study's share; dashed: the paper's latency
 # Okabe-Ito without its blue and vermillion: those mean AdamW and Muon in every figure, and these points are all Muon's
 WIDTH_COLORS = ("#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# Machines take WIDTH_COLORS too, not the optimizers' vermillion and blue: every line of profiles is Muon's extra
 MACHINE_STYLES = {
-    "4xRTXA4000-pcie-nccl": ("#D55E00", "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
-    "h100-8x-nvlink": ("#0072B2", "8x H100, NVLink"),
+    "4xRTXA4000-pcie-nccl": (WIDTH_COLORS[1], "Wei's study: 4x RTX A4000, PCIe Gen4 x4"),
+    "h100-8x-nvlink": (WIDTH_COLORS[0], "8x H100, NVLink"),
 }
 MODEL_LINES = {STUDY_MODEL: "-", "7b": "--"}
 NO_SWEEP = "no regime sweep in these tables: run `muon-repro regimes`, then `muon-repro analyze`"

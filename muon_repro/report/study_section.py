@@ -21,22 +21,16 @@ from muon_repro.hardware import rows_of_profile
 from muon_repro.report import style
 from muon_repro.report.claims_section import claim_measured, claim_note, claim_number, claim_short
 from muon_repro.report.data import ReportData, is_missing, study_profile
+from muon_repro.report.formatting import in_unit, ms
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
 
 NOT_DECIDED = ("not comparable here", "not measured")
 
 
-def _number(value: Any, unit: str) -> str:
-    if is_missing(value):
-        return "–"
-    v = float(value)
-    if unit == "fraction":
-        return f"{100 * v:.2f}%"
-    if unit == "count":
-        return f"{v:.0f}"
-    if unit == "ratio":
-        return f"{v:.3f}×"
-    return f"{v:.2f} ms"
+def study_number(value: Any, unit: str) -> str:
+    """A study_method number as the report's table and its figure write it (:func:`formatting.in_unit`); ``–`` where
+    the table has none."""
+    return "–" if is_missing(value) else in_unit(value, unit)
 
 
 def study_claims(data: ReportData) -> list[dict[str, str]]:
@@ -105,11 +99,11 @@ def study_section(data: ReportData) -> dict[str, Any]:
         [
             str(r.published_in),
             f"{r.quantity} ({r.optimizer})",
-            _number(r.published, str(r.unit)),
-            _number(r.rebuilt, str(r.unit)),
+            study_number(r.published, str(r.unit)),
+            study_number(r.rebuilt, str(r.unit)),
             "yes" if bool(r.rebuilt_matches) else "no",
-            _number(r.rebuilt_per_step, str(r.unit)),
-            _number(r.measured_per_step, str(r.unit))
+            study_number(r.rebuilt_per_step, str(r.unit)),
+            study_number(r.measured_per_step, str(r.unit))
             + ("" if not r.measured_what or is_missing(r.measured_what) else f": {r.measured_what}"),
         ]
         for r in method.itertuples()
@@ -309,17 +303,19 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
         for yi, number_id in zip(y, ids):
             left = 0.0
             mine = parts[parts["number_id"] == number_id]
-            for cat, ms in zip(mine["category"].astype(str), mine["ms"].astype(float)):
+            for cat, part_ms in zip(mine["category"].astype(str), mine["ms"].astype(float)):
                 color = CATEGORY_COLORS.get(cat, "#999999")
                 seen[cat] = color
-                drawn.append((cat, ms))
-                ax.barh(yi + 0.18, ms, left=left, height=0.34, color=color)
-                left += ms
+                drawn.append((cat, part_ms))
+                ax.barh(yi + 0.18, part_ms, left=left, height=0.34, color=color)
+                left += part_ms
             ours = by_id.loc[number_id, "measured_per_step"]
             if pd.notna(ours):
                 seen["ours: GPU kernel time of the same work x 5"] = "black"
                 ax.barh(yi - 0.18, STEPS * float(ours), height=0.34, color="black")
-            ax.text(left, yi + 0.18, f" {float(by_id.loc[number_id, 'rebuilt']):.2f}", va="center", fontsize=style.SMALL_PT)
+            # the rebuilt number as the report's table writes it, without the unit its axis names
+            rebuilt = study_number(by_id.loc[number_id, "rebuilt"], str(by_id.loc[number_id, "unit"]))
+            ax.text(left, yi + 0.18, " " + rebuilt.removesuffix(" ms"), va="center", fontsize=style.SMALL_PT)
         optimizers = [str(by_id.loc[i, "optimizer"]) for i in ids]
         ax.set_yticks(
             y,
@@ -330,12 +326,12 @@ def study_numbers(method: pd.DataFrame, parts: pd.DataFrame, out: str | Path) ->
         ax.grid(axis="x", linewidth=0.4, alpha=0.5)
         ax.set_xlim(0, ax.get_xlim()[1] * 1.4)  # the published numbers right of the longest bars stay inside
         span = ax.get_xlim()[1]
-        for cat, ms in drawn:
-            widest[cat] = max(widest.get(cat, 0.0), ms / span)
-            largest[cat] = max(largest.get(cat, 0.0), ms)
+        for cat, part_ms in drawn:
+            widest[cat] = max(widest.get(cat, 0.0), part_ms / span)
+            largest[cat] = max(largest.get(cat, 0.0), part_ms)
     # a category in the study's sums whose parts are too thin to see keeps its entry, which gives its size
     thin = {cat for cat, fraction in widest.items() if fraction < 0.005}
-    labels = {label: label + (f": at most {largest[label]:.2f} ms, too thin to see" if label in thin else "") for label in seen}
+    labels = {label: label + (f": at most {ms(largest[label])}, too thin to see" if label in thin else "") for label in seen}
     bottom = legend_below(fig, [Patch(facecolor=color, label=labels[label]) for label, color in seen.items()], ncol=3)
     add_title(
         fig,

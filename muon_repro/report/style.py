@@ -2,9 +2,9 @@
 
 Colour maps use the Okabe-Ito palette (safe for colour-blind readers) where a few categories
 must be told apart at a glance: Muon is always vermillion, AdamW always blue. Optimizer phases
-pair a gather with its inverse shard in one hue (the shard lighter), DP in oranges, TP in
-magentas, Newton-Schulz in teal, so the DP gather -> TP gather -> NS -> TP shard -> DP shard flow
-reads as warm -> pink -> teal -> pink -> warm. Phase names and their labels come from
+pair a gather with its inverse shard in one hue (the shard lighter), DP in browns and oranges (never
+Muon's vermillion), TP in magentas, Newton-Schulz in teal, so the DP gather -> TP gather -> NS -> TP
+shard -> DP shard flow reads as warm -> pink -> teal -> pink -> warm. Phase names and their labels come from
 :mod:`muon_repro.phases`, the vocabulary the runs are recorded with; only colours are defined here.
 """
 
@@ -29,7 +29,7 @@ PHASE_COLORS = {
     IDLE: "#BBBBBB",
     phases.DP_REDUCE_SCATTER: "#7A3E9D",
     phases.MOMENTUM: "#F0E442",
-    phases.DP_GATHER: "#D55E00",
+    phases.DP_GATHER: "#A6611A",  # a brown, not Muon's vermillion: a phase must not read as an optimizer
     phases.TP_GATHER: "#CC79A7",
     phases.NEWTON_SCHULZ: "#117A65",
     phases.TP_SHARD: "#E8B5D3",
