@@ -38,7 +38,7 @@ STUDY = (
 PAPER = "paper: Muon is Scalable for LLM Training (arXiv 2502.16982), section 2.3"
 MOONSHOT_LEADING = (
     "Moonlight (arXiv 2502.16982): ~2x the computational efficiency of AdamW in its scaling-law experiments; "
-    "the leading-steps measure from Moonshot in the PR #1428 thread"
+    "the leading-steps measure from Moonshot in the thread of NVIDIA/Megatron-LM pull request #1428"
 )
 ROADMAP = (
     "Wei's study roadmap: 'test Muon inside a full 3D parallelism setup (DP + TP + PP)', asked of its DP2·TP2 result "

@@ -79,12 +79,18 @@ def hybrid_survives_pp(t: ProfileTables) -> Measurement | str:
     tp_text = absent_or(tp_ms, f"{tp_ms:.0f} ms per step profiled")
     win = grids[winner]
     winner_ms = rival_ms[PP_GRIDS.index(winner)]
-    quoted |= {"hybrid_step_ms": geometric_mean(hybrid_ms), "fastest_pp_step_ms": geometric_mean(winner_ms)}
+    micro_batches = int(hybrid["micro_batches"])
+    quoted |= {
+        "hybrid_step_ms": geometric_mean(hybrid_ms),
+        "fastest_pp_step_ms": geometric_mean(winner_ms),
+        "hybrid_micro_batches": micro_batches,
+    }
     explanation = (
         f"Step time without the profiler, geometric mean over {len(hybrid_ms)} paired rounds of each round's median: "
         f"DP2·TP2 {geometric_mean(hybrid_ms):.0f} ms, the fastest pipeline {winner} {geometric_mean(winner_ms):.0f} ms "
         "(runs table: every grid). DP2·TP2 pays the model's TP all-reduces "
-        f"({tp_text}); {winner} pays its bubble ({float(win['timed_bubble_ms']):.0f} ms) and orthogonalizes fewer matrices "
+        f"({tp_text}: {micro_batches} micro-batches, each with its own all-reduces); "
+        f"{winner} pays its bubble ({float(win['timed_bubble_ms']):.0f} ms) and orthogonalizes fewer matrices "
         f"per rank (Newton-Schulz {ns_gflop(win)} against {ns_gflop(hybrid)} GFLOP on the busiest rank)."
     )
     return Measurement(value, low, high, describe_runs(hybrid, *rivals), explanation, (hybrid, *rivals), quoted)

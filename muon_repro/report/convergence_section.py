@@ -43,15 +43,17 @@ COMMAND = "muon-repro converge --out traces && muon-repro analyze traces --out m
 # The leading_steps columns of the end ratio in each unit (analysis.convergence.UNITS), with how the report names them.
 UNITS = (("leading_ratio", "steps"), ("leading_ratio_flops", "FLOPs"), ("leading_ratio_wall", "wall clock"))
 
-# Published results, as their authors state them (the scale is what differs most from ours).
+# Published results, as their authors state them (the scale is what differs most from ours), each with where it is.
 PUBLISHED = (
-    "modded-nanogpt's GPT-2-small record (124M parameters, FineWeb): Muon reached 3.28 validation loss in 3,250 steps where "
-    "AdamW needed 5,625, a leading ratio of (5,625 - 3,250) / 3,250 = 0.73 at that loss, counted in steps.",
+    "modded-nanogpt's GPT-2-small record (github.com/KellerJordan/modded-nanogpt; 124M parameters, FineWeb): Muon reached "
+    "3.28 validation loss in 3,250 steps where AdamW needed 5,625, a leading ratio of (5,625 - 3,250) / 3,250 = 0.73 at "
+    "that loss, counted in steps.",
     "Moonlight (arXiv 2502.16982) reports about 2x the computational efficiency of AdamW in its scaling-law experiments at "
     "LLM scale (hundreds of millions to billions of parameters, billions of tokens), its compute counted as 6ND (in "
     "proportion to tokens): a leading ratio in tokens near 1. The claims table judges ours against it.",
-    "In the PR #1428 thread where Moonshot measured 'Muon leading steps', a user's 1B-parameter MoE run saw Muon lose its "
-    "lead after about 20k steps, and Moonshot's rerun of those settings (about 17k steps) kept Muon ahead.",
+    "In the thread of NVIDIA/Megatron-LM pull request #1428 (github.com/NVIDIA/Megatron-LM/pull/1428, Moonshot's proof "
+    "of concept for Distributed Muon), where Moonshot measured 'Muon leading steps', a user's 1B-parameter MoE run saw "
+    "Muon lose its lead after about 20k steps, and Moonshot's rerun of those settings (about 17k steps) kept Muon ahead.",
 )
 
 

@@ -40,7 +40,7 @@ from muon_repro.report.claims_section import claim_measured, report_verdict
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.formatting import ms, percent, ratio
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
-from muon_repro.report.regimes_section import model_said
+from muon_repro.report.regimes_section import SHAPE_NOTES, model_said
 from muon_repro.report.results_section import comparison_ratio
 from muon_repro.report.selection import PIPELINE_GROUP, counted_by_group, pipeline_runs, pp_of
 from muon_repro.values import counted
@@ -324,10 +324,10 @@ VALIDATION_HEADER = [
     "measured step",
     "predicted step",
     "error",
-    "measured optimizer",
-    "predicted optimizer",
+    "measured optimizer (mean over ranks)",
+    "predicted optimizer (mean over ranks)",
     "error",
-    "predicted optimizer not hidden",
+    "predicted optimizer not hidden (to the slowest stage's)",
 ]
 
 
@@ -397,8 +397,9 @@ def pipeline_costmodel(data: ReportData) -> dict[str, Any]:
         return {"present": False}
     first = table.iloc[0] if len(table) else None
     model = model_said(first["model"], data.regime_model) if first is not None else ""
+    note = f", {SHAPE_NOTES[str(first['model'])]}," if first is not None and str(first["model"]) in SHAPE_NOTES else ""
     setting = (
-        f"{model[:1].upper()}{model[1:]} on {first['machine']} as TP{int(first['tp'])} x "
+        f"{model[:1].upper()}{model[1:]}{note} on {first['machine']} as TP{int(first['tp'])} x "
         f"PP{int(first['pp'])} x DP, "
         f"{int(first['tokens_per_step']):,} tokens per step in micro-batches of one sequence, {first['model_dtype']}, "
         "1F1B (the cost model, pipeline_scale_out table; docs/method.md#pipeline-parallelism): as DP grows at a fixed "

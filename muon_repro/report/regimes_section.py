@@ -43,6 +43,11 @@ REGIME_CAPTIONS = {
 # The cost model's models named after the model whose sizes they take (muon_repro.costmodel.records.MODEL_7B): this GPT's
 # MLP has two matrices where LLaMA's has three, so "7b" has fewer parameters than its name says; the table has them.
 MODEL_SHAPES = {"7b": "LLaMA-7B"}
+# What a shape-named model keeps of its namesake and what it does not, said where the report lists the models priced
+SHAPE_NOTES = {
+    "7b": "which keeps LLaMA's widths and depth but this repository's two-matrix GELU MLP, not LLaMA's three-matrix "
+    "SwiGLU (fewer parameters than LLaMA's; two MLP matrices per block for Newton-Schulz, not three)"
+}
 MACHINE_NAMES = {
     "4xRTXA4000-pcie-nccl": "Wei's study: 4x RTX A4000, PCIe Gen4 x4",
     "h100-8x-nvlink": "8x H100 NVLink node",
@@ -75,8 +80,8 @@ def model_said(model: str, table: pd.DataFrame) -> str:
 def models_said(table: pd.DataFrame) -> str:
     """The models the cost model prices on the shipped profiles (``regime_model`` rows of kind ``profile``), each by
     :func:`model_said`: ``gpu-scale-369m (369,148,928 parameters) and the LLaMA-7B-shaped model (7b, ...)``."""
-    grid = _of_kind(table, "profile")
-    return " and ".join(model_said(m, table) for m in dict.fromkeys(grid["model"].astype(str)))
+    models = list(dict.fromkeys(_of_kind(table, "profile")["model"].astype(str)))
+    return " and ".join(model_said(m, table) + (f", {SHAPE_NOTES[m]}" if m in SHAPE_NOTES else "") for m in models)
 
 
 def _of_kind(table: pd.DataFrame, kind: str) -> pd.DataFrame:
