@@ -12,7 +12,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.report import bytes_figures, derive, figures, gpu_section, pipeline_section, regime_figures, study_section, style
+from muon_repro.report import (
+    bytes_figures,
+    derive,
+    figures,
+    gpu_section,
+    pipeline_section,
+    profile_figures,
+    regime_figures,
+    study_section,
+    style,
+)
 from muon_repro.report.checks_section import check_number
 from muon_repro.report.formatting import mb, ms, percent
 from muon_repro.report.selection import representative_runs, sort_runs, study_runs
@@ -232,6 +242,9 @@ def test_no_other_category_wears_an_optimizers_colour():
     reserved = {c.upper() for c in style.OPTIMIZER_COLORS.values()}
     assert not reserved & {c.upper() for c in regime_figures.WIDTH_COLORS}
     assert not reserved & {c.upper() for c in study_section.CATEGORY_COLORS.values()}
+    # the phases (step_breakdown, timeline: the backward was AdamW's blue) and the verdicts (Muon's vermillion)
+    assert not reserved & {c.upper() for c in style.PHASE_COLORS.values()}
+    assert not reserved & {c.upper() for c in profile_figures.VERDICT_COLORS.values()}
 
 
 def test_no_phase_or_machine_wears_an_optimizers_colour(figure_data, tmp_path, kept):

@@ -25,7 +25,7 @@ PROFILE_CAPTIONS = {
 }
 VERDICT_COLORS = {
     "reproduced": "#009E73",
-    "not reproduced": "#D55E00",
+    "not reproduced": "#882255",  # wine: Muon's vermillion would read as an optimizer
     "inconclusive": "#E69F00",
     "not comparable here": "#56B4E9",
     "unequal work": "#CC79A7",

@@ -21,7 +21,7 @@ OPTIMIZER_HATCH = {"muon": "", "adamw": "//"}  # second cue where colour already
 OTHER, COMPUTE, EXPOSED_COMM, IDLE, TRANSFER = "other", "compute", "exposed_comm", "idle", "transfer"
 PHASE_COLORS = {
     phases.FORWARD: "#56B4E9",
-    phases.BACKWARD: "#0072B2",
+    phases.BACKWARD: "#332288",  # indigo: AdamW's blue would read as an optimizer
     phases.OPTIMIZER: "#E69F00",
     OTHER: "#DDDDDD",
     COMPUTE: "#009E73",
