@@ -173,6 +173,16 @@ def report_data():
 
 
 @pytest.fixture(scope="session")
+def committed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """report.md rendered from the committed ``metrics/`` with stand-in figures, once per worker, read-only (~4 s)."""
+    from pathlib import Path
+
+    from fake_figures import render_with_stand_ins
+
+    return render_with_stand_ins(Path(__file__).resolve().parents[1] / "metrics", tmp_path_factory.mktemp("committed_report"))
+
+
+@pytest.fixture(scope="session")
 def figure_data(report_data):
     """The committed tables of the profile the main figures draw (the first)."""
     return report_data.of_profile(report_data.profiles[0])

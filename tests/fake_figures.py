@@ -38,3 +38,24 @@ def stand_in_figures(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(build.DRAW, name, fake(name))
     monkeypatch.setattr(profile_figures, "claims_by_profile", fake("claims_by_profile"))
     monkeypatch.setattr(study_section, "study_numbers", fake("study_numbers"))
+
+
+def render_with_stand_ins(metrics: Path, root: Path) -> str:
+    """report.md from the tables in ``metrics``, every figure a stand-in file under ``root``: the report's text alone."""
+    from muon_repro.report import figures, pipeline_section, profile_figures, regime_figures, study_section
+    from muon_repro.report.build import write_report
+
+    fig_dir = root / "figures"
+    fig_dir.mkdir()
+    names = (
+        *figures.FIGURES,
+        *regime_figures.REGIME_FIGURES,
+        *profile_figures.PROFILE_FIGURES,
+        *pipeline_section.PIPELINE_FIGURES,
+        *study_section.STUDY_FIGURES,
+    )
+    for name in names:
+        (fig_dir / f"{name}.png").write_bytes(tiny_png(name))
+        (fig_dir / f"{name}.svg").write_text("")
+    write_report(metrics, fig_dir, root / "report", ("md",), citation=["@misc{x,\n  title = {x}\n}"])
+    return (root / "report" / "report.md").read_text(encoding="utf-8")

@@ -50,7 +50,9 @@ def test_newton_schulz_is_set_against_its_models_matmuls_and_the_target_verdict_
     assert any(
         "369M" in line and "25% of the 800 TFLOP/s" in line and "short of the 70% target by 45 points" in line for line in lines
     )
-    assert any("LLaMA-7B-shaped" in line and "90% of the 600 TFLOP/s" in line and "meets the 70% target" in line for line in lines)
+    assert any(
+        "LLaMA-7B-shaped" in line and "90% of the 600 TFLOP/s" in line and "meets the 70% target" in line for line in lines
+    )
     assert any("ours / theirs = 1.50" in line for line in lines)
     assert kernel_lines(cal, "another-profile") == []
 

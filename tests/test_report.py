@@ -681,7 +681,10 @@ def test_setup_names_the_rounds_the_intervals_are_over_beside_the_traced_ones() 
     from muon_repro.report.setup_section import rounds_and_steps
 
     run = pd.Series({"run": "r", "trials": 1, "steps": 5, "train_steps": 6, "rounds": 10})
-    assert rounds_and_steps(run) == "10 rounds timed without the profiler, the first 1 also traced: 6 steps (5 profiled)"
+    assert rounds_and_steps(run, "8") == (
+        "10 rounds, each timing 8 steps without the profiler, the first round then running a traced pass of 6 steps "
+        "(5 of them profiled)"
+    )
     assert rounds_and_steps(run.drop("rounds")) == "1 traced × 6 steps (5 profiled)"  # recorded before timed rounds
     assert rounds_and_steps(run.replace({10: 1})) == "1 traced × 6 steps (5 profiled)"
 

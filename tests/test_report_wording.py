@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fake_figures import tiny_png
+from fake_figures import render_with_stand_ins
 
-from muon_repro.report import figures, pipeline_section, profile_figures, regime_figures, study_section
-from muon_repro.report.build import write_report
+from muon_repro.report import pipeline_section, study_section
 from muon_repro.report.claims_section import claim_short
 from muon_repro.report.data import load
 from muon_repro.report.pipeline_section import intro, pipeline_costmodel
@@ -35,27 +34,9 @@ def data():
     return everything.of_profile(everything.profiles[0])
 
 
-def _render(root: Path) -> str:
-    """report.md from the committed tables, with stand-in figures, under ``root``."""
-    fig_dir = root / "figures"
-    fig_dir.mkdir()
-    names = (
-        *figures.FIGURES,
-        *regime_figures.REGIME_FIGURES,
-        *profile_figures.PROFILE_FIGURES,
-        *pipeline_section.PIPELINE_FIGURES,
-        *study_section.STUDY_FIGURES,
-    )
-    for name in names:
-        (fig_dir / f"{name}.png").write_bytes(tiny_png(name))
-        (fig_dir / f"{name}.svg").write_text("")
-    write_report(METRICS, fig_dir, root / "report", ("md",), citation=["@misc{x,\n  title = {x}\n}"])
-    return (root / "report" / "report.md").read_text(encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> str:
-    return _render(tmp_path_factory.mktemp("wording"))
+def report(committed_report) -> str:
+    return committed_report
 
 
 def _params(data, model: str) -> str:
@@ -139,7 +120,7 @@ def test_the_study_protocol_recorded_here_is_shown_without_the_study_s_own_trace
     """A user's own run records the study's protocol (3 of its minutes) but has not imported the study's traces: the
     protocol table was inside the section's branch for those traces, so the report showed none of it."""
     monkeypatch.setattr(study_section, "study_profile", lambda data: None)  # as if `muon-repro study import` never ran
-    text = _render(tmp_path)
+    text = render_with_stand_ins(METRICS, tmp_path)
     assert "No run of the original study was analyzed" in text and "The protocol or Muon?" in text
     assert "its protocol, recorded here" in text and "The cost model on the study's machine" not in text
 

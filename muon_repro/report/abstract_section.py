@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from muon_repro.hardware import rows_of_profile
+from muon_repro.report.checks_section import check_bound
 from muon_repro.report.data import ReportData, is_missing
 from muon_repro.report.formatting import count, percent
 from muon_repro.report.selection import pipeline_runs
@@ -152,11 +153,15 @@ def _checks(checks: pd.DataFrame, *, named: bool = True) -> str:
         return f"All {len(checks)} consistency checks hold."
     if not named:
         return f"{len(failing)} of {len(checks)} consistency checks {'fails' if len(failing) == 1 else 'fail'} (checks table)."
-    fails = "; ".join(
-        f"{str(c['check']).rstrip('.')} ({_number(c['measured_value'])}, expected {_number(c['expected'])})"
-        for _, c in failing.iterrows()
-    )
+    fails = "; ".join(f"{str(c['check']).rstrip('.')} ({_failed_against(c)})" for _, c in failing.iterrows())
     return f"{len(failing)} of {len(checks)} consistency checks {'fails' if len(failing) == 1 else 'fail'}: {fails}."
+
+
+def _failed_against(check: pd.Series) -> str:
+    """A failing check's value against what it had to be: ``2.31, not below 1`` for a bound, ``0.6, expected 0.5``."""
+    bound = check_bound(check)
+    against = f"not {bound}" if bound else "expected"
+    return f"{_number(check['measured_value'])}, {against} {_number(check['expected'])}"
 
 
 def _tokens_range(row) -> str:

@@ -12,10 +12,11 @@ from muon_repro.phases import NEWTON_SCHULZ, OPTIMIZER_COMM_PHASES
 from muon_repro.report import derive, stated, style
 from muon_repro.report.claims_section import claim_measured
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, study_profile
-from muon_repro.report.formatting import mb, mib, ms, pct, ratio
+from muon_repro.report.formatting import mb, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values, timed_together
-from muon_repro.report.selection import pipeline_runs, representative_runs, run_label, sort_runs, study_runs
+from muon_repro.report.selection import pipeline_runs, pp_of, representative_runs, run_label, sort_runs, study_runs
+from muon_repro.report.setup_section import timed_steps_per_round
 from muon_repro.values import counted
 
 
@@ -26,7 +27,7 @@ def regimes(data: ReportData, state: pd.DataFrame, bytes_totals: dict[str, float
     muon = runs[runs["optimizer"] == "muon"]
     out = [
         *_communication(data, comp),
-        *_pipeline_communication(pipeline_runs(data.comparisons)),
+        *_pipeline_communication(data, pipeline_runs(data.comparisons)),
         *_newton_schulz_scaling(runs),
         *_layout_bytes(muon, bytes_totals),
         *_pure_tp(comp),
@@ -80,28 +81,76 @@ def _comm_ratio(comp: pd.DataFrame) -> tuple[str, str]:
     return "comm_ms_ratio", "communication time"
 
 
-def _pipeline_communication(comp: pd.DataFrame) -> list[str]:
-    """The pipeline group's pairs, apart (their steps train in micro-batches): where Muon's transfer time is below
-    AdamW's and where not, each beside its bytes ratio, so that an inversion there is not left unsaid."""
+def _pipeline_communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
+    """The pipeline group's pairs, apart (their steps train in micro-batches): where Muon's communication time is
+    below AdamW's and where not, each beside its bytes ratio, so that an inversion there is not left unsaid; then what
+    the ratio measures on each kind of grid. Without stages it is the transfer time (:func:`_comm_ratio`). With stages
+    it is not: the stages' point-to-point calls are never matched across ranks (analysis/waits.py), so each counts
+    whole, blocked time included, and the per-call sum of overlapping calls exceeds the step; a ratio below 1 there
+    says nothing about traffic, which the bytes ratio measures."""
     col, what = _comm_ratio(comp)
     pairs = [c for _, c in comp.iterrows() if timed_together(c) and not is_missing(c.get(col))]
     if not pairs:
         return []
 
+    def grid(c: pd.Series) -> str:
+        return style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c))
+
     def said(c: pd.Series) -> str:
-        grid = style.grid_label(int(c["dp"]), int(c["tp"]), int(c["pp"]))
-        return f"{grid} {float(c[col]):.2f}× (bytes {ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')})"
+        return f"{grid(c)} {float(c[col]):.2f}× (bytes {ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')})"
 
     below = [said(c) for c in pairs if float(c[col]) < 1]
     rest = [said(c) for c in pairs if float(c[col]) >= 1]
-    parts = ([f"less {what} than AdamW at " + ", ".join(below)] if below else []) + (
+    staged = [c for c in pairs if pp_of(c) > 1]
+    flat = [c for c in pairs if pp_of(c) <= 1]
+    # With stages the column is not what its name says: the bullet names the column, then what it measures per grid
+    measure = f"the comparisons table's {col}" if staged else what
+    parts = (["less than AdamW at " + ", ".join(below)] if below else []) + (
         ["as much or more at " + ", ".join(rest)] if rest else []
     )
-    return [
-        "The pipeline group's runs (steps of micro-batches; profiled, the comparisons table): Muon spends "
-        + "; ".join(parts)
-        + ". Where Muon sends no more bytes than AdamW, a time ratio below 1 is the spread of the times, not less traffic."
-    ]
+    out = (
+        f"The pipeline group's runs (steps of micro-batches; profiled), Muon / AdamW communication time by {measure}: "
+        "Muon spends " + "; ".join(parts) + "."
+    )
+    if staged and flat:
+        out += f" Without pipeline stages ({', '.join(grid(c) for c in flat)}) that is {what}."
+    if staged:
+        out += " " + _point_to_point_said(data, staged, col)
+    spread = [c for c in flat if float(c[col]) < 1 and float(c["comm_bytes_ratio"]) <= 1]
+    if spread:
+        out += (
+            f" Where Muon sends no more bytes than AdamW ({', '.join(grid(c) for c in spread)}), a time ratio below 1 is "
+            "the spread of the times, not less traffic."
+        )
+    return [out]
+
+
+def _point_to_point_said(data: ReportData, staged: list[pd.Series], col: str) -> str:
+    """What the communication ratio of the pairs with pipeline stages is: no transfer time, the stages' point-to-point
+    calls counted whole; with the run whose summed transfer exceeds its step the most (runs table, profiled medians)."""
+    grids = ", ".join(style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c)) for c in staged)
+    said = (
+        f"With pipeline stages ({grids}) it is no transfer time: the stages' point-to-point sends and receives are not "
+        "matched across ranks, so each call counts whole, the time a stage sits blocked on its neighbour included"
+    )
+    if col == "comm_transfer_ms_ratio":
+        said += ", and the calls' times are summed though they overlap, so the total is not comparable to a step"
+        names = {str(c[k]) for c in staged for k in ("muon_run", "adamw_run")}
+        runs = data.runs[data.runs["run"].isin(names)]
+        runs = runs[[derive.has_value(r, "comm_transfer_ms") and fmetric(r, "step_ms") > 0 for _, r in runs.iterrows()]]
+        if len(runs):
+            r = runs.loc[(runs["comm_transfer_ms"].astype(float) / runs["step_ms"].astype(float)).idxmax()]
+            said += (
+                f" ({run_label(r)}: {ms(metric(r, 'comm_transfer_ms'))} of such time against its "
+                f"{ms(metric(r, 'step_ms'))} profiled step, runs.comm_transfer_ms and step_ms)"
+            )
+    below = [style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c)) for c in staged if float(c[col]) < 1]
+    return (
+        said
+        + ". Its ratios there compare how long the calls lasted, blocked time included"
+        + (f", so the ratios below 1 ({', '.join(below)}) cannot be read as less traffic" if below else "")
+        + ": the bytes ratio beside each measures the traffic."
+    )
 
 
 def _claims_comm_note(data: ReportData) -> str:
@@ -195,8 +244,8 @@ def _state(data: ReportData, runs: pd.DataFrame, muon: pd.DataFrame, state: pd.D
             u_row = runs[runs["run"] == u].iloc[0]
             out.append(
                 f"{run_label(u_row)} ({u}): ZeRO-1 chunks split the state unevenly; "
-                f"the largest rank holds {mib(state_by_run.loc[u, 'largest'])} "
-                f"against a mean of {mib(state_by_run.loc[u, 'muon'] + state_by_run.loc[u, 'adamw'])} "
+                f"the largest rank holds {mb(state_by_run.loc[u, 'largest'])} "
+                f"against a mean of {mb(state_by_run.loc[u, 'muon'] + state_by_run.loc[u, 'adamw'])} "
                 "(a rank whose chunk is the embedding or head pays AdamW's two moments for it), "
                 "so the memory that limits a run saves less than the mean suggests."
             )
@@ -247,11 +296,13 @@ def limitations(data: ReportData, everything: ReportData | None = None) -> list[
         {(int(metric(r, "trials")), int(metric(r, "steps")) // max(int(metric(r, "trials")), 1)) for _, r in runs.iterrows()}
     )
     rounds = sorted({int(r["rounds"]) for _, r in runs.iterrows() if not is_missing(r.get("rounds"))})
+    per_round = sorted(set(timed_steps_per_round(data.timed_steps[data.timed_steps["run"].isin(runs["run"])]).values()))
+    of_steps = f" of {' or '.join(per_round)} steps each" if per_round else ""
     out.append(
         "Each run profiles "
         + ", ".join(f"{counted(t, 'trial')} × {counted(s, 'step')}" for t, s in shapes)
         + " after warm-up"
-        + (f", and times its steps without the profiler in {', '.join(map(str, rounds))} rounds" if rounds else "")
+        + (f", and times its steps without the profiler in {', '.join(map(str, rounds))} rounds{of_steps}" if rounds else "")
         + "; the 95% intervals of the claims say how far so few rounds pin the medians down."
     )
     spreads = []

@@ -27,8 +27,8 @@ from muon_repro.report.caveats_section import limitations, regimes
 from muon_repro.report.checks_section import checks_matrix, checks_summary
 from muon_repro.report.claims_section import claims_matrix, claims_rows, profiles_note, summary_lines, verdict_counts
 from muon_repro.report.convergence_section import convergence_section
-from muon_repro.report.data import TABLES, ReportData, is_missing, metric
-from muon_repro.report.decomposition_section import decomposition
+from muon_repro.report.data import TABLES, ReportData
+from muon_repro.report.decomposition_section import decomposition, decomposition_runs
 from muon_repro.report.figure_files import checked_figures
 from muon_repro.report.figures import FIGURES
 from muon_repro.report.gpu_section import NO_GPU, gpu_sections, read_calibration
@@ -42,12 +42,23 @@ from muon_repro.report.results_section import (
     comparison_header,
     comparison_rows,
     has_values,
+    optimizer_ratio_note,
+    pipeline_wait_note,
     runs_header,
     runs_rows,
+    share_note,
     wire_lines,
 )
-from muon_repro.report.selection import pipeline_runs, study_runs
-from muon_repro.report.setup_section import environments, tokens_per_step, workload
+from muon_repro.report.setup_section import (
+    claim_rounds,
+    environments,
+    interval_scales,
+    like_for_like,
+    one_rank_protocol,
+    traced_rounds,
+    workload,
+)
+from muon_repro.report.setup_section import rounds_said as rounds_said  # re-exported: it lived here
 from muon_repro.report.study_section import STUDY_CAPTIONS, study_section
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
@@ -183,18 +194,19 @@ def build_context(
     figured = _figured_sections(data, everything or data, figure_paths, links)
     recorded_at = newest_recording(runs)
     head = title_block(metrics_dir.parent, recorded_at, title=REPORT_TITLE, version=muon_repro.__version__, identity=identity)
-    decomposed = decomposition(data, claims)
     regime = figured["regime"]
     optional = {
-        "decomposition": decomposed["rows"],
+        "decomposition": bool(decomposition_runs(data)),  # decomposition()'s rows: one per part of each run shown
         "predictions": regime["predictions_rows"],
         "scale_out": regime["scale_out_rows"],
     }
+    appendix = appendix_headings(key for key, _ in APPENDIX_TABLES if optional.get(key, True))
+    decomposed = decomposition(data, claims, appendix.get("decomposition", {}).get("heading"))
     return {
         "title": head["title"],
         "title_block": head,
         "abstract": abstract(data),
-        "appendix": appendix_headings(key for key, _ in APPENDIX_TABLES if optional.get(key, True)),
+        "appendix": appendix,
         "sections": dict(SECTIONS),
         "section_order": [s for s, _ in SECTIONS],
         "summary": [*summary_lines(claims), checks_summary(data)],
@@ -203,10 +215,11 @@ def build_context(
         "backends": ", ".join(sorted({f"{b} on {d}" for b, d in zip(runs["backend"], runs["device"])})),
         "environments": environments(everything or data),  # every profile's runs: A8 promises every run
         "workload": workload(data),
-        "tokens_per_step": tokens_per_step(data),
         "runs_header": runs_header(data),
         "runs_comm_wait": has_values(runs, "comm_wait_ms"),
         "runs_rows": runs_rows(data),
+        "runs_notes": [note for note in (pipeline_wait_note(data), share_note(data)) if note],
+        "optimizer_ratio_note": optimizer_ratio_note(data),
         "comparison_header": comparison_header(data),
         "comparison_rows": comparison_rows(data),
         "decomposition": decomposed,
@@ -219,14 +232,17 @@ def build_context(
         **dict(zip(("checks_header", "checks_rows", "checks_notes"), checks_matrix(data))),
         "profiles_note": profiles_note(everything or data, data.profile),
         "verdict_counts": verdict_counts(claims),
-        "trials": ", ".join(str(t) for t in sorted({int(metric(r, "trials")) for _, r in runs.iterrows()})),
-        "rounds": rounds_said(runs),
+        "like_for_like": like_for_like(everything or data, data.described_profile),
+        "traced_rounds": traced_rounds(runs),
+        "claim_rounds": claim_rounds(data.claims),  # the claims of every profile: the claims table's columns
+        "interval_scales": interval_scales(everything or data),
+        "one_rank_protocol": one_rank_protocol(everything or data),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),
         "gpu": gpu_sections(everything or data, read_calibration(metrics_dir)),
         "no_gpu": NO_GPU,
         "limitations": limitations(data, everything),
-        "commands": reproduce(data, invocations),
+        "commands": reproduce(everything or data, invocations),
         "recipe": recipe_text(cite),
         "tables": tables,
         "method": method_links(out_dir, metrics_dir.parent),
@@ -290,22 +306,3 @@ def _figured_sections(data: ReportData, everything: ReportData, figure_paths: di
         "study": study,
         "regime": regimes_section(data, figure_paths, links.rel, first_after),
     }
-
-
-def rounds_said(runs: Any) -> str:
-    """The rounds the configurations were timed in: ``10``, and the pipeline runs' apart by group, each recorded by
-    its own command (``10 (the pipeline runs' groups: pipeline 6, pipeline_bubble 10)``)."""
-
-    def listed(rows: Any) -> str:
-        return ", ".join(str(n) for n in sorted({_rounds(r) for _, r in rows.iterrows()}))
-
-    study, pipeline = study_runs(runs), pipeline_runs(runs)
-    if study.empty or pipeline.empty:
-        return listed(runs)
-    groups = ", ".join(f"{group} {listed(rows)}" for group, rows in pipeline.groupby("group", sort=True))
-    return f"{listed(study)} (the pipeline runs' groups: {groups})"
-
-
-def _rounds(run) -> int:
-    """The rounds a run was timed in (its traced trials, for a run recorded before timed steps)."""
-    return int(run["rounds"]) if not is_missing(run.get("rounds")) else int(metric(run, "trials"))

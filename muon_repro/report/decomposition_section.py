@@ -34,14 +34,24 @@ def _names_run(conditions: str, run: str) -> bool:
     return re.search(rf"(^|; ){re.escape(run)}( \(|;|$)", conditions) is not None
 
 
-def _share_source(r: pd.Series) -> str:
+def _share_source(r: pd.Series, decomposed: pd.DataFrame | None = None, table: str | None = None) -> str:
     """Which steps the runs table's optimizer_share reads (estimators.step_source) and their medians, then the
-    profiled steps' medians the decomposition above is made of, when those are others."""
+    profiled steps' medians (runs.optimizer_ms, mean over ranks; runs.step_ms, slowest rank) when those are others:
+    the steps the appendix's rank-by-rank table ``table`` (its heading, ``A5. ...``) decomposes, whose whole optimizer
+    step it gives per rank as a mean per profiled step (``decomposed``: derive.optimizer_decomposition's)."""
     profiled = (
         f"median optimizer step {ms(metric(r, 'optimizer_ms'))} of a {ms(metric(r, 'step_ms'))} median step, over "
         f"{counted(int(metric(r, 'trials')), 'trial')} × {int(metric(r, 'steps')) // max(int(metric(r, 'trials')), 1)} "
         "profiled steps"
     )
+    if table:
+        number = table.split(".", 1)[0]
+        profiled += f" (appendix table {number}, below, decomposes these steps"
+        if decomposed is not None and len(decomposed):
+            low, high = float(decomposed["optimizer"].min()), float(decomposed["optimizer"].max())
+            span = ms(low) if ms(low) == ms(high) else f"{ms(low).removesuffix(' ms')}–{ms(high)}"
+            profiled += f"; it gives each rank's mean per profiled step, not a median: {span} for the whole optimizer step"
+        profiled += ")"
     timed_opt, timed_step = r.get("timed_optimizer_ms"), r.get("timed_step_ms")
     if pd.isna(timed_opt) or pd.isna(timed_step):  # a run without steps timed without the profiler
         return f"per step, the mean over trials of each trial's median ({profiled})"
@@ -49,8 +59,9 @@ def _share_source(r: pd.Series) -> str:
     disturbed = f", {left_out} disturbed left out" if left_out else ""
     return (
         f"per step, the mean over the {int(metric(r, 'rounds'))} rounds timed without the profiler of each round's "
-        f"median{disturbed} (their medians: optimizer step {ms(timed_opt)} of a {ms(timed_step)} step; the profiled "
-        f"steps decomposed above: {profiled})"
+        f"median{disturbed} (over those rounds, the median of each round's median, per step the optimizer's mean over "
+        f"ranks and the step's slowest rank: optimizer step {ms(timed_opt)} of a {ms(timed_step)} step); on the profiled "
+        f"steps, with the same per-step statistics: {profiled}"
     )
 
 
@@ -64,10 +75,11 @@ def decomposition_runs(data: ReportData) -> list[pd.Series]:
     return [reps.iloc[0]] if len(reps) else []
 
 
-def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, Any]:
+def decomposition(data: ReportData, claims: list[dict[str, str]], table: str | None = None) -> dict[str, Any]:
     """Per rank, ms per step (mean over trials) of every part of the optimizer step of the runs of
     :func:`decomposition_runs`; beside it the optimizer share (with the claims table's interval
-    for the run it measured) and Muon's extra time per token."""
+    for the run it measured) and Muon's extra time per token. ``table``: the heading of the appendix table that shows
+    the decomposition (``A5. The optimizer step, rank by rank``), which the optimizer share's lines point to."""
     shown = decomposition_runs(data)
     if not shown:
         return {
@@ -111,7 +123,8 @@ def decomposition(data: ReportData, claims: list[dict[str, str]]) -> dict[str, A
         claimed = next((c for cond, c in share_claim.items() if _names_run(cond, str(r["run"]))), None)
         interval = f"; the claims table's estimate and 95% interval: {claimed['measured']}" if claimed else ""
         what = "optimizer step time / training step time"
-        beside.append(f"Optimizer share, {run_label(r)}: {pct(share)}, {what}, {_share_source(r)}{interval}.")
+        source = _share_source(r, tables[str(r["run"])], table)
+        beside.append(f"Optimizer share, {run_label(r)}: {pct(share)}, {what}, {source}{interval}.")
     muon = [r for r in shown if str(r["optimizer"]) == "muon"]
     adamw = [r for r in shown if str(r["optimizer"]) == "adamw"]
     if muon and adamw:

@@ -3,12 +3,13 @@ optimizer bytes from the three sources, and what gloo sent over loopback against
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from muon_repro.phases import DP_REDUCE_SCATTER
 from muon_repro.report import derive, style
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
-from muon_repro.report.formatting import mb, mib, ms, pct, percent, ratio
+from muon_repro.report.formatting import mb, ms, pct, percent, ratio
 from muon_repro.report.selection import (
     pair_at,
     pp_of,
@@ -26,26 +27,56 @@ def has_values(df: pd.DataFrame, column: str) -> bool:
     return column in df.columns and bool(df[column].notna().any())
 
 
+def has_timed_steps(run: pd.Series) -> bool:
+    """Whether the run has steps timed without the profiler, the steps its optimizer_share is formed on
+    (estimators.step_source); else the share is of its profiled steps."""
+    return derive.has_value(run, "timed_step_ms")
+
+
 def runs_header(data: ReportData) -> list[str]:
     comm = "comm ms (waiting)" if has_values(data.runs, "comm_wait_ms") else "comm ms"
+    # The share and the ms columns come from different steps: the headers say which, so that no reader divides the
+    # profiled optimizer ms by the profiled step ms and expects the share.
+    timed = all(has_timed_steps(r) for _, r in data.runs.iterrows())
     return [
         "configuration",
         "run",
         "trials × steps",
-        "step ms (p10–p90)",
+        "profiled step ms (p10–p90)",
         "tokens/s (no profiler)",
         "forward / backward ms",
-        "optimizer ms",
-        "optimizer share",
+        "profiled optimizer ms",
+        "optimizer share (no profiler)" if timed else "optimizer share (no profiler, else profiled)",
         comm,
         "exposed comm ms",
         "MB sent / rank / step",
-        "state MiB (largest rank)",
+        "state MB (largest rank)",
     ]
 
 
+PP_NO_WAIT = "–"
+"""A2's waiting cell for a run with pipeline stages and no matched collective: its waiting is not separable."""
+
+
+def waiting_cell(run: pd.Series) -> str:
+    """A2's waiting figure (runs.comm_wait_ms). With pipeline stages the stages' point-to-point calls are never
+    matched across ranks (analysis/waits.py: wait 0, the whole call transfer), so the time a stage sits blocked on its
+    neighbour is not in the figure: it is then a lower bound, the waiting of the run's matched collectives
+    (``≥ 116``), or :data:`PP_NO_WAIT` where none matched, never a 0 that reads as no waiting."""
+    wait = ms(metric(run, "comm_wait_ms"), "runs.comm_wait_ms").removesuffix(" ms")
+    if pp_of(run) <= 1:
+        return wait
+    return f"≥ {wait}" if fmetric(run, "comm_wait_ms") > 0 else PP_NO_WAIT
+
+
+def _share_cell(run: pd.Series) -> str:
+    """The run's optimizer share, marked where it is of the profiled steps (a run timed only under the profiler)."""
+    share = pct(derive.optimizer_share(run))
+    return share if has_timed_steps(run) else f"{share} (profiled)"
+
+
 def runs_rows(data: ReportData) -> list[list[str]]:
-    """Per run, units in the header (ms, MB, MiB) so the cells stay short."""
+    """Per run, units in the header (ms, MB) so the cells stay short."""
     runs = data.runs
     require_columns(
         runs,
@@ -83,7 +114,7 @@ def runs_rows(data: ReportData) -> list[list[str]]:
             )
         }
         trials, steps = int(metric(r, "trials")), int(metric(r, "steps"))
-        comm = t["comm_ms"] + (f" ({ms(metric(r, 'comm_wait_ms'), 'runs.comm_wait_ms').removesuffix(' ms')})" if wait else "")
+        comm = t["comm_ms"] + (f" ({waiting_cell(r)})" if wait else "")
         rows.append(
             [
                 label,
@@ -93,11 +124,11 @@ def runs_rows(data: ReportData) -> list[list[str]]:
                 f"{fmetric(r, 'tokens_per_s'):,.0f}",
                 f"{t['forward_ms']} / {t['backward_ms']}",
                 t["optimizer_ms"],
-                pct(derive.optimizer_share(r)),
+                _share_cell(r),
                 comm,
                 t["exposed_comm_ms"],
                 mb(metric(r, "comm_bytes")).removesuffix(" MB"),
-                mib(metric(r, "state_bytes")).removesuffix(" MiB"),
+                mb(metric(r, "state_bytes")).removesuffix(" MB"),  # MB like every other byte count of the report
             ]
         )
     return rows
@@ -121,18 +152,34 @@ COMPARISON_LABELS = {
 }
 
 
+PIPELINE_COMPARISON_LABELS = {
+    "comm_transfer_ms_ratio": "comm transfer (PP: point-to-point calls whole)",
+    "optimizer_ms_ratio": "optimizer time (profiled)",
+}
+"""The labels that say what a column is once pipeline pairs are in the table: their point-to-point calls are never
+matched across ranks, so the transfer column counts them whole, blocked time included (analysis/waits.py); and their
+optimizer ratio, of the profiled steps, can be far from that of the steps timed without the profiler
+(:func:`optimizer_ratio_note`)."""
+
+
 def _comparison_columns(comp: pd.DataFrame) -> list[str]:
     """The ratios shown: all of them, the transfer-time ratio only once the analysis writes it."""
     return [c for c in COMPARISON_RATIOS if c != "comm_transfer_ms_ratio" or has_values(comp, c)]
 
 
+def has_stages(df: pd.DataFrame) -> bool:
+    """Whether any row of a runs or comparisons table has pipeline stages."""
+    return any(pp_of(r) > 1 for _, r in df.iterrows())
+
+
 def comparison_header(data: ReportData) -> list[str]:
+    labels = {**COMPARISON_LABELS, **(PIPELINE_COMPARISON_LABELS if has_stages(data.comparisons) else {})}
     return [
         "grid, layout",
         "Muon run",
         "AdamW run",
         "tokens / step",
-        *(COMPARISON_LABELS[c] for c in _comparison_columns(data.comparisons)),
+        *(labels[c] for c in _comparison_columns(data.comparisons)),
     ]
 
 
@@ -166,6 +213,85 @@ def comparison_rows(data: ReportData) -> list[list[str]]:
         tokens = f"{int(metric(c, 'tokens_per_step', 'comparisons', 'muon_run')):,}"
         rows.append([grid, str(c["muon_run"]), str(c["adamw_run"]), tokens, *ratios])
     return rows
+
+
+def pipeline_wait_note(data: ReportData) -> str:
+    """A2's note on its waiting figures for the runs with pipeline stages (:func:`waiting_cell`); '' when there is none
+    or the runs table has no waiting."""
+    staged = [r for _, r in sort_runs(data.runs).iterrows() if pp_of(r) > 1]
+    if not staged or not has_values(data.runs, "comm_wait_ms"):
+        return ""
+    labels = dict(zip(sort_runs(data.runs)["run"], run_labels(sort_runs(data.runs))))
+    none = [labels[str(r["run"])] for r in staged if fmetric(r, "comm_wait_ms") <= 0]
+    return (
+        "With pipeline stages (PP > 1), a run's point-to-point sends and receives are not matched across ranks, so the "
+        "time a stage sits blocked on its neighbour counts whole as communication, not as waiting: the brackets give the "
+        f"waiting of its matched collectives (DP, TP) alone, a lower bound (≥){', or ' + PP_NO_WAIT if none else ''}"
+        + (f" where none matched ({', '.join(none)})" if none else "")
+        + "."
+    )
+
+
+def share_note(data: ReportData) -> str:
+    """A2's note that its optimizer share is not its optimizer ms over its step ms: the share is formed on the steps
+    timed without the profiler, the ms columns are the profiled steps' medians; the run where the two disagree most
+    shows it with its own table values. '' when no run has steps timed without the profiler."""
+    timed = [r for _, r in sort_runs(data.runs).iterrows() if has_timed_steps(r) and fmetric(r, "step_ms") > 0]
+    if not timed:
+        return ""
+
+    def disagreement(r: pd.Series) -> float:
+        profiled, share = fmetric(r, "optimizer_ms") / fmetric(r, "step_ms"), derive.optimizer_share(r)
+        return abs(np.log(profiled / share)) if profiled > 0 and share > 0 else 0.0
+
+    r = max(timed, key=disagreement)
+    return (
+        "The optimizer share is formed on the steps timed without the profiler, the step and optimizer ms on the "
+        f"profiled steps, so the share is not one over the other: {run_label(r)} ({r['run']}), "
+        f"{ms(metric(r, 'optimizer_ms'))} of a {ms(metric(r, 'step_ms'))} profiled step, "
+        f"{pct(derive.optimizer_share(r))} without the profiler."
+    )
+
+
+OPTIMIZER_RATIOS_APART = 2.0
+"""How far (either way) a pipeline pair's profiled optimizer time ratio must be from its unprofiled one for the report
+to warn that the two differ: below it they tell the same story."""
+
+
+def optimizer_ratio_note(data: ReportData) -> str:
+    """What A3's optimizer time ratio is for the pipeline pairs: of the profiled steps, which the profiler slows
+    unequally there, so it can be far from the ratio of the steps timed without the profiler (the 3-D section's);
+    the pair where they are furthest apart, with its four table values. '' without a pair whose two ratios are
+    :data:`OPTIMIZER_RATIOS_APART` times apart."""
+    runs = data.runs.set_index("run")
+    found = []
+    for _, c in data.comparisons.iterrows():
+        if pp_of(c) <= 1 or not timed_together(c) or not derive.has_value(c, "optimizer_ms_ratio"):
+            continue
+        muon_run, adamw_run = str(c["muon_run"]), str(c["adamw_run"])
+        if muon_run not in runs.index or adamw_run not in runs.index:
+            continue
+        muon, adamw = runs.loc[muon_run], runs.loc[adamw_run]
+        if not all(derive.has_value(r, "timed_optimizer_ms") and fmetric(r, "timed_optimizer_ms") > 0 for r in (muon, adamw)):
+            continue
+        timed_ratio = fmetric(muon, "timed_optimizer_ms") / fmetric(adamw, "timed_optimizer_ms")
+        found.append((abs(np.log(fmetric(c, "optimizer_ms_ratio") / timed_ratio)), c, muon, adamw))
+    if not found:
+        return ""
+    apart, c, muon, adamw = max(found, key=lambda x: x[0])
+    if apart < np.log(OPTIMIZER_RATIOS_APART):
+        return ""
+    # Worded from the two ratios' distance, never a canned "order of magnitude"
+    how_far = "by an order of magnitude" if apart >= np.log(10) else "severalfold"
+    grid = style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c))
+    return (
+        "The comparisons table's Muon / AdamW optimizer time ratios are of the profiled steps: for the pipeline runs, whose "
+        f"optimizer steps the profiler slows unequally, they can differ {how_far} from those of the steps timed without "
+        f"the profiler (the 3-D section's). {grid}: {ratio(c['optimizer_ms_ratio'], 'comparisons.optimizer_ms_ratio')} "
+        f"profiled (Muon {ms(metric(muon, 'optimizer_ms'))}, AdamW {ms(metric(adamw, 'optimizer_ms'))}, "
+        f"runs.optimizer_ms), against Muon {ms(metric(muon, 'timed_optimizer_ms'))}, "
+        f"AdamW {ms(metric(adamw, 'timed_optimizer_ms'))} timed without the profiler (runs.timed_optimizer_ms)."
+    )
 
 
 def adamw_partner(data: ReportData, row: pd.Series) -> str | None:
