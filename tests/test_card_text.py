@@ -147,3 +147,10 @@ def test_the_authors_line_speaks_to_the_reader(card, bundle):
     sources = {name: bundle / name for name in DATA_FOLDERS}
     named = BundleMeta(repo_id="test-org/muon-traces", version="1.0.0", date=DATE, authors=("A. Author",))
     assert "No author was named" not in render_card_from_sources(Sources(**sources, code=None), named)
+
+
+def test_no_sentence_of_the_committed_card_runs_into_the_next():
+    """The licence paragraph read "Please cite the study when you use them.The profiler traces ...": the template's
+    optional sentences join with a space."""
+    joined = re.findall(r"[a-z)]\.[A-Z][a-z]+", (REPO_ROOT / "dataset_card.md").read_text())
+    assert not joined, joined

@@ -133,3 +133,10 @@ def test_muons_extra_per_token_is_read_from_the_steps_timed_without_the_profiler
     extra = (muon["timed_step_ms"] - adamw["timed_step_ms"]) / int(muon["tokens_per_step"]) * 1000
     said = f"Muon's extra over AdamW per token: {extra:+.1f} µs per token (the difference of the median step times timed "
     assert said in report
+
+
+def test_no_sentence_runs_into_the_next(report):
+    """A note joined to a paragraph by the template without a space read "and state.The comparisons table's ...":
+    every sentence the report's parts join ends with a space or a line break before the next one."""
+    joined = re.findall(r"[a-z)]\.[A-Z][a-z]+", report)
+    assert not joined, joined
