@@ -152,7 +152,7 @@ def test_a3_says_its_optimizer_ratio_is_of_profiled_steps_and_how_far_pp4_is_fro
 def test_the_committed_report_prints_each_note_beside_its_table(data):
     """A2's notes in its preamble, A3's in its own: the notes above are the report's only where it prints them."""
     report = (REPO / "report" / "report.md").read_text()
-    a2, a3 = report.index("Per run: trials"), report.index("Ratios Muon / AdamW at the same process grid")
+    a2, a3 = report.index("Per run: trials"), report.rindex("Ratios Muon / AdamW at the same process grid")
     for note, where in ((pipeline_wait_note(data), a2), (share_note(data), a2), (optimizer_ratio_note(data), a3)):
         assert note and _plain(note) in _plain(report[where : where + 4000]), note
 

@@ -87,9 +87,9 @@ def hybrid_survives_pp(t: ProfileTables) -> Measurement | str:
     }
     explanation = (
         f"Step time without the profiler, geometric mean over {len(hybrid_ms)} paired rounds of each round's median: "
-        f"DP2·TP2 {geometric_mean(hybrid_ms):.0f} ms, the fastest pipeline {winner} {geometric_mean(winner_ms):.0f} ms "
-        "(runs table: every grid). DP2·TP2 pays the model's TP all-reduces "
-        f"({tp_text}: {micro_batches} micro-batches, each with its own all-reduces); "
+        f"DP2·TP2 {geometric_mean(hybrid_ms):.0f} ms, the fastest pipeline {winner} {geometric_mean(winner_ms):.0f} ms. "
+        "DP2·TP2 pays the model's TP all-reduces "
+        f"({tp_text}, over {micro_batches} micro-batches); "
         f"{winner} pays its bubble ({float(win['timed_bubble_ms']):.0f} ms) and orthogonalizes fewer matrices "
         f"per rank (Newton-Schulz {ns_gflop(win)} against {ns_gflop(hybrid)} GFLOP on the busiest rank)."
     )
