@@ -83,3 +83,15 @@ def test_the_pipeline_claim_says_the_micro_batches_its_all_reduces_add_over(repo
     hybrid = runs[(runs["profile"] == "cpu-2c-gloo") & (runs["group"] == "pipeline") & (runs["name"] == "muon_dp2_tp2")]
     (micro_batches,) = set(hybrid["micro_batches"].astype(int))
     assert f"over {micro_batches} micro-batches" in str(row["explanation"])
+
+
+def test_the_two_scale_out_tables_say_they_price_different_steps(committed_report):
+    """The 3-D section's scale-out (TP8 x PP4 x DP) and appendix A7's (TP8 x DP) priced the same model at the same GPU
+    counts in nearly the same words and gave different answers: A7 now says it has no pipeline stages."""
+    body = committed_report
+    a7 = body.rindex("The original study's wishlist, going past one node")
+    assert "Without pipeline stages" in body[a7 : a7 + 1500]
+    mention = body.index("The original study's wishlist, going past one node")
+    assert "(without pipeline stages; the 3-D section prices the same model with them)" in " ".join(
+        body[mention : mention + 1000].split()
+    )

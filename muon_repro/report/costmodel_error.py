@@ -71,7 +71,7 @@ def _held_out(predictions: pd.DataFrame) -> str:
         return ""
     step = held["step_rel_error"].astype(float)
     return (
-        f" On the {len(held)} held-out configurations (never tuned on): step time median |error| {step.abs().median():.1%}, "
+        f" On the {len(held)} held-out runs (never tuned on): step time median |error| {step.abs().median():.1%}, "
         f"from {step.min():+.1%} to {step.max():+.1%}."
     )
 
