@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from hub_support import DATE, REPO_ROOT, build, make_sources
+from support.markdown import markdown_section
 
 from muon_repro.dataset.card import cpu_torch_command, pinned_version
 from muon_repro.dataset.manifest import read_manifest
@@ -26,10 +27,6 @@ def _torch_pin() -> str:
     found = re.search(r"^torch==(\S+)$", (REPO_ROOT / "constraints.txt").read_text(), flags=re.MULTILINE)
     assert found, "constraints.txt pins no torch"
     return found[1]
-
-
-def _section(card: str, heading: str) -> str:
-    return card.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def card(bundle) -> str:
 
 
 def test_the_card_says_to_install_the_cpu_torch_first_at_the_pinned_version(card):
-    regenerate = _section(card, "How to regenerate")
+    regenerate = markdown_section(card, "How to regenerate")
     command = f"python -m pip install torch=={_torch_pin()} --index-url https://download.pytorch.org/whl/cpu"
     assert f"`{command}`" in regenerate
     # before the recipe, and outside its block (a reader, and tests/test_rebuild_from_download.py, run the block)
@@ -86,7 +83,7 @@ def test_the_torch_pin_is_read_from_the_constraints(tmp_path):
 def test_the_study_notice_files_are_linked_by_their_path_in_the_bundle(bundle, card, study_folder):
     from muon_repro.study.sources import LICENSE_NAME, PROVENANCE_NAME
 
-    license_text = _section(card, "License")
+    license_text = markdown_section(card, "License")
     for name in (LICENSE_NAME, PROVENANCE_NAME):
         path = f"{study_folder}/{name}"
         assert f"[`{path}`]({path})" in license_text
@@ -130,7 +127,7 @@ def test_the_scripts_row_says_what_each_script_does(card):
 
 
 def test_the_card_says_the_rebuild_writes_a_second_bundle_and_its_size(bundle, card):
-    regenerate = _section(card, "How to regenerate")
+    regenerate = markdown_section(card, "How to regenerate")
     # every file but the card and the manifest: what the rebuild copies into dist/dataset
     size = human_size(sum(e.size for e in read_manifest(bundle) if e.path != "README.md"))
     assert f"a second copy of the whole dataset, about {size}, into `dist/dataset/`" in " ".join(regenerate.split())
@@ -140,7 +137,7 @@ def test_the_authors_line_speaks_to_the_reader(card, bundle):
     from muon_repro.dataset.bundle import Sources, render_card_from_sources
     from muon_repro.dataset.meta import BundleMeta, project_authors
 
-    citation = _section(card, "Citation")
+    citation = markdown_section(card, "Citation")
     assert "--author" not in citation and "muon-repro publish" not in citation
     said = f"No author was named when this bundle was built, so the citation credits the project: {', '.join(project_authors())}."
     assert said in citation

@@ -17,6 +17,7 @@ from fake_figures import stand_in_figures
 from PIL import Image
 from report_bundle import FULL, SEQ_LEN, STEPS, TOKENS_PER_STEP, TRIALS, Run, make_bundle, phase_ms, transfer_ms
 from run_once import build_once, shared_root
+from support.markdown import markdown_section
 
 from muon_repro.claims import VERDICTS
 from muon_repro.cli import main
@@ -597,15 +598,11 @@ def test_the_decomposition_is_the_mean_over_trials_per_rank(bundle: Path) -> Non
 # ---------------------------------------------------------------- the report's sections
 
 
-def _section(md: str, heading: str) -> str:
-    return md.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
-
-
 @pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
     claims = pd.read_parquet(bundle / "metrics" / "claims.parquet", dtype_backend="numpy_nullable")
-    section = _section(md, "Claims")
+    section = markdown_section(md, "Claims")
     assert (
         "| claim | source | claimed | agrees if in | measured on cpu-2c-gloo (95% interval) | verdict | measured cause |"
         in section
@@ -626,18 +623,18 @@ def test_claims_show_the_table_verdict_interval_and_cause(bundle: Path) -> None:
         assert ("| holds |" if c["holds"] else "| fails |") in line, line
     for text in (md, (bundle / "report" / "report.html").read_text()):
         assert "different conditions" not in text and "supported" not in text
-    method = _section(md, "Method")
+    method = markdown_section(md, "Method")
     assert all(f"**{v}**" in method for v in VERDICTS) and "95% interval" in method and "t interval" in method
-    assert all(v in _section(md, "Summary") for v in ("not comparable here", "not measured", "Consistency checks"))
+    assert all(v in markdown_section(md, "Summary") for v in ("not comparable here", "not measured", "Consistency checks"))
 
 
 @pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_the_decomposition_section(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
-    section = _section(md, "The optimizer step, decomposed")
+    section = markdown_section(md, "The optimizer step, decomposed")
     header = "|  | " + " | ".join([f"Muon r{r}" for r in range(4)] + [f"AdamW r{r}" for r in range(4)]) + " |"
     assert header not in section and "A5. The optimizer step, rank by rank" in section  # the table is in the appendix
-    table = _section(md, "Appendix: tables").split("### A5.", 1)[1].split("\n### ", 1)[0]
+    table = markdown_section(md, "Appendix: tables").split("### A5.", 1)[1].split("\n### ", 1)[0]
     assert header in table
     for label in (
         "ZeRO-1 gradient reduce-scatter",
@@ -707,13 +704,13 @@ def test_the_rounds_are_said_per_pipeline_group_each_recorded_by_its_own_command
 @pytest.mark.slow  # the session bundle draws every figure at print resolution (~20 s)
 def test_workload_and_runs_table_show_the_equal_work(bundle: Path) -> None:
     md = (bundle / "report" / "report.md").read_text()
-    setup = _section(md, "Setup")
+    setup = markdown_section(md, "Setup")
     assert f"| tokens per step (all DP ranks) | {TOKENS_PER_STEP:,} for every run" in setup
     for grid, dp in (("DP2·TP2", 2), ("DP4", 4), ("TP4", 1)):
         assert f"{grid} {TOKENS_PER_STEP // (dp * SEQ_LEN)} × {SEQ_LEN}" in setup
     assert f"{len(TRIALS)} traced × 5 steps ({len(STEPS)} profiled)" in setup  # every round traced
-    results = _section(md, "Results")
-    appendix = _section(md, "Appendix: tables")  # the runs table, long, is in the appendix
+    results = markdown_section(md, "Results")
+    appendix = markdown_section(md, "Appendix: tables")  # the runs table, long, is in the appendix
     assert "| trials × steps |" in appendix and "| tokens/s (no profiler) |" in appendix
     if "loopback_bytes_per_step" in SCHEMAS["runs"].names:  # what gloo sent, beside the ring model
         # The ring model's bytes are the traces' collectives, all 4 ranks per step: 4 × (53,376 + 2,000 + 20,000 + 53,376
@@ -806,7 +803,7 @@ def test_without_pipeline_runs_the_3d_section_is_one_sentence(bundle: Path) -> N
     from muon_repro.report.pipeline_section import NO_PIPELINE
 
     md = (bundle / "report" / "report.md").read_text()
-    section = _section(md, "3-D parallelism (DP x TP x PP)")
+    section = markdown_section(md, "3-D parallelism (DP x TP x PP)")
     assert "No pipeline run in these tables" in section and NO_PIPELINE.split(":")[0] in section
     assert "|" not in section and "![" not in section
     assert not (bundle / "figures" / "pipeline.png").exists()

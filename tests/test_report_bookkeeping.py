@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.markdown import markdown_section
 
 from muon_repro.claims import CLAIMS
 from muon_repro.cli import main
@@ -42,10 +43,6 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def report(committed_report) -> str:
     return committed_report
-
-
-def _section(md: str, heading: str) -> str:
-    return md.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def _paragraph(md: str, opening: str) -> str:
@@ -128,7 +125,7 @@ def test_like_for_like_names_each_profiles_tokens_rounds_and_steps(report_data, 
 
 
 def test_the_method_says_which_rounds_are_traced_in_words(figure_data, report):
-    method = _section(report, "Method")
+    method = markdown_section(report, "Method")
     assert "only the first 1 " not in method
     assert traced_rounds(figure_data.runs) in method
     assert traced_rounds(pd.DataFrame({"trials": [1, 1]})) == "only the first also runs the profiler and keeps traces"
@@ -166,7 +163,7 @@ def test_the_tables_intervals_have_the_shapes_the_method_gives(report_data):
 
 
 def test_the_method_describes_both_interval_scales_and_the_rounds(report_data, report):
-    method = _section(report, "Method")
+    method = markdown_section(report, "Method")
     assert "t interval on their mean log ratio" in method
     assert "cut to [0, 1]" in method and "the claims table marks a cut at 0" in method
     shares = method.split("A share is averaged on the linear scale", 1)[1].split(". A claim", 1)[0]
@@ -182,7 +179,7 @@ def test_the_method_describes_both_interval_scales_and_the_rounds(report_data, r
 
 
 def test_the_optimizer_share_points_to_the_appendix_table_and_its_statistic(figure_data, report):
-    section = _section(report, "The optimizer step, decomposed")
+    section = markdown_section(report, "The optimizer step, decomposed")
     assert "decomposed above" not in section
     shown = decomposition_runs(figure_data)
     headings = appendix_headings(key for key, _ in APPENDIX_TABLES)
@@ -245,6 +242,6 @@ def test_a_bound_check_is_said_as_a_bound_and_the_tables_agree(figure_data, repo
     (row,) = [r for r in rows if r[0] == bound["check"]]
     assert row[1] == "below 1.000×"
     assert all(not r[1].startswith("below") for r in rows if r[0] != bound["check"])
-    abstract = _section(report, "Abstract")
+    abstract = markdown_section(report, "Abstract")
     assert f"{str(bound['check']).rstrip('.')} (2.31, not below 1)" in abstract
     assert "expected 1)" not in abstract

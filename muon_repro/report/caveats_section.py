@@ -15,7 +15,7 @@ from muon_repro.report.data import ReportData, fmetric, is_missing, metric, stud
 from muon_repro.report.formatting import mb, ms, pct, ratio
 from muon_repro.report.profiler_cost import profiler_overhead_line
 from muon_repro.report.results_section import adamw_partner, has_values, timed_together
-from muon_repro.report.selection import pipeline_runs, pp_of, representative_runs, run_label, sort_runs, study_runs
+from muon_repro.report.selection import grid_said, pipeline_runs, pp_of, representative_runs, run_label, sort_runs, study_runs
 from muon_repro.report.setup_section import timed_steps_per_round
 from muon_repro.values import counted
 
@@ -93,11 +93,8 @@ def _pipeline_communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
     if not pairs:
         return []
 
-    def grid(c: pd.Series) -> str:
-        return style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c))
-
     def said(c: pd.Series) -> str:
-        return f"{grid(c)} {float(c[col]):.2f}× (bytes {ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')})"
+        return f"{grid_said(c)} {float(c[col]):.2f}× (bytes {ratio(c['comm_bytes_ratio'], 'comparisons.comm_bytes_ratio')})"
 
     below = [said(c) for c in pairs if float(c[col]) < 1]
     rest = [said(c) for c in pairs if float(c[col]) >= 1]
@@ -113,13 +110,13 @@ def _pipeline_communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
         "Muon spends " + "; ".join(parts) + "."
     )
     if staged and flat:
-        out += f" Without pipeline stages ({', '.join(grid(c) for c in flat)}) that is {what}."
+        out += f" Without pipeline stages ({', '.join(grid_said(c) for c in flat)}) that is {what}."
     if staged:
         out += " " + _point_to_point_said(data, staged, col)
     spread = [c for c in flat if float(c[col]) < 1 and float(c["comm_bytes_ratio"]) <= 1]
     if spread:
         out += (
-            f" Where Muon sends no more bytes than AdamW ({', '.join(grid(c) for c in spread)}), a time ratio below 1 is "
+            f" Where Muon sends no more bytes than AdamW ({', '.join(grid_said(c) for c in spread)}), a time ratio below 1 is "
             "the spread of the times, not less traffic."
         )
     return [out]
@@ -128,7 +125,7 @@ def _pipeline_communication(data: ReportData, comp: pd.DataFrame) -> list[str]:
 def _point_to_point_said(data: ReportData, staged: list[pd.Series], col: str) -> str:
     """What the communication ratio of the pairs with pipeline stages is: no transfer time, the stages' point-to-point
     calls counted whole; with the run whose summed transfer exceeds its step the most (runs table, profiled medians)."""
-    grids = ", ".join(style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c)) for c in staged)
+    grids = ", ".join(grid_said(c) for c in staged)
     said = (
         f"With pipeline stages ({grids}) it is no transfer time: the stages' point-to-point sends and receives are not "
         "matched across ranks, so each call counts whole, the time a stage sits blocked on its neighbour included"
@@ -144,7 +141,7 @@ def _point_to_point_said(data: ReportData, staged: list[pd.Series], col: str) ->
                 f" ({run_label(r)}: {ms(metric(r, 'comm_transfer_ms'))} of such time against its "
                 f"{ms(metric(r, 'step_ms'))} profiled step, runs.comm_transfer_ms and step_ms)"
             )
-    below = [style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c)) for c in staged if float(c[col]) < 1]
+    below = [grid_said(c) for c in staged if float(c[col]) < 1]
     return (
         said
         + ". Its ratios there compare how long the calls lasted, blocked time included"

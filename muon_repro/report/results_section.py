@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.phases import DP_REDUCE_SCATTER
-from muon_repro.report import derive, style
+from muon_repro.report import derive
 from muon_repro.report.data import ReportData, fmetric, is_missing, metric, require_columns
 from muon_repro.report.formatting import mb, ms, pct, percent, ratio
 from muon_repro.report.selection import (
+    grid_said,
     pair_at,
     pp_of,
     representative_runs,
@@ -208,7 +209,7 @@ def comparison_rows(data: ReportData) -> list[list[str]]:
     require_columns(comp, "comparisons", ("muon_run", "adamw_run", "dp", "tp", "layout", "tokens_per_step", *cols))
     rows = []
     for _, c in comp.iterrows():
-        grid = f"{style.grid_label(int(c['dp']), int(c['tp']), pp_of(c))} {str(c['layout']).replace('_', '-')}"
+        grid = f"{grid_said(c)} {str(c['layout']).replace('_', '-')}"
         ratios = [comparison_ratio(c, col) for col in cols]
         tokens = f"{int(metric(c, 'tokens_per_step', 'comparisons', 'muon_run')):,}"
         rows.append([grid, str(c["muon_run"]), str(c["adamw_run"]), tokens, *ratios])
@@ -218,10 +219,11 @@ def comparison_rows(data: ReportData) -> list[list[str]]:
 def pipeline_wait_note(data: ReportData) -> str:
     """A2's note on its waiting figures for the runs with pipeline stages (:func:`waiting_cell`); '' when there is none
     or the runs table has no waiting."""
-    staged = [r for _, r in sort_runs(data.runs).iterrows() if pp_of(r) > 1]
+    runs = sort_runs(data.runs)
+    staged = [r for _, r in runs.iterrows() if pp_of(r) > 1]
     if not staged or not has_values(data.runs, "comm_wait_ms"):
         return ""
-    labels = dict(zip(sort_runs(data.runs)["run"], run_labels(sort_runs(data.runs))))
+    labels = dict(zip(runs["run"], run_labels(runs)))
     none = [labels[str(r["run"])] for r in staged if fmetric(r, "comm_wait_ms") <= 0]
     return (
         "With pipeline stages (PP > 1), a run's point-to-point sends and receives are not matched across ranks, so the "
@@ -283,7 +285,7 @@ def optimizer_ratio_note(data: ReportData) -> str:
         return ""
     # Worded from the two ratios' distance, never a canned "order of magnitude"
     how_far = "by an order of magnitude" if apart >= np.log(10) else "severalfold"
-    grid = style.grid_label(int(c["dp"]), int(c["tp"]), pp_of(c))
+    grid = grid_said(c)
     return (
         "The comparisons table's Muon / AdamW optimizer time ratios are of the profiled steps: for the pipeline runs, whose "
         f"optimizer steps the profiler slows unequally, they can differ {how_far} from those of the steps timed without "

@@ -134,12 +134,17 @@ def first_pair(reps: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
     return None
 
 
+def grid_said(row: pd.Series) -> str:
+    """A runs or comparisons row's process grid as the report writes it: ``DP2·TP2``, ``PP2·DP2`` (dp, tp, pp)."""
+    return style.grid_label(int(row["dp"]), int(row["tp"]), pp_of(row))
+
+
 def run_label(row: pd.Series, *, group: bool = False) -> str:
     """``Muon DP2·TP2``, with the layout when not contiguous, how its gathers overlap when they do
     (``Muon DP2·TP2 bucketed, naive async``), and the group when asked. Runs shown together take
     their labels from :func:`run_labels`, which tells apart the runs this leaves alike."""
     opt = str(row["optimizer"])
-    label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {style.grid_label(int(row['dp']), int(row['tp']), pp_of(row))}"
+    label = f"{style.OPTIMIZER_LABELS.get(opt, opt)} {grid_said(row)}"
     layout = row.get("layout")
     if isinstance(layout, str) and layout != "contiguous":
         label += f" {layout.replace('_', '-')}"
