@@ -7,6 +7,8 @@ in-process clients through ``HfApi(endpoint=...)``).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shlex
@@ -14,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -245,7 +248,8 @@ def sources(tmp_path) -> dict[str, Path]:
 
 def stub_code(root: Path) -> Path:
     """A folder of the files a bundle's code must hold (muon_repro.dataset.links.REBUILD_FILES), nearly empty: for
-    bundles whose code is not what a test checks (the repository's own takes a second to copy and hash)."""
+    bundles whose code is not what a test checks (the repository's own, ~450 files, takes a second to copy and hash,
+    and as long again to verify and to upload to the fake Hub)."""
     from muon_repro.dataset.links import REBUILD_FILES
 
     for name in REBUILD_FILES:
@@ -254,17 +258,32 @@ def stub_code(root: Path) -> Path:
     return root
 
 
+@functools.cache
+def shared_stub_code() -> Path:
+    """One :func:`stub_code` folder for this process, read-only, removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="muon_repro_stub_code_"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return stub_code(root)
+
+
+STUB = Path("<stub>")  # build()'s default code: shared_stub_code()
+
+
 def build(
     sources: dict[str, Path],
     out: Path,
     *,
     version: str = "1.0.0",
     repo_id: str = "test-org/muon-traces",
-    code: Path | None = REPO_ROOT,
+    code: Path | None = STUB,
 ) -> Path:
-    """``muon-repro bundle`` in this process (``code``: where the bundled source comes from; None: none)."""
+    """``muon-repro bundle`` in this process. ``code``: where the bundled source comes from: by default a stub of the
+    files a bundle's code must hold (:func:`shared_stub_code`); ``REPO_ROOT`` for a test of the code itself; None:
+    none."""
     from muon_repro.dataset.bundle import Sources, build_bundle
     from muon_repro.dataset.meta import BundleMeta
 
+    if code == STUB:
+        code = shared_stub_code()
     build_bundle(Sources(**sources, code=code), BundleMeta(repo_id=repo_id, version=version, date=DATE), out)
     return out

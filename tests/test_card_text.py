@@ -51,7 +51,7 @@ def bundle(tmp_path_factory, study_folder) -> Path:
         script.unlink()
     for name, text in SCRIPTS.items():
         (sources["analysis_scripts"] / name).write_text(text)
-    return build(sources, root / "dist" / "dataset")
+    return build(sources, root / "dist" / "dataset", code=REPO_ROOT)  # the card names the code's pinned torch
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_the_card_stage_writes_the_root_files_beside_the_card(sources, tmp_path)
 
     root = tmp_path / "root"
     stages.card(Sources(**sources), META, root / "dataset_card.md")
-    bundle = build(sources, tmp_path / "dataset")
+    bundle = build(sources, tmp_path / "dataset", code=REPO_ROOT)  # the card stage describes the repository's code
     assert sorted(p.name for p in root.iterdir()) == ["CITATION.cff", "croissant.json", "dataset_card.md"]  # no temporary left
     assert (root / "dataset_card.md").read_bytes() == (bundle / "README.md").read_bytes()
     for name in (CFF_NAME, CROISSANT_NAME):

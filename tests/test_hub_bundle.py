@@ -29,7 +29,7 @@ TABLES = ["runs", "steps", "collectives", "comparisons", "claims", "environment"
 
 @pytest.fixture
 def bundle(sources, tmp_path) -> Path:  # noqa: F811
-    return build(sources, tmp_path / "dist" / "dataset")
+    return build(sources, tmp_path / "dist" / "dataset", code=REPO_ROOT)  # the bundle command's own output, code and all
 
 
 def _card_meta(bundle: Path) -> dict:
@@ -195,7 +195,7 @@ def test_rebuild_replaces_a_bundle_but_never_another_folder(sources, tmp_path): 
     with pytest.raises(ValueError, match="overlaps the source .* \\(--metrics\\)"):
         build(sources, sources["metrics"] / "bundle")
     with pytest.raises(ValueError, match="overlaps the source .*muon_repro \\(--code\\)"):
-        build(sources, REPO_ROOT / "muon_repro" / "bundle")
+        build(sources, REPO_ROOT / "muon_repro" / "bundle", code=REPO_ROOT)
 
 
 def test_bad_inputs_are_clear_errors(sources, tmp_path):  # noqa: F811
