@@ -245,3 +245,15 @@ def test_a_bound_check_is_said_as_a_bound_and_the_tables_agree(figure_data, repo
     abstract = markdown_section(report, "Abstract")
     assert f"{str(bound['check']).rstrip('.')} (2.31, not below 1)" in abstract
     assert "expected 1)" not in abstract
+
+
+def test_a_grid_without_its_width_names_the_table_and_the_run():
+    """Every section writes a grid with one helper; a row without dp or tp is refused naming its table and run."""
+    from muon_repro.report.data import MissingMetric
+    from muon_repro.report.selection import grid_said
+
+    assert grid_said(pd.Series({"run": "m", "dp": 2, "tp": 2, "pp": pd.NA})) == "DP2·TP2"
+    with pytest.raises(MissingMetric, match=r"runs\.dp is missing for run m\b"):
+        grid_said(pd.Series({"run": "m", "dp": pd.NA, "tp": 2}))
+    with pytest.raises(MissingMetric, match=r"comparisons\.tp is missing for muon_run m\b"):
+        grid_said(pd.Series({"muon_run": "m", "dp": 2, "tp": None}))

@@ -135,8 +135,10 @@ def first_pair(reps: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
 
 
 def grid_said(row: pd.Series) -> str:
-    """A runs or comparisons row's process grid as the report writes it: ``DP2·TP2``, ``PP2·DP2`` (dp, tp, pp)."""
-    return style.grid_label(int(row["dp"]), int(row["tp"]), pp_of(row))
+    """A runs or comparisons row's process grid as the report writes it: ``DP2·TP2``, ``PP2·DP2`` (dp, tp, pp); a
+    missing dp or tp is :class:`MissingMetric` naming the row's table and run."""
+    table, key = ("runs", "run") if "run" in row else ("comparisons", "muon_run")
+    return style.grid_label(int(metric(row, "dp", table, key)), int(metric(row, "tp", table, key)), pp_of(row))
 
 
 def run_label(row: pd.Series, *, group: bool = False) -> str:

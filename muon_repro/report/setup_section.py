@@ -10,10 +10,9 @@ import pandas as pd
 import muon_repro
 from muon_repro.claims import BY_ID
 from muon_repro.hardware import topology_matrix
-from muon_repro.report import style
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric, require_columns, study_profile
 from muon_repro.report.formatting import gib
-from muon_repro.report.selection import counted_by_group, pipeline_runs, pp_of, sort_runs, study_runs
+from muon_repro.report.selection import counted_by_group, grid_said, pipeline_runs, sort_runs, study_runs
 from muon_repro.rundir import ONE_RANK_SUFFIX
 from muon_repro.values import counted
 
@@ -85,10 +84,6 @@ def _ranks(world_size: Any) -> str:
     return counted(int(world_size), "rank") if str(world_size or "").isdigit() else "? ranks"
 
 
-def _grid(row: pd.Series) -> str:
-    return style.grid_label(int(metric(row, "dp")), int(metric(row, "tp")), pp_of(row))
-
-
 def micro_batches(data: ReportData) -> str:
     """How the batch is cut: one pass outside the pipeline runs; their micro-batches per step and grid."""
     study, pipeline = study_runs(data.runs), pipeline_runs(data.runs)
@@ -97,7 +92,7 @@ def micro_batches(data: ReportData) -> str:
     if "micro_batches" in pipeline.columns and len(pipeline):
         per_grid: dict[str, set[int]] = {}  # a grid recorded in two groups may cut its batch differently in each
         for _, r in sort_runs(pipeline).iterrows():
-            per_grid.setdefault(_grid(r), set()).add(int(metric(r, "micro_batches")))
+            per_grid.setdefault(grid_said(r), set()).add(int(metric(r, "micro_batches")))
         listed = ", ".join(f"{grid} {' or '.join(map(str, sorted(n)))}" for grid, n in per_grid.items())
         said += ("; " if said else "") + f"micro-batches per step in the pipeline runs, {counted_by_group(pipeline)}: {listed}"
     return said
@@ -135,7 +130,7 @@ def workload(data: ReportData) -> list[tuple[str, str]]:
     for _, r in sort_runs(data.runs).iterrows():
         tokens, dp, seq = int(metric(r, "tokens_per_step")), int(metric(r, "dp")), int(metric(r, "seq_len"))
         batch = f"{tokens // (dp * seq)} × {seq}" if tokens % (dp * seq) == 0 else f"{tokens / (dp * seq):.3g} × {seq}"
-        batches.setdefault(_grid(r), batch)
+        batches.setdefault(grid_said(r), batch)
     timed = timed_steps_per_round(data.timed_steps)
     trials_steps: dict[str, list[str]] = {}  # each distinct text, with the groups of the runs it describes
     for _, r in data.runs.iterrows():
