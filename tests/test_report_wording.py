@@ -123,6 +123,23 @@ def test_the_study_protocol_recorded_here_is_shown_without_the_study_s_own_trace
     text = render_with_stand_ins(METRICS, tmp_path)
     assert "No run of the original study was analyzed" in text and "The protocol or Muon?" in text
     assert "its protocol, recorded here" in text and "The cost model on the study's machine" not in text
+    assert "`muon-repro study import --from DIR --out traces` files the study's 18 published traces beside these runs" in text
+
+
+def test_a_report_without_the_studys_runs_gives_the_import_that_works_offline(report_data, tmp_path):
+    """A user's own run (`muon-repro run --out my-run`) has none of the study's traces: its report named `muon-repro
+    study import` without the --from or --hub it needs. It now gives the import into the runs' own traces folder, from
+    the copy every checkout holds, and that copy imports."""
+    from muon_repro.report.reproduce_section import study_import
+    from muon_repro.study.sources import import_study
+
+    said = study_import(report_data)
+    assert said["command"] == "muon-repro study import --from DIR --out traces"
+    assert said["dataset_copy"] == "traces/4xRTXA4000-pcie-nccl/comparison"
+    copy = REPO / said["dataset_copy"]
+    result = import_study(copy, tmp_path / "traces")  # byte for byte the dataset's own: the import is reproducible
+    assert result.folder == tmp_path / said["dataset_copy"] and sum(f.startswith("trace_") for f in result.files) == 18
+    assert all((result.folder / f).read_bytes() == (copy / f).read_bytes() for f in result.files)
 
 
 def test_muons_extra_per_token_is_read_from_the_steps_timed_without_the_profiler(data, report):

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import os
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,9 @@ from muon_repro.report import (
     timeline_figures,
 )
 from muon_repro.report.context import build_context
-from muon_repro.report.data import ReportData, is_missing, load
+from muon_repro.report.data import ReportData, load
 from muon_repro.report.render import FORMATS, write_formats
+from muon_repro.report.reproduce_section import invocations
 from muon_repro.report.selection import representative_runs
 from muon_repro.tables.files import staged_files
 
@@ -100,44 +99,6 @@ def _draw(data: ReportData, out_dir: Path) -> dict[str, Path]:
     if pipeline_section.has_pipeline(data.runs):  # the 3-D section's figure, only with pipeline runs to draw
         names = (*names, *pipeline_section.PIPELINE_FIGURES)
     return {name: DRAW[name](data, out_dir / name) for name in names}
-
-
-def shown(path: Path) -> str:
-    """A path as a reader should type it: relative to the working directory when inside it."""
-    try:
-        resolved, cwd = Path(path).resolve(), Path.cwd()
-        return Path(os.path.relpath(resolved, cwd)).as_posix() if resolved.is_relative_to(cwd) else str(path)
-    except ValueError:
-        return str(path)
-
-
-def traces_root(data: ReportData) -> Path:
-    """Where the analyzed run directories lie: the common root of ``runs.path``
-    (``<traces>/[<profile>/]<group>/<name>``, the profile folder left out), else ``traces/`` beside the metrics folder."""
-    paths = [Path(str(p)) for p in data.runs["path"]] if "path" in data.runs.columns else []
-    if paths and not any(is_missing(p) for p in data.runs["path"]) and all(len(p.parts) > 2 for p in paths):
-        try:
-            root = Path(os.path.commonpath([str(p.parent.parent) for p in paths]))
-        except ValueError:  # absolute and relative paths mixed
-            pass
-        else:
-            return root.parent if root.name in data.profiles and len(root.parts) > 1 else root
-    return Path(data.metrics_dir).parent / "traces"
-
-
-def invocations(
-    data: ReportData, figures_dir: Path, out_dir: Path, formats: tuple[str, ...], citation_args: Sequence[str] = ()
-) -> list[str]:
-    """The commands that remake the tables, the figures and this report from the traces (``citation_args``:
-    the report's flags for what it cites, where not the defaults)."""
-    m, fd, out = shown(Path(data.metrics_dir)), shown(Path(figures_dir)), shown(Path(out_dir))
-    return [
-        shlex.join(["muon-repro", "analyze", shown(traces_root(data)), "--out", m]),
-        shlex.join(["muon-repro", "figures", "--metrics", m, "--out", fd]),
-        shlex.join(
-            ["muon-repro", "report", "--metrics", m, "--figures", fd, "--out", out, "--format", ",".join(formats), *citation_args]
-        ),
-    ]
 
 
 def write_report(

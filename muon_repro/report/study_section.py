@@ -23,6 +23,7 @@ from muon_repro.report.claims_section import claim_measured, claim_note, claim_n
 from muon_repro.report.data import ReportData, is_missing, study_profile
 from muon_repro.report.formatting import in_unit, ms
 from muon_repro.report.plotting import add_title, legend_below, new_figure, save_figure, styled
+from muon_repro.report.reproduce_section import study_import
 
 NOT_DECIDED = ("not comparable here", "not measured")
 
@@ -93,7 +94,7 @@ def study_section(data: ReportData) -> dict[str, Any]:
     here is shown either way)."""
     profile = study_profile(data)
     if profile is None:
-        return {"present": False, **protocols_table(data)}
+        return {"present": False, "import_traces": study_import(data), **protocols_table(data)}
     method = data.study_method
     method_rows = [
         [
