@@ -687,7 +687,7 @@ def test_setup_names_the_rounds_the_intervals_are_over_beside_the_traced_ones() 
 
 
 def test_the_rounds_are_said_per_pipeline_group_each_recorded_by_its_own_command() -> None:
-    from muon_repro.report.context import rounds_said
+    from muon_repro.report.setup_section import rounds_said
 
     runs = pd.DataFrame(
         {

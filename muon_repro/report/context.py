@@ -58,7 +58,6 @@ from muon_repro.report.setup_section import (
     traced_rounds,
     workload,
 )
-from muon_repro.report.setup_section import rounds_said as rounds_said  # re-exported: it lived here
 from muon_repro.report.study_section import STUDY_CAPTIONS, study_section
 
 # (id, heading): the report's sections, in order; the tests look for every heading in the PDF. The answer first
