@@ -257,3 +257,19 @@ def test_a_grid_without_its_width_names_the_table_and_the_run():
         grid_said(pd.Series({"run": "m", "dp": pd.NA, "tp": 2}))
     with pytest.raises(MissingMetric, match=r"comparisons\.tp is missing for muon_run m\b"):
         grid_said(pd.Series({"muon_run": "m", "dp": 2, "tp": None}))
+
+
+def test_the_method_says_the_rule_that_leaves_rounds_out_and_the_rule_does_that(committed_report):
+    """A claim's rounds were fewer than those recorded (2 of 3 in a user's run) and the report never said why: the
+    Method now states the rule with its numbers, and the estimators do what it says."""
+    import numpy as np
+
+    from muon_repro.analysis.estimators import disturbed
+    from muon_repro.report.setup_section import disturbed_rule
+
+    said = disturbed_rule()
+    assert "more than 5 scaled median absolute deviations and more than 25% from the median" in said
+    assert "a run of 3 rounds or more" in said and said in committed_report
+    assert not disturbed(np.array([100.0, 300.0])).any()  # two rounds: neither is the odd one
+    assert disturbed(np.array([100.0, 101.0, 99.0, 200.0])).tolist() == [False, False, False, True]  # 2x a steady run
+    assert not disturbed(np.array([100.0, 101.0, 99.0, 120.0])).any()  # 20% off: under the 25%

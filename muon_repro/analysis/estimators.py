@@ -15,11 +15,11 @@ median of each round's steps, then an estimate and a 95% t interval over rounds.
 * :func:`typical_time`: one run's time, as the runs, regimes and predictions tables state it: the median over
   rounds of the rounds' medians.
 
-Every estimator leaves out the *disturbed rounds* (:func:`disturbed`), by one rule declared here for every
-table: a round whose median step time (slowest rank) lies more than :data:`DISTURBED_MADS` scaled median
-absolute deviations, and more than :data:`DISTURBED_MIN_SHIFT` of the median, from the median of the run's
-rounds (with at least 3 rounds). A paired statistic leaves out a round disturbed in any of its runs. The
-tables count the rounds left out (``disturbed_rounds``).
+Every estimator leaves out the *disturbed rounds* (:func:`disturbed`), by one rule for every table, declared in
+:mod:`muon_repro.tables.rounds_rule`: a round whose median step time (slowest rank) lies more than ``DISTURBED_MADS``
+scaled median absolute deviations, and more than ``DISTURBED_MIN_SHIFT`` of the median, from the median of the
+run's rounds (with at least ``MIN_ROUNDS_JUDGED`` rounds). A paired statistic leaves out a round disturbed in any
+of its runs. The tables count the rounds left out (``disturbed_rounds``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.rounds import align_rounds, paired_ratio_interval, per_round, per_round_ratio, rounds_of, share_interval
+from muon_repro.tables.rounds_rule import DISTURBED_MADS, DISTURBED_MIN_SHIFT, MAD_SCALE, MIN_ROUNDS_JUDGED
 
 
 class Interval(NamedTuple):
@@ -42,14 +43,6 @@ class Interval(NamedTuple):
 
 
 RunSteps = tuple[pd.DataFrame, str]  # a steps-shaped table and the run id whose rows to read
-
-# A round this many scaled MADs from the run's median round is disturbed, and this far from it as a fraction. At 3
-# MADs and 10% the rule left out ordinary rounds of a run scattering 10% per round (the noisier committed CPU runs):
-# the ratio's 95% interval then covered 90-92% (docs/method.md's coverage table, ratio_unshared); at 5 and 25%, 94-95%.
-# A round slowed 2x is still left out where a run's rounds are steady; among noisy ones the interval widens instead.
-DISTURBED_MADS = 5.0
-DISTURBED_MIN_SHIFT = 0.25
-MAD_SCALE = 1.4826  # MAD to standard deviation, for normal data
 
 
 def step_source(steps: pd.DataFrame, timed: pd.DataFrame, run: str) -> pd.DataFrame:
@@ -63,7 +56,7 @@ def disturbed(round_step_ms: np.ndarray) -> np.ndarray:
     x = np.asarray(round_step_ms, dtype="float64")
     flags = np.zeros(x.shape, dtype=bool)
     ok = np.isfinite(x)
-    if ok.sum() < 3:  # two rounds cannot say which of them is the odd one
+    if ok.sum() < MIN_ROUNDS_JUDGED:  # two rounds cannot say which of them is the odd one
         return flags
     median = float(np.median(x[ok]))
     spread = MAD_SCALE * float(np.median(np.abs(x[ok] - median)))

@@ -51,6 +51,7 @@ from muon_repro.report.results_section import (
 )
 from muon_repro.report.setup_section import (
     claim_rounds,
+    disturbed_rule,
     environments,
     interval_scales,
     like_for_like,
@@ -235,6 +236,7 @@ def build_context(
         "traced_rounds": traced_rounds(runs),
         "claim_rounds": claim_rounds(data.claims),  # the claims of every profile: the claims table's columns
         "interval_scales": interval_scales(everything or data),
+        "disturbed_rule": disturbed_rule(),
         "one_rank_protocol": one_rank_protocol(everything or data),
         "sources": sorted({c["source_full"] for c in claims}),
         "regimes": regimes(data, state, totals),

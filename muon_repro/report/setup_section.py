@@ -14,6 +14,7 @@ from muon_repro.report.data import MissingMetric, ReportData, is_missing, metric
 from muon_repro.report.formatting import gib
 from muon_repro.report.selection import counted_by_group, grid_said, pipeline_runs, sort_runs, study_runs
 from muon_repro.rundir import ONE_RANK_SUFFIX
+from muon_repro.tables.rounds_rule import DISTURBED_MADS, DISTURBED_MIN_SHIFT, MIN_ROUNDS_JUDGED
 from muon_repro.values import counted
 
 REQUIRED_ENV = ("hostname", "os", "python", "torch", "backend", "host_cpu", "host_cpu_cores", "host_memory_bytes")
@@ -334,6 +335,16 @@ def claim_rounds(claims: pd.DataFrame) -> str:
     if len(said) <= 1:
         return "".join(said)
     return ", ".join(said[:-1]) + " and " + said[-1]
+
+
+def disturbed_rule() -> str:
+    """Which rounds every estimator leaves out (:mod:`muon_repro.tables.rounds_rule`), as the Method says it."""
+    return (
+        f"A round is left out as disturbed where its median step time (slowest rank) lies more than {DISTURBED_MADS:g} "
+        f"scaled median absolute deviations and more than {DISTURBED_MIN_SHIFT:.0%} from the median of the run's "
+        f"rounds (a run of {MIN_ROUNDS_JUDGED} rounds or more), from every statistic over that run and every pair it is "
+        "in: a claim's rounds can be fewer than those recorded (the runs table counts them: disturbed_rounds)."
+    )
 
 
 def interval_scales(everything: ReportData) -> str:

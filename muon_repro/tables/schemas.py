@@ -22,6 +22,7 @@ from muon_repro.tables.costmodel_schemas import (  # noqa: F401  (their names, i
     REGIME_THRESHOLDS,
     REGIMES,
 )
+from muon_repro.tables.rounds_rule import rule_said
 from muon_repro.tables.schema import TableSchema, columns_of
 from muon_repro.tables.step_schemas import STEP_SCHEMAS
 from muon_repro.tables.study_schemas import STUDY_SCHEMAS
@@ -168,7 +169,7 @@ SCHEMAS: dict[str, TableSchema] = {
                 "disturbed_rounds",
                 "Int64",
                 "count",
-                "rounds the estimators leave out: median step time beyond 5 scaled MADs and 25% of the run's median round "
+                f"rounds the estimators leave out: median step time {rule_said()} "
                 "(muon_repro.analysis.estimators; docs/method.md)",
             ),
             ("compute_ms", "Float64", "ms", f"computation (union of kernels, or of CPU ops off the comm threads), {_TIME_NOTE}"),
