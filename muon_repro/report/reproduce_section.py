@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from muon_repro.report.data import MissingMetric, ReportData, is_missing, require_columns
-from muon_repro.study.sources import study_folder
+from muon_repro.study.sources import STUDY_FILES, study_folder
 
 # The tables of recorded runs besides ``runs``, each with the command that recorded a row: the regime sweep, the
 # convergence runs, the original study's protocol replayed. A table without rows (never recorded) adds nothing.
@@ -76,10 +76,11 @@ def invocations(
     ]
 
 
-def study_import(data: ReportData) -> dict[str, str]:
+def study_import(data: ReportData) -> dict[str, str | int]:
     """How a report without the original study's runs gets them: the import into these runs' traces folder, offline
     from a copy of the study's traces (every checkout or download of this dataset holds one), or from the Hub."""
     return {
         "command": shlex.join(["muon-repro", "study", "import", "--from", "DIR", "--out", shown(traces_root(data))]),
         "dataset_copy": study_folder("traces").as_posix(),
+        "traces": len(STUDY_FILES),
     }

@@ -215,7 +215,9 @@ def import_study(source: str | Path, traces_root: str | Path = "traces") -> Impo
     for name, digest in sorted(STUDY_FILES.items()):
         src = _find_source(root, name)
         if src is None:
-            raise ValueError(f"{root}: {SOURCE_DIR}/{name} (or .gz) is missing; the study published all 18 traces")
+            raise ValueError(
+                f"{root}: {SOURCE_DIR}/{name} (or .gz) is missing; the study published all {len(STUDY_FILES)} traces"
+            )
         data = _published_bytes(src)
         actual = hashlib.sha256(data).hexdigest()
         if actual != digest:
