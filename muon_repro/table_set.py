@@ -27,7 +27,8 @@ def tables_of(analysis: Analysis) -> dict[str, pd.DataFrame]:
     from muon_repro.study.claims import study_claim_rows
     from muon_repro.study.tables import study_tables, study_trace_files
 
-    study = study_tables(analysis.paths, left_out=analysis.failures)  # a damaged study trace: reported as the others
+    # a damaged study trace is reported as the others are; the study's runs are read by as many processes
+    study = study_tables(analysis.paths, left_out=analysis.failures, workers=analysis.workers)
     return tables_from_analysis(
         analysis, study=study, study_claims=study_claim_rows(study), study_traces=study_trace_files(analysis.paths)
     )

@@ -7,7 +7,9 @@ The study's traces here are a few of the committed ones (the smallest runs), cop
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +19,7 @@ from test_analysis_inputs import write_run
 from muon_repro.analysis.batch_read import TraceFailure
 from muon_repro.cli import main
 from muon_repro.rundir import STUDY_PROVENANCE_FILE, study_folders
+from muon_repro.study import tables as study_tables_module
 from muon_repro.study.sources import study_folder
 from muon_repro.study.tables import StudyRunLeftOut, study_tables
 
@@ -83,6 +86,42 @@ def test_study_tables_name_the_run_left_out_in_the_list_given_else_in_a_warning(
     assert [f.path for f in left_out] == [str(folder / DAMAGED)]
     with pytest.warns(StudyRunLeftOut, match=f"{DAMAGED}: .*study run .*/adamw is left out"):
         study_tables([folder])
+
+
+@pytest.mark.slow
+def test_reading_processes_give_what_one_process_gives(tmp_path, monkeypatch):
+    """The study-protocol runs a machine records are read in processes: the same tables, the same run left out, and
+    a reading process's warning raised here, as when this process reads them all."""
+    traces = tmp_path / "traces"
+    folder = _study_copy(traces)
+    _truncate(folder / DAMAGED)
+    warned = folder / "trace_adamw_FULLSTEP_async_rank0.json.gz"  # an event without a time: dropped, with a warning
+    doc = json.loads(gzip.decompress(warned.read_bytes()))
+    doc["traceEvents"].append({"ph": "X", "name": "odd", "ts": "soon", "dur": 1, "pid": 0, "tid": 0})
+    warned.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    protocol = REPO / "traces" / "cpu-2c-gloo" / "study_protocol" / "adamw_FULLSTEP"  # recorded here: a grid, gloo
+    for trial in ("trial0", "trial1"):
+        shutil.copytree(protocol / trial, traces / "cpu-2c-gloo" / "study_protocol" / "adamw_FULLSTEP" / trial)
+    monkeypatch.setattr(study_tables_module, "SMALL_TOTAL_BYTES", 0)  # a few megabytes: read in processes all the same
+
+    read: dict[int, tuple[dict[str, pd.DataFrame], list[str], list[str]]] = {}
+    for workers in (1, 2):
+        left_out: list[TraceFailure] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tables = study_tables([traces], left_out=left_out, workers=workers)
+        read[workers] = tables, [f.message for f in left_out], [str(w.message) for w in caught]
+
+    (one, left_one, said_one), (two, left_two, said_two) = read[1], read[2]
+    assert sorted(one["study_runs"]["run"]) == [
+        "4xRTXA4000-pcie-nccl/comparison/adamw_FULLSTEP_async",
+        "cpu-2c-gloo/study_protocol/adamw_FULLSTEP",
+        "cpu-2c-gloo/study_protocol/adamw_FULLSTEP",
+    ]
+    for name in one:
+        pd.testing.assert_frame_equal(two[name], one[name], obj=name)
+    assert left_two == left_one and len(left_one) == 1 and DAMAGED in left_one[0]
+    assert said_two == said_one and [m for m in said_one if "'odd': ts is missing" in m]
 
 
 # ---------------------------------------------------------------- a file names itself alone

@@ -86,6 +86,7 @@ class Analysis:
     paths: list[Path] = field(default_factory=list)
     # runs holding fewer trials than their sweep asked for (a sweep cut short): said, not failed; their trials count
     notes: list[str] = field(default_factory=list)
+    workers: int | None = None  # the reading processes it was given; the study's runs beside its traces are read by as many
 
     @property
     def has_records(self) -> bool:
@@ -137,7 +138,7 @@ def analyze_paths(
     check_options(workers=workers, rank=rank)
     workers = workers or default_workers()
     limits = limits or TraceLimits()
-    analysis = Analysis(paths=[Path(p) for p in paths])
+    analysis = Analysis(paths=[Path(p) for p in paths], workers=workers)
     files = _find_files(paths, analysis.failures)
     infos = _run_infos(dict.fromkeys(f.parent for f in files), analysis.failures)
     files = [f for f in files if f.parent in infos]  # a folder whose side files cannot be read: reported, left out

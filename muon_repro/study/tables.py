@@ -26,8 +26,9 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.batch_read import TraceFailure
+from muon_repro.analysis.batch_read import SMALL_TOTAL_BYTES, TraceFailure, map_in_processes
 from muon_repro.analysis.errors import TraceError, TraceWarning
+from muon_repro.analysis.parallel_scan import default_workers
 from muon_repro.analysis.trace_files import READ_BY_STUDY, TraceFile
 from muon_repro.hardware import profile_or_unknown
 from muon_repro.rundir import STUDY_TRACE_GLOB, RunDir, protocol_folders, study_folders, trace_rank
@@ -158,7 +159,11 @@ class StudyRunLeftOut(TraceWarning):
 
 
 def study_tables(
-    paths: Iterable[str | Path], *, thresholds_record: bool = True, left_out: list[TraceFailure] | None = None
+    paths: Iterable[str | Path],
+    *,
+    thresholds_record: bool = True,
+    left_out: list[TraceFailure] | None = None,
+    workers: int | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every study table from the study's runs and the study-protocol runs under ``paths`` (empty frames for none).
     ``thresholds_record=False`` leaves ``study_costmodel_thresholds`` empty, unread: ``muon-repro study fit``,
@@ -166,29 +171,26 @@ def study_tables(
 
     A run one of whose traces cannot be read (damaged, past a reader limit, not of the study's protocol) is left out
     of every table, so that one bad file costs its run alone: named in ``left_out`` when it is given, else in a
-    :class:`StudyRunLeftOut` warning."""
+    :class:`StudyRunLeftOut` warning. ``workers`` bounds the processes that read the recordings (default: one per
+    CPU, at most 8); a few megabytes of traces are read here, in this process."""
     found = recordings(paths)
     steps, collectives, ranks, runs = [], [], [], []
     rank0: dict[str, object] = {}
     method_sums: dict[tuple[str, str], dict[int, dict[str, object]]] = {}  # per set and round: the method's runs
-    for rec in found:
-        try:
-            per_rank, config, sums = _read_recording(rec)
-        except TraceError as exc:
-            _leave_out(rec, exc, left_out)
+    for rec, (rows, said) in zip(found, _rows_of_recordings(found, workers)):
+        for category, message in said:  # what reading it warned of, in whichever process read it
+            warnings.warn(message, category, stacklevel=2)
+        if isinstance(rows, TraceError):
+            _leave_out(rec, rows, left_out)
             continue
-        if sums is not None:
-            method_sums.setdefault((rec.profile, rec.group), {}).setdefault(rec.trial, {})[rec.name] = sums
+        if rows.sums is not None:
+            method_sums.setdefault((rec.profile, rec.group), {}).setdefault(rec.trial, {})[rec.name] = rows.sums
             if rec.recorded_by == ORIGINAL:
-                rank0[rec.name] = sums
-        key = {"run": rec.run, "trial": rec.trial, "profile": rec.profile}
-        colls = _match_across_ranks(per_rank)
-        run_steps = _steps_with_transfer(per_rank, colls)
-        steps.append(run_steps.assign(**key))
-        collectives.append(colls.assign(**key))
-        rank_rows = _rank_rows(per_rank, colls, config).assign(**key)
-        ranks.append(rank_rows)
-        runs.append(_run_row(rec, config, per_rank, run_steps, rank_rows))
+                rank0[rec.name] = rows.sums
+        steps.append(rows.steps)
+        collectives.append(rows.collectives)
+        ranks.append(rows.ranks)
+        runs.append(rows.run)
     if not runs:  # none, or every one left out
         return {name: SCHEMAS[name].empty() for name in TABLES}
     tables = {
@@ -217,6 +219,62 @@ def study_tables(
         _threshold_record(study_folders(paths), left_out) if thresholds_record else SCHEMAS["study_costmodel_thresholds"].empty()
     )
     return tables
+
+
+@dataclass(frozen=True)
+class RecordingRows:
+    """One recording's rows of the study tables (each keyed by run, trial and profile), and the study's method's sums
+    where that method reads it: what a reading process sends back, rather than the traces it read."""
+
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    ranks: pd.DataFrame
+    run: dict[str, object]
+    sums: Sums | None
+
+
+def recording_rows(rec: Recording) -> RecordingRows | TraceError:
+    """``rec``'s rows, or the :class:`TraceError` naming the file that cannot be read (returned, not raised, so that
+    it comes back from a reading process as any other result)."""
+    try:
+        per_rank, config, sums = _read_recording(rec)
+    except TraceError as exc:
+        return exc
+    key = {"run": rec.run, "trial": rec.trial, "profile": rec.profile}
+    colls = _match_across_ranks(per_rank)
+    run_steps = _steps_with_transfer(per_rank, colls)
+    rank_rows = _rank_rows(per_rank, colls, config).assign(**key)
+    run = _run_row(rec, config, per_rank, run_steps, rank_rows)
+    return RecordingRows(run_steps.assign(**key), colls.assign(**key), rank_rows, run, sums)
+
+
+def _rows_of_recordings(
+    found: list[Recording], workers: int | None
+) -> list[tuple[RecordingRows | TraceError, list[tuple[type[Warning], str]]]]:
+    """:func:`recording_rows` of each recording, with the warnings reading it raised, in order: in reading processes
+    when there is enough to read (the study-protocol runs a machine records are hundreds of traces; the study's own
+    are 18), else here."""
+    workers = workers or default_workers()
+    total = sum(f.stat().st_size for rec in found for f in rec.files if f.is_file())
+    if workers <= 1 or total <= SMALL_TOTAL_BYTES:
+        return [_rows_and_warnings(rec) for rec in found]
+    return map_in_processes(_rows_and_warnings, [(rec,) for rec in found], workers, on_error=_not_returned)
+
+
+def _rows_and_warnings(rec: Recording) -> tuple[RecordingRows | TraceError, list[tuple[type[Warning], str]]]:
+    """:func:`recording_rows` and the warnings it raised, kept to be raised again by the caller: a reading process's
+    own warnings go unseen."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = recording_rows(rec)
+    return rows, [(w.category, str(w.message)) for w in caught]
+
+
+def _not_returned(job: tuple[Recording], exc: BaseException) -> tuple[TraceError, list]:
+    """A recording whose rows did not come back from its reading process: its run is left out, naming why."""
+    (rec,) = job
+    where = rec.folder or (rec.files[0].parent if rec.files else Path(rec.run))
+    return TraceError(where, f"reading it in a worker process failed ({type(exc).__name__}: {exc}); please report it"), []
 
 
 def _read_recording(rec: Recording) -> tuple[list[StudyTrace], StudyRun, Sums | None]:
