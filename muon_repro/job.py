@@ -1,7 +1,8 @@
 """``muon-repro run``: the whole job, one stage after the other, resumable at any point; its plan,
 its stages in order, and its command line.
 
-    bench     record every configuration (complete runs are skipped)   -> traces/
+    bench     record every configuration (complete runs are skipped),   -> traces/
+              file the original study's published traces beside them
     analyze   traces -> tables                                          -> metrics/
     figures   tables -> figures                                         -> figures/
     report    tables + figures -> report.md, report.pdf                 -> report/
@@ -162,6 +163,7 @@ class RunPlan:
 def stage_bench(plan: RunPlan) -> None:
     from muon_repro.bench.sweep import format_results
 
+    print(file_the_study(plan.traces))
     results = stages.bench(
         plan.configs,
         plan.traces,
@@ -187,6 +189,31 @@ def stage_bench(plan: RunPlan) -> None:
             progress=plan.progress,
         )
         print(f"the study's protocols: {len(written)} runs recorded (complete ones skipped)")
+
+
+def file_the_study(traces: Path, shipped: Path = REPO_ROOT / "traces") -> str:
+    """File the original study's published traces under ``traces`` beside the runs recorded there, from the copy under
+    ``shipped`` (this checkout's), each checked against its published sha256, so that the claims table judges the
+    study's claims on the runs they were made on; say what was done. A copy already there is left as it is (the
+    analysis names a damaged file); with none under ``shipped`` (an install without the dataset), the command that
+    brings them is said instead."""
+    from muon_repro.study.sources import STUDY_FILES, import_study, study_folder
+
+    target, source = study_folder(traces), study_folder(shipped)
+    if target.is_dir():
+        return f"the original study's traces: in {target} already"
+    if not source.is_dir():
+        return (
+            f"the original study's traces: none in {target}, nor a copy in {source} to file there; without them the "
+            f"claims are judged on these runs alone: `muon-repro study import --hub --out {shell_word(str(traces))}` "
+            "downloads them"
+        )
+    try:
+        import_study(source, traces)
+    except ValueError as exc:  # a changed or damaged copy: this machine's runs are recorded all the same
+        return f"the original study's traces: not filed ({exc}); the claims are judged on these runs alone"
+    filed = f"its {len(STUDY_FILES)} published traces filed in {target} from {source}"
+    return f"the original study's traces: {filed} (sha256 as published)"
 
 
 def stage_analyze(plan: RunPlan) -> None:
@@ -312,7 +339,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the whole job: record every configuration, analyze, figures, report, bundle, verify",
         description=(
             "Record the reference configurations (the original study's runs and the layout ablation; complete runs are "
-            "skipped), analyze the traces into metrics/, draw figures/, render report/, write dataset_card.md and "
+            "skipped) and file the original study's published traces beside them (from this checkout's copy, checked), "
+            "analyze the traces into metrics/, draw figures/, render report/, write dataset_card.md and "
             "MANIFEST.sha256, assemble and verify the bundle in dist/dataset/. Ctrl-C at any point and run again "
             "to resume. --scale gpu does the same on 4+ GPUs."
         ),

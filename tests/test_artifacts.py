@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from muon_repro.study.sources import STUDY_PROFILE
 from muon_repro.tables.schemas import TABLE_NAMES as TABLES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,10 +114,16 @@ def test_run_end_to_end_then_again_without_rerecording(tmp_path):
     ):
         assert (tmp_path / artifact).is_file(), artifact
     assert "Claims, per hardware profile" in first.stdout and "all" in first.stdout and "checks passed" in first.stdout
-    traces = sorted((tmp_path / "traces").rglob("*.json.gz"))
+    traces = sorted((tmp_path / "traces").rglob("rank*.json.gz"))
     assert len(traces) == 2 * 1 * 4  # 2 configurations x 1 traced trial (the default; the second is timed only) x 4 ranks
     runs = pd.read_parquet(tmp_path / "metrics" / "runs.parquet")
     assert list(runs["rounds"]) == [2, 2] and list(runs["trials"]) == [1, 1]
+    # the original study's published traces were filed beside them: its claims are judged on the runs they were made on
+    assert "its 18 published traces filed in" in first.stdout
+    claims, committed = (pd.read_parquet(root / "metrics" / "claims.parquet") for root in (tmp_path, REPO))
+    columns = ["claim_id", "measured_value", "measured_low", "measured_high", "verdict"]
+    study, study_committed = (c.loc[c["profile"] == STUDY_PROFILE, columns].reset_index(drop=True) for c in (claims, committed))
+    assert len(study) and study.equals(study_committed)  # the same traces: the committed table's rows
     stamps = [p.stat().st_mtime_ns for p in traces]
 
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())

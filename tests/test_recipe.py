@@ -116,3 +116,37 @@ def test_another_datasets_recipe_rebuilds_it_as_itself(tmp_path):
     )
     with pytest.raises(ValueError, match="version"):
         job.RunPlan(out=tmp_path, cite={"version": "one"})
+
+
+def test_a_run_files_the_studys_traces_beside_its_own_from_the_checkouts_copy(tmp_path):
+    """`muon-repro run --out my-run` filed none of the original study's traces, so its claims table judged none of the
+    study's claims on the runs they were made on. The bench stage now files them, checked, from this checkout's copy;
+    a copy already there is left alone."""
+    from muon_repro.study.sources import STUDY_FILES, study_folder
+
+    shipped = study_folder(REPO / "traces")
+    said = job.file_the_study(tmp_path / "traces")
+    filed = study_folder(tmp_path / "traces")
+    assert said.endswith(f"its {len(STUDY_FILES)} published traces filed in {filed} from {shipped} (sha256 as published)")
+    assert sorted(p.name for p in filed.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    assert all((filed / p.name).read_bytes() == p.read_bytes() for p in shipped.iterdir())
+    (filed / "trace_adamw_rank0.json.gz").write_bytes(b"mine")  # another copy: the analysis says what is wrong with it
+    assert job.file_the_study(tmp_path / "traces") == f"the original study's traces: in {filed} already"
+    assert (filed / "trace_adamw_rank0.json.gz").read_bytes() == b"mine"
+
+
+def test_without_a_sound_copy_a_run_records_and_says_how_to_bring_the_study_in(tmp_path):
+    from muon_repro.report.escape import shell_word
+    from muon_repro.study.sources import STUDY_FILES, study_folder
+
+    traces = tmp_path / "my run" / "traces"
+    said = job.file_the_study(traces, shipped=tmp_path / "install")  # an install without the dataset
+    assert said.endswith(f"`muon-repro study import --hub --out {shell_word(str(traces))}` downloads them")
+    assert not (tmp_path / "my run").exists()
+    damaged = study_folder(tmp_path / "checkout")
+    damaged.mkdir(parents=True)
+    for name in STUDY_FILES:  # a changed copy: refused by its sha256, nothing filed, the recording goes on
+        (damaged / f"{name}.gz").write_bytes(b"not the published bytes")
+    said = job.file_the_study(tmp_path / "out", shipped=tmp_path / "checkout")
+    assert said.startswith("the original study's traces: not filed (") and "is not the published file's" in said
+    assert not (tmp_path / "out").exists()
