@@ -48,3 +48,7 @@ def test_a_broken_gzip_is_named_by_either_decoder(tmp_path, monkeypatch, decoder
     with pytest.raises(TraceError, match="corrupt gzip data") as caught:
         read_trace(corrupt)
     assert str(corrupt) in str(caught.value)
+    stray = tmp_path / "stray.json.gz"  # a whole stream, then 4 bytes of something else: not called a cut-off file alone
+    stray.write_bytes(data + b"junk")
+    with pytest.raises(TraceError, match=r"a few bytes that are not gzip follow it|corrupt gzip data: Not a gzipped file"):
+        read_trace(stray)

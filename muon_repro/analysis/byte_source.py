@@ -125,7 +125,10 @@ class Source:
         try:
             return self._fh.readinto(view)
         except EOFError:
-            raise TraceError(self.path, "truncated gzip file (the compressed stream ends early)") from None
+            # ISA-L says the same of a few stray bytes after a whole stream as of a stream cut short
+            raise TraceError(
+                self.path, "truncated gzip file (the compressed stream ends early, or a few bytes that are not gzip follow it)"
+            ) from None
         except CORRUPT_GZIP_ERRORS as exc:
             raise TraceError(self.path, f"corrupt gzip data: {exc}") from None
         except OSError as exc:
