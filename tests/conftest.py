@@ -174,12 +174,18 @@ def report_data():
 
 @pytest.fixture(scope="session")
 def committed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """report.md rendered from the committed ``metrics/`` with stand-in figures, once per worker, read-only (~4 s)."""
+    """report.md rendered from the committed ``metrics/`` with stand-in figures, once per test run (~4 s): the first
+    xdist worker to need it renders it, the others read its text, read-only."""
     from pathlib import Path
 
     from fake_figures import render_with_stand_ins
+    from run_once import build_once, shared_root
 
-    return render_with_stand_ins(Path(__file__).resolve().parents[1] / "metrics", tmp_path_factory.mktemp("committed_report"))
+    def render(folder: Path) -> str:
+        folder.mkdir(parents=True)
+        return render_with_stand_ins(Path(__file__).resolve().parents[1] / "metrics", folder)
+
+    return build_once(shared_root(tmp_path_factory) / "committed_report", render)
 
 
 @pytest.fixture(scope="session")
