@@ -204,42 +204,52 @@ def _sweep_winner(runs: pd.DataFrame, steps: int) -> float | None:
 
 
 def _leading_table(conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
+    """Per seed both optimizers ran at their best learning rate, its longest pair of runs of one length and schedule:
+    per smoothing, the leading steps at each Muon step (:func:`leading_steps`) with the pair's per-step costs."""
     if set(best) != set(OPTIMIZERS):
         return pd.DataFrame()
-    m_runs = conv[(conv["optimizer"] == "muon") & (conv["lr"] == best["muon"])]
-    a_runs = conv[(conv["optimizer"] == "adamw") & (conv["lr"] == best["adamw"])]
+    at_best = {  # per optimizer, its best learning rate's runs by (seed, steps)
+        opt: dict(tuple(conv[(conv["optimizer"] == opt) & (conv["lr"] == best[opt])].groupby(["seed", "steps"])))
+        for opt in OPTIMIZERS
+    }
     frames = []
-    for seed in sorted(set(m_runs["seed"]) & set(a_runs["seed"])):
-        common = set(m_runs[m_runs["seed"] == seed]["steps"]) & set(a_runs[a_runs["seed"] == seed]["steps"])
+    for seed in sorted({seed for seed, _ in at_best["muon"]} & {seed for seed, _ in at_best["adamw"]}):
+        common = {n for s, n in at_best["muon"] if s == seed} & {n for s, n in at_best["adamw"] if s == seed}
         if not common:
             continue
         steps = max(common)  # the longest pair of this seed
-        m = m_runs[(m_runs["seed"] == seed) & (m_runs["steps"] == steps) & (m_runs["step"] > 0)].sort_values("step")
-        a = a_runs[(a_runs["seed"] == seed) & (a_runs["steps"] == steps) & (a_runs["step"] > 0)].sort_values("step")
+        m, a = (_trained(at_best[opt][(seed, steps)]) for opt in OPTIMIZERS)
         if len(m) != len(a) or not np.array_equal(m["step"].to_numpy(), a["step"].to_numpy()):
             continue  # only runs of the same length and schedule are compared
         costs = {f"{opt}_{col}": _run_value(run, col) for opt, run in (("muon", m), ("adamw", a)) for col in PER_STEP_COSTS}
         for alpha in EWM_ALPHAS:
             ms, as_ = ewm(m["train_loss"].astype(float), alpha), ewm(a["train_loss"].astype(float), alpha)
             t = leading_steps(ms, as_, m["step"].astype(int).to_numpy())
-            t.insert(0, "seed", int(seed))
-            t.insert(1, "alpha", alpha)
-            t.insert(2, "muon_lr", best["muon"])
-            t.insert(3, "adamw_lr", best["adamw"])
             ratio = t["leading_ratio"].astype("float64")
-            t["leading_ratio_flops"] = cost_ratio(ratio, costs["muon_gflop_per_step"], costs["adamw_gflop_per_step"])
-            t["leading_ratio_wall"] = cost_ratio(ratio, costs["muon_step_ms_median"], costs["adamw_step_ms_median"])
-            for name, value in costs.items():
-                t[name] = value
-            t["at_end"] = _end_flags(t)
-            t["muon_loss_ewm"] = ms
-            t["adamw_loss_ewm"] = as_
-            t["corpus"] = m["corpus"].iloc[0]
-            frames.append(t)
+            columns = {
+                "seed": int(seed),
+                "alpha": alpha,
+                "muon_lr": best["muon"],
+                "adamw_lr": best["adamw"],
+                **{name: t[name] for name in t.columns},
+                "leading_ratio_flops": cost_ratio(ratio, costs["muon_gflop_per_step"], costs["adamw_gflop_per_step"]),
+                "leading_ratio_wall": cost_ratio(ratio, costs["muon_step_ms_median"], costs["adamw_step_ms_median"]),
+                **costs,
+                "at_end": _end_flags(t),
+                "muon_loss_ewm": ms,
+                "adamw_loss_ewm": as_,
+                "corpus": m["corpus"].iloc[0],
+            }
+            frames.append(pd.DataFrame(columns))
     if not frames:
         return pd.DataFrame()
     lead = pd.concat(frames, ignore_index=True)
     return _with_summaries(lead, conv, best)
+
+
+def _trained(run: pd.DataFrame) -> pd.DataFrame:
+    """A run's rows after training began (step 0 is the evaluation before it), in step order."""
+    return run[run["step"] > 0].sort_values("step")
 
 
 PER_STEP_COSTS = ("gflop_per_step", "step_ms_median")  # the convergence table's per-run costs the ratios use
@@ -251,10 +261,11 @@ def _run_value(run: pd.DataFrame, column: str) -> float:
     return float(values.iloc[0]) if len(values) else float("nan")
 
 
-def _end_flags(table: pd.DataFrame) -> list[bool]:
+def _end_flags(table: pd.DataFrame) -> np.ndarray:
     """True on the row :func:`end_ratio` reads: the last Muon step AdamW matched."""
     _, step, _ = end_ratio(table)
-    return [step is not None and int(s) == step for s in table["muon_step"]]
+    muon_steps = table["muon_step"].to_numpy(dtype=np.int64)  # every Muon step is known: leading_steps makes them
+    return muon_steps == step if step is not None else np.zeros(len(table), dtype=bool)
 
 
 def _with_summaries(lead: pd.DataFrame, conv: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
