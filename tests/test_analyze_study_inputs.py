@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from test_analysis_inputs import write_run
 
+from muon_repro.analysis import batch_read
 from muon_repro.analysis.batch_read import TraceFailure
 from muon_repro.cli import main
 from muon_repro.rundir import STUDY_PROVENANCE_FILE, study_folders
-from muon_repro.study import tables as study_tables_module
 from muon_repro.study.sources import study_folder
 from muon_repro.study.tables import StudyRunLeftOut, study_tables
 
@@ -102,7 +102,7 @@ def test_reading_processes_give_what_one_process_gives(tmp_path, monkeypatch):
     protocol = REPO / "traces" / "cpu-2c-gloo" / "study_protocol" / "adamw_FULLSTEP"  # recorded here: a grid, gloo
     for trial in ("trial0", "trial1"):
         shutil.copytree(protocol / trial, traces / "cpu-2c-gloo" / "study_protocol" / "adamw_FULLSTEP" / trial)
-    monkeypatch.setattr(study_tables_module, "SMALL_TOTAL_BYTES", 0)  # a few megabytes: read in processes all the same
+    monkeypatch.setattr(batch_read, "SMALL_TOTAL_BYTES", 0)  # a few megabytes: read in processes all the same
 
     read: dict[int, tuple[dict[str, pd.DataFrame], list[str], list[str]]] = {}
     for workers in (1, 2):

@@ -370,8 +370,7 @@ def _analyze_files_quietly(
     files: list[Path], infos: dict[Path, RunInfo], workers: int, rank: int | None, limits: TraceLimits
 ) -> list[TraceBreakdown | TraceFailure]:
     jobs = [(str(f), rank, infos[f.parent].group_sizes(), limits) for f in files]
-    total = sum(f.stat().st_size for f in files if f.exists())
-    if len(jobs) > 1 and workers > 1 and total > SMALL_TOTAL_BYTES:
+    if len(jobs) > 1 and worth_processes(files, workers):
         return map_in_processes(
             _analyze_job,
             [(*job, 1) for job in jobs],
@@ -440,6 +439,11 @@ def _lone_runs(
 # -- the process pool
 
 R = TypeVar("R")
+
+
+def worth_processes(files: Iterable[Path], workers: int) -> bool:
+    """Whether reading ``files`` in up to ``workers`` processes pays: more than one, over :data:`SMALL_TOTAL_BYTES`."""
+    return workers > 1 and sum(f.stat().st_size for f in files if f.exists()) > SMALL_TOTAL_BYTES
 
 
 def map_in_processes(

@@ -26,7 +26,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.batch_read import SMALL_TOTAL_BYTES, TraceFailure, map_in_processes
+from muon_repro.analysis.batch_read import TraceFailure, map_in_processes, worth_processes
 from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.parallel_scan import default_workers
 from muon_repro.analysis.trace_files import READ_BY_STUDY, TraceFile
@@ -255,8 +255,7 @@ def _rows_of_recordings(
     when there is enough to read (the study-protocol runs a machine records are hundreds of traces; the study's own
     are 18), else here."""
     workers = workers or default_workers()
-    total = sum(f.stat().st_size for rec in found for f in rec.files if f.is_file())
-    if workers <= 1 or total <= SMALL_TOTAL_BYTES:
+    if not worth_processes([f for rec in found for f in rec.files], workers):
         return [_rows_and_warnings(rec) for rec in found]
     return map_in_processes(_rows_and_warnings, [(rec,) for rec in found], workers, on_error=_not_returned)
 
