@@ -19,6 +19,7 @@ import copy
 import gzip
 import json
 import math
+import pickle
 import random
 import time
 import warnings
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 HERE = Path(__file__).resolve().parent
 DATA_TRACES = sorted((HERE / "data").rglob("*.json.gz"))  # small real traces kept with the tests
@@ -319,10 +322,29 @@ class Case:
         return f"source={self.source} seed={self.seed}: {'; '.join(self.mutations)}"
 
 
+def _copied(doc: dict | list) -> dict | list:
+    """A deep copy of ``doc``, made through pickle: what ``copy.deepcopy`` gives (shared parts stay shared), about
+    twice as fast on the multi-MB traces (the fuzz test copies one per case)."""
+    return pickle.loads(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _written(doc: dict | list, indent: int | None) -> bytes:
+    """``json.dumps(doc, indent=indent)``, byte for byte, with NaN and Infinity written as bare literals. Indented
+    through msgspec's formatter where it can (3-4x faster than json's Python encoder on the big traces); a
+    document holding NaN or Infinity, which msgspec does not read, goes through json."""
+    compact = json.dumps(doc).encode()
+    if indent is None:
+        return compact
+    try:
+        return msgspec.json.format(compact, indent=indent)
+    except msgspec.DecodeError:
+        return json.dumps(doc, indent=indent).encode()
+
+
 def mutate(source_name: str, doc: dict | list, seed: int) -> Case:
     """Apply one to three mutations drawn with ``seed`` to a copy of ``doc``."""
     rng = random.Random(f"{source_name}:{seed}")
-    doc = copy.deepcopy(doc)
+    doc = _copied(doc)
     done: list[str] = []
     for _ in range(rng.randint(1, 3)):
         if rng.random() < 0.75:
@@ -332,7 +354,7 @@ def mutate(source_name: str, doc: dict | list, seed: int) -> Case:
                 doc = _events(doc)
         else:
             done.append("text")  # placeholder: text mutations run once the document is written
-    text = json.dumps(doc, indent=rng.choice((None, 1))).encode()  # NaN and Infinity written as bare literals
+    text = _written(doc, indent=rng.choice((None, 1)))
     text = _expand_deep(text, rng)
     for i, name in enumerate(done):
         if name == "text" and text:
