@@ -217,15 +217,15 @@ def _count_events(path: str) -> tuple[int | None, str | None]:
 
 
 def check_traces(root: Path, report: Callable[[str, bool], None], *, workers: int | None = None) -> None:
-    from muon_repro.analysis.batch_read import SMALL_TOTAL_BYTES, default_workers, map_in_processes
+    from muon_repro.analysis.batch_read import default_workers, map_in_processes, worth_processes
 
     paths = [p for p in list_files(root) if not is_ignored(p)]
     traces = [p for p in paths if is_trace(p)]
     if not traces:
         report("traces: none in the bundle", False)
-    if workers is None:
-        small = sum((root / path).stat().st_size for path in traces) < SMALL_TOTAL_BYTES
-        workers = 1 if small else default_workers()
+    workers = default_workers() if workers is None else workers
+    if not worth_processes([root / path for path in traces], workers):
+        workers = 1  # the analysis's rule: a few MiB read here, sooner than worker processes start
     counts = map_in_processes(
         _count_events, [(str(root / path),) for path in traces], workers, on_error=lambda job, exc: (None, _one_line(exc))
     )
