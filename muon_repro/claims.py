@@ -143,6 +143,7 @@ class MadeUnder:
 
     text: str
     devices: tuple[str, ...] = ()  # device types ("cuda"); empty: any
+    backends: tuple[str, ...] = ()  # process-group backends ("nccl", which also keeps one rank per GPU); empty: any
     min_tokens_per_d_model: float | None = None  # tokens per step per unit of d_model, at least
     one_rank_per_core: bool = False  # a time claim: no more ranks than cores (else wall time follows summed work)
     min_tokens_per_param: float | None = None  # a training claim: tokens trained per model parameter, at least
@@ -152,47 +153,72 @@ class MadeUnder:
     def outside(self, run: Mapping[str, Any], ranks_per_core: float | None, quoted: dict[str, float]) -> list[str]:
         """How ``run`` (a runs-table row) differs from these conditions, each difference in a few words as
         ``what it had, not what the claim had`` (empty: it was made under them); the numbers a difference states
-        that no table cell holds go into ``quoted``."""
+        that no table cell holds go into ``quoted``. A condition whose numbers the run did not record is not met
+        (``... not recorded``): a run is comparable only where it is shown to be."""
         reasons = []
-        device = str(run.get("device"))
-        if self.devices and device not in self.devices:
-            reasons.append(f"{run.get('backend')} on {device}, not {'/'.join(self.devices)}")
-        d_model = d_model_of(run)
-        tokens = run.get("tokens_per_step")
-        if self.min_tokens_per_d_model is not None and d_model and tokens is not None and tokens == tokens:
-            per_d = float(tokens) / d_model
-            if per_d < self.min_tokens_per_d_model:
+        device, backend = str(run.get("device")), str(run.get("backend"))
+        if (self.devices and device not in self.devices) or (self.backends and backend not in self.backends):
+            wanted = " on ".join("/".join(names) for names in (self.backends, self.devices) if names)
+            reasons.append(f"{backend} on {device}, not {wanted}")
+        if self.min_tokens_per_d_model is not None:
+            d_model, tokens = d_model_of(run), _number(run.get("tokens_per_step"))
+            if not d_model or tokens is None:
+                reasons.append("tokens per step per d_model not recorded")
+            elif (per_d := tokens / d_model) < self.min_tokens_per_d_model:
                 quoted |= {"d_model": d_model, "tokens_per_d_model": per_d}
                 reasons.append(f"{per_d:.0f} tokens per step per d_model, not {self.min_tokens_per_d_model:,.0f}+")
-        params, trained = run.get("params"), run.get("tokens_trained")
-        if self.min_tokens_per_param is not None and params and trained and trained == trained:
-            per_param = float(trained) / float(params)
-            if per_param < self.min_tokens_per_param:
+        params, trained = _number(run.get("params")), _number(run.get("tokens_trained"))
+        if self.min_tokens_per_param is not None:
+            if not params or trained is None:
+                reasons.append("tokens trained per parameter not recorded")
+            elif (per_param := trained / params) < self.min_tokens_per_param:
                 quoted["tokens_per_param"] = per_param
                 reasons.append(f"{per_param:.1f} tokens per parameter, not {self.min_tokens_per_param:g}+")
-        if self.min_params is not None and params and float(params) < self.min_params:
-            reasons.append(f"{int(params):,} parameters, not {self.min_params:,}+")
-        world = run.get("world_size")
-        if self.min_ranks is not None and world is not None and world == world and int(world) < self.min_ranks:
-            alone = int(world) == 1
-            reasons.append(
-                f"{int(world)} rank{'' if alone else 's'} ({'no communication' if alone else 'fewer'}), not {self.min_ranks}+"
-            )
+        if self.min_params is not None:
+            if params is None:
+                reasons.append("the model's parameters not recorded")
+            elif params < self.min_params:
+                reasons.append(f"{int(params):,} parameters, not {self.min_params:,}+")
+        world = _number(run.get("world_size"))
+        if self.min_ranks is not None:
+            if world is None:
+                reasons.append("ranks not recorded")
+            elif world < self.min_ranks:
+                alone = int(world) == 1
+                reasons.append(
+                    f"{int(world)} rank{'' if alone else 's'} ({'no communication' if alone else 'fewer'}), not {self.min_ranks}+"
+                )
         if self.one_rank_per_core and ranks_per_core is not None and ranks_per_core > 1:
             quoted["ranks_per_core"] = ranks_per_core
             reasons.append(f"{ranks_per_core:g} ranks per core, not one per device")
+        elif self.one_rank_per_core and ranks_per_core is None and device == "cpu":
+            reasons.append("ranks per core not recorded (the host's cores)")
         return reasons
 
 
+def _number(value: Any) -> float | None:
+    """A runs-table cell as a float; None where it holds no number (None, pandas' NA, NaN)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):  # None, and pandas' NA, which float() refuses
+        return None
+    return None if math.isnan(number) else number
+
+
 def d_model_of(run: Mapping[str, Any]) -> int | None:
-    """The run's model width, from its preset (None for an unknown preset)."""
+    """The run's model width: the runs table's ``d_model`` (its shape override, else its preset's); for a table
+    written before that column, its preset's (None for an unknown preset)."""
     from muon_repro.model_config import PRESETS
 
+    if (width := _number(run.get("d_model"))) is not None:
+        return int(width)
     preset = PRESETS.get(str(run.get("preset")))
     return int(preset.hidden) if preset is not None else None
 
 
-ON_GPUS = MadeUnder("4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU", devices=("cuda",), one_rank_per_core=True, min_ranks=4)
+ON_GPUS = MadeUnder(
+    "4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU", devices=("cuda",), backends=("nccl",), one_rank_per_core=True, min_ranks=4
+)
 ANY_MACHINE = "any machine: a count, not a time"  # made_under of a claim without conditions
 
 
@@ -257,6 +283,7 @@ CLAIMS = (
             "4 GPUs, NCCL over PCIe Gen4 x4, one rank per GPU; tokens per step unpublished, but a ~1.1% share needs "
             "a few hundred tokens per step per unit of d_model (docs/method.md#regimes)",
             devices=("cuda",),
+            backends=("nccl",),
             min_tokens_per_d_model=100.0,
             one_rank_per_core=True,
             min_ranks=4,
@@ -320,6 +347,7 @@ CLAIMS = (
         made_under=MadeUnder(
             "4 GPUs, NCCL: async_op=True without CUDA stream management",
             devices=("cuda",),
+            backends=("nccl",),
             one_rank_per_core=True,
             min_ranks=4,
         ),
@@ -339,6 +367,7 @@ CLAIMS = (
             "LLM pretraining on GPU clusters (NCCL) with millions of tokens per step: about 1,000 tokens per step per "
             "unit of d_model or more",
             devices=("cuda",),
+            backends=("nccl",),
             min_tokens_per_d_model=1000.0,
             one_rank_per_core=True,
             min_ranks=2,

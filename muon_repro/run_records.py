@@ -294,6 +294,16 @@ class RunConfig:
         return {name: (mine[name], theirs[name]) for name in mine if name not in POOLED_FIELDS and mine[name] != theirs[name]}
 
     @property
+    def d_model(self) -> int | None:
+        """The model's width: the run's override (``hidden``), else its preset's; None for an unknown preset."""
+        from muon_repro.model_config import PRESETS
+
+        if self.hidden is not None:
+            return self.hidden
+        preset = PRESETS.get(self.preset or "")
+        return preset.hidden if preset is not None else None
+
+    @property
     def timed_total(self) -> int:
         """Steps trained before the profiled ones, timed without the profiler (warm-up included); 0 for a run
         without timed steps (bench.configs.BenchConfig.timed_total, read back from config.json)."""

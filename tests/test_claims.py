@@ -180,7 +180,11 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
     assert (claims.loc[time_claims, "verdict"] == "not comparable here").all()
     assert claims.loc[time_claims, "measured_value"].notna().all()  # still measured, with its interval
     share = claims.loc["optimizer_share", "outside_conditions"].split("; ")
-    assert share == ["gloo on cpu, not cuda", "4 tokens per step per d_model, not 100+", "2 ranks per core, not one per device"]
+    assert share == [
+        "gloo on cpu, not nccl on cuda",
+        "4 tokens per step per d_model, not 100+",
+        "2 ranks per core, not one per device",
+    ]
     assert "4 tokens per step per d_model, not 1,000+" in claims.loc["latency_overhead", "outside_conditions"]
     assert not claims.loc["optimizer_share", "explanation"].startswith("Not comparable")  # the cause alone
     # the counts (state, bytes) are no claims: they are checks (muon_repro.analysis.checks, tests/test_checks.py)
@@ -188,7 +192,69 @@ def test_a_claim_outside_its_conditions_is_not_comparable_here_and_says_why():
     # with a core per rank, the ranks-per-core reason goes (the device reason stays)
     runs, steps, ranks, phases, environment = _on_cpu(study_grid(muon_comm=5.7, muon_step=101.0), cores=4)
     again = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id")
-    assert again.loc["hybrid_beats_pure", "outside_conditions"] == "gloo on cpu, not cuda"
+    assert again.loc["hybrid_beats_pure", "outside_conditions"] == "gloo on cpu, not nccl on cuda"
+
+
+def test_a_condition_the_run_did_not_record_is_not_met():
+    from muon_repro.claims import BY_ID
+
+    gpu_run = {"run": "g/muon", "device": "cuda", "backend": "nccl", "preset": "large", "d_model": 1024, "world_size": 4}
+    share = BY_ID["optimizer_share"].made_under
+    assert share.outside({**gpu_run, "tokens_per_step": 524_288}, None, {}) == []  # 512 tokens per d_model: inside
+    # the same run with its tokens, its width or its ranks unknown is not shown to be inside
+    assert share.outside({**gpu_run, "tokens_per_step": pd.NA}, None, {}) == ["tokens per step per d_model not recorded"]
+    assert share.outside({**gpu_run, "tokens_per_step": 524_288, "preset": "custom", "d_model": None}, None, {}) == [
+        "tokens per step per d_model not recorded"
+    ]
+    assert share.outside({**gpu_run, "tokens_per_step": 524_288, "world_size": float("nan")}, None, {}) == ["ranks not recorded"]
+    # gloo on GPUs is not the NCCL the claim was made with (NCCL also keeps one rank per GPU)
+    assert share.outside({**gpu_run, "tokens_per_step": 524_288, "backend": "gloo"}, None, {}) == [
+        "gloo on cuda, not nccl on cuda"
+    ]
+    # on a CPU whose cores were not recorded, ranks per core is unknown
+    cpu_run = {**gpu_run, "device": "cpu", "backend": "gloo", "tokens_per_step": 524_288}
+    assert share.outside(cpu_run, None, {}) == ["gloo on cpu, not nccl on cuda", "ranks per core not recorded (the host's cores)"]
+    leading = BY_ID["muon_leading_steps"].made_under
+    assert leading.outside({"run": "c/muon", "params": 2e8, "tokens_trained": 4e9}, None, {}) == []
+    assert leading.outside({"run": "c/muon", "params": None, "tokens_trained": 4e9}, None, {}) == [
+        "tokens trained per parameter not recorded",
+        "the model's parameters not recorded",
+    ]
+
+
+def test_the_width_of_a_shape_override_sets_its_tokens_per_d_model():
+    from muon_repro.claims import BY_ID, d_model_of
+    from muon_repro.run_records import RunConfig
+
+    # the runs table's d_model: a custom shape's width, which keeps its base preset's name
+    assert [RunConfig(preset="small", hidden=96).d_model, RunConfig(preset="large").d_model, RunConfig().d_model] == [
+        96,
+        1024,
+        None,
+    ]
+    assert d_model_of({"preset": "small", "d_model": 96}) == 96
+    assert d_model_of({"preset": "small", "d_model": pd.NA}) == 256  # a table written before the column: the preset's
+    quoted: dict[str, float] = {}
+    run = {"run": "c/muon", "device": "cuda", "backend": "nccl", "preset": "small", "d_model": 4096, "world_size": 4}
+    assert BY_ID["optimizer_share"].made_under.outside({**run, "tokens_per_step": 8192}, None, quoted) == [
+        "2 tokens per step per d_model, not 100+"
+    ]
+    assert quoted["d_model"] == 4096
+
+
+def test_runs_of_one_preset_name_and_other_shapes_did_different_work():
+    from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work, work_difference
+
+    base = {**CPU_WORK, "preset": "small", "d_model": 256, "model_params": 4_196_608, "qkv": "fused", "seq_len": 128}
+    base |= {"precision": "fp32", "reduce_dtype": "fp32", "cross_entropy": "vocab_parallel"}
+    muon = pd.Series({**base, "run": "custom/muon_h96"} | {"d_model": 96, "model_params": 1_234_567})
+    adamw = pd.Series({**base, "run": "comparison/adamw"})
+    assert "d_model is 96 vs 256" in work_difference(muon, adamw)
+    with pytest.raises(UnequalWork, match="model_params"):
+        check_same_work(muon.drop("d_model"), adamw.drop("d_model"))
+    with pytest.raises(UnequalWork, match="qkv is 'split' vs 'fused'"):
+        check_same_work(pd.Series({**base, "run": "a", "qkv": "split"}), pd.Series({**base, "run": "b"}))
+    assert work_difference(pd.Series({**base, "run": "a"}), pd.Series({**base, "run": "b"})) is None
 
 
 def test_each_interval_is_the_paired_interval_of_the_per_round_values():

@@ -16,8 +16,21 @@ import pandas as pd
 from muon_repro.analysis.estimators import RunSteps, paired_rounds, step_source
 from muon_repro.values import counted
 
-# What two runs must share to be compared: the same work on the same kind of machine.
-SAME_WORK = ("preset", "tokens_per_step", "seq_len", "precision", "reduce_dtype", "cross_entropy", "backend", "device")
+# What two runs must share to be compared: the same model (a shape override keeps its base preset's name, so its
+# width and parameters too), the same work, on the same kind of machine.
+SAME_WORK = (
+    "preset",
+    "d_model",
+    "model_params",
+    "qkv",
+    "tokens_per_step",
+    "seq_len",
+    "precision",
+    "reduce_dtype",
+    "cross_entropy",
+    "backend",
+    "device",
+)
 # What an optimizer's twin shares besides: the grid, ranks and micro-batches, so that the optimizer is all that differs.
 # (Claims that compare grids, DP2·TP2 against DP4, pair runs of the same work on different grids.)
 SAME_GRID = ("dp", "tp", "pp", "world_size", "micro_batches")

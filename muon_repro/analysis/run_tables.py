@@ -54,6 +54,7 @@ def config_columns(info: RunInfo, metrics: list[RankMetrics]) -> dict[str, Any]:
         "reduce_dtype": cfg.reduce_dtype,
         "seed": cfg.seed,
         "model_params": next((m.model_params for m in metrics if m.model_params is not None), None),
+        "d_model": cfg.d_model,
         "command": command_line(cfg.command),
         "git_sha": recorded_commit(env),
         "recorded_at": env.get("recorded_at") if isinstance(env.get("recorded_at"), str) else None,

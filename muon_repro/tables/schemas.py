@@ -81,6 +81,7 @@ _CONFIG_COLUMNS = columns_of(
     ("reduce_dtype", "string", "", "dtype of the gradient reduce-scatter"),
     ("seed", "Int64", "", "random seed"),
     ("model_params", "Int64", "count", "parameters of the full (unsharded) model"),
+    ("d_model", "Int64", "count", "the model's width (hidden size): the run's shape override, else its preset's"),
     ("command", "string", "", "the command line that recorded the run, shell-quoted"),
     ("git_sha", "string", "", "commit of the code that recorded the run (environment.json)"),
     ("recorded_at", "string", "", "when the run was recorded, ISO 8601 (environment.json)"),
