@@ -517,3 +517,34 @@ def test_an_unknown_flop_count_or_interval_is_said_unknown_never_a_number():
     assert [ns_gflop(pd.Series({"ns_flops_max_rank": v})) for v in (None, float("nan"), 9.4e9)] == ["unknown", "unknown", "9.4"]
     assert _versus_one(float("nan"), float("nan")) == "no interval"
     assert _versus_one(0.97, 1.01) == "not distinguishable from 1"
+
+
+def test_the_grids_a_claim_speaks_of_are_picked_whole():
+    """One device means one rank (a PP4 pipeline has dp 1 and tp 1 too); the DP2·TP2 run is the blocking one (its async
+    variant, which sorts first here, is the async claim's)."""
+    from types import SimpleNamespace
+
+    from muon_repro.analysis.claim_inputs import dp2_tp2_pair
+    from muon_repro.analysis.claim_measures import _single_device_pair
+
+    def run(name: str, optimizer: str, dp: int, tp: int, pp: int = 1, overlap: str = "none", tokens: int = 1024) -> dict:
+        grid = {"dp": dp, "tp": tp, "pp": pp, "world_size": dp * tp * pp, "micro_batches": 1, "overlap": overlap}
+        return {**CPU_WORK, **grid, "run": f"p/{name}", "group": "g", "layout": "contiguous", "optimizer": optimizer} | {
+            "tokens_per_step": tokens
+        }
+
+    runs = pd.DataFrame(
+        [
+            run("a_muon_pp4", "muon", 1, 1, pp=4, tokens=8192),
+            run("a_adamw_pp4", "adamw", 1, 1, pp=4, tokens=8192),
+            run("muon_one", "muon", 1, 1),
+            run("adamw_one", "adamw", 1, 1),
+            run("a_muon_dp2_tp2_async", "muon", 2, 2, overlap="naive_async"),
+            run("muon_dp2_tp2", "muon", 2, 2),
+            run("adamw_dp2_tp2", "adamw", 2, 2),
+        ]
+    )
+    tables = SimpleNamespace(runs=runs)
+    assert [r["run"] for r in _single_device_pair(tables)] == ["p/muon_one", "p/adamw_one"]
+    assert [r["run"] for r in dp2_tp2_pair(tables)] == ["p/muon_dp2_tp2", "p/adamw_dp2_tp2"]
+    assert _single_device_pair(SimpleNamespace(runs=runs[runs["pp"] == 4])) is None

@@ -81,10 +81,11 @@ def twin_of(run: pd.Series, candidates: pd.DataFrame) -> pd.Series:
 
 
 def dp2_tp2_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
-    """The Muon run at dp=2, tp=2 without a pipeline (the original study's grid) and the AdamW run beside it that did
-    the same work on the same grid: what the DP2·TP2 claims and checks compare. None without a Muon run there or an
-    AdamW run on its backend and device; :class:`UnequalWork` when no AdamW run there did the same work."""
-    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2)
+    """The Muon run at dp=2, tp=2 without a pipeline and with blocking gathers (the original study's grid and
+    algorithm; its async variant is another claim's) and the AdamW run beside it that did the same work on the same
+    grid: what the DP2·TP2 claims and checks compare. None without a Muon run there or an AdamW run on its backend
+    and device; :class:`UnequalWork` when no AdamW run there did the same work."""
+    muon = first_run(without_pipeline(t.runs), optimizer="muon", dp=2, tp=2, overlap="none")
     if muon is None:
         return None
     adamw = t.runs[(t.runs["optimizer"] == "adamw") & (t.runs["dp"] == 2) & (t.runs["tp"] == 2)]

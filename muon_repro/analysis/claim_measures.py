@@ -111,9 +111,9 @@ def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: in
 
 
 def _single_device_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
-    """Muon and AdamW on one device (dp=1, tp=1) at the largest tokens per step both were recorded at, whether or not
-    they did the same work (a comparison checks that; a measure of Muon's run alone need not)."""
-    r = t.runs
+    """Muon and AdamW on one device (one rank: dp, tp and pp 1) at the largest tokens per step both were recorded
+    at, whether or not they did the same work (a comparison checks that; a measure of Muon's run alone need not)."""
+    r = without_pipeline(t.runs)
     one = r[(r["dp"] == 1) & (r["tp"] == 1) & (r["group"] != "convergence")]
     muon, adamw = one[one["optimizer"] == "muon"], one[one["optimizer"] == "adamw"]
     common = set(muon["tokens_per_step"].dropna()) & set(adamw["tokens_per_step"].dropna())
