@@ -105,6 +105,13 @@ def test_a_custom_run_is_recorded_with_its_shape(tmp_path, capsys):
     assert (config["dp"], config["tp"], config["hidden"], config["n_layers"], config["tokens_per_step"]) == (2, 1, 32, 1, 64)
     assert (config["overlap"], config["layout"]) == ("pipelined", "bucketed")
     assert sorted(p.name for p in (run / "trial0").glob("rank*.json.gz")) == ["rank0.json.gz", "rank1.json.gz"]
+    # the runs table carries the shape's own width beside its base preset's name: equal work and the claims'
+    # tokens per d_model read it (muon_repro.analysis.claim_inputs.SAME_WORK)
+    from muon_repro.analysis.batch_read import analyze_paths
+    from muon_repro.table_set import tables_of
+
+    (row,) = tables_of(analyze_paths([tmp_path], workers=1))["runs"].to_dict("records")
+    assert (row["preset"], row["d_model"]) == ("small", 32)
 
 
 @pytest.mark.parametrize("flag", ["--seq-len", "--tokens-per-step", "--dp", "--micro-batches"])
