@@ -548,3 +548,23 @@ def test_the_grids_a_claim_speaks_of_are_picked_whole():
     assert [r["run"] for r in _single_device_pair(tables)] == ["p/muon_one", "p/adamw_one"]
     assert [r["run"] for r in dp2_tp2_pair(tables)] == ["p/muon_dp2_tp2", "p/adamw_dp2_tp2"]
     assert _single_device_pair(SimpleNamespace(runs=runs[runs["pp"] == 4])) is None
+
+
+def test_a_measure_that_compared_unequal_work_unchecked_reads_unequal_work(monkeypatch):
+    """equal_work true is a check of the runs measured, not the absence of an error: a measure that forgot
+    check_same_work still gets 'unequal work', naming the runs and the field."""
+    from muon_repro.analysis import claim_measures
+    from muon_repro.analysis.claim_inputs import Measurement
+
+    runs, steps, ranks, phases, environment = _on_cpu(study_grid(muon_comm=5.7, muon_step=101.0))
+    muon, adamw = (runs[runs["run"] == name].iloc[0] for name in ("comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2"))
+    unchecked = Measurement(0.02, 0.01, 0.03, "two runs", "Compared without a check.", (muon, adamw.copy()))
+    monkeypatch.setitem(claim_measures.MEASURE, "latency_overhead", lambda t: unchecked)
+    row = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id").loc["latency_overhead"]
+    assert (row["verdict"], row["equal_work"], row["work_difference"]) == ("not comparable here", True, "")
+    bigger = adamw.copy()
+    bigger["tokens_per_step"] = 2048
+    unchecked = Measurement(0.02, 0.01, 0.03, "two runs", "Compared without a check.", (muon, bigger))
+    row = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id").loc["latency_overhead"]
+    assert (row["verdict"], row["equal_work"]) == ("unequal work", False)
+    assert "tokens_per_step is 1024 vs 2048" in row["work_difference"] and "comparison/adamw_dp2_tp2" in row["work_difference"]

@@ -52,10 +52,17 @@ def work_difference(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_W
             continue
         if is_missing(va) or is_missing(vb) or va != vb:
             return (
-                f"runs {a['run']} and {b['run']} did different work: {name} is {va!r} vs {vb!r}; "
+                f"runs {a['run']} and {b['run']} did different work: {name} is {_shown(va)} vs {_shown(vb)}; "
                 f"record them with the same {name} to compare them"
             )
     return None
+
+
+def _shown(value: object) -> str:
+    """A table cell as a message says it: a string quoted, a number plain (``32768``, not ``np.int64(32768)``)."""
+    if is_missing(value):
+        return "not recorded"
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def check_same_work(a: pd.Series, b: pd.Series, fields: tuple[str, ...] = SAME_WORK) -> None:

@@ -22,7 +22,14 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from muon_repro.analysis.claim_inputs import Measurement, ProfileTables, UnequalWork, describe_runs, is_missing
+from muon_repro.analysis.claim_inputs import (
+    Measurement,
+    ProfileTables,
+    UnequalWork,
+    describe_runs,
+    is_missing,
+    work_difference,
+)
 from muon_repro.analysis.claim_measures import MEASURE
 from muon_repro.analysis.estimators import RunSteps, left_out, unpaired_rounds
 from muon_repro.analysis.rounds import rounds_of
@@ -101,6 +108,8 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
         unequal = ""
         try:
             m = MEASURE[c.claim_id](t)
+            if isinstance(m, Measurement):  # each measure checks its pairs; equal_work true is this check's too
+                unequal = _work_difference_of(m.runs)
         except UnequalWork as exc:  # the runs it would compare did different work: no ratio of theirs judges it
             unequal = str(exc)
             conditions = describe_runs(*exc.runs)
@@ -139,12 +148,21 @@ def _claim_rows(t: ProfileTables, profile: str) -> list[dict]:
                 "rule": c.rule_text(),
                 "study_method_value": None,
                 "study_method_rebuilt": None,
-                # checked for every pair a measure compares (check_same_work, twin_of); one run compares nothing
+                # checked for every pair a measure compares (check_same_work, twin_of), and again over the runs it
+                # measured (_work_difference_of); one run compares nothing
                 "equal_work": False if unequal else (True if len(measured.interval_runs) > 1 else None),
                 "work_difference": unequal,
             }
         )
     return rows
+
+
+def _work_difference_of(runs: tuple[pd.Series, ...]) -> str:
+    """How the runs a measurement compares differ in work (:data:`~muon_repro.analysis.claim_inputs.SAME_WORK`;
+    grids may differ), checked once more from the runs themselves so that a measure that compared runs without
+    :func:`~muon_repro.analysis.claim_inputs.check_same_work` cannot read as equal work; empty: they did the same."""
+    first, *others = runs or (None,)
+    return next((difference for run in others if (difference := work_difference(first, run)) is not None), "")
 
 
 def _rounds(measured: Measurement, sources: list[RunSteps], skipped: set[int]) -> int | None:
