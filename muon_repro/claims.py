@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from muon_repro.values import finite_number
+
 # A source label: the text before its first colon is its short name in tables (the report, the README).
 STUDY = (
     "Wei's study: 'Reproducing and Validating Distributed Muon' (Jen Wei, Hugging Face dataset "
@@ -161,13 +163,13 @@ class MadeUnder:
             wanted = " on ".join("/".join(names) for names in (self.backends, self.devices) if names)
             reasons.append(f"{backend} on {device}, not {wanted}")
         if self.min_tokens_per_d_model is not None:
-            d_model, tokens = d_model_of(run), _number(run.get("tokens_per_step"))
+            d_model, tokens = d_model_of(run), finite_number(run.get("tokens_per_step"))
             if not d_model or tokens is None:
                 reasons.append("tokens per step per d_model not recorded")
             elif (per_d := tokens / d_model) < self.min_tokens_per_d_model:
                 quoted |= {"d_model": d_model, "tokens_per_d_model": per_d}
                 reasons.append(f"{per_d:.0f} tokens per step per d_model, not {self.min_tokens_per_d_model:,.0f}+")
-        params, trained = _number(run.get("params")), _number(run.get("tokens_trained"))
+        params, trained = finite_number(run.get("params")), finite_number(run.get("tokens_trained"))
         if self.min_tokens_per_param is not None:
             if not params or trained is None:
                 reasons.append("tokens trained per parameter not recorded")
@@ -179,7 +181,7 @@ class MadeUnder:
                 reasons.append("the model's parameters not recorded")
             elif params < self.min_params:
                 reasons.append(f"{int(params):,} parameters, not {self.min_params:,}+")
-        world = _number(run.get("world_size"))
+        world = finite_number(run.get("world_size"))
         if self.min_ranks is not None:
             if world is None:
                 reasons.append("ranks not recorded")
@@ -196,21 +198,12 @@ class MadeUnder:
         return reasons
 
 
-def _number(value: Any) -> float | None:
-    """A runs-table cell as a float; None where it holds no number (None, pandas' NA, NaN)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):  # None, and pandas' NA, which float() refuses
-        return None
-    return None if math.isnan(number) else number
-
-
 def d_model_of(run: Mapping[str, Any]) -> int | None:
     """The run's model width: the runs table's ``d_model`` (its shape override, else its preset's); for a table
     written before that column, its preset's (None for an unknown preset)."""
     from muon_repro.model_config import PRESETS
 
-    if (width := _number(run.get("d_model"))) is not None:
+    if (width := finite_number(run.get("d_model"))) is not None:
         return int(width)
     preset = PRESETS.get(str(run.get("preset")))
     return int(preset.hidden) if preset is not None else None

@@ -6,6 +6,7 @@ Plain Python, the standard library only: any module (torch-free or not) can use 
 
 from __future__ import annotations
 
+import math
 import shlex
 
 
@@ -17,6 +18,15 @@ def is_count(value: object) -> bool:
 def is_index(value: object) -> bool:
     """An int, not a bool, at least 0: an index, a seed (False is an int in Python: a JSON ``false`` must not pass as 0)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def finite_number(value: object) -> float | None:
+    """A table cell or JSON value as a finite float; None where it holds none (None, pandas' NA, NaN, inf, text)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # None, pandas' NA and text, which float() refuses
+        return None
+    return number if math.isfinite(number) else None
 
 
 def counted(count: int, noun: str) -> str:

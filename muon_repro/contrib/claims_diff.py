@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from muon_repro.values import finite_number
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -17,19 +19,11 @@ KEY = "claim_id"
 REL_TOL = 1e-9  # two measurements this close are the same (Parquet round trips keep floats exactly; this absorbs nothing else)
 
 
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def describe(row: Any | None) -> str:
     """One claim's measurement as ``value [low, high] verdict``."""
     if row is None:
         return "(no row)"
-    value, low, high = (_number(row.get(c)) for c in ("measured_value", "measured_low", "measured_high"))
+    value, low, high = (finite_number(row.get(c)) for c in ("measured_value", "measured_low", "measured_high"))
     verdict = str(row.get("verdict") or "")
     if value is None:
         return verdict or "not measured"
@@ -47,7 +41,7 @@ def change(before: Any | None, after: Any | None) -> str:
         return "new claim"
     if after is None:
         return "not re-measured here"
-    b, a = (_number(r.get("measured_value")) for r in (before, after))
+    b, a = (finite_number(r.get("measured_value")) for r in (before, after))
     if b is None and a is None:
         return "unchanged (not measured)"
     if b is None:
@@ -56,7 +50,7 @@ def change(before: Any | None, after: Any | None) -> str:
         return "not re-measured here (it rests on records besides this profile's trial folders)"
     if before.get("verdict") != after.get("verdict"):
         return f"verdict {before.get('verdict')} -> {after.get('verdict')}"
-    bounds = [(_number(r.get("measured_low")), _number(r.get("measured_high"))) for r in (before, after)]
+    bounds = [(finite_number(r.get("measured_low")), finite_number(r.get("measured_high"))) for r in (before, after)]
     if _same(a, b) and all(_same(x, y) for x, y in zip(*bounds)):
         return "unchanged"
     widths = [hi - lo if lo is not None and hi is not None else None for lo, hi in bounds]
