@@ -9,9 +9,11 @@ native tools (ruff, git, ldconfig, sha256sum) may run: libraries call some of th
 ldconfig), and each takes milliseconds.
 """
 
+import gc
 import multiprocessing.process
 import multiprocessing.util
 import os
+import pathlib
 import shlex
 import shutil
 import sys
@@ -112,6 +114,14 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
         yield
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """An xdist worker, its tests run and reported, freezes what the run built: the interpreter then exits without a
+    last collection over all of it. The workers are torn down one after the other, and each took ~3 s to exit."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        gc.disable()
+        gc.freeze()
+
+
 class _no_process_unless_slow:
     """Within a test that is not marked ``slow`` (its fixtures' set-up and teardown included), starting a Python
     process raises: the audit hook sees subprocesses, os.system, spawns, execs and forks; multiprocessing's starts are
@@ -160,6 +170,22 @@ def quick_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_figures import stand_in_figures
 
     stand_in_figures(monkeypatch)
+
+
+@pytest.fixture
+def svg_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figures drawn in full and written as SVG, their PNGs empty: for tests that read a figure's SVG text (a PNG at
+    print resolution costs ~0.4 s a figure; tests/test_report.py's bundle checks the PNGs)."""
+    from matplotlib.figure import Figure
+
+    savefig = Figure.savefig
+
+    def svg_only_savefig(self, fname, *args, format=None, **kwargs):
+        if format == "png":
+            return pathlib.Path(fname).write_bytes(b"")
+        return savefig(self, fname, *args, format=format, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", svg_only_savefig)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.syntax_trees import tree_of
 
 from muon_repro.module_map import COMMAND, markers, undocumented, with_module_map
 
@@ -55,11 +56,7 @@ def test_every_package_and_module_is_in_the_map():
 
 
 def test_every_module_has_a_docstring():
-    bare = [
-        str(p.relative_to(REPO))
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if not (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "").strip()
-    ]
+    bare = [str(p.relative_to(REPO)) for p in sorted(PACKAGE.rglob("*.py")) if not (ast.get_docstring(tree_of(p)) or "").strip()]
     assert bare == [], f"modules without a docstring (the module map would have a hole): {bare}"
 
 

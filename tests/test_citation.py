@@ -42,6 +42,7 @@ def _cffconvert() -> str | None:
     return os.environ.get("CFFCONVERT") or shutil.which("cffconvert") or (str(local) if local.is_file() else None)
 
 
+@pytest.mark.slow  # renders the repository's card (~4 s); tests/test_artifacts.py checks dataset_card.md beside it
 def test_the_root_files_are_what_the_package_generates_for_the_committed_metadata():
     plan = RunPlan(out=REPO_ROOT)
     docs = documents_from_sources(_sources(plan), _meta(plan))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.syntax_trees import parsed
 
 from muon_repro.claims import BY_ID, CLAIMS, LEVELS, PAPER_LATENCY, STUDY_SHARE, Region, level_of, verdict
 from muon_repro.report.claims_section import claim_region
@@ -33,7 +34,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def level_literals(source: str) -> list[tuple[int, object]]:
     """(line, literal) of every claimed level spelled in ``source``: the number, or its percent in a string."""
-    tree = ast.parse(source)
+    tree = parsed(source)
     docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):

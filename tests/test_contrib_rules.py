@@ -7,10 +7,10 @@ import gzip
 import json
 import shutil
 import time
-import zlib
 from pathlib import Path
 
 import pytest
+from support.gzip_bombs import gzip_bomb
 from support.run_links import link_outside
 from test_contribute import PROFILE, make_run
 
@@ -165,13 +165,10 @@ def test_symbolic_links_anywhere_are_refused_each_by_name(tmp_path):
 
 def test_a_gzip_bomb_stops_at_64_times_its_compressed_size(tmp_path):
     run = make_run(tmp_path / "run")
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: a gzip header and trailer
     event = b'{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 1},'
-    parts = [compressor.compress(b'{"traceEvents": [')]
-    parts += [compressor.compress(event * 10_000) for _ in range(250)]  # 220 MB of events, which the reader takes
-    bomb = b"".join(parts) + compressor.compress(event[:-1] + b"]}") + compressor.flush()
-    (run / "rank0.json.gz").write_bytes(bomb)
-    assert len(bomb) * MAX_TRACE_EXPANSION < 220e6
+    # 220 MB of events, which the reader takes
+    bomb = gzip_bomb(run / "rank0.json.gz", b'{"traceEvents": [', event * 10_000, 250, tail=event[:-1] + b"]}")
+    assert bomb.stat().st_size * MAX_TRACE_EXPANSION < 220e6
     started = time.process_time()  # CPU seconds: a loaded machine's wall time would make the limit flake
     _, problems = check_run(run)
     assert [p.path.name for p in problems] == ["rank0.json.gz"]

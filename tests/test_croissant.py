@@ -161,6 +161,7 @@ def test_a_column_without_a_croissant_type_is_refused_by_name(sources, tmp_path)
         build(sources, tmp_path / "out")
 
 
+@pytest.mark.slow  # mlcroissant reads the committed tables through its own graph (~3 s); the bundles' croissant is checked fast
 def test_the_root_croissant_validates_and_gives_the_committed_claims():
     root = REPO / CROISSANT_NAME
     if not root.is_file():

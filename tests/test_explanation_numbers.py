@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.syntax_trees import tree_of
 
 from muon_repro.tables.io import read_table
 
@@ -52,7 +53,7 @@ def code_constants() -> set[float]:
     """The numbers written in the modules that build the explanations: in their strings and as literals."""
     values: set[float] = set()
     for path in [REPO / "muon_repro" / "analysis" / name for name in WRITERS] + [REPO / "muon_repro" / "claims.py"]:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = tree_of(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 values |= {v for _, v, _ in numbers_in(node.value)}

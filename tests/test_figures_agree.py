@@ -46,7 +46,7 @@ def _svg_text(path: Path) -> str:
     return " ".join(html.unescape(Path(path).with_suffix(".svg").read_text()).split())
 
 
-def test_comm_time_states_the_claims_values(figure_data, tables, tmp_path):
+def test_comm_time_states_the_claims_values(figure_data, tables, tmp_path, svg_only):
     claims, _ = tables
     row = _claim(claims, "comm_time_dp2_tp2")
     said = figures.comm_time_stated(figure_data.runs, figure_data.claims, figure_data.stated_numbers)
@@ -68,7 +68,7 @@ def test_comm_time_states_the_claims_values(figure_data, tables, tmp_path):
         assert value in svg
 
 
-def test_optimizer_overhead_states_the_claims_values(figure_data, tables, tmp_path):
+def test_optimizer_overhead_states_the_claims_values(figure_data, tables, tmp_path, svg_only):
     claims, _ = tables
     row = _claim(claims, "optimizer_share")
     said = figures.optimizer_share_stated(figure_data.runs, figure_data.claims)
@@ -83,7 +83,7 @@ def test_optimizer_overhead_states_the_claims_values(figure_data, tables, tmp_pa
         assert value in svg
 
 
-def test_bytes_by_layout_states_the_checks_values(figure_data, tables, tmp_path):
+def test_bytes_by_layout_states_the_checks_values(figure_data, tables, tmp_path, svg_only):
     _, checks = tables
     said = bytes_figures.bytes_by_layout_stated(
         figure_data.runs, figure_data.phases, figure_data.checks, figure_data.stated_numbers

@@ -33,7 +33,7 @@ GPU_PROFILE = "1xH200-nccl"
 
 
 @pytest.fixture
-def kept(monkeypatch):
+def kept_and_written(monkeypatch):
     """The figures drawn during a test, kept open when the figure module closes them (closed at the end)."""
     import matplotlib.pyplot as plt
 
@@ -50,6 +50,16 @@ def kept(monkeypatch):
     yield drawn
     for fig in drawn:
         close(fig)
+
+
+@pytest.fixture
+def kept(kept_and_written, monkeypatch):
+    """The figures drawn during a test, kept open, their files written empty: what these tests read is the figure
+    itself, not its rendering (a PNG at print resolution and an SVG take ~0.5 s a figure)."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, fname, **kwargs: Path(fname).write_bytes(b""))
+    return kept_and_written
 
 
 def _svg_text(png: Path) -> str:
@@ -97,11 +107,11 @@ def test_a_signed_time_is_written_as_every_time():
 # ---------------------------------------------------------------- state_memory: placement, units, the state check
 
 
-def test_state_memory_sets_each_number_at_what_it_measures_in_the_reports_mb(figure_data, tmp_path, kept):
+def test_state_memory_sets_each_number_at_what_it_measures_in_the_reports_mb(figure_data, tmp_path, kept_and_written):
     """DP4 Muon's mean (5.00 MiB) was written above its largest rank's line (6.00 MiB), reading as the line's value;
     the figure wrote MiB (13.5) where the report writes MB (14.16)."""
     png = bytes_figures.state_memory(figure_data.runs, figure_data.ranks, figure_data.checks, tmp_path / "state_memory")
-    steady, transient = kept[-1].axes[:2]
+    steady, transient = kept_and_written[-1].axes[:2]
     numbers = [t for ax in (steady, transient) for t in ax.texts if t.get_text().replace(".", "", 1).isdigit()]
     assert len(numbers) >= 9  # six bars and three buffers
     for text in numbers:
@@ -117,7 +127,7 @@ def test_state_memory_sets_each_number_at_what_it_measures_in_the_reports_mb(fig
     assert uneven, "the committed tables have a run whose largest rank holds more than the mean (DP4 Muon)"
     muon = reps[reps["optimizer"] == "muon"]["run"]
     assert [t.get_text() for t in transient.texts] == [mb(st.loc[r, "transient"]).removesuffix(" MB") for r in muon]
-    assert _words(kept[-1]).count("MiB") == 0
+    assert _words(kept_and_written[-1]).count("MiB") == 0
     svg = _svg_text(png)
     assert "MiB" not in svg and "(MB)" in svg
 
@@ -150,7 +160,7 @@ def test_state_memory_prints_the_state_check_it_states(figure_data, tmp_path, ke
 # ---------------------------------------------------------------- bytes_by_layout: MB and order
 
 
-def test_bytes_by_layout_writes_mb_as_the_report_and_lists_in_the_bars_order(figure_data, tmp_path):
+def test_bytes_by_layout_writes_mb_as_the_report_and_lists_in_the_bars_order(figure_data, tmp_path, svg_only):
     """It printed 10.5 MB / 8.4 MB where the report prints 10.49 / 8.40 MB, and listed the checks bucketed,
     contiguous, whole-matrix beside bars drawn contiguous, whole-matrix, bucketed."""
     said = bytes_figures.bytes_by_layout_stated(
@@ -183,7 +193,7 @@ def test_bytes_by_layout_writes_mb_as_the_report_and_lists_in_the_bars_order(fig
 # ---------------------------------------------------------------- regime_map: percentages
 
 
-def test_regime_map_writes_the_share_as_the_report(figure_data, tmp_path):
+def test_regime_map_writes_the_share_as_the_report(figure_data, tmp_path, svg_only):
     """Its subtitle wrote 11.4% where the report writes 11% (formatting.percent)."""
     svg = _svg_text(regime_figures.regime_map(figure_data.regimes, figure_data.regime_model, tmp_path / "regime_map"))
     sweep = regime_figures.main_axis(figure_data.regimes)

@@ -10,12 +10,12 @@ import torch; no module but :mod:`muon_repro.phases` spells a phase name, none b
 from __future__ import annotations
 
 import ast
-import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.syntax_trees import nodes_of
 
 from muon_repro.phases import PHASES
 from muon_repro.rundir import RUN_FILES
@@ -49,16 +49,6 @@ ALLOWED = {("stages.py", "muon_repro.bench"), ("stages.py", "muon_repro.parallel
 # file -> the one module past its wall it may import (none today: `muon-repro report`, which cites the dataset, is
 # report_cli.py, outside the report package)
 ALLOWED_MODULES: set[tuple[str, str]] = set()
-
-
-def nodes_of(path: Path) -> tuple[ast.AST, ...]:
-    """Every node of the module at ``path``, parsed once per test run: each test here walks every module."""
-    return _nodes(path.read_text(encoding="utf-8"), str(path))
-
-
-@functools.cache
-def _nodes(source: str, filename: str) -> tuple[ast.AST, ...]:
-    return tuple(ast.walk(ast.parse(source, filename=filename)))
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:

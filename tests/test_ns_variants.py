@@ -51,6 +51,7 @@ def test_the_exact_polar_factor_is_the_reference():
         known_matrix("spiky")
 
 
+@pytest.mark.slow  # 18 rows of bf16 Newton-Schulz chains on the CPU: ~7 s, most of it bf16 matmuls without bf16 units
 def test_the_docs_table_is_what_the_module_measures():
     text = (REPO / "docs" / "method.md").read_text(encoding="utf-8")
     block = text.split(MARKERS[0])[1].split(MARKERS[1])[0]

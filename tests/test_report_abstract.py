@@ -47,7 +47,8 @@ def pool_of(data) -> np.ndarray:
         values.append(len(df))
         for col in df.columns:
             series = df[col]
-            numeric = pd.to_numeric(series, errors="coerce")
+            # the pool is a set: parsing each distinct cell once (the convergence table has 100k rows) is enough
+            numeric = pd.to_numeric(pd.Series(series.unique(), dtype=series.dtype), errors="coerce")
             if numeric.notna().any():
                 values.extend(numeric.dropna().astype(float).tolist())
             else:

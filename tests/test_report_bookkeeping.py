@@ -8,6 +8,7 @@ Rendered from the committed tables with stand-in figures (the words are checked,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -222,7 +223,7 @@ def test_the_one_rank_set_is_described_only_where_the_tables_hold_one(report_dat
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--world-size {4,1}" in help_text and "study_protocol_1rank" in help_text
     one_rank = report_data.study_protocols.assign(group="study_protocol_1rank")
-    assert one_rank_protocol(type(report_data)(**{**vars(report_data), "study_protocols": one_rank}))
+    assert one_rank_protocol(dataclasses.replace(report_data, study_protocols=one_rank))
 
 
 # --- finding 15: a check that is a bound ---

@@ -154,6 +154,7 @@ def _report(root: Path, formats: str) -> int:
     )
 
 
+@pytest.mark.slow  # renders the report and loads weasyprint (~3 s): the figures' twins above check the same writer fast
 def test_an_interrupted_report_leaves_the_old_report_whole(root: Path, monkeypatch) -> None:
     import weasyprint
 
@@ -174,6 +175,7 @@ def test_an_interrupted_report_leaves_the_old_report_whole(root: Path, monkeypat
     _no_staging_left(root)
 
 
+@pytest.mark.slow  # renders the report twice (~3 s): the figures' twins above check the same writer fast
 def test_a_report_replaces_its_set_and_keeps_what_it_did_not_write(root: Path) -> None:
     _fake_figures(root)
     out = root / "report"

@@ -118,7 +118,7 @@ def test_without_pipeline_runs_the_section_is_one_sentence_and_nothing_is_drawn(
     assert not pipeline_section(one_device)["present"]
 
 
-def test_the_figure_draws_from_the_tables_and_states_the_claims(data, tmp_path):
+def test_the_figure_draws_from_the_tables_and_states_the_claims(data, tmp_path, svg_only):
     said = stated.pipeline(data.claims, stated.profile_of(data.runs))
     assert set(said.values) == {f"claims.{cid}.measured_value" for cid in PIPELINE_CLAIMS}
     png = pipeline(data.runs, data.stages, data.claims, tmp_path / "pipeline")
@@ -160,7 +160,7 @@ def test_the_cost_model_part_prices_every_recorded_pipeline_and_the_7b_scale_out
     assert pipeline_costmodel(empty) == {"present": False}
 
 
-def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage_by_stage(data, tmp_path):
+def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage_by_stage(data, tmp_path, svg_only):
     from muon_repro.report import timeline_figures
     from muon_repro.report.timeline_figures import _rank_label
 

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from support.gzip_bombs import gzip_bomb
 
 from muon_repro.analysis import limits as trace_limits
 from muon_repro.analysis import reader
@@ -43,19 +44,6 @@ def events_text(n: int) -> bytes:
 
 def write_trace(path: Path, n: int) -> Path:
     path.write_text(json.dumps({"traceEvents": [event(i) for i in range(n)]}))
-    return path
-
-
-def gzip_bomb(path: Path, head: bytes, block: bytes, copies: int, tail: bytes = b"") -> Path:
-    """``head``, then ``block`` ``copies`` times, then ``tail``, as one gzip stream of members:
-    the block is compressed once, so a GiB costs a second and a few MB of disk."""
-    member = gzip.compress(block)
-    with open(path, "wb") as fh:
-        fh.write(gzip.compress(head))
-        for _ in range(copies):
-            fh.write(member)
-        if tail:
-            fh.write(gzip.compress(tail))
     return path
 
 

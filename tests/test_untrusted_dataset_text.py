@@ -26,6 +26,18 @@ def test_aliases_and_deep_nesting_are_refused_by_name():
         load_yaml("a: b\n" * 300_000, "X")
 
 
+def test_nesting_is_read_to_its_limit_and_refused_past_it():
+    from muon_repro.yaml_text import MAX_YAML_DEPTH
+
+    deepest = "[" * MAX_YAML_DEPTH + "]" * MAX_YAML_DEPTH
+    value = load_yaml(deepest, "x")
+    for _ in range(MAX_YAML_DEPTH - 1):
+        (value,) = value
+    assert value == []
+    with pytest.raises(ValueError, match=rf"^x: the YAML is nested too deeply .*more than {MAX_YAML_DEPTH} levels"):
+        load_yaml("a:\n  - " + "[" * MAX_YAML_DEPTH + "]" * MAX_YAML_DEPTH, "x")
+
+
 def test_what_we_write_has_no_alias_and_reads_back():
     shared = {"path": ["metrics/runs.parquet"]}
     text = dump_yaml({"configs": [{"data_files": shared}, {"data_files": shared}]})
