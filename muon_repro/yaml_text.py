@@ -22,24 +22,20 @@ _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
-class _Refused(Exception):
-    """What the event pass found: why, and the mark where."""
-
-    def __init__(self, why: str, mark: Any):
-        super().__init__(why)
-        self.why, self.mark = why, mark
-
-
-def _refuse_aliases_and_depth(text: str) -> None:
-    """Raise :class:`_Refused` at the first alias (``*name``) or collection nested deeper than MAX_YAML_DEPTH."""
+def _refuse_aliases_and_depth(text: str, source: str) -> None:
+    """A ValueError naming ``source`` at the first alias (``*name``) or collection nested deeper than MAX_YAML_DEPTH
+    (libyaml's errors, where the text does not parse, pass through)."""
     depth = 0
     for event in yaml.parse(text, Loader=_SAFE_LOADER):
         if isinstance(event, yaml.AliasEvent):
-            raise _Refused("an alias (*name), which a dataset's YAML may not use", event.start_mark)
+            why = "an alias (*name), which a dataset's YAML may not use"
+            raise ValueError(f"{source}: the YAML does not parse{_where(event.start_mark)}: {why}")
         if isinstance(event, _OPENS):
             depth += 1
             if depth > MAX_YAML_DEPTH:
-                raise _Refused(f"nested more than {MAX_YAML_DEPTH} levels deep", event.start_mark)
+                raise ValueError(
+                    f"{source}: the YAML is nested too deeply to be a card or citation (more than {MAX_YAML_DEPTH} levels)"
+                )
         elif isinstance(event, _CLOSES):
             depth -= 1
 
@@ -56,12 +52,8 @@ def load_yaml(text: str, source: str) -> Any:
     if size > MAX_YAML_BYTES:
         raise ValueError(f"{source}: {size:,} bytes of YAML, more than the {MAX_YAML_BYTES >> 20} MiB a card or citation may be")
     try:
-        _refuse_aliases_and_depth(text)
+        _refuse_aliases_and_depth(text, source)
         return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader, on text without aliases
-    except _Refused as exc:
-        if exc.why.startswith("nested"):
-            raise ValueError(f"{source}: the YAML is nested too deeply to be a card or citation ({exc.why})") from None
-        raise ValueError(f"{source}: the YAML does not parse{_where(exc.mark)}: {exc.why}") from None
     except yaml.MarkedYAMLError as exc:  # one line: where, then what
         raise ValueError(f"{source}: the YAML does not parse{_where(exc.problem_mark)}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:

@@ -182,8 +182,9 @@ def svg_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def svg_only_savefig(self, fname, *args, format=None, **kwargs):
         if format == "png":
-            return pathlib.Path(fname).write_bytes(b"")
-        return savefig(self, fname, *args, format=format, **kwargs)
+            pathlib.Path(fname).write_bytes(b"")
+        else:
+            savefig(self, fname, *args, format=format, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", svg_only_savefig)
 
