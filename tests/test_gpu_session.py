@@ -63,7 +63,7 @@ def test_a_saved_accuracy_run_is_checked_by_field(tmp_path):
 def test_the_dry_run_records_every_stage_and_its_results_come_in(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
-        ["bash", "tools/gpu_session.sh", str(out), "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=400
+        ["bash", "tools/gpu_session.sh", str(out), "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-2000:]
     log = (out / "session.log").read_text()

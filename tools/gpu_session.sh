@@ -15,7 +15,7 @@
 # The device gets the working tree without .git: stamp the clean commit first (python -m muon_repro.provenance stamp)
 # and carry .muon_repro_commit.json, so that every run names its commit and verify knows its code.
 #   bash tools/gpu_session.sh OUT            on the GPU machine (PYTHONPATH is set to the working tree)
-#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about a minute;
+#   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about three minutes;
 #                                            its archive holds a DRY_RUN marker, so that tools/gpu_ingest refuses it
 # It runs from any folder (the working tree is the script's own). Exit status: 0 when every stage exited 0; 1 when
 # one failed, stopped at its limit or was skipped (the log names each stage's exit), everything packed all the same;
@@ -64,7 +64,9 @@ if [ "$MODE" = --dry-run ]; then
   echo "gpu_session.sh --dry-run: the CPU at the tiny scale, not a GPU session's results (tools/gpu_ingest refuses them)" \
     >"$WORK/DRY_RUN"
   PACK+=(DRY_RUN)
-  BACKEND=gloo QUICK=--quick DEVICE=cpu TOTAL=240 STUDY_S=60 CALIBRATE_S=60 ACCURACY_S=60 GRAM_S=30
+  # limits for a slow CPU under load (a 2-core CI machine running other tests): the dry run checks the plumbing,
+  # not the GPU's budget, and the study's 18 runs alone took 136 s on an idle 2-core machine
+  BACKEND=gloo QUICK=--quick DEVICE=cpu TOTAL=780 STUDY_S=360 CALIBRATE_S=120 ACCURACY_S=120 GRAM_S=60
   BENCH=(custom --optimizer muon --dp 1 --tp 1 --preset tiny --tokens-per-step 128 --seq-len 16 --precision bf16
     --micro-batches 2)
 else
