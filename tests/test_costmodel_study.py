@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,7 +27,10 @@ from muon_repro.study.costmodel_check import (
     study_threshold_shift,
 )
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
+from muon_repro.tables.io import read_table
 from muon_repro.tables.study_schemas import STUDY_COSTMODEL_SCHEMAS
+
+REPO = Path(__file__).resolve().parents[1]
 
 # What the study's runs really did on the cards, roughly (its traces): fp32 sgemm near 0.6 of the FP32 peak, bf16
 # Newton-Schulz near 0.9 of the dense tensor peak, element-wise near 0.87 of the memory bandwidth, the PCIe rings near
@@ -206,6 +210,30 @@ def test_the_fit_reduces_the_error_on_noisy_measurements_and_keeps_factors_in_ra
     assert fast["fitted_rel_error"].abs().max() < 1e-6
     fit = fit_study_factors(study_quantities(*synthetic_tables(truth)), replace(datasheet, elementwise_gbps=300.0))
     assert fit.efficiency["elementwise"] == 1.0 and "elementwise" in fit.at_bound
+
+
+def test_factors_the_quantities_cannot_separate_keep_the_profiles_values(datasheet, truth):
+    # two quantities of four factors: the forward-backward (matmul and element-wise kernels) and one all-reduce (the
+    # link's rate and its alpha); each prices one pair only together, so one of each pair is fitted
+    quantities = study_quantities(*synthetic_tables(truth, runs=("adamw_FULLSTEP",)))
+    used = [next(q for q in quantities if q.quantity == "fwd_bwd"), next(q for q in quantities if q.collective)]
+    fit = fit_study_factors(used, datasheet)
+    assert {"matmul" in fit.efficiency, "elementwise" in fit.efficiency} == {True, False}, fit
+    assert {"intra_node" in fit.efficiency, "all_reduce" in fit.alpha_us} == {True, False}, fit
+    fitted = apply_fit(datasheet, fit)
+    for q in used:
+        assert price_ms(q, fitted) == pytest.approx(q.measured_ms, rel=1e-9), q.quantity
+
+
+def test_the_committed_table_is_what_the_fit_gives_bit_for_bit():
+    """The fit sums in plain floats: a rebuild on any CPU writes the committed table's bits (numpy's lstsq differed by
+    one unit in the last place between two machines, and so changed every table's stamp)."""
+    committed = {name: read_table(REPO / "metrics" / f"{name}.parquet") for name in ("study_steps", "study_collectives")}
+    original = [frame[frame["profile"] == STUDY_PROFILE].reset_index(drop=True) for frame in committed.values()]
+    table = STUDY_COSTMODEL_SCHEMAS[0].conform(study_costmodel_table(*original))
+    want = read_table(REPO / "metrics" / "study_costmodel.parquet")
+    pd.testing.assert_frame_equal(table, want)  # a readable difference first
+    assert table.equals(want), table.compare(want)  # then every bit (check_exact leaves nullable floats a tolerance)
 
 
 def test_empty_study_tables_give_an_empty_table_with_its_columns():

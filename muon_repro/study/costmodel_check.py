@@ -27,8 +27,9 @@ Newton-Schulz (bf16), element-wise and the link (``intra_node``), and in the alp
 all-reduce. Their coefficients are the machinery's prices with those factors at 1 and the alphas at 0; the factors are
 then the bounded least squares of the relative errors over the synchronous runs' quantities (each quantity weighs the
 same; efficiencies in [0.01, 1], alphas in [0, 1e5] us, the profile's ranges: a variable past a bound is held there and
-the others refitted). Torch-free, except :func:`study_threshold_shift`, which predicts steps (shard plans, as
-:mod:`muon_repro.costmodel.records` does).
+the others refitted; one the quantities price only together with others keeps the profile's value), solved in plain
+floats (:mod:`muon_repro.costmodel.least_squares`) so that the table has the same bits on every CPU. Torch-free,
+except :func:`study_threshold_shift`, which predicts steps (shard plans, as :mod:`muon_repro.costmodel.records` does).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from muon_repro.analysis.collectives import dtype_info
+from muon_repro.costmodel.least_squares import least_squares
 from muon_repro.costmodel.machine import resolve_profile
 from muon_repro.costmodel.machine_profile import MachineProfile
 from muon_repro.costmodel.predict import kernel_seconds
@@ -390,7 +392,8 @@ class StudyFit:
 
 def fit_study_factors(quantities: Sequence[StudyQuantity], profile: MachineProfile | None = None) -> StudyFit:
     """Fit the profile's efficiencies (FIT_KINDS) and alphas (FIT_ALPHA_OPS) to the quantities ``fitted_on`` (see the
-    module docstring). A factor no quantity constrains keeps the profile's value."""
+    module docstring). A factor no quantity constrains, or that the quantities cannot tell apart from the others,
+    keeps the profile's value."""
     profile = profile or resolve_profile(STUDY_MACHINE)
     used = [q for q in quantities if _fits(q)]
     if not used:
@@ -398,26 +401,34 @@ def fit_study_factors(quantities: Sequence[StudyQuantity], profile: MachineProfi
     unit = _unit_profile(profile)
     a = np.array([_coefficients(q, unit) for q in used])
     m = np.array([q.measured_ms for q in used])
-    weighted = a / m[:, None]
+    weighted = (a / m[:, None]).tolist()  # element-wise, so the same bits on every CPU, as least_squares is
     names = [*FIT_KINDS, *(f"alpha.{op}" for op in FIT_ALPHA_OPS)]
     low = np.array([1.0] * len(FIT_KINDS) + [ALPHA_US.low] * len(FIT_ALPHA_OPS))
     high = np.array([1.0 / EFFICIENCY.low] * len(FIT_KINDS) + [ALPHA_US.high] * len(FIT_ALPHA_OPS))
-    theta = _parameters(profile)
-    free = np.abs(weighted).sum(axis=0) > 0
-    held = {j: float(theta[j]) for j in range(len(names)) if not free[j]}  # nothing depends on it: the profile's value
+    start = _parameters(profile)
+    free = np.abs(a).sum(axis=0) > 0
+    held = {j: float(start[j]) for j in range(len(names)) if not free[j]}  # nothing depends on it: the profile's value
+    bounded: set[int] = set()
     for _ in range(len(names) + 1):
         solve = [j for j in range(len(names)) if j not in held]
         theta = np.array([held.get(j, 0.0) for j in range(len(names))])
         if solve:
-            theta[solve] = np.linalg.lstsq(weighted[:, solve], 1.0 - weighted @ theta, rcond=None)[0]
+            rest = [1.0 - math.fsum(w * t for w, t in zip(row, theta.tolist())) for row in weighted]
+            fit = least_squares([[row[j] for j in solve] for row in weighted], rest)
+            if fit.dependent:  # the quantities price it only together with others: the profile's value, the rest refitted
+                held.update({solve[i]: float(start[solve[i]]) for i in fit.dependent})
+                continue
+            theta[solve] = fit.solution
         out = [j for j in solve if not low[j] <= theta[j] <= high[j]]
         if not out:
             break
         held.update({j: float(np.clip(theta[j], low[j], high[j])) for j in out})  # held at its bound, the rest refitted
+        bounded.update(out)
     theta = np.clip(theta, low, high)
-    efficiency = {kind: float(1.0 / theta[k]) for k, kind in enumerate(FIT_KINDS) if free[k]}
-    alpha = {op: float(theta[len(FIT_KINDS) + k]) for k, op in enumerate(FIT_ALPHA_OPS) if free[len(FIT_KINDS) + k]}
-    return StudyFit(efficiency, alpha, len(used), at_bound=tuple(names[j] for j in sorted(held) if free[j]))
+    fitted = [free[j] and (j not in held or j in bounded) for j in range(len(names))]
+    efficiency = {kind: float(1.0 / theta[k]) for k, kind in enumerate(FIT_KINDS) if fitted[k]}
+    alpha = {op: float(theta[len(FIT_KINDS) + k]) for k, op in enumerate(FIT_ALPHA_OPS) if fitted[len(FIT_KINDS) + k]}
+    return StudyFit(efficiency, alpha, len(used), at_bound=tuple(names[j] for j in sorted(bounded)))
 
 
 def _fits(q: StudyQuantity) -> bool:
