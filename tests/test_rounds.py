@@ -12,8 +12,10 @@ from support import two_level_bootstrap as bootstrap  # the procedure rounds.py 
 from muon_repro.analysis.rounds import (
     align_rounds,
     closest_rival_ratio,
+    geometric_mean,
     largest_mean_interval,
     mean_interval,
+    natural_logs,
     paired_ratio_interval,
     per_round,
     per_round_ratio,
@@ -205,3 +207,35 @@ def test_a_share_interval_stays_within_what_a_share_can_be():
     assert share_interval(np.array([0.01, 0.10])) == (pytest.approx(mean), 0.0, pytest.approx(high))
     assert share_interval(np.array([0.90, 0.99]))[2] == 1.0
     assert all(np.isnan(share_interval(np.array([0.5])))[1:])  # one round: no interval, as mean_interval's
+
+
+def test_ratios_do_not_depend_on_numpys_vector_log_or_exp(monkeypatch):
+    """numpy's float64 log and exp run Intel's SVML on an AVX-512 CPU, whose last bits can differ from the C library's:
+    here they are made to differ on purpose, and no estimate or interval may move by a bit."""
+    from muon_repro.study.claims import welch_log_ratio
+
+    rng = np.random.default_rng(11)
+    a, b, c = (rng.uniform(50.0, 150.0, size=8) for _ in range(3))
+
+    def every_ratio():
+        return (
+            paired_ratio_interval(a, b),
+            closest_rival_ratio(a, [b, c]),
+            geometric_mean(a),
+            welch_log_ratio(a, c),
+            natural_logs(np.stack([a, b])).tolist(),
+        )
+
+    before = every_ratio()
+    for name in ("log", "exp"):
+        exact = getattr(np, name)
+        monkeypatch.setattr(np, name, lambda x, *args, _f=exact, **kwargs: np.nextafter(_f(x, *args, **kwargs), np.inf))
+    assert np.log(2.0) != math.log(2.0)  # the stand-in is in place
+    assert every_ratio() == before
+
+
+def test_natural_logs_keep_the_shape_and_the_c_librarys_bits():
+    values = np.random.default_rng(12).uniform(1e-6, 1e6, size=(3, 5))
+    logs = natural_logs(values)
+    assert logs.shape == (3, 5) and logs.tolist() == [[math.log(v) for v in row] for row in values.tolist()]
+    assert natural_logs(np.array([])).shape == (0,)

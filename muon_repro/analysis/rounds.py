@@ -233,6 +233,14 @@ def largest_mean_interval(samples: Sequence[np.ndarray], level: float = LEVEL) -
     return (float(estimates[largest]), float(per_sample[:, 1].max()), float(per_sample[:, 2].max())), largest
 
 
+def natural_logs(values: np.ndarray) -> np.ndarray:
+    """``log`` of each value by the C library, one at a time. numpy's vector ``log`` runs other code on a CPU with
+    AVX-512 (Intel's SVML in the Linux wheels), whose last bits can differ: every ratio's estimate and interval is
+    built on these logs, so a rebuild on such a machine would rewrite the tables."""
+    flat = np.asarray(values, dtype="float64")
+    return np.fromiter(map(math.log, flat.ravel().tolist()), dtype="float64", count=flat.size).reshape(flat.shape)
+
+
 def closest_rival_ratio(
     a: np.ndarray, rivals: Sequence[np.ndarray], level: float = LEVEL
 ) -> tuple[tuple[float, float, float], int]:
@@ -249,7 +257,7 @@ def closest_rival_ratio(
         if a.shape != b.shape:
             raise ValueError(f"closest_rival_ratio needs aligned rounds, got {a.shape} and {b.shape}")
         keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
-        logs.append(np.log(a[keep]) - np.log(b[keep]))
+        logs.append(natural_logs(a[keep]) - natural_logs(b[keep]))
     (estimate, low, high), closest = largest_mean_interval(logs, level)
     return (math.exp(estimate), math.exp(low), math.exp(high)), closest
 
@@ -263,7 +271,7 @@ def paired_ratio_interval(a: np.ndarray, b: np.ndarray, level: float = LEVEL) ->
     if a.shape != b.shape:
         raise ValueError(f"paired_ratio_interval needs aligned rounds, got {a.shape} and {b.shape}")
     keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
-    estimate, low, high = mean_interval(np.log(a[keep]) - np.log(b[keep]), level)
+    estimate, low, high = mean_interval(natural_logs(a[keep]) - natural_logs(b[keep]), level)
     return math.exp(estimate) if math.isfinite(estimate) else estimate, math.exp(low), math.exp(high)
 
 
@@ -272,7 +280,7 @@ def geometric_mean(values: np.ndarray) -> float:
     ratio of (NaN when none is left)."""
     v = np.asarray(values, dtype="float64")
     v = v[np.isfinite(v) & (v > 0)]
-    return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
+    return math.exp(float(natural_logs(v).mean())) if len(v) else float("nan")
 
 
 # --- coverage under a model of the design ---

@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from muon_repro.analysis.rounds import LEVEL, align_rounds, paired_ratio_interval, share_interval, t_quantile
+from muon_repro.analysis.rounds import LEVEL, align_rounds, natural_logs, paired_ratio_interval, share_interval, t_quantile
 from muon_repro.claims import ANY_MACHINE, CLAIMS, NOT_COMPARABLE, STUDY, STUDY_SHARE, UNEQUAL_WORK, Claim, judge
 from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP
 from muon_repro.study.sources import GROUP, STUDY_PROFILE
@@ -58,8 +58,8 @@ STEPS_NOTE = (
 
 def welch_log_ratio(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
     """(estimate, low, high) of a/b from two unpaired samples: exp of the difference of mean logs, Welch's t."""
-    la, lb = np.log(np.asarray(a, "float64")), np.log(np.asarray(b, "float64"))
-    la, lb = la[np.isfinite(la)], lb[np.isfinite(lb)]
+    la, lb = (np.asarray(x, "float64") for x in (a, b))
+    la, lb = (natural_logs(x[np.isfinite(x) & (x > 0)]) for x in (la, lb))
     if la.size < 2 or lb.size < 2:
         return math.nan, math.nan, math.nan
     va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
