@@ -143,6 +143,33 @@ def test_this_machine_records_under_its_cpu_profile(monkeypatch):
     assert capture_environment("gloo")["profile"] == "from-variable"
 
 
+@pytest.mark.parametrize(
+    ("cpuinfo", "bf16"),
+    [
+        ("model name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma\n", False),
+        ("model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n", True),
+        ("flags\t\t: fpu avx2 avx512f amx_tile amx_bf16 amx_int8\n", True),
+        ("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n", True),  # Arm
+        ("processor\t: 0\nFeatures\t: fp asimd\n", False),
+        ("", None),  # no /proc/cpuinfo: not said
+    ],
+)
+def test_bf16_instructions_are_read_from_the_cpus_flags(cpuinfo, bf16):
+    from muon_repro.bench.environment import cpu_has_bf16
+
+    assert cpu_has_bf16(cpuinfo) is bf16
+
+
+def test_the_environment_says_which_instructions_the_cpu_has():
+    import torch
+
+    from muon_repro.bench.environment import capture_environment
+
+    env = capture_environment("gloo", "given")
+    assert env["host_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["host_cpu_bf16"] in (True, False, None)
+
+
 @pytest.mark.slow  # starts git
 def test_recording_artifacts_never_make_the_source_dirty(tmp_path):
     """A sweep rewrites traces/ as it records: only the package and what installs it decide git_dirty."""

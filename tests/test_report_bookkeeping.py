@@ -31,6 +31,7 @@ from muon_repro.report.setup_section import (
     LOG_RATIO,
     OVER_SEEDS,
     SHARE,
+    cpu_instructions,
     one_rank_protocol,
     rounds_and_steps,
     timed_steps_per_round,
@@ -274,3 +275,16 @@ def test_the_method_says_the_rule_that_leaves_rounds_out_and_the_rule_does_that(
     assert not disturbed(np.array([100.0, 300.0])).any()  # two rounds: neither is the odd one
     assert disturbed(np.array([100.0, 101.0, 99.0, 200.0])).tolist() == [False, False, False, True]  # 2x a steady run
     assert not disturbed(np.array([100.0, 101.0, 99.0, 120.0])).any()  # 20% off: under the 25%
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"host_cpu_capability": "AVX2", "host_cpu_bf16": "False"}, " (AVX2, no bf16 instructions)"),
+        ({"host_cpu_capability": "AVX512", "host_cpu_bf16": "True"}, " (AVX512, bf16 instructions)"),
+        ({"host_cpu_capability": "DEFAULT", "host_cpu_bf16": ""}, " (DEFAULT)"),  # a CPU whose flags say nothing
+        ({}, ""),  # recorded before the environment said
+    ],
+)
+def test_the_setup_names_the_cpus_instructions_where_the_run_recorded_them(env, said):
+    assert cpu_instructions({"host_cpu": "AMD EPYC", **env}) == said

@@ -27,14 +27,32 @@ def _run(cmd: list[str], cwd: str | None = None, timeout: float = 20) -> str | N
     return out.stdout.strip()
 
 
-def _cpu_model() -> str | None:
+def _cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        return ""
+
+
+def _cpu_model() -> str | None:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or None
+
+
+# The instructions that execute bf16 arithmetic (x86's AVX-512 BF16 and AMX, Arm's BF16): without them a bf16 matmul
+# runs on a slow fallback, 65x slower than fp32 on an AVX2 CPU of ours, and a bf16 Newton-Schulz with it.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_bf16(cpuinfo: str) -> bool | None:
+    """Whether ``/proc/cpuinfo``'s text lists an instruction that computes in bf16 (x86 ``flags``, Arm
+    ``Features``); None when it lists no features at all (not Linux, or a CPU that does not say)."""
+    features = [line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith(("flags", "Features"))]
+    if not features:
+        return None
+    return any(BF16_FLAGS.intersection(f) for f in features)
 
 
 def _memory_bytes() -> int | None:
@@ -112,6 +130,11 @@ def capture_environment(backend: str | None = None, profile: str | None = None) 
         "nodes": _nodes(),
         "host_cpu": _cpu_model(),
         "host_cpu_cores": os.cpu_count(),
+        # The vector instructions torch's CPU kernels use (AVX2, AVX512, ...) and whether the CPU computes in bf16: two
+        # CPUs of one name may differ in both (the study replay's bf16 Muon step: 60-67 ms on the reference's 2-core
+        # "AMD EPYC", 5 s on an AVX2 one of the same name).
+        "host_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "host_cpu_bf16": cpu_has_bf16(_cpuinfo()),
         "host_memory_bytes": _memory_bytes(),
         "torch_num_threads": torch.get_num_threads(),
         # Other work on the machine when the run ended (1-minute load average, this run's ranks included):

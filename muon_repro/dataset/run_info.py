@@ -26,8 +26,8 @@ __all__ = ["RUN_FILES", "EnvRow", "RecordedEnvironment", "RunDoc", "describe_run
 # The order in which the environment table lists what it knows; anything else follows alphabetically.
 ENV_ORDER = (
     "accelerator", "accelerator_count", "accelerator_memory_bytes", "driver", "cuda", "nccl", "backend",
-    "gloo_available", "world_size", "nodes", "host_cpu", "host_cpu_cores", "host_memory_bytes", "os", "python",
-    "torch", "torch_num_threads", "git_sha", "git_dirty",
+    "gloo_available", "world_size", "nodes", "host_cpu", "host_cpu_capability", "host_cpu_bf16", "host_cpu_cores",
+    "host_memory_bytes", "os", "python", "torch", "torch_num_threads", "git_sha", "git_dirty",
 )  # fmt: skip
 ENV_SKIP = ("hostname",)  # says nothing about the results, and may be private
 # the machine's speed and load at recording time, per run: the environment table has them

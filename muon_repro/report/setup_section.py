@@ -65,7 +65,7 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
         nodes = f" on {counted(int(env['nodes']), 'node')}" if env.get("nodes") else ""
         rows = [
             ("host", f"{env['hostname']} ({env['os']})"),
-            ("CPU", f"{env['host_cpu']}, {env['host_cpu_cores']} cores, {memory} memory"),
+            ("CPU", f"{env['host_cpu']}{cpu_instructions(env)}, {env['host_cpu_cores']} cores, {memory} memory"),
             ("accelerator", accelerator),
             ("interconnect", interconnect),
             ("Python", env["python"]),
@@ -78,6 +78,15 @@ def environments(data: ReportData) -> list[dict[str, Any]]:
         ]
         out.append({"rows": rows, "runs": g["runs"], "count": len(g["runs"])})
     return out
+
+
+def cpu_instructions(env: dict[str, str]) -> str:
+    """`` (AVX2, no bf16 instructions)``: what the run's environment.json says of the CPU's vector and bf16
+    instructions; empty for a run recorded before it said."""
+    said = [env[key] for key in ("host_cpu_capability",) if env.get(key)]
+    bf16 = {"True": "bf16 instructions", "False": "no bf16 instructions"}.get(str(env.get("host_cpu_bf16")))
+    said += [bf16] if bf16 else []
+    return f" ({', '.join(said)})" if said else ""
 
 
 def _ranks(world_size: Any) -> str:
