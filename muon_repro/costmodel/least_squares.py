@@ -55,9 +55,10 @@ def least_squares(design: Sequence[Sequence[float]], target: Sequence[float]) ->
         p = k + best
         columns[k], columns[p], order[k], order[p] = columns[p], columns[k], order[p], order[k]
         reflector, diagonal = _reflector(columns[k][k:], remainders[best])
+        length = math.fsum(v * v for v in reflector)
         for j in range(k + 1, width):
-            _reflect(reflector, columns[j], k)
-        _reflect(reflector, b, k)
+            _reflect(reflector, length, columns[j], k)
+        _reflect(reflector, length, b, k)
         columns[k][k:] = [diagonal] + [0.0] * (height - k - 1)
         rank += 1
     pivoted = [0.0] * width
@@ -80,8 +81,8 @@ def _reflector(x: list[float], norm: float) -> tuple[list[float], float]:
     return [x[0] - diagonal, *x[1:]], diagonal
 
 
-def _reflect(v: list[float], column: list[float], k: int) -> None:
-    """``column[k:] -= 2 v (v . column[k:]) / (v . v)``, in place."""
-    scale = 2.0 * math.fsum(a * c for a, c in zip(v, column[k:])) / math.fsum(a * a for a in v)
+def _reflect(v: list[float], length: float, column: list[float], k: int) -> None:
+    """``column[k:] -= 2 v (v . column[k:]) / length``, in place (``length``: ``v . v``)."""
+    scale = 2.0 * math.fsum(a * c for a, c in zip(v, column[k:])) / length
     for i, a in enumerate(v):
         column[k + i] -= scale * a

@@ -58,8 +58,7 @@ STEPS_NOTE = (
 
 def welch_log_ratio(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
     """(estimate, low, high) of a/b from two unpaired samples: exp of the difference of mean logs, Welch's t."""
-    la, lb = (np.asarray(x, "float64") for x in (a, b))
-    la, lb = (natural_logs(x[np.isfinite(x) & (x > 0)]) for x in (la, lb))
+    la, lb = (natural_logs(x[np.isfinite(x) & (x > 0)]) for x in (np.asarray(a, "float64"), np.asarray(b, "float64")))
     if la.size < 2 or lb.size < 2:
         return math.nan, math.nan, math.nan
     va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size

@@ -413,7 +413,8 @@ def fit_study_factors(quantities: Sequence[StudyQuantity], profile: MachineProfi
         solve = [j for j in range(len(names)) if j not in held]
         theta = np.array([held.get(j, 0.0) for j in range(len(names))])
         if solve:
-            rest = [1.0 - math.fsum(w * t for w, t in zip(row, theta.tolist())) for row in weighted]
+            held_part = theta.tolist()
+            rest = [1.0 - math.fsum(w * t for w, t in zip(row, held_part)) for row in weighted]
             fit = least_squares([[row[j] for j in solve] for row in weighted], rest)
             if fit.dependent:  # the quantities price it only together with others: the profile's value, the rest refitted
                 held.update({solve[i]: float(start[solve[i]]) for i in fit.dependent})
