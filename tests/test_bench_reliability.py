@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.pids import LINUX_PROC, children_of, wait_for
+from support.pids import LINUX_PROC, as_from_a_terminal, children_of, wait_for
 
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
@@ -28,6 +30,19 @@ def _bench(out: Path, *extra: str) -> list[str]:
     return _muon_repro("bench", CONFIG, "--scale", "tiny", "--out", str(out), "--no-progress", "--profile", PROFILE, *extra)
 
 
+def _start_bench(out: Path, trials: int, *, own_session: bool = False) -> subprocess.Popen:
+    """The bench recording ``trials`` rounds into ``out``, started as from a terminal; in a process group of its own
+    (a terminal's foreground job) with ``own_session``."""
+    return subprocess.Popen(
+        _bench(out, "--trials", str(trials)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=own_session,
+        preexec_fn=as_from_a_terminal,
+    )
+
+
 def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
     """SIGINT to the bench process (what Ctrl-C sends it); seconds until it exited, and its stderr."""
     sent = time.monotonic()
@@ -41,7 +56,7 @@ def _interrupt(proc: subprocess.Popen) -> tuple[float, str]:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_path):
-    proc = subprocess.Popen(_bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_bench(tmp_path, 1)
     wait_for(lambda: list(tmp_path.glob("*/*/*/.*.partial/*")), "the workers writing a .partial trial", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
@@ -54,7 +69,7 @@ def test_ctrl_c_stops_the_workers_at_once_and_keeps_nothing_of_the_trial(tmp_pat
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
-    proc = subprocess.Popen(_bench(tmp_path, "--trials", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_bench(tmp_path, 2)
     wait_for(lambda: (tmp_path / RUN / ".trial1.partial").is_dir(), "trial 2 starting", proc)
     seconds, err = _interrupt(proc)
     assert proc.returncode == 130, err
@@ -71,9 +86,7 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     """A terminal's Ctrl-C reaches the whole process group: the workers too, while they still import torch (about
     2 s here). They start with SIGINT blocked, so it kills them once they can die quietly, and the bench says what
     it kept, with no traceback of theirs above it."""
-    proc = subprocess.Popen(
-        _bench(tmp_path, "--trials", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = _start_bench(tmp_path, 1, own_session=True)
     wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
@@ -82,6 +95,17 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     assert "interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert time.monotonic() - sent < 15
+
+
+@contextlib.contextmanager
+def sigint_handled_by(handler) -> Iterator[None]:
+    """This process's SIGINT handler for a while: a shell starts a background job (`cmd &`) with SIGINT ignored, so
+    a test of what Ctrl-C does sets the handler it assumes instead of inheriting whatever pytest was started with."""
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
@@ -99,13 +123,34 @@ def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_afte
         started.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
     monkeypatch.setattr(popen_spawn_posix.Popen, "_launch", start)
-    with launch.spawned_with_sigint_blocked():
+    with sigint_handled_by(signal.default_int_handler), launch.spawned_with_sigint_blocked():
         with pytest.raises(KeyboardInterrupt):
             popen_spawn_posix.Popen._launch(None, None)
         assert started == [True]  # the start went to its end, SIGINT blocked, before the Ctrl-C was raised
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert popen_spawn_posix.Popen._launch is start
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
+def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch):
+    """Started in the background (`muon-repro run &`), the process ignores SIGINT: a Ctrl-C held back while a worker
+    starts is then ignored too, and the process still ignores SIGINT afterwards."""
+    from multiprocessing import popen_spawn_posix
+
+    from muon_repro.parallel import launch
+
+    started = []
+
+    def start(popen, process_obj) -> None:
+        signal.raise_signal(signal.SIGINT)
+        started.append(True)
+
+    monkeypatch.setattr(popen_spawn_posix.Popen, "_launch", start)
+    with sigint_handled_by(signal.SIG_IGN), launch.spawned_with_sigint_blocked():
+        popen_spawn_posix.Popen._launch(None, None)  # no KeyboardInterrupt
+        assert started == [True]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 # ---------------------------------------------------------------------- one sweep per run folder

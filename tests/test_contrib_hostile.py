@@ -15,6 +15,7 @@ import time
 import pytest
 from hub_support import TOKEN
 from hub_support import hub_env as subprocess_env
+from support.pids import as_from_a_terminal
 from support.run_links import link_outside
 from test_contribute import PROFILE, REPO, _entries, folder_files, make_run, publish_main
 
@@ -141,14 +142,6 @@ def test_contribute_refuses_a_symlinked_file_before_any_request(tmp_path, fake_h
     assert fake_hub.requests[since:] == [] and not fake_hub.get_repo(REPO).pull_requests
 
 
-def _as_from_a_terminal() -> None:
-    """The child's SIGINT as a terminal's process has it: default and unblocked. A signal mask blocking SIGINT is
-    inherited through fork and exec, and a test worker that had picked one up (in the full slow tier) left the
-    child deaf to the Ctrl-C this test sends (reproduced by starting pytest with SIGINT blocked)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _interrupted(args: list[str], env: dict[str, str], fake_hub, stalled: str) -> subprocess.CompletedProcess:
     """Run ``muon-repro args`` in a child, Ctrl-C it once the fake Hub holds a request matching ``stalled``."""
     fake_hub.stop_answering(path_regex=stalled)
@@ -158,7 +151,7 @@ def _interrupted(args: list[str], env: dict[str, str], fake_hub, stalled: str) -
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=_as_from_a_terminal,
+        preexec_fn=as_from_a_terminal,
     )
     ends = time.monotonic() + 60
     while not any(stalled in p for _, p in fake_hub.requests[seen:]) and time.monotonic() < ends:

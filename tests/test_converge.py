@@ -13,7 +13,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from support.pids import LINUX_PROC, children_of, wait_for
+from support.pids import LINUX_PROC, as_from_a_terminal, children_of, wait_for
 
 from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_ratio, ewm, find_records, leading_steps
 from muon_repro.converge.config import ConvergeConfig
@@ -350,7 +350,9 @@ def test_ctrl_c_in_a_terminal_while_the_pool_starts_stops_two_jobs_without_a_tra
     argv = ["converge", "--out", str(tmp_path), "--muon-lrs", "3e-3,1e-2", "--adamw-lrs", "1e-2", "--jobs", "2"]
     argv += [*TINY_ARGS, "--threads", "1", "--no-progress", "--profile", "test-box"]
     command = [sys.executable, "-m", "muon_repro", *argv]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=as_from_a_terminal
+    )
     wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 2, "the pool's 2 processes starting", proc)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)

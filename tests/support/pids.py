@@ -1,8 +1,10 @@
 """Processes: an id for a writer that is gone (the hidden folders of a killed writer name its pid), the children
-of a process (the workers a command started), and waiting until a command got somewhere."""
+of a process (the workers a command started), a child that takes Ctrl-C as a terminal's does, and waiting until a
+command got somewhere."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -36,6 +38,14 @@ def children_of(pid: int, running: str = "") -> list[int]:
         if ppid == pid and running in command:
             found.append(int(stat.parent.name))
     return found
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` for a child that a test sends Ctrl-C: SIGINT as a terminal's process has it, default and
+    unblocked. Both are inherited through fork and exec: a shell's background job (`pytest &`) ignores SIGINT, and a
+    test worker that had picked up a mask blocking it (in the full slow tier) left the child deaf to the Ctrl-C."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _holds(condition: Callable[[], object]) -> bool:
