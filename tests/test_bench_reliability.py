@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.pids import LINUX_PROC, as_from_a_terminal, children_of, wait_for
+from support.pids import LINUX_PROC, as_from_a_terminal, forkserver_of, wait_for, workers_of
 
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
@@ -80,14 +80,31 @@ def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     assert seconds < 15, f"took {seconds:.1f} s to exit"
 
 
+def _session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` (Linux: /proc/<pid>/stat's sixth field): a terminal job's, workers included."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                members.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return members
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX_PROC, reason="finds the workers through Linux's /proc")
-def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_path):
-    """A terminal's Ctrl-C reaches the whole process group: the workers too, while they still import torch (about
-    2 s here). They start with SIGINT blocked, so it kills them once they can die quietly, and the bench says what
-    it kept, with no traceback of theirs above it."""
+@pytest.mark.parametrize("moment", ["the server imports torch", "the workers run"])
+def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback_and_leaves_no_process(tmp_path, moment):
+    """A terminal's Ctrl-C reaches the whole process group: the server the workers fork from too, while it imports
+    torch (about 5 s here), and the workers once forked. Both start with SIGINT blocked, the server ignores it and a
+    worker dies of it once it can die quietly; the bench says what it kept, with no traceback of theirs above it, and
+    no process of the job outlives it (a worker forked after the Ctrl-C would wait for its peers for minutes)."""
     proc = _start_bench(tmp_path, 1, own_session=True)
-    wait_for(lambda: len(children_of(proc.pid, "spawn_main")) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
+    if moment == "the server imports torch":
+        wait_for(lambda: forkserver_of(proc.pid), "the forkserver starting", proc)
+    else:
+        wait_for(lambda: len(workers_of(proc.pid)) >= 4, "the 4 workers starting", proc)  # dp2 x tp2
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -95,6 +112,10 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback(tmp_pa
     assert "interrupted, nothing kept for comparison/adamw_dp2_tp2/trial0 (1 of 1)" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert time.monotonic() - sent < 15
+    deadline = time.monotonic() + 10
+    while _session_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _session_members(proc.pid), "processes of the job outlived it"
 
 
 @contextlib.contextmanager
@@ -108,47 +129,55 @@ def sigint_handled_by(handler) -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
+# How multiprocessing starts a process: spawned (a fresh interpreter), or forked by the forkserver the launcher uses.
+POPEN_MODULES = ("popen_spawn_posix", "popen_forkserver")
+
+
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch):
-    """Blocked from the spawn until the worker has its pickled arguments (the whole of Popen._launch); a Ctrl-C
+@pytest.mark.parametrize("popen_module", POPEN_MODULES)
+def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch, popen_module):
+    """Blocked from the start until the worker has its pickled arguments (the whole of Popen._launch); a Ctrl-C
     meanwhile is raised once the worker has them, and this process takes Ctrl-C again."""
-    from multiprocessing import popen_spawn_posix
+    import importlib
 
     from muon_repro.parallel import launch
 
+    popen = importlib.import_module(f"multiprocessing.{popen_module}").Popen
     started = []
 
     def start(popen, process_obj) -> None:
         signal.raise_signal(signal.SIGINT)  # Ctrl-C while the worker starts
         started.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
-    monkeypatch.setattr(popen_spawn_posix.Popen, "_launch", start)
-    with sigint_handled_by(signal.default_int_handler), launch.spawned_with_sigint_blocked():
+    monkeypatch.setattr(popen, "_launch", start)
+    with sigint_handled_by(signal.default_int_handler), launch.started_with_sigint_blocked():
         with pytest.raises(KeyboardInterrupt):
-            popen_spawn_posix.Popen._launch(None, None)
+            popen._launch(None, None)
         assert started == [True]  # the start went to its end, SIGINT blocked, before the Ctrl-C was raised
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert popen_spawn_posix.Popen._launch is start
+    assert popen._launch is start
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch):
+@pytest.mark.parametrize("popen_module", POPEN_MODULES)
+def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch, popen_module):
     """Started in the background (`muon-repro run &`), the process ignores SIGINT: a Ctrl-C held back while a worker
     starts is then ignored too, and the process still ignores SIGINT afterwards."""
-    from multiprocessing import popen_spawn_posix
+    import importlib
 
     from muon_repro.parallel import launch
 
+    popen = importlib.import_module(f"multiprocessing.{popen_module}").Popen
     started = []
 
     def start(popen, process_obj) -> None:
         signal.raise_signal(signal.SIGINT)
         started.append(True)
 
-    monkeypatch.setattr(popen_spawn_posix.Popen, "_launch", start)
-    with sigint_handled_by(signal.SIG_IGN), launch.spawned_with_sigint_blocked():
-        popen_spawn_posix.Popen._launch(None, None)  # no KeyboardInterrupt
+    monkeypatch.setattr(popen, "_launch", start)
+    with sigint_handled_by(signal.SIG_IGN), launch.started_with_sigint_blocked():
+        popen._launch(None, None)  # no KeyboardInterrupt
         assert started == [True]
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 

@@ -408,7 +408,7 @@ def _runner(jobs: int) -> Iterator[_Runner]:
     from concurrent.futures import ALL_COMPLETED, ProcessPoolExecutor, wait
     from multiprocessing import get_context
 
-    from muon_repro.parallel.launch import sigint_held, spawned_with_sigint_blocked
+    from muon_repro.parallel.launch import sigint_held, started_with_sigint_blocked
 
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
 
@@ -429,7 +429,7 @@ def _runner(jobs: int) -> Iterator[_Runner]:
             raise KeyboardInterrupt from None  # the pool process had the Ctrl-C first: stop as this process would
 
     try:
-        with spawned_with_sigint_blocked():  # the pool starts its processes at the first pair
+        with started_with_sigint_blocked():  # the pool starts its processes at the first pair
             yield together
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -8,20 +8,23 @@ Ctrl-C (or SIGTERM) stops the workers at once: they die on the signal instead of
 through collectives their peers will never join, the launcher waits at most
 :data:`SHUTDOWN_TIMEOUT_S` before killing them, and :func:`launch` raises
 :class:`LaunchInterrupted` rather than torch elastic's ``SignalException`` and its traceback.
-A worker starts with SIGINT blocked, so that a Ctrl-C while it imports torch waits until
-:func:`_worker` lets it kill the worker, rather than printing a traceback of the import.
+A worker (and the server it forks from) starts with SIGINT blocked, so that a Ctrl-C while torch
+is imported waits until :func:`_worker` lets it kill the worker, rather than printing a traceback
+of the import.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import multiprocessing
 import os
 import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from multiprocessing import popen_spawn_posix
+from multiprocessing import forkserver, popen_forkserver, popen_spawn_posix, resource_tracker
 from typing import Any
 
 import torch
@@ -49,6 +52,16 @@ class LaunchInterrupted(KeyboardInterrupt):
         """What a shell reports for a process killed by this signal: 128 + its number (130 for Ctrl-C)."""
         return 128 + self.signum
 
+
+# What a worker needs before it trains, imported once by the server the workers fork from: torch, and torch._dynamo,
+# which torch imports as a process builds its first optimizer (torch.optim's add_param_group). Imported by each of 4
+# workers on 2 cores, they took 10.8 s of a launch before the workers ran; forked, 0.4 s after the first launch.
+WORKER_PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "muon_repro.bench.runner")
+# The environment the running forkserver started in (its workers inherit it, and torch reads some of it as it is
+# imported): a launch in another environment starts a new server. The one variable torch elastic sets in the launching
+# process itself (on its first launch) does not count.
+_forkserver_environ: dict[str, str] | None = None
+LAUNCHERS_OWN_VARIABLES = ("TORCHELASTIC_SIGNALS_TO_HANDLE",)
 
 # Worker processes one launch starts on this machine: 8 GPUs, or a large CPU node's cores (as calibrate's limit).
 # A larger world is a typo here, or a job for torchrun across nodes; without a limit it starts them all.
@@ -80,11 +93,38 @@ def _shutdown_timeout(launch_config: type) -> dict[str, int]:
     return {"shutdown_timeout": SHUTDOWN_TIMEOUT_S} if "shutdown_timeout" in names else {}
 
 
+def worker_server() -> str:
+    """Start the server :func:`launch`'s workers fork from, if it is not running, and wait until it has imported
+    :data:`WORKER_PRELOAD`; return the start method for the workers: ``"forkserver"``, or ``"spawn"`` where this
+    Python has no forkserver. A server that started in another environment than this process's is replaced.
+
+    Waiting here (it forks one process that exits at once) keeps the workers' own start as short as a spawn's: a
+    Ctrl-C then reaches every worker of a launch, or none, rather than the workers forked before it and not those
+    forked after, which would wait for peers that never come. Call it with SIGINT blocked for the processes started
+    (:func:`started_with_sigint_blocked`): the server's workers inherit its mask."""
+    global _forkserver_environ
+    server = getattr(forkserver, "_forkserver", None)
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(server, "_stop"):
+        return "spawn"
+    environ = {name: value for name, value in os.environ.items() if name not in LAUNCHERS_OWN_VARIABLES}
+    if environ != _forkserver_environ:
+        server._stop()  # none running: a no-op
+        forkserver.set_forkserver_preload(list(WORKER_PRELOAD))
+        _forkserver_environ = environ
+    # Started first if not running: starting it, multiprocessing unblocks SIGINT in this process, and the server
+    # started next would take a Ctrl-C while its interpreter starts, with a traceback.
+    resource_tracker.ensure_running()
+    ready = multiprocessing.get_context("forkserver").Process(target=os.getpid, name="muon-repro-forkserver-ready")
+    ready.start()  # returns once the server has imported WORKER_PRELOAD and forked it
+    ready.join()
+    return "forkserver"
+
+
 @record  # writes the worker's traceback where the launcher's ChildFailedError reports it
 def _worker(fn: Callable[..., Any], backend: str, threads: int | None, args: tuple) -> Any:
     # Ctrl-C kills a worker at once, even inside a collective: a KeyboardInterrupt would unwind
     # into collectives (and the final barrier) that the other, dying workers never join. One
-    # pressed while the worker started (SIGINT blocked, see spawned_with_sigint_blocked) kills it here.
+    # pressed while the worker started (SIGINT blocked, see started_with_sigint_blocked) kills it here.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if threads:
@@ -160,28 +200,34 @@ def sigint_held() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def spawned_with_sigint_blocked() -> Iterator[None]:
-    """Every process multiprocessing spawns meanwhile starts with SIGINT blocked (a blocked mask survives exec):
-    a Ctrl-C that reaches a worker (a terminal's reaches the whole process group) before its own code runs stays
-    pending, instead of interrupting torch's import with a traceback on the terminal; the worker unblocks SIGINT
-    when it can take it (:func:`_worker`). This process holds a Ctrl-C back (:func:`sigint_held`) while it starts
-    a worker, until the worker has all of its pickled arguments (large ones fill the pipe and wait for the worker's
-    imports): cut short, they would fail to unpickle there, with a traceback."""
-    launch_one = popen_spawn_posix.Popen._launch
+def started_with_sigint_blocked() -> Iterator[None]:
+    """Every process multiprocessing starts meanwhile starts with SIGINT blocked: a spawned one (a blocked mask survives
+    exec), a forkserver started then, and so every worker it forks later (a mask survives fork). A Ctrl-C that reaches
+    a worker (a terminal's reaches the whole process group) before its own code runs stays pending, instead of
+    interrupting torch's import with a traceback on the terminal; the worker unblocks SIGINT when it can take it
+    (:func:`_worker`), and the server ignores it. This process holds a Ctrl-C back (:func:`sigint_held`) while it
+    starts a worker, until the worker has all of its pickled arguments (large ones fill the pipe and wait for the
+    worker's imports): cut short, they would fail to unpickle there, with a traceback."""
+    launchers = {popen: popen.Popen._launch for popen in (popen_spawn_posix, popen_forkserver)}
 
-    def launch_blocked(popen: popen_spawn_posix.Popen, process_obj: Any) -> None:
-        with sigint_held():
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                launch_one(popen, process_obj)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    def blocked(launch_one: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        def launch_blocked(popen: Any, process_obj: Any) -> None:
+            with sigint_held():
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    launch_one(popen, process_obj)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
-    popen_spawn_posix.Popen._launch = launch_blocked
+        return launch_blocked
+
+    for popen, launch_one in launchers.items():
+        popen.Popen._launch = blocked(launch_one)
     try:
         yield
     finally:
-        popen_spawn_posix.Popen._launch = launch_one
+        for popen, launch_one in launchers.items():
+            popen.Popen._launch = launch_one
 
 
 @contextlib.contextmanager
@@ -235,7 +281,8 @@ def launch(
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
         logs_specs = DefaultLogsSpecs(log_dir=stderr_dir, redirects=Std.ERR, tee=Std.NONE)
-    config = LaunchConfig(
+    config = functools.partial(
+        LaunchConfig,
         logs_specs=logs_specs,
         min_nodes=1,
         max_nodes=1,
@@ -245,12 +292,11 @@ def launch(
         rdzv_endpoint="127.0.0.1:0",
         max_restarts=0,
         monitor_interval=0.05,
-        start_method="spawn",
         **_shutdown_timeout(LaunchConfig),
     )
-    with _quiet_elastic_shutdown(), _signal_handlers_restored(), spawned_with_sigint_blocked():
+    with _quiet_elastic_shutdown(), _signal_handlers_restored(), started_with_sigint_blocked():
         try:
-            results = elastic_launch(config, _worker)(fn, backend, threads, args)
+            results = elastic_launch(config(start_method=worker_server()), _worker)(fn, backend, threads, args)
         except BaseException as exc:
             signum = _interrupting_signal(exc)
             if signum is None:

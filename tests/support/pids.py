@@ -40,6 +40,22 @@ def children_of(pid: int, running: str = "") -> list[int]:
     return found
 
 
+FORKSERVER = "multiprocessing.forkserver"
+"""In the command line of a forkserver (the launcher's workers fork from one) and of every process it forked."""
+
+
+def forkserver_of(pid: int) -> int | None:
+    """The forkserver that ``pid`` started (it starts one, at its first launch), None while there is none."""
+    servers = children_of(pid, FORKSERVER)
+    return servers[0] if servers else None
+
+
+def workers_of(pid: int) -> list[int]:
+    """The launcher's workers that ``pid`` started: the processes its forkserver forked."""
+    server = forkserver_of(pid)
+    return [] if server is None else children_of(server, FORKSERVER)
+
+
 def as_from_a_terminal() -> None:
     """``preexec_fn`` for a child that a test sends Ctrl-C: SIGINT as a terminal's process has it, default and
     unblocked. Both are inherited through fork and exec: a shell's background job (`pytest &`) ignores SIGINT, and a
