@@ -10,10 +10,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import popen_forkserver, popen_spawn_posix
 from pathlib import Path
 
 import pytest
-from support.pids import LINUX_PROC, as_from_a_terminal, forkserver_of, wait_for, workers_of
+from support.pids import LINUX_PROC, as_from_a_terminal, forkserver_of, session_members, wait_for, workers_of
 
 from muon_repro.bench.sweep import LOCK_NAME, BenchError, BenchInterrupted, _lock_run_dir, check_out_folder, locked_run_dirs
 
@@ -80,18 +81,6 @@ def test_ctrl_c_keeps_the_trials_completed_before(tmp_path):
     assert seconds < 15, f"took {seconds:.1f} s to exit"
 
 
-def _session_members(sid: int) -> list[int]:
-    """The processes of session ``sid`` (Linux: /proc/<pid>/stat's sixth field): a terminal job's, workers included."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                members.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-    return members
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX_PROC, reason="finds the workers through Linux's /proc")
 @pytest.mark.parametrize("moment", ["the server imports torch", "the workers run"])
@@ -113,9 +102,9 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback_and_le
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert time.monotonic() - sent < 15
     deadline = time.monotonic() + 10
-    while _session_members(proc.pid) and time.monotonic() < deadline:
+    while session_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _session_members(proc.pid), "processes of the job outlived it"
+    assert not session_members(proc.pid), "processes of the job outlived it"
 
 
 @contextlib.contextmanager
@@ -130,22 +119,19 @@ def sigint_handled_by(handler) -> Iterator[None]:
 
 
 # How multiprocessing starts a process: spawned (a fresh interpreter), or forked by the forkserver the launcher uses.
-POPEN_MODULES = ("popen_spawn_posix", "popen_forkserver")
+POPENS = pytest.mark.parametrize("popen", [popen_spawn_posix.Popen, popen_forkserver.Popen], ids=["spawn", "forkserver"])
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-@pytest.mark.parametrize("popen_module", POPEN_MODULES)
-def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch, popen_module):
+@POPENS
+def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch, popen):
     """Blocked from the start until the worker has its pickled arguments (the whole of Popen._launch); a Ctrl-C
     meanwhile is raised once the worker has them, and this process takes Ctrl-C again."""
-    import importlib
-
     from muon_repro.parallel import launch
 
-    popen = importlib.import_module(f"multiprocessing.{popen_module}").Popen
     started = []
 
-    def start(popen, process_obj) -> None:
+    def start(self, process_obj) -> None:
         signal.raise_signal(signal.SIGINT)  # Ctrl-C while the worker starts
         started.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
@@ -160,18 +146,15 @@ def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_afte
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-@pytest.mark.parametrize("popen_module", POPEN_MODULES)
-def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch, popen_module):
+@POPENS
+def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch, popen):
     """Started in the background (`muon-repro run &`), the process ignores SIGINT: a Ctrl-C held back while a worker
     starts is then ignored too, and the process still ignores SIGINT afterwards."""
-    import importlib
-
     from muon_repro.parallel import launch
 
-    popen = importlib.import_module(f"multiprocessing.{popen_module}").Popen
     started = []
 
-    def start(popen, process_obj) -> None:
+    def start(self, process_obj) -> None:
         signal.raise_signal(signal.SIGINT)
         started.append(True)
 

@@ -22,22 +22,37 @@ def dead_pid() -> int:
 
 
 LINUX_PROC = Path("/proc/self/stat").is_file()
-"""Whether :func:`children_of` can list children (Linux's /proc)."""
+"""Whether :func:`children_of` and :func:`session_members` can list processes (Linux's /proc)."""
+
+# Fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses): state, ppid, pgrp, session.
+PPID, SESSION = 1, 3
 
 
-def children_of(pid: int, running: str = "") -> list[int]:
-    """The processes whose parent is ``pid`` (Linux: /proc/<pid>/stat's fourth field), those whose command line
-    holds ``running`` when given (``"spawn_main"``: multiprocessing's workers, not its resource tracker)."""
+def _processes_with(field: int, value: int, running: str = "") -> list[int]:
+    """The processes whose /proc/<pid>/stat ``field`` is ``value``, those whose command line holds ``running`` when
+    given."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if int(stat.read_text().rsplit(")", 1)[1].split()[field]) != value:
+                continue
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") if running else ""
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-        if ppid == pid and running in command:
+        if running in command:
             found.append(int(stat.parent.name))
     return found
+
+
+def children_of(pid: int, running: str = "") -> list[int]:
+    """The processes whose parent is ``pid``, those whose command line holds ``running`` when given
+    (``"spawn_main"``: multiprocessing's workers, not its resource tracker)."""
+    return _processes_with(PPID, pid, running)
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid``: a terminal job's (``start_new_session``), its workers and their server too."""
+    return _processes_with(SESSION, sid)
 
 
 FORKSERVER = "multiprocessing.forkserver"
