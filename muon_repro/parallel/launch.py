@@ -16,7 +16,6 @@ of the import.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import multiprocessing
 import os
@@ -281,22 +280,22 @@ def launch(
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
         logs_specs = DefaultLogsSpecs(log_dir=stderr_dir, redirects=Std.ERR, tee=Std.NONE)
-    config = functools.partial(
-        LaunchConfig,
-        logs_specs=logs_specs,
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nprocs,
-        run_id=f"muon-repro-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        max_restarts=0,
-        monitor_interval=0.05,
-        **_shutdown_timeout(LaunchConfig),
-    )
     with _quiet_elastic_shutdown(), _signal_handlers_restored(), started_with_sigint_blocked():
-        try:
-            results = elastic_launch(config(start_method=worker_server()), _worker)(fn, backend, threads, args)
+        try:  # from the server's start (a Ctrl-C while it imports torch is a LaunchInterrupted too)
+            config = LaunchConfig(
+                start_method=worker_server(),
+                logs_specs=logs_specs,
+                min_nodes=1,
+                max_nodes=1,
+                nproc_per_node=nprocs,
+                run_id=f"muon-repro-{uuid.uuid4().hex[:8]}",
+                rdzv_backend="c10d",
+                rdzv_endpoint="127.0.0.1:0",
+                max_restarts=0,
+                monitor_interval=0.05,
+                **_shutdown_timeout(LaunchConfig),
+            )
+            results = elastic_launch(config, _worker)(fn, backend, threads, args)
         except BaseException as exc:
             signum = _interrupting_signal(exc)
             if signum is None:
