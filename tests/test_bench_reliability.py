@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from multiprocessing import popen_forkserver, popen_spawn_posix
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -107,6 +107,41 @@ def test_ctrl_c_in_a_terminal_while_the_workers_start_prints_no_traceback_and_le
     assert not session_members(proc.pid), "processes of the job outlived it"
 
 
+# A Ctrl-C held while the last worker starts is raised as its start returns, before torch elastic records the workers.
+_CTRL_C_AS_THE_LAST_WORKER_STARTS = """
+import os, signal
+from multiprocessing import active_children, popen_forkserver
+from muon_repro.parallel import launch
+
+started = popen_forkserver.Popen._launch
+workers = []
+
+def start_then_ctrl_c(popen, process_obj):
+    started(popen, process_obj)
+    if process_obj.name != "muon-repro-forkserver-ready":
+        workers.append(popen.pid)
+        if len(workers) == 2:
+            signal.raise_signal(signal.SIGINT)
+
+popen_forkserver.Popen._launch = start_then_ctrl_c
+try:
+    launch.launch(os.getpid, 2)
+except launch.LaunchInterrupted:
+    print("interrupted", len(workers), "workers started,", len(active_children()), "alive")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
+def test_a_ctrl_c_before_torch_records_the_workers_leaves_none_behind():
+    """Torch elastic stops only the workers it has recorded; a Ctrl-C raised as the last one starts comes before that:
+    the launch kills them itself, before they read arguments that are gone or wait minutes for their peers."""
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_AS_THE_LAST_WORKER_STARTS], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "interrupted 2 workers started, 0 alive", proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
 @contextlib.contextmanager
 def sigint_handled_by(handler) -> Iterator[None]:
     """This process's SIGINT handler for a while: a shell starts a background job (`cmd &`) with SIGINT ignored, so
@@ -118,49 +153,44 @@ def sigint_handled_by(handler) -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
-# How multiprocessing starts a process: spawned (a fresh interpreter), or forked by the forkserver the launcher uses.
-POPENS = pytest.mark.parametrize("popen", [popen_spawn_posix.Popen, popen_forkserver.Popen], ids=["spawn", "forkserver"])
-
-
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-@POPENS
-def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch, popen):
-    """Blocked from the start until the worker has its pickled arguments (the whole of Popen._launch); a Ctrl-C
-    meanwhile is raised once the worker has them, and this process takes Ctrl-C again."""
+def test_a_launch_starts_its_workers_with_sigint_blocked_and_takes_a_ctrl_c_after(monkeypatch):
+    """Blocked from the start until the worker has its pickled arguments and multiprocessing has recorded it (the whole
+    of Process.start, whatever the start method); a Ctrl-C meanwhile is raised after that, and this process takes
+    Ctrl-C again."""
     from muon_repro.parallel import launch
 
     started = []
 
-    def start(self, process_obj) -> None:
+    def start(self) -> None:
         signal.raise_signal(signal.SIGINT)  # Ctrl-C while the worker starts
         started.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
-    monkeypatch.setattr(popen, "_launch", start)
+    monkeypatch.setattr(BaseProcess, "start", start)
     with sigint_handled_by(signal.default_int_handler), launch.started_with_sigint_blocked():
         with pytest.raises(KeyboardInterrupt):
-            popen._launch(None, None)
+            BaseProcess.start(None)
         assert started == [True]  # the start went to its end, SIGINT blocked, before the Ctrl-C was raised
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert popen._launch is start
+    assert BaseProcess.start is start
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers live there")
-@POPENS
-def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch, popen):
+def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypatch):
     """Started in the background (`muon-repro run &`), the process ignores SIGINT: a Ctrl-C held back while a worker
     starts is then ignored too, and the process still ignores SIGINT afterwards."""
     from muon_repro.parallel import launch
 
     started = []
 
-    def start(self, process_obj) -> None:
+    def start(self) -> None:
         signal.raise_signal(signal.SIGINT)
         started.append(True)
 
-    monkeypatch.setattr(popen, "_launch", start)
+    monkeypatch.setattr(BaseProcess, "start", start)
     with sigint_handled_by(signal.SIG_IGN), launch.started_with_sigint_blocked():
-        popen._launch(None, None)  # no KeyboardInterrupt
+        BaseProcess.start(None)  # no KeyboardInterrupt
         assert started == [True]
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 

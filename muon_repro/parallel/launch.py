@@ -23,7 +23,8 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from multiprocessing import forkserver, popen_forkserver, popen_spawn_posix, resource_tracker
+from multiprocessing import forkserver, resource_tracker
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import torch
@@ -166,6 +167,17 @@ def _interrupting_signal(exc: BaseException) -> int | None:
     return None
 
 
+def _kill_workers_left(running_before: set[BaseProcess]) -> None:
+    """Kill the launch's workers still alive after an interrupt: those a Ctrl-C caught while torch elastic started
+    them. It is raised as a worker's start returns (:func:`started_with_sigint_blocked`), once multiprocessing has
+    recorded the worker but before torch has recorded the workers it started, so its shutdown stops none of them.
+    Killed here, while the interrupt's traceback still holds the semaphore their arguments name: a worker unpickling
+    it once it is gone prints a traceback, and one past that waits minutes for its peers."""
+    for worker in set(multiprocessing.active_children()) - running_before:
+        worker.kill()
+        worker.join()
+
+
 @contextlib.contextmanager
 def _quiet_elastic_shutdown() -> Iterator[None]:
     """Keep torch elastic's shutdown warnings ("Closing process N via signal SIGINT", one per worker) off the terminal."""
@@ -204,29 +216,25 @@ def started_with_sigint_blocked() -> Iterator[None]:
     exec), a forkserver started then, and so every worker it forks later (a mask survives fork). A Ctrl-C that reaches
     a worker (a terminal's reaches the whole process group) before its own code runs stays pending, instead of
     interrupting torch's import with a traceback on the terminal; the worker unblocks SIGINT when it can take it
-    (:func:`_worker`), and the server ignores it. This process holds a Ctrl-C back (:func:`sigint_held`) while it
-    starts a worker, until the worker has all of its pickled arguments (large ones fill the pipe and wait for the
-    worker's imports): cut short, they would fail to unpickle there, with a traceback."""
-    launchers = {popen: popen.Popen._launch for popen in (popen_spawn_posix, popen_forkserver)}
+    (:func:`_worker`), and the server ignores it. This process holds a Ctrl-C back (:func:`sigint_held`) for the whole
+    of a process's start: until the process has all of its pickled arguments (large ones fill the pipe and wait for
+    the worker's imports; cut short, they would fail to unpickle there, with a traceback), and multiprocessing has
+    recorded it among this process's children, where :func:`launch` finds it to kill after a Ctrl-C."""
+    start_one = BaseProcess.start
 
-    def blocked(launch_one: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-        def launch_blocked(popen: Any, process_obj: Any) -> None:
-            with sigint_held():
-                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    launch_one(popen, process_obj)
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    def start_blocked(process: BaseProcess) -> None:
+        with sigint_held():
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                start_one(process)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
-        return launch_blocked
-
-    for popen, launch_one in launchers.items():
-        popen.Popen._launch = blocked(launch_one)
+    BaseProcess.start = start_blocked
     try:
         yield
     finally:
-        for popen, launch_one in launchers.items():
-            popen.Popen._launch = launch_one
+        BaseProcess.start = start_one
 
 
 @contextlib.contextmanager
@@ -280,6 +288,7 @@ def launch(
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
         logs_specs = DefaultLogsSpecs(log_dir=stderr_dir, redirects=Std.ERR, tee=Std.NONE)
+    running_before = set(multiprocessing.active_children())
     with _quiet_elastic_shutdown(), _signal_handlers_restored(), started_with_sigint_blocked():
         try:  # from the server's start (a Ctrl-C while it imports torch is a LaunchInterrupted too)
             config = LaunchConfig(
@@ -300,5 +309,6 @@ def launch(
             signum = _interrupting_signal(exc)
             if signum is None:
                 raise
+            _kill_workers_left(running_before)
             raise LaunchInterrupted(signum) from None
     return [results[r] for r in range(nprocs)]
