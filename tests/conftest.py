@@ -13,7 +13,6 @@ import gc
 import multiprocessing.process
 import multiprocessing.util
 import os
-import pathlib
 import shlex
 import shutil
 import sys
@@ -184,19 +183,10 @@ def quick_figures(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def svg_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Figures drawn in full and written as SVG, their PNGs empty: for tests that read a figure's SVG text (a PNG at
-    print resolution costs ~0.4 s a figure; tests/test_report.py's bundle checks the PNGs)."""
-    from matplotlib.figure import Figure
+    """Figures drawn in full and written as SVG, their PNGs empty: for tests that read a figure's SVG text."""
+    from fake_figures import written_empty
 
-    savefig = Figure.savefig
-
-    def svg_only_savefig(self, fname, *args, format=None, **kwargs):
-        if format == "png":
-            pathlib.Path(fname).write_bytes(b"")
-        else:
-            savefig(self, fname, *args, format=format, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", svg_only_savefig)
+    written_empty(monkeypatch, frozenset({"png"}))
 
 
 @pytest.fixture(scope="session")

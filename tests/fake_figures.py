@@ -20,6 +20,23 @@ def tiny_png(text: str) -> bytes:
     return out.getvalue()
 
 
+def written_empty(monkeypatch: pytest.MonkeyPatch, formats: frozenset[str] | None = None) -> None:
+    """``Figure.savefig`` writes an empty file for each format in ``formats`` (every format when None) and renders
+    the others, through ``monkeypatch``: for tests that read a drawn figure or its SVG text, not its PNG (a PNG at
+    print resolution costs ~0.4 s a figure, an SVG ~0.1 s; tests/test_report.py's bundle checks the files)."""
+    from matplotlib.figure import Figure
+
+    savefig = Figure.savefig
+
+    def savefig_or_empty(self, fname, *args, format=None, **kwargs):
+        if formats is None or format in formats:
+            Path(fname).write_bytes(b"")
+        else:
+            savefig(self, fname, *args, format=format, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig_or_empty)
+
+
 def stand_in_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every figure drawn as two tiny files (a whole 1 x 1 PNG and a stand-in SVG), through ``monkeypatch``."""
     from muon_repro.report import build, profile_figures, study_section

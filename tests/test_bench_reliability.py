@@ -195,6 +195,17 @@ def test_a_launch_in_a_process_that_ignores_ctrl_c_goes_on_ignoring_it(monkeypat
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
+def test_the_worker_server_preloads_modules_that_exist():
+    """multiprocessing's server skips a preload it cannot import without a word, so a renamed module would silently
+    cost every worker its import again: the names are checked here."""
+    import importlib.util
+
+    from muon_repro.parallel.launch import WORKER_PRELOAD
+
+    missing = [name for name in WORKER_PRELOAD if importlib.util.find_spec(name) is None]
+    assert not missing, f"WORKER_PRELOAD names modules that do not exist: {missing}"
+
+
 # ---------------------------------------------------------------------- one sweep per run folder
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_figures import written_empty
 
 from muon_repro.report import (
     bytes_figures,
@@ -55,10 +56,8 @@ def kept_and_written(monkeypatch):
 @pytest.fixture
 def kept(kept_and_written, monkeypatch):
     """The figures drawn during a test, kept open, their files written empty: what these tests read is the figure
-    itself, not its rendering (a PNG at print resolution and an SVG take ~0.5 s a figure)."""
-    from matplotlib.figure import Figure
-
-    monkeypatch.setattr(Figure, "savefig", lambda self, fname, **kwargs: Path(fname).write_bytes(b""))
+    itself, not its rendering."""
+    written_empty(monkeypatch)
     return kept_and_written
 
 
