@@ -58,6 +58,9 @@ def test_innermost_enclosing():
     ends = np.array([100.0, 50.0, 20.0, 100.0])
     q = innermost_enclosing(np.array([0, 0, 0, 0, 1, 2]), np.array([5.0, 11.0, 15.0, 60.0, 30.0, 5.0]), keys, starts, ends)
     assert q.tolist() == [0, 1, 2, 0, 3, -1]
+    # half-open: an interval's end is outside it, its start inside
+    at_ends = innermost_enclosing(np.array([0, 0, 0]), np.array([50.0, 100.0, 10.0]), keys[:3], starts[:3], ends[:3])
+    assert at_ends.tolist() == [0, -1, 1]
 
 
 @pytest.mark.parametrize(

@@ -222,6 +222,35 @@ def test_a_condition_the_run_did_not_record_is_not_met():
     ]
 
 
+def test_each_condition_holds_from_its_threshold_on():
+    """A run at a condition's threshold is inside it; just below, it is outside, said with its own number."""
+    from muon_repro.claims import BY_ID
+
+    gpu_run = {"run": "g/muon", "device": "cuda", "backend": "nccl", "preset": "large", "d_model": 1024, "world_size": 4}
+    share = BY_ID["optimizer_share"].made_under  # 100 tokens per step per d_model, 4 ranks
+    assert share.outside({**gpu_run, "tokens_per_step": 102_400}, None, {}) == []
+    assert share.outside({**gpu_run, "tokens_per_step": 51_200}, None, {}) == ["50 tokens per step per d_model, not 100+"]
+    assert share.outside({**gpu_run, "tokens_per_step": 102_400, "world_size": 3}, None, {}) == ["3 ranks (fewer), not 4+"]
+    leading = BY_ID["muon_leading_steps"].made_under  # 10 tokens per parameter, 100,000,000 parameters
+    assert leading.outside({"run": "c/muon", "params": 1e8, "tokens_trained": 1e9}, None, {}) == []
+    assert leading.outside({"run": "c/muon", "params": 2e8, "tokens_trained": 1.5e9}, None, {}) == [
+        "7.5 tokens per parameter, not 10+"
+    ]
+    assert leading.outside({"run": "c/muon", "params": 5e7, "tokens_trained": 1e9}, None, {}) == [
+        "50,000,000 parameters, not 100,000,000+"
+    ]
+
+
+def test_a_difference_of_some_of_the_runs_compared_names_them():
+    runs, steps, ranks, phases, environment = _on_cpu(study_grid(muon_comm=5.7, muon_step=101.0))
+    environment.loc[environment["run"] != "comparison/muon_dp2_tp2", "value"] = "4"  # a core per rank but for one run
+    claims = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id")
+    assert claims.loc["hybrid_beats_pure", "outside_conditions"].split("; ") == [
+        "gloo on cpu, not nccl on cuda",
+        "2 ranks per core, not one per device (only comparison/muon_dp2_tp2)",
+    ]
+
+
 def test_the_width_of_a_shape_override_sets_its_tokens_per_d_model():
     from muon_repro.claims import BY_ID, d_model_of
     from muon_repro.run_records import RunConfig
@@ -369,6 +398,39 @@ def test_the_async_claims_rounds_are_those_its_interval_pairs():
     assert row["rounds"] == TRIALS and "disturbed" not in row["conditions"]
 
 
+def test_a_claims_rounds_are_those_of_every_run_it_pairs_less_those_left_out():
+    def grid() -> Bundle:
+        b = study_grid(muon_comm=5.7, muon_step=101.0)
+        for run in b.runs:
+            run["rounds"] = TRIALS
+        return b
+
+    assert grid().claims().loc["comm_time_dp2_tp2", "rounds"] == TRIALS
+    disturbed = grid()  # AdamW's round 1 three times slower: left out of the pairs
+    disturbed.steps = [
+        dict(s, step_ms=3 * s["step_ms"]) if (s["run"], s["trial"]) == ("comparison/adamw_dp2_tp2", 1) else s
+        for s in disturbed.steps
+    ]
+    row = disturbed.claims().loc["latency_overhead"]
+    assert row["rounds"] == TRIALS - 1 and "1 disturbed round" in row["conditions"]
+    missing = grid()  # AdamW has no round 2: Muon's round 2 pairs with nothing
+    missing.steps = [s for s in missing.steps if (s["run"], s["trial"]) != ("comparison/adamw_dp2_tp2", 2)]
+    assert missing.claims().loc["comm_time_dp2_tp2", "rounds"] == TRIALS - 1
+    # runs not recorded in rounds have no count
+    assert pd.isna(study_grid(muon_comm=5.7, muon_step=101.0).claims().loc["comm_time_dp2_tp2", "rounds"])
+
+
+def test_a_profile_is_judged_if_any_table_has_it_and_unknown_only_without_any():
+    from muon_repro.tables.schemas import SCHEMAS
+
+    none, runs = pd.DataFrame(), SCHEMAS["runs"].empty()
+    only_regimes = claims_table(runs, none, none, none, regimes=pd.DataFrame({"profile": ["cpu-x"], "x": [1]}))
+    assert set(only_regimes["profile"]) == {"cpu-x"} and len(only_regimes) == len(CLAIMS)
+    study = [{"claim_id": "comm_time_dp2_tp2", "profile": "4xRTXA4000-pcie-nccl"}]
+    assert claims_table(none, none, none, none, study_claims=study)["profile"].tolist() == ["4xRTXA4000-pcie-nccl"]
+    assert set(claims_table(runs, none, none, none)["profile"]) == {"unknown"}
+
+
 def test_async_claim_pairs_only_a_twin_of_the_same_layout():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async", layout="bucketed")
@@ -382,6 +444,17 @@ def test_verdict_rule_needs_the_whole_interval():
     assert verdict(1.0, 1.0, region) == "not reproduced"  # the open end
     assert verdict(0.95, 1.1, region) == "inconclusive"
     assert verdict(float("nan"), float("nan"), region) == "not measured"
+
+
+def test_a_regions_ends_are_inside_or_outside_as_declared():
+    """A closed low end and the high end belong to the region; an interval that touches an end from outside is not
+    wholly outside it."""
+    assert verdict(0.0, 0.01, Region(0.0, 0.022)) == "reproduced"  # the closed low end is inside
+    assert verdict(1.25, 1.25, Region(1.0, 1.25, low_open=True)) == "reproduced"  # so is the high end
+    assert verdict(0.9, 1.0, Region(1.0, 1.25)) == "inconclusive"  # reaches the closed low end
+    assert verdict(0.9, 0.99, Region(1.0, 1.25)) == "not reproduced"
+    assert verdict(0.5, 0.7, Region(None, 0.5)) == "inconclusive"  # reaches the high end from above
+    assert verdict(0.51, 0.7, Region(None, 0.5)) == "not reproduced"
 
 
 def test_unequal_work_is_judged_unequal_work_naming_both_runs_and_the_field():
