@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import pytest
 
@@ -38,16 +40,18 @@ def _run(run: str, optimizer: str, layout: str = "contiguous") -> dict:
 
 def tables(
     *,
-    muon_elems: int = MUON_ELEMS,
+    muon_elems: int | tuple[int, ...] = MUON_ELEMS,
     muon_buffers: int = 1,
     hidden_state: int = 0,
     kept_buffer: int = 0,
     transient: int = 1000,
     extra_trace_bytes: float = 0.0,
+    edit: Callable[[pd.DataFrame, pd.DataFrame], tuple[pd.DataFrame, pd.DataFrame]] | None = None,
 ) -> pd.DataFrame:
     """The checks of a synthetic Muon/AdamW pair at DP2·TP2 (contiguous and bucketed Muon runs). ``muon_buffers``:
     momenta Muon keeps per element, which its named ledger counts; ``hidden_state`` and ``kept_buffer``: bytes its
-    state and its other buffers hold that no ledger names (only the storage census sees them)."""
+    state and its other buffers hold that no ledger names (only the storage census sees them). ``muon_elems``: per
+    rank where a tuple; ``edit(ranks, phases)``: the tables with a departure planted in them."""
     runs = [
         _run("comparison/muon_dp2_tp2", "muon"),
         _run("comparison/adamw_dp2_tp2", "adamw"),
@@ -57,8 +61,9 @@ def tables(
     for r in runs:
         muon = r["optimizer"] == "muon"
         for rank in range(RANKS):
-            muon_state = 4 * muon_buffers * muon_elems if muon else 0
-            adamw_state = 8 * (SHARD - (muon_elems if muon else 0))
+            elems = (muon_elems[rank] if isinstance(muon_elems, tuple) else muon_elems) if muon else 0
+            muon_state = 4 * muon_buffers * elems
+            adamw_state = 8 * (SHARD - elems)
             ranks.append(
                 {
                     "run": r["run"],
@@ -73,7 +78,7 @@ def tables(
                     "held_buffer_bytes": 16 * SHARD + ((4 * 8 + kept_buffer) if muon else 0),  # 8 update-RMS scalars
                     "ns_matrices": 8 if muon else 0,
                     "shard_elems": SHARD,
-                    "muon_elems": muon_elems if muon else 0,
+                    "muon_elems": elems,
                     "muon_matrices": 16 if muon else 0,
                     "dp_gathered_matrices": (16 if r["layout"] == "bucketed" else 0) if muon else 0,
                 }
@@ -95,7 +100,10 @@ def tables(
                         "ledger_bytes": nbytes,
                     }
                 )
-    table = checks_table(pd.DataFrame(runs), pd.DataFrame(ranks), pd.DataFrame(phases))
+    ranks, phases = pd.DataFrame(ranks), pd.DataFrame(phases)
+    if edit is not None:
+        ranks, phases = edit(ranks, phases)
+    table = checks_table(pd.DataFrame(runs), ranks, phases)
     return SCHEMAS["checks"].conform(table).set_index("check_id")
 
 
@@ -158,3 +166,74 @@ def test_trace_bytes_the_model_does_not_price_fail_the_bytes_check():
 
 def test_without_a_pair_there_is_no_check():
     assert checks_table(pd.DataFrame([_run("comparison/muon_dp2_tp2", "muon")]), pd.DataFrame(), pd.DataFrame()).empty
+
+
+def _of(frame: pd.DataFrame, run: str, rank: int | None = None) -> pd.Series:
+    """The rows of ``run`` (and of one rank) in a ranks or phases table."""
+    return (frame["run"] == run) & (True if rank is None else frame["rank"] == rank)
+
+
+MUON, ADAMW = "comparison/muon_dp2_tp2", "comparison/adamw_dp2_tp2"
+
+
+def test_the_accounting_is_exact_not_about_half():
+    """4 bytes of state beyond the plan move the ratio by 0.08%: outside the source's [0.5, 0.5]."""
+    row = tables(hidden_state=4).loc["state_accounting"]
+    assert row["measured_value"] != 0.5 and not row["in_claimed_region"] and not row["holds"]
+
+
+def test_state_beyond_the_plan_fails_even_where_the_ratio_stays_half():
+    def both_hold_more(ranks: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        ranks.loc[_of(ranks, MUON), "held_state_bytes"] += 4 * MUON_ELEMS  # 2,400 bytes
+        ranks.loc[_of(ranks, ADAMW), "held_state_bytes"] += 8 * MUON_ELEMS  # 4,800
+        return ranks, phases
+
+    row = tables(edit=both_hold_more).loc["state_accounting"]
+    assert row["measured_value"] == 0.5 and not row["holds"]
+
+
+def test_a_rank_without_muon_elements_is_left_out_of_the_ratio_and_the_largest_whole_model_ratio_is_quoted():
+    row = tables(muon_elems=(600, 200, 600, 0)).loc["state_accounting"]
+    assert row["holds"] and row[["measured_value", "measured_low", "measured_high"]].tolist() == [0.5, 0.5, 0.5]
+    # whole-model ratios 1 - f/2: 0.7, 0.9, 0.7, 1.0 (rank 3 holds no Muon state): rank 3's is quoted
+    assert "Rank 3's whole-model ratio is 1.000 = 1 - f/2" in row["explanation"]
+    assert "Rank 1's whole-model ratio is 0.900" in tables(muon_elems=(600, 200, 600, 600)).loc["state_accounting", "explanation"]
+
+
+def test_gather_buffers_as_large_as_the_state_saved_fail_the_transient_check():
+    saved = 8 * SHARD - (4 * MUON_ELEMS + 8 * (SHARD - MUON_ELEMS))  # 2,400 bytes: the check asks for less
+    assert tables(transient=saved - 1).loc["state_with_transients", "holds"]
+    assert not tables(transient=saved).loc["state_with_transients", "holds"]
+
+
+def test_the_transient_check_fails_when_one_rank_exceeds():
+    def rank_2_gathers_more(ranks: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        ranks.loc[_of(ranks, MUON, rank=2), "transient_bytes"] = 5000
+        return ranks, phases
+
+    row = tables(transient=100, edit=rank_2_gathers_more).loc["state_with_transients"]
+    assert not row["holds"] and row["measured_value"] > 1.0 and row["explanation"].startswith("Rank 2:")
+
+
+def test_a_ledger_that_disagrees_with_the_traces_and_the_model_fails_the_bytes_check():
+    def ledger_off(ranks: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        phases.loc[phases["phase"] == "dp_all_gather", "ledger_bytes"] += 10.0
+        return ranks, phases
+
+    checks = tables(edit=ledger_off)
+    assert not checks.loc["bytes_bucketed", "holds"] and not checks.loc["bytes_contiguous", "holds"]
+
+
+def test_the_accounting_reads_the_first_trial():
+    def later_trial_differs(ranks: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        later = ranks.assign(trial=1, held_state_bytes=ranks["held_state_bytes"] + 1)
+        return pd.concat([ranks, later], ignore_index=True), phases
+
+    assert tables(edit=later_trial_differs).loc["state_accounting", "holds"]
+
+
+def test_runs_recorded_on_other_ranks_have_no_accounting():
+    def adamw_lacks_rank_3(ranks: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return ranks[~_of(ranks, ADAMW, rank=3)], phases
+
+    assert "state_accounting" not in tables(edit=adamw_lacks_rank_3).index

@@ -426,3 +426,101 @@ def test_each_study_run_names_the_command_and_commit_that_recorded_it_or_none():
     assert len(ours) and len(theirs)
     assert ours["command"].str.startswith("muon-repro bench --protocol").all() and ours["git_sha"].str.len().eq(40).all()
     assert theirs["command"].isna().all() and theirs["git_sha"].isna().all()
+
+
+# ---------------------------------------------------------------- the statistics and the work, unit by unit
+
+
+def test_welch_log_ratio_is_welchs_t_on_the_logs():
+    """Reference values: scipy.stats.ttest_ind(log a, log b, equal_var=False) and its confidence interval."""
+    a, b = np.array([10.0, 11.0, 12.0, 13.0, 15.0]), np.array([20.0, 20.5, 21.0, 23.0])
+    assert welch_log_ratio(a, b) == pytest.approx((0.5727155324493789, 0.4732344347116691, 0.6931090745934843), rel=1e-12)
+    assert np.isfinite(welch_log_ratio(np.array([10.0, 12.0]), np.array([20.0, 21.0]))).all()  # two a side suffice
+    assert np.isnan(welch_log_ratio(np.array([10.0]), np.array([20.0, 21.0]))).all()
+
+
+def _steps(run: str, values: dict[int, list[float]]) -> pd.DataFrame:
+    """Rank 0's step times of ``run``, per round (trial) and step."""
+    return pd.DataFrame(
+        [
+            {"run": run, "scope": STEP, "trial": trial, "step": step, "rank": 0, "step_ms": ms}
+            for trial, per_step in values.items()
+            for step, ms in enumerate(per_step)
+        ]
+    )
+
+
+def test_rounds_are_the_units_from_two_rounds_on_and_paired_from_two_shared_ones():
+    from muon_repro.study.claims import _per_step, in_rounds
+
+    two_rounds = _steps("x", {0: [1.0, 3.0], 1: [5.0, 7.0]})
+    assert _per_step(two_rounds, "x", (STEP,), "step_ms").to_dict() == {0: 2.0, 1: 6.0}
+    one_round = pd.concat([two_rounds, _steps("y", {0: [1.0]})])
+    assert in_rounds(one_round, "x") and not in_rounds(one_round, "x", "y")
+    a, b = pd.Series([1.0, 2.0], index=[0, 1]), pd.Series([2.0, 4.0], index=[0, 1])
+    assert ratio_interval(a, b, per_round=True) == pytest.approx((0.5, 0.5, 0.5))  # paired: no spread
+
+
+def _collectives(run: str, steps: int = 1, extra: tuple[tuple[str, str], ...] = ()) -> list[dict]:
+    """Rank 0's collectives of ``run``: one fp32 all-reduce a step, and ``extra`` (op, dtype) ones in step 0."""
+    one = {"run": run, "rank": 0, "trial": 0, "group_ranks": "0,1"}
+    return [{**one, "step": s, "op": "all_reduce", "dtype": "float32", "elements": 1000} for s in range(steps)] + [
+        {**one, "step": 0, "op": op, "dtype": dtype, "elements": 10} for op, dtype in extra
+    ]
+
+
+def test_the_same_work_is_the_first_steps_collectives_plus_only_muons_bf16_gathers():
+    from muon_repro.study.claims import _same_collectives, _work
+
+    two_steps_against_one = pd.DataFrame(_collectives("a", steps=2) + _collectives("b"))
+    assert _same_collectives(two_steps_against_one, "a", "b", [0], extra_gathers=False) is True
+
+    def same(extra: tuple[tuple[str, str], ...]) -> bool | None:
+        colls = pd.DataFrame(_collectives("muon", extra=extra) + _collectives("adamw"))
+        return _same_collectives(colls, "muon", "adamw", [0], extra_gathers=True)
+
+    assert same((("all_gather", "bfloat16"),)) is True
+    assert same((("all_gather", "float32"),)) is False and same((("all_reduce", "bfloat16"),)) is False
+    # Muon against Muon (async against sync): no extra gather is the other's work
+    runs = pd.DataFrame([{"run": r, "name": r, "optimizer": "muon"} for r in ("async", "sync")])
+    ranks = pd.DataFrame(
+        [{"run": r, "rank": 0, "ring_bytes_per_step": 1.0, "collectives_per_step": 1.0} for r in ("async", "sync")]
+    )
+    colls = pd.DataFrame(_collectives("async", extra=(("all_gather", "bfloat16"),)) + _collectives("sync"))
+    assert _work(runs, ranks, "async", "sync", colls=colls)[0] is False
+
+
+def test_a_work_difference_is_written_only_for_unequal_work(tables):
+    rows = pd.DataFrame(study_claim_rows(tables))
+    assert (rows["equal_work"] == True).any()  # noqa: E712  (a nullable column)
+    assert (rows.loc[rows["equal_work"] != False, "work_difference"] == "").all()  # noqa: E712
+
+
+def test_the_async_explanation_says_the_kernels_overlapped_only_when_they_did(tables):
+    """Overlap: Muon_Step's kernels add up to more than 1.01x the time the GPU was busy with them."""
+
+    def says_overlap(factor: float) -> bool:
+        steps = tables["study_steps"].copy()
+        muon_step = steps["run"].str.endswith("_async") & (steps["scope"] == "Muon_Step")
+        steps.loc[muon_step, "gpu_kernel_ms"] = steps.loc[muon_step, "gpu_busy_ms"] * factor
+        rows = study_claim_rows({**tables, "study_steps": steps})
+        return "overlapping each other" in next(r for r in rows if r["claim_id"] == "async_slowdown")["explanation"]
+
+    assert says_overlap(1.05) and not says_overlap(1.0)
+
+
+def test_a_set_recorded_on_one_rank_is_judged_on_the_one_rank_claims_only():
+    from muon_repro.study.claims import ONE_RANK_CLAIMS, protocol_rows
+    from muon_repro.tables.io import read_tables
+
+    names = ("study_runs", "study_steps", "study_ranks", "study_collectives")
+    recorded = read_tables(REPO / "metrics", names)
+    one_rank = {}
+    for name, df in recorded.items():  # the committed equal-work set as if recorded on one rank
+        df = df[df["run"].str.startswith("cpu-2c-gloo/study_equal_work/")].copy()
+        df["run"] = df["run"].str.replace("dp2_tp2", "dp1_tp1")
+        if name == "study_runs":
+            df["dp"], df["tp"] = 1, 1
+        one_rank[name] = df
+    rows = protocol_rows(one_rank)
+    assert rows and {r["claim_id"] for r in rows} == set(ONE_RANK_CLAIMS)
