@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work
+from muon_repro.analysis.claim_inputs import UnequalWork, check_same_work, dp2_tp2_pair, without_pipeline, work_difference
+from muon_repro.analysis.claim_measures import _single_device_pair, _versus_one
 from muon_repro.analysis.claims import claims_table
 from muon_repro.analysis.tables import _comparisons_table
 from muon_repro.claims import CLAIMS, UNEQUAL_WORK, Region, verdict
@@ -595,10 +597,6 @@ def test_an_unknown_flop_count_or_interval_is_said_unknown_never_a_number():
 def test_the_grids_a_claim_speaks_of_are_picked_whole():
     """One device means one rank (a PP4 pipeline has dp 1 and tp 1 too); the DP2·TP2 run is the blocking one (its async
     variant, which sorts first here, is the async claim's)."""
-    from types import SimpleNamespace
-
-    from muon_repro.analysis.claim_inputs import dp2_tp2_pair
-    from muon_repro.analysis.claim_measures import _single_device_pair
 
     def run(name: str, optimizer: str, dp: int, tp: int, pp: int = 1, overlap: str = "none", tokens: int = 1024) -> dict:
         grid = {"dp": dp, "tp": tp, "pp": pp, "world_size": dp * tp * pp, "micro_batches": 1, "overlap": overlap}
@@ -641,3 +639,99 @@ def test_a_measure_that_compared_unequal_work_unchecked_reads_unequal_work(monke
     row = claims_table(runs, steps, ranks, phases, environment=environment).set_index("claim_id").loc["latency_overhead"]
     assert (row["verdict"], row["equal_work"]) == ("unequal work", False)
     assert "tokens_per_step is 1024 vs 2048" in row["work_difference"] and "comparison/adamw_dp2_tp2" in row["work_difference"]
+
+
+# ---------------------------------------------------------------------- which runs each claim compares
+
+
+def _grid_run(name: str, optimizer: str, dp: int, tp: int, *, tokens: int = 262144, **over) -> dict:
+    """A runs-table row of the claims' own work (``WORK``) on a DP x TP grid, ``over`` replacing any field."""
+    grid = {"dp": dp, "tp": tp, "pp": 1, "world_size": dp * tp, "micro_batches": 1, "overlap": "none"}
+    return {
+        **WORK,
+        **grid,
+        "run": f"c/{name}",
+        "group": "c",
+        "layout": "contiguous",
+        "optimizer": optimizer,
+        "tokens_per_step": tokens,
+        **over,
+    }
+
+
+def test_runs_on_different_devices_did_different_work():
+    a, b = pd.Series({"run": "a", **WORK}), pd.Series({"run": "b", **WORK, "device": "cpu"})
+    assert "device is 'cuda' vs 'cpu'" in work_difference(a, b)
+
+
+def test_a_field_one_run_did_not_record_is_a_difference_and_none_in_both_is_not():
+    a = pd.Series({"run": "a", **WORK}, dtype=object)
+    b = pd.Series({"run": "b", **WORK, "tokens_per_step": None}, dtype=object)
+    assert "tokens_per_step is 262144 vs not recorded" in work_difference(a, b)
+    assert work_difference(a.drop("tokens_per_step"), b) is None
+
+
+def test_the_dp2_tp2_pair_needs_an_adamw_run_on_muons_device():
+    runs = pd.DataFrame([_grid_run("muon", "muon", 2, 2), _grid_run("adamw_cpu", "adamw", 2, 2, device="cpu")])
+    assert dp2_tp2_pair(SimpleNamespace(runs=runs)) is None  # not measured, rather than 'unequal work'
+
+
+def test_a_run_without_a_pp_cell_has_no_pipeline():
+    runs = pd.DataFrame({"run": ["a", "b", "c"], "pp": [1.0, float("nan"), 2.0]})
+    assert without_pipeline(runs)["run"].tolist() == ["a", "b"]
+
+
+def test_the_hybrid_is_compared_with_the_faster_of_dp4_and_tp4():
+    claims = study_grid(muon_comm=5.7, muon_step=100.0, hybrid_step=100.0, dp4_step=130.0, tp4_step=120.0).claims()
+    assert claims.loc["hybrid_beats_pure", "measured_value"] == pytest.approx(100.0 / 120.0, rel=0.02)
+
+
+def test_a_tp4_run_of_other_work_leaves_the_hybrid_claim_without_a_value():
+    b = study_grid(muon_comm=5.7, muon_step=100.0, hybrid_step=100.0)
+    b.runs[3]["tokens_per_step"] = 2048  # distributed_muon/muon_tp4
+    row = b.claims().loc["hybrid_beats_pure"]
+    assert row["verdict"] == UNEQUAL_WORK and pd.isna(row["measured_value"])
+
+
+def test_an_interval_reaching_one_is_not_beyond_the_noise():
+    assert _versus_one(1.0, 1.3) == "not distinguishable from 1"
+    assert _versus_one(0.8, 1.0) == "not distinguishable from 1"
+
+
+def test_async_claim_pairs_only_a_twin_on_the_same_backend():
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async", backend="gloo")
+    assert b.claims().loc["async_slowdown", "verdict"] == "not measured"
+
+
+def test_the_single_device_pair_is_at_the_largest_tokens_both_recorded():
+    runs = pd.DataFrame(
+        [_grid_run(f"{o}_{t}", o, 1, 1, tokens=t) for o in ("muon", "adamw") for t in (1024, 8192)]
+        + [_grid_run("muon_65536", "muon", 1, 1, tokens=65536)]
+    )
+    assert [r["run"] for r in _single_device_pair(SimpleNamespace(runs=runs))] == ["c/muon_8192", "c/adamw_8192"]
+
+
+def test_the_optimizer_share_is_the_dp2_tp2_run_without_a_pipeline():
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("comparison/a_muon_dp2_tp2_pp2", "muon", 2, 2, step_ms=100.0, optimizer_ms=50.0, pp=2, world_size=8)
+    row = b.claims().loc["optimizer_share"]
+    assert "a_muon_dp2_tp2_pp2" not in row["conditions"] and row["measured_value"] < 0.05
+
+
+def test_the_async_ratio_is_of_the_slowest_ranks_step():
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async")
+    b.steps = [
+        dict(s, step_ms=3 * s["step_ms"]) if (s["run"], s["rank"]) == ("overlap/muon_dp2_tp2_naive_async", 0) else s
+        for s in b.steps
+    ]
+    assert b.claims().loc["async_slowdown", "measured_value"] == pytest.approx(6.0, rel=0.05)
+
+
+def test_async_claim_prefers_the_twin_recorded_in_its_own_sweep():
+    b = study_grid(muon_comm=5.7, muon_step=100.0)
+    b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async")
+    b.run("overlap/muon_dp2_tp2", "muon", 2, 2, step_ms=50.0)  # blocking, recorded beside it
+    row = b.claims().loc["async_slowdown"]
+    assert row["measured_value"] == pytest.approx(4.0, rel=0.05) and "overlap/muon_dp2_tp2 " in row["conditions"]

@@ -75,3 +75,13 @@ def test_rounds_pair_only_within_one_sweep():
     assert unpaired_rounds(_swept(_run("d", [100] * 4), [None] * 4), legacy) == set()  # before sweeps: by index
     assert unpaired_rounds(a, legacy) == {0, 1, 2, 3}  # a named sweep and none are two sweeps
     assert unpaired_rounds(a) == set() and unpaired_rounds(_run("e", [1, 2]), _run("f", [1, 2])) == set()
+
+
+def test_a_round_far_faster_than_the_others_is_disturbed_too():
+    assert disturbed(np.array([100.0, 101.0, 99.0, 100.0, 30.0])).tolist() == [False, False, False, False, True]
+
+
+def test_runs_whose_sweep_ids_are_nan_pair_by_index():
+    """A sweep id read back from a table as NaN is no sweep: such runs pair by round index."""
+    (a, name_a), (b, name_b) = _run("a", [100, 100, 100]), _run("b", [100, 100, 100])
+    assert unpaired_rounds((a.assign(sweep=math.nan), name_a), (b.assign(sweep=math.nan), name_b)) == set()
