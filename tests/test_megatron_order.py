@@ -7,10 +7,11 @@ import math
 from fractions import Fraction
 
 import pytest
+import torch
 
 from muon_repro.model import GPT, GPTConfig
 from muon_repro.optim import muon_param_groups
-from muon_repro.optim.comm_model import compare_state, param_specs, state_bytes
+from muon_repro.optim.comm_model import compare_state, optimizer_bytes, param_specs, state_bytes
 from muon_repro.optim.layout import LAYOUTS, ParamSpec, ShardPlan
 from muon_repro.parallel import Group, ParallelDims
 from muon_repro.parallel.launch import launch
@@ -215,3 +216,23 @@ def test_state_per_rank_at_run_time(held_at_run_time, grid):
         sum(r["adamw"]["state_bytes"].values()) for r in ranks
     )
     assert largest < largest_rank_ratio(old_order(specs), dp)
+
+
+def test_the_reduce_scatter_is_priced_in_the_reduce_dtype_and_the_all_gather_in_the_param_dtype():
+    # One AdamW matrix of 16 elements, dp=2: by the ring model (d-1)/d * N * bytes, by hand:
+    # reduce-scatter in bf16 1/2 * 16 * 2 = 16 bytes, parameter all-gather in fp32 1/2 * 16 * 4 = 32 bytes.
+    specs = [ParamSpec("w", (4, 4), None, 1, False)]
+    sent = optimizer_bytes(
+        specs, dp=2, tp=1, dp_rank=0, optimizer="adamw", reduce_dtype=torch.bfloat16, param_dtype=torch.float32
+    )
+    assert (sent["dp_reduce_scatter"], sent["dp_all_gather"]) == (16, 32)
+
+
+def test_only_tp_sharded_muon_matrices_are_tp_gathered():
+    # tp=2, dp=1: a [8, 16]-local matrix sharded on dim 0 is gathered over TP, (t-1) * N_local * 2 bytes (bf16)
+    # = 1 * 128 * 2 = 256; a replicated [16, 16] matrix is whole on every TP rank and is not gathered.
+    sharded = ParamSpec("sharded", (8, 16), 0, 2, True)
+    replicated = ParamSpec("replicated", (16, 16), None, 2, True)
+    sent = optimizer_bytes([sharded, replicated], dp=1, tp=2, dp_rank=0, optimizer="muon")
+    assert sent["tp_gather"] == 256
+    assert optimizer_bytes([replicated], dp=1, tp=2, dp_rank=0, optimizer="muon")["tp_gather"] == 0

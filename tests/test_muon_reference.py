@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from muon_repro.optim import AdamW, Muon, muon_param_groups, split_muon_params
+from muon_repro.optim.update_rules import muon_momentum_, muon_momentum_many_, muon_update_scale
 
 LR, WD, MU = 0.02, 0.1, 0.95
 STEPS = 10
@@ -208,3 +209,33 @@ def test_bf16_gather_changes_nothing_under_bf16_newton_schulz():
 def test_bad_gather_dtype():
     with pytest.raises(ValueError, match="gather_dtype must be None or a floating-point torch.dtype, got torch.int8"):
         Muon(muon_param_groups(TinyNet()), gather_dtype=torch.int8)
+
+
+def test_muon_momentum_by_hand_and_as_the_foreach_form():
+    mu = 0.9
+    # sum, Nesterov, g = 1 twice: buf 1 then 1.9; input g + mu*buf = 1.9 then 2.71.
+    # ema, Nesterov: buf 0.1 then 0.19; input lerp(g, buf, mu) = 0.19 then 0.271, (1 - mu) times the sum's.
+    for form, inputs, bufs in (("sum", (1.9, 2.71), (1.0, 1.9)), ("ema", (0.19, 0.271), (0.1, 0.19))):
+        buf = torch.zeros(3, dtype=torch.float64)
+        for want_input, want_buf in zip(inputs, bufs):
+            got = muon_momentum_(buf, torch.ones(3, dtype=torch.float64), mu, True, form)
+            assert torch.allclose(got, torch.full((3,), want_input, dtype=torch.float64), rtol=1e-12), form
+            assert torch.allclose(buf, torch.full((3,), want_buf, dtype=torch.float64), rtol=1e-12), form
+    # the one-tensor form and the foreach form (which the optimizers run) agree element for element
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(5, 7, generator=g) for _ in range(3)]
+    for form in ("sum", "ema"):
+        for nesterov in (True, False):
+            one, many = torch.zeros(5, 7), [torch.zeros(5, 7)]
+            for grad in grads:
+                a = muon_momentum_(one, grad, 0.95, nesterov, form)
+                (b,) = muon_momentum_many_(many, [grad], 0.95, nesterov, form)
+                assert torch.equal(a, b) and torch.equal(one, many[0]), (form, nesterov)
+
+
+def test_keller_scale_is_sqrt_of_rows_over_cols_at_least_one():
+    # Keller Jordan's Muon: update *= max(1, rows/cols)**0.5 (torch.optim.Muon's adjust_lr_fn="original").
+    assert muon_update_scale((1024, 256), "keller") == 2.0
+    assert muon_update_scale((256, 1024), "keller") == 1.0
+    assert muon_update_scale((3, 512, 128), "keller") == 2.0  # the last two dims are the matrix
+    assert muon_update_scale((256, 1024), "moonlight") == pytest.approx(0.2 * math.sqrt(1024))

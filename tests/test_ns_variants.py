@@ -181,3 +181,26 @@ def test_bench_custom_takes_the_variant_and_the_cost_model_refuses_to_price_it()
     assert build_workload(quintic).cfg is quintic
     with pytest.raises(ValueError, match="prices the quintic Newton-Schulz only"):
         build_workload(gram)
+
+
+# The polynomials the Polar Express paper publishes (arXiv 2505.16932, Algorithm 1), each but the last applied with
+# its safety factor, at x / 1.01, as the paper's code does.
+PUBLISHED_POLAR_EXPRESS = [
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+]
+
+
+def test_polar_express_steps_are_the_published_polynomials():
+    want = [(a / 1.01, b / 1.01**3, c / 1.01**5) for a, b, c in PUBLISHED_POLAR_EXPRESS[:-1]] + [PUBLISHED_POLAR_EXPRESS[-1]]
+    got = step_coefficients("polar_express", 10)
+    assert got[:8] == pytest.approx(want, rel=1e-12)
+    assert got[8:] == [PUBLISHED_POLAR_EXPRESS[-1]] * 2
+    a, b, c = PUBLISHED_POLAR_EXPRESS[-1]  # the last is the converged quintic: p(1) = 1, p'(1) = 0
+    assert (a + b + c, a + 3 * b + 5 * c) == (1.0, 0.0)
