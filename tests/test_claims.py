@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from types import SimpleNamespace
 
@@ -106,6 +107,15 @@ class Bundle:
                         {"run": run, "trial": trial, "rank": rank, "phase": "dp_gather", "trace_bytes": extra, "ms_per_step": 1.0}
                     )
 
+    def scale_steps(self, run: str, factor: float, *, trial: int | None = None, rank: int | None = None) -> None:
+        """Multiply ``run``'s step times by ``factor``: in one round (``trial``) or on one rank where given."""
+        self.steps = [
+            dict(s, step_ms=factor * s["step_ms"])
+            if s["run"] == run and trial in (None, s["trial"]) and rank in (None, s["rank"])
+            else s
+            for s in self.steps
+        ]
+
     def claims(self) -> pd.DataFrame:
         runs, steps = pd.DataFrame(self.runs), pd.DataFrame(self.steps)
         ranks, phases = pd.DataFrame(self.ranks), pd.DataFrame(self.phases)
@@ -147,10 +157,7 @@ def study_grid(
     b.run("distributed_muon/muon_dp4", "muon", 4, 1, step_ms=dp4_step, noise=noise)
     b.run("distributed_muon/muon_tp4", "muon", 1, 4, step_ms=tp4_step, noise=noise)
     if hybrid_step is not None:  # replace the hybrid point's step time only for the grid claim
-        b.steps = [
-            dict(s, step_ms=hybrid_step * s["step_ms"] / muon_step) if s["run"] == "comparison/muon_dp2_tp2" else s
-            for s in b.steps
-        ]
+        b.scale_steps("comparison/muon_dp2_tp2", hybrid_step / muon_step)
     return b
 
 
@@ -392,10 +399,7 @@ def test_the_async_claims_rounds_are_those_its_interval_pairs():
     b.run("overlap/muon_dp2_tp2_pipelined", "muon", 2, 2, step_ms=90.0, overlap="pipelined")
     for run in b.runs:
         run["rounds"] = TRIALS
-    b.steps = [
-        dict(s, step_ms=2 * s["step_ms"]) if (s["run"], s["trial"]) == ("overlap/muon_dp2_tp2_pipelined", 1) else s
-        for s in b.steps
-    ]
+    b.scale_steps("overlap/muon_dp2_tp2_pipelined", 2, trial=1)
     row = b.claims().loc["async_slowdown"]
     assert row["rounds"] == TRIALS and "disturbed" not in row["conditions"]
 
@@ -409,10 +413,7 @@ def test_a_claims_rounds_are_those_of_every_run_it_pairs_less_those_left_out():
 
     assert grid().claims().loc["comm_time_dp2_tp2", "rounds"] == TRIALS
     disturbed = grid()  # AdamW's round 1 three times slower: left out of the pairs
-    disturbed.steps = [
-        dict(s, step_ms=3 * s["step_ms"]) if (s["run"], s["trial"]) == ("comparison/adamw_dp2_tp2", 1) else s
-        for s in disturbed.steps
-    ]
+    disturbed.scale_steps("comparison/adamw_dp2_tp2", 3, trial=1)
     row = disturbed.claims().loc["latency_overhead"]
     assert row["rounds"] == TRIALS - 1 and "1 disturbed round" in row["conditions"]
     missing = grid()  # AdamW has no round 2: Muon's round 2 pairs with nothing
@@ -594,15 +595,28 @@ def test_an_unknown_flop_count_or_interval_is_said_unknown_never_a_number():
     assert _versus_one(0.97, 1.01) == "not distinguishable from 1"
 
 
+def grid_run(
+    name: str, optimizer: str, dp: int, tp: int, *, pp: int = 1, tokens: int | None = None, work: dict = WORK, **over
+) -> dict:
+    """A runs-table row of ``work`` (the claims' own, unless told) on a DP x TP x PP grid, at ``tokens`` per step
+    (``work``'s where not given), ``over`` replacing any field."""
+    grid = {"dp": dp, "tp": tp, "pp": pp, "world_size": dp * tp * pp, "micro_batches": 1, "overlap": "none"}
+    return {
+        **work,
+        **grid,
+        "run": f"c/{name}",
+        "group": "c",
+        "layout": "contiguous",
+        "optimizer": optimizer,
+        "tokens_per_step": work["tokens_per_step"] if tokens is None else tokens,
+        **over,
+    }
+
+
 def test_the_grids_a_claim_speaks_of_are_picked_whole():
     """One device means one rank (a PP4 pipeline has dp 1 and tp 1 too); the DP2·TP2 run is the blocking one (its async
     variant, which sorts first here, is the async claim's)."""
-
-    def run(name: str, optimizer: str, dp: int, tp: int, pp: int = 1, overlap: str = "none", tokens: int = 1024) -> dict:
-        grid = {"dp": dp, "tp": tp, "pp": pp, "world_size": dp * tp * pp, "micro_batches": 1, "overlap": overlap}
-        return {**CPU_WORK, **grid, "run": f"p/{name}", "group": "g", "layout": "contiguous", "optimizer": optimizer} | {
-            "tokens_per_step": tokens
-        }
+    run = functools.partial(grid_run, work=CPU_WORK)
 
     runs = pd.DataFrame(
         [
@@ -616,8 +630,8 @@ def test_the_grids_a_claim_speaks_of_are_picked_whole():
         ]
     )
     tables = SimpleNamespace(runs=runs)
-    assert [r["run"] for r in _single_device_pair(tables)] == ["p/muon_one", "p/adamw_one"]
-    assert [r["run"] for r in dp2_tp2_pair(tables)] == ["p/muon_dp2_tp2", "p/adamw_dp2_tp2"]
+    assert [r["run"] for r in _single_device_pair(tables)] == ["c/muon_one", "c/adamw_one"]
+    assert [r["run"] for r in dp2_tp2_pair(tables)] == ["c/muon_dp2_tp2", "c/adamw_dp2_tp2"]
     assert _single_device_pair(SimpleNamespace(runs=runs[runs["pp"] == 4])) is None
 
 
@@ -644,21 +658,6 @@ def test_a_measure_that_compared_unequal_work_unchecked_reads_unequal_work(monke
 # ---------------------------------------------------------------------- which runs each claim compares
 
 
-def _grid_run(name: str, optimizer: str, dp: int, tp: int, *, tokens: int = 262144, **over) -> dict:
-    """A runs-table row of the claims' own work (``WORK``) on a DP x TP grid, ``over`` replacing any field."""
-    grid = {"dp": dp, "tp": tp, "pp": 1, "world_size": dp * tp, "micro_batches": 1, "overlap": "none"}
-    return {
-        **WORK,
-        **grid,
-        "run": f"c/{name}",
-        "group": "c",
-        "layout": "contiguous",
-        "optimizer": optimizer,
-        "tokens_per_step": tokens,
-        **over,
-    }
-
-
 def test_runs_on_different_devices_did_different_work():
     a, b = pd.Series({"run": "a", **WORK}), pd.Series({"run": "b", **WORK, "device": "cpu"})
     assert "device is 'cuda' vs 'cpu'" in work_difference(a, b)
@@ -672,7 +671,7 @@ def test_a_field_one_run_did_not_record_is_a_difference_and_none_in_both_is_not(
 
 
 def test_the_dp2_tp2_pair_needs_an_adamw_run_on_muons_device():
-    runs = pd.DataFrame([_grid_run("muon", "muon", 2, 2), _grid_run("adamw_cpu", "adamw", 2, 2, device="cpu")])
+    runs = pd.DataFrame([grid_run("muon", "muon", 2, 2), grid_run("adamw_cpu", "adamw", 2, 2, device="cpu")])
     assert dp2_tp2_pair(SimpleNamespace(runs=runs)) is None  # not measured, rather than 'unequal work'
 
 
@@ -706,8 +705,8 @@ def test_async_claim_pairs_only_a_twin_on_the_same_backend():
 
 def test_the_single_device_pair_is_at_the_largest_tokens_both_recorded():
     runs = pd.DataFrame(
-        [_grid_run(f"{o}_{t}", o, 1, 1, tokens=t) for o in ("muon", "adamw") for t in (1024, 8192)]
-        + [_grid_run("muon_65536", "muon", 1, 1, tokens=65536)]
+        [grid_run(f"{o}_{t}", o, 1, 1, tokens=t) for o in ("muon", "adamw") for t in (1024, 8192)]
+        + [grid_run("muon_65536", "muon", 1, 1, tokens=65536)]
     )
     assert [r["run"] for r in _single_device_pair(SimpleNamespace(runs=runs))] == ["c/muon_8192", "c/adamw_8192"]
 
@@ -722,10 +721,7 @@ def test_the_optimizer_share_is_the_dp2_tp2_run_without_a_pipeline():
 def test_the_async_ratio_is_of_the_slowest_ranks_step():
     b = study_grid(muon_comm=5.7, muon_step=100.0)
     b.run("overlap/muon_dp2_tp2_naive_async", "muon", 2, 2, step_ms=200.0, overlap="naive_async")
-    b.steps = [
-        dict(s, step_ms=3 * s["step_ms"]) if (s["run"], s["rank"]) == ("overlap/muon_dp2_tp2_naive_async", 0) else s
-        for s in b.steps
-    ]
+    b.scale_steps("overlap/muon_dp2_tp2_naive_async", 3, rank=0)
     assert b.claims().loc["async_slowdown", "measured_value"] == pytest.approx(6.0, rel=0.05)
 
 
