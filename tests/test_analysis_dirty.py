@@ -198,6 +198,45 @@ def test_nan_literals(tmp_path):
     assert trace.notes["events_without_timestamp_dropped"] == 1
 
 
+def test_a_boolean_ts_is_dropped_not_read_as_one(tmp_path):
+    """``"ts": true`` is no time (the tolerant decoder reads the piece): the event is dropped and counted, not put
+    at ts=1.0."""
+    events = [*good_events(), {"ph": "X", "cat": "cpu_op", "name": "bool ts", "pid": 100, "tid": 1, "ts": True, "dur": 1}]
+    trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
+    assert "bool ts" not in set(trace.events["name"].astype(str))
+    assert trace.notes["events_without_timestamp_dropped"] == 1 and trace.notes["tolerant_pieces"] >= 1
+
+
+def test_a_ts_of_2_to_the_53_us_is_out_of_range(tmp_path):
+    """float64 holds whole microseconds only below 2**53 (2**53 + 1 reads as 2**53): ts 2**53 is dropped as out
+    of range, 2**53 - 1 is kept."""
+    events = [*good_events(), x("at the limit", 2**53, 1), x("below the limit", 2**53 - 1, 1)]
+    trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
+    names = set(trace.events["name"].astype(str))
+    assert "below the limit" in names and "at the limit" not in names
+    assert trace.notes == {"events_with_ts_out_of_range_dropped": 1}
+
+
+def test_a_utf8_byte_order_mark_before_the_document_is_skipped(tmp_path):
+    """A file saved with a BOM reads as the same trace without it (as ``utf-8-sig`` JSON does)."""
+    doc = {"traceEvents": good_events(), "distributedInfo": DIST}
+    plain = read_trace(write(tmp_path / "plain.json", doc))
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    with_bom = read_trace(path)
+    assert with_bom.meta.rank == json.loads(path.read_text(encoding="utf-8-sig"))["distributedInfo"]["rank"] == 3
+    pd.testing.assert_frame_equal(with_bom.events, plain.events)
+
+
+def test_a_key_before_and_after_the_events_takes_the_later_value_as_json_does(tmp_path):
+    """``distributedInfo`` written before the events array (rank 3) and again after it (rank 1): the document's
+    value is the later one, as ``json.loads`` reads it."""
+    before, events, after = (json.dumps(v) for v in (DIST, good_events(), {**DIST, "rank": 1}))
+    text = f'{{"distributedInfo": {before}, "traceEvents": {events}, "distributedInfo": {after}}}'
+    path = write(tmp_path / "trace.json", None, text=text)
+    assert read_trace(path).meta.rank == json.loads(text)["distributedInfo"]["rank"] == 1
+
+
 def test_bare_array_and_keys_after_the_events(tmp_path):
     events = good_events(3)
     bare = read_trace(write(tmp_path / "rank1.json", events))

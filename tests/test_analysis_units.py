@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from muon_repro.analysis.collectives import busbw_factor, c10d_sizes, dtype_info, normalize_op
+from muon_repro.analysis.collectives import busbw_factor, c10d_sizes, dtype_info, is_receive, normalize_op
 from muon_repro.analysis.discover import find_traces, is_trace_name
 from muon_repro.analysis.errors import TraceError
 from muon_repro.analysis.intervals import Segments, innermost_enclosing
@@ -91,6 +91,14 @@ def test_innermost_enclosing():
 )
 def test_normalize_op(raw, op):
     assert normalize_op(raw) == op
+
+
+def test_only_a_pure_receive_sends_nothing():
+    """A point-to-point op whose name says recv (and not send) sends no bytes; a send, a combined send-receive and
+    any other op send theirs."""
+    assert is_receive("send_recv", "c10d::recv_") and is_receive("send_recv", "gloo:recv")
+    assert not is_receive("send_recv", "c10d::send") and not is_receive("send_recv", "c10d::sendrecv")
+    assert not is_receive("all_reduce", "gloo:all_reduce")
 
 
 def test_profiler_dtype_names():

@@ -247,14 +247,27 @@ def _kernel(name: str, ts: float, dur: float, correlation: int, ext: int | None 
     return _x(name, ts, dur, cat="kernel", pid=GPU_PID, tid=STREAM, correlation=correlation, **extra, **args)
 
 
-def _rpc(ts: float, dur: float, ext: int, collective: str) -> dict:
-    return _x("record_param_comms", ts, dur, External_id=ext, Collective_name=collective, dtype="Float")
+def _rpc(ts: float, dur: float, ext: int, collective: str, **sizes) -> dict:
+    """A ``record_param_comms`` caller; ``sizes``: more of its args (``{"In msg nelems": 1024}``...)."""
+    return _x("record_param_comms", ts, dur, External_id=ext, Collective_name=collective, dtype="Float", **sizes)
+
+
+def _breakdown(tmp_path: Path, events: list[dict], name: str = "rank0.json", **kwargs):
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return analyze_file(str(path), **kwargs)
 
 
 def _analyze(tmp_path: Path, events: list[dict], name: str = "rank0.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps({"traceEvents": events}))
-    return analyze_file(str(path)).steps.set_index("step")
+    return _breakdown(tmp_path, events, name).steps.set_index("step")
+
+
+def _gloo_threads() -> list[dict]:
+    """Thread names of a gloo rank: the caller (tid 1) and a worker (tid 2)."""
+    return [
+        {"ph": "M", "name": "thread_name", "pid": CPU, "tid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": CPU, "tid": 2, "args": {"name": "pt_gloo_runloop"}},
+    ]
 
 
 def test_a_kernel_launched_in_step_1_that_runs_in_step_2(tmp_path):
@@ -347,13 +360,9 @@ def test_the_last_step_is_kept_and_counts_what_it_launched_in_full(tmp_path):
 def test_gloo_transfer_counts_in_the_step_of_its_c10d_call(tmp_path):
     """On CPU the launch is the caller's c10d:: op: a transfer issued at the end of step 1
     that the worker runs into step 2 counts whole in step 1; its window time is split."""
-    meta = [
-        {"ph": "M", "name": "thread_name", "pid": CPU, "tid": 1, "args": {"name": "python"}},
-        {"ph": "M", "name": "thread_name", "pid": CPU, "tid": 2, "args": {"name": "pt_gloo_runloop"}},
-    ]
     dims = {"Input Dims": [[4, 4]], "Input type": ["float"]}
     events = [
-        *meta,
+        *_gloo_threads(),
         *_steps((1, 0, 1000), (2, 1000, 2000)),
         _x("aten::mm", 100, 300),
         {**_x("c10d::allreduce_", 950, 20), "args": dims},
@@ -381,3 +390,201 @@ def test_the_tolerant_decoder_links_kernels_the_same_way(tmp_path):
     for col in ("comm_ms", "comm_all_gather_ms", "comm_window_ms", "compute_ms", "compute_window_ms"):
         np.testing.assert_allclose(dirty[col], clean[col], err_msg=col)
     assert clean.loc[1, "comm_all_gather_ms"] == pytest.approx(0.3) and clean.loc[1, "compute_ms"] == pytest.approx(0.2)
+
+
+def test_a_launch_belongs_to_the_step_whose_half_open_window_holds_it(tmp_path):
+    """Windows are [start, stop): a kernel launched exactly at step 2's start (1000) counts in step 2, and one
+    launched exactly at step 2's stop (2000, with step 3 only from 2500) counts in no step."""
+    events = [
+        *_steps((1, 0, 1000), (2, 1000, 2000), (3, 2500, 3500)),
+        *_launch(1000, correlation=1, ext=1),
+        _kernel("sgemm_128x64", 1100, 100, correlation=1),
+        *_launch(2000, correlation=2, ext=2),
+        _kernel("sgemm_128x64", 2100, 200, correlation=2),
+    ]
+    steps = _analyze(tmp_path, events)
+    assert steps["compute_ms"].tolist() == pytest.approx([0.0, 0.1, 0.0])
+
+
+def test_exposed_communication_and_the_optimizer_share_of_a_step(tmp_path):
+    """One 1 ms step: an all-reduce kernel over [100, 500), a matmul over [300, 400) under it, an optimizer
+    annotation over [600, 800). Overlap 0.1 ms; exposed = comm 0.4 - overlap 0.1 = 0.3 ms; idle = 1 - (0.4 + 0.1
+    - 0.1) = 0.6 ms; the optimizer's share is of the step (0.2 / 1), not of the compute."""
+    events = [
+        *_steps((1, 0, 1000)),
+        _rpc(50, 40, ext=7, collective="allreduce"),
+        *_launch(60, correlation=1, ext=7),
+        _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 100, 400, correlation=1, ext=7),
+        *_launch(70, correlation=2, ext=8),
+        _kernel("sgemm_128x64", 300, 100, correlation=2, ext=8),
+        _x("optimizer", 600, 200, cat="user_annotation"),
+    ]
+    step = _analyze(tmp_path, events).loc[1]
+    expected = {
+        "comm_window_ms": 0.4,
+        "compute_window_ms": 0.1,
+        "overlap_ms": 0.1,
+        "exposed_comm_ms": 0.3,
+        "exposed_comm_frac": 0.3,
+        "idle_ms": 0.6,
+        "optimizer_ms": 0.2,
+        "optimizer_share": 0.2,
+    }
+    assert step[list(expected)].to_dict() == pytest.approx(expected)
+
+
+def test_gpu_work_without_a_correlation_id_is_linked_to_no_launch(tmp_path):
+    """A kernel with no ``args.correlation`` is not joined to a runtime call that has none either (a
+    cudaDeviceSynchronize in step 1): it was launched outside what the trace links, so it counts in no step."""
+    events = [
+        *_steps((1, 0, 1000), (2, 1000, 2000)),
+        _x("cudaDeviceSynchronize", 100, 5, cat="cuda_runtime"),
+        _x("sgemm_128x64", 1200, 100, cat="kernel", pid=GPU_PID, tid=STREAM),
+        *_launch(1010, correlation=5, ext=5),
+        _kernel("sgemm_128x64", 1500, 200, correlation=5),
+    ]
+    steps = _analyze(tmp_path, events)
+    assert steps["compute_ms"].tolist() == pytest.approx([0.0, 0.2])
+    assert steps["compute_window_ms"].tolist() == pytest.approx([0.0, 0.3])  # where it ran, it still counts
+
+
+def test_a_kernel_whose_runtime_call_is_missing_counts_in_its_callers_step(tmp_path):
+    """No cudaLaunchKernel with the kernel's correlation: its launch is its record_param_comms caller's start (900,
+    step 1, linked by External id), though it runs in step 2."""
+    events = [
+        *_steps((1, 0, 1000), (2, 1000, 2000)),
+        _rpc(900, 40, ext=7, collective="allreduce"),
+        _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 1200, 300, correlation=42, ext=7),
+    ]
+    b = _breakdown(tmp_path, events)
+    assert b.steps["comm_all_reduce_ms"].tolist() == pytest.approx([0.3, 0.0])
+    assert b.collectives[["step", "launch_ts"]].values.tolist() == [[1, 900.0]]
+
+
+def test_collectives_launched_before_the_first_step_are_left_out_of_the_collectives_table(tmp_path):
+    """The collectives table holds the calls that count in a step: the broadcast launched at -50 (before step 1)
+    is not in it, the all-reduce launched in step 2 is."""
+    events = [
+        *_steps((1, 0, 1000), (2, 1000, 2000)),
+        *_launch(-50, correlation=1, ext=1),
+        _kernel("ncclDevKernel_Broadcast_RING_LL(x)", 10, 40, correlation=1, Collective_name="broadcast"),
+        _rpc(1900, 30, ext=2, collective="allreduce"),
+        *_launch(1910, correlation=2, ext=2),
+        _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 1950, 100, correlation=2, ext=2),
+    ]
+    assert _breakdown(tmp_path, events).collectives[["op", "step"]].values.tolist() == [["all_reduce", 2]]
+
+
+def test_nccl_sizes_are_of_the_full_array_and_from_the_kernel_first(tmp_path):
+    """S is the full array: a reduce-scatter's input (2048 of float32, group 2: sends (2-1) * 1024 * 4 = 4096 B),
+    a gather's output (4096: sends the array once, 16384 B), the larger of in and out for ops other than all-gather
+    and reduce-scatter. Sizes come from the kernel's own args when it has them (1024, group 2: an all-reduce sends
+    2 * (2-1) * 512 * 4 = 4096 B), not from its caller's (4096, group 4)."""
+    events = [
+        *_steps((1, 0, 1000)),
+        _rpc(
+            100, 40, ext=1, collective="_reduce_scatter_base", **{"In msg nelems": 2048, "Out msg nelems": 1024, "Group size": 2}
+        ),
+        *_launch(110, correlation=1, ext=1),
+        _kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(x)", 200, 100, correlation=1, ext=1),
+        _rpc(400, 40, ext=2, collective="gather", **{"In msg nelems": 1024, "Out msg nelems": 4096, "Group size": 4}),
+        *_launch(410, correlation=2, ext=2),
+        _kernel("ncclDevKernel_Generic(x)", 500, 100, correlation=2, ext=2),
+        _rpc(600, 40, ext=3, collective="allreduce", **{"In msg nelems": 4096, "Out msg nelems": 4096, "Group size": 4}),
+        *_launch(610, correlation=3, ext=3),
+        _kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+            700,
+            100,
+            correlation=3,
+            ext=3,
+            Collective_name="allreduce",
+            dtype="Float",
+            **{"In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2},
+        ),  # fmt: skip
+    ]
+    b = _breakdown(tmp_path, events)
+    columns = ["op", "group_size", "elements", "size_bytes", "bytes"]
+    assert b.collectives[columns].values.tolist() == [
+        ["reduce_scatter", 2, 2048, 8192, 4096],
+        ["gather", 4, 4096, 16384, 16384],
+        ["all_reduce", 2, 1024, 4096, 4096],
+    ]
+    assert b.steps["comm_bytes"].tolist() == [4096 + 16384 + 4096]
+
+
+def test_an_op_enclosing_a_collective_call_is_not_computation(tmp_path):
+    """On CPU, an autograd Function around one c10d:: call sits blocked in it: only the matmul is compute (0.1 ms),
+    not the 0.3 ms Function."""
+    dims = {"Input Dims": [[4, 4]], "Input type": ["float"]}
+    events = [
+        *_gloo_threads(),
+        *_steps((1, 0, 1000)),
+        _x("MyFunctionBackward", 100, 300),
+        {**_x("c10d::allreduce_", 150, 20), "args": dims},
+        {**_x("gloo:all_reduce", 160, 200, cat="user_annotation", tid=2), "args": dims},
+        _x("aten::mm", 500, 100),
+    ]
+    step = _analyze(tmp_path, events, name="rank1.json").loc[1]
+    assert (step["compute_ms"], step["compute_window_ms"]) == pytest.approx((0.1, 0.1))
+
+
+def test_a_gloo_transfer_without_a_caller_counts_in_the_step_where_it_starts(tmp_path):
+    """An unmatched worker transfer is its own launch: started at 990 (step 1), it counts whole in step 1 although
+    it ends at 1300, in step 2."""
+    dims = {"Input Dims": [[4, 4]], "Input type": ["float"]}
+    events = [
+        *_gloo_threads(),
+        *_steps((1, 0, 1000), (2, 1000, 2000)),
+        {**_x("gloo:all_reduce", 990, 310, cat="user_annotation", tid=2), "args": dims},
+    ]
+    steps = _analyze(tmp_path, events, name="rank1.json")
+    assert steps["comm_all_reduce_ms"].tolist() == pytest.approx([0.31, 0.0]) and steps["comm_calls"].tolist() == [1, 0]
+
+
+BF16_ALL_GATHER = {
+    "Input Dims": [[600], [300], [], [], []],
+    "Input type": ["c10::BFloat16", "c10::BFloat16", "", "Scalar", "Scalar"],
+}
+BF16_SHARD = {"Input Dims": [[300]], "Input type": ["c10::BFloat16"]}  # what gloo's worker annotation shows
+
+
+def test_a_gloo_all_gather_matches_its_shard_sized_transfer_within_a_microsecond(tmp_path):
+    """c10d::_allgather_base_ (output 600, input 300 of bf16: group 2) and its worker's gloo:all_gather of the
+    300-element shard, stamped 0.5 us before the caller (clock rounding): one call, moved by the worker, of the full
+    600 elements (1200 B), sending (2-1) * 300 * 2 = 600 B."""
+    events = [
+        *_gloo_threads(),
+        *_steps((1, 0, 1000)),
+        {**_x("c10d::_allgather_base_", 100, 20), "args": BF16_ALL_GATHER},
+        {**_x("gloo:all_gather", 99.5, 200, cat="user_annotation", tid=2), "args": BF16_SHARD},
+    ]
+    coll = _breakdown(tmp_path, events, name="rank1.json").collectives
+    columns = ["op", "source", "group_size", "elements", "size_bytes", "bytes", "start", "issue_ts"]
+    assert coll[columns].values.tolist() == [["all_gather", "gloo", 2, 600, 1200, 600, 99.5, 100.0]]
+
+
+def test_an_unmatched_gloo_all_gather_is_sized_as_the_full_array(tmp_path):
+    """A worker's gloo:all_gather with no caller shows only the shard (300 bf16): S is shard x group size (2)."""
+    events = [
+        *_gloo_threads(),
+        *_steps((1, 0, 1000)),
+        {**_x("gloo:all_gather", 100, 200, cat="user_annotation", tid=2), "args": BF16_SHARD},
+    ]
+    coll = _breakdown(tmp_path, events, name="rank1.json", group_sizes={"*": 2}).collectives
+    assert coll[["source", "group_size", "elements", "size_bytes", "bytes"]].values.tolist() == [["gloo", 2, 600, 1200, 600]]
+
+
+def test_a_point_to_point_receive_sends_no_bytes(tmp_path):
+    """gloo's send and recv run on the calling thread: the send of 256 float32 sends the array (1024 B), the
+    receive of the same size sends nothing."""
+    dims = {"Input Dims": [[256], [], []], "Input type": ["float", "", ""]}
+    events = [
+        *_gloo_threads(),
+        *_steps((1, 0, 1000)),
+        {**_x("c10d::send", 100, 50), "args": dims},
+        {**_x("c10d::recv_", 300, 50), "args": dims},
+    ]
+    b = _breakdown(tmp_path, events, name="rank1.json", group_sizes={"*": 2})
+    assert b.collectives[["op", "size_bytes", "bytes"]].values.tolist() == [["send_recv", 1024, 1024], ["send_recv", 1024, 0]]
+    assert b.steps["comm_bytes"].tolist() == [1024]

@@ -404,6 +404,31 @@ def test_the_drain_is_measured_where_the_host_clock_sees_a_backward_end(backend)
         assert drains.isna().all() and (timed["comm_timing"].isna() | (timed["comm_timing"] == "host_launch")).all()
 
 
+def test_the_timed_steps_table_splits_each_ranks_collective_time_in_ms():
+    """dp=2 on one host (gloo): rank 0 enters a DP all-gather at 1 ms, rank 1 at 2 ms, both leave at 4 ms. Rank 0's
+    3 ms are 1 ms of wait for rank 1 and 2 ms of transfer; rank 1's 2 ms are all transfer."""
+    from muon_repro.analysis.batch_read import Analysis
+    from muon_repro.analysis.discover import RunInfo
+    from muon_repro.run_records import RunConfig
+
+    def rank(r: int, start_ns: int) -> RankMetrics:
+        comm = {
+            "phases": ["dp_gather"], "kinds": ["all_gather"], "groups": ["dp"],
+            "step": [0], "phase": [0], "kind": [0], "group": [0], "start_ns": [start_ns], "end_ns": [4_000_000],
+        }  # fmt: skip
+        return RankMetrics(
+            rank=r, dp_rank=r, tp_rank=0, timed_step_ms=[9.0], timed_fwd_bwd_ms=[6.0], timed_optimizer_ms=[3.0],
+            timed_comm=comm,
+        )  # fmt: skip
+
+    config = RunConfig.from_dict({"group": "g", "name": "muon_dp2", "optimizer": "muon", "dp": 2, "tp": 1})
+    info = RunInfo(Path("p/g/muon_dp2/trial0"), "g", "muon_dp2", config, {0: rank(0, 1_000_000), 1: rank(1, 2_000_000)})
+    info.environment = {"backend": "gloo", "nodes": 1}
+    timed = timed_steps_table(Analysis(timed_runs=[info])).sort_values("rank")
+    columns = ["rank", "comm_ms", "comm_wait_ms", "comm_transfer_ms"]
+    assert timed[columns].values.tolist() == [[0, 3.0, 1.0, 2.0], [1, 2.0, 0.0, 2.0]]
+
+
 @pytest.mark.slow
 def test_the_runs_table_carries_the_busiest_ranks_optimizer_operator_calls(recorded, tables):
     for run_dir in recorded.values():

@@ -206,6 +206,30 @@ def test_a_step_seen_twice_at_once_is_one_step(tmp_path):
     assert b.steps["step"].tolist() == [1, 2, 3] and b.steps["step_ms"].tolist() == [1.0, 1.0, 1.0] and not messages
 
 
+def test_a_step_seen_on_two_threads_takes_its_widest_extent(tmp_path):
+    """Step 3 annotated on thread 1 over [2000, 3000) and on thread 2 over [2000, 3500): one step of 1.5 ms, the
+    union of both extents, not the shorter one."""
+    events = [*gpu_trace(), x("ProfilerStep#3", 2000, 1500, cat="user_annotation", tid=2)]
+    b, messages = analyze_warned(write(tmp_path / "rank0.json", events))
+    assert b.steps["step"].tolist() == [1, 2, 3] and b.steps["step_ms"].tolist() == [1.0, 1.0, 1.5] and not messages
+
+
+def test_overlapping_step_windows_are_clipped_to_the_next_steps_start(tmp_path):
+    """Step 1 annotated over [0, 1200) runs into step 2 at 1000: its window ends where step 2's begins, so no
+    instant belongs to two steps (step_ms 1.0, not 1.2)."""
+    b, messages = analyze_warned(write(tmp_path / "rank0.json", gpu_trace(((1, 0, 1200), (2, 1000, 2000), (3, 2000, 3000)))))
+    assert b.steps["start_us"].tolist() == [0.0, 1000.0, 2000.0] and b.steps["step_ms"].tolist() == [1.0, 1.0, 1.0]
+    assert not messages
+
+
+def test_the_same_step_number_again_right_where_it_ended_is_refused(tmp_path):
+    """Windows are half-open: ProfilerStep#1 over [0, 1000) and again over [1000, 2000) do not overlap, so they are
+    two steps under one number (refused), not one step seen on two threads."""
+    path = write(tmp_path / "rank0.json", gpu_trace(((1, 0, 1000), (1, 1000, 2000))))
+    with pytest.raises(TraceError, match=r"ProfilerStep#1 occurs at separate times \(ts=0\.0 and ts=1000\.0\)"):
+        analyze_file(str(path))
+
+
 def test_a_negative_collective_dur_is_set_to_zero_with_a_warning(tmp_path):
     events = gpu_trace()
     kernel_of_step(events, 1)["dur"] = -300
@@ -297,9 +321,9 @@ def test_a_bare_array_is_read_with_a_warning_about_its_rank(tmp_path, name, rank
     )
 
 
-def test_memory_counts_beyond_int64_are_unknown_with_a_warning(tmp_path):
-    events = gpu_trace()
-    events += [
+def memory_events(*totals: tuple[float, int]) -> list[dict]:
+    """``[memory]`` instants in step 1, one per (Total Allocated, Device Type: 1 CUDA, 0 CPU)."""
+    return [
         {
             "ph": "i",
             "s": "t",
@@ -307,13 +331,42 @@ def test_memory_counts_beyond_int64_are_unknown_with_a_warning(tmp_path):
             "pid": CPU,
             "tid": 1,
             "ts": 10 + i,
-            "args": {"Total Allocated": total, "Bytes": 8, "Device Type": 1, "Device Id": 0},
+            "args": {"Total Allocated": total, "Bytes": 8, "Device Type": device_type, "Device Id": 0},
         }
-        for i, total in enumerate((4096, 1e30, 2**70))
+        for i, (total, device_type) in enumerate(totals)
     ]
+
+
+def test_memory_counts_beyond_int64_are_unknown_with_a_warning(tmp_path):
+    events = gpu_trace() + memory_events((4096, 1), (1e30, 1), (2**70, 1))
     b, messages = analyze_warned(write(tmp_path / "rank0.json", events))
     assert b.steps["peak_mem_bytes"].tolist()[0] == 4096
     assert messages == [f"{tmp_path / 'rank0.json'}: 2 [memory] byte counts are beyond int64: taken as unknown"]
+
+
+def test_peak_memory_is_that_of_the_traced_devices_allocator(tmp_path):
+    """A GPU trace's peak is the highest Total Allocated of the CUDA allocator (Device Type 1): 4096, not the CPU
+    allocator's 8192 recorded in the same step."""
+    events = gpu_trace() + memory_events((4096, 1), (8192, 0), (2048, 1))
+    b, messages = analyze_warned(write(tmp_path / "rank0.json", events))
+    assert b.steps["peak_mem_bytes"].tolist()[0] == 4096 and not messages
+
+
+def test_invalid_json_is_reported_at_the_files_own_byte_offsets(tmp_path):
+    """An event missing a comma, 150 kB into a file read in 4 KiB pieces (the buffer moved many times): the reported
+    range starts just after an event separator of the file and holds the byte where ``json.loads`` stops."""
+    events = [x(f"aten::op{i}", 10.0 * i, 5) for i in range(2000)]
+    text = json.dumps({"traceEvents": events})
+    good = '"name": "aten::op1500", '
+    text = text.replace(good, '"name": "aten::op1500" "oops": 1, ')
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    path = write(tmp_path / "rank0.json", text=text)
+    with pytest.raises(TraceError, match=r"invalid JSON in traceEvents between bytes (\d+) and (\d+)") as info:
+        read_trace(path, piece_bytes=4096)
+    lo, hi = (int(n) for n in re.search(r"between bytes (\d+) and (\d+)", str(info.value)).groups())
+    assert text[lo - 1] == "," and text[lo:].lstrip().startswith('{"ph"')
+    assert lo <= expected.value.pos < hi
 
 
 def test_warnings_reach_build_tables(tmp_path):

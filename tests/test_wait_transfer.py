@@ -137,6 +137,27 @@ def test_arrival_is_when_the_transfer_starts_if_later_than_the_issue():
     assert split[0]["transfer_us"].tolist() == [30.0] and split[1]["transfer_us"].tolist() == [30.0]
 
 
+def test_arrival_is_the_issue_when_the_transfer_row_starts_before_it():
+    # rank 0's transfer row starts at 40 but its caller issued the call only at 50: it arrived at 50, and rank 1,
+    # which arrived at 10, waits 40 us for it (not 30)
+    rank0 = calls_of(0, [(1, "tp_gather", "all_gather", 50.0, 40.0, 100.0)])
+    rank1 = calls_of(1, [(1, "tp_gather", "all_gather", 10.0, 10.0, 100.0)])
+    split = split_by_rank([rank0, rank1], dp=1, tp=2)
+    assert split[0]["wait_us"].tolist() == [0.0] and split[1]["wait_us"].tolist() == [40.0]
+
+
+def test_pipeline_point_to_point_calls_are_never_matched():
+    """A stage's pp_send and the next stage's pp_recv are no group collective: all transfer, even where the two
+    ranks are the whole world and issue the same op once each in the step."""
+    items = [
+        calls_of(0, [call(1, "pp_send", "send_recv", 0.0, 100.0)]),
+        calls_of(1, [call(1, "pp_recv", "send_recv", 60.0, 100.0)]),
+    ]
+    split = split_by_rank(items, dp=1, tp=1, pp=2)
+    assert split[0]["matched"].tolist() == [False] and split[1]["matched"].tolist() == [False]
+    assert split[0]["wait_us"].tolist() == [0.0] and split[0]["transfer_us"].tolist() == [100.0]
+
+
 def test_wait_never_exceeds_the_calls_duration():
     # clocks off across nodes: rank 1 seems to arrive after rank 0's call ended
     rank0 = calls_of(0, [call(1, "tp_gather", "all_gather", 0.0, 20.0)])
