@@ -73,8 +73,9 @@ def load_mismatched(ckpt_dir: str) -> str:
 
 def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
     """For each (dp, tp) grid of this world: one tiny-model step with DistributedMuon and with
-    DistributedAdamW (contiguous); what this rank then holds."""
+    DistributedAdamW (contiguous); what this rank then holds, by its state's names and by storage."""
     from muon_repro.optim.distributed import DistributedAdamW
+    from muon_repro.optim.held_memory import held_memory
 
     results = []
     for dp, tp in grids:
@@ -86,7 +87,11 @@ def state_after_one_step(grids: list[tuple[int, int]]) -> list[dict]:
             tokens = torch.randint(CONFIG.vocab_size, (2, 17), generator=torch.Generator().manual_seed(dims.dp_rank))
             model(tokens[:, :-1], tokens[:, 1:]).backward()
             opt.step()
-            held[name] = {"state_bytes": opt.state_bytes(), "by_param": opt.state_bytes_by_param()}
+            held[name] = {
+                "state_bytes": opt.state_bytes(),
+                "by_param": opt.state_bytes_by_param(),
+                "held_state_bytes": held_memory(opt).state_bytes,
+            }
         results.append(held)
     return results
 

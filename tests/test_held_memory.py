@@ -57,3 +57,12 @@ def test_muon_holds_one_momentum_where_adamw_holds_two_moments():
     # one fp32 momentum, plus the 4-byte update RMS Muon keeps per matrix for its statistics
     assert held.state_bytes - 4 == 4 * layer.weight.numel()
     assert (held.state_bytes - 4) / held_memory(adamw).state_bytes == 0.5
+
+
+def test_a_state_tensor_also_kept_as_an_attribute_counts_once_as_state():
+    """A storage reachable from ``state`` and from an attribute (a ZeRO-1 optimizer's list of its moment shards, say)
+    is state, and only state: counted as a buffer too, the optimizer would seem to hold it twice."""
+    opt, layer = _stepped(AdamW)
+    before = held_memory(opt)
+    opt.moments = [opt.state[layer.weight]["exp_avg"], opt.state[layer.weight]["exp_avg_sq"][:2]]  # a tensor, a view
+    assert held_memory(opt) == before

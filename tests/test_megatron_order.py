@@ -123,6 +123,15 @@ def test_whole_matrix_keeps_buffer_order_inside_each_owner_segment(dp):
         assert all(len(plan.slots[i].pieces) == 1 for i in mine)  # whole parameters only
 
 
+def test_whole_matrix_balances_muon_matrices_by_newton_schulz_flops_not_elements():
+    """NS FLOPs by hand (5 steps, 20 m^2 n + 10 m^3 with m <= n): a [32, 32] 983,040; b [4, 1024] 328,320;
+    c [4, 256] 82,560. Largest first, each to the owner with the fewest FLOPs: a -> 0, b -> 1, and c -> 1
+    (328,320 < 983,040), though rank 1 then holds 5,120 elements to rank 0's 1,024 (by elements c would go to 0)."""
+    specs = [ParamSpec(n, shape, None, 1, True) for n, shape in (("a", (32, 32)), ("b", (4, 1024)), ("c", (4, 256)))]
+    plan = ShardPlan(specs, dp=2, layout="whole_matrix")
+    assert [slot.holders for slot in plan.slots] == [(0,), (1,), (1,)]
+
+
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("dp", [2, 4])
 def test_lm_head_on_the_first_dp_rank_embedding_on_the_last(dp, tp):
@@ -205,6 +214,9 @@ def test_state_per_rank_at_run_time(held_at_run_time, grid):
         assert r["muon"]["state_bytes"] == state_of(megatron_order(specs), dp, muon=True)[dp_rank]
         assert r["adamw"]["state_bytes"] == state_of(megatron_order(specs), dp, muon=False)[dp_rank]
         assert r["muon"]["state_bytes"] == state_bytes(specs, dp=dp, dp_rank=dp_rank, optimizer="muon")
+        # ... and what their storages hold: a moment kept as a view of a full-size buffer reads as its shard by name
+        for optimizer in ("muon", "adamw"):
+            assert r[optimizer]["held_state_bytes"] == sum(r[optimizer]["state_bytes"].values()), optimizer
         # Muon-managed state: one moment where AdamW keeps two, exactly, rank by rank.
         muon_managed = sum(b for n, b in r["muon"]["by_param"].items() if n in muon_names)
         adamw_managed = sum(b for n, b in r["adamw"]["by_param"].items() if n in muon_names)

@@ -13,7 +13,7 @@ from muon_repro.bench.configs import resolve
 from muon_repro.costmodel.workload import shard_plan
 from muon_repro.model_config import GPTConfig
 from muon_repro.optim.comm_model import optimizer_bytes
-from muon_repro.optim.layout import ShardPlan
+from muon_repro.optim.layout import ParamSpec, ShardPlan
 from muon_repro.parallel.launch import launch
 
 LAYOUT_CASES = [("contiguous", None), ("whole_matrix", None), ("bucketed", 8192)]  # bucketed: 2-3 matrices a bucket
@@ -115,3 +115,11 @@ def test_capped_units_send_the_bytes_the_analytic_model_prices(runs):
             )
             for phase in ("dp_gather", "tp_gather"):
                 assert run["bytes_per_step"].get(phase, 0) == priced[phase], (cap, phase)
+
+
+def test_a_unit_holds_up_to_the_cap_inclusive():
+    """Three [16, 16] matrices (256 elements each) under a cap of 512: the first two fill a unit exactly, the third
+    starts the next ("at most ns_unit_elems elements")."""
+    specs = [ParamSpec(f"w{i}", (16, 16), None, 1, True) for i in range(3)]
+    plan = ShardPlan(specs, 2, "bucketed", None, 512)
+    assert [unit.slots for unit in plan.ns_units] == [(2, 1), (0,)]  # buffer order: the last parameter first

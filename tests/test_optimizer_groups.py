@@ -1,6 +1,6 @@
 """Param groups as torch users write them: checked when added, read under torch's names where torch's tools expect them.
 
-Single process, no workers: the ZeRO-1 optimizers run on a 1 x 1 grid.
+Single process, no workers: the ZeRO-1 optimizers run on a 1 x 1 grid (one test on a stand-in 2-rank TP group).
 """
 
 from __future__ import annotations
@@ -322,3 +322,152 @@ def test_a_checkpoint_with_a_hyperparameter_out_of_range_is_refused_and_changes_
     with pytest.raises(ValueError, match=r"param_groups\[0\] of the state loaded: lr must be a finite number >= 0, got -1.0"):
         opt.load_state_dict(saved)
     assert [dict(g) for g in opt.param_groups] == before
+
+
+# ---------------------------------------------------------------- the ZeRO-1 step against its references (1 x 1 grid)
+
+
+def _muon_pair(**options) -> tuple[GPT, Muon, GPT, DistributedMuon]:
+    """The tiny GPT twice (same weights): single-device Muon on one, DistributedMuon on a 1 x 1 grid on the other,
+    both with ``options``, fp32 Newton-Schulz and no rounding of its input."""
+    reference, model = _tiny_gpt(), _tiny_gpt()
+    single = Muon(muon_param_groups(reference), ns_dtype=torch.float32, **options)
+    zero1 = DistributedMuon(
+        muon_param_groups(model), ParallelDims(1, 1), ns_dtype=torch.float32, gather_dtype=torch.float32, **options
+    )
+    return reference, single, model, zero1
+
+
+@pytest.mark.parametrize("options", [{"nesterov": False}, {"momentum_form": "ema"}, {"update_scale": "keller"}], ids=str)
+def test_distributed_muon_steps_with_the_groups_momentum_and_scale_options_as_muon_does(options):
+    """Pins DistributedMuon's own reading of ``nesterov``, ``momentum_form`` and ``update_scale`` from its groups: the
+    equivalence suite runs the defaults only, so a step that ignored them matched a reference that ignored them too.
+    Each option changes the result (checked against the default), and the two optimizers agree bit for bit."""
+    reference, single, model, zero1 = _muon_pair(**options)
+    default_model = _tiny_gpt()
+    default = Muon(muon_param_groups(default_model), ns_dtype=torch.float32)
+    for seed in range(3):
+        for m in (reference, model, default_model):
+            _with_grads(m, seed)
+        for opt in (single, zero1, default):
+            opt.step()
+    for (name, want), got in zip(reference.named_parameters(), model.parameters()):
+        assert torch.equal(got, want), name
+    assert any(not torch.equal(p, d) for p, d in zip(reference.parameters(), default_model.parameters()))
+
+
+@pytest.mark.parametrize("optimizer", [DistributedAdamW, DistributedMuon])
+def test_a_parameter_without_a_grad_adds_zeros_not_its_last_gradient(optimizer):
+    """A ZeRO-1 optimizer steps a parameter whose ``.grad`` is None as if its gradient were zeros (zero1's docstring):
+    pins that the flat gradient buffer is cleared for it, not left holding the previous step's gradient."""
+    runs = []
+    for missing in ("none", "zeros"):
+        model = _tiny_gpt()
+        opt = optimizer(muon_param_groups(model), ParallelDims(1, 1))
+        _with_grads(model, 1)
+        opt.step()
+        _with_grads(model, 2)
+        for p in (model.lm_head.weight, model.blocks[0].attn.proj.weight):  # one AdamW-routed, one Muon-routed
+            p.grad = None if missing == "none" else torch.zeros_like(p)
+        opt.step()
+        runs.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    for name, value in runs[0].items():
+        assert torch.equal(value, runs[1][name]), name
+
+
+def test_a_bf16_reduce_dtype_rounds_the_gradients_it_averages():
+    """``reduce_dtype=bf16``: the gradients travel (and are summed) in bf16, so ``grad_mean`` holds each gradient
+    rounded to bf16, worked out here from the gradients themselves; fp32 keeps them exact."""
+    for reduce_dtype in (torch.bfloat16, torch.float32):
+        model = _tiny_gpt()
+        opt = DistributedAdamW(muon_param_groups(model), ParallelDims(1, 1), reduce_dtype=reduce_dtype)
+        _with_grads(model)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        assert opt.grad_shard.dtype == reduce_dtype
+        for slot in opt.plan.slots:
+            got = opt.grad_mean[slot.flat_start : slot.flat_start + slot.spec.numel]
+            want = grads[slot.spec.name].reshape(-1).to(reduce_dtype).float()
+            assert torch.equal(got, want), (reduce_dtype, slot.spec.name)
+    assert not torch.equal(want.bfloat16().float(), want)  # the fp32 gradients are not bf16 values already
+
+
+@pytest.mark.parametrize("optimizer", [DistributedAdamW, DistributedMuon])
+def test_a_loaded_zero1_optimizer_steps_with_the_loaded_groups_hyperparameters(optimizer):
+    """torch puts new dicts in ``param_groups`` on load; pins that the step reads those (an lr schedule setting lr on
+    them after a resume) and not the groups the optimizer was built with: lr 0 and no weight decay move nothing."""
+    model = _tiny_gpt()
+    opt = optimizer(muon_param_groups(model), ParallelDims(1, 1), lr=0.02)
+    _with_grads(model)
+    opt.step()
+    opt.load_state_dict(opt.state_dict())
+    for group in opt.param_groups:
+        group["lr"], group["weight_decay"] = 0.0, 0.0
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _with_grads(model, 2)
+    opt.step()
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name
+
+
+def test_adamw_bias_corrects_each_tensor_by_its_own_step_count():
+    """A parameter without a gradient in the first step has taken one step fewer than the others: torch's AdamW
+    bias-corrects each by its own count, and so must the batched step (which groups tensors by step count)."""
+    ours, theirs = Small(), Small()
+    opt = AdamW(ours.parameters(), lr=0.1)
+    reference = torch.optim.AdamW(theirs.parameters(), lr=0.1, weight_decay=0.1, betas=(0.9, 0.95), foreach=False)
+    for step in range(3):
+        for model in (ours, theirs):
+            _with_grads(model, step)
+            if step == 0:
+                model.bias.grad = None
+        opt.step()
+        reference.step()
+    assert opt.state[ours.w]["step"] == 3 and opt.state[ours.bias]["step"] == 2
+    torch.testing.assert_close(ours.w, theirs.w, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ours.bias, theirs.bias, rtol=1e-6, atol=1e-7)
+
+
+def test_a_tp_rank_orthogonalizes_and_scales_the_full_matrix(monkeypatch):
+    """TP rank 0 of a 2-rank TP group whose other rank holds the same shards (a stand-in all-gather returns this rank's
+    shard twice; no process): DistributedMuon's step is single-device Muon's on the full matrices, the shards
+    concatenated along their partition dim, bit for bit, and so is each matrix's update RMS. Pins that the update
+    and the recorded RMS are scaled by the FULL shape: a column-parallel [12, 8] shard is a [24, 8] matrix
+    (0.2 * sqrt(24), not sqrt(12)), a row-parallel [8, 12] one [8, 24]."""
+    from types import SimpleNamespace
+
+    from muon_repro.parallel import comm
+    from muon_repro.parallel.comm import CommLedger
+
+    def same_on_every_rank(full, shard, group=None, async_op=False):
+        assert not async_op
+        full.view(2, -1).copy_(shard.view(1, -1).expand(2, -1))
+
+    monkeypatch.setattr(comm, "_all_gather_single", same_on_every_rank)
+    tp_group = Group(name="tp", ranks=(0, 1), rank=0, process_group=None, ledger=CommLedger())
+    dims = SimpleNamespace(dp=1, tp=2, dp_rank=0, tp_rank=0, dp_group=Group.single("dp"), tp_group=tp_group)
+    g = torch.Generator().manual_seed(0)
+    shards = {"column": (torch.randn(12, 8, generator=g), 0), "row": (torch.randn(8, 12, generator=g), 1)}
+    shards["replicated"] = (torch.randn(12, 20, generator=g), None)
+    grads = {name: torch.randn(w.shape, generator=g) for name, (w, _) in shards.items()}
+    local, full = {}, {}
+    for name, (w, dim) in shards.items():
+        local[name] = nn.Parameter(w.clone())
+        if dim is not None:
+            local[name].tp_partition_dim = dim
+        full[name] = nn.Parameter(w.clone() if dim is None else torch.cat([w, w], dim=dim))
+    names = list(shards)
+    zero1 = DistributedMuon(
+        [{"params": [local[n] for n in names], "names": names}], dims, ns_dtype=torch.float32, gather_dtype=torch.float32
+    )
+    single = Muon([full[n] for n in names], ns_dtype=torch.float32)
+    assert [s.spec.full_shape for s in zero1.plan.slots] == [(24, 8), (8, 24), (12, 20)]
+    for name, (_, dim) in shards.items():
+        local[name].grad = grads[name].clone()
+        full[name].grad = grads[name].clone() if dim is None else torch.cat([grads[name]] * 2, dim=dim)
+    zero1.step()
+    single.step()
+    for name, (_, dim) in shards.items():
+        want = full[name] if dim is None else full[name].chunk(2, dim=dim)[0]
+        assert torch.equal(local[name], want), name
+        assert torch.equal(zero1.stats.update_rms[name], single.state[full[name]]["update_rms"]), name
