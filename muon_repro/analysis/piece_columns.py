@@ -10,9 +10,9 @@ analysis needs arguments of (:data:`ARG_NAME_PREFIXES`, ``[memory]``, metadata) 
 (:data:`CORRELATION_CATS`) get only their ``correlation`` id, into an integer column.
 
 Unusable times, the same on every path: a complete event whose ``ts`` is missing or not a
-number, infinite, or beyond +-2**53 us (285 years: no clock gets there, and float64 no longer
-holds whole microseconds) is dropped; a ``dur`` that is not a finite number (a string that does
-not parse, ``NaN``), negative, or beyond 2**53 us is set to 0. Each is counted in
+number, infinite, or of magnitude 2**53 us or more (285 years: no clock gets there, and float64
+no longer holds whole microseconds) is dropped; a ``dur`` that is not a finite number (a string that does
+not parse, ``NaN``), negative, or 2**53 us or more is set to 0. Each is counted in
 :attr:`PieceColumns.notes` and its first few events are kept in :attr:`PieceColumns.problems`,
 for the reader to warn about by name (this module does not know the file's name).
 
@@ -57,7 +57,7 @@ LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 CORRELATION_CATS = frozenset(GPU_WORK_CATS + LAUNCH_CATS)
 NO_CORRELATION = -1
 
-MAX_ABS_TS_US = 2.0**53  # beyond this a time is out of range (see the module docstring)
+MAX_ABS_TS_US = 2.0**53  # from this on a time is out of range (see the module docstring)
 MAX_EXAMPLES = 3  # events kept per kind of problem and piece, to name in warnings
 
 # kinds of repaired or dropped data: keys of PieceColumns.notes, first fields of its problems

@@ -118,7 +118,7 @@ def _event_message(kind: str, name: str, ts: float, value: float) -> str:
     if kind == TS_MISSING:
         return f"event {name!r}: ts is missing or not a number: event dropped"
     if kind == TS_OUT_OF_RANGE:
-        return f"event {name!r}: ts={value!r} is out of range (beyond +-2**53 us): event dropped"
+        return f"event {name!r}: ts={value!r} is out of range (at or beyond +-2**53 us): event dropped"
     if kind == BAD_DURATION:
         return f"event {name!r} at ts={ts!r}: {_duration_fault(value)} dur {value!r} set to 0"
     return f"event {name!r} at ts={ts!r}: dur {value!r} us ends long after the trace's last event starts: set to 0"
