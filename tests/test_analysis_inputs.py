@@ -456,3 +456,91 @@ def test_a_renamed_trial_folder_is_numbered_by_its_name(tmp_path):
     assert sorted(info.trial for info, _ in analysis.runs if info.key == "cpu-2c-gloo/g/muon_dp2_tp1") == [0, 7]
     trials = [RunDir(muon), RunDir(muon.parent / "trial7")]
     assert [t.trial for t in trials] == [0, 7]
+
+
+# ---------------------------------------------------------------- the runs, ranks, phases and losses tables' numbers
+
+
+def _rewrite_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
+
+def test_the_runs_table_reads_each_step_at_its_slowest_rank_and_pools_ranks_by_each_columns_rule(tmp_path):
+    """Two ranks' steps set by hand (rank 0: 10, 20, 30 ms; rank 1: 14, 12, 50): a step is its slowest rank's, the
+    run's step the median over steps (20 ms; the mean over ranks would give 16); p10 and p90 the steps' percentiles;
+    the peak the largest rank's; the state the busiest rank's; the ring bytes per step summed over ranks; the loopback
+    counter rank 0's alone (it sees every rank's traffic)."""
+    from muon_repro.analysis.runs_table import runs_table
+    from muon_repro.analysis.tables import tables_from_analysis
+
+    folder = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0", dp=2)
+    metrics = json.loads((folder / METRICS_FILE).read_text())
+    metrics["ranks"][0] |= {"loopback_bytes": 6000, "loopback_steps": 3}
+    metrics["ranks"][1] |= {"loopback_bytes": 9000, "loopback_steps": 3, "state_bytes": {"muon": 3000, "adamw": 4000}}
+    _rewrite_json(folder / METRICS_FILE, **metrics)
+    analysis = analyze_paths([tmp_path / "traces"], workers=1)
+    tables = tables_from_analysis(analysis)
+    steps = tables["steps"].sort_values(["rank", "step"], ignore_index=True)
+    steps["step_ms"] = [10.0, 20.0, 30.0, 14.0, 12.0, 50.0]  # each step's slowest rank: 14, 20 and 50 ms
+    steps["comm_bytes"] = [100, 100, 100, 300, 300, 300]
+    steps["peak_mem_bytes"] = [100, 100, 100, 300, 300, 300]
+    run = runs_table(analysis, steps, tables["timed_steps"]).set_index("run").loc["cpu-2c-gloo/g/muon_dp2_tp1"]
+    assert run["step_ms"] == 20.0
+    assert run["step_ms_p10"] == pytest.approx(15.2) and run["step_ms_p90"] == pytest.approx(44.0)  # linear
+    assert (run["typical_trial"], run["typical_step"]) == (0, 1)
+    assert run["peak_mem_bytes"] == 300 and run["peak_mem_source"] == "trace_allocator"
+    assert run["state_bytes"] == 7000
+    assert run["ring_bytes_per_step"] == 400.0
+    assert run["loopback_bytes_per_step"] == 2000.0
+
+
+def test_the_typical_step_of_an_even_count_is_the_upper_of_the_two_middle_ones():
+    from muon_repro.analysis.runs_table import typical_step
+
+    index = pd.MultiIndex.from_tuples([(0, 0), (0, 1), (1, 0), (1, 1)], names=["trial", "step"])
+    slowest = pd.Series([40.0, 10.0, 30.0, 20.0], index=index)
+    assert typical_step(slowest) == (1, 0)  # 10, 20, 30, 40 ms: the third
+    assert typical_step(slowest.iloc[:3]) == (1, 0)  # 10, 30, 40 ms: the middle
+    assert typical_step(pd.Series(dtype=float)) is None
+
+
+def test_the_optimizer_gpu_busy_share_is_its_gpu_time_over_its_host_span_over_ranks():
+    from muon_repro.analysis.runs_table import with_optimizer_gpu_busy
+    from muon_repro.phases import FORWARD, OPTIMIZER
+
+    runs = pd.DataFrame({"run": ["gpu", "cpu"]})
+    phases = pd.DataFrame(
+        {
+            "run": ["gpu", "gpu", "gpu", "cpu"],
+            "phase": [OPTIMIZER, OPTIMIZER, FORWARD, OPTIMIZER],
+            "gpu_ms_per_step": [2.0, 4.0, 50.0, float("nan")],
+            "cpu_ms_per_step": [8.0, 8.0, 60.0, 5.0],
+        }
+    )
+    out = with_optimizer_gpu_busy(runs, phases).set_index("run")
+    assert out.loc["gpu", "optimizer_gpu_busy_ms"] == 3.0 and out.loc["gpu", "optimizer_gpu_busy_share"] == 0.375
+    assert out.loc["cpu", ["optimizer_gpu_busy_ms", "optimizer_gpu_busy_share"]].isna().all()
+
+
+def test_ranks_phases_and_losses_hold_each_ranks_record_per_profiled_step(tmp_path):
+    """The ranks table's state by optimizer; the phases table's bytes per profiled step (each rank's trace has one
+    all-reduce of 4096 floats a step, under the optimizer scope) and a pipeline stage's bubble, the sum of its
+    receives and its flush; the losses at their training step, after the 2 + 5 steps timed without the profiler."""
+    from muon_repro.phases import BUBBLE, PP_FLUSH, PP_RECV_ACTIVATION
+
+    folder = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0", dp=2)
+    _rewrite_json(folder / CONFIG_FILE, **json.loads((folder / CONFIG_FILE).read_text()), timed_warmup=2, timed_steps=5)
+    for rank in range(2):
+        doc = json.loads(gzip.decompress((folder / trace_name(rank)).read_bytes()))
+        for step in range(STEPS):
+            t0 = 2000.0 * step + 5.0 * rank
+            doc["traceEvents"] += [_span(PP_RECV_ACTIVATION, t0 + 12, 100.0), _span(PP_FLUSH, t0 + 330, 50.0)]
+        (folder / trace_name(rank)).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    tables = build_tables([tmp_path / "traces"], workers=1)
+    ranks = tables["ranks"].set_index("rank")
+    assert (ranks["muon_state_bytes"] == 2000).all() and (ranks["adamw_state_bytes"] == 4000).all()
+    phases = tables["phases"][tables["phases"]["rank"] == 0].set_index("phase")
+    assert phases.loc["optimizer", "trace_bytes"] == 4096 * 4  # one all-reduce of 4096 floats a step, 3 steps
+    assert phases.loc[BUBBLE, "ms_per_step"] == pytest.approx(0.150)  # 100 + 50 us each step
+    losses = tables["losses"][tables["losses"]["rank"] == 1].sort_values("step")
+    assert losses["step"].tolist() == [7, 8, 9] and losses["loss"].tolist() == pytest.approx([3.99, 3.89, 3.79])

@@ -258,3 +258,15 @@ def test_schemas_conform_write_read_and_load_with_datasets(tmp_path):
             assert column.description and f"`{column.name}`" in text
     with pytest.raises(ValueError, match="missing columns"):
         SCHEMAS["runs"].conform(pd.DataFrame({"run": ["x"]}))
+
+
+def test_ranks_are_put_on_one_clock_by_their_base_time():
+    """Rank 1's trace clock starts 2 ms (2,000,000 ns) after rank 0's: its span at the same trace time is 2 ms later on
+    the common clock, counted from the earliest rank's step start."""
+    from muon_repro.analysis.timeline import align_ranks
+
+    spans = pd.DataFrame({"step": [0], "lane": ["coarse"], "phase": ["forward"], "start_us": [100.0], "end_us": [600.0]})
+    steps = pd.DataFrame({"step": [0], "start_us": [0.0]})
+    out = align_ranks([(0, 5_000_000, spans, steps), (1, 7_000_000, spans, steps)]).set_index("rank")
+    assert out.loc[0, ["start_ms", "end_ms"]].tolist() == pytest.approx([0.1, 0.6])
+    assert out.loc[1, ["start_ms", "end_ms"]].tolist() == pytest.approx([2.1, 2.6]) and out["aligned"].all()

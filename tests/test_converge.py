@@ -424,6 +424,22 @@ def _write_record(
     (folder / CONVERGENCE_FILE).write_text(json.dumps(record))
 
 
+def test_a_runs_row_holds_its_flops_in_gflop_and_its_last_steps_losses(tmp_path):
+    """convergence_runs: the record's FLOPs per step in GFLOP (1.2e9 in all, 0.2e9 of them Newton-Schulz's) and the
+    losses of the last step it recorded (step 10), not of its evaluation before training (step 0, loss 6)."""
+    _write_record(tmp_path, "muon", 1e-2, 0, 10, 3.0, 0.2, gflop=1.2, final_test=3.1)
+    run = convergence_tables([tmp_path])["convergence_runs"].iloc[0]
+    assert run["gflop_per_step"] == pytest.approx(1.2) and run["ns_gflop_per_step"] == pytest.approx(0.2)
+    assert run["final_step"] == 10 and run["final_val_loss"] == 3.0 and run["final_test_loss"] == pytest.approx(3.1)
+
+
+def test_a_tie_on_validation_loss_makes_the_smaller_learning_rate_best(tmp_path):
+    for lr in (1e-2, 1e-3):  # the same final validation loss, 3.5
+        _write_record(tmp_path, "muon", lr, 0, 4, 3.5, 0.1)
+    runs = convergence_tables([tmp_path])["convergence_runs"]
+    assert runs.loc[runs["best_lr"].astype(bool), "lr"].tolist() == [1e-3]
+
+
 EMPTY_RUNS = ("runs", "steps", "ranks", "phases")
 
 
@@ -678,6 +694,17 @@ def test_the_matched_budget_is_exact_where_loss_falls_linearly_in_log_tokens():
         matched_tokens(budgets[::-1], losses, target)
 
 
+def test_a_loss_reached_exactly_at_the_smallest_or_the_largest_budget_is_reached():
+    """At or below Muon's loss: AdamW's run of Muon's length ending exactly at it is censored below (no lead), and
+    its largest budget ending exactly at it matches there, never censored above."""
+    from muon_repro.analysis.budget_match import matched_tokens
+
+    budgets, losses = np.array([1000.0, 2000.0, 3000.0]), np.array([4.0, 3.5, 3.2])
+    tokens, censored = matched_tokens(budgets, losses, 4.0)
+    assert censored == "below" and np.isnan(tokens)
+    assert matched_tokens(budgets, losses, 3.2) == (pytest.approx(3000.0), "none")
+
+
 def _budget_runs(root, group: str, leads: list[float], *, params: int = 1000, budgets=(1.0, 1.5, 2.0, 3.0)) -> None:
     """A sweep, then per seed a 10-step Muon run whose final test loss AdamW reaches at (1 + lead) x its tokens,
     on AdamW budgets whose final loss falls linearly in log tokens."""
@@ -828,6 +855,19 @@ def test_the_claim_is_judged_on_the_configuration_inside_its_conditions(tmp_path
     claim = _claim(tables)
     assert "convergence-small" in claim["conditions"] and claim["verdict"] == "not reproduced"
     assert claim["measured_value"] == pytest.approx(0.15)
+
+
+def test_the_claims_configuration_is_compute_optimal_from_exactly_10_tokens_per_parameter_then_has_most_seeds():
+    """claim_group outside the claim's parameters: 10 tokens per parameter is compute-optimal (at least, not more
+    than), and among compute-optimal configurations more seeds win over more tokens per parameter."""
+    from muon_repro.analysis.leading_claim import claim_group
+
+    def runs(group: str, tokens_per_param: int, seeds: int) -> list[dict]:  # Muon's 10-step runs of 100 tokens a step
+        row = {"group": group, "optimizer": "muon", "best_lr": True, "steps": 10, "tokens_per_step": 100}
+        return [row | {"seed": seed, "params": 1000 // tokens_per_param} for seed in range(seeds)]
+
+    assert claim_group(pd.DataFrame(runs("exactly", 10, 2) + runs("under", 5, 5))) == "exactly"
+    assert claim_group(pd.DataFrame(runs("twenty", 20, 2) + runs("ten", 10, 5))) == "ten"
 
 
 def test_the_report_says_each_configuration_and_its_budgets_in_the_tables_numbers(tmp_path):

@@ -103,3 +103,15 @@ def test_docs_method_carries_the_generated_table():
     begin, end = MARKERS
     table = text.split(begin)[1].split(end)[0]
     assert all(f"| {k} |" in table for k in KINDS), "run python -m muon_repro.analysis.coverage --write docs/method.md"
+
+
+def test_the_pipeline_studys_truth_is_what_its_largest_stage_pays_over_the_stages_mean():
+    """One simulated PP4 study with almost no noise: the truth is stage 1's 140 x (1 - 0.2) = 112 ms over the stages'
+    mean of 117.5 ms (what the step pays after its last backward), and the claim function's estimate lands on it."""
+    import numpy as np
+
+    from muon_repro.analysis.coverage import SIMULATE, Noise
+
+    quiet = Noise(round_sd=1e-4, jitter_sd=1e-4, step_sd=1e-4)
+    (value, _, _), truth = SIMULATE["stages"](np.random.default_rng(0), quiet, 3)
+    assert truth == pytest.approx(112.0 / 117.5) and value == pytest.approx(truth, rel=1e-3)

@@ -57,3 +57,35 @@ def test_a_launch_at_a_phase_end_belongs_to_the_enclosing_phase_not_the_ended_on
     phases = build_tables([trace], workers=1)["phases"].set_index("phase")
     assert phases.loc["newton_schulz", "gpu_ms_per_step"] == pytest.approx(0.200)
     assert phases.loc["optimizer", "gpu_ms_per_step"] == pytest.approx(0.400)
+
+
+def test_a_phases_time_is_per_profiled_step_over_several_steps(tmp_path):
+    """The same step recorded twice (the second 1 ms after the first, as ProfilerStep#2): each phase's GPU and CPU
+    time per step is one step's, never the two steps' sum."""
+    path = _trace(tmp_path)
+    doc = json.loads(path.read_text())
+    second = [
+        e
+        | {
+            "ts": e["ts"] + 1000,
+            "name": "ProfilerStep#2" if e["name"] == "ProfilerStep#1" else e["name"],
+            "args": {k: v + 10 if k == "correlation" else v for k, v in e["args"].items()},
+        }
+        for e in doc["traceEvents"]
+    ]
+    path.write_text(json.dumps(doc | {"traceEvents": doc["traceEvents"] + second}))
+    phases = build_tables([path], workers=1)["phases"].set_index("phase")
+    assert (phases["steps"] == 2).all()
+    assert phases.loc["newton_schulz", "gpu_ms_per_step"] == pytest.approx(0.400)
+    assert phases.loc["optimizer", "gpu_ms_per_step"] == pytest.approx(0.450)
+    assert phases.loc["optimizer", "cpu_ms_per_step"] == pytest.approx(0.100)
+
+
+def test_a_scope_that_ends_after_its_steps_window_is_no_phase_of_the_step(tmp_path):
+    """A forward scope from 1.5 to 1.6 ms, after the only profiled step (0-1 ms) ended, belongs to no step."""
+    path = _trace(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"].append(_x("forward", "user_annotation", 1500, 100))
+    path.write_text(json.dumps(doc))
+    phases = build_tables([path], workers=1)["phases"]
+    assert "forward" not in set(phases["phase"]) and {"optimizer", "newton_schulz"} <= set(phases["phase"])

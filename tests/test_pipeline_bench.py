@@ -322,3 +322,64 @@ def test_the_bubble_claim_leaves_out_a_disturbed_round_like_every_estimator():
     measured = bubble_hides_step(tables)
     assert measured.value == pytest.approx(1.0, rel=0.03)
     assert f"{ROUNDS - 1} rounds" in measured.explanation
+
+
+def test_the_bubble_claim_counts_no_negative_payment_and_quotes_stage_0s_floor():
+    """Stages that idle longer than their optimizer step pay nothing for it after the last backward, never a negative
+    time; where stage 0 sets what the step pays, the floor quoted is stage 0's step over the stages' mean (10 ms over
+    (10 + 3 x 100) / 4 = 77.5 ms), not the last stage's."""
+    idle_all = bubble_hides_step(_tables(STEP, bubble=150.0, optimizer=100.0))  # every stage idles 150 ms, stage 0 too
+    assert idle_all.value == 0.0
+    light = bubble_hides_step(_tables(STEP, bubble=150.0, optimizer=100.0, idle={0: 0.0}, stage_optimizer={0: 10.0}))
+    assert light.quoted["stage0_over_mean_ratio"] == pytest.approx(10.0 / 77.5, rel=0.03)
+    assert "the estimate (not the interval) is at least 0.13" in light.explanation
+
+
+def test_the_hybrid_is_timed_by_its_slowest_rank_each_step():
+    """A step ends when its slowest rank's does: DP2·TP2 with one rank 30% slower takes 130 ms a step (the ranks'
+    mean would be 107.5 ms), so PP2·DP2 at 110 ms wins."""
+    tables = _tables(STEP, 50.0, 100.0, noise=0.0)
+    timed = tables.timed
+    timed.loc[(timed["run"] == "p/pipeline/muon_dp2_tp2") & (timed["rank"] == 3), "step_ms"] *= 1.3
+    survives = hybrid_survives_pp(tables)
+    assert survives.value == pytest.approx(130.0 / 110.0) and survives.quoted["hybrid_step_ms"] == pytest.approx(130.0)
+
+
+def test_the_stages_table_takes_each_stages_ranks_and_rounds_by_its_documented_rule():
+    """A PP2 run, stage 0 on ranks 0 and 1: per step the mean over the stage's ranks (rank 1 always 4 ms above
+    rank 0), the median over a round's steps, then the median over its three rounds (not their mean, 33); the trace
+    columns the mean over the stage's traced ranks; what a stage holds its busiest rank's."""
+    from muon_repro.analysis.stages_table import stages_table
+    from muon_repro.phases import FORWARD, OPTIMIZER
+
+    run = {"run": "p/pipeline/muon_pp2", "profile": "p", "group": "pipeline", "name": "muon_pp2", "optimizer": "muon"}
+    runs = pd.DataFrame([run | {"pp": 2, "preset": "small"}])
+    timed = pd.DataFrame(
+        [
+            {"run": run["run"], "trial": trial, "step": step, "rank": rank, "stage": rank // 2}
+            | dict.fromkeys(("fwd_bwd_ms", "optimizer_ms"), level + extra + 4.0 * (rank % 2))
+            | {"bubble_ms": (level + extra + 4.0 * (rank % 2)) / 2}
+            for trial, level in enumerate((10.0, 20.0, 60.0))
+            for step, extra in enumerate((0.0, 1.0, 10.0))
+            for rank in range(4)
+        ]
+    )
+    phases = pd.DataFrame(
+        [
+            {"run": run["run"], "trial": 0, "rank": rank, "stage": rank // 2, "phase": phase, "ms_per_step": ms}
+            for rank in range(4)
+            for phase, ms in ((FORWARD, 1.0 + 2.0 * (rank % 2)), (OPTIMIZER, 5.0))
+        ]
+    )
+    ranks = pd.DataFrame(
+        [
+            {"run": run["run"], "rank": rank, "pp_rank": rank // 2, "local_params": 10, "state_bytes": s, "ns_flops": 1.0}
+            for rank, s in enumerate((100, 300, 200, 200))
+        ]
+    )
+    stage0 = stages_table(runs, timed, phases, ranks).set_index("stage").loc[0]
+    # per round: steps of 12, 13 and 22 ms (means over ranks); medians 13, 23 and 63; their median 23
+    assert stage0["timed_optimizer_ms"] == 23.0 and stage0["timed_fwd_bwd_ms"] == 23.0 and stage0["rounds"] == 3
+    assert stage0["timed_bubble_ms"] == 11.5 and stage0["bubble_over_optimizer"] == 0.5
+    assert stage0["forward_ms"] == 2.0 and stage0["optimizer_ms"] == 5.0  # ranks 0 and 1: 1 and 3 ms
+    assert stage0["state_bytes"] == 300 and stage0["ranks"] == 2

@@ -193,6 +193,26 @@ def test_every_trace_yields_five_steps_and_one_view_per_scope():
         assert (inner.to_numpy() <= whole.set_index("step")["gpu_kernel_ms"].to_numpy() + 1e-9).all(), path.name
 
 
+def test_a_collective_belongs_to_the_innermost_scope_around_it_and_a_cpu_scopes_busy_time_is_its_span():
+    """A collective issued inside Attach_Grads, itself inside FWD_BWD, is Attach_Grads' (the scope that started last
+    around it); where the CPU does the work (no GPU work in the trace), a scope's busy time is its CPU span."""
+    from muon_repro.study.scopes import _innermost, _scope_row, _Spans
+
+    inner = pd.DataFrame({"ts": [0.0, 50.0], "end": [100.0, 80.0], "name": ["FWD_BWD", "Attach_Grads"]})
+    assert _innermost(inner, np.array([10.0, 60.0, 90.0, 200.0])) == ["FWD_BWD", "Attach_Grads", "FWD_BWD", ""]
+    none = _Spans(*(np.zeros(0) for _ in range(4)))
+    row = _scope_row(0, "FWD_BWD", 0.0, 100.0, 100.0, none, none, 0, on_gpu=False)
+    assert row["busy_ms"] == 0.1 and row["gpu_busy_ms"] == 0.0 and row["gpu_done_ms"] == 0.1
+
+
+def test_a_gloo_recordings_collectives_take_their_groups_from_the_grid():
+    """A study-protocol run recorded here on gloo (DP2 x TP2, 5 steps): rank 1 gathers over its TP pair [0,1]
+    (adjacent ranks) and over its DP pair [1,3] (strided), once a step each, as the study's grid places them."""
+    trial = REPO / "traces" / "cpu-2c-gloo" / "study_protocol" / "muon_dp2_tp2" / "trial0"
+    collectives = read_study_trace(trial / "rank1.json.gz", (2, 2)).collectives
+    assert collectives.groupby("group_ranks").size().to_dict() == {"0,1": 5, "1,3": 5}
+
+
 def test_steps_are_completion_to_completion_and_add_up_to_the_trace(tables, rebuilt):
     steps = tables["study_steps"]
     for name, total in (("adamw_FULLSTEP", "total_ms_adamw"), ("muon_FULLSTEP_dp2_tp2", "total_ms_muon")):
@@ -207,6 +227,28 @@ def test_steps_are_completion_to_completion_and_add_up_to_the_trace(tables, rebu
     elements = 4096 * 4096 + 1024 * 324 + 456 * 1024 + 676 * 876 + 128 * 128
     assert (adamw["held_elements"] == elements).all()
     assert (adamw["payload_bytes_per_step"] == 4 * elements).all()
+
+
+def test_each_rank_and_run_states_its_collectives_bytes_and_optimizer_per_traced_step(tables):
+    """study_ranks over the 5 traced steps: AdamW all-reduces its 5 gradients once a step; a Muon rank holds half
+    (DP 2) of its TP-local buffer (each TP-split matrix halved: 9,325,720 elements); study_runs takes the busiest
+    rank's ring bytes for its max (ranks 2 and 3 gather 4 matrices over TP, ranks 0 and 1 one), and its optimizer's
+    completion per step as the last of its scopes' (AdamW's all-reduce then its step), not their sum."""
+    ranks = tables["study_ranks"]
+    adamw = ranks[ranks["run"].str.endswith("/adamw_FULLSTEP")]
+    assert (adamw["collectives_per_step"] == 5).all()
+    assert set(adamw["collectives"]) == {"all_reduce over ranks [0,1,2,3] x5"}
+    muon = ranks[ranks["run"].str.endswith("/muon_FULLSTEP_dp2_tp2")]
+    tp_local = 2048 * 4096 + 1024 * 162 + 456 * 1024 + 676 * 438 + 64 * 128
+    assert (muon["held_elements"] == tp_local // 2).all()
+    runs = tables["study_runs"].set_index("name")
+    assert runs.loc["muon_FULLSTEP_dp2_tp2", "ring_bytes_per_step_max"] == 27043272  # ranks 2 and 3's
+    assert runs.loc["muon_FULLSTEP_dp2_tp2", "ring_bytes_per_step"] == (2 * 26102936 + 2 * 27043272) / 4
+    steps = tables["study_steps"]
+    scopes = steps[steps["run"].str.endswith("/adamw_FULLSTEP") & steps["scope"].isin(("AdamW_AllReduce", "AdamW_Step"))]
+    done = scopes.pivot_table(index=["rank", "step"], columns="scope", values="gpu_done_ms")
+    assert (done["AdamW_Step"] > done["AdamW_AllReduce"]).all()  # the step completes after the all-reduce
+    assert runs.loc["adamw_FULLSTEP", "optimizer_done_ms"] == pytest.approx(done["AdamW_Step"].mean())
 
 
 def test_collectives_are_matched_across_ranks(tables):
@@ -272,6 +314,38 @@ def test_our_optimizer_compute_leaves_out_the_nccl_kernels_the_study_counts_as_c
     assert method.loc["optimizer_ms_adamw", "measured_per_step"] == pytest.approx(compute)
     assert compute < 0.25 * per_scope.loc["AdamW_AllReduce", "comm_ms"]  # the all-reduce's kernels are not compute
     assert "NCCL kernels left out" in method.loc["optimizer_ms_muon", "measured_what"]
+
+
+def test_our_optimizer_compute_sums_its_kernels_where_they_overlap_less_its_nccl_kernels():
+    """Muon_Step's kernels on two streams: 5 ms of kernel time, busy 4 ms, 1 ms of it NCCL's: 4 ms of compute (the
+    kernels' time, as the study's method sums it, not the 3 ms of their union less NCCL's)."""
+    from muon_repro.study.sources import GROUP
+    from muon_repro.study.tables import _measured_per_step
+
+    run = f"{STUDY_PROFILE}/{GROUP}/muon_FULLSTEP_dp2_tp2"
+    row = {"run": run, "rank": 0, "scope": "Muon_Step", "gpu_kernel_ms": 5.0, "gpu_busy_ms": 4.0, "comm_ms": 1.0}
+    measured = _measured_per_step(pd.DataFrame([row | {"step": step} for step in range(2)]))
+    assert measured["optimizer_ms_muon"][0] == 4.0
+
+
+def test_a_runs_forward_backward_is_its_kernels_busy_time_where_they_overlap():
+    """study_runs' fwd_bwd_gpu_busy_ms: FWD_BWD's kernels on two streams, 5 ms of kernel time busy 3 ms of each step,
+    is 3 ms (the union), not the 5 ms summed."""
+    from types import SimpleNamespace
+
+    from muon_repro.study.tables import ORIGINAL, Recording, StudyRun, _run_row
+
+    name = "muon_FULLSTEP_dp2_tp2"
+    rec = Recording(f"p/g/{name}", "p", "g", name, 0, "study", ORIGINAL, (), None, "cuda", "nccl")
+    times = dict.fromkeys(("step_ms", "cpu_ms", "busy_ms", "gpu_done_ms", "comm_ms", "comm_transfer_ms"), 10.0)
+    rows = [
+        times | {"rank": 0, "step": step, "scope": scope, "gpu_busy_ms": 3.0, "gpu_kernel_ms": 5.0}
+        for step in range(2)
+        for scope in (STEP, "FWD_BWD", "Muon_Step")
+    ]
+    ranks = pd.DataFrame({"collectives_per_step": [2.0], "payload_bytes_per_step": [8.0], "ring_bytes_per_step": [4.0]})
+    run = _run_row(rec, StudyRun.from_name(name, 4), [SimpleNamespace(world_size=4)], pd.DataFrame(rows), ranks)
+    assert run["fwd_bwd_gpu_busy_ms"] == 3.0 and run["optimizer_gpu_busy_ms"] == 3.0 and run["steps"] == 2
 
 
 def test_the_async_explanation_says_its_gathers_overlapped_newton_schulz(tables):

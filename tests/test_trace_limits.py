@@ -325,3 +325,14 @@ def test_a_run_folder_with_a_deep_config_is_left_out_by_name(tmp_path):
     [failure] = analysis.failures
     assert "config.json: JSON nested deeper than" in failure.message and "the trial is left out" in failure.message
     assert not analysis.breakdowns
+
+
+def test_a_size_is_shown_in_a_binary_unit_only_where_it_is_a_whole_number_of_them():
+    """A limit the error message names is never rounded: 1.5 GiB is 1536 MiB, and half a KiB more is shown in bytes,
+    never as "1 GiB"."""
+    from muon_repro.analysis.limits import GIB, format_size
+
+    assert format_size(4 * GIB) == "4 GiB" and format_size(64 * MIB) == "64 MiB"
+    assert format_size(3 * GIB // 2) == "1536 MiB"
+    assert format_size(3 * GIB // 2 + 512) == "1,610,613,248 bytes"
+    assert format_size(1000) == "1,000 bytes"
