@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import shutil
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from muon_repro.costmodel.collective_fit import fit_alpha_beta
 from muon_repro.costmodel.machine import named_profiles, profile_from_dict, read_profile, resolve_profile, write_profile
 from muon_repro.costmodel.machine_profile import COLLECTIVE_OPS, MachineProfile, ProfileError
 from muon_repro.costmodel.predict import predict, processor_sharing
-from muon_repro.costmodel.validate import bench_config, measured, run_folders, validate
+from muon_repro.costmodel.validate import bench_config, format_validation, measured, run_folders, run_probes, validate
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.costmodel.world_bench import arrival_jitter, compute_share
 from muon_repro.phases import DP_ALL_GATHER, DP_REDUCE_SCATTER, OPTIMIZER_COMM_PHASES, TP_ALL_GATHER, TP_ALL_REDUCE
@@ -41,6 +42,14 @@ def test_a_hand_written_profile_loads_and_round_trips(tmp_path):
     assert profile.matmul_flops_per_s("fp32") == pytest.approx(4e10)
     again = read_profile(write_profile(profile, tmp_path / "copy.json"))
     assert again == profile
+
+
+def test_an_unmeasured_rank_count_gets_the_cores_of_the_nearest_measured_count_below():
+    """compute_share {2: 1.0, 4: 0.5}: 2 ranks' worth of cores. 3 ranks take the 2-rank figure (1.0 x 2 ranks = 2
+    cores, not 1.0 x 3), 8 ranks the 4-rank one (0.5 x 4 = 2 cores, not 0.5 x 8): the cores do not grow with the ranks."""
+    profile = profile_from_dict(two_core_profile())
+    assert profile.compute_cores(3) == 2.0 and profile.compute_cores(8) == 2.0
+    assert profile.shares_cores(3) and profile.shares_cores(8)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +117,14 @@ def test_the_profiles_collectives_are_the_comm_modules():
     from muon_repro.parallel.comm import OPS
 
     assert COLLECTIVE_OPS == OPS
+
+
+def test_a_group_size_without_its_own_fit_takes_the_nearest_in_ratio():
+    """Fits for groups of 2 and 4: a group of 3 is 1 rank from both, but 4/3 is nearer than 3/2 in ratio (the ring's
+    steps grow with the log of the size), so it takes the 4-rank fit; a group of 16 takes it too, of 1 the 2-rank one."""
+    fits = [{"op": "all_gather", "alpha_us": 100.0 * g, "beta_gbps": 0.5, "group_size": g} for g in (2, 4)]
+    profile = profile_from_dict(two_core_profile(collectives=fits))
+    assert [profile.collective("all_gather", g).group_size for g in (1, 3, 16)] == [2, 4, 4]
 
 
 # ---------------------------------------------------------------- calibrate's pieces
@@ -207,6 +224,16 @@ def test_collective_samples_price_a_call_from_the_samples_around_it():
     assert ag.seconds(2.5e6) == pytest.approx(3.5e-3) and ag.seconds(10e6) == pytest.approx(17e-3)
     assert ag.seconds(28e6) == pytest.approx(53e-3)  # beyond the largest: along the last two samples' slope
     assert ag.seconds(10.0) == pytest.approx(2e-3)  # below the smallest: its time
+
+
+def test_two_collective_samples_are_enough_to_price_between_them():
+    """A fit with exactly two samples prices a call from them (numpy.interp between), not from alpha and beta (which
+    would say 300 us + 2.5 MB / 0.5 GB/s = 5.3 ms at 2.5 MB)."""
+    samples = [[1e6, 2e-3], [4e6, 5e-3]]
+    fits = [{"op": "all_gather", "alpha_us": 300.0, "beta_gbps": 0.5, "samples": samples}]
+    fit = profile_from_dict(two_core_profile(collectives=fits)).collective("all_gather", 2)
+    for nbytes in (1.5e6, 2.5e6, 3.9e6):
+        assert fit.seconds(nbytes) == pytest.approx(float(np.interp(nbytes, [1e6, 4e6], [2e-3, 5e-3])))
 
 
 def test_memory_bound_kernels_share_the_cores_as_matmuls_do_not_the_stream_loops_bandwidth():
@@ -429,6 +456,38 @@ def test_ranks_sharing_cores_take_longer_than_ranks_with_their_own():
     assert 1.5 < shared / alone < 2.0  # compute at half speed, communication not
 
 
+def two_nodes(inter_alpha_us: float = 300.0, **changes) -> MachineProfile:
+    """The 2-core profile as two nodes of 2 ranks each (a DP2·TP2 run's DP pairs span them), with an inter-node fit
+    of every collective (latency ``inter_alpha_us``) beside the intra-node one."""
+    fits = [
+        {"op": op, "alpha_us": inter_alpha_us if scope == "inter_node" else 300.0, "beta_gbps": 0.5, "scope": scope}
+        for op in COLLECTIVE_OPS
+        for scope in ("intra_node", "inter_node")
+    ]
+    return profile_from_dict(two_core_profile(ranks_per_node=2, collectives=fits, **changes))
+
+
+def test_a_group_whose_ranks_sit_on_two_nodes_is_priced_on_the_inter_node_link():
+    """DP2·TP2 on two nodes of 2 ranks: the TP pairs (0, 1) and (2, 3) are inside a node, the DP pairs (0, 2) and
+    (1, 3) span both. Adding 10 ms to the inter-node latency adds 10 ms per DP call to the step, nothing to TP."""
+    cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
+    near, far = (predict(cfg, two_nodes(alpha), profiled=False) for alpha in (300.0, 10_300.0))
+    dp_calls = sum(len(s.comm.calls) for s in far.workload.programs[0] if s.comm is not None and s.comm.group == "dp")
+    assert dp_calls >= 2  # the gradients' reduce-scatter and the parameters' all-gather
+    assert far.step_ms - near.step_ms == pytest.approx(10.0 * dp_calls)
+    assert far.ranks[0].phases[TP_ALL_REDUCE] == pytest.approx(near.ranks[0].phases[TP_ALL_REDUCE])
+
+
+def test_ranks_on_two_nodes_share_only_their_own_nodes_cores():
+    """4 ranks on two nodes of 2 compute 2 at a time per node: the compute share of 4 ranks on one node (0.25) is
+    never read, so the step is the one priced with the 2-rank share alone (each pair keeps its 2 cores)."""
+    cfg = resolve("comparison/adamw_dp2_tp2", "cpu")
+    measured_four = predict(cfg, two_nodes(compute_share={"2": 1.0, "4": 0.25}), profiled=False)
+    pairs_only = predict(cfg, two_nodes(compute_share={"2": 1.0}), profiled=False)
+    assert measured_four.step_ms == pytest.approx(pairs_only.step_ms)
+    assert measured_four.ranks[0].compute_ms == pytest.approx(pairs_only.ranks[0].compute_ms)
+
+
 def test_predict_json_holds_the_totals_and_every_ranks_parts(capsys):
     code = main(
         [
@@ -517,6 +576,71 @@ def test_a_trial_whose_metrics_cannot_be_read_is_refused_by_name_not_dropped(tmp
         validate(tmp_path / "traces", read_profile(machine))
     code = main(["predict", "--machine", str(machine), "--validate", str(tmp_path / "traces"), "--out", str(tmp_path / "t")])
     assert code != 0 and "trial0/metrics.json" in capsys.readouterr().err and not (tmp_path / "t").exists()
+
+
+def copied_run(tmp_path: Path, run: str) -> Path:
+    """The committed run ``<profile>/<group>/<name>`` copied under ``tmp_path/traces``, its traces left out."""
+    folder = tmp_path / "traces" / run
+    shutil.copytree(TRACES / run, folder, ignore=shutil.ignore_patterns("*.gz", "log.txt"))
+    return folder
+
+
+def test_a_prediction_row_measures_the_run_by_hand_and_states_its_errors_against_the_measurement(tmp_path):
+    """Three trials of 4 ranks with 3 steps timed without the profiler, rank r taking ``base + r`` ms a step and
+    ``opt + r`` ms of optimizer: a step is its slowest rank's (base + 3), the optimizer the mean over ranks (opt + 1.5).
+    Trials' medians 113, 98, 143 ms -> 113; optimizer 21.5, 7.5, 61.5 -> 21.5. The steps were timed without the
+    profiler, so they are priced without it; each error is the prediction over that measurement, less one; the run
+    was recorded on its earliest trial's date."""
+    folder = copied_run(tmp_path, "cpu-2c-gloo/pipeline/adamw_dp4")
+    steps = {0: ([100, 120, 110], [10, 30, 20]), 1: ([200, 90, 95], [40, 5, 6]), 2: ([130, 140, 150], [50, 60, 70])}
+    dates = {0: "2026-11-28T01:00:00+00:00", 1: "2026-11-26T23:00:00+00:00", 2: "2026-11-27T00:00:00+00:00"}
+    for trial in (3, 4, 5):
+        shutil.rmtree(folder / f"trial{trial}")
+    for trial, (base, opt) in steps.items():
+        metrics = json.loads((folder / f"trial{trial}" / "metrics.json").read_text())
+        for r, rank in enumerate(metrics["ranks"]):
+            rank["timed_step_ms"], rank["timed_optimizer_ms"] = [b + r for b in base], [o + r for o in opt]
+        (folder / f"trial{trial}" / "metrics.json").write_text(json.dumps(metrics))
+        environment = json.loads((folder / f"trial{trial}" / "environment.json").read_text())
+        (folder / f"trial{trial}" / "environment.json").write_text(json.dumps({**environment, "recorded_at": dates[trial]}))
+    machine = read_profile(TRACES / "cpu-2c-gloo" / "costmodel" / "machine.json")
+    (row,) = validate(tmp_path / "traces", machine)
+    trials = [RunDir(folder / f"trial{t}") for t in steps]
+    cfg = bench_config(trials[0])
+    on_day = predict(cfg, machine.on_day(*run_probes(trials)), profiled=False)
+    as_calibrated = predict(cfg, machine, profiled=False)
+    assert (row["trials"], row["steps"], row["profiled"], row["recorded_on"]) == (3, 9, False, "2026-11-26")
+    assert (row["measured_step_ms"], row["measured_optimizer_ms"]) == (113.0, 21.5)
+    assert row["priced_by"] == "own_calibration" and on_day.step_ms != as_calibrated.step_ms
+    assert (row["predicted_step_ms"], row["predicted_optimizer_ms"]) == pytest.approx((on_day.step_ms, on_day.optimizer_ms))
+    assert row["step_rel_error"] == pytest.approx(on_day.step_ms / 113.0 - 1)
+    assert row["optimizer_rel_error"] == pytest.approx(on_day.optimizer_ms / 21.5 - 1)
+    assert row["profile_predicted_step_ms"] == pytest.approx(as_calibrated.step_ms)
+    assert row["profile_step_rel_error"] == pytest.approx(as_calibrated.step_ms / 113.0 - 1)
+
+
+def test_a_gpu_runs_day_ratios_are_recorded_not_applied(tmp_path):
+    """A GPU's speed probe times launches and clocks, not the GPU's rate: the row states the day's ratios and prices
+    the run with the profile as calibrated."""
+    copied_run(tmp_path, "1xH200-nccl/single_device/adamw_t8k")
+    machine = read_profile(TRACES / "1xH200-nccl" / "costmodel" / "machine.json")
+    (row,) = validate(tmp_path / "traces", machine)
+    assert row["priced_by"] == "profile" and row["day_compute"] is not None and row["day_compute"] != 1.0
+    assert row["predicted_step_ms"] == row["profile_predicted_step_ms"]
+
+
+def test_the_validation_summary_states_the_median_and_the_worst_errors():
+    """Step errors +10%, -20%, +90%: median |error| 20% (their mean would be 40%), worst +90%; optimizer errors 5%
+    and -30% (one run has none): median 17.5%."""
+    rows = [
+        {"run": run, "measured_step_ms": 100.0, "predicted_step_ms": 100.0 * (1 + step), "step_rel_error": step}
+        | {"profile_step_rel_error": step, "day_compute": None, "within_calibration": True, "measured_optimizer_ms": 10.0}
+        | {"predicted_optimizer_ms": 10.0, "optimizer_rel_error": optimizer}
+        for run, step, optimizer in (("a", 0.1, 0.05), ("b", -0.2, -0.3), ("c", 0.9, None))
+    ]
+    summary = format_validation(rows).splitlines()[-1]
+    assert summary.startswith("step time: median |error| 20.0%, worst +90.0% (c); as calibrated: median |error| 20.0%")
+    assert summary.endswith("optimizer: median |error| 17.5%, worst 30.0%")
 
 
 def test_a_runs_measured_time_is_one_number_in_every_table():

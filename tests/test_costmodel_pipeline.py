@@ -19,7 +19,9 @@ from muon_repro.costmodel.machine import profile_from_dict, resolve_profile
 from muon_repro.costmodel.pipeline import (
     BackToBack,
     PipelinePrediction,
+    StagePrediction,
     back_to_back,
+    boundary_scope,
     one_f_one_b,
     one_f_one_b_closed_form,
     p2p_seconds,
@@ -201,6 +203,15 @@ def test_steps_back_to_back_settle_between_stage_0s_optimizer_and_the_slowest():
         assert steps.exposed_optimizer == pytest.approx(paid, abs=1e-9)
 
 
+def test_steps_that_alternate_between_two_periods_take_their_mean():
+    """Stages whose start offsets never repeat: stage 0's steps end 18, 37, 55, 74, ... apart by 18 then 19 (played by
+    hand above, step after step), so the step is their mean 18.5, taken over the second half of the steps played."""
+    forward, backward, transfer, optimizer = [3, 1, 1], [4, 1, 1], [0, 1], [1, 10, 0]
+    steps = back_to_back(forward, backward, transfer, optimizer, 2)
+    assert (steps.pipeline, steps.step) == (17, pytest.approx(18.5))
+    assert steps.step == pytest.approx(_period_over(120, forward, backward, transfer, optimizer, 2))
+
+
 def test_the_step_is_the_pipeline_then_the_optimizer_its_drain_does_not_hide(two_cores):
     p = predict(pipeline("pipeline/muon_pp2_dp2"), two_cores, profiled=False)
     assert isinstance(p, PipelinePrediction)
@@ -215,6 +226,36 @@ def test_the_step_is_the_pipeline_then_the_optimizer_its_drain_does_not_hide(two
         assert s.bubble_ms == pytest.approx(p.pipeline_ms - s.compute_ms)
         assert s.compute_ms == pytest.approx(8 / 2 * (s.forward_ms + s.backward_ms))  # M = 4 per DP replica
     assert p.stages[-1].forward_ms > p.stages[0].forward_ms  # the head and loss weigh more than the embedding
+
+
+def test_a_pipeline_stages_ranks_share_their_part_of_the_nodes_cores():
+    """muon_pp2_dp2: 4 ranks on the 2 cores, 2 per stage, every stage computing at once: each stage's pair gets 1 core,
+    so a micro-batch's forward and backward (no TP collective in them) take twice what they take with a core per rank."""
+    cfg = pipeline("pipeline/muon_pp2_dp2")
+    shared = predict(cfg, profile_from_dict(two_core_profile()), profiled=False)  # compute_share {2: 1.0, 4: 0.5}
+    own = predict(cfg, profile_from_dict(two_core_profile(compute_share={"2": 1.0, "4": 1.0})), profiled=False)
+    for slow, fast in zip(shared.stages, own.stages):
+        assert (slow.forward_ms, slow.backward_ms) == pytest.approx((2 * fast.forward_ms, 2 * fast.backward_ms))
+
+
+def test_a_stage_boundary_crosses_nodes_when_any_rank_sends_to_another_node():
+    """A rank of stage s sends to the rank dp * tp above it. Stages of 2 ranks on nodes of 3: stage 0's ranks 0 and 1
+    send to 2 (node 0) and 3 (node 1), so its boundary spans nodes though its own ranks share one; stage 1's 2, 3
+    send to 4, 5 (node 1, but rank 2 is on node 0). Nodes of 4: stage 0 sends within node 0, stage 1 (2, 3 to 4, 5)
+    across."""
+    three, four = (profile_from_dict(two_core_profile(ranks_per_node=n)) for n in (3, 4))
+    assert [boundary_scope(three, s, 2) for s in (0, 1)] == ["inter_node", "inter_node"]
+    assert [boundary_scope(four, s, 2) for s in (0, 1, 2)] == ["intra_node", "inter_node", "intra_node"]
+    assert boundary_scope(profile_from_dict(two_core_profile()), 5, 2) == "intra_node"  # one node holds every rank
+
+
+def test_a_stage_row_states_its_bubble_as_a_fraction_of_the_pipeline_time():
+    """pp = 2, M = 2, f = 1, b = 2 ms, free transfers: the pipeline lasts (M + pp - 1) (f + b) = 9 ms, a stage computes
+    M (f + b) = 6 of them, its bubble is 3 ms: a fraction 3 / 9 = (pp - 1) / (M + pp - 1) of the pipeline."""
+    assert one_f_one_b([1, 1], [2, 2], [0.0], 2).total == 9
+    stage = StagePrediction(0, range(0, 2), True, False, 1.0, 2.0, 6.0, 3.0, 0.5, 0, ())
+    row = stage.to_row(9.0)
+    assert row["bubble_fraction"] == pytest.approx(1 / 3) and (row["blocks"], row["first_block"]) == (2, 0)
 
 
 def test_a_heavier_head_stage_makes_the_step_longer_than_equal_stages(two_cores):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from hub_support import DATE, REPO_ROOT, build, make_sources, muon_repro, source
 from muon_repro.dataset.bundle import CODE_PATHS
 from muon_repro.dataset.card import read_card_metadata
 from muon_repro.dataset.croissant import croissant_fields
-from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest
+from muon_repro.dataset.manifest import check_manifest, parse_manifest, read_manifest, write_manifest
 from muon_repro.dataset.verify import verify_bundle
 from muon_repro.tables.files import list_files, sha256_file
 from muon_repro.tables.schemas import SCHEMAS
@@ -55,6 +56,25 @@ def test_manifest_lists_every_other_file_with_sha256_and_size(bundle):
     for e in entries:
         assert (e.size, e.sha256) == sha256_file(bundle / e.path)
     assert check_manifest(bundle) == []
+
+
+def test_check_manifest_names_a_resized_file_by_its_size_and_a_same_size_change_by_its_sha256(tmp_path):
+    """Two listed files changed after the manifest was written: one grew a byte (named by its size), one had a byte
+    replaced (same size, named by its sha256, as hashlib computes the old and the new). ``digests`` gets each listed
+    file's sha256 as read now."""
+    (tmp_path / "a.txt").write_text("hello")
+    (tmp_path / "b.txt").write_text("world")
+    write_manifest(tmp_path)
+    assert check_manifest(tmp_path) == []
+    (tmp_path / "a.txt").write_text("jello")
+    (tmp_path / "b.txt").write_text("worlds")
+    old, new = (hashlib.sha256(text).hexdigest() for text in (b"hello", b"jello"))
+    digests: dict[str, str] = {}
+    assert check_manifest(tmp_path, digests=digests) == [
+        f"a.txt: sha256 {new[:12]}..., MANIFEST.sha256 says {old[:12]}...",
+        "b.txt: size 6 bytes, MANIFEST.sha256 says 5",
+    ]
+    assert digests == {"a.txt": new, "b.txt": hashlib.sha256(b"worlds").hexdigest()}
 
 
 def test_manifest_checks_with_coreutils(bundle):

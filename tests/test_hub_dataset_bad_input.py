@@ -191,6 +191,22 @@ def test_verify_follows_a_hub_cache_snapshot_to_its_blobs(sources, tmp_path):
     assert result.ok, result.failed
 
 
+def test_a_hub_snapshots_link_to_a_file_outside_its_blobs_is_refused(tmp_path):
+    """In a Hub cache snapshot, a link to the repository's own blobs is a file of the dataset; a link to any other
+    file (here one beside the cache) is named, as in any bundle."""
+    from muon_repro.dataset.verify import bundle_links
+
+    repo = tmp_path / "hub" / "datasets--o--n"
+    snapshot, blobs = repo / "snapshots" / ("c" * 40), repo / "blobs"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (blobs / "blob0").write_text("data")
+    (tmp_path / "secret.txt").write_text("SECRET")
+    (snapshot / "README.md").symlink_to(Path("..", "..", "blobs", "blob0"))
+    (snapshot / "notes.txt").symlink_to(tmp_path / "secret.txt")
+    assert bundle_links(snapshot) == [("notes.txt", str(tmp_path / "secret.txt"))]
+
+
 # ---------------------------------------------------------------------- 6. publish of a file
 
 

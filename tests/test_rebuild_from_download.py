@@ -122,6 +122,12 @@ def _bundle_with_one_run(root: Path, environment: dict) -> Path:
         ({"git_sha": "abc", "git_dirty": True, "source_sha256": "ours"}, True, "1 with this bundle's muon_repro/"),
         ({"git_sha": "abc", "git_dirty": True}, True, "is known: 0 recorded from a clean commit (git_sha), 0 with this"),
         ({"git_sha": "abc", "git_dirty": True}, True, "1 from a changed or unknown tree before runs recorded their source"),
+        pytest.param(
+            {"git_sha": "abc"},
+            True,
+            "0 recorded from a clean commit (git_sha), 0 with this bundle's muon_repro/, 1 from a changed or unknown tree",
+            id="a-commit-not-said-to-be-clean-is-an-unknown-tree",
+        ),
         ({"git_sha": None, "git_dirty": None, "source_sha256": "0" * 64}, False, "neither a commit nor this bundle's"),
     ],
 )

@@ -20,7 +20,7 @@ from muon_repro.bench.regimes import REGIMES_GROUP, SHAPE_WIDTH, regime_point, r
 from muon_repro.cli import main
 from muon_repro.costmodel.machine import profile_from_dict
 from muon_repro.costmodel.predict import predict
-from muon_repro.costmodel.records import crossing
+from muon_repro.costmodel.records import STUDY_MODEL, Setting, crossing, line_row
 from muon_repro.rundir import COSTMODEL_DIR, PREDICTIONS_FILE, expected_files, is_trace_file, trial_folders
 from muon_repro.tables.schemas import SCHEMAS
 
@@ -68,6 +68,27 @@ def test_crossing_interpolates_log_log_between_the_points_around_the_level():
     assert crossing(points, 2.0) == 64  # already at or below the level at the first point
     assert crossing(points, 0.01) is None  # never reached
     assert crossing(list(reversed(points)), 0.5) == pytest.approx(200)  # order does not matter
+
+
+def test_a_level_reached_exactly_at_a_grid_point_is_crossed_there():
+    """Falling to the level counts as reaching it: at the grid's last point (not "never within the grid"), and at the
+    first point that reaches it when the metric rises again after."""
+    assert crossing([(64, 2.0), (128, 1.0)], 1.0) == pytest.approx(128)
+    assert crossing([(64, 2.0), (128, 1.0), (256, 1.5), (512, 0.5)], 1.0) == pytest.approx(128)
+
+
+def test_a_model_line_point_states_the_share_the_extra_and_the_flop_ratio_per_rank():
+    """Muon's step 120 ms of which 30 optimizer, AdamW's 100 ms, on DP2·TP2 (4 GPUs): the optimizer's share is
+    30 / 120 = 0.25, Muon's extra 120 / 100 - 1 = 0.2 (over AdamW's step), and the flop ratio the busiest rank's
+    Newton-Schulz FLOPs over one rank's training FLOPs, 500 / (8000 / 4) = 0.25."""
+    from types import SimpleNamespace
+
+    workload = SimpleNamespace(model=SimpleNamespace(num_params=lambda: 1000), ns_flops=(300, 500, 200, 400), train_flops=8000)
+    muon = SimpleNamespace(workload=workload, step_ms=120.0, optimizer_ms=30.0, comm_ms=10.0)
+    adamw = SimpleNamespace(step_ms=100.0, optimizer_ms=10.0, comm_ms=5.0)
+    row = line_row(Setting("m", STUDY_MODEL, 2, 2), 4096, "profile", muon, adamw)
+    assert (row["gpus"], row["optimizer_share"], row["muon_extra"]) == (4, 0.25, pytest.approx(0.2))
+    assert row["flop_ratio"] == pytest.approx(0.25)
 
 
 # ---------------------------------------------------------------- programs line up at any DP size

@@ -57,6 +57,16 @@ def test_a_run_on_a_slow_day_is_priced_slower_by_its_own_calibration():
     assert "day_speed" not in machine.to_dict()  # a run's figure, never a profile's
 
 
+def test_a_probe_in_a_world_larger_than_the_calibrations_is_judged_against_the_share_its_ranks_keep():
+    """Calibrated with 2 ranks (each its own core of the 2), a run of 4 ranks shares the 2 cores: its probe's matmul
+    rate halves (compute_share[4] = 0.5) on a normal day. Its compute ratio is 25 / 50 over the expected
+    (2 cores / 4 ranks) / (2 cores / 2 ranks) = 0.5, so 1.0, not a half-speed day; a world the calibration measured
+    is compared as it is."""
+    machine = profile(speed_probe={"2": probe(2).to_dict()})  # compute_share {2: 1.0, 4: 0.5}
+    assert machine.day_ratios(probe(4, matmul=25.0))["compute"] == pytest.approx(1.0)
+    assert machine.day_ratios(probe(2, matmul=25.0))["compute"] == pytest.approx(0.5)
+
+
 def test_a_profile_without_a_calibration_probe_says_to_calibrate_again():
     with pytest.raises(ProfileError, match="calibrate it again"):
         profile().on_day(probe())

@@ -14,7 +14,7 @@ import pytest
 from muon_repro.cli import main
 from muon_repro.report.data import MixedTables, load
 from muon_repro.tables.files import OUTPUT_MARKER
-from muon_repro.tables.io import folder_generation, read_table, table_set_problems, write_tables
+from muon_repro.tables.io import check_tables_out, folder_generation, read_table, table_set_problems, write_tables
 from muon_repro.tables.schemas import SCHEMAS, TABLE_NAMES
 from muon_repro.tables.stamp import CSV_SHA256_KEY, GENERATION_KEY, table_stamp
 from muon_repro.tables.stamp import MixedTables as TableSetError  # the name the tests grew up with
@@ -107,6 +107,37 @@ def test_a_folder_holding_other_files_is_refused_before_writing(tmp_path):
     with pytest.raises(ValueError, match=r"holds what is not a table \(notes.md\)"):
         write_tables(table_set(["a", "b"]), out)
     assert (out / "notes.md").read_text() == "mine" and read_table(out / "runs.parquet")["run"].tolist() == ["g/a"]
+
+
+def test_a_tables_folder_may_hold_a_writers_hidden_temporary_file_not_a_visible_one(tmp_path):
+    out = tmp_path / "metrics"
+    write_tables(table_set(["a"]), out)
+    (out / ".runs.parquet.123-0badf00d.tmp").write_bytes(b"half")  # what an interrupted write_atomic leaves
+    check_tables_out(out)
+    (out / "scratch.tmp").write_bytes(b"mine")
+    with pytest.raises(ValueError, match=r"holds what is not a table \(scratch.tmp\)"):
+        check_tables_out(out)
+
+
+def test_a_tables_folder_that_holds_the_working_directory_is_refused_as_such(tmp_path, monkeypatch):
+    out = tmp_path / "metrics"
+    write_tables(table_set(["a"]), out)
+    (out / "work").mkdir()
+    monkeypatch.chdir(out / "work")
+    with pytest.raises(ValueError, match=r"metrics is \(or holds\) the working directory"):
+        check_tables_out(out)
+
+
+def test_a_folder_without_the_marker_is_ours_only_if_every_csv_has_its_parquet_twin(tmp_path):
+    """Tables written before folders carried their writer's marker are recognized by their stamps, and by every CSV
+    being a Parquet table's twin: a CSV with no twin is someone else's file, and the folder is not replaced."""
+    out = tmp_path / "metrics"
+    write_tables(table_set(["a"]), out)
+    (out / OUTPUT_MARKER).unlink()
+    check_tables_out(out)
+    (out / "notes.csv").write_text("mine\n")
+    with pytest.raises(ValueError, match="is a folder muon-repro analyze did not write"):
+        check_tables_out(out)
 
 
 def test_a_symlinked_out_keeps_its_link(tmp_path):

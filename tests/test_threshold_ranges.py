@@ -15,6 +15,7 @@ from muon_repro.costmodel.records import (
     ErrorSpread,
     Setting,
     metric_error_spread,
+    metric_range,
     spread_for,
     threshold_rows,
 )
@@ -40,6 +41,41 @@ def test_the_range_is_the_order_statistics_with_their_coverage():
     assert (spread.low, spread.high) == (pytest.approx(-0.19), pytest.approx(0.18))
     assert spread.coverage == pytest.approx((41 - 2 * k) / 41) and spread.runs == 40
     assert spread.basis == "held-out cpu runs"
+
+
+@pytest.mark.parametrize(
+    ("n", "k"),
+    [
+        (20, 1),  # the fewest residuals that give a range: the smallest and the largest
+        (39, 2),  # k = floor((39 + 1) * 0.05) = 2, where floor(39 * 0.05) would be 1
+    ],
+)
+def test_the_order_statistic_is_the_kth_of_n_plus_one(n, k):
+    errors = [0.01 * i for i in range(n)]  # 0.00 .. (n - 1) / 100, shuffled below
+    spread = metric_error_spread(_predictions(errors[::2] + errors[1::2]), "cpu")["optimizer_share"]
+    assert isinstance(spread, ErrorSpread) and spread.runs == n
+    assert (spread.low, spread.high) == (pytest.approx(0.01 * (k - 1)), pytest.approx(0.01 * (n - k)))
+    assert spread.coverage == pytest.approx((n + 1 - 2 * k) / (n + 1))
+
+
+def test_a_muon_run_whose_adamw_twin_was_tuned_on_gives_no_extra_residual():
+    """muon_extra's residual pairs a Muon run with its AdamW twin: both must be held out, or the pair carries the
+    error of a configuration the model was tuned on. The optimizer's share needs the Muon run alone."""
+    rows = _predictions([0.0] * 30)
+    for row in rows:
+        row["held_out"] = row["optimizer"] == "muon"
+    spread = metric_error_spread(rows, "cpu")
+    assert spread["muon_extra"] == "unavailable: 0 held-out cpu residuals, 20 needed"
+    assert isinstance(spread["optimizer_share"], ErrorSpread) and spread["optimizer_share"].runs == 30
+
+
+def test_the_range_of_muon_extra_is_on_the_step_ratio_low_end_first():
+    """A log error between -0.1 and +0.2 on the step ratio 1 + extra: a predicted extra of 0.5 stands for a true ratio
+    from 1.5 e^-0.2 = 1.22810 to 1.5 e^0.1 = 1.65776 (an over-prediction means the truth is lower); the optimizer's
+    share, a plain ratio, from 0.1 e^-0.2 = 0.081873 to 0.1 e^0.1 = 0.110517."""
+    spread = ErrorSpread(-0.1, 0.2, 30, "held-out cpu runs", 29 / 31)
+    assert metric_range("muon_extra", 0.5, spread) == pytest.approx((0.2280961, 0.6577564), rel=1e-6)
+    assert metric_range("optimizer_share", 0.1, spread) == pytest.approx((0.0818731, 0.1105171), rel=1e-6)
 
 
 def test_too_few_residuals_or_tuned_ones_give_no_range_and_say_why():

@@ -79,6 +79,27 @@ def test_a_manifest_names_the_path_listed_twice_and_refuses_a_size_of_thousands_
         parse_manifest("a" * 64 + "  " + "9" * 5000 + "  x.txt\n")  # int() refuses past 4,300 digits, unnamed
 
 
+def test_a_manifest_reads_a_size_of_twenty_digits_and_refuses_twenty_one():
+    """MAX_SIZE_DIGITS = 20: sizes up to 10**20 - 1 bytes are read (a manifest may list any real file), one more digit
+    is refused by line."""
+    from muon_repro.dataset.manifest import parse_manifest
+
+    (entry,) = parse_manifest("a" * 64 + "  " + "9" * 20 + "  x.txt\n")
+    assert (entry.path, entry.size) == ("x.txt", 10**20 - 1)
+    with pytest.raises(ValueError, match=r"^MANIFEST.sha256, line 1: expected"):
+        parse_manifest("a" * 64 + "  " + "1" * 21 + "  x.txt\n")
+
+
+def test_only_a_line_that_starts_with_a_hash_is_a_manifest_comment():
+    """The header's coreutils recipe drops lines matching ``^#``: an indented ``#`` line is no comment there (sha256sum
+    would choke on it), so verify refuses it by line rather than skipping it."""
+    from muon_repro.dataset.manifest import parse_manifest
+
+    assert parse_manifest("# a comment\n\n" + "a" * 64 + "  1  x.txt\n")[0].path == "x.txt"
+    with pytest.raises(ValueError, match=r"^MANIFEST.sha256, line 2: expected '<sha256>  <size>  <path>', got '  # x'"):
+        parse_manifest("# a comment\n  # x\n")
+
+
 def test_a_data_file_outside_the_bundle_is_refused_even_where_a_file_lies(tmp_path):
     """The Hub resolves a config's files in the repository: one at an absolute path, or above the bundle, loads here
     and never there."""

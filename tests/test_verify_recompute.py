@@ -142,6 +142,18 @@ def test_table_differences_ignore_locations_and_tiny_float_noise():
     assert table_differences(published, published.iloc[:0], "runs") == ["1 rows, the traces give 0"]
 
 
+def test_table_differences_report_a_null_against_a_value_either_way_and_not_a_null_against_a_null():
+    from muon_repro.tables.schemas import SCHEMAS
+
+    base = {c: None for c in SCHEMAS["runs"].names}
+    with_null = SCHEMAS["runs"].conform(pd.DataFrame([base | {"run": "g/a", "step_ms": None, "ranks": 2}]))
+    with_value = with_null.assign(step_ms=1.0)
+    assert table_differences(with_null, with_null.copy(), "runs") == []  # the other columns are null on both sides
+    for published, fresh in ((with_null, with_value), (with_value, with_null)):
+        (problem,) = table_differences(published, fresh, "runs")
+        assert problem.startswith("runs.step_ms: 1 value(s) differ, first at run=g/a: ")
+
+
 def test_verify_without_recompute_does_not_analyze(bundle, monkeypatch):
     from muon_repro.analysis import batch_read
 
