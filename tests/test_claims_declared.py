@@ -150,3 +150,13 @@ def test_every_claim_states_its_value_in_its_own_unit():
             continue
         written = claim_number(c.claimed_value, c.unit_kind, c.claim_id, "claimed_value", digits=0).lstrip("+")
         assert written in c.claimed_text, f"{c.claim_id}: {c.claimed_text!r} does not state {written}"
+
+
+def test_a_claim_number_writes_ratios_to_two_decimals_and_changes_with_their_sign():
+    """Pins claim_number's default digits: a ratio 1.6234 reads 1.62× (two decimals), a change keeps its sign
+    (+12.3%, and −12.3% with the typographic minus)."""
+    from muon_repro.report.claims_section import claim_number
+
+    assert claim_number(1.6234, "ratio", "X") == "1.62×"
+    assert claim_number(0.1234, "change", "X") == "+12.3%"
+    assert claim_number(-0.1234, "change", "X") == "−12.3%"

@@ -175,3 +175,52 @@ def test_a2_writes_the_state_in_mb_like_the_rest_of_the_report(data):
     for (_, r), row in zip(sort_runs(data.runs).iterrows(), runs_rows(data)):
         assert row[col] == f"{r['state_bytes'] / 1e6:.2f}"
         assert np.isclose(float(row[col]), r["state_bytes"] / 1e6, atol=0.005)
+
+
+def test_wire_lines_write_loopback_over_ring_from_the_runs_table(data):
+    """Pins each wire line's ratio as loopback_bytes_per_step / ring_bytes_per_step (not its inverse), 3 decimals."""
+    from muon_repro.report.results_section import wire_lines
+
+    lines = wire_lines(data)
+    rows = [r for _, r in sort_runs(data.runs).iterrows() if derive.has_value(r, "loopback_bytes_per_step")]
+    rows = [r for r in rows if derive.has_value(r, "ring_bytes_per_step") and float(r["ring_bytes_per_step"]) > 0]
+    assert lines and rows
+    for r in rows:
+        want = f"({float(r['loopback_bytes_per_step']) / float(r['ring_bytes_per_step']):.3f}× the ring model)"
+        assert any(f"({r['run']})" in line and want in line for line in lines), (r["run"], want)
+
+
+def test_the_wire_paragraph_writes_muon_over_adamw_from_the_runs_it_names(data):
+    """Pins the paragraph's "Muon/AdamW is X on gloo's wire and Y by the ring model": X and Y are the named Muon
+    run's loopback (ring) bytes over the named AdamW run's, to 3 decimals, never the inverse; and each
+    run's unexplained share (loopback - ring - reduce-scatter trace bytes) / ring beside its own name."""
+    import re
+
+    from muon_repro.report.formatting import percent
+    from muon_repro.report.results_section import DP_REDUCE_SCATTER, wire_against_ring_paragraph
+
+    text = wire_against_ring_paragraph(data)
+    assert text
+    adamw_run, muon_run = re.findall(r"`([^`]+)`", text)[:2]
+    runs = data.runs.set_index("run")
+    m, a = runs.loc[muon_run], runs.loc[adamw_run]
+    wire = float(m["loopback_bytes_per_step"]) / float(a["loopback_bytes_per_step"])
+    ring = float(m["ring_bytes_per_step"]) / float(a["ring_bytes_per_step"])
+    assert f"Muon/AdamW is {wire:.3f} on gloo's wire and {ring:.3f} by the ring model." in text
+    phases = data.phases[data.phases["phase"] == DP_REDUCE_SCATTER]
+
+    def rest(r):
+        twice = float(phases[phases["run"] == r.name]["trace_bytes"].sum())
+        loopback, model = float(r["loopback_bytes_per_step"]), float(r["ring_bytes_per_step"])
+        return (loopback - model - twice) / model
+
+    assert f"all but {percent(rest(a))} (AdamW) and {percent(rest(m))} (Muon) of the ring" in text
+
+
+@pytest.mark.parametrize(("muon_slowdown", "said"), [(5.0, "severalfold"), (20.0, "by an order of magnitude")])
+def test_the_optimizer_ratio_note_words_how_far_apart_from_the_ratio_of_the_two_ratios(data, muon_slowdown, said):
+    """Pins the note's wording threshold: profiled and unprofiled Muon/AdamW ratios 5× apart read "severalfold",
+    20× apart "by an order of magnitude" (the cut is 10×)."""
+    scale = data.runs["optimizer"].astype(str).str.lower().eq("muon").map({True: 1 / muon_slowdown, False: 1.0})
+    apart = replace(data, runs=data.runs.assign(timed_optimizer_ms=data.runs["optimizer_ms"] * scale))
+    assert f"they can differ {said} from those" in optimizer_ratio_note(apart)
