@@ -477,7 +477,7 @@ def test_the_runs_table_reads_each_step_at_its_slowest_rank_and_pools_ranks_by_e
     metrics = json.loads((folder / METRICS_FILE).read_text())
     metrics["ranks"][0] |= {"loopback_bytes": 6000, "loopback_steps": 3}
     metrics["ranks"][1] |= {"loopback_bytes": 9000, "loopback_steps": 3, "state_bytes": {"muon": 3000, "adamw": 4000}}
-    _rewrite_json(folder / METRICS_FILE, **metrics)
+    _rewrite_json(folder / METRICS_FILE, ranks=metrics["ranks"])
     analysis = analyze_paths([tmp_path / "traces"], workers=1)
     tables = tables_from_analysis(analysis)
     steps = tables["steps"].sort_values(["rank", "step"], ignore_index=True)
@@ -529,7 +529,7 @@ def test_ranks_phases_and_losses_hold_each_ranks_record_per_profiled_step(tmp_pa
     from muon_repro.phases import BUBBLE, PP_FLUSH, PP_RECV_ACTIVATION
 
     folder = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0", dp=2)
-    _rewrite_json(folder / CONFIG_FILE, **json.loads((folder / CONFIG_FILE).read_text()), timed_warmup=2, timed_steps=5)
+    _rewrite_json(folder / CONFIG_FILE, timed_warmup=2, timed_steps=5)
     for rank in range(2):
         doc = json.loads(gzip.decompress((folder / trace_name(rank)).read_bytes()))
         for step in range(STEPS):
