@@ -30,7 +30,7 @@ from muon_repro.study.sources import (
     run_and_rank,
     study_folder,
 )
-from muon_repro.study.tables import study_tables
+from muon_repro.study.tables import StudyRun, _held_elements, study_tables
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = study_folder(REPO / "traces")
@@ -249,6 +249,21 @@ def test_each_rank_and_run_states_its_collectives_bytes_and_optimizer_per_traced
     done = scopes.pivot_table(index=["rank", "step"], columns="scope", values="gpu_done_ms")
     assert (done["AdamW_Step"] > done["AdamW_AllReduce"]).all()  # the step completes after the all-reduce
     assert runs.loc["adamw_FULLSTEP", "optimizer_done_ms"] == pytest.approx(done["AdamW_Step"].mean())
+
+
+def test_a_muon_rank_holds_the_shard_its_dp_gather_shows_whichever_gather_comes_first():
+    """At DP 2 x TP 2 a rank's TP gather has the DP gather's group size: the DP one is found by its members (rank 1:
+    [1,3]), so a TP gather of a different matrix issued first does not set the state; a trace without group ranks
+    falls back on the first collective of the DP group's size."""
+    config = StudyRun.from_name("muon_FULLSTEP_dp2_tp2", 4)
+    first_step = pd.DataFrame(
+        {"op": ["all_gather", "all_gather"], "group_ranks": ["0,1", "1,3"], "group_size": [2, 2], "elements": [600, 1000]}
+    )
+    assert _held_elements(first_step, config, rank=1) == 500
+    assert _held_elements(first_step.iloc[::-1], config, rank=1) == 500
+    assert _held_elements(first_step.assign(group_ranks=["2,3", "0,2"]), config, rank=2) == 500
+    assert _held_elements(first_step.assign(group_ranks=""), config, rank=1) == 300
+    assert _held_elements(first_step.assign(group_ranks=["0,1", "0,2"]), config, rank=1) is None
 
 
 def test_collectives_are_matched_across_ranks(tables):

@@ -427,20 +427,26 @@ def _rank_rows(per_rank: list[StudyTrace], colls: pd.DataFrame, config: StudyRun
                 "collectives": "; ".join(f"{op} over ranks [{g}] x{n // n_steps}" for (op, g), n in ops.items()),
                 "payload_bytes_per_step": c["payload_bytes"].sum() / n_steps if len(c) else 0,
                 "ring_bytes_per_step": c["ring_bytes"].sum() / n_steps if len(c) else 0,
-                "held_elements": _held_elements(c[c["step"] == 0] if len(c) else c, config),
+                "held_elements": _held_elements(c[c["step"] == 0] if len(c) else c, config, t.rank),
             }
         )
     return pd.DataFrame(rows)
 
 
-def _held_elements(first_step: pd.DataFrame, config: StudyRun) -> int | None:
+def _held_elements(first_step: pd.DataFrame, config: StudyRun, rank: int) -> int | None:
     """The parameter elements the rank's optimizer holds, as its collectives show: AdamW all-reduces every
-    full gradient; Muon's DP all-gather takes the rank's ZeRO shard of its TP-local buffer as input."""
+    full gradient; Muon's DP all-gather takes the rank's ZeRO shard of its TP-local buffer as input.
+
+    The DP collective is the one over the rank's DP group (TP inner: ranks ``rank % tp``, ``+ tp``, ...), found by
+    its members; a TP collective of the same size (DP 2 x TP 2) is not it, whichever is issued first. A trace that
+    does not name its groups' ranks falls back on the group size."""
     if first_step.empty:
         return None
     if config.optimizer == "adamw":
         return int(first_step.loc[first_step["op"] == "all_reduce", "elements"].sum())
-    dp = first_step[first_step["group_size"] == config.dp]
+    dp_group = ",".join(map(str, range(rank % config.tp, config.dp * config.tp, config.tp)))
+    named = first_step["group_ranks"].astype(str) != ""
+    dp = first_step[first_step["group_ranks"] == dp_group] if named.all() else first_step[first_step["group_size"] == config.dp]
     first = dp.iloc[0] if len(dp) else None
     return None if first is None else int(first["elements"] // config.dp)
 
