@@ -923,3 +923,16 @@ def test_an_unreadable_convergence_record_is_named_with_why(tmp_path, text, why)
     record.write_text(text)
     with pytest.raises(ValueError, match=rf"{re.escape(str(record))}: .*{re.escape(why)}"):
         convergence_tables([tmp_path])
+
+
+def test_the_scale_note_gives_the_longest_runs_tokens(tmp_path):
+    """The published results are set beside our largest run: its tokens are the table's most, not a sweep run's."""
+    from muon_repro.report.convergence_section import convergence_section
+
+    _sweep_and_seeds(tmp_path, seeds=2)
+    tables = convergence_tables([tmp_path])
+    conv = _joined(tables)
+    longest = int(conv["tokens"].max())
+    assert longest > int(conv.loc[conv["steps"] == 4, "tokens"].max())  # the 10-step runs train more than the sweep's
+    scale = convergence_section(conv, _lead(tables))["published"][-1]
+    assert scale.startswith(f"Scale: ours is 1,000 parameters and {longest:,} training tokens per run at most")
