@@ -288,3 +288,57 @@ def test_the_method_says_the_rule_that_leaves_rounds_out_and_the_rule_does_that(
 )
 def test_the_setup_names_the_cpus_instructions_where_the_run_recorded_them(env, said):
     assert cpu_instructions({"host_cpu": "AMD EPYC", **env}) == said
+
+
+def test_a_checks_numbers_keep_the_digits_that_tell_it_from_a_rounder_one_and_its_sign():
+    """A ratio gets 3 to 6 decimals (1.000122 is not the 1.000 of a check that sits outside the claimed region), a
+    fraction no sign, a change its sign with a minus, not a hyphen."""
+    from muon_repro.report.checks_section import check_number
+
+    assert check_number(1.000122, "ratio", "x") == "1.000122×"
+    assert check_number(1.0, "ratio", "x") == "1.000×" and check_number(0.25, "ratio", "x") == "0.250×"
+    assert check_number(0.5, "fraction", "x") == "50.0%"
+    assert check_number(-0.034, "change", "x") == "−3.4%" and check_number(0.034, "change", "x") == "+3.4%"
+
+
+def _check_row(**changes) -> dict:
+    row = {
+        "check_id": "bytes_contiguous",
+        "check": "Bytes agree.",
+        "expected": 1.0,
+        "measured_value": 1.0,
+        "measured_low": 1.0,
+        "measured_high": 1.0,
+        "unit": "ratio",
+        "unit_kind": "ratio",
+        "holds": True,
+        "claimed_region": "(1, 1.25]",
+        "in_claimed_region": False,
+        "fails_if": "a collective the model does not price",
+        "explanation": "Compared per rank.",
+    }
+    return row | changes
+
+
+def test_a_checks_row_gives_its_range_over_ranks_its_region_and_a_missing_verdict_as_not_checked():
+    from muon_repro.report.checks_section import _measured, check_claimed, check_verdict
+
+    assert _measured(pd.Series(_check_row())) == "1.000×"
+    # the ranks agree with each other but not with the value stated (a mean over ranks): the range is said
+    assert _measured(pd.Series(_check_row(measured_value=1.5, measured_low=2.0, measured_high=2.0))) == "1.500× (2.000×–2.000×)"
+    assert check_claimed(pd.Series(_check_row())) == "(1, 1.25] (outside)"
+    assert check_claimed(pd.Series(_check_row(in_claimed_region=True))) == "(1, 1.25] (inside)"
+    assert [check_verdict(pd.Series(_check_row(holds=h))) for h in (True, False, None)] == ["holds", "fails", "not checked"]
+
+
+def test_the_checks_summary_counts_only_those_that_hold_and_names_an_unchecked_one(figure_data):
+    from muon_repro.report.checks_section import checks_summary
+
+    rows = [
+        _check_row(check="A holds.", holds=True),
+        _check_row(check="B is unchecked.", holds=None),
+        _check_row(check="C fails.", holds=False),
+    ]
+    checks = pd.DataFrame(rows).assign(profile=figure_data.described_profile)
+    said = checks_summary(dataclasses.replace(figure_data, checks=checks))
+    assert said.endswith(": 1 of 3 hold, 1 not checked (nothing recorded to hold them against); fails: 'C fails.'.")
