@@ -173,3 +173,76 @@ def test_the_pipeline_timeline_draws_one_step_of_the_deepest_muon_pipeline_stage
     assert "pipeline bubble (receives, flush)" in svg and "PP send (activations, gradients)" in svg
     with pytest.raises(ValueError, match="no Muon pipeline run"):
         deepest_muon_pipeline(study_runs(data.runs))
+
+
+def test_each_grid_row_holds_its_runs_cells_column_by_column(data):
+    """Per grid, Muon's then AdamW's step and optimizer step timed without the profiler, the comparison's timed step
+    ratio (not the profiled one) and Muon's bubble wherever the grid has stages (PP2 too)."""
+    from muon_repro.report.pipeline_section import grid_rows, pipeline_grids
+    from muon_repro.report.results_section import comparison_ratio
+
+    runs = pipeline_runs(data.runs)
+    rows = grid_rows(data, runs)
+    comparisons = data.comparisons.set_index("muon_run")
+    assert (comparisons["timed_step_ms_ratio"] != comparisons["step_ms_ratio"]).any()  # the two ratios differ here
+    for row, ((dp, tp, pp), g) in zip(rows, pipeline_grids(runs)):
+        muon, adamw = (g[g["optimizer"] == name].iloc[0] for name in ("muon", "adamw"))
+        cells = [ms(r[c]) for c in ("timed_step_ms", "timed_optimizer_ms") for r in (muon, adamw)]
+        assert row[3:7] == cells, row
+        assert row[7] == comparison_ratio(comparisons.loc[muon["run"]], "timed_step_ms_ratio"), row
+        assert row[8] == ("no stages" if pp == 1 else ms(muon["timed_bubble_ms"])), row
+
+
+def test_each_stage_row_holds_its_stages_cells_and_a_grid_label_only_a_shared_grid_extends(data):
+    from muon_repro.report.pipeline_section import muon_stages, stage_rows
+
+    runs = pipeline_runs(data.runs)
+    rows, stages = stage_rows(data, runs), muon_stages(data.stages, runs)
+    assert len(rows) == len(stages)
+    for row, (_, s) in zip(rows, stages.iterrows()):
+        assert row[1] == str(s["stage"]) and row[2].startswith(f"{s['blocks']} block")
+        assert row[2].endswith(f" + {s['holds']}") if s["holds"] else "+" not in row[2]
+        assert row[3:6] == [ms(s["timed_fwd_bwd_ms"]), ms(s["timed_bubble_ms"]), ms(s["timed_optimizer_ms"])], row
+    assert {row[2] for row in rows} >= {"2 blocks + embedding", "2 blocks + head", "1 block"}
+    # AdamW runs PP2·DP2 too: only another Muon run of the grid (PP4's two groups) puts a group in the label
+    assert {row[0] for row in rows} == {"PP2·DP2", "PP2·TP2", "PP4 (pipeline)", "PP4 (pipeline_bubble)", "DP2·TP2·PP2"}
+
+
+def test_the_intro_and_meaning_say_the_micro_batches_sequences_and_ranks_per_core_the_tables_give(data):
+    section = pipeline_section(data)
+    runs = pipeline_runs(data.runs)
+    assert (runs["tokens_per_step"] == runs["dp"] * runs["micro_batches"] * runs["seq_len"]).all()
+    assert f"in micro-batches of one sequence of {int(runs['seq_len'].iloc[0])} tokens" in section["intro"]
+    eight = runs[runs["world_size"] == 8].iloc[0]
+    cores = int(float(data.environment_of(str(eight["run"]))["host_cpu_cores"]))
+    assert f"runs 8 ranks on the same {cores} cores, {8 // cores} ranks per core:" in " ".join(section["meaning"])
+
+
+def test_the_pipeline_claims_are_said_for_every_profile_the_claims_table_holds(data):
+    section = pipeline_section(data)
+    profiles = set(data.claims["profile"].astype(str))
+    assert len(profiles) > 1
+    for claim in section["claims"]:
+        assert {p["profile"] for p in claim["profiles"]} == profiles, claim["id"]
+
+
+def test_the_cost_models_rows_hold_their_tables_cells_column_by_column(data):
+    from muon_repro.report.formatting import percent
+    from muon_repro.report.pipeline_section import pipeline_costmodel
+
+    part = pipeline_costmodel(data)
+    predicted = data.predictions[data.predictions["pp"] > 1].sort_values("run")
+    for row, (_, p) in zip(part["validation_rows"], predicted.iterrows()):
+        assert row[1:4] == [ms(p["measured_step_ms"]), ms(p["predicted_step_ms"]), percent(p["step_rel_error"], signed=True)]
+        assert row[4:7] == [
+            ms(p["measured_optimizer_ms"]),
+            ms(p["predicted_optimizer_ms"]),
+            percent(p["optimizer_rel_error"], signed=True),
+        ]
+    table = data.pipeline_scale_out
+    for row in part["rows"]:
+        at = table[table["gpus"] == int(row[0].replace(",", ""))]
+        m, a = (at[at["optimizer"] == name].iloc[0] for name in ("muon", "adamw"))
+        assert row[3:6] == [ms(m["step_ms"]), ms(a["step_ms"]), percent(m["optimizer_share"])], row
+        assert row[6] == f"{ms(m['optimizer_exposed_ms'])} ({ms(m['stage_optimizer_max_ms'])})", row
+        assert row[8] == f"{percent(m['bubble_fraction'])} ({percent(m['ideal_bubble_fraction'])})", row
