@@ -236,3 +236,113 @@ def test_a_level_inside_the_claims_interval_is_neither_crossed_nor_not():
     above = own_crossings(runs, _own_thresholds(600_000, 150_000), claims(0.04, 0.06))
     assert "share 4.8% (4.0–6.0%), above 1.1%, as the model says" in above
     assert "step over AdamW's +5.0% (+4.0% to +6.0%), above 3%, though the model puts 3% at 150k" in above
+
+
+def test_a_rate_is_the_rows_flops_over_their_time_and_the_target_is_met_from_70_percent_on():
+    """Two Newton-Schulz shapes, 1 s at 100 and 3 s at 300 TFLOP/s, run at 250 TFLOP/s together (not the mean of the
+    rates, 200); against a 1000 TFLOP/s matmul that is 25%. At exactly 70% the target is met; at 65% it is 5 points
+    short."""
+
+    def lines(ns_tflops: tuple[float, float], mm_tflops: float) -> list[str]:
+        cal = pd.DataFrame(
+            [
+                _kernel("matmul", "369m tp=1: 4 blocks and the LM head, 4096 tokens", 1.0, mm_tflops),
+                _kernel("newton_schulz", "369m [3072,1024]", 1.0, ns_tflops[0]),
+                _kernel("newton_schulz", "369m [1024,1024]", 3.0, ns_tflops[1]),
+            ]
+        )
+        return kernel_lines(cal, PROFILE)
+
+    (line,) = lines((100.0, 300.0), 1000.0)
+    assert "bf16 Newton-Schulz runs at 250 TFLOP/s, 25% of the 1000 TFLOP/s" in line
+    assert "meets the 70% target" in lines((350.0, 350.0), 500.0)[0]
+    assert "short of the 70% target by 5 points" in lines((325.0, 325.0), 500.0)[0]
+
+
+def test_a_variant_timed_on_fewer_than_a_models_four_matrices_is_not_summed():
+    rows = [_kernel("ns_quintic", f"369m [{i + 1}024,1024]", 0.001, 100.0) for i in range(4)]
+    rows += [_kernel("ns_gram", f"369m [{i + 1}024,1024]", 0.001, 100.0) for i in range(3)]  # one shape missing
+    (line,) = [line for line in kernel_lines(pd.DataFrame(rows), PROFILE) if line.startswith("Our Newton-Schulz")]
+    assert "quintic 4.00 ms" in line and "gram" not in line.split(":", 1)[1]
+
+
+def test_a_tensor_parallel_run_is_not_a_single_device_pair():
+    runs = pd.concat([_runs(), _runs().assign(tp=2, tokens_per_step=16384, run=lambda d: d["run"] + "_tp2")])
+    assert single_device_pairs(runs)["tokens_per_step"].tolist() == [8192, 262144]
+
+
+def test_the_device_predictions_are_its_own_profiles_prices():
+    from muon_repro.report.gpu_section import prediction_rows
+
+    predictions = pd.DataFrame(
+        {
+            "profile": [PROFILE],
+            "run": [f"{PROFILE}/single_device/muon_t8192"],
+            "measured_step_ms": [200.0],
+            "predicted_step_ms": [300.0],  # the shipped profile's price
+            "profile_predicted_step_ms": [180.0],  # this device's calibration's
+            "profile_step_rel_error": [-0.1],
+            "measured_optimizer_ms": [100.0],
+            "profile_predicted_optimizer_ms": [90.0],
+            "profile_optimizer_rel_error": [-0.1],
+        }
+    )
+    _, (row,) = prediction_rows(predictions, PROFILE)
+    assert row == ["muon_t8192", "200 ms", "180 ms", "-10%", "100 ms", "90.0 ms", "-10%"]
+
+
+def test_the_busy_line_gives_the_host_span_and_judges_the_target_at_8k_tokens_only():
+    runs = pd.DataFrame(
+        {
+            "profile": PROFILE,
+            "optimizer": "muon",
+            "preset": "large",
+            "tokens_per_step": [8192, 16384],
+            "optimizer_gpu_busy_ms": [1.9, 5.0],
+            "optimizer_gpu_busy_share": [0.19, 0.5],
+        }
+    )
+    (line,) = busy_lines(runs, PROFILE)
+    assert "8.19k tokens 1.9 ms busy (19% of its 10.0 ms); 16.4k tokens 5.0 ms busy (50% of its 10.0 ms)" in line
+    assert line.endswith("it falls short of the 80% target by 61 points.")
+    assert "target" not in busy_lines(runs.iloc[1:], PROFILE)[0]  # 16k tokens: not the target's setting
+
+
+def test_the_thresholds_trust_the_worst_error_by_size_and_note_pricing_beyond_calibration_only_for_every_run():
+    from muon_repro.report.gpu_section import thresholds_intro
+
+    predictions = pd.DataFrame(
+        {
+            "profile": PROFILE,
+            "profile_step_rel_error": [-0.4, 0.1, 0.2],
+            "within_calibration": [False, False, True],
+            "beyond_calibration": "tokens per pass beyond 4,096",
+        }
+    )
+    empty = _own_thresholds(None, None).iloc[0:0]
+    said = thresholds_intro(predictions, _runs(), empty, PROFILE)
+    assert "median |error| 20%, worst 40%." in said  # not the largest signed error, 20%
+    beyond = thresholds_intro(predictions.assign(within_calibration=False), _runs(), empty, PROFILE)
+    assert "every run priced beyond what the calibration measured (beyond_calibration: tokens per pass beyond 4,096)" in beyond
+
+
+def test_a_level_at_an_intervals_low_end_or_a_crossing_at_the_largest_run_counts_as_reached():
+    """An interval from exactly 1.1% up holds the level (neither side); a model crossing at 262k, the largest run's
+    tokens, is a crossing the runs reached: a share above the level there contradicts it."""
+    muon_run = f"{PROFILE}/single_device/muon_t262144"
+    claims = pd.DataFrame(
+        {
+            "profile": PROFILE,
+            "claim_id": ["optimizer_share"],
+            "conditions": [f"{muon_run} (nccl on cuda, 1 rank)"],
+            "unit_kind": ["fraction"],
+            "rounds": 2,
+            "measured_value": [0.048],
+            "measured_low": [0.011],
+            "measured_high": [0.09],
+        }
+    )
+    touching = own_crossings(_runs(), _own_thresholds(600_000, None), claims)
+    assert "an interval that holds 1.1%: neither below nor above it" in touching
+    at_largest = own_crossings(_runs(), _own_thresholds(262_144, None))
+    assert "share 4.8%, above 1.1%, though the model puts 1.1% at 262k" in at_largest
