@@ -4,6 +4,7 @@ runs it, never the in-process row, with the machine they were measured on (issue
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,62 @@ def test_the_cost_models_error_is_reported_per_grid_with_its_held_out_runs():
     text = prediction_summary(predictions)
     assert "TP: 2 runs, median 17.5%, worst 30.0%; held out: 1, worst 30.0%" in text  # not hidden by a pooled median
     assert "DP·TP: 1 run, median 2.0%, worst 2.0%; none held out" in text and "DP: 1 run," in text
+
+
+def _priced_runs():
+    """Three runs priced by the cost model: one held out; the largest |error| is an underestimate (-40%)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "run": ["p/r/a", "p/r/b", "p/r/c"],
+            "recorded_on": ["2026-11-29"] * 3,
+            "machine": "m",
+            "measured_step_ms": [100.0, 200.0, 300.0],
+            "predicted_step_ms": [110.0, 120.0, 330.0],
+            "step_rel_error": [0.10, -0.40, 0.10],
+            "profile_step_rel_error": [None, None, None],
+            "measured_optimizer_ms": [10.0, 20.0, 30.0],
+            "predicted_optimizer_ms": [12.0, 22.0, 27.0],
+            "optimizer_rel_error": [0.2, 0.1, -0.1],
+            "held_out": [False, True, True],
+        }
+    )
+
+
+def test_the_prediction_rows_put_the_measured_step_beside_the_predicted_one():
+    """Each row: run, day, measured step (ms), predicted step (ms), its error: the measured column is the measurement."""
+    from muon_repro.report.costmodel_error import prediction_rows
+
+    rows = prediction_rows(_priced_runs())
+    assert [row[2:5] for row in rows] == [
+        ["100", "110", "+10%"],
+        ["200", "120", "-40% (held out)"],
+        ["300", "330", "+10% (held out)"],
+    ]
+    assert [row[6:9] for row in rows][0] == ["10", "12", "+20%"]
+
+
+def test_a_held_out_run_is_marked_as_the_predictions_table_stores_it():
+    """The table's held_out is a nullable boolean, which reads back as numpy's bool, never ``True`` itself: the
+    appendix marked no run held out while the summary counted 16. A missing cell is not held out."""
+    import pandas as pd
+
+    from muon_repro.report.costmodel_error import prediction_rows
+    from muon_repro.tables.io import read_table
+
+    stored = _priced_runs().assign(held_out=pd.array([False, True, None], dtype="boolean"))
+    assert [row[4] for row in prediction_rows(stored)] == ["+10%", "-40% (held out)", "+10%"]
+    committed = read_table(Path(__file__).resolve().parents[1] / "metrics" / "predictions.parquet")
+    marked = sum(row[4].endswith("(held out)") for row in prediction_rows(committed))
+    assert marked == int(committed["held_out"].fillna(False).astype(bool).sum()) > 0
+
+
+def test_the_prediction_summary_names_the_largest_error_either_way_and_the_held_out_range():
+    """The worst step error is the largest in size (an underestimate of -40% beats +10%); the held-out runs' errors
+    are given from their lowest to their highest."""
+    from muon_repro.report.costmodel_error import prediction_summary
+
+    text = prediction_summary(_priced_runs())
+    assert "worst -40.0% (p/r/b)" in text
+    assert "On the 2 held-out runs (never tuned on): step time median |error| 25.0%, from -40.0% to +10.0%." in text

@@ -22,7 +22,7 @@ def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
                 _text(r.recorded_on),
                 f"{r.measured_step_ms:.0f}",
                 f"{r.predicted_step_ms:.0f}",
-                f"{r.step_rel_error:+.0%}" + (" (held out)" if r.held_out is True else ""),
+                f"{r.step_rel_error:+.0%}" + (" (held out)" if _held(r.held_out) else ""),
                 "–" if is_missing(r.profile_step_rel_error) else f"{r.profile_step_rel_error:+.0%}",
                 f"{r.measured_optimizer_ms:.0f}",
                 f"{r.predicted_optimizer_ms:.0f}",
@@ -30,6 +30,12 @@ def prediction_rows(predictions: pd.DataFrame) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _held(value: object) -> bool:
+    """Whether a ``held_out`` cell says held out: the table's nullable booleans read back as numpy's, never ``True``
+    itself, so the cell is tested by value (a missing one is not held out)."""
+    return not is_missing(value) and bool(value)
 
 
 def prediction_summary(predictions: pd.DataFrame) -> str:
