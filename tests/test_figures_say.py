@@ -315,6 +315,30 @@ def test_study_numbers_writes_the_rebuilt_numbers_as_the_reports_table(report_da
     assert kept[-1].axes[0].texts[0].get_text().strip() == "–" == study_section.study_number(np.nan, "ms")
 
 
+def test_study_numbers_draws_our_measure_over_the_five_steps_and_says_only_thin_parts_are_too_thin(report_data, tmp_path, kept):
+    """The black bar sets our per-step measure beside sums over the study's 5-step traces, so it is that measure
+    times 5; a legend entry says "too thin to see" only of a category whose every part is under 0.5% of its axis."""
+    from matplotlib.colors import to_hex
+
+    method = report_data.study_method.set_index("number_id")
+    study_section.study_numbers(report_data.study_method, report_data.study_method_parts, tmp_path / "study_numbers")
+    fig = kept[-1]
+    widest: dict[str, float] = {}
+    for ax, (_, ids) in zip(fig.axes, study_section.PANELS):
+        ours = [i for i in ids if i in method.index and pd.notna(method.loc[i, "measured_per_step"])]
+        black = [p.get_width() for p in ax.patches if to_hex(p.get_facecolor()) == "#000000"]
+        assert black == pytest.approx([study_section.STEPS * float(method.loc[i, "measured_per_step"]) for i in ours])
+        span = ax.get_xlim()[1]
+        for p in ax.patches:
+            color = to_hex(p.get_facecolor())
+            widest[color] = max(widest.get(color, 0.0), p.get_width() / span)
+    for text in (t.get_text() for legend in fig.legends for t in legend.get_texts()):
+        category = text.split(": at most", 1)[0]
+        if category in study_section.CATEGORY_COLORS:
+            thin = widest[study_section.CATEGORY_COLORS[category].lower()] < 0.005
+            assert text.endswith("too thin to see") == thin, text
+
+
 # ---------------------------------------------------------------- what a figure leaves out, and intervals it lacks
 
 

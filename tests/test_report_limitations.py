@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from muon_repro.report.caveats_section import loss_line
-from muon_repro.report.data import load
+from muon_repro.report.data import ReportData, load
 
 METRICS = Path(__file__).resolve().parents[1] / "metrics"
 
@@ -116,3 +116,136 @@ def test_ranks_sharing_cores_are_said_only_where_the_runs_had_more_ranks_than_co
     assert said in pipeline_said(everything)
     claims = everything.claims.assign(outside_conditions=everything.claims["outside_conditions"].str.replace("per core", "x"))
     assert said not in pipeline_said(replace(everything, claims=claims))
+
+
+def _cpu() -> ReportData:
+    return load(METRICS).of_profile("cpu-2c-gloo")
+
+
+def _with_ratio(comp: pd.DataFrame, muon_run: str, **columns: float) -> pd.DataFrame:
+    """``comp`` with the pair of ``muon_run`` given ``columns``' values."""
+    comp = comp.copy()
+    for column, value in columns.items():
+        comp.loc[comp["muon_run"] == muon_run, column] = value
+    return comp
+
+
+def test_the_communication_bullets_read_the_transfer_ratio_and_count_a_tie_as_as_much():
+    """Muon communicating exactly as long as AdamW (1.00×) is "as much or more", never "less"; and where the analysis
+    splits transfer time off, the bullets read comm_transfer_ms_ratio, not the comm_ms_ratio that includes the
+    waits for slower ranks."""
+    from muon_repro.report.caveats_section import _communication
+    from muon_repro.report.selection import study_runs
+
+    data = _cpu()
+    run = "cpu-2c-gloo/comparison/muon_dp2_tp2"
+    comp = _with_ratio(study_runs(data.comparisons), run, comm_transfer_ms_ratio=1.0, comm_ms_ratio=0.5)
+    worse, *rest = _communication(data, comp)
+    assert worse.startswith("Muon spends as much communication transfer time") and f"(1.00×, {run})" in worse
+    assert not any(run in line for line in rest)
+
+
+def test_the_pipeline_bullet_counts_a_tie_as_as_much_and_says_spread_only_where_muon_sends_no_more_bytes():
+    """A pipeline-group pair at exactly 1.00× is "as much or more"; the note that a ratio below 1 is the spread of
+    the times, not less traffic, names only the pairs without stages where Muon sends no more bytes than AdamW."""
+    from muon_repro.report.caveats_section import _pipeline_communication
+    from muon_repro.report.selection import pipeline_runs
+
+    data = _cpu()
+    comp = pipeline_runs(data.comparisons)
+    tp4 = comp[(comp["tp"] == 4) & (comp["dp"] == 1) & (comp["pp"] == 1)]["muon_run"].iloc[0]
+    dp4 = comp[(comp["dp"] == 4) & (comp["pp"] == 1)]["muon_run"].iloc[0]
+    comp = _with_ratio(comp, dp4, comm_transfer_ms_ratio=1.0)
+    more_bytes = _with_ratio(comp, tp4, comm_transfer_ms_ratio=0.9, comm_bytes_ratio=1.2)
+    (said,) = _pipeline_communication(data, more_bytes)
+    assert "DP4 1.00×" in said.split("as much or more at", 1)[1]
+    assert "Where Muon sends no more bytes" not in said
+    (said,) = _pipeline_communication(data, _with_ratio(more_bytes, tp4, comm_bytes_ratio=0.9))
+    assert "Where Muon sends no more bytes than AdamW (TP4)" in said
+
+
+def test_the_layout_bullet_writes_each_layouts_bytes_over_the_contiguous_layouts():
+    """Bucketed at 150 bytes against contiguous at 100 is 1.50×, whole-matrix at 80 is 0.80× (not the inverse)."""
+    from muon_repro.report.caveats_section import _layout_bytes
+    from muon_repro.report.selection import study_runs
+
+    runs = study_runs(_cpu().runs)
+    muon = runs[(runs["optimizer"] == "muon") & (runs["dp"] == 2) & (runs["tp"] == 2)]
+    per_layout = {"contiguous": 100.0, "bucketed": 150.0, "whole_matrix": 80.0}
+    totals = {str(r["run"]): per_layout[str(r["layout"])] for _, r in muon.iterrows()}
+    (said,) = _layout_bytes(muon, totals)
+    assert "bucketed 1.50×, whole-matrix 0.80×" in said
+
+
+def test_the_state_bullets_count_adamws_two_moments_and_name_the_most_uneven_run():
+    """Muon keeps one fp32 moment (4 bytes per element), AdamW two (8): 6 MB of Muon state and 2 MB of AdamW's are
+    1.5M and 0.25M elements, 86% matrices, so the best ratio is 0.57×; the uneven-chunk bullet names the run whose
+    largest rank holds the most over its mean (1.5×, not the 1.3× of another)."""
+    from muon_repro.report.caveats_section import _state
+    from muon_repro.report.selection import representative_runs, study_runs
+
+    data = _cpu()
+    runs = study_runs(data.runs)
+    muon = runs[runs["optimizer"] == "muon"]
+    first = next(str(r["run"]) for _, r in representative_runs(runs).iterrows() if r["optimizer"] == "muon")
+    others = [str(u) for u in muon["run"] if str(u) != first]
+    largest = {first: 1.0, others[0]: 1.5, others[1]: 1.3}
+    state = pd.DataFrame(
+        [
+            {"run": u, "muon": 6e6, "adamw": 2e6, "largest": largest.get(u, 1.0) * 8e6, "transient": 0.0}
+            for u in runs["run"].astype(str)
+        ]
+    )
+    said = _state(data, runs, muon, state)
+    assert said[0].startswith("Optimizer state: 86% of the parameters are hidden matrices")
+    assert "so the best ratio here is 0.57×" in said[0]
+    assert f"({others[0]}): ZeRO-1 chunks split the state unevenly" in said[1] and "12.00 MB" in said[1]
+
+
+def test_the_round_to_round_spread_quotes_the_largest_spread():
+    """The spread "up to" which rounds differ is the run whose round medians spread most (150 over 100 ms, 1.50×),
+    not the least (1.10×)."""
+    from muon_repro.report.caveats_section import limitations
+
+    data = _cpu()
+    runs = data.runs.iloc[:2]
+    spread = {str(runs["run"].iloc[0]): (100.0, 110.0), str(runs["run"].iloc[1]): (100.0, 150.0)}
+    timed = pd.DataFrame(
+        [
+            {"run": run, "trial": trial, "rank": rank, "step": step, "step_ms": medians[trial]}
+            for run, medians in spread.items()
+            for trial in (0, 1)
+            for rank in (0, 1)
+            for step in range(3)
+        ]
+    )
+    said = " ".join(limitations(replace(data, runs=runs, timed_steps=timed)))
+    assert "differs from another's by up to 1.50×" in said and "100 ms, 150 ms in its 2 rounds" in said
+
+
+def test_the_limitations_count_the_profiled_steps_per_traced_round():
+    """runs.steps counts the profiled steps over every traced round: 10 over 2 traced rounds are 2 trials × 5
+    steps, not × 10."""
+    from muon_repro.report.caveats_section import limitations
+
+    data = _cpu()
+    runs = data.runs.iloc[:1].assign(trials=2, steps=10)
+    said = limitations(replace(data, runs=runs))
+    assert any(line.startswith("Each run profiles 2 trials × 5 steps after warm-up") for line in said), said
+
+
+def test_the_optimizer_weight_bullet_needs_every_muon_run_above_five_percent():
+    """Muon's optimizer step is said to weigh on the step only where it is more than 5% of it on every Muon run of
+    the DP x TP groups; one run at 1% leaves the bullet
+    out."""
+    from muon_repro.report import derive
+    from muon_repro.report.caveats_section import regimes
+    from muon_repro.report.results_section import bytes_rows
+
+    data = _cpu()
+    state, totals = derive.state_by_run(data.ranks, data.runs["run"]), bytes_rows(data)[1]
+    weighed = ("Muon's optimizer step:", "Compute-bound optimizer:")
+    assert any(line.startswith(weighed) for line in regimes(data, state, totals))
+    runs = data.runs.copy()
+    runs.loc[runs["run"] == "cpu-2c-gloo/comparison/muon_dp2_tp2", "optimizer_share"] = 0.01
+    assert not any(line.startswith(weighed) for line in regimes(replace(data, runs=runs), state, totals))
