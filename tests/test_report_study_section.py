@@ -159,3 +159,14 @@ def test_the_cost_model_errors_are_summed_up_on_the_rows_each_figure_is_of(every
     assert (said["fitted_rows"], said["held_out"], said["held_out_median"]) == ("3", "1", "40%")
     assert [r[4] for r in said["rows"]] == ["+10%", "-40%", "+20%", "+50%"]
     assert said["shift_rows"] == [["m", "optimizer_share", "1.1%", "635,426", "517,860", "0.81×"]]
+
+
+def test_the_study_sentence_counts_runs_not_recordings_and_reads_the_ranks_and_backend(everything):
+    """A study run recorded twice is one run; the ranks and backend are study_runs', not a fixed '4 GPUs, NCCL'."""
+    runs = everything.study_runs
+    own = runs[runs["profile"] == study_profile(everything)]
+    again = own.iloc[:1].assign(trial=1)
+    sentence = study_sentence(replace(everything, study_runs=pd.concat([runs, again], ignore_index=True)))
+    assert f"(its {own['run'].nunique()} published runs, 4 GPUs, NCCL)" in sentence
+    eight = runs.assign(world_size=runs["world_size"].where(runs["profile"] != study_profile(everything), 8))
+    assert "published runs, 8 GPUs, NCCL)" in study_sentence(replace(everything, study_runs=eight))

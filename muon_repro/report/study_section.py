@@ -72,9 +72,18 @@ def study_sentence(data: ReportData) -> str:
     decided = [c for c in claims if c["verdict"] not in NOT_DECIDED]
     said = "; ".join(f"{_short(c)} {c['measured']}, {c['verdict']}" for c in decided)
     return (
-        f"On the original study's own runs (its {len(own)} published runs, 4 GPUs, NCCL), its method rebuilds "
-        f"{rebuilt} of its {len(method)} published numbers; measured per step, {said}."
+        f"On the original study's own runs (its {own['run'].nunique()} published runs, {_devices(own)}), its method "
+        f"rebuilds {rebuilt} of its {len(method)} published numbers; measured per step, {said}."
     )
+
+
+def _devices(runs: pd.DataFrame) -> str:
+    """``4 GPUs, NCCL``: the most ranks a run of ``runs`` took, on GPUs (study_runs.device names the GPU) or CPU ranks,
+    and its backend, as study_runs records them."""
+    ranks = int(runs["world_size"].max())
+    unit = "CPU rank" if set(runs["device"].astype(str).str.lower()) == {"cpu"} else "GPU"
+    backends = "/".join(sorted({str(b).upper() for b in runs["backend"]}))
+    return f"{ranks} {unit}{'' if ranks == 1 else 's'}, {backends}"
 
 
 SHORT = {
