@@ -182,6 +182,36 @@ def quick_figures(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def kept_and_written(monkeypatch: pytest.MonkeyPatch) -> Iterator[list]:
+    """The figures drawn during a test, kept open when the figure module closes them (closed at the end)."""
+    import matplotlib.pyplot as plt
+
+    drawn: list = []
+    close = plt.close
+
+    def keep(fig=None):
+        if isinstance(fig, plt.Figure):
+            drawn.append(fig)
+            return None
+        return close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    yield drawn
+    for fig in drawn:
+        close(fig)
+
+
+@pytest.fixture
+def kept(kept_and_written: list, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures drawn during a test, kept open, their files written empty: what these tests read is the figure
+    itself, not its rendering."""
+    from fake_figures import written_empty
+
+    written_empty(monkeypatch)
+    return kept_and_written
+
+
+@pytest.fixture
 def svg_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Figures drawn in full and written as SVG, their PNGs empty: for tests that read a figure's SVG text."""
     from fake_figures import written_empty

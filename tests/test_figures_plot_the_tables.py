@@ -7,52 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from fake_figures import written_empty
+from support import drawn_figures as artists
 
 from muon_repro.report import derive, figures, style
 from muon_repro.report.formatting import ms
 from muon_repro.report.selection import first_pair, representative_runs, sort_runs, study_runs
-
-
-@pytest.fixture
-def kept(monkeypatch):
-    """The figures drawn during a test, kept open (closed at the end), their files written empty."""
-    import matplotlib.pyplot as plt
-
-    drawn: list = []
-    close = plt.close
-
-    def keep(fig=None):
-        if isinstance(fig, plt.Figure):
-            drawn.append(fig)
-            return None
-        return close(fig)
-
-    monkeypatch.setattr(plt, "close", keep)
-    written_empty(monkeypatch)
-    yield drawn
-    for fig in drawn:
-        close(fig)
-
-
-def _words(fig) -> str:
-    """Every text of a drawn figure, its wrapped lines joined by spaces (a line broken after a hyphen rejoined)."""
-    from matplotlib.text import Text
-
-    return " ".join(" ".join(t.get_text().replace("-\n", "-").split()) for t in fig.findobj(Text))
-
-
-def _bars(ax) -> list:
-    """The panel's bars (rectangles drawn by bar/barh), in drawing order."""
-    from matplotlib.patches import Rectangle
-
-    return [p for p in ax.patches if isinstance(p, Rectangle)]
-
-
-def _segments(ax) -> list[np.ndarray]:
-    """The line segments of the panel's collections: an errorbar's whiskers, one per point."""
-    return [np.asarray(s) for c in ax.collections if hasattr(c, "get_segments") for s in c.get_segments()]
-
 
 # ---------------------------------------------------------------- comm_time_by_kind
 
@@ -66,7 +25,7 @@ def test_comm_time_bars_are_the_mean_over_ranks_and_labels_the_union(figure_data
     reps = representative_runs(runs)
     kinds = [k for k in style.KIND_COLORS if f"comm_{k}_ms" in steps.columns]
     stacks: dict[float, float] = {}
-    for bar in _bars(ax):
+    for bar in artists.bars(ax):
         x = round(bar.get_x() + bar.get_width() / 2, 6)
         stacks[x] = stacks.get(x, 0.0) + bar.get_height()
     expected = []
@@ -109,13 +68,13 @@ def test_step_breakdown_draws_each_phase_from_its_column_and_signs_muon_minus_ad
     by_phase = kept[-1].axes[0]
     rs = sort_runs(study_runs(runs))
     typical = [derive.typical_step(steps, r) for _, r in rs.iterrows()]
-    widths = [b.get_width() for b in _bars(by_phase)]
+    widths = [b.get_width() for b in artists.bars(by_phase)]
     n = len(rs)
     for k, col in enumerate(("forward_ms", "backward_ms", "optimizer_ms")):
         assert widths[k * n : (k + 1) * n] == pytest.approx([float(t[col]) for t in typical], rel=1e-9), col
     m, a = (derive.typical_step(steps, p) for p in first_pair(representative_runs(runs)))
     assert float(m["step_ms"]) > float(a["step_ms"]), "the committed Muon step is the slower"
-    assert f"Muon's profiled step is {ms(m['step_ms'] - a['step_ms'], signed=True)} against AdamW's" in _words(kept[-1])
+    assert f"Muon's profiled step is {ms(m['step_ms'] - a['step_ms'], signed=True)} against AdamW's" in artists.words(kept[-1])
 
 
 # ---------------------------------------------------------------- optimizer_overhead
@@ -134,7 +93,8 @@ def test_optimizer_overhead_whiskers_span_the_interval_and_the_study_line_is_in_
     (ax, *_) = kept[-1].axes
     rs = sort_runs(study_runs(runs))
     y = np.arange(len(rs))[::-1]
-    spans = {round(float(s[0, 1]), 6): sorted((float(s[0, 0]), float(s[1, 0]))) for s in _segments(ax) if s[0, 1] == s[1, 1]}
+    whiskers = [s for s in artists.segments(ax) if s[0, 1] == s[1, 1]]
+    spans = {round(float(s[0, 1]), 6): sorted((float(s[0, 0]), float(s[1, 0]))) for s in whiskers}
     assert len(spans) == len(rs)
     for yi, (_, r) in zip(y, rs.iterrows()):
         low, high = 100 * float(r["optimizer_share_low"]), 100 * float(r["optimizer_share_high"])
@@ -148,7 +108,7 @@ def test_optimizer_overhead_whiskers_span_the_interval_and_the_study_line_is_in_
 
 
 def _grid_bars(ax) -> dict[float, float]:
-    return {round(b.get_x() + b.get_width() / 2, 6): b.get_height() for b in _bars(ax)}
+    return {round(b.get_x() + b.get_width() / 2, 6): b.get_height() for b in artists.bars(ax)}
 
 
 def test_grid_comparison_draws_the_timed_steps_and_stars_the_fastest(figure_data, tmp_path, kept):
@@ -161,7 +121,7 @@ def test_grid_comparison_draws_the_timed_steps_and_stars_the_fastest(figure_data
     reps = representative_runs(runs, groups=("distributed_muon", "comparison", "layout_ablation"))
     assert reps["timed_step_ms"].notna().all()
     assert sorted(_grid_bars(ax).values()) == pytest.approx(sorted(reps["timed_step_ms"].astype(float)), rel=1e-9)
-    words = _words(fig)
+    words = artists.words(fig)
     for optimizer, rows in reps.groupby("optimizer"):
         times = rows.set_index(["dp", "tp"])["timed_step_ms"].astype(float).sort_values()
         (dp, tp), fastest, runner_up = times.index[0], times.iloc[0], times.iloc[1]
@@ -179,7 +139,7 @@ def test_grid_comparison_without_timed_steps_draws_p10_below_and_p90_above(figur
     (ax, *_) = kept[-1].axes
     reps = representative_runs(runs, groups=("distributed_muon", "comparison", "layout_ablation"))
     assert sorted(_grid_bars(ax).values()) == pytest.approx(sorted(reps["step_ms"].astype(float)), rel=1e-9)
-    drawn = sorted(tuple(sorted(float(v) for v in s[:, 1])) for s in _segments(ax) if s[0, 0] == s[1, 0])
+    drawn = sorted(tuple(sorted(float(v) for v in s[:, 1])) for s in artists.segments(ax) if s[0, 0] == s[1, 0])
     expected = sorted((float(r["step_ms_p10"]), float(r["step_ms_p90"])) for _, r in reps.iterrows())
     assert np.allclose(drawn, expected, rtol=1e-9)
     skewed = reps[~np.isclose(reps["step_ms"] - reps["step_ms_p10"], reps["step_ms_p90"] - reps["step_ms"], rtol=1e-3)]
@@ -219,7 +179,7 @@ def test_loss_quotes_each_optimizers_last_step_and_colours_each_curve_by_its_opt
     )
     figures.loss(losses, runs, tmp_path / "loss")
     fig = kept[-1]
-    assert "final loss (mean over configurations): Muon 4.25, AdamW 5.50" in _words(fig)
+    assert "final loss (mean over configurations): Muon 4.25, AdamW 5.50" in artists.words(fig)
     colours = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
     assert len(colours) == 2
     for label, colour in colours.items():
@@ -240,7 +200,7 @@ def test_state_memory_stacks_adamws_moments_on_muons_momentum_and_states_muon_ov
     runs, ranks = figure_data.runs, figure_data.ranks
     bytes_figures.state_memory(runs, ranks, figure_data.checks, tmp_path / "m")
     steady = kept[-1].axes[0]
-    bars = _bars(steady)
+    bars = artists.bars(steady)
     reps = representative_runs(runs)
     assert len(bars) == 2 * len(reps)
     st = derive.state_by_run(ranks, reps["run"]).set_index("run")
@@ -264,7 +224,7 @@ def test_bytes_by_layout_stacks_each_source_in_mb_and_states_muon_over_adamw(fig
     bytes_figures.bytes_by_layout(runs, phases, figure_data.checks, figure_data.stated_numbers, tmp_path / "b")
     (ax, *_) = kept[-1].axes
     columns: dict[float, list] = {}
-    for bar in _bars(ax):
+    for bar in artists.bars(ax):
         columns.setdefault(round(bar.get_x(), 6), []).append(bar)
     _, rs = bytes_figures._layout_runs(runs)
     expected = []
@@ -321,7 +281,7 @@ def test_regime_map_whiskers_span_each_points_interval_and_the_claimed_levels_ar
     regime_figures.regime_map(regimes, figure_data.regime_model, tmp_path / "r")
     sweep = regime_figures.main_axis(regimes)
     for ax, col, level in zip(kept[-1].axes[:2], ("optimizer_share", "muon_extra"), (STUDY_SHARE, PAPER_LATENCY)):
-        drawn = sorted((float(s[0, 0]), *sorted(float(v) for v in s[:, 1])) for s in _segments(ax) if s[0, 0] == s[1, 0])
+        drawn = sorted((float(s[0, 0]), *sorted(float(v) for v in s[:, 1])) for s in artists.segments(ax) if s[0, 0] == s[1, 0])
         expected = sorted(
             (float(r["tokens_per_step"]), 100 * float(r[f"{col}_lo"]), 100 * float(r[f"{col}_hi"])) for _, r in sweep.iterrows()
         )
@@ -340,7 +300,7 @@ def test_regime_map_says_under_or_above_the_studys_share_as_the_intervals_lie(fi
     regimes = figure_data.regimes.copy()
     regimes[["optimizer_share", "optimizer_share_lo", "optimizer_share_hi"]] = [share, 0.8 * share, 1.2 * share]
     regime_figures.regime_map(regimes, figure_data.regime_model, tmp_path / "r")
-    assert f"{where} the {STUDY_SHARE.percent} of Wei's study" in _words(kept[-1])
+    assert f"{where} the {STUDY_SHARE.percent} of Wei's study" in artists.words(kept[-1])
 
 
 def test_closed_form_draws_the_exact_flop_ratio_of_the_table(figure_data, tmp_path, kept):
@@ -366,7 +326,7 @@ def test_profiles_quotes_the_papers_level_crossings_and_muons_extra_at_scale(fig
 
     model, thresholds = figure_data.regime_model, figure_data.regime_thresholds
     regime_figures.profiles(model, thresholds, tmp_path / "p")
-    words = _words(kept[-1])
+    words = artists.words(kept[-1])
     rows = thresholds[(thresholds["metric"] == "muon_extra") & np.isclose(thresholds["level"].astype(float), 0.03)]
     assert len(rows) and PAPER_LATENCY.value == 0.03
     for r in rows.itertuples():
@@ -403,7 +363,7 @@ def test_claims_by_profile_draws_each_interval_from_its_low_to_its_high_end(tmp_
 
     profile_figures.claims_by_profile(_claims("fraction", [0.45, 0.4], [0.7, 0.52]), tmp_path / "p")
     ax = kept[-1].axes[0]
-    drawn = sorted((float(s[0, 1]), *sorted(float(v) for v in s[:, 0])) for s in _segments(ax) if s[0, 1] == s[1, 1])
+    drawn = sorted((float(s[0, 1]), *sorted(float(v) for v in s[:, 0])) for s in artists.segments(ax) if s[0, 1] == s[1, 1])
     assert np.allclose(drawn, [(0.0, 0.45, 0.7), (1.0, 0.4, 0.52)])
 
 
@@ -436,7 +396,7 @@ def test_the_timeline_takeaway_quotes_the_longest_ranks_step(figure_data, tmp_pa
     windows = derive.one_step(figure_data.timeline, str(row["run"]), step, trial).windows
     lengths = (windows["end_ms"] - windows["start_ms"]).astype(float)
     assert f"{lengths.max():.0f}" != f"{lengths.min():.0f}", "the committed ranks' steps differ in length"
-    assert f"of a {lengths.max():.0f} ms step" in _words(kept[-1])
+    assert f"of a {lengths.max():.0f} ms step" in artists.words(kept[-1])
 
 
 # ---------------------------------------------------------------- the shared toolkit

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fake_figures import written_empty
+from support import drawn_figures as artists
 
 from muon_repro.report import (
     bytes_figures,
@@ -33,49 +33,9 @@ METRICS = REPO / "metrics"
 GPU_PROFILE = "1xH200-nccl"
 
 
-@pytest.fixture
-def kept_and_written(monkeypatch):
-    """The figures drawn during a test, kept open when the figure module closes them (closed at the end)."""
-    import matplotlib.pyplot as plt
-
-    drawn: list = []
-    close = plt.close
-
-    def keep(fig=None):
-        if isinstance(fig, plt.Figure):
-            drawn.append(fig)
-            return None
-        return close(fig)
-
-    monkeypatch.setattr(plt, "close", keep)
-    yield drawn
-    for fig in drawn:
-        close(fig)
-
-
-@pytest.fixture
-def kept(kept_and_written, monkeypatch):
-    """The figures drawn during a test, kept open, their files written empty: what these tests read is the figure
-    itself, not its rendering."""
-    written_empty(monkeypatch)
-    return kept_and_written
-
-
 def _svg_text(png: Path) -> str:
     """The SVG's text (svg.fonttype none keeps it as text), lines joined as the figure wraps them."""
     return " ".join(html.unescape(Path(png).with_suffix(".svg").read_text()).split())
-
-
-def _words(fig) -> str:
-    """Every text of a drawn figure (title, takeaway, labels), its wrapped lines joined by spaces."""
-    from matplotlib.text import Text
-
-    return " ".join(" ".join(t.get_text().split()) for t in fig.findobj(Text))
-
-
-def _segments(ax) -> list[np.ndarray]:
-    """The line segments of the panel's collections: an errorbar's whiskers, one per point."""
-    return [np.asarray(s) for c in ax.collections if hasattr(c, "get_segments") for s in c.get_segments()]
 
 
 # ---------------------------------------------------------------- step_breakdown: which step it draws
@@ -86,7 +46,7 @@ def test_step_breakdown_says_it_draws_one_profiled_step_of_the_traced_trial(figu
     grid comparison; it said "the median step of all trials" and never "profiled"."""
     assert set(study_runs(figure_data.runs)["trials"].astype(int)) == {1}, "the committed runs trace one trial each"
     figures.step_breakdown(figure_data.runs, figure_data.steps, tmp_path / "step_breakdown")
-    svg = _words(kept[-1])
+    svg = artists.words(kept[-1])
     assert "all trials" not in svg
     assert "median profiled step (runs.typical_step) in its single traced trial" in svg
     assert "Muon's profiled step is" in svg and "not its steps timed without the profiler" in svg
@@ -126,7 +86,7 @@ def test_state_memory_sets_each_number_at_what_it_measures_in_the_reports_mb(fig
     assert uneven, "the committed tables have a run whose largest rank holds more than the mean (DP4 Muon)"
     muon = reps[reps["optimizer"] == "muon"]["run"]
     assert [t.get_text() for t in transient.texts] == [mb(st.loc[r, "transient"]).removesuffix(" MB") for r in muon]
-    assert _words(kept_and_written[-1]).count("MiB") == 0
+    assert artists.words(kept_and_written[-1]).count("MiB") == 0
     svg = _svg_text(png)
     assert "MiB" not in svg and "(MB)" in svg
 
@@ -151,7 +111,7 @@ def test_state_memory_quotes_the_state_check_from_the_checks_table(figure_data):
 
 def test_state_memory_prints_the_state_check_it_states(figure_data, tmp_path, kept):
     bytes_figures.state_memory(figure_data.runs, figure_data.ranks, figure_data.checks, tmp_path / "state_memory")
-    words = _words(kept[-1])
+    words = artists.words(kept[-1])
     for value in bytes_figures.state_memory_stated(figure_data.runs, figure_data.ranks, figure_data.checks).values.values():
         assert value in words
 
@@ -227,7 +187,7 @@ def test_single_device_draws_the_claims_interval_of_the_extra(report_data, tmp_p
     claims = d.claims
     row = claims[(claims["claim_id"] == "latency_overhead") & claims["conditions"].str.contains("muon_t256k", regex=False)]
     low, high = (100 * float(row[c].iloc[0]) for c in ("measured_low", "measured_high"))
-    segments = _segments(fig.axes[1])
+    segments = artists.segments(fig.axes[1])
     assert len(segments) == 1  # the claim's run's point only: the other points have no interval in the tables
     assert np.allclose(segments[0], [[262144, low], [262144, high]])
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
@@ -238,7 +198,7 @@ def test_single_device_without_claims_says_the_extra_has_no_interval(report_data
     d = report_data.of_profile(GPU_PROFILE)
     gpu_section.single_device(d.runs, d.regime_model, tmp_path / "single_device")
     fig = kept[-1]
-    assert _segments(fig.axes[1]) == []
+    assert artists.segments(fig.axes[1]) == []
     assert "share's 95% interval (the extra: none)" in [t.get_text() for legend in fig.legends for t in legend.get_texts()]
 
 
@@ -346,11 +306,11 @@ def test_grid_comparison_says_which_runs_it_leaves_out(figure_data, tmp_path, ke
     """It kept the most common world size and dropped the others without a word."""
     runs = figure_data.runs
     figures.grid_comparison(runs, tmp_path / "all")
-    assert "not drawn" not in _words(kept[-1])
+    assert "not drawn" not in artists.words(kept[-1])
     dp4 = runs[(runs["group"] == "distributed_muon") & (runs["optimizer"] == "muon") & (runs["dp"] == 4)].iloc[[0]]
     dp8 = dp4.assign(run=dp4["run"].str.replace("muon_dp4", "muon_dp8"), name="muon_dp8", dp=8, world_size=8)
     figures.grid_comparison(pd.concat([runs, dp8], ignore_index=True), tmp_path / "dp8")
-    assert "not drawn: 1 run at 8 ranks (this figure compares 4 ranks)" in _words(kept[-1])
+    assert "not drawn: 1 run at 8 ranks (this figure compares 4 ranks)" in artists.words(kept[-1])
 
 
 def test_an_unknown_share_interval_draws_no_whisker(figure_data, tmp_path, kept):
@@ -359,7 +319,7 @@ def test_an_unknown_share_interval_draws_no_whisker(figure_data, tmp_path, kept)
     rs = sort_runs(study_runs(runs))
     runs.loc[runs["run"] == rs["run"].iloc[0], ["optimizer_share_low", "optimizer_share_high"]] = np.nan
     figures.optimizer_overhead(runs, figure_data.claims, tmp_path / "optimizer_overhead")
-    whiskers = _segments(kept[-1].axes[0])
+    whiskers = artists.segments(kept[-1].axes[0])
     assert len(whiskers) == len(rs) - 1
     assert all(abs(s[1, 0] - s[0, 0]) > 0 for s in whiskers)
 
