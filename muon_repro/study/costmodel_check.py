@@ -51,7 +51,7 @@ from muon_repro.costmodel.records import STUDY_MACHINE
 from muon_repro.costmodel.workload import COPY_BYTES, MUON_MOMENTUM_BYTES, ROUND_BYTES, Compute
 from muon_repro.formulas import NS_STEPS, newton_schulz_flops, ring_bytes
 from muon_repro.phases import NEWTON_SCHULZ
-from muon_repro.study.scopes import OPTIMIZER_SCOPES
+from muon_repro.study.scopes import OPTIMIZER_SCOPES, dp_group, tp_group
 from muon_repro.study.sources import STUDY_ENVIRONMENT
 from muon_repro.study.tables import StudyRun
 
@@ -193,23 +193,22 @@ def _tp_local(shape: tuple[int, int], tp_dim: int, tp: int) -> tuple[int, int]:
 
 
 def _muon_rank(rank: int, dp: int, tp: int, fwd_bwd: Compute | None) -> RankWork:
-    dp_rank, tp_rank = divmod(rank, tp)
+    dp_rank = rank // tp
     local = [math.prod(_tp_local(s, d, tp)) for s, d in zip(STUDY_SHAPES, STUDY_TP_DIMS)]
     shard = -(-sum(local) // dp)  # the study's cdiv: the flat buffer padded to dp equal shards
     lo, hi = shard * dp_rank, shard * (dp_rank + 1)
     starts = np.cumsum([0, *local[:-1]])
     held = [(i, min(hi, s + n) - max(lo, s)) for i, (s, n) in enumerate(zip(starts, local)) if min(hi, s + n) > max(lo, s)]
     piece = sum(n for _, n in held)
-    dp_group = tuple(range(tp_rank, dp * tp, tp))
-    tp_group = tuple(range(dp_rank * tp, (dp_rank + 1) * tp))
-    collectives = [StudyCollective("all_gather", BF16, shard * dp, dp_group)] if dp > 1 else []
+    dp_ranks, tp_ranks = tuple(dp_group(rank, tp, dp * tp)), tuple(tp_group(rank, tp))
+    collectives = [StudyCollective("all_gather", BF16, shard * dp, dp_ranks)] if dp > 1 else []
     vector = (MUON_MOMENTUM_BYTES + ROUND_BYTES + BF16_COPY_BYTES + UPDATE_BYTES) * piece  # momentum, bf16, pack, update
     ns_flops = 0
     for i, _ in held:
         shape, tp_dim = STUDY_SHAPES[i], STUDY_TP_DIMS[i]
         full = math.prod(shape)
         if tp_dim != -1 and tp > 1:
-            collectives.append(StudyCollective("all_gather", BF16, full, tp_group))
+            collectives.append(StudyCollective("all_gather", BF16, full, tp_ranks))
             vector += 2 * BF16_COPY_BYTES * full  # out of NCCL's buffer into the list, then torch.cat
         if tp_dim == 1 and tp > 1:
             vector += BF16_COPY_BYTES * local[i]  # the update's column chunk is not contiguous: reshape(-1) copies it

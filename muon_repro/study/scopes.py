@@ -230,6 +230,17 @@ def _scope_row(
     }
 
 
+def dp_group(rank: int, tp: int, world: int) -> range:
+    """The ranks of ``rank``'s DP group on the study's grid, TP inner (``rank = dp_rank * tp + tp_rank``): those with
+    its TP rank, strided by ``tp`` up to ``world``."""
+    return range(rank % tp, world, tp)
+
+
+def tp_group(rank: int, tp: int) -> range:
+    """The ranks of ``rank``'s TP group on the study's grid: its ``tp`` adjacent ranks, those with its DP rank."""
+    return range((rank // tp) * tp, (rank // tp + 1) * tp)
+
+
 GROUP_PREFIXES = {"dp_": "dp", "tp_": "tp", "world_": "world"}
 """The labels our recordings put around each collective (muon_repro.bench.study_protocol): which group it ran on."""
 
@@ -340,8 +351,8 @@ def _gloo_collectives(trace: TraceEvents, grid: tuple[int, int] | None) -> pd.Da
     def members(phase: str) -> range:
         kind = next((g for prefix, g in GROUP_PREFIXES.items() if str(phase).startswith(prefix)), "world")
         return {
-            "dp": range(rank % tp, world, tp),
-            "tp": range((rank // tp) * tp, (rank // tp + 1) * tp),
+            "dp": dp_group(rank, tp, world),
+            "tp": tp_group(rank, tp),
             "world": range(world),
         }[kind]
 

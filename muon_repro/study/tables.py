@@ -33,7 +33,7 @@ from muon_repro.analysis.trace_files import READ_BY_STUDY, TraceFile
 from muon_repro.hardware import profile_or_unknown
 from muon_repro.rundir import STUDY_TRACE_GLOB, RunDir, protocol_folders, study_folders, trace_rank
 from muon_repro.study.method import PUBLISHED, Sums, matches_published, method_numbers, study_sums
-from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, read_study_trace
+from muon_repro.study.scopes import OPTIMIZER_SCOPES, STEP, StudyTrace, dp_group, read_study_trace
 from muon_repro.study.sources import (
     GROUP,
     STUDY_ENVIRONMENT,
@@ -444,9 +444,9 @@ def _held_elements(first_step: pd.DataFrame, config: StudyRun, rank: int) -> int
         return None
     if config.optimizer == "adamw":
         return int(first_step.loc[first_step["op"] == "all_reduce", "elements"].sum())
-    dp_group = ",".join(map(str, range(rank % config.tp, config.dp * config.tp, config.tp)))
+    dp_ranks = ",".join(map(str, dp_group(rank, config.tp, config.dp * config.tp)))
     named = first_step["group_ranks"].astype(str) != ""
-    dp = first_step[first_step["group_ranks"] == dp_group] if named.all() else first_step[first_step["group_size"] == config.dp]
+    dp = first_step[first_step["group_ranks"] == dp_ranks] if named.all() else first_step[first_step["group_size"] == config.dp]
     first = dp.iloc[0] if len(dp) else None
     return None if first is None else int(first["elements"] // config.dp)
 
