@@ -18,7 +18,7 @@ from tools.gpu_ingest import main as ingest_main
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tools" / "gpu_session.sh"
-USAGE = "usage: bash tools/gpu_session.sh OUT [--dry-run]"
+USAGE = "usage: bash tools/gpu_session.sh OUT [--dry-run] [--only STAGE[,STAGE...]]"
 
 
 def _archive(members: dict[str, bytes]) -> bytes:
@@ -124,8 +124,11 @@ def test_gram_rows_join_the_calibration_as_the_same_machines_kernels(tmp_path):
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["OUT", "--dryrun"], "unknown argument(s) after OUT: '--dryrun'"),
-        (["OUT", "--dry-run", "x"], "unknown argument(s) after OUT: '--dry-run x'"),
+        (["OUT", "--dryrun"], "unknown argument '--dryrun' after OUT"),
+        (["OUT", "--dry-run", "x"], "unknown argument 'x' after OUT"),
+        (["OUT", "--only", "bench,studdy"], "--only: no stage 'studdy'; the stages are study calibrate accuracy gram bench"),
+        (["OUT", "--only"], "--only takes a comma-separated list of stages"),
+        (["OUT", "--only", "", "--dry-run"], "--only takes a comma-separated list of stages"),
         (["--dry-run", "OUT"], "OUT '--dry-run' starts with '-'"),
         ([], "give the folder for the session's results (OUT)"),
     ],
@@ -165,3 +168,41 @@ def test_failed_stages_are_packed_and_the_exit_says_so_from_any_folder(tmp_path)
     assert calls and all(c.startswith(f"{REPO}|{REPO}") for c in calls), calls  # the tree's folder and PYTHONPATH
     assert any(f"|{REPO}/tools/gram_ns_bench.py " in c for c in calls), calls
     assert list((tmp_path / "tmp").iterdir()) == []  # its WORK folder removed
+
+
+@pytest.mark.slow
+def test_only_the_stages_asked_for_run_and_none_else_counts_as_failed(tmp_path):
+    # two calls on one warm machine: each runs its own stages, and a stage not asked for is neither run nor failed
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(
+        '#!/bin/sh\necho "$*" >>"$FAKE_LOG"\n'
+        'case "$*" in *recording_profile*) echo cpu-2c-gloo;; *--traced-trials*) exit 3;; esac\n'
+    )
+    (fake / "python3").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "out", "--only", "accuracy,study", "--dry-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "session.log").read_text()
+    assert "stages: accuracy study" in log and "study exit 0" in log and "accuracy exit 0" in log, log
+    assert not any(f"] {stage} " in log for stage in ("calibrate", "gram", "bench")), log  # neither run nor skipped
+    calls = (tmp_path / "calls.log").read_text()
+    assert "polar_accuracy" in calls and "--protocol study" in calls and "calibrate" not in calls, calls
+    with tarfile.open(tmp_path / "out" / "gpu_runs.tar.gz") as tar:
+        assert {"logs/session.log", "logs/study.log", "logs/accuracy.log"} <= set(tar.getnames())
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "out2", "--dry-run", "--only", "bench"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "not complete: bench (exit 3)" in (tmp_path / "out2" / "session.log").read_text()

@@ -17,11 +17,16 @@
 #   bash tools/gpu_session.sh OUT            on the GPU machine (PYTHONPATH is set to the working tree)
 #   bash tools/gpu_session.sh OUT --dry-run  here: the same stages on the CPU, at the tiny scale, in about three minutes;
 #                                            its archive holds a DRY_RUN marker, so that tools/gpu_ingest refuses it
-# It runs from any folder (the working tree is the script's own). Exit status: 0 when every stage exited 0; 1 when
+#   bash tools/gpu_session.sh OUT --only bench  one call per part: only the stages named (a comma-separated list of
+#                                            study, calibrate, accuracy, gram, bench), so that a lease's device time
+#                                            goes to two calls on a warm machine (the bench's 5 rounds need ~7 minutes
+#                                            of the 8); tools/gpu_ingest takes both calls' folders at once
+# It runs from any folder (the working tree is the script's own). Exit status: 0 when every stage run exited 0; 1 when
 # one failed, stopped at its limit or was skipped (the log names each stage's exit), everything packed all the same;
 # 2 for bad arguments.
 set -u
-USAGE="usage: bash tools/gpu_session.sh OUT [--dry-run]"
+STAGES=(study calibrate accuracy gram bench) # in the order they run
+USAGE="usage: bash tools/gpu_session.sh OUT [--dry-run] [--only STAGE[,STAGE...]] (stages: ${STAGES[*]})"
 case "${1:-}" in
 -h | --help)
   echo "$USAGE"
@@ -32,16 +37,39 @@ case "${1:-}" in
   exit 2
   ;;
 -*)
-  echo "gpu_session.sh: OUT '$1' starts with '-': give the output folder first, then --dry-run if any; $USAGE" >&2
+  echo "gpu_session.sh: OUT '$1' starts with '-': give the output folder first, then the options; $USAGE" >&2
   exit 2
   ;;
 esac
-if [ $# -gt 2 ] || { [ $# -eq 2 ] && [ "$2" != --dry-run ]; }; then
-  echo "gpu_session.sh: unknown argument(s) after OUT: '${*:2}'; the only option is --dry-run; $USAGE" >&2
-  exit 2
-fi
 OUT=$1
-MODE=${2:-}
+shift
+MODE=
+ONLY=" ${STAGES[*]} " # the stages to run, space-delimited
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --dry-run) MODE=--dry-run ;;
+  --only)
+    if [ $# -lt 2 ] || [ -z "$2" ]; then
+      echo "gpu_session.sh: --only takes a comma-separated list of stages (${STAGES[*]}); $USAGE" >&2
+      exit 2
+    fi
+    ONLY=" "
+    for name in ${2//,/ }; do
+      if [[ " ${STAGES[*]} " != *" $name "* ]]; then
+        echo "gpu_session.sh: --only: no stage '$name'; the stages are ${STAGES[*]}; $USAGE" >&2
+        exit 2
+      fi
+      ONLY+="$name "
+    done
+    shift
+    ;;
+  *)
+    echo "gpu_session.sh: unknown argument '$1' after OUT; the options are --dry-run and --only; $USAGE" >&2
+    exit 2
+    ;;
+  esac
+  shift
+done
 if ! mkdir -p "$OUT"; then
   echo "gpu_session.sh: cannot make OUT '$OUT': give a folder that can be written; $USAGE" >&2
   exit 2
@@ -70,7 +98,7 @@ if [ "$MODE" = --dry-run ]; then
   BENCH=(custom --optimizer muon --dp 1 --tp 1 --preset tiny --tokens-per-step 128 --seq-len 16 --precision bf16
     --micro-batches 2)
 else
-  BACKEND=nccl QUICK= DEVICE=cuda TOTAL=465 STUDY_S=45 CALIBRATE_S=110 ACCURACY_S=25 GRAM_S=50
+  BACKEND=nccl QUICK= DEVICE=cuda TOTAL=465 STUDY_S=60 CALIBRATE_S=110 ACCURACY_S=25 GRAM_S=50
   BENCH=(single_device --scale gpu)
   nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
 fi
@@ -92,7 +120,7 @@ if [ -z "$PROFILE" ]; then
   FAILED+=("profile (muon_repro.bench.environment.recording_profile printed none)")
   PROFILE=unknown-profile
 fi
-log "profile $PROFILE"
+log "profile $PROFILE; stages:$ONLY"
 COSTMODEL="$WORK/traces/$PROFILE/costmodel"
 mkdir -p "$COSTMODEL"
 
@@ -100,6 +128,7 @@ mkdir -p "$COSTMODEL"
 stage() {
   local name=$1 limit=$2
   shift 2
+  [[ "$ONLY" != *" $name "* ]] && return # not asked for (--only): neither run nor failed
   local left=$((TOTAL - ($(date +%s) - START) - 15))
   [ "$limit" -gt "$left" ] && limit=$left
   if [ "$limit" -lt 10 ]; then
@@ -124,7 +153,7 @@ stage calibrate "$CALIBRATE_S" python3 -m muon_repro calibrate --backend "$BACKE
   --out "$COSTMODEL/machine.json"
 stage accuracy "$ACCURACY_S" python3 -m muon_repro.optim.polar_accuracy --device "$DEVICE" --json "$COSTMODEL/ns_accuracy.json"
 GRAM_PATH=$PYTHONPATH
-if [ -d "$ROOT/.whl" ] && ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
+if [[ "$ONLY" == *" gram "* ]] && [ -d "$ROOT/.whl" ] && ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
   SITE="$WORK/site" # removed with WORK
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$ROOT"/.whl/*.whl
   [ -f "$ROOT/.whl/cutlass_base.tar.xz" ] && tar xJf "$ROOT/.whl/cutlass_base.tar.xz" -C "$SITE"
