@@ -275,3 +275,45 @@ def test_a_copy_stopped_midway_leaves_the_earlier_group_and_calibration_whole(pl
     assert "No space left on device" in capsys.readouterr().err
     assert sorted(p.name for p in costmodel.iterdir()) == ["machine.json"]
     assert (costmodel / "machine.json").read_text() == "the earlier machine\n"
+
+
+def _two_calls(files: Path) -> tuple[Path, Path]:
+    """One session in two calls (gpu_session.sh --only bench, then the other stages): each call's folder."""
+    members = _members()
+    bench = {k: v for k, v in members.items() if "/single_device/" in k}
+    rest = {k: v for k, v in members.items() if k not in bench}
+    calls = (files / "call1", files / "call2")
+    for call, part, said in zip(calls, (bench, rest), ("the bench's log\n", "the other stages' log\n")):
+        call.mkdir()
+        (call / "gpu_runs.tar.gz").write_bytes(_targz(part))
+        (call / "session.log").write_text(said)
+    return calls
+
+
+def test_a_session_in_two_calls_comes_in_whole_with_both_logs(place, capsys):
+    files, traces, docs = place
+    bench, rest = _two_calls(files)
+    assert ingest_main([str(bench), str(rest), "--traces", str(traces), "--docs", str(docs)]) == 0
+    profile = traces / PROFILE
+    assert sorted(p.name for p in (profile / "single_device" / "run").iterdir()) == ["trial0", "trial1", "trial2"]
+    assert (profile / "study_protocol_1rank" / "run" / "trial2").is_dir()
+    assert sorted(pd.read_parquet(profile / "costmodel" / "machine.calibration.parquet")["kernel"]) == [
+        "gram_newton_schulz",
+        "matmul",
+    ]
+    log = (profile / "costmodel" / "gpu_session.log").read_text()
+    assert log == f"==> {bench / 'session.log'} <==\nthe bench's log\n==> {rest / 'session.log'} <==\nthe other stages' log\n"
+
+
+def test_two_calls_bringing_the_same_group_or_a_bad_second_call_change_nothing(place, capsys):
+    files, traces, docs = place
+    bench, rest = _two_calls(files)
+    (files / "gpu_runs.tar.gz").write_bytes(_targz(_members()))  # the whole session, beside a call that brought part
+    err = _refused(place, capsys, str(bench))
+    assert f"{files} and {bench} both bring {PROFILE}/single_device" in err and "give one of them" in err, err
+    (rest / "gpu_runs.tar.gz").write_bytes(_targz(_members())[:-40])  # the second call's archive cut short
+    before = _snapshot(traces, docs)
+    assert ingest_main([str(bench), "--traces", str(traces), str(rest), "--docs", str(docs)]) == 1
+    assert "ends early" in capsys.readouterr().err and _snapshot(traces, docs) == before
+    assert ingest_main([str(bench), str(bench), "--traces", str(traces), "--docs", str(docs)]) == 1
+    assert "a folder given twice" in capsys.readouterr().err and _snapshot(traces, docs) == before

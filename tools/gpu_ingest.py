@@ -1,16 +1,17 @@
 """Bring a GPU session's results (tools/gpu_session.sh) into the dataset's traces.
 
-    python -m tools.gpu_ingest FILES_DIR [--traces traces] [--docs docs/gpu.md] [--allow-cpu]
+    python -m tools.gpu_ingest FILES_DIR [FILES_DIR ...] [--traces traces] [--docs docs/gpu.md] [--allow-cpu]
 
 FILES_DIR holds what the session's OUT sent back: ``gpu_runs.tar.gz`` (or its ``.partNN`` pieces) and
-``session.log``. For each hardware profile in it:
+``session.log``; a session run as several calls (``gpu_session.sh --only``) gives each call's folder, and no two
+may bring the same group or cost-model file. For each hardware profile in them:
 
 * the run groups it recorded (``single_device``, ``study_protocol_1rank``, ...) replace the same groups under
   ``traces/<profile>/``, whole: a group is one session's rounds, never mixed with another's (paired rounds);
 * ``costmodel/``: the calibration (``machine.json``, ``machine.calibration.*``) replaces the profile's; Gram
   Newton-Schulz's rows (``gram_newton_schulz.json``) join its calibration table, as the kernels timed beside ours;
   the variants' accuracy (``ns_accuracy.json``) is kept and written into docs/gpu.md's block;
-* the session's log goes to ``traces/<profile>/costmodel/gpu_session.log``.
+* the session's log (several calls': joined, in the order given) goes to ``traces/<profile>/costmodel/gpu_session.log``.
 
 It prints what to run next (the cost model's records, the analysis, verify). Nothing is replaced until the
 whole archive has been read and checked: its gzip stream end to end (a part missing, cut or damaged), every
@@ -239,33 +240,63 @@ def prepare(profile: Path, root: Path, named: str, docs: Path, allow_cpu: bool) 
     return ready
 
 
-def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -> list[str]:
-    """Move the session's results into ``traces``; returns what was done, a line each. Every check comes first:
-    a ValueError changes nothing."""
-    from muon_repro.optim.polar_accuracy import GPU_MARKERS
-    from muon_repro.tables.files import staged_dir, write_atomic_all, write_block
-
+def _checked(files_dir: Path, root: Path, docs: Path, allow_cpu: bool) -> list[Profile]:
+    """One call's archive read, unpacked into ``root`` and checked, profile by profile: a ValueError naming the
+    archive (or its member) at the first problem."""
     pieces = archive_pieces(files_dir)
     named = archive_name(files_dir, pieces)
     data = archive_bytes(files_dir)
     check_gzip(data, named)
+    recorded = unpack(data, root, named)
+    if (root / DRY_RUN).exists() and not allow_cpu:
+        raise ValueError(
+            f"{named}: a dry run's archive (it holds {DRY_RUN}: gpu_session.sh --dry-run, the CPU at the tiny scale), "
+            f"not a GPU session's results: refused; give --allow-cpu only to test the script (with --traces "
+            f"elsewhere); {UNCHANGED}"
+        )
+    try:
+        return [prepare(p, root, named, docs, allow_cpu) for p in sorted(p for p in recorded.iterdir() if p.is_dir())]
+    except (OSError, ValueError) as exc:  # a member: named as the archive's, never by the temporary copy's path
+        said = str(exc).replace(f"{root}/", f"{named}:")
+        raise ValueError(said if UNCHANGED in said else f"{said}; {UNCHANGED}") from None
+
+
+def _brought(profile: Profile) -> list[str]:
+    """What a profile of one call brings: its groups and its cost model's files, by path under the profile."""
+    costmodel = profile.recorded / COSTMODEL
+    files = [f"{COSTMODEL}/{f.name}" for f in costmodel.iterdir() if f.is_file()] if costmodel.is_dir() else []
+    return [g.name for g in profile.groups] + files
+
+
+def ingest(files_dirs: Path | list[Path], traces: Path, docs: Path, allow_cpu: bool = False) -> list[str]:
+    """Move the session's results into ``traces``; returns what was done, a line each. ``files_dirs``: one call's
+    folder, or several calls' of one session (``gpu_session.sh --only``), which must not bring the same group or
+    cost-model file twice; their logs are kept joined, in the order given. Every check comes first: a ValueError
+    changes nothing."""
+    from muon_repro.optim.polar_accuracy import GPU_MARKERS
+    from muon_repro.tables.files import staged_dir, write_atomic_all, write_block
+
+    calls = [files_dirs] if isinstance(files_dirs, Path) else list(files_dirs)
+    if len(set(calls)) != len(calls):
+        raise ValueError(f"{', '.join(map(str, calls))}: a folder given twice; give each call's folder once; {UNCHANGED}")
     done = []
     with tempfile.TemporaryDirectory(prefix="gpu-ingest-") as tmp:
-        root = Path(tmp)
-        recorded = unpack(data, root, named)
-        if (root / DRY_RUN).exists() and not allow_cpu:
-            raise ValueError(
-                f"{named}: a dry run's archive (it holds {DRY_RUN}: gpu_session.sh --dry-run, the CPU at the tiny scale), "
-                f"not a GPU session's results: refused; give --allow-cpu only to test the script (with --traces "
-                f"elsewhere); {UNCHANGED}"
-            )
-        try:
-            ready = [prepare(p, root, named, docs, allow_cpu) for p in sorted(p for p in recorded.iterdir() if p.is_dir())]
-        except (OSError, ValueError) as exc:  # a member: named as the archive's, never by the temporary copy's path
-            said = str(exc).replace(f"{tmp}/", f"{named}:")
-            raise ValueError(said if UNCHANGED in said else f"{said}; {UNCHANGED}") from None
+        ready: list[tuple[Path, Profile]] = []
+        first_from: dict[tuple[str, str], Path] = {}
+        for number, files_dir in enumerate(calls):
+            for profile in _checked(files_dir, Path(tmp) / f"call{number}", docs, allow_cpu):
+                for item in _brought(profile):
+                    key = (profile.recorded.name, item)
+                    if key in first_from:
+                        raise ValueError(
+                            f"{first_from[key]} and {files_dir} both bring {key[0]}/{item}: each call of a session "
+                            f"records its own stages (gpu_session.sh --only); give one of them; {UNCHANGED}"
+                        )
+                    first_from[key] = files_dir
+                ready.append((files_dir, profile))
+        logs = [d / "session.log" for d in calls if (d / "session.log").is_file()]
         # every check passed: from here on, the results move in
-        for profile in ready:
+        for files_dir, profile in ready:
             dest = traces / profile.recorded.name
             dest.mkdir(parents=True, exist_ok=True)
             for group in profile.groups:
@@ -277,10 +308,9 @@ def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -
                 done.append(f"{dest / group.name}: replaced by the session's {runs} runs")
             costmodel = profile.recorded / COSTMODEL
             calibration = sorted(f for f in costmodel.iterdir() if f.is_file()) if costmodel.is_dir() else []
-            log = files_dir / "session.log"
             copies = {dest / COSTMODEL / f.name: _copy_of(f) for f in calibration}
-            if log.is_file():
-                copies[dest / COSTMODEL / "gpu_session.log"] = _copy_of(log)
+            if logs:
+                copies[dest / COSTMODEL / "gpu_session.log"] = _joined(logs)
             write_atomic_all(copies)  # one set: the machine record and its calibration table never mixed
             if calibration:
                 done.append(f"{dest / COSTMODEL}: calibration replaced, {profile.joined} Gram Newton-Schulz rows joined")
@@ -290,6 +320,20 @@ def ingest(files_dir: Path, traces: Path, docs: Path, allow_cpu: bool = False) -
     return done
 
 
+def _joined(logs: list[Path]):
+    """A writer of the calls' logs, one after the other (one log: its bytes as they are)."""
+    if len(logs) == 1:
+        return _copy_of(logs[0])
+
+    def write(tmp) -> None:
+        with open(tmp, "wb") as out:
+            for log in logs:
+                out.write(f"==> {log} <==\n".encode())
+                out.write(log.read_bytes())
+
+    return write
+
+
 def _copy_of(source: Path):
     """A writer of ``source``'s bytes to the path it is given (for write_atomic_all)."""
     return lambda tmp: shutil.copyfile(source, tmp)
@@ -297,7 +341,13 @@ def _copy_of(source: Path):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.gpu_ingest", description=__doc__.split("\n\n")[0])
-    parser.add_argument("files_dir", type=Path, help="the folder the session's OUT files came back to")
+    parser.add_argument(
+        "files_dirs",
+        type=Path,
+        nargs="+",
+        metavar="FILES_DIR",
+        help="the folder the session's OUT files came back to; several: one per call of the session (--only)",
+    )
     parser.add_argument("--traces", type=Path, default=Path("traces"))
     parser.add_argument("--docs", type=Path, default=Path("docs/gpu.md"))
     parser.add_argument(
@@ -305,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="take a CPU's archive too (gpu_session.sh --dry-run's): for testing the script, never into the dataset's traces",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # the folders before or after the options
     try:
-        for line in ingest(args.files_dir, args.traces, args.docs, allow_cpu=args.allow_cpu):
+        for line in ingest(args.files_dirs, args.traces, args.docs, allow_cpu=args.allow_cpu):
             print(line)
     except (ValueError, OSError, tarfile.TarError) as exc:
         print(f"gpu_ingest: {exc}", file=sys.stderr)
