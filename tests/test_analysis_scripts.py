@@ -86,5 +86,6 @@ def test_muon_vs_adam_keeps_the_study_configs_unless_the_protocol_takes_none(arg
 
 def test_the_tools_package_names_every_tool():
     listed = ast.get_docstring(ast.parse((REPO / "tools" / "__init__.py").read_text()))
-    names = [p.stem for p in (REPO / "tools").glob("*.py") if p.stem != "__init__"] + ["gpu_session.sh"]
+    names = [p.stem for p in (REPO / "tools").glob("*.py") if p.stem != "__init__"]
+    names += [p.name for p in (REPO / "tools").glob("*.sh")]
     assert [n for n in names if n not in listed.split()] == []

@@ -9,8 +9,11 @@ study_hta_check     the original study's traces: our per-step NCCL time against 
 paired_versions     two versions of the package on the same benchmark runs, in paired rounds: is the new one slower?
 gram_ns_bench       Gram Newton-Schulz (its PyPI package) beside ours at the 369M and 7B shapes, on one GPU
                     (``python tools/gram_ns_bench.py``; a stage of gpu_session.sh)
-gpu_session.sh      one GPU session's stages, packed for the trip back (``bash tools/gpu_session.sh OUT [--dry-run]``)
-gpu_ingest          a GPU session's results into traces/ and docs/gpu.md, checked whole first
+gpu_session.sh      one GPU session's stages, packed for the trip back (``bash tools/gpu_session.sh OUT [--dry-run]
+                    [--only STAGES]``)
+gpu_wheels.sh       Gram Newton-Schulz's wheels for the device's Python, fetched into .whl/ for a device call to carry
+device_tree         the dataset's artifacts held beside the checkout while a device call sends it (at most 64 MiB)
+gpu_ingest          a GPU session's results (one call's or several's) into traces/ and docs/gpu.md, checked whole first
 
 Their shared parts, not run alone: bench_process and bench_trace (the benchmarks' child processes and large
 trace), cli_cases and contrib_cases (the fuzzers' cases), forked (one command per forked child, under limits).
