@@ -73,6 +73,94 @@ def test_generated_blocks_need_their_markers(tmp_path):
         with_blocks(only_claims, REPO / "metrics", ("claims", "cost model"))
 
 
+def test_the_benchmark_blocks_are_made_from_the_result_file_alone_without_the_metrics(tmp_path):
+    """docs/performance.md's block reads the benchmark's result file it is given, not metrics/ (here none) nor the
+    result file beside it (here none either)."""
+    from muon_repro.report.readme import markers, with_blocks
+
+    begin, end = markers("benchmark table")
+    assert "generated from docs/analysis_benchmark.json" in begin and end == "<!-- benchmark table: end -->"
+    committed = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    head, _, rest = committed.partition(begin)
+    emptied = f"{head}{begin}\n{end}{rest.partition(end)[2]}"
+    benchmark = REPO / "docs" / "analysis_benchmark.json"
+    assert with_blocks(emptied, tmp_path / "metrics", ("benchmark table",), benchmark=benchmark) == committed
+
+
+def test_the_3d_sentence_is_empty_for_a_profile_that_measured_neither_pipeline_claim(report_data):
+    from dataclasses import replace
+
+    from muon_repro.report.claims_section import claim_measured
+    from muon_repro.report.readme import pipeline_said
+    from muon_repro.report.stated import row_of
+
+    said = pipeline_said(report_data)
+    profile = report_data.profiles[0]
+    for cid in ("hybrid_survives_pp", "bubble_hides_step"):  # each claim: its value and verdict, as the claims table
+        row = row_of(report_data.claims, "claim_id", cid, profile)
+        assert f"{claim_measured(row)}, {row['verdict']} (at most" in said
+    assert said.startswith(f"3-D parallelism on {profile} (DP x TP x PP") and said.count("; ") == 1
+    claims = report_data.claims
+    without = claims[~claims["claim_id"].isin(["hybrid_survives_pp", "bubble_hides_step"])]
+    assert pipeline_said(replace(report_data, claims=without)) == ""
+
+
+def test_the_sweep_block_says_when_there_is_no_sweep_and_shows_a_missing_value_as_a_dash(report_data):
+    from dataclasses import replace
+
+    from muon_repro.report.readme import sweep_markdown
+    from muon_repro.report.regime_figures import main_axis
+
+    no_sweep = replace(report_data, regimes=report_data.regimes.iloc[0:0])
+    assert sweep_markdown(no_sweep) == "No regime sweep in metrics/: `muon-repro regimes` records it."
+    regimes = report_data.regimes.copy()
+    main = main_axis(regimes)
+    fewest, most = main["tokens_per_step"].min(), main["tokens_per_step"].max()
+    regimes.loc[main.index[main["tokens_per_step"] == fewest], "optimizer_share"] = float("nan")
+    regimes.loc[main.index[main["tokens_per_step"] == most], "muon_extra"] = float("nan")
+    rows = sweep_markdown(replace(report_data, regimes=regimes)).splitlines()[2:]
+    assert rows and all(row.split(" | ")[1] == "–" for row in rows)  # the share at the fewest tokens
+    assert all(row.split(" | ")[3].startswith("– [") for row in rows)  # Muon's extra time at the most
+
+
+def test_the_module_rewrites_every_generated_block_in_every_document_that_has_one(tmp_path, monkeypatch, capsys):
+    """`python -m muon_repro.report.readme --root R` fills each block of each document of R that the repository's
+    documents mark as generated (each block a stand-in here: which block lands where is checked, not its text)."""
+    from muon_repro.report import readme
+
+    monkeypatch.setattr(readme, "load", lambda metrics_dir: None)
+    monkeypatch.setattr(readme, "BLOCKS", {name: lambda data, name=name: f"made {name}" for name in readme.BLOCKS})
+    stand_ins = {name: lambda record, name=name: f"made {name}" for name in readme.BENCHMARK_BLOCKS}
+    monkeypatch.setattr(readme, "BENCHMARK_BLOCKS", stand_ins)
+    monkeypatch.setattr(readme, "load_benchmark", lambda path: {})
+    marked = {}  # document: the blocks it marks as generated, in its order
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        names = re.findall(r"^<!-- ([a-z ]+): generated from ", path.read_text(encoding="utf-8"), re.MULTILINE)
+        if names:
+            marked[path.relative_to(REPO).as_posix()] = names
+    assert marked["README.md"][:2] == ["regenerate", "claims"] and "docs/method.md" in marked
+    (tmp_path / "docs").mkdir()
+    for target, names in marked.items():
+        (tmp_path / target).write_text("".join(f"{b}\nstale\n{e}\n" for b, e in map(readme.markers, names)), encoding="utf-8")
+    assert readme.main(["--root", str(tmp_path), "--metrics", str(tmp_path / "metrics")]) == 0
+    for target, names in marked.items():
+        expected = "".join(f"{b}\nmade {name}\n{e}\n" for name, (b, e) in zip(names, map(readme.markers, names)))
+        assert (tmp_path / target).read_text(encoding="utf-8") == expected, target
+    assert capsys.readouterr().out.count("updated the ") == len(marked)
+
+
+def test_a_generated_table_escapes_each_cell_and_leaves_out_the_dropped_column():
+    """Cells may quote run text (a GPU's name): a '|' in one cannot add a column, a tag cannot open."""
+    from muon_repro.report.readme import _table
+
+    rows = [["GPU | evil", "<b>x</b>", "not shown"]]
+    assert _table(["name", "value", "fails if"], rows, drop="fails if") == [
+        "| name | value |",
+        "|---|---|",
+        "| GPU \\| evil | &lt;b>x&lt;/b> |",
+    ]
+
+
 def test_the_readme_is_short_and_never_calls_the_original_study_the_seed():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200

@@ -61,6 +61,34 @@ def test_a_folders_name_says_its_trial_even_trial0(tmp_path):
     assert rundir.RunDir(_trial(tmp_path / "single", trial=2)).trial == 2
 
 
+def test_a_folder_without_a_key_is_keyed_by_its_path_below_the_root(tmp_path):
+    """config.json's key names the run; without one the folder's path below the root does, whole."""
+    _trial(tmp_path / "g" / "run" / "trial0", key="")
+    assert rundir.trial_folders(tmp_path) == {f"{PROFILE}/g/run/trial0": [tmp_path / "g" / "run" / "trial0"]}
+
+
+def test_a_folder_whose_environment_describes_no_profile_is_left_out_and_the_others_are_read(tmp_path):
+    _trial(tmp_path / "g" / "run" / "trial0")
+    rundir.RunDir(tmp_path / "g" / "bad" / "trial0").write({"key": "g/bad"}, {"profile": 1.5}, [], "")  # no profile id
+    rundir.RunDir(tmp_path / "g" / "none" / "trial0").write({"key": "g/none"}, {}, [], "")  # no environment: unknown
+    assert rundir.trial_folders(tmp_path) == {
+        f"{PROFILE}/g/run": [tmp_path / "g" / "run" / "trial0"],
+        "unknown/g/none": [tmp_path / "g" / "none" / "trial0"],
+    }
+
+
+def test_an_unreadable_side_file_of_each_kind_is_named_and_an_absent_one_is_not(tmp_path):
+    folder = tmp_path / "trial0"
+    folder.mkdir()
+    for name in (rundir.CONFIG_FILE, rundir.ENVIRONMENT_FILE, rundir.METRICS_FILE):
+        (folder / name).write_text("{")
+    run = rundir.RunDir(folder)
+    assert sorted(run.unreadable_side_files()) == ["config.json", "environment.json", "metrics.json"]
+    assert run.ranks == [] and run.environment == {}  # read as empty besides
+    (folder / rundir.METRICS_FILE).unlink()
+    assert sorted(rundir.RunDir(folder).unreadable_side_files()) == ["config.json", "environment.json"]
+
+
 # ---------------------------------------------------------------- what makes a trial complete
 
 
@@ -85,6 +113,117 @@ def test_recorded_steps_leave_out_the_profilers_wait_and_warm_up_steps(tmp_path)
     run = rundir.RunDir(tmp_path / "trial0")
     run.write({"key": "g/run", "wait": 1, "warmup": 1}, {"profile": PROFILE}, ranks, "")
     assert rundir.RunDir(run.path).recorded_steps() == [(12.0, 2.0), (20.0, 3.0)]
+
+
+def test_a_step_that_any_rank_did_not_time_is_left_out_of_the_recorded_and_the_timed_steps(tmp_path):
+    """A step lasts as long as its slowest rank, and its optimizer step is the mean over ranks: a step one rank has no
+    time for (None) has neither, so it is left out, not taken from the ranks that timed it."""
+    ranks = [
+        RankMetrics(
+            rank=0,
+            step_ms=[10.0, None, 30.0],
+            optimizer_ms=[1.0, 2.0, 3.0],
+            timed_step_ms=[5.0, 6.0, None],
+            timed_optimizer_ms=[1.0, 2.0, 3.0],
+        ),
+        RankMetrics(
+            rank=1,
+            step_ms=[12.0, 20.0, 28.0],
+            optimizer_ms=[3.0, 4.0, 5.0],
+            timed_step_ms=[7.0, 4.0, 9.0],
+            timed_optimizer_ms=[3.0, None, 5.0],
+        ),
+    ]
+    run = rundir.RunDir(tmp_path / "trial0")
+    run.write({"key": "g/run"}, {"profile": PROFILE}, ranks, "")
+    read = rundir.RunDir(run.path)
+    assert read.recorded_steps() == [(12.0, 2.0), (30.0, 4.0)]
+    assert read.timed_steps() == [(7.0, 2.0)]  # step 1: rank 1's optimizer untimed; step 2: rank 0's step
+
+
+def test_a_run_that_one_rank_timed_without_the_profiler_has_no_timed_steps(tmp_path):
+    ranks = [
+        RankMetrics(rank=0, timed_step_ms=[5.0, 6.0], timed_optimizer_ms=[1.0, 2.0]),
+        RankMetrics(rank=1),
+    ]
+    run = rundir.RunDir(tmp_path / "trial0")
+    run.write({"key": "g/run"}, {"profile": PROFILE}, ranks, "")
+    assert rundir.RunDir(run.path).timed_steps() == []
+
+
+# ---------------------------------------------------------------- names and records beside the runs
+
+
+def test_nested_environment_fields_are_keyed_by_their_whole_path():
+    assert rundir.flatten({"a": {"b": {"c": 1}, "d": 2}, "e": 3}) == {"a.b.c": 1, "a.d": 2, "e": 3}
+
+
+def test_a_trace_is_any_visible_json_file_but_the_records_beside_the_runs():
+    for name in ("rank0.json.gz", "rank0.json", "trace_muon_rank1.json", "x.pt.trace.json.gz"):
+        assert rundir.is_trace_file(name), name
+    for name in (*rundir.NON_TRACE_FILES, ".rank0.json", ".rank0.json.gz", "log.txt", "rank0.json.gz.tmp"):
+        assert not rundir.is_trace_file(name), name
+
+
+def test_the_rank_of_a_trace_is_read_from_the_names_we_write_gzipped_or_not():
+    assert [rundir.trace_rank(rundir.trace_name(r)) for r in (0, 3, 12)] == [0, 3, 12]
+    assert rundir.trace_rank("rank3.json") == 3
+    for name in ("rank3.json.gz.tmp", "xrank3.json", "rank.json", "rank3.jsonl"):
+        assert rundir.trace_rank(name) is None, name
+
+
+def test_a_measured_compute_machine_name_splits_back_into_its_links_and_device():
+    name = rundir.measured_compute_machine("4xRTXA4000-pcie-nccl", "H100")
+    assert rundir.split_measured_compute(name) == ("4xRTXA4000-pcie-nccl", "H100")
+    assert rundir.split_measured_compute("4xRTXA4000-pcie-nccl") is None
+    assert rundir.split_measured_compute("a+b") is None  # a plus without the suffix
+
+
+def test_a_costmodel_folder_takes_the_profile_of_the_machine_calibrated_beside_it(tmp_path):
+    assert rundir.costmodel_profile(tmp_path) == "unknown"  # no machine.json
+    machine = tmp_path / rundir.MACHINE_FILE
+    rundir.write_json(machine, {"profile": PROFILE, "name": "other-machine"})
+    assert rundir.costmodel_profile(tmp_path) == PROFILE  # its profile field wins over its name
+    rundir.write_json(machine, {"name": "4xA100-pcie-nccl"})
+    assert rundir.costmodel_profile(tmp_path) == "4xA100-pcie-nccl"
+    rundir.write_json(machine, {"name": "../outside"})  # a name that is no profile id cannot become a folder
+    assert rundir.costmodel_profile(tmp_path) == "unknown"
+
+
+def test_a_convergence_record_takes_its_profile_from_its_environment_else_from_its_cores_and_backend():
+    environment = {"profile": "4xH100-nvlink-nccl", "cpu_count": 2}
+    assert rundir.convergence_profile({"environment": environment, "backend": "gloo"}) == "4xH100-nvlink-nccl"
+    assert rundir.convergence_profile({"environment": {"cpu_count": 2}, "backend": "gloo"}) == "cpu-2c-gloo"
+
+
+def test_the_study_folders_are_those_marked_by_its_provenance_file_and_none_hidden(tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / rundir.STUDY_PROVENANCE_FILE).write_text("{}")
+    trace = study / "trace_muon_rank0.json"
+    trace.write_text("{}")
+    (study / "notes.json").write_text("{}")
+    staging = tmp_path / ".staging" / "study"
+    staging.mkdir(parents=True)
+    (staging / rundir.STUDY_PROVENANCE_FILE).write_text("{}")
+    assert rundir.study_folders([trace]) == [study]
+    assert rundir.study_folders([study / "notes.json"]) == []  # a file beside it that is not one of the study's traces
+    assert rundir.study_folders([tmp_path, trace]) == [study]  # each once; the staging copy is left out
+
+
+def test_only_the_study_protocols_runs_are_protocol_folders(tmp_path):
+    _trial(tmp_path / "g" / "run" / "trial0", protocol="other")
+    for protocol in rundir.STUDY_PROTOCOLS:
+        _trial(tmp_path / "protocols" / protocol / "trial0", protocol=protocol)
+    assert rundir.protocol_of(tmp_path / "g" / "run" / "trial0") is None
+    assert rundir.protocol_of(tmp_path / "protocols" / "study-equal-work" / "trial0") == "study-equal-work"
+    assert rundir.protocol_folders([tmp_path]) == [tmp_path / "protocols" / p / "trial0" for p in ("study", "study-equal-work")]
+    assert "g/run" in " ".join(rundir.trial_folders(tmp_path))  # a protocol of no study is a benchmark run
+
+
+def test_a_compact_record_has_no_whitespace_and_the_default_one_indents_by_one():
+    assert rundir.json_text({"a": [1, 2]}, compact=True) == '{"a":[1,2]}'
+    assert rundir.json_text({"a": [1, 2]}) == '{\n "a": [\n  1,\n  2\n ]\n}'
 
 
 # ---------------------------------------------------------------- the job: --from, and what it checks first

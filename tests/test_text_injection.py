@@ -246,3 +246,61 @@ def test_the_html_of_a_sentence_shows_its_code_spans_as_code_and_escapes_the_res
     assert html_inline("`` a`b ``, one ` alone") == "<code>a`b</code>, one ` alone"  # CommonMark: padding stripped
     assert html_inline(f"a{ESC}[31m") == "a\\x1b[31m" and html_inline("cpu-2c-gloo/x_y *z*") == "cpu-2c-gloo/x_y *z*"
     assert html_inline(Markup("<strong>ours</strong>")) == "<strong>ours</strong>"  # a macro's own HTML, as it is
+
+
+def test_every_kind_of_control_character_shows_as_an_escape_on_one_line():
+    from muon_repro.report.escape import one_line
+
+    assert one_line("a\u202eb") == "a\\u202eb"  # a bidi override (Cf) would reorder what follows it
+    assert one_line("a\u2028b\u2029c") == "a\\u2028b\\u2029c"  # line and paragraph separators break a line
+    assert one_line("a\x7f") == "a\\x7f"  # DEL is no printable ASCII
+    assert one_line("a\r\n\tb") == "a\\r\\n\\tb"
+
+
+def test_a_code_block_keeps_its_newlines_and_tabs_and_shows_its_other_controls():
+    from muon_repro.report.escape import block_text
+
+    assert block_text("GPU0\tX\nGPU1\tNV4") == "GPU0\tX\nGPU1\tNV4"
+    assert block_text("GPU0\tX\n\x1b[4mGPU1") == "GPU0\tX\n\\x1b[4mGPU1"
+
+
+def test_a_code_span_is_padded_only_around_text_it_would_lose_and_escapes_a_cells_pipe():
+    from muon_repro.report.escape import inline_code
+
+    assert inline_code(" x") == "`  x `" and inline_code("x ") == "` x  `"  # a renderer strips one space each side
+    assert inline_code(" ") == "` `"  # only spaces: a renderer keeps them
+    assert inline_code("a|b", in_table=True) == "`a\\|b`" and inline_code("a|b") == "`a|b`"
+
+
+def test_a_shell_word_is_one_quoted_line():
+    from muon_repro.report.escape import shell_word
+
+    assert shell_word("0123abcd") == "0123abcd" and shell_word("https://example.org/x") == "https://example.org/x"
+    assert shell_word("a b\nrm -rf ~") == "'a b\\nrm -rf ~'"
+
+
+def test_a_sentence_starts_no_block_of_any_kind_where_it_begins_a_line():
+    from muon_repro.report.escape import markdown_cell, markdown_inline
+
+    assert markdown_inline("1) x") == "1\\) x" and markdown_inline("> quote") == "\\> quote"
+    assert markdown_inline("~~~x") == "\\~~~x" and markdown_inline("___") == "\\___" and markdown_inline("* * *") == "\\* * *"
+    # in a cell, or where the sentence does not begin a line, the same text is left as it is
+    assert markdown_inline("# h", line_start=False) == "# h" and markdown_cell("> q") == "> q"
+
+
+def test_a_sentence_opens_no_link_comment_or_entity_and_no_backslash_eats_what_follows():
+    from muon_repro.report.escape import markdown_cell, markdown_inline
+
+    assert markdown_cell("[a][b]") == "[a\\][b]"  # a reference link
+    assert markdown_inline("x <!-- c --> <?p?>") == "x &lt;!-- c --> &lt;?p?>"
+    assert markdown_inline("&#65; &#x41; &copy;") == "&amp;#65; &amp;#x41; &amp;copy;"
+    assert markdown_inline("ends in \\") == "ends in \\\\"  # last: it would escape the document's next character
+    assert markdown_inline("a\\b") == "a\\b"  # before a letter a backslash escapes nothing
+
+
+def test_text_wholly_a_runs_escapes_every_markdown_special_on_one_trimmed_line():
+    from muon_repro.report.escape import markdown_text
+
+    assert markdown_text("~x~ a\\b") == "\\~x\\~ a\\\\b"
+    assert markdown_text("R&D") == "R&amp;D"
+    assert markdown_text("  host\n") == "host"

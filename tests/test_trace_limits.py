@@ -315,6 +315,36 @@ def test_a_side_file_over_the_size_limit_is_refused_without_reading_it_all(tmp_p
     assert read_json(env) is None
 
 
+def test_a_side_file_of_exactly_the_size_limit_is_read_and_one_byte_more_is_not(tmp_path):
+    env = tmp_path / "environment.json"
+    head, tail = b'{"pad": "', b'"}'
+    pad = MAX_SIDE_FILE_BYTES - len(head) - len(tail)
+    env.write_bytes(head + b"x" * pad + tail)
+    assert env.stat().st_size == MAX_SIDE_FILE_BYTES == 16 * MIB
+    assert len(load_json(env)["pad"]) == pad
+    env.write_bytes(head + b"x" * (pad + 1) + tail)
+    with pytest.raises(SideFileError, match=r"environment\.json: larger than 16 MiB, the limit for a side file"):
+        load_json(env)
+
+
+def test_a_side_files_nan_and_infinity_read_as_null(tmp_path):
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text('{"step_ms": [1.5, NaN, Infinity, -Infinity]}')
+    assert load_json(metrics) == {"step_ms": [1.5, None, None, None]}
+
+
+def test_a_missing_or_non_object_side_file_is_refused_naming_the_file_and_read_as_absent(tmp_path):
+    config = tmp_path / "config.json"
+    with pytest.raises(SideFileError, match=r"config\.json: cannot read") as refused:
+        load_json(config)
+    assert refused.value.path == str(config) and refused.value.problem.startswith("cannot read")
+    assert read_json(config) is None
+    config.write_text("[1, 2]")
+    with pytest.raises(SideFileError, match=r"config\.json: not a JSON object \(a list\)"):
+        load_json(config)
+    assert read_json(config) is None
+
+
 def test_a_run_folder_with_a_deep_config_is_left_out_by_name(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
