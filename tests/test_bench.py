@@ -356,3 +356,64 @@ def test_the_console_reads_a_trial_as_the_tables_do():
     assert (result.loss_first, result.loss_last) == pytest.approx((mean.iloc[0], mean.iloc[-1]), rel=1e-9)
     table = format_results([result])
     assert "slowest rank" in table and f"{result.timed_step_ms:.1f}" in table
+
+
+def test_a_trials_summary_takes_the_medians_of_the_slowest_ranks_step_and_the_ranks_mean_optimizer_step(tmp_path):
+    """Made-up steps of two ranks (after the profiler's warm-up step, left out): the slowest rank's step per step
+    is 12, 30, 26 ms (median 26), the ranks' mean optimizer step 2, 3, 4 ms (median 3); timed steps likewise."""
+    from muon_repro.bench.sweep import Recording, _summary
+    from muon_repro.run_records import RankMetrics
+
+    cfg = resolve(CONFIG, "tiny")
+    assert (cfg.wait or 0) + (cfg.warmup or 0) == 1
+    ranks = [
+        RankMetrics(
+            rank=0,
+            step_ms=[99.0, 10.0, 30.0, 20.0],
+            optimizer_ms=[99.0, 1.0, 2.0, 3.0],
+            loss=[4.0, 3.5, 3.0, 2.0],
+            timed_step_ms=[5.0, 7.0, 6.0],
+            timed_optimizer_ms=[1.0, 1.0, 1.0],
+        ),
+        RankMetrics(
+            rank=1,
+            step_ms=[99.0, 12.0, 28.0, 26.0],
+            optimizer_ms=[99.0, 3.0, 4.0, 5.0],
+            loss=[4.2, 3.5, 3.0, 2.4],
+            timed_step_ms=[6.0, 6.0, 9.0],
+            timed_optimizer_ms=[1.0, 1.0, 1.0],
+        ),
+    ]
+    RunDir(tmp_path / "trial0").write(cfg.to_dict(), {}, ranks, "")
+    result = _summary(Recording(cfg, 0, 1, tmp_path / "trial0"), "recorded")
+    assert (result.step_ms, result.optimizer_ms, result.timed_step_ms) == (26.0, 3.0, 7.0)
+    assert (result.loss_first, result.loss_last) == pytest.approx((4.1, 2.2))
+
+
+def test_the_closing_table_puts_each_value_under_its_column_and_a_dash_where_a_trial_has_none():
+    from muon_repro.bench.sweep import RunResult, format_results
+
+    traced = RunResult("g/traced", 0, Path("x"), "recorded", step_ms=45.61, optimizer_ms=7.94, timed_step_ms=12.34)
+    traced.loss_first, traced.loss_last = 2.5, 2.25
+    timed_only = RunResult("g/timed_only", 1, Path("y"), "skipped", timed_step_ms=8.0)
+    header, columns, *rows = format_results([traced, timed_only]).splitlines()
+    assert "slowest rank" in header
+    assert columns.split()[:6] == ["config", "trial", "status", "timed", "ms", "step"]
+    assert rows[0].split() == ["g/traced", "0", "recorded", "12.3", "45.6", "7.9", "2.500", "->", "2.250"]
+    assert rows[1].split() == ["g/timed_only", "1", "skipped", "8.0", "-", "-", "-"]
+
+
+def test_the_workers_stderr_is_kept_in_the_log_rank_by_rank_leaving_out_ranks_that_said_nothing(tmp_path):
+    from muon_repro.bench.sweep import _append_worker_stderr
+
+    said = {"0": "warning: zero\n", "2": "", "9": "nine", "10": "a profiler note"}  # rank 2 said nothing; 10 comes after 9
+    for rank, text in said.items():
+        (tmp_path / "stderr" / rank).mkdir(parents=True)
+        (tmp_path / "stderr" / rank / "stderr.log").write_text(text)
+    log = tmp_path / "log.txt"
+    log.write_text("recorded\n")
+    _append_worker_stderr(log, tmp_path / "stderr")
+    sections = ["--- rank 0 stderr ---\nwarning: zero", "--- rank 9 stderr ---\nnine", "--- rank 10 stderr ---\na profiler note"]
+    assert log.read_text() == "recorded\n" + "\n".join(sections) + "\n"
+    _append_worker_stderr(tmp_path / "no trial" / "log.txt", tmp_path / "stderr")  # no log: nothing is made
+    assert not (tmp_path / "no trial").exists()

@@ -96,6 +96,30 @@ def test_the_converge_config_holds_its_limits_in_python_too():
     ConvergeConfig("muon", 1e-3, layers=1024, hidden=2**17, seq_len=2**22, batch=16)  # at the limits: accepted
 
 
+def test_a_converge_plan_takes_as_many_seeds_as_bench_takes_rounds_and_not_one_more():
+    from muon_repro.bench.configs import MAX_TRIALS
+    from muon_repro.converge.config import ConvergeConfig
+    from muon_repro.converge.sweep import ConvergePlan
+
+    lrs = {"muon": (1e-3,), "adamw": (1e-3,)}
+    assert ConvergePlan(ConvergeConfig("muon", 1e-3), lrs, seeds=MAX_TRIALS).seeds == MAX_TRIALS
+    with pytest.raises(ValueError, match=f"ConvergePlan.seeds={MAX_TRIALS + 1:,} is past the limit of {MAX_TRIALS:,}"):
+        ConvergePlan(ConvergeConfig("muon", 1e-3), lrs, seeds=MAX_TRIALS + 1)
+
+
+def test_converge_into_an_out_that_is_a_file_is_refused_before_the_corpus_is_read(tmp_path, monkeypatch):
+    from muon_repro.converge import sweep as converge_sweep
+    from muon_repro.converge.config import ConvergeConfig
+
+    monkeypatch.setattr(converge_sweep, "prepare_data", lambda *args: pytest.fail("the corpus was read"))
+    target = tmp_path / "traces.txt"
+    target.write_text("not a folder\n")
+    plan = converge_sweep.ConvergePlan(ConvergeConfig("muon", 1e-3), {"muon": (1e-3,), "adamw": (1e-3,)})
+    with pytest.raises(ValueError, match=f"--out {target} is a file, not a folder"):
+        converge_sweep.converge(plan, target, progress=False, profile=PROFILE)
+    assert target.read_text() == "not a folder\n" and sorted(tmp_path.iterdir()) == [target]
+
+
 # ---------------------------------------------------------------- 2. bench and run: the rounds' limit
 
 
@@ -164,6 +188,25 @@ def test_a_whole_trial_is_skipped(tmp_path, launches):
     _complete_trial(tmp_path, cfg)
     (result,) = _record(tmp_path, cfg)
     assert result.status == "skipped" and launches == []
+
+
+def test_a_sweep_into_an_out_that_is_a_file_is_refused_before_anything_is_made(tmp_path, launches):
+    target = tmp_path / "traces.txt"
+    target.write_text("not a folder\n")
+    with pytest.raises(ValueError, match=f"--out {target} is a file, not a folder"):
+        _record(target, resolve(KEY, "tiny"))
+    assert launches == [] and target.read_text() == "not a folder\n" and sorted(tmp_path.iterdir()) == [target]
+
+
+def test_a_trial_without_a_ranks_trace_is_not_complete_and_is_recorded_again(tmp_path, launches):
+    """A traced trial holds one trace per rank: without one it is not skipped as complete."""
+    cfg = resolve(KEY, "tiny")
+    final = _complete_trial(tmp_path, cfg)
+    (final / "rank2.json.gz").unlink()
+    assert not sweep.is_complete(final, cfg)
+    (result,) = _record(tmp_path, cfg)
+    assert result.status == "recorded" and launches == [[f"{KEY}/trial0 (1 of 1)"]]
+    assert sweep.is_complete(final, cfg.untraced())  # a timed-only trial has no traces to miss
 
 
 def test_a_trial_whose_swap_a_kill_cut_between_its_renames_is_put_back_not_recorded_again(tmp_path, launches):

@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import replace
 from importlib import metadata
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -375,6 +376,85 @@ def test_a_record_of_an_older_format_is_not_complete(tmp_path):
         converge(ConvergePlan(cfg, {"muon": (1e-3,), "adamw": (1e-3,)}), tmp_path, jobs=3)
 
 
+def test_a_record_of_another_config_in_the_folder_is_not_that_configs_complete_run(tmp_path):
+    """The folder's name says optimizer, learning rate, steps and seed; the record's config says the rest (the model)."""
+    from muon_repro.converge.sweep import is_complete
+
+    cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
+    _write_record(tmp_path, "muon", 1e-3, 0, 4, 3.0, 0.1)
+    assert is_complete(tmp_path, cfg)
+    wider = replace(cfg, hidden=2 * cfg.hidden)
+    assert wider.name == cfg.name and not is_complete(tmp_path, wider)
+
+
+@pytest.fixture
+def launched(monkeypatch) -> list[dict]:
+    """converge's launcher replaced by a fake of a run's workers: each call gets what its dict says (``writes``: the
+    files the run leaves in its .partial folder, ``raises``: what the launch raises), and notes what it found there."""
+    from muon_repro.parallel import launch as launcher
+
+    runs: list[dict] = []
+
+    def launch(fn, world_size, cfg, data, run_dir, _backend, record_base, progress, **kwargs):
+        run = runs[len([r for r in runs if "found" in r])]
+        partial = Path(run_dir)
+        run["found"] = sorted(p.name for p in partial.iterdir())
+        for name, text in run.get("writes", {}).items():
+            (partial / name).write_text(text.replace("RECORD", json.dumps({**record_base, "config": cfg.to_dict()})))
+        if "raises" in run:
+            raise run["raises"]
+
+    monkeypatch.setattr(launcher, "launch", launch)
+    return runs
+
+
+def _run_one(out: Path, cfg: ConvergeConfig) -> float:
+    from muon_repro.converge.sweep import run_one
+
+    return run_one(cfg, None, out, "gloo", ["test"], threads=1, progress=False, profile="test-box")
+
+
+def test_a_finished_run_is_moved_into_place_whole_without_its_checkpoints(tmp_path, launched):
+    from muon_repro.converge.sweep import FORMAT_VERSION, is_complete, run_folder
+    from muon_repro.rundir import checkpoint_name, partial_dir
+
+    cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
+    final = run_folder(tmp_path, cfg)
+    final.mkdir(parents=True)
+    (final / "notes.txt").write_text("of an earlier run")  # replaced whole, as --force does
+    ckpts = {checkpoint_name(0): "0", checkpoint_name(1): "1"}
+    launched.append({"writes": {CONVERGENCE_FILE: "RECORD", "log.txt": "trained", **ckpts}})
+    assert _run_one(tmp_path, cfg) >= 0
+    assert launched[0]["found"] == []  # trained in the hidden .partial folder, made for it
+    assert sorted(p.name for p in final.iterdir()) == [CONVERGENCE_FILE, "log.txt"]
+    assert not partial_dir(final).exists() and is_complete(tmp_path, cfg)
+    record = json.loads((final / CONVERGENCE_FILE).read_text())
+    assert (record["format"], record["name"], record["command"]) == (FORMAT_VERSION, cfg.name, ["test"])
+    assert record["environment"]["profile"] == "test-box"
+
+
+def test_a_run_that_ends_without_its_record_or_fails_keeps_its_checkpoints_to_resume_from(tmp_path, launched):
+    from muon_repro.converge.sweep import run_folder
+    from muon_repro.rundir import checkpoint_name, partial_dir
+
+    class ChildFailedError(Exception):  # named as torch elastic's: what a launch raises when a worker fails
+        pass
+
+    cfg = ConvergeConfig("adamw", 1e-3, steps=4, eval_every=4)
+    final = run_folder(tmp_path, cfg)
+    partial = partial_dir(final)
+    launched.append({"writes": {checkpoint_name(0): "step 2"}})
+    without = f"converge {cfg.name}: the run finished without writing {CONVERGENCE_FILE}"
+    with pytest.raises(RuntimeError, match=re.escape(without)):
+        _run_one(tmp_path, cfg)
+    assert not final.exists() and (partial / checkpoint_name(0)).is_file()
+    launched.append({"raises": ChildFailedError("rank 1 failed: out of memory")})
+    with pytest.raises(RuntimeError, match=re.escape(f"rank 1 failed: out of memory (checkpoints kept in {partial})")):
+        _run_one(tmp_path, cfg)
+    assert launched[1]["found"] == [checkpoint_name(0)]  # the next launch resumes from it
+    assert not final.exists() and (partial / checkpoint_name(0)).is_file()
+
+
 # ---------------------------------------------------------------- synthetic records: choice, units, claim
 
 
@@ -496,6 +576,35 @@ def test_best_learning_rate_is_chosen_on_validation_never_on_test(tmp_path):
     assert set(conv[conv["best_lr"].astype(bool)]["lr"].astype(float)) == {1e-3}
     plan = ConvergePlan(ConvergeConfig("muon", 1e-3, steps=4, eval_every=4), {"muon": (1e-3, 1e-2), "adamw": (1e-2, 1e-3)})
     assert best_lr(tmp_path, plan, "muon") == best_lr(tmp_path, plan, "adamw") == 1e-3
+
+
+def test_a_diverged_run_is_never_the_sweeps_best_whatever_its_last_validation_loss(tmp_path):
+    """A run that diverged stopped early: its last evaluation, however low, is not the loss at the end of training."""
+    from muon_repro.converge.sweep import ConvergePlan, best_lr, final_val_loss
+
+    plan = ConvergePlan(ConvergeConfig("muon", 1e-3, steps=4, eval_every=4), {"muon": (1e-3, 1e-2), "adamw": (1e-3,)})
+    for lr, val in ((1e-3, 3.5), (1e-2, 2.0)):
+        _write_record(tmp_path, "muon", lr, 0, 4, val, 0.1)
+    assert best_lr(tmp_path, plan, "muon") == 1e-2
+    path = tmp_path / CONVERGENCE_GROUP / plan.sweep_config("muon", 1e-2).name / CONVERGENCE_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "diverged_at_step": 3}))
+    assert final_val_loss(tmp_path, plan.sweep_config("muon", 1e-2)) == float("inf")
+    assert best_lr(tmp_path, plan, "muon") == 1e-3
+
+
+def test_each_longer_budgets_best_learning_rate_is_chosen_on_its_own_sweep(tmp_path):
+    """AdamW at twice the steps has its own best learning rate: the higher one here, where the sweep at the base
+    length prefers the lower."""
+    from muon_repro.converge.sweep import ConvergePlan, best_lr
+
+    plan = ConvergePlan(
+        ConvergeConfig("muon", 1e-3, steps=4, eval_every=4), {"muon": (1e-3,), "adamw": (1e-3, 1e-2)}, adamw_budgets=(2,)
+    )
+    for steps, losses in ((4, (3.0, 3.5)), (8, (3.0, 2.5))):
+        for lr, val in zip((1e-3, 1e-2), losses):
+            _write_record(tmp_path, "adamw", lr, 0, steps, val, 0.1)
+    assert best_lr(tmp_path, plan, "adamw") == 1e-3
+    assert plan.best_budget_lrs(tmp_path) == {8: 1e-2}
 
 
 def test_the_lead_in_flops_and_wall_clock_is_the_lead_in_steps_times_the_cost_ratio(tmp_path):

@@ -357,6 +357,16 @@ def test_only_the_first_traced_rounds_are_profiled(tmp_path):
             plan_recordings(cfgs, tmp_path, trials=4, profile="p", traced_trials=bad)
 
 
+def test_the_traced_rounds_are_at_most_the_rounds_every_round_traced_included(tmp_path):
+    """The traced rounds are the first of the rounds recorded: as many as the rounds is every round traced, one more
+    is refused by name."""
+    plan = plan_recordings([TIMED], tmp_path, trials=2, profile="p", traced_trials=2)
+    assert [rec.cfg.profile for rec in plan] == [True, True]
+    for traced in (3, 4):
+        with pytest.raises(ValueError, match=f"--traced-trials {traced} is more than --trials 2"):
+            plan_recordings([TIMED], tmp_path, trials=2, profile="p", traced_trials=traced)
+
+
 def test_the_drain_idle_is_each_stage_s_wait_for_its_pipelines_last_backward():
     from muon_repro.analysis.timed_steps import drain_idle
 
