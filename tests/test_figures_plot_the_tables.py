@@ -428,3 +428,286 @@ def test_each_grids_label_is_centred_under_its_bars():
     assert list(ordered["run"]) == ["m22", "a22", "m41"]
     assert [label for _, label in groups] == [style.grid_label(2, 2), style.grid_label(4, 1)]
     assert [center for center, _ in groups] == pytest.approx([0.4, 2.1])
+
+
+# ---------------------------------------------------------------- convergence_sweep and leading_steps
+
+
+def _first_group(table: pd.DataFrame, convergence: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the configuration the convergence figures draw: the reference ``convergence`` group."""
+    from muon_repro.report.convergence_section import CONVERGENCE_GROUP
+
+    assert CONVERGENCE_GROUP in set(convergence["group"]) and convergence["group"].nunique() > 1
+    return table[table["group"] == CONVERGENCE_GROUP]
+
+
+def test_convergence_sweep_draws_each_rates_validation_loss_by_step_in_its_optimizers_panel(figure_data, tmp_path, kept):
+    """Per optimizer's panel (Muon left, AdamW right), one line per learning rate of the reference configuration's
+    sweep: validation loss against step in step order, in the optimizer's colour, the best rate's bold and labelled so;
+    the takeaway quotes each best rate's last validation loss and the run's steps x tokens per step."""
+    from muon_repro.report import convergence_section
+
+    conv = figure_data.convergence
+    convergence_section.convergence_sweep(conv, tmp_path / "sweep")
+    fig = kept[-1]
+    sweep = _first_group(conv, conv)
+    sweep = sweep[sweep["sweep"].fillna(False).astype(bool)].dropna(subset=["val_loss"])
+    assert set(sweep["seed"].astype(int)) == {0}
+    words = artists.words(fig)
+    for ax, opt in zip(fig.axes[:2], ("muon", "adamw")):
+        assert ax.get_title() == style.OPTIMIZER_LABELS[opt]
+        lines = {line.get_label(): line for line in ax.get_lines() if line.get_label().startswith("lr ")}
+        sub = sweep[sweep["optimizer"] == opt]
+        assert len(lines) == sub["lr"].nunique() >= 2
+        for lr, g in sub.groupby(sub["lr"].astype(float)):
+            g = g.sort_values("step")
+            best = bool(g["best_lr"].fillna(False).all())
+            line = lines[f"lr {lr:g}" + (" (best)" if best else "")]
+            assert np.array_equal(np.asarray(line.get_xdata(), float), g["step"].to_numpy(float)), (opt, lr)
+            assert np.allclose(np.asarray(line.get_ydata(), float), g["val_loss"].to_numpy(float), rtol=1e-12), (opt, lr)
+            assert line.get_color() == style.OPTIMIZER_COLORS[opt]
+            assert (line.get_linewidth() > 2) is best, (opt, lr)
+            if best:
+                said = f"{style.OPTIMIZER_LABELS[opt]} {float(g['val_loss'].iloc[-1]):.3f} at lr {lr:g}"
+                assert said in words, said
+    first = sweep.iloc[0]
+    assert int(first["steps"]) != int(first["tokens_per_step"])
+    assert f"{int(first['steps'])} steps x {int(first['tokens_per_step'])} tokens" in words
+
+
+def test_leading_steps_draws_the_headline_smoothings_curves_per_seed_and_quotes_each_seeds_last_match(
+    figure_data, tmp_path, kept
+):
+    """At the headline smoothing of the reference configuration, per seed against the Muon step: Muon's smoothed loss
+    in Muon's colour and AdamW's in AdamW's (left), the leading steps (middle), the leading ratio (right); the takeaway
+    gives each optimizer's learning rate and each seed's ratio at the last Muon step AdamW reaches."""
+    from muon_repro.report import convergence_section
+    from muon_repro.report.convergence_section import HEADLINE_ALPHA
+
+    conv, leading = figure_data.convergence, figure_data.leading_steps
+    convergence_section.leading_steps(conv, leading, tmp_path / "lead")
+    fig = kept[-1]
+    lead = _first_group(leading, conv)
+    assert leading["alpha"].astype(float).nunique() > 1
+    lead = lead[lead["alpha"].astype(float) == HEADLINE_ALPHA]
+    seeds = sorted(lead["seed"].astype(int).unique())
+    assert len(seeds) >= 2
+    drawn = [{line.get_label(): line for line in ax.get_lines()} for ax in fig.axes[:3]]
+    words = artists.words(fig)
+
+    def same(line, x, y):
+        assert np.array_equal(np.asarray(line.get_xdata(), float), x)
+        assert np.allclose(np.asarray(line.get_ydata(), float), y, rtol=1e-12, equal_nan=True)
+
+    for seed in seeds:
+        g = lead[lead["seed"].astype(int) == seed].sort_values("muon_step")
+        x = g["muon_step"].to_numpy(float)
+        for opt in ("muon", "adamw"):
+            line = drawn[0][f"{style.OPTIMIZER_LABELS[opt]}, seed {seed}"]
+            same(line, x, g[f"{opt}_loss_ewm"].to_numpy(float))
+            assert line.get_color() == style.OPTIMIZER_COLORS[opt]
+        same(drawn[1][f"seed {seed}"], x, g["leading_steps"].to_numpy(float))
+        same(drawn[2][f"seed {seed}"], x, g["leading_ratio"].to_numpy(float))
+        matched = g.dropna(subset=["adamw_matching_step"])
+        assert matched["muon_step"].max() < g["muon_step"].max(), "the committed AdamW never reaches Muon's last steps"
+        last = matched.iloc[-1]
+        assert f"seed {seed}: {float(last['leading_ratio']):+.2f} at Muon step {int(last['muon_step'])}" in words
+    first = lead.iloc[0]
+    assert float(first["muon_lr"]) != float(first["adamw_lr"])
+    assert f"Muon lr {float(first['muon_lr']):g} vs AdamW lr {float(first['adamw_lr']):g}" in words
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def test_pipeline_steps_panel_draws_each_grids_timed_step_muon_above_adamw_in_the_grids_order(figure_data, tmp_path, kept):
+    """Left panel, top to bottom in the grids' order: per grid, Muon's bar above AdamW's, each the runs table's
+    timed_step_ms of the grid's pipeline-group run of that optimizer, in its colour, its value written at its end;
+    the grid of more ranks faded, under a dashed line."""
+    from matplotlib.colors import to_hex
+
+    from muon_repro.report.pipeline_section import pipeline, pipeline_grids
+    from muon_repro.report.selection import PIPELINE_GROUP, pipeline_runs
+
+    runs = figure_data.runs
+    pipeline(runs, figure_data.stages, figure_data.claims, tmp_path / "p")
+    ax = kept[-1].axes[0]
+    group = pipeline_runs(runs)
+    grids = pipeline_grids(group)
+    smallest = min(int(g["world_size"].iloc[0]) for _, g in grids)
+    drawn = {round(b.get_y() + b.get_height() / 2, 6): b for b in artists.bars(ax)}
+    texts = {round(t.get_position()[1], 6): t for t in ax.texts}
+    assert len(drawn) == 2 * len(grids)
+    ticks = {round(float(y), 6): t.get_text().split("\n")[0] for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    for i, (grid, g) in enumerate(grids):
+        top = len(grids) - 1 - i
+        assert ticks[top] == style.grid_label(*grid)
+        for opt, dy in (("muon", 0.2), ("adamw", -0.2)):
+            rows = g[(g["optimizer"] == opt) & (g["group"] == PIPELINE_GROUP)]  # not the pipeline_bubble group's PP4
+            value = float(rows["timed_step_ms"].iloc[0])
+            bar = drawn[round(top + dy, 6)]
+            assert bar.get_x() == 0 and bar.get_width() == pytest.approx(value, rel=1e-12), (grid, opt)
+            assert to_hex(bar.get_facecolor()) == to_hex(style.OPTIMIZER_COLORS[opt]), (grid, opt)
+            assert (bar.get_alpha() < 1) is (int(g["world_size"].iloc[0]) > smallest), (grid, opt)
+            text = texts[round(top + dy, 6)]
+            assert text.get_text().strip() == f"{value:.0f}" and text.get_position()[0] == pytest.approx(value)
+    assert float(group["timed_step_ms"].iloc[0]) != float(group["step_ms"].iloc[0]), "timed and profiled steps differ"
+    worlds = [int(g["world_size"].iloc[0]) for _, g in grids]
+    assert worlds[-1] > smallest and worlds[-2] == smallest
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert [float(line.get_ydata()[0]) for line in dashed] == [0.5], "the 8-rank grid (bottom) below a dashed line"
+
+
+def test_pipeline_stages_panel_stacks_compute_bubble_and_optimizer_of_each_muon_stage(figure_data, tmp_path, kept):
+    """Right panel, top to bottom in the stages' order: per Muon stage, forward+backward less the bubble from 0, the
+    bubble after it (the two making forward+backward), then the optimizer step; labelled with its grid and stage."""
+    from matplotlib.colors import to_hex
+
+    from muon_repro.report import pipeline_section
+    from muon_repro.report.selection import pipeline_runs
+
+    runs, stages = figure_data.runs, figure_data.stages
+    pipeline_section.pipeline(runs, stages, figure_data.claims, tmp_path / "p")
+    ax = kept[-1].axes[1]
+    rows = pipeline_section.muon_stages(stages, pipeline_runs(runs))
+    by_y: dict[float, list] = {}
+    for bar in artists.bars(ax):
+        by_y.setdefault(round(bar.get_y() + bar.get_height() / 2, 6), []).append(bar)
+    labels = {round(float(y), 6): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    assert len(by_y) == len(rows) >= 4
+    colours = (pipeline_section.COMPUTE_COLOR, pipeline_section.BUBBLE_COLOR, pipeline_section.OPTIMIZER_COLOR)
+    for k, (_, s) in enumerate(rows.iterrows()):
+        y = float(len(rows) - 1 - k)
+        fwd_bwd, bubble, opt = (float(s[c]) for c in ("timed_fwd_bwd_ms", "timed_bubble_ms", "timed_optimizer_ms"))
+        expected = [0.0, fwd_bwd - bubble, fwd_bwd - bubble, bubble, fwd_bwd, opt]  # (left, width) of each part
+        drawn = by_y[y]
+        assert [float(v) for b in drawn for v in (b.get_x(), b.get_width())] == pytest.approx(expected, rel=1e-12), s["run"]
+        assert [to_hex(b.get_facecolor()) for b in drawn] == [to_hex(c) for c in colours]
+        assert labels[y].endswith(f"stage {int(s['stage'])}"), (labels[y], s["run"], s["stage"])
+    assert int(rows["stage"].min()) == 0
+
+
+# ---------------------------------------------------------------- single_device
+
+
+def test_single_device_draws_each_tokens_share_and_extra_in_percent_on_a_log_axis_with_this_devices_model(
+    report_data, tmp_path, kept
+):
+    """Per tokens per step timed on one device: Muon's optimizer share (the runs table's, its whisker from its low to
+    its high end) on the left, Muon's timed step over AdamW's less 1 on the right, each in % and labelled with its
+    value; the cost model's line is this machine's (kind this_machine), by tokens; each panel's claimed level is its
+    own quantity's; the takeaway quotes the largest tokens per step."""
+    from muon_repro.claims import PAPER_LATENCY, STUDY_SHARE
+    from muon_repro.report import gpu_section
+    from muon_repro.report.formatting import count, percent
+
+    d = report_data.of_profile("1xH200-nccl")
+    model = d.regime_model
+    mine = model[(model["kind"] == "this_machine") & (model["dp"] == 1) & (model["tp"] == 1)].sort_values("tokens_per_step")
+    # another kind of model on one device, further off: the figure draws this machine's only
+    other = mine.assign(kind="measured_compute", optimizer_share=3 * mine["optimizer_share"], muon_extra=3 * mine["muon_extra"])
+    # the shares doubled, their intervals with them: the committed share and extra at the largest tokens both write 4.9%
+    share_columns = ["optimizer_share", "optimizer_share_low", "optimizer_share_high"]
+    all_runs = d.runs.assign(**{c: 2 * d.runs[c] for c in share_columns})
+    gpu_section.single_device(all_runs, pd.concat([other, model]), tmp_path / "s", d.claims)
+    fig = kept[-1]
+    runs = all_runs[(all_runs["dp"] == 1) & (all_runs["tp"] == 1) & all_runs["timed_step_ms"].notna()]
+    muon = runs[runs["optimizer"] == "muon"].set_index("tokens_per_step").sort_index()
+    adamw = runs[runs["optimizer"] == "adamw"].set_index("tokens_per_step").sort_index()
+    assert list(muon.index) == list(adamw.index) and len(muon) >= 3
+    tokens = muon.index.to_numpy(float)
+    share = muon["optimizer_share"].to_numpy(float)
+    extra = (muon["timed_step_ms"] / adamw["timed_step_ms"] - 1).to_numpy(float)
+    assert not np.allclose(share, extra)
+    for ax, column, y, level, signed in (
+        (fig.axes[0], "optimizer_share", share, STUDY_SHARE, False),
+        (fig.axes[1], "muon_extra", extra, PAPER_LATENCY, True),
+    ):
+        assert ax.get_xscale() == "log"
+        (points,) = [line for line in ax.get_lines() if line.get_marker() == "o"]
+        assert np.array_equal(np.asarray(points.get_xdata(), float), tokens)
+        assert np.allclose(np.asarray(points.get_ydata(), float), 100 * y, rtol=1e-9), column
+        (curve,) = [line for line in ax.get_lines() if line.get_color() == "#444444"]
+        assert np.array_equal(np.asarray(curve.get_xdata(), float), mine["tokens_per_step"].to_numpy(float))
+        assert np.allclose(np.asarray(curve.get_ydata(), float), 100 * mine[column].to_numpy(float), rtol=1e-9), column
+        flat = {round(float(line.get_ydata()[0]), 9) for line in ax.get_lines() if len(set(line.get_ydata())) == 1}
+        assert round(100 * level.value, 9) in flat, column
+        assert not {round(100 * v.value, 9) for v in (STUDY_SHARE, PAPER_LATENCY) if v is not level} & flat, column
+        said = {(round(float(t.xy[0]), 6), round(float(t.xy[1]), 6)): t.get_text() for t in ax.texts if hasattr(t, "xy")}
+        for x, v in zip(tokens, y):
+            assert said[(round(x, 6), round(100 * v, 6))] == percent(v, signed=signed), (column, x)
+    whiskers = sorted((float(s[0, 0]), *sorted(float(v) for v in s[:, 1])) for s in artists.segments(fig.axes[0]))
+    expected = sorted(
+        (float(t), 100 * float(r["optimizer_share_low"]), 100 * float(r["optimizer_share_high"])) for t, r in muon.iterrows()
+    )
+    assert np.allclose(whiskers, expected, rtol=1e-9)
+    assert (muon["optimizer_share_high"] - muon["optimizer_share"]).round(9).tolist() != (
+        muon["optimizer_share"] - muon["optimizer_share_low"]
+    ).round(9).tolist(), "the committed intervals are not symmetric"
+    largest = int(tokens.argmax())
+    assert percent(share[largest]) != percent(extra[largest])
+    words = artists.words(fig)
+    assert f"At {count(tokens[largest])} tokens per step Muon's optimizer step is {percent(share[largest])} of its step" in words
+    assert f"and its step {percent(extra[largest])} longer than AdamW's" in words
+
+
+# ---------------------------------------------------------------- study_numbers
+
+
+def test_study_numbers_stacks_each_numbers_parts_by_category_with_the_rebuilt_number_at_its_end(report_data, tmp_path, kept):
+    """Per panel, top to bottom in the panel's order, every published number it names: its parts (study_method_parts,
+    in ms) stacked from 0 one after the other in their category's colour, the rebuilt number written at the stack's
+    end, our measure's black bar just under it, and the number's quantity and optimizer as its label; a thin
+    category's legend entry gives its largest part."""
+    from matplotlib.colors import to_hex
+
+    from muon_repro.report import study_section
+    from muon_repro.report.formatting import ms
+
+    method, parts = report_data.study_method, report_data.study_method_parts
+    # the last number drawn with a CPU-op part gets the smallest one: the legend's "at most" is the largest, not the last
+    last_cpu = (parts["number_id"] == "async_comm_ms_adamw") & (parts["category"] == "cpu_op (collective)")
+    assert last_cpu.sum() == 1 and float(parts.loc[last_cpu, "ms"].iloc[0]) > 0.1
+    parts = parts.assign(ms=parts["ms"].astype(float).where(~last_cpu, 0.1))
+    study_section.study_numbers(method, parts, tmp_path / "study_numbers")
+    fig = kept[-1]
+    by_id = method.set_index("number_id")
+    largest: dict[str, float] = {}
+    for ax, (_, ids) in zip(fig.axes, study_section.PANELS):
+        ids = [i for i in ids if i in by_id.index]
+        assert len(ids) >= 2
+        rows: dict[float, list] = {}
+        for bar in artists.bars(ax):
+            rows.setdefault(round(bar.get_y() + bar.get_height() / 2, 6), []).append(bar)
+        labels = {round(float(y), 6): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+        texts = {round(t.get_position()[1], 6): t for t in ax.texts}
+        assert len(labels) == len(ids)
+        for k, number_id in enumerate(ids):
+            y = float(len(ids) - 1 - k)
+            mine = parts[parts["number_id"] == number_id]
+            assert len(mine) >= 1, number_id
+            stack = rows[round(y + 0.18, 6)]
+            widths = mine["ms"].astype(float).to_numpy()
+            assert [float(b.get_width()) for b in stack] == pytest.approx(list(widths), rel=1e-12), number_id
+            assert [float(b.get_x()) for b in stack] == pytest.approx([0.0, *np.cumsum(widths)[:-1]], rel=1e-12, abs=1e-12)
+            assert [to_hex(b.get_facecolor()) for b in stack] == [
+                to_hex(study_section.CATEGORY_COLORS[c]) for c in mine["category"].astype(str)
+            ]
+            for c, v in zip(mine["category"].astype(str), widths):
+                largest[c] = max(largest.get(c, 0.0), float(v))
+            assert texts[round(y + 0.18, 6)].get_position()[0] == pytest.approx(widths.sum(), rel=1e-12), number_id
+            (ours,) = rows[round(y - 0.18, 6)]
+            assert to_hex(ours.get_facecolor()) == "#000000" and ours.get_x() == 0
+            optimizer = str(by_id.loc[number_id, "optimizer"])
+            assert labels[y] == f"{by_id.loc[number_id, 'quantity']}\n{style.OPTIMIZER_LABELS[optimizer]}", number_id
+    # the caption's panels: communication (the original run's and the async one's) left, the optimizer right; each
+    # quantity for both optimizers
+    both = [style.OPTIMIZER_LABELS[o] for o in ("muon", "adamw")]
+    for ax, numbers in zip(fig.axes[:2], (("comm", "async_comm"), ("optimizer",))):
+        shown = {tuple(t.get_text().split("\n")) for t in ax.get_yticklabels()}
+        assert shown == {(by_id.loc[f"{n}_ms_muon", "quantity"], o) for n in numbers for o in both}, shown
+    thin = [t.get_text() for legend in fig.legends for t in legend.get_texts() if "too thin to see" in t.get_text()]
+    assert thin, "the committed study has a category too thin to see"
+    for text in thin:
+        category = text.split(": at most", 1)[0]
+        assert text == f"{category}: at most {ms(largest[category])}, too thin to see"
