@@ -140,23 +140,27 @@ def test_the_session_refuses_arguments_it_does_not_take(tmp_path, args, said):
     assert not (tmp_path / "out").exists() and not (tmp_path / "--dry-run").exists()  # nothing run, nothing made
 
 
+def _fake_python(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose python3 is a shell script: it notes its call in ``$FAKE_LOG``, then runs ``body``."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(f'#!/bin/sh\necho "$PWD|$PYTHONPATH|$*" >>"$FAKE_LOG"\n{body}')
+    (fake / "python3").chmod(0o755)
+    return {"PATH": f"{fake}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"), "HOME": str(tmp_path)}
+
+
+def _session(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The session's script run from ``tmp_path`` with ``args`` after OUT, under ``env``."""
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.slow
 def test_failed_stages_are_packed_and_the_exit_says_so_from_any_folder(tmp_path):
     # every python3 fails at once: the stages run in a second, from the script's own tree, whatever the folder
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "python3").write_text('#!/bin/sh\necho "$PWD|$PYTHONPATH|$*" >>"$FAKE_LOG"\nexit 3\n')
-    (fake / "python3").chmod(0o755)
+    env = _fake_python(tmp_path, "exit 3\n")
     (tmp_path / "tmp").mkdir()
-    env = {
-        "PATH": f"{fake}:/usr/bin:/bin",
-        "FAKE_LOG": str(tmp_path / "calls.log"),
-        "TMPDIR": str(tmp_path / "tmp"),
-        "HOME": str(tmp_path),
-    }
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "out", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    done = _session(tmp_path, env, "out", "--dry-run")
     assert done.returncode == 1, done.stdout + done.stderr
     log = (tmp_path / "out" / "session.log").read_text()
     for stage in ("study", "calibrate", "accuracy", "gram", "bench"):
@@ -173,22 +177,8 @@ def test_failed_stages_are_packed_and_the_exit_says_so_from_any_folder(tmp_path)
 @pytest.mark.slow
 def test_only_the_stages_asked_for_run_and_none_else_counts_as_failed(tmp_path):
     # two calls on one warm machine: each runs its own stages, and a stage not asked for is neither run nor failed
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "python3").write_text(
-        '#!/bin/sh\necho "$*" >>"$FAKE_LOG"\n'
-        'case "$*" in *recording_profile*) echo cpu-2c-gloo;; *--traced-trials*) exit 3;; esac\n'
-    )
-    (fake / "python3").chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "FAKE_LOG": str(tmp_path / "calls.log"), "HOME": str(tmp_path)}
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "out", "--only", "accuracy,study", "--dry-run"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = _fake_python(tmp_path, 'case "$*" in *recording_profile*) echo cpu-2c-gloo;; *--traced-trials*) exit 3;; esac\n')
+    done = _session(tmp_path, env, "out", "--only", "accuracy,study", "--dry-run")
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "out" / "session.log").read_text()
     assert "stages: accuracy study" in log and "study exit 0" in log and "accuracy exit 0" in log, log
@@ -197,12 +187,5 @@ def test_only_the_stages_asked_for_run_and_none_else_counts_as_failed(tmp_path):
     assert "polar_accuracy" in calls and "--protocol study" in calls and "calibrate" not in calls, calls
     with tarfile.open(tmp_path / "out" / "gpu_runs.tar.gz") as tar:
         assert {"logs/session.log", "logs/study.log", "logs/accuracy.log"} <= set(tar.getnames())
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "out2", "--dry-run", "--only", "bench"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _session(tmp_path, env, "out2", "--dry-run", "--only", "bench")
     assert done.returncode == 1 and "not complete: bench (exit 3)" in (tmp_path / "out2" / "session.log").read_text()
