@@ -142,6 +142,33 @@ def test_a_ctrl_c_before_torch_records_the_workers_leaves_none_behind():
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+# A worker that Ctrl-C killed, seen by the launcher before its own SIGINT handler runs (a race a terminal's Ctrl-C
+# sometimes wins): here the worker raises SIGINT itself and the launcher gets none.
+_A_WORKER_KILLED_BY_CTRL_C = """
+import signal
+from muon_repro.parallel import launch
+try:
+    launch.launch(signal.raise_signal, 2, {signal})
+except launch.LaunchInterrupted as exc:
+    print("interrupted", exc.exit_code)
+except Exception as exc:
+    print("failed", launch.describe_failure(exc).splitlines()[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signal_name", "said"), [("SIGINT", "interrupted 130"), ("SIGKILL", "failed rank ")])
+def test_a_worker_killed_by_ctrl_c_is_an_interrupt_without_a_traceback(signal_name, said):
+    """Torch elastic logs a worker's death by a signal as a failure, with its traceback. For SIGINT (a terminal's Ctrl-C
+    reaches the workers) the launch says it was interrupted and nothing else; any other signal stays a failure, and
+    its log stays on the terminal."""
+    code = _A_WORKER_KILLED_BY_CTRL_C.format(signal=f"signal.{signal_name}")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(said), proc.stdout + proc.stderr
+    assert ("Traceback" in proc.stderr) == (signal_name != "SIGINT"), proc.stderr
+
+
 @contextlib.contextmanager
 def sigint_handled_by(handler) -> Iterator[None]:
     """This process's SIGINT handler for a while: a shell starts a background job (`cmd &`) with SIGINT ignored, so

@@ -19,7 +19,7 @@ from muon_repro.costmodel.machine_profile import MachineProfile, ProfileError
 from muon_repro.costmodel.workload import build_workload
 from muon_repro.model import GPT
 from muon_repro.parallel import ParallelDims
-from muon_repro.parallel.launch import SHUTDOWN_TIMEOUT_S, _shutdown_timeout
+from muon_repro.parallel.launch import CHATTY_LOGGERS, SHUTDOWN_TIMEOUT_S, _quiet_elastic_shutdown, _shutdown_timeout
 
 TINY = BenchConfig(
     group="custom", name="t", optimizer="muon", dp=1, tp=1, scale="tiny", preset="tiny", tokens_per_step=64, seq_len=16
@@ -178,6 +178,43 @@ def test_the_launcher_asks_for_a_shutdown_timeout_only_where_torch_has_one():
 
     assert _shutdown_timeout(Torch211LaunchConfig) == {}
     assert _shutdown_timeout(Torch213LaunchConfig) == {"shutdown_timeout": SHUTDOWN_TIMEOUT_S}
+
+
+def test_the_launcher_keeps_only_a_worker_killed_by_ctrl_c_off_the_terminal():
+    """Torch elastic logs a worker's death by a signal with a traceback: one that SIGINT killed is Ctrl-C, which the
+    launch reports as an interrupt; any other death and every other error still reach the terminal."""
+    import logging
+    import signal
+
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    def death(signum: int) -> ProcessExitedException:
+        name = signal.Signals(signum).name
+        return ProcessExitedException(f"process 0 terminated with signal {name}", 0, 1234, -signum, name)
+
+    logger = logging.getLogger(CHATTY_LOGGERS[-1])  # the one that logs a worker's death
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+
+        def log_each() -> None:
+            for exc in (death(signal.SIGINT), death(signal.SIGKILL), ValueError("a worker's own error")):
+                try:
+                    raise exc
+                except Exception:
+                    logger.exception("failed: %s", exc)
+            logger.warning("Closing process 1234 via signal SIGINT")
+
+        with _quiet_elastic_shutdown():
+            log_each()
+        assert logged == ["failed: process 0 terminated with signal SIGKILL", "failed: a worker's own error"]
+        logged.clear()
+        log_each()  # as it was once the launch is over
+        assert len(logged) == 4 and logged[0] == "failed: process 0 terminated with signal SIGINT"
+    finally:
+        logger.removeHandler(handler)
 
 
 # ---------------------------------------------------------------- runs timed in every round

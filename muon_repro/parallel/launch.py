@@ -178,17 +178,31 @@ def _kill_workers_left(running_before: set[BaseProcess]) -> None:
         worker.join()
 
 
+def _not_a_worker_killed_by_ctrl_c(record: logging.LogRecord) -> bool:
+    """False for torch elastic's traceback of a worker that SIGINT killed. A terminal's Ctrl-C kills the workers too,
+    and when the launcher sees one dead before its own handler runs, it logs that as a failure, with a traceback;
+    :func:`launch` reports it as the interrupt it is (:class:`LaunchInterrupted`)."""
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, ProcessExitedException) and exc.exit_code == -signal.SIGINT)
+
+
 @contextlib.contextmanager
 def _quiet_elastic_shutdown() -> Iterator[None]:
-    """Keep torch elastic's shutdown warnings ("Closing process N via signal SIGINT", one per worker) off the terminal."""
-    levels = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
-    for name in CHATTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+    """Keep torch elastic's shutdown warnings ("Closing process N via signal SIGINT", one per worker) and its
+    traceback of a worker killed by Ctrl-C off the terminal; a worker's failure still reaches it."""
+    loggers = [logging.getLogger(name) for name in CHATTY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+        logger.addFilter(_not_a_worker_killed_by_ctrl_c)
     try:
         yield
     finally:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+            logger.removeFilter(_not_a_worker_killed_by_ctrl_c)
 
 
 @contextlib.contextmanager
