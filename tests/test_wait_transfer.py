@@ -75,6 +75,37 @@ def test_dp_and_tp_calls_are_matched_within_their_own_groups():
     assert all(split[r]["matched"].all() for r in range(4))
 
 
+def test_a_group_of_one_is_unmatched_in_the_traces_as_in_the_timed_steps():
+    """DP1·TP2: each rank's DP gather has no peer; the trace analysis and the timed steps both leave it unmatched (wait
+    0, all transfer), and match the TP gather."""
+    from muon_repro.analysis.timed_steps import split_timed_waits
+
+    arrival = {0: 0.0, 1: 40.0}
+    traced = split_by_rank(
+        [
+            calls_of(r, [call(1, "dp_gather", "all_gather", 0.0, 50.0), call(1, "tp_gather", "all_gather", arrival[r], 90.0)])
+            for r in (0, 1)
+        ],
+        dp=1,
+        tp=2,
+    )
+    timed = split_timed_waits(
+        pd.DataFrame(
+            [
+                (r, 1, phase, "all_gather", group, int(start * 1000), end * 1000)
+                for r in (0, 1)
+                for phase, group, start, end in (("dp_gather", "dp", 0.0, 50), ("tp_gather", "tp", arrival[r], 90))
+            ],
+            columns=["rank", "step", "phase", "kind", "group", "start_ns", "end_ns"],
+        ),
+        dp=1,
+        tp=2,
+    )
+    for r in (0, 1):
+        assert traced[r]["matched"].tolist() == timed[timed["rank"] == r]["matched"].tolist() == [False, True]
+        assert traced[r]["wait_us"].tolist() == (timed[timed["rank"] == r]["wait_ns"] / 1000).tolist() == [0.0, 40.0 - arrival[r]]
+
+
 def test_start_skew_compares_each_call_with_its_own_groups_ranks_only():
     """The steps table's skew: DP group {1, 3} issuing 50 ms after group {0, 2} is no skew (no rank waits for a rank
     outside its group); rank 2 arriving 100 us after rank 0 in their DP group is, and rank 2 is the straggler."""

@@ -23,9 +23,10 @@ last one. Per call and rank (docs/method.md#wait-and-transfer)::
   every rank issued the same sequence of ops in that step.
 
 A call is **unmatched** (wait 0, transfer = its whole duration) when its group cannot be
-completed: a single rank's trace, a rank without ``baseTimeNanoseconds`` or without a trace, two
-traces claiming one rank, ranks of the group with unequal numbers of that (step, phase, op),
-differing world sequences, or a ``dp_`` / ``tp_`` phase without the dp and tp sizes.
+completed: a single rank's trace, a group of one rank (no peer to wait for), a rank without
+``baseTimeNanoseconds`` or without a trace, two traces claiming one rank, ranks of the group with
+unequal numbers of that (step, phase, op), differing world sequences, or a ``dp_`` / ``tp_`` phase
+without the dp and tp sizes.
 
 The **start skew** reads the same matching (:meth:`MatchedCalls.start_skew`): a rank's lateness on a matched
 call is its issue minus the earliest issue of the call's group; unmatched calls count in no skew.
@@ -273,12 +274,13 @@ def _rank_within(group: np.ndarray, order_by: np.ndarray) -> np.ndarray:
 
 def _complete(sequence: np.ndarray, collective: np.ndarray, rank: np.ndarray, group_size: np.ndarray) -> np.ndarray:
     """Calls whose sequence every rank of the group has, the same number of times on each, and
-    whose collective (k-th call) is seen once on every rank of the group."""
+    whose collective (k-th call) is seen once on every rank of the group. A group of one has no peer to match (as
+    in the timed steps, :mod:`muon_repro.analysis.timed_steps`): its calls are all transfer, unmatched."""
     per_rank = pd.DataFrame({"sequence": sequence, "rank": rank}).groupby(["sequence", "rank"]).size()
     agreement = per_rank.groupby(level="sequence").agg(["size", "min", "max"]).to_numpy()[sequence]
     calls_per_collective = np.bincount(collective)[collective]
     return (
-        (group_size > 0)
+        (group_size > 1)
         & (agreement[:, 0] == group_size)
         & (agreement[:, 1] == agreement[:, 2])
         & (calls_per_collective == group_size)
