@@ -269,6 +269,7 @@ def test_a_code_span_is_padded_only_around_text_it_would_lose_and_escapes_a_cell
 
     assert inline_code(" x") == "`  x `" and inline_code("x ") == "` x  `"  # a renderer strips one space each side
     assert inline_code(" ") == "` `"  # only spaces: a renderer keeps them
+    assert inline_code("") == inline_code("", in_table=True) == ""  # no span: "``" would show as it is
     assert inline_code("a|b", in_table=True) == "`a\\|b`" and inline_code("a|b") == "`a|b`"
 
 

@@ -98,8 +98,11 @@ def code_fence(value: object) -> str:
 def inline_code(value: object, in_table: bool = False) -> str:
     """``value`` as a Markdown code span on one line: delimited by a backtick run longer than any in it, padded
     with a space where it starts or ends with a backtick (or with a space, which the renderer would strip);
-    ``in_table``: ``|`` escaped, as a table cell needs even inside a code span."""
+    ``in_table``: ``|`` escaped, as a table cell needs even inside a code span. Empty: nothing (two backticks would
+    show as such, not as an empty span)."""
     body = one_line(value)
+    if not body:
+        return ""
     ticks = "`" * (max((len(run) for run in _BACKTICKS.findall(body)), default=0) + 1)
     padded = body[:1] in ("`", " ") or body[-1:] in ("`", " ")
     if padded and body.strip():

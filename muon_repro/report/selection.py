@@ -35,7 +35,8 @@ def _layout_first(row: pd.Series, groups: tuple[str, ...]) -> tuple:
 
 
 def grid_order(dp: int, tp: int) -> int:
-    """DP·TP hybrids first, then pure DP, then pure TP (the original study's order)."""
+    """DP·TP hybrids first, then pure DP, then pure TP (the original study's order). One rank (DP1·TP1) sorts with
+    pure TP, last; :func:`sort_runs` breaks ties between grids of one kind by wider DP first."""
     return 0 if dp > 1 and tp > 1 else (1 if dp > 1 else 2)
 
 
