@@ -361,30 +361,40 @@ def test_ctrl_c_in_a_terminal_while_the_pool_starts_stops_two_jobs_without_a_tra
     assert "muon-repro converge: interrupted" in err and "Traceback" not in err, err
 
 
-def test_a_record_of_an_older_format_is_not_complete(tmp_path):
-    from muon_repro.converge.sweep import FORMAT_VERSION, is_complete
+def test_a_record_of_an_older_format_is_not_a_record_to_keep(tmp_path):
+    from muon_repro.converge.sweep import FORMAT_VERSION, has_record
 
     cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
     _write_record(tmp_path, "muon", 1e-3, 0, 4, 3.0, 0.1)
-    assert is_complete(tmp_path, cfg)
+    assert has_record(tmp_path, cfg)
     path = tmp_path / CONVERGENCE_GROUP / cfg.name / CONVERGENCE_FILE
     path.write_text(json.dumps({**json.loads(path.read_text()), "format": FORMAT_VERSION - 1}))
-    assert not is_complete(tmp_path, cfg)  # recorded without a test split: retrained
+    assert not has_record(tmp_path, cfg)  # recorded without a test split: retrained
     with pytest.raises(ValueError, match="jobs must be one of"):
         from muon_repro.converge.sweep import ConvergePlan, converge
 
         converge(ConvergePlan(cfg, {"muon": (1e-3,), "adamw": (1e-3,)}), tmp_path, jobs=3)
 
 
-def test_a_record_of_another_config_in_the_folder_is_not_that_configs_complete_run(tmp_path):
-    """The folder's name says optimizer, learning rate, steps and seed; the record's config says the rest (the model)."""
-    from muon_repro.converge.sweep import is_complete
+def test_a_record_of_another_config_in_the_folder_is_not_that_configs_run(tmp_path):
+    """The folder's name says optimizer, learning rate, steps and seed; the record's config says the rest (the model):
+    a record there of a narrower model is named as trained otherwise, not reused."""
+    from muon_repro.converge.identity import recorded_identity
+    from muon_repro.converge.sweep import reuse_differences, run_folder
 
     cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
     _write_record(tmp_path, "muon", 1e-3, 0, 4, 3.0, 0.1)
-    assert is_complete(tmp_path, cfg)
     wider = replace(cfg, hidden=2 * cfg.hidden)
-    assert wider.name == cfg.name and not is_complete(tmp_path, wider)
+    assert wider.name == cfg.name
+    recorded = recorded_identity(json.loads((run_folder(tmp_path, cfg) / CONVERGENCE_FILE).read_text()))
+    tokenizer = {"vocab_size": recorded["vocab_size"], "sha256": recorded["tokenizer_sha256"]}
+    facts = {"spec": recorded["corpus"], "sha256": recorded["corpus_sha256"], "tokenizer": tokenizer}
+    backend = recorded["backend"]  # the text, tokenizer and backend as recorded: only the config can differ
+
+    assert reuse_differences(tmp_path, [cfg], facts, backend) == {}
+    assert reuse_differences(tmp_path, [wider], facts, backend) == {
+        cfg.name: [f"config.hidden: recorded {cfg.hidden}, asked {wider.hidden}"]
+    }
 
 
 @pytest.fixture
@@ -415,7 +425,7 @@ def _run_one(out: Path, cfg: ConvergeConfig) -> float:
 
 
 def test_a_finished_run_is_moved_into_place_whole_without_its_checkpoints(tmp_path, launched):
-    from muon_repro.converge.sweep import FORMAT_VERSION, is_complete, run_folder
+    from muon_repro.converge.sweep import FORMAT_VERSION, has_record, run_folder
     from muon_repro.rundir import checkpoint_name, partial_dir
 
     cfg = ConvergeConfig("muon", 1e-3, steps=4, eval_every=4)
@@ -427,9 +437,10 @@ def test_a_finished_run_is_moved_into_place_whole_without_its_checkpoints(tmp_pa
     assert _run_one(tmp_path, cfg) >= 0
     assert launched[0]["found"] == []  # trained in the hidden .partial folder, made for it
     assert sorted(p.name for p in final.iterdir()) == [CONVERGENCE_FILE, "log.txt"]
-    assert not partial_dir(final).exists() and is_complete(tmp_path, cfg)
+    assert not partial_dir(final).exists() and has_record(tmp_path, cfg)
     record = json.loads((final / CONVERGENCE_FILE).read_text())
     assert (record["format"], record["name"], record["command"]) == (FORMAT_VERSION, cfg.name, ["test"])
+    assert record["config"] == cfg.to_dict()
     assert record["environment"]["profile"] == "test-box"
 
 

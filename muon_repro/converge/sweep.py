@@ -166,12 +166,6 @@ def has_record(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -
     return record is not None and record.get("format") == FORMAT_VERSION
 
 
-def is_complete(out: Path, cfg: ConvergeConfig, group: str = CONVERGENCE_GROUP) -> bool:
-    """A record of this config written by this format (its data: :func:`reuse_differences`)."""
-    record = read_json(run_folder(out, cfg, group) / CONVERGENCE_FILE)
-    return record is not None and record.get("config") == cfg.to_dict() and record.get("format") == FORMAT_VERSION
-
-
 def reuse_differences(
     out: Path, cfgs: list[ConvergeConfig], facts: dict, backend: str, group: str = CONVERGENCE_GROUP
 ) -> dict[str, list[str]]:
