@@ -15,7 +15,7 @@ import pytest
 
 from muon_repro.analysis.batch_read import analyze_paths
 from muon_repro.analysis.breakdown import analyze_trace
-from muon_repro.analysis.errors import TraceError
+from muon_repro.analysis.errors import TraceError, TraceWarning
 from muon_repro.analysis.reader import read_trace
 
 DIST = {
@@ -173,7 +173,13 @@ def test_huge_integers_string_pids_missing_fields(tmp_path):
         {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 1990},
         {"ph": "s", "id": 1, "pid": 100, "tid": 1, "ts": 12, "cat": "ac2g", "name": "ac2g"},
     ]
-    trace = read_trace(write(tmp_path / "rank2.json", {"traceEvents": events}))
+    with pytest.warns(TraceWarning) as warned:
+        trace = read_trace(write(tmp_path / "rank2.json", {"traceEvents": events}))
+    said = sorted(str(w.message).split(": ", 1)[1] for w in warned)  # each names the file first
+    assert said == [
+        "event 'negative' at ts=80.0: negative dur -5.0 set to 0",
+        "event 'no ts': ts is missing or not a number: event dropped",
+    ]
     names = set(trace.events["name"].astype(str))
     assert {"huge pid", "no cat no dur", "negative", "string ts", "PyTorch Profiler (0)"} <= names
     assert "no ts" not in names
@@ -193,7 +199,8 @@ def test_nan_literals(tmp_path):
         json.dumps({"traceEvents": good_events()})[:-2]
         + ', {"ph": "X", "name": "nan", "pid": 1, "tid": 1, "ts": NaN, "dur": 1}]}'
     )
-    trace = read_trace(write(tmp_path / "nan.json", None, text=text))
+    with pytest.warns(TraceWarning, match=r"nan\.json: event 'nan': ts is missing or not a number: event dropped"):
+        trace = read_trace(write(tmp_path / "nan.json", None, text=text))
     assert "nan" not in set(trace.events["name"].astype(str))
     assert trace.notes["events_without_timestamp_dropped"] == 1
 
@@ -202,7 +209,8 @@ def test_a_boolean_ts_is_dropped_not_read_as_one(tmp_path):
     """``"ts": true`` is no time (the tolerant decoder reads the piece): the event is dropped and counted, not put
     at ts=1.0."""
     events = [*good_events(), {"ph": "X", "cat": "cpu_op", "name": "bool ts", "pid": 100, "tid": 1, "ts": True, "dur": 1}]
-    trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
+    with pytest.warns(TraceWarning, match="event 'bool ts': ts is missing or not a number: event dropped"):
+        trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
     assert "bool ts" not in set(trace.events["name"].astype(str))
     assert trace.notes["events_without_timestamp_dropped"] == 1 and trace.notes["tolerant_pieces"] >= 1
 
@@ -211,7 +219,8 @@ def test_a_ts_of_2_to_the_53_us_is_out_of_range(tmp_path):
     """float64 holds whole microseconds only below 2**53 (2**53 + 1 reads as 2**53): ts 2**53 is dropped as out
     of range, 2**53 - 1 is kept."""
     events = [*good_events(), x("at the limit", 2**53, 1), x("below the limit", 2**53 - 1, 1)]
-    trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
+    with pytest.warns(TraceWarning, match=r"event 'at the limit': ts=9007199254740992\.0 is out of range"):
+        trace = read_trace(write(tmp_path / "rank0.json", {"traceEvents": events}))
     names = set(trace.events["name"].astype(str))
     assert "below the limit" in names and "at the limit" not in names
     assert trace.notes == {"events_with_ts_out_of_range_dropped": 1}
@@ -239,7 +248,8 @@ def test_a_key_before_and_after_the_events_takes_the_later_value_as_json_does(tm
 
 def test_bare_array_and_keys_after_the_events(tmp_path):
     events = good_events(3)
-    bare = read_trace(write(tmp_path / "rank1.json", events))
+    with pytest.warns(TraceWarning, match="a bare JSON array of events, so no distributedInfo: .* rank 1 from the file name"):
+        bare = read_trace(write(tmp_path / "rank1.json", events))
     assert bare.meta.rank == 1 and len(bare.events) == sum(e["ph"] == "X" for e in events)
     # keys after the array, including arrays of objects (as in re-serialized traces)
     doc = {
