@@ -29,8 +29,9 @@ DP. Every matrix is therefore cut across ranks; each bucket's matrices are gathe
 all-gather and orthogonalized on every DP rank.
 
 ``whole_matrix`` (layer-wise, as in KellerJordan's and Dion's implementations): whole parameters
-are assigned to DP owners, Muon matrices balanced by Newton-Schulz FLOPs, the rest by size (ties
-go to the parameter earlier in buffer order); the buffer is laid out owner by owner, each owner's
+are assigned to DP owners, largest first, each to the least loaded owner: Muon matrices balanced by
+Newton-Schulz FLOPs (then elements), the rest by size; equal parameters are placed in buffer order, and
+of owners equally loaded the lowest DP rank is taken. The buffer is laid out owner by owner, each owner's
 segment padded to the largest, and inside a segment the owner's parameters keep buffer order
 (reverse model order). Every matrix is orthogonalized once, by its owner, with no DP gather; the
 price is padding in the reduce-scatter and the all-gather.
