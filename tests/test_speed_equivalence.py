@@ -28,7 +28,12 @@ def _split_by_groupby(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd
         )
         grouped = out.groupby(["step", "phase", "kind", "group", "_gid", "_ordinal"])
         seen = grouped["rank"].transform("nunique")
-        out["matched"] = (group_id >= 0) & (seen == size) & (size > 1)
+        sequence = ["step", "phase", "kind", "group", "_gid"]
+        per_rank = out.groupby([*sequence, "rank"])["start_ns"].transform("size")
+        equal = per_rank.groupby([out[c] for c in sequence]).transform("min") == per_rank.groupby(
+            [out[c] for c in sequence]
+        ).transform("max")
+        out["matched"] = (group_id >= 0) & (seen == size) & (size > 1) & equal
         out["latest_ns"] = grouped["start_ns"].transform("max").where(out["matched"])
         out = out.drop(columns=["_gid", "_ordinal"])
     wait = (out["latest_ns"] - out["start_ns"]).fillna(0.0)

@@ -106,6 +106,27 @@ def test_a_group_of_one_is_unmatched_in_the_traces_as_in_the_timed_steps():
         assert traced[r]["wait_us"].tolist() == (timed[timed["rank"] == r]["wait_ns"] / 1000).tolist() == [0.0, 40.0 - arrival[r]]
 
 
+def test_calls_made_unequally_often_are_unmatched_in_the_traces_as_in_the_timed_steps():
+    """DP2: rank 0 gathers twice in the step, rank 1 once. Which of rank 0's calls is rank 1's collective is unknown,
+    so neither path pairs any of them: all three are all transfer."""
+    from muon_repro.analysis.timed_steps import split_timed_waits
+
+    starts = {0: (0.1, 0.5), 1: (0.3,)}  # us
+    traced = split_by_rank(
+        [calls_of(r, [call(1, "dp_gather", "all_gather", t, 1.0) for t in starts[r]]) for r in (0, 1)], dp=2, tp=1
+    )
+    timed = split_timed_waits(
+        pd.DataFrame(
+            [(r, 1, "dp_gather", "all_gather", "dp", int(t * 1000), 1000) for r in (0, 1) for t in starts[r]],
+            columns=["rank", "step", "phase", "kind", "group", "start_ns", "end_ns"],
+        ),
+        dp=2,
+        tp=1,
+    )
+    assert not timed["matched"].any() and (timed["wait_ns"] == 0).all()
+    assert not any(traced[r]["matched"].any() or traced[r]["wait_us"].any() for r in (0, 1))
+
+
 def test_start_skew_compares_each_call_with_its_own_groups_ranks_only():
     """The steps table's skew: DP group {1, 3} issuing 50 ms after group {0, 2} is no skew (no rank waits for a rank
     outside its group); rank 2 arriving 100 us after rank 0 in their DP group is, and rank 2 is the straggler."""

@@ -16,7 +16,8 @@ dp_rank * tp + tp_rank, :mod:`muon_repro.parallel.mesh`). For a call seen on eve
     wait     = latest entry among the group's ranks - own entry, within [0, the call's duration]
     transfer = duration - wait = exit - latest entry (unless the rank left before it: then 0)
 
-a call not seen on every rank of its group is all transfer (wait 0), as in the trace analysis
+a call not seen on every rank of its group, or of a (step, phase, op) that the group's ranks called unequally often
+(its k-th calls need not be one collective), is all transfer (wait 0), as in the trace analysis
 (:mod:`muon_repro.analysis.waits`). Ranks on several hosts share no clock: their wait and transfer are null.
 """
 
@@ -80,13 +81,18 @@ def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd
         group_id = np.where(group == "dp", dp_group_index(rank, dp, tp), np.where(group == "tp", tp_group_index(rank, tp), -1))
         size = np.where(group == "dp", dp, np.where(group == "tp", tp, 0))
         ordinal = _ordinal(_row_groups(rank, step, phase, kind, group), start)
-        collective = _row_groups(step, phase, kind, group, group_id, ordinal)  # the k-th call of a group on each rank
+        sequence = _row_groups(step, phase, kind, group, group_id)  # a group's calls of one (phase, op) in a step
+        collective = _row_groups(sequence, ordinal)  # the k-th call of a sequence on each rank
         ranks = rank.max() + 1
         rank_in_collective = np.unique(collective * ranks + rank)  # each (collective, rank) once
         ranks_seen = np.bincount(rank_in_collective // ranks)[collective]
+        # as in the traces: where the group's ranks made a sequence's calls unequally often, none of them is paired
+        calls_per_rank = np.bincount(sequence * ranks + rank, minlength=(sequence.max() + 1) * ranks).reshape(-1, ranks)
+        made = np.where(calls_per_rank > 0, calls_per_rank, np.iinfo(np.int64).max).min(axis=1)
+        equal_counts = (calls_per_rank.max(axis=1) == made)[sequence]
         latest = np.full(collective.max() + 1, start.min())  # the latest entry per collective
         np.maximum.at(latest, collective, start)
-        out["matched"] = (group_id >= 0) & (ranks_seen == size) & (size > 1)
+        out["matched"] = (group_id >= 0) & (ranks_seen == size) & (size > 1) & equal_counts
         out["latest_ns"] = pd.Series(latest[collective], index=out.index).where(out["matched"])
     wait = (out["latest_ns"] - out["start_ns"]).fillna(0.0)
     out["wait_ns"] = np.minimum(np.maximum(wait.to_numpy(dtype=float), 0.0), out["dur_ns"].to_numpy(dtype=float))
