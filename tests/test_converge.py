@@ -14,6 +14,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+from support.convergence_records import write_record
 from support.pids import LINUX_PROC, as_from_a_terminal, children_of, wait_for
 
 from muon_repro.analysis.convergence import convergence_tables, cost_ratio, end_ratio, ewm, find_records, leading_steps
@@ -478,41 +479,13 @@ def _write_record(
     final_val: float,
     slope: float,
     *,
-    final_test: float | None = None,
-    gflop: float = 1.0,
     step_ms: float = 10.0,
-    group: str = CONVERGENCE_GROUP,
-    params: int = 1000,
+    **fields,
 ) -> None:
-    """A convergence.json as `converge` writes it, with a made-up curve (loss falls by `slope` per step)."""
-    from muon_repro.converge.sweep import FORMAT_VERSION
-
-    cfg = ConvergeConfig(opt, lr, seed=seed, steps=steps, eval_every=steps)
-    folder = root / group / cfg.name
-    folder.mkdir(parents=True)
+    """A convergence.json as `converge` writes it, with a made-up curve (loss falls by `slope` per step) and one slow
+    last step (the median ignores it); ``fields``: :func:`support.convergence_records.write_record`'s."""
     train = [5.0 - slope * s for s in range(1, steps + 1)]
-    record = {
-        "format": FORMAT_VERSION,
-        "name": cfg.name,
-        "config": cfg.to_dict(),
-        "backend": "gloo",
-        "wall_s": 1.0,
-        "environment": {"cpu_count": 2},  # cpu-2c-gloo
-        "model": {"params": params, "embedding_share": 0.25, "vocab_size": 64},
-        "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
-        "flops_per_step": {"total": round(gflop * 1e9), "orthogonalization": round((gflop - 1.0) * 1e9)},
-        "curve": {
-            "step": list(range(1, steps + 1)),
-            "train_loss": train,
-            "lr": [lr] * steps,
-            "step_ms": [step_ms] * (steps - 1) + [50 * step_ms],  # one slow step: the median ignores it
-            "eval_step": [0, steps],
-            "val_loss": [6.0, final_val],
-            "test_loss": [6.0, final_val + 0.1 if final_test is None else final_test],
-            "update_rms": [None, 0.2],
-        },
-    }
-    (folder / CONVERGENCE_FILE).write_text(json.dumps(record))
+    write_record(root, opt, lr, seed, train, final_val, step_ms=[step_ms] * (steps - 1) + [50 * step_ms], **fields)
 
 
 def test_a_runs_row_holds_its_flops_in_gflop_and_its_last_steps_losses(tmp_path):

@@ -8,16 +8,14 @@ Every expected value is derived by hand from the documented definitions (the mod
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.convergence_records import write_record
 
 from muon_repro.analysis.convergence import convergence_tables, end_ratio, ewm, find_records, leading_steps
-from muon_repro.converge.config import ConvergeConfig
-from muon_repro.rundir import CONVERGENCE_FILE, CONVERGENCE_GROUP
+from muon_repro.rundir import CONVERGENCE_FILE
 
 
 def _matches(table: pd.DataFrame) -> list[int | None]:
@@ -75,42 +73,9 @@ def test_when_adamw_never_reaches_any_muon_loss_the_end_ratio_is_unknown_and_muo
 # ---------------------------------------------------------------- the tables from records
 
 
-def _record(root: Path, opt: str, lr: float, seed: int, train: list[float], final_val: float, **cfg_fields) -> None:
-    """A convergence.json as `converge` writes it, with the given training-loss curve (steps 1..len(train)) and
-    evaluations before training (step 0, loss 6) and at the last step."""
-    from muon_repro.converge.sweep import FORMAT_VERSION
-
-    steps = len(train)
-    cfg = ConvergeConfig(opt, lr, seed=seed, steps=steps, eval_every=steps, **cfg_fields)
-    folder = root / CONVERGENCE_GROUP / cfg.name
-    folder.mkdir(parents=True)
-    record = {
-        "format": FORMAT_VERSION,
-        "name": cfg.name,
-        "config": cfg.to_dict(),
-        "backend": "gloo",
-        "wall_s": 1.0,
-        "environment": {"cpu_count": 2},
-        "model": {"params": 1000, "embedding_share": 0.25, "vocab_size": 64},
-        "corpus": {"name": "test", "version": "1", "license": "none", "sha256": "0" * 64},
-        "flops_per_step": {"total": 10**9, "orthogonalization": 0},
-        "curve": {
-            "step": list(range(1, steps + 1)),
-            "train_loss": train,
-            "lr": [lr] * steps,
-            "step_ms": [10.0] * steps,
-            "eval_step": [0, steps],
-            "val_loss": [6.0, final_val],
-            "test_loss": [6.0, final_val + 0.1],
-            "update_rms": [None, 0.2],
-        },
-    }
-    (folder / CONVERGENCE_FILE).write_text(json.dumps(record))
-
-
 def test_a_steps_tokens_are_the_tokens_trained_before_it_ends(tmp_path):
     # batch 4 x seq_len 8 = 32 tokens a step: step 0 (the evaluation before training) has 0, step 3 has 96
-    _record(tmp_path, "muon", 1e-2, 0, [5.0, 4.0, 3.0], 3.0, batch=4, seq_len=8)
+    write_record(tmp_path, "muon", 1e-2, 0, [5.0, 4.0, 3.0], 3.0, batch=4, seq_len=8)
     conv = convergence_tables([tmp_path])["convergence"].sort_values("step")
     assert list(conv["step"]) == [0, 1, 2, 3]
     assert list(conv["tokens"].astype(int)) == [0, 32, 64, 96]
@@ -126,8 +91,8 @@ def test_one_seed_whose_last_muon_loss_adamw_never_reached_makes_the_interval_ov
         (1, [5.0, 4.0, 3.0, 1.0], [5.0, 4.0, 3.0, 3.0]),
         (2, [5.0, 4.0, 3.0, 2.0], [4.5, 3.5, 2.5, 1.5]),
     ):
-        _record(tmp_path, "muon", 1e-2, seed, muon, 2.0)
-        _record(tmp_path, "adamw", 1e-3, seed, adamw, 2.0)
+        write_record(tmp_path, "muon", 1e-2, seed, muon, 2.0)
+        write_record(tmp_path, "adamw", 1e-3, seed, adamw, 2.0)
     summary = convergence_tables([tmp_path])["leading_summary"]
     headline = summary[summary["alpha"] == 0.05]
     assert sorted(headline["seed"]) == [0, 1, 2] and (headline["seeds"] == 3).all()
@@ -139,9 +104,9 @@ def test_one_seed_whose_last_muon_loss_adamw_never_reached_makes_the_interval_ov
 def test_a_length_with_one_learning_rate_takes_its_optimizers_sweeps_best(tmp_path):
     # The sweep (4 steps): 1e-2 ends at validation loss 3.0, 1e-3 at 3.5, so 1e-2 is best. One 8-step run at 1e-3 alone
     # is no sweep of its own: its length takes the sweep's best, 1e-2, and that run is not at its best learning rate.
-    _record(tmp_path, "muon", 1e-2, 0, [5.0, 4.0, 3.5, 3.0], 3.0)
-    _record(tmp_path, "muon", 1e-3, 0, [5.0, 4.5, 4.0, 3.5], 3.5)
-    _record(tmp_path, "muon", 1e-3, 0, [5.0, 4.5, 4.0, 3.5, 3.4, 3.3, 3.2, 3.1], 3.1)
+    write_record(tmp_path, "muon", 1e-2, 0, [5.0, 4.0, 3.5, 3.0], 3.0)
+    write_record(tmp_path, "muon", 1e-3, 0, [5.0, 4.5, 4.0, 3.5], 3.5)
+    write_record(tmp_path, "muon", 1e-3, 0, [5.0, 4.5, 4.0, 3.5, 3.4, 3.3, 3.2, 3.1], 3.1)
     runs = convergence_tables([tmp_path])["convergence_runs"]
     best = {(float(r.lr), int(r.steps)): bool(r.best_lr) for r in runs.itertuples()}
     assert best == {(1e-2, 4): True, (1e-3, 4): False, (1e-3, 8): False}

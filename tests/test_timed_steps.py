@@ -17,7 +17,7 @@ from tiny_sweep import copy_of
 from muon_repro.analysis.timed_steps import split_timed_waits, timed_calls, timed_run_columns, timed_steps_table
 from muon_repro.bench.configs import BenchConfig, from_dict, resolve
 from muon_repro.bench.sweep import plan_recordings, record_local, round_order
-from muon_repro.run_records import RankMetrics
+from muon_repro.run_records import RankMetrics, RunConfig
 from muon_repro.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -414,12 +414,11 @@ def test_the_drain_is_measured_where_the_host_clock_sees_a_backward_end(backend)
         assert drains.isna().all() and (timed["comm_timing"].isna() | (timed["comm_timing"] == "host_launch")).all()
 
 
-def test_the_timed_steps_table_splits_each_ranks_collective_time_in_ms():
-    """dp=2 on one host (gloo): rank 0 enters a DP all-gather at 1 ms, rank 1 at 2 ms, both leave at 4 ms. Rank 0's
-    3 ms are 1 ms of wait for rank 1 and 2 ms of transfer; rank 1's 2 ms are all transfer."""
+def _dp2_timed_run(nodes: int, steps: int = 1) -> pd.DataFrame:
+    """The ``timed_steps`` rows of a dp=2 gloo run on ``nodes`` hosts: in step 0 rank 0 enters a DP all-gather at
+    1 ms, rank 1 at 2 ms, both leave at 4 ms; any further timed steps issue no collective."""
     from muon_repro.analysis.batch_read import Analysis
     from muon_repro.analysis.discover import RunInfo
-    from muon_repro.run_records import RunConfig
 
     def rank(r: int, start_ns: int) -> RankMetrics:
         comm = {
@@ -427,16 +426,41 @@ def test_the_timed_steps_table_splits_each_ranks_collective_time_in_ms():
             "step": [0], "phase": [0], "kind": [0], "group": [0], "start_ns": [start_ns], "end_ns": [4_000_000],
         }  # fmt: skip
         return RankMetrics(
-            rank=r, dp_rank=r, tp_rank=0, timed_step_ms=[9.0], timed_fwd_bwd_ms=[6.0], timed_optimizer_ms=[3.0],
-            timed_comm=comm,
+            rank=r, dp_rank=r, tp_rank=0, timed_step_ms=[9.0] * steps, timed_fwd_bwd_ms=[6.0] * steps,
+            timed_optimizer_ms=[3.0] * steps, timed_comm=comm,
         )  # fmt: skip
 
     config = RunConfig.from_dict({"group": "g", "name": "muon_dp2", "optimizer": "muon", "dp": 2, "tp": 1})
     info = RunInfo(Path("p/g/muon_dp2/trial0"), "g", "muon_dp2", config, {0: rank(0, 1_000_000), 1: rank(1, 2_000_000)})
-    info.environment = {"backend": "gloo", "nodes": 1}
-    timed = timed_steps_table(Analysis(timed_runs=[info])).sort_values("rank")
+    info.environment = {"backend": "gloo", "nodes": nodes}
+    return timed_steps_table(Analysis(timed_runs=[info])).sort_values("rank")
+
+
+def test_the_timed_steps_table_splits_each_ranks_collective_time_in_ms():
+    """dp=2 on one host (gloo): rank 0 enters a DP all-gather at 1 ms, rank 1 at 2 ms, both leave at 4 ms. Rank 0's
+    3 ms are 1 ms of wait for rank 1 and 2 ms of transfer; rank 1's 2 ms are all transfer."""
+    timed = _dp2_timed_run(nodes=1)
     columns = ["rank", "comm_ms", "comm_wait_ms", "comm_transfer_ms"]
     assert timed[columns].values.tolist() == [[0, 3.0, 1.0, 2.0], [1, 2.0, 0.0, 2.0]]
+
+
+def test_ranks_on_several_hosts_have_no_wait_or_transfer():
+    """Hosts share no clock, so the wait for the group's last rank cannot be read off two hosts' stamps: on two nodes
+    the wait and transfer are null, while each call's own time (one rank's clock) still counts. On one node rank 0's
+    3 ms are 1 ms of wait and 2 ms of transfer."""
+    one = _dp2_timed_run(nodes=1)
+    assert one[["comm_ms", "comm_wait_ms", "comm_transfer_ms"]].values.tolist() == [[3.0, 1.0, 2.0], [2.0, 0.0, 2.0]]
+    two = _dp2_timed_run(nodes=2)
+    assert two["comm_ms"].tolist() == [3.0, 2.0]
+    assert two["comm_wait_ms"].isna().all() and two["comm_transfer_ms"].isna().all()
+
+
+def test_a_timed_step_without_collectives_spent_no_time_in_them():
+    """A rank whose calls were stamped and that issued none in step 1 spent 0 ms in collectives there (an empty sum),
+    which is known, not null."""
+    timed = _dp2_timed_run(nodes=1, steps=2)
+    step1 = timed[timed["step"] == 1]
+    assert step1[["comm_ms", "comm_wait_ms", "comm_transfer_ms"]].values.tolist() == [[0.0, 0.0, 0.0]] * 2
 
 
 @pytest.mark.slow
