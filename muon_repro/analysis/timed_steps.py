@@ -86,13 +86,12 @@ def split_timed_waits(calls: pd.DataFrame, dp: int | None, tp: int | None) -> pd
         ranks = rank.max() + 1
         rank_in_collective = np.unique(collective * ranks + rank)  # each (collective, rank) once
         ranks_seen = np.bincount(rank_in_collective // ranks)[collective]
-        # as in the traces: where the group's ranks made a sequence's calls unequally often, none of them is paired
-        calls_per_rank = np.bincount(sequence * ranks + rank, minlength=(sequence.max() + 1) * ranks).reshape(-1, ranks)
-        made = np.where(calls_per_rank > 0, calls_per_rank, np.iinfo(np.int64).max).min(axis=1)
-        equal_counts = (calls_per_rank.max(axis=1) == made)[sequence]
+        complete = (group_id >= 0) & (ranks_seen == size) & (size > 1)
+        # as in the traces: a sequence with a k-th call some rank lacks (its ranks made it unequally often) pairs none
+        incomplete = np.bincount(sequence[~complete], minlength=sequence.max() + 1)
         latest = np.full(collective.max() + 1, start.min())  # the latest entry per collective
         np.maximum.at(latest, collective, start)
-        out["matched"] = (group_id >= 0) & (ranks_seen == size) & (size > 1) & equal_counts
+        out["matched"] = complete & (incomplete[sequence] == 0)
         out["latest_ns"] = pd.Series(latest[collective], index=out.index).where(out["matched"])
     wait = (out["latest_ns"] - out["start_ns"]).fillna(0.0)
     out["wait_ns"] = np.minimum(np.maximum(wait.to_numpy(dtype=float), 0.0), out["dur_ns"].to_numpy(dtype=float))
