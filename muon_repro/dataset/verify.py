@@ -247,10 +247,13 @@ TRACE_INDEX = "metrics/trace_files.parquet"  # the traces' index, by its path in
 REINDEX = "; run `muon-repro run --from analyze`"  # what verify says of a trace the index does not name
 
 
+SHOWN_PER_KIND = 10  # trace index problems named of each kind before the counts
+
+
 def trace_index_problems(index: Path, traces: Collection[str], *, fix: str = REINDEX) -> list[str]:
     """How the trace index at ``index`` and a bundle's ``traces`` (their paths in the bundle) disagree: files it names
-    that are not there, traces it does not name (``fix`` after each; at most 10 of each, then the counts); empty when
-    they agree. Used by verify, and by bundle before it writes anything."""
+    that are not there, traces it does not name (``fix`` after each; at most 10 of each, then the counts if either had
+    more); empty when they agree. Used by verify, and by bundle before it writes anything."""
     from muon_repro.tables.io import read_table
 
     try:
@@ -258,9 +261,9 @@ def trace_index_problems(index: Path, traces: Collection[str], *, fix: str = REI
     except Exception as exc:  # not Parquet, or no path column: pyarrow raises several types
         return [f"{TRACE_INDEX} cannot be read: {_one_line(exc)}"]
     absent, unindexed = sorted(indexed - set(traces)), sorted(set(traces) - indexed)
-    problems = [f"{TRACE_INDEX} names {shown(path)}, which is not in the bundle" for path in absent[:10]]
-    problems += [f"{shown(path)} is not in {TRACE_INDEX}{fix}" for path in unindexed[:10]]
-    if len(absent) + len(unindexed) > 20:
+    problems = [f"{TRACE_INDEX} names {shown(path)}, which is not in the bundle" for path in absent[:SHOWN_PER_KIND]]
+    problems += [f"{shown(path)} is not in {TRACE_INDEX}{fix}" for path in unindexed[:SHOWN_PER_KIND]]
+    if len(absent) > SHOWN_PER_KIND or len(unindexed) > SHOWN_PER_KIND:  # some went unnamed: say how many
         problems.append(f"{len(absent)} indexed files absent, {len(unindexed)} traces not indexed in all")
     return problems
 
