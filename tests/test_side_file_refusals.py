@@ -33,6 +33,20 @@ def test_an_unreadable_side_file_is_refused_by_name(tmp_path, name):
         run_info_for(folder)
 
 
+@pytest.mark.parametrize(
+    ("present", "named"),
+    [(["environment.json"], "environment.json"), (["environment.json", "metrics.json"], "environment.json and metrics.json")],
+)
+def test_a_recorded_trial_without_its_config_is_refused_not_read_as_a_foreign_folder(tmp_path, present, named):
+    """A foreign folder has no side file; one with environment.json or metrics.json was recorded here, and without
+    its config.json its run's optimizer and grid would be unknown under a recorded run's name."""
+    folder = _trial(tmp_path, traced=True)
+    for name in present:
+        (folder / name).write_text("{}")
+    with pytest.raises(SideFileError, match=rf"config.json: missing beside its {named} \(a recorded trial holds"):
+        run_info_for(folder)
+
+
 def test_a_readable_or_absent_side_file_says_nothing(tmp_path, recwarn):
     folder = _trial(tmp_path, traced=True)
     (folder / "config.json").write_text(json.dumps({"optimizer": "muon", "dp": 2, "tp": 2}))

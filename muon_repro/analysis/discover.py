@@ -147,11 +147,16 @@ def run_info_for(trial: Path | RunDir) -> RunInfo:
     """The run a folder stands for, from its side files if it has them (a :class:`RunDir` already read is not read
     again). A side file that is there but cannot be read raises its :class:`~muon_repro.rundir.SideFileError`: read
     as absent (as a foreign folder's are), the run's optimizer and grid, profile or timed steps would be unknown and
-    its rows would join the tables with them so."""
+    its rows would join the tables with them so. So is a missing config.json beside environment.json or
+    metrics.json (a recording of ours, not a foreign folder)."""
     run_dir = trial if isinstance(trial, RunDir) else RunDir(trial)
     directory = run_dir.path
     for problem in run_dir.unreadable_side_files().values():
         raise problem
+    recorded = [name for name in (ENVIRONMENT_FILE, METRICS_FILE) if (directory / name).exists()]
+    if recorded and not (directory / CONFIG_FILE).exists():  # a recording's trial, not a foreign folder
+        missing = f"missing beside its {' and '.join(recorded)} (a recorded trial holds all three)"
+        raise SideFileError(directory / CONFIG_FILE, missing)
     config_dict = run_dir.config_dict
     check_record_fields(config_dict)
     config = RunConfig.from_dict(config_dict)
