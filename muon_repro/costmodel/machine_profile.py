@@ -318,9 +318,10 @@ class MachineProfile:
 
     def compute_cores(self, local_ranks: int) -> float | None:
         """How many ranks' worth of compute ``local_ranks`` ranks computing at once on one node get
-        in all (``compute_share * local_ranks``), or ``None`` when each rank has its own device.
+        in all (``compute_share[n] * n`` for the measured rank count ``n``), or ``None`` when each rank has its own
+        device.
 
-        A count not measured takes the nearest measured one below it (the cores do not grow with
+        ``n`` is ``local_ranks`` where measured, else the nearest measured count below it (the cores do not grow with
         the ranks), else the smallest one measured.
         """
         if not self.compute_share:
@@ -330,8 +331,8 @@ class MachineProfile:
 
     def collective(self, op: str, group_size: int, scope: str = "intra_node", world_size: int | None = None) -> CollectiveFit:
         """The fit for ``op`` on a group of ``group_size`` ranks: the exact group size if listed, else
-        one for any size (null), else the nearest listed size; among those, the one measured at
-        ``world_size`` if any, else the largest world."""
+        one for any size (null), else the nearest listed size (by ratio, the smaller of two equally near); among
+        those, the one measured at ``world_size`` if any, else the largest world."""
         if not self.collectives:
             raise ProfileError(
                 f"machine {self.name!r} was calibrated on one device alone and has no collective fits: it prices runs of "
@@ -362,8 +363,8 @@ class MachineProfile:
 
     def arrival_jitter_s(self, group_size: int, compute_s: float | None = None) -> float:
         """Mean wait per collective call for the last rank of a group of ``group_size`` when ranks
-        share cores (the nearest measured size; 0 when none was measured), after ``compute_s`` of
-        compute (one rank alone) where the curve has it: linear between the measured lengths,
+        share cores (the nearest measured size by ratio, the smaller of two equally near; 0 when none was measured),
+        after ``compute_s`` of compute (one rank alone) where the curve has it: linear between the measured lengths,
         the nearest end outside them (time slices bound how far ranks drift)."""
         if compute_s is not None and self.arrival_jitter_curve_us:
             curve = self.arrival_jitter_curve_us[_nearest_size(self.arrival_jitter_curve_us, group_size)]
