@@ -131,7 +131,8 @@ class TraceBreakdown:
     warnings: list[str] = field(default_factory=list)  # the reader's and this analysis's TraceWarning messages
 
     def summary(self) -> dict[str, Any]:
-        """One JSON-ready object per trace (``muon-repro analyze --json``): medians over steps."""
+        """One JSON-ready object per trace (``muon-repro analyze --json``): medians over steps, the peak memory the
+        highest of any step's."""
         s = self.steps
 
         def med(col: str) -> float:
