@@ -369,6 +369,19 @@ def test_a_muon_rank_holds_its_dp_gathers_array_divided_by_dp_on_any_grid():
     assert _held_elements(first_step, config, rank=1) == 250
 
 
+def test_a_muon_rank_whose_trace_leaves_a_group_unnamed_is_found_by_group_size():
+    """DP 2 x TP 1 (rank 0's DP group "0,1"): the first collective names other ranks, the second names none. One
+    unnamed group is enough to fall back on the size: the first DP-sized gather (600 elements) gives 600 / 2 = 300,
+    where matching the named members alone would find no gather of "0,1" and give nothing."""
+    from muon_repro.study.tables import StudyRun, _held_elements
+
+    config = StudyRun.from_name("muon_FULLSTEP_dp2_tp1", 2)
+    first_step = pd.DataFrame(
+        {"op": ["all_gather"] * 2, "group_ranks": ["2,3", ""], "group_size": [2, 2], "elements": [600, 800]}
+    )
+    assert _held_elements(first_step, config, rank=0) == 300
+
+
 def test_a_threshold_record_with_a_column_of_another_version_is_refused_by_name(tmp_path):
     """study fit writes the table's columns and no other: a column it does not write is a damaged record, to write
     again rather than to guess at."""

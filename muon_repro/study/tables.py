@@ -439,7 +439,7 @@ def _held_elements(first_step: pd.DataFrame, config: StudyRun, rank: int) -> int
 
     The DP collective is the one over the rank's DP group (TP inner: ranks ``rank % tp``, ``+ tp``, ...), found by
     its members; a TP collective of the same size (DP 2 x TP 2) is not it, whichever is issued first. A trace that
-    does not name its groups' ranks falls back on the group size."""
+    leaves any of its collectives' group ranks unnamed falls back on the group size."""
     if first_step.empty:
         return None
     if config.optimizer == "adamw":
