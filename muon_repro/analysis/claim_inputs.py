@@ -206,7 +206,8 @@ class ProfileTables:
         return float(rows.astype("float64").mean()) if len(rows) else float("nan")
 
     def ranks_per_core(self, run: pd.Series) -> float | None:
-        """Ranks per CPU core on a CPU run (its world size over the host's cores); None when unknown or on GPUs."""
+        """Ranks per CPU core on a CPU run (its world size over the host's cores, the fewest any of its trials had:
+        the most crowded); None when unknown or on GPUs."""
         if str(run.get("device")) != "cpu" or self.environment.empty:
             return None
         env = self.environment[(self.environment["run"] == run["run"]) & (self.environment["key"] == "host_cpu_cores")]

@@ -25,7 +25,7 @@ from muon_repro.analysis.claim_inputs import (
     without_pipeline,
     work_difference,
 )
-from muon_repro.analysis.estimators import muon_extra, time_ratio
+from muon_repro.analysis.estimators import RunSteps, muon_extra, time_ratio
 from muon_repro.analysis.estimators import optimizer_share as estimated_share
 from muon_repro.analysis.leading_claim import leading_steps_claim
 from muon_repro.analysis.pipeline_claims import bubble_hides_step, hybrid_survives_pp
@@ -57,10 +57,14 @@ def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> st
     )
 
 
-def _comm_column(t: ProfileTables) -> str:
-    return (
-        "comm_transfer_ms" if "comm_transfer_ms" in t.steps.columns and t.steps["comm_transfer_ms"].notna().any() else "comm_ms"
-    )
+def _comm_column(sources: list[RunSteps]) -> str:
+    """The transfer time where every compared run's steps have one, else the communication time with the waits:
+    one column for all of them, and never another run's (a profile's other runs do not decide this pair's)."""
+
+    def has_transfer(source: pd.DataFrame, run: str) -> bool:
+        return "comm_transfer_ms" in source.columns and source.loc[source["run"] == run, "comm_transfer_ms"].notna().any()
+
+    return "comm_transfer_ms" if all(has_transfer(*source) for source in sources) else "comm_ms"
 
 
 def comm_time(t: ProfileTables) -> Measurement | str:
@@ -74,7 +78,7 @@ def comm_time(t: ProfileTables) -> Measurement | str:
             f"needs the traced NCCL kernels of {' and '.join(untraced)}: on NCCL a collective call returns once its kernel "
             "is queued, so the steps timed without the profiler hold launch times, not communication"
         )
-    col = _comm_column(t)
+    col = _comm_column(t.sources(muon, adamw, comm=True))
     value, low, high = paired_ratio(t, muon, adamw, col, comm=True)
     total = paired_ratio(t, muon, adamw, "comm_ms", comm=True)[0]
     quoted = {"comm_ms_ratio_with_waiting": total}
@@ -112,7 +116,9 @@ def _waits_compared(t: ProfileTables, muon: pd.Series, adamw: pd.Series, top: in
 
 def _single_device_pair(t: ProfileTables) -> tuple[pd.Series, pd.Series] | None:
     """Muon and AdamW on one device (one rank: dp, tp and pp 1) at the largest tokens per step both were recorded
-    at, whether or not they did the same work (a comparison checks that; a measure of Muon's run alone need not)."""
+    at, whether or not they did the same work (a comparison checks that; a measure of Muon's run alone need not). The
+    convergence runs (``muon-repro converge``: learning curves over learning rates and budgets, not rounds of timed
+    steps) are not among them."""
     r = without_pipeline(t.runs)
     one = r[(r["dp"] == 1) & (r["tp"] == 1) & (r["group"] != "convergence")]
     muon, adamw = one[one["optimizer"] == "muon"], one[one["optimizer"] == "adamw"]
