@@ -33,12 +33,9 @@ from muon_repro.analysis.rounds import closest_rival_ratio, geometric_mean
 from muon_repro.phases import DP_ALL_GATHER, DP_GATHER, DP_REDUCE_SCATTER, MODEL_COMM_PHASES, NEWTON_SCHULZ, TP_GATHER
 
 
-def paired_ratio(
-    t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean", *, comm: bool = False
-) -> tuple[float, float, float]:
-    """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval;
-    ``comm``: a communication time (on NCCL from the traced kernels, never from host-side launch times)."""
-    return tuple(time_ratio(*t.sources(a, b, comm=comm), column, how))
+def paired_ratio(t: ProfileTables, a: pd.Series, b: pd.Series, column: str, how: str = "mean") -> tuple[float, float, float]:
+    """``column`` of ``a`` over ``b``, per round (the rounds both were recorded in), with its paired 95% interval."""
+    return tuple(time_ratio(*t.sources(a, b), column, how))
 
 
 def _ns_cause(t: ProfileTables, muon: pd.Series, quoted: dict[str, float]) -> str:
@@ -78,9 +75,10 @@ def comm_time(t: ProfileTables) -> Measurement | str:
             f"needs the traced NCCL kernels of {' and '.join(untraced)}: on NCCL a collective call returns once its kernel "
             "is queued, so the steps timed without the profiler hold launch times, not communication"
         )
-    col = _comm_column(t.sources(muon, adamw, comm=True))
-    value, low, high = paired_ratio(t, muon, adamw, col, comm=True)
-    total = paired_ratio(t, muon, adamw, "comm_ms", comm=True)[0]
+    sources = t.sources(muon, adamw, comm=True)
+    col = _comm_column(sources)
+    value, low, high = time_ratio(*sources, col, "mean")
+    total = time_ratio(*sources, "comm_ms", "mean")[0]
     quoted = {"comm_ms_ratio_with_waiting": total}
     dp_gather_mb = t.phase_mean(muon, DP_GATHER, "trace_bytes") / 1e6
     tp_gather_mb = t.phase_mean(muon, TP_GATHER, "trace_bytes") / 1e6
