@@ -26,7 +26,7 @@ import json
 import shutil
 
 import pytest
-from test_analysis_inputs import write_run
+from test_analysis_inputs import _rewrite_json, write_run
 from test_hta_convention import (
     BF16_SHARD,
     GPU_PID,
@@ -507,15 +507,10 @@ def test_processes_pay_from_two_workers_and_more_than_the_small_total(tmp_path, 
 # ---------------------------------------------------------------- batch_read: runs put together from the files found
 
 
-def _set_config(folder, **changes) -> None:
-    path = folder / CONFIG_FILE
-    path.write_text(json.dumps(json.loads(path.read_text()) | changes))
-
-
 def _copy_trial(first, name: str, **changes):
     trial = first.parent / name
     shutil.copytree(first, trial)
-    _set_config(trial, **changes)
+    _rewrite_json(trial / CONFIG_FILE, **changes)
     return trial
 
 
@@ -561,7 +556,7 @@ def test_of_two_trials_recorded_differently_the_lower_numbered_one_stands_for_th
 )
 def test_a_run_short_of_the_rounds_its_sweep_asked_for_names_the_missing_ones(tmp_path, asked, said):
     first = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0")
-    _set_config(first, trials=asked)
+    _rewrite_json(first / CONFIG_FILE, trials=asked)
     _copy_trial(first, "trial1", trial=1, trials=asked)
     analysis = analyze_paths([tmp_path / "traces"], workers=1)
     assert not analysis.failures
@@ -576,7 +571,7 @@ def test_the_command_to_record_a_trial_of_the_default_scale_again_names_no_scale
     """`bench NAME` records the default scale (cpu) by itself: a run recorded at it is recorded again without
     ``--scale``."""
     muon = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0")
-    _set_config(muon, scale="cpu")
+    _rewrite_json(muon / CONFIG_FILE, scale="cpu")
     (muon / trace_name(1)).unlink()
     message = analyze_paths([tmp_path / "traces"], workers=1).incomplete[0].message
     assert f"`muon-repro bench g/muon_dp2_tp1 --out {tmp_path / 'traces'} --trials 1 --profile " in message
@@ -616,7 +611,7 @@ def test_a_file_that_fails_to_be_analyzed_is_a_failure_naming_it_and_the_error(t
 def test_the_rounds_a_sweep_asked_for_are_the_most_any_of_its_trials_says(tmp_path):
     """trial0 was recorded by a sweep of 3 rounds, trial1 by one of 2: the run asked for 3, and trial2 is missing."""
     first = write_run(tmp_path / "traces" / "g" / "muon_dp2_tp1" / "trial0")
-    _set_config(first, trials=3)
+    _rewrite_json(first / CONFIG_FILE, trials=3)
     _copy_trial(first, "trial1", trial=1, trials=2)
     (note,) = analyze_paths([tmp_path / "traces"], workers=1).notes
     assert "has 2 of the 3 rounds its sweep asked for (config.json trials; missing trial2)" in note
