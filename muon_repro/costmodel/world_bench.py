@@ -130,7 +130,10 @@ def world_worker(job: WorldJob) -> dict | None:
 
 def _arrivals(group, job: WorldJob, calls: int) -> list[float]:
     """When this rank reaches each of a run of small all-reduces, each after the same compute (as a
-    model's layers alternate matmuls and TP all-reduces): ranks sharing cores arrive out of step."""
+    model's layers alternate matmuls and TP all-reduces): ranks sharing cores arrive out of step.
+
+    ``share_windows`` arrivals: one more meeting runs first and is left out, since the ranks reach it from the
+    barrier, which they leave out of step by the barrier's own skew, not the compute's."""
     a, w = _share_operands(job.plan, job.device)
     small = torch.ones(1024, device=job.device)
     dist.barrier()
