@@ -27,7 +27,9 @@ def empty_spans() -> pd.DataFrame:
 
 def phase_spans(events: pd.DataFrame, steps: pd.DataFrame, launch_rows: np.ndarray | None = None) -> pd.DataFrame:
     """``step, lane, phase, start_us, end_us`` (trace clock) for each step of ``steps``
-    (columns ``step``, ``start_us``, ``step_ms``); empty for a trace without our phase scopes.
+    (columns ``step``, ``start_us``, ``step_ms``); empty for a trace without our phase scopes, and for one
+    with only the coarse ones (forward, backward, optimizer: names other code's traces may use too), without any of
+    our finer phases that mark a trace as ours.
 
     A phase is its CPU annotation: Kineto's ``gpu_user_annotation`` copy of the same scope is the same phase seen
     from the GPU, never a second span of it. On GPU traces (``launch_rows``: each event's launching runtime call,

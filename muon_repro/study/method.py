@@ -122,7 +122,8 @@ def _scope_key(name: str) -> str | None:
 
 
 def study_sums(path: str | Path) -> Sums:
-    """The study's method on one trace: every complete event (every event with a ``dur``) goes to its sums."""
+    """The study's method on one trace: every complete event goes to its sums (one without a ``dur`` as a call
+    of 0 ms, as the trace reader reads it)."""
     ev = read_trace(path).events
     names = ev["name"].astype(str)
     comm = names.map(_comm_kind)

@@ -60,12 +60,13 @@ class StudyTrace:
     ``scopes``: one row per step and scope (``scope`` = :data:`STEP` for the whole step): ``step`` (from 0),
     ``scope``, ``start_ns`` (absolute, comparable across ranks), ``cpu_ms``, ``gpu_busy_ms``, ``gpu_kernel_ms``,
     ``busy_ms`` (the device's time: GPU busy on a GPU trace, the CPU span on a CPU trace), ``comm_ms`` (union of the
-    transfer intervals of the collectives it issued), ``gpu_done_ms`` (scope start to the end of its last GPU work;
-    the CPU span when it launched none), ``kernels``, and for the whole step ``step_ms``: from the completion of the
-    previous step (the first step: its start) to its own, completion being when its last scope returned and its last
-    GPU work ended. The study synchronises only inside ``FWD_BWD`` (and not at all in its optimizer-only runs), so
-    the CPU window of a step holds the previous step's GPU work; the completion-to-completion period counts each
-    step's own work once, the last step's included.
+    transfer intervals of the collectives it issued), ``gpu_done_ms`` (scope start to the later of its return and
+    the end of its last GPU work: what the scope costs a synchronised step; the CPU span when it launched none),
+    ``kernels``, and for the whole step ``step_ms``: from the completion of the previous step (the first step: its
+    start) to its own, completion being when its last scope returned and its last GPU work ended. The study
+    synchronises only inside ``FWD_BWD`` (and not at all in its optimizer-only runs), so the CPU window of a step
+    holds the previous step's GPU work; the completion-to-completion period counts each step's own work once, the
+    last step's included.
 
     ``collectives``: one row per collective, in issue order (:data:`COLLECTIVE_COLUMNS` less the trace-clock ones):
     ``step``, ``scope``, ``op``, ``group_ranks``, ``group_size``, ``dtype``, ``elements`` (the full array),
